@@ -1,0 +1,213 @@
+/*
+ * fabric/fabric.h — the internal transport: one "channel to a peer" type over libfabric
+ * FI_EP_MSG (verbs, tcp, sockets), FI_EP_RDM (shm, tcp;ofi_rxm, verbs;ofi_rxm), and an
+ * in-memory backend for tests. Only fabric/ *.c include <rdma/...>; everything above uses this.
+ *
+ * Threading: a struct tw_fab and its channels are driven by one thread at a time (the caller
+ * serialises). All callbacks run inside tw_fab_progress() — or inside an operation call that had
+ * to progress while waiting for queue space — on that thread. tw_fab_wakeup() is the one call
+ * that is safe from any thread.
+ *
+ * Completion semantics: a write completes successfully only once the data is placed at the
+ * target (FI_DELIVERY_COMPLETE via fi_writemsg on tcp, sockets, shm, rxm; FI_TRANSMIT_COMPLETE
+ * on verbs, which 1.17 offers as its strongest level). Plain fi_write is never used.
+ */
+#ifndef TW_FABRIC_FABRIC_H
+#define TW_FABRIC_FABRIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/common.h>
+
+struct tw_fab;  /* provider, domain, CQ, EQ/AV, listening endpoint; owns its channels */
+struct tw_chan; /* a channel to one peer */
+struct tw_mr;   /* a registered memory region */
+
+#define TW_ADDR_MAX 128 /* longest address string, including the NUL */
+
+struct tw_fab_config {
+	/* As users type it: "tcp", "sockets", "shm", "verbs", "tcp;ofi_rxm", "verbs;ofi_rxm",
+	 * or "mem" (in-process backend). NULL: $FI_PROVIDER if set, else "tcp". */
+	const char *provider;
+	/* Local address to listen on (passive side); NULL: 127.0.0.1 for IP providers. */
+	const char *node;
+	/* Port to listen on; NULL or "0": ephemeral (read the real one from tw_fab_listen). */
+	const char *service;
+	bool busy_poll;              /* progress by polling instead of blocking waits */
+	unsigned connect_timeout_ms; /* connect/accept handshake deadline; default 5000 */
+	unsigned op_timeout_ms;      /* a write/read/send not completed by then fails the channel
+				      * with -ETIMEDOUT (covers shm's silent drops); default 10000 */
+	size_t max_msg_size;         /* largest control message; default 65536 */
+	unsigned rx_depth;           /* receive buffers pre-posted per channel; default 32 */
+	unsigned tx_depth;           /* operations in flight per channel; default 128 */
+};
+
+/* Fill `cfg` with the defaults above. */
+void tw_fab_config_init(struct tw_fab_config *cfg);
+
+/* Callbacks, run on the thread driving the fab. `arg` is tw_fab_events.arg. */
+struct tw_fab_events {
+	void *arg;
+	/* Passive side: a new peer is connected. The channel belongs to the fab until the user
+	 * calls tw_chan_close(). */
+	void (*on_accept)(void *arg, struct tw_chan *ch);
+	/* A control message arrived on `ch`. `msg` is borrowed until the callback returns. */
+	void (*on_recv)(void *arg, struct tw_chan *ch, const void *msg, size_t len);
+	/* The channel failed: peer gone, FI_SHUTDOWN, CQ error, op timeout. Pending operations
+	 * complete with an error (before or after this call); new ones fail. Called once per
+	 * channel; the user still calls tw_chan_close(). */
+	void (*on_lost)(void *arg, struct tw_chan *ch, int err);
+};
+
+/*
+ * Open a fabric instance. Resolves the provider (a missing one gives -TW_ENOPROV and an error
+ * message naming the providers this machine offers, see tw_fab_errmsg). `cfg` and `ev` are
+ * copied. Returns 0 and *out, or a negative code; on failure a message is logged.
+ */
+int tw_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
+		struct tw_fab **out);
+
+/* Close every channel (without callbacks), the MRs still registered, and the fab. */
+void tw_fab_close(struct tw_fab *fab);
+
+/* Resolved provider name ("tcp", "shm", "mem", ...) and whether it uses FI_EP_RDM. */
+const char *tw_fab_provider(const struct tw_fab *fab);
+bool tw_fab_is_rdm(const struct tw_fab *fab);
+
+/* Human-readable detail of the last failure on this fab (never NULL). */
+const char *tw_fab_errmsg(const struct tw_fab *fab);
+
+/*
+ * Passive side: start accepting connections. Writes the address peers pass to tw_fab_connect
+ * (e.g. "127.0.0.1:40123", "fi_shm://1234:0:0", "mem://1") into addr_out.
+ */
+int tw_fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
+
+/*
+ * Active side: connect to a listener and return a channel. Blocks up to connect_timeout_ms,
+ * progressing the fab meanwhile (callbacks may run). A refused or unreachable peer is an error
+ * (-ECONNREFUSED, -ETIMEDOUT, ...), never a hang.
+ */
+int tw_fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+
+/* Close a channel: shuts the endpoint down (MSG) or forgets the peer (RDM). Pending operations
+ * complete with -TW_ECLOSED before it returns. `ch` is invalid afterwards. */
+void tw_chan_close(struct tw_chan *ch);
+
+void tw_chan_set_user(struct tw_chan *ch, void *user);
+void *tw_chan_user(const struct tw_chan *ch);
+const char *tw_chan_peer(const struct tw_chan *ch); /* peer address, for messages */
+bool tw_chan_is_lost(const struct tw_chan *ch);
+struct tw_fab *tw_chan_fab(const struct tw_chan *ch);
+
+/* Page-aligned, zero-filled memory (mmap). NULL on failure. Free with tw_fab_free(p, len). */
+void *tw_fab_alloc(size_t len);
+void tw_fab_free(void *p, size_t len);
+
+/* Access rights of a registration. */
+enum {
+	TW_MR_SEND = 1u << 0,         /* local source of sends */
+	TW_MR_WRITE_SRC = 1u << 1,    /* local source of one-sided writes */
+	TW_MR_READ_DST = 1u << 2,     /* local destination of one-sided reads */
+	TW_MR_REMOTE_WRITE = 1u << 3, /* peers may write into it */
+	TW_MR_REMOTE_READ = 1u << 4,  /* peers may read from it */
+};
+
+/* What a peer needs to access a region: remote address of byte 0 (a virtual address or 0,
+ * as the provider's mr_mode says), key, and length. Sent to peers in RPC replies. */
+struct tw_rkey {
+	uint64_t addr;
+	uint64_t key;
+	uint64_t len;
+};
+
+/*
+ * Register `len` bytes at `buf` (page-aligned; already zero-filled if FI_MR_ALLOCATED matters).
+ * Keys are provider keys, or our own unique and unguessable per domain.
+ */
+int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
+/* Deregister. Afterwards writes with its key fail at the target on providers that check keys
+ * (tcp, sockets, verbs; not shm's fast path, see docs). */
+void tw_mr_close(struct tw_mr *mr);
+void tw_mr_rkey(const struct tw_mr *mr, struct tw_rkey *out);
+void *tw_mr_base(const struct tw_mr *mr);
+size_t tw_mr_len(const struct tw_mr *mr);
+
+/* Caller-owned operation state; must stay valid and untouched until its callback ran. */
+struct tw_op;
+typedef void (*tw_op_cb)(struct tw_op *op, int status);
+struct tw_op {
+	void *fab_priv[8]; /* provider context (struct fi_context2): must stay first */
+	tw_op_cb cb;       /* status 0 on success, negative code on failure */
+	void *arg;         /* for the caller */
+	struct tw_chan *chan;
+	uint64_t deadline_ns; /* set by the fabric */
+	struct tw_op *next;   /* fabric's in-flight list */
+	struct tw_op *prev;
+};
+
+/*
+ * One-sided write of `len` bytes from `src` (inside the registered `src_mr`) to byte
+ * `remote_off` of the peer region `rk`. Checks remote_off + len <= rk->len locally (-ERANGE).
+ * Returns 0 when posted (op->cb will run exactly once), or a negative code (cb will not run).
+ * When the queue is full it progresses the fab and retries (other callbacks may run meanwhile).
+ */
+int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off);
+
+/* One-sided read of `len` bytes from the peer region into `dst` (inside `dst_mr`). */
+int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+		 const struct tw_rkey *rk, uint64_t remote_off);
+
+/*
+ * Send a control message (len <= max_msg_size). The bytes are copied into an internal
+ * registered buffer before return, so `msg` is borrowed only for the call. Delivery failures
+ * surface as on_lost. Returns 0 or a negative code.
+ */
+int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len);
+
+/*
+ * Poll the completion and event queues and run callbacks. timeout_ms 0: poll once; > 0: wait
+ * up to that long for something to happen; -1: wait until something happens or tw_fab_wakeup().
+ * Busy-polls instead of blocking when cfg.busy_poll is set. Also fails operations past their
+ * deadline. Returns the number of events handled (>= 0) or a negative code.
+ */
+int tw_fab_progress(struct tw_fab *fab, int timeout_ms);
+
+/* Make a tw_fab_progress() blocked in another thread return. Thread-safe. */
+void tw_fab_wakeup(struct tw_fab *fab);
+
+struct tw_fab_stats {
+	uint64_t writes, write_bytes;  /* one-sided writes completed successfully, as initiator */
+	uint64_t reads, read_bytes;
+	uint64_t sends, send_bytes;
+	uint64_t recvs, recv_bytes;    /* control messages received */
+	uint64_t cq_polls, cq_entries; /* progress work done */
+	uint64_t eagain_retries;
+	uint64_t errors;
+};
+void tw_fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
+
+/*
+ * In-memory backend fault injection ("mem" provider only; -ENOTSUP elsewhere).
+ * Applies to the next one-sided write posted on `ch`.
+ */
+enum tw_mem_fault_kind {
+	TW_MEM_FAULT_NONE = 0,
+	TW_MEM_FAULT_PREFIX, /* only the first `prefix` bytes land, then the channel is lost */
+	TW_MEM_FAULT_CHUNKS, /* only the 64-byte chunks whose bit is set in `chunk_mask` land
+			      * (bit i = bytes 64i..64i+63; bits past 63 never land), then lost */
+	TW_MEM_FAULT_FAIL,   /* nothing lands; the write completes with -EIO */
+	TW_MEM_FAULT_DROP,   /* nothing lands, no completion until the op timeout */
+	TW_MEM_FAULT_VANISH, /* the peer vanishes: nothing lands, the channel is lost */
+};
+struct tw_mem_fault {
+	enum tw_mem_fault_kind kind;
+	size_t prefix;
+	uint64_t chunk_mask;
+};
+int tw_mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault);
+
+#endif /* TW_FABRIC_FABRIC_H */

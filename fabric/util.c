@@ -1,0 +1,117 @@
+/*
+ * fabric/util.c — error names, logging sink and level, rate limiting.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "fabric/util.h"
+
+const char *tw_version(void)
+{
+	return TW_VERSION_STRING;
+}
+
+const char *tw_strerror(int err)
+{
+	if (err < 0)
+		err = -err;
+	switch (err) {
+	case 0:
+		return "success";
+#define TW__ERR_CASE(name, value, text) \
+	case value:                     \
+		return text;
+		TW_ERRORS(TW__ERR_CASE)
+#undef TW__ERR_CASE
+	default:
+		break;
+	}
+	if (err >= 256 && err < 1024)
+		return tw__fabric_strerror(err);
+	if (err < 256)
+		return strerror(err); /* glibc: static text for known codes; thread-safe in practice */
+	return "unknown error";
+}
+
+static tw_log_fn log_sink;
+static void *log_sink_arg;
+static int log_level = -1; /* -1: not read from the environment yet */
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log_init(void)
+{
+	const char *s = getenv("TW_LOG_LEVEL");
+	int lvl = TW_LOG_WARN;
+
+	if (s) {
+		if (!strcasecmp(s, "error"))
+			lvl = TW_LOG_ERROR;
+		else if (!strcasecmp(s, "warn") || !strcasecmp(s, "warning"))
+			lvl = TW_LOG_WARN;
+		else if (!strcasecmp(s, "info"))
+			lvl = TW_LOG_INFO;
+		else if (!strcasecmp(s, "debug"))
+			lvl = TW_LOG_DEBUG;
+	}
+	if (__atomic_load_n(&log_level, __ATOMIC_RELAXED) < 0)
+		__atomic_store_n(&log_level, lvl, __ATOMIC_RELAXED);
+}
+
+void tw_log_set_sink(tw_log_fn fn, void *arg)
+{
+	log_sink = fn;
+	log_sink_arg = arg;
+}
+
+void tw_log_set_level(enum tw_log_level level)
+{
+	pthread_once(&log_once, log_init);
+	__atomic_store_n(&log_level, (int)level, __ATOMIC_RELAXED);
+}
+
+bool tw__log_enabled(enum tw_log_level level)
+{
+	pthread_once(&log_once, log_init);
+	return (int)level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
+}
+
+void tw__log(enum tw_log_level level, const char *fmt, ...)
+{
+	static const char *const names[] = {"error", "warn", "info", "debug"};
+	char msg[1024];
+	va_list ap;
+
+	if (!tw__log_enabled(level))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (log_sink) {
+		log_sink(log_sink_arg, level, msg);
+		return;
+	}
+	fprintf(stderr, "tailwind[%d] %s: %s\n", (int)getpid(), names[level], msg);
+}
+
+bool tw__ratelimit_pass(struct tw__ratelimit *rl, uint64_t *suppressed_out)
+{
+	uint64_t now = tw_now_ns();
+	uint64_t next = __atomic_load_n(&rl->next_ns, __ATOMIC_RELAXED);
+
+	if (now < next) {
+		__atomic_fetch_add(&rl->suppressed, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	if (!__atomic_compare_exchange_n(&rl->next_ns, &next, now + 1000000000u, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		__atomic_fetch_add(&rl->suppressed, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	*suppressed_out = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
+	return true;
+}

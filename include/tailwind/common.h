@@ -1,0 +1,80 @@
+/*
+ * tailwind/common.h — export macro, error codes and logging shared by every part of the API.
+ *
+ * Error model: every function that can fail returns 0 (or a non-negative count) on success and a
+ * negative error code on failure. Codes below 1024 are negated errno values (so libfabric's -FI_E*
+ * codes pass through unchanged); Tailwind's own codes start at 1024. tw_strerror() names any of them.
+ */
+#ifndef TAILWIND_COMMON_H
+#define TAILWIND_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TW_API __attribute__((visibility("default")))
+#define TW_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define TW_API
+#define TW_PRINTF(fmt, args)
+#endif
+
+/* Tailwind's own error codes: one X-macro feeds the enum and tw_strerror(). */
+#define TW_ERRORS(X)                                                                  \
+	X(TW_ECORRUPT, 1024, "data failed an integrity check")                        \
+	X(TW_EPROTO, 1025, "malformed or unexpected protocol message")                \
+	X(TW_EVERSION, 1026, "incompatible protocol version")                         \
+	X(TW_EFENCED, 1027, "log was fenced by a newer epoch")                        \
+	X(TW_ENOBACKUP, 1028, "not enough backups available")                         \
+	X(TW_EFULL, 1029, "segment is full")                                          \
+	X(TW_EPEERLOST, 1030, "peer lost (connection closed or failed)")             \
+	X(TW_ENOPROV, 1031, "requested libfabric provider is not available")          \
+	X(TW_EREFUSED, 1032, "backup refused: resource exhausted")                    \
+	X(TW_ESTALE, 1033, "stale replica version")                                   \
+	X(TW_ENOTFOUND, 1034, "no such log or segment")                               \
+	X(TW_ECLOSED, 1035, "object is closed")                                       \
+	X(TW_EREMOTE, 1036, "the peer reported an error")
+
+enum tw_error {
+#define TW__ERR_ENUM(name, value, text) name = value,
+	TW_ERRORS(TW__ERR_ENUM)
+#undef TW__ERR_ENUM
+};
+
+/*
+ * Name an error code. Accepts the negative return value of any Tailwind function (or its absolute
+ * value). Returns a static string; never NULL. Thread-safe.
+ */
+TW_API const char *tw_strerror(int err);
+
+/* Log levels. The default sink writes to stderr (never stdout); the level comes from the
+ * environment variable TW_LOG_LEVEL (error, warn, info, debug; default warn). */
+enum tw_log_level {
+	TW_LOG_ERROR = 0,
+	TW_LOG_WARN = 1,
+	TW_LOG_INFO = 2,
+	TW_LOG_DEBUG = 3,
+};
+
+typedef void (*tw_log_fn)(void *arg, enum tw_log_level level, const char *msg);
+
+/*
+ * Replace the log sink (NULL restores the stderr default) and the level threshold.
+ * Not thread-safe with respect to concurrent logging: call it once at start-up.
+ */
+TW_API void tw_log_set_sink(tw_log_fn fn, void *arg);
+TW_API void tw_log_set_level(enum tw_log_level level);
+
+/* Library version string, e.g. "0.1.0". */
+TW_API const char *tw_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAILWIND_COMMON_H */

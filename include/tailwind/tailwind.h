@@ -1,0 +1,10 @@
+/*
+ * tailwind/tailwind.h — umbrella header: the whole public API of libtailwind.
+ */
+#ifndef TAILWIND_TAILWIND_H
+#define TAILWIND_TAILWIND_H
+
+#include <tailwind/common.h>
+#include <tailwind/log_format.h>
+
+#endif /* TAILWIND_TAILWIND_H */

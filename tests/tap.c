@@ -1,0 +1,162 @@
+/* tests/tap.c — see tap.h. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+static int planned = -1;
+static int run;
+static int failed;
+
+void tap_plan(int n)
+{
+	planned = n;
+	printf("1..%d\n", n);
+	fflush(stdout);
+}
+
+void tap_plan_skip_all(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("1..0 # SKIP ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	exit(0);
+}
+
+static bool report(bool pass, const char *file, int line, const char *fmt, va_list ap)
+{
+	run++;
+	if (!pass)
+		failed++;
+	printf("%sok %d - ", pass ? "" : "not ", run);
+	vprintf(fmt, ap);
+	printf("\n");
+	if (!pass)
+		printf("#   Failed at %s:%d\n", file, line);
+	fflush(stdout);
+	return pass;
+}
+
+bool tap__ok(bool pass, const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	report(pass, file, line, fmt, ap);
+	va_end(ap);
+	return pass;
+}
+
+bool tap__is_int(long long got, long long want, const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	bool pass = got == want;
+
+	va_start(ap, fmt);
+	report(pass, file, line, fmt, ap);
+	va_end(ap);
+	if (!pass)
+		printf("#   got:  %lld\n#   want: %lld\n", got, want);
+	return pass;
+}
+
+void tap_skip(int n, const char *fmt, ...)
+{
+	va_list ap;
+
+	for (int i = 0; i < n; i++) {
+		run++;
+		printf("ok %d # SKIP ", run);
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+		printf("\n");
+	}
+	fflush(stdout);
+}
+
+void tap_diag(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+void tap_done_testing(void)
+{
+	if (planned < 0) {
+		planned = run;
+		printf("1..%d\n", run);
+		fflush(stdout);
+	}
+}
+
+int tap_failed(void)
+{
+	return failed;
+}
+
+int tap_exit(void)
+{
+	if (planned < 0)
+		tap_done_testing();
+	if (run != planned) {
+		printf("# planned %d tests but ran %d\n", planned, run);
+		fflush(stdout);
+		return 1;
+	}
+	if (failed)
+		printf("# failed %d of %d tests\n", failed, run);
+	fflush(stdout);
+	return failed ? 1 : 0;
+}
+
+void tap_fatal(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	run++;
+	failed++;
+	printf("not ok %d - fatal: ", run);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n#   at %s:%d\n", file, line);
+	if (planned < 0)
+		printf("1..%d\n", run);
+	fflush(stdout);
+	exit(1);
+}
+
+bool tap_long_mode(void)
+{
+	const char *s = getenv("TW_LONG");
+	return s && *s && *s != '0';
+}
+
+uint64_t tap_seed(void)
+{
+	const char *s = getenv("TW_SEED");
+	uint64_t seed;
+
+	if (s && *s)
+		seed = strtoull(s, NULL, 0);
+	else
+		seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	printf("# seed %llu (set TW_SEED to repeat)\n", (unsigned long long)seed);
+	fflush(stdout);
+	return seed;
+}
