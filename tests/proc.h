@@ -1,0 +1,67 @@
+/*
+ * tests/proc.h — spawn and supervise child processes from tests (integration tests, benches).
+ *
+ *   struct proc *p = proc_spawn(argv, env_extra);      // stdout is a pipe to us, stderr inherited
+ *   proc_wait_line(p, "ready ", line, sizeof(line), 10000);  // no sleep: poll on the pipe
+ *   ... talk to it ...
+ *   proc_kill(p, SIGTERM); int st = proc_wait(p, 5000);  // exit status or 128+signal, <0 on error
+ *   proc_free(p);                                         // kills (SIGKILL) and reaps if still alive
+ *
+ * Every spawned process is also remembered in a process-global list: proc_cleanup_all() (also
+ * run from atexit after the first spawn) SIGKILLs and reaps leftovers so a failing test never
+ * leaves children behind. Not thread-safe: use from one test thread.
+ */
+#ifndef TW_TESTS_PROC_H
+#define TW_TESTS_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct proc;
+
+/*
+ * Start argv[0] (a path; no $PATH search) with argv, the current environment plus `env_extra`
+ * ("NAME=value" strings, NULL-terminated; may be NULL; later entries override). The child's stdout
+ * is a pipe read by proc_wait_line/proc_read_line; stdin is /dev/null; stderr is inherited.
+ * Returns NULL on failure (message on stderr). The strings are borrowed for the call.
+ */
+struct proc *proc_spawn(char *const argv[], char *const env_extra[]);
+
+pid_t proc_pid(const struct proc *p);
+
+/*
+ * Read lines from the child's stdout until one starts with `prefix` (NULL or "": any line) and
+ * copy it, without the newline, into buf (truncated to len-1). Lines before it are discarded
+ * (echoed to stderr as "# child: ..." for diagnosis). Returns the line length (>= 0), -ETIMEDOUT
+ * when timeout_ms passed (timeout_ms < 0: wait forever), -EPIPE when the child closed stdout / exited.
+ */
+int proc_wait_line(struct proc *p, const char *prefix, char *buf, size_t len, int timeout_ms);
+
+/* Send a signal. Returns 0 or -errno (-ESRCH when it is already reaped). */
+int proc_kill(struct proc *p, int sig);
+
+/*
+ * Wait up to timeout_ms (< 0: forever) for the child to exit. Returns its exit status (0..255),
+ * 128 + signal number when killed by a signal, or -ETIMEDOUT. Idempotent after it exited.
+ */
+int proc_wait(struct proc *p, int timeout_ms);
+
+/* Whether the child is still running (not reaped, and waitpid WNOHANG says so). */
+bool proc_alive(struct proc *p);
+
+/* Kill (SIGKILL) and reap it if still running, close the pipe, free. NULL is fine. */
+void proc_free(struct proc *p);
+
+/* SIGKILL and reap every child spawned by proc_spawn that is still around. */
+void proc_cleanup_all(void);
+
+/*
+ * Path of a binary built in this tree: $TW_BUILD_ROOT/<relpath> (e.g. "tests/integration/fab_peer",
+ * "tools/twd"). Falls back to the directory of /proc/self/exe's build tree guess when TW_BUILD_ROOT
+ * is unset: the relpath relative to the current directory. Writes into out (len bytes);
+ * returns 0, or -ENOENT when the file does not exist / is not executable, -ENAMETOOLONG.
+ */
+int proc_find_tool(const char *relpath, char *out, size_t len);
+
+#endif
