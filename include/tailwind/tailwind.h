@@ -6,5 +6,6 @@
 
 #include <tailwind/common.h>
 #include <tailwind/log_format.h>
+#include <tailwind/primary.h>
 
 #endif /* TAILWIND_TAILWIND_H */

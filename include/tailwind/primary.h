@@ -1,0 +1,217 @@
+/*
+ * tailwind/primary.h — the primary side of Tailwind: an append-only log held in the primary's own
+ * registered memory, cut into fixed-size segments, each replicated to `r` backups with one-sided
+ * writes (one RDMA write per batch of entries, closed by one checksum entry).
+ *
+ * Life of a log:
+ *   tw_primary_config_init(&cfg); cfg.log_id = ...; cfg.backups = addrs; cfg.n_backups = n;
+ *   tw_primary_open(&cfg, &p);               connect, handshake, open segment 0 on r backups
+ *   tw_primary_append(p, buf, len, &lsn);    returns when all r backups hold the entry
+ *   tw_primary_append_async(p, buf, len, cb, arg, &lsn);  cb(arg, status, lsn) later
+ *   tw_primary_read(p, lsn, &data, &len);    read an entry back from the primary's memory
+ *   tw_primary_close(p);                     drain, close RPC for the open segment, disconnect
+ *
+ * Copies: the payload is copied exactly once, into the segment buffer (tw_log_writer_append()).
+ * The RDMA write sends from there; nothing else copies it.
+ *
+ * Threading (see docs/primary.md):
+ *   TW_PRIMARY_SYNC  (default) no thread of its own. The caller drives everything: every call on
+ *       one primary is made from one thread at a time (the caller serialises). Asynchronous
+ *       appends are allowed too; their callbacks run on the caller's thread, inside
+ *       tw_primary_append*(), tw_primary_progress(), tw_primary_flush() or tw_primary_close().
+ *       The hot path takes no lock and allocates nothing (preallocated write slots).
+ *   TW_PRIMARY_ASYNC the primary runs a progress thread that seals, posts writes, polls
+ *       completions, rolls segments over and runs the callbacks. tw_primary_append(),
+ *       tw_primary_append_async(), tw_primary_flush(), tw_primary_read() and the getters are
+ *       thread-safe: the calling thread copies the payload into the log under a short mutex
+ *       and hands the sealing/posting to the progress thread (woken only when it is idle).
+ *       Callbacks run on the progress thread; they must not block on the primary (no
+ *       tw_primary_append / tw_primary_flush / tw_primary_close from a callback in this mode;
+ *       tw_primary_append_async is fine).
+ *   tw_primary_close() is never called concurrently with any other call on the same primary.
+ *
+ * Ordering: acknowledgements (the return of tw_primary_append, the callbacks) are delivered
+ * strictly in log order, even when the completions of a later write arrive first. If any write
+ * fails, that append and every later one fail: there are no holes in the acknowledged log.
+ *
+ * Errors: functions return 0 or a negative code (tw_strerror()); tw_primary_errmsg() gives the
+ * detail. A lost backup (connection lost, write error, op timeout) fails the log with
+ * -TW_EPEERLOST and a message naming the backup; re-replication is not implemented yet, so the
+ * primary stays failed (every later append returns the error at once). No call hangs: writes
+ * fail after op_timeout_ms, RPCs after rpc_timeout_ms.
+ */
+#ifndef TAILWIND_PRIMARY_H
+#define TAILWIND_PRIMARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TW_PRIMARY_DEFAULT_SEGMENT_SIZE (8u << 20) /* 8 MiB, as in the paper */
+#define TW_PRIMARY_MAX_REPLICAS 16u
+#define TW_PRIMARY_MAX_INFLIGHT 1024u
+
+/*
+ * Position of an entry: segment id and byte offset of the entry's header in that segment.
+ * A 64-bit log sequence number (lsn) packs it as segment << 32 | offset; lsns grow with the log.
+ */
+struct tw_pos {
+	uint32_t segment;
+	uint32_t offset;
+};
+
+static inline uint64_t tw_pos_to_lsn(struct tw_pos pos)
+{
+	return (uint64_t)pos.segment << 32 | pos.offset;
+}
+
+static inline struct tw_pos tw_lsn_to_pos(uint64_t lsn)
+{
+	struct tw_pos pos = { (uint32_t)(lsn >> 32), (uint32_t)lsn };
+	return pos;
+}
+
+enum tw_primary_mode {
+	TW_PRIMARY_SYNC = 0,  /* caller-driven, no internal thread */
+	TW_PRIMARY_ASYNC = 1, /* internal progress thread, callbacks on it */
+};
+
+struct tw_primary_config {
+	uint64_t log_id;
+	uint64_t epoch;               /* sent with every RPC; a backup refuses older ones */
+	const char *const *backups;   /* addresses of the candidate backups ("127.0.0.1:4000", ...) */
+	size_t n_backups;
+	unsigned replicas;            /* r; default 3; at most TW_PRIMARY_MAX_REPLICAS */
+	const char *provider;         /* NULL: $FI_PROVIDER if set, else "tcp" ("mem" for tests) */
+	size_t segment_size;          /* bytes per segment; default 8 MiB; page multiple, < 4 GiB */
+	unsigned max_batch;           /* most entries per write; default 256 */
+	unsigned max_inflight;        /* writes in flight per backup; default 8 */
+	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC */
+	unsigned op_timeout_ms;       /* a write not completed by then fails the backup; 10000 */
+	unsigned rpc_timeout_ms;      /* an RPC without a reply by then fails; default 5000 */
+	unsigned connect_timeout_ms;  /* per backup; default 5000 */
+	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so long; 3000 */
+	bool busy_poll;               /* poll completions instead of blocking waits */
+	uint64_t node_id;             /* sent in the handshake; 0: derived from host and pid */
+};
+
+/* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
+TW_API void tw_primary_config_init(struct tw_primary_config *cfg);
+
+struct tw_primary;
+
+/*
+ * Open a log: open a fabric instance, connect and handshake with every backup in cfg->backups
+ * (unreachable ones are skipped with a warning), then open segment 0 on `replicas` of them.
+ * A backup that refuses (RESOURCE_EXHAUSTED) is replaced by another from the list; when the list
+ * is exhausted, the open is retried with exponential back-off for up to open_retry_ms.
+ * `cfg` and its strings are borrowed for the call (copied). Blocks (up to the timeouts).
+ * Returns 0 and *out (owned by the caller; release with tw_primary_close()), or:
+ * -EINVAL (bad configuration), -TW_ENOBACKUP (fewer than r backups reachable or accepting; the
+ * message, logged and in errmsg_out if given, names each backup and why), -TW_ENOPROV, -ENOMEM,
+ * -TW_EFENCED / -TW_EVERSION / -TW_EREMOTE from a backup's reply.
+ * errmsg_out (may be NULL, errmsg_len bytes) receives the failure's detail.
+ */
+TW_API int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
+			   char *errmsg_out, size_t errmsg_len);
+
+/*
+ * Close the log: wait for every append to be acknowledged (or failed), seal nothing new, send
+ * the close RPC (final offset and checksum) for the open segment to its replicas, disconnect,
+ * stop the progress thread, free the log memory. Pending callbacks have all run when it
+ * returns. Returns 0, or the first error met (the primary is freed anyway). NULL is fine.
+ */
+TW_API int tw_primary_close(struct tw_primary *p);
+
+/* Acknowledgement of an asynchronous append: status 0 (all r backups hold the entry) or a
+ * negative code; lsn is the entry's position (the one returned by tw_primary_append_async). */
+typedef void (*tw_append_cb)(void *arg, int status, uint64_t lsn);
+
+/*
+ * Append one entry (len payload bytes, 1 <= len <= segment_size - 20) and wait until all r
+ * backups hold it and every earlier append was acknowledged. `data` is borrowed for the call
+ * (copied once into the log). Rolls the segment over when the entry does not fit.
+ * Returns 0 and *lsn_out (may be NULL), or -EINVAL (len), -TW_EPEERLOST (a backup was lost:
+ * errmsg names it), -ETIMEDOUT, -TW_ENOBACKUP (rollover found no r backups), -TW_ECLOSED.
+ * Sync mode: the caller's thread progresses the fabric and may run other appends' callbacks.
+ * Async mode: thread-safe; waits on a condition variable while the progress thread works.
+ */
+TW_API int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len,
+			     uint64_t *lsn_out);
+
+/*
+ * Append one entry without waiting. `data` is borrowed for the call (copied into the log before
+ * return); *lsn_out (may be NULL) receives its position at once. `cb` (may be NULL) runs exactly
+ * once when the entry is acknowledged or failed, in log order, with `arg`. Returns 0, or a
+ * negative code (the primary already failed, bad len): then cb is never called.
+ * May block briefly for back-pressure (max_batch entries waiting while max_inflight writes are
+ * in flight) and for a segment rollover. Threading as tw_primary_append().
+ */
+TW_API int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
+				   tw_append_cb cb, void *arg, uint64_t *lsn_out);
+
+/*
+ * Wait until every append made so far is acknowledged or failed (their callbacks ran).
+ * Returns 0, or the primary's error if it failed.
+ */
+TW_API int tw_primary_flush(struct tw_primary *p);
+
+/*
+ * Sync mode only: seal and post waiting entries, poll completions and run due callbacks.
+ * timeout_ms as tw_fab_progress (0: poll once). Returns the number of appends acknowledged or
+ * failed by this call (>= 0), or a negative code (-EINVAL in async mode).
+ */
+TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
+
+/*
+ * Read back the entry at `lsn` from the primary's memory. *data_out points into the log
+ * (borrowed until tw_primary_close(); never modified), *len_out is its length. Any appended
+ * entry can be read, acknowledged or not. Returns 0, -TW_ENOTFOUND (no entry starts there),
+ * -EINVAL. Thread-safe in async mode.
+ */
+TW_API int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data_out,
+			   uint32_t *len_out);
+
+/* The same with a struct tw_pos. */
+TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **data_out,
+			       uint32_t *len_out);
+
+/* lsn just past the last acknowledged entry (0 before the first). Thread-safe. */
+TW_API uint64_t tw_primary_acked_lsn(struct tw_primary *p);
+
+/* Detail of the last failure (never NULL; borrowed until the next call on `p`). */
+TW_API const char *tw_primary_errmsg(const struct tw_primary *p);
+
+/* Address of the backup holding replica `i` (0 <= i < r) of the open segment, NULL past r. */
+TW_API const char *tw_primary_replica_addr(const struct tw_primary *p, unsigned i);
+
+struct tw_primary_stats {
+	uint64_t appends;          /* entries appended */
+	uint64_t acked;            /* entries acknowledged successfully */
+	uint64_t failed;           /* entries failed */
+	uint64_t bytes;            /* payload bytes appended */
+	uint64_t writes;           /* sealed writes (each sent to r backups) */
+	uint64_t write_bytes;      /* bytes of those writes (one copy) */
+	uint64_t segments;         /* segments opened */
+	uint64_t rpcs;             /* control RPCs sent, all kinds, all backups */
+	uint64_t rpc_open, rpc_close, rpc_handshake, rpc_other;
+	uint64_t open_refused;     /* RESOURCE_EXHAUSTED replies */
+	uint64_t max_batch_seen;   /* largest batch sealed into one write */
+	uint64_t inflight_peak;    /* most writes in flight at once */
+	uint64_t wakeups;          /* async mode: app thread woke the progress thread */
+};
+
+/* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */
+TW_API void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAILWIND_PRIMARY_H */

@@ -1,0 +1,901 @@
+/*
+ * replica/primary.c — the primary's replication engine: the segmented log in registered memory,
+ * batching into sealed writes, pipelined write slots, in-order acknowledgements, segment
+ * rollover, the async-mode progress thread, and the public API of tailwind/primary.h.
+ * See docs/primary.md.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "replica/primary_int.h"
+
+/* Slice of a blocking wait: the fabric also fails operations past their deadline while we
+ * progress, so never block longer than this without looking again. */
+#define WAIT_SLICE_MS 100
+
+/* ------------------------------------------------------------------ small helpers */
+
+void primary_lock(struct tw_primary *p)
+{
+	if (p->threaded)
+		pthread_mutex_lock(&p->lock);
+}
+
+void primary_unlock(struct tw_primary *p)
+{
+	if (p->threaded)
+		pthread_mutex_unlock(&p->lock);
+}
+
+static void wake_apps(struct tw_primary *p)
+{
+	if (p->threaded && p->app_waiting)
+		pthread_cond_broadcast(&p->cv_app);
+}
+
+/* Record the first failure (sticky). Takes the lock: call without holding it. */
+void primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	primary_lock(p);
+	if (!p->err) {
+		p->err = err;
+		va_start(ap, fmt);
+		vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+		va_end(ap);
+		tw_log_error("primary log %llu: %s", (unsigned long long)p->cfg.log_id, p->errmsg);
+	}
+	wake_apps(p);
+	primary_unlock(p);
+}
+
+bool primary_is_replica(struct tw_primary *p, unsigned b)
+{
+	struct pseg *s = p->cur;
+
+	if (!s)
+		return false;
+	for (unsigned i = 0; i < s->nrep; i++)
+		if (s->rep[i] == b)
+			return true;
+	return false;
+}
+
+static uint64_t pending_entries(const struct tw_primary *p)
+{
+	return p->rec_head - p->rec_sealed;
+}
+
+static bool slot_free(const struct tw_primary *p)
+{
+	return p->slot_head - p->slot_tail < p->nslots;
+}
+
+/* ------------------------------------------------------------------ segments */
+
+static void seg_free(struct pseg *s)
+{
+	if (!s)
+		return;
+	if (s->mr)
+		tw_mr_close(s->mr);
+	if (s->buf)
+		tw_fab_free(s->buf, s->cap);
+	free(s);
+}
+
+/* Allocate and register segment `id` (not yet opened on backups). */
+static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
+{
+	struct pseg *s = calloc(1, sizeof(*s));
+	int rc;
+
+	if (!s)
+		return -ENOMEM;
+	s->id = id;
+	s->cap = p->cfg.segment_size;
+	s->buf = tw_fab_alloc(s->cap);
+	if (!s->buf) {
+		free(s);
+		return -ENOMEM;
+	}
+	rc = tw_mr_reg(p->fab, s->buf, s->cap, TW_MR_WRITE_SRC, &s->mr);
+	if (rc < 0) {
+		s->mr = NULL;
+		seg_free(s);
+		return rc;
+	}
+	tw_log_writer_init(&s->w, s->buf, s->cap);
+	*out = s;
+	return 0;
+}
+
+/* Add `s` as the new current segment. Takes the lock. */
+static int seg_push(struct tw_primary *p, struct pseg *s)
+{
+	int rc = 0;
+
+	primary_lock(p);
+	if (p->nsegs == p->segs_cap) {
+		size_t ncap = p->segs_cap ? p->segs_cap * 2 : 16;
+		struct pseg **n = realloc(p->segs, ncap * sizeof(*n));
+
+		if (!n) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		p->segs = n;
+		p->segs_cap = ncap;
+	}
+	p->segs[p->nsegs++] = s;
+	p->cur = s;
+out:
+	primary_unlock(p);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ writes and acks */
+
+static void op_done(struct tw_op *op, int status)
+{
+	struct pop *po = (struct pop *)op;
+	struct pslot *s = po->slot;
+	struct tw_primary *p = s->p;
+
+	if (status < 0) {
+		unsigned b = s->seg->rep[po->rep];
+
+		if (!s->status)
+			s->status = status;
+		p->bk[b].lost = true;
+		primary_fail(p, -TW_EPEERLOST, "backup %s lost: write of %zu bytes at segment %u offset %zu failed: %s",
+			     p->bk[b].addr, s->len, s->seg->id, s->off, tw_strerror(status));
+	}
+	s->remaining--;
+}
+
+/* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
+ * not held; needs a free slot. Returns 0 or a negative code (the primary is then failed). */
+static int seal_post(struct tw_primary *p)
+{
+	struct pslot *s;
+	struct pseg *seg;
+	size_t off, len;
+	uint64_t n;
+	int rc;
+
+	primary_lock(p);
+	n = pending_entries(p);
+	if (!n || p->err || !slot_free(p)) {
+		primary_unlock(p);
+		return p->err;
+	}
+	seg = p->cur;
+	rc = tw_log_writer_seal(&seg->w, &off, &len);
+	if (rc < 0 || !len) {
+		primary_unlock(p);
+		primary_fail(p, rc < 0 ? rc : -TW_EPROTO, "seal failed: %s", tw_strerror(rc));
+		return p->err;
+	}
+	s = &p->slots[p->slot_head % p->nslots];
+	s->seg = seg;
+	s->off = off;
+	s->len = len;
+	s->status = 0;
+	s->remaining = seg->nrep;
+	s->rec_end = p->rec_head;
+	p->rec_sealed = p->rec_head;
+	p->slot_head++;
+	if (p->threaded && p->app_waiting)
+		pthread_cond_broadcast(&p->cv_app); /* back-pressure released */
+	primary_unlock(p);
+
+	PSTAT_ADD(p, writes, 1);
+	PSTAT_ADD(p, write_bytes, len);
+	if (n > p->st.max_batch_seen)
+		__atomic_store_n(&p->st.max_batch_seen, n, __ATOMIC_RELAXED);
+	if (p->slot_head - p->slot_tail > p->st.inflight_peak)
+		__atomic_store_n(&p->st.inflight_peak, p->slot_head - p->slot_tail, __ATOMIC_RELAXED);
+
+	for (unsigned i = 0; i < seg->nrep; i++) {
+		struct pop *po = &s->ops[i];
+		struct pbackup *b = &p->bk[seg->rep[i]];
+
+		memset(&po->op, 0, sizeof(po->op));
+		po->op.cb = op_done;
+		po->op.arg = s;
+		po->slot = s;
+		po->rep = i;
+		rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr, &seg->rk[i], off)
+			   : -TW_EPEERLOST;
+		if (rc < 0) {
+			if (!s->status)
+				s->status = rc;
+			s->remaining--;
+			b->lost = true;
+			primary_fail(p, -TW_EPEERLOST, "backup %s lost: cannot post write: %s", b->addr,
+				     tw_strerror(rc));
+		}
+	}
+	return 0;
+}
+
+static void complete_recs(struct tw_primary *p, uint64_t end, int status)
+{
+	uint64_t i, n = 0;
+
+	for (i = p->rec_tail; i < end; i++) {
+		struct prec *r = &p->recs[i & p->rec_mask];
+
+		if (!status)
+			__atomic_store_n(&p->acked_lsn, r->lsn + TW_ENTRY_HDR_SIZE + r->len, __ATOMIC_RELEASE);
+		if (r->cb)
+			r->cb(r->arg, status, r->lsn);
+		n++;
+	}
+	if (status)
+		PSTAT_ADD(p, failed, n);
+	else
+		PSTAT_ADD(p, acked, n);
+	primary_lock(p);
+	p->rec_tail = end;
+	wake_apps(p);
+	primary_unlock(p);
+}
+
+/* Acknowledge finished writes in log order and run their callbacks. Driver thread, lock not
+ * held. Returns the number of appends completed. */
+static int reap(struct tw_primary *p)
+{
+	uint64_t before = p->rec_tail;
+
+	if (p->in_reap)
+		return 0;
+	p->in_reap = true;
+	while (p->slot_tail < p->slot_head) {
+		struct pslot *s = &p->slots[p->slot_tail % p->nslots];
+		int st;
+
+		if (s->remaining)
+			break;
+		st = s->status ? -TW_EPEERLOST : 0;
+		if (p->reap_failed)
+			st = p->err ? p->err : -TW_EPEERLOST;
+		if (st)
+			p->reap_failed = true;
+		p->slot_tail++;
+		complete_recs(p, s->rec_end, st);
+	}
+	if (p->slot_tail == p->slot_head) {
+		uint64_t end;
+		int err;
+
+		primary_lock(p);
+		err = p->err;
+		end = p->rec_head;
+		if (err) /* nothing will be sealed any more */
+			p->rec_sealed = end;
+		primary_unlock(p);
+		if (err && end > p->rec_tail) {
+			p->reap_failed = true;
+			complete_recs(p, end, err);
+		}
+	}
+	p->in_reap = false;
+	return (int)(p->rec_tail - before);
+}
+
+/* One round of driver work: seal+post if possible, poll the fabric (blocking up to
+ * timeout_ms), reap. Driver thread, lock not held. */
+static int drive(struct tw_primary *p, int timeout_ms)
+{
+	int rc;
+
+	if (pending_entries(p) && slot_free(p) && !p->err && !p->need_roll)
+		seal_post(p);
+	rc = tw_fab_progress(p->fab, timeout_ms);
+	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
+		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
+			     tw_fab_errmsg(p->fab));
+	}
+	if (pending_entries(p) && slot_free(p) && !p->err && !p->need_roll)
+		seal_post(p);
+	return reap(p);
+}
+
+/* Drive until every sealed write completed and was reaped. */
+static void drain(struct tw_primary *p)
+{
+	while (p->slot_tail < p->slot_head || (p->err && p->rec_tail < p->rec_head))
+		drive(p, WAIT_SLICE_MS);
+}
+
+/* Roll over: seal and drain the current segment, close it on its replicas, open the next one.
+ * Driver thread, lock not held. Returns 0 or the primary's error. */
+static int roll(struct tw_primary *p)
+{
+	struct pseg *old = p->cur, *s = NULL;
+	int rc;
+
+	while (pending_entries(p) && !p->err) {
+		if (slot_free(p))
+			seal_post(p);
+		else
+			drive(p, WAIT_SLICE_MS);
+	}
+	drain(p);
+	if (p->err)
+		return p->err;
+	rc = pctl_close_segment(p, old);
+	if (rc < 0)
+		return p->err ? p->err : rc;
+	rc = seg_new(p, old->id + 1, &s);
+	if (rc < 0) {
+		primary_fail(p, rc, "cannot allocate segment %u: %s", old->id + 1, tw_strerror(rc));
+		return p->err;
+	}
+	rc = pctl_open_segment(p, s);
+	if (rc < 0) {
+		seg_free(s);
+		primary_fail(p, rc, "%s", p->errmsg[0] ? p->errmsg : "cannot open the next segment");
+		return p->err;
+	}
+	rc = seg_push(p, s);
+	if (rc < 0) {
+		seg_free(s);
+		primary_fail(p, rc, "out of memory");
+		return p->err;
+	}
+	PSTAT_ADD(p, segments, 1);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ progress thread */
+
+static void *progress_main(void *arg)
+{
+	struct tw_primary *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop || p->slot_tail < p->slot_head || p->rec_tail < p->rec_head) {
+		bool roll_now = p->need_roll && !p->err;
+		bool idle;
+		int timeout;
+
+		if (roll_now) {
+			pthread_mutex_unlock(&p->lock);
+			roll(p);
+			pthread_mutex_lock(&p->lock);
+			p->need_roll = false;
+			pthread_cond_broadcast(&p->cv_app);
+			continue;
+		}
+		if (p->need_roll && p->err) {
+			p->need_roll = false;
+			pthread_cond_broadcast(&p->cv_app);
+		}
+		if (p->stop && p->err && p->slot_tail == p->slot_head && p->rec_tail == p->rec_head)
+			break;
+		/* Idle with a free slot: an append must wake us. Otherwise a completion will. */
+		idle = slot_free(p) && !pending_entries(p);
+		p->pt_idle = idle;
+		timeout = p->cfg.busy_poll ? 0 : WAIT_SLICE_MS;
+		if (!idle || p->stop)
+			timeout = p->cfg.busy_poll ? 0 : (p->slot_tail < p->slot_head ? WAIT_SLICE_MS : 0);
+		if (idle && !p->stop && !p->cfg.busy_poll)
+			timeout = WAIT_SLICE_MS;
+		pthread_mutex_unlock(&p->lock);
+		drive(p, timeout);
+		pthread_mutex_lock(&p->lock);
+		p->pt_idle = false;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ public API */
+
+void tw_primary_config_init(struct tw_primary_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->replicas = 3;
+	cfg->segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE;
+	cfg->max_batch = 256;
+	cfg->max_inflight = 8;
+	cfg->mode = TW_PRIMARY_SYNC;
+	cfg->op_timeout_ms = 10000;
+	cfg->rpc_timeout_ms = 5000;
+	cfg->connect_timeout_ms = 5000;
+	cfg->open_retry_ms = 3000;
+}
+
+static void set_errmsg(char *buf, size_t len, const char *msg)
+{
+	if (buf && len)
+		snprintf(buf, len, "%s", msg);
+}
+
+static void primary_free(struct tw_primary *p)
+{
+	if (!p)
+		return;
+	pctl_disconnect(p); /* pending operations complete (with errors) before the MRs go */
+	for (size_t i = 0; i < p->nsegs; i++)
+		seg_free(p->segs[i]);
+	free(p->segs);
+	if (p->fab)
+		tw_fab_close(p->fab);
+	free(p->bk);
+	free(p->slots);
+	free(p->pops);
+	free(p->recs);
+	if (p->addr_copy) {
+		for (size_t i = 0; i < p->cfg.n_backups; i++)
+			free(p->addr_copy[i]);
+		free(p->addr_copy);
+	}
+	free(p->prov_copy);
+	if (p->threaded) {
+		pthread_mutex_destroy(&p->lock);
+		pthread_cond_destroy(&p->cv_app);
+	}
+	free(p);
+}
+
+static int check_config(const struct tw_primary_config *cfg, char *msg, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+
+	if (!cfg->backups || !cfg->n_backups) {
+		snprintf(msg, len, "no backups given");
+		return -EINVAL;
+	}
+	if (!cfg->replicas || cfg->replicas > TW_PRIMARY_MAX_REPLICAS) {
+		snprintf(msg, len, "replication factor %u out of range 1..%u", cfg->replicas,
+			 TW_PRIMARY_MAX_REPLICAS);
+		return -EINVAL;
+	}
+	if (cfg->segment_size < 4096 || cfg->segment_size > UINT32_MAX ||
+	    (pg > 0 && cfg->segment_size % (size_t)pg)) {
+		snprintf(msg, len, "segment size %zu must be a page multiple in [4 KiB, 4 GiB)",
+			 cfg->segment_size);
+		return -EINVAL;
+	}
+	if (!cfg->max_batch || !cfg->max_inflight || cfg->max_inflight > TW_PRIMARY_MAX_INFLIGHT) {
+		snprintf(msg, len, "max_batch must be > 0 and max_inflight in 1..%u",
+			 TW_PRIMARY_MAX_INFLIGHT);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < cfg->n_backups; i++) {
+		if (!cfg->backups[i] || !cfg->backups[i][0] ||
+		    strlen(cfg->backups[i]) >= TW_ADDR_MAX) {
+			snprintf(msg, len, "backup address %zu is empty or too long", i);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
+		    char *errmsg_out, size_t errmsg_len)
+{
+	struct tw_primary *p;
+	char msg[512];
+	uint64_t rec_cap;
+	struct pseg *s0 = NULL;
+	int rc;
+
+	if (!cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	rc = check_config(cfg, msg, sizeof(msg));
+	if (rc < 0) {
+		tw_log_error("primary: %s", msg);
+		set_errmsg(errmsg_out, errmsg_len, msg);
+		return rc;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->cfg = *cfg;
+	p->r = cfg->replicas;
+	p->threaded = cfg->mode == TW_PRIMARY_ASYNC;
+	if (p->threaded) {
+		pthread_mutex_init(&p->lock, NULL);
+		pthread_cond_init(&p->cv_app, NULL);
+	}
+	p->addr_copy = calloc(cfg->n_backups, sizeof(char *));
+	p->bk = calloc(cfg->n_backups, sizeof(*p->bk));
+	p->nslots = cfg->max_inflight;
+	p->slots = calloc(p->nslots, sizeof(*p->slots));
+	p->pops = calloc((size_t)p->nslots * p->r, sizeof(*p->pops));
+	rec_cap = 1024;
+	while (rec_cap < (uint64_t)cfg->max_batch * (cfg->max_inflight + 1) * 2)
+		rec_cap *= 2;
+	p->recs = calloc(rec_cap, sizeof(*p->recs));
+	p->rec_mask = rec_cap - 1;
+	if (cfg->provider)
+		p->prov_copy = strdup(cfg->provider);
+	if (!p->addr_copy || !p->bk || !p->slots || !p->pops || !p->recs ||
+	    (cfg->provider && !p->prov_copy)) {
+		p->cfg.n_backups = p->addr_copy ? cfg->n_backups : 0;
+		primary_free(p);
+		set_errmsg(errmsg_out, errmsg_len, "out of memory");
+		return -ENOMEM;
+	}
+	p->nbk = cfg->n_backups;
+	for (size_t i = 0; i < cfg->n_backups; i++) {
+		p->addr_copy[i] = strdup(cfg->backups[i]);
+		p->bk[i].p = p;
+		p->bk[i].idx = (unsigned)i;
+		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", cfg->backups[i]);
+	}
+	p->cfg.backups = (const char *const *)p->addr_copy;
+	p->cfg.provider = p->prov_copy;
+	for (unsigned i = 0; i < p->nslots; i++) {
+		p->slots[i].p = p;
+		p->slots[i].ops = &p->pops[(size_t)i * p->r];
+	}
+
+	rc = pctl_init_fabric(p);
+	if (rc == 0)
+		rc = pctl_connect_all(p);
+	if (rc == 0)
+		rc = seg_new(p, 0, &s0);
+	if (rc == 0) {
+		rc = pctl_open_segment(p, s0);
+		if (rc < 0) {
+			seg_free(s0);
+			s0 = NULL;
+		}
+	}
+	if (rc == 0) {
+		rc = seg_push(p, s0);
+		if (rc < 0)
+			seg_free(s0);
+		else
+			PSTAT_ADD(p, segments, 1);
+	}
+	if (rc == 0 && p->threaded) {
+		rc = -pthread_create(&p->thread, NULL, progress_main, p);
+		if (rc == 0)
+			p->thread_started = true;
+	}
+	if (rc < 0) {
+		if (!p->errmsg[0])
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", tw_strerror(rc));
+		tw_log_error("primary: open log %llu failed: %s", (unsigned long long)cfg->log_id,
+			     p->errmsg);
+		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
+		primary_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+static int check_len(struct tw_primary *p, uint32_t len)
+{
+	if (len == 0 || (size_t)len + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > p->cfg.segment_size)
+		return -EINVAL;
+	return 0;
+}
+
+/* Sync mode: make room and append. */
+static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct pseg *s;
+	struct prec *r;
+	size_t off;
+	int rc;
+
+	if (p->err)
+		return p->err;
+	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
+	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
+			   p->rec_head - p->rec_tail > p->rec_mask)) {
+		if (slot_free(p))
+			seal_post(p);
+		else
+			drive(p, WAIT_SLICE_MS);
+	}
+	if (p->err)
+		return p->err;
+	s = p->cur;
+	if (!tw_log_writer_fits(&s->w, len)) {
+		rc = roll(p);
+		if (rc < 0)
+			return rc;
+		s = p->cur;
+	}
+	rc = tw_log_writer_append(&s->w, data, len, &off);
+	if (rc < 0)
+		return rc;
+	r = &p->recs[p->rec_head & p->rec_mask];
+	r->cb = cb;
+	r->arg = arg;
+	r->lsn = (uint64_t)s->id << 32 | off;
+	r->len = len;
+	*idx_out = p->rec_head++;
+	PSTAT_ADD(p, appends, 1);
+	PSTAT_ADD(p, bytes, len);
+	if (lsn_out)
+		*lsn_out = r->lsn;
+	if (slot_free(p))
+		seal_post(p);
+	if (p->slot_head != p->slot_tail) {
+		/* Pick up completions without blocking; push tcp's send queue. */
+		drive(p, 0);
+	}
+	return 0;
+}
+
+/* Async mode: copy under the lock and hand over to the progress thread. */
+static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct pseg *s;
+	struct prec *r;
+	bool wake = false;
+	size_t off;
+	int rc;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		if (p->err || p->stop) {
+			rc = p->err ? p->err : -TW_ECLOSED;
+			pthread_mutex_unlock(&p->lock);
+			return rc;
+		}
+		if (p->need_roll || pending_entries(p) >= p->cfg.max_batch ||
+		    p->rec_head - p->rec_tail > p->rec_mask) {
+			if (p->pt_idle) {
+				p->pt_idle = false;
+				pthread_mutex_unlock(&p->lock);
+				tw_fab_wakeup(p->fab);
+				pthread_mutex_lock(&p->lock);
+				continue;
+			}
+			p->app_waiting++;
+			pthread_cond_wait(&p->cv_app, &p->lock);
+			p->app_waiting--;
+			continue;
+		}
+		s = p->cur;
+		if (!tw_log_writer_fits(&s->w, len)) {
+			p->need_roll = true;
+			p->pt_idle = false;
+			pthread_mutex_unlock(&p->lock);
+			tw_fab_wakeup(p->fab);
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
+		break;
+	}
+	rc = tw_log_writer_append(&s->w, data, len, &off);
+	if (rc < 0) {
+		pthread_mutex_unlock(&p->lock);
+		return rc;
+	}
+	r = &p->recs[p->rec_head & p->rec_mask];
+	r->cb = cb;
+	r->arg = arg;
+	r->lsn = (uint64_t)s->id << 32 | off;
+	r->len = len;
+	*idx_out = p->rec_head++;
+	PSTAT_ADD(p, appends, 1);
+	PSTAT_ADD(p, bytes, len);
+	if (lsn_out)
+		*lsn_out = r->lsn;
+	if (p->pt_idle) {
+		p->pt_idle = false;
+		wake = true;
+		PSTAT_ADD(p, wakeups, 1);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		tw_fab_wakeup(p->fab);
+	return 0;
+}
+
+int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
+			    tw_append_cb cb, void *arg, uint64_t *lsn_out)
+{
+	uint64_t idx;
+
+	if (!p || (!data && len))
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	if (p->threaded)
+		return append_async_mode(p, data, len, cb, arg, lsn_out, &idx);
+	return append_sync_mode(p, data, len, cb, arg, lsn_out, &idx);
+}
+
+struct sync_wait {
+	int status;
+	bool done;
+};
+
+static void sync_cb(void *arg, int status, uint64_t lsn)
+{
+	struct sync_wait *w = arg;
+
+	(void)lsn;
+	w->status = status;
+	w->done = true;
+}
+
+int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
+{
+	struct sync_wait w = { 0, false };
+	uint64_t idx;
+	int rc;
+
+	if (!p || !data)
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	if (p->threaded) {
+		rc = append_async_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
+		if (rc < 0)
+			return rc;
+		pthread_mutex_lock(&p->lock);
+		while (p->rec_tail <= idx) {
+			p->app_waiting++;
+			pthread_cond_wait(&p->cv_app, &p->lock);
+			p->app_waiting--;
+		}
+		rc = w.status;
+		pthread_mutex_unlock(&p->lock);
+		return rc;
+	}
+	rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
+	if (rc < 0)
+		return rc;
+	while (p->rec_tail <= idx)
+		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+	return w.status;
+}
+
+int tw_primary_flush(struct tw_primary *p)
+{
+	uint64_t target;
+	int rc;
+
+	if (!p)
+		return -EINVAL;
+	if (p->threaded) {
+		pthread_mutex_lock(&p->lock);
+		target = p->rec_head;
+		if (p->pt_idle && p->rec_tail < target) {
+			p->pt_idle = false;
+			pthread_mutex_unlock(&p->lock);
+			tw_fab_wakeup(p->fab);
+			pthread_mutex_lock(&p->lock);
+		}
+		while (p->rec_tail < target) {
+			p->app_waiting++;
+			pthread_cond_wait(&p->cv_app, &p->lock);
+			p->app_waiting--;
+		}
+		rc = p->err;
+		pthread_mutex_unlock(&p->lock);
+		return rc;
+	}
+	target = p->rec_head;
+	while (p->rec_tail < target)
+		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+	return p->err;
+}
+
+int tw_primary_progress(struct tw_primary *p, int timeout_ms)
+{
+	if (!p || p->threaded)
+		return -EINVAL;
+	return drive(p, timeout_ms);
+}
+
+int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **data_out,
+			uint32_t *len_out)
+{
+	const uint8_t *h;
+	struct pseg *s;
+	size_t end;
+	uint32_t len;
+	int rc = 0;
+
+	if (!p || !data_out || !len_out)
+		return -EINVAL;
+	primary_lock(p);
+	if (pos.segment >= p->nsegs) {
+		rc = -TW_ENOTFOUND;
+		goto out;
+	}
+	s = p->segs[pos.segment];
+	end = s->w.pos;
+	if ((size_t)pos.offset + TW_ENTRY_HDR_SIZE > end) {
+		rc = -TW_ENOTFOUND;
+		goto out;
+	}
+	h = s->buf + pos.offset;
+	len = tw_load_le32(h + 4);
+	if (h[0] != TW_ENTRY_DATA || h[1] || tw_load_le16(h + 2) ||
+	    (size_t)pos.offset + TW_ENTRY_HDR_SIZE + len > end ||
+	    tw_crc32c(0, h + TW_ENTRY_HDR_SIZE, len) != tw_load_le32(h + 8)) {
+		rc = -TW_ENOTFOUND;
+		goto out;
+	}
+	*data_out = h + TW_ENTRY_HDR_SIZE;
+	*len_out = len;
+out:
+	primary_unlock(p);
+	return rc;
+}
+
+int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data_out, uint32_t *len_out)
+{
+	return tw_primary_read_pos(p, tw_lsn_to_pos(lsn), data_out, len_out);
+}
+
+uint64_t tw_primary_acked_lsn(struct tw_primary *p)
+{
+	return p ? __atomic_load_n(&p->acked_lsn, __ATOMIC_ACQUIRE) : 0;
+}
+
+const char *tw_primary_errmsg(const struct tw_primary *p)
+{
+	if (!p)
+		return "no primary";
+	return p->errmsg[0] ? p->errmsg : "no error";
+}
+
+const char *tw_primary_replica_addr(const struct tw_primary *p, unsigned i)
+{
+	if (!p || !p->cur || i >= p->cur->nrep)
+		return NULL;
+	return p->bk[p->cur->rep[i]].addr;
+}
+
+void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out)
+{
+	const uint64_t *src = (const uint64_t *)&p->st;
+	uint64_t *dst = (uint64_t *)out;
+
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+int tw_primary_close(struct tw_primary *p)
+{
+	int rc, rc2;
+
+	if (!p)
+		return 0;
+	rc = tw_primary_flush(p);
+	if (p->threaded && p->thread_started) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = true;
+		pthread_mutex_unlock(&p->lock);
+		tw_fab_wakeup(p->fab);
+		pthread_join(p->thread, NULL);
+		p->thread_started = false;
+	}
+	if (!p->err && p->cur) {
+		drain(p);
+		rc2 = pctl_close_segment(p, p->cur);
+		if (rc2 < 0 && !rc)
+			rc = rc2;
+	}
+	if (!rc)
+		rc = p->err;
+	primary_free(p);
+	return rc;
+}

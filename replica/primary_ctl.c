@@ -1,0 +1,364 @@
+/*
+ * replica/primary_ctl.c — the primary's control plane: fabric wiring, connect and handshake,
+ * choosing r backups for a segment (refusals retried elsewhere and with back-off), the open and
+ * close RPCs, loss of a backup. Runs on the driver thread, lock not held.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/rpc.h"
+#include "replica/primary_int.h"
+
+static struct pbackup *chan_backup(struct tw_chan *ch)
+{
+	return tw_chan_user(ch);
+}
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct pbackup *b = chan_backup(ch);
+	int rc;
+
+	(void)arg;
+	if (!b || !b->rpc)
+		return;
+	rc = tw_rpc_client_on_recv(b->rpc, msg, len);
+	if (rc < 0) {
+		b->lost = true;
+		snprintf(b->why, sizeof(b->why), "broken reply stream: %s", tw_strerror(rc));
+		if (primary_is_replica(b->p, b->idx))
+			primary_fail(b->p, -TW_EPEERLOST, "backup %s lost: %s", b->addr, b->why);
+	}
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct pbackup *b = chan_backup(ch);
+
+	(void)arg;
+	if (!b)
+		return;
+	b->lost = true;
+	snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
+	if (b->rpc)
+		tw_rpc_client_on_lost(b->rpc, err);
+	if (primary_is_replica(b->p, b->idx))
+		primary_fail(b->p, -TW_EPEERLOST, "backup %s lost: %s", b->addr, tw_strerror(err));
+}
+
+int pctl_init_fabric(struct tw_primary *p)
+{
+	struct tw_fab_config fc;
+	struct tw_fab_events ev;
+	int rc;
+
+	tw_fab_config_init(&fc);
+	fc.provider = p->cfg.provider;
+	fc.busy_poll = p->cfg.busy_poll;
+	if (p->cfg.connect_timeout_ms)
+		fc.connect_timeout_ms = p->cfg.connect_timeout_ms;
+	if (p->cfg.op_timeout_ms)
+		fc.op_timeout_ms = p->cfg.op_timeout_ms;
+	if (fc.tx_depth < p->cfg.max_inflight + 32)
+		fc.tx_depth = p->cfg.max_inflight + 32;
+	memset(&ev, 0, sizeof(ev));
+	ev.arg = p;
+	ev.on_recv = on_recv;
+	ev.on_lost = on_lost;
+	rc = tw_fab_open(&fc, &ev, &p->fab);
+	if (rc < 0) {
+		p->fab = NULL;
+		snprintf(p->errmsg, sizeof(p->errmsg), "cannot open fabric (provider %s): %s",
+			 fc.provider ? fc.provider : "default", tw_strerror(rc));
+	}
+	return rc;
+}
+
+static void rpc_config(struct tw_primary *p, struct tw_rpc_config *rc)
+{
+	tw_rpc_config_init(rc);
+	if (p->cfg.rpc_timeout_ms)
+		rc->timeout_ms = p->cfg.rpc_timeout_ms;
+}
+
+static void drop_backup(struct pbackup *b)
+{
+	if (b->rpc) {
+		tw_rpc_client_destroy(b->rpc);
+		b->rpc = NULL;
+	}
+	if (b->ch) {
+		tw_chan_close(b->ch);
+		b->ch = NULL;
+	}
+}
+
+static int handshake(struct tw_primary *p, struct pbackup *b)
+{
+	struct tw_rpc_req req;
+	struct tw_rpc_reply rep;
+	uint64_t node = p->cfg.node_id ? p->cfg.node_id
+				       : ((uint64_t)gethostid() << 32 | (uint64_t)getpid());
+	int rc;
+
+	if (!node)
+		node = 1;
+	tw_rpc_req_handshake(&req, node, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
+	PSTAT_ADD(p, rpcs, 1);
+	PSTAT_ADD(p, rpc_handshake, 1);
+	rc = tw_rpc_call_sync(b->rpc, &req.env, &rep);
+	if (rc == 0) {
+		const Tailwind__HandshakeReply *h = rep.env ? rep.env->handshake_reply : NULL;
+
+		if (!h) {
+			rc = -TW_EPROTO;
+			snprintf(b->why, sizeof(b->why), "handshake: unexpected reply");
+		} else {
+			b->buffer_size = h->buffer_size;
+		}
+	} else {
+		snprintf(b->why, sizeof(b->why), "handshake failed: %s%s%s", tw_strerror(rc),
+			 tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "", tw_rpc_client_errmsg(b->rpc));
+	}
+	tw_rpc_reply_release(&rep);
+	return rc;
+}
+
+int pctl_connect_all(struct tw_primary *p)
+{
+	struct tw_rpc_config rcfg;
+	size_t up = 0;
+	int rc;
+
+	rpc_config(p, &rcfg);
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+
+		rc = tw_fab_connect(p->fab, b->addr, &b->ch);
+		if (rc < 0) {
+			b->ch = NULL;
+			b->lost = true;
+			snprintf(b->why, sizeof(b->why), "unreachable: %s", tw_strerror(rc));
+			tw_log_warn("primary: backup %s %s", b->addr, b->why);
+			continue;
+		}
+		tw_chan_set_user(b->ch, b);
+		rc = tw_rpc_client_create(b->ch, &rcfg, &b->rpc);
+		if (rc < 0) {
+			b->rpc = NULL;
+			drop_backup(b);
+			b->lost = true;
+			snprintf(b->why, sizeof(b->why), "rpc client: %s", tw_strerror(rc));
+			continue;
+		}
+		rc = handshake(p, b);
+		if (rc == -TW_EVERSION || rc == -ENOTSUP) {
+			tw_log_warn("primary: backup %s %s", b->addr, b->why);
+			drop_backup(b);
+			b->lost = true;
+			continue;
+		}
+		if (rc < 0) {
+			tw_log_warn("primary: backup %s %s", b->addr, b->why);
+			drop_backup(b);
+			b->lost = true;
+			continue;
+		}
+		if (b->buffer_size && b->buffer_size < p->cfg.segment_size) {
+			snprintf(b->why, sizeof(b->why), "buffer size %llu < segment size %zu",
+				 (unsigned long long)b->buffer_size, p->cfg.segment_size);
+			tw_log_warn("primary: backup %s: %s", b->addr, b->why);
+			continue; /* stays connected, never chosen */
+		}
+		up++;
+	}
+	if (up < p->r) {
+		char *m = p->errmsg;
+		size_t n = sizeof(p->errmsg);
+		int k;
+
+		k = snprintf(m, n, "need %u backups, only %zu usable:", p->r, up);
+		for (size_t i = 0; i < p->nbk && k > 0 && (size_t)k < n; i++)
+			k += snprintf(m + k, n - (size_t)k, " %s (%s)%s", p->bk[i].addr,
+				      p->bk[i].why[0] ? p->bk[i].why : "ok",
+				      i + 1 < p->nbk ? ";" : "");
+		return -TW_ENOBACKUP;
+	}
+	return 0;
+}
+
+static bool usable(struct tw_primary *p, struct pbackup *b)
+{
+	return b->ch && b->rpc && !b->lost && !tw_chan_is_lost(b->ch) &&
+	       (!b->buffer_size || b->buffer_size >= p->cfg.segment_size);
+}
+
+static bool chosen(const struct pseg *s, unsigned b)
+{
+	for (unsigned i = 0; i < s->nrep; i++)
+		if (s->rep[i] == b)
+			return true;
+	return false;
+}
+
+/* Wait `ms` while keeping the fabric progressing (never a bare sleep: peers need our polls). */
+static void backoff_wait(struct tw_primary *p, unsigned ms)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
+	uint64_t now;
+
+	while ((now = tw_now_ns()) < end) {
+		int left = (int)((end - now + 999999u) / 1000000u);
+
+		tw_fab_progress(p->fab, left);
+	}
+}
+
+int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
+{
+	uint64_t deadline = tw_now_ns() + (uint64_t)p->cfg.open_retry_ms * 1000000u;
+	unsigned delay = 5;
+	struct tw_rpc_seg_meta m = {
+		.log_id = p->cfg.log_id, .segment_id = seg->id, .checksum = 0, .offset = 0,
+	};
+	int rc;
+
+	seg->nrep = 0;
+	for (;;) {
+		bool refused = false;
+
+		for (size_t k = 0; k < p->nbk && seg->nrep < p->r; k++) {
+			unsigned bi = (unsigned)((seg->id + k) % p->nbk);
+			struct pbackup *b = &p->bk[bi];
+			struct tw_rkey rk;
+
+			if (chosen(seg, bi) || !usable(p, b))
+				continue;
+			PSTAT_ADD(p, rpcs, 1);
+			PSTAT_ADD(p, rpc_open, 1);
+			rc = tw_rpc_open_segment(b->rpc, p->cfg.epoch, &m, 0, seg->cap, &rk);
+			if (rc == 0 && rk.len < seg->cap) {
+				snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
+					 (unsigned long long)rk.len, seg->cap);
+				b->lost = true; /* misbehaving: never choose it again */
+				continue;
+			}
+			if (rc == 0) {
+				seg->rep[seg->nrep] = bi;
+				seg->rk[seg->nrep] = rk;
+				seg->nrep++;
+				b->why[0] = '\0';
+				continue;
+			}
+			snprintf(b->why, sizeof(b->why), "%s%s%s",
+				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
+				 tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "", tw_rpc_client_errmsg(b->rpc));
+			if (rc == -TW_EREFUSED) {
+				refused = true;
+				PSTAT_ADD(p, open_refused, 1);
+				tw_log_info("primary: backup %s refused segment %u, trying another",
+					    b->addr, seg->id);
+				continue;
+			}
+			if (rc == -TW_EFENCED) {
+				snprintf(p->errmsg, sizeof(p->errmsg),
+					 "log %llu epoch %llu fenced by backup %s: %s",
+					 (unsigned long long)p->cfg.log_id,
+					 (unsigned long long)p->cfg.epoch, b->addr, b->why);
+				return rc;
+			}
+			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+				b->lost = true;
+			tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id, b->why);
+		}
+		if (seg->nrep == p->r)
+			return 0;
+		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
+			break;
+		backoff_wait(p, delay);
+		delay = delay * 2 > 200 ? 200 : delay * 2;
+	}
+
+	{
+		char *msg = p->errmsg;
+		size_t n = sizeof(p->errmsg);
+		int k = snprintf(msg, n, "log %llu segment %u: need %u backups, only %u available:",
+				 (unsigned long long)p->cfg.log_id, seg->id, p->r, seg->nrep);
+
+		for (size_t i = 0; i < p->nbk && k > 0 && (size_t)k < n; i++) {
+			const struct pbackup *b = &p->bk[i];
+
+			k += snprintf(msg + k, n - (size_t)k, " %s (%s)%s", b->addr,
+				      chosen(seg, (unsigned)i) ? "opened"
+				      : b->why[0]		 ? b->why
+								 : "not usable",
+				      i + 1 < p->nbk ? ";" : "");
+		}
+		tw_log_error("primary: %s", p->errmsg);
+	}
+	/* Give back the buffers we got (an empty close), best effort. */
+	for (unsigned i = 0; i < seg->nrep; i++) {
+		struct pbackup *b = &p->bk[seg->rep[i]];
+
+		if (usable(p, b)) {
+			PSTAT_ADD(p, rpcs, 1);
+			PSTAT_ADD(p, rpc_close, 1);
+			tw_rpc_close_segment(b->rpc, p->cfg.epoch, &m, 0, NULL);
+		}
+	}
+	seg->nrep = 0;
+	return -TW_ENOBACKUP;
+}
+
+int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
+{
+	struct tw_rpc_seg_meta m = {
+		.log_id = p->cfg.log_id,
+		.segment_id = seg->id,
+		.checksum = seg->w.last_checksum,
+		.offset = seg->w.pos,
+	};
+	int first = 0;
+
+	if (seg->closed)
+		return 0;
+	for (unsigned i = 0; i < seg->nrep; i++) {
+		struct pbackup *b = &p->bk[seg->rep[i]];
+		struct tw_rpc_seg_meta scanned;
+		int rc;
+
+		if (!b->rpc || b->lost) {
+			rc = -TW_EPEERLOST;
+			primary_fail(p, rc, "backup %s lost before closing segment %u: %s", b->addr,
+				     seg->id, b->why);
+		} else {
+			PSTAT_ADD(p, rpcs, 1);
+			PSTAT_ADD(p, rpc_close, 1);
+			rc = tw_rpc_close_segment(b->rpc, p->cfg.epoch, &m, 0, &scanned);
+			if (rc < 0) {
+				if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST)
+					b->lost = true;
+				primary_fail(p, rc == -ETIMEDOUT ? -TW_EPEERLOST : rc,
+					     "backup %s: close segment %u (offset %llu): %s%s%s", b->addr,
+					     seg->id, (unsigned long long)m.offset, tw_strerror(rc),
+					     tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "",
+					     tw_rpc_client_errmsg(b->rpc));
+			}
+		}
+		if (rc < 0 && !first)
+			first = rc;
+	}
+	seg->closed = true;
+	return first;
+}
+
+void pctl_disconnect(struct tw_primary *p)
+{
+	if (!p->bk)
+		return;
+	for (size_t i = 0; i < p->nbk; i++)
+		drop_backup(&p->bk[i]);
+}

@@ -1,0 +1,148 @@
+/*
+ * replica/primary_int.h — internals of the primary (replica/primary*.c). Not installed.
+ *
+ * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
+ *                    progress thread, public API;
+ *        primary_ctl.c   the control plane: connect, handshake, open/close segment RPCs,
+ *                    backup choice and retry, loss handling.
+ *
+ * Driver thread: the thread that polls the fabric and owns the slots and the segment list
+ * (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC mode).
+ * In async mode `lock` protects: the current writer, the record ring head and sealed index,
+ * need_roll, the segment array pointer and count, err; rec_tail is written under it too.
+ */
+#ifndef TW_REPLICA_PRIMARY_INT_H
+#define TW_REPLICA_PRIMARY_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <tailwind/log_format.h>
+#include <tailwind/primary.h>
+
+#include "fabric/fabric.h"
+#include "fabric/util.h"
+
+struct tw_rpc_client;
+
+/* One candidate backup from the configuration. */
+struct pbackup {
+	struct tw_primary *p;
+	unsigned idx;
+	char addr[TW_ADDR_MAX];
+	struct tw_chan *ch;   /* NULL: not connected */
+	struct tw_rpc_client *rpc;
+	bool lost;            /* the channel failed */
+	uint64_t buffer_size; /* from the handshake */
+	char why[192];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
+};
+
+/* One segment of the log, in the primary's registered memory. */
+struct pseg {
+	uint32_t id;
+	uint8_t *buf;
+	size_t cap;
+	struct tw_mr *mr;
+	struct tw_log_writer w;
+	unsigned nrep;
+	unsigned rep[TW_PRIMARY_MAX_REPLICAS]; /* backup indexes */
+	struct tw_rkey rk[TW_PRIMARY_MAX_REPLICAS];
+	bool closed;
+};
+
+struct pslot;
+
+/* One write to one replica; the tw_op must stay first. */
+struct pop {
+	struct tw_op op;
+	struct pslot *slot;
+	unsigned rep; /* replica index in the segment */
+};
+
+/* One sealed write, sent to the segment's r replicas. */
+struct pslot {
+	struct tw_primary *p;
+	struct pop *ops; /* r of them */
+	struct pseg *seg;
+	size_t off, len;
+	unsigned remaining; /* completions still expected */
+	int status;         /* first error */
+	uint64_t rec_end;   /* record index just past this write's last entry */
+};
+
+/* One append waiting for its acknowledgement. */
+struct prec {
+	tw_append_cb cb;
+	void *arg;
+	uint64_t lsn;
+	uint32_t len;
+};
+
+struct tw_primary {
+	struct tw_primary_config cfg; /* backups/provider point into our own copies */
+	char **addr_copy;
+	char *prov_copy;
+	unsigned r;
+	bool threaded;
+
+	struct tw_fab *fab;
+	struct pbackup *bk;
+	size_t nbk;
+
+	/* Segments: segs[i]->id == i. cur is the last. */
+	struct pseg **segs;
+	size_t nsegs, segs_cap;
+	struct pseg *cur;
+
+	/* Write slots ring (max_inflight). */
+	struct pslot *slots;
+	struct pop *pops;
+	unsigned nslots;
+	uint64_t slot_head, slot_tail;
+
+	/* Append records ring (power of two). */
+	struct prec *recs;
+	uint64_t rec_mask;
+	uint64_t rec_head;   /* appended */
+	uint64_t rec_sealed; /* covered by a sealed write */
+	uint64_t rec_tail;   /* acknowledged or failed (callbacks ran) */
+	bool reap_failed;    /* an earlier write failed: every later entry fails */
+	bool in_reap;
+
+	int err;             /* sticky failure; 0 while healthy */
+	char errmsg[512];
+	uint64_t acked_lsn;  /* atomic */
+
+	/* Async mode. */
+	pthread_mutex_t lock;
+	pthread_cond_t cv_app;  /* app threads wait here (back-pressure, roll, acks) */
+	pthread_t thread;
+	bool thread_started;
+	bool stop;
+	bool need_roll;
+	bool pt_idle;           /* progress thread blocked with a free slot: wake it on append */
+	unsigned app_waiting;
+
+	struct tw_primary_stats st; /* single writer per field; read with atomics */
+};
+
+/* Control plane (primary_ctl.c). All run on the driver thread with the lock not held. */
+int pctl_init_fabric(struct tw_primary *p);
+int pctl_connect_all(struct tw_primary *p);
+/* Choose r backups and open `seg` on them (retry / back-off); fills seg->rep, seg->rk. */
+int pctl_open_segment(struct tw_primary *p, struct pseg *seg);
+/* Close RPC to every replica of `seg` with its final offset and checksum. */
+int pctl_close_segment(struct tw_primary *p, struct pseg *seg);
+void pctl_disconnect(struct tw_primary *p);
+
+/* Engine helpers used by the control plane. */
+void primary_fail(struct tw_primary *p, int err, const char *fmt, ...) TW_PRINTF(3, 4);
+void primary_lock(struct tw_primary *p);
+void primary_unlock(struct tw_primary *p);
+/* Whether backup `b` holds a replica of the open segment. */
+bool primary_is_replica(struct tw_primary *p, unsigned b);
+
+#define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
+
+#endif /* TW_REPLICA_PRIMARY_INT_H */
