@@ -1,0 +1,277 @@
+/*
+ * recovery/scan.c — find the valid prefix of a replica buffer: Algorithm 1 of the Tailwind paper
+ * (walk the entries, chain a CRC over the data entry headers, compare at each checksum entry)
+ * plus verification of every payload CRC, which makes a torn write detectable whatever order
+ * its bytes landed in (docs/log-format.md has the argument).
+ *
+ * Pure code over a borrowed buffer; reads only [buf, buf+len): every header is read only after
+ * checking that it fits in what remains, every length is compared with what remains (never
+ * added to a position first, so nothing can wrap).
+ *
+ * Two copies of the walk: one compiled for SSE4.2 that keeps the header chain in a register and
+ * reduces short payloads inline, and a generic one that calls tw_crc32c() (table or ARMv8).
+ * Tests run both on the same inputs.
+ */
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TW_SCAN_X86 1
+#include <immintrin.h>
+#endif
+
+/* Internal: the generic walk, whatever the CPU. For tests; not exported from the library. */
+void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+
+/* The first 4 header bytes of a well-formed entry: type, flags 0, reserved 0 (little-endian). */
+#define HDR_WORD_DATA ((uint32_t)TW_ENTRY_DATA)
+#define HDR_WORD_CKSUM ((uint32_t)TW_ENTRY_CHECKSUM)
+
+const char *tw_scan_stop_str(enum tw_scan_stop stop)
+{
+	switch (stop) {
+	case TW_SCAN_END:
+		return "end";
+	case TW_SCAN_ZERO:
+		return "zero";
+	case TW_SCAN_BAD_LENGTH:
+		return "bad-length";
+	case TW_SCAN_BAD_HEADER:
+		return "bad-header";
+	case TW_SCAN_CHAIN_MISMATCH:
+		return "chain-mismatch";
+	case TW_SCAN_PAYLOAD_MISMATCH:
+		return "payload-mismatch";
+	}
+	return "unknown";
+}
+
+/*
+ * Classify the entry at p (rem >= 1 bytes left) that is not a well-formed data or checksum
+ * entry header: the stop reason. Shared by both walks so they agree on every input.
+ */
+static enum tw_scan_stop classify_bad(const uint8_t *p, size_t rem)
+{
+	switch (p[0]) {
+	case TW_ENTRY_INVALID:
+		return TW_SCAN_ZERO;
+	case TW_ENTRY_DATA:
+		if (rem < TW_ENTRY_HDR_SIZE)
+			return TW_SCAN_BAD_LENGTH;
+		break;
+	case TW_ENTRY_CHECKSUM:
+		if (rem < TW_CKSUM_ENTRY_SIZE)
+			return TW_SCAN_BAD_LENGTH;
+		break;
+	default:
+		return TW_SCAN_BAD_HEADER;
+	}
+	/* Fits, right type: flags or reserved bits are set. */
+	return TW_SCAN_BAD_HEADER;
+}
+
+static void finish(struct tw_scan_result *out, size_t valid_len, uint64_t entries,
+		   uint32_t last_checksum, uint32_t chain, enum tw_scan_stop stop,
+		   size_t stop_offset)
+{
+	out->valid_len = valid_len;
+	out->entries = entries;
+	out->last_checksum = last_checksum;
+	out->chain = chain;
+	out->stop = stop;
+	out->stop_offset = stop_offset;
+}
+
+void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
+{
+	const uint8_t *b = buf;
+	size_t pos = 0, valid_len = 0;
+	uint32_t chain = 0, valid_chain = 0, last = 0;
+	uint64_t n = 0, valid_n = 0;
+	uint32_t pending = 0; /* data entries since the last checksum entry */
+	enum tw_scan_stop stop;
+
+	for (;;) {
+		const uint8_t *p = b + pos;
+		size_t rem = len - pos;
+
+		if (rem == 0) {
+			stop = TW_SCAN_END;
+			break;
+		}
+		if (p[0] == TW_ENTRY_DATA && rem >= TW_ENTRY_HDR_SIZE &&
+		    tw_load_le32(p) == HDR_WORD_DATA) {
+			uint32_t plen = tw_load_le32(p + 4);
+
+			if (plen > rem - TW_ENTRY_HDR_SIZE) {
+				stop = TW_SCAN_BAD_LENGTH;
+				break;
+			}
+			chain = tw_crc32c(chain, p, TW_ENTRY_HDR_SIZE);
+			if (tw_crc32c(0, p + TW_ENTRY_HDR_SIZE, plen) != tw_load_le32(p + 8)) {
+				stop = TW_SCAN_PAYLOAD_MISMATCH;
+				break;
+			}
+			pos += TW_ENTRY_HDR_SIZE + (size_t)plen;
+			n++;
+			pending++;
+		} else if (p[0] == TW_ENTRY_CHECKSUM && rem >= TW_CKSUM_ENTRY_SIZE &&
+			   tw_load_le32(p) == HDR_WORD_CKSUM) {
+			uint32_t want = chain ? chain : 1;
+
+			/* A checksum entry that closes no data entry is never written. */
+			if (pending == 0) {
+				stop = TW_SCAN_BAD_HEADER;
+				break;
+			}
+			if (tw_load_le32(p + 4) != want) {
+				stop = TW_SCAN_CHAIN_MISMATCH;
+				break;
+			}
+			pos += TW_CKSUM_ENTRY_SIZE;
+			pending = 0;
+			valid_len = pos;
+			valid_n = n;
+			valid_chain = chain;
+			last = want;
+		} else {
+			stop = classify_bad(p, rem);
+			break;
+		}
+	}
+	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
+}
+
+#ifdef TW_SCAN_X86
+
+/*
+ * Payloads up to this size are reduced inline, one crc32 per 8 bytes; longer ones go to
+ * tw_crc32c(), whose three interleaved streams win once the call and the combination are paid.
+ */
+#define INLINE_PAYLOAD_MAX 200u
+
+__attribute__((target("sse4.2"))) static inline uint32_t raw_short(uint32_t crc,
+								     const uint8_t *p, size_t len)
+{
+	uint64_t c = crc;
+
+	while (len >= 8) {
+		c = _mm_crc32_u64(c, tw_load_le64(p));
+		p += 8;
+		len -= 8;
+	}
+	crc = (uint32_t)c;
+	if (len & 4) {
+		crc = _mm_crc32_u32(crc, tw_load_le32(p));
+		p += 4;
+	}
+	if (len & 2) {
+		crc = _mm_crc32_u16(crc, tw_load_le16(p));
+		p += 2;
+	}
+	if (len & 1)
+		crc = _mm_crc32_u8(crc, *p);
+	return crc;
+}
+
+/*
+ * Same walk as tw__scan_generic(); the header chain is kept raw (complemented) in a register
+ * and advanced by two instructions per header (8 + 4 bytes).
+ */
+__attribute__((target("sse4.2"))) static void scan_sse42(const uint8_t *b, size_t len,
+							   struct tw_scan_result *out)
+{
+	size_t pos = 0, valid_len = 0;
+	uint32_t raw = ~0u, valid_chain = 0, last = 0; /* raw = ~chain, chain 0 at offset 0 */
+	uint64_t n = 0, valid_n = 0;
+	uint32_t pending = 0;
+	enum tw_scan_stop stop;
+
+	for (;;) {
+		const uint8_t *p = b + pos;
+		size_t rem = len - pos;
+
+		if (tw_likely(rem >= TW_ENTRY_HDR_SIZE)) {
+			uint64_t h0 = tw_load_le64(p);
+
+			if (tw_likely((uint32_t)h0 == HDR_WORD_DATA)) {
+				uint32_t plen = (uint32_t)(h0 >> 32);
+				uint32_t pcrc = tw_load_le32(p + 8);
+				uint32_t got;
+
+				if (tw_unlikely(plen > rem - TW_ENTRY_HDR_SIZE)) {
+					stop = TW_SCAN_BAD_LENGTH;
+					break;
+				}
+				raw = (uint32_t)_mm_crc32_u64(raw, h0);
+				raw = _mm_crc32_u32(raw, pcrc);
+				if (plen <= INLINE_PAYLOAD_MAX)
+					got = ~raw_short(~0u, p + TW_ENTRY_HDR_SIZE, plen);
+				else
+					got = tw_crc32c(0, p + TW_ENTRY_HDR_SIZE, plen);
+				if (tw_unlikely(got != pcrc)) {
+					stop = TW_SCAN_PAYLOAD_MISMATCH;
+					break;
+				}
+				pos += TW_ENTRY_HDR_SIZE + (size_t)plen;
+				n++;
+				pending++;
+				continue;
+			}
+		} else if (rem == 0) {
+			stop = TW_SCAN_END;
+			break;
+		}
+		if (rem >= TW_CKSUM_ENTRY_SIZE && tw_load_le32(p) == HDR_WORD_CKSUM) {
+			uint32_t chain = ~raw;
+			uint32_t want = chain ? chain : 1;
+
+			if (tw_unlikely(pending == 0)) {
+				stop = TW_SCAN_BAD_HEADER;
+				break;
+			}
+			if (tw_unlikely(tw_load_le32(p + 4) != want)) {
+				stop = TW_SCAN_CHAIN_MISMATCH;
+				break;
+			}
+			pos += TW_CKSUM_ENTRY_SIZE;
+			pending = 0;
+			valid_len = pos;
+			valid_n = n;
+			valid_chain = chain;
+			last = want;
+			continue;
+		}
+		stop = classify_bad(p, rem);
+		break;
+	}
+	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
+}
+
+/* Resolved once; every thread computes the same value (see replica/crc32c.c). */
+static int use_sse42 = -1;
+
+void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
+{
+	int hw = __atomic_load_n(&use_sse42, __ATOMIC_RELAXED);
+
+	if (tw_unlikely(hw < 0)) {
+		__builtin_cpu_init();
+		hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+		__atomic_store_n(&use_sse42, hw, __ATOMIC_RELAXED);
+	}
+	if (hw)
+		scan_sse42(buf, len, out);
+	else
+		tw__scan_generic(buf, len, out);
+}
+
+#else /* !TW_SCAN_X86 */
+
+void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
+{
+	tw__scan_generic(buf, len, out);
+}
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * replica/log_format.c — the writer that lays entries and checksum entries into a buffer, and
+ * the iterator over a validated prefix. The byte layout is in include/tailwind/log_format.h and
+ * docs/log-format.md; the scan that validates a buffer is recovery/scan.c.
+ *
+ * Pure code: no I/O, no allocation. The buffer always belongs to the caller.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+
+void tw_log_writer_init(struct tw_log_writer *w, void *buf, size_t cap)
+{
+	tw_log_writer_resume(w, buf, cap, 0, 0, 0, 0);
+}
+
+void tw_log_writer_resume(struct tw_log_writer *w, void *buf, size_t cap, size_t valid_len,
+			  uint32_t chain, uint32_t last_checksum, uint64_t entries)
+{
+	/* A prefix longer than the buffer is a caller bug; clamping keeps every later store
+	 * inside the buffer (the writer then reports -TW_EFULL). */
+	if (valid_len > cap)
+		valid_len = cap;
+	w->buf = buf;
+	w->cap = cap;
+	w->pos = valid_len;
+	w->write_start = valid_len;
+	w->chain = chain;
+	w->last_checksum = last_checksum;
+	w->pending = 0;
+	w->entries = entries;
+}
+
+bool tw_log_writer_fits(const struct tw_log_writer *w, size_t len)
+{
+	size_t room = w->cap - w->pos; /* pos <= cap always holds */
+
+	/* Written without `pos + len + ...` so that no sum can wrap. */
+	return room >= TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE &&
+	       len <= room - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE;
+}
+
+int tw_log_writer_append(struct tw_log_writer *w, const void *payload, uint32_t len,
+			 size_t *offset_out)
+{
+	uint8_t *hdr;
+	uint32_t crc;
+
+	if (payload == NULL && len != 0)
+		return -EINVAL;
+	if (!tw_log_writer_fits(w, len))
+		return -TW_EFULL;
+
+	hdr = w->buf + w->pos;
+	if (len)
+		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
+	/* CRC of the copy, not of the source: it covers exactly the bytes that will be sent,
+	 * even if the caller's memory changes under us. */
+	crc = tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len);
+
+	hdr[0] = TW_ENTRY_DATA;
+	hdr[1] = 0; /* flags */
+	tw_store_le16(hdr + 2, 0);
+	tw_store_le32(hdr + 4, len);
+	tw_store_le32(hdr + 8, crc);
+	w->chain = tw_crc32c(w->chain, hdr, TW_ENTRY_HDR_SIZE);
+
+	if (offset_out)
+		*offset_out = w->pos;
+	w->pos += TW_ENTRY_HDR_SIZE + (size_t)len;
+	w->pending++;
+	w->entries++;
+	return 0;
+}
+
+int tw_log_writer_seal(struct tw_log_writer *w, size_t *off_out, size_t *len_out)
+{
+	uint8_t *e;
+	uint32_t cksum;
+
+	if (w->pending == 0) {
+		/* An empty write would be a checksum entry closing nothing; the scan rejects it. */
+		*off_out = w->pos;
+		*len_out = 0;
+		return 0;
+	}
+	/* append() only accepted entries that left room for this one. */
+	e = w->buf + w->pos;
+	cksum = w->chain ? w->chain : 1; /* never zero: a zero would look like unwritten memory */
+	e[0] = TW_ENTRY_CHECKSUM;
+	e[1] = 0;
+	tw_store_le16(e + 2, 0);
+	tw_store_le32(e + 4, cksum);
+	w->pos += TW_CKSUM_ENTRY_SIZE;
+
+	*off_out = w->write_start;
+	*len_out = w->pos - w->write_start;
+	w->write_start = w->pos;
+	w->last_checksum = cksum;
+	w->pending = 0;
+	return 0;
+}
+
+int tw_entry_next(struct tw_entry_iter *it, const void **payload_out, uint32_t *len_out,
+		  size_t *offset_out)
+{
+	/* Structural checks only (the CRCs were verified by tw_scan()), but every length is
+	 * checked against it->len so a wrong prefix cannot make us read past it. */
+	while (it->pos < it->len) {
+		const uint8_t *p = it->buf + it->pos;
+		size_t rem = it->len - it->pos;
+		uint32_t len;
+
+		if (p[0] == TW_ENTRY_CHECKSUM) {
+			if (rem < TW_CKSUM_ENTRY_SIZE || p[1] != 0 || tw_load_le16(p + 2) != 0)
+				return -TW_ECORRUPT;
+			it->pos += TW_CKSUM_ENTRY_SIZE;
+			continue;
+		}
+		if (p[0] != TW_ENTRY_DATA || rem < TW_ENTRY_HDR_SIZE || p[1] != 0 ||
+		    tw_load_le16(p + 2) != 0)
+			return -TW_ECORRUPT;
+		len = tw_load_le32(p + 4);
+		if (len > rem - TW_ENTRY_HDR_SIZE)
+			return -TW_ECORRUPT;
+		if (payload_out)
+			*payload_out = p + TW_ENTRY_HDR_SIZE;
+		if (len_out)
+			*len_out = len;
+		if (offset_out)
+			*offset_out = it->pos;
+		it->pos += TW_ENTRY_HDR_SIZE + (size_t)len;
+		return 1;
+	}
+	return 0;
+}
