@@ -404,7 +404,11 @@ struct tw_rpc_call {
 	/* Scratch sub-messages for the common cases (valid until the handler returns). */
 	Tailwind__Rkey rkey;        /* e.g. call->reply.open_segment.rkey = &call->rkey */
 	Tailwind__SegmentMeta meta; /* e.g. close_segment.scanned, read_segment.meta */
-	char msgbuf[TW_RPC_MESSAGE_MAX + 1]; /* private: tw_rpc_call_fail's message */
+	/* private */
+	char msgbuf[TW_RPC_MESSAGE_MAX + 1]; /* tw_rpc_call_fail's message */
+	bool has_msg;
+	int fail_err;
+	struct tw_rpc_arena *priv_arena;
 };
 
 /*

@@ -1,0 +1,23 @@
+/*
+ * proto/rpc_int.h — internals shared by the proto/ files (not for other modules).
+ */
+#ifndef TW_PROTO_RPC_INT_H
+#define TW_PROTO_RPC_INT_H
+
+#include "proto/rpc.h"
+
+/* Worst-case packed size of one SegmentInfo inside ListSegmentsReply (tag + length + fields),
+ * and of everything else in a ListSegmentsReply frame (header, envelope, status, message, paging). */
+#define TW_RPC__SEGINFO_MAX 96u
+#define TW_RPC__LIST_OVERHEAD (TW_RPC_HDR_SIZE + 64u + TW_RPC_MESSAGE_MAX + 64u)
+
+int tw_rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out);
+int tw_rpc__op_of_reply_case(int body_case);
+const ProtobufCMessageDescriptor *tw_rpc__reply_desc(int op);
+const ProtobufCMessageDescriptor *tw_rpc__req_desc(int op);
+const ProtobufCMessage *tw_rpc__body(const Tailwind__Envelope *env);
+/* tw_rpc_encode with an explicit minor (tests send minor + 1). */
+int tw_rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
+			 size_t max_msg, size_t *len_out);
+
+#endif
