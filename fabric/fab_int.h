@@ -1,0 +1,128 @@
+/*
+ * fabric/fab_int.h — internals shared by the generic layer (fabric.c) and the two backends
+ * (libfabric: ofi_*.c, in-memory: mem.c). No <rdma/...> here.
+ *
+ * Object model: every backend object starts with the generic struct (struct tw_fab, tw_chan,
+ * tw_mr below), so a backend converts with a plain cast. The generic layer owns the in-flight
+ * list of user operations per channel (struct tw_op next/prev/deadline_ns), deadlines, loss
+ * handling ("exactly once" completion), and deferred freeing of channels closed from inside
+ * callbacks.
+ */
+#ifndef TW_FABRIC_FAB_INT_H
+#define TW_FABRIC_FAB_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric/fabric.h"
+#include "fabric/util.h"
+
+struct fab_ops {
+	const char *name; /* "ofi" or "mem" */
+	void (*close)(struct tw_fab *fab);
+	int (*listen)(struct tw_fab *fab, char *addr_out, size_t addr_len);
+	int (*connect)(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+	/* Stop all provider activity of the channel so no completion for it arrives later
+	 * (MSG: close the endpoint; RDM: orphan its contexts). Idempotent. `closing`: the user
+	 * closes it (say goodbye to the peer where possible). */
+	void (*chan_down)(struct tw_chan *ch, bool closing);
+	/* Free the channel's memory; it is down and unlinked. */
+	void (*chan_free)(struct tw_chan *ch);
+	/* The generic layer is about to complete `op` itself (loss, close, timeout): forget it so a
+	 * later provider completion does not touch it. */
+	void (*op_abandon)(struct tw_op *op);
+	int (*mr_reg)(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
+	void (*mr_close)(struct tw_mr *mr);
+	int (*write)(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+		     struct tw_mr *src_mr, uint64_t raddr, uint64_t key);
+	int (*read)(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+		    uint64_t raddr, uint64_t key);
+	int (*send)(struct tw_chan *ch, const void *msg, size_t len);
+	/* Poll everything once and run callbacks; returns events handled or a negative code. */
+	int (*poll)(struct tw_fab *fab);
+	/* Block up to timeout_ms (>= 0) for activity or a wakeup; 0 or a negative code. */
+	int (*wait)(struct tw_fab *fab, int timeout_ms);
+	void (*wakeup)(struct tw_fab *fab);
+	int (*inject)(struct tw_chan *ch, const struct tw_mem_fault *fault);
+};
+
+struct tw_fab {
+	const struct fab_ops *ops;
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev;
+	char prov[64];        /* resolved name as typed ("tcp", "tcp;ofi_rxm", "mem") */
+	bool rdm;
+	char errmsg[512];
+	struct tw_fab_stats stats;
+	struct tw_chan *chans; /* every channel not yet freed (closed ones until the sweep) */
+	struct tw_mr *mrs;
+	unsigned depth;        /* nesting of API calls that may run callbacks */
+	bool need_sweep;       /* a closed channel waits for depth 0 to be freed */
+	uint64_t key_seed;     /* random, for our own MR keys */
+	uint64_t key_ctr;
+	uint32_t next_chan_id;
+};
+
+enum chan_state {
+	CHAN_CONNECTING, /* active side, handshake running */
+	CHAN_ACCEPTING,  /* passive side, not yet announced with on_accept */
+	CHAN_UP,
+	CHAN_FAILED,     /* handshake failed (not visible to the user) */
+};
+
+struct tw_chan {
+	struct tw_fab *fab;
+	struct tw_chan *next, *prev;
+	void *user;
+	char peer[TW_ADDR_MAX];
+	enum chan_state state;
+	bool visible;  /* the user knows it (connect returned it / on_accept ran) */
+	bool lost;
+	bool closed;   /* tw_chan_close ran; freed at the next sweep */
+	bool is_down;  /* chan_down ran */
+	int lost_err;
+	uint32_t id;   /* unique per fab, never reused */
+	uint64_t hs_deadline_ns; /* handshake deadline while CONNECTING/ACCEPTING */
+	struct tw_op *ops_head, *ops_tail; /* user writes/reads in flight, oldest first */
+	unsigned nops;
+};
+
+struct tw_mr {
+	struct tw_fab *fab;
+	struct tw_mr *next, *prev;
+	void *buf;
+	size_t len;
+	unsigned access;
+	struct tw_rkey rk;
+};
+
+/* fabric.c */
+void fab_errmsg(struct tw_fab *fab, const char *fmt, ...) TW_PRINTF(2, 3);
+void fab_open_errmsg(const char *fmt, ...) TW_PRINTF(1, 2);
+void fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct tw_fab_config *cfg,
+		     const struct tw_fab_events *ev);
+void chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer);
+void mr_link(struct tw_fab *fab, struct tw_mr *mr);
+void mr_unlink(struct tw_mr *mr);
+void op_track(struct tw_chan *ch, struct tw_op *op);
+void op_finish(struct tw_op *op, int status);
+void chan_fail_ops(struct tw_chan *ch, int status);
+void chan_set_lost(struct tw_chan *ch, int err);
+void chan_announce(struct tw_chan *ch); /* ACCEPTING → UP + on_accept */
+void fab_enter(struct tw_fab *fab);
+void fab_leave(struct tw_fab *fab);
+int fab_check_deadlines(struct tw_fab *fab);
+uint64_t fab_next_deadline(const struct tw_fab *fab);
+/* Our own MR key: a bijective mix of a random seed and a counter, masked to key_bytes. */
+uint64_t fab_gen_key(struct tw_fab *fab, size_t key_bytes);
+uint64_t fab_random64(void);
+struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id);
+
+/* Backend constructors: fill *out (already common-initialised) or return a negative code. */
+int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
+		 struct tw_fab **out);
+int mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
+		 struct tw_fab **out);
+
+#endif

@@ -1,0 +1,623 @@
+/*
+ * fabric/fabric.c — the generic layer of fabric.h: configuration, backend dispatch, channel
+ * lists, in-flight operation tracking, deadlines, loss handling, memory allocation.
+ *
+ * "Exactly once": an operation's callback runs either from its provider completion (backend
+ * calls op_finish) or from chan_fail_ops (loss, close, timeout), which first asks the backend to
+ * abandon it (op_abandon), so a late provider completion finds no operation to complete.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "fabric/fab_int.h"
+
+/* Message of the last failed tw_fab_open on this thread (tw_fab_errmsg(NULL)). */
+static _Thread_local char open_errmsg[512];
+
+void tw_fab_config_init(struct tw_fab_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->connect_timeout_ms = 5000;
+	cfg->op_timeout_ms = 10000;
+	cfg->max_msg_size = 65536;
+	cfg->rx_depth = 32;
+	cfg->tx_depth = 128;
+}
+
+void fab_errmsg(struct tw_fab *fab, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(fab->errmsg, sizeof(fab->errmsg), fmt, ap);
+	va_end(ap);
+	tw_log_debug("fabric %s: %s", fab->prov, fab->errmsg);
+}
+
+void fab_open_errmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(open_errmsg, sizeof(open_errmsg), fmt, ap);
+	va_end(ap);
+}
+
+uint64_t fab_random64(void)
+{
+	uint64_t v = 0;
+	ssize_t n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
+
+	if (n != (ssize_t)sizeof(v)) /* early boot: fall back to something unpredictable enough */
+		v ^= tw_now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uintptr_t)&v;
+	return v;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint64_t fab_gen_key(struct tw_fab *fab, size_t key_bytes)
+{
+	/* splitmix64 is a bijection: distinct counters give distinct 64-bit keys. With a shorter
+	 * key the caller retries on a collision (-FI_ENOKEY). Never 0, which reads like "no key". */
+	uint64_t k;
+
+	do {
+		k = splitmix64(fab->key_seed + fab->key_ctr++);
+		if (key_bytes < 8)
+			k &= (1ull << (8 * key_bytes)) - 1;
+	} while (k == 0);
+	return k;
+}
+
+void fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct tw_fab_config *cfg,
+		     const struct tw_fab_events *ev)
+{
+	fab->ops = ops;
+	fab->cfg = *cfg;
+	if (ev)
+		fab->ev = *ev;
+	fab->key_seed = fab_random64();
+	fab->next_chan_id = 1 + (uint32_t)(fab_random64() & 0xffff);
+}
+
+static int parse_provider(const char *want, bool *mem)
+{
+	*mem = !strcmp(want, "mem");
+	return 0;
+}
+
+int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *ev,
+		struct tw_fab **out)
+{
+	struct tw_fab_config cfg;
+	const char *prov;
+	bool mem;
+	int rc;
+
+	*out = NULL;
+	open_errmsg[0] = '\0';
+	if (cfg_in)
+		cfg = *cfg_in;
+	else
+		tw_fab_config_init(&cfg);
+	if (!cfg.connect_timeout_ms)
+		cfg.connect_timeout_ms = 5000;
+	if (!cfg.op_timeout_ms)
+		cfg.op_timeout_ms = 10000;
+	if (!cfg.max_msg_size)
+		cfg.max_msg_size = 65536;
+	if (!cfg.rx_depth)
+		cfg.rx_depth = 32;
+	if (!cfg.tx_depth)
+		cfg.tx_depth = 128;
+	prov = cfg.provider;
+	if (!prov || !*prov)
+		prov = getenv("FI_PROVIDER");
+	if (!prov || !*prov)
+		prov = "tcp";
+	parse_provider(prov, &mem);
+	if (mem)
+		rc = mem_fab_open(&cfg, ev, out);
+	else
+		rc = ofi_fab_open(&cfg, ev, prov, out);
+	if (rc < 0) {
+		if (!open_errmsg[0])
+			fab_open_errmsg("%s", tw_strerror(rc));
+		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
+		return rc;
+	}
+	snprintf((*out)->prov, sizeof((*out)->prov), "%s", prov);
+	return 0;
+}
+
+void tw_fab_close(struct tw_fab *fab)
+{
+	if (!fab)
+		return;
+	/* Channels first, silently (no on_lost); their pending ops complete with -TW_ECLOSED. */
+	fab->ev.on_lost = NULL;
+	fab->ev.on_accept = NULL;
+	fab->ev.on_recv = NULL;
+	fab_enter(fab);
+	for (struct tw_chan *ch = fab->chans; ch; ch = ch->next)
+		if (!ch->closed)
+			tw_chan_close(ch);
+	fab_leave(fab);
+	while (fab->mrs)
+		tw_mr_close(fab->mrs);
+	fab->ops->close(fab); /* frees fab */
+}
+
+const char *tw_fab_provider(const struct tw_fab *fab)
+{
+	return fab->prov;
+}
+
+bool tw_fab_is_rdm(const struct tw_fab *fab)
+{
+	return fab->rdm;
+}
+
+const char *tw_fab_errmsg(const struct tw_fab *fab)
+{
+	if (!fab)
+		return open_errmsg;
+	return fab->errmsg;
+}
+
+int tw_fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+{
+	return fab->ops->listen(fab, addr_out, addr_len);
+}
+
+int tw_fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+{
+	int rc;
+
+	*out = NULL;
+	if (!addr || !*addr)
+		return -EINVAL;
+	fab_enter(fab);
+	rc = fab->ops->connect(fab, addr, out);
+	if (rc == 0)
+		(*out)->visible = true;
+	fab_leave(fab);
+	return rc;
+}
+
+/* ---- channels ---------------------------------------------------------------------------- */
+
+void chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer)
+{
+	ch->fab = fab;
+	ch->id = fab->next_chan_id++;
+	if (!ch->id)
+		ch->id = fab->next_chan_id++;
+	snprintf(ch->peer, sizeof(ch->peer), "%s", peer ? peer : "?");
+	ch->next = fab->chans;
+	if (fab->chans)
+		fab->chans->prev = ch;
+	fab->chans = ch;
+}
+
+static void chan_unlink(struct tw_chan *ch)
+{
+	struct tw_fab *fab = ch->fab;
+
+	if (ch->prev)
+		ch->prev->next = ch->next;
+	else
+		fab->chans = ch->next;
+	if (ch->next)
+		ch->next->prev = ch->prev;
+	ch->next = ch->prev = NULL;
+}
+
+struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id)
+{
+	for (struct tw_chan *ch = fab->chans; ch; ch = ch->next)
+		if (ch->id == id && !ch->closed)
+			return ch;
+	return NULL;
+}
+
+void fab_enter(struct tw_fab *fab)
+{
+	fab->depth++;
+}
+
+void fab_leave(struct tw_fab *fab)
+{
+	if (--fab->depth || !fab->need_sweep)
+		return;
+	fab->need_sweep = false;
+	for (struct tw_chan *ch = fab->chans, *next; ch; ch = next) {
+		next = ch->next;
+		if (ch->closed) {
+			chan_unlink(ch);
+			fab->ops->chan_free(ch);
+		}
+	}
+}
+
+void tw_chan_close(struct tw_chan *ch)
+{
+	struct tw_fab *fab;
+
+	if (!ch || ch->closed)
+		return;
+	fab = ch->fab;
+	fab_enter(fab);
+	ch->closed = true;
+	fab->ops->chan_down(ch, true);
+	ch->is_down = true;
+	chan_fail_ops(ch, -TW_ECLOSED);
+	fab->need_sweep = true;
+	fab_leave(fab);
+}
+
+void tw_chan_set_user(struct tw_chan *ch, void *user)
+{
+	ch->user = user;
+}
+
+void *tw_chan_user(const struct tw_chan *ch)
+{
+	return ch->user;
+}
+
+const char *tw_chan_peer(const struct tw_chan *ch)
+{
+	return ch->peer;
+}
+
+bool tw_chan_is_lost(const struct tw_chan *ch)
+{
+	return ch->lost || ch->closed;
+}
+
+struct tw_fab *tw_chan_fab(const struct tw_chan *ch)
+{
+	return ch->fab;
+}
+
+void chan_announce(struct tw_chan *ch)
+{
+	struct tw_fab *fab = ch->fab;
+
+	ch->state = CHAN_UP;
+	ch->visible = true;
+	if (fab->ev.on_accept)
+		fab->ev.on_accept(fab->ev.arg, ch);
+}
+
+/* ---- operations -------------------------------------------------------------------------- */
+
+void op_track(struct tw_chan *ch, struct tw_op *op)
+{
+	op->chan = ch;
+	op->deadline_ns = tw_now_ns() + (uint64_t)ch->fab->cfg.op_timeout_ms * 1000000u;
+	op->next = NULL;
+	op->prev = ch->ops_tail;
+	if (ch->ops_tail)
+		ch->ops_tail->next = op;
+	else
+		ch->ops_head = op;
+	ch->ops_tail = op;
+	ch->nops++;
+}
+
+void op_finish(struct tw_op *op, int status)
+{
+	struct tw_chan *ch = op->chan;
+
+	if (op->prev)
+		op->prev->next = op->next;
+	else
+		ch->ops_head = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	else
+		ch->ops_tail = op->prev;
+	ch->nops--;
+	op->next = op->prev = NULL;
+	if (status < 0)
+		ch->fab->stats.errors++;
+	op->cb(op, status);
+}
+
+void chan_fail_ops(struct tw_chan *ch, int status)
+{
+	while (ch->ops_head) {
+		struct tw_op *op = ch->ops_head;
+
+		ch->fab->ops->op_abandon(op);
+		op_finish(op, status);
+	}
+}
+
+void chan_set_lost(struct tw_chan *ch, int err)
+{
+	struct tw_fab *fab = ch->fab;
+
+	if (ch->lost || ch->closed)
+		return;
+	fab_enter(fab);
+	ch->lost = true;
+	ch->lost_err = err;
+	if (ch->state != CHAN_UP)
+		ch->state = CHAN_FAILED;
+	fab->ops->chan_down(ch, false);
+	ch->is_down = true;
+	chan_fail_ops(ch, err);
+	if (ch->visible && !ch->closed && fab->ev.on_lost) {
+		tw_log_debug("fabric %s: channel to %s lost: %s", fab->prov, ch->peer, tw_strerror(err));
+		fab->ev.on_lost(fab->ev.arg, ch, err);
+	}
+	fab_leave(fab);
+}
+
+int fab_check_deadlines(struct tw_fab *fab)
+{
+	uint64_t now = tw_now_ns();
+	int n = 0;
+
+again:
+	for (struct tw_chan *ch = fab->chans; ch; ch = ch->next) {
+		if (ch->closed || ch->lost)
+			continue;
+		if (ch->ops_head && ch->ops_head->deadline_ns <= now) {
+			fab_errmsg(fab, "operation to %s not completed within %u ms", ch->peer,
+				   fab->cfg.op_timeout_ms);
+			tw_log_warn("fabric %s: %s; failing the channel", fab->prov, fab->errmsg);
+			chan_set_lost(ch, -ETIMEDOUT);
+			n++;
+			goto again; /* callbacks may have changed the list */
+		}
+	}
+	return n;
+}
+
+uint64_t fab_next_deadline(const struct tw_fab *fab)
+{
+	uint64_t d = UINT64_MAX;
+
+	for (const struct tw_chan *ch = fab->chans; ch; ch = ch->next) {
+		if (ch->closed || ch->lost)
+			continue;
+		if (ch->ops_head && ch->ops_head->deadline_ns < d)
+			d = ch->ops_head->deadline_ns;
+		if ((ch->state == CHAN_CONNECTING || ch->state == CHAN_ACCEPTING) &&
+		    ch->hs_deadline_ns && ch->hs_deadline_ns < d)
+			d = ch->hs_deadline_ns;
+	}
+	return d;
+}
+
+static int chan_usable(struct tw_chan *ch)
+{
+	if (ch->closed)
+		return -TW_ECLOSED;
+	if (ch->lost)
+		return ch->lost_err ? ch->lost_err : -TW_EPEERLOST;
+	if (ch->state != CHAN_UP)
+		return -ENOTCONN;
+	return 0;
+}
+
+static int check_local(const struct tw_mr *mr, const void *p, size_t len)
+{
+	uintptr_t b, e, a = (uintptr_t)p;
+
+	if (!mr)
+		return -EINVAL;
+	b = (uintptr_t)mr->buf;
+	e = b + mr->len;
+	if (a < b || a > e || len > e - a)
+		return -ERANGE;
+	return 0;
+}
+
+static int check_remote(const struct tw_rkey *rk, uint64_t off, size_t len)
+{
+	if (!rk || off > rk->len || len > rk->len - off)
+		return -ERANGE;
+	return 0;
+}
+
+int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off)
+{
+	struct tw_fab *fab = ch->fab;
+	int rc;
+
+	if ((rc = chan_usable(ch)) < 0)
+		return rc;
+	if (!op || !op->cb || len == 0)
+		return -EINVAL;
+	if ((rc = check_local(src_mr, src, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
+		return rc;
+	fab_enter(fab);
+	rc = fab->ops->write(ch, op, src, len, src_mr, rk->addr + remote_off, rk->key);
+	fab_leave(fab);
+	return rc;
+}
+
+int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+		 const struct tw_rkey *rk, uint64_t remote_off)
+{
+	struct tw_fab *fab = ch->fab;
+	int rc;
+
+	if ((rc = chan_usable(ch)) < 0)
+		return rc;
+	if (!op || !op->cb || len == 0)
+		return -EINVAL;
+	if ((rc = check_local(dst_mr, dst, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
+		return rc;
+	fab_enter(fab);
+	rc = fab->ops->read(ch, op, dst, len, dst_mr, rk->addr + remote_off, rk->key);
+	fab_leave(fab);
+	return rc;
+}
+
+int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct tw_fab *fab = ch->fab;
+	int rc;
+
+	if ((rc = chan_usable(ch)) < 0)
+		return rc;
+	if (len > fab->cfg.max_msg_size)
+		return -EMSGSIZE;
+	if (len && !msg)
+		return -EINVAL;
+	fab_enter(fab);
+	rc = fab->ops->send(ch, msg, len);
+	fab_leave(fab);
+	return rc;
+}
+
+int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
+{
+	uint64_t end = timeout_ms < 0 ? UINT64_MAX : tw_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int n = 0, rc;
+
+	fab_enter(fab);
+	for (;;) {
+		rc = fab->ops->poll(fab);
+		if (rc < 0) {
+			n = rc;
+			break;
+		}
+		n += rc;
+		n += fab_check_deadlines(fab);
+		if (n > 0 || timeout_ms == 0)
+			break;
+		uint64_t now = tw_now_ns();
+		if (now >= end)
+			break;
+		uint64_t until = TW_MIN(end, fab_next_deadline(fab));
+		int wait_ms;
+		if (until <= now)
+			wait_ms = 0;
+		else if (until == UINT64_MAX)
+			wait_ms = -1;
+		else
+			wait_ms = (int)TW_MIN((until - now + 999999) / 1000000u, (uint64_t)1 << 30);
+		if (fab->cfg.busy_poll)
+			wait_ms = 0;
+		rc = fab->ops->wait(fab, wait_ms);
+		if (rc == 1) /* woken by tw_fab_wakeup */
+			break;
+		if (rc < 0) {
+			n = rc;
+			break;
+		}
+	}
+	fab_leave(fab);
+	return n;
+}
+
+void tw_fab_wakeup(struct tw_fab *fab)
+{
+	fab->ops->wakeup(fab);
+}
+
+void tw_fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out)
+{
+	*out = fab->stats;
+}
+
+int tw_mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
+{
+	if (!ch->fab->ops->inject)
+		return -ENOTSUP;
+	return ch->fab->ops->inject(ch, fault);
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+void *tw_fab_alloc(size_t len)
+{
+	void *p;
+
+	if (!len)
+		return NULL;
+	/* Anonymous mmap: page aligned and zero-filled by the kernel. Touch the pages so they are
+	 * backed before registration (FI_MR_ALLOCATED on verbs). */
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	memset(p, 0, len);
+	return p;
+}
+
+void tw_fab_free(void *p, size_t len)
+{
+	if (p)
+		munmap(p, len);
+}
+
+void mr_link(struct tw_fab *fab, struct tw_mr *mr)
+{
+	mr->fab = fab;
+	mr->prev = NULL;
+	mr->next = fab->mrs;
+	if (fab->mrs)
+		fab->mrs->prev = mr;
+	fab->mrs = mr;
+}
+
+void mr_unlink(struct tw_mr *mr)
+{
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		mr->fab->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
+	mr->next = mr->prev = NULL;
+}
+
+int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
+{
+	*out = NULL;
+	if (!buf || !len || !access)
+		return -EINVAL;
+	return fab->ops->mr_reg(fab, buf, len, access, out);
+}
+
+void tw_mr_close(struct tw_mr *mr)
+{
+	if (!mr)
+		return;
+	mr->fab->ops->mr_close(mr); /* the backend unlinks it (under its own lock if it has one) */
+}
+
+void tw_mr_rkey(const struct tw_mr *mr, struct tw_rkey *out)
+{
+	*out = mr->rk;
+}
+
+void *tw_mr_base(const struct tw_mr *mr)
+{
+	return mr->buf;
+}
+
+size_t tw_mr_len(const struct tw_mr *mr)
+{
+	return mr->len;
+}

@@ -1,0 +1,587 @@
+/*
+ * fabric/mem.c — the in-memory backend ("mem"): channels between fabs of one process, for unit
+ * tests of the layers above. Deterministic: a write lands (memcpy into the target MR, found by
+ * key) during tw_chan_write itself, like verbs or shm's fast path, so the target needs no
+ * progress; the initiator's completion is queued and delivered by its own tw_fab_progress.
+ *
+ * Threading: two fabs may be driven by two threads. Everything shared between fabs (listener
+ * registry, MR registry, event queues, a channel's peer link) is protected by one global mutex;
+ * each fab has a condition variable for blocking waits. A fab's own generic state (channel
+ * list, in-flight ops) is touched only by its own thread, so a connect does not link the new
+ * passive channel into the listener's list: the ACCEPT event carries it, and the listener's
+ * thread links it.
+ *
+ * Faults (tw_mem_inject) apply to the next write on a channel; see fabric.h.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fabric/fab_int.h"
+
+enum mev_kind {
+	MEV_ACCEPT, /* ch: a new passive channel, not yet linked */
+	MEV_RECV,   /* ch: a control message (data[len]) */
+	MEV_DONE,   /* ch, op, status: a write/read completed */
+	MEV_LOST,   /* ch, status: the peer is gone */
+};
+
+struct mem_ev {
+	struct mem_ev *next;
+	enum mev_kind kind;
+	struct mem_chan *ch;
+	struct tw_op *op;
+	int status;
+	bool is_read;
+	size_t len; /* RECV: message length; DONE: bytes */
+	unsigned char data[];
+};
+
+struct mem_fab {
+	struct tw_fab base;
+	pthread_cond_t cond;
+	struct mem_ev *head, *tail; /* under mem_lock */
+	bool woken;                 /* under mem_lock */
+	uint32_t listen_id;         /* 0: not listening */
+	struct mem_fab *next_listener;
+};
+
+struct mem_chan {
+	struct tw_chan base;
+	struct mem_chan *peer; /* under mem_lock; NULL once either side is gone */
+	struct mem_fab *peer_fab;
+	struct tw_mem_fault fault;
+};
+
+struct mem_mr {
+	struct tw_mr base;
+	struct mem_mr *gnext; /* global registry, under mem_lock */
+	struct mem_fab *owner;
+};
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mem_fab *listeners;
+static uint32_t next_listen_id = 1;
+static struct mem_mr *all_mrs;
+
+static const struct fab_ops mem_ops;
+
+/* Queue an event on `mf` (mem_lock held) and wake its thread. */
+static void push_ev(struct mem_fab *mf, struct mem_ev *ev)
+{
+	ev->next = NULL;
+	if (mf->tail)
+		mf->tail->next = ev;
+	else
+		mf->head = ev;
+	mf->tail = ev;
+	pthread_cond_signal(&mf->cond);
+}
+
+static struct mem_ev *new_ev(enum mev_kind kind, struct mem_chan *ch, size_t data_len)
+{
+	struct mem_ev *ev = calloc(1, sizeof(*ev) + data_len);
+
+	if (ev) {
+		ev->kind = kind;
+		ev->ch = ch;
+	}
+	return ev;
+}
+
+/* Remove (and free) every queued event of `mf` about channel `ch` (mem_lock held). */
+static void purge_chan_events(struct mem_fab *mf, struct mem_chan *ch)
+{
+	struct mem_ev **pp = &mf->head;
+
+	mf->tail = NULL;
+	while (*pp) {
+		struct mem_ev *ev = *pp;
+
+		if (ev->ch == ch && ev->kind != MEV_ACCEPT) {
+			*pp = ev->next;
+			free(ev);
+			continue;
+		}
+		mf->tail = ev;
+		pp = &ev->next;
+	}
+}
+
+/* Cut the link between `mc` and its peer and tell the peer (mem_lock held). */
+static void sever(struct mem_chan *mc, int err)
+{
+	struct mem_chan *peer = mc->peer;
+
+	if (!peer)
+		return;
+	mc->peer = NULL;
+	peer->peer = NULL;
+	struct mem_ev *ev = new_ev(MEV_LOST, peer, 0);
+	if (ev) {
+		ev->status = err;
+		push_ev(mc->peer_fab, ev);
+	}
+}
+
+/* Both ends lose the channel (mem_lock held); our own op completes through the LOST event. */
+static void lose_both(struct mem_chan *mc)
+{
+	struct mem_ev *ev = new_ev(MEV_LOST, mc, 0);
+
+	sever(mc, -TW_EPEERLOST);
+	if (ev) {
+		ev->status = -TW_EPEERLOST;
+		push_ev((struct mem_fab *)mc->base.fab, ev);
+	}
+}
+
+static int mem_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+
+	pthread_mutex_lock(&mem_lock);
+	if (!mf->listen_id) {
+		mf->listen_id = next_listen_id++;
+		mf->next_listener = listeners;
+		listeners = mf;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	if ((size_t)snprintf(addr_out, addr_len, "mem://%u", mf->listen_id) >= addr_len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+	struct mem_chan *lc, *rc;
+	struct mem_fab *target = NULL;
+	unsigned long id;
+	char *end;
+	char name[TW_ADDR_MAX];
+	struct mem_ev *ev;
+
+	if (strncmp(addr, "mem://", 6) != 0) {
+		fab_errmsg(fab, "bad mem address '%s' (want mem://N)", addr);
+		return -EINVAL;
+	}
+	id = strtoul(addr + 6, &end, 10);
+	if (*end || !id) {
+		fab_errmsg(fab, "bad mem address '%s' (want mem://N)", addr);
+		return -EINVAL;
+	}
+	lc = calloc(1, sizeof(*lc));
+	rc = calloc(1, sizeof(*rc));
+	ev = new_ev(MEV_ACCEPT, rc, 0);
+	if (!lc || !rc || !ev) {
+		free(lc);
+		free(rc);
+		free(ev);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&mem_lock);
+	for (struct mem_fab *l = listeners; l; l = l->next_listener)
+		if (l->listen_id == id)
+			target = l;
+	if (!target) {
+		pthread_mutex_unlock(&mem_lock);
+		free(lc);
+		free(rc);
+		free(ev);
+		fab_errmsg(fab, "nobody listens on %s", addr);
+		return -ECONNREFUSED;
+	}
+	lc->peer = rc;
+	lc->peer_fab = target;
+	rc->peer = lc;
+	rc->peer_fab = mf;
+	/* The passive side's name for us: our listen address if we listen, else a pseudo name. */
+	if (mf->listen_id)
+		snprintf(name, sizeof(name), "mem://%u", mf->listen_id);
+	else
+		snprintf(name, sizeof(name), "mem-client@%p", (void *)mf);
+	snprintf(rc->base.peer, sizeof(rc->base.peer), "%s", name);
+	push_ev(target, ev);
+	pthread_mutex_unlock(&mem_lock);
+
+	chan_init(fab, &lc->base, addr);
+	lc->base.state = CHAN_UP;
+	*out = &lc->base;
+	return 0;
+}
+
+static void mem_chan_down(struct tw_chan *ch, bool closing)
+{
+	struct mem_chan *mc = (struct mem_chan *)ch;
+	struct mem_fab *mf = (struct mem_fab *)ch->fab;
+
+	pthread_mutex_lock(&mem_lock);
+	purge_chan_events(mf, mc);
+	sever(mc, -TW_EPEERLOST);
+	pthread_mutex_unlock(&mem_lock);
+}
+
+static void mem_chan_free(struct tw_chan *ch)
+{
+	free(ch);
+}
+
+static void mem_op_abandon(struct tw_op *op)
+{
+	/* Completion events of a channel are purged in chan_down, before ops are failed. */
+}
+
+static int mem_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
+{
+	struct mem_mr *mr = calloc(1, sizeof(*mr));
+
+	if (!mr)
+		return -ENOMEM;
+	mr->base.buf = buf;
+	mr->base.len = len;
+	mr->base.access = access;
+	mr->owner = (struct mem_fab *)fab;
+	mr->base.rk.addr = 0; /* offset addressing, like tcp/sockets */
+	mr->base.rk.len = len;
+	pthread_mutex_lock(&mem_lock);
+	mr->base.rk.key = fab_gen_key(fab, 8);
+	mr->gnext = all_mrs;
+	all_mrs = mr;
+	mr_link(fab, &mr->base);
+	pthread_mutex_unlock(&mem_lock);
+	*out = &mr->base;
+	return 0;
+}
+
+static void mem_mr_close(struct tw_mr *base)
+{
+	struct mem_mr *mr = (struct mem_mr *)base;
+
+	pthread_mutex_lock(&mem_lock);
+	for (struct mem_mr **pp = &all_mrs; *pp; pp = &(*pp)->gnext) {
+		if (*pp == mr) {
+			*pp = mr->gnext;
+			break;
+		}
+	}
+	mr_unlink(base);
+	pthread_mutex_unlock(&mem_lock);
+	free(mr);
+}
+
+/* The target region of a remote access (mem_lock held): 0, -EACCES or -ERANGE. */
+static int find_target(struct mem_fab *owner, uint64_t key, uint64_t raddr, size_t len, unsigned need,
+		       unsigned char **p_out)
+{
+	for (struct mem_mr *mr = all_mrs; mr; mr = mr->gnext) {
+		if (mr->owner != owner || mr->base.rk.key != key)
+			continue;
+		if (!(mr->base.access & need))
+			return -EACCES;
+		if (raddr > mr->base.len || len > mr->base.len - raddr)
+			return -ERANGE;
+		*p_out = (unsigned char *)mr->base.buf + raddr;
+		return 0;
+	}
+	return -EACCES;
+}
+
+/* Queue a completion for our own op (mem_lock held). */
+static void push_done(struct mem_chan *mc, struct tw_op *op, int status, size_t len, bool is_read)
+{
+	struct mem_ev *ev = new_ev(MEV_DONE, mc, 0);
+
+	if (!ev) /* no memory: the op deadline fails the channel */
+		return;
+	ev->op = op;
+	ev->status = status;
+	ev->len = len;
+	ev->is_read = is_read;
+	push_ev((struct mem_fab *)mc->base.fab, ev);
+}
+
+static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+		     struct tw_mr *src_mr, uint64_t raddr, uint64_t key)
+{
+	struct mem_chan *mc = (struct mem_chan *)ch;
+	struct tw_mem_fault f = mc->fault;
+	unsigned char *dst = NULL;
+	int rc;
+
+	mc->fault.kind = TW_MEM_FAULT_NONE;
+	op_track(ch, op);
+	pthread_mutex_lock(&mem_lock);
+	if (!mc->peer) { /* the peer went away; its LOST event is on our queue */
+		push_done(mc, op, -TW_EPEERLOST, 0, false);
+		goto out;
+	}
+	switch (f.kind) {
+	case TW_MEM_FAULT_FAIL:
+		push_done(mc, op, -EIO, 0, false);
+		goto out;
+	case TW_MEM_FAULT_DROP:
+		goto out; /* no completion: the op deadline fails the channel */
+	case TW_MEM_FAULT_VANISH:
+		lose_both(mc);
+		goto out;
+	default:
+		break;
+	}
+	rc = find_target(mc->peer_fab, key, raddr, len, TW_MR_REMOTE_WRITE, &dst);
+	if (rc < 0) {
+		push_done(mc, op, rc, 0, false);
+		goto out;
+	}
+	if (f.kind == TW_MEM_FAULT_PREFIX) {
+		memcpy(dst, src, TW_MIN(f.prefix, len));
+	} else if (f.kind == TW_MEM_FAULT_CHUNKS) {
+		for (unsigned i = 0; i < 64 && (size_t)i * 64 < len; i++)
+			if (f.chunk_mask & (1ull << i))
+				memcpy(dst + (size_t)i * 64, (const unsigned char *)src + (size_t)i * 64,
+				       TW_MIN((size_t)64, len - (size_t)i * 64));
+	} else {
+		memcpy(dst, src, len);
+		push_done(mc, op, 0, len, false);
+		goto out;
+	}
+	/* PREFIX / CHUNKS: a torn write, then the channel dies on both sides. */
+	lose_both(mc);
+out:
+	pthread_mutex_unlock(&mem_lock);
+	return 0;
+}
+
+static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+		    uint64_t raddr, uint64_t key)
+{
+	struct mem_chan *mc = (struct mem_chan *)ch;
+	unsigned char *src = NULL;
+	int rc;
+
+	op_track(ch, op);
+	pthread_mutex_lock(&mem_lock);
+	if (!mc->peer) {
+		push_done(mc, op, -TW_EPEERLOST, 0, true);
+	} else if ((rc = find_target(mc->peer_fab, key, raddr, len, TW_MR_REMOTE_READ, &src)) < 0) {
+		push_done(mc, op, rc, 0, true);
+	} else {
+		memcpy(dst, src, len);
+		push_done(mc, op, 0, len, true);
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return 0;
+}
+
+static int mem_send(struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct mem_chan *mc = (struct mem_chan *)ch;
+	struct mem_ev *ev = new_ev(MEV_RECV, NULL, len);
+
+	if (!ev)
+		return -ENOMEM;
+	if (len)
+		memcpy(ev->data, msg, len);
+	ev->len = len;
+	pthread_mutex_lock(&mem_lock);
+	if (!mc->peer) {
+		pthread_mutex_unlock(&mem_lock);
+		free(ev);
+		return -TW_EPEERLOST;
+	}
+	ev->ch = mc->peer;
+	push_ev(mc->peer_fab, ev);
+	pthread_mutex_unlock(&mem_lock);
+	ch->fab->stats.sends++;
+	ch->fab->stats.send_bytes += len;
+	return 0;
+}
+
+static void handle_ev(struct mem_fab *mf, struct mem_ev *ev)
+{
+	struct tw_fab *fab = &mf->base;
+	struct tw_chan *ch = &ev->ch->base;
+
+	switch (ev->kind) {
+	case MEV_ACCEPT:
+		chan_init(fab, ch, ch->peer);
+		ch->state = CHAN_ACCEPTING;
+		if (fab->ev.on_accept) {
+			chan_announce(ch);
+		} else {
+			/* Nobody takes it: close it, which tells the peer. */
+			ch->state = CHAN_UP;
+			tw_chan_close(ch);
+		}
+		break;
+	case MEV_RECV:
+		if (ch->closed || ch->lost)
+			break;
+		fab->stats.recvs++;
+		fab->stats.recv_bytes += ev->len;
+		if (fab->ev.on_recv)
+			fab->ev.on_recv(fab->ev.arg, ch, ev->data, ev->len);
+		break;
+	case MEV_DONE:
+		if (ev->status == 0) {
+			if (ev->is_read) {
+				fab->stats.reads++;
+				fab->stats.read_bytes += ev->len;
+			} else {
+				fab->stats.writes++;
+				fab->stats.write_bytes += ev->len;
+			}
+		}
+		op_finish(ev->op, ev->status);
+		break;
+	case MEV_LOST:
+		chan_set_lost(ch, ev->status ? ev->status : -TW_EPEERLOST);
+		break;
+	}
+}
+
+static int mem_poll(struct tw_fab *fab)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+	int n = 0;
+
+	fab->stats.cq_polls++;
+	/* One event at a time: a callback may close a channel, which purges its queued events. */
+	while (n < 256) {
+		struct mem_ev *ev;
+
+		pthread_mutex_lock(&mem_lock);
+		ev = mf->head;
+		if (ev) {
+			mf->head = ev->next;
+			if (!mf->head)
+				mf->tail = NULL;
+		}
+		pthread_mutex_unlock(&mem_lock);
+		if (!ev)
+			break;
+		handle_ev(mf, ev);
+		free(ev);
+		n++;
+	}
+	fab->stats.cq_entries += (uint64_t)n;
+	return n;
+}
+
+static int mem_wait(struct tw_fab *fab, int timeout_ms)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+	struct timespec ts;
+	int woken = 0;
+
+	if (timeout_ms == 0)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (timeout_ms > 0) {
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&mem_lock);
+	while (!mf->head && !mf->woken) {
+		int rc = timeout_ms < 0 ? pthread_cond_wait(&mf->cond, &mem_lock)
+					: pthread_cond_timedwait(&mf->cond, &mem_lock, &ts);
+		if (rc == ETIMEDOUT)
+			break;
+	}
+	if (mf->woken) {
+		mf->woken = false;
+		woken = 1;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return woken;
+}
+
+static void mem_wakeup(struct tw_fab *fab)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+
+	pthread_mutex_lock(&mem_lock);
+	mf->woken = true;
+	pthread_cond_signal(&mf->cond);
+	pthread_mutex_unlock(&mem_lock);
+}
+
+static int mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
+{
+	struct mem_chan *mc = (struct mem_chan *)ch;
+
+	if (!fault || fault->kind > TW_MEM_FAULT_VANISH)
+		return -EINVAL;
+	mc->fault = *fault;
+	return 0;
+}
+
+static void mem_close(struct tw_fab *fab)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+	struct mem_ev *ev;
+
+	pthread_mutex_lock(&mem_lock);
+	for (struct mem_fab **pp = &listeners; *pp; pp = &(*pp)->next_listener) {
+		if (*pp == mf) {
+			*pp = mf->next_listener;
+			break;
+		}
+	}
+	while ((ev = mf->head)) {
+		mf->head = ev->next;
+		if (ev->kind == MEV_ACCEPT) { /* never linked: tell its peer and free it */
+			sever(ev->ch, -TW_EPEERLOST);
+			free(ev->ch);
+		}
+		free(ev);
+	}
+	mf->tail = NULL;
+	pthread_mutex_unlock(&mem_lock);
+	pthread_cond_destroy(&mf->cond);
+	free(mf);
+}
+
+static const struct fab_ops mem_ops = {
+	.name = "mem",
+	.close = mem_close,
+	.listen = mem_listen,
+	.connect = mem_connect,
+	.chan_down = mem_chan_down,
+	.chan_free = mem_chan_free,
+	.op_abandon = mem_op_abandon,
+	.mr_reg = mem_mr_reg,
+	.mr_close = mem_mr_close,
+	.write = mem_write,
+	.read = mem_read,
+	.send = mem_send,
+	.poll = mem_poll,
+	.wait = mem_wait,
+	.wakeup = mem_wakeup,
+	.inject = mem_inject,
+};
+
+int mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
+		 struct tw_fab **out)
+{
+	struct mem_fab *mf = calloc(1, sizeof(*mf));
+	pthread_condattr_t ca;
+
+	if (!mf)
+		return -ENOMEM;
+	fab_init_common(&mf->base, &mem_ops, cfg, ev);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&mf->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	mf->base.rdm = false;
+	*out = &mf->base;
+	return 0;
+}

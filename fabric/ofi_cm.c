@@ -1,0 +1,377 @@
+/*
+ * fabric/ofi_cm.c — FI_EP_MSG connection management (verbs, tcp, sockets).
+ *
+ * Passive: fi_passive_ep + fi_listen on the fab's EQ. FI_CONNREQ → endpoint on the fab's
+ * domain, its own CQ, bind EQ+CQ, enable, post receives, fi_accept (fi_reject on any failure);
+ * the channel is announced (on_accept) at FI_CONNECTED — or at its first message, which can
+ * overtake the event. Accepts are asynchronous: a peer that vanishes mid-handshake only leaves
+ * a half-open channel that is dropped after connect_timeout_ms, the listener never blocks.
+ * Active: fi_getinfo(host, port) → endpoint → fi_connect, then progress (CQs and EQ: tcp
+ * delivers CM events only when its CQ is polled) until FI_CONNECTED, an error, or the timeout.
+ * Events are matched to channels by endpoint fid against the fab's live channels, so an event
+ * that arrives for an endpoint already closed is ignored.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "fabric/ofi_int.h"
+
+int sockaddr_to_str(const void *sa_, char *out, size_t len)
+{
+	const struct sockaddr *sa = sa_;
+	char ip[INET6_ADDRSTRLEN];
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = sa_;
+		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+		snprintf(out, len, "%s:%u", ip, ntohs(s4->sin_port));
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = sa_;
+		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+		snprintf(out, len, "[%s]:%u", ip, ntohs(s6->sin6_port));
+		return 0;
+	}
+	snprintf(out, len, "?");
+	return -EAFNOSUPPORT;
+}
+
+int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+{
+	struct ofi_fab *of = ofab(fab);
+	char name[128];
+	size_t nlen = sizeof(name);
+	int rc;
+
+	if (!of->pep) {
+		rc = fi_passive_ep(of->fabric, of->info, &of->pep, NULL);
+		if (!rc)
+			rc = fi_pep_bind(of->pep, &of->eq->fid, 0);
+		if (!rc)
+			rc = fi_listen(of->pep);
+		if (rc) {
+			fab_errmsg(fab, "listen: %s", fi_strerror(-rc));
+			if (of->pep)
+				fi_close(&of->pep->fid);
+			of->pep = NULL;
+			return ofi_errno(rc);
+		}
+	}
+	rc = fi_getname(&of->pep->fid, name, &nlen);
+	if (rc) {
+		fab_errmsg(fab, "fi_getname: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	char s[TW_ADDR_MAX];
+	sockaddr_to_str(name, s, sizeof(s));
+	if ((size_t)snprintf(addr_out, addr_len, "%s", s) >= addr_len)
+		return -ENAMETOOLONG;
+	of->listening = true;
+	return 0;
+}
+
+static struct ofi_chan *chan_by_fid(struct ofi_fab *of, fid_t fid)
+{
+	for (struct tw_chan *c = of->base.chans; c; c = c->next) {
+		struct ofi_chan *ch = (struct ofi_chan *)c;
+		if (!c->is_down && ch->ep && &ch->ep->fid == fid)
+			return ch;
+	}
+	return NULL;
+}
+
+/* Endpoint, CQ, bindings, receive buffers. Undone by cm_chan_down. */
+static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *info)
+{
+	size_t tx = info->tx_attr->size ? info->tx_attr->size : of->tx_size;
+	size_t rx = info->rx_attr->size ? info->rx_attr->size : of->rx_size;
+	int rc;
+
+	ch->nrx = (unsigned)TW_MIN((size_t)of->base.cfg.rx_depth, rx);
+	ch->tx_max = (unsigned)TW_MIN((size_t)of->base.cfg.tx_depth, tx);
+	rc = cq_open(of, tx + rx, &ch->cq, &ch->cq_fd, ch);
+	if (rc < 0)
+		return rc;
+	rc = fi_endpoint(of->domain, info, &ch->ep, ch);
+	if (rc) {
+		ch->ep = NULL;
+		fab_errmsg(&of->base, "fi_endpoint: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	rc = fi_ep_bind(ch->ep, &of->eq->fid, 0);
+	if (!rc)
+		rc = fi_ep_bind(ch->ep, &ch->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!rc)
+		rc = fi_enable(ch->ep);
+	if (rc) {
+		fab_errmsg(&of->base, "endpoint bind/enable: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	/* Receives before accept/connect: verbs would otherwise RNR-stall forever (notes §5). */
+	rc = msg_alloc_rx(of, &ch->rbuf, &ch->rbuf_len, ch->nrx, &ch->rmr, &ch->rdesc, &ch->rctx, ch);
+	if (rc < 0)
+		return rc;
+	for (unsigned i = 0; i < ch->nrx; i++)
+		if ((rc = msg_post_recv(of, &ch->rctx[i])) < 0)
+			return rc;
+	return 0;
+}
+
+void cm_chan_down(struct ofi_chan *ch, bool closing)
+{
+	struct ofi_fab *of = ofab(ch->base.fab);
+
+	if (ch->ep) {
+		if (closing && ch->base.state == CHAN_UP && !ch->base.lost)
+			fi_shutdown(ch->ep, 0); /* the peer sees FI_SHUTDOWN */
+		fi_close(&ch->ep->fid);
+		ch->ep = NULL;
+	}
+	if (ch->cq) {
+		cq_close(of, ch->cq, ch->cq_fd);
+		ch->cq = NULL;
+	}
+	/* Endpoint and CQ are gone: nothing refers to our contexts any more. */
+	while (ch->posted) {
+		struct ofi_ctx *ctx = ch->posted;
+
+		ctx_unlink(ch, ctx);
+		if (ctx->op)
+			ctx->op->fab_priv[0] = NULL;
+		ctx_release(of, ctx);
+	}
+	if (ch->rmr) {
+		fi_close(&ch->rmr->fid);
+		ch->rmr = NULL;
+	}
+	tw_fab_free(ch->rbuf, ch->rbuf_len);
+	ch->rbuf = NULL;
+	free(ch->rctx);
+	ch->rctx = NULL;
+}
+
+/* Drop a channel the user never saw (failed handshake). */
+static void discard(struct ofi_chan *ch)
+{
+	ch->base.closed = true;
+	cm_chan_down(ch, false);
+	ch->base.is_down = true;
+	ch->base.fab->need_sweep = true;
+}
+
+static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan_state st)
+{
+	struct ofi_chan *ch = calloc(1, sizeof(*ch));
+
+	if (!ch)
+		return NULL;
+	ch->cq_fd = -1;
+	chan_init(&of->base, &ch->base, peer);
+	ch->base.state = st;
+	ch->base.hs_deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	return ch;
+}
+
+static void on_connreq(struct ofi_fab *of, struct fi_info *info)
+{
+	char peer[TW_ADDR_MAX] = "?";
+	struct ofi_chan *ch;
+	int rc;
+
+	if (info->dest_addr)
+		sockaddr_to_str(info->dest_addr, peer, sizeof(peer));
+	if (!of->listening) {
+		fi_reject(of->pep, info->handle, NULL, 0);
+		fi_freeinfo(info);
+		return;
+	}
+	fab_enter(&of->base);
+	ch = new_chan(of, peer, CHAN_ACCEPTING);
+	rc = ch ? setup_ep(of, ch, info) : -ENOMEM;
+	if (!rc) {
+		rc = fi_accept(ch->ep, NULL, 0);
+		if (rc)
+			fab_errmsg(&of->base, "fi_accept: %s", fi_strerror(-rc));
+	}
+	if (rc) {
+		tw_log_warn("fabric %s: rejecting connection from %s: %s", of->base.prov, peer,
+			    of->base.errmsg);
+		fi_reject(of->pep, info->handle, NULL, 0);
+		if (ch)
+			discard(ch);
+	}
+	fi_freeinfo(info);
+	fab_leave(&of->base);
+}
+
+int cm_poll_eq(struct ofi_fab *of)
+{
+	struct fi_eq_cm_entry entry;
+	uint32_t event;
+	int n = 0;
+
+	if (!of->eq)
+		return 0;
+	for (int i = 0; i < 16; i++) {
+		ssize_t rc = fi_eq_read(of->eq, &event, &entry, sizeof(entry), 0);
+		struct ofi_chan *ch;
+
+		if (rc == -FI_EAGAIN)
+			break;
+		if (rc == -FI_EAVAIL) {
+			struct fi_eq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			if (fi_eq_readerr(of->eq, &err, 0) < 0)
+				break;
+			n++;
+			ch = chan_by_fid(of, err.fid);
+			if (!ch)
+				continue;
+			int e = err.err ? -err.err : -ECONNREFUSED;
+			fab_errmsg(&of->base, "connection to %s: %s", ch->base.peer, fi_strerror(err.err));
+			if (ch->base.state == CHAN_CONNECTING) {
+				ch->fail_err = ofi_errno(e);
+				ch->base.state = CHAN_FAILED;
+			} else if (ch->base.state == CHAN_ACCEPTING) {
+				discard(ch);
+			} else {
+				chan_set_lost(&ch->base, ofi_errno(e));
+			}
+			continue;
+		}
+		if (rc < 0) {
+			tw_log_ratelimited(TW_LOG_WARN, "fabric: fi_eq_read: %s", fi_strerror((int)-rc));
+			break;
+		}
+		n++;
+		switch (event) {
+		case FI_CONNREQ:
+			on_connreq(of, entry.info);
+			break;
+		case FI_CONNECTED:
+			ch = chan_by_fid(of, entry.fid);
+			if (!ch)
+				break;
+			if (ch->base.state == CHAN_CONNECTING)
+				ch->base.state = CHAN_UP;
+			else if (ch->base.state == CHAN_ACCEPTING)
+				chan_announce(&ch->base);
+			break;
+		case FI_SHUTDOWN:
+			ch = chan_by_fid(of, entry.fid);
+			if (!ch)
+				break;
+			if (ch->base.state == CHAN_UP) {
+				fab_errmsg(&of->base, "peer %s shut the connection down", ch->base.peer);
+				chan_set_lost(&ch->base, -TW_EPEERLOST);
+			} else if (ch->base.state == CHAN_CONNECTING) {
+				ch->fail_err = -ECONNRESET;
+				ch->base.state = CHAN_FAILED;
+			} else {
+				discard(ch);
+			}
+			break;
+		default:
+			if (event == FI_CONNREQ && entry.info)
+				fi_freeinfo(entry.info);
+			break;
+		}
+	}
+	return n;
+}
+
+int cm_check_handshakes(struct ofi_fab *of)
+{
+	uint64_t now = tw_now_ns();
+	int n = 0;
+
+	for (struct tw_chan *c = of->base.chans; c; c = c->next) {
+		if (c->closed || c->state != CHAN_ACCEPTING || c->hs_deadline_ns > now)
+			continue;
+		tw_log_warn("fabric %s: handshake with %s timed out; dropping it", of->base.prov,
+			    c->peer);
+		discard((struct ofi_chan *)c);
+		n++;
+	}
+	return n;
+}
+
+/* "host:port" or "[v6]:port" → node, service. */
+static int split_addr(const char *addr, char *node, size_t nlen, char *svc, size_t slen)
+{
+	const char *colon = strrchr(addr, ':');
+	const char *h = addr;
+	size_t hl;
+
+	if (!colon || !colon[1])
+		return -EINVAL;
+	hl = (size_t)(colon - addr);
+	if (hl >= 2 && addr[0] == '[' && addr[hl - 1] == ']') {
+		h++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= nlen || strlen(colon + 1) >= slen)
+		return -EINVAL;
+	memcpy(node, h, hl);
+	node[hl] = '\0';
+	snprintf(svc, slen, "%s", colon + 1);
+	return 0;
+}
+
+int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+{
+	struct ofi_fab *of = ofab(fab);
+	char node[TW_ADDR_MAX], svc[32];
+	struct fi_info *info = NULL;
+	struct ofi_chan *ch;
+	int rc;
+
+	if (split_addr(addr, node, sizeof(node), svc, sizeof(svc)) < 0) {
+		fab_errmsg(fab, "bad address '%s' (want host:port)", addr);
+		return -EINVAL;
+	}
+	rc = fi_getinfo(OFI_VERSION, node, svc, 0, of->hints, &info);
+	if (rc || !info) {
+		fab_errmsg(fab, "cannot resolve %s: %s", addr, fi_strerror(-rc));
+		return rc == -FI_ENODATA ? -EHOSTUNREACH : ofi_errno(rc ? rc : -FI_ENODATA);
+	}
+	ch = new_chan(of, addr, CHAN_CONNECTING);
+	if (!ch) {
+		fi_freeinfo(info);
+		return -ENOMEM;
+	}
+	rc = setup_ep(of, ch, info);
+	if (!rc) {
+		rc = fi_connect(ch->ep, info->dest_addr, NULL, 0);
+		if (rc) {
+			fab_errmsg(fab, "fi_connect %s: %s", addr, fi_strerror(-rc));
+			rc = ofi_errno(rc);
+		}
+	}
+	fi_freeinfo(info);
+	while (!rc && ch->base.state == CHAN_CONNECTING) {
+		if (tw_now_ns() >= ch->base.hs_deadline_ns) {
+			fab_errmsg(fab, "connect to %s: no answer within %u ms", addr,
+				   fab->cfg.connect_timeout_ms);
+			rc = -ETIMEDOUT;
+			break;
+		}
+		ofi_stall(of);
+	}
+	if (!rc && ch->base.state != CHAN_UP)
+		rc = ch->fail_err ? ch->fail_err : -ECONNREFUSED;
+	if (rc) {
+		if (!ch->base.closed)
+			discard(ch);
+		return rc;
+	}
+	*out = &ch->base;
+	return 0;
+}

@@ -1,0 +1,450 @@
+/*
+ * fabric/ofi_cq.c — operation contexts, completion dispatch, progress and waiting.
+ *
+ * CQs: MSG channels have one CQ each (sized tx_size + rx_size of that endpoint), so closing a
+ * lost channel's endpoint and CQ guarantees no late completion. RDM fabs have one CQ for the
+ * shared endpoint.
+ *
+ * Waiting: every CQ and the EQ are opened with FI_WAIT_FD; their fds (fi_control FI_GETWAIT)
+ * sit in one epoll set with an eventfd for tw_fab_wakeup, and we block only after fi_trywait
+ * said yes. When an object has no wait fd (see docs/fabric.md for what each provider gives), the
+ * fab falls back to polling with an exponential backoff (1 µs → 1 ms) in ppoll on the eventfd.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/ofi_int.h"
+
+#define CTX_CHUNK 64
+
+struct ofi_ctx *ctx_get(struct ofi_fab *of)
+{
+	struct ofi_ctx *c;
+
+	if (!of->cfree) {
+		void **nc = realloc(of->chunks, (of->nchunks + 1) * sizeof(*nc));
+		struct ofi_ctx *arr;
+
+		if (!nc)
+			return NULL;
+		of->chunks = nc;
+		arr = calloc(CTX_CHUNK, sizeof(*arr));
+		if (!arr)
+			return NULL;
+		of->chunks[of->nchunks++] = arr;
+		for (int i = 0; i < CTX_CHUNK; i++) {
+			arr[i].next = of->cfree;
+			of->cfree = &arr[i];
+		}
+	}
+	c = of->cfree;
+	of->cfree = c->next;
+	memset(c, 0, sizeof(*c));
+	return c;
+}
+
+void ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
+{
+	ctx->next = of->cfree;
+	ctx->prev = NULL;
+	ctx->op = NULL;
+	ctx->ch = NULL;
+	of->cfree = ctx;
+}
+
+void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
+{
+	ctx->ch = ch;
+	ctx->next = NULL;
+	ctx->prev = ch->posted_tail;
+	if (ch->posted_tail)
+		ch->posted_tail->next = ctx;
+	else
+		ch->posted = ctx;
+	ch->posted_tail = ctx;
+	ch->tx_inflight++;
+	if (ch->base.fab->rdm)
+		ofab(ch->base.fab)->tx_inflight++;
+}
+
+void ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
+{
+	if (ctx->prev)
+		ctx->prev->next = ctx->next;
+	else
+		ch->posted = ctx->next;
+	if (ctx->next)
+		ctx->next->prev = ctx->prev;
+	else
+		ch->posted_tail = ctx->prev;
+	ctx->next = ctx->prev = NULL;
+	ch->tx_inflight--;
+	if (ch->base.fab->rdm)
+		ofab(ch->base.fab)->tx_inflight--;
+}
+
+void ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx)
+{
+	if (ctx->bye && of->av && !of->closing)
+		fi_av_remove(of->av, &ctx->bye_addr, 1, 0);
+	if (ctx->kind == CTX_SEND)
+		msg_put_slot(of, ctx);
+	else
+		ctx_put(of, ctx);
+}
+
+void ofi_op_abandon(struct tw_op *op)
+{
+	struct ofi_ctx *ctx = op->fab_priv[0];
+
+	if (ctx)
+		ctx->op = NULL;
+	op->fab_priv[0] = NULL;
+}
+
+int cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, void *context)
+{
+	struct fi_cq_attr ca = {.size = size, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
+	int rc;
+
+	*fd_out = -1;
+	rc = fi_cq_open(of->domain, &ca, cq, context);
+	if (rc) {
+		ca.wait_obj = FI_WAIT_NONE;
+		rc = fi_cq_open(of->domain, &ca, cq, context);
+	}
+	if (rc) {
+		fab_errmsg(&of->base, "fi_cq_open(size %zu): %s", size, fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	if (ca.wait_obj == FI_WAIT_FD && fi_control(&(*cq)->fid, FI_GETWAIT, fd_out) == 0 &&
+	    *fd_out >= 0) {
+		struct epoll_event ee = {.events = EPOLLIN, .data.ptr = of};
+		epoll_ctl(of->epfd, EPOLL_CTL_ADD, *fd_out, &ee);
+	} else {
+		*fd_out = -1;
+		of->nofd++;
+	}
+	return 0;
+}
+
+void cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd)
+{
+	if (fd >= 0)
+		epoll_ctl(of->epfd, EPOLL_CTL_DEL, fd, NULL);
+	else
+		of->nofd--;
+	fi_close(&cq->fid);
+}
+
+static void handle_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
+{
+	struct tw_fab *fab = &of->base;
+	struct ofi_chan *ch = ctx->ch;
+
+	if (fab->rdm) {
+		rdm_on_recv(of, ctx->buf, len);
+		if (!of->closing)
+			msg_post_recv(of, ctx);
+		return;
+	}
+	if (!ch || ch->base.is_down)
+		return;
+	/* The peer sends only once connected: a message can overtake our FI_CONNECTED event. */
+	if (ch->base.state == CHAN_ACCEPTING)
+		chan_announce(&ch->base);
+	if (ch->base.state == CHAN_UP && !ch->base.lost && !ch->base.closed) {
+		fab->stats.recvs++;
+		fab->stats.recv_bytes += len;
+		if (fab->ev.on_recv)
+			fab->ev.on_recv(fab->ev.arg, &ch->base, ctx->buf, len);
+	}
+	if (!ch->base.is_down) /* the callback may have closed it */
+		msg_post_recv(of, ctx);
+}
+
+static void handle_comp(struct ofi_fab *of, const struct fi_cq_data_entry *e)
+{
+	struct ofi_ctx *ctx = e->op_context;
+	struct ofi_chan *ch;
+	struct tw_op *op;
+	struct tw_fab_stats *st = &of->base.stats;
+
+	if (!ctx)
+		return;
+	if (ctx->kind == CTX_RECV) {
+		handle_recv(of, ctx, e->len);
+		return;
+	}
+	ch = ctx->ch;
+	op = ctx->op;
+	if (ch)
+		ctx_unlink(ch, ctx);
+	if (ctx->kind == CTX_SEND) {
+		if (!ctx->bye) {
+			st->sends++;
+			st->send_bytes += ctx->len;
+		}
+		ctx_release(of, ctx);
+		return;
+	}
+	if (ctx->kind == CTX_WRITE) {
+		st->writes++;
+		st->write_bytes += ctx->len;
+	} else {
+		st->reads++;
+		st->read_bytes += ctx->len;
+	}
+	ctx_release(of, ctx);
+	if (op) {
+		op->fab_priv[0] = NULL;
+		op_finish(op, 0);
+	}
+}
+
+/* An error entry: complete its op with the error, then the channel is lost. */
+static void handle_err(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_ch,
+		       const struct fi_cq_err_entry *err)
+{
+	struct ofi_ctx *ctx = err->op_context;
+	struct ofi_chan *ch = msg_ch;
+	struct tw_op *op = NULL;
+	int status = err->err ? -err->err : -EIO;
+	char pbuf[128] = "";
+
+	of->base.stats.errors++;
+	if (ctx && ctx->kind == CTX_RECV) {
+		if (of->base.rdm) { /* e.g. truncation: drop it, keep the buffer going */
+			if (!of->closing && err->err != FI_ECANCELED)
+				msg_post_recv(of, ctx);
+			return;
+		}
+		ch = ctx->ch;
+		if (err->err == FI_ECANCELED) /* flushed: the endpoint is going away */
+			status = -TW_EPEERLOST;
+	} else if (ctx) {
+		ch = ctx->ch;
+		op = ctx->op;
+		if (ch)
+			ctx_unlink(ch, ctx);
+		ctx_release(of, ctx);
+	}
+	fi_cq_strerror(cq, err->prov_errno, err->err_data, pbuf, sizeof(pbuf));
+	tw_log_ratelimited(TW_LOG_WARN, "fabric %s: completion error to %s: %s (%s)", of->base.prov,
+			   ch ? ch->base.peer : "?", fi_strerror(err->err), pbuf);
+	if (op) {
+		op->fab_priv[0] = NULL;
+		if (ch)
+			op_finish(op, status);
+	}
+	if (ch && !ch->base.is_down) {
+		fab_errmsg(&of->base, "completion error on channel to %s: %s (%s)", ch->base.peer,
+			   fi_strerror(err->err), pbuf);
+		chan_set_lost(&ch->base, status);
+	}
+}
+
+/* Read one CQ until empty (or until its channel went down under a callback). */
+static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_ch)
+{
+	struct fi_cq_data_entry e[16];
+	int total = 0;
+
+	for (int round = 0; round < 8; round++) {
+		ssize_t n = fi_cq_read(cq, e, TW_ARRAY_SIZE(e));
+
+		of->base.stats.cq_polls++;
+		if (n == -FI_EAGAIN)
+			break;
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			if (fi_cq_readerr(cq, &err, 0) == 1) {
+				handle_err(of, cq, msg_ch, &err);
+				total++;
+			}
+			if (msg_ch && msg_ch->base.is_down)
+				break;
+			continue;
+		}
+		if (n < 0) {
+			tw_log_ratelimited(TW_LOG_WARN, "fabric: fi_cq_read: %s", fi_strerror((int)-n));
+			if (msg_ch)
+				chan_set_lost(&msg_ch->base, ofi_errno((int)n));
+			break;
+		}
+		of->base.stats.cq_entries += (uint64_t)n;
+		for (ssize_t i = 0; i < n; i++) {
+			handle_comp(of, &e[i]);
+			total++;
+			if (msg_ch && msg_ch->base.is_down)
+				return total; /* its CQ is closed; the rest were reclaimed */
+		}
+		if (n < (ssize_t)TW_ARRAY_SIZE(e))
+			break;
+	}
+	return total;
+}
+
+/* Sends have deadlines too (writes/reads are checked by the generic layer). */
+static int check_send_deadlines(struct ofi_fab *of)
+{
+	uint64_t now = tw_now_ns();
+
+again:
+	for (struct tw_chan *c = of->base.chans; c; c = c->next) {
+		struct ofi_chan *ch = (struct ofi_chan *)c;
+
+		if (c->is_down || !ch->posted || ch->posted->deadline_ns > now)
+			continue;
+		fab_errmsg(&of->base, "send/write to %s not completed within %u ms", c->peer,
+			   of->base.cfg.op_timeout_ms);
+		chan_set_lost(c, -ETIMEDOUT);
+		goto again;
+	}
+	return 0;
+}
+
+int ofi_poll(struct tw_fab *fab)
+{
+	struct ofi_fab *of = ofab(fab);
+	int n = 0;
+
+	fab_enter(fab);
+	if (fab->rdm) {
+		n += drain_cq(of, of->cq, NULL);
+	} else {
+		/* Closed channels stay in the list until the sweep (fab_leave), so `next` is safe. */
+		for (struct tw_chan *c = fab->chans; c; c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (!c->is_down && ch->cq)
+				n += drain_cq(of, ch->cq, ch);
+		}
+		/* EQ after the CQs: on tcp the CQ read is what notices a closed socket. */
+		n += cm_poll_eq(of);
+		n += cm_check_handshakes(of);
+	}
+	check_send_deadlines(of);
+	fab_leave(fab);
+	if (n > 0)
+		of->backoff_us = 1;
+	return n;
+}
+
+static int drain_eventfd(struct ofi_fab *of)
+{
+	uint64_t v;
+
+	return read(of->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? 1 : 0;
+}
+
+int ofi_wait(struct tw_fab *fab, int timeout_ms)
+{
+	struct ofi_fab *of = ofab(fab);
+
+	if (timeout_ms == 0)
+		return drain_eventfd(of);
+	if (!of->nofd) {
+		struct fid *fids[64];
+		size_t nf = 0;
+		struct epoll_event evs[8];
+		int woken = 0;
+
+		if (of->eq)
+			fids[nf++] = &of->eq->fid;
+		if (of->cq)
+			fids[nf++] = &of->cq->fid;
+		for (struct tw_chan *c = fab->chans; c && nf < TW_ARRAY_SIZE(fids); c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+			if (!c->is_down && ch->cq)
+				fids[nf++] = &ch->cq->fid;
+		}
+		if (nf && fi_trywait(of->fabric, fids, (int)nf) != FI_SUCCESS)
+			return drain_eventfd(of); /* something is ready: poll again */
+		int n = epoll_wait(of->epfd, evs, TW_ARRAY_SIZE(evs), timeout_ms);
+		for (int i = 0; i < n; i++)
+			if (evs[i].data.ptr == NULL)
+				woken |= drain_eventfd(of);
+		return woken;
+	}
+	/* No wait fd somewhere: poll with backoff, but wake at once on tw_fab_wakeup. */
+	unsigned us = of->backoff_us;
+	if (timeout_ms > 0 && (unsigned)timeout_ms * 1000u < us)
+		us = (unsigned)timeout_ms * 1000u;
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
+	struct pollfd pfd = {.fd = of->evfd, .events = POLLIN};
+	if (of->backoff_us < 1000)
+		of->backoff_us *= 2;
+	if (ppoll(&pfd, 1, &ts, NULL) > 0)
+		return drain_eventfd(of);
+	return 0;
+}
+
+void ofi_wakeup(struct tw_fab *fab)
+{
+	uint64_t one = 1;
+
+	if (write(ofab(fab)->evfd, &one, sizeof(one)) < 0) {
+		/* counter saturated: a wakeup is pending anyway */
+	}
+}
+
+void ofi_stall(struct ofi_fab *of)
+{
+	int n = ofi_poll(&of->base);
+
+	n += fab_check_deadlines(&of->base);
+	if (n == 0) {
+		int w = ofi_wait(&of->base, 1);
+		if (w == 1) /* keep the wakeup for the caller's progress loop */
+			ofi_wakeup(&of->base);
+	}
+}
+
+static int chan_err(struct ofi_chan *ch)
+{
+	if (ch->base.closed)
+		return -TW_ECLOSED;
+	if (ch->base.lost || ch->base.is_down)
+		return ch->base.lost_err ? ch->base.lost_err : -TW_EPEERLOST;
+	return 0;
+}
+
+int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
+	    uint64_t deadline_ns)
+{
+	int rc;
+
+	for (;;) {
+		if ((rc = chan_err(ch)) < 0)
+			return rc;
+		bool credit = ch->tx_inflight < ch->tx_max &&
+			      (!of->base.rdm || of->tx_inflight < of->tx_max);
+		if (credit) {
+			ssize_t r = fn(of, ch, ctx, arg);
+			if (r == 0) {
+				ctx->deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.op_timeout_ms * 1000000u;
+				ctx_link(ch, ctx);
+				return 0;
+			}
+			if (r != -FI_EAGAIN) {
+				fab_errmsg(&of->base, "post to %s: %s", ch->base.peer,
+					   fi_strerror((int)-r));
+				return ofi_errno((int)r);
+			}
+			of->base.stats.eagain_retries++;
+		}
+		if (tw_now_ns() >= deadline_ns) {
+			fab_errmsg(&of->base, "queue to %s stayed full", ch->base.peer);
+			return -ETIMEDOUT;
+		}
+		ofi_stall(of);
+	}
+}

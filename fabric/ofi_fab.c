@@ -1,0 +1,313 @@
+/*
+ * fabric/ofi_fab.c — libfabric backend: provider names, hints, fi_getinfo read-back, fabric and
+ * domain, the EQ (MSG) or the shared endpoint (RDM), wait-object set-up, close.
+ *
+ * Hints follow docs/fabric.md and the 1.17 notes: caps MSG|RMA (+ the explicit directions),
+ * mode CONTEXT|RX_CQ_DATA, mr_mode LOCAL|VIRT_ADDR|ALLOCATED|PROV_KEY, no DELIVERY_COMPLETE in
+ * op_flags (filters out verbs), no progress requirement (shm refuses AUTO), no ordering (shm
+ * would leave its fast path and VIRT_ADDR). Whatever comes back is read and obeyed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "fabric/ofi_int.h"
+
+int ofi_errno(int rc)
+{
+	/* libfabric returns -errno for the classic codes and -FI_E* (256+) for its own. */
+	if (rc >= 0)
+		return rc;
+	if (rc == -FI_ETIMEDOUT)
+		return -ETIMEDOUT;
+	if (rc == -FI_ECONNREFUSED)
+		return -ECONNREFUSED;
+	return rc;
+}
+
+/* "tcp" → (tcp, MSG), "shm" → (shm, RDM), "tcp;ofi_rxm" → RDM. */
+static void parse_prov(const char *want, char *name, size_t len, enum fi_ep_type *type)
+{
+	snprintf(name, len, "%s", want);
+	if (strstr(want, ";ofi_rxm") || !strcmp(want, "shm"))
+		*type = FI_EP_RDM;
+	else
+		*type = FI_EP_MSG;
+}
+
+/* "tcp, sockets, shm, ..." — what fi_getinfo offers without a provider filter. */
+static void list_providers(char *out, size_t len)
+{
+	struct fi_info *all = NULL;
+	size_t used = 0;
+
+	out[0] = '\0';
+	if (fi_getinfo(OFI_VERSION, NULL, NULL, 0, NULL, &all) || !all) {
+		snprintf(out, len, "(none)");
+		return;
+	}
+	for (struct fi_info *i = all; i; i = i->next) {
+		const char *n = i->fabric_attr->prov_name;
+		bool seen = false;
+
+		for (struct fi_info *j = all; j != i; j = j->next)
+			if (!strcmp(j->fabric_attr->prov_name, n))
+				seen = true;
+		if (seen)
+			continue;
+		int w = snprintf(out + used, len - used, "%s%s", used ? ", " : "", n);
+		if (w < 0 || (size_t)w >= len - used)
+			break;
+		used += (size_t)w;
+	}
+	fi_freeinfo(all);
+}
+
+static struct fi_info *make_hints(const char *prov, enum fi_ep_type type)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	if (!h)
+		return NULL;
+	h->ep_attr->type = type;
+	h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND |
+		  FI_RECV;
+	h->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	h->domain_attr->threading = FI_THREAD_DOMAIN; /* one thread drives a fab (fabric.h) */
+	h->tx_attr->op_flags = 0;  /* not DELIVERY_COMPLETE: verbs would drop out */
+	h->tx_attr->msg_order = 0; /* shm: no ordering, keeps the fast path and VIRT_ADDR */
+	h->fabric_attr->prov_name = strdup(prov);
+	if (type == FI_EP_RDM)
+		h->domain_attr->av_type = FI_AV_TABLE;
+	return h;
+}
+
+static void read_back(struct ofi_fab *of)
+{
+	struct fi_info *i = of->info;
+	uint64_t mm = i->domain_attr->mr_mode;
+
+	of->virt_addr = !!(mm & (FI_MR_VIRT_ADDR | FI_MR_BASIC));
+	of->prov_key = !!(mm & (FI_MR_PROV_KEY | FI_MR_BASIC));
+	of->mr_local = !!(mm & FI_MR_LOCAL);
+	of->inject_size = i->tx_attr->inject_size;
+	of->tx_size = i->tx_attr->size ? i->tx_attr->size : 256;
+	of->rx_size = i->rx_attr->size ? i->rx_attr->size : 256;
+	of->rma_iov_limit = i->tx_attr->rma_iov_limit;
+	of->max_msg_size = i->ep_attr->max_msg_size ? i->ep_attr->max_msg_size : SIZE_MAX;
+	of->cq_data_size = i->domain_attr->cq_data_size;
+	of->mr_key_size = i->domain_attr->mr_key_size ? i->domain_attr->mr_key_size : 8;
+	of->addr_str = i->addr_format == FI_ADDR_STR;
+	of->is_verbs = strstr(i->fabric_attr->prov_name, "verbs") != NULL;
+	/* The strongest completion each provider offers in 1.17 (notes §1.4). */
+	of->write_flags = FI_COMPLETION | (of->is_verbs ? FI_TRANSMIT_COMPLETE : FI_DELIVERY_COMPLETE);
+	tw_log_debug("fabric %s: mr_mode=0x%llx inject=%zu tx=%zu rx=%zu rma_iov=%zu max_msg=%zu "
+		     "cq_data=%zu key=%zu mode=0x%llx",
+		     i->fabric_attr->prov_name, (unsigned long long)mm, of->inject_size, of->tx_size,
+		     of->rx_size, of->rma_iov_limit, of->max_msg_size, of->cq_data_size,
+		     of->mr_key_size, (unsigned long long)i->mode);
+}
+
+static void ofi_close(struct tw_fab *fab)
+{
+	struct ofi_fab *of = ofab(fab);
+
+	of->closing = true;
+	if (of->ep)
+		fi_close(&of->ep->fid);
+	if (of->cq)
+		cq_close(of, of->cq, of->cq_fd);
+	if (of->av)
+		fi_close(&of->av->fid);
+	if (of->pep)
+		fi_close(&of->pep->fid);
+	if (of->eq)
+		fi_close(&of->eq->fid);
+	if (of->rmr)
+		fi_close(&of->rmr->fid);
+	tw_fab_free(of->rbuf, of->rbuf_len);
+	free(of->rctx);
+	msg_free_slots(of);
+	for (size_t i = 0; i < of->nchunks; i++)
+		free(of->chunks[i]);
+	free(of->chunks);
+	if (of->domain)
+		fi_close(&of->domain->fid);
+	if (of->fabric)
+		fi_close(&of->fabric->fid);
+	if (of->info)
+		fi_freeinfo(of->info);
+	if (of->hints)
+		fi_freeinfo(of->hints);
+	if (of->epfd >= 0)
+		close(of->epfd);
+	if (of->evfd >= 0)
+		close(of->evfd);
+	free(of);
+}
+
+static int ofi_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+{
+	return fab->rdm ? rdm_listen(fab, addr_out, addr_len) : cm_listen(fab, addr_out, addr_len);
+}
+
+static int ofi_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+{
+	return fab->rdm ? rdm_connect(fab, addr, out) : cm_connect(fab, addr, out);
+}
+
+static void ofi_chan_down(struct tw_chan *ch, bool closing)
+{
+	if (ch->is_down)
+		return;
+	if (ch->fab->rdm)
+		rdm_chan_down((struct ofi_chan *)ch, closing);
+	else
+		cm_chan_down((struct ofi_chan *)ch, closing);
+}
+
+static void ofi_chan_free(struct tw_chan *ch)
+{
+	free(ch);
+}
+
+static const struct fab_ops ofi_ops = {
+	.name = "ofi",
+	.close = ofi_close,
+	.listen = ofi_listen,
+	.connect = ofi_connect,
+	.chan_down = ofi_chan_down,
+	.chan_free = ofi_chan_free,
+	.op_abandon = ofi_op_abandon,
+	.mr_reg = ofi_mr_reg,
+	.mr_close = ofi_mr_close,
+	.write = ofi_write,
+	.read = ofi_read,
+	.send = ofi_send,
+	.poll = ofi_poll,
+	.wait = ofi_wait,
+	.wakeup = ofi_wakeup,
+	.inject = NULL,
+};
+
+int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
+		 struct tw_fab **out)
+{
+	char name[64];
+	enum fi_ep_type type;
+	struct ofi_fab *of;
+	const char *node, *service;
+	uint64_t flags;
+	int rc;
+
+	parse_prov(prov, name, sizeof(name), &type);
+	of = calloc(1, sizeof(*of));
+	if (!of)
+		return -ENOMEM;
+	fab_init_common(&of->base, &ofi_ops, cfg, ev);
+	of->epfd = of->evfd = of->eq_fd = of->cq_fd = -1;
+	of->backoff_us = 1;
+	of->base.rdm = type == FI_EP_RDM;
+	of->hints = make_hints(name, type);
+	if (!of->hints) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	/* shm names itself (fi_shm://pid:uid:idx, unique per endpoint) when given no address. */
+	if (!strcmp(name, "shm")) {
+		node = NULL;
+		service = NULL;
+		flags = 0;
+	} else {
+		node = cfg->node ? cfg->node : "127.0.0.1"; /* never the first interface (notes §2.5) */
+		service = cfg->service && strcmp(cfg->service, "0") ? cfg->service : NULL;
+		flags = FI_SOURCE;
+	}
+	rc = fi_getinfo(OFI_VERSION, node, service, flags, of->hints, &of->info);
+	if (rc || !of->info) {
+		char avail[256];
+
+		list_providers(avail, sizeof(avail));
+		if (rc == -FI_ENODATA || !of->info) {
+			fab_open_errmsg("provider '%s' is not available here (with the required "
+					"capabilities); this machine offers: %s",
+					prov, avail);
+			rc = -TW_ENOPROV;
+		} else {
+			fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
+					fi_strerror(-rc), avail);
+			rc = ofi_errno(rc);
+		}
+		goto fail;
+	}
+	read_back(of);
+	if (cfg->max_msg_size + RDM_HDR_LEN > of->max_msg_size) {
+		fab_open_errmsg("max_msg_size %zu exceeds the provider's %zu", cfg->max_msg_size,
+				of->max_msg_size);
+		rc = -EINVAL;
+		goto fail;
+	}
+	rc = fi_fabric(of->info->fabric_attr, &of->fabric, NULL);
+	if (rc) {
+		fab_open_errmsg("fi_fabric: %s", fi_strerror(-rc));
+		goto fail_rc;
+	}
+	rc = fi_domain(of->fabric, of->info, &of->domain, NULL);
+	if (rc) {
+		fab_open_errmsg("fi_domain: %s", fi_strerror(-rc));
+		goto fail_rc;
+	}
+	of->epfd = epoll_create1(EPOLL_CLOEXEC);
+	of->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (of->epfd < 0 || of->evfd < 0) {
+		rc = -errno;
+		fab_open_errmsg("epoll/eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL};
+	epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->evfd, &ee);
+	rc = msg_alloc_slots(of);
+	if (rc < 0) {
+		fab_open_errmsg("send buffers: %s", tw_strerror(rc));
+		goto fail;
+	}
+	if (of->base.rdm) {
+		rc = rdm_open_ep(of);
+		if (rc < 0)
+			goto fail;
+	} else {
+		struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
+
+		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+		if (rc) {
+			ea.wait_obj = FI_WAIT_NONE;
+			rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+		}
+		if (rc) {
+			fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
+			goto fail_rc;
+		}
+		if (ea.wait_obj == FI_WAIT_FD &&
+		    fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 && of->eq_fd >= 0) {
+			struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
+			epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
+		} else {
+			of->eq_fd = -1;
+			of->nofd++;
+		}
+	}
+	tw_log_debug("fabric %s: opened (%s, %s)", prov, of->base.rdm ? "RDM" : "MSG",
+		     of->nofd ? "polling with backoff" : "wait fds");
+	*out = &of->base;
+	return 0;
+fail_rc:
+	rc = ofi_errno(rc);
+fail:
+	ofi_close(&of->base);
+	return rc;
+}

@@ -1,0 +1,196 @@
+/*
+ * fabric/ofi_int.h — the libfabric backend's objects. Files by object, like libfabric's tcp
+ * provider: ofi_fab.c (provider choice, hints, fabric/domain, close), ofi_cm.c (FI_EP_MSG
+ * connect/accept, EQ), ofi_rdm.c (FI_EP_RDM: AV, hello/bye, channel header), ofi_mr.c,
+ * ofi_rma.c (write/read), ofi_msg.c (send ring, receive buffers), ofi_cq.c (contexts, CQ
+ * dispatch, progress and wait objects).
+ *
+ * Operation contexts: libfabric gets a struct ofi_ctx, never the caller's tw_op, as op_context.
+ * A channel that is lost or closed completes its caller ops at once (exactly once), and the
+ * caller may reuse them; the ctx outlives them until the provider is done with it: on MSG until
+ * the endpoint and its CQ are closed, on RDM (shared endpoint) until its completion arrives
+ * ("orphan" ctxs, ch == NULL). ctxs come from a per-fab pool freed only at tw_fab_close.
+ */
+#ifndef TW_FABRIC_OFI_INT_H
+#define TW_FABRIC_OFI_INT_H
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric/fab_int.h"
+
+#define OFI_VERSION FI_VERSION(1, 17)
+
+enum ctx_kind { CTX_WRITE, CTX_READ, CTX_SEND, CTX_RECV };
+
+struct ofi_chan;
+
+struct ofi_ctx {
+	struct fi_context2 fctx; /* first: the provider's scratch space (FI_CONTEXT mode) */
+	enum ctx_kind kind;
+	struct ofi_chan *ch;     /* NULL: orphan (its channel is gone) */
+	struct tw_op *op;        /* write/read: NULL once the generic layer completed it */
+	size_t len;
+	uint64_t deadline_ns;
+	void *buf;               /* send slot / receive buffer */
+	bool bye;                /* RDM goodbye: av_remove(bye_addr) when it completes */
+	fi_addr_t bye_addr;
+	struct ofi_ctx *next, *prev; /* channel's posted list, or a free list */
+};
+
+/* RDM channel header in front of every message on a shared endpoint (little-endian). */
+#define RDM_HDR_LEN 16
+#define RDM_MAGIC 0x54574600u /* "TWF\0" | type */
+enum rdm_type { RDM_HELLO = 1, RDM_ACK = 2, RDM_DATA = 3, RDM_BYE = 4 };
+
+struct ofi_fab {
+	struct tw_fab base;
+	struct fi_info *hints;  /* kept for connect-time fi_getinfo */
+	struct fi_info *info;   /* what fi_getinfo returned for us (passive/RDM source) */
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	/* MSG */
+	struct fid_eq *eq;
+	struct fid_pep *pep;
+	/* RDM */
+	struct fid_ep *ep;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	int cq_fd;
+	char name[TW_ADDR_MAX]; /* our RDM address as a string */
+	bool listening;
+	/* provider facts, read back from fi_getinfo */
+	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
+	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
+	uint64_t write_flags;   /* FI_COMPLETION | DELIVERY or TRANSMIT complete */
+	unsigned tx_max;        /* RDM: posts in flight on the shared endpoint */
+	unsigned tx_inflight;
+	/* send ring: slot i = sctx[i], buffer sbuf + i * slot_size, one registration */
+	void *sbuf;
+	size_t slot_size, sbuf_len;
+	unsigned nslots;
+	struct fid_mr *smr;
+	void *sdesc;
+	struct ofi_ctx *sctx, *sfree;
+	/* RDM receive buffers (MSG ones belong to each channel) */
+	void *rbuf;
+	size_t rbuf_len;
+	unsigned nrx;
+	struct fid_mr *rmr;
+	void *rdesc;
+	struct ofi_ctx *rctx;
+	/* write/read ctx pool */
+	struct ofi_ctx *cfree;
+	void **chunks;
+	size_t nchunks;
+	/* waiting: epoll over the EQ/CQ wait fds + an eventfd for tw_fab_wakeup */
+	int epfd, evfd, eq_fd;
+	unsigned nofd;          /* waitable objects without a wait fd: poll with backoff instead */
+	unsigned backoff_us;
+	bool closing;
+};
+
+struct ofi_chan {
+	struct tw_chan base;
+	int fail_err;           /* handshake failure */
+	struct ofi_ctx *posted; /* write/read/send ctxs in flight, oldest first */
+	struct ofi_ctx *posted_tail;
+	unsigned tx_inflight, tx_max;
+	/* MSG */
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	int cq_fd;
+	void *rbuf;
+	size_t rbuf_len;
+	unsigned nrx;
+	struct fid_mr *rmr;
+	void *rdesc;
+	struct ofi_ctx *rctx;
+	/* RDM */
+	fi_addr_t addr;
+	bool have_addr;
+	uint32_t peer_id;
+};
+
+struct ofi_mr {
+	struct tw_mr base;
+	struct fid_mr *mr;
+	void *desc;
+};
+
+static inline struct ofi_fab *ofab(struct tw_fab *f)
+{
+	return (struct ofi_fab *)f;
+}
+
+/* ofi_fab.c */
+int ofi_errno(int fi_rc); /* libfabric return → our negative code */
+
+/* ofi_cm.c (MSG) */
+int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
+int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+int cm_poll_eq(struct ofi_fab *of);
+void cm_chan_down(struct ofi_chan *ch, bool closing);
+int cm_check_handshakes(struct ofi_fab *of);
+int sockaddr_to_str(const void *sa, char *out, size_t len);
+
+/* ofi_rdm.c */
+int rdm_open_ep(struct ofi_fab *of);
+int rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
+int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+void rdm_chan_down(struct ofi_chan *ch, bool closing);
+void rdm_on_recv(struct ofi_fab *of, const unsigned char *buf, size_t len);
+void rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len);
+
+/* ofi_mr.c */
+uint64_t mr_access_flags(unsigned access);
+int mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
+		    void **desc_out);
+int ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
+void ofi_mr_close(struct tw_mr *mr);
+
+/* ofi_rma.c */
+int ofi_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len, struct tw_mr *src_mr,
+	      uint64_t raddr, uint64_t key);
+int ofi_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+	     uint64_t raddr, uint64_t key);
+
+/* ofi_msg.c */
+int msg_alloc_slots(struct ofi_fab *of);
+void msg_free_slots(struct ofi_fab *of);
+int msg_alloc_rx(struct ofi_fab *of, void **buf, size_t *buf_len, unsigned n, struct fid_mr **mr,
+		 void **desc, struct ofi_ctx **ctxs, struct ofi_chan *ch);
+int msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx);
+/* Send `len` bytes already placed in the slot of `ctx` (taken with msg_get_slot). */
+int msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
+		  uint64_t deadline_ns);
+struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t deadline_ns, int *err);
+void msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx);
+int ofi_send(struct tw_chan *ch, const void *msg, size_t len);
+
+/* ofi_cq.c */
+struct ofi_ctx *ctx_get(struct ofi_fab *of);
+void ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
+void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx);
+void ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
+/* Release what a posted ctx holds (slot, pool) once the provider is done with it. */
+void ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
+int cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, void *context);
+void cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
+int ofi_poll(struct tw_fab *fab);
+int ofi_wait(struct tw_fab *fab, int timeout_ms);
+void ofi_wakeup(struct tw_fab *fab);
+/* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. */
+typedef ssize_t (*post_fn)(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, void *arg);
+int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
+	    uint64_t deadline_ns);
+/* Progress a little while waiting inside an operation (connect, full queue). */
+void ofi_stall(struct ofi_fab *of);
+void ofi_op_abandon(struct tw_op *op);
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * fabric/ofi_rdm.c — FI_EP_RDM (shm, tcp;ofi_rxm, verbs;ofi_rxm): one endpoint + AV per fab,
+ * channels are (fi_addr, peer channel id) pairs.
+ *
+ * Addresses: the listen address is fi_getname of the endpoint — shm's unique
+ * "fi_shm://pid:uid:idx" string (fi_getinfo(NULL, NULL, 0)), or "ip:port" for sockaddr formats.
+ * Handshake: connect = av_insert(peer) + HELLO{our channel id, our address}; the listener
+ * av_inserts us, creates a channel, calls on_accept and answers ACK{its channel id}; connect
+ * waits for the ACK up to connect_timeout_ms.
+ * Demultiplexing: every message carries a 16-byte header (magic|type, receiver's channel id,
+ * sender's channel id, payload length); ids are never reused within a fab, so messages for a
+ * closed channel are dropped. (Chosen over FI_SOURCE/fi_cq_readfrom: no extra caps needed, and
+ * it also tells two channels to the same peer apart.)
+ * Close: BYE to the peer (best effort), av_remove once it completed; in-flight operations of
+ * the channel become orphans (their caller ops were completed with an error).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric/ofi_int.h"
+
+void rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len)
+{
+	tw_store_le32(p, RDM_MAGIC | (uint32_t)type);
+	tw_store_le32(p + 4, dst);
+	tw_store_le32(p + 8, src);
+	tw_store_le32(p + 12, len);
+}
+
+/* Our endpoint name as a string. */
+static int own_name(struct ofi_fab *of)
+{
+	char raw[TW_ADDR_MAX];
+	size_t len = sizeof(raw);
+	int rc = fi_getname(&of->ep->fid, raw, &len);
+
+	if (rc) {
+		fab_open_errmsg("fi_getname: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	if (of->addr_str) {
+		raw[TW_MIN(len, sizeof(raw) - 1)] = '\0';
+		snprintf(of->name, sizeof(of->name), "%s", raw);
+	} else {
+		sockaddr_to_str(raw, of->name, sizeof(of->name));
+	}
+	return 0;
+}
+
+int rdm_open_ep(struct ofi_fab *of)
+{
+	struct fi_av_attr aa = {.type = FI_AV_TABLE, .count = 64};
+	int rc;
+
+	of->tx_max = (unsigned)TW_MIN(of->tx_size, (size_t)of->base.cfg.tx_depth * 4);
+	rc = fi_av_open(of->domain, &aa, &of->av, NULL);
+	if (rc) {
+		aa.type = FI_AV_MAP;
+		rc = fi_av_open(of->domain, &aa, &of->av, NULL);
+	}
+	if (rc) {
+		fab_open_errmsg("fi_av_open: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	rc = cq_open(of, of->tx_size + of->rx_size, &of->cq, &of->cq_fd, of);
+	if (rc < 0) {
+		fab_open_errmsg("%s", of->base.errmsg);
+		return rc;
+	}
+	rc = fi_endpoint(of->domain, of->info, &of->ep, NULL);
+	if (rc) {
+		of->ep = NULL;
+		fab_open_errmsg("fi_endpoint: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	rc = fi_ep_bind(of->ep, &of->av->fid, 0);
+	if (!rc) /* shm wants both directions bound (fi_shm.7) */
+		rc = fi_ep_bind(of->ep, &of->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!rc)
+		rc = fi_enable(of->ep);
+	if (rc) {
+		fab_open_errmsg("endpoint bind/enable: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	of->nrx = (unsigned)TW_MIN(of->rx_size, (size_t)TW_MAX(of->base.cfg.rx_depth * 2, 16u));
+	rc = msg_alloc_rx(of, &of->rbuf, &of->rbuf_len, of->nrx, &of->rmr, &of->rdesc, &of->rctx, NULL);
+	if (rc < 0) {
+		fab_open_errmsg("receive buffers: %s", tw_strerror(rc));
+		return rc;
+	}
+	for (unsigned i = 0; i < of->nrx; i++)
+		if ((rc = msg_post_recv(of, &of->rctx[i])) < 0) {
+			fab_open_errmsg("fi_recv: %s", tw_strerror(rc));
+			return rc;
+		}
+	return own_name(of);
+}
+
+int rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+{
+	struct ofi_fab *of = ofab(fab);
+
+	of->listening = true;
+	if ((size_t)snprintf(addr_out, addr_len, "%s", of->name) >= addr_len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Put a peer address string into the AV. */
+static int av_add(struct ofi_fab *of, const char *addr, fi_addr_t *out)
+{
+	int rc;
+
+	if (of->addr_str) {
+		rc = fi_av_insert(of->av, addr, 1, out, 0, NULL);
+	} else {
+		/* "ip:port" → sockaddr_in (rxm over tcp/verbs with FI_SOCKADDR_IN). */
+		char ip[64];
+		const char *colon = strrchr(addr, ':');
+		struct sockaddr_in sin = {.sin_family = AF_INET};
+
+		if (!colon || (size_t)(colon - addr) >= sizeof(ip))
+			return -EINVAL;
+		memcpy(ip, addr, (size_t)(colon - addr));
+		ip[colon - addr] = '\0';
+		if (inet_pton(AF_INET, ip, &sin.sin_addr) != 1)
+			return -EINVAL;
+		sin.sin_port = htons((uint16_t)atoi(colon + 1));
+		rc = fi_av_insert(of->av, &sin, 1, out, 0, NULL);
+	}
+	if (rc != 1) {
+		fab_errmsg(&of->base, "fi_av_insert(%s): %s", addr, rc < 0 ? fi_strerror(-rc) : "failed");
+		return rc < 0 ? ofi_errno(rc) : -EINVAL;
+	}
+	return 0;
+}
+
+static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan_state st)
+{
+	struct ofi_chan *ch = calloc(1, sizeof(*ch));
+
+	if (!ch)
+		return NULL;
+	ch->cq_fd = -1;
+	ch->tx_max = of->base.cfg.tx_depth;
+	chan_init(&of->base, &ch->base, peer);
+	ch->base.state = st;
+	ch->base.hs_deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	return ch;
+}
+
+/* A control message of our own (HELLO/ACK/BYE). */
+static int send_ctl(struct ofi_fab *of, struct ofi_chan *ch, enum rdm_type type, const void *payload,
+		    size_t plen, bool bye)
+{
+	uint64_t deadline = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	struct ofi_ctx *ctx;
+	int rc;
+
+	if (bye) /* never stall a close for long */
+		deadline = tw_now_ns() + 100000000u;
+	ctx = msg_get_slot(of, bye ? NULL : ch, deadline, &rc);
+	if (!ctx)
+		return rc;
+	rdm_put_hdr(ctx->buf, type, ch->peer_id, ch->base.id, (uint32_t)plen);
+	if (plen)
+		memcpy((char *)ctx->buf + RDM_HDR_LEN, payload, plen);
+	ctx->bye = bye;
+	ctx->bye_addr = ch->addr;
+	rc = msg_post_send(of, ch, ctx, RDM_HDR_LEN + plen, deadline);
+	if (rc < 0)
+		msg_put_slot(of, ctx);
+	return rc;
+}
+
+static void discard(struct ofi_chan *ch)
+{
+	ch->base.closed = true;
+	rdm_chan_down(ch, false);
+	ch->base.is_down = true;
+	ch->base.fab->need_sweep = true;
+}
+
+int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+{
+	struct ofi_fab *of = ofab(fab);
+	struct ofi_chan *ch;
+	int rc;
+
+	ch = new_chan(of, addr, CHAN_CONNECTING);
+	if (!ch)
+		return -ENOMEM;
+	rc = av_add(of, addr, &ch->addr);
+	if (rc < 0) {
+		discard(ch);
+		return rc == -EINVAL ? -EINVAL : -ECONNREFUSED;
+	}
+	ch->have_addr = true;
+	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
+	 * post_tx retries until the handshake deadline. */
+	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
+	while (!rc && ch->base.state == CHAN_CONNECTING) {
+		if (tw_now_ns() >= ch->base.hs_deadline_ns) {
+			fab_errmsg(fab, "connect to %s: no answer within %u ms", addr,
+				   fab->cfg.connect_timeout_ms);
+			rc = -ETIMEDOUT;
+			break;
+		}
+		ofi_stall(of);
+	}
+	if (!rc && ch->base.state != CHAN_UP)
+		rc = ch->base.lost_err ? ch->base.lost_err : -ECONNREFUSED;
+	if (rc) {
+		if (rc == -ETIMEDOUT && !fab->errmsg[0])
+			fab_errmsg(fab, "connect to %s timed out", addr);
+		if (!ch->base.closed)
+			discard(ch);
+		return rc;
+	}
+	*out = &ch->base;
+	return 0;
+}
+
+void rdm_chan_down(struct ofi_chan *ch, bool closing)
+{
+	struct ofi_fab *of = ofab(ch->base.fab);
+	bool bye_sent = false;
+
+	/* In-flight contexts stay with the provider: orphan them. */
+	while (ch->posted) {
+		struct ofi_ctx *ctx = ch->posted;
+
+		ctx_unlink(ch, ctx);
+		ctx->ch = NULL;
+		ctx->next = ctx->prev = NULL;
+	}
+	if (closing && ch->have_addr && ch->base.state == CHAN_UP && !ch->base.lost && !of->closing) {
+		/* post_tx refuses closed channels: send with a temporary "open" view. */
+		bool closed = ch->base.closed;
+		ch->base.closed = false;
+		bye_sent = send_ctl(of, ch, RDM_BYE, NULL, 0, true) == 0;
+		ch->base.closed = closed;
+		/* The BYE ctx is linked to ch: orphan it too; its completion av_removes. */
+		while (ch->posted) {
+			struct ofi_ctx *ctx = ch->posted;
+			ctx_unlink(ch, ctx);
+			ctx->ch = NULL;
+		}
+	}
+	if (ch->have_addr && !bye_sent && !of->closing)
+		fi_av_remove(of->av, &ch->addr, 1, 0);
+	ch->have_addr = false;
+}
+
+void rdm_on_recv(struct ofi_fab *of, const unsigned char *buf, size_t len)
+{
+	struct tw_fab *fab = &of->base;
+	uint32_t mt, dst, src, plen;
+	struct tw_chan *c;
+	struct ofi_chan *ch;
+
+	if (len < RDM_HDR_LEN)
+		return;
+	mt = tw_load_le32(buf);
+	dst = tw_load_le32(buf + 4);
+	src = tw_load_le32(buf + 8);
+	plen = tw_load_le32(buf + 12);
+	if ((mt & 0xffffff00u) != RDM_MAGIC || plen != len - RDM_HDR_LEN)
+		return;
+	buf += RDM_HDR_LEN;
+	switch (mt & 0xff) {
+	case RDM_HELLO: {
+		char name[TW_ADDR_MAX];
+
+		if (!of->listening || plen == 0 || plen > sizeof(name) || buf[plen - 1] != '\0')
+			return;
+		memcpy(name, buf, plen);
+		ch = new_chan(of, name, CHAN_ACCEPTING);
+		if (!ch)
+			return;
+		ch->peer_id = src;
+		if (av_add(of, name, &ch->addr) < 0) {
+			discard(ch);
+			return;
+		}
+		ch->have_addr = true;
+		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
+		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {
+			discard(ch);
+			return;
+		}
+		ch->base.state = CHAN_ACCEPTING;
+		chan_announce(&ch->base);
+		return;
+	}
+	case RDM_ACK:
+		c = fab_find_chan(fab, dst);
+		if (c && c->state == CHAN_CONNECTING) {
+			((struct ofi_chan *)c)->peer_id = src;
+			c->state = CHAN_UP;
+		}
+		return;
+	case RDM_DATA:
+		c = fab_find_chan(fab, dst);
+		ch = (struct ofi_chan *)c;
+		if (!c || c->state != CHAN_UP || c->lost || ch->peer_id != src)
+			return;
+		fab->stats.recvs++;
+		fab->stats.recv_bytes += plen;
+		if (fab->ev.on_recv)
+			fab->ev.on_recv(fab->ev.arg, c, buf, plen);
+		return;
+	case RDM_BYE:
+		c = fab_find_chan(fab, dst);
+		ch = (struct ofi_chan *)c;
+		if (!c || ch->peer_id != src)
+			return;
+		fab_errmsg(fab, "peer %s closed the channel", c->peer);
+		chan_set_lost(c, -TW_EPEERLOST);
+		return;
+	default:
+		return;
+	}
+}
