@@ -1,0 +1,265 @@
+/*
+ * tests/fuzz/fuzz_scan.c — libFuzzer target for tw_scan(), and the check function that the
+ * corpus replay test (tests/unit/test_fuzz_replay_scan.c) runs on every checked-in input.
+ *
+ * The input is a replica buffer. fuzz_scan_check() scans it and cross-checks:
+ *   - tw_scan() (SSE4.2 walk here), the generic walk, and a slow reference written here
+ *     straight from Algorithm 1 with the table CRC agree on every result field;
+ *   - valid_len <= len, stop_offset in [valid_len, len], the prefix ends with the checksum
+ *     entry it reports;
+ *   - iterating the prefix with tw_entry_next() yields exactly `entries` entries whose payloads
+ *     match their CRCs;
+ *   - scanning the prefix alone (an exact-size copy) gives the same result and stops at "end";
+ *   - a writer resumed at the prefix appends and seals a write that the scan then accepts.
+ *
+ * Built with -DTW_FUZZ_NO_ENTRY the file only provides fuzz_scan_check().
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+
+/* Returns NULL when every invariant holds, else a description (static storage). */
+const char *fuzz_scan_check(const uint8_t *data, size_t size);
+void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+
+static char msg[256];
+
+#define FAIL(...)                                          \
+	do {                                               \
+		snprintf(msg, sizeof(msg), __VA_ARGS__);   \
+		return msg;                                \
+	} while (0)
+
+/* Algorithm 1 plus payload CRCs, written for clarity, not speed; independent of scan.c. */
+static void reference_scan(const uint8_t *b, size_t len, struct tw_scan_result *r)
+{
+	size_t pos = 0;
+	uint32_t chain = 0;
+	uint64_t n = 0;
+	int since_cksum = 0;
+
+	memset(r, 0, sizeof(*r));
+	for (;;) {
+		r->stop_offset = pos;
+		if (pos == len) {
+			r->stop = TW_SCAN_END;
+			return;
+		}
+		if (b[pos] == TW_ENTRY_INVALID) {
+			r->stop = TW_SCAN_ZERO;
+			return;
+		}
+		if (b[pos] == TW_ENTRY_DATA) {
+			uint32_t plen;
+
+			if (len - pos < TW_ENTRY_HDR_SIZE) {
+				r->stop = TW_SCAN_BAD_LENGTH;
+				return;
+			}
+			if (b[pos + 1] || b[pos + 2] || b[pos + 3]) {
+				r->stop = TW_SCAN_BAD_HEADER;
+				return;
+			}
+			plen = tw_load_le32(b + pos + 4);
+			if ((uint64_t)plen + TW_ENTRY_HDR_SIZE > (uint64_t)(len - pos)) {
+				r->stop = TW_SCAN_BAD_LENGTH;
+				return;
+			}
+			chain = tw_crc32c_portable(chain, b + pos, TW_ENTRY_HDR_SIZE);
+			if (tw_crc32c_portable(0, b + pos + TW_ENTRY_HDR_SIZE, plen) !=
+			    tw_load_le32(b + pos + 8)) {
+				r->stop = TW_SCAN_PAYLOAD_MISMATCH;
+				return;
+			}
+			pos += TW_ENTRY_HDR_SIZE + plen;
+			n++;
+			since_cksum++;
+		} else if (b[pos] == TW_ENTRY_CHECKSUM) {
+			if (len - pos < TW_CKSUM_ENTRY_SIZE) {
+				r->stop = TW_SCAN_BAD_LENGTH;
+				return;
+			}
+			if (b[pos + 1] || b[pos + 2] || b[pos + 3] || since_cksum == 0) {
+				r->stop = TW_SCAN_BAD_HEADER;
+				return;
+			}
+			if (tw_load_le32(b + pos + 4) != (chain ? chain : 1)) {
+				r->stop = TW_SCAN_CHAIN_MISMATCH;
+				return;
+			}
+			pos += TW_CKSUM_ENTRY_SIZE;
+			since_cksum = 0;
+			r->valid_len = pos;
+			r->entries = n;
+			r->chain = chain;
+			r->last_checksum = chain ? chain : 1;
+		} else {
+			r->stop = TW_SCAN_BAD_HEADER;
+			return;
+		}
+	}
+}
+
+static const char *compare(const char *what, const struct tw_scan_result *a,
+			   const struct tw_scan_result *b)
+{
+	if (a->valid_len != b->valid_len || a->entries != b->entries ||
+	    a->last_checksum != b->last_checksum || a->chain != b->chain || a->stop != b->stop ||
+	    a->stop_offset != b->stop_offset)
+		FAIL("%s differs: valid_len %zu/%zu entries %llu/%llu last %08x/%08x chain %08x/%08x "
+		     "stop %s/%s at %zu/%zu",
+		     what, a->valid_len, b->valid_len, (unsigned long long)a->entries,
+		     (unsigned long long)b->entries, a->last_checksum, b->last_checksum, a->chain,
+		     b->chain, tw_scan_stop_str(a->stop), tw_scan_stop_str(b->stop), a->stop_offset,
+		     b->stop_offset);
+	return NULL;
+}
+
+static const char *check_prefix(const uint8_t *data, const struct tw_scan_result *r)
+{
+	struct tw_entry_iter it = { .buf = data, .len = r->valid_len, .pos = 0 };
+	struct tw_scan_result again;
+	uint64_t count = 0;
+	const void *pl;
+	uint32_t plen;
+	size_t off;
+	uint8_t *copy;
+	const char *err;
+	int rc;
+
+	if (r->valid_len > 0) {
+		const uint8_t *c = data + r->valid_len - TW_CKSUM_ENTRY_SIZE;
+
+		if (c[0] != TW_ENTRY_CHECKSUM || tw_load_le32(c + 4) != r->last_checksum ||
+		    r->last_checksum == 0 || r->entries == 0)
+			FAIL("prefix does not end with its checksum entry");
+	} else if (r->entries || r->last_checksum || r->chain) {
+		FAIL("empty prefix with entries/checksum/chain set");
+	}
+
+	while ((rc = tw_entry_next(&it, &pl, &plen, &off)) == 1) {
+		const uint8_t *h = data + off;
+
+		if ((const uint8_t *)pl != h + TW_ENTRY_HDR_SIZE ||
+		    off + TW_ENTRY_HDR_SIZE + plen > r->valid_len)
+			FAIL("entry %llu out of the prefix", (unsigned long long)count);
+		if (tw_crc32c(0, pl, plen) != tw_load_le32(h + 8))
+			FAIL("entry %llu payload CRC differs inside the prefix",
+			     (unsigned long long)count);
+		count++;
+	}
+	if (rc != 0)
+		FAIL("tw_entry_next returned %d inside the valid prefix", rc);
+	if (count != r->entries)
+		FAIL("iterated %llu entries, scan said %llu", (unsigned long long)count,
+		     (unsigned long long)r->entries);
+
+	/* The prefix alone, in an exact-size allocation (ASan catches any overread). */
+	copy = malloc(r->valid_len ? r->valid_len : 1);
+	if (!copy)
+		FAIL("malloc");
+	if (r->valid_len)
+		memcpy(copy, data, r->valid_len);
+	tw_scan(copy, r->valid_len, &again);
+	free(copy);
+	if (again.stop != TW_SCAN_END || again.stop_offset != r->valid_len)
+		FAIL("prefix alone stopped with %s at %zu", tw_scan_stop_str(again.stop),
+		     again.stop_offset);
+	again.stop = r->stop;
+	again.stop_offset = r->stop_offset;
+	err = compare("rescan of the prefix", &again, r);
+	return err;
+}
+
+/* Resume a writer at the prefix, append a few entries made from the input, seal, rescan. */
+static const char *check_resume(const uint8_t *data, size_t size, const struct tw_scan_result *r)
+{
+	struct tw_log_writer w;
+	struct tw_scan_result after;
+	size_t k = 1 + size % 3, need = TW_CKSUM_ENTRY_SIZE, cap, off, wlen;
+	size_t tail = (size & 1) ? 0 : 16; /* zero tail (stop "zero") or exact fit ("end") */
+	uint8_t *buf;
+	const char *err = NULL;
+
+	for (size_t i = 0; i < k; i++)
+		need += TW_ENTRY_HDR_SIZE + (i * 7 + size) % 41;
+	cap = r->valid_len + need + tail;
+	buf = calloc(1, cap);
+	if (!buf)
+		FAIL("calloc");
+	if (r->valid_len)
+		memcpy(buf, data, r->valid_len);
+	tw_log_writer_resume(&w, buf, cap, r->valid_len, r->chain, r->last_checksum, r->entries);
+	for (size_t i = 0; i < k && !err; i++) {
+		uint32_t plen = (uint32_t)((i * 7 + size) % 41);
+		size_t avail = size < plen ? size : plen;
+		uint8_t payload[41];
+
+		memset(payload, (int)i, sizeof(payload));
+		if (avail)
+			memcpy(payload, data, avail);
+		if (!tw_log_writer_fits(&w, plen) || tw_log_writer_append(&w, payload, plen, &off))
+			err = "resumed writer refused an entry that fits";
+	}
+	if (!err && (tw_log_writer_seal(&w, &off, &wlen) || off != r->valid_len ||
+		     off + wlen != w.pos || w.pos != cap - tail))
+		err = "seal reported a wrong range";
+	if (!err && tw_log_writer_fits(&w, 0)) /* tail < header + checksum entry */
+		err = "fits() wrong at the end of the buffer";
+	if (!err) {
+		tw_scan(buf, cap, &after);
+		if (after.valid_len != w.pos || after.entries != r->entries + k ||
+		    after.last_checksum != w.last_checksum || after.chain != w.chain ||
+		    after.stop != (tail ? TW_SCAN_ZERO : TW_SCAN_END)) {
+			snprintf(msg, sizeof(msg),
+				 "after resume+append: valid_len %zu (want %zu) entries %llu (want "
+				 "%llu) stop %s",
+				 after.valid_len, w.pos, (unsigned long long)after.entries,
+				 (unsigned long long)(r->entries + k), tw_scan_stop_str(after.stop));
+			err = msg;
+		}
+	}
+	free(buf);
+	return err;
+}
+
+const char *fuzz_scan_check(const uint8_t *data, size_t size)
+{
+	struct tw_scan_result r, g, ref;
+	const char *err;
+
+	tw_scan(data, size, &r);
+	if (r.valid_len > size || r.stop_offset > size || r.stop_offset < r.valid_len)
+		FAIL("offsets out of range: valid_len %zu stop_offset %zu len %zu", r.valid_len,
+		     r.stop_offset, size);
+	if (r.stop == TW_SCAN_END && r.stop_offset != size)
+		FAIL("stop end but stop_offset %zu != %zu", r.stop_offset, size);
+	tw__scan_generic(data, size, &g);
+	if ((err = compare("generic walk", &g, &r)))
+		return err;
+	reference_scan(data, size, &ref);
+	if ((err = compare("reference scan", &ref, &r)))
+		return err;
+	if ((err = check_prefix(data, &r)))
+		return err;
+	return check_resume(data, size, &r);
+}
+
+#ifndef TW_FUZZ_NO_ENTRY
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *err = fuzz_scan_check(data, size);
+
+	if (err) {
+		fprintf(stderr, "fuzz_scan: %s\n", err);
+		abort();
+	}
+	return 0;
+}
+#endif
