@@ -141,7 +141,7 @@ out:
 
 /* ------------------------------------------------------------------ writes and acks */
 
-static void op_done(struct tw_op *op, int status)
+void primary_op_done(struct tw_op *op, int status)
 {
 	struct pop *po = (struct pop *)op;
 	struct pslot *s = po->slot;
@@ -207,7 +207,7 @@ static int seal_post(struct tw_primary *p)
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		memset(&po->op, 0, sizeof(po->op));
-		po->op.cb = op_done;
+		po->op.cb = p->test_op_cb ? p->test_op_cb : primary_op_done;
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
@@ -225,27 +225,40 @@ static int seal_post(struct tw_primary *p)
 	return 0;
 }
 
+static void ack_one(struct tw_primary *p, const struct prec *r, int status)
+{
+	if (!status)
+		__atomic_store_n(&p->acked_lsn, r->lsn + TW_ENTRY_HDR_SIZE + r->len, __ATOMIC_RELEASE);
+	if (status)
+		PSTAT_ADD(p, failed, 1);
+	else
+		PSTAT_ADD(p, acked, 1);
+	if (r->cb)
+		r->cb(r->arg, status, r->lsn);
+}
+
+/* Run the callbacks of records [rec_tail, end) in order. */
 static void complete_recs(struct tw_primary *p, uint64_t end, int status)
 {
-	uint64_t i, n = 0;
+	if (!p->threaded) {
+		/* Advance before each callback: a callback may append, which may drive and reap
+		 * (nested) again; the nested call continues where this one is. */
+		while (p->rec_tail < end) {
+			struct prec r = p->recs[p->rec_tail & p->rec_mask];
 
-	for (i = p->rec_tail; i < end; i++) {
-		struct prec *r = &p->recs[i & p->rec_mask];
-
-		if (!status)
-			__atomic_store_n(&p->acked_lsn, r->lsn + TW_ENTRY_HDR_SIZE + r->len, __ATOMIC_RELEASE);
-		if (r->cb)
-			r->cb(r->arg, status, r->lsn);
-		n++;
+			p->rec_tail++;
+			ack_one(p, &r, status);
+		}
+		return;
 	}
-	if (status)
-		PSTAT_ADD(p, failed, n);
-	else
-		PSTAT_ADD(p, acked, n);
-	primary_lock(p);
+	/* Async mode: callbacks run on the progress thread only (app threads never reap), so the
+	 * records stay ours until rec_tail moves, under the lock. */
+	for (uint64_t i = p->rec_tail; i < end; i++)
+		ack_one(p, &p->recs[i & p->rec_mask], status);
+	pthread_mutex_lock(&p->lock);
 	p->rec_tail = end;
 	wake_apps(p);
-	primary_unlock(p);
+	pthread_mutex_unlock(&p->lock);
 }
 
 /* Acknowledge finished writes in log order and run their callbacks. Driver thread, lock not
@@ -254,9 +267,6 @@ static int reap(struct tw_primary *p)
 {
 	uint64_t before = p->rec_tail;
 
-	if (p->in_reap)
-		return 0;
-	p->in_reap = true;
 	while (p->slot_tail < p->slot_head) {
 		struct pslot *s = &p->slots[p->slot_tail % p->nslots];
 		int st;
@@ -286,8 +296,18 @@ static int reap(struct tw_primary *p)
 			complete_recs(p, end, err);
 		}
 	}
-	p->in_reap = false;
 	return (int)(p->rec_tail - before);
+}
+
+/* Whether waiting entries can be sealed now (lock taken in async mode). */
+static bool can_seal(struct tw_primary *p)
+{
+	bool yes;
+
+	primary_lock(p);
+	yes = pending_entries(p) && slot_free(p) && !p->err && !p->need_roll;
+	primary_unlock(p);
+	return yes;
 }
 
 /* One round of driver work: seal+post if possible, poll the fabric (blocking up to
@@ -296,23 +316,32 @@ static int drive(struct tw_primary *p, int timeout_ms)
 {
 	int rc;
 
-	if (pending_entries(p) && slot_free(p) && !p->err && !p->need_roll)
+	if (can_seal(p))
 		seal_post(p);
 	rc = tw_fab_progress(p->fab, timeout_ms);
 	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
 			     tw_fab_errmsg(p->fab));
 	}
-	if (pending_entries(p) && slot_free(p) && !p->err && !p->need_roll)
+	rc = reap(p);
+	if (can_seal(p))
 		seal_post(p);
-	return reap(p);
+	return rc;
 }
 
 /* Drive until every sealed write completed and was reaped. */
 static void drain(struct tw_primary *p)
 {
-	while (p->slot_tail < p->slot_head || (p->err && p->rec_tail < p->rec_head))
+	for (;;) {
+		bool more;
+
+		primary_lock(p);
+		more = p->slot_tail < p->slot_head || (p->err && p->rec_tail < p->rec_head);
+		primary_unlock(p);
+		if (!more)
+			break;
 		drive(p, WAIT_SLICE_MS);
+	}
 }
 
 /* Roll over: seal and drain the current segment, close it on its replicas, open the next one.
@@ -322,6 +351,7 @@ static int roll(struct tw_primary *p)
 	struct pseg *old = p->cur, *s = NULL;
 	int rc;
 
+	/* need_roll (async) or the caller (sync) stops new appends: seal what waits. */
 	while (pending_entries(p) && !p->err) {
 		if (slot_free(p))
 			seal_post(p);
@@ -385,10 +415,8 @@ static void *progress_main(void *arg)
 		idle = slot_free(p) && !pending_entries(p);
 		p->pt_idle = idle;
 		timeout = p->cfg.busy_poll ? 0 : WAIT_SLICE_MS;
-		if (!idle || p->stop)
-			timeout = p->cfg.busy_poll ? 0 : (p->slot_tail < p->slot_head ? WAIT_SLICE_MS : 0);
-		if (idle && !p->stop && !p->cfg.busy_poll)
-			timeout = WAIT_SLICE_MS;
+		if (p->stop && p->slot_tail == p->slot_head)
+			timeout = 0;
 		pthread_mutex_unlock(&p->lock);
 		drive(p, timeout);
 		pthread_mutex_lock(&p->lock);
@@ -628,12 +656,10 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 	PSTAT_ADD(p, bytes, len);
 	if (lsn_out)
 		*lsn_out = r->lsn;
+	/* With a free slot the entry goes out now. Otherwise it waits for the completion that
+	 * frees one (polled at back-pressure, or in tw_primary_progress/flush): batching. */
 	if (slot_free(p))
 		seal_post(p);
-	if (p->slot_head != p->slot_tail) {
-		/* Pick up completions without blocking; push tcp's send queue. */
-		drive(p, 0);
-	}
 	return 0;
 }
 

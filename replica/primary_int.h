@@ -108,7 +108,6 @@ struct tw_primary {
 	uint64_t rec_sealed; /* covered by a sealed write */
 	uint64_t rec_tail;   /* acknowledged or failed (callbacks ran) */
 	bool reap_failed;    /* an earlier write failed: every later entry fails */
-	bool in_reap;
 
 	int err;             /* sticky failure; 0 while healthy */
 	char errmsg[512];
@@ -125,6 +124,10 @@ struct tw_primary {
 	unsigned app_waiting;
 
 	struct tw_primary_stats st; /* single writer per field; read with atomics */
+
+	/* Tests only: when set, posted writes complete through this callback instead of
+	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */
+	tw_op_cb test_op_cb;
 };
 
 /* Control plane (primary_ctl.c). All run on the driver thread with the lock not held. */
@@ -136,7 +139,8 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg);
 int pctl_close_segment(struct tw_primary *p, struct pseg *seg);
 void pctl_disconnect(struct tw_primary *p);
 
-/* Engine helpers used by the control plane. */
+/* Engine helpers used by the control plane and tests. */
+void primary_op_done(struct tw_op *op, int status);
 void primary_fail(struct tw_primary *p, int err, const char *fmt, ...) TW_PRINTF(3, 4);
 void primary_lock(struct tw_primary *p);
 void primary_unlock(struct tw_primary *p);

@@ -157,8 +157,7 @@ static int find_twd(const char *given, char *out, size_t len)
 		slash = strrchr(self, '/');
 		if (slash) {
 			*slash = '\0';
-			snprintf(out, len, "%s/twd", self);
-			if (access(out, X_OK) == 0)
+			if (snprintf(out, len, "%s/twd", self) < (int)len && access(out, X_OK) == 0)
 				return 0;
 		}
 	}
@@ -206,7 +205,9 @@ static int wait_ready(struct twd *t, int timeout_ms)
 		while ((nl = strchr(buf, '\n'))) {
 			*nl = '\0';
 			if (!strncmp(buf, "ready ", 6)) {
-				snprintf(t->addr, sizeof(t->addr), "%s", buf + 6);
+				if (strlen(buf + 6) >= sizeof(t->addr))
+					return -ENAMETOOLONG;
+				memcpy(t->addr, buf + 6, strlen(buf + 6) + 1);
 				return 0;
 			}
 			fprintf(stderr, "twbench: twd: %s\n", buf);
@@ -226,7 +227,8 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 	char *argv[16];
 	int pfd[2], rc, k = 0;
 
-	snprintf(t->dir, sizeof(t->dir), "%s/b%u", tmp_root, i);
+	if (snprintf(t->dir, sizeof(t->dir), "%s/b%u", tmp_root, i) >= (int)sizeof(t->dir))
+		return -ENAMETOOLONG;
 	if (mkdir(t->dir, 0700) < 0)
 		return -errno;
 	if (pipe2(pfd, O_CLOEXEC) < 0)
