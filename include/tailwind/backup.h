@@ -1,0 +1,157 @@
+/*
+ * tailwind/backup.h — the backup side of Tailwind: a pool of pre-zeroed, registered buffers that
+ * primaries fill with one-sided writes, the control RPCs that open, close, list, fence and free
+ * segment replicas, and a flusher thread that writes closed buffers to segment files.
+ *
+ * The same object runs inside the `twd` daemon or inside a test process on a thread.
+ *
+ * Threading: one thread calls tw_backup_run(), the progress loop; every RPC handler runs on it.
+ * The backup also owns a flusher thread (file writes never run on the progress thread: the tcp
+ * provider moves incoming RMA data only while the backup polls its completion queue).
+ * tw_backup_stop() and tw_backup_get_stats() are safe from any thread. Every other call is made from the thread that owns the object, never
+ * concurrently with tw_backup_run().
+ *
+ * No application code runs per replicated write: writes are one-sided and produce no completion
+ * at the backup. The statistics make that visible (handler invocations per RPC kind).
+ *
+ * Errors: functions return 0 or a negative code (tw_strerror()); tw_backup_errmsg() gives the
+ * detail of the last failure. Segment files are described in docs/operations.md.
+ */
+#ifndef TAILWIND_BACKUP_H
+#define TAILWIND_BACKUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TW_BACKUP_DEFAULT_BUFFER_SIZE (8u << 20) /* 8 MiB, as in the paper */
+#define TW_BACKUP_DEFAULT_BUFFERS 16u
+
+struct tw_backup;
+
+struct tw_backup_config {
+	/* libfabric provider as users type it ("tcp", "sockets", "shm", "verbs", "mem", ...);
+	 * NULL: $FI_PROVIDER if set, else "tcp". */
+	const char *provider;
+	/* Listen address; NULL: 127.0.0.1 for IP providers. */
+	const char *node;
+	/* Listen port; NULL or "0": ephemeral (tw_backup_listen_addr() gives the real one). */
+	const char *service;
+	/* Directory of segment files; created if missing (its parent must exist). Required. */
+	const char *dir;
+	/* Number of buffers in the pool (default TW_BACKUP_DEFAULT_BUFFERS). */
+	unsigned buffers;
+	/* Size of each buffer in bytes, a multiple of the page size (default 8 MiB). */
+	size_t buffer_size;
+	/* Most buffers that may hold unflushed data at once (open + closed-but-not-yet-flushed):
+	 * what this machine could flush on battery power. An open beyond it is refused with
+	 * RESOURCE_EXHAUSTED. 0: equal to `buffers`. */
+	unsigned unflushed_limit;
+	/* Busy-poll the fabric instead of blocking waits (lower latency, one core at 100%). */
+	bool busy_poll;
+	/* This backup's identity, reported in handshakes. 0: derived from the host and pid. */
+	uint64_t node_id;
+};
+
+/* Fill `cfg` with the defaults above (dir NULL: the caller must set it). Never fails. */
+TW_API void tw_backup_config_init(struct tw_backup_config *cfg);
+
+/*
+ * Create a backup: rebuild the segment index from cfg->dir (temporary files from an interrupted
+ * flush are removed; corrupt segment files are reported with a warning and listed as corrupt),
+ * allocate and register the buffer pool, open the fabric, start listening and start the flusher
+ * thread. `cfg` and its strings are borrowed for the call (copied). Returns 0 and *out (owned by
+ * the caller, release with tw_backup_close()), or a negative code with a message logged:
+ * -EINVAL (bad configuration), -ENOMEM / -EAGAIN (pool allocation or registration failed; on
+ * verbs usually RLIMIT_MEMLOCK), -TW_ENOPROV, or an errno from the storage directory.
+ */
+TW_API int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out);
+
+/* Address primaries connect to ("127.0.0.1:40123", "fi_shm://..."). Borrowed; valid until
+ * tw_backup_close(). */
+TW_API const char *tw_backup_listen_addr(const struct tw_backup *b);
+
+/*
+ * The progress loop: polls the fabric, serves RPCs, hands closed buffers to the flusher and
+ * returns finished flushes to the pool. Returns 0 when tw_backup_stop() was called, or a negative
+ * code if the fabric failed. Call it from one thread; it may be called again after it returned.
+ */
+TW_API int tw_backup_run(struct tw_backup *b);
+
+/* Make tw_backup_run() return soon: sets a flag and calls tw_fab_wakeup(). Thread-safe; twd
+ * calls it from a sigwait() thread rather than from a signal handler. */
+TW_API void tw_backup_stop(struct tw_backup *b);
+
+/*
+ * The battery case: write every buffer that holds data to its segment file, open buffers
+ * included (scanned first; their files say "open at shutdown" with the scanned valid length),
+ * and wait until the flusher wrote them all. Open buffers stay open in memory (a later close
+ * still works). Call when tw_backup_run() is not running (typically after it returned).
+ * Returns 0, or the first flush error (the other buffers are still attempted).
+ */
+TW_API int tw_backup_flush_all(struct tw_backup *b);
+
+/* Stop the flusher (after finishing queued flushes), close every connection, deregister and
+ * free the pool, free `b`. Unflushed open buffers are lost: call tw_backup_flush_all() first
+ * when that matters. NULL is fine. */
+TW_API void tw_backup_close(struct tw_backup *b);
+
+/* Last failure's detail (never NULL; borrowed until the next call on `b`). */
+TW_API const char *tw_backup_errmsg(const struct tw_backup *b);
+
+/* RPC kinds counted in tw_backup_stats.rpc_calls. */
+enum tw_backup_rpc {
+	TW_BACKUP_RPC_HANDSHAKE = 0,
+	TW_BACKUP_RPC_OPEN,
+	TW_BACKUP_RPC_CLOSE,
+	TW_BACKUP_RPC_FREE,
+	TW_BACKUP_RPC_LIST,
+	TW_BACKUP_RPC_STATS,
+	TW_BACKUP_RPC_SET_VERSION,
+	TW_BACKUP_RPC_FENCE,
+	TW_BACKUP_RPC_READ,
+	TW_BACKUP_RPC_RELEASE,
+	TW_BACKUP_RPC_PING,
+	TW_BACKUP_RPC_OTHER, /* malformed or unknown messages, kinds a backup does not serve */
+	TW_BACKUP_RPC_KINDS,
+};
+
+/* Short name of an RPC kind ("open", "close", ...). Static string, never NULL. */
+TW_API const char *tw_backup_rpc_name(enum tw_backup_rpc kind);
+
+struct tw_backup_stats {
+	/* Control plane: every handler invocation, per kind. Replicated writes add nothing here. */
+	uint64_t rpc_calls[TW_BACKUP_RPC_KINDS];
+	uint64_t handler_calls;  /* sum of rpc_calls */
+	uint64_t rpc_errors;     /* replies with a status other than OK */
+	uint64_t ctrl_msgs_in, ctrl_bytes_in;   /* control messages received */
+	uint64_t ctrl_msgs_out, ctrl_bytes_out; /* control messages sent (replies) */
+	/* Fabric work done by the progress thread (tw_fab_get_stats). */
+	uint64_t cq_polls, cq_entries;
+	uint64_t connections, connections_lost, connections_dropped; /* dropped: misbehaving peers */
+	/* Pool. */
+	uint64_t buffers, buffer_size, unflushed_limit;
+	uint64_t buffers_free, buffers_open, buffers_closed, buffers_flushing, buffers_loaded;
+	uint64_t opens_refused; /* RESOURCE_EXHAUSTED replies */
+	/* Storage. */
+	uint64_t segments_on_disk, segments_corrupt;
+	uint64_t flushes, bytes_flushed, flush_errors;
+	uint64_t loads; /* flushed segments loaded into a buffer for a read grant */
+	/* CPU time of the whole process, microseconds (user + system). */
+	uint64_t cpu_user_us, cpu_sys_us;
+};
+
+/* Copy a consistent snapshot of the counters. Thread-safe. */
+TW_API void tw_backup_get_stats(const struct tw_backup *b, struct tw_backup_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAILWIND_BACKUP_H */

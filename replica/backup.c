@@ -1,0 +1,989 @@
+/*
+ * replica/backup.c — the backup object: life cycle, progress loop, segment index, connections,
+ * the flusher thread and statistics. The RPC operations are in backup_ops.c, their wire glue in
+ * backup_rpc.c, the buffer pool in pool.c and segment files in segfile.c.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+#include "proto/rpc.h"
+#include "replica/backup_int.h"
+
+#define FLUSH_RETRIES 3
+
+void tw_backup_config_init(struct tw_backup_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->buffers = TW_BACKUP_DEFAULT_BUFFERS;
+	cfg->buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE;
+}
+
+void bk_seterr(struct tw_backup *b, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(b->errmsg, sizeof(b->errmsg), fmt, ap);
+	va_end(ap);
+}
+
+const char *tw_backup_errmsg(const struct tw_backup *b)
+{
+	return b ? b->errmsg : "no backup";
+}
+
+const char *tw_backup_listen_addr(const struct tw_backup *b)
+{
+	return b->addr;
+}
+
+const char *tw_backup_rpc_name(enum tw_backup_rpc kind)
+{
+	static const char *const names[TW_BACKUP_RPC_KINDS] = {
+		[TW_BACKUP_RPC_HANDSHAKE] = "handshake",
+		[TW_BACKUP_RPC_OPEN] = "open",
+		[TW_BACKUP_RPC_CLOSE] = "close",
+		[TW_BACKUP_RPC_FREE] = "free",
+		[TW_BACKUP_RPC_LIST] = "list",
+		[TW_BACKUP_RPC_STATS] = "stats",
+		[TW_BACKUP_RPC_SET_VERSION] = "set-version",
+		[TW_BACKUP_RPC_FENCE] = "fence",
+		[TW_BACKUP_RPC_READ] = "read",
+		[TW_BACKUP_RPC_RELEASE] = "release",
+		[TW_BACKUP_RPC_PING] = "ping",
+		[TW_BACKUP_RPC_OTHER] = "other",
+	};
+
+	if ((unsigned)kind >= TW_BACKUP_RPC_KINDS)
+		return "unknown";
+	return names[kind];
+}
+
+/* ------------------------------------------------------------------ segment index */
+
+static int seg_cmp(const struct seg *s, uint64_t log_id, uint64_t segment_id)
+{
+	if (s->log_id != log_id)
+		return s->log_id < log_id ? -1 : 1;
+	if (s->segment_id != segment_id)
+		return s->segment_id < segment_id ? -1 : 1;
+	return 0;
+}
+
+size_t bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+{
+	size_t lo = 0, hi = b->nsegs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (seg_cmp(b->segs[mid], log_id, segment_id) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct seg *bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+{
+	size_t i = bk_seg_lower_bound(b, log_id, segment_id);
+
+	if (i < b->nsegs && seg_cmp(b->segs[i], log_id, segment_id) == 0)
+		return b->segs[i];
+	return NULL;
+}
+
+struct seg *bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+{
+	size_t i = bk_seg_lower_bound(b, log_id, segment_id);
+	struct seg *s;
+
+	if (i < b->nsegs && seg_cmp(b->segs[i], log_id, segment_id) == 0)
+		return b->segs[i];
+	if (b->nsegs == b->segs_cap) {
+		size_t cap = b->segs_cap ? 2 * b->segs_cap : 64;
+		struct seg **n = realloc(b->segs, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		b->segs = n;
+		b->segs_cap = cap;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->log_id = log_id;
+	s->segment_id = segment_id;
+	memmove(&b->segs[i + 1], &b->segs[i], (b->nsegs - i) * sizeof(*b->segs));
+	b->segs[i] = s;
+	b->nsegs++;
+	b->index_dirty = true;
+	return s;
+}
+
+void bk_seg_delete(struct tw_backup *b, struct seg *s)
+{
+	size_t i = bk_seg_lower_bound(b, s->log_id, s->segment_id);
+
+	if (i < b->nsegs && b->segs[i] == s) {
+		memmove(&b->segs[i], &b->segs[i + 1], (b->nsegs - i - 1) * sizeof(*b->segs));
+		b->nsegs--;
+	}
+	free(s);
+	b->index_dirty = true;
+}
+
+struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create)
+{
+	for (size_t i = 0; i < b->nlogs; i++)
+		if (b->logs[i].log_id == log_id)
+			return &b->logs[i];
+	if (!create)
+		return NULL;
+	if (b->nlogs == b->logs_cap) {
+		size_t cap = b->logs_cap ? 2 * b->logs_cap : 16;
+		struct logst *n = realloc(b->logs, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		b->logs = n;
+		b->logs_cap = cap;
+	}
+	b->logs[b->nlogs].log_id = log_id;
+	b->logs[b->nlogs].epoch = 0;
+	return &b->logs[b->nlogs++];
+}
+
+/* ------------------------------------------------------------------ restart: rebuild the index */
+
+static bool has_suffix(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int rebuild_index(struct tw_backup *b)
+{
+	DIR *d;
+	struct dirent *de;
+	int dfd = dup(b->dirfd);
+	unsigned good = 0, bad = 0, tmps = 0;
+
+	if (dfd < 0)
+		return -errno;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	while ((de = readdir(d)) != NULL) {
+		struct segfile_hdr h;
+		uint64_t log_id, seg_id;
+		struct seg *s;
+		int rc;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (has_suffix(de->d_name, SEGFILE_SUFFIX SEGFILE_TMP_SUFFIX)) {
+			/* An interrupted flush: the buffer it came from is gone, and the final file
+			 * (if any) is the previous complete version. */
+			tw_log_info("backup: removing leftover %s/%s", b->dir, de->d_name);
+			unlinkat(b->dirfd, de->d_name, 0);
+			tmps++;
+			continue;
+		}
+		if (!segfile_parse_name(de->d_name, &log_id, &seg_id)) {
+			if (has_suffix(de->d_name, SEGFILE_SUFFIX))
+				tw_log_warn("backup: ignoring %s/%s: not a segment file name",
+					    b->dir, de->d_name);
+			continue;
+		}
+		memset(&h, 0, sizeof(h));
+		rc = segfile_verify(b->dirfd, de->d_name, &h);
+		if (rc == 0 && (h.log_id != log_id || h.segment_id != seg_id))
+			rc = -TW_ECORRUPT;
+		s = bk_seg_insert(b, log_id, seg_id);
+		if (!s) {
+			closedir(d);
+			return -ENOMEM;
+		}
+		s->state = SEG_FLUSHED;
+		s->on_disk = true;
+		if (rc == 0 || (rc == -TW_ECORRUPT && h.log_id == log_id && h.segment_id == seg_id)) {
+			s->version = h.replica_version;
+			s->epoch = h.epoch;
+			s->valid_len = h.valid_len;
+			s->checksum = h.checksum;
+			s->entries = h.entries;
+			s->length = h.buffer_size;
+			s->disk_open = h.state == SEGFILE_OPEN;
+			s->listed_open = s->disk_open;
+			s->corrupt = (h.flags & SEGFILE_F_CORRUPT) != 0;
+		}
+		if (rc != 0) {
+			s->corrupt = true;
+			tw_log_warn("backup: segment file %s/%s is corrupt (%s): listed as corrupt, "
+				    "kept for inspection (twctl inspect); recovery will use another "
+				    "replica", b->dir, de->d_name, tw_strerror(rc));
+			bad++;
+		} else {
+			good++;
+		}
+		if (s->epoch > 0) {
+			struct logst *lg = bk_log(b, log_id, true);
+
+			if (!lg) {
+				closedir(d);
+				return -ENOMEM;
+			}
+			if (s->epoch > lg->epoch)
+				lg->epoch = s->epoch;
+		}
+	}
+	closedir(d);
+	if (good || bad || tmps)
+		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed",
+			    b->dir, good + bad, bad, tmps);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ connections */
+
+struct conn *bk_conn_find(struct tw_backup *b, uint64_t id)
+{
+	for (struct conn *c = b->conns; c; c = c->next)
+		if (c->id == id)
+			return c;
+	return NULL;
+}
+
+static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
+{
+	struct conn **pp;
+
+	bk_conn_release_grants(b, c);
+	for (pp = &b->conns; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	if (c->ch) {
+		tw_chan_set_user(c->ch, NULL);
+		if (close_chan) {
+			tw_rpc_server_on_lost(b->srv, c->ch);
+			tw_chan_close(c->ch);
+		}
+	}
+	free(c->grants);
+	free(c);
+}
+
+static void on_accept(void *arg, struct tw_chan *ch)
+{
+	struct tw_backup *b = arg;
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		tw_log_error("backup: out of memory accepting %s; closing it", tw_chan_peer(ch));
+		tw_chan_close(ch);
+		return;
+	}
+	c->id = ++b->next_conn_id;
+	c->ch = ch;
+	c->next = b->conns;
+	b->conns = c;
+	tw_chan_set_user(ch, c);
+	tw_log_info("backup: connection %" PRIu64 " from %s", c->id, tw_chan_peer(ch));
+	pthread_mutex_lock(&b->st_lock);
+	b->st.connections++;
+	pthread_mutex_unlock(&b->st_lock);
+}
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct tw_backup *b = arg;
+	struct conn *c = tw_chan_user(ch);
+
+	if (!c || c->lost || c->drop)
+		return;
+	bk_rpc_recv(b, c, msg, len);
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct conn *c = tw_chan_user(ch);
+
+	(void)arg;
+	if (!c)
+		return;
+	tw_log_info("backup: connection %" PRIu64 " (%s) lost: %s", c->id, tw_chan_peer(ch),
+		    tw_strerror(err));
+	c->lost = true;
+}
+
+/* Close what was lost or dropped, outside fabric callbacks. */
+static void reap_conns(struct tw_backup *b)
+{
+	struct conn *c = b->conns, *next;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (!c->lost && !c->drop)
+			continue;
+		pthread_mutex_lock(&b->st_lock);
+		if (c->lost)
+			b->st.connections_lost++;
+		else
+			b->st.connections_dropped++;
+		pthread_mutex_unlock(&b->st_lock);
+		conn_free(b, c, true);
+	}
+}
+
+/* ------------------------------------------------------------------ flusher */
+
+void bk_submit(struct tw_backup *b, struct job *j)
+{
+	j->next = NULL;
+	pthread_mutex_lock(&b->fl_lock);
+	if (b->todo_tail)
+		b->todo_tail->next = j;
+	else
+		b->todo_head = j;
+	b->todo_tail = j;
+	b->jobs_pending++;
+	pthread_cond_signal(&b->fl_cond);
+	pthread_mutex_unlock(&b->fl_lock);
+}
+
+static void run_job(struct tw_backup *b, struct job *j)
+{
+	switch (j->kind) {
+	case JOB_FLUSH:
+		j->result = segfile_write(b->dirfd, &j->hdr, j->buf->mem);
+		break;
+	case JOB_ZERO:
+		memset(j->buf->mem, 0, b->pool.size);
+		j->result = 0;
+		break;
+	case JOB_REMOVE:
+		j->result = segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id);
+		if (j->result == -ENOENT)
+			j->result = 0;
+		break;
+	case JOB_SETVER:
+		j->result = segfile_set_version(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
+						j->hdr.replica_version);
+		break;
+	}
+}
+
+static void *flusher_main(void *arg)
+{
+	struct tw_backup *b = arg;
+
+	pthread_mutex_lock(&b->fl_lock);
+	for (;;) {
+		struct job *j;
+
+		while (!b->todo_head && !b->fl_quit)
+			pthread_cond_wait(&b->fl_cond, &b->fl_lock);
+		if (!b->todo_head)
+			break;
+		j = b->todo_head;
+		b->todo_head = j->next;
+		if (!b->todo_head)
+			b->todo_tail = NULL;
+		pthread_mutex_unlock(&b->fl_lock);
+
+		run_job(b, j);
+
+		pthread_mutex_lock(&b->fl_lock);
+		j->next = NULL;
+		if (b->done_tail)
+			b->done_tail->next = j;
+		else
+			b->done_head = j;
+		b->done_tail = j;
+		b->jobs_pending--;
+		pthread_cond_broadcast(&b->fl_done_cond);
+		pthread_mutex_unlock(&b->fl_lock);
+		tw_fab_wakeup(b->fab);
+		pthread_mutex_lock(&b->fl_lock);
+	}
+	pthread_mutex_unlock(&b->fl_lock);
+	return NULL;
+}
+
+/* Take the finished jobs and apply them (progress / owner thread). */
+static unsigned drain_done(struct tw_backup *b)
+{
+	struct job *j;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&b->fl_lock);
+	j = b->done_head;
+	b->done_head = b->done_tail = NULL;
+	pthread_mutex_unlock(&b->fl_lock);
+	while (j) {
+		struct job *next = j->next;
+
+		bk_job_done(b, j);
+		j = next;
+		n++;
+	}
+	return n;
+}
+
+void bk_release_buf(struct tw_backup *b, struct pool_buf *pb)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	pool_revoke_mr(&b->pool, pb); /* nobody may touch it while it is zeroed */
+	pb->seg = NULL;
+	pool_set_state(&b->pool, pb, POOL_ZEROING);
+	if (!j) {
+		/* Out of memory: zero it here rather than leak it. */
+		memset(pb->mem, 0, b->pool.size);
+		if (pool_ensure_mr(&b->pool, pb) != 0)
+			tw_log_warn("backup: cannot register buffer %u again; it stays unused "
+				    "until the next open retries", pb->idx);
+		pool_set_state(&b->pool, pb, POOL_FREE);
+		return;
+	}
+	j->kind = JOB_ZERO;
+	j->buf = pb;
+	bk_submit(b, j);
+}
+
+/* ------------------------------------------------------------------ statistics */
+
+static enum tw_backup_rpc rpc_kind_of_op(int op)
+{
+	switch (op) {
+	case TW_RPC_HANDSHAKE: return TW_BACKUP_RPC_HANDSHAKE;
+	case TW_RPC_OPEN_SEGMENT: return TW_BACKUP_RPC_OPEN;
+	case TW_RPC_CLOSE_SEGMENT: return TW_BACKUP_RPC_CLOSE;
+	case TW_RPC_LIST_SEGMENTS: return TW_BACKUP_RPC_LIST;
+	case TW_RPC_SET_REPLICA_VERSION: return TW_BACKUP_RPC_SET_VERSION;
+	case TW_RPC_FENCE: return TW_BACKUP_RPC_FENCE;
+	case TW_RPC_FREE_SEGMENTS: return TW_BACKUP_RPC_FREE;
+	case TW_RPC_READ_SEGMENT: return TW_BACKUP_RPC_READ;
+	case TW_RPC_RELEASE_SEGMENT: return TW_BACKUP_RPC_RELEASE;
+	case TW_RPC_STATS: return TW_BACKUP_RPC_STATS;
+	case TW_RPC_PING: return TW_BACKUP_RPC_PING;
+	default: return TW_BACKUP_RPC_OTHER;
+	}
+}
+
+void bk_stats_sync(struct tw_backup *b)
+{
+	struct tw_fab_stats fs;
+	struct tw_rpc_server_stats rs;
+	struct tw_backup_stats *st = &b->st;
+	uint64_t on_disk = 0, corrupt = 0;
+	bool recount = b->index_dirty;
+
+	tw_fab_get_stats(b->fab, &fs);
+	if (b->srv)
+		tw_rpc_server_get_stats(b->srv, &rs);
+	else
+		memset(&rs, 0, sizeof(rs));
+	if (recount) {
+		for (size_t i = 0; i < b->nsegs; i++) {
+			on_disk += b->segs[i]->on_disk;
+			corrupt += b->segs[i]->corrupt;
+		}
+		b->index_dirty = false;
+	}
+
+	pthread_mutex_lock(&b->st_lock);
+	memset(st->rpc_calls, 0, sizeof(st->rpc_calls));
+	st->handler_calls = 0;
+	st->rpc_errors = 0;
+	for (int op = 0; op < TW_RPC_OP_COUNT; op++) {
+		st->rpc_calls[rpc_kind_of_op(op)] += rs.calls[op];
+		st->handler_calls += rs.calls[op];
+		st->rpc_errors += rs.errors[op];
+	}
+	st->rpc_calls[TW_BACKUP_RPC_OTHER] += rs.malformed + rs.unsupported;
+	st->handler_calls += rs.malformed + rs.unsupported;
+	st->rpc_errors += rs.malformed + rs.unsupported;
+	st->ctrl_msgs_in = rs.msgs_rx;
+	st->ctrl_bytes_in = rs.bytes_rx;
+	st->ctrl_msgs_out = rs.msgs_tx;
+	st->ctrl_bytes_out = rs.bytes_tx;
+	st->cq_polls = fs.cq_polls;
+	st->cq_entries = fs.cq_entries;
+	st->buffers = b->pool.n;
+	st->buffer_size = b->pool.size;
+	st->unflushed_limit = b->cfg.unflushed_limit;
+	st->buffers_free = b->pool.count[POOL_FREE];
+	st->buffers_open = b->pool.count[POOL_OPEN];
+	st->buffers_closed = b->pool.count[POOL_CLOSED];
+	st->buffers_loaded = b->pool.count[POOL_LOADED];
+	st->buffers_flushing = b->pool.count[POOL_ZEROING];
+	if (recount) {
+		st->segments_on_disk = on_disk;
+		st->segments_corrupt = corrupt;
+	}
+	pthread_mutex_unlock(&b->st_lock);
+}
+
+void tw_backup_get_stats(const struct tw_backup *b, struct tw_backup_stats *out)
+{
+	struct tw_backup *mb = (struct tw_backup *)b; /* the lock is the only thing we change */
+	struct rusage ru;
+
+	pthread_mutex_lock(&mb->st_lock);
+	*out = b->st;
+	pthread_mutex_unlock(&mb->st_lock);
+	if (getrusage(RUSAGE_SELF, &ru) == 0) {
+		out->cpu_user_us = (uint64_t)ru.ru_utime.tv_sec * 1000000u +
+				   (uint64_t)ru.ru_utime.tv_usec;
+		out->cpu_sys_us = (uint64_t)ru.ru_stime.tv_sec * 1000000u +
+				  (uint64_t)ru.ru_stime.tv_usec;
+	}
+}
+
+/* ------------------------------------------------------------------ life cycle */
+
+static uint64_t default_node_id(void)
+{
+	char host[256] = "";
+	uint64_t id;
+
+	gethostname(host, sizeof(host) - 1);
+	id = tw_crc32c(0, host, strlen(host));
+	id = (id << 32) | ((uint64_t)getpid() & 0xffffffffu);
+	return id ? id : 1;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+static int check_config(const struct tw_backup_config *cfg, char *why, size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (page <= 0)
+		page = 4096;
+	if (!cfg->dir || !cfg->dir[0]) {
+		snprintf(why, len, "no storage directory given (where closed segments are flushed)");
+		return -EINVAL;
+	}
+	if (cfg->buffers == 0 || cfg->buffers > 1u << 20) {
+		snprintf(why, len, "pool size %u: must be between 1 and %u buffers", cfg->buffers,
+			 1u << 20);
+		return -EINVAL;
+	}
+	if (cfg->buffer_size < (size_t)page || cfg->buffer_size % (size_t)page != 0 ||
+	    cfg->buffer_size > (1ull << 40)) {
+		snprintf(why, len, "buffer size %zu: must be a multiple of the page size (%ld) "
+			 "between %ld bytes and 1 TiB", cfg->buffer_size, page, page);
+		return -EINVAL;
+	}
+	if ((uint64_t)cfg->buffers * cfg->buffer_size / cfg->buffers != cfg->buffer_size) {
+		snprintf(why, len, "pool size overflows");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int open_dir(struct tw_backup *b)
+{
+	if (mkdir(b->dir, 0755) != 0 && errno != EEXIST) {
+		int rc = -errno;
+
+		bk_seterr(b, "cannot create storage directory %s: %s (create it, or pick another "
+			  "with --dir)", b->dir, strerror(errno));
+		return rc;
+	}
+	b->dirfd = open(b->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (b->dirfd < 0) {
+		int rc = -errno;
+
+		bk_seterr(b, "cannot open storage directory %s: %s", b->dir, strerror(errno));
+		return rc;
+	}
+	if (flock(b->dirfd, LOCK_EX | LOCK_NB) != 0) {
+		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+		bk_seterr(b, "storage directory %s is in use by another backup (lock held); give "
+			  "each twd its own --dir", b->dir);
+		return rc;
+	}
+	return 0;
+}
+
+int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
+{
+	struct tw_backup *b;
+	struct tw_fab_config fc;
+	struct tw_fab_events ev;
+	char why[256];
+	int rc;
+
+	*out = NULL;
+	rc = check_config(cfg, why, sizeof(why));
+	if (rc != 0) {
+		tw_log_error("backup: %s", why);
+		return rc;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->cfg = *cfg;
+	b->dirfd = -1;
+	pthread_mutex_init(&b->fl_lock, NULL);
+	pthread_cond_init(&b->fl_cond, NULL);
+	pthread_cond_init(&b->fl_done_cond, NULL);
+	pthread_mutex_init(&b->st_lock, NULL);
+	atomic_init(&b->stop, false);
+	b->dir = strdup(cfg->dir);
+	b->provider = dup_or_null(cfg->provider);
+	b->node = dup_or_null(cfg->node);
+	b->service = dup_or_null(cfg->service);
+	if (!b->dir || (cfg->provider && !b->provider) || (cfg->node && !b->node) ||
+	    (cfg->service && !b->service)) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	b->cfg.dir = b->dir;
+	b->cfg.provider = b->provider;
+	b->cfg.node = b->node;
+	b->cfg.service = b->service;
+	if (b->cfg.unflushed_limit == 0 || b->cfg.unflushed_limit > b->cfg.buffers)
+		b->cfg.unflushed_limit = b->cfg.buffers;
+	b->node_id = cfg->node_id ? cfg->node_id : default_node_id();
+	b->start_ns = tw_now_ns();
+
+	rc = open_dir(b);
+	if (rc != 0)
+		goto fail_logged;
+	rc = rebuild_index(b);
+	if (rc != 0) {
+		bk_seterr(b, "cannot read storage directory %s: %s", b->dir, tw_strerror(rc));
+		goto fail_logged;
+	}
+
+	tw_fab_config_init(&fc);
+	fc.provider = b->cfg.provider;
+	fc.node = b->cfg.node;
+	fc.service = b->cfg.service;
+	fc.busy_poll = b->cfg.busy_poll;
+	memset(&ev, 0, sizeof(ev));
+	ev.arg = b;
+	ev.on_accept = on_accept;
+	ev.on_recv = on_recv;
+	ev.on_lost = on_lost;
+	rc = tw_fab_open(&fc, &ev, &b->fab);
+	if (rc != 0) {
+		bk_seterr(b, "cannot open the fabric (provider %s): %s",
+			  fc.provider ? fc.provider : "default", tw_strerror(rc));
+		goto fail_logged;
+	}
+	rc = pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.buffer_size);
+	if (rc != 0) {
+		bk_seterr(b, "cannot allocate and register %u buffers of %zu bytes: %s%s",
+			  b->cfg.buffers, b->cfg.buffer_size, tw_strerror(rc),
+			  rc == -ENOMEM || rc == -EAGAIN ?
+			  " (lower --buffers/--buffer-size; on verbs raise RLIMIT_MEMLOCK: "
+			  "ulimit -l unlimited, or LimitMEMLOCK=infinity for a systemd unit)" : "");
+		goto fail_logged;
+	}
+	rc = bk_rpc_init(b);
+	if (rc != 0) {
+		bk_seterr(b, "cannot create the RPC server: %s", tw_strerror(rc));
+		goto fail_logged;
+	}
+	rc = pthread_create(&b->flusher, NULL, flusher_main, b);
+	if (rc != 0) {
+		rc = -rc;
+		bk_seterr(b, "cannot start the flusher thread: %s", strerror(-rc));
+		goto fail_logged;
+	}
+	b->flusher_started = true;
+	rc = tw_fab_listen(b->fab, b->addr, sizeof(b->addr));
+	if (rc != 0) {
+		bk_seterr(b, "cannot listen on %s:%s: %s (%s)", fc.node ? fc.node : "default",
+			  fc.service ? fc.service : "ephemeral", tw_strerror(rc),
+			  tw_fab_errmsg(b->fab));
+		goto fail_logged;
+	}
+	b->index_dirty = true;
+	bk_stats_sync(b);
+	tw_log_info("backup: listening on %s (%s), %u buffers of %zu bytes, unflushed limit %u, "
+		    "storage %s", b->addr, tw_fab_provider(b->fab), b->pool.n, b->pool.size,
+		    b->cfg.unflushed_limit, b->dir);
+	*out = b;
+	return 0;
+
+fail_logged:
+	tw_log_error("backup: %s", b->errmsg);
+fail:
+	tw_backup_close(b);
+	return rc;
+}
+
+void tw_backup_stop(struct tw_backup *b)
+{
+	atomic_store(&b->stop, true);
+	if (b->fab)
+		tw_fab_wakeup(b->fab);
+}
+
+int tw_backup_run(struct tw_backup *b)
+{
+	int rc = 0;
+
+	b->running = true;
+	while (!atomic_load(&b->stop)) {
+		rc = tw_fab_progress(b->fab, b->cfg.busy_poll ? 0 : 1000);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
+			bk_seterr(b, "fabric progress failed: %s (%s)", tw_strerror(rc),
+				  tw_fab_errmsg(b->fab));
+			tw_log_error("backup: %s", b->errmsg);
+			break;
+		}
+		rc = 0;
+		drain_done(b);
+		reap_conns(b);
+		bk_stats_sync(b);
+	}
+	/* Consume the request so the next run works. */
+	atomic_store(&b->stop, false);
+	b->running = false;
+	return rc;
+}
+
+/* Queue a flush of a segment's buffer (closed, or open for the battery case). */
+static void submit_flush(struct tw_backup *b, struct seg *s, bool open_flush)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j) {
+		b->flush_err = b->flush_err ? b->flush_err : -ENOMEM;
+		return;
+	}
+	j->kind = JOB_FLUSH;
+	j->buf = s->buf;
+	j->hdr.flags = s->corrupt ? SEGFILE_F_CORRUPT : 0;
+	j->hdr.log_id = s->log_id;
+	j->hdr.segment_id = s->segment_id;
+	j->hdr.replica_version = s->version;
+	j->hdr.epoch = s->epoch;
+	j->hdr.state = open_flush ? SEGFILE_OPEN : SEGFILE_CLOSED;
+	j->hdr.checksum = s->checksum;
+	j->hdr.valid_len = s->valid_len;
+	j->hdr.entries = s->entries;
+	j->hdr.buffer_size = b->pool.size;
+	s->buf->in_flush = true;
+	bk_submit(b, j);
+}
+
+void bk_flush_closed(struct tw_backup *b, struct seg *s)
+{
+	submit_flush(b, s, false);
+}
+
+void bk_job_done(struct tw_backup *b, struct job *j)
+{
+	struct pool_buf *pb = j->buf;
+	struct seg *s;
+
+	switch (j->kind) {
+	case JOB_ZERO:
+		if (pool_ensure_mr(&b->pool, pb) != 0)
+			tw_log_warn("backup: cannot register buffer %u again (%s); the next open "
+				    "retries", pb->idx, tw_fab_errmsg(b->fab));
+		pool_set_state(&b->pool, pb, POOL_FREE);
+		break;
+	case JOB_REMOVE:
+		if (j->result != 0)
+			tw_log_warn("backup: removing segment %016" PRIx64 "-%016" PRIx64 " failed: %s",
+				    j->hdr.log_id, j->hdr.segment_id, tw_strerror(j->result));
+		break;
+	case JOB_SETVER:
+		if (j->result != 0)
+			tw_log_warn("backup: updating the version of segment file %016" PRIx64
+				    "-%016" PRIx64 " failed: %s", j->hdr.log_id, j->hdr.segment_id,
+				    tw_strerror(j->result));
+		break;
+	case JOB_FLUSH:
+		pb->in_flush = false;
+		s = pb->seg;
+		pthread_mutex_lock(&b->st_lock);
+		if (j->result == 0) {
+			b->st.flushes++;
+			b->st.bytes_flushed += j->hdr.valid_len;
+		} else {
+			b->st.flush_errors++;
+		}
+		pthread_mutex_unlock(&b->st_lock);
+		if (j->result != 0) {
+			tw_log_error("backup: flushing segment %016" PRIx64 "-%016" PRIx64 " to %s "
+				     "failed: %s; the buffer is kept and the flush retried",
+				     j->hdr.log_id, j->hdr.segment_id, b->dir,
+				     tw_strerror(j->result));
+			if (!b->flush_err)
+				b->flush_err = j->result;
+		}
+		if (!s)
+			break;
+		if (j->hdr.state == SEGFILE_OPEN) {
+			/* Battery flush of an open buffer: it stays open in memory. */
+			if (j->result == 0) {
+				s->on_disk = true;
+				s->disk_open = true;
+				b->index_dirty = true;
+			}
+			break;
+		}
+		if (j->result != 0) {
+			pb->flush_failed = true;
+			if (++s->flush_tries < FLUSH_RETRIES && !s->freed)
+				submit_flush(b, s, false);
+			break;
+		}
+		pb->flush_failed = false;
+		s->on_disk = true;
+		s->disk_open = false;
+		s->listed_open = false;
+		b->index_dirty = true;
+		if (s->freed) {
+			struct job *rm = calloc(1, sizeof(*rm));
+
+			if (rm) {
+				rm->kind = JOB_REMOVE;
+				rm->hdr.log_id = s->log_id;
+				rm->hdr.segment_id = s->segment_id;
+				bk_submit(b, rm);
+			}
+			s->buf = NULL;
+			bk_release_buf(b, pb);
+			bk_seg_delete(b, s);
+			break;
+		}
+		s->state = SEG_FLUSHED;
+		if (s->version != j->hdr.replica_version) {
+			struct job *sv = calloc(1, sizeof(*sv));
+
+			if (sv) {
+				sv->kind = JOB_SETVER;
+				sv->hdr.log_id = s->log_id;
+				sv->hdr.segment_id = s->segment_id;
+				sv->hdr.replica_version = s->version;
+				bk_submit(b, sv);
+			}
+		}
+		if (s->readers > 0) {
+			pool_set_state(&b->pool, pb, POOL_LOADED); /* keep it for the readers */
+		} else {
+			s->buf = NULL;
+			bk_release_buf(b, pb);
+		}
+		break;
+	}
+	free(j);
+}
+
+int tw_backup_flush_all(struct tw_backup *b)
+{
+	unsigned n = 0;
+
+	b->flush_err = 0;
+	for (size_t i = 0; i < b->nsegs; i++) {
+		struct seg *s = b->segs[i];
+
+		if (!s->buf || s->buf->in_flush)
+			continue;
+		if (s->state == SEG_OPEN) {
+			bk_scan_open(b, s);
+			submit_flush(b, s, true);
+			n++;
+		} else if (s->state == SEG_CLOSED) {
+			s->flush_tries = 0;
+			submit_flush(b, s, false);
+			n++;
+		}
+	}
+	/* Wait for the flusher, applying results as they come (they may queue more jobs). */
+	for (;;) {
+		bool idle;
+
+		pthread_mutex_lock(&b->fl_lock);
+		while (b->jobs_pending > 0 && !b->done_head)
+			pthread_cond_wait(&b->fl_done_cond, &b->fl_lock);
+		idle = b->jobs_pending == 0 && !b->done_head;
+		pthread_mutex_unlock(&b->fl_lock);
+		if (idle)
+			break;
+		drain_done(b);
+	}
+	bk_stats_sync(b);
+	if (n)
+		tw_log_info("backup: flushed %u buffers to %s%s", n, b->dir,
+			    b->flush_err ? " (with errors)" : "");
+	return b->flush_err;
+}
+
+void tw_backup_close(struct tw_backup *b)
+{
+	if (!b)
+		return;
+	if (b->flusher_started) {
+		pthread_mutex_lock(&b->fl_lock);
+		b->fl_quit = true;
+		pthread_cond_signal(&b->fl_cond);
+		pthread_mutex_unlock(&b->fl_lock);
+		pthread_join(b->flusher, NULL);
+		b->flusher_started = false;
+	}
+	/* Jobs finished by the flusher: just free them (the pool goes away below). */
+	for (struct job *j = b->done_head, *next; j; j = next) {
+		next = j->next;
+		free(j);
+	}
+	b->done_head = b->done_tail = NULL;
+	while (b->conns)
+		conn_free(b, b->conns, false); /* tw_fab_close closes the channels */
+	bk_rpc_fini(b);
+	pool_fini(&b->pool);
+	if (b->fab)
+		tw_fab_close(b->fab);
+	for (size_t i = 0; i < b->nsegs; i++)
+		free(b->segs[i]);
+	free(b->segs);
+	free(b->logs);
+	if (b->dirfd >= 0)
+		close(b->dirfd); /* releases the flock */
+	pthread_mutex_destroy(&b->fl_lock);
+	pthread_cond_destroy(&b->fl_cond);
+	pthread_cond_destroy(&b->fl_done_cond);
+	pthread_mutex_destroy(&b->st_lock);
+	free(b->dir);
+	free(b->provider);
+	free(b->node);
+	free(b->service);
+	free(b);
+}

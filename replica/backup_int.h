@@ -1,0 +1,235 @@
+/*
+ * replica/backup_int.h — internals of the backup (include/tailwind/backup.h): buffer pool,
+ * segment index, connections, flusher jobs. Everything here is touched only by the progress
+ * thread (the one in tw_backup_run, or the owner thread while run is not running), except the
+ * fields marked "flusher lock" and "stats lock".
+ */
+#ifndef TW_REPLICA_BACKUP_INT_H
+#define TW_REPLICA_BACKUP_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/backup.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/fabric.h"
+#include "replica/segfile.h"
+
+/* ------------------------------------------------------------------ buffer pool (pool.c) */
+
+enum pool_state {
+	POOL_FREE = 0, /* zeroed, available */
+	POOL_OPEN,     /* holds an open segment; peers write into it */
+	POOL_CLOSED,   /* closed segment waiting for (or in) its flush */
+	POOL_LOADED,   /* clean copy of a flushed segment, for read grants */
+	POOL_ZEROING,  /* the flusher zeroes it before it returns to the pool */
+};
+
+struct seg;
+struct tw_rpc_server;
+
+struct pool_buf {
+	unsigned idx;
+	uint8_t *mem;
+	struct tw_mr *mr; /* NULL after a fence revoked it; registered again when handed out */
+	enum pool_state state;
+	struct seg *seg;  /* segment whose bytes it holds (NULL when free or zeroing) */
+	bool in_flush;    /* a flush job reads it right now */
+	bool flush_failed; /* the last flush of its closed segment failed (retried later) */
+};
+
+struct pool {
+	struct tw_fab *fab;
+	struct pool_buf *bufs;
+	unsigned n;
+	size_t size;
+	unsigned count[POOL_ZEROING + 1]; /* buffers per state */
+};
+
+/* Allocate n zeroed buffers of `size` bytes and register them (remote write + read). */
+int pool_init(struct pool *p, struct tw_fab *fab, unsigned n, size_t size);
+/* Deregister and free everything (MRs first). */
+void pool_fini(struct pool *p);
+/* A free buffer, or NULL. The caller sets its state with pool_set_state. */
+struct pool_buf *pool_take(struct pool *p);
+void pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st);
+/* Make sure the buffer has a registration (after a fence). 0 or a negative code. */
+int pool_ensure_mr(struct pool *p, struct pool_buf *b);
+/* Revoke remote access: close the registration (peers' writes with the old key then fail). */
+void pool_revoke_mr(struct pool *p, struct pool_buf *b);
+/* Buffers holding unflushed data: open + closed (the admission limit counts these). */
+unsigned pool_unflushed(const struct pool *p);
+
+/* ------------------------------------------------------------------ segment index */
+
+struct seg {
+	uint64_t log_id, segment_id;
+	uint64_t version, epoch;
+	uint64_t length;    /* granted at open */
+	uint64_t valid_len; /* closed/flushed: verified; open: last scan */
+	uint64_t entries;
+	uint32_t checksum;
+	int state;          /* TAILWIND__SEGMENT_STATE__* numbering: 1 open, 2 closed, 3 flushed */
+	bool corrupt;
+	bool on_disk;       /* a segment file exists (state flushed, or an older copy) */
+	bool disk_open;     /* that file was written while the segment was open (battery flush) */
+	bool freed;         /* dropped by FreeSegments while its flush still runs */
+	struct pool_buf *buf; /* bytes in memory (open, closed, loaded) */
+	uint64_t owner;     /* connection id that opened it (fencing closes it) */
+	unsigned readers;   /* live read grants */
+	unsigned flush_tries;
+	bool listed_open;   /* OPEN in listings although on disk (flushed while open) */
+};
+
+#define SEG_OPEN 1
+#define SEG_CLOSED 2
+#define SEG_FLUSHED 3
+
+struct logst {
+	uint64_t log_id;
+	uint64_t epoch;
+};
+
+/* ------------------------------------------------------------------ connections */
+
+struct grant {
+	uint64_t log_id, segment_id;
+};
+
+struct conn {
+	uint64_t id;
+	struct tw_chan *ch;
+	bool lost;   /* the fabric reported it lost */
+	bool drop;   /* we decided to close it (protocol violation, fenced zombie) */
+	struct grant *grants;
+	size_t ngrants, grants_cap;
+	struct conn *next;
+};
+
+/* ------------------------------------------------------------------ flusher */
+
+enum job_kind {
+	JOB_FLUSH,  /* write buf's valid bytes as a segment file (hdr) */
+	JOB_ZERO,   /* zero the buffer */
+	JOB_REMOVE, /* unlink a segment file */
+	JOB_SETVER, /* rewrite a segment file with hdr.replica_version */
+};
+
+/* Handed to the flusher under fl_lock, handed back the same way; never shared. */
+struct job {
+	enum job_kind kind;
+	struct pool_buf *buf;   /* FLUSH, ZERO */
+	struct segfile_hdr hdr; /* FLUSH: what to write; REMOVE/SETVER: ids and version */
+	int result;
+	struct job *next;
+};
+
+/* ------------------------------------------------------------------ the backup */
+
+struct tw_backup {
+	struct tw_backup_config cfg;
+	char *dir;
+	char *provider;
+	char *node;
+	char *service;
+	int dirfd;
+	struct tw_fab *fab;
+	char addr[TW_ADDR_MAX];
+	struct pool pool;
+	uint64_t node_id;
+	uint64_t start_ns;
+
+	struct seg **segs; /* sorted by (log_id, segment_id) */
+	size_t nsegs, segs_cap;
+	struct logst *logs;
+	size_t nlogs, logs_cap;
+
+	struct conn *conns;
+	uint64_t next_conn_id;
+
+	struct tw_rpc_server *srv;
+
+	atomic_bool stop;
+	bool running;
+	bool index_dirty;  /* recount segments_on_disk / segments_corrupt */
+	int flush_err;     /* first flush error since tw_backup_flush_all started */
+
+	/* Flusher (flusher lock). */
+	pthread_t flusher;
+	bool flusher_started;
+	pthread_mutex_t fl_lock;
+	pthread_cond_t fl_cond;      /* work queued, or quit */
+	pthread_cond_t fl_done_cond; /* a job finished */
+	struct job *todo_head, *todo_tail;
+	struct job *done_head, *done_tail;
+	unsigned jobs_pending; /* queued or running */
+	bool fl_quit;
+
+	/* Counters (stats lock; written by the progress thread, read by any thread). */
+	pthread_mutex_t st_lock;
+	struct tw_backup_stats st;
+
+	char errmsg[256];
+};
+
+/* backup.c */
+void bk_seterr(struct tw_backup *b, const char *fmt, ...) TW_PRINTF(2, 3);
+struct seg *bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+struct seg *bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+void bk_seg_delete(struct tw_backup *b, struct seg *s);
+/* Index of the first segment >= (log_id, segment_id). */
+size_t bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create);
+struct conn *bk_conn_find(struct tw_backup *b, uint64_t id);
+void bk_submit(struct tw_backup *b, struct job *j);
+/* Release a buffer: queue it for zeroing (it returns to the pool afterwards). */
+void bk_release_buf(struct tw_backup *b, struct pool_buf *pb);
+void bk_stats_sync(struct tw_backup *b);
+/* Queue the flush of a closed segment's buffer. */
+void bk_flush_closed(struct tw_backup *b, struct seg *s);
+
+/* backup_ops.c: the operations behind the RPCs. Each returns 0 or a negative code
+ * (-EINVAL, -TW_EREFUSED, -TW_ENOTFOUND, -TW_EFENCED, -TW_ESTALE, -TW_ECORRUPT, -EEXIST,
+ * -EAGAIN, ...) and, on failure, writes a human-readable reason into msg. */
+struct bk_open_req {
+	uint64_t log_id, segment_id, epoch, version, length, offset;
+	uint32_t checksum;
+};
+int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
+	       struct tw_rkey *rk_out, char *msg, size_t msglen);
+struct bk_close_req {
+	uint64_t log_id, segment_id, epoch, version, offset;
+	uint32_t checksum;
+};
+int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
+		struct tw_scan_result *scanned_out, char *msg, size_t msglen);
+int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
+		uint64_t *epoch_out, char *msg, size_t msglen);
+int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
+		      uint64_t version, char *msg, size_t msglen);
+int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
+	       uint64_t *freed_out, char *msg, size_t msglen);
+/* Read grant. A flushed segment is loaded into a pool buffer first, synchronously (the RPC
+ * server has no deferred replies; see docs/operations.md). */
+int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+	       uint64_t epoch, struct tw_rkey *rk_out, struct seg **seg_out, char *msg,
+	       size_t msglen);
+int bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+		  char *msg, size_t msglen);
+/* Refresh an open segment's valid_len/checksum/entries by scanning its buffer. */
+void bk_scan_open(struct tw_backup *b, struct seg *s);
+/* Drop the read grants of a connection that went away. */
+void bk_conn_release_grants(struct tw_backup *b, struct conn *c);
+/* A job came back from the flusher (progress thread). */
+void bk_job_done(struct tw_backup *b, struct job *j);
+
+/* backup_rpc.c: decode a control message, dispatch, reply. */
+int bk_rpc_init(struct tw_backup *b);
+void bk_rpc_fini(struct tw_backup *b);
+void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
+#endif /* TW_REPLICA_BACKUP_INT_H */

@@ -1,0 +1,515 @@
+/*
+ * replica/backup_ops.c — what the backup does for each RPC: open (admission), close (verify,
+ * hand to the flusher), fence, set-version, free, read grants. Progress thread only. Every input
+ * comes from the network: checked here even when the RPC layer already validated ranges.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+#include "replica/backup_int.h"
+
+#define SEGF "%016" PRIx64 "-%016" PRIx64
+
+static int check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+		       size_t msglen)
+{
+	struct logst *lg = bk_log(b, log_id, false);
+
+	if (lg && epoch < lg->epoch) {
+		snprintf(msg, msglen, "log %016" PRIx64 " is fenced at epoch %" PRIu64
+			 "; request carries epoch %" PRIu64, log_id, lg->epoch, epoch);
+		return -TW_EFENCED;
+	}
+	return 0;
+}
+
+void bk_scan_open(struct tw_backup *b, struct seg *s)
+{
+	struct tw_scan_result sr;
+
+	if (!s->buf)
+		return;
+	tw_scan(s->buf->mem, b->pool.size, &sr);
+	s->valid_len = sr.valid_len;
+	s->checksum = sr.last_checksum;
+	s->entries = sr.entries;
+}
+
+static int refuse(struct tw_backup *b)
+{
+	pthread_mutex_lock(&b->st_lock);
+	b->st.opens_refused++;
+	pthread_mutex_unlock(&b->st_lock);
+	return -TW_EREFUSED;
+}
+
+static const char *state_name(const struct seg *s)
+{
+	switch (s->state) {
+	case SEG_OPEN: return "open";
+	case SEG_CLOSED: return "closed";
+	case SEG_FLUSHED: return s->disk_open ? "flushed while open" : "flushed";
+	default: return "?";
+	}
+}
+
+int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
+	       struct tw_rkey *rk_out, char *msg, size_t msglen)
+{
+	struct pool *p = &b->pool;
+	struct pool_buf *pb;
+	struct logst *lg;
+	struct seg *s;
+	int rc;
+
+	if (r->length == 0 || r->length > p->size) {
+		snprintf(msg, msglen, "length %" PRIu64 ": must be between 1 and %zu (this backup's "
+			 "buffer size)", r->length, p->size);
+		return -EINVAL;
+	}
+	if (r->offset > r->length) {
+		snprintf(msg, msglen, "offset %" PRIu64 " is past the requested length %" PRIu64,
+			 r->offset, r->length);
+		return -EINVAL;
+	}
+	rc = check_epoch(b, r->log_id, r->epoch, msg, msglen);
+	if (rc)
+		return rc;
+
+	s = bk_seg_find(b, r->log_id, r->segment_id);
+	if (s && s->freed) {
+		snprintf(msg, msglen, "segment " SEGF " is being freed; retry", r->log_id,
+			 r->segment_id);
+		return -EEXIST;
+	}
+	if (s && r->version < s->version) {
+		snprintf(msg, msglen, "segment " SEGF ": replica version %" PRIu64 " is older than "
+			 "the %" PRIu64 " held here", r->log_id, r->segment_id, r->version,
+			 s->version);
+		return -TW_ESTALE;
+	}
+	if (s && s->state == SEG_OPEN) {
+		/* The same segment again: a retried open, or a new primary (after a fence) taking
+		 * over the open replica. Hand out the same bytes, with a fresh key if the fence
+		 * revoked the old one. */
+		rc = pool_ensure_mr(p, s->buf);
+		if (rc) {
+			snprintf(msg, msglen, "cannot register the buffer again: %s",
+				 tw_strerror(rc));
+			return rc;
+		}
+		s->owner = c ? c->id : 0;
+		s->version = r->version;
+		if (r->epoch > s->epoch)
+			s->epoch = r->epoch;
+		if (r->length > s->length)
+			s->length = r->length;
+		tw_mr_rkey(s->buf->mr, rk_out);
+		rk_out->len = s->length;
+		return 0;
+	}
+	if (s && (s->buf || !(s->state == SEG_FLUSHED && r->version > s->version))) {
+		snprintf(msg, msglen, "segment " SEGF " already exists here (%s, version %" PRIu64
+			 "); free it first, or open it with a higher replica version",
+			 r->log_id, r->segment_id, state_name(s), s->version);
+		return -EEXIST;
+	}
+
+	/* Admission: what this backup could flush on battery. */
+	if (p->count[POOL_FREE] == 0) {
+		snprintf(msg, msglen, "no free buffer: all %u buffers are in use (%u open, %u closed "
+			 "awaiting flush, %u being zeroed, %u loaded for reads); retry later or use "
+			 "another backup", p->n, p->count[POOL_OPEN], p->count[POOL_CLOSED],
+			 p->count[POOL_ZEROING], p->count[POOL_LOADED]);
+		return refuse(b);
+	}
+	if (pool_unflushed(p) >= b->cfg.unflushed_limit) {
+		snprintf(msg, msglen, "unflushed limit reached: %u buffers open or awaiting flush "
+			 "(limit %u, what this backup can flush on battery power); retry later or "
+			 "use another backup", pool_unflushed(p), b->cfg.unflushed_limit);
+		return refuse(b);
+	}
+	lg = bk_log(b, r->log_id, true);
+	if (!lg) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	pb = pool_take(p);
+	rc = pool_ensure_mr(p, pb);
+	if (rc) {
+		snprintf(msg, msglen, "cannot register a buffer: %s", tw_strerror(rc));
+		return rc;
+	}
+	if (!s) {
+		s = bk_seg_insert(b, r->log_id, r->segment_id);
+		if (!s) {
+			snprintf(msg, msglen, "out of memory");
+			return -ENOMEM;
+		}
+	}
+	/* (A flushed older copy, if any, stays on disk until this replica's flush replaces it.) */
+	s->state = SEG_OPEN;
+	s->version = r->version;
+	s->epoch = r->epoch;
+	s->length = r->length;
+	s->valid_len = 0;
+	s->checksum = 0;
+	s->entries = 0;
+	s->corrupt = false;
+	s->listed_open = false;
+	s->flush_tries = 0;
+	s->owner = c ? c->id : 0;
+	s->buf = pb;
+	pb->seg = s;
+	pool_set_state(p, pb, POOL_OPEN);
+	if (r->epoch > lg->epoch)
+		lg->epoch = r->epoch;
+	tw_mr_rkey(pb->mr, rk_out);
+	rk_out->len = r->length;
+	tw_log_debug("backup: opened " SEGF " in buffer %u (epoch %" PRIu64 ", version %" PRIu64
+		     ")", r->log_id, r->segment_id, pb->idx, r->epoch, r->version);
+	return 0;
+}
+
+int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
+		struct tw_scan_result *sr, char *msg, size_t msglen)
+{
+	struct seg *s;
+	int rc;
+
+	(void)c;
+	memset(sr, 0, sizeof(*sr));
+	if (r->offset > b->pool.size) {
+		snprintf(msg, msglen, "offset %" PRIu64 " is past the buffer size %zu", r->offset,
+			 b->pool.size);
+		return -EINVAL;
+	}
+	rc = check_epoch(b, r->log_id, r->epoch, msg, msglen);
+	if (rc)
+		return rc;
+	s = bk_seg_find(b, r->log_id, r->segment_id);
+	if (!s || s->freed) {
+		snprintf(msg, msglen, "segment " SEGF " is not open here", r->log_id, r->segment_id);
+		return -TW_ENOTFOUND;
+	}
+	if (s->state != SEG_OPEN) {
+		sr->valid_len = s->valid_len;
+		sr->last_checksum = s->checksum;
+		sr->entries = s->entries;
+		if (!s->corrupt && !s->disk_open && s->valid_len == r->offset &&
+		    s->checksum == r->checksum)
+			return 0; /* a retried close whose reply was lost */
+		snprintf(msg, msglen, "segment " SEGF " is not open (%s)", r->log_id, r->segment_id,
+			 state_name(s));
+		return -EEXIST;
+	}
+	if (r->version < s->version) {
+		snprintf(msg, msglen, "replica version %" PRIu64 " is older than the %" PRIu64
+			 " held here", r->version, s->version);
+		return -TW_ESTALE;
+	}
+	if (r->offset > s->length) {
+		snprintf(msg, msglen, "offset %" PRIu64 " is past the length %" PRIu64 " granted at "
+			 "open", r->offset, s->length);
+		return -EINVAL;
+	}
+	/* No more writes: the key dies now (a fresh one is made when the buffer is reused). */
+	pool_revoke_mr(&b->pool, s->buf);
+	tw_scan(s->buf->mem, b->pool.size, sr);
+	s->valid_len = sr->valid_len;
+	s->checksum = sr->last_checksum;
+	s->entries = sr->entries;
+	s->state = SEG_CLOSED;
+	pool_set_state(&b->pool, s->buf, POOL_CLOSED);
+	rc = 0;
+	if (sr->valid_len != r->offset || sr->last_checksum != r->checksum) {
+		s->corrupt = true;
+		snprintf(msg, msglen, "segment " SEGF ": scan found valid length %zu and checksum "
+			 "0x%08x (stopped: %s at %zu), close says offset %" PRIu64 " checksum 0x%08x; "
+			 "replica kept and marked corrupt", r->log_id, r->segment_id, sr->valid_len,
+			 sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset, r->offset,
+			 r->checksum);
+		tw_log_warn("backup: %s", msg);
+		rc = -TW_ECORRUPT;
+	}
+	b->index_dirty = true;
+	bk_flush_closed(b, s);
+	return rc;
+}
+
+int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
+		uint64_t *epoch_out, char *msg, size_t msglen)
+{
+	struct logst *lg;
+	unsigned revoked = 0;
+
+	if (new_epoch == 0) {
+		snprintf(msg, msglen, "new epoch must be > 0");
+		return -EINVAL;
+	}
+	lg = bk_log(b, log_id, true);
+	if (!lg) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	*epoch_out = lg->epoch;
+	if (new_epoch < lg->epoch) {
+		snprintf(msg, msglen, "log %016" PRIx64 " is already at epoch %" PRIu64
+			 " (> %" PRIu64 ")", log_id, lg->epoch, new_epoch);
+		return -TW_EFENCED;
+	}
+	lg->epoch = new_epoch;
+	*epoch_out = new_epoch;
+	for (size_t i = bk_seg_lower_bound(b, log_id, 0); i < b->nsegs; i++) {
+		struct seg *s = b->segs[i];
+		struct conn *owner;
+
+		if (s->log_id != log_id)
+			break;
+		if (s->state != SEG_OPEN || !s->buf)
+			continue;
+		pool_revoke_mr(&b->pool, s->buf);
+		revoked++;
+		/* Close the old primary's connection too: shm's fast path does not check keys. */
+		owner = s->owner ? bk_conn_find(b, s->owner) : NULL;
+		if (owner && owner != c) {
+			tw_log_info("backup: fence of log %016" PRIx64 ": closing connection %" PRIu64
+				    " (%s) of the old primary", log_id, owner->id,
+				    tw_chan_peer(owner->ch));
+			owner->drop = true;
+		}
+		s->owner = 0;
+	}
+	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " (%u open buffers "
+		    "revoked)", log_id, new_epoch, revoked);
+	return 0;
+}
+
+int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
+		      uint64_t version, char *msg, size_t msglen)
+{
+	struct seg *s;
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
+
+	if (rc)
+		return rc;
+	s = bk_seg_find(b, log_id, segment_id);
+	if (!s || s->freed) {
+		snprintf(msg, msglen, "no segment " SEGF " here", log_id, segment_id);
+		return -TW_ENOTFOUND;
+	}
+	if (version < s->version) {
+		snprintf(msg, msglen, "version %" PRIu64 " is older than the %" PRIu64 " held here",
+			 version, s->version);
+		return -TW_ESTALE;
+	}
+	if (version == s->version)
+		return 0;
+	s->version = version;
+	if (s->state == SEG_FLUSHED && s->on_disk && !s->corrupt) {
+		/* The file carries the version too: rewrite it on the flusher. (A closed segment
+		 * still in its flush gets this when the flush completes.) */
+		struct job *j = calloc(1, sizeof(*j));
+
+		if (!j) {
+			snprintf(msg, msglen, "out of memory");
+			return -ENOMEM;
+		}
+		j->kind = JOB_SETVER;
+		j->hdr.log_id = log_id;
+		j->hdr.segment_id = segment_id;
+		j->hdr.replica_version = version;
+		bk_submit(b, j);
+	}
+	return 0;
+}
+
+/* Drop one segment (FreeSegments). */
+static void drop_seg(struct tw_backup *b, struct seg *s)
+{
+	struct pool_buf *pb = s->buf;
+	bool in_flush = pb && pb->in_flush;
+
+	if (in_flush) {
+		/* Its flush still runs: finish there (bk_job_done removes the file). */
+		s->freed = true;
+		b->index_dirty = true;
+		return;
+	}
+	if (pb) {
+		s->buf = NULL;
+		bk_release_buf(b, pb);
+	}
+	if (s->on_disk) {
+		struct job *j = calloc(1, sizeof(*j));
+
+		if (j) {
+			j->kind = JOB_REMOVE;
+			j->hdr.log_id = s->log_id;
+			j->hdr.segment_id = s->segment_id;
+			bk_submit(b, j);
+		}
+	}
+	bk_seg_delete(b, s);
+}
+
+int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
+	       uint64_t *freed_out, char *msg, size_t msglen)
+{
+	uint64_t n = 0;
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
+	size_t i;
+
+	*freed_out = 0;
+	if (rc)
+		return rc;
+	i = bk_seg_lower_bound(b, log_id, 0);
+	while (i < b->nsegs) {
+		struct seg *s = b->segs[i];
+
+		if (s->log_id != log_id || s->segment_id >= below)
+			break;
+		if (s->freed) {
+			i++;
+			continue;
+		}
+		n++;
+		drop_seg(b, s);
+		if (i < b->nsegs && b->segs[i] == s)
+			i++; /* kept (flush running) */
+	}
+	*freed_out = n;
+	return 0;
+}
+
+static int add_grant(struct conn *c, uint64_t log_id, uint64_t segment_id)
+{
+	if (c->ngrants == c->grants_cap) {
+		size_t cap = c->grants_cap ? 2 * c->grants_cap : 4;
+		struct grant *n = realloc(c->grants, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		c->grants = n;
+		c->grants_cap = cap;
+	}
+	c->grants[c->ngrants].log_id = log_id;
+	c->grants[c->ngrants].segment_id = segment_id;
+	c->ngrants++;
+	return 0;
+}
+
+static void drop_reader(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+{
+	struct seg *s = bk_seg_find(b, log_id, segment_id);
+
+	if (!s || s->readers == 0)
+		return;
+	s->readers--;
+	if (s->readers == 0 && s->buf && s->buf->state == POOL_LOADED) {
+		struct pool_buf *pb = s->buf;
+
+		s->buf = NULL;
+		bk_release_buf(b, pb);
+	}
+}
+
+int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+	       uint64_t epoch, struct tw_rkey *rk_out, struct seg **seg_out, char *msg,
+	       size_t msglen)
+{
+	struct pool_buf *pb;
+	struct seg *s;
+	char name[SEGFILE_NAME_MAX];
+	struct segfile_hdr h;
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
+
+	if (rc)
+		return rc;
+	s = bk_seg_find(b, log_id, segment_id);
+	if (!s || s->freed) {
+		snprintf(msg, msglen, "no segment " SEGF " here", log_id, segment_id);
+		return -TW_ENOTFOUND;
+	}
+	if (!s->buf) {
+		/* Flushed: load it into a pool buffer. This reads the file on the progress thread
+		 * (the RPC server replies when the handler returns); recovery-only path. */
+		pb = pool_take(&b->pool);
+		if (!pb) {
+			snprintf(msg, msglen, "no free buffer to load segment " SEGF " into; release "
+				 "other read grants or retry later", log_id, segment_id);
+			return -TW_EREFUSED;
+		}
+		segfile_name(log_id, segment_id, name, sizeof(name));
+		pool_set_state(&b->pool, pb, POOL_LOADED);
+		rc = segfile_load(b->dirfd, name, pb->mem, b->pool.size, &h);
+		if (rc == 0 && (h.log_id != log_id || h.segment_id != segment_id))
+			rc = -TW_ECORRUPT;
+		if (rc != 0) {
+			bk_release_buf(b, pb);
+			if (rc == -TW_ECORRUPT || rc == -TW_EVERSION || rc == -EFBIG) {
+				if (!s->corrupt)
+					b->index_dirty = true;
+				s->corrupt = true;
+			}
+			snprintf(msg, msglen, "cannot load segment " SEGF " from %s: %s", log_id,
+				 segment_id, b->dir, tw_strerror(rc));
+			tw_log_warn("backup: %s", msg);
+			return rc == -TW_ECORRUPT ? rc : (rc == -EFBIG ? -TW_ECORRUPT : rc);
+		}
+		pthread_mutex_lock(&b->st_lock);
+		b->st.loads++;
+		pthread_mutex_unlock(&b->st_lock);
+		pb->seg = s;
+		s->buf = pb;
+	}
+	rc = pool_ensure_mr(&b->pool, s->buf);
+	if (rc == 0 && c)
+		rc = add_grant(c, log_id, segment_id);
+	if (rc != 0) {
+		if (s->readers == 0 && s->buf->state == POOL_LOADED) {
+			pb = s->buf;
+			s->buf = NULL;
+			bk_release_buf(b, pb);
+		}
+		snprintf(msg, msglen, "cannot grant access: %s", tw_strerror(rc));
+		return rc;
+	}
+	s->readers++;
+	if (s->state == SEG_OPEN)
+		bk_scan_open(b, s);
+	tw_mr_rkey(s->buf->mr, rk_out);
+	rk_out->len = b->pool.size;
+	*seg_out = s;
+	return 0;
+}
+
+int bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+		  char *msg, size_t msglen)
+{
+	for (size_t i = 0; c && i < c->ngrants; i++) {
+		if (c->grants[i].log_id == log_id && c->grants[i].segment_id == segment_id) {
+			c->grants[i] = c->grants[--c->ngrants];
+			drop_reader(b, log_id, segment_id);
+			return 0;
+		}
+	}
+	snprintf(msg, msglen, "no read grant for segment " SEGF " on this connection", log_id,
+		 segment_id);
+	return -TW_ENOTFOUND;
+}
+
+void bk_conn_release_grants(struct tw_backup *b, struct conn *c)
+{
+	while (c->ngrants > 0) {
+		struct grant g = c->grants[--c->ngrants];
+
+		drop_reader(b, g.log_id, g.segment_id);
+	}
+}

@@ -1,0 +1,347 @@
+/*
+ * replica/segfile.c — segment files: encode/decode, durable write, validated read.
+ * See segfile.h for the layout.
+ */
+#include "replica/segfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+
+static segfile_hook_fn hook_fn;
+static void *hook_arg;
+
+void segfile_set_hook(segfile_hook_fn fn, void *arg)
+{
+	hook_fn = fn;
+	hook_arg = arg;
+}
+
+static int step(const char *name)
+{
+	return hook_fn ? hook_fn(hook_arg, name) : 0;
+}
+
+void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE])
+{
+	memset(out, 0, SEGFILE_HDR_SIZE);
+	memcpy(out, SEGFILE_MAGIC, 8); /* includes the NUL */
+	tw_store_le16(out + 8, SEGFILE_VERSION);
+	tw_store_le16(out + 10, SEGFILE_HDR_SIZE);
+	tw_store_le32(out + 12, h->flags);
+	tw_store_le64(out + 16, h->log_id);
+	tw_store_le64(out + 24, h->segment_id);
+	tw_store_le64(out + 32, h->replica_version);
+	tw_store_le64(out + 40, h->epoch);
+	tw_store_le32(out + 48, h->state);
+	tw_store_le32(out + 52, h->checksum);
+	tw_store_le64(out + 56, h->valid_len);
+	tw_store_le64(out + 64, h->entries);
+	tw_store_le64(out + 72, h->buffer_size);
+	tw_store_le64(out + 80, h->flush_time_ns);
+	tw_store_le32(out + 124, tw_crc32c(0, out, 124));
+}
+
+int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h)
+{
+	if (memcmp(in, SEGFILE_MAGIC, 8) != 0)
+		return -TW_ECORRUPT;
+	if (tw_load_le32(in + 124) != tw_crc32c(0, in, 124))
+		return -TW_ECORRUPT;
+	if (tw_load_le16(in + 8) != SEGFILE_VERSION)
+		return -TW_EVERSION;
+	if (tw_load_le16(in + 10) != SEGFILE_HDR_SIZE)
+		return -TW_ECORRUPT;
+	memset(h, 0, sizeof(*h));
+	h->flags = tw_load_le32(in + 12);
+	h->log_id = tw_load_le64(in + 16);
+	h->segment_id = tw_load_le64(in + 24);
+	h->replica_version = tw_load_le64(in + 32);
+	h->epoch = tw_load_le64(in + 40);
+	h->state = tw_load_le32(in + 48);
+	h->checksum = tw_load_le32(in + 52);
+	h->valid_len = tw_load_le64(in + 56);
+	h->entries = tw_load_le64(in + 64);
+	h->buffer_size = tw_load_le64(in + 72);
+	h->flush_time_ns = tw_load_le64(in + 80);
+	if (h->state != SEGFILE_CLOSED && h->state != SEGFILE_OPEN)
+		return -TW_ECORRUPT;
+	if (h->valid_len > h->buffer_size || h->valid_len > (uint64_t)SIZE_MAX - SEGFILE_HDR_SIZE)
+		return -TW_ECORRUPT;
+	return 0;
+}
+
+void segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len)
+{
+	snprintf(out, len, "%016" PRIx64 "-%016" PRIx64 SEGFILE_SUFFIX, log_id, segment_id);
+}
+
+static bool parse_hex16(const char *s, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	for (int i = 0; i < 16; i++) {
+		char c = s[i];
+		unsigned d;
+
+		if (c >= '0' && c <= '9')
+			d = (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			d = (unsigned)(c - 'a' + 10);
+		else
+			return false;
+		x = (x << 4) | d;
+	}
+	*v = x;
+	return true;
+}
+
+bool segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id)
+{
+	if (strlen(name) != 33 + strlen(SEGFILE_SUFFIX))
+		return false;
+	if (name[16] != '-' || strcmp(name + 33, SEGFILE_SUFFIX) != 0)
+		return false;
+	return parse_hex16(name, log_id) && parse_hex16(name + 17, segment_id);
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = read(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -TW_ECORRUPT; /* shorter than the header says */
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static uint64_t wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data)
+{
+	char name[SEGFILE_NAME_MAX], tmp[SEGFILE_NAME_MAX + 8];
+	uint8_t hdr[SEGFILE_HDR_SIZE];
+	struct segfile_hdr hh = *h;
+	int fd = -1, rc;
+
+	segfile_name(h->log_id, h->segment_id, name, sizeof(name));
+	snprintf(tmp, sizeof(tmp), "%s" SEGFILE_TMP_SUFFIX, name);
+	if (hh.flush_time_ns == 0)
+		hh.flush_time_ns = wall_ns();
+	segfile_hdr_encode(&hh, hdr);
+
+	rc = step("create");
+	if (rc == 0) {
+		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			rc = -errno;
+	}
+	if (rc == 0)
+		rc = step("write");
+	if (rc == 0)
+		rc = write_all(fd, hdr, sizeof(hdr));
+	if (rc == 0 && h->valid_len > 0)
+		rc = write_all(fd, data, (size_t)h->valid_len);
+	if (rc == 0)
+		rc = step("fsync");
+	if (rc == 0 && fsync(fd) != 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = step("close");
+	if (fd >= 0 && close(fd) != 0 && rc == 0)
+		rc = -errno;
+	fd = -1;
+	if (rc == 0)
+		rc = step("rename");
+	if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		unlinkat(dirfd, tmp, 0);
+		return rc;
+	}
+	rc = step("fsync-dir");
+	if (rc == 0 && fsync(dirfd) != 0)
+		rc = -errno;
+	/* The final file is in place; a failed directory fsync means the rename may not survive
+	 * a crash, so report it (the caller keeps the buffer and retries). */
+	return rc;
+}
+
+static int open_and_header(int dirfd, const char *name, struct segfile_hdr *h, int *fd_out)
+{
+	uint8_t hdr[SEGFILE_HDR_SIZE];
+	struct stat st;
+	int fd, rc;
+
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((uint64_t)st.st_size < SEGFILE_HDR_SIZE) {
+		rc = -TW_ECORRUPT;
+		goto fail;
+	}
+	rc = read_all(fd, hdr, sizeof(hdr));
+	if (rc != 0)
+		goto fail;
+	rc = segfile_hdr_decode(hdr, h);
+	if (rc != 0)
+		goto fail;
+	if ((uint64_t)st.st_size != SEGFILE_HDR_SIZE + h->valid_len) {
+		rc = -TW_ECORRUPT;
+		goto fail;
+	}
+	*fd_out = fd;
+	return 0;
+fail:
+	close(fd);
+	return rc;
+}
+
+int segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h)
+{
+	int fd, rc;
+
+	rc = open_and_header(dirfd, name, h, &fd);
+	if (rc == 0)
+		close(fd);
+	return rc;
+}
+
+static int check_data(const void *buf, const struct segfile_hdr *h)
+{
+	struct tw_scan_result sr;
+
+	tw_scan(buf, (size_t)h->valid_len, &sr);
+	if (sr.valid_len != h->valid_len || sr.last_checksum != h->checksum ||
+	    sr.entries != h->entries)
+		return -TW_ECORRUPT;
+	return 0;
+}
+
+int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h)
+{
+	int fd, rc;
+
+	rc = open_and_header(dirfd, name, h, &fd);
+	if (rc != 0)
+		return rc;
+	if (h->valid_len > cap) {
+		close(fd);
+		return -EFBIG;
+	}
+	rc = read_all(fd, buf, (size_t)h->valid_len);
+	close(fd);
+	if (rc != 0)
+		return rc;
+	return check_data(buf, h);
+}
+
+int segfile_verify(int dirfd, const char *name, struct segfile_hdr *h)
+{
+	void *buf;
+	int fd, rc;
+
+	rc = open_and_header(dirfd, name, h, &fd);
+	if (rc != 0)
+		return rc;
+	buf = malloc(h->valid_len ? (size_t)h->valid_len : 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	rc = read_all(fd, buf, (size_t)h->valid_len);
+	close(fd);
+	if (rc == 0)
+		rc = check_data(buf, h);
+	free(buf);
+	return rc;
+}
+
+int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
+{
+	char name[SEGFILE_NAME_MAX];
+
+	segfile_name(log_id, segment_id, name, sizeof(name));
+	if (unlinkat(dirfd, name, 0) != 0)
+		return -errno;
+	if (fsync(dirfd) != 0)
+		return -errno;
+	return 0;
+}
+
+int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version)
+{
+	char name[SEGFILE_NAME_MAX];
+	struct segfile_hdr h;
+	void *buf;
+	int fd, rc;
+
+	segfile_name(log_id, segment_id, name, sizeof(name));
+	rc = open_and_header(dirfd, name, &h, &fd);
+	if (rc != 0)
+		return rc;
+	buf = malloc(h.valid_len ? (size_t)h.valid_len : 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	rc = read_all(fd, buf, (size_t)h.valid_len);
+	close(fd);
+	if (rc == 0)
+		rc = check_data(buf, &h);
+	if (rc == 0 && h.replica_version != version) {
+		h.replica_version = version;
+		h.flush_time_ns = 0;
+		rc = segfile_write(dirfd, &h, buf);
+	}
+	free(buf);
+	return rc;
+}

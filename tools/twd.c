@@ -1,0 +1,380 @@
+/*
+ * tools/twd.c — the Tailwind backup daemon: a tw_backup (include/tailwind/backup.h) run by the
+ * main thread, with a sigwait() thread that turns SIGTERM/SIGINT/SIGPWR into tw_backup_stop().
+ *
+ * stdout carries exactly one line, "ready <address>", once connections are accepted (scripts
+ * and tests wait for it; never sleep). Everything else goes to stderr.
+ *
+ * Exit status: see usage() and docs/operations.md.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/common.h>
+
+enum {
+	EXIT_OK = 0,       /* stopped by a signal, every buffer flushed */
+	EXIT_RUNTIME = 1,  /* the fabric failed while running, or flushing at shutdown failed */
+	EXIT_USAGE = 2,    /* bad command line */
+	EXIT_STORAGE = 3,  /* storage directory unusable (missing parent, permissions, in use) */
+	EXIT_FABRIC = 4,   /* provider unavailable, cannot listen */
+	EXIT_MEMORY = 5,   /* cannot allocate or register the buffer pool (RLIMIT_MEMLOCK on verbs) */
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: twd -d DIR [options]\n"
+		"Tailwind backup daemon: holds segment replicas that primaries fill with one-sided\n"
+		"RDMA writes, and flushes closed ones to DIR.\n"
+		"\n"
+		"  -d, --dir DIR            storage directory for segment files (required; created if\n"
+		"                           missing, its parent must exist)\n"
+		"  -p, --provider NAME      libfabric provider: tcp, sockets, shm, verbs, tcp;ofi_rxm,\n"
+		"                           verbs;ofi_rxm (default: $FI_PROVIDER, else tcp)\n"
+		"  -l, --listen HOST[:PORT] address to listen on (default 127.0.0.1, ephemeral port;\n"
+		"                           IPv6 as [addr]:port; ignored by shm)\n"
+		"  -b, --buffers N          buffers in the pool (default %u)\n"
+		"  -s, --buffer-size SIZE   bytes per buffer, K/M/G suffixes accepted, a multiple of the\n"
+		"                           page size (default 8M)\n"
+		"  -u, --unflushed-limit N  most buffers open or awaiting flush at once: what this machine\n"
+		"                           can flush on battery power (default: --buffers)\n"
+		"  -B, --busy-poll          poll the fabric instead of blocking (one core at 100%%)\n"
+		"  -n, --node-id ID         node id reported to peers (default: from host name and pid)\n"
+		"  -v, --verbose            more log output on stderr (twice: debug)\n"
+		"  -V, --version            print the version and exit\n"
+		"  -h, --help               this text\n"
+		"\n"
+		"Prints one line \"ready <address>\" on stdout once it accepts connections; logs go to\n"
+		"stderr (level also from $TW_LOG_LEVEL). SIGTERM, SIGINT and SIGPWR flush every buffer,\n"
+		"open ones included, then exit.\n"
+		"\n"
+		"Exit status: 0 clean shutdown, 1 runtime or shutdown-flush failure, 2 usage error,\n"
+		"3 storage directory unusable, 4 provider unavailable or cannot listen, 5 cannot\n"
+		"allocate or register the buffer pool (on verbs: raise RLIMIT_MEMLOCK).\n",
+		TW_BACKUP_DEFAULT_BUFFERS);
+}
+
+/* "8M", "64k", "1G", "4096", "8MiB": bytes. */
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v, mul = 1;
+
+	errno = 0;
+	if (!s[0] || s[0] == '-')
+		return -EINVAL;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	default: break;
+	}
+	if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B")))
+		end += strlen(end);
+	if (*end)
+		return -EINVAL;
+	if (v > ULLONG_MAX / mul || v * mul > SIZE_MAX)
+		return -ERANGE;
+	*out = (size_t)(v * mul);
+	return 0;
+}
+
+static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	if (!s[0] || s[0] == '-')
+		return -EINVAL;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || *end || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* "host", "host:port", "[v6]:port", ":port". Writes into node/service buffers. */
+static int parse_listen(const char *s, char *node, size_t nlen, char *svc, size_t slen)
+{
+	const char *colon;
+
+	node[0] = svc[0] = '\0';
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+
+		if (!close || (size_t)(close - s - 1) >= nlen)
+			return -EINVAL;
+		memcpy(node, s + 1, (size_t)(close - s - 1));
+		node[close - s - 1] = '\0';
+		if (close[1] == '\0')
+			return 0;
+		if (close[1] != ':')
+			return -EINVAL;
+		colon = close + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (colon && strchr(s, ':') != colon)
+			colon = NULL; /* bare IPv6 address without a port */
+		if ((size_t)(colon ? colon - s : (ptrdiff_t)strlen(s)) >= nlen)
+			return -EINVAL;
+		memcpy(node, s, (size_t)(colon ? colon - s : (ptrdiff_t)strlen(s)));
+		node[colon ? colon - s : (ptrdiff_t)strlen(s)] = '\0';
+	}
+	if (colon) {
+		unsigned long long port;
+
+		if (parse_uint(colon + 1, 65535, &port) != 0 || strlen(colon + 1) >= slen)
+			return -EINVAL;
+		snprintf(svc, slen, "%llu", port);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ signals */
+
+static pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tw_backup *sig_backup; /* NULL once main stops listening to signals */
+static volatile sig_atomic_t sig_seen;
+
+static void *signal_main(void *arg)
+{
+	sigset_t *set = arg;
+
+	for (;;) {
+		int sig;
+
+		if (sigwait(set, &sig) != 0)
+			continue;
+		if (sig == SIGUSR2)
+			return NULL; /* main is done with us */
+		pthread_mutex_lock(&sig_lock);
+		sig_seen = sig;
+		if (sig_backup)
+			tw_backup_stop(sig_backup);
+		pthread_mutex_unlock(&sig_lock);
+	}
+}
+
+static void memlock_hint(const char *provider, unsigned buffers, size_t size)
+{
+	struct rlimit rl;
+	unsigned long long need = (unsigned long long)buffers * size;
+
+	if (!provider || !strstr(provider, "verbs"))
+		return;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur >= need + (64ull << 20))
+		return;
+	fprintf(stderr, "twd: warning: RLIMIT_MEMLOCK is %llu bytes but the pool needs %llu "
+		"(%u x %zu) plus the fabric's own buffers; registration will likely fail on "
+		"verbs. Raise it: `ulimit -l unlimited` in the shell, LimitMEMLOCK=infinity in a "
+		"systemd unit, or a memlock line in /etc/security/limits.conf\n",
+		(unsigned long long)rl.rlim_cur, need, buffers, size);
+}
+
+static int exit_code_for(int rc)
+{
+	switch (rc) {
+	case -ENOMEM:
+	case -EAGAIN:
+	case -EPERM:
+	case -EFAULT:
+		return EXIT_MEMORY;
+	case -TW_ENOPROV:
+	case -EADDRINUSE:
+	case -EADDRNOTAVAIL:
+	case -ENODATA:
+		return EXIT_FABRIC;
+	case -EACCES:
+	case -ENOENT:
+	case -ENOTDIR:
+	case -EBUSY:
+	case -EROFS:
+	case -ENOSPC:
+		return EXIT_STORAGE;
+	case -EINVAL:
+		return EXIT_USAGE;
+	default:
+		return rc <= -256 && rc > -1024 ? EXIT_FABRIC : EXIT_RUNTIME;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "provider", required_argument, NULL, 'p' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "buffers", required_argument, NULL, 'b' },
+		{ "buffer-size", required_argument, NULL, 's' },
+		{ "unflushed-limit", required_argument, NULL, 'u' },
+		{ "busy-poll", no_argument, NULL, 'B' },
+		{ "node-id", required_argument, NULL, 'n' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct tw_backup_config cfg;
+	struct tw_backup *b;
+	char node[256], svc[16];
+	unsigned long long v;
+	static sigset_t set;
+	pthread_t sigthr;
+	int opt, rc, verbose = 0, status = EXIT_OK;
+
+	tw_backup_config_init(&cfg);
+	cfg.provider = getenv("FI_PROVIDER");
+	if (cfg.provider && !cfg.provider[0])
+		cfg.provider = NULL;
+	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:vVh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			cfg.dir = optarg;
+			break;
+		case 'p':
+			cfg.provider = optarg;
+			break;
+		case 'l':
+			if (parse_listen(optarg, node, sizeof(node), svc, sizeof(svc)) != 0) {
+				fprintf(stderr, "twd: --listen %s: expected HOST, HOST:PORT or "
+					"[IPV6]:PORT\n", optarg);
+				return EXIT_USAGE;
+			}
+			cfg.node = node[0] ? node : NULL;
+			cfg.service = svc[0] ? svc : NULL;
+			break;
+		case 'b':
+			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
+				fprintf(stderr, "twd: --buffers %s: expected a count from 1 to %u\n",
+					optarg, 1u << 20);
+				return EXIT_USAGE;
+			}
+			cfg.buffers = (unsigned)v;
+			break;
+		case 's':
+			if (parse_size(optarg, &cfg.buffer_size) != 0 || cfg.buffer_size == 0) {
+				fprintf(stderr, "twd: --buffer-size %s: expected a size in bytes, with "
+					"an optional K, M or G suffix (e.g. 8M)\n", optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		case 'u':
+			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
+				fprintf(stderr, "twd: --unflushed-limit %s: expected a count >= 1\n",
+					optarg);
+				return EXIT_USAGE;
+			}
+			cfg.unflushed_limit = (unsigned)v;
+			break;
+		case 'B':
+			cfg.busy_poll = true;
+			break;
+		case 'n':
+			if (parse_uint(optarg, UINT64_MAX, &v) != 0 || v == 0) {
+				fprintf(stderr, "twd: --node-id %s: expected a non-zero integer\n",
+					optarg);
+				return EXIT_USAGE;
+			}
+			cfg.node_id = v;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'V':
+			printf("twd (tailwind) %s\n", tw_version());
+			return EXIT_OK;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "twd: unexpected argument '%s' (see twd --help)\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	if (!cfg.dir) {
+		fprintf(stderr, "twd: no storage directory: give one with -d/--dir DIR (closed "
+			"segments are flushed there; see twd --help)\n");
+		return EXIT_USAGE;
+	}
+	if (cfg.unflushed_limit > cfg.buffers) {
+		fprintf(stderr, "twd: --unflushed-limit %u is larger than --buffers %u; using %u\n",
+			cfg.unflushed_limit, cfg.buffers, cfg.buffers);
+		cfg.unflushed_limit = cfg.buffers;
+	}
+	if (verbose)
+		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
+
+	/* Signals: blocked in every thread (set before any thread starts), taken by sigwait. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGPWR);
+	sigaddset(&set, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	rc = pthread_create(&sigthr, NULL, signal_main, &set);
+	if (rc != 0) {
+		fprintf(stderr, "twd: cannot start the signal thread: %s\n", strerror(rc));
+		return EXIT_RUNTIME;
+	}
+
+	memlock_hint(cfg.provider, cfg.buffers, cfg.buffer_size);
+	rc = tw_backup_open(&cfg, &b);
+	if (rc != 0) {
+		fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
+		pthread_kill(sigthr, SIGUSR2);
+		pthread_join(sigthr, NULL);
+		return exit_code_for(rc);
+	}
+	pthread_mutex_lock(&sig_lock);
+	sig_backup = b;
+	if (sig_seen)
+		tw_backup_stop(b); /* a signal arrived during start-up */
+	pthread_mutex_unlock(&sig_lock);
+
+	printf("ready %s\n", tw_backup_listen_addr(b));
+	fflush(stdout);
+
+	rc = tw_backup_run(b);
+	pthread_mutex_lock(&sig_lock);
+	sig_backup = NULL;
+	pthread_mutex_unlock(&sig_lock);
+	if (rc != 0) {
+		fprintf(stderr, "twd: stopped: %s\n", tw_backup_errmsg(b));
+		status = EXIT_RUNTIME;
+	} else {
+		fprintf(stderr, "twd: signal %d (%s): flushing every buffer to %s\n", (int)sig_seen,
+			sig_seen ? strsignal(sig_seen) : "none", cfg.dir);
+	}
+	/* Battery case: flush everything, open buffers included, whatever stopped us. */
+	rc = tw_backup_flush_all(b);
+	if (rc != 0) {
+		fprintf(stderr, "twd: flushing at shutdown failed: %s (%s); data of the failed "
+			"buffers is lost\n", tw_strerror(rc), tw_backup_errmsg(b));
+		status = EXIT_RUNTIME;
+	}
+	tw_backup_close(b);
+	pthread_kill(sigthr, SIGUSR2);
+	pthread_join(sigthr, NULL);
+	return status;
+}
