@@ -1,0 +1,525 @@
+/*
+ * tests/unit/test_primary.c — the primary over the in-memory fabric ("mem") with in-process
+ * backups (tw_backup_* on threads): sync and async appends, batching, in-order acks, rollover
+ * across many segments, reading back, too few backups, refused opens, lost backups.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/primary.h>
+
+#include "replica/primary_int.h"
+#include "tap.h"
+
+#define SEG (64u * 1024u)
+
+struct tbackup {
+	struct tw_backup *b;
+	pthread_t th;
+	char dir[256];
+	char addr[128];
+	bool running;
+};
+
+static char root[256];
+/* "mem" by default; $TW_PRIMARY_TEST_PROVIDER runs the same tests over a real provider (the
+ * fault-injection tests then skip). */
+static const char *prov = "mem";
+
+static void *backup_main(void *arg)
+{
+	struct tbackup *t = arg;
+
+	tw_backup_run(t->b);
+	return NULL;
+}
+
+static void backup_start(struct tbackup *t, unsigned i, unsigned buffers, unsigned unflushed)
+{
+	struct tw_backup_config bc;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	TAP_REQUIRE(snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i) < (int)sizeof(t->dir), "path");
+	tw_backup_config_init(&bc);
+	bc.provider = prov;
+	bc.dir = t->dir;
+	bc.buffers = buffers;
+	bc.buffer_size = SEG;
+	bc.unflushed_limit = unflushed;
+	rc = tw_backup_open(&bc, &t->b);
+	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
+	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
+	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
+	t->running = true;
+}
+
+static void backup_stop(struct tbackup *t)
+{
+	if (!t->b)
+		return;
+	if (t->running) {
+		tw_backup_stop(t->b);
+		pthread_join(t->th, NULL);
+		t->running = false;
+	}
+	tw_backup_close(t->b);
+	t->b = NULL;
+}
+
+static void cfg_for(struct tw_primary_config *cfg, const char **addrs, size_t n, uint64_t log_id)
+{
+	tw_primary_config_init(cfg);
+	cfg->log_id = log_id;
+	cfg->epoch = 1;
+	cfg->backups = addrs;
+	cfg->n_backups = n;
+	cfg->replicas = 3;
+	cfg->provider = prov;
+	cfg->segment_size = SEG;
+	cfg->open_retry_ms = 5000;
+}
+
+static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(seq * 31 + i);
+	if (len >= 8)
+		memcpy(buf, &seq, 8);
+}
+
+static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64_t seq)
+{
+	uint8_t want[512];
+	const void *data;
+	uint32_t got_len;
+
+	if (tw_primary_read(p, lsn, &data, &got_len) != 0 || got_len != len)
+		return false;
+	fill(want, len, seq);
+	return memcmp(data, want, len) == 0;
+}
+
+/* ------------------------------------------------------------------ async ack recorder */
+
+struct acks {
+	uint64_t n;
+	uint64_t out_of_order;
+	uint64_t errors;
+	int first_err;
+	uint64_t last_lsn;
+	bool any;
+};
+
+static void ack_cb(void *arg, int status, uint64_t lsn)
+{
+	struct acks *a = arg;
+
+	if (status) {
+		a->errors++;
+		if (!a->first_err)
+			a->first_err = status;
+	}
+	if (a->any && lsn <= a->last_lsn)
+		a->out_of_order++;
+	a->any = true;
+	a->last_lsn = lsn;
+	a->n++;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_sync(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct tw_primary_stats st;
+	uint64_t lsn[200];
+	uint8_t buf[256];
+	char err[512];
+	int rc, bad = 0, badread = 0;
+
+	cfg_for(&cfg, addrs, 3, 101);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "sync: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < 200; i++) {
+		uint32_t len = 1 + (uint32_t)(i * 13 % 200);
+
+		fill(buf, len, i);
+		if (tw_primary_append(p, buf, len, &lsn[i]) != 0)
+			bad++;
+		else if (tw_primary_acked_lsn(p) != lsn[i] + TW_ENTRY_HDR_SIZE + len)
+			bad++;
+	}
+	is_int(bad, 0, "sync: 200 appends acknowledged, acked_lsn follows");
+	for (uint64_t i = 0; i < 200; i++)
+		if (!check_entry(p, lsn[i], 1 + (uint32_t)(i * 13 % 200), i))
+			badread++;
+	is_int(badread, 0, "sync: every entry reads back by lsn");
+	{
+		struct tw_pos pos = tw_lsn_to_pos(lsn[5]);
+		const void *d;
+		uint32_t l;
+
+		ok(tw_primary_read_pos(p, pos, &d, &l) == 0 && l == 1 + 5 * 13 % 200,
+		   "sync: read by struct tw_pos");
+		pos.offset += 1;
+		is_int(tw_primary_read_pos(p, pos, &d, &l), -TW_ENOTFOUND,
+		       "sync: read at a non-entry offset -> ENOTFOUND");
+	}
+	tw_primary_get_stats(p, &st);
+	is_int(st.writes, 200, "sync: one write per synchronous append");
+	ok(tw_primary_replica_addr(p, 0) && tw_primary_replica_addr(p, 2) &&
+		   !tw_primary_replica_addr(p, 3), "sync: 3 replica addresses");
+	is_int(tw_primary_append(p, buf, 0, NULL), -EINVAL, "sync: zero-length append -> EINVAL");
+	is_int(tw_primary_append(p, buf, SEG, NULL), -EINVAL, "sync: oversize append -> EINVAL");
+	is_int(tw_primary_close(p), 0, "sync: close");
+}
+
+static void test_async_callbacks(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct tw_primary_stats st;
+	struct acks a = { 0 };
+	uint8_t buf[128];
+	char err[512];
+	const uint64_t n = 20000;
+	int rc, bad = 0;
+
+	cfg_for(&cfg, addrs, 3, 102);
+	cfg.max_inflight = 2;
+	cfg.max_batch = 64;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "async cb (caller-driven): open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < n; i++) {
+		fill(buf, 100, i);
+		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL) != 0)
+			bad++;
+	}
+	is_int(bad, 0, "async cb: %llu appends accepted", (unsigned long long)n);
+	is_int(tw_primary_flush(p), 0, "async cb: flush");
+	is_int(a.n, n, "async cb: every callback ran");
+	is_int(a.errors, 0, "async cb: no errors");
+	is_int(a.out_of_order, 0, "async cb: acknowledged in log order");
+	tw_primary_get_stats(p, &st);
+	ok(st.writes < n, "async cb: batching: %llu writes for %llu appends (max batch %llu)",
+	   (unsigned long long)st.writes, (unsigned long long)n,
+	   (unsigned long long)st.max_batch_seen);
+	ok(st.max_batch_seen <= 64, "async cb: no write carries more than max_batch entries");
+	ok(st.inflight_peak >= 2, "async cb: pipelining: %llu writes in flight at peak",
+	   (unsigned long long)st.inflight_peak);
+	ok(st.segments > 20, "async cb: rolled over %llu segments", (unsigned long long)st.segments);
+	is_int(tw_primary_close(p), 0, "async cb: close");
+}
+
+/* Async mode: progress thread, two app threads. */
+struct app_arg {
+	struct tw_primary *p;
+	uint64_t n;
+	unsigned id;
+	struct acks a;
+	int bad;
+};
+
+static void *app_main(void *arg)
+{
+	struct app_arg *x = arg;
+	uint8_t buf[128];
+
+	for (uint64_t i = 0; i < x->n; i++) {
+		fill(buf, 100, i);
+		buf[8] = (uint8_t)x->id;
+		if (i % 1000 == 999) {
+			if (tw_primary_append(x->p, buf, 100, NULL) != 0)
+				x->bad++;
+		} else if (tw_primary_append_async(x->p, buf, 100, ack_cb, &x->a, NULL) != 0) {
+			x->bad++;
+		}
+	}
+	return NULL;
+}
+
+static void test_async_thread(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct tw_primary_stats st;
+	struct app_arg x[2];
+	pthread_t th[2];
+	char err[512];
+	int rc;
+
+	cfg_for(&cfg, addrs, 3, 103);
+	cfg.mode = TW_PRIMARY_ASYNC;
+	cfg.max_inflight = 4;
+	cfg.max_batch = 128;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "async mode: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (unsigned i = 0; i < 2; i++) {
+		memset(&x[i], 0, sizeof(x[i]));
+		x[i].p = p;
+		x[i].n = 15000;
+		x[i].id = i;
+		pthread_create(&th[i], NULL, app_main, &x[i]);
+	}
+	for (unsigned i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	is_int(tw_primary_flush(p), 0, "async mode: flush");
+	is_int(x[0].bad + x[1].bad, 0, "async mode: every append accepted / acknowledged");
+	is_int(x[0].a.n + x[1].a.n, 2 * (15000 - 15), "async mode: every callback ran");
+	is_int(x[0].a.errors + x[1].a.errors, 0, "async mode: no errors");
+	is_int(x[0].a.out_of_order + x[1].a.out_of_order, 0, "async mode: in log order");
+	tw_primary_get_stats(p, &st);
+	ok(st.writes < 30000, "async mode: batching: %llu writes for 30000 appends",
+	   (unsigned long long)st.writes);
+	is_int(st.acked, 30000, "async mode: stats count 30000 acknowledged");
+	is_int(tw_primary_close(p), 0, "async mode: close");
+}
+
+/* Completions of later writes arrive first: acks still go out in log order. */
+static struct tw_op *held[64];
+static int n_held;
+
+static void hold_cb(struct tw_op *op, int status)
+{
+	(void)status;
+	held[n_held++] = op;
+}
+
+static void test_order(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct acks a = { 0 };
+	uint64_t lsn[3];
+	uint8_t buf[64];
+	char err[512];
+	int rc;
+
+	cfg_for(&cfg, addrs, 3, 104);
+	cfg.max_inflight = 4;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "order: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	p->test_op_cb = hold_cb;
+	for (int i = 0; i < 3; i++) {
+		fill(buf, 50, (uint64_t)i);
+		tw_primary_append_async(p, buf, 50, ack_cb, &a, &lsn[i]);
+	}
+	for (int i = 0; i < 100 && n_held < 9; i++)
+		tw_primary_progress(p, 10);
+	is_int(n_held, 9, "order: 3 writes x 3 replicas posted and completed (held by the test)");
+	if (n_held != 9)
+		TAP_FATAL("cannot continue the order test");
+	/* Complete writes 2 and 1 first. */
+	for (int i = 8; i >= 3; i--)
+		primary_op_done(held[i], 0);
+	tw_primary_progress(p, 0);
+	is_int(a.n, 0, "order: later writes complete first: nothing acknowledged yet");
+	is_int(tw_primary_acked_lsn(p), 0, "order: acked_lsn still 0");
+	for (int i = 2; i >= 0; i--)
+		primary_op_done(held[i], 0);
+	tw_primary_progress(p, 0);
+	is_int(a.n, 3, "order: first write completes: all three acknowledged");
+	is_int(a.out_of_order, 0, "order: in log order");
+	ok(a.last_lsn == lsn[2], "order: last acknowledged is the third append");
+	p->test_op_cb = NULL;
+	is_int(tw_primary_close(p), 0, "order: close");
+}
+
+static void test_too_few(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	const char *bad[3] = { addrs[0], addrs[1], "mem://4242" };
+	char err[1024];
+	int rc;
+
+	cfg_for(&cfg, addrs, 2, 105);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, -TW_ENOBACKUP, "too few: 2 backups for r = 3 -> ENOBACKUP");
+	cfg_for(&cfg, bad, 3, 106);
+	cfg.connect_timeout_ms = 500;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, -TW_ENOBACKUP, "too few: one unreachable backup -> ENOBACKUP");
+	ok(strstr(err, "mem://4242") != NULL, "too few: message names it: %s", err);
+}
+
+static void test_refusal(struct tbackup *small, const char **addrs4)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *hog, *p;
+	struct tw_primary_stats st;
+	const char *only_small[3] = { small->addr, addrs4[1], addrs4[2] };
+	char err[1024];
+	uint8_t buf[100];
+	int rc;
+	bool uses_small = false;
+
+	/* Another log takes the small backup's only buffer. */
+	cfg_for(&cfg, only_small, 3, 107);
+	cfg.replicas = 1;
+	rc = tw_primary_open(&cfg, &hog, err, sizeof(err));
+	is_int(rc, 0, "refusal: another log holds the small backup's buffer (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	/* Ours lists the small backup first: it refuses, another one is taken. */
+	cfg_for(&cfg, addrs4, 4, 108);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "refusal: open retries elsewhere (%s)", rc ? err : "ok");
+	if (rc == 0) {
+		tw_primary_get_stats(p, &st);
+		ok(st.open_refused >= 1, "refusal: %llu refusal(s) seen", (unsigned long long)st.open_refused);
+		for (unsigned i = 0; i < 3; i++)
+			if (tw_primary_replica_addr(p, i) && !strcmp(tw_primary_replica_addr(p, i), small->addr))
+				uses_small = true;
+		ok(!uses_small, "refusal: the refusing backup is not a replica");
+		fill(buf, 100, 1);
+		is_int(tw_primary_append(p, buf, 100, NULL), 0, "refusal: append works");
+		is_int(tw_primary_close(p), 0, "refusal: close");
+	}
+	/* Only 3 candidates, one refusing: back-off then a clear error. */
+	cfg_for(&cfg, only_small, 3, 109);
+	cfg.open_retry_ms = 200;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, -TW_ENOBACKUP, "refusal: only refusing candidates left -> ENOBACKUP after back-off");
+	ok(strstr(err, small->addr) && strstr(err, "RESOURCE_EXHAUSTED"), "refusal: message: %s", err);
+	tw_primary_close(hog);
+}
+
+static void test_lost(const char **addrs, struct tbackup *victim, const char **addrs_v)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_FAIL };
+	struct acks a = { 0 };
+	uint8_t buf[100];
+	char err[1024];
+	uint64_t t0;
+	int rc;
+
+	/* A write error. */
+	cfg_for(&cfg, addrs, 3, 110);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "lost: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	fill(buf, 100, 0);
+	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: first append ok");
+	tw_mem_inject(p->bk[p->cur->rep[1]].ch, &f);
+	rc = tw_primary_append(p, buf, 100, NULL);
+	is_int(rc, -TW_EPEERLOST, "lost: write error -> EPEERLOST");
+	ok(strstr(tw_primary_errmsg(p), p->bk[p->cur->rep[1]].addr) != NULL, "lost: message names the backup: %s",
+	   tw_primary_errmsg(p));
+	is_int(tw_primary_append(p, buf, 100, NULL), -TW_EPEERLOST, "lost: later appends fail at once");
+	is_int(tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL), -TW_EPEERLOST,
+	       "lost: async append refused, callback not called");
+	is_int(a.n, 0, "lost: no callback");
+	ok(tw_primary_close(p) < 0, "lost: close reports the failure");
+
+	/* A dropped write: op timeout, never a hang. */
+	cfg_for(&cfg, addrs, 3, 111);
+	cfg.op_timeout_ms = 300;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	if (rc == 0) {
+		struct tw_mem_fault d = { .kind = TW_MEM_FAULT_DROP };
+
+		memset(&a, 0, sizeof(a));
+		tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
+		tw_primary_flush(p);
+		tw_mem_inject(p->bk[p->cur->rep[0]].ch, &d);
+		t0 = tw_now_ns();
+		for (int i = 0; i < 5; i++)
+			tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
+		rc = tw_primary_flush(p);
+		is_int(rc, -TW_EPEERLOST, "lost: dropped write -> EPEERLOST after the op timeout");
+		ok(tw_now_ns() - t0 < 5000000000ull, "lost: within %llu ms",
+		   (unsigned long long)((tw_now_ns() - t0) / 1000000));
+		is_int(a.n, 6, "lost: every callback ran");
+		is_int(a.errors, 5, "lost: the 5 after the drop failed, the first succeeded");
+		tw_primary_close(p);
+	} else {
+		ok(0, "lost: open for the drop test: %s", err);
+		tap_skip(3, "no primary");
+	}
+
+	/* A backup process goes away: on_lost -> error. */
+	cfg_for(&cfg, addrs_v, 3, 112);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "lost: open with the victim (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: append before the loss");
+	backup_stop(victim);
+	rc = 0;
+	for (int i = 0; i < 100 && rc == 0; i++)
+		rc = tw_primary_append(p, buf, 100, NULL);
+	is_int(rc, -TW_EPEERLOST, "lost: backup closed -> EPEERLOST");
+	ok(strstr(tw_primary_errmsg(p), victim->addr) != NULL, "lost: names %s: %s", victim->addr,
+	   tw_primary_errmsg(p));
+	tw_primary_close(p);
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+int main(void)
+{
+	struct tbackup b[6];
+	const char *addrs[4], *addrs4[4], *addrs_v[3];
+	const char *tmp = getenv("TMPDIR");
+
+	if (getenv("TW_PRIMARY_TEST_PROVIDER"))
+		prov = getenv("TW_PRIMARY_TEST_PROVIDER");
+	snprintf(root, sizeof(root), "%s/test_primary.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	for (unsigned i = 0; i < 4; i++)
+		backup_start(&b[i], i, 8, 0);
+	backup_start(&b[4], 4, 1, 1); /* small: one buffer */
+	backup_start(&b[5], 5, 8, 0); /* victim */
+	for (unsigned i = 0; i < 4; i++)
+		addrs[i] = b[i].addr;
+	addrs4[0] = b[4].addr;
+	addrs4[1] = b[0].addr;
+	addrs4[2] = b[1].addr;
+	addrs4[3] = b[2].addr;
+	addrs_v[0] = b[5].addr;
+	addrs_v[1] = b[1].addr;
+	addrs_v[2] = b[2].addr;
+
+	test_sync(addrs);
+	test_async_callbacks(addrs);
+	test_async_thread(addrs);
+	test_order(addrs);
+	if (!strcmp(prov, "mem"))
+		test_too_few(addrs);
+	test_refusal(&b[4], addrs4);
+	if (!strcmp(prov, "mem"))
+		test_lost(addrs, &b[5], addrs_v);
+
+	for (unsigned i = 0; i < 6; i++)
+		backup_stop(&b[i]);
+	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	tap_done_testing();
+	return tap_exit();
+}
