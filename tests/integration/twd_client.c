@@ -1,0 +1,274 @@
+/*
+ * tests/integration/twd_client.c — see twd_client.h.
+ */
+#include "twd_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct twc *c = arg;
+
+	(void)ch;
+	if (c->rpc)
+		tw_rpc_client_on_recv(c->rpc, msg, len);
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct twc *c = arg;
+
+	(void)ch;
+	c->lost = true;
+	if (c->rpc)
+		tw_rpc_client_on_lost(c->rpc, err);
+}
+
+int twc_connect(struct twc *c, const char *provider, const char *addr)
+{
+	struct tw_fab_config fc;
+	struct tw_fab_events ev;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	tw_fab_config_init(&fc);
+	fc.provider = provider;
+	memset(&ev, 0, sizeof(ev));
+	ev.arg = c;
+	ev.on_recv = on_recv;
+	ev.on_lost = on_lost;
+	rc = tw_fab_open(&fc, &ev, &c->fab);
+	if (rc)
+		return rc;
+	rc = tw_fab_connect(c->fab, addr, &c->ch);
+	if (rc)
+		return rc;
+	return tw_rpc_client_create(c->ch, NULL, &c->rpc);
+}
+
+void twc_close(struct twc *c)
+{
+	if (c->rpc)
+		tw_rpc_client_destroy(c->rpc);
+	c->rpc = NULL;
+	if (c->ch)
+		tw_chan_close(c->ch);
+	c->ch = NULL;
+	if (c->mr)
+		tw_mr_close(c->mr);
+	c->mr = NULL;
+	if (c->seg)
+		tw_fab_free(c->seg, c->cap);
+	c->seg = NULL;
+	if (c->fab)
+		tw_fab_close(c->fab);
+	c->fab = NULL;
+}
+
+int twc_seg_init(struct twc *c, size_t cap)
+{
+	if (c->mr)
+		tw_mr_close(c->mr);
+	if (c->seg)
+		tw_fab_free(c->seg, c->cap);
+	c->mr = NULL;
+	c->cap = cap;
+	c->seg = tw_fab_alloc(cap);
+	if (!c->seg)
+		return -ENOMEM;
+	tw_log_writer_init(&c->w, c->seg, cap);
+	return tw_mr_reg(c->fab, c->seg, cap, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr);
+}
+
+int twc_open(struct twc *c, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
+	     uint64_t version, uint64_t length)
+{
+	struct tw_rpc_seg_meta m = { log_id, segment_id, 0, 0 };
+
+	c->log_id = log_id;
+	c->segment_id = segment_id;
+	c->epoch = epoch;
+	c->version = version;
+	return tw_rpc_open_segment(c->rpc, epoch, &m, version, length, &c->rk);
+}
+
+void twc_fill(uint8_t *p, uint32_t len, uint32_t seed, unsigned i)
+{
+	uint32_t x = seed * 2654435761u + i * 40503u + 1;
+
+	for (uint32_t k = 0; k < len; k++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		p[k] = (uint8_t)x;
+	}
+}
+
+struct wdone {
+	bool done;
+	int status;
+};
+
+static void write_cb(struct tw_op *op, int status)
+{
+	struct wdone *d = op->arg;
+
+	d->done = true;
+	d->status = status;
+}
+
+int twc_write(struct twc *c, unsigned n, uint32_t len, uint32_t seed)
+{
+	uint8_t payload[4096];
+	struct tw_op op;
+	struct wdone d = { false, 0 };
+	size_t off, wlen;
+	int rc;
+
+	if (len > sizeof(payload))
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		twc_fill(payload, len, seed, i);
+		rc = tw_log_writer_append(&c->w, payload, len, NULL);
+		if (rc)
+			return rc;
+	}
+	rc = tw_log_writer_seal(&c->w, &off, &wlen);
+	if (rc)
+		return rc;
+	memset(&op, 0, sizeof(op));
+	op.cb = write_cb;
+	op.arg = &d;
+	rc = tw_chan_write(c->ch, &op, c->seg + off, wlen, c->mr, &c->rk, off);
+	if (rc)
+		return rc;
+	while (!d.done) {
+		rc = tw_fab_progress(c->fab, 100);
+		if (rc < 0)
+			return rc;
+	}
+	return d.status;
+}
+
+int twc_close_seg(struct twc *c, uint64_t off_override, uint32_t ck_override,
+		  struct tw_rpc_seg_meta *scanned_out)
+{
+	struct tw_rpc_seg_meta m = { c->log_id, c->segment_id, c->w.last_checksum, c->w.pos };
+
+	if (off_override != UINT64_MAX) {
+		m.offset = off_override;
+		m.checksum = ck_override;
+	}
+	return tw_rpc_close_segment(c->rpc, c->epoch, &m, c->version, scanned_out);
+}
+
+int twc_list(struct twc *c, uint64_t log_id, bool all, struct twc_info *out, size_t max)
+{
+	uint64_t from_log = log_id, from_seg = 0;
+	size_t n = 0;
+
+	for (;;) {
+		struct tw_rpc_req req;
+		struct tw_rpc_reply rep;
+		const Tailwind__ListSegmentsReply *r;
+		int rc;
+
+		tw_rpc_req_list_segments(&req, from_log, all, from_seg);
+		rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+		if (rc) {
+			tw_rpc_reply_release(&rep);
+			return rc;
+		}
+		r = rep.env->list_segments_reply;
+		for (size_t i = 0; i < r->n_segments && n < max; i++, n++) {
+			const Tailwind__SegmentInfo *s = r->segments[i];
+
+			out[n].log_id = s->log_id;
+			out[n].segment_id = s->segment_id;
+			out[n].valid_len = s->valid_len;
+			out[n].entries = s->entries;
+			out[n].version = s->replica_version;
+			out[n].epoch = s->epoch;
+			out[n].checksum = s->checksum;
+			out[n].state = s->state;
+			out[n].corrupt = s->corrupt;
+		}
+		if (!r->more || n >= max) {
+			tw_rpc_reply_release(&rep);
+			return (int)n;
+		}
+		from_log = r->next_log_id;
+		from_seg = r->next_segment_id;
+		tw_rpc_reply_release(&rep);
+	}
+}
+
+static uint64_t kv(const char *msg, const char *key)
+{
+	const char *p = strstr(msg, key);
+
+	if (!p)
+		return 0;
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+int twc_stats(struct twc *c, struct twc_stats *out)
+{
+	struct tw_rpc_req req;
+	struct tw_rpc_reply rep;
+	const Tailwind__StatsReply *r;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	tw_rpc_req_stats(&req);
+	rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+	if (rc) {
+		tw_rpc_reply_release(&rep);
+		return rc;
+	}
+	r = rep.env->stats_reply;
+	for (size_t i = 0; i < r->n_handlers; i++) {
+		uint32_t kind = r->handlers[i]->kind;
+
+		if (kind == (uint32_t)TW_RPC_OP_REQ_CASE(TW_RPC_STATS))
+			continue;
+		out->handler_calls_non_stats += r->handlers[i]->calls;
+		if (kind == (uint32_t)TW_RPC_OP_REQ_CASE(TW_RPC_OPEN_SEGMENT))
+			out->calls_open = r->handlers[i]->calls;
+		if (kind == (uint32_t)TW_RPC_OP_REQ_CASE(TW_RPC_CLOSE_SEGMENT))
+			out->calls_close = r->handlers[i]->calls;
+	}
+	out->rpc_bytes_rx = r->rpc_bytes_rx;
+	out->buffers_total = r->buffers_total;
+	out->buffers_free = r->buffers_free;
+	out->buffers_open = r->buffers_open;
+	out->cq_entries = kv(r->message, "cq_entries=");
+	out->cq_polls = kv(r->message, "cq_polls=");
+	tw_rpc_reply_release(&rep);
+	return 0;
+}
+
+int twc_read(struct twc *c, const struct tw_rkey *rk, uint64_t off, size_t len, void *dst,
+	     struct tw_mr *dst_mr)
+{
+	struct tw_op op;
+	struct wdone d = { false, 0 };
+	int rc;
+
+	memset(&op, 0, sizeof(op));
+	op.cb = write_cb;
+	op.arg = &d;
+	rc = tw_chan_read(c->ch, &op, dst, len, dst_mr, rk, off);
+	if (rc)
+		return rc;
+	while (!d.done) {
+		rc = tw_fab_progress(c->fab, 100);
+		if (rc < 0)
+			return rc;
+	}
+	return d.status;
+}

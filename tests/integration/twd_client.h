@@ -1,0 +1,79 @@
+/*
+ * tests/integration/twd_client.h — a small primary-like client for backup tests: connects to a
+ * backup (in-process over "mem", or a twd process over a real provider), opens segments, fills
+ * them with one-sided writes built by tw_log_writer, closes, lists, reads stats. Blocking calls;
+ * one thread per client.
+ */
+#ifndef TW_TESTS_TWD_CLIENT_H
+#define TW_TESTS_TWD_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/fabric.h"
+#include "proto/rpc.h"
+
+struct twc {
+	struct tw_fab *fab;
+	struct tw_chan *ch;
+	struct tw_rpc_client *rpc;
+	bool lost;
+	/* The segment being written (twc_seg_*). */
+	uint8_t *seg;
+	size_t cap;
+	struct tw_mr *mr;
+	struct tw_log_writer w;
+	struct tw_rkey rk;
+	uint64_t log_id, segment_id, epoch, version;
+};
+
+/* Open a fab of `provider` and connect to `addr`. Returns 0 or a negative code. */
+int twc_connect(struct twc *c, const char *provider, const char *addr);
+void twc_close(struct twc *c);
+
+/* Allocate and register a local segment of `cap` bytes and start a writer on it. */
+int twc_seg_init(struct twc *c, size_t cap);
+
+/* OpenSegment for (log, seg) with `length` bytes; fills c->rk. */
+int twc_open(struct twc *c, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
+	     uint64_t version, uint64_t length);
+
+/* Append `n` entries of `len` bytes (payload pattern from `seed`) as one write, seal, and write
+ * the range to the backup, waiting for the placed-at-target completion. */
+int twc_write(struct twc *c, unsigned n, uint32_t len, uint32_t seed);
+
+/* CloseSegment with the writer's current offset and checksum (or the given overrides when
+ * off_override != UINT64_MAX). scanned_out may be NULL. */
+int twc_close_seg(struct twc *c, uint64_t off_override, uint32_t ck_override,
+		  struct tw_rpc_seg_meta *scanned_out);
+
+/* ListSegments of one log (all pages). Fills up to max entries; returns the count or < 0. */
+struct twc_info {
+	uint64_t log_id, segment_id, valid_len, entries, version, epoch;
+	uint32_t checksum;
+	int state; /* TAILWIND__SEGMENT_STATE__* */
+	bool corrupt;
+};
+int twc_list(struct twc *c, uint64_t log_id, bool all, struct twc_info *out, size_t max);
+
+/* StatsReply: handler calls excluding Stats itself, and the key=value message. */
+struct twc_stats {
+	uint64_t handler_calls_non_stats;
+	uint64_t calls_open, calls_close;
+	uint64_t rpc_bytes_rx;
+	uint64_t cq_entries, cq_polls;
+	uint32_t buffers_total, buffers_free, buffers_open;
+};
+int twc_stats(struct twc *c, struct twc_stats *out);
+
+/* One-sided read of [off, off+len) of the peer region into dst (inside dst_mr), waiting. */
+int twc_read(struct twc *c, const struct tw_rkey *rk, uint64_t off, size_t len, void *dst,
+	     struct tw_mr *dst_mr);
+
+/* Pattern used by twc_write for entry `i` of write `seed` (tests may check read-back data). */
+void twc_fill(uint8_t *p, uint32_t len, uint32_t seed, unsigned i);
+
+#endif

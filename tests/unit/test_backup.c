@@ -1,0 +1,381 @@
+/*
+ * tests/unit/test_backup.c — the backup in-process: tw_backup_run on a thread over the "mem"
+ * fabric, a client (tests/integration/twd_client.c) on the main thread. Covers open/write/close,
+ * admission (pool and unflushed limit), malformed requests, fencing, set-version, free, read
+ * grants of flushed segments, a misbehaving peer, zero handler calls per replicated write, the
+ * battery flush of open buffers, and the restart that rebuilds the index (corrupt file included).
+ *
+ * Provider: "mem" by default; TW_TEST_PROVIDER=tcp runs the same over tcp.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/log_format.h>
+
+#include "replica/segfile.h"
+#include "tap.h"
+#include "twd_client.h"
+
+#define BUF (64 * 1024)
+
+static const char *prov;
+static char dir[256];
+static struct tw_backup *bk;
+static pthread_t thr;
+static int run_rc;
+
+static void *run_main(void *arg)
+{
+	(void)arg;
+	run_rc = tw_backup_run(bk);
+	return NULL;
+}
+
+static void start(unsigned buffers, unsigned limit)
+{
+	struct tw_backup_config cfg;
+	int rc;
+
+	tw_backup_config_init(&cfg);
+	cfg.provider = prov;
+	cfg.dir = dir;
+	cfg.buffers = buffers;
+	cfg.buffer_size = BUF;
+	cfg.unflushed_limit = limit;
+	cfg.node_id = 77;
+	rc = tw_backup_open(&cfg, &bk);
+	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
+	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
+}
+
+/* Stop the progress thread; optionally flush everything (battery case); close. */
+static void stop(bool flush)
+{
+	tw_backup_stop(bk);
+	pthread_join(thr, NULL);
+	is_int(run_rc, 0, "tw_backup_run returned 0 after tw_backup_stop");
+	if (flush)
+		is_int(tw_backup_flush_all(bk), 0, "tw_backup_flush_all");
+	tw_backup_close(bk);
+	bk = NULL;
+}
+
+static void conn(struct twc *c)
+{
+	int rc = twc_connect(c, prov, tw_backup_listen_addr(bk));
+
+	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
+	TAP_REQUIRE(twc_seg_init(c, BUF) == 0, "seg init");
+}
+
+static void test_basic(void)
+{
+	struct twc c;
+	struct tw_rpc_seg_meta scanned;
+	struct twc_info li[8];
+	struct twc_stats s0, s1;
+	struct tw_backup_stats bs;
+	int rc, n;
+
+	start(4, 0);
+	conn(&c);
+	is_int(twc_open(&c, 10, 0, 1, 1, BUF), 0, "open log 10 seg 0");
+	ok(c.rk.len == BUF, "rkey covers the requested length");
+	TAP_REQUIRE(twc_stats(&c, &s0) == 0, "stats");
+	for (int i = 0; i < 200; i++) {
+		rc = twc_write(&c, 1 + (unsigned)(i % 3), 100, (uint32_t)i);
+		if (rc) {
+			ok(0, "write %d: %s", i, tw_strerror(rc));
+			break;
+		}
+	}
+	TAP_REQUIRE(twc_stats(&c, &s1) == 0, "stats");
+	is_int((long long)(s1.handler_calls_non_stats - s0.handler_calls_non_stats), 0,
+	       "200 replicated writes: 0 handler invocations on the backup");
+	tap_diag("backup cq_entries +%llu, cq_polls +%llu over 200 writes",
+		 (unsigned long long)(s1.cq_entries - s0.cq_entries),
+		 (unsigned long long)(s1.cq_polls - s0.cq_polls));
+
+	n = twc_list(&c, 10, false, li, 8);
+	ok(n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN &&
+	   li[0].valid_len == c.w.pos && li[0].checksum == c.w.last_checksum,
+	   "list scans the open buffer: valid_len %llu == %zu",
+	   n > 0 ? (unsigned long long)li[0].valid_len : 0ull, c.w.pos);
+	is_int(twc_close_seg(&c, UINT64_MAX, 0, &scanned), 0, "close with matching metadata");
+	ok(scanned.offset == c.w.pos, "close reply carries the scanned offset");
+	/* the flush finishes asynchronously: wait until the listing says flushed */
+	for (int i = 0; i < 2000; i++) {
+		n = twc_list(&c, 10, false, li, 8);
+		if (n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
+			break;
+		usleep(1000); /* polling a state, not synchronising on time */
+	}
+	ok(n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED &&
+	   li[0].entries > 0, "closed segment is flushed");
+	{
+		char path[512];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/000000000000000a-0000000000000000.twseg", dir);
+		ok(stat(path, &st) == 0 && (size_t)st.st_size == SEGFILE_HDR_SIZE + c.w.pos,
+		   "segment file has header + valid bytes");
+	}
+	is_int(twc_close_seg(&c, UINT64_MAX, 0, NULL), 0, "retried close of the same segment: OK");
+
+	/* read grant of a flushed segment: loaded, then read back one-sided */
+	{
+		struct tw_rpc_read_grant g;
+		uint8_t *dst = tw_fab_alloc(BUF);
+		struct tw_mr *mr = NULL;
+
+		rc = tw_rpc_read_segment(c.rpc, 1, 10, 0, &g);
+		is_int(rc, 0, "read grant of the flushed segment");
+		ok(g.meta.offset == c.w.pos && g.meta.checksum == c.w.last_checksum,
+		   "grant meta: valid length and checksum");
+		TAP_REQUIRE(dst && tw_mr_reg(c.fab, dst, BUF, TW_MR_READ_DST, &mr) == 0, "dst");
+		if (rc == 0) {
+			rc = twc_read(&c, &g.rkey, 0, (size_t)g.meta.offset, dst, mr);
+			is_int(rc, 0, "one-sided read of the loaded segment");
+			ok(rc == 0 && memcmp(dst, c.seg, c.w.pos) == 0,
+			   "read-back bytes equal what the primary wrote");
+		}
+		tw_mr_close(mr);
+		is_int(tw_rpc_release_segment(c.rpc, 1, 10, 0), 0, "release the grant");
+		is_int(tw_rpc_release_segment(c.rpc, 1, 10, 0), -TW_ENOTFOUND,
+		       "second release: NOT_FOUND");
+		tw_fab_free(dst, BUF);
+	}
+
+	tw_backup_get_stats(bk, &bs);
+	ok(bs.rpc_calls[TW_BACKUP_RPC_OPEN] == 1 && bs.rpc_calls[TW_BACKUP_RPC_CLOSE] == 2,
+	   "in-process stats count handler calls per kind (open %llu, close %llu)",
+	   (unsigned long long)bs.rpc_calls[TW_BACKUP_RPC_OPEN],
+	   (unsigned long long)bs.rpc_calls[TW_BACKUP_RPC_CLOSE]);
+	ok(bs.flushes >= 1 && bs.bytes_flushed >= c.w.pos, "flush counted");
+	twc_close(&c);
+	stop(false);
+}
+
+static void test_admission_and_validation(void)
+{
+	struct twc c, d;
+	struct tw_rpc_seg_meta scanned;
+	struct tw_rpc_seg_meta m;
+	struct tw_rkey rk;
+	int rc;
+
+	start(3, 2); /* 3 buffers, at most 2 unflushed */
+	conn(&c);
+	conn(&d);
+	is_int(twc_open(&c, 20, 0, 1, 1, BUF), 0, "open 1");
+	is_int(twc_open(&c, 20, 1, 1, 1, BUF), 0, "open 2");
+	rc = twc_open(&c, 20, 2, 1, 1, BUF);
+	is_int(rc, -TW_EREFUSED, "open beyond the unflushed limit: RESOURCE_EXHAUSTED");
+	ok(strstr(tw_rpc_client_errmsg(c.rpc), "unflushed limit") != NULL,
+	   "clear message: %s", tw_rpc_client_errmsg(c.rpc));
+
+	/* malformed requests, each answered with the right status */
+	m = (struct tw_rpc_seg_meta){ 21, 0, 0, 0 };
+	is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, 0, &rk), -EINVAL, "open length 0: INVALID");
+	is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, BUF + 1, &rk), -EINVAL,
+	       "open length > buffer size: INVALID");
+	m.offset = 100;
+	is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, 50, &rk), -EINVAL,
+	       "open offset past length: INVALID");
+	m = (struct tw_rpc_seg_meta){ 99, 0, 0, 0 };
+	is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -TW_ENOTFOUND,
+	       "close of an unknown log: NOT_FOUND");
+	m = (struct tw_rpc_seg_meta){ 20, 0, 0, BUF + 1 };
+	is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EINVAL,
+	       "close offset past the buffer: INVALID");
+	is_int(twc_open(&c, 20, 0, 1, 0, BUF), -TW_ESTALE, "reopen with an older version: STALE");
+
+	/* checksum mismatch on close: CORRUPT, segment kept and marked */
+	c.log_id = 20;
+	c.segment_id = 0;
+	c.version = 1;
+	TAP_REQUIRE(twc_open(&c, 20, 0, 1, 1, BUF) == 0, "reopen (idempotent)");
+	TAP_REQUIRE(twc_write(&c, 5, 100, 1) == 0, "write");
+	rc = twc_close_seg(&c, c.w.pos, c.w.last_checksum ^ 1, &scanned);
+	is_int(rc, -TW_ECORRUPT, "close with a wrong checksum: CORRUPT");
+	ok(scanned.offset == c.w.pos, "reply still carries the scan");
+	{
+		struct twc_info li[4];
+		int n = twc_list(&c, 20, false, li, 4);
+
+		ok(n >= 1 && li[0].segment_id == 0 && li[0].corrupt, "listed as corrupt");
+	}
+
+	/* epochs: fence to 5, then epoch-4 requests are FENCED; the other connection still works */
+	{
+		uint64_t e = 0;
+
+		is_int(tw_rpc_fence(d.rpc, 20, 5, &e), 0, "fence log 20 to epoch 5");
+		is_int((long long)e, 5, "fence reply epoch");
+		is_int(tw_rpc_fence(d.rpc, 20, 4, &e), -TW_EFENCED, "fence to an older epoch: FENCED");
+		m = (struct tw_rpc_seg_meta){ 20, 1, 0, 0 };
+		is_int(tw_rpc_close_segment(d.rpc, 4, &m, 1, NULL), -TW_EFENCED,
+		       "close with a stale epoch: FENCED");
+		is_int(tw_rpc_set_replica_version(d.rpc, 5, 20, 1, 2), 0, "set version 2");
+		is_int(tw_rpc_set_replica_version(d.rpc, 5, 20, 1, 1), -TW_ESTALE,
+		       "set an older version: STALE");
+	}
+	/* the fenced primary's connection (c) was closed by the backup; d keeps working */
+	{
+		struct twc_stats s;
+
+		is_int(twc_stats(&d, &s), 0, "other connection still served");
+		ok(s.buffers_total == 3, "stats: 3 buffers");
+	}
+	/* free everything of log 20 */
+	{
+		uint64_t freed = 0;
+
+		is_int(tw_rpc_free_segments(d.rpc, 5, 20, 100, &freed), 0, "free log 20");
+		is_int((long long)freed, 2, "two segments freed");
+	}
+	twc_close(&c);
+	twc_close(&d);
+	stop(false);
+}
+
+static void test_pool_exhaustion(void)
+{
+	struct twc c, bad;
+	int rc;
+
+	start(2, 0);
+	conn(&c);
+	is_int(twc_open(&c, 30, 0, 1, 1, BUF), 0, "open 1 of 2");
+	is_int(twc_open(&c, 30, 1, 1, 1, BUF), 0, "open 2 of 2");
+	rc = twc_open(&c, 30, 2, 1, 1, BUF);
+	is_int(rc, -TW_EREFUSED, "open beyond the pool: RESOURCE_EXHAUSTED");
+	ok(strstr(tw_rpc_client_errmsg(c.rpc), "no free buffer") != NULL, "clear message: %s",
+	   tw_rpc_client_errmsg(c.rpc));
+
+	/* a peer sending garbage loses its own connection only */
+	rc = twc_connect(&bad, prov, tw_backup_listen_addr(bk));
+	TAP_REQUIRE(rc == 0, "connect");
+	{
+		char junk[64];
+
+		memset(junk, 0xab, sizeof(junk));
+		tw_chan_send(bad.ch, junk, sizeof(junk));
+		for (int i = 0; i < 500 && !bad.lost; i++)
+			tw_fab_progress(bad.fab, 10);
+		ok(bad.lost, "garbage frame: that connection is closed by the backup");
+	}
+	twc_close(&bad);
+	{
+		struct twc_stats s;
+
+		is_int(twc_stats(&c, &s), 0, "the good connection is still served");
+		is_int(s.buffers_open, 2, "its buffers are intact");
+	}
+	twc_close(&c);
+	stop(false);
+}
+
+static void test_battery_and_restart(void)
+{
+	struct twc c;
+	struct twc_info li[8];
+	size_t open_len;
+	int n;
+
+	start(4, 0);
+	conn(&c);
+	TAP_REQUIRE(twc_open(&c, 0x40, 0, 3, 1, BUF) == 0, "open closed-to-be");
+	TAP_REQUIRE(twc_write(&c, 10, 64, 9) == 0, "write");
+	is_int(twc_close_seg(&c, UINT64_MAX, 0, NULL), 0, "close 40/0");
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "new local segment");
+	TAP_REQUIRE(twc_open(&c, 0x40, 1, 3, 1, BUF) == 0, "open 40/1");
+	TAP_REQUIRE(twc_write(&c, 7, 80, 10) == 0, "write");
+	TAP_REQUIRE(twc_write(&c, 3, 80, 11) == 0, "write");
+	open_len = c.w.pos;
+	twc_close(&c);
+	stop(true); /* battery: flush the open buffer too */
+
+	/* a corrupt extra file and a leftover tmp file */
+	{
+		char path[512];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/0000000000000041-0000000000000000.twseg", dir);
+		f = fopen(path, "w");
+		fputs("this is not a segment file, but long enough to have a header........"
+		      "......................................................................",
+		      f);
+		fclose(f);
+		snprintf(path, sizeof(path), "%s/0000000000000040-0000000000000009.twseg.tmp", dir);
+		f = fopen(path, "w");
+		fputs("partial", f);
+		fclose(f);
+	}
+
+	start(4, 0);
+	conn(&c);
+	n = twc_list(&c, 0x40, false, li, 8);
+	ok(n == 2, "restart: both segments of log 0x40 listed (%d)", n);
+	if (n == 2) {
+		ok(li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED && !li[0].corrupt,
+		   "closed segment: flushed");
+		ok(li[1].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN &&
+		   li[1].valid_len == open_len && li[1].entries == 10 && li[1].epoch == 3,
+		   "open-at-shutdown segment: listed open with its scanned length %llu == %zu",
+		   (unsigned long long)li[1].valid_len, open_len);
+	}
+	n = twc_list(&c, 0x41, false, li, 8);
+	ok(n == 1 && li[0].corrupt, "corrupt file reported as corrupt, daemon keeps serving");
+	{
+		char path[512];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/0000000000000040-0000000000000009.twseg.tmp", dir);
+		ok(stat(path, &st) != 0, "leftover tmp file removed at start");
+	}
+	{
+		struct tw_rpc_read_grant g;
+
+		is_int(tw_rpc_read_segment(c.rpc, 3, 0x40, 1, &g), 0,
+		       "read grant of the battery-flushed segment (loaded from disk)");
+		ok(g.meta.offset == open_len, "grant length = scanned length");
+		is_int(tw_rpc_read_segment(c.rpc, 3, 0x41, 0, &g), -TW_ECORRUPT,
+		       "read grant of the corrupt file: CORRUPT");
+		is_int(tw_rpc_read_segment(c.rpc, 2, 0x40, 1, &g), -TW_EFENCED,
+		       "epoch restored from the files: older epoch FENCED");
+	}
+	twc_close(&c);
+	stop(false);
+}
+
+int main(void)
+{
+	char cmd[300];
+
+	prov = getenv("TW_TEST_PROVIDER");
+	if (!prov || !prov[0])
+		prov = "mem";
+	snprintf(dir, sizeof(dir), "/tmp/tw-backup-XXXXXX");
+	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tap_diag("provider %s, dir %s", prov, dir);
+	test_basic();
+	test_admission_and_validation();
+	test_pool_exhaustion();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
+	if (system(cmd) != 0)
+		tap_diag("cleanup failed");
+	test_battery_and_restart();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		tap_diag("could not remove %s", dir);
+	tap_done_testing();
+	return tap_exit();
+}

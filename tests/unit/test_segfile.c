@@ -1,0 +1,286 @@
+/*
+ * tests/unit/test_segfile.c — segment files: header round trip, file round trip, the durability
+ * sequence (tmp, fsync, rename, fsync dir) and crashes between its steps, corruption detection
+ * (bit flips in header and data, truncation), names, version rewrite.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tailwind/log_format.h>
+
+#include "replica/segfile.h"
+#include "tap.h"
+
+static char dir[256];
+static int dirfd_;
+
+static size_t build(uint8_t *buf, size_t cap, unsigned writes, struct tw_scan_result *sr)
+{
+	struct tw_log_writer w;
+	uint8_t payload[100];
+
+	memset(buf, 0, cap);
+	tw_log_writer_init(&w, buf, cap);
+	for (unsigned i = 0; i < writes; i++) {
+		size_t off, len;
+
+		for (unsigned k = 0; k < sizeof(payload); k++)
+			payload[k] = (uint8_t)(i * 7 + k);
+		if (tw_log_writer_append(&w, payload, sizeof(payload), NULL) != 0)
+			break;
+		tw_log_writer_seal(&w, &off, &len);
+	}
+	tw_scan(buf, cap, sr);
+	return w.pos;
+}
+
+static void hdr_for(struct segfile_hdr *h, uint64_t log, uint64_t seg,
+		    const struct tw_scan_result *sr, size_t cap)
+{
+	memset(h, 0, sizeof(*h));
+	h->log_id = log;
+	h->segment_id = seg;
+	h->replica_version = 3;
+	h->epoch = 7;
+	h->state = SEGFILE_CLOSED;
+	h->checksum = sr->last_checksum;
+	h->valid_len = sr->valid_len;
+	h->entries = sr->entries;
+	h->buffer_size = cap;
+}
+
+static bool exists(const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd_, name, &st, 0) == 0;
+}
+
+static void flip_byte(const char *name, off_t off)
+{
+	int fd = openat(dirfd_, name, O_RDWR);
+	uint8_t c;
+
+	TAP_REQUIRE(fd >= 0, "open %s", name);
+	TAP_REQUIRE(pread(fd, &c, 1, off) == 1, "pread");
+	c ^= 0x10;
+	TAP_REQUIRE(pwrite(fd, &c, 1, off) == 1, "pwrite");
+	close(fd);
+}
+
+/* Durability hook: record the steps, optionally fail one. */
+static char steps[256];
+static const char *fail_at;
+
+static int hook(void *arg, const char *step)
+{
+	(void)arg;
+	strncat(steps, step, sizeof(steps) - strlen(steps) - 2);
+	strcat(steps, ",");
+	if (fail_at && strcmp(fail_at, step) == 0)
+		return -EIO;
+	return 0;
+}
+
+static void test_header(void)
+{
+	struct segfile_hdr h, g;
+	uint8_t raw[SEGFILE_HDR_SIZE];
+
+	memset(&h, 0, sizeof(h));
+	h.flags = SEGFILE_F_CORRUPT;
+	h.log_id = 0x0123456789abcdefull;
+	h.segment_id = 42;
+	h.replica_version = 5;
+	h.epoch = 9;
+	h.state = SEGFILE_OPEN;
+	h.checksum = 0xdeadbeef;
+	h.valid_len = 1000;
+	h.entries = 10;
+	h.buffer_size = 4096;
+	h.flush_time_ns = 12345;
+	segfile_hdr_encode(&h, raw);
+	ok(memcmp(raw, "TWSEGv1", 8) == 0, "header starts with the magic");
+	is_int(segfile_hdr_decode(raw, &g), 0, "header decodes");
+	ok(memcmp(&h, &g, sizeof(h)) == 0, "header round trip keeps every field");
+	raw[20] ^= 1;
+	is_int(segfile_hdr_decode(raw, &g), -TW_ECORRUPT, "header bit flip: CRC mismatch");
+	raw[20] ^= 1;
+	raw[8] = 2;
+	{
+		/* version 2 with a valid CRC: reported as a newer format */
+		uint32_t crc = tw_crc32c(0, raw, 124);
+
+		raw[124] = (uint8_t)crc;
+		raw[125] = (uint8_t)(crc >> 8);
+		raw[126] = (uint8_t)(crc >> 16);
+		raw[127] = (uint8_t)(crc >> 24);
+		is_int(segfile_hdr_decode(raw, &g), -TW_EVERSION, "newer format version refused");
+	}
+}
+
+static void test_names(void)
+{
+	char name[SEGFILE_NAME_MAX];
+	uint64_t l, s;
+
+	segfile_name(0xabcull, 0x12ull, name, sizeof(name));
+	ok(strcmp(name, "0000000000000abc-0000000000000012.twseg") == 0, "file name %s", name);
+	ok(segfile_parse_name(name, &l, &s) && l == 0xabc && s == 0x12, "name parses back");
+	ok(!segfile_parse_name("0000000000000abc-0000000000000012.twseg.tmp", &l, &s),
+	   "tmp name is not a segment");
+	ok(!segfile_parse_name("0000000000000ABC-0000000000000012.twseg", &l, &s),
+	   "upper-case hex refused");
+	ok(!segfile_parse_name("foo.twseg", &l, &s), "short name refused");
+}
+
+static void test_round_trip(void)
+{
+	size_t cap = 64 * 1024;
+	uint8_t *buf = malloc(cap), *back = calloc(1, cap);
+	struct tw_scan_result sr;
+	struct segfile_hdr h, g;
+	char name[SEGFILE_NAME_MAX];
+
+	build(buf, cap, 50, &sr);
+	ok(sr.valid_len > 0 && sr.entries == 50, "built 50 entries (%zu bytes)", sr.valid_len);
+	hdr_for(&h, 1, 2, &sr, cap);
+	steps[0] = '\0';
+	segfile_set_hook(hook, NULL);
+	is_int(segfile_write(dirfd_, &h, buf), 0, "segfile_write");
+	segfile_set_hook(NULL, NULL);
+	ok(strcmp(steps, "create,write,fsync,close,rename,fsync-dir,") == 0,
+	   "durability sequence: %s", steps);
+	segfile_name(1, 2, name, sizeof(name));
+	ok(exists(name), "final file exists");
+	ok(!exists("0000000000000001-0000000000000002.twseg.tmp"), "no tmp file left");
+	is_int(segfile_load(dirfd_, name, back, cap, &g), 0, "segfile_load verifies");
+	ok(memcmp(buf, back, sr.valid_len) == 0, "data round trip");
+	ok(g.valid_len == h.valid_len && g.checksum == h.checksum && g.entries == h.entries &&
+	   g.replica_version == 3 && g.epoch == 7 && g.state == SEGFILE_CLOSED,
+	   "header fields round trip");
+	ok(g.flush_time_ns != 0, "flush time recorded");
+	is_int(segfile_load(dirfd_, name, back, sr.valid_len - 1, &g), -EFBIG,
+	       "load into a too small buffer: -EFBIG");
+
+	/* version rewrite */
+	is_int(segfile_set_version(dirfd_, 1, 2, 4), 0, "set version");
+	is_int(segfile_verify(dirfd_, name, &g), 0, "still verifies");
+	is_int((long long)g.replica_version, 4, "version updated in the file");
+
+	/* empty segment */
+	memset(buf, 0, cap);
+	tw_scan(buf, cap, &sr);
+	hdr_for(&h, 1, 3, &sr, cap);
+	h.state = SEGFILE_OPEN;
+	is_int(segfile_write(dirfd_, &h, buf), 0, "empty open segment written");
+	segfile_name(1, 3, name, sizeof(name));
+	is_int(segfile_verify(dirfd_, name, &g), 0, "empty segment verifies");
+	ok(g.state == SEGFILE_OPEN && g.valid_len == 0, "state open, length 0");
+	free(buf);
+	free(back);
+}
+
+static void test_crash_steps(void)
+{
+	static const char *const at[] = { "create", "write", "fsync", "close", "rename" };
+	size_t cap = 16 * 1024;
+	uint8_t *buf = malloc(cap);
+	struct tw_scan_result sr;
+	struct segfile_hdr h, g;
+	char name[SEGFILE_NAME_MAX];
+
+	build(buf, cap, 10, &sr);
+	hdr_for(&h, 5, 1, &sr, cap);
+	segfile_name(5, 1, name, sizeof(name));
+	is_int(segfile_write(dirfd_, &h, buf), 0, "first version written");
+	build(buf, cap, 20, &sr); /* a longer replacement */
+	hdr_for(&h, 5, 1, &sr, cap);
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		steps[0] = '\0';
+		fail_at = at[i];
+		segfile_set_hook(hook, NULL);
+		ok(segfile_write(dirfd_, &h, buf) == -EIO, "failure at %s reported", at[i]);
+		segfile_set_hook(NULL, NULL);
+		ok(!exists("0000000000000005-0000000000000001.twseg.tmp"),
+		   "failure at %s: tmp removed", at[i]);
+		ok(segfile_verify(dirfd_, name, &g) == 0 && g.entries == 10,
+		   "failure at %s: previous complete file intact", at[i]);
+	}
+	fail_at = "fsync-dir";
+	segfile_set_hook(hook, NULL);
+	ok(segfile_write(dirfd_, &h, buf) == -EIO, "directory fsync failure reported");
+	segfile_set_hook(NULL, NULL);
+	fail_at = NULL;
+	ok(segfile_verify(dirfd_, name, &g) == 0 && g.entries == 20, "renamed file is complete");
+	free(buf);
+}
+
+static void test_corruption(void)
+{
+	size_t cap = 32 * 1024;
+	uint8_t *buf = malloc(cap);
+	struct tw_scan_result sr;
+	struct segfile_hdr h, g;
+	char name[SEGFILE_NAME_MAX];
+	int fd;
+
+	build(buf, cap, 30, &sr);
+	hdr_for(&h, 9, 9, &sr, cap);
+	segfile_name(9, 9, name, sizeof(name));
+	TAP_REQUIRE(segfile_write(dirfd_, &h, buf) == 0, "write");
+
+	/* a flip in a payload, in an entry header, in a checksum entry, in the header */
+	{
+		off_t offs[] = { SEGFILE_HDR_SIZE + TW_ENTRY_HDR_SIZE + 50,      /* payload */
+				 SEGFILE_HDR_SIZE + 4,                           /* length */
+				 SEGFILE_HDR_SIZE + (off_t)sr.valid_len - 2,    /* last checksum */
+				 40 /* epoch in the header */ };
+		const char *what[] = { "payload", "entry header", "checksum entry", "file header" };
+
+		for (size_t i = 0; i < 4; i++) {
+			flip_byte(name, offs[i]);
+			is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT,
+			       "bit flip in the %s detected", what[i]);
+			flip_byte(name, offs[i]);
+			is_int(segfile_verify(dirfd_, name, &g), 0, "flipped back: verifies");
+		}
+	}
+	/* truncation */
+	fd = openat(dirfd_, name, O_RDWR);
+	TAP_REQUIRE(fd >= 0, "open");
+	TAP_REQUIRE(ftruncate(fd, (off_t)(SEGFILE_HDR_SIZE + sr.valid_len - 1)) == 0, "truncate");
+	close(fd);
+	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated file detected");
+	is_int(segfile_read_header(dirfd_, name, &g), -TW_ECORRUPT, "header check sees the size");
+	is_int(segfile_verify(dirfd_, "nope.twseg", &g), -ENOENT, "missing file: -ENOENT");
+	is_int(segfile_remove(dirfd_, 9, 9), 0, "remove");
+	ok(!exists(name), "removed");
+	free(buf);
+}
+
+int main(void)
+{
+	char cmd[300];
+
+	snprintf(dir, sizeof(dir), "/tmp/tw-segfile-XXXXXX");
+	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
+	TAP_REQUIRE(dirfd_ >= 0, "open dir");
+	test_header();
+	test_names();
+	test_round_trip();
+	test_crash_steps();
+	test_corruption();
+	close(dirfd_);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		tap_diag("could not remove %s", dir);
+	tap_done_testing();
+	return tap_exit();
+}
