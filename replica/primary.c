@@ -626,6 +626,8 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 
 	if (p->err)
 		return p->err;
+	if (p->finished)
+		return -TW_ECLOSED;
 	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
 	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
 			   p->rec_head - p->rec_tail > p->rec_mask)) {
@@ -675,7 +677,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		if (p->err || p->stop) {
+		if (p->err || p->stop || p->finished) {
 			rc = p->err ? p->err : -TW_ECLOSED;
 			pthread_mutex_unlock(&p->lock);
 			return rc;
@@ -899,12 +901,14 @@ void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
-int tw_primary_close(struct tw_primary *p)
+int tw_primary_finish(struct tw_primary *p)
 {
 	int rc, rc2;
 
 	if (!p)
-		return 0;
+		return -EINVAL;
+	if (p->finished)
+		return p->finish_rc;
 	rc = tw_primary_flush(p);
 	if (p->threaded && p->thread_started) {
 		pthread_mutex_lock(&p->lock);
@@ -914,6 +918,7 @@ int tw_primary_close(struct tw_primary *p)
 		pthread_join(p->thread, NULL);
 		p->thread_started = false;
 	}
+	p->finished = true; /* no appends from now on */
 	if (!p->err && p->cur) {
 		drain(p);
 		rc2 = pctl_close_segment(p, p->cur);
@@ -922,6 +927,17 @@ int tw_primary_close(struct tw_primary *p)
 	}
 	if (!rc)
 		rc = p->err;
+	p->finish_rc = rc;
+	return rc;
+}
+
+int tw_primary_close(struct tw_primary *p)
+{
+	int rc;
+
+	if (!p)
+		return 0;
+	rc = tw_primary_finish(p);
 	primary_free(p);
 	return rc;
 }

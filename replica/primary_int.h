@@ -119,6 +119,8 @@ struct tw_primary {
 	pthread_t thread;
 	bool thread_started;
 	bool stop;
+	bool finished;          /* tw_primary_finish ran: no more appends */
+	int finish_rc;
 	bool need_roll;
 	bool pt_idle;           /* progress thread blocked with a free slot: wake it on append */
 	unsigned app_waiting;

@@ -48,6 +48,7 @@ struct opts {
 	bool progress;
 	const char *mode;
 	const char *twd_path;
+	uint64_t lat_count;
 };
 
 struct twd {
@@ -298,8 +299,12 @@ static void usage(FILE *f)
 		"  -r N              replication factor (default 3)\n"
 		"  --count N         objects to replicate (default 1000000)\n"
 		"  --size N          object size in bytes (default 100)\n"
-		"  --sync            synchronous appends, one at a time (default)\n"
-		"  --async           asynchronous appends with callbacks (batching, pipelining)\n"
+		"  --async           asynchronous appends with callbacks, progress thread (default):\n"
+		"                    batching and pipelining; then --latency-count synchronous\n"
+		"                    appends on a second log for the latency columns\n"
+		"  --sync            every append synchronous (latency from all of them)\n"
+		"  --latency-count N synchronous appends measured after an --async run\n"
+		"                    (default 10000; 0: none)\n"
 		"  --batch N         max entries per write (default 256)\n"
 		"  --inflight N      writes in flight per backup (default 8)\n"
 		"  --segment-size N  segment (and local twd buffer) size (default 8388608)\n"
@@ -404,6 +409,7 @@ int main(int argc, char **argv)
 		{ "buffers", required_argument, NULL, 'f' },
 		{ "busy-poll", no_argument, NULL, 'P' },
 		{ "mode", required_argument, NULL, 'm' },
+		{ "latency-count", required_argument, NULL, 'L' },
 		{ "twd", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-progress", no_argument, NULL, 'q' },
@@ -413,7 +419,7 @@ int main(int argc, char **argv)
 	struct opts o = {
 		.provider = "tcp", .r = 3, .count = 1000000, .size = 100, .batch = 256,
 		.inflight = 8, .segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE, .twd_buffers = 16,
-		.mode = "onesided",
+		.mode = "onesided", .async = true, .lat_count = 10000,
 	};
 	const char *addrs[MAX_BACKUPS];
 	unsigned n_addrs = 0;
@@ -424,7 +430,8 @@ int main(int argc, char **argv)
 	double cpu[MAX_BACKUPS];
 	char errmsg[1024], twd_exe[PATH_MAX];
 	uint8_t *payload;
-	uint64_t t0, t1, v;
+	uint64_t t0, t1, v, n_lat = 0;
+	uint32_t *lat = NULL;
 	int c, rc, exit_code = 1;
 
 	o.progress = isatty(STDERR_FILENO);
@@ -473,6 +480,11 @@ int main(int argc, char **argv)
 			break;
 		case 'P': o.busy_poll = true; break;
 		case 'm': o.mode = optarg; break;
+		case 'L':
+			if (parse_u64(optarg, &v))
+				goto bad;
+			o.lat_count = v;
+			break;
 		case 't': o.twd_path = optarg; break;
 		case 'j': o.json = true; break;
 		case 'q': o.progress = false; break;
@@ -574,6 +586,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < n_twd; i++)
 		twds[i].cpu_start = proc_cpu(twds[i].pid);
 
+	/* Phase 1: replicate `count` objects (throughput; in sync mode also the latencies). */
 	t0 = now_ns();
 	for (uint64_t i = 0; i < o.count; i++) {
 		memcpy(payload, &i, o.size < 8 ? o.size : 8); /* sequence number in every object */
@@ -586,7 +599,6 @@ int main(int argc, char **argv)
 			rc = tw_primary_append(p, payload, o.size, NULL);
 			d = now_ns() - a;
 			run.lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
-			run.done = i + 1;
 		}
 		if (rc < 0) {
 			fprintf(stderr, "\ntwbench: append %" PRIu64 " failed: %s: %s\n", i, tw_strerror(rc),
@@ -607,35 +619,91 @@ int main(int argc, char **argv)
 		progress_bar(o.count, o.count);
 	for (unsigned i = 0; i < n_twd; i++)
 		cpu[i] = proc_cpu(twds[i].pid) - twds[i].cpu_start;
+	rc = tw_primary_finish(p); /* the final close RPC counts too */
 	tw_primary_get_stats(p, &st);
-	rc = tw_primary_close(p);
-	p = NULL;
 	if (rc < 0) {
-		fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
+		fprintf(stderr, "twbench: closing the log: %s: %s\n", tw_strerror(rc), tw_primary_errmsg(p));
 		goto out;
+	}
+	tw_primary_close(p);
+	p = NULL;
+
+	/* Phase 2 (async runs): latency of synchronous appends on a second log, caller-driven. */
+	if (o.async && o.lat_count) {
+		uint64_t n = o.lat_count;
+
+		lat = calloc(n, sizeof(uint32_t));
+		if (!lat) {
+			fprintf(stderr, "twbench: out of memory\n");
+			goto out;
+		}
+		cfg.log_id++;
+		cfg.mode = TW_PRIMARY_SYNC;
+		rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+		if (rc < 0) {
+			fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n", tw_strerror(rc),
+				errmsg);
+			goto out;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t a = now_ns(), d;
+
+			memcpy(payload, &i, o.size < 8 ? o.size : 8);
+			rc = tw_primary_append(p, payload, o.size, NULL);
+			d = now_ns() - a;
+			if (rc < 0) {
+				fprintf(stderr, "twbench: sync append %" PRIu64 " failed: %s: %s\n", i,
+					tw_strerror(rc), tw_primary_errmsg(p));
+				goto out;
+			}
+			lat[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		rc = tw_primary_close(p);
+		p = NULL;
+		if (rc < 0) {
+			fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
+			goto out;
+		}
+		n_lat = n;
+	} else if (!o.async) {
+		lat = run.lat_ns;
+		run.lat_ns = NULL;
+		n_lat = o.count;
 	}
 
 	{
 		double secs = (double)(t1 - t0) / 1e9;
 		double ops = (double)o.count / secs;
 		double mbs = (double)o.count * o.size / secs / 1e6;
-		double p50, p99, p999;
+		double p50 = 0, p99 = 0, p999 = 0, a50 = 0, a99 = 0, a999 = 0;
 		uint64_t ctl = st.rpc_open + st.rpc_close;
 		double per_obj = (double)ctl / (double)o.count;
 		double per_req = (double)ctl / ((double)o.count * o.r);
+		char k[64];
 
-		qsort(run.lat_ns, o.count, sizeof(uint32_t), cmp_u32);
-		p50 = pct(run.lat_ns, o.count, 0.50);
-		p99 = pct(run.lat_ns, o.count, 0.99);
-		p999 = pct(run.lat_ns, o.count, 0.999);
+		if (n_lat) {
+			qsort(lat, n_lat, sizeof(uint32_t), cmp_u32);
+			p50 = pct(lat, n_lat, 0.50);
+			p99 = pct(lat, n_lat, 0.99);
+			p999 = pct(lat, n_lat, 0.999);
+		}
+		if (o.async) {
+			qsort(run.lat_ns, o.count, sizeof(uint32_t), cmp_u32);
+			a50 = pct(run.lat_ns, o.count, 0.50);
+			a99 = pct(run.lat_ns, o.count, 0.99);
+			a999 = pct(run.lat_ns, o.count, 0.999);
+		}
 		if (o.json) {
 			printf("{\"provider\":\"%s\",\"mode\":\"%s\",\"append\":\"%s\",\"replicas\":%u,"
 			       "\"count\":%" PRIu64 ",\"size\":%u,\"batch\":%u,\"inflight\":%u,"
 			       "\"segment_size\":%zu,\"seconds\":%.6f,\"objects_per_s\":%.1f,"
-			       "\"mb_per_s\":%.3f,\"latency_us\":{\"p50\":%.2f,\"p99\":%.2f,"
-			       "\"p999\":%.2f},",
+			       "\"mb_per_s\":%.3f,\"sync_latency_samples\":%" PRIu64 ","
+			       "\"sync_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
 			       o.provider, o.mode, o.async ? "async" : "sync", o.r, o.count, o.size,
-			       o.batch, o.inflight, o.segment_size, secs, ops, mbs, p50, p99, p999);
+			       o.batch, o.inflight, o.segment_size, secs, ops, mbs, n_lat, p50, p99, p999);
+			if (o.async)
+				printf("\"async_ack_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
+				       a50, a99, a999);
 			printf("\"backup_cpu_s\":[");
 			for (unsigned i = 0; i < n_twd; i++)
 				printf("%s%.3f", i ? "," : "", cpu[i]);
@@ -651,26 +719,33 @@ int main(int argc, char **argv)
 			       "segment %zu B, batch <= %u, %u in flight\n",
 			       o.count, o.size, o.r, o.provider, o.async ? "async" : "sync",
 			       o.segment_size, o.batch, o.inflight);
-			printf("  %-34s %14.0f\n", "objects/s", ops);
-			printf("  %-34s %14.2f\n", "MB/s (payload)", mbs);
-			printf("  %-34s %14.1f\n", o.async ? "latency p50 (us, submit->ack)" : "latency p50 (us)", p50);
-			printf("  %-34s %14.1f\n", "latency p99 (us)", p99);
-			printf("  %-34s %14.1f\n", "latency p99.9 (us)", p999);
+			printf("  %-40s %14.0f\n", "objects/s", ops);
+			printf("  %-40s %14.2f\n", "MB/s (payload)", mbs);
+			snprintf(k, sizeof(k), "sync append latency p50 (us, n=%" PRIu64 ")", n_lat);
+			printf("  %-40s %14.1f\n", k, p50);
+			printf("  %-40s %14.1f\n", "sync append latency p99 (us)", p99);
+			printf("  %-40s %14.1f\n", "sync append latency p99.9 (us)", p999);
+			if (o.async) {
+				printf("  %-40s %14.1f\n", "async submit->ack p50 (us)", a50);
+				printf("  %-40s %14.1f\n", "async submit->ack p99 (us)", a99);
+				printf("  %-40s %14.1f\n", "async submit->ack p99.9 (us)", a999);
+			}
 			for (unsigned i = 0; i < n_twd; i++) {
-				char k[64];
-
-				snprintf(k, sizeof(k), "backup %u CPU (s)", i);
-				printf("  %-34s %14.3f\n", k, cpu[i]);
+				snprintf(k, sizeof(k), "backup %u CPU (s, pid %d)", i, (int)twds[i].pid);
+				printf("  %-40s %14.3f\n", k, cpu[i]);
 			}
 			if (!n_twd)
-				printf("  %-34s %14s\n", "backup CPU (s)", "n/a (remote)");
-			printf("  %-34s %14" PRIu64 "\n", "writes (each to r backups)", st.writes);
-			printf("  %-34s %14.2f\n", "entries per write", (double)o.count / (double)(st.writes ? st.writes : 1));
-			printf("  %-34s %14" PRIu64 "\n", "segments", st.segments);
-			printf("  %-34s %7" PRIu64 "+%-6" PRIu64 "\n", "open+close RPCs", st.rpc_open, st.rpc_close);
-			printf("  %-34s %14.3g\n", "control RPCs per object", per_obj);
-			printf("  %-34s %14.3g  (paper: 2.38e-05)\n", "  per replication request", per_req);
-			printf("  %-34s %14.3f\n", "seconds", secs);
+				printf("  %-40s %14s\n", "backup CPU (s)", "n/a (remote)");
+			printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", st.writes);
+			printf("  %-40s %14.2f\n", "entries per write",
+			       (double)o.count / (double)(st.writes ? st.writes : 1));
+			printf("  %-40s %14" PRIu64 "\n", "segments", st.segments);
+			snprintf(k, sizeof(k), "%" PRIu64 " + %" PRIu64, st.rpc_open, st.rpc_close);
+			printf("  %-40s %14s\n", "open + close RPCs", k);
+			printf("  %-40s %14.3g\n", "control RPCs per object", per_obj);
+			printf("  %-40s %14.3g  (paper: 2.38e-05)\n", "control RPCs per replication request",
+			       per_req);
+			printf("  %-40s %14.3f\n", "seconds", secs);
 		}
 		fflush(stdout);
 	}
@@ -681,6 +756,7 @@ out:
 	free(payload);
 	free(run.t_submit);
 	free(run.lat_ns);
+	free(lat);
 	stop_twds();
 	return exit_code;
 }

@@ -122,12 +122,22 @@ TW_API int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primar
 			   char *errmsg_out, size_t errmsg_len);
 
 /*
- * Close the log: wait for every append to be acknowledged (or failed), seal nothing new, send
- * the close RPC (final offset and checksum) for the open segment to its replicas, disconnect,
- * stop the progress thread, free the log memory. Pending callbacks have all run when it
+ * Close the log: tw_primary_finish() (wait for every append to be acknowledged or failed, stop
+ * the progress thread, close RPC with the final offset and checksum for the open segment to its
+ * replicas) if not done yet, then disconnect and free the log memory. Pending callbacks have all run when it
  * returns. Returns 0, or the first error met (the primary is freed anyway). NULL is fine.
  */
 TW_API int tw_primary_close(struct tw_primary *p);
+
+/*
+ * Finish the log without freeing it: wait for every append (as tw_primary_flush), stop the
+ * progress thread, and send the close RPC (final offset and checksum) for the open segment to
+ * its replicas. Afterwards appends fail with -TW_ECLOSED; tw_primary_read, the getters and
+ * tw_primary_get_stats (which then include the final close RPCs) still work, from one thread.
+ * tw_primary_close() calls it if it was not called. Returns 0 or the first error (kept: a
+ * second call returns the same value). Not concurrent with any other call on `p`.
+ */
+TW_API int tw_primary_finish(struct tw_primary *p);
 
 /* Acknowledgement of an asynchronous append: status 0 (all r backups hold the entry) or a
  * negative code; lsn is the entry's position (the one returned by tw_primary_append_async). */
