@@ -1,0 +1,192 @@
+/*
+ * tests/integration/twd_basic.c — a real twd process over a real provider (argv[1]: tcp,
+ * sockets, shm, ...). Start twd, wait for its ready line, open/write/close through a small test
+ * client, check that replicated writes cost the backup zero handler invocations, exhaust its
+ * pool, send it malformed requests and garbage, SIGTERM it (exit 0, open buffers flushed),
+ * restart it on the same directory and list the segments.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "tap.h"
+#include "twd_client.h"
+
+#define BUF (256 * 1024)
+#define LOG 0x7777ull
+#define NWRITES 500
+
+static const char *prov;
+static char twd_path[1024];
+static char dir[256];
+
+static struct proc *start_twd(char *addr, size_t len)
+{
+	char *argv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
+			 (char *)"--buffers", (char *)"4", (char *)"--buffer-size", (char *)"256K",
+			 (char *)"--unflushed-limit", (char *)"3", NULL };
+	char line[512];
+	struct proc *p = proc_spawn(argv, NULL);
+	int rc;
+
+	TAP_REQUIRE(p, "spawn %s", twd_path);
+	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
+	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
+	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
+	return p;
+}
+
+static bool ready_line_is_exact(struct proc *p)
+{
+	char line[64];
+
+	/* No further stdout output is expected (one line only): a short wait must time out. */
+	return proc_wait_line(p, NULL, line, sizeof(line), 200) == -ETIMEDOUT;
+}
+
+int main(int argc, char **argv)
+{
+	char addr[256], cmd[300];
+	struct proc *p;
+	struct twc c, d, bad;
+	struct twc_stats s0, s1;
+	struct twc_info li[16];
+	size_t open_len;
+	int rc, n, accepted = 0, refused = 0;
+
+	prov = argc > 1 ? argv[1] : "tcp";
+	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
+		tap_plan_skip_all("twd not built");
+	snprintf(dir, sizeof(dir), "/tmp/tw-twd-XXXXXX");
+	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tap_diag("provider %s, dir %s", prov, dir);
+
+	p = start_twd(addr, sizeof(addr));
+	ok(addr[0] != '\0', "twd is ready at %s", addr);
+	ok(ready_line_is_exact(p), "exactly one line on stdout");
+
+	rc = twc_connect(&c, prov, addr);
+	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+
+	/* segment 0: written and closed */
+	is_int(twc_open(&c, LOG, 0, 1, 1, BUF), 0, "open segment 0");
+	for (int i = 0; i < 20; i++)
+		TAP_REQUIRE(twc_write(&c, 2, 100, (uint32_t)i) == 0, "write %d", i);
+	is_int(twc_close_seg(&c, UINT64_MAX, 0, NULL), 0, "close segment 0 (scan matches)");
+
+	/* segment 1: N one-sided writes, zero handler invocations */
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+	is_int(twc_open(&c, LOG, 1, 1, 1, BUF), 0, "open segment 1");
+	TAP_REQUIRE(twc_stats(&c, &s0) == 0, "stats before");
+	for (int i = 0; i < NWRITES; i++) {
+		rc = twc_write(&c, 1, 100, (uint32_t)(1000 + i));
+		if (rc) {
+			ok(0, "write %d: %s", i, tw_strerror(rc));
+			break;
+		}
+	}
+	TAP_REQUIRE(twc_stats(&c, &s1) == 0, "stats after");
+	is_int((long long)(s1.handler_calls_non_stats - s0.handler_calls_non_stats), 0,
+	       "%d replicated writes: 0 handler invocations on the backup", NWRITES);
+	ok(s1.cq_entries - s0.cq_entries < 10,
+	   "backup CQ entries +%llu over %d writes (only the stats RPC itself)",
+	   (unsigned long long)(s1.cq_entries - s0.cq_entries), NWRITES);
+	tap_diag("handler invocations per replicated write: %.3f; backup cq_polls +%llu",
+		 (double)(s1.handler_calls_non_stats - s0.handler_calls_non_stats) / NWRITES,
+		 (unsigned long long)(s1.cq_polls - s0.cq_polls));
+	open_len = c.w.pos;
+
+	/* admission: open until refused (never a crash or hang) */
+	for (int k = 2; k < 10; k++) {
+		struct twc tmp = c;
+
+		rc = twc_open(&tmp, LOG, (uint64_t)k, 1, 1, BUF);
+		if (rc == 0) {
+			accepted++;
+		} else {
+			is_int(rc, -TW_EREFUSED, "open of segment %d refused: RESOURCE_EXHAUSTED", k);
+			tap_diag("%s", tw_rpc_client_errmsg(c.rpc));
+			refused++;
+			break;
+		}
+	}
+	ok(refused == 1 && accepted >= 1, "%d more opens accepted, then refused", accepted);
+
+	/* malformed requests and a misbehaving peer on another connection */
+	{
+		struct tw_rpc_seg_meta m = { LOG, 50, 0, 0 };
+		struct tw_rkey rk;
+
+		is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, BUF * 2, &rk), -EINVAL,
+		       "open longer than the buffer: INVALID_ARGUMENT");
+		m.segment_id = 0;
+		m.offset = 10;
+		is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EEXIST,
+		       "close of an already closed segment with other metadata: ALREADY_EXISTS");
+		is_int(tw_rpc_close_segment(c.rpc, 0, &m, 1, NULL), -TW_EFENCED,
+		       "close with an epoch older than the log's: FENCED");
+		m.segment_id = 1;
+		m.offset = BUF + 1;
+		is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EINVAL,
+		       "close with an offset past the buffer: INVALID_ARGUMENT");
+		m.segment_id = 99;
+		m.offset = 0;
+		is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -TW_ENOTFOUND,
+		       "close of a segment never opened: NOT_FOUND");
+	}
+	rc = twc_connect(&bad, prov, addr);
+	TAP_REQUIRE(rc == 0, "second connection");
+	{
+		char junk[32];
+
+		memset(junk, 0x5a, sizeof(junk));
+		tw_chan_send(bad.ch, junk, sizeof(junk));
+		for (int i = 0; i < 500 && !bad.lost; i++)
+			tw_fab_progress(bad.fab, 10);
+		ok(bad.lost, "garbage: the backup closed that connection");
+	}
+	twc_close(&bad);
+	rc = twc_connect(&d, prov, addr);
+	ok(rc == 0 && twc_stats(&d, &s1) == 0, "a new connection is served");
+	if (rc == 0)
+		twc_close(&d);
+	ok(twc_stats(&c, &s1) == 0 && s1.buffers_open >= 2, "the first connection still works");
+
+	twc_close(&c);
+	is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
+	is_int(proc_wait(p, 30000), 0, "twd flushed and exited 0");
+	proc_free(p);
+
+	/* restart on the same directory */
+	p = start_twd(addr, sizeof(addr));
+	rc = twc_connect(&c, prov, addr);
+	TAP_REQUIRE(rc == 0, "reconnect: %s", tw_strerror(rc));
+	n = twc_list(&c, LOG, false, li, 16);
+	ok(n >= 2, "restart: list shows %d segments", n);
+	if (n >= 2) {
+		ok(li[0].segment_id == 0 &&
+		   li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED && !li[0].corrupt &&
+		   li[0].entries == 40, "segment 0: flushed, 40 entries");
+		ok(li[1].segment_id == 1 &&
+		   li[1].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN &&
+		   li[1].valid_len == open_len && li[1].entries == NWRITES,
+		   "segment 1: flushed at SIGTERM while open, valid length %llu == %zu",
+		   (unsigned long long)li[1].valid_len, open_len);
+	}
+	is_int(n, 2 + accepted, "the empty open segments are listed too");
+	twc_close(&c);
+	is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
+	is_int(proc_wait(p, 30000), 0, "exit 0");
+	proc_free(p);
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		tap_diag("could not remove %s", dir);
+	tap_done_testing();
+	return tap_exit();
+}
