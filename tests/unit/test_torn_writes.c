@@ -258,9 +258,9 @@ static void run(const struct params *p, struct stats *total)
 int main(void)
 {
 	/* Small payloads and few entries: every cut of every write, quickly, even under ASan. */
-	static const struct params quick = { 24, 2, 4, 4, 1024, 10 };
+	static const struct params quick = { 40, 2, 4, 4, 1024, 10 };
 	/* The full distribution: 1..16 entries per write, payloads up to 4 KiB. */
-	static const struct params big = { 4, 2, 3, 16, 4096, 25 };
+	static const struct params big = { 8, 2, 3, 16, 4096, 25 };
 	static const struct params full_small = { 150, 3, 6, 8, 512, 20 };
 	static const struct params full_big = { 60, 3, 5, 16, 4096, 30 };
 	struct stats total = { 0 };
