@@ -24,6 +24,7 @@
 #include "replica/backup_int.h"
 
 #define FLUSH_RETRIES 3
+#define FLUSH_RETRY_NS (5ull * 1000000000u) /* after FLUSH_RETRIES failures in a row */
 
 void tw_backup_config_init(struct tw_backup_config *cfg)
 {
@@ -539,7 +540,7 @@ void bk_stats_sync(struct tw_backup *b)
 	st->buffers_open = b->pool.count[POOL_OPEN];
 	st->buffers_closed = b->pool.count[POOL_CLOSED];
 	st->buffers_loaded = b->pool.count[POOL_LOADED];
-	st->buffers_flushing = b->pool.count[POOL_ZEROING];
+	st->buffers_zeroing = b->pool.count[POOL_ZEROING];
 	if (recount) {
 		st->segments_on_disk = on_disk;
 		st->segments_corrupt = corrupt;
@@ -752,6 +753,8 @@ void tw_backup_stop(struct tw_backup *b)
 		tw_fab_wakeup(b->fab);
 }
 
+static void retry_failed_flushes(struct tw_backup *b);
+
 int tw_backup_run(struct tw_backup *b)
 {
 	int rc = 0;
@@ -768,6 +771,8 @@ int tw_backup_run(struct tw_backup *b)
 		rc = 0;
 		drain_done(b);
 		reap_conns(b);
+		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
+			retry_failed_flushes(b);
 		bk_stats_sync(b);
 	}
 	/* Consume the request so the next run works. */
@@ -804,6 +809,19 @@ static void submit_flush(struct tw_backup *b, struct seg *s, bool open_flush)
 void bk_flush_closed(struct tw_backup *b, struct seg *s)
 {
 	submit_flush(b, s, false);
+}
+
+static void retry_failed_flushes(struct tw_backup *b)
+{
+	b->flush_retry = false;
+	for (size_t i = 0; i < b->nsegs; i++) {
+		struct seg *s = b->segs[i];
+
+		if (s->state == SEG_CLOSED && s->buf && s->buf->flush_failed && !s->buf->in_flush) {
+			s->flush_tries = 0;
+			submit_flush(b, s, false);
+		}
+	}
 }
 
 void bk_job_done(struct tw_backup *b, struct job *j)
@@ -859,19 +877,25 @@ void bk_job_done(struct tw_backup *b, struct job *j)
 			}
 			break;
 		}
-		if (j->result != 0) {
+		if (j->result != 0 && !s->freed) {
 			pb->flush_failed = true;
-			if (++s->flush_tries < FLUSH_RETRIES && !s->freed)
+			if (++s->flush_tries < FLUSH_RETRIES) {
 				submit_flush(b, s, false);
+			} else if (!b->flush_retry) {
+				/* Keep the buffer (it still counts against the unflushed limit, so
+				 * opens get refused while the disk fails) and try again later. */
+				b->flush_retry = true;
+				b->flush_retry_ns = tw_now_ns() + FLUSH_RETRY_NS;
+			}
 			break;
 		}
 		pb->flush_failed = false;
-		s->on_disk = true;
+		s->on_disk = s->on_disk || j->result == 0;
 		s->disk_open = false;
 		s->listed_open = false;
 		b->index_dirty = true;
 		if (s->freed) {
-			struct job *rm = calloc(1, sizeof(*rm));
+			struct job *rm = s->on_disk ? calloc(1, sizeof(*rm)) : NULL;
 
 			if (rm) {
 				rm->kind = JOB_REMOVE;
@@ -959,14 +983,19 @@ void tw_backup_close(struct tw_backup *b)
 		pthread_join(b->flusher, NULL);
 		b->flusher_started = false;
 	}
-	/* Jobs finished by the flusher: just free them (the pool goes away below). */
+	while (b->conns)
+		conn_free(b, b->conns, false); /* tw_fab_close closes the channels */
+	/* Jobs finished by the flusher, and any queued after it stopped (buffer releases of the
+	 * connections just freed): drop them, the pool goes away below. */
 	for (struct job *j = b->done_head, *next; j; j = next) {
 		next = j->next;
 		free(j);
 	}
-	b->done_head = b->done_tail = NULL;
-	while (b->conns)
-		conn_free(b, b->conns, false); /* tw_fab_close closes the channels */
+	for (struct job *j = b->todo_head, *next; j; j = next) {
+		next = j->next;
+		free(j);
+	}
+	b->done_head = b->done_tail = b->todo_head = b->todo_tail = NULL;
 	bk_rpc_fini(b);
 	pool_fini(&b->pool);
 	if (b->fab)

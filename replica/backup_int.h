@@ -158,6 +158,8 @@ struct tw_backup {
 	bool running;
 	bool index_dirty;  /* recount segments_on_disk / segments_corrupt */
 	int flush_err;     /* first flush error since tw_backup_flush_all started */
+	bool flush_retry;  /* a closed buffer's flush failed FLUSH_RETRIES times: retry later */
+	uint64_t flush_retry_ns;
 
 	/* Flusher (flusher lock). */
 	pthread_t flusher;

@@ -282,7 +282,7 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
 			 " connections=%" PRIu64, st.cq_polls, st.cq_entries, st.flush_errors,
-			 st.loads, st.opens_refused, st.buffers_loaded, st.buffers_flushing,
+			 st.loads, st.opens_refused, st.buffers_loaded, st.buffers_zeroing,
 			 st.segments_corrupt, st.connections);
 		r->message = msg;
 	}

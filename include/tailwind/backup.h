@@ -137,7 +137,10 @@ struct tw_backup_stats {
 	uint64_t connections, connections_lost, connections_dropped; /* dropped: misbehaving peers */
 	/* Pool. */
 	uint64_t buffers, buffer_size, unflushed_limit;
-	uint64_t buffers_free, buffers_open, buffers_closed, buffers_flushing, buffers_loaded;
+	/* free: zeroed and available; open: being written; closed: closed, waiting for or in
+	 * their flush; loaded: clean copies of flushed segments held for read grants; zeroing:
+	 * flushed or freed, being zeroed by the flusher before they return to the pool. */
+	uint64_t buffers_free, buffers_open, buffers_closed, buffers_loaded, buffers_zeroing;
 	uint64_t opens_refused; /* RESOURCE_EXHAUSTED replies */
 	/* Storage. */
 	uint64_t segments_on_disk, segments_corrupt;

@@ -180,7 +180,7 @@ int main(int argc, char **argv)
 	}
 	is_int(n, 2 + accepted, "the empty open segments are listed too");
 	twc_close(&c);
-	is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
+	is_int(proc_kill(p, SIGPWR), 0, "SIGPWR (power failure: battery flush)");
 	is_int(proc_wait(p, 30000), 0, "exit 0");
 	proc_free(p);
 

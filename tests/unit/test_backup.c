@@ -213,11 +213,21 @@ static void test_admission_and_validation(void)
 		ok(n >= 1 && li[0].segment_id == 0 && li[0].corrupt, "listed as corrupt");
 	}
 
-	/* epochs: fence to 5, then epoch-4 requests are FENCED; the other connection still works */
+	/* epochs: a primary (z) writes segment 1; fence to 5: z's writes fail, epoch-4 requests
+	 * are FENCED, the other connection still works */
 	{
+		struct twc z;
 		uint64_t e = 0;
 
+		conn(&z);
+		is_int(twc_open(&z, 20, 1, 1, 1, BUF), 0, "zombie-to-be opens segment 1 (again)");
+		is_int(twc_write(&z, 2, 100, 5), 0, "and writes");
 		is_int(tw_rpc_fence(d.rpc, 20, 5, &e), 0, "fence log 20 to epoch 5");
+		rc = twc_write(&z, 2, 100, 6);
+		ok(rc != 0, "the fenced primary's next write fails (%s)", tw_strerror(rc));
+		twc_close(&z);
+
+		is_int(tw_rpc_fence(d.rpc, 20, 5, &e), 0, "fence again, same epoch: OK");
 		is_int((long long)e, 5, "fence reply epoch");
 		is_int(tw_rpc_fence(d.rpc, 20, 4, &e), -TW_EFENCED, "fence to an older epoch: FENCED");
 		m = (struct tw_rpc_seg_meta){ 20, 1, 0, 0 };
