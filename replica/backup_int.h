@@ -234,4 +234,7 @@ void bk_job_done(struct tw_backup *b, struct job *j);
 int bk_rpc_init(struct tw_backup *b);
 void bk_rpc_fini(struct tw_backup *b);
 void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
+/* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
+struct tw_rpc_call;
+int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call);
 #endif /* TW_REPLICA_BACKUP_INT_H */

@@ -319,6 +319,7 @@ int bk_rpc_init(struct tw_backup *b)
 	ops.handlers[TW_RPC_READ_SEGMENT] = h_read;
 	ops.handlers[TW_RPC_RELEASE_SEGMENT] = h_release;
 	ops.handlers[TW_RPC_STATS] = h_stats;
+	ops.handlers[TW_RPC_RECOVERED_OFFSET] = bk_h_recovered_offset; /* backup_recovery.c */
 	ops.on_close = on_server_close;
 	ops.node_id = b->node_id;
 	return tw_rpc_server_create(NULL, &ops, b, &b->srv);

@@ -8,5 +8,6 @@
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
+#include <tailwind/recovery.h>
 
 #endif /* TAILWIND_TAILWIND_H */

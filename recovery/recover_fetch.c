@@ -1,0 +1,560 @@
+/*
+ * recovery/recover_fetch.c — the fetch pipeline of tw_recover(): a window of registered slot
+ * buffers; each slot takes the next segment in log order, asks a backup for a read grant
+ * (ReadSegment RPC, asynchronous), reads the segment's valid prefix with several one-sided
+ * reads in flight, and releases the grant. Segments are fetched from different backups at
+ * once (at most cfg->segs_per_backup per backup, least loaded first among equivalent copies).
+ * The delivery side verifies the next segment in log order (tw_scan over the fetched bytes:
+ * valid length, checksum and entry count must equal what the backup listed) and hands its
+ * entries to the callback, then frees the slot.
+ *
+ * Callbacks (RPC replies, read completions) only record what happened; every transition is made
+ * by the loop in rc_fetch_all(), so nothing runs re-entrantly (tw_chan_read may progress the
+ * fab while it waits for queue space). One thread.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+#include "recovery/recover_int.h"
+
+enum slot_state {
+	SLOT_FREE = 0,
+	SLOT_PICK,    /* has a segment, needs a copy and a grant */
+	SLOT_GRANT,   /* ReadSegment in flight */
+	SLOT_READ,    /* reads being posted / in flight */
+	SLOT_FAIL,    /* the copy failed: wait for in-flight reads, then pick another copy */
+	SLOT_READY,   /* bytes fetched, waiting for its turn to be verified and delivered */
+};
+
+struct rread {
+	struct tw_op op;
+	struct rslot *slot;
+	size_t len;
+	bool busy;
+};
+
+struct rslot {
+	struct rctx *c;
+	enum slot_state state;
+	uint8_t *buf;
+	size_t cap;
+	struct tw_mr *mr;
+	size_t si;   /* segment index */
+	int copy;    /* index into the segment's copies, -1 none */
+	bool granted;
+	bool grant_done;
+	int grant_status;
+	struct tw_rkey rk;
+	uint64_t len;     /* bytes to read (listed valid length) */
+	uint64_t next_off;
+	uint64_t done_bytes;
+	unsigned inflight;
+	int err;
+	char why[200];
+	struct rread *reads;
+};
+
+struct fetch {
+	struct rctx *c;
+	struct rslot *slots;
+	unsigned nslots;
+	unsigned nreads;
+	size_t chunk;
+	size_t next_issue;   /* next segment to give a slot */
+	size_t next_deliver; /* next segment to deliver */
+	uint64_t index;      /* entries delivered */
+};
+
+static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
+{
+	struct rslot *s = arg;
+	const Tailwind__ReadSegmentReply *r = reply ? reply->read_segment_reply : NULL;
+
+	s->grant_done = true;
+	s->grant_status = status;
+	if (status)
+		return;
+	if (!r || !r->rkey || !r->meta) {
+		s->grant_status = -TW_EPROTO;
+		return;
+	}
+	s->granted = true;
+	tw_rpc_rkey_from_pb(r->rkey, &s->rk);
+	if (r->corrupt) {
+		s->grant_status = -TW_ECORRUPT;
+		snprintf(s->why, sizeof(s->why), "backup says the copy is corrupt");
+	} else if (r->meta->offset < s->len || s->rk.len < s->len) {
+		s->grant_status = -TW_ECORRUPT;
+		snprintf(s->why, sizeof(s->why), "read grant covers %" PRIu64 " valid bytes (rkey "
+			 "%" PRIu64 "), the listing said %" PRIu64, (uint64_t)r->meta->offset,
+			 (uint64_t)s->rk.len, s->len);
+	}
+}
+
+static void release_done(void *arg, int status, const Tailwind__Envelope *reply)
+{
+	(void)arg;
+	(void)status;
+	(void)reply;
+}
+
+static void read_done(struct tw_op *op, int status)
+{
+	struct rread *rr = op->arg;
+	struct rslot *s = rr->slot;
+
+	rr->busy = false;
+	s->inflight--;
+	if (status) {
+		if (!s->err)
+			snprintf(s->why, sizeof(s->why), "one-sided read failed: %s",
+				 tw_strerror(status));
+		s->err = status;
+	} else {
+		s->done_bytes += rr->len;
+	}
+}
+
+static struct rseg *slot_seg(struct rslot *s)
+{
+	return &s->c->segs[s->si];
+}
+
+static struct rbk *slot_bk(struct rslot *s)
+{
+	return &s->c->bks[slot_seg(s)->copies[s->copy].bk];
+}
+
+static void release_grant(struct rslot *s)
+{
+	struct rctx *c = s->c;
+	struct rbk *b = slot_bk(s);
+	struct tw_rpc_req req;
+
+	if (!s->granted)
+		return;
+	s->granted = false;
+	if (b->lost || !b->rpc)
+		return;
+	tw_rpc_req_release_segment(&req, c->epoch, c->cfg->log_id, slot_seg(s)->id);
+	(void)tw_rpc_call(b->rpc, &req.env, release_done, s);
+}
+
+/* Pick a copy for the slot's segment: the first not-failed copy's equivalence class (same
+ * state class, length and checksum), least loaded backup in it. Returns 1 picked, 0 all
+ * candidates busy (try later), -1 none left. */
+static int pick_copy(struct fetch *f, struct rslot *s)
+{
+	struct rctx *c = f->c;
+	struct rseg *g = slot_seg(s);
+	const struct rcopy *best = NULL;
+	int pick = -1;
+	bool busy = false;
+
+	for (unsigned k = 0; k < g->usable; k++) {
+		const struct rcopy *cp = &g->copies[k];
+		const struct rbk *b = &c->bks[cp->bk];
+
+		if (cp->failed || !b->up || b->lost)
+			continue;
+		if (!best)
+			best = cp;
+		else if ((cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN) !=
+				 (best->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN) ||
+			 cp->valid_len != best->valid_len || cp->checksum != best->checksum)
+			break;
+		if (b->active >= c->cfg->segs_per_backup) {
+			busy = true;
+			continue;
+		}
+		if (pick < 0 || b->active < c->bks[g->copies[pick].bk].active)
+			pick = (int)k;
+	}
+	if (pick >= 0) {
+		s->copy = pick;
+		return 1;
+	}
+	return busy ? 0 : -1;
+}
+
+static void slot_fail(struct fetch *f, struct rslot *s, int err)
+{
+	struct rctx *c = f->c;
+	struct rseg *g = slot_seg(s);
+	struct rcopy *cp = &g->copies[s->copy];
+
+	tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": copy on backup %s (%s, "
+		    "%" PRIu64 " bytes): %s: %s; trying another copy", c->cfg->log_id, g->id,
+		    c->bks[cp->bk].addr,
+		    cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN ? "open" : "closed",
+		    cp->valid_len, tw_strerror(err), s->why[0] ? s->why : "failed");
+	cp->failed = true;
+	if (err == -TW_ECORRUPT)
+		c->res->copies_corrupt++;
+	c->res->refetches++;
+	s->err = 0;
+	s->why[0] = '\0';
+	s->state = SLOT_PICK;
+	s->copy = -1;
+}
+
+static int start_grant(struct fetch *f, struct rslot *s)
+{
+	struct rctx *c = f->c;
+	struct rseg *g = slot_seg(s);
+	struct rcopy *cp;
+	struct tw_rpc_req req;
+	int rc = pick_copy(f, s);
+
+	if (rc <= 0)
+		return rc;
+	cp = &g->copies[s->copy];
+	s->len = cp->valid_len;
+	s->next_off = 0;
+	s->done_bytes = 0;
+	s->err = 0;
+	s->why[0] = '\0';
+	s->granted = false;
+	s->grant_done = false;
+	if (s->len > s->cap) {
+		snprintf(s->why, sizeof(s->why), "valid length larger than any buffer here");
+		s->state = SLOT_READ;
+		s->err = -TW_ECORRUPT;
+		c->bks[cp->bk].active++;
+		return 1;
+	}
+	c->bks[cp->bk].active++;
+	if (s->len == 0) {
+		s->state = SLOT_READ; /* nothing to read */
+		return 1;
+	}
+	tw_rpc_req_read_segment(&req, c->epoch, c->cfg->log_id, g->id);
+	rc = tw_rpc_call(c->bks[cp->bk].rpc, &req.env, grant_done, s);
+	if (rc) {
+		snprintf(s->why, sizeof(s->why), "read grant request: %s", tw_strerror(rc));
+		s->err = rc;
+		s->state = SLOT_READ;
+		return 1;
+	}
+	s->state = SLOT_GRANT;
+	return 1;
+}
+
+/* Post reads while there is room. Returns whether something happened. */
+static bool post_reads(struct fetch *f, struct rslot *s)
+{
+	struct rbk *b = slot_bk(s);
+	bool did = false;
+
+	while (!s->err && s->next_off < s->len && s->inflight < f->nreads) {
+		struct rread *rr = NULL;
+		size_t n = (size_t)TW_MIN((uint64_t)f->chunk, s->len - s->next_off);
+		int rc;
+
+		for (unsigned i = 0; i < f->nreads; i++) {
+			if (!s->reads[i].busy) {
+				rr = &s->reads[i];
+				break;
+			}
+		}
+		if (!rr)
+			break;
+		memset(&rr->op, 0, sizeof(rr->op));
+		rr->op.cb = read_done;
+		rr->op.arg = rr;
+		rr->slot = s;
+		rr->len = n;
+		rr->busy = true;
+		s->inflight++;
+		rc = tw_chan_read(b->ch, &rr->op, s->buf + s->next_off, n, s->mr, &s->rk,
+				  s->next_off);
+		if (rc) {
+			rr->busy = false;
+			s->inflight--;
+			snprintf(s->why, sizeof(s->why), "posting a read: %s", tw_strerror(rc));
+			s->err = rc;
+			break;
+		}
+		s->next_off += n;
+		did = true;
+	}
+	return did;
+}
+
+/* Advance one slot's state machine. Returns whether it changed something. */
+static bool step(struct fetch *f, struct rslot *s)
+{
+	struct rctx *c = f->c;
+
+	switch (s->state) {
+	case SLOT_FREE:
+	case SLOT_READY:
+		return false;
+	case SLOT_PICK: {
+		int rc = start_grant(f, s);
+
+		if (rc < 0) {
+			/* No copy left: the delivery side reports it. */
+			s->err = -TW_ENOBACKUP;
+			s->state = SLOT_READY;
+			return true;
+		}
+		return rc > 0;
+	}
+	case SLOT_GRANT:
+		if (!s->grant_done)
+			return false;
+		if (s->grant_status) {
+			if (!s->why[0])
+				snprintf(s->why, sizeof(s->why), "read grant: %s",
+					 tw_rpc_client_errmsg(slot_bk(s)->rpc));
+			s->err = s->grant_status;
+		}
+		s->state = SLOT_READ;
+		return true;
+	case SLOT_READ:
+		if (s->err) {
+			s->state = SLOT_FAIL;
+			return true;
+		}
+		if (post_reads(f, s))
+			return true;
+		if (s->inflight == 0 && s->done_bytes == s->len && !s->err) {
+			release_grant(s);
+			c->bks[slot_seg(s)->copies[s->copy].bk].active--;
+			s->state = SLOT_READY;
+			return true;
+		}
+		return false;
+	case SLOT_FAIL:
+		if (s->inflight > 0)
+			return false;
+		release_grant(s);
+		c->bks[slot_seg(s)->copies[s->copy].bk].active--;
+		slot_fail(f, s, s->err);
+		return true;
+	}
+	return false;
+}
+
+/* Verify the fetched bytes against the listing and deliver the entries. 1 delivered,
+ * 0 verification failed (slot back to PICK), < 0 stop. */
+static int deliver(struct fetch *f, struct rslot *s)
+{
+	struct rctx *c = f->c;
+	struct rseg *g = slot_seg(s);
+	struct rcopy *cp;
+	struct tw_scan_result sr;
+	struct tw_entry_iter it;
+	uint64_t t0, t1;
+	int rc;
+
+	if (s->err == -TW_ENOBACKUP) {
+		rc_seterr(c, "log %016" PRIx64 " segment %" PRIu64 ": no usable copy left (every "
+			  "copy failed to load, read or verify)", c->cfg->log_id, g->id);
+		return -TW_ENOBACKUP;
+	}
+	cp = &g->copies[s->copy];
+	t0 = tw_now_ns();
+	tw_scan(s->buf, (size_t)s->len, &sr);
+	t1 = tw_now_ns();
+	c->res->phase_ns[TW_RECOVER_PHASE_VERIFY] += t1 - t0;
+	if (sr.valid_len != s->len || sr.last_checksum != cp->checksum ||
+	    sr.entries != cp->entries) {
+		snprintf(s->why, sizeof(s->why), "fetched bytes fail verification: valid %zu of %"
+			 PRIu64 " bytes, checksum 0x%08x (listed 0x%08x), %" PRIu64 " entries "
+			 "(listed %" PRIu64 "), scan stopped: %s at %zu", sr.valid_len, s->len,
+			 sr.last_checksum, cp->checksum, sr.entries, cp->entries,
+			 tw_scan_stop_str(sr.stop), sr.stop_offset);
+		slot_fail(f, s, -TW_ECORRUPT);
+		return 0;
+	}
+	it.buf = s->buf;
+	it.len = (size_t)s->len;
+	it.pos = 0;
+	for (;;) {
+		struct tw_recovered_entry e;
+		const void *p;
+		uint32_t len;
+		size_t off;
+
+		rc = tw_entry_next(&it, &p, &len, &off);
+		if (rc <= 0)
+			break;
+		e.index = f->index++;
+		e.segment_id = g->id;
+		e.offset = off;
+		e.lsn = g->id << 32 | (uint64_t)off;
+		e.data = p;
+		e.len = len;
+		c->res->entries++;
+		c->res->payload_bytes += len;
+		if (c->cb && c->cb(c->cb_arg, &e) != 0) {
+			rc_seterr(c, "the entry callback stopped the recovery at entry %" PRIu64,
+				  e.index);
+			return -ECANCELED;
+		}
+	}
+	c->res->phase_ns[TW_RECOVER_PHASE_DELIVER] += tw_now_ns() - t1;
+	if (rc < 0) {
+		rc_seterr(c, "segment %" PRIu64 ": entries not well formed after a good scan",
+			  g->id);
+		return -TW_ECORRUPT;
+	}
+	g->len = s->len;
+	g->checksum = cp->checksum;
+	g->version = cp->version;
+	g->done = true;
+	if (c->res->segments == 0)
+		c->res->first_segment = g->id;
+	c->res->last_segment = g->id;
+	c->res->segments++;
+	c->res->log_bytes += s->len;
+	s->state = SLOT_FREE;
+	return 1;
+}
+
+static void fetch_fini(struct fetch *f)
+{
+	struct rctx *c = f->c;
+
+	/* Let in-flight reads and RPCs finish so no callback points at freed memory. */
+	for (int spins = 0; spins < 10000; spins++) {
+		bool busy = false;
+
+		for (unsigned i = 0; i < f->nslots; i++)
+			if (f->slots[i].inflight || f->slots[i].state == SLOT_GRANT)
+				busy = true;
+		if (!busy)
+			break;
+		for (unsigned i = 0; i < f->nslots; i++)
+			if (f->slots[i].state == SLOT_GRANT && f->slots[i].grant_done)
+				f->slots[i].state = SLOT_FREE;
+		rc_progress(c, 10);
+	}
+	for (unsigned i = 0; i < f->nslots; i++) {
+		struct rslot *s = &f->slots[i];
+
+		if (s->state == SLOT_GRANT || s->inflight) {
+			/* Still not done (peer stuck): dropping the clients completes them. */
+			for (unsigned k = 0; k < c->nbk; k++) {
+				if (c->bks[k].rpc)
+					tw_rpc_client_destroy(c->bks[k].rpc);
+				c->bks[k].rpc = NULL;
+				if (c->bks[k].ch)
+					tw_chan_close(c->bks[k].ch);
+				c->bks[k].ch = NULL;
+			}
+			break;
+		}
+	}
+	for (unsigned i = 0; i < f->nslots; i++) {
+		struct rslot *s = &f->slots[i];
+
+		if (s->mr)
+			tw_mr_close(s->mr);
+		if (s->buf)
+			tw_fab_free(s->buf, s->cap);
+		free(s->reads);
+	}
+	free(f->slots);
+}
+
+int rc_fetch_all(struct rctx *c)
+{
+	const struct tw_recover_config *cfg = c->cfg;
+	struct fetch f;
+	size_t cap = 0;
+	unsigned up = 0;
+	int rc = 0;
+
+	memset(&f, 0, sizeof(f));
+	f.c = c;
+	if (c->nsegs == 0)
+		return 0;
+	for (size_t i = 0; i < c->nsegs; i++)
+		for (unsigned k = 0; k < c->segs[i].usable; k++)
+			if (c->segs[i].copies[k].valid_len > cap)
+				cap = (size_t)c->segs[i].copies[k].valid_len;
+	cap = (cap + 4095) & ~(size_t)4095;
+	if (cap == 0)
+		cap = 4096;
+	for (unsigned i = 0; i < c->nbk; i++)
+		up += c->bks[i].up && !c->bks[i].lost;
+	f.nslots = cfg->window ? cfg->window : 3 * (up ? up : 1);
+	if (f.nslots > c->nsegs)
+		f.nslots = (unsigned)c->nsegs;
+	f.nreads = cfg->reads_per_seg ? cfg->reads_per_seg : 4;
+	f.chunk = cfg->chunk_size ? cfg->chunk_size : (1u << 20);
+	f.slots = calloc(f.nslots, sizeof(*f.slots));
+	if (!f.slots)
+		return -ENOMEM;
+	for (unsigned i = 0; i < f.nslots; i++) {
+		struct rslot *s = &f.slots[i];
+
+		s->c = c;
+		s->copy = -1;
+		s->cap = cap;
+		s->buf = tw_fab_alloc(cap);
+		s->reads = calloc(f.nreads, sizeof(*s->reads));
+		if (!s->buf || !s->reads) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		rc = tw_mr_reg(c->fab, s->buf, cap, TW_MR_READ_DST, &s->mr);
+		if (rc) {
+			rc_seterr(c, "cannot register a %zu-byte read buffer: %s", cap,
+				  tw_strerror(rc));
+			goto out;
+		}
+	}
+	while (f.next_deliver < c->nsegs) {
+		bool did = false;
+
+		/* Hand free slots the next segments, in log order. */
+		for (unsigned i = 0; i < f.nslots && f.next_issue < c->nsegs; i++) {
+			struct rslot *s = &f.slots[i];
+
+			if (s->state != SLOT_FREE)
+				continue;
+			s->si = f.next_issue++;
+			s->copy = -1;
+			s->state = SLOT_PICK;
+			did = true;
+		}
+		for (unsigned i = 0; i < f.nslots; i++)
+			did |= step(&f, &f.slots[i]);
+		/* Deliver what is next in order. */
+		for (;;) {
+			struct rslot *s = NULL;
+
+			for (unsigned i = 0; i < f.nslots; i++) {
+				if (f.slots[i].state == SLOT_READY &&
+				    f.slots[i].si == f.next_deliver) {
+					s = &f.slots[i];
+					break;
+				}
+			}
+			if (!s)
+				break;
+			rc = deliver(&f, s);
+			if (rc < 0)
+				goto out;
+			did = true;
+			if (rc == 0)
+				break;
+			f.next_deliver++;
+		}
+		rc = 0;
+		rc_progress(c, did ? 0 : 50);
+	}
+out:
+	fetch_fini(&f);
+	return rc;
+}

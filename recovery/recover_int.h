@@ -1,0 +1,80 @@
+/*
+ * recovery/recover_int.h — internals of tw_recover() (include/tailwind/recovery.h): the backups
+ * being talked to, the copies they list, the chosen order of copies per segment, and the
+ * pipelined fetch engine (recover_fetch.c). Everything is owned by one struct rctx and touched
+ * only by the thread inside tw_recover().
+ */
+#ifndef TW_RECOVERY_RECOVER_INT_H
+#define TW_RECOVERY_RECOVER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/recovery.h>
+
+#include "fabric/fabric.h"
+#include "proto/rpc.h"
+
+/* One backup. */
+struct rbk {
+	unsigned idx;
+	const char *addr;
+	struct tw_chan *ch;
+	struct tw_rpc_client *rpc;
+	bool up;       /* connected and answering */
+	bool lost;     /* the channel failed */
+	bool fenced;
+	unsigned active; /* segments being fetched from it */
+	uint64_t max_epoch; /* highest epoch seen in its listing */
+	char why[160];   /* why it is down */
+};
+
+/* One copy of a segment on one backup, as listed. */
+struct rcopy {
+	unsigned bk;
+	int state; /* TAILWIND__SEGMENT_STATE__* */
+	uint64_t valid_len, entries, version, epoch;
+	uint32_t checksum;
+	bool corrupt; /* reported corrupt by the backup */
+	bool failed;  /* failed here (load, read, verification) */
+};
+
+struct rseg {
+	uint64_t id;
+	struct rcopy *copies; /* sorted best first by choose() */
+	unsigned ncopies;
+	unsigned usable;      /* leading copies of `copies` that may be used */
+	bool any_open;        /* some copy is open: record the recovered length */
+	/* delivered */
+	uint64_t len;
+	uint32_t checksum;
+	uint64_t version;
+	bool done;
+};
+
+struct rslot;
+
+struct rctx {
+	const struct tw_recover_config *cfg;
+	struct tw_recover_result *res;
+	char *errmsg;
+	size_t errlen;
+	struct tw_fab *fab;
+	struct rbk *bks;
+	unsigned nbk;
+	uint64_t epoch;
+	struct rseg *segs; /* sorted by id, contiguous from segs[0].id up to a gap */
+	size_t nsegs;      /* usable prefix */
+	size_t nsegs_all;
+	tw_recover_entry_fn cb;
+	void *cb_arg;
+};
+
+void rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
+/* Run the fetch/verify/deliver pipeline over c->segs[0 .. nsegs). 0 or a negative code. */
+int rc_fetch_all(struct rctx *c);
+/* Progress the fab once (up to timeout_ms) and expire RPCs. */
+void rc_progress(struct rctx *c, int timeout_ms);
+
+#endif /* TW_RECOVERY_RECOVER_INT_H */

@@ -1,0 +1,91 @@
+/*
+ * replica/backup_recovery.c — the backup's side of recovery (owner: recovery): the
+ * RecoveredOffset RPC. After tw_recover() rebuilt a log it tells every backup holding a copy of a
+ * segment that was still open the length it recovered. The backup closes its open copy at that
+ * length, exactly like a CloseSegment from the primary (MR revoked, scanned, flushed to a segment
+ * file as CLOSED), so a second recovery finds closed copies and gives the same answer:
+ *   - copy longer than the recovered length (bytes no recovery delivered): cut at the length
+ *     (the tail is zeroed) after checking that the prefix ends exactly there with the checksum;
+ *   - copy shorter: it lacks recovered bytes; closed and marked corrupt (CORRUPT reply), so later
+ *     recoveries skip it;
+ *   - already closed at that length and checksum: nothing to do (a repeated recovery).
+ * Progress thread only (it is an RPC handler); hooked into the dispatch table by bk_rpc_init.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tailwind/log_format.h>
+
+#include "fabric/util.h"
+#include "proto/rpc.h"
+#include "replica/backup_int.h"
+
+#define SEGF "%016" PRIx64 "-%016" PRIx64
+
+int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
+{
+	struct tw_backup *b = arg;
+	const Tailwind__RecoveredOffset *q = call->req->recovered_offset;
+	uint64_t epoch = call->req->epoch;
+	struct logst *lg = bk_log(b, q->log_id, false);
+	struct bk_close_req r;
+	struct tw_scan_result sr;
+	char msg[TW_RPC_MESSAGE_MAX + 1] = "";
+	struct seg *s;
+	int rc;
+
+	if (lg && epoch < lg->epoch)
+		return tw_rpc_call_fail(call, -TW_EFENCED, "log %016" PRIx64 " is fenced at epoch %"
+					PRIu64 "; request carries epoch %" PRIu64, q->log_id,
+					lg->epoch, epoch);
+	s = bk_seg_find(b, q->log_id, q->segment_id);
+	if (!s || s->freed)
+		return tw_rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
+					q->segment_id);
+	if (q->replica_version < s->version)
+		return tw_rpc_call_fail(call, -TW_ESTALE, "segment " SEGF ": version %" PRIu64
+					" is older than the %" PRIu64 " held here", q->log_id,
+					q->segment_id, q->replica_version, s->version);
+	if (s->state != SEG_OPEN) {
+		if (!s->corrupt && s->valid_len == q->offset && s->checksum == q->checksum)
+			return 0; /* already closed there: a repeated recovery */
+		return tw_rpc_call_fail(call, -TW_ECORRUPT, "segment " SEGF " is %s with %" PRIu64
+					" bytes (checksum 0x%08x%s); recovery says %" PRIu64
+					" bytes (checksum 0x%08x)", q->log_id, q->segment_id,
+					s->state == SEG_CLOSED ? "closed" : "flushed", s->valid_len,
+					s->checksum, s->corrupt ? ", corrupt" : "", q->offset,
+					q->checksum);
+	}
+	if (!s->buf || q->offset > b->pool.size)
+		return tw_rpc_call_fail(call, -EINVAL, "segment " SEGF ": offset %" PRIu64
+					" is past the buffer", q->log_id, q->segment_id, q->offset);
+	/* No more writes from anyone. */
+	pool_revoke_mr(&b->pool, s->buf);
+	bk_scan_open(b, s);
+	if (s->valid_len > q->offset) {
+		/* Cut: the prefix must end exactly at the recovered length. */
+		tw_scan(s->buf->mem, (size_t)q->offset, &sr);
+		if (sr.valid_len == q->offset && sr.last_checksum == q->checksum) {
+			tw_log_info("backup: segment " SEGF ": cutting the open copy from %" PRIu64
+				    " to the recovered %" PRIu64 " bytes", q->log_id, q->segment_id,
+				    s->valid_len, q->offset);
+			memset(s->buf->mem + q->offset, 0, b->pool.size - (size_t)q->offset);
+		}
+	}
+	r.log_id = q->log_id;
+	r.segment_id = q->segment_id;
+	r.epoch = epoch;
+	r.version = s->version;
+	r.offset = q->offset;
+	r.checksum = q->checksum;
+	rc = bk_op_close(b, NULL, &r, &sr, msg, sizeof(msg));
+	if (rc == 0)
+		tw_log_info("backup: segment " SEGF " closed at the recovered length %" PRIu64
+			    " (epoch %" PRIu64 ")", q->log_id, q->segment_id, q->offset, epoch);
+	else
+		tw_log_warn("backup: recovered offset of segment " SEGF ": %s", q->log_id,
+			    q->segment_id, msg);
+	return rc ? tw_rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc)) : 0;
+}
