@@ -360,6 +360,55 @@ int tw_rpc_encode(const Tailwind__Envelope *env, void *buf, size_t cap, size_t m
 	return tw_rpc__encode_minor(env, TW_RPC_MINOR, buf, cap, max_msg, len_out);
 }
 
+/*
+ * protobuf-c 1.4.1 accepts a field number 0 written as an overlong varint tag (0x80 0x00) and
+ * keeps it as an unknown field, which it then re-encodes as a tag it rejects itself (found by
+ * fuzz_proto). Field number 0 is invalid protobuf: refuse such messages, at every depth.
+ */
+static bool tags_ok(const ProtobufCMessage *m, int depth)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	unsigned i;
+	size_t j;
+
+	if (depth > 8)
+		return false;
+	for (i = 0; i < m->n_unknown_fields; i++)
+		if (m->unknown_fields[i].tag == 0)
+			return false;
+	for (i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		const char *base = (const char *)m;
+
+		if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+			uint32_t c;
+
+			memcpy(&c, base + f->quantifier_offset, sizeof(c));
+			if (c != f->id)
+				continue;
+		}
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			size_t n;
+			ProtobufCMessage *const *arr;
+
+			memcpy(&n, base + f->quantifier_offset, sizeof(n));
+			memcpy(&arr, base + f->offset, sizeof(arr));
+			for (j = 0; j < n; j++)
+				if (arr[j] && !tags_ok(arr[j], depth + 1))
+					return false;
+		} else {
+			const ProtobufCMessage *sub;
+
+			memcpy(&sub, base + f->offset, sizeof(sub));
+			if (sub && !tags_ok(sub, depth + 1))
+				return false;
+		}
+	}
+	return true;
+}
+
 int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len)
@@ -378,6 +427,8 @@ int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_are
 	if (!env)
 		return why_set(why, why_len, -TW_EPROTO, "envelope of %u bytes does not decode",
 			       h.length);
+	if (!tags_ok(&env->base, 0))
+		return why_set(why, why_len, -TW_EPROTO, "envelope contains field number 0");
 	*env_out = env;
 	return 0;
 }

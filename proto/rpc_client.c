@@ -92,6 +92,11 @@ int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 	return 0;
 }
 
+static const char *peer(const struct tw_rpc_client *cl)
+{
+	return cl->ch ? tw_chan_peer(cl->ch) : "?";
+}
+
 /* Free the slot and run its callback (after freeing, so the callback may issue calls). */
 static void complete(struct tw_rpc_client *cl, struct slot *s, int status,
 		     const Tailwind__Envelope *reply)
@@ -298,7 +303,7 @@ void tw_rpc_reply_release(struct tw_rpc_reply *rep)
 static void break_stream(struct tw_rpc_client *cl, const char *why)
 {
 	tw_log_warn("rpc: malformed stream from %s: %s; failing %u pending call(s)",
-		    cl->ch ? tw_chan_peer(cl->ch) : "?", why, cl->inflight);
+		    peer(cl), why, cl->inflight);
 	set_errmsg(cl, "malformed stream from peer: %s", why);
 	cl->broken = true;
 	fail_all(cl, -TW_EPROTO);
@@ -334,7 +339,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		cl->st.malformed++;
 		if (status >= 0 && tw_rpc_validate_reply(env, NULL, 0) == TAILWIND__STATUS__STATUS_OK) {
 			tw_log_ratelimited(TW_LOG_WARN, "rpc: %s rejected a message: %s: %s",
-					   tw_chan_peer(cl->ch), tw_rpc_status_name(status), rmsg);
+					   peer(cl), tw_rpc_status_name(status), rmsg);
 			set_errmsg(cl, "peer rejected a message: %s: %s", tw_rpc_status_name(status),
 				   rmsg);
 		}
@@ -350,7 +355,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	}
 	if (tw_rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
 		cl->st.malformed++;
-		tw_log_ratelimited(TW_LOG_WARN, "rpc: bad reply from %s: %s", tw_chan_peer(cl->ch),
+		tw_log_ratelimited(TW_LOG_WARN, "rpc: bad reply from %s: %s", peer(cl),
 				   why);
 		set_errmsg(cl, "bad reply: %s", why);
 		complete(cl, s, -TW_EPROTO, NULL);

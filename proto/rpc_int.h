@@ -20,4 +20,12 @@ const ProtobufCMessage *tw_rpc__body(const Tailwind__Envelope *env);
 int tw_rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
 			 size_t max_msg, size_t *len_out);
 
+/* Channel operations the server uses; replaceable for the fuzzer (no fabric). */
+struct tw_rpc__chan_ops {
+	int (*send)(struct tw_chan *ch, const void *msg, size_t len);
+	void (*close)(struct tw_chan *ch);
+	const char *(*peer)(const struct tw_chan *ch);
+};
+void tw_rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc__chan_ops *ops);
+
 #endif

@@ -32,7 +32,13 @@ struct tw_rpc_server {
 	uint64_t start_ns;
 	struct strike strikes[STRIKE_SLOTS];
 	struct tw_rpc_server_stats st;
+	struct tw_rpc__chan_ops cops;
 };
+
+void tw_rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc__chan_ops *ops)
+{
+	srv->cops = *ops;
+}
 
 int tw_rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_server_ops *ops,
 			 void *arg, struct tw_rpc_server **out)
@@ -61,6 +67,9 @@ int tw_rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_se
 	}
 	tw_rpc_arena_init(&srv->arena, srv->arena_first, SERVER_ARENA_FIRST, srv->cfg.arena_limit);
 	srv->start_ns = tw_now_ns();
+	srv->cops.send = tw_chan_send;
+	srv->cops.close = tw_chan_close;
+	srv->cops.peer = tw_chan_peer;
 	*out = srv;
 	return 0;
 }
@@ -137,12 +146,12 @@ void tw_rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch)
 
 static int close_chan(struct tw_rpc_server *srv, struct tw_chan *ch, int reason, const char *why)
 {
-	tw_log_warn("rpc: closing channel to %s: %s", tw_chan_peer(ch), why);
+	tw_log_warn("rpc: closing channel to %s: %s", srv->cops.peer(ch), why);
 	tw_rpc_server_on_lost(srv, ch);
 	srv->st.closed++;
 	if (srv->ops.on_close)
 		srv->ops.on_close(srv->arg, ch, reason);
-	tw_chan_close(ch);
+	srv->cops.close(ch);
 	return -TW_EPROTO;
 }
 
@@ -160,7 +169,7 @@ static void send_env(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwi
 		Tailwind__Envelope e2 = TAILWIND__ENVELOPE__INIT;
 
 		tw_log_error("rpc: %s reply to %s does not fit in %zu bytes",
-			     tw_rpc_body_name(env->body_case), tw_chan_peer(ch),
+			     tw_rpc_body_name(env->body_case), srv->cops.peer(ch),
 			     srv->cfg.max_msg_size);
 		er.status = TAILWIND__STATUS__STATUS_INTERNAL;
 		er.message = (char *)"reply too large for the maximum message size";
@@ -174,10 +183,10 @@ static void send_env(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwi
 		srv->st.send_errors++;
 		return;
 	}
-	rc = tw_chan_send(ch, buf, len);
+	rc = srv->cops.send(ch, buf, len);
 	if (rc) {
 		srv->st.send_errors++;
-		tw_log_ratelimited(TW_LOG_WARN, "rpc: reply to %s not sent: %s", tw_chan_peer(ch),
+		tw_log_ratelimited(TW_LOG_WARN, "rpc: reply to %s not sent: %s", srv->cops.peer(ch),
 				   tw_strerror(rc));
 		return;
 	}
@@ -339,11 +348,11 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		if (vs == TAILWIND__STATUS__STATUS_UNSUPPORTED) {
 			/* a newer peer's request kind or version: not a strike */
 			srv->st.unsupported++;
-			tw_log_info("rpc: unsupported request from %s: %s", tw_chan_peer(ch), why);
+			tw_log_info("rpc: unsupported request from %s: %s", srv->cops.peer(ch), why);
 		} else {
 			srv->st.malformed++;
 			tw_log_ratelimited(TW_LOG_WARN, "rpc: invalid request from %s: %s",
-					   tw_chan_peer(ch), why);
+					   srv->cops.peer(ch), why);
 			if (strike(srv, ch))
 				return close_chan(srv, ch, -TW_EPROTO, "too many malformed messages");
 		}
