@@ -61,8 +61,11 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	if (!s->buf || q->offset > b->pool.size)
 		return tw_rpc_call_fail(call, -EINVAL, "segment " SEGF ": offset %" PRIu64
 					" is past the buffer", q->log_id, q->segment_id, q->offset);
-	/* No more writes from anyone. */
+	/* No more writes from anyone. The copy now carries the recovery's epoch, so the next
+	 * automatic fence (1 + the highest epoch listed) goes past this one. */
 	pool_revoke_mr(&b->pool, s->buf);
+	if (epoch > s->epoch)
+		s->epoch = epoch;
 	bk_scan_open(b, s);
 	if (s->valid_len > q->offset) {
 		/* Cut: the prefix must end exactly at the recovered length. */

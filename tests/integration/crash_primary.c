@@ -1,0 +1,103 @@
+/*
+ * tests/integration/crash_primary.c — the primary the crash tests kill: opens log LOG on the
+ * given backups (r = number of backups), then appends numbered objects (recover_util.h) with
+ * tw_primary_append_async as fast as it can. Every acknowledgement is reported on stdout with one
+ * write(2) of "acked N\n" (N = object number) from the callback, so nothing the driver reads is
+ * lost in a stdio buffer when the process is SIGKILLed; the driver counts as acknowledged only
+ * what it read. Prints "ready" once the log is open.
+ *
+ * usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...
+ * With COUNT objects appended and acknowledged it prints "done" and closes the log.
+ * Exit 1 on any error (message on stderr).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/primary.h>
+
+#include "recover_util.h"
+
+static volatile int failed;
+
+static void say(const char *s, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(1, s, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(3);
+		}
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+static void on_ack(void *arg, int status, uint64_t lsn)
+{
+	char line[64];
+	int n;
+
+	(void)lsn;
+	if (status) {
+		if (!failed)
+			fprintf(stderr, "crash_primary: append %" PRIuPTR " failed: %s\n",
+				(uintptr_t)arg, tw_strerror(status));
+		failed = 1;
+		return;
+	}
+	n = snprintf(line, sizeof(line), "acked %" PRIuPTR "\n", (uintptr_t)arg);
+	say(line, (size_t)n);
+}
+
+int main(int argc, char **argv)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	char err[512];
+	uint8_t obj[RT_OBJ];
+	uint64_t count;
+	int rc;
+
+	if (argc < 6) {
+		fprintf(stderr, "usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...\n");
+		return 2;
+	}
+	tw_primary_config_init(&cfg);
+	cfg.provider = argv[1];
+	cfg.log_id = strtoull(argv[2], NULL, 0);
+	cfg.segment_size = strtoull(argv[3], NULL, 0);
+	count = strtoull(argv[4], NULL, 0);
+	cfg.backups = (const char *const *)&argv[5];
+	cfg.n_backups = (size_t)(argc - 5);
+	cfg.replicas = (unsigned)cfg.n_backups;
+	cfg.mode = TW_PRIMARY_ASYNC;
+	if (getenv("CRASH_EPOCH"))
+		cfg.epoch = strtoull(getenv("CRASH_EPOCH"), NULL, 0);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "crash_primary: open: %s: %s\n", tw_strerror(rc), err);
+		return 1;
+	}
+	say("ready\n", 6);
+	for (uint64_t seq = 0; seq < count && !failed; seq++) {
+		rt_fill(obj, seq);
+		rc = tw_primary_append_async(p, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq, NULL);
+		if (rc) {
+			fprintf(stderr, "crash_primary: append %" PRIu64 ": %s (%s)\n", seq,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			failed = 1;
+			break;
+		}
+	}
+	rc = tw_primary_flush(p);
+	if (rc == 0 && !failed)
+		say("done\n", 5);
+	tw_primary_close(p);
+	return failed || rc ? 1 : 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * tests/integration/recover_util.h — helpers shared by the recovery integration tests: a set of
+ * local twd processes (started with tests/proc.h, addresses from their `ready` lines), the
+ * numbered-object payload the test primaries write, and an entry callback that checks a
+ * recovered log is exactly objects 0, 1, 2 ... with intact payloads. One thread.
+ */
+#ifndef TW_TESTS_RECOVER_UTIL_H
+#define TW_TESTS_RECOVER_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/recovery.h>
+
+#include "proc.h"
+
+#define RT_MAX_BK 8
+#define RT_OBJ 100 /* bytes per object: seq (u64 LE) + pattern */
+
+struct rt_cluster {
+	const char *prov;
+	unsigned n;
+	char root[128];
+	char dir[RT_MAX_BK][192];
+	char addr[RT_MAX_BK][256];
+	const char *addrs[RT_MAX_BK];
+	struct proc *p[RT_MAX_BK];
+	char twd[1024];
+};
+
+/* Start n twd processes (buffer size and count as twd flags, e.g. "64K", "64"). Fatal on error. */
+void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
+	      const char *buffers);
+/* Start twd i again on its directory (after it was stopped or killed). */
+void rt_restart(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers);
+/* SIGTERM twd i and wait for it. Returns its exit status. */
+int rt_stop_one(struct rt_cluster *c, unsigned i);
+/* Stop every twd and remove the directories. */
+void rt_stop(struct rt_cluster *c);
+
+/* Object `seq`: RT_OBJ bytes. */
+void rt_fill(uint8_t *p, uint64_t seq);
+
+struct rt_check {
+	uint64_t next;     /* next expected seq = objects accepted so far */
+	uint64_t bad;      /* entries that were not the next object */
+	char first_bad[200];
+};
+/* tw_recover callback: arg is a struct rt_check. Never stops the recovery. */
+int rt_check_cb(void *arg, const struct tw_recovered_entry *e);
+
+/* Remove /dev/shm files a SIGKILLed shm process left behind (names containing ":<pid>:"). */
+void rt_shm_cleanup(int pid);
+
+#endif
