@@ -1,0 +1,98 @@
+/*
+ * tests/integration/twd_cli.c — twd's command line and exit codes: --help, usage errors,
+ * size suffixes, a directory held by another twd, an unknown provider, an unusable directory.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "tap.h"
+
+static char twd[1024];
+
+/* Run twd with args (NULL-terminated, after argv[0]) and return its exit status. */
+static int run(const char *const *args)
+{
+	char *argv[32];
+	struct proc *p;
+	int n = 0, st;
+
+	argv[n++] = twd;
+	for (; *args && n < 31; args++)
+		argv[n++] = (char *)*args;
+	argv[n] = NULL;
+	p = proc_spawn(argv, NULL);
+	if (!p)
+		return -1;
+	st = proc_wait(p, 20000);
+	proc_free(p);
+	return st;
+}
+
+int main(void)
+{
+	char dir[256], sub[300], cmd[300], line[256];
+	struct proc *p, *q;
+	int rc;
+
+	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0)
+		tap_plan_skip_all("twd not built");
+	snprintf(dir, sizeof(dir), "/tmp/tw-twdcli-XXXXXX");
+	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	snprintf(sub, sizeof(sub), "%s/d", dir);
+
+	{
+		char *argv[] = { twd, (char *)"--help", NULL };
+		static const char *const want[] = { "  -d, --dir", "  -p, --provider", "  -l, --listen",
+			"  -b, --buffers", "  -s, --buffer-size", "  -u, --unflushed-limit",
+			"  -B, --busy-poll", "  -n, --node-id", "Exit status" };
+
+		p = proc_spawn(argv, NULL);
+		TAP_REQUIRE(p, "spawn");
+		for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+			rc = proc_wait_line(p, want[i], line, sizeof(line), 5000);
+			ok(rc > 0, "--help lists \"%s\"", want[i] + (want[i][0] == ' ' ? 2 : 0));
+		}
+		is_int(proc_wait(p, 5000), 0, "--help exits 0");
+		proc_free(p);
+	}
+	is_int(run((const char *[]){ NULL }), 2, "no --dir: usage error (2)");
+	is_int(run((const char *[]){ "-d", sub, "--bogus", NULL }), 2, "unknown flag: 2");
+	is_int(run((const char *[]){ "-d", sub, "--buffer-size", "3X", NULL }), 2,
+	       "bad size suffix: 2");
+	is_int(run((const char *[]){ "-d", sub, "--buffer-size", "1000", NULL }), 2,
+	       "buffer size not a page multiple: 2");
+	is_int(run((const char *[]){ "-d", sub, "--buffers", "0", NULL }), 2, "zero buffers: 2");
+	is_int(run((const char *[]){ "-d", sub, "-l", "[::1", NULL }), 2, "bad listen address: 2");
+	is_int(run((const char *[]){ "-d", sub, "-p", "no-such-provider", NULL }), 4,
+	       "unknown provider: 4");
+	is_int(run((const char *[]){ "-d", "/proc/no/such/dir", NULL }), 3,
+	       "unusable storage directory: 3");
+
+	/* K/M suffixes accepted; a second twd on the same directory is refused */
+	{
+		char *argv[] = { twd, (char *)"-p", (char *)"tcp", (char *)"-d", sub,
+				 (char *)"--buffers", (char *)"2", (char *)"--buffer-size",
+				 (char *)"64K", NULL };
+
+		p = proc_spawn(argv, NULL);
+		TAP_REQUIRE(p, "spawn");
+		rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
+		ok(rc > 0, "twd with --buffer-size 64K is ready: %s", rc > 0 ? line : "");
+		q = proc_spawn(argv, NULL);
+		TAP_REQUIRE(q, "spawn");
+		is_int(proc_wait(q, 20000), 3, "second twd on the same directory: 3");
+		proc_free(q);
+		is_int(proc_kill(p, SIGINT), 0, "SIGINT");
+		is_int(proc_wait(p, 20000), 0, "exit 0");
+		proc_free(p);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		tap_diag("could not remove %s", dir);
+	tap_done_testing();
+	return tap_exit();
+}
