@@ -15,7 +15,6 @@
 #include "fabric/util.h"
 #include "recovery/recover_int.h"
 
-#define SEGF "%016" PRIx64 "/%" PRIu64
 #define FENCE_ROUNDS 8
 
 void tw_recover_config_init(struct tw_recover_config *cfg)
@@ -391,9 +390,9 @@ static int choose(struct rctx *c, struct listvec *lv)
 
 			if (!is_open(a) && !is_open(b) &&
 			    (a->valid_len != b->valid_len || a->checksum != b->checksum))
-				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": closed "
-					    "copies disagree (%s: %" PRIu64 " bytes, %s: %" PRIu64
-					    " bytes); using the longest", c->cfg->log_id, s->id,
+				tw_log_info("recover: log %016" PRIx64 " segment %" PRIu64 ": closed "
+					    "copies differ (%s: %" PRIu64 " bytes, %s: %" PRIu64
+					    " bytes; normal after an earlier recovery); using the longest", c->cfg->log_id, s->id,
 					    c->bks[a->bk].addr, a->valid_len, c->bks[b->bk].addr,
 					    b->valid_len);
 		}

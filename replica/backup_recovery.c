@@ -6,8 +6,9 @@
  * file as CLOSED), so a second recovery finds closed copies and gives the same answer:
  *   - copy longer than the recovered length (bytes no recovery delivered): cut at the length
  *     (the tail is zeroed) after checking that the prefix ends exactly there with the checksum;
- *   - copy shorter: it lacks recovered bytes; closed and marked corrupt (CORRUPT reply), so later
- *     recoveries skip it;
+ *   - copy shorter: it lacks bytes of a write that was never acknowledged; closed at its own
+ *     verified length (it still holds every acknowledged entry; recovery prefers the longest
+ *     closed copy, so a second recovery still gives the same answer while the longer copy lives);
  *   - already closed at that length and checksum: nothing to do (a repeated recovery).
  * Progress thread only (it is an RPC handler); hooked into the dispatch table by bk_rpc_init.
  */
@@ -83,6 +84,16 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	r.version = s->version;
 	r.offset = q->offset;
 	r.checksum = q->checksum;
+	if (s->valid_len < q->offset) {
+		/* Shorter: it lacks bytes of a write that was never acknowledged (an acknowledged
+		 * write reached every replica). Close it at its own verified length: it still holds
+		 * every acknowledged entry, and a later recovery prefers the longest closed copy. */
+		tw_log_info("backup: segment " SEGF ": this copy holds %" PRIu64 " of the %" PRIu64
+			    " recovered bytes; closing it at %" PRIu64, q->log_id, q->segment_id,
+			    s->valid_len, q->offset, s->valid_len);
+		r.offset = s->valid_len;
+		r.checksum = s->checksum;
+	}
 	rc = bk_op_close(b, NULL, &r, &sr, msg, sizeof(msg));
 	if (rc == 0)
 		tw_log_info("backup: segment " SEGF " closed at the recovered length %" PRIu64

@@ -28,7 +28,7 @@
  *   6. deliver every data entry to the callback, in log order (segment by segment, offset order).
  *   7. record  unless cfg.no_record: tell every backup holding a copy of a segment that was still
  *              open the recovered length (RecoveredOffset RPC). The backup closes its open copy
- *              at that length (a copy shorter than that is marked corrupt), so a second recovery
+ *              at that length (a shorter copy at its own verified length), so a second recovery
  *              sees closed copies and gives the same answer.
  *
  * Guarantee: with every backup of the log reachable (or, per segment, at least one copy holding

@@ -1,0 +1,398 @@
+/*
+ * tests/unit/test_recover.c — tw_recover() end to end over the in-memory fabric: three backups
+ * in this process (tw_backup_run on threads), segment copies written by a small client
+ * (tests/integration/twd_client.c) so each write can be torn on purpose with tw_mem_inject:
+ *   - torn writes: the last write lands whole at one backup, torn at another (PREFIX, CHUNKS
+ *     with the first chunk missing, CHUNKS with only a middle chunk) and absent at the third
+ *     (FAIL, VANISH); or torn/absent everywhere. The write was never acknowledged (not all
+ *     replicas hold it). Recovery yields a consistent log with every acknowledged entry, plus the
+ *     last write only where some copy holds it whole; a second recovery gives the same answer.
+ *   - replica versions: a longer copy with an older version is ignored.
+ *   - a copy the backup marked corrupt (close checksum mismatch) is skipped with a warning.
+ *   - a missing segment in the middle: the prefix is delivered, -TW_ENOBACKUP.
+ *   - the callback stopping the recovery: -ECANCELED.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/log_format.h>
+#include <tailwind/recovery.h>
+
+#include "tap.h"
+#include "twd_client.h"
+
+#define NB 3
+#define BUF (64 * 1024)
+#define W 10   /* acknowledged writes */
+#define PER 3  /* entries per acknowledged write */
+#define LAST 4 /* entries in the last (torn) write */
+#define LEN 100
+
+static char root[128];
+static struct tw_backup *bk[NB];
+static pthread_t thr[NB];
+static const char *addrs[NB];
+
+static void *run_main(void *arg)
+{
+	tw_backup_run(arg);
+	return NULL;
+}
+
+static void start_all(void)
+{
+	snprintf(root, sizeof(root), "/tmp/tw-trec-XXXXXX");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	for (int i = 0; i < NB; i++) {
+		struct tw_backup_config cfg;
+		char dir[192];
+		int rc;
+
+		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
+		tw_backup_config_init(&cfg);
+		cfg.provider = "mem";
+		cfg.dir = dir;
+		cfg.buffers = 16;
+		cfg.buffer_size = BUF;
+		cfg.node_id = 100 + (uint64_t)i;
+		rc = tw_backup_open(&cfg, &bk[i]);
+		TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
+		addrs[i] = tw_backup_listen_addr(bk[i]);
+		TAP_REQUIRE(pthread_create(&thr[i], NULL, run_main, bk[i]) == 0, "thread");
+	}
+}
+
+static void stop_all(void)
+{
+	char cmd[200];
+
+	for (int i = 0; i < NB; i++) {
+		tw_backup_stop(bk[i]);
+		pthread_join(thr[i], NULL);
+		tw_backup_close(bk[i]);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		tap_diag("could not remove %s", root);
+}
+
+/* Expected log: writes with seeds, entries per write. */
+struct expect {
+	uint32_t seed[64];
+	unsigned n[64];
+	unsigned writes;
+	/* progress of the check */
+	unsigned w, i;
+	uint64_t got, bad;
+	char why[160];
+};
+
+static int check_cb(void *arg, const struct tw_recovered_entry *e)
+{
+	struct expect *x = arg;
+	uint8_t want[LEN];
+
+	while (x->w < x->writes && x->i == x->n[x->w]) {
+		x->w++;
+		x->i = 0;
+	}
+	if (x->w == x->writes) {
+		if (x->bad++ == 0)
+			snprintf(x->why, sizeof(x->why), "entry %" PRIu64 " past the expected log",
+				 e->index);
+		return 0;
+	}
+	twc_fill(want, LEN, x->seed[x->w], x->i);
+	if (e->len != LEN || memcmp(e->data, want, LEN) != 0) {
+		if (x->bad++ == 0)
+			snprintf(x->why, sizeof(x->why), "entry %" PRIu64 " (segment %" PRIu64
+				 " offset %" PRIu64 ") is not entry %u of write %u", e->index,
+				 e->segment_id, e->offset, x->i, x->w);
+		return 0;
+	}
+	x->i++;
+	x->got++;
+	return 0;
+}
+
+static void conn_all(struct twc *c, uint64_t log_id, uint64_t seg, uint64_t version[NB])
+{
+	for (int i = 0; i < NB; i++) {
+		int rc = twc_connect(&c[i], "mem", addrs[i]);
+
+		TAP_REQUIRE(rc == 0, "connect %d: %s", i, tw_strerror(rc));
+		TAP_REQUIRE(twc_seg_init(&c[i], BUF) == 0, "seg init");
+		rc = twc_open(&c[i], log_id, seg, 0, version ? version[i] : 0, BUF);
+		TAP_REQUIRE(rc == 0, "open on %d: %s", i, tw_strerror(rc));
+	}
+}
+
+static void close_all(struct twc *c)
+{
+	for (int i = 0; i < NB; i++)
+		twc_close(&c[i]);
+}
+
+/* `W` acknowledged writes of PER entries to every backup. */
+static void write_acked(struct twc *c, struct expect *x)
+{
+	for (unsigned w = 0; w < W; w++) {
+		for (int i = 0; i < NB; i++) {
+			int rc = twc_write(&c[i], PER, LEN, 1000 + w);
+
+			TAP_REQUIRE(rc == 0, "write %u to %d: %s", w, i, tw_strerror(rc));
+		}
+		if (x) {
+			x->seed[x->writes] = 1000 + w;
+			x->n[x->writes++] = PER;
+		}
+	}
+}
+
+static int recover(uint64_t log_id, struct expect *x, struct tw_recover_result *res)
+{
+	struct tw_recover_config cfg;
+	char err[512];
+	int rc;
+
+	tw_recover_config_init(&cfg);
+	cfg.provider = "mem";
+	cfg.log_id = log_id;
+	cfg.backups = addrs;
+	cfg.n_backups = NB;
+	x->w = x->i = 0;
+	x->got = x->bad = 0;
+	x->why[0] = '\0';
+	rc = tw_recover(&cfg, check_cb, x, res, err, sizeof(err));
+	if (rc)
+		tap_diag("tw_recover(log %" PRIx64 "): %s: %s", log_id, tw_strerror(rc), err);
+	return rc;
+}
+
+static const char *kind_name(enum tw_mem_fault_kind k)
+{
+	switch (k) {
+	case TW_MEM_FAULT_NONE: return "whole";
+	case TW_MEM_FAULT_PREFIX: return "prefix";
+	case TW_MEM_FAULT_CHUNKS: return "chunks";
+	case TW_MEM_FAULT_FAIL: return "fail";
+	case TW_MEM_FAULT_DROP: return "drop";
+	case TW_MEM_FAULT_VANISH: return "vanish";
+	}
+	return "?";
+}
+
+/* The last write: fault f[i] at backup i. */
+static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool expect_last)
+{
+	struct twc c[NB];
+	struct expect x;
+	struct tw_recover_result res, res2;
+	char desc[96];
+	int rc;
+
+	memset(&x, 0, sizeof(x));
+	conn_all(c, log_id, 0, NULL);
+	write_acked(c, &x);
+	for (int i = 0; i < NB; i++) {
+		if (f[i].kind != TW_MEM_FAULT_NONE)
+			TAP_REQUIRE(tw_mem_inject(c[i].ch, &f[i]) == 0, "inject");
+		rc = twc_write(&c[i], LAST, LEN, 7777);
+		if (f[i].kind == TW_MEM_FAULT_NONE)
+			TAP_REQUIRE(rc == 0, "whole write: %s", tw_strerror(rc));
+	}
+	close_all(c);
+	snprintf(desc, sizeof(desc), "%s/%s/%s", kind_name(f[0].kind), kind_name(f[1].kind),
+		 kind_name(f[2].kind));
+	if (expect_last) {
+		x.seed[x.writes] = 7777;
+		x.n[x.writes++] = LAST;
+	}
+	rc = recover(log_id, &x, &res);
+	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER + (expect_last ? LAST : 0),
+	   "last write %s: recovered %" PRIu64 " entries, every acknowledged one%s%s%s", desc,
+	   x.got, expect_last ? " plus the complete last write" : " and nothing torn",
+	   x.bad ? ": " : "", x.bad ? x.why : "");
+	ok(res.copies_corrupt == 0 && res.segments == 1, "%s: one segment, no copy corrupt",
+	   desc);
+	rc = recover(log_id, &x, &res2);
+	ok(rc == 0 && x.bad == 0 && x.got == res.entries && res2.epoch > res.epoch,
+	   "%s: a second recovery gives the same %" PRIu64 " entries (epoch %" PRIu64 " -> %"
+	   PRIu64 ")", desc, x.got, res.epoch, res2.epoch);
+}
+
+static void test_torn(void)
+{
+	struct tw_mem_fault whole = { TW_MEM_FAULT_NONE, 0, 0 };
+	struct tw_mem_fault prefix = { TW_MEM_FAULT_PREFIX, 200, 0 };
+	struct tw_mem_fault no_first = { TW_MEM_FAULT_CHUNKS, 0, ~(uint64_t)1 };
+	struct tw_mem_fault middle = { TW_MEM_FAULT_CHUNKS, 0, 1u << 3 };
+	struct tw_mem_fault all_but_last = { TW_MEM_FAULT_CHUNKS, 0, 0x7f };
+	struct tw_mem_fault fail = { TW_MEM_FAULT_FAIL, 0, 0 };
+	struct tw_mem_fault vanish = { TW_MEM_FAULT_VANISH, 0, 0 };
+
+	{
+		struct tw_mem_fault f[NB] = { whole, prefix, fail };
+		torn_case(0x100, f, true);
+	}
+	{
+		struct tw_mem_fault f[NB] = { fail, no_first, whole };
+		torn_case(0x101, f, true);
+	}
+	{
+		struct tw_mem_fault f[NB] = { middle, whole, vanish };
+		torn_case(0x102, f, true);
+	}
+	{
+		struct tw_mem_fault f[NB] = { prefix, all_but_last, fail };
+		torn_case(0x103, f, false);
+	}
+	{
+		struct tw_mem_fault f[NB] = { no_first, middle, vanish };
+		torn_case(0x104, f, false);
+	}
+}
+
+static void test_versions(void)
+{
+	uint64_t ver[NB] = { 2, 2, 1 };
+	struct twc c[NB];
+	struct expect x;
+	struct tw_recover_result res;
+	int rc;
+
+	memset(&x, 0, sizeof(x));
+	conn_all(c, 0x200, 0, ver);
+	write_acked(c, &x);
+	/* The old-version copy got more writes (a primary that lost it kept a stale view). */
+	TAP_REQUIRE(twc_write(&c[2], LAST, LEN, 5555) == 0, "stale write");
+	close_all(c);
+	rc = recover(0x200, &x, &res);
+	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER && res.copies_stale == 1,
+	   "a longer copy with an older replica version is ignored (%" PRIu64 " entries, %"
+	   PRIu64 " stale)", x.got, res.copies_stale);
+}
+
+static void test_corrupt_closed(void)
+{
+	struct twc c[NB];
+	struct expect x;
+	struct tw_recover_result res;
+	int rc;
+
+	memset(&x, 0, sizeof(x));
+	conn_all(c, 0x300, 0, NULL);
+	write_acked(c, &x);
+	rc = twc_close_seg(&c[0], c[0].w.pos, c[0].w.last_checksum ^ 0x5a5a, NULL);
+	is_int(rc, -TW_ECORRUPT, "backup 0 marks its copy corrupt (close checksum mismatch)");
+	for (int i = 1; i < NB; i++)
+		TAP_REQUIRE(twc_close_seg(&c[i], UINT64_MAX, 0, NULL) == 0, "close");
+	close_all(c);
+	rc = recover(0x300, &x, &res);
+	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER && res.copies_corrupt == 1,
+	   "the corrupt copy is skipped, the log comes from the others (%" PRIu64 " entries, %"
+	   PRIu64 " corrupt)", x.got, res.copies_corrupt);
+}
+
+static void test_gap_and_cancel(void)
+{
+	struct twc c;
+	struct expect x;
+	struct tw_recover_result res;
+	struct tw_recover_config cfg;
+	char err[256];
+	int rc;
+
+	memset(&x, 0, sizeof(x));
+	TAP_REQUIRE(twc_connect(&c, "mem", addrs[0]) == 0, "connect");
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+	TAP_REQUIRE(twc_open(&c, 0x400, 0, 0, 0, BUF) == 0, "open 0");
+	TAP_REQUIRE(twc_write(&c, PER, LEN, 1000) == 0, "write");
+	TAP_REQUIRE(twc_close_seg(&c, UINT64_MAX, 0, NULL) == 0, "close 0");
+	x.seed[0] = 1000;
+	x.n[0] = PER;
+	x.writes = 1;
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+	TAP_REQUIRE(twc_open(&c, 0x400, 2, 0, 0, BUF) == 0, "open 2");
+	TAP_REQUIRE(twc_write(&c, PER, LEN, 3000) == 0, "write");
+	twc_close(&c);
+	rc = recover(0x400, &x, &res);
+	ok(rc == -TW_ENOBACKUP && x.got == PER && x.bad == 0 && res.segments_missing == 1,
+	   "segment 1 missing: segment 0 delivered (%" PRIu64 " entries), then -TW_ENOBACKUP "
+	   "(%s)", x.got, tw_strerror(rc));
+
+	tw_recover_config_init(&cfg);
+	cfg.provider = "mem";
+	cfg.log_id = 0x300;
+	cfg.backups = addrs;
+	cfg.n_backups = NB;
+	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
+	ok(rc == 0 && res.entries == (uint64_t)W * PER, "verify-only recovery (no callback): %"
+	   PRIu64 " entries", res.entries);
+}
+
+static int stop_cb(void *arg, const struct tw_recovered_entry *e)
+{
+	(void)arg;
+	return e->index == 5;
+}
+
+static void test_cancel_and_errors(void)
+{
+	struct tw_recover_config cfg;
+	struct tw_recover_result res;
+	const char *bad[1] = { "mem://999999" };
+	char err[256];
+	int rc;
+
+	tw_recover_config_init(&cfg);
+	cfg.provider = "mem";
+	cfg.log_id = 0x300;
+	cfg.backups = addrs;
+	cfg.n_backups = NB;
+	rc = tw_recover(&cfg, stop_cb, NULL, &res, err, sizeof(err));
+	ok(rc == -ECANCELED && res.entries == 6, "the callback stops the recovery: -ECANCELED "
+	   "after 6 entries (%s)", err);
+
+	cfg.n_backups = 0;
+	is_int(tw_recover(&cfg, NULL, NULL, NULL, err, sizeof(err)), -EINVAL, "no backups: -EINVAL");
+	cfg.backups = bad;
+	cfg.n_backups = 1;
+	cfg.connect_timeout_ms = 500;
+	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
+	ok(rc == -TW_ENOBACKUP, "no backup reachable: -TW_ENOBACKUP (%s)", err);
+
+	cfg.backups = addrs;
+	cfg.n_backups = NB;
+	cfg.epoch = 50;
+	{
+		uint64_t ep = 0;
+		unsigned fenced = 0;
+
+		rc = tw_recover_fence(&cfg, &ep, &fenced, err, sizeof(err));
+		ok(rc == 0 && ep == 50 && fenced == NB, "tw_recover_fence at epoch 50 on all %u "
+		   "backups (%s)", fenced, rc ? err : "ok");
+	}
+	cfg.epoch = 10; /* older than the fence above */
+	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
+	ok(rc == -TW_EFENCED, "an explicit epoch older than the log's: -TW_EFENCED (%s)", err);
+}
+
+int main(void)
+{
+	tap_plan(25);
+	start_all();
+	test_torn();
+	test_versions();
+	test_corrupt_closed();
+	test_gap_and_cancel();
+	test_cancel_and_errors();
+	stop_all();
+	return tap_exit();
+}
