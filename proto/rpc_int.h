@@ -8,7 +8,7 @@
 
 /* Worst-case packed size of one SegmentInfo inside ListSegmentsReply (tag + length + fields),
  * and of everything else in a ListSegmentsReply frame (header, envelope, status, message, paging). */
-#define TW_RPC__SEGINFO_MAX 96u
+#define TW_RPC__SEGINFO_MAX 100u
 #define TW_RPC__LIST_OVERHEAD (TW_RPC_HDR_SIZE + 64u + TW_RPC_MESSAGE_MAX + 64u)
 
 int tw_rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out);
