@@ -409,13 +409,7 @@ static void handle_ev(struct mem_fab *mf, struct mem_ev *ev)
 	case MEV_ACCEPT:
 		chan_init(fab, ch, ch->peer);
 		ch->state = CHAN_ACCEPTING;
-		if (fab->ev.on_accept) {
-			chan_announce(ch);
-		} else {
-			/* Nobody takes it: close it, which tells the peer. */
-			ch->state = CHAN_UP;
-			tw_chan_close(ch);
-		}
+		chan_announce(ch); /* without on_accept the channel still serves on_recv */
 		break;
 	case MEV_RECV:
 		if (ch->closed || ch->lost)

@@ -1,0 +1,467 @@
+/*
+ * tests/unit/test_fabric_mem.c — the in-memory fabric backend: connect/accept, registration,
+ * write/read/send, every fault kind, loss completing pending ops exactly once, close, wakeup
+ * across threads, and the missing-provider error.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric/fabric.h"
+#include "fabric/util.h"
+#include "tap.h"
+
+struct side {
+	struct tw_fab *fab;
+	struct tw_chan *accepted;
+	int accepts;
+	int recvs;
+	char last_msg[256];
+	size_t last_len;
+	int lost;
+	int lost_err;
+	struct tw_chan *lost_ch;
+};
+
+static void on_accept(void *arg, struct tw_chan *ch)
+{
+	struct side *s = arg;
+	s->accepted = ch;
+	s->accepts++;
+}
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct side *s = arg;
+	s->recvs++;
+	s->last_len = len < sizeof(s->last_msg) ? len : sizeof(s->last_msg);
+	memcpy(s->last_msg, msg, s->last_len);
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct side *s = arg;
+	s->lost++;
+	s->lost_err = err;
+	s->lost_ch = ch;
+}
+
+struct opres {
+	struct tw_op op;
+	int calls;
+	int status;
+};
+
+static void op_cb(struct tw_op *op, int status)
+{
+	struct opres *r = (struct opres *)op;
+	r->calls++;
+	r->status = status;
+}
+
+static void op_init(struct opres *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->op.cb = op_cb;
+}
+
+static struct side A, B; /* A listens, B connects */
+
+static void open_side(struct side *s, unsigned op_timeout_ms)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev = {.arg = s, .on_accept = on_accept, .on_recv = on_recv, .on_lost = on_lost};
+
+	memset(s, 0, sizeof(*s));
+	tw_fab_config_init(&cfg);
+	cfg.provider = "mem";
+	cfg.op_timeout_ms = op_timeout_ms;
+	TAP_REQUIRE(tw_fab_open(&cfg, &ev, &s->fab) == 0, "open mem");
+}
+
+static void pump(int rounds)
+{
+	for (int i = 0; i < rounds; i++) {
+		tw_fab_progress(A.fab, 0);
+		tw_fab_progress(B.fab, 0);
+	}
+}
+
+/* Progress both until *flag != 0 or ~2 s. */
+static bool pump_until(const int *flag)
+{
+	uint64_t end = tw_now_ns() + 2000000000ull;
+	while (!*flag && tw_now_ns() < end) {
+		if (A.fab)
+			tw_fab_progress(A.fab, 1);
+		if (B.fab)
+			tw_fab_progress(B.fab, 1);
+	}
+	return *flag != 0;
+}
+
+struct conn {
+	struct tw_chan *b2a, *a2b;
+	void *buf;
+	size_t len;
+	struct tw_mr *mr_a; /* target region on A */
+	struct tw_mr *mr_b; /* source region on B */
+	void *src;
+	struct tw_rkey rk;
+};
+
+static void setup(struct conn *c, unsigned op_timeout_ms)
+{
+	char addr[TW_ADDR_MAX];
+
+	open_side(&A, op_timeout_ms);
+	open_side(&B, op_timeout_ms);
+	TAP_REQUIRE(tw_fab_listen(A.fab, addr, sizeof(addr)) == 0, "listen");
+	TAP_REQUIRE(tw_fab_connect(B.fab, addr, &c->b2a) == 0, "connect");
+	TAP_REQUIRE(pump_until(&A.accepts), "accept");
+	c->a2b = A.accepted;
+	c->len = 1 << 20;
+	c->buf = tw_fab_alloc(c->len);
+	c->src = tw_fab_alloc(c->len);
+	TAP_REQUIRE(c->buf && c->src, "alloc");
+	TAP_REQUIRE(tw_mr_reg(A.fab, c->buf, c->len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &c->mr_a) == 0,
+		    "reg a");
+	TAP_REQUIRE(tw_mr_reg(B.fab, c->src, c->len, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr_b) == 0,
+		    "reg b");
+	tw_mr_rkey(c->mr_a, &c->rk);
+}
+
+static void teardown(struct conn *c)
+{
+	tw_fab_close(B.fab);
+	tw_fab_close(A.fab);
+	tw_fab_free(c->buf, c->len);
+	tw_fab_free(c->src, c->len);
+}
+
+static void fill(void *p, size_t len, unsigned seed)
+{
+	unsigned char *b = p;
+	for (size_t i = 0; i < len; i++)
+		b[i] = (unsigned char)(seed + i * 7 + (i >> 8));
+}
+
+static void test_basic(void)
+{
+	struct conn c;
+	struct opres w, r;
+	struct tw_fab_stats st;
+	char errbuf[64];
+
+	setup(&c, 10000);
+	ok(A.accepts == 1 && c.a2b != NULL, "on_accept once");
+	ok(!strcmp(tw_fab_provider(A.fab), "mem") && !tw_fab_is_rdm(A.fab), "provider mem");
+	ok(c.rk.len == c.len && c.rk.key != 0, "rkey len and key");
+	ok(((uintptr_t)c.buf & 4095) == 0 && ((unsigned char *)c.buf)[c.len - 1] == 0, "alloc aligned, zeroed");
+
+	fill(c.src, 4096, 3);
+	op_init(&w);
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, 8192), 0, "write posted");
+	ok(pump_until(&w.calls), "write completed");
+	is_int(w.status, 0, "write status 0");
+	ok(!memcmp((char *)c.buf + 8192, c.src, 4096), "write landed at offset");
+	ok(((unsigned char *)c.buf)[8191] == 0 && ((unsigned char *)c.buf)[8192 + 4096] == 0, "nothing around it");
+
+	op_init(&r);
+	memset(c.src, 0, 4096);
+	is_int(tw_chan_read(c.b2a, &r.op, (char *)c.src + 65536, 4096, c.mr_b, &c.rk, 8192), 0, "read posted");
+	ok(pump_until(&r.calls) && r.status == 0, "read completed");
+	fill(errbuf, 0, 0);
+	{
+		unsigned char expect[4096];
+		fill(expect, 4096, 3);
+		ok(!memcmp((char *)c.src + 65536, expect, 4096), "read back the data");
+	}
+
+	/* control messages both ways */
+	is_int(tw_chan_send(c.b2a, "hello", 6), 0, "send b->a");
+	ok(pump_until(&A.recvs) && A.last_len == 6 && !strcmp(A.last_msg, "hello"), "a got hello");
+	is_int(tw_chan_send(c.a2b, "world!", 7), 0, "send a->b");
+	ok(pump_until(&B.recvs) && !strcmp(B.last_msg, "world!"), "b got world!");
+	is_int(tw_chan_send(c.b2a, "x", 65537), -EMSGSIZE, "oversized send refused");
+
+	/* local range checks, caught before anything is posted */
+	op_init(&w);
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, c.len - 100), -ERANGE,
+	       "past the remote end: -ERANGE locally");
+	is_int(tw_chan_write(c.b2a, &w.op, (char *)c.src + c.len - 10, 4096, c.mr_b, &c.rk, 0), -ERANGE,
+	       "source outside its MR: -ERANGE");
+	pump(4);
+	is_int(w.calls, 0, "no callback for refused ops");
+
+	/* remote checks: forged length, wrong key */
+	struct tw_rkey forged = c.rk;
+	forged.len = c.len * 2;
+	op_init(&w);
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &forged, c.len - 100), 0, "forged len posted");
+	ok(pump_until(&w.calls) && w.status == -ERANGE, "remote range check: -ERANGE (%d)", w.status);
+	struct tw_rkey badkey = c.rk;
+	badkey.key ^= 0x5a5a;
+	op_init(&w);
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &badkey, 0), 0, "bad key posted");
+	ok(pump_until(&w.calls) && w.status == -EACCES, "bad key: -EACCES (%d)", w.status);
+	ok(!tw_chan_is_lost(c.b2a), "channel survives remote errors on mem");
+
+	/* a closed MR: its key no longer works */
+	struct tw_mr *tmp;
+	struct tw_rkey tk;
+	TAP_REQUIRE(tw_mr_reg(A.fab, c.buf, 4096, TW_MR_REMOTE_WRITE, &tmp) == 0, "reg tmp");
+	tw_mr_rkey(tmp, &tk);
+	ok(tk.key != c.rk.key, "keys differ per registration");
+	tw_mr_close(tmp);
+	op_init(&w);
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &tk, 0), 0, "write to closed MR posted");
+	ok(pump_until(&w.calls) && w.status == -EACCES, "closed MR: -EACCES");
+
+	tw_fab_get_stats(B.fab, &st);
+	ok(st.writes == 1 && st.write_bytes == 4096 && st.reads == 1 && st.sends == 1, "stats on B");
+	tw_fab_get_stats(A.fab, &st);
+	ok(st.recvs == 1 && st.recv_bytes == 6, "stats on A");
+	teardown(&c);
+}
+
+static void test_faults(void)
+{
+	struct conn c;
+	struct opres w;
+	struct tw_mem_fault f;
+
+	/* PREFIX */
+	setup(&c, 10000);
+	fill(c.src, 1000, 9);
+	memset(&f, 0, sizeof(f));
+	f.kind = TW_MEM_FAULT_PREFIX;
+	f.prefix = 100;
+	is_int(tw_mem_inject(c.b2a, &f), 0, "inject prefix");
+	op_init(&w);
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 1000, c.mr_b, &c.rk, 0), 0, "prefix write posted");
+	ok(pump_until(&w.calls) && w.status < 0, "prefix write fails (%d)", w.status);
+	is_int(w.calls, 1, "exactly once");
+	ok(!memcmp(c.buf, c.src, 100) && ((unsigned char *)c.buf)[100] == 0, "only the prefix landed");
+	ok(pump_until(&A.lost) && B.lost == 1, "both sides lost");
+	ok(tw_chan_is_lost(c.b2a), "is_lost");
+	op_init(&w);
+	ok(tw_chan_write(c.b2a, &w.op, c.src, 10, c.mr_b, &c.rk, 0) < 0, "new ops fail after loss");
+	tw_chan_close(c.b2a);
+	tw_chan_close(c.a2b);
+	teardown(&c);
+
+	/* CHUNKS */
+	setup(&c, 10000);
+	fill(c.src, 640, 1);
+	memset(&f, 0, sizeof(f));
+	f.kind = TW_MEM_FAULT_CHUNKS;
+	f.chunk_mask = (1u << 0) | (1u << 3) | (1u << 9);
+	tw_mem_inject(c.b2a, &f);
+	op_init(&w);
+	tw_chan_write(c.b2a, &w.op, c.src, 640, c.mr_b, &c.rk, 0);
+	ok(pump_until(&w.calls) && w.status < 0, "chunks write fails");
+	bool good = true;
+	for (int i = 0; i < 10; i++) {
+		bool landed = !memcmp((char *)c.buf + i * 64, (char *)c.src + i * 64, 64);
+		bool want = (f.chunk_mask >> i) & 1;
+		char z[64] = {0};
+		if (want != landed || (!want && memcmp((char *)c.buf + i * 64, z, 64)))
+			good = false;
+	}
+	ok(good, "exactly the chosen chunks landed");
+	ok(pump_until(&A.lost), "peer lost after chunks");
+	teardown(&c);
+
+	/* FAIL */
+	setup(&c, 10000);
+	f.kind = TW_MEM_FAULT_FAIL;
+	tw_mem_inject(c.b2a, &f);
+	fill(c.src, 64, 5);
+	op_init(&w);
+	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	ok(pump_until(&w.calls) && w.status == -EIO, "fail: -EIO");
+	ok(((unsigned char *)c.buf)[0] == 0 && ((unsigned char *)c.buf)[63] == 0, "fail: nothing landed");
+	ok(!tw_chan_is_lost(c.b2a), "fail: channel stays");
+	op_init(&w);
+	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	ok(pump_until(&w.calls) && w.status == 0, "fault was one-shot");
+	teardown(&c);
+
+	/* DROP: no completion until the op timeout, then the channel is lost, ops fail once */
+	setup(&c, 200);
+	f.kind = TW_MEM_FAULT_DROP;
+	tw_mem_inject(c.b2a, &f);
+	struct opres w2, w3;
+	op_init(&w);
+	op_init(&w2);
+	op_init(&w3);
+	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw_chan_write(c.b2a, &w2.op, c.src, 64, c.mr_b, &c.rk, 64);
+	pump(10);
+	is_int(w.calls, 0, "drop: no completion yet");
+	uint64_t t0 = tw_now_ns();
+	tw_chan_write(c.b2a, &w3.op, c.src, 64, c.mr_b, &c.rk, 128);
+	ok(pump_until(&B.lost), "drop: channel lost at the deadline");
+	is_int(B.lost_err, -ETIMEDOUT, "drop: lost with -ETIMEDOUT");
+	ok((tw_now_ns() - t0) < 1000000000ull, "drop: within the op timeout");
+	is_int(w.calls, 1, "dropped op completed once");
+	is_int(w.status, -ETIMEDOUT, "dropped op -ETIMEDOUT");
+	ok(w2.calls == 1 && w3.calls == 1, "others pending: completed once");
+	ok(pump_until(&A.lost), "drop: peer told");
+	pump(10);
+	ok(w.calls == 1 && w2.calls == 1 && w3.calls == 1 && B.lost == 1, "still exactly once");
+	teardown(&c);
+
+	/* VANISH */
+	setup(&c, 10000);
+	f.kind = TW_MEM_FAULT_VANISH;
+	tw_mem_inject(c.b2a, &f);
+	op_init(&w);
+	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	ok(pump_until(&w.calls) && w.status < 0, "vanish: write fails");
+	ok(B.lost == 1 && pump_until(&A.lost), "vanish: both sides lost");
+	ok(((unsigned char *)c.buf)[0] == 0, "vanish: nothing landed");
+	teardown(&c);
+}
+
+static void test_close(void)
+{
+	struct conn c;
+	struct opres w;
+	struct tw_mem_fault f = {.kind = TW_MEM_FAULT_DROP};
+
+	/* close with pending ops: -TW_ECLOSED before return, no on_lost for the closer */
+	setup(&c, 10000);
+	tw_mem_inject(c.b2a, &f);
+	op_init(&w);
+	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw_chan_close(c.b2a);
+	ok(w.calls == 1 && w.status == -TW_ECLOSED, "close completes pending with -TW_ECLOSED");
+	ok(pump_until(&A.lost) && A.lost_err == -TW_EPEERLOST, "peer sees the close");
+	is_int(B.lost, 0, "no on_lost for our own close");
+	pump(5);
+	is_int(w.calls, 1, "once");
+	teardown(&c);
+
+	/* refused: nobody listens */
+	open_side(&B, 1000);
+	struct tw_chan *ch;
+	is_int(tw_fab_connect(B.fab, "mem://999999", &ch), -ECONNREFUSED, "connect to nobody refused");
+	is_int(tw_fab_connect(B.fab, "bogus", &ch), -EINVAL, "bad address");
+	tw_fab_close(B.fab);
+
+	/* close the fab with a live channel: peer told */
+	setup(&c, 10000);
+	tw_fab_close(B.fab);
+	B.fab = NULL;
+	ok(pump_until(&A.lost), "fab close tells the peer");
+	tw_fab_close(A.fab);
+	tw_fab_free(c.buf, c.len);
+	tw_fab_free(c.src, c.len);
+}
+
+struct thr {
+	struct tw_fab *fab;
+	int rc;
+	uint64_t waited_ns;
+};
+
+static void *blocker(void *arg)
+{
+	struct thr *t = arg;
+	uint64_t t0 = tw_now_ns();
+	t->rc = tw_fab_progress(t->fab, -1);
+	t->waited_ns = tw_now_ns() - t0;
+	return NULL;
+}
+
+/* Echo server on its own thread: A echoes every message back. */
+static volatile int echo_stop;
+static void echo_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	tw_chan_send(ch, msg, len);
+}
+static void *echo_thread(void *arg)
+{
+	struct tw_fab *fab = arg;
+	while (!__atomic_load_n(&echo_stop, __ATOMIC_ACQUIRE))
+		tw_fab_progress(fab, -1);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab *fa, *fb;
+	struct tw_fab_events eva = {.on_recv = echo_recv};
+	struct tw_fab_events evb = {.arg = &B, .on_recv = on_recv, .on_lost = on_lost};
+	struct thr t = {0};
+	pthread_t th;
+	char addr[TW_ADDR_MAX];
+	struct tw_chan *ch;
+
+	tw_fab_config_init(&cfg);
+	cfg.provider = "mem";
+	TAP_REQUIRE(tw_fab_open(&cfg, &eva, &fa) == 0, "open");
+	/* wakeup: a blocked progress returns */
+	t.fab = fa;
+	pthread_create(&th, NULL, blocker, &t);
+	struct timespec ts = {0, 20000000};
+	nanosleep(&ts, NULL);
+	tw_fab_wakeup(fa);
+	pthread_join(th, NULL);
+	ok(t.rc == 0 && t.waited_ns >= 15000000ull, "tw_fab_wakeup unblocks progress(-1)");
+
+	memset(&B, 0, sizeof(B));
+	TAP_REQUIRE(tw_fab_open(&cfg, &evb, &fb) == 0, "open b");
+	tw_fab_listen(fa, addr, sizeof(addr));
+	__atomic_store_n(&echo_stop, 0, __ATOMIC_RELEASE);
+	pthread_create(&th, NULL, echo_thread, fa);
+	TAP_REQUIRE(tw_fab_connect(fb, addr, &ch) == 0, "connect");
+	int n = 0;
+	for (int i = 0; i < 2000; i++) {
+		char m[32];
+		int before = B.recvs;
+		snprintf(m, sizeof(m), "ping %d", i);
+		tw_chan_send(ch, m, strlen(m) + 1);
+		uint64_t end = tw_now_ns() + 2000000000ull;
+		while (B.recvs == before && tw_now_ns() < end)
+			tw_fab_progress(fb, 100);
+		if (B.recvs == before + 1 && !strcmp(B.last_msg, m))
+			n++;
+	}
+	is_int(n, 2000, "2000 pingpongs across threads");
+	__atomic_store_n(&echo_stop, 1, __ATOMIC_RELEASE);
+	tw_fab_wakeup(fa);
+	pthread_join(th, NULL);
+	tw_fab_close(fb);
+	tw_fab_close(fa);
+}
+
+static void test_noprov(void)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab *f = NULL;
+
+	tw_fab_config_init(&cfg);
+	cfg.provider = "nosuchprov";
+	tw_log_set_level(TW_LOG_ERROR);
+	int rc = tw_fab_open(&cfg, NULL, &f);
+	is_int(rc, -TW_ENOPROV, "unknown provider: -TW_ENOPROV");
+	const char *m = tw_fab_errmsg(NULL);
+	ok(strstr(m, "nosuchprov") && strstr(m, "tcp"), "message lists what exists: %s", m);
+}
+
+int main(void)
+{
+	test_basic();
+	test_faults();
+	test_close();
+	test_threads();
+	test_noprov();
+	tap_done_testing();
+	return tap_exit();
+}
