@@ -331,12 +331,12 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
 	struct conn *c = tw_chan_user(ch);
 
-	(void)arg;
 	if (!c)
 		return;
 	tw_log_info("backup: connection %" PRIu64 " (%s) lost: %s", c->id, tw_chan_peer(ch),
 		    tw_strerror(err));
 	c->lost = true;
+	((struct tw_backup *)arg)->reap = true;
 }
 
 /* Close what was lost or dropped, outside fabric callbacks. */
@@ -344,6 +344,9 @@ static void reap_conns(struct tw_backup *b)
 {
 	struct conn *c = b->conns, *next;
 
+	if (!b->reap)
+		return;
+	b->reap = false;
 	for (; c; c = next) {
 		next = c->next;
 		if (!c->lost && !c->drop)
@@ -757,11 +760,15 @@ static void retry_failed_flushes(struct tw_backup *b);
 
 int tw_backup_run(struct tw_backup *b)
 {
+	uint64_t next_sync = 0;
 	int rc = 0;
 
 	b->running = true;
 	while (!atomic_load(&b->stop)) {
+		bool busy;
+
 		rc = tw_fab_progress(b->fab, b->cfg.busy_poll ? 0 : 1000);
+		busy = rc > 0;
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 			bk_seterr(b, "fabric progress failed: %s (%s)", tw_strerror(rc),
 				  tw_fab_errmsg(b->fab));
@@ -769,12 +776,19 @@ int tw_backup_run(struct tw_backup *b)
 			break;
 		}
 		rc = 0;
-		drain_done(b);
+		if (drain_done(b))
+			busy = true;
 		reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
 			retry_failed_flushes(b);
-		bk_stats_sync(b);
+		/* Publish the counters when something happened, else at most every 50 ms (a
+		 * busy-polling loop would otherwise take the stats lock millions of times). */
+		if (busy || tw_now_ns() >= next_sync) {
+			bk_stats_sync(b);
+			next_sync = tw_now_ns() + 50000000u;
+		}
 	}
+	bk_stats_sync(b);
 	/* Consume the request so the next run works. */
 	atomic_store(&b->stop, false);
 	b->running = false;

@@ -157,6 +157,7 @@ struct tw_backup {
 	atomic_bool stop;
 	bool running;
 	bool index_dirty;  /* recount segments_on_disk / segments_corrupt */
+	bool reap;         /* a connection was lost or dropped: close it after progress */
 	int flush_err;     /* first flush error since tw_backup_flush_all started */
 	bool flush_retry;  /* a closed buffer's flush failed FLUSH_RETRIES times: retry later */
 	uint64_t flush_retry_ns;

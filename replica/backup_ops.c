@@ -283,6 +283,7 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 				    " (%s) of the old primary", log_id, owner->id,
 				    tw_chan_peer(owner->ch));
 			owner->drop = true;
+			b->reap = true;
 		}
 		s->owner = 0;
 	}

@@ -294,13 +294,13 @@ static void on_server_close(void *arg, struct tw_chan *ch, int reason)
 {
 	struct conn *c = tw_chan_user(ch);
 
-	(void)arg;
 	tw_log_warn("backup: closing connection from %s: %s (protocol violation)",
 		    tw_chan_peer(ch), tw_strerror(reason));
 	if (!c)
 		return;
 	c->ch = NULL; /* the server closes it */
 	c->drop = true;
+	((struct tw_backup *)arg)->reap = true;
 	tw_chan_set_user(ch, NULL);
 }
 
