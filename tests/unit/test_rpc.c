@@ -775,7 +775,7 @@ static void test_stats(void)
 	}
 	ok(open_calls == 2 && open_errors == 1, "open_segment: 2 calls, 1 error");
 	is_int(stats_calls, 1, "this stats call counted");
-	ok(s->rpc_msgs_rx > 100 && s->rpc_bytes_rx > 1000 && s->rpc_bytes_tx > s->rpc_bytes_rx,
+	ok(s->rpc_msgs_rx >= 90 && s->rpc_bytes_rx > 1000 && s->rpc_bytes_tx > s->rpc_bytes_rx,
 	   "control message counters (%llu msgs, %llu B in, %llu B out)",
 	   (unsigned long long)s->rpc_msgs_rx, (unsigned long long)s->rpc_bytes_rx,
 	   (unsigned long long)s->rpc_bytes_tx);
