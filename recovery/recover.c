@@ -445,16 +445,40 @@ out:
 
 /* ------------------------------------------------------------------ fence */
 
+/* The log's epoch on a backup: a RecoveredOffset for a segment that cannot exist, with epoch 0;
+ * the backup answers (NOT_FOUND or FENCED) with the log's epoch in the reply envelope. */
+static uint64_t probe_epoch(struct rctx *c, struct rbk *b)
+{
+	struct tw_rpc_seg_meta m = { c->cfg->log_id, TW_RPC_ID_MAX, 0, 0 };
+	struct tw_rpc_req req;
+	struct tw_rpc_reply rep;
+	uint64_t e = 0;
+
+	if (!bk_ok(b))
+		return 0;
+	tw_rpc_req_recovered_offset(&req, 0, &m, 0);
+	(void)tw_rpc_call_sync(b->rpc, &req.env, &rep);
+	if (rep.env)
+		e = rep.env->epoch;
+	tw_rpc_reply_release(&rep);
+	return e;
+}
+
 static int fence_all(struct rctx *c)
 {
 	uint64_t epoch = c->cfg->epoch;
 	int rc = 0;
 
 	if (epoch == 0) {
-		/* Automatic: past every epoch the listing showed. */
+		/* Automatic: past the log's epoch on every backup (probe) and past every epoch
+		 * the listing shows (backups without the probe). */
 		struct listvec lv = { 0 };
 
 		for (unsigned i = 0; i < c->nbk; i++) {
+			uint64_t e = probe_epoch(c, &c->bks[i]);
+
+			if (e > epoch)
+				epoch = e;
 			if (bk_ok(&c->bks[i]) && list_one(c, &c->bks[i], &lv) == 0 &&
 			    c->bks[i].max_epoch >= epoch)
 				epoch = c->bks[i].max_epoch;

@@ -37,6 +37,9 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	struct seg *s;
 	int rc;
 
+	/* The reply's envelope epoch is the log's epoch here: recovery probes it (with an epoch
+	 * of 0 and a segment that does not exist) to fence past every earlier fence. */
+	call->reply_epoch = lg ? lg->epoch : 0;
 	if (lg && epoch < lg->epoch)
 		return tw_rpc_call_fail(call, -TW_EFENCED, "log %016" PRIx64 " is fenced at epoch %"
 					PRIu64 "; request carries epoch %" PRIu64, q->log_id,
