@@ -8,8 +8,10 @@
  * Threading: one thread calls tw_backup_run(), the progress loop; every RPC handler runs on it.
  * The backup also owns a flusher thread (file writes never run on the progress thread: the tcp
  * provider moves incoming RMA data only while the backup polls its completion queue).
- * tw_backup_stop() and tw_backup_get_stats() are safe from any thread. Every other call is made from the thread that owns the object, never
- * concurrently with tw_backup_run().
+ * tw_backup_stop() and tw_backup_get_stats() are safe from any thread. Every other call is made
+ * from the thread that owns the object, never concurrently with tw_backup_run(). The backup
+ * lends nothing across calls: every pointer argument is borrowed for the call (copied where
+ * kept), and every returned string is owned by the backup.
  *
  * No application code runs per replicated write: writes are one-sided and produce no completion
  * at the backup. The statistics make that visible (handler invocations per RPC kind).
@@ -69,7 +71,9 @@ TW_API void tw_backup_config_init(struct tw_backup_config *cfg);
  * thread. `cfg` and its strings are borrowed for the call (copied). Returns 0 and *out (owned by
  * the caller, release with tw_backup_close()), or a negative code with a message logged:
  * -EINVAL (bad configuration), -ENOMEM / -EAGAIN (pool allocation or registration failed; on
- * verbs usually RLIMIT_MEMLOCK), -TW_ENOPROV, or an errno from the storage directory.
+ * verbs usually RLIMIT_MEMLOCK), -TW_ENOPROV, -EBUSY (another backup holds the directory's
+ * lock), or an errno from the storage directory. Blocking (reads every segment file once);
+ * any thread, which then owns the object.
  */
 TW_API int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out);
 
@@ -84,8 +88,10 @@ TW_API const char *tw_backup_listen_addr(const struct tw_backup *b);
  */
 TW_API int tw_backup_run(struct tw_backup *b);
 
-/* Make tw_backup_run() return soon: sets a flag and calls tw_fab_wakeup(). Thread-safe; twd
- * calls it from a sigwait() thread rather than from a signal handler. */
+/* Make tw_backup_run() return soon: sets an atomic flag and calls tw_fab_wakeup(). Thread-safe.
+ * Async-signal-safe with the libfabric providers (the wakeup is an eventfd write), not with the
+ * in-process "mem" provider (a mutex); twd calls it from a sigwait() thread anyway. A stop
+ * requested before tw_backup_run() starts makes it return at once; each run consumes it. */
 TW_API void tw_backup_stop(struct tw_backup *b);
 
 /*
