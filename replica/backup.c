@@ -66,6 +66,7 @@ const char *tw_backup_rpc_name(enum tw_backup_rpc kind)
 		[TW_BACKUP_RPC_READ] = "read",
 		[TW_BACKUP_RPC_RELEASE] = "release",
 		[TW_BACKUP_RPC_PING] = "ping",
+		[TW_BACKUP_RPC_RECOVERED] = "recovered-offset",
 		[TW_BACKUP_RPC_OTHER] = "other",
 	};
 
@@ -493,6 +494,7 @@ static enum tw_backup_rpc rpc_kind_of_op(int op)
 	case TW_RPC_RELEASE_SEGMENT: return TW_BACKUP_RPC_RELEASE;
 	case TW_RPC_STATS: return TW_BACKUP_RPC_STATS;
 	case TW_RPC_PING: return TW_BACKUP_RPC_PING;
+	case TW_RPC_RECOVERED_OFFSET: return TW_BACKUP_RPC_RECOVERED;
 	default: return TW_BACKUP_RPC_OTHER;
 	}
 }

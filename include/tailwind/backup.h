@@ -124,6 +124,7 @@ enum tw_backup_rpc {
 	TW_BACKUP_RPC_READ,
 	TW_BACKUP_RPC_RELEASE,
 	TW_BACKUP_RPC_PING,
+	TW_BACKUP_RPC_RECOVERED, /* RecoveredOffset: recovery closes an open copy at its length */
 	TW_BACKUP_RPC_OTHER, /* malformed or unknown messages, kinds a backup does not serve */
 	TW_BACKUP_RPC_KINDS,
 };
