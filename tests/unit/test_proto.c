@@ -125,8 +125,8 @@ static void fill_msg(const ProtobufCMessageDescriptor *d, void *msg, unsigned se
 
 			for (j = 0; j < n; j++)
 				fill_value(f, arr + j * sz, seed + i * 31 + j, depth);
-			*(size_t *)(base + f->quantifier_offset) = n;
-			*(void **)(base + f->offset) = arr;
+			memcpy(base + f->quantifier_offset, &n, sizeof(n));
+			memcpy(base + f->offset, &arr, sizeof(arr));
 		} else {
 			fill_value(f, base + f->offset, seed + i * 31, depth);
 		}
@@ -175,8 +175,10 @@ static bool eq_msg(const ProtobufCMessageDescriptor *d, const void *a, const voi
 		bool ok = true;
 
 		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
-			uint32_t ca = *(const uint32_t *)(x + f->quantifier_offset);
-			uint32_t cb = *(const uint32_t *)(y + f->quantifier_offset);
+			uint32_t ca, cb;
+
+			memcpy(&ca, x + f->quantifier_offset, sizeof(ca));
+			memcpy(&cb, y + f->quantifier_offset, sizeof(cb));
 
 			if (ca != cb)
 				ok = false;
@@ -185,11 +187,13 @@ static bool eq_msg(const ProtobufCMessageDescriptor *d, const void *a, const voi
 			else
 				ok = eq_value(f, x + f->offset, y + f->offset, path, plen);
 		} else if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-			size_t na = *(const size_t *)(x + f->quantifier_offset);
-			size_t nb = *(const size_t *)(y + f->quantifier_offset);
-			const char *pa = *(char *const *)(x + f->offset);
-			const char *pb = *(char *const *)(y + f->offset);
-			size_t sz = value_size(f);
+			size_t na, nb, sz = value_size(f);
+			const char *pa, *pb;
+
+			memcpy(&na, x + f->quantifier_offset, sizeof(na));
+			memcpy(&nb, y + f->quantifier_offset, sizeof(nb));
+			memcpy(&pa, x + f->offset, sizeof(pa));
+			memcpy(&pb, y + f->offset, sizeof(pb));
 
 			ok = na == nb;
 			for (j = 0; ok && j < na; j++)
@@ -235,7 +239,7 @@ static void test_roundtrip_all(void)
 		env.request_id = 0xfeedfacecafe0000ull + i;
 		env.epoch = 77 + i;
 		env.body_case = (Tailwind__Envelope__BodyCase)f->id;
-		*(void **)((char *)&env + f->offset) = body;
+		memcpy((char *)&env + f->offset, &body, sizeof(body));
 
 		rc = tw_rpc_encode(&env, buf, sizeof(buf), MAXMSG, &len);
 		ok(rc == 0 && len > TW_RPC_HDR_SIZE, "encode %s (%zu bytes)", f->name, len);
