@@ -122,6 +122,8 @@ int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *
 		cfg.rx_depth = 32;
 	if (!cfg.tx_depth)
 		cfg.tx_depth = 128;
+	if (getenv("TW_FAB_BUSY_POLL") && !strcmp(getenv("TW_FAB_BUSY_POLL"), "1"))
+		cfg.busy_poll = true; /* for experiments: poll instead of blocking, process-wide */
 	prov = cfg.provider;
 	if (!prov || !*prov)
 		prov = getenv("FI_PROVIDER");
@@ -299,6 +301,7 @@ void chan_announce(struct tw_chan *ch)
 
 	ch->state = CHAN_UP;
 	ch->visible = true;
+	tw_log_debug("fabric %s: accepted a channel from %s", fab->prov, ch->peer);
 	if (fab->ev.on_accept)
 		fab->ev.on_accept(fab->ev.arg, ch);
 }

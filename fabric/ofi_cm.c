@@ -137,7 +137,9 @@ void cm_chan_down(struct ofi_chan *ch, bool closing)
 		cq_close(of, ch->cq, ch->cq_fd);
 		ch->cq = NULL;
 	}
-	/* Endpoint and CQ are gone: nothing refers to our contexts any more. */
+	/* Endpoint and CQ are gone: nothing refers to our contexts any more, except
+	 * completions already read into the fab's FIFO. */
+	cq_purge_chan(of, ch);
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
 

@@ -90,7 +90,7 @@ void ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
 
 void ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
-	if (ctx->bye && of->av && !of->closing)
+	if (ctx->bye && of->av && !of->closing && !of->keep_av)
 		fi_av_remove(of->av, &ctx->bye_addr, 1, 0);
 	if (ctx->kind == CTX_SEND)
 		msg_put_slot(of, ctx);
@@ -249,21 +249,58 @@ static void handle_err(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *m
 	}
 }
 
-/* Read one CQ until empty (or until its channel went down under a callback). */
+#define PEND_MAX TW_ARRAY_SIZE(((struct ofi_fab *)0)->pend)
+
+void cq_purge_chan(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	for (unsigned i = 0; i < of->pend_count; i++) {
+		struct fi_cq_data_entry *e = &of->pend[(of->pend_head + i) % PEND_MAX];
+		struct ofi_ctx *ctx = e->op_context;
+
+		if (ctx && ctx->ch == ch)
+			e->op_context = NULL;
+	}
+}
+
+/* Handle queued completions, oldest first (callbacks may nest another poll). */
+static int process_pending(struct ofi_fab *of)
+{
+	int n = 0;
+
+	while (of->pend_count) {
+		struct fi_cq_data_entry e = of->pend[of->pend_head];
+
+		of->pend_head = (of->pend_head + 1) % PEND_MAX;
+		of->pend_count--;
+		handle_comp(of, &e);
+		n++;
+	}
+	return n;
+}
+
+/* Move completions from one CQ into the FIFO until the CQ is empty or the FIFO full. */
 static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_ch)
 {
 	struct fi_cq_data_entry e[16];
 	int total = 0;
 
-	for (int round = 0; round < 8; round++) {
-		ssize_t n = fi_cq_read(cq, e, TW_ARRAY_SIZE(e));
+	for (int round = 0; round < 16; round++) {
+		size_t space = PEND_MAX - of->pend_count;
+		ssize_t n;
 
+		if (!space)
+			break;
+		n = fi_cq_read(cq, e, TW_MIN(space, TW_ARRAY_SIZE(e)));
 		of->base.stats.cq_polls++;
 		if (n == -FI_EAGAIN)
 			break;
 		if (n == -FI_EAVAIL) {
 			struct fi_cq_err_entry err;
 
+			/* Earlier successes first, then the error (which may close the channel). */
+			total += process_pending(of);
+			if (msg_ch && msg_ch->base.is_down)
+				break;
 			memset(&err, 0, sizeof(err));
 			if (fi_cq_readerr(cq, &err, 0) == 1) {
 				handle_err(of, cq, msg_ch, &err);
@@ -280,12 +317,9 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 			break;
 		}
 		of->base.stats.cq_entries += (uint64_t)n;
-		for (ssize_t i = 0; i < n; i++) {
-			handle_comp(of, &e[i]);
-			total++;
-			if (msg_ch && msg_ch->base.is_down)
-				return total; /* its CQ is closed; the rest were reclaimed */
-		}
+		for (ssize_t i = 0; i < n; i++)
+			of->pend[(of->pend_head + of->pend_count++) % PEND_MAX] = e[i];
+		total += (int)n;
 		if (n < (ssize_t)TW_ARRAY_SIZE(e))
 			break;
 	}
@@ -317,8 +351,10 @@ int ofi_poll(struct tw_fab *fab)
 	int n = 0;
 
 	fab_enter(fab);
+	n += process_pending(of); /* left over by an outer frame */
 	if (fab->rdm) {
 		n += drain_cq(of, of->cq, NULL);
+		process_pending(of);
 	} else {
 		/* Closed channels stay in the list until the sweep (fab_leave), so `next` is safe. */
 		for (struct tw_chan *c = fab->chans; c; c = c->next) {
@@ -327,6 +363,7 @@ int ofi_poll(struct tw_fab *fab)
 			if (!c->is_down && ch->cq)
 				n += drain_cq(of, ch->cq, ch);
 		}
+		process_pending(of);
 		/* EQ after the CQs: on tcp the CQ read is what notices a closed socket. */
 		n += cm_poll_eq(of);
 		n += cm_check_handshakes(of);
@@ -351,7 +388,13 @@ int ofi_wait(struct tw_fab *fab, int timeout_ms)
 
 	if (timeout_ms == 0)
 		return drain_eventfd(of);
-	if (!of->nofd) {
+	/* tcp 1.17 (measured): the passive side's FI_CONNECTED does not wake the EQ's wait fd,
+	 * so while a handshake is pending we poll with backoff instead of sleeping. */
+	bool handshake = false;
+	for (struct tw_chan *c = fab->chans; c; c = c->next)
+		if (!c->closed && (c->state == CHAN_ACCEPTING || c->state == CHAN_CONNECTING))
+			handshake = true;
+	if (!of->nofd && !handshake) {
 		struct fid *fids[64];
 		size_t nf = 0;
 		struct epoll_event evs[8];

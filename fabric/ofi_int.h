@@ -66,6 +66,7 @@ struct ofi_fab {
 	bool listening;
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
+	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
 	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
 	uint64_t write_flags;   /* FI_COMPLETION | DELIVERY or TRANSMIT complete */
 	unsigned tx_max;        /* RDM: posts in flight on the shared endpoint */
@@ -93,6 +94,11 @@ struct ofi_fab {
 	unsigned nofd;          /* waitable objects without a wait fd: poll with backoff instead */
 	unsigned backoff_us;
 	bool closing;
+	/* Completions read from CQs but not yet handled. Handling runs callbacks that may
+	 * progress again (a send waiting for a slot): a nested poll continues from this FIFO, so
+	 * no completion is ever stuck in an outer frame's local array. */
+	struct fi_cq_data_entry pend[256];
+	unsigned pend_head, pend_count;
 };
 
 struct ofi_chan {
@@ -192,5 +198,7 @@ int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_f
 /* Progress a little while waiting inside an operation (connect, full queue). */
 void ofi_stall(struct ofi_fab *of);
 void ofi_op_abandon(struct tw_op *op);
+/* Forget queued completions of a MSG channel whose endpoint is being closed. */
+void cq_purge_chan(struct ofi_fab *of, struct ofi_chan *ch);
 
 #endif

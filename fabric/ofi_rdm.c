@@ -57,6 +57,7 @@ int rdm_open_ep(struct ofi_fab *of)
 	int rc;
 
 	of->tx_max = (unsigned)TW_MIN(of->tx_size, (size_t)of->base.cfg.tx_depth * 4);
+	of->keep_av = !strcmp(of->info->fabric_attr->prov_name, "shm");
 	rc = fi_av_open(of->domain, &aa, &of->av, NULL);
 	if (rc) {
 		aa.type = FI_AV_MAP;
@@ -251,7 +252,7 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing)
 			ctx->ch = NULL;
 		}
 	}
-	if (ch->have_addr && !bye_sent && !of->closing)
+	if (ch->have_addr && !bye_sent && !of->closing && !of->keep_av)
 		fi_av_remove(of->av, &ch->addr, 1, 0);
 	ch->have_addr = false;
 }

@@ -1,0 +1,452 @@
+/*
+ * tests/integration/fabric_rma.c — the fabric layer between two processes over a real provider:
+ * `fabric_rma <provider>`. Spawns fab_peer --listen, waits for its ready line, connects, and:
+ *   - writes patterns of 1 B .. 8 MiB at many offsets (several in flight), the peer verifies
+ *     them by checksum; reads back; control messages both ways (up to max_msg_size);
+ *   - a wrong key, and a forged rkey.len past the end, must never complete successfully
+ *     (tcp/sockets: an error; shm: the write is dropped silently, so it times out); the
+ *     peer stays up and serves a new connection afterwards;
+ *   - SIGKILL of the peer gives the writer an error within a bounded time.
+ * Children are killed and reaped at exit; shm files of killed peers are removed.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fab_pattern.h"
+#include "fabric/fabric.h"
+#include "fabric/util.h"
+#include "proc.h"
+#include "tap.h"
+
+#define BUF_LEN (8u * 1024 * 1024 + 65536)
+
+static const char *prov;
+static struct tw_fab *fab;
+static char last[70000];
+static size_t last_len;
+static int nrecv;
+static int nlost;
+static int lost_err;
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	last_len = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
+	memcpy(last, msg, last_len);
+	last[last_len] = '\0';
+	nrecv++;
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	nlost++;
+	lost_err = err;
+}
+
+struct wop {
+	struct tw_op op;
+	int done;
+	int status;
+};
+
+static void wop_cb(struct tw_op *op, int status)
+{
+	struct wop *w = (struct wop *)op;
+	w->done++;
+	w->status = status;
+}
+
+static bool progress_until(const int *flag, int want, unsigned ms)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
+	while (*flag < want && tw_now_ns() < end)
+		tw_fab_progress(fab, 50);
+	return *flag >= want;
+}
+
+/* Send a command and wait for its answer (copied into `last`). */
+static bool rpc(struct tw_chan *ch, const char *cmd)
+{
+	int before = nrecv;
+	int rc = tw_chan_send(ch, cmd, strlen(cmd));
+	if (rc < 0) {
+		tap_diag("send %s: %s", cmd, tw_strerror(rc));
+		return false;
+	}
+	return progress_until(&nrecv, before + 1, 10000);
+}
+
+struct peer {
+	struct proc *p;
+	char addr[TW_ADDR_MAX];
+};
+
+static bool start_peer(struct peer *pe)
+{
+	static char a_listen[] = "--listen", a_prov[] = "--provider";
+	char path[4096], line[256], pv[64];
+	static char a_busy[] = "--busy-poll";
+	char *argv[] = {path, a_listen, a_prov, pv, NULL, NULL};
+	if (getenv("FAB_PEER_BUSY")) /* experiments: only the peer busy-polls */
+		argv[4] = a_busy;
+
+	snprintf(pv, sizeof(pv), "%s", prov);
+
+	if (proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) < 0) {
+		tap_diag("fab_peer not found (TW_BUILD_ROOT=%s)", getenv("TW_BUILD_ROOT"));
+		return false;
+	}
+	pe->p = proc_spawn(argv, NULL);
+	if (!pe->p)
+		return false;
+	int rc = proc_wait_line(pe->p, "ready ", line, sizeof(line), 10000);
+	if (rc < 0) {
+		tap_diag("peer not ready: %s", strerror(-rc));
+		return false;
+	}
+	snprintf(pe->addr, sizeof(pe->addr), "%.*s", (int)sizeof(pe->addr) - 1, line + 6);
+	return true;
+}
+
+/* shm: a SIGKILLed peer leaves its /dev/shm region behind (notes §2.1): remove it. */
+static void remove_shm_file(const char *addr)
+{
+	char path[256];
+
+	if (strncmp(addr, "fi_shm://", 9) != 0)
+		return;
+	snprintf(path, sizeof(path), "/dev/shm/%s", addr + 9);
+	if (unlink(path) == 0)
+		tap_diag("removed stale %s", path);
+}
+
+static struct tw_chan *connect_peer(const struct peer *pe, struct tw_rkey *rk)
+{
+	struct tw_chan *ch = NULL;
+	int before = nrecv;
+	int rc = tw_fab_connect(fab, pe->addr, &ch);
+
+	if (rc < 0) {
+		tap_diag("connect %s: %s (%s)", pe->addr, tw_strerror(rc), tw_fab_errmsg(fab));
+		return NULL;
+	}
+	if (!progress_until(&nrecv, before + 1, 10000) ||
+	    sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk->addr, &rk->key, &rk->len) != 3) {
+		tap_diag("no RKEY from the peer (got '%s')", last);
+		tw_chan_close(ch);
+		return NULL;
+	}
+	return ch;
+}
+
+static uint64_t remote_sum(struct tw_chan *ch, uint64_t off, uint64_t len)
+{
+	char cmd[96];
+	uint64_t v = 0;
+
+	snprintf(cmd, sizeof(cmd), "SUM %" PRIu64 " %" PRIu64, off, len);
+	if (!rpc(ch, cmd) || sscanf(last, "SUM %" SCNx64, &v) != 1)
+		return 0;
+	return v;
+}
+
+static unsigned char *src, *mirror;
+static struct tw_mr *src_mr;
+
+static bool wait_op(struct wop *w, unsigned ms)
+{
+	return progress_until(&w->done, 1, ms) && w->status == 0;
+}
+
+static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
+{
+	static const size_t sizes[] = {1, 2, 7, 63, 64, 65, 127, 128, 129, 1000, 4095, 4096, 4097,
+				       65535, 65536, 65537, 1 << 20, 3 << 20, 8u << 20};
+	struct wop ops[6];
+	unsigned nposted = 0, nok = 0, nfail = 0;
+	uint64_t seed = 1;
+
+	ok(rk->len == BUF_LEN, "rkey covers %u bytes", BUF_LEN);
+	memset(mirror, 0, BUF_LEN);
+	for (size_t si = 0; si < TW_ARRAY_SIZE(sizes); si++) {
+		size_t len = sizes[si];
+		uint64_t offs[6] = {0, 1, 4095, 4096, (BUF_LEN - len) / 2 + 3, BUF_LEN - len};
+		bool big = len > (1u << 20);
+
+		memset(ops, 0, sizeof(ops));
+		for (size_t oi = 0; oi < 6; oi++) {
+			/* Up to 1 MiB: all six in flight, from distinct source ranges. Bigger ones
+			 * share the source, so one at a time. */
+			size_t soff = big ? 0 : oi * (1u << 20);
+			struct wop *w = &ops[oi];
+
+			fab_pattern(src + soff, len, seed++);
+			memcpy(mirror + offs[oi], src + soff, len);
+			w->op.cb = wop_cb;
+			int rc = tw_chan_write(ch, &w->op, src + soff, len, src_mr, rk, offs[oi]);
+			if (rc < 0) {
+				tap_diag("write %zu@%" PRIu64 ": %s", len, offs[oi], tw_strerror(rc));
+				w->op.cb = NULL;
+				nfail++;
+				continue;
+			}
+			nposted++;
+			if (big && !wait_op(w, 20000))
+				tap_diag("big write %zu: done=%d %s", len, w->done, tw_strerror(w->status));
+		}
+		for (size_t oi = 0; oi < 6; oi++) {
+			struct wop *w = &ops[oi];
+			if (!w->op.cb)
+				continue;
+			if (wait_op(w, 20000)) {
+				nok++;
+			} else {
+				tap_diag("write size %zu slot %zu: done=%d status %s", len, oi, w->done,
+					 tw_strerror(w->status));
+				nfail++;
+			}
+		}
+		if (len == 65536 || len == (8u << 20)) {
+			uint64_t want = fab_fnv1a(mirror, BUF_LEN);
+			ok(remote_sum(ch, 0, BUF_LEN) == want, "peer checksum after writes up to %zu B", len);
+		}
+	}
+	is_int(nfail, 0, "no write failed");
+	ok(nok == nposted && nok >= 100, "%u writes completed successfully", nok);
+	ok(remote_sum(ch, 1, 7) == fab_fnv1a(mirror + 1, 7), "small region checksum");
+	ok(remote_sum(ch, BUF_LEN - 4097, 4097) == fab_fnv1a(mirror + BUF_LEN - 4097, 4097),
+	   "tail region checksum");
+}
+
+static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
+{
+	struct wop r;
+	unsigned char *want = malloc(1 << 20);
+
+	/* read back: the peer fills a region, we read it */
+	ok(rpc(ch, "FILL 12345 1048576 77") && !strcmp(last, "OK"), "peer filled a region");
+	fab_pattern(want, 1 << 20, 77);
+	memset(&r, 0, sizeof(r));
+	r.op.cb = wop_cb;
+	memset(src, 0, 1 << 20);
+	is_int(tw_chan_read(ch, &r.op, src, 1 << 20, src_mr, rk, 12345), 0, "read posted");
+	ok(progress_until(&r.done, 1, 10000) && r.status == 0, "read completed (%s)",
+	   tw_strerror(r.status));
+	ok(!memcmp(src, want, 1 << 20), "read returned the peer's bytes");
+	free(want);
+
+	/* control messages both ways, various sizes */
+	size_t msizes[] = {4, 5, 100, 4096, 65536};
+	int good = 0;
+	for (size_t i = 0; i < TW_ARRAY_SIZE(msizes); i++) {
+		size_t n = msizes[i];
+		unsigned char *m = malloc(n);
+		memcpy(m, "ECHO", 4);
+		fab_pattern(m + 4, n - 4, n);
+		int before = nrecv;
+		if (tw_chan_send(ch, m, n) == 0 && progress_until(&nrecv, before + 1, 10000) &&
+		    last_len == n && !memcmp(last, m, n))
+			good++;
+		else
+			tap_diag("echo of %zu bytes failed (got %zu)", n, last_len);
+		free(m);
+	}
+	is_int(good, (int)TW_ARRAY_SIZE(msizes), "echo of 4 B .. 64 KiB");
+	ok(tw_chan_send(ch, src, 65537) == -EMSGSIZE, "65537 B refused (max_msg_size)");
+
+	/* many small messages without waiting: the bounded send ring must cope */
+	int before = nrecv;
+	int sent = 0;
+	for (int i = 0; i < 300; i++)
+		if (tw_chan_send(ch, "P0123456789", 11) == 0)
+			sent++;
+	progress_until(&nrecv, before + sent, 10000);
+	ok(sent == 300 && nrecv - before == 300, "300 messages in a burst (%d back)", nrecv - before);
+}
+
+/* A write that must not succeed: returns its status (0 would be a bug). */
+static int bad_write(struct tw_chan *ch, const struct tw_rkey *rk, uint64_t off, size_t len,
+		     uint64_t *elapsed_ms)
+{
+	struct wop w;
+	uint64_t t0 = tw_now_ns();
+
+	memset(&w, 0, sizeof(w));
+	w.op.cb = wop_cb;
+	fab_pattern(src, len, 999);
+	int rc = tw_chan_write(ch, &w.op, src, len, src_mr, rk, off);
+	if (rc < 0)
+		return rc;
+	progress_until(&w.done, 1, 20000);
+	*elapsed_ms = (tw_now_ns() - t0) / 1000000u;
+	if (!w.done)
+		return 1; /* never completed: a hang */
+	return w.status;
+}
+
+static void reopen_fab(const struct tw_fab_config *cfg, const struct tw_fab_events *ev)
+{
+	tw_mr_close(src_mr);
+	tw_fab_close(fab);
+	TAP_REQUIRE(tw_fab_open(cfg, ev, &fab) == 0, "reopen");
+	TAP_REQUIRE(tw_mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
+		    "reg");
+}
+
+int main(int argc, char **argv)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev = {.on_recv = on_recv, .on_lost = on_lost};
+	struct peer pe;
+	struct tw_rkey rk;
+	struct tw_chan *ch;
+	uint64_t ms;
+	int rc;
+
+	prov = argc > 1 ? argv[1] : "tcp";
+	signal(SIGPIPE, SIG_IGN);
+	tw_fab_config_init(&cfg);
+	cfg.provider = prov;
+	cfg.op_timeout_ms = 3000; /* shm's silent drops and dead peers surface after this */
+	rc = tw_fab_open(&cfg, &ev, &fab);
+	if (rc == -TW_ENOPROV)
+		tap_plan_skip_all("provider %s not available: %s", prov, tw_fab_errmsg(NULL));
+	TAP_REQUIRE(rc == 0, "open %s: %s", prov, tw_fab_errmsg(NULL));
+	bool is_shm = !strcmp(prov, "shm");
+
+	src = tw_fab_alloc(BUF_LEN);
+	mirror = malloc(BUF_LEN);
+	TAP_REQUIRE(src && mirror, "alloc");
+	TAP_REQUIRE(tw_mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
+		    "reg");
+
+	TAP_REQUIRE(start_peer(&pe), "peer started");
+	ok(1, "peer ready at %s", pe.addr);
+	ch = connect_peer(&pe, &rk);
+	TAP_REQUIRE(ch, "connected");
+	ok(!strcmp(tw_chan_peer(ch), pe.addr), "channel peer name");
+
+	test_patterns(ch, &rk);
+	test_read_and_msgs(ch, &rk);
+
+	/* local range check: refused before posting */
+	struct wop w;
+	memset(&w, 0, sizeof(w));
+	w.op.cb = wop_cb;
+	is_int(tw_chan_write(ch, &w.op, src, 4096, src_mr, &rk, rk.len - 100), -ERANGE,
+	       "past the end: -ERANGE locally");
+	uint64_t before_sum = remote_sum(ch, 0, BUF_LEN);
+
+	/* wrong key */
+	struct tw_rkey bad = rk;
+	bad.key ^= 0x1;
+	nlost = 0;
+	rc = bad_write(ch, &bad, 0, 4096, &ms);
+	ok(rc != 0, "wrong key never reported as success (%s after %" PRIu64 " ms)",
+	   rc == 1 ? "hang" : tw_strerror(rc), ms);
+	if (is_shm)
+		tap_diag("shm bad key: status %s after %" PRIu64 " ms (dropped silently by shm, "
+			 "caught by the op timeout)", tw_strerror(rc), ms);
+	ok(rc != 1 && ms < 15000, "wrong key: bounded time");
+	ok(tw_chan_is_lost(ch), "channel failed after the bad write");
+	tw_chan_close(ch);
+	if (is_shm && rc == -ETIMEDOUT) {
+		/* shm 1.17: after a silently dropped slow-path write, our endpoint's queue to that
+		 * peer stays blocked (measured: new sends return -FI_EAGAIN forever). A new
+		 * endpoint (fab) is the recovery; see docs/fabric.md. */
+		reopen_fab(&cfg, &ev);
+		ok(1, "shm: reopened our fab after the silent drop");
+	}
+
+	/* the peer still serves, and the bad write did not land */
+	ch = connect_peer(&pe, &rk);
+	ok(ch != NULL, "peer serves a new connection after the wrong key");
+	if (!ch)
+		TAP_FATAL("cannot continue");
+	uint64_t after_sum = remote_sum(ch, 0, BUF_LEN);
+	ok(after_sum == before_sum, "wrong-key write left the buffer unchanged");
+
+	/* forged length: the local check passes, the remote one must refuse */
+	struct tw_rkey forged = rk;
+	forged.len = rk.len + 65536;
+	rc = bad_write(ch, &forged, rk.len - 100, 4096, &ms);
+	ok(rc != 0, "past-the-end write (forged rkey.len) never a success (%s after %" PRIu64 " ms)",
+	   rc == 1 ? "hang" : tw_strerror(rc), ms);
+	ok(rc != 1 && ms < 15000, "past the end: bounded time");
+	tw_chan_close(ch);
+	if (is_shm && rc == -ETIMEDOUT)
+		reopen_fab(&cfg, &ev);
+	ch = connect_peer(&pe, &rk);
+	ok(ch != NULL, "peer serves a new connection after the bad range");
+	if (ch) {
+		ok(remote_sum(ch, 0, BUF_LEN) == before_sum, "past-the-end write did not land");
+		/* one good write on the new channel */
+		memset(&w, 0, sizeof(w));
+		w.op.cb = wop_cb;
+		fab_pattern(src, 4096, 4242);
+		rc = tw_chan_write(ch, &w.op, src, 4096, src_mr, &rk, 8192);
+		ok(rc == 0 && progress_until(&w.done, 1, 10000) && w.status == 0, "write on the new channel");
+		ok(remote_sum(ch, 8192, 4096) == fab_fnv1a(src, 4096), "and it landed");
+		tw_chan_close(ch);
+	}
+
+	/* refused connect: a listener that is gone */
+	ok(proc_kill(pe.p, SIGTERM) == 0 && proc_wait(pe.p, 10000) == 0, "peer exits cleanly on SIGTERM");
+	uint64_t t0 = tw_now_ns();
+	rc = tw_fab_connect(fab, pe.addr, &ch);
+	ok(rc < 0, "connect to a gone listener fails: %s", tw_strerror(rc));
+	ok((tw_now_ns() - t0) / 1000000u < 8000, "and does not hang");
+	proc_free(pe.p);
+
+	/* SIGKILL of the peer while writing */
+	TAP_REQUIRE(start_peer(&pe), "second peer");
+	ch = connect_peer(&pe, &rk);
+	TAP_REQUIRE(ch, "connected to second peer");
+	nlost = 0;
+	memset(&w, 0, sizeof(w));
+	w.op.cb = wop_cb;
+	rc = tw_chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
+	ok(rc == 0 && progress_until(&w.done, 1, 10000) && w.status == 0, "write before the kill");
+	proc_kill(pe.p, SIGKILL);
+	proc_wait(pe.p, 5000);
+	t0 = tw_now_ns();
+	int err = 0;
+	while (!err && (tw_now_ns() - t0) < 20000000000ull) {
+		memset(&w, 0, sizeof(w));
+		w.op.cb = wop_cb;
+		rc = tw_chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
+		if (rc < 0) {
+			err = rc;
+			break;
+		}
+		progress_until(&w.done, 1, 20000);
+		if (!w.done)
+			break;
+		if (w.status < 0)
+			err = w.status;
+	}
+	ms = (tw_now_ns() - t0) / 1000000u;
+	ok(err < 0, "writer sees an error after SIGKILL: %s", tw_strerror(err));
+	ok(ms < 15000, "within %" PRIu64 " ms (< 15 s)", ms);
+	progress_until(&nlost, 1, 5000);
+	ok(nlost == 1, "on_lost once (%s)", tw_strerror(lost_err));
+	tw_chan_close(ch);
+	remove_shm_file(pe.addr);
+	proc_free(pe.p);
+
+	struct tw_fab_stats st;
+	tw_fab_get_stats(fab, &st);
+	tap_diag("stats: writes %" PRIu64 " (%" PRIu64 " B) reads %" PRIu64 " sends %" PRIu64
+		 " recvs %" PRIu64 " eagain %" PRIu64 " errors %" PRIu64,
+		 st.writes, st.write_bytes, st.reads, st.sends, st.recvs, st.eagain_retries, st.errors);
+	tw_mr_close(src_mr);
+	tw_fab_close(fab);
+	tw_fab_free(src, BUF_LEN);
+	free(mirror);
+	tap_done_testing();
+	return tap_exit();
+}
