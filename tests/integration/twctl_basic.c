@@ -1,0 +1,192 @@
+/*
+ * tests/integration/twctl_basic.c — the twctl tool against three real twd's (argv[1]: provider,
+ * default tcp): a crash_primary writes a log to completion; then twctl ls, stat (table and
+ * JSON), recover -o FILE (the file holds every object, in order), recover --verify, fence,
+ * inspect of a segment file (ok, then CORRUPT after a bit flip: exit 1), and usage errors
+ * (exit 2 with a message).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "recover_util.h"
+#include "tap.h"
+
+#define COUNT 2000
+#define LOG "0x4242"
+
+static char twctl[1024];
+static char backups[1024];
+
+/* Run twctl with args (NULL-terminated, after the tool name); copy the first stdout line
+ * starting with `prefix` (NULL: first line) into line. Returns the exit status. */
+static int run(const char *prefix, char *line, size_t len, const char *const *args)
+{
+	char *argv[32];
+	int n = 0, rc;
+	struct proc *p;
+	char env[1100];
+	char *envv[] = { env, NULL };
+	char buf[16384];
+
+	snprintf(env, sizeof(env), "TW_BACKUPS=%s", backups);
+	argv[n++] = twctl;
+	for (; *args && n < 31; args++)
+		argv[n++] = (char *)*args;
+	argv[n] = NULL;
+	p = proc_spawn(argv, envv);
+	TAP_REQUIRE(p, "spawn twctl");
+	if (line)
+		line[0] = '\0';
+	while ((rc = proc_wait_line(p, NULL, buf, sizeof(buf), 30000)) >= 0) {
+		if (line && !line[0] && (!prefix || strncmp(buf, prefix, strlen(prefix)) == 0))
+			snprintf(line, len, "%s", buf);
+	}
+	rc = proc_wait(p, 30000);
+	proc_free(p);
+	return rc;
+}
+
+static const char *first_segfile(const char *dir, char *out, size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	out[0] = '\0';
+	while (d && (de = readdir(d)) != NULL) {
+		size_t l = strlen(de->d_name);
+
+		if (l > 6 && strcmp(de->d_name + l - 6, ".twseg") == 0) {
+			snprintf(out, len, "%s/%s", dir, de->d_name);
+			break;
+		}
+	}
+	if (d)
+		closedir(d);
+	return out;
+}
+
+static uint64_t check_file(const char *path, uint64_t *bad)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t len[4], obj[RT_OBJ], want[RT_OBJ];
+	uint64_t n = 0;
+
+	*bad = 0;
+	if (!f)
+		return 0;
+	while (fread(len, 1, 4, f) == 4) {
+		uint32_t l = (uint32_t)len[0] | (uint32_t)len[1] << 8 | (uint32_t)len[2] << 16 |
+			     (uint32_t)len[3] << 24;
+
+		if (l != RT_OBJ || fread(obj, 1, RT_OBJ, f) != RT_OBJ) {
+			(*bad)++;
+			break;
+		}
+		rt_fill(want, n);
+		if (memcmp(obj, want, RT_OBJ) != 0)
+			(*bad)++;
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = argc > 1 ? argv[1] : "tcp";
+	char prim[1024], line[16384], out[512], seg[512], count[16];
+	struct rt_cluster cl;
+	struct proc *p;
+	uint64_t n, bad;
+	int rc;
+
+	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
+	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
+		tap_plan_skip_all("twctl or crash_primary not built");
+	tap_plan(16);
+	rt_start(&cl, prov, 3, "64K", "16");
+	snprintf(backups, sizeof(backups), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
+	snprintf(count, sizeof(count), "%d", COUNT);
+	{
+		char *pargv[] = { prim, (char *)prov, (char *)LOG, (char *)"65536", count, cl.addr[0],
+				  cl.addr[1], cl.addr[2], NULL };
+
+		p = proc_spawn(pargv, NULL);
+		TAP_REQUIRE(p, "spawn");
+		rc = proc_wait_line(p, "done", line, sizeof(line), 30000);
+		TAP_REQUIRE(rc >= 0, "crash_primary done: %s", strerror(-rc));
+		TAP_REQUIRE(proc_wait(p, 20000) == 0, "crash_primary exit");
+		proc_free(p);
+	}
+
+	{
+		const char *a[] = { "--help", NULL };
+		is_int(run("Usage", line, sizeof(line), a), 0, "twctl --help: exit 0");
+		ok(strncmp(line, "Usage: twctl", 12) == 0, "usage text on stdout");
+	}
+	{
+		const char *a[] = { "-p", prov, "ls", NULL };
+		is_int(run("# ", line, sizeof(line), a), 0, "twctl ls: exit 0");
+		ok(strstr(line, " 3 of 3 backups") != NULL, "ls summary: %s", line);
+	}
+	{
+		const char *a[] = { "-p", prov, "--json", "stat", NULL };
+		is_int(run(NULL, line, sizeof(line), a), 0, "twctl --json stat: exit 0");
+		ok(strncmp(line, "{\"backups\":[{\"backup\":", 22) == 0 &&
+		   line[strlen(line) - 1] == '}', "stat JSON document");
+	}
+	snprintf(out, sizeof(out), "%s/recovered.bin", cl.root);
+	{
+		const char *a[] = { "-p", prov, "recover", LOG, "-o", out, NULL };
+		is_int(run("  entries", line, sizeof(line), a), 0, "twctl recover LOG -o FILE: exit 0");
+		ok(strstr(line, "entries        2000 ") != NULL, "summary: %s", line);
+		n = check_file(out, &bad);
+		ok(n == COUNT && bad == 0, "the file holds objects 0..%d in order (%" PRIu64
+		   " records, %" PRIu64 " bad)", COUNT - 1, n, bad);
+	}
+	{
+		const char *a[] = { "-p", prov, "--json", "recover", LOG, "--verify", NULL };
+		is_int(run(NULL, line, sizeof(line), a), 0, "twctl --json recover --verify: exit 0");
+		ok(strstr(line, "\"entries\":2000,") != NULL && strstr(line, "\"ok\":true"),
+		   "JSON result has the 2000 entries");
+	}
+	{
+		const char *a[] = { "-p", prov, "fence", LOG, NULL };
+		is_int(run("log ", line, sizeof(line), a), 0, "twctl fence: exit 0 (%s)", line);
+	}
+	first_segfile(cl.dir[1], seg, sizeof(seg));
+	TAP_REQUIRE(seg[0], "a segment file on backup 1");
+	{
+		const char *a[] = { "inspect", "-e", "2", seg, NULL };
+		is_int(run("verdict", line, sizeof(line), a), 0, "twctl inspect FILE: exit 0");
+		ok(strstr(line, "ok") != NULL, "%s", line);
+	}
+	{
+		int fd = open(seg, O_RDWR);
+		unsigned char b;
+		const char *a[] = { "inspect", seg, NULL };
+
+		TAP_REQUIRE(fd >= 0 && pread(fd, &b, 1, 128 + 50) == 1, "read");
+		b ^= 1;
+		TAP_REQUIRE(pwrite(fd, &b, 1, 128 + 50) == 1, "write");
+		close(fd);
+		is_int(run("verdict", line, sizeof(line), a), 1,
+		       "inspect of a file with a flipped bit: exit 1 (%s)", line);
+	}
+	{
+		const char *a1[] = { "recover", NULL };
+		const char *a2[] = { "frobnicate", NULL };
+
+		ok(run(NULL, NULL, 0, a1) == 2 && run(NULL, NULL, 0, a2) == 2,
+		   "usage errors exit 2 (recover without LOG, unknown command)");
+	}
+	rt_stop(&cl);
+	return tap_exit();
+}

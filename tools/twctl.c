@@ -1,0 +1,923 @@
+/*
+ * tools/twctl.c — talk to Tailwind backups: list logs and segments, statistics, fence a log,
+ * recover a log (to a file, or verify only), and inspect a flushed segment file offline.
+ *
+ *   twctl [-p PROVIDER] -b ADDR [-b ADDR ...] [--json] COMMAND [ARGS]
+ *   commands: ls [LOG], stat, fence LOG, recover LOG, inspect FILE; `twctl COMMAND --help`.
+ *
+ * Backups can also come from $TW_BACKUPS (comma-separated). Tables go to stdout, messages and
+ * warnings to stderr. Exit status: 0 success, 1 the operation failed (or found corruption),
+ * 2 usage error. docs/operations.md has the twctl section.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tailwind/common.h>
+#include <tailwind/log_format.h>
+#include <tailwind/recovery.h>
+
+#include "fabric/fabric.h"
+#include "fabric/util.h"
+#include "proto/rpc.h"
+#include "replica/segfile.h"
+
+enum {
+	EXIT_OK = 0,
+	EXIT_FAIL = 1,
+	EXIT_USAGE = 2,
+};
+
+#define MAX_BK TW_RECOVER_MAX_BACKUPS
+
+static struct {
+	const char *provider;
+	const char *backups[MAX_BK];
+	unsigned nbk;
+	bool json;
+	unsigned timeout_ms;
+} g;
+
+/* ------------------------------------------------------------------ usage */
+
+static void usage_main(FILE *f)
+{
+	fprintf(f,
+		"Usage: twctl [options] COMMAND [ARGS]\n"
+		"Talk to Tailwind backups (twd): list, statistics, fence, recover; inspect segment files.\n"
+		"\n"
+		"Commands:\n"
+		"  ls [LOG]        logs and segments held by the backups (every log, or one)\n"
+		"  stat            statistics of each backup\n"
+		"  fence LOG       fence LOG on every backup with a new epoch (its primary's writes\n"
+		"                  then fail; see docs/recovery.md for the limits on shm)\n"
+		"  recover LOG     rebuild LOG from the backups: -o FILE, or --verify\n"
+		"  inspect FILE    check a flushed segment file offline (no backup needed)\n"
+		"\n"
+		"Options (before the command):\n"
+		"  -b, --backup ADDR     a backup's address as twd printed it (repeat; or set\n"
+		"                        TW_BACKUPS=addr1,addr2,...)\n"
+		"  -p, --provider NAME   libfabric provider: tcp, sockets, shm, verbs, ... (default:\n"
+		"                        $FI_PROVIDER, else tcp)\n"
+		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
+		"  -j, --json            machine-readable output (one JSON document on stdout)\n"
+		"  -v, --verbose         more log output on stderr (twice: debug)\n"
+		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
+		"\n"
+		"LOG is a log id, decimal or 0x-prefixed hex.\n"
+		"Exit status: 0 success, 1 the operation failed or found corruption, 2 usage error.\n");
+}
+
+static void usage_cmd(FILE *f, const char *cmd)
+{
+	if (strcmp(cmd, "ls") == 0)
+		fprintf(f, "Usage: twctl -b ADDR... ls [LOG]\n"
+			"List the segment copies each backup holds: of every log, or of LOG.\n"
+			"Open buffers are scanned by the backup for the listing (valid length,\n"
+			"checksum). Columns: backup, log, segment, state (open, closed, flushed),\n"
+			"valid bytes, entries, last checksum, replica version, epoch, corrupt.\n");
+	else if (strcmp(cmd, "stat") == 0)
+		fprintf(f, "Usage: twctl -b ADDR... stat\n"
+			"Statistics of each backup: buffers by state, flushes, RPC traffic, CPU time.\n");
+	else if (strcmp(cmd, "fence") == 0)
+		fprintf(f, "Usage: twctl -b ADDR... fence LOG [--epoch E]\n"
+			"Fence LOG on every reachable backup: new epoch (default: one past every\n"
+			"epoch the backups know), open buffers' registrations closed, the old\n"
+			"primary's connections closed, RPCs with older epochs refused.\n"
+			"  -e, --epoch E    fence with this epoch (must not be older than the log's)\n");
+	else if (strcmp(cmd, "recover") == 0)
+		fprintf(f, "Usage: twctl -b ADDR... recover LOG (-o FILE | --verify) [options]\n"
+			"Fence LOG, list its segments, fetch one verified copy of each, and write\n"
+			"the entries in log order to FILE (or only verify them). The backups then\n"
+			"close open copies at the recovered length so a second recovery agrees.\n"
+			"  -o, --output FILE  write the entries: for each, its length (u32, little-\n"
+			"                     endian) then its bytes ('-' for stdout)\n"
+			"      --verify       fetch and verify only\n"
+			"  -e, --epoch E      fence with this epoch (default automatic)\n"
+			"      --no-record    leave open copies open (do not send RecoveredOffset)\n"
+			"      --no-fence     read without fencing (inspection of a live log; implies\n"
+			"                     --no-record; the answer may be stale at once)\n");
+	else if (strcmp(cmd, "inspect") == 0)
+		fprintf(f, "Usage: twctl inspect FILE [-e N]\n"
+			"Read a flushed segment file (twd's storage directory, *.twseg) offline:\n"
+			"header, scan of the data (Algorithm 1 + payload CRCs) against the header.\n"
+			"  -e, --entries N   also list the first N entries (offset, length, bytes)\n"
+			"Exit status 1 when the file is corrupt.\n");
+	else
+		usage_main(f);
+}
+
+static bool want_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return true;
+	return false;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	*out = strtoull(s, &end, 0);
+	if (errno || *end || *out > TW_RPC_ID_MAX)
+		return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ JSON helpers */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+/* ------------------------------------------------------------------ connections */
+
+struct conn {
+	const char *addr;
+	struct tw_chan *ch;
+	struct tw_rpc_client *rpc;
+	char why[200];
+};
+
+static struct tw_fab *fab;
+static struct conn conns[MAX_BK];
+
+static void c_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct conn *c = tw_chan_user(ch);
+
+	(void)arg;
+	if (c && c->rpc)
+		tw_rpc_client_on_recv(c->rpc, msg, len);
+}
+
+static void c_on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct conn *c = tw_chan_user(ch);
+
+	(void)arg;
+	if (c && c->rpc)
+		tw_rpc_client_on_lost(c->rpc, err);
+}
+
+/* Connect to every backup; returns how many answered. */
+static unsigned connect_all(void)
+{
+	struct tw_fab_config fc;
+	struct tw_fab_events ev;
+	struct tw_rpc_config rc;
+	unsigned up = 0;
+	int err;
+
+	tw_fab_config_init(&fc);
+	fc.provider = g.provider;
+	fc.connect_timeout_ms = g.timeout_ms;
+	memset(&ev, 0, sizeof(ev));
+	ev.on_recv = c_on_recv;
+	ev.on_lost = c_on_lost;
+	err = tw_fab_open(&fc, &ev, &fab);
+	if (err) {
+		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
+			g.provider ? g.provider : "default provider", tw_strerror(err));
+		return 0;
+	}
+	tw_rpc_config_init(&rc);
+	rc.timeout_ms = g.timeout_ms;
+	for (unsigned i = 0; i < g.nbk; i++) {
+		struct conn *c = &conns[i];
+
+		c->addr = g.backups[i];
+		err = tw_fab_connect(fab, c->addr, &c->ch);
+		if (err == 0) {
+			tw_chan_set_user(c->ch, c);
+			err = tw_rpc_client_create(c->ch, &rc, &c->rpc);
+		}
+		if (err) {
+			snprintf(c->why, sizeof(c->why), "cannot connect: %s", tw_strerror(err));
+			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
+			continue;
+		}
+		up++;
+	}
+	return up;
+}
+
+static void disconnect_all(void)
+{
+	for (unsigned i = 0; i < g.nbk; i++) {
+		if (conns[i].rpc)
+			tw_rpc_client_destroy(conns[i].rpc);
+		if (conns[i].ch)
+			tw_chan_close(conns[i].ch);
+		conns[i].rpc = NULL;
+		conns[i].ch = NULL;
+	}
+	if (fab)
+		tw_fab_close(fab);
+	fab = NULL;
+}
+
+static int need_backups(void)
+{
+	if (g.nbk == 0) {
+		fprintf(stderr, "twctl: no backups given: use -b ADDR (repeat for each) or set "
+			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ ls */
+
+static const char *state_name(int st)
+{
+	switch (st) {
+	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN: return "open";
+	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED: return "closed";
+	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED: return "flushed";
+	default: return "unknown";
+	}
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	uint64_t log_id = 0;
+	bool one = false, first = true;
+	unsigned up, failed = 0;
+	uint64_t total = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] == '-') {
+			fprintf(stderr, "twctl ls: unknown option '%s' (see twctl ls --help)\n",
+				argv[i]);
+			return EXIT_USAGE;
+		}
+	}
+	if (argc > 2) {
+		fprintf(stderr, "twctl ls: too many arguments (see twctl ls --help)\n");
+		return EXIT_USAGE;
+	}
+	if (argc == 2) {
+		if (parse_u64(argv[1], &log_id)) {
+			fprintf(stderr, "twctl ls: '%s' is not a log id (decimal or 0x hex)\n",
+				argv[1]);
+			return EXIT_USAGE;
+		}
+		one = true;
+	}
+	if (need_backups())
+		return EXIT_USAGE;
+	up = connect_all();
+	if (g.json)
+		printf("{\"segments\":[");
+	else
+		printf("%-22s %18s %8s %-8s %10s %8s %10s %4s %6s %s\n", "BACKUP", "LOG", "SEGMENT",
+		       "STATE", "VALID", "ENTRIES", "CHECKSUM", "VER", "EPOCH", "CORRUPT");
+	for (unsigned i = 0; i < g.nbk; i++) {
+		struct conn *c = &conns[i];
+		uint64_t from_log = log_id, from_seg = 0;
+
+		if (!c->rpc) {
+			failed++;
+			continue;
+		}
+		for (;;) {
+			struct tw_rpc_req req;
+			struct tw_rpc_reply rep;
+			const Tailwind__ListSegmentsReply *r;
+			bool more;
+			int rc;
+
+			tw_rpc_req_list_segments(&req, from_log, !one, from_seg);
+			rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+			if (rc) {
+				fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
+					tw_strerror(rc), tw_rpc_client_errmsg(c->rpc));
+				tw_rpc_reply_release(&rep);
+				failed++;
+				break;
+			}
+			r = rep.env->list_segments_reply;
+			for (size_t k = 0; k < r->n_segments; k++) {
+				const Tailwind__SegmentInfo *s = r->segments[k];
+
+				total++;
+				if (g.json) {
+					printf("%s{\"backup\":", first ? "" : ",");
+					json_str(stdout, c->addr);
+					printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
+					       ",\"state\":\"%s\",\"valid_len\":%" PRIu64 ",\"entries\":%"
+					       PRIu64 ",\"checksum\":%u,\"replica_version\":%" PRIu64
+					       ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,\"length\":%" PRIu64
+					       "}", s->log_id, s->segment_id, state_name(s->state),
+					       s->valid_len, s->entries, s->checksum, s->replica_version,
+					       s->epoch, s->corrupt ? "true" : "false", s->length);
+				} else {
+					printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8"
+					       PRIu64 " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr,
+					       s->log_id, s->segment_id, state_name(s->state),
+					       s->valid_len, s->entries, s->checksum, s->replica_version,
+					       s->epoch, s->corrupt ? "CORRUPT" : "-");
+				}
+				first = false;
+			}
+			more = r->more && (!one || r->next_log_id == log_id);
+			from_log = r->next_log_id;
+			from_seg = r->next_segment_id;
+			tw_rpc_reply_release(&rep);
+			if (!more)
+				break;
+		}
+	}
+	if (g.json)
+		printf("],\"backups\":%u,\"reachable\":%u,\"failed\":%u}\n", g.nbk, up, failed);
+	else
+		printf("# %" PRIu64 " segment copies on %u of %u backups\n", total, g.nbk - failed,
+		       g.nbk);
+	disconnect_all();
+	return failed ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ stat */
+
+static int cmd_stat(int argc, char **argv)
+{
+	unsigned failed = 0;
+	bool first = true;
+
+	(void)argv;
+	if (argc > 1) {
+		fprintf(stderr, "twctl stat: no arguments expected (see twctl stat --help)\n");
+		return EXIT_USAGE;
+	}
+	if (need_backups())
+		return EXIT_USAGE;
+	connect_all();
+	if (g.json)
+		printf("{\"backups\":[");
+	else
+		printf("%-22s %5s %5s %5s %6s %7s %8s %12s %9s %9s %8s %9s\n", "BACKUP", "BUFS",
+		       "FREE", "OPEN", "CLOSED", "FLUSHED", "FLUSHES", "BYTES_FLUSHED", "RPC_IN",
+		       "RPC_OUT", "CPU_S", "UPTIME_S");
+	for (unsigned i = 0; i < g.nbk; i++) {
+		struct conn *c = &conns[i];
+		struct tw_rpc_req req;
+		struct tw_rpc_reply rep;
+		const Tailwind__StatsReply *r;
+		int rc;
+
+		if (!c->rpc) {
+			failed++;
+			continue;
+		}
+		tw_rpc_req_stats(&req);
+		rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+		if (rc) {
+			fprintf(stderr, "twctl: backup %s: stats failed: %s (%s)\n", c->addr,
+				tw_strerror(rc), tw_rpc_client_errmsg(c->rpc));
+			tw_rpc_reply_release(&rep);
+			failed++;
+			continue;
+		}
+		r = rep.env->stats_reply;
+		if (g.json) {
+			printf("%s{\"backup\":", first ? "" : ",");
+			json_str(stdout, c->addr);
+			printf(",\"buffers_total\":%u,\"buffers_free\":%u,\"buffers_open\":%u,"
+			       "\"buffers_closed\":%u,\"buffers_flushed\":%u,\"flushes\":%" PRIu64
+			       ",\"bytes_flushed\":%" PRIu64 ",\"rpc_msgs_rx\":%" PRIu64
+			       ",\"rpc_msgs_tx\":%" PRIu64 ",\"rpc_bytes_rx\":%" PRIu64
+			       ",\"rpc_bytes_tx\":%" PRIu64 ",\"rpc_malformed\":%" PRIu64
+			       ",\"cpu_seconds\":%.3f,\"uptime_ms\":%" PRIu64 ",\"handlers\":{",
+			       r->buffers_total, r->buffers_free, r->buffers_open, r->buffers_closed,
+			       r->buffers_flushed, r->flushes, r->bytes_flushed, r->rpc_msgs_rx,
+			       r->rpc_msgs_tx, r->rpc_bytes_rx, r->rpc_bytes_tx, r->rpc_malformed,
+			       r->cpu_seconds, r->uptime_ms);
+			for (size_t k = 0; k < r->n_handlers; k++) {
+				int op = tw_rpc_op_of_case((int)r->handlers[k]->kind);
+
+				printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
+				       k ? "," : "", op >= 0 ? tw_rpc_op_name(op) : "other",
+				       r->handlers[k]->calls, r->handlers[k]->errors);
+			}
+			printf("},\"detail\":");
+			json_str(stdout, r->message);
+			printf("}");
+		} else {
+			printf("%-22s %5u %5u %5u %6u %7u %8" PRIu64 " %12" PRIu64 " %9" PRIu64 " %9"
+			       PRIu64 " %8.2f %9.1f\n", c->addr, r->buffers_total, r->buffers_free,
+			       r->buffers_open, r->buffers_closed, r->buffers_flushed, r->flushes,
+			       r->bytes_flushed, r->rpc_msgs_rx, r->rpc_msgs_tx, r->cpu_seconds,
+			       (double)r->uptime_ms / 1000.0);
+			if (r->message && r->message[0])
+				printf("%-22s   %s\n", "", r->message);
+		}
+		first = false;
+		tw_rpc_reply_release(&rep);
+	}
+	if (g.json)
+		printf("],\"failed\":%u}\n", failed);
+	disconnect_all();
+	return failed ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ fence, recover */
+
+static void recover_cfg(struct tw_recover_config *cfg, uint64_t log_id, uint64_t epoch)
+{
+	tw_recover_config_init(cfg);
+	cfg->provider = g.provider;
+	cfg->log_id = log_id;
+	cfg->epoch = epoch;
+	cfg->backups = g.backups;
+	cfg->n_backups = g.nbk;
+	cfg->connect_timeout_ms = g.timeout_ms;
+	if (g.timeout_ms > cfg->rpc_timeout_ms)
+		cfg->rpc_timeout_ms = g.timeout_ms;
+}
+
+static int cmd_fence(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "epoch", required_argument, NULL, 'e' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct tw_recover_config cfg;
+	uint64_t log_id, epoch = 0, got = 0;
+	unsigned fenced = 0;
+	char err[512];
+	int opt, rc;
+
+	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
+	while ((opt = getopt_long(argc, argv, "e:", lo, NULL)) != -1) {
+		if (opt == 'e' && parse_u64(optarg, &epoch) == 0 && epoch > 0)
+			continue;
+		if (opt == 'e')
+			fprintf(stderr, "twctl fence: --epoch %s: expected an integer >= 1\n",
+				optarg);
+		else
+			usage_cmd(stderr, "fence");
+		return EXIT_USAGE;
+	}
+	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
+		fprintf(stderr, "twctl fence: expected exactly one LOG id (see twctl fence --help)\n");
+		return EXIT_USAGE;
+	}
+	if (need_backups())
+		return EXIT_USAGE;
+	recover_cfg(&cfg, log_id, epoch);
+	rc = tw_recover_fence(&cfg, &got, &fenced, err, sizeof(err));
+	if (g.json) {
+		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"epoch\":%" PRIu64 ",\"fenced\":%u,"
+		       "\"backups\":%u,\"error\":", log_id, rc ? "false" : "true", got, fenced, g.nbk);
+		json_str(stdout, rc ? err : "");
+		printf("}\n");
+	} else if (rc == 0) {
+		printf("log %#" PRIx64 " fenced at epoch %" PRIu64 " on %u of %u backups\n", log_id,
+		       got, fenced, g.nbk);
+	}
+	if (rc) {
+		fprintf(stderr, "twctl fence: %s\n", err);
+		return EXIT_FAIL;
+	}
+	return fenced == g.nbk ? EXIT_OK : EXIT_FAIL;
+}
+
+struct out {
+	FILE *f;
+	int err;
+};
+
+static int write_entry(void *arg, const struct tw_recovered_entry *e)
+{
+	struct out *o = arg;
+	uint8_t len[4];
+
+	if (!o->f)
+		return 0;
+	tw_store_le32(len, e->len);
+	if (fwrite(len, 1, 4, o->f) != 4 || fwrite(e->data, 1, e->len, o->f) != e->len) {
+		o->err = errno ? errno : EIO;
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_recover(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "output", required_argument, NULL, 'o' },
+		{ "verify", no_argument, NULL, 'V' },
+		{ "epoch", required_argument, NULL, 'e' },
+		{ "no-record", no_argument, NULL, 'R' },
+		{ "no-fence", no_argument, NULL, 'F' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct tw_recover_config cfg;
+	struct tw_recover_result res;
+	const char *output = NULL;
+	bool verify = false, no_record = false, no_fence = false;
+	uint64_t log_id, epoch = 0;
+	struct out o = { NULL, 0 };
+	char err[512];
+	int opt, rc;
+
+	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
+	while ((opt = getopt_long(argc, argv, "o:e:", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'o':
+			output = optarg;
+			break;
+		case 'V':
+			verify = true;
+			break;
+		case 'R':
+			no_record = true;
+			break;
+		case 'F':
+			no_fence = true;
+			break;
+		case 'e':
+			if (parse_u64(optarg, &epoch) == 0 && epoch > 0)
+				break;
+			fprintf(stderr, "twctl recover: --epoch %s: expected an integer >= 1\n",
+				optarg);
+			return EXIT_USAGE;
+		default:
+			usage_cmd(stderr, "recover");
+			return EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
+		fprintf(stderr, "twctl recover: expected exactly one LOG id (see twctl recover "
+			"--help)\n");
+		return EXIT_USAGE;
+	}
+	if (!!output == verify) {
+		fprintf(stderr, "twctl recover: give either -o FILE or --verify\n");
+		return EXIT_USAGE;
+	}
+	if (output && g.json && strcmp(output, "-") == 0) {
+		fprintf(stderr, "twctl recover: --json and -o - both want stdout\n");
+		return EXIT_USAGE;
+	}
+	if (need_backups())
+		return EXIT_USAGE;
+	if (output) {
+		o.f = strcmp(output, "-") == 0 ? stdout : fopen(output, "wb");
+		if (!o.f) {
+			fprintf(stderr, "twctl recover: cannot create %s: %s\n", output,
+				strerror(errno));
+			return EXIT_FAIL;
+		}
+	}
+	recover_cfg(&cfg, log_id, epoch);
+	cfg.no_record = no_record;
+	cfg.no_fence = no_fence;
+	rc = tw_recover(&cfg, write_entry, &o, &res, err, sizeof(err));
+	if (o.f && o.f != stdout && fclose(o.f) != 0 && !o.err)
+		o.err = errno;
+	if (o.err) {
+		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o.err));
+		rc = rc ? rc : -o.err;
+	}
+	if (g.json) {
+		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"error\":", log_id, rc ? "false" : "true");
+		json_str(stdout, rc ? err : "");
+		printf(",\"epoch\":%" PRIu64 ",\"backups\":%u,\"reachable\":%u,\"fenced\":%u,"
+		       "\"segments\":%" PRIu64 ",\"first_segment\":%" PRIu64 ",\"last_segment\":%"
+		       PRIu64 ",\"entries\":%" PRIu64 ",\"payload_bytes\":%" PRIu64 ",\"log_bytes\":%"
+		       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
+		       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
+		       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"phase_ms\":{", res.epoch,
+		       res.backups, res.backups_reached, res.backups_fenced, res.segments,
+		       res.first_segment, res.last_segment, res.entries, res.payload_bytes,
+		       res.log_bytes, res.copies_listed, res.copies_corrupt, res.copies_stale,
+		       res.refetches, res.segments_missing, res.offsets_recorded);
+		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
+			printf("%s\"%s\":%.3f", ph ? "," : "",
+			       tw_recover_phase_name((enum tw_recover_phase)ph),
+			       (double)res.phase_ns[ph] / 1e6);
+		printf("}}\n");
+	} else {
+		FILE *f = o.f == stdout ? stderr : stdout;
+
+		fprintf(f, "log %#" PRIx64 ": %s\n", log_id, rc ? "recovery FAILED" :
+			(verify ? "verified" : "recovered"));
+		fprintf(f, "  epoch          %" PRIu64 "%s\n", res.epoch, no_fence ? " (not fenced)" : "");
+		fprintf(f, "  backups        %u reachable of %u, %u fenced\n", res.backups_reached,
+			res.backups, res.backups_fenced);
+		if (res.segments)
+			fprintf(f, "  segments       %" PRIu64 " (%" PRIu64 " .. %" PRIu64 ")\n",
+				res.segments, res.first_segment, res.last_segment);
+		else
+			fprintf(f, "  segments       0\n");
+		fprintf(f, "  entries        %" PRIu64 " (%" PRIu64 " payload bytes, %" PRIu64
+			" log bytes verified)\n", res.entries, res.payload_bytes, res.log_bytes);
+		fprintf(f, "  copies         %" PRIu64 " listed, %" PRIu64 " corrupt, %" PRIu64
+			" stale, %" PRIu64 " refetched\n", res.copies_listed, res.copies_corrupt,
+			res.copies_stale, res.refetches);
+		if (res.segments_missing)
+			fprintf(f, "  MISSING        %" PRIu64 " segment(s) after a gap\n",
+				res.segments_missing);
+		fprintf(f, "  recorded       %" PRIu64 " recovered offsets\n", res.offsets_recorded);
+		fprintf(f, "  time (ms)     ");
+		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
+			fprintf(f, " %s %.2f", tw_recover_phase_name((enum tw_recover_phase)ph),
+				(double)res.phase_ns[ph] / 1e6);
+		fprintf(f, "\n");
+		if (output && !rc)
+			fprintf(f, "  output         %s\n", output);
+	}
+	if (rc) {
+		fprintf(stderr, "twctl recover: %s\n", err[0] ? err : tw_strerror(rc));
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ inspect */
+
+static int cmd_inspect(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "entries", required_argument, NULL, 'e' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint8_t hb[SEGFILE_HDR_SIZE];
+	struct segfile_hdr h;
+	struct tw_scan_result sr;
+	struct stat st;
+	uint64_t show = 0, data_len;
+	uint8_t *data = NULL;
+	const char *path, *verdict = "ok", *hdr_err = NULL;
+	char why[256] = "";
+	int opt, fd, rc, code = EXIT_OK;
+
+	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
+	while ((opt = getopt_long(argc, argv, "e:", lo, NULL)) != -1) {
+		if (opt == 'e' && parse_u64(optarg, &show) == 0)
+			continue;
+		usage_cmd(stderr, "inspect");
+		return EXIT_USAGE;
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "twctl inspect: expected exactly one FILE (see twctl inspect --help)\n");
+		return EXIT_USAGE;
+	}
+	path = argv[optind];
+	fd = open(path, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		fprintf(stderr, "twctl inspect: cannot open %s: %s\n", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return EXIT_FAIL;
+	}
+	if ((size_t)st.st_size < SEGFILE_HDR_SIZE ||
+	    pread(fd, hb, SEGFILE_HDR_SIZE, 0) != (ssize_t)SEGFILE_HDR_SIZE) {
+		fprintf(stderr, "twctl inspect: %s: shorter than a segment file header (%d bytes)\n",
+			path, (int)SEGFILE_HDR_SIZE);
+		close(fd);
+		return EXIT_FAIL;
+	}
+	memset(&h, 0, sizeof(h));
+	rc = segfile_hdr_decode(hb, &h);
+	if (rc)
+		hdr_err = rc == -TW_EVERSION ? "newer format version" :
+			  "bad magic, header CRC, state or sizes";
+	data_len = (uint64_t)st.st_size - SEGFILE_HDR_SIZE;
+	data = malloc(data_len ? (size_t)data_len : 1);
+	if (!data || (data_len && pread(fd, data, (size_t)data_len, SEGFILE_HDR_SIZE) !=
+				  (ssize_t)data_len)) {
+		fprintf(stderr, "twctl inspect: %s: cannot read %" PRIu64 " data bytes: %s\n", path,
+			data_len, data ? strerror(errno) : "out of memory");
+		free(data);
+		close(fd);
+		return EXIT_FAIL;
+	}
+	close(fd);
+	tw_scan(data, (size_t)data_len, &sr);
+	if (hdr_err) {
+		verdict = "CORRUPT";
+		snprintf(why, sizeof(why), "header: %s", hdr_err);
+	} else if (data_len != h.valid_len) {
+		verdict = "CORRUPT";
+		snprintf(why, sizeof(why), "file holds %" PRIu64 " data bytes, header says %" PRIu64,
+			 data_len, h.valid_len);
+	} else if (sr.valid_len != h.valid_len || sr.last_checksum != h.checksum ||
+		   sr.entries != h.entries) {
+		verdict = "CORRUPT";
+		snprintf(why, sizeof(why), "scan: valid %zu bytes, checksum 0x%08x, %" PRIu64
+			 " entries; header: %" PRIu64 " bytes, 0x%08x, %" PRIu64 " entries",
+			 sr.valid_len, sr.last_checksum, sr.entries, h.valid_len, h.checksum,
+			 h.entries);
+	} else if (h.flags & SEGFILE_F_CORRUPT) {
+		verdict = "CORRUPT";
+		snprintf(why, sizeof(why), "flagged corrupt when it was closed");
+	}
+	if (strcmp(verdict, "ok") != 0)
+		code = EXIT_FAIL;
+
+	if (g.json) {
+		printf("{\"file\":");
+		json_str(stdout, path);
+		printf(",\"verdict\":\"%s\",\"reason\":", verdict);
+		json_str(stdout, why);
+		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
+		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
+		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
+		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"data_bytes\":%"
+		       PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
+		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h.log_id,
+		       h.segment_id, h.replica_version, h.epoch,
+		       h.state == SEGFILE_OPEN ? "open" : "closed", h.flags, h.checksum,
+		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns, data_len,
+		       sr.valid_len, sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop),
+		       sr.stop_offset);
+	} else {
+		printf("file            %s\n", path);
+		printf("verdict         %s%s%s\n", verdict, why[0] ? ": " : "", why);
+		if (hdr_err)
+			printf("header          INVALID (%s); fields below as read\n", hdr_err);
+		printf("log             %#" PRIx64 "\n", h.log_id);
+		printf("segment         %" PRIu64 "\n", h.segment_id);
+		printf("replica version %" PRIu64 "\n", h.replica_version);
+		printf("epoch           %" PRIu64 "\n", h.epoch);
+		printf("state           %s\n", h.state == SEGFILE_OPEN ?
+		       "open (flushed while open: battery / shutdown)" : "closed");
+		printf("flags           0x%x%s\n", h.flags,
+		       h.flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
+		printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
+		       "0x%08x, buffer %" PRIu64 " bytes\n", h.valid_len, h.entries, h.checksum,
+		       h.buffer_size);
+		printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
+		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr.valid_len,
+		       sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop), sr.stop_offset,
+		       data_len);
+	}
+	if (show > 0) {
+		struct tw_entry_iter it = { data, sr.valid_len, 0 };
+		const void *p;
+		uint32_t len;
+		size_t off;
+		uint64_t n = 0;
+
+		if (g.json)
+			printf(",\"entries_shown\":[");
+		else
+			printf("%10s %8s  %s\n", "OFFSET", "LENGTH", "FIRST BYTES");
+		while (n < show && tw_entry_next(&it, &p, &len, &off) == 1) {
+			char hex[3 * 16 + 1] = "";
+
+			for (uint32_t k = 0; k < len && k < 16; k++)
+				snprintf(hex + 3 * k, sizeof(hex) - 3 * k, "%02x ",
+					 ((const uint8_t *)p)[k]);
+			if (g.json)
+				printf("%s{\"offset\":%zu,\"length\":%u,\"head\":\"%s\"}", n ? "," : "",
+				       off, len, hex);
+			else
+				printf("%10zu %8u  %s%s\n", off, len, hex, len > 16 ? "..." : "");
+			n++;
+		}
+		if (g.json)
+			printf("]");
+	}
+	if (g.json)
+		printf("}\n");
+	free(data);
+	return code;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int add_backups(const char *list)
+{
+	char *dup = strdup(list), *save = NULL, *tok;
+
+	if (!dup)
+		return -1;
+	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!*tok)
+			continue;
+		if (g.nbk == MAX_BK) {
+			fprintf(stderr, "twctl: at most %u backups\n", MAX_BK);
+			return -1;
+		}
+		g.backups[g.nbk++] = tok; /* dup is kept for the process lifetime */
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "backup", required_argument, NULL, 'b' },
+		{ "provider", required_argument, NULL, 'p' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cmd;
+	int opt, verbose = 0;
+	uint64_t t;
+
+	g.timeout_ms = 5000;
+	while ((opt = getopt_long(argc, argv, "+b:p:t:jvhV", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'b':
+			if (add_backups(optarg))
+				return EXIT_USAGE;
+			break;
+		case 'p':
+			g.provider = optarg;
+			break;
+		case 't':
+			if (parse_u64(optarg, &t) || t == 0 || t > 3600000) {
+				fprintf(stderr, "twctl: --timeout %s: expected milliseconds, 1 .. "
+					"3600000\n", optarg);
+				return EXIT_USAGE;
+			}
+			g.timeout_ms = (unsigned)t;
+			break;
+		case 'j':
+			g.json = true;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'h':
+			usage_main(stdout);
+			return EXIT_OK;
+		case 'V':
+			printf("twctl %s\n", tw_version());
+			return EXIT_OK;
+		default:
+			usage_main(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (verbose)
+		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
+	if (optind >= argc) {
+		fprintf(stderr, "twctl: no command given (ls, stat, fence, recover, inspect; see "
+			"twctl --help)\n");
+		return EXIT_USAGE;
+	}
+	if (g.nbk == 0 && getenv("TW_BACKUPS") && add_backups(getenv("TW_BACKUPS")))
+		return EXIT_USAGE;
+	cmd = argv[optind];
+	argc -= optind;
+	argv += optind;
+	if (strcmp(cmd, "help") == 0) {
+		if (argc > 1)
+			usage_cmd(stdout, argv[1]);
+		else
+			usage_main(stdout);
+		return EXIT_OK;
+	}
+	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&
+	    strcmp(cmd, "recover") && strcmp(cmd, "inspect")) {
+		fprintf(stderr, "twctl: unknown command '%s' (ls, stat, fence, recover, inspect; see "
+			"twctl --help)\n", cmd);
+		return EXIT_USAGE;
+	}
+	if (want_help(argc, argv)) {
+		usage_cmd(stdout, cmd);
+		return EXIT_OK;
+	}
+	if (strcmp(cmd, "ls") == 0)
+		return cmd_ls(argc, argv);
+	if (strcmp(cmd, "stat") == 0)
+		return cmd_stat(argc, argv);
+	if (strcmp(cmd, "fence") == 0)
+		return cmd_fence(argc, argv);
+	if (strcmp(cmd, "recover") == 0)
+		return cmd_recover(argc, argv);
+	return cmd_inspect(argc, argv);
+}
