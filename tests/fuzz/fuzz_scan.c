@@ -12,6 +12,9 @@
  *   - scanning the prefix alone (an exact-size copy) gives the same result and stops at "end";
  *   - a writer resumed at the prefix appends and seals a write that the scan then accepts.
  *
+ * The input is also read as a recipe for a valid log plus a torn write or bit flips, with the
+ * torn-write oracle of tests/unit/test_torn_writes.c (check_structured()).
+ *
  * Built with -DTW_FUZZ_NO_ENTRY the file only provides fuzz_scan_check().
  */
 #include <stdio.h>
@@ -22,7 +25,10 @@
 
 #include "fabric/util.h"
 
-/* Returns NULL when every invariant holds, else a description (static storage). */
+/*
+ * Returns NULL when every invariant holds, else a description (static storage). Each input is
+ * used twice: as a raw buffer, and as a recipe for a valid log plus damage (below).
+ */
 const char *fuzz_scan_check(const uint8_t *data, size_t size);
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
 
@@ -227,7 +233,7 @@ static const char *check_resume(const uint8_t *data, size_t size, const struct t
 	return err;
 }
 
-const char *fuzz_scan_check(const uint8_t *data, size_t size)
+static const char *check_raw(const uint8_t *data, size_t size)
 {
 	struct tw_scan_result r, g, ref;
 	const char *err;
@@ -247,6 +253,147 @@ const char *fuzz_scan_check(const uint8_t *data, size_t size)
 	if ((err = check_prefix(data, &r)))
 		return err;
 	return check_resume(data, size, &r);
+}
+
+/*
+ * Structured use of the input: mutating raw bytes rarely produces a matching checksum entry, so
+ * the input is also read as a recipe: writes and entry sizes for the writer, then damage to one
+ * region (a torn write: a byte range or a set of 64-byte chunks reset to zero; or bit flips).
+ * Oracle: if the damaged buffer equals the intact one, the scan accepts every write; else
+ * valid_len is the start of the write holding the first changed byte (certain for tears in
+ * address order and most flips, otherwise failing only on a 2^-32 CRC coincidence).
+ */
+struct recipe {
+	const uint8_t *p;
+	size_t n, i;
+};
+
+static unsigned next_byte(struct recipe *r)
+{
+	return r->i < r->n ? r->p[r->i++] : 0;
+}
+
+#define MAX_W 8
+
+static const char *check_structured(const uint8_t *data, size_t size)
+{
+	struct recipe rc = { data, size, 0 };
+	size_t start[MAX_W + 1], cap = 0, len, plens[MAX_W][6];
+	uint64_t entries[MAX_W + 1];
+	int nw = 1 + (int)(next_byte(&rc) % MAX_W), ne[MAX_W];
+	struct tw_log_writer w;
+	struct tw_scan_result r;
+	uint8_t *intact, *model;
+	size_t first = SIZE_MAX, off, wlen;
+	const char *err = NULL;
+	unsigned mode;
+	int k;
+
+	for (int i = 0; i < nw; i++) {
+		ne[i] = 1 + (int)(next_byte(&rc) % 6);
+		cap += TW_CKSUM_ENTRY_SIZE;
+		for (int j = 0; j < ne[i]; j++) {
+			unsigned b = next_byte(&rc);
+
+			plens[i][j] = (b & 0x80) ? (size_t)(b & 0x7f) * 32 : b; /* 0..127, 0..4064 */
+			cap += TW_ENTRY_HDR_SIZE + plens[i][j];
+		}
+	}
+	len = cap + next_byte(&rc) % 32; /* zero tail or not */
+	intact = calloc(1, len);
+	model = malloc(len);
+	if (!intact || !model) {
+		free(intact);
+		free(model);
+		FAIL("calloc");
+	}
+	tw_log_writer_init(&w, intact, len);
+	for (int i = 0; i < nw && !err; i++) {
+		start[i] = w.pos;
+		entries[i] = w.entries;
+		for (int j = 0; j < ne[i]; j++) {
+			uint8_t pl[4064];
+
+			for (size_t b = 0; b < plens[i][j]; b++)
+				pl[b] = size ? data[(rc.i + b * 7) % size] : 0;
+			if (tw_log_writer_append(&w, pl, (uint32_t)plens[i][j], NULL))
+				err = "recipe: append failed";
+		}
+		tw_log_writer_seal(&w, &off, &wlen);
+	}
+	start[nw] = w.pos;
+	entries[nw] = w.entries;
+	memcpy(model, intact, len);
+
+	/* Damage: 0 torn range, 1 torn chunks, 2 bit flips, 3 none. */
+	mode = next_byte(&rc) % 4;
+	k = (int)(next_byte(&rc) % (unsigned)nw);
+	if (mode == 0) {
+		size_t ws = start[k], wn = start[k + 1] - ws;
+		size_t a = ((next_byte(&rc) << 8) | next_byte(&rc)) % wn;
+		size_t b = ((next_byte(&rc) << 8) | next_byte(&rc)) % (wn + 1);
+
+		if (a < b)
+			memset(model + ws + a, 0, b - a);
+	} else if (mode == 1) {
+		size_t ws = start[k], we = start[k + 1];
+
+		for (size_t c = ws / 64; c * 64 < we; c++)
+			if (next_byte(&rc) & 1) {
+				size_t lo = c * 64 < ws ? ws : c * 64;
+				size_t hi = c * 64 + 64 > we ? we : c * 64 + 64;
+
+				memset(model + lo, 0, hi - lo);
+			}
+	} else if (mode == 2) {
+		int nflip = 1 + (int)(next_byte(&rc) % 4);
+
+		for (int f = 0; f < nflip; f++) {
+			size_t bit = ((next_byte(&rc) << 16) | (next_byte(&rc) << 8) | next_byte(&rc)) %
+				     (start[nw] * 8);
+
+			model[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		}
+	}
+	for (size_t i = 0; i < start[nw]; i++)
+		if (model[i] != intact[i]) {
+			first = i;
+			break;
+		}
+	if (!err) {
+		size_t want_len = start[nw];
+		uint64_t want_n = entries[nw];
+
+		if (first != SIZE_MAX) {
+			int kk = 0;
+
+			while (kk + 1 < nw && start[kk + 1] <= first)
+				kk++;
+			want_len = start[kk];
+			want_n = entries[kk];
+		}
+		tw_scan(model, len, &r);
+		if (r.valid_len != want_len || r.entries != want_n) {
+			snprintf(msg, sizeof(msg),
+				 "recipe: damage mode %u from byte %zu: valid_len %zu (want %zu) entries "
+				 "%llu (want %llu) stop %s at %zu",
+				 mode, first, r.valid_len, want_len, (unsigned long long)r.entries,
+				 (unsigned long long)want_n, tw_scan_stop_str(r.stop), r.stop_offset);
+			err = msg;
+		}
+	}
+	if (!err)
+		err = check_raw(model, len);
+	free(intact);
+	free(model);
+	return err;
+}
+
+const char *fuzz_scan_check(const uint8_t *data, size_t size)
+{
+	const char *err = check_raw(data, size);
+
+	return err ? err : check_structured(data, size);
 }
 
 #ifndef TW_FUZZ_NO_ENTRY
