@@ -76,7 +76,9 @@ void tw_fab_close(struct tw_fab *fab);
 const char *tw_fab_provider(const struct tw_fab *fab);
 bool tw_fab_is_rdm(const struct tw_fab *fab);
 
-/* Human-readable detail of the last failure on this fab (never NULL). */
+/* Human-readable detail of the last failure on this fab (never NULL). With fab == NULL: the
+ * message of the last failed tw_fab_open on the calling thread (e.g. -TW_ENOPROV names the
+ * providers this machine offers). */
 const char *tw_fab_errmsg(const struct tw_fab *fab);
 
 /*
