@@ -309,7 +309,7 @@ static void usage(FILE *f)
 		"  --inflight N      writes in flight per backup (default 8)\n"
 		"  --segment-size N  segment (and local twd buffer) size (default 8388608)\n"
 		"  --buffers N       buffers per local twd (default 16)\n"
-		"  --busy-poll       poll instead of blocking waits\n"
+		"  --busy-poll       the primary polls instead of blocking (local twd's still block)\n"
 		"  --mode M          onesided (default; rpc and raw are not implemented yet)\n"
 		"  --twd PATH        twd executable for local backups\n"
 		"  --json            machine-readable output on stdout\n"

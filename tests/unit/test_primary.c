@@ -84,6 +84,7 @@ static void cfg_for(struct tw_primary_config *cfg, const char **addrs, size_t n,
 	cfg->provider = prov;
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 5000;
+	cfg->busy_poll = getenv("TW_PRIMARY_TEST_BUSY_POLL") != NULL;
 }
 
 static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
