@@ -1,0 +1,94 @@
+/*
+ * tests/integration/twbench_run.c — run tools/twbench end to end over a provider (argv[1]) with
+ * its own local twd's, 8 MiB segments and 100-byte objects, and check its JSON report: exit 0,
+ * numbers present, the control RPC share (open + close per replication request) near the paper's
+ * 2.38e-5. The numbers are printed as diagnostics. Fewer objects under sanitizers.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "tap.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef UNDER_SANITIZER
+#define UNDER_SANITIZER 0
+#endif
+
+/* The number after "key": in a flat JSON line (our own output; keys are unique). */
+static bool json_num(const char *json, const char *key, double *out)
+{
+	char pat[96];
+	const char *p;
+	char *end;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	if (!p)
+		return false;
+	*out = strtod(p + strlen(pat), &end);
+	return end != p + strlen(pat);
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = argc > 1 ? argv[1] : "tcp";
+	bool san = UNDER_SANITIZER || getenv("TW_SANITIZER");
+	char bench[1024], count[32], line[8192];
+	double ops = 0, mbs = 0, p50 = 0, p99 = 0, p999 = 0, per_req = 0, per_obj = 0, segs = 0;
+	struct proc *pr;
+	int rc, st;
+
+	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
+		tap_plan_skip_all("tools/twbench not built (set TW_BUILD_ROOT)");
+	snprintf(count, sizeof(count), "%d", san ? 200000 : 1000000);
+	{
+		char *args[] = { bench, (char *)"--provider", (char *)prov, (char *)"--count", count,
+				 (char *)"--json", (char *)"--no-progress", (char *)"--latency-count",
+				 (char *)(san ? "1000" : "10000"), NULL };
+
+		pr = proc_spawn(args, NULL);
+	}
+	TAP_REQUIRE(pr, "spawn %s", bench);
+	tap_plan(8);
+	rc = proc_wait_line(pr, "{", line, sizeof(line), 240000);
+	ok(rc > 0, "twbench --provider %s --count %s --json printed its report", prov, count);
+	st = proc_wait(pr, 60000);
+	is_int(st, 0, "twbench exited 0 (it stopped its twd's)");
+	proc_free(pr);
+	if (rc <= 0) {
+		tap_skip(6, "no report");
+		return tap_exit();
+	}
+	tap_diag("%s", line);
+	{
+		bool h_ops = json_num(line, "objects_per_s", &ops);
+		bool h_mbs = json_num(line, "mb_per_s", &mbs);
+		bool h_lat = json_num(line, "p50", &p50) && json_num(line, "p99", &p99) &&
+			     json_num(line, "p999", &p999);
+		bool h_segs = json_num(line, "segments", &segs);
+		bool h_obj = json_num(line, "control_rpcs_per_object", &per_obj);
+		bool h_req = json_num(line, "control_rpcs_per_replication_request", &per_req);
+
+		ok(h_ops && ops > 0, "objects/s: %.0f", ops);
+		ok(h_mbs && mbs > 0, "MB/s: %.2f", mbs);
+		ok(h_lat && p50 > 0 && p50 <= p99 && p99 <= p999,
+		   "sync append latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us", p50, p99, p999);
+		ok(h_segs && segs >= 2, "%.0f segments of 8 MiB", segs);
+		ok(h_obj, "control RPCs per object: %.3g", per_obj);
+		/* 8 MiB / (12 + 100 B) = 74898 entries per segment, 2 RPCs each: 2.67e-5 at best;
+		 * the partial last segment adds a little, more so with fewer objects. */
+		ok(h_req && per_req > 2e-5 && per_req < (san ? 6e-5 : 3.5e-5),
+		   "control RPCs per replication request: %.3g (paper: 2.38e-05)", per_req);
+	}
+	return tap_exit();
+}
