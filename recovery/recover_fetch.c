@@ -58,6 +58,7 @@ struct rslot {
 	int err;
 	char why[200];
 	struct rread *reads;
+	uint64_t t_grant, t_read; /* for the debug log */
 };
 
 struct fetch {
@@ -243,6 +244,7 @@ static int start_grant(struct fetch *f, struct rslot *s)
 		return 1;
 	}
 	s->state = SLOT_GRANT;
+	s->t_grant = tw_now_ns();
 	return 1;
 }
 
@@ -317,6 +319,7 @@ static bool step(struct fetch *f, struct rslot *s)
 			s->err = s->grant_status;
 		}
 		s->state = SLOT_READ;
+		s->t_read = tw_now_ns();
 		return true;
 	case SLOT_READ:
 		if (s->err) {
@@ -329,6 +332,10 @@ static bool step(struct fetch *f, struct rslot *s)
 			release_grant(s);
 			c->bks[slot_seg(s)->copies[s->copy].bk].active--;
 			s->state = SLOT_READY;
+			tw_log_debug("recover: segment %" PRIu64 " from %s: grant %.2f ms, %" PRIu64
+				     " bytes read in %.2f ms", slot_seg(s)->id, slot_bk(s)->addr,
+				     (double)(s->t_read - s->t_grant) / 1e6, s->len,
+				     (double)(tw_now_ns() - s->t_read) / 1e6);
 			return true;
 		}
 		return false;
