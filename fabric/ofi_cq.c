@@ -115,6 +115,7 @@ int cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, vo
 	*fd_out = -1;
 	rc = fi_cq_open(of->domain, &ca, cq, context);
 	if (rc) {
+		tw_log_debug("fabric: fi_cq_open(FI_WAIT_FD): %s; polling instead", fi_strerror(-rc));
 		ca.wait_obj = FI_WAIT_NONE;
 		rc = fi_cq_open(of->domain, &ca, cq, context);
 	}
@@ -127,6 +128,8 @@ int cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, vo
 		struct epoll_event ee = {.events = EPOLLIN, .data.ptr = of};
 		epoll_ctl(of->epfd, EPOLL_CTL_ADD, *fd_out, &ee);
 	} else {
+		if (ca.wait_obj == FI_WAIT_FD)
+			tw_log_debug("fabric: CQ has no wait fd (FI_GETWAIT failed); polling instead");
 		*fd_out = -1;
 		of->nofd++;
 	}

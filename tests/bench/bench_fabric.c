@@ -66,16 +66,14 @@ static double run_writes(struct tw_chan *ch, struct tw_mr *mr, void *src, const 
 			int rc = tw_chan_write(ch, &b->op, src, size, mr, rk, off);
 			if (rc < 0) {
 				fprintf(stderr, "write: %s\n", tw_strerror(rc));
-				free(ops);
-				return -1;
+				goto fail;
 			}
 			posted++;
 		}
 		tw_fab_progress(fab, 0);
 		if (tw_chan_is_lost(ch) && done < iters) {
 			fprintf(stderr, "channel lost\n");
-			free(ops);
-			return -1;
+			goto fail;
 		}
 	}
 	double us = (double)(tw_now_ns() - t0) / 1000.0;
@@ -83,6 +81,13 @@ static double run_writes(struct tw_chan *ch, struct tw_mr *mr, void *src, const 
 	if (failed)
 		fprintf(stderr, "%u writes failed\n", failed);
 	return us;
+fail:
+	/* The ops array must outlive every posted op: drain them first (a loss completed them
+	 * already; otherwise wait until they complete or time out). */
+	while (done < posted)
+		tw_fab_progress(fab, 100);
+	free(ops);
+	return -1;
 }
 
 static double run_pingpong(struct tw_chan *ch, unsigned iters)
@@ -148,9 +153,16 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 		tw_fab_close(fab);
 		return 1;
 	}
-	while (nrecv == 0)
+	nrecv = 0;
+	uint64_t end = tw_now_ns() + 10000000000ull;
+	while (nrecv == 0 && tw_now_ns() < end)
 		tw_fab_progress(fab, 100);
-	sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk.addr, &rk.key, &rk.len);
+	if (sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk.addr, &rk.key, &rk.len) != 3) {
+		fprintf(stderr, "no RKEY from the peer\n");
+		proc_free(p);
+		tw_fab_close(fab);
+		return 1;
+	}
 	src = tw_fab_alloc(len);
 	memset(src, 0xab, len);
 	tw_mr_reg(fab, src, len, TW_MR_WRITE_SRC, &mr);
