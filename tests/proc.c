@@ -306,8 +306,13 @@ void proc_free(struct proc *p)
 	if (!p)
 		return;
 	if (!try_reap(p)) {
-		(void)kill(p->pid, SIGKILL);
-		(void)proc_wait(p, -1);
+		/* SIGTERM first so the child can clean up (shm providers leave /dev/shm files
+		 * behind on SIGKILL), then SIGKILL after a short grace period. */
+		(void)kill(p->pid, SIGTERM);
+		if (proc_wait(p, 1000) == -ETIMEDOUT) {
+			(void)kill(p->pid, SIGKILL);
+			(void)proc_wait(p, -1);
+		}
 	}
 	if (p->out_fd >= 0)
 		close(p->out_fd);

@@ -5,10 +5,10 @@
  *   proc_wait_line(p, "ready ", line, sizeof(line), 10000);  // no sleep: poll on the pipe
  *   ... talk to it ...
  *   proc_kill(p, SIGTERM); int st = proc_wait(p, 5000);  // exit status or 128+signal, <0 on error
- *   proc_free(p);                                         // kills (SIGKILL) and reaps if still alive
+ *   proc_free(p);                          // SIGTERM, then SIGKILL after 1 s, and reaps if alive
  *
  * Every spawned process is also remembered in a process-global list: proc_cleanup_all() (also
- * run from atexit after the first spawn) SIGKILLs and reaps leftovers so a failing test never
+ * run from atexit after the first spawn) terminates and reaps leftovers so a failing test never
  * leaves children behind. Not thread-safe: use from one test thread.
  */
 #ifndef TW_TESTS_PROC_H
@@ -50,10 +50,11 @@ int proc_wait(struct proc *p, int timeout_ms);
 /* Whether the child is still running (not reaped, and waitpid WNOHANG says so). */
 bool proc_alive(struct proc *p);
 
-/* Kill (SIGKILL) and reap it if still running, close the pipe, free. NULL is fine. */
+/* If still running: SIGTERM, up to 1 s grace, then SIGKILL; reap, close the pipe, free.
+ * NULL is fine. */
 void proc_free(struct proc *p);
 
-/* SIGKILL and reap every child spawned by proc_spawn that is still around. */
+/* proc_free every child spawned by proc_spawn that is still around (TERM, then KILL). */
 void proc_cleanup_all(void);
 
 /*
