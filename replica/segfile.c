@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,18 +19,21 @@
 
 #include "fabric/util.h"
 
-static segfile_hook_fn hook_fn;
-static void *hook_arg;
+/* Atomic so a test may switch it while the flusher runs (TSan-clean); set the argument first. */
+static _Atomic(segfile_hook_fn) hook_fn;
+static _Atomic(void *) hook_arg;
 
 void segfile_set_hook(segfile_hook_fn fn, void *arg)
 {
-	hook_fn = fn;
-	hook_arg = arg;
+	atomic_store(&hook_arg, arg);
+	atomic_store(&hook_fn, fn);
 }
 
 static int step(const char *name)
 {
-	return hook_fn ? hook_fn(hook_arg, name) : 0;
+	segfile_hook_fn fn = atomic_load(&hook_fn);
+
+	return fn ? fn(atomic_load(&hook_arg), name) : 0;
 }
 
 void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE])

@@ -113,8 +113,8 @@ int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
 /*
  * Test hook: when set, called at every step of segfile_write with the step's name ("create",
  * "write", "fsync", "close", "rename", "fsync-dir"); a non-zero return makes the step fail with
- * that value (a negative errno), to simulate a crash or an I/O error there. Not thread-safe:
- * tests set it while no flusher runs.
+ * that value (a negative errno), to simulate a crash or an I/O error there. May be switched
+ * while a flusher runs (atomic); the hook itself runs on the flusher thread.
  */
 typedef int (*segfile_hook_fn)(void *arg, const char *step);
 void segfile_set_hook(segfile_hook_fn fn, void *arg);

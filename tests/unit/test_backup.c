@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,6 +368,71 @@ static void test_battery_and_restart(void)
 	stop(false);
 }
 
+/* The disk fails: closed buffers are kept (and count against the unflushed limit), opens get
+ * refused, nothing is lost; when the disk recovers the buffers are flushed. */
+static atomic_int disk_fail = 1;
+
+static int failing_disk(void *arg, const char *step)
+{
+	(void)arg;
+	return atomic_load(&disk_fail) && strcmp(step, "fsync") == 0 ? -EIO : 0;
+}
+
+static void test_flush_failure(void)
+{
+	struct twc c;
+	struct tw_backup_stats bs;
+	struct twc_info li[4];
+	int rc, n;
+
+	segfile_set_hook(failing_disk, NULL);
+	start(4, 2);
+	conn(&c);
+	TAP_REQUIRE(twc_open(&c, 50, 0, 1, 1, BUF) == 0, "open");
+	TAP_REQUIRE(twc_write(&c, 4, 100, 1) == 0, "write");
+	is_int(twc_close_seg(&c, UINT64_MAX, 0, NULL), 0, "close (the flush will fail)");
+	/* Ask until the flusher gave up its immediate retries (deadline, no sleep). */
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;) {
+		struct twc_stats s;
+
+		twc_stats(&c, &s);
+		tw_backup_get_stats(bk, &bs);
+		if (bs.flush_errors >= 3)
+			break;
+	}
+	ok(bs.flush_errors >= 3, "flush failures counted (%llu)",
+	   (unsigned long long)bs.flush_errors);
+	is_int((long long)bs.buffers_closed, 1, "the closed buffer is kept in memory");
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+	TAP_REQUIRE(twc_open(&c, 50, 1, 1, 1, BUF) == 0, "open 2 (unflushed: 2 of 2)");
+	rc = twc_open(&c, 50, 2, 1, 1, BUF);
+	is_int(rc, -TW_EREFUSED, "with the disk failing the unflushed limit refuses opens");
+	n = twc_list(&c, 50, false, li, 4);
+	ok(n == 2 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED,
+	   "segment 0 listed closed (not flushed)");
+	twc_close(&c);
+	tw_backup_stop(bk);
+	pthread_join(thr, NULL);
+	is_int(tw_backup_flush_all(bk), -EIO, "battery flush with the disk still failing: -EIO");
+	atomic_store(&disk_fail, 0);
+	is_int(tw_backup_flush_all(bk), 0, "disk back: battery flush succeeds");
+	tw_backup_get_stats(bk, &bs);
+	is_int((long long)(bs.buffers_open + bs.buffers_closed), 1,
+	       "closed buffer flushed; the open one stays open in memory");
+	tw_backup_close(bk);
+	bk = NULL;
+	segfile_set_hook(NULL, NULL);
+	{
+		char path[512];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/0000000000000032-0000000000000000.twseg", dir);
+		ok(stat(path, &st) == 0, "segment 0 is on disk");
+		snprintf(path, sizeof(path), "%s/0000000000000032-0000000000000001.twseg", dir);
+		ok(stat(path, &st) == 0, "open segment 1 is on disk too (battery flush)");
+	}
+}
+
 int main(void)
 {
 	char cmd[300];
@@ -380,6 +446,7 @@ int main(void)
 	test_basic();
 	test_admission_and_validation();
 	test_pool_exhaustion();
+	test_flush_failure();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
 	if (system(cmd) != 0)
 		tap_diag("cleanup failed");
