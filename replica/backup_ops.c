@@ -454,15 +454,21 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 			rc = -TW_ECORRUPT;
 		if (rc != 0) {
 			bk_release_buf(b, pb);
-			if (rc == -TW_ECORRUPT || rc == -TW_EVERSION || rc == -EFBIG) {
+			if (rc == -TW_ECORRUPT) {
 				if (!s->corrupt)
 					b->index_dirty = true;
 				s->corrupt = true;
 			}
-			snprintf(msg, msglen, "cannot load segment " SEGF " from %s: %s", log_id,
-				 segment_id, b->dir, tw_strerror(rc));
+			if (rc == -EFBIG)
+				snprintf(msg, msglen, "segment " SEGF " holds %" PRIu64 " bytes, more "
+					 "than this backup's %zu-byte buffers: restart it with a larger "
+					 "--buffer-size to serve it", log_id, segment_id, h.valid_len,
+					 b->pool.size);
+			else
+				snprintf(msg, msglen, "cannot load segment " SEGF " from %s: %s",
+					 log_id, segment_id, b->dir, tw_strerror(rc));
 			tw_log_warn("backup: %s", msg);
-			return rc == -TW_ECORRUPT ? rc : (rc == -EFBIG ? -TW_ECORRUPT : rc);
+			return rc;
 		}
 		pthread_mutex_lock(&b->st_lock);
 		b->st.loads++;
