@@ -92,6 +92,10 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 	uint32_t pending = 0; /* data entries since the last checksum entry */
 	enum tw_scan_stop stop;
 
+	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
+		finish(out, 0, 0, 0, 0, TW_SCAN_END, 0);
+		return;
+	}
 	for (;;) {
 		const uint8_t *p = b + pos;
 		size_t rem = len - pos;
@@ -256,6 +260,10 @@ void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
 {
 	int hw = __atomic_load_n(&use_sse42, __ATOMIC_RELAXED);
 
+	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
+		finish(out, 0, 0, 0, 0, TW_SCAN_END, 0);
+		return;
+	}
 	if (tw_unlikely(hw < 0)) {
 		__builtin_cpu_init();
 		hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;

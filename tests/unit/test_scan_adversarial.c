@@ -402,6 +402,15 @@ static void tiny_buffers(void)
 	}
 	ok(bad == 0 && disagree == 0, "%zu buffers of 0..20 bytes: nothing valid below 20 bytes",
 	   cases);
+	{
+		struct tw_scan_result r, g;
+
+		tw_scan(NULL, 0, &r);
+		tw__scan_generic(NULL, 0, &g);
+		ok(r.valid_len == 0 && r.stop == TW_SCAN_END && r.stop_offset == 0 &&
+			   g.valid_len == 0 && g.stop == TW_SCAN_END,
+		   "NULL buffer of length 0: empty, stop end");
+	}
 }
 
 /* Random garbage and half-valid buffers of random sizes: invariants only (and ASan). */
