@@ -78,7 +78,8 @@ TW_API bool tw_log_writer_fits(const struct tw_log_writer *w, size_t len);
 /*
  * Append one data entry carrying a copy of `payload` (len bytes; payload may be NULL when len
  * is 0) to the current write. On success returns 0 and, if offset_out is not NULL, the entry's
- * offset in the buffer. Returns -TW_EFULL (nothing written) when it does not fit.
+ * offset in the buffer. Returns -TW_EFULL (nothing written) when it does not fit, -EINVAL when
+ * payload is NULL and len is not 0. The payload is borrowed until return.
  */
 TW_API int tw_log_writer_append(struct tw_log_writer *w, const void *payload, uint32_t len,
 				size_t *offset_out);
@@ -119,8 +120,9 @@ struct tw_scan_result {
 /*
  * Algorithm 1 of the Tailwind paper plus payload verification: walk the entries from offset 0,
  * chain the header CRC, compare at each checksum entry, verify every payload CRC; the valid prefix
- * ends after the last checksum entry that matched with all payloads before it verified. Never
- * reads outside [buf, buf+len). Thread-safe (reads only).
+ * ends after the last checksum entry that matched with all payloads before it verified. A
+ * checksum entry that closes no data entry (an empty write) is rejected as TW_SCAN_BAD_HEADER.
+ * Never reads outside [buf, buf+len) (buf may be NULL when len is 0). Thread-safe (reads only).
  */
 TW_API void tw_scan(const void *buf, size_t len, struct tw_scan_result *out);
 
