@@ -136,6 +136,7 @@ static int connect_all(struct rctx *c)
 	if (cfg->op_timeout_ms)
 		fc.op_timeout_ms = cfg->op_timeout_ms;
 	fc.tx_depth = 256;
+	fc.busy_poll = cfg->busy_poll;
 	memset(&ev, 0, sizeof(ev));
 	ev.arg = c;
 	ev.on_recv = on_recv;

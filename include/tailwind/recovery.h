@@ -75,6 +75,7 @@ struct tw_recover_config {
 	unsigned window;             /* segments fetched ahead of delivery; default 3 per backup */
 	size_t chunk_size;           /* bytes per one-sided read; default 1 MiB */
 	unsigned reads_per_seg;      /* reads in flight per segment; default 4 */
+	bool busy_poll; /* poll the fabric instead of blocking waits (one core at 100%) */
 	bool no_fence;  /* do not fence (inspection of a live log: the answer may be stale) */
 	bool no_record; /* do not send RecoveredOffset (leave open copies open) */
 };

@@ -3,7 +3,7 @@
  *
  *   TW_BUILD_ROOT=$PWD tests/bench/bench_recover [-p PROVIDER] [-n OBJECTS[,OBJECTS...]]
  *       [-s OBJECT_SIZE] [-k ENTRIES_PER_WRITE] [-r RUNS] [--window N] [--per-backup N]
- *       [--chunk BYTES] [--reads N] [--json]
+ *       [--chunk BYTES] [--reads N] [--busy] [--json]
  *
  * Default: 1M and 10M objects of 100 bytes over tcp, 16 objects per write (as the primary batches
  * under load), 8 MiB segments. For each size the program builds the log's segments with the log
@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,6 +143,15 @@ struct counter {
 	uint64_t next, bad;
 };
 
+static double cpu_ms(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
 static int count_cb(void *arg, const struct tw_recovered_entry *e)
 {
 	struct counter *c = arg;
@@ -203,6 +213,7 @@ static void run_size(const char *twd, uint64_t objects)
 		struct tw_recover_result res;
 		struct counter c = { 0, 0 };
 		char err[512];
+		double cpu0 = cpu_ms(), cpu;
 		int rc;
 
 		cfg.provider = prov;
@@ -210,6 +221,7 @@ static void run_size(const char *twd, uint64_t objects)
 		cfg.backups = addrs;
 		cfg.n_backups = NB;
 		rc = tw_recover(&cfg, count_cb, &c, &res, err, sizeof(err));
+		cpu = cpu_ms() - cpu0;
 		if (rc || c.bad || c.next != objects) {
 			fprintf(stderr, "bench_recover: recovery failed: %s (%s); %" PRIu64
 				" objects, %" PRIu64 " bad\n", tw_strerror(rc), err, c.next, c.bad);
@@ -220,17 +232,17 @@ static void run_size(const char *twd, uint64_t objects)
 			printf("{\"provider\":\"%s\",\"objects\":%" PRIu64 ",\"object_size\":%u,"
 			       "\"run\":%u,\"segments\":%" PRIu64 ",\"log_bytes\":%" PRIu64 ",\"ms\":{"
 			       "\"connect\":%.2f,\"fence\":%.2f,\"list\":%.2f,\"fetch\":%.2f,"
-			       "\"verify\":%.2f,\"deliver\":%.2f,\"record\":%.2f,\"total\":%.2f}}\n",
-			       prov, objects, obj_size, r, res.segments, res.log_bytes, MS(CONNECT),
-			       MS(FENCE), MS(LIST), MS(FETCH), MS(VERIFY), MS(DELIVER), MS(RECORD),
-			       MS(TOTAL));
+			       "\"verify\":%.2f,\"deliver\":%.2f,\"record\":%.2f,\"total\":%.2f,"
+			       "\"cpu\":%.2f}}\n", prov, objects, obj_size, r, res.segments,
+			       res.log_bytes, MS(CONNECT), MS(FENCE), MS(LIST), MS(FETCH), MS(VERIFY),
+			       MS(DELIVER), MS(RECORD), MS(TOTAL), cpu);
 		else
 			printf("%-8s %10" PRIu64 " %4u %5" PRIu64 " %9.1f %8.2f %7.2f %7.2f %8.1f %8.1f "
-			       "%8.1f %7.2f %8.1f %8.1f %7.2f\n", prov, objects, r, res.segments,
+			       "%8.1f %7.2f %8.1f %8.1f %7.2f %8.1f\n", prov, objects, r, res.segments,
 			       (double)res.log_bytes / 1e6, MS(CONNECT), MS(FENCE), MS(LIST),
 			       MS(FETCH), MS(VERIFY), MS(DELIVER), MS(RECORD), MS(TOTAL),
 			       MS(TOTAL) - MS(CONNECT),
-			       (double)res.log_bytes / 1e9 / (MS(FETCH) / 1e3));
+			       (double)res.log_bytes / 1e9 / (MS(FETCH) / 1e3), cpu);
 		fflush(stdout);
 	}
 	for (int b = 0; b < NB; b++) {
@@ -258,6 +270,7 @@ int main(int argc, char **argv)
 		{ "chunk", required_argument, NULL, 'C' },
 		{ "reads", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "busy", no_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -278,11 +291,12 @@ int main(int argc, char **argv)
 		case 'C': tune.chunk_size = strtoull(optarg, NULL, 0); break;
 		case 'R': tune.reads_per_seg = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'j': json = true; break;
+		case 'B': tune.busy_poll = true; break;
 		default:
 			fprintf(opt == 'h' ? stdout : stderr,
 				"usage: bench_recover [-p PROVIDER] [-n N[,N...]] [-s OBJECT_SIZE] "
 				"[-k ENTRIES_PER_WRITE] [-r RUNS] [--window N] [--per-backup N] "
-				"[--chunk BYTES] [--reads N] [--json]\n");
+				"[--chunk BYTES] [--reads N] [--busy] [--json]\n");
 			return opt == 'h' ? 0 : 2;
 		}
 	}
@@ -296,9 +310,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!json)
-		printf("%-8s %10s %4s %5s %9s %8s %7s %7s %8s %8s %8s %7s %8s %8s %7s\n", "PROV",
-		       "OBJECTS", "RUN", "SEGS", "LOG_MB", "CONN_MS", "FENCE", "LIST", "FETCH",
-		       "VERIFY", "DELIVER", "RECORD", "TOTAL", "NO_CONN", "GB/s");
+		printf("%-8s %10s %4s %5s %9s %8s %7s %7s %8s %8s %8s %7s %8s %8s %7s %8s\n",
+		       "PROV", "OBJECTS", "RUN", "SEGS", "LOG_MB", "CONN_MS", "FENCE", "LIST",
+		       "FETCH", "VERIFY", "DELIVER", "RECORD", "TOTAL", "NO_CONN", "GB/s", "CPU_MS");
 	dup = strdup(sizes);
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 		run_size(twd, strtoull(tok, NULL, 0));
