@@ -217,6 +217,65 @@ static void backoff_wait(struct tw_primary *p, unsigned ms)
 	}
 }
 
+/* One control RPC in flight to one backup; several are sent at once and waited for together. */
+struct pcall {
+	struct pbackup *b;
+	int status;
+	bool done;
+	struct tw_rkey rk; /* open: the grant */
+	char msg[200];     /* the reply's message, or a local reason */
+};
+
+static void call_done(void *arg, int status, const Tailwind__Envelope *reply)
+{
+	struct pcall *c = arg;
+	const char *m = NULL;
+
+	c->status = status;
+	if (reply && tw_rpc_reply_status(reply, &m) >= 0 && m && m[0])
+		snprintf(c->msg, sizeof(c->msg), "%s", m);
+	else if (status < 0 && c->b->rpc && tw_rpc_client_errmsg(c->b->rpc)[0])
+		snprintf(c->msg, sizeof(c->msg), "%s", tw_rpc_client_errmsg(c->b->rpc));
+	if (status == 0 && reply && reply->body_case == TAILWIND__ENVELOPE__BODY_OPEN_SEGMENT_REPLY &&
+	    reply->open_segment_reply && reply->open_segment_reply->rkey)
+		tw_rpc_rkey_from_pb(reply->open_segment_reply->rkey, &c->rk);
+	c->done = true;
+}
+
+static void call_start(struct tw_primary *p, struct pcall *c, struct pbackup *b,
+		       Tailwind__Envelope *env)
+{
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->b = b;
+	PSTAT_ADD(p, rpcs, 1);
+	rc = tw_rpc_call(b->rpc, env, call_done, c);
+	if (rc < 0) { /* the callback will not run */
+		c->status = rc;
+		c->done = true;
+		snprintf(c->msg, sizeof(c->msg), "cannot send: %s", tw_strerror(rc));
+	}
+}
+
+/* Progress the fabric until every call completed (each has the RPC timeout). */
+static void call_wait(struct tw_primary *p, struct pcall *c, unsigned n)
+{
+	for (;;) {
+		bool all = true;
+
+		for (unsigned i = 0; i < n; i++)
+			if (!c[i].done)
+				all = false;
+		if (all)
+			return;
+		tw_fab_progress(p->fab, p->cfg.busy_poll ? 0 : 10);
+		for (unsigned i = 0; i < n; i++)
+			if (!c[i].done && c[i].b->rpc)
+				tw_rpc_client_expire(c[i].b->rpc);
+	}
+}
+
 int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 {
 	uint64_t deadline = tw_now_ns() + (uint64_t)p->cfg.open_retry_ms * 1000000u;
@@ -224,63 +283,87 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 	struct tw_rpc_seg_meta m = {
 		.log_id = p->cfg.log_id, .segment_id = seg->id, .checksum = 0, .offset = 0,
 	};
-	int rc;
+	struct tw_rpc_req req;
+	struct pcall calls[TW_PRIMARY_MAX_REPLICAS];
+	bool *tried = calloc(p->nbk, sizeof(bool));
 
+	if (!tried)
+		return -ENOMEM;
 	seg->nrep = 0;
 	for (;;) {
 		bool refused = false;
 
-		for (size_t k = 0; k < p->nbk && seg->nrep < p->r; k++) {
-			unsigned bi = (unsigned)((seg->id + k) % p->nbk);
-			struct pbackup *b = &p->bk[bi];
-			struct tw_rkey rk;
+		memset(tried, 0, p->nbk * sizeof(bool));
+		while (seg->nrep < p->r) {
+			unsigned n = 0;
 
-			if (chosen(seg, bi) || !usable(p, b))
-				continue;
-			PSTAT_ADD(p, rpcs, 1);
-			PSTAT_ADD(p, rpc_open, 1);
-			rc = tw_rpc_open_segment(b->rpc, p->cfg.epoch, &m, 0, seg->cap, &rk);
-			if (rc == 0 && rk.len < seg->cap) {
-				snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
-					 (unsigned long long)rk.len, seg->cap);
-				b->lost = true; /* misbehaving: never choose it again */
-				continue;
+			/* Ask as many untried backups as replicas are missing, all at once. */
+			for (size_t k = 0; k < p->nbk && seg->nrep + n < p->r; k++) {
+				unsigned bi = (unsigned)((seg->id + k) % p->nbk);
+				struct pbackup *b = &p->bk[bi];
+
+				if (tried[bi] || chosen(seg, bi) || !usable(p, b))
+					continue;
+				tried[bi] = true;
+				tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
+				PSTAT_ADD(p, rpc_open, 1);
+				call_start(p, &calls[n++], b, &req.env);
 			}
-			if (rc == 0) {
-				seg->rep[seg->nrep] = bi;
-				seg->rk[seg->nrep] = rk;
-				seg->nrep++;
-				b->why[0] = '\0';
-				continue;
+			if (!n)
+				break;
+			call_wait(p, calls, n);
+			for (unsigned i = 0; i < n; i++) {
+				struct pcall *c = &calls[i];
+				struct pbackup *b = c->b;
+				int rc = c->status;
+
+				if (rc == 0 && c->rk.len < seg->cap) {
+					snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
+						 (unsigned long long)c->rk.len, seg->cap);
+					b->lost = true; /* misbehaving: never choose it again */
+					continue;
+				}
+				if (rc == 0) {
+					seg->rep[seg->nrep] = b->idx;
+					seg->rk[seg->nrep] = c->rk;
+					seg->nrep++;
+					b->why[0] = '\0';
+					continue;
+				}
+				snprintf(b->why, sizeof(b->why), "%s%s%s",
+					 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
+					 c->msg[0] ? ": " : "", c->msg);
+				if (rc == -TW_EREFUSED) {
+					refused = true;
+					PSTAT_ADD(p, open_refused, 1);
+					tw_log_info("primary: backup %s refused segment %u, trying another",
+						    b->addr, seg->id);
+					continue;
+				}
+				if (rc == -TW_EFENCED) {
+					snprintf(p->errmsg, sizeof(p->errmsg),
+						 "log %llu epoch %llu fenced by backup %s: %s",
+						 (unsigned long long)p->cfg.log_id,
+						 (unsigned long long)p->cfg.epoch, b->addr, b->why);
+					free(tried);
+					return rc;
+				}
+				if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+					b->lost = true;
+				tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id,
+					    b->why);
 			}
-			snprintf(b->why, sizeof(b->why), "%s%s%s",
-				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
-				 tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "", tw_rpc_client_errmsg(b->rpc));
-			if (rc == -TW_EREFUSED) {
-				refused = true;
-				PSTAT_ADD(p, open_refused, 1);
-				tw_log_info("primary: backup %s refused segment %u, trying another",
-					    b->addr, seg->id);
-				continue;
-			}
-			if (rc == -TW_EFENCED) {
-				snprintf(p->errmsg, sizeof(p->errmsg),
-					 "log %llu epoch %llu fenced by backup %s: %s",
-					 (unsigned long long)p->cfg.log_id,
-					 (unsigned long long)p->cfg.epoch, b->addr, b->why);
-				return rc;
-			}
-			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
-				b->lost = true;
-			tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id, b->why);
 		}
-		if (seg->nrep == p->r)
+		if (seg->nrep == p->r) {
+			free(tried);
 			return 0;
+		}
 		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
 			break;
 		backoff_wait(p, delay);
 		delay = delay * 2 > 200 ? 200 : delay * 2;
 	}
+	free(tried);
 
 	{
 		char *msg = p->errmsg;
@@ -300,14 +383,19 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 		tw_log_error("primary: %s", p->errmsg);
 	}
 	/* Give back the buffers we got (an empty close), best effort. */
-	for (unsigned i = 0; i < seg->nrep; i++) {
-		struct pbackup *b = &p->bk[seg->rep[i]];
+	{
+		unsigned n = 0;
 
-		if (usable(p, b)) {
-			PSTAT_ADD(p, rpcs, 1);
-			PSTAT_ADD(p, rpc_close, 1);
-			tw_rpc_close_segment(b->rpc, p->cfg.epoch, &m, 0, NULL);
+		for (unsigned i = 0; i < seg->nrep; i++) {
+			struct pbackup *b = &p->bk[seg->rep[i]];
+
+			if (usable(p, b)) {
+				tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
+				PSTAT_ADD(p, rpc_close, 1);
+				call_start(p, &calls[n++], b, &req.env);
+			}
 		}
+		call_wait(p, calls, n);
 	}
 	seg->nrep = 0;
 	return -TW_ENOBACKUP;
@@ -321,34 +409,40 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 		.checksum = seg->w.last_checksum,
 		.offset = seg->w.pos,
 	};
+	struct pcall calls[TW_PRIMARY_MAX_REPLICAS];
+	struct tw_rpc_req req;
+	unsigned n = 0;
 	int first = 0;
 
 	if (seg->closed)
 		return 0;
 	for (unsigned i = 0; i < seg->nrep; i++) {
 		struct pbackup *b = &p->bk[seg->rep[i]];
-		struct tw_rpc_seg_meta scanned;
-		int rc;
 
 		if (!b->rpc || b->lost) {
-			rc = -TW_EPEERLOST;
-			primary_fail(p, rc, "backup %s lost before closing segment %u: %s", b->addr,
-				     seg->id, b->why);
-		} else {
-			PSTAT_ADD(p, rpcs, 1);
-			PSTAT_ADD(p, rpc_close, 1);
-			rc = tw_rpc_close_segment(b->rpc, p->cfg.epoch, &m, 0, &scanned);
-			if (rc < 0) {
-				if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST)
-					b->lost = true;
-				primary_fail(p, rc == -ETIMEDOUT ? -TW_EPEERLOST : rc,
-					     "backup %s: close segment %u (offset %llu): %s%s%s", b->addr,
-					     seg->id, (unsigned long long)m.offset, tw_strerror(rc),
-					     tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "",
-					     tw_rpc_client_errmsg(b->rpc));
-			}
+			first = first ? first : -TW_EPEERLOST;
+			primary_fail(p, -TW_EPEERLOST, "backup %s lost before closing segment %u: %s",
+				     b->addr, seg->id, b->why);
+			continue;
 		}
-		if (rc < 0 && !first)
+		tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
+		PSTAT_ADD(p, rpc_close, 1);
+		call_start(p, &calls[n++], b, &req.env);
+	}
+	call_wait(p, calls, n);
+	for (unsigned i = 0; i < n; i++) {
+		struct pbackup *b = calls[i].b;
+		int rc = calls[i].status;
+
+		if (!rc)
+			continue;
+		if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST)
+			b->lost = true;
+		primary_fail(p, rc == -ETIMEDOUT ? -TW_EPEERLOST : rc,
+			     "backup %s: close segment %u (offset %llu): %s%s%s", b->addr, seg->id,
+			     (unsigned long long)m.offset, tw_strerror(rc), calls[i].msg[0] ? ": " : "",
+			     calls[i].msg);
+		if (!first)
 			first = rc;
 	}
 	seg->closed = true;
