@@ -28,6 +28,9 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 
+#include "fabric/fabric.h"
+#include "proto/rpc.h"
+
 extern char **environ;
 
 #define MAX_BACKUPS 16
@@ -287,6 +290,94 @@ static double proc_cpu(pid_t pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* ------------------------------------------------------------------ remote backups' CPU
+ * With --backups there is no pid to read: ask each backup for its counters (Stats RPC, the
+ * backup's process CPU time) over a fabric instance of our own, before and after the run. */
+
+struct remote {
+	struct tw_fab *fab;
+	struct tw_chan *ch[MAX_BACKUPS];
+	struct tw_rpc_client *cl[MAX_BACKUPS];
+	unsigned n;
+};
+
+static void rs_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct tw_rpc_client *cl = tw_chan_user(ch);
+
+	(void)arg;
+	if (cl)
+		tw_rpc_client_on_recv(cl, msg, len);
+}
+
+static void rs_on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct tw_rpc_client *cl = tw_chan_user(ch);
+
+	(void)arg;
+	if (cl)
+		tw_rpc_client_on_lost(cl, err);
+}
+
+static void remote_close(struct remote *rs)
+{
+	for (unsigned i = 0; i < rs->n; i++) {
+		if (rs->cl[i])
+			tw_rpc_client_destroy(rs->cl[i]);
+		if (rs->ch[i])
+			tw_chan_close(rs->ch[i]);
+	}
+	if (rs->fab)
+		tw_fab_close(rs->fab);
+	memset(rs, 0, sizeof(*rs));
+}
+
+static int remote_open(struct remote *rs, const char *provider, const char *const *addrs,
+		       unsigned n)
+{
+	struct tw_fab_config fc;
+	struct tw_fab_events ev = { .on_recv = rs_on_recv, .on_lost = rs_on_lost };
+	int rc;
+
+	memset(rs, 0, sizeof(*rs));
+	tw_fab_config_init(&fc);
+	fc.provider = provider;
+	rc = tw_fab_open(&fc, &ev, &rs->fab);
+	if (rc < 0) {
+		rs->fab = NULL;
+		return rc;
+	}
+	rs->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		if (tw_fab_connect(rs->fab, addrs[i], &rs->ch[i]) < 0) {
+			rs->ch[i] = NULL;
+			continue;
+		}
+		if (tw_rpc_client_create(rs->ch[i], NULL, &rs->cl[i]) < 0)
+			rs->cl[i] = NULL;
+		else
+			tw_chan_set_user(rs->ch[i], rs->cl[i]);
+	}
+	return 0;
+}
+
+/* Process CPU seconds of backup i, or -1. */
+static double remote_cpu(struct remote *rs, unsigned i)
+{
+	struct tw_rpc_req req;
+	struct tw_rpc_reply rep;
+	double v = -1;
+
+	if (!rs->cl[i])
+		return -1;
+	tw_rpc_req_stats(&req);
+	if (tw_rpc_call_sync(rs->cl[i], &req.env, &rep) == 0 && rep.env &&
+	    rep.env->body_case == TAILWIND__ENVELOPE__BODY_STATS_REPLY && rep.env->stats_reply)
+		v = rep.env->stats_reply->cpu_seconds;
+	tw_rpc_reply_release(&rep);
+	return v;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -427,7 +518,9 @@ int main(int argc, char **argv)
 	struct tw_primary *p = NULL;
 	struct tw_primary_stats st;
 	struct run run = { 0 };
-	double cpu[MAX_BACKUPS];
+	double cpu[MAX_BACKUPS], cpu0[MAX_BACKUPS];
+	unsigned n_cpu = 0;
+	struct remote rs = { 0 };
 	char errmsg[1024], twd_exe[PATH_MAX];
 	uint8_t *payload;
 	uint64_t t0, t1, v, n_lat = 0;
@@ -585,6 +678,10 @@ int main(int argc, char **argv)
 	}
 	for (unsigned i = 0; i < n_twd; i++)
 		twds[i].cpu_start = proc_cpu(twds[i].pid);
+	if (!n_twd && remote_open(&rs, o.provider, addrs, n_addrs) == 0) {
+		for (unsigned i = 0; i < n_addrs; i++)
+			cpu0[i] = remote_cpu(&rs, i);
+	}
 
 	/* Phase 1: replicate `count` objects (throughput; in sync mode also the latencies). */
 	t0 = now_ns();
@@ -619,6 +716,16 @@ int main(int argc, char **argv)
 		progress_bar(o.count, o.count);
 	for (unsigned i = 0; i < n_twd; i++)
 		cpu[i] = proc_cpu(twds[i].pid) - twds[i].cpu_start;
+	n_cpu = n_twd;
+	if (!n_twd && rs.fab) {
+		for (unsigned i = 0; i < n_addrs; i++) {
+			double c1 = remote_cpu(&rs, i);
+
+			cpu[i] = c1 >= 0 && cpu0[i] >= 0 ? c1 - cpu0[i] : -1;
+		}
+		n_cpu = n_addrs;
+		remote_close(&rs);
+	}
 	rc = tw_primary_finish(p); /* the final close RPC counts too */
 	tw_primary_get_stats(p, &st);
 	if (rc < 0) {
@@ -705,8 +812,12 @@ int main(int argc, char **argv)
 				printf("\"async_ack_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
 				       a50, a99, a999);
 			printf("\"backup_cpu_s\":[");
-			for (unsigned i = 0; i < n_twd; i++)
-				printf("%s%.3f", i ? "," : "", cpu[i]);
+			for (unsigned i = 0; i < n_cpu; i++) {
+				if (cpu[i] >= 0)
+					printf("%s%.3f", i ? "," : "", cpu[i]);
+				else
+					printf("%snull", i ? "," : "");
+			}
 			printf("],\"writes\":%" PRIu64 ",\"entries_per_write\":%.3f,\"segments\":%" PRIu64
 			       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
 			       ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
@@ -730,12 +841,16 @@ int main(int argc, char **argv)
 				printf("  %-40s %14.1f\n", "async submit->ack p99 (us)", a99);
 				printf("  %-40s %14.1f\n", "async submit->ack p99.9 (us)", a999);
 			}
-			for (unsigned i = 0; i < n_twd; i++) {
-				snprintf(k, sizeof(k), "backup %u CPU (s, pid %d)", i, (int)twds[i].pid);
-				printf("  %-40s %14.3f\n", k, cpu[i]);
+			for (unsigned i = 0; i < n_cpu; i++) {
+				if (n_twd)
+					snprintf(k, sizeof(k), "backup %u CPU (s, pid %d)", i, (int)twds[i].pid);
+				else
+					snprintf(k, sizeof(k), "backup %u CPU (s, stats RPC)", i);
+				if (cpu[i] >= 0)
+					printf("  %-40s %14.3f\n", k, cpu[i]);
+				else
+					printf("  %-40s %14s\n", k, "n/a");
 			}
-			if (!n_twd)
-				printf("  %-40s %14s\n", "backup CPU (s)", "n/a (remote)");
 			printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", st.writes);
 			printf("  %-40s %14.2f\n", "entries per write",
 			       (double)o.count / (double)(st.writes ? st.writes : 1));
@@ -757,6 +872,8 @@ out:
 	free(run.t_submit);
 	free(run.lat_ns);
 	free(lat);
+	if (rs.fab)
+		remote_close(&rs);
 	stop_twds();
 	return exit_code;
 }
