@@ -140,6 +140,7 @@ void cm_chan_down(struct ofi_chan *ch, bool closing)
 	/* Endpoint and CQ are gone: nothing refers to our contexts any more, except
 	 * completions already read into the fab's FIFO. */
 	cq_purge_chan(of, ch);
+	ch->deferred = ch->deferred_tail = NULL; /* buffers are freed below */
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
 

@@ -158,9 +158,23 @@ static void handle_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 	}
 	if (!ch || ch->base.is_down)
 		return;
-	/* The peer sends only once connected: a message can overtake our FI_CONNECTED event. */
+	/* The peer sends only once connected: a message can overtake our FI_CONNECTED event.
+	 * Passive side: announce now. Active side: the connection is up, but tw_fab_connect has
+	 * not returned the channel yet: keep the message for the next progress. */
 	if (ch->base.state == CHAN_ACCEPTING)
 		chan_announce(&ch->base);
+	if (ch->base.state == CHAN_CONNECTING || (ch->base.state == CHAN_UP && !ch->base.visible) ||
+	    ch->deferred) {
+		ch->base.state = CHAN_UP;
+		ctx->len = len;
+		ctx->next = NULL;
+		if (ch->deferred_tail)
+			ch->deferred_tail->next = ctx;
+		else
+			ch->deferred = ctx;
+		ch->deferred_tail = ctx;
+		return;
+	}
 	if (ch->base.state == CHAN_UP && !ch->base.lost && !ch->base.closed) {
 		fab->stats.recvs++;
 		fab->stats.recv_bytes += len;
@@ -348,12 +362,42 @@ again:
 	return 0;
 }
 
+/* Hand over messages kept while tw_fab_connect was running (MSG). */
+static int deliver_deferred(struct ofi_fab *of)
+{
+	struct tw_fab *fab = &of->base;
+	int n = 0;
+
+	for (struct tw_chan *c = fab->chans; c; c = c->next) {
+		struct ofi_chan *ch = (struct ofi_chan *)c;
+
+		while (ch->deferred && c->visible && !c->is_down) {
+			struct ofi_ctx *ctx = ch->deferred;
+
+			ch->deferred = ctx->next;
+			if (!ch->deferred)
+				ch->deferred_tail = NULL;
+			ctx->next = NULL;
+			fab->stats.recvs++;
+			fab->stats.recv_bytes += ctx->len;
+			if (fab->ev.on_recv)
+				fab->ev.on_recv(fab->ev.arg, c, ctx->buf, ctx->len);
+			n++;
+			if (!c->is_down)
+				msg_post_recv(of, ctx);
+		}
+	}
+	return n;
+}
+
 int ofi_poll(struct tw_fab *fab)
 {
 	struct ofi_fab *of = ofab(fab);
 	int n = 0;
 
 	fab_enter(fab);
+	if (!fab->rdm)
+		n += deliver_deferred(of);
 	n += process_pending(of); /* left over by an outer frame */
 	if (fab->rdm) {
 		n += drain_cq(of, of->cq, NULL);

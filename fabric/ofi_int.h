@@ -106,6 +106,9 @@ struct ofi_chan {
 	int fail_err;           /* handshake failure */
 	struct ofi_ctx *posted; /* write/read/send ctxs in flight, oldest first */
 	struct ofi_ctx *posted_tail;
+	/* MSG: messages that overtook our FI_CONNECTED (the peer spoke first), handed to on_recv
+	 * at the next progress after tw_fab_connect returned, in order */
+	struct ofi_ctx *deferred, *deferred_tail;
 	unsigned tx_inflight, tx_max;
 	/* MSG */
 	struct fid_ep *ep;
