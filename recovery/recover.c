@@ -300,13 +300,16 @@ static bool is_open(const struct rcopy *cp)
 	return cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
 }
 
-/* Order copies best first; `rot` spreads equal choices over the backups. */
-static unsigned g_rot, g_nbk;
+/* Order copies best first; the rotation spreads equal choices over the backups. */
+struct rot {
+	unsigned rot, nbk;
+};
 
-static int cmp_copy(const void *a, const void *b)
+static int cmp_copy(const void *a, const void *b, void *arg)
 {
 	const struct rcopy *x = a, *y = b;
-	unsigned rx, ry;
+	const struct rot *r = arg;
+	unsigned g_rot = r->rot, g_nbk = r->nbk, rx, ry;
 
 	if (is_open(x) != is_open(y))
 		return is_open(x) ? 1 : -1; /* closed (verified) first */
@@ -382,9 +385,12 @@ static int choose(struct rctx *c, struct listvec *lv)
 			}
 		}
 		s->ncopies += keep;
-		g_rot = (unsigned)(s->id % (c->nbk ? c->nbk : 1));
-		g_nbk = c->nbk ? c->nbk : 1;
-		qsort(s->copies, s->usable, sizeof(*s->copies), cmp_copy);
+		{
+			struct rot r = { (unsigned)(s->id % (c->nbk ? c->nbk : 1)),
+					 c->nbk ? c->nbk : 1 };
+
+			qsort_r(s->copies, s->usable, sizeof(*s->copies), cmp_copy, &r);
+		}
 		/* Closed copies must agree with each other; say so when they do not. */
 		for (unsigned k = 1; k < s->usable; k++) {
 			const struct rcopy *a = &s->copies[0], *b = &s->copies[k];
@@ -556,7 +562,8 @@ static void record_all(struct rctx *c)
 			struct rbk *b = &c->bks[s->copies[k].bk];
 			int rc;
 
-			if (!bk_ok(b))
+			/* Closed copies already have their final length. */
+			if (!bk_ok(b) || !is_open(&s->copies[k]))
 				continue;
 			rc = tw_rpc_recovered_offset(b->rpc, c->epoch, &m, s->version);
 			if (rc == 0) {

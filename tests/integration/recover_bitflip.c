@@ -7,7 +7,8 @@
  *      grants fail to load (the file's scan no longer matches its header), recovery warns,
  *      fetches those segments from the other backups and counts the corrupt copies;
  *   2. backup 0 restarts: its index marks the files corrupt, the listing says so, recovery
- *      skips them from the start. Both times every object comes back.
+ *      skips them from the start. Both times every object comes back;
+ *   3. backup 1 is killed as well: everything comes from backup 2.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -88,7 +89,7 @@ int main(int argc, char **argv)
 
 	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
 		tap_plan_skip_all("crash_primary not built");
-	tap_plan(5);
+	tap_plan(6);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(logid, sizeof(logid), "0x%x", LOG);
 	snprintf(count, sizeof(count), "%d", COUNT);
@@ -126,6 +127,15 @@ int main(int argc, char **argv)
 	ok(res.copies_corrupt == files && res.refetches == 0,
 	   "its index lists the %u files as corrupt and recovery skips them up front (%" PRIu64
 	   " corrupt, %" PRIu64 " refetches)", files, res.copies_corrupt, res.refetches);
+	/* A backup that is gone: recovery goes on with the two others. */
+	proc_kill(cl.p[1], SIGKILL);
+	proc_wait(cl.p[1], 20000);
+	proc_free(cl.p[1]);
+	cl.p[1] = NULL;
+	rc = recover(&cl, &chk, &res);
+	ok(rc == 0 && chk.bad == 0 && chk.next == COUNT && res.backups_reached == 2,
+	   "backup 1 killed, backup 0's files corrupt: all %" PRIu64 " objects from the last "
+	   "backup (%u of 3 reachable)", chk.next, res.backups_reached);
 	rt_stop(&cl);
 	return tap_exit();
 }

@@ -7,6 +7,8 @@
  *     (FAIL, VANISH); or torn/absent everywhere. The write was never acknowledged (not all
  *     replicas hold it). Recovery yields a consistent log with every acknowledged entry, plus the
  *     last write only where some copy holds it whole; a second recovery gives the same answer.
+ *   - a backup missing from the first recovery comes back with a longer open copy: the second
+ *     recovery gives the same answer and cuts that copy to it.
  *   - replica versions: a longer copy with an older version is ignored.
  *   - a copy the backup marked corrupt (close checksum mismatch) is skipped with a warning.
  *   - a missing segment in the middle: the prefix is delivered, -TW_ENOBACKUP.
@@ -259,6 +261,47 @@ static void test_torn(void)
 	}
 }
 
+/* A backup that missed the first recovery holds a longer open copy: the second recovery keeps
+ * the first one's answer (closed copies win) and cuts that copy to it. */
+static void test_late_backup(void)
+{
+	struct twc c[NB];
+	struct expect x;
+	struct tw_recover_result res;
+	struct tw_recover_config cfg;
+	struct twc_info li[4];
+	char err[256];
+	int rc, n;
+
+	memset(&x, 0, sizeof(x));
+	conn_all(c, 0x500, 0, NULL);
+	write_acked(c, &x);
+	TAP_REQUIRE(twc_write(&c[2], LAST, LEN, 4444) == 0, "extra write to backup 2 only");
+	close_all(c);
+	tw_recover_config_init(&cfg);
+	cfg.provider = "mem";
+	cfg.log_id = 0x500;
+	cfg.backups = addrs;
+	cfg.n_backups = 2; /* backup 2 unreachable this time */
+	x.w = x.i = 0;
+	x.got = x.bad = 0;
+	rc = tw_recover(&cfg, check_cb, &x, &res, err, sizeof(err));
+	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER && res.offsets_recorded == 2,
+	   "recovery without backup 2: %" PRIu64 " entries, recorded on %" PRIu64 " backups",
+	   x.got, res.offsets_recorded);
+	rc = recover(0x500, &x, &res);
+	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER,
+	   "backup 2 is back with a longer open copy: the closed copies win (%" PRIu64
+	   " entries, same answer)", x.got);
+	TAP_REQUIRE(twc_connect(&c[0], "mem", addrs[2]) == 0, "connect");
+	n = twc_list(&c[0], 0x500, false, li, 4);
+	ok(n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED &&
+	   li[0].entries == (uint64_t)W * PER && !li[0].corrupt,
+	   "backup 2's copy was cut to the recovered length and closed (%" PRIu64 " entries)",
+	   n == 1 ? li[0].entries : 0);
+	twc_close(&c[0]);
+}
+
 static void test_versions(void)
 {
 	uint64_t ver[NB] = { 2, 2, 1 };
@@ -386,9 +429,10 @@ static void test_cancel_and_errors(void)
 
 int main(void)
 {
-	tap_plan(25);
+	tap_plan(28);
 	start_all();
 	test_torn();
+	test_late_backup();
 	test_versions();
 	test_corrupt_closed();
 	test_gap_and_cancel();
