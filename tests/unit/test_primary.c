@@ -182,6 +182,12 @@ static void test_sync(const char **addrs)
 		   !tw_primary_replica_addr(p, 3), "sync: 3 replica addresses");
 	is_int(tw_primary_append(p, buf, 0, NULL), -EINVAL, "sync: zero-length append -> EINVAL");
 	is_int(tw_primary_append(p, buf, SEG, NULL), -EINVAL, "sync: oversize append -> EINVAL");
+	is_int(tw_primary_finish(p), 0, "sync: finish (final close RPC)");
+	tw_primary_get_stats(p, &st);
+	ok(st.rpc_open == 3 && st.rpc_close == 3, "sync: 3 opens and 3 closes counted (%llu, %llu)",
+	   (unsigned long long)st.rpc_open, (unsigned long long)st.rpc_close);
+	is_int(tw_primary_append(p, buf, 10, NULL), -TW_ECLOSED, "sync: append after finish -> ECLOSED");
+	ok(check_entry(p, lsn[7], 1 + 7 * 13 % 200, 7), "sync: reads still work after finish");
 	is_int(tw_primary_close(p), 0, "sync: close");
 }
 
