@@ -151,8 +151,7 @@ static void handle_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 	struct ofi_chan *ch = ctx->ch;
 
 	if (fab->rdm) {
-		rdm_on_recv(of, ctx->buf, len);
-		if (!of->closing)
+		if (!rdm_on_recv(of, ctx, len) && !of->closing)
 			msg_post_recv(of, ctx);
 		return;
 	}
@@ -166,13 +165,7 @@ static void handle_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 	if (ch->base.state == CHAN_CONNECTING || (ch->base.state == CHAN_UP && !ch->base.visible) ||
 	    ch->deferred) {
 		ch->base.state = CHAN_UP;
-		ctx->len = len;
-		ctx->next = NULL;
-		if (ch->deferred_tail)
-			ch->deferred_tail->next = ctx;
-		else
-			ch->deferred = ctx;
-		ch->deferred_tail = ctx;
+		chan_defer(ch, ctx, len);
 		return;
 	}
 	if (ch->base.state == CHAN_UP && !ch->base.lost && !ch->base.closed) {
@@ -362,7 +355,18 @@ again:
 	return 0;
 }
 
-/* Hand over messages kept while tw_fab_connect was running (MSG). */
+void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len)
+{
+	ctx->len = len;
+	ctx->next = NULL;
+	if (ch->deferred_tail)
+		ch->deferred_tail->next = ctx;
+	else
+		ch->deferred = ctx;
+	ch->deferred_tail = ctx;
+}
+
+/* Hand over messages kept while tw_fab_connect was running. */
 static int deliver_deferred(struct ofi_fab *of)
 {
 	struct tw_fab *fab = &of->base;
@@ -380,10 +384,11 @@ static int deliver_deferred(struct ofi_fab *of)
 			ctx->next = NULL;
 			fab->stats.recvs++;
 			fab->stats.recv_bytes += ctx->len;
+			size_t off = fab->rdm ? RDM_HDR_LEN : 0;
 			if (fab->ev.on_recv)
-				fab->ev.on_recv(fab->ev.arg, c, ctx->buf, ctx->len);
+				fab->ev.on_recv(fab->ev.arg, c, (char *)ctx->buf + off, ctx->len);
 			n++;
-			if (!c->is_down)
+			if (fab->rdm || !c->is_down) /* RDM buffers belong to the fab */
 				msg_post_recv(of, ctx);
 		}
 	}
@@ -396,8 +401,7 @@ int ofi_poll(struct tw_fab *fab)
 	int n = 0;
 
 	fab_enter(fab);
-	if (!fab->rdm)
-		n += deliver_deferred(of);
+	n += deliver_deferred(of);
 	n += process_pending(of); /* left over by an outer frame */
 	if (fab->rdm) {
 		n += drain_cq(of, of->cq, NULL);

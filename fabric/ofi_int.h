@@ -153,7 +153,9 @@ int rdm_open_ep(struct ofi_fab *of);
 int rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
 int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
 void rdm_chan_down(struct ofi_chan *ch, bool closing);
-void rdm_on_recv(struct ofi_fab *of, const unsigned char *buf, size_t len);
+/* Returns true when it kept ctx (message deferred until the channel is visible). */
+bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len);
+void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len);
 void rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len);
 
 /* ofi_mr.c */

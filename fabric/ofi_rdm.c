@@ -231,6 +231,16 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing)
 	struct ofi_fab *of = ofab(ch->base.fab);
 	bool bye_sent = false;
 
+	/* Deferred messages hold fab receive buffers: give them back. */
+	while (ch->deferred) {
+		struct ofi_ctx *ctx = ch->deferred;
+
+		ch->deferred = ctx->next;
+		ctx->next = NULL;
+		if (!of->closing)
+			msg_post_recv(of, ctx);
+	}
+	ch->deferred_tail = NULL;
 	/* In-flight contexts stay with the provider: orphan them. */
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
@@ -257,46 +267,47 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing)
 	ch->have_addr = false;
 }
 
-void rdm_on_recv(struct ofi_fab *of, const unsigned char *buf, size_t len)
+bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 {
+	const unsigned char *buf = ctx->buf;
 	struct tw_fab *fab = &of->base;
 	uint32_t mt, dst, src, plen;
 	struct tw_chan *c;
 	struct ofi_chan *ch;
 
 	if (len < RDM_HDR_LEN)
-		return;
+		return false;
 	mt = tw_load_le32(buf);
 	dst = tw_load_le32(buf + 4);
 	src = tw_load_le32(buf + 8);
 	plen = tw_load_le32(buf + 12);
 	if ((mt & 0xffffff00u) != RDM_MAGIC || plen != len - RDM_HDR_LEN)
-		return;
+		return false;
 	buf += RDM_HDR_LEN;
 	switch (mt & 0xff) {
 	case RDM_HELLO: {
 		char name[TW_ADDR_MAX];
 
 		if (!of->listening || plen == 0 || plen > sizeof(name) || buf[plen - 1] != '\0')
-			return;
+			return false;
 		memcpy(name, buf, plen);
 		ch = new_chan(of, name, CHAN_ACCEPTING);
 		if (!ch)
-			return;
+			return false;
 		ch->peer_id = src;
 		if (av_add(of, name, &ch->addr) < 0) {
 			discard(ch);
-			return;
+			return false;
 		}
 		ch->have_addr = true;
 		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
 		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {
 			discard(ch);
-			return;
+			return false;
 		}
 		ch->base.state = CHAN_ACCEPTING;
 		chan_announce(&ch->base);
-		return;
+		return false;
 	}
 	case RDM_ACK:
 		c = fab_find_chan(fab, dst);
@@ -304,26 +315,30 @@ void rdm_on_recv(struct ofi_fab *of, const unsigned char *buf, size_t len)
 			((struct ofi_chan *)c)->peer_id = src;
 			c->state = CHAN_UP;
 		}
-		return;
+		return false;
 	case RDM_DATA:
 		c = fab_find_chan(fab, dst);
 		ch = (struct ofi_chan *)c;
 		if (!c || c->state != CHAN_UP || c->lost || ch->peer_id != src)
-			return;
+			return false;
+		if (!c->visible || ch->deferred) { /* tw_fab_connect has not returned it yet */
+			chan_defer(ch, ctx, plen);
+			return true;
+		}
 		fab->stats.recvs++;
 		fab->stats.recv_bytes += plen;
 		if (fab->ev.on_recv)
 			fab->ev.on_recv(fab->ev.arg, c, buf, plen);
-		return;
+		return false;
 	case RDM_BYE:
 		c = fab_find_chan(fab, dst);
 		ch = (struct ofi_chan *)c;
 		if (!c || ch->peer_id != src)
-			return;
+			return false;
 		fab_errmsg(fab, "peer %s closed the channel", c->peer);
 		chan_set_lost(c, -TW_EPEERLOST);
-		return;
+		return false;
 	default:
-		return;
+		return false;
 	}
 }

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "fab_pattern.h"
 #include "fabric/fabric.h"
@@ -330,6 +333,57 @@ static void reopen_fab(const struct tw_fab_config *cfg, const struct tw_fab_even
 		    "reg");
 }
 
+/* A TCP connection to the listener that never completes the provider's handshake. */
+static int raw_connect(const char *addr, bool send_garbage)
+{
+	char ip[64];
+	const char *colon = strrchr(addr, ':');
+	struct sockaddr_in sin = {.sin_family = AF_INET};
+	int fd;
+
+	if (!colon || (size_t)(colon - addr) >= sizeof(ip))
+		return -1;
+	memcpy(ip, addr, (size_t)(colon - addr));
+	ip[colon - addr] = '\0';
+	inet_pton(AF_INET, ip, &sin.sin_addr);
+	sin.sin_port = htons((uint16_t)atoi(colon + 1));
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (send_garbage && write(fd, "GARBAGE!", 8) < 0)
+		tap_diag("raw write failed");
+	return fd;
+}
+
+/* MSG providers: a peer that stalls or vanishes mid-handshake must not block the listener. */
+static void test_half_open(const struct peer *pe, struct tw_chan *main_ch)
+{
+	struct tw_rkey rk2;
+	int idle = raw_connect(pe->addr, false);
+	int junk = raw_connect(pe->addr, true);
+
+	ok(idle >= 0 && junk >= 0, "raw TCP connections to the listener (idle, garbage)");
+	uint64_t t0 = tw_now_ns();
+	struct tw_chan *c2 = connect_peer(pe, &rk2);
+	ok(c2 != NULL, "listener still accepts with a stalled handshake pending");
+	ok((tw_now_ns() - t0) / 1000000u < 4000, "and quickly (%" PRIu64 " ms)", (tw_now_ns() - t0) / 1000000u);
+	if (c2)
+		ok(rpc(c2, "RKEY") && !strncmp(last, "RKEY", 4), "the new channel works");
+	else
+		ok(0, "the new channel works");
+	if (junk >= 0)
+		close(junk);
+	if (idle >= 0)
+		close(idle); /* vanishes mid-handshake */
+	if (c2)
+		tw_chan_close(c2);
+	cur = main_ch;
+	ok(rpc(main_ch, "RKEY") && !strncmp(last, "RKEY", 4), "the first channel still works");
+}
+
 int main(int argc, char **argv)
 {
 	struct tw_fab_config cfg;
@@ -365,6 +419,8 @@ int main(int argc, char **argv)
 
 	test_patterns(ch, &rk);
 	test_read_and_msgs(ch, &rk);
+	if (!tw_fab_is_rdm(fab))
+		test_half_open(&pe, ch);
 
 	/* local range check: refused before posting */
 	struct wop w;
