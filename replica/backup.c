@@ -202,7 +202,28 @@ static int rebuild_index(struct tw_backup *b)
 
 		if (de->d_name[0] == '.')
 			continue;
-		if (has_suffix(de->d_name, SEGFILE_SUFFIX SEGFILE_TMP_SUFFIX)) {
+		if (segfile_parse_epoch_name(de->d_name, &log_id)) {
+			uint64_t file_log, epoch;
+			struct logst *lg;
+
+			if (segfile_read_epoch(b->dirfd, de->d_name, &file_log, &epoch) != 0 ||
+			    file_log != log_id) {
+				tw_log_warn("backup: epoch file %s/%s is corrupt: ignored (the log's "
+					    "epoch falls back to its segment files)", b->dir,
+					    de->d_name);
+				continue;
+			}
+			lg = bk_log(b, log_id, true);
+			if (!lg) {
+				closedir(d);
+				return -ENOMEM;
+			}
+			if (epoch > lg->epoch)
+				lg->epoch = epoch;
+			continue;
+		}
+		if (has_suffix(de->d_name, SEGFILE_SUFFIX SEGFILE_TMP_SUFFIX) ||
+		    has_suffix(de->d_name, SEGFILE_EPOCH_SUFFIX SEGFILE_TMP_SUFFIX)) {
 			/* An interrupted flush: the buffer it came from is gone, and the final file
 			 * (if any) is the previous complete version. */
 			tw_log_info("backup: removing leftover %s/%s", b->dir, de->d_name);

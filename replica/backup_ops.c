@@ -243,6 +243,8 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 	return rc;
 }
 
+static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
+
 int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
 		uint64_t *epoch_out, char *msg, size_t msglen)
 {
@@ -264,8 +266,35 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 			 " (> %" PRIu64 ")", log_id, lg->epoch, new_epoch);
 		return -TW_EFENCED;
 	}
-	lg->epoch = new_epoch;
+	if (new_epoch > lg->epoch) {
+		int rc;
+
+		lg->epoch = new_epoch;
+		/* Durable before the reply, so a restart still refuses the old epoch. A small
+		 * synchronous write on the progress thread: fencing is rare (recovery only). */
+		rc = segfile_write_epoch(b->dirfd, log_id, new_epoch);
+		if (rc != 0) {
+			snprintf(msg, msglen, "log %016" PRIx64 " fenced at epoch %" PRIu64 " in "
+				 "memory, but storing the epoch in %s failed: %s", log_id, new_epoch,
+				 b->dir, tw_strerror(rc));
+			tw_log_error("backup: %s", msg);
+			*epoch_out = new_epoch;
+			revoke_log(b, c, log_id);
+			return rc;
+		}
+	}
 	*epoch_out = new_epoch;
+	revoked = revoke_log(b, c, log_id);
+	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " (%u open buffers "
+		    "revoked)", log_id, new_epoch, revoked);
+	return 0;
+}
+
+/* Revoke the keys of a log's open buffers and drop its old primaries' connections. */
+static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
+{
+	unsigned revoked = 0;
+
 	for (size_t i = bk_seg_lower_bound(b, log_id, 0); i < b->nsegs; i++) {
 		struct seg *s = b->segs[i];
 		struct conn *owner;
@@ -287,9 +316,7 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 		}
 		s->owner = 0;
 	}
-	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " (%u open buffers "
-		    "revoked)", log_id, new_epoch, revoked);
-	return 0;
+	return revoked;
 }
 
 int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,

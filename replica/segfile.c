@@ -349,3 +349,69 @@ int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_
 	free(buf);
 	return rc;
 }
+
+/* ---- fence epochs: "<log_id hex16>.twepoch" = magic u32, log_id u64, epoch u64, CRC32C u32 */
+
+#define EPOCH_MAGIC 0x48435045u /* "EPCH" */
+#define EPOCH_FILE_SIZE 24u
+
+void segfile_epoch_name(uint64_t log_id, char *out, size_t len)
+{
+	snprintf(out, len, "%016" PRIx64 SEGFILE_EPOCH_SUFFIX, log_id);
+}
+
+bool segfile_parse_epoch_name(const char *name, uint64_t *log_id)
+{
+	if (strlen(name) != 16 + strlen(SEGFILE_EPOCH_SUFFIX))
+		return false;
+	if (strcmp(name + 16, SEGFILE_EPOCH_SUFFIX) != 0)
+		return false;
+	return parse_hex16(name, log_id);
+}
+
+int segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch)
+{
+	char name[SEGFILE_NAME_MAX], tmp[SEGFILE_NAME_MAX + 8];
+	uint8_t buf[EPOCH_FILE_SIZE];
+	int fd, rc = 0;
+
+	segfile_epoch_name(log_id, name, sizeof(name));
+	snprintf(tmp, sizeof(tmp), "%s" SEGFILE_TMP_SUFFIX, name);
+	tw_store_le32(buf, EPOCH_MAGIC);
+	tw_store_le64(buf + 4, log_id);
+	tw_store_le64(buf + 12, epoch);
+	tw_store_le32(buf + 20, tw_crc32c(0, buf, 20));
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	rc = write_all(fd, buf, sizeof(buf));
+	if (rc == 0 && fsync(fd) != 0)
+		rc = -errno;
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		unlinkat(dirfd, tmp, 0);
+		return rc;
+	}
+	return fsync(dirfd) != 0 ? -errno : 0;
+}
+
+int segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch)
+{
+	uint8_t buf[EPOCH_FILE_SIZE + 1];
+	ssize_t n;
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n != EPOCH_FILE_SIZE || tw_load_le32(buf) != EPOCH_MAGIC ||
+	    tw_load_le32(buf + 20) != tw_crc32c(0, buf, 20))
+		return -TW_ECORRUPT;
+	*log_id = tw_load_le64(buf + 4);
+	*epoch = tw_load_le64(buf + 12);
+	return 0;
+}

@@ -111,6 +111,18 @@ int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_
 int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
 
 /*
+ * Fence epochs, one small file per fenced log: "<log_id hex16>.twepoch" (24 bytes: magic "EPCH",
+ * log_id, epoch, CRC32C of the first 20 bytes), written durably like a segment file (tmp, fsync,
+ * rename, fsync directory). Blocking.
+ */
+#define SEGFILE_EPOCH_SUFFIX ".twepoch"
+void segfile_epoch_name(uint64_t log_id, char *out, size_t len);
+bool segfile_parse_epoch_name(const char *name, uint64_t *log_id);
+int segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch);
+/* 0, -TW_ECORRUPT or -errno. */
+int segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch);
+
+/*
  * Test hook: when set, called at every step of segfile_write with the step's name ("create",
  * "write", "fsync", "close", "rename", "fsync-dir"); a non-zero return makes the step fail with
  * that value (a negative errno), to simulate a crash or an I/O error there. May be switched

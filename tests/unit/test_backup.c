@@ -312,6 +312,11 @@ static void test_battery_and_restart(void)
 	TAP_REQUIRE(twc_write(&c, 7, 80, 10) == 0, "write");
 	TAP_REQUIRE(twc_write(&c, 3, 80, 11) == 0, "write");
 	open_len = c.w.pos;
+	{
+		uint64_t e;
+
+		is_int(tw_rpc_fence(c.rpc, 0x99, 7, &e), 0, "fence log 0x99 (no segments here) to 7");
+	}
 	twc_close(&c);
 	stop(true); /* battery: flush the open buffer too */
 
@@ -363,6 +368,17 @@ static void test_battery_and_restart(void)
 		       "read grant of the corrupt file: CORRUPT");
 		is_int(tw_rpc_read_segment(c.rpc, 2, 0x40, 1, &g), -TW_EFENCED,
 		       "epoch restored from the files: older epoch FENCED");
+	}
+	{
+		uint64_t e = 0;
+		struct tw_rpc_seg_meta m = { 0x99, 0, 0, 0 };
+		struct tw_rkey rk;
+
+		is_int(tw_rpc_fence(c.rpc, 0x99, 6, &e), -TW_EFENCED,
+		       "fence survived the restart: an older fence is refused");
+		is_int((long long)e, 7, "epoch 7 restored from the epoch file");
+		is_int(tw_rpc_open_segment(c.rpc, 6, &m, 1, BUF, &rk), -TW_EFENCED,
+		       "an open with the old epoch is FENCED after the restart");
 	}
 	twc_close(&c);
 	stop(false);

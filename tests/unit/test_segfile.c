@@ -264,6 +264,24 @@ static void test_corruption(void)
 	free(buf);
 }
 
+static void test_epoch_file(void)
+{
+	char name[SEGFILE_NAME_MAX];
+	uint64_t log, epoch;
+
+	segfile_epoch_name(0x42, name, sizeof(name));
+	ok(strcmp(name, "0000000000000042.twepoch") == 0, "epoch file name %s", name);
+	ok(segfile_parse_epoch_name(name, &log) && log == 0x42, "epoch name parses back");
+	is_int(segfile_write_epoch(dirfd_, 0x42, 9), 0, "epoch written");
+	is_int(segfile_write_epoch(dirfd_, 0x42, 11), 0, "epoch replaced");
+	ok(segfile_read_epoch(dirfd_, name, &log, &epoch) == 0 && log == 0x42 && epoch == 11,
+	   "epoch read back");
+	ok(!exists("0000000000000042.twepoch.tmp"), "no tmp left");
+	flip_byte(name, 13);
+	is_int(segfile_read_epoch(dirfd_, name, &log, &epoch), -TW_ECORRUPT,
+	       "bit flip in the epoch file detected");
+}
+
 int main(void)
 {
 	char cmd[300];
@@ -277,6 +295,7 @@ int main(void)
 	test_round_trip();
 	test_crash_steps();
 	test_corruption();
+	test_epoch_file();
 	close(dirfd_);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
