@@ -89,7 +89,7 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 	size_t pos = 0, valid_len = 0;
 	uint32_t chain = 0, valid_chain = 0, last = 0;
 	uint64_t n = 0, valid_n = 0;
-	uint32_t pending = 0; /* data entries since the last checksum entry */
+	bool pending = false; /* a data entry since the last checksum entry */
 	enum tw_scan_stop stop;
 
 	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
@@ -119,13 +119,13 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 			}
 			pos += TW_ENTRY_HDR_SIZE + (size_t)plen;
 			n++;
-			pending++;
+			pending = true;
 		} else if (p[0] == TW_ENTRY_CHECKSUM && rem >= TW_CKSUM_ENTRY_SIZE &&
 			   tw_load_le32(p) == HDR_WORD_CKSUM) {
 			uint32_t want = chain ? chain : 1;
 
 			/* A checksum entry that closes no data entry is never written. */
-			if (pending == 0) {
+			if (!pending) {
 				stop = TW_SCAN_BAD_HEADER;
 				break;
 			}
@@ -134,7 +134,7 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 				break;
 			}
 			pos += TW_CKSUM_ENTRY_SIZE;
-			pending = 0;
+			pending = false;
 			valid_len = pos;
 			valid_n = n;
 			valid_chain = chain;
@@ -150,8 +150,10 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 #ifdef TW_SCAN_X86
 
 /*
- * Payloads up to this size are reduced inline, one crc32 per 8 bytes; longer ones go to
- * tw_crc32c(), whose three interleaved streams win once the call and the combination are paid.
+ * Payloads up to this size are reduced inline, one stream: the payload CRCs of consecutive
+ * entries are independent, so the out-of-order core overlaps them and one stream per entry
+ * already keeps the crc32 unit busy (measured with bench_scan: 100-byte entries 10 GB/s inline,
+ * 6 GB/s through tw_crc32c()). Longer payloads go to tw_crc32c()'s three streams.
  */
 #define INLINE_PAYLOAD_MAX 200u
 
@@ -189,7 +191,7 @@ __attribute__((target("sse4.2"))) static void scan_sse42(const uint8_t *b, size_
 	size_t pos = 0, valid_len = 0;
 	uint32_t raw = ~0u, valid_chain = 0, last = 0; /* raw = ~chain, chain 0 at offset 0 */
 	uint64_t n = 0, valid_n = 0;
-	uint32_t pending = 0;
+	bool pending = false; /* a data entry since the last checksum entry */
 	enum tw_scan_stop stop;
 
 	for (;;) {
@@ -220,7 +222,7 @@ __attribute__((target("sse4.2"))) static void scan_sse42(const uint8_t *b, size_
 				}
 				pos += TW_ENTRY_HDR_SIZE + (size_t)plen;
 				n++;
-				pending++;
+				pending = true;
 				continue;
 			}
 		} else if (rem == 0) {
@@ -231,7 +233,7 @@ __attribute__((target("sse4.2"))) static void scan_sse42(const uint8_t *b, size_
 			uint32_t chain = ~raw;
 			uint32_t want = chain ? chain : 1;
 
-			if (tw_unlikely(pending == 0)) {
+			if (tw_unlikely(!pending)) {
 				stop = TW_SCAN_BAD_HEADER;
 				break;
 			}
@@ -240,7 +242,7 @@ __attribute__((target("sse4.2"))) static void scan_sse42(const uint8_t *b, size_
 				break;
 			}
 			pos += TW_CKSUM_ENTRY_SIZE;
-			pending = 0;
+			pending = false;
 			valid_len = pos;
 			valid_n = n;
 			valid_chain = chain;
