@@ -139,6 +139,20 @@ out:
 	return rc;
 }
 
+/* cfg.preopen: allocate the next segment and send its opens now, so that the rollover finds
+ * them answered. Failures here are not fatal: the rollover then opens the usual way. */
+static void preopen_start(struct tw_primary *p)
+{
+	struct pseg *s;
+
+	if (!p->cfg.preopen || p->next || !p->cur || p->err)
+		return;
+	if (seg_new(p, p->cur->id + 1, &s) < 0)
+		return;
+	p->next = s;
+	pctl_preopen_begin(p, s);
+}
+
 /* ------------------------------------------------------------------ writes and acks */
 
 void primary_op_done(struct tw_op *op, int status)
@@ -364,12 +378,19 @@ static int roll(struct tw_primary *p)
 	rc = pctl_close_segment(p, old);
 	if (rc < 0)
 		return p->err ? p->err : rc;
-	rc = seg_new(p, old->id + 1, &s);
-	if (rc < 0) {
-		primary_fail(p, rc, "cannot allocate segment %u: %s", old->id + 1, tw_strerror(rc));
-		return p->err;
+	if (p->next) {
+		s = p->next;
+		p->next = NULL;
+		rc = pctl_preopen_finish(p, s);
+	} else {
+		rc = seg_new(p, old->id + 1, &s);
+		if (rc < 0) {
+			primary_fail(p, rc, "cannot allocate segment %u: %s", old->id + 1,
+				     tw_strerror(rc));
+			return p->err;
+		}
+		rc = pctl_open_segment(p, s);
 	}
-	rc = pctl_open_segment(p, s);
 	if (rc < 0) {
 		seg_free(s);
 		primary_fail(p, rc, "%s", p->errmsg[0] ? p->errmsg : "cannot open the next segment");
@@ -381,6 +402,7 @@ static int roll(struct tw_primary *p)
 		primary_fail(p, rc, "out of memory");
 		return p->err;
 	}
+	preopen_start(p);
 	PSTAT_ADD(p, segments, 1);
 	return 0;
 }
@@ -456,6 +478,8 @@ static void primary_free(struct tw_primary *p)
 	for (size_t i = 0; i < p->nsegs; i++)
 		seg_free(p->segs[i]);
 	free(p->segs);
+	seg_free(p->next);
+	free(p->next_calls);
 	if (p->fab)
 		tw_fab_close(p->fab);
 	free(p->bk);
@@ -547,10 +571,11 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	while (rec_cap < (uint64_t)cfg->max_batch * (cfg->max_inflight + 1) * 2)
 		rec_cap *= 2;
 	p->recs = calloc(rec_cap, sizeof(*p->recs));
+	p->next_calls = calloc(p->r, sizeof(*p->next_calls));
 	p->rec_mask = rec_cap - 1;
 	if (cfg->provider)
 		p->prov_copy = strdup(cfg->provider);
-	if (!p->addr_copy || !p->bk || !p->slots || !p->pops || !p->recs ||
+	if (!p->addr_copy || !p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
 	    (cfg->provider && !p->prov_copy)) {
 		p->cfg.n_backups = p->addr_copy ? cfg->n_backups : 0;
 		primary_free(p);
@@ -585,10 +610,12 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	}
 	if (rc == 0) {
 		rc = seg_push(p, s0);
-		if (rc < 0)
+		if (rc < 0) {
 			seg_free(s0);
-		else
+		} else {
 			PSTAT_ADD(p, segments, 1);
+			preopen_start(p);
+		}
 	}
 	if (rc == 0 && p->threaded) {
 		rc = -pthread_create(&p->thread, NULL, progress_main, p);
@@ -924,6 +951,11 @@ int tw_primary_finish(struct tw_primary *p)
 		rc2 = pctl_close_segment(p, p->cur);
 		if (rc2 < 0 && !rc)
 			rc = rc2;
+	}
+	if (p->next) {
+		pctl_preopen_abandon(p, p->next);
+		seg_free(p->next);
+		p->next = NULL;
 	}
 	if (!rc)
 		rc = p->err;

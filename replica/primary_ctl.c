@@ -217,15 +217,7 @@ static void backoff_wait(struct tw_primary *p, unsigned ms)
 	}
 }
 
-/* One control RPC in flight to one backup; several are sent at once and waited for together. */
-struct pcall {
-	struct pbackup *b;
-	int status;
-	bool done;
-	struct tw_rkey rk; /* open: the grant */
-	char msg[200];     /* the reply's message, or a local reason */
-};
-
+/* Control RPCs (struct pcall): several are sent at once and waited for together. */
 static void call_done(void *arg, int status, const Tailwind__Envelope *reply)
 {
 	struct pcall *c = arg;
@@ -276,6 +268,48 @@ static void call_wait(struct tw_primary *p, struct pcall *c, unsigned n)
 	}
 }
 
+/* Account for the answer to one open: a replica gained, or why not. Returns -TW_EFENCED
+ * (fatal, p->errmsg set) or 0. */
+static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, bool *refused)
+{
+	struct pbackup *b = c->b;
+	int rc = c->status;
+
+	if (rc == 0 && c->rk.len < seg->cap) {
+		snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
+			 (unsigned long long)c->rk.len, seg->cap);
+		b->lost = true; /* misbehaving: never choose it again */
+		return 0;
+	}
+	if (rc == 0) {
+		seg->rep[seg->nrep] = b->idx;
+		seg->rk[seg->nrep] = c->rk;
+		seg->nrep++;
+		b->why[0] = '\0';
+		return 0;
+	}
+	snprintf(b->why, sizeof(b->why), "%s%s%s",
+		 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
+		 c->msg[0] ? ": " : "", c->msg);
+	if (rc == -TW_EREFUSED) {
+		*refused = true;
+		PSTAT_ADD(p, open_refused, 1);
+		tw_log_info("primary: backup %s refused segment %u, trying another", b->addr, seg->id);
+		return 0;
+	}
+	if (rc == -TW_EFENCED) {
+		snprintf(p->errmsg, sizeof(p->errmsg), "log %llu epoch %llu fenced by backup %s: %s",
+			 (unsigned long long)p->cfg.log_id, (unsigned long long)p->cfg.epoch, b->addr,
+			 b->why);
+		return rc;
+	}
+	if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+		b->lost = true;
+	tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id, b->why);
+	return 0;
+}
+
+/* Open `seg` on backups until it has r replicas (it may already have some). */
 int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 {
 	uint64_t deadline = tw_now_ns() + (uint64_t)p->cfg.open_retry_ms * 1000000u;
@@ -289,7 +323,6 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 
 	if (!tried)
 		return -ENOMEM;
-	seg->nrep = 0;
 	for (;;) {
 		bool refused = false;
 
@@ -313,45 +346,10 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 				break;
 			call_wait(p, calls, n);
 			for (unsigned i = 0; i < n; i++) {
-				struct pcall *c = &calls[i];
-				struct pbackup *b = c->b;
-				int rc = c->status;
-
-				if (rc == 0 && c->rk.len < seg->cap) {
-					snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
-						 (unsigned long long)c->rk.len, seg->cap);
-					b->lost = true; /* misbehaving: never choose it again */
-					continue;
-				}
-				if (rc == 0) {
-					seg->rep[seg->nrep] = b->idx;
-					seg->rk[seg->nrep] = c->rk;
-					seg->nrep++;
-					b->why[0] = '\0';
-					continue;
-				}
-				snprintf(b->why, sizeof(b->why), "%s%s%s",
-					 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
-					 c->msg[0] ? ": " : "", c->msg);
-				if (rc == -TW_EREFUSED) {
-					refused = true;
-					PSTAT_ADD(p, open_refused, 1);
-					tw_log_info("primary: backup %s refused segment %u, trying another",
-						    b->addr, seg->id);
-					continue;
-				}
-				if (rc == -TW_EFENCED) {
-					snprintf(p->errmsg, sizeof(p->errmsg),
-						 "log %llu epoch %llu fenced by backup %s: %s",
-						 (unsigned long long)p->cfg.log_id,
-						 (unsigned long long)p->cfg.epoch, b->addr, b->why);
+				if (open_result(p, seg, &calls[i], &refused) < 0) {
 					free(tried);
-					return rc;
+					return -TW_EFENCED;
 				}
-				if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
-					b->lost = true;
-				tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id,
-					    b->why);
 			}
 		}
 		if (seg->nrep == p->r) {
@@ -447,6 +445,63 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 	}
 	seg->closed = true;
 	return first;
+}
+
+/* Pre-open: send the opens of `seg` to the first r usable backups and return at once. */
+void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
+{
+	struct tw_rpc_seg_meta m = {
+		.log_id = p->cfg.log_id, .segment_id = seg->id, .checksum = 0, .offset = 0,
+	};
+	struct tw_rpc_req req;
+
+	p->next_n = 0;
+	for (size_t k = 0; k < p->nbk && p->next_n < p->r; k++) {
+		struct pbackup *b = &p->bk[(seg->id + k) % p->nbk];
+
+		if (!usable(p, b))
+			continue;
+		tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
+		PSTAT_ADD(p, rpc_open, 1);
+		call_start(p, &p->next_calls[p->next_n++], b, &req.env);
+	}
+}
+
+/* Collect the pre-open answers, then open on more backups if some refused. */
+int pctl_preopen_finish(struct tw_primary *p, struct pseg *seg)
+{
+	bool refused = false;
+
+	call_wait(p, p->next_calls, p->next_n);
+	for (unsigned i = 0; i < p->next_n; i++)
+		if (open_result(p, seg, &p->next_calls[i], &refused) < 0)
+			return -TW_EFENCED;
+	p->next_n = 0;
+	return seg->nrep == p->r ? 0 : pctl_open_segment(p, seg);
+}
+
+/* The pre-opened segment will not be used: give its buffers back (empty close). */
+void pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg)
+{
+	struct tw_rpc_seg_meta m = {
+		.log_id = p->cfg.log_id, .segment_id = seg->id, .checksum = 0, .offset = 0,
+	};
+	struct pcall calls[TW_PRIMARY_MAX_REPLICAS];
+	struct tw_rpc_req req;
+	unsigned n = 0;
+
+	call_wait(p, p->next_calls, p->next_n);
+	for (unsigned i = 0; i < p->next_n; i++) {
+		struct pbackup *b = p->next_calls[i].b;
+
+		if (p->next_calls[i].status || !usable(p, b))
+			continue;
+		tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
+		PSTAT_ADD(p, rpc_close, 1);
+		call_start(p, &calls[n++], b, &req.env);
+	}
+	call_wait(p, calls, n);
+	p->next_n = 0;
 }
 
 void pctl_disconnect(struct tw_primary *p)

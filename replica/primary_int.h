@@ -35,7 +35,7 @@ struct pbackup {
 	struct tw_rpc_client *rpc;
 	bool lost;            /* the channel failed */
 	uint64_t buffer_size; /* from the handshake */
-	char why[192];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
+	char why[320];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
 };
 
 /* One segment of the log, in the primary's registered memory. */
@@ -110,7 +110,7 @@ struct tw_primary {
 	bool reap_failed;    /* an earlier write failed: every later entry fails */
 
 	int err;             /* sticky failure; 0 while healthy */
-	char errmsg[512];
+	char errmsg[1024];
 	uint64_t acked_lsn;  /* atomic */
 
 	/* Async mode. */
@@ -127,6 +127,11 @@ struct tw_primary {
 
 	struct tw_primary_stats st; /* single writer per field; read with atomics */
 
+	/* Pre-opened next segment (cfg.preopen): its open RPCs, answered during progress. */
+	struct pseg *next;
+	struct pcall *next_calls; /* r of them */
+	unsigned next_n;
+
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */
 	tw_op_cb test_op_cb;
@@ -140,6 +145,20 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg);
 /* Close RPC to every replica of `seg` with its final offset and checksum. */
 int pctl_close_segment(struct tw_primary *p, struct pseg *seg);
 void pctl_disconnect(struct tw_primary *p);
+/* Pre-open `seg` (send the opens, do not wait); finish: collect, fill up to r; abandon: give the
+ * granted buffers back. */
+void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg);
+int pctl_preopen_finish(struct tw_primary *p, struct pseg *seg);
+void pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg);
+
+/* One control RPC in flight to one backup (primary_ctl.c). */
+struct pcall {
+	struct pbackup *b;
+	int status;
+	bool done;
+	struct tw_rkey rk; /* open: the grant */
+	char msg[200];     /* the reply's message, or a local reason */
+};
 
 /* Engine helpers used by the control plane and tests. */
 void primary_op_done(struct tw_op *op, int status);

@@ -48,6 +48,7 @@ struct opts {
 	size_t twd_buffers;
 	bool json;
 	bool busy_poll;
+	bool preopen;
 	bool progress;
 	const char *mode;
 	const char *twd_path;
@@ -400,6 +401,7 @@ static void usage(FILE *f)
 		"  --inflight N      writes in flight per backup (default 8)\n"
 		"  --segment-size N  segment (and local twd buffer) size (default 8388608)\n"
 		"  --buffers N       buffers per local twd (default 16)\n"
+		"  --preopen         open the next segment while the current one fills\n"
 		"  --busy-poll       the primary polls instead of blocking (local twd's still block)\n"
 		"  --mode M          onesided (default; rpc and raw are not implemented yet)\n"
 		"  --twd PATH        twd executable for local backups\n"
@@ -501,6 +503,7 @@ int main(int argc, char **argv)
 		{ "busy-poll", no_argument, NULL, 'P' },
 		{ "mode", required_argument, NULL, 'm' },
 		{ "latency-count", required_argument, NULL, 'L' },
+		{ "preopen", no_argument, NULL, 'O' },
 		{ "twd", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-progress", no_argument, NULL, 'q' },
@@ -572,6 +575,7 @@ int main(int argc, char **argv)
 			o.twd_buffers = (size_t)v;
 			break;
 		case 'P': o.busy_poll = true; break;
+		case 'O': o.preopen = true; break;
 		case 'm': o.mode = optarg; break;
 		case 'L':
 			if (parse_u64(optarg, &v))
@@ -670,6 +674,7 @@ int main(int argc, char **argv)
 	cfg.max_inflight = o.inflight;
 	cfg.mode = o.async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	cfg.busy_poll = o.busy_poll;
+	cfg.preopen = o.preopen;
 	cfg.open_retry_ms = 30000;
 	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
 	if (rc < 0) {

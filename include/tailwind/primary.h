@@ -98,6 +98,9 @@ struct tw_primary_config {
 	unsigned connect_timeout_ms;  /* per backup; default 5000 */
 	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so long; 3000 */
 	bool busy_poll;               /* poll completions instead of blocking waits */
+	bool preopen;                 /* open segment n + 1 on its backups as soon as n is open, so
+				       * a rollover does not wait for the open round trip (holds a
+				       * second buffer per backup); default off */
 	uint64_t node_id;             /* sent in the handshake; 0: derived from host and pid */
 };
 

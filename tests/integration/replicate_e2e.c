@@ -214,6 +214,7 @@ int main(int argc, char **argv)
 	cfg.max_batch = 64;
 	cfg.max_inflight = 4;
 	cfg.open_retry_ms = 20000; /* the backups' flushers must keep up with 16 buffers */
+	cfg.preopen = true;        /* the next segment's opens overlap the current one's writes */
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "primary open over %s (%s)", prov, rc ? err : "ok");
 	if (rc)
