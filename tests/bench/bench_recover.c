@@ -152,6 +152,29 @@ static double cpu_ms(void)
 	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
+/* CPU time (user + system) of a process, from /proc/PID/stat, in milliseconds. */
+static double proc_cpu_ms(int pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return 0;
+	}
+	fclose(f);
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+			 &st) != 2)
+		return 0;
+	return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
 static int count_cb(void *arg, const struct tw_recovered_entry *e)
 {
 	struct counter *c = arg;
@@ -213,8 +236,11 @@ static void run_size(const char *twd, uint64_t objects)
 		struct tw_recover_result res;
 		struct counter c = { 0, 0 };
 		char err[512];
-		double cpu0 = cpu_ms(), cpu;
+		double cpu0 = cpu_ms(), cpu, bk0 = 0, bk = 0;
 		int rc;
+
+		for (int b = 0; b < NB; b++)
+			bk0 += proc_cpu_ms((int)proc_pid(p[b]));
 
 		cfg.provider = prov;
 		cfg.log_id = LOG_ID;
@@ -222,6 +248,9 @@ static void run_size(const char *twd, uint64_t objects)
 		cfg.n_backups = NB;
 		rc = tw_recover(&cfg, count_cb, &c, &res, err, sizeof(err));
 		cpu = cpu_ms() - cpu0;
+		for (int b = 0; b < NB; b++)
+			bk += proc_cpu_ms((int)proc_pid(p[b]));
+		bk -= bk0;
 		if (rc || c.bad || c.next != objects) {
 			fprintf(stderr, "bench_recover: recovery failed: %s (%s); %" PRIu64
 				" objects, %" PRIu64 " bad\n", tw_strerror(rc), err, c.next, c.bad);
@@ -233,16 +262,17 @@ static void run_size(const char *twd, uint64_t objects)
 			       "\"run\":%u,\"segments\":%" PRIu64 ",\"log_bytes\":%" PRIu64 ",\"ms\":{"
 			       "\"connect\":%.2f,\"fence\":%.2f,\"list\":%.2f,\"fetch\":%.2f,"
 			       "\"verify\":%.2f,\"deliver\":%.2f,\"record\":%.2f,\"total\":%.2f,"
-			       "\"cpu\":%.2f}}\n", prov, objects, obj_size, r, res.segments,
-			       res.log_bytes, MS(CONNECT), MS(FENCE), MS(LIST), MS(FETCH), MS(VERIFY),
-			       MS(DELIVER), MS(RECORD), MS(TOTAL), cpu);
+			       "\"cpu\":%.2f,\"backups_cpu\":%.2f}}\n", prov, objects, obj_size, r,
+			       res.segments, res.log_bytes, MS(CONNECT), MS(FENCE), MS(LIST),
+			       MS(FETCH), MS(VERIFY), MS(DELIVER), MS(RECORD), MS(TOTAL), cpu, bk);
 		else
 			printf("%-8s %10" PRIu64 " %4u %5" PRIu64 " %9.1f %8.2f %7.2f %7.2f %8.1f %8.1f "
-			       "%8.1f %7.2f %8.1f %8.1f %7.2f %8.1f\n", prov, objects, r, res.segments,
+			       "%8.1f %7.2f %8.1f %8.1f %7.2f %8.1f %8.1f\n", prov, objects, r,
+			       res.segments,
 			       (double)res.log_bytes / 1e6, MS(CONNECT), MS(FENCE), MS(LIST),
 			       MS(FETCH), MS(VERIFY), MS(DELIVER), MS(RECORD), MS(TOTAL),
 			       MS(TOTAL) - MS(CONNECT),
-			       (double)res.log_bytes / 1e9 / (MS(FETCH) / 1e3), cpu);
+			       (double)res.log_bytes / 1e9 / (MS(FETCH) / 1e3), cpu, bk);
 		fflush(stdout);
 	}
 	for (int b = 0; b < NB; b++) {
@@ -310,9 +340,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!json)
-		printf("%-8s %10s %4s %5s %9s %8s %7s %7s %8s %8s %8s %7s %8s %8s %7s %8s\n",
+		printf("%-8s %10s %4s %5s %9s %8s %7s %7s %8s %8s %8s %7s %8s %8s %7s %8s %8s\n",
 		       "PROV", "OBJECTS", "RUN", "SEGS", "LOG_MB", "CONN_MS", "FENCE", "LIST",
-		       "FETCH", "VERIFY", "DELIVER", "RECORD", "TOTAL", "NO_CONN", "GB/s", "CPU_MS");
+		       "FETCH", "VERIFY", "DELIVER", "RECORD", "TOTAL", "NO_CONN", "GB/s", "CPU_MS",
+		       "BK_CPU");
 	dup = strdup(sizes);
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 		run_size(twd, strtoull(tok, NULL, 0));
