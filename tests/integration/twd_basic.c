@@ -72,6 +72,18 @@ int main(int argc, char **argv)
 	rc = twc_connect(&c, prov, addr);
 	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
 	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+	{
+		struct tw_rpc_req req;
+		struct tw_rpc_reply rep;
+		const Tailwind__HandshakeReply *h;
+
+		tw_rpc_req_handshake(&req, 4242, TAILWIND__ROLE__ROLE_PRIMARY, "twd_basic");
+		rc = tw_rpc_call_sync(c.rpc, &req.env, &rep);
+		h = rc == 0 ? rep.env->handshake_reply : NULL;
+		ok(h && h->buffer_size == BUF && h->buffers_total == 4 && h->buffers_free == 4 &&
+		   h->node_id != 0, "handshake: buffer size, pool and node id");
+		tw_rpc_reply_release(&rep);
+	}
 
 	/* segment 0: written and closed */
 	is_int(twc_open(&c, LOG, 0, 1, 1, BUF), 0, "open segment 0");
