@@ -31,7 +31,7 @@ void tap_plan_skip_all(const char *fmt, ...)
 	exit(0);
 }
 
-static bool report(bool pass, const char *file, int line, const char *fmt, va_list ap)
+TAP_PRINTF(4, 0) static bool report(bool pass, const char *file, int line, const char *fmt, va_list ap)
 {
 	run++;
 	if (!pass)
