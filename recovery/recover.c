@@ -639,15 +639,13 @@ static int run(struct rctx *c, bool fence_only)
 }
 
 int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void *arg,
-	       struct tw_recover_result *res, char *errmsg_out, size_t errmsg_len)
+	       struct tw_recover_result *res_out, char *errmsg_out, size_t errmsg_len)
 {
-	struct tw_recover_result local;
+	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct rctx c;
 	uint64_t t0 = tw_now_ns();
 	int rc;
 
-	if (!res)
-		res = &local;
 	memset(res, 0, sizeof(*res));
 	memset(&c, 0, sizeof(c));
 	if (errmsg_out && errmsg_len)

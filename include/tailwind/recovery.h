@@ -131,13 +131,13 @@ struct tw_recover_result {
 
 /*
  * Recover log cfg->log_id: see the steps above. `cb` (may be NULL: verify only) receives every
- * entry in log order; `arg` is passed to it. `cfg` is borrowed for the call. *res (may be NULL)
+ * entry in log order; `arg` is passed to it. `cfg` is borrowed for the call. *res_out (may be NULL)
  * receives counts and timings, also on failure (as far as the recovery got). errmsg_out (may
  * be NULL, errmsg_len bytes) receives the detail of a failure.
  * Returns 0, or:
  *   -EINVAL        bad configuration;
  *   -TW_ENOBACKUP  no backup reachable, or a segment in the middle of the log has no usable
- *                  copy (entries before it were delivered; res->segments_missing counts what
+ *                  copy (entries before it were delivered; res_out->segments_missing counts what
  *                  follows);
  *   -TW_EFENCED    a backup kept refusing the fence (another recovery with a higher epoch);
  *   -ECANCELED     the callback returned non-zero;
@@ -146,7 +146,7 @@ struct tw_recover_result {
  * again for them).
  */
 TW_API int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void *arg,
-		      struct tw_recover_result *res, char *errmsg_out, size_t errmsg_len);
+		      struct tw_recover_result *res_out, char *errmsg_out, size_t errmsg_len);
 
 /*
  * Fence only (step 1): fence log cfg->log_id on every reachable backup with cfg->epoch (0:
