@@ -32,9 +32,26 @@ static struct proc *spawn_twd(struct rt_cluster *c, unsigned i, const char *bufs
 	return p;
 }
 
+/* Directory removed at exit if the test ends early (a fatal TAP_REQUIRE). */
+static char atexit_root[128];
+
+static void remove_root(void)
+{
+	char cmd[300];
+
+	if (!atexit_root[0] || getenv("TW_KEEP"))
+		return;
+	proc_cleanup_all(); /* the twd's first: they write into it */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", atexit_root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "# could not remove %s\n", atexit_root);
+}
+
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers)
 {
+	static bool registered;
+
 	memset(c, 0, sizeof(*c));
 	c->prov = prov;
 	c->n = n;
@@ -43,6 +60,9 @@ void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bu
 		tap_plan_skip_all("twd not built");
 	snprintf(c->root, sizeof(c->root), "/tmp/tw-rec-XXXXXX");
 	TAP_REQUIRE(mkdtemp(c->root), "mkdtemp");
+	snprintf(atexit_root, sizeof(atexit_root), "%s", c->root);
+	if (!registered && atexit(remove_root) == 0)
+		registered = true;
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(c->dir[i], sizeof(c->dir[i]), "%s/b%u", c->root, i);
 		c->p[i] = spawn_twd(c, i, bufsize, buffers);
@@ -78,6 +98,8 @@ void rt_stop(struct rt_cluster *c)
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->root);
 		if (system(cmd) != 0)
 			tap_diag("could not remove %s", c->root);
+		if (strcmp(atexit_root, c->root) == 0)
+			atexit_root[0] = '\0';
 	}
 }
 
