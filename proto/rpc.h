@@ -261,8 +261,10 @@ struct tw_rpc_client; /* one per channel; opaque */
  * (reply malformed or of the wrong kind), -TW_ECLOSED (client destroyed). `reply` is the
  * decoded, validated reply envelope whenever one arrived (also with a non-OK status: read its
  * message), else NULL; borrowed until the callback returns. Runs on the fab's thread, inside
- * tw_rpc_client_on_recv/_on_lost/_expire/_destroy (never inside tw_rpc_call). The callback may
- * issue new calls on any client, but must not destroy this client.
+ * tw_rpc_client_on_recv/_on_lost/_expire/_destroy — so normally not inside tw_rpc_call; only if
+ * tw_chan_send itself had to progress the fab (full queue) can another call's callback, or in
+ * theory this one's, run before tw_rpc_call returns 0. The callback may issue new calls on any
+ * client, but must not destroy this client.
  */
 typedef void (*tw_rpc_done_fn)(void *arg, int status, const Tailwind__Envelope *reply);
 
