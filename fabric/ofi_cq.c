@@ -21,6 +21,12 @@
 #include "fabric/ofi_int.h"
 
 #define CTX_CHUNK 64
+/* Longest sleep between polls when a provider has no wait fd (shm). Its peers need our
+ * polls to move their data and acknowledgements, so this bounds their latency; measured with
+ * bench_fabric (docs/fabric.md). */
+#ifndef OFI_BACKOFF_MAX_US
+#define OFI_BACKOFF_MAX_US 100
+#endif
 
 struct ofi_ctx *ctx_get(struct ofi_fab *of)
 {
@@ -474,7 +480,7 @@ int ofi_wait(struct tw_fab *fab, int timeout_ms)
 		us = (unsigned)timeout_ms * 1000u;
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
 	struct pollfd pfd = {.fd = of->evfd, .events = POLLIN};
-	if (of->backoff_us < 1000)
+	if (of->backoff_us < OFI_BACKOFF_MAX_US)
 		of->backoff_us *= 2;
 	if (ppoll(&pfd, 1, &ts, NULL) > 0)
 		return drain_eventfd(of);

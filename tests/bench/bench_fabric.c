@@ -181,6 +181,11 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 	double rtt = run_pingpong(ch, strcmp(prov, "sockets") ? 5000 : 1000);
 	if (rtt > 0)
 		printf("%-8s pingpong 64 B control message        %9.2f us/round trip\n", prov, rtt);
+	struct tw_fab_stats st;
+	tw_fab_get_stats(fab, &st);
+	printf("%-8s stats: %" PRIu64 " writes, %" PRIu64 " cq polls, %" PRIu64 " entries, %" PRIu64
+	       " eagain, %" PRIu64 " errors\n",
+	       prov, st.writes, st.cq_polls, st.cq_entries, st.eagain_retries, st.errors);
 	fflush(stdout);
 	tw_chan_close(ch);
 	tw_mr_close(mr);
