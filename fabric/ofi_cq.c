@@ -8,7 +8,7 @@
  * Waiting: every CQ and the EQ are opened with FI_WAIT_FD; their fds (fi_control FI_GETWAIT)
  * sit in one epoll set with an eventfd for tw_fab_wakeup, and we block only after fi_trywait
  * said yes. When an object has no wait fd (see docs/fabric.md for what each provider gives), the
- * fab falls back to polling with an exponential backoff (1 µs → 1 ms) in ppoll on the eventfd.
+ * fab falls back to polling with an exponential backoff (1 µs → OFI_BACKOFF_MAX_US) in ppoll on the eventfd.
  */
 #include <errno.h>
 #include <poll.h>
