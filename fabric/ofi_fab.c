@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "fabric/ofi_int.h"
@@ -269,6 +270,16 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 		goto fail;
 	}
 	read_back(of);
+	if (of->is_verbs) {
+		/* verbs pins every registration: 8 MiB segments, the send ring and the receive
+		 * buffers must fit RLIMIT_MEMLOCK (Debian's default 8 MiB fits one segment). */
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    rl.rlim_cur < (rlim_t)256 << 20)
+			tw_log_warn("fabric %s: RLIMIT_MEMLOCK is %llu KiB; registrations may fail "
+				    "(raise it, e.g. LimitMEMLOCK=infinity)",
+				    prov, (unsigned long long)rl.rlim_cur / 1024);
+	}
 	if (cfg->max_msg_size + RDM_HDR_LEN > of->max_msg_size) {
 		fab_open_errmsg("max_msg_size %zu exceeds the provider's %zu", cfg->max_msg_size,
 				of->max_msg_size);
