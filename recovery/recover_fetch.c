@@ -4,15 +4,21 @@
  * (ReadSegment RPC, asynchronous), reads the segment's valid prefix with several one-sided
  * reads in flight, and releases the grant. Segments are fetched from different backups at
  * once (at most cfg->segs_per_backup per backup, least loaded first among equivalent copies).
- * The delivery side verifies the next segment in log order (tw_scan over the fetched bytes:
- * valid length, checksum and entry count must equal what the backup listed) and hands its
- * entries to the callback, then frees the slot.
+ * Each fetched segment is verified (tw_scan over the fetched bytes: valid length, checksum and
+ * entry count must equal what the backup listed; otherwise the copy is marked failed and the
+ * segment fetched from another one); the delivery side hands the entries of the next segment in
+ * log order to the callback, then frees the slot.
  *
- * Callbacks (RPC replies, read completions) only record what happened; every transition is made
- * by the loop in rc_fetch_all(), so nothing runs re-entrantly (tw_chan_read may progress the
- * fab while it waits for queue space). One thread.
+ * Two threads: a fetch thread drives the fab (RPCs, reads, the slot state machines) and
+ * verifies what arrived, while the calling thread delivers, so scanning and the application's callback never stall
+ * the data flow (on tcp the initiator must poll for incoming data to move). Callbacks (RPC
+ * replies, read completions) only record what happened; every state transition is made under
+ * the lock by one of the two loops, so nothing runs re-entrantly (tw_chan_read may progress the
+ * fab while it waits for queue space). After the fetch thread is joined, the calling thread
+ * drives the fab again.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +34,10 @@ enum slot_state {
 	SLOT_PICK,    /* has a segment, needs a copy and a grant */
 	SLOT_GRANT,   /* ReadSegment in flight */
 	SLOT_READ,    /* reads being posted / in flight */
+	SLOT_VERIFY,  /* bytes fetched: the fetch thread scans them (lock not held) */
 	SLOT_FAIL,    /* the copy failed: wait for in-flight reads, then pick another copy */
 	SLOT_READY,   /* bytes fetched, waiting for its turn to be verified and delivered */
+	SLOT_DELIVER, /* the delivering thread verifies and delivers it (lock not held) */
 };
 
 struct rread {
@@ -70,6 +78,12 @@ struct fetch {
 	size_t next_issue;   /* next segment to give a slot */
 	size_t next_deliver; /* next segment to deliver */
 	uint64_t index;      /* entries delivered */
+	/* The fetch thread drives the fab (RPCs, reads, state machines); the calling thread
+	 * verifies and delivers, so scanning and the callback never stop the data flow. `lock`
+	 * protects slot states, copy flags, backup loads and the counters both threads touch. */
+	pthread_mutex_t lock;
+	pthread_cond_t ready; /* the next slot to deliver became READY */
+	bool stop;            /* set by the delivering thread: the fetch thread returns */
 };
 
 static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
@@ -296,7 +310,9 @@ static bool step(struct fetch *f, struct rslot *s)
 
 	switch (s->state) {
 	case SLOT_FREE:
+	case SLOT_VERIFY:
 	case SLOT_READY:
+	case SLOT_DELIVER:
 		return false;
 	case SLOT_PICK: {
 		int rc = start_grant(f, s);
@@ -331,7 +347,7 @@ static bool step(struct fetch *f, struct rslot *s)
 		if (s->inflight == 0 && s->done_bytes == s->len && !s->err) {
 			release_grant(s);
 			c->bks[slot_seg(s)->copies[s->copy].bk].active--;
-			s->state = SLOT_READY;
+			s->state = SLOT_VERIFY;
 			tw_log_debug("recover: segment %" PRIu64 " from %s: grant %.2f ms, %" PRIu64
 				     " bytes read in %.2f ms", slot_seg(s)->id, slot_bk(s)->addr,
 				     (double)(s->t_read - s->t_grant) / 1e6, s->len,
@@ -350,16 +366,38 @@ static bool step(struct fetch *f, struct rslot *s)
 	return false;
 }
 
-/* Verify the fetched bytes against the listing and deliver the entries. 1 delivered,
- * 0 verification failed (slot back to PICK), < 0 stop. */
+/* Verify the fetched bytes against the listing: tw_scan() must end exactly at the listed valid
+ * length with the listed checksum and entry count. Fetch thread, lock not held (the slot is in
+ * SLOT_VERIFY: no operation is pending on it and the delivering thread does not touch it).
+ * Returns 0, or -TW_ECORRUPT with s->why set. */
+static int verify(struct fetch *f, struct rslot *s)
+{
+	struct rctx *c = f->c;
+	const struct rcopy *cp = &slot_seg(s)->copies[s->copy];
+	struct tw_scan_result sr;
+	uint64_t t0 = tw_now_ns();
+
+	tw_scan(s->buf, (size_t)s->len, &sr);
+	c->res->phase_ns[TW_RECOVER_PHASE_VERIFY] += tw_now_ns() - t0;
+	if (sr.valid_len == s->len && sr.last_checksum == cp->checksum &&
+	    sr.entries == cp->entries)
+		return 0;
+	snprintf(s->why, sizeof(s->why), "fetched bytes fail verification: valid %zu of %" PRIu64
+		 " bytes, checksum 0x%08x (listed 0x%08x), %" PRIu64 " entries (listed %" PRIu64
+		 "), scan stopped: %s at %zu", sr.valid_len, s->len, sr.last_checksum, cp->checksum,
+		 sr.entries, cp->entries, tw_scan_stop_str(sr.stop), sr.stop_offset);
+	return -TW_ECORRUPT;
+}
+
+/* Deliver the entries of a verified segment. Delivering thread, lock not held (the slot is in
+ * SLOT_DELIVER: nobody else touches it). 1 delivered, < 0 stop. */
 static int deliver(struct fetch *f, struct rslot *s)
 {
 	struct rctx *c = f->c;
 	struct rseg *g = slot_seg(s);
 	struct rcopy *cp;
-	struct tw_scan_result sr;
 	struct tw_entry_iter it;
-	uint64_t t0, t1;
+	uint64_t t1;
 	int rc;
 
 	if (s->err == -TW_ENOBACKUP) {
@@ -368,20 +406,7 @@ static int deliver(struct fetch *f, struct rslot *s)
 		return -TW_ENOBACKUP;
 	}
 	cp = &g->copies[s->copy];
-	t0 = tw_now_ns();
-	tw_scan(s->buf, (size_t)s->len, &sr);
 	t1 = tw_now_ns();
-	c->res->phase_ns[TW_RECOVER_PHASE_VERIFY] += t1 - t0;
-	if (sr.valid_len != s->len || sr.last_checksum != cp->checksum ||
-	    sr.entries != cp->entries) {
-		snprintf(s->why, sizeof(s->why), "fetched bytes fail verification: valid %zu of %"
-			 PRIu64 " bytes, checksum 0x%08x (listed 0x%08x), %" PRIu64 " entries "
-			 "(listed %" PRIu64 "), scan stopped: %s at %zu", sr.valid_len, s->len,
-			 sr.last_checksum, cp->checksum, sr.entries, cp->entries,
-			 tw_scan_stop_str(sr.stop), sr.stop_offset);
-		slot_fail(f, s, -TW_ECORRUPT);
-		return 0;
-	}
 	it.buf = s->buf;
 	it.len = (size_t)s->len;
 	it.pos = 0;
@@ -423,8 +448,7 @@ static int deliver(struct fetch *f, struct rslot *s)
 	c->res->last_segment = g->id;
 	c->res->segments++;
 	c->res->log_bytes += s->len;
-	s->state = SLOT_FREE;
-	return 1;
+	return 1; /* the caller frees the slot */
 }
 
 static void fetch_fini(struct fetch *f)
@@ -473,18 +497,79 @@ static void fetch_fini(struct fetch *f)
 	free(f->slots);
 }
 
+/* The fetch thread: hands free slots the next segments, advances every slot, drives the fab. */
+static void *fetch_main(void *arg)
+{
+	struct fetch *f = arg;
+	struct rctx *c = f->c;
+
+	pthread_mutex_lock(&f->lock);
+	while (!f->stop) {
+		bool did = false, wake = false;
+
+		for (unsigned i = 0; i < f->nslots && f->next_issue < c->nsegs; i++) {
+			struct rslot *s = &f->slots[i];
+
+			if (s->state != SLOT_FREE)
+				continue;
+			s->si = f->next_issue++;
+			s->copy = -1;
+			s->state = SLOT_PICK;
+			did = true;
+		}
+		for (unsigned i = 0; i < f->nslots; i++) {
+			struct rslot *s = &f->slots[i];
+
+			did |= step(f, s);
+			if (s->state == SLOT_READY && s->si == f->next_deliver)
+				wake = true;
+		}
+		/* Scan what arrived, without the lock, then hand it to the delivering thread. */
+		for (unsigned i = 0; i < f->nslots; i++) {
+			struct rslot *s = &f->slots[i];
+			int vrc;
+
+			if (s->state != SLOT_VERIFY)
+				continue;
+			pthread_mutex_unlock(&f->lock);
+			vrc = verify(f, s);
+			pthread_mutex_lock(&f->lock);
+			if (vrc) {
+				slot_fail(f, s, vrc);
+			} else {
+				s->state = SLOT_READY;
+				if (s->si == f->next_deliver)
+					wake = true;
+			}
+			did = true;
+		}
+		if (wake)
+			pthread_cond_signal(&f->ready);
+		pthread_mutex_unlock(&f->lock);
+		/* Callbacks run here without the lock: they touch only slots that are being
+		 * fetched, never one the delivering thread holds. */
+		rc_progress(c, did ? 0 : 50);
+		pthread_mutex_lock(&f->lock);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return NULL;
+}
+
 int rc_fetch_all(struct rctx *c)
 {
 	const struct tw_recover_config *cfg = c->cfg;
 	struct fetch f;
 	size_t cap = 0;
 	unsigned up = 0;
+	pthread_t thr;
 	int rc = 0;
 
 	memset(&f, 0, sizeof(f));
 	f.c = c;
 	if (c->nsegs == 0)
 		return 0;
+	pthread_mutex_init(&f.lock, NULL);
+	pthread_cond_init(&f.ready, NULL);
 	for (size_t i = 0; i < c->nsegs; i++)
 		for (unsigned k = 0; k < c->segs[i].usable; k++)
 			if (c->segs[i].copies[k].valid_len > cap)
@@ -500,8 +585,11 @@ int rc_fetch_all(struct rctx *c)
 	f.nreads = cfg->reads_per_seg ? cfg->reads_per_seg : 4;
 	f.chunk = cfg->chunk_size ? cfg->chunk_size : (1u << 20);
 	f.slots = calloc(f.nslots, sizeof(*f.slots));
-	if (!f.slots)
-		return -ENOMEM;
+	if (!f.slots) {
+		f.nslots = 0;
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (unsigned i = 0; i < f.nslots; i++) {
 		struct rslot *s = &f.slots[i];
 
@@ -521,47 +609,43 @@ int rc_fetch_all(struct rctx *c)
 			goto out;
 		}
 	}
-	while (f.next_deliver < c->nsegs) {
-		bool did = false;
-
-		/* Hand free slots the next segments, in log order. */
-		for (unsigned i = 0; i < f.nslots && f.next_issue < c->nsegs; i++) {
-			struct rslot *s = &f.slots[i];
-
-			if (s->state != SLOT_FREE)
-				continue;
-			s->si = f.next_issue++;
-			s->copy = -1;
-			s->state = SLOT_PICK;
-			did = true;
-		}
-		for (unsigned i = 0; i < f.nslots; i++)
-			did |= step(&f, &f.slots[i]);
-		/* Deliver what is next in order. */
-		for (;;) {
-			struct rslot *s = NULL;
-
-			for (unsigned i = 0; i < f.nslots; i++) {
-				if (f.slots[i].state == SLOT_READY &&
-				    f.slots[i].si == f.next_deliver) {
-					s = &f.slots[i];
-					break;
-				}
-			}
-			if (!s)
-				break;
-			rc = deliver(&f, s);
-			if (rc < 0)
-				goto out;
-			did = true;
-			if (rc == 0)
-				break;
-			f.next_deliver++;
-		}
-		rc = 0;
-		rc_progress(c, did ? 0 : 50);
+	if (pthread_create(&thr, NULL, fetch_main, &f) != 0) {
+		rc_seterr(c, "cannot start the fetch thread");
+		rc = -EAGAIN;
+		goto out;
 	}
+	pthread_mutex_lock(&f.lock);
+	while (f.next_deliver < c->nsegs) {
+		struct rslot *s = NULL;
+
+		for (unsigned i = 0; i < f.nslots; i++) {
+			if (f.slots[i].state == SLOT_READY && f.slots[i].si == f.next_deliver) {
+				s = &f.slots[i];
+				break;
+			}
+		}
+		if (!s) {
+			pthread_cond_wait(&f.ready, &f.lock);
+			continue;
+		}
+		s->state = SLOT_DELIVER;
+		pthread_mutex_unlock(&f.lock);
+		rc = deliver(&f, s);
+		pthread_mutex_lock(&f.lock);
+		if (rc < 0)
+			break;
+		s->state = SLOT_FREE;
+		f.next_deliver++;
+		rc = 0;
+		tw_fab_wakeup(c->fab);
+	}
+	f.stop = true;
+	pthread_mutex_unlock(&f.lock);
+	tw_fab_wakeup(c->fab);
+	pthread_join(thr, NULL);
 out:
 	fetch_fini(&f);
+	pthread_cond_destroy(&f.ready);
+	pthread_mutex_destroy(&f.lock);
 	return rc;
 }
