@@ -365,16 +365,22 @@ static int roll(struct tw_primary *p)
 	struct pseg *old = p->cur, *s = NULL;
 	int rc;
 
-	/* need_roll (async) or the caller (sync) stops new appends: seal what waits. */
-	while (pending_entries(p) && !p->err) {
-		if (slot_free(p))
-			seal_post(p);
-		else
-			drive(p, WAIT_SLICE_MS);
-	}
-	drain(p);
+	/* Seal what waits and let every write of the segment complete. In sync mode the
+	 * callbacks run meanwhile may append again: into this segment (then loop), or, if it
+	 * does not fit, by rolling over themselves (nested), which this call then notices. */
+	do {
+		while (pending_entries(p) && !p->err && p->cur == old) {
+			if (slot_free(p))
+				seal_post(p);
+			else
+				drive(p, WAIT_SLICE_MS);
+		}
+		drain(p);
+	} while (pending_entries(p) && !p->err && p->cur == old);
 	if (p->err)
 		return p->err;
+	if (p->cur != old)
+		return 0; /* a nested call rolled over already */
 	rc = pctl_close_segment(p, old);
 	if (rc < 0)
 		return p->err ? p->err : rc;
@@ -393,7 +399,10 @@ static int roll(struct tw_primary *p)
 	}
 	if (rc < 0) {
 		seg_free(s);
-		primary_fail(p, rc, "%s", p->errmsg[0] ? p->errmsg : "cannot open the next segment");
+		char why[sizeof(p->errmsg)];
+
+		snprintf(why, sizeof(why), "%s", p->errmsg[0] ? p->errmsg : "cannot open the next segment");
+		primary_fail(p, rc, "%s", why);
 		return p->err;
 	}
 	rc = seg_push(p, s);
@@ -409,9 +418,14 @@ static int roll(struct tw_primary *p)
 
 /* ------------------------------------------------------------------ progress thread */
 
+/* The primary whose progress thread this is (NULL on other threads). */
+static _Thread_local const struct tw_primary *progress_tls;
+
 static void *progress_main(void *arg)
 {
 	struct tw_primary *p = arg;
+
+	progress_tls = p;
 
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop || p->slot_tail < p->slot_head || p->rec_tail < p->rec_head) {
@@ -692,6 +706,11 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 	return 0;
 }
 
+static bool on_progress_thread(const struct tw_primary *p)
+{
+	return progress_tls == p;
+}
+
 /* Async mode: copy under the lock and hand over to the progress thread. */
 static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
@@ -711,6 +730,11 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 		}
 		if (p->need_roll || pending_entries(p) >= p->cfg.max_batch ||
 		    p->rec_head - p->rec_tail > p->rec_mask) {
+			if (on_progress_thread(p)) {
+				/* A callback appending: waiting here would wait for ourselves. */
+				pthread_mutex_unlock(&p->lock);
+				return -EAGAIN;
+			}
 			if (p->pt_idle) {
 				p->pt_idle = false;
 				pthread_mutex_unlock(&p->lock);
@@ -725,6 +749,10 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 		}
 		s = p->cur;
 		if (!tw_log_writer_fits(&s->w, len)) {
+			if (on_progress_thread(p)) {
+				pthread_mutex_unlock(&p->lock);
+				return -EAGAIN;
+			}
 			p->need_roll = true;
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
@@ -799,6 +827,8 @@ int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint
 	if (check_len(p, len) < 0)
 		return -EINVAL;
 	if (p->threaded) {
+		if (on_progress_thread(p))
+			return -EDEADLK; /* from a callback: would wait for itself */
 		rc = append_async_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
 		if (rc < 0)
 			return rc;
@@ -828,6 +858,8 @@ int tw_primary_flush(struct tw_primary *p)
 	if (!p)
 		return -EINVAL;
 	if (p->threaded) {
+		if (on_progress_thread(p))
+			return -EDEADLK; /* from a callback: would wait for itself */
 		pthread_mutex_lock(&p->lock);
 		target = p->rec_head;
 		if (p->pt_idle && p->rec_tail < target) {

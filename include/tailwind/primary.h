@@ -19,15 +19,18 @@
  *       one primary is made from one thread at a time (the caller serialises). Asynchronous
  *       appends are allowed too; their callbacks run on the caller's thread, inside
  *       tw_primary_append*(), tw_primary_progress(), tw_primary_flush() or tw_primary_close().
+ *       A callback may append again (asynchronously or not, also across a rollover); it must
+ *       not call tw_primary_finish() or tw_primary_close().
  *       The hot path takes no lock and allocates nothing (preallocated write slots).
  *   TW_PRIMARY_ASYNC the primary runs a progress thread that seals, posts writes, polls
  *       completions, rolls segments over and runs the callbacks. tw_primary_append(),
  *       tw_primary_append_async(), tw_primary_flush(), tw_primary_read() and the getters are
  *       thread-safe: the calling thread copies the payload into the log under a short mutex
  *       and hands the sealing/posting to the progress thread (woken only when it is idle).
- *       Callbacks run on the progress thread; they must not block on the primary (no
- *       tw_primary_append / tw_primary_flush / tw_primary_close from a callback in this mode;
- *       tw_primary_append_async is fine).
+ *       Callbacks run on the progress thread and must not wait for it: from a callback,
+ *       tw_primary_append and tw_primary_flush fail at once with -EDEADLK;
+ *       tw_primary_append_async works unless it would have to wait (segment full, back-
+ *       pressure), then it fails with -EAGAIN; tw_primary_close is not allowed.
  *   tw_primary_close() is never called concurrently with any other call on the same primary.
  *
  * Ordering: acknowledgements (the return of tw_primary_append, the callbacks) are delivered
@@ -151,7 +154,8 @@ typedef void (*tw_append_cb)(void *arg, int status, uint64_t lsn);
  * backups hold it and every earlier append was acknowledged. `data` is borrowed for the call
  * (copied once into the log). Rolls the segment over when the entry does not fit.
  * Returns 0 and *lsn_out (may be NULL), or -EINVAL (len), -TW_EPEERLOST (a backup was lost:
- * errmsg names it), -ETIMEDOUT, -TW_ENOBACKUP (rollover found no r backups), -TW_ECLOSED.
+ * errmsg names it), -ETIMEDOUT, -TW_ENOBACKUP (rollover found no r backups), -TW_ECLOSED (after
+ * tw_primary_finish), -EDEADLK (async mode, called from a callback).
  * Sync mode: the caller's thread progresses the fabric and may run other appends' callbacks.
  * Async mode: thread-safe; waits on a condition variable while the progress thread works.
  */
@@ -162,7 +166,8 @@ TW_API int tw_primary_append(struct tw_primary *p, const void *data, uint32_t le
  * Append one entry without waiting. `data` is borrowed for the call (copied into the log before
  * return); *lsn_out (may be NULL) receives its position at once. `cb` (may be NULL) runs exactly
  * once when the entry is acknowledged or failed, in log order, with `arg`. Returns 0, or a
- * negative code (the primary already failed, bad len): then cb is never called.
+ * negative code (the primary already failed, bad len, -TW_ECLOSED, or -EAGAIN from a callback in
+ * async mode that would have to wait): then cb is never called.
  * May block briefly for back-pressure (max_batch entries waiting while max_inflight writes are
  * in flight) and for a segment rollover. Threading as tw_primary_append().
  */
@@ -171,7 +176,7 @@ TW_API int tw_primary_append_async(struct tw_primary *p, const void *data, uint3
 
 /*
  * Wait until every append made so far is acknowledged or failed (their callbacks ran).
- * Returns 0, or the primary's error if it failed.
+ * Returns 0, or the primary's error if it failed, or -EDEADLK (async mode, from a callback).
  */
 TW_API int tw_primary_flush(struct tw_primary *p);
 

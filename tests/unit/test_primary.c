@@ -272,6 +272,130 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	is_int(tw_primary_close(p), 0, "preopen %s: close", m);
 }
 
+/* Caller-driven mode: callbacks append again (async, and sometimes blocking), across
+ * rollovers. */
+struct chain {
+	struct tw_primary *p;
+	uint64_t want, appended, acked, out_of_order, errors, blocking, last;
+};
+
+static void chain_cb(void *arg, int status, uint64_t lsn)
+{
+	struct chain *c = arg;
+	uint8_t buf[100];
+
+	if (status)
+		c->errors++;
+	if (c->acked && lsn <= c->last)
+		c->out_of_order++;
+	c->last = lsn;
+	c->acked++;
+	while (c->appended < c->want && c->appended < c->acked + c->blocking + 8) {
+		fill(buf, 100, c->appended);
+		if (c->appended % 50 == 7) {
+			uint64_t l;
+
+			c->appended++;
+			if (tw_primary_append(c->p, buf, 100, &l) == 0)
+				c->blocking++;
+			else
+				c->errors++;
+		} else {
+			c->appended++;
+			if (tw_primary_append_async(c->p, buf, 100, chain_cb, c, NULL) != 0)
+				c->errors++;
+		}
+	}
+}
+
+static void test_nested(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct chain c = { 0 };
+	uint8_t buf[100];
+	char err[512];
+	int rc;
+
+	cfg_for(&cfg, addrs, 3, 130);
+	cfg.max_inflight = 3;
+	rc = tw_primary_open(&cfg, &c.p, err, sizeof(err));
+	is_int(rc, 0, "nested: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	c.want = 3000; /* ~5 segments */
+	fill(buf, 100, 0);
+	c.appended = 1;
+	tw_primary_append_async(c.p, buf, 100, chain_cb, &c, NULL);
+	for (int i = 0; i < 10000 && c.acked + c.blocking < c.want && !c.errors; i++)
+		tw_primary_flush(c.p);
+	is_int(c.errors, 0, "nested: callbacks appending again: no errors");
+	is_int(c.acked + c.blocking, c.want, "nested: every append acknowledged (%llu blocking ones "
+	       "from inside callbacks)", (unsigned long long)c.blocking);
+	is_int(c.out_of_order, 0, "nested: in log order");
+	is_int(tw_primary_close(c.p), 0, "nested: close");
+}
+
+/* Async mode: callbacks run on the progress thread; blocking calls from them fail at once
+ * instead of waiting for themselves, appends either go in or fail with EAGAIN. */
+struct reentry {
+	struct tw_primary *p;
+	uint64_t calls, deadlk, flush_deadlk, added, eagain, other;
+};
+
+static void reentry_cb(void *arg, int status, uint64_t lsn)
+{
+	struct reentry *r = arg;
+	uint8_t buf[100];
+	int rc;
+
+	(void)status;
+	(void)lsn;
+	r->calls++;
+	if (r->calls > 2000)
+		return;
+	fill(buf, 100, r->calls);
+	if (tw_primary_append(r->p, buf, 100, NULL) == -EDEADLK)
+		r->deadlk++;
+	if (tw_primary_flush(r->p) == -EDEADLK)
+		r->flush_deadlk++;
+	rc = tw_primary_append_async(r->p, buf, 100, reentry_cb, r, NULL);
+	if (rc == 0)
+		r->added++;
+	else if (rc == -EAGAIN)
+		r->eagain++;
+	else if (rc != -TW_ECLOSED) /* during close: no more appends */
+		r->other++;
+}
+
+static void test_async_reentry(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct reentry r = { 0 };
+	uint8_t buf[100];
+	char err[512];
+	int rc;
+
+	cfg_for(&cfg, addrs, 3, 131);
+	cfg.mode = TW_PRIMARY_ASYNC;
+	rc = tw_primary_open(&cfg, &r.p, err, sizeof(err));
+	is_int(rc, 0, "reentry: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (int i = 0; i < 4; i++) {
+		fill(buf, 100, (uint64_t)i);
+		tw_primary_append_async(r.p, buf, 100, reentry_cb, &r, NULL);
+	}
+	/* The chain ends when the callbacks stop adding (2000 calls) or every one got EAGAIN. */
+	for (int i = 0; i < 100; i++)
+		tw_primary_flush(r.p);
+	is_int(tw_primary_close(r.p), 0, "reentry: close (callbacks did not deadlock)");
+	ok(r.deadlk > 0 && r.deadlk == r.flush_deadlk && r.deadlk == (r.calls > 2000 ? 2000 : r.calls),
+	   "reentry: blocking append/flush from a callback -> EDEADLK (%llu)",
+	   (unsigned long long)r.deadlk);
+	ok(r.added > 0 && r.other == 0, "reentry: append_async from a callback: %llu in, %llu EAGAIN",
+	   (unsigned long long)r.added, (unsigned long long)r.eagain);
+}
+
 /* Async mode: progress thread, two app threads. */
 struct app_arg {
 	struct tw_primary *p;
@@ -560,6 +684,8 @@ int main(void)
 	test_async_callbacks(addrs);
 	test_async_thread(addrs);
 	test_order(addrs);
+	test_nested(addrs);
+	test_async_reentry(addrs);
 	test_preopen(addrs, TW_PRIMARY_SYNC);
 	test_preopen(addrs, TW_PRIMARY_ASYNC);
 	if (!strcmp(prov, "mem"))
