@@ -39,7 +39,8 @@
  *
  * Threading: tw_recover() is blocking and uses its own fabric instance; it may run on any
  * thread; concurrent calls are independent (but two recoveries of the same log race: give them
- * distinct epochs from one coordinator). The callback runs on the calling thread.
+ * distinct epochs from one coordinator). The callback runs on the calling thread; an internal
+ * fetch thread (started and joined inside the call) drives the fabric meanwhile.
  *
  * Errors: 0 or a negative code (tw_strerror()); errmsg_out receives the detail. Warnings (a
  * backup unreachable, a corrupt copy skipped) are logged with tw_log_warn and counted in the
