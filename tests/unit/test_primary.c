@@ -209,9 +209,11 @@ static void test_async_callbacks(const char **addrs)
 	is_int(rc, 0, "async cb (caller-driven): open (%s)", rc ? err : "ok");
 	if (rc)
 		return;
+	static uint64_t lsns[20000];
+
 	for (uint64_t i = 0; i < n; i++) {
 		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL) != 0)
+		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, &lsns[i]) != 0)
 			bad++;
 	}
 	is_int(bad, 0, "async cb: %llu appends accepted", (unsigned long long)n);
@@ -227,6 +229,13 @@ static void test_async_callbacks(const char **addrs)
 	ok(st.inflight_peak >= 2, "async cb: pipelining: %llu writes in flight at peak",
 	   (unsigned long long)st.inflight_peak);
 	ok(st.segments > 20, "async cb: rolled over %llu segments", (unsigned long long)st.segments);
+	bad = 0;
+	for (uint64_t i = 0; i < n; i++)
+		if (!check_entry(p, lsns[i], 100, i))
+			bad++;
+	is_int(bad, 0, "async cb: all %llu entries read back across %llu segments",
+	       (unsigned long long)n, (unsigned long long)st.segments);
+	ok(tw_lsn_to_pos(lsns[n - 1]).segment == st.segments - 1, "async cb: last lsn in the last segment");
 	is_int(tw_primary_close(p), 0, "async cb: close");
 }
 
