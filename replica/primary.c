@@ -445,6 +445,20 @@ static void *progress_main(void *arg)
 			p->need_roll = false;
 			pthread_cond_broadcast(&p->cv_app);
 		}
+		if (p->free_list) {
+			struct pseg *f = p->free_list;
+
+			p->free_list = NULL;
+			pthread_mutex_unlock(&p->lock);
+			while (f) {
+				struct pseg *nx = f->next_free;
+
+				seg_free(f);
+				f = nx;
+			}
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
 		if (p->stop && p->err && p->slot_tail == p->slot_head && p->rec_tail == p->rec_head)
 			break;
 		/* Idle with a free slot: an append must wake us. Otherwise a completion will. */
@@ -494,6 +508,12 @@ static void primary_free(struct tw_primary *p)
 	free(p->segs);
 	seg_free(p->next);
 	free(p->next_calls);
+	while (p->free_list) {
+		struct pseg *nx = p->free_list->next_free;
+
+		seg_free(p->free_list);
+		p->free_list = nx;
+	}
 	if (p->fab)
 		tw_fab_close(p->fab);
 	free(p->bk);
@@ -902,7 +922,7 @@ int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **da
 	if (!p || !data_out || !len_out)
 		return -EINVAL;
 	primary_lock(p);
-	if (pos.segment >= p->nsegs) {
+	if (pos.segment >= p->nsegs || !p->segs[pos.segment]) {
 		rc = -TW_ENOTFOUND;
 		goto out;
 	}
@@ -930,6 +950,45 @@ out:
 int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data_out, uint32_t *len_out)
 {
 	return tw_primary_read_pos(p, tw_lsn_to_pos(lsn), data_out, len_out);
+}
+
+int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
+{
+	struct pseg *now = NULL;
+	int n = 0;
+
+	if (!p)
+		return -EINVAL;
+	primary_lock(p);
+	/* Segments below the current one are closed: the current one changes only after the
+	 * close of its predecessor succeeded. */
+	if (p->cur && below_segment > p->cur->id)
+		below_segment = p->cur->id;
+	for (; p->released < below_segment; p->released++) {
+		struct pseg *s = p->segs[p->released];
+
+		p->segs[p->released] = NULL;
+		if (!s)
+			continue;
+		if (p->thread_started) {
+			s->next_free = p->free_list;
+			p->free_list = s;
+		} else {
+			s->next_free = now;
+			now = s;
+		}
+		n++;
+	}
+	primary_unlock(p);
+	if (p->threaded && n && p->thread_started)
+		tw_fab_wakeup(p->fab);
+	while (now) {
+		struct pseg *nx = now->next_free;
+
+		seg_free(now);
+		now = nx;
+	}
+	return n;
 }
 
 uint64_t tw_primary_acked_lsn(struct tw_primary *p)

@@ -49,6 +49,7 @@ struct pseg {
 	unsigned rep[TW_PRIMARY_MAX_REPLICAS]; /* backup indexes */
 	struct tw_rkey rk[TW_PRIMARY_MAX_REPLICAS];
 	bool closed;
+	struct pseg *next_free; /* async mode: released, waiting for the progress thread */
 };
 
 struct pslot;
@@ -126,6 +127,10 @@ struct tw_primary {
 	unsigned app_waiting;
 
 	struct tw_primary_stats st; /* single writer per field; read with atomics */
+
+	/* Released segments (tw_primary_release): segs[i] is NULL for i < released. */
+	uint32_t released;
+	struct pseg *free_list; /* async mode, under lock: to be freed by the progress thread */
 
 	/* Pre-opened next segment (cfg.preopen): its open RPCs, answered during progress. */
 	struct pseg *next;

@@ -200,6 +200,15 @@ TW_API int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data
 TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **data_out,
 			       uint32_t *len_out);
 
+/*
+ * Free the primary's memory of the closed segments below `below_segment` (the open segment is
+ * never released). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
+ * copies: dropping those is the Free RPC (log cleaning), a later issue. Returns the number of
+ * segments released by this call (in async mode the progress thread unmaps them shortly after),
+ * or -EINVAL. Thread-safe in async mode.
+ */
+TW_API int tw_primary_release(struct tw_primary *p, uint32_t below_segment);
+
 /* lsn just past the last acknowledged entry (0 before the first). Thread-safe. */
 TW_API uint64_t tw_primary_acked_lsn(struct tw_primary *p);
 

@@ -405,6 +405,46 @@ static void test_async_reentry(const char **addrs)
 	   (unsigned long long)r.added, (unsigned long long)r.eagain);
 }
 
+/* Releasing closed segments from the primary's memory. */
+static void test_release(const char **addrs, enum tw_primary_mode mode)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	const char *m = mode == TW_PRIMARY_ASYNC ? "async" : "sync";
+	static uint64_t lsns[4000];
+	uint8_t buf[100];
+	const void *d;
+	uint32_t len;
+	char err[512];
+	int rc, bad = 0;
+
+	cfg_for(&cfg, addrs, 3, 140 + mode);
+	cfg.mode = mode;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "release %s: open (%s)", m, rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < 4000; i++) { /* ~7 segments */
+		fill(buf, 100, i);
+		if (tw_primary_append_async(p, buf, 100, NULL, NULL, &lsns[i]) != 0)
+			bad++;
+	}
+	is_int(tw_primary_flush(p), 0, "release %s: flush", m);
+	is_int(tw_primary_release(p, 3), 3, "release %s: segments 0..2 released", m);
+	is_int(tw_primary_release(p, 3), 0, "release %s: again: nothing more", m);
+	is_int(tw_primary_read(p, lsns[0], &d, &len), -TW_ENOTFOUND, "release %s: entry 0 gone", m);
+	ok(check_entry(p, lsns[3999], 100, 3999), "release %s: the last entry still reads", m);
+	is_int(tw_primary_release(p, 1000), (int)tw_lsn_to_pos(lsns[3999]).segment - 3,
+	       "release %s: everything but the open segment", m);
+	for (uint64_t i = 0; i < 500; i++) {
+		fill(buf, 100, i);
+		if (tw_primary_append(p, buf, 100, NULL) != 0)
+			bad++;
+	}
+	is_int(bad, 0, "release %s: appends before and after work", m);
+	is_int(tw_primary_close(p), 0, "release %s: close", m);
+}
+
 /* Async mode: progress thread, two app threads. */
 struct app_arg {
 	struct tw_primary *p;
@@ -695,6 +735,8 @@ int main(void)
 	test_order(addrs);
 	test_nested(addrs);
 	test_async_reentry(addrs);
+	test_release(addrs, TW_PRIMARY_SYNC);
+	test_release(addrs, TW_PRIMARY_ASYNC);
 	test_preopen(addrs, TW_PRIMARY_SYNC);
 	test_preopen(addrs, TW_PRIMARY_ASYNC);
 	if (!strcmp(prov, "mem"))
