@@ -416,6 +416,8 @@ static int deliver(struct fetch *f, struct rslot *s)
 		uint32_t len;
 		size_t off;
 
+		if (it.pos + 2048 < it.len)
+			__builtin_prefetch(it.buf + it.pos + 2048);
 		rc = tw_entry_next(&it, &p, &len, &off);
 		if (rc <= 0)
 			break;
