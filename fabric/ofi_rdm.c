@@ -218,6 +218,19 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	if (rc) {
 		if (rc == -ETIMEDOUT && !fab->errmsg[0])
 			fab_errmsg(fab, "connect to %s timed out", addr);
+		/* A slow listener may still answer our HELLO and announce a channel nobody will
+		 * use: tell it (BYE to "channel 0" carrying our address; best effort). */
+		if (rc == -ETIMEDOUT && ch->have_addr && !ch->base.lost && !ch->base.closed) {
+			ch->peer_id = 0;
+			if (send_ctl(of, ch, RDM_BYE, of->name, strlen(of->name) + 1, true) == 0) {
+				ch->have_addr = false; /* the BYE's completion does the av_remove */
+				while (ch->posted) {
+					struct ofi_ctx *ctx = ch->posted;
+					ctx_unlink(ch, ctx);
+					ctx->ch = NULL;
+				}
+			}
+		}
 		if (!ch->base.closed)
 			discard(ch);
 		return rc;
@@ -331,7 +344,17 @@ bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 			fab->ev.on_recv(fab->ev.arg, c, buf, plen);
 		return false;
 	case RDM_BYE:
-		c = fab_find_chan(fab, dst);
+		if (dst == 0) { /* from a connector that gave up: match its id and address */
+			c = NULL;
+			if (plen == 0 || buf[plen - 1] != '\0')
+				return false;
+			for (struct tw_chan *x = fab->chans; x; x = x->next)
+				if (!x->closed && ((struct ofi_chan *)x)->peer_id == src &&
+				    !strcmp(x->peer, (const char *)buf))
+					c = x;
+		} else {
+			c = fab_find_chan(fab, dst);
+		}
 		ch = (struct ofi_chan *)c;
 		if (!c || ch->peer_id != src)
 			return false;

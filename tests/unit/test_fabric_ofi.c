@@ -136,6 +136,53 @@ out:
 	tw_fab_free(src, len);
 }
 
+static int a_accepts, a_losts;
+static void a_accept(void *arg, struct tw_chan *ch)
+{
+	a_accepts++;
+}
+static void a_lost(void *arg, struct tw_chan *ch, int err)
+{
+	a_losts++;
+	tw_chan_close(ch);
+}
+
+/* RDM: connecting to a listener that does not progress times out (no hang), and whatever the
+ * listener announces later is lost again (the connector sends a BYE when it gives up). On shm
+ * and rxm the HELLO itself needs the listener's progress, so here it never arrives (measured):
+ * the BYE path is exercised only when a listener answers late. */
+static void slow_listener(const char *prov)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab_events eva = {.on_accept = a_accept, .on_lost = a_lost};
+	struct tw_fab *a, *b;
+	struct tw_chan *ch;
+	char addr[TW_ADDR_MAX];
+
+	tw_fab_config_init(&cfg);
+	cfg.provider = prov;
+	if (tw_fab_open(&cfg, &eva, &a) < 0) {
+		tap_skip(3, "%s unavailable", prov);
+		return;
+	}
+	cfg.connect_timeout_ms = 300;
+	TAP_REQUIRE(tw_fab_open(&cfg, NULL, &b) == 0, "open b");
+	tw_fab_listen(a, addr, sizeof(addr));
+	uint64_t t0 = tw_now_ns();
+	int rc = tw_fab_connect(b, addr, &ch); /* `a` does not progress meanwhile */
+	ok(rc == -ETIMEDOUT && (tw_now_ns() - t0) < 2000000000ull, "%s: connect to a silent listener times out (%s)",
+	   prov, tw_strerror(rc));
+	for (int i = 0; i < 200 && (a_accepts == 0 || a_losts < a_accepts); i++) {
+		tw_fab_progress(a, 5);
+		tw_fab_progress(b, 5);
+	}
+	tap_diag("%s: listener saw %d accept(s), %d loss(es)", prov, a_accepts, a_losts);
+	ok(a_losts == a_accepts, "%s: every channel the late listener announced was lost again", prov);
+	tw_fab_close(b);
+	tw_fab_close(a);
+	ok(1, "%s: closed", prov);
+}
+
 int main(void)
 {
 	struct tw_fab_config cfg;
@@ -144,6 +191,8 @@ int main(void)
 	loopback("tcp", false);
 	loopback("sockets", false);
 	loopback("shm", true);
+	slow_listener("shm");
+	slow_listener("tcp;ofi_rxm");
 
 	/* FI_PROVIDER when cfg.provider is NULL */
 	tw_fab_config_init(&cfg);
