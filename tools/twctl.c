@@ -656,6 +656,9 @@ static int cmd_recover(int argc, char **argv)
 		fprintf(stderr, "twctl recover: %s\n", err[0] ? err : tw_strerror(rc));
 		return EXIT_FAIL;
 	}
+	if (res.copies_listed == 0)
+		fprintf(stderr, "twctl recover: note: no backup holds any segment of log %#" PRIx64
+			" (check the log id and the backup addresses)\n", log_id);
 	return EXIT_OK;
 }
 
