@@ -172,7 +172,7 @@ static void slow_listener(const char *prov)
 	int rc = tw_fab_connect(b, addr, &ch); /* `a` does not progress meanwhile */
 	ok(rc == -ETIMEDOUT && (tw_now_ns() - t0) < 2000000000ull, "%s: connect to a silent listener times out (%s)",
 	   prov, tw_strerror(rc));
-	for (int i = 0; i < 200 && (a_accepts == 0 || a_losts < a_accepts); i++) {
+	for (int i = 0; i < 60 && (a_accepts == 0 || a_losts < a_accepts); i++) {
 		tw_fab_progress(a, 5);
 		tw_fab_progress(b, 5);
 	}
