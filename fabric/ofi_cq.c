@@ -251,8 +251,14 @@ static void handle_err(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *m
 		ctx_release(of, ctx);
 	}
 	fi_cq_strerror(cq, err->prov_errno, err->err_data, pbuf, sizeof(pbuf));
-	tw_log_ratelimited(TW_LOG_WARN, "fabric %s: completion error to %s: %s (%s)", of->base.prov,
-			   ch ? ch->base.peer : "?", fi_strerror(err->err), pbuf);
+	if (ctx && ctx->kind == CTX_RECV && err->err == FI_ECANCELED)
+		/* Posted receives flushed because the peer went away: the normal end of a
+		 * connection, reported through on_lost, not a warning. */
+		tw_log_debug("fabric %s: receives flushed on channel to %s", of->base.prov,
+			     ch ? ch->base.peer : "?");
+	else
+		tw_log_ratelimited(TW_LOG_WARN, "fabric %s: completion error to %s: %s (%s)",
+				   of->base.prov, ch ? ch->base.peer : "?", fi_strerror(err->err), pbuf);
 	if (op) {
 		op->fab_priv[0] = NULL;
 		if (ch)
