@@ -163,12 +163,13 @@ void primary_op_done(struct tw_op *op, int status)
 
 	if (status < 0) {
 		unsigned b = s->seg->rep[po->rep];
+		char why[200];
 
-		if (!s->status)
-			s->status = status;
-		p->bk[b].lost = true;
-		primary_fail(p, -TW_EPEERLOST, "backup %s lost: write of %zu bytes at segment %u offset %zu failed: %s",
-			     p->bk[b].addr, s->len, s->seg->id, s->off, tw_strerror(status));
+		/* Repaired by a failover (primary_rerep.c) that copies the prefix to a spare. */
+		s->repair = true;
+		snprintf(why, sizeof(why), "write of %zu bytes at segment %u offset %zu failed: %s",
+			 s->len, s->seg->id, s->off, tw_strerror(status));
+		pfo_lost(p, b, why);
 	}
 	s->remaining--;
 }
@@ -183,6 +184,10 @@ static int seal_post(struct tw_primary *p)
 	uint64_t n;
 	int rc;
 
+	if (p->fo_pending && !p->fo_running)
+		pfo_run(p); /* a replica was lost: replace it before anything new goes out */
+	if (p->fo_pending)
+		return p->err;
 	primary_lock(p);
 	n = pending_entries(p);
 	if (!n || p->err || !slot_free(p)) {
@@ -203,6 +208,7 @@ static int seal_post(struct tw_primary *p)
 	s->status = 0;
 	s->remaining = seg->nrep;
 	s->rec_end = p->rec_head;
+	s->repair = false;
 	p->rec_sealed = p->rec_head;
 	p->slot_head++;
 	if (p->threaded && p->app_waiting)
@@ -228,12 +234,12 @@ static int seal_post(struct tw_primary *p)
 		rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr, &seg->rk[i], off)
 			   : -TW_EPEERLOST;
 		if (rc < 0) {
-			if (!s->status)
-				s->status = rc;
+			char why[160];
+
+			s->repair = true; /* the failover copies it to the replacement */
 			s->remaining--;
-			b->lost = true;
-			primary_fail(p, -TW_EPEERLOST, "backup %s lost: cannot post write: %s", b->addr,
-				     tw_strerror(rc));
+			snprintf(why, sizeof(why), "cannot post write: %s", tw_strerror(rc));
+			pfo_lost(p, seg->rep[i], why);
 		}
 	}
 	return 0;
@@ -285,9 +291,11 @@ static int reap(struct tw_primary *p)
 		struct pslot *s = &p->slots[p->slot_tail % p->nslots];
 		int st;
 
-		if (s->remaining)
-			break;
+		if (s->remaining || (s->repair && !p->err))
+			break; /* a repair waits for the failover (primary_rerep.c) */
 		st = s->status ? -TW_EPEERLOST : 0;
+		if (s->repair)
+			st = p->err;
 		if (p->reap_failed)
 			st = p->err ? p->err : -TW_EPEERLOST;
 		if (st)
@@ -319,7 +327,7 @@ static bool can_seal(struct tw_primary *p)
 	bool yes;
 
 	primary_lock(p);
-	yes = pending_entries(p) && slot_free(p) && !p->err && !p->need_roll;
+	yes = pending_entries(p) && slot_free(p) && !p->err && !p->need_roll && !p->fo_pending;
 	primary_unlock(p);
 	return yes;
 }
@@ -337,9 +345,13 @@ static int drive(struct tw_primary *p, int timeout_ms)
 		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
 			     tw_fab_errmsg(p->fab));
 	}
+	if (p->fo_pending && !p->fo_running)
+		pfo_run(p);
 	rc = reap(p);
 	if (can_seal(p))
 		seal_post(p);
+	if (p->rr_dirty && !p->fo_running)
+		pfo_background(p, false);
 	return rc;
 }
 
@@ -490,6 +502,7 @@ void tw_primary_config_init(struct tw_primary_config *cfg)
 	cfg->rpc_timeout_ms = 5000;
 	cfg->connect_timeout_ms = 5000;
 	cfg->open_retry_ms = 3000;
+	cfg->rerep_rate = 64u << 20;
 }
 
 static void set_errmsg(char *buf, size_t len, const char *msg)
@@ -516,6 +529,8 @@ static void primary_free(struct tw_primary *p)
 	}
 	if (p->fab)
 		tw_fab_close(p->fab);
+	if (p->fab_old) /* replaced by a failover on shm (primary_rerep.c) */
+		tw_fab_close(p->fab_old);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -1042,6 +1057,8 @@ int tw_primary_finish(struct tw_primary *p)
 		rc2 = pctl_close_segment(p, p->cur);
 		if (rc2 < 0 && !rc)
 			rc = rc2;
+		if (!p->err && p->rr_dirty)
+			pfo_background(p, true); /* no later driver round: copy what is owed now */
 	}
 	if (p->next) {
 		pctl_preopen_abandon(p, p->next);

@@ -29,8 +29,7 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 	if (rc < 0) {
 		b->lost = true;
 		snprintf(b->why, sizeof(b->why), "broken reply stream: %s", tw_strerror(rc));
-		if (primary_is_replica(b->p, b->idx))
-			primary_fail(b->p, -TW_EPEERLOST, "backup %s lost: %s", b->addr, b->why);
+		pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
 	}
 }
 
@@ -45,8 +44,7 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
 	if (b->rpc)
 		tw_rpc_client_on_lost(b->rpc, err);
-	if (primary_is_replica(b->p, b->idx))
-		primary_fail(b->p, -TW_EPEERLOST, "backup %s lost: %s", b->addr, tw_strerror(err));
+	pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
 }
 
 int pctl_init_fabric(struct tw_primary *p)
@@ -96,6 +94,11 @@ static void drop_backup(struct pbackup *b)
 	}
 }
 
+void pctl_drop(struct pbackup *b)
+{
+	drop_backup(b);
+}
+
 static int handshake(struct tw_primary *p, struct pbackup *b)
 {
 	struct tw_rpc_req req;
@@ -124,6 +127,33 @@ static int handshake(struct tw_primary *p, struct pbackup *b)
 			 tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "", tw_rpc_client_errmsg(b->rpc));
 	}
 	tw_rpc_reply_release(&rep);
+	return rc;
+}
+
+/* Connect and handshake backup `b` again (after a fabric reset, primary_rerep.c). */
+int pctl_reconnect(struct tw_primary *p, struct pbackup *b)
+{
+	struct tw_rpc_config rcfg;
+	int rc;
+
+	rpc_config(p, &rcfg);
+	rc = tw_fab_connect(p->fab, b->addr, &b->ch);
+	if (rc < 0) {
+		b->ch = NULL;
+		snprintf(b->why, sizeof(b->why), "reconnect: %s", tw_strerror(rc));
+		return rc;
+	}
+	tw_chan_set_user(b->ch, b);
+	rc = tw_rpc_client_create(b->ch, &rcfg, &b->rpc);
+	if (rc < 0) {
+		b->rpc = NULL;
+		drop_backup(b);
+		snprintf(b->why, sizeof(b->why), "rpc client: %s", tw_strerror(rc));
+		return rc;
+	}
+	rc = handshake(p, b);
+	if (rc < 0)
+		drop_backup(b);
 	return rc;
 }
 
@@ -418,12 +448,13 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		if (!b->rpc || b->lost) {
-			first = first ? first : -TW_EPEERLOST;
-			primary_fail(p, -TW_EPEERLOST, "backup %s lost before closing segment %u: %s",
-				     b->addr, seg->id, b->why);
+			/* Re-replicated from our memory in the background (primary_rerep.c). */
+			tw_log_warn("primary: backup %s lost before closing segment %u: %s", b->addr,
+				    seg->id, b->why);
+			p->rr_dirty = true;
 			continue;
 		}
-		tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
+		tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, seg->version);
 		PSTAT_ADD(p, rpc_close, 1);
 		call_start(p, &calls[n++], b, &req.env);
 	}
@@ -434,9 +465,15 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 
 		if (!rc)
 			continue;
-		if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST)
-			b->lost = true;
-		primary_fail(p, rc == -ETIMEDOUT ? -TW_EPEERLOST : rc,
+		if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST) {
+			/* Lost while closing: a spare gets the closed copy in the background. */
+			snprintf(b->why, sizeof(b->why), "close segment %u: %s", seg->id,
+				 tw_strerror(rc));
+			pfo_lost(p, b->idx, b->why);
+			p->rr_dirty = true;
+			continue;
+		}
+		primary_fail(p, rc,
 			     "backup %s: close segment %u (offset %llu): %s%s%s", b->addr, seg->id,
 			     (unsigned long long)m.offset, tw_strerror(rc), calls[i].msg[0] ? ": " : "",
 			     calls[i].msg);

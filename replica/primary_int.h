@@ -34,6 +34,8 @@ struct pbackup {
 	struct tw_chan *ch;   /* NULL: not connected */
 	struct tw_rpc_client *rpc;
 	bool lost;            /* the channel failed */
+	bool fo_seen;         /* its loss was handled by primary_rerep.c (counted, logged) */
+	uint64_t lost_ns;     /* when primary_rerep.c saw it lost */
 	uint64_t buffer_size; /* from the handshake */
 	char why[320];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
 };
@@ -50,6 +52,7 @@ struct pseg {
 	struct tw_rkey rk[TW_PRIMARY_MAX_REPLICAS];
 	bool closed;
 	struct pseg *next_free; /* async mode: released, waiting for the progress thread */
+	uint64_t version;       /* replica version its current replicas hold (primary_rerep.c) */
 };
 
 struct pslot;
@@ -70,6 +73,8 @@ struct pslot {
 	unsigned remaining; /* completions still expected */
 	int status;         /* first error */
 	uint64_t rec_end;   /* record index just past this write's last entry */
+	bool repair;        /* a replica's write failed: not acked until a failover copied the
+			     * prefix to a replacement (primary_rerep.c) */
 };
 
 /* One append waiting for its acknowledgement. */
@@ -137,6 +142,16 @@ struct tw_primary {
 	struct pcall *next_calls; /* r of them */
 	unsigned next_n;
 
+	/* Backup failure (primary_rerep.c). Driver thread only. */
+	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
+	bool fo_running;        /* inside pfo_run (no recursion) */
+	bool rr_dirty;          /* closed segments may have replicas on lost backups */
+	uint64_t fo_since_ns;   /* when the suspension began */
+	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
+	bool fo_resetting;      /* shm: replacing the fabric instance (losses are not new) */
+	unsigned fo_first;      /* the backup whose loss began the suspension */
+	struct tw_fab *fab_old; /* shm: the instance replaced by a reset; closed at the end */
+
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */
 	tw_op_cb test_op_cb;
@@ -172,6 +187,24 @@ void primary_lock(struct tw_primary *p);
 void primary_unlock(struct tw_primary *p);
 /* Whether backup `b` holds a replica of the open segment. */
 bool primary_is_replica(struct tw_primary *p, unsigned b);
+
+/* Backup failure (primary_rerep.c). Driver thread, lock not held.
+ * pfo_lost: backup `b` failed (why: for messages); suspends appends when it holds a replica of
+ *   the open segment, marks closed segments for background re-replication. Idempotent.
+ * pfo_run: replace every lost replica of the open segment (open on a spare, copy the prefix,
+ *   bump the replica version), then resume; fails the primary (-TW_ENOBACKUP, -TW_EFENCED) if
+ *   it cannot. pfo_background: re-replicate one closed segment if due (rate-limited);
+ *   all: every one now. */
+void pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+void pfo_run(struct tw_primary *p);
+void pfo_background(struct tw_primary *p, bool all);
+/* Close backup `b`'s channel and RPC client (pending operations complete with errors). */
+void pctl_drop(struct pbackup *b);
+/* Connect and handshake `b` again on p->fab. 0 or a negative code (b->why says why). */
+int pctl_reconnect(struct tw_primary *p, struct pbackup *b);
+/* Write [from, len) of `seg` to replica index `i` (blocking, chunked). 0 or a negative code. */
+int pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
+
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 

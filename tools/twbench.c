@@ -1,11 +1,19 @@
 /*
  * tools/twbench.c — the Tailwind benchmark: replicate N objects to r backups and report
- * throughput, latency, backup CPU and control RPCs per object. See docs/twbench.md.
+ * throughput, latency, backup CPU and control RPCs per object; compare Tailwind's one-sided
+ * writes (--mode onesided) with RPC-based replication (--mode rpc, the paper's RAMCloud
+ * baseline: cfg.data_path = TW_DATA_RPC) and with bare one-sided writes (--mode raw, the
+ * ceiling), and sweep sizes, r, batch, in-flight and offered load. See docs/twbench.md and
+ * docs/benchmarks.md.
  *
  * With no arguments it starts three local twd processes (found next to this executable, else on
  * $PATH), each in a temporary directory under $TMPDIR, reads their addresses from their
  * `ready <address>` lines, replicates 1,000,000 objects of 100 bytes at r = 3 over tcp, prints a
- * table, stops the twd's with SIGTERM, removes the directories and exits 0.
+ * table, stops the twd's with SIGTERM, removes the directories and exits 0. Several modes or
+ * sweep points run back to back on the same twd's.
+ *
+ * Threading: main thread only, except the primary's own progress thread in --async runs (the
+ * callbacks run there and touch only struct run).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,24 +43,35 @@ extern char **environ;
 
 #define MAX_BACKUPS 16
 
+#define MAX_LIST 32
+
+enum bmode { M_ONESIDED = 0, M_RPC, M_RAW, M_COUNT };
+static const char *const mode_names[M_COUNT] = { "onesided", "rpc", "raw" };
+
 struct opts {
 	const char *provider;
 	char *backups_arg;
-	unsigned r;
+	unsigned rs[MAX_LIST], n_r;             /* -r list */
 	uint64_t count;
-	uint32_t size;
+	uint32_t sizes[MAX_LIST];               /* --size/--sizes list */
+	unsigned n_sizes;
 	bool async;
-	unsigned batch;
-	unsigned inflight;
+	unsigned batches[MAX_LIST], n_batches;  /* --batch list */
+	unsigned inflights[MAX_LIST], n_inflights;
+	double rates[MAX_LIST];                 /* --rate list; 0: closed loop */
+	unsigned n_rates;
+	enum bmode modes[M_COUNT];
+	unsigned n_modes;
 	size_t segment_size;
 	size_t twd_buffers;
 	bool json;
 	bool busy_poll;
 	bool preopen;
 	bool progress;
-	const char *mode;
 	const char *twd_path;
 	uint64_t lat_count;
+	uint64_t max_bytes;                     /* cap count * size per run (0: none) */
+	bool settle;                            /* wait for idle backups between runs */
 };
 
 struct twd {
@@ -269,14 +288,17 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 	return rc;
 }
 
-/* utime + stime of a process, seconds. */
-static double proc_cpu(pid_t pid)
+/* utime + stime of a process (tid 0) or of one of its threads, seconds; -1 if unknown. */
+static double proc_cpu_tid(pid_t pid, pid_t tid)
 {
-	char path[64], buf[1024], *p;
+	char path[96], buf[1024], *p;
 	unsigned long ut = 0, st = 0;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (tid)
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	else
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	f = fopen(path, "r");
 	if (!f)
 		return -1;
@@ -289,6 +311,11 @@ static double proc_cpu(pid_t pid)
 	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double proc_cpu(pid_t pid)
+{
+	return proc_cpu_tid(pid, 0);
 }
 
 /* ------------------------------------------------------------------ remote backups' CPU
@@ -383,29 +410,34 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: twbench [options]\n"
-		"Replicate objects from a primary to r backups with one-sided writes and report\n"
-		"throughput, latency, backup CPU and control RPCs per object.\n"
-		"With no --backups, starts r local twd processes (removed at exit).\n\n"
+		"Replicate objects from a primary to r backups and report throughput, latency,\n"
+		"backup CPU and control RPCs per object; compare Tailwind's one-sided writes with\n"
+		"RPC-based replication and with bare one-sided writes. See docs/twbench.md.\n"
+		"With no --backups, starts local twd processes (removed at exit).\n\n"
 		"  --provider P      libfabric provider: tcp (default), sockets, shm, verbs, ...\n"
 		"  --backups A,B,..  use these running twd's instead of local ones\n"
-		"  -r N              replication factor (default 3)\n"
-		"  --count N         objects to replicate (default 1000000)\n"
-		"  --size N          object size in bytes (default 100)\n"
-		"  --async           asynchronous appends with callbacks, progress thread (default):\n"
-		"                    batching and pipelining; then --latency-count synchronous\n"
-		"                    appends on a second log for the latency columns\n"
+		"  --mode M[,M..]    onesided (default), rpc (the backup CPU receives, checks,\n"
+		"                    copies and replies), raw (bare one-sided writes, no log format);\n"
+		"                    several: run each, same backups, side-by-side table with ratios\n"
+		"  -r N[,N..]        replication factor(s) (default 3)\n"
+		"  --count N         objects per run (default 1000000)\n"
+		"  --max-bytes N     fewer objects for large sizes: count * size <= N per run\n"
+		"  --size N, --sizes N[,N..]  object size(s) in bytes (default 100)\n"
+		"  --batch N[,N..]   max entries per write (default 256)\n"
+		"  --inflight N[,N..] writes in flight per backup (default 8)\n"
+		"  --rate R[,R..]    open-loop offered load, objects/s (default: closed loop);\n"
+		"                    latency is measured from each object's scheduled time\n"
+		"  --async           asynchronous appends, progress thread (default); then\n"
+		"                    --latency-count synchronous appends for the latency columns\n"
 		"  --sync            every append synchronous (latency from all of them)\n"
-		"  --latency-count N synchronous appends measured after an --async run\n"
-		"                    (default 10000; 0: none)\n"
-		"  --batch N         max entries per write (default 256)\n"
-		"  --inflight N      writes in flight per backup (default 8)\n"
+		"  --latency-count N synchronous appends after each async run (default 10000)\n"
 		"  --segment-size N  segment (and local twd buffer) size (default 8388608)\n"
 		"  --buffers N       buffers per local twd (default 16)\n"
 		"  --preopen         open the next segment while the current one fills\n"
 		"  --busy-poll       the primary polls instead of blocking (local twd's still block)\n"
-		"  --mode M          onesided (default; rpc and raw are not implemented yet)\n"
+		"  --no-settle       do not wait for the backups to go idle between runs\n"
 		"  --twd PATH        twd executable for local backups\n"
-		"  --json            machine-readable output on stdout\n"
+		"  --json            machine-readable output on stdout (one line)\n"
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
 		"  --help            this text\n");
 }
@@ -430,7 +462,118 @@ static int parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ the run */
+/* Comma-separated list of numbers in [lo, hi]; returns how many, or -1. */
+static int parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, unsigned max)
+{
+	char buf[512], *save = NULL, *tok;
+	unsigned n = 0;
+
+	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+		return -1;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t v;
+
+		if (n == max || parse_u64(tok, &v) || v < lo || v > hi)
+			return -1;
+		out[n++] = v;
+	}
+	return n ? (int)n : -1;
+}
+
+/* ------------------------------------------------------------------ results */
+
+/* One point of a sweep. */
+struct point {
+	uint32_t size;
+	unsigned r, batch, inflight;
+	double rate; /* offered objects/s; 0: closed loop */
+};
+
+/* What one run measured. */
+struct result {
+	struct point pt;
+	enum bmode mode;
+	uint64_t count;
+	double secs, ops, mbs;
+	uint64_t n_lat;            /* synchronous latency samples */
+	double p50, p99, p999;     /* synchronous append (raw: single write to r) latency, us */
+	bool have_ack;
+	double a50, a99, a999;     /* async submit (or scheduled time) -> ack, us */
+	unsigned n_cpu;
+	double cpu[MAX_BACKUPS];   /* process CPU s of each backup over the replication phase */
+	double cpu_main[MAX_BACKUPS]; /* its progress (main) thread only; -1 unknown */
+	double cpu_sum, cpu_main_sum;
+	bool cpu_ok, cpu_main_ok;
+	uint64_t writes, segments, rpc_handshake, rpc_open, rpc_close, rpc_total, open_refused;
+};
+
+static struct result results[1024];
+static unsigned n_results;
+
+/* Backup CPU accounting around one replication phase. */
+struct cpumark {
+	double proc[MAX_BACKUPS], main[MAX_BACKUPS];
+};
+
+static struct remote rs_stats;
+static bool rs_open;
+static unsigned rs_n;
+
+static void cpu_mark(struct cpumark *m)
+{
+	for (unsigned i = 0; i < n_twd; i++) {
+		m->proc[i] = proc_cpu(twds[i].pid);
+		m->main[i] = proc_cpu_tid(twds[i].pid, twds[i].pid); /* twd runs the backup there */
+	}
+	if (!n_twd && rs_open)
+		for (unsigned i = 0; i < rs_n; i++) {
+			m->proc[i] = remote_cpu(&rs_stats, i);
+			m->main[i] = -1;
+		}
+}
+
+static void cpu_delta(const struct cpumark *a, const struct cpumark *b, struct result *res)
+{
+	unsigned n = n_twd ? n_twd : (rs_open ? rs_n : 0);
+
+	res->n_cpu = n;
+	res->cpu_ok = n > 0;
+	res->cpu_main_ok = n_twd > 0;
+	res->cpu_sum = res->cpu_main_sum = 0;
+	for (unsigned i = 0; i < n; i++) {
+		res->cpu[i] = a->proc[i] >= 0 && b->proc[i] >= 0 ? b->proc[i] - a->proc[i] : -1;
+		res->cpu_main[i] = a->main[i] >= 0 && b->main[i] >= 0 ? b->main[i] - a->main[i] : -1;
+		if (res->cpu[i] < 0)
+			res->cpu_ok = false;
+		else
+			res->cpu_sum += res->cpu[i];
+		if (res->cpu_main[i] < 0)
+			res->cpu_main_ok = false;
+		else
+			res->cpu_main_sum += res->cpu_main[i];
+	}
+}
+
+/* Between runs: wait until the local backups stop burning CPU (the previous run's flushes and
+ * zeroing), so each run's CPU delta is its own. At most 5 s. Measurement hygiene only. */
+static void settle_backups(void)
+{
+	double last = -1;
+
+	for (int k = 0; k < 50 && n_twd; k++) {
+		struct timespec ts = { 0, 100000000 };
+		double sum = 0;
+
+		for (unsigned i = 0; i < n_twd; i++)
+			sum += proc_cpu(twds[i].pid);
+		if (last >= 0 && sum - last < 0.005)
+			return;
+		last = sum;
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* ------------------------------------------------------------------ the primary's modes */
 
 struct run {
 	uint64_t *t_submit;
@@ -452,7 +595,7 @@ static void async_cb(void *arg, int status, uint64_t lsn)
 		if (!r->first_err)
 			r->first_err = status;
 	} else {
-		uint64_t d = now_ns() - r->t_submit[i];
+		uint64_t now = now_ns(), d = now > r->t_submit[i] ? now - r->t_submit[i] : 0;
 
 		r->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 	}
@@ -476,6 +619,14 @@ static double pct(const uint32_t *v, uint64_t n, double q)
 	return (double)v[i] / 1000.0;
 }
 
+static void pcts(uint32_t *v, uint64_t n, double *p50, double *p99, double *p999)
+{
+	qsort(v, n, sizeof(uint32_t), cmp_u32);
+	*p50 = pct(v, n, 0.50);
+	*p99 = pct(v, n, 0.99);
+	*p999 = pct(v, n, 0.999);
+}
+
 static void progress_bar(uint64_t done, uint64_t total)
 {
 	int w = 40, fill = (int)(done * (uint64_t)w / (total ? total : 1));
@@ -487,6 +638,829 @@ static void progress_bar(uint64_t done, uint64_t total)
 		fputc('\n', stderr);
 }
 
+/* Open-loop pacing: the time object i is due at `rate` objects/s from t0. */
+static uint64_t sched_ns(uint64_t t0, double rate, uint64_t i)
+{
+	return t0 + (uint64_t)((double)i * 1e9 / rate);
+}
+
+/* Wait until `t` (sleep when far, spin the last 50 us). */
+static void wait_until(uint64_t t)
+{
+	for (;;) {
+		uint64_t n = now_ns();
+
+		if (n >= t)
+			return;
+		if (t - n > 80000) {
+			struct timespec ts = { 0, (long)(t - n - 50000) };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+static uint64_t log_seq;
+
+static uint64_t next_log_id(void)
+{
+	return ((uint64_t)getpid() << 16) | ++log_seq;
+}
+
+/* onesided and rpc: the real primary; only cfg.data_path differs. */
+static int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs,
+		       enum bmode mode, struct result *res, uint8_t *payload, struct run *run)
+{
+	const struct point *pt = &res->pt;
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	struct tw_primary_stats st;
+	struct cpumark c0, c1;
+	char errmsg[1024];
+	uint64_t t0, t1;
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = next_log_id();
+	cfg.epoch = 1;
+	cfg.backups = addrs;
+	cfg.n_backups = n_addrs;
+	cfg.replicas = pt->r;
+	cfg.provider = o->provider;
+	cfg.segment_size = o->segment_size;
+	cfg.max_batch = pt->batch;
+	cfg.max_inflight = pt->inflight;
+	cfg.mode = o->async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
+	cfg.busy_poll = o->busy_poll;
+	cfg.preopen = o->preopen;
+	cfg.open_retry_ms = 30000;
+	cfg.data_path = mode == M_RPC ? TW_DATA_RPC : TW_DATA_ONESIDED;
+	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+	if (rc < 0) {
+		fprintf(stderr, "twbench: cannot open the log: %s: %s\n", tw_strerror(rc), errmsg);
+		return rc;
+	}
+	run->done = 0;
+	run->errors = 0;
+	run->first_err = 0;
+	cpu_mark(&c0);
+
+	/* Phase 1: replicate `count` objects (throughput; in sync mode also the latencies). */
+	t0 = now_ns();
+	for (uint64_t i = 0; i < res->count; i++) {
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8); /* sequence number in every object */
+		if (pt->rate > 0) {
+			run->t_submit[i] = sched_ns(t0, pt->rate, i);
+			wait_until(run->t_submit[i]);
+		}
+		if (o->async) {
+			if (pt->rate <= 0)
+				run->t_submit[i] = now_ns();
+			rc = tw_primary_append_async(p, payload, pt->size, async_cb, run, NULL);
+		} else {
+			uint64_t a = pt->rate > 0 ? run->t_submit[i] : now_ns(), d;
+
+			rc = tw_primary_append(p, payload, pt->size, NULL);
+			d = now_ns() - a;
+			run->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "\ntwbench: append %" PRIu64 " failed: %s: %s\n", i,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			goto fail;
+		}
+		if (o->progress && (i & 0x3fff) == 0)
+			progress_bar(i, res->count);
+	}
+	rc = tw_primary_flush(p);
+	t1 = now_ns();
+	if (rc < 0 || run->errors) {
+		fprintf(stderr, "\ntwbench: %" PRIu64 " appends failed: %s: %s\n", run->errors,
+			tw_strerror(rc ? rc : run->first_err), tw_primary_errmsg(p));
+		rc = rc ? rc : run->first_err;
+		goto fail;
+	}
+	if (o->progress)
+		progress_bar(res->count, res->count);
+	cpu_mark(&c1);
+	cpu_delta(&c0, &c1, res);
+	rc = tw_primary_finish(p); /* the final close RPC counts too */
+	tw_primary_get_stats(p, &st);
+	if (rc < 0) {
+		fprintf(stderr, "twbench: closing the log: %s: %s\n", tw_strerror(rc),
+			tw_primary_errmsg(p));
+		goto fail;
+	}
+	tw_primary_close(p);
+	p = NULL;
+	res->secs = (double)(t1 - t0) / 1e9;
+	res->writes = st.writes;
+	res->segments = st.segments;
+	res->rpc_handshake = st.rpc_handshake;
+	res->rpc_open = st.rpc_open;
+	res->rpc_close = st.rpc_close;
+	res->rpc_total = st.rpcs;
+	res->open_refused = st.open_refused;
+	if (o->async) {
+		res->have_ack = true;
+		pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
+	} else {
+		res->n_lat = res->count;
+		pcts(run->lat_ns, res->count, &res->p50, &res->p99, &res->p999);
+	}
+
+	/* Phase 2 (async closed-loop runs): synchronous appends on a second log, caller-driven. */
+	if (o->async && o->lat_count && pt->rate <= 0) {
+		uint64_t n = o->lat_count;
+		uint32_t *lat = run->lat_ns; /* reused: phase 1's percentiles are taken */
+
+		cfg.log_id = next_log_id();
+		cfg.mode = TW_PRIMARY_SYNC;
+		rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+		if (rc < 0) {
+			fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n",
+				tw_strerror(rc), errmsg);
+			return rc;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t a = now_ns(), d;
+
+			memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+			rc = tw_primary_append(p, payload, pt->size, NULL);
+			d = now_ns() - a;
+			if (rc < 0) {
+				fprintf(stderr, "twbench: sync append %" PRIu64 " failed: %s: %s\n", i,
+					tw_strerror(rc), tw_primary_errmsg(p));
+				goto fail;
+			}
+			lat[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		rc = tw_primary_close(p);
+		p = NULL;
+		if (rc < 0) {
+			fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
+			return rc;
+		}
+		res->n_lat = n;
+		pcts(lat, n, &res->p50, &res->p99, &res->p999);
+	}
+	return 0;
+fail:
+	if (p)
+		tw_primary_close(p);
+	return rc < 0 ? rc : -EIO;
+}
+
+/* ------------------------------------------------------------------ raw mode
+ * Bare one-sided writes of the same object bytes to the same backups, with the same batch and
+ * in-flight limits, and no protocol: no entry headers, no checksum entries, no segments (one
+ * buffer per backup, written round and round), no acknowledgement order beyond the slot ring.
+ * The objects are copied into a registered source buffer (the primary copies them once too).
+ * One thread posts and polls (the ceiling of the transport, as the primary's driver sees it). */
+
+struct rawslot;
+
+struct rawop {
+	struct tw_op op; /* first */
+	struct rawslot *s;
+};
+
+struct rawslot {
+	struct rawop ops[MAX_BACKUPS];
+	uint64_t first, n; /* objects */
+	unsigned remaining;
+	int status;
+};
+
+struct raw {
+	struct tw_fab *fab;
+	unsigned r;
+	struct tw_chan *ch[MAX_BACKUPS];
+	struct tw_rpc_client *cl[MAX_BACKUPS];
+	struct tw_rkey rk[MAX_BACKUPS];
+	bool opened[MAX_BACKUPS];
+	uint8_t *src;
+	size_t src_len, region; /* nslots + 1 regions of `region` bytes, then a zero page */
+	struct tw_mr *mr;
+	struct rawslot *slots;
+	unsigned nslots;
+	uint64_t head, tail;
+	uint64_t roff;          /* next remote offset */
+	uint64_t pend_first, pend_n;
+	unsigned batch;
+	uint32_t size;
+	uint64_t writes;
+	int err;
+	uint64_t *t_submit;
+	uint32_t *lat_ns;
+};
+
+static void raw_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct raw *w = arg;
+
+	for (unsigned i = 0; i < w->r; i++)
+		if (w->ch[i] == ch && w->cl[i])
+			tw_rpc_client_on_recv(w->cl[i], msg, len);
+}
+
+static void raw_on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct raw *w = arg;
+
+	for (unsigned i = 0; i < w->r; i++)
+		if (w->ch[i] == ch && w->cl[i])
+			tw_rpc_client_on_lost(w->cl[i], err);
+	if (!w->err)
+		w->err = err < 0 ? err : -TW_EPEERLOST;
+}
+
+static void raw_op_done(struct tw_op *op, int status)
+{
+	struct rawop *ro = (struct rawop *)op;
+
+	if (status < 0 && !ro->s->status)
+		ro->s->status = status;
+	ro->s->remaining--;
+}
+
+static bool raw_slot_free(const struct raw *w)
+{
+	return w->head - w->tail < w->nslots;
+}
+
+/* Post the pending objects as one write to every backup. */
+static int raw_post(struct raw *w)
+{
+	struct rawslot *s = &w->slots[w->head % w->nslots];
+	uint8_t *src = w->src + (w->head % (w->nslots + 1)) * w->region;
+	size_t len = w->pend_n * w->size;
+
+	if (w->roff + len > w->rk[0].len)
+		w->roff = 0;
+	s->first = w->pend_first;
+	s->n = w->pend_n;
+	s->status = 0;
+	s->remaining = w->r;
+	w->head++;
+	w->writes++;
+	w->pend_first += w->pend_n;
+	w->pend_n = 0;
+	for (unsigned i = 0; i < w->r; i++) {
+		struct rawop *ro = &s->ops[i];
+		int rc;
+
+		memset(&ro->op, 0, sizeof(ro->op));
+		ro->op.cb = raw_op_done;
+		ro->s = s;
+		rc = tw_chan_write(w->ch[i], &ro->op, src, len, w->mr, &w->rk[i], w->roff);
+		if (rc < 0) {
+			s->remaining--;
+			if (!s->status)
+				s->status = rc;
+		}
+	}
+	w->roff += len;
+	return 0;
+}
+
+/* Retire finished writes in order; record their objects' latency. */
+static void raw_reap(struct raw *w)
+{
+	uint64_t now = 0;
+
+	while (w->tail < w->head) {
+		struct rawslot *s = &w->slots[w->tail % w->nslots];
+
+		if (s->remaining)
+			break;
+		if (s->status && !w->err)
+			w->err = s->status;
+		if (!now)
+			now = now_ns();
+		for (uint64_t i = s->first; w->lat_ns && i < s->first + s->n; i++) {
+			uint64_t d = now > w->t_submit[i] ? now - w->t_submit[i] : 0;
+
+			w->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		w->tail++;
+	}
+}
+
+static void raw_drive(struct raw *w, int timeout_ms)
+{
+	tw_fab_progress(w->fab, timeout_ms);
+	raw_reap(w);
+}
+
+static void raw_close(struct raw *w, uint64_t log_id)
+{
+	/* Make the buffers scan empty (type 0 at offset 0), then close them with offset 0, so
+	 * the backups take them back without calling them corrupt. */
+	for (unsigned i = 0; i < w->r && w->mr && !w->err; i++) {
+		if (!w->opened[i])
+			continue;
+		struct rawop zop;
+		struct rawslot zs;
+
+		memset(&zs, 0, sizeof(zs));
+		zs.remaining = 1;
+		memset(&zop, 0, sizeof(zop));
+		zop.op.cb = raw_op_done;
+		zop.s = &zs;
+		if (tw_chan_write(w->ch[i], &zop.op, w->src + (w->nslots + 1) * w->region, 64, w->mr,
+				  &w->rk[i], 0) < 0)
+			continue;
+		while (zs.remaining)
+			tw_fab_progress(w->fab, 100);
+	}
+	for (unsigned i = 0; i < w->r; i++) {
+		if (w->opened[i] && w->cl[i]) {
+			struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
+
+			tw_rpc_close_segment(w->cl[i], 1, &m, 0, NULL);
+		}
+		if (w->cl[i])
+			tw_rpc_client_destroy(w->cl[i]);
+		if (w->ch[i])
+			tw_chan_close(w->ch[i]);
+	}
+	if (w->mr)
+		tw_mr_close(w->mr);
+	if (w->src)
+		tw_fab_free(w->src, w->src_len);
+	free(w->slots);
+	if (w->fab)
+		tw_fab_close(w->fab);
+}
+
+static int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
+		   uint8_t *payload, struct run *run)
+{
+	const struct point *pt = &res->pt;
+	struct tw_fab_config fc;
+	struct tw_fab_events ev = { 0 };
+	struct raw w;
+	struct cpumark c0, c1;
+	uint64_t t0, t1, log_id = next_log_id();
+	long pg = sysconf(_SC_PAGESIZE);
+	int rc;
+
+	memset(&w, 0, sizeof(w));
+	w.r = pt->r;
+	w.size = pt->size;
+	w.nslots = pt->inflight;
+	/* A write never exceeds the buffer (as a primary's write never exceeds a segment). */
+	w.batch = pt->batch;
+	if ((uint64_t)w.batch * pt->size > o->segment_size)
+		w.batch = (unsigned)(o->segment_size / pt->size);
+	w.region = ((size_t)w.batch * pt->size + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+	w.src_len = w.region * (w.nslots + 1) + (size_t)pg;
+	w.t_submit = run->t_submit;
+	w.lat_ns = run->lat_ns;
+	tw_fab_config_init(&fc);
+	fc.provider = o->provider;
+	fc.busy_poll = o->busy_poll;
+	if (fc.tx_depth < pt->inflight + 32)
+		fc.tx_depth = pt->inflight + 32;
+	ev.arg = &w;
+	ev.on_recv = raw_on_recv;
+	ev.on_lost = raw_on_lost;
+	rc = tw_fab_open(&fc, &ev, &w.fab);
+	if (rc < 0) {
+		fprintf(stderr, "twbench: raw: cannot open the fabric: %s\n", tw_strerror(rc));
+		return rc;
+	}
+	w.slots = calloc(w.nslots, sizeof(*w.slots));
+	w.src = tw_fab_alloc(w.src_len);
+	if (!w.slots || !w.src) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = tw_mr_reg(w.fab, w.src, w.src_len, TW_MR_WRITE_SRC, &w.mr);
+	if (rc < 0) {
+		w.mr = NULL;
+		goto out;
+	}
+	for (unsigned i = 0; i < w.r; i++) {
+		struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
+
+		rc = tw_fab_connect(w.fab, addrs[i], &w.ch[i]);
+		if (rc < 0) {
+			w.ch[i] = NULL;
+			fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n", addrs[i],
+				tw_strerror(rc));
+			goto out;
+		}
+		rc = tw_rpc_client_create(w.ch[i], NULL, &w.cl[i]);
+		if (rc < 0) {
+			w.cl[i] = NULL;
+			goto out;
+		}
+		rc = tw_rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
+		if (rc < 0) {
+			fprintf(stderr, "twbench: raw: %s refused a buffer: %s\n", addrs[i],
+				tw_strerror(rc));
+			goto out;
+		}
+		w.opened[i] = true;
+		if (w.rk[i].len < w.rk[0].len)
+			w.rk[0].len = w.rk[i].len; /* wrap at the smallest buffer */
+	}
+	cpu_mark(&c0);
+	t0 = now_ns();
+	for (uint64_t i = 0; i < res->count && !w.err; i++) {
+		if (pt->rate > 0) {
+			uint64_t due = sched_ns(t0, pt->rate, i);
+
+			while (now_ns() < due) {
+				if (w.pend_n && raw_slot_free(&w))
+					raw_post(&w);
+				if (w.tail < w.head)
+					raw_drive(&w, 0);
+				else
+					wait_until(due);
+			}
+			w.t_submit[i] = due;
+		} else {
+			w.t_submit[i] = now_ns();
+		}
+		/* Back-pressure: at most `batch` objects wait while every slot is busy. */
+		while (w.pend_n == w.batch && !w.err) {
+			if (raw_slot_free(&w))
+				raw_post(&w);
+			else
+				raw_drive(&w, o->busy_poll ? 0 : 100);
+		}
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+		memcpy(w.src + (w.head % (w.nslots + 1)) * w.region + w.pend_n * pt->size, payload,
+		       pt->size);
+		if (!w.pend_n)
+			w.pend_first = i;
+		w.pend_n++;
+		/* The ceiling: every write carries a full batch (the primary's writes carry at most
+		 * that many); completions are polled every 256 objects and under back-pressure. In
+		 * open-loop runs a free slot takes what waits while the next object is not due. */
+		if ((i & 255) == 255)
+			raw_drive(&w, 0);
+		if (w.pend_n == w.batch && raw_slot_free(&w))
+			raw_post(&w);
+		if (o->progress && (i & 0x3fff) == 0)
+			progress_bar(i, res->count);
+	}
+	while (!w.err && (w.pend_n || w.tail < w.head)) {
+		if (w.pend_n && raw_slot_free(&w))
+			raw_post(&w);
+		else
+			raw_drive(&w, o->busy_poll ? 0 : 100);
+	}
+	t1 = now_ns();
+	if (w.err) {
+		rc = w.err;
+		fprintf(stderr, "twbench: raw: a write failed: %s\n", tw_strerror(rc));
+		goto out;
+	}
+	if (o->progress)
+		progress_bar(res->count, res->count);
+	cpu_mark(&c1);
+	cpu_delta(&c0, &c1, res);
+	res->secs = (double)(t1 - t0) / 1e9;
+	res->writes = w.writes;
+	res->segments = 1;
+	res->rpc_open = w.r;
+	res->rpc_close = w.r;
+	res->rpc_total = 2 * w.r;
+	res->have_ack = true;
+	pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
+
+	/* Latency: one object per write, to r backups, waited for, lat_count times. */
+	if (o->lat_count && pt->rate <= 0) {
+		uint64_t n = o->lat_count;
+
+		w.lat_ns = NULL;
+		for (uint64_t i = 0; i < n && !w.err; i++) {
+			uint64_t a = now_ns(), d;
+
+			memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+			memcpy(w.src + (w.head % (w.nslots + 1)) * w.region, payload, pt->size);
+			w.pend_first = i;
+			w.pend_n = 1;
+			raw_post(&w);
+			while (w.tail < w.head && !w.err)
+				raw_drive(&w, o->busy_poll ? 0 : 100);
+			d = now_ns() - a;
+			run->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		if (w.err) {
+			rc = w.err;
+			goto out;
+		}
+		res->n_lat = n;
+		pcts(run->lat_ns, n, &res->p50, &res->p99, &res->p999);
+	}
+	rc = 0;
+out:
+	raw_close(&w, log_id);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static double cpu_per_gb(const struct result *x)
+{
+	double gb = (double)x->count * x->pt.size / 1e9;
+
+	return x->cpu_ok && gb > 0 ? x->cpu_sum / gb : -1;
+}
+
+static double cpu_per_mobj(const struct result *x)
+{
+	return x->cpu_ok && x->count ? x->cpu_sum / ((double)x->count / 1e6) : -1;
+}
+
+static void json_num_or_null(const char *key, double v, bool ok, bool comma)
+{
+	if (ok)
+		printf("\"%s\":%.6g%s", key, v, comma ? "," : "");
+	else
+		printf("\"%s\":null%s", key, comma ? "," : "");
+}
+
+static void print_run_json(const struct opts *o, const struct result *x)
+{
+	double per_obj = (double)(x->rpc_open + x->rpc_close) / (double)x->count;
+	double per_req = per_obj / x->pt.r;
+
+	printf("{\"provider\":\"%s\",\"mode\":\"%s\",\"append\":\"%s\",\"replicas\":%u,"
+	       "\"count\":%" PRIu64 ",\"size\":%u,\"batch\":%u,\"inflight\":%u,"
+	       "\"offered_rate\":%.1f,"
+	       "\"segment_size\":%zu,\"seconds\":%.6f,\"objects_per_s\":%.1f,"
+	       "\"mb_per_s\":%.3f,\"sync_latency_samples\":%" PRIu64 ","
+	       "\"sync_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
+	       o->provider, mode_names[x->mode], o->async ? "async" : "sync", x->pt.r, x->count,
+	       x->pt.size, x->pt.batch, x->pt.inflight, x->pt.rate, o->segment_size, x->secs,
+	       x->ops, x->mbs, x->n_lat, x->p50, x->p99, x->p999);
+	if (x->have_ack)
+		printf("\"async_ack_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},", x->a50,
+		       x->a99, x->a999);
+	printf("\"backup_cpu_s\":[");
+	for (unsigned i = 0; i < x->n_cpu; i++)
+		printf(x->cpu[i] >= 0 ? "%s%.3f" : "%snull", i ? "," : "", x->cpu[i]);
+	printf("],\"backup_progress_cpu_s\":[");
+	for (unsigned i = 0; i < x->n_cpu; i++)
+		printf(x->cpu_main[i] >= 0 ? "%s%.3f" : "%snull", i ? "," : "", x->cpu_main[i]);
+	printf("],");
+	json_num_or_null("backup_cpu_total_s", x->cpu_sum, x->cpu_ok, true);
+	json_num_or_null("backup_progress_cpu_total_s", x->cpu_main_sum, x->cpu_main_ok, true);
+	json_num_or_null("backup_cpu_s_per_gb", cpu_per_gb(x), x->cpu_ok, true);
+	json_num_or_null("backup_cpu_s_per_mobj", cpu_per_mobj(x), x->cpu_ok, true);
+	printf("\"writes\":%" PRIu64 ",\"entries_per_write\":%.3f,\"segments\":%" PRIu64
+	       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
+	       ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
+	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64 "}",
+	       x->writes, (double)x->count / (double)(x->writes ? x->writes : 1), x->segments,
+	       x->rpc_handshake, x->rpc_open, x->rpc_close, x->rpc_total, per_obj, per_req,
+	       x->open_refused);
+}
+
+static bool same_point(const struct point *a, const struct point *b)
+{
+	return a->size == b->size && a->r == b->r && a->batch == b->batch &&
+	       a->inflight == b->inflight && a->rate == b->rate;
+}
+
+static const struct result *find_result(const struct point *pt, enum bmode m)
+{
+	for (unsigned i = 0; i < n_results; i++)
+		if (results[i].mode == m && same_point(&results[i].pt, pt))
+			return &results[i];
+	return NULL;
+}
+
+static double ratio(double a, double b)
+{
+	return b > 0 && a >= 0 ? a / b : -1;
+}
+
+/* Ratios of one sweep point: onesided over rpc (throughput, latencies, backup CPU), onesided over
+ * raw (bytes/s). -1 where a mode is missing. */
+struct cmp {
+	struct point pt;
+	double thr, p50, p99, a50, a99, cpu, cpu_main, raw_bytes, rpc_raw_bytes;
+};
+
+static unsigned comparisons(struct cmp *out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < n_results && n < max; i++) {
+		const struct point *pt = &results[i].pt;
+		const struct result *os, *rp, *rw;
+		bool seen = false;
+
+		for (unsigned k = 0; k < n; k++)
+			seen |= same_point(&out[k].pt, pt);
+		if (seen)
+			continue;
+		os = find_result(pt, M_ONESIDED);
+		rp = find_result(pt, M_RPC);
+		rw = find_result(pt, M_RAW);
+		if (!os || (!rp && !rw))
+			continue;
+		out[n].pt = *pt;
+		out[n].thr = rp ? ratio(os->ops, rp->ops) : -1;
+		out[n].p50 = rp && rp->n_lat ? ratio(os->p50, rp->p50) : -1;
+		out[n].p99 = rp && rp->n_lat ? ratio(os->p99, rp->p99) : -1;
+		out[n].a50 = rp ? ratio(os->a50, rp->a50) : -1;
+		out[n].a99 = rp ? ratio(os->a99, rp->a99) : -1;
+		out[n].cpu = rp && os->cpu_ok && rp->cpu_ok ? ratio(os->cpu_sum, rp->cpu_sum) : -1;
+		out[n].cpu_main = rp && os->cpu_main_ok && rp->cpu_main_ok ?
+				  ratio(os->cpu_main_sum, rp->cpu_main_sum) : -1;
+		out[n].raw_bytes = rw ? ratio(os->mbs, rw->mbs) : -1;
+		out[n].rpc_raw_bytes = rw && rp ? ratio(rp->mbs, rw->mbs) : -1;
+		n++;
+	}
+	return n;
+}
+
+static void print_json(const struct opts *o)
+{
+	struct cmp c[256];
+	unsigned nc;
+
+	if (n_results == 1) {
+		print_run_json(o, &results[0]);
+		printf("\n");
+		return;
+	}
+	printf("{\"twbench\":{\"provider\":\"%s\",\"count\":%" PRIu64 ",\"append\":\"%s\","
+	       "\"segment_size\":%zu},\"runs\":[",
+	       o->provider, o->count, o->async ? "async" : "sync", o->segment_size);
+	for (unsigned i = 0; i < n_results; i++) {
+		if (i)
+			printf(",");
+		print_run_json(o, &results[i]);
+	}
+	printf("],\"comparisons\":[");
+	nc = comparisons(c, 256);
+	for (unsigned i = 0; i < nc; i++) {
+		printf("%s{\"size\":%u,\"replicas\":%u,\"batch\":%u,\"inflight\":%u,"
+		       "\"offered_rate\":%.1f,", i ? "," : "", c[i].pt.size, c[i].pt.r, c[i].pt.batch,
+		       c[i].pt.inflight, c[i].pt.rate);
+		json_num_or_null("throughput_onesided_over_rpc", c[i].thr, c[i].thr >= 0, true);
+		json_num_or_null("sync_p50_onesided_over_rpc", c[i].p50, c[i].p50 >= 0, true);
+		json_num_or_null("sync_p99_onesided_over_rpc", c[i].p99, c[i].p99 >= 0, true);
+		json_num_or_null("ack_p50_onesided_over_rpc", c[i].a50, c[i].a50 >= 0, true);
+		json_num_or_null("ack_p99_onesided_over_rpc", c[i].a99, c[i].a99 >= 0, true);
+		json_num_or_null("backup_cpu_onesided_over_rpc", c[i].cpu, c[i].cpu >= 0, true);
+		json_num_or_null("backup_progress_cpu_onesided_over_rpc", c[i].cpu_main,
+				 c[i].cpu_main >= 0, true);
+		json_num_or_null("bytes_onesided_over_raw", c[i].raw_bytes, c[i].raw_bytes >= 0,
+				 true);
+		json_num_or_null("bytes_rpc_over_raw", c[i].rpc_raw_bytes, c[i].rpc_raw_bytes >= 0,
+				 false);
+		printf("}");
+	}
+	printf("]}\n");
+}
+
+/* The classic single-run table (one mode, one point). */
+static void print_single(const struct opts *o, const struct result *x)
+{
+	double per_obj = (double)(x->rpc_open + x->rpc_close) / (double)x->count;
+	double per_req = per_obj / x->pt.r;
+	char k[64];
+
+	printf("twbench: %" PRIu64 " objects of %u B, r = %u, provider %s, mode %s, %s appends, "
+	       "segment %zu B, batch <= %u, %u in flight%s\n",
+	       x->count, x->pt.size, x->pt.r, o->provider, mode_names[x->mode],
+	       o->async ? "async" : "sync", o->segment_size, x->pt.batch, x->pt.inflight,
+	       x->pt.rate > 0 ? ", open loop" : "");
+	if (x->pt.rate > 0)
+		printf("  %-40s %14.0f\n", "offered objects/s", x->pt.rate);
+	printf("  %-40s %14.0f\n", "objects/s", x->ops);
+	printf("  %-40s %14.2f\n", "MB/s (payload)", x->mbs);
+	snprintf(k, sizeof(k), "sync append latency p50 (us, n=%" PRIu64 ")", x->n_lat);
+	printf("  %-40s %14.1f\n", k, x->p50);
+	printf("  %-40s %14.1f\n", "sync append latency p99 (us)", x->p99);
+	printf("  %-40s %14.1f\n", "sync append latency p99.9 (us)", x->p999);
+	if (x->have_ack) {
+		printf("  %-40s %14.1f\n", "async submit->ack p50 (us)", x->a50);
+		printf("  %-40s %14.1f\n", "async submit->ack p99 (us)", x->a99);
+		printf("  %-40s %14.1f\n", "async submit->ack p99.9 (us)", x->a999);
+	}
+	for (unsigned i = 0; i < x->n_cpu; i++) {
+		if (n_twd)
+			snprintf(k, sizeof(k), "backup %u CPU (s, pid %d)", i, (int)twds[i].pid);
+		else
+			snprintf(k, sizeof(k), "backup %u CPU (s, stats RPC)", i);
+		if (x->cpu[i] >= 0)
+			printf("  %-40s %14.3f\n", k, x->cpu[i]);
+		else
+			printf("  %-40s %14s\n", k, "n/a");
+	}
+	if (x->cpu_ok) {
+		printf("  %-40s %14.3f\n", "backup CPU s per GB (all backups)", cpu_per_gb(x));
+		printf("  %-40s %14.3f\n", "backup CPU s per 1M objects (all)", cpu_per_mobj(x));
+	}
+	printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", x->writes);
+	printf("  %-40s %14.2f\n", "entries per write",
+	       (double)x->count / (double)(x->writes ? x->writes : 1));
+	printf("  %-40s %14" PRIu64 "\n", "segments", x->segments);
+	snprintf(k, sizeof(k), "%" PRIu64 " + %" PRIu64, x->rpc_open, x->rpc_close);
+	printf("  %-40s %14s\n", "open + close RPCs", k);
+	printf("  %-40s %14.3g\n", "control RPCs per object", per_obj);
+	printf("  %-40s %14.3g  (paper: 2.38e-05)\n", "control RPCs per replication request",
+	       per_req);
+	printf("  %-40s %14.3f\n", "seconds", x->secs);
+}
+
+static void fmt_ratio(char *buf, size_t len, double v)
+{
+	if (v < 0)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2f", v);
+}
+
+/* Side-by-side: one line per run, then the ratios per point. */
+static void print_table(const struct opts *o)
+{
+	struct cmp c[256];
+	unsigned nc;
+
+	printf("twbench: provider %s, %" PRIu64 " objects per run, %s appends, segment %zu B\n",
+	       o->provider, o->count, o->async ? "async" : "sync", o->segment_size);
+	printf("%6s %2s %5s %4s %9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %7s\n", "size", "r",
+	       "batch", "infl", "offered", "mode", "objects/s", "MB/s", "p50 us", "p99 us",
+	       "ack p50", "ack p99", "bk CPU s", "CPUs/GB", "CPUs/Mob", "ent/wr");
+	for (unsigned i = 0; i < n_results; i++) {
+		const struct result *x = &results[i];
+		char rate[32];
+
+		if (x->pt.rate > 0)
+			snprintf(rate, sizeof(rate), "%.0f", x->pt.rate);
+		else
+			snprintf(rate, sizeof(rate), "closed");
+		printf("%6u %2u %5u %4u %9s %-8s %11.0f %8.2f %8.1f %8.1f %8.1f %8.1f %8.3f %8.3f "
+		       "%8.3f %7.1f\n",
+		       x->pt.size, x->pt.r, x->pt.batch, x->pt.inflight, rate, mode_names[x->mode],
+		       x->ops, x->mbs, x->p50, x->p99, x->a50, x->a99, x->cpu_ok ? x->cpu_sum : -1,
+		       cpu_per_gb(x), cpu_per_mobj(x),
+		       (double)x->count / (double)(x->writes ? x->writes : 1));
+	}
+	nc = comparisons(c, 256);
+	if (!nc)
+		return;
+	printf("\nratios (onesided / rpc unless said; throughput: higher is better for onesided, "
+	       "latency and CPU: lower)\n");
+	printf("%6s %2s %5s %4s %9s %9s %8s %8s %8s %8s %8s %9s %9s %9s\n", "size", "r", "batch",
+	       "infl", "offered", "objects/s", "p50", "p99", "ack p50", "ack p99", "bk CPU",
+	       "bk progr", "os/raw B", "rpc/raw B");
+	for (unsigned i = 0; i < nc; i++) {
+		char f[9][16], rate[32];
+
+		fmt_ratio(f[0], 16, c[i].thr);
+		fmt_ratio(f[1], 16, c[i].p50);
+		fmt_ratio(f[2], 16, c[i].p99);
+		fmt_ratio(f[3], 16, c[i].a50);
+		fmt_ratio(f[4], 16, c[i].a99);
+		fmt_ratio(f[5], 16, c[i].cpu);
+		fmt_ratio(f[6], 16, c[i].cpu_main);
+		fmt_ratio(f[7], 16, c[i].raw_bytes);
+		fmt_ratio(f[8], 16, c[i].rpc_raw_bytes);
+		if (c[i].pt.rate > 0)
+			snprintf(rate, sizeof(rate), "%.0f", c[i].pt.rate);
+		else
+			snprintf(rate, sizeof(rate), "closed");
+		printf("%6u %2u %5u %4u %9s %9s %8s %8s %8s %8s %8s %9s %9s %9s\n", c[i].pt.size,
+		       c[i].pt.r, c[i].pt.batch, c[i].pt.inflight, rate, f[0], f[1], f[2], f[3],
+		       f[4], f[5], f[6], f[7], f[8]);
+	}
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int parse_modes(const char *s, struct opts *o)
+{
+	char buf[128], *save = NULL, *tok;
+
+	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+		return -1;
+	o->n_modes = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int m = -1;
+
+		for (int k = 0; k < M_COUNT; k++)
+			if (!strcmp(tok, mode_names[k]))
+				m = k;
+		if (m < 0 || o->n_modes == M_COUNT)
+			return -1;
+		o->modes[o->n_modes++] = (enum bmode)m;
+	}
+	return o->n_modes ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
@@ -494,16 +1468,20 @@ int main(int argc, char **argv)
 		{ "backups", required_argument, NULL, 'b' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "size", required_argument, NULL, 's' },
+		{ "sizes", required_argument, NULL, 's' },
 		{ "sync", no_argument, NULL, 'S' },
 		{ "async", no_argument, NULL, 'A' },
 		{ "batch", required_argument, NULL, 'B' },
 		{ "inflight", required_argument, NULL, 'I' },
+		{ "rate", required_argument, NULL, 'R' },
 		{ "segment-size", required_argument, NULL, 'g' },
 		{ "buffers", required_argument, NULL, 'f' },
 		{ "busy-poll", no_argument, NULL, 'P' },
 		{ "mode", required_argument, NULL, 'm' },
 		{ "latency-count", required_argument, NULL, 'L' },
 		{ "preopen", no_argument, NULL, 'O' },
+		{ "no-settle", no_argument, NULL, 'N' },
+		{ "max-bytes", required_argument, NULL, 'X' },
 		{ "twd", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-progress", no_argument, NULL, 'q' },
@@ -511,24 +1489,20 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = {
-		.provider = "tcp", .r = 3, .count = 1000000, .size = 100, .batch = 256,
-		.inflight = 8, .segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE, .twd_buffers = 16,
-		.mode = "onesided", .async = true, .lat_count = 10000,
+		.provider = "tcp", .rs = { 3 }, .n_r = 1, .count = 1000000, .sizes = { 100 },
+		.n_sizes = 1, .batches = { 256 }, .n_batches = 1, .inflights = { 8 },
+		.n_inflights = 1, .rates = { 0 }, .n_rates = 1, .modes = { M_ONESIDED }, .n_modes = 1,
+		.segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE, .twd_buffers = 16, .async = true,
+		.lat_count = 10000, .settle = true,
 	};
 	const char *addrs[MAX_BACKUPS];
-	unsigned n_addrs = 0;
-	struct tw_primary_config cfg;
-	struct tw_primary *p = NULL;
-	struct tw_primary_stats st;
+	unsigned n_addrs = 0, max_r = 0, runs_total, run_no = 0;
 	struct run run = { 0 };
-	double cpu[MAX_BACKUPS], cpu0[MAX_BACKUPS];
-	unsigned n_cpu = 0;
-	struct remote rs = { 0 };
-	char errmsg[1024], twd_exe[PATH_MAX];
-	uint8_t *payload;
-	uint64_t t0, t1, v, n_lat = 0;
-	uint32_t *lat = NULL;
-	int c, rc, exit_code = 1;
+	char twd_exe[PATH_MAX];
+	uint8_t *payload = NULL;
+	uint64_t v, list[MAX_LIST];
+	uint32_t max_size = 0;
+	int c, n, rc, exit_code = 1;
 
 	o.progress = isatty(STDERR_FILENO);
 	if (getenv("FI_PROVIDER"))
@@ -538,9 +1512,12 @@ int main(int argc, char **argv)
 		case 'p': o.provider = optarg; break;
 		case 'b': o.backups_arg = optarg; break;
 		case 'r':
-			if (parse_u64(optarg, &v) || !v || v > MAX_BACKUPS)
+			n = parse_list(optarg, 1, MAX_BACKUPS, list, MAX_LIST);
+			if (n < 0)
 				goto bad;
-			o.r = (unsigned)v;
+			for (int i = 0; i < n; i++)
+				o.rs[i] = (unsigned)list[i];
+			o.n_r = (unsigned)n;
 			break;
 		case 'n':
 			if (parse_u64(optarg, &v) || !v)
@@ -548,21 +1525,38 @@ int main(int argc, char **argv)
 			o.count = v;
 			break;
 		case 's':
-			if (parse_u64(optarg, &v) || !v || v > UINT32_MAX)
+			n = parse_list(optarg, 1, UINT32_MAX, list, MAX_LIST);
+			if (n < 0)
 				goto bad;
-			o.size = (uint32_t)v;
+			for (int i = 0; i < n; i++)
+				o.sizes[i] = (uint32_t)list[i];
+			o.n_sizes = (unsigned)n;
 			break;
 		case 'S': o.async = false; break;
 		case 'A': o.async = true; break;
 		case 'B':
-			if (parse_u64(optarg, &v) || !v || v > 1u << 20)
+			n = parse_list(optarg, 1, 1u << 20, list, MAX_LIST);
+			if (n < 0)
 				goto bad;
-			o.batch = (unsigned)v;
+			for (int i = 0; i < n; i++)
+				o.batches[i] = (unsigned)list[i];
+			o.n_batches = (unsigned)n;
 			break;
 		case 'I':
-			if (parse_u64(optarg, &v) || !v || v > TW_PRIMARY_MAX_INFLIGHT)
+			n = parse_list(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, list, MAX_LIST);
+			if (n < 0)
 				goto bad;
-			o.inflight = (unsigned)v;
+			for (int i = 0; i < n; i++)
+				o.inflights[i] = (unsigned)list[i];
+			o.n_inflights = (unsigned)n;
+			break;
+		case 'R':
+			n = parse_list(optarg, 1, 1ull << 32, list, MAX_LIST);
+			if (n < 0)
+				goto bad;
+			for (int i = 0; i < n; i++)
+				o.rates[i] = (double)list[i];
+			o.n_rates = (unsigned)n;
 			break;
 		case 'g':
 			if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32))
@@ -576,7 +1570,18 @@ int main(int argc, char **argv)
 			break;
 		case 'P': o.busy_poll = true; break;
 		case 'O': o.preopen = true; break;
-		case 'm': o.mode = optarg; break;
+		case 'N': o.settle = false; break;
+		case 'X':
+			if (parse_u64(optarg, &v))
+				goto bad;
+			o.max_bytes = v;
+			break;
+		case 'm':
+			if (parse_modes(optarg, &o) < 0) {
+				fprintf(stderr, "twbench: --mode takes onesided, rpc, raw (comma-separated)\n");
+				return 2;
+			}
+			break;
 		case 'L':
 			if (parse_u64(optarg, &v))
 				goto bad;
@@ -599,13 +1604,22 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (strcmp(o.mode, "onesided")) {
-		fprintf(stderr, "twbench: --mode %s is not implemented yet (only onesided)\n", o.mode);
-		return 2;
+	for (unsigned i = 0; i < o.n_sizes; i++) {
+		if ((size_t)o.sizes[i] + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > o.segment_size) {
+			fprintf(stderr, "twbench: --size %u does not fit a %zu-byte segment\n",
+				o.sizes[i], o.segment_size);
+			return 2;
+		}
+		if (o.sizes[i] > max_size)
+			max_size = o.sizes[i];
 	}
-	if ((size_t)o.size + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > o.segment_size) {
-		fprintf(stderr, "twbench: --size %u does not fit a %zu-byte segment\n", o.size,
-			o.segment_size);
+	for (unsigned i = 0; i < o.n_r; i++)
+		if (o.rs[i] > max_r)
+			max_r = o.rs[i];
+	runs_total = o.n_sizes * o.n_r * o.n_batches * o.n_inflights * o.n_rates * o.n_modes;
+	if (runs_total > sizeof(results) / sizeof(results[0])) {
+		fprintf(stderr, "twbench: %u runs are too many (at most %zu)\n", runs_total,
+			sizeof(results) / sizeof(results[0]));
 		return 2;
 	}
 
@@ -637,7 +1651,7 @@ int main(int argc, char **argv)
 		signal(SIGINT, on_signal);
 		signal(SIGTERM, on_signal);
 		signal(SIGPIPE, SIG_IGN);
-		for (unsigned i = 0; i < o.r; i++) {
+		for (unsigned i = 0; i < max_r; i++) {
 			twds[i].out_fd = -1;
 			rc = start_twd(twd_exe, &o, i);
 			if (rc < 0) {
@@ -647,238 +1661,79 @@ int main(int argc, char **argv)
 			addrs[n_addrs++] = twds[i].addr;
 		}
 	}
-	if (n_addrs < o.r) {
-		fprintf(stderr, "twbench: -r %u needs at least %u backups, %u given\n", o.r, o.r, n_addrs);
+	if (n_addrs < max_r) {
+		fprintf(stderr, "twbench: -r %u needs at least %u backups, %u given\n", max_r, max_r,
+			n_addrs);
 		return 2;
 	}
+	if (!n_twd && remote_open(&rs_stats, o.provider, addrs, n_addrs) == 0) {
+		rs_open = true;
+		rs_n = n_addrs;
+	}
 
-	payload = malloc(o.size);
+	payload = malloc(max_size);
 	run.t_submit = calloc(o.count, sizeof(uint64_t));
-	run.lat_ns = calloc(o.count, sizeof(uint32_t));
+	run.lat_ns = calloc(o.count > o.lat_count ? o.count : o.lat_count, sizeof(uint32_t));
 	if (!payload || !run.t_submit || !run.lat_ns) {
 		fprintf(stderr, "twbench: out of memory for %" PRIu64 " objects\n", o.count);
-		return 1;
+		goto out;
 	}
-	for (uint32_t i = 0; i < o.size; i++)
+	for (uint32_t i = 0; i < max_size; i++)
 		payload[i] = (uint8_t)(i * 7 + 1);
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = ((uint64_t)getpid() << 16) | 1;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = n_addrs;
-	cfg.replicas = o.r;
-	cfg.provider = o.provider;
-	cfg.segment_size = o.segment_size;
-	cfg.max_batch = o.batch;
-	cfg.max_inflight = o.inflight;
-	cfg.mode = o.async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
-	cfg.busy_poll = o.busy_poll;
-	cfg.preopen = o.preopen;
-	cfg.open_retry_ms = 30000;
-	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
-	if (rc < 0) {
-		fprintf(stderr, "twbench: cannot open the log: %s: %s\n", tw_strerror(rc), errmsg);
-		return 1;
-	}
-	for (unsigned i = 0; i < n_twd; i++)
-		twds[i].cpu_start = proc_cpu(twds[i].pid);
-	if (!n_twd && remote_open(&rs, o.provider, addrs, n_addrs) == 0) {
-		for (unsigned i = 0; i < n_addrs; i++)
-			cpu0[i] = remote_cpu(&rs, i);
-	}
+	for (unsigned is = 0; is < o.n_sizes; is++)
+	for (unsigned ir = 0; ir < o.n_r; ir++)
+	for (unsigned ib = 0; ib < o.n_batches; ib++)
+	for (unsigned ii = 0; ii < o.n_inflights; ii++)
+	for (unsigned iq = 0; iq < o.n_rates; iq++)
+	for (unsigned im = 0; im < o.n_modes; im++) {
+		struct result *x = &results[n_results];
 
-	/* Phase 1: replicate `count` objects (throughput; in sync mode also the latencies). */
-	t0 = now_ns();
-	for (uint64_t i = 0; i < o.count; i++) {
-		memcpy(payload, &i, o.size < 8 ? o.size : 8); /* sequence number in every object */
-		if (o.async) {
-			run.t_submit[i] = now_ns();
-			rc = tw_primary_append_async(p, payload, o.size, async_cb, &run, NULL);
-		} else {
-			uint64_t a = now_ns(), d;
-
-			rc = tw_primary_append(p, payload, o.size, NULL);
-			d = now_ns() - a;
-			run.lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		memset(x, 0, sizeof(*x));
+		x->pt.size = o.sizes[is];
+		x->pt.r = o.rs[ir];
+		x->pt.batch = o.batches[ib];
+		x->pt.inflight = o.inflights[ii];
+		x->pt.rate = o.rates[iq];
+		x->mode = o.modes[im];
+		x->count = o.count;
+		if (o.max_bytes && x->count * x->pt.size > o.max_bytes)
+			x->count = o.max_bytes / x->pt.size > 1000 ? o.max_bytes / x->pt.size : 1000;
+		if (x->mode == M_RAW && !o.async) {
+			fprintf(stderr, "twbench: raw mode has no --sync form; skipped\n");
+			continue;
 		}
-		if (rc < 0) {
-			fprintf(stderr, "\ntwbench: append %" PRIu64 " failed: %s: %s\n", i, tw_strerror(rc),
-				tw_primary_errmsg(p));
+		run_no++;
+		if (runs_total > 1 && !o.json)
+			fprintf(stderr, "twbench: run %u/%u: mode %s, size %u, r %u, batch %u, "
+				"inflight %u%s\n", run_no, runs_total, mode_names[x->mode], x->pt.size,
+				x->pt.r, x->pt.batch, x->pt.inflight, x->pt.rate > 0 ? ", open loop" : "");
+		if (o.settle && n_results)
+			settle_backups();
+		if (x->mode == M_RAW)
+			rc = run_raw(&o, addrs, x, payload, &run);
+		else
+			rc = run_primary(&o, addrs, n_addrs, x->mode, x, payload, &run);
+		if (rc < 0)
 			goto out;
-		}
-		if (o.progress && (i & 0x3fff) == 0)
-			progress_bar(i, o.count);
+		x->ops = (double)x->count / x->secs;
+		x->mbs = (double)x->count * x->pt.size / x->secs / 1e6;
+		n_results++;
 	}
-	rc = tw_primary_flush(p);
-	t1 = now_ns();
-	if (rc < 0 || run.errors) {
-		fprintf(stderr, "\ntwbench: %" PRIu64 " appends failed: %s: %s\n", run.errors,
-			tw_strerror(rc ? rc : run.first_err), tw_primary_errmsg(p));
-		goto out;
-	}
-	if (o.progress)
-		progress_bar(o.count, o.count);
-	for (unsigned i = 0; i < n_twd; i++)
-		cpu[i] = proc_cpu(twds[i].pid) - twds[i].cpu_start;
-	n_cpu = n_twd;
-	if (!n_twd && rs.fab) {
-		for (unsigned i = 0; i < n_addrs; i++) {
-			double c1 = remote_cpu(&rs, i);
-
-			cpu[i] = c1 >= 0 && cpu0[i] >= 0 ? c1 - cpu0[i] : -1;
-		}
-		n_cpu = n_addrs;
-		remote_close(&rs);
-	}
-	rc = tw_primary_finish(p); /* the final close RPC counts too */
-	tw_primary_get_stats(p, &st);
-	if (rc < 0) {
-		fprintf(stderr, "twbench: closing the log: %s: %s\n", tw_strerror(rc), tw_primary_errmsg(p));
-		goto out;
-	}
-	tw_primary_close(p);
-	p = NULL;
-
-	/* Phase 2 (async runs): latency of synchronous appends on a second log, caller-driven. */
-	if (o.async && o.lat_count) {
-		uint64_t n = o.lat_count;
-
-		lat = calloc(n, sizeof(uint32_t));
-		if (!lat) {
-			fprintf(stderr, "twbench: out of memory\n");
-			goto out;
-		}
-		cfg.log_id++;
-		cfg.mode = TW_PRIMARY_SYNC;
-		rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
-		if (rc < 0) {
-			fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n", tw_strerror(rc),
-				errmsg);
-			goto out;
-		}
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t a = now_ns(), d;
-
-			memcpy(payload, &i, o.size < 8 ? o.size : 8);
-			rc = tw_primary_append(p, payload, o.size, NULL);
-			d = now_ns() - a;
-			if (rc < 0) {
-				fprintf(stderr, "twbench: sync append %" PRIu64 " failed: %s: %s\n", i,
-					tw_strerror(rc), tw_primary_errmsg(p));
-				goto out;
-			}
-			lat[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
-		}
-		rc = tw_primary_close(p);
-		p = NULL;
-		if (rc < 0) {
-			fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
-			goto out;
-		}
-		n_lat = n;
-	} else if (!o.async) {
-		lat = run.lat_ns;
-		run.lat_ns = NULL;
-		n_lat = o.count;
-	}
-
-	{
-		double secs = (double)(t1 - t0) / 1e9;
-		double ops = (double)o.count / secs;
-		double mbs = (double)o.count * o.size / secs / 1e6;
-		double p50 = 0, p99 = 0, p999 = 0, a50 = 0, a99 = 0, a999 = 0;
-		uint64_t ctl = st.rpc_open + st.rpc_close;
-		double per_obj = (double)ctl / (double)o.count;
-		double per_req = (double)ctl / ((double)o.count * o.r);
-		char k[64];
-
-		if (n_lat) {
-			qsort(lat, n_lat, sizeof(uint32_t), cmp_u32);
-			p50 = pct(lat, n_lat, 0.50);
-			p99 = pct(lat, n_lat, 0.99);
-			p999 = pct(lat, n_lat, 0.999);
-		}
-		if (o.async) {
-			qsort(run.lat_ns, o.count, sizeof(uint32_t), cmp_u32);
-			a50 = pct(run.lat_ns, o.count, 0.50);
-			a99 = pct(run.lat_ns, o.count, 0.99);
-			a999 = pct(run.lat_ns, o.count, 0.999);
-		}
-		if (o.json) {
-			printf("{\"provider\":\"%s\",\"mode\":\"%s\",\"append\":\"%s\",\"replicas\":%u,"
-			       "\"count\":%" PRIu64 ",\"size\":%u,\"batch\":%u,\"inflight\":%u,"
-			       "\"segment_size\":%zu,\"seconds\":%.6f,\"objects_per_s\":%.1f,"
-			       "\"mb_per_s\":%.3f,\"sync_latency_samples\":%" PRIu64 ","
-			       "\"sync_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
-			       o.provider, o.mode, o.async ? "async" : "sync", o.r, o.count, o.size,
-			       o.batch, o.inflight, o.segment_size, secs, ops, mbs, n_lat, p50, p99, p999);
-			if (o.async)
-				printf("\"async_ack_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
-				       a50, a99, a999);
-			printf("\"backup_cpu_s\":[");
-			for (unsigned i = 0; i < n_cpu; i++) {
-				if (cpu[i] >= 0)
-					printf("%s%.3f", i ? "," : "", cpu[i]);
-				else
-					printf("%snull", i ? "," : "");
-			}
-			printf("],\"writes\":%" PRIu64 ",\"entries_per_write\":%.3f,\"segments\":%" PRIu64
-			       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
-			       ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
-			       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64 "}\n",
-			       st.writes, (double)o.count / (double)(st.writes ? st.writes : 1),
-			       st.segments, st.rpc_handshake, st.rpc_open, st.rpc_close, st.rpcs, per_obj,
-			       per_req, st.open_refused);
-		} else {
-			printf("twbench: %" PRIu64 " objects of %u B, r = %u, provider %s, %s appends, "
-			       "segment %zu B, batch <= %u, %u in flight\n",
-			       o.count, o.size, o.r, o.provider, o.async ? "async" : "sync",
-			       o.segment_size, o.batch, o.inflight);
-			printf("  %-40s %14.0f\n", "objects/s", ops);
-			printf("  %-40s %14.2f\n", "MB/s (payload)", mbs);
-			snprintf(k, sizeof(k), "sync append latency p50 (us, n=%" PRIu64 ")", n_lat);
-			printf("  %-40s %14.1f\n", k, p50);
-			printf("  %-40s %14.1f\n", "sync append latency p99 (us)", p99);
-			printf("  %-40s %14.1f\n", "sync append latency p99.9 (us)", p999);
-			if (o.async) {
-				printf("  %-40s %14.1f\n", "async submit->ack p50 (us)", a50);
-				printf("  %-40s %14.1f\n", "async submit->ack p99 (us)", a99);
-				printf("  %-40s %14.1f\n", "async submit->ack p99.9 (us)", a999);
-			}
-			for (unsigned i = 0; i < n_cpu; i++) {
-				if (n_twd)
-					snprintf(k, sizeof(k), "backup %u CPU (s, pid %d)", i, (int)twds[i].pid);
-				else
-					snprintf(k, sizeof(k), "backup %u CPU (s, stats RPC)", i);
-				if (cpu[i] >= 0)
-					printf("  %-40s %14.3f\n", k, cpu[i]);
-				else
-					printf("  %-40s %14s\n", k, "n/a");
-			}
-			printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", st.writes);
-			printf("  %-40s %14.2f\n", "entries per write",
-			       (double)o.count / (double)(st.writes ? st.writes : 1));
-			printf("  %-40s %14" PRIu64 "\n", "segments", st.segments);
-			snprintf(k, sizeof(k), "%" PRIu64 " + %" PRIu64, st.rpc_open, st.rpc_close);
-			printf("  %-40s %14s\n", "open + close RPCs", k);
-			printf("  %-40s %14.3g\n", "control RPCs per object", per_obj);
-			printf("  %-40s %14.3g  (paper: 2.38e-05)\n", "control RPCs per replication request",
-			       per_req);
-			printf("  %-40s %14.3f\n", "seconds", secs);
-		}
-		fflush(stdout);
-	}
+	if (o.json)
+		print_json(&o);
+	else if (n_results == 1)
+		print_single(&o, &results[0]);
+	else
+		print_table(&o);
+	fflush(stdout);
 	exit_code = 0;
 out:
-	if (p)
-		tw_primary_close(p);
 	free(payload);
 	free(run.t_submit);
 	free(run.lat_ns);
-	free(lat);
-	if (rs.fab)
-		remote_close(&rs);
+	if (rs_open)
+		remote_close(&rs_stats);
 	stop_twds();
 	return exit_code;
 }

@@ -38,10 +38,20 @@
  * fails, that append and every later one fail: there are no holes in the acknowledged log.
  *
  * Errors: functions return 0 or a negative code (tw_strerror()); tw_primary_errmsg() gives the
- * detail. A lost backup (connection lost, write error, op timeout) fails the log with
- * -TW_EPEERLOST and a message naming the backup; re-replication is not implemented yet, so the
- * primary stays failed (every later append returns the error at once). No call hangs: writes
- * fail after op_timeout_ms, RPCs after rpc_timeout_ms.
+ * detail. No call hangs: writes fail after op_timeout_ms, RPCs after rpc_timeout_ms.
+ *
+ * Backup failure (docs/failover.md): a backup is lost on a write error, FI_SHUTDOWN / connection
+ * loss, a write not completed within op_timeout_ms, or an RPC without a reply within
+ * rpc_timeout_ms. If it held a replica of the open segment, the primary suspends appends (they
+ * are accepted and wait, nothing is acknowledged), opens the segment on a spare backup from
+ * cfg.backups, copies the written prefix there with one-sided writes, raises the segment's
+ * replica version on every replica by RPC (SetReplicaVersion), and resumes: appends that were in
+ * flight are acknowledged only once the replacement holds them too, so an acknowledged append is
+ * always on r backups. Closed segments that had a replica on the lost backup are copied to a
+ * spare from the primary's memory in the background (rerep_rate). Without a usable spare the log
+ * fails with -TW_ENOBACKUP (message naming every backup and why it cannot be used); a fenced log
+ * (a recovery took over) fails with -TW_EFENCED. Failed logs stay failed: every later append
+ * returns the error at once.
  */
 #ifndef TAILWIND_PRIMARY_H
 #define TAILWIND_PRIMARY_H
@@ -105,6 +115,9 @@ struct tw_primary_config {
 				       * a rollover does not wait for the open round trip (holds a
 				       * second buffer per backup); default off */
 	uint64_t node_id;             /* sent in the handshake; 0: derived from host and pid */
+	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
+				       * loss (background, between driver rounds); default
+				       * 64 MiB/s; 0: unlimited */
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
@@ -232,6 +245,14 @@ struct tw_primary_stats {
 	uint64_t max_batch_seen;   /* largest batch sealed into one write */
 	uint64_t inflight_peak;    /* most writes in flight at once */
 	uint64_t wakeups;          /* async mode: app thread woke the progress thread */
+	/* Backup failure (docs/failover.md). */
+	uint64_t backups_lost;     /* backups marked lost while holding a replica */
+	uint64_t failovers;        /* suspensions of the open segment that ended in a resume */
+	uint64_t rereplications;   /* replicas re-created on a spare (open and closed segments) */
+	uint64_t rerep_bytes;      /* bytes copied to spares for them */
+	uint64_t rerep_pending;    /* closed segments still short of a replica (no spare yet) */
+	uint64_t suspended_ns;     /* total time appends were suspended by failovers */
+	uint64_t suspended_last_ns; /* length of the last suspension */
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

@@ -644,11 +644,11 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: first append ok");
 	tw_mem_inject(p->bk[p->cur->rep[1]].ch, &f);
 	rc = tw_primary_append(p, buf, 100, NULL);
-	is_int(rc, -TW_EPEERLOST, "lost: write error -> EPEERLOST");
+	is_int(rc, -TW_ENOBACKUP, "lost: write error, no spare -> ENOBACKUP");
 	ok(strstr(tw_primary_errmsg(p), p->bk[p->cur->rep[1]].addr) != NULL, "lost: message names the backup: %s",
 	   tw_primary_errmsg(p));
-	is_int(tw_primary_append(p, buf, 100, NULL), -TW_EPEERLOST, "lost: later appends fail at once");
-	is_int(tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL), -TW_EPEERLOST,
+	is_int(tw_primary_append(p, buf, 100, NULL), -TW_ENOBACKUP, "lost: later appends fail at once");
+	is_int(tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL), -TW_ENOBACKUP,
 	       "lost: async append refused, callback not called");
 	is_int(a.n, 0, "lost: no callback");
 	ok(tw_primary_close(p) < 0, "lost: close reports the failure");
@@ -668,7 +668,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		for (int i = 0; i < 5; i++)
 			tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
 		rc = tw_primary_flush(p);
-		is_int(rc, -TW_EPEERLOST, "lost: dropped write -> EPEERLOST after the op timeout");
+		is_int(rc, -TW_ENOBACKUP, "lost: dropped write, no spare -> ENOBACKUP after the op timeout");
 		ok(tw_now_ns() - t0 < 5000000000ull, "lost: within %llu ms",
 		   (unsigned long long)((tw_now_ns() - t0) / 1000000));
 		is_int(a.n, 6, "lost: every callback ran");
@@ -690,7 +690,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	rc = 0;
 	for (int i = 0; i < 100 && rc == 0; i++)
 		rc = tw_primary_append(p, buf, 100, NULL);
-	is_int(rc, -TW_EPEERLOST, "lost: backup closed -> EPEERLOST");
+	is_int(rc, -TW_ENOBACKUP, "lost: backup closed, no spare -> ENOBACKUP");
 	ok(strstr(tw_primary_errmsg(p), victim->addr) != NULL, "lost: names %s: %s", victim->addr,
 	   tw_primary_errmsg(p));
 	tw_primary_close(p);

@@ -1,0 +1,552 @@
+/*
+ * replica/primary_rerep.c — backup failure on the primary (Tailwind §3.4.3): detection hooks,
+ * suspension, replacement of a lost replica of the open segment, replica versions, and the
+ * background re-replication of closed segments. See docs/failover.md.
+ *
+ * State machine of the open segment (driver thread only; p->fo_* fields):
+ *
+ *   HEALTHY --pfo_lost(b), b a replica of the open segment--> SUSPENDED (fo_pending)
+ *     nothing new is sealed or posted; appends are accepted into the log and wait; writes in
+ *     flight to the survivors complete; writes to the lost backup complete with errors and
+ *     mark their slots `repair` (never acknowledged while repair is set).
+ *   SUSPENDED --pfo_run--> REPLACING
+ *     close the lost backup's channel (its pending writes complete now, none lands later);
+ *     choose a spare (usable, not already a replica); OpenSegment with the segment's current
+ *     replica version v; one-sided write of the sealed prefix [0, sealed end) from the
+ *     primary's buffer; SetReplicaVersion(v + 1) on every replica (the spare included).
+ *   REPLACING --all replicas healthy--> HEALTHY: clear `repair`, acknowledge, seal again.
+ *   REPLACING --another replica lost meanwhile--> REPLACING (next lost index, version v + 2)
+ *   REPLACING --no spare / fenced--> FAILED (-TW_ENOBACKUP naming every backup / -TW_EFENCED).
+ *
+ * Why v and then v + 1 (not the spare opened at v + 1 directly): until the copy completed the
+ * spare holds only part of the prefix. Were it already at v + 1, a primary crash in that window
+ * would leave recovery choosing the spare's partial copy (highest version wins) over the
+ * survivors' complete ones. Bumped only after the copy, every copy at the highest version holds
+ * every acknowledged byte; the lost backup's copy stays at v and is ignored.
+ *
+ * Closed segments with a replica on a lost backup: one at a time between driver rounds, at most
+ * cfg.rerep_rate bytes/s on average: open on a spare (version v), copy [0, end), CloseSegment
+ * with the final offset and checksum, SetReplicaVersion(v + 1) on the replicas. Each step is a
+ * blocking call on the driver thread (one segment's copy delays appends by that long).
+ *
+ * Threading: every function runs on the driver thread with the lock not held; the segment
+ * array is read under the lock (app threads release segments in async mode).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/rpc.h"
+#include "replica/primary_int.h"
+
+#define COPY_CHUNK (1u << 20) /* bytes per one-sided write of a copy */
+
+static bool holds(const struct pseg *s, unsigned b)
+{
+	for (unsigned i = 0; i < s->nrep; i++)
+		if (s->rep[i] == b)
+			return true;
+	return false;
+}
+
+static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned bi)
+{
+	struct pbackup *b = &p->bk[bi];
+
+	return b->ch && b->rpc && !b->lost && !tw_chan_is_lost(b->ch) && !holds(s, bi) &&
+	       (!b->buffer_size || b->buffer_size >= s->cap);
+}
+
+void pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
+{
+	struct pbackup *b = &p->bk[bi];
+
+	if (p->fo_resetting)
+		return; /* our own teardown of every channel (reset_fabric), not a loss */
+	b->lost = true;
+	if (!b->fo_seen) {
+		b->fo_seen = true;
+		b->lost_ns = tw_now_ns();
+		if (why && why != b->why)
+			snprintf(b->why, sizeof(b->why), "%s", why);
+		PSTAT_ADD(p, backups_lost, 1);
+		p->rr_dirty = true;
+		tw_log_warn("primary log %llu: backup %s lost: %s", (unsigned long long)p->cfg.log_id,
+			    b->addr, why ? why : "?");
+	}
+	if (!p->fo_pending && !p->err && primary_is_replica(p, bi) && p->cur && !p->cur->closed) {
+		p->fo_pending = true;
+		p->fo_first = bi;
+		p->fo_since_ns = b->lost_ns ? b->lost_ns : tw_now_ns();
+		tw_log_warn("primary log %llu: appends suspended: replacing backup %s of segment %u",
+			    (unsigned long long)p->cfg.log_id, b->addr, p->cur->id);
+	}
+}
+
+/* Message for -TW_ENOBACKUP: every backup and why it cannot be used. */
+static void no_spare_fail(struct tw_primary *p, const struct pseg *s, unsigned lost)
+{
+	char msg[sizeof(p->errmsg)];
+	size_t n = sizeof(msg);
+	unsigned up = 0;
+	int k;
+
+	for (unsigned i = 0; i < s->nrep; i++)
+		if (i != lost && !p->bk[s->rep[i]].lost)
+			up++;
+	k = snprintf(msg, n, "backup %s lost (%s); no spare for segment %u: need %u backups, only "
+		     "%u usable:", p->bk[s->rep[lost]].addr, p->bk[s->rep[lost]].why, s->id, p->r, up);
+	for (size_t i = 0; i < p->nbk && k > 0 && (size_t)k < n; i++) {
+		const struct pbackup *b = &p->bk[i];
+
+		bool rep = holds(s, (unsigned)i) && !b->lost;
+
+		k += snprintf(msg + k, n - (size_t)k, " %s (%s%s)%s", b->addr,
+			      rep ? "" : b->lost ? "lost: " : "",
+			      rep ? "replica" : b->why[0] ? b->why : "not usable",
+			      i + 1 < p->nbk ? ";" : "");
+	}
+	primary_fail(p, -TW_ENOBACKUP, "%s", msg);
+}
+
+/*
+ * Open segment `s` (at its current version) on a spare to take replica index `i`. On success
+ * *bi_out and *rk_out. Returns 0, -TW_ENOBACKUP (no spare took it, after retrying refusals for
+ * open_retry_ms), -TW_EFENCED (p->errmsg not set; *why_out names the backup).
+ */
+static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned *bi_out,
+		      struct tw_rkey *rk_out, char *why_out, size_t why_len)
+{
+	uint64_t deadline = tw_now_ns() + (uint64_t)p->cfg.open_retry_ms * 1000000u;
+	struct tw_rpc_seg_meta m = {
+		.log_id = p->cfg.log_id, .segment_id = s->id, .checksum = 0, .offset = 0,
+	};
+	unsigned delay = 5;
+
+	for (;;) {
+		bool refused = false;
+
+		for (size_t k = 0; k < p->nbk; k++) {
+			unsigned bi = (unsigned)((s->rep[i] + 1 + k) % p->nbk);
+			struct pbackup *b = &p->bk[bi];
+			struct tw_rkey rk;
+			int rc;
+
+			if (!spare_ok(p, s, bi))
+				continue;
+			PSTAT_ADD(p, rpcs, 1);
+			PSTAT_ADD(p, rpc_open, 1);
+			rc = tw_rpc_open_segment(b->rpc, p->cfg.epoch, &m, s->version, s->cap, &rk);
+			if (rc == 0 && rk.len >= s->cap) {
+				*bi_out = bi;
+				*rk_out = rk;
+				return 0;
+			}
+			if (rc == 0) {
+				snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
+					 (unsigned long long)rk.len, s->cap);
+				b->lost = true; /* misbehaving: never choose it again */
+				continue;
+			}
+			snprintf(b->why, sizeof(b->why), "open segment %u: %s%s%s", s->id,
+				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
+				 b->rpc && tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "",
+				 b->rpc ? tw_rpc_client_errmsg(b->rpc) : "");
+			if (rc == -TW_EFENCED) {
+				snprintf(why_out, why_len, "backup %s: %s", b->addr, b->why);
+				return rc;
+			}
+			if (rc == -TW_EREFUSED) {
+				refused = true;
+				PSTAT_ADD(p, open_refused, 1);
+				continue;
+			}
+			tw_log_warn("primary: spare %s: %s", b->addr, b->why);
+			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+				pfo_lost(p, bi, b->why);
+		}
+		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
+			return -TW_ENOBACKUP;
+		/* Back-off that keeps the fabric progressing (peers need our polls). */
+		{
+			uint64_t end = tw_now_ns() + (uint64_t)delay * 1000000u;
+			uint64_t now;
+
+			while ((now = tw_now_ns()) < end)
+				tw_fab_progress(p->fab, (int)((end - now + 999999u) / 1000000u));
+		}
+		delay = delay * 2 > 200 ? 200 : delay * 2;
+	}
+}
+
+struct copy_op {
+	struct tw_op op; /* first */
+	int status;
+	bool done;
+};
+
+static void copy_done(struct tw_op *op, int status)
+{
+	struct copy_op *c = (struct copy_op *)op;
+
+	c->status = status;
+	c->done = true;
+}
+
+int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size_t len)
+{
+	struct pbackup *b = &p->bk[s->rep[i]];
+
+	for (size_t off = from; off < len; off += COPY_CHUNK) {
+		size_t n = len - off < COPY_CHUNK ? len - off : COPY_CHUNK;
+		struct copy_op c;
+		int rc;
+
+		if (!b->ch)
+			return -TW_EPEERLOST;
+		memset(&c, 0, sizeof(c));
+		c.op.cb = copy_done;
+		c.op.arg = &c;
+		rc = tw_chan_write(b->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
+		if (rc < 0)
+			return rc;
+		while (!c.done)
+			tw_fab_progress(p->fab, p->cfg.busy_poll ? 0 : 100);
+		if (c.status < 0)
+			return c.status;
+	}
+	return 0;
+}
+
+/* SetReplicaVersion(version) on every healthy replica of `s`. A replica that fails is marked
+ * lost. Returns 0, or -TW_EFENCED (p failed). */
+static int bump_version(struct tw_primary *p, struct pseg *s, uint64_t version)
+{
+	for (unsigned j = 0; j < s->nrep; j++) {
+		struct pbackup *b = &p->bk[s->rep[j]];
+		int rc;
+
+		if (b->lost || !b->rpc)
+			continue;
+		PSTAT_ADD(p, rpcs, 1);
+		PSTAT_ADD(p, rpc_other, 1);
+		rc = tw_rpc_set_replica_version(b->rpc, p->cfg.epoch, p->cfg.log_id, s->id, version);
+		if (rc == -TW_EFENCED) {
+			primary_fail(p, rc, "log %llu epoch %llu fenced by backup %s (set replica "
+				     "version of segment %u)", (unsigned long long)p->cfg.log_id,
+				     (unsigned long long)p->cfg.epoch, b->addr, s->id);
+			return rc;
+		}
+		if (rc < 0) {
+			char why[200];
+
+			snprintf(why, sizeof(why), "set replica version %" PRIu64 " of segment %u: %s",
+				 version, s->id, tw_strerror(rc));
+			pfo_lost(p, s->rep[j], why);
+		}
+	}
+	s->version = version;
+	return 0;
+}
+
+/*
+ * Replace replica index `i` of `s` (its backup is lost) by a spare holding [0, len), then raise
+ * the version on all replicas. `closed`: also send CloseSegment (len, checksum) to the spare.
+ * Returns 0 (done, or the spare was lost meanwhile: the caller looks again), -TW_ENOBACKUP or
+ * -TW_EFENCED (p failed only for the open segment: `fail_open`).
+ */
+static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len, bool closed)
+{
+	unsigned lost = s->rep[i], bi;
+	struct tw_rkey rk;
+	char why[480];
+	int rc;
+
+	why[0] = '\0';
+	rc = open_spare(p, s, i, &bi, &rk, why, sizeof(why));
+	if (rc == -TW_EFENCED) {
+		primary_fail(p, rc, "log %llu epoch %llu fenced while replacing backup %s: %s",
+			     (unsigned long long)p->cfg.log_id, (unsigned long long)p->cfg.epoch,
+			     p->bk[lost].addr, why);
+		return rc;
+	}
+	if (rc < 0)
+		return rc;
+	s->rep[i] = bi;
+	s->rk[i] = rk;
+	tw_log_info("primary log %llu: segment %u: backup %s replaces %s (copying %zu bytes)",
+		    (unsigned long long)p->cfg.log_id, s->id, p->bk[bi].addr, p->bk[lost].addr, len);
+	rc = pfo_copy(p, s, i, 0, len);
+	if (rc < 0) {
+		char w[200];
+
+		snprintf(w, sizeof(w), "copy of segment %u: %s", s->id, tw_strerror(rc));
+		pfo_lost(p, bi, w);
+		return 0;
+	}
+	PSTAT_ADD(p, rerep_bytes, len);
+	if (closed) {
+		struct tw_rpc_seg_meta m = {
+			.log_id = p->cfg.log_id, .segment_id = s->id,
+			.checksum = s->w.last_checksum, .offset = len,
+		};
+
+		PSTAT_ADD(p, rpcs, 1);
+		PSTAT_ADD(p, rpc_close, 1);
+		rc = tw_rpc_close_segment(p->bk[bi].rpc, p->cfg.epoch, &m, s->version, NULL);
+		if (rc < 0) {
+			char w[200];
+
+			snprintf(w, sizeof(w), "close of re-replicated segment %u: %s", s->id,
+				 tw_strerror(rc));
+			pfo_lost(p, bi, w);
+			return 0;
+		}
+	}
+	rc = bump_version(p, s, s->version + 1);
+	if (rc < 0)
+		return rc;
+	PSTAT_ADD(p, rereplications, 1);
+	return 0;
+}
+
+/* Index of the first replica of `s` on a lost backup, or UINT_MAX. */
+static unsigned first_lost(struct tw_primary *p, const struct pseg *s)
+{
+	for (unsigned i = 0; i < s->nrep; i++) {
+		struct pbackup *b = &p->bk[s->rep[i]];
+
+		if (b->lost || !b->ch || tw_chan_is_lost(b->ch))
+			return i;
+	}
+	return UINT_MAX;
+}
+
+static int rereg(struct tw_primary *p, struct pseg *s)
+{
+	struct tw_mr *mr;
+	int rc = tw_mr_reg(p->fab, s->buf, s->cap, TW_MR_WRITE_SRC, &mr);
+
+	if (rc == 0)
+		s->mr = mr; /* the old one belongs to the old instance, closed with it */
+	return rc;
+}
+
+/*
+ * shm (libfabric 1.17): the sender consumes the responses of its writes in order, so one write
+ * to a peer that never answers (SIGKILLed, stopped) blocks the completion of every later write
+ * of the endpoint, to every peer (measured: all replicas time out after the dead one). The way
+ * out is a new endpoint: a new fabric instance, the segments registered again, the healthy
+ * backups reconnected. Every write in flight then completed with an error (slots marked
+ * repair), and the caller writes the bytes again (same bytes: harmless if an old write still
+ * lands). The old instance stays open until the primary is freed (app threads may still call
+ * tw_fab_wakeup on it).
+ */
+static int reset_fabric(struct tw_primary *p)
+{
+	struct tw_fab *old = p->fab;
+	struct pseg *f;
+	int rc = 0;
+
+	tw_log_warn("primary log %llu: shm: replacing the fabric instance (a dead peer blocks the "
+		    "endpoint's completions)", (unsigned long long)p->cfg.log_id);
+	p->fo_resetting = true;
+	for (size_t i = 0; i < p->nbk; i++)
+		if (p->bk[i].ch || p->bk[i].rpc)
+			pctl_drop(&p->bk[i]);
+	p->fo_resetting = false;
+	rc = pctl_init_fabric(p);
+	if (rc < 0) {
+		p->fab = old;
+		primary_fail(p, rc, "shm: cannot open a new fabric instance: %s", tw_strerror(rc));
+		return rc;
+	}
+	primary_lock(p);
+	for (size_t i = 0; i < p->nsegs && rc == 0; i++)
+		if (p->segs[i])
+			rc = rereg(p, p->segs[i]);
+	if (rc == 0 && p->next)
+		rc = rereg(p, p->next);
+	for (f = p->free_list; f && rc == 0; f = f->next_free)
+		rc = rereg(p, f);
+	primary_unlock(p);
+	if (p->fab_old)
+		tw_fab_close(p->fab_old);
+	p->fab_old = old;
+	if (rc < 0) {
+		primary_fail(p, rc, "shm: cannot register the log again: %s", tw_strerror(rc));
+		return rc;
+	}
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+
+		/* Lost after the one that began the suspension: most likely only behind it in
+		 * the blocked queue. Try it again; a dead one fails to connect. */
+		if (b->lost && b->fo_seen && i != p->fo_first && b->lost_ns >= p->fo_since_ns) {
+			tw_log_info("primary: shm: trying %s again (%s)", b->addr, b->why);
+			b->lost = false;
+			b->fo_seen = false;
+			b->why[0] = '\0';
+			PSTAT_ADD(p, backups_lost, (uint64_t)-1);
+		}
+		if (b->lost)
+			continue;
+		if (pctl_reconnect(p, b) < 0)
+			pfo_lost(p, (unsigned)i, b->why);
+	}
+	return 0;
+}
+
+/* Lowest offset of a write in flight into `s` (len when none). */
+static size_t inflight_from(struct tw_primary *p, const struct pseg *s, size_t len)
+{
+	size_t from = len;
+
+	for (uint64_t k = p->slot_tail; k < p->slot_head; k++) {
+		const struct pslot *sl = &p->slots[k % p->nslots];
+
+		if (sl->seg == s && sl->off < from)
+			from = sl->off;
+	}
+	return from;
+}
+
+void pfo_run(struct tw_primary *p)
+{
+	struct pseg *s = p->cur;
+	bool recopy = false;
+	size_t from = 0;
+	uint64_t d;
+
+	if (!p->fo_pending || p->fo_running)
+		return;
+	p->fo_running = true;
+	if (s && !s->closed && !strcmp(tw_fab_provider(p->fab), "shm")) {
+		primary_lock(p);
+		from = inflight_from(p, s, s->w.write_start);
+		primary_unlock(p);
+		recopy = reset_fabric(p) == 0;
+	}
+again:
+	while (!p->err && s && !s->closed) {
+		unsigned i;
+		size_t len;
+		int rc;
+
+		/* Close every lost replica's channel: its pending writes complete now (marking
+		 * their slots for repair), and nothing of ours reaches it later. */
+		for (unsigned j = 0; j < s->nrep; j++) {
+			struct pbackup *b = &p->bk[s->rep[j]];
+
+			if (b->ch && tw_chan_is_lost(b->ch))
+				pfo_lost(p, s->rep[j], "connection lost");
+			if (b->lost && (b->ch || b->rpc))
+				pctl_drop(b);
+		}
+		i = first_lost(p, s);
+		if (i == UINT_MAX)
+			break;
+		primary_lock(p);
+		len = s->w.write_start; /* sealed prefix: nothing is sealed while suspended */
+		primary_unlock(p);
+		rc = replace(p, s, i, len, false);
+		if (rc == -TW_ENOBACKUP)
+			no_spare_fail(p, s, i);
+	}
+	if (recopy && !p->err && s && !s->closed) {
+		/* After a reset: the writes that were in flight, again, to every replica. */
+		size_t len = s->w.write_start;
+		bool again = false;
+
+		for (unsigned j = 0; j < s->nrep; j++) {
+			int rc = pfo_copy(p, s, j, from, len);
+
+			if (rc < 0) {
+				char w[160];
+
+				snprintf(w, sizeof(w), "rewrite after the reset: %s", tw_strerror(rc));
+				pfo_lost(p, s->rep[j], w);
+				again = true;
+			} else {
+				PSTAT_ADD(p, rerep_bytes, len - from);
+			}
+		}
+		if (again)
+			goto again;
+		recopy = false;
+	}
+	p->fo_pending = false;
+	p->fo_running = false;
+	if (p->err)
+		return;
+	/* Every slot in flight is now on a full set of replicas (the copy covered the sealed
+	 * prefix): its acknowledgement waits only for the survivors' completions. */
+	for (uint64_t k = p->slot_tail; k < p->slot_head; k++)
+		p->slots[k % p->nslots].repair = false;
+	d = tw_now_ns() - p->fo_since_ns;
+	PSTAT_ADD(p, suspended_ns, d);
+	__atomic_store_n(&p->st.suspended_last_ns, d, __ATOMIC_RELAXED);
+	PSTAT_ADD(p, failovers, 1);
+	tw_log_warn("primary log %llu: appends resumed after %.1f ms (segment %u, replica version "
+		    "%" PRIu64 ")", (unsigned long long)p->cfg.log_id, (double)d / 1e6,
+		    s ? s->id : 0, s ? s->version : 0);
+}
+
+void pfo_background(struct tw_primary *p, bool all)
+{
+	uint64_t pending = 0;
+	size_t from, to;
+	bool more = false;
+
+	if (!p->rr_dirty || p->fo_running || p->fo_pending || p->err)
+		return;
+	if (!all && p->cfg.rerep_rate && tw_now_ns() < p->rr_credit_ns)
+		return;
+	p->fo_running = true;
+	primary_lock(p);
+	from = p->released;
+	to = p->nsegs;
+	primary_unlock(p);
+	for (size_t id = from; id < to && !p->err && !more; id++) {
+		struct pseg *s;
+		unsigned i;
+
+		primary_lock(p);
+		s = id >= p->released && id < p->nsegs ? p->segs[id] : NULL;
+		primary_unlock(p);
+		if (!s || !s->closed)
+			continue;
+		while ((i = first_lost(p, s)) != UINT_MAX && !p->err) {
+			int rc;
+
+			if (p->bk[s->rep[i]].ch || p->bk[s->rep[i]].rpc)
+				pctl_drop(&p->bk[s->rep[i]]);
+			rc = replace(p, s, i, s->w.pos, true);
+			if (rc == -TW_ENOBACKUP) {
+				tw_log_warn("primary log %llu: closed segment %u is short of a replica: "
+					    "no spare for the one on %s", (unsigned long long)p->cfg.log_id,
+					    s->id, p->bk[s->rep[i]].addr);
+				pending++;
+				break;
+			}
+			if (rc < 0)
+				break;
+			if (p->cfg.rerep_rate)
+				p->rr_credit_ns = tw_now_ns() +
+						  (uint64_t)s->w.pos * 1000000000u / p->cfg.rerep_rate;
+			if (!all) {
+				more = true; /* one segment per round: the rest later */
+				break;
+			}
+		}
+	}
+	if (!more) {
+		/* Scanned everything: done, or short of spares until the next loss. */
+		__atomic_store_n(&p->st.rerep_pending, pending, __ATOMIC_RELAXED);
+		p->rr_dirty = false;
+	}
+	p->fo_running = false;
+}

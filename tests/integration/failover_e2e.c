@@ -1,0 +1,210 @@
+/*
+ * tests/integration/failover_e2e.c — backup failure during a stream of appends, over a real
+ * provider (argv[1]: tcp, sockets, shm), then a primary crash and recovery.
+ *
+ * Four local twd's, r = 3 (one spare). A failover_primary appends numbered objects as fast as it
+ * can and reports every acknowledgement (write(2) lines, see failover_primary.c). After a few
+ * thousand acks, one backup holding a replica of the open segment (and of the next two) is
+ *   kill (argv[2] = "kill", default): SIGKILLed — the primary sees a CQ error / FI_SHUTDOWN /
+ *        op timeout, replaces it with the spare, and goes on;
+ *   stop (argv[2] = "stop"): SIGSTOPped — the primary's writes to it stall until the op
+ *        timeout, it is replaced; then it is resumed (SIGCONT) with a stale open copy.
+ * Appends must continue after a pause (printed as a diagnostic: the longest gap between two
+ * acknowledgements after the fault, and the suspension the primary measured). Then the primary
+ * is SIGKILLed; tw_recover() over all four addresses must return every acknowledged object, in
+ * order. In "stop" mode the resumed backup's copy has an older replica version and recovery must
+ * say it ignored it (copies_stale).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/recovery.h>
+
+#include "fabric/util.h"
+#include "proc.h"
+#include "recover_util.h"
+#include "tap.h"
+
+#define SEG "262144"
+#define BEFORE 3000   /* acks before the fault (more than one segment) */
+#define AFTER 5000    /* acks after the failover before the primary dies */
+#define LINE_MS 30000 /* longest wait for one line */
+
+struct run {
+	struct proc *p;
+	uint64_t acked;       /* objects acknowledged (highest N + 1) */
+	char replicas[512];   /* last "replicas" line */
+	bool lost, resumed, failed;
+	uint64_t resumed_us, rereps, rerep_bytes;
+	uint64_t fault_ns, last_ack_ns, max_gap_ns, first_ack_after_ns;
+	uint64_t acked_at_fault;
+	char failmsg[512];
+};
+
+/* Read one line of the primary; false at EOF or timeout. */
+static bool step(struct run *r, int timeout_ms)
+{
+	char line[500];
+	int rc = proc_wait_line(r->p, NULL, line, sizeof(line), timeout_ms);
+
+	if (rc < 0)
+		return false;
+	if (!strncmp(line, "acked ", 6)) {
+		uint64_t a = strtoull(line + 6, NULL, 10) + 1, now = tw_now_ns();
+
+		if (a > r->acked)
+			r->acked = a;
+		if (r->fault_ns) {
+			uint64_t gap = now - (r->last_ack_ns > r->fault_ns ? r->last_ack_ns
+									     : r->fault_ns);
+
+			if (!r->first_ack_after_ns && r->resumed)
+				r->first_ack_after_ns = now - r->fault_ns;
+			if (gap > r->max_gap_ns)
+				r->max_gap_ns = gap;
+		}
+		r->last_ack_ns = now;
+	} else if (!strncmp(line, "replicas ", 9)) {
+		snprintf(r->replicas, sizeof(r->replicas), "%s", line + 9);
+	} else if (!strncmp(line, "lost ", 5)) {
+		r->lost = true;
+	} else if (!strncmp(line, "resumed ", 8)) {
+		r->resumed = true;
+		sscanf(line + 8, "%" SCNu64 " %*u %" SCNu64 " %" SCNu64, &r->resumed_us, &r->rereps,
+		       &r->rerep_bytes);
+	} else if (!strncmp(line, "failed ", 7)) {
+		r->failed = true;
+		snprintf(r->failmsg, sizeof(r->failmsg), "%s", line + 7);
+	}
+	return true;
+}
+
+/* Backup index of the replica `which` of the last "replicas SEG A B C" line. */
+static int victim_of(const struct rt_cluster *cl, const char *replicas, unsigned which)
+{
+	char buf[512], *save = NULL, *tok;
+	unsigned k = 0;
+
+	snprintf(buf, sizeof(buf), "%s", replicas);
+	strtok_r(buf, " ", &save); /* segment id */
+	while ((tok = strtok_r(NULL, " ", &save)) != NULL) {
+		if (k++ != which)
+			continue;
+		for (unsigned i = 0; i < cl->n; i++)
+			if (!strcmp(cl->addr[i], tok))
+				return (int)i;
+	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = argc > 1 ? argv[1] : "tcp";
+	bool stop = argc > 2 && !strcmp(argv[2], "stop");
+	const char *op_timeout = stop ? "1000" : "2000";
+	char prim[1024], logid[32], err[512];
+	struct rt_cluster cl;
+	struct tw_recover_config rcfg;
+	struct tw_recover_result res;
+	struct rt_check chk;
+	struct run r;
+	int victim, pid, rc;
+
+	if (proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)) != 0)
+		tap_plan_skip_all("failover_primary not built");
+	tap_plan(stop ? 7 : 6);
+	rt_start(&cl, prov, 4, "256K", "32");
+	tap_diag("provider %s, mode %s, backups %s %s %s %s", prov, stop ? "stop" : "kill",
+		 cl.addr[0], cl.addr[1], cl.addr[2], cl.addr[3]);
+	snprintf(logid, sizeof(logid), "0x%x", stop ? 0xf502 : 0xf501);
+	{
+		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"3",
+				  (char *)"100000000", (char *)op_timeout, cl.addr[0], cl.addr[1],
+				  cl.addr[2], cl.addr[3], NULL };
+
+		memset(&r, 0, sizeof(r));
+		r.p = proc_spawn(pargv, NULL);
+		TAP_REQUIRE(r.p, "spawn failover_primary");
+	}
+	pid = (int)proc_pid(r.p);
+	while (r.acked < BEFORE && !r.failed)
+		TAP_REQUIRE(step(&r, LINE_MS), "primary: %" PRIu64 " acks, then silence", r.acked);
+	TAP_REQUIRE(!r.failed, "primary failed before the fault: %s", r.failmsg);
+
+	/* Replica 2 of segment k is also one of k + 1 and k + 2: a rollover in between does not
+	 * take the victim out of the open segment. */
+	victim = victim_of(&cl, r.replicas, 2);
+	TAP_REQUIRE(victim >= 0, "victim from \"%s\"", r.replicas);
+	r.fault_ns = tw_now_ns();
+	r.acked_at_fault = r.acked;
+	proc_kill(cl.p[victim], stop ? SIGSTOP : SIGKILL);
+	tap_diag("%s backup %d (%s) after %" PRIu64 " acks (replicas of segment %s)",
+		 stop ? "SIGSTOP" : "SIGKILL", victim, cl.addr[victim], r.acked, r.replicas);
+
+	while (!(r.resumed && r.acked >= r.acked_at_fault + AFTER) && !r.failed)
+		if (!step(&r, LINE_MS))
+			break;
+	ok(r.lost && r.resumed && !r.failed, "the primary lost the backup and resumed%s%s",
+	   r.failed ? ": failed: " : "", r.failed ? r.failmsg : "");
+	ok(r.acked >= r.acked_at_fault + AFTER, "appends continued: %" PRIu64 " acks after the "
+	   "fault (%" PRIu64 " in all)", r.acked - r.acked_at_fault, r.acked);
+	tap_diag("pause: longest gap between acks after the fault %.1f ms; suspension measured by "
+		 "the primary %.1f ms (from detection); %" PRIu64 " re-replications, %" PRIu64
+		 " bytes copied", (double)r.max_gap_ns / 1e6, (double)r.resumed_us / 1e3, r.rereps,
+		 r.rerep_bytes);
+	if (stop) {
+		proc_kill(cl.p[victim], SIGCONT); /* back, with a stale open copy */
+		/* More appends after it is back: it must stay out. */
+		for (uint64_t until = r.acked + 1000; r.acked < until && !r.failed;)
+			if (!step(&r, LINE_MS))
+				break;
+	}
+
+	proc_kill(r.p, SIGKILL);
+	while (step(&r, LINE_MS))
+		;
+	proc_wait(r.p, 20000);
+	proc_free(r.p);
+	if (!strcmp(prov, "shm"))
+		rt_shm_cleanup(pid);
+	if (!stop) {
+		int vpid = (int)proc_pid(cl.p[victim]);
+
+		proc_wait(cl.p[victim], 20000);
+		proc_free(cl.p[victim]);
+		cl.p[victim] = NULL;
+		if (!strcmp(prov, "shm"))
+			rt_shm_cleanup(vpid);
+	}
+
+	tw_recover_config_init(&rcfg);
+	rcfg.provider = prov;
+	rcfg.log_id = strtoull(logid, NULL, 0);
+	rcfg.backups = cl.addrs;
+	rcfg.n_backups = 4;
+	rcfg.connect_timeout_ms = 2000;
+	rcfg.rpc_timeout_ms = 5000;
+	rcfg.op_timeout_ms = 5000;
+	memset(&chk, 0, sizeof(chk));
+	rc = tw_recover(&rcfg, rt_check_cb, &chk, &res, err, sizeof(err));
+	ok(rc == 0 && chk.bad == 0 && chk.next >= r.acked,
+	   "recovery after the primary's crash: %" PRIu64 " objects in order, %" PRIu64
+	   " acknowledged%s%s%s", chk.next, r.acked, rc ? ": " : "", rc ? err : "",
+	   chk.bad ? chk.first_bad : "");
+	ok(res.segments_missing == 0 && res.copies_corrupt == 0,
+	   "%" PRIu64 " segments, none missing, no corrupt copy (%" PRIu64 " stale, reached %u of "
+	   "%u backups)", res.segments, res.copies_stale, res.backups_reached, res.backups);
+	ok(res.backups_reached == (stop ? 4u : 3u), "recovery reached %u backups",
+	   res.backups_reached);
+	if (stop)
+		ok(res.copies_stale >= 1, "the resumed backup's copy was ignored: older replica "
+		   "version (%" PRIu64 " stale copies)", res.copies_stale);
+	ok(1, "%s: %" PRIu64 " acknowledged, %" PRIu64 " recovered", prov, r.acked, chk.next);
+	rt_stop(&cl);
+	return tap_exit();
+}

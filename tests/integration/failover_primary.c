@@ -1,0 +1,146 @@
+/*
+ * tests/integration/failover_primary.c — the primary of the failover and partition tests: opens
+ * log LOG on the given backups with r = REPLICAS (more backups than r: spares), then appends
+ * numbered objects (recover_util.h) with tw_primary_append_async until COUNT are acknowledged or
+ * it is killed. Everything it reports goes to stdout with one write(2) per line (nothing is lost
+ * in a stdio buffer at SIGKILL):
+ *   ready
+ *   replicas SEG ADDR...    the replicas of the open segment, whenever the acked segment changes
+ *   acked N                 object N acknowledged (in order)
+ *   lost N                  the primary counts N lost backups (tw_primary_stats.backups_lost)
+ *   resumed US FAILOVERS REREPS BYTES   a failover ended: last suspension in µs, counters
+ *   failed ERR MESSAGE      an append failed (then it stops appending, waits, exits 1)
+ *   done                    COUNT acknowledged; then it closes the log and exits 0
+ *
+ * usage: failover_primary PROVIDER LOG_ID SEGMENT_SIZE REPLICAS COUNT OP_TIMEOUT_MS ADDR...
+ * $FAILOVER_EPOCH sets the epoch. $FAILOVER_HOLD=1: after "failed", keep running (and answer
+ * nothing) until killed, so a test can inspect it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/primary.h>
+
+#include "recover_util.h"
+
+static struct tw_primary *prim;
+static volatile int failed;
+static uint64_t last_seg = UINT64_MAX, last_lost, last_fo;
+
+static void say(const char *s, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(1, s, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(3);
+		}
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Runs on the primary's progress thread (async mode), in log order. */
+static void on_ack(void *arg, int status, uint64_t lsn)
+{
+	struct tw_primary_stats st;
+	char line[600];
+	int n;
+
+	if (status) {
+		if (!failed) {
+			n = snprintf(line, sizeof(line), "failed %d %s\n", status,
+				     tw_primary_errmsg(prim));
+			say(line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
+		}
+		failed = 1;
+		return;
+	}
+	if (lsn >> 32 != last_seg) {
+		last_seg = lsn >> 32;
+		n = snprintf(line, sizeof(line), "replicas %" PRIu64, last_seg);
+		for (unsigned i = 0; tw_primary_replica_addr(prim, i) && n < 400; i++)
+			n += snprintf(line + n, sizeof(line) - (size_t)n, " %s",
+				      tw_primary_replica_addr(prim, i));
+		line[n++] = '\n';
+		say(line, (size_t)n);
+	}
+	n = snprintf(line, sizeof(line), "acked %" PRIuPTR "\n", (uintptr_t)arg);
+	say(line, (size_t)n);
+	tw_primary_get_stats(prim, &st);
+	if (st.backups_lost != last_lost) {
+		last_lost = st.backups_lost;
+		n = snprintf(line, sizeof(line), "lost %" PRIu64 "\n", st.backups_lost);
+		say(line, (size_t)n);
+	}
+	if (st.failovers != last_fo) {
+		last_fo = st.failovers;
+		n = snprintf(line, sizeof(line), "resumed %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+			     "\n", st.suspended_last_ns / 1000, st.failovers, st.rereplications,
+			     st.rerep_bytes);
+		say(line, (size_t)n);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct tw_primary_config cfg;
+	char err[1024];
+	uint8_t obj[RT_OBJ];
+	uint64_t count;
+	int rc;
+
+	if (argc < 8) {
+		fprintf(stderr, "usage: failover_primary PROVIDER LOG_ID SEGMENT_SIZE REPLICAS COUNT "
+			"OP_TIMEOUT_MS ADDR...\n");
+		return 2;
+	}
+	tw_primary_config_init(&cfg);
+	cfg.provider = argv[1];
+	cfg.log_id = strtoull(argv[2], NULL, 0);
+	cfg.segment_size = strtoull(argv[3], NULL, 0);
+	cfg.replicas = (unsigned)strtoul(argv[4], NULL, 0);
+	count = strtoull(argv[5], NULL, 0);
+	cfg.op_timeout_ms = (unsigned)strtoul(argv[6], NULL, 0);
+	cfg.rpc_timeout_ms = cfg.op_timeout_ms;
+	cfg.backups = (const char *const *)&argv[7];
+	cfg.n_backups = (size_t)(argc - 7);
+	cfg.mode = TW_PRIMARY_ASYNC;
+	if (getenv("FAILOVER_EPOCH"))
+		cfg.epoch = strtoull(getenv("FAILOVER_EPOCH"), NULL, 0);
+	rc = tw_primary_open(&cfg, &prim, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "failover_primary: open: %s: %s\n", tw_strerror(rc), err);
+		return 1;
+	}
+	say("ready\n", 6);
+	for (uint64_t seq = 0; seq < count && !failed; seq++) {
+		rt_fill(obj, seq);
+		rc = tw_primary_append_async(prim, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq, NULL);
+		if (rc) {
+			char line[600];
+			int n = snprintf(line, sizeof(line), "failed %d %s\n", rc,
+					 tw_primary_errmsg(prim));
+
+			if (!failed)
+				say(line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
+			failed = 1;
+			break;
+		}
+	}
+	rc = tw_primary_flush(prim);
+	if (rc == 0 && !failed)
+		say("done\n", 5);
+	if ((failed || rc) && getenv("FAILOVER_HOLD")) {
+		for (;;)
+			pause();
+	}
+	tw_primary_close(prim);
+	return failed || rc ? 1 : 0;
+}

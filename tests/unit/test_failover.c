@@ -1,0 +1,265 @@
+/*
+ * tests/unit/test_failover.c — backup failure on the primary over the in-memory fabric ("mem")
+ * with in-process backups: a replica of the open segment fails (write error, dropped write,
+ * backup gone) while appends stream, with a spare in the list (4 backups, r = 3): appends go on,
+ * nothing acknowledged is lost, the counters tell what happened, closed segments that lived on
+ * the lost backup are re-replicated, and recovery from all four backups returns every
+ * acknowledged entry while ignoring the lost backup's stale copies (older replica version).
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+
+#include "replica/primary_int.h"
+#include "tap.h"
+
+#define SEG (64u * 1024u)
+#define OBJ 100u
+#define NB 5
+
+struct tbackup {
+	struct tw_backup *b;
+	pthread_t th;
+	char dir[256];
+	char addr[128];
+	bool running;
+};
+
+static char root[256];
+
+static void *backup_main(void *arg)
+{
+	struct tbackup *t = arg;
+
+	tw_backup_run(t->b);
+	return NULL;
+}
+
+static void backup_start(struct tbackup *t, unsigned i)
+{
+	struct tw_backup_config bc;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	TAP_REQUIRE(snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i) < (int)sizeof(t->dir), "path");
+	tw_backup_config_init(&bc);
+	bc.provider = "mem";
+	bc.dir = t->dir;
+	bc.buffers = 16;
+	bc.buffer_size = SEG;
+	rc = tw_backup_open(&bc, &t->b);
+	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
+	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
+	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
+	t->running = true;
+}
+
+static void backup_stop(struct tbackup *t)
+{
+	if (!t->b)
+		return;
+	if (t->running) {
+		tw_backup_stop(t->b);
+		pthread_join(t->th, NULL);
+		t->running = false;
+	}
+	tw_backup_close(t->b);
+	t->b = NULL;
+}
+
+static void fill(uint8_t *buf, uint64_t seq)
+{
+	for (uint32_t i = 0; i < OBJ; i++)
+		buf[i] = (uint8_t)(seq * 31 + i);
+	memcpy(buf, &seq, 8);
+}
+
+struct acks {
+	uint64_t ok, errors, next_seq, out_of_order;
+	int first_err;
+};
+
+static void ack_cb(void *arg, int status, uint64_t lsn)
+{
+	struct acks *a = arg;
+
+	(void)lsn;
+	if (status) {
+		if (!a->errors++)
+			a->first_err = status;
+		return;
+	}
+	a->ok++;
+}
+
+struct rcheck {
+	uint64_t next, bad;
+};
+
+static int check_cb(void *arg, const struct tw_recovered_entry *e)
+{
+	struct rcheck *k = arg;
+	uint8_t want[OBJ];
+
+	fill(want, k->next);
+	if (e->len != OBJ || memcmp(e->data, want, OBJ)) {
+		k->bad++;
+		return 0;
+	}
+	k->next++;
+	return 0;
+}
+
+static int recover_all(const char **addrs, size_t n, uint64_t log_id, struct rcheck *k,
+		       struct tw_recover_result *res)
+{
+	struct tw_recover_config rc;
+	char err[512];
+	int r;
+
+	tw_recover_config_init(&rc);
+	rc.provider = "mem";
+	rc.log_id = log_id;
+	rc.backups = addrs;
+	rc.n_backups = n;
+	rc.rpc_timeout_ms = 3000;
+	rc.op_timeout_ms = 3000;
+	memset(k, 0, sizeof(*k));
+	r = tw_recover(&rc, check_cb, k, res, err, sizeof(err));
+	if (r)
+		tap_diag("recover: %s: %s", tw_strerror(r), err);
+	return r;
+}
+
+/*
+ * One run: open on addrs[0..3] (r = 3, one spare), append `before` entries, inject `fault` on
+ * the replica index 1 of the open segment, append `after` more; check, close, recover.
+ */
+static void run(const char *name, const char **addrs, enum tw_primary_mode mode, uint64_t log_id,
+		enum tw_mem_fault_kind fault)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_recover_result res;
+	struct tw_primary *p;
+	struct acks a = { 0 };
+	struct rcheck k;
+	uint8_t buf[OBJ];
+	char err[1024], victim[128];
+	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = log_id;
+	cfg.epoch = 1;
+	cfg.backups = addrs;
+	cfg.n_backups = 4;
+	cfg.replicas = 3;
+	cfg.provider = "mem";
+	cfg.segment_size = SEG;
+	cfg.mode = mode;
+	cfg.op_timeout_ms = 300;
+	cfg.rerep_rate = 0;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "%s: open (%s)", name, rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < before; i++) {
+		fill(buf, i);
+		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+	}
+	is_int(tw_primary_flush(p), 0, "%s: %u appends before the fault", name, before);
+	{
+		struct tw_mem_fault f = { .kind = fault };
+
+		primary_lock(p);
+		snprintf(victim, sizeof(victim), "%s", p->bk[p->cur->rep[1]].addr);
+		tw_mem_inject(p->bk[p->cur->rep[1]].ch, &f);
+		primary_unlock(p);
+	}
+	for (uint64_t i = before; i < before + after; i++) {
+		fill(buf, i);
+		rc = tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		if (rc)
+			break;
+	}
+	rc = tw_primary_flush(p);
+	is_int(rc, 0, "%s: appends go on after the loss of %s (%s)", name, victim,
+	       rc ? tw_primary_errmsg(p) : "ok");
+	ok(a.ok == before + after && a.errors == 0, "%s: %" PRIu64 " acknowledged, %" PRIu64
+	   " failed", name, a.ok, a.errors);
+	for (unsigned i = 0; i < 3; i++)
+		ok(strcmp(tw_primary_replica_addr(p, i), victim) != 0, "%s: replica %u is %s", name, i,
+		   tw_primary_replica_addr(p, i));
+	rc = tw_primary_finish(p);
+	is_int(rc, 0, "%s: finish", name);
+	tw_primary_get_stats(p, &st);
+	ok(st.backups_lost == 1 && st.failovers == 1, "%s: stats: %" PRIu64 " lost, %" PRIu64
+	   " failovers", name, st.backups_lost, st.failovers);
+	ok(st.rereplications >= 2 && st.rerep_bytes > 0 && st.rerep_pending == 0,
+	   "%s: stats: %" PRIu64 " re-replications (open + closed segments), %" PRIu64 " bytes, %"
+	   PRIu64 " pending", name, st.rereplications, st.rerep_bytes, st.rerep_pending);
+	ok(st.suspended_last_ns > 0 && st.suspended_ns >= st.suspended_last_ns,
+	   "%s: suspended %.2f ms (last %.2f ms)", name, (double)st.suspended_ns / 1e6,
+	   (double)st.suspended_last_ns / 1e6);
+	/* No segment keeps a replica on the lost backup. */
+	{
+		bool clean = true;
+
+		for (size_t s = 0; s < p->nsegs; s++)
+			for (unsigned i = 0; i < p->segs[s]->nrep; i++)
+				if (!strcmp(p->bk[p->segs[s]->rep[i]].addr, victim))
+					clean = false;
+		ok(clean, "%s: no segment of %zu keeps a replica on %s", name, p->nsegs, victim);
+	}
+	tw_primary_close(p);
+
+	rc = recover_all(addrs, 4, log_id, &k, &res);
+	ok(rc == 0 && k.bad == 0 && k.next == before + after,
+	   "%s: recovery returns all %" PRIu64 " entries (%" PRIu64 " bad)", name, k.next, k.bad);
+	ok(res.copies_stale >= 1, "%s: recovery ignored %" PRIu64 " stale copies on %s", name,
+		   res.copies_stale, victim);
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+int main(void)
+{
+	struct tbackup b[NB];
+	const char *addrs[4];
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(root, sizeof(root), "%s/test_failover.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	for (unsigned i = 0; i < NB; i++)
+		backup_start(&b[i], i);
+	for (unsigned i = 0; i < 4; i++)
+		addrs[i] = b[i].addr;
+
+	run("write error, sync", addrs, TW_PRIMARY_SYNC, 200, TW_MEM_FAULT_FAIL);
+	run("write error, async", addrs, TW_PRIMARY_ASYNC, 201, TW_MEM_FAULT_FAIL);
+	run("dropped write (op timeout), sync", addrs, TW_PRIMARY_SYNC, 202, TW_MEM_FAULT_DROP);
+	run("peer vanishes, async", addrs, TW_PRIMARY_ASYNC, 203, TW_MEM_FAULT_VANISH);
+
+	for (unsigned i = 0; i < NB; i++)
+		backup_stop(&b[i]);
+	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	tap_done_testing();
+	return tap_exit();
+}

@@ -1,0 +1,293 @@
+/*
+ * tests/unit/test_rpcdata.c — the RPC-replication baseline (cfg.data_path = TW_DATA_RPC,
+ * replica/rpcdata.h): the data message codec and write check (pure), then the data path over
+ * the in-memory fabric ("mem") with three in-process backups: synchronous appends (one entry per
+ * write, so both paths produce the same bytes) land identically with one-sided writes and with
+ * data messages (same buffer bytes, same scan: entries, valid length, checksum); then batched
+ * asynchronous appends through the rpc path, closed (the backups' close scans agree) and counted.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/log_format.h>
+#include <tailwind/primary.h>
+
+#include "replica/backup_int.h"
+#include "replica/rpcdata.h"
+#include "tap.h"
+
+#define SEG (64u * 1024u)
+#define NB 3
+
+struct tbackup {
+	struct tw_backup *b;
+	pthread_t th;
+	char dir[300];
+	char addr[128];
+};
+
+static char root[256];
+
+static void *backup_main(void *arg)
+{
+	tw_backup_run(((struct tbackup *)arg)->b);
+	return NULL;
+}
+
+static void backup_start(struct tbackup *t, unsigned i)
+{
+	struct tw_backup_config bc;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i);
+	tw_backup_config_init(&bc);
+	bc.provider = "mem";
+	bc.dir = t->dir;
+	bc.buffers = 32;
+	bc.buffer_size = SEG;
+	rc = tw_backup_open(&bc, &t->b);
+	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
+	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
+	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
+}
+
+static void backup_pause(struct tbackup *t)
+{
+	tw_backup_stop(t->b);
+	pthread_join(t->th, NULL);
+}
+
+static void backup_resume(struct tbackup *t)
+{
+	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(seq * 31 + i);
+}
+
+static uint32_t len_of(uint64_t seq)
+{
+	return 1 + (uint32_t)((seq * 37) % 300);
+}
+
+/* ------------------------------------------------------------------ pure part */
+
+static void test_codec(void)
+{
+	struct rpcdata_hdr h = { RPCDATA_KIND_DATA, RPCDATA_LAST, 5, 7, 9, 3, 4096, 4000, 200, 77 };
+	struct rpcdata_hdr g;
+	uint8_t msg[RPCDATA_HDR_SIZE + 5] = { 0 };
+
+	rpcdata_encode(&h, msg);
+	ok(rpcdata_is(msg, sizeof(msg)), "data magic recognised");
+	is_int(rpcdata_decode(msg, sizeof(msg), &g), 0, "decode");
+	ok(g.kind == h.kind && g.flags == h.flags && g.data_len == 5 && g.log_id == 7 &&
+	   g.segment_id == 9 && g.epoch == 3 && g.offset == 4096 && g.write_off == 4000 &&
+	   g.write_len == 200 && g.tag == 77, "fields round-trip");
+	is_int(rpcdata_decode(msg, sizeof(msg) - 1, &g), -TW_EPROTO, "length mismatch refused");
+	is_int(rpcdata_decode(msg, 10, &g), -TW_EPROTO, "short header refused");
+	msg[2] = 9;
+	is_int(rpcdata_decode(msg, sizeof(msg), &g), -TW_EPROTO, "unknown version refused");
+	msg[0] = 0x54;
+	msg[1] = 0x57; /* an RPC frame's magic */
+	ok(!rpcdata_is(msg, sizeof(msg)), "RPC frames are not data messages");
+}
+
+static void test_check_write(void)
+{
+	static uint8_t buf[8192];
+	struct tw_log_writer w;
+	uint8_t payload[300];
+	size_t off, len, off2, len2;
+
+	memset(buf, 0, sizeof(buf));
+	tw_log_writer_init(&w, buf, sizeof(buf));
+	for (uint64_t i = 0; i < 5; i++) {
+		fill(payload, len_of(i), i);
+		tw_log_writer_append(&w, payload, len_of(i), &off);
+	}
+	tw_log_writer_seal(&w, &off, &len);
+	fill(payload, 40, 9);
+	tw_log_writer_append(&w, payload, 40, &off2);
+	tw_log_writer_seal(&w, &off2, &len2);
+	is_int(rpcdata_check_write(buf + off, len), 0, "a sealed write of 5 entries checks");
+	is_int(rpcdata_check_write(buf + off2, len2), 0, "the next write (chained) checks alone");
+	is_int(rpcdata_check_write(buf + off, len - 1), -TW_ECORRUPT, "truncated: corrupt");
+	is_int(rpcdata_check_write(buf + off, len + len2), -TW_ECORRUPT,
+	       "two writes: a checksum entry inside is refused");
+	is_int(rpcdata_check_write(buf + off2, len2 - TW_CKSUM_ENTRY_SIZE), -TW_ECORRUPT,
+	       "no checksum entry: corrupt");
+	buf[off + TW_ENTRY_HDR_SIZE] ^= 0x10; /* entry 0's payload */
+	is_int(rpcdata_check_write(buf + off, len), -TW_ECORRUPT, "payload bit flip: corrupt");
+}
+
+/* ------------------------------------------------------------------ over "mem" */
+
+static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_data_path dp)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	char err[512];
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = log_id;
+	cfg.epoch = 1;
+	cfg.backups = addrs;
+	cfg.n_backups = NB;
+	cfg.replicas = NB;
+	cfg.provider = "mem";
+	cfg.segment_size = SEG;
+	cfg.data_path = dp;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "tw_primary_open (data path %d): %s", (int)dp, err);
+	return p;
+}
+
+struct cnt {
+	uint64_t n, errors;
+};
+
+static void count_cb(void *arg, int status, uint64_t lsn)
+{
+	struct cnt *c = arg;
+
+	(void)lsn;
+	c->n++;
+	if (status)
+		c->errors++;
+}
+
+static void test_same_bytes(struct tbackup *bk, const char **addrs)
+{
+	struct tw_primary *a = open_log(addrs, 101, TW_DATA_ONESIDED);
+	struct tw_primary *r = open_log(addrs, 102, TW_DATA_RPC);
+	struct tw_primary_stats sa, sr;
+	uint8_t payload[300];
+	uint64_t last = 0;
+	bool same = true, scans = true;
+	unsigned compared = 0;
+	int rc = 0;
+
+	for (uint64_t i = 0; i < 1200 && !rc; i++) {
+		uint64_t la, lr;
+
+		fill(payload, len_of(i), i);
+		rc = tw_primary_append(a, payload, len_of(i), &la);
+		if (!rc)
+			rc = tw_primary_append(r, payload, len_of(i), &lr);
+		if (!rc && la != lr)
+			rc = -EINVAL;
+		last = la;
+	}
+	is_int(rc, 0, "1200 synchronous appends on both paths, same positions");
+	/* Look at the open segment on every backup, with the backups paused. */
+	for (unsigned k = 0; k < NB; k++)
+		backup_pause(&bk[k]);
+	for (unsigned k = 0; k < NB; k++) {
+		uint32_t segid = tw_lsn_to_pos(last).segment;
+		struct seg *x = bk_seg_find(bk[k].b, 101, segid);
+		struct seg *y = bk_seg_find(bk[k].b, 102, segid);
+		struct tw_scan_result s1, s2;
+
+		if (!x || !y || !x->buf || !y->buf || x->length != y->length) {
+			same = false;
+			continue;
+		}
+		same &= memcmp(x->buf->mem, y->buf->mem, x->length) == 0;
+		tw_scan(x->buf->mem, x->length, &s1);
+		tw_scan(y->buf->mem, y->length, &s2);
+		scans &= s1.valid_len == s2.valid_len && s1.entries == s2.entries &&
+			 s1.last_checksum == s2.last_checksum && s1.entries > 0 &&
+			 s1.stop == TW_SCAN_ZERO;
+		compared++;
+	}
+	ok(same && compared == NB, "open segment: identical bytes on all %u backups", compared);
+	ok(scans, "open segment: both scan to the same entries, valid length and checksum");
+	for (unsigned k = 0; k < NB; k++)
+		backup_resume(&bk[k]);
+	tw_primary_get_stats(a, &sa);
+	tw_primary_get_stats(r, &sr);
+	ok(sa.writes == 1200 && sr.writes == 1200 && sa.segments == sr.segments && sr.segments >= 3,
+	   "one entry per write on both paths (%llu, %llu writes), %llu segments each",
+	   (unsigned long long)sa.writes, (unsigned long long)sr.writes,
+	   (unsigned long long)sr.segments);
+	is_int(tw_primary_close(a), 0, "one-sided log closed (backups' scans agreed)");
+	is_int(tw_primary_close(r), 0, "rpc log closed (backups' scans agreed)");
+}
+
+static void test_rpc_batched(struct tbackup *bk, const char **addrs)
+{
+	struct tw_primary *r = open_log(addrs, 103, TW_DATA_RPC);
+	struct tw_primary_stats st;
+	struct cnt c = { 0, 0 };
+	uint8_t payload[300];
+	uint64_t entries = 0, n = 4000;
+	int rc = 0;
+
+	for (uint64_t i = 0; i < n && !rc; i++) {
+		fill(payload, len_of(i), i);
+		rc = tw_primary_append_async(r, payload, len_of(i), count_cb, &c, NULL);
+	}
+	if (!rc)
+		rc = tw_primary_flush(r);
+	is_int(rc, 0, "%llu asynchronous appends over the rpc path", (unsigned long long)n);
+	ok(c.n == n && c.errors == 0, "every callback ran, no error (%llu)", (unsigned long long)c.n);
+	tw_primary_get_stats(r, &st);
+	ok(st.writes < n, "batched: %llu writes for %llu entries", (unsigned long long)st.writes,
+	   (unsigned long long)n);
+	is_int(tw_primary_close(r), 0, "closed: every segment's close scan agreed");
+	backup_pause(&bk[0]);
+	for (uint64_t s = 0; s < st.segments; s++) {
+		struct seg *x = bk_seg_find(bk[0].b, 103, s);
+
+		entries += x ? x->entries : 0;
+	}
+	backup_resume(&bk[0]);
+	ok(entries == n, "backup 0 verified %llu entries in %llu segments",
+	   (unsigned long long)entries, (unsigned long long)st.segments);
+}
+
+int main(void)
+{
+	struct tbackup bk[NB];
+	const char *addrs[NB];
+	const char *tmp = getenv("TMPDIR");
+
+	tap_plan(24);
+	test_codec();
+	test_check_write();
+	snprintf(root, sizeof(root), "%s/test_rpcdata.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	for (unsigned i = 0; i < NB; i++) {
+		backup_start(&bk[i], i);
+		addrs[i] = bk[i].addr;
+	}
+	test_same_bytes(bk, addrs);
+	test_rpc_batched(bk, addrs);
+	for (unsigned i = 0; i < NB; i++) {
+		backup_pause(&bk[i]);
+		tw_backup_close(bk[i].b);
+	}
+	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	return tap_exit();
+}
