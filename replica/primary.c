@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "replica/primary_int.h"
+#include "replica/rpcdata.h"
 
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */
@@ -231,8 +232,12 @@ static int seal_post(struct tw_primary *p)
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
-		rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr, &seg->rk[i], off)
-			   : -TW_EPEERLOST;
+		if (p->rpcd) /* TW_DATA_RPC baseline: primary_rpcmode.c */
+			rc = prpc_post(p, po);
+		else
+			rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr,
+						   &seg->rk[i], off)
+				   : -TW_EPEERLOST;
 		if (rc < 0) {
 			char why[160];
 
@@ -531,6 +536,7 @@ static void primary_free(struct tw_primary *p)
 		tw_fab_close(p->fab);
 	if (p->fab_old) /* replaced by a failover on shm (primary_rerep.c) */
 		tw_fab_close(p->fab_old);
+	prpc_fini(p);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -646,6 +652,8 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	}
 
 	rc = pctl_init_fabric(p);
+	if (rc == 0 && cfg->data_path == TW_DATA_RPC)
+		rc = prpc_init(p);
 	if (rc == 0)
 		rc = pctl_connect_all(p);
 	if (rc == 0)

@@ -11,6 +11,7 @@
 
 #include "proto/rpc.h"
 #include "replica/primary_int.h"
+#include "replica/rpcdata.h"
 
 static struct pbackup *chan_backup(struct tw_chan *ch)
 {
@@ -25,6 +26,10 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 	(void)arg;
 	if (!b || !b->rpc)
 		return;
+	if (rpcdata_is(msg, len)) { /* TW_DATA_RPC baseline: primary_rpcmode.c */
+		prpc_on_reply(b, msg, len);
+		return;
+	}
 	rc = tw_rpc_client_on_recv(b->rpc, msg, len);
 	if (rc < 0) {
 		b->lost = true;
@@ -44,6 +49,7 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
 	if (b->rpc)
 		tw_rpc_client_on_lost(b->rpc, err);
+	prpc_on_lost(b, err);
 	pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
 }
 

@@ -142,6 +142,9 @@ struct tw_primary {
 	struct pcall *next_calls; /* r of them */
 	unsigned next_n;
 
+	/* cfg.data_path == TW_DATA_RPC: state of the data messages (primary_rpcmode.c). */
+	struct prpc *rpcd;
+
 	/* Backup failure (primary_rerep.c). Driver thread only. */
 	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
 	bool fo_running;        /* inside pfo_run (no recursion) */
@@ -204,7 +207,6 @@ void pctl_drop(struct pbackup *b);
 int pctl_reconnect(struct tw_primary *p, struct pbackup *b);
 /* Write [from, len) of `seg` to replica index `i` (blocking, chunked). 0 or a negative code. */
 int pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
-
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 

@@ -95,6 +95,14 @@ enum tw_primary_mode {
 	TW_PRIMARY_ASYNC = 1, /* internal progress thread, callbacks on it */
 };
 
+/* How the log bytes reach the backups. */
+enum tw_data_path {
+	TW_DATA_ONESIDED = 0, /* one-sided writes into the backups' buffers (Tailwind) */
+	TW_DATA_RPC = 1,      /* benchmark baseline: two-sided data messages that the backup's CPU
+			       * checks, copies into the buffer and answers (RAMCloud-style);
+			       * same batching, pipelining, log format and control RPCs */
+};
+
 struct tw_primary_config {
 	uint64_t log_id;
 	uint64_t epoch;               /* sent with every RPC; a backup refuses older ones */
@@ -115,6 +123,7 @@ struct tw_primary_config {
 				       * a rollover does not wait for the open round trip (holds a
 				       * second buffer per backup); default off */
 	uint64_t node_id;             /* sent in the handshake; 0: derived from host and pid */
+	enum tw_data_path data_path;  /* default TW_DATA_ONESIDED (docs/benchmarks.md) */
 	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
 				       * loss (background, between driver rounds); default
 				       * 64 MiB/s; 0: unlimited */
