@@ -21,6 +21,7 @@
 
 #include "replica/primary_int.h"
 #include "tap.h"
+#include "twd_client.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
@@ -230,6 +231,64 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 		   res.copies_stale, victim);
 }
 
+/*
+ * A backup that stopped and came back must not resurrect stale data: its copy (version 0) got
+ * more writes than the others and was even closed (as twd does with open buffers on SIGTERM),
+ * while the two current replicas (version 1) are still open. Recovery must deliver exactly the
+ * version-1 content and report the stale copy.
+ */
+struct stale_x {
+	unsigned got, bad;
+};
+
+static int stale_cb(void *arg, const struct tw_recovered_entry *e)
+{
+	struct stale_x *x = arg;
+	uint8_t want[OBJ];
+
+	twc_fill(want, OBJ, 1000 + x->got / 10, x->got % 10);
+	if (e->len != OBJ || memcmp(e->data, want, OBJ))
+		x->bad++;
+	else
+		x->got++;
+	return 0;
+}
+
+static void test_stale_closed(const char **addrs)
+{
+	uint64_t ver[3] = { 1, 1, 0 };
+	struct tw_recover_config rc;
+	struct tw_recover_result res;
+	struct stale_x x = { 0, 0 };
+	struct twc c[3];
+	char err[512];
+	int r;
+
+	for (unsigned i = 0; i < 3; i++) {
+		TAP_REQUIRE(twc_connect(&c[i], "mem", addrs[i]) == 0, "connect %u", i);
+		TAP_REQUIRE(twc_seg_init(&c[i], SEG) == 0, "seg init");
+		TAP_REQUIRE(twc_open(&c[i], 300, 0, 0, ver[i], SEG) == 0, "open %u", i);
+		for (unsigned w = 0; w < 5; w++)
+			TAP_REQUIRE(twc_write(&c[i], 10, OBJ, 1000 + w) == 0, "write");
+	}
+	for (unsigned w = 0; w < 3; w++)
+		TAP_REQUIRE(twc_write(&c[2], 10, OBJ, 9000 + w) == 0, "stale write");
+	TAP_REQUIRE(twc_close_seg(&c[2], UINT64_MAX, 0, NULL) == 0, "close the stale copy");
+	for (unsigned i = 0; i < 3; i++)
+		twc_close(&c[i]);
+
+	tw_recover_config_init(&rc);
+	rc.provider = "mem";
+	rc.log_id = 300;
+	rc.backups = addrs;
+	rc.n_backups = 3;
+	r = tw_recover(&rc, stale_cb, &x, &res, err, sizeof(err));
+	ok(r == 0 && x.bad == 0 && x.got == 50 && res.copies_stale == 1,
+	   "stale closed copy: recovery delivers the 50 entries of version 1, not the 80 of the "
+	   "closed version-0 copy (%u delivered, %u bad, %" PRIu64 " stale)%s%s", x.got, x.bad,
+	   res.copies_stale, r ? ": " : "", r ? err : "");
+}
+
 static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
 	(void)sb;
@@ -256,6 +315,7 @@ int main(void)
 	run("write error, async", addrs, TW_PRIMARY_ASYNC, 201, TW_MEM_FAULT_FAIL);
 	run("dropped write (op timeout), sync", addrs, TW_PRIMARY_SYNC, 202, TW_MEM_FAULT_DROP);
 	run("peer vanishes, async", addrs, TW_PRIMARY_ASYNC, 203, TW_MEM_FAULT_VANISH);
+	test_stale_closed(addrs);
 
 	for (unsigned i = 0; i < NB; i++)
 		backup_stop(&b[i]);
