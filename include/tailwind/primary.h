@@ -175,8 +175,9 @@ typedef void (*tw_append_cb)(void *arg, int status, uint64_t lsn);
  * Append one entry (len payload bytes, 1 <= len <= segment_size - 20) and wait until all r
  * backups hold it and every earlier append was acknowledged. `data` is borrowed for the call
  * (copied once into the log). Rolls the segment over when the entry does not fit.
- * Returns 0 and *lsn_out (may be NULL), or -EINVAL (len), -TW_EPEERLOST (a backup was lost:
- * errmsg names it), -ETIMEDOUT, -TW_ENOBACKUP (rollover found no r backups), -TW_ECLOSED (after
+ * Returns 0 and *lsn_out (may be NULL), or -EINVAL (len), -TW_ENOBACKUP (a backup was lost and
+ * no spare could replace it, or a rollover found no r backups: errmsg names each backup and why),
+ * -TW_EFENCED (a recovery fenced the log), -ETIMEDOUT, -TW_ECLOSED (after
  * tw_primary_finish), -EDEADLK (async mode, called from a callback).
  * Sync mode: the caller's thread progresses the fabric and may run other appends' callbacks.
  * Async mode: thread-safe; waits on a condition variable while the progress thread works.
@@ -255,7 +256,7 @@ struct tw_primary_stats {
 	uint64_t inflight_peak;    /* most writes in flight at once */
 	uint64_t wakeups;          /* async mode: app thread woke the progress thread */
 	/* Backup failure (docs/failover.md). */
-	uint64_t backups_lost;     /* backups marked lost while holding a replica */
+	uint64_t backups_lost;     /* backups marked lost (never used again by this primary) */
 	uint64_t failovers;        /* suspensions of the open segment that ended in a resume */
 	uint64_t rereplications;   /* replicas re-created on a spare (open and closed segments) */
 	uint64_t rerep_bytes;      /* bytes copied to spares for them */
