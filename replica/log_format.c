@@ -12,6 +12,87 @@
 
 #include "fabric/util.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TW_LF_X86 1
+#include <immintrin.h>
+#endif
+
+/*
+ * The data header check (bytes 2..3): bit 15 set, bits 0..14 the low 15 bits of CRC32C over the
+ * header's other 10 bytes in order (type, flags, length, payload_crc). recovery/scan.c computes
+ * the same value with its own code; the tests compute it a third way.
+ */
+#define HCHECK_MARK 0x8000u
+#define HCHECK_OF(crc) ((uint16_t)(HCHECK_MARK | ((crc) & 0x7fffu)))
+
+static uint16_t hcheck_generic(const uint8_t *h)
+{
+	uint8_t m[10];
+
+	m[0] = h[0];
+	m[1] = h[1];
+	memcpy(m + 2, h + 4, 8);
+	return HCHECK_OF(tw_crc32c(0, m, sizeof(m)));
+}
+
+#ifdef TW_LF_X86
+/* Same value: crc32 of bytes 0..1, then of bytes 4..11, as one 10-byte message. */
+__attribute__((target("sse4.2"))) static uint16_t hcheck_sse42(const uint8_t *h)
+{
+	uint32_t raw = _mm_crc32_u16(~0u, tw_load_le16(h));
+
+	return HCHECK_OF(~(uint32_t)_mm_crc32_u64(raw, tw_load_le64(h + 4)));
+}
+
+/* Store the check of a header whose other bytes are written; advance the chain over it. */
+__attribute__((target("sse4.2"))) static uint32_t finish_header_sse42(uint8_t *h, uint32_t chain)
+{
+	uint64_t h1 = tw_load_le64(h + 4);
+	uint32_t hc = _mm_crc32_u16(~0u, tw_load_le16(h));
+	uint32_t raw;
+
+	hc = ~(uint32_t)_mm_crc32_u64(hc, h1);
+	tw_store_le16(h + 2, HCHECK_OF(hc));
+	raw = _mm_crc32_u32(~chain, tw_load_le32(h));
+	return ~(uint32_t)_mm_crc32_u64(raw, h1);
+}
+
+/* Resolved once; every thread computes the same value (as in recovery/scan.c). */
+static int use_sse42 = -1;
+
+static bool have_sse42(void)
+{
+	int hw = __atomic_load_n(&use_sse42, __ATOMIC_RELAXED);
+
+	if (tw_unlikely(hw < 0)) {
+		__builtin_cpu_init();
+		hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+		__atomic_store_n(&use_sse42, hw, __ATOMIC_RELAXED);
+	}
+	return hw;
+}
+#endif
+
+static uint16_t hcheck(const uint8_t *h)
+{
+#ifdef TW_LF_X86
+	if (tw_likely(have_sse42()))
+		return hcheck_sse42(h);
+#endif
+	return hcheck_generic(h);
+}
+
+/* Store the check of a header whose other bytes are written; return the chain advanced over it. */
+static uint32_t finish_header(uint8_t *h, uint32_t chain)
+{
+#ifdef TW_LF_X86
+	if (tw_likely(have_sse42()))
+		return finish_header_sse42(h, chain);
+#endif
+	tw_store_le16(h + 2, hcheck_generic(h));
+	return tw_crc32c(chain, h, TW_ENTRY_HDR_SIZE);
+}
+
 void tw_log_writer_init(struct tw_log_writer *w, void *buf, size_t cap)
 {
 	tw_log_writer_resume(w, buf, cap, 0, 0, 0, 0);
@@ -63,10 +144,9 @@ int tw_log_writer_append(struct tw_log_writer *w, const void *payload, uint32_t 
 
 	hdr[0] = TW_ENTRY_DATA;
 	hdr[1] = 0; /* flags */
-	tw_store_le16(hdr + 2, 0);
 	tw_store_le32(hdr + 4, len);
 	tw_store_le32(hdr + 8, crc);
-	w->chain = tw_crc32c(w->chain, hdr, TW_ENTRY_HDR_SIZE);
+	w->chain = finish_header(hdr, w->chain); /* bytes 2..3: the header check */
 
 	if (offset_out)
 		*offset_out = w->pos;
@@ -107,8 +187,9 @@ int tw_log_writer_seal(struct tw_log_writer *w, size_t *off_out, size_t *len_out
 int tw_entry_next(struct tw_entry_iter *it, const void **payload_out, uint32_t *len_out,
 		  size_t *offset_out)
 {
-	/* Structural checks only (the CRCs were verified by tw_scan()), but every length is
-	 * checked against it->len so a wrong prefix cannot make us read past it. */
+	/* Structural checks (the payload CRCs and the chain were verified by tw_scan()): types,
+	 * flags, the data header check (cheap, and it guards the length we are about to use), and
+	 * every length against it->len so a wrong prefix cannot make us read past it. */
 	while (it->pos < it->len) {
 		const uint8_t *p = it->buf + it->pos;
 		size_t rem = it->len - it->pos;
@@ -121,7 +202,7 @@ int tw_entry_next(struct tw_entry_iter *it, const void **payload_out, uint32_t *
 			continue;
 		}
 		if (p[0] != TW_ENTRY_DATA || rem < TW_ENTRY_HDR_SIZE || p[1] != 0 ||
-		    tw_load_le16(p + 2) != 0)
+		    tw_load_le16(p + 2) != hcheck(p))
 			return -TW_ECORRUPT;
 		len = tw_load_le32(p + 4);
 		if (len > rem - TW_ENTRY_HDR_SIZE)

@@ -6,11 +6,18 @@
  * describes every byte and argues why a torn write is always detected.
  *
  * Layout (little-endian), entries packed back to back from offset 0 of a zero-filled buffer:
- *   data entry      [type=1:u8][flags=0:u8][reserved=0:u16][length:u32][payload_crc:u32] payload
+ *   data entry      [type=1:u8][flags=0:u8][hcheck:u16][length:u32][payload_crc:u32] payload
  *   checksum entry  [type=2:u8][flags=0:u8][reserved=0:u16][checksum:u32]
- * `checksum` is CRC32C chained over the 12 header bytes of every data entry in the buffer so far
- * (starting from 0), stored as 1 when the CRC is 0, so a stored checksum is never zero.
- * Every RDMA write carries one or more data entries followed by exactly one checksum entry.
+ * `hcheck` (bytes 2..3) guards the data header itself: 0x8000 | (low 15 bits of CRC32C over the
+ * other 10 header bytes in order: type, flags, length, payload_crc), i.e.
+ *   hcheck = 0x8000 | (tw_crc32c(0, {b0, b1, b4, ..., b11}, 10) & 0x7FFF).
+ * The scan verifies it before it uses the length, so any 1 or 2 flipped bits in a data header
+ * stop the scan at that header with certainty; bit 15 (always 1 here, always 0 in a checksum
+ * entry's reserved field) keeps a data header and a checksum entry at least 3 bits apart.
+ * `checksum` is CRC32C chained over the 12 header bytes (hcheck included) of every data entry in
+ * the buffer so far (starting from 0), stored as 1 when the CRC is 0, so a stored checksum is
+ * never zero. Every RDMA write carries one or more data entries followed by exactly one checksum
+ * entry.
  */
 #ifndef TAILWIND_LOG_FORMAT_H
 #define TAILWIND_LOG_FORMAT_H
@@ -103,7 +110,8 @@ enum tw_scan_stop {
 	TW_SCAN_END = 0,          /* reached the end of the buffer exactly */
 	TW_SCAN_ZERO,             /* found type 0 (zeroed memory): the normal end of an open buffer */
 	TW_SCAN_BAD_LENGTH,       /* an entry or its payload would leave the buffer */
-	TW_SCAN_BAD_HEADER,       /* unknown type, or flags/reserved bits set */
+	TW_SCAN_BAD_HEADER,       /* unknown type, flags set, data header check mismatch, checksum
+				   * entry reserved bits set, or a checksum entry closing nothing */
 	TW_SCAN_CHAIN_MISMATCH,   /* a checksum entry did not match the header chain */
 	TW_SCAN_PAYLOAD_MISMATCH, /* a payload did not match its CRC */
 };
@@ -118,8 +126,9 @@ struct tw_scan_result {
 };
 
 /*
- * Algorithm 1 of the Tailwind paper plus payload verification: walk the entries from offset 0,
- * chain the header CRC, compare at each checksum entry, verify every payload CRC; the valid prefix
+ * Algorithm 1 of the Tailwind paper plus header and payload verification: walk the entries from
+ * offset 0, verify each data header's check before using its length, chain the header CRC,
+ * compare at each checksum entry, verify every payload CRC; the valid prefix
  * ends after the last checksum entry that matched with all payloads before it verified. A
  * checksum entry that closes no data entry (an empty write) is rejected as TW_SCAN_BAD_HEADER.
  * Never reads outside [buf, buf+len) (buf may be NULL when len is 0). Thread-safe (reads only).
@@ -132,7 +141,8 @@ TW_API const char *tw_scan_stop_str(enum tw_scan_stop stop);
 /*
  * Iterate the data entries of a prefix that tw_scan() validated (checksum entries are skipped).
  * Initialise with it->buf, it->len (the valid length) and it->pos = 0. Returns 1 and the entry,
- * 0 at the end, or -TW_ECORRUPT if the bytes are not a well-formed prefix.
+ * 0 at the end, or -TW_ECORRUPT if the bytes are not a well-formed prefix (types, flags, data
+ * header checks and lengths are re-checked; payload CRCs and the chain are not).
  */
 struct tw_entry_iter {
 	const uint8_t *buf;

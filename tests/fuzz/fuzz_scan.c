@@ -15,6 +15,10 @@
  * The input is also read as a recipe for a valid log plus a torn write or bit flips, with the
  * torn-write oracle of tests/unit/test_torn_writes.c (check_structured()).
  *
+ * Inputs written in the format before data headers carried a check (bytes 2..3 zero; most of
+ * the checked-in corpus) are also upgraded to the current format and checked a third time
+ * (upgrade_v0()), so that what they exercised beyond the header check still gets exercised.
+ *
  * Built with -DTW_FUZZ_NO_ENTRY the file only provides fuzz_scan_check().
  */
 #include <stdio.h>
@@ -40,7 +44,22 @@ static char msg[256];
 		return msg;                                \
 	} while (0)
 
-/* Algorithm 1 plus payload CRCs, written for clarity, not speed; independent of scan.c. */
+/*
+ * The data header check, from the format description (docs/log-format.md §2): bit 15 set, bits
+ * 0..14 the low 15 bits of CRC32C over the other 10 header bytes (table CRC, its own code).
+ */
+static uint16_t ref_hcheck(const uint8_t *h)
+{
+	uint8_t m[10];
+
+	m[0] = h[0];
+	m[1] = h[1];
+	memcpy(m + 2, h + 4, 8);
+	return (uint16_t)(0x8000u | (tw_crc32c_portable(0, m, 10) & 0x7fffu));
+}
+
+/* Algorithm 1 plus header checks and payload CRCs, written for clarity, not speed; independent
+ * of scan.c. */
 static void reference_scan(const uint8_t *b, size_t len, struct tw_scan_result *r)
 {
 	size_t pos = 0;
@@ -66,7 +85,8 @@ static void reference_scan(const uint8_t *b, size_t len, struct tw_scan_result *
 				r->stop = TW_SCAN_BAD_LENGTH;
 				return;
 			}
-			if (b[pos + 1] || b[pos + 2] || b[pos + 3]) {
+			/* flags, then the check: both before the length is looked at */
+			if (b[pos + 1] || tw_load_le16(b + pos + 2) != ref_hcheck(b + pos)) {
 				r->stop = TW_SCAN_BAD_HEADER;
 				return;
 			}
@@ -390,10 +410,62 @@ static const char *check_structured(const uint8_t *data, size_t size)
 	return err;
 }
 
+/*
+ * A copy of the input with every data header that the old format would have accepted (bytes
+ * 2..3 zero) given its check, and every checksum entry that matched the old chain rewritten to
+ * the new chain: an old valid log becomes a new valid log, old damage stays damage. Walks like
+ * the old scan and stops where it would have. NULL when the walk met no such header (nothing to
+ * upgrade) or on allocation failure.
+ */
+static uint8_t *upgrade_v0(const uint8_t *data, size_t size)
+{
+	uint8_t *b;
+	size_t pos = 0;
+	uint32_t old_chain = 0, new_chain = 0;
+	bool changed = false;
+
+	if (size == 0 || !(b = malloc(size)))
+		return NULL;
+	memcpy(b, data, size);
+	while (pos < size) {
+		uint8_t *p = b + pos;
+		size_t rem = size - pos;
+
+		if (p[0] == TW_ENTRY_DATA && rem >= TW_ENTRY_HDR_SIZE && !p[1] && !p[2] && !p[3]) {
+			uint32_t plen = tw_load_le32(p + 4);
+
+			old_chain = tw_crc32c_portable(old_chain, p, TW_ENTRY_HDR_SIZE);
+			tw_store_le16(p + 2, ref_hcheck(p));
+			new_chain = tw_crc32c_portable(new_chain, p, TW_ENTRY_HDR_SIZE);
+			changed = true;
+			if (plen > rem - TW_ENTRY_HDR_SIZE)
+				break;
+			pos += TW_ENTRY_HDR_SIZE + plen;
+		} else if (p[0] == TW_ENTRY_CHECKSUM && rem >= TW_CKSUM_ENTRY_SIZE && !p[1] && !p[2] &&
+			   !p[3]) {
+			if (tw_load_le32(p + 4) == (old_chain ? old_chain : 1))
+				tw_store_le32(p + 4, new_chain ? new_chain : 1);
+			pos += TW_CKSUM_ENTRY_SIZE;
+		} else {
+			break;
+		}
+	}
+	if (!changed) {
+		free(b);
+		return NULL;
+	}
+	return b;
+}
+
 const char *fuzz_scan_check(const uint8_t *data, size_t size)
 {
 	const char *err = check_raw(data, size);
+	uint8_t *up;
 
+	if (!err && (up = upgrade_v0(data, size)) != NULL) {
+		err = check_raw(up, size);
+		free(up);
+	}
 	return err ? err : check_structured(data, size);
 }
 

@@ -1,7 +1,7 @@
 /*
  * tests/unit/test_log_format.c — the writer (append, fits, seal, resume), the exact bytes it
- * lays down, the never-zero checksum rule, tw_entry_next(), and the scan of well-formed
- * buffers (both walks: SSE4.2 and generic).
+ * lays down (including the data header check), the never-zero checksum rule, tw_entry_next(),
+ * and the scan of well-formed buffers (both walks: SSE4.2 and generic).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -40,21 +40,34 @@ static void scan2(const void *buf, size_t len, struct tw_scan_result *r)
 }
 
 /*
- * Choose the last 4 bytes of p[0..n) so that tw_crc32c(c, p, n) == want. CRC is affine in
- * those 32 bits, so solve the 32x32 system over GF(2).
+ * The data header check, written here from the format description (docs/log-format.md §2),
+ * independently of the library: bit 15 set, bits 0..14 the low 15 bits of CRC32C over the 10
+ * other header bytes (type, flags, length, payload_crc), computed with the table CRC.
  */
-static void force_crc(uint32_t c, uint8_t *p, size_t n, uint32_t want)
+static uint16_t ref_hcheck(const uint8_t *h)
+{
+	uint8_t m[10];
+
+	m[0] = h[0];
+	m[1] = h[1];
+	memcpy(m + 2, h + 4, 8);
+	return (uint16_t)(0x8000u | (tw_crc32c_portable(0, m, 10) & 0x7fffu));
+}
+
+/*
+ * Find x with f(x) == want for a function f that is affine over GF(2) in the 32 bits of x
+ * (a CRC in 4 of its message bytes, or in them plus a check computed from them): solve the
+ * 32x32 system. Returns x (the caller checks f(x) == want: the system may be singular).
+ */
+static uint32_t solve_affine(uint32_t (*f)(void *ctx, uint32_t x), void *ctx, uint32_t want)
 {
 	uint32_t m[32], sel[32], base, x = 0, target;
 	int piv[32], rank = 0;
 
-	memset(p + n - 4, 0, 4);
-	base = tw_crc32c(c, p, n);
+	base = f(ctx, 0);
 	for (int i = 0; i < 32; i++) {
-		p[n - 4 + i / 8] = (uint8_t)(1u << (i % 8));
-		m[i] = tw_crc32c(c, p, n) ^ base;
+		m[i] = f(ctx, 1u << i) ^ base;
 		sel[i] = 1u << i;
-		p[n - 4 + i / 8] = 0;
 	}
 	target = want ^ base;
 	for (int bit = 0; bit < 32; bit++) {
@@ -81,9 +94,39 @@ static void force_crc(uint32_t c, uint8_t *p, size_t n, uint32_t want)
 	for (int i = 0; i < rank; i++)
 		if ((target >> piv[i]) & 1)
 			x ^= sel[i];
-	for (int i = 0; i < 32; i++)
-		if ((x >> i) & 1)
-			p[n - 4 + i / 8] ^= (uint8_t)(1u << (i % 8));
+	return x;
+}
+
+struct span {
+	uint8_t *p;
+	size_t n;
+};
+
+/* tw_crc32c(0, p, n) with the last 4 bytes of p set to x. */
+static uint32_t crc_with_tail(void *ctx, uint32_t x)
+{
+	struct span *s = ctx;
+
+	tw_store_le32(s->p + s->n - 4, x);
+	return tw_crc32c(0, s->p, s->n);
+}
+
+/* The chain over a 12-byte data header with payload_crc x and its check filled in. */
+static uint32_t chain_with_pcrc(void *ctx, uint32_t x)
+{
+	uint8_t *h = ctx;
+
+	tw_store_le32(h + 8, x);
+	tw_store_le16(h + 2, ref_hcheck(h));
+	return tw_crc32c(0, h, 12);
+}
+
+/* Choose the last 4 bytes of p[0..n) so that tw_crc32c(0, p, n) == want. */
+static void force_crc(uint8_t *p, size_t n, uint32_t want)
+{
+	struct span s = { p, n };
+
+	crc_with_tail(&s, solve_affine(crc_with_tail, &s, want));
 }
 
 static void exact_bytes(void)
@@ -106,9 +149,10 @@ static void exact_bytes(void)
 	is_int(tw_log_writer_append(&w, payload, 101, NULL), -TW_EFULL, "append too big: EFULL");
 	is_int(tw_log_writer_append(&w, payload, 100, &off), 0, "append 100 bytes");
 	is_int(off, 0, "first entry at offset 0");
-	ok(buf[0] == TW_ENTRY_DATA && buf[1] == 0 && tw_load_le16(buf + 2) == 0 &&
-		   tw_load_le32(buf + 4) == 100 && tw_load_le32(buf + 8) == tw_crc32c(0, payload, 100),
-	   "data header bytes: type 1, flags 0, reserved 0, length, payload CRC");
+	ok(buf[0] == TW_ENTRY_DATA && buf[1] == 0 && tw_load_le16(buf + 2) == ref_hcheck(buf) &&
+		   (buf[3] & 0x80) && tw_load_le32(buf + 4) == 100 &&
+		   tw_load_le32(buf + 8) == tw_crc32c(0, payload, 100),
+	   "data header bytes: type 1, flags 0, header check (bit 15 set), length, payload CRC");
 	ok(memcmp(buf + 12, payload, 100) == 0, "payload copied after the header");
 	ok(!tw_log_writer_fits(&w, 0), "no room for another entry: only the checksum entry is left");
 	is_int(tw_log_writer_append(&w, NULL, 0, NULL), -TW_EFULL, "empty entry: EFULL too");
@@ -117,7 +161,8 @@ static void exact_bytes(void)
 	chain = tw_crc32c(0, buf, 12);
 	ok(buf[112] == TW_ENTRY_CHECKSUM && buf[113] == 0 && tw_load_le16(buf + 114) == 0 &&
 		   tw_load_le32(buf + 116) == (chain ? chain : 1),
-	   "checksum entry bytes: type 2, flags 0, reserved 0, CRC32C of the 12 header bytes");
+	   "checksum entry bytes: type 2, flags 0, reserved 0, CRC32C of the 12 header bytes "
+	   "(check included)");
 	ok(w.last_checksum == tw_load_le32(buf + 116) && w.chain == chain && w.entries == 1 &&
 		   w.pending == 0 && w.pos == 120,
 	   "writer state after seal");
@@ -128,6 +173,34 @@ static void exact_bytes(void)
 		   r.last_checksum == w.last_checksum && r.chain == w.chain,
 	   "scan: whole buffer valid, stop end");
 	free(buf);
+}
+
+/* Fixed vectors: the whole 12-byte header of an empty entry and of "hello". */
+static void known_headers(void)
+{
+	static const uint8_t want_empty[12] = { 0x01, 0x00, 0xce, 0x8b, 0, 0, 0, 0, 0, 0, 0, 0 };
+	static const uint8_t want_hello[12] = { 0x01, 0x00, 0xc2, 0xee, 0x05, 0x00, 0x00, 0x00,
+						0x4c, 0xbb, 0x71, 0x9a };
+	uint8_t buf[64];
+	struct tw_log_writer w;
+	struct tw_entry_iter it;
+	size_t off, wlen;
+
+	memset(buf, 0, sizeof(buf));
+	tw_log_writer_init(&w, buf, sizeof(buf));
+	tw_log_writer_append(&w, NULL, 0, NULL);
+	tw_log_writer_append(&w, "hello", 5, NULL);
+	tw_log_writer_seal(&w, &off, &wlen);
+	ok(memcmp(buf, want_empty, 12) == 0,
+	   "empty entry header: 01 00 ce 8b 00.. (check 0x8bce)");
+	ok(memcmp(buf + 12, want_hello, 12) == 0,
+	   "\"hello\" header: 01 00 c2 ee 05 00 00 00 4c bb 71 9a (check 0xeec2)");
+	ok(ref_hcheck(buf) == 0x8bce && ref_hcheck(buf + 12) == 0xeec2,
+	   "the test's own check function gives the same values");
+	ok(tw_load_le32(buf + 29 + 4) == tw_crc32c(0, buf, 24),
+	   "checksum entry: the chain over both 12-byte headers, checks included");
+	it = (struct tw_entry_iter){ .buf = buf, .len = w.pos, .pos = 0 };
+	is_int(tw_entry_next(&it, NULL, NULL, NULL), 1, "iterator accepts the entries");
 }
 
 static void arguments_and_limits(void)
@@ -174,8 +247,10 @@ static void never_zero(void)
 	size_t off, wlen;
 
 	memset(payload, 0x5a, sizeof(payload));
-	force_crc(0, hdr, sizeof(hdr), 0);         /* the payload CRC that makes chain 0 */
-	force_crc(0, payload, sizeof(payload), tw_load_le32(hdr + 8)); /* a payload with that CRC */
+	/* The payload CRC that makes chain 0 (the check, which depends on it, included). */
+	chain_with_pcrc(hdr, solve_affine(chain_with_pcrc, hdr, 0));
+	is_int(tw_crc32c(0, hdr, 12), 0, "solved for a header (with its check) whose CRC is 0");
+	force_crc(payload, sizeof(payload), tw_load_le32(hdr + 8)); /* a payload with that CRC */
 	memset(buf, 0, sizeof(buf));
 	tw_log_writer_init(&w, buf, sizeof(buf));
 	tw_log_writer_append(&w, payload, sizeof(payload), NULL);
@@ -321,6 +396,16 @@ static void iterator_errors(void)
 	it = (struct tw_entry_iter){ .buf = buf, .len = w.pos, .pos = 0 };
 	is_int(tw_entry_next(&it, &pl, &len, &off), -TW_ECORRUPT, "iterator: flags set is corrupt");
 	buf[1] = 0;
+	buf[2] ^= 1;
+	it = (struct tw_entry_iter){ .buf = buf, .len = w.pos, .pos = 0 };
+	is_int(tw_entry_next(&it, &pl, &len, &off), -TW_ECORRUPT,
+	       "iterator: header check mismatch is corrupt");
+	buf[2] ^= 1;
+	buf[4] ^= 2; /* length 5 -> 7: inside the prefix, but the check no longer matches */
+	it = (struct tw_entry_iter){ .buf = buf, .len = w.pos, .pos = 0 };
+	is_int(tw_entry_next(&it, &pl, &len, &off), -TW_ECORRUPT,
+	       "iterator: a changed length fails the header check");
+	buf[4] ^= 2;
 	buf[0] = 9;
 	it = (struct tw_entry_iter){ .buf = buf, .len = w.pos, .pos = 0 };
 	is_int(tw_entry_next(&it, &pl, &len, &off), -TW_ECORRUPT, "iterator: unknown type");
@@ -335,6 +420,7 @@ int main(void)
 	rng_state = tap_seed();
 	exact_bytes();
 	arguments_and_limits();
+	known_headers();
 	never_zero();
 	iterator_errors();
 	random_logs(tap_long_mode() ? 2000 : 60);

@@ -18,9 +18,9 @@
  * landed); otherwise valid_len is exactly the start of w and `entries` the entries before w:
  * w+1 must not be accepted either.
  *
- * asc and desc are detected with certainty (see docs/log-format.md); chunks relies on the
- * payload CRCs and the header chain, each a 32-bit check: a random false accept has odds
- * around 2^-32 per case, so the seed is printed to reproduce any failure.
+ * asc and desc are detected with certainty (see docs/log-format.md §7); chunks relies on the
+ * data header checks (15 bits), the payload CRCs and the header chain (32 bits each): a random
+ * false accept has odds around 2^-32 per case, so the seed is printed to reproduce any failure.
  *
  * Default run: a few seconds (also under ASan). TW_LONG=1: more than 1,000,000 cases.
  */
