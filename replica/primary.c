@@ -936,9 +936,10 @@ int tw_primary_progress(struct tw_primary *p, int timeout_ms)
 int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **data_out,
 			uint32_t *len_out)
 {
-	const uint8_t *h;
+	struct tw_entry_iter it;
+	const void *payload;
 	struct pseg *s;
-	size_t end;
+	size_t off;
 	uint32_t len;
 	int rc = 0;
 
@@ -950,20 +951,19 @@ int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **da
 		goto out;
 	}
 	s = p->segs[pos.segment];
-	end = s->w.pos;
-	if ((size_t)pos.offset + TW_ENTRY_HDR_SIZE > end) {
+	/* The format's own iterator checks the header (type, flags, header check, length within
+	 * what was written); a position that is not the start of a data entry is not found, and
+	 * the payload CRC guards against a position that only looks like one. */
+	it.buf = s->buf;
+	it.len = s->w.pos;
+	it.pos = pos.offset;
+	if (pos.offset >= it.len || tw_entry_next(&it, &payload, &len, &off) != 1 ||
+	    off != pos.offset ||
+	    tw_crc32c(0, payload, len) != tw_load_le32(s->buf + off + 8)) {
 		rc = -TW_ENOTFOUND;
 		goto out;
 	}
-	h = s->buf + pos.offset;
-	len = tw_load_le32(h + 4);
-	if (h[0] != TW_ENTRY_DATA || h[1] || tw_load_le16(h + 2) ||
-	    (size_t)pos.offset + TW_ENTRY_HDR_SIZE + len > end ||
-	    tw_crc32c(0, h + TW_ENTRY_HDR_SIZE, len) != tw_load_le32(h + 8)) {
-		rc = -TW_ENOTFOUND;
-		goto out;
-	}
-	*data_out = h + TW_ENTRY_HDR_SIZE;
+	*data_out = payload;
 	*len_out = len;
 out:
 	primary_unlock(p);
