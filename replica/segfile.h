@@ -12,7 +12,7 @@
  *
  *   off size field
  *     0    8 magic "TWSEGv1\0"
- *     8    2 format version (1)
+ *     8    2 format version (2)
  *    10    2 header size (128)
  *    12    4 flags (bit 0: CORRUPT, the buffer failed verification when it was closed)
  *    16    8 log_id
@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #define SEGFILE_MAGIC "TWSEGv1"
-#define SEGFILE_VERSION 1u
+#define SEGFILE_VERSION 2u /* 2: data entry headers carry a header check */
 #define SEGFILE_HDR_SIZE 128u
 #define SEGFILE_NAME_MAX 64u /* "xxxxxxxxxxxxxxxx-xxxxxxxxxxxxxxxx.twseg.tmp" + NUL fits */
 #define SEGFILE_SUFFIX ".twseg"

@@ -111,9 +111,9 @@ static void test_header(void)
 	raw[20] ^= 1;
 	is_int(segfile_hdr_decode(raw, &g), -TW_ECORRUPT, "header bit flip: CRC mismatch");
 	raw[20] ^= 1;
-	raw[8] = 2;
+	raw[8] = (uint8_t)(SEGFILE_VERSION + 1);
 	{
-		/* version 2 with a valid CRC: reported as a newer format */
+		/* the next version with a valid CRC: reported as a newer format */
 		uint32_t crc = tw_crc32c(0, raw, 124);
 
 		raw[124] = (uint8_t)crc;
