@@ -232,6 +232,70 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 }
 
 /*
+ * Background re-replication is rate-limited: with rerep_rate = one segment per second, the
+ * closed segments of the lost backup are not all copied within the test's milliseconds; finish
+ * copies what is still owed, and recovery gets everything.
+ */
+static void test_rate(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_recover_result res;
+	struct tw_primary *p;
+	struct rcheck k;
+	uint8_t buf[OBJ];
+	char err[1024];
+	uint64_t during, owed = 0;
+	unsigned victim;
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = 210;
+	cfg.backups = addrs;
+	cfg.n_backups = 4;
+	cfg.provider = "mem";
+	cfg.segment_size = SEG;
+	cfg.rerep_rate = SEG; /* bytes per second */
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "rate: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < 4000; i++) {
+		fill(buf, i);
+		TAP_REQUIRE(tw_primary_append_async(p, buf, OBJ, NULL, NULL, NULL) == 0, "append");
+	}
+	TAP_REQUIRE(tw_primary_flush(p) == 0, "flush");
+	victim = p->cur->rep[1];
+	for (size_t s = 0; s + 1 < p->nsegs; s++)
+		for (unsigned i = 0; i < p->segs[s]->nrep; i++)
+			owed += p->segs[s]->rep[i] == victim;
+	{
+		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_VANISH };
+
+		tw_mem_inject(p->bk[victim].ch, &f);
+	}
+	for (uint64_t i = 4000; i < 4200; i++) {
+		fill(buf, i);
+		TAP_REQUIRE(tw_primary_append_async(p, buf, OBJ, NULL, NULL, NULL) == 0, "append");
+	}
+	is_int(tw_primary_flush(p), 0, "rate: appends go on");
+	tw_primary_get_stats(p, &st);
+	during = st.rereplications;
+	ok(owed >= 2 && during >= 1 && during <= 2,
+	   "rate: %" PRIu64 " closed segments owed, %" PRIu64 " replicas re-created so far (the "
+	   "open one, at most one closed one per second)", owed, during);
+	is_int(tw_primary_finish(p), 0, "rate: finish");
+	tw_primary_get_stats(p, &st);
+	ok(st.rereplications == 1 + owed && st.rerep_pending == 0,
+	   "rate: finish copied the rest (%" PRIu64 " in all, %" PRIu64 " pending)",
+	   st.rereplications, st.rerep_pending);
+	tw_primary_close(p);
+	rc = recover_all(addrs, 4, 210, &k, &res);
+	ok(rc == 0 && k.bad == 0 && k.next == 4200, "rate: recovery returns all %" PRIu64
+	   " entries", k.next);
+}
+
+/*
  * A backup that stopped and came back must not resurrect stale data: its copy (version 0) got
  * more writes than the others and was even closed (as twd does with open buffers on SIGTERM),
  * while the two current replicas (version 1) are still open. Recovery must deliver exactly the
@@ -316,6 +380,7 @@ int main(void)
 	run("dropped write (op timeout), sync", addrs, TW_PRIMARY_SYNC, 202, TW_MEM_FAULT_DROP);
 	run("peer vanishes, async", addrs, TW_PRIMARY_ASYNC, 203, TW_MEM_FAULT_VANISH);
 	test_stale_closed(addrs);
+	test_rate(addrs);
 
 	for (unsigned i = 0; i < NB; i++)
 		backup_stop(&b[i]);
