@@ -74,6 +74,28 @@ static void cleanup(void)
 		sh("rm -rf '%s'", root_dir);
 }
 
+/* Namespaces of earlier runs that died without cleaning up (killed by a timeout): their tag is
+ * the pid of a process that no longer exists. */
+static void sweep_stale(void)
+{
+	FILE *f = popen("ip netns list 2>/dev/null", "r");
+	char line[256];
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long pid;
+		char name[128];
+
+		if (sscanf(line, "%127s", name) != 1 || strncmp(name, "twpart-", 7) != 0)
+			continue;
+		pid = strtoul(name + 7, NULL, 16);
+		if (pid && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+			sh("ip netns delete %s 2>/dev/null", name);
+	}
+	pclose(f);
+}
+
 /* Host namespace `ns` with address SUBNET<host>, port p<host> on the bridge. */
 static bool host(const char *ns, unsigned idx, unsigned hostno)
 {
@@ -133,7 +155,8 @@ int main(int argc, char **argv)
 	if (rc <= 0)
 		tap_plan_skip_all("cannot find /proc/self/exe");
 	self[rc] = '\0';
-	snprintf(tag, sizeof(tag), "%x", (unsigned)getpid() & 0xfffffu);
+	snprintf(tag, sizeof(tag), "%x", (unsigned)getpid()); /* <= 6 hex digits */
+	sweep_stale();
 	snprintf(ns_br, sizeof(ns_br), "twpart-%s-br", tag);
 	snprintf(ns_p, sizeof(ns_p), "twpart-%s-p", tag);
 	snprintf(ns_r, sizeof(ns_r), "twpart-%s-r", tag);
