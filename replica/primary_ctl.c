@@ -520,6 +520,17 @@ int pctl_preopen_finish(struct tw_primary *p, struct pseg *seg)
 		if (open_result(p, seg, &p->next_calls[i], &refused) < 0)
 			return -TW_EFENCED;
 	p->next_n = 0;
+	/* A backup lost since the pre-open cannot serve: drop it while the segment is empty
+	 * (no failover needed; primary_rerep.c). */
+	for (unsigned i = 0; i < seg->nrep;) {
+		if (p->bk[seg->rep[i]].lost) {
+			seg->nrep--;
+			seg->rep[i] = seg->rep[seg->nrep];
+			seg->rk[i] = seg->rk[seg->nrep];
+		} else {
+			i++;
+		}
+	}
 	return seg->nrep == p->r ? 0 : pctl_open_segment(p, seg);
 }
 

@@ -36,6 +36,7 @@ struct tbackup {
 };
 
 static char root[256];
+static bool preopen; /* run(): cfg.preopen */
 
 static void *backup_main(void *arg)
 {
@@ -170,6 +171,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	cfg.mode = mode;
 	cfg.op_timeout_ms = 300;
 	cfg.rerep_rate = 0;
+	cfg.preopen = preopen;
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "%s: open (%s)", name, rc ? err : "ok");
 	if (rc)
@@ -379,6 +381,10 @@ int main(void)
 	run("write error, async", addrs, TW_PRIMARY_ASYNC, 201, TW_MEM_FAULT_FAIL);
 	run("dropped write (op timeout), sync", addrs, TW_PRIMARY_SYNC, 202, TW_MEM_FAULT_DROP);
 	run("peer vanishes, async", addrs, TW_PRIMARY_ASYNC, 203, TW_MEM_FAULT_VANISH);
+	preopen = true; /* the next segment is already open on its backups, the victim's too */
+	run("write error, preopen, async", addrs, TW_PRIMARY_ASYNC, 204, TW_MEM_FAULT_FAIL);
+	run("peer vanishes, preopen, sync", addrs, TW_PRIMARY_SYNC, 205, TW_MEM_FAULT_VANISH);
+	preopen = false;
 	test_stale_closed(addrs);
 	test_rate(addrs);
 
