@@ -4,7 +4,9 @@
  * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
  *                    progress thread, public API;
  *        primary_ctl.c   the control plane: connect, handshake, open/close segment RPCs,
- *                    backup choice and retry, loss handling.
+ *                    backup choice and retry;
+ *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
+ *                    background re-replication of closed segments (docs/failover.md).
  *
  * Driver thread: the thread that polls the fabric and owns the slots and the segment list
  * (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC mode).
