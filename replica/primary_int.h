@@ -157,9 +157,6 @@ struct tw_primary {
 	unsigned fo_first;      /* the backup whose loss began the suspension */
 	struct tw_fab *fab_old; /* shm: the instance replaced by a reset; closed at the end */
 
-	/* cfg.data_path == TW_DATA_RPC: state of the data messages (primary_rpcmode.c). */
-	struct prpc *rpcd;
-
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */
 	tw_op_cb test_op_cb;
