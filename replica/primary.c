@@ -350,6 +350,7 @@ static int drive(struct tw_primary *p, int timeout_ms)
 		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
 			     tw_fab_errmsg(p->fab));
 	}
+	prpc_expire(p); /* TW_DATA_RPC: overdue data replies (primary_rpcmode.c) */
 	if (p->fo_pending && !p->fo_running)
 		pfo_run(p);
 	rc = reap(p);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fabric/util.h"
 #include "replica/primary_int.h"
 #include "replica/rpcdata.h"
 
@@ -22,6 +23,8 @@ struct prpc {
 	size_t chunk;       /* data bytes per message */
 	uint32_t *gen;      /* per slot: bumped at each post, so stale replies are ignored */
 	bool *waiting;      /* [slot * r + rep]: a reply is due */
+	uint64_t *deadline; /* [slot * r + rep]: when it fails with -ETIMEDOUT (op_timeout_ms) */
+	uint64_t next_check; /* prpc_expire looks at the deadlines at most every millisecond */
 };
 
 int prpc_init(struct tw_primary *p)
@@ -34,8 +37,9 @@ int prpc_init(struct tw_primary *p)
 	d->scratch = malloc(MSG_MAX);
 	d->gen = calloc(p->nslots, sizeof(*d->gen));
 	d->waiting = calloc((size_t)p->nslots * p->r, sizeof(*d->waiting));
+	d->deadline = calloc((size_t)p->nslots * p->r, sizeof(*d->deadline));
 	p->rpcd = d;
-	if (!d->scratch || !d->gen || !d->waiting) {
+	if (!d->scratch || !d->gen || !d->waiting || !d->deadline) {
 		prpc_fini(p);
 		return -ENOMEM;
 	}
@@ -51,6 +55,7 @@ void prpc_fini(struct tw_primary *p)
 	free(d->scratch);
 	free(d->gen);
 	free(d->waiting);
+	free(d->deadline);
 	free(d);
 	p->rpcd = NULL;
 }
@@ -80,6 +85,8 @@ int prpc_post(struct tw_primary *p, struct pop *po)
 	h.tag = (d->gen[idx] << SLOT_BITS) | idx;
 	/* Set before the last send: a send that has to progress the fab may deliver the reply. */
 	d->waiting[idx * p->r + po->rep] = true;
+	d->deadline[idx * p->r + po->rep] = tw_now_ns() +
+		(uint64_t)(p->cfg.op_timeout_ms ? p->cfg.op_timeout_ms : 10000) * 1000000u;
 	while (done < s->len) {
 		size_t n = s->len - done < d->chunk ? s->len - done : d->chunk;
 
@@ -150,4 +157,21 @@ void prpc_on_lost(struct pbackup *b, int err)
 			if (s->seg->rep[i] == b->idx && d->waiting[idx * p->r + i])
 				finish(p, idx, i, err < 0 ? err : -TW_EPEERLOST);
 	}
+}
+
+void prpc_expire(struct tw_primary *p)
+{
+	struct prpc *d = p->rpcd;
+	uint64_t now;
+
+	if (!d)
+		return;
+	now = tw_now_ns();
+	if (now < d->next_check)
+		return;
+	d->next_check = now + 1000000u;
+	for (unsigned idx = 0; idx < p->nslots; idx++)
+		for (unsigned i = 0; i < p->r; i++)
+			if (d->waiting[idx * p->r + i] && now >= d->deadline[idx * p->r + i])
+				finish(p, idx, i, -ETIMEDOUT);
 }

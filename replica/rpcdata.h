@@ -71,6 +71,9 @@ int prpc_post(struct tw_primary *p, struct pop *po);
 void prpc_on_reply(struct pbackup *b, const void *msg, size_t len);
 /* `b` was lost: its writes waiting for a reply fail. */
 void prpc_on_lost(struct pbackup *b, int err);
+/* Fail the writes whose reply is overdue (op_timeout_ms) with -ETIMEDOUT, as the fabric does
+ * for one-sided writes. Cheap: looks at the deadlines at most once per millisecond. */
+void prpc_expire(struct tw_primary *p);
 
 /* Backup side (replica/backup_rpcdata.c); progress thread. Returns true when `msg` was a data
  * message (handled: copied and replied, or refused with an error reply). */

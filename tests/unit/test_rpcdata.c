@@ -18,6 +18,7 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 
+#include "fabric/util.h"
 #include "replica/backup_int.h"
 #include "replica/rpcdata.h"
 #include "tap.h"
@@ -142,7 +143,8 @@ static void test_check_write(void)
 
 /* ------------------------------------------------------------------ over "mem" */
 
-static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_data_path dp)
+static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum tw_data_path dp,
+				     unsigned timeout_ms)
 {
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
@@ -158,9 +160,20 @@ static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_
 	cfg.provider = "mem";
 	cfg.segment_size = SEG;
 	cfg.data_path = dp;
+	if (timeout_ms) {
+		cfg.op_timeout_ms = timeout_ms;
+		cfg.rpc_timeout_ms = timeout_ms;
+		cfg.connect_timeout_ms = timeout_ms;
+		cfg.open_retry_ms = timeout_ms;
+	}
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "tw_primary_open (data path %d): %s", (int)dp, err);
 	return p;
+}
+
+static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_data_path dp)
+{
+	return open_log_t(addrs, log_id, dp, 0);
 }
 
 struct cnt {
@@ -267,13 +280,34 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 	   (unsigned long long)entries, (unsigned long long)st.segments);
 }
 
+/* A backup that stops answering data messages (its thread paused, the channel up): the write
+ * fails after op_timeout_ms instead of waiting for ever. */
+static void test_rpc_timeout(struct tbackup *bk, const char **addrs)
+{
+	struct tw_primary *r = open_log_t(addrs, 104, TW_DATA_RPC, 300);
+	uint8_t payload[100];
+	uint64_t t0;
+	int rc;
+
+	fill(payload, sizeof(payload), 1);
+	is_int(tw_primary_append(r, payload, sizeof(payload), NULL), 0, "append with all backups up");
+	backup_pause(&bk[2]);
+	t0 = tw_now_ns();
+	rc = tw_primary_append(r, payload, sizeof(payload), NULL);
+	ok(rc < 0 && tw_now_ns() - t0 < 5000000000ull,
+	   "backup silent: the append fails in %.2f s (%s)", (double)(tw_now_ns() - t0) / 1e9,
+	   tw_strerror(rc));
+	backup_resume(&bk[2]);
+	tw_primary_close(r);
+}
+
 int main(void)
 {
 	struct tbackup bk[NB];
 	const char *addrs[NB];
 	const char *tmp = getenv("TMPDIR");
 
-	tap_plan(24);
+	tap_plan(26);
 	test_codec();
 	test_check_write();
 	snprintf(root, sizeof(root), "%s/test_rpcdata.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -284,6 +318,7 @@ int main(void)
 	}
 	test_same_bytes(bk, addrs);
 	test_rpc_batched(bk, addrs);
+	test_rpc_timeout(bk, addrs);
 	for (unsigned i = 0; i < NB; i++) {
 		backup_pause(&bk[i]);
 		tw_backup_close(bk[i].b);
