@@ -535,8 +535,9 @@ static void primary_free(struct tw_primary *p)
 	}
 	if (p->fab)
 		tw_fab_close(p->fab);
-	if (p->fab_old) /* replaced by a failover on shm (primary_rerep.c) */
-		tw_fab_close(p->fab_old);
+	for (size_t i = 0; i < p->n_fab_old; i++) /* replaced by shm failovers (primary_rerep.c) */
+		tw_fab_close(p->fab_old[i]);
+	free(p->fab_old);
 	prpc_fini(p);
 	free(p->bk);
 	free(p->slots);
@@ -782,7 +783,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			if (p->pt_idle) {
 				p->pt_idle = false;
 				pthread_mutex_unlock(&p->lock);
-				tw_fab_wakeup(p->fab);
+				tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
 				pthread_mutex_lock(&p->lock);
 				continue;
 			}
@@ -800,7 +801,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			p->need_roll = true;
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(p->fab);
+			tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -828,7 +829,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
-		tw_fab_wakeup(p->fab);
+		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
 	return 0;
 }
 
@@ -909,7 +910,7 @@ int tw_primary_flush(struct tw_primary *p)
 		if (p->pt_idle && p->rec_tail < target) {
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(p->fab);
+			tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
 			pthread_mutex_lock(&p->lock);
 		}
 		while (p->rec_tail < target) {
@@ -1005,7 +1006,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 	}
 	primary_unlock(p);
 	if (p->threaded && n && p->thread_started)
-		tw_fab_wakeup(p->fab);
+		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
 	while (now) {
 		struct pseg *nx = now->next_free;
 
@@ -1056,7 +1057,7 @@ int tw_primary_finish(struct tw_primary *p)
 		pthread_mutex_lock(&p->lock);
 		p->stop = true;
 		pthread_mutex_unlock(&p->lock);
-		tw_fab_wakeup(p->fab);
+		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
 		pthread_join(p->thread, NULL);
 		p->thread_started = false;
 	}

@@ -57,6 +57,7 @@ int pctl_init_fabric(struct tw_primary *p)
 {
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
+	struct tw_fab *fab;
 	int rc;
 
 	tw_fab_config_init(&fc);
@@ -72,9 +73,12 @@ int pctl_init_fabric(struct tw_primary *p)
 	ev.arg = p;
 	ev.on_recv = on_recv;
 	ev.on_lost = on_lost;
-	rc = tw_fab_open(&fc, &ev, &p->fab);
-	if (rc < 0) {
-		p->fab = NULL;
+	rc = tw_fab_open(&fc, &ev, &fab);
+	if (rc == 0) {
+		/* App threads (async mode) read p->fab without the lock to wake the progress
+		 * thread; a shm failover replaces it (primary_rerep.c). */
+		__atomic_store_n(&p->fab, fab, __ATOMIC_RELEASE);
+	} else {
 		snprintf(p->errmsg, sizeof(p->errmsg), "cannot open fabric (provider %s): %s",
 			 fc.provider ? fc.provider : "default", tw_strerror(rc));
 	}

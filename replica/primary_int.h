@@ -155,7 +155,10 @@ struct tw_primary {
 	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
 	bool fo_resetting;      /* shm: replacing the fabric instance (losses are not new) */
 	unsigned fo_first;      /* the backup whose loss began the suspension */
-	struct tw_fab *fab_old; /* shm: the instance replaced by a reset; closed at the end */
+	/* shm: instances replaced by failover resets. Kept open until the primary is freed, since an
+	 * app thread may still be waking one it loaded before the swap. */
+	struct tw_fab **fab_old;
+	size_t n_fab_old;
 
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */

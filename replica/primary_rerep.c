@@ -347,7 +347,7 @@ static int rereg(struct tw_primary *p, struct pseg *s)
  */
 static int reset_fabric(struct tw_primary *p)
 {
-	struct tw_fab *old = p->fab;
+	struct tw_fab *old = p->fab, **olds;
 	struct pseg *f;
 	int rc = 0;
 
@@ -358,12 +358,18 @@ static int reset_fabric(struct tw_primary *p)
 		if (p->bk[i].ch || p->bk[i].rpc)
 			pctl_drop(&p->bk[i]);
 	p->fo_resetting = false;
-	rc = pctl_init_fabric(p);
+	olds = realloc(p->fab_old, (p->n_fab_old + 1) * sizeof(*olds));
+	if (!olds) {
+		primary_fail(p, -ENOMEM, "shm: cannot replace the fabric instance: out of memory");
+		return -ENOMEM;
+	}
+	p->fab_old = olds;
+	rc = pctl_init_fabric(p); /* publishes the new instance only on success */
 	if (rc < 0) {
-		p->fab = old;
 		primary_fail(p, rc, "shm: cannot open a new fabric instance: %s", tw_strerror(rc));
 		return rc;
 	}
+	p->fab_old[p->n_fab_old++] = old;
 	primary_lock(p);
 	for (size_t i = 0; i < p->nsegs && rc == 0; i++)
 		if (p->segs[i])
@@ -373,9 +379,6 @@ static int reset_fabric(struct tw_primary *p)
 	for (f = p->free_list; f && rc == 0; f = f->next_free)
 		rc = rereg(p, f);
 	primary_unlock(p);
-	if (p->fab_old)
-		tw_fab_close(p->fab_old);
-	p->fab_old = old;
 	if (rc < 0) {
 		primary_fail(p, rc, "shm: cannot register the log again: %s", tw_strerror(rc));
 		return rc;
