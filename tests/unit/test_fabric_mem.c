@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,16 +366,16 @@ static void test_close(void)
 
 struct thr {
 	struct tw_fab *fab;
+	int started; /* atomic: the thread is about to block */
 	int rc;
-	uint64_t waited_ns;
 };
 
 static void *blocker(void *arg)
 {
 	struct thr *t = arg;
-	uint64_t t0 = tw_now_ns();
+
+	__atomic_store_n(&t->started, 1, __ATOMIC_RELEASE);
 	t->rc = tw_fab_progress(t->fab, -1);
-	t->waited_ns = tw_now_ns() - t0;
 	return NULL;
 }
 
@@ -406,14 +407,18 @@ static void test_threads(void)
 	tw_fab_config_init(&cfg);
 	cfg.provider = "mem";
 	TAP_REQUIRE(tw_fab_open(&cfg, &eva, &fa) == 0, "open");
-	/* wakeup: a blocked progress returns */
+	/* wakeup is sticky: one issued before the wait still ends the next progress(-1) */
+	tw_fab_wakeup(fa);
+	ok(tw_fab_progress(fa, -1) >= 0, "a wakeup issued before progress(-1) ends it");
+	/* wakeup from another thread ends a progress(-1) blocked there (or about to block: the
+	 * wakeup is sticky, so either order is a correct, deterministic test; no sleep) */
 	t.fab = fa;
 	pthread_create(&th, NULL, blocker, &t);
-	struct timespec ts = {0, 20000000};
-	nanosleep(&ts, NULL);
+	while (!__atomic_load_n(&t.started, __ATOMIC_ACQUIRE))
+		sched_yield();
 	tw_fab_wakeup(fa);
 	pthread_join(th, NULL);
-	ok(t.rc == 0 && t.waited_ns >= 15000000ull, "tw_fab_wakeup unblocks progress(-1)");
+	ok(t.rc >= 0, "tw_fab_wakeup from another thread unblocks progress(-1)");
 
 	memset(&B, 0, sizeof(B));
 	TAP_REQUIRE(tw_fab_open(&cfg, &evb, &fb) == 0, "open b");
