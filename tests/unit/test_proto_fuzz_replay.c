@@ -1,91 +1,17 @@
 /*
- * tests/unit/test_proto_fuzz_replay.c — replays every file of the fuzz_proto corpus
- * (tests/fuzz/corpus/proto/, path in argv[1]) through the fuzzer's own check function, so the
- * decoder and server invariants the fuzzer enforces are checked on every CI run without clang.
+ * tests/unit/test_proto_fuzz_replay.c — replays the fuzz_proto corpus (tests/fuzz/corpus/proto/,
+ * path in argv[1]) through the fuzzer's check function (tests/fuzz/fuzz_proto.c): the decoder
+ * and server invariants.
  */
-#include <dirent.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "tap.h"
+#include "replay.h"
 
 const char *fuzz_proto_check(const uint8_t *data, size_t size);
 void fuzz_proto_done(void);
 
-static int cmp_names(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Whole file in an exact-size heap buffer (so ASan sees any overread). */
-static uint8_t *slurp(const char *path, size_t *len_out)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t *buf = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc(n ? (size_t)n : 1);
-		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		}
-		*len_out = (size_t)n;
-	}
-	fclose(f);
-	return buf;
-}
-
 int main(int argc, char **argv)
 {
-	char **names = NULL;
-	size_t n = 0, cap = 0, i;
-	struct dirent *de;
-	DIR *d;
+	int rc = fuzz_replay_main(argc, argv, fuzz_proto_check, 30);
 
-	TAP_REQUIRE(argc == 2, "usage: %s CORPUS_DIR", argv[0]);
-	d = opendir(argv[1]);
-	TAP_REQUIRE(d, "cannot open %s", argv[1]);
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 64;
-			names = realloc(names, cap * sizeof(*names));
-			TAP_REQUIRE(names, "realloc");
-		}
-		names[n] = strdup(de->d_name);
-		TAP_REQUIRE(names[n], "strdup");
-		n++;
-	}
-	closedir(d);
-	qsort(names, n, sizeof(*names), cmp_names);
-
-	tap_plan((int)n + 1);
-	ok(n >= 30, "corpus has %zu inputs", n);
-	for (i = 0; i < n; i++) {
-		char path[4096];
-		size_t len = 0;
-		uint8_t *buf;
-		const char *err;
-
-		snprintf(path, sizeof(path), "%s/%s", argv[1], names[i]);
-		buf = slurp(path, &len);
-		if (!buf) {
-			ok(0, "%s: cannot read", names[i]);
-		} else {
-			err = fuzz_proto_check(buf, len);
-			ok(err == NULL, "%s (%zu bytes)%s%s", names[i], len, err ? ": " : "",
-			   err ? err : "");
-		}
-		free(buf);
-		free(names[i]);
-	}
-	free(names);
 	fuzz_proto_done();
-	return tap_exit();
+	return rc;
 }
