@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -86,6 +87,8 @@ struct twd {
 static struct twd twds[MAX_BACKUPS];
 static unsigned n_twd;
 static char tmp_root[PATH_MAX];
+/* Held while twds[], n_twd and tmp_root change, so the signal thread sees whole updates. */
+static pthread_mutex_t twd_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -107,6 +110,7 @@ static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *
 
 static void stop_twds(void)
 {
+	pthread_mutex_lock(&twd_lock);
 	for (unsigned i = 0; i < n_twd; i++)
 		if (twds[i].pid > 0)
 			kill(twds[i].pid, SIGTERM);
@@ -153,15 +157,41 @@ static void stop_twds(void)
 		nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 		tmp_root[0] = '\0';
 	}
+	pthread_mutex_unlock(&twd_lock);
 }
 
-static void on_signal(int sig)
+/*
+ * SIGINT/SIGTERM while local twd's run (blocked in every thread, taken here by sigwait): kill
+ * the twd's (their data is scratch), reap them, remove the temporary directory, then die of the
+ * same signal so the shell sees what happened.
+ */
+static void *signal_main(void *arg)
 {
+	sigset_t *set = arg;
+	int sig;
+
+	while (sigwait(set, &sig) != 0)
+		;
+	pthread_mutex_lock(&twd_lock);
+	fprintf(stderr, "\ntwbench: %s: stopping %u local twd(s) and removing %s\n",
+		strsignal(sig), n_twd, tmp_root[0] ? tmp_root : "(nothing)");
 	for (unsigned i = 0; i < n_twd; i++)
 		if (twds[i].pid > 0)
 			kill(twds[i].pid, SIGKILL);
+	for (unsigned i = 0; i < n_twd; i++) {
+		if (twds[i].pid > 0)
+			while (waitpid(twds[i].pid, NULL, 0) < 0 && errno == EINTR)
+				;
+		twds[i].pid = 0;
+	}
+	if (tmp_root[0]) {
+		nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+		tmp_root[0] = '\0';
+	}
 	signal(sig, SIG_DFL);
-	raise(sig);
+	pthread_sigmask(SIG_UNBLOCK, set, NULL);
+	raise(sig); /* to this thread: the default action ends the process */
+	_exit(128 + sig);
 }
 
 static int find_twd(const char *given, char *out, size_t len)
@@ -244,10 +274,24 @@ static int wait_ready(struct twd *t, int timeout_ms)
 	}
 }
 
+/* twd's exit codes (twd --help, docs/operations.md). */
+static const char *twd_status_str(int st)
+{
+	switch (st) {
+	case 2: return "usage error";
+	case 3: return "storage directory unusable";
+	case 4: return "provider unavailable or cannot listen";
+	case 5: return "cannot allocate or register the buffer pool";
+	default: return "runtime failure";
+	}
+}
+
 static int start_twd(const char *exe, const struct opts *o, unsigned i)
 {
 	struct twd *t = &twds[i];
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t sa;
+	sigset_t none;
 	char bufsz[32], nbuf[32];
 	char *argv[16];
 	int pfd[2], rc, k = 0;
@@ -273,7 +317,16 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, pfd[1], STDOUT_FILENO);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	rc = posix_spawn(&t->pid, exe, &fa, NULL, argv, environ);
+	posix_spawnattr_init(&sa);
+	sigemptyset(&none);
+	posix_spawnattr_setsigmask(&sa, &none); /* ours blocks SIGINT/SIGTERM for sigwait */
+	posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK);
+	pthread_mutex_lock(&twd_lock);
+	rc = posix_spawn(&t->pid, exe, &fa, &sa, argv, environ);
+	if (rc == 0)
+		n_twd = i + 1 > n_twd ? i + 1 : n_twd;
+	pthread_mutex_unlock(&twd_lock);
+	posix_spawnattr_destroy(&sa);
 	posix_spawn_file_actions_destroy(&fa);
 	close(pfd[1]);
 	if (rc) {
@@ -282,10 +335,23 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 		return -rc;
 	}
 	t->out_fd = pfd[0];
-	n_twd = i + 1 > n_twd ? i + 1 : n_twd;
 	rc = wait_ready(t, 20000);
-	if (rc < 0)
+	if (rc == -EPIPE) {
+		int st = 0;
+
+		pthread_mutex_lock(&twd_lock);
+		if (waitpid(t->pid, &st, 0) == t->pid)
+			t->pid = 0;
+		pthread_mutex_unlock(&twd_lock);
+		if (WIFEXITED(st))
+			fprintf(stderr, "twbench: %s exited with status %d before it was ready (%s; "
+				"its message is above)\n", exe, WEXITSTATUS(st),
+				twd_status_str(WEXITSTATUS(st)));
+		else
+			fprintf(stderr, "twbench: %s died before it was ready\n", exe);
+	} else if (rc < 0) {
 		fprintf(stderr, "twbench: %s did not print its ready line: %s\n", exe, strerror(-rc));
+	}
 	return rc;
 }
 
@@ -440,6 +506,7 @@ static void usage(FILE *f)
 		"  --twd PATH        twd executable for local backups\n"
 		"  --json            machine-readable output on stdout (one line)\n"
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
+		"  --version         print the version and exit\n"
 		"  --help            this text\n");
 }
 
@@ -450,6 +517,10 @@ static int parse_u64(const char *s, uint64_t *out)
 	uint64_t mul = 1;
 
 	errno = 0;
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (*s == '-' || *s == '+')
+		return -1; /* strtoull would turn "-1" into 2^64 - 1 */
 	v = strtoull(s, &end, 0);
 	if (errno || end == s)
 		return -1;
@@ -457,7 +528,7 @@ static int parse_u64(const char *s, uint64_t *out)
 		mul = 1024, end++;
 	else if (*end == 'm' || *end == 'M')
 		mul = 1024 * 1024, end++;
-	if (*end)
+	if (*end || v > UINT64_MAX / mul)
 		return -1;
 	*out = v * mul;
 	return 0;
@@ -1476,6 +1547,66 @@ static void print_table(const struct opts *o)
 
 /* ------------------------------------------------------------------ main */
 
+static void quiet_sink(void *arg, enum tw_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	(void)msg;
+}
+
+/* Whether the provider opens here: a one-line answer now instead of a twd that dies later. */
+static int check_provider(const char *prov)
+{
+	struct tw_fab_events ev = { 0 };
+	struct tw_fab_config fc;
+	struct tw_fab *fab;
+	int rc;
+
+	tw_fab_config_init(&fc);
+	fc.provider = prov;
+	tw_log_set_sink(quiet_sink, NULL); /* the one line below says it all */
+	rc = tw_fab_open(&fc, &ev, &fab);
+	tw_log_set_sink(NULL, NULL);
+	if (rc < 0) {
+		fprintf(stderr, "twbench: --provider %s: %s\n", prov, tw_fab_errmsg(NULL));
+		return rc;
+	}
+	tw_fab_close(fab);
+	return 0;
+}
+
+#define MAX_COUNT 1000000000ull /* --count, --latency-count: 12 bytes of bookkeeping each */
+
+/* "twbench: --count -1: expected ..." for a bad option value. */
+static int bad_value(int c, const char *arg)
+{
+	static const struct {
+		int c;
+		const char *name, *want;
+	} t[] = {
+		{ 'r', "-r", "replication factors from 1 to 16, comma-separated" },
+		{ 'n', "--count", "a number of objects from 1 to 1000000000 (k/M suffixes)" },
+		{ 's', "--size", "sizes in bytes from 1 to 4294967295, comma-separated" },
+		{ 'B', "--batch", "entries per write from 1 to 1048576, comma-separated" },
+		{ 'I', "--inflight", "writes in flight from 1 to 1024, comma-separated" },
+		{ 'R', "--rate", "objects per second from 1 to 4294967296, comma-separated" },
+		{ 'g', "--segment-size", "bytes from 4096 to 4294967295 (k/M suffixes)" },
+		{ 'f', "--buffers", "a number of buffers from 1 to 4096" },
+		{ 'X', "--max-bytes", "a number of bytes >= 0 (k/M suffixes)" },
+		{ 'L', "--latency-count", "a number of appends from 0 to 1000000000" },
+		{ 'p', "--provider", "a libfabric provider name (tcp, sockets, shm, verbs, ...)" },
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		if (t[i].c == c) {
+			fprintf(stderr, "twbench: %s '%s': expected %s\n", t[i].name, arg, t[i].want);
+			return 2;
+		}
+	}
+	fprintf(stderr, "twbench: bad value '%s' (see twbench --help)\n", arg);
+	return 2;
+}
+
 static int parse_modes(const char *s, struct opts *o)
 {
 	char buf[128], *save = NULL, *tok;
@@ -1521,6 +1652,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-progress", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = {
@@ -1537,15 +1669,21 @@ int main(int argc, char **argv)
 	uint8_t *payload = NULL;
 	uint64_t v, list[MAX_LIST];
 	uint32_t max_size = 0;
+	static sigset_t sigs;
+	pthread_t sigthr;
 	int c, n, rc, exit_code = 1;
 
 	o.progress = isatty(STDERR_FILENO);
 	prctl(PR_SET_TIMERSLACK, 1000UL); /* --rate pacing sleeps to the microsecond */
 	if (getenv("FI_PROVIDER"))
 		o.provider = getenv("FI_PROVIDER");
-	while ((c = getopt_long(argc, argv, "r:h", lopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "r:hV", lopts, NULL)) != -1) {
 		switch (c) {
-		case 'p': o.provider = optarg; break;
+		case 'p':
+			if (!optarg[0])
+				goto bad;
+			o.provider = optarg;
+			break;
 		case 'b': o.backups_arg = optarg; break;
 		case 'r':
 			n = parse_list(optarg, 1, MAX_BACKUPS, list, MAX_LIST);
@@ -1556,7 +1694,7 @@ int main(int argc, char **argv)
 			o.n_r = (unsigned)n;
 			break;
 		case 'n':
-			if (parse_u64(optarg, &v) || !v)
+			if (parse_u64(optarg, &v) || !v || v > MAX_COUNT)
 				goto bad;
 			o.count = v;
 			break;
@@ -1619,7 +1757,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'L':
-			if (parse_u64(optarg, &v))
+			if (parse_u64(optarg, &v) || v > MAX_COUNT)
 				goto bad;
 			o.lat_count = v;
 			break;
@@ -1627,11 +1765,11 @@ int main(int argc, char **argv)
 		case 'j': o.json = true; break;
 		case 'q': o.progress = false; break;
 		case 'h': usage(stdout); return 0;
-		default:
+		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return 0;
 		bad:
-			if (c != '?')
-				fprintf(stderr, "twbench: bad value for option: %s\n", optarg ? optarg : "");
-			usage(stderr);
+			return bad_value(c, optarg ? optarg : "");
+		default:
+			fprintf(stderr, "twbench: see twbench --help for the options\n");
 			return 2;
 		}
 	}
@@ -1659,6 +1797,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	if (check_provider(o.provider) < 0)
+		return 2;
 	if (o.backups_arg) {
 		char *save = NULL, *tok;
 
@@ -1678,22 +1818,40 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		snprintf(tmp_root, sizeof(tmp_root), "%s/twbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		/* Before any thread: SIGINT/SIGTERM go to signal_main only. */
+		sigemptyset(&sigs);
+		sigaddset(&sigs, SIGINT);
+		sigaddset(&sigs, SIGTERM);
+		pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 		if (!mkdtemp(tmp_root)) {
 			fprintf(stderr, "twbench: mkdtemp %s: %s\n", tmp_root, strerror(errno));
 			tmp_root[0] = '\0';
 			return 1;
 		}
 		atexit(stop_twds);
-		signal(SIGINT, on_signal);
-		signal(SIGTERM, on_signal);
 		signal(SIGPIPE, SIG_IGN);
+		rc = pthread_create(&sigthr, NULL, signal_main, &sigs);
+		if (rc) {
+			fprintf(stderr, "twbench: cannot start the signal thread: %s\n", strerror(rc));
+			return 1;
+		}
+		pthread_detach(sigthr);
 		for (unsigned i = 0; i < max_r; i++) {
+			uint64_t t0 = now_ns();
+
+			if (!o.json || o.progress)
+				fprintf(stderr, "twbench: starting local backup %u/%u (%s, %s)...\n",
+					i + 1, max_r, twd_exe, o.provider);
 			twds[i].out_fd = -1;
 			rc = start_twd(twd_exe, &o, i);
 			if (rc < 0) {
-				fprintf(stderr, "twbench: cannot start %s: %s\n", twd_exe, strerror(-rc));
+				fprintf(stderr, "twbench: cannot start local backup %u/%u: %s\n", i + 1,
+					max_r, rc == -EPIPE ? "twd exited early" : strerror(-rc));
 				return 1;
 			}
+			if (!o.json || o.progress)
+				fprintf(stderr, "twbench: backup %u/%u ready at %s (%.1f s)\n", i + 1,
+					max_r, twds[i].addr, (double)(now_ns() - t0) / 1e9);
 			addrs[n_addrs++] = twds[i].addr;
 		}
 	}

@@ -69,6 +69,7 @@ static void usage_main(FILE *f)
 		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
 		"  -j, --json            machine-readable output (one JSON document on stdout)\n"
 		"  -v, --verbose         more log output on stderr (twice: debug)\n"
+		"  -V, --version         print the version and exit\n"
 		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
 		"\n"
 		"LOG is a log id, decimal or 0x-prefixed hex.\n"
@@ -878,7 +879,7 @@ int main(int argc, char **argv)
 			usage_main(stdout);
 			return EXIT_OK;
 		case 'V':
-			printf("twctl %s\n", tw_version());
+			printf("twctl (tailwind) %s\n", tw_version());
 			return EXIT_OK;
 		default:
 			usage_main(stderr);
