@@ -115,6 +115,25 @@ static void usage_cmd(FILE *f, const char *cmd)
 		usage_main(f);
 }
 
+/*
+ * getopt returned '?' or ':' in subcommand `cmd` (opterr is 0): one line saying what was wrong.
+ * "-1" where a LOG id goes is a negative number, not an unknown option.
+ */
+static int bad_option(const char *cmd, int opt, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (opt == ':')
+		fprintf(stderr, "twctl %s: %s needs a value (see twctl %s --help)\n", cmd, arg, cmd);
+	else if (optopt >= '0' && optopt <= '9')
+		fprintf(stderr, "twctl %s: '%s' is not a log id: expected an integer >= 0, decimal "
+			"or 0x hex\n", cmd, arg);
+	else
+		fprintf(stderr, "twctl %s: unknown option '%s' (see twctl %s --help)\n", cmd, arg,
+			cmd);
+	return EXIT_USAGE;
+}
+
 static bool want_help(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
@@ -184,6 +203,34 @@ static void c_on_lost(void *arg, struct tw_chan *ch, int err)
 		tw_rpc_client_on_lost(c->rpc, err);
 }
 
+/* What a failed connect means, in the operator's terms. */
+static void connect_why(struct conn *c, int err)
+{
+	const char *detail = fab ? tw_fab_errmsg(fab) : "";
+
+	switch (-err) {
+	case ETIMEDOUT:
+		snprintf(c->why, sizeof(c->why), "cannot connect: connect timeout, no answer within "
+			 "%u ms (is twd running there, is the address reachable? -t MS waits "
+			 "longer)", g.timeout_ms);
+		break;
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+		snprintf(c->why, sizeof(c->why), "cannot connect: no route to host (%s; check the "
+			 "address and this machine's routes)", tw_strerror(err));
+		break;
+	case ECONNREFUSED:
+		snprintf(c->why, sizeof(c->why), "cannot connect: connection refused (nothing "
+			 "listens there: is twd running on that port, with the same provider?)");
+		break;
+	default:
+		snprintf(c->why, sizeof(c->why), "cannot connect: %s%s%s (check the address, that "
+			 "twd runs there, and that both sides use the same provider)",
+			 tw_strerror(err), detail && detail[0] ? ": " : "", detail ? detail : "");
+		break;
+	}
+}
+
 /* Connect to every backup; returns how many answered. */
 static unsigned connect_all(void)
 {
@@ -217,7 +264,7 @@ static unsigned connect_all(void)
 			err = tw_rpc_client_create(c->ch, &rc, &c->rpc);
 		}
 		if (err) {
-			snprintf(c->why, sizeof(c->why), "cannot connect: %s", tw_strerror(err));
+			connect_why(c, err);
 			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
 			continue;
 		}
@@ -473,14 +520,15 @@ static int cmd_fence(int argc, char **argv)
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
-	while ((opt = getopt_long(argc, argv, "e:", lo, NULL)) != -1) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":e:", lo, NULL)) != -1) {
 		if (opt == 'e' && parse_u64(optarg, &epoch) == 0 && epoch > 0)
 			continue;
 		if (opt == 'e')
 			fprintf(stderr, "twctl fence: --epoch %s: expected an integer >= 1\n",
 				optarg);
 		else
-			usage_cmd(stderr, "fence");
+			bad_option("fence", opt, argv);
 		return EXIT_USAGE;
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
@@ -547,7 +595,8 @@ static int cmd_recover(int argc, char **argv)
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
-	while ((opt = getopt_long(argc, argv, "o:e:", lo, NULL)) != -1) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":o:e:", lo, NULL)) != -1) {
 		switch (opt) {
 		case 'o':
 			output = optarg;
@@ -568,8 +617,7 @@ static int cmd_recover(int argc, char **argv)
 				optarg);
 			return EXIT_USAGE;
 		default:
-			usage_cmd(stderr, "recover");
-			return EXIT_USAGE;
+			return bad_option("recover", opt, argv);
 		}
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
@@ -682,10 +730,15 @@ static int cmd_inspect(int argc, char **argv)
 	int opt, fd, rc, code = EXIT_OK;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
-	while ((opt = getopt_long(argc, argv, "e:", lo, NULL)) != -1) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":e:", lo, NULL)) != -1) {
 		if (opt == 'e' && parse_u64(optarg, &show) == 0)
 			continue;
-		usage_cmd(stderr, "inspect");
+		if (opt == 'e')
+			fprintf(stderr, "twctl inspect: --entries %s: expected a count >= 0\n",
+				optarg);
+		else
+			bad_option("inspect", opt, argv);
 		return EXIT_USAGE;
 	}
 	if (optind != argc - 1) {
@@ -693,11 +746,21 @@ static int cmd_inspect(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	path = argv[optind];
-	fd = open(path, O_RDONLY);
+	/* O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever. */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		fprintf(stderr, "twctl inspect: cannot open %s: %s\n", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
+		return EXIT_FAIL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "twctl inspect: %s is not a regular file (%s); give a segment file "
+			"(*.twseg) from twd's storage directory\n", path,
+			S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+			S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" :
+			S_ISSOCK(st.st_mode) ? "a socket" : "not a file");
+		close(fd);
 		return EXIT_FAIL;
 	}
 	if ((size_t)st.st_size < SEGFILE_HDR_SIZE ||
@@ -859,6 +922,11 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			break;
 		case 'p':
+			if (!optarg[0]) {
+				fprintf(stderr, "twctl: --provider '': expected a provider name (tcp, "
+					"sockets, shm, verbs, ...)\n");
+				return EXIT_USAGE;
+			}
 			g.provider = optarg;
 			break;
 		case 't':

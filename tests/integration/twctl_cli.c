@@ -1,0 +1,168 @@
+/*
+ * tests/integration/twctl_cli.c — twctl's one-line errors (exit 2 or 1, never the usage text):
+ * inspect -e -1, recover -1, fence -1, a missing option value, -p '', --version in --help;
+ * inspect on a FIFO returns at once (it used to block in open()) and on a directory; and
+ * what a failed connect says: refused (a TCP port on 127.0.0.1 bound by us, not listening),
+ * and, as root in network namespaces this test creates, no route to host and a connect
+ * timeout (the only addresses used are 127.0.0.0/8 and those inside the namespaces).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "proc.h"
+#include "tap.h"
+
+static char twctl[1024];
+
+static int run(const char *const *args, struct cli_out *o)
+{
+	char *argv[40];
+	int n = 0;
+
+	for (; *args && n < 39; args++)
+		argv[n++] = (char *)*args;
+	argv[n] = NULL;
+	return cli_run(argv, (char *[]){ (char *)"TW_BACKUPS=", NULL }, NULL, 0, 30000, o);
+}
+
+static void one_line(const char *const *args, int want_st, const char *what, const char *want1,
+		     const char *want2)
+{
+	struct cli_out o;
+	int st = run(args, &o);
+	bool good = cli_lines(o.err) == 1 && strstr(o.err, want1) && strstr(o.err, want2) &&
+		    !strstr(o.err, "Usage:");
+
+	is_int(st, want_st, "%s: exit %d", what, want_st);
+	ok(good, "%s: one line with '%s' and '%s'", what, want1, want2);
+	if (!good || st != want_st)
+		tap_diag("stderr: %s", o.err);
+	cli_out_free(&o);
+}
+
+static char sh_cmd[512];
+/* system() of a formatted command line. */
+#define sh(...) (snprintf(sh_cmd, sizeof(sh_cmd), __VA_ARGS__), system(sh_cmd))
+
+/* As root with ip(8): no route, then a silent next hop (connect timeout), in namespaces. */
+static void netns_cases(void)
+{
+	char a[64], b[64], va[32], vb[32], ip[64] = "";
+	const char *ips[] = { "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip" };
+
+	for (size_t i = 0; i < sizeof(ips) / sizeof(ips[0]); i++)
+		if (access(ips[i], X_OK) == 0) {
+			snprintf(ip, sizeof(ip), "%s", ips[i]);
+			break;
+		}
+	if (geteuid() != 0 || !ip[0]) {
+		tap_skip(4, "network namespaces need root and ip(8)");
+		return;
+	}
+	snprintf(a, sizeof(a), "twctlcli-a-%d", (int)getpid());
+	snprintf(b, sizeof(b), "twctlcli-b-%d", (int)getpid());
+	snprintf(va, sizeof(va), "tca%d", (int)getpid() % 100000);
+	snprintf(vb, sizeof(vb), "tcb%d", (int)getpid() % 100000);
+	if (sh("ip netns add %s && ip netns add %s", a, b) != 0 ||
+	    sh("ip -n %s link set lo up", a) != 0) {
+		tap_skip(4, "cannot create network namespaces here");
+		sh("ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", a, b);
+		return;
+	}
+	{
+		struct cli_out o;
+		int st = run((const char *[]){ ip, "netns", "exec", a, twctl, "-t", "2000", "-b",
+				 "10.255.255.1:7", "ls", NULL }, &o);
+
+		is_int(st, 1, "no route: exit 1");
+		ok(strstr(o.err, "no route to host"), "no route: says 'no route to host'");
+		tap_diag("no route: %s", o.err);
+		cli_out_free(&o);
+	}
+	/* veth a<->b; a routes 10.255.255.0/24 via b, which does not forward: SYNs vanish. */
+	if (sh("ip link add %s type veth peer name %s", va, vb) != 0 ||
+	    sh("ip link set %s netns %s", va, a) != 0 || sh("ip link set %s netns %s", vb, b) != 0 ||
+	    sh("ip -n %s addr add 10.254.0.1/24 dev %s", a, va) != 0 ||
+	    sh("ip -n %s addr add 10.254.0.2/24 dev %s", b, vb) != 0 ||
+	    sh("ip -n %s link set %s up", a, va) != 0 || sh("ip -n %s link set %s up", b, vb) != 0 ||
+	    sh("ip netns exec %s sysctl -qw net.ipv4.ip_forward=0", b) != 0 ||
+	    sh("ip -n %s route add 10.255.255.0/24 via 10.254.0.2", a) != 0) {
+		tap_skip(2, "cannot set up the veth pair");
+	} else {
+		struct cli_out o;
+		int st = run((const char *[]){ ip, "netns", "exec", a, twctl, "-t", "1500", "-b",
+				 "10.255.255.1:7", "ls", NULL }, &o);
+
+		is_int(st, 1, "silent next hop: exit 1");
+		ok(strstr(o.err, "connect timeout") && strstr(o.err, "1500 ms"),
+		   "silent next hop: says 'connect timeout' and the 1500 ms");
+		tap_diag("timeout: %s", o.err);
+		cli_out_free(&o);
+	}
+	sh("ip netns del %s; ip netns del %s", a, b); /* deletes the veth pair too */
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/tw-twctlcli-XXXXXX", fifo[300], addr[64];
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sin);
+	struct cli_out o;
+	int st, s;
+
+	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0)
+		tap_plan_skip_all("twctl not built");
+	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+
+	st = run((const char *[]){ twctl, "--help", NULL }, &o);
+	ok(st == 0 && strstr(o.out, "-V, --version"), "--help lists -V, --version");
+	cli_out_free(&o);
+	st = run((const char *[]){ twctl, "--version", NULL }, &o);
+	ok(st == 0 && strncmp(o.out, "twctl (tailwind) ", 17) == 0, "--version: %s", o.out);
+	cli_out_free(&o);
+
+	one_line((const char *[]){ twctl, "inspect", "-e", "-1", "x.twseg", NULL }, 2,
+		 "inspect -e -1", "--entries -1", "count >= 0");
+	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "recover", "-1", "--verify", NULL },
+		 2, "recover -1", "'-1' is not a log id", ">= 0");
+	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "fence", "-1", NULL }, 2,
+		 "fence -1", "'-1' is not a log id", ">= 0");
+	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "recover", "7", "-e", NULL }, 2,
+		 "recover 7 -e", "-e needs a value", "recover --help");
+	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "recover", "7", "--bogus", NULL },
+		 2, "recover --bogus", "unknown option '--bogus'", "recover --help");
+	one_line((const char *[]){ twctl, "-p", "", "-b", "127.0.0.1:1", "ls", NULL }, 2, "-p ''",
+		 "--provider ''", "provider name");
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	TAP_REQUIRE(mkfifo(fifo, 0600) == 0, "mkfifo");
+	one_line((const char *[]){ twctl, "inspect", fifo, NULL }, 1, "inspect FIFO (no writer)",
+		 "not a regular file", "FIFO");
+	one_line((const char *[]){ twctl, "inspect", dir, NULL }, 1, "inspect a directory",
+		 "not a regular file", "directory");
+
+	/* A port bound on 127.0.0.1 but not listening: nothing can answer there. */
+	s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	TAP_REQUIRE(s >= 0 && bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+		    getsockname(s, (struct sockaddr *)&sin, &sl) == 0, "bind a port");
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
+	one_line((const char *[]){ twctl, "-p", "tcp", "-b", addr, "stat", NULL }, 1,
+		 "stat, nothing listening", "connection refused", "is twd running");
+	close(s);
+
+	netns_cases();
+
+	sh("rm -rf '%s'", dir);
+	tap_done_testing();
+	return tap_exit();
+}
