@@ -48,7 +48,14 @@ static void list_providers(char *out, size_t len)
 
 	out[0] = '\0';
 	if (fi_getinfo(OFI_VERSION, NULL, NULL, 0, NULL, &all) || !all) {
-		snprintf(out, len, "(none)");
+		const char *env = getenv("FI_PROVIDER");
+
+		/* libfabric applies $FI_PROVIDER as a filter to every fi_getinfo of the process. */
+		if (env && *env)
+			snprintf(out, len, "(none visible: FI_PROVIDER=%s in the environment hides "
+				 "every other provider from libfabric; unset it to see them)", env);
+		else
+			snprintf(out, len, "(none)");
 		return;
 	}
 	for (struct fi_info *i = all; i; i = i->next) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric/util.h"
@@ -41,14 +42,15 @@ const char *tw_strerror(int err)
 static tw_log_fn log_sink;
 static void *log_sink_arg;
 static int log_level = -1; /* -1: not read from the environment yet */
+static bool log_time;      /* TW_LOG_TIME=1: wall-clock time on every stderr line */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log_init(void)
 {
-	const char *s = getenv("TW_LOG_LEVEL");
+	const char *s = getenv("TW_LOG_LEVEL"), *t = getenv("TW_LOG_TIME");
 	int lvl = TW_LOG_WARN;
 
-	if (s) {
+	if (s && *s) {
 		if (!strcasecmp(s, "error"))
 			lvl = TW_LOG_ERROR;
 		else if (!strcasecmp(s, "warn") || !strcasecmp(s, "warning"))
@@ -57,7 +59,11 @@ static void log_init(void)
 			lvl = TW_LOG_INFO;
 		else if (!strcasecmp(s, "debug"))
 			lvl = TW_LOG_DEBUG;
+		else
+			fprintf(stderr, "tailwind[%d] warn: TW_LOG_LEVEL=%s is not a log level "
+				"(error, warn, info, debug); using warn\n", (int)getpid(), s);
 	}
+	log_time = t && *t && strcmp(t, "0") != 0;
 	if (__atomic_load_n(&log_level, __ATOMIC_RELAXED) < 0)
 		__atomic_store_n(&log_level, lvl, __ATOMIC_RELAXED);
 }
@@ -93,6 +99,19 @@ void tw__log(enum tw_log_level level, const char *fmt, ...)
 	va_end(ap);
 	if (log_sink) {
 		log_sink(log_sink_arg, level, msg);
+		return;
+	}
+	if (log_time) {
+		struct timespec ts;
+		struct tm tm;
+		char when[48], zone[8];
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		localtime_r(&ts.tv_sec, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+		strftime(zone, sizeof(zone), "%z", &tm);
+		fprintf(stderr, "%s.%03ld%s tailwind[%d] %s: %s\n", when, ts.tv_nsec / 1000000L,
+			zone, (int)getpid(), names[level], msg);
 		return;
 	}
 	fprintf(stderr, "tailwind[%d] %s: %s\n", (int)getpid(), names[level], msg);

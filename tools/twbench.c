@@ -89,6 +89,7 @@ static unsigned n_twd;
 static char tmp_root[PATH_MAX];
 /* Held while twds[], n_twd and tmp_root change, so the signal thread sees whole updates. */
 static pthread_mutex_t twd_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *env_provider; /* $FI_PROVIDER, copied before it is unset */
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -1675,8 +1676,13 @@ int main(int argc, char **argv)
 
 	o.progress = isatty(STDERR_FILENO);
 	prctl(PR_SET_TIMERSLACK, 1000UL); /* --rate pacing sleeps to the microsecond */
-	if (getenv("FI_PROVIDER"))
-		o.provider = getenv("FI_PROVIDER");
+	/* $FI_PROVIDER is our default provider, passed by name (to the twd's too); left set,
+	 * libfabric would hide every other provider from the "this machine offers" list. */
+	if (getenv("FI_PROVIDER") && getenv("FI_PROVIDER")[0]) {
+		env_provider = strdup(getenv("FI_PROVIDER"));
+		o.provider = env_provider ? env_provider : "tcp";
+		unsetenv("FI_PROVIDER");
+	}
 	while ((c = getopt_long(argc, argv, "r:hV", lopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':

@@ -915,6 +915,12 @@ int main(int argc, char **argv)
 	uint64_t t;
 
 	g.timeout_ms = 5000;
+	/* $FI_PROVIDER is our default provider, passed by name; left set, libfabric would hide
+	 * every other provider and an error could not list what this machine offers. */
+	if (getenv("FI_PROVIDER") && getenv("FI_PROVIDER")[0]) {
+		g.provider = strdup(getenv("FI_PROVIDER"));
+		unsetenv("FI_PROVIDER");
+	}
 	while ((opt = getopt_long(argc, argv, "+b:p:t:jvhV", lo, NULL)) != -1) {
 		switch (opt) {
 		case 'b':

@@ -8,6 +8,7 @@
  * Exit status: see usage() and docs/operations.md.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <tailwind/backup.h>
 #include <tailwind/common.h>
@@ -56,12 +58,20 @@ static void usage(FILE *f)
 		"  -h, --help               this text\n"
 		"\n"
 		"Prints one line \"ready <address>\" on stdout once it accepts connections; logs go to\n"
-		"stderr (level also from $TW_LOG_LEVEL). SIGTERM, SIGINT and SIGPWR flush every buffer,\n"
-		"open ones included, then exit.\n"
+		"stderr (level also from $TW_LOG_LEVEL: error, warn, info, debug; TW_LOG_TIME=1\n"
+		"puts the date and time on every log line). SIGTERM, SIGINT and SIGPWR flush every\n"
+		"buffer, open ones included, then exit.\n"
 		"\n"
-		"Exit status: 0 clean shutdown, 1 runtime or shutdown-flush failure, 2 usage error,\n"
-		"3 storage directory unusable, 4 provider unavailable or cannot listen, 5 cannot\n"
-		"allocate or register the buffer pool (on verbs: raise RLIMIT_MEMLOCK).\n",
+		"Exit status:\n"
+		"  0  clean shutdown (a signal), every buffer flushed\n"
+		"  1  runtime failure, or flushing at shutdown failed\n"
+		"  2  usage error\n"
+		"  3  storage directory unusable: missing parent, permissions, in use by another\n"
+		"     twd, or it cannot hold a segment file (a probe file is created, written,\n"
+		"     fsync'ed and removed at start)\n"
+		"  4  provider unavailable or cannot listen\n"
+		"  5  buffer pool larger than the memory available (MemAvailable), or than\n"
+		"     RLIMIT_MEMLOCK on verbs, or it cannot be allocated or registered\n",
 		TW_BACKUP_DEFAULT_BUFFERS);
 }
 
@@ -170,6 +180,8 @@ static void *signal_main(void *arg)
 	}
 }
 
+static char *env_provider; /* $FI_PROVIDER, copied before it is unset */
+
 static void memlock_hint(const char *provider, unsigned buffers, size_t size)
 {
 	struct rlimit rl;
@@ -185,6 +197,92 @@ static void memlock_hint(const char *provider, unsigned buffers, size_t size)
 		"verbs. Raise it: `ulimit -l unlimited` in the shell, LimitMEMLOCK=infinity in a "
 		"systemd unit, or a memlock line in /etc/security/limits.conf\n",
 		(unsigned long long)rl.rlim_cur, need, buffers, size);
+}
+
+/* MemAvailable from /proc/meminfo in bytes; 0 when unknown. */
+static unsigned long long mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	char line[256];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
+
+/*
+ * The pool is allocated and zeroed at start: refuse one larger than the memory available now
+ * (it would grow toward the OOM killer), and on verbs one larger than RLIMIT_MEMLOCK (every
+ * buffer is pinned). Returns 0 or EXIT_MEMORY after a message with the numbers.
+ */
+static int check_pool(const char *provider, unsigned buffers, size_t size)
+{
+	unsigned long long need = (unsigned long long)buffers * size, avail = mem_available();
+	struct rlimit rl;
+
+	if (avail && need > avail) {
+		fprintf(stderr, "twd: the buffer pool needs %llu bytes (%u buffers x %zu) but only "
+			"%llu bytes of memory are available (MemAvailable in /proc/meminfo); use "
+			"fewer --buffers or a smaller --buffer-size\n", need, buffers, size, avail);
+		return EXIT_MEMORY;
+	}
+	if (provider && strstr(provider, "verbs") && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+	    rl.rlim_cur != RLIM_INFINITY && need > rl.rlim_cur) {
+		fprintf(stderr, "twd: the buffer pool needs %llu bytes (%u buffers x %zu) of pinned "
+			"memory on verbs but RLIMIT_MEMLOCK is %llu bytes; raise it (`ulimit -l "
+			"unlimited`, LimitMEMLOCK=infinity in the systemd unit) or shrink the pool\n",
+			need, buffers, size, (unsigned long long)rl.rlim_cur);
+		return EXIT_MEMORY;
+	}
+	memlock_hint(provider, buffers, size);
+	return 0;
+}
+
+/*
+ * Whether `dir` can hold a segment file: create, write a page, fsync and remove a probe file,
+ * as a flush would. A directory that cannot (read-only, sysfs, procfs, full) would otherwise
+ * acknowledge writes it could never flush. Returns 0 or EXIT_STORAGE after a message.
+ */
+static int probe_dir(const char *dir)
+{
+	static char page[4096];
+	char path[PATH_MAX];
+	const char *step = "creating";
+	int fd, err = 0;
+
+	if (snprintf(path, sizeof(path), "%s/.twd-probe-%ld", dir, (long)getpid()) >=
+	    (int)sizeof(path)) {
+		fprintf(stderr, "twd: storage directory %s: path too long\n", dir);
+		return EXIT_STORAGE;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err = errno;
+	} else {
+		step = "writing";
+		if (write(fd, page, sizeof(page)) != (ssize_t)sizeof(page))
+			err = errno ? errno : ENOSPC;
+		else if ((step = "syncing", fsync(fd) != 0))
+			err = errno;
+		if (close(fd) != 0 && !err)
+			err = errno;
+		if (unlink(path) != 0 && !err) {
+			step = "removing";
+			err = errno;
+		}
+	}
+	if (err) {
+		fprintf(stderr, "twd: storage directory %s cannot hold segment files: %s the probe "
+			"file %s: %s (closed segments could never be flushed; give a writable "
+			"directory on a local file system)\n", dir, step, path, strerror(err));
+		return EXIT_STORAGE;
+	}
+	return 0;
 }
 
 static int exit_code_for(int rc)
@@ -242,12 +340,24 @@ int main(int argc, char **argv)
 	cfg.provider = getenv("FI_PROVIDER");
 	if (cfg.provider && !cfg.provider[0])
 		cfg.provider = NULL;
+	/* Ours to pass by name: left in the environment, libfabric would also hide every other
+	 * provider, and "this machine offers" could list none. */
+	if (cfg.provider) {
+		env_provider = strdup(cfg.provider);
+		cfg.provider = env_provider;
+		unsetenv("FI_PROVIDER");
+	}
 	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:vVh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
 			cfg.dir = optarg;
 			break;
 		case 'p':
+			if (!optarg[0]) {
+				fprintf(stderr, "twd: --provider '': expected a provider name (tcp, "
+					"sockets, shm, verbs, ...)\n");
+				return EXIT_USAGE;
+			}
 			cfg.provider = optarg;
 			break;
 		case 'l':
@@ -338,13 +448,22 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 
-	memlock_hint(cfg.provider, cfg.buffers, cfg.buffer_size);
-	rc = tw_backup_open(&cfg, &b);
-	if (rc != 0) {
-		fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
+	status = check_pool(cfg.provider, cfg.buffers, cfg.buffer_size);
+	if (status == 0) {
+		rc = tw_backup_open(&cfg, &b);
+		if (rc != 0) {
+			fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
+			status = exit_code_for(rc);
+		} else {
+			status = probe_dir(cfg.dir);
+			if (status)
+				tw_backup_close(b);
+		}
+	}
+	if (status) {
 		pthread_kill(sigthr, SIGUSR2);
 		pthread_join(sigthr, NULL);
-		return exit_code_for(rc);
+		return status;
 	}
 	pthread_mutex_lock(&sig_lock);
 	sig_backup = b;
