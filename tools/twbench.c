@@ -477,7 +477,7 @@ static double remote_cpu(struct remote *rs, unsigned i)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: twbench [options]\n"
+		"Usage: twbench [options]\n"
 		"Replicate objects from a primary to r backups and report throughput, latency,\n"
 		"backup CPU and control RPCs per object; compare Tailwind's one-sided writes with\n"
 		"RPC-based replication and with bare one-sided writes. See docs/twbench.md.\n"

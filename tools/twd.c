@@ -15,10 +15,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <tailwind/backup.h>
@@ -44,7 +47,8 @@ static void usage(FILE *f)
 		"                           missing, its parent must exist)\n"
 		"  -p, --provider NAME      libfabric provider: tcp, sockets, shm, verbs, tcp;ofi_rxm,\n"
 		"                           verbs;ofi_rxm (default: $FI_PROVIDER, else tcp)\n"
-		"  -l, --listen HOST[:PORT] address to listen on (default 127.0.0.1, ephemeral port;\n"
+		"  -l, --listen HOST[:PORT]\n"
+		"                           address to listen on (default 127.0.0.1, ephemeral port;\n"
 		"                           IPv6 as [addr]:port; ignored by shm)\n"
 		"  -b, --buffers N          buffers in the pool (default %u)\n"
 		"  -s, --buffer-size SIZE   bytes per buffer, K/M/G suffixes accepted, a multiple of the\n"
@@ -153,6 +157,34 @@ static int parse_listen(const char *s, char *node, size_t nlen, char *svc, size_
 		snprintf(svc, slen, "%llu", port);
 	}
 	return 0;
+}
+
+/*
+ * systemd readiness (Type=notify in twd@.service): "READY=1" in one datagram to
+ * $NOTIFY_SOCKET, the whole protocol as sd_notify(3) documents it; written here rather than
+ * linking libsystemd for one sendto. No-op without the variable.
+ */
+static void notify_ready(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len;
+	int fd;
+
+	if (!path || (path[0] != '/' && path[0] != '@') || strlen(path) >= sizeof(sa.sun_path))
+		return;
+	len = strlen(path);
+	memcpy(sa.sun_path, path, len);
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0'; /* abstract namespace */
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, "READY=1", 7, MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
+		fprintf(stderr, "twd: warning: cannot notify systemd at %s: %s\n", path,
+			strerror(errno));
+	close(fd);
 }
 
 /* ------------------------------------------------------------------ signals */
@@ -473,6 +505,7 @@ int main(int argc, char **argv)
 
 	printf("ready %s\n", tw_backup_listen_addr(b));
 	fflush(stdout);
+	notify_ready();
 
 	rc = tw_backup_run(b);
 	pthread_mutex_lock(&sig_lock);

@@ -4,13 +4,18 @@
  * `ready`; a pool larger than MemAvailable is exit 5 with the numbers; -p '' is a usage error;
  * FI_PROVIDER=nosuch lists the providers this machine really offers (not "(none)"); an unknown
  * TW_LOG_LEVEL is a warning naming the valid levels; TW_LOG_TIME=1 dates the log lines; the
- * exit codes are in --help; --version.
+ * exit codes are in --help; --version; READY=1 goes to $NOTIFY_SOCKET after the ready line
+ * (Type=notify in twd@.service).
  */
+#include <poll.h>
 #include <regex.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cli_run.h"
@@ -126,6 +131,39 @@ int main(void)
 	tap_diag("%s", o.err);
 	regfree(&re);
 	cli_out_free(&o);
+
+	/* Type=notify: READY=1 on $NOTIFY_SOCKET once the ready line is out. */
+	{
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		char env[160], line[256], msg[64] = "";
+		char *argv[] = { twd, (char *)"-p", (char *)"tcp", (char *)"-d", sub, (char *)"-b",
+				 (char *)"2", (char *)"-s", (char *)"64K", NULL };
+		char *envv[] = { env, NULL };
+		struct pollfd pfd;
+		struct proc *p;
+		int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", dir);
+		TAP_REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+			    "bind a notify socket");
+		snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", sa.sun_path);
+		p = proc_spawn(argv, envv);
+		TAP_REQUIRE(p, "spawn twd");
+		rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
+		ok(rc > 0, "twd with NOTIFY_SOCKET is ready");
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, 10000) == 1) {
+			ssize_t n = recv(fd, msg, sizeof(msg) - 1, 0);
+
+			msg[n > 0 ? n : 0] = '\0';
+		}
+		ok(strcmp(msg, "READY=1") == 0, "READY=1 sent to $NOTIFY_SOCKET (got '%s')", msg);
+		is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
+		is_int(proc_wait(p, 20000), 0, "exit 0");
+		proc_free(p);
+		close(fd);
+	}
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
