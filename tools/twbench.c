@@ -89,7 +89,7 @@ static unsigned n_twd;
 static char tmp_root[PATH_MAX];
 /* Held while twds[], n_twd and tmp_root change, so the signal thread sees whole updates. */
 static pthread_mutex_t twd_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *env_provider; /* $FI_PROVIDER, copied before it is unset */
+static char env_provider[256]; /* $FI_PROVIDER, copied before it is unset */
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -1679,8 +1679,8 @@ int main(int argc, char **argv)
 	/* $FI_PROVIDER is our default provider, passed by name (to the twd's too); left set,
 	 * libfabric would hide every other provider from the "this machine offers" list. */
 	if (getenv("FI_PROVIDER") && getenv("FI_PROVIDER")[0]) {
-		env_provider = strdup(getenv("FI_PROVIDER"));
-		o.provider = env_provider ? env_provider : "tcp";
+		snprintf(env_provider, sizeof(env_provider), "%s", getenv("FI_PROVIDER"));
+		o.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
 	while ((c = getopt_long(argc, argv, "r:hV", lopts, NULL)) != -1) {

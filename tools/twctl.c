@@ -882,8 +882,11 @@ static int cmd_inspect(int argc, char **argv)
 
 static int add_backups(const char *list)
 {
-	char *dup = strdup(list), *save = NULL, *tok;
+	char *dup, *save = NULL, *tok;
 
+	if (list[strspn(list, ",")] == '\0')
+		return 0; /* nothing but commas (or an empty TW_BACKUPS): nothing to keep */
+	dup = strdup(list);
 	if (!dup)
 		return -1;
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -918,7 +921,10 @@ int main(int argc, char **argv)
 	/* $FI_PROVIDER is our default provider, passed by name; left set, libfabric would hide
 	 * every other provider and an error could not list what this machine offers. */
 	if (getenv("FI_PROVIDER") && getenv("FI_PROVIDER")[0]) {
-		g.provider = strdup(getenv("FI_PROVIDER"));
+		static char env_provider[256];
+
+		snprintf(env_provider, sizeof(env_provider), "%s", getenv("FI_PROVIDER"));
+		g.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
 	while ((opt = getopt_long(argc, argv, "+b:p:t:jvhV", lo, NULL)) != -1) {

@@ -212,7 +212,7 @@ static void *signal_main(void *arg)
 	}
 }
 
-static char *env_provider; /* $FI_PROVIDER, copied before it is unset */
+static char env_provider[256]; /* $FI_PROVIDER, copied before it is unset */
 
 static void memlock_hint(const char *provider, unsigned buffers, size_t size)
 {
@@ -375,7 +375,7 @@ int main(int argc, char **argv)
 	/* Ours to pass by name: left in the environment, libfabric would also hide every other
 	 * provider, and "this machine offers" could list none. */
 	if (cfg.provider) {
-		env_provider = strdup(cfg.provider);
+		snprintf(env_provider, sizeof(env_provider), "%s", cfg.provider);
 		cfg.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
