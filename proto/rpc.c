@@ -520,6 +520,7 @@ Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *wh
 			   tw_rpc_body_name(env->body_case), env->body_case);
 	CHECK(env->request_id != 0, "request_id 0 in a request");
 	CHECK_ID(env->epoch, "epoch");
+	CHECK_ID(env->incarnation, "incarnation");
 
 	switch (op) {
 	case TW_RPC_HANDSHAKE: {
@@ -621,7 +622,7 @@ Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *wh
 static bool state_known(int s)
 {
 	return s >= TAILWIND__SEGMENT_STATE__SEGMENT_STATE_UNSPECIFIED &&
-	       s <= TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED;
+	       s <= TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST;
 }
 
 static Tailwind__Status check_seginfo(const Tailwind__SegmentInfo *s, char *why, size_t why_len)

@@ -38,7 +38,7 @@
 
 #define TW_RPC_MAGIC 0x5754u      /* "TW" as a little-endian u16: bytes 0x54 0x57 */
 #define TW_RPC_MAJOR 1u
-#define TW_RPC_MINOR 0u
+#define TW_RPC_MINOR 1u
 #define TW_RPC_HDR_SIZE 8u        /* [magic u16][major u8][minor u8][length u32], LE */
 #define TW_RPC_MAX_MSG_DEFAULT 65536u /* frame header included; = fabric's default max_msg_size */
 #define TW_RPC_MAX_MSG_MIN 256u
@@ -278,6 +278,10 @@ int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 /* Complete every pending call with -TW_ECLOSED (callbacks run), free. Does not close the channel. */
 void tw_rpc_client_destroy(struct tw_rpc_client *cl);
 
+/* Stamp `incarnation` (the owner id of docs/recovery.md) on every request this client sends
+ * whose envelope does not carry one already. 0 (the default): none. */
+void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
+
 /*
  * Send request `req` (body set; req->request_id is overwritten with a fresh id; req->epoch as
  * set by the caller). `req` is borrowed for the call (packed at once). Returns 0: `cb` will run
@@ -350,10 +354,13 @@ int tw_rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct 
 int tw_rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			       uint64_t segment_id, uint64_t version);
 /* epoch_out (may be NULL): the backup's epoch of the log after the call (also on -TW_EFENCED). */
+/* epoch_out: the log's epoch on the backup after the call (also when FENCED); owner_out (may be
+ * NULL): the incarnation owning it there. */
 int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
-		 uint64_t *epoch_out);
+		 uint64_t *epoch_out, uint64_t *owner_out);
+/* delete_log: drop the whole log (FreeSegments.delete_log); below_segment_id is then ignored. */
 int tw_rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
-			 uint64_t below_segment_id, uint64_t *freed_out);
+			 uint64_t below_segment_id, bool delete_log, uint64_t *freed_out);
 
 struct tw_rpc_read_grant {
 	struct tw_rkey rkey;

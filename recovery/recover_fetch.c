@@ -333,6 +333,14 @@ static bool step(struct fetch *f, struct rslot *s)
 				snprintf(s->why, sizeof(s->why), "read grant: %s",
 					 tw_rpc_client_errmsg(slot_bk(s)->rpc));
 			s->err = s->grant_status;
+			if (s->err == -TW_EFENCED) {
+				/* Another owner fenced the log after us: no other copy helps. */
+				c->taken_over = true;
+				release_grant(s);
+				c->bks[slot_seg(s)->copies[s->copy].bk].active--;
+				s->state = SLOT_READY;
+				return true;
+			}
 		}
 		s->state = SLOT_READ;
 		s->t_read = tw_now_ns();
@@ -400,6 +408,12 @@ static int deliver(struct fetch *f, struct rslot *s)
 	uint64_t t1;
 	int rc;
 
+	if (s->err == -TW_EFENCED) {
+		rc_seterr(c, "log %016" PRIx64 " was taken over during this recovery (segment %"
+			  PRIu64 " on backup %s: %s)", c->cfg->log_id, g->id, slot_bk(s)->addr,
+			  s->why);
+		return -TW_EFENCED;
+	}
 	if (s->err == -TW_ENOBACKUP) {
 		rc_seterr(c, "log %016" PRIx64 " segment %" PRIu64 ": no usable copy left (every "
 			  "copy failed to load, read or verify)", c->cfg->log_id, g->id);

@@ -32,6 +32,8 @@ static Tailwind__SegmentState pb_state(const struct seg *s)
 		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
 	case SEG_CLOSED:
 		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED;
+	case SEG_LOST:
+		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST;
 	default:
 		/* A file flushed while its segment was open (battery / shutdown) is still an open
 		 * replica for recovery: its valid length came from a scan, not from a close. */
@@ -74,6 +76,8 @@ static int h_open(void *arg, struct tw_rpc_call *call)
 	r.checksum = q->meta->checksum;
 	r.offset = q->meta->offset;
 	r.epoch = call->req->epoch;
+	r.incarnation = call->req->incarnation;
+	r.create_log = q->create_log;
 	r.version = q->replica_version;
 	r.length = q->length;
 	rc = bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
@@ -101,6 +105,7 @@ static int h_close(void *arg, struct tw_rpc_call *call)
 	r.checksum = q->meta->checksum;
 	r.offset = q->meta->offset;
 	r.epoch = call->req->epoch;
+	r.incarnation = call->req->incarnation;
 	r.version = q->replica_version;
 	rc = bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
@@ -140,6 +145,15 @@ static int h_list(void *arg, struct tw_rpc_call *call)
 	size_t i = bk_seg_lower_bound(b, q->log_id, q->from_segment_id), n = 0, cnt = 0;
 	Tailwind__SegmentInfo *infos;
 
+	if (!q->all_logs) {
+		const struct logst *lg = bk_log(b, q->log_id, false);
+
+		r->log_known = bk_log_known(b, q->log_id);
+		r->log_epoch = lg ? lg->epoch : 0;
+		r->log_owner = lg ? lg->owner : 0;
+		r->free_below = lg ? lg->free_below : 0;
+		call->reply_epoch = r->log_epoch;
+	}
 	/* Count first so one allocation holds them all. */
 	for (size_t k = i; k < b->nsegs && cnt <= max; k++) {
 		struct seg *s = b->segs[k];
@@ -184,8 +198,8 @@ static int h_set_version(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
-	rc = bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch, q->version, msg,
-			       sizeof(msg));
+	rc = bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch,
+			       call->req->incarnation, q->version, msg, sizeof(msg));
 	return rc ? fail(call, rc, msg) : 0;
 }
 
@@ -194,11 +208,13 @@ static int h_fence(void *arg, struct tw_rpc_call *call)
 	struct tw_backup *b = arg;
 	const Tailwind__Fence *q = call->req->fence;
 	char msg[MSGLEN] = "";
-	uint64_t epoch = 0;
+	uint64_t epoch = 0, owner = 0;
 	int rc;
 
-	rc = bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, &epoch, msg, sizeof(msg));
+	rc = bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, call->req->incarnation,
+			 &epoch, &owner, msg, sizeof(msg));
 	call->reply.fence.epoch = epoch;
+	call->reply.fence.owner = owner;
 	call->reply_epoch = epoch;
 	return rc ? fail(call, rc, msg) : 0;
 }
@@ -211,8 +227,8 @@ static int h_free(void *arg, struct tw_rpc_call *call)
 	uint64_t freed = 0;
 	int rc;
 
-	rc = bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch, &freed, msg,
-			sizeof(msg));
+	rc = bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch,
+			call->req->incarnation, q->delete_log, &freed, msg, sizeof(msg));
 	call->reply.free_segments.freed = freed;
 	return rc ? fail(call, rc, msg) : 0;
 }

@@ -1,6 +1,7 @@
 /*
  * tools/twd.c — the Tailwind backup daemon: a tw_backup (include/tailwind/backup.h) run by the
- * main thread, with a sigwait() thread that turns SIGTERM/SIGINT/SIGPWR into tw_backup_stop().
+ * main thread, with a sigwait() thread that turns SIGTERM, SIGINT, SIGHUP, SIGQUIT and SIGPWR into
+ * tw_backup_stop() (every one of them flushes every buffer before the exit).
  *
  * stdout carries exactly one line, "ready <address>", once connections are accepted (scripts
  * and tests wait for it; never sleep). Everything else goes to stderr.
@@ -56,8 +57,8 @@ static void usage(FILE *f)
 		"  -h, --help               this text\n"
 		"\n"
 		"Prints one line \"ready <address>\" on stdout once it accepts connections; logs go to\n"
-		"stderr (level also from $TW_LOG_LEVEL). SIGTERM, SIGINT and SIGPWR flush every buffer,\n"
-		"open ones included, then exit.\n"
+		"stderr (level also from $TW_LOG_LEVEL). SIGTERM, SIGINT, SIGHUP, SIGQUIT and SIGPWR\n"
+		"flush every buffer, open ones included, then exit.\n"
 		"\n"
 		"Exit status: 0 clean shutdown, 1 runtime or shutdown-flush failure, 2 usage error,\n"
 		"3 storage directory unusable, 4 provider unavailable or cannot listen, 5 cannot\n"
@@ -328,6 +329,8 @@ int main(int argc, char **argv)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);  /* a closed terminal or a careless reload must not lose data */
+	sigaddset(&set, SIGQUIT); /* no core dump of a daemon holding acknowledged entries */
 	sigaddset(&set, SIGPWR);
 	sigaddset(&set, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
