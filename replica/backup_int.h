@@ -98,7 +98,13 @@ struct logst {
 	uint64_t epoch;      /* highest epoch seen (fence or open); kept after a delete */
 	uint64_t owner;      /* incarnation owning the log at `epoch` (0: none / 1.0 peer) */
 	uint64_t free_below; /* segments below were freed (log cleaning); 0 after a delete */
+	/* The last accepted fence's connection: while it is open and active (a recovery or a
+	 * takeover at work), fences from other incarnations are refused (BK_HOLD_NS). */
+	uint64_t hold_conn, hold_inc, hold_ns;
 };
+
+/* A fencer's hold on a log lapses after this long without a request from it. */
+#define BK_HOLD_NS (10ull * 1000000000ull)
 
 /* ------------------------------------------------------------------ connections */
 
@@ -234,6 +240,8 @@ int bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *m
 		   size_t msglen);
 int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
 		   char *msg, size_t msglen);
+/* A request about log_id from connection c: keep c's hold on the log alive. */
+void bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id);
 /* Whether the backup holds anything of the log: segments (any state) or a freed prefix. */
 bool bk_log_known(struct tw_backup *b, uint64_t log_id);
 /* Append a journal record durably, rewriting the journal from the current state when it is

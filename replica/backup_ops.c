@@ -49,6 +49,14 @@ int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_
 	return 0;
 }
 
+void bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id)
+{
+	struct logst *lg = c ? bk_log(b, log_id, false) : NULL;
+
+	if (lg && lg->hold_conn == c->id)
+		lg->hold_ns = tw_now_ns();
+}
+
 bool bk_log_known(struct tw_backup *b, uint64_t log_id)
 {
 	struct logst *lg = bk_log(b, log_id, false);
@@ -358,6 +366,23 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 	}
 	*epoch_out = lg->epoch;
 	*owner_out = lg->owner;
+	if (lg->hold_conn && lg->hold_inc != incarnation && (!c || c->id != lg->hold_conn)) {
+		/* Another recovery or takeover fenced the log and is still at work on its
+		 * connection: a second one now would only cut it off half-way. */
+		struct conn *h = bk_conn_find(b, lg->hold_conn);
+		uint64_t idle = tw_now_ns() - lg->hold_ns;
+
+		if (h && !h->lost && !h->drop && idle < BK_HOLD_NS) {
+			*epoch_out = lg->epoch;
+			*owner_out = lg->owner;
+			snprintf(msg, msglen, "log %016" PRIx64 " is being recovered or taken over by "
+				 "incarnation %016" PRIx64 " at epoch %" PRIu64 " (connection from "
+				 "%s, active %" PRIu64 " ms ago); retry when it is done", log_id,
+				 lg->hold_inc, lg->epoch, tw_chan_peer(h->ch),
+				 idle / 1000000u);
+			return -TW_EFENCED;
+		}
+	}
 	if (new_epoch < lg->epoch || (new_epoch == lg->epoch && incarnation != lg->owner)) {
 		snprintf(msg, msglen, "log %016" PRIx64 " is already at epoch %" PRIu64 ", owned by "
 			 "incarnation %016" PRIx64 " (this fence: epoch %" PRIu64 ", incarnation %016"
@@ -384,6 +409,9 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 	}
 	*epoch_out = new_epoch;
 	*owner_out = incarnation;
+	lg->hold_conn = c ? c->id : 0;
+	lg->hold_inc = incarnation;
+	lg->hold_ns = tw_now_ns();
 	revoked = revoke_log(b, c, log_id);
 	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " by incarnation %016"
 		    PRIx64 " (%u open buffers revoked)", log_id, new_epoch, incarnation, revoked);

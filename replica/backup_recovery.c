@@ -40,6 +40,7 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	/* The reply's envelope epoch is the log's epoch here: recovery probes it (with an epoch
 	 * of 0 and a segment that does not exist) to fence past every earlier fence. */
 	call->reply_epoch = lg ? lg->epoch : 0;
+	bk_hold_touch(b, tw_chan_user(call->ch), q->log_id);
 	rc = bk_check_owner(b, q->log_id, epoch, call->req->incarnation, msg, sizeof(msg));
 	if (rc)
 		return tw_rpc_call_fail(call, rc, "%s", msg);

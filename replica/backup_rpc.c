@@ -153,6 +153,7 @@ static int h_list(void *arg, struct tw_rpc_call *call)
 		r->log_owner = lg ? lg->owner : 0;
 		r->free_below = lg ? lg->free_below : 0;
 		call->reply_epoch = r->log_epoch;
+		bk_hold_touch(b, call_conn(call), q->log_id);
 	}
 	/* Count first so one allocation holds them all. */
 	for (size_t k = i; k < b->nsegs && cnt <= max; k++) {
@@ -244,6 +245,7 @@ static int h_read(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
+	bk_hold_touch(b, call_conn(call), q->log_id);
 	rc = bk_op_read(b, call_conn(call), q->log_id, q->segment_id, call->req->epoch, &rk, &s,
 			msg, sizeof(msg));
 	if (rc)
@@ -269,6 +271,7 @@ static int h_release(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
+	bk_hold_touch(b, call_conn(call), q->log_id);
 	rc = bk_op_release(b, call_conn(call), q->log_id, q->segment_id, msg, sizeof(msg));
 	return rc ? fail(call, rc, msg) : 0;
 }

@@ -48,7 +48,7 @@ void primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 
 	/* Backups that vanish all at once may have closed our connections because another owner
 	 * fenced the log: say so (-TW_EFENCED), not just "no backup". Driver thread, no lock. */
-	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab) {
+	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab && !p->finished) {
 		p->checking = true;
 		fenced = pctl_taken_over(p, taken, sizeof(taken)) == 1;
 		p->checking = false;
@@ -716,8 +716,9 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 	if (rc < 0) {
 		if (!p->errmsg[0])
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", tw_strerror(rc));
-		tw_log_error("primary: open log %llu failed: %s", (unsigned long long)cfg->log_id,
-			     p->errmsg);
+		/* An existing log is an expected answer (the caller takes it over): not an error. */
+		tw__log(rc == -TW_EEXIST ? TW_LOG_INFO : TW_LOG_ERROR, "primary: open log %llu "
+		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		primary_free(p);
 		return rc;

@@ -157,6 +157,7 @@ int pctl_reconnect(struct tw_primary *p, struct pbackup *b)
 	rc = tw_fab_connect(p->fab, b->addr, &b->ch);
 	if (rc < 0) {
 		b->ch = NULL;
+		b->dead = true;
 		snprintf(b->why, sizeof(b->why), "reconnect: %s", tw_strerror(rc));
 		return rc;
 	}
@@ -189,6 +190,7 @@ int pctl_connect_all(struct tw_primary *p)
 		if (rc < 0) {
 			b->ch = NULL;
 			b->lost = true;
+			b->dead = true;
 			snprintf(b->why, sizeof(b->why), "unreachable: %s", tw_strerror(rc));
 			tw_log_warn("primary: backup %s %s", b->addr, b->why);
 			continue;
@@ -641,7 +643,7 @@ int pctl_probe_new_log(struct tw_primary *p)
 		if (known) {
 			snprintf(p->errmsg, sizeof(p->errmsg), "log %llu already exists on backup %s "
 				 "(epoch %llu): a plain open only creates new logs. If its primary "
-				 "is dead, take it over (tw_primary_takeover, twctl takeover): that "
+				 "is dead, take it over (tw_primary_takeover): that "
 				 "fences it, recovers every entry and continues the same log; or "
 				 "delete it (twctl delete)", (unsigned long long)p->cfg.log_id,
 				 b->addr, (unsigned long long)epoch);
@@ -678,13 +680,17 @@ int pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 		bool known = false, taken;
 		int rc;
 
+		if (p->bk[i].dead)
+			continue; /* a connect failed already: do not wait for another timeout */
 		memset(&tmp, 0, sizeof(tmp));
 		tmp.p = p;
 		tmp.idx = (unsigned)i;
 		tmp.probe = true;
 		snprintf(tmp.addr, sizeof(tmp.addr), "%s", p->bk[i].addr);
-		if (tw_fab_connect(p->fab, tmp.addr, &tmp.ch) < 0)
+		if (tw_fab_connect(p->fab, tmp.addr, &tmp.ch) < 0) {
+			p->bk[i].dead = true;
 			continue;
+		}
 		tw_chan_set_user(tmp.ch, &tmp);
 		rc = tw_rpc_client_create(tmp.ch, &rcfg, &tmp.rpc);
 		if (rc == 0)

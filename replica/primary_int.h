@@ -37,6 +37,7 @@ struct pbackup {
 	struct tw_rpc_client *rpc;
 	bool lost;            /* the channel failed */
 	bool probe;           /* a throw-away connection of pctl_taken_over (no failover) */
+	bool dead;            /* a connect to it failed: pctl_taken_over does not try it */
 	bool fo_seen;         /* its loss was handled by primary_rerep.c (counted, logged) */
 	uint64_t lost_ns;     /* when primary_rerep.c saw it lost */
 	uint64_t buffer_size; /* from the handshake */

@@ -561,6 +561,8 @@ static int cmd_recover(int argc, char **argv)
 	uint64_t log_id, epoch = 0;
 	struct out o = { NULL, 0 };
 	char err[512], tmp[4096];
+	struct stat ost;
+	bool direct = false;
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
@@ -604,7 +606,17 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (need_backups())
 		return EXIT_USAGE;
-	if (output && strcmp(output, "-") != 0) {
+	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
+	    !S_ISREG(ost.st_mode)) {
+		/* A pipe or device: written as it comes (no rename possible). */
+		o.f = fopen(output, "wb");
+		if (!o.f) {
+			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
+				strerror(errno));
+			return EXIT_FAIL;
+		}
+		direct = true;
+	} else if (output && strcmp(output, "-") != 0) {
 		if (snprintf(tmp, sizeof(tmp), "%s.tmp", output) >= (int)sizeof(tmp)) {
 			fprintf(stderr, "twctl recover: output path too long\n");
 			return EXIT_USAGE;
@@ -628,7 +640,7 @@ static int cmd_recover(int argc, char **argv)
 		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o.err));
 		rc = rc ? rc : -o.err;
 	}
-	if (o.f && o.f != stdout) {
+	if (o.f && o.f != stdout && !direct) {
 		/* Only a complete, successful recovery leaves FILE behind. */
 		if (rc == 0 && rename(tmp, output) != 0) {
 			fprintf(stderr, "twctl recover: renaming %s to %s: %s\n", tmp, output,
