@@ -47,6 +47,7 @@
 #define TW_RPC_LEN_MAX (1ull << 40)  /* segment lengths, offsets, rkey lengths: <= 1 TiB */
 #define TW_RPC_MESSAGE_MAX 512u      /* reply message strings (bytes, NUL excluded) */
 #define TW_RPC_NAME_MAX 64u          /* Handshake node_name */
+#define TW_RPC_AUTH_LEN 32u          /* Handshake auth_nonce / auth_proof / auth_mac (proto/auth.h) */
 
 /* Request kinds, dense (0..TW_RPC_OP_COUNT-1). The Envelope body field number of a request is
  * 16 + 2 * op and that of its reply 17 + 2 * op (ErrorReply is 15). */
@@ -195,7 +196,7 @@ void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
  * Status <-> error code. OK <-> 0; INVALID_ARGUMENT <-> -EINVAL; RESOURCE_EXHAUSTED <->
  * -TW_EREFUSED; NOT_FOUND <-> -TW_ENOTFOUND; FENCED <-> -TW_EFENCED; STALE_VERSION <-> -TW_ESTALE;
  * CORRUPT <-> -TW_ECORRUPT; UNSUPPORTED <-> -ENOTSUP (also from -TW_EVERSION, -EOPNOTSUPP);
- * ALREADY_EXISTS <-> -EEXIST; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
+ * ALREADY_EXISTS <-> -EEXIST; UNAUTHENTICATED <-> -EACCES; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
  * an error code with no status of its own -> INTERNAL (also -TW_EPROTO, -EMSGSIZE, -ERANGE ->
  * INVALID_ARGUMENT; -ENOMEM, -ENOSPC -> RESOURCE_EXHAUSTED; -ENOENT -> NOT_FOUND).
  */
@@ -411,6 +412,7 @@ struct tw_rpc_call {
 	bool has_msg;
 	int fail_err;
 	struct tw_rpc_arena *priv_arena;
+	bool close_after; /* tw_rpc_call_close_after */
 };
 
 /*
@@ -431,6 +433,10 @@ void *tw_rpc_call_alloc(struct tw_rpc_call *call, size_t n);
  */
 int tw_rpc_call_fail(struct tw_rpc_call *call, int err, const char *fmt, ...) TW_PRINTF(3, 4);
 
+/* Close the requesting channel once this call's reply was sent (a refused authentication):
+ * the server then runs the on_close hook and tw_chan_close, as for a protocol violation. */
+void tw_rpc_call_close_after(struct tw_rpc_call *call);
+
 /* Largest number of SegmentInfo entries a ListSegmentsReply may carry under max_msg_size
  * (worst-case encoding): fill at most that many and set more/next_* for the rest. */
 size_t tw_rpc_list_max_entries(const struct tw_rpc_server *srv);
@@ -446,6 +452,11 @@ struct tw_rpc_server_ops {
 	void (*on_close)(void *arg, struct tw_chan *ch, int reason);
 	/* Handshake built-in values (used when handlers[TW_RPC_HANDSHAKE] is NULL). */
 	uint64_t node_id;
+	/* Optional gate, for peer authentication: called for every valid request before its
+	 * handler. Return 0 to serve it. A negative code refuses it: the server replies an
+	 * ErrorReply with tw_rpc_err_to_status(code) (-EACCES: UNAUTHENTICATED) and the message
+	 * written into `why`, then closes `ch` (on_close hook first). */
+	int (*admit)(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len);
 };
 
 /*
@@ -478,6 +489,7 @@ struct tw_rpc_server_stats {
 	uint64_t unsupported; /* unknown body kinds / no handler */
 	uint64_t closed;      /* channels closed for protocol violations */
 	uint64_t send_errors; /* replies tw_chan_send refused */
+	uint64_t refused;     /* requests the admit hook refused (their channel was closed) */
 };
 void tw_rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 
