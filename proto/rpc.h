@@ -412,7 +412,6 @@ struct tw_rpc_call {
 	bool has_msg;
 	int fail_err;
 	struct tw_rpc_arena *priv_arena;
-	bool close_after; /* tw_rpc_call_close_after */
 };
 
 /*
@@ -433,10 +432,6 @@ void *tw_rpc_call_alloc(struct tw_rpc_call *call, size_t n);
  */
 int tw_rpc_call_fail(struct tw_rpc_call *call, int err, const char *fmt, ...) TW_PRINTF(3, 4);
 
-/* Close the requesting channel once this call's reply was sent (a refused authentication):
- * the server then runs the on_close hook and tw_chan_close, as for a protocol violation. */
-void tw_rpc_call_close_after(struct tw_rpc_call *call);
-
 /* Largest number of SegmentInfo entries a ListSegmentsReply may carry under max_msg_size
  * (worst-case encoding): fill at most that many and set more/next_* for the rest. */
 size_t tw_rpc_list_max_entries(const struct tw_rpc_server *srv);
@@ -455,7 +450,8 @@ struct tw_rpc_server_ops {
 	/* Optional gate, for peer authentication: called for every valid request before its
 	 * handler. Return 0 to serve it. A negative code refuses it: the server replies an
 	 * ErrorReply with tw_rpc_err_to_status(code) (-EACCES: UNAUTHENTICATED) and the message
-	 * written into `why`, then closes `ch` (on_close hook first). */
+	 * written into `why`. The channel stays open: closing it at once could drop the reply
+	 * on some providers (sockets), so the owner closes it a little later. */
 	int (*admit)(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len);
 };
 
@@ -489,7 +485,7 @@ struct tw_rpc_server_stats {
 	uint64_t unsupported; /* unknown body kinds / no handler */
 	uint64_t closed;      /* channels closed for protocol violations */
 	uint64_t send_errors; /* replies tw_chan_send refused */
-	uint64_t refused;     /* requests the admit hook refused (their channel was closed) */
+	uint64_t refused;     /* requests the admit hook refused */
 };
 void tw_rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 

@@ -305,12 +305,7 @@ static int reply_get_status(struct tw_rpc_call *call, const char **msg_out)
 	return status;
 }
 
-void tw_rpc_call_close_after(struct tw_rpc_call *call)
-{
-	call->close_after = true;
-}
-
-/* The admit hook refused a request: error reply, then close the channel. */
+/* The admit hook refused a request: error reply (the hook's owner closes the channel). */
 static int refuse(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwind__Envelope *env,
 		  int err, const char *why, unsigned char *txbuf)
 {
@@ -321,7 +316,7 @@ static int refuse(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwind_
 		st = TAILWIND__STATUS__STATUS_INTERNAL;
 	send_error(srv, ch, env->request_id, env->epoch, st, (uint32_t)env->body_case,
 		   why[0] ? why : tw_strerror(err), txbuf);
-	return close_chan(srv, ch, err, why[0] ? why : tw_strerror(err));
+	return 0;
 }
 
 /* ---- serving one message */
@@ -451,8 +446,6 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	renv.body_case = TW_RPC_OP_REPLY_CASE(op);
 	renv.handshake_reply = (Tailwind__HandshakeReply *)(void *)&call.reply;
 	send_env(srv, ch, &renv, txbuf);
-	if (call.close_after)
-		return close_chan(srv, ch, -EACCES, "closed after the reply (refused)");
 	return 0;
 }
 

@@ -815,6 +815,7 @@ int tw_backup_run(struct tw_backup *b)
 		rc = 0;
 		if (drain_done(b))
 			busy = true;
+		bk_auth_sweep(b);
 		reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
 			retry_failed_flushes(b);

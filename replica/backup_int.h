@@ -114,12 +114,14 @@ struct conn {
 	/* Peer authentication (backup_rpc.c), when the backup has a key. */
 	int auth;                   /* CONN_AUTH_* */
 	struct tw_auth_transcript *auth_t; /* the pending challenge (CONN_AUTH_CHALLENGED) */
+	uint64_t auth_close_ns;     /* CONN_AUTH_REFUSED: close it then (the reply left first) */
 };
 
 enum {
 	CONN_AUTH_NONE = 0,   /* nothing yet: only a Handshake is served */
 	CONN_AUTH_CHALLENGED, /* our nonce and MAC were sent; waiting for the client's proof */
 	CONN_AUTH_OK,         /* the client proved the key */
+	CONN_AUTH_REFUSED,    /* refused: closed at auth_close_ns or at its next message */
 };
 
 /* ------------------------------------------------------------------ flusher */
@@ -165,6 +167,7 @@ struct tw_backup {
 
 	struct tw_rpc_server *srv;
 	struct tw_auth_key *key; /* cluster key, or NULL: peers are not authenticated */
+	unsigned auth_refused;   /* connections in CONN_AUTH_REFUSED */
 
 	atomic_bool stop;
 	bool running;
@@ -249,6 +252,8 @@ void bk_rpc_fini(struct tw_backup *b);
 void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
 /* A connection goes away: count an unfinished key handshake as an authentication failure. */
 void bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
+/* Drop refused connections whose grace period passed (progress loop). */
+void bk_auth_sweep(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
 struct tw_rpc_call;
 int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call);

@@ -54,6 +54,35 @@ static void auth_count(struct tw_backup *b, bool good)
 	pthread_mutex_unlock(&b->st_lock);
 }
 
+/* The connection is refused: it is closed at its next message, or after a grace period that
+ * lets the UNAUTHENTICATED reply leave (closing at once loses it on the sockets provider). */
+#define AUTH_CLOSE_GRACE_NS 500000000ull
+
+static void mark_refused(struct tw_backup *b, struct conn *c)
+{
+	free(c->auth_t);
+	c->auth_t = NULL;
+	if (c->auth != CONN_AUTH_REFUSED)
+		b->auth_refused++;
+	c->auth = CONN_AUTH_REFUSED;
+	c->auth_close_ns = tw_now_ns() + AUTH_CLOSE_GRACE_NS;
+}
+
+void bk_auth_sweep(struct tw_backup *b)
+{
+	uint64_t now;
+
+	if (!b->auth_refused)
+		return;
+	now = tw_now_ns();
+	for (struct conn *c = b->conns; c; c = c->next) {
+		if (c->auth != CONN_AUTH_REFUSED || c->drop || now < c->auth_close_ns)
+			continue;
+		c->drop = true;
+		b->reap = true;
+	}
+}
+
 /* Refuse: count, log (rate-limited, with the peer's address), reply UNAUTHENTICATED and close
  * the connection once the reply is sent. Other connections are not touched. */
 static int auth_refuse(struct tw_backup *b, struct tw_rpc_call *call, const char *why)
@@ -63,12 +92,8 @@ static int auth_refuse(struct tw_backup *b, struct tw_rpc_call *call, const char
 	auth_count(b, false);
 	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s",
 			   tw_chan_peer(call->ch), why);
-	if (c) {
-		free(c->auth_t);
-		c->auth_t = NULL;
-		c->auth = CONN_AUTH_NONE;
-	}
-	tw_rpc_call_close_after(call);
+	if (c)
+		mark_refused(b, c);
 	return tw_rpc_call_fail(call, -EACCES, "%s", why);
 }
 
@@ -130,6 +155,8 @@ static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
 
 void bk_auth_conn_gone(struct tw_backup *b, struct conn *c)
 {
+	if (c->auth == CONN_AUTH_REFUSED)
+		b->auth_refused--;
 	if (!b->key || c->auth != CONN_AUTH_CHALLENGED)
 		return;
 	/* The peer got our challenge and left without a proof: usually a client whose key
@@ -148,6 +175,8 @@ static int admit(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, si
 
 	if (!b->key || op == TW_RPC_HANDSHAKE || (c && c->auth == CONN_AUTH_OK))
 		return 0;
+	if (c)
+		mark_refused(b, c);
 	snprintf(why, why_len, "backup requires authentication: give --key-file (or TW_KEY_FILE) "
 		 "with the cluster key; %s refused before the key handshake", tw_rpc_op_name(op));
 	auth_count(b, false);
@@ -463,5 +492,11 @@ void bk_rpc_fini(struct tw_backup *b)
 
 void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len)
 {
+	if (c->auth == CONN_AUTH_REFUSED) {
+		/* Refused already: anything more closes it, unanswered. */
+		c->drop = true;
+		b->reap = true;
+		return;
+	}
 	tw_rpc_server_on_recv(b->srv, c->ch, msg, len);
 }
