@@ -47,6 +47,7 @@
 #define TW_RPC_LEN_MAX (1ull << 40)  /* segment lengths, offsets, rkey lengths: <= 1 TiB */
 #define TW_RPC_MESSAGE_MAX 512u      /* reply message strings (bytes, NUL excluded) */
 #define TW_RPC_NAME_MAX 64u          /* Handshake node_name */
+#define TW_RPC_AUTH_LEN 32u          /* Handshake auth_nonce / auth_proof / auth_mac (proto/auth.h) */
 
 /* Request kinds, dense (0..TW_RPC_OP_COUNT-1). The Envelope body field number of a request is
  * 16 + 2 * op and that of its reply 17 + 2 * op (ErrorReply is 15). */
@@ -195,7 +196,7 @@ void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
  * Status <-> error code. OK <-> 0; INVALID_ARGUMENT <-> -EINVAL; RESOURCE_EXHAUSTED <->
  * -TW_EREFUSED; NOT_FOUND <-> -TW_ENOTFOUND; FENCED <-> -TW_EFENCED; STALE_VERSION <-> -TW_ESTALE;
  * CORRUPT <-> -TW_ECORRUPT; UNSUPPORTED <-> -ENOTSUP (also from -TW_EVERSION, -EOPNOTSUPP);
- * ALREADY_EXISTS <-> -EEXIST; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
+ * ALREADY_EXISTS <-> -EEXIST; UNAUTHENTICATED <-> -EACCES; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
  * an error code with no status of its own -> INTERNAL (also -TW_EPROTO, -EMSGSIZE, -ERANGE ->
  * INVALID_ARGUMENT; -ENOMEM, -ENOSPC -> RESOURCE_EXHAUSTED; -ENOENT -> NOT_FOUND).
  */
@@ -453,6 +454,12 @@ struct tw_rpc_server_ops {
 	void (*on_close)(void *arg, struct tw_chan *ch, int reason);
 	/* Handshake built-in values (used when handlers[TW_RPC_HANDSHAKE] is NULL). */
 	uint64_t node_id;
+	/* Optional gate, for peer authentication: called for every valid request before its
+	 * handler. Return 0 to serve it. A negative code refuses it: the server replies an
+	 * ErrorReply with tw_rpc_err_to_status(code) (-EACCES: UNAUTHENTICATED) and the message
+	 * written into `why`. The channel stays open: closing it at once could drop the reply
+	 * on some providers (sockets), so the owner closes it a little later. */
+	int (*admit)(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len);
 };
 
 /*
@@ -485,6 +492,7 @@ struct tw_rpc_server_stats {
 	uint64_t unsupported; /* unknown body kinds / no handler */
 	uint64_t closed;      /* channels closed for protocol violations */
 	uint64_t send_errors; /* replies tw_chan_send refused */
+	uint64_t refused;     /* requests the admit hook refused */
 };
 void tw_rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 

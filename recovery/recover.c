@@ -15,6 +15,7 @@
 #include <tailwind/recovery.h>
 
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "recovery/recover_int.h"
 
 void tw_recover_config_init(struct tw_recover_config *cfg)
@@ -122,13 +123,29 @@ static int check_cfg(struct rctx *c)
 }
 
 /* Open the fab and connect to every backup; unreachable ones are warned about and skipped. */
+/* The Handshake (with the key's challenge-response when there is a key): before any other
+ * request, so a backup with a key serves us. The rpc client and channel stay for the caller
+ * to drop on failure (disconnect_all). */
+static int auth_handshake(struct rctx *c, struct rbk *b)
+{
+	struct tw_rpc_reply rep;
+	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
+	int rc;
+
+	rc = tw_auth_client_handshake(b->rpc, c->key, node ? node : 1,
+				      TAILWIND__ROLE__ROLE_RECOVERY, NULL, &rep, b->why,
+				      sizeof(b->why));
+	tw_rpc_reply_release(&rep);
+	return rc;
+}
+
 static int connect_all(struct rctx *c)
 {
 	const struct tw_recover_config *cfg = c->cfg;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
 	struct tw_rpc_config rcfg;
-	int rc;
+	int rc, auth_err = 0;
 
 	c->nbk = (unsigned)cfg->n_backups;
 	c->bks = calloc(c->nbk, sizeof(*c->bks));
@@ -155,6 +172,16 @@ static int connect_all(struct rctx *c)
 	tw_rpc_config_init(&rcfg);
 	if (cfg->rpc_timeout_ms)
 		rcfg.timeout_ms = cfg->rpc_timeout_ms;
+	if (tw_auth_key_path(cfg->key_file)) {
+		char why[256];
+
+		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &c->key, why, sizeof(why));
+		if (rc) {
+			c->key = NULL;
+			rc_seterr(c, "%s", why);
+			return rc;
+		}
+	}
 	for (unsigned i = 0; i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
@@ -172,12 +199,23 @@ static int connect_all(struct rctx *c)
 			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
 			continue;
 		}
+		rc = auth_handshake(c, b);
+		if (rc) {
+			if (!auth_err)
+				auth_err = rc;
+			tw_rpc_client_destroy(b->rpc);
+			b->rpc = NULL;
+			tw_chan_close(b->ch);
+			b->ch = NULL;
+			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
+			continue;
+		}
 		b->up = true;
 		c->res->backups_reached++;
 	}
 	if (c->res->backups_reached == 0) {
 		rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].addr, c->bks[0].why);
-		return -TW_ENOBACKUP;
+		return auth_err == -EACCES ? -EACCES : -TW_ENOBACKUP;
 	}
 	return 0;
 }
@@ -199,6 +237,8 @@ static void disconnect_all(struct rctx *c)
 	c->fab = NULL;
 	free(c->bks);
 	c->bks = NULL;
+	tw_auth_key_free(c->key);
+	c->key = NULL;
 }
 
 /* ------------------------------------------------------------------ list */

@@ -57,6 +57,8 @@ struct rseg {
 
 struct rslot;
 
+struct tw_auth_key;
+
 struct rctx {
 	const struct tw_recover_config *cfg;
 	struct tw_recover_result *res;
@@ -75,6 +77,7 @@ struct rctx {
 	size_t nsegs_all;
 	tw_recover_entry_fn cb;
 	void *cb_arg;
+	struct tw_auth_key *key; /* cluster key (NULL: none); connect_all */
 };
 
 void rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);

@@ -20,6 +20,7 @@
 #include <tailwind/log_format.h>
 
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 #include "replica/rpcdata.h"
@@ -519,6 +520,7 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 	struct conn **pp;
 
 	bk_conn_release_grants(b, c);
+	bk_auth_conn_gone(b, c);
 	for (pp = &b->conns; *pp; pp = &(*pp)->next) {
 		if (*pp == c) {
 			*pp = c->next;
@@ -533,6 +535,7 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 		}
 	}
 	free(c->grants);
+	free(c->auth_t);
 	free(c);
 }
 
@@ -924,6 +927,14 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 		b->cfg.unflushed_limit = b->cfg.buffers;
 	b->node_id = cfg->node_id ? cfg->node_id : default_node_id();
 	b->start_ns = tw_now_ns();
+	b->cfg.key_file = NULL; /* not kept: the key is read once, here */
+	if (tw_auth_key_path(cfg->key_file)) {
+		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &b->key, why, sizeof(why));
+		if (rc) {
+			bk_seterr(b, "%s", why);
+			goto fail_logged;
+		}
+	}
 
 	rc = open_dir(b);
 	if (rc != 0)
@@ -1024,6 +1035,7 @@ int tw_backup_run(struct tw_backup *b)
 		rc = 0;
 		if (drain_done(b))
 			busy = true;
+		bk_auth_sweep(b);
 		reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
 			retry_failed_flushes(b);
@@ -1257,6 +1269,7 @@ void tw_backup_close(struct tw_backup *b)
 	}
 	b->done_head = b->done_tail = b->todo_head = b->todo_tail = NULL;
 	bk_rpc_fini(b);
+	tw_auth_key_free(b->key);
 	pool_fini(&b->pool);
 	if (b->fab)
 		tw_fab_close(b->fab);

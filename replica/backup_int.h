@@ -33,6 +33,8 @@ enum pool_state {
 
 struct seg;
 struct tw_rpc_server;
+struct tw_auth_key;
+struct tw_auth_transcript;
 
 struct pool_buf {
 	unsigned idx;
@@ -120,6 +122,17 @@ struct conn {
 	struct grant *grants;
 	size_t ngrants, grants_cap;
 	struct conn *next;
+	/* Peer authentication (backup_rpc.c), when the backup has a key. */
+	int auth;                   /* CONN_AUTH_* */
+	struct tw_auth_transcript *auth_t; /* the pending challenge (CONN_AUTH_CHALLENGED) */
+	uint64_t auth_close_ns;     /* CONN_AUTH_REFUSED: close it then (the reply left first) */
+};
+
+enum {
+	CONN_AUTH_NONE = 0,   /* nothing yet: only a Handshake is served */
+	CONN_AUTH_CHALLENGED, /* our nonce and MAC were sent; waiting for the client's proof */
+	CONN_AUTH_OK,         /* the client proved the key */
+	CONN_AUTH_REFUSED,    /* refused: closed at auth_close_ns or at its next message */
 };
 
 /* ------------------------------------------------------------------ flusher */
@@ -165,6 +178,8 @@ struct tw_backup {
 	uint64_t next_conn_id;
 
 	struct tw_rpc_server *srv;
+	struct tw_auth_key *key; /* cluster key, or NULL: peers are not authenticated */
+	unsigned auth_refused;   /* connections in CONN_AUTH_REFUSED */
 
 	atomic_bool stop;
 	bool running;
@@ -265,6 +280,10 @@ void bk_job_done(struct tw_backup *b, struct job *j);
 int bk_rpc_init(struct tw_backup *b);
 void bk_rpc_fini(struct tw_backup *b);
 void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
+/* A connection goes away: count an unfinished key handshake as an authentication failure. */
+void bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
+/* Drop refused connections whose grace period passed (progress loop). */
+void bk_auth_sweep(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
 struct tw_rpc_call;
 int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call);

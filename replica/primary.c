@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "recovery/recover_int.h"
+#include "proto/auth.h"
 #include "replica/primary_int.h"
 #include "replica/rpcdata.h"
 
@@ -576,6 +577,7 @@ static void primary_free(struct tw_primary *p)
 		pthread_mutex_destroy(&p->lock);
 		pthread_cond_destroy(&p->cv_app);
 	}
+	tw_auth_key_free(p->key);
 	free(p);
 }
 
@@ -682,7 +684,16 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		p->slots[i].ops = &p->pops[(size_t)i * p->r];
 	}
 
-	rc = pctl_init_fabric(p);
+	p->cfg.key_file = NULL; /* not kept: read once, here */
+	rc = 0;
+	if (tw_auth_key_path(cfg->key_file)) {
+		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &p->key, p->errmsg,
+				      sizeof(p->errmsg));
+		if (rc < 0)
+			p->key = NULL;
+	}
+	if (rc == 0)
+		rc = pctl_init_fabric(p);
 	if (rc == 0 && cfg->data_path == TW_DATA_RPC)
 		rc = prpc_init(p);
 	if (rc == 0)

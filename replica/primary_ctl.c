@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/primary_int.h"
 #include "replica/rpcdata.h"
@@ -118,7 +119,6 @@ void pctl_drop(struct pbackup *b)
 
 static int handshake(struct tw_primary *p, struct pbackup *b)
 {
-	struct tw_rpc_req req;
 	struct tw_rpc_reply rep;
 	uint64_t node = p->cfg.node_id ? p->cfg.node_id
 				       : ((uint64_t)gethostid() << 32 | (uint64_t)getpid());
@@ -126,23 +126,13 @@ static int handshake(struct tw_primary *p, struct pbackup *b)
 
 	if (!node)
 		node = 1;
-	tw_rpc_req_handshake(&req, node, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
-	PSTAT_ADD(p, rpcs, 1);
-	PSTAT_ADD(p, rpc_handshake, 1);
-	rc = tw_rpc_call_sync(b->rpc, &req.env, &rep);
-	if (rc == 0) {
-		const Tailwind__HandshakeReply *h = rep.env ? rep.env->handshake_reply : NULL;
-
-		if (!h) {
-			rc = -TW_EPROTO;
-			snprintf(b->why, sizeof(b->why), "handshake: unexpected reply");
-		} else {
-			b->buffer_size = h->buffer_size;
-		}
-	} else {
-		snprintf(b->why, sizeof(b->why), "handshake failed: %s%s%s", tw_strerror(rc),
-			 tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "", tw_rpc_client_errmsg(b->rpc));
-	}
+	PSTAT_ADD(p, rpcs, p->key ? 2 : 1);
+	PSTAT_ADD(p, rpc_handshake, p->key ? 2 : 1);
+	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
+	rc = tw_auth_client_handshake(b->rpc, p->key, node, TAILWIND__ROLE__ROLE_PRIMARY, NULL,
+				      &rep, b->why, sizeof(b->why));
+	if (rc == 0)
+		b->buffer_size = rep.env->handshake_reply->buffer_size;
 	tw_rpc_reply_release(&rep);
 	return rc;
 }

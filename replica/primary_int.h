@@ -89,6 +89,8 @@ struct prec {
 	uint32_t len;
 };
 
+struct tw_auth_key;
+
 struct tw_primary {
 	struct tw_primary_config cfg; /* backups/provider point into our own copies */
 	char **addr_copy;
@@ -97,6 +99,7 @@ struct tw_primary {
 	bool threaded;
 
 	struct tw_fab *fab;
+	struct tw_auth_key *key; /* cluster key (NULL: no authentication) */
 	struct pbackup *bk;
 	size_t nbk;
 

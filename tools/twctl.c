@@ -26,6 +26,7 @@
 
 #include "fabric/fabric.h"
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/segfile.h"
 
@@ -43,6 +44,8 @@ static struct {
 	unsigned nbk;
 	bool json;
 	unsigned timeout_ms;
+	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
+	struct tw_auth_key *key; /* loaded by need_backups */
 } g;
 
 /* ------------------------------------------------------------------ usage */
@@ -69,6 +72,7 @@ static void usage_main(FILE *f)
 		"  -p, --provider NAME   libfabric provider: tcp, sockets, shm, verbs, ... (default:\n"
 		"                        $FI_PROVIDER, else tcp)\n"
 		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
+		"  -k, --key-file PATH   cluster key the backups require (default: $TW_KEY_FILE)\n"
 		"  -j, --json            machine-readable output (one JSON document on stdout)\n"
 		"  -v, --verbose         more log output on stderr (twice: debug)\n"
 		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
@@ -200,6 +204,19 @@ static void c_on_lost(void *arg, struct tw_chan *ch, int err)
 		tw_rpc_client_on_lost(c->rpc, err);
 }
 
+/* Handshake as an admin, proving the key when we have one (proto/auth.h). */
+static int handshake(struct conn *c)
+{
+	struct tw_rpc_reply rep;
+	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
+	int err;
+
+	err = tw_auth_client_handshake(c->rpc, g.key, node ? node : 1, TAILWIND__ROLE__ROLE_ADMIN,
+				       "twctl", &rep, c->why, sizeof(c->why));
+	tw_rpc_reply_release(&rep);
+	return err;
+}
+
 /* Connect to every backup; returns how many answered. */
 static unsigned connect_all(void)
 {
@@ -237,6 +254,15 @@ static unsigned connect_all(void)
 			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
 			continue;
 		}
+		err = handshake(c);
+		if (err) {
+			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
+			tw_rpc_client_destroy(c->rpc);
+			c->rpc = NULL;
+			tw_chan_close(c->ch);
+			c->ch = NULL;
+			continue;
+		}
 		up++;
 	}
 	return up;
@@ -263,6 +289,15 @@ static int need_backups(void)
 		fprintf(stderr, "twctl: no backups given: use -b ADDR (repeat for each) or set "
 			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
 		return EXIT_USAGE;
+	}
+	if (!g.key && tw_auth_key_path(g.key_file)) {
+		char why[512];
+
+		if (tw_auth_key_load(tw_auth_key_path(g.key_file), &g.key, why, sizeof(why))) {
+			g.key = NULL;
+			fprintf(stderr, "twctl: %s%s\n", why, g.key_file ? "" : " (from $TW_KEY_FILE)");
+			return EXIT_USAGE;
+		}
 	}
 	return 0;
 }
@@ -473,6 +508,7 @@ static void recover_cfg(struct tw_recover_config *cfg, uint64_t log_id, uint64_t
 	cfg->backups = g.backups;
 	cfg->n_backups = g.nbk;
 	cfg->connect_timeout_ms = g.timeout_ms;
+	cfg->key_file = g.key_file;
 	if (g.timeout_ms > cfg->rpc_timeout_ms)
 		cfg->rpc_timeout_ms = g.timeout_ms;
 }
@@ -959,6 +995,7 @@ int main(int argc, char **argv)
 		{ "backup", required_argument, NULL, 'b' },
 		{ "provider", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "key-file", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -970,7 +1007,7 @@ int main(int argc, char **argv)
 	uint64_t t;
 
 	g.timeout_ms = 5000;
-	while ((opt = getopt_long(argc, argv, "+b:p:t:jvhV", lo, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+b:p:t:k:jvhV", lo, NULL)) != -1) {
 		switch (opt) {
 		case 'b':
 			if (add_backups(optarg))
@@ -986,6 +1023,9 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			g.timeout_ms = (unsigned)t;
+			break;
+		case 'k':
+			g.key_file = optarg;
 			break;
 		case 'j':
 			g.json = true;

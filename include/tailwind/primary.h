@@ -131,6 +131,11 @@ struct tw_primary_config {
 	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
 				       * loss (background, between driver rounds); default
 				       * 64 MiB/s; 0: unlimited */
+	const char *key_file;         /* cluster key for peer authentication (tailwind/backup.h,
+				       * docs/operations.md): the handshake with every backup then
+				       * proves the key both ways, and a backup that cannot prove
+				       * it is not used. NULL: $TW_KEY_FILE if set and not empty,
+				       * else none; "": none. Read once by tw_primary_open. */
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
