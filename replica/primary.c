@@ -221,7 +221,6 @@ static int seal_post(struct tw_primary *p)
 	s->seg = seg;
 	s->off = off;
 	s->len = len;
-	s->status = 0;
 	s->remaining = seg->nrep;
 	s->rec_end = p->rec_head;
 	s->repair = false;
@@ -313,9 +312,7 @@ static int reap(struct tw_primary *p)
 
 		if (s->remaining || (s->repair && !p->err))
 			break; /* a repair waits for the failover (primary_rerep.c) */
-		st = s->status ? -TW_EPEERLOST : 0;
-		if (s->repair)
-			st = p->err;
+		st = s->repair ? p->err : 0;
 		if (p->reap_failed)
 			st = p->err ? p->err : -TW_EPEERLOST;
 		if (st)
@@ -567,11 +564,6 @@ static void primary_free(struct tw_primary *p)
 	free(p->slots);
 	free(p->pops);
 	free(p->recs);
-	if (p->addr_copy) {
-		for (size_t i = 0; i < p->cfg.n_backups; i++)
-			free(p->addr_copy[i]);
-		free(p->addr_copy);
-	}
 	free(p->prov_copy);
 	if (p->threaded) {
 		pthread_mutex_destroy(&p->lock);
@@ -650,7 +642,6 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		pthread_mutex_init(&p->lock, NULL);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
-	p->addr_copy = calloc(cfg->n_backups, sizeof(char *));
 	p->bk = calloc(cfg->n_backups, sizeof(*p->bk));
 	p->nslots = cfg->max_inflight;
 	p->slots = calloc(p->nslots, sizeof(*p->slots));
@@ -663,21 +654,19 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 	p->rec_mask = rec_cap - 1;
 	if (cfg->provider)
 		p->prov_copy = strdup(cfg->provider);
-	if (!p->addr_copy || !p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
+	if (!p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
 	    (cfg->provider && !p->prov_copy)) {
-		p->cfg.n_backups = p->addr_copy ? cfg->n_backups : 0;
 		primary_free(p);
 		set_errmsg(errmsg_out, errmsg_len, "out of memory");
 		return -ENOMEM;
 	}
 	p->nbk = cfg->n_backups;
 	for (size_t i = 0; i < cfg->n_backups; i++) {
-		p->addr_copy[i] = strdup(cfg->backups[i]);
 		p->bk[i].p = p;
 		p->bk[i].idx = (unsigned)i;
 		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", cfg->backups[i]);
 	}
-	p->cfg.backups = (const char *const *)p->addr_copy;
+	p->cfg.backups = NULL; /* borrowed for the call: the addresses live in p->bk[].addr */
 	p->cfg.provider = p->prov_copy;
 	for (unsigned i = 0; i < p->nslots; i++) {
 		p->slots[i].p = p;

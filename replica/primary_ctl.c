@@ -196,13 +196,7 @@ int pctl_connect_all(struct tw_primary *p)
 		}
 		tw_rpc_client_set_incarnation(b->rpc, p->incarnation);
 		rc = handshake(p, b);
-		if (rc == -TW_EVERSION || rc == -ENOTSUP) {
-			tw_log_warn("primary: backup %s %s", b->addr, b->why);
-			drop_backup(b);
-			b->lost = true;
-			continue;
-		}
-		if (rc < 0) {
+		if (rc < 0) { /* -TW_EVERSION, -ENOTSUP, or no answer: b->why says which */
 			tw_log_warn("primary: backup %s %s", b->addr, b->why);
 			drop_backup(b);
 			b->lost = true;

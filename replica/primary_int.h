@@ -75,7 +75,6 @@ struct pslot {
 	struct pseg *seg;
 	size_t off, len;
 	unsigned remaining; /* completions still expected */
-	int status;         /* first error */
 	uint64_t rec_end;   /* record index just past this write's last entry */
 	bool repair;        /* a replica's write failed: not acked until a failover copied the
 			     * prefix to a replacement (primary_rerep.c) */
@@ -92,8 +91,7 @@ struct prec {
 struct tw_auth_key;
 
 struct tw_primary {
-	struct tw_primary_config cfg; /* backups/provider point into our own copies */
-	char **addr_copy;
+	struct tw_primary_config cfg; /* provider points to our copy; backups is NULL */
 	char *prov_copy;
 	unsigned r;
 	bool threaded;
