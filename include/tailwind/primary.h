@@ -264,7 +264,8 @@ TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
 
 /*
  * Read back the entry at `lsn` from the primary's memory. *data_out points into the log
- * (borrowed until tw_primary_close(); never modified), *len_out is its length. Any appended
+ * (borrowed until tw_primary_close(), or until its segment is released by tw_primary_release /
+ * tw_primary_free, whichever comes first; never modified), *len_out is its length. Any appended
  * entry can be read, acknowledged or not. Returns 0, -TW_ENOTFOUND (no entry starts there),
  * -EINVAL. Thread-safe in async mode.
  */
