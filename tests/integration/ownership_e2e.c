@@ -665,6 +665,19 @@ static void test_sighup(void)
 	   a.n, rc ? ": " : "", rc ? err : "");
 }
 
+/* Restart every twd on its directory (SIGTERM: flushed). Seen on shm: after the racing phases
+ * (over 150 peer processes connected to each twd in one run), new connections to the twd timed
+ * out. Not pinned down yet (the likely cause: the fabric layer never removes a departed peer's
+ * address-vector entry, and shm bounds its peers); a fresh twd per phase keeps each run below
+ * it. The limit itself is reported in the closing note of the ownership issue. */
+static void cycle_backups(void)
+{
+	for (unsigned i = 0; i < NB; i++) {
+		rt_stop_one(&cl, i);
+		rt_restart(&cl, i, "64K", "64");
+	}
+}
+
 int main(int argc, char **argv)
 {
 	prov = argc > 1 ? argv[1] : "tcp";
@@ -679,7 +692,9 @@ int main(int argc, char **argv)
 	test_restart();
 	test_duplicate();
 	test_racing_takeovers();
+	cycle_backups();
 	test_racing_recoveries();
+	cycle_backups();
 	test_clean();
 	test_loss();
 	test_sighup();
