@@ -372,23 +372,31 @@ void chan_set_lost(struct tw_chan *ch, int err)
 	fab_leave(fab);
 }
 
+/*
+ * Channels whose oldest operation is past its deadline are failed oldest first (not in list
+ * order): when one dead peer holds up the endpoint's other operations behind it (shm), the
+ * first loss reported is the dead peer's, and the user can tell it from its victims.
+ */
 int fab_check_deadlines(struct tw_fab *fab)
 {
 	uint64_t now = tw_now_ns();
 	int n = 0;
 
-again:
-	for (struct tw_chan *ch = fab->chans; ch; ch = ch->next) {
-		if (ch->closed || ch->lost)
-			continue;
-		if (ch->ops_head && ch->ops_head->deadline_ns <= now) {
-			fab_errmsg(fab, "operation to %s not completed within %u ms", ch->peer,
-				   fab->cfg.op_timeout_ms);
-			tw_log_warn("fabric %s: %s; failing the channel", fab->prov, fab->errmsg);
-			chan_set_lost(ch, -ETIMEDOUT);
-			n++;
-			goto again; /* callbacks may have changed the list */
-		}
+	for (;;) {
+		struct tw_chan *first = NULL;
+
+		for (struct tw_chan *ch = fab->chans; ch; ch = ch->next)
+			if (!ch->closed && !ch->lost && ch->ops_head &&
+			    ch->ops_head->deadline_ns <= now &&
+			    (!first || ch->ops_head->deadline_ns < first->ops_head->deadline_ns))
+				first = ch;
+		if (!first)
+			break;
+		fab_errmsg(fab, "operation to %s not completed within %u ms", first->peer,
+			   fab->cfg.op_timeout_ms);
+		tw_log_warn("fabric %s: %s; failing the channel", fab->prov, fab->errmsg);
+		chan_set_lost(first, -ETIMEDOUT);
+		n++; /* callbacks may have changed the list: look again */
 	}
 	return n;
 }

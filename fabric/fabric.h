@@ -141,7 +141,7 @@ size_t tw_mr_len(const struct tw_mr *mr);
 struct tw_op;
 typedef void (*tw_op_cb)(struct tw_op *op, int status);
 struct tw_op {
-	void *fab_priv[8]; /* provider context (struct fi_context2): must stay first */
+	void *fab_priv[1]; /* the backend's in-flight state (ofi: its struct ofi_ctx) */
 	tw_op_cb cb;       /* status 0 on success, negative code on failure */
 	void *arg;         /* for the caller */
 	struct tw_chan *chan;

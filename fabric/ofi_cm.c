@@ -10,6 +10,11 @@
  * delivers CM events only when its CQ is polled) until FI_CONNECTED, an error, or the timeout.
  * Events are matched to channels by endpoint fid against the fab's live channels, so an event
  * that arrives for an endpoint already closed is ignored.
+ * The EQ is read into a buffer with room for the connect data a peer may attach (fi_eq(3):
+ * struct fi_eq_cm_entry ends in `data[]`, and the returned length includes that data): the
+ * sockets provider answers a too small buffer with -FI_ETOOSMALL and leaves the event at the
+ * head of the EQ, so one stranger's connect data would block every later event. Tailwind sends
+ * no connect data; a request that carries some is treated like any other.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,6 +25,30 @@
 #include <sys/socket.h>
 
 #include "fabric/ofi_int.h"
+
+/* Room for connect data after the entry in an EQ read. Providers' limits (FI_OPT_CM_DATA_SIZE,
+ * fi_endpoint(3)) are 256 bytes (tcp, sockets) or less (verbs: 55); cm_data_fits() checks it
+ * for every endpoint we listen or connect on. */
+#define CM_DATA_ROOM 4096
+
+union eq_buf {
+	struct fi_eq_cm_entry e;
+	uint8_t b[sizeof(struct fi_eq_cm_entry) + CM_DATA_ROOM];
+};
+
+/* Whether an event of `fid` (passive or active endpoint) fits an eq_buf. Providers that cannot
+ * tell (the option is optional) are trusted. */
+static int cm_data_fits(struct ofi_fab *of, struct fid *fid)
+{
+	size_t max = 0, len = sizeof(max);
+
+	if (fi_getopt(fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &max, &len) != 0 || max <= CM_DATA_ROOM)
+		return 0;
+	fab_errmsg(&of->base, "provider %s allows %zu bytes of connect data, more than the %u this "
+		   "build reads (raise CM_DATA_ROOM in fabric/ofi_cm.c)", of->base.prov, max,
+		   (unsigned)CM_DATA_ROOM);
+	return -ENOTSUP;
+}
 
 int sockaddr_to_str(const void *sa_, char *out, size_t len)
 {
@@ -57,10 +86,15 @@ int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 			rc = fi_listen(of->pep);
 		if (rc) {
 			fab_errmsg(fab, "listen: %s", fi_strerror(-rc));
+			rc = ofi_errno(rc);
+		} else {
+			rc = cm_data_fits(of, &of->pep->fid);
+		}
+		if (rc) {
 			if (of->pep)
 				fi_close(&of->pep->fid);
 			of->pep = NULL;
-			return ofi_errno(rc);
+			return rc;
 		}
 	}
 	rc = fi_getname(&of->pep->fid, name, &nlen);
@@ -113,6 +147,8 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 		fab_errmsg(&of->base, "endpoint bind/enable: %s", fi_strerror(-rc));
 		return ofi_errno(rc);
 	}
+	if ((rc = cm_data_fits(of, &ch->ep->fid)) < 0)
+		return rc;
 	/* Receives before accept/connect: verbs would otherwise RNR-stall forever (notes §5). */
 	rc = msg_alloc_rx(of, &ch->rbuf, &ch->rbuf_len, ch->nrx, &ch->rmr, &ch->rdesc, &ch->rctx, ch);
 	if (rc < 0)
@@ -215,14 +251,15 @@ static void on_connreq(struct ofi_fab *of, struct fi_info *info)
 
 int cm_poll_eq(struct ofi_fab *of)
 {
-	struct fi_eq_cm_entry entry;
+	union eq_buf buf;
+	struct fi_eq_cm_entry *entry = &buf.e;
 	uint32_t event;
 	int n = 0;
 
 	if (!of->eq)
 		return 0;
 	for (int i = 0; i < 16; i++) {
-		ssize_t rc = fi_eq_read(of->eq, &event, &entry, sizeof(entry), 0);
+		ssize_t rc = fi_eq_read(of->eq, &event, &buf, sizeof(buf), 0);
 		struct ofi_chan *ch;
 
 		if (rc == -FI_EAGAIN)
@@ -256,10 +293,10 @@ int cm_poll_eq(struct ofi_fab *of)
 		n++;
 		switch (event) {
 		case FI_CONNREQ:
-			on_connreq(of, entry.info);
+			on_connreq(of, entry->info);
 			break;
 		case FI_CONNECTED:
-			ch = chan_by_fid(of, entry.fid);
+			ch = chan_by_fid(of, entry->fid);
 			if (!ch)
 				break;
 			if (ch->base.state == CHAN_CONNECTING)
@@ -268,7 +305,7 @@ int cm_poll_eq(struct ofi_fab *of)
 				chan_announce(&ch->base);
 			break;
 		case FI_SHUTDOWN:
-			ch = chan_by_fid(of, entry.fid);
+			ch = chan_by_fid(of, entry->fid);
 			if (!ch)
 				break;
 			if (ch->base.state == CHAN_UP) {
@@ -282,8 +319,8 @@ int cm_poll_eq(struct ofi_fab *of)
 			}
 			break;
 		default:
-			if (event == FI_CONNREQ && entry.info)
-				fi_freeinfo(entry.info);
+			if (event == FI_CONNREQ && entry->info)
+				fi_freeinfo(entry->info);
 			break;
 		}
 	}

@@ -348,21 +348,28 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 	return total;
 }
 
-/* Sends have deadlines too (writes/reads are checked by the generic layer). */
+/* Sends have deadlines too (writes/reads are checked by the generic layer). Oldest first, as
+ * in fab_check_deadlines: the first loss reported is the peer that holds the others up. */
 static int check_send_deadlines(struct ofi_fab *of)
 {
 	uint64_t now = tw_now_ns();
 
-again:
-	for (struct tw_chan *c = of->base.chans; c; c = c->next) {
-		struct ofi_chan *ch = (struct ofi_chan *)c;
+	for (;;) {
+		struct ofi_chan *first = NULL;
 
-		if (c->is_down || !ch->posted || ch->posted->deadline_ns > now)
-			continue;
-		fab_errmsg(&of->base, "send/write to %s not completed within %u ms", c->peer,
-			   of->base.cfg.op_timeout_ms);
-		chan_set_lost(c, -ETIMEDOUT);
-		goto again;
+		for (struct tw_chan *c = of->base.chans; c; c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (!c->is_down && !c->lost && !c->closed && ch->posted &&
+			    ch->posted->deadline_ns <= now &&
+			    (!first || ch->posted->deadline_ns < first->posted->deadline_ns))
+				first = ch;
+		}
+		if (!first)
+			break;
+		fab_errmsg(&of->base, "send/write to %s not completed within %u ms",
+			   first->base.peer, of->base.cfg.op_timeout_ms);
+		chan_set_lost(&first->base, -ETIMEDOUT);
 	}
 	return 0;
 }

@@ -120,6 +120,7 @@ const char *tw_rpc_status_name(int status)
 	case TAILWIND__STATUS__STATUS_UNSUPPORTED: return "STATUS_UNSUPPORTED";
 	case TAILWIND__STATUS__STATUS_INTERNAL: return "STATUS_INTERNAL";
 	case TAILWIND__STATUS__STATUS_ALREADY_EXISTS: return "STATUS_ALREADY_EXISTS";
+	case TAILWIND__STATUS__STATUS_UNAUTHENTICATED: return "STATUS_UNAUTHENTICATED";
 	default: return "unknown";
 	}
 }
@@ -520,6 +521,7 @@ Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *wh
 			   tw_rpc_body_name(env->body_case), env->body_case);
 	CHECK(env->request_id != 0, "request_id 0 in a request");
 	CHECK_ID(env->epoch, "epoch");
+	CHECK_ID(env->incarnation, "incarnation");
 
 	switch (op) {
 	case TW_RPC_HANDSHAKE: {
@@ -534,6 +536,12 @@ Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *wh
 		      m->role <= TAILWIND__ROLE__ROLE_RECOVERY, "unknown role %d", (int)m->role);
 		CHECK(str_ok(m->node_name, TW_RPC_NAME_MAX), "node_name longer than %u bytes",
 		      TW_RPC_NAME_MAX);
+		CHECK(m->auth_nonce.len == 0 || m->auth_nonce.len == TW_RPC_AUTH_LEN,
+		      "auth_nonce of %zu bytes (must be %u)", m->auth_nonce.len, TW_RPC_AUTH_LEN);
+		CHECK(m->auth_proof.len == 0 || m->auth_proof.len == TW_RPC_AUTH_LEN,
+		      "auth_proof of %zu bytes (must be %u)", m->auth_proof.len, TW_RPC_AUTH_LEN);
+		CHECK(m->auth_nonce.len == 0 || m->auth_proof.len == 0,
+		      "auth_nonce and auth_proof in one handshake");
 		break;
 	}
 	case TW_RPC_OPEN_SEGMENT: {
@@ -621,7 +629,7 @@ Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *wh
 static bool state_known(int s)
 {
 	return s >= TAILWIND__SEGMENT_STATE__SEGMENT_STATE_UNSPECIFIED &&
-	       s <= TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED;
+	       s <= TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST;
 }
 
 static Tailwind__Status check_seginfo(const Tailwind__SegmentInfo *s, char *why, size_t why_len)
@@ -701,6 +709,10 @@ Tailwind__Status tw_rpc_validate_reply(const Tailwind__Envelope *env, char *why,
 		CHECK(m->minor <= 255 && m->major <= 255, "version out of range");
 		CHECK(str_ok(m->node_name, TW_RPC_NAME_MAX), "node_name too long");
 		CHECK_LEN(m->buffer_size, "buffer_size");
+		CHECK(m->auth_nonce.len == 0 || m->auth_nonce.len == TW_RPC_AUTH_LEN,
+		      "auth_nonce of %zu bytes (must be %u)", m->auth_nonce.len, TW_RPC_AUTH_LEN);
+		CHECK(m->auth_mac.len == 0 || m->auth_mac.len == TW_RPC_AUTH_LEN,
+		      "auth_mac of %zu bytes (must be %u)", m->auth_mac.len, TW_RPC_AUTH_LEN);
 		break;
 	}
 	case TW_RPC_OPEN_SEGMENT:
@@ -766,6 +778,7 @@ int tw_rpc_status_to_err(int status)
 	case TAILWIND__STATUS__STATUS_CORRUPT: return -TW_ECORRUPT;
 	case TAILWIND__STATUS__STATUS_UNSUPPORTED: return -ENOTSUP;
 	case TAILWIND__STATUS__STATUS_ALREADY_EXISTS: return -EEXIST;
+	case TAILWIND__STATUS__STATUS_UNAUTHENTICATED: return -EACCES;
 	case TAILWIND__STATUS__STATUS_INTERNAL:
 	default: return -TW_EREMOTE;
 	}
@@ -797,6 +810,7 @@ Tailwind__Status tw_rpc_err_to_status(int err)
 	case -TW_EVERSION:
 		return TAILWIND__STATUS__STATUS_UNSUPPORTED;
 	case -EEXIST: return TAILWIND__STATUS__STATUS_ALREADY_EXISTS;
+	case -EACCES: return TAILWIND__STATUS__STATUS_UNAUTHENTICATED;
 	default: return TAILWIND__STATUS__STATUS_INTERNAL;
 	}
 }

@@ -38,7 +38,7 @@
 
 #define TW_RPC_MAGIC 0x5754u      /* "TW" as a little-endian u16: bytes 0x54 0x57 */
 #define TW_RPC_MAJOR 1u
-#define TW_RPC_MINOR 0u
+#define TW_RPC_MINOR 1u
 #define TW_RPC_HDR_SIZE 8u        /* [magic u16][major u8][minor u8][length u32], LE */
 #define TW_RPC_MAX_MSG_DEFAULT 65536u /* frame header included; = fabric's default max_msg_size */
 #define TW_RPC_MAX_MSG_MIN 256u
@@ -47,6 +47,7 @@
 #define TW_RPC_LEN_MAX (1ull << 40)  /* segment lengths, offsets, rkey lengths: <= 1 TiB */
 #define TW_RPC_MESSAGE_MAX 512u      /* reply message strings (bytes, NUL excluded) */
 #define TW_RPC_NAME_MAX 64u          /* Handshake node_name */
+#define TW_RPC_AUTH_LEN 32u          /* Handshake auth_nonce / auth_proof / auth_mac (proto/auth.h) */
 
 /* Request kinds, dense (0..TW_RPC_OP_COUNT-1). The Envelope body field number of a request is
  * 16 + 2 * op and that of its reply 17 + 2 * op (ErrorReply is 15). */
@@ -195,7 +196,7 @@ void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
  * Status <-> error code. OK <-> 0; INVALID_ARGUMENT <-> -EINVAL; RESOURCE_EXHAUSTED <->
  * -TW_EREFUSED; NOT_FOUND <-> -TW_ENOTFOUND; FENCED <-> -TW_EFENCED; STALE_VERSION <-> -TW_ESTALE;
  * CORRUPT <-> -TW_ECORRUPT; UNSUPPORTED <-> -ENOTSUP (also from -TW_EVERSION, -EOPNOTSUPP);
- * ALREADY_EXISTS <-> -EEXIST; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
+ * ALREADY_EXISTS <-> -EEXIST; UNAUTHENTICATED <-> -EACCES; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
  * an error code with no status of its own -> INTERNAL (also -TW_EPROTO, -EMSGSIZE, -ERANGE ->
  * INVALID_ARGUMENT; -ENOMEM, -ENOSPC -> RESOURCE_EXHAUSTED; -ENOENT -> NOT_FOUND).
  */
@@ -278,6 +279,10 @@ int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 /* Complete every pending call with -TW_ECLOSED (callbacks run), free. Does not close the channel. */
 void tw_rpc_client_destroy(struct tw_rpc_client *cl);
 
+/* Stamp `incarnation` (the owner id of docs/recovery.md) on every request this client sends
+ * whose envelope does not carry one already. 0 (the default): none. */
+void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
+
 /*
  * Send request `req` (body set; req->request_id is overwritten with a fresh id; req->epoch as
  * set by the caller). `req` is borrowed for the call (packed at once). Returns 0: `cb` will run
@@ -350,10 +355,13 @@ int tw_rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct 
 int tw_rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			       uint64_t segment_id, uint64_t version);
 /* epoch_out (may be NULL): the backup's epoch of the log after the call (also on -TW_EFENCED). */
+/* epoch_out: the log's epoch on the backup after the call (also when FENCED); owner_out (may be
+ * NULL): the incarnation owning it there. */
 int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
-		 uint64_t *epoch_out);
+		 uint64_t *epoch_out, uint64_t *owner_out);
+/* delete_log: drop the whole log (FreeSegments.delete_log); below_segment_id is then ignored. */
 int tw_rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
-			 uint64_t below_segment_id, uint64_t *freed_out);
+			 uint64_t below_segment_id, bool delete_log, uint64_t *freed_out);
 
 struct tw_rpc_read_grant {
 	struct tw_rkey rkey;
@@ -446,6 +454,12 @@ struct tw_rpc_server_ops {
 	void (*on_close)(void *arg, struct tw_chan *ch, int reason);
 	/* Handshake built-in values (used when handlers[TW_RPC_HANDSHAKE] is NULL). */
 	uint64_t node_id;
+	/* Optional gate, for peer authentication: called for every valid request before its
+	 * handler. Return 0 to serve it. A negative code refuses it: the server replies an
+	 * ErrorReply with tw_rpc_err_to_status(code) (-EACCES: UNAUTHENTICATED) and the message
+	 * written into `why`. The channel stays open: closing it at once could drop the reply
+	 * on some providers (sockets), so the owner closes it a little later. */
+	int (*admit)(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len);
 };
 
 /*
@@ -478,6 +492,7 @@ struct tw_rpc_server_stats {
 	uint64_t unsupported; /* unknown body kinds / no handler */
 	uint64_t closed;      /* channels closed for protocol violations */
 	uint64_t send_errors; /* replies tw_chan_send refused */
+	uint64_t refused;     /* requests the admit hook refused */
 };
 void tw_rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 

@@ -39,6 +39,7 @@ struct tw_rpc_client {
 	bool lost;
 	bool broken;
 	int peer_minor;
+	uint64_t incarnation; /* stamped on requests that carry none */
 	int depth;         /* nesting of on_recv (a callback's send may progress the fab) */
 	bool tx_busy;
 	const void *rx_msg; /* message being delivered (for sync re-decoding) */
@@ -154,6 +155,11 @@ void tw_rpc_client_destroy(struct tw_rpc_client *cl)
 	free(cl);
 }
 
+void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation)
+{
+	cl->incarnation = incarnation & TW_RPC_ID_MAX;
+}
+
 int tw_rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg)
 {
 	unsigned char *buf = cl->txbuf;
@@ -183,6 +189,8 @@ int tw_rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_f
 	s = &cl->slots[cl->free_stack[cl->nfree - 1]];
 	id = (++cl->seq << cl->bits) | (uint64_t)(s - cl->slots);
 	req->request_id = id;
+	if (!req->incarnation)
+		req->incarnation = cl->incarnation;
 	rc = tw_rpc_encode(req, buf, cl->cfg.max_msg_size, cl->cfg.max_msg_size, &len);
 	if (rc) {
 		if (own_buf)

@@ -193,7 +193,7 @@ int tw_rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_
 }
 
 int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
-		 uint64_t *epoch_out)
+		 uint64_t *epoch_out, uint64_t *owner_out)
 {
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
@@ -204,18 +204,22 @@ int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
 	if (epoch_out)
 		*epoch_out = rep.env && rep.env->body_case == TAILWIND__ENVELOPE__BODY_FENCE_REPLY ?
 				     rep.env->fence_reply->epoch : 0;
+	if (owner_out)
+		*owner_out = rep.env && rep.env->body_case == TAILWIND__ENVELOPE__BODY_FENCE_REPLY ?
+				     rep.env->fence_reply->owner : 0;
 	tw_rpc_reply_release(&rep);
 	return rc;
 }
 
 int tw_rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
-			 uint64_t below_segment_id, uint64_t *freed_out)
+			 uint64_t below_segment_id, bool delete_log, uint64_t *freed_out)
 {
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
 	int rc;
 
 	tw_rpc_req_free_segments(&r, epoch, log_id, below_segment_id);
+	r.body.free_segments.delete_log = delete_log;
 	rc = run(cl, &r, &rep);
 	if (freed_out)
 		*freed_out = rc == 0 ? rep.env->free_segments_reply->freed : 0;

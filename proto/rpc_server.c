@@ -146,7 +146,7 @@ void tw_rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch)
 
 static int close_chan(struct tw_rpc_server *srv, struct tw_chan *ch, int reason, const char *why)
 {
-	tw_log_warn("rpc: closing channel to %s: %s", srv->cops.peer(ch), why);
+	tw_log_ratelimited(TW_LOG_WARN, "rpc: closing channel to %s: %s", srv->cops.peer(ch), why);
 	tw_rpc_server_on_lost(srv, ch);
 	srv->st.closed++;
 	if (srv->ops.on_close)
@@ -305,6 +305,20 @@ static int reply_get_status(struct tw_rpc_call *call, const char **msg_out)
 	return status;
 }
 
+/* The admit hook refused a request: error reply (the hook's owner closes the channel). */
+static int refuse(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwind__Envelope *env,
+		  int err, const char *why, unsigned char *txbuf)
+{
+	Tailwind__Status st = tw_rpc_err_to_status(err);
+
+	srv->st.refused++;
+	if (st == TAILWIND__STATUS__STATUS_OK)
+		st = TAILWIND__STATUS__STATUS_INTERNAL;
+	send_error(srv, ch, env->request_id, env->epoch, st, (uint32_t)env->body_case,
+		   why[0] ? why : tw_strerror(err), txbuf);
+	return 0;
+}
+
 /* ---- serving one message */
 
 static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg, size_t len,
@@ -361,6 +375,12 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	}
 
 	op = tw_rpc_op_of_case(env->body_case);
+	if (srv->ops.admit) {
+		why[0] = '\0';
+		rc = srv->ops.admit(srv->arg, ch, (enum tw_rpc_op)op, why, sizeof(why));
+		if (rc < 0)
+			return refuse(srv, ch, env, rc, why, txbuf);
+	}
 	fn = srv->ops.handlers[op];
 	if (!fn && op != TW_RPC_HANDSHAKE && op != TW_RPC_STATS && op != TW_RPC_PING) {
 		srv->st.unsupported++;
@@ -405,7 +425,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		if (status == TAILWIND__STATUS__STATUS_OK && call.fail_err < 0)
 			status = tw_rpc_err_to_status(call.fail_err);
 	}
-	if (status < TAILWIND__STATUS__STATUS_OK || status > TAILWIND__STATUS__STATUS_ALREADY_EXISTS) {
+	if (status < TAILWIND__STATUS__STATUS_OK || status > TAILWIND__STATUS__STATUS_UNAUTHENTICATED) {
 		tw_log_error("rpc: %s handler set unknown status %d", tw_rpc_op_name(op), status);
 		status = TAILWIND__STATUS__STATUS_INTERNAL;
 	}

@@ -9,13 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <tailwind/recovery.h>
 
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "recovery/recover_int.h"
-
-#define FENCE_ROUNDS 8
 
 void tw_recover_config_init(struct tw_recover_config *cfg)
 {
@@ -109,21 +110,42 @@ static int check_cfg(struct rctx *c)
 			return -EINVAL;
 		}
 	}
-	if (cfg->log_id > TW_RPC_ID_MAX || cfg->epoch > TW_RPC_ID_MAX) {
-		rc_seterr(c, "log id and epoch must be below 2^63");
+	if (cfg->log_id > TW_RPC_ID_MAX) {
+		rc_seterr(c, "log id must be below 2^63");
+		return -EINVAL;
+	}
+	if (cfg->epoch > TW_EPOCH_MAX) {
+		rc_seterr(c, "epoch %" PRIu64 " is above the maximum %" PRIu64, cfg->epoch,
+			  (uint64_t)TW_EPOCH_MAX);
 		return -EINVAL;
 	}
 	return 0;
 }
 
 /* Open the fab and connect to every backup; unreachable ones are warned about and skipped. */
+/* The Handshake (with the key's challenge-response when there is a key): before any other
+ * request, so a backup with a key serves us. The rpc client and channel stay for the caller
+ * to drop on failure (disconnect_all). */
+static int auth_handshake(struct rctx *c, struct rbk *b)
+{
+	struct tw_rpc_reply rep;
+	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
+	int rc;
+
+	rc = tw_auth_client_handshake(b->rpc, c->key, node ? node : 1,
+				      TAILWIND__ROLE__ROLE_RECOVERY, NULL, &rep, b->why,
+				      sizeof(b->why));
+	tw_rpc_reply_release(&rep);
+	return rc;
+}
+
 static int connect_all(struct rctx *c)
 {
 	const struct tw_recover_config *cfg = c->cfg;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
 	struct tw_rpc_config rcfg;
-	int rc;
+	int rc, auth_err = 0;
 
 	c->nbk = (unsigned)cfg->n_backups;
 	c->bks = calloc(c->nbk, sizeof(*c->bks));
@@ -150,6 +172,16 @@ static int connect_all(struct rctx *c)
 	tw_rpc_config_init(&rcfg);
 	if (cfg->rpc_timeout_ms)
 		rcfg.timeout_ms = cfg->rpc_timeout_ms;
+	if (tw_auth_key_path(cfg->key_file)) {
+		char why[256];
+
+		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &c->key, why, sizeof(why));
+		if (rc) {
+			c->key = NULL;
+			rc_seterr(c, "%s", why);
+			return rc;
+		}
+	}
 	for (unsigned i = 0; i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
@@ -160,8 +192,21 @@ static int connect_all(struct rctx *c)
 			tw_chan_set_user(b->ch, b);
 			rc = tw_rpc_client_create(b->ch, &rcfg, &b->rpc);
 		}
+		if (rc == 0)
+			tw_rpc_client_set_incarnation(b->rpc, c->incarnation);
 		if (rc) {
 			snprintf(b->why, sizeof(b->why), "cannot connect: %s", tw_strerror(rc));
+			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
+			continue;
+		}
+		rc = auth_handshake(c, b);
+		if (rc) {
+			if (!auth_err)
+				auth_err = rc;
+			tw_rpc_client_destroy(b->rpc);
+			b->rpc = NULL;
+			tw_chan_close(b->ch);
+			b->ch = NULL;
 			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
 			continue;
 		}
@@ -170,7 +215,7 @@ static int connect_all(struct rctx *c)
 	}
 	if (c->res->backups_reached == 0) {
 		rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].addr, c->bks[0].why);
-		return -TW_ENOBACKUP;
+		return auth_err == -EACCES ? -EACCES : -TW_ENOBACKUP;
 	}
 	return 0;
 }
@@ -192,6 +237,8 @@ static void disconnect_all(struct rctx *c)
 	c->fab = NULL;
 	free(c->bks);
 	c->bks = NULL;
+	tw_auth_key_free(c->key);
+	c->key = NULL;
 }
 
 /* ------------------------------------------------------------------ list */
@@ -224,11 +271,11 @@ static int lv_push(struct listvec *lv, uint64_t seg, const struct rcopy *cp)
 	return 0;
 }
 
-static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv)
+static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_pages)
 {
 	uint64_t from = 0;
 
-	for (int page = 0; page < 1 << 20; page++) {
+	for (int page = 0; page < max_pages; page++) {
 		struct tw_rpc_req req;
 		struct tw_rpc_reply rep;
 		const Tailwind__ListSegmentsReply *r;
@@ -244,6 +291,11 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv)
 			return rc;
 		}
 		r = rep.env->list_segments_reply;
+		if (r && page == 0) {
+			if (r->log_epoch > b->max_epoch)
+				b->max_epoch = r->log_epoch;
+			b->free_below = r->free_below;
+		}
 		for (size_t i = 0; r && i < r->n_segments; i++) {
 			const Tailwind__SegmentInfo *in = r->segments[i];
 			struct rcopy cp;
@@ -259,6 +311,7 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv)
 			cp.epoch = in->epoch;
 			cp.checksum = in->checksum;
 			cp.corrupt = in->corrupt;
+			cp.lost = in->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST;
 			if (cp.epoch > b->max_epoch)
 				b->max_epoch = cp.epoch;
 			if (lv_push(lv, in->segment_id, &cp)) {
@@ -270,7 +323,7 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv)
 		if (more)
 			from = r->next_segment_id;
 		tw_rpc_reply_release(&rep);
-		if (!more)
+		if (!more || page + 1 == max_pages)
 			return 0;
 	}
 	return -TW_EPROTO;
@@ -291,6 +344,7 @@ static const char *state_str(int st)
 	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN: return "open";
 	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED: return "closed";
 	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED: return "flushed";
+	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST: return "lost";
 	default: return "unknown";
 	}
 }
@@ -320,13 +374,98 @@ static int cmp_copy(const void *a, const void *b, void *arg)
 	return rx < ry ? -1 : rx > ry;
 }
 
+/* Names of the backups that did not answer, for error messages ("" when all did). */
+static void down_list(struct rctx *c, char *out, size_t len)
+{
+	size_t k = 0;
+
+	out[0] = '\0';
+	for (unsigned i = 0; i < c->nbk && k + 1 < len; i++) {
+		if (c->bks[i].up && !c->bks[i].lost)
+			continue;
+		k += (size_t)snprintf(out + k, len - k, "%s%s (%s)", k ? ", " : "; unreachable: ",
+				      c->bks[i].addr, c->bks[i].why);
+	}
+}
+
+/* Every segment from the first listed one to the last must have a usable copy: a segment whose
+ * copies are all LOST is loss, a segment nobody lists is a hole. Either fails the recovery
+ * before anything is delivered (never a shorter log reported as success). */
+static int check_complete(struct rctx *c, size_t nseg)
+{
+	char down[512];
+
+	down_list(c, down, sizeof(down));
+	for (size_t si = 0; si < nseg; si++) {
+		const struct rseg *s = &c->segs[si];
+		char where[512];
+		size_t k = 0;
+		unsigned lost = 0;
+
+		if (si > 0 && s->id != c->segs[si - 1].id + 1) {
+			c->res->segments_missing = nseg - si;
+			rc_seterr(c, "log %016" PRIx64 ": segments %" PRIu64 "..%" PRIu64 " are "
+				  "missing: no reachable backup holds a copy (the log continues at "
+				  "segment %" PRIu64 ")%s", c->cfg->log_id, c->segs[si - 1].id + 1,
+				  s->id - 1, s->id, down);
+			return -TW_ENOBACKUP;
+		}
+		if (s->usable > 0)
+			continue;
+		where[0] = '\0';
+		for (unsigned k2 = 0; k2 < s->ncopies && k + 1 < sizeof(where); k2++) {
+			const struct rcopy *cp = &s->copies[k2];
+
+			lost += cp->lost;
+			k += (size_t)snprintf(where + k, sizeof(where) - k, "%s%s: %s", k ? ", " : "",
+					      c->bks[cp->bk].addr,
+					      cp->lost ? "lost" : cp->corrupt ? "corrupt" : "stale");
+		}
+		c->res->segments_missing = nseg - si;
+		if (lost == s->ncopies) {
+			c->res->segments_lost = 1;
+			for (size_t sj = si + 1; sj < nseg; sj++)
+				if (c->segs[sj].usable == 0)
+					c->res->segments_lost++;
+			rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " is lost: every copy is "
+				  "gone (%s; each of these backups stopped before flushing it)%s; %"
+				  PRIu64 " segment(s) without a usable copy in all. Nothing was "
+				  "delivered. To keep the log anyway, free it below the loss (twctl "
+				  "free) and take it over", c->cfg->log_id, s->id, where, down,
+				  c->res->segments_lost);
+			return -TW_ELOST;
+		}
+		rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " has no usable copy (%s)%s; "
+			  "nothing was delivered", c->cfg->log_id, s->id, where, down);
+		return -TW_ENOBACKUP;
+	}
+	return 0;
+}
+
 /* Group the listings into segments and order each segment's copies. */
 static int choose(struct rctx *c, struct listvec *lv)
 {
 	size_t i = 0, nseg = 0;
 
-	qsort(lv->v, lv->n, sizeof(*lv->v), cmp_listed);
+	c->free_below = 0;
+	for (unsigned k = 0; k < c->nbk; k++)
+		if (c->bks[k].up && c->bks[k].free_below > c->free_below)
+			c->free_below = c->bks[k].free_below;
+	/* Copies below the first live segment were freed (log cleaning); a backup that missed the
+	 * free still lists them: drop them. */
+	for (size_t k = 0; k < lv->n;) {
+		if (lv->v[k].seg < c->free_below)
+			lv->v[k] = lv->v[--lv->n];
+		else
+			k++;
+	}
+	if (lv->n > 0)
+		qsort(lv->v, lv->n, sizeof(*lv->v), cmp_listed);
 	c->res->copies_listed = lv->n;
+	c->res->free_below = c->free_below;
+	c->next_segment = c->free_below;
+	if (lv->n > 0 && lv->v[lv->n - 1].seg + 1 > c->next_segment)
+		c->next_segment = lv->v[lv->n - 1].seg + 1;
 	for (size_t k = 0; k < lv->n; k++)
 		if (k == 0 || lv->v[k].seg != lv->v[k - 1].seg)
 			nseg++;
@@ -349,6 +488,13 @@ static int choose(struct rctx *c, struct listvec *lv)
 		for (size_t k = i; k < j; k++) {
 			const struct rcopy *cp = &lv->v[k].cp;
 
+			if (cp->lost) {
+				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the copy "
+					    "on backup %s is lost (opened there, gone after a restart); "
+					    "skipping it", c->cfg->log_id, s->id, c->bks[cp->bk].addr);
+				c->res->copies_lost++;
+				continue;
+			}
 			if (is_open(cp))
 				s->any_open = true;
 			if (cp->corrupt) {
@@ -361,19 +507,20 @@ static int choose(struct rctx *c, struct listvec *lv)
 			if (cp->version > maxver)
 				maxver = cp->version;
 		}
-		/* Usable copies first (not corrupt, highest version), the rest kept for record. */
+		/* Usable copies first (not corrupt or lost, highest version), the rest kept for
+		 * record and messages. */
 		for (size_t k = i; k < j; k++) {
 			const struct rcopy *cp = &lv->v[k].cp;
 
-			if (!cp->corrupt && cp->version == maxver)
+			if (!cp->corrupt && !cp->lost && cp->version == maxver)
 				s->copies[keep++] = *cp;
 		}
 		s->usable = keep;
 		for (size_t k = i; k < j; k++) {
 			const struct rcopy *cp = &lv->v[k].cp;
 
-			if (cp->corrupt || cp->version != maxver) {
-				if (!cp->corrupt) {
+			if (cp->corrupt || cp->lost || cp->version != maxver) {
+				if (!cp->corrupt && !cp->lost) {
 					tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": copy "
 						    "on backup %s has replica version %" PRIu64 " < %"
 						    PRIu64 "; ignoring it", c->cfg->log_id, s->id,
@@ -385,7 +532,7 @@ static int choose(struct rctx *c, struct listvec *lv)
 			}
 		}
 		s->ncopies += keep;
-		{
+		if (s->usable > 1) {
 			struct rot r = { (unsigned)(s->id % (c->nbk ? c->nbk : 1)),
 					 c->nbk ? c->nbk : 1 };
 
@@ -405,17 +552,8 @@ static int choose(struct rctx *c, struct listvec *lv)
 		}
 		i = j;
 	}
-	/* Contiguous run from the first segment, each with a usable copy. */
-	c->nsegs = 0;
-	for (size_t si = 0; si < nseg; si++) {
-		if (c->segs[si].usable == 0)
-			break;
-		if (si > 0 && c->segs[si].id != c->segs[si - 1].id + 1)
-			break;
-		c->nsegs++;
-	}
-	c->res->segments_missing = nseg - c->nsegs;
-	return 0;
+	c->nsegs = nseg;
+	return check_complete(c, nseg);
 }
 
 static int list_all(struct rctx *c)
@@ -429,9 +567,15 @@ static int list_all(struct rctx *c)
 
 		if (!bk_ok(b))
 			continue;
-		rc = list_one(c, b, &lv);
+		rc = list_one(c, b, &lv, 1 << 20);
 		if (rc == -ENOMEM)
 			goto out;
+		if (rc == -TW_EFENCED && !c->cfg->no_fence) {
+			rc_seterr(c, "log %016" PRIx64 " was taken over right after this recovery's "
+				  "fence (backup %s: %s)", c->cfg->log_id, b->addr,
+				  tw_rpc_client_errmsg(b->rpc));
+			goto out;
+		}
 		if (rc) {
 			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
 			b->up = false;
@@ -452,96 +596,94 @@ out:
 
 /* ------------------------------------------------------------------ fence */
 
-/* The log's epoch on a backup: a RecoveredOffset for a segment that cannot exist, with epoch 0;
- * the backup answers (NOT_FOUND or FENCED) with the log's epoch in the reply envelope. */
-static uint64_t probe_epoch(struct rctx *c, struct rbk *b)
-{
-	struct tw_rpc_seg_meta m = { c->cfg->log_id, TW_RPC_ID_MAX, 0, 0 };
-	struct tw_rpc_req req;
-	struct tw_rpc_reply rep;
-	uint64_t e = 0;
-
-	if (!bk_ok(b))
-		return 0;
-	tw_rpc_req_recovered_offset(&req, 0, &m, 0);
-	(void)tw_rpc_call_sync(b->rpc, &req.env, &rep);
-	if (rep.env)
-		e = rep.env->epoch;
-	tw_rpc_reply_release(&rep);
-	return e;
-}
-
+/*
+ * Fence the log with a new epoch as this recovery's incarnation (docs/recovery.md, "Ownership").
+ * Automatic epoch: one past the highest the backups report (their log epoch and the epochs of
+ * their copies: one listing page each). The fences go out one backup at a time, in the
+ * configured order, and the first refusal ends the recovery: two recoveries or takeovers that
+ * chose the same epoch meet at the first backup they both reach, and only one gets past it; a
+ * later one with a higher epoch overtakes legitimately (the earlier then fails at its next
+ * request). There is no retry with a higher epoch: a refusal means another owner is at work.
+ */
 static int fence_all(struct rctx *c)
 {
 	uint64_t epoch = c->cfg->epoch;
-	int rc = 0;
+	unsigned fenced = 0;
+	int rc;
 
 	if (epoch == 0) {
-		/* Automatic: past the log's epoch on every backup (probe) and past every epoch
-		 * the listing shows (backups without the probe). */
-		struct listvec lv = { 0 };
-
-		for (unsigned i = 0; i < c->nbk; i++) {
-			uint64_t e = probe_epoch(c, &c->bks[i]);
-
-			if (e > epoch)
-				epoch = e;
-			if (bk_ok(&c->bks[i]) && list_one(c, &c->bks[i], &lv) == 0 &&
-			    c->bks[i].max_epoch >= epoch)
-				epoch = c->bks[i].max_epoch;
-		}
-		free(lv.v);
-		epoch++;
-	}
-	for (int round = 0; round < FENCE_ROUNDS; round++) {
-		uint64_t higher = 0;
-		unsigned fenced = 0;
+		const struct rbk *top = NULL;
 
 		for (unsigned i = 0; i < c->nbk; i++) {
 			struct rbk *b = &c->bks[i];
-			uint64_t got = 0;
+			struct listvec lv = { 0 };
 
-			b->fenced = false;
 			if (!bk_ok(b))
 				continue;
-			rc = tw_rpc_fence(b->rpc, c->cfg->log_id, epoch, &got);
-			if (rc == 0) {
-				b->fenced = true;
-				fenced++;
-			} else if (rc == -TW_EFENCED) {
-				if (got > higher)
-					higher = got;
-			} else {
-				snprintf(b->why, sizeof(b->why), "fence failed: %s (%s)",
-					 tw_strerror(rc), tw_rpc_client_errmsg(b->rpc));
+			rc = list_one(c, b, &lv, 1);
+			free(lv.v);
+			if (rc == -ENOMEM)
+				return rc;
+			if (rc) {
 				tw_log_warn("recover: backup %s: %s; going on without it", b->addr,
 					    b->why);
 				b->up = false;
+				continue;
 			}
+			if (!top || b->max_epoch > top->max_epoch)
+				top = b;
 		}
-		if (higher == 0) {
-			c->epoch = epoch;
-			c->res->epoch = epoch;
-			c->res->backups_fenced = fenced;
-			if (fenced == 0) {
-				rc_seterr(c, "no backup accepted the fence of log %016" PRIx64,
-					  c->cfg->log_id);
-				return -TW_ENOBACKUP;
-			}
-			return 0;
+		if (!top) {
+			rc_seterr(c, "no backup answered the epoch probe of log %016" PRIx64,
+				  c->cfg->log_id);
+			return -TW_ENOBACKUP;
 		}
-		if (c->cfg->epoch != 0) {
-			rc_seterr(c, "log %016" PRIx64 " is already at epoch %" PRIu64 " on some "
-				  "backup (> %" PRIu64 ")", c->cfg->log_id, higher, epoch);
-			return -TW_EFENCED;
+		if (top->max_epoch >= TW_EPOCH_MAX) {
+			rc_seterr(c, "log %016" PRIx64 " is at epoch %" PRIu64 " on backup %s: no "
+				  "epoch is left for a takeover (maximum %" PRIu64 ")", c->cfg->log_id,
+				  top->max_epoch, top->addr, (uint64_t)TW_EPOCH_MAX);
+			return -ERANGE;
 		}
-		tw_log_info("recover: log %016" PRIx64 " is at epoch %" PRIu64 " somewhere; "
-			    "fencing again with %" PRIu64, c->cfg->log_id, higher, higher + 1);
-		epoch = higher + 1;
+		epoch = top->max_epoch + 1;
 	}
-	rc_seterr(c, "log %016" PRIx64 ": the fence kept being overtaken by newer epochs",
-		  c->cfg->log_id);
-	return -TW_EFENCED;
+	c->res->epoch = epoch;
+	for (unsigned i = 0; i < c->nbk; i++) {
+		struct rbk *b = &c->bks[i];
+		uint64_t got = 0, owner = 0;
+
+		b->fenced = false;
+		if (!bk_ok(b))
+			continue;
+		rc = tw_rpc_fence(b->rpc, c->cfg->log_id, epoch, &got, &owner);
+		if (rc == 0) {
+			b->fenced = true;
+			fenced++;
+		} else if (rc == -TW_EFENCED) {
+			rc_seterr(c, "log %016" PRIx64 " is held by another owner: backup %s is at "
+				  "epoch %" PRIu64 ", owned by incarnation %016" PRIx64 " (this one: "
+				  "epoch %" PRIu64 ", incarnation %016" PRIx64 "); another takeover or "
+				  "recovery won", c->cfg->log_id, b->addr, got, owner, epoch,
+				  c->incarnation);
+			return -TW_EFENCED;
+		} else if (rc == -EINVAL) {
+			rc_seterr(c, "backup %s refused the fence of log %016" PRIx64 " at epoch %"
+				  PRIu64 ": %s", b->addr, c->cfg->log_id, epoch,
+				  tw_rpc_client_errmsg(b->rpc));
+			return rc;
+		} else {
+			snprintf(b->why, sizeof(b->why), "fence failed: %s (%s)", tw_strerror(rc),
+				 tw_rpc_client_errmsg(b->rpc));
+			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
+			b->up = false;
+		}
+	}
+	c->epoch = epoch;
+	c->res->backups_fenced = fenced;
+	if (fenced == 0) {
+		rc_seterr(c, "no backup accepted the fence of log %016" PRIx64, c->cfg->log_id);
+		return -TW_ENOBACKUP;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------------ record */
@@ -625,21 +767,24 @@ static int run(struct rctx *c, bool fence_only)
 		record_all(c);
 		res->phase_ns[TW_RECOVER_PHASE_RECORD] = tw_now_ns() - t;
 	}
-	if (res->segments_missing > 0) {
-		const struct rseg *gap = &c->segs[c->nsegs];
-
-		rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " has no usable copy on the "
-			  "reachable backups; %" PRIu64 " listed segment(s) from there on were not "
-			  "delivered", c->cfg->log_id,
-			  c->nsegs > 0 ? c->segs[c->nsegs - 1].id + 1 : gap->id,
-			  res->segments_missing);
-		return -TW_ENOBACKUP;
-	}
 	return 0;
 }
 
-int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void *arg,
-	       struct tw_recover_result *res_out, char *errmsg_out, size_t errmsg_len)
+uint64_t tw__new_incarnation(void)
+{
+	uint64_t v = 0;
+
+	while (v == 0) {
+		if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+			v = tw_now_ns() ^ ((uint64_t)getpid() << 32);
+		v &= TW_RPC_ID_MAX;
+	}
+	return v;
+}
+
+int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
+		   tw_recover_entry_fn cb, void *arg, struct tw_recover_result *res_out,
+		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct rctx c;
@@ -650,6 +795,8 @@ int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void
 	memset(&c, 0, sizeof(c));
 	if (errmsg_out && errmsg_len)
 		errmsg_out[0] = '\0';
+	if (next_segment_out)
+		*next_segment_out = 0;
 	if (!cfg)
 		return -EINVAL;
 	c.cfg = cfg;
@@ -658,7 +805,11 @@ int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void
 	c.errlen = errmsg_len;
 	c.cb = cb;
 	c.cb_arg = arg;
+	c.incarnation = incarnation ? incarnation : tw__new_incarnation();
+	res->incarnation = c.incarnation;
 	rc = run(&c, false);
+	if (rc == 0 && next_segment_out)
+		*next_segment_out = c.next_segment;
 	free_segs(&c);
 	disconnect_all(&c);
 	res->phase_ns[TW_RECOVER_PHASE_TOTAL] = tw_now_ns() - t0;
@@ -668,6 +819,12 @@ int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void
 		tw_log_debug("recover: log %016" PRIx64 ": %s", cfg->log_id,
 			     errmsg_out ? errmsg_out : tw_strerror(rc));
 	return rc;
+}
+
+int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void *arg,
+	       struct tw_recover_result *res_out, char *errmsg_out, size_t errmsg_len)
+{
+	return tw__recover_as(cfg, 0, cb, arg, res_out, NULL, errmsg_out, errmsg_len);
 }
 
 int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
@@ -687,6 +844,7 @@ int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
 	c.res = &res;
 	c.errmsg = errmsg_out;
 	c.errlen = errmsg_len;
+	c.incarnation = tw__new_incarnation();
 	rc = run(&c, true);
 	disconnect_all(&c);
 	if (epoch_out)
@@ -696,4 +854,97 @@ int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
 	if (rc && errmsg_out && errmsg_len && !errmsg_out[0])
 		snprintf(errmsg_out, errmsg_len, "%s", tw_strerror(rc));
 	return rc;
+}
+
+/* ------------------------------------------------------------------ cleaning */
+
+/* Free (below) or delete the log on every reachable backup. delete: fence first (a delete takes
+ * the log from its owner); free: at the highest epoch the backups report (no fence: cleaning a
+ * closed prefix of a live log is allowed). */
+static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t below,
+		 uint64_t *freed_out, char *errmsg_out, size_t errmsg_len)
+{
+	struct tw_recover_result res;
+	struct rctx c;
+	uint64_t freed = 0, epoch = 0;
+	unsigned ok = 0;
+	int rc, first = 0;
+
+	memset(&res, 0, sizeof(res));
+	memset(&c, 0, sizeof(c));
+	if (errmsg_out && errmsg_len)
+		errmsg_out[0] = '\0';
+	if (freed_out)
+		*freed_out = 0;
+	if (!cfg)
+		return -EINVAL;
+	c.cfg = cfg;
+	c.res = &res;
+	c.errmsg = errmsg_out;
+	c.errlen = errmsg_len;
+	c.incarnation = tw__new_incarnation();
+	rc = check_cfg(&c);
+	if (rc == 0)
+		rc = connect_all(&c);
+	if (rc == 0 && delete_log) {
+		rc = fence_all(&c);
+		epoch = c.epoch;
+	} else if (rc == 0) {
+		for (unsigned i = 0; i < c.nbk; i++) {
+			struct listvec lv = { 0 };
+
+			if (!bk_ok(&c.bks[i]))
+				continue;
+			if (list_one(&c, &c.bks[i], &lv, 1) == 0 && c.bks[i].max_epoch > epoch)
+				epoch = c.bks[i].max_epoch;
+			free(lv.v);
+		}
+	}
+	for (unsigned i = 0; rc == 0 && i < c.nbk; i++) {
+		struct rbk *b = &c.bks[i];
+		uint64_t n = 0;
+		int r;
+
+		if (!bk_ok(b) || (delete_log && !b->fenced))
+			continue;
+		r = tw_rpc_free_segments(b->rpc, epoch, cfg->log_id, below, delete_log, &n);
+		if (r == 0) {
+			freed += n;
+			ok++;
+			continue;
+		}
+		tw_log_warn("recover: backup %s: %s log %016" PRIx64 ": %s (%s)", b->addr,
+			    delete_log ? "delete" : "free", cfg->log_id, tw_strerror(r),
+			    tw_rpc_client_errmsg(b->rpc));
+		if (!first) {
+			first = r;
+			rc_seterr(&c, "backup %s refused to %s log %016" PRIx64 ": %s", b->addr,
+				  delete_log ? "delete" : "free", cfg->log_id,
+				  tw_rpc_client_errmsg(b->rpc));
+		}
+	}
+	disconnect_all(&c);
+	if (rc == 0 && first)
+		rc = first;
+	if (rc == 0 && ok == 0) {
+		rc_seterr(&c, "no backup answered");
+		rc = -TW_ENOBACKUP;
+	}
+	if (freed_out)
+		*freed_out = freed;
+	if (rc && errmsg_out && errmsg_len && !errmsg_out[0])
+		snprintf(errmsg_out, errmsg_len, "%s", tw_strerror(rc));
+	return rc;
+}
+
+int tw_log_free(const struct tw_recover_config *cfg, uint64_t below_segment, uint64_t *freed_out,
+		char *errmsg_out, size_t errmsg_len)
+{
+	return clean(cfg, false, below_segment, freed_out, errmsg_out, errmsg_len);
+}
+
+int tw_log_delete(const struct tw_recover_config *cfg, uint64_t *freed_out, char *errmsg_out,
+		  size_t errmsg_len)
+{
+	return clean(cfg, true, 0, freed_out, errmsg_out, errmsg_len);
 }

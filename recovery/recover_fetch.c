@@ -10,8 +10,8 @@
  * log order to the callback, then frees the slot.
  *
  * Two threads: a fetch thread drives the fab (RPCs, reads, the slot state machines) and
- * verifies what arrived, while the calling thread delivers, so scanning and the application's callback never stall
- * the data flow (on tcp the initiator must poll for incoming data to move). Callbacks (RPC
+ * verifies what arrived, while the calling thread delivers, so the application's callback
+ * never stalls the data flow (on tcp the initiator must poll for incoming data to move). Callbacks (RPC
  * replies, read completions) only record what happened; every state transition is made under
  * the lock by one of the two loops, so nothing runs re-entrantly (tw_chan_read may progress the
  * fab while it waits for queue space). After the fetch thread is joined, the calling thread
@@ -36,8 +36,8 @@ enum slot_state {
 	SLOT_READ,    /* reads being posted / in flight */
 	SLOT_VERIFY,  /* bytes fetched: the fetch thread scans them (lock not held) */
 	SLOT_FAIL,    /* the copy failed: wait for in-flight reads, then pick another copy */
-	SLOT_READY,   /* bytes fetched, waiting for its turn to be verified and delivered */
-	SLOT_DELIVER, /* the delivering thread verifies and delivers it (lock not held) */
+	SLOT_READY,   /* fetched and verified, waiting for its turn to be delivered */
+	SLOT_DELIVER, /* the delivering thread delivers it (lock not held) */
 };
 
 struct rread {
@@ -78,8 +78,8 @@ struct fetch {
 	size_t next_issue;   /* next segment to give a slot */
 	size_t next_deliver; /* next segment to deliver */
 	uint64_t index;      /* entries delivered */
-	/* The fetch thread drives the fab (RPCs, reads, state machines); the calling thread
-	 * verifies and delivers, so scanning and the callback never stop the data flow. `lock`
+	/* The fetch thread drives the fab (RPCs, reads, state machines) and verifies what
+	 * arrived; the calling thread delivers, so the callback never stops the data flow. `lock`
 	 * protects slot states, copy flags, backup loads and the counters both threads touch. */
 	pthread_mutex_t lock;
 	pthread_cond_t ready; /* the next slot to deliver became READY */
@@ -333,6 +333,14 @@ static bool step(struct fetch *f, struct rslot *s)
 				snprintf(s->why, sizeof(s->why), "read grant: %s",
 					 tw_rpc_client_errmsg(slot_bk(s)->rpc));
 			s->err = s->grant_status;
+			if (s->err == -TW_EFENCED) {
+				/* Another owner fenced the log after us: no other copy helps. */
+				c->taken_over = true;
+				release_grant(s);
+				c->bks[slot_seg(s)->copies[s->copy].bk].active--;
+				s->state = SLOT_READY;
+				return true;
+			}
 		}
 		s->state = SLOT_READ;
 		s->t_read = tw_now_ns();
@@ -400,6 +408,12 @@ static int deliver(struct fetch *f, struct rslot *s)
 	uint64_t t1;
 	int rc;
 
+	if (s->err == -TW_EFENCED) {
+		rc_seterr(c, "log %016" PRIx64 " was taken over during this recovery (segment %"
+			  PRIu64 " on backup %s: %s)", c->cfg->log_id, g->id, slot_bk(s)->addr,
+			  s->why);
+		return -TW_EFENCED;
+	}
 	if (s->err == -TW_ENOBACKUP) {
 		rc_seterr(c, "log %016" PRIx64 " segment %" PRIu64 ": no usable copy left (every "
 			  "copy failed to load, read or verify)", c->cfg->log_id, g->id);

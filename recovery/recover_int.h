@@ -26,7 +26,8 @@ struct rbk {
 	bool lost;     /* the channel failed */
 	bool fenced;
 	unsigned active; /* segments being fetched from it */
-	uint64_t max_epoch; /* highest epoch seen in its listing */
+	uint64_t max_epoch; /* highest epoch seen in its listing (log_epoch included) */
+	uint64_t free_below; /* first live segment it reports (log cleaning) */
 	char why[160];   /* why it is down */
 };
 
@@ -37,6 +38,7 @@ struct rcopy {
 	uint64_t valid_len, entries, version, epoch;
 	uint32_t checksum;
 	bool corrupt; /* reported corrupt by the backup */
+	bool lost;    /* reported LOST: opened there, bytes gone after a restart */
 	bool failed;  /* failed here (load, read, verification) */
 };
 
@@ -55,6 +57,8 @@ struct rseg {
 
 struct rslot;
 
+struct tw_auth_key;
+
 struct rctx {
 	const struct tw_recover_config *cfg;
 	struct tw_recover_result *res;
@@ -64,11 +68,16 @@ struct rctx {
 	struct rbk *bks;
 	unsigned nbk;
 	uint64_t epoch;
+	uint64_t incarnation; /* this recovery's owner id (stamped on every request) */
+	uint64_t free_below;  /* highest first live segment any backup reports */
+	uint64_t next_segment; /* first segment id no backup has ever held */
+	bool taken_over;      /* a backup refused us as fenced after our fence: another owner */
 	struct rseg *segs; /* sorted by id, contiguous from segs[0].id up to a gap */
 	size_t nsegs;      /* usable prefix */
 	size_t nsegs_all;
 	tw_recover_entry_fn cb;
 	void *cb_arg;
+	struct tw_auth_key *key; /* cluster key (NULL: none); connect_all */
 };
 
 void rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
@@ -76,5 +85,14 @@ void rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
 int rc_fetch_all(struct rctx *c);
 /* Progress the fab once (up to timeout_ms) and expire RPCs. */
 void rc_progress(struct rctx *c, int timeout_ms);
+
+/* tw_recover() with this owner id (0: a fresh random one); *next_segment_out (may be NULL)
+ * receives the first segment id after everything any backup holds or freed. The takeover
+ * (replica/primary.c) uses it to continue the log as the owner the fence installed. */
+int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
+		   tw_recover_entry_fn cb, void *arg, struct tw_recover_result *res_out,
+		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len);
+/* A random non-zero 63-bit owner id (getrandom). */
+uint64_t tw__new_incarnation(void);
 
 #endif /* TW_RECOVERY_RECOVER_INT_H */

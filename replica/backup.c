@@ -20,6 +20,7 @@
 #include <tailwind/log_format.h>
 
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 #include "replica/rpcdata.h"
@@ -167,8 +168,8 @@ struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create)
 		b->logs = n;
 		b->logs_cap = cap;
 	}
+	memset(&b->logs[b->nlogs], 0, sizeof(b->logs[b->nlogs]));
 	b->logs[b->nlogs].log_id = log_id;
-	b->logs[b->nlogs].epoch = 0;
 	return &b->logs[b->nlogs++];
 }
 
@@ -181,29 +182,228 @@ static bool has_suffix(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* ---- the metadata journal (replica/metalog.h) */
+
+/* Segments the journal says were opened here (since the log's last delete). */
+struct opened {
+	uint64_t log_id, seg;
+};
+
+struct replay {
+	struct tw_backup *b;
+	struct opened *v;
+	size_t n, cap;
+	uint64_t del[64]; /* logs whose last event is a delete (files left by an interrupted one
+			   * are removed); more than 64 deletes in one journal: best effort */
+	size_t ndel;
+};
+
+static void del_forget(struct replay *rp, uint64_t log_id)
+{
+	for (size_t i = 0; i < rp->ndel; i++)
+		if (rp->del[i] == log_id)
+			rp->del[i--] = rp->del[--rp->ndel];
+}
+
+static int set_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t owner)
+{
+	struct logst *lg = bk_log(b, log_id, true);
+
+	if (!lg)
+		return -ENOMEM;
+	if (epoch > TW_EPOCH_MAX)
+		return -ERANGE;
+	if (epoch >= lg->epoch) {
+		lg->epoch = epoch;
+		lg->owner = owner;
+	}
+	return 0;
+}
+
+static int replay_rec(void *arg, const struct metalog_rec *r)
+{
+	struct replay *rp = arg;
+	struct tw_backup *b = rp->b;
+	struct logst *lg;
+
+	switch (r->type) {
+	case METALOG_OWNER:
+		return set_owner(b, r->log_id, r->a, r->b);
+	case METALOG_OPEN:
+		if (rp->n == rp->cap) {
+			size_t cap = rp->cap ? 2 * rp->cap : 64;
+			struct opened *n = realloc(rp->v, cap * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			rp->v = n;
+			rp->cap = cap;
+		}
+		rp->v[rp->n].log_id = r->log_id;
+		rp->v[rp->n].seg = r->a;
+		rp->n++;
+		del_forget(rp, r->log_id);
+		return set_owner(b, r->log_id, r->b, r->c);
+	case METALOG_FREE:
+		lg = bk_log(b, r->log_id, true);
+		if (!lg)
+			return -ENOMEM;
+		if (r->a > lg->free_below)
+			lg->free_below = r->a;
+		return 0;
+	case METALOG_DELETE:
+		lg = bk_log(b, r->log_id, true);
+		if (!lg)
+			return -ENOMEM;
+		lg->free_below = 0;
+		del_forget(rp, r->log_id);
+		if (rp->ndel < sizeof(rp->del) / sizeof(rp->del[0]))
+			rp->del[rp->ndel++] = r->log_id;
+		/* Opens before the delete are gone with it. */
+		for (size_t i = 0; i < rp->n;) {
+			if (rp->v[i].log_id == r->log_id)
+				rp->v[i] = rp->v[--rp->n];
+			else
+				i++;
+		}
+		for (size_t i = bk_seg_lower_bound(b, r->log_id, 0);
+		     i < b->nsegs && b->segs[i]->log_id == r->log_id;)
+			bk_seg_delete(b, b->segs[i]);
+		return 0;
+	default:
+		return -TW_ECORRUPT;
+	}
+}
+
+/* The journal's view of the state, for a rewrite: owners, freed prefixes, and the segments
+ * whose bytes are not on disk yet (open, closed) or already lost. */
+static int meta_compact(struct tw_backup *b)
+{
+	size_t n = 0, cap = 2 * b->nlogs + b->nsegs + 1;
+	struct metalog_rec *v = calloc(cap, sizeof(*v));
+	int rc;
+
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->nlogs; i++) {
+		const struct logst *lg = &b->logs[i];
+
+		if (lg->epoch)
+			v[n++] = (struct metalog_rec){ METALOG_OWNER, lg->log_id, lg->epoch,
+						       lg->owner, 0 };
+		if (lg->free_below)
+			v[n++] = (struct metalog_rec){ METALOG_FREE, lg->log_id, lg->free_below, 0,
+						       0 };
+	}
+	for (size_t i = 0; i < b->nsegs; i++) {
+		const struct seg *s = b->segs[i];
+
+		if (!s->freed && (s->state == SEG_OPEN || s->state == SEG_CLOSED ||
+				  s->state == SEG_LOST))
+			v[n++] = (struct metalog_rec){ METALOG_OPEN, s->log_id, s->segment_id,
+						       s->epoch, 0 };
+	}
+	rc = metalog_rewrite(&b->ml, v, n, METALOG_DEFAULT_CAP);
+	free(v);
+	if (rc == 0)
+		tw_log_info("backup: metadata journal rewritten with %zu records", n);
+	return rc;
+}
+
+int bk_meta_append(struct tw_backup *b, const struct metalog_rec *r)
+{
+	int rc = metalog_append(&b->ml, r);
+
+	if (rc == -ENOSPC) {
+		rc = meta_compact(b);
+		if (rc == 0)
+			rc = metalog_append(&b->ml, r);
+	}
+	return rc;
+}
+
+/* After the directory scan: segments opened here that are neither in memory nor on disk are
+ * LOST (the backup restarted before flushing them); files the journal freed are removed. */
+static int finish_replay(struct tw_backup *b, struct replay *rp, unsigned *lost_out)
+{
+	unsigned lost = 0;
+
+	for (size_t i = 0; i < rp->n; i++) {
+		struct logst *lg = bk_log(b, rp->v[i].log_id, false);
+		struct seg *s;
+
+		if (lg && rp->v[i].seg < lg->free_below)
+			continue;
+		if (bk_seg_find(b, rp->v[i].log_id, rp->v[i].seg))
+			continue;
+		s = bk_seg_insert(b, rp->v[i].log_id, rp->v[i].seg);
+		if (!s)
+			return -ENOMEM;
+		s->state = SEG_LOST;
+		s->epoch = lg ? lg->epoch : 0;
+		tw_log_warn("backup: segment %016" PRIx64 "-%016" PRIx64 " was opened here but its "
+			    "bytes are gone (this backup stopped without flushing it): listed as "
+			    "LOST", rp->v[i].log_id, rp->v[i].seg);
+		lost++;
+	}
+	for (size_t i = 0; i < b->nsegs;) {
+		struct seg *s = b->segs[i];
+		struct logst *lg = bk_log(b, s->log_id, false);
+
+		bool deleted = false;
+
+		for (size_t k = 0; k < rp->ndel; k++)
+			deleted |= rp->del[k] == s->log_id;
+		if (deleted || (lg && s->segment_id < lg->free_below)) {
+			/* A free or delete interrupted before its files were removed. */
+			if (s->on_disk)
+				segfile_remove(b->dirfd, s->log_id, s->segment_id);
+			bk_seg_delete(b, s);
+			continue;
+		}
+		i++;
+	}
+	*lost_out = lost;
+	return 0;
+}
+
 static int rebuild_index(struct tw_backup *b)
 {
 	DIR *d;
 	struct dirent *de;
-	int dfd = dup(b->dirfd);
-	unsigned good = 0, bad = 0, tmps = 0;
+	int dfd;
+	unsigned good = 0, bad = 0, tmps = 0, lost = 0;
+	struct replay rp = { .b = b };
+	char why[256];
+	int rc;
 
-	if (dfd < 0)
+	rc = metalog_open(&b->ml, b->dirfd, METALOG_DEFAULT_CAP, replay_rec, &rp, why, sizeof(why));
+	if (rc != 0) {
+		free(rp.v);
+		bk_seterr(b, "storage directory %s: %s", b->dir, why);
+		return rc;
+	}
+	dfd = dup(b->dirfd);
+	if (dfd < 0) {
+		free(rp.v);
 		return -errno;
+	}
 	d = fdopendir(dfd);
 	if (!d) {
+		rc = -errno;
 		close(dfd);
-		return -errno;
+		free(rp.v);
+		return rc;
 	}
 	while ((de = readdir(d)) != NULL) {
 		struct segfile_hdr h;
 		uint64_t log_id, seg_id;
 		struct seg *s;
-		int rc;
 
 		if (de->d_name[0] == '.')
 			continue;
 		if (segfile_parse_epoch_name(de->d_name, &log_id)) {
+			/* A fence epoch written by Tailwind 0.1 (one file per log). */
 			uint64_t file_log, epoch;
 			struct logst *lg;
 
@@ -214,9 +414,21 @@ static int rebuild_index(struct tw_backup *b)
 					    de->d_name);
 				continue;
 			}
+			if (epoch > TW_EPOCH_MAX) {
+				closedir(d);
+				free(rp.v);
+				bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
+					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
+					  "an older twd): no takeover of that log could follow it. If no "
+					  "primary of the log is alive, remove the file and fence the log "
+					  "again (twctl fence)", b->dir, de->d_name, epoch, log_id,
+					  (uint64_t)TW_EPOCH_MAX);
+				return -ERANGE;
+			}
 			lg = bk_log(b, log_id, true);
 			if (!lg) {
 				closedir(d);
+				free(rp.v);
 				return -ENOMEM;
 			}
 			if (epoch > lg->epoch)
@@ -245,6 +457,7 @@ static int rebuild_index(struct tw_backup *b)
 		s = bk_seg_insert(b, log_id, seg_id);
 		if (!s) {
 			closedir(d);
+			free(rp.v);
 			return -ENOMEM;
 		}
 		s->state = SEG_FLUSHED;
@@ -274,6 +487,7 @@ static int rebuild_index(struct tw_backup *b)
 
 			if (!lg) {
 				closedir(d);
+				free(rp.v);
 				return -ENOMEM;
 			}
 			if (s->epoch > lg->epoch)
@@ -281,9 +495,13 @@ static int rebuild_index(struct tw_backup *b)
 		}
 	}
 	closedir(d);
-	if (good || bad || tmps)
-		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed",
-			    b->dir, good + bad, bad, tmps);
+	rc = finish_replay(b, &rp, &lost);
+	free(rp.v);
+	if (rc != 0)
+		return rc;
+	if (good || bad || tmps || lost)
+		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed, "
+			    "%u segments lost", b->dir, good + bad, bad, tmps, lost);
 	return 0;
 }
 
@@ -302,6 +520,7 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 	struct conn **pp;
 
 	bk_conn_release_grants(b, c);
+	bk_auth_conn_gone(b, c);
 	for (pp = &b->conns; *pp; pp = &(*pp)->next) {
 		if (*pp == c) {
 			*pp = c->next;
@@ -316,6 +535,7 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 		}
 	}
 	free(c->grants);
+	free(c->auth_t);
 	free(c);
 }
 
@@ -684,6 +904,7 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 		return -ENOMEM;
 	b->cfg = *cfg;
 	b->dirfd = -1;
+	b->ml.fd = -1;
 	pthread_mutex_init(&b->fl_lock, NULL);
 	pthread_cond_init(&b->fl_cond, NULL);
 	pthread_cond_init(&b->fl_done_cond, NULL);
@@ -706,13 +927,23 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 		b->cfg.unflushed_limit = b->cfg.buffers;
 	b->node_id = cfg->node_id ? cfg->node_id : default_node_id();
 	b->start_ns = tw_now_ns();
+	b->cfg.key_file = NULL; /* not kept: the key is read once, here */
+	if (tw_auth_key_path(cfg->key_file)) {
+		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &b->key, why, sizeof(why));
+		if (rc) {
+			bk_seterr(b, "%s", why);
+			goto fail_logged;
+		}
+	}
 
 	rc = open_dir(b);
 	if (rc != 0)
 		goto fail_logged;
 	rc = rebuild_index(b);
 	if (rc != 0) {
-		bk_seterr(b, "cannot read storage directory %s: %s", b->dir, tw_strerror(rc));
+		if (!b->errmsg[0])
+			bk_seterr(b, "cannot read storage directory %s: %s", b->dir,
+				  tw_strerror(rc));
 		goto fail_logged;
 	}
 
@@ -804,6 +1035,7 @@ int tw_backup_run(struct tw_backup *b)
 		rc = 0;
 		if (drain_done(b))
 			busy = true;
+		bk_auth_sweep(b);
 		reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
 			retry_failed_flushes(b);
@@ -1037,6 +1269,7 @@ void tw_backup_close(struct tw_backup *b)
 	}
 	b->done_head = b->done_tail = b->todo_head = b->todo_tail = NULL;
 	bk_rpc_fini(b);
+	tw_auth_key_free(b->key);
 	pool_fini(&b->pool);
 	if (b->fab)
 		tw_fab_close(b->fab);
@@ -1044,6 +1277,7 @@ void tw_backup_close(struct tw_backup *b)
 		free(b->segs[i]);
 	free(b->segs);
 	free(b->logs);
+	metalog_close(&b->ml);
 	if (b->dirfd >= 0)
 		close(b->dirfd); /* releases the flock */
 	pthread_mutex_destroy(&b->fl_lock);

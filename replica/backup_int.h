@@ -18,6 +18,7 @@
 #include <tailwind/log_format.h>
 
 #include "fabric/fabric.h"
+#include "replica/metalog.h"
 #include "replica/segfile.h"
 
 /* ------------------------------------------------------------------ buffer pool (pool.c) */
@@ -32,6 +33,8 @@ enum pool_state {
 
 struct seg;
 struct tw_rpc_server;
+struct tw_auth_key;
+struct tw_auth_transcript;
 
 struct pool_buf {
 	unsigned idx;
@@ -89,11 +92,21 @@ struct seg {
 #define SEG_OPEN 1
 #define SEG_CLOSED 2
 #define SEG_FLUSHED 3
+#define SEG_LOST 4 /* opened here (journal record) but neither in memory nor on disk */
 
+/* What the backup knows of a log besides its segments (docs/recovery.md, "Ownership"). */
 struct logst {
 	uint64_t log_id;
-	uint64_t epoch;
+	uint64_t epoch;      /* highest epoch seen (fence or open); kept after a delete */
+	uint64_t owner;      /* incarnation owning the log at `epoch` (0: none / 1.0 peer) */
+	uint64_t free_below; /* segments below were freed (log cleaning); 0 after a delete */
+	/* The last accepted fence's connection: while it is open and active (a recovery or a
+	 * takeover at work), fences from other incarnations are refused (BK_HOLD_NS). */
+	uint64_t hold_conn, hold_inc, hold_ns;
 };
+
+/* A fencer's hold on a log lapses after this long without a request from it. */
+#define BK_HOLD_NS (10ull * 1000000000ull)
 
 /* ------------------------------------------------------------------ connections */
 
@@ -109,6 +122,17 @@ struct conn {
 	struct grant *grants;
 	size_t ngrants, grants_cap;
 	struct conn *next;
+	/* Peer authentication (backup_rpc.c), when the backup has a key. */
+	int auth;                   /* CONN_AUTH_* */
+	struct tw_auth_transcript *auth_t; /* the pending challenge (CONN_AUTH_CHALLENGED) */
+	uint64_t auth_close_ns;     /* CONN_AUTH_REFUSED: close it then (the reply left first) */
+};
+
+enum {
+	CONN_AUTH_NONE = 0,   /* nothing yet: only a Handshake is served */
+	CONN_AUTH_CHALLENGED, /* our nonce and MAC were sent; waiting for the client's proof */
+	CONN_AUTH_OK,         /* the client proved the key */
+	CONN_AUTH_REFUSED,    /* refused: closed at auth_close_ns or at its next message */
 };
 
 /* ------------------------------------------------------------------ flusher */
@@ -148,11 +172,14 @@ struct tw_backup {
 	size_t nsegs, segs_cap;
 	struct logst *logs;
 	size_t nlogs, logs_cap;
+	struct metalog ml;   /* durable owners, opens, frees (replica/metalog.h) */
 
 	struct conn *conns;
 	uint64_t next_conn_id;
 
 	struct tw_rpc_server *srv;
+	struct tw_auth_key *key; /* cluster key, or NULL: peers are not authenticated */
+	unsigned auth_refused;   /* connections in CONN_AUTH_REFUSED */
 
 	atomic_bool stop;
 	bool running;
@@ -201,22 +228,40 @@ void bk_flush_closed(struct tw_backup *b, struct seg *s);
  * -EAGAIN, ...) and, on failure, writes a human-readable reason into msg. */
 struct bk_open_req {
 	uint64_t log_id, segment_id, epoch, version, length, offset;
+	uint64_t incarnation; /* Envelope.incarnation of the request */
+	bool create_log;      /* OpenSegment.create_log */
 	uint32_t checksum;
 };
 int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	       struct tw_rkey *rk_out, char *msg, size_t msglen);
 struct bk_close_req {
 	uint64_t log_id, segment_id, epoch, version, offset;
+	uint64_t incarnation;
 	uint32_t checksum;
 };
 int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
 		struct tw_scan_result *scanned_out, char *msg, size_t msglen);
 int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
-		uint64_t *epoch_out, char *msg, size_t msglen);
+		uint64_t incarnation, uint64_t *epoch_out, uint64_t *owner_out, char *msg,
+		size_t msglen);
 int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
-		      uint64_t version, char *msg, size_t msglen);
+		      uint64_t incarnation, uint64_t version, char *msg, size_t msglen);
 int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
-	       uint64_t *freed_out, char *msg, size_t msglen);
+	       uint64_t incarnation, bool delete_log, uint64_t *freed_out, char *msg,
+	       size_t msglen);
+/* Ownership checks (backup_ops.c). check_epoch: epoch not older than the log's. check_owner:
+ * also, at the log's current epoch, the same incarnation as its owner. -TW_EFENCED + msg. */
+int bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+		   size_t msglen);
+int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
+		   char *msg, size_t msglen);
+/* A request about log_id from connection c: keep c's hold on the log alive. */
+void bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id);
+/* Whether the backup holds anything of the log: segments (any state) or a freed prefix. */
+bool bk_log_known(struct tw_backup *b, uint64_t log_id);
+/* Append a journal record durably, rewriting the journal from the current state when it is
+ * full (backup.c). 0 or a negative code. Blocking (one O_DSYNC write): progress thread. */
+int bk_meta_append(struct tw_backup *b, const struct metalog_rec *r);
 /* Read grant. A flushed segment is loaded into a pool buffer first, synchronously (the RPC
  * server has no deferred replies; see docs/operations.md). */
 int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
@@ -235,6 +280,10 @@ void bk_job_done(struct tw_backup *b, struct job *j);
 int bk_rpc_init(struct tw_backup *b);
 void bk_rpc_fini(struct tw_backup *b);
 void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
+/* A connection goes away: count an unfinished key handshake as an authentication failure. */
+void bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
+/* Drop refused connections whose grace period passed (progress loop). */
+void bk_auth_sweep(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
 struct tw_rpc_call;
 int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call);

@@ -16,17 +16,58 @@
 
 #define SEGF "%016" PRIx64 "-%016" PRIx64
 
-static int check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
-		       size_t msglen)
+int bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+		   size_t msglen)
 {
 	struct logst *lg = bk_log(b, log_id, false);
 
 	if (lg && epoch < lg->epoch) {
-		snprintf(msg, msglen, "log %016" PRIx64 " is fenced at epoch %" PRIu64
-			 "; request carries epoch %" PRIu64, log_id, lg->epoch, epoch);
+		snprintf(msg, msglen, "log %016" PRIx64 " is fenced at epoch %" PRIu64 " (owner "
+			 "incarnation %016" PRIx64 "); request carries epoch %" PRIu64, log_id,
+			 lg->epoch, lg->owner, epoch);
 		return -TW_EFENCED;
 	}
 	return 0;
+}
+
+int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
+		   char *msg, size_t msglen)
+{
+	struct logst *lg = bk_log(b, log_id, false);
+	int rc = bk_check_epoch(b, log_id, epoch, msg, msglen);
+
+	if (rc)
+		return rc;
+	if (lg && lg->epoch > 0 && epoch == lg->epoch && incarnation != lg->owner) {
+		snprintf(msg, msglen, "log %016" PRIx64 " is owned by incarnation %016" PRIx64 " at "
+			 "epoch %" PRIu64 "; this request comes from incarnation %016" PRIx64 " at "
+			 "the same epoch: another primary or recovery holds the log (take it over "
+			 "with a newer epoch if its owner is dead)", log_id, lg->owner, lg->epoch,
+			 incarnation);
+		return -TW_EFENCED;
+	}
+	return 0;
+}
+
+void bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id)
+{
+	struct logst *lg = c ? bk_log(b, log_id, false) : NULL;
+
+	if (lg && lg->hold_conn == c->id)
+		lg->hold_ns = tw_now_ns();
+}
+
+bool bk_log_known(struct tw_backup *b, uint64_t log_id)
+{
+	struct logst *lg = bk_log(b, log_id, false);
+	size_t i = bk_seg_lower_bound(b, log_id, 0);
+
+	if (lg && lg->free_below > 0)
+		return true;
+	for (; i < b->nsegs && b->segs[i]->log_id == log_id; i++)
+		if (!b->segs[i]->freed)
+			return true;
+	return false;
 }
 
 void bk_scan_open(struct tw_backup *b, struct seg *s)
@@ -55,9 +96,12 @@ static const char *state_name(const struct seg *s)
 	case SEG_OPEN: return "open";
 	case SEG_CLOSED: return "closed";
 	case SEG_FLUSHED: return s->disk_open ? "flushed while open" : "flushed";
+	case SEG_LOST: return "lost (opened here, gone after a restart)";
 	default: return "?";
 	}
 }
+
+static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
 
 int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	       struct tw_rkey *rk_out, char *msg, size_t msglen)
@@ -66,6 +110,7 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	struct pool_buf *pb;
 	struct logst *lg;
 	struct seg *s;
+	bool same_owner;
 	int rc;
 
 	if (r->length == 0 || r->length > p->size) {
@@ -78,11 +123,27 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 			 r->offset, r->length);
 		return -EINVAL;
 	}
-	rc = check_epoch(b, r->log_id, r->epoch, msg, msglen);
+	if (r->epoch > TW_EPOCH_MAX) {
+		snprintf(msg, msglen, "epoch %" PRIu64 " is above the maximum %" PRIu64, r->epoch,
+			 (uint64_t)TW_EPOCH_MAX);
+		return -EINVAL;
+	}
+	rc = bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
 	if (rc)
 		return rc;
 
 	s = bk_seg_find(b, r->log_id, r->segment_id);
+	lg = bk_log(b, r->log_id, false);
+	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
+	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
+		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
+	if (r->create_log && !same_owner && bk_log_known(b, r->log_id)) {
+		snprintf(msg, msglen, "log %016" PRIx64 " already exists on this backup (epoch %"
+			 PRIu64 "%s): a plain open only creates new logs; take it over to continue "
+			 "it (tw_primary_takeover), or delete it (twctl delete)", r->log_id,
+			 lg ? lg->epoch : 0, lg && lg->free_below ? ", a freed prefix" : "");
+		return -EEXIST;
+	}
 	if (s && s->freed) {
 		snprintf(msg, msglen, "segment " SEGF " is being freed; retry", r->log_id,
 			 r->segment_id);
@@ -94,10 +155,15 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 			 s->version);
 		return -TW_ESTALE;
 	}
+	if (s && s->state == SEG_OPEN && !same_owner) {
+		snprintf(msg, msglen, "segment " SEGF " is already open here (epoch %" PRIu64 ", "
+			 "version %" PRIu64 "); a segment is never reused: a new owner continues "
+			 "in a new segment", r->log_id, r->segment_id, s->epoch, s->version);
+		return -EEXIST;
+	}
 	if (s && s->state == SEG_OPEN) {
-		/* The same segment again: a retried open, or a new primary (after a fence) taking
-		 * over the open replica. Hand out the same bytes, with a fresh key if the fence
-		 * revoked the old one. */
+		/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
+		 * Hand out the same bytes. */
 		rc = pool_ensure_mr(p, s->buf);
 		if (rc) {
 			snprintf(msg, msglen, "cannot register the buffer again: %s",
@@ -114,10 +180,20 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 		rk_out->len = s->length;
 		return 0;
 	}
-	if (s && (s->buf || !(s->state == SEG_FLUSHED && r->version > s->version))) {
-		snprintf(msg, msglen, "segment " SEGF " already exists here (%s, version %" PRIu64
-			 "); free it first, or open it with a higher replica version",
-			 r->log_id, r->segment_id, state_name(s), s->version);
+	/* Never overwrite a segment held here. The one exception: the log's owner re-creating
+	 * a replica at a higher replica version over its own older flushed copy (a backup that
+	 * restarted and rejoined, docs/failover.md); the older copy stays until the flush. */
+	if (s && (s->buf || s->state != SEG_FLUSHED || r->version <= s->version || !lg ||
+		  lg->epoch != r->epoch || lg->owner != r->incarnation)) {
+		snprintf(msg, msglen, "segment " SEGF " already exists here (%s, epoch %" PRIu64
+			 ", version %" PRIu64 "); segments are never reused or overwritten",
+			 r->log_id, r->segment_id, state_name(s), s->epoch, s->version);
+		return -EEXIST;
+	}
+	if (lg && r->segment_id < lg->free_below) {
+		snprintf(msg, msglen, "segment " SEGF " was freed here (log cleaning: first live "
+			 "segment %" PRIu64 "); segment ids are never reused", r->log_id,
+			 r->segment_id, lg->free_below);
 		return -EEXIST;
 	}
 
@@ -153,6 +229,29 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 			return -ENOMEM;
 		}
 	}
+	/* Durable before the grant: after a restart that loses the buffer, the segment is listed
+	 * LOST instead of silently missing (docs/recovery.md, "Loss is reported"). */
+	{
+		struct metalog_rec rec = { METALOG_OPEN, r->log_id, r->segment_id, r->epoch,
+					   r->incarnation };
+
+		rc = bk_meta_append(b, &rec);
+		if (rc) {
+			if (s->state == 0)
+				bk_seg_delete(b, s);
+			snprintf(msg, msglen, "cannot record the open of segment " SEGF " durably "
+				 "in %s: %s", r->log_id, r->segment_id, b->dir, tw_strerror(rc));
+			tw_log_error("backup: %s", msg);
+			return rc;
+		}
+	}
+	if (r->epoch > lg->epoch || (r->epoch == lg->epoch && lg->epoch == 0)) {
+		/* A newer owner: as a fence would, stop the older one on this backup. */
+		if (r->epoch > lg->epoch)
+			revoke_log(b, c, r->log_id);
+		lg->epoch = r->epoch;
+		lg->owner = r->incarnation;
+	}
 	/* (A flushed older copy, if any, stays on disk until this replica's flush replaces it.) */
 	s->state = SEG_OPEN;
 	s->version = r->version;
@@ -168,8 +267,7 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	s->buf = pb;
 	pb->seg = s;
 	pool_set_state(p, pb, POOL_OPEN);
-	if (r->epoch > lg->epoch)
-		lg->epoch = r->epoch;
+	b->index_dirty = true;
 	tw_mr_rkey(pb->mr, rk_out);
 	rk_out->len = r->length;
 	tw_log_debug("backup: opened " SEGF " in buffer %u (epoch %" PRIu64 ", version %" PRIu64
@@ -190,11 +288,11 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 			 b->pool.size);
 		return -EINVAL;
 	}
-	rc = check_epoch(b, r->log_id, r->epoch, msg, msglen);
+	rc = bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
 	if (rc)
 		return rc;
 	s = bk_seg_find(b, r->log_id, r->segment_id);
-	if (!s || s->freed) {
+	if (!s || s->freed || s->state == SEG_LOST) {
 		snprintf(msg, msglen, "segment " SEGF " is not open here", r->log_id, r->segment_id);
 		return -TW_ENOTFOUND;
 	}
@@ -243,16 +341,22 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 	return rc;
 }
 
-static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
-
 int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
-		uint64_t *epoch_out, char *msg, size_t msglen)
+		uint64_t incarnation, uint64_t *epoch_out, uint64_t *owner_out, char *msg,
+		size_t msglen)
 {
+	struct metalog_rec rec = { METALOG_OWNER, log_id, new_epoch, incarnation, 0 };
 	struct logst *lg;
 	unsigned revoked = 0;
+	int rc;
 
 	if (new_epoch == 0) {
 		snprintf(msg, msglen, "new epoch must be > 0");
+		return -EINVAL;
+	}
+	if (new_epoch > TW_EPOCH_MAX) {
+		snprintf(msg, msglen, "epoch %" PRIu64 " would leave no room to go on: epochs are at "
+			 "most %" PRIu64 " (2^48 - 1)", new_epoch, (uint64_t)TW_EPOCH_MAX);
 		return -EINVAL;
 	}
 	lg = bk_log(b, log_id, true);
@@ -261,32 +365,56 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 		return -ENOMEM;
 	}
 	*epoch_out = lg->epoch;
-	if (new_epoch < lg->epoch) {
-		snprintf(msg, msglen, "log %016" PRIx64 " is already at epoch %" PRIu64
-			 " (> %" PRIu64 ")", log_id, lg->epoch, new_epoch);
+	*owner_out = lg->owner;
+	if (lg->hold_conn && lg->hold_inc != incarnation && (!c || c->id != lg->hold_conn)) {
+		/* Another recovery or takeover fenced the log and is still at work on its
+		 * connection: a second one now would only cut it off half-way. */
+		struct conn *h = bk_conn_find(b, lg->hold_conn);
+		uint64_t idle = tw_now_ns() - lg->hold_ns;
+
+		if (h && !h->lost && !h->drop && idle < BK_HOLD_NS) {
+			*epoch_out = lg->epoch;
+			*owner_out = lg->owner;
+			snprintf(msg, msglen, "log %016" PRIx64 " is being recovered or taken over by "
+				 "incarnation %016" PRIx64 " at epoch %" PRIu64 " (connection from "
+				 "%s, active %" PRIu64 " ms ago); retry when it is done", log_id,
+				 lg->hold_inc, lg->epoch, tw_chan_peer(h->ch),
+				 idle / 1000000u);
+			return -TW_EFENCED;
+		}
+	}
+	if (new_epoch < lg->epoch || (new_epoch == lg->epoch && incarnation != lg->owner)) {
+		snprintf(msg, msglen, "log %016" PRIx64 " is already at epoch %" PRIu64 ", owned by "
+			 "incarnation %016" PRIx64 " (this fence: epoch %" PRIu64 ", incarnation %016"
+			 PRIx64 "): another primary or recovery took the log over", log_id,
+			 lg->epoch, lg->owner, new_epoch, incarnation);
 		return -TW_EFENCED;
 	}
 	if (new_epoch > lg->epoch) {
-		int rc;
-
+		/* Durable before the reply, so a restart still refuses the old epoch. One O_DSYNC
+		 * record in the journal, not behind the flusher's data (replica/metalog.h). */
+		rc = bk_meta_append(b, &rec);
 		lg->epoch = new_epoch;
-		/* Durable before the reply, so a restart still refuses the old epoch. A small
-		 * synchronous write on the progress thread: fencing is rare (recovery only). */
-		rc = segfile_write_epoch(b->dirfd, log_id, new_epoch);
+		lg->owner = incarnation;
+		*epoch_out = new_epoch;
+		*owner_out = incarnation;
 		if (rc != 0) {
 			snprintf(msg, msglen, "log %016" PRIx64 " fenced at epoch %" PRIu64 " in "
 				 "memory, but storing the epoch in %s failed: %s", log_id, new_epoch,
 				 b->dir, tw_strerror(rc));
 			tw_log_error("backup: %s", msg);
-			*epoch_out = new_epoch;
 			revoke_log(b, c, log_id);
 			return rc;
 		}
 	}
 	*epoch_out = new_epoch;
+	*owner_out = incarnation;
+	lg->hold_conn = c ? c->id : 0;
+	lg->hold_inc = incarnation;
+	lg->hold_ns = tw_now_ns();
 	revoked = revoke_log(b, c, log_id);
-	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " (%u open buffers "
-		    "revoked)", log_id, new_epoch, revoked);
+	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " by incarnation %016"
+		    PRIx64 " (%u open buffers revoked)", log_id, new_epoch, incarnation, revoked);
 	return 0;
 }
 
@@ -320,15 +448,15 @@ static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
 }
 
 int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
-		      uint64_t version, char *msg, size_t msglen)
+		      uint64_t incarnation, uint64_t version, char *msg, size_t msglen)
 {
 	struct seg *s;
-	int rc = check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = bk_check_owner(b, log_id, epoch, incarnation, msg, msglen);
 
 	if (rc)
 		return rc;
 	s = bk_seg_find(b, log_id, segment_id);
-	if (!s || s->freed) {
+	if (!s || s->freed || s->state == SEG_LOST) {
 		snprintf(msg, msglen, "no segment " SEGF " here", log_id, segment_id);
 		return -TW_ENOTFOUND;
 	}
@@ -382,22 +510,80 @@ static void drop_seg(struct tw_backup *b, struct seg *s)
 			j->hdr.log_id = s->log_id;
 			j->hdr.segment_id = s->segment_id;
 			bk_submit(b, j);
+		} else {
+			/* No memory for a job: remove it here (a blocking unlink on the progress
+			 * thread, rare). A restart would remove it anyway: the free is recorded. */
+			int rc = segfile_remove(b->dirfd, s->log_id, s->segment_id);
+
+			if (rc != 0 && rc != -ENOENT)
+				tw_log_warn("backup: removing freed segment " SEGF ": %s", s->log_id,
+					    s->segment_id, tw_strerror(rc));
 		}
 	}
 	bk_seg_delete(b, s);
 }
 
 int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
-	       uint64_t *freed_out, char *msg, size_t msglen)
+	       uint64_t incarnation, bool delete_log, uint64_t *freed_out, char *msg,
+	       size_t msglen)
 {
+	struct metalog_rec rec = { delete_log ? METALOG_DELETE : METALOG_FREE, log_id, below, 0,
+				   0 };
+	struct logst *lg = bk_log(b, log_id, false);
 	uint64_t n = 0;
-	int rc = check_epoch(b, log_id, epoch, msg, msglen);
 	size_t i;
+	int rc;
 
 	*freed_out = 0;
+	/* Deleting takes the log from its owner: only the owner, or a newer epoch (after a
+	 * fence). Freeing a closed prefix is log cleaning: any peer at the current epoch. */
+	rc = delete_log ? bk_check_owner(b, log_id, epoch, incarnation, msg, msglen)
+			: bk_check_epoch(b, log_id, epoch, msg, msglen);
 	if (rc)
 		return rc;
+	if (delete_log)
+		below = UINT64_MAX;
 	i = bk_seg_lower_bound(b, log_id, 0);
+	for (size_t k = i; !delete_log && k < b->nsegs; k++) {
+		struct seg *s = b->segs[k];
+
+		if (s->log_id != log_id || s->segment_id >= below)
+			break;
+		/* The owner's open segment is live; one left by a fenced owner is not. */
+		if (s->state == SEG_OPEN && !s->freed && (!lg || s->epoch >= lg->epoch)) {
+			snprintf(msg, msglen, "segment " SEGF " is still open (being written): free "
+				 "only below it, or close or take over the log first", log_id,
+				 s->segment_id);
+			return -EINVAL;
+		}
+	}
+	if (!delete_log && (!lg || below > lg->free_below) && below > 0) {
+		/* Durable first: a restart then finishes the removal instead of bringing freed
+		 * files back, and never reports them lost. */
+		rc = bk_meta_append(b, &rec);
+		if (rc) {
+			snprintf(msg, msglen, "cannot record the free durably in %s: %s", b->dir,
+				 tw_strerror(rc));
+			return rc;
+		}
+		lg = lg ? lg : bk_log(b, log_id, true);
+		if (!lg) {
+			snprintf(msg, msglen, "out of memory");
+			return -ENOMEM;
+		}
+		lg->free_below = below;
+	}
+	if (delete_log && (lg || bk_log_known(b, log_id))) {
+		rc = bk_meta_append(b, &rec);
+		if (rc) {
+			snprintf(msg, msglen, "cannot record the delete durably in %s: %s", b->dir,
+				 tw_strerror(rc));
+			return rc;
+		}
+		if (lg)
+			lg->free_below = 0;
+		revoke_log(b, NULL, log_id);
+	}
 	while (i < b->nsegs) {
 		struct seg *s = b->segs[i];
 
@@ -413,6 +599,10 @@ int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t ep
 			i++; /* kept (flush running) */
 	}
 	*freed_out = n;
+	b->index_dirty = true;
+	if (n || delete_log)
+		tw_log_info("backup: log %016" PRIx64 ": %s (%" PRIu64 " segments dropped)", log_id,
+			    delete_log ? "deleted" : "prefix freed", n);
 	return 0;
 }
 
@@ -456,13 +646,14 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 	struct seg *s;
 	char name[SEGFILE_NAME_MAX];
 	struct segfile_hdr h;
-	int rc = check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = bk_check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;
 	s = bk_seg_find(b, log_id, segment_id);
-	if (!s || s->freed) {
-		snprintf(msg, msglen, "no segment " SEGF " here", log_id, segment_id);
+	if (!s || s->freed || s->state == SEG_LOST) {
+		snprintf(msg, msglen, "no segment " SEGF " here%s", log_id, segment_id,
+			 s && s->state == SEG_LOST ? " (lost: opened here, gone after a restart)" : "");
 		return -TW_ENOTFOUND;
 	}
 	if (!s->buf) {

@@ -40,12 +40,12 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	/* The reply's envelope epoch is the log's epoch here: recovery probes it (with an epoch
 	 * of 0 and a segment that does not exist) to fence past every earlier fence. */
 	call->reply_epoch = lg ? lg->epoch : 0;
-	if (lg && epoch < lg->epoch)
-		return tw_rpc_call_fail(call, -TW_EFENCED, "log %016" PRIx64 " is fenced at epoch %"
-					PRIu64 "; request carries epoch %" PRIu64, q->log_id,
-					lg->epoch, epoch);
+	bk_hold_touch(b, tw_chan_user(call->ch), q->log_id);
+	rc = bk_check_owner(b, q->log_id, epoch, call->req->incarnation, msg, sizeof(msg));
+	if (rc)
+		return tw_rpc_call_fail(call, rc, "%s", msg);
 	s = bk_seg_find(b, q->log_id, q->segment_id);
-	if (!s || s->freed)
+	if (!s || s->freed || s->state == SEG_LOST)
 		return tw_rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
 					q->segment_id);
 	if (q->replica_version < s->version)
@@ -84,6 +84,7 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	r.log_id = q->log_id;
 	r.segment_id = q->segment_id;
 	r.epoch = epoch;
+	r.incarnation = call->req->incarnation;
 	r.version = s->version;
 	r.offset = q->offset;
 	r.checksum = q->checksum;

@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 
@@ -32,6 +34,8 @@ static Tailwind__SegmentState pb_state(const struct seg *s)
 		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
 	case SEG_CLOSED:
 		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED;
+	case SEG_LOST:
+		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST;
 	default:
 		/* A file flushed while its segment was open (battery / shutdown) is still an open
 		 * replica for recovery: its valid length came from a scan, not from a close. */
@@ -40,15 +44,168 @@ static Tailwind__SegmentState pb_state(const struct seg *s)
 	}
 }
 
+/* ---- peer authentication (proto/auth.h; docs/wire-protocol.md "Authentication") */
+
+static void auth_count(struct tw_backup *b, bool good)
+{
+	pthread_mutex_lock(&b->st_lock);
+	if (good)
+		b->st.auth_ok++;
+	else
+		b->st.auth_failures++;
+	pthread_mutex_unlock(&b->st_lock);
+}
+
+/* The connection is refused: it is closed at its next message, or after a grace period that
+ * lets the UNAUTHENTICATED reply leave (closing at once loses it on the sockets provider). */
+#define AUTH_CLOSE_GRACE_NS 500000000ull
+
+static void mark_refused(struct tw_backup *b, struct conn *c)
+{
+	free(c->auth_t);
+	c->auth_t = NULL;
+	if (c->auth != CONN_AUTH_REFUSED)
+		b->auth_refused++;
+	c->auth = CONN_AUTH_REFUSED;
+	c->auth_close_ns = tw_now_ns() + AUTH_CLOSE_GRACE_NS;
+}
+
+void bk_auth_sweep(struct tw_backup *b)
+{
+	uint64_t now;
+
+	if (!b->auth_refused)
+		return;
+	now = tw_now_ns();
+	for (struct conn *c = b->conns; c; c = c->next) {
+		if (c->auth != CONN_AUTH_REFUSED || c->drop || now < c->auth_close_ns)
+			continue;
+		c->drop = true;
+		b->reap = true;
+	}
+}
+
+/* Refuse: count, log (rate-limited, with the peer's address), reply UNAUTHENTICATED and close
+ * the connection once the reply is sent. Other connections are not touched. */
+static int auth_refuse(struct tw_backup *b, struct tw_rpc_call *call, const char *why)
+{
+	struct conn *c = call_conn(call);
+
+	auth_count(b, false);
+	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s",
+			   tw_chan_peer(call->ch), why);
+	if (c)
+		mark_refused(b, c);
+	return tw_rpc_call_fail(call, -EACCES, "%s", why);
+}
+
+/* Step 1 (a nonce) or step 3 (a proof) of the handshake on a backup that has a key. Returns 0
+ * when the reply may carry the usual handshake fields. */
+static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
+{
+	const Tailwind__Handshake *q = call->req->handshake;
+	Tailwind__HandshakeReply *r = &call->reply.handshake;
+	struct conn *c = call_conn(call);
+	unsigned char *mac;
+
+	if (!c)
+		return tw_rpc_call_fail(call, -TW_EREMOTE, "connection is being closed");
+	if (q->auth_proof.len == TW_AUTH_MAC_LEN) {
+		if (c->auth != CONN_AUTH_CHALLENGED || !c->auth_t)
+			return auth_refuse(b, call, "key proof without a pending challenge on this "
+					   "connection (a replayed handshake?)");
+		if (q->node_id != c->auth_t->client_node_id ||
+		    (uint32_t)q->role != c->auth_t->client_role)
+			return auth_refuse(b, call, "key proof names another node or role than its "
+					   "challenge");
+		if (!tw_auth_verify(b->key, TW_AUTH_LABEL_CLIENT, c->auth_t, q->auth_proof.data,
+				    q->auth_proof.len))
+			return auth_refuse(b, call, "client did not prove the key (wrong key file?)");
+		free(c->auth_t);
+		c->auth_t = NULL;
+		c->auth = CONN_AUTH_OK;
+		auth_count(b, true);
+		tw_log_info("backup: connection %" PRIu64 " from %s authenticated (node %" PRIx64
+			    ")", c->id, tw_chan_peer(call->ch), q->node_id);
+		return 0;
+	}
+	if (q->auth_nonce.len != TW_AUTH_NONCE_LEN)
+		return auth_refuse(b, call, "backup requires authentication: give --key-file (or "
+				   "TW_KEY_FILE) with the cluster key");
+	/* A fresh challenge (also restarts an earlier one on this connection). */
+	if (!c->auth_t) {
+		c->auth_t = calloc(1, sizeof(*c->auth_t));
+		if (!c->auth_t)
+			return tw_rpc_call_fail(call, -ENOMEM, "out of memory");
+	}
+	c->auth = CONN_AUTH_CHALLENGED;
+	memcpy(c->auth_t->client_nonce, q->auth_nonce.data, TW_AUTH_NONCE_LEN);
+	tw_auth_nonce(c->auth_t->server_nonce);
+	c->auth_t->client_node_id = q->node_id;
+	c->auth_t->client_role = (uint32_t)q->role;
+	c->auth_t->server_node_id = b->node_id;
+	mac = tw_rpc_call_alloc(call, TW_AUTH_MAC_LEN);
+	if (!mac)
+		return tw_rpc_call_fail(call, -ENOMEM, "out of memory");
+	tw_auth_mac(b->key, TW_AUTH_LABEL_SERVER, c->auth_t, mac);
+	r->auth_nonce.data = c->auth_t->server_nonce;
+	r->auth_nonce.len = TW_AUTH_NONCE_LEN;
+	r->auth_mac.data = mac;
+	r->auth_mac.len = TW_AUTH_MAC_LEN;
+	return 0;
+}
+
+void bk_auth_conn_gone(struct tw_backup *b, struct conn *c)
+{
+	if (c->auth == CONN_AUTH_REFUSED)
+		b->auth_refused--;
+	if (!b->key || c->auth != CONN_AUTH_CHALLENGED)
+		return;
+	/* The peer got our challenge and left without a proof: usually a client whose key
+	 * differs (it refused our MAC). */
+	auth_count(b, false);
+	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: the peer closed "
+			   "the connection during the key handshake (a different key file?)",
+			   c->ch ? tw_chan_peer(c->ch) : "a peer");
+}
+
+/* Gate of the RPC server: with a key, only a Handshake is served before the proof. */
+static int admit(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len)
+{
+	struct tw_backup *b = arg;
+	struct conn *c = tw_chan_user(ch);
+
+	if (!b->key || op == TW_RPC_HANDSHAKE || (c && c->auth == CONN_AUTH_OK))
+		return 0;
+	if (c)
+		mark_refused(b, c);
+	snprintf(why, why_len, "backup requires authentication: give --key-file (or TW_KEY_FILE) "
+		 "with the cluster key; %s refused before the key handshake", tw_rpc_op_name(op));
+	auth_count(b, false);
+	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s refused before "
+			   "the key handshake", tw_chan_peer(ch), tw_rpc_op_name(op));
+	return -EACCES;
+}
+
 static int h_handshake(void *arg, struct tw_rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	Tailwind__HandshakeReply *r = &call->reply.handshake;
 	const Tailwind__Handshake *q = call->req->handshake;
+	int rc;
 
 	if (q->major != TW_RPC_MAJOR)
 		return tw_rpc_call_fail(call, -ENOTSUP, "protocol major %u is not supported (this "
 					"backup speaks %u.%u)", q->major, TW_RPC_MAJOR, TW_RPC_MINOR);
+	if (b->key) {
+		rc = auth_step(b, call);
+		if (rc)
+			return rc;
+	} else if (q->auth_nonce.len) {
+		tw_log_ratelimited(TW_LOG_WARN, "backup: %s offers a key handshake but this backup "
+				   "has no key: give --key-file (or TW_KEY_FILE) with the cluster "
+				   "key; the peer will refuse us", tw_chan_peer(call->ch));
+	}
 	r->major = TW_RPC_MAJOR;
 	r->minor = TW_RPC_MINOR;
 	r->node_id = b->node_id;
@@ -74,6 +231,8 @@ static int h_open(void *arg, struct tw_rpc_call *call)
 	r.checksum = q->meta->checksum;
 	r.offset = q->meta->offset;
 	r.epoch = call->req->epoch;
+	r.incarnation = call->req->incarnation;
+	r.create_log = q->create_log;
 	r.version = q->replica_version;
 	r.length = q->length;
 	rc = bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
@@ -101,6 +260,7 @@ static int h_close(void *arg, struct tw_rpc_call *call)
 	r.checksum = q->meta->checksum;
 	r.offset = q->meta->offset;
 	r.epoch = call->req->epoch;
+	r.incarnation = call->req->incarnation;
 	r.version = q->replica_version;
 	rc = bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
@@ -140,6 +300,16 @@ static int h_list(void *arg, struct tw_rpc_call *call)
 	size_t i = bk_seg_lower_bound(b, q->log_id, q->from_segment_id), n = 0, cnt = 0;
 	Tailwind__SegmentInfo *infos;
 
+	if (!q->all_logs) {
+		const struct logst *lg = bk_log(b, q->log_id, false);
+
+		r->log_known = bk_log_known(b, q->log_id);
+		r->log_epoch = lg ? lg->epoch : 0;
+		r->log_owner = lg ? lg->owner : 0;
+		r->free_below = lg ? lg->free_below : 0;
+		call->reply_epoch = r->log_epoch;
+		bk_hold_touch(b, call_conn(call), q->log_id);
+	}
 	/* Count first so one allocation holds them all. */
 	for (size_t k = i; k < b->nsegs && cnt <= max; k++) {
 		struct seg *s = b->segs[k];
@@ -184,8 +354,8 @@ static int h_set_version(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
-	rc = bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch, q->version, msg,
-			       sizeof(msg));
+	rc = bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch,
+			       call->req->incarnation, q->version, msg, sizeof(msg));
 	return rc ? fail(call, rc, msg) : 0;
 }
 
@@ -194,11 +364,13 @@ static int h_fence(void *arg, struct tw_rpc_call *call)
 	struct tw_backup *b = arg;
 	const Tailwind__Fence *q = call->req->fence;
 	char msg[MSGLEN] = "";
-	uint64_t epoch = 0;
+	uint64_t epoch = 0, owner = 0;
 	int rc;
 
-	rc = bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, &epoch, msg, sizeof(msg));
+	rc = bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, call->req->incarnation,
+			 &epoch, &owner, msg, sizeof(msg));
 	call->reply.fence.epoch = epoch;
+	call->reply.fence.owner = owner;
 	call->reply_epoch = epoch;
 	return rc ? fail(call, rc, msg) : 0;
 }
@@ -211,8 +383,8 @@ static int h_free(void *arg, struct tw_rpc_call *call)
 	uint64_t freed = 0;
 	int rc;
 
-	rc = bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch, &freed, msg,
-			sizeof(msg));
+	rc = bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch,
+			call->req->incarnation, q->delete_log, &freed, msg, sizeof(msg));
 	call->reply.free_segments.freed = freed;
 	return rc ? fail(call, rc, msg) : 0;
 }
@@ -228,6 +400,7 @@ static int h_read(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
+	bk_hold_touch(b, call_conn(call), q->log_id);
 	rc = bk_op_read(b, call_conn(call), q->log_id, q->segment_id, call->req->epoch, &rk, &s,
 			msg, sizeof(msg));
 	if (rc)
@@ -253,6 +426,7 @@ static int h_release(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
+	bk_hold_touch(b, call_conn(call), q->log_id);
 	rc = bk_op_release(b, call_conn(call), q->log_id, q->segment_id, msg, sizeof(msg));
 	return rc ? fail(call, rc, msg) : 0;
 }
@@ -276,14 +450,15 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 	r->cpu_seconds = (double)(st.cpu_user_us + st.cpu_sys_us) / 1e6;
 	r->uptime_ms = (tw_now_ns() - b->start_ns) / 1000000u;
 	/* Counters StatsReply has no field for, as key=value text (docs/operations.md). */
-	msg = tw_rpc_call_alloc(call, 256);
+	msg = tw_rpc_call_alloc(call, 400);
 	if (msg) {
-		snprintf(msg, 256, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
+		snprintf(msg, 400, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
-			 " connections=%" PRIu64, st.cq_polls, st.cq_entries, st.flush_errors,
-			 st.loads, st.opens_refused, st.buffers_loaded, st.buffers_zeroing,
-			 st.segments_corrupt, st.connections);
+			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64,
+			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
+			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
+			 st.auth_ok, st.auth_failures);
 		r->message = msg;
 	}
 	return 0;
@@ -294,8 +469,9 @@ static void on_server_close(void *arg, struct tw_chan *ch, int reason)
 {
 	struct conn *c = tw_chan_user(ch);
 
-	tw_log_warn("backup: closing connection from %s: %s (protocol violation)",
-		    tw_chan_peer(ch), tw_strerror(reason));
+	if (reason != -EACCES) /* authentication failures were logged already */
+		tw_log_ratelimited(TW_LOG_WARN, "backup: closing connection from %s: %s "
+				   "(protocol violation)", tw_chan_peer(ch), tw_strerror(reason));
 	if (!c)
 		return;
 	c->ch = NULL; /* the server closes it */
@@ -321,6 +497,7 @@ int bk_rpc_init(struct tw_backup *b)
 	ops.handlers[TW_RPC_STATS] = h_stats;
 	ops.handlers[TW_RPC_RECOVERED_OFFSET] = bk_h_recovered_offset; /* backup_recovery.c */
 	ops.on_close = on_server_close;
+	ops.admit = admit;
 	ops.node_id = b->node_id;
 	return tw_rpc_server_create(NULL, &ops, b, &b->srv);
 }
@@ -334,5 +511,11 @@ void bk_rpc_fini(struct tw_backup *b)
 
 void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len)
 {
+	if (c->auth == CONN_AUTH_REFUSED) {
+		/* Refused already: anything more closes it, unanswered. */
+		c->drop = true;
+		b->reap = true;
+		return;
+	}
 	tw_rpc_server_on_recv(b->srv, c->ch, msg, len);
 }

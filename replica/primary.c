@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "recovery/recover_int.h"
+#include "proto/auth.h"
 #include "replica/primary_int.h"
 #include "replica/rpcdata.h"
 
@@ -41,14 +43,27 @@ static void wake_apps(struct tw_primary *p)
 /* Record the first failure (sticky). Takes the lock: call without holding it. */
 void primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 {
+	char taken[512];
+	bool fenced = false;
 	va_list ap;
 
+	/* Backups that vanish all at once may have closed our connections because another owner
+	 * fenced the log: say so (-TW_EFENCED), not just "no backup". Driver thread, no lock. */
+	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab && !p->finished) {
+		p->checking = true;
+		fenced = pctl_taken_over(p, taken, sizeof(taken)) == 1;
+		p->checking = false;
+	}
 	primary_lock(p);
 	if (!p->err) {
-		p->err = err;
-		va_start(ap, fmt);
-		vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
-		va_end(ap);
+		p->err = fenced ? -TW_EFENCED : err;
+		if (fenced) {
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", taken);
+		} else {
+			va_start(ap, fmt);
+			vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+			va_end(ap);
+		}
 		tw_log_error("primary log %llu: %s", (unsigned long long)p->cfg.log_id, p->errmsg);
 	}
 	wake_apps(p);
@@ -206,7 +221,6 @@ static int seal_post(struct tw_primary *p)
 	s->seg = seg;
 	s->off = off;
 	s->len = len;
-	s->status = 0;
 	s->remaining = seg->nrep;
 	s->rec_end = p->rec_head;
 	s->repair = false;
@@ -298,9 +312,7 @@ static int reap(struct tw_primary *p)
 
 		if (s->remaining || (s->repair && !p->err))
 			break; /* a repair waits for the failover (primary_rerep.c) */
-		st = s->status ? -TW_EPEERLOST : 0;
-		if (s->repair)
-			st = p->err;
+		st = s->repair ? p->err : 0;
 		if (p->reap_failed)
 			st = p->err ? p->err : -TW_EPEERLOST;
 		if (st)
@@ -463,6 +475,15 @@ static void *progress_main(void *arg)
 			p->need_roll = false;
 			pthread_cond_broadcast(&p->cv_app);
 		}
+		if (p->free_req > p->free_done) {
+			uint64_t below = p->free_req, n;
+
+			p->free_done = below;
+			pthread_mutex_unlock(&p->lock);
+			(void)pctl_free(p, below, &n); /* failures are logged per backup */
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
 		if (p->free_list) {
 			struct pseg *f = p->free_list;
 
@@ -543,16 +564,12 @@ static void primary_free(struct tw_primary *p)
 	free(p->slots);
 	free(p->pops);
 	free(p->recs);
-	if (p->addr_copy) {
-		for (size_t i = 0; i < p->cfg.n_backups; i++)
-			free(p->addr_copy[i]);
-		free(p->addr_copy);
-	}
 	free(p->prov_copy);
 	if (p->threaded) {
 		pthread_mutex_destroy(&p->lock);
 		pthread_cond_destroy(&p->cv_app);
 	}
+	tw_auth_key_free(p->key);
 	free(p);
 }
 
@@ -590,8 +607,11 @@ static int check_config(const struct tw_primary_config *cfg, char *msg, size_t l
 	return 0;
 }
 
-int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
-		    char *errmsg_out, size_t errmsg_len)
+/* Open as owner (epoch cfg->epoch, `incarnation`), first segment `start`. creating: a plain
+ * open of a new log (probe every backup, create_log on segment 0). */
+static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation,
+			   uint32_t start, bool creating, struct tw_primary **out,
+			   char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_primary *p;
 	char msg[512];
@@ -615,11 +635,13 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	p->cfg = *cfg;
 	p->r = cfg->replicas;
 	p->threaded = cfg->mode == TW_PRIMARY_ASYNC;
+	p->incarnation = incarnation;
+	p->creating = creating;
+	p->seg_base = start;
 	if (p->threaded) {
 		pthread_mutex_init(&p->lock, NULL);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
-	p->addr_copy = calloc(cfg->n_backups, sizeof(char *));
 	p->bk = calloc(cfg->n_backups, sizeof(*p->bk));
 	p->nslots = cfg->max_inflight;
 	p->slots = calloc(p->nslots, sizeof(*p->slots));
@@ -632,34 +654,43 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	p->rec_mask = rec_cap - 1;
 	if (cfg->provider)
 		p->prov_copy = strdup(cfg->provider);
-	if (!p->addr_copy || !p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
+	if (!p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
 	    (cfg->provider && !p->prov_copy)) {
-		p->cfg.n_backups = p->addr_copy ? cfg->n_backups : 0;
 		primary_free(p);
 		set_errmsg(errmsg_out, errmsg_len, "out of memory");
 		return -ENOMEM;
 	}
 	p->nbk = cfg->n_backups;
 	for (size_t i = 0; i < cfg->n_backups; i++) {
-		p->addr_copy[i] = strdup(cfg->backups[i]);
 		p->bk[i].p = p;
 		p->bk[i].idx = (unsigned)i;
 		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", cfg->backups[i]);
 	}
-	p->cfg.backups = (const char *const *)p->addr_copy;
+	p->cfg.backups = NULL; /* borrowed for the call: the addresses live in p->bk[].addr */
 	p->cfg.provider = p->prov_copy;
 	for (unsigned i = 0; i < p->nslots; i++) {
 		p->slots[i].p = p;
 		p->slots[i].ops = &p->pops[(size_t)i * p->r];
 	}
 
-	rc = pctl_init_fabric(p);
+	p->cfg.key_file = NULL; /* not kept: read once, here */
+	rc = 0;
+	if (tw_auth_key_path(cfg->key_file)) {
+		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &p->key, p->errmsg,
+				      sizeof(p->errmsg));
+		if (rc < 0)
+			p->key = NULL;
+	}
+	if (rc == 0)
+		rc = pctl_init_fabric(p);
 	if (rc == 0 && cfg->data_path == TW_DATA_RPC)
 		rc = prpc_init(p);
 	if (rc == 0)
 		rc = pctl_connect_all(p);
+	if (rc == 0 && creating)
+		rc = pctl_probe_new_log(p);
 	if (rc == 0)
-		rc = seg_new(p, 0, &s0);
+		rc = seg_new(p, start, &s0);
 	if (rc == 0) {
 		rc = pctl_open_segment(p, s0);
 		if (rc < 0) {
@@ -667,6 +698,7 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 			s0 = NULL;
 		}
 	}
+	p->creating = false;
 	if (rc == 0) {
 		rc = seg_push(p, s0);
 		if (rc < 0) {
@@ -684,14 +716,119 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	if (rc < 0) {
 		if (!p->errmsg[0])
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", tw_strerror(rc));
-		tw_log_error("primary: open log %llu failed: %s", (unsigned long long)cfg->log_id,
-			     p->errmsg);
+		/* An existing log is an expected answer (the caller takes it over): not an error. */
+		tw__log(rc == -TW_EEXIST ? TW_LOG_INFO : TW_LOG_ERROR, "primary: open log %llu "
+		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		primary_free(p);
 		return rc;
 	}
+	tw_log_info("primary: log %llu open at epoch %llu (incarnation %016llx), first segment %u",
+		    (unsigned long long)p->cfg.log_id, (unsigned long long)p->cfg.epoch,
+		    (unsigned long long)p->incarnation, start);
 	*out = p;
 	return 0;
+}
+
+int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
+		    char *errmsg_out, size_t errmsg_len)
+{
+	if (cfg && cfg->epoch > TW_EPOCH_MAX) {
+		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
+		return -EINVAL;
+	}
+	return primary_open_as(cfg, tw__new_incarnation(), 0, true, out, errmsg_out, errmsg_len);
+}
+
+int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
+			void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
+			char *errmsg_out, size_t errmsg_len)
+{
+	struct tw_recover_result local, *res = res_out ? res_out : &local;
+	struct tw_recover_config rc_cfg;
+	struct tw_primary_config pc;
+	uint64_t inc = tw__new_incarnation(), next = 0;
+	char msg[512];
+	int rc;
+
+	if (!cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	*out = NULL;
+	rc = check_config(cfg, msg, sizeof(msg));
+	if (rc == 0 && cfg->n_backups > TW_RECOVER_MAX_BACKUPS) {
+		snprintf(msg, sizeof(msg), "at most %u backups", TW_RECOVER_MAX_BACKUPS);
+		rc = -EINVAL;
+	}
+	if (rc < 0) {
+		set_errmsg(errmsg_out, errmsg_len, msg);
+		return rc;
+	}
+	tw_recover_config_init(&rc_cfg);
+	rc_cfg.log_id = cfg->log_id;
+	rc_cfg.backups = cfg->backups;
+	rc_cfg.n_backups = cfg->n_backups;
+	rc_cfg.provider = cfg->provider;
+	rc_cfg.epoch = cfg->epoch;
+	rc_cfg.busy_poll = cfg->busy_poll;
+	if (cfg->connect_timeout_ms)
+		rc_cfg.connect_timeout_ms = cfg->connect_timeout_ms;
+	/* 1. fence with a new epoch as incarnation `inc`, 2. recover (every entry to the
+	 * caller), 3. continue as that same owner after everything the backups ever held. */
+	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
+	if (rc < 0)
+		return rc;
+	if (next > UINT32_MAX - 1) {
+		set_errmsg(errmsg_out, errmsg_len, "the log has used every segment id");
+		return -ERANGE;
+	}
+	pc = *cfg;
+	pc.epoch = res->epoch;
+	rc = primary_open_as(&pc, inc, (uint32_t)next, false, out, errmsg_out, errmsg_len);
+	if (rc == 0)
+		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
+			    "continuing at segment %llu", (unsigned long long)cfg->log_id,
+			    (unsigned long long)res->epoch, (unsigned long long)res->entries,
+			    (unsigned long long)next);
+	return rc;
+}
+
+int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
+{
+	uint64_t n = 0;
+	int rc, released;
+
+	if (!p)
+		return -EINVAL;
+	primary_lock(p);
+	if (p->cur && below_segment > p->cur->id)
+		below_segment = p->cur->id;
+	primary_unlock(p);
+	released = tw_primary_release(p, below_segment);
+	if (released < 0)
+		return released;
+	if (p->thread_started) {
+		/* The control plane belongs to the progress thread: hand the RPCs to it. */
+		primary_lock(p);
+		if (below_segment > p->free_req)
+			p->free_req = below_segment;
+		primary_unlock(p);
+		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		return released;
+	}
+	rc = pctl_free(p, below_segment, &n);
+	return rc < 0 ? rc : released;
+}
+
+uint64_t tw_primary_epoch(const struct tw_primary *p)
+{
+	return p ? p->cfg.epoch : 0;
+}
+
+uint32_t tw_primary_first_segment(const struct tw_primary *p)
+{
+	return p ? p->seg_base : 0;
 }
 
 static int check_len(struct tw_primary *p, uint32_t len)
@@ -948,11 +1085,12 @@ int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **da
 	if (!p || !data_out || !len_out)
 		return -EINVAL;
 	primary_lock(p);
-	if (pos.segment >= p->nsegs || !p->segs[pos.segment]) {
+	if (pos.segment < p->seg_base || pos.segment - p->seg_base >= p->nsegs ||
+	    !p->segs[pos.segment - p->seg_base]) {
 		rc = -TW_ENOTFOUND;
 		goto out;
 	}
-	s = p->segs[pos.segment];
+	s = p->segs[pos.segment - p->seg_base];
 	/* The format's own iterator checks the header (type, flags, header check, length within
 	 * what was written); a position that is not the start of a data entry is not found, and
 	 * the payload CRC guards against a position that only looks like one. */
@@ -986,9 +1124,10 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 		return -EINVAL;
 	primary_lock(p);
 	/* Segments below the current one are closed: the current one changes only after the
-	 * close of its predecessor succeeded. */
+	 * close of its predecessor succeeded. (released counts from seg_base.) */
 	if (p->cur && below_segment > p->cur->id)
 		below_segment = p->cur->id;
+	below_segment = below_segment > p->seg_base ? below_segment - p->seg_base : 0;
 	for (; p->released < below_segment; p->released++) {
 		struct pseg *s = p->segs[p->released];
 

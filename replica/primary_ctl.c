@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/primary_int.h"
 #include "replica/rpcdata.h"
@@ -26,6 +27,11 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 	(void)arg;
 	if (!b || !b->rpc)
 		return;
+	if (b->probe) {
+		if (tw_rpc_client_on_recv(b->rpc, msg, len) < 0)
+			b->lost = true;
+		return;
+	}
 	if (rpcdata_is(msg, len)) { /* TW_DATA_RPC baseline: primary_rpcmode.c */
 		prpc_on_reply(b, msg, len);
 		return;
@@ -49,6 +55,8 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
 	if (b->rpc)
 		tw_rpc_client_on_lost(b->rpc, err);
+	if (b->probe)
+		return;
 	prpc_on_lost(b, err);
 	pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
 }
@@ -111,7 +119,6 @@ void pctl_drop(struct pbackup *b)
 
 static int handshake(struct tw_primary *p, struct pbackup *b)
 {
-	struct tw_rpc_req req;
 	struct tw_rpc_reply rep;
 	uint64_t node = p->cfg.node_id ? p->cfg.node_id
 				       : ((uint64_t)gethostid() << 32 | (uint64_t)getpid());
@@ -119,23 +126,13 @@ static int handshake(struct tw_primary *p, struct pbackup *b)
 
 	if (!node)
 		node = 1;
-	tw_rpc_req_handshake(&req, node, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
-	PSTAT_ADD(p, rpcs, 1);
-	PSTAT_ADD(p, rpc_handshake, 1);
-	rc = tw_rpc_call_sync(b->rpc, &req.env, &rep);
-	if (rc == 0) {
-		const Tailwind__HandshakeReply *h = rep.env ? rep.env->handshake_reply : NULL;
-
-		if (!h) {
-			rc = -TW_EPROTO;
-			snprintf(b->why, sizeof(b->why), "handshake: unexpected reply");
-		} else {
-			b->buffer_size = h->buffer_size;
-		}
-	} else {
-		snprintf(b->why, sizeof(b->why), "handshake failed: %s%s%s", tw_strerror(rc),
-			 tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "", tw_rpc_client_errmsg(b->rpc));
-	}
+	PSTAT_ADD(p, rpcs, p->key ? 2 : 1);
+	PSTAT_ADD(p, rpc_handshake, p->key ? 2 : 1);
+	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
+	rc = tw_auth_client_handshake(b->rpc, p->key, node, TAILWIND__ROLE__ROLE_PRIMARY, NULL,
+				      &rep, b->why, sizeof(b->why));
+	if (rc == 0)
+		b->buffer_size = rep.env->handshake_reply->buffer_size;
 	tw_rpc_reply_release(&rep);
 	return rc;
 }
@@ -150,6 +147,7 @@ int pctl_reconnect(struct tw_primary *p, struct pbackup *b)
 	rc = tw_fab_connect(p->fab, b->addr, &b->ch);
 	if (rc < 0) {
 		b->ch = NULL;
+		b->dead = true;
 		snprintf(b->why, sizeof(b->why), "reconnect: %s", tw_strerror(rc));
 		return rc;
 	}
@@ -161,6 +159,7 @@ int pctl_reconnect(struct tw_primary *p, struct pbackup *b)
 		snprintf(b->why, sizeof(b->why), "rpc client: %s", tw_strerror(rc));
 		return rc;
 	}
+	tw_rpc_client_set_incarnation(b->rpc, p->incarnation);
 	rc = handshake(p, b);
 	if (rc < 0)
 		drop_backup(b);
@@ -181,6 +180,7 @@ int pctl_connect_all(struct tw_primary *p)
 		if (rc < 0) {
 			b->ch = NULL;
 			b->lost = true;
+			b->dead = true;
 			snprintf(b->why, sizeof(b->why), "unreachable: %s", tw_strerror(rc));
 			tw_log_warn("primary: backup %s %s", b->addr, b->why);
 			continue;
@@ -194,14 +194,9 @@ int pctl_connect_all(struct tw_primary *p)
 			snprintf(b->why, sizeof(b->why), "rpc client: %s", tw_strerror(rc));
 			continue;
 		}
+		tw_rpc_client_set_incarnation(b->rpc, p->incarnation);
 		rc = handshake(p, b);
-		if (rc == -TW_EVERSION || rc == -ENOTSUP) {
-			tw_log_warn("primary: backup %s %s", b->addr, b->why);
-			drop_backup(b);
-			b->lost = true;
-			continue;
-		}
-		if (rc < 0) {
+		if (rc < 0) { /* -TW_EVERSION, -ENOTSUP, or no answer: b->why says which */
 			tw_log_warn("primary: backup %s %s", b->addr, b->why);
 			drop_backup(b);
 			b->lost = true;
@@ -343,6 +338,11 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 			 b->why);
 		return rc;
 	}
+	if (rc == -EEXIST && p->creating) {
+		snprintf(p->errmsg, sizeof(p->errmsg), "log %llu already exists on backup %s: %s",
+			 (unsigned long long)p->cfg.log_id, b->addr, b->why);
+		return -TW_EEXIST;
+	}
 	if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
 		b->lost = true;
 	tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id, b->why);
@@ -370,8 +370,12 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 		while (seg->nrep < p->r) {
 			unsigned n = 0;
 
-			/* Ask as many untried backups as replicas are missing, all at once. */
-			for (size_t k = 0; k < p->nbk && seg->nrep + n < p->r; k++) {
+			/* Ask as many untried backups as replicas are missing, all at once; for a
+			 * new log's first segment, one backup first: two primaries creating the
+			 * same log meet there and only one gets past it. */
+			unsigned want = p->creating && seg->nrep == 0 ? 1 : p->r - seg->nrep;
+
+			for (size_t k = 0; k < p->nbk && n < want; k++) {
 				unsigned bi = (unsigned)((seg->id + k) % p->nbk);
 				struct pbackup *b = &p->bk[bi];
 
@@ -379,6 +383,7 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 					continue;
 				tried[bi] = true;
 				tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
+				req.body.open_segment.create_log = p->creating;
 				PSTAT_ADD(p, rpc_open, 1);
 				call_start(p, &calls[n++], b, &req.env);
 			}
@@ -386,9 +391,11 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 				break;
 			call_wait(p, calls, n);
 			for (unsigned i = 0; i < n; i++) {
-				if (open_result(p, seg, &calls[i], &refused) < 0) {
+				int orc = open_result(p, seg, &calls[i], &refused);
+
+				if (orc < 0) {
 					free(tried);
-					return -TW_EFENCED;
+					return orc;
 				}
 			}
 		}
@@ -568,4 +575,156 @@ void pctl_disconnect(struct tw_primary *p)
 		return;
 	for (size_t i = 0; i < p->nbk; i++)
 		drop_backup(&p->bk[i]);
+}
+
+/* ------------------------------------------------------------------ ownership (docs/recovery.md) */
+
+/* The first page of a backup's listing of our log: whether it knows the log, its epoch there
+ * and owner. 0 or a negative code. */
+static int list_log(struct tw_primary *p, struct tw_rpc_client *rpc, bool *known,
+		    uint64_t *epoch, uint64_t *owner)
+{
+	struct tw_rpc_req req;
+	struct tw_rpc_reply rep;
+	int rc;
+
+	tw_rpc_req_list_segments(&req, p->cfg.log_id, false, 0);
+	PSTAT_ADD(p, rpcs, 1);
+	PSTAT_ADD(p, rpc_other, 1);
+	rc = tw_rpc_call_sync(rpc, &req.env, &rep);
+	if (rc == 0) {
+		const Tailwind__ListSegmentsReply *r = rep.env->list_segments_reply;
+
+		*known = r->log_known || r->n_segments > 0;
+		*epoch = r->log_epoch;
+		*owner = r->log_owner;
+		for (size_t i = 0; i < r->n_segments; i++)
+			if (r->segments[i]->epoch > *epoch)
+				*epoch = r->segments[i]->epoch;
+	}
+	tw_rpc_reply_release(&rep);
+	return rc;
+}
+
+int pctl_probe_new_log(struct tw_primary *p)
+{
+	uint64_t top = 0;
+
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+		uint64_t epoch = 0, owner = 0;
+		bool known = false;
+		int rc;
+
+		if (!b->rpc || b->lost)
+			continue;
+		rc = list_log(p, b->rpc, &known, &epoch, &owner);
+		if (rc < 0) {
+			snprintf(b->why, sizeof(b->why), "listing the log: %s", tw_strerror(rc));
+			tw_log_warn("primary: backup %s: %s", b->addr, b->why);
+			continue;
+		}
+		if (known) {
+			snprintf(p->errmsg, sizeof(p->errmsg), "log %llu already exists on backup %s "
+				 "(epoch %llu): a plain open only creates new logs. If its primary "
+				 "is dead, take it over (tw_primary_takeover): that "
+				 "fences it, recovers every entry and continues the same log; or "
+				 "delete it (twctl delete)", (unsigned long long)p->cfg.log_id,
+				 b->addr, (unsigned long long)epoch);
+			return -TW_EEXIST;
+		}
+		if (epoch > top)
+			top = epoch;
+	}
+	if (p->cfg.epoch == 0) {
+		if (top >= TW_EPOCH_MAX) {
+			snprintf(p->errmsg, sizeof(p->errmsg), "log %llu: its last epoch %llu leaves "
+				 "no room (maximum %llu)", (unsigned long long)p->cfg.log_id,
+				 (unsigned long long)top, (unsigned long long)TW_EPOCH_MAX);
+			return -ERANGE;
+		}
+		p->cfg.epoch = top + 1;
+	} else if (p->cfg.epoch < top) {
+		snprintf(p->errmsg, sizeof(p->errmsg), "log %llu was at epoch %llu on a backup: "
+			 "open it with a higher epoch (or 0 for automatic)",
+			 (unsigned long long)p->cfg.log_id, (unsigned long long)top);
+		return -TW_EFENCED;
+	}
+	return 0;
+}
+
+int pctl_taken_over(struct tw_primary *p, char *why, size_t len)
+{
+	struct tw_rpc_config rcfg;
+
+	rpc_config(p, &rcfg);
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup tmp;
+		uint64_t epoch = 0, owner = 0;
+		bool known = false, taken;
+		int rc;
+
+		if (p->bk[i].dead)
+			continue; /* a connect failed already: do not wait for another timeout */
+		memset(&tmp, 0, sizeof(tmp));
+		tmp.p = p;
+		tmp.idx = (unsigned)i;
+		tmp.probe = true;
+		snprintf(tmp.addr, sizeof(tmp.addr), "%s", p->bk[i].addr);
+		if (tw_fab_connect(p->fab, tmp.addr, &tmp.ch) < 0) {
+			p->bk[i].dead = true;
+			continue;
+		}
+		tw_chan_set_user(tmp.ch, &tmp);
+		rc = tw_rpc_client_create(tmp.ch, &rcfg, &tmp.rpc);
+		if (rc == 0)
+			rc = list_log(p, tmp.rpc, &known, &epoch, &owner);
+		drop_backup(&tmp);
+		if (rc < 0)
+			continue;
+		taken = epoch > p->cfg.epoch || (epoch == p->cfg.epoch && owner != p->incarnation);
+		if (taken) {
+			snprintf(why, len, "log %llu was taken over: backup %s holds it at epoch %llu "
+				 "(owner incarnation %016llx); this primary is epoch %llu, incarnation "
+				 "%016llx", (unsigned long long)p->cfg.log_id, tmp.addr,
+				 (unsigned long long)epoch, (unsigned long long)owner,
+				 (unsigned long long)p->cfg.epoch, (unsigned long long)p->incarnation);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out)
+{
+	struct pcall calls[64];
+	struct tw_rpc_req req;
+	int first = 0;
+
+	*freed_out = 0;
+	for (size_t i = 0; i < p->nbk; i += 64) {
+		unsigned n = 0;
+
+		for (size_t k = i; k < p->nbk && n < 64; k++) {
+			struct pbackup *b = &p->bk[k];
+
+			if (!usable(p, b))
+				continue;
+			tw_rpc_req_free_segments(&req, p->cfg.epoch, p->cfg.log_id, below);
+			PSTAT_ADD(p, rpc_other, 1);
+			call_start(p, &calls[n++], b, &req.env);
+		}
+		call_wait(p, calls, n);
+		for (unsigned k = 0; k < n; k++) {
+			if (calls[k].status == 0)
+				continue;
+			tw_log_warn("primary: backup %s: free below segment %llu: %s%s%s",
+				    calls[k].b->addr, (unsigned long long)below,
+				    tw_strerror(calls[k].status), calls[k].msg[0] ? ": " : "",
+				    calls[k].msg);
+			if (!first)
+				first = calls[k].status;
+		}
+	}
+	return first;
 }

@@ -36,6 +36,8 @@ struct pbackup {
 	struct tw_chan *ch;   /* NULL: not connected */
 	struct tw_rpc_client *rpc;
 	bool lost;            /* the channel failed */
+	bool probe;           /* a throw-away connection of pctl_taken_over (no failover) */
+	bool dead;            /* a connect to it failed: pctl_taken_over does not try it */
 	bool fo_seen;         /* its loss was handled by primary_rerep.c (counted, logged) */
 	uint64_t lost_ns;     /* when primary_rerep.c saw it lost */
 	uint64_t buffer_size; /* from the handshake */
@@ -73,7 +75,6 @@ struct pslot {
 	struct pseg *seg;
 	size_t off, len;
 	unsigned remaining; /* completions still expected */
-	int status;         /* first error */
 	uint64_t rec_end;   /* record index just past this write's last entry */
 	bool repair;        /* a replica's write failed: not acked until a failover copied the
 			     * prefix to a replacement (primary_rerep.c) */
@@ -87,18 +88,27 @@ struct prec {
 	uint32_t len;
 };
 
+struct tw_auth_key;
+
 struct tw_primary {
-	struct tw_primary_config cfg; /* backups/provider point into our own copies */
-	char **addr_copy;
+	struct tw_primary_config cfg; /* provider points to our copy; backups is NULL */
 	char *prov_copy;
 	unsigned r;
 	bool threaded;
 
 	struct tw_fab *fab;
+	struct tw_auth_key *key; /* cluster key (NULL: no authentication) */
 	struct pbackup *bk;
 	size_t nbk;
 
-	/* Segments: segs[i]->id == i. cur is the last. */
+	/* Owner (docs/recovery.md): cfg.epoch (resolved at open) and this incarnation. */
+	uint64_t incarnation;
+	bool creating;          /* plain open: segment 0 of a new log (OpenSegment.create_log) */
+	bool checking;          /* inside pctl_taken_over (no nesting) */
+
+	/* Segments: segs[i]->id == seg_base + i (a takeover continues after the recovered tail).
+	 * cur is the last. */
+	uint32_t seg_base;
 	struct pseg **segs;
 	size_t nsegs, segs_cap;
 	struct pseg *cur;
@@ -135,9 +145,12 @@ struct tw_primary {
 
 	struct tw_primary_stats st; /* single writer per field; read with atomics */
 
-	/* Released segments (tw_primary_release): segs[i] is NULL for i < released. */
+	/* Released segments (tw_primary_release): segs[i] is NULL for i < released (an index). */
 	uint32_t released;
 	struct pseg *free_list; /* async mode, under lock: to be freed by the progress thread */
+	uint64_t free_req;      /* async mode, under lock: FreeSegments below this, for the
+				 * progress thread (tw_primary_free); 0: none */
+	uint64_t free_done;     /* highest mark sent */
 
 	/* Pre-opened next segment (cfg.preopen): its open RPCs, answered during progress. */
 	struct pseg *next;
@@ -173,6 +186,15 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg);
 /* Close RPC to every replica of `seg` with its final offset and checksum. */
 int pctl_close_segment(struct tw_primary *p, struct pseg *seg);
 void pctl_disconnect(struct tw_primary *p);
+/* Plain open of a new log: ask every usable backup whether it knows the log (-TW_EEXIST) and
+ * resolve cfg.epoch 0 to one past every epoch they report. p->errmsg says why on failure. */
+int pctl_probe_new_log(struct tw_primary *p);
+/* After a failure that looks like lost backups: was the log taken over? Asks every backup on a
+ * fresh connection (a fence closes the old owner's connections) for the log's epoch and
+ * owner. Returns 1 and a message in why when another owner holds the log, else 0. */
+int pctl_taken_over(struct tw_primary *p, char *why, size_t len);
+/* Free segments below `below` on every connected backup (FreeSegments). */
+int pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out);
 /* Pre-open `seg` (send the opens, do not wait); finish: collect, fill up to r; abandon: give the
  * granted buffers back. */
 void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg);

@@ -387,7 +387,9 @@ static int reset_fabric(struct tw_primary *p)
 		struct pbackup *b = &p->bk[i];
 
 		/* Lost after the one that began the suspension: most likely only behind it in
-		 * the blocked queue. Try it again; a dead one fails to connect. */
+		 * the blocked queue (the fabric reports timed-out channels oldest operation
+		 * first, so the first loss is the peer at the head of the queue). Try it again
+		 * on the new instance; a dead one fails to connect. */
 		if (b->lost && b->fo_seen && i != p->fo_first && b->lost_ns >= p->fo_since_ns) {
 			tw_log_info("primary: shm: trying %s again (%s)", b->addr, b->why);
 			b->lost = false;

@@ -39,6 +39,7 @@
 #include <tailwind/primary.h>
 
 #include "fabric/fabric.h"
+#include "proto/auth.h"
 #include "proto/rpc.h"
 
 extern char **environ;
@@ -74,6 +75,7 @@ struct opts {
 	uint64_t lat_count;
 	uint64_t max_bytes;                     /* cap count * size per run (0: none) */
 	bool settle;                            /* wait for idle backups between runs */
+	const char *key_file;                   /* --key-file, else $TW_KEY_FILE (resolved) */
 };
 
 struct twd {
@@ -83,6 +85,24 @@ struct twd {
 	char addr[128];
 	double cpu_start;
 };
+
+/* Cluster key for our own RPC connections (stats, raw mode); the primary reads the file. */
+static struct tw_auth_key *bench_key;
+
+/* Handshake on a fresh connection, with the key's challenge-response when there is one. */
+static int bench_handshake(struct tw_rpc_client *cl, const char *addr)
+{
+	struct tw_rpc_reply rep;
+	char why[256];
+	int rc;
+
+	rc = tw_auth_client_handshake(cl, bench_key, (uint64_t)getpid() | 1,
+				      TAILWIND__ROLE__ROLE_ADMIN, "twbench", &rep, why, sizeof(why));
+	tw_rpc_reply_release(&rep);
+	if (rc < 0)
+		fprintf(stderr, "twbench: backup %s: %s\n", addr, why);
+	return rc;
+}
 
 static struct twd twds[MAX_BACKUPS];
 static unsigned n_twd;
@@ -314,6 +334,10 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 	argv[k++] = bufsz;
 	argv[k++] = (char *)"--buffers";
 	argv[k++] = nbuf;
+	if (o->key_file) {
+		argv[k++] = (char *)"--key-file";
+		argv[k++] = (char *)o->key_file;
+	}
 	argv[k] = NULL;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, pfd[1], STDOUT_FILENO);
@@ -449,10 +473,15 @@ static int remote_open(struct remote *rs, const char *provider, const char *cons
 			rs->ch[i] = NULL;
 			continue;
 		}
-		if (tw_rpc_client_create(rs->ch[i], NULL, &rs->cl[i]) < 0)
+		if (tw_rpc_client_create(rs->ch[i], NULL, &rs->cl[i]) < 0) {
 			rs->cl[i] = NULL;
-		else
+		} else {
 			tw_chan_set_user(rs->ch[i], rs->cl[i]);
+			if (bench_handshake(rs->cl[i], addrs[i]) < 0) {
+				tw_rpc_client_destroy(rs->cl[i]);
+				rs->cl[i] = NULL;
+			}
+		}
 	}
 	return 0;
 }
@@ -505,6 +534,7 @@ static void usage(FILE *f)
 		"  --busy-poll       the primary polls instead of blocking (local twd's still block)\n"
 		"  --no-settle       do not wait for the backups to go idle between runs\n"
 		"  --twd PATH        twd executable for local backups\n"
+		"  --key-file PATH   cluster key (default: $TW_KEY_FILE); local twd's get it too\n"
 		"  --json            machine-readable output on stdout (one line)\n"
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
 		"  --version         print the version and exit\n"
@@ -791,6 +821,7 @@ static int run_primary(const struct opts *o, const char *const *addrs, unsigned 
 	cfg.n_backups = n_addrs;
 	cfg.replicas = pt->r;
 	cfg.provider = o->provider;
+	cfg.key_file = o->key_file ? o->key_file : "";
 	cfg.segment_size = o->segment_size;
 	cfg.max_batch = pt->batch;
 	cfg.max_inflight = pt->inflight;
@@ -1161,6 +1192,9 @@ static int run_raw(const struct opts *o, const char *const *addrs, struct result
 			w.cl[i] = NULL;
 			goto out;
 		}
+		rc = bench_handshake(w.cl[i], addrs[i]);
+		if (rc < 0)
+			goto out;
 		rc = tw_rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
 		if (rc < 0) {
 			fprintf(stderr, "twbench: raw: %s refused a buffer: %s\n", addrs[i],
@@ -1650,6 +1684,7 @@ int main(int argc, char **argv)
 		{ "no-settle", no_argument, NULL, 'N' },
 		{ "max-bytes", required_argument, NULL, 'X' },
 		{ "twd", required_argument, NULL, 't' },
+		{ "key-file", required_argument, NULL, 'K' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-progress", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1770,6 +1805,7 @@ int main(int argc, char **argv)
 		case 't': o.twd_path = optarg; break;
 		case 'j': o.json = true; break;
 		case 'q': o.progress = false; break;
+		case 'K': o.key_file = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return 0;
 		bad:
@@ -1805,6 +1841,15 @@ int main(int argc, char **argv)
 
 	if (check_provider(o.provider) < 0)
 		return 2;
+	o.key_file = tw_auth_key_path(o.key_file);
+	if (o.key_file) {
+		char why[512];
+
+		if (tw_auth_key_load(o.key_file, &bench_key, why, sizeof(why)) < 0) {
+			fprintf(stderr, "twbench: %s\n", why);
+			return 2;
+		}
+	}
 	if (o.backups_arg) {
 		char *save = NULL, *tok;
 

@@ -26,6 +26,7 @@
 
 #include "fabric/fabric.h"
 #include "fabric/util.h"
+#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/segfile.h"
 
@@ -43,6 +44,8 @@ static struct {
 	unsigned nbk;
 	bool json;
 	unsigned timeout_ms;
+	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
+	struct tw_auth_key *key; /* loaded by need_backups */
 } g;
 
 /* ------------------------------------------------------------------ usage */
@@ -59,6 +62,8 @@ static void usage_main(FILE *f)
 		"  fence LOG       fence LOG on every backup with a new epoch (its primary's writes\n"
 		"                  then fail; see docs/recovery.md for the limits on shm)\n"
 		"  recover LOG     rebuild LOG from the backups: -o FILE, or --verify\n"
+		"  free LOG        log cleaning: drop LOG's segments below --below N everywhere\n"
+		"  delete LOG      fence LOG, then drop every segment of it everywhere\n"
 		"  inspect FILE    check a flushed segment file offline (no backup needed)\n"
 		"\n"
 		"Options (before the command):\n"
@@ -67,6 +72,7 @@ static void usage_main(FILE *f)
 		"  -p, --provider NAME   libfabric provider: tcp, sockets, shm, verbs, ... (default:\n"
 		"                        $FI_PROVIDER, else tcp)\n"
 		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
+		"  -k, --key-file PATH   cluster key the backups require (default: $TW_KEY_FILE)\n"
 		"  -j, --json            machine-readable output (one JSON document on stdout)\n"
 		"  -v, --verbose         more log output on stderr (twice: debug)\n"
 		"  -V, --version         print the version and exit\n"
@@ -82,7 +88,7 @@ static void usage_cmd(FILE *f, const char *cmd)
 		fprintf(f, "Usage: twctl -b ADDR... ls [LOG]\n"
 			"List the segment copies each backup holds: of every log, or of LOG.\n"
 			"Open buffers are scanned by the backup for the listing (valid length,\n"
-			"checksum). Columns: backup, log, segment, state (open, closed, flushed),\n"
+			"checksum). Columns: backup, log, segment, state (open, closed, flushed, LOST),\n"
 			"valid bytes, entries, last checksum, replica version, epoch, corrupt.\n");
 	else if (strcmp(cmd, "stat") == 0)
 		fprintf(f, "Usage: twctl -b ADDR... stat\n"
@@ -99,12 +105,27 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"the entries in log order to FILE (or only verify them). The backups then\n"
 			"close open copies at the recovered length so a second recovery agrees.\n"
 			"  -o, --output FILE  write the entries: for each, its length (u32, little-\n"
-			"                     endian) then its bytes ('-' for stdout)\n"
+			"                     endian) then its bytes ('-' for stdout). FILE appears\n"
+			"                     only when the recovery succeeded (written as FILE.tmp,\n"
+			"                     renamed at the end)\n"
 			"      --verify       fetch and verify only\n"
 			"  -e, --epoch E      fence with this epoch (default automatic)\n"
 			"      --no-record    leave open copies open (do not send RecoveredOffset)\n"
 			"      --no-fence     read without fencing (inspection of a live log; implies\n"
 			"                     --no-record; the answer may be stale at once)\n");
+	else if (strcmp(cmd, "free") == 0)
+		fprintf(f, "Usage: twctl -b ADDR... free LOG --below N\n"
+			"Log cleaning: every reachable backup drops LOG's segments below segment N\n"
+			"(files removed, buffers returned) after recording the mark durably;\n"
+			"recovery and takeover then start at N. Refused while a segment below N\n"
+			"is open (being written). Does not fence: a running primary goes on.\n"
+			"  -B, --below N     first segment to keep\n");
+	else if (strcmp(cmd, "delete") == 0)
+		fprintf(f, "Usage: twctl -b ADDR... delete LOG [--epoch E]\n"
+			"Fence LOG with a new epoch (its primary, if any, is stopped), then drop\n"
+			"every segment of it on every fenced backup. The backups keep only the\n"
+			"log's epoch, so an old primary stays fenced; the id can be created anew.\n"
+			"  -e, --epoch E     fence with this epoch (default automatic)\n");
 	else if (strcmp(cmd, "inspect") == 0)
 		fprintf(f, "Usage: twctl inspect FILE [-e N]\n"
 			"Read a flushed segment file (twd's storage directory, *.twseg) offline:\n"
@@ -231,6 +252,19 @@ static void connect_why(struct conn *c, int err)
 	}
 }
 
+/* Handshake as an admin, proving the key when we have one (proto/auth.h). */
+static int handshake(struct conn *c)
+{
+	struct tw_rpc_reply rep;
+	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
+	int err;
+
+	err = tw_auth_client_handshake(c->rpc, g.key, node ? node : 1, TAILWIND__ROLE__ROLE_ADMIN,
+				       "twctl", &rep, c->why, sizeof(c->why));
+	tw_rpc_reply_release(&rep);
+	return err;
+}
+
 /* Connect to every backup; returns how many answered. */
 static unsigned connect_all(void)
 {
@@ -268,6 +302,15 @@ static unsigned connect_all(void)
 			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
 			continue;
 		}
+		err = handshake(c);
+		if (err) {
+			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
+			tw_rpc_client_destroy(c->rpc);
+			c->rpc = NULL;
+			tw_chan_close(c->ch);
+			c->ch = NULL;
+			continue;
+		}
 		up++;
 	}
 	return up;
@@ -295,6 +338,15 @@ static int need_backups(void)
 			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
 		return EXIT_USAGE;
 	}
+	if (!g.key && tw_auth_key_path(g.key_file)) {
+		char why[512];
+
+		if (tw_auth_key_load(tw_auth_key_path(g.key_file), &g.key, why, sizeof(why))) {
+			g.key = NULL;
+			fprintf(stderr, "twctl: %s%s\n", why, g.key_file ? "" : " (from $TW_KEY_FILE)");
+			return EXIT_USAGE;
+		}
+	}
 	return 0;
 }
 
@@ -306,6 +358,7 @@ static const char *state_name(int st)
 	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN: return "open";
 	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED: return "closed";
 	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED: return "flushed";
+	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST: return "LOST";
 	default: return "unknown";
 	}
 }
@@ -503,6 +556,7 @@ static void recover_cfg(struct tw_recover_config *cfg, uint64_t log_id, uint64_t
 	cfg->backups = g.backups;
 	cfg->n_backups = g.nbk;
 	cfg->connect_timeout_ms = g.timeout_ms;
+	cfg->key_file = g.key_file;
 	if (g.timeout_ms > cfg->rpc_timeout_ms)
 		cfg->rpc_timeout_ms = g.timeout_ms;
 }
@@ -591,7 +645,9 @@ static int cmd_recover(int argc, char **argv)
 	bool verify = false, no_record = false, no_fence = false;
 	uint64_t log_id, epoch = 0;
 	struct out o = { NULL, 0 };
-	char err[512];
+	char err[512], tmp[4096];
+	struct stat ost;
+	bool direct = false;
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
@@ -635,13 +691,29 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (need_backups())
 		return EXIT_USAGE;
-	if (output) {
-		o.f = strcmp(output, "-") == 0 ? stdout : fopen(output, "wb");
+	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
+	    !S_ISREG(ost.st_mode)) {
+		/* A pipe or device: written as it comes (no rename possible). */
+		o.f = fopen(output, "wb");
 		if (!o.f) {
-			fprintf(stderr, "twctl recover: cannot create %s: %s\n", output,
+			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
 				strerror(errno));
 			return EXIT_FAIL;
 		}
+		direct = true;
+	} else if (output && strcmp(output, "-") != 0) {
+		if (snprintf(tmp, sizeof(tmp), "%s.tmp", output) >= (int)sizeof(tmp)) {
+			fprintf(stderr, "twctl recover: output path too long\n");
+			return EXIT_USAGE;
+		}
+		o.f = fopen(tmp, "wb");
+		if (!o.f) {
+			fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp,
+				strerror(errno));
+			return EXIT_FAIL;
+		}
+	} else if (output) {
+		o.f = stdout;
 	}
 	recover_cfg(&cfg, log_id, epoch);
 	cfg.no_record = no_record;
@@ -653,6 +725,16 @@ static int cmd_recover(int argc, char **argv)
 		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o.err));
 		rc = rc ? rc : -o.err;
 	}
+	if (o.f && o.f != stdout && !direct) {
+		/* Only a complete, successful recovery leaves FILE behind. */
+		if (rc == 0 && rename(tmp, output) != 0) {
+			fprintf(stderr, "twctl recover: renaming %s to %s: %s\n", tmp, output,
+				strerror(errno));
+			rc = -errno;
+		}
+		if (rc != 0)
+			unlink(tmp);
+	}
 	if (g.json) {
 		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"error\":", log_id, rc ? "false" : "true");
 		json_str(stdout, rc ? err : "");
@@ -661,11 +743,13 @@ static int cmd_recover(int argc, char **argv)
 		       PRIu64 ",\"entries\":%" PRIu64 ",\"payload_bytes\":%" PRIu64 ",\"log_bytes\":%"
 		       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
 		       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
-		       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"phase_ms\":{", res.epoch,
-		       res.backups, res.backups_reached, res.backups_fenced, res.segments,
+		       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"copies_lost\":%" PRIu64
+		       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64 ",\"phase_ms\":{",
+		       res.epoch, res.backups, res.backups_reached, res.backups_fenced, res.segments,
 		       res.first_segment, res.last_segment, res.entries, res.payload_bytes,
 		       res.log_bytes, res.copies_listed, res.copies_corrupt, res.copies_stale,
-		       res.refetches, res.segments_missing, res.offsets_recorded);
+		       res.refetches, res.segments_missing, res.offsets_recorded, res.copies_lost,
+		       res.segments_lost, res.free_below);
 		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
 			printf("%s\"%s\":%.3f", ph ? "," : "",
 			       tw_recover_phase_name((enum tw_recover_phase)ph),
@@ -689,8 +773,14 @@ static int cmd_recover(int argc, char **argv)
 		fprintf(f, "  copies         %" PRIu64 " listed, %" PRIu64 " corrupt, %" PRIu64
 			" stale, %" PRIu64 " refetched\n", res.copies_listed, res.copies_corrupt,
 			res.copies_stale, res.refetches);
-		if (res.segments_missing)
-			fprintf(f, "  MISSING        %" PRIu64 " segment(s) after a gap\n",
+		if (res.copies_lost)
+			fprintf(f, "  lost copies    %" PRIu64 " (opened on a backup, gone after its "
+				"restart)\n", res.copies_lost);
+		if (res.segments_lost)
+			fprintf(f, "  LOST           %" PRIu64 " segment(s): every copy is gone\n",
+				res.segments_lost);
+		else if (res.segments_missing)
+			fprintf(f, "  MISSING        %" PRIu64 " segment(s) without a usable copy\n",
 				res.segments_missing);
 		fprintf(f, "  recorded       %" PRIu64 " recovered offsets\n", res.offsets_recorded);
 		fprintf(f, "  time (ms)     ");
@@ -708,6 +798,71 @@ static int cmd_recover(int argc, char **argv)
 	if (res.copies_listed == 0)
 		fprintf(stderr, "twctl recover: note: no backup holds any segment of log %#" PRIx64
 			" (check the log id and the backup addresses)\n", log_id);
+	return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ free, delete */
+
+static int cmd_clean(int argc, char **argv, bool delete_log)
+{
+	static const struct option lo[] = {
+		{ "below", required_argument, NULL, 'B' },
+		{ "epoch", required_argument, NULL, 'e' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *name = delete_log ? "delete" : "free";
+	struct tw_recover_config cfg;
+	uint64_t log_id, below = 0, epoch = 0, freed = 0;
+	bool have_below = false;
+	char err[512];
+	int opt, rc;
+
+	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
+	while ((opt = getopt_long(argc, argv, delete_log ? "e:" : "B:", lo, NULL)) != -1) {
+		if (opt == 'B' && !delete_log && parse_u64(optarg, &below) == 0) {
+			have_below = true;
+			continue;
+		}
+		if (opt == 'e' && delete_log && parse_u64(optarg, &epoch) == 0 && epoch > 0)
+			continue;
+		if (opt == 'B' || opt == 'e')
+			fprintf(stderr, "twctl %s: --%s %s: expected an integer%s\n", name,
+				opt == 'B' ? "below" : "epoch", optarg, opt == 'e' ? " >= 1" : "");
+		else
+			usage_cmd(stderr, name);
+		return EXIT_USAGE;
+	}
+	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
+		fprintf(stderr, "twctl %s: expected exactly one LOG id (see twctl %s --help)\n",
+			name, name);
+		return EXIT_USAGE;
+	}
+	if (!delete_log && !have_below) {
+		fprintf(stderr, "twctl free: give --below N (the first segment to keep)\n");
+		return EXIT_USAGE;
+	}
+	if (need_backups())
+		return EXIT_USAGE;
+	recover_cfg(&cfg, log_id, epoch);
+	rc = delete_log ? tw_log_delete(&cfg, &freed, err, sizeof(err))
+			: tw_log_free(&cfg, below, &freed, err, sizeof(err));
+	if (g.json) {
+		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64
+		       ",\"error\":", log_id, rc ? "false" : "true", freed);
+		json_str(stdout, rc ? err : "");
+		printf("}\n");
+	} else if (rc == 0) {
+		if (delete_log)
+			printf("log %#" PRIx64 " deleted: %" PRIu64 " segment copies dropped\n",
+			       log_id, freed);
+		else
+			printf("log %#" PRIx64 " freed below segment %" PRIu64 ": %" PRIu64 " segment "
+			       "copies dropped\n", log_id, below, freed);
+	}
+	if (rc) {
+		fprintf(stderr, "twctl %s: %s\n", name, err[0] ? err : tw_strerror(rc));
+		return EXIT_FAIL;
+	}
 	return EXIT_OK;
 }
 
@@ -907,6 +1062,7 @@ int main(int argc, char **argv)
 		{ "backup", required_argument, NULL, 'b' },
 		{ "provider", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "key-file", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -927,7 +1083,7 @@ int main(int argc, char **argv)
 		g.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
-	while ((opt = getopt_long(argc, argv, "+b:p:t:jvhV", lo, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+b:p:t:k:jvhV", lo, NULL)) != -1) {
 		switch (opt) {
 		case 'b':
 			if (add_backups(optarg))
@@ -948,6 +1104,9 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			g.timeout_ms = (unsigned)t;
+			break;
+		case 'k':
+			g.key_file = optarg;
 			break;
 		case 'j':
 			g.json = true;
@@ -986,7 +1145,8 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&
-	    strcmp(cmd, "recover") && strcmp(cmd, "inspect")) {
+	    strcmp(cmd, "recover") && strcmp(cmd, "inspect") && strcmp(cmd, "free") &&
+	    strcmp(cmd, "delete")) {
 		fprintf(stderr, "twctl: unknown command '%s' (ls, stat, fence, recover, inspect; see "
 			"twctl --help)\n", cmd);
 		return EXIT_USAGE;
@@ -1003,5 +1163,7 @@ int main(int argc, char **argv)
 		return cmd_fence(argc, argv);
 	if (strcmp(cmd, "recover") == 0)
 		return cmd_recover(argc, argv);
+	if (strcmp(cmd, "free") == 0 || strcmp(cmd, "delete") == 0)
+		return cmd_clean(argc, argv, strcmp(cmd, "delete") == 0);
 	return cmd_inspect(argc, argv);
 }

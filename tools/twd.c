@@ -1,6 +1,7 @@
 /*
  * tools/twd.c — the Tailwind backup daemon: a tw_backup (include/tailwind/backup.h) run by the
- * main thread, with a sigwait() thread that turns SIGTERM/SIGINT/SIGPWR into tw_backup_stop().
+ * main thread, with a sigwait() thread that turns SIGTERM, SIGINT, SIGHUP, SIGQUIT and SIGPWR into
+ * tw_backup_stop() (every one of them flushes every buffer before the exit).
  *
  * stdout carries exactly one line, "ready <address>", once connections are accepted (scripts
  * and tests wait for it; never sleep). Everything else goes to stderr.
@@ -26,6 +27,8 @@
 
 #include <tailwind/backup.h>
 #include <tailwind/common.h>
+
+#include "proto/auth.h"
 
 enum {
 	EXIT_OK = 0,       /* stopped by a signal, every buffer flushed */
@@ -57,14 +60,18 @@ static void usage(FILE *f)
 		"                           can flush on battery power (default: --buffers)\n"
 		"  -B, --busy-poll          poll the fabric instead of blocking (one core at 100%%)\n"
 		"  -n, --node-id ID         node id reported to peers (default: from host name and pid)\n"
+		"  -k, --key-file PATH      cluster key: peers must prove it before any request is\n"
+		"                           served (default: $TW_KEY_FILE; none: every peer that can\n"
+		"                           reach the address is served). 32+ random bytes, mode 0600:\n"
+		"                           head -c 32 /dev/urandom > KEY && chmod 600 KEY\n"
 		"  -v, --verbose            more log output on stderr (twice: debug)\n"
 		"  -V, --version            print the version and exit\n"
 		"  -h, --help               this text\n"
 		"\n"
 		"Prints one line \"ready <address>\" on stdout once it accepts connections; logs go to\n"
 		"stderr (level also from $TW_LOG_LEVEL: error, warn, info, debug; TW_LOG_TIME=1\n"
-		"puts the date and time on every log line). SIGTERM, SIGINT and SIGPWR flush every\n"
-		"buffer, open ones included, then exit.\n"
+		"puts the date and time on every log line). SIGTERM, SIGINT, SIGHUP, SIGQUIT and\n"
+		"SIGPWR flush every buffer, open ones included, then exit.\n"
 		"\n"
 		"Exit status:\n"
 		"  0  clean shutdown (a signal), every buffer flushed\n"
@@ -355,6 +362,7 @@ int main(int argc, char **argv)
 		{ "unflushed-limit", required_argument, NULL, 'u' },
 		{ "busy-poll", no_argument, NULL, 'B' },
 		{ "node-id", required_argument, NULL, 'n' },
+		{ "key-file", required_argument, NULL, 'k' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -379,7 +387,7 @@ int main(int argc, char **argv)
 		cfg.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
-	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:vVh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:k:vVh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
 			cfg.dir = optarg;
@@ -435,6 +443,9 @@ int main(int argc, char **argv)
 			}
 			cfg.node_id = v;
 			break;
+		case 'k':
+			cfg.key_file = optarg;
+			break;
 		case 'v':
 			verbose++;
 			break;
@@ -465,11 +476,31 @@ int main(int argc, char **argv)
 	}
 	if (verbose)
 		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
+	if (tw_auth_key_path(cfg.key_file)) {
+		struct tw_auth_key *key;
+		char why[512];
+
+		/* Checked here for a clear message and exit 2; the backup reads it again. */
+		cfg.key_file = tw_auth_key_path(cfg.key_file);
+		rc = tw_auth_key_load(cfg.key_file, &key, why, sizeof(why));
+		if (rc != 0) {
+			fprintf(stderr, "twd: %s%s\n", why, cfg.key_file == getenv("TW_KEY_FILE") ?
+				" (from $TW_KEY_FILE)" : "");
+			return EXIT_USAGE;
+		}
+		tw_auth_key_free(key);
+	} else {
+		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
+			"not authenticated; anyone who can reach this daemon can read, write and "
+			"fence its logs\n");
+	}
 
 	/* Signals: blocked in every thread (set before any thread starts), taken by sigwait. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);  /* a closed terminal or a careless reload must not lose data */
+	sigaddset(&set, SIGQUIT); /* no core dump of a daemon holding acknowledged entries */
 	sigaddset(&set, SIGPWR);
 	sigaddset(&set, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);

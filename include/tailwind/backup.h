@@ -59,6 +59,13 @@ struct tw_backup_config {
 	bool busy_poll;
 	/* This backup's identity, reported in handshakes. 0: derived from the host and pid. */
 	uint64_t node_id;
+	/* Cluster key file for peer authentication (docs/operations.md, "Peer authentication"):
+	 * 32 to 4096 random bytes, mode 0600 or stricter (group/world access is refused). With a
+	 * key, a connection must complete the authenticated handshake before any other request;
+	 * other requests are refused (UNAUTHENTICATED) and the connection closed. NULL:
+	 * $TW_KEY_FILE if set and not empty, else none; "": none. Without a key every peer that
+	 * can reach the address is served (as before). */
+	const char *key_file;
 };
 
 /* Fill `cfg` with the defaults above (dir NULL: the caller must set it). Never fails. */
@@ -155,6 +162,10 @@ struct tw_backup_stats {
 	uint64_t loads; /* flushed segments loaded into a buffer for a read grant */
 	/* CPU time of the whole process, microseconds (user + system). */
 	uint64_t cpu_user_us, cpu_sys_us;
+	/* Peer authentication (key configured): handshakes and requests refused because the peer
+	 * had no key, a wrong one, or replayed a proof; each cost the peer its connection. */
+	uint64_t auth_failures;
+	uint64_t auth_ok; /* connections that proved the key */
 };
 
 /* Copy a consistent snapshot of the counters. Thread-safe. */

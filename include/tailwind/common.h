@@ -38,7 +38,9 @@ extern "C" {
 	X(TW_ESTALE, 1033, "stale replica version")                                   \
 	X(TW_ENOTFOUND, 1034, "no such log or segment")                               \
 	X(TW_ECLOSED, 1035, "object is closed")                                       \
-	X(TW_EREMOTE, 1036, "the peer reported an error")
+	X(TW_EREMOTE, 1036, "the peer reported an error")                            \
+	X(TW_EEXIST, 1037, "log already exists on the backups (take it over)")       \
+	X(TW_ELOST, 1038, "a segment of the log is lost on every backup")
 
 enum tw_error {
 #define TW__ERR_ENUM(name, value, text) name = value,
@@ -51,6 +53,13 @@ enum tw_error {
  * value). Returns a static string; never NULL. Thread-safe.
  */
 TW_API const char *tw_strerror(int err);
+
+/*
+ * Epochs name a log's owner generation (docs/recovery.md). They are at most TW_EPOCH_MAX: a
+ * backup refuses a fence beyond it, so that a log always has room for the next takeover (a
+ * million takeovers a second would take 8 years to use the range up).
+ */
+#define TW_EPOCH_MAX ((UINT64_C(1) << 48) - 1)
 
 /* Log levels. The default sink writes to stderr (never stdout); the level comes from the
  * environment variable TW_LOG_LEVEL (error, warn, info, debug; default warn). */

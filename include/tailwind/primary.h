@@ -61,6 +61,7 @@
 #include <stdint.h>
 
 #include <tailwind/common.h>
+#include <tailwind/recovery.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,7 +106,10 @@ enum tw_data_path {
 
 struct tw_primary_config {
 	uint64_t log_id;
-	uint64_t epoch;               /* sent with every RPC; a backup refuses older ones */
+	uint64_t epoch;               /* 0 (default): automatic, one past every epoch the backups
+				       * know of the log. The owner of a log is (epoch, a random
+				       * incarnation id per open): backups refuse older epochs and
+				       * other incarnations at the same epoch (docs/recovery.md). */
 	const char *const *backups;   /* addresses of the candidate backups ("127.0.0.1:4000", ...) */
 	size_t n_backups;
 	unsigned replicas;            /* r; default 3; at most TW_PRIMARY_MAX_REPLICAS */
@@ -127,6 +131,11 @@ struct tw_primary_config {
 	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
 				       * loss (background, between driver rounds); default
 				       * 64 MiB/s; 0: unlimited */
+	const char *key_file;         /* cluster key for peer authentication (tailwind/backup.h,
+				       * docs/operations.md): the handshake with every backup then
+				       * proves the key both ways, and a backup that cannot prove
+				       * it is not used. NULL: $TW_KEY_FILE if set and not empty,
+				       * else none; "": none. Read once by tw_primary_open. */
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
@@ -135,19 +144,62 @@ TW_API void tw_primary_config_init(struct tw_primary_config *cfg);
 struct tw_primary;
 
 /*
- * Open a log: open a fabric instance, connect and handshake with every backup in cfg->backups
- * (unreachable ones are skipped with a warning), then open segment 0 on `replicas` of them.
+ * Open a NEW log: open a fabric instance, connect and handshake with every backup in
+ * cfg->backups (unreachable ones are skipped with a warning), ask each whether it holds anything
+ * of the log (a log that exists is never written over: -TW_EEXIST, take it over instead), then
+ * open segment 0 on `replicas` of them, the first one alone (two primaries creating the same
+ * log meet there; the second gets -TW_EFENCED or -TW_EEXIST).
  * A backup that refuses (RESOURCE_EXHAUSTED) is replaced by another from the list; when the list
  * is exhausted, the open is retried with exponential back-off for up to open_retry_ms.
  * `cfg` and its strings are borrowed for the call (copied). Blocks (up to the timeouts).
  * Returns 0 and *out (owned by the caller; release with tw_primary_close()), or:
  * -EINVAL (bad configuration), -TW_ENOBACKUP (fewer than r backups reachable or accepting; the
  * message, logged and in errmsg_out if given, names each backup and why), -TW_ENOPROV, -ENOMEM,
- * -TW_EFENCED / -TW_EVERSION / -TW_EREMOTE from a backup's reply.
+ * -TW_EEXIST (the log already has data on a backup: a restarted primary must take it over),
+ * -TW_EFENCED (another owner holds the log at this epoch or later) / -TW_EVERSION /
+ * -TW_EREMOTE from a backup's reply.
  * errmsg_out (may be NULL, errmsg_len bytes) receives the failure's detail.
  */
 TW_API int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
 			   char *errmsg_out, size_t errmsg_len);
+
+/*
+ * Take a log over and continue it (Tailwind §3.4; docs/recovery.md, "Takeover"): fence the log
+ * on every reachable backup with a new epoch (cfg->epoch, or 0: automatic) as a fresh
+ * incarnation, recover it — every entry is handed to `on_entry(arg, e)` in log order, as
+ * tw_recover() does, so the service can rebuild its state — then return a primary that owns the
+ * log and appends after the recovered tail, in new segments (the first after every segment any
+ * backup holds), so LSNs keep growing across incarnations. The previous owner, if it still
+ * runs, is fenced: its appends fail with -TW_EFENCED.
+ * Racing takeovers: the fences go to the backups one at a time in cfg->backups order and a
+ * refused fence ends the call (-TW_EFENCED naming the winner's epoch), so among takeovers that
+ * chose the same epoch exactly one wins; a later one with a higher epoch overtakes the earlier
+ * (whose appends then fail). `cfg` as tw_primary_open (borrowed); res_out (may be NULL) receives
+ * the recovery's counts. Returns 0 and *out, or the errors of tw_recover() (-TW_ELOST: a segment
+ * is lost on every backup, nothing delivered; -TW_EFENCED: another owner won) and of
+ * tw_primary_open(). On failure no primary is returned; entries delivered stay delivered.
+ */
+TW_API int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
+			       void *arg, struct tw_recover_result *res_out,
+			       struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
+
+/*
+ * Log cleaning: free the log's segments below `below_segment` on every backup (FreeSegments:
+ * files removed, buffers returned) and in the primary's memory (as tw_primary_release). The
+ * open segment is never freed (below_segment is capped at it). Recovery and takeover then start
+ * at `below_segment`. Sync mode: blocking, returns the number of segments released from memory
+ * or the first error of a backup (the others still freed theirs). Async mode: the RPCs are
+ * handed to the progress thread (failures are logged); returns at once. A backup that is down
+ * keeps its copies until a later free reaches it (frees are cumulative); recovery ignores copies
+ * below the highest mark any backup reports.
+ */
+TW_API int tw_primary_free(struct tw_primary *p, uint32_t below_segment);
+
+/* The epoch this primary owns the log at (resolved at open / takeover). */
+TW_API uint64_t tw_primary_epoch(const struct tw_primary *p);
+/* The first segment this primary wrote (0 for a new log; after the recovered tail for a
+ * takeover). */
+TW_API uint32_t tw_primary_first_segment(const struct tw_primary *p);
 
 /*
  * Close the log: tw_primary_finish() (wait for every append to be acknowledged or failed, stop
@@ -212,7 +264,8 @@ TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
 
 /*
  * Read back the entry at `lsn` from the primary's memory. *data_out points into the log
- * (borrowed until tw_primary_close(); never modified), *len_out is its length. Any appended
+ * (borrowed until tw_primary_close(), or until its segment is released by tw_primary_release /
+ * tw_primary_free, whichever comes first; never modified), *len_out is its length. Any appended
  * entry can be read, acknowledged or not. Returns 0, -TW_ENOTFOUND (no entry starts there),
  * -EINVAL. Thread-safe in async mode.
  */
@@ -226,7 +279,7 @@ TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const vo
 /*
  * Free the primary's memory of the closed segments below `below_segment` (the open segment is
  * never released). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
- * copies: dropping those is the Free RPC (log cleaning), a later issue. Returns the number of
+ * copies: tw_primary_free() drops those too (log cleaning). Returns the number of
  * segments released by this call (in async mode the progress thread unmaps them shortly after),
  * or -EINVAL. Thread-safe in async mode.
  */

@@ -79,6 +79,11 @@ struct tw_recover_config {
 	bool busy_poll; /* poll the fabric instead of blocking waits (one core at 100%) */
 	bool no_fence;  /* do not fence (inspection of a live log: the answer may be stale) */
 	bool no_record; /* do not send RecoveredOffset (leave open copies open) */
+	/* Cluster key for peer authentication (tailwind/backup.h, docs/operations.md): every
+	 * backup must prove it in the handshake, and we prove it to them; a backup that does not
+	 * is left out like an unreachable one. NULL: $TW_KEY_FILE if set and not empty, else
+	 * none; "": none. */
+	const char *key_file;
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
@@ -125,9 +130,15 @@ struct tw_recover_result {
 	uint64_t copies_corrupt;       /* skipped: reported corrupt, or failed verification/load */
 	uint64_t copies_stale;         /* skipped: older replica version */
 	uint64_t refetches;            /* segments fetched again from another copy */
-	uint64_t segments_missing;     /* segment ids after the end that could not be delivered */
+	uint64_t segments_missing;     /* listed segments that could not be delivered (the call
+					* failed before delivering anything) */
 	uint64_t offsets_recorded;     /* RecoveredOffset accepted by a backup */
 	uint64_t phase_ns[TW_RECOVER_PHASES];
+	/* Added in 0.2 (ownership, docs/recovery.md). */
+	uint64_t copies_lost;          /* copies listed LOST (opened there, gone after a restart) */
+	uint64_t segments_lost;        /* segments whose every copy is LOST (the call failed) */
+	uint64_t free_below;           /* first live segment (log cleaning); delivery starts here */
+	uint64_t incarnation;          /* owner id this recovery fenced with */
 };
 
 /*
@@ -157,6 +168,29 @@ TW_API int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn c
  */
 TW_API int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
 			    unsigned *fenced_out, char *errmsg_out, size_t errmsg_len);
+
+/*
+ * Log cleaning without a primary (twctl free): free log cfg->log_id's segments below
+ * `below_segment` on every reachable backup, at the highest epoch they report (no fence: the
+ * log's primary, if any, keeps running). A backup refuses when a segment below the mark is still
+ * open (being written). Each backup records the mark durably before it removes files; recovery
+ * and takeover then start at the mark. *freed_out (may be NULL): segments dropped in all.
+ * Returns 0 when every reachable backup accepted, else the first refusal (-EINVAL: an open
+ * segment below the mark; -TW_EFENCED), -TW_ENOBACKUP (none reachable), -EINVAL (cfg).
+ */
+TW_API int tw_log_free(const struct tw_recover_config *cfg, uint64_t below_segment,
+		       uint64_t *freed_out, char *errmsg_out, size_t errmsg_len);
+
+/*
+ * Delete log cfg->log_id (twctl delete): fence it with a new epoch (as tw_recover_fence; the
+ * owner, if it runs, is stopped), then drop every segment of it on every fenced backup, open ones
+ * included. Afterwards the backups hold no segment file and no buffer of the log; each keeps only
+ * the log's epoch (one journal record) so that an old primary stays fenced. A plain
+ * tw_primary_open of the same log id then creates it anew (at a higher epoch). Returns as
+ * tw_log_free, or -TW_EFENCED when another owner won the fence.
+ */
+TW_API int tw_log_delete(const struct tw_recover_config *cfg, uint64_t *freed_out,
+			 char *errmsg_out, size_t errmsg_len);
 
 #ifdef __cplusplus
 }

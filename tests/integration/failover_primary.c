@@ -14,7 +14,8 @@
  *
  * usage: failover_primary PROVIDER LOG_ID SEGMENT_SIZE REPLICAS COUNT OP_TIMEOUT_MS ADDR...
  * $FAILOVER_EPOCH sets the epoch. $FAILOVER_HOLD=1: after "failed", keep running (and answer
- * nothing) until killed, so a test can inspect it.
+ * nothing) until killed, so a test can inspect it. $FAILOVER_SYNC=1: TW_PRIMARY_SYNC mode, one
+ * blocking tw_primary_append at a time (one write in flight), same lines.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -46,7 +47,8 @@ static void say(const char *s, size_t n)
 	}
 }
 
-/* Runs on the primary's progress thread (async mode), in log order. */
+/* Runs on the primary's progress thread (async mode), in log order; after each append in
+ * sync mode. */
 static void on_ack(void *arg, int status, uint64_t lsn)
 {
 	struct tw_primary_stats st;
@@ -111,7 +113,7 @@ int main(int argc, char **argv)
 	cfg.rpc_timeout_ms = cfg.op_timeout_ms;
 	cfg.backups = (const char *const *)&argv[7];
 	cfg.n_backups = (size_t)(argc - 7);
-	cfg.mode = TW_PRIMARY_ASYNC;
+	cfg.mode = getenv("FAILOVER_SYNC") ? TW_PRIMARY_SYNC : TW_PRIMARY_ASYNC;
 	if (getenv("FAILOVER_EPOCH"))
 		cfg.epoch = strtoull(getenv("FAILOVER_EPOCH"), NULL, 0);
 	rc = tw_primary_open(&cfg, &prim, err, sizeof(err));
@@ -122,7 +124,16 @@ int main(int argc, char **argv)
 	say("ready\n", 6);
 	for (uint64_t seq = 0; seq < count && !failed; seq++) {
 		rt_fill(obj, seq);
-		rc = tw_primary_append_async(prim, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq, NULL);
+		if (cfg.mode == TW_PRIMARY_SYNC) {
+			uint64_t lsn = 0;
+
+			rc = tw_primary_append(prim, obj, RT_OBJ, &lsn);
+			if (rc == 0)
+				on_ack((void *)(uintptr_t)seq, 0, lsn);
+		} else {
+			rc = tw_primary_append_async(prim, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq,
+						     NULL);
+		}
 		if (rc) {
 			char line[600];
 			int n = snprintf(line, sizeof(line), "failed %d %s\n", rc,

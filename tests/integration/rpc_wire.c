@@ -356,9 +356,9 @@ static void test_good_client(const char *when)
 	   rep.env->list_segments_reply->segments[1]->valid_len == 2000,
 	   "%s: list_segments", when);
 	tw_rpc_reply_release(&rep);
-	rc = tw_rpc_fence(good, 5, 3, &e);
+	rc = tw_rpc_fence(good, 5, 3, &e, NULL);
 	ok(rc == 0 && e == 3, "%s: fence", when);
-	rc = tw_rpc_fence(good, 5, 2, &e);
+	rc = tw_rpc_fence(good, 5, 2, &e, NULL);
 	ok(rc == -TW_EFENCED && e == 3, "%s: fence to an older epoch: -TW_EFENCED", when);
 	is_int(tw_rpc_ping(good, 9), 0, "%s: ping", when);
 }

@@ -248,6 +248,7 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	out->buffers_open = r->buffers_open;
 	out->cq_entries = kv(r->message, "cq_entries=");
 	out->cq_polls = kv(r->message, "cq_polls=");
+	out->connections = kv(r->message, "connections=");
 	tw_rpc_reply_release(&rep);
 	return 0;
 }

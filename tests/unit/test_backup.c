@@ -224,14 +224,14 @@ static void test_admission_and_validation(void)
 		conn(&z);
 		is_int(twc_open(&z, 20, 1, 1, 1, BUF), 0, "zombie-to-be opens segment 1 (again)");
 		is_int(twc_write(&z, 2, 100, 5), 0, "and writes");
-		is_int(tw_rpc_fence(d.rpc, 20, 5, &e), 0, "fence log 20 to epoch 5");
+		is_int(tw_rpc_fence(d.rpc, 20, 5, &e, NULL), 0, "fence log 20 to epoch 5");
 		rc = twc_write(&z, 2, 100, 6);
 		ok(rc != 0, "the fenced primary's next write fails (%s)", tw_strerror(rc));
 		twc_close(&z);
 
-		is_int(tw_rpc_fence(d.rpc, 20, 5, &e), 0, "fence again, same epoch: OK");
+		is_int(tw_rpc_fence(d.rpc, 20, 5, &e, NULL), 0, "fence again, same epoch: OK");
 		is_int((long long)e, 5, "fence reply epoch");
-		is_int(tw_rpc_fence(d.rpc, 20, 4, &e), -TW_EFENCED, "fence to an older epoch: FENCED");
+		is_int(tw_rpc_fence(d.rpc, 20, 4, &e, NULL), -TW_EFENCED, "fence to an older epoch: FENCED");
 		m = (struct tw_rpc_seg_meta){ 20, 1, 0, 0 };
 		is_int(tw_rpc_close_segment(d.rpc, 4, &m, 1, NULL), -TW_EFENCED,
 		       "close with a stale epoch: FENCED");
@@ -250,7 +250,7 @@ static void test_admission_and_validation(void)
 	{
 		uint64_t freed = 0;
 
-		is_int(tw_rpc_free_segments(d.rpc, 5, 20, 100, &freed), 0, "free log 20");
+		is_int(tw_rpc_free_segments(d.rpc, 5, 20, 100, false, &freed), 0, "free log 20");
 		is_int((long long)freed, 2, "two segments freed");
 	}
 	twc_close(&c);
@@ -315,7 +315,7 @@ static void test_battery_and_restart(void)
 	{
 		uint64_t e;
 
-		is_int(tw_rpc_fence(c.rpc, 0x99, 7, &e), 0, "fence log 0x99 (no segments here) to 7");
+		is_int(tw_rpc_fence(c.rpc, 0x99, 7, &e, NULL), 0, "fence log 0x99 (no segments here) to 7");
 	}
 	twc_close(&c);
 	stop(true); /* battery: flush the open buffer too */
@@ -374,7 +374,7 @@ static void test_battery_and_restart(void)
 		struct tw_rpc_seg_meta m = { 0x99, 0, 0, 0 };
 		struct tw_rkey rk;
 
-		is_int(tw_rpc_fence(c.rpc, 0x99, 6, &e), -TW_EFENCED,
+		is_int(tw_rpc_fence(c.rpc, 0x99, 6, &e, NULL), -TW_EFENCED,
 		       "fence survived the restart: an older fence is refused");
 		is_int((long long)e, 7, "epoch 7 restored from the epoch file");
 		is_int(tw_rpc_open_segment(c.rpc, 6, &m, 1, BUF, &rk), -TW_EFENCED,

@@ -101,7 +101,7 @@ static void *client_main(void *arg)
 		if (s % 5 == 4) {
 			uint64_t freed;
 
-			rc = tw_rpc_free_segments(c.rpc, 1, log, s - 2, &freed);
+			rc = tw_rpc_free_segments(c.rpc, 1, log, s - 2, false, &freed);
 			if (rc)
 				w->failures++;
 			else

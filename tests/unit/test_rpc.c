@@ -411,14 +411,14 @@ static void test_typed_calls(void)
 	is_int(tw_rpc_set_replica_version(C.cl, 1, 5, 3, 6), -TW_ESTALE,
 	       "STALE_VERSION -> -TW_ESTALE");
 
-	rc = tw_rpc_fence(C.cl, 5, 10, &v);
+	rc = tw_rpc_fence(C.cl, 5, 10, &v, NULL);
 	ok(rc == 0 && v == 10, "fence to 10");
-	rc = tw_rpc_fence(C.cl, 5, 9, &v);
+	rc = tw_rpc_fence(C.cl, 5, 9, &v, NULL);
 	ok(rc == -TW_EFENCED && v == 10, "handler-set FENCED status -> -TW_EFENCED, epoch %llu",
 	   (unsigned long long)v);
 	ok(strstr(tw_rpc_client_errmsg(C.cl), "older epoch") != NULL, "status message kept");
 
-	rc = tw_rpc_free_segments(C.cl, 10, 5, 4, &v);
+	rc = tw_rpc_free_segments(C.cl, 10, 5, 4, false, &v);
 	ok(rc == 0 && v == 4, "free_segments");
 
 	rc = tw_rpc_read_segment(C.cl, 10, 5, 3, &g);
