@@ -489,10 +489,6 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 		tw_auth_key_free(key);
-	} else {
-		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
-			"not authenticated; anyone who can reach this daemon can read, write and "
-			"fence its logs\n");
 	}
 
 	/* Signals: blocked in every thread (set before any thread starts), taken by sigwait. */
@@ -515,8 +511,13 @@ int main(int argc, char **argv)
 	if (status == 0) {
 		rc = tw_backup_open(&cfg, &b);
 		if (rc != 0) {
-			fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
 			status = exit_code_for(rc);
+			if (status == EXIT_STORAGE && rc != -EBUSY)
+				fprintf(stderr, "twd: storage directory %s cannot hold segment files: "
+					"%s (give twd a writable directory on a local file system)\n",
+					cfg.dir, tw_strerror(rc));
+			else
+				fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
 		} else {
 			status = probe_dir(cfg.dir);
 			if (status)
@@ -534,6 +535,10 @@ int main(int argc, char **argv)
 		tw_backup_stop(b); /* a signal arrived during start-up */
 	pthread_mutex_unlock(&sig_lock);
 
+	if (!tw_auth_key_path(cfg.key_file))
+		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
+			"not authenticated; anyone who can reach this daemon can read, write and "
+			"fence its logs\n");
 	printf("ready %s\n", tw_backup_listen_addr(b));
 	fflush(stdout);
 	notify_ready();
