@@ -605,6 +605,31 @@ out:
  * later one with a higher epoch overtakes legitimately (the earlier then fails at its next
  * request). There is no retry with a higher epoch: a refusal means another owner is at work.
  */
+/*
+ * A refusal with an older epoch than ours is a hold: the previous fencer's connection to this
+ * backup is still open and active. Once we have fenced an earlier backup, that previous owner is
+ * already cut off there and stops at its next request, so its hold lapses: wait for it (at most
+ * the hold time and one RPC timeout) instead of leaving the log fenced half-way with no owner.
+ * A refusal at our own epoch or above is another owner that got ahead: lose at once.
+ */
+static int fence_held(struct rctx *c, struct rbk *b, uint64_t epoch, uint64_t *got,
+		      uint64_t *owner)
+{
+	uint64_t rpc_ms = c->cfg->rpc_timeout_ms ? c->cfg->rpc_timeout_ms : 10000;
+	uint64_t wait_ms = (uint64_t)TW_FENCE_HOLD_MS + rpc_ms;
+	uint64_t end = tw_now_ns() + wait_ms * 1000000u;
+	int rc = -TW_EFENCED;
+
+	tw_log_info("recover: log %016" PRIx64 ": backup %s is held by incarnation %016" PRIx64
+		    " at epoch %" PRIu64 "; waiting for it to stop (this fence already cut it off "
+		    "elsewhere)", c->cfg->log_id, b->addr, *owner, *got);
+	while (rc == -TW_EFENCED && *got < epoch && tw_now_ns() < end) {
+		rc_progress(c, 100);
+		rc = tw_rpc_fence(b->rpc, c->cfg->log_id, epoch, got, owner);
+	}
+	return rc;
+}
+
 static int fence_all(struct rctx *c)
 {
 	uint64_t epoch = c->cfg->epoch;
@@ -655,6 +680,8 @@ static int fence_all(struct rctx *c)
 		if (!bk_ok(b))
 			continue;
 		rc = tw_rpc_fence(b->rpc, c->cfg->log_id, epoch, &got, &owner);
+		if (rc == -TW_EFENCED && fenced > 0 && got < epoch)
+			rc = fence_held(c, b, epoch, &got, &owner);
 		if (rc == 0) {
 			b->fenced = true;
 			fenced++;

@@ -106,7 +106,7 @@ struct logst {
 };
 
 /* A fencer's hold on a log lapses after this long without a request from it. */
-#define BK_HOLD_NS (10ull * 1000000000ull)
+#define BK_HOLD_NS ((uint64_t)TW_FENCE_HOLD_MS * 1000000u)
 
 /* ------------------------------------------------------------------ connections */
 

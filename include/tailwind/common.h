@@ -61,6 +61,13 @@ TW_API const char *tw_strerror(int err);
  */
 #define TW_EPOCH_MAX ((UINT64_C(1) << 48) - 1)
 
+/*
+ * A backup refuses a fence from another incarnation while the last accepted fence's connection
+ * is open and made a request within this many milliseconds (the "hold", docs/recovery.md): a
+ * recovery or takeover at work is not cut off half-way.
+ */
+#define TW_FENCE_HOLD_MS 10000
+
 /* Log levels. The default sink writes to stderr (never stdout); the level comes from the
  * environment variable TW_LOG_LEVEL (error, warn, info, debug; default warn). */
 enum tw_log_level {

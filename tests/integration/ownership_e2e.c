@@ -678,26 +678,57 @@ static void cycle_backups(void)
 	}
 }
 
+static const struct phase {
+	const char *name;
+	void (*run)(void);
+	unsigned tests;
+	bool cycle_after; /* restart the twd's after it (many peer processes on shm) */
+} phases[] = {
+	{ "chain", test_chain, 3, false },
+	{ "restart", test_restart, 3, false },
+	{ "duplicate", test_duplicate, 2, false },
+	{ "racing", test_racing_takeovers, 1, true },
+	{ "recovers", test_racing_recoveries, 1, true },
+	{ "clean", test_clean, 6, false },
+	{ "loss", test_loss, 3, false },
+	{ "sighup", test_sighup, 2, false },
+};
+
+/* argv[2], optional: a comma-separated list of phases to run (default: all), for debugging. */
+static bool wanted(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
+			return true;
+	return !list;
+}
+
 int main(int argc, char **argv)
 {
+	const char *only = argc > 2 ? argv[2] : NULL;
+	unsigned plan = 0;
+
 	prov = argc > 1 ? argv[1] : "tcp";
 	if (proc_find_tool("tests/integration/owner_primary", prim, sizeof(prim)) != 0 ||
 	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0)
 		tap_plan_skip_all("owner_primary or twctl not built");
 	rng = tap_seed() | 1;
-	tap_plan(3 + 3 + 2 + 1 + 1 + 6 + 3 + 2);
+	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+		plan += wanted(only, phases[i].name) ? phases[i].tests : 0;
+	if (!plan)
+		tap_plan_skip_all("no phase named in '%s'", only);
+	tap_plan(plan);
 	rt_start(&cl, prov, NB, "64K", "64");
 	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
-	test_chain();
-	test_restart();
-	test_duplicate();
-	test_racing_takeovers();
-	cycle_backups();
-	test_racing_recoveries();
-	cycle_backups();
-	test_clean();
-	test_loss();
-	test_sighup();
+	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+		if (!wanted(only, phases[i].name))
+			continue;
+		phases[i].run();
+		if (phases[i].cycle_after)
+			cycle_backups();
+	}
 	rt_stop(&cl);
 	return tap_exit();
 }
