@@ -1,6 +1,7 @@
 /* tests/tap.c — see tap.h. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,15 +84,24 @@ void tap_skip(int n, const char *fmt, ...)
 	fflush(stdout);
 }
 
+/* Every line of a diagnostic gets its "# " (a multi-line message, e.g. captured stderr, would
+ * otherwise break the TAP stream). */
 void tap_diag(const char *fmt, ...)
 {
+	char buf[8192];
+	const char *p = buf, *nl;
 	va_list ap;
 
-	printf("# ");
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	printf("\n");
+	do {
+		nl = strchr(p, '\n');
+		if (!nl && !*p && p != buf)
+			break; /* a trailing newline ends the message */
+		printf("# %.*s\n", nl ? (int)(nl - p) : (int)strlen(p), p);
+		p = nl ? nl + 1 : NULL;
+	} while (p);
 	fflush(stdout);
 }
 
