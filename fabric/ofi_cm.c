@@ -149,7 +149,7 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 	}
 	if ((rc = cm_data_fits(of, &ch->ep->fid)) < 0)
 		return rc;
-	/* Receives before accept/connect: verbs would otherwise RNR-stall forever (notes §5). */
+	/* Receives before accept/connect: verbs would otherwise RNR-stall forever (fi_verbs(7); docs/fabric.md, Connections). */
 	rc = msg_alloc_rx(of, &ch->rbuf, &ch->rbuf_len, ch->nrx, &ch->rmr, &ch->rdesc, &ch->rctx, ch);
 	if (rc < 0)
 		return rc;

@@ -112,7 +112,7 @@ static void read_back(struct ofi_fab *of)
 	of->mr_key_size = i->domain_attr->mr_key_size ? i->domain_attr->mr_key_size : 8;
 	of->addr_str = i->addr_format == FI_ADDR_STR;
 	of->is_verbs = strstr(i->fabric_attr->prov_name, "verbs") != NULL;
-	/* The strongest completion each provider offers in 1.17 (notes §1.4). */
+	/* The strongest completion each provider offers in 1.17 (docs/fabric.md, F4). */
 	of->write_flags = FI_COMPLETION | (of->is_verbs ? FI_TRANSMIT_COMPLETE : FI_DELIVERY_COMPLETE);
 	tw_log_debug("fabric %s: mr_mode=0x%llx inject=%zu tx=%zu rx=%zu rma_iov=%zu max_msg=%zu "
 		     "cq_data=%zu key=%zu mode=0x%llx",
@@ -255,7 +255,7 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 		service = NULL;
 		flags = 0;
 	} else {
-		node = cfg->node ? cfg->node : "127.0.0.1"; /* never the first interface (notes §2.5) */
+		node = cfg->node ? cfg->node : "127.0.0.1"; /* never the first interface (docs/fabric.md, F6) */
 		service = cfg->service && strcmp(cfg->service, "0") ? cfg->service : NULL;
 		flags = FI_SOURCE;
 	}

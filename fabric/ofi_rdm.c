@@ -72,17 +72,32 @@ int rdm_open_ep(struct ofi_fab *of)
 		fab_open_errmsg("%s", of->base.errmsg);
 		return rc;
 	}
-	rc = fi_endpoint(of->domain, of->info, &of->ep, NULL);
-	if (rc) {
+	for (int attempt = 0;; attempt++) {
+		rc = fi_endpoint(of->domain, of->info, &of->ep, NULL);
+		if (rc) {
+			of->ep = NULL;
+			fab_open_errmsg("fi_endpoint: %s", fi_strerror(-rc));
+			return ofi_errno(rc);
+		}
+		rc = fi_ep_bind(of->ep, &of->av->fid, 0);
+		if (!rc) /* shm wants both directions bound (fi_shm.7) */
+			rc = fi_ep_bind(of->ep, &of->cq->fid, FI_TRANSMIT | FI_RECV);
+		if (!rc)
+			rc = fi_enable(of->ep);
+		/*
+		 * shm names its region fi_shm://PID:UID:IDX. A process killed with SIGKILL leaves
+		 * its region in /dev/shm; when a later process gets the same PID, 1.17's
+		 * smr_create() (prov/util/src/util_shm.c, smr_retry_map) sees the old region
+		 * name its own, live PID, unlinks it and fails with -FI_EBUSY. The next endpoint
+		 * gets a new index, hence a new name: one retry is enough.
+		 */
+		if (rc != -FI_EBUSY || !of->keep_av || attempt > 0)
+			break;
+		tw_log_info("fabric shm: a dead process's region had this process's name "
+			    "(PID reused); it was removed, opening the endpoint again");
+		fi_close(&of->ep->fid);
 		of->ep = NULL;
-		fab_open_errmsg("fi_endpoint: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
 	}
-	rc = fi_ep_bind(of->ep, &of->av->fid, 0);
-	if (!rc) /* shm wants both directions bound (fi_shm.7) */
-		rc = fi_ep_bind(of->ep, &of->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (!rc)
-		rc = fi_enable(of->ep);
 	if (rc) {
 		fab_open_errmsg("endpoint bind/enable: %s", fi_strerror(-rc));
 		return ofi_errno(rc);

@@ -123,7 +123,7 @@ static bool start_peer(struct peer *pe)
 	return true;
 }
 
-/* shm: a SIGKILLed peer leaves its /dev/shm region behind (notes §2.1): remove it. */
+/* shm: a SIGKILLed peer leaves its /dev/shm region behind (libfabric unlinks it only on a clean close or a caught signal): remove it. */
 static void remove_shm_file(const char *addr)
 {
 	char path[256];
