@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -513,17 +514,39 @@ static void count_files(uint64_t log_id, uint64_t below, unsigned *files, uint64
 	}
 }
 
-/* Wait (bounded) until the flusher removed them: removal is asynchronous. */
-static void wait_files_gone(uint64_t log_id, uint64_t below, unsigned *files, uint64_t *bytes)
+/*
+ * The flusher removes freed segment files after the Free reply, so wait for the removals
+ * themselves: inotify watches on the backups' directories, set up before the free, wake this
+ * thread at each deletion or rename (bounded by 30 s without any event).
+ */
+static int watch_dirs(void)
 {
-	struct timespec ts = { 0, 10 * 1000000 };
+	int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 
-	for (int i = 0; i < 1000; i++) {
+	for (unsigned i = 0; fd >= 0 && i < NB; i++)
+		if (inotify_add_watch(fd, cl.dir[i], IN_DELETE | IN_MOVED_FROM) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	return fd;
+}
+
+static void wait_files_gone(int wfd, uint64_t log_id, uint64_t below, unsigned *files,
+			    uint64_t *bytes)
+{
+	char ev[4096];
+
+	for (;;) {
+		struct pollfd pfd = { .fd = wfd, .events = POLLIN };
+
 		count_files(log_id, below, files, bytes);
-		if (*files == 0)
-			return;
-		nanosleep(&ts, NULL); /* polling a directory, bounded: not a synchronisation sleep */
+		if (*files == 0 || wfd < 0 || poll(&pfd, 1, 30000) <= 0)
+			break;
+		while (read(wfd, ev, sizeof(ev)) > 0)
+			; /* drain: the count above is what matters */
 	}
+	if (wfd >= 0)
+		close(wfd);
 }
 
 static void test_clean(void)
@@ -535,7 +558,7 @@ static void test_clean(void)
 	static struct check c;
 	char line[256], err[512];
 	struct proc *p = spawn_primary(log_id, "open", 1, 4000, NULL);
-	int rc;
+	int rc, wfd;
 
 	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0,
 		    "a log of 4000 objects (7 segments)");
@@ -547,10 +570,11 @@ static void test_clean(void)
 	cfg.backups = cl.addrs;
 	cfg.n_backups = NB;
 	count_files(log_id, 4, &files0, &bytes0);
+	wfd = watch_dirs();
 	rc = tw_log_free(&cfg, 4, &freed, err, sizeof(err));
 	ok(rc == 0 && freed >= 4 * NB, "tw_log_free below segment 4: %" PRIu64 " copies dropped%s%s",
 	   freed, rc ? ": " : "", rc ? err : "");
-	wait_files_gone(log_id, 4, &files1, &bytes1);
+	wait_files_gone(wfd, log_id, 4, &files1, &bytes1);
 	ok(files1 == 0 && bytes1 == 0, "the backups' files of segments 0..3 are gone (%u files, %"
 	   PRIu64 " bytes before; %u files, %" PRIu64 " bytes after)", files0, bytes0, files1,
 	   bytes1);
@@ -569,14 +593,16 @@ static void test_clean(void)
 		char *argv[] = { twctl, (char *)"-p", (char *)prov, (char *)"-b", cl.addr[0],
 				 (char *)"-b", cl.addr[1], (char *)"-b", cl.addr[2], (char *)"free",
 				 (char *)"0x7601", (char *)"--below", (char *)"3", NULL };
-		struct proc *t = proc_spawn(argv, NULL);
+		struct proc *t;
 
+		wfd = watch_dirs();
+		t = proc_spawn(argv, NULL);
 		rc = proc_wait_line(t, "log", line, sizeof(line), 60000);
 		is_int(proc_wait(t, 60000), 0, "twctl free 0x7601 --below 3: exit 0 (%s)",
 		       rc >= 0 ? line : "no output");
 		proc_free(t);
 	}
-	wait_files_gone(log_id, 3, &files1, &bytes1);
+	wait_files_gone(wfd, log_id, 3, &files1, &bytes1);
 	ok(files1 == 0, "twctl free: files of segments 0..2 gone (%u left)", files1);
 	rc = recover_from(log_id, true, &c, &res, err, sizeof(err));
 	ok(rc == 0 && res.first_segment == 3 && c.bad == 0, "twctl free: recovery starts at segment 3 (%" PRIu64
