@@ -240,6 +240,13 @@ static void connect_why(struct conn *c, int err)
 		snprintf(c->why, sizeof(c->why), "cannot connect: no route to host (%s; check the "
 			 "address and this machine's routes)", tw_strerror(err));
 		break;
+	case ENOPROTOOPT:
+		/* libfabric tcp (prov/net/src/xnet_cm.c): the reply to its connect request was
+		 * not its handshake (wrong version or malformed). */
+		snprintf(c->why, sizeof(c->why), "cannot connect: something accepted the TCP "
+			 "connection but did not answer the libfabric handshake (not a twd, a twd "
+			 "with another provider, or a proxy or firewall in between)");
+		break;
 	case ECONNREFUSED:
 		snprintf(c->why, sizeof(c->why), "cannot connect: connection refused (nothing "
 			 "listens there: is twd running on that port, with the same provider?)");

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli_run.h"
@@ -158,6 +159,39 @@ int main(void)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 	one_line((const char *[]){ twctl, "-p", "tcp", "-b", addr, "stat", NULL }, 1,
 		 "stat, nothing listening", "connection refused", "is twd running");
+	close(s);
+
+	/* A listener that is not libfabric: accepts, answers with bytes that are not its handshake. */
+	s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	sin.sin_port = 0;
+	sl = sizeof(sin);
+	TAP_REQUIRE(s >= 0 && bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+		    listen(s, 4) == 0 && getsockname(s, (struct sockaddr *)&sin, &sl) == 0,
+		    "listen on a port");
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
+	{
+		pid_t pid = fork();
+
+		TAP_REQUIRE(pid >= 0, "fork");
+		if (pid == 0) {
+			static const char junk[64] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+
+			for (;;) {
+				int c = accept(s, NULL, NULL);
+
+				if (c < 0)
+					_exit(0);
+				if (write(c, junk, sizeof(junk)) < 0)
+					_exit(0);
+				close(c);
+			}
+		}
+		one_line((const char *[]){ twctl, "-p", "tcp", "-t", "3000", "-b", addr, "stat",
+					   NULL }, 1, "stat, a listener that is not libfabric",
+			 "did not answer the libfabric handshake", "not a twd");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
 	close(s);
 
 	netns_cases();
