@@ -20,23 +20,9 @@
 #include <tailwind/primary.h>
 
 #include "recover_util.h"
+#include "say.h"
 
 static volatile int failed;
-
-static void say(const char *s, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(1, s, n);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			_exit(3);
-		}
-		s += w;
-		n -= (size_t)w;
-	}
-}
 
 static void on_ack(void *arg, int status, uint64_t lsn)
 {

@@ -27,25 +27,11 @@
 #include <tailwind/primary.h>
 
 #include "recover_util.h"
+#include "say.h"
 
 static struct tw_primary *prim;
 static volatile int failed;
 static uint64_t last_seg = UINT64_MAX, last_lost, last_fo;
-
-static void say(const char *s, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(1, s, n);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			_exit(3);
-		}
-		s += w;
-		n -= (size_t)w;
-	}
-}
 
 /* Runs on the primary's progress thread (async mode), in log order; after each append in
  * sync mode. */

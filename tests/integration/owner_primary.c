@@ -27,26 +27,12 @@
 #include <tailwind/primary.h>
 
 #include "owner_util.h"
+#include "say.h"
 
 static volatile int failed;
 static int fail_code;
 static uint64_t tag, next_seq, last_seq;
 static bool any, bad_order;
-
-static void say(const char *s, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(1, s, n);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			_exit(3);
-		}
-		s += w;
-		n -= (size_t)w;
-	}
-}
 
 static int exit_of(int rc)
 {

@@ -21,62 +21,15 @@
 
 #include "replica/primary_int.h"
 #include "tap.h"
+#include "tbackup.h"
 #include "twd_client.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
 #define NB 5
 
-struct tbackup {
-	struct tw_backup *b;
-	pthread_t th;
-	char dir[256];
-	char addr[128];
-	bool running;
-};
-
 static char root[256];
 static bool preopen; /* run(): cfg.preopen */
-
-static void *backup_main(void *arg)
-{
-	struct tbackup *t = arg;
-
-	tw_backup_run(t->b);
-	return NULL;
-}
-
-static void backup_start(struct tbackup *t, unsigned i)
-{
-	struct tw_backup_config bc;
-	int rc;
-
-	memset(t, 0, sizeof(*t));
-	TAP_REQUIRE(snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i) < (int)sizeof(t->dir), "path");
-	tw_backup_config_init(&bc);
-	bc.provider = "mem";
-	bc.dir = t->dir;
-	bc.buffers = 16;
-	bc.buffer_size = SEG;
-	rc = tw_backup_open(&bc, &t->b);
-	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
-	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
-	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
-	t->running = true;
-}
-
-static void backup_stop(struct tbackup *t)
-{
-	if (!t->b)
-		return;
-	if (t->running) {
-		tw_backup_stop(t->b);
-		pthread_join(t->th, NULL);
-		t->running = false;
-	}
-	tw_backup_close(t->b);
-	t->b = NULL;
-}
 
 static void fill(uint8_t *buf, uint64_t seq)
 {
@@ -373,7 +326,7 @@ int main(void)
 	snprintf(root, sizeof(root), "%s/test_failover.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
 	for (unsigned i = 0; i < NB; i++)
-		backup_start(&b[i], i);
+		tbackup_start(&b[i], root, i, "mem", 16, SEG, 0);
 	for (unsigned i = 0; i < 4; i++)
 		addrs[i] = b[i].addr;
 
@@ -389,7 +342,7 @@ int main(void)
 	test_rate(addrs);
 
 	for (unsigned i = 0; i < NB; i++)
-		backup_stop(&b[i]);
+		tbackup_stop(&b[i]);
 	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 	tap_done_testing();
 	return tap_exit();

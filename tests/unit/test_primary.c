@@ -16,62 +16,14 @@
 
 #include "replica/primary_int.h"
 #include "tap.h"
+#include "tbackup.h"
 
 #define SEG (64u * 1024u)
-
-struct tbackup {
-	struct tw_backup *b;
-	pthread_t th;
-	char dir[256];
-	char addr[128];
-	bool running;
-};
 
 static char root[256];
 /* "mem" by default; $TW_PRIMARY_TEST_PROVIDER runs the same tests over a real provider (the
  * fault-injection tests then skip). */
 static const char *prov = "mem";
-
-static void *backup_main(void *arg)
-{
-	struct tbackup *t = arg;
-
-	tw_backup_run(t->b);
-	return NULL;
-}
-
-static void backup_start(struct tbackup *t, unsigned i, unsigned buffers, unsigned unflushed)
-{
-	struct tw_backup_config bc;
-	int rc;
-
-	memset(t, 0, sizeof(*t));
-	TAP_REQUIRE(snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i) < (int)sizeof(t->dir), "path");
-	tw_backup_config_init(&bc);
-	bc.provider = prov;
-	bc.dir = t->dir;
-	bc.buffers = buffers;
-	bc.buffer_size = SEG;
-	bc.unflushed_limit = unflushed;
-	rc = tw_backup_open(&bc, &t->b);
-	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
-	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
-	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
-	t->running = true;
-}
-
-static void backup_stop(struct tbackup *t)
-{
-	if (!t->b)
-		return;
-	if (t->running) {
-		tw_backup_stop(t->b);
-		pthread_join(t->th, NULL);
-		t->running = false;
-	}
-	tw_backup_close(t->b);
-	t->b = NULL;
-}
 
 static void cfg_for(struct tw_primary_config *cfg, const char **addrs, size_t n, uint64_t log_id)
 {
@@ -686,7 +638,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	if (rc)
 		return;
 	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: append before the loss");
-	backup_stop(victim);
+	tbackup_stop(victim);
 	rc = 0;
 	for (int i = 0; i < 100 && rc == 0; i++)
 		rc = tw_primary_append(p, buf, 100, NULL);
@@ -716,9 +668,9 @@ int main(void)
 	snprintf(root, sizeof(root), "%s/test_primary.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
 	for (unsigned i = 0; i < 4; i++)
-		backup_start(&b[i], i, 8, 0);
-	backup_start(&b[4], 4, 1, 1); /* small: one buffer */
-	backup_start(&b[5], 5, 8, 0); /* victim */
+		tbackup_start(&b[i], root, i, prov, 8, SEG, 0);
+	tbackup_start(&b[4], root, 4, prov, 1, SEG, 1); /* small: one buffer */
+	tbackup_start(&b[5], root, 5, prov, 8, SEG, 0); /* victim */
 	for (unsigned i = 0; i < 4; i++)
 		addrs[i] = b[i].addr;
 	addrs4[0] = b[4].addr;
@@ -746,7 +698,7 @@ int main(void)
 		test_lost(addrs, &b[5], addrs_v);
 
 	for (unsigned i = 0; i < 6; i++)
-		backup_stop(&b[i]);
+		tbackup_stop(&b[i]);
 	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 	tap_done_testing();
 	return tap_exit();

@@ -23,20 +23,10 @@
 #include <tailwind/log_format.h>
 
 #include "fabric/util.h"
+#include "rng.h"
 #include "tap.h"
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 
 /* Scan an exact-size copy with both walks; they must agree. Returns the tw_scan() result. */
 static struct tw_scan_result scan_exact(const uint8_t *data, size_t len, size_t *disagree)

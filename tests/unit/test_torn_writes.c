@@ -30,20 +30,10 @@
 
 #include <tailwind/log_format.h>
 
+#include "rng.h"
 #include "tap.h"
 
 #define MAX_WRITES 16
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 
 struct params {
 	int buffers;

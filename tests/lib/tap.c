@@ -1,4 +1,4 @@
-/* tests/tap.c — see tap.h. */
+/* tests/lib/tap.c — see tap.h. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

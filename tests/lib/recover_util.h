@@ -1,6 +1,6 @@
 /*
- * tests/integration/recover_util.h — helpers shared by the recovery integration tests: a set of
- * local twd processes (started with tests/proc.h, addresses from their `ready` lines), the
+ * tests/lib/recover_util.h — helpers shared by the recovery integration tests: a set of
+ * local twd processes (started with tools/proc.h, addresses from their `ready` lines), the
  * numbered-object payload the test primaries write, and an entry callback that checks a
  * recovered log is exactly objects 0, 1, 2 ... with intact payloads. One thread.
  */

@@ -1,5 +1,6 @@
 /*
- * tests/proc.h — spawn and supervise child processes from tests (integration tests, benches).
+ * tools/proc.h — spawn and supervise child processes: the tests' helper (integration tests,
+ * benches) and twbench's local twd's share it (tools must not depend on tests/).
  *
  *   struct proc *p = proc_spawn(argv, env_extra);      // stdout is a pipe to us, stderr inherited
  *   proc_wait_line(p, "ready ", line, sizeof(line), 10000);  // no sleep: poll on the pipe
@@ -9,10 +10,10 @@
  *
  * Every spawned process is also remembered in a process-global list: proc_cleanup_all() (also
  * run from atexit after the first spawn) terminates and reaps leftovers so a failing test never
- * leaves children behind. Not thread-safe: use from one test thread.
+ * leaves children behind. Not thread-safe: use from one thread (or under the caller's lock).
  */
-#ifndef TW_TESTS_PROC_H
-#define TW_TESTS_PROC_H
+#ifndef TW_TOOLS_PROC_H
+#define TW_TOOLS_PROC_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +28,23 @@ struct proc;
  * Returns NULL on failure (message on stderr). The strings are borrowed for the call.
  */
 struct proc *proc_spawn(char *const argv[], char *const env_extra[]);
+
+/* How proc_spawn_opts differs from proc_spawn; a zeroed struct (or NULL) is proc_spawn. */
+struct proc_opts {
+	/* Lines proc_wait_line skips go to stderr behind this prefix (a string that outlives the
+	 * proc, e.g. a literal); NULL: "# child <pid>: ". */
+	const char *echo_prefix;
+	/* The child starts with no signal blocked (for a caller that blocks some for sigwait). */
+	bool clear_sigmask;
+	/* No message on stderr when spawning fails (errno says why). */
+	bool quiet;
+	/* Not in proc_cleanup_all's list and no atexit hook: the caller stops it (proc_free). */
+	bool unlisted;
+};
+
+/* proc_spawn with options. On failure returns NULL with errno set. */
+struct proc *proc_spawn_opts(char *const argv[], char *const env_extra[],
+			     const struct proc_opts *opts);
 
 pid_t proc_pid(const struct proc *p);
 
@@ -46,6 +64,9 @@ int proc_kill(struct proc *p, int sig);
  * 128 + signal number when killed by a signal, or -ETIMEDOUT. Idempotent after it exited.
  */
 int proc_wait(struct proc *p, int timeout_ms);
+
+/* Whether the reaped child was ended by a signal (proc_wait then returned 128 + the signal). */
+bool proc_signaled(const struct proc *p);
 
 /* Whether the child is still running (not reaped, and waitpid WNOHANG says so). */
 bool proc_alive(struct proc *p);

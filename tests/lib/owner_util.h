@@ -1,5 +1,5 @@
 /*
- * tests/integration/owner_util.h — the objects the ownership tests write: 100 bytes holding the
+ * tests/lib/owner_util.h — the objects the ownership tests write: 100 bytes holding the
  * object's sequence number (u64 LE), the writer's tag (u64 LE: which process wrote it) and a
  * pattern derived from both, so a recovered entry names its writer and cannot be a stale or torn
  * copy of another.

@@ -1,5 +1,5 @@
 /*
- * tests/integration/twd_client.h — a small primary-like client for backup tests: connects to a
+ * tests/lib/twd_client.h — a small primary-like client for backup tests: connects to a
  * backup (in-process over "mem", or a twd process over a real provider), opens segments, fills
  * them with one-sided writes built by tw_log_writer, closes, lists, reads stats. Blocking calls;
  * one thread per client.

@@ -1,4 +1,4 @@
-/* tests/integration/fab_pattern.h — test patterns and checksums shared by fab_peer and drivers. */
+/* tests/lib/fab_pattern.h — test patterns and checksums shared by fab_peer and drivers. */
 #ifndef TW_TESTS_FAB_PATTERN_H
 #define TW_TESTS_FAB_PATTERN_H
 

@@ -1,5 +1,5 @@
 /*
- * tests/integration/twd_client.c — see twd_client.h.
+ * tests/lib/twd_client.c — see twd_client.h.
  */
 #include "twd_client.h"
 

@@ -1,5 +1,5 @@
 /*
- * tests/tap.h — a small TAP producer for meson's `protocol: 'tap'`.
+ * tests/lib/tap.h — a small TAP producer for meson's `protocol: 'tap'`.
  *
  *   tap_plan(n) or tap_plan_skip_all("reason") first (or tap_done_testing() at the end with no plan);
  *   ok(cond, "name %d", i); is_int(got, want, "name"); tap_diag("..."); return tap_exit();

@@ -1,5 +1,5 @@
 /*
- * tests/integration/recover_util.c — see recover_util.h.
+ * tests/lib/recover_util.c — see recover_util.h.
  */
 #include "recover_util.h"
 

@@ -1,4 +1,4 @@
-/* tests/integration/cli_run.c — see cli_run.h. */
+/* tests/lib/cli_run.c — see cli_run.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-/* tests/proc.c — see proc.h. */
+/* tools/proc.c — see proc.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,7 +23,9 @@ struct proc {
 	int out_fd;      /* read end of the child's stdout; -1 once EOF seen and closed */
 	int pidfd;       /* pidfd_open() of the child, -1 when unavailable */
 	bool reaped;
+	bool signaled;   /* ended by a signal (status is 128 + it) */
 	int status;      /* decoded exit status once reaped */
+	const char *echo_prefix; /* NULL: "# child <pid>: " */
 	char buf[8192];  /* unread bytes from the pipe */
 	size_t buf_len;
 	struct proc *next_all; /* global list for proc_cleanup_all */
@@ -111,13 +113,24 @@ static char **build_env(char *const env_extra[])
 
 struct proc *proc_spawn(char *const argv[], char *const env_extra[])
 {
+	return proc_spawn_opts(argv, env_extra, NULL);
+}
+
+struct proc *proc_spawn_opts(char *const argv[], char *const env_extra[],
+			     const struct proc_opts *opts)
+{
+	static const struct proc_opts defaults;
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t sa;
+	sigset_t none;
 	struct proc *p;
 	int pipefd[2];
 	char **env;
 	int rc;
 
-	if (!atexit_done) {
+	if (!opts)
+		opts = &defaults;
+	if (!opts->unlisted && !atexit_done) {
 		atexit(proc_cleanup_all);
 		atexit_done = true;
 	}
@@ -126,9 +139,13 @@ struct proc *proc_spawn(char *const argv[], char *const env_extra[])
 		return NULL;
 	p->out_fd = -1;
 	p->pidfd = -1;
+	p->echo_prefix = opts->echo_prefix;
 	if (pipe2(pipefd, O_CLOEXEC) < 0) {
-		fprintf(stderr, "# proc_spawn: pipe: %s\n", strerror(errno));
+		rc = errno;
+		if (!opts->quiet)
+			fprintf(stderr, "# proc_spawn: pipe: %s\n", strerror(rc));
 		free(p);
+		errno = rc;
 		return NULL;
 	}
 	env = build_env(env_extra);
@@ -136,21 +153,31 @@ struct proc *proc_spawn(char *const argv[], char *const env_extra[])
 		close(pipefd[0]);
 		close(pipefd[1]);
 		free(p);
+		errno = ENOMEM;
 		return NULL;
 	}
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1); /* dup2 clears CLOEXEC on fd 1 */
+	posix_spawnattr_init(&sa);
+	if (opts->clear_sigmask) {
+		sigemptyset(&none);
+		posix_spawnattr_setsigmask(&sa, &none);
+		posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK);
+	}
 	fflush(stdout);
 	fflush(stderr);
-	rc = posix_spawn(&p->pid, argv[0], &fa, NULL, argv, env);
+	rc = posix_spawn(&p->pid, argv[0], &fa, &sa, argv, env);
+	posix_spawnattr_destroy(&sa);
 	posix_spawn_file_actions_destroy(&fa);
 	free(env);
 	close(pipefd[1]);
 	if (rc != 0) {
-		fprintf(stderr, "# proc_spawn %s: %s\n", argv[0], strerror(rc));
+		if (!opts->quiet)
+			fprintf(stderr, "# proc_spawn %s: %s\n", argv[0], strerror(rc));
 		close(pipefd[0]);
 		free(p);
+		errno = rc;
 		return NULL;
 	}
 	p->out_fd = pipefd[0];
@@ -159,8 +186,10 @@ struct proc *proc_spawn(char *const argv[], char *const env_extra[])
 	if (p->pidfd >= 0)
 		(void)fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
 #endif
-	p->next_all = all_procs;
-	all_procs = p;
+	if (!opts->unlisted) {
+		p->next_all = all_procs;
+		all_procs = p;
+	}
 	return p;
 }
 
@@ -204,6 +233,8 @@ int proc_wait_line(struct proc *p, const char *prefix, char *buf, size_t len, in
 				size_t c = l < len - 1 ? l : len - 1;
 				memcpy(buf, p->buf, c);
 				buf[c] = '\0';
+			} else if (!match && p->echo_prefix) {
+				fprintf(stderr, "%s%.*s\n", p->echo_prefix, (int)l, p->buf);
 			} else if (!match) {
 				fprintf(stderr, "# child %d: %.*s\n", (int)p->pid, (int)l, p->buf);
 			}
@@ -256,6 +287,7 @@ static bool try_reap(struct proc *p)
 	} while (r < 0 && errno == EINTR);
 	if (r == p->pid) {
 		p->reaped = true;
+		p->signaled = WIFSIGNALED(st);
 		p->status = decode_status(st);
 		if (p->pidfd >= 0) {
 			close(p->pidfd);
@@ -294,6 +326,11 @@ int proc_wait(struct proc *p, int timeout_ms)
 		}
 	}
 	return p->status;
+}
+
+bool proc_signaled(const struct proc *p)
+{
+	return p->reaped && p->signaled;
 }
 
 bool proc_alive(struct proc *p)

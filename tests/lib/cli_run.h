@@ -1,6 +1,6 @@
 /*
- * tests/integration/cli_run.h — run one of our programs with its stdout and stderr captured
- * (tests/proc.h leaves stderr inherited; message tests need to read it).
+ * tests/lib/cli_run.h — run one of our programs with its stdout and stderr captured
+ * (tools/proc.h leaves stderr inherited; message tests need to read it).
  *
  *   struct cli_out o;
  *   int st = cli_run(argv, env_extra, NULL, 0, 20000, &o);  // exit status, 128+signal, <0 error

@@ -1,0 +1,50 @@
+/* tests/lib/tbackup.c — see tbackup.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include <tailwind/backup.h>
+
+#include "tap.h"
+#include "tbackup.h"
+
+static void *backup_main(void *arg)
+{
+	struct tbackup *t = arg;
+
+	tw_backup_run(t->b);
+	return NULL;
+}
+
+void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *provider,
+		   unsigned buffers, size_t buffer_size, unsigned unflushed_limit)
+{
+	struct tw_backup_config bc;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	TAP_REQUIRE(snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i) < (int)sizeof(t->dir), "path");
+	tw_backup_config_init(&bc);
+	bc.provider = provider;
+	bc.dir = t->dir;
+	bc.buffers = buffers;
+	bc.buffer_size = buffer_size;
+	bc.unflushed_limit = unflushed_limit;
+	rc = tw_backup_open(&bc, &t->b);
+	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
+	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
+	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
+	t->running = true;
+}
+
+void tbackup_stop(struct tbackup *t)
+{
+	if (!t->b)
+		return;
+	if (t->running) {
+		tw_backup_stop(t->b);
+		pthread_join(t->th, NULL);
+		t->running = false;
+	}
+	tw_backup_close(t->b);
+	t->b = NULL;
+}

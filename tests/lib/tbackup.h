@@ -1,0 +1,38 @@
+/*
+ * tests/lib/tbackup.h — an in-process backup (libtailwind's tw_backup) on a thread of its own,
+ * for unit tests that drive a primary against real backups ("mem" or a real provider).
+ *
+ *   struct tbackup b;
+ *   tbackup_start(&b, root, 0, "mem", 16, SEG, 0);   // storage in <root>/b0; b.addr to connect
+ *   ...
+ *   tbackup_stop(&b);                                 // stop, join, close; again is a no-op
+ */
+#ifndef TW_TESTS_TBACKUP_H
+#define TW_TESTS_TBACKUP_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct tw_backup;
+
+struct tbackup {
+	struct tw_backup *b;
+	pthread_t th;
+	char dir[256];
+	char addr[128];
+	bool running;
+};
+
+/*
+ * Open a backup with storage directory <root>/b<i> (created by the backup), `buffers` buffers
+ * of `buffer_size` bytes, `unflushed_limit` (0: the default), listen on `provider`, and run it
+ * on a new thread. Fails the test (TAP_REQUIRE) when it cannot.
+ */
+void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *provider,
+		   unsigned buffers, size_t buffer_size, unsigned unflushed_limit);
+
+/* Stop the thread, join it, close the backup. Nothing when it is not open. */
+void tbackup_stop(struct tbackup *t);
+
+#endif

@@ -1,0 +1,370 @@
+/*
+ * tools/bench_raw.c — twbench --mode raw. See bench.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "fabric/fabric.h"
+#include "proto/rpc.h"
+
+/* Bare one-sided writes of the same object bytes to the same backups, with the same batch and
+ * in-flight limits, and no protocol: no entry headers, no checksum entries, no segments (one
+ * buffer per backup, written round and round), no acknowledgement order beyond the slot ring.
+ * The objects are copied into a registered source buffer (the primary copies them once too).
+ * One thread posts and polls (the ceiling of the transport, as the primary's driver sees it). */
+
+struct rawslot;
+
+struct rawop {
+	struct tw_op op; /* first */
+	struct rawslot *s;
+};
+
+struct rawslot {
+	struct rawop ops[MAX_BACKUPS];
+	uint64_t first, n; /* objects */
+	unsigned remaining;
+	int status;
+};
+
+struct raw {
+	struct tw_fab *fab;
+	unsigned r;
+	struct tw_chan *ch[MAX_BACKUPS];
+	struct tw_rpc_client *cl[MAX_BACKUPS];
+	struct tw_rkey rk[MAX_BACKUPS];
+	bool opened[MAX_BACKUPS];
+	uint8_t *src;
+	size_t src_len, region; /* nslots + 1 regions of `region` bytes, then a zero page */
+	struct tw_mr *mr;
+	struct rawslot *slots;
+	unsigned nslots;
+	uint64_t head, tail;
+	uint64_t roff;          /* next remote offset */
+	uint64_t pend_first, pend_n;
+	unsigned batch;
+	uint32_t size;
+	uint64_t writes;
+	int err;
+	uint64_t *t_submit;
+	uint32_t *lat_ns;
+};
+
+static void raw_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct raw *w = arg;
+
+	for (unsigned i = 0; i < w->r; i++)
+		if (w->ch[i] == ch && w->cl[i])
+			tw_rpc_client_on_recv(w->cl[i], msg, len);
+}
+
+static void raw_on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct raw *w = arg;
+
+	for (unsigned i = 0; i < w->r; i++)
+		if (w->ch[i] == ch && w->cl[i])
+			tw_rpc_client_on_lost(w->cl[i], err);
+	if (!w->err)
+		w->err = err < 0 ? err : -TW_EPEERLOST;
+}
+
+static void raw_op_done(struct tw_op *op, int status)
+{
+	struct rawop *ro = (struct rawop *)op;
+
+	if (status < 0 && !ro->s->status)
+		ro->s->status = status;
+	ro->s->remaining--;
+}
+
+static bool raw_slot_free(const struct raw *w)
+{
+	return w->head - w->tail < w->nslots;
+}
+
+/* Post the pending objects as one write to every backup. */
+static int raw_post(struct raw *w)
+{
+	struct rawslot *s = &w->slots[w->head % w->nslots];
+	uint8_t *src = w->src + (w->head % (w->nslots + 1)) * w->region;
+	size_t len = w->pend_n * w->size;
+
+	if (w->roff + len > w->rk[0].len)
+		w->roff = 0;
+	s->first = w->pend_first;
+	s->n = w->pend_n;
+	s->status = 0;
+	s->remaining = w->r;
+	w->head++;
+	w->writes++;
+	w->pend_first += w->pend_n;
+	w->pend_n = 0;
+	for (unsigned i = 0; i < w->r; i++) {
+		struct rawop *ro = &s->ops[i];
+		int rc;
+
+		memset(&ro->op, 0, sizeof(ro->op));
+		ro->op.cb = raw_op_done;
+		ro->s = s;
+		rc = tw_chan_write(w->ch[i], &ro->op, src, len, w->mr, &w->rk[i], w->roff);
+		if (rc < 0) {
+			s->remaining--;
+			if (!s->status)
+				s->status = rc;
+		}
+	}
+	w->roff += len;
+	return 0;
+}
+
+/* Retire finished writes in order; record their objects' latency. */
+static void raw_reap(struct raw *w)
+{
+	uint64_t now = 0;
+
+	while (w->tail < w->head) {
+		struct rawslot *s = &w->slots[w->tail % w->nslots];
+
+		if (s->remaining)
+			break;
+		if (s->status && !w->err)
+			w->err = s->status;
+		if (!now)
+			now = now_ns();
+		for (uint64_t i = s->first; w->lat_ns && i < s->first + s->n; i++) {
+			uint64_t d = now > w->t_submit[i] ? now - w->t_submit[i] : 0;
+
+			w->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		w->tail++;
+	}
+}
+
+static void raw_drive(struct raw *w, int timeout_ms)
+{
+	tw_fab_progress(w->fab, timeout_ms);
+	raw_reap(w);
+}
+
+static void raw_close(struct raw *w, uint64_t log_id)
+{
+	/* Make the buffers scan empty (type 0 at offset 0), then close them with offset 0, so
+	 * the backups take them back without calling them corrupt. */
+	for (unsigned i = 0; i < w->r && w->mr && !w->err; i++) {
+		if (!w->opened[i])
+			continue;
+		struct rawop zop;
+		struct rawslot zs;
+
+		memset(&zs, 0, sizeof(zs));
+		zs.remaining = 1;
+		memset(&zop, 0, sizeof(zop));
+		zop.op.cb = raw_op_done;
+		zop.s = &zs;
+		if (tw_chan_write(w->ch[i], &zop.op, w->src + (w->nslots + 1) * w->region, 64, w->mr,
+				  &w->rk[i], 0) < 0)
+			continue;
+		while (zs.remaining)
+			tw_fab_progress(w->fab, 100);
+	}
+	for (unsigned i = 0; i < w->r; i++) {
+		if (w->opened[i] && w->cl[i]) {
+			struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
+
+			tw_rpc_close_segment(w->cl[i], 1, &m, 0, NULL);
+		}
+		if (w->cl[i])
+			tw_rpc_client_destroy(w->cl[i]);
+		if (w->ch[i])
+			tw_chan_close(w->ch[i]);
+	}
+	if (w->mr)
+		tw_mr_close(w->mr);
+	if (w->src)
+		tw_fab_free(w->src, w->src_len);
+	free(w->slots);
+	if (w->fab)
+		tw_fab_close(w->fab);
+}
+
+int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
+		   uint8_t *payload, struct run *run)
+{
+	const struct point *pt = &res->pt;
+	struct tw_fab_config fc;
+	struct tw_fab_events ev = { 0 };
+	struct raw w;
+	struct cpumark c0, c1;
+	uint64_t t0, t1, log_id = next_log_id();
+	long pg = sysconf(_SC_PAGESIZE);
+	int rc;
+
+	memset(&w, 0, sizeof(w));
+	w.r = pt->r;
+	w.size = pt->size;
+	w.nslots = pt->inflight;
+	/* A write never exceeds the buffer (as a primary's write never exceeds a segment). */
+	w.batch = pt->batch;
+	if ((uint64_t)w.batch * pt->size > o->segment_size)
+		w.batch = (unsigned)(o->segment_size / pt->size);
+	w.region = ((size_t)w.batch * pt->size + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+	w.src_len = w.region * (w.nslots + 1) + (size_t)pg;
+	w.t_submit = run->t_submit;
+	w.lat_ns = run->lat_ns;
+	tw_fab_config_init(&fc);
+	fc.provider = o->provider;
+	fc.busy_poll = o->busy_poll;
+	if (fc.tx_depth < pt->inflight + 32)
+		fc.tx_depth = pt->inflight + 32;
+	ev.arg = &w;
+	ev.on_recv = raw_on_recv;
+	ev.on_lost = raw_on_lost;
+	rc = tw_fab_open(&fc, &ev, &w.fab);
+	if (rc < 0) {
+		fprintf(stderr, "twbench: raw: cannot open the fabric: %s\n", tw_strerror(rc));
+		return rc;
+	}
+	w.slots = calloc(w.nslots, sizeof(*w.slots));
+	w.src = tw_fab_alloc(w.src_len);
+	if (!w.slots || !w.src) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = tw_mr_reg(w.fab, w.src, w.src_len, TW_MR_WRITE_SRC, &w.mr);
+	if (rc < 0) {
+		w.mr = NULL;
+		goto out;
+	}
+	for (unsigned i = 0; i < w.r; i++) {
+		struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
+
+		rc = tw_fab_connect(w.fab, addrs[i], &w.ch[i]);
+		if (rc < 0) {
+			w.ch[i] = NULL;
+			fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n", addrs[i],
+				tw_strerror(rc));
+			goto out;
+		}
+		rc = tw_rpc_client_create(w.ch[i], NULL, &w.cl[i]);
+		if (rc < 0) {
+			w.cl[i] = NULL;
+			goto out;
+		}
+		rc = bench_handshake(w.cl[i], addrs[i]);
+		if (rc < 0)
+			goto out;
+		rc = tw_rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
+		if (rc < 0) {
+			fprintf(stderr, "twbench: raw: %s refused a buffer: %s\n", addrs[i],
+				tw_strerror(rc));
+			goto out;
+		}
+		w.opened[i] = true;
+		if (w.rk[i].len < w.rk[0].len)
+			w.rk[0].len = w.rk[i].len; /* wrap at the smallest buffer */
+	}
+	cpu_mark(&c0);
+	t0 = now_ns();
+	for (uint64_t i = 0; i < res->count && !w.err; i++) {
+		if (pt->rate > 0) {
+			uint64_t due = sched_ns(t0, pt->rate, i);
+
+			while (now_ns() + 5000 < due) {
+				uint64_t n;
+
+				if (w.pend_n && raw_slot_free(&w))
+					raw_post(&w);
+				if (w.tail < w.head)
+					raw_drive(&w, 0);
+				n = now_ns();
+				/* Poll again within 50 us while writes are in flight; sleep, not spin. */
+				wait_until(w.tail < w.head && due > n + 50000 ? n + 50000 : due);
+			}
+			w.t_submit[i] = due;
+		} else {
+			w.t_submit[i] = now_ns();
+		}
+		/* Back-pressure: at most `batch` objects wait while every slot is busy. */
+		while (w.pend_n == w.batch && !w.err) {
+			if (raw_slot_free(&w))
+				raw_post(&w);
+			else
+				raw_drive(&w, o->busy_poll ? 0 : 100);
+		}
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+		memcpy(w.src + (w.head % (w.nslots + 1)) * w.region + w.pend_n * pt->size, payload,
+		       pt->size);
+		if (!w.pend_n)
+			w.pend_first = i;
+		w.pend_n++;
+		/* The ceiling: every write carries a full batch (the primary's writes carry at most
+		 * that many); completions are polled every 256 objects and under back-pressure. In
+		 * open-loop runs a free slot takes what waits while the next object is not due. */
+		if ((i & 255) == 255)
+			raw_drive(&w, 0);
+		if (w.pend_n == w.batch && raw_slot_free(&w))
+			raw_post(&w);
+		if (o->progress && (i & 0x3fff) == 0)
+			progress_bar(i, res->count);
+	}
+	while (!w.err && (w.pend_n || w.tail < w.head)) {
+		if (w.pend_n && raw_slot_free(&w))
+			raw_post(&w);
+		else
+			raw_drive(&w, o->busy_poll ? 0 : 100);
+	}
+	t1 = now_ns();
+	if (w.err) {
+		rc = w.err;
+		fprintf(stderr, "twbench: raw: a write failed: %s\n", tw_strerror(rc));
+		goto out;
+	}
+	if (o->progress)
+		progress_bar(res->count, res->count);
+	cpu_mark(&c1);
+	cpu_delta(&c0, &c1, res);
+	res->secs = (double)(t1 - t0) / 1e9;
+	res->writes = w.writes;
+	res->segments = 1;
+	res->rpc_open = w.r;
+	res->rpc_close = w.r;
+	res->rpc_total = 2 * w.r;
+	res->have_ack = true;
+	pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
+
+	/* Latency: one object per write, to r backups, waited for, lat_count times. */
+	if (o->lat_count && pt->rate <= 0) {
+		uint64_t n = o->lat_count;
+
+		w.lat_ns = NULL;
+		for (uint64_t i = 0; i < n && !w.err; i++) {
+			uint64_t a = now_ns(), d;
+
+			memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+			memcpy(w.src + (w.head % (w.nslots + 1)) * w.region, payload, pt->size);
+			w.pend_first = i;
+			w.pend_n = 1;
+			raw_post(&w);
+			while (w.tail < w.head && !w.err)
+				raw_drive(&w, o->busy_poll ? 0 : 100);
+			d = now_ns() - a;
+			run->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		if (w.err) {
+			rc = w.err;
+			goto out;
+		}
+		res->n_lat = n;
+		pcts(run->lat_ns, n, &res->p50, &res->p99, &res->p999);
+	}
+	rc = 0;
+out:
+	raw_close(&w, log_id);
+	return rc;
+}

@@ -1,0 +1,268 @@
+/*
+ * tools/bench_run.c — twbench's onesided and rpc modes: the real primary (only cfg.data_path
+ * differs), and the measuring helpers raw mode shares (percentiles, progress bar, open-loop
+ * pacing). See bench.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tailwind/primary.h>
+
+#include "bench.h"
+
+static void async_cb(void *arg, int status, uint64_t lsn)
+{
+	struct run *r = arg;
+	uint64_t i = r->done;
+
+	(void)lsn;
+	/* Callbacks come in log order, which is submission order: i is this object's index. */
+	if (status < 0) {
+		r->errors++;
+		if (!r->first_err)
+			r->first_err = status;
+	} else {
+		uint64_t now = now_ns(), d = now > r->t_submit[i] ? now - r->t_submit[i] : 0;
+
+		r->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+	}
+	__atomic_store_n(&r->done, i + 1, __ATOMIC_RELEASE);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double pct(const uint32_t *v, uint64_t n, double q)
+{
+	uint64_t i;
+
+	if (!n)
+		return 0;
+	i = (uint64_t)(q * (double)(n - 1) + 0.5);
+	return (double)v[i] / 1000.0;
+}
+
+/* Sort n latencies: LSD radix sort, 4 passes of 8 bits (a 1M-sample qsort with a comparison
+ * callback took ~10% of a run's CPU samples); qsort if the scratch buffer cannot be had. */
+static void sort_u32(uint32_t *v, uint64_t n)
+{
+	uint32_t *tmp = n > 1 ? malloc(n * sizeof(*tmp)) : NULL;
+	uint32_t *src = v, *dst = tmp;
+
+	if (!tmp) {
+		qsort(v, n, sizeof(uint32_t), cmp_u32);
+		return;
+	}
+	for (unsigned shift = 0; shift < 32; shift += 8) {
+		uint64_t count[257] = { 0 };
+		uint32_t *t;
+
+		for (uint64_t i = 0; i < n; i++)
+			count[((src[i] >> shift) & 0xff) + 1]++;
+		for (unsigned b = 0; b < 256; b++)
+			count[b + 1] += count[b];
+		for (uint64_t i = 0; i < n; i++)
+			dst[count[(src[i] >> shift) & 0xff]++] = src[i];
+		t = src;
+		src = dst;
+		dst = t;
+	}
+	/* Four passes: the sorted data is back in v. */
+	free(tmp);
+}
+
+void pcts(uint32_t *v, uint64_t n, double *p50, double *p99, double *p999)
+{
+	sort_u32(v, n);
+	*p50 = pct(v, n, 0.50);
+	*p99 = pct(v, n, 0.99);
+	*p999 = pct(v, n, 0.999);
+}
+
+void progress_bar(uint64_t done, uint64_t total)
+{
+	int w = 40, fill = (int)(done * (uint64_t)w / (total ? total : 1));
+
+	fprintf(stderr, "\r[%.*s%*s] %3d%% %" PRIu64 "/%" PRIu64, fill,
+		"########################################", w - fill, "",
+		(int)(done * 100 / (total ? total : 1)), done, total);
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+/* Open-loop pacing: the time object i is due at `rate` objects/s from t0. */
+uint64_t sched_ns(uint64_t t0, double rate, uint64_t i)
+{
+	return t0 + (uint64_t)((double)i * 1e9 / rate);
+}
+
+/* Wait until about `t` by sleeping, never spinning: on a 2-vCPU machine a spinning submitter
+ * would take the CPU from the primary's progress thread and the backups. Gaps under 5 us are not
+ * waited for (the objects go out in a burst; their latency still counts from their scheduled
+ * time). The timer slack is set to 1 us in main(). */
+void wait_until(uint64_t t)
+{
+	for (;;) {
+		uint64_t n = now_ns();
+		struct timespec ts;
+
+		if (n + 5000 >= t)
+			return;
+		ts.tv_sec = (time_t)((t - n) / 1000000000u);
+		ts.tv_nsec = (long)((t - n) % 1000000000u);
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* onesided and rpc: the real primary; only cfg.data_path differs. */
+int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs,
+		       enum bmode mode, struct result *res, uint8_t *payload, struct run *run)
+{
+	const struct point *pt = &res->pt;
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	struct tw_primary_stats st;
+	struct cpumark c0, c1;
+	char errmsg[1024];
+	uint64_t t0, t1;
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = next_log_id();
+	cfg.epoch = 1;
+	cfg.backups = addrs;
+	cfg.n_backups = n_addrs;
+	cfg.replicas = pt->r;
+	cfg.provider = o->provider;
+	cfg.key_file = o->key_file ? o->key_file : "";
+	cfg.segment_size = o->segment_size;
+	cfg.max_batch = pt->batch;
+	cfg.max_inflight = pt->inflight;
+	cfg.mode = o->async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
+	cfg.busy_poll = o->busy_poll;
+	cfg.preopen = o->preopen;
+	cfg.open_retry_ms = 30000;
+	cfg.data_path = mode == M_RPC ? TW_DATA_RPC : TW_DATA_ONESIDED;
+	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+	if (rc < 0) {
+		fprintf(stderr, "twbench: cannot open the log: %s: %s\n", tw_strerror(rc), errmsg);
+		return rc;
+	}
+	run->done = 0;
+	run->errors = 0;
+	run->first_err = 0;
+	cpu_mark(&c0);
+
+	/* Phase 1: replicate `count` objects (throughput; in sync mode also the latencies). */
+	t0 = now_ns();
+	for (uint64_t i = 0; i < res->count; i++) {
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8); /* sequence number in every object */
+		if (pt->rate > 0) {
+			run->t_submit[i] = sched_ns(t0, pt->rate, i);
+			wait_until(run->t_submit[i]);
+		}
+		if (o->async) {
+			if (pt->rate <= 0)
+				run->t_submit[i] = now_ns();
+			rc = tw_primary_append_async(p, payload, pt->size, async_cb, run, NULL);
+		} else {
+			uint64_t a = pt->rate > 0 ? run->t_submit[i] : now_ns(), d;
+
+			rc = tw_primary_append(p, payload, pt->size, NULL);
+			d = now_ns() - a;
+			run->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "\ntwbench: append %" PRIu64 " failed: %s: %s\n", i,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			goto fail;
+		}
+		if (o->progress && (i & 0x3fff) == 0)
+			progress_bar(i, res->count);
+	}
+	rc = tw_primary_flush(p);
+	t1 = now_ns();
+	if (rc < 0 || run->errors) {
+		fprintf(stderr, "\ntwbench: %" PRIu64 " appends failed: %s: %s\n", run->errors,
+			tw_strerror(rc ? rc : run->first_err), tw_primary_errmsg(p));
+		rc = rc ? rc : run->first_err;
+		goto fail;
+	}
+	if (o->progress)
+		progress_bar(res->count, res->count);
+	cpu_mark(&c1);
+	cpu_delta(&c0, &c1, res);
+	rc = tw_primary_finish(p); /* the final close RPC counts too */
+	tw_primary_get_stats(p, &st);
+	if (rc < 0) {
+		fprintf(stderr, "twbench: closing the log: %s: %s\n", tw_strerror(rc),
+			tw_primary_errmsg(p));
+		goto fail;
+	}
+	tw_primary_close(p);
+	p = NULL;
+	res->secs = (double)(t1 - t0) / 1e9;
+	res->writes = st.writes;
+	res->segments = st.segments;
+	res->rpc_handshake = st.rpc_handshake;
+	res->rpc_open = st.rpc_open;
+	res->rpc_close = st.rpc_close;
+	res->rpc_total = st.rpcs;
+	res->open_refused = st.open_refused;
+	if (o->async) {
+		res->have_ack = true;
+		pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
+	} else {
+		res->n_lat = res->count;
+		pcts(run->lat_ns, res->count, &res->p50, &res->p99, &res->p999);
+	}
+
+	/* Phase 2 (async closed-loop runs): synchronous appends on a second log, caller-driven. */
+	if (o->async && o->lat_count && pt->rate <= 0) {
+		uint64_t n = o->lat_count;
+		uint32_t *lat = run->lat_ns; /* reused: phase 1's percentiles are taken */
+
+		cfg.log_id = next_log_id();
+		cfg.mode = TW_PRIMARY_SYNC;
+		rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+		if (rc < 0) {
+			fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n",
+				tw_strerror(rc), errmsg);
+			return rc;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t a = now_ns(), d;
+
+			memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+			rc = tw_primary_append(p, payload, pt->size, NULL);
+			d = now_ns() - a;
+			if (rc < 0) {
+				fprintf(stderr, "twbench: sync append %" PRIu64 " failed: %s: %s\n", i,
+					tw_strerror(rc), tw_primary_errmsg(p));
+				goto fail;
+			}
+			lat[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+		}
+		rc = tw_primary_close(p);
+		p = NULL;
+		if (rc < 0) {
+			fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
+			return rc;
+		}
+		res->n_lat = n;
+		pcts(lat, n, &res->p50, &res->p99, &res->p999);
+	}
+	return 0;
+fail:
+	if (p)
+		tw_primary_close(p);
+	return rc < 0 ? rc : -EIO;
+}
