@@ -465,22 +465,32 @@ int ofi_wait(struct tw_fab *fab, int timeout_ms)
 		if (!c->closed && (c->state == CHAN_ACCEPTING || c->state == CHAN_CONNECTING))
 			handshake = true;
 	if (!of->nofd && !handshake) {
+		/* Every wait object in the epoll set must agree to the sleep (fi_poll(3),
+		 * fi_trywait): a CQ left out could hold a completion whose fd never fires again.
+		 * Asked in batches, so any number of channels is covered. */
 		struct fid *fids[64];
 		size_t nf = 0;
 		struct epoll_event evs[8];
 		int woken = 0;
+		struct tw_chan *c = fab->chans;
 
 		if (of->eq)
 			fids[nf++] = &of->eq->fid;
 		if (of->cq)
 			fids[nf++] = &of->cq->fid;
-		for (struct tw_chan *c = fab->chans; c && nf < TW_ARRAY_SIZE(fids); c = c->next) {
-			struct ofi_chan *ch = (struct ofi_chan *)c;
-			if (!c->is_down && ch->cq)
-				fids[nf++] = &ch->cq->fid;
+		for (;;) {
+			for (; c && nf < TW_ARRAY_SIZE(fids); c = c->next) {
+				struct ofi_chan *ch = (struct ofi_chan *)c;
+
+				if (!c->is_down && ch->cq)
+					fids[nf++] = &ch->cq->fid;
+			}
+			if (nf && fi_trywait(of->fabric, fids, (int)nf) != FI_SUCCESS)
+				return drain_eventfd(of); /* something is ready: poll again */
+			if (!c)
+				break;
+			nf = 0;
 		}
-		if (nf && fi_trywait(of->fabric, fids, (int)nf) != FI_SUCCESS)
-			return drain_eventfd(of); /* something is ready: poll again */
 		int n = epoll_wait(of->epfd, evs, TW_ARRAY_SIZE(evs), timeout_ms);
 		for (int i = 0; i < n; i++)
 			if (evs[i].data.ptr == NULL)

@@ -183,6 +183,51 @@ static void slow_listener(const char *prov)
 	ok(1, "%s: closed", prov);
 }
 
+/*
+ * Many channels, blocking waits: one fab connected to itself 100 times (200 channels, each with
+ * its own CQ on MSG providers), a message sent on every connector channel, the last-made first,
+ * and the fab waits with blocking progress until all arrived. The sleep is allowed only when
+ * every CQ agreed (fi_trywait over all of them, not the first 64).
+ */
+static void many_channels(const char *prov)
+{
+	enum { N = 100 };
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv};
+	static struct tw_chan *ch[N];
+	struct tw_fab *fab;
+	char addr[TW_ADDR_MAX];
+	int made = 0, sent = 0, waits = 0;
+
+	tw_fab_config_init(&cfg);
+	cfg.provider = prov;
+	cfg.rx_depth = 2;
+	cfg.max_msg_size = 4096;
+	if (tw_fab_open(&cfg, &ev, &fab) < 0) {
+		tap_skip(2, "%s unavailable", prov);
+		return;
+	}
+	tw_fab_listen(fab, addr, sizeof(addr));
+	for (int i = 0; i < N; i++)
+		if (tw_fab_connect(fab, addr, &ch[i]) == 0)
+			made++;
+		else
+			ch[i] = NULL;
+	is_int(made, N, "%s: %d channels to itself (%d endpoints with their own CQs)", prov, made,
+	       2 * made);
+	nrecv = 0;
+	for (int i = N - 1; i >= 0; i--)
+		if (ch[i] && tw_chan_send(ch[i], "ping", 4) == 0)
+			sent++;
+	for (uint64_t end = tw_now_ns() + 20000000000ull; nrecv < sent && tw_now_ns() < end;) {
+		tw_fab_progress(fab, 1000);
+		waits++;
+	}
+	ok(sent == N && nrecv == sent, "%s: every message arrived with blocking waits (%d of %d sent, "
+	   "%d waits)", prov, nrecv, sent, waits);
+	tw_fab_close(fab);
+}
+
 int main(void)
 {
 	struct tw_fab_config cfg;
@@ -193,6 +238,8 @@ int main(void)
 	loopback("shm", true);
 	slow_listener("shm");
 	slow_listener("tcp;ofi_rxm");
+	many_channels("tcp");
+	many_channels("sockets");
 
 	/* FI_PROVIDER when cfg.provider is NULL */
 	tw_fab_config_init(&cfg);
