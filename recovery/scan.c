@@ -18,7 +18,7 @@
  */
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TW_SCAN_X86 1

@@ -10,7 +10,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "tap.h"
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
