@@ -1,7 +1,7 @@
 /*
- * replica/log_format.c — the writer that lays entries and checksum entries into a buffer, and
+ * log/log_format.c — the writer that lays entries and checksum entries into a buffer, and
  * the iterator over a validated prefix. The byte layout is in include/tailwind/log_format.h and
- * docs/log-format.md; the scan that validates a buffer is recovery/scan.c.
+ * docs/log-format.md; the scan that validates a buffer is log/scan.c.
  *
  * Pure code: no I/O, no allocation. The buffer always belongs to the caller.
  */
@@ -19,7 +19,7 @@
 
 /*
  * The data header check (bytes 2..3): bit 15 set, bits 0..14 the low 15 bits of CRC32C over the
- * header's other 10 bytes in order (type, flags, length, payload_crc). recovery/scan.c computes
+ * header's other 10 bytes in order (type, flags, length, payload_crc). log/scan.c computes
  * the same value with its own code; the tests compute it a third way.
  */
 #define HCHECK_MARK 0x8000u
@@ -57,7 +57,7 @@ __attribute__((target("sse4.2"))) static uint32_t finish_header_sse42(uint8_t *h
 	return ~(uint32_t)_mm_crc32_u64(raw, h1);
 }
 
-/* Resolved once; every thread computes the same value (as in recovery/scan.c). */
+/* Resolved once; every thread computes the same value (as in log/scan.c). */
 static int use_sse42 = -1;
 
 static bool have_sse42(void)

@@ -1,5 +1,5 @@
 /*
- * recovery/scan.c — find the valid prefix of a replica buffer: Algorithm 1 of the Tailwind paper
+ * log/scan.c — find the valid prefix of a replica buffer: Algorithm 1 of the Tailwind paper
  * (walk the entries, chain a CRC over the data entry headers, compare at each checksum entry)
  * plus verification of every payload CRC, which makes a torn write detectable whatever order
  * its bytes landed in (docs/log-format.md has the argument).
@@ -299,7 +299,7 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
 }
 
-/* Resolved once; every thread computes the same value (see replica/crc32c.c). */
+/* Resolved once; every thread computes the same value (see log/crc32c.c). */
 static int use_sse42 = -1;
 
 void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)

@@ -1,5 +1,5 @@
 /*
- * replica/crc32c.c — CRC32C (Castagnoli, reflected polynomial 0x82F63B78, as in iSCSI).
+ * log/crc32c.c — CRC32C (Castagnoli, reflected polynomial 0x82F63B78, as in iSCSI).
  *
  * Three implementations that give identical values:
  *   - x86-64 SSE4.2: the crc32 instruction has a latency of 3 cycles and a throughput of one
