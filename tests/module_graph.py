@@ -132,6 +132,10 @@ def main():
         below = closure(uses, m)
         bad = []
         folder = os.path.join(args.srcdir, m)
+        if not os.path.isdir(folder):
+            results.append((False, '%s/: includes only headers of folders below it' % m,
+                            ['no source folder %s (--srcdir %s)' % (folder, args.srcdir)]))
+            continue
         for fn in sorted(os.listdir(folder)):
             if not fn.endswith(('.c', '.h')):
                 continue
