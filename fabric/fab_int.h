@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 
 struct fab_ops {
 	const char *name; /* "ofi" or "mem" */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
 

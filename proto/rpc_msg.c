@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
 

@@ -14,7 +14,7 @@
 
 #include <tailwind/recovery.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/auth.h"
 #include "recovery/recover_int.h"
 

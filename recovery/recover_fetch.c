@@ -26,7 +26,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "recovery/recover_int.h"
 
 enum slot_state {

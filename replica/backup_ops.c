@@ -11,7 +11,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/backup_int.h"
 
 #define SEGF "%016" PRIx64 "-%016" PRIx64

@@ -19,7 +19,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/backup_int.h"

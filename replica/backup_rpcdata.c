@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/backup_int.h"
 #include "replica/rpcdata.h"
 

@@ -14,7 +14,7 @@
 #include <tailwind/common.h>
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/metalog.h"
 
 #define MAGIC "TWMETA1"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/backup_int.h"
 
 #define POOL_ACCESS (TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ)

@@ -24,7 +24,7 @@
 #include <tailwind/primary.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 
 struct tw_rpc_client;
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/primary_int.h"
 #include "replica/rpcdata.h"
 

@@ -8,7 +8,7 @@
 #include <tailwind/common.h>
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/rpcdata.h"
 
 void rpcdata_encode(const struct rpcdata_hdr *h, void *buf)

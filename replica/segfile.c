@@ -17,7 +17,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 
 /* Atomic so a test may switch it while the flusher runs (TSan-clean); set the argument first. */
 static _Atomic(segfile_hook_fn) hook_fn;

@@ -25,7 +25,7 @@
 #include <tailwind/recovery.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/segfile.h"

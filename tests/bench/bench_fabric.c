@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 
 static struct tw_fab *fab;

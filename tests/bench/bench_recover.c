@@ -33,7 +33,7 @@
 #include <tailwind/recovery.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
 

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "proto/rpc.h"
 

@@ -16,7 +16,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 
 #define BUF_SIZE (8u << 20)
 

@@ -27,7 +27,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 
 /*
  * Returns NULL when every invariant holds, else a description (static storage). Each input is

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "proto/auth.h"
 #include "tap.h"

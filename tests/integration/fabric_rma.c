@@ -22,7 +22,7 @@
 
 #include "fab_pattern.h"
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "tap.h"
 

@@ -29,7 +29,7 @@
 
 #include <tailwind/recovery.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"

@@ -18,7 +18,7 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
 #include "tap.h"

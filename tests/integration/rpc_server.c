@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/rpc.h"
 
 static volatile sig_atomic_t stop;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proc.h"
 #include "proto/rpc.h"
 #include "tap.h"

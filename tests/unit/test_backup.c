@@ -20,7 +20,7 @@
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/segfile.h"
 #include "tap.h"
 #include "twd_client.h"

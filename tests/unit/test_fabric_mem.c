@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "tap.h"
 
 struct side {

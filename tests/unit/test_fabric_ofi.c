@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "tap.h"
 
 static struct tw_chan *accepted;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "fabric/fabric.h"
-#include "fabric/util.h"
+#include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
 #include "tap.h"

@@ -18,7 +18,7 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "replica/backup_int.h"
 #include "replica/rpcdata.h"
 #include "tap.h"

@@ -22,7 +22,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
+#include "core/util.h"
 #include "rng.h"
 #include "tap.h"
 

@@ -1,7 +1,7 @@
 /*
- * replica/log_format.c — the writer that lays entries and checksum entries into a buffer, and
+ * log/log_format.c — the writer that lays entries and checksum entries into a buffer, and
  * the iterator over a validated prefix. The byte layout is in include/tailwind/log_format.h and
- * docs/log-format.md; the scan that validates a buffer is recovery/scan.c.
+ * docs/log-format.md; the scan that validates a buffer is log/scan.c.
  *
  * Pure code: no I/O, no allocation. The buffer always belongs to the caller.
  */
@@ -10,20 +10,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TW_LF_X86 1
-#include <immintrin.h>
-#endif
-
-/*
- * The data header check (bytes 2..3): bit 15 set, bits 0..14 the low 15 bits of CRC32C over the
- * header's other 10 bytes in order (type, flags, length, payload_crc). recovery/scan.c computes
- * the same value with its own code; the tests compute it a third way.
- */
-#define HCHECK_MARK 0x8000u
-#define HCHECK_OF(crc) ((uint16_t)(HCHECK_MARK | ((crc) & 0x7fffu)))
+#include "log/log_int.h" /* the header check (TW__HCHECK_OF), the CPU probe */
 
 static uint16_t hcheck_generic(const uint8_t *h)
 {
@@ -32,16 +19,16 @@ static uint16_t hcheck_generic(const uint8_t *h)
 	m[0] = h[0];
 	m[1] = h[1];
 	memcpy(m + 2, h + 4, 8);
-	return HCHECK_OF(tw_crc32c(0, m, sizeof(m)));
+	return TW__HCHECK_OF(tw_crc32c(0, m, sizeof(m)));
 }
 
-#ifdef TW_LF_X86
+#ifdef TW_CRC_X86
 /* Same value: crc32 of bytes 0..1, then of bytes 4..11, as one 10-byte message. */
 __attribute__((target("sse4.2"))) static uint16_t hcheck_sse42(const uint8_t *h)
 {
 	uint32_t raw = _mm_crc32_u16(~0u, tw_load_le16(h));
 
-	return HCHECK_OF(~(uint32_t)_mm_crc32_u64(raw, tw_load_le64(h + 4)));
+	return TW__HCHECK_OF(~(uint32_t)_mm_crc32_u64(raw, tw_load_le64(h + 4)));
 }
 
 /* Store the check of a header whose other bytes are written; advance the chain over it. */
@@ -52,31 +39,16 @@ __attribute__((target("sse4.2"))) static uint32_t finish_header_sse42(uint8_t *h
 	uint32_t raw;
 
 	hc = ~(uint32_t)_mm_crc32_u64(hc, h1);
-	tw_store_le16(h + 2, HCHECK_OF(hc));
+	tw_store_le16(h + 2, TW__HCHECK_OF(hc));
 	raw = _mm_crc32_u32(~chain, tw_load_le32(h));
 	return ~(uint32_t)_mm_crc32_u64(raw, h1);
-}
-
-/* Resolved once; every thread computes the same value (as in recovery/scan.c). */
-static int use_sse42 = -1;
-
-static bool have_sse42(void)
-{
-	int hw = __atomic_load_n(&use_sse42, __ATOMIC_RELAXED);
-
-	if (tw_unlikely(hw < 0)) {
-		__builtin_cpu_init();
-		hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-		__atomic_store_n(&use_sse42, hw, __ATOMIC_RELAXED);
-	}
-	return hw;
 }
 #endif
 
 static uint16_t hcheck(const uint8_t *h)
 {
-#ifdef TW_LF_X86
-	if (tw_likely(have_sse42()))
+#ifdef TW_CRC_X86
+	if (tw_likely(tw__have_sse42()))
 		return hcheck_sse42(h);
 #endif
 	return hcheck_generic(h);
@@ -85,8 +57,8 @@ static uint16_t hcheck(const uint8_t *h)
 /* Store the check of a header whose other bytes are written; return the chain advanced over it. */
 static uint32_t finish_header(uint8_t *h, uint32_t chain)
 {
-#ifdef TW_LF_X86
-	if (tw_likely(have_sse42()))
+#ifdef TW_CRC_X86
+	if (tw_likely(tw__have_sse42()))
 		return finish_header_sse42(h, chain);
 #endif
 	tw_store_le16(h + 2, hcheck_generic(h));

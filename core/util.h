@@ -1,9 +1,9 @@
 /*
- * fabric/util.h — internal helpers used by every layer: logging macros, clocks, little-endian
+ * core/util.h — internal helpers used by every layer: logging macros, clocks, little-endian
  * loads and stores, branch hints. Pure C; no libfabric here.
  */
-#ifndef TW_FABRIC_UTIL_H
-#define TW_FABRIC_UTIL_H
+#ifndef TW_CORE_UTIL_H
+#define TW_CORE_UTIL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -119,7 +119,4 @@ bool tw__ratelimit_pass(struct tw__ratelimit *rl, uint64_t *suppressed_out);
 		}                                                               \
 	} while (0)
 
-/* Name for libfabric's own codes (256..1023); implemented where <rdma/fi_errno.h> is visible. */
-const char *tw__fabric_strerror(int err);
-
-#endif /* TW_FABRIC_UTIL_H */
+#endif /* TW_CORE_UTIL_H */

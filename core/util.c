@@ -1,5 +1,9 @@
 /*
- * fabric/util.c — error names, logging sink and level, rate limiting.
+ * core/util.c — error names, logging sink and level, rate limiting.
+ *
+ * tw_strerror() names libfabric's own codes (256..1023) with fi_strerror(), so this file, alone
+ * in core/, uses libfabric (the library, not fabric/): the error space is shared on purpose
+ * (negative errno, -FI_E* passes through unchanged, ours from 1024).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -10,7 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fabric/util.h"
+#include <rdma/fi_errno.h>
+
+#include "core/util.h"
 
 const char *tw_version(void)
 {
@@ -33,7 +39,7 @@ const char *tw_strerror(int err)
 		break;
 	}
 	if (err >= 256 && err < 1024)
-		return tw__fabric_strerror(err);
+		return fi_strerror(err);
 	if (err < 256)
 		return strerror(err); /* glibc: static text for known codes; thread-safe in practice */
 	return "unknown error";

@@ -1,5 +1,5 @@
 /*
- * recovery/scan.c — find the valid prefix of a replica buffer: Algorithm 1 of the Tailwind paper
+ * log/scan.c — find the valid prefix of a replica buffer: Algorithm 1 of the Tailwind paper
  * (walk the entries, chain a CRC over the data entry headers, compare at each checksum entry)
  * plus verification of every payload CRC, which makes a torn write detectable whatever order
  * its bytes landed in (docs/log-format.md has the argument).
@@ -18,15 +18,7 @@
  */
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TW_SCAN_X86 1
-#include <immintrin.h>
-#endif
-
-/* Internal: the generic walk, whatever the CPU. For tests; not exported from the library. */
-void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+#include "log/log_int.h" /* header check, CPU probe, inline CRC32C loop, tw__scan_generic */
 
 /*
  * The first 2 bytes of a data header (type 1, flags 0) and the first 4 of a checksum entry
@@ -34,13 +26,6 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
  */
 #define HDR_HALF_DATA ((uint16_t)TW_ENTRY_DATA)
 #define HDR_WORD_CKSUM ((uint32_t)TW_ENTRY_CHECKSUM)
-
-/*
- * Header check of a data entry (bytes 2..3), see log_format.h: bit 15 set, bits 0..14 the low 15
- * bits of CRC32C over the 10 other header bytes. `crc` is that finished CRC32C.
- */
-#define HCHECK_MARK 0x8000u
-#define HCHECK_OF(crc) ((uint16_t)(HCHECK_MARK | ((crc) & 0x7fffu)))
 
 const char *tw_scan_stop_str(enum tw_scan_stop stop)
 {
@@ -127,7 +112,7 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 			uint32_t plen = tw_load_le32(p + 4);
 
 			/* The header check, before the length is trusted for anything. */
-			if (tw_load_le16(p + 2) != HCHECK_OF(tw_crc32c(hc0, p + 4, 8))) {
+			if (tw_load_le16(p + 2) != TW__HCHECK_OF(tw_crc32c(hc0, p + 4, 8))) {
 				stop = TW_SCAN_BAD_HEADER;
 				break;
 			}
@@ -170,7 +155,7 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
 }
 
-#ifdef TW_SCAN_X86
+#ifdef TW_CRC_X86
 
 /*
  * Payloads up to this size are reduced inline, one stream: the payload CRCs of consecutive
@@ -179,30 +164,6 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
  * 6 GB/s through tw_crc32c()). Longer payloads go to tw_crc32c()'s three streams.
  */
 #define INLINE_PAYLOAD_MAX 200u
-
-__attribute__((target("sse4.2"))) static inline uint32_t raw_short(uint32_t crc,
-								     const uint8_t *p, size_t len)
-{
-	uint64_t c = crc;
-
-	while (len >= 8) {
-		c = _mm_crc32_u64(c, tw_load_le64(p));
-		p += 8;
-		len -= 8;
-	}
-	crc = (uint32_t)c;
-	if (len & 4) {
-		crc = _mm_crc32_u32(crc, tw_load_le32(p));
-		p += 4;
-	}
-	if (len & 2) {
-		crc = _mm_crc32_u16(crc, tw_load_le16(p));
-		p += 2;
-	}
-	if (len & 1)
-		crc = _mm_crc32_u8(crc, *p);
-	return crc;
-}
 
 /*
  * Same walk as tw__scan_generic(); the header chain is kept raw (complemented) in a register
@@ -237,7 +198,7 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 			uint32_t w0 = tw_load_le32(p);     /* type, flags, check */
 			uint64_t h1 = tw_load_le64(p + 4); /* length, payload_crc */
 			uint32_t hc = ~(uint32_t)_mm_crc32_u64(hc0, h1);
-			/* Bytes 0..3 of a good data header: 1, 0, HCHECK_OF(hc). Written in 32 bits
+			/* Bytes 0..3 of a good data header: 1, 0, TW__HCHECK_OF(hc). Written in 32 bits
 			 * (bit 15 of hc lands on bit 31, which is set anyway) so that the compiler
 			 * emits no 16-bit immediates (length-changing prefixes stall the decoder). */
 			uint32_t want = (hc << 16) | 0x80000000u | HDR_HALF_DATA;
@@ -257,7 +218,7 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 				raw = _mm_crc32_u32(raw, w0);
 				raw = (uint32_t)_mm_crc32_u64(raw, h1);
 				if (plen <= INLINE_PAYLOAD_MAX)
-					got = ~raw_short(~0u, p + TW_ENTRY_HDR_SIZE, plen);
+					got = ~tw__crc32c_sse42_raw(~0u, p + TW_ENTRY_HDR_SIZE, plen);
 				else
 					got = tw_crc32c(0, p + TW_ENTRY_HDR_SIZE, plen);
 				if (tw_unlikely(got != pcrc)) {
@@ -299,29 +260,19 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
 }
 
-/* Resolved once; every thread computes the same value (see replica/crc32c.c). */
-static int use_sse42 = -1;
-
 void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
 {
-	int hw = __atomic_load_n(&use_sse42, __ATOMIC_RELAXED);
-
 	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
 		finish(out, 0, 0, 0, 0, TW_SCAN_END, 0);
 		return;
 	}
-	if (tw_unlikely(hw < 0)) {
-		__builtin_cpu_init();
-		hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-		__atomic_store_n(&use_sse42, hw, __ATOMIC_RELAXED);
-	}
-	if (hw)
+	if (tw__have_sse42()) /* the CPU probe shared with tw_crc32c() (log/log_int.h) */
 		scan_sse42(buf, len, out);
 	else
 		tw__scan_generic(buf, len, out);
 }
 
-#else /* !TW_SCAN_X86 */
+#else /* !TW_CRC_X86 */
 
 void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
 {

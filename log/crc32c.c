@@ -1,5 +1,5 @@
 /*
- * replica/crc32c.c — CRC32C (Castagnoli, reflected polynomial 0x82F63B78, as in iSCSI).
+ * log/crc32c.c — CRC32C (Castagnoli, reflected polynomial 0x82F63B78, as in iSCSI).
  *
  * Three implementations that give identical values:
  *   - x86-64 SSE4.2: the crc32 instruction has a latency of 3 cycles and a throughput of one
@@ -18,12 +18,7 @@
 
 #include <tailwind/log_format.h>
 
-#include "fabric/util.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TW_CRC_X86 1
-#include <immintrin.h>
-#endif
+#include "log/log_int.h" /* TW_CRC_X86, the CPU probe, the one-stream SSE4.2 loop */
 
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
 #define TW_CRC_ARM 1
@@ -96,32 +91,6 @@ uint32_t tw_crc32c_portable(uint32_t crc, const void *buf, size_t len)
 
 #ifdef TW_CRC_X86
 
-/* One stream: 8 bytes per instruction, then the 0..7 byte tail. */
-__attribute__((target("sse4.2"))) static inline uint32_t raw_sse42_1way(uint32_t crc,
-									  const uint8_t *p,
-									  size_t len)
-{
-	uint64_t c = crc;
-
-	while (len >= 8) {
-		c = _mm_crc32_u64(c, tw_load_le64(p));
-		p += 8;
-		len -= 8;
-	}
-	crc = (uint32_t)c;
-	if (len & 4) {
-		crc = _mm_crc32_u32(crc, tw_load_le32(p));
-		p += 4;
-	}
-	if (len & 2) {
-		crc = _mm_crc32_u16(crc, tw_load_le16(p));
-		p += 2;
-	}
-	if (len & 1)
-		crc = _mm_crc32_u8(crc, *p);
-	return crc;
-}
-
 /*
  * Multiply a raw CRC by x^(8n) mod P, i.e. append n zero bytes to it. `k` is x^(8n-33) mod P
  * (bit-reflected): the 64-bit carry-less product of two reflected 32-bit values represents
@@ -193,14 +162,14 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t raw_sse42(uint32_t crc,
 		p += 3 * 32;
 		len -= 3 * 32;
 	}
-	return raw_sse42_1way(crc, p, len);
+	return tw__crc32c_sse42_raw(crc, p, len);
 }
 
 /* CPUs with SSE4.2 but without PCLMULQDQ (a few 2008-2010 parts): one stream. */
 __attribute__((target("sse4.2"))) static uint32_t raw_sse42_nopclmul(uint32_t crc,
 								       const uint8_t *p, size_t len)
 {
-	return raw_sse42_1way(crc, p, len);
+	return tw__crc32c_sse42_raw(crc, p, len);
 }
 
 #endif /* TW_CRC_X86 */
@@ -244,62 +213,40 @@ TW_TARGET_CRC static uint32_t raw_armv8(uint32_t crc, const uint8_t *p, size_t l
 
 /* ---- dispatch --------------------------------------------------------------------------- */
 
-enum impl {
-	IMPL_UNKNOWN = 0,
-	IMPL_TABLE,
-	IMPL_SSE42,
-	IMPL_SSE42_NOPCLMUL,
-	IMPL_ARMV8,
-};
+/* The one CPU-feature cache of log/ (log/log_int.h): tw_crc32c(), the writer and the scan. */
+int tw__crc_impl_cached;
 
-/*
- * Resolved on first use. Every thread computes the same value, so a race only stores that value
- * twice; the atomic load/store keeps it free of data races.
- */
-static int impl_cached;
-
-static int impl_detect(void)
+int tw__crc_impl_detect(void)
 {
 #ifdef TW_CRC_X86
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("sse4.2"))
-		return __builtin_cpu_supports("pclmul") ? IMPL_SSE42 : IMPL_SSE42_NOPCLMUL;
+		return __builtin_cpu_supports("pclmul") ? TW__CRC_SSE42 : TW__CRC_SSE42_NOPCLMUL;
 #endif
 #ifdef TW_CRC_ARM
 #if defined(__ARM_FEATURE_CRC32)
-	return IMPL_ARMV8;
+	return TW__CRC_ARMV8;
 #elif defined(__linux__)
 	if (getauxval(AT_HWCAP) & HWCAP_CRC32)
-		return IMPL_ARMV8;
+		return TW__CRC_ARMV8;
 #endif
 #endif
-	return IMPL_TABLE;
-}
-
-static inline int impl_get(void)
-{
-	int i = __atomic_load_n(&impl_cached, __ATOMIC_RELAXED);
-
-	if (tw_unlikely(i == IMPL_UNKNOWN)) {
-		i = impl_detect();
-		__atomic_store_n(&impl_cached, i, __ATOMIC_RELAXED);
-	}
-	return i;
+	return TW__CRC_TABLE;
 }
 
 uint32_t tw_crc32c(uint32_t crc, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
 
-	switch (impl_get()) {
+	switch (tw__crc_impl()) {
 #ifdef TW_CRC_X86
-	case IMPL_SSE42:
+	case TW__CRC_SSE42:
 		return ~raw_sse42(~crc, p, len);
-	case IMPL_SSE42_NOPCLMUL:
+	case TW__CRC_SSE42_NOPCLMUL:
 		return ~raw_sse42_nopclmul(~crc, p, len);
 #endif
 #ifdef TW_CRC_ARM
-	case IMPL_ARMV8:
+	case TW__CRC_ARMV8:
 		return ~raw_armv8(~crc, p, len);
 #endif
 	default:
@@ -309,12 +256,12 @@ uint32_t tw_crc32c(uint32_t crc, const void *buf, size_t len)
 
 const char *tw_crc32c_impl(void)
 {
-	switch (impl_get()) {
-	case IMPL_SSE42:
+	switch (tw__crc_impl()) {
+	case TW__CRC_SSE42:
 		return "sse4.2";
-	case IMPL_SSE42_NOPCLMUL:
+	case TW__CRC_SSE42_NOPCLMUL:
 		return "sse4.2-nopclmul";
-	case IMPL_ARMV8:
+	case TW__CRC_ARMV8:
 		return "armv8";
 	default:
 		return "table";

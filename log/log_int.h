@@ -1,0 +1,103 @@
+/*
+ * log/log_int.h — what log/crc32c.c, log/log_format.c and log/scan.c share: the data header
+ * check, the one CPU-feature probe behind every CRC32C path, and the one-stream SSE4.2 CRC32C
+ * loop (inline, so that the scan's fused walk reduces short payloads without a call).
+ * Internal to log/; nothing here is exported from the library.
+ */
+#ifndef TW_LOG_INT_H
+#define TW_LOG_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/log_format.h>
+
+#include "core/util.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TW_CRC_X86 1
+#include <immintrin.h>
+#endif
+
+/*
+ * Header check of a data entry (bytes 2..3), see log_format.h: bit 15 set, bits 0..14 the low 15
+ * bits of CRC32C over the header's other 10 bytes in order (type, flags, length, payload_crc).
+ * `crc` is that finished CRC32C. The tests compute it a second, independent way.
+ */
+#define TW__HCHECK_MARK 0x8000u
+#define TW__HCHECK_OF(crc) ((uint16_t)(TW__HCHECK_MARK | ((crc) & 0x7fffu)))
+
+/* ---- CPU features: probed once, for every CRC32C user ------------------------------------ */
+
+enum tw__crc_impl {
+	TW__CRC_UNKNOWN = 0,
+	TW__CRC_TABLE,
+	TW__CRC_SSE42,          /* crc32 + pclmulqdq (three streams) */
+	TW__CRC_SSE42_NOPCLMUL, /* crc32 only (one stream) */
+	TW__CRC_ARMV8,
+};
+
+/*
+ * The cache and the probe, in log/crc32c.c. Every thread computes the same value, so a race only
+ * stores that value twice; atomic loads and stores keep it free of data races.
+ */
+extern int tw__crc_impl_cached;
+int tw__crc_impl_detect(void);
+
+static inline enum tw__crc_impl tw__crc_impl(void)
+{
+	int i = __atomic_load_n(&tw__crc_impl_cached, __ATOMIC_RELAXED);
+
+	if (tw_unlikely(i == TW__CRC_UNKNOWN)) {
+		i = tw__crc_impl_detect();
+		__atomic_store_n(&tw__crc_impl_cached, i, __ATOMIC_RELAXED);
+	}
+	return (enum tw__crc_impl)i;
+}
+
+#ifdef TW_CRC_X86
+
+/* The crc32 instruction is there (with or without pclmulqdq). */
+static inline bool tw__have_sse42(void)
+{
+	enum tw__crc_impl i = tw__crc_impl();
+
+	return i == TW__CRC_SSE42 || i == TW__CRC_SSE42_NOPCLMUL;
+}
+
+/*
+ * Raw (complemented) CRC32C state advanced over [p, p+len), one stream: 8 bytes per
+ * instruction, then the 0..7 byte tail. The tail of tw_crc32c()'s three streams, its whole
+ * path without pclmulqdq, and the scan's inline reduction of short payloads.
+ */
+__attribute__((target("sse4.2"))) static inline uint32_t tw__crc32c_sse42_raw(uint32_t crc,
+									       const uint8_t *p,
+									       size_t len)
+{
+	uint64_t c = crc;
+
+	while (len >= 8) {
+		c = _mm_crc32_u64(c, tw_load_le64(p));
+		p += 8;
+		len -= 8;
+	}
+	crc = (uint32_t)c;
+	if (len & 4) {
+		crc = _mm_crc32_u32(crc, tw_load_le32(p));
+		p += 4;
+	}
+	if (len & 2) {
+		crc = _mm_crc32_u16(crc, tw_load_le16(p));
+		p += 2;
+	}
+	if (len & 1)
+		crc = _mm_crc32_u8(crc, *p);
+	return crc;
+}
+
+#endif /* TW_CRC_X86 */
+
+/* Internal: the generic walk of tw_scan(), whatever the CPU. For tests; not exported. */
+void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+
+#endif /* TW_LOG_INT_H */
