@@ -54,6 +54,8 @@ struct mem_chan {
 	struct mem_chan *peer; /* under mem_lock; NULL once either side is gone */
 	struct mem_fab *peer_fab;
 	struct tw_mem_fault fault;
+	struct mem_ev *lost; /* our LOST event, allocated with the channel (a peer's departure
+			      * needs no memory, as on a real fabric); NULL once queued */
 };
 
 struct mem_mr {
@@ -120,20 +122,21 @@ static void sever(struct mem_chan *mc, int err)
 		return;
 	mc->peer = NULL;
 	peer->peer = NULL;
-	struct mem_ev *ev = new_ev(MEV_LOST, peer, 0);
-	if (ev) {
-		ev->status = err;
-		push_ev(mc->peer_fab, ev);
+	if (peer->lost) {
+		peer->lost->status = err;
+		push_ev(mc->peer_fab, peer->lost);
+		peer->lost = NULL;
 	}
 }
 
 /* Both ends lose the channel (mem_lock held); our own op completes through the LOST event. */
 static void lose_both(struct mem_chan *mc)
 {
-	struct mem_ev *ev = new_ev(MEV_LOST, mc, 0);
+	struct mem_ev *ev = mc->lost;
 
 	sever(mc, -TW_EPEERLOST);
 	if (ev) {
+		mc->lost = NULL;
 		ev->status = -TW_EPEERLOST;
 		push_ev((struct mem_fab *)mc->base.fab, ev);
 	}
@@ -177,7 +180,15 @@ static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **ou
 	lc = calloc(1, sizeof(*lc));
 	rc = calloc(1, sizeof(*rc));
 	ev = new_ev(MEV_ACCEPT, rc, 0);
-	if (!lc || !rc || !ev) {
+	if (lc)
+		lc->lost = new_ev(MEV_LOST, lc, 0);
+	if (rc)
+		rc->lost = new_ev(MEV_LOST, rc, 0);
+	if (!lc || !rc || !ev || !lc->lost || !rc->lost) {
+		if (lc)
+			free(lc->lost);
+		if (rc)
+			free(rc->lost);
 		free(lc);
 		free(rc);
 		free(ev);
@@ -189,6 +200,8 @@ static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **ou
 			target = l;
 	if (!target) {
 		pthread_mutex_unlock(&mem_lock);
+		free(lc->lost);
+		free(rc->lost);
 		free(lc);
 		free(rc);
 		free(ev);
@@ -227,6 +240,7 @@ static void mem_chan_down(struct tw_chan *ch, bool closing)
 
 static void mem_chan_free(struct tw_chan *ch)
 {
+	free(((struct mem_chan *)ch)->lost);
 	free(ch);
 }
 
@@ -290,13 +304,11 @@ static int find_target(struct mem_fab *owner, uint64_t key, uint64_t raddr, size
 	return -EACCES;
 }
 
-/* Queue a completion for our own op (mem_lock held). */
-static void push_done(struct mem_chan *mc, struct tw_op *op, int status, size_t len, bool is_read)
+/* Queue a completion for our own op (mem_lock held) in `ev`, allocated when the op was posted
+ * (so a post without memory fails at once instead of losing its completion). */
+static void push_done(struct mem_chan *mc, struct mem_ev *ev, struct tw_op *op, int status,
+		      size_t len, bool is_read)
 {
-	struct mem_ev *ev = new_ev(MEV_DONE, mc, 0);
-
-	if (!ev) /* no memory: the op deadline fails the channel */
-		return;
 	ev->op = op;
 	ev->status = status;
 	ev->len = len;
@@ -309,23 +321,28 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 {
 	struct mem_chan *mc = (struct mem_chan *)ch;
 	struct tw_mem_fault f = mc->fault;
+	struct mem_ev *ev = new_ev(MEV_DONE, mc, 0);
 	unsigned char *dst = NULL;
 	int rc;
 
+	if (!ev)
+		return -ENOMEM;
 	mc->fault.kind = TW_MEM_FAULT_NONE;
 	op_track(ch, op);
 	pthread_mutex_lock(&mem_lock);
 	if (!mc->peer) { /* the peer went away; its LOST event is on our queue */
-		push_done(mc, op, -TW_EPEERLOST, 0, false);
+		push_done(mc, ev, op, -TW_EPEERLOST, 0, false);
 		goto out;
 	}
 	switch (f.kind) {
 	case TW_MEM_FAULT_FAIL:
-		push_done(mc, op, -EIO, 0, false);
+		push_done(mc, ev, op, -EIO, 0, false);
 		goto out;
 	case TW_MEM_FAULT_DROP:
+		free(ev);
 		goto out; /* no completion: the op deadline fails the channel */
 	case TW_MEM_FAULT_VANISH:
+		free(ev);
 		lose_both(mc);
 		goto out;
 	default:
@@ -333,7 +350,7 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 	}
 	rc = find_target(mc->peer_fab, key, raddr, len, TW_MR_REMOTE_WRITE, &dst);
 	if (rc < 0) {
-		push_done(mc, op, rc, 0, false);
+		push_done(mc, ev, op, rc, 0, false);
 		goto out;
 	}
 	if (f.kind == TW_MEM_FAULT_PREFIX) {
@@ -345,10 +362,11 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 				       TW_MIN((size_t)64, len - (size_t)i * 64));
 	} else {
 		memcpy(dst, src, len);
-		push_done(mc, op, 0, len, false);
+		push_done(mc, ev, op, 0, len, false);
 		goto out;
 	}
 	/* PREFIX / CHUNKS: a torn write, then the channel dies on both sides. */
+	free(ev);
 	lose_both(mc);
 out:
 	pthread_mutex_unlock(&mem_lock);
@@ -359,18 +377,21 @@ static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len,
 		    uint64_t raddr, uint64_t key)
 {
 	struct mem_chan *mc = (struct mem_chan *)ch;
+	struct mem_ev *ev = new_ev(MEV_DONE, mc, 0);
 	unsigned char *src = NULL;
 	int rc;
 
+	if (!ev)
+		return -ENOMEM;
 	op_track(ch, op);
 	pthread_mutex_lock(&mem_lock);
 	if (!mc->peer) {
-		push_done(mc, op, -TW_EPEERLOST, 0, true);
+		push_done(mc, ev, op, -TW_EPEERLOST, 0, true);
 	} else if ((rc = find_target(mc->peer_fab, key, raddr, len, TW_MR_REMOTE_READ, &src)) < 0) {
-		push_done(mc, op, rc, 0, true);
+		push_done(mc, ev, op, rc, 0, true);
 	} else {
 		memcpy(dst, src, len);
-		push_done(mc, op, 0, len, true);
+		push_done(mc, ev, op, 0, len, true);
 	}
 	pthread_mutex_unlock(&mem_lock);
 	return 0;
@@ -533,6 +554,7 @@ static void mem_close(struct tw_fab *fab)
 		mf->head = ev->next;
 		if (ev->kind == MEV_ACCEPT) { /* never linked: tell its peer and free it */
 			sever(ev->ch, -TW_EPEERLOST);
+			free(ev->ch->lost);
 			free(ev->ch);
 		}
 		free(ev);

@@ -1060,6 +1060,17 @@ static void submit_flush(struct tw_backup *b, struct seg *s, bool open_flush)
 
 	if (!j) {
 		b->flush_err = b->flush_err ? b->flush_err : -ENOMEM;
+		if (!open_flush) {
+			/* Not queued: mark it failed so that the progress loop retries it on its
+			 * next pass (else the buffer would hold the unflushed limit forever). */
+			s->buf->flush_failed = true;
+			if (!b->flush_retry || b->flush_retry_ns > tw_now_ns())
+				b->flush_retry_ns = tw_now_ns();
+			b->flush_retry = true;
+			tw_log_warn("backup: no memory to queue the flush of segment %016" PRIx64
+				    "-%016" PRIx64 "; retried on the next pass", s->log_id,
+				    s->segment_id);
+		}
 		return;
 	}
 	j->kind = JOB_FLUSH;
@@ -1174,6 +1185,15 @@ void bk_job_done(struct tw_backup *b, struct job *j)
 				rm->hdr.log_id = s->log_id;
 				rm->hdr.segment_id = s->segment_id;
 				bk_submit(b, rm);
+			} else if (s->on_disk) {
+				/* No memory for a job: remove it here (blocking, rare), as drop_seg
+				 * does, so that the freed segment does not come back on a restart. */
+				int rc = segfile_remove(b->dirfd, s->log_id, s->segment_id);
+
+				if (rc != 0 && rc != -ENOENT)
+					tw_log_warn("backup: removing freed segment %016" PRIx64
+						    "-%016" PRIx64 ": %s", s->log_id, s->segment_id,
+						    tw_strerror(rc));
 			}
 			s->buf = NULL;
 			bk_release_buf(b, pb);

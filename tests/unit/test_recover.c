@@ -13,6 +13,7 @@
  *   - a copy the backup marked corrupt (close checksum mismatch) is skipped with a warning.
  *   - a missing segment in the middle: the prefix is delivered, -TW_ENOBACKUP.
  *   - the callback stopping the recovery: -ECANCELED.
+ *   - a log no backup holds: success with nothing delivered (UBSan: no qsort of a NULL list).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -431,10 +432,26 @@ static void test_cancel_and_errors(void)
 	ok(rc == -TW_EFENCED, "an explicit epoch older than the log's: -TW_EFENCED (%s)", err);
 }
 
+/* A log no backup holds: an empty answer (the listing is empty: nothing to sort). */
+static void test_unknown_log(void)
+{
+	struct expect x;
+	struct tw_recover_result res;
+	int rc;
+
+	memset(&x, 0, sizeof(x));
+	rc = recover(0x7e57000000003039ull, &x, &res);
+	ok(rc == 0, "recovering a log no backup holds succeeds: %s", tw_strerror(rc));
+	ok(res.segments == 0 && res.entries == 0 && res.copies_listed == 0,
+	   "and delivers nothing (%" PRIu64 " segments, %" PRIu64 " entries)", res.segments,
+	   res.entries);
+}
+
 int main(void)
 {
-	tap_plan(28);
+	tap_plan(30);
 	start_all();
+	test_unknown_log();
 	test_torn();
 	test_late_backup();
 	test_versions();
