@@ -193,9 +193,9 @@ struct replay {
 	struct tw_backup *b;
 	struct opened *v;
 	size_t n, cap;
-	uint64_t del[64]; /* logs whose last event is a delete (files left by an interrupted one
-			   * are removed); more than 64 deletes in one journal: best effort */
-	size_t ndel;
+	uint64_t *del; /* logs whose last event is a delete (files left by an interrupted one
+			* are removed at the end of the replay) */
+	size_t ndel, delcap;
 };
 
 static void del_forget(struct replay *rp, uint64_t log_id)
@@ -257,8 +257,16 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 			return -ENOMEM;
 		lg->free_below = 0;
 		del_forget(rp, r->log_id);
-		if (rp->ndel < sizeof(rp->del) / sizeof(rp->del[0]))
-			rp->del[rp->ndel++] = r->log_id;
+		if (rp->ndel == rp->delcap) {
+			size_t cap = rp->delcap ? 2 * rp->delcap : 16;
+			uint64_t *d = realloc(rp->del, cap * sizeof(*d));
+
+			if (!d)
+				return -ENOMEM;
+			rp->del = d;
+			rp->delcap = cap;
+		}
+		rp->del[rp->ndel++] = r->log_id;
 		/* Opens before the delete are gone with it. */
 		for (size_t i = 0; i < rp->n;) {
 			if (rp->v[i].log_id == r->log_id)
@@ -279,7 +287,7 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
  * whose bytes are not on disk yet (open, closed) or already lost. */
 static int meta_compact(struct tw_backup *b)
 {
-	size_t n = 0, cap = 2 * b->nlogs + b->nsegs + 1;
+	size_t n = 0, cap = 3 * b->nlogs + b->nsegs + 1;
 	struct metalog_rec *v = calloc(cap, sizeof(*v));
 	int rc;
 
@@ -287,7 +295,17 @@ static int meta_compact(struct tw_backup *b)
 		return -ENOMEM;
 	for (size_t i = 0; i < b->nlogs; i++) {
 		const struct logst *lg = &b->logs[i];
+		bool live = false;
 
+		for (size_t k = bk_seg_lower_bound(b, lg->log_id, 0);
+		     k < b->nsegs && b->segs[k]->log_id == lg->log_id && !live; k++)
+			live = !b->segs[k]->freed;
+		/* A log with no live segment here (deleted, or all of it freed) may still have
+		 * files whose removal is pending or failed: a DELETE first makes a restart remove
+		 * them instead of serving them again; the records after it restore the epoch and
+		 * the freed mark. */
+		if (!live)
+			v[n++] = (struct metalog_rec){ METALOG_DELETE, lg->log_id, 0, 0, 0 };
 		if (lg->epoch)
 			v[n++] = (struct metalog_rec){ METALOG_OWNER, lg->log_id, lg->epoch,
 						       lg->owner, 0 };
@@ -303,12 +321,14 @@ static int meta_compact(struct tw_backup *b)
 			v[n++] = (struct metalog_rec){ METALOG_OPEN, s->log_id, s->segment_id,
 						       s->epoch, 0 };
 	}
-	rc = metalog_rewrite(&b->ml, v, n, METALOG_DEFAULT_CAP);
+	rc = metalog_rewrite(&b->ml, v, n, bk__meta_cap);
 	free(v);
 	if (rc == 0)
 		tw_log_info("backup: metadata journal rewritten with %zu records", n);
 	return rc;
 }
+
+uint32_t bk__meta_cap = METALOG_DEFAULT_CAP;
 
 int bk_meta_append(struct tw_backup *b, const struct metalog_rec *r)
 {
@@ -377,15 +397,17 @@ static int rebuild_index(struct tw_backup *b)
 	char why[256];
 	int rc;
 
-	rc = metalog_open(&b->ml, b->dirfd, METALOG_DEFAULT_CAP, replay_rec, &rp, why, sizeof(why));
+	rc = metalog_open(&b->ml, b->dirfd, bk__meta_cap, replay_rec, &rp, why, sizeof(why));
 	if (rc != 0) {
 		free(rp.v);
+		free(rp.del);
 		bk_seterr(b, "storage directory %s: %s", b->dir, why);
 		return rc;
 	}
 	dfd = dup(b->dirfd);
 	if (dfd < 0) {
 		free(rp.v);
+		free(rp.del);
 		return -errno;
 	}
 	d = fdopendir(dfd);
@@ -393,6 +415,7 @@ static int rebuild_index(struct tw_backup *b)
 		rc = -errno;
 		close(dfd);
 		free(rp.v);
+		free(rp.del);
 		return rc;
 	}
 	while ((de = readdir(d)) != NULL) {
@@ -417,6 +440,7 @@ static int rebuild_index(struct tw_backup *b)
 			if (epoch > TW_EPOCH_MAX) {
 				closedir(d);
 				free(rp.v);
+				free(rp.del);
 				bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
 					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
 					  "an older twd): no takeover of that log could follow it. If no "
@@ -429,6 +453,7 @@ static int rebuild_index(struct tw_backup *b)
 			if (!lg) {
 				closedir(d);
 				free(rp.v);
+				free(rp.del);
 				return -ENOMEM;
 			}
 			if (epoch > lg->epoch)
@@ -458,6 +483,7 @@ static int rebuild_index(struct tw_backup *b)
 		if (!s) {
 			closedir(d);
 			free(rp.v);
+			free(rp.del);
 			return -ENOMEM;
 		}
 		s->state = SEG_FLUSHED;
@@ -488,6 +514,7 @@ static int rebuild_index(struct tw_backup *b)
 			if (!lg) {
 				closedir(d);
 				free(rp.v);
+				free(rp.del);
 				return -ENOMEM;
 			}
 			if (s->epoch > lg->epoch)
@@ -497,6 +524,7 @@ static int rebuild_index(struct tw_backup *b)
 	closedir(d);
 	rc = finish_replay(b, &rp, &lost);
 	free(rp.v);
+	free(rp.del);
 	if (rc != 0)
 		return rc;
 	if (good || bad || tmps || lost)

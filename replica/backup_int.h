@@ -214,6 +214,8 @@ struct seg *bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment
 void bk_seg_delete(struct tw_backup *b, struct seg *s);
 /* Index of the first segment >= (log_id, segment_id). */
 size_t bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+/* Records of the metadata journal (replica/metalog.h); tests lower it to force compactions. */
+extern uint32_t bk__meta_cap;
 struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create);
 struct conn *bk_conn_find(struct tw_backup *b, uint64_t id);
 void bk_submit(struct tw_backup *b, struct job *j);

@@ -313,6 +313,10 @@ int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
 {
 	char name[SEGFILE_NAME_MAX];
 
+	int rc = step("remove");
+
+	if (rc)
+		return rc;
 	segfile_name(log_id, segment_id, name, sizeof(name));
 	if (unlinkat(dirfd, name, 0) != 0)
 		return -errno;

@@ -21,6 +21,7 @@
 #include <tailwind/log_format.h>
 
 #include "core/util.h"
+#include "replica/backup_int.h"
 #include "replica/segfile.h"
 #include "tap.h"
 #include "twd_client.h"
@@ -449,6 +450,71 @@ static void test_flush_failure(void)
 	}
 }
 
+/* A deleted log whose file could not be removed must not come back after the metadata journal
+ * was compacted and the backup restarted (the compacted journal keeps the delete). */
+static atomic_int fail_remove;
+
+static int remove_hook(void *arg, const char *step)
+{
+	(void)arg;
+	return atomic_load(&fail_remove) && strcmp(step, "remove") == 0 ? -EIO : 0;
+}
+
+static void test_delete_survives_compaction(void)
+{
+	uint32_t old_cap = bk__meta_cap;
+	uint64_t got = 0, owner = 0, freed = 0;
+	struct twc_info li[4];
+	struct twc c;
+	char path[512];
+	struct stat st;
+	int n;
+
+	char saved[sizeof(dir)];
+
+	/* A fresh directory: an existing journal keeps the capacity it was created with. */
+	memcpy(saved, dir, sizeof(dir));
+	TAP_REQUIRE(strlen(saved) + 10 < sizeof(dir), "dir name");
+	snprintf(dir, sizeof(dir), "%s/compact", saved);
+	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+	bk__meta_cap = 32; /* records: compaction after a few dozen fences */
+	snprintf(path, sizeof(path), "%s/000000000000005a-0000000000000000.twseg", dir);
+	start(4, 2);
+	conn(&c);
+	TAP_REQUIRE(twc_open(&c, 90, 0, 1, 1, BUF) == 0, "open log 90");
+	TAP_REQUIRE(twc_write(&c, 4, 100, 1) == 0, "write");
+	TAP_REQUIRE(twc_close_seg(&c, UINT64_MAX, 0, NULL) == 0, "close");
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;) {
+		n = twc_list(&c, 90, false, li, 4);
+		if (n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
+			break;
+	}
+	TAP_REQUIRE(stat(path, &st) == 0, "segment 0 of log 90 flushed to %s", path);
+	atomic_store(&fail_remove, 1);
+	segfile_set_hook(remove_hook, NULL);
+	TAP_REQUIRE(tw_rpc_fence(c.rpc, 90, 2, &got, &owner) == 0, "fence log 90 at epoch 2");
+	is_int(tw_rpc_free_segments(c.rpc, 2, 90, 0, true, &freed), 0,
+	       "delete log 90 (its file removal fails)");
+	for (uint64_t log = 1000; log < 1000 + 2 * 32; log++)
+		TAP_REQUIRE(tw_rpc_fence(c.rpc, log, 1, &got, &owner) == 0, "fence %llu",
+			    (unsigned long long)log);
+	ok(stat(path, &st) == 0, "after 64 more journal records (a compaction), the file of the "
+	   "deleted log is still there");
+	twc_close(&c);
+	stop(false);
+	segfile_set_hook(NULL, NULL);
+	atomic_store(&fail_remove, 0);
+	start(4, 2);
+	conn(&c);
+	n = twc_list(&c, 90, true, li, 4);
+	is_int(n, 0, "after the restart the deleted log lists no segment");
+	ok(stat(path, &st) != 0 && errno == ENOENT, "and its file was removed at the restart");
+	twc_close(&c);
+	stop(false);
+	bk__meta_cap = old_cap;
+	memcpy(dir, saved, sizeof(dir));
+}
+
 int main(void)
 {
 	char cmd[300];
@@ -463,6 +529,7 @@ int main(void)
 	test_admission_and_validation();
 	test_pool_exhaustion();
 	test_flush_failure();
+	test_delete_survives_compaction();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
 	if (system(cmd) != 0)
 		tap_diag("cleanup failed");
