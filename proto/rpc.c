@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,6 +411,8 @@ static bool tags_ok(const ProtobufCMessage *m, int depth)
 	return true;
 }
 
+_Atomic uint64_t tw__rpc_decodes;
+
 int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len)
@@ -423,6 +426,7 @@ int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_are
 		return rc;
 	if (hdr_out)
 		*hdr_out = h;
+	atomic_fetch_add_explicit(&tw__rpc_decodes, 1, memory_order_relaxed);
 	env = tailwind__envelope__unpack(&a->pb, h.length,
 					 (const uint8_t *)buf + TW_RPC_HDR_SIZE);
 	if (!env)
@@ -431,6 +435,63 @@ int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_are
 	if (!tags_ok(&env->base, 0))
 		return why_set(why, why_len, -TW_EPROTO, "envelope contains field number 0");
 	*env_out = env;
+	return 0;
+}
+
+/* A protobuf varint at *p (bounded by end); false when truncated or longer than 10 bytes. */
+static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	for (unsigned shift = 0; shift < 70 && *p < end; shift += 7) {
+		uint8_t b = *(*p)++;
+
+		x |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*v = x;
+			return true;
+		}
+	}
+	return false;
+}
+
+int tw_rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
+{
+	const uint8_t *p = (const uint8_t *)buf + TW_RPC_HDR_SIZE, *end = (const uint8_t *)buf + len;
+	uint64_t id = 0, tag, v;
+
+	if (len < TW_RPC_HDR_SIZE)
+		return -TW_EPROTO;
+	while (p < end) {
+		if (!get_varint(&p, end, &tag))
+			return -TW_EPROTO;
+		switch (tag & 7) {
+		case 0:
+			if (!get_varint(&p, end, &v))
+				return -TW_EPROTO;
+			if (tag >> 3 == 1)
+				id = v; /* the last occurrence wins, as in the full decoder */
+			break;
+		case 1:
+			if (end - p < 8)
+				return -TW_EPROTO;
+			p += 8;
+			break;
+		case 2:
+			if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+				return -TW_EPROTO;
+			p += v;
+			break;
+		case 5:
+			if (end - p < 4)
+				return -TW_EPROTO;
+			p += 4;
+			break;
+		default:
+			return -TW_EPROTO;
+		}
+	}
+	*id_out = id;
 	return 0;
 }
 

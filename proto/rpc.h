@@ -161,6 +161,16 @@ int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_are
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len);
 
+/* Envelopes unpacked by tw_rpc_decode in this process (tests count decodes per call). */
+extern _Atomic uint64_t tw__rpc_decodes;
+
+/*
+ * The Envelope's request_id (field 1) of a frame that passed tw_rpc_frame_check, read without
+ * decoding the message (0 when absent); -TW_EPROTO when the fields do not parse. Lets a client
+ * decode a reply straight into the arena of the call waiting for it.
+ */
+int tw_rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out);
+
 /*
  * Validate every field of a decoded request (ids/lengths/epochs in range, enums known, required
  * sub-messages present, strings bounded, body is a request we know). Returns TAILWIND__STATUS__

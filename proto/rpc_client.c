@@ -22,6 +22,7 @@ struct slot {
 	void *arg;
 	Tailwind__Envelope__BodyCase expect_case; /* reply body kind expected */
 	bool sending;
+	struct tw_rpc_arena *arena; /* blocking call: the reply is decoded straight into it */
 };
 
 struct tw_rpc_client {
@@ -42,8 +43,6 @@ struct tw_rpc_client {
 	uint64_t incarnation; /* stamped on requests that carry none */
 	int depth;         /* nesting of on_recv (a callback's send may progress the fab) */
 	bool tx_busy;
-	const void *rx_msg; /* message being delivered (for sync re-decoding) */
-	size_t rx_len;
 	unsigned char *txbuf;
 	struct tw_rpc_arena arena;
 	unsigned char *arena_first;
@@ -107,6 +106,7 @@ static void complete(struct tw_rpc_client *cl, struct slot *s, int status,
 
 	s->id = 0;
 	s->cb = NULL;
+	s->arena = NULL;
 	cl->free_stack[cl->nfree++] = (uint32_t)(s - cl->slots);
 	cl->inflight--;
 	if (status == 0)
@@ -160,7 +160,16 @@ void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnatio
 	cl->incarnation = incarnation & TW_RPC_ID_MAX;
 }
 
+static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg,
+		struct tw_rpc_arena *arena);
+
 int tw_rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg)
+{
+	return call(cl, req, cb, arg, NULL);
+}
+
+static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg,
+		struct tw_rpc_arena *arena)
 {
 	unsigned char *buf = cl->txbuf;
 	bool own_buf = false;
@@ -203,6 +212,7 @@ int tw_rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_f
 	s->cb = cb;
 	s->arg = arg;
 	s->expect_case = TW_RPC_OP_REPLY_CASE(op);
+	s->arena = arena;
 	s->deadline_ns = tw_now_ns() + (uint64_t)cl->cfg.timeout_ms * 1000000u;
 	s->sending = true;
 	cl->st.calls++;
@@ -250,17 +260,11 @@ static void sync_done(void *arg, int status, const Tailwind__Envelope *reply)
 	struct sync_state *ss = arg;
 	struct tw_rpc_client *cl = ss->cl;
 
+	(void)cl;
 	ss->done = true;
 	ss->status = status;
-	if (!ss->rep || !reply || !cl->rx_msg)
-		return;
-	/* The reply lives in the client's arena, reset after this callback: decode the same
-	 * bytes again into the caller's arena (same input, same result). */
-	if (tw_rpc_decode(cl->rx_msg, cl->rx_len, cl->cfg.max_msg_size, &ss->rep->arena,
-			  (Tailwind__Envelope **)&ss->rep->env, NULL, NULL, 0) != 0) {
-		ss->rep->env = NULL;
-		ss->status = -ENOMEM;
-	}
+	if (ss->rep && reply)
+		ss->rep->env = reply; /* decoded into the caller's arena (the call's slot) */
 }
 
 int tw_rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct tw_rpc_reply *rep)
@@ -274,7 +278,7 @@ int tw_rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct t
 		tw_rpc_arena_init(&rep->arena, rep->storage, sizeof(rep->storage),
 				  cl->cfg.arena_limit);
 	}
-	rc = tw_rpc_call(cl, req, sync_done, &ss);
+	rc = call(cl, req, sync_done, &ss, rep ? &rep->arena : NULL);
 	if (rc) {
 		if (rep)
 			rep->status = rc;
@@ -324,6 +328,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	struct tw_rpc_hdr hdr;
 	struct slot *s;
 	const char *rmsg = "";
+	uint64_t id = 0;
 	int rc, status, err;
 
 	rc = tw_rpc_frame_check(msg, len, cl->cfg.max_msg_size, &hdr, why, sizeof(why));
@@ -331,6 +336,12 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		cl->st.malformed++;
 		break_stream(cl, why);
 		return -TW_EPROTO;
+	}
+	/* A blocking call's reply goes straight into its caller's arena: decoded once. */
+	if (tw_rpc_peek_request_id(msg, len, &id) == 0 && id) {
+		s = &cl->slots[id & cl->mask];
+		if (s->id == id && s->arena)
+			a = s->arena;
 	}
 	rc = tw_rpc_decode(msg, len, cl->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
 	if (rc) {
@@ -389,16 +400,12 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 
 int tw_rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len)
 {
-	const void *saved_msg = cl->rx_msg;
-	size_t saved_len = cl->rx_len;
 	int rc;
 
 	if (cl->broken)
 		return -TW_EPROTO;
 	cl->st.msgs_rx++;
 	cl->st.bytes_rx += len;
-	cl->rx_msg = msg;
-	cl->rx_len = len;
 	if (cl->depth == 0) {
 		cl->depth++;
 		rc = deliver(cl, msg, len, &cl->arena);
@@ -414,8 +421,6 @@ int tw_rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len)
 		cl->depth--;
 		tw_rpc_arena_fini(&tmp);
 	}
-	cl->rx_msg = saved_msg;
-	cl->rx_len = saved_len;
 	return rc;
 }
 

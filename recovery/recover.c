@@ -599,7 +599,9 @@ out:
 /*
  * Fence the log with a new epoch as this recovery's incarnation (docs/recovery.md, "Ownership").
  * Automatic epoch: one past the highest the backups report (their log epoch and the epochs of
- * their copies: one listing page each). The fences go out one backup at a time, in the
+ * their copies: one listing page each). That probe is not reused as the list phase's listing:
+ * it was taken before the fence, while the old owner could still open or close segments; only
+ * a listing after the fence describes the frozen log. The fences go out one backup at a time, in the
  * configured order, and the first refusal ends the recovery: two recoveries or takeovers that
  * chose the same epoch meet at the first backup they both reach, and only one gets past it; a
  * later one with a higher epoch overtakes legitimately (the earlier then fails at its next

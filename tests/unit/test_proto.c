@@ -827,6 +827,42 @@ static void test_builders(void)
 	   "recovered offset builder");
 }
 
+/* tw_rpc_peek_request_id: the id without decoding, equal to what the decoder sees; malformed
+ * fields are refused, never read past the end. */
+static void test_peek(void)
+{
+	static const uint64_t ids[] = { 1, 127, 128, 16383, 1ull << 35, TW_RPC_ID_MAX };
+	struct tw_rpc_req r;
+	unsigned char buf[512];
+	size_t len;
+	unsigned good = 0, refused = 0, cut_ok = 0;
+	uint64_t id;
+
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		tw_rpc_req_open_segment(&r, 3, &(struct tw_rpc_seg_meta){ 9, 2, 0, 0 }, 1, 4096);
+		r.env.request_id = ids[i];
+		r.env.incarnation = 0x1234567;
+		TAP_REQUIRE(tw_rpc_encode(&r.env, buf, sizeof(buf), MAXMSG, &len) == 0, "encode");
+		good += tw_rpc_peek_request_id(buf, len, &id) == 0 && id == ids[i];
+		/* Every truncation of the body: refused, or an id the truncated prefix holds. */
+		for (size_t cut = TW_RPC_HDR_SIZE; cut < len; cut++)
+			cut_ok += tw_rpc_peek_request_id(buf, cut, &id) != 0 || id == 0 ||
+				  id == ids[i];
+		cut_ok -= (unsigned)(len - TW_RPC_HDR_SIZE);
+	}
+	is_int(good, sizeof(ids) / sizeof(ids[0]), "peek reads the request_id of every encoding "
+	       "size (1 to 10 varint bytes)");
+	is_int(cut_ok, 0, "truncated bodies: refused or a consistent id, never a read past the end");
+	buf[TW_RPC_HDR_SIZE] = 0x0b; /* field 1, wire type 3 (group): not in our messages */
+	refused += tw_rpc_peek_request_id(buf, len, &id) == -TW_EPROTO;
+	buf[TW_RPC_HDR_SIZE] = 0x12; /* field 2, length-delimited, length past the end */
+	buf[TW_RPC_HDR_SIZE + 1] = 0x7f;
+	refused += tw_rpc_peek_request_id(buf, TW_RPC_HDR_SIZE + 3, &id) == -TW_EPROTO;
+	is_int(refused, 2, "a group or an overlong length is refused");
+	is_int(tw_rpc_peek_request_id(buf, TW_RPC_HDR_SIZE, &id), 0, "an empty body: id 0");
+	is_int((long long)id, 0, "... which is 0");
+}
+
 int main(void)
 {
 	tw_rpc_arena_init(&fill_arena, NULL, 0, 0);
@@ -834,6 +870,7 @@ int main(void)
 	test_unknown_fields();
 	test_minor();
 	test_frames();
+	test_peek();
 	test_validate_requests();
 	test_validate_replies();
 	test_mapping();

@@ -388,6 +388,18 @@ static void test_typed_calls(void)
 	ok(rep.env && rep.env->request_id == r.env.request_id, "reply carries the request id");
 	tw_rpc_reply_release(&rep);
 	is_int(tw_rpc_client_peer_minor(C.cl), TW_RPC_MINOR, "peer minor learnt");
+	{
+		uint64_t d0 = atomic_load(&tw__rpc_decodes);
+
+		for (int i = 0; i < 10; i++) {
+			tw_rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "primary-0");
+			TAP_REQUIRE(tw_rpc_call_sync(C.cl, &r.env, &rep) == 0, "handshake %d", i);
+			tw_rpc_reply_release(&rep);
+		}
+		is_int((long long)(atomic_load(&tw__rpc_decodes) - d0), 20, "10 blocking calls: "
+		       "20 decodes (each request once by the server, each reply once into the "
+		       "caller's arena)");
+	}
 
 	rc = tw_rpc_open_segment(C.cl, 1, &m, 0, 8u << 20, &rk);
 	ok(rc == 0 && rk.len == 8u << 20 && rk.key == 0xabc0003 && rk.addr == 0x10000,
