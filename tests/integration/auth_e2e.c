@@ -82,6 +82,19 @@ static void good_client(const char *when)
 	int rc;
 
 	rc = try_handshake(&c, addr_k, key1, why, sizeof(why));
+	/*
+	 * sockets: the provider's connection manager reports any failed exchange of its own
+	 * connect protocol as -ECONNREFUSED (prov/sockets/src/sock_ep_msg.c,
+	 * sock_ep_cm_report_connect_fail); once in CI, right after twd closed refused peers'
+	 * connections, a good client's connect failed so while twd logged no rejection. What is
+	 * checked here is twd's service, so a refused *connect* (never a refused handshake) is
+	 * tried once more, and said.
+	 */
+	if (rc == -ECONNREFUSED && !strcmp(prov, "sockets")) {
+		tap_diag("%s: sockets connect refused by the provider; once more", when);
+		twc_close(&c);
+		rc = try_handshake(&c, addr_k, key1, why, sizeof(why));
+	}
 	if (rc == 0)
 		rc = twc_list(&c, 0, true, info, 4);
 	ok(rc >= 0, "%s: a client with the key is served (%s %s)", when, tw_strerror(rc), why);
