@@ -210,6 +210,18 @@ static void slot_fail(struct fetch *f, struct rslot *s, int err)
 		    cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN ? "open" : "closed",
 		    cp->valid_len, tw_strerror(err), s->why[0] ? s->why : "failed");
 	cp->failed = true;
+	if (err == -ETIMEDOUT && !c->bks[cp->bk].lost) {
+		/* A backup that lets a grant or a read time out is stopped or cut off: picking it
+		 * again for each later segment would cost one timeout per segment (a recovery
+		 * that seemed never to end). Its other copies are skipped from now on. */
+		struct rbk *b = &c->bks[cp->bk];
+
+		b->lost = true;
+		snprintf(b->why, sizeof(b->why), "timed out during the fetch (%.100s)",
+			 s->why[0] ? s->why : "no answer");
+		tw_log_warn("recover: backup %s: %s; fetching the remaining segments from the "
+			    "others", b->addr, b->why);
+	}
 	if (err == -TW_ECORRUPT)
 		c->res->copies_corrupt++;
 	c->res->refetches++;

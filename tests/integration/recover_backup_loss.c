@@ -4,6 +4,11 @@
  * tw_recover() starts, and its entry callback SIGKILLs one twd at the first entry, while grants
  * and reads from that backup are in flight (the fetch window runs ahead of delivery). Every
  * segment must still come, verified and in order, from the two others.
+ * Then the same with a backup that goes silent (SIGSTOP: its connection stays, its grants time
+ * out): it costs one timeout, not one per remaining segment, so at most segs_per_backup
+ * segments are fetched again. Here the reads in flight hit the op timeout, which closes the
+ * channel; a grant whose RPC times out (no read in flight) now also retires the backup
+ * (recover_fetch.c, slot_fail), which this test cannot stage on purpose.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -28,12 +33,14 @@ struct killer {
 	bool killed;
 };
 
+static int sig = SIGKILL;
+
 static int kill_cb(void *arg, const struct tw_recovered_entry *e)
 {
 	struct killer *k = arg;
 
 	if (!k->killed && e->index == 0) {
-		proc_kill(k->cl->p[k->victim], SIGKILL);
+		proc_kill(k->cl->p[k->victim], sig);
 		k->killed = true;
 	}
 	return rt_check_cb(&k->chk, e);
@@ -52,7 +59,7 @@ int main(int argc, char **argv)
 
 	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
 		tap_plan_skip_all("crash_primary not built");
-	tap_plan(3);
+	tap_plan(6);
 	rt_start(&cl, prov, 3, "64K", "32");
 	snprintf(logid, sizeof(logid), "0x%x", LOG);
 	snprintf(count, sizeof(count), "%d", COUNT);
@@ -86,6 +93,44 @@ int main(int argc, char **argv)
 	   k.chk.bad ? k.chk.first_bad : "");
 	ok(res.segments >= 10, "%" PRIu64 " segments; %" PRIu64 " fetched again from another "
 	   "backup", res.segments, res.refetches);
+
+	/* A silent backup: SIGSTOP at the first entry, short timeouts. Backup 1 is gone, so r=3
+	 * copies leave backups 0 and 2; stop backup 2 and every remaining segment must come from
+	 * backup 0. */
+	snprintf(logid, sizeof(logid), "0x%x", LOG + 1);
+	{
+		char *pargv[] = { prim, (char *)prov, logid, (char *)"65536", count, cl.addr[0],
+				  cl.addr[2], NULL };
+
+		p = proc_spawn(pargv, NULL);
+		TAP_REQUIRE(p, "spawn");
+		rc = proc_wait_line(p, "done", line, sizeof(line), 30000);
+		TAP_REQUIRE(rc >= 0, "crash_primary done: %s", strerror(-rc));
+		is_int(proc_wait(p, 20000), 0, "a second log of %d objects on backups 0 and 2",
+		       COUNT);
+		proc_free(p);
+	}
+	memset(&k, 0, sizeof(k));
+	k.cl = &cl;
+	k.victim = 2;
+	sig = SIGSTOP;
+	{
+		const char *two[] = { cl.addr[0], cl.addr[2] };
+
+		cfg.log_id = LOG + 1;
+		cfg.backups = two;
+		cfg.n_backups = 2;
+		cfg.rpc_timeout_ms = 1000;
+		cfg.op_timeout_ms = 1000;
+		rc = tw_recover(&cfg, kill_cb, &k, &res, err, sizeof(err));
+	}
+	proc_kill(cl.p[2], SIGCONT);
+	ok(rc == 0 && k.killed && k.chk.bad == 0 && k.chk.next == COUNT,
+	   "backup 2 stopped during the fetch: all %" PRIu64 " objects recovered in order%s%s",
+	   k.chk.next, rc ? ": " : "", rc ? err : "");
+	ok(res.refetches <= cfg.segs_per_backup, "the silent backup cost its in-flight segments "
+	   "only: %" PRIu64 " of %" PRIu64 " segments fetched again (at most %u)", res.refetches,
+	   res.segments, cfg.segs_per_backup);
 	proc_wait(cl.p[1], 20000);
 	proc_free(cl.p[1]);
 	cl.p[1] = NULL;
