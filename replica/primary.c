@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,6 +452,8 @@ static int roll(struct tw_primary *p)
 /* The primary whose progress thread this is (NULL on other threads). */
 static _Thread_local const struct tw_primary *progress_tls;
 
+_Atomic int tw__primary_halt_status;
+
 static void *progress_main(void *arg)
 {
 	struct tw_primary *p = arg;
@@ -462,6 +465,10 @@ static void *progress_main(void *arg)
 		bool roll_now = p->need_roll && !p->err;
 		bool idle;
 		int timeout;
+		int halt = atomic_load_explicit(&tw__primary_halt_status, memory_order_relaxed);
+
+		if (halt)
+			_exit(halt); /* test hook (primary_int.h): a crash outside any fabric call */
 
 		if (roll_now) {
 			pthread_mutex_unlock(&p->lock);

@@ -237,4 +237,13 @@ int pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, si
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 
+/*
+ * Test hook: when non-zero, every asynchronous primary's progress thread calls _exit() with this
+ * status at the top of its loop, outside any fabric call. A crash test on shm needs it: libfabric
+ * 1.17's shm holds the *target's* region spinlock (in shared memory) across a send
+ * (prov/shm/src/smr_msg.c, smr_generic_msg), so a process killed inside one leaves every later
+ * sender to that target, and the target itself, spinning forever.
+ */
+extern _Atomic int tw__primary_halt_status;
+
 #endif /* TW_REPLICA_PRIMARY_INT_H */

@@ -13,12 +13,14 @@
  * buffer at a SIGKILL). After open/takeover: "ready recovered=N next=SEQ epoch=E first=SEG".
  * With COUNT objects acknowledged: "done", close, exit 0.
  * Env OWNER_EPOCH: cfg.epoch (default 0: automatic). OWNER_SEGSIZE: segment size (64K).
+ * SIGUSR2: exit 137 at once from the progress thread, outside any fabric call (a crash).
  * Exit status: 0 ok, 4 -TW_EFENCED, 5 -TW_EEXIST, 6 -TW_ELOST, 1 other errors; on failure one
  * line "error CODE-NAME: message" on stdout too.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +29,21 @@
 #include <tailwind/primary.h>
 
 #include "owner_util.h"
+#include "replica/primary_int.h"
 #include "say.h"
 
 static volatile int failed;
 static int fail_code;
 static uint64_t tag, next_seq, last_seq;
 static bool any, bad_order;
+
+/* SIGUSR2: crash like SIGKILL (exit status 137, no cleanup), but outside any fabric call (the
+ * shm provider's locks: replica/primary_int.h, tw__primary_halt_status). */
+static void on_usr2(int sig)
+{
+	(void)sig;
+	atomic_store(&tw__primary_halt_status, 128 + SIGKILL);
+}
 
 static int exit_of(int rc)
 {
@@ -102,6 +113,7 @@ int main(int argc, char **argv)
 	sigemptyset(&usr1);
 	sigaddset(&usr1, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &usr1, NULL); /* before any thread starts */
+	signal(SIGUSR2, on_usr2);
 	tw_primary_config_init(&cfg);
 	cfg.provider = argv[1];
 	cfg.log_id = strtoull(argv[2], NULL, 0);

@@ -91,7 +91,13 @@ static void take_ack(struct acks *a, const char *line)
 		a->lsn_max = lsn;
 }
 
-/* Read acks until `target` objects are acknowledged, SIGKILL, take the acks left in the pipe. */
+/*
+ * Read acks until `target` objects are acknowledged, crash the primary, take the acks left in the
+ * pipe. SIGKILL, except on shm: libfabric 1.17's shm holds the target's region spinlock across a
+ * send, so a primary killed inside one wedges that twd for every later peer (and the twd itself)
+ * forever; there the primary exits with 137 from its progress thread outside any fabric call
+ * (SIGUSR2, owner_primary.c).
+ */
 static int kill_after(struct proc *p, uint64_t target, struct acks *a)
 {
 	char line[256];
@@ -103,7 +109,7 @@ static int kill_after(struct proc *p, uint64_t target, struct acks *a)
 			return rc;
 		take_ack(a, line);
 	}
-	proc_kill(p, SIGKILL);
+	proc_kill(p, strcmp(prov, "shm") == 0 ? SIGUSR2 : SIGKILL);
 	while (proc_wait_line(p, NULL, line, sizeof(line), 30000) >= 0)
 		take_ack(a, line);
 	rc = proc_wait(p, 30000);
