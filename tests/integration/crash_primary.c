@@ -12,6 +12,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #include <tailwind/primary.h>
 
 #include "recover_util.h"
+#include "replica/primary_int.h"
 #include "say.h"
 
 static volatile int failed;
@@ -41,6 +44,14 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 	say(line, (size_t)n);
 }
 
+/* SIGUSR2: crash (exit 137, no cleanup) from the progress thread, outside any fabric call: on
+ * shm a SIGKILL inside a send wedges the backup (replica/primary_int.h). */
+static void on_usr2(int sig)
+{
+	(void)sig;
+	atomic_store(&tw__primary_halt_status, 128 + SIGKILL);
+}
+
 int main(int argc, char **argv)
 {
 	struct tw_primary_config cfg;
@@ -50,6 +61,7 @@ int main(int argc, char **argv)
 	uint64_t count;
 	int rc;
 
+	signal(SIGUSR2, on_usr2);
 	if (argc < 6) {
 		fprintf(stderr, "usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...\n");
 		return 2;

@@ -3,7 +3,8 @@
  * shm). Three local twd backups with small buffers (segments roll over every few hundred
  * objects). Each round: a crash_primary process appends numbered objects to a fresh log and
  * reports every acknowledgement with a write(2) of "acked N"; after a random number of acks
- * (no sleeps: we read its lines) it gets SIGKILL; whatever ack lines it wrote before dying are
+ * (no sleeps: we read its lines) it gets SIGKILL (on shm it exits 137 from its progress thread
+ * outside any fabric call: see kill below); whatever ack lines it wrote before dying are
  * drained from the pipe. Then tw_recover() must return objects 0, 1, 2 ... with intact payloads,
  * at least every acknowledged one (more only when whole and verified), and a second recovery
  * must return exactly the same number of objects.
@@ -85,7 +86,9 @@ int main(int argc, char **argv)
 			if (a > acked)
 				acked = a;
 		}
-		proc_kill(p, SIGKILL);
+		/* On shm a SIGKILL inside a send would wedge a backup for good (docs/fabric.md,
+		 * shm limits): there the primary crashes outside any fabric call (SIGUSR2). */
+		proc_kill(p, strcmp(prov, "shm") == 0 ? SIGUSR2 : SIGKILL);
 		/* Ack lines written before the kill are in the pipe: take them all. */
 		while ((rc = proc_wait_line(p, NULL, line, sizeof(line), 20000)) >= 0) {
 			a = acked_of(line);
