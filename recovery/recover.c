@@ -811,6 +811,20 @@ uint64_t tw__new_incarnation(void)
 	return v;
 }
 
+/* A zeroed context over `cfg`, reporting into `res` (zeroed) and `errmsg` (emptied). */
+static void ctx_init(struct rctx *c, const struct tw_recover_config *cfg,
+		     struct tw_recover_result *res, char *errmsg, size_t errlen)
+{
+	memset(res, 0, sizeof(*res));
+	memset(c, 0, sizeof(*c));
+	if (errmsg && errlen)
+		errmsg[0] = '\0';
+	c->cfg = cfg;
+	c->res = res;
+	c->errmsg = errmsg;
+	c->errlen = errlen;
+}
+
 int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 		   tw_recover_entry_fn cb, void *arg, struct tw_recover_result *res_out,
 		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len)
@@ -820,18 +834,11 @@ int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 	uint64_t t0 = tw_now_ns();
 	int rc;
 
-	memset(res, 0, sizeof(*res));
-	memset(&c, 0, sizeof(c));
-	if (errmsg_out && errmsg_len)
-		errmsg_out[0] = '\0';
+	ctx_init(&c, cfg, res, errmsg_out, errmsg_len);
 	if (next_segment_out)
 		*next_segment_out = 0;
 	if (!cfg)
 		return -EINVAL;
-	c.cfg = cfg;
-	c.res = res;
-	c.errmsg = errmsg_out;
-	c.errlen = errmsg_len;
 	c.cb = cb;
 	c.cb_arg = arg;
 	c.incarnation = incarnation ? incarnation : tw__new_incarnation();
@@ -899,18 +906,11 @@ static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t 
 	unsigned ok = 0;
 	int rc, first = 0;
 
-	memset(&res, 0, sizeof(res));
-	memset(&c, 0, sizeof(c));
-	if (errmsg_out && errmsg_len)
-		errmsg_out[0] = '\0';
+	ctx_init(&c, cfg, &res, errmsg_out, errmsg_len);
 	if (freed_out)
 		*freed_out = 0;
 	if (!cfg)
 		return -EINVAL;
-	c.cfg = cfg;
-	c.res = &res;
-	c.errmsg = errmsg_out;
-	c.errlen = errmsg_len;
 	c.incarnation = tw__new_incarnation();
 	rc = check_cfg(&c);
 	if (rc == 0)

@@ -46,35 +46,42 @@ static int kill_cb(void *arg, const struct tw_recovered_entry *e)
 	return rt_check_cb(&k->chk, e);
 }
 
+/* A crash_primary writes COUNT objects to log `log` on two or three backups and closes it. */
+static void write_log(const char *prim, const char *prov, unsigned log, char *a0, char *a1,
+		      char *a2, const char *what)
+{
+	char logid[32], count[32], line[256];
+	char *pargv[] = { (char *)prim, (char *)prov, logid, (char *)"65536", count, a0, a1, a2,
+			  NULL };
+	struct proc *p;
+	int rc;
+
+	snprintf(logid, sizeof(logid), "0x%x", log);
+	snprintf(count, sizeof(count), "%d", COUNT);
+	p = proc_spawn(pargv, NULL);
+	TAP_REQUIRE(p, "spawn");
+	rc = proc_wait_line(p, "done", line, sizeof(line), 30000);
+	TAP_REQUIRE(rc >= 0, "crash_primary done: %s", strerror(-rc));
+	is_int(proc_wait(p, 20000), 0, "%s (%d objects)", what, COUNT);
+	proc_free(p);
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
-	char prim[1024], line[256], logid[32], count[32], err[512];
+	char prim[1024], err[512];
 	struct rt_cluster cl;
 	struct tw_recover_config cfg;
 	struct tw_recover_result res;
 	struct killer k;
-	struct proc *p;
 	int rc;
 
 	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
 		tap_plan_skip_all("crash_primary not built");
 	tap_plan(6);
 	rt_start(&cl, prov, 3, "64K", "32");
-	snprintf(logid, sizeof(logid), "0x%x", LOG);
-	snprintf(count, sizeof(count), "%d", COUNT);
-	{
-		char *pargv[] = { prim, (char *)prov, logid, (char *)"65536", count, cl.addr[0],
-				  cl.addr[1], cl.addr[2], NULL };
-
-		p = proc_spawn(pargv, NULL);
-		TAP_REQUIRE(p, "spawn");
-		rc = proc_wait_line(p, "done", line, sizeof(line), 30000);
-		TAP_REQUIRE(rc >= 0, "crash_primary done: %s", strerror(-rc));
-		is_int(proc_wait(p, 20000), 0, "the primary wrote %d objects and closed the log",
-		       COUNT);
-		proc_free(p);
-	}
+	write_log(prim, prov, LOG, cl.addr[0], cl.addr[1], cl.addr[2],
+		  "the primary wrote the objects to backups 0, 1, 2 and closed the log");
 
 	memset(&k, 0, sizeof(k));
 	k.cl = &cl;
@@ -97,19 +104,8 @@ int main(int argc, char **argv)
 	/* A silent backup: SIGSTOP at the first entry, short timeouts. Backup 1 is gone, so r=3
 	 * copies leave backups 0 and 2; stop backup 2 and every remaining segment must come from
 	 * backup 0. */
-	snprintf(logid, sizeof(logid), "0x%x", LOG + 1);
-	{
-		char *pargv[] = { prim, (char *)prov, logid, (char *)"65536", count, cl.addr[0],
-				  cl.addr[2], NULL };
-
-		p = proc_spawn(pargv, NULL);
-		TAP_REQUIRE(p, "spawn");
-		rc = proc_wait_line(p, "done", line, sizeof(line), 30000);
-		TAP_REQUIRE(rc >= 0, "crash_primary done: %s", strerror(-rc));
-		is_int(proc_wait(p, 20000), 0, "a second log of %d objects on backups 0 and 2",
-		       COUNT);
-		proc_free(p);
-	}
+	write_log(prim, prov, LOG + 1, cl.addr[0], cl.addr[2], NULL,
+		  "a second log of the same objects on backups 0 and 2");
 	memset(&k, 0, sizeof(k));
 	k.cl = &cl;
 	k.victim = 2;

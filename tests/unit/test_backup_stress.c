@@ -18,6 +18,7 @@
 
 #include <tailwind/backup.h>
 
+#include "core/util.h"
 #include "tap.h"
 #include "twd_client.h"
 
@@ -46,13 +47,6 @@ static void *progress_main(void *arg)
 	return (void *)(intptr_t)tw_backup_run(bk);
 }
 
-static void backoff(void)
-{
-	struct timespec ts = { 0, 200000 }; /* 0.2 ms between retries of a refused open */
-
-	nanosleep(&ts, NULL);
-}
-
 static void *client_main(void *arg)
 {
 	struct worker *w = arg;
@@ -71,12 +65,17 @@ static void *client_main(void *arg)
 			w->failures++;
 			break;
 		}
-		for (int tries = 0;; tries++) {
+		/* A refused open (every buffer busy) is asked again after one Stats round trip:
+		 * the backup's loop runs its flushes meanwhile; no sleep, a 60 s deadline. */
+		for (uint64_t end = tw_now_ns() + 60000000000ull;;) {
+			struct twc_stats ts;
+
 			rc = twc_open(&c, log, s, 1, 1, BUF);
-			if (rc != -TW_EREFUSED || tries > 20000)
+			if (rc != -TW_EREFUSED || tw_now_ns() > end)
 				break;
 			w->refused++;
-			backoff();
+			if (twc_stats(&c, &ts) != 0)
+				break;
 		}
 		if (rc) {
 			snprintf(w->why, sizeof(w->why), "open %u: %s", s, tw_strerror(rc));

@@ -24,6 +24,7 @@
 
 #include "alloc_fault.h"
 #include "tap.h"
+#include "tbackup.h"
 
 #define NB 4
 #define SEG (16u * 1024u)
@@ -33,36 +34,16 @@
 #define MAX_K 100000
 
 static char root[128];
-static struct tw_backup *bk[NB];
-static pthread_t thr[NB];
+static struct tbackup bk[NB];
 static const char *addrs[NB];
-
-static void *run_main(void *arg)
-{
-	tw_backup_run(arg);
-	return NULL;
-}
 
 static void start_all(void)
 {
 	snprintf(root, sizeof(root), "/tmp/tw-oom-XXXXXX");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (int i = 0; i < NB; i++) {
-		struct tw_backup_config cfg;
-		char dir[192];
-		int rc;
-
-		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
-		tw_backup_config_init(&cfg);
-		cfg.provider = "mem";
-		cfg.dir = dir;
-		cfg.buffers = 32;
-		cfg.buffer_size = SEG;
-		cfg.node_id = 200 + (uint64_t)i;
-		rc = tw_backup_open(&cfg, &bk[i]);
-		TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
-		addrs[i] = tw_backup_listen_addr(bk[i]);
-		TAP_REQUIRE(pthread_create(&thr[i], NULL, run_main, bk[i]) == 0, "thread");
+	for (unsigned i = 0; i < NB; i++) {
+		tbackup_start(&bk[i], root, i, "mem", 32, SEG, 0);
+		addrs[i] = bk[i].addr;
 	}
 }
 
@@ -70,11 +51,8 @@ static void stop_all(void)
 {
 	char cmd[200];
 
-	for (int i = 0; i < NB; i++) {
-		tw_backup_stop(bk[i]);
-		pthread_join(thr[i], NULL);
-		tw_backup_close(bk[i]);
-	}
+	for (unsigned i = 0; i < NB; i++)
+		tbackup_stop(&bk[i]);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd) != 0)
 		tap_diag("could not remove %s", root);
