@@ -704,6 +704,17 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 			seg_free(s0);
 			s0 = NULL;
 		}
+		/* A backup that closed our connection during the open may have done so because
+		 * another owner fenced the log meanwhile (a racing takeover): say so, as
+		 * primary_fail does once the log is open. */
+		if (rc == -TW_ENOBACKUP) {
+			char taken[sizeof(p->errmsg)];
+
+			if (pctl_taken_over(p, taken, sizeof(taken)) == 1) {
+				snprintf(p->errmsg, sizeof(p->errmsg), "%s", taken);
+				rc = -TW_EFENCED;
+			}
+		}
 	}
 	p->creating = false;
 	if (rc == 0) {

@@ -26,6 +26,7 @@ struct proc {
 	bool signaled;   /* ended by a signal (status is 128 + it) */
 	int status;      /* decoded exit status once reaped */
 	const char *echo_prefix; /* NULL: "# child <pid>: " */
+	const char *drop_prefix; /* skipped lines starting with it are not echoed */
 	char buf[8192];  /* unread bytes from the pipe */
 	size_t buf_len;
 	struct proc *next_all; /* global list for proc_cleanup_all */
@@ -140,6 +141,7 @@ struct proc *proc_spawn_opts(char *const argv[], char *const env_extra[],
 	p->out_fd = -1;
 	p->pidfd = -1;
 	p->echo_prefix = opts->echo_prefix;
+	p->drop_prefix = opts->drop_prefix;
 	if (pipe2(pipefd, O_CLOEXEC) < 0) {
 		rc = errno;
 		if (!opts->quiet)
@@ -233,6 +235,10 @@ int proc_wait_line(struct proc *p, const char *prefix, char *buf, size_t len, in
 				size_t c = l < len - 1 ? l : len - 1;
 				memcpy(buf, p->buf, c);
 				buf[c] = '\0';
+			} else if (!match && p->drop_prefix &&
+				   l >= strlen(p->drop_prefix) &&
+				   !memcmp(p->buf, p->drop_prefix, strlen(p->drop_prefix))) {
+				/* chatter: dropped */
 			} else if (!match && p->echo_prefix) {
 				fprintf(stderr, "%s%.*s\n", p->echo_prefix, (int)l, p->buf);
 			} else if (!match) {

@@ -34,6 +34,9 @@ struct proc_opts {
 	/* Lines proc_wait_line skips go to stderr behind this prefix (a string that outlives the
 	 * proc, e.g. a literal); NULL: "# child <pid>: ". */
 	const char *echo_prefix;
+	/* Skipped lines that start with this string are dropped, not echoed (a child's chatter,
+	 * e.g. one line per acknowledgement, that would bury the diagnostics); NULL: none. */
+	const char *drop_prefix;
 	/* The child starts with no signal blocked (for a caller that blocks some for sigwait). */
 	bool clear_sigmask;
 	/* No message on stderr when spawning fails (errno says why). */

@@ -50,6 +50,16 @@ static const char *prov;
 static struct rt_cluster cl;
 static char prim[1024], twctl[1024];
 static uint64_t rng;
+static char late[4096]; /* failures of the racing phases, repeated at the end of the log */
+
+static void late_diag(const char *what, unsigned round, const char *why)
+{
+	size_t n = strlen(late);
+
+	tap_diag("%s round %u: %s", what, round, why);
+	if (n < sizeof(late) - 1)
+		snprintf(late + n, sizeof(late) - n, "%s round %u: %s\n", what, round, why);
+}
 
 static uint64_t rnd(void)
 {
@@ -69,7 +79,9 @@ static struct proc *spawn_primary(uint64_t log_id, const char *mode, uint64_t ta
 	snprintf(logid, sizeof(logid), "0x%" PRIx64, log_id);
 	snprintf(tg, sizeof(tg), "%" PRIu64, tag);
 	snprintf(cnt, sizeof(cnt), "%" PRIu64, count);
-	return proc_spawn(argv, env);
+	/* One "acked" line per object: not echoed when skipped, so that a failure's diagnostics
+	 * stay in the last lines of the log. */
+	return proc_spawn_opts(argv, env, &(struct proc_opts){ .drop_prefix = "acked " });
 }
 
 struct acks {
@@ -350,7 +362,7 @@ static void test_racing_takeovers(void)
 		if (race_round(i, why, sizeof(why)))
 			good++;
 		else
-			tap_diag("racing takeovers round %u: %s", i, why);
+			late_diag("racing takeovers", i, why);
 	}
 	tap_diag("last round: %s", why);
 	is_int(good, rounds, "racing takeovers: in every round exactly one of 4 owns the log, the "
@@ -479,7 +491,7 @@ static void test_racing_recoveries(void)
 		if (recover_round(dir, log_id, i, why, sizeof(why)))
 			good++;
 		else
-			tap_diag("racing recoveries round %u: %s", i, why);
+			late_diag("racing recoveries", i, why);
 	}
 	tap_diag("last round: %s", why);
 	rmdir(dir);
@@ -762,5 +774,7 @@ int main(int argc, char **argv)
 			cycle_backups();
 	}
 	rt_stop(&cl);
+	if (late[0])
+		tap_diag("failed rounds (repeated from above):\n%s", late);
 	return tap_exit();
 }
