@@ -270,6 +270,20 @@ void tw_chan_close(struct tw_chan *ch)
 	fab_leave(fab);
 }
 
+void tw_chan_shut(struct tw_chan *ch)
+{
+	struct tw_fab *fab;
+
+	if (!ch || ch->closed || ch->is_down)
+		return;
+	fab = ch->fab;
+	fab_enter(fab);
+	fab->ops->chan_down(ch, true);
+	ch->is_down = true;
+	chan_fail_ops(ch, -TW_ECLOSED);
+	fab_leave(fab);
+}
+
 void tw_chan_set_user(struct tw_chan *ch, void *user)
 {
 	ch->user = user;

@@ -98,6 +98,15 @@ int tw_fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
  * complete with -TW_ECLOSED before it returns. `ch` is invalid afterwards. */
 void tw_chan_close(struct tw_chan *ch);
 
+/* Stop every transfer on a channel now, before memory its peer could reach is deregistered:
+ * the endpoint is closed (MSG) or the peer forgotten (RDM), pending operations complete with
+ * -TW_ECLOSED, no on_lost callback runs. The channel stays valid (sends fail) until
+ * tw_chan_close(). Why it exists: libfabric 1.17's sockets provider looks a registration up
+ * and then uses it after dropping its lock, so closing one while a write to it is in flight
+ * crashes the target; closing the writer's endpoint first waits for its progress thread
+ * (docs/fabric.md, "Closing a registration under traffic"). */
+void tw_chan_shut(struct tw_chan *ch);
+
 void tw_chan_set_user(struct tw_chan *ch, void *user);
 void *tw_chan_user(const struct tw_chan *ch);
 const char *tw_chan_peer(const struct tw_chan *ch); /* peer address, for messages */

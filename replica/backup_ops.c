@@ -431,17 +431,20 @@ static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
 			break;
 		if (s->state != SEG_OPEN || !s->buf)
 			continue;
-		pool_revoke_mr(&b->pool, s->buf);
-		revoked++;
-		/* Close the old primary's connection too: shm's fast path does not check keys. */
+		/* Close the old primary's connection too (shm's fast path does not check keys),
+		 * and shut it before the key dies: on sockets a write in flight to a closed
+		 * registration crashes this process (tw_chan_shut, docs/fabric.md). */
 		owner = s->owner ? bk_conn_find(b, s->owner) : NULL;
 		if (owner && owner != c) {
 			tw_log_info("backup: fence of log %016" PRIx64 ": closing connection %" PRIu64
 				    " (%s) of the old primary", log_id, owner->id,
 				    tw_chan_peer(owner->ch));
+			tw_chan_shut(owner->ch);
 			owner->drop = true;
 			b->reap = true;
 		}
+		pool_revoke_mr(&b->pool, s->buf);
+		revoked++;
 		s->owner = 0;
 	}
 	return revoked;

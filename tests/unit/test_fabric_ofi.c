@@ -2,7 +2,7 @@
  * tests/unit/test_fabric_ofi.c — the libfabric backend inside one process: provider names and
  * ep types, FI_PROVIDER, -TW_ENOPROV, listen address formats, registration (keys, remote
  * addressing per mr_mode), and a loopback channel (one fab connected to itself) per provider:
- * write, read, send both ways, close.
+ * write, read, send both ways, shut (tw_chan_shut), close.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -67,7 +67,7 @@ static void loopback(const char *prov, bool want_rdm)
 	cfg.provider = prov;
 	int rc = tw_fab_open(&cfg, &ev, &fab);
 	if (rc < 0) {
-		tap_skip(12, "%s: %s", prov, tw_fab_errmsg(NULL));
+		tap_skip(14, "%s: %s", prov, tw_fab_errmsg(NULL));
 		return;
 	}
 	ok(!strcmp(tw_fab_provider(fab), prov) && tw_fab_is_rdm(fab) == want_rdm, "%s: name, ep type", prov);
@@ -97,7 +97,7 @@ static void loopback(const char *prov, bool want_rdm)
 	rc = tw_fab_connect(fab, addr, &ch);
 	is_int(rc, 0, "%s: loopback connect (%s)", prov, tw_fab_errmsg(fab));
 	if (rc) {
-		tap_skip(6, "no channel");
+		tap_skip(8, "no channel");
 		goto out;
 	}
 	for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
@@ -122,6 +122,24 @@ static void loopback(const char *prov, bool want_rdm)
 	if (accepted)
 		tw_chan_send(accepted, "pong", 4);
 	ok(pump(fab, &nrecv, before + 2) && !strcmp(last, "pong"), "%s: and back", prov);
+	/* tw_chan_shut: traffic stops now, the channel stays valid until tw_chan_close. */
+	if (accepted) {
+		tw_chan_shut(accepted);
+		tw_chan_shut(accepted); /* idempotent */
+		ok(tw_chan_send(accepted, "late", 4) < 0, "%s: a send on a shut channel fails", prov);
+	} else {
+		tap_skip(1, "no accepted channel");
+	}
+	if (!want_rdm) {
+		/* MSG: the peer's endpoint is gone, so a write from the other side cannot land. */
+		memset(&w, 0, sizeof(w));
+		w.op.cb = wop_cb;
+		rc = tw_chan_write(ch, &w.op, src, 4096, src_mr, &rk, 0);
+		if (rc == 0)
+			rc = pump(fab, &w.done, 1) ? w.status : -ETIMEDOUT;
+		ok(rc < 0 && rc != -ETIMEDOUT, "%s: a write towards a shut channel fails (%s)", prov,
+		   tw_strerror(rc));
+	}
 	tw_chan_close(ch);
 	if (accepted)
 		tw_chan_close(accepted);
