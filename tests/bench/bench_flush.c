@@ -24,7 +24,8 @@
 #include "core/util.h"
 #include "replica/segfile.h"
 
-enum how { BUF_FSYNC, BUF_FDATASYNC, DIRECT_FDATASYNC, DIRECT_DSYNC, DIRECT_FALLOC, SEGFILE };
+enum how { BUF_FSYNC, BUF_FDATASYNC, DIRECT_FDATASYNC, DIRECT_DSYNC, DIRECT_FALLOC, DIRECT_NORENAME,
+	   SEGFILE };
 
 static const char *const names[] = {
 	"buffered write + fsync (before)",
@@ -32,6 +33,7 @@ static const char *const names[] = {
 	"O_DIRECT + fdatasync (twd now)",
 	"O_DIRECT|O_DSYNC, no fdatasync",
 	"fallocate + O_DIRECT + fdatasync",
+	"O_DIRECT + fdatasync, no rename/dir fsync",
 	"segfile_write (O_DIRECT + fdatasync)",
 };
 
@@ -66,7 +68,8 @@ static void one(int dfd, enum how how, unsigned i, const uint8_t *buf, size_t si
 
 	snprintf(tmp, sizeof(tmp), "%u.tmp", i);
 	snprintf(name, sizeof(name), "%u", i);
-	if (how == DIRECT_FDATASYNC || how == DIRECT_DSYNC || how == DIRECT_FALLOC)
+	if (how == DIRECT_FDATASYNC || how == DIRECT_DSYNC || how == DIRECT_FALLOC ||
+	    how == DIRECT_NORENAME)
 		flags |= O_DIRECT;
 	if (how == DIRECT_DSYNC)
 		flags |= O_DSYNC;
@@ -85,9 +88,11 @@ static void one(int dfd, enum how how, unsigned i, const uint8_t *buf, size_t si
 	if (how == BUF_FSYNC ? fsync(fd) != 0 : how != DIRECT_DSYNC && fdatasync(fd) != 0)
 		die("fsync", errno);
 	close(fd);
-	if (renameat(dfd, tmp, dfd, name) != 0)
+	if (how == DIRECT_NORENAME) /* unsafe: a torn file under its name; for comparison only */
+		snprintf(name, sizeof(name), "%s", tmp);
+	else if (renameat(dfd, tmp, dfd, name) != 0)
 		die("rename", errno);
-	if (fsync(dfd) != 0)
+	if (how != DIRECT_NORENAME && fsync(dfd) != 0)
 		die("fsync dir", errno);
 }
 
@@ -138,7 +143,7 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < size; k++)
 		buf[k] = (uint8_t)(k * 131 + 7);
 	printf("%u files of %zu bytes in %s\n", n, size, dir);
-	printf("%-40s %14s %14s %10s\n", "variant", "CPU ms/file", "wall ms/file", "MB/s");
+	printf("%-42s %12s %13s %8s\n", "variant", "CPU ms/file", "wall ms/file", "MB/s");
 	for (int how = BUF_FSYNC; how <= SEGFILE; how++) {
 		double c0 = cpu_s(), w0 = wall_s(), c, w;
 
@@ -161,13 +166,15 @@ int main(int argc, char **argv)
 		}
 		c = (cpu_s() - c0) * 1e3 / n;
 		w = (wall_s() - w0) * 1e3 / n;
-		printf("%-40s %14.2f %14.2f %10.0f\n", names[how], c, w,
+		printf("%-42s %12.2f %13.2f %8.0f\n", names[how], c, w,
 		       (double)size / 1e6 / (w / 1e3));
 		for (unsigned i = 0; i < n; i++) {
 			char name[64];
 
 			if (how == SEGFILE)
 				segfile_name(1, i, name, sizeof(name));
+			else if (how == DIRECT_NORENAME)
+				snprintf(name, sizeof(name), "%u.tmp", i);
 			else
 				snprintf(name, sizeof(name), "%u", i);
 			unlinkat(dfd, name, 0);
