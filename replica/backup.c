@@ -654,7 +654,7 @@ static void run_job(struct tw_backup *b, struct job *j)
 {
 	switch (j->kind) {
 	case JOB_FLUSH:
-		j->result = segfile_write(b->dirfd, &j->hdr, j->buf->mem);
+		j->result = segfile_write(b->dirfd, &j->hdr, j->buf->mem, &b->fio);
 		break;
 	case JOB_ZERO:
 		memset(j->buf->mem, 0, b->pool.size);
@@ -667,8 +667,14 @@ static void run_job(struct tw_backup *b, struct job *j)
 		break;
 	case JOB_SETVER:
 		j->result = segfile_set_version(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
-						j->hdr.replica_version);
+						j->hdr.replica_version, &b->fio);
 		break;
+	}
+	if (b->fio.direct_err && !b->fio_reported) {
+		b->fio_reported = true;
+		tw_log_info("backup: %s does not take O_DIRECT (%s): segment files are written "
+			    "through the page cache (more CPU per flush; docs/operations.md)",
+			    b->dir, strerror(-b->fio.direct_err));
 	}
 }
 

@@ -199,6 +199,9 @@ struct tw_backup {
 	struct job *done_head, *done_tail;
 	unsigned jobs_pending; /* queued or running */
 	bool fl_quit;
+	/* How segment files are written (flusher thread only, like the jobs it runs). */
+	struct segfile_io fio;
+	bool fio_reported; /* the O_DIRECT refusal was logged (once per backup) */
 
 	/* Counters (stats lock; written by the progress thread, read by any thread). */
 	pthread_mutex_t st_lock;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZ
 	memset(out, 0, SEGFILE_HDR_SIZE);
 	memcpy(out, SEGFILE_MAGIC, 8); /* includes the NUL */
 	tw_store_le16(out + 8, SEGFILE_VERSION);
-	tw_store_le16(out + 10, SEGFILE_HDR_SIZE);
+	tw_store_le16(out + 10, SEGFILE_DATA_OFF);
 	tw_store_le32(out + 12, h->flags);
 	tw_store_le64(out + 16, h->log_id);
 	tw_store_le64(out + 24, h->segment_id);
@@ -62,11 +63,17 @@ int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h
 		return -TW_ECORRUPT;
 	if (tw_load_le32(in + 124) != tw_crc32c(0, in, 124))
 		return -TW_ECORRUPT;
-	if (tw_load_le16(in + 8) != SEGFILE_VERSION)
+	uint16_t version = tw_load_le16(in + 8), off = tw_load_le16(in + 10);
+
+	if (version > SEGFILE_VERSION)
 		return -TW_EVERSION;
-	if (tw_load_le16(in + 10) != SEGFILE_HDR_SIZE)
+	if (version < SEGFILE_VERSION_V2)
+		return -TW_ECORRUPT; /* never written by a released twd */
+	if (off != (version == SEGFILE_VERSION_V2 ? SEGFILE_HDR_SIZE : SEGFILE_DATA_OFF))
 		return -TW_ECORRUPT;
 	memset(h, 0, sizeof(*h));
+	h->version = version;
+	h->data_off = off;
 	h->flags = tw_load_le32(in + 12);
 	h->log_id = tw_load_le64(in + 16);
 	h->segment_id = tw_load_le64(in + 24);
@@ -80,9 +87,22 @@ int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h
 	h->flush_time_ns = tw_load_le64(in + 80);
 	if (h->state != SEGFILE_CLOSED && h->state != SEGFILE_OPEN)
 		return -TW_ECORRUPT;
-	if (h->valid_len > h->buffer_size || h->valid_len > (uint64_t)SIZE_MAX - SEGFILE_HDR_SIZE)
+	if (h->valid_len > h->buffer_size ||
+	    h->valid_len > (uint64_t)SIZE_MAX - SEGFILE_DATA_OFF - SEGFILE_BLOCK)
 		return -TW_ECORRUPT;
 	return 0;
+}
+
+static uint64_t round_block(uint64_t n)
+{
+	return (n + SEGFILE_BLOCK - 1) / SEGFILE_BLOCK * SEGFILE_BLOCK;
+}
+
+uint64_t segfile_file_size(const struct segfile_hdr *h)
+{
+	if (h->version == SEGFILE_VERSION_V2)
+		return h->data_off + h->valid_len;
+	return h->data_off + round_block(h->valid_len);
 }
 
 void segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len)
@@ -137,12 +157,41 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int read_all(int fd, void *buf, size_t len)
+/* pwritev until every byte of iov[0..n) is written at offset 0 (iov is consumed). */
+static int pwritev_all(int fd, struct iovec *iov, int n)
+{
+	off_t off = 0;
+
+	while (n > 0) {
+		ssize_t w = pwritev(fd, iov, n, off);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (w == 0)
+			return -EIO;
+		off += w;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len, off_t off)
 {
 	uint8_t *p = buf;
 
 	while (len > 0) {
-		ssize_t n = read(fd, p, len);
+		ssize_t n = pread(fd, p, len, off);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -152,6 +201,7 @@ static int read_all(int fd, void *buf, size_t len)
 		if (n == 0)
 			return -TW_ECORRUPT; /* shorter than the header says */
 		p += n;
+		off += n;
 		len -= (size_t)n;
 	}
 	return 0;
@@ -165,34 +215,111 @@ static uint64_t wall_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data)
+/* The header block and the zero-padded last partial block of the data, aligned for O_DIRECT. */
+struct wblocks {
+	_Alignas(SEGFILE_BLOCK) uint8_t hdr[SEGFILE_BLOCK];
+	_Alignas(SEGFILE_BLOCK) uint8_t tail[SEGFILE_BLOCK];
+};
+
+/* Header block, the data's whole blocks straight from `data`, the tail block: 2 or 3 vectors. */
+static int file_iov(struct wblocks *wb, const void *data, uint64_t valid_len,
+		    struct iovec iov[3])
+{
+	size_t body = (size_t)(valid_len / SEGFILE_BLOCK * SEGFILE_BLOCK);
+	size_t rest = (size_t)valid_len - body;
+	int n = 0;
+
+	iov[n].iov_base = wb->hdr;
+	iov[n++].iov_len = SEGFILE_BLOCK;
+	if (body > 0) {
+		iov[n].iov_base = (void *)(uintptr_t)data;
+		iov[n++].iov_len = body;
+	}
+	if (rest > 0) {
+		memcpy(wb->tail, (const uint8_t *)data + body, rest);
+		memset(wb->tail + rest, 0, SEGFILE_BLOCK - rest);
+		iov[n].iov_base = wb->tail;
+		iov[n++].iov_len = SEGFILE_BLOCK;
+	}
+	return n;
+}
+
+/* Refused O_DIRECT: note it for the caller (reported once per directory) and go buffered. */
+static void direct_refused(struct segfile_io *io, int err)
+{
+	io->buffered = true;
+	if (!io->direct_err)
+		io->direct_err = err;
+}
+
+int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
+		  struct segfile_io *io)
 {
 	char name[SEGFILE_NAME_MAX], tmp[SEGFILE_NAME_MAX + 8];
-	uint8_t hdr[SEGFILE_HDR_SIZE];
+	struct wblocks wb;
+	struct segfile_io local = { 0 };
 	struct segfile_hdr hh = *h;
-	int fd = -1, rc;
+	struct iovec iov[3];
+	bool direct;
+	int fd = -1, rc, n;
 
+	if (!io)
+		io = &local;
+	direct = !io->buffered && ((uintptr_t)data % SEGFILE_BLOCK) == 0;
 	segfile_name(h->log_id, h->segment_id, name, sizeof(name));
 	snprintf(tmp, sizeof(tmp), "%s" SEGFILE_TMP_SUFFIX, name);
 	if (hh.flush_time_ns == 0)
 		hh.flush_time_ns = wall_ns();
-	segfile_hdr_encode(&hh, hdr);
+	memset(wb.hdr, 0, sizeof(wb.hdr));
+	segfile_hdr_encode(&hh, wb.hdr);
 
 	rc = step("create");
-	if (rc == 0) {
+	if (rc == 0 && direct) {
+		/* O_DIRECT: the data goes from the buffer to the device, no copy into the page
+		 * cache (and no page cache to drop). tmpfs before Linux 6.6 and some other
+		 * file systems refuse it at open with EINVAL. */
+		rc = step("direct");
+		if (rc == 0) {
+			fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
+				    0644);
+			if (fd < 0)
+				rc = -errno;
+		}
+		if (rc == -EINVAL) {
+			direct_refused(io, rc);
+			direct = false;
+			rc = 0;
+		}
+	}
+	if (rc == 0 && fd < 0) {
 		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0)
 			rc = -errno;
 	}
 	if (rc == 0)
 		rc = step("write");
-	if (rc == 0)
-		rc = write_all(fd, hdr, sizeof(hdr));
-	if (rc == 0 && h->valid_len > 0)
-		rc = write_all(fd, data, (size_t)h->valid_len);
+	if (rc == 0) {
+		n = file_iov(&wb, data, h->valid_len, iov);
+		rc = pwritev_all(fd, iov, n);
+	}
+	if (rc == -EINVAL && direct && fd >= 0) {
+		/* Accepted at open, refused at the write (an alignment the file system does not
+		 * support): clear O_DIRECT and write the whole file again, buffered. */
+		int fl = fcntl(fd, F_GETFL);
+
+		direct_refused(io, rc);
+		direct = false;
+		rc = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0 ? -errno : 0;
+		if (rc == 0) {
+			n = file_iov(&wb, data, h->valid_len, iov);
+			rc = pwritev_all(fd, iov, n);
+		}
+	}
 	if (rc == 0)
 		rc = step("fsync");
-	if (rc == 0 && fsync(fd) != 0)
+	/* fdatasync: the data, and the size and block allocation needed to read it back (a new
+	 * file: this is a journal commit on ext4 and xfs); not the timestamps. */
+	if (rc == 0 && fdatasync(fd) != 0)
 		rc = -errno;
 	if (rc == 0)
 		rc = step("close");
@@ -207,6 +334,10 @@ int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data)
 		unlinkat(dirfd, tmp, 0);
 		return rc;
 	}
+	if (direct)
+		io->direct_files++;
+	else
+		io->buffered_files++;
 	rc = step("fsync-dir");
 	if (rc == 0 && fsync(dirfd) != 0)
 		rc = -errno;
@@ -232,13 +363,13 @@ static int open_and_header(int dirfd, const char *name, struct segfile_hdr *h, i
 		rc = -TW_ECORRUPT;
 		goto fail;
 	}
-	rc = read_all(fd, hdr, sizeof(hdr));
+	rc = read_all(fd, hdr, sizeof(hdr), 0);
 	if (rc != 0)
 		goto fail;
 	rc = segfile_hdr_decode(hdr, h);
 	if (rc != 0)
 		goto fail;
-	if ((uint64_t)st.st_size != SEGFILE_HDR_SIZE + h->valid_len) {
+	if ((uint64_t)st.st_size != segfile_file_size(h)) {
 		rc = -TW_ECORRUPT;
 		goto fail;
 	}
@@ -281,7 +412,7 @@ int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segf
 		close(fd);
 		return -EFBIG;
 	}
-	rc = read_all(fd, buf, (size_t)h->valid_len);
+	rc = read_all(fd, buf, (size_t)h->valid_len, h->data_off);
 	close(fd);
 	if (rc != 0)
 		return rc;
@@ -301,7 +432,7 @@ int segfile_verify(int dirfd, const char *name, struct segfile_hdr *h)
 		close(fd);
 		return -ENOMEM;
 	}
-	rc = read_all(fd, buf, (size_t)h->valid_len);
+	rc = read_all(fd, buf, (size_t)h->valid_len, h->data_off);
 	close(fd);
 	if (rc == 0)
 		rc = check_data(buf, h);
@@ -325,7 +456,8 @@ int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
 	return 0;
 }
 
-int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version)
+int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
+			struct segfile_io *io)
 {
 	char name[SEGFILE_NAME_MAX];
 	struct segfile_hdr h;
@@ -336,19 +468,20 @@ int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_
 	rc = open_and_header(dirfd, name, &h, &fd);
 	if (rc != 0)
 		return rc;
-	buf = malloc(h.valid_len ? (size_t)h.valid_len : 1);
+	/* Block aligned, so the rewrite goes out with O_DIRECT like a flush. */
+	buf = aligned_alloc(SEGFILE_BLOCK, (size_t)round_block(h.valid_len ? h.valid_len : 1));
 	if (!buf) {
 		close(fd);
 		return -ENOMEM;
 	}
-	rc = read_all(fd, buf, (size_t)h.valid_len);
+	rc = read_all(fd, buf, (size_t)h.valid_len, h.data_off);
 	close(fd);
 	if (rc == 0)
 		rc = check_data(buf, &h);
 	if (rc == 0 && h.replica_version != version) {
 		h.replica_version = version;
 		h.flush_time_ns = 0;
-		rc = segfile_write(dirfd, &h, buf);
+		rc = segfile_write(dirfd, &h, buf, io);
 	}
 	free(buf);
 	return rc;

@@ -7,13 +7,17 @@
  * crash leaves either the previous state or the complete new file (plus at worst a stale .tmp,
  * which the next start removes).
  *
- * Layout (little-endian): a 128-byte header, then `valid_len` bytes of log data exactly as they
- * were in the buffer (include/tailwind/log_format.h).
+ * Layout (little-endian), version 3: a header block of SEGFILE_BLOCK (4096) bytes, then the
+ * buffer's `valid_len` bytes of log data exactly as they were in the buffer
+ * (include/tailwind/log_format.h), zero-padded to a multiple of SEGFILE_BLOCK. The file is
+ * therefore 4096 + round_up(valid_len, 4096) bytes, and every part of it is block aligned, so the
+ * flusher writes it with O_DIRECT straight from the registered buffer (no copy through the page
+ * cache). The header block holds the 128-byte header below, then zeros.
  *
  *   off size field
  *     0    8 magic "TWSEGv1\0"
- *     8    2 format version (2)
- *    10    2 header size (128)
+ *     8    2 format version (3)
+ *    10    2 offset of the data (4096)
  *    12    4 flags (bit 0: CORRUPT, the buffer failed verification when it was closed)
  *    16    8 log_id
  *    24    8 segment_id
@@ -21,16 +25,20 @@
  *    40    8 epoch
  *    48    4 state (1 CLOSED, 2 OPEN: flushed while still open, at shutdown / on battery)
  *    52    4 checksum (stored value of the last valid checksum entry; 0 when none)
- *    56    8 valid_len (bytes of data following the header)
+ *    56    8 valid_len (bytes of log data at the data offset)
  *    64    8 entries (data entries inside valid_len)
  *    72    8 buffer_size (capacity of the buffer the data came from)
  *    80    8 flush time, nanoseconds since the Unix epoch (informational)
  *    88   36 reserved, zero
  *   124    4 CRC32C of bytes 0..123
  *
+ * Version 2 (written before O_DIRECT flushes) is still read: the same 128-byte header with
+ * field 10 = 128, the data right after it, no padding (the file is 128 + valid_len bytes).
+ * Rewriting a version-2 file (segfile_set_version) writes version 3.
+ *
  * Readers check the magic, version, header CRC and file size, then rescan the data with
  * tw_scan(): valid_len, checksum and entry count must all match the header (a bit flip anywhere
- * is reported as -TW_ECORRUPT).
+ * in the header or the valid data is reported as -TW_ECORRUPT; the padding is not read).
  */
 #ifndef TW_REPLICA_SEGFILE_H
 #define TW_REPLICA_SEGFILE_H
@@ -40,8 +48,11 @@
 #include <stdint.h>
 
 #define SEGFILE_MAGIC "TWSEGv1"
-#define SEGFILE_VERSION 2u /* 2: data entry headers carry a header check */
-#define SEGFILE_HDR_SIZE 128u
+#define SEGFILE_VERSION 3u /* 3: header block and data aligned for O_DIRECT */
+#define SEGFILE_VERSION_V2 2u /* 2: data entry headers carry a header check; still read */
+#define SEGFILE_HDR_SIZE 128u /* the encoded header (both versions) */
+#define SEGFILE_BLOCK 4096u /* O_DIRECT alignment used for offsets, lengths and memory */
+#define SEGFILE_DATA_OFF SEGFILE_BLOCK /* version 3: where the data starts */
 #define SEGFILE_NAME_MAX 64u /* "xxxxxxxxxxxxxxxx-xxxxxxxxxxxxxxxx.twseg.tmp" + NUL fits */
 #define SEGFILE_SUFFIX ".twseg"
 #define SEGFILE_TMP_SUFFIX ".tmp"
@@ -67,12 +78,20 @@ struct segfile_hdr {
 	uint64_t entries;
 	uint64_t buffer_size;
 	uint64_t flush_time_ns;
+	/* Set by decode (ignored by encode, which writes the current version): */
+	uint32_t version;  /* format version of the file */
+	uint32_t data_off; /* where its data starts: 128 (version 2) or 4096 */
 };
 
-/* Encode / decode the 128-byte header. Decode returns 0 or -TW_ECORRUPT (bad magic, CRC,
- * state or sizes) or -TW_EVERSION (a newer format). */
+/* Encode / decode the 128-byte header. Encode writes the current version (3). Decode accepts
+ * versions 2 and 3 and returns 0 or -TW_ECORRUPT (bad magic, CRC, state or sizes) or
+ * -TW_EVERSION (a newer format). */
 void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE]);
 int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h);
+
+/* The size a file with this (decoded) header must have: data_off + valid_len, rounded up to
+ * SEGFILE_BLOCK for version 3. */
+uint64_t segfile_file_size(const struct segfile_hdr *h);
 
 /* "<log>-<seg>.twseg" into out (SEGFILE_NAME_MAX bytes). */
 void segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len);
@@ -80,12 +99,30 @@ void segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len);
 bool segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id);
 
 /*
- * Durably write a segment file into the directory open as `dirfd`: tmp file, write header and
- * data, fsync, rename, fsync the directory. `data` (h->valid_len bytes) is borrowed for the
- * call. Returns 0 or -errno; on failure the tmp file is removed and no final file is changed.
- * Blocking: call it on the flusher thread, never on the progress thread.
+ * How a storage directory is written; one per backup, used by its flusher thread only.
+ * Zero-initialise it. segfile_write tries O_DIRECT first; when the file system refuses it
+ * (EINVAL at open or at the first write) the file is written through the page cache instead,
+ * `buffered` is set so later files go there directly, and `direct_err` keeps the refusal for the
+ * caller to report once.
  */
-int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data);
+struct segfile_io {
+	bool buffered;            /* in/out: write through the page cache (refused, or forced) */
+	int direct_err;           /* out: the refusal (-EINVAL), 0 while none */
+	uint64_t direct_files;    /* out: files written with O_DIRECT */
+	uint64_t buffered_files;  /* out: files written through the page cache */
+};
+
+/*
+ * Durably write a segment file into the directory open as `dirfd`: tmp file, write header and
+ * data, fdatasync, rename, fsync the directory. `data` (h->valid_len bytes) is borrowed for the
+ * call and only read; with O_DIRECT it must be SEGFILE_BLOCK aligned (a pool buffer is; other
+ * memory is written through the page cache). The last partial block is copied into a zeroed
+ * block on the stack: nothing past valid_len is read. `io` may be NULL (try O_DIRECT, keep no
+ * state). Returns 0 or -errno; on failure the tmp file is removed and no final file is changed.
+ * Blocking: call it on the flusher thread, never on the progress thread. No allocation.
+ */
+int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
+		  struct segfile_io *io);
 
 /*
  * Read and validate a segment file's header (name relative to dirfd). Checks the file size
@@ -104,8 +141,10 @@ int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segf
 /* Verify a file without keeping its data (allocates a temporary buffer of valid_len bytes). */
 int segfile_verify(int dirfd, const char *name, struct segfile_hdr *h);
 
-/* Rewrite a segment file with a new replica version (read, verify, durable write). Blocking. */
-int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version);
+/* Rewrite a segment file with a new replica version (read, verify, durable write in the current
+ * format; `io` as for segfile_write). Blocking. */
+int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
+			struct segfile_io *io);
 
 /* Remove a segment file and fsync the directory. Returns 0 or -errno (-ENOENT included). */
 int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
@@ -124,8 +163,9 @@ int segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *
 
 /*
  * Test hook: when set, called at every step of segfile_write with the step's name ("create",
- * "write", "fsync", "close", "rename", "fsync-dir"); a non-zero return makes the step fail with
- * that value (a negative errno), to simulate a crash or an I/O error there. May be switched
+ * "direct" (only when O_DIRECT is tried), "write", "fsync", "close", "rename", "fsync-dir"); a
+ * non-zero return makes the step fail with that value (a negative errno), to simulate a crash or
+ * an I/O error there. -EINVAL at "direct" acts as a file system that refuses O_DIRECT. May be switched
  * while a flusher runs (atomic); the hook itself runs on the flusher thread.
  */
 typedef int (*segfile_hook_fn)(void *arg, const char *step);

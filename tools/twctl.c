@@ -885,7 +885,7 @@ static int cmd_inspect(int argc, char **argv)
 	struct segfile_hdr h;
 	struct tw_scan_result sr;
 	struct stat st;
-	uint64_t show = 0, data_len;
+	uint64_t show = 0, data_len, data_off;
 	uint8_t *data = NULL;
 	const char *path, *verdict = "ok", *hdr_err = NULL;
 	char why[256] = "";
@@ -937,9 +937,14 @@ static int cmd_inspect(int argc, char **argv)
 	if (rc)
 		hdr_err = rc == -TW_EVERSION ? "newer format version" :
 			  "bad magic, header CRC, state or sizes";
-	data_len = (uint64_t)st.st_size - SEGFILE_HDR_SIZE;
+	/* Where the data starts: the header says so; for an invalid header, go by its version
+	 * field as read (2: right after the 128 bytes; otherwise the version-3 header block). */
+	data_off = !hdr_err ? h.data_off :
+		   tw_load_le16(hb + 8) == SEGFILE_VERSION_V2 ||
+		   (uint64_t)st.st_size < SEGFILE_DATA_OFF ? SEGFILE_HDR_SIZE : SEGFILE_DATA_OFF;
+	data_len = (uint64_t)st.st_size - data_off;
 	data = malloc(data_len ? (size_t)data_len : 1);
-	if (!data || (data_len && pread(fd, data, (size_t)data_len, SEGFILE_HDR_SIZE) !=
+	if (!data || (data_len && pread(fd, data, (size_t)data_len, (off_t)data_off) !=
 				  (ssize_t)data_len)) {
 		fprintf(stderr, "twctl inspect: %s: cannot read %" PRIu64 " data bytes: %s\n", path,
 			data_len, data ? strerror(errno) : "out of memory");
@@ -952,10 +957,11 @@ static int cmd_inspect(int argc, char **argv)
 	if (hdr_err) {
 		verdict = "CORRUPT";
 		snprintf(why, sizeof(why), "header: %s", hdr_err);
-	} else if (data_len != h.valid_len) {
+	} else if ((uint64_t)st.st_size != segfile_file_size(&h)) {
 		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "file holds %" PRIu64 " data bytes, header says %" PRIu64,
-			 data_len, h.valid_len);
+		snprintf(why, sizeof(why), "file holds %" PRIu64 " data bytes, header says %" PRIu64
+			 "%s", data_len, h.valid_len, h.version == SEGFILE_VERSION_V2 ? "" :
+			 " (padded to 4096-byte blocks)");
 	} else if (sr.valid_len != h.valid_len || sr.last_checksum != h.checksum ||
 		   sr.entries != h.entries) {
 		verdict = "CORRUPT";
@@ -978,12 +984,13 @@ static int cmd_inspect(int argc, char **argv)
 		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
 		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
 		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
-		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"data_bytes\":%"
-		       PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
+		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"format_version\":%u"
+		       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
 		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h.log_id,
 		       h.segment_id, h.replica_version, h.epoch,
 		       h.state == SEGFILE_OPEN ? "open" : "closed", h.flags, h.checksum,
-		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns, data_len,
+		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns,
+		       (unsigned)tw_load_le16(hb + 8), data_off, data_len,
 		       sr.valid_len, sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop),
 		       sr.stop_offset);
 	} else {
@@ -995,6 +1002,8 @@ static int cmd_inspect(int argc, char **argv)
 		printf("segment         %" PRIu64 "\n", h.segment_id);
 		printf("replica version %" PRIu64 "\n", h.replica_version);
 		printf("epoch           %" PRIu64 "\n", h.epoch);
+		printf("format          version %u, data at byte %" PRIu64 "\n",
+		       (unsigned)tw_load_le16(hb + 8), data_off);
 		printf("state           %s\n", h.state == SEGFILE_OPEN ?
 		       "open (flushed while open: battery / shutdown)" : "closed");
 		printf("flags           0x%x%s\n", h.flags,

@@ -53,10 +53,16 @@ static void fill(uint8_t *p, uint64_t seq)
 		p[i] = (uint8_t)(seq + i);
 }
 
+/* The current layout (replica/segfile.h): header block, data, zeros to a whole block. Not
+ * synced: the files only have to be there when the twd's start. */
 static int write_file(const char *dir, const struct segfile_hdr *h, const uint8_t *data)
 {
+	static const uint8_t zeros[SEGFILE_BLOCK];
 	char name[SEGFILE_NAME_MAX], path[1024];
-	uint8_t hdr[SEGFILE_HDR_SIZE];
+	uint8_t hdr[SEGFILE_BLOCK] = { 0 };
+	size_t pad = (size_t)(segfile_file_size(&(struct segfile_hdr){ .version = SEGFILE_VERSION,
+			.data_off = SEGFILE_DATA_OFF, .valid_len = h->valid_len }) -
+			SEGFILE_DATA_OFF - h->valid_len);
 	int fd;
 	size_t off = 0;
 
@@ -78,6 +84,10 @@ static int write_file(const char *dir, const struct segfile_hdr *h, const uint8_
 			return -EIO;
 		}
 		off += (size_t)w;
+	}
+	if (pad && write(fd, zeros, pad) != (ssize_t)pad) {
+		close(fd);
+		return -EIO;
 	}
 	return close(fd) ? -errno : 0;
 }

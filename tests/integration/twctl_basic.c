@@ -173,9 +173,9 @@ int main(int argc, char **argv)
 		unsigned char b;
 		const char *a[] = { "inspect", seg, NULL };
 
-		TAP_REQUIRE(fd >= 0 && pread(fd, &b, 1, 128 + 50) == 1, "read");
+		TAP_REQUIRE(fd >= 0 && pread(fd, &b, 1, 4096 + 50) == 1, "read");
 		b ^= 1;
-		TAP_REQUIRE(pwrite(fd, &b, 1, 128 + 50) == 1, "write");
+		TAP_REQUIRE(pwrite(fd, &b, 1, 4096 + 50) == 1, "write");
 		close(fd);
 		is_int(run("verdict", line, sizeof(line), a), 1,
 		       "inspect of a file with a flipped bit: exit 1 (%s)", line);

@@ -33,11 +33,11 @@ static struct proc *spawn_twd(struct rt_cluster *c, unsigned i, const char *bufs
 }
 
 /* Directory removed at exit if the test ends early (a fatal TAP_REQUIRE). */
-static char atexit_root[128];
+static char atexit_root[256];
 
 static void remove_root(void)
 {
-	char cmd[300];
+	char cmd[600];
 
 	if (!atexit_root[0] || getenv("TW_KEEP"))
 		return;
@@ -50,6 +50,12 @@ static void remove_root(void)
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers)
 {
+	rt_start_in(c, "/tmp", prov, n, bufsize, buffers);
+}
+
+void rt_start_in(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
+		 const char *bufsize, const char *buffers)
+{
 	static bool registered;
 
 	memset(c, 0, sizeof(*c));
@@ -58,7 +64,8 @@ void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bu
 	TAP_REQUIRE(n <= RT_MAX_BK, "too many backups");
 	if (proc_find_tool("tools/twd", c->twd, sizeof(c->twd)) != 0)
 		tap_plan_skip_all("twd not built");
-	snprintf(c->root, sizeof(c->root), "/tmp/tw-rec-XXXXXX");
+	TAP_REQUIRE(strlen(parent) + 16 < sizeof(c->root), "directory name too long: %s", parent);
+	snprintf(c->root, sizeof(c->root), "%s/tw-rec-XXXXXX", parent);
 	TAP_REQUIRE(mkdtemp(c->root), "mkdtemp");
 	snprintf(atexit_root, sizeof(atexit_root), "%s", c->root);
 	if (!registered && atexit(remove_root) == 0)
@@ -90,7 +97,7 @@ int rt_stop_one(struct rt_cluster *c, unsigned i)
 
 void rt_stop(struct rt_cluster *c)
 {
-	char cmd[300];
+	char cmd[600];
 
 	for (unsigned i = 0; i < c->n; i++)
 		rt_stop_one(c, i);

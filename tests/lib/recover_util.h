@@ -21,8 +21,8 @@
 struct rt_cluster {
 	const char *prov;
 	unsigned n;
-	char root[128];
-	char dir[RT_MAX_BK][192];
+	char root[256];
+	char dir[RT_MAX_BK][320];
 	char addr[RT_MAX_BK][256];
 	const char *addrs[RT_MAX_BK];
 	struct proc *p[RT_MAX_BK];
@@ -32,6 +32,9 @@ struct rt_cluster {
 /* Start n twd processes (buffer size and count as twd flags, e.g. "64K", "64"). Fatal on error. */
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers);
+/* rt_start with the directories under `parent` (rt_start: /tmp). */
+void rt_start_in(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
+		 const char *bufsize, const char *buffers);
 /* Start twd i again on its directory (after it was stopped or killed). */
 void rt_restart(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers);
 /* SIGTERM twd i and wait for it. Returns its exit status. */

@@ -127,8 +127,9 @@ static void test_basic(void)
 		struct stat st;
 
 		snprintf(path, sizeof(path), "%s/000000000000000a-0000000000000000.twseg", dir);
-		ok(stat(path, &st) == 0 && (size_t)st.st_size == SEGFILE_HDR_SIZE + c.w.pos,
-		   "segment file has header + valid bytes");
+		ok(stat(path, &st) == 0 && (size_t)st.st_size == SEGFILE_DATA_OFF +
+		   (c.w.pos + SEGFILE_BLOCK - 1) / SEGFILE_BLOCK * SEGFILE_BLOCK,
+		   "segment file has the header block + valid bytes padded to a block");
 	}
 	is_int(twc_close_seg(&c, UINT64_MAX, 0, NULL), 0, "retried close of the same segment: OK");
 
@@ -450,6 +451,74 @@ static void test_flush_failure(void)
 	}
 }
 
+/* The storage directory refuses O_DIRECT (the segfile hook plays the file system): every
+ * segment is still flushed (buffered), and the backup says so in one info line, not one per
+ * file. */
+static atomic_int direct_lines;
+
+static void count_sink(void *arg, enum tw_log_level level, const char *msg)
+{
+	(void)arg;
+	if (strstr(msg, "O_DIRECT"))
+		atomic_fetch_add(&direct_lines, 1);
+	fprintf(stderr, "# [%d] %s\n", (int)level, msg);
+}
+
+static int refuse_direct(void *arg, const char *step)
+{
+	(void)arg;
+	return strcmp(step, "direct") == 0 ? -EINVAL : 0;
+}
+
+static void test_direct_refused(void)
+{
+	struct twc c;
+	struct twc_info li[4];
+	int n = 0;
+
+	atomic_store(&direct_lines, 0);
+	segfile_set_hook(refuse_direct, NULL);
+	start(4, 0);
+	conn(&c);
+	for (uint64_t seg = 0; seg < 3; seg++) {
+		TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
+		TAP_REQUIRE(twc_open(&c, 0x61, seg, 1, 1, BUF) == 0, "open %llu",
+			    (unsigned long long)seg);
+		TAP_REQUIRE(twc_write(&c, 3, 100, (uint32_t)seg) == 0, "write");
+		TAP_REQUIRE(twc_close_seg(&c, UINT64_MAX, 0, NULL) == 0, "close");
+	}
+	/* Ask until all three are flushed (deadline, no sleep). */
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;) {
+		n = twc_list(&c, 0x61, false, li, 4);
+		if (n == 3 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED &&
+		    li[1].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED &&
+		    li[2].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
+			break;
+	}
+	ok(n == 3 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED &&
+	   li[1].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED &&
+	   li[2].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED,
+	   "O_DIRECT refused: the three closed segments are flushed anyway");
+	twc_close(&c);
+	stop(false);
+	segfile_set_hook(NULL, NULL);
+	is_int(atomic_load(&direct_lines), 1, "one log line about O_DIRECT for three files");
+	{
+		char name[SEGFILE_NAME_MAX];
+		struct segfile_hdr h;
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+		int bad = 0;
+
+		for (uint64_t seg = 0; seg < 3; seg++) {
+			segfile_name(0x61, seg, name, sizeof(name));
+			if (segfile_verify(dfd, name, &h) != 0 || h.entries != 3)
+				bad++;
+		}
+		close(dfd);
+		is_int(bad, 0, "the buffered files verify");
+	}
+}
+
 /* A deleted log whose file could not be removed must not come back after the metadata journal
  * was compacted and the backup restarted (the compacted journal keeps the delete). */
 static atomic_int fail_remove;
@@ -530,6 +599,10 @@ int main(void)
 	test_pool_exhaustion();
 	test_flush_failure();
 	test_delete_survives_compaction();
+	tw_log_set_level(TW_LOG_INFO);
+	tw_log_set_sink(count_sink, NULL);
+	test_direct_refused();
+	tw_log_set_sink(NULL, NULL);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
 	if (system(cmd) != 0)
 		tap_diag("cleanup failed");

@@ -1,22 +1,30 @@
 /*
  * tests/unit/test_segfile.c — segment files: header round trip, file round trip, the durability
  * sequence (tmp, fsync, rename, fsync dir) and crashes between its steps, corruption detection
- * (bit flips in header and data, truncation), names, version rewrite.
+ * (bit flips in header and data, truncation), names, version rewrite; O_DIRECT writes (the file
+ * bypasses the page cache: mincore), the buffered fallback when O_DIRECT is refused, and files
+ * of the previous format (version 2) read back.
+ *
+ * The directory is made under $TW_BUILD_ROOT (the build tree, a disk file system) when set, so
+ * O_DIRECT really is used; /tmp otherwise.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <tailwind/log_format.h>
 
+#include "core/util.h"
+
 #include "replica/segfile.h"
 #include "tap.h"
 
-static char dir[256];
+static char dir[512];
 static int dirfd_;
 
 static size_t build(uint8_t *buf, size_t cap, unsigned writes, struct tw_scan_result *sr)
@@ -87,6 +95,28 @@ static int hook(void *arg, const char *step)
 	return 0;
 }
 
+/* Pages of a file that are in the page cache (mincore over a mapping; mapping faults none in). */
+static long cached_pages(const char *name)
+{
+	struct stat st;
+	long n = 0, pg = sysconf(_SC_PAGESIZE);
+	unsigned char *vec;
+	void *m;
+	int fd = openat(dirfd_, name, O_RDONLY);
+
+	TAP_REQUIRE(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0, "open %s", name);
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	TAP_REQUIRE(m != MAP_FAILED, "mmap %s", name);
+	vec = calloc((size_t)(st.st_size + pg - 1) / (size_t)pg, 1);
+	TAP_REQUIRE(vec && mincore(m, (size_t)st.st_size, vec) == 0, "mincore");
+	for (off_t i = 0; i < (st.st_size + pg - 1) / pg; i++)
+		n += vec[i] & 1;
+	free(vec);
+	munmap(m, (size_t)st.st_size);
+	close(fd);
+	return n;
+}
+
 static void test_header(void)
 {
 	struct segfile_hdr h, g;
@@ -104,6 +134,8 @@ static void test_header(void)
 	h.entries = 10;
 	h.buffer_size = 4096;
 	h.flush_time_ns = 12345;
+	h.version = SEGFILE_VERSION; /* what decode reports */
+	h.data_off = SEGFILE_DATA_OFF;
 	segfile_hdr_encode(&h, raw);
 	ok(memcmp(raw, "TWSEGv1", 8) == 0, "header starts with the magic");
 	is_int(segfile_hdr_decode(raw, &g), 0, "header decodes");
@@ -142,7 +174,9 @@ static void test_names(void)
 static void test_round_trip(void)
 {
 	size_t cap = 64 * 1024;
-	uint8_t *buf = malloc(cap), *back = calloc(1, cap);
+	uint8_t *buf = aligned_alloc(SEGFILE_BLOCK, cap), *back = calloc(1, cap);
+	struct segfile_io io = { 0 };
+	struct stat st;
 	struct tw_scan_result sr;
 	struct segfile_hdr h, g;
 	char name[SEGFILE_NAME_MAX];
@@ -152,12 +186,19 @@ static void test_round_trip(void)
 	hdr_for(&h, 1, 2, &sr, cap);
 	steps[0] = '\0';
 	segfile_set_hook(hook, NULL);
-	is_int(segfile_write(dirfd_, &h, buf), 0, "segfile_write");
+	is_int(segfile_write(dirfd_, &h, buf, &io), 0, "segfile_write");
 	segfile_set_hook(NULL, NULL);
-	ok(strcmp(steps, "create,write,fsync,close,rename,fsync-dir,") == 0,
+	ok(strcmp(steps, "create,direct,write,fsync,close,rename,fsync-dir,") == 0,
 	   "durability sequence: %s", steps);
+	ok(io.direct_files == 1 && io.buffered_files == 0 && !io.buffered && io.direct_err == 0,
+	   "written with O_DIRECT (%s must be on a file system that takes it)", dir);
 	segfile_name(1, 2, name, sizeof(name));
 	ok(exists(name), "final file exists");
+	TAP_REQUIRE(fstatat(dirfd_, name, &st, 0) == 0, "stat %s", name);
+	ok((uint64_t)st.st_size == SEGFILE_BLOCK + (sr.valid_len + SEGFILE_BLOCK - 1) /
+	   SEGFILE_BLOCK * SEGFILE_BLOCK, "file is a header block + data padded to 4096 (%lld)",
+	   (long long)st.st_size);
+	is_int(cached_pages(name), 0, "no page of the O_DIRECT file is in the page cache");
 	ok(!exists("0000000000000001-0000000000000002.twseg.tmp"), "no tmp file left");
 	is_int(segfile_load(dirfd_, name, back, cap, &g), 0, "segfile_load verifies");
 	ok(memcmp(buf, back, sr.valid_len) == 0, "data round trip");
@@ -169,7 +210,8 @@ static void test_round_trip(void)
 	       "load into a too small buffer: -EFBIG");
 
 	/* version rewrite */
-	is_int(segfile_set_version(dirfd_, 1, 2, 4), 0, "set version");
+	is_int(segfile_set_version(dirfd_, 1, 2, 4, &io), 0, "set version");
+	ok(io.direct_files == 2, "the rewrite went out with O_DIRECT too");
 	is_int(segfile_verify(dirfd_, name, &g), 0, "still verifies");
 	is_int((long long)g.replica_version, 4, "version updated in the file");
 
@@ -178,19 +220,21 @@ static void test_round_trip(void)
 	tw_scan(buf, cap, &sr);
 	hdr_for(&h, 1, 3, &sr, cap);
 	h.state = SEGFILE_OPEN;
-	is_int(segfile_write(dirfd_, &h, buf), 0, "empty open segment written");
+	is_int(segfile_write(dirfd_, &h, buf, &io), 0, "empty open segment written");
 	segfile_name(1, 3, name, sizeof(name));
 	is_int(segfile_verify(dirfd_, name, &g), 0, "empty segment verifies");
 	ok(g.state == SEGFILE_OPEN && g.valid_len == 0, "state open, length 0");
+	ok(fstatat(dirfd_, name, &st, 0) == 0 && st.st_size == SEGFILE_BLOCK,
+	   "empty segment: the header block only");
 	free(buf);
 	free(back);
 }
 
 static void test_crash_steps(void)
 {
-	static const char *const at[] = { "create", "write", "fsync", "close", "rename" };
+	static const char *const at[] = { "create", "direct", "write", "fsync", "close", "rename" };
 	size_t cap = 16 * 1024;
-	uint8_t *buf = malloc(cap);
+	uint8_t *buf = aligned_alloc(SEGFILE_BLOCK, cap);
 	struct tw_scan_result sr;
 	struct segfile_hdr h, g;
 	char name[SEGFILE_NAME_MAX];
@@ -198,14 +242,14 @@ static void test_crash_steps(void)
 	build(buf, cap, 10, &sr);
 	hdr_for(&h, 5, 1, &sr, cap);
 	segfile_name(5, 1, name, sizeof(name));
-	is_int(segfile_write(dirfd_, &h, buf), 0, "first version written");
+	is_int(segfile_write(dirfd_, &h, buf, NULL), 0, "first version written");
 	build(buf, cap, 20, &sr); /* a longer replacement */
 	hdr_for(&h, 5, 1, &sr, cap);
 	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
 		steps[0] = '\0';
 		fail_at = at[i];
 		segfile_set_hook(hook, NULL);
-		ok(segfile_write(dirfd_, &h, buf) == -EIO, "failure at %s reported", at[i]);
+		ok(segfile_write(dirfd_, &h, buf, NULL) == -EIO, "failure at %s reported", at[i]);
 		segfile_set_hook(NULL, NULL);
 		ok(!exists("0000000000000005-0000000000000001.twseg.tmp"),
 		   "failure at %s: tmp removed", at[i]);
@@ -214,7 +258,7 @@ static void test_crash_steps(void)
 	}
 	fail_at = "fsync-dir";
 	segfile_set_hook(hook, NULL);
-	ok(segfile_write(dirfd_, &h, buf) == -EIO, "directory fsync failure reported");
+	ok(segfile_write(dirfd_, &h, buf, NULL) == -EIO, "directory fsync failure reported");
 	segfile_set_hook(NULL, NULL);
 	fail_at = NULL;
 	ok(segfile_verify(dirfd_, name, &g) == 0 && g.entries == 20, "renamed file is complete");
@@ -233,13 +277,13 @@ static void test_corruption(void)
 	build(buf, cap, 30, &sr);
 	hdr_for(&h, 9, 9, &sr, cap);
 	segfile_name(9, 9, name, sizeof(name));
-	TAP_REQUIRE(segfile_write(dirfd_, &h, buf) == 0, "write");
+	TAP_REQUIRE(segfile_write(dirfd_, &h, buf, NULL) == 0, "write");
 
 	/* a flip in a payload, in an entry header, in a checksum entry, in the header */
 	{
-		off_t offs[] = { SEGFILE_HDR_SIZE + TW_ENTRY_HDR_SIZE + 50,      /* payload */
-				 SEGFILE_HDR_SIZE + 4,                           /* length */
-				 SEGFILE_HDR_SIZE + (off_t)sr.valid_len - 2,    /* last checksum */
+		off_t offs[] = { SEGFILE_DATA_OFF + TW_ENTRY_HDR_SIZE + 50,      /* payload */
+				 SEGFILE_DATA_OFF + 4,                           /* length */
+				 SEGFILE_DATA_OFF + (off_t)sr.valid_len - 2,    /* last checksum */
 				 40 /* epoch in the header */ };
 		const char *what[] = { "payload", "entry header", "checksum entry", "file header" };
 
@@ -254,10 +298,11 @@ static void test_corruption(void)
 	/* truncation */
 	fd = openat(dirfd_, name, O_RDWR);
 	TAP_REQUIRE(fd >= 0, "open");
-	TAP_REQUIRE(ftruncate(fd, (off_t)(SEGFILE_HDR_SIZE + sr.valid_len - 1)) == 0, "truncate");
+	TAP_REQUIRE(ftruncate(fd, (off_t)(SEGFILE_DATA_OFF + sr.valid_len)) == 0, "truncate");
 	close(fd);
 	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated file detected");
-	is_int(segfile_read_header(dirfd_, name, &g), -TW_ECORRUPT, "header check sees the size");
+	is_int(segfile_read_header(dirfd_, name, &g), -TW_ECORRUPT,
+	       "header check sees the size (the padding was cut)");
 	is_int(segfile_verify(dirfd_, "nope.twseg", &g), -ENOENT, "missing file: -ENOENT");
 	is_int(segfile_remove(dirfd_, 9, 9), 0, "remove");
 	ok(!exists(name), "removed");
@@ -282,11 +327,146 @@ static void test_epoch_file(void)
 	       "bit flip in the epoch file detected");
 }
 
+/* The file system refuses O_DIRECT (the hook plays a tmpfs before Linux 6.6: EINVAL at open, or
+ * EINVAL at the first write): written through the page cache, the refusal kept for the caller's
+ * one log line, and later files go buffered without trying again. */
+static int einval_at;
+
+static int refuse_hook(void *arg, const char *step)
+{
+	const char *at = arg;
+
+	strncat(steps, step, sizeof(steps) - strlen(steps) - 2);
+	strcat(steps, ",");
+	return strcmp(step, at) == 0 && einval_at-- > 0 ? -EINVAL : 0;
+}
+
+static void test_direct_refused(void)
+{
+	static const char *const where[] = { "direct", "write" };
+	size_t cap = 32 * 1024;
+	uint8_t *buf = aligned_alloc(SEGFILE_BLOCK, cap), *back = calloc(1, cap);
+	struct tw_scan_result sr;
+	struct segfile_hdr h, g;
+	char name[SEGFILE_NAME_MAX];
+
+	build(buf, cap, 25, &sr);
+	for (size_t i = 0; i < 2; i++) {
+		struct segfile_io io = { 0 };
+
+		hdr_for(&h, 0x77, i, &sr, cap);
+		segfile_name(0x77, i, name, sizeof(name));
+		steps[0] = '\0';
+		einval_at = 1;
+		segfile_set_hook(refuse_hook, (void *)where[i]);
+		is_int(segfile_write(dirfd_, &h, buf, &io), 0, "EINVAL at %s: the file is written "
+		       "anyway", where[i]);
+		ok(io.buffered && io.direct_err == -EINVAL && io.buffered_files == 1 &&
+		   io.direct_files == 0, "EINVAL at %s: refusal kept, written buffered", where[i]);
+		ok(segfile_load(dirfd_, name, back, cap, &g) == 0 &&
+		   memcmp(back, buf, sr.valid_len) == 0 && g.version == SEGFILE_VERSION,
+		   "EINVAL at %s: the same format, verifies, same bytes", where[i]);
+		ok(cached_pages(name) > 0, "EINVAL at %s: the buffered file went through the page "
+		   "cache", where[i]);
+		steps[0] = '\0';
+		hdr_for(&h, 0x77, 10 + i, &sr, cap);
+		is_int(segfile_write(dirfd_, &h, buf, &io), 0, "next file");
+		segfile_set_hook(NULL, NULL);
+		ok(strcmp(steps, "create,write,fsync,close,rename,fsync-dir,") == 0 &&
+		   io.buffered_files == 2, "after a refusal O_DIRECT is not tried again: %s", steps);
+	}
+	/* unaligned memory (not a pool buffer): buffered, and no refusal recorded */
+	{
+		struct segfile_io io = { 0 };
+
+		memmove(buf + 8, buf, sr.valid_len);
+		hdr_for(&h, 0x77, 20, &sr, cap);
+		segfile_name(0x77, 20, name, sizeof(name));
+		is_int(segfile_write(dirfd_, &h, buf + 8, &io), 0, "unaligned data written");
+		ok(io.buffered_files == 1 && !io.buffered && io.direct_err == 0,
+		   "unaligned data: buffered for that file only, O_DIRECT not given up");
+		is_int(segfile_verify(dirfd_, name, &g), 0, "and it verifies");
+	}
+	free(buf);
+	free(back);
+}
+
+/* A file of the previous format (version 2: 128-byte header, data right after, no padding),
+ * written here byte by byte as the previous release did. */
+static void write_v2(const char *name, const struct segfile_hdr *h, const uint8_t *data)
+{
+	uint8_t hdr[SEGFILE_HDR_SIZE];
+	int fd;
+
+	segfile_hdr_encode(h, hdr);
+	tw_store_le16(hdr + 8, 2);
+	tw_store_le16(hdr + 10, 128);
+	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
+	fd = openat(dirfd_, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	TAP_REQUIRE(fd >= 0, "create %s", name);
+	TAP_REQUIRE(write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr) &&
+		    write(fd, data, (size_t)h->valid_len) == (ssize_t)h->valid_len, "write v2");
+	close(fd);
+}
+
+static void test_old_version(void)
+{
+	size_t cap = 32 * 1024;
+	uint8_t *buf = malloc(cap), *back = calloc(1, cap);
+	struct tw_scan_result sr;
+	struct segfile_hdr h, g;
+	char name[SEGFILE_NAME_MAX];
+	struct stat st;
+	int fd;
+
+	build(buf, cap, 40, &sr);
+	hdr_for(&h, 0x2, 5, &sr, cap);
+	segfile_name(0x2, 5, name, sizeof(name));
+	write_v2(name, &h, buf);
+	is_int(segfile_read_header(dirfd_, name, &g), 0, "version-2 header read");
+	ok(g.version == 2 && g.data_off == 128 && g.valid_len == sr.valid_len &&
+	   g.entries == 40 && segfile_file_size(&g) == 128 + sr.valid_len,
+	   "version 2: data at 128, file 128 + valid_len bytes");
+	is_int(segfile_load(dirfd_, name, back, cap, &g), 0, "version-2 file loads and verifies");
+	ok(memcmp(back, buf, sr.valid_len) == 0, "version-2 data read back");
+	flip_byte(name, 128 + 60);
+	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "version 2: a bit flip is detected");
+	flip_byte(name, 128 + 60);
+	is_int(segfile_set_version(dirfd_, 0x2, 5, 9, NULL), 0, "version-2 file rewritten");
+	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == SEGFILE_VERSION &&
+	   g.replica_version == 9 && memcmp(back, buf, sr.valid_len) == 0,
+	   "the rewrite is in the current format, same data");
+	/* a version-2 file cut short */
+	write_v2(name, &h, buf);
+	fd = openat(dirfd_, name, O_RDWR);
+	TAP_REQUIRE(fd >= 0 && ftruncate(fd, (off_t)(128 + sr.valid_len - 1)) == 0, "truncate");
+	close(fd);
+	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated version-2 file detected");
+	/* version 2 with the version-3 offset (or the reverse) is not a file we wrote */
+	write_v2(name, &h, buf);
+	{
+		uint8_t hdr[SEGFILE_HDR_SIZE];
+
+		fd = openat(dirfd_, name, O_RDWR);
+		TAP_REQUIRE(fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "rd");
+		tw_store_le16(hdr + 10, SEGFILE_DATA_OFF);
+		tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
+		TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "wr");
+		close(fd);
+		is_int(segfile_hdr_decode(hdr, &g), -TW_ECORRUPT,
+		       "version 2 with a 4096-byte data offset refused");
+	}
+	ok(fstatat(dirfd_, name, &st, 0) == 0, "file still there");
+	free(buf);
+	free(back);
+}
+
 int main(void)
 {
-	char cmd[300];
+	char cmd[600];
+	const char *root = getenv("TW_BUILD_ROOT");
 
-	snprintf(dir, sizeof(dir), "/tmp/tw-segfile-XXXXXX");
+	snprintf(dir, sizeof(dir), "%s/tw-segfile-XXXXXX", root && root[0] ? root : "/tmp");
 	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
 	TAP_REQUIRE(dirfd_ >= 0, "open dir");
@@ -296,6 +476,8 @@ int main(void)
 	test_crash_steps();
 	test_corruption();
 	test_epoch_file();
+	test_direct_refused();
+	test_old_version();
 	close(dirfd_);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
