@@ -159,10 +159,60 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 	return 0;
 }
 
+/*
+ * sockets: before closing an endpoint, wait (briefly) until the peer has acknowledged every
+ * transfer posted on it. libfabric 1.17's sockets provider completes a send or write when
+ * the peer's acknowledgement arrives, in its progress thread, through the endpoint's
+ * transmit context (sock_pe_handle_ack → sock_pe_report_send_completion, reading
+ * comp->send_cntr); that context is freed by fi_close() while the entry waiting for the
+ * acknowledgement stays in the progress engine's table, so an acknowledgement arriving after
+ * the close makes the thread read freed memory (a twd died of it: docs/fabric.md). Completions
+ * read here finish nothing: their operations are failed by the caller (chan_fail_ops) as for
+ * any closed channel; only the contexts are given back. A lost peer acknowledges nothing, so
+ * there is nothing to wait for.
+ */
+static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	uint64_t end = tw_now_ns() + 200000000u; /* 200 ms: a stalled peer costs this much */
+
+	while (ch->posted && tw_now_ns() < end) {
+		struct fi_cq_data_entry e[16];
+		ssize_t n = fi_cq_read(ch->cq, e, 16);
+
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = { 0 };
+
+			if (fi_cq_readerr(ch->cq, &err, 0) != 1)
+				break;
+			n = 1;
+			e[0].op_context = err.op_context;
+		} else if (n <= 0) {
+			if (n != -FI_EAGAIN)
+				break;
+			continue;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			struct ofi_ctx *ctx = e[i].op_context;
+
+			if (!ctx || ctx->kind == CTX_RECV || ctx->ch != ch)
+				continue;
+			ctx_unlink(ch, ctx);
+			if (ctx->op)
+				ctx->op->fab_priv[0] = NULL;
+			ctx_release(of, ctx);
+		}
+	}
+	if (ch->posted)
+		tw_log_debug("fabric %s: closing the channel to %s with transfers unacknowledged",
+			     of->base.prov, ch->base.peer);
+}
+
 void cm_chan_down(struct ofi_chan *ch, bool closing)
 {
 	struct ofi_fab *of = ofab(ch->base.fab);
 
+	if (of->drain_close && ch->ep && ch->cq && !ch->base.lost && ch->posted)
+		drain_tx(of, ch);
 	if (ch->ep) {
 		if (closing && ch->base.state == CHAN_UP && !ch->base.lost)
 			fi_shutdown(ch->ep, 0); /* the peer sees FI_SHUTDOWN */

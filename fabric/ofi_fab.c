@@ -259,6 +259,9 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 		service = cfg->service && strcmp(cfg->service, "0") ? cfg->service : NULL;
 		flags = FI_SOURCE;
 	}
+	/* The sockets provider completes transfers in its own thread, which may still use an
+	 * endpoint's transmit context after fi_close() returned (cm_chan_down). */
+	of->drain_close = !strcmp(name, "sockets");
 	rc = fi_getinfo(OFI_VERSION, node, service, flags, of->hints, &of->info);
 	if (rc || !of->info) {
 		char avail[256];

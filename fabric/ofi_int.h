@@ -67,6 +67,8 @@ struct ofi_fab {
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
 	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
+	bool drain_close;       /* sockets: wait for a channel's transfers before closing it
+				 * (cm_chan_down, docs/fabric.md "Closing under traffic") */
 	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
 	uint64_t write_flags;   /* FI_COMPLETION | DELIVERY or TRANSMIT complete */
 	unsigned tx_max;        /* RDM: posts in flight on the shared endpoint */
