@@ -81,6 +81,7 @@ struct tw_chan {
 	bool lost;
 	bool closed;   /* tw_chan_close ran; freed at the next sweep */
 	bool is_down;  /* chan_down ran */
+	bool fast_write; /* writes go without delivery-complete (tw_chan_fast_writes) */
 	int lost_err;
 	uint32_t id;   /* unique per fab, never reused */
 	uint64_t hs_deadline_ns; /* handshake deadline while CONNECTING/ACCEPTING */

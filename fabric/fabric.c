@@ -299,6 +299,11 @@ const char *tw_chan_peer(const struct tw_chan *ch)
 	return ch->peer;
 }
 
+bool tw_chan_fast_writes(const struct tw_chan *ch)
+{
+	return ch->fast_write;
+}
+
 bool tw_chan_is_lost(const struct tw_chan *ch)
 {
 	return ch->lost || ch->closed;

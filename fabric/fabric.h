@@ -10,7 +10,11 @@
  *
  * Completion semantics: a write completes successfully only once the data is placed at the
  * target (FI_DELIVERY_COMPLETE via fi_writemsg on tcp, sockets, shm, rxm; FI_TRANSMIT_COMPLETE
- * on verbs, which 1.17 offers as its strongest level). Plain fi_write is never used.
+ * on verbs, which 1.17 offers as its strongest level). Plain fi_write is never used. One
+ * exception keeps the guarantee without the flag: on shm, when libfabric 1.17 takes its CMA
+ * fast path, the initiator itself copies every byte into the target before it writes the
+ * completion; such writes go without FI_DELIVERY_COMPLETE, so the target process does no work
+ * for them (tw_chan_fast_writes, docs/fabric.md "Passive shm backups").
  */
 #ifndef TW_FABRIC_FABRIC_H
 #define TW_FABRIC_FABRIC_H
@@ -111,6 +115,10 @@ void tw_chan_set_user(struct tw_chan *ch, void *user);
 void *tw_chan_user(const struct tw_chan *ch);
 const char *tw_chan_peer(const struct tw_chan *ch); /* peer address, for messages */
 bool tw_chan_is_lost(const struct tw_chan *ch);
+/* Whether the channel's writes currently go without FI_DELIVERY_COMPLETE because the provider's
+ * completion already means "placed" (shm's CMA fast path, checked before every write; false
+ * on every other provider and whenever that is not certain). */
+bool tw_chan_fast_writes(const struct tw_chan *ch);
 struct tw_fab *tw_chan_fab(const struct tw_chan *ch);
 
 /* Page-aligned, zero-filled memory (mmap). NULL on failure. Free with tw_fab_free(p, len). */
@@ -192,6 +200,7 @@ void tw_fab_wakeup(struct tw_fab *fab);
 
 struct tw_fab_stats {
 	uint64_t writes, write_bytes;  /* one-sided writes completed successfully, as initiator */
+	uint64_t fast_writes;          /* of those, without delivery-complete (tw_chan_fast_writes) */
 	uint64_t reads, read_bytes;
 	uint64_t sends, send_bytes;
 	uint64_t recvs, recv_bytes;    /* control messages received */

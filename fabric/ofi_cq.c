@@ -212,6 +212,7 @@ static void handle_comp(struct ofi_fab *of, const struct fi_cq_data_entry *e)
 	if (ctx->kind == CTX_WRITE) {
 		st->writes++;
 		st->write_bytes += ctx->len;
+		st->fast_writes += ctx->fast;
 	} else {
 		st->reads++;
 		st->read_bytes += ctx->len;

@@ -126,6 +126,7 @@ static void ofi_close(struct tw_fab *fab)
 	struct ofi_fab *of = ofab(fab);
 
 	of->closing = true;
+	rdm_shm_fast_fini(of);
 	if (of->ep)
 		fi_close(&of->ep->fid);
 	if (of->cq)

@@ -39,6 +39,7 @@ struct ofi_ctx {
 	uint64_t deadline_ns;
 	void *buf;               /* send slot / receive buffer */
 	bool bye;                /* RDM goodbye: av_remove(bye_addr) when it completes */
+	bool fast;               /* write posted without FI_DELIVERY_COMPLETE (shm CMA path) */
 	fi_addr_t bye_addr;
 	struct ofi_ctx *next, *prev; /* channel's posted list, or a free list */
 };
@@ -71,6 +72,12 @@ struct ofi_fab {
 				 * (cm_chan_down, docs/fabric.md "Closing under traffic") */
 	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
 	uint64_t write_flags;   /* FI_COMPLETION | DELIVERY or TRANSMIT complete */
+	/* shm CMA fast path (ofi_rdm.c, docs/fabric.md "Passive shm backups"): the first bytes of
+	 * our own shm region, mapped read-only, where shm 1.17 keeps the CMA capability it
+	 * reads before every write; NULL when the fast path is never used. */
+	const volatile unsigned char *shm_region;
+	size_t shm_region_len;
+	bool shm_fast_force;    /* test hook TW_FAB_SHM_FAST=force: skip the checks (unsafe) */
 	unsigned tx_max;        /* RDM: posts in flight on the shared endpoint */
 	unsigned tx_inflight;
 	/* send ring: slot i = sctx[i], buffer sbuf + i * slot_size, one registration */
@@ -126,6 +133,7 @@ struct ofi_chan {
 	fi_addr_t addr;
 	bool have_addr;
 	uint32_t peer_id;
+	bool self;              /* the peer is our own endpoint (shm: cma_cap_self applies) */
 };
 
 struct ofi_mr {
@@ -159,6 +167,14 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing);
 bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len);
 void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len);
 void rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len);
+/* shm: map our region header if the CMA fast path is possible at all (after the endpoint is
+ * enabled); unmap it at close. */
+void rdm_shm_fast_init(struct ofi_fab *of);
+void rdm_shm_fast_fini(struct ofi_fab *of);
+/* Whether a write posted now on `ch` takes shm's CMA fast path, whose completion means the
+ * bytes are in the peer's memory, so it needs no FI_DELIVERY_COMPLETE. A memory load; also
+ * records the answer in ch->base.fast_write. */
+bool rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch);
 
 /* ofi_mr.c */
 uint64_t mr_access_flags(unsigned access);

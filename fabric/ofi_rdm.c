@@ -15,11 +15,14 @@
  * the channel become orphans (their caller ops were completed with an error).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
 
 #include "fabric/ofi_int.h"
 
@@ -49,6 +52,110 @@ static int own_name(struct ofi_fab *of)
 		sockaddr_to_str(raw, of->name, sizeof(of->name));
 	}
 	return 0;
+}
+
+/*
+ * shm's CMA fast path (docs/fabric.md "Passive shm backups"). In libfabric 1.17,
+ * smr_generic_rma() (prov/shm/src/smr_rma.c) lets the initiator copy a write itself with
+ * process_vm_writev and only then write its completion when all of these hold:
+ *   - domain->fast_rma: the domain's mr_mode has FI_MR_VIRT_ADDR and its tx msg_order none of
+ *     the RMA orderings (smr_fast_rma_enabled, prov/shm/src/smr.h);
+ *   - the write has neither FI_REMOTE_CQ_DATA nor FI_DELIVERY_COMPLETE, and one remote iov;
+ *   - smr_cma_enabled(): our region's cma_cap_peer (cma_cap_self when writing to ourselves)
+ *     is SMR_CMA_CAP_ON (include/ofi_shm.h).
+ * The first two are ours to choose. The capability is one byte per region (per endpoint,
+ * not per peer): SMR_CMA_CAP_NA at creation, SMR_CMA_CAP_OFF at fi_enable with
+ * FI_SHM_DISABLE_CMA=1 or FI_HMEM (smr_ep.c), else set by smr_cma_check()
+ * (prov/util/src/util_shm.c) at the first mapping of a peer: a test process_vm_writev into
+ * the peer, or the peer's answer copied from its region. It is written only while NA, so once
+ * ON it stays ON. We cannot ask libfabric for it, so we read it where libfabric does: the
+ * region is a POSIX shm object named after our endpoint ("fi_shm://NAME" → shm_open(NAME)),
+ * whose header (struct smr_region, SMR_VERSION 4) starts: uint8 version, uint8 resv,
+ * uint16 flags, int pid, uint8 cma_cap_peer, uint8 cma_cap_self. We trust that layout only
+ * for libfabric 1.17 at run time, version byte 4 and our own pid in it; anything else keeps
+ * FI_DELIVERY_COMPLETE for good.
+ */
+#define SMR_V117_VERSION 4
+#define SMR_V117_OFF_PID 4
+#define SMR_V117_OFF_CMA_PEER 8
+#define SMR_V117_OFF_CMA_SELF 9
+#define SMR_V117_CMA_ON 1
+#define RMA_ORDERS (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
+		    FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RMA_RAR | \
+		    FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAR | FI_ORDER_RMA_WAW | \
+		    FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAR | \
+		    FI_ORDER_ATOMIC_WAW)
+
+void rdm_shm_fast_init(struct ofi_fab *of)
+{
+	const char *env = getenv("TW_FAB_SHM_FAST");
+	const char *name = strstr(of->name, "://");
+	uint32_t v = fi_version();
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char hdr[16];
+	void *p;
+	int fd, pid;
+
+	if (!of->keep_av) /* not shm */
+		return;
+	if (env && !strcmp(env, "off"))
+		return;
+	if (env && !strcmp(env, "force")) {
+		tw_log_warn("fabric shm: TW_FAB_SHM_FAST=force: writes without delivery-complete, "
+			    "unchecked (a test hook; completions may precede placement)");
+		of->shm_fast_force = true;
+		return;
+	}
+	if (FI_MAJOR(v) != 1 || FI_MINOR(v) != 17) {
+		tw_log_debug("fabric shm: libfabric %u.%u: CMA fast path not relied on", FI_MAJOR(v),
+			     FI_MINOR(v));
+		return;
+	}
+	if (!(of->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ||
+	    (of->info->tx_attr->msg_order & RMA_ORDERS)) {
+		tw_log_debug("fabric shm: mr_mode/msg_order exclude the CMA fast path");
+		return;
+	}
+	name = name ? name + 3 : of->name;
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0) {
+		tw_log_debug("fabric shm: shm_open(%s): %s; no CMA fast path", name, strerror(errno));
+		return;
+	}
+	p = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		tw_log_debug("fabric shm: mmap(%s): %s; no CMA fast path", name, strerror(errno));
+		return;
+	}
+	memcpy(hdr, p, sizeof(hdr));
+	memcpy(&pid, hdr + SMR_V117_OFF_PID, sizeof(pid));
+	if (hdr[0] != SMR_V117_VERSION || pid != (int)getpid()) {
+		tw_log_info("fabric shm: region %s has version %u pid %d (want %u, %d): not relying "
+			    "on the CMA fast path", name, hdr[0], pid, SMR_V117_VERSION, (int)getpid());
+		munmap(p, (size_t)page);
+		return;
+	}
+	of->shm_region = p;
+	of->shm_region_len = (size_t)page;
+}
+
+void rdm_shm_fast_fini(struct ofi_fab *of)
+{
+	if (of->shm_region)
+		munmap((void *)(uintptr_t)of->shm_region, of->shm_region_len);
+	of->shm_region = NULL;
+}
+
+bool rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	bool fast = of->shm_fast_force;
+
+	if (of->shm_region)
+		fast = of->shm_region[ch->self ? SMR_V117_OFF_CMA_SELF : SMR_V117_OFF_CMA_PEER] ==
+		       SMR_V117_CMA_ON;
+	ch->base.fast_write = fast;
+	return fast;
 }
 
 int rdm_open_ep(struct ofi_fab *of)
@@ -113,7 +220,10 @@ int rdm_open_ep(struct ofi_fab *of)
 			fab_open_errmsg("fi_recv: %s", tw_strerror(rc));
 			return rc;
 		}
-	return own_name(of);
+	rc = own_name(of);
+	if (rc == 0)
+		rdm_shm_fast_init(of);
+	return rc;
 }
 
 int rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
@@ -216,6 +326,7 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 		return rc == -EINVAL ? -EINVAL : -ECONNREFUSED;
 	}
 	ch->have_addr = true;
+	ch->self = !strcmp(addr, of->name);
 	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
 	 * post_tx retries until the handshake deadline. */
 	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
@@ -328,6 +439,8 @@ bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 			return false;
 		}
 		ch->have_addr = true;
+		ch->self = !strcmp(name, of->name);
+		rdm_shm_fast(of, ch);
 		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
 		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {
 			discard(ch);
@@ -342,6 +455,7 @@ bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		if (c && c->state == CHAN_CONNECTING) {
 			((struct ofi_chan *)c)->peer_id = src;
 			c->state = CHAN_UP;
+			rdm_shm_fast(of, (struct ofi_chan *)c);
 		}
 		return false;
 	case RDM_DATA:

@@ -4,6 +4,9 @@
  * Writes always go through fi_writemsg with FI_COMPLETION | FI_DELIVERY_COMPLETE
  * (FI_TRANSMIT_COMPLETE on verbs): tcp 1.17's fi_write ignores op_flags and completes as soon as
  * the bytes are in the local socket buffer, which would acknowledge data the backup never got.
+ * The one exception is shm's CMA fast path (ofi_rdm.c, rdm_shm_fast): its completion already
+ * means the bytes are in the target's memory, and delivery-complete would make the target
+ * process pull them itself.
  * The local and remote range checks happened in fabric.c; here we only check the provider's
  * max_msg_size and post with credit/-FI_EAGAIN handling.
  */
@@ -18,6 +21,7 @@ struct rma_arg {
 	void *desc;
 	uint64_t raddr, key;
 	bool read;
+	bool fast;
 };
 
 static ssize_t do_rma(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, void *argp)
@@ -39,7 +43,7 @@ static ssize_t do_rma(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *c
 
 	if (a->read)
 		return fi_readmsg(ep, &msg, FI_COMPLETION);
-	return fi_writemsg(ep, &msg, of->write_flags);
+	return fi_writemsg(ep, &msg, a->fast ? FI_COMPLETION : of->write_flags);
 }
 
 static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, struct tw_mr *mr,
@@ -64,6 +68,10 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 	ctx = ctx_get(of);
 	if (!ctx)
 		return -ENOMEM;
+	/* shm: decided at every write, from the byte libfabric itself reads (ofi_rdm.c). */
+	a.fast = !read && of->base.rdm && (of->shm_region || of->shm_fast_force) &&
+		 rdm_shm_fast(of, ch);
+	ctx->fast = a.fast;
 	ctx->kind = read ? CTX_READ : CTX_WRITE;
 	ctx->op = op;
 	ctx->len = len;
