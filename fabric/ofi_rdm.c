@@ -98,8 +98,16 @@ void rdm_shm_fast_init(struct ofi_fab *of)
 
 	if (!of->keep_av) /* not shm */
 		return;
-	if (env && !strcmp(env, "off"))
+	/* Opt-in (docs/fabric.md "Passive shm backups"): the fast path checks no key and no
+	 * range, so a fenced primary's writes would still land, and a primary killed inside one
+	 * leaves its backup spinning on the region lock. Off unless TW_FAB_SHM_FAST=on. */
+	if (!env || !strcmp(env, "off"))
 		return;
+	if (strcmp(env, "on") && strcmp(env, "force")) {
+		tw_log_warn("fabric shm: TW_FAB_SHM_FAST=%s: expected on or off; keeping "
+			    "delivery-complete", env);
+		return;
+	}
 	if (env && !strcmp(env, "force")) {
 		tw_log_warn("fabric shm: TW_FAB_SHM_FAST=force: writes without delivery-complete, "
 			    "unchecked (a test hook; completions may precede placement)");
