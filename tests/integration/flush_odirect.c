@@ -30,6 +30,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "replica/segfile.h"
+#include "pagecache.h"
 #include "tap.h"
 
 #define COUNT 3000
@@ -68,28 +69,6 @@ static void join(char *out, size_t len, const char *dir, const char *name)
 	TAP_REQUIRE(n > 0 && (size_t)n < len, "path too long: %s/%s", dir, name);
 }
 
-/* Pages of the file in the page cache (a mapping faults none in). */
-static long cached_pages(const char *path, off_t *size)
-{
-	struct stat st;
-	long n = 0, pg = sysconf(_SC_PAGESIZE);
-	unsigned char *vec;
-	void *m;
-	int fd = open(path, O_RDONLY);
-
-	TAP_REQUIRE(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0, "open %s", path);
-	*size = st.st_size;
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	TAP_REQUIRE(m != MAP_FAILED, "mmap %s", path);
-	vec = calloc((size_t)((st.st_size + pg - 1) / pg), 1);
-	TAP_REQUIRE(vec && mincore(m, (size_t)st.st_size, vec) == 0, "mincore");
-	for (off_t i = 0; i < (st.st_size + pg - 1) / pg; i++)
-		n += vec[i] & 1;
-	free(vec);
-	munmap(m, (size_t)st.st_size);
-	close(fd);
-	return n;
-}
 
 /* The segment files of dir, sorted by name; returns how many (at most max). */
 static unsigned seg_files(const char *dir, char names[][64], unsigned max)
@@ -179,7 +158,7 @@ int main(int argc, char **argv)
 			off_t size;
 
 			join(path, sizeof(path), cl.dir[i], names[k]);
-			cached += cached_pages(path, &size);
+			cached += tl_cached_pages(AT_FDCWD, path, &size);
 			misaligned += size % 4096 != 0;
 			files++;
 		}

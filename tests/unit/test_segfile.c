@@ -22,6 +22,7 @@
 #include "core/util.h"
 
 #include "replica/segfile.h"
+#include "pagecache.h"
 #include "tap.h"
 
 static char dir[512];
@@ -95,27 +96,6 @@ static int hook(void *arg, const char *step)
 	return 0;
 }
 
-/* Pages of a file that are in the page cache (mincore over a mapping; mapping faults none in). */
-static long cached_pages(const char *name)
-{
-	struct stat st;
-	long n = 0, pg = sysconf(_SC_PAGESIZE);
-	unsigned char *vec;
-	void *m;
-	int fd = openat(dirfd_, name, O_RDONLY);
-
-	TAP_REQUIRE(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0, "open %s", name);
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	TAP_REQUIRE(m != MAP_FAILED, "mmap %s", name);
-	vec = calloc((size_t)(st.st_size + pg - 1) / (size_t)pg, 1);
-	TAP_REQUIRE(vec && mincore(m, (size_t)st.st_size, vec) == 0, "mincore");
-	for (off_t i = 0; i < (st.st_size + pg - 1) / pg; i++)
-		n += vec[i] & 1;
-	free(vec);
-	munmap(m, (size_t)st.st_size);
-	close(fd);
-	return n;
-}
 
 static void test_header(void)
 {
@@ -198,7 +178,7 @@ static void test_round_trip(void)
 	ok((uint64_t)st.st_size == SEGFILE_BLOCK + (sr.valid_len + SEGFILE_BLOCK - 1) /
 	   SEGFILE_BLOCK * SEGFILE_BLOCK, "file is a header block + data padded to 4096 (%lld)",
 	   (long long)st.st_size);
-	is_int(cached_pages(name), 0, "no page of the O_DIRECT file is in the page cache");
+	is_int(tl_cached_pages(dirfd_, name, NULL), 0, "no page of the O_DIRECT file is in the page cache");
 	ok(!exists("0000000000000001-0000000000000002.twseg.tmp"), "no tmp file left");
 	is_int(segfile_load(dirfd_, name, back, cap, &g), 0, "segfile_load verifies");
 	ok(memcmp(buf, back, sr.valid_len) == 0, "data round trip");
@@ -366,7 +346,7 @@ static void test_direct_refused(void)
 		ok(segfile_load(dirfd_, name, back, cap, &g) == 0 &&
 		   memcmp(back, buf, sr.valid_len) == 0 && g.version == SEGFILE_VERSION,
 		   "EINVAL at %s: the same format, verifies, same bytes", where[i]);
-		ok(cached_pages(name) > 0, "EINVAL at %s: the buffered file went through the page "
+		ok(tl_cached_pages(dirfd_, name, NULL) > 0, "EINVAL at %s: the buffered file went through the page "
 		   "cache", where[i]);
 		steps[0] = '\0';
 		hdr_for(&h, 0x77, 10 + i, &sr, cap);
