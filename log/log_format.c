@@ -70,6 +70,12 @@ void tw_log_writer_init(struct tw_log_writer *w, void *buf, size_t cap)
 	tw_log_writer_resume(w, buf, cap, 0, 0, 0, 0);
 }
 
+void tw_log_writer_init_seeded(struct tw_log_writer *w, void *buf, size_t cap, uint32_t seed)
+{
+	/* The chain at offset 0 is the seed (chain_0 = seed); nothing else depends on it. */
+	tw_log_writer_resume(w, buf, cap, 0, seed, 0, 0);
+}
+
 void tw_log_writer_resume(struct tw_log_writer *w, void *buf, size_t cap, size_t valid_len,
 			  uint32_t chain, uint32_t last_checksum, uint64_t entries)
 {

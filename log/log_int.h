@@ -97,7 +97,9 @@ __attribute__((target("sse4.2"))) static inline uint32_t tw__crc32c_sse42_raw(ui
 
 #endif /* TW_CRC_X86 */
 
-/* Internal: the generic walk of tw_scan(), whatever the CPU. For tests; not exported. */
+/* Internal: the generic walk of tw_scan() / tw_scan_seeded(), whatever the CPU. For tests; not
+ * exported. */
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out);
 
 #endif /* TW_LOG_INT_H */

@@ -12,6 +12,11 @@
  * is used, so a damaged length or payload CRC field stops the walk at that header with
  * certainty for any 1 or 2 flipped bits (docs/log-format.md §7).
  *
+ * The chain starts at a seed (tw_scan_seeded(); tw_scan() is seed 0) that a backup draws
+ * afresh for every use of a buffer, so that entries left from an earlier use, written under
+ * another seed, cannot match the chain except with odds 2^-32 (docs/log-format.md §7, "Reuse
+ * without zeroing"). Header checks do not depend on the seed.
+ *
  * Two copies of the walk: one compiled for SSE4.2 that keeps the header chain in a register and
  * reduces short payloads inline, and a generic one that calls tw_crc32c() (table or ARMv8).
  * Tests run both on the same inputs.
@@ -85,9 +90,14 @@ static void finish(struct tw_scan_result *out, size_t valid_len, uint64_t entrie
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 {
+	tw__scan_generic_seeded(buf, len, 0, out);
+}
+
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out)
+{
 	const uint8_t *b = buf;
 	size_t pos = 0, valid_len = 0;
-	uint32_t chain = 0, valid_chain = 0, last = 0;
+	uint32_t chain = seed, valid_chain = seed, last = 0; /* chain_0 = seed */
 	uint64_t n = 0, valid_n = 0;
 	bool pending = false; /* a data entry since the last checksum entry */
 	enum tw_scan_stop stop;
@@ -96,7 +106,7 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 	const uint32_t hc0 = tw_crc32c(0, type_flags, 2);
 
 	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
-		finish(out, 0, 0, 0, 0, TW_SCAN_END, 0);
+		finish(out, 0, 0, 0, seed, TW_SCAN_END, 0);
 		return;
 	}
 	for (;;) {
@@ -179,11 +189,11 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
  * §9). Keep an eye on bench_scan when touching it.
  */
 __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint8_t *b,
-									    size_t len,
+									    size_t len, uint32_t seed,
 									    struct tw_scan_result *out)
 {
 	size_t pos = 0, valid_len = 0;
-	uint32_t raw = ~0u, valid_chain = 0, last = 0; /* raw = ~chain, chain 0 at offset 0 */
+	uint32_t raw = ~seed, valid_chain = seed, last = 0; /* raw = ~chain, chain_0 = seed */
 	uint64_t n = 0, valid_n = 0;
 	bool pending = false; /* a data entry since the last checksum entry */
 	enum tw_scan_stop stop;
@@ -260,23 +270,28 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
 }
 
-void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
+void tw_scan_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out)
 {
 	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
-		finish(out, 0, 0, 0, 0, TW_SCAN_END, 0);
+		finish(out, 0, 0, 0, seed, TW_SCAN_END, 0);
 		return;
 	}
 	if (tw__have_sse42()) /* the CPU probe shared with tw_crc32c() (log/log_int.h) */
-		scan_sse42(buf, len, out);
+		scan_sse42(buf, len, seed, out);
 	else
-		tw__scan_generic(buf, len, out);
+		tw__scan_generic_seeded(buf, len, seed, out);
 }
 
 #else /* !TW_CRC_X86 */
 
-void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
+void tw_scan_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out)
 {
-	tw__scan_generic(buf, len, out);
+	tw__scan_generic_seeded(buf, len, seed, out);
 }
 
 #endif
+
+void tw_scan(const void *buf, size_t len, struct tw_scan_result *out)
+{
+	tw_scan_seeded(buf, len, 0, out);
+}

@@ -15,9 +15,15 @@
  * stop the scan at that header with certainty; bit 15 (always 1 here, always 0 in a checksum
  * entry's reserved field) keeps a data header and a checksum entry at least 3 bits apart.
  * `checksum` is CRC32C chained over the 12 header bytes (hcheck included) of every data entry in
- * the buffer so far (starting from 0), stored as 1 when the CRC is 0, so a stored checksum is
- * never zero. Every RDMA write carries one or more data entries followed by exactly one checksum
- * entry.
+ * the buffer so far (starting from the buffer's seed, 0 unless the *_seeded calls are used),
+ * stored as 1 when the CRC is 0, so a stored checksum is never zero. Every RDMA write carries
+ * one or more data entries followed by exactly one checksum entry.
+ *
+ * Seeds: a buffer written with seed 0 into zeroed memory is the original format, with every
+ * certainty of docs/log-format.md §7. A backup that reuses a buffer without zeroing it draws a
+ * fresh random seed for each use; entries left from earlier uses (other seeds) then fail the
+ * chain comparison except with odds about 2^-32 per torn write (§7, "Reuse without zeroing").
+ * Only the chain depends on the seed: header checks, entry bytes and the iterator do not.
  */
 #ifndef TAILWIND_LOG_FORMAT_H
 #define TAILWIND_LOG_FORMAT_H
@@ -69,12 +75,25 @@ struct tw_log_writer {
 	uint64_t entries;   /* data entries in the buffer */
 };
 
-/* Start writing at offset 0 of `buf` (cap bytes, zero-filled by the caller). */
+/* Start writing at offset 0 of `buf` (cap bytes, zero-filled by the caller). Seed 0. */
 TW_API void tw_log_writer_init(struct tw_log_writer *w, void *buf, size_t cap);
 
 /*
- * Continue a buffer whose first `valid_len` bytes hold a valid prefix (as reported by tw_scan(),
- * with `chain` its running CRC); the bytes after it must be zero.
+ * Start writing at offset 0 of `buf` with the header chain starting at `seed` (chain_0 = seed;
+ * tw_log_writer_init() is seed 0). The buffer need not be zeroed if it held only entries
+ * written under other seeds (earlier uses) and zeros: the scan with this seed then accepts none
+ * of them except with odds about 2^-32 per torn write (docs/log-format.md §7). Bytes written
+ * under this same seed must not be left after the prefix (see tw_log_writer_resume()).
+ */
+TW_API void tw_log_writer_init_seeded(struct tw_log_writer *w, void *buf, size_t cap,
+				      uint32_t seed);
+
+/*
+ * Continue a buffer whose first `valid_len` bytes hold a valid prefix (as reported by tw_scan()
+ * or tw_scan_seeded(), with `chain` its running CRC: the seed itself when valid_len is 0, so
+ * the seed needs no argument of its own). The bytes after the prefix must be zero, or bytes of
+ * earlier uses written under other seeds; bytes written under this buffer's seed after
+ * `valid_len` (a torn write of this use) must be zeroed first.
  */
 TW_API void tw_log_writer_resume(struct tw_log_writer *w, void *buf, size_t cap, size_t valid_len,
 				 uint32_t chain, uint32_t last_checksum, uint64_t entries);
@@ -120,7 +139,8 @@ struct tw_scan_result {
 	size_t valid_len;       /* bytes 0..valid_len-1 hold whole, verified writes */
 	uint64_t entries;       /* data entries inside the valid prefix */
 	uint32_t last_checksum; /* stored value of the last matching checksum entry (0: none) */
-	uint32_t chain;         /* header chain CRC at valid_len (for tw_log_writer_resume) */
+	uint32_t chain;         /* header chain CRC at valid_len (for tw_log_writer_resume); the
+				 * seed when valid_len is 0 */
 	enum tw_scan_stop stop; /* why the walk stopped */
 	size_t stop_offset;     /* offset of the entry at which it stopped */
 };
@@ -134,6 +154,12 @@ struct tw_scan_result {
  * Never reads outside [buf, buf+len) (buf may be NULL when len is 0). Thread-safe (reads only).
  */
 TW_API void tw_scan(const void *buf, size_t len, struct tw_scan_result *out);
+
+/*
+ * tw_scan() of a buffer written with tw_log_writer_init_seeded(..., seed): the header chain
+ * starts at `seed` (tw_scan() is seed 0). With no valid entry, out->chain is `seed`.
+ */
+TW_API void tw_scan_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out);
 
 /* Short name of a stop reason ("end", "zero", "bad-length", ...). */
 TW_API const char *tw_scan_stop_str(enum tw_scan_stop stop);
