@@ -27,6 +27,21 @@
 #include "tap.h"
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out);
+
+/* The buffer's chain seed: 0 (the original format) unless TW_LOG_SEED is set (meson runs this
+ * test a second time with a non-zero seed; docs/log-format.md §7: nothing certain depends on
+ * the seed). */
+static uint32_t log_seed;
+
+static void read_log_seed(void)
+{
+	const char *e = getenv("TW_LOG_SEED");
+
+	log_seed = e ? (uint32_t)strtoul(e, NULL, 0) : 0;
+	if (log_seed)
+		tap_diag("chain seed 0x%08x", log_seed);
+}
 
 /* Scan an exact-size copy with both walks; they must agree. Returns the tw_scan() result. */
 static struct tw_scan_result scan_exact(const uint8_t *data, size_t len, size_t *disagree)
@@ -37,8 +52,8 @@ static struct tw_scan_result scan_exact(const uint8_t *data, size_t len, size_t 
 	TAP_REQUIRE(copy, "malloc");
 	if (len)
 		memcpy(copy, data, len);
-	tw_scan(copy, len, &r);
-	tw__scan_generic(copy, len, &g);
+	tw_scan_seeded(copy, len, log_seed, &r);
+	tw__scan_generic_seeded(copy, len, log_seed, &g);
 	free(copy);
 	if (g.valid_len != r.valid_len || g.entries != r.entries || g.stop != r.stop ||
 	    g.stop_offset != r.stop_offset || g.chain != r.chain ||
@@ -112,7 +127,7 @@ static void make_log(struct log *lg, int nwrites, int max_entries, uint32_t max_
 
 	TAP_REQUIRE(tmp, "calloc");
 	lg->nwrites = nwrites;
-	tw_log_writer_init(&w, tmp, cap);
+	tw_log_writer_init_seeded(&w, tmp, cap, log_seed);
 	for (int k = 0; k < nwrites; k++) {
 		int n = 1 + (int)(rnd() % (uint64_t)max_entries);
 		size_t off, wlen;
@@ -708,6 +723,7 @@ int main(void)
 	bool lng = tap_long_mode();
 
 	rng_state = tap_seed();
+	read_log_seed();
 	single_bit_flips(6, 4, 48, "small entries");
 	single_bit_flips(2, 2, lng ? 4096 : 600, "large payloads");
 	hcheck_distance();
