@@ -100,6 +100,7 @@ __attribute__((target("sse4.2"))) static inline uint32_t tw__crc32c_sse42_raw(ui
 /* Internal: the generic walk of tw_scan() / tw_scan_seeded(), whatever the CPU. For tests; not
  * exported. */
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
-void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out);
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed,
+			     struct tw_scan_result *out);
 
 #endif /* TW_LOG_INT_H */

@@ -14,8 +14,8 @@
  *
  * The chain starts at a seed (tw_scan_seeded(); tw_scan() is seed 0) that a backup draws
  * afresh for every use of a buffer, so that entries left from an earlier use, written under
- * another seed, cannot match the chain except with odds 2^-32 (docs/log-format.md §7, "Reuse
- * without zeroing"). Header checks do not depend on the seed.
+ * another seed, cannot match the chain except with odds at most 2^-31 (docs/log-format.md
+ * §7, "Reuse without zeroing"). Header checks do not depend on the seed.
  *
  * Two copies of the walk: one compiled for SSE4.2 that keeps the header chain in a register and
  * reduces short payloads inline, and a generic one that calls tw_crc32c() (table or ARMv8).

@@ -22,7 +22,7 @@
  * Seeds: a buffer written with seed 0 into zeroed memory is the original format, with every
  * certainty of docs/log-format.md §7. A backup that reuses a buffer without zeroing it draws a
  * fresh random seed for each use; entries left from earlier uses (other seeds) then fail the
- * chain comparison except with odds about 2^-32 per torn write (§7, "Reuse without zeroing").
+ * chain comparison except with odds at most 2^-31 per scan (§7, "Reuse without zeroing").
  * Only the chain depends on the seed: header checks, entry bytes and the iterator do not.
  */
 #ifndef TAILWIND_LOG_FORMAT_H
@@ -82,7 +82,7 @@ TW_API void tw_log_writer_init(struct tw_log_writer *w, void *buf, size_t cap);
  * Start writing at offset 0 of `buf` with the header chain starting at `seed` (chain_0 = seed;
  * tw_log_writer_init() is seed 0). The buffer need not be zeroed if it held only entries
  * written under other seeds (earlier uses) and zeros: the scan with this seed then accepts none
- * of them except with odds about 2^-32 per torn write (docs/log-format.md §7). Bytes written
+ * of them except with odds at most 2^-31 per scan (docs/log-format.md §7). Bytes written
  * under this same seed must not be left after the prefix (see tw_log_writer_resume()).
  */
 TW_API void tw_log_writer_init_seeded(struct tw_log_writer *w, void *buf, size_t cap,

@@ -27,7 +27,8 @@
 #include "tap.h"
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
-void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out);
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed,
+			     struct tw_scan_result *out);
 
 /* The buffer's chain seed: 0 (the original format) unless TW_LOG_SEED is set (meson runs this
  * test a second time with a non-zero seed; docs/log-format.md §7: nothing certain depends on

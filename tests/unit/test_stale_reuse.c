@@ -26,8 +26,12 @@
  * the previous use, the same stale write *is* accepted, which is what the fresh seed prevents.
  *
  * Different seeds reject a stale write with certainty when the headers the walk chained equal
- * the old use's (re-replication), and otherwise except with odds about 2^-32 per case; the seed
- * is printed to reproduce any failure. TW_LONG=1 runs ten times as many uses.
+ * the old use's (re-replication), and otherwise except with odds at most 2^-31 per case; the
+ * seed is printed to reproduce any failure. TW_LONG=1 runs ten times as many uses.
+ *
+ * Two facts the argument rests on are checked too: CRC32C is affine in its initial value with an
+ * invertible linear part, and gcd(P, 1 + x^96j) = x + 1 for every header-count difference j an
+ * 8 MiB buffer allows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +42,8 @@
 #include "rng.h"
 #include "tap.h"
 
-void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out);
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed,
+			     struct tw_scan_result *out);
 
 #define CAP (40u * 1024u) /* the one buffer, exact size on the heap */
 #define MAX_WRITES 12
@@ -455,6 +460,103 @@ static void seed_zero(void)
 	free(copy);
 }
 
+/*
+ * The algebra the argument of docs/log-format.md rests on: the CRC is affine in its initial
+ * value, crc(s, m) = crc(0, m) ^ A_n(s) with A_n linear and invertible (multiplication by
+ * x^(8n) modulo the polynomial). So crc(s1, m) ^ crc(s2, m) = crc(s1 ^ s2, m) ^ crc(0, m), and
+ * that difference is never 0 for s1 != s2: two seeds never give the same chain over the same
+ * headers.
+ */
+static void crc_affine_in_seed(void)
+{
+	uint8_t m[96];
+	int bad = 0;
+
+	for (int i = 0; i < 20000; i++) {
+		uint32_t s1 = (uint32_t)rnd(), s2 = (uint32_t)rnd();
+		size_t n = (size_t)(rnd() % sizeof(m));
+
+		for (size_t b = 0; b < n; b++)
+			m[b] = (uint8_t)rnd();
+		if (s1 == s2)
+			s2 ^= 1;
+		if ((tw_crc32c(s1, m, n) ^ tw_crc32c(s2, m, n)) !=
+			    (tw_crc32c(s1 ^ s2, m, n) ^ tw_crc32c(0, m, n)) ||
+		    tw_crc32c(s1, m, n) == tw_crc32c(s2, m, n))
+			bad++;
+	}
+	ok(bad == 0, "crc(s, m) = crc(0, m) ^ A(s), A invertible: 20,000 random cases (%d bad)",
+	   bad);
+}
+
+/* ---- GF(2)[x] modulo the CRC32C polynomial (normal bit order, x^32 term included) ---- */
+
+#define CRC32C_POLY 0x11EDC6F41ull
+
+static int pdeg(uint64_t a)
+{
+	return a ? 63 - __builtin_clzll(a) : -1;
+}
+
+static uint64_t pmod(uint64_t a, uint64_t m)
+{
+	int dm = pdeg(m);
+
+	while (a && pdeg(a) >= dm)
+		a ^= m << (pdeg(a) - dm);
+	return a;
+}
+
+static uint64_t pmulmod(uint64_t a, uint64_t b, uint64_t m)
+{
+	uint64_t r = 0;
+
+	for (; b; b >>= 1) {
+		if (b & 1)
+			r ^= a;
+		a = pmod(a << 1, m);
+	}
+	return r;
+}
+
+static uint64_t pgcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = pmod(a, b);
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/*
+ * docs/log-format.md §7 ("What becomes probabilistic", second kind): when the walk chained k'
+ * headers where k were written, a seed makes the checksum entry match only if it solves
+ * (A_12k ^ A_12k')(s) = fixed value, i.e. multiplication by x^96k (1 + x^96j), j = k' - k. The
+ * solutions number 2^d, d = deg gcd(P, 1 + x^96j). Checked for every j an 8 MiB buffer allows
+ * (it holds at most 8 MiB / 12 < 700,000 headers): d is 1 (the factor x + 1 of P), so at most
+ * two seeds in 2^32 match.
+ */
+static void seed_kernel(void)
+{
+	uint64_t x96 = 1, t = 1, worst = 0;
+
+	for (int i = 0; i < 96; i++)
+		x96 = pmulmod(x96, 2, CRC32C_POLY);
+	for (uint32_t j = 1; j <= 700000; j++) {
+		uint64_t g;
+
+		t = pmulmod(t, x96, CRC32C_POLY); /* x^96j mod P */
+		g = pgcd(CRC32C_POLY, t ^ 1);
+		if ((uint64_t)pdeg(g) > worst)
+			worst = (uint64_t)pdeg(g);
+	}
+	ok(worst == 1 && pmod(CRC32C_POLY, 3) == 0,
+	   "deg gcd(P, 1 + x^96j) = 1 for j = 1..700,000 (max %llu); x + 1 divides P",
+	   (unsigned long long)worst);
+}
+
 /* Resume from a scan of a seeded buffer continues the same chain. */
 static void resume_seeded(void)
 {
@@ -501,6 +603,8 @@ int main(void)
 	buf = calloc(1, CAP); /* zero once, before the first use only */
 	TAP_REQUIRE(buf, "calloc");
 
+	crc_affine_in_seed();
+	seed_kernel();
 	seed_zero();
 	resume_seeded();
 	adversarial();
