@@ -134,6 +134,7 @@ static void put_write(struct tw_log_writer *w, const struct plan *p, int i)
 
 struct stats {
 	uint64_t uses, cases, whole, failures;
+	uint64_t stop[TW_SCAN_PAYLOAD_MISMATCH + 1]; /* stop reasons over all cases */
 };
 
 /* Field by field: the struct has padding. */
@@ -177,6 +178,8 @@ static void check(const struct use *u, size_t missing_differ, struct stats *st, 
 	scan_both(u->seed, &r, st);
 	st->cases++;
 	st->whole += whole;
+	if (r.stop <= TW_SCAN_PAYLOAD_MISMATCH)
+		st->stop[r.stop]++;
 	if ((r.valid_len != want || r.entries != want_n) && st->failures++ < 10)
 		tap_diag("use %llu %s cut %zu of [%zu,%zu): valid_len %zu entries %llu, want %zu %llu"
 			 " (stop %s at %zu, seed 0x%08x)",
@@ -614,8 +617,19 @@ int main(void)
 	tap_diag("%llu uses, %llu torn-write cases (%llu landed whole), %s mode",
 		 (unsigned long long)st.uses, (unsigned long long)st.cases,
 		 (unsigned long long)st.whole, lng ? "long" : "default");
+	tap_diag("stops: zero %llu, bad-length %llu, bad-header %llu, chain-mismatch %llu, "
+		 "payload-mismatch %llu",
+		 (unsigned long long)st.stop[TW_SCAN_ZERO], (unsigned long long)st.stop[TW_SCAN_BAD_LENGTH],
+		 (unsigned long long)st.stop[TW_SCAN_BAD_HEADER],
+		 (unsigned long long)st.stop[TW_SCAN_CHAIN_MISMATCH],
+		 (unsigned long long)st.stop[TW_SCAN_PAYLOAD_MISMATCH]);
 	ok(st.failures == 0, "no stale entry accepted, every prefix exact (%llu failures)",
 	   (unsigned long long)st.failures);
+	/* The sweep must reach the case that matters: stale entries that pass their header checks
+	 * and payload CRCs, stopped only by the chain. */
+	ok(st.stop[TW_SCAN_CHAIN_MISMATCH] > st.cases / 100,
+	   "stale writes stopped only by the seeded chain: %llu cases",
+	   (unsigned long long)st.stop[TW_SCAN_CHAIN_MISMATCH]);
 	ok(st.cases > (uint64_t)nuses * 100, "the sweep ran (%llu cases)",
 	   (unsigned long long)st.cases);
 	free(buf);
