@@ -24,25 +24,14 @@
 
 #include "core/util.h"
 #include "rng.h"
+#include "tear.h"
 #include "tap.h"
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
 void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed,
 			     struct tw_scan_result *out);
 
-/* The buffer's chain seed: 0 (the original format) unless TW_LOG_SEED is set (meson runs this
- * test a second time with a non-zero seed; docs/log-format.md §7: nothing certain depends on
- * the seed). */
-static uint32_t log_seed;
-
-static void read_log_seed(void)
-{
-	const char *e = getenv("TW_LOG_SEED");
-
-	log_seed = e ? (uint32_t)strtoul(e, NULL, 0) : 0;
-	if (log_seed)
-		tap_diag("chain seed 0x%08x", log_seed);
-}
+static uint32_t log_seed; /* tl_log_seed(): TW_LOG_SEED, 0 by default */
 
 /* Scan an exact-size copy with both walks; they must agree. Returns the tw_scan() result. */
 static struct tw_scan_result scan_exact(const uint8_t *data, size_t len, size_t *disagree)
@@ -724,7 +713,7 @@ int main(void)
 	bool lng = tap_long_mode();
 
 	rng_state = tap_seed();
-	read_log_seed();
+	log_seed = tl_log_seed();
 	single_bit_flips(6, 4, 48, "small entries");
 	single_bit_flips(2, 2, lng ? 4096 : 600, "large payloads");
 	hcheck_distance();

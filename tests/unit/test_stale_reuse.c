@@ -40,6 +40,7 @@
 #include <tailwind/log_format.h>
 
 #include "rng.h"
+#include "tear.h"
 #include "tap.h"
 
 void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed,
@@ -188,52 +189,21 @@ static void check(const struct use *u, size_t missing_differ, struct stats *st, 
 			 tw_scan_stop_str(r.stop), r.stop_offset, u->seed);
 }
 
-enum order { ORDER_ASC, ORDER_DESC, ORDER_CHUNKS, ORDER_COUNT };
-static const char *const order_name[ORDER_COUNT] = { "asc", "desc", "chunks" };
 
-static void make_order(enum order o, size_t s, size_t n, size_t *perm)
-{
-	if (o == ORDER_ASC) {
-		for (size_t i = 0; i < n; i++)
-			perm[i] = i;
-	} else if (o == ORDER_DESC) {
-		for (size_t i = 0; i < n; i++)
-			perm[i] = n - 1 - i;
-	} else {
-		/* 64-byte chunks aligned to the buffer, in a random order, ascending inside. */
-		size_t first = s / 64, last = (s + n - 1) / 64, nch = last - first + 1, k = 0;
-		size_t *ch = malloc(nch * sizeof(*ch));
-
-		TAP_REQUIRE(ch, "malloc");
-		for (size_t i = 0; i < nch; i++)
-			ch[i] = first + i;
-		for (size_t i = nch - 1; i > 0; i--) {
-			size_t j = (size_t)(rnd() % (i + 1)), t = ch[i];
-
-			ch[i] = ch[j];
-			ch[j] = t;
-		}
-		for (size_t i = 0; i < nch; i++)
-			for (size_t a = ch[i] * 64; a < ch[i] * 64 + 64; a++)
-				if (a >= s && a < s + n)
-					perm[k++] = a - s;
-		free(ch);
-	}
-}
 
 /*
  * Place write t's bytes in order o, checking after every cut in `cuts` (all of 0..n when
  * cuts is NULL, else ncuts values in increasing order); leaves the first `stop_at` bytes in
  * order landed and the rest stale.
  */
-static void place(const struct use *u, enum order o, const size_t *cuts, size_t ncuts,
+static void place(const struct use *u, enum tl_order o, const size_t *cuts, size_t ncuts,
 		  size_t stop_at, struct stats *st)
 {
 	size_t n = u->e - u->s, missing = u->differ, ci = 0;
 	size_t *perm = malloc(n * sizeof(*perm));
 
 	TAP_REQUIRE(perm, "malloc");
-	make_order(o, u->s, n, perm);
+	tl_write_order(o, u->s, u->s + n, perm);
 	memcpy(buf + u->s, u->old, n);
 	for (size_t c = 0; c <= n; c++) {
 		if (c > 0) {
@@ -243,7 +213,7 @@ static void place(const struct use *u, enum order o, const size_t *cuts, size_t 
 			missing -= u->old[i] != u->neww[i];
 		}
 		if (cuts == NULL || (ci < ncuts && cuts[ci] == c)) {
-			check(u, missing, st, order_name[o], c);
+			check(u, missing, st, tl_order_name[o], c);
 			ci++;
 		}
 		if (c == stop_at && cuts != NULL && ci == ncuts)
@@ -340,20 +310,20 @@ static void sweep(int nuses, struct stats *st)
 		st->uses++;
 		n = u.e - u.s;
 		if (k % 8 == 0 && n <= EXHAUSTIVE_MAX) {
-			for (int o = 0; o < ORDER_COUNT; o++)
-				place(&u, (enum order)o, NULL, 0, n, st);
+			for (int o = 0; o < TL_ORDER_COUNT; o++)
+				place(&u, (enum tl_order)o, NULL, 0, n, st);
 		} else {
 			for (int j = 0; j < 4; j++) {
 				size_t c = (size_t)(rnd() % (n + 1));
 
-				place(&u, (enum order)(rnd() % ORDER_COUNT), &c, 1, c, st);
+				place(&u, (enum tl_order)(rnd() % TL_ORDER_COUNT), &c, 1, c, st);
 			}
 		}
 		/* Leave a torn write (usually) for the next use to find as stale bytes. */
 		{
 			size_t c = rnd() % 4 == 0 ? n : (size_t)(rnd() % (n + 1));
 
-			place(&u, (enum order)(rnd() % ORDER_COUNT), &c, 1, c, st);
+			place(&u, (enum tl_order)(rnd() % TL_ORDER_COUNT), &c, 1, c, st);
 		}
 		end_use(&u);
 	}

@@ -31,23 +31,12 @@
 #include <tailwind/log_format.h>
 
 #include "rng.h"
+#include "tear.h"
 #include "tap.h"
 
 #define MAX_WRITES 16
 
-/* The buffer's chain seed: 0 (the original format) unless TW_LOG_SEED is set (meson runs this
- * test a second time with a non-zero seed; docs/log-format.md §7: nothing certain depends on
- * the seed). */
-static uint32_t log_seed;
-
-static void read_log_seed(void)
-{
-	const char *e = getenv("TW_LOG_SEED");
-
-	log_seed = e ? (uint32_t)strtoul(e, NULL, 0) : 0;
-	if (log_seed)
-		tap_diag("chain seed 0x%08x", log_seed);
-}
+static uint32_t log_seed; /* tl_log_seed(): TW_LOG_SEED, 0 by default */
 
 struct params {
 	int buffers;
@@ -64,8 +53,6 @@ struct layout {
 	size_t len;                   /* buffer length (end of the last write + zero tail) */
 };
 
-enum order { ORDER_ASC, ORDER_DESC, ORDER_CHUNKS, ORDER_COUNT };
-static const char *const order_name[ORDER_COUNT] = { "asc", "desc", "chunks" };
 
 struct stats {
 	uint64_t cases;
@@ -137,46 +124,12 @@ static uint8_t *build(const struct params *p, struct layout *lay)
 }
 
 /* Placement order of the bytes of [s, e): perm[i] is the offset (from s) placed i-th. */
-static void make_order(enum order o, size_t s, size_t e, size_t *perm)
-{
-	size_t n = e - s;
-
-	if (o == ORDER_ASC) {
-		for (size_t i = 0; i < n; i++)
-			perm[i] = i;
-	} else if (o == ORDER_DESC) {
-		for (size_t i = 0; i < n; i++)
-			perm[i] = n - 1 - i;
-	} else {
-		/* Chunks: [max(s, 64k), min(e, 64k+64)), shuffled, ascending inside. */
-		size_t first = s / 64, last = (e - 1) / 64, nch = last - first + 1, k = 0;
-		size_t *ch = malloc(nch * sizeof(*ch));
-
-		TAP_REQUIRE(ch, "malloc");
-		for (size_t i = 0; i < nch; i++)
-			ch[i] = first + i;
-		for (size_t i = nch - 1; i > 0; i--) {
-			size_t j = (size_t)(rnd() % (i + 1)), t = ch[i];
-
-			ch[i] = ch[j];
-			ch[j] = t;
-		}
-		for (size_t i = 0; i < nch; i++) {
-			size_t lo = ch[i] * 64 < s ? s : ch[i] * 64;
-			size_t hi = ch[i] * 64 + 64 > e ? e : ch[i] * 64 + 64;
-
-			for (size_t b = lo; b < hi; b++)
-				perm[k++] = b - s;
-		}
-		free(ch);
-	}
-}
 
 /*
  * One group: write w torn in order o, with (next=1) or without write w+1 landed, at every cut.
  */
 static void run_group(const uint8_t *intact, uint8_t *model, const struct layout *lay, int w,
-		      enum order o, int next, size_t *perm, struct stats *st, int bufno)
+		      enum tl_order o, int next, size_t *perm, struct stats *st, int bufno)
 {
 	size_t s = lay->start[w], e = lay->start[w + 1], n = e - s;
 	size_t missing = 0, whole_end;
@@ -194,7 +147,7 @@ static void run_group(const uint8_t *intact, uint8_t *model, const struct layout
 	}
 	for (size_t i = s; i < e; i++)
 		missing += intact[i] != 0;
-	make_order(o, s, e, perm);
+	tl_write_order(o, s, e, perm);
 
 	for (size_t c = 0; c <= n; c++) {
 		struct tw_scan_result r;
@@ -219,7 +172,7 @@ static void run_group(const uint8_t *intact, uint8_t *model, const struct layout
 				tap_diag("FAIL buffer %d write %d [%zu,%zu) order %s%s cut %zu/%zu: "
 					 "valid_len %zu (want %zu) entries %llu (want %llu) stop %s "
 					 "at %zu",
-					 bufno, w, s, e, order_name[o], next ? " +next" : "", c, n,
+					 bufno, w, s, e, tl_order_name[o], next ? " +next" : "", c, n,
 					 r.valid_len, want_len, (unsigned long long)r.entries,
 					 (unsigned long long)want_entries, tw_scan_stop_str(r.stop),
 					 r.stop_offset);
@@ -241,9 +194,9 @@ static void run(const struct params *p, struct stats *total)
 		tw_scan_seeded(intact, lay.len, log_seed, &r);
 		TAP_REQUIRE(r.valid_len == lay.start[lay.nwrites], "intact buffer does not scan whole");
 		for (int w = 0; w < lay.nwrites; w++)
-			for (int o = 0; o < ORDER_COUNT; o++)
+			for (int o = 0; o < TL_ORDER_COUNT; o++)
 				for (int next = 0; next <= (w + 1 < lay.nwrites); next++)
-					run_group(intact, model, &lay, w, (enum order)o, next, perm,
+					run_group(intact, model, &lay, w, (enum tl_order)o, next, perm,
 						  &st, bufno);
 		ok(st.failures == 0,
 		   "buffer %d: %d writes, %zu bytes: %llu torn-write cases (%llu landed whole), "
@@ -271,7 +224,7 @@ int main(void)
 	bool lng = tap_long_mode();
 
 	rng_state = tap_seed();
-	read_log_seed();
+	log_seed = tl_log_seed();
 	if (lng) {
 		run(&full_small, &total);
 		run(&full_big, &total);
