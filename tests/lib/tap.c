@@ -11,6 +11,10 @@
 static int planned = -1;
 static int run;
 static int failed;
+/* Failures repeated on stderr at exit: meson shows a failing test's stderr, cut to its last
+ * lines, so the stdout TAP lines of an early failure may never reach a CI log. */
+static char fails[4096];
+static size_t fails_len;
 
 void tap_plan(int n)
 {
@@ -37,11 +41,22 @@ TAP_PRINTF(4, 0) static bool report(bool pass, const char *file, int line, const
 	run++;
 	if (!pass)
 		failed++;
-	printf("%sok %d - ", pass ? "" : "not ", run);
-	vprintf(fmt, ap);
-	printf("\n");
-	if (!pass)
+	char desc[1024];
+
+	vsnprintf(desc, sizeof(desc), fmt, ap);
+	printf("%sok %d - %s\n", pass ? "" : "not ", run, desc);
+	if (!pass) {
+		int n;
+
 		printf("#   Failed at %s:%d\n", file, line);
+		fprintf(stderr, "not ok %d - %s (%s:%d)\n", run, desc, file, line);
+		fflush(stderr);
+		n = snprintf(fails + fails_len, sizeof(fails) - fails_len, "  not ok %d - %.300s (%s:%d)\n",
+			     run, desc, file, line);
+		if (n > 0)
+			fails_len = fails_len + (size_t)n < sizeof(fails) ? fails_len + (size_t)n
+									   : sizeof(fails) - 1;
+	}
 	fflush(stdout);
 	return pass;
 }
@@ -125,12 +140,16 @@ int tap_exit(void)
 		tap_done_testing();
 	if (run != planned) {
 		printf("# planned %d tests but ran %d\n", planned, run);
+		fprintf(stderr, "# planned %d tests but ran %d\n%s", planned, run, fails);
 		fflush(stdout);
 		return 1;
 	}
-	if (failed)
+	if (failed) {
 		printf("# failed %d of %d tests\n", failed, run);
+		fprintf(stderr, "# failed %d of %d tests:\n%s", failed, run, fails);
+	}
 	fflush(stdout);
+	fflush(stderr);
 	return failed ? 1 : 0;
 }
 
