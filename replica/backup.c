@@ -1262,6 +1262,18 @@ int tw_backup_flush_all(struct tw_backup *b)
 	unsigned n = 0;
 
 	b->flush_err = 0;
+	/* No write may land after an open buffer's scan: on a provider whose own thread moves
+	 * the bytes and acknowledges them (sockets), a write acknowledged after the scan would
+	 * be missing from the file. Shutting every connection first closes its endpoint, which
+	 * the provider serialises with its progress thread; a primary sees its backup lost and
+	 * replaces it. (shm's opt-in fast path is not stopped by this: the writer copies
+	 * without the target; docs/fabric.md, "Passive shm backups".) */
+	for (struct conn *c = b->conns; c; c = c->next) {
+		if (c->ch)
+			tw_chan_shut(c->ch);
+		c->drop = true;
+		b->reap = true;
+	}
 	for (size_t i = 0; i < b->nsegs; i++) {
 		struct seg *s = b->segs[i];
 

@@ -104,8 +104,9 @@ TW_API void tw_backup_stop(struct tw_backup *b);
 /*
  * The battery case: write every buffer that holds data to its segment file, open buffers
  * included (scanned first; their files say "open at shutdown" with the scanned valid length),
- * and wait until the flusher wrote them all. Open buffers stay open in memory (a later close
- * still works). Call when tw_backup_run() is not running (typically after it returned).
+ * and wait until the flusher wrote them all. Every connection is shut first, so that no
+ * write lands (and is acknowledged) after the scan; open buffers stay open in memory. Call
+ * when tw_backup_run() is not running (typically after it returned).
  * Returns 0, or the first flush error (the other buffers are still attempted).
  */
 TW_API int tw_backup_flush_all(struct tw_backup *b);

@@ -8,6 +8,8 @@
  *        race      as takeover; after COUNT appends print "appended" and wait for SIGUSR1, then
  *                  append one more object and close: the exit status says whether this process
  *                  still owned the log at the end
+ *        hold      as open; after COUNT appends (all acknowledged) print "appended" and wait to
+ *                  be killed: the open segment stays open on the backups
  * Objects are tests/integration/owner_util.h's, tagged TAG. Asynchronous appends; every
  * acknowledgement is reported with one write(2) of "acked SEQ LSN" (nothing is lost in a stdio
  * buffer at a SIGKILL). After open/takeover: "ready recovered=N next=SEQ epoch=E first=SEG".
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
 	if (getenv("OWNER_EPOCH"))
 		cfg.epoch = strtoull(getenv("OWNER_EPOCH"), NULL, 0);
 	memset(&res, 0, sizeof(res));
-	if (strcmp(mode, "open") == 0) {
+	if (strcmp(mode, "open") == 0 || strcmp(mode, "hold") == 0) {
 		rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 		if (rc)
 			return fail("open", rc, err);
@@ -159,6 +161,13 @@ int main(int argc, char **argv)
 	rc = tw_primary_flush(p);
 	if (!rc && failed)
 		rc = fail_code;
+	if (rc == 0 && strcmp(mode, "hold") == 0) {
+		int sig;
+
+		say("appended\n", 9);
+		for (;;)
+			sigwait(&usr1, &sig);
+	}
 	if (rc == 0 && strcmp(mode, "race") == 0) {
 		int sig;
 

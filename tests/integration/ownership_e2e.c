@@ -644,11 +644,14 @@ static void test_loss(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[2048], err[1024], logid[32];
-	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+	/* 300 objects of a 584-object segment, then the primary holds: segment 0 is still open
+	 * (unflushed) when the backups die, however slow this machine is. */
+	struct proc *p = spawn_primary(log_id, "hold", 1, 300, NULL);
 	int rc;
 
 	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "primary ready");
-	while (a.n < 300 && proc_wait_line(p, "acked ", line, sizeof(line), 30000) >= 0)
+	while (proc_wait_line(p, NULL, line, sizeof(line), 30000) >= 0 &&
+	       strncmp(line, "appended", 8) != 0)
 		take_ack(&a, line);
 	for (unsigned i = 0; i < NB; i++)
 		proc_kill(cl.p[i], SIGKILL);
@@ -691,7 +694,11 @@ static void test_sighup(void)
 	int rc, exits = 0;
 
 	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "primary ready");
-	while (a.n < 500 && proc_wait_line(p, "acked ", line, sizeof(line), 30000) >= 0)
+	/* Signal early, while the primary is still writing segment 0: on sockets the provider's
+	 * thread placed and acknowledged writes after the shutdown flush had scanned the buffer
+	 * (2 runs in 16 lost acknowledged objects, four copies at once) until twd shut its
+	 * connections before the scan. */
+	while (a.n < 100 && proc_wait_line(p, "acked ", line, sizeof(line), 30000) >= 0)
 		take_ack(&a, line);
 	for (unsigned i = 0; i < NB; i++)
 		proc_kill(cl.p[i], SIGHUP);
@@ -787,6 +794,6 @@ int main(int argc, char **argv)
 	}
 	rt_stop(&cl);
 	if (late[0])
-		tap_diag("failed rounds (repeated from above):\n%s", late);
+		fprintf(stderr, "# failed rounds (repeated from above):\n%s", late);
 	return tap_exit();
 }
