@@ -235,11 +235,13 @@ static int h_open(void *arg, struct tw_rpc_call *call)
 	r.create_log = q->create_log;
 	r.version = q->replica_version;
 	r.length = q->length;
+	r.seed = q->chain_seed;
 	rc = bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
 	if (rc)
 		return fail(call, rc, msg);
 	tw_rpc_rkey_to_pb(&rk, &call->rkey);
 	call->reply.open_segment.rkey = &call->rkey;
+	call->reply.open_segment.chain_seed = r.seed; /* the primary checks the echo */
 	return 0;
 }
 
@@ -289,6 +291,7 @@ static void fill_info(struct tw_backup *b, struct seg *s, Tailwind__SegmentInfo 
 	in->corrupt = s->corrupt;
 	in->entries = s->entries;
 	in->length = s->length;
+	in->chain_seed = s->seed;
 }
 
 static int h_list(void *arg, struct tw_rpc_call *call)
@@ -416,6 +419,7 @@ static int h_read(void *arg, struct tw_rpc_call *call)
 	r->replica_version = s->version;
 	r->state = pb_state(s);
 	r->corrupt = s->corrupt;
+	r->chain_seed = s->seed;
 	return 0;
 }
 
