@@ -70,13 +70,19 @@ bool bk_log_known(struct tw_backup *b, uint64_t log_id)
 	return false;
 }
 
+static size_t scan_len(const struct tw_backup *b, const struct seg *s)
+{
+	return s->length && s->length < b->pool.size ? (size_t)s->length : b->pool.size;
+}
+
 void bk_scan_open(struct tw_backup *b, struct seg *s)
 {
 	struct tw_scan_result sr;
 
 	if (!s->buf)
 		return;
-	tw_scan_seeded(s->buf->mem, b->pool.size, s->seed, &sr);
+	/* Only [0, length) can hold bytes of this use: the rest of a reused buffer is stale. */
+	tw_scan_seeded(s->buf->mem, scan_len(b, s), s->seed, &sr);
 	s->valid_len = sr.valid_len;
 	s->checksum = sr.last_checksum;
 	s->entries = sr.entries;
@@ -345,7 +351,12 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 	}
 	/* No more writes: the key dies now (a fresh one is made when the buffer is reused). */
 	pool_revoke_mr(&b->pool, s->buf);
-	tw_scan_seeded(s->buf->mem, b->pool.size, s->seed, sr);
+	/* One walk from 0 with the segment's seed, as for an open buffer: it ends at the last
+	 * whole write of this use (in a reused buffer, at the latest at the checksum entry of the
+	 * first stale write after it), so it costs a pass over the bytes the segment holds and
+	 * proves them: every header check, payload CRC and the chain up to the claimed offset, and
+	 * that no valid write of this use follows it (docs/recovery.md, "What is verified when"). */
+	tw_scan_seeded(s->buf->mem, scan_len(b, s), s->seed, sr);
 	s->valid_len = sr->valid_len;
 	s->checksum = sr->last_checksum;
 	s->entries = sr->entries;
