@@ -1,7 +1,8 @@
 /*
- * tailwind/backup.h — the backup side of Tailwind: a pool of pre-zeroed, registered buffers that
- * primaries fill with one-sided writes, the control RPCs that open, close, list, fence and free
- * segment replicas, and a flusher thread that writes closed buffers to segment files.
+ * tailwind/backup.h — the backup side of Tailwind: a pool of registered buffers (zeroed once, then
+ * reused as they are under a fresh chain seed per segment) that primaries fill with one-sided
+ * writes, the control RPCs that open, close, list, fence and free segment replicas, and a flusher
+ * thread that writes closed buffers to segment files.
  *
  * The same object runs inside the `twd` daemon or inside a test process on a thread.
  *
