@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
@@ -124,24 +125,35 @@ static uint64_t zeroed_count(void)
 	return st.buffers_zeroed;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Open (log, seg) at epoch *ep, retrying while the only buffer is still in its flush
  * (RESOURCE_EXHAUSTED) and moving past a fence. Deadline: 60 s. */
 static int open_retry(struct twc *c, uint64_t log_id, uint64_t seg, uint64_t *ep)
 {
-	for (int tries = 0; tries < 60000; tries++) {
+	uint64_t deadline = now_ns() + 60ull * 1000000000u;
+
+	for (;;) {
 		int rc = twc_open(c, log_id, seg, *ep, 0, BUF);
 
+		if (rc != -TW_EREFUSED && rc != -TW_EFENCED)
+			return rc;
+		if (now_ns() > deadline)
+			return rc;
 		if (rc == -TW_EFENCED) {
 			(*ep)++;
 			continue;
 		}
-		if (rc != -TW_EREFUSED)
-			return rc;
-		rc = tw_fab_progress(c->fab, 1); /* at most 1 ms: the flusher frees the buffer */
+		rc = tw_fab_progress(c->fab, 1); /* up to 1 ms: the flusher frees the buffer */
 		if (rc < 0)
 			return rc;
 	}
-	return -ETIMEDOUT;
 }
 
 int main(void)
