@@ -165,11 +165,11 @@ int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 				    (unsigned long long)o->rkey->len, (unsigned long long)length);
 			rc = -TW_EPROTO;
 		} else if (o->chain_seed != seed) {
-			tw_rpc__client_seterr(cl, "open_segment: the backup (protocol %u.%d) answered "
-					      "chain seed 0x%08x to seed 0x%08x: it would scan the "
-					      "replica with another seed; upgrade it to protocol 1.2",
-					      TW_RPC_MAJOR, tw_rpc_client_peer_minor(cl),
-					      o->chain_seed, seed);
+			tw_rpc__client_seterr(cl, "open_segment: the backup (protocol %u.%d) "
+					      "answered chain seed 0x%08x to seed 0x%08x: it would "
+					      "scan the replica with another seed; upgrade it to "
+					      "protocol 1.2", TW_RPC_MAJOR,
+					      tw_rpc_client_peer_minor(cl), o->chain_seed, seed);
 			rc = -TW_EPROTO;
 		} else if (rkey_out) {
 			tw_rpc_rkey_from_pb(o->rkey, rkey_out);

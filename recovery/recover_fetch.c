@@ -5,9 +5,9 @@
  * reads in flight, and releases the grant. Segments are fetched from different backups at
  * once (at most cfg->segs_per_backup per backup, least loaded first among equivalent copies).
  * Each fetched segment is verified (tw_scan_seeded with the copy's listed chain seed over the
- * fetched bytes: valid length, checksum and entry count must equal what the backup listed; otherwise the copy is marked failed and the
- * segment fetched from another one); the delivery side hands the entries of the next segment in
- * log order to the callback, then frees the slot.
+ * fetched bytes: valid length, checksum and entry count must equal what the backup listed;
+ * otherwise the copy is marked failed and the segment fetched from another one); the delivery
+ * side hands the entries of the next segment in log order to the callback, then frees the slot.
  *
  * Two threads: a fetch thread drives the fab (RPCs, reads, the slot state machines) and
  * verifies what arrived, while the calling thread delivers, so the application's callback
@@ -393,8 +393,9 @@ static bool step(struct fetch *f, struct rslot *s)
 }
 
 /* Verify the fetched bytes against the listing: tw_scan_seeded() with the listed chain seed must
- * end exactly at the listed valid length with the listed checksum and entry count. Fetch thread, lock not held (the slot is in
- * SLOT_VERIFY: no operation is pending on it and the delivering thread does not touch it).
+ * end exactly at the listed valid length with the listed checksum and entry count. Fetch thread,
+ * lock not held (the slot is in SLOT_VERIFY: no operation is pending on it and the delivering
+ * thread does not touch it).
  * Returns 0, or -TW_ECORRUPT with s->why set. */
 static int verify(struct fetch *f, struct rslot *s)
 {

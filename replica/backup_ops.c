@@ -302,8 +302,8 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	tw_mr_rkey(pb->mr, rk_out);
 	rk_out->len = r->length;
 	tw_log_debug("backup: opened " SEGF " in buffer %u (epoch %" PRIu64 ", version %" PRIu64
-		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch, r->version,
-		     r->seed);
+		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch,
+		     r->version, r->seed);
 	return 0;
 }
 
@@ -355,7 +355,8 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 	 * whole write of this use (in a reused buffer, at the latest at the checksum entry of the
 	 * first stale write after it), so it costs a pass over the bytes the segment holds and
 	 * proves them: every header check, payload CRC and the chain up to the claimed offset, and
-	 * that no valid write of this use follows it (docs/recovery.md, "What is verified when"). */
+	 * that no valid write of this use follows it (docs/recovery.md, "What is verified
+	 * when"). */
 	tw_scan_seeded(s->buf->mem, scan_len(b, s), s->seed, sr);
 	s->valid_len = sr->valid_len;
 	s->checksum = sr->last_checksum;

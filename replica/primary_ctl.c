@@ -321,8 +321,8 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 	if (rc == 0 && c->seed != seg->seed) {
 		/* A 1.1 backup ignores the seed: it would scan the replica unseeded and find it
 		 * corrupt at the close. Its buffer stays open there until a fence or delete. */
-		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does not "
-			 "support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
+		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does "
+			 "not support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
 			 c->seed, seg->seed, b->rpc ? tw_rpc_client_peer_minor(b->rpc) : 0);
 		b->lost = true; /* never choose it again */
 		return 0;

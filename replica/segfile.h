@@ -35,13 +35,15 @@
  *   124    4 CRC32C of bytes 0..123
  *
  * Version 3 (before chain seeds) is still read: the same layout with bytes 88..91 reserved; its
- * seed is 0. Version 2 (written before O_DIRECT flushes) is still read: the same 128-byte header with
- * field 10 = 128, the data right after it, no padding (the file is 128 + valid_len bytes).
- * Rewriting a version-2 or -3 file (segfile_set_version) writes version 4 (seed kept).
+ * seed is 0. Version 2 (written before O_DIRECT flushes) is still read: the same 128-byte
+ * header with field 10 = 128, the data right after it, no padding (the file is 128 + valid_len
+ * bytes), seed 0. Rewriting a version-2 or -3 file (segfile_set_version) writes version 4
+ * (seed 0 kept).
  *
  * Readers check the magic, version, header CRC and file size, then rescan the data with
- * tw_scan_seeded() and the header's seed: valid_len, checksum and entry count must all match the header (a bit flip anywhere
- * in the header or the valid data is reported as -TW_ECORRUPT; the padding is not read).
+ * tw_scan_seeded() and the header's seed: valid_len, checksum and entry count must all match
+ * the header (a bit flip anywhere in the header, the seed included, or in the valid data is
+ * reported as -TW_ECORRUPT; the padding is not read).
  */
 #ifndef TW_REPLICA_SEGFILE_H
 #define TW_REPLICA_SEGFILE_H
@@ -137,9 +139,9 @@ int segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h);
 
 /*
  * Read a whole segment file into buf (cap bytes; the bytes after valid_len are left untouched)
- * and verify it: header as above, then tw_scan_seeded() with the header's seed over the data must give the header's
- * valid_len, checksum and entries. Returns 0, -TW_ECORRUPT (h is still filled when the header
- * itself was valid), -EFBIG when valid_len > cap, or -errno.
+ * and verify it: header as above, then tw_scan_seeded() with the header's seed over the data
+ * must give the header's valid_len, checksum and entries. Returns 0, -TW_ECORRUPT (h is still
+ * filled when the header itself was valid), -EFBIG when valid_len > cap, or -errno.
  */
 int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h);
 

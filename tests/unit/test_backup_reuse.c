@@ -100,16 +100,16 @@ static int check_cb(void *arg, const struct tw_recovered_entry *e)
 	}
 	if (x->w == x->writes) {
 		if (x->bad++ == 0)
-			snprintf(x->why, sizeof(x->why), "entry %" PRIu64 " (offset %" PRIu64 ", %u "
-				 "bytes) is past the expected log: a stale or torn entry accepted",
-				 e->index, e->offset, e->len);
+			snprintf(x->why, sizeof(x->why), "entry %" PRIu64 " (offset %" PRIu64
+				 ", %u bytes) is past the expected log: a stale or torn entry "
+				 "accepted", e->index, e->offset, e->len);
 		return 0;
 	}
 	twc_fill(want, x->p->len[x->w], x->p->pseed[x->w], x->i);
 	if (e->len != x->p->len[x->w] || memcmp(e->data, want, e->len) != 0) {
 		if (x->bad++ == 0)
-			snprintf(x->why, sizeof(x->why), "entry %" PRIu64 " (offset %" PRIu64 ") is "
-				 "not entry %u of write %u", e->index, e->offset, x->i, x->w);
+			snprintf(x->why, sizeof(x->why), "entry %" PRIu64 " (offset %" PRIu64
+				 ") is not entry %u of write %u", e->index, e->offset, x->i, x->w);
 		return 0;
 	}
 	x->i++;
@@ -193,7 +193,8 @@ int main(void)
 			k = K_FRESH;
 		if (k == K_SAME || k == K_REPEAT) {
 			*cur = *prev;
-			tear_at = (unsigned)(rnd() % (cur->nw - 1)); /* stale writes follow the tear */
+			/* torn early: stale writes follow the tear */
+			tear_at = (unsigned)(rnd() % (cur->nw - 1));
 		} else {
 			plan_random(cur);
 			tear_at = cur->nw - 1;
@@ -212,8 +213,8 @@ int main(void)
 		c.chain_seed = seed;
 		TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "local segment");
 		rc = open_retry(&c, log_id, seg, &epoch[li]);
-		TAP_REQUIRE(rc == 0, "use %u: open log %" PRIx64 " segment %" PRIu64 " epoch %" PRIu64
-			    ": %s (%s)", u, log_id, seg, epoch[li], tw_strerror(rc),
+		TAP_REQUIRE(rc == 0, "use %u: open log %" PRIx64 " segment %" PRIu64 " epoch %"
+			    PRIu64 ": %s (%s)", u, log_id, seg, epoch[li], tw_strerror(rc),
 			    tw_rpc_client_errmsg(c.rpc));
 		buf_zeroed = false;
 
