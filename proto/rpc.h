@@ -38,7 +38,7 @@
 
 #define TW_RPC_MAGIC 0x5754u      /* "TW" as a little-endian u16: bytes 0x54 0x57 */
 #define TW_RPC_MAJOR 1u
-#define TW_RPC_MINOR 1u
+#define TW_RPC_MINOR 2u
 #define TW_RPC_HDR_SIZE 8u        /* [magic u16][major u8][minor u8][length u32], LE */
 #define TW_RPC_MAX_MSG_DEFAULT 65536u /* frame header included; = fabric's default max_msg_size */
 #define TW_RPC_MAX_MSG_MIN 256u
@@ -359,6 +359,13 @@ void tw_rpc_client_get_stats(const struct tw_rpc_client *cl, struct tw_rpc_clien
 /* OpenSegment; on success *rkey_out is where to write. -TW_EREFUSED: backup has no room. */
 int tw_rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			uint64_t replica_version, uint64_t length, struct tw_rkey *rkey_out);
+/* The same with OpenSegment.chain_seed (1.2). seed 0 is a 1.1 open (the backup zeroes the
+ * buffer). With a non-zero seed the reply must echo it: a backup that does not (protocol 1.1,
+ * which would scan the replica unseeded and call every close corrupt) gives -TW_EPROTO with
+ * the client's errmsg saying so. */
+int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
+			       const struct tw_rpc_seg_meta *m, uint64_t replica_version,
+			       uint64_t length, uint32_t seed, struct tw_rkey *rkey_out);
 /* CloseSegment; scanned_out (may be NULL) gets the backup's scan result (also on -TW_ECORRUPT). */
 int tw_rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			 uint64_t replica_version, struct tw_rpc_seg_meta *scanned_out);

@@ -141,6 +141,15 @@ static void set_errmsg(struct tw_rpc_client *cl, const char *fmt, ...)
 	va_end(ap);
 }
 
+void tw_rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cl->errmsg, sizeof(cl->errmsg), fmt, ap);
+	va_end(ap);
+}
+
 void tw_rpc_client_destroy(struct tw_rpc_client *cl)
 {
 	if (!cl)

@@ -20,6 +20,9 @@ const ProtobufCMessage *tw_rpc__body(const Tailwind__Envelope *env);
 int tw_rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
 			 size_t max_msg, size_t *len_out);
 
+/* Set the client's errmsg (tw_rpc_client_errmsg), for the typed wrappers' own checks. */
+void tw_rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...) TW_PRINTF(2, 3);
+
 /* Channel operations the server uses; replaceable for the fuzzer (no fabric). */
 struct tw_rpc__chan_ops {
 	int (*send)(struct tw_chan *ch, const void *msg, size_t len);

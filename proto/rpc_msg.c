@@ -142,11 +142,19 @@ static int run(struct tw_rpc_client *cl, struct tw_rpc_req *r, struct tw_rpc_rep
 int tw_rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			uint64_t replica_version, uint64_t length, struct tw_rkey *rkey_out)
 {
+	return tw_rpc_open_segment_seeded(cl, epoch, m, replica_version, length, 0, rkey_out);
+}
+
+int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
+			       const struct tw_rpc_seg_meta *m, uint64_t replica_version,
+			       uint64_t length, uint32_t seed, struct tw_rkey *rkey_out)
+{
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
 	int rc;
 
 	tw_rpc_req_open_segment(&r, epoch, m, replica_version, length);
+	r.body.open_segment.chain_seed = seed;
 	rc = run(cl, &r, &rep);
 	if (rc == 0) {
 		const Tailwind__OpenSegmentReply *o = rep.env->open_segment_reply;
@@ -155,6 +163,13 @@ int tw_rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct t
 		if (o->rkey->len < length) {
 			tw_log_warn("rpc: open_segment granted %llu bytes, %llu asked",
 				    (unsigned long long)o->rkey->len, (unsigned long long)length);
+			rc = -TW_EPROTO;
+		} else if (o->chain_seed != seed) {
+			tw_rpc__client_seterr(cl, "open_segment: the backup (protocol %u.%d) "
+					      "answered chain seed 0x%08x to seed 0x%08x: it would "
+					      "scan the replica with another seed; upgrade it to "
+					      "protocol 1.2", TW_RPC_MAJOR,
+					      tw_rpc_client_peer_minor(cl), o->chain_seed, seed);
 			rc = -TW_EPROTO;
 		} else if (rkey_out) {
 			tw_rpc_rkey_from_pb(o->rkey, rkey_out);

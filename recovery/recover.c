@@ -310,6 +310,7 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_p
 			cp.version = in->replica_version;
 			cp.epoch = in->epoch;
 			cp.checksum = in->checksum;
+			cp.seed = in->chain_seed;
 			cp.corrupt = in->corrupt;
 			cp.lost = in->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST;
 			if (cp.epoch > b->max_epoch)

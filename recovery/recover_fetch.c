@@ -4,10 +4,10 @@
  * (ReadSegment RPC, asynchronous), reads the segment's valid prefix with several one-sided
  * reads in flight, and releases the grant. Segments are fetched from different backups at
  * once (at most cfg->segs_per_backup per backup, least loaded first among equivalent copies).
- * Each fetched segment is verified (tw_scan over the fetched bytes: valid length, checksum and
- * entry count must equal what the backup listed; otherwise the copy is marked failed and the
- * segment fetched from another one); the delivery side hands the entries of the next segment in
- * log order to the callback, then frees the slot.
+ * Each fetched segment is verified (tw_scan_seeded with the copy's listed chain seed over the
+ * fetched bytes: valid length, checksum and entry count must equal what the backup listed;
+ * otherwise the copy is marked failed and the segment fetched from another one); the delivery
+ * side hands the entries of the next segment in log order to the callback, then frees the slot.
  *
  * Two threads: a fetch thread drives the fab (RPCs, reads, the slot state machines) and
  * verifies what arrived, while the calling thread delivers, so the application's callback
@@ -86,6 +86,8 @@ struct fetch {
 	bool stop;            /* set by the delivering thread: the fetch thread returns */
 };
 
+static struct rseg *slot_seg(struct rslot *s);
+
 static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
 {
 	struct rslot *s = arg;
@@ -104,6 +106,10 @@ static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
 	if (r->corrupt) {
 		s->grant_status = -TW_ECORRUPT;
 		snprintf(s->why, sizeof(s->why), "backup says the copy is corrupt");
+	} else if (r->chain_seed != slot_seg(s)->copies[s->copy].seed) {
+		s->grant_status = -TW_ECORRUPT;
+		snprintf(s->why, sizeof(s->why), "read grant names chain seed 0x%08x, the listing "
+			 "said 0x%08x", r->chain_seed, slot_seg(s)->copies[s->copy].seed);
 	} else if (r->meta->offset < s->len || s->rk.len < s->len) {
 		s->grant_status = -TW_ECORRUPT;
 		snprintf(s->why, sizeof(s->why), "read grant covers %" PRIu64 " valid bytes (rkey "
@@ -386,9 +392,10 @@ static bool step(struct fetch *f, struct rslot *s)
 	return false;
 }
 
-/* Verify the fetched bytes against the listing: tw_scan() must end exactly at the listed valid
- * length with the listed checksum and entry count. Fetch thread, lock not held (the slot is in
- * SLOT_VERIFY: no operation is pending on it and the delivering thread does not touch it).
+/* Verify the fetched bytes against the listing: tw_scan_seeded() with the listed chain seed must
+ * end exactly at the listed valid length with the listed checksum and entry count. Fetch thread,
+ * lock not held (the slot is in SLOT_VERIFY: no operation is pending on it and the delivering
+ * thread does not touch it).
  * Returns 0, or -TW_ECORRUPT with s->why set. */
 static int verify(struct fetch *f, struct rslot *s)
 {
@@ -397,7 +404,7 @@ static int verify(struct fetch *f, struct rslot *s)
 	struct tw_scan_result sr;
 	uint64_t t0 = tw_now_ns();
 
-	tw_scan(s->buf, (size_t)s->len, &sr);
+	tw_scan_seeded(s->buf, (size_t)s->len, cp->seed, &sr);
 	c->res->phase_ns[TW_RECOVER_PHASE_VERIFY] += tw_now_ns() - t0;
 	if (sr.valid_len == s->len && sr.last_checksum == cp->checksum &&
 	    sr.entries == cp->entries)

@@ -37,6 +37,7 @@ struct rcopy {
 	int state; /* TAILWIND__SEGMENT_STATE__* */
 	uint64_t valid_len, entries, version, epoch;
 	uint32_t checksum;
+	uint32_t seed;  /* chain seed of the copy (SegmentInfo.chain_seed; 0: unseeded / 1.1) */
 	bool corrupt; /* reported corrupt by the backup */
 	bool lost;    /* reported LOST: opened there, bytes gone after a restart */
 	bool failed;  /* failed here (load, read, verification) */

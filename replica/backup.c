@@ -494,6 +494,7 @@ static int rebuild_index(struct tw_backup *b)
 			s->valid_len = h.valid_len;
 			s->checksum = h.checksum;
 			s->entries = h.entries;
+			s->seed = h.seed;
 			s->length = h.buffer_size;
 			s->disk_open = h.state == SEGFILE_OPEN;
 			s->listed_open = s->disk_open;
@@ -656,10 +657,6 @@ static void run_job(struct tw_backup *b, struct job *j)
 	case JOB_FLUSH:
 		j->result = segfile_write(b->dirfd, &j->hdr, j->buf->mem, &b->fio);
 		break;
-	case JOB_ZERO:
-		memset(j->buf->mem, 0, b->pool.size);
-		j->result = 0;
-		break;
 	case JOB_REMOVE:
 		j->result = segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id);
 		if (j->result == -ENOENT)
@@ -737,23 +734,15 @@ static unsigned drain_done(struct tw_backup *b)
 
 void bk_release_buf(struct tw_backup *b, struct pool_buf *pb)
 {
-	struct job *j = calloc(1, sizeof(*j));
-
-	pool_revoke_mr(&b->pool, pb); /* nobody may touch it while it is zeroed */
+	/* The key of its last use dies; the bytes stay. The next open draws a chain seed other
+	 * than pb->seed, under which they cannot validate (docs/log-format.md §7, "Reuse without
+	 * zeroing"), so there is nothing to zero. */
+	pool_revoke_mr(&b->pool, pb);
 	pb->seg = NULL;
-	pool_set_state(&b->pool, pb, POOL_ZEROING);
-	if (!j) {
-		/* Out of memory: zero it here rather than leak it. */
-		memset(pb->mem, 0, b->pool.size);
-		if (pool_ensure_mr(&b->pool, pb) != 0)
-			tw_log_warn("backup: cannot register buffer %u again; it stays unused "
-				    "until the next open retries", pb->idx);
-		pool_set_state(&b->pool, pb, POOL_FREE);
-		return;
-	}
-	j->kind = JOB_ZERO;
-	j->buf = pb;
-	bk_submit(b, j);
+	if (pool_ensure_mr(&b->pool, pb) != 0)
+		tw_log_warn("backup: cannot register buffer %u again (%s); the next open retries",
+			    pb->idx, tw_fab_errmsg(b->fab));
+	pool_set_state(&b->pool, pb, POOL_FREE);
 }
 
 /* ------------------------------------------------------------------ statistics */
@@ -1119,6 +1108,7 @@ static void submit_flush(struct tw_backup *b, struct seg *s, bool open_flush)
 	j->hdr.valid_len = s->valid_len;
 	j->hdr.entries = s->entries;
 	j->hdr.buffer_size = b->pool.size;
+	j->hdr.seed = s->seed;
 	s->buf->in_flush = true;
 	bk_submit(b, j);
 }
@@ -1147,12 +1137,6 @@ void bk_job_done(struct tw_backup *b, struct job *j)
 	struct seg *s;
 
 	switch (j->kind) {
-	case JOB_ZERO:
-		if (pool_ensure_mr(&b->pool, pb) != 0)
-			tw_log_warn("backup: cannot register buffer %u again (%s); the next open "
-				    "retries", pb->idx, tw_fab_errmsg(b->fab));
-		pool_set_state(&b->pool, pb, POOL_FREE);
-		break;
 	case JOB_REMOVE:
 		if (j->result != 0)
 			tw_log_warn("backup: removing segment %016" PRIx64 "-%016" PRIx64 " failed: %s",

@@ -24,11 +24,11 @@
 /* ------------------------------------------------------------------ buffer pool (pool.c) */
 
 enum pool_state {
-	POOL_FREE = 0, /* zeroed, available */
+	POOL_FREE = 0, /* available (holds stale bytes of its last use, or zeros: `zeroed`) */
 	POOL_OPEN,     /* holds an open segment; peers write into it */
 	POOL_CLOSED,   /* closed segment waiting for (or in) its flush */
 	POOL_LOADED,   /* clean copy of a flushed segment, for read grants */
-	POOL_ZEROING,  /* the flusher zeroes it before it returns to the pool */
+	POOL_ZEROING,  /* unused since buffers are reused without zeroing (stats keep the slot) */
 };
 
 struct seg;
@@ -44,6 +44,11 @@ struct pool_buf {
 	struct seg *seg;  /* segment whose bytes it holds (NULL when free or zeroing) */
 	bool in_flush;    /* a flush job reads it right now */
 	bool flush_failed; /* the last flush of its closed segment failed (retried later) */
+	/* What its stale bytes were written under (docs/log-format.md §7, "Reuse without
+	 * zeroing"): the chain seed of its last use, and whether it holds only zeros (fresh, or
+	 * zeroed for an unseeded open). An open must use a seed other than `seed` unless zeroed. */
+	uint32_t seed;
+	bool zeroed;
 };
 
 struct pool {
@@ -77,6 +82,7 @@ struct seg {
 	uint64_t valid_len; /* closed/flushed: verified; open: last scan */
 	uint64_t entries;
 	uint32_t checksum;
+	uint32_t seed;      /* chain seed of this replica (OpenSegment.chain_seed; 0: unseeded) */
 	int state;          /* TAILWIND__SEGMENT_STATE__* numbering: 1 open, 2 closed, 3 flushed */
 	bool corrupt;
 	bool on_disk;       /* a segment file exists (state flushed, or an older copy) */
@@ -139,7 +145,6 @@ enum {
 
 enum job_kind {
 	JOB_FLUSH,  /* write buf's valid bytes as a segment file (hdr) */
-	JOB_ZERO,   /* zero the buffer */
 	JOB_REMOVE, /* unlink a segment file */
 	JOB_SETVER, /* rewrite a segment file with hdr.replica_version */
 };
@@ -147,7 +152,7 @@ enum job_kind {
 /* Handed to the flusher under fl_lock, handed back the same way; never shared. */
 struct job {
 	enum job_kind kind;
-	struct pool_buf *buf;   /* FLUSH, ZERO */
+	struct pool_buf *buf;   /* FLUSH */
 	struct segfile_hdr hdr; /* FLUSH: what to write; REMOVE/SETVER: ids and version */
 	int result;
 	struct job *next;
@@ -222,7 +227,8 @@ extern uint32_t bk__meta_cap;
 struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create);
 struct conn *bk_conn_find(struct tw_backup *b, uint64_t id);
 void bk_submit(struct tw_backup *b, struct job *j);
-/* Release a buffer: queue it for zeroing (it returns to the pool afterwards). */
+/* Release a buffer: revoke its key and return it to the pool as it is (not zeroed: the next
+ * open's seed makes its stale bytes unable to validate). */
 void bk_release_buf(struct tw_backup *b, struct pool_buf *pb);
 void bk_stats_sync(struct tw_backup *b);
 /* Queue the flush of a closed segment's buffer. */
@@ -236,9 +242,13 @@ struct bk_open_req {
 	uint64_t incarnation; /* Envelope.incarnation of the request */
 	bool create_log;      /* OpenSegment.create_log */
 	uint32_t checksum;
+	uint32_t seed;        /* OpenSegment.chain_seed (0: a 1.1 primary; the buffer is zeroed) */
 };
 int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	       struct tw_rkey *rk_out, char *msg, size_t msglen);
+/* Make pool buffer pb ready for a use under `seed`: zero it when its stale bytes could validate
+ * under that seed (seed 0, or the seed of its last use), then record the seed. */
+void bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed);
 struct bk_close_req {
 	uint64_t log_id, segment_id, epoch, version, offset;
 	uint64_t incarnation;

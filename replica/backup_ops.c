@@ -70,16 +70,38 @@ bool bk_log_known(struct tw_backup *b, uint64_t log_id)
 	return false;
 }
 
+static size_t scan_len(const struct tw_backup *b, const struct seg *s)
+{
+	return s->length && s->length < b->pool.size ? (size_t)s->length : b->pool.size;
+}
+
 void bk_scan_open(struct tw_backup *b, struct seg *s)
 {
 	struct tw_scan_result sr;
 
 	if (!s->buf)
 		return;
-	tw_scan(s->buf->mem, b->pool.size, &sr);
+	/* Only [0, length) can hold bytes of this use: the rest of a reused buffer is stale. */
+	tw_scan_seeded(s->buf->mem, scan_len(b, s), s->seed, &sr);
 	s->valid_len = sr.valid_len;
 	s->checksum = sr.last_checksum;
 	s->entries = sr.entries;
+}
+
+void bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
+{
+	if (!pb->zeroed && (seed == 0 || seed == pb->seed)) {
+		/* Its stale bytes were written under this very seed (or an unseeded open wants a
+		 * zeroed buffer): they could validate. Zero it, on this thread: a 1.1 primary's
+		 * opens, or a repeated seed (odds 2^-32 for a random one). */
+		memset(pb->mem, 0, b->pool.size);
+		pb->zeroed = true;
+		pthread_mutex_lock(&b->st_lock);
+		b->st.buffers_zeroed++;
+		pthread_mutex_unlock(&b->st_lock);
+	}
+	pb->seed = seed;
+	pb->zeroed = false; /* the use about to start writes into it */
 }
 
 static int refuse(struct tw_backup *b)
@@ -160,6 +182,12 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 			 "version %" PRIu64 "); a segment is never reused: a new owner continues "
 			 "in a new segment", r->log_id, r->segment_id, s->epoch, s->version);
 		return -EEXIST;
+	}
+	if (s && s->state == SEG_OPEN && r->seed != s->seed) {
+		snprintf(msg, msglen, "segment " SEGF " is open here with chain seed 0x%08x; this "
+			 "open asks for 0x%08x: all opens of one segment must carry its one seed",
+			 r->log_id, r->segment_id, s->seed, r->seed);
+		return -EINVAL;
 	}
 	if (s && s->state == SEG_OPEN) {
 		/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
@@ -260,10 +288,13 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	s->valid_len = 0;
 	s->checksum = 0;
 	s->entries = 0;
+	s->seed = r->seed;
 	s->corrupt = false;
 	s->listed_open = false;
 	s->flush_tries = 0;
 	s->owner = c ? c->id : 0;
+	/* Reused as it is (docs/log-format.md §7, "Reuse without zeroing"). */
+	bk_buf_prepare(b, pb, r->seed);
 	s->buf = pb;
 	pb->seg = s;
 	pool_set_state(p, pb, POOL_OPEN);
@@ -271,7 +302,8 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	tw_mr_rkey(pb->mr, rk_out);
 	rk_out->len = r->length;
 	tw_log_debug("backup: opened " SEGF " in buffer %u (epoch %" PRIu64 ", version %" PRIu64
-		     ")", r->log_id, r->segment_id, pb->idx, r->epoch, r->version);
+		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch,
+		     r->version, r->seed);
 	return 0;
 }
 
@@ -319,7 +351,13 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 	}
 	/* No more writes: the key dies now (a fresh one is made when the buffer is reused). */
 	pool_revoke_mr(&b->pool, s->buf);
-	tw_scan(s->buf->mem, b->pool.size, sr);
+	/* One walk from 0 with the segment's seed, as for an open buffer: it ends at the last
+	 * whole write of this use (in a reused buffer, at the latest at the checksum entry of the
+	 * first stale write after it), so it costs a pass over the bytes the segment holds and
+	 * proves them: every header check, payload CRC and the chain up to the claimed offset, and
+	 * that no valid write of this use follows it (docs/recovery.md, "What is verified
+	 * when"). */
+	tw_scan_seeded(s->buf->mem, scan_len(b, s), s->seed, sr);
 	s->valid_len = sr->valid_len;
 	s->checksum = sr->last_checksum;
 	s->entries = sr->entries;
@@ -670,7 +708,11 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 		}
 		segfile_name(log_id, segment_id, name, sizeof(name));
 		pool_set_state(&b->pool, pb, POOL_LOADED);
+		memset(&h, 0, sizeof(h));
 		rc = segfile_load(b->dirfd, name, pb->mem, b->pool.size, &h);
+		/* It now holds bytes written under the file's seed (all of them, or some). */
+		pb->zeroed = false;
+		pb->seed = h.seed;
 		if (rc == 0 && (h.log_id != log_id || h.segment_id != segment_id))
 			rc = -TW_ECORRUPT;
 		if (rc != 0) {

@@ -5,7 +5,8 @@
  * length, exactly like a CloseSegment from the primary (MR revoked, scanned, flushed to a segment
  * file as CLOSED), so a second recovery finds closed copies and gives the same answer:
  *   - copy longer than the recovered length (bytes no recovery delivered): cut at the length
- *     (the tail is zeroed) after checking that the prefix ends exactly there with the checksum;
+ *     (the tail this copy wrote is zeroed) after checking that the prefix ends exactly there
+ *     with the checksum;
  *   - copy shorter: it lacks bytes of a write that was never acknowledged; closed at its own
  *     verified length (it still holds every acknowledged entry; recovery prefers the longest
  *     closed copy, so a second recovery still gives the same answer while the longer copy lives);
@@ -73,12 +74,20 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	bk_scan_open(b, s);
 	if (s->valid_len > q->offset) {
 		/* Cut: the prefix must end exactly at the recovered length. */
-		tw_scan(s->buf->mem, (size_t)q->offset, &sr);
+		tw_scan_seeded(s->buf->mem, (size_t)q->offset, s->seed, &sr);
 		if (sr.valid_len == q->offset && sr.last_checksum == q->checksum) {
+			uint64_t end = s->length > s->valid_len ? s->length : s->valid_len;
+
 			tw_log_info("backup: segment " SEGF ": cutting the open copy from %" PRIu64
 				    " to the recovered %" PRIu64 " bytes", q->log_id, q->segment_id,
 				    s->valid_len, q->offset);
-			memset(s->buf->mem + q->offset, 0, b->pool.size - (size_t)q->offset);
+			/* The bytes after the cut were written under this copy's own seed, so they
+			 * would validate: zero what this use can have written, [offset, length)
+			 * (docs/log-format.md §7, "Same-seed bytes"); older stale bytes beyond it
+			 * cannot validate under this seed. */
+			if (end > b->pool.size)
+				end = b->pool.size;
+			memset(s->buf->mem + q->offset, 0, (size_t)(end - q->offset));
 		}
 	}
 	r.log_id = q->log_id;

@@ -235,11 +235,13 @@ static int h_open(void *arg, struct tw_rpc_call *call)
 	r.create_log = q->create_log;
 	r.version = q->replica_version;
 	r.length = q->length;
+	r.seed = q->chain_seed;
 	rc = bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
 	if (rc)
 		return fail(call, rc, msg);
 	tw_rpc_rkey_to_pb(&rk, &call->rkey);
 	call->reply.open_segment.rkey = &call->rkey;
+	call->reply.open_segment.chain_seed = r.seed; /* the primary checks the echo */
 	return 0;
 }
 
@@ -289,6 +291,7 @@ static void fill_info(struct tw_backup *b, struct seg *s, Tailwind__SegmentInfo 
 	in->corrupt = s->corrupt;
 	in->entries = s->entries;
 	in->length = s->length;
+	in->chain_seed = s->seed;
 }
 
 static int h_list(void *arg, struct tw_rpc_call *call)
@@ -416,6 +419,7 @@ static int h_read(void *arg, struct tw_rpc_call *call)
 	r->replica_version = s->version;
 	r->state = pb_state(s);
 	r->corrupt = s->corrupt;
+	r->chain_seed = s->seed;
 	return 0;
 }
 
@@ -450,15 +454,16 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 	r->cpu_seconds = (double)(st.cpu_user_us + st.cpu_sys_us) / 1e6;
 	r->uptime_ms = (tw_now_ns() - b->start_ns) / 1000000u;
 	/* Counters StatsReply has no field for, as key=value text (docs/operations.md). */
-	msg = tw_rpc_call_alloc(call, 400);
+	msg = tw_rpc_call_alloc(call, 480);
 	if (msg) {
-		snprintf(msg, 400, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
+		snprintf(msg, 480, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
-			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64,
+			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64
+			 " buffers_zeroed=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
 			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
-			 st.auth_ok, st.auth_failures);
+			 st.auth_ok, st.auth_failures, st.buffers_zeroed);
 		r->message = msg;
 	}
 	return 0;

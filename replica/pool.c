@@ -1,5 +1,7 @@
 /*
- * replica/pool.c — the backup's pool of pre-zeroed, registered segment buffers.
+ * replica/pool.c — the backup's pool of registered segment buffers. They are zero-filled once,
+ * here, and then reused as they are: each use writes under a fresh chain seed, which makes the
+ * stale bytes of the previous use unable to validate (docs/log-format.md §7).
  * Progress thread only (the flusher touches a buffer's bytes, never this bookkeeping).
  */
 #include <errno.h>
@@ -46,6 +48,7 @@ int pool_init(struct pool *p, struct tw_fab *fab, unsigned n, size_t size)
 			return rc;
 		}
 		b->state = POOL_FREE;
+		b->zeroed = true;
 		p->count[POOL_FREE]++;
 	}
 	return 0;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "recovery/recover_int.h"
@@ -106,6 +107,24 @@ static void seg_free(struct pseg *s)
 	free(s);
 }
 
+/* A fresh chain seed for a new segment: uniformly distributed, independent of any backup's
+ * buffer contents, never 0 (0 asks a backup for a zeroed buffer). splitmix64 (Steele, Lea,
+ * Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014) over a counter keyed
+ * by getrandom at create; atomic so any thread that starts a segment may draw. */
+static uint32_t seed_draw(struct tw_primary *p)
+{
+	for (;;) {
+		uint64_t z = __atomic_add_fetch(&p->seed_ctr, 0x9e3779b97f4a7c15ull,
+						__ATOMIC_RELAXED);
+
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		z ^= z >> 31;
+		if ((uint32_t)z != 0)
+			return (uint32_t)z;
+	}
+}
+
 /* Allocate and register segment `id` (not yet opened on backups). */
 static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 {
@@ -127,7 +146,8 @@ static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 		seg_free(s);
 		return rc;
 	}
-	tw_log_writer_init(&s->w, s->buf, s->cap);
+	s->seed = seed_draw(p);
+	tw_log_writer_init_seeded(&s->w, s->buf, s->cap, s->seed);
 	*out = s;
 	return 0;
 }
@@ -644,6 +664,8 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 	p->threaded = cfg->mode == TW_PRIMARY_ASYNC;
 	p->incarnation = incarnation;
 	p->creating = creating;
+	if (getrandom(&p->seed_ctr, sizeof(p->seed_ctr), 0) != (ssize_t)sizeof(p->seed_ctr))
+		p->seed_ctr = tw_now_ns() ^ ((uint64_t)getpid() << 32) ^ incarnation;
 	p->seg_base = start;
 	if (p->threaded) {
 		pthread_mutex_init(&p->lock, NULL);

@@ -264,8 +264,10 @@ static void call_done(void *arg, int status, const Tailwind__Envelope *reply)
 	else if (status < 0 && c->b->rpc && tw_rpc_client_errmsg(c->b->rpc)[0])
 		snprintf(c->msg, sizeof(c->msg), "%s", tw_rpc_client_errmsg(c->b->rpc));
 	if (status == 0 && reply && reply->body_case == TAILWIND__ENVELOPE__BODY_OPEN_SEGMENT_REPLY &&
-	    reply->open_segment_reply && reply->open_segment_reply->rkey)
+	    reply->open_segment_reply && reply->open_segment_reply->rkey) {
 		tw_rpc_rkey_from_pb(reply->open_segment_reply->rkey, &c->rk);
+		c->seed = reply->open_segment_reply->chain_seed;
+	}
 	c->done = true;
 }
 
@@ -314,6 +316,15 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 		snprintf(b->why, sizeof(b->why), "granted %llu bytes, need %zu",
 			 (unsigned long long)c->rk.len, seg->cap);
 		b->lost = true; /* misbehaving: never choose it again */
+		return 0;
+	}
+	if (rc == 0 && c->seed != seg->seed) {
+		/* A 1.1 backup ignores the seed: it would scan the replica unseeded and find it
+		 * corrupt at the close. Its buffer stays open there until a fence or delete. */
+		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does "
+			 "not support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
+			 c->seed, seg->seed, b->rpc ? tw_rpc_client_peer_minor(b->rpc) : 0);
+		b->lost = true; /* never choose it again */
 		return 0;
 	}
 	if (rc == 0) {
@@ -384,6 +395,7 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 				tried[bi] = true;
 				tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
 				req.body.open_segment.create_log = p->creating;
+				req.body.open_segment.chain_seed = seg->seed;
 				PSTAT_ADD(p, rpc_open, 1);
 				call_start(p, &calls[n++], b, &req.env);
 			}
@@ -516,6 +528,7 @@ void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 		if (!usable(p, b))
 			continue;
 		tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
+		req.body.open_segment.chain_seed = seg->seed;
 		PSTAT_ADD(p, rpc_open, 1);
 		call_start(p, &p->next_calls[p->next_n++], b, &req.env);
 	}

@@ -51,6 +51,7 @@ struct pseg {
 	size_t cap;
 	struct tw_mr *mr;
 	struct tw_log_writer w;
+	uint32_t seed;          /* chain seed of all its replicas (random, never 0) */
 	unsigned nrep;
 	unsigned rep[TW_PRIMARY_MAX_REPLICAS]; /* backup indexes */
 	struct tw_rkey rk[TW_PRIMARY_MAX_REPLICAS];
@@ -103,6 +104,9 @@ struct tw_primary {
 
 	/* Owner (docs/recovery.md): cfg.epoch (resolved at open) and this incarnation. */
 	uint64_t incarnation;
+	/* Chain seeds of its segments (docs/log-format.md §7, "Reuse without zeroing"): a
+	 * splitmix64 stream keyed by getrandom at create, so a new segment costs no syscall. */
+	uint64_t seed_ctr;
 	bool creating;          /* plain open: segment 0 of a new log (OpenSegment.create_log) */
 	bool checking;          /* inside pctl_taken_over (no nesting) */
 
@@ -207,6 +211,7 @@ struct pcall {
 	int status;
 	bool done;
 	struct tw_rkey rk; /* open: the grant */
+	uint32_t seed;     /* open: the chain seed the backup echoed (0 from a 1.1 backup) */
 	char msg[200];     /* the reply's message, or a local reason */
 };
 

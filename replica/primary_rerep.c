@@ -139,7 +139,8 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 				continue;
 			PSTAT_ADD(p, rpcs, 1);
 			PSTAT_ADD(p, rpc_open, 1);
-			rc = tw_rpc_open_segment(b->rpc, p->cfg.epoch, &m, s->version, s->cap, &rk);
+			rc = tw_rpc_open_segment_seeded(b->rpc, p->cfg.epoch, &m, s->version,
+							s->cap, s->seed, &rk);
 			if (rc == 0 && rk.len >= s->cap) {
 				*bi_out = bi;
 				*rk_out = rk;

@@ -54,6 +54,7 @@ void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZ
 	tw_store_le64(out + 64, h->entries);
 	tw_store_le64(out + 72, h->buffer_size);
 	tw_store_le64(out + 80, h->flush_time_ns);
+	tw_store_le32(out + 88, h->seed);
 	tw_store_le32(out + 124, tw_crc32c(0, out, 124));
 }
 
@@ -85,6 +86,7 @@ int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h
 	h->entries = tw_load_le64(in + 64);
 	h->buffer_size = tw_load_le64(in + 72);
 	h->flush_time_ns = tw_load_le64(in + 80);
+	h->seed = version >= SEGFILE_VERSION ? tw_load_le32(in + 88) : 0;
 	if (h->state != SEGFILE_CLOSED && h->state != SEGFILE_OPEN)
 		return -TW_ECORRUPT;
 	if (h->valid_len > h->buffer_size ||
@@ -394,7 +396,7 @@ static int check_data(const void *buf, const struct segfile_hdr *h)
 {
 	struct tw_scan_result sr;
 
-	tw_scan(buf, (size_t)h->valid_len, &sr);
+	tw_scan_seeded(buf, (size_t)h->valid_len, h->seed, &sr);
 	if (sr.valid_len != h->valid_len || sr.last_checksum != h->checksum ||
 	    sr.entries != h->entries)
 		return -TW_ECORRUPT;

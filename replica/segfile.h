@@ -7,7 +7,7 @@
  * crash leaves either the previous state or the complete new file (plus at worst a stale .tmp,
  * which the next start removes).
  *
- * Layout (little-endian), version 3: a header block of SEGFILE_BLOCK (4096) bytes, then the
+ * Layout (little-endian), version 4: a header block of SEGFILE_BLOCK (4096) bytes, then the
  * buffer's `valid_len` bytes of log data exactly as they were in the buffer
  * (include/tailwind/log_format.h), zero-padded to a multiple of SEGFILE_BLOCK. The file is
  * therefore 4096 + round_up(valid_len, 4096) bytes, and every part of it is block aligned, so the
@@ -16,7 +16,7 @@
  *
  *   off size field
  *     0    8 magic "TWSEGv1\0"
- *     8    2 format version (3)
+ *     8    2 format version (4)
  *    10    2 offset of the data (4096)
  *    12    4 flags (bit 0: CORRUPT, the buffer failed verification when it was closed)
  *    16    8 log_id
@@ -29,16 +29,21 @@
  *    64    8 entries (data entries inside valid_len)
  *    72    8 buffer_size (capacity of the buffer the data came from)
  *    80    8 flush time, nanoseconds since the Unix epoch (informational)
- *    88   36 reserved, zero
+ *    88    4 chain seed: initial value of the header chain the data was written with
+ *             (docs/log-format.md §4; 0: unseeded)
+ *    92   32 reserved, zero
  *   124    4 CRC32C of bytes 0..123
  *
- * Version 2 (written before O_DIRECT flushes) is still read: the same 128-byte header with
- * field 10 = 128, the data right after it, no padding (the file is 128 + valid_len bytes).
- * Rewriting a version-2 file (segfile_set_version) writes version 3.
+ * Version 3 (before chain seeds) is still read: the same layout with bytes 88..91 reserved; its
+ * seed is 0. Version 2 (written before O_DIRECT flushes) is still read: the same 128-byte
+ * header with field 10 = 128, the data right after it, no padding (the file is 128 + valid_len
+ * bytes), seed 0. Rewriting a version-2 or -3 file (segfile_set_version) writes version 4
+ * (seed 0 kept).
  *
  * Readers check the magic, version, header CRC and file size, then rescan the data with
- * tw_scan(): valid_len, checksum and entry count must all match the header (a bit flip anywhere
- * in the header or the valid data is reported as -TW_ECORRUPT; the padding is not read).
+ * tw_scan_seeded() and the header's seed: valid_len, checksum and entry count must all match
+ * the header (a bit flip anywhere in the header, the seed included, or in the valid data is
+ * reported as -TW_ECORRUPT; the padding is not read).
  */
 #ifndef TW_REPLICA_SEGFILE_H
 #define TW_REPLICA_SEGFILE_H
@@ -48,7 +53,8 @@
 #include <stdint.h>
 
 #define SEGFILE_MAGIC "TWSEGv1"
-#define SEGFILE_VERSION 3u /* 3: header block and data aligned for O_DIRECT */
+#define SEGFILE_VERSION 4u /* 4: the header stores the chain seed */
+#define SEGFILE_VERSION_V3 3u /* 3: header block and data aligned for O_DIRECT; seed 0 */
 #define SEGFILE_VERSION_V2 2u /* 2: data entry headers carry a header check; still read */
 #define SEGFILE_HDR_SIZE 128u /* the encoded header (both versions) */
 #define SEGFILE_BLOCK 4096u /* O_DIRECT alignment used for offsets, lengths and memory */
@@ -78,19 +84,20 @@ struct segfile_hdr {
 	uint64_t entries;
 	uint64_t buffer_size;
 	uint64_t flush_time_ns;
+	uint32_t seed;  /* chain seed (version 4; 0 in older files) */
 	/* Set by decode (ignored by encode, which writes the current version): */
 	uint32_t version;  /* format version of the file */
 	uint32_t data_off; /* where its data starts: 128 (version 2) or 4096 */
 };
 
-/* Encode / decode the 128-byte header. Encode writes the current version (3). Decode accepts
- * versions 2 and 3 and returns 0 or -TW_ECORRUPT (bad magic, CRC, state or sizes) or
+/* Encode / decode the 128-byte header. Encode writes the current version (4). Decode accepts
+ * versions 2, 3 and 4 and returns 0 or -TW_ECORRUPT (bad magic, CRC, state or sizes) or
  * -TW_EVERSION (a newer format). */
 void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE]);
 int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h);
 
 /* The size a file with this (decoded) header must have: data_off + valid_len, rounded up to
- * SEGFILE_BLOCK for version 3. */
+ * SEGFILE_BLOCK for versions 3 and 4. */
 uint64_t segfile_file_size(const struct segfile_hdr *h);
 
 /* "<log>-<seg>.twseg" into out (SEGFILE_NAME_MAX bytes). */
@@ -132,9 +139,9 @@ int segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h);
 
 /*
  * Read a whole segment file into buf (cap bytes; the bytes after valid_len are left untouched)
- * and verify it: header as above, then tw_scan() over the data must give the header's
- * valid_len, checksum and entries. Returns 0, -TW_ECORRUPT (h is still filled when the header
- * itself was valid), -EFBIG when valid_len > cap, or -errno.
+ * and verify it: header as above, then tw_scan_seeded() with the header's seed over the data
+ * must give the header's valid_len, checksum and entries. Returns 0, -TW_ECORRUPT (h is still
+ * filled when the header itself was valid), -EFBIG when valid_len > cap, or -errno.
  */
 int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h);
 

@@ -953,7 +953,9 @@ static int cmd_inspect(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	close(fd);
-	tw_scan(data, (size_t)data_len, &sr);
+	/* The header's chain seed (0 for format 2 and 3 files, and when the header is invalid
+	 * before the seed was read): the data was written with it (docs/log-format.md §4). */
+	tw_scan_seeded(data, (size_t)data_len, h.seed, &sr);
 	if (hdr_err) {
 		verdict = "CORRUPT";
 		snprintf(why, sizeof(why), "header: %s", hdr_err);
@@ -984,12 +986,13 @@ static int cmd_inspect(int argc, char **argv)
 		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
 		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
 		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
-		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"format_version\":%u"
+		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
+		       ",\"format_version\":%u"
 		       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
 		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h.log_id,
 		       h.segment_id, h.replica_version, h.epoch,
 		       h.state == SEGFILE_OPEN ? "open" : "closed", h.flags, h.checksum,
-		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns,
+		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns, h.seed,
 		       (unsigned)tw_load_le16(hb + 8), data_off, data_len,
 		       sr.valid_len, sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop),
 		       sr.stop_offset);
@@ -1004,6 +1007,7 @@ static int cmd_inspect(int argc, char **argv)
 		printf("epoch           %" PRIu64 "\n", h.epoch);
 		printf("format          version %u, data at byte %" PRIu64 "\n",
 		       (unsigned)tw_load_le16(hb + 8), data_off);
+		printf("chain seed      0x%08x%s\n", h.seed, h.seed ? "" : " (unseeded)");
 		printf("state           %s\n", h.state == SEGFILE_OPEN ?
 		       "open (flushed while open: battery / shutdown)" : "closed");
 		printf("flags           0x%x%s\n", h.flags,

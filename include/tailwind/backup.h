@@ -1,7 +1,8 @@
 /*
- * tailwind/backup.h — the backup side of Tailwind: a pool of pre-zeroed, registered buffers that
- * primaries fill with one-sided writes, the control RPCs that open, close, list, fence and free
- * segment replicas, and a flusher thread that writes closed buffers to segment files.
+ * tailwind/backup.h — the backup side of Tailwind: a pool of registered buffers (zeroed once, then
+ * reused as they are under a fresh chain seed per segment) that primaries fill with one-sided
+ * writes, the control RPCs that open, close, list, fence and free segment replicas, and a flusher
+ * thread that writes closed buffers to segment files.
  *
  * The same object runs inside the `twd` daemon or inside a test process on a thread.
  *
@@ -152,9 +153,10 @@ struct tw_backup_stats {
 	uint64_t connections, connections_lost, connections_dropped; /* dropped: misbehaving peers */
 	/* Pool. */
 	uint64_t buffers, buffer_size, unflushed_limit;
-	/* free: zeroed and available; open: being written; closed: closed, waiting for or in
-	 * their flush; loaded: clean copies of flushed segments held for read grants; zeroing:
-	 * flushed or freed, being zeroed by the flusher before they return to the pool. */
+	/* free: available (reused as they are, not zeroed: docs/log-format.md §7); open: being
+	 * written; closed: closed, waiting for or in their flush; loaded: clean copies of flushed
+	 * segments held for read grants; zeroing: always 0 (buffers are no longer zeroed between
+	 * uses; kept for compatibility). */
 	uint64_t buffers_free, buffers_open, buffers_closed, buffers_loaded, buffers_zeroing;
 	uint64_t opens_refused; /* RESOURCE_EXHAUSTED replies */
 	/* Storage. */
@@ -167,6 +169,9 @@ struct tw_backup_stats {
 	 * had no key, a wrong one, or replayed a proof; each cost the peer its connection. */
 	uint64_t auth_failures;
 	uint64_t auth_ok; /* connections that proved the key */
+	/* Buffers zeroed at an open because their stale bytes could have validated: opens
+	 * without a chain seed (1.1 primaries) and seeds equal to the buffer's previous one. */
+	uint64_t buffers_zeroed;
 };
 
 /* Copy a consistent snapshot of the counters. Thread-safe. */

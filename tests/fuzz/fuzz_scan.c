@@ -13,7 +13,10 @@
  *   - a writer resumed at the prefix appends and seals a write that the scan then accepts.
  *
  * The input is also read as a recipe for a valid log plus a torn write or bit flips, with the
- * torn-write oracle of tests/unit/test_torn_writes.c (check_structured()).
+ * torn-write oracle of tests/unit/test_torn_writes.c (check_structured()), twice: unseeded, and
+ * written and scanned under a non-zero chain seed drawn from the input (tw_scan_seeded(),
+ * tw__scan_generic_seeded() and the reference all start the chain at it; the raw checks then
+ * run on the damaged seeded buffer with the same seed).
  *
  * Inputs written in the format before data headers carried a check (bytes 2..3 zero; most of
  * the checked-in corpus) are also upgraded to the current format and checked a third time
@@ -34,9 +37,14 @@
  * used twice: as a raw buffer, and as a recipe for a valid log plus damage (below).
  */
 const char *fuzz_scan_check(const uint8_t *data, size_t size);
-void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed,
+			     struct tw_scan_result *out);
 
 static char msg[256];
+/* The chain seed every scan and writer of one check uses (docs/log-format.md §4): 0 for the
+ * raw, upgraded and structured checks, then a seed drawn from the input for the structured
+ * check again (a valid log written under a seed, damaged, must scan the same way). */
+static uint32_t fz_seed;
 
 #define FAIL(...)                                          \
 	do {                                               \
@@ -63,11 +71,12 @@ static uint16_t ref_hcheck(const uint8_t *h)
 static void reference_scan(const uint8_t *b, size_t len, struct tw_scan_result *r)
 {
 	size_t pos = 0;
-	uint32_t chain = 0;
+	uint32_t chain = fz_seed;
 	uint64_t n = 0;
 	int since_cksum = 0;
 
 	memset(r, 0, sizeof(*r));
+	r->chain = fz_seed;
 	for (;;) {
 		r->stop_offset = pos;
 		if (pos == len) {
@@ -163,7 +172,7 @@ static const char *check_prefix(const uint8_t *data, const struct tw_scan_result
 		if (c[0] != TW_ENTRY_CHECKSUM || tw_load_le32(c + 4) != r->last_checksum ||
 		    r->last_checksum == 0 || r->entries == 0)
 			FAIL("prefix does not end with its checksum entry");
-	} else if (r->entries || r->last_checksum || r->chain) {
+	} else if (r->entries || r->last_checksum || r->chain != fz_seed) {
 		FAIL("empty prefix with entries/checksum/chain set");
 	}
 
@@ -190,7 +199,7 @@ static const char *check_prefix(const uint8_t *data, const struct tw_scan_result
 		FAIL("malloc");
 	if (r->valid_len)
 		memcpy(copy, data, r->valid_len);
-	tw_scan(copy, r->valid_len, &again);
+	tw_scan_seeded(copy, r->valid_len, fz_seed, &again);
 	free(copy);
 	if (again.stop != TW_SCAN_END || again.stop_offset != r->valid_len)
 		FAIL("prefix alone stopped with %s at %zu", tw_scan_stop_str(again.stop),
@@ -237,7 +246,7 @@ static const char *check_resume(const uint8_t *data, size_t size, const struct t
 	if (!err && tw_log_writer_fits(&w, 0)) /* tail < header + checksum entry */
 		err = "fits() wrong at the end of the buffer";
 	if (!err) {
-		tw_scan(buf, cap, &after);
+		tw_scan_seeded(buf, cap, fz_seed, &after);
 		if (after.valid_len != w.pos || after.entries != r->entries + k ||
 		    after.last_checksum != w.last_checksum || after.chain != w.chain ||
 		    after.stop != (tail ? TW_SCAN_ZERO : TW_SCAN_END)) {
@@ -258,13 +267,13 @@ static const char *check_raw(const uint8_t *data, size_t size)
 	struct tw_scan_result r, g, ref;
 	const char *err;
 
-	tw_scan(data, size, &r);
+	tw_scan_seeded(data, size, fz_seed, &r);
 	if (r.valid_len > size || r.stop_offset > size || r.stop_offset < r.valid_len)
 		FAIL("offsets out of range: valid_len %zu stop_offset %zu len %zu", r.valid_len,
 		     r.stop_offset, size);
 	if (r.stop == TW_SCAN_END && r.stop_offset != size)
 		FAIL("stop end but stop_offset %zu != %zu", r.stop_offset, size);
-	tw__scan_generic(data, size, &g);
+	tw__scan_generic_seeded(data, size, fz_seed, &g);
 	if ((err = compare("generic walk", &g, &r)))
 		return err;
 	reference_scan(data, size, &ref);
@@ -328,7 +337,7 @@ static const char *check_structured(const uint8_t *data, size_t size)
 		free(model);
 		FAIL("calloc");
 	}
-	tw_log_writer_init(&w, intact, len);
+	tw_log_writer_init_seeded(&w, intact, len, fz_seed);
 	for (int i = 0; i < nw && !err; i++) {
 		start[i] = w.pos;
 		entries[i] = w.entries;
@@ -393,7 +402,7 @@ static const char *check_structured(const uint8_t *data, size_t size)
 			want_len = start[kk];
 			want_n = entries[kk];
 		}
-		tw_scan(model, len, &r);
+		tw_scan_seeded(model, len, fz_seed, &r);
 		if (r.valid_len != want_len || r.entries != want_n) {
 			snprintf(msg, sizeof(msg),
 				 "recipe: damage mode %u from byte %zu: valid_len %zu (want %zu) entries "
@@ -459,14 +468,24 @@ static uint8_t *upgrade_v0(const uint8_t *data, size_t size)
 
 const char *fuzz_scan_check(const uint8_t *data, size_t size)
 {
-	const char *err = check_raw(data, size);
+	const char *err;
 	uint8_t *up;
 
+	fz_seed = 0;
+	err = check_raw(data, size);
 	if (!err && (up = upgrade_v0(data, size)) != NULL) {
 		err = check_raw(up, size);
 		free(up);
 	}
-	return err ? err : check_structured(data, size);
+	if (!err)
+		err = check_structured(data, size);
+	if (!err) {
+		/* The same recipe written under a seed drawn from the input (never 0). */
+		fz_seed = tw_crc32c(0x5eed, data, size) | 0x80000000u;
+		err = check_structured(data, size);
+		fz_seed = 0;
+	}
+	return err;
 }
 
 #ifndef TW_FUZZ_NO_ENTRY

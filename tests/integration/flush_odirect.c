@@ -4,11 +4,12 @@
  * tree: a disk file system that takes O_DIRECT, unlike a tmpfs /tmp on older kernels); a
  * crash_primary writes COUNT objects over 64 KiB segments; the twd's are stopped with SIGTERM
  * (they flush their open buffers too). Then:
- *   - every segment file is in format 3 (a size that is a multiple of 4096) and none of its pages
+ *   - every segment file is in format 4 (a size that is a multiple of 4096) and none of its pages
  *     is in the page cache (mincore): it was written with O_DIRECT, not through the cache;
  *   - twctl inspect says ok for each file of one backup;
- *   - segment 0 is rewritten in the old format (version 2) on every backup, and twctl inspect
- *     reads it (ok, "version 2");
+ *   - segment 0 is rewritten in the old format (version 2) and segment 1 in version 3 on every
+ *     backup, as a twd before chain seeds wrote them (checksum entries re-chained from seed 0;
+ *     those formats have no seed field), and twctl inspect reads both (ok, "version 2");
  *   - the twd's restart on their directories (they verify every file, both formats) and
  *     tw_recover() returns objects 0 .. COUNT-1 with intact payloads.
  */
@@ -89,29 +90,56 @@ static unsigned seg_files(const char *dir, char names[][64], unsigned max)
 	return n;
 }
 
-/* Rewrite dir/name in format version 2 (128-byte header, data right after, no padding), as a
- * twd before O_DIRECT flushes wrote it. */
-static void to_v2(const char *dir, const char *name)
+/* Re-chain the checksum entries of a valid prefix written under `seed` as if written under seed
+ * 0 (how a twd before chain seeds wrote it). Returns the new last checksum value. */
+static uint32_t rechain_unseeded(uint8_t *d, uint64_t len)
+{
+	uint64_t pos = 0;
+	uint32_t chain = 0, last = 0;
+
+	while (pos < len) {
+		if (d[pos] == TW_ENTRY_DATA) {
+			chain = tw_crc32c(chain, d + pos, TW_ENTRY_HDR_SIZE);
+			pos += TW_ENTRY_HDR_SIZE + tw_load_le32(d + pos + 4);
+		} else {
+			last = chain ? chain : 1;
+			tw_store_le32(d + pos + 4, last);
+			pos += TW_CKSUM_ENTRY_SIZE;
+		}
+	}
+	return last;
+}
+
+/* Rewrite dir/name in format `version` 2 (128-byte header, data right after, no padding, as a
+ * twd before O_DIRECT flushes wrote it) or 3 (block-aligned, no seed), data re-chained from
+ * seed 0. */
+static void to_old(const char *dir, const char *name, unsigned version)
 {
 	char path[1024];
 	uint8_t hdr[SEGFILE_HDR_SIZE], *data;
 	struct segfile_hdr h;
+	unsigned off = version == SEGFILE_VERSION_V2 ? SEGFILE_HDR_SIZE : SEGFILE_DATA_OFF;
+	size_t flen;
 	int fd;
 
 	join(path, sizeof(path), dir, name);
 	fd = open(path, O_RDWR);
 	TAP_REQUIRE(fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "read %s",
 		    path);
-	TAP_REQUIRE(segfile_hdr_decode(hdr, &h) == 0 && h.version == SEGFILE_VERSION, "v3 header");
-	data = malloc(h.valid_len ? (size_t)h.valid_len : 1);
+	TAP_REQUIRE(segfile_hdr_decode(hdr, &h) == 0 && h.version == SEGFILE_VERSION &&
+		    h.seed != 0, "v4 header with a seed");
+	flen = version == SEGFILE_VERSION_V2 ? (size_t)h.valid_len
+					     : (size_t)(h.valid_len + 4095) / 4096 * 4096;
+	data = calloc(1, flen ? flen : 1);
 	TAP_REQUIRE(data && pread(fd, data, (size_t)h.valid_len, SEGFILE_DATA_OFF) ==
 		    (ssize_t)h.valid_len, "read data");
-	tw_store_le16(hdr + 8, SEGFILE_VERSION_V2);
-	tw_store_le16(hdr + 10, SEGFILE_HDR_SIZE);
+	tw_store_le32(hdr + 52, rechain_unseeded(data, h.valid_len));
+	memset(hdr + 88, 0, 4); /* reserved before version 4 */
+	tw_store_le16(hdr + 8, (uint16_t)version);
+	tw_store_le16(hdr + 10, (uint16_t)off);
 	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
 	TAP_REQUIRE(ftruncate(fd, 0) == 0 && pwrite(fd, hdr, sizeof(hdr), 0) == sizeof(hdr) &&
-		    pwrite(fd, data, (size_t)h.valid_len, SEGFILE_HDR_SIZE) ==
-		    (ssize_t)h.valid_len, "write v2 %s", path);
+		    pwrite(fd, data, flen, off) == (ssize_t)flen, "write v%u %s", version, path);
 	close(fd);
 	free(data);
 }
@@ -165,7 +193,7 @@ int main(int argc, char **argv)
 	}
 	ok(nfiles[0] >= 4 && nfiles[0] == nfiles[1] && nfiles[1] == nfiles[2],
 	   "every backup flushed the log's %u segments (%u, %u)", nfiles[0], nfiles[1], nfiles[2]);
-	ok(misaligned == 0, "all %u files are in format 3 (sizes multiples of 4096)", files);
+	ok(misaligned == 0, "all %u files are in format 4 (sizes multiples of 4096)", files);
 	is_int(cached, 0, "no page of the %u files is in the page cache: written with O_DIRECT",
 	       files);
 
@@ -175,16 +203,20 @@ int main(int argc, char **argv)
 		join(path, sizeof(path), cl.dir[0], names[k]);
 		rc = run(line, sizeof(line), a);
 		if (rc != 0 || !strstr(line, "verdict         ok|") ||
-		    !strstr(line, "format          version 3, data at byte 4096|")) {
+		    !strstr(line, "format          version 4, data at byte 4096|") ||
+		    strstr(line, "chain seed      0x00000000")) {
 			if (!bad++)
 				tap_diag("twctl inspect %s: exit %d: %s", path, rc, line);
 		}
 	}
-	is_int(bad, 0, "twctl inspect: ok, format 3, for each of the %u files of backup 0",
+	is_int(bad, 0, "twctl inspect: ok, format 4 with a chain seed, for each of the %u files of "
+	       "backup 0",
 	       nfiles[0]);
 
-	for (unsigned i = 0; i < 3; i++)
-		to_v2(cl.dir[i], names[0]);
+	for (unsigned i = 0; i < 3; i++) {
+		to_old(cl.dir[i], names[0], SEGFILE_VERSION_V2);
+		to_old(cl.dir[i], names[1], SEGFILE_VERSION_V3);
+	}
 	{
 		const char *a[] = { "inspect", "-e", "1", path, NULL };
 
@@ -207,7 +239,8 @@ int main(int argc, char **argv)
 	is_int(rc, 0, "recovery from the restarted twd's (%s)", rc ? err : "ok");
 	ok(chk.next == COUNT && chk.bad == 0, "recovered objects 0..%" PRIu64 " (%" PRIu64
 	   " bad%s%s)", chk.next ? chk.next - 1 : 0, chk.bad, chk.bad ? ": " : "", chk.first_bad);
-	is_int((long long)res.copies_corrupt, 0, "no copy corrupt (the version-2 files included)");
+	is_int((long long)res.copies_corrupt, 0, "no copy corrupt (the version-2 and -3 files "
+	       "included)");
 	ok(res.segments == nfiles[0], "%" PRIu64 " segments recovered", (uint64_t)res.segments);
 	rt_stop(&cl);
 	return tap_exit();

@@ -80,7 +80,7 @@ int twc_seg_init(struct twc *c, size_t cap)
 	c->seg = tw_fab_alloc(cap);
 	if (!c->seg)
 		return -ENOMEM;
-	tw_log_writer_init(&c->w, c->seg, cap);
+	tw_log_writer_init_seeded(&c->w, c->seg, cap, c->chain_seed);
 	return tw_mr_reg(c->fab, c->seg, cap, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr);
 }
 
@@ -93,7 +93,8 @@ int twc_open(struct twc *c, uint64_t log_id, uint64_t segment_id, uint64_t epoch
 	c->segment_id = segment_id;
 	c->epoch = epoch;
 	c->version = version;
-	return tw_rpc_open_segment(c->rpc, epoch, &m, version, length, &c->rk);
+	return tw_rpc_open_segment_seeded(c->rpc, epoch, &m, version, length, c->chain_seed,
+					  &c->rk);
 }
 
 void twc_fill(uint8_t *p, uint32_t len, uint32_t seed, unsigned i)

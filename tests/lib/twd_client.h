@@ -28,16 +28,21 @@ struct twc {
 	struct tw_log_writer w;
 	struct tw_rkey rk;
 	uint64_t log_id, segment_id, epoch, version;
+	/* Chain seed of the next segment (set after twc_connect, before twc_seg_init/twc_open):
+	 * the writer starts at it and the open sends it (OpenSegment.chain_seed). 0: unseeded, as
+	 * a 1.1 primary (the backup zeroes the buffer). */
+	uint32_t chain_seed;
 };
 
 /* Open a fab of `provider` and connect to `addr`. Returns 0 or a negative code. */
 int twc_connect(struct twc *c, const char *provider, const char *addr);
 void twc_close(struct twc *c);
 
-/* Allocate and register a local segment of `cap` bytes and start a writer on it. */
+/* Allocate and register a local segment of `cap` bytes and start a writer on it (seeded with
+ * c->chain_seed). */
 int twc_seg_init(struct twc *c, size_t cap);
 
-/* OpenSegment for (log, seg) with `length` bytes; fills c->rk. */
+/* OpenSegment for (log, seg) with `length` bytes and c->chain_seed; fills c->rk. */
 int twc_open(struct twc *c, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
 	     uint64_t version, uint64_t length);
 

@@ -62,6 +62,9 @@ static int h_open(void *arg, struct tw_rpc_call *c)
 	c->rkey.key = 0xabc0000 + o->meta->segment_id;
 	c->rkey.len = o->length;
 	c->reply.open_segment.rkey = &c->rkey;
+	/* Echo the chain seed as a 1.2 backup does; log 777 plays a 1.1 backup (no echo). */
+	if (o->meta->log_id != 777)
+		c->reply.open_segment.chain_seed = o->chain_seed;
 	return 0;
 }
 
@@ -409,6 +412,18 @@ static void test_typed_calls(void)
 	is_int(rc, -TW_EREFUSED, "RESOURCE_EXHAUSTED -> -TW_EREFUSED");
 	ok(strstr(tw_rpc_client_errmsg(C.cl), "no free buffer (log 666)") != NULL,
 	   "handler message reaches the client: %s", tw_rpc_client_errmsg(C.cl));
+	rc = tw_rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
+	is_int(rc, -TW_EREFUSED, "seeded open: RESOURCE_EXHAUSTED -> -TW_EREFUSED");
+	m.log_id = 5;
+	rc = tw_rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
+	ok(rc == 0 && rk.len == 4096, "seeded open: the backup echoes the chain seed");
+	m.log_id = 777;
+	rc = tw_rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
+	is_int(rc, -TW_EPROTO, "seeded open, reply without the seed (a 1.1 backup): -TW_EPROTO");
+	ok(strstr(tw_rpc_client_errmsg(C.cl), "upgrade it to protocol 1.2") != NULL,
+	   "the message says what to do: %s", tw_rpc_client_errmsg(C.cl));
+	rc = tw_rpc_open_segment(C.cl, 1, &m, 0, 4096, &rk);
+	is_int(rc, 0, "an unseeded open needs no echo (1.1 behaviour)");
 	m.log_id = 5;
 
 	rc = tw_rpc_close_segment(C.cl, 1, &m, 0, &scanned);
@@ -789,7 +804,8 @@ static void test_stats(void)
 		if (s->handlers[i]->kind == TAILWIND__ENVELOPE__BODY_STATS)
 			stats_calls = s->handlers[i]->calls;
 	}
-	ok(open_calls == 2 && open_errors == 1, "open_segment: 2 calls, 1 error");
+	ok(open_calls == 6 && open_errors == 2, "open_segment: 6 calls, 2 errors (RESOURCE_EXHAUSTED; "
+	   "a reply without the seed is an OK reply)");
 	is_int(stats_calls, 1, "this stats call counted");
 	ok(s->rpc_msgs_rx >= 90 && s->rpc_bytes_rx > 1000 && s->rpc_bytes_tx > s->rpc_bytes_rx,
 	   "control message counters (%llu msgs, %llu B in, %llu B out)",

@@ -28,13 +28,14 @@
 static char dir[512];
 static int dirfd_;
 
-static size_t build(uint8_t *buf, size_t cap, unsigned writes, struct tw_scan_result *sr)
+static size_t build_seeded(uint8_t *buf, size_t cap, unsigned writes, uint32_t seed,
+			   struct tw_scan_result *sr)
 {
 	struct tw_log_writer w;
 	uint8_t payload[100];
 
 	memset(buf, 0, cap);
-	tw_log_writer_init(&w, buf, cap);
+	tw_log_writer_init_seeded(&w, buf, cap, seed);
 	for (unsigned i = 0; i < writes; i++) {
 		size_t off, len;
 
@@ -44,8 +45,13 @@ static size_t build(uint8_t *buf, size_t cap, unsigned writes, struct tw_scan_re
 			break;
 		tw_log_writer_seal(&w, &off, &len);
 	}
-	tw_scan(buf, cap, sr);
+	tw_scan_seeded(buf, cap, seed, sr);
 	return w.pos;
+}
+
+static size_t build(uint8_t *buf, size_t cap, unsigned writes, struct tw_scan_result *sr)
+{
+	return build_seeded(buf, cap, writes, 0, sr);
 }
 
 static void hdr_for(struct segfile_hdr *h, uint64_t log, uint64_t seg,
@@ -114,6 +120,7 @@ static void test_header(void)
 	h.entries = 10;
 	h.buffer_size = 4096;
 	h.flush_time_ns = 12345;
+	h.seed = 0x9e3779b9;
 	h.version = SEGFILE_VERSION; /* what decode reports */
 	h.data_off = SEGFILE_DATA_OFF;
 	segfile_hdr_encode(&h, raw);
@@ -441,6 +448,66 @@ static void test_old_version(void)
 	free(back);
 }
 
+/* Version 4 stores the chain seed; version 3 files (no seed field) read as seed 0. */
+static void test_seed(void)
+{
+	size_t cap = 32 * 1024;
+	uint8_t *buf = malloc(cap), *back = calloc(1, cap);
+	uint8_t hdr[SEGFILE_HDR_SIZE];
+	struct tw_scan_result sr;
+	struct segfile_hdr h, g;
+	char name[SEGFILE_NAME_MAX];
+	int fd;
+
+	TAP_REQUIRE(buf && back, "alloc");
+	build_seeded(buf, cap, 30, 0xa5a5f00d, &sr);
+	hdr_for(&h, 0x3, 1, &sr, cap);
+	h.seed = 0xa5a5f00d;
+	segfile_name(0x3, 1, name, sizeof(name));
+	is_int(segfile_write(dirfd_, &h, buf, NULL), 0, "seeded segment written");
+	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 4 &&
+	   g.seed == 0xa5a5f00d && g.entries == 30 && memcmp(back, buf, sr.valid_len) == 0,
+	   "version 4: the seed is stored and the data verifies with it");
+	is_int(segfile_set_version(dirfd_, 0x3, 1, 8, NULL), 0, "seeded file: version rewrite");
+	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.seed == 0xa5a5f00d &&
+	   g.replica_version == 8, "the rewrite keeps the seed");
+	/* The same file claiming another seed (header CRC fixed): the data no longer verifies. */
+	fd = openat(dirfd_, name, O_RDWR);
+	TAP_REQUIRE(fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "rd");
+	tw_store_le32(hdr + 88, 0xa5a5f00c);
+	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
+	TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "wr");
+	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT,
+	       "a wrong seed in the header: the data fails verification");
+	/* Claiming version 3 (no seed field: seed 0) with the seeded data: corrupt as well. */
+	tw_store_le16(hdr + 8, 3);
+	tw_store_le32(hdr + 88, 0xa5a5f00d);
+	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
+	TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "wr");
+	ok(segfile_verify(dirfd_, name, &g) == -TW_ECORRUPT && g.version == 3 && g.seed == 0,
+	   "version 3 reads seed 0 whatever bytes 88..91 hold");
+	/* A version-3 file as a twd before chain seeds wrote it: unseeded data. */
+	build(buf, cap, 30, &sr);
+	hdr_for(&h, 0x3, 1, &sr, cap);
+	TAP_REQUIRE(ftruncate(fd, 0) == 0, "truncate");
+	segfile_hdr_encode(&h, hdr);
+	tw_store_le16(hdr + 8, 3);
+	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
+	memset(back, 0, cap);
+	memcpy(back, buf, sr.valid_len);
+	TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
+		    pwrite(fd, back, (sr.valid_len + 4095) / 4096 * 4096, SEGFILE_DATA_OFF) ==
+		    (ssize_t)((sr.valid_len + 4095) / 4096 * 4096), "write v3");
+	close(fd);
+	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 3 && g.seed == 0 &&
+	   g.entries == 30, "a version-3 file loads with seed 0");
+	ok(segfile_set_version(dirfd_, 0x3, 1, 9, NULL) == 0 &&
+	   segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 4 && g.seed == 0,
+	   "its rewrite is version 4 with seed 0");
+	free(buf);
+	free(back);
+}
+
 int main(void)
 {
 	char cmd[600];
@@ -458,6 +525,7 @@ int main(void)
 	test_epoch_file();
 	test_direct_refused();
 	test_old_version();
+	test_seed();
 	close(dirfd_);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
