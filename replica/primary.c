@@ -15,7 +15,6 @@
 #include "recovery/recover_int.h"
 #include "proto/auth.h"
 #include "replica/primary_int.h"
-#include "replica/rpcdata.h"
 
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */
@@ -247,12 +246,9 @@ static int seal_post(struct tw_primary *p)
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
-		if (p->rpcd) /* TW_DATA_RPC baseline: primary_rpcmode.c */
-			rc = prpc_post(p, po);
-		else
-			rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr,
-						   &seg->rk[i], off)
-				   : -TW_EPEERLOST;
+		rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr, &seg->rk[i],
+					   off)
+			   : -TW_EPEERLOST;
 		if (rc < 0) {
 			char why[160];
 
@@ -363,7 +359,6 @@ static int drive(struct tw_primary *p, int timeout_ms)
 		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
 			     tw_fab_errmsg(p->fab));
 	}
-	prpc_expire(p); /* TW_DATA_RPC: overdue data replies (primary_rpcmode.c) */
 	if (p->fo_pending && !p->fo_running)
 		pfo_run(p);
 	rc = reap(p);
@@ -566,7 +561,6 @@ static void primary_free(struct tw_primary *p)
 	for (size_t i = 0; i < p->n_fab_old; i++) /* replaced by shm failovers (primary_rerep.c) */
 		tw_fab_close(p->fab_old[i]);
 	free(p->fab_old);
-	prpc_fini(p);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -690,8 +684,6 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 	}
 	if (rc == 0)
 		rc = pctl_init_fabric(p);
-	if (rc == 0 && cfg->data_path == TW_DATA_RPC)
-		rc = prpc_init(p);
 	if (rc == 0)
 		rc = pctl_connect_all(p);
 	if (rc == 0 && creating)

@@ -157,9 +157,6 @@ struct tw_primary {
 	struct pcall *next_calls; /* r of them */
 	unsigned next_n;
 
-	/* cfg.data_path == TW_DATA_RPC: state of the data messages (primary_rpcmode.c). */
-	struct prpc *rpcd;
-
 	/* Backup failure (primary_rerep.c). Driver thread only. */
 	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
 	bool fo_running;        /* inside pfo_run (no recursion) */

@@ -210,6 +210,7 @@ int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size
 		memset(&c, 0, sizeof(c));
 		c.op.cb = copy_done;
 		c.op.arg = &c;
+		c.op.flags = TW_OP_UNCHECKED; /* cut at COPY_CHUNK, not at sealed writes */
 		rc = tw_chan_write(b->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
 		if (rc < 0)
 			return rc;
