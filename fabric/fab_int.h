@@ -45,6 +45,9 @@ struct fab_ops {
 	int (*wait)(struct tw_fab *fab, int timeout_ms);
 	void (*wakeup)(struct tw_fab *fab);
 	int (*inject)(struct tw_chan *ch, const struct tw_mem_fault *fault);
+	/* tw_fab_reset: every channel is closed and freed; rebuild the provider state in place
+	 * and register every registration of fab->mrs again (same structs). */
+	int (*reset)(struct tw_fab *fab);
 };
 
 struct tw_fab {
@@ -64,6 +67,7 @@ struct tw_fab {
 	struct tw_fab_events ev;
 	char prov[64];        /* resolved name as typed ("tcp", "tcp;ofi_rxm", "mem") */
 	bool rdm;
+	bool loss_blocks;     /* tw_fab_loss_blocks_others (set by the backend: shm) */
 	char errmsg[512];
 	struct tw_fab_stats stats;
 	struct tw_chan *chans; /* every channel not yet freed (closed ones until the sweep) */

@@ -207,6 +207,32 @@ void tw_fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check)
 	fab->write_check = check;
 }
 
+bool tw_fab_loss_blocks_others(const struct tw_fab *fab)
+{
+	return fab->loss_blocks;
+}
+
+int tw_fab_reset(struct tw_fab *fab)
+{
+	int rc;
+
+	if (fab->depth)
+		return -EBUSY; /* from inside a callback */
+	fab_enter(fab);
+	fab->need_sweep = true; /* free the closed channels now */
+	fab_leave(fab);
+	if (fab->chans)
+		return -EBUSY;
+	if (!fab->ops->reset)
+		return -ENOTSUP;
+	fab->wmsg_last = NULL;
+	rc = fab->ops->reset(fab);
+	if (rc < 0)
+		tw_log_error("fabric %s: reset failed: %s (%s)", fab->prov, tw_strerror(rc),
+			     fab->errmsg);
+	return rc;
+}
+
 const char *tw_fab_provider(const struct tw_fab *fab)
 {
 	return fab->prov;

@@ -109,6 +109,26 @@ bool tw_fab_is_rdm(const struct tw_fab *fab);
 const char *tw_fab_errmsg(const struct tw_fab *fab);
 
 /*
+ * Whether a peer that stops answering with operations in flight can hold up the completions of
+ * this fab's operations to every other peer, so that after a loss the caller must close every
+ * channel, tw_fab_reset() and connect again for the others to make progress. True for shm in
+ * libfabric 1.17 (a sender consumes its writes' responses in order; docs/fabric.md "Resetting
+ * after a peer loss"); false for tcp, sockets, verbs and mem.
+ */
+bool tw_fab_loss_blocks_others(const struct tw_fab *fab);
+
+/*
+ * Rebuild the provider state (fabric, domain, endpoint, queues) in place. Every channel must be
+ * closed (-EBUSY otherwise, and from inside a callback); operations on them completed when they
+ * were closed. The handle stays valid (tw_fab_wakeup from other threads stays safe throughout),
+ * and so does every registration: same struct tw_mr, registered again (its key may change: read
+ * tw_mr_rkey again before sending it to a peer). A listening fab cannot be reset (-ENOTSUP: its
+ * peers know the old address). Returns 0, or a negative code, after which the fab can only be
+ * closed. No-op on mem.
+ */
+int tw_fab_reset(struct tw_fab *fab);
+
+/*
  * Passive side: start accepting connections. Writes the address peers pass to tw_fab_connect
  * (e.g. "127.0.0.1:40123", "fi_shm://1234:0:0", "mem://1") into addr_out.
  */

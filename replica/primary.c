@@ -558,9 +558,6 @@ static void primary_free(struct tw_primary *p)
 	}
 	if (p->fab)
 		tw_fab_close(p->fab);
-	for (size_t i = 0; i < p->n_fab_old; i++) /* replaced by shm failovers (primary_rerep.c) */
-		tw_fab_close(p->fab_old[i]);
-	free(p->fab_old);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -824,7 +821,7 @@ int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 		if (below_segment > p->free_req)
 			p->free_req = below_segment;
 		primary_unlock(p);
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 		return released;
 	}
 	rc = pctl_free(p, below_segment, &n);
@@ -930,7 +927,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			if (p->pt_idle) {
 				p->pt_idle = false;
 				pthread_mutex_unlock(&p->lock);
-				tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+				tw_fab_wakeup(p->fab);
 				pthread_mutex_lock(&p->lock);
 				continue;
 			}
@@ -948,7 +945,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			p->need_roll = true;
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+			tw_fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -976,7 +973,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 	return 0;
 }
 
@@ -1057,7 +1054,7 @@ int tw_primary_flush(struct tw_primary *p)
 		if (p->pt_idle && p->rec_tail < target) {
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+			tw_fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
 		}
 		while (p->rec_tail < target) {
@@ -1155,7 +1152,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 	}
 	primary_unlock(p);
 	if (p->threaded && n && p->thread_started)
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 	while (now) {
 		struct pseg *nx = now->next_free;
 
@@ -1206,7 +1203,7 @@ int tw_primary_finish(struct tw_primary *p)
 		pthread_mutex_lock(&p->lock);
 		p->stop = true;
 		pthread_mutex_unlock(&p->lock);
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 		pthread_join(p->thread, NULL);
 		p->thread_started = false;
 	}

@@ -80,9 +80,9 @@ int pctl_init_fabric(struct tw_primary *p)
 	ev.on_lost = on_lost;
 	rc = tw_fab_open(&fc, &ev, &fab);
 	if (rc == 0) {
-		/* App threads (async mode) read p->fab without the lock to wake the progress
-		 * thread; a shm failover replaces it (primary_rerep.c). */
-		__atomic_store_n(&p->fab, fab, __ATOMIC_RELEASE);
+		/* Set once, before any other thread exists; a failover resets the fabric in place
+		 * (tw_fab_reset), so app threads read p->fab without the lock. */
+		p->fab = fab;
 	} else {
 		snprintf(p->errmsg, sizeof(p->errmsg), "cannot open fabric (provider %s): %s",
 			 fc.provider ? fc.provider : "default", tw_strerror(rc));
