@@ -45,14 +45,29 @@ struct fab_ops {
 	int (*wait)(struct tw_fab *fab, int timeout_ms);
 	void (*wakeup)(struct tw_fab *fab);
 	int (*inject)(struct tw_chan *ch, const struct tw_mem_fault *fault);
+	/* tw_fab_reset: every channel is closed and freed; rebuild the provider state in place
+	 * and register every registration of fab->mrs again (same structs). */
+	int (*reset)(struct tw_fab *fab);
 };
 
 struct tw_fab {
+	/* The backend's table, or hook_ops: a copy of it with `write` replaced by wmsg_write
+	 * (cfg.write_mode TW_FAB_WRITE_MSG), as libfabric's hook providers wrap a provider. */
 	const struct fab_ops *ops;
+	struct fab_ops hook_ops;
+	/* ev.on_recv is recv_hook (fabric.c), which serves write messages (wmsg.c) and passes
+	 * every other message to the user's callback, kept here. */
+	void (*user_on_recv)(void *arg, struct tw_chan *ch, const void *msg, size_t len);
+	/* writes sent as messages (wmsg.c) */
+	uint8_t *wmsg_buf;          /* initiator: one message, header + chunk */
+	uint64_t wmsg_tag;          /* initiator: last tag used (tags start at 1) */
+	struct tw_mr *wmsg_last;    /* target: registration of the last chunk (lookup cache) */
+	tw_write_check_fn write_check; /* target: tw_fab_set_write_check */
 	struct tw_fab_config cfg;
 	struct tw_fab_events ev;
 	char prov[64];        /* resolved name as typed ("tcp", "tcp;ofi_rxm", "mem") */
 	bool rdm;
+	bool loss_blocks;     /* tw_fab_loss_blocks_others (set by the backend: shm) */
 	char errmsg[512];
 	struct tw_fab_stats stats;
 	struct tw_chan *chans; /* every channel not yet freed (closed ones until the sweep) */
@@ -119,6 +134,14 @@ uint64_t fab_next_deadline(const struct tw_fab *fab);
 uint64_t fab_gen_key(struct tw_fab *fab, size_t key_bytes);
 uint64_t fab_random64(void);
 struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id);
+
+/* wmsg.c: writes sent as messages (cfg.write_mode TW_FAB_WRITE_MSG) */
+bool wmsg_is(const void *msg, size_t len); /* starts with the write messages' magic */
+int wmsg_init(struct tw_fab *fab);         /* after the backend opened */
+void wmsg_fini(struct tw_fab *fab);
+int wmsg_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+	       struct tw_mr *src_mr, uint64_t raddr, uint64_t key);
+void wmsg_recv(struct tw_chan *ch, const void *msg, size_t len); /* a message wmsg_is() */
 
 /* Backend constructors: fill *out (already common-initialised) or return a negative code. */
 int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,

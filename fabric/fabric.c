@@ -92,6 +92,38 @@ void fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct
 	fab->next_chan_id = 1 + (uint32_t)(fab_random64() & 0xffff);
 }
 
+/* Every message passes here: write messages are the fabric's own (wmsg.c). */
+static void recv_hook(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct tw_fab *fab = ch->fab;
+
+	if (wmsg_is(msg, len))
+		wmsg_recv(ch, msg, len);
+	else if (fab->user_on_recv)
+		fab->user_on_recv(arg, ch, msg, len);
+}
+
+/* Wrap the backend that just opened: the receive callback always (any fab serves write
+ * messages), the write operation in TW_FAB_WRITE_MSG mode. On failure the fab is closed. */
+static int hook(struct tw_fab *fab)
+{
+	int rc = wmsg_init(fab);
+
+	if (rc < 0) {
+		fab_open_errmsg("write messages: %s", tw_strerror(rc));
+		fab->ops->close(fab);
+		return rc;
+	}
+	fab->user_on_recv = fab->ev.on_recv;
+	fab->ev.on_recv = recv_hook;
+	if (fab->cfg.write_mode == TW_FAB_WRITE_MSG) {
+		fab->hook_ops = *fab->ops;
+		fab->hook_ops.write = wmsg_write;
+		fab->ops = &fab->hook_ops;
+	}
+	return 0;
+}
+
 static int parse_provider(const char *want, bool *mem)
 {
 	*mem = !strcmp(want, "mem");
@@ -129,11 +161,18 @@ int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *
 		prov = getenv("FI_PROVIDER");
 	if (!prov || !*prov)
 		prov = "tcp";
+	if (cfg.write_mode != TW_FAB_WRITE_ONESIDED && cfg.write_mode != TW_FAB_WRITE_MSG) {
+		fab_open_errmsg("unknown write mode %d", (int)cfg.write_mode);
+		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
+		return -EINVAL;
+	}
 	parse_provider(prov, &mem);
 	if (mem)
 		rc = mem_fab_open(&cfg, ev, out);
 	else
 		rc = ofi_fab_open(&cfg, ev, prov, out);
+	if (rc == 0 && (rc = hook(*out)) < 0)
+		*out = NULL;
 	if (rc < 0) {
 		if (!open_errmsg[0])
 			fab_open_errmsg("%s", tw_strerror(rc));
@@ -159,7 +198,39 @@ void tw_fab_close(struct tw_fab *fab)
 	fab_leave(fab);
 	while (fab->mrs)
 		tw_mr_close(fab->mrs);
+	wmsg_fini(fab);
 	fab->ops->close(fab); /* frees fab */
+}
+
+void tw_fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check)
+{
+	fab->write_check = check;
+}
+
+bool tw_fab_loss_blocks_others(const struct tw_fab *fab)
+{
+	return fab->loss_blocks;
+}
+
+int tw_fab_reset(struct tw_fab *fab)
+{
+	int rc;
+
+	if (fab->depth)
+		return -EBUSY; /* from inside a callback */
+	fab_enter(fab);
+	fab->need_sweep = true; /* free the closed channels now */
+	fab_leave(fab);
+	if (fab->chans)
+		return -EBUSY;
+	if (!fab->ops->reset)
+		return -ENOTSUP;
+	fab->wmsg_last = NULL;
+	rc = fab->ops->reset(fab);
+	if (rc < 0)
+		tw_log_error("fabric %s: reset failed: %s (%s)", fab->prov, tw_strerror(rc),
+			     fab->errmsg);
+	return rc;
 }
 
 const char *tw_fab_provider(const struct tw_fab *fab)
@@ -479,6 +550,7 @@ int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t 
 		return -EINVAL;
 	if ((rc = check_local(src_mr, src, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
 		return rc;
+	op->fab_tag = 0;
 	fab_enter(fab);
 	rc = fab->ops->write(ch, op, src, len, src_mr, rk->addr + remote_off, rk->key);
 	fab_leave(fab);
@@ -497,6 +569,7 @@ int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, st
 		return -EINVAL;
 	if ((rc = check_local(dst_mr, dst, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
 		return rc;
+	op->fab_tag = 0;
 	fab_enter(fab);
 	rc = fab->ops->read(ch, op, dst, len, dst_mr, rk->addr + remote_off, rk->key);
 	fab_leave(fab);
@@ -512,7 +585,7 @@ int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
 		return rc;
 	if (len > fab->cfg.max_msg_size)
 		return -EMSGSIZE;
-	if (len && !msg)
+	if ((len && !msg) || wmsg_is(msg, len))
 		return -EINVAL;
 	fab_enter(fab);
 	rc = fab->ops->send(ch, msg, len);
@@ -613,6 +686,8 @@ void mr_link(struct tw_fab *fab, struct tw_mr *mr)
 
 void mr_unlink(struct tw_mr *mr)
 {
+	if (mr->fab->wmsg_last == mr)
+		mr->fab->wmsg_last = NULL;
 	if (mr->prev)
 		mr->prev->next = mr->next;
 	else

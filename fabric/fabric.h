@@ -31,6 +31,22 @@ struct tw_mr;   /* a registered memory region */
 
 #define TW_ADDR_MAX 128 /* longest address string, including the NUL */
 
+/* How tw_chan_write moves the bytes (the initiator's choice; every fab serves both). */
+enum tw_fab_write_mode {
+	TW_FAB_WRITE_ONESIDED = 0, /* one-sided RDMA write (fi_writemsg): the target's CPU idle */
+	/* The RPC-replication baseline: the bytes travel as messages; the target's fabric layer
+	 * checks the key and range, copies them into the registration, runs its write check
+	 * (tw_fab_set_write_check) and replies. Same completion semantics as a one-sided write
+	 * (fabric/wmsg.c, docs/fabric.md "Writes sent as messages"). */
+	TW_FAB_WRITE_MSG = 1,
+};
+/* Header of a write message; a write's bytes travel in chunks of max_msg_size minus this. */
+#define TW_FAB_WMSG_HDR 64u
+
+/* Check run by a target over a whole write sent as a message, once placed: 0, or a negative code
+ * that fails the write at the initiator. `buf` is the registered memory, borrowed for the call. */
+typedef int (*tw_write_check_fn)(const void *buf, size_t len);
+
 struct tw_fab_config {
 	/* As users type it: "tcp", "sockets", "shm", "verbs", "tcp;ofi_rxm", "verbs;ofi_rxm",
 	 * or "mem" (in-process backend). NULL: $FI_PROVIDER if set, else "tcp". */
@@ -46,6 +62,9 @@ struct tw_fab_config {
 	size_t max_msg_size;         /* largest control message; default 65536 */
 	unsigned rx_depth;           /* receive buffers pre-posted per channel; default 32 */
 	unsigned tx_depth;           /* operations in flight per channel; default 128 */
+	/* TW_FAB_WRITE_ONESIDED (default) or TW_FAB_WRITE_MSG. With MSG, a write's chunks are
+	 * max_msg_size bytes long, which the peers' max_msg_size must accept. */
+	enum tw_fab_write_mode write_mode;
 };
 
 /* Fill `cfg` with the defaults above. */
@@ -76,6 +95,10 @@ int tw_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
 /* Close every channel (without callbacks), the MRs still registered, and the fab. */
 void tw_fab_close(struct tw_fab *fab);
 
+/* Target side of TW_FAB_WRITE_MSG: run `check` (NULL: none) over every whole write a peer sends
+ * as messages into this fab's registrations, before the reply. One-sided writes never run it. */
+void tw_fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check);
+
 /* Resolved provider name ("tcp", "shm", "mem", ...) and whether it uses FI_EP_RDM. */
 const char *tw_fab_provider(const struct tw_fab *fab);
 bool tw_fab_is_rdm(const struct tw_fab *fab);
@@ -84,6 +107,26 @@ bool tw_fab_is_rdm(const struct tw_fab *fab);
  * message of the last failed tw_fab_open on the calling thread (e.g. -TW_ENOPROV names the
  * providers this machine offers). */
 const char *tw_fab_errmsg(const struct tw_fab *fab);
+
+/*
+ * Whether a peer that stops answering with operations in flight can hold up the completions of
+ * this fab's operations to every other peer, so that after a loss the caller must close every
+ * channel, tw_fab_reset() and connect again for the others to make progress. True for shm in
+ * libfabric 1.17 (a sender consumes its writes' responses in order; docs/fabric.md "Resetting
+ * after a peer loss"); false for tcp, sockets, verbs and mem.
+ */
+bool tw_fab_loss_blocks_others(const struct tw_fab *fab);
+
+/*
+ * Rebuild the provider state (fabric, domain, endpoint, queues) in place. Every channel must be
+ * closed (-EBUSY otherwise, and from inside a callback); operations on them completed when they
+ * were closed. The handle stays valid (tw_fab_wakeup from other threads stays safe throughout),
+ * and so does every registration: same struct tw_mr, registered again (its key may change: read
+ * tw_mr_rkey again before sending it to a peer). A listening fab cannot be reset (-ENOTSUP: its
+ * peers know the old address). Returns 0, or a negative code, after which the fab can only be
+ * closed. No-op on mem.
+ */
+int tw_fab_reset(struct tw_fab *fab);
 
 /*
  * Passive side: start accepting connections. Writes the address peers pass to tw_fab_connect
@@ -165,13 +208,21 @@ struct tw_op {
 	uint64_t deadline_ns; /* set by the fabric */
 	struct tw_op *next;   /* fabric's in-flight list */
 	struct tw_op *prev;
+	uint64_t fab_tag;     /* fabric's: the tag of a write sent as messages, else 0 */
+	unsigned flags;       /* TW_OP_*, set by the caller (0 when zeroed) */
 };
+/* The bytes of this write are not a unit the target's write check understands (a copy cut at
+ * arbitrary offsets): a target that places them itself (TW_FAB_WRITE_MSG) skips the check. */
+#define TW_OP_UNCHECKED 0x1u
 
 /*
  * One-sided write of `len` bytes from `src` (inside the registered `src_mr`) to byte
  * `remote_off` of the peer region `rk`. Checks remote_off + len <= rk->len locally (-ERANGE).
  * Returns 0 when posted (op->cb will run exactly once), or a negative code (cb will not run).
  * When the queue is full it progresses the fab and retries (other callbacks may run meanwhile).
+ * With cfg.write_mode TW_FAB_WRITE_MSG the bytes go as messages instead (same contract; a write
+ * the target refuses completes with its code, e.g. -EACCES, -ERANGE or the check's, and the
+ * channel stays up).
  */
 int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
 		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off);
@@ -181,7 +232,8 @@ int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, st
 		 const struct tw_rkey *rk, uint64_t remote_off);
 
 /*
- * Send a control message (len <= max_msg_size). The bytes are copied into an internal
+ * Send a control message (len <= max_msg_size; one that begins with the bytes 0x54 0x44, which
+ * mark the fabric's own write messages, is refused with -EINVAL). The bytes are copied into an internal
  * registered buffer before return, so `msg` is borrowed only for the call. Delivery failures
  * surface as on_lost. Returns 0 or a negative code.
  */
@@ -203,10 +255,12 @@ struct tw_fab_stats {
 	uint64_t fast_writes;          /* of those, without delivery-complete (tw_chan_fast_writes) */
 	uint64_t reads, read_bytes;
 	uint64_t sends, send_bytes;
-	uint64_t recvs, recv_bytes;    /* control messages received */
+	uint64_t recvs, recv_bytes;    /* messages received (write messages included) */
 	uint64_t cq_polls, cq_entries; /* progress work done */
 	uint64_t eagain_retries;
 	uint64_t errors;
+	uint64_t wmsg_writes;          /* writes posted as messages (TW_FAB_WRITE_MSG), as initiator */
+	uint64_t wmsg_served, wmsg_served_bytes; /* writes (whole) and bytes placed for peers */
 };
 void tw_fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 

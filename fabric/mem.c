@@ -538,6 +538,12 @@ static int mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
 	return 0;
 }
 
+static int mem_reset(struct tw_fab *fab)
+{
+	(void)fab; /* nothing wedges here: the registrations and the listener stay as they are */
+	return 0;
+}
+
 static void mem_close(struct tw_fab *fab)
 {
 	struct mem_fab *mf = (struct mem_fab *)fab;
@@ -582,6 +588,7 @@ static const struct fab_ops mem_ops = {
 	.wait = mem_wait,
 	.wakeup = mem_wakeup,
 	.inject = mem_inject,
+	.reset = mem_reset,
 };
 
 int mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,

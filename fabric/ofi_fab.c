@@ -8,6 +8,7 @@
  * would leave its fast path and VIRT_ADDR). Whatever comes back is read and obeyed.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,10 +122,13 @@ static void read_back(struct ofi_fab *of)
 		     of->mr_key_size, (unsigned long long)i->mode);
 }
 
-static void ofi_close(struct tw_fab *fab)
+/*
+ * Close every provider object of `of` and free what belongs to them (send ring, receive buffers,
+ * op contexts). Not the ofi_fab, not the wait fds (epfd, evfd: tw_fab_wakeup may use evfd from
+ * another thread at any time), not the user's registrations (their fid_mr must be closed first).
+ */
+static void release(struct ofi_fab *of)
 {
-	struct ofi_fab *of = ofab(fab);
-
 	of->closing = true;
 	rdm_shm_fast_fini(of);
 	if (of->ep)
@@ -158,8 +162,11 @@ static void ofi_close(struct tw_fab *fab)
 	}
 	if (of->pep)
 		fi_close(&of->pep->fid);
-	if (of->eq)
+	if (of->eq) {
+		if (of->eq_fd >= 0)
+			epoll_ctl(of->epfd, EPOLL_CTL_DEL, of->eq_fd, NULL);
 		fi_close(&of->eq->fid);
+	}
 	if (of->rmr)
 		fi_close(&of->rmr->fid);
 	tw_fab_free(of->rbuf, of->rbuf_len);
@@ -176,6 +183,13 @@ static void ofi_close(struct tw_fab *fab)
 		fi_freeinfo(of->info);
 	if (of->hints)
 		fi_freeinfo(of->hints);
+}
+
+static void ofi_close(struct tw_fab *fab)
+{
+	struct ofi_fab *of = ofab(fab);
+
+	release(of);
 	if (of->epfd >= 0)
 		close(of->epfd);
 	if (of->evfd >= 0)
@@ -208,6 +222,8 @@ static void ofi_chan_free(struct tw_chan *ch)
 	free(ch);
 }
 
+static int ofi_reset(struct tw_fab *fab);
+
 static const struct fab_ops ofi_ops = {
 	.name = "ofi",
 	.close = ofi_close,
@@ -225,31 +241,30 @@ static const struct fab_ops ofi_ops = {
 	.wait = ofi_wait,
 	.wakeup = ofi_wakeup,
 	.inject = NULL,
+	.reset = ofi_reset,
 };
 
-int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
-		 struct tw_fab **out)
+/*
+ * Open the provider objects of `of` (its generic part and wait fds already set up): fi_getinfo,
+ * fabric, domain, send ring, then the EQ (MSG) or the shared endpoint (RDM). On failure the
+ * caller releases what was opened.
+ */
+static int setup(struct ofi_fab *of, const char *prov)
 {
+	const struct tw_fab_config *cfg = &of->base.cfg;
 	char name[64];
 	enum fi_ep_type type;
-	struct ofi_fab *of;
 	const char *node, *service;
 	uint64_t flags;
 	int rc;
 
 	parse_prov(prov, name, sizeof(name), &type);
-	of = calloc(1, sizeof(*of));
-	if (!of)
-		return -ENOMEM;
-	fab_init_common(&of->base, &ofi_ops, cfg, ev);
-	of->epfd = of->evfd = of->eq_fd = of->cq_fd = -1;
+	of->eq_fd = of->cq_fd = -1;
 	of->backoff_us = 1;
 	of->base.rdm = type == FI_EP_RDM;
 	of->hints = make_hints(name, type);
-	if (!of->hints) {
-		rc = -ENOMEM;
-		goto fail;
-	}
+	if (!of->hints)
+		return -ENOMEM;
 	/* shm names itself (fi_shm://pid:uid:idx, unique per endpoint) when given no address. */
 	if (!strcmp(name, "shm")) {
 		node = NULL;
@@ -263,6 +278,10 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 	/* The sockets provider completes transfers in its own thread, which may still use an
 	 * endpoint's transmit context after fi_close() returned (cm_chan_down). */
 	of->drain_close = !strcmp(name, "sockets");
+	/* shm 1.17: a write to a peer that never answers blocks the completion of every later
+	 * write of the endpoint, to every peer (tw_fab_loss_blocks_others, docs/fabric.md
+	 * "Resetting after a peer loss"). */
+	of->base.loss_blocks = !strcmp(name, "shm");
 	rc = fi_getinfo(OFI_VERSION, node, service, flags, of->hints, &of->info);
 	if (rc || !of->info) {
 		char avail[256];
@@ -272,13 +291,11 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 			fab_open_errmsg("provider '%s' is not available here (with the required "
 					"capabilities); this machine offers: %s",
 					prov, avail);
-			rc = -TW_ENOPROV;
-		} else {
-			fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
-					fi_strerror(-rc), avail);
-			rc = ofi_errno(rc);
+			return -TW_ENOPROV;
 		}
-		goto fail;
+		fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
+				fi_strerror(-rc), avail);
+		return ofi_errno(rc);
 	}
 	read_back(of);
 	if (of->is_verbs) {
@@ -294,19 +311,58 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 	if (cfg->max_msg_size + RDM_HDR_LEN > of->max_msg_size) {
 		fab_open_errmsg("max_msg_size %zu exceeds the provider's %zu", cfg->max_msg_size,
 				of->max_msg_size);
-		rc = -EINVAL;
-		goto fail;
+		return -EINVAL;
 	}
 	rc = fi_fabric(of->info->fabric_attr, &of->fabric, NULL);
 	if (rc) {
 		fab_open_errmsg("fi_fabric: %s", fi_strerror(-rc));
-		goto fail_rc;
+		return ofi_errno(rc);
 	}
 	rc = fi_domain(of->fabric, of->info, &of->domain, NULL);
 	if (rc) {
 		fab_open_errmsg("fi_domain: %s", fi_strerror(-rc));
-		goto fail_rc;
+		return ofi_errno(rc);
 	}
+	rc = msg_alloc_slots(of);
+	if (rc < 0) {
+		fab_open_errmsg("send buffers: %s", tw_strerror(rc));
+		return rc;
+	}
+	if (of->base.rdm)
+		return rdm_open_ep(of);
+	struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
+
+	rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+	if (rc) {
+		ea.wait_obj = FI_WAIT_NONE;
+		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+	}
+	if (rc) {
+		fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
+		return ofi_errno(rc);
+	}
+	if (ea.wait_obj == FI_WAIT_FD && fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 &&
+	    of->eq_fd >= 0) {
+		struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
+		epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
+	} else {
+		of->eq_fd = -1;
+		of->nofd++;
+	}
+	return 0;
+}
+
+int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
+		 struct tw_fab **out)
+{
+	struct ofi_fab *of;
+	int rc;
+
+	of = calloc(1, sizeof(*of));
+	if (!of)
+		return -ENOMEM;
+	fab_init_common(&of->base, &ofi_ops, cfg, ev);
+	of->eq_fd = of->cq_fd = -1;
 	of->epfd = epoll_create1(EPOLL_CLOEXEC);
 	of->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (of->epfd < 0 || of->evfd < 0) {
@@ -316,43 +372,62 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 	}
 	struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL};
 	epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->evfd, &ee);
-	rc = msg_alloc_slots(of);
-	if (rc < 0) {
-		fab_open_errmsg("send buffers: %s", tw_strerror(rc));
+	rc = setup(of, prov);
+	if (rc < 0)
 		goto fail;
-	}
-	if (of->base.rdm) {
-		rc = rdm_open_ep(of);
-		if (rc < 0)
-			goto fail;
-	} else {
-		struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
-
-		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
-		if (rc) {
-			ea.wait_obj = FI_WAIT_NONE;
-			rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
-		}
-		if (rc) {
-			fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
-			goto fail_rc;
-		}
-		if (ea.wait_obj == FI_WAIT_FD &&
-		    fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 && of->eq_fd >= 0) {
-			struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
-			epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
-		} else {
-			of->eq_fd = -1;
-			of->nofd++;
-		}
-	}
 	tw_log_debug("fabric %s: opened (%s, %s)", prov, of->base.rdm ? "RDM" : "MSG",
 		     of->nofd ? "polling with backoff" : "wait fds");
 	*out = &of->base;
 	return 0;
-fail_rc:
-	rc = ofi_errno(rc);
 fail:
 	ofi_close(&of->base);
 	return rc;
+}
+
+/*
+ * tw_fab_reset: every provider object closed and opened again in place (the same struct, so
+ * the handle and its wait fds stay; tw_fab_wakeup from another thread stays safe), then every
+ * registration of the user registered again in the new domain (same struct tw_mr, new key).
+ * The caller closed every channel, so no operation refers to the old contexts.
+ */
+static int ofi_reset(struct tw_fab *fab)
+{
+	struct ofi_fab *of = ofab(fab);
+	int rc;
+
+	if (of->listening) {
+		fab_errmsg(fab, "a listening fab is not reset (its peers know its address)");
+		return -ENOTSUP;
+	}
+	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
+		struct ofi_mr *mr = (struct ofi_mr *)m;
+
+		if (mr->mr)
+			fi_close(&mr->mr->fid);
+		mr->mr = NULL;
+		mr->desc = NULL;
+	}
+	release(of);
+	/* Everything but the generic part and the wait fds starts from zero, as in calloc. The
+	 * two ranges skip epfd and evfd, which another thread may read (ofi_wakeup). */
+	memset((char *)of + sizeof(of->base), 0,
+	       offsetof(struct ofi_fab, epfd) - sizeof(of->base));
+	memset((char *)&of->eq_fd, 0, sizeof(*of) - offsetof(struct ofi_fab, eq_fd));
+	rc = setup(of, fab->prov);
+	if (rc < 0) {
+		fab_errmsg(fab, "reset: %s", tw_fab_errmsg(NULL));
+		return rc;
+	}
+	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
+		struct ofi_mr *mr = (struct ofi_mr *)m;
+
+		rc = mr_reg_internal(of, m->buf, m->len, mr_access_flags(m->access), &mr->mr,
+				     &mr->desc);
+		if (rc < 0)
+			return rc;
+		m->rk.addr = of->virt_addr ? (uint64_t)(uintptr_t)m->buf : 0;
+		m->rk.key = fi_mr_key(mr->mr);
+	}
+	tw_log_info("fabric %s: reset: new endpoint %s", fab->prov, of->base.rdm ? of->name : "");
+	return 0;
 }

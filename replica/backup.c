@@ -23,7 +23,6 @@
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
-#include "replica/rpcdata.h"
 
 #define FLUSH_RETRIES 3
 #define FLUSH_RETRY_NS (5ull * 1000000000u) /* after FLUSH_RETRIES failures in a row */
@@ -595,8 +594,6 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 	struct conn *c = tw_chan_user(ch);
 
 	if (!c || c->lost || c->drop)
-		return;
-	if (bk_data_recv(b, c, msg, len)) /* TW_DATA_RPC baseline: backup_rpcdata.c */
 		return;
 	bk_rpc_recv(b, c, msg, len);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "log/check.h"
 #include "replica/backup_int.h"
 
 #define POOL_ACCESS (TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ)
@@ -17,6 +18,9 @@ int pool_init(struct pool *p, struct tw_fab *fab, unsigned n, size_t size)
 {
 	memset(p, 0, sizeof(*p));
 	p->fab = fab;
+	/* A primary whose writes arrive as messages (the RPC baseline) has our CPU place them:
+	 * then check each sealed write before it is acknowledged, as an RPC backup would. */
+	tw_fab_set_write_check(fab, tw__log_check_write);
 	p->size = size;
 	p->bufs = calloc(n, sizeof(*p->bufs));
 	if (!p->bufs)

@@ -16,7 +16,6 @@
 #include "recovery/recover_int.h"
 #include "proto/auth.h"
 #include "replica/primary_int.h"
-#include "replica/rpcdata.h"
 
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */
@@ -267,12 +266,9 @@ static int seal_post(struct tw_primary *p)
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
-		if (p->rpcd) /* TW_DATA_RPC baseline: primary_rpcmode.c */
-			rc = prpc_post(p, po);
-		else
-			rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr,
-						   &seg->rk[i], off)
-				   : -TW_EPEERLOST;
+		rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr, &seg->rk[i],
+					   off)
+			   : -TW_EPEERLOST;
 		if (rc < 0) {
 			char why[160];
 
@@ -383,7 +379,6 @@ static int drive(struct tw_primary *p, int timeout_ms)
 		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
 			     tw_fab_errmsg(p->fab));
 	}
-	prpc_expire(p); /* TW_DATA_RPC: overdue data replies (primary_rpcmode.c) */
 	if (p->fo_pending && !p->fo_running)
 		pfo_run(p);
 	rc = reap(p);
@@ -583,10 +578,6 @@ static void primary_free(struct tw_primary *p)
 	}
 	if (p->fab)
 		tw_fab_close(p->fab);
-	for (size_t i = 0; i < p->n_fab_old; i++) /* replaced by shm failovers (primary_rerep.c) */
-		tw_fab_close(p->fab_old[i]);
-	free(p->fab_old);
-	prpc_fini(p);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -712,8 +703,6 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 	}
 	if (rc == 0)
 		rc = pctl_init_fabric(p);
-	if (rc == 0 && cfg->data_path == TW_DATA_RPC)
-		rc = prpc_init(p);
 	if (rc == 0)
 		rc = pctl_connect_all(p);
 	if (rc == 0 && creating)
@@ -854,7 +843,7 @@ int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 		if (below_segment > p->free_req)
 			p->free_req = below_segment;
 		primary_unlock(p);
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 		return released;
 	}
 	rc = pctl_free(p, below_segment, &n);
@@ -960,7 +949,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			if (p->pt_idle) {
 				p->pt_idle = false;
 				pthread_mutex_unlock(&p->lock);
-				tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+				tw_fab_wakeup(p->fab);
 				pthread_mutex_lock(&p->lock);
 				continue;
 			}
@@ -978,7 +967,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			p->need_roll = true;
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+			tw_fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -1006,7 +995,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 	return 0;
 }
 
@@ -1087,7 +1076,7 @@ int tw_primary_flush(struct tw_primary *p)
 		if (p->pt_idle && p->rec_tail < target) {
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+			tw_fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
 		}
 		while (p->rec_tail < target) {
@@ -1185,7 +1174,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 	}
 	primary_unlock(p);
 	if (p->threaded && n && p->thread_started)
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 	while (now) {
 		struct pseg *nx = now->next_free;
 
@@ -1236,7 +1225,7 @@ int tw_primary_finish(struct tw_primary *p)
 		pthread_mutex_lock(&p->lock);
 		p->stop = true;
 		pthread_mutex_unlock(&p->lock);
-		tw_fab_wakeup(__atomic_load_n(&p->fab, __ATOMIC_ACQUIRE));
+		tw_fab_wakeup(p->fab);
 		pthread_join(p->thread, NULL);
 		p->thread_started = false;
 	}

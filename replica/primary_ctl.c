@@ -12,7 +12,6 @@
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/primary_int.h"
-#include "replica/rpcdata.h"
 
 static struct pbackup *chan_backup(struct tw_chan *ch)
 {
@@ -30,10 +29,6 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 	if (b->probe) {
 		if (tw_rpc_client_on_recv(b->rpc, msg, len) < 0)
 			b->lost = true;
-		return;
-	}
-	if (rpcdata_is(msg, len)) { /* TW_DATA_RPC baseline: primary_rpcmode.c */
-		prpc_on_reply(b, msg, len);
 		return;
 	}
 	rc = tw_rpc_client_on_recv(b->rpc, msg, len);
@@ -57,7 +52,6 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 		tw_rpc_client_on_lost(b->rpc, err);
 	if (b->probe)
 		return;
-	prpc_on_lost(b, err);
 	pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
 }
 
@@ -77,15 +71,18 @@ int pctl_init_fabric(struct tw_primary *p)
 		fc.op_timeout_ms = p->cfg.op_timeout_ms;
 	if (fc.tx_depth < p->cfg.max_inflight + 32)
 		fc.tx_depth = p->cfg.max_inflight + 32;
+	/* The RPC-replication baseline is the fabric's: its writes go as messages that the
+	 * backup's fabric layer checks, copies and answers (fabric/wmsg.c). */
+	fc.write_mode = p->cfg.data_path == TW_DATA_RPC ? TW_FAB_WRITE_MSG : TW_FAB_WRITE_ONESIDED;
 	memset(&ev, 0, sizeof(ev));
 	ev.arg = p;
 	ev.on_recv = on_recv;
 	ev.on_lost = on_lost;
 	rc = tw_fab_open(&fc, &ev, &fab);
 	if (rc == 0) {
-		/* App threads (async mode) read p->fab without the lock to wake the progress
-		 * thread; a shm failover replaces it (primary_rerep.c). */
-		__atomic_store_n(&p->fab, fab, __ATOMIC_RELEASE);
+		/* Set once, before any other thread exists; a failover resets the fabric in place
+		 * (tw_fab_reset), so app threads read p->fab without the lock. */
+		p->fab = fab;
 	} else {
 		snprintf(p->errmsg, sizeof(p->errmsg), "cannot open fabric (provider %s): %s",
 			 fc.provider ? fc.provider : "default", tw_strerror(rc));

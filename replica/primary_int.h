@@ -161,21 +161,14 @@ struct tw_primary {
 	struct pcall *next_calls; /* r of them */
 	unsigned next_n;
 
-	/* cfg.data_path == TW_DATA_RPC: state of the data messages (primary_rpcmode.c). */
-	struct prpc *rpcd;
-
 	/* Backup failure (primary_rerep.c). Driver thread only. */
 	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
 	bool fo_running;        /* inside pfo_run (no recursion) */
 	bool rr_dirty;          /* closed segments may have replicas on lost backups */
 	uint64_t fo_since_ns;   /* when the suspension began */
 	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
-	bool fo_resetting;      /* shm: replacing the fabric instance (losses are not new) */
+	bool fo_resetting;      /* closing every channel for tw_fab_reset (losses are not new) */
 	unsigned fo_first;      /* the backup whose loss began the suspension */
-	/* shm: instances replaced by failover resets. Kept open until the primary is freed, since an
-	 * app thread may still be waking one it loaded before the swap. */
-	struct tw_fab **fab_old;
-	size_t n_fab_old;
 
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */

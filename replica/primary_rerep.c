@@ -211,6 +211,7 @@ int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size
 		memset(&c, 0, sizeof(c));
 		c.op.cb = copy_done;
 		c.op.arg = &c;
+		c.op.flags = TW_OP_UNCHECKED; /* cut at COPY_CHUNK, not at sealed writes */
 		rc = tw_chan_write(b->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
 		if (rc < 0)
 			return rc;
@@ -326,62 +327,30 @@ static unsigned first_lost(struct tw_primary *p, const struct pseg *s)
 	return UINT_MAX;
 }
 
-static int rereg(struct tw_primary *p, struct pseg *s)
-{
-	struct tw_mr *mr;
-	int rc = tw_mr_reg(p->fab, s->buf, s->cap, TW_MR_WRITE_SRC, &mr);
-
-	if (rc == 0)
-		s->mr = mr; /* the old one belongs to the old instance, closed with it */
-	return rc;
-}
-
 /*
- * shm (libfabric 1.17): the sender consumes the responses of its writes in order, so one write
- * to a peer that never answers (SIGKILLed, stopped) blocks the completion of every later write
- * of the endpoint, to every peer (measured: all replicas time out after the dead one). The way
- * out is a new endpoint: a new fabric instance, the segments registered again, the healthy
- * backups reconnected. Every write in flight then completed with an error (slots marked
- * repair), and the caller writes the bytes again (same bytes: harmless if an old write still
- * lands). The old instance stays open until the primary is freed (app threads may still call
- * tw_fab_wakeup on it).
+ * A fabric whose peers' losses block each other (shm in libfabric 1.17: the sender consumes the
+ * responses of its writes in order, so one write to a peer that never answers blocks the
+ * completion of every later write of the endpoint, to every peer; tw_fab_loss_blocks_others):
+ * every channel is closed (every write in flight completes with an error, slots marked repair),
+ * the fabric rebuilds its endpoint (tw_fab_reset: same handle, the segments' registrations stay
+ * valid), and the healthy backups are connected again. The caller writes the bytes again (same
+ * bytes: harmless if an old write still lands).
  */
 static int reset_fabric(struct tw_primary *p)
 {
-	struct tw_fab *old = p->fab, **olds;
-	struct pseg *f;
-	int rc = 0;
+	int rc;
 
-	tw_log_warn("primary log %llu: shm: replacing the fabric instance (a dead peer blocks the "
-		    "endpoint's completions)", (unsigned long long)p->cfg.log_id);
+	tw_log_warn("primary log %llu: resetting the fabric (a dead peer blocks the completions of "
+		    "the others)", (unsigned long long)p->cfg.log_id);
 	p->fo_resetting = true;
 	for (size_t i = 0; i < p->nbk; i++)
 		if (p->bk[i].ch || p->bk[i].rpc)
 			pctl_drop(&p->bk[i]);
 	p->fo_resetting = false;
-	olds = realloc(p->fab_old, (p->n_fab_old + 1) * sizeof(*olds));
-	if (!olds) {
-		primary_fail(p, -ENOMEM, "shm: cannot replace the fabric instance: out of memory");
-		return -ENOMEM;
-	}
-	p->fab_old = olds;
-	rc = pctl_init_fabric(p); /* publishes the new instance only on success */
+	rc = tw_fab_reset(p->fab);
 	if (rc < 0) {
-		primary_fail(p, rc, "shm: cannot open a new fabric instance: %s", tw_strerror(rc));
-		return rc;
-	}
-	p->fab_old[p->n_fab_old++] = old;
-	primary_lock(p);
-	for (size_t i = 0; i < p->nsegs && rc == 0; i++)
-		if (p->segs[i])
-			rc = rereg(p, p->segs[i]);
-	if (rc == 0 && p->next)
-		rc = rereg(p, p->next);
-	for (f = p->free_list; f && rc == 0; f = f->next_free)
-		rc = rereg(p, f);
-	primary_unlock(p);
-	if (rc < 0) {
-		primary_fail(p, rc, "shm: cannot register the log again: %s", tw_strerror(rc));
+		primary_fail(p, rc, "cannot reset the fabric after a backup loss: %s (%s)",
+			     tw_strerror(rc), tw_fab_errmsg(p->fab));
 		return rc;
 	}
 	for (size_t i = 0; i < p->nbk; i++) {
@@ -390,9 +359,9 @@ static int reset_fabric(struct tw_primary *p)
 		/* Lost after the one that began the suspension: most likely only behind it in
 		 * the blocked queue (the fabric reports timed-out channels oldest operation
 		 * first, so the first loss is the peer at the head of the queue). Try it again
-		 * on the new instance; a dead one fails to connect. */
+		 * after the reset; a dead one fails to connect. */
 		if (b->lost && b->fo_seen && i != p->fo_first && b->lost_ns >= p->fo_since_ns) {
-			tw_log_info("primary: shm: trying %s again (%s)", b->addr, b->why);
+			tw_log_info("primary: trying %s again (%s)", b->addr, b->why);
 			b->lost = false;
 			b->fo_seen = false;
 			b->why[0] = '\0';
@@ -430,7 +399,7 @@ void pfo_run(struct tw_primary *p)
 	if (!p->fo_pending || p->fo_running)
 		return;
 	p->fo_running = true;
-	if (s && !s->closed && !strcmp(tw_fab_provider(p->fab), "shm")) {
+	if (s && !s->closed && tw_fab_loss_blocks_others(p->fab)) {
 		primary_lock(p);
 		from = inflight_from(p, s, s->w.write_start);
 		primary_unlock(p);

@@ -101,7 +101,8 @@ enum tw_data_path {
 	TW_DATA_ONESIDED = 0, /* one-sided writes into the backups' buffers (Tailwind) */
 	TW_DATA_RPC = 1,      /* benchmark baseline: two-sided data messages that the backup's CPU
 			       * checks, copies into the buffer and answers (RAMCloud-style);
-			       * same batching, pipelining, log format and control RPCs */
+			       * same batching, pipelining, log format and control RPCs; done by
+			       * the transport (docs/fabric.md "Writes sent as messages") */
 };
 
 struct tw_primary_config {

@@ -5,6 +5,7 @@
  * nothing acknowledged is lost, the counters tell what happened, closed segments that lived on
  * the lost backup are re-replicated, and recovery from all four backups returns every
  * acknowledged entry while ignoring the lost backup's stale copies (older replica version).
+ * Last, the same through the RPC-replication baseline (TW_DATA_RPC) with a backup closed.
  */
 #include <errno.h>
 #include <ftw.h>
@@ -317,6 +318,80 @@ static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *
 	return 0;
 }
 
+/*
+ * The RPC-replication baseline (TW_DATA_RPC: the fabric sends writes as messages and the
+ * backups' fabric checks each sealed write) through a failover: the re-replication copies are
+ * whole segment prefixes, not sealed writes, and must be placed without the check
+ * (TW_OP_UNCHECKED). The victim backup is closed (its channels are lost). Runs last: it stops
+ * one of the four backups for good.
+ */
+static void test_rpc_failover(struct tbackup *b, const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_recover_result res;
+	struct tw_primary *p;
+	struct acks a = { 0 };
+	struct rcheck k;
+	uint8_t buf[OBJ];
+	const char *rest[3];
+	char err[1024];
+	unsigned vi = 0, n = 0;
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = 220;
+	cfg.epoch = 1;
+	cfg.backups = addrs;
+	cfg.n_backups = 4;
+	cfg.replicas = 3;
+	cfg.provider = "mem";
+	cfg.segment_size = SEG;
+	cfg.mode = TW_PRIMARY_ASYNC;
+	cfg.op_timeout_ms = 300;
+	cfg.rerep_rate = 0;
+	cfg.data_path = TW_DATA_RPC;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "rpc: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < 1500; i++) {
+		fill(buf, i);
+		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+	}
+	is_int(tw_primary_flush(p), 0, "rpc: 1500 appends before the loss");
+	primary_lock(p);
+	for (unsigned i = 0; i < 4; i++)
+		if (!strcmp(b[i].addr, p->bk[p->cur->rep[1]].addr))
+			vi = i;
+	primary_unlock(p);
+	tbackup_stop(&b[vi]);
+	for (uint64_t i = 1500; i < 3000; i++) {
+		fill(buf, i);
+		if (tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL))
+			break;
+	}
+	rc = tw_primary_flush(p);
+	is_int(rc, 0, "rpc: appends go on after backup %u closed (%s)", vi,
+	       rc ? tw_primary_errmsg(p) : "ok");
+	ok(a.ok == 3000 && a.errors == 0, "rpc: %" PRIu64 " acknowledged, %" PRIu64 " failed", a.ok,
+	   a.errors);
+	is_int(tw_primary_finish(p), 0, "rpc: finish (every closed segment re-replicated)");
+	tw_primary_get_stats(p, &st);
+	ok(st.backups_lost == 1 && st.failovers == 1 && st.rereplications >= 2 &&
+	   st.rerep_bytes > SEG, "rpc: %" PRIu64 " lost, %" PRIu64 " failovers, %" PRIu64
+	   " re-replications of %" PRIu64 " bytes, copied as unchecked writes", st.backups_lost,
+	   st.failovers, st.rereplications, st.rerep_bytes);
+	tw_primary_close(p);
+	for (unsigned i = 0; i < 4; i++)
+		if (i != vi)
+			rest[n++] = addrs[i];
+	rc = recover_all(rest, 3, 220, &k, &res);
+	ok(rc == 0 && k.bad == 0 && k.next == 3000,
+	   "rpc: recovery from the three others returns all %" PRIu64 " entries (%" PRIu64 " bad)",
+	   k.next, k.bad);
+}
+
 int main(void)
 {
 	struct tbackup b[NB];
@@ -340,6 +415,7 @@ int main(void)
 	preopen = false;
 	test_stale_closed(addrs);
 	test_rate(addrs);
+	test_rpc_failover(b, addrs);
 
 	for (unsigned i = 0; i < NB; i++)
 		tbackup_stop(&b[i]);

@@ -1,7 +1,8 @@
 /*
- * tests/unit/test_rpcdata.c — the RPC-replication baseline (cfg.data_path = TW_DATA_RPC,
- * replica/rpcdata.h): the data message codec and write check (pure), then the data path over
- * the in-memory fabric ("mem") with three in-process backups: synchronous appends (one entry per
+ * tests/unit/test_rpcdata.c — the RPC-replication baseline (cfg.data_path = TW_DATA_RPC: the
+ * primary's fabric sends its writes as messages, fabric/wmsg.c; the backups' fabric layer checks
+ * each sealed write with tw__log_check_write, log/check.h, copies it and replies): the write check
+ * (pure), then the data path over the in-memory fabric ("mem") with three in-process backups: synchronous appends (one entry per
  * write, so both paths produce the same bytes) land identically with one-sided writes and with
  * data messages (same buffer bytes, same scan: entries, valid length, checksum); then batched
  * asynchronous appends through the rpc path, closed (the backups' close scans agree) and counted.
@@ -20,7 +21,7 @@
 
 #include "core/util.h"
 #include "replica/backup_int.h"
-#include "replica/rpcdata.h"
+#include "log/check.h"
 #include "tap.h"
 
 #define SEG (64u * 1024u)
@@ -92,27 +93,6 @@ static uint32_t len_of(uint64_t seq)
 
 /* ------------------------------------------------------------------ pure part */
 
-static void test_codec(void)
-{
-	struct rpcdata_hdr h = { RPCDATA_KIND_DATA, RPCDATA_LAST, 5, 7, 9, 3, 4096, 4000, 200, 77 };
-	struct rpcdata_hdr g;
-	uint8_t msg[RPCDATA_HDR_SIZE + 5] = { 0 };
-
-	rpcdata_encode(&h, msg);
-	ok(rpcdata_is(msg, sizeof(msg)), "data magic recognised");
-	is_int(rpcdata_decode(msg, sizeof(msg), &g), 0, "decode");
-	ok(g.kind == h.kind && g.flags == h.flags && g.data_len == 5 && g.log_id == 7 &&
-	   g.segment_id == 9 && g.epoch == 3 && g.offset == 4096 && g.write_off == 4000 &&
-	   g.write_len == 200 && g.tag == 77, "fields round-trip");
-	is_int(rpcdata_decode(msg, sizeof(msg) - 1, &g), -TW_EPROTO, "length mismatch refused");
-	is_int(rpcdata_decode(msg, 10, &g), -TW_EPROTO, "short header refused");
-	msg[2] = 9;
-	is_int(rpcdata_decode(msg, sizeof(msg), &g), -TW_EPROTO, "unknown version refused");
-	msg[0] = 0x54;
-	msg[1] = 0x57; /* an RPC frame's magic */
-	ok(!rpcdata_is(msg, sizeof(msg)), "RPC frames are not data messages");
-}
-
 static void test_check_write(void)
 {
 	static uint8_t buf[8192];
@@ -130,15 +110,15 @@ static void test_check_write(void)
 	fill(payload, 40, 9);
 	tw_log_writer_append(&w, payload, 40, &off2);
 	tw_log_writer_seal(&w, &off2, &len2);
-	is_int(rpcdata_check_write(buf + off, len), 0, "a sealed write of 5 entries checks");
-	is_int(rpcdata_check_write(buf + off2, len2), 0, "the next write (chained) checks alone");
-	is_int(rpcdata_check_write(buf + off, len - 1), -TW_ECORRUPT, "truncated: corrupt");
-	is_int(rpcdata_check_write(buf + off, len + len2), -TW_ECORRUPT,
+	is_int(tw__log_check_write(buf + off, len), 0, "a sealed write of 5 entries checks");
+	is_int(tw__log_check_write(buf + off2, len2), 0, "the next write (chained) checks alone");
+	is_int(tw__log_check_write(buf + off, len - 1), -TW_ECORRUPT, "truncated: corrupt");
+	is_int(tw__log_check_write(buf + off, len + len2), -TW_ECORRUPT,
 	       "two writes: a checksum entry inside is refused");
-	is_int(rpcdata_check_write(buf + off2, len2 - TW_CKSUM_ENTRY_SIZE), -TW_ECORRUPT,
+	is_int(tw__log_check_write(buf + off2, len2 - TW_CKSUM_ENTRY_SIZE), -TW_ECORRUPT,
 	       "no checksum entry: corrupt");
 	buf[off + TW_ENTRY_HDR_SIZE] ^= 0x10; /* entry 0's payload */
-	is_int(rpcdata_check_write(buf + off, len), -TW_ECORRUPT, "payload bit flip: corrupt");
+	is_int(tw__log_check_write(buf + off, len), -TW_ECORRUPT, "payload bit flip: corrupt");
 }
 
 /* ------------------------------------------------------------------ over "mem" */
@@ -295,6 +275,43 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 	   (unsigned long long)entries, (unsigned long long)st.segments);
 }
 
+/* Which side did the work: the backups' fabric layer placed (and checked) every write of the
+ * rpc log and none of the one-sided log's. */
+static void test_who_placed(struct tbackup *bk, const char **addrs)
+{
+	struct tw_primary *a = open_log(addrs, 105, TW_DATA_ONESIDED);
+	struct tw_primary *r = open_log(addrs, 106, TW_DATA_RPC);
+	struct tw_fab_stats f0, f1, f2;
+	struct tw_primary_stats st;
+	uint8_t payload[200];
+	int rc = 0;
+
+	fill(payload, sizeof(payload), 3);
+	backup_pause(&bk[1]);
+	tw_fab_get_stats(bk[1].b->fab, &f0);
+	backup_resume(&bk[1]);
+	for (unsigned i = 0; i < 50 && !rc; i++)
+		rc = tw_primary_append(a, payload, sizeof(payload), NULL);
+	backup_pause(&bk[1]);
+	tw_fab_get_stats(bk[1].b->fab, &f1);
+	backup_resume(&bk[1]);
+	for (unsigned i = 0; i < 50 && !rc; i++)
+		rc = tw_primary_append(r, payload, sizeof(payload), NULL);
+	backup_pause(&bk[1]);
+	tw_fab_get_stats(bk[1].b->fab, &f2);
+	backup_resume(&bk[1]);
+	tw_primary_get_stats(r, &st);
+	is_int(rc, 0, "50 appends on each path");
+	ok(f1.wmsg_served == f0.wmsg_served, "one-sided: the backup placed no write itself");
+	ok(f2.wmsg_served - f1.wmsg_served == st.writes && st.writes == 50 &&
+	   f2.wmsg_served_bytes - f1.wmsg_served_bytes >= 50 * sizeof(payload),
+	   "rpc: the backup's fabric placed and checked each of the %llu writes (%llu bytes)",
+	   (unsigned long long)(f2.wmsg_served - f1.wmsg_served),
+	   (unsigned long long)(f2.wmsg_served_bytes - f1.wmsg_served_bytes));
+	tw_primary_close(a);
+	tw_primary_close(r);
+}
+
 /* A backup that stops answering data messages (its thread paused, the channel up): the write
  * fails after op_timeout_ms instead of waiting for ever. */
 static void test_rpc_timeout(struct tbackup *bk, const char **addrs)
@@ -322,8 +339,7 @@ int main(void)
 	const char *addrs[NB];
 	const char *tmp = getenv("TMPDIR");
 
-	tap_plan(26);
-	test_codec();
+	tap_plan(22);
 	test_check_write();
 	snprintf(root, sizeof(root), "%s/test_rpcdata.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
@@ -334,6 +350,7 @@ int main(void)
 	test_same_bytes(bk, addrs);
 	test_rpc_batched(bk, addrs);
 	test_rpc_timeout(bk, addrs);
+	test_who_placed(bk, addrs);
 	for (unsigned i = 0; i < NB; i++) {
 		backup_pause(&bk[i]);
 		tw_backup_close(bk[i].b);
