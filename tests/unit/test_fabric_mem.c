@@ -12,6 +12,7 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "fab_op.h"
 #include "tap.h"
 
 struct side {
@@ -49,24 +50,6 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	s->lost_ch = ch;
 }
 
-struct opres {
-	struct tw_op op;
-	int calls;
-	int status;
-};
-
-static void op_cb(struct tw_op *op, int status)
-{
-	struct opres *r = (struct opres *)op;
-	r->calls++;
-	r->status = status;
-}
-
-static void op_init(struct opres *r)
-{
-	memset(r, 0, sizeof(*r));
-	r->op.cb = op_cb;
-}
 
 static struct side A, B; /* A listens, B connects */
 

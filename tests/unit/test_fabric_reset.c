@@ -15,20 +15,9 @@
 
 #include "core/util.h"
 #include "fabric/fabric.h"
+#include "fab_op.h"
 #include "tap.h"
 
-struct opres {
-	struct tw_op op;
-	int calls, status;
-};
-
-static void op_cb(struct tw_op *op, int status)
-{
-	struct opres *r = (struct opres *)op;
-
-	r->calls++;
-	r->status = status;
-}
 
 static atomic_int accepts;
 

@@ -15,6 +15,7 @@
 
 #include "core/util.h"
 #include "fabric/fabric.h"
+#include "fab_op.h"
 #include "tap.h"
 
 struct side {
@@ -50,23 +51,9 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	s->lost++;
 }
 
-struct opres {
-	struct tw_op op;
-	int calls, status;
-};
-
-static void op_cb(struct tw_op *op, int status)
+static void op_init_flags(struct opres *r, unsigned flags)
 {
-	struct opres *r = (struct opres *)op;
-
-	r->calls++;
-	r->status = status;
-}
-
-static void op_init(struct opres *r, unsigned flags)
-{
-	memset(r, 0, sizeof(*r));
-	r->op.cb = op_cb;
+	op_init(r);
 	r->op.flags = flags;
 }
 
@@ -191,7 +178,7 @@ static void test_basic(const char *prov)
 		tap_skip(14, "provider %s not available here", prov);
 		return;
 	}
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	c.src[100] = 0x11;
 	rc = write_wait(&c, &r, 100, 3000, &c.rk);
 	is_int(rc, 0, "%s: a 3000-byte write as messages completes", prov);
@@ -204,34 +191,34 @@ static void test_basic(const char *prov)
 	   "%s: counted as a write; the target's fabric placed and checked it, its on_recv saw "
 	   "nothing", prov);
 
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	rc = write_wait(&c, &r, 4096, 300000, &c.rk);
 	tw_fab_get_stats(T.fab, &st);
 	ok(rc == 0 && r.calls == 1 && !memcmp(c.dst + 4096, c.src + 4096, 300000) && checks == 2 &&
 	   st.wmsg_served == 2, "%s: a 300000-byte write (5 chunks) completes once, checked once",
 	   prov);
 
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	c.src[400000] = 0xEE;
 	rc = write_wait(&c, &r, 400000, 500, &c.rk);
 	ok(rc == -TW_ECORRUPT && r.calls == 1 && checks == 3, "%s: the check refuses: %s", prov,
 	   tw_strerror(rc));
 	ok(!tw_chan_is_lost(c.i2t) && !I.lost, "%s: a refused write leaves the channel up", prov);
-	op_init(&r, TW_OP_UNCHECKED);
+	op_init_flags(&r, TW_OP_UNCHECKED);
 	rc = write_wait(&c, &r, 400000, 500, &c.rk);
 	ok(rc == 0 && checks == 3 && !memcmp(c.dst + 400000, c.src + 400000, 500),
 	   "%s: TW_OP_UNCHECKED: placed without the check", prov);
 
 	bad = c.rk;
 	bad.key ^= 0x5a5a;
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	is_int(write_wait(&c, &r, 0, 100, &bad), -EACCES, "%s: unknown key refused", prov);
 	bad = c.rk;
 	bad.len += 8192; /* the initiator believes in a longer region */
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	is_int(write_wait(&c, &r, c.len, 100, &bad), -ERANGE,
 	       "%s: beyond the registration refused at the target", prov);
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	is_int(write_wait(&c, &r, 0, 100, &c.rk_ro), -EACCES,
 	       "%s: a registration without remote write refused", prov);
 	{
@@ -250,7 +237,7 @@ static void test_basic(const char *prov)
 		m[1] = 0x57; /* an RPC frame */
 		is_int(tw_chan_send(c.i2t, m, sizeof(m)), 0, "%s: other messages pass", prov);
 	}
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	is_int(write_wait(&c, &r, 8, 64, &c.rk), 0, "%s: writes go on after the refusals", prov);
 	teardown(&c);
 }
@@ -265,7 +252,7 @@ static void test_silent_and_lost(void)
 	int rc;
 
 	setup(&c, "mem", 300);
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	rc = tw_chan_write(c.i2t, &r.op, c.src, 1000, c.mr_src, &c.rk, 0);
 	t0 = tw_now_ns();
 	while (!r.calls && tw_now_ns() - t0 < 10000000000ull)
@@ -279,7 +266,7 @@ static void test_silent_and_lost(void)
 	teardown(&c);
 
 	setup(&c, "mem", 10000);
-	op_init(&r, 0);
+	op_init_flags(&r, 0);
 	rc = tw_chan_write(c.i2t, &r.op, c.src, 1000, c.mr_src, &c.rk, 0);
 	tw_chan_close(T.accepted); /* before it served the write */
 	done = pump_until(&r.calls);

@@ -96,6 +96,24 @@ static int recover_all(const char **addrs, size_t n, uint64_t log_id, struct rch
 	return r;
 }
 
+/* The configuration every case starts from: 4 mem backups, r = 3, a short op timeout, no
+ * re-replication pacing. */
+static void base_cfg(struct tw_primary_config *cfg, const char **addrs, uint64_t log_id,
+		     enum tw_primary_mode mode)
+{
+	tw_primary_config_init(cfg);
+	cfg->log_id = log_id;
+	cfg->epoch = 1;
+	cfg->backups = addrs;
+	cfg->n_backups = 4;
+	cfg->replicas = 3;
+	cfg->provider = "mem";
+	cfg->segment_size = SEG;
+	cfg->mode = mode;
+	cfg->op_timeout_ms = 300;
+	cfg->rerep_rate = 0;
+}
+
 /*
  * One run: open on addrs[0..3] (r = 3, one spare), append `before` entries, inject `fault` on
  * the replica index 1 of the open segment, append `after` more; check, close, recover.
@@ -114,17 +132,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = 4;
-	cfg.replicas = 3;
-	cfg.provider = "mem";
-	cfg.segment_size = SEG;
-	cfg.mode = mode;
-	cfg.op_timeout_ms = 300;
-	cfg.rerep_rate = 0;
+	base_cfg(&cfg, addrs, log_id, mode);
 	cfg.preopen = preopen;
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "%s: open (%s)", name, rc ? err : "ok");
@@ -339,17 +347,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	unsigned vi = 0, n = 0;
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = 220;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = 4;
-	cfg.replicas = 3;
-	cfg.provider = "mem";
-	cfg.segment_size = SEG;
-	cfg.mode = TW_PRIMARY_ASYNC;
-	cfg.op_timeout_ms = 300;
-	cfg.rerep_rate = 0;
+	base_cfg(&cfg, addrs, 220, TW_PRIMARY_ASYNC);
 	cfg.data_path = TW_DATA_RPC;
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "rpc: open (%s)", rc ? err : "ok");
