@@ -377,6 +377,49 @@ int cm_poll_eq(struct ofi_fab *of)
 	return n;
 }
 
+/*
+ * At close, before the passive endpoint and the EQ go: reject every queued connection request
+ * and free its fi_info (nobody else would). On tcp, reading the EQ is also what accepts a
+ * pending connection (prov/tcp/src/tcpx_conn_mgr.c, v1.17.0: tcpx_eq_read runs
+ * tcpx_conn_mgr_run, whose tcpx_accept allocates a connection handle and waits for the peer's
+ * request on it); the request only becomes an FI_CONNREQ event on a later read, and closing
+ * the EQ before that leaks the handle (ASan saw it in twd after a shutdown during which a
+ * primary had connected). So a listener's EQ is read until it has been quiet for 2 ms
+ * (at most 50 ms): connections accepted by the drain itself get their request read and
+ * rejected. A fabric that does not listen reads until the first empty read.
+ */
+void cm_drain_eq(struct ofi_fab *of)
+{
+	uint64_t now = tw_now_ns(), quiet = now + 2000000u, end = now + 50000000u;
+
+	for (unsigned n = 0; n < 4096; n++) {
+		union eq_buf buf;
+		uint32_t event;
+		ssize_t rc = fi_eq_read(of->eq, &event, &buf, sizeof(buf), 0);
+
+		if (rc == -FI_EAVAIL) {
+			struct fi_eq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			if (fi_eq_readerr(of->eq, &err, 0) < 0)
+				break;
+			continue;
+		}
+		if (rc < 0) {
+			now = tw_now_ns();
+			if (rc != -FI_EAGAIN || !of->pep || now >= quiet || now >= end)
+				break;
+			continue;
+		}
+		quiet = tw_now_ns() + 2000000u;
+		if (event == FI_CONNREQ && buf.e.info) {
+			if (of->pep)
+				fi_reject(of->pep, buf.e.info->handle, NULL, 0);
+			fi_freeinfo(buf.e.info);
+		}
+	}
+}
+
 int cm_check_handshakes(struct ofi_fab *of)
 {
 	uint64_t now = tw_now_ns();

@@ -137,29 +137,8 @@ static void release(struct ofi_fab *of)
 		cq_close(of, of->cq, of->cq_fd);
 	if (of->av)
 		fi_close(&of->av->fid);
-	if (of->eq) {
-		/* Queued CONNREQs own an fi_info (freed by nobody else): reject and free them. */
-		struct fi_eq_cm_entry entry;
-		uint32_t event;
-
-		for (int i = 0; i < 1024; i++) {
-			ssize_t rc = fi_eq_read(of->eq, &event, &entry, sizeof(entry), 0);
-			if (rc == -FI_EAVAIL) {
-				struct fi_eq_err_entry err;
-				memset(&err, 0, sizeof(err));
-				if (fi_eq_readerr(of->eq, &err, 0) < 0)
-					break;
-				continue;
-			}
-			if (rc < 0)
-				break;
-			if (event == FI_CONNREQ && entry.info) {
-				if (of->pep)
-					fi_reject(of->pep, entry.info->handle, NULL, 0);
-				fi_freeinfo(entry.info);
-			}
-		}
-	}
+	if (of->eq)
+		cm_drain_eq(of);
 	if (of->pep)
 		fi_close(&of->pep->fid);
 	if (of->eq) {

@@ -156,6 +156,7 @@ int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
 int cm_poll_eq(struct ofi_fab *of);
 void cm_chan_down(struct ofi_chan *ch, bool closing);
 int cm_check_handshakes(struct ofi_fab *of);
+void cm_drain_eq(struct ofi_fab *of);
 int sockaddr_to_str(const void *sa, char *out, size_t len);
 
 /* ofi_rdm.c */
