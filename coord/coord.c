@@ -426,6 +426,11 @@ bool tw_coord_owns(struct tw_coord *c, uint64_t log_id)
 	return c->ops->owns(c, log_id);
 }
 
+int tw__coord_expire_session(struct tw_coord *c)
+{
+	return c->ops->expire_session ? c->ops->expire_session(c) : -ENOTSUP;
+}
+
 /* ------------------------------------------------------------------ static backend */
 
 static int st_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned timeout_ms)

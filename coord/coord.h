@@ -132,6 +132,13 @@ int tw_coord_log_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, 
 /* Whether this handle still holds the owner node of `log_id` (false after a session expiry). */
 bool tw_coord_owns(struct tw_coord *c, uint64_t log_id);
 
+/*
+ * Tests only: make the server expire this handle's session now (zk: a second client joins the
+ * session with its id and password and closes it, the documented way to test expiry), as a
+ * partition longer than the session timeout would. Returns 0, or -ENOTSUP (static).
+ */
+int tw__coord_expire_session(struct tw_coord *c);
+
 /* ------------------------------------------------------------------ backends */
 
 struct tw_coord_ops {
@@ -147,6 +154,7 @@ struct tw_coord_ops {
 	int (*log_info)(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
 			size_t owner_len);
 	bool (*owns)(struct tw_coord *c, uint64_t log_id);
+	int (*expire_session)(struct tw_coord *c); /* tests; may be NULL */
 };
 
 struct tw_coord {

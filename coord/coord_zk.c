@@ -58,6 +58,9 @@ static void set_log_level(void)
 {
 	const char *l = getenv("TW_LOG_LEVEL");
 
+	/* The client logs to stdout by default: ours is stderr (stdout carries twd's ready line
+	 * and the tests' TAP). */
+	zoo_set_log_stream(stderr);
 	zoo_set_debug_level(l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO : ZOO_LOG_LEVEL_ERROR);
 }
 
@@ -691,6 +694,78 @@ static bool zk_owns(struct tw_coord *c, uint64_t log_id)
 	return yes;
 }
 
+static void quiet_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	(void)zh;
+	(void)type;
+	(void)path;
+	if (state == ZOO_CONNECTED_STATE) {
+		struct zk *z = ctx;
+
+		pthread_mutex_lock(&z->st_mu);
+		pthread_cond_broadcast(&z->st_cv);
+		pthread_mutex_unlock(&z->st_mu);
+	}
+}
+
+/* One try: a twin joins the session and closes it. The original client may take the session
+ * back between the twin's connect and its close (they fight over it): the caller retries. */
+static int expire_once(struct zk *z, const clientid_t *id)
+{
+	zhandle_t *twin = zookeeper_init(z->c->url.hosts, quiet_watcher, (int)z->timeout_ms, id, z, 0);
+	int rc;
+
+	if (!twin)
+		return -errno;
+	for (int i = 0; i < 1000 && zoo_state(twin) != ZOO_CONNECTED_STATE; i++) {
+		struct timespec ts;
+
+		deadline_in(&ts, 10);
+		pthread_mutex_lock(&z->st_mu);
+		pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
+		pthread_mutex_unlock(&z->st_mu);
+	}
+	rc = zoo_state(twin) == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
+	zookeeper_close(twin);
+	return rc;
+}
+
+static int zk_expire(struct tw_coord *c)
+{
+	struct zk *z = c->impl;
+	clientid_t id;
+	unsigned gen;
+	int rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	id = *zoo_client_id(z->zh);
+	pthread_mutex_unlock(&z->op_mu);
+	pthread_mutex_lock(&z->st_mu);
+	gen = z->generation;
+	pthread_mutex_unlock(&z->st_mu);
+	for (int attempt = 0; attempt < 20; attempt++) {
+		struct timespec ts;
+		bool done;
+
+		rc = expire_once(z, &id);
+		if (rc < 0)
+			continue;
+		/* Expired: the original client hears it at its next contact, within a session
+		 * timeout; the keeper then makes a new handle. */
+		deadline_in(&ts, z->timeout_ms * 2);
+		pthread_mutex_lock(&z->st_mu);
+		while (!z->expired && z->generation == gen &&
+		       pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts) == 0)
+			;
+		done = z->expired || z->generation != gen;
+		pthread_mutex_unlock(&z->st_mu);
+		if (done)
+			return 0;
+	}
+	return -ETIMEDOUT;
+}
+
 const struct tw_coord_ops tw__coord_zk_ops = {
 	.scheme = "zk",
 	.open = zk_open,
@@ -702,4 +777,5 @@ const struct tw_coord_ops tw__coord_zk_ops = {
 	.take_log = zk_take,
 	.log_info = zk_info,
 	.owns = zk_owns,
+	.expire_session = zk_expire,
 };

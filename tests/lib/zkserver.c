@@ -58,6 +58,19 @@ static int free_port(void)
 	return port;
 }
 
+static bool port_open(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	bool yes;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	yes = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (s >= 0)
+		close(s);
+	return yes;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -125,11 +138,18 @@ void zkserver_start(struct zkserver *zk)
 			 cfg, zk->dir);
 		zk->proc = proc_spawn_opts(argv, NULL, &(struct proc_opts){ .unlisted = true });
 		TAP_REQUIRE(zk->proc, "cannot start ZooKeeper: %s", strerror(errno));
-		/* Ready: a client session connects. */
+		/* Ready: a client session connects (after the port accepts, so that the client
+		 * logs no refused connections while the JVM starts). */
 		while (now_s() - t0 < 60 && proc_alive(zk->proc)) {
 			struct tw_coord *c;
 			char err[512];
 
+			if (!port_open(zk->port)) {
+				struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+				nanosleep(&ts, NULL); /* polling the port, with a deadline */
+				continue;
+			}
 			if (tw_coord_open(zk->url, 1000, &c, err, sizeof(err)) == 0) {
 				tw_coord_close(c);
 				zk->start_s = now_s() - t0;
