@@ -561,7 +561,6 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 	path_of(z, dir, sizeof(dir), "/logs/%" PRIu64, log_id);
 	path_of(z, epath, sizeof(epath), "/logs/%" PRIu64 "/epoch", log_id);
 	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
-	rc = create_persistent(z, dir);
 	for (int attempt = 0; rc == 0; attempt++) {
 		char ebuf[32], obuf[512], odata[512];
 		int elen = (int)sizeof(ebuf) - 1, olen = (int)sizeof(obuf) - 1, n = 0, on = 0, zrc;
@@ -584,6 +583,13 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 			break;
 		}
 		have_epoch = zrc == ZOK;
+		if (!have_epoch) {
+			/* A log the coordinator has not seen: its folder first (one round trip
+			 * saved on every later allocation). */
+			rc = create_persistent(z, dir);
+			if (rc < 0)
+				break;
+		}
 		if (have_epoch && parse_epoch(ebuf, elen, &cur) < 0) {
 			tw__coord_err(c, "zk://%s: %s holds no decimal epoch: fix or delete it by hand "
 				      "(it is the log's epoch counter)", c->url.hosts, epath);

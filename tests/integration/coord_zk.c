@@ -609,11 +609,13 @@ int main(int argc, char **argv)
 		st = cli_run(fa, NULL, NULL, 0, 60000, &o);
 		snprintf(want, sizeof(want), "fenced at epoch %" PRIu64 " on 3 of 3 backups", before + 1);
 		ok(st == 0 && strstr(o.out, want), "twctl -c URL fence: the 3 registered backups, "
-		   "epoch %" PRIu64 " from the coordinator (exit %d: %s)", before + 1, st, o.out);
+		   "epoch %" PRIu64 " from the coordinator (exit %d: %.*s)", before + 1, st,
+		   (int)strcspn(o.out, "\n"), o.out);
 		cli_out_free(&o);
 		st = cli_run(oa, NULL, NULL, 0, 60000, &o);
 		snprintf(want, sizeof(want), "epoch %" PRIu64 " owner (none)", before + 1);
-		ok(st == 0 && strstr(o.out, want), "twctl -c URL owner: %s", o.out);
+		ok(st == 0 && strstr(o.out, want), "twctl -c URL owner: %.*s",
+		   (int)strcspn(o.out, "\n"), o.out);
 		cli_out_free(&o);
 	}
 	tw_coord_close(c);
