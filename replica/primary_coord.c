@@ -116,7 +116,7 @@ int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_e
 		}
 		/* v is in tw_coord_backup_sort order: zones interleaved, most free first. */
 		for (size_t i = 0; i < n; i++) {
-			if (strcmp(v[i].provider, prov)) {
+			if (v[i].provider[0] && strcmp(v[i].provider, prov)) { /* static: none */
 				other_prov++;
 				continue;
 			}

@@ -71,7 +71,7 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 	}
 	*n = 0;
 	for (size_t i = 0; i < nr && *n < max; i++) {
-		if (strcmp(regs[i].provider, provider)) {
+		if (regs[i].provider[0] && strcmp(regs[i].provider, provider)) {
 			other++;
 			continue;
 		}

@@ -145,6 +145,32 @@ static void test_too_few_zones(const char **addrs)
 	tw_primary_close(p);
 }
 
+/* The static backend through the same path as ZooKeeper: cfg.coordinator = "static:A,B,C". */
+static void test_static_backend(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char url[512], err[1024] = "";
+	int rc;
+
+	snprintf(url, sizeof(url), "static:%s,%s,%s", addrs[0], addrs[2], addrs[4]);
+	cfg_for(&cfg, NULL, NULL, 0, 0x2005);
+	cfg.coordinator = url;
+	cfg.epoch = 0; /* the static backend leaves the epoch to the backups */
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "coordinator static:...: open with no backups list (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	is_int(append_n(p, 100), 0, "static backend: appends");
+	ok(tw_primary_epoch(p) >= 1, "static backend: automatic epoch %llu",
+	   (unsigned long long)tw_primary_epoch(p));
+	tw_primary_close(p);
+	cfg.coordinator = "zk://";
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	ok(rc == -EINVAL && strstr(err, "bad coordinator URL"), "a bad coordinator URL: -EINVAL "
+	   "(%s)", err);
+}
+
 static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
 	(void)sb;
@@ -170,6 +196,7 @@ int main(void)
 	test_placement(addrs, true);
 	test_spare(addrs);
 	test_too_few_zones(addrs);
+	test_static_backend(addrs);
 	for (unsigned i = 0; i < NB; i++)
 		tbackup_stop(&b[i]);
 	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
