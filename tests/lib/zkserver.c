@@ -130,11 +130,14 @@ void zkserver_start(struct zkserver *zk)
 			"maxClientCnxns=0\n",
 			zk->dir, zk->port);
 		fclose(f);
-		/* exec: the pid we hold is the JVM's. Small heap, quick JIT: tests are tiny. */
+		/* exec: the pid we hold is the JVM's. Small heap, quick JIT: tests are tiny.
+		 * setpriv --pdeathsig: the JVM dies with the test even when the test crashes
+		 * (atexit covers only normal exits). */
 		snprintf(cmd, sizeof(cmd),
-			 "exec " JAVA " -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+			 "exec %s" JAVA " -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
 			 "-Dzookeeper.admin.enableServer=false -cp " ZK_JAR
 			 " org.apache.zookeeper.server.ZooKeeperServerMain %s >>%s/zk.log 2>&1",
+			 access("/usr/bin/setpriv", X_OK) ? "" : "/usr/bin/setpriv --pdeathsig KILL ",
 			 cfg, zk->dir);
 		zk->proc = proc_spawn_opts(argv, NULL, &(struct proc_opts){ .unlisted = true });
 		TAP_REQUIRE(zk->proc, "cannot start ZooKeeper: %s", strerror(errno));
