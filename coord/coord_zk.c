@@ -260,14 +260,34 @@ static int do_register(struct zk *z)
 	return -EAGAIN;
 }
 
-/* After a session expiry: a new session, the registration again; owned logs are lost. */
+/* Wait up to ms for stopping (st_mu not held). Returns true when stopping. */
+static bool stop_wait(struct zk *z, unsigned ms)
+{
+	struct timespec ts;
+	bool stop;
+
+	deadline_in(&ts, ms);
+	pthread_mutex_lock(&z->st_mu);
+	while (!z->stopping && pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts) == 0)
+		;
+	stop = z->stopping;
+	pthread_mutex_unlock(&z->st_mu);
+	return stop;
+}
+
+/*
+ * After a session expiry: a new session, the folders and the registration again; owned logs
+ * are lost. op_mu is held for one attempt at a time (at most a session timeout), never across
+ * the back-off between attempts, so calls fail with "not connected" instead of hanging while
+ * no server answers (twd's shutdown must not wait for ZooKeeper).
+ */
 static void *keeper_main(void *arg)
 {
 	struct zk *z = arg;
 
 	for (;;) {
 		zhandle_t *old;
-		int rc;
+		unsigned backoff = 100;
 
 		pthread_mutex_lock(&z->st_mu);
 		while (!z->expired && !z->stopping)
@@ -293,25 +313,19 @@ static void *keeper_main(void *arg)
 		pthread_mutex_lock(&z->st_mu);
 		z->zh = NULL;
 		pthread_mutex_unlock(&z->st_mu);
+		pthread_mutex_unlock(&z->op_mu);
 		if (old)
 			zookeeper_close(old);
 		for (;;) {
+			int rc;
+
+			pthread_mutex_lock(&z->op_mu);
 			rc = connect_handle(z);
 			if (rc == 0)
 				rc = make_folders(z);
 			if (rc == 0 && z->registered)
 				rc = do_register(z);
-			if (rc == 0)
-				break;
-			tw_log_warn("coord: %s (retrying)", z->c->errmsg);
-			pthread_mutex_lock(&z->st_mu);
-			if (z->stopping) {
-				pthread_mutex_unlock(&z->st_mu);
-				pthread_mutex_unlock(&z->op_mu);
-				return NULL;
-			}
-			pthread_mutex_unlock(&z->st_mu);
-			{
+			if (rc < 0) {
 				zhandle_t *h = z->zh;
 
 				pthread_mutex_lock(&z->st_mu);
@@ -319,11 +333,17 @@ static void *keeper_main(void *arg)
 				pthread_mutex_unlock(&z->st_mu);
 				if (h)
 					zookeeper_close(h);
+				tw_log_warn("coord: %s (retrying)", z->c->errmsg);
+			} else if (z->registered) {
+				tw_log_info("coord: registered again as %s", z->reg_path);
 			}
+			pthread_mutex_unlock(&z->op_mu);
+			if (rc == 0)
+				break;
+			if (stop_wait(z, backoff))
+				return NULL;
+			backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 		}
-		if (z->registered)
-			tw_log_info("coord: registered again as %s", z->reg_path);
-		pthread_mutex_unlock(&z->op_mu);
 	}
 }
 
