@@ -13,6 +13,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "coord/coord.h"
 #include "recovery/recover_int.h"
 #include "proto/auth.h"
 #include "replica/primary_int.h"
@@ -588,6 +589,7 @@ static void primary_free(struct tw_primary *p)
 		pthread_cond_destroy(&p->cv_app);
 	}
 	tw_auth_key_free(p->key);
+	tw_coord_close(p->coord); /* last: the owner node goes once we no longer write */
 	free(p);
 }
 
@@ -685,8 +687,12 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		p->bk[i].p = p;
 		p->bk[i].idx = (unsigned)i;
 		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", cfg->backups[i]);
+		if (cfg->zones && cfg->zones[i])
+			snprintf(p->bk[i].zone, sizeof(p->bk[i].zone), "%s", cfg->zones[i]);
 	}
 	p->cfg.backups = NULL; /* borrowed for the call: the addresses live in p->bk[].addr */
+	p->cfg.zones = NULL;   /* ... and the zones in p->bk[].zone */
+	p->cfg.coordinator = NULL;
 	p->cfg.provider = p->prov_copy;
 	for (unsigned i = 0; i < p->nslots; i++) {
 		p->slots[i].p = p;
@@ -766,6 +772,8 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
 		return -EINVAL;
 	}
+	if (cfg && cfg->coordinator && cfg->coordinator[0])
+		return pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
 	return primary_open_as(cfg, tw__new_incarnation(), 0, true, out, errmsg_out, errmsg_len);
 }
 
@@ -785,6 +793,8 @@ int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn
 		return -EINVAL;
 	}
 	*out = NULL;
+	if (cfg->coordinator && cfg->coordinator[0])
+		return pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 	rc = check_config(cfg, msg, sizeof(msg));
 	if (rc == 0 && cfg->n_backups > TW_RECOVER_MAX_BACKUPS) {
 		snprintf(msg, sizeof(msg), "at most %u backups", TW_RECOVER_MAX_BACKUPS);

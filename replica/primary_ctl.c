@@ -387,7 +387,8 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 				unsigned bi = (unsigned)((seg->id + k) % p->nbk);
 				struct pbackup *b = &p->bk[bi];
 
-				if (tried[bi] || chosen(seg, bi) || !usable(p, b))
+				if (tried[bi] || chosen(seg, bi) || !usable(p, b) ||
+				    !pzone_ok(p, seg, bi, calls, n))
 					continue;
 				tried[bi] = true;
 				tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
@@ -522,7 +523,8 @@ void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 	for (size_t k = 0; k < p->nbk && p->next_n < p->r; k++) {
 		struct pbackup *b = &p->bk[(seg->id + k) % p->nbk];
 
-		if (!usable(p, b))
+		if (!usable(p, b) || !pzone_ok(p, seg, (unsigned)((seg->id + k) % p->nbk),
+					       p->next_calls, p->next_n))
 			continue;
 		tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
 		req.body.open_segment.chain_seed = seg->seed;

@@ -42,6 +42,7 @@ struct pbackup {
 	uint64_t lost_ns;     /* when primary_rerep.c saw it lost */
 	uint64_t buffer_size; /* from the handshake */
 	char why[320];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
+	char zone[64];        /* failure domain ("": none; primary_coord.c) */
 };
 
 /* One segment of the log, in the primary's registered memory. */
@@ -91,8 +92,11 @@ struct prec {
 
 struct tw_auth_key;
 
+struct tw_coord;
+
 struct tw_primary {
 	struct tw_primary_config cfg; /* provider points to our copy; backups is NULL */
+	struct tw_coord *coord;       /* cfg.coordinator: holds the owner node (primary_coord.c) */
 	char *prov_copy;
 	unsigned r;
 	bool threaded;
@@ -224,6 +228,15 @@ bool primary_is_replica(struct tw_primary *p, unsigned b);
  *   it cannot. pfo_background: re-replicate one closed segment if due (rate-limited);
  *   all: every one now. */
 void pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+
+/* primary_coord.c: open or take over through cfg->coordinator; zone placement. */
+int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
+		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
+		char *errmsg_out, size_t errmsg_len);
+/* Whether backup `bi` may hold a replica of `seg`: its zone is not the zone of a live replica
+ * of seg nor of one of the n backups in pending[] (being asked at the same time). */
+bool pzone_ok(const struct tw_primary *p, const struct pseg *seg, unsigned bi,
+	      const struct pcall *pending, unsigned n);
 void pfo_run(struct tw_primary *p);
 void pfo_background(struct tw_primary *p, bool all);
 /* Close backup `b`'s channel and RPC client (pending operations complete with errors). */

@@ -57,7 +57,7 @@ static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned bi)
 	struct pbackup *b = &p->bk[bi];
 
 	return b->ch && b->rpc && !b->lost && !tw_chan_is_lost(b->ch) && !holds(s, bi) &&
-	       (!b->buffer_size || b->buffer_size >= s->cap);
+	       (!b->buffer_size || b->buffer_size >= s->cap) && pzone_ok(p, s, bi, NULL, 0);
 }
 
 void pfo_lost(struct tw_primary *p, unsigned bi, const char *why)

@@ -29,6 +29,7 @@
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/segfile.h"
+#include "twctl_coord.h"
 
 enum {
 	EXIT_OK = 0,
@@ -46,6 +47,7 @@ static struct {
 	unsigned timeout_ms;
 	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
 	struct tw_auth_key *key; /* loaded by need_backups */
+	const char *coord;       /* -c URL (twctl_coord.c) */
 } g;
 
 /* ------------------------------------------------------------------ usage */
@@ -65,10 +67,15 @@ static void usage_main(FILE *f)
 		"  free LOG        log cleaning: drop LOG's segments below --below N everywhere\n"
 		"  delete LOG      fence LOG, then drop every segment of it everywhere\n"
 		"  inspect FILE    check a flushed segment file offline (no backup needed)\n"
+		"  ls-backups      backups registered at the coordinator (-c), zones, free buffers\n"
+		"  owner LOG       LOG's epoch and owner at the coordinator (-c)\n"
 		"\n"
 		"Options (before the command):\n"
 		"  -b, --backup ADDR     a backup's address as twd printed it (repeat; or set\n"
 		"                        TW_BACKUPS=addr1,addr2,...)\n"
+		"  -c, --coordinator URL zk://HOST:PORT[,...][/chroot]: backups from its\n"
+		"                        registrations when no -b is given; fence, recover and\n"
+		"                        delete take their epoch from it (docs/coordination.md)\n"
 		"  -p, --provider NAME   libfabric provider: tcp, sockets, shm, verbs, ... (default:\n"
 		"                        $FI_PROVIDER, else tcp)\n"
 		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
@@ -340,6 +347,9 @@ static void disconnect_all(void)
 
 static int need_backups(void)
 {
+	if (g.nbk == 0 && g.coord &&
+	    twctl_coord_backups(g.coord, g.timeout_ms, g.provider, g.backups, &g.nbk, MAX_BK) < 0)
+		return EXIT_FAIL;
 	if (g.nbk == 0) {
 		fprintf(stderr, "twctl: no backups given: use -b ADDR (repeat for each) or set "
 			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
@@ -599,6 +609,8 @@ static int cmd_fence(int argc, char **argv)
 	if (need_backups())
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
+	if (g.coord && twctl_coord_epoch(g.coord, g.timeout_ms, "fence", &cfg) < 0)
+		return EXIT_FAIL;
 	rc = tw_recover_fence(&cfg, &got, &fenced, err, sizeof(err));
 	if (g.json) {
 		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"epoch\":%" PRIu64 ",\"fenced\":%u,"
@@ -725,6 +737,8 @@ static int cmd_recover(int argc, char **argv)
 	recover_cfg(&cfg, log_id, epoch);
 	cfg.no_record = no_record;
 	cfg.no_fence = no_fence;
+	if (g.coord && !no_fence && twctl_coord_epoch(g.coord, g.timeout_ms, "recover", &cfg) < 0)
+		return EXIT_FAIL;
 	rc = tw_recover(&cfg, write_entry, &o, &res, err, sizeof(err));
 	if (o.f && o.f != stdout && fclose(o.f) != 0 && !o.err)
 		o.err = errno;
@@ -851,6 +865,8 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 	if (need_backups())
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
+	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0)
+		return EXIT_FAIL;
 	rc = delete_log ? tw_log_delete(&cfg, &freed, err, sizeof(err))
 			: tw_log_free(&cfg, below, &freed, err, sizeof(err));
 	if (g.json) {
@@ -1082,6 +1098,7 @@ int main(int argc, char **argv)
 		{ "backup", required_argument, NULL, 'b' },
 		{ "provider", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "coordinator", required_argument, NULL, 'c' },
 		{ "key-file", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -1103,7 +1120,7 @@ int main(int argc, char **argv)
 		g.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
-	while ((opt = getopt_long(argc, argv, "+b:p:t:k:jvhV", lo, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+b:p:t:k:c:jvhV", lo, NULL)) != -1) {
 		switch (opt) {
 		case 'b':
 			if (add_backups(optarg))
@@ -1127,6 +1144,11 @@ int main(int argc, char **argv)
 			break;
 		case 'k':
 			g.key_file = optarg;
+			break;
+		case 'c':
+			if (twctl_coord_check(optarg) < 0)
+				return EXIT_USAGE;
+			g.coord = optarg;
 			break;
 		case 'j':
 			g.json = true;
@@ -1166,7 +1188,7 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&
 	    strcmp(cmd, "recover") && strcmp(cmd, "inspect") && strcmp(cmd, "free") &&
-	    strcmp(cmd, "delete")) {
+	    strcmp(cmd, "delete") && strcmp(cmd, "ls-backups") && strcmp(cmd, "owner")) {
 		fprintf(stderr, "twctl: unknown command '%s' (ls, stat, fence, recover, inspect; see "
 			"twctl --help)\n", cmd);
 		return EXIT_USAGE;
@@ -1174,6 +1196,24 @@ int main(int argc, char **argv)
 	if (want_help(argc, argv)) {
 		usage_cmd(stdout, cmd);
 		return EXIT_OK;
+	}
+	if (strcmp(cmd, "ls-backups") == 0 || strcmp(cmd, "owner") == 0) {
+		uint64_t log_id = 0;
+
+		if (!g.coord) {
+			fprintf(stderr, "twctl %s: needs -c URL (the coordinator)\n", cmd);
+			return EXIT_USAGE;
+		}
+		if (strcmp(cmd, "owner") == 0 && (argc != 2 || parse_u64(argv[1], &log_id))) {
+			fprintf(stderr, "twctl owner: expected exactly one LOG id\n");
+			return EXIT_USAGE;
+		}
+		if (strcmp(cmd, "ls-backups") == 0 && argc != 1) {
+			fprintf(stderr, "twctl ls-backups: takes no argument\n");
+			return EXIT_USAGE;
+		}
+		return cmd[0] == 'o' ? twctl_coord_owner(g.coord, g.timeout_ms, g.json, log_id)
+				     : twctl_coord_ls_backups(g.coord, g.timeout_ms, g.json);
 	}
 	if (strcmp(cmd, "ls") == 0)
 		return cmd_ls(argc, argv);

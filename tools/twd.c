@@ -29,6 +29,7 @@
 #include <tailwind/common.h>
 
 #include "proto/auth.h"
+#include "twd_coord.h"
 
 enum {
 	EXIT_OK = 0,       /* stopped by a signal, every buffer flushed */
@@ -64,6 +65,12 @@ static void usage(FILE *f)
 		"                           served (default: $TW_KEY_FILE; none: every peer that can\n"
 		"                           reach the address is served). 32+ random bytes, mode 0600:\n"
 		"                           head -c 32 /dev/urandom > KEY && chmod 600 KEY\n"
+		"  -c, --coordinator URL    register with a coordinator (zk://HOST:PORT[,...][/chroot]):\n"
+		"                           an ephemeral node with this address, provider, zone and free\n"
+		"                           buffers, before the ready line; removed at shutdown\n"
+		"                           (docs/coordination.md)\n"
+		"  -z, --zone ZONE          failure domain (rack, host) in the registration: a primary\n"
+		"                           puts no two replicas of a segment in one zone\n"
 		"  -v, --verbose            more log output on stderr (twice: debug)\n"
 		"  -V, --version            print the version and exit\n"
 		"  -h, --help               this text\n"
@@ -363,6 +370,8 @@ int main(int argc, char **argv)
 		{ "busy-poll", no_argument, NULL, 'B' },
 		{ "node-id", required_argument, NULL, 'n' },
 		{ "key-file", required_argument, NULL, 'k' },
+		{ "coordinator", required_argument, NULL, 'c' },
+		{ "zone", required_argument, NULL, 'z' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -375,6 +384,7 @@ int main(int argc, char **argv)
 	static sigset_t set;
 	pthread_t sigthr;
 	int opt, rc, verbose = 0, status = EXIT_OK;
+	const char *coord_url = NULL, *zone = NULL;
 
 	tw_backup_config_init(&cfg);
 	cfg.provider = getenv("FI_PROVIDER");
@@ -387,7 +397,7 @@ int main(int argc, char **argv)
 		cfg.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
-	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:k:vVh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:k:c:z:vVh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
 			cfg.dir = optarg;
@@ -446,6 +456,12 @@ int main(int argc, char **argv)
 		case 'k':
 			cfg.key_file = optarg;
 			break;
+		case 'c':
+			coord_url = optarg;
+			break;
+		case 'z':
+			zone = optarg;
+			break;
 		case 'v':
 			verbose++;
 			break;
@@ -468,6 +484,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "twd: no storage directory: give one with -d/--dir DIR (closed "
 			"segments are flushed there; see twd --help)\n");
 		return EXIT_USAGE;
+	}
+	if (coord_url || zone) {
+		char why[768];
+
+		if (zone && !coord_url) {
+			fprintf(stderr, "twd: --zone needs --coordinator URL (the zone is part of the "
+				"registration)\n");
+			return EXIT_USAGE;
+		}
+		if (twd_coord_check(coord_url, zone, why, sizeof(why)) < 0) {
+			fprintf(stderr, "twd: --coordinator: %s\n", why);
+			return EXIT_USAGE;
+		}
 	}
 	if (cfg.unflushed_limit > cfg.buffers) {
 		fprintf(stderr, "twd: --unflushed-limit %u is larger than --buffers %u; using %u\n",
@@ -539,6 +568,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
 			"not authenticated; anyone who can reach this daemon can read, write and "
 			"fence its logs\n");
+	if (coord_url) {
+		char why[768];
+
+		/* Registered before the ready line: whoever waits for it finds the node. */
+		rc = twd_coord_start(coord_url, zone, cfg.provider, b, why, sizeof(why));
+		if (rc < 0) {
+			fprintf(stderr, "twd: cannot register with the coordinator: %s\n", why);
+			tw_backup_close(b);
+			pthread_kill(sigthr, SIGUSR2);
+			pthread_join(sigthr, NULL);
+			return EXIT_RUNTIME;
+		}
+	}
 	printf("ready %s\n", tw_backup_listen_addr(b));
 	fflush(stdout);
 	notify_ready();
@@ -547,6 +589,7 @@ int main(int argc, char **argv)
 	pthread_mutex_lock(&sig_lock);
 	sig_backup = NULL;
 	pthread_mutex_unlock(&sig_lock);
+	twd_coord_stop(); /* deregister first: no primary should choose us while we flush */
 	if (rc != 0) {
 		fprintf(stderr, "twd: stopped: %s\n", tw_backup_errmsg(b));
 		status = EXIT_RUNTIME;

@@ -137,6 +137,19 @@ struct tw_primary_config {
 				       * proves the key both ways, and a backup that cannot prove
 				       * it is not used. NULL: $TW_KEY_FILE if set and not empty,
 				       * else none; "": none. Read once by tw_primary_open. */
+	const char *coordinator;      /* NULL or "": none (cfg.backups as given, epochs from the
+				       * backups). "zk://host:port[,host:port...][/chroot]"
+				       * (docs/coordination.md): with n_backups 0 the backups are
+				       * the live registrations of that provider, with their zones;
+				       * open and takeover take the next epoch from the coordinator
+				       * (cfg.epoch, if set, is the least one) and hold the log's
+				       * owner node until tw_primary_close. A live owner node makes
+				       * tw_primary_open fail with -TW_EEXIST (take it over). */
+	const char *const *zones;     /* NULL, or n_backups failure-domain labels parallel to
+				       * backups ("" or NULL: none): no two replicas of a segment
+				       * are placed in one zone, spares included (-TW_ENOBACKUP when
+				       * the zones run out). Filled from the registrations with a
+				       * coordinator. */
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */

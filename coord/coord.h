@@ -1,0 +1,173 @@
+/*
+ * coord/coord.h — the coordinator: where backups register, and where a log's epochs and owner
+ * live (docs/coordination.md). A small backend table in the manner of RAMCloud's
+ * ExternalStorage: `static` (the address lists users pass today; no registry, epochs chosen by
+ * asking the backups) and `zk` (ZooKeeper, through its threaded C client).
+ *
+ *   struct tw_coord *c;
+ *   tw_coord_open("zk://127.0.0.1:2181/tailwind", 4000, &c, err, sizeof(err));
+ *   tw_coord_register(c, &me);                       twd: ephemeral node, kept after expiry
+ *   tw_coord_list_backups(c, &v, &n);                primary: live registrations
+ *   tw_coord_take_log(c, log, 0, "host pid", true, &epoch);   next epoch + owner node
+ *   tw_coord_close(c);                               deregisters, drops the owner node
+ *
+ * Thread-safe: every call may come from any thread (one mutex per coordinator; ZooKeeper calls
+ * are synchronous and rare). Errors are negative errno / TW_E* codes; tw_coord_errmsg() says
+ * what went wrong and what to do.
+ */
+#ifndef TW_COORD_COORD_H
+#define TW_COORD_COORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TW_COORD_ADDR_MAX 128
+#define TW_COORD_NAME_MAX 64 /* provider and zone labels, including the NUL */
+#define TW_COORD_URL_MAX 512
+
+enum tw_coord_kind {
+	TW_COORD_STATIC = 0, /* "static:ADDR[,ADDR...]" (or no URL): the address list itself */
+	TW_COORD_ZK = 1,     /* "zk://host:port[,host:port...][/chroot]" */
+};
+
+/* A parsed coordinator URL. */
+struct tw_coord_url {
+	enum tw_coord_kind kind;
+	char hosts[TW_COORD_URL_MAX];  /* zk: "host:port,host:port"; static: the address list */
+	char chroot[TW_COORD_URL_MAX]; /* zk: "/tailwind" when the URL names none; no trailing '/' */
+};
+
+/*
+ * Parse `url`. Returns 0, or -EINVAL with a message in err (what is wrong and the expected
+ * form). Accepted: "zk://H:P[,H:P...][/path]" (H a host name or IPv4 address or [IPv6], P
+ * 1..65535, path components of [A-Za-z0-9._-]), "static:" followed by a comma-separated list.
+ */
+int tw_coord_url_parse(const char *url, struct tw_coord_url *out, char *err, size_t errlen);
+
+/* A backup's registration: what its node holds. */
+struct tw_coord_backup {
+	char addr[TW_COORD_ADDR_MAX];     /* fabric address, as twd prints it */
+	char provider[TW_COORD_NAME_MAX]; /* libfabric provider it listens on */
+	char zone[TW_COORD_NAME_MAX];     /* failure domain ("" : none) */
+	uint32_t buffers;                 /* buffers of its pool */
+	uint32_t free_buffers;            /* free at the last update */
+	uint64_t buffer_size;             /* bytes per buffer */
+	char name[TW_COORD_NAME_MAX];     /* its node's name (filled by list; ignored on register) */
+};
+
+/*
+ * The node encoding (text, one "key=value" per line after a "tailwind-backup 1" line):
+ * readable with zkCli.sh `get`. Encode returns the length written (without the NUL), or
+ * -ENOSPC / -EINVAL (a field holds a newline or '='; addr or provider empty). Decode returns 0,
+ * or -EINVAL with a message naming the line (unknown version, missing or malformed field).
+ * Unknown keys are ignored (a newer twd may add some).
+ */
+int tw_coord_backup_encode(const struct tw_coord_backup *b, char *buf, size_t len);
+int tw_coord_backup_decode(const char *buf, size_t len, struct tw_coord_backup *out, char *err,
+			   size_t errlen);
+
+/* The node name of a registration: "b-" + 16 hex digits of a hash of provider and address
+ * (deterministic, so a re-registration after a session expiry finds its own name). */
+void tw_coord_backup_node_name(const struct tw_coord_backup *b, char *out, size_t len);
+
+/*
+ * Order registrations for replica choice (in place): zones interleaved round-robin, the zone
+ * with the most free buffers first, and inside a zone most free buffers first (ties by address).
+ * A primary that takes backups in this order and skips a zone it already uses puts the r
+ * replicas of a segment in r zones whenever r zones exist.
+ */
+void tw_coord_backup_sort(struct tw_coord_backup *v, size_t n);
+
+struct tw_coord;
+
+/*
+ * Open a coordinator from `url` (NULL or "": static with no addresses). zk: connect (up to
+ * `timeout_ms`, also the session timeout asked for; 0: 4000), create the persistent folders
+ * under the chroot. Returns 0 and *out, -EINVAL (bad URL), -ETIMEDOUT / -ECONNREFUSED (no
+ * ZooKeeper server answered), -EIO (ZooKeeper refused), -ENOMEM. err receives the detail.
+ */
+int tw_coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, char *err,
+		  size_t errlen);
+/* Drop the owner nodes and the registration this handle holds, close. NULL is fine. */
+void tw_coord_close(struct tw_coord *c);
+enum tw_coord_kind tw_coord_kind(const struct tw_coord *c);
+/* The last error's detail (empty when none). Valid until the next call on c. */
+const char *tw_coord_errmsg(const struct tw_coord *c);
+
+/*
+ * Register `b` (an ephemeral node; zk) and keep it registered: after a session expiry the
+ * coordinator reconnects and registers again. static: nothing. Returns 0 or an error.
+ */
+int tw_coord_register(struct tw_coord *c, const struct tw_coord_backup *b);
+/* Update the registered free-buffer count (a no-op when unchanged or not registered). */
+int tw_coord_update_free(struct tw_coord *c, uint32_t free_buffers);
+/* Remove the registration now (clean shutdown). */
+int tw_coord_deregister(struct tw_coord *c);
+
+/*
+ * The live registrations (zk) or the static list (addresses only), in tw_coord_backup_sort
+ * order. *out is allocated (free() it); *n_out may be 0. A node that does not decode is skipped
+ * with a warning naming it. Returns 0 or an error.
+ */
+int tw_coord_list_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
+
+/*
+ * Allocate the next epoch of log `log_id`: max(stored + 1, floor), stored atomically (a
+ * multi-op: version-checked set of the epoch node, and with `owner` also the owner node).
+ * owner != NULL: also make this handle the log's owner: an ephemeral owner node holding the
+ * epoch and `owner` (a description: host, pid). replace_owner: a live owner node of another
+ * session is deleted in the same multi-op (a takeover); otherwise it makes the call fail with
+ * -TW_EFENCED naming the owner. Concurrent calls get distinct epochs (the loser of a version
+ * race retries). static: returns 0 with *epoch_out = 0 (automatic: the backups decide).
+ */
+int tw_coord_take_log(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
+		      bool replace_owner, uint64_t *epoch_out);
+
+/* Read a log's stored epoch and owner description (owner_out "" when no owner node). Returns
+ * 0, -TW_ENOTFOUND (the coordinator knows no such log) or an error. static: -ENOTSUP. */
+int tw_coord_log_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
+		      size_t owner_len);
+
+/* Whether this handle still holds the owner node of `log_id` (false after a session expiry). */
+bool tw_coord_owns(struct tw_coord *c, uint64_t log_id);
+
+/*
+ * Tests only: make the server expire this handle's session now (zk: a second client joins the
+ * session with its id and password and closes it, the documented way to test expiry), as a
+ * partition longer than the session timeout would. Returns 0, or -ENOTSUP (static).
+ */
+int tw__coord_expire_session(struct tw_coord *c);
+
+/* ------------------------------------------------------------------ backends */
+
+struct tw_coord_ops {
+	const char *scheme;
+	int (*open)(struct tw_coord *c, const struct tw_coord_url *u, unsigned timeout_ms);
+	void (*close)(struct tw_coord *c);
+	int (*register_backup)(struct tw_coord *c, const struct tw_coord_backup *b);
+	int (*update_free)(struct tw_coord *c, uint32_t free_buffers);
+	int (*deregister)(struct tw_coord *c);
+	int (*list_backups)(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
+	int (*take_log)(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
+			bool replace_owner, uint64_t *epoch_out);
+	int (*log_info)(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
+			size_t owner_len);
+	bool (*owns)(struct tw_coord *c, uint64_t log_id);
+	int (*expire_session)(struct tw_coord *c); /* tests; may be NULL */
+};
+
+struct tw_coord {
+	const struct tw_coord_ops *ops;
+	struct tw_coord_url url;
+	char errmsg[512];
+	void *impl; /* the backend's state */
+};
+
+extern const struct tw_coord_ops tw__coord_static_ops;
+extern const struct tw_coord_ops tw__coord_zk_ops;
+
+/* For backends: set c->errmsg (printf-style). */
+void tw__coord_err(struct tw_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

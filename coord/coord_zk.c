@@ -1,0 +1,807 @@
+/*
+ * coord/coord_zk.c — the ZooKeeper backend (docs/coordination.md), on the threaded C client
+ * (libzookeeper_mt, synchronous calls).
+ *
+ * Znodes, under the URL's chroot (default /tailwind):
+ *   backups/b-<hash>     ephemeral: one per live twd (tw_coord_backup_encode)
+ *   logs/<id>/epoch      persistent: the log's last allocated epoch (decimal)
+ *   logs/<id>/owner      ephemeral: the owner's epoch and description
+ *
+ * Locks: op_mu serialises the calls that use the handle and the keeper's swap of it after a
+ * session expiry; st_mu guards the session state the watcher updates. The watcher runs on the
+ * client's completion thread, which also completes our synchronous calls: it takes only st_mu,
+ * and nothing holds st_mu across a ZooKeeper call.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zookeeper/zookeeper.h>
+
+#include "coord/coord.h"
+#include "core/util.h"
+
+#define MAX_OWNED 16
+#define PATH_MAX_ZK 1024
+
+struct zk {
+	struct tw_coord *c;
+	zhandle_t *zh;
+	unsigned timeout_ms;
+	pthread_mutex_t op_mu;
+	pthread_mutex_t st_mu;
+	pthread_cond_t st_cv;
+	int state;     /* ZOO_*_STATE of the current handle (st_mu) */
+	bool expired;  /* the current handle's session expired: the keeper replaces it (st_mu) */
+	bool stopping; /* (st_mu) */
+	unsigned generation; /* handles made so far (st_mu) */
+	pthread_t keeper;
+	bool keeper_started;
+	/* Our registration (op_mu). */
+	bool registered;
+	struct tw_coord_backup me;
+	char reg_path[PATH_MAX_ZK];
+	/* Logs we own (op_mu); lost[] after a session expiry. */
+	uint64_t owned[MAX_OWNED];
+	bool owned_lost[MAX_OWNED];
+	size_t n_owned;
+};
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void set_log_level(void)
+{
+	const char *l = getenv("TW_LOG_LEVEL");
+
+	/* The client logs to stdout by default: ours is stderr (stdout carries twd's ready line
+	 * and the tests' TAP). */
+	zoo_set_log_stream(stderr);
+	zoo_set_debug_level(l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO : ZOO_LOG_LEVEL_ERROR);
+}
+
+static int zrc_errno(int zrc)
+{
+	switch (zrc) {
+	case ZOK:
+		return 0;
+	case ZNONODE:
+		return -TW_ENOTFOUND;
+	case ZCONNECTIONLOSS:
+	case ZOPERATIONTIMEOUT:
+		return -ETIMEDOUT;
+	case ZSESSIONEXPIRED:
+	case ZINVALIDSTATE:
+		return -ECONNRESET;
+	case ZNOAUTH:
+	case ZAUTHFAILED:
+		return -EACCES;
+	case ZBADARGUMENTS:
+		return -EINVAL;
+	case ZSYSTEMERROR:
+		return -errno ? -errno : -EIO;
+	default:
+		return -EIO;
+	}
+}
+
+static void watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zk *z = ctx;
+
+	(void)path;
+	if (type != ZOO_SESSION_EVENT || !z)
+		return;
+	pthread_mutex_lock(&z->st_mu);
+	if (zh == z->zh || !z->zh) {
+		z->state = state;
+		if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
+			z->expired = true;
+	}
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+}
+
+static void deadline_in(struct timespec *ts, unsigned ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Wait (st_mu not held) until the current handle is connected. 0, -ETIMEDOUT, -ECONNRESET. */
+static int wait_connected(struct zk *z, unsigned ms)
+{
+	struct timespec ts;
+	int rc = 0;
+
+	deadline_in(&ts, ms);
+	pthread_mutex_lock(&z->st_mu);
+	while (z->state != ZOO_CONNECTED_STATE && !z->expired && !z->stopping && rc == 0)
+		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
+	rc = z->state == ZOO_CONNECTED_STATE ? 0 : z->expired ? -ECONNRESET : -ETIMEDOUT;
+	pthread_mutex_unlock(&z->st_mu);
+	return rc;
+}
+
+/* New handle (op_mu held, or before the keeper starts). */
+static int new_handle(struct zk *z)
+{
+	zhandle_t *zh;
+
+	pthread_mutex_lock(&z->st_mu);
+	z->state = 0;
+	z->expired = false;
+	z->zh = NULL;
+	z->generation++;
+	pthread_mutex_unlock(&z->st_mu);
+	/* zookeeper_init may call the watcher before returning: it sees z->zh NULL and accepts. */
+	zh = zookeeper_init(z->c->url.hosts, watcher, (int)z->timeout_ms, NULL, z, 0);
+	if (!zh) {
+		int e = errno ? errno : EIO;
+
+		tw__coord_err(z->c, "zk://%s: cannot create a ZooKeeper client: %s",
+			      z->c->url.hosts, strerror(e));
+		return -e;
+	}
+	pthread_mutex_lock(&z->st_mu);
+	z->zh = zh;
+	pthread_mutex_unlock(&z->st_mu);
+	return 0;
+}
+
+static int connect_handle(struct zk *z)
+{
+	int rc = new_handle(z);
+
+	if (rc < 0)
+		return rc;
+	rc = wait_connected(z, z->timeout_ms);
+	if (rc < 0)
+		tw__coord_err(z->c,
+			      "zk://%s: no ZooKeeper server answered within %u ms (is one running? "
+			      "check the URL's host:port list)",
+			      z->c->url.hosts, z->timeout_ms);
+	return rc;
+}
+
+static void path_of(const struct zk *z, char *out, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void path_of(const struct zk *z, char *out, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(out, len, "%s", z->c->url.chroot);
+
+	va_start(ap, fmt);
+	vsnprintf(out + n, len - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+static int create_persistent(struct zk *z, const char *path)
+{
+	int zrc = zoo_create(z->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+
+	if (zrc == ZOK || zrc == ZNODEEXISTS)
+		return 0;
+	tw__coord_err(z->c, "zk://%s: create %s: %s", z->c->url.hosts, path, zerror(zrc));
+	return zrc_errno(zrc);
+}
+
+/* chroot, chroot/backups, chroot/logs (op_mu held). */
+static int make_folders(struct zk *z)
+{
+	char p[PATH_MAX_ZK];
+	int rc;
+
+	for (const char *s = z->c->url.chroot + 1;; s++) {
+		if (*s == '/' || !*s) {
+			snprintf(p, sizeof(p), "%.*s", (int)(s - z->c->url.chroot), z->c->url.chroot);
+			rc = create_persistent(z, p);
+			if (rc < 0)
+				return rc;
+		}
+		if (!*s)
+			break;
+	}
+	path_of(z, p, sizeof(p), "/backups");
+	rc = create_persistent(z, p);
+	if (rc == 0) {
+		path_of(z, p, sizeof(p), "/logs");
+		rc = create_persistent(z, p);
+	}
+	return rc;
+}
+
+/* Create our registration node (op_mu held); replaces a stale node of the same address. */
+static int do_register(struct zk *z)
+{
+	char data[1024];
+	int n = tw_coord_backup_encode(&z->me, data, sizeof(data));
+
+	if (n < 0) {
+		tw__coord_err(z->c, "registration of %s: a field holds a newline or '=', or is empty",
+			      z->me.addr);
+		return n;
+	}
+	for (int attempt = 0; attempt < 5; attempt++) {
+		struct Stat st;
+		int zrc = zoo_create(z->zh, z->reg_path, data, n, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
+				     NULL, 0);
+
+		if (zrc == ZOK)
+			return 0;
+		if (zrc != ZNODEEXISTS) {
+			tw__coord_err(z->c, "zk://%s: register %s at %s: %s", z->c->url.hosts,
+				      z->me.addr, z->reg_path, zerror(zrc));
+			return zrc_errno(zrc);
+		}
+		zrc = zoo_exists(z->zh, z->reg_path, 0, &st);
+		if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(z->zh)->client_id)
+			return zrc_errno(zoo_set(z->zh, z->reg_path, data, n, -1)); /* ours already */
+		if (zrc == ZOK) {
+			/* A node for the same address from a session not yet expired: the previous
+			 * twd at this address, which died. Only one process can listen there. */
+			tw_log_warn("coord: %s: replacing the stale registration of a previous twd at "
+				    "%s (session 0x%llx)",
+				    z->reg_path, z->me.addr, (unsigned long long)st.ephemeralOwner);
+			zoo_delete(z->zh, z->reg_path, st.version);
+		}
+	}
+	tw__coord_err(z->c, "zk://%s: register %s: the node %s keeps changing", z->c->url.hosts,
+		      z->me.addr, z->reg_path);
+	return -EAGAIN;
+}
+
+/* Wait up to ms for stopping (st_mu not held). Returns true when stopping. */
+static bool stop_wait(struct zk *z, unsigned ms)
+{
+	struct timespec ts;
+	bool stop;
+
+	deadline_in(&ts, ms);
+	pthread_mutex_lock(&z->st_mu);
+	while (!z->stopping && pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts) == 0)
+		;
+	stop = z->stopping;
+	pthread_mutex_unlock(&z->st_mu);
+	return stop;
+}
+
+/*
+ * After a session expiry: a new session, the folders and the registration again; owned logs
+ * are lost. op_mu is held for one attempt at a time (at most a session timeout), never across
+ * the back-off between attempts, so calls fail with "not connected" instead of hanging while
+ * no server answers (twd's shutdown must not wait for ZooKeeper).
+ */
+static void *keeper_main(void *arg)
+{
+	struct zk *z = arg;
+
+	for (;;) {
+		zhandle_t *old;
+		unsigned backoff = 100;
+
+		pthread_mutex_lock(&z->st_mu);
+		while (!z->expired && !z->stopping)
+			pthread_cond_wait(&z->st_cv, &z->st_mu);
+		if (z->stopping) {
+			pthread_mutex_unlock(&z->st_mu);
+			return NULL;
+		}
+		pthread_mutex_unlock(&z->st_mu);
+
+		pthread_mutex_lock(&z->op_mu);
+		old = z->zh;
+		tw_log_warn("coord: zk://%s: session expired: reconnecting%s", z->c->url.hosts,
+			    z->registered ? " and registering again" : "");
+		for (size_t i = 0; i < z->n_owned; i++) {
+			if (!z->owned_lost[i])
+				tw_log_error("coord: log %llu: the owner node went with the expired "
+					     "session; another primary may take the log over (its fence "
+					     "then stops our writes)",
+					     (unsigned long long)z->owned[i]);
+			z->owned_lost[i] = true;
+		}
+		pthread_mutex_lock(&z->st_mu);
+		z->zh = NULL;
+		pthread_mutex_unlock(&z->st_mu);
+		pthread_mutex_unlock(&z->op_mu);
+		if (old)
+			zookeeper_close(old);
+		for (;;) {
+			int rc;
+
+			pthread_mutex_lock(&z->op_mu);
+			rc = connect_handle(z);
+			if (rc == 0)
+				rc = make_folders(z);
+			if (rc == 0 && z->registered)
+				rc = do_register(z);
+			if (rc < 0) {
+				zhandle_t *h = z->zh;
+
+				pthread_mutex_lock(&z->st_mu);
+				z->zh = NULL;
+				pthread_mutex_unlock(&z->st_mu);
+				if (h)
+					zookeeper_close(h);
+				tw_log_warn("coord: %s (retrying)", z->c->errmsg);
+			} else if (z->registered) {
+				tw_log_info("coord: registered again as %s", z->reg_path);
+			}
+			pthread_mutex_unlock(&z->op_mu);
+			if (rc == 0)
+				break;
+			if (stop_wait(z, backoff))
+				return NULL;
+			backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+		}
+	}
+}
+
+static int zk_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned timeout_ms)
+{
+	struct zk *z = calloc(1, sizeof(*z));
+	int rc;
+
+	(void)u;
+	if (!z)
+		return -ENOMEM;
+	pthread_once(&log_once, set_log_level);
+	z->c = c;
+	z->timeout_ms = timeout_ms;
+	pthread_mutex_init(&z->op_mu, NULL);
+	pthread_mutex_init(&z->st_mu, NULL);
+	pthread_cond_init(&z->st_cv, NULL);
+	c->impl = z;
+	rc = connect_handle(z);
+	if (rc == 0)
+		rc = make_folders(z);
+	if (rc == 0) {
+		rc = -pthread_create(&z->keeper, NULL, keeper_main, z);
+		z->keeper_started = rc == 0;
+		if (rc)
+			tw__coord_err(c, "coord: cannot start the session keeper thread: %s",
+				      strerror(-rc));
+	}
+	if (rc < 0) {
+		if (z->zh)
+			zookeeper_close(z->zh);
+		pthread_cond_destroy(&z->st_cv);
+		pthread_mutex_destroy(&z->st_mu);
+		pthread_mutex_destroy(&z->op_mu);
+		free(z);
+		c->impl = NULL;
+	}
+	return rc;
+}
+
+static void zk_close(struct tw_coord *c)
+{
+	struct zk *z = c->impl;
+
+	if (!z)
+		return;
+	pthread_mutex_lock(&z->st_mu);
+	z->stopping = true;
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+	if (z->keeper_started)
+		pthread_join(z->keeper, NULL);
+	/* Closing the session removes its ephemeral nodes (registration, owner nodes) at once. */
+	if (z->zh)
+		zookeeper_close(z->zh);
+	pthread_cond_destroy(&z->st_cv);
+	pthread_mutex_destroy(&z->st_mu);
+	pthread_mutex_destroy(&z->op_mu);
+	free(z);
+	c->impl = NULL;
+}
+
+/* Take op_mu and make sure the handle is connected (the keeper may be replacing it). */
+static int op_begin(struct zk *z)
+{
+	int rc;
+
+	pthread_mutex_lock(&z->op_mu);
+	rc = z->zh ? wait_connected(z, z->timeout_ms) : -ECONNRESET;
+	if (rc < 0) {
+		tw__coord_err(z->c, "zk://%s: not connected to ZooKeeper (%s); retry later",
+			      z->c->url.hosts, rc == -ETIMEDOUT ? "timed out" : "session expired");
+		pthread_mutex_unlock(&z->op_mu);
+	}
+	return rc;
+}
+
+static int zk_register(struct tw_coord *c, const struct tw_coord_backup *b)
+{
+	struct zk *z = c->impl;
+	char name[TW_COORD_NAME_MAX];
+	int rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	z->me = *b;
+	tw_coord_backup_node_name(b, name, sizeof(name));
+	path_of(z, z->reg_path, sizeof(z->reg_path), "/backups/%s", name);
+	rc = do_register(z);
+	z->registered = rc == 0;
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int zk_update_free(struct tw_coord *c, uint32_t free_buffers)
+{
+	struct zk *z = c->impl;
+	char data[1024];
+	int rc, n, zrc;
+
+	rc = op_begin(z);
+	if (rc < 0)
+		return rc;
+	if (!z->registered || z->me.free_buffers == free_buffers) {
+		pthread_mutex_unlock(&z->op_mu);
+		return 0;
+	}
+	z->me.free_buffers = free_buffers;
+	n = tw_coord_backup_encode(&z->me, data, sizeof(data));
+	zrc = n < 0 ? ZBADARGUMENTS : zoo_set(z->zh, z->reg_path, data, n, -1);
+	if (zrc == ZNONODE)
+		rc = do_register(z); /* deleted by hand: put it back */
+	else if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: update %s: %s", c->url.hosts, z->reg_path, zerror(zrc));
+		rc = zrc_errno(zrc);
+	}
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int zk_deregister(struct tw_coord *c)
+{
+	struct zk *z = c->impl;
+	int rc = op_begin(z), zrc;
+
+	if (rc < 0)
+		return rc;
+	if (z->registered) {
+		zrc = zoo_delete(z->zh, z->reg_path, -1);
+		z->registered = false;
+		if (zrc != ZOK && zrc != ZNONODE) {
+			tw__coord_err(c, "zk://%s: deregister %s: %s", c->url.hosts, z->reg_path,
+				      zerror(zrc));
+			rc = zrc_errno(zrc);
+		}
+	}
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	struct zk *z = c->impl;
+	struct String_vector kids = {0, NULL};
+	char dir[PATH_MAX_ZK];
+	int rc = op_begin(z), zrc;
+	size_t k = 0;
+
+	if (rc < 0)
+		return rc;
+	path_of(z, dir, sizeof(dir), "/backups");
+	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
+		pthread_mutex_unlock(&z->op_mu);
+		return zrc_errno(zrc);
+	}
+	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
+	if (!*out) {
+		deallocate_String_vector(&kids);
+		pthread_mutex_unlock(&z->op_mu);
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < kids.count; i++) {
+		char path[PATH_MAX_ZK], data[1024], err[256];
+		int len = (int)sizeof(data);
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, kids.data[i]) >= sizeof(path))
+			continue; /* not one of ours: our names are short */
+		zrc = zoo_get(z->zh, path, 0, data, &len, NULL);
+		if (zrc == ZNONODE)
+			continue; /* went away meanwhile */
+		if (zrc != ZOK) {
+			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, path, zerror(zrc));
+			rc = zrc_errno(zrc);
+			break;
+		}
+		if (len < 0)
+			len = 0;
+		if (tw_coord_backup_decode(data, (size_t)len, &(*out)[k], err, sizeof(err)) < 0) {
+			tw_log_warn("coord: skipping %s: %s", path, err);
+			continue;
+		}
+		snprintf((*out)[k].name, sizeof((*out)[k].name), "%s", kids.data[i]);
+		k++;
+	}
+	deallocate_String_vector(&kids);
+	pthread_mutex_unlock(&z->op_mu);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+		return rc;
+	}
+	*n_out = k;
+	return 0;
+}
+
+static int parse_epoch(const char *s, int len, uint64_t *out)
+{
+	uint64_t x = 0;
+
+	if (len <= 0 || len > 20)
+		return -1;
+	for (int i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		x = x * 10 + (uint64_t)(s[i] - '0');
+	}
+	*out = x;
+	return 0;
+}
+
+static void note_owned(struct zk *z, uint64_t log_id)
+{
+	for (size_t i = 0; i < z->n_owned; i++)
+		if (z->owned[i] == log_id) {
+			z->owned_lost[i] = false;
+			return;
+		}
+	if (z->n_owned < MAX_OWNED) {
+		z->owned[z->n_owned] = log_id;
+		z->owned_lost[z->n_owned++] = false;
+	}
+}
+
+static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
+		   bool replace, uint64_t *epoch_out)
+{
+	struct zk *z = c->impl;
+	char dir[PATH_MAX_ZK], epath[PATH_MAX_ZK], opath[PATH_MAX_ZK];
+	int rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	path_of(z, dir, sizeof(dir), "/logs/%" PRIu64, log_id);
+	path_of(z, epath, sizeof(epath), "/logs/%" PRIu64 "/epoch", log_id);
+	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
+	for (int attempt = 0; rc == 0; attempt++) {
+		char ebuf[32], obuf[512], odata[512];
+		int elen = (int)sizeof(ebuf) - 1, olen = (int)sizeof(obuf) - 1, n = 0, on = 0, zrc;
+		struct Stat est, ost;
+		uint64_t cur = 0, next;
+		zoo_op_t ops[3];
+		zoo_op_result_t res[3];
+		bool have_epoch, have_owner = false;
+
+		if (attempt == 1000) {
+			tw__coord_err(c, "zk://%s: log %" PRIu64 ": epoch allocation lost 1000 races "
+				      "in a row", c->url.hosts, log_id);
+			rc = -EAGAIN;
+			break;
+		}
+		zrc = zoo_get(z->zh, epath, 0, ebuf, &elen, &est);
+		if (zrc != ZOK && zrc != ZNONODE) {
+			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, epath, zerror(zrc));
+			rc = zrc_errno(zrc);
+			break;
+		}
+		have_epoch = zrc == ZOK;
+		if (!have_epoch) {
+			/* A log the coordinator has not seen: its folder first (one round trip
+			 * saved on every later allocation). */
+			rc = create_persistent(z, dir);
+			if (rc < 0)
+				break;
+		}
+		if (have_epoch && parse_epoch(ebuf, elen, &cur) < 0) {
+			tw__coord_err(c, "zk://%s: %s holds no decimal epoch: fix or delete it by hand "
+				      "(it is the log's epoch counter)", c->url.hosts, epath);
+			rc = -EINVAL;
+			break;
+		}
+		next = TW_MAX(cur + 1, floor);
+		if (!next)
+			next = 1;
+		snprintf(ebuf, sizeof(ebuf), "%" PRIu64, next);
+		if (have_epoch)
+			zoo_set_op_init(&ops[n++], epath, ebuf, (int)strlen(ebuf), est.version, NULL);
+		else
+			zoo_create_op_init(&ops[n++], epath, ebuf, (int)strlen(ebuf),
+					   &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		if (owner) {
+			zrc = zoo_get(z->zh, opath, 0, obuf, &olen, &ost);
+			if (zrc != ZOK && zrc != ZNONODE) {
+				tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, opath, zerror(zrc));
+				rc = zrc_errno(zrc);
+				break;
+			}
+			have_owner = zrc == ZOK;
+			if (have_owner && ost.ephemeralOwner != zoo_client_id(z->zh)->client_id &&
+			    !replace) {
+				obuf[olen > 0 ? olen : 0] = '\0';
+				for (char *p = obuf; *p; p++)
+					if (*p == '\n')
+						*p = ' ';
+				tw__coord_err(c, "log %" PRIu64 " is owned by another primary (%s): "
+					      "take it over instead", log_id, obuf);
+				rc = -TW_EFENCED;
+				break;
+			}
+			if (have_owner)
+				zoo_delete_op_init(&ops[n++], opath, ost.version);
+			on = snprintf(odata, sizeof(odata), "epoch=%" PRIu64 "\nowner=%s\n", next,
+				      owner);
+			if (on < 0 || on >= (int)sizeof(odata))
+				on = (int)sizeof(odata) - 1;
+			zoo_create_op_init(&ops[n++], opath, odata, on, &ZOO_OPEN_ACL_UNSAFE,
+					   ZOO_EPHEMERAL, NULL, 0);
+		}
+		zrc = zoo_multi(z->zh, n, ops, res);
+		if (zrc == ZOK) {
+			*epoch_out = next;
+			if (owner)
+				note_owned(z, log_id);
+			break;
+		}
+		if (zrc == ZBADVERSION || zrc == ZNODEEXISTS || zrc == ZNONODE)
+			continue; /* raced with another allocation: read again */
+		tw__coord_err(c, "zk://%s: log %" PRIu64 ": epoch allocation: %s", c->url.hosts,
+			      log_id, zerror(zrc));
+		rc = zrc_errno(zrc);
+	}
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int zk_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
+		   size_t owner_len)
+{
+	struct zk *z = c->impl;
+	char epath[PATH_MAX_ZK], opath[PATH_MAX_ZK], ebuf[32], obuf[512];
+	int elen = (int)sizeof(ebuf), olen = (int)sizeof(obuf) - 1, zrc;
+	int rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	path_of(z, epath, sizeof(epath), "/logs/%" PRIu64 "/epoch", log_id);
+	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
+	zrc = zoo_get(z->zh, epath, 0, ebuf, &elen, NULL);
+	if (zrc == ZOK && parse_epoch(ebuf, elen, epoch_out) < 0)
+		zrc = ZBADARGUMENTS;
+	if (zrc != ZOK) {
+		if (zrc == ZNONODE)
+			tw__coord_err(c, "the coordinator knows no log %" PRIu64, log_id);
+		else
+			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, epath, zerror(zrc));
+		pthread_mutex_unlock(&z->op_mu);
+		return zrc_errno(zrc);
+	}
+	if (owner_len)
+		owner_out[0] = '\0';
+	zrc = zoo_get(z->zh, opath, 0, obuf, &olen, NULL);
+	if (zrc == ZOK && owner_len) {
+		obuf[olen > 0 ? olen : 0] = '\0';
+		for (char *p = obuf; *p; p++)
+			if (*p == '\n')
+				*p = ' ';
+		snprintf(owner_out, owner_len, "%s", obuf);
+	}
+	pthread_mutex_unlock(&z->op_mu);
+	return zrc == ZOK || zrc == ZNONODE ? 0 : zrc_errno(zrc);
+}
+
+static bool zk_owns(struct tw_coord *c, uint64_t log_id)
+{
+	struct zk *z = c->impl;
+	bool yes = false;
+
+	pthread_mutex_lock(&z->op_mu);
+	for (size_t i = 0; i < z->n_owned; i++)
+		if (z->owned[i] == log_id)
+			yes = !z->owned_lost[i];
+	pthread_mutex_unlock(&z->op_mu);
+	return yes;
+}
+
+static void quiet_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	(void)zh;
+	(void)type;
+	(void)path;
+	if (state == ZOO_CONNECTED_STATE) {
+		struct zk *z = ctx;
+
+		pthread_mutex_lock(&z->st_mu);
+		pthread_cond_broadcast(&z->st_cv);
+		pthread_mutex_unlock(&z->st_mu);
+	}
+}
+
+/* One try: a twin joins the session and closes it. The original client may take the session
+ * back between the twin's connect and its close (they fight over it): the caller retries. */
+static int expire_once(struct zk *z, const clientid_t *id)
+{
+	zhandle_t *twin = zookeeper_init(z->c->url.hosts, quiet_watcher, (int)z->timeout_ms, id, z, 0);
+	int rc;
+
+	if (!twin)
+		return -errno;
+	for (int i = 0; i < 1000 && zoo_state(twin) != ZOO_CONNECTED_STATE; i++) {
+		struct timespec ts;
+
+		deadline_in(&ts, 10);
+		pthread_mutex_lock(&z->st_mu);
+		pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
+		pthread_mutex_unlock(&z->st_mu);
+	}
+	rc = zoo_state(twin) == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
+	zookeeper_close(twin);
+	return rc;
+}
+
+static int zk_expire(struct tw_coord *c)
+{
+	struct zk *z = c->impl;
+	clientid_t id;
+	unsigned gen;
+	int rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	id = *zoo_client_id(z->zh);
+	pthread_mutex_unlock(&z->op_mu);
+	pthread_mutex_lock(&z->st_mu);
+	gen = z->generation;
+	pthread_mutex_unlock(&z->st_mu);
+	for (int attempt = 0; attempt < 20; attempt++) {
+		struct timespec ts;
+		bool done;
+
+		rc = expire_once(z, &id);
+		if (rc < 0)
+			continue;
+		/* Expired: the original client hears it at its next contact, within a session
+		 * timeout; the keeper then makes a new handle. */
+		deadline_in(&ts, z->timeout_ms * 2);
+		pthread_mutex_lock(&z->st_mu);
+		while (!z->expired && z->generation == gen &&
+		       pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts) == 0)
+			;
+		done = z->expired || z->generation != gen;
+		pthread_mutex_unlock(&z->st_mu);
+		if (done)
+			return 0;
+	}
+	return -ETIMEDOUT;
+}
+
+const struct tw_coord_ops tw__coord_zk_ops = {
+	.scheme = "zk",
+	.open = zk_open,
+	.close = zk_close,
+	.register_backup = zk_register,
+	.update_free = zk_update_free,
+	.deregister = zk_deregister,
+	.list_backups = zk_list,
+	.take_log = zk_take,
+	.log_info = zk_info,
+	.owns = zk_owns,
+	.expire_session = zk_expire,
+};

@@ -1,0 +1,649 @@
+/*
+ * tests/integration/coord_zk.c — the coordinator on a real ZooKeeper server (argv[1]: tcp or
+ * sockets; docs/coordination.md):
+ *   - 5 twd's register with zones A A B B C; the registrations hold address, provider, zone,
+ *     buffers; twctl -c URL ls-backups lists them;
+ *   - a primary given only the coordinator URL finds them, gets epoch 1 and an owner node; a
+ *     second plain open of the live log gets -TW_EEXIST;
+ *   - no segment has two replicas in one zone (listed on every backup);
+ *   - a replica's twd is SIGKILLed: the spare is the other registered backup of its zone
+ *     (the only one the zone rule allows) and appends continue;
+ *   - two racing takeovers through the coordinator get distinct epochs; every acknowledged
+ *     entry is recovered; the old primary is fenced;
+ *   - 4 threads allocating 100 epochs get 100 distinct ones (latency printed);
+ *   - session expiry: the registration comes back, the owner node is lost;
+ *   - a clean twd shutdown deregisters at once; the killed twd's node goes with its session;
+ *   - twd with a bad URL or no server fails with a clear message.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tailwind/primary.h>
+
+#include "cli_run.h"
+#include "coord/coord.h"
+#include "proc.h"
+#include "tap.h"
+#include "twd_client.h"
+#include "zkserver.h"
+
+#define NB 5
+#define SEG (64u * 1024u) /* ~580 entries of 100 B: a few segments with few appends */
+#define OBJ 100u
+
+/*
+ * LeakSanitizer (ASan builds): one run in about ten under load reported 352 bytes in 5 blocks
+ * allocated inside libzookeeper_mt (the ZooKeeper C client) and never freed by its
+ * zookeeper_close; not reproduced in 7 further runs with full stacks. The test closes
+ * handles in states a service rarely meets (the readiness probe while the JVM starts, the
+ * twin session that forces an expiry). With fast unwinding the stack holds only the client's
+ * frames, so the suppression names the library: our own allocations (struct zk, node buffers,
+ * listings) keep their frames and are still checked.
+ */
+const char *__lsan_default_suppressions(void);
+__attribute__((used)) const char *__lsan_default_suppressions(void)
+{
+	return "leak:libzookeeper_mt.so\n";
+}
+
+static const char *zone_of[NB] = { "A", "A", "B", "B", "C" };
+static const char *prov;
+static char root[256], twd[512], twctl[512];
+static char addr[NB][160];
+static struct proc *tw[NB];
+static bool alive[NB];
+static struct zkserver zk;
+
+static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int idx_of(const char *a)
+{
+	for (int i = 0; i < NB; i++)
+		if (a && !strcmp(a, addr[i]))
+			return i;
+	return -1;
+}
+
+static void start_twds(void)
+{
+	for (int i = 0; i < NB; i++) {
+		char dir[300], line[160];
+		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
+				 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers",
+				 (char *)"16", (char *)"--coordinator", zk.url, (char *)"--zone",
+				 (char *)zone_of[i], NULL };
+		int rc;
+
+		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
+		tw[i] = proc_spawn(args, NULL);
+		TAP_REQUIRE(tw[i], "spawn %s", twd);
+		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000);
+		TAP_REQUIRE(rc >= 0, "twd %d did not get ready: %s", i, strerror(-rc));
+		snprintf(addr[i], sizeof(addr[i]), "%s", line + 6);
+		alive[i] = true;
+	}
+}
+
+static void check_registrations(struct tw_coord *c)
+{
+	struct tw_coord_backup *v = NULL;
+	size_t n = 0;
+	int found = 0;
+
+	is_int(tw_coord_list_backups(c, &v, &n), 0, "list registrations");
+	is_int(n, NB, "%d twd's registered", NB);
+	for (size_t i = 0; i < n; i++) {
+		int k = idx_of(v[i].addr);
+
+		if (k >= 0 && !strcmp(v[i].zone, zone_of[k]) && !strcmp(v[i].provider, prov) &&
+		    v[i].buffers == 16 && v[i].free_buffers <= 16 && v[i].buffer_size == SEG)
+			found++;
+		else
+			tap_diag("unexpected registration %s %s %s %u/%u", v[i].addr, v[i].provider,
+				 v[i].zone, v[i].free_buffers, v[i].buffers);
+	}
+	is_int(found, NB, "each registration holds its twd's address, provider, zone, buffers");
+	ok(n >= 3 && strcmp(v[0].zone, v[1].zone) && strcmp(v[1].zone, v[2].zone) &&
+	   strcmp(v[0].zone, v[2].zone), "listed zones interleaved (first three in three zones)");
+	free(v);
+}
+
+static void check_twctl_ls(void)
+{
+	char *args[] = { twctl, (char *)"-c", zk.url, (char *)"--json", (char *)"ls-backups", NULL };
+	struct cli_out o;
+	int st = cli_run(args, NULL, NULL, 0, 30000, &o), seen = 0;
+
+	is_int(st, 0, "twctl -c URL ls-backups exits 0 (stderr: %s)", o.err);
+	for (int i = 0; i < NB; i++) {
+		char want[1024];
+
+		snprintf(want, sizeof(want), "\"address\":\"%s\",\"provider\":\"%s\",\"zone\":\"%s\"",
+			 addr[i], prov, zone_of[i]);
+		seen += strstr(o.out, want) != NULL;
+	}
+	is_int(seen, NB, "ls-backups lists every twd with its provider and zone");
+	cli_out_free(&o);
+}
+
+/* Segments of `log` on every live backup: no segment has two replicas in one zone. Returns
+ * the number of (segment, backup) copies seen. */
+static unsigned check_zones(uint64_t log, const char *when)
+{
+	enum { MAXS = 256 };
+	static unsigned zmask[MAXS];
+	static struct twc_info info[MAXS];
+	unsigned copies = 0, bad = 0, maxseg = 0;
+
+	memset(zmask, 0, sizeof(zmask));
+	for (int i = 0; i < NB; i++) {
+		struct twc c;
+		int n;
+
+		if (!alive[i])
+			continue;
+		memset(&c, 0, sizeof(c));
+		TAP_REQUIRE(twc_connect(&c, prov, addr[i]) == 0, "connect to twd %d", i);
+		n = twc_list(&c, log, true, info, MAXS);
+		twc_close(&c);
+		TAP_REQUIRE(n >= 0, "list twd %d: %d", i, n);
+		for (int k = 0; k < n; k++) {
+			unsigned s = (unsigned)info[k].segment_id, z = 1u << (zone_of[i][0] - 'A');
+
+			if (s >= MAXS)
+				continue;
+			if (zmask[s] & z) {
+				bad++;
+				tap_diag("segment %u: two replicas in zone %s", s, zone_of[i]);
+			}
+			zmask[s] |= z;
+			copies++;
+			if (s > maxseg)
+				maxseg = s;
+		}
+	}
+	is_int(bad, 0, "%s: no segment of %u has two replicas in one zone (%u copies listed)",
+	       when, maxseg + 1, copies);
+	return copies;
+}
+
+static int append_n(struct tw_primary *p, uint64_t from, uint64_t n)
+{
+	uint8_t buf[OBJ];
+
+	for (uint64_t i = from; i < from + n; i++) {
+		int rc;
+
+		memset(buf, (int)(i & 0xff), sizeof(buf));
+		memcpy(buf, &i, sizeof(i));
+		rc = tw_primary_append(p, buf, OBJ, NULL);
+		if (rc < 0) {
+			tap_diag("append %" PRIu64 ": %s: %s", i, tw_strerror(rc), tw_primary_errmsg(p));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static void pcfg(struct tw_primary_config *cfg, uint64_t log)
+{
+	tw_primary_config_init(cfg);
+	cfg->log_id = log;
+	cfg->coordinator = zk.url; /* no backups: the registrations */
+	cfg->replicas = 3;
+	cfg->provider = prov;
+	cfg->segment_size = SEG;
+	cfg->open_retry_ms = 1000;
+}
+
+struct racer {
+	uint64_t log;
+	pthread_barrier_t *bar;
+	int rc;
+	uint64_t epoch, entries, bad;
+	struct tw_primary *p;
+	char err[1024];
+};
+
+static int count_entry(void *arg, const struct tw_recovered_entry *e)
+{
+	struct racer *r = arg;
+	uint64_t seq;
+
+	if (e->len != OBJ) {
+		r->bad++;
+		return 0;
+	}
+	memcpy(&seq, e->data, sizeof(seq));
+	if (seq != r->entries)
+		r->bad++;
+	r->entries++;
+	return 0;
+}
+
+static void *race_main(void *arg)
+{
+	struct racer *r = arg;
+	struct tw_primary_config cfg;
+	struct tw_recover_result res;
+
+	memset(&res, 0, sizeof(res));
+	pcfg(&cfg, r->log);
+	pthread_barrier_wait(r->bar);
+	r->rc = tw_primary_takeover(&cfg, count_entry, r, &res, &r->p, r->err, sizeof(r->err));
+	r->epoch = r->p ? tw_primary_epoch(r->p) : res.epoch;
+	return NULL;
+}
+
+struct alloc_thr {
+	const char *url;
+	uint64_t epochs[25];
+	double total_s;
+	int failures;
+};
+
+static void *alloc_main(void *arg)
+{
+	struct alloc_thr *a = arg;
+	struct tw_coord *c;
+	char err[512];
+
+	if (tw_coord_open(a->url, 5000, &c, err, sizeof(err)) < 0) {
+		a->failures = 25;
+		return NULL;
+	}
+	for (int i = 0; i < 25; i++) {
+		double t0 = now_s();
+
+		if (tw_coord_take_log(c, 0xE0, 0, NULL, false, &a->epochs[i]) < 0)
+			a->failures++;
+		a->total_s += now_s() - t0;
+	}
+	tw_coord_close(c);
+	return NULL;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+static void epochs_in_parallel(void)
+{
+	struct alloc_thr t[4];
+	pthread_t th[4];
+	uint64_t all[100];
+	double total = 0;
+	int fails = 0, distinct = 1;
+
+	/* One client alone first: the latency of an uncontended allocation. */
+	{
+		struct tw_coord *c;
+		char err[512];
+		uint64_t e, last = 0;
+		double t0;
+		int good = 0;
+
+		TAP_REQUIRE(tw_coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "open: %s", err);
+		t0 = now_s();
+		for (int i = 0; i < 20; i++)
+			if (tw_coord_take_log(c, 0xE2, 0, NULL, false, &e) == 0 && e == last + 1)
+				good++, last = e;
+		tap_diag("epoch allocation, one client: %.2f ms on average (20)",
+			 (now_s() - t0) / 20 * 1e3);
+		is_int(good, 20, "one client: epochs 1..20 in order");
+		tw_coord_close(c);
+	}
+	for (int i = 0; i < 4; i++) {
+		memset(&t[i], 0, sizeof(t[i]));
+		t[i].url = zk.url;
+		pthread_create(&th[i], NULL, alloc_main, &t[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		memcpy(all + 25 * i, t[i].epochs, sizeof(t[i].epochs));
+		total += t[i].total_s;
+		fails += t[i].failures;
+	}
+	qsort(all, 100, sizeof(all[0]), cmp_u64);
+	for (int i = 1; i < 100; i++)
+		distinct += all[i] != all[i - 1];
+	is_int(fails, 0, "100 epoch allocations from 4 threads succeed");
+	ok(distinct == 100 && all[0] == 1 && all[99] == 100,
+	   "they got 100 distinct epochs, 1..100 (%d distinct, %" PRIu64 "..%" PRIu64 ")", distinct,
+	   all[0], all[99]);
+	tap_diag("epoch allocation (get + multi set, 4 clients racing): %.2f ms on average",
+		 total / 100 * 1e3);
+}
+
+/* The session of a coordinator handle expires: its registration comes back by itself, its
+ * owner node is lost. */
+static void session_expiry(void)
+{
+	struct tw_coord *c, *obs;
+	struct tw_coord_backup me, *v = NULL;
+	char err[512];
+	uint64_t epoch = 0;
+	size_t n = 0;
+	bool gone = false, back = false;
+	double t0, end;
+
+	memset(&me, 0, sizeof(me));
+	snprintf(me.addr, sizeof(me.addr), "192.0.2.1:9");
+	snprintf(me.provider, sizeof(me.provider), "test-expiry");
+	me.free_buffers = 1;
+	TAP_REQUIRE(tw_coord_open(zk.url, 2000, &c, err, sizeof(err)) == 0, "open: %s", err);
+	TAP_REQUIRE(tw_coord_open(zk.url, 2000, &obs, err, sizeof(err)) == 0, "open: %s", err);
+	is_int(tw_coord_register(c, &me), 0, "register a test node");
+	is_int(tw_coord_take_log(c, 0xE1, 0, "expiry test", false, &epoch), 0, "own log 0xE1");
+	ok(tw_coord_owns(c, 0xE1), "the handle owns log 0xE1");
+	t0 = now_s();
+	is_int(tw__coord_expire_session(c), 0, "expire the session");
+	end = now_s() + 30;
+	while (now_s() < end && !(gone && back)) {
+		bool here = false;
+
+		if (tw_coord_list_backups(obs, &v, &n) == 0)
+			for (size_t i = 0; i < n; i++)
+				here |= !strcmp(v[i].addr, me.addr);
+		free(v);
+		v = NULL;
+		gone |= !here;
+		back = gone && here;
+		if (!(gone && back)) {
+			struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL); /* polling a condition with a deadline, not a sync */
+		}
+	}
+	ok(gone && back, "registration removed by the expiry, then registered again (%.2f s)",
+	   now_s() - t0);
+	ok(!tw_coord_owns(c, 0xE1), "the owner node is lost with the expired session");
+	{
+		char owner[256] = "x";
+
+		ok(tw_coord_log_info(obs, 0xE1, &epoch, owner, sizeof(owner)) == 0 && !owner[0],
+		   "no owner node left for log 0xE1 (\"%s\")", owner);
+	}
+	tw_coord_close(c);
+	tw_coord_close(obs);
+}
+
+static void bad_urls(void)
+{
+	char dir[300], bad_port[64];
+	char *a1[] = { twd, (char *)"--dir", dir, (char *)"--coordinator", (char *)"zk://h/x", NULL };
+	char *a2[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
+		       (char *)"--buffer-size", (char *)"256K", (char *)"--buffers", (char *)"2",
+		       (char *)"--coordinator", bad_port, NULL };
+	struct cli_out o;
+	int st;
+
+	snprintf(dir, sizeof(dir), "%s/bad", root);
+	st = cli_run(a1, NULL, NULL, 0, 30000, &o);
+	ok(st == 2 && strstr(o.err, "bad coordinator URL") && strstr(o.err, "HOST:PORT"),
+	   "twd --coordinator zk://h/x: exit 2 (%d), message says the form", st);
+	tap_diag("twd said: %.*s", (int)strcspn(o.err, "\n"), o.err);
+	cli_out_free(&o);
+	/* A port nothing listens on: the one ZooKeeper had before it stopped is not safe here;
+	 * port 1 on 127.0.0.1 is (privileged, unused). */
+	snprintf(bad_port, sizeof(bad_port), "zk://127.0.0.1:1/x");
+	st = cli_run(a2, (char *const[]){ (char *)"TW_LOG_LEVEL=error", NULL }, NULL, 0, 60000, &o);
+	ok(st == 1 && strstr(o.err, "no ZooKeeper server answered"),
+	   "twd with no ZooKeeper server: exit 1 (%d) and says so", st);
+	{
+		const char *l = strstr(o.err, "twd: cannot register");
+
+		tap_diag("twd said: %.*s", l ? (int)strcspn(l, "\n") : 0, l ? l : "");
+	}
+	cli_out_free(&o);
+}
+
+int main(int argc, char **argv)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL, *p2 = NULL;
+	struct tw_coord *c;
+	char err[1024];
+	uint64_t log = 0x2c00000000000000ull | (uint64_t)getpid(), acked = 0;
+	const uint64_t n1 = 1500, n2 = 700; /* sync appends: slow on sockets */
+	int rc, victim = -1, mate = -1;
+	uint32_t kill_seg = 0;
+
+	prov = argc > 1 ? argv[1] : "tcp";
+	if (!zkserver_available(err, sizeof(err)))
+		tap_plan_skip_all("%s", err);
+	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0 ||
+	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) < 0)
+		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
+	snprintf(root, sizeof(root), "%s/coordzk.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
+
+	zkserver_start(&zk);
+	tap_diag("ZooKeeper at %s answered %.2f s after its start", zk.hosts, zk.start_s);
+	start_twds();
+	TAP_REQUIRE(tw_coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "coord open: %s", err);
+	check_registrations(c);
+	check_twctl_ls();
+
+	/* A primary from the coordinator alone. */
+	pcfg(&cfg, log);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "primary open through the coordinator: %s: %s", tw_strerror(rc), err);
+	is_int(tw_primary_epoch(p), 1, "a new log gets epoch 1 from the coordinator");
+	{
+		char owner[256] = "", want[64];
+		uint64_t e = 0;
+
+		snprintf(want, sizeof(want), "pid=%ld", (long)getpid());
+		ok(tw_coord_log_info(c, log, &e, owner, sizeof(owner)) == 0 && e == 1 &&
+		   strstr(owner, want), "the coordinator holds epoch 1 and our owner node (%s)", owner);
+	}
+	rc = tw_primary_open(&cfg, &p2, err, sizeof(err));
+	ok(rc == -TW_EEXIST && !p2 && strstr(err, "owned by another primary"),
+	   "a second open of the owned log: -TW_EEXIST (%s: %s)", tw_strerror(rc), err);
+	is_int(append_n(p, 0, n1), 0, "%" PRIu64 " appends through backups found in the registry",
+	       n1);
+	acked = n1;
+	check_zones(log, "before the loss");
+
+	/* Kill the replica in zone A or B of the open segment: its zone mate is the only spare. */
+	for (unsigned i = 0; i < 3; i++) {
+		int k = idx_of(tw_primary_replica_addr(p, i));
+
+		if (k >= 0 && zone_of[k][0] != 'C' && victim < 0)
+			victim = k;
+	}
+	TAP_REQUIRE(victim >= 0, "no replica in zone A or B");
+	mate = victim ^ 1; /* A: 0,1  B: 2,3 */
+	{
+		struct tw_primary_stats st;
+
+		tw_primary_get_stats(p, &st);
+		kill_seg = tw_primary_first_segment(p) + (uint32_t)st.segments - 1;
+	}
+	tap_diag("killing twd %d (%s, zone %s), replica of segment %u; its zone mate is twd %d",
+		 victim, addr[victim], zone_of[victim], kill_seg, mate);
+	proc_kill(tw[victim], SIGKILL);
+	proc_wait(tw[victim], 10000);
+	alive[victim] = false;
+	is_int(append_n(p, n1, n2), 0, "%" PRIu64 " more appends after the loss", n2);
+	acked += n2;
+	{
+		bool mate_holds = false;
+		struct twc tc;
+		struct twc_info info[256];
+		int n;
+
+		memset(&tc, 0, sizeof(tc));
+		TAP_REQUIRE(twc_connect(&tc, prov, addr[mate]) == 0, "connect to the mate");
+		n = twc_list(&tc, log, true, info, 256);
+		twc_close(&tc);
+		for (int k = 0; k < n; k++)
+			mate_holds |= info[k].segment_id == kill_seg;
+		ok(mate_holds, "the spare for segment %u is twd %d, the registered backup of zone %s",
+		   kill_seg, mate, zone_of[victim]);
+	}
+	for (unsigned i = 0; i < 3; i++)
+		ok(idx_of(tw_primary_replica_addr(p, i)) != victim,
+		   "replica %u of the open segment is not the dead twd", i);
+	check_zones(log, "after the loss");
+
+	/* Two takeovers race through the coordinator. */
+	{
+		pthread_barrier_t bar;
+		struct racer r[2];
+		pthread_t th[2];
+		uint64_t stored = 0;
+		char owner[256] = "";
+		int won = 0;
+
+		pthread_barrier_init(&bar, NULL, 2);
+		for (int i = 0; i < 2; i++) {
+			memset(&r[i], 0, sizeof(r[i]));
+			r[i].log = log;
+			r[i].bar = &bar;
+			pthread_create(&th[i], NULL, race_main, &r[i]);
+		}
+		for (int i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		pthread_barrier_destroy(&bar);
+		for (int i = 0; i < 2; i++) {
+			tap_diag("takeover %d: %s, epoch %" PRIu64 ", %" PRIu64 " entries%s%s", i,
+				 r[i].rc ? tw_strerror(r[i].rc) : "ok", r[i].epoch, r[i].entries,
+				 r[i].rc ? ": " : "", r[i].rc ? r[i].err : "");
+			won += r[i].rc == 0;
+		}
+		ok(r[0].epoch && r[1].epoch && r[0].epoch != r[1].epoch,
+		   "racing takeovers got distinct epochs (%" PRIu64 ", %" PRIu64 ")", r[0].epoch,
+		   r[1].epoch);
+		ok(won >= 1, "at least one takeover won (%d)", won);
+		for (int i = 0; i < 2; i++)
+			if (r[i].rc == 0)
+				ok(r[i].entries == acked && !r[i].bad,
+				   "takeover %d recovered every acknowledged entry in order (%" PRIu64
+				   " of %" PRIu64 ", %" PRIu64 " out of place)", i, r[i].entries, acked,
+				   r[i].bad);
+		ok(tw_coord_log_info(c, log, &stored, owner, sizeof(owner)) == 0 &&
+		   stored == (r[0].epoch > r[1].epoch ? r[0].epoch : r[1].epoch),
+		   "the coordinator's epoch is the higher one (%" PRIu64 "), owner %s", stored, owner);
+		rc = append_n(p, acked, 1);
+		ok(rc == -TW_EFENCED || rc == -TW_ENOBACKUP,
+		   "the first primary is fenced: its append fails (%s)", tw_strerror(rc));
+		/* The winner: the one that succeeded (both may, one after the other: then the
+		 * higher epoch overtook the lower). */
+		for (int i = 0; i < 2; i++) {
+			bool winner = r[i].rc == 0 && (r[1 - i].rc || r[i].epoch > r[1 - i].epoch);
+
+			if (winner)
+				is_int(append_n(r[i].p, acked, 1), 0,
+				       "the winner (epoch %" PRIu64 ") appends after the recovered tail",
+				       r[i].epoch);
+		}
+		for (int i = 0; i < 2; i++)
+			tw_primary_close(r[i].p);
+	}
+	tw_primary_close(p);
+
+	epochs_in_parallel();
+	session_expiry();
+
+	/* Clean shutdown deregisters at once; the killed twd's node goes with its session. */
+	{
+		struct tw_coord_backup *v = NULL;
+		size_t n = 0;
+		bool c_gone = true, dead_gone = false;
+		double t0 = now_s(), end = t0 + 30;
+
+		proc_kill(tw[4], SIGTERM);
+		is_int(proc_wait(tw[4], 30000), 0, "twd 4 (zone C) exits 0 on SIGTERM");
+		alive[4] = false;
+		if (tw_coord_list_backups(c, &v, &n) == 0)
+			for (size_t i = 0; i < n; i++)
+				c_gone &= strcmp(v[i].addr, addr[4]) != 0;
+		free(v);
+		ok(c_gone, "its registration is gone when it has exited (deregistered, no session "
+		   "timeout)");
+		while (!dead_gone && now_s() < end) {
+			bool here = false;
+
+			v = NULL;
+			if (tw_coord_list_backups(c, &v, &n) == 0)
+				for (size_t i = 0; i < n; i++)
+					here |= !strcmp(v[i].addr, addr[victim]);
+			free(v);
+			dead_gone = !here;
+			if (!dead_gone) {
+				struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+				nanosleep(&ts, NULL); /* polling with a deadline */
+			}
+		}
+		ok(dead_gone, "the SIGKILLed twd's registration went with its session");
+	}
+	/* twctl fence through the coordinator: the backups from the registry, the epoch from
+	 * the coordinator (one past the stored one). */
+	{
+		char logs[32], want[128];
+		char *fa[] = { twctl, (char *)"-c", zk.url, (char *)"-p", (char *)prov, (char *)"fence",
+			       logs, NULL };
+		char *oa[] = { twctl, (char *)"-c", zk.url, (char *)"owner", logs, NULL };
+		struct cli_out o;
+		uint64_t before = 0;
+		char owner[256];
+		int st;
+
+		snprintf(logs, sizeof(logs), "%#" PRIx64, log);
+		tw_coord_log_info(c, log, &before, owner, sizeof(owner));
+		st = cli_run(fa, NULL, NULL, 0, 60000, &o);
+		snprintf(want, sizeof(want), "fenced at epoch %" PRIu64 " on 3 of 3 backups", before + 1);
+		ok(st == 0 && strstr(o.out, want), "twctl -c URL fence: the 3 registered backups, "
+		   "epoch %" PRIu64 " from the coordinator (exit %d: %.*s)", before + 1, st,
+		   (int)strcspn(o.out, "\n"), o.out);
+		cli_out_free(&o);
+		st = cli_run(oa, NULL, NULL, 0, 60000, &o);
+		snprintf(want, sizeof(want), "epoch %" PRIu64 " owner (none)", before + 1);
+		ok(st == 0 && strstr(o.out, want), "twctl -c URL owner: %.*s",
+		   (int)strcspn(o.out, "\n"), o.out);
+		cli_out_free(&o);
+	}
+	tw_coord_close(c);
+	bad_urls();
+
+	/* ZooKeeper gone: a twd still shuts down cleanly (its deregistration fails after the
+	 * session timeout, with a message; the flush is not held up for ever). */
+	zkserver_stop(&zk);
+	proc_kill(tw[2], SIGTERM);
+	is_int(proc_wait(tw[2], 60000), 0, "twd 2 exits 0 on SIGTERM with ZooKeeper stopped");
+	for (int i = 0; i < NB; i++)
+		proc_free(tw[i]);
+	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	tap_done_testing();
+	return tap_exit();
+}

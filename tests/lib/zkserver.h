@@ -1,0 +1,37 @@
+/*
+ * tests/lib/zkserver.h — a real ZooKeeper server for a test: standalone, on 127.0.0.1 at a
+ * probed free port, data in a fresh temporary directory, admin server off; started with the
+ * JRE and Debian's /usr/share/java/zookeeper.jar, ready once a client session connects (no
+ * sleep), stopped (and its directory removed) by zkserver_stop or at exit, even on failure.
+ *
+ *   struct zkserver zk;
+ *   if (!zkserver_available(why, sizeof(why))) tap_plan_skip_all("%s", why);
+ *   zkserver_start(&zk);            // zk.url: "zk://127.0.0.1:PORT/tw-test"
+ *   ...
+ *   zkserver_stop(&zk);
+ */
+#ifndef TW_TESTS_ZKSERVER_H
+#define TW_TESTS_ZKSERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct proc;
+
+struct zkserver {
+	struct proc *proc;
+	char dir[256];
+	char url[128];   /* zk://127.0.0.1:PORT/tw-test */
+	char hosts[64];  /* 127.0.0.1:PORT */
+	int port;
+	double start_s;  /* from spawn to the first client session */
+};
+
+/* Whether java and zookeeper.jar are installed (why: what is missing, and how to install). */
+bool zkserver_available(char *why, size_t len);
+/* Start; fails the test (TAP_FATAL) after 3 attempts (a port taken meanwhile) or 60 s. */
+void zkserver_start(struct zkserver *zk);
+/* SIGTERM (then SIGKILL), reap, remove the directory. Again is a no-op. */
+void zkserver_stop(struct zkserver *zk);
+
+#endif

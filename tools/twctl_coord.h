@@ -1,0 +1,34 @@
+/*
+ * tools/twctl_coord.h — twctl's coordinator side (-c URL; docs/coordination.md): backups from
+ * the registrations, epochs (and the owner node while the command runs) for fence, recover and
+ * delete, and the commands ls-backups and owner.
+ */
+#ifndef TW_TOOLS_TWCTL_COORD_H
+#define TW_TOOLS_TWCTL_COORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct tw_recover_config;
+
+/* Check the URL (usage error: message on stderr, returns -1). */
+int twctl_coord_check(const char *url);
+
+/* Fill backups[0..*n) with the registrations of `provider` (strings live until exit). 0, or
+ * -1 with a message on stderr. */
+int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provider,
+			const char **backups, unsigned *n, unsigned max);
+
+/* Allocate cfg->log_id's next epoch (at least cfg->epoch) and hold its owner node until exit,
+ * as "twctl CMD" (a takeover: a live owner's node is replaced); cfg->epoch receives it. 0, or -1
+ * with a message on stderr. */
+int twctl_coord_epoch(const char *url, unsigned timeout_ms, const char *cmd,
+		      struct tw_recover_config *cfg);
+
+/* twctl -c URL ls-backups: one line per registration (or JSON). Exit status. */
+int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json);
+
+/* twctl -c URL owner LOG: the log's epoch and owner at the coordinator. Exit status. */
+int twctl_coord_owner(const char *url, unsigned timeout_ms, bool json, uint64_t log_id);
+
+#endif
