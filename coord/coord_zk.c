@@ -347,6 +347,19 @@ static void *keeper_main(void *arg)
 	}
 }
 
+/* Close the session (its ephemeral nodes, registration and owner nodes, go at once) and free
+ * the backend; the keeper thread must not be running. */
+static void zk_free(struct tw_coord *c, struct zk *z)
+{
+	if (z->zh)
+		zookeeper_close(z->zh);
+	pthread_cond_destroy(&z->st_cv);
+	pthread_mutex_destroy(&z->st_mu);
+	pthread_mutex_destroy(&z->op_mu);
+	free(z);
+	c->impl = NULL;
+}
+
 static int zk_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned timeout_ms)
 {
 	struct zk *z = calloc(1, sizeof(*z));
@@ -372,15 +385,8 @@ static int zk_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned ti
 			tw__coord_err(c, "coord: cannot start the session keeper thread: %s",
 				      strerror(-rc));
 	}
-	if (rc < 0) {
-		if (z->zh)
-			zookeeper_close(z->zh);
-		pthread_cond_destroy(&z->st_cv);
-		pthread_mutex_destroy(&z->st_mu);
-		pthread_mutex_destroy(&z->op_mu);
-		free(z);
-		c->impl = NULL;
-	}
+	if (rc < 0)
+		zk_free(c, z);
 	return rc;
 }
 
@@ -396,14 +402,7 @@ static void zk_close(struct tw_coord *c)
 	pthread_mutex_unlock(&z->st_mu);
 	if (z->keeper_started)
 		pthread_join(z->keeper, NULL);
-	/* Closing the session removes its ephemeral nodes (registration, owner nodes) at once. */
-	if (z->zh)
-		zookeeper_close(z->zh);
-	pthread_cond_destroy(&z->st_cv);
-	pthread_mutex_destroy(&z->st_mu);
-	pthread_mutex_destroy(&z->op_mu);
-	free(z);
-	c->impl = NULL;
+	zk_free(c, z);
 }
 
 /* Take op_mu and make sure the handle is connected (the keeper may be replacing it). */

@@ -16,7 +16,6 @@
  *   - twd with a bad URL or no server fails with a clear message.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +30,7 @@
 #include "cli_run.h"
 #include "coord/coord.h"
 #include "proc.h"
+#include "rmtree.h"
 #include "tap.h"
 #include "twd_client.h"
 #include "zkserver.h"
@@ -61,15 +61,6 @@ static char addr[NB][160];
 static struct proc *tw[NB];
 static bool alive[NB];
 static struct zkserver zk;
-
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
 
 static double now_s(void)
 {
@@ -643,7 +634,7 @@ int main(int argc, char **argv)
 	is_int(proc_wait(tw[2], 60000), 0, "twd 2 exits 0 on SIGTERM with ZooKeeper stopped");
 	for (int i = 0; i < NB; i++)
 		proc_free(tw[i]);
-	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

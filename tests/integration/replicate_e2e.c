@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
+#include "rmtree.h"
 #include "tap.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -39,15 +39,6 @@
 #define OBJ 100u
 
 static char root[256];
-
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
 
 static void payload_for(uint8_t *buf, uint64_t seq)
 {
@@ -193,7 +184,7 @@ int main(int argc, char **argv)
 		TAP_REQUIRE(tw[i], "spawn %s", twd);
 		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 20000);
 		if (rc < 0) {
-			nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+			rm_tree(root);
 			if (!strcmp(prov, "shm") || !strcmp(prov, "sockets"))
 				TAP_FATAL("twd %u (%s) did not get ready: %s", i, prov, strerror(-rc));
 			TAP_FATAL("twd %u did not get ready: %s", i, strerror(-rc));
@@ -274,7 +265,7 @@ stop:
 	}
 	for (unsigned i = 0; i < NB; i++)
 		proc_free(tw[i]);
-	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -5,7 +5,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,8 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rmtree.h"
+
 #include "coord/coord.h"
 #include "proc.h"
+#include "rmtree.h"
 #include "tap.h"
 
 #define JAVA "/usr/bin/java"
@@ -32,15 +34,6 @@ bool zkserver_available(char *why, size_t len)
 		return false;
 	}
 	return true;
-}
-
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
 }
 
 static int free_port(void)
@@ -178,7 +171,7 @@ void zkserver_stop(struct zkserver *zk)
 		zk->proc = NULL;
 	}
 	if (zk->dir[0]) {
-		nftw(zk->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+		rm_tree(zk->dir);
 		zk->dir[0] = '\0';
 	}
 	if (live == zk)

@@ -8,7 +8,6 @@
  * Last, the same through the RPC-replication baseline (TW_DATA_RPC) with a backup closed.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include <tailwind/recovery.h>
 
 #include "replica/primary_int.h"
+#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "twd_client.h"
@@ -317,15 +317,6 @@ static void test_stale_closed(const char **addrs)
 	   res.copies_stale, r ? ": " : "", r ? err : "");
 }
 
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 /*
  * The RPC-replication baseline (TW_DATA_RPC: the fabric sends writes as messages and the
  * backups' fabric checks each sealed write) through a failover: the re-replication copies are
@@ -417,7 +408,7 @@ int main(void)
 
 	for (unsigned i = 0; i < NB; i++)
 		tbackup_stop(&b[i]);
-	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -4,7 +4,6 @@
  * across many segments, reading back, too few backups, refused opens, lost backups.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include <tailwind/primary.h>
 
 #include "replica/primary_int.h"
+#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 
@@ -648,15 +648,6 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	tw_primary_close(p);
 }
 
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 int main(void)
 {
 	struct tbackup b[6];
@@ -699,7 +690,7 @@ int main(void)
 
 	for (unsigned i = 0; i < 6; i++)
 		tbackup_stop(&b[i]);
-	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

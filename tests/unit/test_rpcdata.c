@@ -8,7 +8,6 @@
  * asynchronous appends through the rpc path, closed (the backups' close scans agree) and counted.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include "core/util.h"
 #include "replica/backup_int.h"
 #include "log/check.h"
+#include "rmtree.h"
 #include "tap.h"
 
 #define SEG (64u * 1024u)
@@ -69,15 +69,6 @@ static void backup_pause(struct tbackup *t)
 static void backup_resume(struct tbackup *t)
 {
 	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
-}
-
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
 }
 
 static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
@@ -355,6 +346,6 @@ int main(void)
 		backup_pause(&bk[i]);
 		tw_backup_close(bk[i].b);
 	}
-	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	rm_tree(root);
 	return tap_exit();
 }

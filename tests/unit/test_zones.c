@@ -7,7 +7,6 @@
  * r = 3 the open fails with -TW_ENOBACKUP, and without zones the same backups are fine.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 
 #include "fabric/fabric.h"
 #include "replica/primary_int.h"
+#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 
@@ -171,15 +171,6 @@ static void test_static_backend(const char **addrs)
 	   "(%s)", err);
 }
 
-static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 int main(void)
 {
 	struct tbackup b[NB];
@@ -199,7 +190,7 @@ int main(void)
 	test_static_backend(addrs);
 	for (unsigned i = 0; i < NB; i++)
 		tbackup_stop(&b[i]);
-	nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }
