@@ -204,9 +204,12 @@ int rdm_open_ep(struct ofi_fab *of)
 		 * its region in /dev/shm; when a later process gets the same PID, 1.17's
 		 * smr_create() (prov/util/src/util_shm.c, smr_retry_map) sees the old region
 		 * name its own, live PID, unlinks it and fails with -FI_EBUSY. The next endpoint
-		 * gets a new index, hence a new name: one retry is enough.
+		 * gets a new index, hence a new name — which the dead process may have used too
+		 * (it had several endpoints: a primary that reset its fabric; CI saw a twd fail
+		 * after one retry). Every failure removes one stale region, so retrying ends; 64
+		 * bounds it.
 		 */
-		if (rc != -FI_EBUSY || !of->keep_av || attempt > 0)
+		if (rc != -FI_EBUSY || !of->keep_av || attempt >= 63)
 			break;
 		tw_log_info("fabric shm: a dead process's region had this process's name "
 			    "(PID reused); it was removed, opening the endpoint again");
