@@ -596,8 +596,10 @@ int main(void)
 	ok(st.failures == 0, "no stale entry accepted, every prefix exact (%llu failures)",
 	   (unsigned long long)st.failures);
 	/* The sweep must reach the case that matters: stale entries that pass their header checks
-	 * and payload CRCs, stopped only by the chain. */
-	ok(st.stop[TW_SCAN_CHAIN_MISMATCH] > st.cases / 100,
+	 * and payload CRCs, stopped only by the chain. How often depends on the random layouts:
+	 * 0.9% to over 4% of the cases over 41 seeds (CI once drew the 0.9%, below the 1% this
+	 * used to demand); a sweep that never built the case would show none. */
+	ok(st.stop[TW_SCAN_CHAIN_MISMATCH] > st.cases / 1000,
 	   "stale writes stopped only by the seeded chain: %llu cases",
 	   (unsigned long long)st.stop[TW_SCAN_CHAIN_MISMATCH]);
 	ok(st.cases > (uint64_t)nuses * 100, "the sweep ran (%llu cases)",
