@@ -32,6 +32,7 @@ void tw_backup_config_init(struct tw_backup_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->buffers = TW_BACKUP_DEFAULT_BUFFERS;
 	cfg->buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE;
+	cfg->max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS;
 }
 
 void bk_seterr(struct tw_backup *b, const char *fmt, ...)
@@ -803,6 +804,8 @@ void bk_stats_sync(struct tw_backup *b)
 	st->cq_polls = fs.cq_polls;
 	st->cq_entries = fs.cq_entries;
 	st->buffers = b->pool.n;
+	st->buffers_max = b->pool.max;
+	st->buffers_grown = b->pool.grown;
 	st->buffer_size = b->pool.size;
 	st->unflushed_limit = b->cfg.unflushed_limit;
 	st->buffers_free = b->pool.count[POOL_FREE];
@@ -872,7 +875,13 @@ static int check_config(const struct tw_backup_config *cfg, char *why, size_t le
 			 "between %ld bytes and 1 TiB", cfg->buffer_size, page, page);
 		return -EINVAL;
 	}
-	if ((uint64_t)cfg->buffers * cfg->buffer_size / cfg->buffers != cfg->buffer_size) {
+	if (cfg->max_buffers > 1u << 20) {
+		snprintf(why, len, "pool cap %u: at most %u buffers", cfg->max_buffers, 1u << 20);
+		return -EINVAL;
+	}
+	if ((uint64_t)cfg->buffers * cfg->buffer_size / cfg->buffers != cfg->buffer_size ||
+	    (cfg->max_buffers &&
+	     (uint64_t)cfg->max_buffers * cfg->buffer_size / cfg->max_buffers != cfg->buffer_size)) {
 		snprintf(why, len, "pool size overflows");
 		return -EINVAL;
 	}
@@ -943,8 +952,10 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	b->cfg.provider = b->provider;
 	b->cfg.node = b->node;
 	b->cfg.service = b->service;
-	if (b->cfg.unflushed_limit == 0 || b->cfg.unflushed_limit > b->cfg.buffers)
-		b->cfg.unflushed_limit = b->cfg.buffers;
+	if (b->cfg.max_buffers < b->cfg.buffers)
+		b->cfg.max_buffers = b->cfg.buffers; /* no growth */
+	if (b->cfg.unflushed_limit == 0 || b->cfg.unflushed_limit > b->cfg.max_buffers)
+		b->cfg.unflushed_limit = b->cfg.max_buffers;
 	b->node_id = cfg->node_id ? cfg->node_id : default_node_id();
 	b->start_ns = tw_now_ns();
 	b->cfg.key_file = NULL; /* not kept: the key is read once, here */
@@ -983,7 +994,7 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 			  fc.provider ? fc.provider : "default", tw_strerror(rc));
 		goto fail_logged;
 	}
-	rc = pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.buffer_size);
+	rc = pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.max_buffers, b->cfg.buffer_size);
 	if (rc != 0) {
 		bk_seterr(b, "cannot allocate and register %u buffers of %zu bytes: %s%s",
 			  b->cfg.buffers, b->cfg.buffer_size, tw_strerror(rc),
@@ -1013,9 +1024,9 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	}
 	b->index_dirty = true;
 	bk_stats_sync(b);
-	tw_log_info("backup: listening on %s (%s), %u buffers of %zu bytes, unflushed limit %u, "
-		    "storage %s", b->addr, tw_fab_provider(b->fab), b->pool.n, b->pool.size,
-		    b->cfg.unflushed_limit, b->dir);
+	tw_log_info("backup: listening on %s (%s), %u buffers of %zu bytes (grows to %u), "
+		    "unflushed limit %u, storage %s", b->addr, tw_fab_provider(b->fab), b->pool.n,
+		    b->pool.size, b->pool.max, b->cfg.unflushed_limit, b->dir);
 	*out = b;
 	return 0;
 

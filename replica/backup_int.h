@@ -53,18 +53,26 @@ struct pool_buf {
 
 struct pool {
 	struct tw_fab *fab;
-	struct pool_buf *bufs;
-	unsigned n;
+	struct pool_buf **bufs; /* each allocated on its own: growth never moves a buffer */
+	unsigned n;             /* buffers allocated and registered */
+	unsigned slots;         /* length of bufs */
+	unsigned max;           /* cap: n never exceeds it */
+	unsigned grown;         /* buffers added by pool_get since start */
 	size_t size;
 	unsigned count[POOL_ZEROING + 1]; /* buffers per state */
 };
 
-/* Allocate n zeroed buffers of `size` bytes and register them (remote write + read). */
-int pool_init(struct pool *p, struct tw_fab *fab, unsigned n, size_t size);
+/* Allocate `initial` zeroed buffers of `size` bytes and register them (remote write + read);
+ * the pool may grow to `max` (raised to `initial` if below). 0 or a negative code (logged). */
+int pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size);
 /* Deregister and free everything (MRs first). */
 void pool_fini(struct pool *p);
 /* A free buffer, or NULL. The caller sets its state with pool_set_state. */
 struct pool_buf *pool_take(struct pool *p);
+/* A free buffer, growing the pool by one (allocate, zero, register: milliseconds for 8 MiB)
+ * when none is free and it is below its cap. 0 and *out, or -ENOSPC (at the cap) or the
+ * allocation's or registration's code, with `why` saying which limit and what raises it. */
+int pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen);
 void pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st);
 /* Make sure the buffer has a registration (after a fence). 0 or a negative code. */
 int pool_ensure_mr(struct pool *p, struct pool_buf *b);

@@ -112,6 +112,38 @@ static int refuse(struct tw_backup *b)
 	return -TW_EREFUSED;
 }
 
+/* The refusal of an open (or a load) when every buffer is in use and the pool is at its cap. */
+static void refuse_full(struct tw_backup *b, char *msg, size_t msglen)
+{
+	const struct pool *p = &b->pool;
+
+	/* Short: the primary's -TW_ENOBACKUP message quotes it for each of its backups. */
+	snprintf(msg, msglen, "no free buffer: all %u in use (%u open, %u closed, %u loaded), "
+		 "pool at its cap (--max-buffers %u); raise --max-buffers or use another backup",
+		 p->n, p->count[POOL_OPEN], p->count[POOL_CLOSED], p->count[POOL_LOADED], p->max);
+}
+
+/* A free buffer, growing the pool if none is (pool_get). A refusal (RESOURCE_EXHAUSTED: the
+ * primary tries another backup) when the pool is at its cap or cannot grow. */
+static int take_buf(struct tw_backup *b, struct pool_buf **out, char *msg, size_t msglen)
+{
+	char why[320];
+	int rc = pool_get(&b->pool, out, why, sizeof(why));
+
+	if (rc == -ENOSPC) {
+		refuse_full(b, msg, msglen);
+		return refuse(b);
+	}
+	if (rc) {
+		snprintf(msg, msglen, "no free buffer and the pool cannot grow past %u buffers: %s; "
+			 "start twd with more --buffers preallocated or use another backup",
+			 b->pool.n, why);
+		tw_log_warn("backup: %s", msg);
+		return refuse(b);
+	}
+	return 0;
+}
+
 static const char *state_name(const struct seg *s)
 {
 	switch (s->state) {
@@ -225,18 +257,16 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 		return -EEXIST;
 	}
 
-	/* Admission: what this backup could flush on battery. */
-	if (p->count[POOL_FREE] == 0) {
-		snprintf(msg, msglen, "no free buffer: all %u buffers are in use (%u open, %u closed "
-			 "awaiting flush, %u being zeroed, %u loaded for reads); retry later or use "
-			 "another backup", p->n, p->count[POOL_OPEN], p->count[POOL_CLOSED],
-			 p->count[POOL_ZEROING], p->count[POOL_LOADED]);
+	/* Admission: the pool's cap, then what this backup could flush on battery. */
+	if (p->count[POOL_FREE] == 0 && p->n >= p->max) {
+		refuse_full(b, msg, msglen);
 		return refuse(b);
 	}
 	if (pool_unflushed(p) >= b->cfg.unflushed_limit) {
 		snprintf(msg, msglen, "unflushed limit reached: %u buffers open or awaiting flush "
-			 "(limit %u, what this backup can flush on battery power); retry later or "
-			 "use another backup", pool_unflushed(p), b->cfg.unflushed_limit);
+			 "(--unflushed-limit %u: what this backup can flush on battery power); retry "
+			 "later, raise --unflushed-limit or use another backup", pool_unflushed(p),
+			 b->cfg.unflushed_limit);
 		return refuse(b);
 	}
 	lg = bk_log(b, r->log_id, true);
@@ -244,7 +274,9 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
-	pb = pool_take(p);
+	rc = take_buf(b, &pb, msg, msglen);
+	if (rc)
+		return rc;
 	rc = pool_ensure_mr(p, pb);
 	if (rc) {
 		snprintf(msg, msglen, "cannot register a buffer: %s", tw_strerror(rc));
@@ -700,10 +732,13 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 	if (!s->buf) {
 		/* Flushed: load it into a pool buffer. This reads the file on the progress thread
 		 * (the RPC server replies when the handler returns); recovery-only path. */
-		pb = pool_take(&b->pool);
-		if (!pb) {
-			snprintf(msg, msglen, "no free buffer to load segment " SEGF " into; release "
-				 "other read grants or retry later", log_id, segment_id);
+		rc = take_buf(b, &pb, msg, msglen);
+		if (rc) {
+			char why[320];
+
+			snprintf(why, sizeof(why), "%s", msg);
+			snprintf(msg, msglen, "cannot load segment " SEGF " for reading: %s; or "
+				 "release other read grants", log_id, segment_id, why);
 			return -TW_EREFUSED;
 		}
 		segfile_name(log_id, segment_id, name, sizeof(name));

@@ -212,6 +212,7 @@ static int h_handshake(void *arg, struct tw_rpc_call *call)
 	r->buffer_size = b->pool.size;
 	r->buffers_total = b->pool.n;
 	r->buffers_free = b->pool.count[POOL_FREE];
+	r->buffers_max = b->pool.max;
 	return 0;
 }
 
@@ -446,6 +447,7 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 	tw_backup_get_stats(b, &st);
 	r->buffers_total = (uint32_t)st.buffers;
 	r->buffers_free = (uint32_t)st.buffers_free;
+	r->buffers_max = (uint32_t)st.buffers_max;
 	r->buffers_open = (uint32_t)st.buffers_open;
 	r->buffers_closed = (uint32_t)st.buffers_closed;
 	r->buffers_flushed = (uint32_t)st.segments_on_disk;
@@ -460,10 +462,10 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
 			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64
-			 " buffers_zeroed=%" PRIu64,
+			 " buffers_zeroed=%" PRIu64 " buffers_grown=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
 			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
-			 st.auth_ok, st.auth_failures, st.buffers_zeroed);
+			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown);
 		r->message = msg;
 	}
 	return 0;

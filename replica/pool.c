@@ -1,10 +1,20 @@
 /*
  * replica/pool.c — the backup's pool of registered segment buffers. They are zero-filled once,
- * here, and then reused as they are: each use writes under a fresh chain seed, which makes the
- * stale bytes of the previous use unable to validate (docs/log-format.md §7).
+ * when allocated, and then reused as they are: each use writes under a fresh chain seed, which
+ * makes the stale bytes of the previous use unable to validate (docs/log-format.md §7).
+ *
+ * Policy (docs/operations.md, "Sizing the buffer pool"): `initial` buffers are allocated and
+ * registered at start; an open that finds none free grows the pool by one buffer, up to `max`.
+ * Growth runs in the OpenSegment (or ReadSegment) handler, never on the data path: a one-sided
+ * write lands in a buffer that was registered before its key was handed out. Buffers that come
+ * back stay allocated and registered for the next open (the pool never shrinks), so a steady
+ * load stops growing at its peak. Each buffer is a separate allocation: growing moves the array
+ * of pointers, never a buffer (segments and flush jobs keep pointers to them).
+ *
  * Progress thread only (the flusher touches a buffer's bytes, never this bookkeeping).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,46 +24,84 @@
 
 #define POOL_ACCESS (TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ)
 
-int pool_init(struct pool *p, struct tw_fab *fab, unsigned n, size_t size)
+static bool reg_hint(int rc)
 {
+	return rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM || rc == -EFAULT;
+}
+
+/* Allocate, zero and register one more buffer. 0 or a negative code with `why` filled. */
+static int pool_add(struct pool *p, char *why, size_t whylen)
+{
+	struct pool_buf *b;
+	int rc;
+
+	if (p->n == p->slots) {
+		unsigned slots = p->slots ? p->slots * 2 : 16;
+		struct pool_buf **v;
+
+		if (slots > p->max)
+			slots = p->max;
+		v = realloc(p->bufs, slots * sizeof(*v));
+		if (!v) {
+			snprintf(why, whylen, "out of memory for the pool's index of %u buffers",
+				 slots);
+			return -ENOMEM;
+		}
+		p->bufs = v;
+		p->slots = slots;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	b->idx = p->n;
+	b->mem = tw_fab_alloc(p->size); /* mmap: zero-filled */
+	if (!b->mem) {
+		free(b);
+		snprintf(why, whylen, "cannot allocate buffer %u of %zu bytes (out of memory)",
+			 p->n + 1, p->size);
+		return -ENOMEM;
+	}
+	/* Touch every page so FI_MR_ALLOCATED providers see backed memory. */
+	memset(b->mem, 0, p->size);
+	rc = tw_mr_reg(p->fab, b->mem, p->size, POOL_ACCESS, &b->mr);
+	if (rc < 0) {
+		snprintf(why, whylen, "registering buffer %u (%zu bytes) failed: %s (%s)%s",
+			 p->n + 1, p->size, tw_strerror(rc), tw_fab_errmsg(p->fab),
+			 reg_hint(rc) ? "; on verbs raise the locked-memory limit (ulimit -l "
+			 "unlimited, or LimitMEMLOCK=infinity in the systemd unit)" : "");
+		tw_fab_free(b->mem, p->size);
+		free(b);
+		return rc;
+	}
+	b->state = POOL_FREE;
+	b->zeroed = true;
+	p->bufs[p->n++] = b;
+	p->count[POOL_FREE]++;
+	return 0;
+}
+
+int pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size)
+{
+	char why[320];
+
 	memset(p, 0, sizeof(*p));
 	p->fab = fab;
 	/* A primary whose writes arrive as messages (the RPC baseline) has our CPU place them:
 	 * then check each sealed write before it is acknowledged, as an RPC backup would. */
 	tw_fab_set_write_check(fab, tw__log_check_write);
 	p->size = size;
-	p->bufs = calloc(n, sizeof(*p->bufs));
-	if (!p->bufs)
-		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++) {
-		struct pool_buf *b = &p->bufs[i];
-		int rc;
+	p->max = max < initial ? initial : max;
+	for (unsigned i = 0; i < initial; i++) {
+		int rc = pool_add(p, why, sizeof(why));
 
-		b->idx = i;
-		b->mem = tw_fab_alloc(size); /* mmap: zero-filled */
-		if (!b->mem) {
-			tw_log_error("backup: cannot allocate buffer %u of %zu bytes (%u buffers "
-				     "requested): lower --buffers or --buffer-size", i, size, n);
-			pool_fini(p);
-			return -ENOMEM;
-		}
-		p->n = i + 1;
-		/* Touch every page so FI_MR_ALLOCATED providers see backed memory. */
-		memset(b->mem, 0, size);
-		rc = tw_mr_reg(fab, b->mem, size, POOL_ACCESS, &b->mr);
 		if (rc < 0) {
-			tw_log_error("backup: registering buffer %u (%zu bytes) failed: %s (%s)%s", i,
-				     size, tw_strerror(rc), tw_fab_errmsg(fab),
-				     (rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM || rc == -EFAULT) ?
-				     "; on verbs raise the locked-memory limit (ulimit -l unlimited, "
-				     "or LimitMEMLOCK=infinity in the systemd unit)" : "");
-			b->mr = NULL;
+			tw_log_error("backup: %s (%u initial buffers requested): lower --buffers or "
+				     "--buffer-size", why, initial);
 			pool_fini(p);
 			return rc;
 		}
-		b->state = POOL_FREE;
-		b->zeroed = true;
-		p->count[POOL_FREE]++;
 	}
 	return 0;
 }
@@ -63,15 +111,17 @@ void pool_fini(struct pool *p)
 	if (!p->bufs)
 		return;
 	for (unsigned i = 0; i < p->n; i++) {
-		struct pool_buf *b = &p->bufs[i];
+		struct pool_buf *b = p->bufs[i];
 
 		if (b->mr)
 			tw_mr_close(b->mr);
 		b->mr = NULL;
 	}
-	for (unsigned i = 0; i < p->n; i++)
-		if (p->bufs[i].mem)
-			tw_fab_free(p->bufs[i].mem, p->size);
+	for (unsigned i = 0; i < p->n; i++) {
+		if (p->bufs[i]->mem)
+			tw_fab_free(p->bufs[i]->mem, p->size);
+		free(p->bufs[i]);
+	}
 	free(p->bufs);
 	memset(p, 0, sizeof(*p));
 }
@@ -79,9 +129,31 @@ void pool_fini(struct pool *p)
 struct pool_buf *pool_take(struct pool *p)
 {
 	for (unsigned i = 0; i < p->n; i++)
-		if (p->bufs[i].state == POOL_FREE)
-			return &p->bufs[i];
+		if (p->bufs[i]->state == POOL_FREE)
+			return p->bufs[i];
 	return NULL;
+}
+
+int pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen)
+{
+	int rc;
+
+	*out = pool_take(p);
+	if (*out)
+		return 0;
+	if (p->n >= p->max) {
+		snprintf(why, whylen, "the pool is at its cap of %u buffers (--max-buffers)",
+			 p->max);
+		return -ENOSPC;
+	}
+	rc = pool_add(p, why, whylen);
+	if (rc < 0)
+		return rc;
+	p->grown++;
+	tw_log_info("backup: pool grew to %u buffers of %zu bytes (cap %u)", p->n, p->size,
+		    p->max);
+	*out = p->bufs[p->n - 1];
+	return 0;
 }
 
 void pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st)

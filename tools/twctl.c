@@ -481,6 +481,12 @@ static int cmd_ls(int argc, char **argv)
 
 /* ------------------------------------------------------------------ stat */
 
+/* The pool's cap; a backup before growth (no buffers_max) has a fixed pool. */
+static unsigned max_of(const Tailwind__StatsReply *r)
+{
+	return r->buffers_max > r->buffers_total ? r->buffers_max : r->buffers_total;
+}
+
 static int cmd_stat(int argc, char **argv)
 {
 	unsigned failed = 0;
@@ -497,8 +503,8 @@ static int cmd_stat(int argc, char **argv)
 	if (g.json)
 		printf("{\"backups\":[");
 	else
-		printf("%-22s %5s %5s %5s %6s %7s %8s %12s %9s %9s %8s %9s\n", "BACKUP", "BUFS",
-		       "FREE", "OPEN", "CLOSED", "FLUSHED", "FLUSHES", "BYTES_FLUSHED", "RPC_IN",
+		printf("%-22s %5s %5s %5s %5s %6s %7s %8s %12s %9s %9s %8s %9s\n", "BACKUP",
+		       "BUFS", "MAX", "FREE", "OPEN", "CLOSED", "FLUSHED", "FLUSHES", "BYTES_FLUSHED", "RPC_IN",
 		       "RPC_OUT", "CPU_S", "UPTIME_S");
 	for (unsigned i = 0; i < g.nbk; i++) {
 		struct conn *c = &conns[i];
@@ -524,16 +530,16 @@ static int cmd_stat(int argc, char **argv)
 		if (g.json) {
 			printf("%s{\"backup\":", first ? "" : ",");
 			json_str(stdout, c->addr);
-			printf(",\"buffers_total\":%u,\"buffers_free\":%u,\"buffers_open\":%u,"
-			       "\"buffers_closed\":%u,\"buffers_flushed\":%u,\"flushes\":%" PRIu64
+			printf(",\"buffers_total\":%u,\"buffers_max\":%u,\"buffers_free\":%u,"
+			       "\"buffers_open\":%u,\"buffers_closed\":%u,\"buffers_flushed\":%u,\"flushes\":%" PRIu64
 			       ",\"bytes_flushed\":%" PRIu64 ",\"rpc_msgs_rx\":%" PRIu64
 			       ",\"rpc_msgs_tx\":%" PRIu64 ",\"rpc_bytes_rx\":%" PRIu64
 			       ",\"rpc_bytes_tx\":%" PRIu64 ",\"rpc_malformed\":%" PRIu64
 			       ",\"cpu_seconds\":%.3f,\"uptime_ms\":%" PRIu64 ",\"handlers\":{",
-			       r->buffers_total, r->buffers_free, r->buffers_open, r->buffers_closed,
-			       r->buffers_flushed, r->flushes, r->bytes_flushed, r->rpc_msgs_rx,
-			       r->rpc_msgs_tx, r->rpc_bytes_rx, r->rpc_bytes_tx, r->rpc_malformed,
-			       r->cpu_seconds, r->uptime_ms);
+			       r->buffers_total, max_of(r), r->buffers_free, r->buffers_open,
+			       r->buffers_closed, r->buffers_flushed, r->flushes, r->bytes_flushed,
+			       r->rpc_msgs_rx, r->rpc_msgs_tx, r->rpc_bytes_rx, r->rpc_bytes_tx,
+			       r->rpc_malformed, r->cpu_seconds, r->uptime_ms);
 			for (size_t k = 0; k < r->n_handlers; k++) {
 				int op = tw_rpc_op_of_case((int)r->handlers[k]->kind);
 
@@ -545,10 +551,10 @@ static int cmd_stat(int argc, char **argv)
 			json_str(stdout, r->message);
 			printf("}");
 		} else {
-			printf("%-22s %5u %5u %5u %6u %7u %8" PRIu64 " %12" PRIu64 " %9" PRIu64 " %9"
-			       PRIu64 " %8.2f %9.1f\n", c->addr, r->buffers_total, r->buffers_free,
-			       r->buffers_open, r->buffers_closed, r->buffers_flushed, r->flushes,
-			       r->bytes_flushed, r->rpc_msgs_rx, r->rpc_msgs_tx, r->cpu_seconds,
+			printf("%-22s %5u %5u %5u %5u %6u %7u %8" PRIu64 " %12" PRIu64 " %9" PRIu64
+			       " %9" PRIu64 " %8.2f %9.1f\n", c->addr, r->buffers_total, max_of(r),
+			       r->buffers_free, r->buffers_open, r->buffers_closed, r->buffers_flushed,
+			       r->flushes, r->bytes_flushed, r->rpc_msgs_rx, r->rpc_msgs_tx, r->cpu_seconds,
 			       (double)r->uptime_ms / 1000.0);
 			if (r->message && r->message[0])
 				printf("%-22s   %s\n", "", r->message);

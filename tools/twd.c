@@ -54,11 +54,14 @@ static void usage(FILE *f)
 		"  -l, --listen HOST[:PORT]\n"
 		"                           address to listen on (default 127.0.0.1, ephemeral port;\n"
 		"                           IPv6 as [addr]:port; ignored by shm)\n"
-		"  -b, --buffers N          buffers in the pool (default %u)\n"
+		"  -b, --buffers N          buffers allocated and registered at start (default %u)\n"
+		"  -M, --max-buffers N      most buffers the pool grows to, one per open that finds\n"
+		"                           none free; at the cap opens are refused (default %u;\n"
+		"                           below --buffers: no growth). Memory: N x --buffer-size\n"
 		"  -s, --buffer-size SIZE   bytes per buffer, K/M/G suffixes accepted, a multiple of the\n"
 		"                           page size (default 8M)\n"
 		"  -u, --unflushed-limit N  most buffers open or awaiting flush at once: what this machine\n"
-		"                           can flush on battery power (default: --buffers)\n"
+		"                           can flush on battery power (default: --max-buffers)\n"
 		"  -B, --busy-poll          poll the fabric instead of blocking (one core at 100%%)\n"
 		"  -n, --node-id ID         node id reported to peers (default: from host name and pid)\n"
 		"  -k, --key-file PATH      cluster key: peers must prove it before any request is\n"
@@ -88,9 +91,9 @@ static void usage(FILE *f)
 		"     twd, or it cannot hold a segment file (a probe file is created, written,\n"
 		"     fsync'ed and removed at start)\n"
 		"  4  provider unavailable or cannot listen\n"
-		"  5  buffer pool larger than the memory available (MemAvailable), or than\n"
-		"     RLIMIT_MEMLOCK on verbs, or it cannot be allocated or registered\n",
-		TW_BACKUP_DEFAULT_BUFFERS);
+		"  5  initial buffers (--buffers) larger than the memory available (MemAvailable),\n"
+		"     or than RLIMIT_MEMLOCK on verbs, or they cannot be allocated or registered\n",
+		TW_BACKUP_DEFAULT_BUFFERS, TW_BACKUP_DEFAULT_MAX_BUFFERS);
 }
 
 /* "8M", "64k", "1G", "4096", "8MiB": bytes. */
@@ -228,7 +231,7 @@ static void *signal_main(void *arg)
 
 static char env_provider[256]; /* $FI_PROVIDER, copied before it is unset */
 
-static void memlock_hint(const char *provider, unsigned buffers, size_t size)
+static void memlock_hint(const char *provider, unsigned buffers, size_t size, bool cap)
 {
 	struct rlimit rl;
 	unsigned long long need = (unsigned long long)buffers * size;
@@ -239,10 +242,12 @@ static void memlock_hint(const char *provider, unsigned buffers, size_t size)
 	    rl.rlim_cur >= need + (64ull << 20))
 		return;
 	fprintf(stderr, "twd: warning: RLIMIT_MEMLOCK is %llu bytes but the pool needs %llu "
-		"(%u x %zu) plus the fabric's own buffers; registration will likely fail on "
-		"verbs. Raise it: `ulimit -l unlimited` in the shell, LimitMEMLOCK=infinity in a "
+		"(%u x %zu) plus the fabric's own buffers%s; registration will likely fail on "
+		"verbs%s. Raise it: `ulimit -l unlimited` in the shell, LimitMEMLOCK=infinity in a "
 		"systemd unit, or a memlock line in /etc/security/limits.conf\n",
-		(unsigned long long)rl.rlim_cur, need, buffers, size);
+		(unsigned long long)rl.rlim_cur, need, buffers, size,
+		cap ? " when it grows to its cap (--max-buffers)" : "",
+		cap ? " past the limit, and opens are then refused" : "");
 }
 
 /* MemAvailable from /proc/meminfo in bytes; 0 when unknown. */
@@ -262,11 +267,13 @@ static unsigned long long mem_available(void)
 }
 
 /*
- * The pool is allocated and zeroed at start: refuse one larger than the memory available now
- * (it would grow toward the OOM killer), and on verbs one larger than RLIMIT_MEMLOCK (every
- * buffer is pinned). Returns 0 or EXIT_MEMORY after a message with the numbers.
+ * The initial buffers are allocated and zeroed at start: refuse more than the memory available
+ * now (it would grow toward the OOM killer), and on verbs more than RLIMIT_MEMLOCK (every
+ * buffer is pinned). The cap is only warned about: growth past what the machine has is refused
+ * open by open (docs/operations.md, "Sizing the buffer pool"). Returns 0 or EXIT_MEMORY after
+ * a message with the numbers.
  */
-static int check_pool(const char *provider, unsigned buffers, size_t size)
+static int check_pool(const char *provider, unsigned buffers, unsigned max, size_t size)
 {
 	unsigned long long need = (unsigned long long)buffers * size, avail = mem_available();
 	struct rlimit rl;
@@ -285,7 +292,17 @@ static int check_pool(const char *provider, unsigned buffers, size_t size)
 			need, buffers, size, (unsigned long long)rl.rlim_cur);
 		return EXIT_MEMORY;
 	}
-	memlock_hint(provider, buffers, size);
+	memlock_hint(provider, buffers, size, false);
+	if (max > buffers) {
+		unsigned long long cap = (unsigned long long)max * size;
+
+		if (avail && cap > avail)
+			fprintf(stderr, "twd: warning: the pool may grow to %llu bytes (--max-buffers "
+				"%u x %zu) but only %llu bytes of memory are available; lower "
+				"--max-buffers so that growth stops before the OOM killer does\n", cap,
+				max, size, avail);
+		memlock_hint(provider, max, size, true);
+	}
 	return 0;
 }
 
@@ -365,6 +382,7 @@ int main(int argc, char **argv)
 		{ "provider", required_argument, NULL, 'p' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "buffers", required_argument, NULL, 'b' },
+		{ "max-buffers", required_argument, NULL, 'M' },
 		{ "buffer-size", required_argument, NULL, 's' },
 		{ "unflushed-limit", required_argument, NULL, 'u' },
 		{ "busy-poll", no_argument, NULL, 'B' },
@@ -384,6 +402,7 @@ int main(int argc, char **argv)
 	static sigset_t set;
 	pthread_t sigthr;
 	int opt, rc, verbose = 0, status = EXIT_OK;
+	bool max_given = false;
 	const char *coord_url = NULL, *zone = NULL;
 
 	tw_backup_config_init(&cfg);
@@ -397,7 +416,7 @@ int main(int argc, char **argv)
 		cfg.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
-	while ((opt = getopt_long(argc, argv, "d:p:l:b:s:u:Bn:k:c:z:vVh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "d:p:l:b:M:s:u:Bn:k:c:z:vVh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
 			cfg.dir = optarg;
@@ -426,6 +445,15 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			cfg.buffers = (unsigned)v;
+			break;
+		case 'M':
+			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
+				fprintf(stderr, "twd: --max-buffers %s: expected a count from 1 to %u\n",
+					optarg, 1u << 20);
+				return EXIT_USAGE;
+			}
+			cfg.max_buffers = (unsigned)v;
+			max_given = true;
 			break;
 		case 's':
 			if (parse_size(optarg, &cfg.buffer_size) != 0 || cfg.buffer_size == 0) {
@@ -498,10 +526,19 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	if (cfg.unflushed_limit > cfg.buffers) {
-		fprintf(stderr, "twd: --unflushed-limit %u is larger than --buffers %u; using %u\n",
-			cfg.unflushed_limit, cfg.buffers, cfg.buffers);
-		cfg.unflushed_limit = cfg.buffers;
+	if (cfg.max_buffers < cfg.buffers) {
+		/* The default cap below --buffers: a fixed pool of --buffers, as asked. Given
+		 * explicitly below it: the same, said. */
+		if (max_given)
+			fprintf(stderr, "twd: --max-buffers %u is below --buffers %u: the pool stays "
+				"at %u buffers (no growth)\n", cfg.max_buffers, cfg.buffers,
+				cfg.buffers);
+		cfg.max_buffers = cfg.buffers;
+	}
+	if (cfg.unflushed_limit > cfg.max_buffers) {
+		fprintf(stderr, "twd: --unflushed-limit %u is larger than --max-buffers %u; using "
+			"%u\n", cfg.unflushed_limit, cfg.max_buffers, cfg.max_buffers);
+		cfg.unflushed_limit = cfg.max_buffers;
 	}
 	if (verbose)
 		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
@@ -536,7 +573,7 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 
-	status = check_pool(cfg.provider, cfg.buffers, cfg.buffer_size);
+	status = check_pool(cfg.provider, cfg.buffers, cfg.max_buffers, cfg.buffer_size);
 	if (status == 0) {
 		rc = tw_backup_open(&cfg, &b);
 		if (rc != 0) {

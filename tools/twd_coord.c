@@ -37,7 +37,17 @@ int twd_coord_check(const char *url, const char *zone, char *err, size_t len)
 	return 0;
 }
 
-/* Once a second: the free-buffer count into the registration (a write only when it changed). */
+/* Buffers an open can still get: free ones plus those the pool may grow by (placement by
+ * "free" must not pass over a backup whose pool is small now but below its cap). */
+static uint32_t available(const struct tw_backup_stats *st)
+{
+	uint64_t room = st->buffers_max > st->buffers ? st->buffers_max - st->buffers : 0;
+
+	return (uint32_t)(st->buffers_free + room);
+}
+
+/* Once a second: the available-buffer count into the registration (a write only when it
+ * changed). */
 static void *updater_main(void *arg)
 {
 	(void)arg;
@@ -48,7 +58,7 @@ static void *updater_main(void *arg)
 
 		pthread_mutex_unlock(&mu);
 		tw_backup_get_stats(backup, &st);
-		tw_coord_update_free(coord, (uint32_t)st.buffers_free);
+		tw_coord_update_free(coord, available(&st));
 		pthread_mutex_lock(&mu);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
@@ -74,8 +84,9 @@ int twd_coord_start(const char *url, const char *zone, const char *provider, str
 	snprintf(me.addr, sizeof(me.addr), "%s", tw_backup_listen_addr(b));
 	snprintf(me.provider, sizeof(me.provider), "%s", provider ? provider : "tcp");
 	snprintf(me.zone, sizeof(me.zone), "%s", zone ? zone : "");
-	me.buffers = (uint32_t)st.buffers;
-	me.free_buffers = (uint32_t)st.buffers_free;
+	/* The capacity (the pool's cap) and what of it an open can still get. */
+	me.buffers = (uint32_t)(st.buffers_max > st.buffers ? st.buffers_max : st.buffers);
+	me.free_buffers = available(&st);
 	me.buffer_size = st.buffer_size;
 	rc = tw_coord_register(coord, &me);
 	if (rc < 0) {

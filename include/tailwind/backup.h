@@ -35,6 +35,9 @@ extern "C" {
 
 #define TW_BACKUP_DEFAULT_BUFFER_SIZE (8u << 20) /* 8 MiB, as in the paper */
 #define TW_BACKUP_DEFAULT_BUFFERS 16u
+/* Most buffers the pool grows to by default (2 GiB of 8 MiB buffers): docs/operations.md,
+ * "Sizing the buffer pool". */
+#define TW_BACKUP_DEFAULT_MAX_BUFFERS 256u
 
 struct tw_backup;
 
@@ -48,13 +51,15 @@ struct tw_backup_config {
 	const char *service;
 	/* Directory of segment files; created if missing (its parent must exist). Required. */
 	const char *dir;
-	/* Number of buffers in the pool (default TW_BACKUP_DEFAULT_BUFFERS). */
+	/* Buffers allocated and registered at open (default TW_BACKUP_DEFAULT_BUFFERS). The pool
+	 * grows past them on demand, one buffer per open that finds none free, up to
+	 * `max_buffers`; buffers that come back stay registered for reuse (never returned). */
 	unsigned buffers;
 	/* Size of each buffer in bytes, a multiple of the page size (default 8 MiB). */
 	size_t buffer_size;
 	/* Most buffers that may hold unflushed data at once (open + closed-but-not-yet-flushed):
 	 * what this machine could flush on battery power. An open beyond it is refused with
-	 * RESOURCE_EXHAUSTED. 0: equal to `buffers`. */
+	 * RESOURCE_EXHAUSTED. 0: equal to the pool's cap (`max_buffers`). */
 	unsigned unflushed_limit;
 	/* Busy-poll the fabric instead of blocking waits (lower latency, one core at 100%). */
 	bool busy_poll;
@@ -67,6 +72,10 @@ struct tw_backup_config {
 	 * $TW_KEY_FILE if set and not empty, else none; "": none. Without a key every peer that
 	 * can reach the address is served (as before). */
 	const char *key_file;
+	/* Cap of the pool: the most buffers it grows to (default TW_BACKUP_DEFAULT_MAX_BUFFERS).
+	 * An open that finds every buffer in use and the pool at its cap is refused with
+	 * RESOURCE_EXHAUSTED. Below `buffers` (0 included): equal to `buffers`, no growth. */
+	unsigned max_buffers;
 };
 
 /* Fill `cfg` with the defaults above (dir NULL: the caller must set it). Never fails. */
@@ -75,9 +84,10 @@ TW_API void tw_backup_config_init(struct tw_backup_config *cfg);
 /*
  * Create a backup: rebuild the segment index from cfg->dir (temporary files from an interrupted
  * flush are removed; corrupt segment files are reported with a warning and listed as corrupt),
- * allocate and register the buffer pool, open the fabric, start listening and start the flusher
- * thread. `cfg` and its strings are borrowed for the call (copied). Returns 0 and *out (owned by
- * the caller, release with tw_backup_close()), or a negative code with a message logged:
+ * allocate and register the pool's initial buffers, open the fabric, start listening and start
+ * the flusher thread. `cfg` and its strings are borrowed for the call (copied). Returns 0 and
+ * *out (owned by the caller, release with tw_backup_close()), or a negative code with a message
+ * logged:
  * -EINVAL (bad configuration), -ENOMEM / -EAGAIN (pool allocation or registration failed; on
  * verbs usually RLIMIT_MEMLOCK), -TW_ENOPROV, -EBUSY (another backup holds the directory's
  * lock), or an errno from the storage directory. Blocking (reads every segment file once);
@@ -151,7 +161,8 @@ struct tw_backup_stats {
 	/* Fabric work done by the progress thread (tw_fab_get_stats). */
 	uint64_t cq_polls, cq_entries;
 	uint64_t connections, connections_lost, connections_dropped; /* dropped: misbehaving peers */
-	/* Pool. */
+	/* Pool. buffers: allocated and registered now (the initial ones plus those grown on
+	 * demand; never shrinks); buffers_max: the cap it may grow to. */
 	uint64_t buffers, buffer_size, unflushed_limit;
 	/* free: available (reused as they are, not zeroed: docs/log-format.md §7); open: being
 	 * written; closed: closed, waiting for or in their flush; loaded: clean copies of flushed
@@ -172,6 +183,8 @@ struct tw_backup_stats {
 	/* Buffers zeroed at an open because their stale bytes could have validated: opens
 	 * without a chain seed (1.1 primaries) and seeds equal to the buffer's previous one. */
 	uint64_t buffers_zeroed;
+	uint64_t buffers_max;
+	uint64_t buffers_grown; /* buffers added on demand since start (pool growths) */
 };
 
 /* Copy a consistent snapshot of the counters. Thread-safe. */

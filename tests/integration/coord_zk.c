@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <tailwind/backup.h>
 #include <tailwind/primary.h>
 
 #include "cli_run.h"
@@ -110,7 +111,8 @@ static void check_registrations(struct tw_coord *c)
 		int k = idx_of(v[i].addr);
 
 		if (k >= 0 && !strcmp(v[i].zone, zone_of[k]) && !strcmp(v[i].provider, prov) &&
-		    v[i].buffers == 16 && v[i].free_buffers <= 16 && v[i].buffer_size == SEG)
+		    v[i].buffers == TW_BACKUP_DEFAULT_MAX_BUFFERS &&
+		    v[i].free_buffers <= TW_BACKUP_DEFAULT_MAX_BUFFERS && v[i].buffer_size == SEG)
 			found++;
 		else
 			tap_diag("unexpected registration %s %s %s %u/%u", v[i].addr, v[i].provider,

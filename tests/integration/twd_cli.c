@@ -47,7 +47,8 @@ int main(void)
 	{
 		char *argv[] = { twd, (char *)"--help", NULL };
 		static const char *const want[] = { "  -d, --dir", "  -p, --provider", "  -l, --listen",
-			"  -b, --buffers", "  -s, --buffer-size", "  -u, --unflushed-limit",
+			"  -b, --buffers", "  -M, --max-buffers", "  -s, --buffer-size",
+			"  -u, --unflushed-limit",
 			"  -B, --busy-poll", "  -n, --node-id", "Exit status" };
 
 		p = proc_spawn(argv, NULL);

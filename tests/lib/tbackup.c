@@ -27,6 +27,7 @@ void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *
 	bc.provider = provider;
 	bc.dir = t->dir;
 	bc.buffers = buffers;
+	bc.max_buffers = buffers; /* a fixed pool: tests count on its size */
 	bc.buffer_size = buffer_size;
 	bc.unflushed_limit = unflushed_limit;
 	rc = tw_backup_open(&bc, &t->b);

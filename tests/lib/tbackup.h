@@ -25,9 +25,9 @@ struct tbackup {
 };
 
 /*
- * Open a backup with storage directory <root>/b<i> (created by the backup), `buffers` buffers
- * of `buffer_size` bytes, `unflushed_limit` (0: the default), listen on `provider`, and run it
- * on a new thread. Fails the test (TAP_REQUIRE) when it cannot.
+ * Open a backup with storage directory <root>/b<i> (created by the backup), a fixed pool of
+ * `buffers` buffers (no growth) of `buffer_size` bytes, `unflushed_limit` (0: the default),
+ * listen on `provider`, and run it on a new thread. Fails the test (TAP_REQUIRE) when it cannot.
  */
 void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *provider,
 		   unsigned buffers, size_t buffer_size, unsigned unflushed_limit);

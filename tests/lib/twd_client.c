@@ -246,6 +246,7 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	out->rpc_bytes_rx = r->rpc_bytes_rx;
 	out->buffers_total = r->buffers_total;
 	out->buffers_free = r->buffers_free;
+	out->buffers_max = r->buffers_max;
 	out->buffers_open = r->buffers_open;
 	out->cq_entries = kv(r->message, "cq_entries=");
 	out->cq_polls = kv(r->message, "cq_polls=");

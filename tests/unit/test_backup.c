@@ -19,6 +19,7 @@
 
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
+#include <tailwind/primary.h>
 
 #include "core/util.h"
 #include "replica/backup_int.h"
@@ -41,7 +42,8 @@ static void *run_main(void *arg)
 	return NULL;
 }
 
-static void start(unsigned buffers, unsigned limit)
+/* A backup with `buffers` initial buffers that may grow to `max`. */
+static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 {
 	struct tw_backup_config cfg;
 	int rc;
@@ -50,12 +52,19 @@ static void start(unsigned buffers, unsigned limit)
 	cfg.provider = prov;
 	cfg.dir = dir;
 	cfg.buffers = buffers;
+	cfg.max_buffers = max;
 	cfg.buffer_size = BUF;
 	cfg.unflushed_limit = limit;
 	cfg.node_id = 77;
 	rc = tw_backup_open(&cfg, &bk);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
+}
+
+/* A fixed pool of `buffers` (no growth). */
+static void start(unsigned buffers, unsigned limit)
+{
+	start_pool(buffers, buffers, limit);
 }
 
 /* Stop the progress thread; optionally flush everything (battery case); close. */
@@ -293,6 +302,114 @@ static void test_pool_exhaustion(void)
 		is_int(twc_stats(&c, &s), 0, "the good connection is still served");
 		is_int(s.buffers_open, 2, "its buffers are intact");
 	}
+	twc_close(&c);
+	stop(false);
+}
+
+/* Growth on demand: 2 initial buffers, cap 5. Five segments open at once (three in grown
+ * buffers, written and closed like any other), the sixth refused naming the flag; after the
+ * flushes the next opens reuse the pool's buffers without growing past the peak. */
+static void test_pool_growth(void)
+{
+	struct twc c;
+	struct tw_backup_stats bs;
+	struct twc_stats s;
+	struct twc_info li[16];
+	uint64_t pos[5];
+	uint32_t ck[5];
+	int rc, n = 0;
+
+	start_pool(2, 5, 0);
+	conn(&c);
+	tw_backup_get_stats(bk, &bs);
+	ok(bs.buffers == 2 && bs.buffers_max == 5 && bs.buffers_free == 2,
+	   "start: 2 buffers of a cap of 5 (%llu, %llu)", (unsigned long long)bs.buffers,
+	   (unsigned long long)bs.buffers_max);
+	for (unsigned i = 0; i < 5; i++) {
+		c.chain_seed = 0x5e0 + i;
+		TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg init");
+		rc = twc_open(&c, 51, i, 1, 1, BUF);
+		is_int(rc, 0, "open %u of 5 (%s)", i + 1, rc ? tw_rpc_client_errmsg(c.rpc) : "");
+		for (unsigned k = 0; k < 20 && rc == 0; k++)
+			if (twc_write(&c, 2, 300, i * 100 + k) != 0) {
+				ok(0, "write %u to segment %u", k, i);
+				break;
+			}
+		pos[i] = c.w.pos;
+		ck[i] = c.w.last_checksum;
+	}
+	tw_backup_get_stats(bk, &bs);
+	ok(bs.buffers == 5 && bs.buffers_grown == 3 && bs.buffers_free == 0 &&
+	   bs.buffers_open == 5, "the pool grew by 3 to its cap (buffers %llu, grown %llu)",
+	   (unsigned long long)bs.buffers, (unsigned long long)bs.buffers_grown);
+	is_int(twc_stats(&c, &s), 0, "stats over the wire");
+	ok(s.buffers_total == 5 && s.buffers_max == 5, "StatsReply: total 5, max 5");
+
+	rc = twc_open(&c, 51, 5, 1, 1, BUF);
+	is_int(rc, -TW_EREFUSED, "open beyond the cap: RESOURCE_EXHAUSTED");
+	ok(strstr(tw_rpc_client_errmsg(c.rpc), "no free buffer") &&
+	   strstr(tw_rpc_client_errmsg(c.rpc), "--max-buffers 5"),
+	   "the refusal names the limit and the flag: %s", tw_rpc_client_errmsg(c.rpc));
+	{
+		/* A primary refused by its only backup: -TW_ENOBACKUP quotes the backup's reason. */
+		struct tw_primary_config pc;
+		struct tw_primary *p = NULL;
+		const char *addr = tw_backup_listen_addr(bk);
+		char err[1024];
+
+		tw_primary_config_init(&pc);
+		pc.log_id = 52;
+		pc.epoch = 1;
+		pc.backups = &addr;
+		pc.n_backups = 1;
+		pc.replicas = 1;
+		pc.provider = prov;
+		pc.segment_size = BUF;
+		pc.open_retry_ms = 50;
+		rc = tw_primary_open(&pc, &p, err, sizeof(err));
+		is_int(rc, -TW_ENOBACKUP, "a primary's open at the cap: -TW_ENOBACKUP");
+		ok(rc && strstr(err, "--max-buffers 5"), "its message carries the backup's: %s",
+		   rc ? err : "");
+		if (!rc)
+			tw_primary_close(p);
+	}
+
+	/* Every replica validates at its close, grown buffers included. */
+	for (unsigned i = 0; i < 5; i++) {
+		c.segment_id = i;
+		is_int(twc_close_seg(&c, pos[i], ck[i], NULL), 0, "close segment %u (%llu bytes)",
+		       i, (unsigned long long)pos[i]);
+	}
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;) {
+		int flushed = 0;
+
+		n = twc_list(&c, 51, false, li, 16);
+		for (int i = 0; i < n; i++)
+			flushed += li[i].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED;
+		if (flushed == 5)
+			break;
+		n = -1;
+	}
+	is_int(n, 5, "the five segments are flushed");
+	tw_backup_get_stats(bk, &bs);
+	is_int((long long)bs.buffers_free, 5, "their buffers are free again");
+
+	/* Reuse: five more opens take the freed buffers; the pool stays at its peak. */
+	for (unsigned i = 6; i < 11; i++) {
+		c.chain_seed = 0x7e0 + i;
+		TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg init");
+		rc = twc_open(&c, 51, i, 1, 1, BUF);
+		if (rc) {
+			ok(0, "reopen %u: %s", i, tw_rpc_client_errmsg(c.rpc));
+			break;
+		}
+		TAP_REQUIRE(twc_write(&c, 3, 200, i) == 0, "write");
+	}
+	tw_backup_get_stats(bk, &bs);
+	ok(bs.buffers == 5 && bs.buffers_grown == 3 && bs.buffers_open == 5,
+	   "five opens reused freed buffers: still 5 buffers, 3 grown (%llu, %llu)",
+	   (unsigned long long)bs.buffers, (unsigned long long)bs.buffers_grown);
+	is_int(twc_close_seg(&c, UINT64_MAX, 0, NULL), 0, "a reused buffer's replica validates");
 	twc_close(&c);
 	stop(false);
 }
@@ -597,6 +714,7 @@ int main(void)
 	test_basic();
 	test_admission_and_validation();
 	test_pool_exhaustion();
+	test_pool_growth();
 	test_flush_failure();
 	test_delete_survives_compaction();
 	tw_log_set_level(TW_LOG_INFO);

@@ -1,0 +1,225 @@
+/*
+ * tests/integration/pool_e2e.c — a backup serving more logs than its initial buffers, over a
+ * real provider (argv[1]: tcp, sockets, shm). Three twd processes started with the defaults
+ * (16 initial buffers of 8 MiB, growing on demand: docs/operations.md, "Sizing the buffer
+ * pool"); LOGS primaries in this process (the single-log API, distinct log ids, pre-open on),
+ * so each twd holds 2 x LOGS segment replicas open at once, more than the old fixed pool of 16.
+ * Every primary appends and waits for its acknowledgements; the twd's stats show the grown pool
+ * (total above 16, cap reported); SIGTERM flushes every buffer; every log's segment files on
+ * every backup hold exactly its acknowledged entries, in order.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/log_format.h>
+#include <tailwind/primary.h>
+
+#include "core/util.h"
+#include "proc.h"
+#include "replica/segfile.h"
+#include "rmtree.h"
+#include "tap.h"
+#include "twd_client.h"
+
+#define NB 3
+#define LOGS 24      /* x 2 (pre-open) = 48 replicas open per twd: 3 times the old 16 */
+#define OBJ 100u
+#define PER_LOG 300u /* appends per log */
+
+static char root[256];
+static uint8_t segbuf[TW_BACKUP_DEFAULT_BUFFER_SIZE];
+
+static void payload_for(uint8_t *buf, uint64_t log, uint64_t seq)
+{
+	for (unsigned i = 0; i < OBJ; i++)
+		buf[i] = (uint8_t)(seq + log + i * 7);
+	memcpy(buf, &seq, sizeof(seq));
+}
+
+static void ack_cb(void *arg, int status, uint64_t lsn)
+{
+	uint64_t *errors = arg;
+
+	(void)lsn;
+	if (status)
+		(*errors)++;
+}
+
+/* Entries of log_id in `dir`, in segment order: how many match the appended sequence, and how
+ * many do not (wrong payload or order, unreadable file). */
+static void check_log(int dfd, uint64_t log_id, unsigned li, uint64_t *good, uint64_t *bad)
+{
+	uint64_t seq = 0;
+
+	*good = *bad = 0;
+	for (uint64_t s = 0;; s++) {
+		char name[SEGFILE_NAME_MAX];
+		struct segfile_hdr h;
+		struct tw_entry_iter it;
+		const void *pl;
+		uint32_t len;
+		uint8_t want[OBJ];
+		int rc;
+
+		segfile_name(log_id, s, name, sizeof(name));
+		if (faccessat(dfd, name, F_OK, 0) != 0)
+			break;
+		rc = segfile_load(dfd, name, segbuf, sizeof(segbuf), &h);
+		if (rc < 0) {
+			tap_diag("log %u: %s: %s", li, name, tw_strerror(rc));
+			(*bad)++;
+			continue;
+		}
+		it.buf = segbuf;
+		it.len = h.valid_len;
+		it.pos = 0;
+		while ((rc = tw_entry_next(&it, &pl, &len, NULL)) == 1) {
+			payload_for(want, li, seq);
+			if (len == OBJ && !memcmp(pl, want, OBJ))
+				(*good)++;
+			else
+				(*bad)++;
+			seq++;
+		}
+		if (rc < 0)
+			(*bad)++;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = argc > 1 ? argv[1] : "tcp";
+	const char *tmp = getenv("TMPDIR");
+	struct proc *tw[NB] = { 0 };
+	char addrs_buf[NB][512], twd[1024], dirs[NB][300], err[1024];
+	const char *addrs[NB];
+	struct tw_primary *p[LOGS] = { 0 };
+	uint64_t log_base = 0x900100000000000ull | ((uint64_t)getpid() << 8), errors = 0;
+	unsigned opened = 0, bad_appends = 0, flushed = 0;
+	uint8_t buf[OBJ];
+	int rc;
+
+	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0)
+		tap_plan_skip_all("tools/twd not built (set TW_BUILD_ROOT)");
+	snprintf(root, sizeof(root), "%s/pool_e2e.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
+	tap_diag("provider %s, %u logs x %u appends of %u B, 3 twd's with default pools", prov,
+		 LOGS, PER_LOG, OBJ);
+
+	for (unsigned i = 0; i < NB; i++) {
+		char line[512];
+		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dirs[i],
+				 NULL };
+
+		TAP_REQUIRE(snprintf(dirs[i], sizeof(dirs[i]), "%s/b%u", root, i) <
+			    (int)sizeof(dirs[i]), "path too long");
+		tw[i] = proc_spawn(args, NULL);
+		TAP_REQUIRE(tw[i], "spawn %s", twd);
+		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000);
+		if (rc < 0) {
+			rm_tree(root);
+			TAP_FATAL("twd %u did not get ready: %s", i, strerror(-rc));
+		}
+		snprintf(addrs_buf[i], sizeof(addrs_buf[i]), "%s", line + 6);
+		addrs[i] = addrs_buf[i];
+	}
+
+	for (unsigned l = 0; l < LOGS; l++) {
+		struct tw_primary_config cfg;
+
+		tw_primary_config_init(&cfg);
+		cfg.log_id = log_base + l;
+		cfg.epoch = 1;
+		cfg.backups = addrs;
+		cfg.n_backups = NB;
+		cfg.replicas = 3;
+		cfg.provider = prov;
+		cfg.mode = TW_PRIMARY_ASYNC;
+		cfg.preopen = true; /* two replicas open per log on every backup */
+		rc = tw_primary_open(&cfg, &p[l], err, sizeof(err));
+		if (rc) {
+			tap_diag("primary %u: %s: %s", l, tw_strerror(rc), err);
+			p[l] = NULL;
+			break;
+		}
+		opened++;
+	}
+	is_int(opened, LOGS, "%u primaries opened, each with a segment and a pre-opened next one "
+	       "on the three twd's", LOGS);
+
+	/* Interleave the logs' appends, then wait for each one's acknowledgements. */
+	for (unsigned k = 0; k < PER_LOG; k++)
+		for (unsigned l = 0; l < opened; l++) {
+			payload_for(buf, l, k);
+			if (k % 50 == 0)
+				rc = tw_primary_append(p[l], buf, OBJ, NULL);
+			else
+				rc = tw_primary_append_async(p[l], buf, OBJ, ack_cb, &errors, NULL);
+			if (rc < 0 && !bad_appends++)
+				tap_diag("log %u append %u: %s: %s", l, k, tw_strerror(rc),
+					 tw_primary_errmsg(p[l]));
+		}
+	is_int(bad_appends, 0, "every append accepted");
+	for (unsigned l = 0; l < opened; l++)
+		flushed += tw_primary_flush(p[l]) == 0;
+	is_int(flushed, opened, "every log's appends acknowledged by its 3 backups");
+	is_int(errors, 0, "no callback reported an error");
+
+	/* The pools grew past the 16 initial buffers; the cap is reported. */
+	for (unsigned i = 0; i < NB; i++) {
+		struct twc c;
+		struct twc_stats s;
+
+		memset(&c, 0, sizeof(c));
+		rc = twc_connect(&c, prov, addrs[i]);
+		if (rc == 0)
+			rc = twc_stats(&c, &s);
+		if (rc) {
+			ok(0, "twd %u: stats: %s", i, tw_strerror(rc));
+			twc_close(&c);
+			continue;
+		}
+		ok(s.buffers_total >= 2 * opened && s.buffers_total > TW_BACKUP_DEFAULT_BUFFERS &&
+		   s.buffers_max == TW_BACKUP_DEFAULT_MAX_BUFFERS && s.buffers_open >= 2 * opened,
+		   "twd %u: the pool grew to %u buffers (cap %u), %u open", i, s.buffers_total,
+		   s.buffers_max, s.buffers_open);
+		twc_close(&c);
+	}
+
+	/* SIGTERM: each twd flushes every buffer, the open ones included. */
+	for (unsigned i = 0; i < NB; i++)
+		proc_kill(tw[i], SIGTERM);
+	for (unsigned i = 0; i < NB; i++)
+		is_int(proc_wait(tw[i], 60000), 0, "twd %u exited cleanly after SIGTERM", i);
+	for (unsigned l = 0; l < opened; l++)
+		tw_primary_close(p[l]); /* the backups are gone: reports the loss, must not hang */
+
+	for (unsigned i = 0; i < NB; i++) {
+		int dfd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		uint64_t good_logs = 0, bad = 0;
+
+		for (unsigned l = 0; l < opened && dfd >= 0; l++) {
+			uint64_t g, b;
+
+			check_log(dfd, log_base + l, l, &g, &b);
+			good_logs += g == PER_LOG && b == 0;
+			bad += b;
+		}
+		if (dfd >= 0)
+			close(dfd);
+		is_int(good_logs, opened, "backup %u: every log holds its %u acknowledged entries, in "
+		       "order (%llu bad entries)", i, PER_LOG, (unsigned long long)bad);
+	}
+	for (unsigned i = 0; i < NB; i++)
+		proc_free(tw[i]);
+	rm_tree(root);
+	tap_done_testing();
+	return tap_exit();
+}
