@@ -36,10 +36,32 @@ void primary_unlock(struct tw_primary *p)
 		pthread_mutex_unlock(&p->lock);
 }
 
+/* Wake the first thread waiting for room (lock held). One per event that makes room (a seal,
+ * an acknowledgement): it appends at least once, which leads to another seal and so to the
+ * next wake-up, so every waiter gets its turn while the others stay asleep; with T threads a
+ * batch costs one sleep and one wake-up, not T (docs/primary.md, "Appends from many threads"). */
+static void room_wake_one(struct tw_primary *p)
+{
+	struct pwaiter *w = p->room_head;
+
+	if (!w)
+		return;
+	p->room_head = w->next;
+	if (!p->room_head)
+		p->room_tail = NULL;
+	w->queued = false;
+	pthread_cond_signal(&w->cv);
+}
+
+/* Wake every waiting application thread (lock held): a failure, a finished roll. */
 static void wake_apps(struct tw_primary *p)
 {
-	if (p->threaded && p->app_waiting)
+	if (!p->threaded)
+		return;
+	if (p->app_waiting)
 		pthread_cond_broadcast(&p->cv_app);
+	while (p->room_head)
+		room_wake_one(p);
 }
 
 /* Record the first failure (sticky). Takes the lock: call without holding it. */
@@ -247,8 +269,8 @@ static int seal_post(struct tw_primary *p)
 	s->repair = false;
 	p->rec_sealed = p->rec_head;
 	p->slot_head++;
-	if (p->threaded && p->app_waiting)
-		pthread_cond_broadcast(&p->cv_app); /* back-pressure released */
+	if (p->threaded)
+		room_wake_one(p); /* back-pressure released */
 	primary_unlock(p);
 
 	PSTAT_ADD(p, writes, 1);
@@ -309,12 +331,22 @@ static void complete_recs(struct tw_primary *p, uint64_t end, int status)
 		return;
 	}
 	/* Async mode: callbacks run on the progress thread only (app threads never reap), so the
-	 * records stay ours until rec_tail moves, under the lock. */
+	 * records stay ours until rec_tail moves, under the lock. The blocking appenders among
+	 * them were put on p->acked by sync_cb: each is woken alone (a thread whose entry is in a
+	 * later write sleeps on), under the lock, before it can see rec_tail and return. */
 	for (uint64_t i = p->rec_tail; i < end; i++)
 		ack_one(p, &p->recs[i & p->rec_mask], status);
 	pthread_mutex_lock(&p->lock);
 	p->rec_tail = end;
-	wake_apps(p);
+	while (p->acked) {
+		struct pwaiter *w = p->acked;
+
+		p->acked = w->next;
+		pthread_cond_signal(&w->cv);
+	}
+	room_wake_one(p); /* the record ring has room again */
+	if (p->app_waiting)
+		pthread_cond_broadcast(&p->cv_app); /* tw_primary_flush */
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -661,7 +693,15 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		p->seed_ctr = tw_now_ns() ^ ((uint64_t)getpid() << 32) ^ incarnation;
 	p->seg_base = start;
 	if (p->threaded) {
-		pthread_mutex_init(&p->lock, NULL);
+		pthread_mutexattr_t ma;
+
+		/* Adaptive: appending threads hold it for a copy of one entry; a contender spins
+		 * briefly instead of sleeping in the kernel (docs/primary.md, "Appends from many
+		 * threads"). */
+		pthread_mutexattr_init(&ma);
+		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+		pthread_mutex_init(&p->lock, &ma);
+		pthread_mutexattr_destroy(&ma);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
 	p->bk = calloc(cfg->n_backups, sizeof(*p->bk));
@@ -939,6 +979,8 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	struct pseg *s;
 	struct prec *r;
 	bool wake = false;
+	struct pwaiter me;
+	bool me_init = false;
 	size_t off;
 	int rc;
 
@@ -947,6 +989,8 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 		if (p->err || p->stop || p->finished) {
 			rc = p->err ? p->err : -TW_ECLOSED;
 			pthread_mutex_unlock(&p->lock);
+			if (me_init)
+				pthread_cond_destroy(&me.cv);
 			return rc;
 		}
 		if (p->need_roll || pending_entries(p) >= p->cfg.max_batch ||
@@ -963,9 +1007,27 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 				pthread_mutex_lock(&p->lock);
 				continue;
 			}
-			p->app_waiting++;
-			pthread_cond_wait(&p->cv_app, &p->lock);
-			p->app_waiting--;
+			if (p->need_roll) { /* rare: once per segment; the roll wakes everyone */
+				p->app_waiting++;
+				pthread_cond_wait(&p->cv_app, &p->lock);
+				p->app_waiting--;
+				continue;
+			}
+			/* Back-pressure: queue up and sleep until a seal or an acknowledgement hands
+			 * us the turn (room_wake_one), or a failure wakes everyone (wake_apps). */
+			if (!me_init) {
+				pthread_cond_init(&me.cv, NULL);
+				me_init = true;
+			}
+			me.next = NULL;
+			me.queued = true;
+			if (p->room_tail)
+				p->room_tail->next = &me;
+			else
+				p->room_head = &me;
+			p->room_tail = &me;
+			while (me.queued)
+				pthread_cond_wait(&me.cv, &p->lock);
 			continue;
 		}
 		s = p->cur;
@@ -983,6 +1045,8 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 		}
 		break;
 	}
+	if (me_init)
+		pthread_cond_destroy(&me.cv); /* dequeued: nobody signals it any more */
 	rc = tw_log_writer_append(&s->w, data, len, &off);
 	if (rc < 0) {
 		pthread_mutex_unlock(&p->lock);
@@ -1024,8 +1088,10 @@ int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len
 }
 
 struct sync_wait {
+	struct tw_primary *p;
 	int status;
 	bool done;
+	struct pwaiter wt; /* async mode: woken alone by complete_recs */
 };
 
 static void sync_cb(void *arg, int status, uint64_t lsn)
@@ -1035,11 +1101,17 @@ static void sync_cb(void *arg, int status, uint64_t lsn)
 	(void)lsn;
 	w->status = status;
 	w->done = true;
+	if (w->p->threaded) {
+		/* Progress thread, lock not held: complete_recs signals it once rec_tail moved
+		 * past the entry (the waiter cannot return before that). */
+		w->wt.next = w->p->acked;
+		w->p->acked = &w->wt;
+	}
 }
 
 int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
 {
-	struct sync_wait w = { 0, false };
+	struct sync_wait w = { .p = p };
 	uint64_t idx;
 	int rc;
 
@@ -1050,17 +1122,20 @@ int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint
 	if (p->threaded) {
 		if (on_progress_thread(p))
 			return -EDEADLK; /* from a callback: would wait for itself */
+		pthread_cond_init(&w.wt.cv, NULL);
 		rc = append_async_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
-		if (rc < 0)
+		if (rc < 0) {
+			pthread_cond_destroy(&w.wt.cv);
 			return rc;
-		pthread_mutex_lock(&p->lock);
-		while (p->rec_tail <= idx) {
-			p->app_waiting++;
-			pthread_cond_wait(&p->cv_app, &p->lock);
-			p->app_waiting--;
 		}
+		/* Our own condition variable: an acknowledgement of other threads' entries does
+		 * not wake us (docs/primary.md, "Appends from many threads"). */
+		pthread_mutex_lock(&p->lock);
+		while (p->rec_tail <= idx)
+			pthread_cond_wait(&w.wt.cv, &p->lock);
 		rc = w.status;
 		pthread_mutex_unlock(&p->lock);
+		pthread_cond_destroy(&w.wt.cv);
 		return rc;
 	}
 	rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);

@@ -82,6 +82,14 @@ struct pslot {
 			     * prefix to a replacement (primary_rerep.c) */
 };
 
+/* A thread waiting in the append path (async mode; docs/primary.md, "Appends from many
+ * threads"): on its own stack, woken alone. Fields under the primary's lock. */
+struct pwaiter {
+	pthread_cond_t cv;
+	struct pwaiter *next;
+	bool queued; /* in the room queue: the waker dequeues it before signalling */
+};
+
 /* One append waiting for its acknowledgement. */
 struct prec {
 	tw_append_cb cb;
@@ -149,7 +157,14 @@ struct tw_primary {
 	int finish_rc;
 	bool need_roll;
 	bool pt_idle;           /* progress thread blocked with a free slot: wake it on append */
-	unsigned app_waiting;
+	unsigned app_waiting;   /* on cv_app: a roll, a flush */
+	/* Threads waiting for room (back-pressure), FIFO, under lock: each seal and each
+	 * acknowledgement wakes the first one only (no thundering herd). */
+	struct pwaiter *room_head, *room_tail;
+	/* Blocking appenders whose entries were acknowledged by the callbacks being run: the
+	 * progress thread signals each one under the lock once rec_tail moved past it. Progress
+	 * thread only (the list is its own; the nodes live on the waiters' stacks). */
+	struct pwaiter *acked;
 
 	struct tw_primary_stats st; /* single writer per field; read with atomics */
 
