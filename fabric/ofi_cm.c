@@ -263,7 +263,8 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 	ch->cq_fd = -1;
 	chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
-	ch->base.hs_deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	ch->base.hs_deadline_ns = fab_clock(&of->base) +
+				  (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	return ch;
 }
 
@@ -422,7 +423,7 @@ void cm_drain_eq(struct ofi_fab *of)
 
 int cm_check_handshakes(struct ofi_fab *of)
 {
-	uint64_t now = tw_now_ns();
+	uint64_t now = of->base.now_ns; /* read by this progress or stall round */
 	int n = 0;
 
 	for (struct tw_chan *c = of->base.chans; c; c = c->next) {
@@ -490,7 +491,7 @@ int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	}
 	fi_freeinfo(info);
 	while (!rc && ch->base.state == CHAN_CONNECTING) {
-		if (tw_now_ns() >= ch->base.hs_deadline_ns) {
+		if (fab->now_ns >= ch->base.hs_deadline_ns) { /* read by the last stall */
 			fab_errmsg(fab, "connect to %s: no answer within %u ms", addr,
 				   fab->cfg.connect_timeout_ms);
 			rc = -ETIMEDOUT;

@@ -349,30 +349,13 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 	return total;
 }
 
-/* Sends have deadlines too (writes/reads are checked by the generic layer). Oldest first, as
- * in fab_check_deadlines: the first loss reported is the peer that holds the others up. */
-static int check_send_deadlines(struct ofi_fab *of)
+/* Sends have deadlines too: the posted list holds them with the writes and reads, oldest first,
+ * and the generic layer checks its head with the user's ops (fab_check_deadlines). */
+uint64_t ofi_chan_deadline(const struct tw_chan *c)
 {
-	uint64_t now = tw_now_ns();
+	const struct ofi_chan *ch = (const struct ofi_chan *)c;
 
-	for (;;) {
-		struct ofi_chan *first = NULL;
-
-		for (struct tw_chan *c = of->base.chans; c; c = c->next) {
-			struct ofi_chan *ch = (struct ofi_chan *)c;
-
-			if (!c->is_down && !c->lost && !c->closed && ch->posted &&
-			    ch->posted->deadline_ns <= now &&
-			    (!first || ch->posted->deadline_ns < first->posted->deadline_ns))
-				first = ch;
-		}
-		if (!first)
-			break;
-		fab_errmsg(&of->base, "send/write to %s not completed within %u ms",
-			   first->base.peer, of->base.cfg.op_timeout_ms);
-		chan_set_lost(&first->base, -ETIMEDOUT);
-	}
-	return 0;
+	return ch->posted ? ch->posted->deadline_ns : UINT64_MAX;
 }
 
 void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len)
@@ -439,7 +422,6 @@ int ofi_poll(struct tw_fab *fab)
 		n += cm_poll_eq(of);
 		n += cm_check_handshakes(of);
 	}
-	check_send_deadlines(of);
 	fab_leave(fab);
 	if (n > 0)
 		of->backoff_us = 1;
@@ -522,7 +504,10 @@ void ofi_wakeup(struct tw_fab *fab)
 
 void ofi_stall(struct ofi_fab *of)
 {
-	int n = ofi_poll(&of->base);
+	int n;
+
+	fab_clock(&of->base); /* the stall round's one clock read */
+	n = ofi_poll(&of->base);
 
 	n += fab_check_deadlines(&of->base);
 	if (n == 0) {
@@ -554,7 +539,7 @@ int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_f
 		if (credit) {
 			ssize_t r = fn(of, ch, ctx, arg);
 			if (r == 0) {
-				ctx->deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.op_timeout_ms * 1000000u;
+				ctx->deadline_ns = fab_op_deadline(&of->base);
 				ctx_link(ch, ctx);
 				return 0;
 			}
@@ -565,7 +550,7 @@ int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_f
 			}
 			of->base.stats.eagain_retries++;
 		}
-		if (tw_now_ns() >= deadline_ns) {
+		if (of->base.now_ns >= deadline_ns) { /* read by the last stall */
 			fab_errmsg(&of->base, "queue to %s stayed full", ch->base.peer);
 			return -ETIMEDOUT;
 		}

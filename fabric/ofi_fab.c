@@ -221,6 +221,7 @@ static const struct fab_ops ofi_ops = {
 	.wakeup = ofi_wakeup,
 	.inject = NULL,
 	.reset = ofi_reset,
+	.chan_deadline = ofi_chan_deadline,
 };
 
 /*

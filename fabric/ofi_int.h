@@ -215,13 +215,17 @@ void cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
 int ofi_poll(struct tw_fab *fab);
 int ofi_wait(struct tw_fab *fab, int timeout_ms);
 void ofi_wakeup(struct tw_fab *fab);
-/* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. */
+/* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. The ctx's
+ * own deadline is fab_op_deadline at the post (no clock read: fab->now_ns is fresh from the
+ * API entry or the last stall). */
 typedef ssize_t (*post_fn)(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, void *arg);
 int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
 	    uint64_t deadline_ns);
 /* Progress a little while waiting inside an operation (connect, full queue). */
 void ofi_stall(struct ofi_fab *of);
 void ofi_op_abandon(struct tw_op *op);
+/* fab_ops.chan_deadline: the oldest posted ctx's (writes, reads, sends; oldest first). */
+uint64_t ofi_chan_deadline(const struct tw_chan *ch);
 /* Forget queued completions of a MSG channel whose endpoint is being closed. */
 void cq_purge_chan(struct ofi_fab *of, struct ofi_chan *ch);
 

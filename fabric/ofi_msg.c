@@ -54,7 +54,7 @@ struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t d
 			*err = ch->base.closed ? -TW_ECLOSED : -TW_EPEERLOST;
 			return NULL;
 		}
-		if (tw_now_ns() >= deadline_ns) {
+		if (of->base.now_ns >= deadline_ns) { /* read by the last stall */
 			*err = -ETIMEDOUT;
 			return NULL;
 		}
@@ -145,7 +145,7 @@ int ofi_send(struct tw_chan *base, const void *msg, size_t len)
 {
 	struct ofi_chan *ch = (struct ofi_chan *)base;
 	struct ofi_fab *of = ofab(base->fab);
-	uint64_t deadline = tw_now_ns() + (uint64_t)of->base.cfg.op_timeout_ms * 1000000u;
+	uint64_t deadline = fab_op_deadline(&of->base); /* now_ns: read at the API entry */
 	struct ofi_ctx *ctx;
 	size_t off = 0;
 	int rc;

@@ -286,7 +286,8 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 	ch->tx_max = of->base.cfg.tx_depth;
 	chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
-	ch->base.hs_deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	ch->base.hs_deadline_ns = fab_clock(&of->base) +
+				  (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	return ch;
 }
 
@@ -294,12 +295,13 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 static int send_ctl(struct ofi_fab *of, struct ofi_chan *ch, enum rdm_type type, const void *payload,
 		    size_t plen, bool bye)
 {
-	uint64_t deadline = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	uint64_t now = fab_clock(&of->base);
+	uint64_t deadline = now + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	struct ofi_ctx *ctx;
 	int rc;
 
 	if (bye) /* never stall a close for long */
-		deadline = tw_now_ns() + 100000000u;
+		deadline = now + 100000000u;
 	ctx = msg_get_slot(of, bye ? NULL : ch, deadline, &rc);
 	if (!ctx)
 		return rc;
@@ -342,7 +344,7 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	 * post_tx retries until the handshake deadline. */
 	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
 	while (!rc && ch->base.state == CHAN_CONNECTING) {
-		if (tw_now_ns() >= ch->base.hs_deadline_ns) {
+		if (fab->now_ns >= ch->base.hs_deadline_ns) { /* read by the last stall */
 			fab_errmsg(fab, "connect to %s: no answer within %u ms", addr,
 				   fab->cfg.connect_timeout_ms);
 			rc = -ETIMEDOUT;
