@@ -22,59 +22,29 @@
 #define TW_BIG_ENDIAN 1
 #endif
 
-static inline uint16_t tw_load_le16(const void *p)
-{
-	uint16_t v;
-	memcpy(&v, p, sizeof(v));
+/* Little-endian loads and stores of any alignment: tw_load_le16/32/64(p) and
+ * tw_store_le16/32/64(p, v), one definition for the three widths. */
 #ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap16(v);
+#define TW_LE_SWAP(bits, v) __builtin_bswap##bits(v)
+#else
+#define TW_LE_SWAP(bits, v) (v)
 #endif
-	return v;
-}
-
-static inline uint32_t tw_load_le32(const void *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap32(v);
-#endif
-	return v;
-}
-
-static inline uint64_t tw_load_le64(const void *p)
-{
-	uint64_t v;
-	memcpy(&v, p, sizeof(v));
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap64(v);
-#endif
-	return v;
-}
-
-static inline void tw_store_le16(void *p, uint16_t v)
-{
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap16(v);
-#endif
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void tw_store_le32(void *p, uint32_t v)
-{
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap32(v);
-#endif
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void tw_store_le64(void *p, uint64_t v)
-{
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap64(v);
-#endif
-	memcpy(p, &v, sizeof(v));
-}
+#define TW_DEFINE_LE(bits)                                                  \
+	static inline uint##bits##_t tw_load_le##bits(const void *p)        \
+	{                                                                   \
+		uint##bits##_t v;                                           \
+		memcpy(&v, p, sizeof(v));                                   \
+		return TW_LE_SWAP(bits, v);                                 \
+	}                                                                   \
+	static inline void tw_store_le##bits(void *p, uint##bits##_t v)     \
+	{                                                                   \
+		v = TW_LE_SWAP(bits, v);                                    \
+		memcpy(p, &v, sizeof(v));                                   \
+	}
+TW_DEFINE_LE(16)
+TW_DEFINE_LE(32)
+TW_DEFINE_LE(64)
+#undef TW_DEFINE_LE
 
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)

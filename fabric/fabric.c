@@ -568,46 +568,43 @@ static int check_remote(const struct tw_rkey *rk, uint64_t off, size_t len)
 	return 0;
 }
 
-int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
-		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off)
+/* The checks and bookkeeping of tw_chan_write and tw_chan_read, then the backend's operation. */
+static int chan_rma(struct tw_chan *ch, struct tw_op *op, void *local, size_t len,
+		    struct tw_mr *mr, const struct tw_rkey *rk, uint64_t remote_off, bool read)
 {
 	struct tw_fab *fab = ch->fab;
+	uint64_t raddr;
 	int rc;
 
 	if ((rc = chan_usable(ch)) < 0)
 		return rc;
 	if (!op || !op->cb || len == 0)
 		return -EINVAL;
-	if ((rc = check_local(src_mr, src, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
+	if ((rc = check_local(mr, local, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
 		return rc;
 	op->fab_tag = 0;
-	fab_clock(fab); /* the one clock read of a write */
+	fab_clock(fab); /* the one clock read of a write or read */
 	op->deadline_ns = fab_op_deadline(fab);
+	raddr = rk->addr + remote_off;
 	fab_enter(fab);
-	rc = fab->ops->write(ch, op, src, len, src_mr, rk->addr + remote_off, rk->key);
+	if (read)
+		rc = fab->ops->read(ch, op, local, len, mr, raddr, rk->key);
+	else
+		rc = fab->ops->write(ch, op, local, len, mr, raddr, rk->key);
 	fab_leave(fab);
 	return rc;
+}
+
+int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off)
+{
+	return chan_rma(ch, op, (void *)(uintptr_t)src, len, src_mr, rk, remote_off, false);
 }
 
 int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
 		 const struct tw_rkey *rk, uint64_t remote_off)
 {
-	struct tw_fab *fab = ch->fab;
-	int rc;
-
-	if ((rc = chan_usable(ch)) < 0)
-		return rc;
-	if (!op || !op->cb || len == 0)
-		return -EINVAL;
-	if ((rc = check_local(dst_mr, dst, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
-		return rc;
-	op->fab_tag = 0;
-	fab_clock(fab);
-	op->deadline_ns = fab_op_deadline(fab);
-	fab_enter(fab);
-	rc = fab->ops->read(ch, op, dst, len, dst_mr, rk->addr + remote_off, rk->key);
-	fab_leave(fab);
-	return rc;
+	return chan_rma(ch, op, dst, len, dst_mr, rk, remote_off, true);
 }
 
 int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)

@@ -526,6 +526,19 @@ static int chan_err(struct ofi_chan *ch)
 	return 0;
 }
 
+int ofi_await_connect(struct ofi_fab *of, struct ofi_chan *ch, const char *addr)
+{
+	while (ch->base.state == CHAN_CONNECTING) {
+		if (of->base.now_ns >= ch->base.hs_deadline_ns) { /* read by the last stall */
+			fab_errmsg(&of->base, "connect to %s: no answer within %u ms", addr,
+				   of->base.cfg.connect_timeout_ms);
+			return -ETIMEDOUT;
+		}
+		ofi_stall(of);
+	}
+	return 0;
+}
+
 int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
 	    uint64_t deadline_ns)
 {

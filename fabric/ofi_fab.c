@@ -146,10 +146,7 @@ static void release(struct ofi_fab *of)
 			epoll_ctl(of->epfd, EPOLL_CTL_DEL, of->eq_fd, NULL);
 		fi_close(&of->eq->fid);
 	}
-	if (of->rmr)
-		fi_close(&of->rmr->fid);
-	tw_fab_free(of->rbuf, of->rbuf_len);
-	free(of->rctx);
+	msg_free_rx(&of->rx);
 	msg_free_slots(of);
 	for (size_t i = 0; i < of->nchunks; i++)
 		free(of->chunks[i]);
