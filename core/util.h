@@ -46,6 +46,11 @@ TW_DEFINE_LE(32)
 TW_DEFINE_LE(64)
 #undef TW_DEFINE_LE
 
+/* pwrite/pread every byte of buf at `off`, retrying short transfers and EINTR: 0 or -errno;
+ * tw__pread_all returns -ENODATA when the file ends first. */
+int tw__pwrite_all(int fd, const void *buf, size_t len, int64_t off);
+int tw__pread_all(int fd, void *buf, size_t len, int64_t off);
+
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)
 {
