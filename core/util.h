@@ -46,6 +46,49 @@ TW_DEFINE_LE(32)
 TW_DEFINE_LE(64)
 #undef TW_DEFINE_LE
 
+/*
+ * Intrusive lists of structs with `next` (and, doubly linked, `prev`) members; `head` and
+ * `tail` are lvalues (e.g. ch->ops_head), evaluated more than once. Nodes are unlinked with
+ * next/prev set to NULL.
+ */
+#define TW_SLIST_APPEND(head, tail, n)          \
+	do {                                    \
+		(n)->next = NULL;               \
+		if (tail)                       \
+			(tail)->next = (n);     \
+		else                            \
+			(head) = (n);           \
+		(tail) = (n);                   \
+	} while (0)
+#define TW_DLIST_APPEND(head, tail, n)          \
+	do {                                    \
+		(n)->prev = (tail);             \
+		TW_SLIST_APPEND(head, tail, n); \
+	} while (0)
+#define TW_DLIST_PUSH(head, n)                  \
+	do {                                    \
+		(n)->prev = NULL;               \
+		(n)->next = (head);             \
+		if (head)                       \
+			(head)->prev = (n);     \
+		(head) = (n);                   \
+	} while (0)
+#define TW__DLIST_UNLINK(head, n, if_last)               \
+	do {                                             \
+		if ((n)->prev)                           \
+			(n)->prev->next = (n)->next;     \
+		else                                     \
+			(head) = (n)->next;              \
+		if ((n)->next)                           \
+			(n)->next->prev = (n)->prev;     \
+		else                                     \
+			if_last;                         \
+		(n)->next = (n)->prev = NULL;            \
+	} while (0)
+/* A list with a tail pointer, and one without. */
+#define TW_DLIST_REMOVE(head, tail, n) TW__DLIST_UNLINK(head, n, (tail) = (n)->prev)
+#define TW_DLIST_REMOVE_NT(head, n) TW__DLIST_UNLINK(head, n, (void)0)
+
 /* pwrite/pread every byte of buf at `off`, retrying short transfers and EINTR: 0 or -errno;
  * tw__pread_all returns -ENODATA when the file ends first. */
 int tw__pwrite_all(int fd, const void *buf, size_t len, int64_t off);

@@ -291,23 +291,12 @@ void chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer)
 	if (!ch->id)
 		ch->id = fab->next_chan_id++;
 	snprintf(ch->peer, sizeof(ch->peer), "%s", peer ? peer : "?");
-	ch->next = fab->chans;
-	if (fab->chans)
-		fab->chans->prev = ch;
-	fab->chans = ch;
+	TW_DLIST_PUSH(fab->chans, ch);
 }
 
 static void chan_unlink(struct tw_chan *ch)
 {
-	struct tw_fab *fab = ch->fab;
-
-	if (ch->prev)
-		ch->prev->next = ch->next;
-	else
-		fab->chans = ch->next;
-	if (ch->next)
-		ch->next->prev = ch->prev;
-	ch->next = ch->prev = NULL;
+	TW_DLIST_REMOVE_NT(ch->fab->chans, ch);
 }
 
 struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id)
@@ -413,13 +402,7 @@ void chan_announce(struct tw_chan *ch)
 void op_track(struct tw_chan *ch, struct tw_op *op)
 {
 	op->chan = ch; /* op->deadline_ns: set at the entry of tw_chan_write/read */
-	op->next = NULL;
-	op->prev = ch->ops_tail;
-	if (ch->ops_tail)
-		ch->ops_tail->next = op;
-	else
-		ch->ops_head = op;
-	ch->ops_tail = op;
+	TW_DLIST_APPEND(ch->ops_head, ch->ops_tail, op);
 	ch->nops++;
 }
 
@@ -427,16 +410,8 @@ void op_finish(struct tw_op *op, int status)
 {
 	struct tw_chan *ch = op->chan;
 
-	if (op->prev)
-		op->prev->next = op->next;
-	else
-		ch->ops_head = op->next;
-	if (op->next)
-		op->next->prev = op->prev;
-	else
-		ch->ops_tail = op->prev;
+	TW_DLIST_REMOVE(ch->ops_head, ch->ops_tail, op);
 	ch->nops--;
-	op->next = op->prev = NULL;
 	if (status < 0)
 		ch->fab->stats.errors++;
 	op->cb(op, status);
@@ -722,24 +697,14 @@ void tw_fab_free(void *p, size_t len)
 void mr_link(struct tw_fab *fab, struct tw_mr *mr)
 {
 	mr->fab = fab;
-	mr->prev = NULL;
-	mr->next = fab->mrs;
-	if (fab->mrs)
-		fab->mrs->prev = mr;
-	fab->mrs = mr;
+	TW_DLIST_PUSH(fab->mrs, mr);
 }
 
 void mr_unlink(struct tw_mr *mr)
 {
 	if (mr->fab->wmsg_last == mr)
 		mr->fab->wmsg_last = NULL;
-	if (mr->prev)
-		mr->prev->next = mr->next;
-	else
-		mr->fab->mrs = mr->next;
-	if (mr->next)
-		mr->next->prev = mr->prev;
-	mr->next = mr->prev = NULL;
+	TW_DLIST_REMOVE_NT(mr->fab->mrs, mr);
 }
 
 int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)

@@ -66,13 +66,7 @@ void ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
 void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
 	ctx->ch = ch;
-	ctx->next = NULL;
-	ctx->prev = ch->posted_tail;
-	if (ch->posted_tail)
-		ch->posted_tail->next = ctx;
-	else
-		ch->posted = ctx;
-	ch->posted_tail = ctx;
+	TW_DLIST_APPEND(ch->posted, ch->posted_tail, ctx);
 	ch->tx_inflight++;
 	if (ch->base.fab->rdm)
 		ofab(ch->base.fab)->tx_inflight++;
@@ -80,15 +74,7 @@ void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 
 void ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
-	if (ctx->prev)
-		ctx->prev->next = ctx->next;
-	else
-		ch->posted = ctx->next;
-	if (ctx->next)
-		ctx->next->prev = ctx->prev;
-	else
-		ch->posted_tail = ctx->prev;
-	ctx->next = ctx->prev = NULL;
+	TW_DLIST_REMOVE(ch->posted, ch->posted_tail, ctx);
 	ch->tx_inflight--;
 	if (ch->base.fab->rdm)
 		ofab(ch->base.fab)->tx_inflight--;
@@ -361,12 +347,7 @@ uint64_t ofi_chan_deadline(const struct tw_chan *c)
 void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len)
 {
 	ctx->len = len;
-	ctx->next = NULL;
-	if (ch->deferred_tail)
-		ch->deferred_tail->next = ctx;
-	else
-		ch->deferred = ctx;
-	ch->deferred_tail = ctx;
+	TW_SLIST_APPEND(ch->deferred, ch->deferred_tail, ctx);
 }
 
 /* Hand over messages kept while tw_fab_connect was running. */
