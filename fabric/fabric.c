@@ -401,7 +401,11 @@ void chan_announce(struct tw_chan *ch)
 
 void op_track(struct tw_chan *ch, struct tw_op *op)
 {
-	op->chan = ch; /* op->deadline_ns: set at the entry of tw_chan_write/read */
+	op->chan = ch;
+	/* From the post, not from the call: a write that first waited for queue space (behind a
+	 * dead shm peer) gets its whole op_timeout_ms, as the failover relies on. No clock read:
+	 * now_ns is fresh from the API entry or from the last stall round. */
+	op->deadline_ns = fab_op_deadline(ch->fab);
 	TW_DLIST_APPEND(ch->ops_head, ch->ops_tail, op);
 	ch->nops++;
 }
@@ -559,7 +563,6 @@ static int chan_rma(struct tw_chan *ch, struct tw_op *op, void *local, size_t le
 		return rc;
 	op->fab_tag = 0;
 	fab_clock(fab); /* the one clock read of a write or read */
-	op->deadline_ns = fab_op_deadline(fab);
 	raddr = rk->addr + remote_off;
 	fab_enter(fab);
 	if (read)
