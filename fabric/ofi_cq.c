@@ -379,6 +379,38 @@ static int deliver_deferred(struct ofi_fab *of)
 	return n;
 }
 
+/*
+ * The posted contexts' deadlines (writes, reads and sends), checked again at the end of every
+ * poll, with a fresh clock read, oldest first. fab_check_deadlines covers them too (through
+ * ofi_chan_deadline), but after the poll returned and against the round's earlier time; with
+ * that alone, failover_kill_shm failed in 4 of 10 runs (the live backups queued behind the
+ * killed one were reported lost before the primary could reset the fabric; 0 of 16 with this
+ * check, as before the deadline tracker was unified). Not understood yet: kept as it was.
+ */
+static void check_posted_deadlines(struct ofi_fab *of)
+{
+	uint64_t now = fab_clock(&of->base);
+
+	for (;;) {
+		struct ofi_chan *first = NULL;
+
+		for (struct tw_chan *c = of->base.chans; c; c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (!c->is_down && !c->lost && !c->closed && ch->posted &&
+			    ch->posted->deadline_ns <= now &&
+			    (!first || ch->posted->deadline_ns < first->posted->deadline_ns))
+				first = ch;
+		}
+		if (!first)
+			break;
+		fab_errmsg(&of->base, "operation to %s not completed within %u ms", first->base.peer,
+			   of->base.cfg.op_timeout_ms);
+		tw_log_warn("fabric %s: %s; failing the channel", of->base.prov, of->base.errmsg);
+		chan_set_lost(&first->base, -ETIMEDOUT);
+	}
+}
+
 int ofi_poll(struct tw_fab *fab)
 {
 	struct ofi_fab *of = ofab(fab);
@@ -403,6 +435,7 @@ int ofi_poll(struct tw_fab *fab)
 		n += cm_poll_eq(of);
 		n += cm_check_handshakes(of);
 	}
+	check_posted_deadlines(of);
 	fab_leave(fab);
 	if (n > 0)
 		of->backoff_us = 1;
