@@ -1,5 +1,5 @@
 /*
- * core/util.c — error names, logging sink and level, rate limiting.
+ * core/util.c — error names, logging sink and level, rate limiting, whole-buffer file I/O.
  *
  * tw_strerror() names libfabric's own codes (256..1023) with fi_strerror(), so this file, alone
  * in core/, uses libfabric (the library, not fabric/): the error space is shared on purpose
@@ -139,4 +139,34 @@ bool tw__ratelimit_pass(struct tw__ratelimit *rl, uint64_t *suppressed_out)
 	}
 	*suppressed_out = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
 	return true;
+}
+
+/* Whole-buffer pwrite or pread (the cast drops const for pwrite, which only reads it). */
+static int pio_all(int fd, uint8_t *p, size_t len, int64_t off, bool wr)
+{
+	while (len > 0) {
+		ssize_t n = wr ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return wr ? -EIO : -ENODATA;
+		p += n;
+		len -= (size_t)n;
+		off += n;
+	}
+	return 0;
+}
+
+int tw__pwrite_all(int fd, const void *buf, size_t len, int64_t off)
+{
+	return pio_all(fd, (uint8_t *)(uintptr_t)buf, len, off, true);
+}
+
+int tw__pread_all(int fd, void *buf, size_t len, int64_t off)
+{
+	return pio_all(fd, buf, len, off, false);
 }

@@ -22,59 +22,77 @@
 #define TW_BIG_ENDIAN 1
 #endif
 
-static inline uint16_t tw_load_le16(const void *p)
-{
-	uint16_t v;
-	memcpy(&v, p, sizeof(v));
+/* Little-endian loads and stores of any alignment: tw_load_le16/32/64(p) and
+ * tw_store_le16/32/64(p, v), one definition for the three widths. */
 #ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap16(v);
+#define TW_LE_SWAP(bits, v) __builtin_bswap##bits(v)
+#else
+#define TW_LE_SWAP(bits, v) (v)
 #endif
-	return v;
-}
+#define TW_DEFINE_LE(bits)                                                  \
+	static inline uint##bits##_t tw_load_le##bits(const void *p)        \
+	{                                                                   \
+		uint##bits##_t v;                                           \
+		memcpy(&v, p, sizeof(v));                                   \
+		return TW_LE_SWAP(bits, v);                                 \
+	}                                                                   \
+	static inline void tw_store_le##bits(void *p, uint##bits##_t v)     \
+	{                                                                   \
+		v = TW_LE_SWAP(bits, v);                                    \
+		memcpy(p, &v, sizeof(v));                                   \
+	}
+TW_DEFINE_LE(16)
+TW_DEFINE_LE(32)
+TW_DEFINE_LE(64)
+#undef TW_DEFINE_LE
 
-static inline uint32_t tw_load_le32(const void *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap32(v);
-#endif
-	return v;
-}
+/*
+ * Intrusive lists of structs with `next` (and, doubly linked, `prev`) members; `head` and
+ * `tail` are lvalues (e.g. ch->ops_head), evaluated more than once. Nodes are unlinked with
+ * next/prev set to NULL.
+ */
+#define TW_SLIST_APPEND(head, tail, n)          \
+	do {                                    \
+		(n)->next = NULL;               \
+		if (tail)                       \
+			(tail)->next = (n);     \
+		else                            \
+			(head) = (n);           \
+		(tail) = (n);                   \
+	} while (0)
+#define TW_DLIST_APPEND(head, tail, n)          \
+	do {                                    \
+		(n)->prev = (tail);             \
+		TW_SLIST_APPEND(head, tail, n); \
+	} while (0)
+#define TW_DLIST_PUSH(head, n)                  \
+	do {                                    \
+		(n)->prev = NULL;               \
+		(n)->next = (head);             \
+		if (head)                       \
+			(head)->prev = (n);     \
+		(head) = (n);                   \
+	} while (0)
+#define TW__DLIST_UNLINK(head, n, if_last)               \
+	do {                                             \
+		if ((n)->prev)                           \
+			(n)->prev->next = (n)->next;     \
+		else                                     \
+			(head) = (n)->next;              \
+		if ((n)->next)                           \
+			(n)->next->prev = (n)->prev;     \
+		else                                     \
+			if_last;                         \
+		(n)->next = (n)->prev = NULL;            \
+	} while (0)
+/* A list with a tail pointer, and one without. */
+#define TW_DLIST_REMOVE(head, tail, n) TW__DLIST_UNLINK(head, n, (tail) = (n)->prev)
+#define TW_DLIST_REMOVE_NT(head, n) TW__DLIST_UNLINK(head, n, (void)0)
 
-static inline uint64_t tw_load_le64(const void *p)
-{
-	uint64_t v;
-	memcpy(&v, p, sizeof(v));
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap64(v);
-#endif
-	return v;
-}
-
-static inline void tw_store_le16(void *p, uint16_t v)
-{
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap16(v);
-#endif
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void tw_store_le32(void *p, uint32_t v)
-{
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap32(v);
-#endif
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void tw_store_le64(void *p, uint64_t v)
-{
-#ifdef TW_BIG_ENDIAN
-	v = __builtin_bswap64(v);
-#endif
-	memcpy(p, &v, sizeof(v));
-}
+/* pwrite/pread every byte of buf at `off`, retrying short transfers and EINTR: 0 or -errno;
+ * tw__pread_all returns -ENODATA when the file ends first. */
+int tw__pwrite_all(int fd, const void *buf, size_t len, int64_t off);
+int tw__pread_all(int fd, void *buf, size_t len, int64_t off);
 
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)

@@ -48,6 +48,11 @@ struct fab_ops {
 	/* tw_fab_reset: every channel is closed and freed; rebuild the provider state in place
 	 * and register every registration of fab->mrs again (same structs). */
 	int (*reset)(struct tw_fab *fab);
+	/* Earliest deadline of what the backend itself has in flight on the channel beyond the
+	 * user's writes and reads (ofi: sends, whose ctxs share the posted list), or UINT64_MAX.
+	 * NULL: nothing. The generic layer checks it with the ops' (fab_check_deadlines): one
+	 * deadline tracker for every backend. */
+	uint64_t (*chan_deadline)(const struct tw_chan *ch);
 };
 
 struct tw_fab {
@@ -70,6 +75,11 @@ struct tw_fab {
 	bool loss_blocks;     /* tw_fab_loss_blocks_others (set by the backend: shm) */
 	char errmsg[512];
 	struct tw_fab_stats stats;
+	/* The fab's time (cfg.clock_ns or CLOCK_MONOTONIC) as read by fab_clock: at the entry of
+	 * every write, read and send, once per progress round and once per stall round. Every
+	 * deadline is computed from it; a deadline is checked against it, so a check may come
+	 * late by one round, never early. */
+	uint64_t now_ns;
 	struct tw_chan *chans; /* every channel not yet freed (closed ones until the sweep) */
 	struct tw_mr *mrs;
 	unsigned depth;        /* nesting of API calls that may run callbacks */
@@ -128,6 +138,11 @@ void chan_set_lost(struct tw_chan *ch, int err);
 void chan_announce(struct tw_chan *ch); /* ACCEPTING → UP + on_accept */
 void fab_enter(struct tw_fab *fab);
 void fab_leave(struct tw_fab *fab);
+/* Read the fab's clock once into fab->now_ns and return it. */
+uint64_t fab_clock(struct tw_fab *fab);
+/* fab->now_ns + op_timeout_ms: the deadline of an operation posted now. */
+uint64_t fab_op_deadline(const struct tw_fab *fab);
+/* Fail the channels whose earliest deadline (ops, backend's sends) is <= fab->now_ns. */
 int fab_check_deadlines(struct tw_fab *fab);
 uint64_t fab_next_deadline(const struct tw_fab *fab);
 /* Our own MR key: a bijective mix of a random seed and a counter, masked to key_bytes. */

@@ -90,6 +90,18 @@ void fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct
 		fab->ev = *ev;
 	fab->key_seed = fab_random64();
 	fab->next_chan_id = 1 + (uint32_t)(fab_random64() & 0xffff);
+	fab_clock(fab);
+}
+
+uint64_t fab_clock(struct tw_fab *fab)
+{
+	fab->now_ns = fab->cfg.clock_ns ? fab->cfg.clock_ns(fab->cfg.clock_arg) : tw_now_ns();
+	return fab->now_ns;
+}
+
+uint64_t fab_op_deadline(const struct tw_fab *fab)
+{
+	return fab->now_ns + (uint64_t)fab->cfg.op_timeout_ms * 1000000u;
 }
 
 /* Every message passes here: write messages are the fabric's own (wmsg.c). */
@@ -279,23 +291,12 @@ void chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer)
 	if (!ch->id)
 		ch->id = fab->next_chan_id++;
 	snprintf(ch->peer, sizeof(ch->peer), "%s", peer ? peer : "?");
-	ch->next = fab->chans;
-	if (fab->chans)
-		fab->chans->prev = ch;
-	fab->chans = ch;
+	TW_DLIST_PUSH(fab->chans, ch);
 }
 
 static void chan_unlink(struct tw_chan *ch)
 {
-	struct tw_fab *fab = ch->fab;
-
-	if (ch->prev)
-		ch->prev->next = ch->next;
-	else
-		fab->chans = ch->next;
-	if (ch->next)
-		ch->next->prev = ch->prev;
-	ch->next = ch->prev = NULL;
+	TW_DLIST_REMOVE_NT(ch->fab->chans, ch);
 }
 
 struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id)
@@ -401,14 +402,11 @@ void chan_announce(struct tw_chan *ch)
 void op_track(struct tw_chan *ch, struct tw_op *op)
 {
 	op->chan = ch;
-	op->deadline_ns = tw_now_ns() + (uint64_t)ch->fab->cfg.op_timeout_ms * 1000000u;
-	op->next = NULL;
-	op->prev = ch->ops_tail;
-	if (ch->ops_tail)
-		ch->ops_tail->next = op;
-	else
-		ch->ops_head = op;
-	ch->ops_tail = op;
+	/* From the post, not from the call: a write that first waited for queue space (behind a
+	 * dead shm peer) gets its whole op_timeout_ms, as the failover relies on. No clock read:
+	 * now_ns is fresh from the API entry or from the last stall round. */
+	op->deadline_ns = fab_op_deadline(ch->fab);
+	TW_DLIST_APPEND(ch->ops_head, ch->ops_tail, op);
 	ch->nops++;
 }
 
@@ -416,16 +414,8 @@ void op_finish(struct tw_op *op, int status)
 {
 	struct tw_chan *ch = op->chan;
 
-	if (op->prev)
-		op->prev->next = op->next;
-	else
-		ch->ops_head = op->next;
-	if (op->next)
-		op->next->prev = op->prev;
-	else
-		ch->ops_tail = op->prev;
+	TW_DLIST_REMOVE(ch->ops_head, ch->ops_tail, op);
 	ch->nops--;
-	op->next = op->prev = NULL;
 	if (status < 0)
 		ch->fab->stats.errors++;
 	op->cb(op, status);
@@ -462,24 +452,44 @@ void chan_set_lost(struct tw_chan *ch, int err)
 	fab_leave(fab);
 }
 
+/* Earliest deadline of anything in flight on a live channel: the user's writes and reads
+ * (oldest first, so the head's) and the backend's own (sends). */
+static uint64_t chan_deadline(const struct tw_chan *ch)
+{
+	uint64_t d = UINT64_MAX, b;
+
+	if (ch->closed || ch->lost || ch->is_down)
+		return d;
+	if (ch->ops_head)
+		d = ch->ops_head->deadline_ns;
+	if (ch->fab->ops->chan_deadline && (b = ch->fab->ops->chan_deadline(ch)) < d)
+		d = b;
+	return d;
+}
+
 /*
- * Channels whose oldest operation is past its deadline are failed oldest first (not in list
- * order): when one dead peer holds up the endpoint's other operations behind it (shm), the
- * first loss reported is the dead peer's, and the user can tell it from its victims.
+ * The one deadline tracker of every backend, against fab->now_ns (no clock read here).
+ * Channels whose earliest deadline has passed are failed oldest first (not in list order):
+ * when one dead peer holds up the endpoint's other operations behind it (shm), the first loss
+ * reported is the dead peer's, and the user can tell it from its victims.
  */
 int fab_check_deadlines(struct tw_fab *fab)
 {
-	uint64_t now = tw_now_ns();
+	uint64_t now = fab->now_ns;
 	int n = 0;
 
 	for (;;) {
 		struct tw_chan *first = NULL;
+		uint64_t first_d = UINT64_MAX;
 
-		for (struct tw_chan *ch = fab->chans; ch; ch = ch->next)
-			if (!ch->closed && !ch->lost && ch->ops_head &&
-			    ch->ops_head->deadline_ns <= now &&
-			    (!first || ch->ops_head->deadline_ns < first->ops_head->deadline_ns))
+		for (struct tw_chan *ch = fab->chans; ch; ch = ch->next) {
+			uint64_t d = chan_deadline(ch);
+
+			if (d <= now && d < first_d) {
 				first = ch;
+				first_d = d;
+			}
+		}
 		if (!first)
 			break;
 		fab_errmsg(fab, "operation to %s not completed within %u ms", first->peer,
@@ -498,8 +508,7 @@ uint64_t fab_next_deadline(const struct tw_fab *fab)
 	for (const struct tw_chan *ch = fab->chans; ch; ch = ch->next) {
 		if (ch->closed || ch->lost)
 			continue;
-		if (ch->ops_head && ch->ops_head->deadline_ns < d)
-			d = ch->ops_head->deadline_ns;
+		d = TW_MIN(d, chan_deadline(ch));
 		if ((ch->state == CHAN_CONNECTING || ch->state == CHAN_ACCEPTING) &&
 		    ch->hs_deadline_ns && ch->hs_deadline_ns < d)
 			d = ch->hs_deadline_ns;
@@ -538,42 +547,42 @@ static int check_remote(const struct tw_rkey *rk, uint64_t off, size_t len)
 	return 0;
 }
 
-int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
-		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off)
+/* The checks and bookkeeping of tw_chan_write and tw_chan_read, then the backend's operation. */
+static int chan_rma(struct tw_chan *ch, struct tw_op *op, void *local, size_t len,
+		    struct tw_mr *mr, const struct tw_rkey *rk, uint64_t remote_off, bool read)
 {
 	struct tw_fab *fab = ch->fab;
+	uint64_t raddr;
 	int rc;
 
 	if ((rc = chan_usable(ch)) < 0)
 		return rc;
 	if (!op || !op->cb || len == 0)
 		return -EINVAL;
-	if ((rc = check_local(src_mr, src, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
+	if ((rc = check_local(mr, local, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
 		return rc;
 	op->fab_tag = 0;
+	fab_clock(fab); /* the one clock read of a write or read */
+	raddr = rk->addr + remote_off;
 	fab_enter(fab);
-	rc = fab->ops->write(ch, op, src, len, src_mr, rk->addr + remote_off, rk->key);
+	if (read)
+		rc = fab->ops->read(ch, op, local, len, mr, raddr, rk->key);
+	else
+		rc = fab->ops->write(ch, op, local, len, mr, raddr, rk->key);
 	fab_leave(fab);
 	return rc;
+}
+
+int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off)
+{
+	return chan_rma(ch, op, (void *)(uintptr_t)src, len, src_mr, rk, remote_off, false);
 }
 
 int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
 		 const struct tw_rkey *rk, uint64_t remote_off)
 {
-	struct tw_fab *fab = ch->fab;
-	int rc;
-
-	if ((rc = chan_usable(ch)) < 0)
-		return rc;
-	if (!op || !op->cb || len == 0)
-		return -EINVAL;
-	if ((rc = check_local(dst_mr, dst, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
-		return rc;
-	op->fab_tag = 0;
-	fab_enter(fab);
-	rc = fab->ops->read(ch, op, dst, len, dst_mr, rk->addr + remote_off, rk->key);
-	fab_leave(fab);
-	return rc;
+	return chan_rma(ch, op, dst, len, dst_mr, rk, remote_off, true);
 }
 
 int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
@@ -587,19 +596,29 @@ int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
 		return -EMSGSIZE;
 	if ((len && !msg) || wmsg_is(msg, len))
 		return -EINVAL;
+	fab_clock(fab);
 	fab_enter(fab);
 	rc = fab->ops->send(ch, msg, len);
 	fab_leave(fab);
 	return rc;
 }
 
+/*
+ * One clock read per round, before the poll: what the round's callbacks post gets a deadline
+ * from a fresh time, and the check after the poll comes late by the poll at most. The timeout
+ * is how long the caller's thread may block, so it is real time even when the fab runs on a
+ * virtual clock (cfg.clock_ns), which then costs a second read in the rounds that wait.
+ */
 int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
 {
-	uint64_t end = timeout_ms < 0 ? UINT64_MAX : tw_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	uint64_t end = UINT64_MAX;
 	int n = 0, rc;
 
 	fab_enter(fab);
 	for (;;) {
+		uint64_t now = fab_clock(fab), real, next;
+		int wait_ms = -1;
+
 		rc = fab->ops->poll(fab);
 		if (rc < 0) {
 			n = rc;
@@ -609,17 +628,21 @@ int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
 		n += fab_check_deadlines(fab);
 		if (n > 0 || timeout_ms == 0)
 			break;
-		uint64_t now = tw_now_ns();
-		if (now >= end)
-			break;
-		uint64_t until = TW_MIN(end, fab_next_deadline(fab));
-		int wait_ms;
-		if (until <= now)
-			wait_ms = 0;
-		else if (until == UINT64_MAX)
-			wait_ms = -1;
-		else
-			wait_ms = (int)TW_MIN((until - now + 999999) / 1000000u, (uint64_t)1 << 30);
+		real = fab->cfg.clock_ns ? tw_now_ns() : now;
+		if (timeout_ms > 0) {
+			if (end == UINT64_MAX)
+				end = real + (uint64_t)timeout_ms * 1000000u;
+			if (real >= end)
+				break;
+			wait_ms = (int)((end - real + 999999) / 1000000u);
+		}
+		next = fab_next_deadline(fab);
+		if (next != UINT64_MAX) {
+			uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
+
+			if (wait_ms < 0 || ms < (uint64_t)wait_ms)
+				wait_ms = (int)TW_MIN(ms, (uint64_t)1 << 30);
+		}
 		if (fab->cfg.busy_poll)
 			wait_ms = 0;
 		rc = fab->ops->wait(fab, wait_ms);
@@ -677,24 +700,14 @@ void tw_fab_free(void *p, size_t len)
 void mr_link(struct tw_fab *fab, struct tw_mr *mr)
 {
 	mr->fab = fab;
-	mr->prev = NULL;
-	mr->next = fab->mrs;
-	if (fab->mrs)
-		fab->mrs->prev = mr;
-	fab->mrs = mr;
+	TW_DLIST_PUSH(fab->mrs, mr);
 }
 
 void mr_unlink(struct tw_mr *mr)
 {
 	if (mr->fab->wmsg_last == mr)
 		mr->fab->wmsg_last = NULL;
-	if (mr->prev)
-		mr->prev->next = mr->next;
-	else
-		mr->fab->mrs = mr->next;
-	if (mr->next)
-		mr->next->prev = mr->prev;
-	mr->next = mr->prev = NULL;
+	TW_DLIST_REMOVE_NT(mr->fab->mrs, mr);
 }
 
 int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)

@@ -65,6 +65,14 @@ struct tw_fab_config {
 	/* TW_FAB_WRITE_ONESIDED (default) or TW_FAB_WRITE_MSG. With MSG, a write's chunks are
 	 * max_msg_size bytes long, which the peers' max_msg_size must accept. */
 	enum tw_fab_write_mode write_mode;
+	/* The clock of every deadline the fab keeps (operation and handshake timeouts, the
+	 * timeout of tw_fab_progress): monotonic nanoseconds. NULL: CLOCK_MONOTONIC. A test
+	 * passes a virtual clock it advances itself, so timeouts fire without waiting (as raft's
+	 * raft_io->time). tw_fab_progress's timeout stays real time (it bounds how long the
+	 * thread blocks). Read once per write, read or send and once per progress round
+	 * (docs/fabric.md "Deadlines and the clock"). */
+	uint64_t (*clock_ns)(void *clock_arg);
+	void *clock_arg;
 };
 
 /* Fill `cfg` with the defaults above. */

@@ -74,12 +74,7 @@ static const struct fab_ops mem_ops;
 /* Queue an event on `mf` (mem_lock held) and wake its thread. */
 static void push_ev(struct mem_fab *mf, struct mem_ev *ev)
 {
-	ev->next = NULL;
-	if (mf->tail)
-		mf->tail->next = ev;
-	else
-		mf->head = ev;
-	mf->tail = ev;
+	TW_SLIST_APPEND(mf->head, mf->tail, ev);
 	pthread_cond_signal(&mf->cond);
 }
 

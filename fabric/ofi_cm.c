@@ -127,7 +127,7 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 	size_t rx = info->rx_attr->size ? info->rx_attr->size : of->rx_size;
 	int rc;
 
-	ch->nrx = (unsigned)TW_MIN((size_t)of->base.cfg.rx_depth, rx);
+	ch->rx.n = (unsigned)TW_MIN((size_t)of->base.cfg.rx_depth, rx);
 	ch->tx_max = (unsigned)TW_MIN((size_t)of->base.cfg.tx_depth, tx);
 	rc = cq_open(of, tx + rx, &ch->cq, &ch->cq_fd, ch);
 	if (rc < 0)
@@ -150,13 +150,7 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 	if ((rc = cm_data_fits(of, &ch->ep->fid)) < 0)
 		return rc;
 	/* Receives before accept/connect: verbs would otherwise RNR-stall forever (fi_verbs(7); docs/fabric.md, Connections). */
-	rc = msg_alloc_rx(of, &ch->rbuf, &ch->rbuf_len, ch->nrx, &ch->rmr, &ch->rdesc, &ch->rctx, ch);
-	if (rc < 0)
-		return rc;
-	for (unsigned i = 0; i < ch->nrx; i++)
-		if ((rc = msg_post_recv(of, &ch->rctx[i])) < 0)
-			return rc;
-	return 0;
+	return msg_alloc_rx(of, &ch->rx, ch);
 }
 
 /*
@@ -235,14 +229,7 @@ void cm_chan_down(struct ofi_chan *ch, bool closing)
 			ctx->op->fab_priv[0] = NULL;
 		ctx_release(of, ctx);
 	}
-	if (ch->rmr) {
-		fi_close(&ch->rmr->fid);
-		ch->rmr = NULL;
-	}
-	tw_fab_free(ch->rbuf, ch->rbuf_len);
-	ch->rbuf = NULL;
-	free(ch->rctx);
-	ch->rctx = NULL;
+	msg_free_rx(&ch->rx);
 }
 
 /* Drop a channel the user never saw (failed handshake). */
@@ -263,7 +250,8 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 	ch->cq_fd = -1;
 	chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
-	ch->base.hs_deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	ch->base.hs_deadline_ns = fab_clock(&of->base) +
+				  (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	return ch;
 }
 
@@ -422,7 +410,7 @@ void cm_drain_eq(struct ofi_fab *of)
 
 int cm_check_handshakes(struct ofi_fab *of)
 {
-	uint64_t now = tw_now_ns();
+	uint64_t now = of->base.now_ns; /* read by this progress or stall round */
 	int n = 0;
 
 	for (struct tw_chan *c = of->base.chans; c; c = c->next) {
@@ -489,15 +477,8 @@ int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 		}
 	}
 	fi_freeinfo(info);
-	while (!rc && ch->base.state == CHAN_CONNECTING) {
-		if (tw_now_ns() >= ch->base.hs_deadline_ns) {
-			fab_errmsg(fab, "connect to %s: no answer within %u ms", addr,
-				   fab->cfg.connect_timeout_ms);
-			rc = -ETIMEDOUT;
-			break;
-		}
-		ofi_stall(of);
-	}
+	if (!rc)
+		rc = ofi_await_connect(of, ch, addr);
 	if (!rc && ch->base.state != CHAN_UP)
 		rc = ch->fail_err ? ch->fail_err : -ECONNREFUSED;
 	if (rc) {

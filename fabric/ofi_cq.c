@@ -66,13 +66,7 @@ void ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
 void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
 	ctx->ch = ch;
-	ctx->next = NULL;
-	ctx->prev = ch->posted_tail;
-	if (ch->posted_tail)
-		ch->posted_tail->next = ctx;
-	else
-		ch->posted = ctx;
-	ch->posted_tail = ctx;
+	TW_DLIST_APPEND(ch->posted, ch->posted_tail, ctx);
 	ch->tx_inflight++;
 	if (ch->base.fab->rdm)
 		ofab(ch->base.fab)->tx_inflight++;
@@ -80,15 +74,7 @@ void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 
 void ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
-	if (ctx->prev)
-		ctx->prev->next = ctx->next;
-	else
-		ch->posted = ctx->next;
-	if (ctx->next)
-		ctx->next->prev = ctx->prev;
-	else
-		ch->posted_tail = ctx->prev;
-	ctx->next = ctx->prev = NULL;
+	TW_DLIST_REMOVE(ch->posted, ch->posted_tail, ctx);
 	ch->tx_inflight--;
 	if (ch->base.fab->rdm)
 		ofab(ch->base.fab)->tx_inflight--;
@@ -349,41 +335,19 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 	return total;
 }
 
-/* Sends have deadlines too (writes/reads are checked by the generic layer). Oldest first, as
- * in fab_check_deadlines: the first loss reported is the peer that holds the others up. */
-static int check_send_deadlines(struct ofi_fab *of)
+/* Sends have deadlines too: the posted list holds them with the writes and reads, oldest first,
+ * and the generic layer checks its head with the user's ops (fab_check_deadlines). */
+uint64_t ofi_chan_deadline(const struct tw_chan *c)
 {
-	uint64_t now = tw_now_ns();
+	const struct ofi_chan *ch = (const struct ofi_chan *)c;
 
-	for (;;) {
-		struct ofi_chan *first = NULL;
-
-		for (struct tw_chan *c = of->base.chans; c; c = c->next) {
-			struct ofi_chan *ch = (struct ofi_chan *)c;
-
-			if (!c->is_down && !c->lost && !c->closed && ch->posted &&
-			    ch->posted->deadline_ns <= now &&
-			    (!first || ch->posted->deadline_ns < first->posted->deadline_ns))
-				first = ch;
-		}
-		if (!first)
-			break;
-		fab_errmsg(&of->base, "send/write to %s not completed within %u ms",
-			   first->base.peer, of->base.cfg.op_timeout_ms);
-		chan_set_lost(&first->base, -ETIMEDOUT);
-	}
-	return 0;
+	return ch->posted ? ch->posted->deadline_ns : UINT64_MAX;
 }
 
 void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len)
 {
 	ctx->len = len;
-	ctx->next = NULL;
-	if (ch->deferred_tail)
-		ch->deferred_tail->next = ctx;
-	else
-		ch->deferred = ctx;
-	ch->deferred_tail = ctx;
+	TW_SLIST_APPEND(ch->deferred, ch->deferred_tail, ctx);
 }
 
 /* Hand over messages kept while tw_fab_connect was running. */
@@ -415,6 +379,38 @@ static int deliver_deferred(struct ofi_fab *of)
 	return n;
 }
 
+/*
+ * The posted contexts' deadlines (writes, reads and sends), checked again at the end of every
+ * poll, with a fresh clock read, oldest first. fab_check_deadlines covers them too (through
+ * ofi_chan_deadline), but after the poll returned and against the round's earlier time; with
+ * that alone, failover_kill_shm failed in 4 of 10 runs (the live backups queued behind the
+ * killed one were reported lost before the primary could reset the fabric; 0 of 16 with this
+ * check, as before the deadline tracker was unified). Not understood yet: kept as it was.
+ */
+static void check_posted_deadlines(struct ofi_fab *of)
+{
+	uint64_t now = fab_clock(&of->base);
+
+	for (;;) {
+		struct ofi_chan *first = NULL;
+
+		for (struct tw_chan *c = of->base.chans; c; c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (!c->is_down && !c->lost && !c->closed && ch->posted &&
+			    ch->posted->deadline_ns <= now &&
+			    (!first || ch->posted->deadline_ns < first->posted->deadline_ns))
+				first = ch;
+		}
+		if (!first)
+			break;
+		fab_errmsg(&of->base, "operation to %s not completed within %u ms", first->base.peer,
+			   of->base.cfg.op_timeout_ms);
+		tw_log_warn("fabric %s: %s; failing the channel", of->base.prov, of->base.errmsg);
+		chan_set_lost(&first->base, -ETIMEDOUT);
+	}
+}
+
 int ofi_poll(struct tw_fab *fab)
 {
 	struct ofi_fab *of = ofab(fab);
@@ -439,7 +435,7 @@ int ofi_poll(struct tw_fab *fab)
 		n += cm_poll_eq(of);
 		n += cm_check_handshakes(of);
 	}
-	check_send_deadlines(of);
+	check_posted_deadlines(of);
 	fab_leave(fab);
 	if (n > 0)
 		of->backoff_us = 1;
@@ -522,7 +518,10 @@ void ofi_wakeup(struct tw_fab *fab)
 
 void ofi_stall(struct ofi_fab *of)
 {
-	int n = ofi_poll(&of->base);
+	int n;
+
+	fab_clock(&of->base); /* the stall round's one clock read */
+	n = ofi_poll(&of->base);
 
 	n += fab_check_deadlines(&of->base);
 	if (n == 0) {
@@ -541,6 +540,19 @@ static int chan_err(struct ofi_chan *ch)
 	return 0;
 }
 
+int ofi_await_connect(struct ofi_fab *of, struct ofi_chan *ch, const char *addr)
+{
+	while (ch->base.state == CHAN_CONNECTING) {
+		if (of->base.now_ns >= ch->base.hs_deadline_ns) { /* read by the last stall */
+			fab_errmsg(&of->base, "connect to %s: no answer within %u ms", addr,
+				   of->base.cfg.connect_timeout_ms);
+			return -ETIMEDOUT;
+		}
+		ofi_stall(of);
+	}
+	return 0;
+}
+
 int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
 	    uint64_t deadline_ns)
 {
@@ -554,7 +566,7 @@ int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_f
 		if (credit) {
 			ssize_t r = fn(of, ch, ctx, arg);
 			if (r == 0) {
-				ctx->deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.op_timeout_ms * 1000000u;
+				ctx->deadline_ns = fab_op_deadline(&of->base);
 				ctx_link(ch, ctx);
 				return 0;
 			}
@@ -565,7 +577,7 @@ int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_f
 			}
 			of->base.stats.eagain_retries++;
 		}
-		if (tw_now_ns() >= deadline_ns) {
+		if (of->base.now_ns >= deadline_ns) { /* read by the last stall */
 			fab_errmsg(&of->base, "queue to %s stayed full", ch->base.peer);
 			return -ETIMEDOUT;
 		}

@@ -146,10 +146,7 @@ static void release(struct ofi_fab *of)
 			epoll_ctl(of->epfd, EPOLL_CTL_DEL, of->eq_fd, NULL);
 		fi_close(&of->eq->fid);
 	}
-	if (of->rmr)
-		fi_close(&of->rmr->fid);
-	tw_fab_free(of->rbuf, of->rbuf_len);
-	free(of->rctx);
+	msg_free_rx(&of->rx);
 	msg_free_slots(of);
 	for (size_t i = 0; i < of->nchunks; i++)
 		free(of->chunks[i]);
@@ -221,6 +218,7 @@ static const struct fab_ops ofi_ops = {
 	.wakeup = ofi_wakeup,
 	.inject = NULL,
 	.reset = ofi_reset,
+	.chan_deadline = ofi_chan_deadline,
 };
 
 /*

@@ -49,6 +49,16 @@ struct ofi_ctx {
 #define RDM_MAGIC 0x54574600u /* "TWF\0" | type */
 enum rdm_type { RDM_HELLO = 1, RDM_ACK = 2, RDM_DATA = 3, RDM_BYE = 4 };
 
+/* Pre-posted receive buffers: n slots of slot_size bytes in one registration, ctx[i] each. */
+struct ofi_rx {
+	void *buf;
+	size_t buf_len;
+	unsigned n;
+	struct fid_mr *mr;
+	void *desc;
+	struct ofi_ctx *ctx;
+};
+
 struct ofi_fab {
 	struct tw_fab base;
 	struct fi_info *hints;  /* kept for connect-time fi_getinfo */
@@ -87,13 +97,7 @@ struct ofi_fab {
 	struct fid_mr *smr;
 	void *sdesc;
 	struct ofi_ctx *sctx, *sfree;
-	/* RDM receive buffers (MSG ones belong to each channel) */
-	void *rbuf;
-	size_t rbuf_len;
-	unsigned nrx;
-	struct fid_mr *rmr;
-	void *rdesc;
-	struct ofi_ctx *rctx;
+	struct ofi_rx rx;       /* RDM receive buffers (MSG ones belong to each channel) */
 	/* write/read ctx pool */
 	struct ofi_ctx *cfree;
 	void **chunks;
@@ -123,12 +127,7 @@ struct ofi_chan {
 	struct fid_ep *ep;
 	struct fid_cq *cq;
 	int cq_fd;
-	void *rbuf;
-	size_t rbuf_len;
-	unsigned nrx;
-	struct fid_mr *rmr;
-	void *rdesc;
-	struct ofi_ctx *rctx;
+	struct ofi_rx rx;
 	/* RDM */
 	fi_addr_t addr;
 	bool have_addr;
@@ -193,8 +192,9 @@ int ofi_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct
 /* ofi_msg.c */
 int msg_alloc_slots(struct ofi_fab *of);
 void msg_free_slots(struct ofi_fab *of);
-int msg_alloc_rx(struct ofi_fab *of, void **buf, size_t *buf_len, unsigned n, struct fid_mr **mr,
-		 void **desc, struct ofi_ctx **ctxs, struct ofi_chan *ch);
+/* Allocate, register and post rx->n receive buffers (of `ch`, NULL: the RDM fab's). */
+int msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch);
+void msg_free_rx(struct ofi_rx *rx); /* idempotent */
 int msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx);
 /* Send `len` bytes already placed in the slot of `ctx` (taken with msg_get_slot). */
 int msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
@@ -215,13 +215,20 @@ void cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
 int ofi_poll(struct tw_fab *fab);
 int ofi_wait(struct tw_fab *fab, int timeout_ms);
 void ofi_wakeup(struct tw_fab *fab);
-/* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. */
+/* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. The ctx's
+ * own deadline is fab_op_deadline at the post (no clock read: fab->now_ns is fresh from the
+ * API entry or the last stall). */
 typedef ssize_t (*post_fn)(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, void *arg);
 int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
 	    uint64_t deadline_ns);
+/* Active side: progress until the handshake of `ch` leaves CHAN_CONNECTING (0; the caller
+ * reads the outcome from its state) or its deadline passes (-ETIMEDOUT, message set). */
+int ofi_await_connect(struct ofi_fab *of, struct ofi_chan *ch, const char *addr);
 /* Progress a little while waiting inside an operation (connect, full queue). */
 void ofi_stall(struct ofi_fab *of);
 void ofi_op_abandon(struct tw_op *op);
+/* fab_ops.chan_deadline: the oldest posted ctx's (writes, reads, sends; oldest first). */
+uint64_t ofi_chan_deadline(const struct tw_chan *ch);
 /* Forget queued completions of a MSG channel whose endpoint is being closed. */
 void cq_purge_chan(struct ofi_fab *of, struct ofi_chan *ch);
 

@@ -54,7 +54,7 @@ struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t d
 			*err = ch->base.closed ? -TW_ECLOSED : -TW_EPEERLOST;
 			return NULL;
 		}
-		if (tw_now_ns() >= deadline_ns) {
+		if (of->base.now_ns >= deadline_ns) { /* read by the last stall */
 			*err = -ETIMEDOUT;
 			return NULL;
 		}
@@ -78,32 +78,45 @@ void msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx)
 	of->sfree = ctx;
 }
 
-int msg_alloc_rx(struct ofi_fab *of, void **buf, size_t *buf_len, unsigned n, struct fid_mr **mr,
-		 void **desc, struct ofi_ctx **ctxs, struct ofi_chan *ch)
+int msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch)
 {
 	size_t sz = of->slot_size;
 	int rc;
 
-	*buf_len = (sz * n + 4095) & ~(size_t)4095;
-	*buf = tw_fab_alloc(*buf_len);
-	*ctxs = calloc(n, sizeof(**ctxs));
-	if (!*buf || !*ctxs)
+	rx->buf_len = (sz * rx->n + 4095) & ~(size_t)4095;
+	rx->buf = tw_fab_alloc(rx->buf_len);
+	rx->ctx = calloc(rx->n, sizeof(*rx->ctx));
+	if (!rx->buf || !rx->ctx)
 		return -ENOMEM;
-	rc = mr_reg_internal(of, *buf, *buf_len, FI_RECV, mr, desc);
+	rc = mr_reg_internal(of, rx->buf, rx->buf_len, FI_RECV, &rx->mr, &rx->desc);
 	if (rc < 0)
 		return rc;
-	for (unsigned i = 0; i < n; i++) {
-		(*ctxs)[i].kind = CTX_RECV;
-		(*ctxs)[i].ch = ch;
-		(*ctxs)[i].buf = (char *)*buf + (size_t)i * sz;
+	for (unsigned i = 0; i < rx->n; i++) {
+		rx->ctx[i].kind = CTX_RECV;
+		rx->ctx[i].ch = ch;
+		rx->ctx[i].buf = (char *)rx->buf + (size_t)i * sz;
 	}
+	for (unsigned i = 0; i < rx->n; i++)
+		if ((rc = msg_post_recv(of, &rx->ctx[i])) < 0)
+			return rc;
 	return 0;
+}
+
+void msg_free_rx(struct ofi_rx *rx)
+{
+	if (rx->mr)
+		fi_close(&rx->mr->fid);
+	rx->mr = NULL;
+	tw_fab_free(rx->buf, rx->buf_len);
+	rx->buf = NULL;
+	free(rx->ctx);
+	rx->ctx = NULL;
 }
 
 int msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
 	struct fid_ep *ep = of->base.rdm ? of->ep : ctx->ch->ep;
-	void *desc = of->base.rdm ? of->rdesc : ctx->ch->rdesc;
+	void *desc = of->base.rdm ? of->rx.desc : ctx->ch->rx.desc;
 	ssize_t rc;
 	int tries = 0;
 
@@ -145,7 +158,7 @@ int ofi_send(struct tw_chan *base, const void *msg, size_t len)
 {
 	struct ofi_chan *ch = (struct ofi_chan *)base;
 	struct ofi_fab *of = ofab(base->fab);
-	uint64_t deadline = tw_now_ns() + (uint64_t)of->base.cfg.op_timeout_ms * 1000000u;
+	uint64_t deadline = fab_op_deadline(&of->base); /* now_ns: read at the API entry */
 	struct ofi_ctx *ctx;
 	size_t off = 0;
 	int rc;

@@ -220,17 +220,12 @@ int rdm_open_ep(struct ofi_fab *of)
 		fab_open_errmsg("endpoint bind/enable: %s", fi_strerror(-rc));
 		return ofi_errno(rc);
 	}
-	of->nrx = (unsigned)TW_MIN(of->rx_size, (size_t)TW_MAX(of->base.cfg.rx_depth * 2, 16u));
-	rc = msg_alloc_rx(of, &of->rbuf, &of->rbuf_len, of->nrx, &of->rmr, &of->rdesc, &of->rctx, NULL);
+	of->rx.n = (unsigned)TW_MIN(of->rx_size, (size_t)TW_MAX(of->base.cfg.rx_depth * 2, 16u));
+	rc = msg_alloc_rx(of, &of->rx, NULL);
 	if (rc < 0) {
 		fab_open_errmsg("receive buffers: %s", tw_strerror(rc));
 		return rc;
 	}
-	for (unsigned i = 0; i < of->nrx; i++)
-		if ((rc = msg_post_recv(of, &of->rctx[i])) < 0) {
-			fab_open_errmsg("fi_recv: %s", tw_strerror(rc));
-			return rc;
-		}
 	rc = own_name(of);
 	if (rc == 0)
 		rdm_shm_fast_init(of);
@@ -286,7 +281,8 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 	ch->tx_max = of->base.cfg.tx_depth;
 	chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
-	ch->base.hs_deadline_ns = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	ch->base.hs_deadline_ns = fab_clock(&of->base) +
+				  (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	return ch;
 }
 
@@ -294,12 +290,13 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 static int send_ctl(struct ofi_fab *of, struct ofi_chan *ch, enum rdm_type type, const void *payload,
 		    size_t plen, bool bye)
 {
-	uint64_t deadline = tw_now_ns() + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
+	uint64_t now = fab_clock(&of->base);
+	uint64_t deadline = now + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	struct ofi_ctx *ctx;
 	int rc;
 
 	if (bye) /* never stall a close for long */
-		deadline = tw_now_ns() + 100000000u;
+		deadline = now + 100000000u;
 	ctx = msg_get_slot(of, bye ? NULL : ch, deadline, &rc);
 	if (!ctx)
 		return rc;
@@ -341,15 +338,8 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
 	 * post_tx retries until the handshake deadline. */
 	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
-	while (!rc && ch->base.state == CHAN_CONNECTING) {
-		if (tw_now_ns() >= ch->base.hs_deadline_ns) {
-			fab_errmsg(fab, "connect to %s: no answer within %u ms", addr,
-				   fab->cfg.connect_timeout_ms);
-			rc = -ETIMEDOUT;
-			break;
-		}
-		ofi_stall(of);
-	}
+	if (!rc)
+		rc = ofi_await_connect(of, ch, addr);
 	if (!rc && ch->base.state != CHAN_UP)
 		rc = ch->base.lost_err ? ch->base.lost_err : -ECONNREFUSED;
 	if (rc) {

@@ -75,8 +75,7 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 	ctx->kind = read ? CTX_READ : CTX_WRITE;
 	ctx->op = op;
 	ctx->len = len;
-	rc = post_tx(of, ch, ctx, do_rma, &a,
-		     tw_now_ns() + (uint64_t)of->base.cfg.op_timeout_ms * 1000000u);
+	rc = post_tx(of, ch, ctx, do_rma, &a, fab_op_deadline(&of->base)); /* queue-full bound */
 	if (rc < 0) {
 		ctx_put(of, ctx);
 		return rc;

@@ -130,37 +130,27 @@ raw_3way(uint32_t crc, const uint8_t *p, size_t n, uint32_t k1, uint32_t k2)
  * and for long buffers. Big blocks amortise the ~15-cycle combination; the small tiers keep
  * 100 B - 4 KiB payloads off the one-stream path (3 cycles per 8 bytes).
  */
-#define K_4096_1 0x82F89C77u
-#define K_4096_2 0x54A86326u
-#define K_512_1 0xDD7E3B0Cu
-#define K_512_2 0x170076FAu
-#define K_128_1 0x0D3B6092u
-#define K_128_2 0xB9E02B86u
-#define K_32_1 0xBA4FC28Eu
-#define K_32_2 0x9E4ADDF8u
+static const struct {
+	size_t n;        /* bytes per stream */
+	uint32_t k1, k2; /* raw_3way's shift constants for n */
+} tiers[] = {
+	{4096, 0x82F89C77u, 0x54A86326u},
+	{512, 0xDD7E3B0Cu, 0x170076FAu},
+	{128, 0x0D3B6092u, 0xB9E02B86u},
+	{32, 0xBA4FC28Eu, 0x9E4ADDF8u},
+};
 
 __attribute__((target("sse4.2,pclmul"))) static uint32_t raw_sse42(uint32_t crc,
 								     const uint8_t *p, size_t len)
 {
-	while (len >= 3 * 4096) {
-		crc = raw_3way(crc, p, 4096, K_4096_1, K_4096_2);
-		p += 3 * 4096;
-		len -= 3 * 4096;
-	}
-	while (len >= 3 * 512) {
-		crc = raw_3way(crc, p, 512, K_512_1, K_512_2);
-		p += 3 * 512;
-		len -= 3 * 512;
-	}
-	while (len >= 3 * 128) {
-		crc = raw_3way(crc, p, 128, K_128_1, K_128_2);
-		p += 3 * 128;
-		len -= 3 * 128;
-	}
-	while (len >= 3 * 32) {
-		crc = raw_3way(crc, p, 32, K_32_1, K_32_2);
-		p += 3 * 32;
-		len -= 3 * 32;
+	for (size_t t = 0; t < TW_ARRAY_SIZE(tiers); t++) {
+		size_t n = tiers[t].n;
+
+		while (len >= 3 * n) {
+			crc = raw_3way(crc, p, n, tiers[t].k1, tiers[t].k2);
+			p += 3 * n;
+			len -= 3 * n;
+		}
 	}
 	return tw__crc32c_sse42_raw(crc, p, len);
 }

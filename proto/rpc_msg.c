@@ -88,23 +88,19 @@ void tw_rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t log
 	r->body.free_segments.below_segment_id = below_segment_id;
 }
 
-void tw_rpc_req_read_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
-			     uint64_t segment_id)
-{
-	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_READ_SEGMENT,
-		 &tailwind__read_segment__descriptor);
-	r->body.read_segment.log_id = log_id;
-	r->body.read_segment.segment_id = segment_id;
-}
-
-void tw_rpc_req_release_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
-				uint64_t segment_id)
-{
-	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_RELEASE_SEGMENT,
-		 &tailwind__release_segment__descriptor);
-	r->body.release_segment.log_id = log_id;
-	r->body.release_segment.segment_id = segment_id;
-}
+/* The requests whose body is (log_id, segment_id). */
+#define REQ_LOG_SEGMENT(fn, field, body_case, desc)                                          \
+	void fn(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id, uint64_t segment_id) \
+	{                                                                                   \
+		req_init(r, epoch, body_case, desc);                                        \
+		r->body.field.log_id = log_id;                                              \
+		r->body.field.segment_id = segment_id;                                      \
+	}
+REQ_LOG_SEGMENT(tw_rpc_req_read_segment, read_segment, TAILWIND__ENVELOPE__BODY_READ_SEGMENT,
+		&tailwind__read_segment__descriptor)
+REQ_LOG_SEGMENT(tw_rpc_req_release_segment, release_segment,
+		TAILWIND__ENVELOPE__BODY_RELEASE_SEGMENT, &tailwind__release_segment__descriptor)
+#undef REQ_LOG_SEGMENT
 
 void tw_rpc_req_stats(struct tw_rpc_req *r)
 {

@@ -70,26 +70,6 @@ static bool rec_decode(const uint8_t in[METALOG_REC_SIZE], uint64_t want_seq,
 	return true;
 }
 
-static int write_all_at(int fd, const void *buf, size_t len, off_t off)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len, off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-		off += n;
-	}
-	return 0;
-}
-
-/* Create `name` holding the header, recs[0..n) and zeros up to cap records; fsync it. */
 static int create_file(int dirfd, const char *name, uint32_t cap, const struct metalog_rec *recs,
 		       size_t n)
 {
@@ -112,7 +92,7 @@ static int create_file(int dirfd, const char *name, uint32_t cap, const struct m
 	}
 	/* Real zeros, not a sparse file or fallocate's unwritten extents: later overwrites then
 	 * change no block mapping, so an O_DSYNC write commits no file-system metadata. */
-	rc = write_all_at(fd, buf, size, 0);
+	rc = tw__pwrite_all(fd, buf, size, 0);
 	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
 	close(fd);
@@ -234,7 +214,7 @@ int metalog_append(struct metalog *m, const struct metalog_rec *r)
 	if (m->used >= m->cap)
 		return -ENOSPC;
 	rec_encode(buf, r, m->seq + 1);
-	rc = write_all_at(m->fd, buf, sizeof(buf),
+	rc = tw__pwrite_all(m->fd, buf, sizeof(buf),
 			  (off_t)(METALOG_HDR_SIZE + (size_t)m->used * METALOG_REC_SIZE));
 	if (rc != 0)
 		return rc;

@@ -141,24 +141,6 @@ bool segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id
 	return parse_hex16(name, log_id) && parse_hex16(name + 17, segment_id);
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* pwritev until every byte of iov[0..n) is written at offset 0 (iov is consumed). */
 static int pwritev_all(int fd, struct iovec *iov, int n)
 {
@@ -188,25 +170,12 @@ static int pwritev_all(int fd, struct iovec *iov, int n)
 	return 0;
 }
 
+/* The file is shorter than its header says: corrupt. */
 static int read_all(int fd, void *buf, size_t len, off_t off)
 {
-	uint8_t *p = buf;
+	int rc = tw__pread_all(fd, buf, len, off);
 
-	while (len > 0) {
-		ssize_t n = pread(fd, p, len, off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -TW_ECORRUPT; /* shorter than the header says */
-		p += n;
-		off += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return rc == -ENODATA ? -TW_ECORRUPT : rc;
 }
 
 static uint64_t wall_ns(void)
@@ -523,7 +492,7 @@ int segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch)
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	rc = write_all(fd, buf, sizeof(buf));
+	rc = tw__pwrite_all(fd, buf, sizeof(buf), 0); /* a new, truncated file */
 	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
 	if (close(fd) != 0 && rc == 0)

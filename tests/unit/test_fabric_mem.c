@@ -53,6 +53,22 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 
 static struct side A, B; /* A listens, B connects */
 
+/* A virtual clock (tw_fab_config.clock_ns): time moves only when the test says so, and every
+ * read is counted. */
+struct vclock {
+	uint64_t now;
+	uint64_t reads;
+};
+static struct vclock *use_clock; /* open_side passes it to the fabs it opens */
+
+static uint64_t vclock_read(void *arg)
+{
+	struct vclock *vc = arg;
+
+	vc->reads++;
+	return vc->now;
+}
+
 static void open_side(struct side *s, unsigned op_timeout_ms)
 {
 	struct tw_fab_config cfg;
@@ -62,6 +78,10 @@ static void open_side(struct side *s, unsigned op_timeout_ms)
 	tw_fab_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.op_timeout_ms = op_timeout_ms;
+	if (use_clock) {
+		cfg.clock_ns = vclock_read;
+		cfg.clock_arg = use_clock;
+	}
 	TAP_REQUIRE(tw_fab_open(&cfg, &ev, &s->fab) == 0, "open mem");
 }
 
@@ -311,6 +331,69 @@ static void test_faults(void)
 	teardown(&c);
 }
 
+/*
+ * The op timeout on a virtual clock: an hour-long op_timeout_ms fires as soon as the test moves
+ * the clock past it, without waiting (before the fabric had a clock, this test would have
+ * taken an hour). Also counts the clock reads: one per write, read or send, one per progress
+ * round, none elsewhere on the data path.
+ */
+static void test_virtual_clock(void)
+{
+	const uint64_t hour_ns = 3600ull * 1000000000u;
+	struct vclock vc = {.now = 1000000000u};
+	struct tw_mem_fault f = {.kind = TW_MEM_FAULT_DROP};
+	struct opres w, w2, r;
+	struct conn c;
+	uint64_t before;
+
+	use_clock = &vc;
+	setup(&c, 3600u * 1000u);
+	use_clock = NULL;
+
+	op_init(&w);
+	before = vc.reads;
+	is_int(tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0), 0, "vclock: write posted");
+	is_int((int)(vc.reads - before), 1, "vclock: a write reads the clock once");
+	before = vc.reads;
+	is_int(tw_fab_progress(B.fab, 0), 1, "vclock: its completion");
+	is_int((int)(vc.reads - before), 1, "vclock: a progress round reads the clock once");
+	ok(w.calls == 1 && w.status == 0, "vclock: write completed");
+	op_init(&r);
+	before = vc.reads;
+	tw_chan_read(c.b2a, &r.op, c.src, 64, c.mr_b, &c.rk, 0);
+	is_int((int)(vc.reads - before), 1, "vclock: a read reads the clock once");
+	before = vc.reads;
+	tw_chan_send(c.b2a, "x", 1);
+	is_int((int)(vc.reads - before), 1, "vclock: a send reads the clock once");
+	tw_fab_progress(B.fab, 0);
+	tw_fab_progress(A.fab, 0);
+
+	/* DROP: the op stays pending while the virtual hour has not passed ... */
+	tw_mem_inject(c.b2a, &f);
+	op_init(&w);
+	op_init(&w2);
+	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	vc.now += 1000000u; /* 1 ms later: a second write, its deadline 1 ms after the first */
+	tw_chan_write(c.b2a, &w2.op, c.src, 64, c.mr_b, &c.rk, 64);
+	tw_fab_progress(B.fab, 0);
+	ok(w2.calls == 1 && w2.status == 0, "vclock: the write after the dropped one completed");
+	vc.now += hour_ns - 2000000u; /* 1 ms before the dropped write's deadline */
+	tw_fab_progress(B.fab, 0);
+	ok(w.calls == 0 && !tw_chan_is_lost(c.b2a) && B.lost == 0,
+	   "vclock: 1 ms before the hour: still pending, channel up");
+	/* ... and fails at once when it has: no waiting, the test takes no hour */
+	vc.now += 1000000u;
+	tw_fab_progress(B.fab, 0);
+	ok(w.calls == 1 && w.status == -ETIMEDOUT, "vclock: at the hour: the dropped write -ETIMEDOUT");
+	ok(B.lost == 1 && B.lost_err == -ETIMEDOUT && tw_chan_is_lost(c.b2a),
+	   "vclock: the channel lost with -ETIMEDOUT, once");
+	ok(strstr(tw_fab_errmsg(B.fab), "3600000 ms") != NULL, "vclock: the message names the timeout: %s",
+	   tw_fab_errmsg(B.fab));
+	tw_fab_progress(B.fab, 0);
+	ok(w.calls == 1 && B.lost == 1, "vclock: still exactly once");
+	teardown(&c);
+}
+
 static void test_close(void)
 {
 	struct conn c;
@@ -447,6 +530,7 @@ int main(void)
 {
 	test_basic();
 	test_faults();
+	test_virtual_clock();
 	test_close();
 	test_threads();
 	test_noprov();
