@@ -6,6 +6,7 @@
  *   backups/b-<hash>     ephemeral: one per live twd (tw_coord_backup_encode)
  *   logs/<id>/epoch      persistent: the log's last allocated epoch (decimal)
  *   logs/<id>/owner      ephemeral: the owner's epoch and description
+ *   logs/<id>/backups/b-<hash>   persistent: a backup asked to hold a segment of the log
  *
  * Locks: op_mu serialises the calls that use the handle and the keeper's swap of it after a
  * session expiry; st_mu guards the session state the watcher updates. The watcher runs on the
@@ -27,6 +28,7 @@
 #include "core/util.h"
 
 #define MAX_OWNED 16
+#define MAX_NOTED 256 /* (log, backup) records this handle knows it made */
 #define PATH_MAX_ZK 1024
 
 struct zk {
@@ -50,6 +52,16 @@ struct zk {
 	uint64_t owned[MAX_OWNED];
 	bool owned_lost[MAX_OWNED];
 	size_t n_owned;
+	/* Standby: node watches fired so far and when the last deletion was seen (st_mu). */
+	uint64_t watch_events;
+	uint64_t watch_gone_ns;
+	/* Backups recorded per log by this handle (op_mu); a ring: a forgotten one is only
+	 * created again (ZNODEEXISTS). */
+	struct {
+		uint64_t log;
+		char name[TW_COORD_NAME_MAX];
+	} noted[MAX_NOTED];
+	size_t n_noted;
 };
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -791,6 +803,269 @@ static int zk_expire(struct tw_coord *c)
 	return -ETIMEDOUT;
 }
 
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A node watch (zoo_wexists) fired: the standby reads the node again. Runs on the client's
+ * completion thread; takes only st_mu. */
+static void node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zk *z = ctx;
+
+	(void)zh;
+	(void)state;
+	(void)path;
+	pthread_mutex_lock(&z->st_mu);
+	z->watch_events++;
+	if (type == ZOO_DELETED_EVENT)
+		z->watch_gone_ns = realtime_ns();
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+}
+
+/* Wait on st_cv until `abs` (0: for ever); false once it passed. st_mu held. */
+static bool cv_wait_until(struct zk *z, const struct timespec *abs)
+{
+	if (!abs->tv_sec)
+		return pthread_cond_wait(&z->st_cv, &z->st_mu) == 0;
+	return pthread_cond_timedwait(&z->st_cv, &z->st_mu, abs) == 0;
+}
+
+static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			      bool *waited_out, uint64_t *gone_ns_out)
+{
+	struct zk *z = c->impl;
+	struct timespec abs = { 0, 0 };
+	char opath[PATH_MAX_ZK];
+	bool seen = false;
+
+	if (timeout_ms)
+		deadline_in(&abs, timeout_ms);
+	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
+	for (;;) {
+		struct Stat st;
+		uint64_t ev;
+		unsigned gen;
+		bool timed_out = false;
+		int zrc, rc = op_begin(z);
+
+		if (rc < 0) {
+			/* The keeper is replacing an expired session, or no server answers:
+			 * wait for the state to change (st_cv), then try again. */
+			pthread_mutex_lock(&z->st_mu);
+			timed_out = !z->stopping && !cv_wait_until(z, &abs);
+			pthread_mutex_unlock(&z->st_mu);
+			if (timed_out || z->stopping) {
+				tw__coord_err(c, "log %" PRIu64 ": the owner node was still there (or "
+					      "ZooKeeper unreachable) after %u ms", log_id, timeout_ms);
+				return -ETIMEDOUT;
+			}
+			continue;
+		}
+		pthread_mutex_lock(&z->st_mu);
+		ev = z->watch_events;
+		gen = z->generation;
+		pthread_mutex_unlock(&z->st_mu);
+		zrc = zoo_wexists(z->zh, opath, node_watcher, z, &st);
+		pthread_mutex_unlock(&z->op_mu);
+		if (zrc == ZNONODE) {
+			*waited_out = seen;
+			pthread_mutex_lock(&z->st_mu);
+			*gone_ns_out = seen && z->watch_gone_ns ? z->watch_gone_ns : realtime_ns();
+			pthread_mutex_unlock(&z->st_mu);
+			return 0;
+		}
+		if (zrc != ZOK && zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT &&
+		    zrc != ZSESSIONEXPIRED && zrc != ZINVALIDSTATE) {
+			tw__coord_err(c, "zk://%s: exists %s: %s", c->url.hosts, opath, zerror(zrc));
+			return zrc_errno(zrc);
+		}
+		seen |= zrc == ZOK;
+		/* Until the watch fires (the node changed or went), or our session changed (a
+		 * new handle has no watch: read again). */
+		pthread_mutex_lock(&z->st_mu);
+		while (zrc == ZOK && z->watch_events == ev && z->generation == gen && !z->expired &&
+		       !z->stopping && !timed_out)
+			timed_out = !cv_wait_until(z, &abs);
+		if (zrc != ZOK && !z->stopping)
+			timed_out = !cv_wait_until(z, &abs); /* connection trouble: a state change */
+		pthread_mutex_unlock(&z->st_mu);
+		if (timed_out || z->stopping) {
+			tw__coord_err(c, "log %" PRIu64 ": the owner node was still there after %u ms",
+				      log_id, timeout_ms);
+			return -ETIMEDOUT;
+		}
+	}
+}
+
+static int zk_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b)
+{
+	struct zk *z = c->impl;
+	char name[TW_COORD_NAME_MAX], path[PATH_MAX_ZK], data[1024];
+	int n, zrc = ZOK, rc;
+
+	tw_coord_backup_node_name(b, name, sizeof(name));
+	pthread_mutex_lock(&z->op_mu);
+	for (size_t i = 0; i < z->n_noted && i < MAX_NOTED; i++)
+		if (z->noted[i].log == log_id && !strcmp(z->noted[i].name, name)) {
+			pthread_mutex_unlock(&z->op_mu);
+			return 0; /* the common case: recorded by an earlier segment */
+		}
+	pthread_mutex_unlock(&z->op_mu);
+	n = tw_coord_backup_encode(b, data, sizeof(data));
+	if (n < 0) {
+		tw__coord_err(c, "log %" PRIu64 ": backup %s: cannot encode its record", log_id,
+			      b->addr);
+		return n;
+	}
+	rc = op_begin(z);
+	if (rc < 0)
+		return rc;
+	path_of(z, path, sizeof(path), "/logs/%" PRIu64 "/backups/%s", log_id, name);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		char dir[PATH_MAX_ZK];
+
+		zrc = zoo_create(z->zh, path, data, n, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		if (zrc != ZNONODE)
+			break;
+		/* The log's folders first (a log opened before the record existed, or a folder
+		 * deleted by hand). */
+		path_of(z, dir, sizeof(dir), "/logs/%" PRIu64, log_id);
+		rc = create_persistent(z, dir);
+		path_of(z, dir, sizeof(dir), "/logs/%" PRIu64 "/backups", log_id);
+		if (rc == 0)
+			rc = create_persistent(z, dir);
+		if (rc < 0)
+			break;
+	}
+	if (rc == 0 && zrc != ZOK && zrc != ZNODEEXISTS) {
+		tw__coord_err(c, "zk://%s: record %s: %s", c->url.hosts, path, zerror(zrc));
+		rc = zrc_errno(zrc);
+	}
+	if (rc == 0) {
+		size_t k = z->n_noted++ % MAX_NOTED;
+
+		z->noted[k].log = log_id;
+		snprintf(z->noted[k].name, sizeof(z->noted[k].name), "%s", name);
+	}
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int zk_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
+			  size_t *n_out)
+{
+	struct zk *z = c->impl;
+	struct String_vector kids = { 0, NULL };
+	char dir[PATH_MAX_ZK];
+	size_t k = 0;
+	int zrc, rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	path_of(z, dir, sizeof(dir), "/logs/%" PRIu64 "/backups", log_id);
+	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	if (zrc == ZNONODE) {
+		struct Stat st;
+
+		path_of(z, dir, sizeof(dir), "/logs/%" PRIu64, log_id);
+		zrc = zoo_exists(z->zh, dir, 0, &st);
+		pthread_mutex_unlock(&z->op_mu);
+		if (zrc == ZOK)
+			return 0; /* a log from before the record: nothing recorded */
+		if (zrc == ZNONODE)
+			tw__coord_err(c, "the coordinator knows no log %" PRIu64, log_id);
+		else
+			tw__coord_err(c, "zk://%s: exists %s: %s", c->url.hosts, dir, zerror(zrc));
+		return zrc_errno(zrc);
+	}
+	if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
+		pthread_mutex_unlock(&z->op_mu);
+		return zrc_errno(zrc);
+	}
+	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
+	if (!*out) {
+		deallocate_String_vector(&kids);
+		pthread_mutex_unlock(&z->op_mu);
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < kids.count && rc == 0; i++) {
+		char path[PATH_MAX_ZK], data[1024], err[256];
+		int len = (int)sizeof(data);
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, kids.data[i]) >= sizeof(path))
+			continue;
+		zrc = zoo_get(z->zh, path, 0, data, &len, NULL);
+		if (zrc == ZNONODE)
+			continue;
+		if (zrc != ZOK) {
+			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, path, zerror(zrc));
+			rc = zrc_errno(zrc);
+			break;
+		}
+		if (tw_coord_backup_decode(data, len > 0 ? (size_t)len : 0, &(*out)[k], err,
+					   sizeof(err)) < 0) {
+			tw_log_warn("coord: skipping %s: %s", path, err);
+			continue;
+		}
+		snprintf((*out)[k].name, sizeof((*out)[k].name), "%s", kids.data[i]);
+		k++;
+	}
+	deallocate_String_vector(&kids);
+	pthread_mutex_unlock(&z->op_mu);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+		return rc;
+	}
+	*n_out = k;
+	return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int zk_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
+{
+	struct zk *z = c->impl;
+	struct String_vector kids = { 0, NULL };
+	char dir[PATH_MAX_ZK];
+	size_t k = 0;
+	int zrc, rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	path_of(z, dir, sizeof(dir), "/logs");
+	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	pthread_mutex_unlock(&z->op_mu);
+	if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
+		return zrc_errno(zrc);
+	}
+	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
+	if (!*out) {
+		deallocate_String_vector(&kids);
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < kids.count; i++)
+		if (parse_epoch(kids.data[i], (int)strlen(kids.data[i]), &(*out)[k]) == 0)
+			k++; /* decimal log ids; anything else is not ours */
+	deallocate_String_vector(&kids);
+	qsort(*out, k, sizeof(**out), cmp_id);
+	*n_out = k;
+	return 0;
+}
+
 const struct tw_coord_ops tw__coord_zk_ops = {
 	.scheme = "zk",
 	.open = zk_open,
@@ -803,4 +1078,8 @@ const struct tw_coord_ops tw__coord_zk_ops = {
 	.log_info = zk_info,
 	.owns = zk_owns,
 	.expire_session = zk_expire,
+	.wait_owner_gone = zk_wait_owner_gone,
+	.log_add_backup = zk_log_add_backup,
+	.log_backups = zk_log_backups,
+	.list_logs = zk_list_logs,
 };

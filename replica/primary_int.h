@@ -229,7 +229,15 @@ bool primary_is_replica(struct tw_primary *p, unsigned b);
  *   all: every one now. */
 void pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 
-/* primary_coord.c: open or take over through cfg->coordinator; zone placement. */
+/* primary.c: open as owner (incarnation, first segment `start`); coord kept by the primary
+ * (not closed on failure). */
+int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, uint32_t start,
+		    bool creating, struct tw_coord *coord, struct tw_primary **out,
+		    char *errmsg_out, size_t errmsg_len);
+/* primary_coord.c: open or take over through cfg->coordinator; zone placement; the per-log
+ * record of backups: pcoord_note(p, bi) records backup bi for the log before a segment is
+ * opened on it (0, or an error: do not use that backup; p->bk[bi].why says why). */
+int pcoord_note(struct tw_primary *p, unsigned bi);
 int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len);

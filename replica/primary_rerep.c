@@ -135,7 +135,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			struct tw_rkey rk;
 			int rc;
 
-			if (!spare_ok(p, s, bi))
+			if (!spare_ok(p, s, bi) || pcoord_note(p, bi) < 0)
 				continue;
 			PSTAT_ADD(p, rpcs, 1);
 			PSTAT_ADD(p, rpc_open, 1);
