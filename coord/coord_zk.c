@@ -55,6 +55,7 @@ struct zk {
 	/* Standby: node watches fired so far and when the last deletion was seen (st_mu). */
 	uint64_t watch_events;
 	uint64_t watch_gone_ns;
+	int twin_state; /* tw__coord_expire_session's twin handle (st_mu) */
 	/* Backups recorded per log by this handle (op_mu); a ring: a forgotten one is only
 	 * created again (ZNODEEXISTS). */
 	struct {
@@ -731,38 +732,43 @@ static bool zk_owns(struct tw_coord *c, uint64_t log_id)
 	return yes;
 }
 
-static void quiet_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+/* The twin's session events: its state, for expire_once's wait (st_mu, st_cv). */
+static void twin_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
-	(void)zh;
-	(void)type;
-	(void)path;
-	if (state == ZOO_CONNECTED_STATE) {
-		struct zk *z = ctx;
+	struct zk *z = ctx;
 
-		pthread_mutex_lock(&z->st_mu);
-		pthread_cond_broadcast(&z->st_cv);
-		pthread_mutex_unlock(&z->st_mu);
-	}
+	(void)zh;
+	(void)path;
+	if (type != ZOO_SESSION_EVENT)
+		return;
+	pthread_mutex_lock(&z->st_mu);
+	z->twin_state = state;
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
 }
 
 /* One try: a twin joins the session and closes it. The original client may take the session
  * back between the twin's connect and its close (they fight over it): the caller retries. */
 static int expire_once(struct zk *z, const clientid_t *id)
 {
-	zhandle_t *twin = zookeeper_init(z->c->url.hosts, quiet_watcher, (int)z->timeout_ms, id, z, 0);
-	int rc;
+	zhandle_t *twin;
+	struct timespec ts;
+	int rc = 0;
 
+	pthread_mutex_lock(&z->st_mu);
+	z->twin_state = 0;
+	pthread_mutex_unlock(&z->st_mu);
+	twin = zookeeper_init(z->c->url.hosts, twin_watcher, (int)z->timeout_ms, id, z, 0);
 	if (!twin)
 		return -errno;
-	for (int i = 0; i < 1000 && zoo_state(twin) != ZOO_CONNECTED_STATE; i++) {
-		struct timespec ts;
-
-		deadline_in(&ts, 10);
-		pthread_mutex_lock(&z->st_mu);
-		pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
-		pthread_mutex_unlock(&z->st_mu);
-	}
-	rc = zoo_state(twin) == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
+	/* Until its session event says connected (or expired: the session is gone already). */
+	deadline_in(&ts, z->timeout_ms * 2);
+	pthread_mutex_lock(&z->st_mu);
+	while (z->twin_state != ZOO_CONNECTED_STATE && z->twin_state != ZOO_EXPIRED_SESSION_STATE &&
+	       rc == 0)
+		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
+	rc = z->twin_state == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
+	pthread_mutex_unlock(&z->st_mu);
 	zookeeper_close(twin);
 	return rc;
 }
@@ -851,7 +857,7 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		struct Stat st;
 		uint64_t ev;
 		unsigned gen;
-		bool timed_out = false;
+		bool timed_out = false, stop;
 		int zrc, rc = op_begin(z);
 
 		if (rc < 0) {
@@ -859,8 +865,9 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 			 * wait for the state to change (st_cv), then try again. */
 			pthread_mutex_lock(&z->st_mu);
 			timed_out = !z->stopping && !cv_wait_until(z, &abs);
+			stop = z->stopping;
 			pthread_mutex_unlock(&z->st_mu);
-			if (timed_out || z->stopping) {
+			if (timed_out || stop) {
 				tw__coord_err(c, "log %" PRIu64 ": the owner node was still there (or "
 					      "ZooKeeper unreachable) after %u ms", log_id, timeout_ms);
 				return -ETIMEDOUT;
@@ -894,8 +901,9 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 			timed_out = !cv_wait_until(z, &abs);
 		if (zrc != ZOK && !z->stopping)
 			timed_out = !cv_wait_until(z, &abs); /* connection trouble: a state change */
+		stop = z->stopping;
 		pthread_mutex_unlock(&z->st_mu);
-		if (timed_out || z->stopping) {
+		if (timed_out || stop) {
 			tw__coord_err(c, "log %" PRIu64 ": the owner node was still there after %u ms",
 				      log_id, timeout_ms);
 			return -ETIMEDOUT;
