@@ -464,6 +464,29 @@ int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_ba
 	return c->ops->log_backups(c, log_id, out, n_out);
 }
 
+int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	int rc;
+
+	if (!c->ops->watch_backups) {
+		rc = tw_coord_list_backups(c, out, n_out);
+		c->listed |= rc == 0;
+		return rc;
+	}
+	c->errmsg[0] = '\0';
+	*out = NULL;
+	*n_out = 0;
+	rc = c->ops->watch_backups(c, out, n_out);
+	if (rc == 0)
+		tw_coord_backup_sort(*out, *n_out);
+	return rc;
+}
+
+bool tw_coord_backups_changed(struct tw_coord *c)
+{
+	return c->ops->backups_changed ? c->ops->backups_changed(c) : !c->listed;
+}
+
 int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
 {
 	c->errmsg[0] = '\0';

@@ -158,6 +158,15 @@ int tw_coord_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw
 int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
 			 size_t *n_out);
 
+/*
+ * The registrations as tw_coord_list_backups, and (zk) a child watch on backups/ armed with
+ * the listing: tw_coord_backups_changed then says whether a twd registered or went away
+ * since (a new session, whose watches are gone, counts as a change), without asking the
+ * server. A primary re-lists only when it changed. static: changed until the first listing.
+ */
+int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
+bool tw_coord_backups_changed(struct tw_coord *c);
+
 /* The logs the coordinator knows (ids ascending; *out allocated). static: -ENOTSUP. */
 int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out);
 
@@ -191,13 +200,16 @@ struct tw_coord_ops {
 	int (*log_backups)(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
 			   size_t *n_out);
 	int (*list_logs)(struct tw_coord *c, uint64_t **out, size_t *n_out);
+	bool (*backups_changed)(struct tw_coord *c);
+	int (*watch_backups)(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
 };
 
 struct tw_coord {
 	const struct tw_coord_ops *ops;
 	struct tw_coord_url url;
 	char errmsg[512];
-	void *impl; /* the backend's state */
+	bool listed; /* static: tw_coord_watch_backups ran once */
+	void *impl;  /* the backend's state */
 };
 
 extern const struct tw_coord_ops tw__coord_static_ops;

@@ -56,6 +56,11 @@ struct zk {
 	uint64_t watch_events;
 	uint64_t watch_gone_ns;
 	int twin_state; /* tw__coord_expire_session's twin handle (st_mu) */
+	/* The child watch on backups/ (st_mu): events counted by the watcher, the count and
+	 * session generation when it was last armed. */
+	bool reg_armed;
+	uint64_t reg_events, reg_seen;
+	unsigned reg_gen;
 	/* Backups recorded per log by this handle (op_mu); a ring: a forgotten one is only
 	 * created again (ZNODEEXISTS). */
 	struct {
@@ -496,18 +501,49 @@ static int zk_deregister(struct tw_coord *c)
 	return rc;
 }
 
-static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+/* A child of backups/ came or went (the watch of zk_watch_backups). */
+static void children_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zk *z = ctx;
+
+	(void)zh;
+	(void)type;
+	(void)state;
+	(void)path;
+	pthread_mutex_lock(&z->st_mu);
+	z->reg_events++;
+	pthread_mutex_unlock(&z->st_mu);
+}
+
+static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out, bool arm)
 {
 	struct zk *z = c->impl;
 	struct String_vector kids = {0, NULL};
 	char dir[PATH_MAX_ZK];
 	int rc = op_begin(z), zrc;
 	size_t k = 0;
+	uint64_t ev = 0;
+	unsigned gen = 0;
 
 	if (rc < 0)
 		return rc;
 	path_of(z, dir, sizeof(dir), "/backups");
-	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	if (arm) {
+		pthread_mutex_lock(&z->st_mu);
+		ev = z->reg_events;
+		gen = z->generation;
+		pthread_mutex_unlock(&z->st_mu);
+		zrc = zoo_wget_children(z->zh, dir, children_watcher, z, &kids);
+		if (zrc == ZOK) {
+			pthread_mutex_lock(&z->st_mu);
+			z->reg_armed = true;
+			z->reg_seen = ev;
+			z->reg_gen = gen;
+			pthread_mutex_unlock(&z->st_mu);
+		}
+	} else {
+		zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	}
 	if (zrc != ZOK) {
 		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
 		pthread_mutex_unlock(&z->op_mu);
@@ -551,6 +587,27 @@ static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_o
 	}
 	*n_out = k;
 	return 0;
+}
+
+static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	return list_impl(c, out, n_out, false);
+}
+
+static int zk_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	return list_impl(c, out, n_out, true);
+}
+
+static bool zk_backups_changed(struct tw_coord *c)
+{
+	struct zk *z = c->impl;
+	bool changed;
+
+	pthread_mutex_lock(&z->st_mu);
+	changed = !z->reg_armed || z->reg_events != z->reg_seen || z->reg_gen != z->generation;
+	pthread_mutex_unlock(&z->st_mu);
+	return changed;
 }
 
 static int parse_epoch(const char *s, int len, uint64_t *out)
@@ -1090,4 +1147,6 @@ const struct tw_coord_ops tw__coord_zk_ops = {
 	.log_add_backup = zk_log_add_backup,
 	.log_backups = zk_log_backups,
 	.list_logs = zk_list_logs,
+	.backups_changed = zk_backups_changed,
+	.watch_backups = zk_watch_backups,
 };

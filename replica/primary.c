@@ -667,7 +667,8 @@ int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, u
 		pthread_mutex_init(&p->lock, NULL);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
-	p->bk = calloc(cfg->n_backups, sizeof(*p->bk));
+	p->bk_cap = cfg->n_backups + (coord ? PCOORD_EXTRA : 0);
+	p->bk = calloc(p->bk_cap, sizeof(*p->bk));
 	p->nslots = cfg->max_inflight;
 	p->slots = calloc(p->nslots, sizeof(*p->slots));
 	p->pops = calloc((size_t)p->nslots * p->r, sizeof(*p->pops));

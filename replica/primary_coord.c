@@ -110,6 +110,65 @@ int pcoord_note(struct tw_primary *p, unsigned bi)
 	return rc;
 }
 
+void pcoord_refresh(struct tw_primary *p)
+{
+	struct tw_coord_backup *v = NULL;
+	const char *prov = provider_of(&p->cfg);
+	size_t n = 0;
+
+	if (!p->coord || tw_coord_kind(p->coord) != TW_COORD_ZK ||
+	    !tw_coord_backups_changed(p->coord))
+		return;
+	if (tw_coord_watch_backups(p->coord, &v, &n) < 0) {
+		tw_log_warn("primary: log %llu: cannot read the registry (%s): choosing the spare "
+			    "among the backups known so far", (unsigned long long)p->cfg.log_id,
+			    tw_coord_errmsg(p->coord));
+		return;
+	}
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+		bool here = false;
+
+		for (size_t j = 0; j < n && !here; j++)
+			here = !strcmp(v[j].addr, b->addr) && !strcmp(v[j].provider, prov);
+		if (here != !b->unregistered)
+			tw_log_info("primary: log %llu: backup %s %s", (unsigned long long)
+				    p->cfg.log_id, b->addr, here ? "registered again" :
+				    "no longer registered: not a spare");
+		b->unregistered = !here;
+	}
+	for (size_t j = 0; j < n && p->nbk < p->bk_cap; j++) {
+		struct pbackup *b;
+		bool known = false;
+
+		if (strcmp(v[j].provider, prov) ||
+		    (v[j].buffer_size && v[j].buffer_size < p->cfg.segment_size))
+			continue;
+		for (size_t i = 0; i < p->nbk && !known; i++)
+			known = !strcmp(p->bk[i].addr, v[j].addr);
+		if (known)
+			continue;
+		b = &p->bk[p->nbk];
+		memset(b, 0, sizeof(*b));
+		b->p = p;
+		b->idx = (unsigned)p->nbk;
+		snprintf(b->addr, sizeof(b->addr), "%s", v[j].addr);
+		snprintf(b->zone, sizeof(b->zone), "%s", v[j].zone);
+		if (pctl_reconnect(p, b) < 0) {
+			b->lost = true;
+			b->dead = true;
+			tw_log_warn("primary: log %llu: newly registered backup %s: %s",
+				    (unsigned long long)p->cfg.log_id, b->addr, b->why);
+		} else {
+			tw_log_info("primary: log %llu: backup %s (zone %s) registered since the "
+				    "open: a spare candidate now", (unsigned long long)p->cfg.log_id,
+				    b->addr, b->zone[0] ? b->zone : "-");
+		}
+		p->nbk++;
+	}
+	free(v);
+}
+
 /* The registrations of provider `prov`, in placement order, as parallel address and zone
  * arrays pointing into *v. 0, or -TW_ENOBACKUP / an error with errmsg set. */
 static int live_backups(struct tw_coord *c, const struct tw_primary_config *cfg, const char *prov,
@@ -120,7 +179,8 @@ static int live_backups(struct tw_coord *c, const struct tw_primary_config *cfg,
 	unsigned r = cfg->replicas ? cfg->replicas : 3;
 	bool any_empty;
 	unsigned nz;
-	int rc = tw_coord_list_backups(c, v, &n);
+	/* With the watch armed: a spare choice later re-lists only if the registry changed. */
+	int rc = tw_coord_watch_backups(c, v, &n);
 
 	if (rc < 0) {
 		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,

@@ -11,6 +11,9 @@
  *   - racing takeovers: 4 standbys wait, the owner is SIGKILLed, exactly one takes over; three
  *     rounds (a new standby joins each round): epochs strictly increasing, nothing
  *     acknowledged lost.
+ *   - spares from the live registry: a primary opened on the 3 backups registered under a
+ *     second chroot; a 4th twd registers afterwards (zone B); the zone-B replica's twd is
+ *     SIGKILLed: the new one (the registry's child watch fired) is the spare, appends go on.
  * Short ZooKeeper sessions (-t 2000: 2 s) keep the detection quick.
  */
 #include <errno.h>
@@ -21,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <tailwind/primary.h>
 
 #include "cli_run.h"
 #include "proc.h"
@@ -437,6 +442,91 @@ static void racing(void)
 	}
 }
 
+static struct proc *twd_in(const char *url, const char *zone, int k, char *addr_out, size_t len)
+{
+	char dir[300], line[160];
+	char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
+			 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers", (char *)"64",
+			 (char *)"--coordinator", (char *)url, (char *)"--zone", (char *)zone, NULL };
+	struct proc *t;
+
+	snprintf(dir, sizeof(dir), "%s/s%d", root, k);
+	t = proc_spawn(args, NULL);
+	TAP_REQUIRE(t, "spawn %s", twd);
+	TAP_REQUIRE(proc_wait_line(t, "ready ", line, sizeof(line), 30000) >= 0, "twd s%d ready",
+		    k);
+	snprintf(addr_out, len, "%s", line + 6);
+	return t;
+}
+
+static int append_n(struct tw_primary *p, uint64_t from, uint64_t n)
+{
+	uint8_t buf[64];
+
+	for (uint64_t i = from; i < from + n; i++) {
+		int rc;
+
+		memset(buf, (int)(i & 0xff), sizeof(buf));
+		for (int b = 0; b < 8; b++)
+			buf[b] = (uint8_t)(i >> (8 * b));
+		rc = tw_primary_append(p, buf, sizeof(buf), NULL);
+		if (rc < 0) {
+			tap_diag("append %" PRIu64 ": %s: %s", i, tw_strerror(rc), tw_primary_errmsg(p));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static void spare_from_registry(void)
+{
+	static const char *zones[4] = { "A", "B", "C", "B" };
+	char url[160], a[4][160];
+	struct proc *t[4];
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char err[1024];
+	int rc, victim = -1;
+	bool spare_is_new = false;
+
+	snprintf(url, sizeof(url), "zk://%s/tw-spare", zk.hosts);
+	for (int i = 0; i < 3; i++)
+		t[i] = twd_in(url, zones[i], i, a[i], sizeof(a[i]));
+	tw_primary_config_init(&cfg);
+	cfg.log_id = 0x5c00000000000000ull | (uint64_t)getpid();
+	cfg.coordinator = url;
+	cfg.provider = prov;
+	cfg.replicas = 3;
+	cfg.segment_size = 64u << 10;
+	cfg.open_retry_ms = 1000;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "open on the 3 registered backups: %s: %s", tw_strerror(rc), err);
+	is_int(append_n(p, 0, 300), 0, "300 appends on the 3 backups registered at the open");
+	/* A fourth registers now, in zone B. */
+	t[3] = twd_in(url, zones[3], 3, a[3], sizeof(a[3]));
+	for (unsigned i = 0; i < 3; i++) {
+		const char *r = tw_primary_replica_addr(p, i);
+
+		if (r && !strcmp(r, a[1]))
+			victim = 1;
+	}
+	TAP_REQUIRE(victim == 1, "the zone-B backup holds a replica of the open segment");
+	proc_kill(t[1], SIGKILL);
+	proc_wait(t[1], 10000);
+	rc = append_n(p, 300, 300);
+	is_int(rc, 0, "300 more appends after the zone-B replica's twd was killed");
+	for (unsigned i = 0; i < 3; i++) {
+		const char *r = tw_primary_replica_addr(p, i);
+
+		spare_is_new |= r && !strcmp(r, a[3]);
+	}
+	ok(spare_is_new, "the spare is the twd that registered after the open (zone B, the one "
+	   "zone the rule allows)");
+	tw_primary_close(p);
+	for (int i = 0; i < 4; i++)
+		proc_free(t[i]);
+}
+
 int main(int argc, char **argv)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -455,6 +545,7 @@ int main(int argc, char **argv)
 	start_twds();
 
 	record();
+	spare_from_registry();
 	failover_runs();
 	racing();
 
