@@ -177,6 +177,10 @@ int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out);
  */
 int tw__coord_expire_session(struct tw_coord *c);
 
+/* Tests only: silence the ZooKeeper client's own log (a server that is still starting refuses
+ * connections, which the client logs as errors while it retries), or restore it. */
+void tw__coord_client_quiet(bool quiet);
+
 /* ------------------------------------------------------------------ backends */
 
 struct tw_coord_ops {

@@ -82,6 +82,16 @@ static void set_log_level(void)
 	zoo_set_debug_level(l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO : ZOO_LOG_LEVEL_ERROR);
 }
 
+void tw__coord_client_quiet(bool quiet)
+{
+	const char *l = getenv("TW_LOG_LEVEL");
+
+	pthread_once(&log_once, set_log_level);
+	/* 0 turns the client's log off (zookeeper.h: "disable logging"). */
+	zoo_set_debug_level(quiet ? (ZooLogLevel)0 : l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO
+						    : ZOO_LOG_LEVEL_ERROR);
+}
+
 static int zrc_errno(int zrc)
 {
 	switch (zrc) {

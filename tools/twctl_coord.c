@@ -351,7 +351,8 @@ void twctl_coord_standby_usage(FILE *f)
 		"  -S, --segment-size BYTES  segment size (default 8M; the twd buffer size\n"
 		"                    or less)\n"
 		"Exit status 0 when the log was closed cleanly, 1 when the takeover or an\n"
-		"append failed (e.g. fenced by a newer owner: the message says so).\n");
+		"append failed: then \"append failed: [fenced: ]REASON\" on stdout (fenced:\n"
+		"a newer owner took the log over) and the detail on stderr.\n");
 }
 
 int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
@@ -499,6 +500,9 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 		free(line);
 	}
 	if (rc < 0) {
+		/* On stdout too (after the acked lines): a script sees why the stream ended. */
+		printf("append failed: %s%s\n", rc == -TW_EFENCED ? "fenced: " : "", tw_strerror(rc));
+		fflush(stdout);
 		fprintf(stderr, "twctl standby: log %#" PRIx64 ": append: %s: %s\n", log_id,
 			tw_strerror(rc), tw_primary_errmsg(p));
 		status = 1;
