@@ -39,21 +39,6 @@
 #define SEG (64u * 1024u) /* ~580 entries of 100 B: a few segments with few appends */
 #define OBJ 100u
 
-/*
- * LeakSanitizer (ASan builds): one run in about ten under load reported 352 bytes in 5 blocks
- * allocated inside libzookeeper_mt (the ZooKeeper C client) and never freed by its
- * zookeeper_close; not reproduced in 7 further runs with full stacks. The test closes
- * handles in states a service rarely meets (the readiness probe while the JVM starts, the
- * twin session that forces an expiry). With fast unwinding the stack holds only the client's
- * frames, so the suppression names the library: our own allocations (struct zk, node buffers,
- * listings) keep their frames and are still checked.
- */
-const char *__lsan_default_suppressions(void);
-__attribute__((used)) const char *__lsan_default_suppressions(void)
-{
-	return "leak:libzookeeper_mt.so\n";
-}
-
 static const char *zone_of[NB] = { "A", "A", "B", "B", "C" };
 static const char *prov;
 static char root[256], twd[512], twctl[512];

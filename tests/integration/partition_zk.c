@@ -30,12 +30,6 @@
 #define NB 3
 #define IP "/usr/sbin/ip"
 
-const char *__lsan_default_suppressions(void);
-__attribute__((used)) const char *__lsan_default_suppressions(void)
-{
-	return "leak:libzookeeper_mt.so\n"; /* as tests/integration/coord_zk.c */
-}
-
 static const char *prov;
 static char root[256], twd[512], twctl[512];
 static char ns[32], veth_here[16], veth_there[16], ip_here[32], ip_there[32];

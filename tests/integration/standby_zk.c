@@ -37,14 +37,6 @@
 #define RUNS 10
 #define SESSION_MS "2000"
 
-/* LeakSanitizer: as tests/integration/coord_zk.c (blocks inside libzookeeper_mt freed by
- * nothing at zookeeper_close in rare runs); only the client library is suppressed. */
-const char *__lsan_default_suppressions(void);
-__attribute__((used)) const char *__lsan_default_suppressions(void)
-{
-	return "leak:libzookeeper_mt.so\n";
-}
-
 static const char *prov;
 static char root[256], twd[512], twctl[512];
 static char addr[NB][160];
@@ -295,13 +287,13 @@ static void failover_runs(void)
 
 		/* The primary: owns the log at once, appends without end. */
 		st = proc_wait_line(a, "took-over ", line, sizeof(line), 60000);
-		acked_a = st >= 0 ? wait_acked(a, 100 + 37 * (uint64_t)run) : 0;
+		acked_a = st >= 0 ? wait_acked(a, 50 + 17 * (uint64_t)run) : 0;
 		if (!acked_a) {
 			ok(0, "run %d: the primary took the log and appended (%d)", run, st);
 			proc_free(a);
 			continue;
 		}
-		b = standby(log, "200", false);
+		b = standby(log, "50", false);
 		st = proc_wait_line(b, "standby: ", line, sizeof(line), 60000);
 		fine &= st >= 0 && strstr(line, "waiting for its owner");
 		/* Mid-stream: the primary is appending right now. */
@@ -322,7 +314,7 @@ static void failover_runs(void)
 		acked_b = drain_acked(b, 0);
 		st = proc_wait(b, 30000);
 		proc_free(b);
-		fine &= st == 0 && t.watched && t.entries >= acked_a && acked_b == t.entries + 200;
+		fine &= st == 0 && t.watched && t.entries >= acked_a && acked_b == t.entries + 50;
 		got = recover_check(log, "failover");
 		fine &= got == (long long)acked_b;
 		tap_diag("run %d: A acked %" PRIu64 ", killed; B: epoch %" PRIu64 ", recovered %" PRIu64
