@@ -487,6 +487,13 @@ bool tw_coord_backups_changed(struct tw_coord *c)
 	return c->ops->backups_changed ? c->ops->backups_changed(c) : !c->listed;
 }
 
+bool tw_coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
+{
+	if (c->ops->wait_backups_changed)
+		return c->ops->wait_backups_changed(c, timeout_ms);
+	return tw_coord_backups_changed(c);
+}
+
 int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
 {
 	c->errmsg[0] = '\0';

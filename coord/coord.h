@@ -166,6 +166,8 @@ int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_ba
  */
 int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
 bool tw_coord_backups_changed(struct tw_coord *c);
+/* Wait (up to timeout_ms) until tw_coord_backups_changed would say true; returns it. */
+bool tw_coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms);
 
 /* The logs the coordinator knows (ids ascending; *out allocated). static: -ENOTSUP. */
 int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out);
@@ -206,6 +208,7 @@ struct tw_coord_ops {
 	int (*list_logs)(struct tw_coord *c, uint64_t **out, size_t *n_out);
 	bool (*backups_changed)(struct tw_coord *c);
 	int (*watch_backups)(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
+	bool (*wait_backups_changed)(struct tw_coord *c, unsigned timeout_ms);
 };
 
 struct tw_coord {

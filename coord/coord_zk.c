@@ -522,6 +522,7 @@ static void children_watcher(zhandle_t *zh, int type, int state, const char *pat
 	(void)path;
 	pthread_mutex_lock(&z->st_mu);
 	z->reg_events++;
+	pthread_cond_broadcast(&z->st_cv);
 	pthread_mutex_unlock(&z->st_mu);
 }
 
@@ -616,6 +617,22 @@ static bool zk_backups_changed(struct tw_coord *c)
 
 	pthread_mutex_lock(&z->st_mu);
 	changed = !z->reg_armed || z->reg_events != z->reg_seen || z->reg_gen != z->generation;
+	pthread_mutex_unlock(&z->st_mu);
+	return changed;
+}
+
+static bool zk_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
+{
+	struct zk *z = c->impl;
+	struct timespec ts;
+	bool changed;
+	int rc = 0;
+
+	deadline_in(&ts, timeout_ms);
+	pthread_mutex_lock(&z->st_mu);
+	while (!(changed = !z->reg_armed || z->reg_events != z->reg_seen ||
+			   z->reg_gen != z->generation) && !z->stopping && rc == 0)
+		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
 	pthread_mutex_unlock(&z->st_mu);
 	return changed;
 }
@@ -1159,4 +1176,5 @@ const struct tw_coord_ops tw__coord_zk_ops = {
 	.list_logs = zk_list_logs,
 	.backups_changed = zk_backups_changed,
 	.watch_backups = zk_watch_backups,
+	.wait_backups_changed = zk_wait_backups_changed,
 };

@@ -55,6 +55,14 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Milliseconds until `end` (now_s() time), at least 1. */
+static unsigned ms_left(double end)
+{
+	double left = end - now_s();
+
+	return left > 0 ? (unsigned)(left * 1e3) + 1 : 1;
+}
+
 static int idx_of(const char *a)
 {
 	for (int i = 0; i < NB; i++)
@@ -344,18 +352,16 @@ static void session_expiry(void)
 	while (now_s() < end && !(gone && back)) {
 		bool here = false;
 
-		if (tw_coord_list_backups(obs, &v, &n) == 0)
+		/* The listing arms a child watch on backups/: wait for it to fire. */
+		if (tw_coord_watch_backups(obs, &v, &n) == 0)
 			for (size_t i = 0; i < n; i++)
 				here |= !strcmp(v[i].addr, me.addr);
 		free(v);
 		v = NULL;
 		gone |= !here;
 		back = gone && here;
-		if (!(gone && back)) {
-			struct timespec ts = { 0, 20 * 1000 * 1000 };
-
-			nanosleep(&ts, NULL); /* polling a condition with a deadline, not a sync */
-		}
+		if (!(gone && back))
+			tw_coord_wait_backups_changed(obs, ms_left(end));
 	}
 	ok(gone && back, "registration removed by the expiry, then registered again (%.2f s)",
 	   now_s() - t0);
@@ -570,16 +576,13 @@ int main(int argc, char **argv)
 			bool here = false;
 
 			v = NULL;
-			if (tw_coord_list_backups(c, &v, &n) == 0)
+			if (tw_coord_watch_backups(c, &v, &n) == 0) /* arms the child watch */
 				for (size_t i = 0; i < n; i++)
 					here |= !strcmp(v[i].addr, addr[victim]);
 			free(v);
 			dead_gone = !here;
-			if (!dead_gone) {
-				struct timespec ts = { 0, 50 * 1000 * 1000 };
-
-				nanosleep(&ts, NULL); /* polling with a deadline */
-			}
+			if (!dead_gone) /* until the watch fires: the node went */
+				tw_coord_wait_backups_changed(c, ms_left(end));
 		}
 		ok(dead_gone, "the SIGKILLed twd's registration went with its session");
 	}
