@@ -468,11 +468,8 @@ int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, siz
 {
 	int rc;
 
-	if (!c->ops->watch_backups) {
-		rc = tw_coord_list_backups(c, out, n_out);
-		c->listed |= rc == 0;
-		return rc;
-	}
+	if (!c->ops->watch_backups)
+		return tw_coord_list_backups(c, out, n_out);
 	c->errmsg[0] = '\0';
 	*out = NULL;
 	*n_out = 0;
@@ -484,7 +481,7 @@ int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, siz
 
 bool tw_coord_backups_changed(struct tw_coord *c)
 {
-	return c->ops->backups_changed ? c->ops->backups_changed(c) : !c->listed;
+	return c->ops->backups_changed ? c->ops->backups_changed(c) : false;
 }
 
 bool tw_coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)

@@ -162,7 +162,8 @@ int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_ba
  * The registrations as tw_coord_list_backups, and (zk) a child watch on backups/ armed with
  * the listing: tw_coord_backups_changed then says whether a twd registered or went away
  * since (a new session, whose watches are gone, counts as a change), without asking the
- * server. A primary re-lists only when it changed. static: changed until the first listing.
+ * server; false while no listing armed the watch (nothing to compare with). A primary
+ * re-lists only when it changed. static: never changes.
  */
 int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
 bool tw_coord_backups_changed(struct tw_coord *c);
@@ -215,8 +216,7 @@ struct tw_coord {
 	const struct tw_coord_ops *ops;
 	struct tw_coord_url url;
 	char errmsg[512];
-	bool listed; /* static: tw_coord_watch_backups ran once */
-	void *impl;  /* the backend's state */
+	void *impl; /* the backend's state */
 };
 
 extern const struct tw_coord_ops tw__coord_static_ops;

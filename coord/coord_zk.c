@@ -616,7 +616,7 @@ static bool zk_backups_changed(struct tw_coord *c)
 	bool changed;
 
 	pthread_mutex_lock(&z->st_mu);
-	changed = !z->reg_armed || z->reg_events != z->reg_seen || z->reg_gen != z->generation;
+	changed = z->reg_armed && (z->reg_events != z->reg_seen || z->reg_gen != z->generation);
 	pthread_mutex_unlock(&z->st_mu);
 	return changed;
 }
@@ -630,8 +630,8 @@ static bool zk_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
 
 	deadline_in(&ts, timeout_ms);
 	pthread_mutex_lock(&z->st_mu);
-	while (!(changed = !z->reg_armed || z->reg_events != z->reg_seen ||
-			   z->reg_gen != z->generation) && !z->stopping && rc == 0)
+	while (!(changed = z->reg_armed && (z->reg_events != z->reg_seen ||
+					    z->reg_gen != z->generation)) && !z->stopping && rc == 0)
 		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
 	pthread_mutex_unlock(&z->st_mu);
 	return changed;
@@ -937,6 +937,9 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 	if (timeout_ms)
 		deadline_in(&abs, timeout_ms);
 	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
+	pthread_mutex_lock(&z->st_mu);
+	z->watch_gone_ns = 0; /* a deletion seen by an earlier wait is not this one's */
+	pthread_mutex_unlock(&z->st_mu);
 	for (;;) {
 		struct Stat st;
 		uint64_t ev;
