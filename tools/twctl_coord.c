@@ -425,6 +425,10 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	printf("standby: log %#" PRIx64 ": %s%s\n", log_id, owner[0] ? "waiting for its owner "
 	       "to go: " : "no owner: taking it over now", owner);
 	fflush(stdout);
+	/* One ZooKeeper handle per process from here on: the primary's. (The C client's two
+	 * handles in one process share its static formatting buffers: ThreadSanitizer reports
+	 * the race inside libzookeeper_mt.) */
+	close_at_exit();
 
 	tw_primary_config_init(&cfg);
 	cfg.log_id = log_id;
