@@ -43,7 +43,8 @@ struct tw_standby_result {
 	uint64_t fence_ns;         /* fence them with the new epoch */
 	uint64_t recover_ns;       /* list, fetch, verify, deliver, record the recovered offsets */
 	uint64_t open_ns;          /* connect to the new primary's backups, open its first segment */
-	uint64_t takeover_ns;      /* claim + connect + fence + recover + open: deletion seen -> primary ready */
+	uint64_t takeover_ns;      /* claim + connect + fence + recover + open: from the
+				    * deletion seen to the primary ready */
 };
 
 /*

@@ -112,7 +112,8 @@ static int parse_took(const char *line, struct took *t)
 {
 	memset(t, 0, sizeof(*t));
 	return sscanf(line, "took-over log=%*s epoch=%" SCNu64 " watched=%d lost_races=%u "
-		      "gone_realtime_ns=%" SCNu64 " claim_ms=%lf connect_ms=%lf fence_ms=%lf recover_ms=%lf "
+		      "gone_realtime_ns=%" SCNu64 " claim_ms=%lf connect_ms=%lf fence_ms=%lf "
+		      "recover_ms=%lf "
 		      "entries=%" SCNu64 " backups=%u open_ms=%lf takeover_ms=%lf", &t->epoch,
 		      &t->watched, &t->lost_races, &t->gone_rt, &t->claim, &t->connect, &t->fence,
 		      &t->recover, &t->entries, &t->backups, &t->open, &t->takeover) == 12 ? 0 : -1;
