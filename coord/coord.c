@@ -427,6 +427,7 @@ bool tw_coord_owns(struct tw_coord *c, uint64_t log_id)
 }
 
 int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			     void (*on_wait)(void *arg, const char *owner), void *arg,
 			     bool *waited_out, uint64_t *gone_ns_out)
 {
 	bool w = false;
@@ -435,7 +436,7 @@ int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeo
 
 	c->errmsg[0] = '\0';
 	if (c->ops->wait_owner_gone)
-		rc = c->ops->wait_owner_gone(c, log_id, timeout_ms, &w, &g);
+		rc = c->ops->wait_owner_gone(c, log_id, timeout_ms, on_wait, arg, &w, &g);
 	if (waited_out)
 		*waited_out = w;
 	if (gone_ns_out)

@@ -138,10 +138,12 @@ bool tw_coord_owns(struct tw_coord *c, uint64_t log_id);
  * its session expired. Returns 0 (no owner now; *waited_out true when an owner node was seen and
  * its deletion awaited, *gone_ns_out the CLOCK_REALTIME time the deletion was seen), -ETIMEDOUT
  * (timeout_ms passed; 0: wait for ever), or an error. A session expiry of our own handle
- * while waiting is survived (the keeper reconnects; the node is read again). static: returns 0
- * at once (no owners).
+ * while waiting is survived (the keeper reconnects; the node is read again). on_wait (may be
+ * NULL) is called on this thread each time the watch is set on an existing owner node, with
+ * its text (newlines as spaces). static: returns 0 at once (no owners).
  */
 int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			     void (*on_wait)(void *arg, const char *owner), void *arg,
 			     bool *waited_out, uint64_t *gone_ns_out);
 
 /*
@@ -202,6 +204,7 @@ struct tw_coord_ops {
 	int (*expire_session)(struct tw_coord *c); /* tests; may be NULL */
 	/* May be NULL (static): no owners, nothing recorded. */
 	int (*wait_owner_gone)(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			       void (*on_wait)(void *arg, const char *owner), void *arg,
 			       bool *waited_out, uint64_t *gone_ns_out);
 	int (*log_add_backup)(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b);
 	int (*log_backups)(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,

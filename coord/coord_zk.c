@@ -927,6 +927,7 @@ static bool cv_wait_until(struct zk *z, const struct timespec *abs)
 }
 
 static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			      void (*on_wait)(void *arg, const char *owner), void *arg,
 			      bool *waited_out, uint64_t *gone_ns_out)
 {
 	struct zk *z = c->impl;
@@ -945,6 +946,8 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		uint64_t ev;
 		unsigned gen;
 		bool timed_out = false, stop;
+		char obuf[512];
+		int olen = (int)sizeof(obuf) - 1;
 		int zrc, rc = op_begin(z);
 
 		if (rc < 0) {
@@ -965,8 +968,17 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		ev = z->watch_events;
 		gen = z->generation;
 		pthread_mutex_unlock(&z->st_mu);
-		zrc = zoo_wexists(z->zh, opath, node_watcher, z, &st);
+		/* get with a watch: the node's text for on_wait, and the watch when it exists (a
+		 * missing node sets none: we return). */
+		zrc = zoo_wget(z->zh, opath, node_watcher, z, obuf, &olen, &st);
 		pthread_mutex_unlock(&z->op_mu);
+		if (zrc == ZOK && on_wait) {
+			obuf[olen > 0 ? olen : 0] = '\0';
+			for (char *q = obuf; *q; q++)
+				if (*q == '\n')
+					*q = ' ';
+			on_wait(arg, obuf);
+		}
 		if (zrc == ZNONODE) {
 			*waited_out = seen;
 			pthread_mutex_lock(&z->st_mu);

@@ -313,7 +313,7 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 }
 
 static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode,
-		      unsigned wait_ms, tw_recover_entry_fn on_entry, void *arg,
+		      const struct tw_standby_config *sc, tw_recover_entry_fn on_entry, void *arg,
 		      struct tw_recover_result *res_out, struct tw_standby_result *st,
 		      struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
@@ -325,6 +325,7 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 	const char *prov = provider_of(cfg);
 	char msg[1024], owner[256], host[128] = "?";
 	uint64_t epoch = 0, t_start = tw_now_ns(), t_gone = t_start, t0;
+	unsigned wait_ms = sc ? sc->wait_ms : 0;
 	size_t k = 0;
 	int rc;
 
@@ -363,8 +364,9 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 				}
 				left = wait_ms - spent;
 			}
-			rc = tw_coord_wait_owner_gone(c, cfg->log_id, (unsigned)left, &watched,
-						      &gone_rt);
+			rc = tw_coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
+						      sc ? sc->on_wait : NULL,
+						      sc ? sc->wait_arg : NULL, &watched, &gone_rt);
 			if (rc < 0) {
 				errf(errmsg_out, errmsg_len, "log %llu: %s",
 				     (unsigned long long)cfg->log_id, tw_coord_errmsg(c));
@@ -450,11 +452,11 @@ int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_e
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len)
 {
-	return pcoord_run(cfg, takeover ? PC_TAKEOVER : PC_OPEN, 0, on_entry, arg, res_out, NULL,
-			  out, errmsg_out, errmsg_len);
+	return pcoord_run(cfg, takeover ? PC_TAKEOVER : PC_OPEN, NULL, on_entry, arg, res_out,
+			  NULL, out, errmsg_out, errmsg_len);
 }
 
-int tw_primary_standby(const struct tw_primary_config *cfg, unsigned wait_ms,
+int tw_primary_standby(const struct tw_primary_config *cfg, const struct tw_standby_config *sc,
 		       tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
 		       struct tw_standby_result *st_out, struct tw_primary **out, char *errmsg_out,
 		       size_t errmsg_len)
@@ -472,6 +474,6 @@ int tw_primary_standby(const struct tw_primary_config *cfg, unsigned wait_ms,
 			snprintf(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
 		return -EINVAL;
 	}
-	return pcoord_run(cfg, PC_STANDBY, wait_ms, on_entry, arg, res_out, st_out, out,
-			  errmsg_out, errmsg_len);
+	return pcoord_run(cfg, PC_STANDBY, sc, on_entry, arg, res_out, st_out, out, errmsg_out,
+			  errmsg_len);
 }

@@ -313,6 +313,13 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The standby's watch is set on an owner node: say so (a script kills the owner after it). */
+static void print_watching(void *arg, const char *owner)
+{
+	printf("watching log %#" PRIx64 ": owner node %s\n", *(const uint64_t *)arg, owner);
+	fflush(stdout);
+}
+
 void twctl_coord_standby_usage(FILE *f)
 {
 	fprintf(f, "Usage: twctl -c URL standby LOG [--append N [--size BYTES] [--hold]] [options]\n"
@@ -322,6 +329,7 @@ void twctl_coord_standby_usage(FILE *f)
 		"epoch and owner node from the coordinator (if several standbys wait, exactly\n"
 		"one wins; the others watch the winner), fence and recover on the backups\n"
 		"recorded for the log, open a new segment on registered backups. Prints\n"
+		"  watching log L: owner node epoch=N owner=...   (each time the watch is set)\n"
 		"  took-over log=... epoch=E watched=0|1 lost_races=N gone_realtime_ns=T\n"
 		"            claim_ms= connect_ms= fence_ms= recover_ms= entries= backups=\n"
 		"            open_ms= takeover_ms=   (backups: how many the recovery asked)\n"
@@ -351,6 +359,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	struct tw_primary_config cfg;
 	struct tw_recover_result res;
 	struct tw_standby_result st;
+	struct tw_standby_config sc = { 0 };
 	struct tw_primary *p = NULL;
 	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0;
 	bool have_log = false, hold = false, generated = false;
@@ -431,8 +440,10 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	cfg.key_file = key_file;
 	/* The recovered entries are verified and counted (res.entries); twctl has no state to
 	 * rebuild from them. */
-	rc = tw_primary_standby(&cfg, (unsigned)wait_ms, NULL, NULL, &res, &st, &p, err,
-				sizeof(err));
+	sc.wait_ms = (unsigned)wait_ms;
+	sc.on_wait = print_watching;
+	sc.wait_arg = &log_id;
+	rc = tw_primary_standby(&cfg, &sc, NULL, NULL, &res, &st, &p, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
 			err);

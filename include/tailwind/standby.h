@@ -3,7 +3,7 @@
  * over by itself (docs/coordination.md, "Standby"; needs a ZooKeeper coordinator).
  *
  *   tw_primary_config_init(&cfg); cfg.log_id = 42; cfg.coordinator = "zk://zk1:2181";
- *   rc = tw_primary_standby(&cfg, 0, rebuild, svc, &res, &st, &p, err, sizeof(err));
+ *   rc = tw_primary_standby(&cfg, NULL, rebuild, svc, &res, &st, &p, err, sizeof(err));
  *   ... p owns the log: tw_primary_append(p, ...) ...
  *
  * The owner of a log holds an ephemeral owner node in ZooKeeper (logs/<id>/owner) for as long as
@@ -27,6 +27,16 @@
 extern "C" {
 #endif
 
+/* How to stand by (a zeroed struct, or NULL, is the default). */
+struct tw_standby_config {
+	unsigned wait_ms; /* give up with -ETIMEDOUT after so long; 0: wait for ever */
+	/* Called (may be NULL), on the calling thread, each time the standby starts waiting for
+	 * an owner node (its watch is set): at the start if the log has an owner, and after each
+	 * race lost to another standby. owner: the node's text, "epoch=N owner=host=H pid=P". */
+	void (*on_wait)(void *arg, const char *owner);
+	void *wait_arg;
+};
+
 /* Where a standby's failover time went (nanoseconds). */
 struct tw_standby_result {
 	uint64_t epoch;            /* the epoch the log was taken over at */
@@ -48,18 +58,19 @@ struct tw_standby_result {
 };
 
 /*
- * Wait (up to wait_ms; 0: for ever) until log cfg->log_id has no owner, then take it over, as
+ * Wait (up to sc->wait_ms) until log cfg->log_id has no owner, then take it over, as
  * above. cfg->coordinator must be a zk:// URL (-EINVAL otherwise); the rest of cfg as
  * tw_primary_takeover (with n_backups 0 the new primary's backups come from the live
  * registrations). The recovery asks the backups recorded for the log (logs/<id>/backups), or
  * every registered one for a log that has no record. A log with no owner at the call is taken
  * over at once (st_out->watched 0). res_out, st_out (may be NULL) receive the recovery's counts
  * and the timings. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
- * (wait_ms passed with the owner still there), or the errors of tw_primary_takeover: after a
+ * (sc->wait_ms passed with the owner still there), or the errors of tw_primary_takeover: after a
  * failed takeover the claim is released (the owner node deleted), so another standby can try.
  * Blocking; cfg borrowed for the call.
  */
-TW_API int tw_primary_standby(const struct tw_primary_config *cfg, unsigned wait_ms,
+TW_API int tw_primary_standby(const struct tw_primary_config *cfg,
+			      const struct tw_standby_config *sc,
 			      tw_recover_entry_fn on_entry, void *arg,
 			      struct tw_recover_result *res_out, struct tw_standby_result *st_out,
 			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);

@@ -191,8 +191,8 @@ int main(int argc, char **argv)
 
 		sb = proc_spawn_opts(args, (char *const[]){ (char *)"TW_LOG_LEVEL=warn", NULL },
 				     &(struct proc_opts){ .drop_prefix = "acked " });
-		TAP_REQUIRE(sb && proc_wait_line(sb, "standby: ", line, sizeof(line), 60000) >= 0 &&
-			    strstr(line, "waiting"), "the standby waits");
+		TAP_REQUIRE(sb && proc_wait_line(sb, "watching ", line, sizeof(line), 60000) >= 0,
+			    "the standby watches the owner node");
 	}
 	/* Cut. */
 	is_int(ip_run("link", "set", veth_here, "down", NULL), 0, "link cut (ip link set %s down)",

@@ -296,8 +296,9 @@ static void failover_runs(void)
 			continue;
 		}
 		b = standby(log, "50", false);
-		st = proc_wait_line(b, "standby: ", line, sizeof(line), 60000);
-		fine &= st >= 0 && strstr(line, "waiting for its owner");
+		/* Its watch is set on the primary's owner node (not only started). */
+		st = proc_wait_line(b, "watching ", line, sizeof(line), 60000);
+		fine &= st >= 0;
 		/* Mid-stream: the primary is appending right now. */
 		kill_rt = realtime_ns();
 		proc_kill(a, SIGKILL);
@@ -376,8 +377,8 @@ static void racing(void)
 	acked = EACH;
 	for (int i = 0; i < W; i++) {
 		s[n] = standby(log, "50", true);
-		TAP_REQUIRE(proc_wait_line(s[n], "standby: ", line, sizeof(line), 60000) >= 0 &&
-			    strstr(line, "waiting"), "standby %d waits", n);
+		TAP_REQUIRE(proc_wait_line(s[n], "watching ", line, sizeof(line), 60000) >= 0,
+			    "standby %d watches the owner node", n);
 		n++;
 	}
 	for (int r = 0; r < ROUNDS; r++) {
@@ -410,8 +411,8 @@ static void racing(void)
 		acked = t.entries + EACH;
 		/* A new standby joins: four wait again. */
 		s[n] = standby(log, "50", true);
-		TAP_REQUIRE(proc_wait_line(s[n], "standby: ", line, sizeof(line), 60000) >= 0,
-			    "standby %d waits", n);
+		TAP_REQUIRE(proc_wait_line(s[n], "watching ", line, sizeof(line), 60000) >= 0,
+			    "standby %d watches the owner node", n);
 		n++;
 	}
 	/* Stop the waiting ones first (they hold no owner node), then close the owner. */

@@ -176,7 +176,7 @@ static void static_phase2(void)
 	char err[256];
 
 	TAP_REQUIRE(tw_coord_open("static:h1:1,h2:2", 0, &c, err, sizeof(err)) == 0, "static");
-	is_int(tw_coord_wait_owner_gone(c, 7, 1000, &waited, &gone), 0,
+	is_int(tw_coord_wait_owner_gone(c, 7, 1000, NULL, NULL, &waited, &gone), 0,
 	       "static: no owner to wait for (returns at once)");
 	ok(!waited && gone == 0, "static: nothing was awaited");
 	memset(&b, 0, sizeof(b));
@@ -204,11 +204,11 @@ static void standby_refusals(void)
 
 	tw_primary_config_init(&cfg);
 	cfg.log_id = 1;
-	is_int(tw_primary_standby(&cfg, 10, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	is_int(tw_primary_standby(&cfg, NULL, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
 	       "standby without a coordinator: -EINVAL");
 	ok(strstr(err, "needs cfg.coordinator") != NULL, "... saying so (%s)", err);
 	cfg.coordinator = "static:127.0.0.1:1";
-	is_int(tw_primary_standby(&cfg, 10, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	is_int(tw_primary_standby(&cfg, NULL, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
 	       "standby with a static coordinator: -EINVAL");
 	ok(strstr(err, "needs a zk:// coordinator") != NULL && !p, "... saying so (%s)", err);
 }
