@@ -426,6 +426,84 @@ bool tw_coord_owns(struct tw_coord *c, uint64_t log_id)
 	return c->ops->owns(c, log_id);
 }
 
+int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			     void (*on_wait)(void *arg, const char *owner), void *arg,
+			     bool *waited_out, uint64_t *gone_ns_out)
+{
+	bool w = false;
+	uint64_t g = 0;
+	int rc = 0;
+
+	c->errmsg[0] = '\0';
+	if (c->ops->wait_owner_gone)
+		rc = c->ops->wait_owner_gone(c, log_id, timeout_ms, on_wait, arg, &w, &g);
+	if (waited_out)
+		*waited_out = w;
+	if (gone_ns_out)
+		*gone_ns_out = g;
+	return rc;
+}
+
+int tw_coord_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b)
+{
+	if (!c->ops->log_add_backup)
+		return 0;
+	c->errmsg[0] = '\0';
+	return c->ops->log_add_backup(c, log_id, b);
+}
+
+int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
+			 size_t *n_out)
+{
+	c->errmsg[0] = '\0';
+	*out = NULL;
+	*n_out = 0;
+	if (!c->ops->log_backups) {
+		tw__coord_err(c, "the static coordinator records no backups per log (use zk://...)");
+		return -ENOTSUP;
+	}
+	return c->ops->log_backups(c, log_id, out, n_out);
+}
+
+int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	int rc;
+
+	if (!c->ops->watch_backups)
+		return tw_coord_list_backups(c, out, n_out);
+	c->errmsg[0] = '\0';
+	*out = NULL;
+	*n_out = 0;
+	rc = c->ops->watch_backups(c, out, n_out);
+	if (rc == 0)
+		tw_coord_backup_sort(*out, *n_out);
+	return rc;
+}
+
+bool tw_coord_backups_changed(struct tw_coord *c)
+{
+	return c->ops->backups_changed ? c->ops->backups_changed(c) : false;
+}
+
+bool tw_coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
+{
+	if (c->ops->wait_backups_changed)
+		return c->ops->wait_backups_changed(c, timeout_ms);
+	return tw_coord_backups_changed(c);
+}
+
+int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
+{
+	c->errmsg[0] = '\0';
+	*out = NULL;
+	*n_out = 0;
+	if (!c->ops->list_logs) {
+		tw__coord_err(c, "the static coordinator knows no logs (use zk://...)");
+		return -ENOTSUP;
+	}
+	return c->ops->list_logs(c, out, n_out);
+}
+
 int tw__coord_expire_session(struct tw_coord *c)
 {
 	return c->ops->expire_session ? c->ops->expire_session(c) : -ENOTSUP;

@@ -133,11 +133,58 @@ int tw_coord_log_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, 
 bool tw_coord_owns(struct tw_coord *c, uint64_t log_id);
 
 /*
+ * Standby (docs/coordination.md, "Standby"): return once log `log_id` has no owner node. While
+ * one exists, wait for its deletion with a ZooKeeper watch (no polling): the owner closed, or
+ * its session expired. Returns 0 (no owner now; *waited_out true when an owner node was seen and
+ * its deletion awaited, *gone_ns_out the CLOCK_REALTIME time the deletion was seen), -ETIMEDOUT
+ * (timeout_ms passed; 0: wait for ever), or an error. A session expiry of our own handle
+ * while waiting is survived (the keeper reconnects; the node is read again). on_wait (may be
+ * NULL) is called on this thread each time the watch is set on an existing owner node, with
+ * its text (newlines as spaces). static: returns 0 at once (no owners).
+ */
+int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			     void (*on_wait)(void *arg, const char *owner), void *arg,
+			     bool *waited_out, uint64_t *gone_ns_out);
+
+/*
+ * The per-log record of backups (logs/<id>/backups/<node name>, persistent): every backup that
+ * was ever asked to open a segment of the log. tw_coord_log_add_backup records `b` (addr,
+ * provider, zone are used) unless this handle already did; a primary calls it before it asks a
+ * backup to open a segment, so the record always covers every backup that may hold a copy.
+ * Returns 0 or an error (then the caller must not use that backup). static: 0, nothing kept.
+ * tw_coord_log_backups returns the record (*out allocated, free() it; *n_out may be 0 for a log
+ * recorded before this existed); -TW_ENOTFOUND for a log the coordinator does not know;
+ * static: -ENOTSUP.
+ */
+int tw_coord_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b);
+int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
+			 size_t *n_out);
+
+/*
+ * The registrations as tw_coord_list_backups, and (zk) a child watch on backups/ armed with
+ * the listing: tw_coord_backups_changed then says whether a twd registered or went away
+ * since (a new session, whose watches are gone, counts as a change), without asking the
+ * server; false while no listing armed the watch (nothing to compare with). A primary
+ * re-lists only when it changed. static: never changes.
+ */
+int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
+bool tw_coord_backups_changed(struct tw_coord *c);
+/* Wait (up to timeout_ms) until tw_coord_backups_changed would say true; returns it. */
+bool tw_coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms);
+
+/* The logs the coordinator knows (ids ascending; *out allocated). static: -ENOTSUP. */
+int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out);
+
+/*
  * Tests only: make the server expire this handle's session now (zk: a second client joins the
  * session with its id and password and closes it, the documented way to test expiry), as a
  * partition longer than the session timeout would. Returns 0, or -ENOTSUP (static).
  */
 int tw__coord_expire_session(struct tw_coord *c);
+
+/* Tests only: silence the ZooKeeper client's own log (a server that is still starting refuses
+ * connections, which the client logs as errors while it retries), or restore it. */
+void tw__coord_client_quiet(bool quiet);
 
 /* ------------------------------------------------------------------ backends */
 
@@ -155,6 +202,17 @@ struct tw_coord_ops {
 			size_t owner_len);
 	bool (*owns)(struct tw_coord *c, uint64_t log_id);
 	int (*expire_session)(struct tw_coord *c); /* tests; may be NULL */
+	/* May be NULL (static): no owners, nothing recorded. */
+	int (*wait_owner_gone)(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			       void (*on_wait)(void *arg, const char *owner), void *arg,
+			       bool *waited_out, uint64_t *gone_ns_out);
+	int (*log_add_backup)(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b);
+	int (*log_backups)(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
+			   size_t *n_out);
+	int (*list_logs)(struct tw_coord *c, uint64_t **out, size_t *n_out);
+	bool (*backups_changed)(struct tw_coord *c);
+	int (*watch_backups)(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out);
+	bool (*wait_backups_changed)(struct tw_coord *c, unsigned timeout_ms);
 };
 
 struct tw_coord {

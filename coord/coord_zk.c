@@ -6,6 +6,7 @@
  *   backups/b-<hash>     ephemeral: one per live twd (tw_coord_backup_encode)
  *   logs/<id>/epoch      persistent: the log's last allocated epoch (decimal)
  *   logs/<id>/owner      ephemeral: the owner's epoch and description
+ *   logs/<id>/backups/b-<hash>   persistent: a backup asked to hold a segment of the log
  *
  * Locks: op_mu serialises the calls that use the handle and the keeper's swap of it after a
  * session expiry; st_mu guards the session state the watcher updates. The watcher runs on the
@@ -27,6 +28,7 @@
 #include "core/util.h"
 
 #define MAX_OWNED 16
+#define MAX_NOTED 256 /* (log, backup) records this handle knows it made */
 #define PATH_MAX_ZK 1024
 
 struct zk {
@@ -50,6 +52,22 @@ struct zk {
 	uint64_t owned[MAX_OWNED];
 	bool owned_lost[MAX_OWNED];
 	size_t n_owned;
+	/* Standby: node watches fired so far and when the last deletion was seen (st_mu). */
+	uint64_t watch_events;
+	uint64_t watch_gone_ns;
+	int twin_state; /* tw__coord_expire_session's twin handle (st_mu) */
+	/* The child watch on backups/ (st_mu): events counted by the watcher, the count and
+	 * session generation when it was last armed. */
+	bool reg_armed;
+	uint64_t reg_events, reg_seen;
+	unsigned reg_gen;
+	/* Backups recorded per log by this handle (op_mu); a ring: a forgotten one is only
+	 * created again (ZNODEEXISTS). */
+	struct {
+		uint64_t log;
+		char name[TW_COORD_NAME_MAX];
+	} noted[MAX_NOTED];
+	size_t n_noted;
 };
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -62,6 +80,16 @@ static void set_log_level(void)
 	 * and the tests' TAP). */
 	zoo_set_log_stream(stderr);
 	zoo_set_debug_level(l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO : ZOO_LOG_LEVEL_ERROR);
+}
+
+void tw__coord_client_quiet(bool quiet)
+{
+	const char *l = getenv("TW_LOG_LEVEL");
+
+	pthread_once(&log_once, set_log_level);
+	/* 0 turns the client's log off (zookeeper.h: "disable logging"). */
+	zoo_set_debug_level(quiet ? (ZooLogLevel)0 : l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO
+						    : ZOO_LOG_LEVEL_ERROR);
 }
 
 static int zrc_errno(int zrc)
@@ -483,18 +511,50 @@ static int zk_deregister(struct tw_coord *c)
 	return rc;
 }
 
-static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+/* A child of backups/ came or went (the watch of zk_watch_backups). */
+static void children_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zk *z = ctx;
+
+	(void)zh;
+	(void)type;
+	(void)state;
+	(void)path;
+	pthread_mutex_lock(&z->st_mu);
+	z->reg_events++;
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+}
+
+static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out, bool arm)
 {
 	struct zk *z = c->impl;
 	struct String_vector kids = {0, NULL};
 	char dir[PATH_MAX_ZK];
 	int rc = op_begin(z), zrc;
 	size_t k = 0;
+	uint64_t ev = 0;
+	unsigned gen = 0;
 
 	if (rc < 0)
 		return rc;
 	path_of(z, dir, sizeof(dir), "/backups");
-	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	if (arm) {
+		pthread_mutex_lock(&z->st_mu);
+		ev = z->reg_events;
+		gen = z->generation;
+		pthread_mutex_unlock(&z->st_mu);
+		zrc = zoo_wget_children(z->zh, dir, children_watcher, z, &kids);
+		if (zrc == ZOK) {
+			pthread_mutex_lock(&z->st_mu);
+			z->reg_armed = true;
+			z->reg_seen = ev;
+			z->reg_gen = gen;
+			pthread_mutex_unlock(&z->st_mu);
+		}
+	} else {
+		zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	}
 	if (zrc != ZOK) {
 		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
 		pthread_mutex_unlock(&z->op_mu);
@@ -538,6 +598,43 @@ static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_o
 	}
 	*n_out = k;
 	return 0;
+}
+
+static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	return list_impl(c, out, n_out, false);
+}
+
+static int zk_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+{
+	return list_impl(c, out, n_out, true);
+}
+
+static bool zk_backups_changed(struct tw_coord *c)
+{
+	struct zk *z = c->impl;
+	bool changed;
+
+	pthread_mutex_lock(&z->st_mu);
+	changed = z->reg_armed && (z->reg_events != z->reg_seen || z->reg_gen != z->generation);
+	pthread_mutex_unlock(&z->st_mu);
+	return changed;
+}
+
+static bool zk_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
+{
+	struct zk *z = c->impl;
+	struct timespec ts;
+	bool changed;
+	int rc = 0;
+
+	deadline_in(&ts, timeout_ms);
+	pthread_mutex_lock(&z->st_mu);
+	while (!(changed = z->reg_armed && (z->reg_events != z->reg_seen ||
+					    z->reg_gen != z->generation)) && !z->stopping && rc == 0)
+		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
+	pthread_mutex_unlock(&z->st_mu);
+	return changed;
 }
 
 static int parse_epoch(const char *s, int len, uint64_t *out)
@@ -719,38 +816,43 @@ static bool zk_owns(struct tw_coord *c, uint64_t log_id)
 	return yes;
 }
 
-static void quiet_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+/* The twin's session events: its state, for expire_once's wait (st_mu, st_cv). */
+static void twin_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
-	(void)zh;
-	(void)type;
-	(void)path;
-	if (state == ZOO_CONNECTED_STATE) {
-		struct zk *z = ctx;
+	struct zk *z = ctx;
 
-		pthread_mutex_lock(&z->st_mu);
-		pthread_cond_broadcast(&z->st_cv);
-		pthread_mutex_unlock(&z->st_mu);
-	}
+	(void)zh;
+	(void)path;
+	if (type != ZOO_SESSION_EVENT)
+		return;
+	pthread_mutex_lock(&z->st_mu);
+	z->twin_state = state;
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
 }
 
 /* One try: a twin joins the session and closes it. The original client may take the session
  * back between the twin's connect and its close (they fight over it): the caller retries. */
 static int expire_once(struct zk *z, const clientid_t *id)
 {
-	zhandle_t *twin = zookeeper_init(z->c->url.hosts, quiet_watcher, (int)z->timeout_ms, id, z, 0);
-	int rc;
+	zhandle_t *twin;
+	struct timespec ts;
+	int rc = 0;
 
+	pthread_mutex_lock(&z->st_mu);
+	z->twin_state = 0;
+	pthread_mutex_unlock(&z->st_mu);
+	twin = zookeeper_init(z->c->url.hosts, twin_watcher, (int)z->timeout_ms, id, z, 0);
 	if (!twin)
 		return -errno;
-	for (int i = 0; i < 1000 && zoo_state(twin) != ZOO_CONNECTED_STATE; i++) {
-		struct timespec ts;
-
-		deadline_in(&ts, 10);
-		pthread_mutex_lock(&z->st_mu);
-		pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
-		pthread_mutex_unlock(&z->st_mu);
-	}
-	rc = zoo_state(twin) == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
+	/* Until its session event says connected (or expired: the session is gone already). */
+	deadline_in(&ts, z->timeout_ms * 2);
+	pthread_mutex_lock(&z->st_mu);
+	while (z->twin_state != ZOO_CONNECTED_STATE && z->twin_state != ZOO_EXPIRED_SESSION_STATE &&
+	       rc == 0)
+		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
+	rc = z->twin_state == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
+	pthread_mutex_unlock(&z->st_mu);
 	zookeeper_close(twin);
 	return rc;
 }
@@ -791,6 +893,286 @@ static int zk_expire(struct tw_coord *c)
 	return -ETIMEDOUT;
 }
 
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A node watch (zoo_wexists) fired: the standby reads the node again. Runs on the client's
+ * completion thread; takes only st_mu. */
+static void node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zk *z = ctx;
+
+	(void)zh;
+	(void)state;
+	(void)path;
+	pthread_mutex_lock(&z->st_mu);
+	z->watch_events++;
+	if (type == ZOO_DELETED_EVENT)
+		z->watch_gone_ns = realtime_ns();
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+}
+
+/* Wait on st_cv until `abs` (0: for ever); false once it passed. st_mu held. */
+static bool cv_wait_until(struct zk *z, const struct timespec *abs)
+{
+	if (!abs->tv_sec)
+		return pthread_cond_wait(&z->st_cv, &z->st_mu) == 0;
+	return pthread_cond_timedwait(&z->st_cv, &z->st_mu, abs) == 0;
+}
+
+static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+			      void (*on_wait)(void *arg, const char *owner), void *arg,
+			      bool *waited_out, uint64_t *gone_ns_out)
+{
+	struct zk *z = c->impl;
+	struct timespec abs = { 0, 0 };
+	char opath[PATH_MAX_ZK];
+	bool seen = false;
+
+	if (timeout_ms)
+		deadline_in(&abs, timeout_ms);
+	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
+	pthread_mutex_lock(&z->st_mu);
+	z->watch_gone_ns = 0; /* a deletion seen by an earlier wait is not this one's */
+	pthread_mutex_unlock(&z->st_mu);
+	for (;;) {
+		struct Stat st;
+		uint64_t ev;
+		unsigned gen;
+		bool timed_out = false, stop;
+		char obuf[512];
+		int olen = (int)sizeof(obuf) - 1;
+		int zrc, rc = op_begin(z);
+
+		if (rc < 0) {
+			/* The keeper is replacing an expired session, or no server answers:
+			 * wait for the state to change (st_cv), then try again. */
+			pthread_mutex_lock(&z->st_mu);
+			timed_out = !z->stopping && !cv_wait_until(z, &abs);
+			stop = z->stopping;
+			pthread_mutex_unlock(&z->st_mu);
+			if (timed_out || stop) {
+				tw__coord_err(c, "log %" PRIu64 ": the owner node was still there (or "
+					      "ZooKeeper unreachable) after %u ms", log_id, timeout_ms);
+				return -ETIMEDOUT;
+			}
+			continue;
+		}
+		pthread_mutex_lock(&z->st_mu);
+		ev = z->watch_events;
+		gen = z->generation;
+		pthread_mutex_unlock(&z->st_mu);
+		/* get with a watch: the node's text for on_wait, and the watch when it exists (a
+		 * missing node sets none: we return). */
+		zrc = zoo_wget(z->zh, opath, node_watcher, z, obuf, &olen, &st);
+		pthread_mutex_unlock(&z->op_mu);
+		if (zrc == ZOK && on_wait) {
+			obuf[olen > 0 ? olen : 0] = '\0';
+			for (char *q = obuf; *q; q++)
+				if (*q == '\n')
+					*q = ' ';
+			on_wait(arg, obuf);
+		}
+		if (zrc == ZNONODE) {
+			*waited_out = seen;
+			pthread_mutex_lock(&z->st_mu);
+			*gone_ns_out = seen && z->watch_gone_ns ? z->watch_gone_ns : realtime_ns();
+			pthread_mutex_unlock(&z->st_mu);
+			return 0;
+		}
+		if (zrc != ZOK && zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT &&
+		    zrc != ZSESSIONEXPIRED && zrc != ZINVALIDSTATE) {
+			tw__coord_err(c, "zk://%s: exists %s: %s", c->url.hosts, opath, zerror(zrc));
+			return zrc_errno(zrc);
+		}
+		seen |= zrc == ZOK;
+		/* Until the watch fires (the node changed or went), or our session changed (a
+		 * new handle has no watch: read again). */
+		pthread_mutex_lock(&z->st_mu);
+		while (zrc == ZOK && z->watch_events == ev && z->generation == gen && !z->expired &&
+		       !z->stopping && !timed_out)
+			timed_out = !cv_wait_until(z, &abs);
+		if (zrc != ZOK && !z->stopping)
+			timed_out = !cv_wait_until(z, &abs); /* connection trouble: a state change */
+		stop = z->stopping;
+		pthread_mutex_unlock(&z->st_mu);
+		if (timed_out || stop) {
+			tw__coord_err(c, "log %" PRIu64 ": the owner node was still there after %u ms",
+				      log_id, timeout_ms);
+			return -ETIMEDOUT;
+		}
+	}
+}
+
+static int zk_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b)
+{
+	struct zk *z = c->impl;
+	char name[TW_COORD_NAME_MAX], path[PATH_MAX_ZK], data[1024];
+	int n, zrc = ZOK, rc;
+
+	tw_coord_backup_node_name(b, name, sizeof(name));
+	pthread_mutex_lock(&z->op_mu);
+	for (size_t i = 0; i < z->n_noted && i < MAX_NOTED; i++)
+		if (z->noted[i].log == log_id && !strcmp(z->noted[i].name, name)) {
+			pthread_mutex_unlock(&z->op_mu);
+			return 0; /* the common case: recorded by an earlier segment */
+		}
+	pthread_mutex_unlock(&z->op_mu);
+	n = tw_coord_backup_encode(b, data, sizeof(data));
+	if (n < 0) {
+		tw__coord_err(c, "log %" PRIu64 ": backup %s: cannot encode its record", log_id,
+			      b->addr);
+		return n;
+	}
+	rc = op_begin(z);
+	if (rc < 0)
+		return rc;
+	path_of(z, path, sizeof(path), "/logs/%" PRIu64 "/backups/%s", log_id, name);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		char dir[PATH_MAX_ZK];
+
+		zrc = zoo_create(z->zh, path, data, n, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		if (zrc != ZNONODE)
+			break;
+		/* The log's folders first (a log opened before the record existed, or a folder
+		 * deleted by hand). */
+		path_of(z, dir, sizeof(dir), "/logs/%" PRIu64, log_id);
+		rc = create_persistent(z, dir);
+		path_of(z, dir, sizeof(dir), "/logs/%" PRIu64 "/backups", log_id);
+		if (rc == 0)
+			rc = create_persistent(z, dir);
+		if (rc < 0)
+			break;
+	}
+	if (rc == 0 && zrc != ZOK && zrc != ZNODEEXISTS) {
+		tw__coord_err(c, "zk://%s: record %s: %s", c->url.hosts, path, zerror(zrc));
+		rc = zrc_errno(zrc);
+	}
+	if (rc == 0) {
+		size_t k = z->n_noted++ % MAX_NOTED;
+
+		z->noted[k].log = log_id;
+		snprintf(z->noted[k].name, sizeof(z->noted[k].name), "%s", name);
+	}
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int zk_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
+			  size_t *n_out)
+{
+	struct zk *z = c->impl;
+	struct String_vector kids = { 0, NULL };
+	char dir[PATH_MAX_ZK];
+	size_t k = 0;
+	int zrc, rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	path_of(z, dir, sizeof(dir), "/logs/%" PRIu64 "/backups", log_id);
+	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	if (zrc == ZNONODE) {
+		struct Stat st;
+
+		path_of(z, dir, sizeof(dir), "/logs/%" PRIu64, log_id);
+		zrc = zoo_exists(z->zh, dir, 0, &st);
+		pthread_mutex_unlock(&z->op_mu);
+		if (zrc == ZOK)
+			return 0; /* a log from before the record: nothing recorded */
+		if (zrc == ZNONODE)
+			tw__coord_err(c, "the coordinator knows no log %" PRIu64, log_id);
+		else
+			tw__coord_err(c, "zk://%s: exists %s: %s", c->url.hosts, dir, zerror(zrc));
+		return zrc_errno(zrc);
+	}
+	if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
+		pthread_mutex_unlock(&z->op_mu);
+		return zrc_errno(zrc);
+	}
+	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
+	if (!*out) {
+		deallocate_String_vector(&kids);
+		pthread_mutex_unlock(&z->op_mu);
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < kids.count && rc == 0; i++) {
+		char path[PATH_MAX_ZK], data[1024], err[256];
+		int len = (int)sizeof(data);
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, kids.data[i]) >= sizeof(path))
+			continue;
+		zrc = zoo_get(z->zh, path, 0, data, &len, NULL);
+		if (zrc == ZNONODE)
+			continue;
+		if (zrc != ZOK) {
+			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, path, zerror(zrc));
+			rc = zrc_errno(zrc);
+			break;
+		}
+		if (tw_coord_backup_decode(data, len > 0 ? (size_t)len : 0, &(*out)[k], err,
+					   sizeof(err)) < 0) {
+			tw_log_warn("coord: skipping %s: %s", path, err);
+			continue;
+		}
+		snprintf((*out)[k].name, sizeof((*out)[k].name), "%s", kids.data[i]);
+		k++;
+	}
+	deallocate_String_vector(&kids);
+	pthread_mutex_unlock(&z->op_mu);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+		return rc;
+	}
+	*n_out = k;
+	return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int zk_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
+{
+	struct zk *z = c->impl;
+	struct String_vector kids = { 0, NULL };
+	char dir[PATH_MAX_ZK];
+	size_t k = 0;
+	int zrc, rc = op_begin(z);
+
+	if (rc < 0)
+		return rc;
+	path_of(z, dir, sizeof(dir), "/logs");
+	zrc = zoo_get_children(z->zh, dir, 0, &kids);
+	pthread_mutex_unlock(&z->op_mu);
+	if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
+		return zrc_errno(zrc);
+	}
+	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
+	if (!*out) {
+		deallocate_String_vector(&kids);
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < kids.count; i++)
+		if (parse_epoch(kids.data[i], (int)strlen(kids.data[i]), &(*out)[k]) == 0)
+			k++; /* decimal log ids; anything else is not ours */
+	deallocate_String_vector(&kids);
+	qsort(*out, k, sizeof(**out), cmp_id);
+	*n_out = k;
+	return 0;
+}
+
 const struct tw_coord_ops tw__coord_zk_ops = {
 	.scheme = "zk",
 	.open = zk_open,
@@ -803,4 +1185,11 @@ const struct tw_coord_ops tw__coord_zk_ops = {
 	.log_info = zk_info,
 	.owns = zk_owns,
 	.expire_session = zk_expire,
+	.wait_owner_gone = zk_wait_owner_gone,
+	.log_add_backup = zk_log_add_backup,
+	.log_backups = zk_log_backups,
+	.list_logs = zk_list_logs,
+	.backups_changed = zk_backups_changed,
+	.watch_backups = zk_watch_backups,
+	.wait_backups_changed = zk_wait_backups_changed,
 };

@@ -660,10 +660,12 @@ static int check_config(const struct tw_primary_config *cfg, char *msg, size_t l
 }
 
 /* Open as owner (epoch cfg->epoch, `incarnation`), first segment `start`. creating: a plain
- * open of a new log (probe every backup, create_log on segment 0). */
-static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation,
-			   uint32_t start, bool creating, struct tw_primary **out,
-			   char *errmsg_out, size_t errmsg_len)
+ * open of a new log (probe every backup, create_log on segment 0). coord (may be NULL): the
+ * coordinator handle the primary keeps (primary_coord.c), set before the first segment opens;
+ * on failure it is not closed (the caller's). */
+int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, uint32_t start,
+		    bool creating, struct tw_coord *coord, struct tw_primary **out,
+		    char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_primary *p;
 	char msg[512];
@@ -685,6 +687,7 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 	if (!p)
 		return -ENOMEM;
 	p->cfg = *cfg;
+	p->coord = coord;
 	p->r = cfg->replicas;
 	p->threaded = cfg->mode == TW_PRIMARY_ASYNC;
 	p->incarnation = incarnation;
@@ -704,7 +707,8 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		pthread_mutexattr_destroy(&ma);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
-	p->bk = calloc(cfg->n_backups, sizeof(*p->bk));
+	p->bk_cap = cfg->n_backups + (coord ? PCOORD_EXTRA : 0);
+	p->bk = calloc(p->bk_cap, sizeof(*p->bk));
 	p->nslots = cfg->max_inflight;
 	p->slots = calloc(p->nslots, sizeof(*p->slots));
 	p->pops = calloc((size_t)p->nslots * p->r, sizeof(*p->pops));
@@ -718,6 +722,7 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		p->prov_copy = strdup(cfg->provider);
 	if (!p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
 	    (cfg->provider && !p->prov_copy)) {
+		p->coord = NULL;
 		primary_free(p);
 		set_errmsg(errmsg_out, errmsg_len, "out of memory");
 		return -ENOMEM;
@@ -795,6 +800,7 @@ static int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarna
 		tw__log(rc == -TW_EEXIST ? TW_LOG_INFO : TW_LOG_ERROR, "primary: open log %llu "
 		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
+		p->coord = NULL;
 		primary_free(p);
 		return rc;
 	}
@@ -814,7 +820,8 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	}
 	if (cfg && cfg->coordinator && cfg->coordinator[0])
 		return pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
-	return primary_open_as(cfg, tw__new_incarnation(), 0, true, out, errmsg_out, errmsg_len);
+	return primary_open_as(cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+			       errmsg_len);
 }
 
 int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
@@ -864,7 +871,7 @@ int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn
 	}
 	pc = *cfg;
 	pc.epoch = res->epoch;
-	rc = primary_open_as(&pc, inc, (uint32_t)next, false, out, errmsg_out, errmsg_len);
+	rc = primary_open_as(&pc, inc, (uint32_t)next, false, NULL, out, errmsg_out, errmsg_len);
 	if (rc == 0)
 		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
 			    "continuing at segment %llu", (unsigned long long)cfg->log_id,

@@ -3,7 +3,9 @@
  * docs/coordination.md): backups and their zones from the live registrations, the epoch from the
  * coordinator (one place, atomically), the log's owner node held until tw_primary_close; and the
  * zone rule of replica placement (no two replicas of a segment in one zone), used by the segment
- * opens (primary_ctl.c) and the spare choice (primary_rerep.c).
+ * opens (primary_ctl.c) and the spare choice (primary_rerep.c); the per-log record of the
+ * backups asked to hold its segments (pcoord_note, before each open), from which a takeover's
+ * recovery takes its backups; and the standby (tailwind/standby.h).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -12,8 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <tailwind/standby.h>
+
 #include "coord/coord.h"
 #include "core/util.h"
+#include "recovery/recover_int.h"
 #include "replica/primary_int.h"
 
 static bool same_zone(const struct pbackup *a, const struct pbackup *b)
@@ -74,110 +79,401 @@ static unsigned count_zones(const struct tw_coord_backup *v, size_t n, bool *any
 	return z;
 }
 
-int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
-		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
-		char *errmsg_out, size_t errmsg_len)
+static const char *provider_of(const struct tw_primary_config *cfg)
+{
+	const char *prov = cfg->provider ? cfg->provider : getenv("FI_PROVIDER");
+
+	return prov && prov[0] ? prov : "tcp";
+}
+
+int pcoord_note(struct tw_primary *p, unsigned bi)
+{
+	struct pbackup *b = &p->bk[bi];
+	struct tw_coord_backup r;
+	int rc;
+
+	if (!p->coord)
+		return 0;
+	memset(&r, 0, sizeof(r));
+	snprintf(r.addr, sizeof(r.addr), "%s", b->addr);
+	snprintf(r.provider, sizeof(r.provider), "%s", provider_of(&p->cfg));
+	snprintf(r.zone, sizeof(r.zone), "%s", b->zone);
+	rc = tw_coord_log_add_backup(p->coord, p->cfg.log_id, &r);
+	if (rc < 0) {
+		/* Unrecorded, a copy there would be missed by a recovery through the
+		 * coordinator: such a backup is not used. */
+		snprintf(b->why, sizeof(b->why), "not recorded for the log at the coordinator: %s",
+			 tw_coord_errmsg(p->coord));
+		tw_log_warn("primary: log %llu: backup %s %s", (unsigned long long)p->cfg.log_id,
+			    b->addr, b->why);
+	}
+	return rc;
+}
+
+void pcoord_refresh(struct tw_primary *p)
+{
+	struct tw_coord_backup *v = NULL;
+	const char *prov = provider_of(&p->cfg);
+	size_t n = 0;
+
+	if (!p->coord || tw_coord_kind(p->coord) != TW_COORD_ZK ||
+	    !tw_coord_backups_changed(p->coord))
+		return;
+	if (tw_coord_watch_backups(p->coord, &v, &n) < 0) {
+		tw_log_warn("primary: log %llu: cannot read the registry (%s): choosing the spare "
+			    "among the backups known so far", (unsigned long long)p->cfg.log_id,
+			    tw_coord_errmsg(p->coord));
+		return;
+	}
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+		bool here = false;
+
+		for (size_t j = 0; j < n && !here; j++)
+			here = !strcmp(v[j].addr, b->addr) && !strcmp(v[j].provider, prov);
+		if (here != !b->unregistered)
+			tw_log_info("primary: log %llu: backup %s %s", (unsigned long long)
+				    p->cfg.log_id, b->addr, here ? "registered again" :
+				    "no longer registered: not a spare");
+		b->unregistered = !here;
+	}
+	for (size_t j = 0; j < n && p->nbk < p->bk_cap; j++) {
+		struct pbackup *b;
+		bool known = false;
+
+		if (strcmp(v[j].provider, prov) ||
+		    (v[j].buffer_size && v[j].buffer_size < p->cfg.segment_size))
+			continue;
+		for (size_t i = 0; i < p->nbk && !known; i++)
+			known = !strcmp(p->bk[i].addr, v[j].addr);
+		if (known)
+			continue;
+		b = &p->bk[p->nbk];
+		memset(b, 0, sizeof(*b));
+		b->p = p;
+		b->idx = (unsigned)p->nbk;
+		snprintf(b->addr, sizeof(b->addr), "%s", v[j].addr);
+		snprintf(b->zone, sizeof(b->zone), "%s", v[j].zone);
+		if (pctl_reconnect(p, b) < 0) {
+			b->lost = true;
+			b->dead = true;
+			tw_log_warn("primary: log %llu: newly registered backup %s: %s",
+				    (unsigned long long)p->cfg.log_id, b->addr, b->why);
+		} else {
+			tw_log_info("primary: log %llu: backup %s (zone %s) registered since the "
+				    "open: a spare candidate now", (unsigned long long)p->cfg.log_id,
+				    b->addr, b->zone[0] ? b->zone : "-");
+		}
+		p->nbk++;
+	}
+	free(v);
+}
+
+/* The registrations of provider `prov`, in placement order, as parallel address and zone
+ * arrays pointing into *v. 0, or -TW_ENOBACKUP / an error with errmsg set. */
+static int live_backups(struct tw_coord *c, const struct tw_primary_config *cfg, const char *prov,
+			struct tw_coord_backup **v, const char ***addrs, const char ***zones,
+			size_t *k_out, char *errmsg_out, size_t errmsg_len)
+{
+	size_t n = 0, k = 0, other_prov = 0;
+	unsigned r = cfg->replicas ? cfg->replicas : 3;
+	bool any_empty;
+	unsigned nz;
+	/* With the watch armed: a spare choice later re-lists only if the registry changed. */
+	int rc = tw_coord_watch_backups(c, v, &n);
+
+	if (rc < 0) {
+		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
+		     tw_coord_errmsg(c));
+		return rc;
+	}
+	*addrs = calloc(n ? n : 1, sizeof(**addrs));
+	*zones = calloc(n ? n : 1, sizeof(**zones));
+	if (!*addrs || !*zones)
+		return -ENOMEM;
+	/* v is in tw_coord_backup_sort order: zones interleaved, most free first. */
+	for (size_t i = 0; i < n; i++) {
+		struct tw_coord_backup *b = &(*v)[i];
+
+		if (b->provider[0] && strcmp(b->provider, prov)) { /* static: none */
+			other_prov++;
+			continue;
+		}
+		if (cfg->segment_size && b->buffer_size && b->buffer_size < cfg->segment_size)
+			tw_log_warn("primary: registered backup %s has %llu-byte buffers, below the "
+				    "segment size: it will not be used", b->addr,
+				    (unsigned long long)b->buffer_size);
+		(*addrs)[k] = b->addr;
+		(*zones)[k++] = b->zone;
+	}
+	*k_out = k;
+	nz = count_zones(*v, n, &any_empty);
+	if (k < r) {
+		errf(errmsg_out, errmsg_len,
+		     "log %llu: %zu backups registered at %s for provider %s (%zu more for other "
+		     "providers), need %u: start more twd's with --coordinator",
+		     (unsigned long long)cfg->log_id, k, cfg->coordinator, prov, other_prov, r);
+		return -TW_ENOBACKUP;
+	}
+	if (nz && !any_empty && nz < r) {
+		errf(errmsg_out, errmsg_len,
+		     "log %llu: the registered backups are in %u zones, but %u replicas must be in "
+		     "%u different zones: register backups in more zones (twd --zone)",
+		     (unsigned long long)cfg->log_id, nz, r, r);
+		return -TW_ENOBACKUP;
+	}
+	return 0;
+}
+
+enum pcoord_mode { PC_OPEN, PC_TAKEOVER, PC_STANDBY };
+
+/*
+ * Fence + recover (tw__recover_as) on the backups recorded for the log (or `live` when there is
+ * no record), then open as that owner after the recovered tail with the primary's candidates
+ * in *pc; the primary keeps `c` on success.
+ */
+static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config *pc,
+			     const char *prov, tw_recover_entry_fn on_entry, void *arg,
+			     struct tw_recover_result *res, struct tw_standby_result *st,
+			     struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+{
+	struct tw_coord_backup *rec = NULL;
+	const char **raddrs = NULL;
+	size_t nrec = 0, k = 0;
+	struct tw_recover_config rc_cfg;
+	uint64_t inc = tw__new_incarnation(), next = 0, t0;
+	int rc = tw_coord_log_backups(c, pc->log_id, &rec, &nrec);
+
+	if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
+		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)pc->log_id,
+		     tw_coord_errmsg(c));
+		return rc;
+	}
+	raddrs = calloc(nrec ? nrec : 1, sizeof(*raddrs));
+	if (!raddrs) {
+		free(rec);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nrec && k < TW_RECOVER_MAX_BACKUPS; i++)
+		if (!strcmp(rec[i].provider, prov))
+			raddrs[k++] = rec[i].addr;
+	tw_recover_config_init(&rc_cfg);
+	rc_cfg.log_id = pc->log_id;
+	if (k) {
+		rc_cfg.backups = raddrs;
+		rc_cfg.n_backups = k;
+	} else {
+		/* No record (a log from before it, or one with no segment yet): every
+		 * candidate. */
+		rc_cfg.backups = pc->backups;
+		rc_cfg.n_backups = pc->n_backups < TW_RECOVER_MAX_BACKUPS ? pc->n_backups
+									   : TW_RECOVER_MAX_BACKUPS;
+	}
+	tw_log_info("primary: log %llu: recovering from %zu %s backups", (unsigned long long)
+		    pc->log_id, rc_cfg.n_backups, k ? "recorded" : "registered (no record)");
+	rc_cfg.provider = pc->provider;
+	rc_cfg.epoch = pc->epoch;
+	rc_cfg.busy_poll = pc->busy_poll;
+	rc_cfg.key_file = pc->key_file;
+	if (pc->connect_timeout_ms)
+		rc_cfg.connect_timeout_ms = pc->connect_timeout_ms;
+	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
+	free(raddrs);
+	free(rec);
+	if (st) {
+		st->connect_ns = res->phase_ns[TW_RECOVER_PHASE_CONNECT];
+		st->fence_ns = res->phase_ns[TW_RECOVER_PHASE_FENCE];
+		st->recover_ns = res->phase_ns[TW_RECOVER_PHASE_LIST] +
+				 res->phase_ns[TW_RECOVER_PHASE_FETCH] +
+				 res->phase_ns[TW_RECOVER_PHASE_RECORD];
+	}
+	if (rc < 0)
+		return rc;
+	if (next > UINT32_MAX - 1) {
+		errf(errmsg_out, errmsg_len, "log %llu has used every segment id",
+		     (unsigned long long)pc->log_id);
+		return -ERANGE;
+	}
+	{
+		struct tw_primary_config oc = *pc;
+
+		oc.epoch = res->epoch;
+		t0 = tw_now_ns();
+		rc = primary_open_as(&oc, inc, (uint32_t)next, false, c, out, errmsg_out,
+				     errmsg_len);
+		if (st)
+			st->open_ns = tw_now_ns() - t0;
+	}
+	if (rc == 0)
+		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
+			    "continuing at segment %llu", (unsigned long long)pc->log_id,
+			    (unsigned long long)res->epoch, (unsigned long long)res->entries,
+			    (unsigned long long)next);
+	return rc;
+}
+
+static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode,
+		      const struct tw_standby_config *sc, tw_recover_entry_fn on_entry, void *arg,
+		      struct tw_recover_result *res_out, struct tw_standby_result *st,
+		      struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_primary_config pc = *cfg;
+	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct tw_coord *c = NULL;
 	struct tw_coord_backup *v = NULL;
 	const char **addrs = NULL, **zones = NULL;
-	const char *prov = cfg->provider ? cfg->provider : getenv("FI_PROVIDER");
+	const char *prov = provider_of(cfg);
 	char msg[1024], owner[256], host[128] = "?";
-	size_t n = 0, k = 0, other_prov = 0;
-	uint64_t epoch = 0;
+	uint64_t epoch = 0, t_start = tw_now_ns(), t_gone = t_start, t0;
+	unsigned wait_ms = sc ? sc->wait_ms : 0;
+	size_t k = 0;
 	int rc;
 
 	*out = NULL;
-	if (!prov || !prov[0])
-		prov = "tcp";
+	memset(res, 0, sizeof(*res));
 	rc = tw_coord_open(cfg->coordinator, cfg->connect_timeout_ms, &c, msg, sizeof(msg));
 	if (rc < 0) {
 		errf(errmsg_out, errmsg_len, "log %llu: coordinator: %s",
 		     (unsigned long long)cfg->log_id, msg);
 		return rc;
 	}
+	if (mode == PC_STANDBY && tw_coord_kind(c) != TW_COORD_ZK) {
+		errf(errmsg_out, errmsg_len, "log %llu: a standby needs a zk:// coordinator (%s "
+		     "keeps no owners to watch)", (unsigned long long)cfg->log_id,
+		     cfg->coordinator);
+		rc = -EINVAL;
+		goto out;
+	}
+	gethostname(host, sizeof(host) - 1);
+	snprintf(owner, sizeof(owner), "host=%s pid=%ld", host, (long)getpid());
+	if (mode == PC_STANDBY) {
+		/* Watch the owner node; when it goes, claim the log (only if no other standby
+		 * claimed it first: no replace), else watch the winner's node. */
+		for (;;) {
+			uint64_t left = 0, gone_rt = 0;
+			bool watched = false;
+
+			if (wait_ms) {
+				uint64_t spent = (tw_now_ns() - t_start) / 1000000u;
+
+				if (spent >= wait_ms) {
+					rc = -ETIMEDOUT;
+					errf(errmsg_out, errmsg_len, "log %llu: still owned after %u ms",
+					     (unsigned long long)cfg->log_id, wait_ms);
+					goto out;
+				}
+				left = wait_ms - spent;
+			}
+			rc = tw_coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
+						      sc ? sc->on_wait : NULL,
+						      sc ? sc->wait_arg : NULL, &watched, &gone_rt);
+			if (rc < 0) {
+				errf(errmsg_out, errmsg_len, "log %llu: %s",
+				     (unsigned long long)cfg->log_id, tw_coord_errmsg(c));
+				goto out;
+			}
+			t_gone = tw_now_ns();
+			if (st) {
+				st->watched |= watched;
+				st->gone_realtime_ns = gone_rt;
+				st->wait_ns = t_gone - t_start;
+			}
+			rc = tw_coord_take_log(c, cfg->log_id, cfg->epoch, owner, false, &epoch);
+			if (rc == -TW_EFENCED) {
+				tw_log_info("primary: log %llu: another standby took it first (%s): "
+					    "watching its owner node", (unsigned long long)
+					    cfg->log_id, tw_coord_errmsg(c));
+				if (st)
+					st->lost_races++;
+				continue;
+			}
+			if (rc < 0) {
+				errf(errmsg_out, errmsg_len, "log %llu: %s",
+				     (unsigned long long)cfg->log_id, tw_coord_errmsg(c));
+				goto out;
+			}
+			break;
+		}
+		if (st)
+			st->claim_ns = tw_now_ns() - t_gone;
+	}
 	if (cfg->n_backups) {
 		/* The caller chose the backups; the coordinator gives the epoch and ownership. */
 		pc.backups = cfg->backups;
 		pc.zones = cfg->zones;
 	} else {
-		rc = tw_coord_list_backups(c, &v, &n);
-		if (rc < 0) {
-			errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
-			     tw_coord_errmsg(c));
+		rc = live_backups(c, cfg, prov, &v, &addrs, &zones, &k, errmsg_out, errmsg_len);
+		if (rc < 0)
 			goto out;
-		}
-		addrs = calloc(n ? n : 1, sizeof(*addrs));
-		zones = calloc(n ? n : 1, sizeof(*zones));
-		if (!addrs || !zones) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		/* v is in tw_coord_backup_sort order: zones interleaved, most free first. */
-		for (size_t i = 0; i < n; i++) {
-			if (v[i].provider[0] && strcmp(v[i].provider, prov)) { /* static: none */
-				other_prov++;
-				continue;
-			}
-			if (cfg->segment_size && v[i].buffer_size && v[i].buffer_size < cfg->segment_size)
-				tw_log_warn("primary: registered backup %s has %llu-byte buffers, below "
-					    "the segment size: it will not be used", v[i].addr,
-					    (unsigned long long)v[i].buffer_size);
-			addrs[k] = v[i].addr;
-			zones[k++] = v[i].zone;
-		}
-		{
-			unsigned r = cfg->replicas ? cfg->replicas : 3;
-			bool any_empty;
-			unsigned nz = count_zones(v, n, &any_empty);
-
-			if (k < r) {
-				errf(errmsg_out, errmsg_len,
-				     "log %llu: %zu backups registered at %s for provider %s (%zu "
-				     "more for other providers), need %u: start more twd's with "
-				     "--coordinator", (unsigned long long)cfg->log_id, k,
-				     cfg->coordinator, prov, other_prov, r);
-				rc = -TW_ENOBACKUP;
-				goto out;
-			}
-			if (nz && !any_empty && nz < r) {
-				errf(errmsg_out, errmsg_len,
-				     "log %llu: the registered backups are in %u zones, but %u replicas "
-				     "must be in %u different zones: register backups in more zones "
-				     "(twd --zone)", (unsigned long long)cfg->log_id, nz, r, r);
-				rc = -TW_ENOBACKUP;
-				goto out;
-			}
-		}
 		pc.backups = addrs;
 		pc.zones = zones;
 		pc.n_backups = k;
 	}
-	gethostname(host, sizeof(host) - 1);
-	snprintf(owner, sizeof(owner), "host=%s pid=%ld", host, (long)getpid());
-	rc = tw_coord_take_log(c, cfg->log_id, cfg->epoch, owner, takeover, &epoch);
-	if (rc < 0) {
-		if (rc == -TW_EFENCED && !takeover)
-			rc = -TW_EEXIST; /* a live owner: the log exists; take it over */
-		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
-		     tw_coord_errmsg(c));
-		goto out;
+	if (mode != PC_STANDBY) {
+		t0 = tw_now_ns();
+		rc = tw_coord_take_log(c, cfg->log_id, cfg->epoch, owner, mode == PC_TAKEOVER,
+				       &epoch);
+		if (rc < 0) {
+			if (rc == -TW_EFENCED && mode == PC_OPEN)
+				rc = -TW_EEXIST; /* a live owner: the log exists; take it over */
+			errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
+			     tw_coord_errmsg(c));
+			goto out;
+		}
+		if (st)
+			st->claim_ns = tw_now_ns() - t0;
 	}
 	tw_log_info("primary: log %llu: epoch %llu from %s, %zu backups", (unsigned long long)
 		    cfg->log_id, (unsigned long long)epoch, cfg->coordinator, pc.n_backups);
 	pc.coordinator = NULL;
 	pc.epoch = epoch;
-	rc = takeover ? tw_primary_takeover(&pc, on_entry, arg, res_out, out, errmsg_out, errmsg_len)
-		      : tw_primary_open(&pc, out, errmsg_out, errmsg_len);
+	if (mode == PC_OPEN)
+		rc = primary_open_as(&pc, tw__new_incarnation(), 0, true, c, out, errmsg_out,
+				     errmsg_len);
+	else
+		rc = takeover_recorded(c, &pc, prov, on_entry, arg, res, st, out, errmsg_out,
+				       errmsg_len);
 	if (rc == 0) {
-		(*out)->coord = c; /* released by tw_primary_close, after the last write */
-		c = NULL;
+		c = NULL; /* (*out)->coord: released by tw_primary_close, after the last write */
+		if (st) {
+			st->epoch = epoch;
+			st->takeover_ns = tw_now_ns() - t_gone;
+		}
 	}
 out:
 	free(addrs);
 	free(zones);
 	free(v);
-	tw_coord_close(c);
+	tw_coord_close(c); /* a failed takeover releases its claim: the next standby tries */
 	return rc;
+}
+
+int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
+		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
+		char *errmsg_out, size_t errmsg_len)
+{
+	return pcoord_run(cfg, takeover ? PC_TAKEOVER : PC_OPEN, NULL, on_entry, arg, res_out,
+			  NULL, out, errmsg_out, errmsg_len);
+}
+
+int tw_primary_standby(const struct tw_primary_config *cfg, const struct tw_standby_config *sc,
+		       tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
+		       struct tw_standby_result *st_out, struct tw_primary **out, char *errmsg_out,
+		       size_t errmsg_len)
+{
+	if (st_out)
+		memset(st_out, 0, sizeof(*st_out));
+	if (!cfg || !out || !cfg->coordinator || !cfg->coordinator[0]) {
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "%s", !cfg || !out ? "invalid argument" :
+				 "a standby needs cfg.coordinator (zk://HOST:PORT[/chroot])");
+		return -EINVAL;
+	}
+	if (cfg->epoch > TW_EPOCH_MAX) {
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
+		return -EINVAL;
+	}
+	return pcoord_run(cfg, PC_STANDBY, sc, on_entry, arg, res_out, st_out, out, errmsg_out,
+			  errmsg_len);
 }

@@ -391,6 +391,8 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 				    !pzone_ok(p, seg, bi, calls, n))
 					continue;
 				tried[bi] = true;
+				if (pcoord_note(p, bi) < 0)
+					continue; /* not recorded for the log: not used */
 				tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
 				req.body.open_segment.create_log = p->creating;
 				req.body.open_segment.chain_seed = seg->seed;
@@ -524,7 +526,8 @@ void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 		struct pbackup *b = &p->bk[(seg->id + k) % p->nbk];
 
 		if (!usable(p, b) || !pzone_ok(p, seg, (unsigned)((seg->id + k) % p->nbk),
-					       p->next_calls, p->next_n))
+					       p->next_calls, p->next_n) ||
+		    pcoord_note(p, (unsigned)((seg->id + k) % p->nbk)) < 0)
 			continue;
 		tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
 		req.body.open_segment.chain_seed = seg->seed;

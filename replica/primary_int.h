@@ -43,6 +43,7 @@ struct pbackup {
 	uint64_t buffer_size; /* from the handshake */
 	char why[320];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
+	bool unregistered;    /* gone from the coordinator's registry: not chosen as a spare */
 };
 
 /* One segment of the log, in the primary's registered memory. */
@@ -113,6 +114,8 @@ struct tw_primary {
 	struct tw_auth_key *key; /* cluster key (NULL: no authentication) */
 	struct pbackup *bk;
 	size_t nbk;
+	size_t bk_cap;  /* room in bk[] (never moved): backups registered after the open are
+			 * added as spares by pcoord_refresh (driver thread) */
 
 	/* Owner (docs/recovery.md): cfg.epoch (resolved at open) and this incarnation. */
 	uint64_t incarnation;
@@ -244,7 +247,20 @@ bool primary_is_replica(struct tw_primary *p, unsigned b);
  *   all: every one now. */
 void pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 
-/* primary_coord.c: open or take over through cfg->coordinator; zone placement. */
+/* primary.c: open as owner (incarnation, first segment `start`); coord kept by the primary
+ * (not closed on failure). */
+int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, uint32_t start,
+		    bool creating, struct tw_coord *coord, struct tw_primary **out,
+		    char *errmsg_out, size_t errmsg_len);
+/* primary_coord.c: open or take over through cfg->coordinator; zone placement; the per-log
+ * record of backups: pcoord_note(p, bi) records backup bi for the log before a segment is
+ * opened on it (0, or an error: do not use that backup; p->bk[bi].why says why). */
+int pcoord_note(struct tw_primary *p, unsigned bi);
+/* Before a spare is chosen (driver thread): if the registry changed since the last look (a
+ * ZooKeeper child watch), mark the candidates that are no longer registered and add (connect,
+ * handshake) the backups registered since, up to PCOORD_EXTRA of them. */
+#define PCOORD_EXTRA 16u
+void pcoord_refresh(struct tw_primary *p);
 int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len);

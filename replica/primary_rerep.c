@@ -56,7 +56,8 @@ static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned bi)
 {
 	struct pbackup *b = &p->bk[bi];
 
-	return b->ch && b->rpc && !b->lost && !tw_chan_is_lost(b->ch) && !holds(s, bi) &&
+	return b->ch && b->rpc && !b->lost && !b->unregistered && !tw_chan_is_lost(b->ch) &&
+	       !holds(s, bi) &&
 	       (!b->buffer_size || b->buffer_size >= s->cap) && pzone_ok(p, s, bi, NULL, 0);
 }
 
@@ -126,6 +127,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 	};
 	unsigned delay = 5;
 
+	pcoord_refresh(p); /* spares from the live registry (a no-op without a coordinator) */
 	for (;;) {
 		bool refused = false;
 
@@ -135,7 +137,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			struct tw_rkey rk;
 			int rc;
 
-			if (!spare_ok(p, s, bi))
+			if (!spare_ok(p, s, bi) || pcoord_note(p, bi) < 0)
 				continue;
 			PSTAT_ADD(p, rpcs, 1);
 			PSTAT_ADD(p, rpc_open, 1);

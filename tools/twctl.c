@@ -69,6 +69,8 @@ static void usage_main(FILE *f)
 		"  inspect FILE    check a flushed segment file offline (no backup needed)\n"
 		"  ls-backups      backups registered at the coordinator (-c), zones, free buffers\n"
 		"  owner LOG       LOG's epoch and owner at the coordinator (-c)\n"
+		"  ls-logs         logs at the coordinator (-c): epoch, owner, backups used\n"
+		"  standby LOG     wait until LOG's owner is gone, take LOG over, append (-c)\n"
 		"\n"
 		"Options (before the command):\n"
 		"  -b, --backup ADDR     a backup's address as twd printed it (repeat; or set\n"
@@ -133,6 +135,13 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"every segment of it on every fenced backup. The backups keep only the\n"
 			"log's epoch, so an old primary stays fenced; the id can be created anew.\n"
 			"  -e, --epoch E     fence with this epoch (default automatic)\n");
+	else if (strcmp(cmd, "standby") == 0)
+		twctl_coord_standby_usage(f);
+	else if (strcmp(cmd, "ls-logs") == 0)
+		fprintf(f, "Usage: twctl -c URL ls-logs\n"
+			"Every log the coordinator knows: its last epoch, its owner (the live\n"
+			"primary's description, '-' when none) and the backups recorded for it\n"
+			"(every backup ever asked to hold a segment of it; recovery asks these).\n");
 	else if (strcmp(cmd, "inspect") == 0)
 		fprintf(f, "Usage: twctl inspect FILE [-e N]\n"
 			"Read a flushed segment file (twd's storage directory, *.twseg) offline:\n"
@@ -345,10 +354,12 @@ static void disconnect_all(void)
 	fab = NULL;
 }
 
-static int need_backups(void)
+/* log: the log the command is about (NULL: every log): with -c, its recorded backups. */
+static int need_backups(const uint64_t *log)
 {
 	if (g.nbk == 0 && g.coord &&
-	    twctl_coord_backups(g.coord, g.timeout_ms, g.provider, g.backups, &g.nbk, MAX_BK) < 0)
+	    twctl_coord_backups(g.coord, g.timeout_ms, g.provider, log, g.backups, &g.nbk,
+				MAX_BK) < 0)
 		return EXIT_FAIL;
 	if (g.nbk == 0) {
 		fprintf(stderr, "twctl: no backups given: use -b ADDR (repeat for each) or set "
@@ -406,7 +417,7 @@ static int cmd_ls(int argc, char **argv)
 		}
 		one = true;
 	}
-	if (need_backups())
+	if (need_backups(NULL))
 		return EXIT_USAGE;
 	up = connect_all();
 	if (g.json)
@@ -497,7 +508,7 @@ static int cmd_stat(int argc, char **argv)
 		fprintf(stderr, "twctl stat: no arguments expected (see twctl stat --help)\n");
 		return EXIT_USAGE;
 	}
-	if (need_backups())
+	if (need_backups(NULL))
 		return EXIT_USAGE;
 	connect_all();
 	if (g.json)
@@ -612,7 +623,7 @@ static int cmd_fence(int argc, char **argv)
 		fprintf(stderr, "twctl fence: expected exactly one LOG id (see twctl fence --help)\n");
 		return EXIT_USAGE;
 	}
-	if (need_backups())
+	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
 	if (g.coord && twctl_coord_epoch(g.coord, g.timeout_ms, "fence", &cfg) < 0)
@@ -714,7 +725,7 @@ static int cmd_recover(int argc, char **argv)
 		fprintf(stderr, "twctl recover: --json and -o - both want stdout\n");
 		return EXIT_USAGE;
 	}
-	if (need_backups())
+	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
 	    !S_ISREG(ost.st_mode)) {
@@ -868,7 +879,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		fprintf(stderr, "twctl free: give --below N (the first segment to keep)\n");
 		return EXIT_USAGE;
 	}
-	if (need_backups())
+	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
 	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0)
@@ -1194,7 +1205,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&
 	    strcmp(cmd, "recover") && strcmp(cmd, "inspect") && strcmp(cmd, "free") &&
-	    strcmp(cmd, "delete") && strcmp(cmd, "ls-backups") && strcmp(cmd, "owner")) {
+	    strcmp(cmd, "delete") && strcmp(cmd, "ls-backups") && strcmp(cmd, "owner") &&
+	    strcmp(cmd, "ls-logs") && strcmp(cmd, "standby")) {
 		fprintf(stderr, "twctl: unknown command '%s' (ls, stat, fence, recover, inspect; see "
 			"twctl --help)\n", cmd);
 		return EXIT_USAGE;
@@ -1202,6 +1214,20 @@ int main(int argc, char **argv)
 	if (want_help(argc, argv)) {
 		usage_cmd(stdout, cmd);
 		return EXIT_OK;
+	}
+	if (strcmp(cmd, "ls-logs") == 0 || strcmp(cmd, "standby") == 0) {
+		if (!g.coord) {
+			fprintf(stderr, "twctl %s: needs -c URL (the coordinator)\n", cmd);
+			return EXIT_USAGE;
+		}
+		if (cmd[0] == 's')
+			return twctl_coord_standby(g.coord, g.timeout_ms, g.provider, g.key_file,
+						   argc, argv);
+		if (argc != 1) {
+			fprintf(stderr, "twctl ls-logs: takes no argument\n");
+			return EXIT_USAGE;
+		}
+		return twctl_coord_ls_logs(g.coord, g.timeout_ms, g.json);
 	}
 	if (strcmp(cmd, "ls-backups") == 0 || strcmp(cmd, "owner") == 0) {
 		uint64_t log_id = 0;

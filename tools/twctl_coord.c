@@ -10,8 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <time.h>
+
 #include <tailwind/common.h>
+#include <tailwind/primary.h>
 #include <tailwind/recovery.h>
+#include <tailwind/standby.h>
 
 #include "coord/coord.h"
 
@@ -55,9 +60,10 @@ int twctl_coord_check(const char *url)
 }
 
 int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provider,
-			const char **backups, unsigned *n, unsigned max)
+			const uint64_t *log, const char **backups, unsigned *n, unsigned max)
 {
 	size_t nr = 0, other = 0;
+	bool recorded = false;
 
 	if (open_once(url, timeout_ms) < 0)
 		return -1;
@@ -65,7 +71,23 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 		provider = "tcp";
 	free(regs);
 	regs = NULL;
-	if (tw_coord_list_backups(coord, &regs, &nr) < 0) {
+	/* A log's own record first: the backups that were ever asked to hold a segment of it
+	 * (a backup that died since is still asked; one never used by the log is not). */
+	if (log) {
+		int rc = tw_coord_log_backups(coord, *log, &regs, &nr);
+
+		if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
+			fprintf(stderr, "twctl: %s\n", tw_coord_errmsg(coord));
+			return -1;
+		}
+		recorded = rc == 0 && nr > 0;
+		if (!recorded) {
+			free(regs);
+			regs = NULL;
+			nr = 0;
+		}
+	}
+	if (!recorded && tw_coord_list_backups(coord, &regs, &nr) < 0) {
 		fprintf(stderr, "twctl: %s\n", tw_coord_errmsg(coord));
 		return -1;
 	}
@@ -78,9 +100,9 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 		backups[(*n)++] = regs[i].addr;
 	}
 	if (*n == 0) {
-		fprintf(stderr, "twctl: no backup registered at %s for provider %s (%zu for other "
-			"providers): start twd --coordinator URL, or give -b ADDR\n", url, provider,
-			other);
+		fprintf(stderr, "twctl: no backup %s at %s for provider %s (%zu for other "
+			"providers): start twd --coordinator URL, or give -b ADDR\n",
+			recorded ? "recorded for the log" : "registered", url, provider, other);
 		return -1;
 	}
 	return 0;
@@ -177,4 +199,336 @@ int twctl_coord_owner(const char *url, unsigned timeout_ms, bool json, uint64_t 
 		printf("log %#" PRIx64 " epoch %" PRIu64 " owner %s\n", log_id, epoch,
 		       owner[0] ? owner : "(none)");
 	return 0;
+}
+
+/* JSON string body: escape '"', '\\' and control characters. */
+static void json_str(const char *s)
+{
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", (unsigned char)*s);
+		else
+			putchar(*s);
+}
+
+int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
+{
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int st = 0;
+
+	if (open_once(url, timeout_ms) < 0)
+		return 1;
+	if (tw_coord_list_logs(coord, &ids, &n) < 0) {
+		fprintf(stderr, "twctl ls-logs: %s\n", tw_coord_errmsg(coord));
+		return 1;
+	}
+	if (json)
+		printf("{\"logs\":[");
+	else
+		printf("%-20s %6s %-32s %s\n", "LOG", "EPOCH", "OWNER", "BACKUPS USED");
+	for (size_t i = 0; i < n; i++) {
+		struct tw_coord_backup *v = NULL;
+		size_t nb = 0;
+		char owner[512] = "", *o = owner;
+		uint64_t epoch = 0;
+
+		if (tw_coord_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
+		    tw_coord_log_backups(coord, ids[i], &v, &nb) < 0) {
+			fprintf(stderr, "twctl ls-logs: log %" PRIu64 ": %s\n", ids[i],
+				tw_coord_errmsg(coord));
+			st = 1;
+			continue;
+		}
+		/* "epoch=N owner=host=H pid=P": the description after "owner=". */
+		if (strstr(owner, "owner="))
+			o = strstr(owner, "owner=") + 6;
+		for (char *e = o + strlen(o); e > o && e[-1] == ' '; e--)
+			e[-1] = '\0';
+		if (json) {
+			printf("%s{\"log_id\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"owner\":\"", i ? ","
+			       : "", ids[i], epoch);
+			json_str(o);
+			printf("\",\"backups\":[");
+			for (size_t k = 0; k < nb; k++) {
+				printf("%s{\"address\":\"", k ? "," : "");
+				json_str(v[k].addr);
+				printf("\",\"provider\":\"");
+				json_str(v[k].provider);
+				printf("\",\"zone\":\"");
+				json_str(v[k].zone);
+				printf("\"}");
+			}
+			printf("]}");
+		} else {
+			printf("%#-20" PRIx64 " %6" PRIu64 " %-32s", ids[i], epoch, o[0] ? o : "-");
+			for (size_t k = 0; k < nb; k++)
+				printf("%s%s%s%s%s", k ? "," : " ", v[k].addr, v[k].zone[0] ? "(" : "",
+				       v[k].zone, v[k].zone[0] ? ")" : "");
+			printf("%s\n", nb ? "" : " -");
+		}
+		free(v);
+	}
+	if (json)
+		printf("]}\n");
+	free(ids);
+	return st;
+}
+
+/* ------------------------------------------------------------------ standby */
+
+static int parse_num(const char *s, uint64_t *out, bool suffix)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	x = strtoull(s, &end, 0);
+	if (errno || end == s)
+		return -1;
+	if (suffix && (*end == 'K' || *end == 'k'))
+		x <<= 10, end++;
+	else if (suffix && (*end == 'M' || *end == 'm'))
+		x <<= 20, end++;
+	if (*end)
+		return -1;
+	*out = x;
+	return 0;
+}
+
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The standby's watch is set on an owner node: say so (a script kills the owner after it). */
+static void print_watching(void *arg, const char *owner)
+{
+	printf("watching log %#" PRIx64 ": owner node %s\n", *(const uint64_t *)arg, owner);
+	fflush(stdout);
+}
+
+void twctl_coord_standby_usage(FILE *f)
+{
+	fprintf(f, "Usage: twctl -c URL standby LOG [--append N [--size BYTES] [--hold]] [options]\n"
+		"Stand by for LOG: wait (a ZooKeeper watch, no polling) until its owner node\n"
+		"is gone -- the owner closed the log, or died and its ZooKeeper session\n"
+		"expired (-t MS is our session timeout too) -- then take the log over: next\n"
+		"epoch and owner node from the coordinator (if several standbys wait, exactly\n"
+		"one wins; the others watch the winner), fence and recover on the backups\n"
+		"recorded for the log, open a new segment on registered backups. Prints\n"
+		"  watching log L: owner node epoch=N owner=...   (each time the watch is set)\n"
+		"  took-over log=... epoch=E watched=0|1 lost_races=N gone_realtime_ns=T\n"
+		"            claim_ms= connect_ms= fence_ms= recover_ms= entries= backups=\n"
+		"            open_ms= takeover_ms=   (backups: how many the recovery asked)\n"
+		"  first_append_ms=X         (once the first entry is acknowledged)\n"
+		"then appends, as the log's primary:\n"
+		"  (default)         each line of stdin is one entry (without its newline);\n"
+		"                    prints \"acked LSN\" (hex) per entry; closes at end of input\n"
+		"  -n, --append N    N generated entries of --size bytes: an 8-byte little-\n"
+		"                    endian sequence number (continuing after the recovered\n"
+		"                    entries) then that number's low byte repeated; prints\n"
+		"                    \"acked COUNT\" (entries in the log) per entry\n"
+		"  -s, --size BYTES  generated entry size (>= 8; default 64; K/M suffixes)\n"
+		"      --hold        after the N entries keep the log open (owner node held)\n"
+		"                    until SIGTERM or SIGINT, then close it cleanly\n"
+		"  -w, --wait MS     give up (exit 1) if still owned after MS (default: wait)\n"
+		"  -r, --replicas R  replicas per segment (default 3)\n"
+		"  -S, --segment-size BYTES  segment size (default 8M; the twd buffer size\n"
+		"                    or less)\n"
+		"Exit status 0 when the log was closed cleanly, 1 when the takeover or an\n"
+		"append failed: then \"append failed: [fenced: ]REASON\" on stdout (fenced:\n"
+		"a newer owner took the log over) and the detail on stderr.\n");
+}
+
+int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
+			const char *key_file, int argc, char **argv)
+{
+	struct tw_primary_config cfg;
+	struct tw_recover_result res;
+	struct tw_standby_result st;
+	struct tw_standby_config sc = { 0 };
+	struct tw_primary *p = NULL;
+	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0;
+	bool have_log = false, hold = false, generated = false;
+	char err[1024], owner[512] = "";
+	uint64_t epoch = 0, t0;
+	int rc, status = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		uint64_t *dst = NULL;
+		bool suffix = false;
+
+		if (!strcmp(a, "--hold")) {
+			hold = true;
+			continue;
+		}
+		if (!strcmp(a, "-n") || !strcmp(a, "--append"))
+			dst = &n_append, generated = true;
+		else if (!strcmp(a, "-s") || !strcmp(a, "--size"))
+			dst = &size, suffix = true;
+		else if (!strcmp(a, "-w") || !strcmp(a, "--wait"))
+			dst = &wait_ms;
+		else if (!strcmp(a, "-r") || !strcmp(a, "--replicas"))
+			dst = &replicas;
+		else if (!strcmp(a, "-S") || !strcmp(a, "--segment-size"))
+			dst = &seg, suffix = true;
+		else if (a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
+			fprintf(stderr, "twctl standby: unknown option '%s' (see twctl standby "
+				"--help)\n", a);
+			return 2;
+		} else if (!have_log && parse_num(a, &log_id, false) == 0) {
+			have_log = true;
+			continue;
+		} else {
+			fprintf(stderr, "twctl standby: '%s' is not a log id: expected one integer "
+				">= 0, decimal or 0x hex\n", a);
+			return 2;
+		}
+		if (!v || parse_num(v, dst, suffix) < 0) {
+			fprintf(stderr, "twctl standby: %s needs a number%s\n", a,
+				suffix ? " (K/M suffixes allowed)" : "");
+			return 2;
+		}
+		i++;
+	}
+	if (!have_log) {
+		fprintf(stderr, "twctl standby: expected a LOG id (see twctl standby --help)\n");
+		return 2;
+	}
+	if (size < 8 || size > (64u << 20) || replicas < 1 || replicas > TW_PRIMARY_MAX_REPLICAS ||
+	    wait_ms > 0xffffffffu || (hold && !generated)) {
+		fprintf(stderr, "twctl standby: %s\n", hold && !generated ?
+			"--hold goes with --append N" : size < 8 || size > (64u << 20) ?
+			"--size: 8 .. 64M bytes" : wait_ms > 0xffffffffu ? "--wait: too long" :
+			"--replicas: 1 .. 16");
+		return 2;
+	}
+	if (open_once(url, timeout_ms) < 0)
+		return 1;
+	if (tw_coord_log_info(coord, log_id, &epoch, owner, sizeof(owner)) < 0)
+		owner[0] = '\0'; /* a log the coordinator does not know yet: no owner */
+	printf("standby: log %#" PRIx64 ": %s%s\n", log_id, owner[0] ? "waiting for its owner "
+	       "to go: " : "no owner: taking it over now", owner);
+	fflush(stdout);
+	/* One ZooKeeper handle per process from here on: the primary's. (The C client's two
+	 * handles in one process share its static formatting buffers: ThreadSanitizer reports
+	 * the race inside libzookeeper_mt.) */
+	close_at_exit();
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = log_id;
+	cfg.coordinator = url;
+	cfg.provider = provider;
+	cfg.replicas = (unsigned)replicas;
+	if (seg)
+		cfg.segment_size = seg;
+	cfg.connect_timeout_ms = timeout_ms;
+	cfg.key_file = key_file;
+	/* The recovered entries are verified and counted (res.entries); twctl has no state to
+	 * rebuild from them. */
+	sc.wait_ms = (unsigned)wait_ms;
+	sc.on_wait = print_watching;
+	sc.wait_arg = &log_id;
+	rc = tw_primary_standby(&cfg, &sc, NULL, NULL, &res, &st, &p, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
+			err);
+		return 1;
+	}
+	printf("took-over log=%#" PRIx64 " epoch=%" PRIu64 " watched=%d lost_races=%u "
+	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
+	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f\n",
+	       log_id, st.epoch, st.watched, st.lost_races, st.gone_realtime_ns, ms(st.claim_ns),
+	       ms(st.connect_ns), ms(st.fence_ns), ms(st.recover_ns), res.entries, res.backups,
+	       ms(st.open_ns), ms(st.takeover_ns));
+	fflush(stdout);
+
+	if (generated) {
+		uint8_t *buf = malloc(size);
+
+		if (!buf) {
+			tw_primary_close(p);
+			return 1;
+		}
+		for (uint64_t i = 0; i < n_append; i++) {
+			uint64_t seq = res.entries + i;
+
+			memset(buf, (int)(seq & 0xff), size);
+			for (int b = 0; b < 8; b++)
+				buf[b] = (uint8_t)(seq >> (8 * b));
+			t0 = now_ns();
+			rc = tw_primary_append(p, buf, (uint32_t)size, NULL);
+			if (rc < 0)
+				break;
+			if (i == 0)
+				printf("first_append_ms=%.3f\n", ms(now_ns() - t0));
+			printf("acked %" PRIu64 "\n", seq + 1);
+			fflush(stdout);
+		}
+		free(buf);
+	} else {
+		char *line = NULL;
+		size_t cap = 0;
+		ssize_t len;
+		bool first = true;
+
+		while ((len = getline(&line, &cap, stdin)) > 0) {
+			uint64_t lsn = 0;
+
+			if (line[len - 1] == '\n')
+				line[--len] = '\0';
+			if (!len)
+				continue; /* an entry has at least one byte */
+			t0 = now_ns();
+			rc = tw_primary_append(p, line, (uint32_t)len, &lsn);
+			if (rc < 0)
+				break;
+			if (first)
+				printf("first_append_ms=%.3f\n", ms(now_ns() - t0));
+			first = false;
+			printf("acked %#" PRIx64 "\n", lsn);
+			fflush(stdout);
+		}
+		free(line);
+	}
+	if (rc < 0) {
+		/* On stdout too (after the acked lines): a script sees why the stream ended. */
+		printf("append failed: %s%s\n", rc == -TW_EFENCED ? "fenced: " : "", tw_strerror(rc));
+		fflush(stdout);
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": append: %s: %s\n", log_id,
+			tw_strerror(rc), tw_primary_errmsg(p));
+		status = 1;
+	} else if (hold) {
+		sigset_t set;
+		int sig = 0;
+
+		sigemptyset(&set);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGINT);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		printf("holding log %#" PRIx64 " (SIGTERM or SIGINT closes it)\n", log_id);
+		fflush(stdout);
+		sigwait(&set, &sig);
+	}
+	rc = tw_primary_close(p);
+	if (rc < 0 && !status) {
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": close: %s\n", log_id,
+			tw_strerror(rc));
+		status = 1;
+	}
+	return status;
 }

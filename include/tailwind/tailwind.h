@@ -9,5 +9,6 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
+#include <tailwind/standby.h>
 
 #endif /* TAILWIND_TAILWIND_H */

@@ -51,19 +51,6 @@ static int free_port(void)
 	return port;
 }
 
-static bool port_open(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	bool yes;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	yes = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
-	if (s >= 0)
-		close(s);
-	return yes;
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -92,7 +79,7 @@ static void stop_at_exit(void)
 		zkserver_stop(live);
 }
 
-void zkserver_start(struct zkserver *zk)
+void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url_host)
 {
 	static bool hooked;
 	char cfg[300], cmd[1024];
@@ -108,20 +95,22 @@ void zkserver_start(struct zkserver *zk)
 	live = zk;
 	for (int attempt = 0; attempt < 3; attempt++) {
 		double t0 = now_s();
-		char sh[] = "/bin/sh", dash_c[] = "-c";
+		char sh[] = "/bin/sh", dash_c[] = "-c", err[512];
 		char *argv[] = { sh, dash_c, cmd, NULL };
+		struct tw_coord *c;
+		int rc;
 
 		zk->port = free_port();
 		TAP_REQUIRE(zk->port > 0, "no free port: %s", strerror(errno));
-		snprintf(zk->hosts, sizeof(zk->hosts), "127.0.0.1:%d", zk->port);
+		snprintf(zk->hosts, sizeof(zk->hosts), "%s:%d", url_host, zk->port);
 		snprintf(zk->url, sizeof(zk->url), "zk://%s/tw-test", zk->hosts);
 		snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", zk->dir);
 		f = fopen(cfg, "w");
 		TAP_REQUIRE(f, "%s: %s", cfg, strerror(errno));
-		fprintf(f, "tickTime=500\ndataDir=%s/data\nclientPort=%d\nclientPortAddress=127.0.0.1\n"
+		fprintf(f, "tickTime=500\ndataDir=%s/data\nclientPort=%d\nclientPortAddress=%s\n"
 			"admin.enableServer=false\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
 			"maxClientCnxns=0\n",
-			zk->dir, zk->port);
+			zk->dir, zk->port, bind_ip);
 		fclose(f);
 		/* exec: the pid we hold is the JVM's. Small heap, quick JIT: tests are tiny.
 		 * setpriv --pdeathsig: the JVM dies with the test even when the test crashes
@@ -134,31 +123,29 @@ void zkserver_start(struct zkserver *zk)
 			 cfg, zk->dir);
 		zk->proc = proc_spawn_opts(argv, NULL, &(struct proc_opts){ .unlisted = true });
 		TAP_REQUIRE(zk->proc, "cannot start ZooKeeper: %s", strerror(errno));
-		/* Ready: a client session connects (after the port accepts, so that the client
-		 * logs no refused connections while the JVM starts). */
-		while (now_s() - t0 < 60 && proc_alive(zk->proc)) {
-			struct tw_coord *c;
-			char err[512];
-
-			if (!port_open(zk->port)) {
-				struct timespec ts = { 0, 20 * 1000 * 1000 };
-
-				nanosleep(&ts, NULL); /* polling the port, with a deadline */
-				continue;
-			}
-			if (tw_coord_open(zk->url, 1000, &c, err, sizeof(err)) == 0) {
-				tw_coord_close(c);
-				zk->start_s = now_s() - t0;
-				return;
-			}
+		/* Ready: a client session connects. The client retries by itself while the JVM
+		 * starts and we wait for its session event (no polling); its log, which would
+		 * show every refused connection meanwhile, is off for that time. */
+		tw__coord_client_quiet(true);
+		rc = tw_coord_open(zk->url, 30000, &c, err, sizeof(err));
+		tw__coord_client_quiet(false);
+		if (rc == 0) {
+			tw_coord_close(c);
+			zk->start_s = now_s() - t0;
+			return;
 		}
-		fprintf(stderr, "# ZooKeeper on port %d did not answer (attempt %d)\n", zk->port,
-			attempt + 1);
+		fprintf(stderr, "# ZooKeeper on port %d did not answer (attempt %d): %s\n", zk->port,
+			attempt + 1, err);
 		show_log(zk);
 		proc_free(zk->proc);
 		zk->proc = NULL;
 	}
 	TAP_FATAL("ZooKeeper did not start (log above)");
+}
+
+void zkserver_start(struct zkserver *zk)
+{
+	zkserver_start_on(zk, "127.0.0.1", "127.0.0.1");
 }
 
 void zkserver_stop(struct zkserver *zk)

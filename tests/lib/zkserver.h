@@ -22,7 +22,7 @@ struct zkserver {
 	struct proc *proc;
 	char dir[256];
 	char url[128];   /* zk://127.0.0.1:PORT/tw-test */
-	char hosts[64];  /* 127.0.0.1:PORT */
+	char hosts[64];  /* 127.0.0.1:PORT (or the url_host of zkserver_start_on) */
 	int port;
 	double start_s;  /* from spawn to the first client session */
 };
@@ -31,6 +31,9 @@ struct zkserver {
 bool zkserver_available(char *why, size_t len);
 /* Start; fails the test (TAP_FATAL) after 3 attempts (a port taken meanwhile) or 60 s. */
 void zkserver_start(struct zkserver *zk);
+/* The same, listening on bind_ip (e.g. "0.0.0.0"), zk.url naming url_host (an address of
+ * this host that the clients reach). */
+void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url_host);
 /* SIGTERM (then SIGKILL), reap, remove the directory. Again is a no-op. */
 void zkserver_stop(struct zkserver *zk);
 

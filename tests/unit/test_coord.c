@@ -2,11 +2,16 @@
  * tests/unit/test_coord.c — the coordinator's pure parts (coord/coord.c): URL parsing (good and
  * bad URLs, with their messages), the registration node's encoding (round trip, malformed nodes
  * each refused with a message naming the line), node names, and the replica order (zones
- * interleaved so that the first r of any rotation span r zones).
+ * interleaved so that the first r of any rotation span r zones); the static backend's answers
+ * to the phase-2 calls (no owners to wait for, no record, no log list, no registry changes) and
+ * tw_primary_standby's refusals without a zk:// coordinator.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <tailwind/standby.h>
 
 #include "coord/coord.h"
 #include "tap.h"
@@ -161,8 +166,57 @@ static void order(void)
 	ok(!strcmp(v[0].addr, "h:9"), "one entry: unchanged");
 }
 
+static void static_phase2(void)
+{
+	struct tw_coord *c = NULL;
+	struct tw_coord_backup b, *v = NULL;
+	uint64_t *ids = NULL, gone = 1;
+	size_t n = 9;
+	bool waited = true;
+	char err[256];
+
+	TAP_REQUIRE(tw_coord_open("static:h1:1,h2:2", 0, &c, err, sizeof(err)) == 0, "static");
+	is_int(tw_coord_wait_owner_gone(c, 7, 1000, NULL, NULL, &waited, &gone), 0,
+	       "static: no owner to wait for (returns at once)");
+	ok(!waited && gone == 0, "static: nothing was awaited");
+	memset(&b, 0, sizeof(b));
+	snprintf(b.addr, sizeof(b.addr), "h1:1");
+	snprintf(b.provider, sizeof(b.provider), "tcp");
+	is_int(tw_coord_log_add_backup(c, 7, &b), 0, "static: recording a backup is a no-op");
+	is_int(tw_coord_log_backups(c, 7, &v, &n), -ENOTSUP, "static: no record (%s)",
+	       tw_coord_errmsg(c));
+	ok(!v && n == 0, "static: an empty answer");
+	is_int(tw_coord_list_logs(c, &ids, &n), -ENOTSUP, "static: no log list");
+	is_int(tw_coord_watch_backups(c, &v, &n), 0, "static: the list through the watch call");
+	is_int(n, 2, "static: its two addresses");
+	free(v);
+	ok(!tw_coord_backups_changed(c) && !tw_coord_wait_backups_changed(c, 10),
+	   "static: the list never changes");
+	tw_coord_close(c);
+}
+
+static void standby_refusals(void)
+{
+	struct tw_primary_config cfg;
+	struct tw_standby_result st;
+	struct tw_primary *p = NULL;
+	char err[512] = "";
+
+	tw_primary_config_init(&cfg);
+	cfg.log_id = 1;
+	is_int(tw_primary_standby(&cfg, NULL, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	       "standby without a coordinator: -EINVAL");
+	ok(strstr(err, "needs cfg.coordinator") != NULL, "... saying so (%s)", err);
+	cfg.coordinator = "static:127.0.0.1:1";
+	is_int(tw_primary_standby(&cfg, NULL, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	       "standby with a static coordinator: -EINVAL");
+	ok(strstr(err, "needs a zk:// coordinator") != NULL && !p, "... saying so (%s)", err);
+}
+
 int main(void)
 {
+	static_phase2();
+	standby_refusals();
 	urls();
 	encoding();
 	names();

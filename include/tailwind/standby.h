@@ -1,0 +1,82 @@
+/*
+ * tailwind/standby.h — a standby primary: wait until a log's owner goes away, then take the log
+ * over by itself (docs/coordination.md, "Standby"; needs a ZooKeeper coordinator).
+ *
+ *   tw_primary_config_init(&cfg); cfg.log_id = 42; cfg.coordinator = "zk://zk1:2181";
+ *   rc = tw_primary_standby(&cfg, NULL, rebuild, svc, &res, &st, &p, err, sizeof(err));
+ *   ... p owns the log: tw_primary_append(p, ...) ...
+ *
+ * The owner of a log holds an ephemeral owner node in ZooKeeper (logs/<id>/owner) for as long as
+ * its session lives. A standby sets a watch on that node (no polling) and, when it is deleted —
+ * the owner closed the log, or its process or host died and ZooKeeper expired its session —
+ * creates its own owner node with the log's next epoch (one multi-op, only if no other standby
+ * created one first: exactly one standby wins, the others go back to watching the winner's
+ * node), fences the log on the backups recorded for it, recovers it (every entry to on_entry, as
+ * tw_primary_takeover) and returns a primary that appends after the recovered tail.
+ */
+#ifndef TAILWIND_STANDBY_H
+#define TAILWIND_STANDBY_H
+
+#include <stdint.h>
+
+#include <tailwind/common.h>
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How to stand by (a zeroed struct, or NULL, is the default). */
+struct tw_standby_config {
+	unsigned wait_ms; /* give up with -ETIMEDOUT after so long; 0: wait for ever */
+	/* Called (may be NULL), on the calling thread, each time the standby starts waiting for
+	 * an owner node (its watch is set): at the start if the log has an owner, and after each
+	 * race lost to another standby. owner: the node's text, "epoch=N owner=host=H pid=P". */
+	void (*on_wait)(void *arg, const char *owner);
+	void *wait_arg;
+};
+
+/* Where a standby's failover time went (nanoseconds). */
+struct tw_standby_result {
+	uint64_t epoch;            /* the epoch the log was taken over at */
+	int watched;               /* 1: an owner node was there and its deletion was awaited (a
+				    * failover); 0: the log had no owner when the standby looked */
+	unsigned lost_races;       /* takeovers another standby won first (then watched again) */
+	uint64_t wait_ns;          /* from the call until the owner node's deletion was seen */
+	uint64_t gone_realtime_ns; /* CLOCK_REALTIME when the deletion was seen (the watch fired):
+				    * compare with the time the owner died, known to whoever
+				    * killed it; the difference is ZooKeeper's detection (the
+				    * owner's session timeout) plus the notification */
+	uint64_t claim_ns;         /* next epoch + owner node in ZooKeeper (one multi-op) */
+	uint64_t connect_ns;       /* connect and handshake with the recorded backups */
+	uint64_t fence_ns;         /* fence them with the new epoch */
+	uint64_t recover_ns;       /* list, fetch, verify, deliver, record the recovered offsets */
+	uint64_t open_ns;          /* connect to the new primary's backups, open its first segment */
+	uint64_t takeover_ns;      /* claim + connect + fence + recover + open: from the
+				    * deletion seen to the primary ready */
+};
+
+/*
+ * Wait (up to sc->wait_ms) until log cfg->log_id has no owner, then take it over, as
+ * above. cfg->coordinator must be a zk:// URL (-EINVAL otherwise); the rest of cfg as
+ * tw_primary_takeover (with n_backups 0 the new primary's backups come from the live
+ * registrations). The recovery asks the backups recorded for the log (logs/<id>/backups), or
+ * every registered one for a log that has no record. A log with no owner at the call is taken
+ * over at once (st_out->watched 0). res_out, st_out (may be NULL) receive the recovery's counts
+ * and the timings. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
+ * (sc->wait_ms passed with the owner still there), or the errors of tw_primary_takeover: after a
+ * failed takeover the claim is released (the owner node deleted), so another standby can try.
+ * Blocking; cfg borrowed for the call.
+ */
+TW_API int tw_primary_standby(const struct tw_primary_config *cfg,
+			      const struct tw_standby_config *sc,
+			      tw_recover_entry_fn on_entry, void *arg,
+			      struct tw_recover_result *res_out, struct tw_standby_result *st_out,
+			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAILWIND_STANDBY_H */
