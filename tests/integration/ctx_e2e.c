@@ -8,7 +8,7 @@
  *         log's objects are numbered apart: a write that reached another log's segment shows).
  *   kill: four twd's (r = 3, one spare), 64 logs; one twd holding replicas of the open
  *         segments is SIGKILLed while appends are in flight: every log fails over on its own
- *         and loses nothing acknowledged (recovery over all four addresses).
+ *         and loses nothing acknowledged (recovery over the three survivors).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -148,11 +148,18 @@ static unsigned close_all(struct log *logs)
 	return good;
 }
 
-/* Recover every log over `c`'s addresses: exactly its acknowledged objects, in order. */
-static unsigned recover_all(struct rt_cluster *c, struct log *logs)
+/* Recover every log over `c`'s addresses but `skip` (a killed twd: on shm a connect to a dead
+ * process waits for the connect timeout, 64 times): exactly its acknowledged objects, in order. */
+static unsigned recover_all(struct rt_cluster *c, struct log *logs, unsigned skip)
 {
+	const char *addrs[RT_MAX_BK];
+	unsigned n = 0;
+
 	unsigned good = 0;
 
+	for (unsigned i = 0; i < c->n; i++)
+		if (i != skip)
+			addrs[n++] = c->addrs[i];
 	for (unsigned i = 0; i < NLOGS; i++) {
 		struct tw_recover_config rc;
 		struct tw_recover_result res;
@@ -163,8 +170,8 @@ static unsigned recover_all(struct rt_cluster *c, struct log *logs)
 		tw_recover_config_init(&rc);
 		rc.provider = c->prov;
 		rc.log_id = logs[i].id;
-		rc.backups = c->addrs;
-		rc.n_backups = c->n;
+		rc.backups = addrs;
+		rc.n_backups = n;
 		memset(&k, 0, sizeof(k));
 		k.next = seq_of(&logs[i], 0);
 		r = tw_recover(&rc, rt_check_cb, &k, &res, err, sizeof(err));
@@ -220,7 +227,7 @@ static void test_many(const char *prov)
 	       prov, 2 * PER_LOG);
 	is_int((int)close_all(logs), NLOGS, "%s: every log closed", prov);
 	is_int(tw_ctx_close(ctx), 0, "%s: context closed", prov);
-	is_int((int)recover_all(&c, logs), NLOGS, "%s: recovery returns exactly each log's "
+	is_int((int)recover_all(&c, logs, RT_MAX_BK), NLOGS, "%s: recovery returns exactly each log's "
 	       "acknowledged objects", prov);
 	rt_stop(&c);
 }
@@ -265,8 +272,8 @@ static void test_kill(const char *prov)
 	c.p[victim] = NULL;
 	if (!strcmp(prov, "shm"))
 		rt_shm_cleanup(vpid);
-	is_int((int)recover_all(&c, logs), NLOGS, "%s: recovery over the four addresses returns "
-	       "every acknowledged object of every log", prov);
+	is_int((int)recover_all(&c, logs, victim), NLOGS, "%s: recovery over the three surviving "
+	       "twd's returns every acknowledged object of every log", prov);
 	rt_stop(&c);
 }
 
