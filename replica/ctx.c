@@ -187,8 +187,8 @@ int ctx_reset(struct tw_ctx *ctx, int first)
 	rc = tw_fab_reset(ctx->fab);
 	if (rc < 0) {
 		for (size_t k = 0; k < ctx->nlogs; k++)
-			primary_fail(ctx->logs[k], rc, "cannot reset the fabric after a backup loss: "
-				     "%s (%s)", tw_strerror(rc), tw_fab_errmsg(ctx->fab));
+			primary_fail(ctx->logs[k], rc, "cannot reset the fabric after a backup "
+				     "loss: %s (%s)", tw_strerror(rc), tw_fab_errmsg(ctx->fab));
 		free(again);
 		return rc;
 	}
@@ -446,8 +446,8 @@ int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errm
 	}
 	*out = NULL;
 	if (cfg->coordinator && cfg->coordinator[0]) {
-		set_errmsg(errmsg_out, errmsg_len, "a context does not take a coordinator yet: give "
-			   "the backups (tw_ctx_config.backups), or open each log with "
+		set_errmsg(errmsg_out, errmsg_len, "a context does not take a coordinator yet: "
+			   "give the backups (tw_ctx_config.backups), or open each log with "
 			   "tw_primary_open");
 		return -ENOTSUP;
 	}

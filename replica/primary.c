@@ -591,8 +591,9 @@ static void *ctx_main(void *arg)
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 			for (size_t k = 0; k < n; k++)
 				if (ctx->logs[k]->served)
-					primary_fail(ctx->logs[k], rc, "fabric progress failed: %s: %s",
-						     tw_strerror(rc), tw_fab_errmsg(ctx->fab));
+					primary_fail(ctx->logs[k], rc, "fabric progress failed: "
+						     "%s: %s", tw_strerror(rc),
+						     tw_fab_errmsg(ctx->fab));
 		}
 		if (ctx->shared) {
 			for (size_t i = 0; i < ctx->nbk; i++)
@@ -1087,8 +1088,8 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 	}
 	*out = NULL;
 	if (progress_tls == ctx) {
-		set_errmsg(errmsg_out, errmsg_len, "cannot take a log over from a callback of a log "
-			   "on the same context (it would wait for itself)");
+		set_errmsg(errmsg_out, errmsg_len, "cannot take a log over from a callback of a "
+			   "log on the same context (it would wait for itself)");
 		return -EDEADLK;
 	}
 	if (cfg->coordinator && cfg->coordinator[0]) {

@@ -41,7 +41,8 @@ int pctl_check_backups(struct tw_primary *p)
 
 		if (!c->ch || !c->rpc || c->lost) {
 			b->lost = true;
-			snprintf(b->why, sizeof(b->why), "%s", c->why[0] ? c->why : "not connected");
+			snprintf(b->why, sizeof(b->why), "%s",
+				 c->why[0] ? c->why : "not connected");
 			continue;
 		}
 		b->gen = c->gen;

@@ -42,7 +42,7 @@ struct cbackup {
 	bool lost;            /* the channel failed (for every log) */
 	bool probe;           /* a throw-away connection of pctl_taken_over (no failover) */
 	bool dead;            /* a connect to it failed: not tried again */
-	uint64_t gen;         /* connections made so far (a log's pbackup.gen names the one it uses) */
+	uint64_t gen;         /* connections made so far (pbackup.gen: the one a log uses) */
 	uint64_t buffer_size; /* from the handshake */
 	char why[320];        /* why it cannot be used */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
@@ -83,7 +83,7 @@ static inline bool pb_back(const struct pbackup *b)
  * ctx_drive_enter, which makes the progress thread step aside between two passes.
  */
 struct tw_ctx {
-	struct tw_ctx_config cfg;    /* provider points to our copy; backups, zones, key_file NULL */
+	struct tw_ctx_config cfg;    /* provider: our copy; backups, zones, key_file NULL */
 	char *prov_copy;
 	bool shared;
 	struct tw_primary *owner;    /* private: its log (the handshake RPCs count there) */

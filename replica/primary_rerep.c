@@ -246,7 +246,8 @@ static int bump_version(struct tw_primary *p, struct pseg *s, uint64_t version)
 			continue;
 		PSTAT_ADD(p, rpcs, 1);
 		PSTAT_ADD(p, rpc_other, 1);
-		rc = tw_rpc_set_replica_version(prpc(p, b), p->cfg.epoch, p->cfg.log_id, s->id, version);
+		rc = tw_rpc_set_replica_version(prpc(p, b), p->cfg.epoch, p->cfg.log_id, s->id,
+						version);
 		if (rc == -TW_EFENCED) {
 			primary_fail(p, rc, "log %llu epoch %llu fenced by backup %s (set replica "
 				     "version of segment %u)", (unsigned long long)p->cfg.log_id,

@@ -116,8 +116,8 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 		cc.busy_poll = o->busy_poll;
 		rc = tw_ctx_open(&cc, &ctx, err, sizeof(err));
 		if (rc < 0) {
-			fprintf(stderr, "twbench: cannot open the context: %s: %s\n", tw_strerror(rc),
-				err);
+			fprintf(stderr, "twbench: cannot open the context: %s: %s\n",
+				tw_strerror(rc), err);
 			goto out;
 		}
 	}
@@ -212,12 +212,13 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 	printf("  %-44s %12.1f  (%.1f before)\n", "RSS after open (MB)", (double)rss1 / 1024,
 	       (double)rss0 / 1024);
 	printf("  %-44s %12.2f\n", "RSS per log (MB)", (double)(rss1 - rss0) / 1024 / n);
-	printf("  %-44s %12.0f\n", "objects/s (aggregate)", (double)total / ((double)(t1 - t0) / 1e9));
+	printf("  %-44s %12.0f\n", "objects/s (aggregate)",
+	       (double)total / ((double)(t1 - t0) / 1e9));
 	printf("  %-44s %12.0f\n", "objects/s per log, min", rates[0]);
 	printf("  %-44s %12.0f\n", "objects/s per log, median", rates[n / 2]);
 	printf("  %-44s %12.0f\n", "objects/s per log, max", rates[n - 1]);
-	printf("  %-44s %12.3f\n", "fairness (min / max)", rates[n - 1] > 0 ? rates[0] / rates[n - 1]
-										: 0);
+	printf("  %-44s %12.3f\n", "fairness (min / max)",
+	       rates[n - 1] > 0 ? rates[0] / rates[n - 1] : 0);
 	printf("  %-44s %12.3f\n", "seconds", (double)(t1 - t0) / 1e9);
 	fflush(stdout);
 	rc = 0;

@@ -108,7 +108,7 @@ static void usage(FILE *f)
 		"                    round robin; reports threads, fds, RSS, open time, aggregate\n"
 		"                    and per-log objects/s, fairness (first -r, --size, --batch,\n"
 		"                    --inflight only)\n"
-		"  --logs-private    with --logs: each log opened alone (tw_primary_open), as before\n"
+		"  --logs-private    with --logs: each log opened alone (tw_primary_open)\n"
 		"  --no-settle       do not wait for the backups to go idle between runs\n"
 		"  --twd PATH        twd executable for local backups\n"
 		"  --key-file PATH   cluster key (default: $TW_KEY_FILE); local twd's get it too\n"
@@ -472,8 +472,9 @@ int main(int argc, char **argv)
 		payload[i] = (uint8_t)(i * 7 + 1);
 	if (o.logs) {
 		if (o.logs_private && o.logs > 1 && !o.json)
-			fprintf(stderr, "twbench: --logs-private: %u fabric instances, %u connections "
-				"per backup, %u progress threads\n", o.logs, o.logs, o.logs);
+			fprintf(stderr, "twbench: --logs-private: %u fabric instances, %u "
+				"connections per backup, %u progress threads\n", o.logs, o.logs,
+				o.logs);
 		exit_code = run_logs(&o, addrs, n_addrs, payload) < 0 ? 1 : 0;
 		goto out;
 	}

@@ -20,7 +20,8 @@
  * descriptors), one channel and one RPC client per backup, the cluster key and handshake, and
  * the progress thread. Each log keeps its own segments, write slots, ownership (epoch,
  * incarnation), acknowledgements, failover state and statistics; its RPCs carry its own
- * incarnation and their replies reach its own calls.
+ * incarnation and their replies reach its own calls. The handshakes are the context's: a log on
+ * a shared context counts none in its tw_primary_stats.rpc_handshake.
  *
  * Threads: a context always runs one progress thread, however many logs it serves; logs on a
  * context are in async mode (TW_PRIMARY_ASYNC semantics, cfg.mode is ignored). The thread
@@ -53,7 +54,8 @@ extern "C" {
 struct tw_ctx_config {
 	const char *const *backups;  /* addresses of the candidate backups */
 	size_t n_backups;
-	const char *const *zones;    /* NULL, or n_backups failure-domain labels (tailwind/primary.h) */
+	const char *const *zones;    /* NULL, or n_backups failure-domain labels
+				      * (tailwind/primary.h) */
 	const char *provider;        /* NULL: $FI_PROVIDER if set, else "tcp" */
 	const char *key_file;        /* as tw_primary_config.key_file */
 	bool busy_poll;              /* poll completions instead of blocking waits */

@@ -107,7 +107,8 @@ static void append_all(struct log *logs, unsigned n)
 
 			for (unsigned k = 0; k < 50 && done + k < n; k++) {
 				rt_fill(buf, seq_of(l, l->appended));
-				if (tw_primary_append_async(l->p, buf, RT_OBJ, ack_cb, l, NULL) == 0)
+				if (!tw_primary_append_async(l->p, buf, RT_OBJ, ack_cb, l,
+							     NULL))
 					l->appended++;
 			}
 		}
@@ -227,8 +228,8 @@ static void test_many(const char *prov)
 	       prov, 2 * PER_LOG);
 	is_int((int)close_all(logs), NLOGS, "%s: every log closed", prov);
 	is_int(tw_ctx_close(ctx), 0, "%s: context closed", prov);
-	is_int((int)recover_all(&c, logs, RT_MAX_BK), NLOGS, "%s: recovery returns exactly each log's "
-	       "acknowledged objects", prov);
+	is_int((int)recover_all(&c, logs, RT_MAX_BK), NLOGS, "%s: recovery returns exactly each "
+	       "log's acknowledged objects", prov);
 	rt_stop(&c);
 }
 
