@@ -221,7 +221,7 @@ void primary_op_done(struct tw_op *op, int status)
 	struct tw_primary *p = s->p;
 
 	if (status < 0) {
-		unsigned b = s->seg->rep[po->rep];
+		unsigned b = po->bk; /* not seg->rep[po->rep]: a failover may have replaced it */
 		char why[200];
 
 		/* Repaired by a failover (primary_rerep.c) that copies the prefix to a spare. */
@@ -289,9 +289,10 @@ static int seal_post(struct tw_primary *p)
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
-		rc = b->ch ? tw_chan_write(b->ch, &po->op, seg->buf + off, len, seg->mr, &seg->rk[i],
-					   off)
-			   : -TW_EPEERLOST;
+		po->bk = seg->rep[i];
+		rc = b->c->ch ? tw_chan_write(b->c->ch, &po->op, seg->buf + off, len, seg->mr,
+					      &seg->rk[i], off)
+			      : -TW_EPEERLOST;
 		if (rc < 0) {
 			char why[160];
 
@@ -497,77 +498,181 @@ static int roll(struct tw_primary *p)
 
 /* ------------------------------------------------------------------ progress thread */
 
-/* The primary whose progress thread this is (NULL on other threads). */
-static _Thread_local const struct tw_primary *progress_tls;
+/* The context whose progress thread this is (NULL on other threads). */
+static _Thread_local const struct tw_ctx *progress_tls;
 
 _Atomic int tw__primary_halt_status;
 
-static void *progress_main(void *arg)
+bool primary_step_pre(struct tw_primary *p, bool *done)
 {
-	struct tw_primary *p = arg;
-
-	progress_tls = p;
+	bool work = false;
 
 	pthread_mutex_lock(&p->lock);
-	while (!p->stop || p->slot_tail < p->slot_head || p->rec_tail < p->rec_head) {
-		bool roll_now = p->need_roll && !p->err;
-		bool idle;
-		int timeout;
+	if (p->need_roll && !p->err) {
+		pthread_mutex_unlock(&p->lock);
+		roll(p);
+		pthread_mutex_lock(&p->lock);
+		p->need_roll = false;
+		pthread_cond_broadcast(&p->cv_app);
+		pthread_mutex_unlock(&p->lock);
+		return true;
+	}
+	if (p->need_roll && p->err) {
+		p->need_roll = false;
+		pthread_cond_broadcast(&p->cv_app);
+	}
+	if (p->free_req > p->free_done) {
+		uint64_t below = p->free_req, n;
+
+		p->free_done = below;
+		pthread_mutex_unlock(&p->lock);
+		(void)pctl_free(p, below, &n); /* failures are logged per backup */
+		return true;
+	}
+	if (p->free_list) {
+		struct pseg *f = p->free_list;
+
+		p->free_list = NULL;
+		pthread_mutex_unlock(&p->lock);
+		while (f) {
+			struct pseg *nx = f->next_free;
+
+			seg_free(f);
+			f = nx;
+		}
+		return true;
+	}
+	if (p->stop && p->slot_tail == p->slot_head && p->rec_tail == p->rec_head) {
+		/* Finished: let go of it (tw_primary_finish waits for this). */
+		p->served = false;
+		p->detached = true;
+		pthread_cond_broadcast(&p->cv_app);
+		pthread_mutex_unlock(&p->lock);
+		*done = true;
+		return true;
+	}
+	/* Idle with a free slot: an append must wake us. Otherwise a completion will. */
+	p->pt_idle = slot_free(p) && !pending_entries(p);
+	if (p->stop && p->slot_tail == p->slot_head)
+		work = true;
+	pthread_mutex_unlock(&p->lock);
+	if (can_seal(p))
+		seal_post(p);
+	return work;
+}
+
+void primary_step_post(struct tw_primary *p)
+{
+	if (p->fo_pending && !p->fo_running)
+		pfo_run(p);
+	reap(p);
+	if (can_seal(p))
+		seal_post(p);
+	if (p->rr_dirty && !p->fo_running)
+		pfo_background(p, false);
+	pthread_mutex_lock(&p->lock);
+	p->pt_idle = false;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/*
+ * The progress thread of a context: one per context, however many logs. Each pass runs every
+ * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
+ * has work: an append to an idle log, a completion or tw_fab_wakeup ends the wait), heals lost
+ * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
+ * starts one log further each time (round robin), so no log is always served first. Between
+ * two passes it steps aside for a thread that must drive (ctx_drive_enter: a log's open or
+ * close).
+ */
+static void *ctx_main(void *arg)
+{
+	struct tw_ctx *ctx = arg;
+
+	progress_tls = ctx;
+	pthread_mutex_lock(&ctx->drive);
+	for (;;) {
 		int halt = atomic_load_explicit(&tw__primary_halt_status, memory_order_relaxed);
+		bool work = false, stop;
+		size_t n;
+		int rc;
 
 		if (halt)
 			_exit(halt); /* test hook (primary_int.h): a crash outside any fabric call */
-
-		if (roll_now) {
-			pthread_mutex_unlock(&p->lock);
-			roll(p);
-			pthread_mutex_lock(&p->lock);
-			p->need_roll = false;
-			pthread_cond_broadcast(&p->cv_app);
+		pthread_mutex_lock(&ctx->lock);
+		stop = ctx->stop;
+		if (ctx->want_drive) {
+			pthread_mutex_unlock(&ctx->drive);
+			while (ctx->want_drive)
+				pthread_cond_wait(&ctx->cv, &ctx->lock);
+			pthread_mutex_unlock(&ctx->lock);
+			pthread_mutex_lock(&ctx->drive);
 			continue;
 		}
-		if (p->need_roll && p->err) {
-			p->need_roll = false;
-			pthread_cond_broadcast(&p->cv_app);
-		}
-		if (p->free_req > p->free_done) {
-			uint64_t below = p->free_req, n;
-
-			p->free_done = below;
-			pthread_mutex_unlock(&p->lock);
-			(void)pctl_free(p, below, &n); /* failures are logged per backup */
-			pthread_mutex_lock(&p->lock);
-			continue;
-		}
-		if (p->free_list) {
-			struct pseg *f = p->free_list;
-
-			p->free_list = NULL;
-			pthread_mutex_unlock(&p->lock);
-			while (f) {
-				struct pseg *nx = f->next_free;
-
-				seg_free(f);
-				f = nx;
-			}
-			pthread_mutex_lock(&p->lock);
-			continue;
-		}
-		if (p->stop && p->err && p->slot_tail == p->slot_head && p->rec_tail == p->rec_head)
+		pthread_mutex_unlock(&ctx->lock);
+		if (stop)
 			break;
-		/* Idle with a free slot: an append must wake us. Otherwise a completion will. */
-		idle = slot_free(p) && !pending_entries(p);
-		p->pt_idle = idle;
-		timeout = p->cfg.busy_poll ? 0 : WAIT_SLICE_MS;
-		if (p->stop && p->slot_tail == p->slot_head)
-			timeout = 0;
-		pthread_mutex_unlock(&p->lock);
-		drive(p, timeout);
-		pthread_mutex_lock(&p->lock);
-		p->pt_idle = false;
+		n = ctx->nlogs;
+		for (size_t k = 0; k < n; k++) {
+			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
+			bool done = false;
+
+			if (p->served && primary_step_pre(p, &done))
+				work = true;
+		}
+		rc = tw_fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
+			for (size_t k = 0; k < n; k++)
+				if (ctx->logs[k]->served)
+					primary_fail(ctx->logs[k], rc, "fabric progress failed: "
+						     "%s: %s", tw_strerror(rc),
+						     tw_fab_errmsg(ctx->fab));
+		}
+		if (ctx->shared) {
+			for (size_t i = 0; i < ctx->nbk; i++)
+				if (ctx->bk[i].lost && !ctx->bk[i].dead &&
+				    !tw_fab_loss_blocks_others(ctx->fab))
+					ctx_heal(ctx, &ctx->bk[i]);
+		}
+		n = ctx->nlogs;
+		for (size_t k = 0; k < n; k++) {
+			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
+
+			if (p->served)
+				primary_step_post(p);
+		}
+		ctx->rr++;
+		__atomic_store_n(&ctx->st.loop_passes, ctx->st.loop_passes + 1, __ATOMIC_RELAXED);
 	}
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&ctx->drive);
 	return NULL;
+}
+
+int ctx_start(struct tw_ctx *ctx)
+{
+	int rc;
+
+	if (ctx->thread_started)
+		return 0;
+	ctx->threaded = true;
+	rc = -pthread_create(&ctx->thread, NULL, ctx_main, ctx);
+	if (rc == 0)
+		ctx->thread_started = true;
+	else
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "cannot start the progress thread: %s",
+			 tw_strerror(rc));
+	return rc;
+}
+
+void ctx_stop(struct tw_ctx *ctx)
+{
+	if (!ctx->thread_started)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	ctx->stop = true;
+	pthread_mutex_unlock(&ctx->lock);
+	tw_fab_wakeup(ctx->fab);
+	pthread_join(ctx->thread, NULL);
+	ctx->thread_started = false;
 }
 
 /* ------------------------------------------------------------------ public API */
@@ -593,11 +698,21 @@ static void set_errmsg(char *buf, size_t len, const char *msg)
 		snprintf(buf, len, "%s", msg);
 }
 
-static void primary_free(struct tw_primary *p)
+/* Free the log. On a shared context: under the drive (its registrations are the context's
+ * fabric's), out of the context's list. A private context goes with it. */
+static void primary_free_driving(struct tw_primary *p)
 {
-	if (!p)
-		return;
-	pctl_disconnect(p); /* pending operations complete (with errors) before the MRs go */
+	struct tw_ctx *ctx = p->ctx;
+
+	if (ctx) {
+		ctx_detach(ctx, p);
+		if (!ctx->shared) {
+			ctx_stop(ctx);
+			/* Pending operations complete (with errors) before the MRs go. */
+			for (size_t i = 0; i < ctx->nbk; i++)
+				ctx_drop(&ctx->bk[i]);
+		}
+	}
 	for (size_t i = 0; i < p->nsegs; i++)
 		seg_free(p->segs[i]);
 	free(p->segs);
@@ -609,8 +724,8 @@ static void primary_free(struct tw_primary *p)
 		seg_free(p->free_list);
 		p->free_list = nx;
 	}
-	if (p->fab)
-		tw_fab_close(p->fab);
+	if (ctx && !ctx->shared)
+		ctx_destroy(ctx);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -620,16 +735,33 @@ static void primary_free(struct tw_primary *p)
 		pthread_mutex_destroy(&p->lock);
 		pthread_cond_destroy(&p->cv_app);
 	}
-	tw_auth_key_free(p->key);
 	tw_coord_close(p->coord); /* last: the owner node goes once we no longer write */
 	free(p);
 }
 
-static int check_config(const struct tw_primary_config *cfg, char *msg, size_t len)
+static void primary_free(struct tw_primary *p)
+{
+	struct tw_ctx *ctx;
+
+	if (!p)
+		return;
+	ctx = p->ctx;
+	if (ctx && ctx->shared) {
+		ctx_drive_enter(ctx);
+		primary_free_driving(p);
+		ctx_drive_leave(ctx);
+		return;
+	}
+	primary_free_driving(p);
+}
+
+static int check_config(const struct tw_primary_config *cfg, bool on_ctx, char *msg, size_t len)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 
-	if (!cfg->backups || !cfg->n_backups) {
+	if (on_ctx) {
+		/* The backups are the context's. */
+	} else if (!cfg->backups || !cfg->n_backups) {
 		snprintf(msg, len, "no backups given");
 		return -EINVAL;
 	}
@@ -649,7 +781,7 @@ static int check_config(const struct tw_primary_config *cfg, char *msg, size_t l
 			 TW_PRIMARY_MAX_INFLIGHT);
 		return -EINVAL;
 	}
-	for (size_t i = 0; i < cfg->n_backups; i++) {
+	for (size_t i = 0; !on_ctx && i < cfg->n_backups; i++) {
 		if (!cfg->backups[i] || !cfg->backups[i][0] ||
 		    strlen(cfg->backups[i]) >= TW_ADDR_MAX) {
 			snprintf(msg, len, "backup address %zu is empty or too long", i);
@@ -659,37 +791,43 @@ static int check_config(const struct tw_primary_config *cfg, char *msg, size_t l
 	return 0;
 }
 
-/* Open as owner (epoch cfg->epoch, `incarnation`), first segment `start`. creating: a plain
- * open of a new log (probe every backup, create_log on segment 0). coord (may be NULL): the
- * coordinator handle the primary keeps (primary_coord.c), set before the first segment opens;
- * on failure it is not closed (the caller's). */
-int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, uint32_t start,
-		    bool creating, struct tw_coord *coord, struct tw_primary **out,
+/* Open as owner (epoch cfg->epoch, `incarnation`), first segment `start`, on `ctx` (NULL: a
+ * private context of its own). creating: a plain open of a new log (probe every backup,
+ * create_log on segment 0). coord (may be NULL): the coordinator handle the primary keeps
+ * (primary_coord.c), set before the first segment opens; on failure it is not closed (the
+ * caller's). */
+int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
+		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_primary *p;
 	char msg[512];
 	uint64_t rec_cap;
 	struct pseg *s0 = NULL;
+	bool driving = false;
+	size_t nbk;
 	int rc;
 
 	if (!cfg || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
 		return -EINVAL;
 	}
-	rc = check_config(cfg, msg, sizeof(msg));
+	rc = check_config(cfg, ctx != NULL, msg, sizeof(msg));
 	if (rc < 0) {
 		tw_log_error("primary: %s", msg);
 		set_errmsg(errmsg_out, errmsg_len, msg);
 		return rc;
 	}
+	nbk = ctx ? ctx->nbk : cfg->n_backups;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->cfg = *cfg;
 	p->coord = coord;
 	p->r = cfg->replicas;
-	p->threaded = cfg->mode == TW_PRIMARY_ASYNC;
+	/* A shared context always has its progress thread: its logs are in async mode. */
+	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
+	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
 	p->creating = creating;
 	if (getrandom(&p->seed_ctr, sizeof(p->seed_ctr), 0) != (ssize_t)sizeof(p->seed_ctr))
@@ -707,8 +845,10 @@ int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, u
 		pthread_mutexattr_destroy(&ma);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
-	p->bk_cap = cfg->n_backups + (coord ? PCOORD_EXTRA : 0);
-	p->bk = calloc(p->bk_cap, sizeof(*p->bk));
+	/* With a coordinator, room for the backups registered after the open (pcoord_refresh;
+	 * never moved: the context's bk[] has the same room). */
+	p->bk_cap = nbk + (coord ? PCOORD_EXTRA : 0);
+	p->bk = calloc(p->bk_cap ? p->bk_cap : 1, sizeof(*p->bk));
 	p->nslots = cfg->max_inflight;
 	p->slots = calloc(p->nslots, sizeof(*p->slots));
 	p->pops = calloc((size_t)p->nslots * p->r, sizeof(*p->pops));
@@ -718,44 +858,86 @@ int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, u
 	p->recs = calloc(rec_cap, sizeof(*p->recs));
 	p->next_calls = calloc(p->r, sizeof(*p->next_calls));
 	p->rec_mask = rec_cap - 1;
-	if (cfg->provider)
+	if (!ctx && cfg->provider)
 		p->prov_copy = strdup(cfg->provider);
 	if (!p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
-	    (cfg->provider && !p->prov_copy)) {
+	    (!ctx && cfg->provider && !p->prov_copy)) {
 		p->coord = NULL;
 		primary_free(p);
 		set_errmsg(errmsg_out, errmsg_len, "out of memory");
 		return -ENOMEM;
 	}
-	p->nbk = cfg->n_backups;
-	for (size_t i = 0; i < cfg->n_backups; i++) {
-		p->bk[i].p = p;
-		p->bk[i].idx = (unsigned)i;
-		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", cfg->backups[i]);
-		if (cfg->zones && cfg->zones[i])
-			snprintf(p->bk[i].zone, sizeof(p->bk[i].zone), "%s", cfg->zones[i]);
-	}
 	p->cfg.backups = NULL; /* borrowed for the call: the addresses live in p->bk[].addr */
 	p->cfg.zones = NULL;   /* ... and the zones in p->bk[].zone */
 	p->cfg.coordinator = NULL;
-	p->cfg.provider = p->prov_copy;
+	p->cfg.provider = ctx ? ctx->cfg.provider : p->prov_copy;
+	p->cfg.key_file = NULL; /* not kept: read once, by the context */
+	if (ctx) {
+		/* The transport is the context's. */
+		p->cfg.busy_poll = ctx->cfg.busy_poll;
+		p->cfg.node_id = ctx->node_id;
+		p->cfg.data_path = ctx->cfg.data_path;
+		p->cfg.op_timeout_ms = ctx->cfg.op_timeout_ms;
+		p->cfg.rpc_timeout_ms = ctx->cfg.rpc_timeout_ms;
+		p->cfg.connect_timeout_ms = ctx->cfg.connect_timeout_ms;
+		p->cfg.n_backups = ctx->nbk;
+	}
 	for (unsigned i = 0; i < p->nslots; i++) {
 		p->slots[i].p = p;
 		p->slots[i].ops = &p->pops[(size_t)i * p->r];
 	}
 
-	p->cfg.key_file = NULL; /* not kept: read once, here */
-	rc = 0;
-	if (tw_auth_key_path(cfg->key_file)) {
-		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &p->key, p->errmsg,
-				      sizeof(p->errmsg));
-		if (rc < 0)
-			p->key = NULL;
+	if (!ctx) {
+		struct tw_ctx_config cc;
+
+		tw_ctx_config_init(&cc);
+		cc.backups = cfg->backups;
+		cc.n_backups = cfg->n_backups;
+		cc.zones = cfg->zones;
+		cc.provider = cfg->provider;
+		cc.key_file = cfg->key_file;
+		cc.busy_poll = cfg->busy_poll;
+		cc.node_id = cfg->node_id;
+		cc.data_path = cfg->data_path;
+		cc.op_timeout_ms = cfg->op_timeout_ms;
+		cc.rpc_timeout_ms = cfg->rpc_timeout_ms;
+		cc.connect_timeout_ms = cfg->connect_timeout_ms;
+		/* A private context: this log's alone, closed with it (the handshake RPCs count in
+		 * its statistics, its RPC clients carry its incarnation). */
+		rc = ctx_create(&cc, false, cfg->max_inflight + 32, coord ? PCOORD_EXTRA : 0,
+				&p->ctx);
+		if (p->ctx) {
+			p->ctx->owner = p;
+			p->fab = p->ctx->fab;
+		}
+		if (rc < 0 && p->ctx)
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
+		/* (ctx_create connected before knowing its owner: stamp the incarnation now.) */
+		for (size_t i = 0; rc == 0 && i < p->ctx->nbk; i++)
+			if (p->ctx->bk[i].rpc)
+				tw_rpc_client_set_incarnation(p->ctx->bk[i].rpc, incarnation);
+	} else {
+		p->ctx = ctx;
+		p->fab = ctx->fab;
+		ctx_drive_enter(ctx);
+		driving = true;
 	}
+	p->nbk = p->ctx ? p->ctx->nbk : 0; /* (0 when the context failed half-way) */
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct cbackup *c = &p->ctx->bk[i];
+
+		p->bk[i].p = p;
+		p->bk[i].c = c;
+		p->bk[i].idx = (unsigned)i;
+		p->bk[i].gen = c->gen;
+		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", c->addr);
+		snprintf(p->bk[i].zone, sizeof(p->bk[i].zone), "%s", c->zone);
+	}
+	/* In the context's list from now on: a channel lost during the open reaches it. */
 	if (rc == 0)
-		rc = pctl_init_fabric(p);
+		rc = ctx_attach(p->ctx, p);
 	if (rc == 0)
-		rc = pctl_connect_all(p);
+		rc = pctl_check_backups(p);
 	if (rc == 0 && creating)
 		rc = pctl_probe_new_log(p);
 	if (rc == 0)
@@ -789,9 +971,17 @@ int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, u
 		}
 	}
 	if (rc == 0 && p->threaded) {
-		rc = -pthread_create(&p->thread, NULL, progress_main, p);
-		if (rc == 0)
-			p->thread_started = true;
+		/* Served by the context's thread from now on (a private one starts here). */
+		p->served = true;
+		p->thread_started = true;
+		if (!ctx) {
+			rc = ctx_start(p->ctx);
+			if (rc < 0) {
+				p->served = false;
+				p->thread_started = false;
+				snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
+			}
+		}
 	}
 	if (rc < 0) {
 		if (!p->errmsg[0])
@@ -801,9 +991,18 @@ int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, u
 		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		p->coord = NULL;
-		primary_free(p);
+		p->served = false;
+		p->thread_started = false;
+		if (driving) {
+			primary_free_driving(p);
+			ctx_drive_leave(ctx);
+		} else {
+			primary_free(p);
+		}
 		return rc;
 	}
+	if (driving)
+		ctx_drive_leave(ctx);
 	tw_log_info("primary: log %llu open at epoch %llu (incarnation %016llx), first segment %u",
 		    (unsigned long long)p->cfg.log_id, (unsigned long long)p->cfg.epoch,
 		    (unsigned long long)p->incarnation, start);
@@ -820,30 +1019,51 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 	}
 	if (cfg && cfg->coordinator && cfg->coordinator[0])
 		return pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
-	return primary_open_as(cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+	return primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
 			       errmsg_len);
 }
 
-int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
-			void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
-			char *errmsg_out, size_t errmsg_len)
+int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+{
+	if (!ctx || !cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (progress_tls == ctx) {
+		set_errmsg(errmsg_out, errmsg_len, "cannot open a log from a callback of a log on "
+			   "the same context (it would wait for itself)");
+		return -EDEADLK;
+	}
+	if (cfg->epoch > TW_EPOCH_MAX) {
+		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
+		return -EINVAL;
+	}
+	if (cfg->coordinator && cfg->coordinator[0]) {
+		set_errmsg(errmsg_out, errmsg_len, "a log on a context does not take a coordinator "
+			   "yet: open it with tw_primary_open");
+		return -ENOTSUP;
+	}
+	return primary_open_as(ctx, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+			       errmsg_len);
+}
+
+static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+		    tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
+		    struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct tw_recover_config rc_cfg;
 	struct tw_primary_config pc;
 	uint64_t inc = tw__new_incarnation(), next = 0;
+	const char *addrs[TW_RECOVER_MAX_BACKUPS];
+	size_t nbk = ctx ? ctx->nbk : cfg->n_backups;
 	char msg[512];
 	int rc;
 
-	if (!cfg || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	*out = NULL;
-	if (cfg->coordinator && cfg->coordinator[0])
-		return pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
-	rc = check_config(cfg, msg, sizeof(msg));
-	if (rc == 0 && cfg->n_backups > TW_RECOVER_MAX_BACKUPS) {
+	rc = check_config(cfg, ctx != NULL, msg, sizeof(msg));
+	if (rc == 0 && nbk > TW_RECOVER_MAX_BACKUPS) {
 		snprintf(msg, sizeof(msg), "at most %u backups", TW_RECOVER_MAX_BACKUPS);
 		rc = -EINVAL;
 	}
@@ -853,15 +1073,27 @@ int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn
 	}
 	tw_recover_config_init(&rc_cfg);
 	rc_cfg.log_id = cfg->log_id;
-	rc_cfg.backups = cfg->backups;
-	rc_cfg.n_backups = cfg->n_backups;
-	rc_cfg.provider = cfg->provider;
 	rc_cfg.epoch = cfg->epoch;
-	rc_cfg.busy_poll = cfg->busy_poll;
-	if (cfg->connect_timeout_ms)
-		rc_cfg.connect_timeout_ms = cfg->connect_timeout_ms;
+	if (ctx) {
+		for (size_t i = 0; i < nbk; i++)
+			addrs[i] = ctx->bk[i].addr;
+		rc_cfg.backups = addrs;
+		rc_cfg.n_backups = nbk;
+		rc_cfg.provider = ctx->cfg.provider;
+		rc_cfg.busy_poll = ctx->cfg.busy_poll;
+		if (ctx->cfg.connect_timeout_ms)
+			rc_cfg.connect_timeout_ms = ctx->cfg.connect_timeout_ms;
+	} else {
+		rc_cfg.backups = cfg->backups;
+		rc_cfg.n_backups = cfg->n_backups;
+		rc_cfg.provider = cfg->provider;
+		rc_cfg.busy_poll = cfg->busy_poll;
+		if (cfg->connect_timeout_ms)
+			rc_cfg.connect_timeout_ms = cfg->connect_timeout_ms;
+	}
 	/* 1. fence with a new epoch as incarnation `inc`, 2. recover (every entry to the
-	 * caller), 3. continue as that same owner after everything the backups ever held. */
+	 * caller), 3. continue as that same owner after everything the backups ever held. The
+	 * recovery runs on connections of its own, not the context's. */
 	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
 	if (rc < 0)
 		return rc;
@@ -871,13 +1103,51 @@ int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn
 	}
 	pc = *cfg;
 	pc.epoch = res->epoch;
-	rc = primary_open_as(&pc, inc, (uint32_t)next, false, NULL, out, errmsg_out, errmsg_len);
+	rc = primary_open_as(ctx, &pc, inc, (uint32_t)next, false, NULL, out, errmsg_out,
+			     errmsg_len);
 	if (rc == 0)
 		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
 			    "continuing at segment %llu", (unsigned long long)cfg->log_id,
 			    (unsigned long long)res->epoch, (unsigned long long)res->entries,
 			    (unsigned long long)next);
 	return rc;
+}
+
+int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
+			void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
+			char *errmsg_out, size_t errmsg_len)
+{
+	if (!cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (cfg->coordinator && cfg->coordinator[0])
+		return pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return takeover(NULL, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+}
+
+int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+			   tw_recover_entry_fn on_entry, void *arg,
+			   struct tw_recover_result *res_out, struct tw_primary **out,
+			   char *errmsg_out, size_t errmsg_len)
+{
+	if (!ctx || !cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (progress_tls == ctx) {
+		set_errmsg(errmsg_out, errmsg_len, "cannot take a log over from a callback of a "
+			   "log on the same context (it would wait for itself)");
+		return -EDEADLK;
+	}
+	if (cfg->coordinator && cfg->coordinator[0]) {
+		set_errmsg(errmsg_out, errmsg_len, "a log on a context does not take a coordinator "
+			   "yet: take it over with tw_primary_takeover");
+		return -ENOTSUP;
+	}
+	return takeover(ctx, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 }
 
 int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
@@ -976,7 +1246,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 
 static bool on_progress_thread(const struct tw_primary *p)
 {
-	return progress_tls == p;
+	return progress_tls == p->ctx; /* any log of the context: the thread serves them all */
 }
 
 /* Async mode: copy under the lock and hand over to the progress thread. */
@@ -1306,6 +1576,7 @@ void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out)
 
 int tw_primary_finish(struct tw_primary *p)
 {
+	bool driving = false;
 	int rc, rc2;
 
 	if (!p)
@@ -1314,12 +1585,22 @@ int tw_primary_finish(struct tw_primary *p)
 		return p->finish_rc;
 	rc = tw_primary_flush(p);
 	if (p->threaded && p->thread_started) {
+		/* The context's thread lets go of the log once nothing is in flight. */
 		pthread_mutex_lock(&p->lock);
 		p->stop = true;
 		pthread_mutex_unlock(&p->lock);
 		tw_fab_wakeup(p->fab);
-		pthread_join(p->thread, NULL);
+		pthread_mutex_lock(&p->lock);
+		while (!p->detached)
+			pthread_cond_wait(&p->cv_app, &p->lock);
+		pthread_mutex_unlock(&p->lock);
 		p->thread_started = false;
+		if (p->ctx->shared) {
+			ctx_drive_enter(p->ctx); /* the last steps below drive the fabric */
+			driving = true;
+		} else {
+			ctx_stop(p->ctx);
+		}
 	}
 	p->finished = true; /* no appends from now on */
 	if (!p->err && p->cur) {
@@ -1335,6 +1616,8 @@ int tw_primary_finish(struct tw_primary *p)
 		seg_free(p->next);
 		p->next = NULL;
 	}
+	if (driving)
+		ctx_drive_leave(p->ctx);
 	if (!rc)
 		rc = p->err;
 	p->finish_rc = rc;

@@ -137,7 +137,12 @@ void pcoord_refresh(struct tw_primary *p)
 				    "no longer registered: not a spare");
 		b->unregistered = !here;
 	}
-	for (size_t j = 0; j < n && p->nbk < p->bk_cap; j++) {
+	/* New registrations join the context (a private one: a shared context takes no
+	 * coordinator) and this log, at the end of both arrays (never moved). */
+	for (size_t j = 0; j < n && p->nbk < p->bk_cap && !p->ctx->shared &&
+			   p->ctx->nbk < p->ctx->bk_cap && p->ctx->nbk == p->nbk; j++) {
+		struct tw_ctx *ctx = p->ctx;
+		struct cbackup *c;
 		struct pbackup *b;
 		bool known = false;
 
@@ -148,22 +153,31 @@ void pcoord_refresh(struct tw_primary *p)
 			known = !strcmp(p->bk[i].addr, v[j].addr);
 		if (known)
 			continue;
+		c = &ctx->bk[ctx->nbk];
+		memset(c, 0, sizeof(*c));
+		c->ctx = ctx;
+		c->idx = (unsigned)ctx->nbk;
+		snprintf(c->addr, sizeof(c->addr), "%s", v[j].addr);
+		snprintf(c->zone, sizeof(c->zone), "%s", v[j].zone);
 		b = &p->bk[p->nbk];
 		memset(b, 0, sizeof(*b));
 		b->p = p;
+		b->c = c;
 		b->idx = (unsigned)p->nbk;
 		snprintf(b->addr, sizeof(b->addr), "%s", v[j].addr);
 		snprintf(b->zone, sizeof(b->zone), "%s", v[j].zone);
-		if (pctl_reconnect(p, b) < 0) {
+		if (ctx_connect(ctx, c) < 0) {
 			b->lost = true;
-			b->dead = true;
+			snprintf(b->why, sizeof(b->why), "%s", c->why);
 			tw_log_warn("primary: log %llu: newly registered backup %s: %s",
 				    (unsigned long long)p->cfg.log_id, b->addr, b->why);
 		} else {
+			b->gen = c->gen;
 			tw_log_info("primary: log %llu: backup %s (zone %s) registered since the "
 				    "open: a spare candidate now", (unsigned long long)p->cfg.log_id,
 				    b->addr, b->zone[0] ? b->zone : "-");
 		}
+		ctx->nbk++;
 		p->nbk++;
 	}
 	free(v);
@@ -299,7 +313,7 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 
 		oc.epoch = res->epoch;
 		t0 = tw_now_ns();
-		rc = primary_open_as(&oc, inc, (uint32_t)next, false, c, out, errmsg_out,
+		rc = primary_open_as(NULL, &oc, inc, (uint32_t)next, false, c, out, errmsg_out,
 				     errmsg_len);
 		if (st)
 			st->open_ns = tw_now_ns() - t0;
@@ -428,7 +442,7 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 	pc.coordinator = NULL;
 	pc.epoch = epoch;
 	if (mode == PC_OPEN)
-		rc = primary_open_as(&pc, tw__new_incarnation(), 0, true, c, out, errmsg_out,
+		rc = primary_open_as(NULL, &pc, tw__new_incarnation(), 0, true, c, out, errmsg_out,
 				     errmsg_len);
 	else
 		rc = takeover_recorded(c, &pc, prov, on_entry, arg, res, st, out, errmsg_out,

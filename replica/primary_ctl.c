@@ -13,195 +13,42 @@
 #include "proto/rpc.h"
 #include "replica/primary_int.h"
 
-static struct pbackup *chan_backup(struct tw_chan *ch)
-{
-	return tw_chan_user(ch);
-}
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct pbackup *b = chan_backup(ch);
-	int rc;
-
-	(void)arg;
-	if (!b || !b->rpc)
-		return;
-	if (b->probe) {
-		if (tw_rpc_client_on_recv(b->rpc, msg, len) < 0)
-			b->lost = true;
-		return;
-	}
-	rc = tw_rpc_client_on_recv(b->rpc, msg, len);
-	if (rc < 0) {
-		b->lost = true;
-		snprintf(b->why, sizeof(b->why), "broken reply stream: %s", tw_strerror(rc));
-		pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
-	}
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	struct pbackup *b = chan_backup(ch);
-
-	(void)arg;
-	if (!b)
-		return;
-	b->lost = true;
-	snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
-	if (b->rpc)
-		tw_rpc_client_on_lost(b->rpc, err);
-	if (b->probe)
-		return;
-	pfo_lost(b->p, b->idx, b->why); /* failover: primary_rerep.c */
-}
-
-int pctl_init_fabric(struct tw_primary *p)
-{
-	struct tw_fab_config fc;
-	struct tw_fab_events ev;
-	struct tw_fab *fab;
-	int rc;
-
-	tw_fab_config_init(&fc);
-	fc.provider = p->cfg.provider;
-	fc.busy_poll = p->cfg.busy_poll;
-	if (p->cfg.connect_timeout_ms)
-		fc.connect_timeout_ms = p->cfg.connect_timeout_ms;
-	if (p->cfg.op_timeout_ms)
-		fc.op_timeout_ms = p->cfg.op_timeout_ms;
-	if (fc.tx_depth < p->cfg.max_inflight + 32)
-		fc.tx_depth = p->cfg.max_inflight + 32;
-	/* The RPC-replication baseline is the fabric's: its writes go as messages that the
-	 * backup's fabric layer checks, copies and answers (fabric/wmsg.c). */
-	fc.write_mode = p->cfg.data_path == TW_DATA_RPC ? TW_FAB_WRITE_MSG : TW_FAB_WRITE_ONESIDED;
-	memset(&ev, 0, sizeof(ev));
-	ev.arg = p;
-	ev.on_recv = on_recv;
-	ev.on_lost = on_lost;
-	rc = tw_fab_open(&fc, &ev, &fab);
-	if (rc == 0) {
-		/* Set once, before any other thread exists; a failover resets the fabric in place
-		 * (tw_fab_reset), so app threads read p->fab without the lock. */
-		p->fab = fab;
-	} else {
-		snprintf(p->errmsg, sizeof(p->errmsg), "cannot open fabric (provider %s): %s",
-			 fc.provider ? fc.provider : "default", tw_strerror(rc));
-	}
-	return rc;
-}
-
 static void rpc_config(struct tw_primary *p, struct tw_rpc_config *rc)
 {
 	tw_rpc_config_init(rc);
-	if (p->cfg.rpc_timeout_ms)
-		rc->timeout_ms = p->cfg.rpc_timeout_ms;
+	if (p->ctx->cfg.rpc_timeout_ms)
+		rc->timeout_ms = p->ctx->cfg.rpc_timeout_ms;
 }
 
-static void drop_backup(struct pbackup *b)
+void pctl_drop(struct tw_primary *p, struct pbackup *b)
 {
-	if (b->rpc) {
-		tw_rpc_client_destroy(b->rpc);
-		b->rpc = NULL;
-	}
-	if (b->ch) {
-		tw_chan_close(b->ch);
-		b->ch = NULL;
-	}
+	/* A private context's channel is this log's alone: close it (its pending writes
+	 * complete now, nothing of ours reaches the backup later). A shared one serves the
+	 * other logs too: closed (and connected again) only when the channel itself failed. */
+	if (!p->ctx->shared)
+		ctx_drop(b->c);
+	else if (b->c->lost || (b->c->ch && tw_chan_is_lost(b->c->ch)))
+		ctx_heal(p->ctx, b->c);
 }
 
-void pctl_drop(struct pbackup *b)
+int pctl_check_backups(struct tw_primary *p)
 {
-	drop_backup(b);
-}
-
-static int handshake(struct tw_primary *p, struct pbackup *b)
-{
-	struct tw_rpc_reply rep;
-	uint64_t node = p->cfg.node_id ? p->cfg.node_id
-				       : ((uint64_t)gethostid() << 32 | (uint64_t)getpid());
-	int rc;
-
-	if (!node)
-		node = 1;
-	PSTAT_ADD(p, rpcs, p->key ? 2 : 1);
-	PSTAT_ADD(p, rpc_handshake, p->key ? 2 : 1);
-	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
-	rc = tw_auth_client_handshake(b->rpc, p->key, node, TAILWIND__ROLE__ROLE_PRIMARY, NULL,
-				      &rep, b->why, sizeof(b->why));
-	if (rc == 0)
-		b->buffer_size = rep.env->handshake_reply->buffer_size;
-	tw_rpc_reply_release(&rep);
-	return rc;
-}
-
-/* Connect and handshake backup `b` again (after a fabric reset, primary_rerep.c). */
-int pctl_reconnect(struct tw_primary *p, struct pbackup *b)
-{
-	struct tw_rpc_config rcfg;
-	int rc;
-
-	rpc_config(p, &rcfg);
-	rc = tw_fab_connect(p->fab, b->addr, &b->ch);
-	if (rc < 0) {
-		b->ch = NULL;
-		b->dead = true;
-		snprintf(b->why, sizeof(b->why), "reconnect: %s", tw_strerror(rc));
-		return rc;
-	}
-	tw_chan_set_user(b->ch, b);
-	rc = tw_rpc_client_create(b->ch, &rcfg, &b->rpc);
-	if (rc < 0) {
-		b->rpc = NULL;
-		drop_backup(b);
-		snprintf(b->why, sizeof(b->why), "rpc client: %s", tw_strerror(rc));
-		return rc;
-	}
-	tw_rpc_client_set_incarnation(b->rpc, p->incarnation);
-	rc = handshake(p, b);
-	if (rc < 0)
-		drop_backup(b);
-	return rc;
-}
-
-int pctl_connect_all(struct tw_primary *p)
-{
-	struct tw_rpc_config rcfg;
 	size_t up = 0;
-	int rc;
 
-	rpc_config(p, &rcfg);
 	for (size_t i = 0; i < p->nbk; i++) {
 		struct pbackup *b = &p->bk[i];
+		struct cbackup *c = b->c;
 
-		rc = tw_fab_connect(p->fab, b->addr, &b->ch);
-		if (rc < 0) {
-			b->ch = NULL;
+		if (!c->ch || !c->rpc || c->lost) {
 			b->lost = true;
-			b->dead = true;
-			snprintf(b->why, sizeof(b->why), "unreachable: %s", tw_strerror(rc));
-			tw_log_warn("primary: backup %s %s", b->addr, b->why);
+			snprintf(b->why, sizeof(b->why), "%s",
+				 c->why[0] ? c->why : "not connected");
 			continue;
 		}
-		tw_chan_set_user(b->ch, b);
-		rc = tw_rpc_client_create(b->ch, &rcfg, &b->rpc);
-		if (rc < 0) {
-			b->rpc = NULL;
-			drop_backup(b);
-			b->lost = true;
-			snprintf(b->why, sizeof(b->why), "rpc client: %s", tw_strerror(rc));
-			continue;
-		}
-		tw_rpc_client_set_incarnation(b->rpc, p->incarnation);
-		rc = handshake(p, b);
-		if (rc < 0) { /* -TW_EVERSION, -ENOTSUP, or no answer: b->why says which */
-			tw_log_warn("primary: backup %s %s", b->addr, b->why);
-			drop_backup(b);
-			b->lost = true;
-			continue;
-		}
-		if (b->buffer_size && b->buffer_size < p->cfg.segment_size) {
+		b->gen = c->gen;
+		if (c->buffer_size && c->buffer_size < p->cfg.segment_size) {
 			snprintf(b->why, sizeof(b->why), "buffer size %llu < segment size %zu",
-				 (unsigned long long)b->buffer_size, p->cfg.segment_size);
+				 (unsigned long long)c->buffer_size, p->cfg.segment_size);
 			tw_log_warn("primary: backup %s: %s", b->addr, b->why);
 			continue; /* stays connected, never chosen */
 		}
@@ -224,8 +71,24 @@ int pctl_connect_all(struct tw_primary *p)
 
 static bool usable(struct tw_primary *p, struct pbackup *b)
 {
-	return b->ch && b->rpc && !b->lost && !tw_chan_is_lost(b->ch) &&
-	       (!b->buffer_size || b->buffer_size >= p->cfg.segment_size);
+	struct cbackup *c = b->c;
+
+	/* A backup this log lost is used again once the context connected to it again, for
+	 * new segments only (a replica of the open segment there goes through the failover). */
+	return c->ch && c->rpc && !c->lost && !tw_chan_is_lost(c->ch) &&
+	       (!c->buffer_size || c->buffer_size >= p->cfg.segment_size) &&
+	       (!b->lost || (pb_back(b) && !primary_is_replica(p, b->idx)));
+}
+
+/* `b` holds a replica of ours again: this log uses its current connection. */
+static void reattach(struct pbackup *b)
+{
+	if (b->lost)
+		tw_log_info("primary log %llu: backup %s usable again (connected again)",
+			    (unsigned long long)b->p->cfg.log_id, b->addr);
+	b->lost = false;
+	b->fo_seen = false;
+	b->gen = b->c->gen;
 }
 
 static bool chosen(const struct pseg *s, unsigned b)
@@ -258,8 +121,8 @@ static void call_done(void *arg, int status, const Tailwind__Envelope *reply)
 	c->status = status;
 	if (reply && tw_rpc_reply_status(reply, &m) >= 0 && m && m[0])
 		snprintf(c->msg, sizeof(c->msg), "%s", m);
-	else if (status < 0 && c->b->rpc && tw_rpc_client_errmsg(c->b->rpc)[0])
-		snprintf(c->msg, sizeof(c->msg), "%s", tw_rpc_client_errmsg(c->b->rpc));
+	else if (status < 0 && c->b->c->rpc && tw_rpc_client_errmsg(c->b->c->rpc)[0])
+		snprintf(c->msg, sizeof(c->msg), "%s", tw_rpc_client_errmsg(c->b->c->rpc));
 	if (status == 0 && reply && reply->body_case == TAILWIND__ENVELOPE__BODY_OPEN_SEGMENT_REPLY &&
 	    reply->open_segment_reply && reply->open_segment_reply->rkey) {
 		tw_rpc_rkey_from_pb(reply->open_segment_reply->rkey, &c->rk);
@@ -276,7 +139,7 @@ static void call_start(struct tw_primary *p, struct pcall *c, struct pbackup *b,
 	memset(c, 0, sizeof(*c));
 	c->b = b;
 	PSTAT_ADD(p, rpcs, 1);
-	rc = tw_rpc_call(b->rpc, env, call_done, c);
+	rc = prpc(p, b) ? tw_rpc_call(b->c->rpc, env, call_done, c) : -TW_EPEERLOST;
 	if (rc < 0) { /* the callback will not run */
 		c->status = rc;
 		c->done = true;
@@ -295,10 +158,10 @@ static void call_wait(struct tw_primary *p, struct pcall *c, unsigned n)
 				all = false;
 		if (all)
 			return;
-		tw_fab_progress(p->fab, p->cfg.busy_poll ? 0 : 10);
+		tw_fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 10);
 		for (unsigned i = 0; i < n; i++)
-			if (!c[i].done && c[i].b->rpc)
-				tw_rpc_client_expire(c[i].b->rpc);
+			if (!c[i].done && c[i].b->c->rpc)
+				tw_rpc_client_expire(c[i].b->c->rpc);
 	}
 }
 
@@ -320,11 +183,12 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 		 * corrupt at the close. Its buffer stays open there until a fence or delete. */
 		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does "
 			 "not support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
-			 c->seed, seg->seed, b->rpc ? tw_rpc_client_peer_minor(b->rpc) : 0);
+			 c->seed, seg->seed, b->c->rpc ? tw_rpc_client_peer_minor(b->c->rpc) : 0);
 		b->lost = true; /* never choose it again */
 		return 0;
 	}
 	if (rc == 0) {
+		reattach(b);
 		seg->rep[seg->nrep] = b->idx;
 		seg->rk[seg->nrep] = c->rk;
 		seg->nrep++;
@@ -476,7 +340,7 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 	for (unsigned i = 0; i < seg->nrep; i++) {
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
-		if (!b->rpc || b->lost) {
+		if (!b->c->rpc || b->lost) {
 			/* Re-replicated from our memory in the background (primary_rerep.c). */
 			tw_log_warn("primary: backup %s lost before closing segment %u: %s", b->addr,
 				    seg->id, b->why);
@@ -584,14 +448,6 @@ void pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg)
 	p->next_n = 0;
 }
 
-void pctl_disconnect(struct tw_primary *p)
-{
-	if (!p->bk)
-		return;
-	for (size_t i = 0; i < p->nbk; i++)
-		drop_backup(&p->bk[i]);
-}
-
 /* ------------------------------------------------------------------ ownership (docs/recovery.md) */
 
 /* The first page of a backup's listing of our log: whether it knows the log, its epoch there
@@ -631,9 +487,9 @@ int pctl_probe_new_log(struct tw_primary *p)
 		bool known = false;
 		int rc;
 
-		if (!b->rpc || b->lost)
+		if (!b->c->rpc || b->lost)
 			continue;
-		rc = list_log(p, b->rpc, &known, &epoch, &owner);
+		rc = list_log(p, prpc(p, b), &known, &epoch, &owner);
 		if (rc < 0) {
 			snprintf(b->why, sizeof(b->why), "listing the log: %s", tw_strerror(rc));
 			tw_log_warn("primary: backup %s: %s", b->addr, b->why);
@@ -674,27 +530,29 @@ int pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 
 	rpc_config(p, &rcfg);
 	for (size_t i = 0; i < p->nbk; i++) {
-		struct pbackup tmp;
+		struct cbackup tmp;
 		uint64_t epoch = 0, owner = 0;
 		bool known = false, taken;
 		int rc;
 
-		if (p->bk[i].dead)
+		if (p->bk[i].c->dead)
 			continue; /* a connect failed already: do not wait for another timeout */
 		memset(&tmp, 0, sizeof(tmp));
-		tmp.p = p;
+		tmp.ctx = p->ctx;
 		tmp.idx = (unsigned)i;
 		tmp.probe = true;
 		snprintf(tmp.addr, sizeof(tmp.addr), "%s", p->bk[i].addr);
 		if (tw_fab_connect(p->fab, tmp.addr, &tmp.ch) < 0) {
-			p->bk[i].dead = true;
+			p->bk[i].c->dead = true;
 			continue;
 		}
 		tw_chan_set_user(tmp.ch, &tmp);
 		rc = tw_rpc_client_create(tmp.ch, &rcfg, &tmp.rpc);
-		if (rc == 0)
+		if (rc == 0) {
+			tw_rpc_client_set_incarnation(tmp.rpc, p->incarnation);
 			rc = list_log(p, tmp.rpc, &known, &epoch, &owner);
-		drop_backup(&tmp);
+		}
+		ctx_drop(&tmp);
 		if (rc < 0)
 			continue;
 		taken = epoch > p->cfg.epoch || (epoch == p->cfg.epoch && owner != p->incarnation);

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <tailwind/context.h>
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 
@@ -27,24 +28,123 @@
 #include "core/util.h"
 
 struct tw_rpc_client;
+struct tw_auth_key;
+void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
 
-/* One candidate backup from the configuration. */
-struct pbackup {
-	struct tw_primary *p;
+/* One backup of a context (replica/ctx.c): the channel and RPC client every log on the context
+ * shares. The channel's user pointer is this struct. */
+struct cbackup {
+	struct tw_ctx *ctx;
 	unsigned idx;
 	char addr[TW_ADDR_MAX];
 	struct tw_chan *ch;   /* NULL: not connected */
 	struct tw_rpc_client *rpc;
-	bool lost;            /* the channel failed */
+	bool lost;            /* the channel failed (for every log) */
 	bool probe;           /* a throw-away connection of pctl_taken_over (no failover) */
-	bool dead;            /* a connect to it failed: pctl_taken_over does not try it */
-	bool fo_seen;         /* its loss was handled by primary_rerep.c (counted, logged) */
-	uint64_t lost_ns;     /* when primary_rerep.c saw it lost */
+	bool dead;            /* a connect to it failed: not tried again */
+	uint64_t gen;         /* connections made so far (pbackup.gen: the one a log uses) */
 	uint64_t buffer_size; /* from the handshake */
+	char why[320];        /* why it cannot be used */
+	char zone[64];        /* failure domain ("": none; primary_coord.c) */
+};
+
+/* One candidate backup as one log sees it: the context's channel plus this log's state. */
+struct pbackup {
+	struct tw_primary *p;
+	struct cbackup *c;    /* the context's backup (same index) */
+	unsigned idx;
+	char addr[TW_ADDR_MAX];
+	bool lost;            /* lost for this log: the channel failed, or one of its writes or
+			       * RPCs did (never used again by this log unless the context connects
+			       * to it again: gen) */
+	bool fo_seen;         /* its loss was handled by primary_rerep.c (counted, logged) */
+	uint64_t gen;         /* the context connection (cbackup.gen) this log last used */
+	uint64_t lost_ns;     /* when primary_rerep.c saw it lost */
 	char why[320];        /* why it cannot be used (for -TW_ENOBACKUP messages) */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
 	bool unregistered;    /* gone from the coordinator's registry: not chosen as a spare */
 };
+
+/* Whether a backup this log lost is connected again (a new context connection since): a log
+ * may then reopen its own buffers there (primary_rerep.c). */
+static inline bool pb_back(const struct pbackup *b)
+{
+	return b->lost && b->c->ch && b->c->rpc && !b->c->lost && b->c->gen != b->gen &&
+	       !tw_chan_is_lost(b->c->ch);
+}
+
+/*
+ * A context (replica/ctx.c, tailwind/context.h): the fabric, one channel + RPC client per
+ * backup, the progress thread, shared by the logs opened on it. tw_primary_open makes a private
+ * one per log (shared false, owner the log, closed with it); tw_ctx_open a shared one.
+ *
+ * Driving: one thread at a time drives the fabric and runs every log's control plane: the
+ * progress thread, or (private, sync mode) the log's caller. With a thread, any other thread
+ * that must drive (a log's open, close, or the context's close) takes `drive` through
+ * ctx_drive_enter, which makes the progress thread step aside between two passes.
+ */
+struct tw_ctx {
+	struct tw_ctx_config cfg;    /* provider: our copy; backups, zones, key_file NULL */
+	char *prov_copy;
+	bool shared;
+	struct tw_primary *owner;    /* private: its log (the handshake RPCs count there) */
+	struct tw_fab *fab;
+	struct tw_auth_key *key;     /* cluster key (NULL: no authentication) */
+	uint64_t node_id;
+	struct cbackup *bk;
+	size_t nbk, bk_cap;          /* bk_cap: room for backups added later (pcoord_refresh) */
+	unsigned rpc_max_inflight;
+
+	/* Logs served (changed by the driver, under `lock`). */
+	struct tw_primary **logs;
+	size_t nlogs, logs_cap;
+	size_t rr;                   /* round robin: the log the next pass starts with */
+
+	bool threaded;
+	bool thread_started;
+	bool stop;                   /* under lock */
+	pthread_t thread;
+	pthread_mutex_t lock;        /* logs, stop, want_drive */
+	pthread_cond_t cv;
+	pthread_mutex_t drive;       /* held by the thread that drives (threaded contexts) */
+	unsigned want_drive;         /* threads waiting for `drive` (under lock) */
+
+	/* Failures (driver only). */
+	bool resetting;              /* closing every channel for tw_fab_reset (losses not new) */
+	uint64_t loss_gen;           /* channel losses so far */
+	uint64_t reset_gen;          /* loss_gen covered by the last reset */
+	uint64_t reset_ns;           /* when the last reset was */
+	int first_lost;              /* first backup lost since the last reset (-1: none) */
+	char errmsg[1024];
+	struct tw_ctx_stats st;      /* single writer per field; read with atomics */
+};
+
+/* replica/ctx.c. */
+/* extra: room in bk[] for backups added after the open (pcoord_refresh; bk[] never moves). */
+int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
+	       struct tw_ctx **out);
+void ctx_destroy(struct tw_ctx *ctx);
+/* Connect and handshake `c` (again). 0 or a negative code (c->why says why). */
+int ctx_connect(struct tw_ctx *ctx, struct cbackup *c);
+/* Close `c`'s channel and RPC client (pending operations complete with errors). */
+void ctx_drop(struct cbackup *c);
+/* Shared contexts: a lost channel is closed and, once per loss, connected again. */
+void ctx_heal(struct tw_ctx *ctx, struct cbackup *c);
+/* Close every channel, tw_fab_reset, connect the backups again except `first` (the one whose
+ * loss began it; -1: none); every log with an open segment then rewrites its writes in flight
+ * (fo_recopy). 0 or a negative code. */
+int ctx_reset(struct tw_ctx *ctx, int first);
+void ctx_drive_enter(struct tw_ctx *ctx);
+void ctx_drive_leave(struct tw_ctx *ctx);
+int ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
+void ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
+/* replica/primary.c: the progress thread of a context. */
+int ctx_start(struct tw_ctx *ctx);
+void ctx_stop(struct tw_ctx *ctx);
+
+/* The log's RPC client of backup `b`, stamped with the log's incarnation (the client is shared;
+ * the stamp is taken when a request is sent, on the driving thread). */
+static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b);
 
 /* One segment of the log, in the primary's registered memory. */
 struct pseg {
@@ -69,6 +169,7 @@ struct pop {
 	struct tw_op op;
 	struct pslot *slot;
 	unsigned rep; /* replica index in the segment */
+	unsigned bk;  /* backup index it was posted to (the replica may be replaced meanwhile) */
 };
 
 /* One sealed write, sent to the segment's r replicas. */
@@ -110,12 +211,16 @@ struct tw_primary {
 	unsigned r;
 	bool threaded;
 
-	struct tw_fab *fab;
-	struct tw_auth_key *key; /* cluster key (NULL: no authentication) */
+	struct tw_ctx *ctx;      /* shared (tw_primary_open_on) or private (owned by this log) */
+	struct tw_fab *fab;      /* ctx->fab */
 	struct pbackup *bk;
 	size_t nbk;
 	size_t bk_cap;  /* room in bk[] (never moved): backups registered after the open are
 			 * added as spares by pcoord_refresh (driver thread) */
+	bool on_ctx;             /* in ctx->logs (the context's failure hooks reach it) */
+	bool served;             /* the context's progress thread serves it (async) */
+	bool detached;           /* stopping: the progress thread let go of it (under lock) */
+	bool fo_recopy;          /* a context reset dropped every write in flight: rewrite them */
 
 	/* Owner (docs/recovery.md): cfg.epoch (resolved at open) and this incarnation. */
 	uint64_t incarnation;
@@ -153,8 +258,7 @@ struct tw_primary {
 	/* Async mode. */
 	pthread_mutex_t lock;
 	pthread_cond_t cv_app;  /* app threads wait here (back-pressure, roll, acks) */
-	pthread_t thread;
-	bool thread_started;
+	bool thread_started;    /* served by a progress thread (the context's) */
 	bool stop;
 	bool finished;          /* tw_primary_finish ran: no more appends */
 	int finish_rc;
@@ -189,7 +293,6 @@ struct tw_primary {
 	bool rr_dirty;          /* closed segments may have replicas on lost backups */
 	uint64_t fo_since_ns;   /* when the suspension began */
 	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
-	bool fo_resetting;      /* closing every channel for tw_fab_reset (losses are not new) */
 	unsigned fo_first;      /* the backup whose loss began the suspension */
 
 	/* Tests only: when set, posted writes complete through this callback instead of
@@ -197,14 +300,21 @@ struct tw_primary {
 	tw_op_cb test_op_cb;
 };
 
+static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b)
+{
+	if (b->c->rpc)
+		tw_rpc_client_set_incarnation(b->c->rpc, p->incarnation);
+	return b->c->rpc;
+}
+
 /* Control plane (primary_ctl.c). All run on the driver thread with the lock not held. */
-int pctl_init_fabric(struct tw_primary *p);
-int pctl_connect_all(struct tw_primary *p);
+/* Copy the context's backups into the log's view, count those usable for its segment size;
+ * -TW_ENOBACKUP (p->errmsg names each) below r. */
+int pctl_check_backups(struct tw_primary *p);
 /* Choose r backups and open `seg` on them (retry / back-off); fills seg->rep, seg->rk. */
 int pctl_open_segment(struct tw_primary *p, struct pseg *seg);
 /* Close RPC to every replica of `seg` with its final offset and checksum. */
 int pctl_close_segment(struct tw_primary *p, struct pseg *seg);
-void pctl_disconnect(struct tw_primary *p);
 /* Plain open of a new log: ask every usable backup whether it knows the log (-TW_EEXIST) and
  * resolve cfg.epoch 0 to one past every epoch they report. p->errmsg says why on failure. */
 int pctl_probe_new_log(struct tw_primary *p);
@@ -247,10 +357,10 @@ bool primary_is_replica(struct tw_primary *p, unsigned b);
  *   all: every one now. */
 void pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 
-/* primary.c: open as owner (incarnation, first segment `start`); coord kept by the primary
- * (not closed on failure). */
-int primary_open_as(const struct tw_primary_config *cfg, uint64_t incarnation, uint32_t start,
-		    bool creating, struct tw_coord *coord, struct tw_primary **out,
+/* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
+ * context); coord kept by the primary (not closed on failure). */
+int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
+		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len);
 /* primary_coord.c: open or take over through cfg->coordinator; zone placement; the per-log
  * record of backups: pcoord_note(p, bi) records backup bi for the log before a segment is
@@ -270,10 +380,14 @@ bool pzone_ok(const struct tw_primary *p, const struct pseg *seg, unsigned bi,
 	      const struct pcall *pending, unsigned n);
 void pfo_run(struct tw_primary *p);
 void pfo_background(struct tw_primary *p, bool all);
-/* Close backup `b`'s channel and RPC client (pending operations complete with errors). */
-void pctl_drop(struct pbackup *b);
-/* Connect and handshake `b` again on p->fab. 0 or a negative code (b->why says why). */
-int pctl_reconnect(struct tw_primary *p, struct pbackup *b);
+/* This log lets go of backup `b`: a private context closes its channel (pending operations
+ * complete with errors); a shared one only when the channel itself is lost (ctx_heal). */
+void pctl_drop(struct tw_primary *p, struct pbackup *b);
+/* Per-log steps of the driver (primary.c): before the fabric poll (control work: rollover,
+ * frees, seal+post; returns true when it did control work, so the poll should not block; sets
+ * *done when a stopping log has nothing left), and after it (failover, reap, seal+post). */
+bool primary_step_pre(struct tw_primary *p, bool *done);
+void primary_step_post(struct tw_primary *p);
 /* Write [from, len) of `seg` to replica index `i` (blocking, chunked). 0 or a negative code. */
 int pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
 

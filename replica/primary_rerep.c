@@ -44,6 +44,8 @@
 
 #define COPY_CHUNK (1u << 20) /* bytes per one-sided write of a copy */
 
+static size_t inflight_from(struct tw_primary *p, const struct pseg *s, size_t len);
+
 static bool holds(const struct pseg *s, unsigned b)
 {
 	for (unsigned i = 0; i < s->nrep; i++)
@@ -52,21 +54,27 @@ static bool holds(const struct pseg *s, unsigned b)
 	return false;
 }
 
-static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned bi)
+/* Whether backup `bi` can take replica index `i` of `s`: a spare, or the lost replica's own
+ * backup once the context connected to it again (the log's buffer there is reopened: the backup
+ * hands the owner its same bytes, docs/primary.md "Many logs: the context"). */
+static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned i, unsigned bi)
 {
 	struct pbackup *b = &p->bk[bi];
+	struct cbackup *c = b->c;
 
-	return b->ch && b->rpc && !b->lost && !b->unregistered && !tw_chan_is_lost(b->ch) &&
-	       !holds(s, bi) &&
-	       (!b->buffer_size || b->buffer_size >= s->cap) && pzone_ok(p, s, bi, NULL, 0);
+	if (bi == s->rep[i])
+		return pb_back(b) && (!c->buffer_size || c->buffer_size >= s->cap);
+	return c->ch && c->rpc && !c->lost && !tw_chan_is_lost(c->ch) && !b->unregistered &&
+	       !holds(s, bi) && (!b->lost || pb_back(b)) &&
+	       (!c->buffer_size || c->buffer_size >= s->cap) && pzone_ok(p, s, bi, NULL, 0);
 }
 
 void pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
 {
 	struct pbackup *b = &p->bk[bi];
 
-	if (p->fo_resetting)
-		return; /* our own teardown of every channel (reset_fabric), not a loss */
+	if (p->ctx->resetting)
+		return; /* the context's teardown of every channel (ctx_reset), not a loss */
 	b->lost = true;
 	if (!b->fo_seen) {
 		b->fo_seen = true;
@@ -132,16 +140,17 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 		bool refused = false;
 
 		for (size_t k = 0; k < p->nbk; k++) {
-			unsigned bi = (unsigned)((s->rep[i] + 1 + k) % p->nbk);
+			/* k = 0: the lost replica's own backup, if it is back; then the others. */
+			unsigned bi = (unsigned)((s->rep[i] + k) % p->nbk);
 			struct pbackup *b = &p->bk[bi];
 			struct tw_rkey rk;
 			int rc;
 
-			if (!spare_ok(p, s, bi) || pcoord_note(p, bi) < 0)
+			if (!spare_ok(p, s, i, bi) || pcoord_note(p, bi) < 0)
 				continue;
 			PSTAT_ADD(p, rpcs, 1);
 			PSTAT_ADD(p, rpc_open, 1);
-			rc = tw_rpc_open_segment_seeded(b->rpc, p->cfg.epoch, &m, s->version,
+			rc = tw_rpc_open_segment_seeded(prpc(p, b), p->cfg.epoch, &m, s->version,
 							s->cap, s->seed, &rk);
 			if (rc == 0 && rk.len >= s->cap) {
 				*bi_out = bi;
@@ -156,8 +165,8 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			}
 			snprintf(b->why, sizeof(b->why), "open segment %u: %s%s%s", s->id,
 				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
-				 b->rpc && tw_rpc_client_errmsg(b->rpc)[0] ? ": " : "",
-				 b->rpc ? tw_rpc_client_errmsg(b->rpc) : "");
+				 b->c->rpc && tw_rpc_client_errmsg(b->c->rpc)[0] ? ": " : "",
+				 b->c->rpc ? tw_rpc_client_errmsg(b->c->rpc) : "");
 			if (rc == -TW_EFENCED) {
 				snprintf(why_out, why_len, "backup %s: %s", b->addr, b->why);
 				return rc;
@@ -180,6 +189,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 
 			while ((now = tw_now_ns()) < end)
 				tw_fab_progress(p->fab, (int)((end - now + 999999u) / 1000000u));
+			(void)0;
 		}
 		delay = delay * 2 > 200 ? 200 : delay * 2;
 	}
@@ -208,17 +218,17 @@ int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size
 		struct copy_op c;
 		int rc;
 
-		if (!b->ch)
+		if (!b->c->ch)
 			return -TW_EPEERLOST;
 		memset(&c, 0, sizeof(c));
 		c.op.cb = copy_done;
 		c.op.arg = &c;
 		c.op.flags = TW_OP_UNCHECKED; /* cut at COPY_CHUNK, not at sealed writes */
-		rc = tw_chan_write(b->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
+		rc = tw_chan_write(b->c->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
 		if (rc < 0)
 			return rc;
 		while (!c.done)
-			tw_fab_progress(p->fab, p->cfg.busy_poll ? 0 : 100);
+			tw_fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 100);
 		if (c.status < 0)
 			return c.status;
 	}
@@ -233,11 +243,12 @@ static int bump_version(struct tw_primary *p, struct pseg *s, uint64_t version)
 		struct pbackup *b = &p->bk[s->rep[j]];
 		int rc;
 
-		if (b->lost || !b->rpc)
+		if (b->lost || !b->c->rpc)
 			continue;
 		PSTAT_ADD(p, rpcs, 1);
 		PSTAT_ADD(p, rpc_other, 1);
-		rc = tw_rpc_set_replica_version(b->rpc, p->cfg.epoch, p->cfg.log_id, s->id, version);
+		rc = tw_rpc_set_replica_version(prpc(p, b), p->cfg.epoch, p->cfg.log_id, s->id,
+						version);
 		if (rc == -TW_EFENCED) {
 			primary_fail(p, rc, "log %llu epoch %llu fenced by backup %s (set replica "
 				     "version of segment %u)", (unsigned long long)p->cfg.log_id,
@@ -267,6 +278,7 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 	unsigned lost = s->rep[i], bi;
 	struct tw_rkey rk;
 	char why[480];
+	size_t from = 0;
 	int rc;
 
 	why[0] = '\0';
@@ -281,9 +293,24 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 		return rc;
 	s->rep[i] = bi;
 	s->rk[i] = rk;
-	tw_log_info("primary log %llu: segment %u: backup %s replaces %s (copying %zu bytes)",
-		    (unsigned long long)p->cfg.log_id, s->id, p->bk[bi].addr, p->bk[lost].addr, len);
-	rc = pfo_copy(p, s, i, 0, len);
+	if (bi == lost && !closed) {
+		/* Our own buffer again (a reconnect): it holds every write that completed there;
+		 * only the writes in flight at the loss may be missing. */
+		primary_lock(p);
+		from = inflight_from(p, s, len);
+		primary_unlock(p);
+		tw_log_info("primary log %llu: segment %u: reopened on %s (connected again; "
+			    "rewriting %zu bytes)", (unsigned long long)p->cfg.log_id, s->id,
+			    p->bk[bi].addr, len - from);
+	} else {
+		tw_log_info("primary log %llu: segment %u: backup %s replaces %s (copying %zu "
+			    "bytes)", (unsigned long long)p->cfg.log_id, s->id, p->bk[bi].addr,
+			    p->bk[lost].addr, len);
+	}
+	p->bk[bi].lost = false;
+	p->bk[bi].fo_seen = false;
+	p->bk[bi].gen = p->bk[bi].c->gen;
+	rc = pfo_copy(p, s, i, from, len);
 	if (rc < 0) {
 		char w[200];
 
@@ -291,7 +318,7 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 		pfo_lost(p, bi, w);
 		return 0;
 	}
-	PSTAT_ADD(p, rerep_bytes, len);
+	PSTAT_ADD(p, rerep_bytes, len - from);
 	if (closed) {
 		struct tw_rpc_seg_meta m = {
 			.log_id = p->cfg.log_id, .segment_id = s->id,
@@ -300,7 +327,7 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 
 		PSTAT_ADD(p, rpcs, 1);
 		PSTAT_ADD(p, rpc_close, 1);
-		rc = tw_rpc_close_segment(p->bk[bi].rpc, p->cfg.epoch, &m, s->version, NULL);
+		rc = tw_rpc_close_segment(prpc(p, &p->bk[bi]), p->cfg.epoch, &m, s->version, NULL);
 		if (rc < 0) {
 			char w[200];
 
@@ -323,58 +350,10 @@ static unsigned first_lost(struct tw_primary *p, const struct pseg *s)
 	for (unsigned i = 0; i < s->nrep; i++) {
 		struct pbackup *b = &p->bk[s->rep[i]];
 
-		if (b->lost || !b->ch || tw_chan_is_lost(b->ch))
+		if (b->lost || !b->c->ch || tw_chan_is_lost(b->c->ch))
 			return i;
 	}
 	return UINT_MAX;
-}
-
-/*
- * A fabric whose peers' losses block each other (shm in libfabric 1.17: the sender consumes the
- * responses of its writes in order, so one write to a peer that never answers blocks the
- * completion of every later write of the endpoint, to every peer; tw_fab_loss_blocks_others):
- * every channel is closed (every write in flight completes with an error, slots marked repair),
- * the fabric rebuilds its endpoint (tw_fab_reset: same handle, the segments' registrations stay
- * valid), and the healthy backups are connected again. The caller writes the bytes again (same
- * bytes: harmless if an old write still lands).
- */
-static int reset_fabric(struct tw_primary *p)
-{
-	int rc;
-
-	tw_log_warn("primary log %llu: resetting the fabric (a dead peer blocks the completions of "
-		    "the others)", (unsigned long long)p->cfg.log_id);
-	p->fo_resetting = true;
-	for (size_t i = 0; i < p->nbk; i++)
-		if (p->bk[i].ch || p->bk[i].rpc)
-			pctl_drop(&p->bk[i]);
-	p->fo_resetting = false;
-	rc = tw_fab_reset(p->fab);
-	if (rc < 0) {
-		primary_fail(p, rc, "cannot reset the fabric after a backup loss: %s (%s)",
-			     tw_strerror(rc), tw_fab_errmsg(p->fab));
-		return rc;
-	}
-	for (size_t i = 0; i < p->nbk; i++) {
-		struct pbackup *b = &p->bk[i];
-
-		/* Lost after the one that began the suspension: most likely only behind it in
-		 * the blocked queue (the fabric reports timed-out channels oldest operation
-		 * first, so the first loss is the peer at the head of the queue). Try it again
-		 * after the reset; a dead one fails to connect. */
-		if (b->lost && b->fo_seen && i != p->fo_first && b->lost_ns >= p->fo_since_ns) {
-			tw_log_info("primary: trying %s again (%s)", b->addr, b->why);
-			b->lost = false;
-			b->fo_seen = false;
-			b->why[0] = '\0';
-			PSTAT_ADD(p, backups_lost, (uint64_t)-1);
-		}
-		if (b->lost)
-			continue;
-		if (pctl_reconnect(p, b) < 0)
-			pfo_lost(p, (unsigned)i, b->why);
-	}
-	return 0;
 }
 
 /* Lowest offset of a write in flight into `s` (len when none). */
@@ -401,11 +380,23 @@ void pfo_run(struct tw_primary *p)
 	if (!p->fo_pending || p->fo_running)
 		return;
 	p->fo_running = true;
-	if (s && !s->closed && tw_fab_loss_blocks_others(p->fab)) {
+	/* A fabric whose peers' losses block each other (shm in libfabric 1.17: the sender
+	 * consumes the responses of its writes in order, so one write to a peer that never
+	 * answers blocks the completion of every later write of the endpoint, to every peer;
+	 * tw_fab_loss_blocks_others): the context closes every channel (every write in flight of
+	 * every log completes with an error, slots marked repair), rebuilds its endpoint
+	 * (tw_fab_reset: same handle, the registrations stay valid) and connects the healthy
+	 * backups again; every log with writes in flight then writes them again (fo_recopy; same
+	 * bytes: harmless if an old write still lands). Once per loss, not once per log: a log
+	 * whose suspension began before the last reset was covered by it. */
+	if (s && !s->closed && tw_fab_loss_blocks_others(p->fab) &&
+	    (p->ctx->loss_gen != p->ctx->reset_gen || p->fo_since_ns > p->ctx->reset_ns))
+		(void)ctx_reset(p->ctx, (int)p->fo_first);
+	recopy = p->fo_recopy && !p->err;
+	if (recopy) {
 		primary_lock(p);
 		from = inflight_from(p, s, s->w.write_start);
 		primary_unlock(p);
-		recopy = reset_fabric(p) == 0;
 	}
 again:
 	while (!p->err && s && !s->closed) {
@@ -418,10 +409,10 @@ again:
 		for (unsigned j = 0; j < s->nrep; j++) {
 			struct pbackup *b = &p->bk[s->rep[j]];
 
-			if (b->ch && tw_chan_is_lost(b->ch))
+			if (b->c->ch && tw_chan_is_lost(b->c->ch))
 				pfo_lost(p, s->rep[j], "connection lost");
-			if (b->lost && (b->ch || b->rpc))
-				pctl_drop(b);
+			if (b->lost && (b->c->ch || b->c->rpc))
+				pctl_drop(p, b);
 		}
 		i = first_lost(p, s);
 		if (i == UINT_MAX)
@@ -455,6 +446,7 @@ again:
 			goto again;
 		recopy = false;
 	}
+	p->fo_recopy = false;
 	p->fo_pending = false;
 	p->fo_running = false;
 	if (p->err)
@@ -499,8 +491,8 @@ void pfo_background(struct tw_primary *p, bool all)
 		while ((i = first_lost(p, s)) != UINT_MAX && !p->err) {
 			int rc;
 
-			if (p->bk[s->rep[i]].ch || p->bk[s->rep[i]].rpc)
-				pctl_drop(&p->bk[s->rep[i]]);
+			if (p->bk[s->rep[i]].c->ch || p->bk[s->rep[i]].c->rpc)
+				pctl_drop(p, &p->bk[s->rep[i]]);
 			rc = replace(p, s, i, s->w.pos, true);
 			if (rc == -TW_ENOBACKUP) {
 				tw_log_warn("primary log %llu: closed segment %u is short of a replica: "

@@ -6,6 +6,7 @@
  *   bench_cpu.c     backup CPU: /proc/<pid>/stat of local twd's, Stats RPC of remote ones
  *   bench_run.c     the onesided and rpc modes (the real primary) and the measuring helpers
  *   bench_raw.c     raw mode: bare one-sided writes, no log format
+ *   bench_logs.c    --logs N: many logs in one process (one context, or private ones)
  *   bench_report.c  the text tables and the JSON line
  *
  * Threading: main thread only, except the primary's own progress thread in --async runs (the
@@ -54,6 +55,8 @@ struct opts {
 	uint64_t max_bytes;                     /* cap count * size per run (0: none) */
 	bool settle;                            /* wait for idle backups between runs */
 	const char *key_file;                   /* --key-file, else $TW_KEY_FILE (resolved) */
+	unsigned logs;                          /* --logs N: N logs in one process (0: off) */
+	bool logs_private;                      /* --logs-private: a private context each */
 };
 
 /* One point of a sweep. */
@@ -133,6 +136,9 @@ void wait_until(uint64_t t);
 /* bench_raw.c */
 int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	    uint8_t *payload, struct run *run);
+
+/* bench_logs.c: prints its own report. 0 or a negative code (after a message). */
+int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, uint8_t *payload);
 
 /* bench_report.c */
 void print_json(const struct opts *o);

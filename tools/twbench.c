@@ -103,6 +103,12 @@ static void usage(FILE *f)
 		"  --buffers N       buffers per local twd (default 16)\n"
 		"  --preopen         open the next segment while the current one fills\n"
 		"  --busy-poll       the primary polls instead of blocking (local twd's still block)\n"
+		"  --logs N          N logs in this process on one shared context (one connection\n"
+		"                    per backup, one progress thread); --count objects in all,\n"
+		"                    round robin; reports threads, fds, RSS, open time, aggregate\n"
+		"                    and per-log objects/s, fairness (first -r, --size, --batch,\n"
+		"                    --inflight only)\n"
+		"  --logs-private    with --logs: each log opened alone (tw_primary_open)\n"
 		"  --no-settle       do not wait for the backups to go idle between runs\n"
 		"  --twd PATH        twd executable for local backups\n"
 		"  --key-file PATH   cluster key (default: $TW_KEY_FILE); local twd's get it too\n"
@@ -206,6 +212,7 @@ static int bad_value(int c, const char *arg)
 		{ 'X', "--max-bytes", "a number of bytes >= 0 (k/M suffixes)" },
 		{ 'L', "--latency-count", "a number of appends from 0 to 1000000000" },
 		{ 'p', "--provider", "a libfabric provider name (tcp, sockets, shm, verbs, ...)" },
+		{ 'G', "--logs", "a number of logs from 1 to 4096" },
 	};
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -262,6 +269,8 @@ int main(int argc, char **argv)
 		{ "twd", required_argument, NULL, 't' },
 		{ "key-file", required_argument, NULL, 'K' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "logs", required_argument, NULL, 'G' },
+		{ "logs-private", no_argument, NULL, 'H' },
 		{ "no-progress", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -379,6 +388,12 @@ int main(int argc, char **argv)
 		case 'j': o.json = true; break;
 		case 'q': o.progress = false; break;
 		case 'K': o.key_file = optarg; break;
+		case 'G':
+			if (parse_u64(optarg, &v) || !v || v > 4096)
+				goto bad;
+			o.logs = (unsigned)v;
+			break;
+		case 'H': o.logs_private = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return 0;
 		bad:
@@ -455,6 +470,14 @@ int main(int argc, char **argv)
 	}
 	for (uint32_t i = 0; i < max_size; i++)
 		payload[i] = (uint8_t)(i * 7 + 1);
+	if (o.logs) {
+		if (o.logs_private && o.logs > 1 && !o.json)
+			fprintf(stderr, "twbench: --logs-private: %u fabric instances, %u "
+				"connections per backup, %u progress threads\n", o.logs, o.logs,
+				o.logs);
+		exit_code = run_logs(&o, addrs, n_addrs, payload) < 0 ? 1 : 0;
+		goto out;
+	}
 
 	for (unsigned is = 0; is < o.n_sizes; is++)
 	for (unsigned ir = 0; ir < o.n_r; ir++)

@@ -8,6 +8,7 @@
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
+#include <tailwind/context.h>
 #include <tailwind/recovery.h>
 #include <tailwind/standby.h>
 

@@ -148,7 +148,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 
 		primary_lock(p);
 		snprintf(victim, sizeof(victim), "%s", p->bk[p->cur->rep[1]].addr);
-		tw_mem_inject(p->bk[p->cur->rep[1]].ch, &f);
+		tw_mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
 		primary_unlock(p);
 	}
 	for (uint64_t i = before; i < before + after; i++) {
@@ -236,7 +236,7 @@ static void test_rate(const char **addrs)
 	{
 		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_VANISH };
 
-		tw_mem_inject(p->bk[victim].ch, &f);
+		tw_mem_inject(p->bk[victim].c->ch, &f);
 	}
 	for (uint64_t i = 4000; i < 4200; i++) {
 		fill(buf, i);

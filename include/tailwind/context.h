@@ -1,0 +1,126 @@
+/*
+ * tailwind/context.h — one shared transport for many logs in a process (docs/primary.md,
+ * "Many logs: the context").
+ *
+ * A storage service runs dozens to hundreds of logs per process. Opened with tw_primary_open()
+ * each log has its own fabric instance, its own connection and RPC client to every backup and
+ * (in async mode) its own progress thread. A context owns those once for every log opened on
+ * it:
+ *
+ *   tw_ctx_config_init(&cc); cc.backups = addrs; cc.n_backups = n;
+ *   tw_ctx_open(&cc, &ctx, err, sizeof(err));      fabric, one channel + RPC client per backup,
+ *                                                   one progress thread
+ *   tw_primary_config_init(&cfg); cfg.log_id = 7;  (the transport fields of cfg are ignored)
+ *   tw_primary_open_on(ctx, &cfg, &p, err, sizeof(err));   a log; as many as needed
+ *   tw_primary_append(p, ...); ...                  everything in tailwind/primary.h works
+ *   tw_primary_close(p);                            every log first,
+ *   tw_ctx_close(ctx);                              then the context
+ *
+ * What is shared and what is not: the fabric instance (its queues, registrations and file
+ * descriptors), one channel and one RPC client per backup, the cluster key and handshake, and
+ * the progress thread. Each log keeps its own segments, write slots, ownership (epoch,
+ * incarnation), acknowledgements, failover state and statistics; its RPCs carry its own
+ * incarnation and their replies reach its own calls. The handshakes are the context's: a log on
+ * a shared context counts none in its tw_primary_stats.rpc_handshake.
+ *
+ * Threads: a context always runs one progress thread, however many logs it serves; logs on a
+ * context are in async mode (TW_PRIMARY_ASYNC semantics, cfg.mode is ignored). The thread
+ * serves the logs round robin: each pass seals and posts for every log, polls the fabric once,
+ * then reaps every log. A log's control steps (segment rollover, a failover's copy) run on
+ * that thread and delay the other logs by their length. Callbacks of every log run on it: a
+ * callback must not wait for any log of the same context (-EDEADLK / -EAGAIN as in
+ * tailwind/primary.h).
+ *
+ * Failures: a backup's channel that is lost (connection loss, an operation timeout) is lost for
+ * every log on the context; each log runs its own failover (docs/failover.md). The context
+ * connects to the backup again (once per loss) so that the logs whose buffers there are intact
+ * reopen them instead of needing a spare; a log that was fenced there gets -TW_EFENCED.
+ */
+#ifndef TAILWIND_CONTEXT_H
+#define TAILWIND_CONTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tailwind/common.h>
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tw_ctx_config {
+	const char *const *backups;  /* addresses of the candidate backups */
+	size_t n_backups;
+	const char *const *zones;    /* NULL, or n_backups failure-domain labels
+				      * (tailwind/primary.h) */
+	const char *provider;        /* NULL: $FI_PROVIDER if set, else "tcp" */
+	const char *key_file;        /* as tw_primary_config.key_file */
+	bool busy_poll;              /* poll completions instead of blocking waits */
+	uint64_t node_id;            /* sent in the handshake; 0: derived from host and pid */
+	enum tw_data_path data_path; /* default TW_DATA_ONESIDED */
+	unsigned op_timeout_ms;      /* a write not completed by then fails the channel; 10000 */
+	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
+	unsigned connect_timeout_ms; /* per backup; default 5000 */
+	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024 */
+	const char *coordinator;     /* not supported on a context yet: must be NULL or "" */
+};
+
+/* Fill `cfg` with the defaults above (backups NULL: the caller must set them). */
+TW_API void tw_ctx_config_init(struct tw_ctx_config *cfg);
+
+struct tw_ctx;
+
+/*
+ * Open a context: open a fabric instance, connect and handshake with every backup in
+ * cfg->backups (unreachable ones are skipped with a warning, as tw_primary_open does), start the
+ * progress thread. `cfg` and its strings are borrowed for the call. Returns 0 and *out, or
+ * -EINVAL, -ENOTSUP (a coordinator), -TW_ENOPROV, -ENOMEM, -TW_ENOBACKUP (no backup usable);
+ * errmsg_out (may be NULL) receives the detail.
+ */
+TW_API int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errmsg_out,
+		       size_t errmsg_len);
+
+/* Detail of the last failure of the context (never NULL). */
+TW_API const char *tw_ctx_errmsg(const struct tw_ctx *ctx);
+
+/*
+ * Close the context: stop the thread, disconnect, close the fabric. Every log opened on it must
+ * be closed first: with a log still open it returns -EBUSY and does nothing. NULL is fine (0).
+ */
+TW_API int tw_ctx_close(struct tw_ctx *ctx);
+
+/*
+ * Open a new log on `ctx`: as tw_primary_open(), with the backups, provider, key, timeouts,
+ * busy_poll, node_id and data path of the context (those fields of `cfg`, and cfg->mode, are
+ * ignored; cfg->coordinator must be unset). Thread-safe: any thread may open and close logs on
+ * one context while others append; an open pauses the context's other logs for its round trips.
+ */
+TW_API int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
+
+/* Take a log over on `ctx`: as tw_primary_takeover() (the recovery runs on its own connections,
+ * the continued log on the context's). */
+TW_API int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+				  tw_recover_entry_fn on_entry, void *arg,
+				  struct tw_recover_result *res_out, struct tw_primary **out,
+				  char *errmsg_out, size_t errmsg_len);
+
+struct tw_ctx_stats {
+	uint64_t logs;        /* logs open on the context now */
+	uint64_t channels;    /* channels connected now (one per usable backup) */
+	uint64_t reconnects;  /* channels connected again after a loss */
+	uint64_t resets;      /* fabric resets (shm: a dead peer blocks the others) */
+	uint64_t loop_passes; /* passes of the progress thread over every log */
+};
+
+/* Copy the counters. Thread-safe. */
+TW_API void tw_ctx_get_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAILWIND_CONTEXT_H */

@@ -1,0 +1,533 @@
+/*
+ * replica/ctx.c — the context (tailwind/context.h): one fabric instance, one channel and RPC
+ * client per backup, shared by every log opened on it; connect, handshake, loss demultiplexing
+ * (a channel lost is lost for every log, each then runs its own failover), reconnection after a
+ * loss (shared contexts), the fabric reset of shm (every log rewrites its writes in flight), and
+ * the hand-over of the driving role between the progress thread and the threads that open and
+ * close logs. The progress thread itself is in primary.c (it runs the engine's per-log steps).
+ * See docs/primary.md, "Many logs: the context".
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/auth.h"
+#include "proto/rpc.h"
+#include "replica/primary_int.h"
+
+#define CTX_DEFAULT_TX_DEPTH 1024
+#define CTX_RPC_INFLIGHT 1024 /* RPCs in flight per backup, all logs (pre-opens, frees) */
+
+static void ctx_lost(struct tw_ctx *ctx, struct cbackup *c)
+{
+	ctx->loss_gen++;
+	tw_log_warn("context: backup %s lost for its %zu log(s): %s", c->addr, ctx->nlogs, c->why);
+	for (size_t i = 0; i < ctx->nlogs; i++)
+		pfo_lost(ctx->logs[i], c->idx, c->why); /* each log fails over on its own */
+}
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	struct cbackup *c = tw_chan_user(ch);
+	int rc;
+
+	if (!c || !c->rpc)
+		return;
+	/* Replies are matched to their calls by request id (proto/rpc_client.c): each call
+	 * carries its own log's completion, so the shared client demultiplexes by itself. */
+	rc = tw_rpc_client_on_recv(c->rpc, msg, len);
+	if (rc < 0) {
+		c->lost = true;
+		if (c->probe)
+			return;
+		snprintf(c->why, sizeof(c->why), "broken reply stream: %s", tw_strerror(rc));
+		ctx_lost(arg, c);
+	}
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	struct cbackup *c = tw_chan_user(ch);
+
+	if (!c)
+		return;
+	c->lost = true;
+	snprintf(c->why, sizeof(c->why), "connection lost: %s", tw_strerror(err));
+	if (c->rpc)
+		tw_rpc_client_on_lost(c->rpc, err);
+	if (c->probe)
+		return;
+	ctx_lost(arg, c);
+}
+
+void ctx_drop(struct cbackup *c)
+{
+	if (c->rpc) {
+		tw_rpc_client_destroy(c->rpc);
+		c->rpc = NULL;
+	}
+	if (c->ch) {
+		tw_chan_close(c->ch);
+		c->ch = NULL;
+		if (!c->probe)
+			__atomic_sub_fetch(&c->ctx->st.channels, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static void rpc_config(struct tw_ctx *ctx, struct tw_rpc_config *rc)
+{
+	tw_rpc_config_init(rc);
+	if (ctx->cfg.rpc_timeout_ms)
+		rc->timeout_ms = ctx->cfg.rpc_timeout_ms;
+	rc->max_inflight = ctx->rpc_max_inflight;
+}
+
+static int handshake(struct tw_ctx *ctx, struct cbackup *c)
+{
+	struct tw_rpc_reply rep;
+	int rc;
+
+	if (ctx->owner) {
+		PSTAT_ADD(ctx->owner, rpcs, ctx->key ? 2 : 1);
+		PSTAT_ADD(ctx->owner, rpc_handshake, ctx->key ? 2 : 1);
+	}
+	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
+	rc = tw_auth_client_handshake(c->rpc, ctx->key, ctx->node_id, TAILWIND__ROLE__ROLE_PRIMARY,
+				      NULL, &rep, c->why, sizeof(c->why));
+	if (rc == 0)
+		c->buffer_size = rep.env->handshake_reply->buffer_size;
+	tw_rpc_reply_release(&rep);
+	return rc;
+}
+
+int ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
+{
+	struct tw_rpc_config rcfg;
+	int rc;
+
+	rpc_config(ctx, &rcfg);
+	rc = tw_fab_connect(ctx->fab, c->addr, &c->ch);
+	if (rc < 0) {
+		c->ch = NULL;
+		c->lost = true;
+		c->dead = true;
+		snprintf(c->why, sizeof(c->why), "unreachable: %s", tw_strerror(rc));
+		return rc;
+	}
+	__atomic_add_fetch(&ctx->st.channels, 1, __ATOMIC_RELAXED);
+	tw_chan_set_user(c->ch, c);
+	rc = tw_rpc_client_create(c->ch, &rcfg, &c->rpc);
+	if (rc < 0) {
+		c->rpc = NULL;
+		ctx_drop(c);
+		c->lost = true;
+		snprintf(c->why, sizeof(c->why), "rpc client: %s", tw_strerror(rc));
+		return rc;
+	}
+	if (ctx->owner)
+		tw_rpc_client_set_incarnation(c->rpc, ctx->owner->incarnation);
+	rc = handshake(ctx, c);
+	if (rc < 0) { /* -TW_EVERSION, -ENOTSUP, or no answer: c->why says which */
+		ctx_drop(c);
+		c->lost = true;
+		return rc;
+	}
+	c->lost = false;
+	c->gen++;
+	c->why[0] = '\0';
+	return 0;
+}
+
+void ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
+{
+	if (c->ch && (c->lost || tw_chan_is_lost(c->ch))) {
+		c->lost = true;
+		ctx_drop(c); /* every log's writes on it complete now (with errors) */
+	}
+	if (!ctx->shared || c->ch || c->dead || !c->lost || ctx->resetting ||
+	    tw_fab_loss_blocks_others(ctx->fab))
+		return;
+	/* Once per loss: a backup that closed the connection (a fence of another log of this
+	 * process, docs/recovery.md "Ownership") is alive and holds the other logs' buffers. */
+	if (ctx_connect(ctx, c) == 0) {
+		__atomic_add_fetch(&ctx->st.reconnects, 1, __ATOMIC_RELAXED);
+		tw_log_info("context: backup %s connected again", c->addr);
+	} else {
+		c->dead = true;
+		tw_log_warn("context: backup %s: %s; not tried again", c->addr, c->why);
+	}
+}
+
+int ctx_reset(struct tw_ctx *ctx, int first)
+{
+	uint64_t prev_ns = ctx->reset_ns, now;
+	bool *again = calloc(ctx->nbk ? ctx->nbk : 1, sizeof(bool));
+	int rc;
+
+	if (!again)
+		return -ENOMEM;
+	tw_log_warn("context: resetting the fabric for %zu log(s) (a dead peer blocks the "
+		    "completions of the others)", ctx->nlogs);
+	ctx->resetting = true;
+	for (size_t i = 0; i < ctx->nbk; i++) {
+		struct cbackup *c = &ctx->bk[i];
+
+		/* Every channel still open (healthy, or lost but not closed yet) except the one
+		 * whose loss began it: the others are most likely only behind it in the blocked
+		 * queue (the fabric reports timed-out channels oldest operation first). A dead
+		 * one fails to connect. */
+		again[i] = !c->dead && (int)i != first && c->ch;
+		if (c->ch || c->rpc)
+			ctx_drop(c); /* every log's writes in flight complete (slots to repair) */
+	}
+	ctx->resetting = false;
+	__atomic_add_fetch(&ctx->st.resets, 1, __ATOMIC_RELAXED);
+	rc = tw_fab_reset(ctx->fab);
+	if (rc < 0) {
+		for (size_t k = 0; k < ctx->nlogs; k++)
+			primary_fail(ctx->logs[k], rc, "cannot reset the fabric after a backup "
+				     "loss: %s (%s)", tw_strerror(rc), tw_fab_errmsg(ctx->fab));
+		free(again);
+		return rc;
+	}
+	for (size_t i = 0; i < ctx->nbk; i++) {
+		struct cbackup *c = &ctx->bk[i];
+
+		if (!again[i]) {
+			c->lost = true;
+			continue;
+		}
+		if (ctx_connect(ctx, c) < 0) {
+			again[i] = false;
+			tw_log_warn("context: backup %s after the reset: %s", c->addr, c->why);
+		}
+	}
+	now = tw_now_ns();
+	for (size_t k = 0; k < ctx->nlogs; k++) {
+		struct tw_primary *p = ctx->logs[k];
+
+		for (size_t i = 0; i < p->nbk; i++) {
+			struct pbackup *b = &p->bk[i];
+			uint64_t since = p->fo_pending ? p->fo_since_ns : prev_ns;
+
+			if (again[i] && b->lost && b->fo_seen && b->lost_ns >= since) {
+				tw_log_info("primary log %llu: trying %s again (%s)",
+					    (unsigned long long)p->cfg.log_id, b->addr, b->why);
+				b->lost = false;
+				b->fo_seen = false;
+				b->why[0] = '\0';
+				PSTAT_ADD(p, backups_lost, (uint64_t)-1);
+			}
+			if (again[i] && !b->lost)
+				b->gen = b->c->gen;
+		}
+		for (size_t i = 0; i < p->nbk; i++)
+			if (!again[i] && !p->bk[i].lost)
+				pfo_lost(p, (unsigned)i, p->bk[i].c->why[0] ? p->bk[i].c->why
+								   : "not connected after a reset");
+		/* Every write in flight was dropped with the channels: rewrite them. */
+		if (p->cur && !p->cur->closed && p->slot_tail < p->slot_head) {
+			p->fo_recopy = true;
+			if (!p->fo_pending) {
+				p->fo_pending = true;
+				p->fo_first = first >= 0 ? (unsigned)first : 0;
+				p->fo_since_ns = now;
+			}
+		}
+	}
+	ctx->reset_gen = ctx->loss_gen;
+	ctx->reset_ns = tw_now_ns();
+	free(again);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ driving and logs */
+
+void ctx_drive_enter(struct tw_ctx *ctx)
+{
+	if (!ctx->thread_started)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	ctx->want_drive++;
+	pthread_mutex_unlock(&ctx->lock);
+	tw_fab_wakeup(ctx->fab);
+	pthread_mutex_lock(&ctx->drive);
+	pthread_mutex_lock(&ctx->lock);
+	ctx->want_drive--;
+	pthread_cond_broadcast(&ctx->cv);
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+void ctx_drive_leave(struct tw_ctx *ctx)
+{
+	if (ctx->thread_started)
+		pthread_mutex_unlock(&ctx->drive);
+}
+
+int ctx_attach(struct tw_ctx *ctx, struct tw_primary *p)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->nlogs == ctx->logs_cap) {
+		size_t ncap = ctx->logs_cap ? ctx->logs_cap * 2 : 8;
+		struct tw_primary **n = realloc(ctx->logs, ncap * sizeof(*n));
+
+		if (!n) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		ctx->logs = n;
+		ctx->logs_cap = ncap;
+	}
+	ctx->logs[ctx->nlogs++] = p;
+	p->on_ctx = true;
+out:
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+void ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
+{
+	if (!p->on_ctx)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->nlogs; i++) {
+		if (ctx->logs[i] == p) {
+			memmove(&ctx->logs[i], &ctx->logs[i + 1],
+				(ctx->nlogs - i - 1) * sizeof(*ctx->logs));
+			ctx->nlogs--;
+			break;
+		}
+	}
+	p->on_ctx = false;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* ------------------------------------------------------------------ create / destroy */
+
+int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
+	       struct tw_ctx **out)
+{
+	struct tw_fab_config fc;
+	struct tw_fab_events ev;
+	struct tw_ctx *ctx;
+	int rc = 0;
+
+	*out = NULL;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	*out = ctx; /* even on failure: ctx->errmsg says why; ctx_destroy frees it */
+	ctx->cfg = *cc;
+	ctx->shared = shared;
+	ctx->first_lost = -1;
+	ctx->rpc_max_inflight = shared ? CTX_RPC_INFLIGHT : 64;
+	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->drive, NULL);
+	pthread_cond_init(&ctx->cv, NULL);
+	if (cc->provider)
+		ctx->prov_copy = strdup(cc->provider);
+	ctx->bk_cap = cc->n_backups + extra;
+	ctx->bk = calloc(ctx->bk_cap ? ctx->bk_cap : 1, sizeof(*ctx->bk));
+	if (!ctx->bk || (cc->provider && !ctx->prov_copy)) {
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "out of memory");
+		return -ENOMEM;
+	}
+	ctx->nbk = cc->n_backups;
+	for (size_t i = 0; i < cc->n_backups; i++) {
+		struct cbackup *c = &ctx->bk[i];
+
+		c->ctx = ctx;
+		c->idx = (unsigned)i;
+		snprintf(c->addr, sizeof(c->addr), "%s", cc->backups[i]);
+		if (cc->zones && cc->zones[i])
+			snprintf(c->zone, sizeof(c->zone), "%s", cc->zones[i]);
+	}
+	ctx->cfg.backups = NULL;
+	ctx->cfg.zones = NULL;
+	ctx->cfg.coordinator = NULL;
+	ctx->cfg.provider = ctx->prov_copy;
+	ctx->cfg.key_file = NULL; /* read once, here */
+	ctx->node_id = cc->node_id ? cc->node_id
+				   : ((uint64_t)gethostid() << 32 | (uint64_t)getpid());
+	if (!ctx->node_id)
+		ctx->node_id = 1;
+	if (tw_auth_key_path(cc->key_file)) {
+		rc = tw_auth_key_load(tw_auth_key_path(cc->key_file), &ctx->key, ctx->errmsg,
+				      sizeof(ctx->errmsg));
+		if (rc < 0) {
+			ctx->key = NULL;
+			return rc;
+		}
+	}
+
+	tw_fab_config_init(&fc);
+	fc.provider = ctx->cfg.provider;
+	fc.busy_poll = cc->busy_poll;
+	if (cc->connect_timeout_ms)
+		fc.connect_timeout_ms = cc->connect_timeout_ms;
+	if (cc->op_timeout_ms)
+		fc.op_timeout_ms = cc->op_timeout_ms;
+	if (fc.tx_depth < tx_depth)
+		fc.tx_depth = tx_depth;
+	/* The RPC-replication baseline is the fabric's: its writes go as messages that the
+	 * backup's fabric layer checks, copies and answers (fabric/wmsg.c). */
+	fc.write_mode = cc->data_path == TW_DATA_RPC ? TW_FAB_WRITE_MSG : TW_FAB_WRITE_ONESIDED;
+	memset(&ev, 0, sizeof(ev));
+	ev.arg = ctx;
+	ev.on_recv = on_recv;
+	ev.on_lost = on_lost;
+	rc = tw_fab_open(&fc, &ev, &ctx->fab);
+	if (rc < 0) {
+		ctx->fab = NULL;
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "cannot open fabric (provider %s): %s",
+			 fc.provider ? fc.provider : "default", tw_strerror(rc));
+		return rc;
+	}
+	for (size_t i = 0; i < ctx->nbk; i++) {
+		struct cbackup *c = &ctx->bk[i];
+
+		if (ctx_connect(ctx, c) < 0)
+			tw_log_warn("primary: backup %s %s", c->addr, c->why);
+		else
+			c->dead = false;
+	}
+	return 0;
+}
+
+void ctx_destroy(struct tw_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	ctx_stop(ctx);
+	for (size_t i = 0; i < ctx->nbk; i++)
+		ctx_drop(&ctx->bk[i]);
+	if (ctx->fab)
+		tw_fab_close(ctx->fab);
+	free(ctx->bk);
+	free(ctx->logs);
+	free(ctx->prov_copy);
+	tw_auth_key_free(ctx->key);
+	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&ctx->drive);
+	pthread_cond_destroy(&ctx->cv);
+	free(ctx);
+}
+
+/* ------------------------------------------------------------------ public API */
+
+static void set_errmsg(char *buf, size_t len, const char *msg)
+{
+	if (buf && len)
+		snprintf(buf, len, "%s", msg);
+}
+
+void tw_ctx_config_init(struct tw_ctx_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->op_timeout_ms = 10000;
+	cfg->rpc_timeout_ms = 5000;
+	cfg->connect_timeout_ms = 5000;
+	cfg->tx_depth = CTX_DEFAULT_TX_DEPTH;
+}
+
+int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errmsg_out,
+		size_t errmsg_len)
+{
+	struct tw_ctx *ctx;
+	size_t up = 0;
+	int rc;
+
+	if (!cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (cfg->coordinator && cfg->coordinator[0]) {
+		set_errmsg(errmsg_out, errmsg_len, "a context does not take a coordinator yet: "
+			   "give the backups (tw_ctx_config.backups), or open each log with "
+			   "tw_primary_open");
+		return -ENOTSUP;
+	}
+	if (!cfg->backups || !cfg->n_backups) {
+		set_errmsg(errmsg_out, errmsg_len, "no backups given");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < cfg->n_backups; i++) {
+		if (!cfg->backups[i] || !cfg->backups[i][0] ||
+		    strlen(cfg->backups[i]) >= TW_ADDR_MAX) {
+			set_errmsg(errmsg_out, errmsg_len, "a backup address is empty or too long");
+			return -EINVAL;
+		}
+	}
+	rc = ctx_create(cfg, true, cfg->tx_depth ? cfg->tx_depth : CTX_DEFAULT_TX_DEPTH, 0, &ctx);
+	for (size_t i = 0; rc == 0 && i < ctx->nbk; i++)
+		up += ctx->bk[i].ch != NULL;
+	if (rc == 0 && !up) {
+		char *m = ctx->errmsg;
+		size_t n = sizeof(ctx->errmsg);
+		int k = snprintf(m, n, "no backup usable:");
+
+		for (size_t i = 0; i < ctx->nbk && k > 0 && (size_t)k < n; i++)
+			k += snprintf(m + k, n - (size_t)k, " %s (%s)%s", ctx->bk[i].addr,
+				      ctx->bk[i].why, i + 1 < ctx->nbk ? ";" : "");
+		rc = -TW_ENOBACKUP;
+	}
+	if (rc == 0)
+		rc = ctx_start(ctx);
+	if (rc < 0) {
+		if (ctx) {
+			if (!ctx->errmsg[0])
+				snprintf(ctx->errmsg, sizeof(ctx->errmsg), "%s", tw_strerror(rc));
+			tw_log_error("context: open failed: %s", ctx->errmsg);
+			set_errmsg(errmsg_out, errmsg_len, ctx->errmsg);
+		}
+		ctx_destroy(ctx);
+		return rc;
+	}
+	tw_log_info("context: open, %zu of %zu backups connected", up, ctx->nbk);
+	*out = ctx;
+	return 0;
+}
+
+const char *tw_ctx_errmsg(const struct tw_ctx *ctx)
+{
+	if (!ctx)
+		return "no context";
+	return ctx->errmsg[0] ? ctx->errmsg : "no error";
+}
+
+int tw_ctx_close(struct tw_ctx *ctx)
+{
+	size_t n;
+
+	if (!ctx)
+		return 0;
+	pthread_mutex_lock(&ctx->lock);
+	n = ctx->nlogs;
+	pthread_mutex_unlock(&ctx->lock);
+	if (n) {
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "%zu log(s) still open on the context: "
+			 "close them first (tw_primary_close)", n);
+		return -EBUSY;
+	}
+	ctx_destroy(ctx);
+	return 0;
+}
+
+void tw_ctx_get_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!ctx)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	out->logs = ctx->nlogs;
+	pthread_mutex_unlock(&ctx->lock);
+	out->channels = __atomic_load_n(&ctx->st.channels, __ATOMIC_RELAXED);
+	out->reconnects = __atomic_load_n(&ctx->st.reconnects, __ATOMIC_RELAXED);
+	out->resets = __atomic_load_n(&ctx->st.resets, __ATOMIC_RELAXED);
+	out->loop_passes = __atomic_load_n(&ctx->st.loop_passes, __ATOMIC_RELAXED);
+}
