@@ -238,6 +238,12 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 	for (;;) {
 		bool refused = false;
 
+		/* A shared context's channels lost meanwhile (for every log: a fence of another
+		 * log, an operation timeout behind a deep queue) are connected again before the
+		 * choice, not left out of it. */
+		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
+			if (p->bk[k].c->lost && !p->bk[k].c->dead)
+				ctx_heal(p->ctx, p->bk[k].c);
 		memset(tried, 0, p->nbk * sizeof(bool));
 		while (seg->nrep < p->r) {
 			unsigned n = 0;

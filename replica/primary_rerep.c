@@ -139,6 +139,10 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 	for (;;) {
 		bool refused = false;
 
+		/* Shared context: lost channels are connected again before the choice. */
+		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
+			if (p->bk[k].c->lost && !p->bk[k].c->dead)
+				ctx_heal(p->ctx, p->bk[k].c);
 		for (size_t k = 0; k < p->nbk; k++) {
 			/* k = 0: the lost replica's own backup, if it is back; then the others. */
 			unsigned bi = (unsigned)((s->rep[i] + k) % p->nbk);
