@@ -67,7 +67,7 @@ static bool host_port_ok(const char *s, size_t n)
 	return port >= 1 && port <= 65535;
 }
 
-int tw_coord_url_parse(const char *url, struct tw_coord_url *out, char *err, size_t errlen)
+int tw__coord_url_parse(const char *url, struct tw_coord_url *out, char *err, size_t errlen)
 {
 	const char *h, *slash;
 	size_t hlen;
@@ -147,7 +147,7 @@ static bool field_ok(const char *s)
 	return !strpbrk(s, "\n\r=");
 }
 
-int tw_coord_backup_encode(const struct tw_coord_backup *b, char *buf, size_t len)
+int tw__coord_backup_encode(const struct tw_coord_backup *b, char *buf, size_t len)
 {
 	int n;
 
@@ -189,7 +189,7 @@ static int dec_u64(const char *v, size_t n, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-int tw_coord_backup_decode(const char *buf, size_t len, struct tw_coord_backup *out, char *err,
+int tw__coord_backup_decode(const char *buf, size_t len, struct tw_coord_backup *out, char *err,
 			   size_t errlen)
 {
 	size_t mlen = strlen(NODE_MAGIC), i;
@@ -256,7 +256,7 @@ int tw_coord_backup_decode(const char *buf, size_t len, struct tw_coord_backup *
 	return 0;
 }
 
-void tw_coord_backup_node_name(const struct tw_coord_backup *b, char *out, size_t len)
+void tw__coord_backup_node_name(const struct tw_coord_backup *b, char *out, size_t len)
 {
 	uint64_t h = 14695981039346656037ull; /* FNV-1a 64 */
 
@@ -281,7 +281,7 @@ static int by_zone_free(const void *x, const void *y)
 	return strcmp(a->addr, b->addr);
 }
 
-void tw_coord_backup_sort(struct tw_coord_backup *v, size_t n)
+void tw__coord_backup_sort(struct tw_coord_backup *v, size_t n)
 {
 	struct tw_coord_backup *tmp;
 	size_t nz = 0, *start, *cnt, *next, *order, k = 0;
@@ -333,7 +333,7 @@ out:
 
 /* ------------------------------------------------------------------ front end */
 
-int tw_coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, char *err,
+int tw__coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, char *err,
 		  size_t errlen)
 {
 	struct tw_coord *c = calloc(1, sizeof(*c));
@@ -342,7 +342,7 @@ int tw_coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, c
 	*out = NULL;
 	if (!c)
 		return -ENOMEM;
-	rc = tw_coord_url_parse(url, &c->url, err, errlen);
+	rc = tw__coord_url_parse(url, &c->url, err, errlen);
 	if (rc < 0) {
 		free(c);
 		return rc;
@@ -359,7 +359,7 @@ int tw_coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, c
 	return 0;
 }
 
-void tw_coord_close(struct tw_coord *c)
+void tw__coord_close(struct tw_coord *c)
 {
 	if (!c)
 		return;
@@ -367,33 +367,33 @@ void tw_coord_close(struct tw_coord *c)
 	free(c);
 }
 
-enum tw_coord_kind tw_coord_kind(const struct tw_coord *c)
+enum tw__coord_kind tw__coord_kind(const struct tw_coord *c)
 {
 	return c->url.kind;
 }
 
-const char *tw_coord_errmsg(const struct tw_coord *c)
+const char *tw__coord_errmsg(const struct tw_coord *c)
 {
 	return c->errmsg;
 }
 
-int tw_coord_register(struct tw_coord *c, const struct tw_coord_backup *b)
+int tw__coord_register(struct tw_coord *c, const struct tw_coord_backup *b)
 {
 	c->errmsg[0] = '\0';
 	return c->ops->register_backup(c, b);
 }
 
-int tw_coord_update_free(struct tw_coord *c, uint32_t free_buffers)
+int tw__coord_update_free(struct tw_coord *c, uint32_t free_buffers)
 {
 	return c->ops->update_free(c, free_buffers);
 }
 
-int tw_coord_deregister(struct tw_coord *c)
+int tw__coord_deregister(struct tw_coord *c)
 {
 	return c->ops->deregister(c);
 }
 
-int tw_coord_list_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+int tw__coord_list_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
 {
 	int rc;
 
@@ -402,11 +402,11 @@ int tw_coord_list_backups(struct tw_coord *c, struct tw_coord_backup **out, size
 	*n_out = 0;
 	rc = c->ops->list_backups(c, out, n_out);
 	if (rc == 0)
-		tw_coord_backup_sort(*out, *n_out);
+		tw__coord_backup_sort(*out, *n_out);
 	return rc;
 }
 
-int tw_coord_take_log(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
+int tw__coord_take_log(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
 		      bool replace_owner, uint64_t *epoch_out)
 {
 	c->errmsg[0] = '\0';
@@ -414,19 +414,19 @@ int tw_coord_take_log(struct tw_coord *c, uint64_t log_id, uint64_t floor, const
 	return c->ops->take_log(c, log_id, floor, owner, replace_owner, epoch_out);
 }
 
-int tw_coord_log_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
+int tw__coord_log_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
 		      size_t owner_len)
 {
 	c->errmsg[0] = '\0';
 	return c->ops->log_info(c, log_id, epoch_out, owner_out, owner_len);
 }
 
-bool tw_coord_owns(struct tw_coord *c, uint64_t log_id)
+bool tw__coord_owns(struct tw_coord *c, uint64_t log_id)
 {
 	return c->ops->owns(c, log_id);
 }
 
-int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
+int tw__coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
 			     void (*on_wait)(void *arg, const char *owner), void *arg,
 			     bool *waited_out, uint64_t *gone_ns_out)
 {
@@ -444,7 +444,7 @@ int tw_coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeo
 	return rc;
 }
 
-int tw_coord_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b)
+int tw__coord_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw_coord_backup *b)
 {
 	if (!c->ops->log_add_backup)
 		return 0;
@@ -452,7 +452,7 @@ int tw_coord_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct tw
 	return c->ops->log_add_backup(c, log_id, b);
 }
 
-int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
+int tw__coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_backup **out,
 			 size_t *n_out)
 {
 	c->errmsg[0] = '\0';
@@ -465,34 +465,34 @@ int tw_coord_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_ba
 	return c->ops->log_backups(c, log_id, out, n_out);
 }
 
-int tw_coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
+int tw__coord_watch_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
 {
 	int rc;
 
 	if (!c->ops->watch_backups)
-		return tw_coord_list_backups(c, out, n_out);
+		return tw__coord_list_backups(c, out, n_out);
 	c->errmsg[0] = '\0';
 	*out = NULL;
 	*n_out = 0;
 	rc = c->ops->watch_backups(c, out, n_out);
 	if (rc == 0)
-		tw_coord_backup_sort(*out, *n_out);
+		tw__coord_backup_sort(*out, *n_out);
 	return rc;
 }
 
-bool tw_coord_backups_changed(struct tw_coord *c)
+bool tw__coord_backups_changed(struct tw_coord *c)
 {
 	return c->ops->backups_changed ? c->ops->backups_changed(c) : false;
 }
 
-bool tw_coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
+bool tw__coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
 {
 	if (c->ops->wait_backups_changed)
 		return c->ops->wait_backups_changed(c, timeout_ms);
-	return tw_coord_backups_changed(c);
+	return tw__coord_backups_changed(c);
 }
 
-int tw_coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
+int tw__coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
 {
 	c->errmsg[0] = '\0';
 	*out = NULL;

@@ -3,7 +3,7 @@
  * (libzookeeper_mt, synchronous calls).
  *
  * Znodes, under the URL's chroot (default /tailwind):
- *   backups/b-<hash>     ephemeral: one per live twd (tw_coord_backup_encode)
+ *   backups/b-<hash>     ephemeral: one per live twd (tw__coord_backup_encode)
  *   logs/<id>/epoch      persistent: the log's last allocated epoch (decimal)
  *   logs/<id>/owner      ephemeral: the owner's epoch and description
  *   logs/<id>/backups/b-<hash>   persistent: a backup asked to hold a segment of the log
@@ -252,7 +252,7 @@ static int make_folders(struct zk *z)
 static int do_register(struct zk *z)
 {
 	char data[1024];
-	int n = tw_coord_backup_encode(&z->me, data, sizeof(data));
+	int n = tw__coord_backup_encode(&z->me, data, sizeof(data));
 
 	if (n < 0) {
 		tw__coord_err(z->c, "registration of %s: a field holds a newline or '=', or is empty",
@@ -457,7 +457,7 @@ static int zk_register(struct tw_coord *c, const struct tw_coord_backup *b)
 	if (rc < 0)
 		return rc;
 	z->me = *b;
-	tw_coord_backup_node_name(b, name, sizeof(name));
+	tw__coord_backup_node_name(b, name, sizeof(name));
 	path_of(z, z->reg_path, sizeof(z->reg_path), "/backups/%s", name);
 	rc = do_register(z);
 	z->registered = rc == 0;
@@ -479,7 +479,7 @@ static int zk_update_free(struct tw_coord *c, uint32_t free_buffers)
 		return 0;
 	}
 	z->me.free_buffers = free_buffers;
-	n = tw_coord_backup_encode(&z->me, data, sizeof(data));
+	n = tw__coord_backup_encode(&z->me, data, sizeof(data));
 	zrc = n < 0 ? ZBADARGUMENTS : zoo_set(z->zh, z->reg_path, data, n, -1);
 	if (zrc == ZNONODE)
 		rc = do_register(z); /* deleted by hand: put it back */
@@ -582,7 +582,7 @@ static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n
 		}
 		if (len < 0)
 			len = 0;
-		if (tw_coord_backup_decode(data, (size_t)len, &(*out)[k], err, sizeof(err)) < 0) {
+		if (tw__coord_backup_decode(data, (size_t)len, &(*out)[k], err, sizeof(err)) < 0) {
 			tw_log_warn("coord: skipping %s: %s", path, err);
 			continue;
 		}
@@ -1016,7 +1016,7 @@ static int zk_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct t
 	char name[TW_COORD_NAME_MAX], path[PATH_MAX_ZK], data[1024];
 	int n, zrc = ZOK, rc;
 
-	tw_coord_backup_node_name(b, name, sizeof(name));
+	tw__coord_backup_node_name(b, name, sizeof(name));
 	pthread_mutex_lock(&z->op_mu);
 	for (size_t i = 0; i < z->n_noted && i < MAX_NOTED; i++)
 		if (z->noted[i].log == log_id && !strcmp(z->noted[i].name, name)) {
@@ -1024,7 +1024,7 @@ static int zk_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct t
 			return 0; /* the common case: recorded by an earlier segment */
 		}
 	pthread_mutex_unlock(&z->op_mu);
-	n = tw_coord_backup_encode(b, data, sizeof(data));
+	n = tw__coord_backup_encode(b, data, sizeof(data));
 	if (n < 0) {
 		tw__coord_err(c, "log %" PRIu64 ": backup %s: cannot encode its record", log_id,
 			      b->addr);
@@ -1116,7 +1116,7 @@ static int zk_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_b
 			rc = zrc_errno(zrc);
 			break;
 		}
-		if (tw_coord_backup_decode(data, len > 0 ? (size_t)len : 0, &(*out)[k], err,
+		if (tw__coord_backup_decode(data, len > 0 ? (size_t)len : 0, &(*out)[k], err,
 					   sizeof(err)) < 0) {
 			tw_log_warn("coord: skipping %s: %s", path, err);
 			continue;

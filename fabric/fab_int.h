@@ -45,18 +45,18 @@ struct fab_ops {
 	int (*wait)(struct tw_fab *fab, int timeout_ms);
 	void (*wakeup)(struct tw_fab *fab);
 	int (*inject)(struct tw_chan *ch, const struct tw_mem_fault *fault);
-	/* tw_fab_reset: every channel is closed and freed; rebuild the provider state in place
+	/* tw__fab_reset: every channel is closed and freed; rebuild the provider state in place
 	 * and register every registration of fab->mrs again (same structs). */
 	int (*reset)(struct tw_fab *fab);
 	/* Earliest deadline of what the backend itself has in flight on the channel beyond the
 	 * user's writes and reads (ofi: sends, whose ctxs share the posted list), or UINT64_MAX.
-	 * NULL: nothing. The generic layer checks it with the ops' (fab_check_deadlines): one
+	 * NULL: nothing. The generic layer checks it with the ops' (tw__fab_check_deadlines): one
 	 * deadline tracker for every backend. */
 	uint64_t (*chan_deadline)(const struct tw_chan *ch);
 };
 
 struct tw_fab {
-	/* The backend's table, or hook_ops: a copy of it with `write` replaced by wmsg_write
+	/* The backend's table, or hook_ops: a copy of it with `write` replaced by tw__wmsg_write
 	 * (cfg.write_mode TW_FAB_WRITE_MSG), as libfabric's hook providers wrap a provider. */
 	const struct fab_ops *ops;
 	struct fab_ops hook_ops;
@@ -67,15 +67,15 @@ struct tw_fab {
 	uint8_t *wmsg_buf;          /* initiator: one message, header + chunk */
 	uint64_t wmsg_tag;          /* initiator: last tag used (tags start at 1) */
 	struct tw_mr *wmsg_last;    /* target: registration of the last chunk (lookup cache) */
-	tw_write_check_fn write_check; /* target: tw_fab_set_write_check */
+	tw_write_check_fn write_check; /* target: tw__fab_set_write_check */
 	struct tw_fab_config cfg;
 	struct tw_fab_events ev;
 	char prov[64];        /* resolved name as typed ("tcp", "tcp;ofi_rxm", "mem") */
 	bool rdm;
-	bool loss_blocks;     /* tw_fab_loss_blocks_others (set by the backend: shm) */
+	bool loss_blocks;     /* tw__fab_loss_blocks_others (set by the backend: shm) */
 	char errmsg[512];
 	struct tw_fab_stats stats;
-	/* The fab's time (cfg.clock_ns or CLOCK_MONOTONIC) as read by fab_clock: at the entry of
+	/* The fab's time (cfg.clock_ns or CLOCK_MONOTONIC) as read by tw__fab_clock: at the entry of
 	 * every write, read and send, once per progress round and once per stall round. Every
 	 * deadline is computed from it; a deadline is checked against it, so a check may come
 	 * late by one round, never early. */
@@ -104,9 +104,9 @@ struct tw_chan {
 	enum chan_state state;
 	bool visible;  /* the user knows it (connect returned it / on_accept ran) */
 	bool lost;
-	bool closed;   /* tw_chan_close ran; freed at the next sweep */
+	bool closed;   /* tw__chan_close ran; freed at the next sweep */
 	bool is_down;  /* chan_down ran */
-	bool fast_write; /* writes go without delivery-complete (tw_chan_fast_writes) */
+	bool fast_write; /* writes go without delivery-complete (tw__chan_fast_writes) */
 	int lost_err;
 	uint32_t id;   /* unique per fab, never reused */
 	uint64_t hs_deadline_ns; /* handshake deadline while CONNECTING/ACCEPTING */
@@ -124,44 +124,44 @@ struct tw_mr {
 };
 
 /* fabric.c */
-void fab_errmsg(struct tw_fab *fab, const char *fmt, ...) TW_PRINTF(2, 3);
-void fab_open_errmsg(const char *fmt, ...) TW_PRINTF(1, 2);
-void fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct tw_fab_config *cfg,
+void tw__fab_set_errmsg(struct tw_fab *fab, const char *fmt, ...) TW_PRINTF(2, 3);
+void tw__fab_open_errmsg(const char *fmt, ...) TW_PRINTF(1, 2);
+void tw__fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct tw_fab_config *cfg,
 		     const struct tw_fab_events *ev);
-void chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer);
-void mr_link(struct tw_fab *fab, struct tw_mr *mr);
-void mr_unlink(struct tw_mr *mr);
-void op_track(struct tw_chan *ch, struct tw_op *op);
-void op_finish(struct tw_op *op, int status);
-void chan_fail_ops(struct tw_chan *ch, int status);
-void chan_set_lost(struct tw_chan *ch, int err);
-void chan_announce(struct tw_chan *ch); /* ACCEPTING → UP + on_accept */
-void fab_enter(struct tw_fab *fab);
-void fab_leave(struct tw_fab *fab);
+void tw__chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer);
+void tw__mr_link(struct tw_fab *fab, struct tw_mr *mr);
+void tw__mr_unlink(struct tw_mr *mr);
+void tw__op_track(struct tw_chan *ch, struct tw_op *op);
+void tw__op_finish(struct tw_op *op, int status);
+void tw__chan_fail_ops(struct tw_chan *ch, int status);
+void tw__chan_set_lost(struct tw_chan *ch, int err);
+void tw__chan_announce(struct tw_chan *ch); /* ACCEPTING → UP + on_accept */
+void tw__fab_enter(struct tw_fab *fab);
+void tw__fab_leave(struct tw_fab *fab);
 /* Read the fab's clock once into fab->now_ns and return it. */
-uint64_t fab_clock(struct tw_fab *fab);
+uint64_t tw__fab_clock(struct tw_fab *fab);
 /* fab->now_ns + op_timeout_ms: the deadline of an operation posted now. */
-uint64_t fab_op_deadline(const struct tw_fab *fab);
+uint64_t tw__fab_op_deadline(const struct tw_fab *fab);
 /* Fail the channels whose earliest deadline (ops, backend's sends) is <= fab->now_ns. */
-int fab_check_deadlines(struct tw_fab *fab);
-uint64_t fab_next_deadline(const struct tw_fab *fab);
+int tw__fab_check_deadlines(struct tw_fab *fab);
+uint64_t tw__fab_next_deadline(const struct tw_fab *fab);
 /* Our own MR key: a bijective mix of a random seed and a counter, masked to key_bytes. */
-uint64_t fab_gen_key(struct tw_fab *fab, size_t key_bytes);
-uint64_t fab_random64(void);
-struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id);
+uint64_t tw__fab_gen_key(struct tw_fab *fab, size_t key_bytes);
+uint64_t tw__fab_random64(void);
+struct tw_chan *tw__fab_find_chan(struct tw_fab *fab, uint32_t id);
 
 /* wmsg.c: writes sent as messages (cfg.write_mode TW_FAB_WRITE_MSG) */
-bool wmsg_is(const void *msg, size_t len); /* starts with the write messages' magic */
-int wmsg_init(struct tw_fab *fab);         /* after the backend opened */
-void wmsg_fini(struct tw_fab *fab);
-int wmsg_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+bool tw__wmsg_is(const void *msg, size_t len); /* starts with the write messages' magic */
+int tw__wmsg_init(struct tw_fab *fab);         /* after the backend opened */
+void tw__wmsg_fini(struct tw_fab *fab);
+int tw__wmsg_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
 	       struct tw_mr *src_mr, uint64_t raddr, uint64_t key);
-void wmsg_recv(struct tw_chan *ch, const void *msg, size_t len); /* a message wmsg_is() */
+void tw__wmsg_recv(struct tw_chan *ch, const void *msg, size_t len); /* a message tw__wmsg_is() */
 
 /* Backend constructors: fill *out (already common-initialised) or return a negative code. */
-int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
+int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
 		 struct tw_fab **out);
-int mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
+int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
 		 struct tw_fab **out);
 
 #endif

@@ -3,7 +3,7 @@
  * lists, in-flight operation tracking, deadlines, loss handling, memory allocation.
  *
  * "Exactly once": an operation's callback runs either from its provider completion (backend
- * calls op_finish) or from chan_fail_ops (loss, close, timeout), which first asks the backend to
+ * calls tw__op_finish) or from tw__chan_fail_ops (loss, close, timeout), which first asks the backend to
  * abandon it (op_abandon), so a late provider completion finds no operation to complete.
  */
 #include <errno.h>
@@ -17,10 +17,10 @@
 
 #include "fabric/fab_int.h"
 
-/* Message of the last failed tw_fab_open on this thread (tw_fab_errmsg(NULL)). */
+/* Message of the last failed tw__fab_open on this thread (tw__fab_errmsg(NULL)). */
 static _Thread_local char open_errmsg[512];
 
-void tw_fab_config_init(struct tw_fab_config *cfg)
+void tw__fab_config_init(struct tw_fab_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->connect_timeout_ms = 5000;
@@ -30,7 +30,7 @@ void tw_fab_config_init(struct tw_fab_config *cfg)
 	cfg->tx_depth = 128;
 }
 
-void fab_errmsg(struct tw_fab *fab, const char *fmt, ...)
+void tw__fab_set_errmsg(struct tw_fab *fab, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -40,7 +40,7 @@ void fab_errmsg(struct tw_fab *fab, const char *fmt, ...)
 	tw_log_debug("fabric %s: %s", fab->prov, fab->errmsg);
 }
 
-void fab_open_errmsg(const char *fmt, ...)
+void tw__fab_open_errmsg(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -49,7 +49,7 @@ void fab_open_errmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t fab_random64(void)
+uint64_t tw__fab_random64(void)
 {
 	uint64_t v = 0;
 	ssize_t n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
@@ -67,7 +67,7 @@ static uint64_t splitmix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-uint64_t fab_gen_key(struct tw_fab *fab, size_t key_bytes)
+uint64_t tw__fab_gen_key(struct tw_fab *fab, size_t key_bytes)
 {
 	/* splitmix64 is a bijection: distinct counters give distinct 64-bit keys. With a shorter
 	 * key the caller retries on a collision (-FI_ENOKEY). Never 0, which reads like "no key". */
@@ -81,25 +81,25 @@ uint64_t fab_gen_key(struct tw_fab *fab, size_t key_bytes)
 	return k;
 }
 
-void fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct tw_fab_config *cfg,
+void tw__fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const struct tw_fab_config *cfg,
 		     const struct tw_fab_events *ev)
 {
 	fab->ops = ops;
 	fab->cfg = *cfg;
 	if (ev)
 		fab->ev = *ev;
-	fab->key_seed = fab_random64();
-	fab->next_chan_id = 1 + (uint32_t)(fab_random64() & 0xffff);
-	fab_clock(fab);
+	fab->key_seed = tw__fab_random64();
+	fab->next_chan_id = 1 + (uint32_t)(tw__fab_random64() & 0xffff);
+	tw__fab_clock(fab);
 }
 
-uint64_t fab_clock(struct tw_fab *fab)
+uint64_t tw__fab_clock(struct tw_fab *fab)
 {
 	fab->now_ns = fab->cfg.clock_ns ? fab->cfg.clock_ns(fab->cfg.clock_arg) : tw_now_ns();
 	return fab->now_ns;
 }
 
-uint64_t fab_op_deadline(const struct tw_fab *fab)
+uint64_t tw__fab_op_deadline(const struct tw_fab *fab)
 {
 	return fab->now_ns + (uint64_t)fab->cfg.op_timeout_ms * 1000000u;
 }
@@ -109,8 +109,8 @@ static void recv_hook(void *arg, struct tw_chan *ch, const void *msg, size_t len
 {
 	struct tw_fab *fab = ch->fab;
 
-	if (wmsg_is(msg, len))
-		wmsg_recv(ch, msg, len);
+	if (tw__wmsg_is(msg, len))
+		tw__wmsg_recv(ch, msg, len);
 	else if (fab->user_on_recv)
 		fab->user_on_recv(arg, ch, msg, len);
 }
@@ -119,10 +119,10 @@ static void recv_hook(void *arg, struct tw_chan *ch, const void *msg, size_t len
  * messages), the write operation in TW_FAB_WRITE_MSG mode. On failure the fab is closed. */
 static int hook(struct tw_fab *fab)
 {
-	int rc = wmsg_init(fab);
+	int rc = tw__wmsg_init(fab);
 
 	if (rc < 0) {
-		fab_open_errmsg("write messages: %s", tw_strerror(rc));
+		tw__fab_open_errmsg("write messages: %s", tw_strerror(rc));
 		fab->ops->close(fab);
 		return rc;
 	}
@@ -130,7 +130,7 @@ static int hook(struct tw_fab *fab)
 	fab->ev.on_recv = recv_hook;
 	if (fab->cfg.write_mode == TW_FAB_WRITE_MSG) {
 		fab->hook_ops = *fab->ops;
-		fab->hook_ops.write = wmsg_write;
+		fab->hook_ops.write = tw__wmsg_write;
 		fab->ops = &fab->hook_ops;
 	}
 	return 0;
@@ -142,7 +142,7 @@ static int parse_provider(const char *want, bool *mem)
 	return 0;
 }
 
-int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *ev,
+int tw__fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *ev,
 		struct tw_fab **out)
 {
 	struct tw_fab_config cfg;
@@ -155,7 +155,7 @@ int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *
 	if (cfg_in)
 		cfg = *cfg_in;
 	else
-		tw_fab_config_init(&cfg);
+		tw__fab_config_init(&cfg);
 	if (!cfg.connect_timeout_ms)
 		cfg.connect_timeout_ms = 5000;
 	if (!cfg.op_timeout_ms)
@@ -174,20 +174,20 @@ int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *
 	if (!prov || !*prov)
 		prov = "tcp";
 	if (cfg.write_mode != TW_FAB_WRITE_ONESIDED && cfg.write_mode != TW_FAB_WRITE_MSG) {
-		fab_open_errmsg("unknown write mode %d", (int)cfg.write_mode);
+		tw__fab_open_errmsg("unknown write mode %d", (int)cfg.write_mode);
 		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
 		return -EINVAL;
 	}
 	parse_provider(prov, &mem);
 	if (mem)
-		rc = mem_fab_open(&cfg, ev, out);
+		rc = tw__mem_fab_open(&cfg, ev, out);
 	else
-		rc = ofi_fab_open(&cfg, ev, prov, out);
+		rc = tw__ofi_fab_open(&cfg, ev, prov, out);
 	if (rc == 0 && (rc = hook(*out)) < 0)
 		*out = NULL;
 	if (rc < 0) {
 		if (!open_errmsg[0])
-			fab_open_errmsg("%s", tw_strerror(rc));
+			tw__fab_open_errmsg("%s", tw_strerror(rc));
 		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
 		return rc;
 	}
@@ -195,7 +195,7 @@ int tw_fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *
 	return 0;
 }
 
-void tw_fab_close(struct tw_fab *fab)
+void tw__fab_close(struct tw_fab *fab)
 {
 	if (!fab)
 		return;
@@ -203,36 +203,36 @@ void tw_fab_close(struct tw_fab *fab)
 	fab->ev.on_lost = NULL;
 	fab->ev.on_accept = NULL;
 	fab->ev.on_recv = NULL;
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	for (struct tw_chan *ch = fab->chans; ch; ch = ch->next)
 		if (!ch->closed)
-			tw_chan_close(ch);
-	fab_leave(fab);
+			tw__chan_close(ch);
+	tw__fab_leave(fab);
 	while (fab->mrs)
-		tw_mr_close(fab->mrs);
-	wmsg_fini(fab);
+		tw__mr_close(fab->mrs);
+	tw__wmsg_fini(fab);
 	fab->ops->close(fab); /* frees fab */
 }
 
-void tw_fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check)
+void tw__fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check)
 {
 	fab->write_check = check;
 }
 
-bool tw_fab_loss_blocks_others(const struct tw_fab *fab)
+bool tw__fab_loss_blocks_others(const struct tw_fab *fab)
 {
 	return fab->loss_blocks;
 }
 
-int tw_fab_reset(struct tw_fab *fab)
+int tw__fab_reset(struct tw_fab *fab)
 {
 	int rc;
 
 	if (fab->depth)
 		return -EBUSY; /* from inside a callback */
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	fab->need_sweep = true; /* free the closed channels now */
-	fab_leave(fab);
+	tw__fab_leave(fab);
 	if (fab->chans)
 		return -EBUSY;
 	if (!fab->ops->reset)
@@ -245,46 +245,46 @@ int tw_fab_reset(struct tw_fab *fab)
 	return rc;
 }
 
-const char *tw_fab_provider(const struct tw_fab *fab)
+const char *tw__fab_provider(const struct tw_fab *fab)
 {
 	return fab->prov;
 }
 
-bool tw_fab_is_rdm(const struct tw_fab *fab)
+bool tw__fab_is_rdm(const struct tw_fab *fab)
 {
 	return fab->rdm;
 }
 
-const char *tw_fab_errmsg(const struct tw_fab *fab)
+const char *tw__fab_errmsg(const struct tw_fab *fab)
 {
 	if (!fab)
 		return open_errmsg;
 	return fab->errmsg;
 }
 
-int tw_fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+int tw__fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 {
 	return fab->ops->listen(fab, addr_out, addr_len);
 }
 
-int tw_fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+int tw__fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 {
 	int rc;
 
 	*out = NULL;
 	if (!addr || !*addr)
 		return -EINVAL;
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	rc = fab->ops->connect(fab, addr, out);
 	if (rc == 0)
 		(*out)->visible = true;
-	fab_leave(fab);
+	tw__fab_leave(fab);
 	return rc;
 }
 
 /* ---- channels ---------------------------------------------------------------------------- */
 
-void chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer)
+void tw__chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer)
 {
 	ch->fab = fab;
 	ch->id = fab->next_chan_id++;
@@ -299,7 +299,7 @@ static void chan_unlink(struct tw_chan *ch)
 	TW_DLIST_REMOVE_NT(ch->fab->chans, ch);
 }
 
-struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id)
+struct tw_chan *tw__fab_find_chan(struct tw_fab *fab, uint32_t id)
 {
 	for (struct tw_chan *ch = fab->chans; ch; ch = ch->next)
 		if (ch->id == id && !ch->closed)
@@ -307,12 +307,12 @@ struct tw_chan *fab_find_chan(struct tw_fab *fab, uint32_t id)
 	return NULL;
 }
 
-void fab_enter(struct tw_fab *fab)
+void tw__fab_enter(struct tw_fab *fab)
 {
 	fab->depth++;
 }
 
-void fab_leave(struct tw_fab *fab)
+void tw__fab_leave(struct tw_fab *fab)
 {
 	if (--fab->depth || !fab->need_sweep)
 		return;
@@ -326,67 +326,67 @@ void fab_leave(struct tw_fab *fab)
 	}
 }
 
-void tw_chan_close(struct tw_chan *ch)
+void tw__chan_close(struct tw_chan *ch)
 {
 	struct tw_fab *fab;
 
 	if (!ch || ch->closed)
 		return;
 	fab = ch->fab;
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	ch->closed = true;
 	fab->ops->chan_down(ch, true);
 	ch->is_down = true;
-	chan_fail_ops(ch, -TW_ECLOSED);
+	tw__chan_fail_ops(ch, -TW_ECLOSED);
 	fab->need_sweep = true;
-	fab_leave(fab);
+	tw__fab_leave(fab);
 }
 
-void tw_chan_shut(struct tw_chan *ch)
+void tw__chan_shut(struct tw_chan *ch)
 {
 	struct tw_fab *fab;
 
 	if (!ch || ch->closed || ch->is_down)
 		return;
 	fab = ch->fab;
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	fab->ops->chan_down(ch, true);
 	ch->is_down = true;
-	chan_fail_ops(ch, -TW_ECLOSED);
-	fab_leave(fab);
+	tw__chan_fail_ops(ch, -TW_ECLOSED);
+	tw__fab_leave(fab);
 }
 
-void tw_chan_set_user(struct tw_chan *ch, void *user)
+void tw__chan_set_user(struct tw_chan *ch, void *user)
 {
 	ch->user = user;
 }
 
-void *tw_chan_user(const struct tw_chan *ch)
+void *tw__chan_user(const struct tw_chan *ch)
 {
 	return ch->user;
 }
 
-const char *tw_chan_peer(const struct tw_chan *ch)
+const char *tw__chan_peer(const struct tw_chan *ch)
 {
 	return ch->peer;
 }
 
-bool tw_chan_fast_writes(const struct tw_chan *ch)
+bool tw__chan_fast_writes(const struct tw_chan *ch)
 {
 	return ch->fast_write;
 }
 
-bool tw_chan_is_lost(const struct tw_chan *ch)
+bool tw__chan_is_lost(const struct tw_chan *ch)
 {
 	return ch->lost || ch->closed;
 }
 
-struct tw_fab *tw_chan_fab(const struct tw_chan *ch)
+struct tw_fab *tw__chan_fab(const struct tw_chan *ch)
 {
 	return ch->fab;
 }
 
-void chan_announce(struct tw_chan *ch)
+void tw__chan_announce(struct tw_chan *ch)
 {
 	struct tw_fab *fab = ch->fab;
 
@@ -399,18 +399,18 @@ void chan_announce(struct tw_chan *ch)
 
 /* ---- operations -------------------------------------------------------------------------- */
 
-void op_track(struct tw_chan *ch, struct tw_op *op)
+void tw__op_track(struct tw_chan *ch, struct tw_op *op)
 {
 	op->chan = ch;
 	/* From the post, not from the call: a write that first waited for queue space (behind a
 	 * dead shm peer) gets its whole op_timeout_ms, as the failover relies on. No clock read:
 	 * now_ns is fresh from the API entry or from the last stall round. */
-	op->deadline_ns = fab_op_deadline(ch->fab);
+	op->deadline_ns = tw__fab_op_deadline(ch->fab);
 	TW_DLIST_APPEND(ch->ops_head, ch->ops_tail, op);
 	ch->nops++;
 }
 
-void op_finish(struct tw_op *op, int status)
+void tw__op_finish(struct tw_op *op, int status)
 {
 	struct tw_chan *ch = op->chan;
 
@@ -421,35 +421,35 @@ void op_finish(struct tw_op *op, int status)
 	op->cb(op, status);
 }
 
-void chan_fail_ops(struct tw_chan *ch, int status)
+void tw__chan_fail_ops(struct tw_chan *ch, int status)
 {
 	while (ch->ops_head) {
 		struct tw_op *op = ch->ops_head;
 
 		ch->fab->ops->op_abandon(op);
-		op_finish(op, status);
+		tw__op_finish(op, status);
 	}
 }
 
-void chan_set_lost(struct tw_chan *ch, int err)
+void tw__chan_set_lost(struct tw_chan *ch, int err)
 {
 	struct tw_fab *fab = ch->fab;
 
 	if (ch->lost || ch->closed)
 		return;
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	ch->lost = true;
 	ch->lost_err = err;
 	if (ch->state != CHAN_UP)
 		ch->state = CHAN_FAILED;
 	fab->ops->chan_down(ch, false);
 	ch->is_down = true;
-	chan_fail_ops(ch, err);
+	tw__chan_fail_ops(ch, err);
 	if (ch->visible && !ch->closed && fab->ev.on_lost) {
 		tw_log_debug("fabric %s: channel to %s lost: %s", fab->prov, ch->peer, tw_strerror(err));
 		fab->ev.on_lost(fab->ev.arg, ch, err);
 	}
-	fab_leave(fab);
+	tw__fab_leave(fab);
 }
 
 /* Earliest deadline of anything in flight on a live channel: the user's writes and reads
@@ -473,7 +473,7 @@ static uint64_t chan_deadline(const struct tw_chan *ch)
  * when one dead peer holds up the endpoint's other operations behind it (shm), the first loss
  * reported is the dead peer's, and the user can tell it from its victims.
  */
-int fab_check_deadlines(struct tw_fab *fab)
+int tw__fab_check_deadlines(struct tw_fab *fab)
 {
 	uint64_t now = fab->now_ns;
 	int n = 0;
@@ -492,16 +492,16 @@ int fab_check_deadlines(struct tw_fab *fab)
 		}
 		if (!first)
 			break;
-		fab_errmsg(fab, "operation to %s not completed within %u ms", first->peer,
+		tw__fab_set_errmsg(fab, "operation to %s not completed within %u ms", first->peer,
 			   fab->cfg.op_timeout_ms);
 		tw_log_warn("fabric %s: %s; failing the channel", fab->prov, fab->errmsg);
-		chan_set_lost(first, -ETIMEDOUT);
+		tw__chan_set_lost(first, -ETIMEDOUT);
 		n++; /* callbacks may have changed the list: look again */
 	}
 	return n;
 }
 
-uint64_t fab_next_deadline(const struct tw_fab *fab)
+uint64_t tw__fab_next_deadline(const struct tw_fab *fab)
 {
 	uint64_t d = UINT64_MAX;
 
@@ -547,7 +547,7 @@ static int check_remote(const struct tw_rkey *rk, uint64_t off, size_t len)
 	return 0;
 }
 
-/* The checks and bookkeeping of tw_chan_write and tw_chan_read, then the backend's operation. */
+/* The checks and bookkeeping of tw__chan_write and tw__chan_read, then the backend's operation. */
 static int chan_rma(struct tw_chan *ch, struct tw_op *op, void *local, size_t len,
 		    struct tw_mr *mr, const struct tw_rkey *rk, uint64_t remote_off, bool read)
 {
@@ -562,30 +562,30 @@ static int chan_rma(struct tw_chan *ch, struct tw_op *op, void *local, size_t le
 	if ((rc = check_local(mr, local, len)) < 0 || (rc = check_remote(rk, remote_off, len)) < 0)
 		return rc;
 	op->fab_tag = 0;
-	fab_clock(fab); /* the one clock read of a write or read */
+	tw__fab_clock(fab); /* the one clock read of a write or read */
 	raddr = rk->addr + remote_off;
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	if (read)
 		rc = fab->ops->read(ch, op, local, len, mr, raddr, rk->key);
 	else
 		rc = fab->ops->write(ch, op, local, len, mr, raddr, rk->key);
-	fab_leave(fab);
+	tw__fab_leave(fab);
 	return rc;
 }
 
-int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+int tw__chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
 		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off)
 {
 	return chan_rma(ch, op, (void *)(uintptr_t)src, len, src_mr, rk, remote_off, false);
 }
 
-int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+int tw__chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
 		 const struct tw_rkey *rk, uint64_t remote_off)
 {
 	return chan_rma(ch, op, dst, len, dst_mr, rk, remote_off, true);
 }
 
-int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
+int tw__chan_send(struct tw_chan *ch, const void *msg, size_t len)
 {
 	struct tw_fab *fab = ch->fab;
 	int rc;
@@ -594,12 +594,12 @@ int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
 		return rc;
 	if (len > fab->cfg.max_msg_size)
 		return -EMSGSIZE;
-	if ((len && !msg) || wmsg_is(msg, len))
+	if ((len && !msg) || tw__wmsg_is(msg, len))
 		return -EINVAL;
-	fab_clock(fab);
-	fab_enter(fab);
+	tw__fab_clock(fab);
+	tw__fab_enter(fab);
 	rc = fab->ops->send(ch, msg, len);
-	fab_leave(fab);
+	tw__fab_leave(fab);
 	return rc;
 }
 
@@ -609,14 +609,14 @@ int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len)
  * is how long the caller's thread may block, so it is real time even when the fab runs on a
  * virtual clock (cfg.clock_ns), which then costs a second read in the rounds that wait.
  */
-int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
+int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 {
 	uint64_t end = UINT64_MAX;
 	int n = 0, rc;
 
-	fab_enter(fab);
+	tw__fab_enter(fab);
 	for (;;) {
-		uint64_t now = fab_clock(fab), real, next;
+		uint64_t now = tw__fab_clock(fab), real, next;
 		int wait_ms = -1;
 
 		rc = fab->ops->poll(fab);
@@ -625,7 +625,7 @@ int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
 			break;
 		}
 		n += rc;
-		n += fab_check_deadlines(fab);
+		n += tw__fab_check_deadlines(fab);
 		if (n > 0 || timeout_ms == 0)
 			break;
 		real = fab->cfg.clock_ns ? tw_now_ns() : now;
@@ -636,7 +636,7 @@ int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
 				break;
 			wait_ms = (int)((end - real + 999999) / 1000000u);
 		}
-		next = fab_next_deadline(fab);
+		next = tw__fab_next_deadline(fab);
 		if (next != UINT64_MAX) {
 			uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
 
@@ -646,28 +646,28 @@ int tw_fab_progress(struct tw_fab *fab, int timeout_ms)
 		if (fab->cfg.busy_poll)
 			wait_ms = 0;
 		rc = fab->ops->wait(fab, wait_ms);
-		if (rc == 1) /* woken by tw_fab_wakeup */
+		if (rc == 1) /* woken by tw__fab_wakeup */
 			break;
 		if (rc < 0) {
 			n = rc;
 			break;
 		}
 	}
-	fab_leave(fab);
+	tw__fab_leave(fab);
 	return n;
 }
 
-void tw_fab_wakeup(struct tw_fab *fab)
+void tw__fab_wakeup(struct tw_fab *fab)
 {
 	fab->ops->wakeup(fab);
 }
 
-void tw_fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out)
+void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out)
 {
 	*out = fab->stats;
 }
 
-int tw_mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
+int tw__mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
 {
 	if (!ch->fab->ops->inject)
 		return -ENOTSUP;
@@ -676,7 +676,7 @@ int tw_mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
 
 /* ---- memory ------------------------------------------------------------------------------ */
 
-void *tw_fab_alloc(size_t len)
+void *tw__fab_alloc(size_t len)
 {
 	void *p;
 
@@ -691,26 +691,26 @@ void *tw_fab_alloc(size_t len)
 	return p;
 }
 
-void tw_fab_free(void *p, size_t len)
+void tw__fab_free(void *p, size_t len)
 {
 	if (p)
 		munmap(p, len);
 }
 
-void mr_link(struct tw_fab *fab, struct tw_mr *mr)
+void tw__mr_link(struct tw_fab *fab, struct tw_mr *mr)
 {
 	mr->fab = fab;
 	TW_DLIST_PUSH(fab->mrs, mr);
 }
 
-void mr_unlink(struct tw_mr *mr)
+void tw__mr_unlink(struct tw_mr *mr)
 {
 	if (mr->fab->wmsg_last == mr)
 		mr->fab->wmsg_last = NULL;
 	TW_DLIST_REMOVE_NT(mr->fab->mrs, mr);
 }
 
-int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
+int tw__mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
 {
 	*out = NULL;
 	if (!buf || !len || !access)
@@ -718,24 +718,24 @@ int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct
 	return fab->ops->mr_reg(fab, buf, len, access, out);
 }
 
-void tw_mr_close(struct tw_mr *mr)
+void tw__mr_close(struct tw_mr *mr)
 {
 	if (!mr)
 		return;
 	mr->fab->ops->mr_close(mr); /* the backend unlinks it (under its own lock if it has one) */
 }
 
-void tw_mr_rkey(const struct tw_mr *mr, struct tw_rkey *out)
+void tw__mr_rkey(const struct tw_mr *mr, struct tw_rkey *out)
 {
 	*out = mr->rk;
 }
 
-void *tw_mr_base(const struct tw_mr *mr)
+void *tw__mr_base(const struct tw_mr *mr)
 {
 	return mr->buf;
 }
 
-size_t tw_mr_len(const struct tw_mr *mr)
+size_t tw__mr_len(const struct tw_mr *mr)
 {
 	return mr->len;
 }

@@ -4,8 +4,8 @@
  * in-memory backend for tests. Only fabric/ *.c include <rdma/...>; everything above uses this.
  *
  * Threading: a struct tw_fab and its channels are driven by one thread at a time (the caller
- * serialises). All callbacks run inside tw_fab_progress() — or inside an operation call that had
- * to progress while waiting for queue space — on that thread. tw_fab_wakeup() is the one call
+ * serialises). All callbacks run inside tw__fab_progress() — or inside an operation call that had
+ * to progress while waiting for queue space — on that thread. tw__fab_wakeup() is the one call
  * that is safe from any thread.
  *
  * Completion semantics: a write completes successfully only once the data is placed at the
@@ -14,7 +14,7 @@
  * exception keeps the guarantee without the flag: on shm, when libfabric 1.17 takes its CMA
  * fast path, the initiator itself copies every byte into the target before it writes the
  * completion; such writes go without FI_DELIVERY_COMPLETE, so the target process does no work
- * for them (tw_chan_fast_writes, docs/fabric.md "Passive shm backups").
+ * for them (tw__chan_fast_writes, docs/fabric.md "Passive shm backups").
  */
 #ifndef TW_FABRIC_FABRIC_H
 #define TW_FABRIC_FABRIC_H
@@ -31,12 +31,12 @@ struct tw_mr;   /* a registered memory region */
 
 #define TW_ADDR_MAX 128 /* longest address string, including the NUL */
 
-/* How tw_chan_write moves the bytes (the initiator's choice; every fab serves both). */
+/* How tw__chan_write moves the bytes (the initiator's choice; every fab serves both). */
 enum tw_fab_write_mode {
 	TW_FAB_WRITE_ONESIDED = 0, /* one-sided RDMA write (fi_writemsg): the target's CPU idle */
 	/* The RPC-replication baseline: the bytes travel as messages; the target's fabric layer
 	 * checks the key and range, copies them into the registration, runs its write check
-	 * (tw_fab_set_write_check) and replies. Same completion semantics as a one-sided write
+	 * (tw__fab_set_write_check) and replies. Same completion semantics as a one-sided write
 	 * (fabric/wmsg.c, docs/fabric.md "Writes sent as messages"). */
 	TW_FAB_WRITE_MSG = 1,
 };
@@ -53,7 +53,7 @@ struct tw_fab_config {
 	const char *provider;
 	/* Local address to listen on (passive side); NULL: 127.0.0.1 for IP providers. */
 	const char *node;
-	/* Port to listen on; NULL or "0": ephemeral (read the real one from tw_fab_listen). */
+	/* Port to listen on; NULL or "0": ephemeral (read the real one from tw__fab_listen). */
 	const char *service;
 	bool busy_poll;              /* progress by polling instead of blocking waits */
 	unsigned connect_timeout_ms; /* connect/accept handshake deadline; default 5000 */
@@ -66,9 +66,9 @@ struct tw_fab_config {
 	 * max_msg_size bytes long, which the peers' max_msg_size must accept. */
 	enum tw_fab_write_mode write_mode;
 	/* The clock of every deadline the fab keeps (operation and handshake timeouts, the
-	 * timeout of tw_fab_progress): monotonic nanoseconds. NULL: CLOCK_MONOTONIC. A test
+	 * timeout of tw__fab_progress): monotonic nanoseconds. NULL: CLOCK_MONOTONIC. A test
 	 * passes a virtual clock it advances itself, so timeouts fire without waiting (as raft's
-	 * raft_io->time). tw_fab_progress's timeout stays real time (it bounds how long the
+	 * raft_io->time). tw__fab_progress's timeout stays real time (it bounds how long the
 	 * thread blocks). Read once per write, read or send and once per progress round
 	 * (docs/fabric.md "Deadlines and the clock"). */
 	uint64_t (*clock_ns)(void *clock_arg);
@@ -76,105 +76,105 @@ struct tw_fab_config {
 };
 
 /* Fill `cfg` with the defaults above. */
-void tw_fab_config_init(struct tw_fab_config *cfg);
+void tw__fab_config_init(struct tw_fab_config *cfg);
 
 /* Callbacks, run on the thread driving the fab. `arg` is tw_fab_events.arg. */
 struct tw_fab_events {
 	void *arg;
 	/* Passive side: a new peer is connected. The channel belongs to the fab until the user
-	 * calls tw_chan_close(). */
+	 * calls tw__chan_close(). */
 	void (*on_accept)(void *arg, struct tw_chan *ch);
 	/* A control message arrived on `ch`. `msg` is borrowed until the callback returns. */
 	void (*on_recv)(void *arg, struct tw_chan *ch, const void *msg, size_t len);
 	/* The channel failed: peer gone, FI_SHUTDOWN, CQ error, op timeout. Pending operations
 	 * complete with an error (before or after this call); new ones fail. Called once per
-	 * channel; the user still calls tw_chan_close(). */
+	 * channel; the user still calls tw__chan_close(). */
 	void (*on_lost)(void *arg, struct tw_chan *ch, int err);
 };
 
 /*
  * Open a fabric instance. Resolves the provider (a missing one gives -TW_ENOPROV and an error
- * message naming the providers this machine offers, see tw_fab_errmsg). `cfg` and `ev` are
+ * message naming the providers this machine offers, see tw__fab_errmsg). `cfg` and `ev` are
  * copied. Returns 0 and *out, or a negative code; on failure a message is logged.
  */
-int tw_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
+int tw__fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
 		struct tw_fab **out);
 
 /* Close every channel (without callbacks), the MRs still registered, and the fab. */
-void tw_fab_close(struct tw_fab *fab);
+void tw__fab_close(struct tw_fab *fab);
 
 /* Target side of TW_FAB_WRITE_MSG: run `check` (NULL: none) over every whole write a peer sends
  * as messages into this fab's registrations, before the reply. One-sided writes never run it. */
-void tw_fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check);
+void tw__fab_set_write_check(struct tw_fab *fab, tw_write_check_fn check);
 
 /* Resolved provider name ("tcp", "shm", "mem", ...) and whether it uses FI_EP_RDM. */
-const char *tw_fab_provider(const struct tw_fab *fab);
-bool tw_fab_is_rdm(const struct tw_fab *fab);
+const char *tw__fab_provider(const struct tw_fab *fab);
+bool tw__fab_is_rdm(const struct tw_fab *fab);
 
 /* Human-readable detail of the last failure on this fab (never NULL). With fab == NULL: the
- * message of the last failed tw_fab_open on the calling thread (e.g. -TW_ENOPROV names the
+ * message of the last failed tw__fab_open on the calling thread (e.g. -TW_ENOPROV names the
  * providers this machine offers). */
-const char *tw_fab_errmsg(const struct tw_fab *fab);
+const char *tw__fab_errmsg(const struct tw_fab *fab);
 
 /*
  * Whether a peer that stops answering with operations in flight can hold up the completions of
  * this fab's operations to every other peer, so that after a loss the caller must close every
- * channel, tw_fab_reset() and connect again for the others to make progress. True for shm in
+ * channel, tw__fab_reset() and connect again for the others to make progress. True for shm in
  * libfabric 1.17 (a sender consumes its writes' responses in order; docs/fabric.md "Resetting
  * after a peer loss"); false for tcp, sockets, verbs and mem.
  */
-bool tw_fab_loss_blocks_others(const struct tw_fab *fab);
+bool tw__fab_loss_blocks_others(const struct tw_fab *fab);
 
 /*
  * Rebuild the provider state (fabric, domain, endpoint, queues) in place. Every channel must be
  * closed (-EBUSY otherwise, and from inside a callback); operations on them completed when they
- * were closed. The handle stays valid (tw_fab_wakeup from other threads stays safe throughout),
+ * were closed. The handle stays valid (tw__fab_wakeup from other threads stays safe throughout),
  * and so does every registration: same struct tw_mr, registered again (its key may change: read
- * tw_mr_rkey again before sending it to a peer). A listening fab cannot be reset (-ENOTSUP: its
+ * tw__mr_rkey again before sending it to a peer). A listening fab cannot be reset (-ENOTSUP: its
  * peers know the old address). Returns 0, or a negative code, after which the fab can only be
  * closed. No-op on mem.
  */
-int tw_fab_reset(struct tw_fab *fab);
+int tw__fab_reset(struct tw_fab *fab);
 
 /*
- * Passive side: start accepting connections. Writes the address peers pass to tw_fab_connect
+ * Passive side: start accepting connections. Writes the address peers pass to tw__fab_connect
  * (e.g. "127.0.0.1:40123", "fi_shm://1234:0:0", "mem://1") into addr_out.
  */
-int tw_fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
+int tw__fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
 
 /*
  * Active side: connect to a listener and return a channel. Blocks up to connect_timeout_ms,
  * progressing the fab meanwhile (callbacks may run). A refused or unreachable peer is an error
  * (-ECONNREFUSED, -ETIMEDOUT, ...), never a hang.
  */
-int tw_fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+int tw__fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
 
 /* Close a channel: shuts the endpoint down (MSG) or forgets the peer (RDM). Pending operations
  * complete with -TW_ECLOSED before it returns. `ch` is invalid afterwards. */
-void tw_chan_close(struct tw_chan *ch);
+void tw__chan_close(struct tw_chan *ch);
 
 /* Stop every transfer on a channel now, before memory its peer could reach is deregistered:
  * the endpoint is closed (MSG) or the peer forgotten (RDM), pending operations complete with
  * -TW_ECLOSED, no on_lost callback runs. The channel stays valid (sends fail) until
- * tw_chan_close(). Why it exists: libfabric 1.17's sockets provider looks a registration up
+ * tw__chan_close(). Why it exists: libfabric 1.17's sockets provider looks a registration up
  * and then uses it after dropping its lock, so closing one while a write to it is in flight
  * crashes the target; closing the writer's endpoint first waits for its progress thread
  * (docs/fabric.md, "Closing a registration under traffic"). */
-void tw_chan_shut(struct tw_chan *ch);
+void tw__chan_shut(struct tw_chan *ch);
 
-void tw_chan_set_user(struct tw_chan *ch, void *user);
-void *tw_chan_user(const struct tw_chan *ch);
-const char *tw_chan_peer(const struct tw_chan *ch); /* peer address, for messages */
-bool tw_chan_is_lost(const struct tw_chan *ch);
+void tw__chan_set_user(struct tw_chan *ch, void *user);
+void *tw__chan_user(const struct tw_chan *ch);
+const char *tw__chan_peer(const struct tw_chan *ch); /* peer address, for messages */
+bool tw__chan_is_lost(const struct tw_chan *ch);
 /* Whether the channel's writes currently go without FI_DELIVERY_COMPLETE because the provider's
  * completion already means "placed" (shm's CMA fast path, checked before every write; false
  * on every other provider and whenever that is not certain). */
-bool tw_chan_fast_writes(const struct tw_chan *ch);
-struct tw_fab *tw_chan_fab(const struct tw_chan *ch);
+bool tw__chan_fast_writes(const struct tw_chan *ch);
+struct tw_fab *tw__chan_fab(const struct tw_chan *ch);
 
-/* Page-aligned, zero-filled memory (mmap). NULL on failure. Free with tw_fab_free(p, len). */
-void *tw_fab_alloc(size_t len);
-void tw_fab_free(void *p, size_t len);
+/* Page-aligned, zero-filled memory (mmap). NULL on failure. Free with tw__fab_free(p, len). */
+void *tw__fab_alloc(size_t len);
+void tw__fab_free(void *p, size_t len);
 
 /* Access rights of a registration. */
 enum {
@@ -197,13 +197,13 @@ struct tw_rkey {
  * Register `len` bytes at `buf` (page-aligned; already zero-filled if FI_MR_ALLOCATED matters).
  * Keys are provider keys, or our own unique and unguessable per domain.
  */
-int tw_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
+int tw__mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
 /* Deregister. Afterwards writes with its key fail at the target on providers that check keys
  * (tcp, sockets, verbs; not shm's fast path, see docs). */
-void tw_mr_close(struct tw_mr *mr);
-void tw_mr_rkey(const struct tw_mr *mr, struct tw_rkey *out);
-void *tw_mr_base(const struct tw_mr *mr);
-size_t tw_mr_len(const struct tw_mr *mr);
+void tw__mr_close(struct tw_mr *mr);
+void tw__mr_rkey(const struct tw_mr *mr, struct tw_rkey *out);
+void *tw__mr_base(const struct tw_mr *mr);
+size_t tw__mr_len(const struct tw_mr *mr);
 
 /* Caller-owned operation state; must stay valid and untouched until its callback ran. */
 struct tw_op;
@@ -232,11 +232,11 @@ struct tw_op {
  * the target refuses completes with its code, e.g. -EACCES, -ERANGE or the check's, and the
  * channel stays up).
  */
-int tw_chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+int tw__chan_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
 		  struct tw_mr *src_mr, const struct tw_rkey *rk, uint64_t remote_off);
 
 /* One-sided read of `len` bytes from the peer region into `dst` (inside `dst_mr`). */
-int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+int tw__chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
 		 const struct tw_rkey *rk, uint64_t remote_off);
 
 /*
@@ -245,22 +245,22 @@ int tw_chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, st
  * registered buffer before return, so `msg` is borrowed only for the call. Delivery failures
  * surface as on_lost. Returns 0 or a negative code.
  */
-int tw_chan_send(struct tw_chan *ch, const void *msg, size_t len);
+int tw__chan_send(struct tw_chan *ch, const void *msg, size_t len);
 
 /*
  * Poll the completion and event queues and run callbacks. timeout_ms 0: poll once; > 0: wait
- * up to that long for something to happen; -1: wait until something happens or tw_fab_wakeup().
+ * up to that long for something to happen; -1: wait until something happens or tw__fab_wakeup().
  * Busy-polls instead of blocking when cfg.busy_poll is set. Also fails operations past their
  * deadline. Returns the number of events handled (>= 0) or a negative code.
  */
-int tw_fab_progress(struct tw_fab *fab, int timeout_ms);
+int tw__fab_progress(struct tw_fab *fab, int timeout_ms);
 
-/* Make a tw_fab_progress() blocked in another thread return. Thread-safe. */
-void tw_fab_wakeup(struct tw_fab *fab);
+/* Make a tw__fab_progress() blocked in another thread return. Thread-safe. */
+void tw__fab_wakeup(struct tw_fab *fab);
 
 struct tw_fab_stats {
 	uint64_t writes, write_bytes;  /* one-sided writes completed successfully, as initiator */
-	uint64_t fast_writes;          /* of those, without delivery-complete (tw_chan_fast_writes) */
+	uint64_t fast_writes;          /* of those, without delivery-complete (tw__chan_fast_writes) */
 	uint64_t reads, read_bytes;
 	uint64_t sends, send_bytes;
 	uint64_t recvs, recv_bytes;    /* messages received (write messages included) */
@@ -270,7 +270,7 @@ struct tw_fab_stats {
 	uint64_t wmsg_writes;          /* writes posted as messages (TW_FAB_WRITE_MSG), as initiator */
 	uint64_t wmsg_served, wmsg_served_bytes; /* writes (whole) and bytes placed for peers */
 };
-void tw_fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
+void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 
 /*
  * In-memory backend fault injection ("mem" provider only; -ENOTSUP elsewhere).
@@ -290,6 +290,6 @@ struct tw_mem_fault {
 	size_t prefix;
 	uint64_t chunk_mask;
 };
-int tw_mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault);
+int tw__mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault);
 
 #endif /* TW_FABRIC_FABRIC_H */

@@ -1,8 +1,8 @@
 /*
  * fabric/mem.c — the in-memory backend ("mem"): channels between fabs of one process, for unit
  * tests of the layers above. Deterministic: a write lands (memcpy into the target MR, found by
- * key) during tw_chan_write itself, like verbs or shm's fast path, so the target needs no
- * progress; the initiator's completion is queued and delivered by its own tw_fab_progress.
+ * key) during tw__chan_write itself, like verbs or shm's fast path, so the target needs no
+ * progress; the initiator's completion is queued and delivered by its own tw__fab_progress.
  *
  * Threading: two fabs may be driven by two threads. Everything shared between fabs (listener
  * registry, MR registry, event queues, a channel's peer link) is protected by one global mutex;
@@ -11,7 +11,7 @@
  * passive channel into the listener's list: the ACCEPT event carries it, and the listener's
  * thread links it.
  *
- * Faults (tw_mem_inject) apply to the next write on a channel; see fabric.h.
+ * Faults (tw__mem_inject) apply to the next write on a channel; see fabric.h.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -164,12 +164,12 @@ static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **ou
 	struct mem_ev *ev;
 
 	if (strncmp(addr, "mem://", 6) != 0) {
-		fab_errmsg(fab, "bad mem address '%s' (want mem://N)", addr);
+		tw__fab_set_errmsg(fab, "bad mem address '%s' (want mem://N)", addr);
 		return -EINVAL;
 	}
 	id = strtoul(addr + 6, &end, 10);
 	if (*end || !id) {
-		fab_errmsg(fab, "bad mem address '%s' (want mem://N)", addr);
+		tw__fab_set_errmsg(fab, "bad mem address '%s' (want mem://N)", addr);
 		return -EINVAL;
 	}
 	lc = calloc(1, sizeof(*lc));
@@ -200,7 +200,7 @@ static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **ou
 		free(lc);
 		free(rc);
 		free(ev);
-		fab_errmsg(fab, "nobody listens on %s", addr);
+		tw__fab_set_errmsg(fab, "nobody listens on %s", addr);
 		return -ECONNREFUSED;
 	}
 	lc->peer = rc;
@@ -216,7 +216,7 @@ static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **ou
 	push_ev(target, ev);
 	pthread_mutex_unlock(&mem_lock);
 
-	chan_init(fab, &lc->base, addr);
+	tw__chan_init(fab, &lc->base, addr);
 	lc->base.state = CHAN_UP;
 	*out = &lc->base;
 	return 0;
@@ -257,10 +257,10 @@ static int mem_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access
 	mr->base.rk.addr = 0; /* offset addressing, like tcp/sockets */
 	mr->base.rk.len = len;
 	pthread_mutex_lock(&mem_lock);
-	mr->base.rk.key = fab_gen_key(fab, 8);
+	mr->base.rk.key = tw__fab_gen_key(fab, 8);
 	mr->gnext = all_mrs;
 	all_mrs = mr;
-	mr_link(fab, &mr->base);
+	tw__mr_link(fab, &mr->base);
 	pthread_mutex_unlock(&mem_lock);
 	*out = &mr->base;
 	return 0;
@@ -277,7 +277,7 @@ static void mem_mr_close(struct tw_mr *base)
 			break;
 		}
 	}
-	mr_unlink(base);
+	tw__mr_unlink(base);
 	pthread_mutex_unlock(&mem_lock);
 	free(mr);
 }
@@ -323,7 +323,7 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 	if (!ev)
 		return -ENOMEM;
 	mc->fault.kind = TW_MEM_FAULT_NONE;
-	op_track(ch, op);
+	tw__op_track(ch, op);
 	pthread_mutex_lock(&mem_lock);
 	if (!mc->peer) { /* the peer went away; its LOST event is on our queue */
 		push_done(mc, ev, op, -TW_EPEERLOST, 0, false);
@@ -378,7 +378,7 @@ static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len,
 
 	if (!ev)
 		return -ENOMEM;
-	op_track(ch, op);
+	tw__op_track(ch, op);
 	pthread_mutex_lock(&mem_lock);
 	if (!mc->peer) {
 		push_done(mc, ev, op, -TW_EPEERLOST, 0, true);
@@ -423,9 +423,9 @@ static void handle_ev(struct mem_fab *mf, struct mem_ev *ev)
 
 	switch (ev->kind) {
 	case MEV_ACCEPT:
-		chan_init(fab, ch, ch->peer);
+		tw__chan_init(fab, ch, ch->peer);
 		ch->state = CHAN_ACCEPTING;
-		chan_announce(ch); /* without on_accept the channel still serves on_recv */
+		tw__chan_announce(ch); /* without on_accept the channel still serves on_recv */
 		break;
 	case MEV_RECV:
 		if (ch->closed || ch->lost)
@@ -445,10 +445,10 @@ static void handle_ev(struct mem_fab *mf, struct mem_ev *ev)
 				fab->stats.write_bytes += ev->len;
 			}
 		}
-		op_finish(ev->op, ev->status);
+		tw__op_finish(ev->op, ev->status);
 		break;
 	case MEV_LOST:
-		chan_set_lost(ch, ev->status ? ev->status : -TW_EPEERLOST);
+		tw__chan_set_lost(ch, ev->status ? ev->status : -TW_EPEERLOST);
 		break;
 	}
 }
@@ -586,7 +586,7 @@ static const struct fab_ops mem_ops = {
 	.reset = mem_reset,
 };
 
-int mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
+int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
 		 struct tw_fab **out)
 {
 	struct mem_fab *mf = calloc(1, sizeof(*mf));
@@ -594,7 +594,7 @@ int mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 
 	if (!mf)
 		return -ENOMEM;
-	fab_init_common(&mf->base, &mem_ops, cfg, ev);
+	tw__fab_init_common(&mf->base, &mem_ops, cfg, ev);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&mf->cond, &ca);

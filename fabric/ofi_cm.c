@@ -44,13 +44,13 @@ static int cm_data_fits(struct ofi_fab *of, struct fid *fid)
 
 	if (fi_getopt(fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &max, &len) != 0 || max <= CM_DATA_ROOM)
 		return 0;
-	fab_errmsg(&of->base, "provider %s allows %zu bytes of connect data, more than the %u this "
+	tw__fab_set_errmsg(&of->base, "provider %s allows %zu bytes of connect data, more than the %u this "
 		   "build reads (raise CM_DATA_ROOM in fabric/ofi_cm.c)", of->base.prov, max,
 		   (unsigned)CM_DATA_ROOM);
 	return -ENOTSUP;
 }
 
-int sockaddr_to_str(const void *sa_, char *out, size_t len)
+int tw__sockaddr_to_str(const void *sa_, char *out, size_t len)
 {
 	const struct sockaddr *sa = sa_;
 	char ip[INET6_ADDRSTRLEN];
@@ -71,7 +71,7 @@ int sockaddr_to_str(const void *sa_, char *out, size_t len)
 	return -EAFNOSUPPORT;
 }
 
-int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+int tw__cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 {
 	struct ofi_fab *of = ofab(fab);
 	char name[128];
@@ -85,8 +85,8 @@ int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 		if (!rc)
 			rc = fi_listen(of->pep);
 		if (rc) {
-			fab_errmsg(fab, "listen: %s", fi_strerror(-rc));
-			rc = ofi_errno(rc);
+			tw__fab_set_errmsg(fab, "listen: %s", fi_strerror(-rc));
+			rc = tw__ofi_errno(rc);
 		} else {
 			rc = cm_data_fits(of, &of->pep->fid);
 		}
@@ -99,11 +99,11 @@ int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 	}
 	rc = fi_getname(&of->pep->fid, name, &nlen);
 	if (rc) {
-		fab_errmsg(fab, "fi_getname: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_set_errmsg(fab, "fi_getname: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	char s[TW_ADDR_MAX];
-	sockaddr_to_str(name, s, sizeof(s));
+	tw__sockaddr_to_str(name, s, sizeof(s));
 	if ((size_t)snprintf(addr_out, addr_len, "%s", s) >= addr_len)
 		return -ENAMETOOLONG;
 	of->listening = true;
@@ -120,7 +120,7 @@ static struct ofi_chan *chan_by_fid(struct ofi_fab *of, fid_t fid)
 	return NULL;
 }
 
-/* Endpoint, CQ, bindings, receive buffers. Undone by cm_chan_down. */
+/* Endpoint, CQ, bindings, receive buffers. Undone by tw__cm_chan_down. */
 static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *info)
 {
 	size_t tx = info->tx_attr->size ? info->tx_attr->size : of->tx_size;
@@ -129,14 +129,14 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 
 	ch->rx.n = (unsigned)TW_MIN((size_t)of->base.cfg.rx_depth, rx);
 	ch->tx_max = (unsigned)TW_MIN((size_t)of->base.cfg.tx_depth, tx);
-	rc = cq_open(of, tx + rx, &ch->cq, &ch->cq_fd, ch);
+	rc = tw__cq_open(of, tx + rx, &ch->cq, &ch->cq_fd, ch);
 	if (rc < 0)
 		return rc;
 	rc = fi_endpoint(of->domain, info, &ch->ep, ch);
 	if (rc) {
 		ch->ep = NULL;
-		fab_errmsg(&of->base, "fi_endpoint: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_set_errmsg(&of->base, "fi_endpoint: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	rc = fi_ep_bind(ch->ep, &of->eq->fid, 0);
 	if (!rc)
@@ -144,13 +144,13 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 	if (!rc)
 		rc = fi_enable(ch->ep);
 	if (rc) {
-		fab_errmsg(&of->base, "endpoint bind/enable: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_set_errmsg(&of->base, "endpoint bind/enable: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	if ((rc = cm_data_fits(of, &ch->ep->fid)) < 0)
 		return rc;
 	/* Receives before accept/connect: verbs would otherwise RNR-stall forever (fi_verbs(7); docs/fabric.md, Connections). */
-	return msg_alloc_rx(of, &ch->rx, ch);
+	return tw__msg_alloc_rx(of, &ch->rx, ch);
 }
 
 /*
@@ -161,7 +161,7 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
  * comp->send_cntr); that context is freed by fi_close() while the entry waiting for the
  * acknowledgement stays in the progress engine's table, so an acknowledgement arriving after
  * the close makes the thread read freed memory (a twd died of it: docs/fabric.md). Completions
- * read here finish nothing: their operations are failed by the caller (chan_fail_ops) as for
+ * read here finish nothing: their operations are failed by the caller (tw__chan_fail_ops) as for
  * any closed channel; only the contexts are given back. A lost peer acknowledges nothing, so
  * there is nothing to wait for.
  */
@@ -190,10 +190,10 @@ static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
 
 			if (!ctx || ctx->kind == CTX_RECV || ctx->ch != ch)
 				continue;
-			ctx_unlink(ch, ctx);
+			tw__ctx_unlink(ch, ctx);
 			if (ctx->op)
 				ctx->op->fab_priv[0] = NULL;
-			ctx_release(of, ctx);
+			tw__ctx_release(of, ctx);
 		}
 	}
 	if (ch->posted)
@@ -201,7 +201,7 @@ static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
 			     of->base.prov, ch->base.peer);
 }
 
-void cm_chan_down(struct ofi_chan *ch, bool closing)
+void tw__cm_chan_down(struct ofi_chan *ch, bool closing)
 {
 	struct ofi_fab *of = ofab(ch->base.fab);
 
@@ -214,29 +214,29 @@ void cm_chan_down(struct ofi_chan *ch, bool closing)
 		ch->ep = NULL;
 	}
 	if (ch->cq) {
-		cq_close(of, ch->cq, ch->cq_fd);
+		tw__cq_close(of, ch->cq, ch->cq_fd);
 		ch->cq = NULL;
 	}
 	/* Endpoint and CQ are gone: nothing refers to our contexts any more, except
 	 * completions already read into the fab's FIFO. */
-	cq_purge_chan(of, ch);
+	tw__cq_purge_chan(of, ch);
 	ch->deferred = ch->deferred_tail = NULL; /* buffers are freed below */
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
 
-		ctx_unlink(ch, ctx);
+		tw__ctx_unlink(ch, ctx);
 		if (ctx->op)
 			ctx->op->fab_priv[0] = NULL;
-		ctx_release(of, ctx);
+		tw__ctx_release(of, ctx);
 	}
-	msg_free_rx(&ch->rx);
+	tw__msg_free_rx(&ch->rx);
 }
 
 /* Drop a channel the user never saw (failed handshake). */
 static void discard(struct ofi_chan *ch)
 {
 	ch->base.closed = true;
-	cm_chan_down(ch, false);
+	tw__cm_chan_down(ch, false);
 	ch->base.is_down = true;
 	ch->base.fab->need_sweep = true;
 }
@@ -248,9 +248,9 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 	if (!ch)
 		return NULL;
 	ch->cq_fd = -1;
-	chan_init(&of->base, &ch->base, peer);
+	tw__chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
-	ch->base.hs_deadline_ns = fab_clock(&of->base) +
+	ch->base.hs_deadline_ns = tw__fab_clock(&of->base) +
 				  (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	return ch;
 }
@@ -262,19 +262,19 @@ static void on_connreq(struct ofi_fab *of, struct fi_info *info)
 	int rc;
 
 	if (info->dest_addr)
-		sockaddr_to_str(info->dest_addr, peer, sizeof(peer));
+		tw__sockaddr_to_str(info->dest_addr, peer, sizeof(peer));
 	if (!of->listening) {
 		fi_reject(of->pep, info->handle, NULL, 0);
 		fi_freeinfo(info);
 		return;
 	}
-	fab_enter(&of->base);
+	tw__fab_enter(&of->base);
 	ch = new_chan(of, peer, CHAN_ACCEPTING);
 	rc = ch ? setup_ep(of, ch, info) : -ENOMEM;
 	if (!rc) {
 		rc = fi_accept(ch->ep, NULL, 0);
 		if (rc)
-			fab_errmsg(&of->base, "fi_accept: %s", fi_strerror(-rc));
+			tw__fab_set_errmsg(&of->base, "fi_accept: %s", fi_strerror(-rc));
 	}
 	if (rc) {
 		tw_log_warn("fabric %s: rejecting connection from %s: %s", of->base.prov, peer,
@@ -284,10 +284,10 @@ static void on_connreq(struct ofi_fab *of, struct fi_info *info)
 			discard(ch);
 	}
 	fi_freeinfo(info);
-	fab_leave(&of->base);
+	tw__fab_leave(&of->base);
 }
 
-int cm_poll_eq(struct ofi_fab *of)
+int tw__cm_poll_eq(struct ofi_fab *of)
 {
 	union eq_buf buf;
 	struct fi_eq_cm_entry *entry = &buf.e;
@@ -313,14 +313,14 @@ int cm_poll_eq(struct ofi_fab *of)
 			if (!ch)
 				continue;
 			int e = err.err ? -err.err : -ECONNREFUSED;
-			fab_errmsg(&of->base, "connection to %s: %s", ch->base.peer, fi_strerror(err.err));
+			tw__fab_set_errmsg(&of->base, "connection to %s: %s", ch->base.peer, fi_strerror(err.err));
 			if (ch->base.state == CHAN_CONNECTING) {
-				ch->fail_err = ofi_errno(e);
+				ch->fail_err = tw__ofi_errno(e);
 				ch->base.state = CHAN_FAILED;
 			} else if (ch->base.state == CHAN_ACCEPTING) {
 				discard(ch);
 			} else {
-				chan_set_lost(&ch->base, ofi_errno(e));
+				tw__chan_set_lost(&ch->base, tw__ofi_errno(e));
 			}
 			continue;
 		}
@@ -340,15 +340,15 @@ int cm_poll_eq(struct ofi_fab *of)
 			if (ch->base.state == CHAN_CONNECTING)
 				ch->base.state = CHAN_UP;
 			else if (ch->base.state == CHAN_ACCEPTING)
-				chan_announce(&ch->base);
+				tw__chan_announce(&ch->base);
 			break;
 		case FI_SHUTDOWN:
 			ch = chan_by_fid(of, entry->fid);
 			if (!ch)
 				break;
 			if (ch->base.state == CHAN_UP) {
-				fab_errmsg(&of->base, "peer %s shut the connection down", ch->base.peer);
-				chan_set_lost(&ch->base, -TW_EPEERLOST);
+				tw__fab_set_errmsg(&of->base, "peer %s shut the connection down", ch->base.peer);
+				tw__chan_set_lost(&ch->base, -TW_EPEERLOST);
 			} else if (ch->base.state == CHAN_CONNECTING) {
 				ch->fail_err = -ECONNRESET;
 				ch->base.state = CHAN_FAILED;
@@ -376,7 +376,7 @@ int cm_poll_eq(struct ofi_fab *of)
  * (at most 50 ms): connections accepted by the drain itself get their request read and
  * rejected. A fabric that does not listen reads until the first empty read.
  */
-void cm_drain_eq(struct ofi_fab *of)
+void tw__cm_drain_eq(struct ofi_fab *of)
 {
 	uint64_t now = tw_now_ns(), quiet = now + 2000000u, end = now + 50000000u;
 
@@ -408,7 +408,7 @@ void cm_drain_eq(struct ofi_fab *of)
 	}
 }
 
-int cm_check_handshakes(struct ofi_fab *of)
+int tw__cm_check_handshakes(struct ofi_fab *of)
 {
 	uint64_t now = of->base.now_ns; /* read by this progress or stall round */
 	int n = 0;
@@ -446,7 +446,7 @@ static int split_addr(const char *addr, char *node, size_t nlen, char *svc, size
 	return 0;
 }
 
-int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+int tw__cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 {
 	struct ofi_fab *of = ofab(fab);
 	char node[TW_ADDR_MAX], svc[32];
@@ -455,13 +455,13 @@ int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	int rc;
 
 	if (split_addr(addr, node, sizeof(node), svc, sizeof(svc)) < 0) {
-		fab_errmsg(fab, "bad address '%s' (want host:port)", addr);
+		tw__fab_set_errmsg(fab, "bad address '%s' (want host:port)", addr);
 		return -EINVAL;
 	}
 	rc = fi_getinfo(OFI_VERSION, node, svc, 0, of->hints, &info);
 	if (rc || !info) {
-		fab_errmsg(fab, "cannot resolve %s: %s", addr, fi_strerror(-rc));
-		return rc == -FI_ENODATA ? -EHOSTUNREACH : ofi_errno(rc ? rc : -FI_ENODATA);
+		tw__fab_set_errmsg(fab, "cannot resolve %s: %s", addr, fi_strerror(-rc));
+		return rc == -FI_ENODATA ? -EHOSTUNREACH : tw__ofi_errno(rc ? rc : -FI_ENODATA);
 	}
 	ch = new_chan(of, addr, CHAN_CONNECTING);
 	if (!ch) {
@@ -472,13 +472,13 @@ int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	if (!rc) {
 		rc = fi_connect(ch->ep, info->dest_addr, NULL, 0);
 		if (rc) {
-			fab_errmsg(fab, "fi_connect %s: %s", addr, fi_strerror(-rc));
-			rc = ofi_errno(rc);
+			tw__fab_set_errmsg(fab, "fi_connect %s: %s", addr, fi_strerror(-rc));
+			rc = tw__ofi_errno(rc);
 		}
 	}
 	fi_freeinfo(info);
 	if (!rc)
-		rc = ofi_await_connect(of, ch, addr);
+		rc = tw__ofi_await_connect(of, ch, addr);
 	if (!rc && ch->base.state != CHAN_UP)
 		rc = ch->fail_err ? ch->fail_err : -ECONNREFUSED;
 	if (rc) {

@@ -19,7 +19,7 @@
 
 #include "fabric/ofi_int.h"
 
-int ofi_errno(int rc)
+int tw__ofi_errno(int rc)
 {
 	/* libfabric returns -errno for the classic codes and -FI_E* (256+) for its own. */
 	if (rc >= 0)
@@ -124,21 +124,21 @@ static void read_back(struct ofi_fab *of)
 
 /*
  * Close every provider object of `of` and free what belongs to them (send ring, receive buffers,
- * op contexts). Not the ofi_fab, not the wait fds (epfd, evfd: tw_fab_wakeup may use evfd from
+ * op contexts). Not the ofi_fab, not the wait fds (epfd, evfd: tw__fab_wakeup may use evfd from
  * another thread at any time), not the user's registrations (their fid_mr must be closed first).
  */
 static void release(struct ofi_fab *of)
 {
 	of->closing = true;
-	rdm_shm_fast_fini(of);
+	tw__rdm_shm_fast_fini(of);
 	if (of->ep)
 		fi_close(&of->ep->fid);
 	if (of->cq)
-		cq_close(of, of->cq, of->cq_fd);
+		tw__cq_close(of, of->cq, of->cq_fd);
 	if (of->av)
 		fi_close(&of->av->fid);
 	if (of->eq)
-		cm_drain_eq(of);
+		tw__cm_drain_eq(of);
 	if (of->pep)
 		fi_close(&of->pep->fid);
 	if (of->eq) {
@@ -146,8 +146,8 @@ static void release(struct ofi_fab *of)
 			epoll_ctl(of->epfd, EPOLL_CTL_DEL, of->eq_fd, NULL);
 		fi_close(&of->eq->fid);
 	}
-	msg_free_rx(&of->rx);
-	msg_free_slots(of);
+	tw__msg_free_rx(&of->rx);
+	tw__msg_free_slots(of);
 	for (size_t i = 0; i < of->nchunks; i++)
 		free(of->chunks[i]);
 	free(of->chunks);
@@ -175,12 +175,12 @@ static void ofi_close(struct tw_fab *fab)
 
 static int ofi_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 {
-	return fab->rdm ? rdm_listen(fab, addr_out, addr_len) : cm_listen(fab, addr_out, addr_len);
+	return fab->rdm ? tw__rdm_listen(fab, addr_out, addr_len) : tw__cm_listen(fab, addr_out, addr_len);
 }
 
 static int ofi_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 {
-	return fab->rdm ? rdm_connect(fab, addr, out) : cm_connect(fab, addr, out);
+	return fab->rdm ? tw__rdm_connect(fab, addr, out) : tw__cm_connect(fab, addr, out);
 }
 
 static void ofi_chan_down(struct tw_chan *ch, bool closing)
@@ -188,9 +188,9 @@ static void ofi_chan_down(struct tw_chan *ch, bool closing)
 	if (ch->is_down)
 		return;
 	if (ch->fab->rdm)
-		rdm_chan_down((struct ofi_chan *)ch, closing);
+		tw__rdm_chan_down((struct ofi_chan *)ch, closing);
 	else
-		cm_chan_down((struct ofi_chan *)ch, closing);
+		tw__cm_chan_down((struct ofi_chan *)ch, closing);
 }
 
 static void ofi_chan_free(struct tw_chan *ch)
@@ -207,18 +207,18 @@ static const struct fab_ops ofi_ops = {
 	.connect = ofi_connect,
 	.chan_down = ofi_chan_down,
 	.chan_free = ofi_chan_free,
-	.op_abandon = ofi_op_abandon,
-	.mr_reg = ofi_mr_reg,
-	.mr_close = ofi_mr_close,
-	.write = ofi_write,
-	.read = ofi_read,
-	.send = ofi_send,
-	.poll = ofi_poll,
-	.wait = ofi_wait,
-	.wakeup = ofi_wakeup,
+	.op_abandon = tw__ofi_op_abandon,
+	.mr_reg = tw__ofi_mr_reg,
+	.mr_close = tw__ofi_mr_close,
+	.write = tw__ofi_write,
+	.read = tw__ofi_read,
+	.send = tw__ofi_send,
+	.poll = tw__ofi_poll,
+	.wait = tw__ofi_wait,
+	.wakeup = tw__ofi_wakeup,
 	.inject = NULL,
 	.reset = ofi_reset,
-	.chan_deadline = ofi_chan_deadline,
+	.chan_deadline = tw__ofi_chan_deadline,
 };
 
 /*
@@ -253,10 +253,10 @@ static int setup(struct ofi_fab *of, const char *prov)
 		flags = FI_SOURCE;
 	}
 	/* The sockets provider completes transfers in its own thread, which may still use an
-	 * endpoint's transmit context after fi_close() returned (cm_chan_down). */
+	 * endpoint's transmit context after fi_close() returned (tw__cm_chan_down). */
 	of->drain_close = !strcmp(name, "sockets");
 	/* shm 1.17: a write to a peer that never answers blocks the completion of every later
-	 * write of the endpoint, to every peer (tw_fab_loss_blocks_others, docs/fabric.md
+	 * write of the endpoint, to every peer (tw__fab_loss_blocks_others, docs/fabric.md
 	 * "Resetting after a peer loss"). */
 	of->base.loss_blocks = !strcmp(name, "shm");
 	rc = fi_getinfo(OFI_VERSION, node, service, flags, of->hints, &of->info);
@@ -265,14 +265,14 @@ static int setup(struct ofi_fab *of, const char *prov)
 
 		list_providers(avail, sizeof(avail));
 		if (rc == -FI_ENODATA || !of->info) {
-			fab_open_errmsg("provider '%s' is not available here (with the required "
+			tw__fab_open_errmsg("provider '%s' is not available here (with the required "
 					"capabilities); this machine offers: %s",
 					prov, avail);
 			return -TW_ENOPROV;
 		}
-		fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
+		tw__fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
 				fi_strerror(-rc), avail);
-		return ofi_errno(rc);
+		return tw__ofi_errno(rc);
 	}
 	read_back(of);
 	if (of->is_verbs) {
@@ -286,27 +286,27 @@ static int setup(struct ofi_fab *of, const char *prov)
 				    prov, (unsigned long long)rl.rlim_cur / 1024);
 	}
 	if (cfg->max_msg_size + RDM_HDR_LEN > of->max_msg_size) {
-		fab_open_errmsg("max_msg_size %zu exceeds the provider's %zu", cfg->max_msg_size,
+		tw__fab_open_errmsg("max_msg_size %zu exceeds the provider's %zu", cfg->max_msg_size,
 				of->max_msg_size);
 		return -EINVAL;
 	}
 	rc = fi_fabric(of->info->fabric_attr, &of->fabric, NULL);
 	if (rc) {
-		fab_open_errmsg("fi_fabric: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_open_errmsg("fi_fabric: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	rc = fi_domain(of->fabric, of->info, &of->domain, NULL);
 	if (rc) {
-		fab_open_errmsg("fi_domain: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_open_errmsg("fi_domain: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
-	rc = msg_alloc_slots(of);
+	rc = tw__msg_alloc_slots(of);
 	if (rc < 0) {
-		fab_open_errmsg("send buffers: %s", tw_strerror(rc));
+		tw__fab_open_errmsg("send buffers: %s", tw_strerror(rc));
 		return rc;
 	}
 	if (of->base.rdm)
-		return rdm_open_ep(of);
+		return tw__rdm_open_ep(of);
 	struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
 
 	rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
@@ -315,8 +315,8 @@ static int setup(struct ofi_fab *of, const char *prov)
 		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
 	}
 	if (rc) {
-		fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	if (ea.wait_obj == FI_WAIT_FD && fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 &&
 	    of->eq_fd >= 0) {
@@ -329,7 +329,7 @@ static int setup(struct ofi_fab *of, const char *prov)
 	return 0;
 }
 
-int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
+int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
 		 struct tw_fab **out)
 {
 	struct ofi_fab *of;
@@ -338,13 +338,13 @@ int ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev
 	of = calloc(1, sizeof(*of));
 	if (!of)
 		return -ENOMEM;
-	fab_init_common(&of->base, &ofi_ops, cfg, ev);
+	tw__fab_init_common(&of->base, &ofi_ops, cfg, ev);
 	of->eq_fd = of->cq_fd = -1;
 	of->epfd = epoll_create1(EPOLL_CLOEXEC);
 	of->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (of->epfd < 0 || of->evfd < 0) {
 		rc = -errno;
-		fab_open_errmsg("epoll/eventfd: %s", strerror(errno));
+		tw__fab_open_errmsg("epoll/eventfd: %s", strerror(errno));
 		goto fail;
 	}
 	struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL};
@@ -362,8 +362,8 @@ fail:
 }
 
 /*
- * tw_fab_reset: every provider object closed and opened again in place (the same struct, so
- * the handle and its wait fds stay; tw_fab_wakeup from another thread stays safe), then every
+ * tw__fab_reset: every provider object closed and opened again in place (the same struct, so
+ * the handle and its wait fds stay; tw__fab_wakeup from another thread stays safe), then every
  * registration of the user registered again in the new domain (same struct tw_mr, new key).
  * The caller closed every channel, so no operation refers to the old contexts.
  */
@@ -373,7 +373,7 @@ static int ofi_reset(struct tw_fab *fab)
 	int rc;
 
 	if (of->listening) {
-		fab_errmsg(fab, "a listening fab is not reset (its peers know its address)");
+		tw__fab_set_errmsg(fab, "a listening fab is not reset (its peers know its address)");
 		return -ENOTSUP;
 	}
 	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
@@ -386,19 +386,19 @@ static int ofi_reset(struct tw_fab *fab)
 	}
 	release(of);
 	/* Everything but the generic part and the wait fds starts from zero, as in calloc. The
-	 * two ranges skip epfd and evfd, which another thread may read (ofi_wakeup). */
+	 * two ranges skip epfd and evfd, which another thread may read (tw__ofi_wakeup). */
 	memset((char *)of + sizeof(of->base), 0,
 	       offsetof(struct ofi_fab, epfd) - sizeof(of->base));
 	memset((char *)&of->eq_fd, 0, sizeof(*of) - offsetof(struct ofi_fab, eq_fd));
 	rc = setup(of, fab->prov);
 	if (rc < 0) {
-		fab_errmsg(fab, "reset: %s", tw_fab_errmsg(NULL));
+		tw__fab_set_errmsg(fab, "reset: %s", tw__fab_errmsg(NULL));
 		return rc;
 	}
 	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
 		struct ofi_mr *mr = (struct ofi_mr *)m;
 
-		rc = mr_reg_internal(of, m->buf, m->len, mr_access_flags(m->access), &mr->mr,
+		rc = tw__mr_reg_internal(of, m->buf, m->len, tw__mr_access_flags(m->access), &mr->mr,
 				     &mr->desc);
 		if (rc < 0)
 			return rc;

@@ -9,7 +9,7 @@
  * A channel that is lost or closed completes its caller ops at once (exactly once), and the
  * caller may reuse them; the ctx outlives them until the provider is done with it: on MSG until
  * the endpoint and its CQ are closed, on RDM (shared endpoint) until its completion arrives
- * ("orphan" ctxs, ch == NULL). ctxs come from a per-fab pool freed only at tw_fab_close.
+ * ("orphan" ctxs, ch == NULL). ctxs come from a per-fab pool freed only at tw__fab_close.
  */
 #ifndef TW_FABRIC_OFI_INT_H
 #define TW_FABRIC_OFI_INT_H
@@ -79,7 +79,7 @@ struct ofi_fab {
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
 	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
 	bool drain_close;       /* sockets: wait for a channel's transfers before closing it
-				 * (cm_chan_down, docs/fabric.md "Closing under traffic") */
+				 * (tw__cm_chan_down, docs/fabric.md "Closing under traffic") */
 	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
 	uint64_t write_flags;   /* FI_COMPLETION | DELIVERY or TRANSMIT complete */
 	/* shm CMA fast path (ofi_rdm.c, docs/fabric.md "Passive shm backups"): the first bytes of
@@ -102,7 +102,7 @@ struct ofi_fab {
 	struct ofi_ctx *cfree;
 	void **chunks;
 	size_t nchunks;
-	/* waiting: epoll over the EQ/CQ wait fds + an eventfd for tw_fab_wakeup */
+	/* waiting: epoll over the EQ/CQ wait fds + an eventfd for tw__fab_wakeup */
 	int epfd, evfd, eq_fd;
 	unsigned nofd;          /* waitable objects without a wait fd: poll with backoff instead */
 	unsigned backoff_us;
@@ -120,7 +120,7 @@ struct ofi_chan {
 	struct ofi_ctx *posted; /* write/read/send ctxs in flight, oldest first */
 	struct ofi_ctx *posted_tail;
 	/* MSG: messages that overtook our FI_CONNECTED (the peer spoke first), handed to on_recv
-	 * at the next progress after tw_fab_connect returned, in order */
+	 * at the next progress after tw__fab_connect returned, in order */
 	struct ofi_ctx *deferred, *deferred_tail;
 	unsigned tx_inflight, tx_max;
 	/* MSG */
@@ -147,89 +147,89 @@ static inline struct ofi_fab *ofab(struct tw_fab *f)
 }
 
 /* ofi_fab.c */
-int ofi_errno(int fi_rc); /* libfabric return → our negative code */
+int tw__ofi_errno(int fi_rc); /* libfabric return → our negative code */
 
 /* ofi_cm.c (MSG) */
-int cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
-int cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
-int cm_poll_eq(struct ofi_fab *of);
-void cm_chan_down(struct ofi_chan *ch, bool closing);
-int cm_check_handshakes(struct ofi_fab *of);
-void cm_drain_eq(struct ofi_fab *of);
-int sockaddr_to_str(const void *sa, char *out, size_t len);
+int tw__cm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
+int tw__cm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+int tw__cm_poll_eq(struct ofi_fab *of);
+void tw__cm_chan_down(struct ofi_chan *ch, bool closing);
+int tw__cm_check_handshakes(struct ofi_fab *of);
+void tw__cm_drain_eq(struct ofi_fab *of);
+int tw__sockaddr_to_str(const void *sa, char *out, size_t len);
 
 /* ofi_rdm.c */
-int rdm_open_ep(struct ofi_fab *of);
-int rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
-int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
-void rdm_chan_down(struct ofi_chan *ch, bool closing);
+int tw__rdm_open_ep(struct ofi_fab *of);
+int tw__rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
+int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
+void tw__rdm_chan_down(struct ofi_chan *ch, bool closing);
 /* Returns true when it kept ctx (message deferred until the channel is visible). */
-bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len);
-void chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len);
-void rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len);
+bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len);
+void tw__chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len);
+void tw__rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len);
 /* shm: map our region header if the CMA fast path is possible at all (after the endpoint is
  * enabled); unmap it at close. */
-void rdm_shm_fast_init(struct ofi_fab *of);
-void rdm_shm_fast_fini(struct ofi_fab *of);
+void tw__rdm_shm_fast_init(struct ofi_fab *of);
+void tw__rdm_shm_fast_fini(struct ofi_fab *of);
 /* Whether a write posted now on `ch` takes shm's CMA fast path, whose completion means the
  * bytes are in the peer's memory, so it needs no FI_DELIVERY_COMPLETE. A memory load; also
  * records the answer in ch->base.fast_write. */
-bool rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch);
+bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch);
 
 /* ofi_mr.c */
-uint64_t mr_access_flags(unsigned access);
-int mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
+uint64_t tw__mr_access_flags(unsigned access);
+int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
 		    void **desc_out);
-int ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
-void ofi_mr_close(struct tw_mr *mr);
+int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
+void tw__ofi_mr_close(struct tw_mr *mr);
 
 /* ofi_rma.c */
-int ofi_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len, struct tw_mr *src_mr,
+int tw__ofi_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len, struct tw_mr *src_mr,
 	      uint64_t raddr, uint64_t key);
-int ofi_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+int tw__ofi_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
 	     uint64_t raddr, uint64_t key);
 
 /* ofi_msg.c */
-int msg_alloc_slots(struct ofi_fab *of);
-void msg_free_slots(struct ofi_fab *of);
+int tw__msg_alloc_slots(struct ofi_fab *of);
+void tw__msg_free_slots(struct ofi_fab *of);
 /* Allocate, register and post rx->n receive buffers (of `ch`, NULL: the RDM fab's). */
-int msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch);
-void msg_free_rx(struct ofi_rx *rx); /* idempotent */
-int msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx);
-/* Send `len` bytes already placed in the slot of `ctx` (taken with msg_get_slot). */
-int msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
+int tw__msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch);
+void tw__msg_free_rx(struct ofi_rx *rx); /* idempotent */
+int tw__msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx);
+/* Send `len` bytes already placed in the slot of `ctx` (taken with tw__msg_get_slot). */
+int tw__msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
 		  uint64_t deadline_ns);
-struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t deadline_ns, int *err);
-void msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx);
-int ofi_send(struct tw_chan *ch, const void *msg, size_t len);
+struct ofi_ctx *tw__msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t deadline_ns, int *err);
+void tw__msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx);
+int tw__ofi_send(struct tw_chan *ch, const void *msg, size_t len);
 
 /* ofi_cq.c */
-struct ofi_ctx *ctx_get(struct ofi_fab *of);
-void ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
-void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx);
-void ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
+struct ofi_ctx *tw__ctx_get(struct ofi_fab *of);
+void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
+void tw__ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx);
+void tw__ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
 /* Release what a posted ctx holds (slot, pool) once the provider is done with it. */
-void ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
-int cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, void *context);
-void cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
-int ofi_poll(struct tw_fab *fab);
-int ofi_wait(struct tw_fab *fab, int timeout_ms);
-void ofi_wakeup(struct tw_fab *fab);
+void tw__ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
+int tw__cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, void *context);
+void tw__cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
+int tw__ofi_poll(struct tw_fab *fab);
+int tw__ofi_wait(struct tw_fab *fab, int timeout_ms);
+void tw__ofi_wakeup(struct tw_fab *fab);
 /* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. The ctx's
- * own deadline is fab_op_deadline at the post (no clock read: fab->now_ns is fresh from the
+ * own deadline is tw__fab_op_deadline at the post (no clock read: fab->now_ns is fresh from the
  * API entry or the last stall). */
 typedef ssize_t (*post_fn)(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, void *arg);
-int post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
+int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
 	    uint64_t deadline_ns);
 /* Active side: progress until the handshake of `ch` leaves CHAN_CONNECTING (0; the caller
  * reads the outcome from its state) or its deadline passes (-ETIMEDOUT, message set). */
-int ofi_await_connect(struct ofi_fab *of, struct ofi_chan *ch, const char *addr);
+int tw__ofi_await_connect(struct ofi_fab *of, struct ofi_chan *ch, const char *addr);
 /* Progress a little while waiting inside an operation (connect, full queue). */
-void ofi_stall(struct ofi_fab *of);
-void ofi_op_abandon(struct tw_op *op);
+void tw__ofi_stall(struct ofi_fab *of);
+void tw__ofi_op_abandon(struct tw_op *op);
 /* fab_ops.chan_deadline: the oldest posted ctx's (writes, reads, sends; oldest first). */
-uint64_t ofi_chan_deadline(const struct tw_chan *ch);
+uint64_t tw__ofi_chan_deadline(const struct tw_chan *ch);
 /* Forget queued completions of a MSG channel whose endpoint is being closed. */
-void cq_purge_chan(struct ofi_fab *of, struct ofi_chan *ch);
+void tw__cq_purge_chan(struct ofi_fab *of, struct ofi_chan *ch);
 
 #endif

@@ -3,7 +3,7 @@
  *
  * Keys: with FI_MR_PROV_KEY (verbs) the provider picks and we read fi_mr_key(); otherwise
  * (tcp, sockets, shm, rxm return mr_mode 0 or VIRT_ADDR only) we request our own: a random
- * per-fab seed mixed with a counter (fab_gen_key), masked to mr_key_size, retried on
+ * per-fab seed mixed with a counter (tw__fab_gen_key), masked to mr_key_size, retried on
  * -FI_ENOKEY — unique per domain and not guessable by a stale peer.
  * Remote address of byte 0 (tw_rkey.addr): the virtual address with FI_MR_VIRT_ADDR, else 0
  * (offset addressing), so peers always compute rk.addr + offset.
@@ -13,7 +13,7 @@
 
 #include "fabric/ofi_int.h"
 
-uint64_t mr_access_flags(unsigned access)
+uint64_t tw__mr_access_flags(unsigned access)
 {
 	uint64_t f = 0;
 
@@ -30,25 +30,25 @@ uint64_t mr_access_flags(unsigned access)
 	return f;
 }
 
-int mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
+int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
 		    void **desc_out)
 {
 	int rc = -FI_ENOKEY;
 
 	for (int tries = 0; tries < 16 && rc == -FI_ENOKEY; tries++) {
-		uint64_t key = of->prov_key ? 0 : fab_gen_key(&of->base, of->mr_key_size);
+		uint64_t key = of->prov_key ? 0 : tw__fab_gen_key(&of->base, of->mr_key_size);
 		rc = fi_mr_reg(of->domain, buf, len, acc, 0, key, 0, mr_out, NULL);
 	}
 	if (rc) {
-		fab_errmsg(&of->base, "fi_mr_reg(%zu bytes): %s", len, fi_strerror(-rc));
+		tw__fab_set_errmsg(&of->base, "fi_mr_reg(%zu bytes): %s", len, fi_strerror(-rc));
 		*mr_out = NULL;
-		return ofi_errno(rc);
+		return tw__ofi_errno(rc);
 	}
 	*desc_out = fi_mr_desc(*mr_out);
 	return 0;
 }
 
-int ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
+int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
 {
 	struct ofi_fab *of = ofab(fab);
 	struct ofi_mr *mr = calloc(1, sizeof(*mr));
@@ -56,7 +56,7 @@ int ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struc
 
 	if (!mr)
 		return -ENOMEM;
-	rc = mr_reg_internal(of, buf, len, mr_access_flags(access), &mr->mr, &mr->desc);
+	rc = tw__mr_reg_internal(of, buf, len, tw__mr_access_flags(access), &mr->mr, &mr->desc);
 	if (rc < 0) {
 		free(mr);
 		return rc;
@@ -67,16 +67,16 @@ int ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struc
 	mr->base.rk.addr = of->virt_addr ? (uint64_t)(uintptr_t)buf : 0;
 	mr->base.rk.key = fi_mr_key(mr->mr);
 	mr->base.rk.len = len;
-	mr_link(fab, &mr->base);
+	tw__mr_link(fab, &mr->base);
 	*out = &mr->base;
 	return 0;
 }
 
-void ofi_mr_close(struct tw_mr *base)
+void tw__ofi_mr_close(struct tw_mr *base)
 {
 	struct ofi_mr *mr = (struct ofi_mr *)base;
 
-	mr_unlink(base);
+	tw__mr_unlink(base);
 	if (mr->mr)
 		fi_close(&mr->mr->fid);
 	free(mr);

@@ -1,6 +1,6 @@
 /*
  * fabric/ofi_msg.c — two-sided control messages: a bounded ring of registered send slots per
- * fab (tw_chan_send copies into a slot, so the caller's buffer is borrowed only for the call;
+ * fab (tw__chan_send copies into a slot, so the caller's buffer is borrowed only for the call;
  * when every slot is in flight we progress until one completes), and pre-posted receive
  * buffers (rx_depth per MSG channel; one pool for an RDM fab), reposted after on_recv returns.
  * On RDM every message starts with the channel header (ofi_rdm.c).
@@ -11,7 +11,7 @@
 
 #include "fabric/ofi_int.h"
 
-int msg_alloc_slots(struct ofi_fab *of)
+int tw__msg_alloc_slots(struct ofi_fab *of)
 {
 	unsigned n = TW_MIN(of->base.cfg.tx_depth, 32u);
 	int rc;
@@ -20,11 +20,11 @@ int msg_alloc_slots(struct ofi_fab *of)
 		n = 2;
 	of->slot_size = (of->base.cfg.max_msg_size + RDM_HDR_LEN + 63) & ~(size_t)63;
 	of->sbuf_len = (of->slot_size * n + 4095) & ~(size_t)4095;
-	of->sbuf = tw_fab_alloc(of->sbuf_len);
+	of->sbuf = tw__fab_alloc(of->sbuf_len);
 	of->sctx = calloc(n, sizeof(*of->sctx));
 	if (!of->sbuf || !of->sctx)
 		return -ENOMEM;
-	rc = mr_reg_internal(of, of->sbuf, of->sbuf_len, FI_SEND, &of->smr, &of->sdesc);
+	rc = tw__mr_reg_internal(of, of->sbuf, of->sbuf_len, FI_SEND, &of->smr, &of->sdesc);
 	if (rc < 0)
 		return rc;
 	of->nslots = n;
@@ -37,15 +37,15 @@ int msg_alloc_slots(struct ofi_fab *of)
 	return 0;
 }
 
-void msg_free_slots(struct ofi_fab *of)
+void tw__msg_free_slots(struct ofi_fab *of)
 {
 	if (of->smr)
 		fi_close(&of->smr->fid);
-	tw_fab_free(of->sbuf, of->sbuf_len);
+	tw__fab_free(of->sbuf, of->sbuf_len);
 	free(of->sctx);
 }
 
-struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t deadline_ns, int *err)
+struct ofi_ctx *tw__msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t deadline_ns, int *err)
 {
 	struct ofi_ctx *c;
 
@@ -58,7 +58,7 @@ struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t d
 			*err = -ETIMEDOUT;
 			return NULL;
 		}
-		ofi_stall(of);
+		tw__ofi_stall(of);
 	}
 	c = of->sfree;
 	of->sfree = c->next;
@@ -69,7 +69,7 @@ struct ofi_ctx *msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t d
 	return c;
 }
 
-void msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx)
+void tw__msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
 	ctx->ch = NULL;
 	ctx->bye = false;
@@ -78,17 +78,17 @@ void msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx)
 	of->sfree = ctx;
 }
 
-int msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch)
+int tw__msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch)
 {
 	size_t sz = of->slot_size;
 	int rc;
 
 	rx->buf_len = (sz * rx->n + 4095) & ~(size_t)4095;
-	rx->buf = tw_fab_alloc(rx->buf_len);
+	rx->buf = tw__fab_alloc(rx->buf_len);
 	rx->ctx = calloc(rx->n, sizeof(*rx->ctx));
 	if (!rx->buf || !rx->ctx)
 		return -ENOMEM;
-	rc = mr_reg_internal(of, rx->buf, rx->buf_len, FI_RECV, &rx->mr, &rx->desc);
+	rc = tw__mr_reg_internal(of, rx->buf, rx->buf_len, FI_RECV, &rx->mr, &rx->desc);
 	if (rc < 0)
 		return rc;
 	for (unsigned i = 0; i < rx->n; i++) {
@@ -97,23 +97,23 @@ int msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch)
 		rx->ctx[i].buf = (char *)rx->buf + (size_t)i * sz;
 	}
 	for (unsigned i = 0; i < rx->n; i++)
-		if ((rc = msg_post_recv(of, &rx->ctx[i])) < 0)
+		if ((rc = tw__msg_post_recv(of, &rx->ctx[i])) < 0)
 			return rc;
 	return 0;
 }
 
-void msg_free_rx(struct ofi_rx *rx)
+void tw__msg_free_rx(struct ofi_rx *rx)
 {
 	if (rx->mr)
 		fi_close(&rx->mr->fid);
 	rx->mr = NULL;
-	tw_fab_free(rx->buf, rx->buf_len);
+	tw__fab_free(rx->buf, rx->buf_len);
 	rx->buf = NULL;
 	free(rx->ctx);
 	rx->ctx = NULL;
 }
 
-int msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
+int tw__msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
 	struct fid_ep *ep = of->base.rdm ? of->ep : ctx->ch->ep;
 	void *desc = of->base.rdm ? of->rx.desc : ctx->ch->rx.desc;
@@ -127,7 +127,7 @@ int msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
 	if (rc) {
 		tw_log_ratelimited(TW_LOG_WARN, "fabric %s: fi_recv: %s", of->base.prov,
 				   fi_strerror((int)-rc));
-		return ofi_errno((int)rc);
+		return tw__ofi_errno((int)rc);
 	}
 	return 0;
 }
@@ -145,36 +145,36 @@ static ssize_t do_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *
 	return fi_send(ep, ctx->buf, a->len, of->sdesc, dest, ctx);
 }
 
-int msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
+int tw__msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
 		  uint64_t deadline_ns)
 {
 	struct send_arg a = {.len = len};
 
 	ctx->len = len;
-	return post_tx(of, ch, ctx, do_send, &a, deadline_ns);
+	return tw__post_tx(of, ch, ctx, do_send, &a, deadline_ns);
 }
 
-int ofi_send(struct tw_chan *base, const void *msg, size_t len)
+int tw__ofi_send(struct tw_chan *base, const void *msg, size_t len)
 {
 	struct ofi_chan *ch = (struct ofi_chan *)base;
 	struct ofi_fab *of = ofab(base->fab);
-	uint64_t deadline = fab_op_deadline(&of->base); /* now_ns: read at the API entry */
+	uint64_t deadline = tw__fab_op_deadline(&of->base); /* now_ns: read at the API entry */
 	struct ofi_ctx *ctx;
 	size_t off = 0;
 	int rc;
 
-	ctx = msg_get_slot(of, ch, deadline, &rc);
+	ctx = tw__msg_get_slot(of, ch, deadline, &rc);
 	if (!ctx)
 		return rc;
 	if (of->base.rdm) {
-		rdm_put_hdr(ctx->buf, RDM_DATA, ch->peer_id, ch->base.id, (uint32_t)len);
+		tw__rdm_put_hdr(ctx->buf, RDM_DATA, ch->peer_id, ch->base.id, (uint32_t)len);
 		off = RDM_HDR_LEN;
 	}
 	if (len)
 		memcpy((char *)ctx->buf + off, msg, len);
-	rc = msg_post_send(of, ch, ctx, off + len, deadline);
+	rc = tw__msg_post_send(of, ch, ctx, off + len, deadline);
 	if (rc < 0) {
-		msg_put_slot(of, ctx);
+		tw__msg_put_slot(of, ctx);
 		return rc;
 	}
 	ctx->len = len; /* stats count payload bytes */

@@ -26,7 +26,7 @@
 
 #include "fabric/ofi_int.h"
 
-void rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len)
+void tw__rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len)
 {
 	tw_store_le32(p, RDM_MAGIC | (uint32_t)type);
 	tw_store_le32(p + 4, dst);
@@ -42,14 +42,14 @@ static int own_name(struct ofi_fab *of)
 	int rc = fi_getname(&of->ep->fid, raw, &len);
 
 	if (rc) {
-		fab_open_errmsg("fi_getname: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_open_errmsg("fi_getname: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	if (of->addr_str) {
 		raw[TW_MIN(len, sizeof(raw) - 1)] = '\0';
 		snprintf(of->name, sizeof(of->name), "%s", raw);
 	} else {
-		sockaddr_to_str(raw, of->name, sizeof(of->name));
+		tw__sockaddr_to_str(raw, of->name, sizeof(of->name));
 	}
 	return 0;
 }
@@ -86,7 +86,7 @@ static int own_name(struct ofi_fab *of)
 		    FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAR | \
 		    FI_ORDER_ATOMIC_WAW)
 
-void rdm_shm_fast_init(struct ofi_fab *of)
+void tw__rdm_shm_fast_init(struct ofi_fab *of)
 {
 	const char *env = getenv("TW_FAB_SHM_FAST");
 	const char *name = strstr(of->name, "://");
@@ -148,14 +148,14 @@ void rdm_shm_fast_init(struct ofi_fab *of)
 	of->shm_region_len = (size_t)page;
 }
 
-void rdm_shm_fast_fini(struct ofi_fab *of)
+void tw__rdm_shm_fast_fini(struct ofi_fab *of)
 {
 	if (of->shm_region)
 		munmap((void *)(uintptr_t)of->shm_region, of->shm_region_len);
 	of->shm_region = NULL;
 }
 
-bool rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
+bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
 {
 	bool fast = of->shm_fast_force;
 
@@ -166,7 +166,7 @@ bool rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
 	return fast;
 }
 
-int rdm_open_ep(struct ofi_fab *of)
+int tw__rdm_open_ep(struct ofi_fab *of)
 {
 	struct fi_av_attr aa = {.type = FI_AV_TABLE, .count = 64};
 	int rc;
@@ -179,20 +179,20 @@ int rdm_open_ep(struct ofi_fab *of)
 		rc = fi_av_open(of->domain, &aa, &of->av, NULL);
 	}
 	if (rc) {
-		fab_open_errmsg("fi_av_open: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_open_errmsg("fi_av_open: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
-	rc = cq_open(of, of->tx_size + of->rx_size, &of->cq, &of->cq_fd, of);
+	rc = tw__cq_open(of, of->tx_size + of->rx_size, &of->cq, &of->cq_fd, of);
 	if (rc < 0) {
-		fab_open_errmsg("%s", of->base.errmsg);
+		tw__fab_open_errmsg("%s", of->base.errmsg);
 		return rc;
 	}
 	for (int attempt = 0;; attempt++) {
 		rc = fi_endpoint(of->domain, of->info, &of->ep, NULL);
 		if (rc) {
 			of->ep = NULL;
-			fab_open_errmsg("fi_endpoint: %s", fi_strerror(-rc));
-			return ofi_errno(rc);
+			tw__fab_open_errmsg("fi_endpoint: %s", fi_strerror(-rc));
+			return tw__ofi_errno(rc);
 		}
 		rc = fi_ep_bind(of->ep, &of->av->fid, 0);
 		if (!rc) /* shm wants both directions bound (fi_shm.7) */
@@ -217,22 +217,22 @@ int rdm_open_ep(struct ofi_fab *of)
 		of->ep = NULL;
 	}
 	if (rc) {
-		fab_open_errmsg("endpoint bind/enable: %s", fi_strerror(-rc));
-		return ofi_errno(rc);
+		tw__fab_open_errmsg("endpoint bind/enable: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
 	}
 	of->rx.n = (unsigned)TW_MIN(of->rx_size, (size_t)TW_MAX(of->base.cfg.rx_depth * 2, 16u));
-	rc = msg_alloc_rx(of, &of->rx, NULL);
+	rc = tw__msg_alloc_rx(of, &of->rx, NULL);
 	if (rc < 0) {
-		fab_open_errmsg("receive buffers: %s", tw_strerror(rc));
+		tw__fab_open_errmsg("receive buffers: %s", tw_strerror(rc));
 		return rc;
 	}
 	rc = own_name(of);
 	if (rc == 0)
-		rdm_shm_fast_init(of);
+		tw__rdm_shm_fast_init(of);
 	return rc;
 }
 
-int rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+int tw__rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 {
 	struct ofi_fab *of = ofab(fab);
 
@@ -265,8 +265,8 @@ static int av_add(struct ofi_fab *of, const char *addr, fi_addr_t *out)
 		rc = fi_av_insert(of->av, &sin, 1, out, 0, NULL);
 	}
 	if (rc != 1) {
-		fab_errmsg(&of->base, "fi_av_insert(%s): %s", addr, rc < 0 ? fi_strerror(-rc) : "failed");
-		return rc < 0 ? ofi_errno(rc) : -EINVAL;
+		tw__fab_set_errmsg(&of->base, "fi_av_insert(%s): %s", addr, rc < 0 ? fi_strerror(-rc) : "failed");
+		return rc < 0 ? tw__ofi_errno(rc) : -EINVAL;
 	}
 	return 0;
 }
@@ -279,9 +279,9 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 		return NULL;
 	ch->cq_fd = -1;
 	ch->tx_max = of->base.cfg.tx_depth;
-	chan_init(&of->base, &ch->base, peer);
+	tw__chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
-	ch->base.hs_deadline_ns = fab_clock(&of->base) +
+	ch->base.hs_deadline_ns = tw__fab_clock(&of->base) +
 				  (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	return ch;
 }
@@ -290,36 +290,36 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 static int send_ctl(struct ofi_fab *of, struct ofi_chan *ch, enum rdm_type type, const void *payload,
 		    size_t plen, bool bye)
 {
-	uint64_t now = fab_clock(&of->base);
+	uint64_t now = tw__fab_clock(&of->base);
 	uint64_t deadline = now + (uint64_t)of->base.cfg.connect_timeout_ms * 1000000u;
 	struct ofi_ctx *ctx;
 	int rc;
 
 	if (bye) /* never stall a close for long */
 		deadline = now + 100000000u;
-	ctx = msg_get_slot(of, bye ? NULL : ch, deadline, &rc);
+	ctx = tw__msg_get_slot(of, bye ? NULL : ch, deadline, &rc);
 	if (!ctx)
 		return rc;
-	rdm_put_hdr(ctx->buf, type, ch->peer_id, ch->base.id, (uint32_t)plen);
+	tw__rdm_put_hdr(ctx->buf, type, ch->peer_id, ch->base.id, (uint32_t)plen);
 	if (plen)
 		memcpy((char *)ctx->buf + RDM_HDR_LEN, payload, plen);
 	ctx->bye = bye;
 	ctx->bye_addr = ch->addr;
-	rc = msg_post_send(of, ch, ctx, RDM_HDR_LEN + plen, deadline);
+	rc = tw__msg_post_send(of, ch, ctx, RDM_HDR_LEN + plen, deadline);
 	if (rc < 0)
-		msg_put_slot(of, ctx);
+		tw__msg_put_slot(of, ctx);
 	return rc;
 }
 
 static void discard(struct ofi_chan *ch)
 {
 	ch->base.closed = true;
-	rdm_chan_down(ch, false);
+	tw__rdm_chan_down(ch, false);
 	ch->base.is_down = true;
 	ch->base.fab->need_sweep = true;
 }
 
-int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 {
 	struct ofi_fab *of = ofab(fab);
 	struct ofi_chan *ch;
@@ -336,15 +336,15 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	ch->have_addr = true;
 	ch->self = !strcmp(addr, of->name);
 	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
-	 * post_tx retries until the handshake deadline. */
+	 * tw__post_tx retries until the handshake deadline. */
 	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
 	if (!rc)
-		rc = ofi_await_connect(of, ch, addr);
+		rc = tw__ofi_await_connect(of, ch, addr);
 	if (!rc && ch->base.state != CHAN_UP)
 		rc = ch->base.lost_err ? ch->base.lost_err : -ECONNREFUSED;
 	if (rc) {
 		if (rc == -ETIMEDOUT && !fab->errmsg[0])
-			fab_errmsg(fab, "connect to %s timed out", addr);
+			tw__fab_set_errmsg(fab, "connect to %s timed out", addr);
 		/* A slow listener may still answer our HELLO and announce a channel nobody will
 		 * use: tell it (BYE to "channel 0" carrying our address; best effort). */
 		if (rc == -ETIMEDOUT && ch->have_addr && !ch->base.lost && !ch->base.closed) {
@@ -353,7 +353,7 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 				ch->have_addr = false; /* the BYE's completion does the av_remove */
 				while (ch->posted) {
 					struct ofi_ctx *ctx = ch->posted;
-					ctx_unlink(ch, ctx);
+					tw__ctx_unlink(ch, ctx);
 					ctx->ch = NULL;
 				}
 			}
@@ -366,7 +366,7 @@ int rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	return 0;
 }
 
-void rdm_chan_down(struct ofi_chan *ch, bool closing)
+void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 {
 	struct ofi_fab *of = ofab(ch->base.fab);
 	bool bye_sent = false;
@@ -378,19 +378,19 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing)
 		ch->deferred = ctx->next;
 		ctx->next = NULL;
 		if (!of->closing)
-			msg_post_recv(of, ctx);
+			tw__msg_post_recv(of, ctx);
 	}
 	ch->deferred_tail = NULL;
 	/* In-flight contexts stay with the provider: orphan them. */
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
 
-		ctx_unlink(ch, ctx);
+		tw__ctx_unlink(ch, ctx);
 		ctx->ch = NULL;
 		ctx->next = ctx->prev = NULL;
 	}
 	if (closing && ch->have_addr && ch->base.state == CHAN_UP && !ch->base.lost && !of->closing) {
-		/* post_tx refuses closed channels: send with a temporary "open" view. */
+		/* tw__post_tx refuses closed channels: send with a temporary "open" view. */
 		bool closed = ch->base.closed;
 		ch->base.closed = false;
 		bye_sent = send_ctl(of, ch, RDM_BYE, NULL, 0, true) == 0;
@@ -398,7 +398,7 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing)
 		/* The BYE ctx is linked to ch: orphan it too; its completion av_removes. */
 		while (ch->posted) {
 			struct ofi_ctx *ctx = ch->posted;
-			ctx_unlink(ch, ctx);
+			tw__ctx_unlink(ch, ctx);
 			ctx->ch = NULL;
 		}
 	}
@@ -407,7 +407,7 @@ void rdm_chan_down(struct ofi_chan *ch, bool closing)
 	ch->have_addr = false;
 }
 
-bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
+bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 {
 	const unsigned char *buf = ctx->buf;
 	struct tw_fab *fab = &of->base;
@@ -441,31 +441,31 @@ bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		}
 		ch->have_addr = true;
 		ch->self = !strcmp(name, of->name);
-		rdm_shm_fast(of, ch);
+		tw__rdm_shm_fast(of, ch);
 		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
 		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {
 			discard(ch);
 			return false;
 		}
 		ch->base.state = CHAN_ACCEPTING;
-		chan_announce(&ch->base);
+		tw__chan_announce(&ch->base);
 		return false;
 	}
 	case RDM_ACK:
-		c = fab_find_chan(fab, dst);
+		c = tw__fab_find_chan(fab, dst);
 		if (c && c->state == CHAN_CONNECTING) {
 			((struct ofi_chan *)c)->peer_id = src;
 			c->state = CHAN_UP;
-			rdm_shm_fast(of, (struct ofi_chan *)c);
+			tw__rdm_shm_fast(of, (struct ofi_chan *)c);
 		}
 		return false;
 	case RDM_DATA:
-		c = fab_find_chan(fab, dst);
+		c = tw__fab_find_chan(fab, dst);
 		ch = (struct ofi_chan *)c;
 		if (!c || c->state != CHAN_UP || c->lost || ch->peer_id != src)
 			return false;
-		if (!c->visible || ch->deferred) { /* tw_fab_connect has not returned it yet */
-			chan_defer(ch, ctx, plen);
+		if (!c->visible || ch->deferred) { /* tw__fab_connect has not returned it yet */
+			tw__chan_defer(ch, ctx, plen);
 			return true;
 		}
 		fab->stats.recvs++;
@@ -483,13 +483,13 @@ bool rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 				    !strcmp(x->peer, (const char *)buf))
 					c = x;
 		} else {
-			c = fab_find_chan(fab, dst);
+			c = tw__fab_find_chan(fab, dst);
 		}
 		ch = (struct ofi_chan *)c;
 		if (!c || ch->peer_id != src)
 			return false;
-		fab_errmsg(fab, "peer %s closed the channel", c->peer);
-		chan_set_lost(c, -TW_EPEERLOST);
+		tw__fab_set_errmsg(fab, "peer %s closed the channel", c->peer);
+		tw__chan_set_lost(c, -TW_EPEERLOST);
 		return false;
 	default:
 		return false;

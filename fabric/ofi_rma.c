@@ -4,7 +4,7 @@
  * Writes always go through fi_writemsg with FI_COMPLETION | FI_DELIVERY_COMPLETE
  * (FI_TRANSMIT_COMPLETE on verbs): tcp 1.17's fi_write ignores op_flags and completes as soon as
  * the bytes are in the local socket buffer, which would acknowledge data the backup never got.
- * The one exception is shm's CMA fast path (ofi_rdm.c, rdm_shm_fast): its completion already
+ * The one exception is shm's CMA fast path (ofi_rdm.c, tw__rdm_shm_fast): its completion already
  * means the bytes are in the target's memory, and delivery-complete would make the target
  * process pull them itself.
  * The local and remote range checks happened in fabric.c; here we only check the provider's
@@ -65,33 +65,33 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 
 	if (len > of->max_msg_size)
 		return -EMSGSIZE;
-	ctx = ctx_get(of);
+	ctx = tw__ctx_get(of);
 	if (!ctx)
 		return -ENOMEM;
 	/* shm: decided at every write, from the byte libfabric itself reads (ofi_rdm.c). */
 	a.fast = !read && of->base.rdm && (of->shm_region || of->shm_fast_force) &&
-		 rdm_shm_fast(of, ch);
+		 tw__rdm_shm_fast(of, ch);
 	ctx->fast = a.fast;
 	ctx->kind = read ? CTX_READ : CTX_WRITE;
 	ctx->op = op;
 	ctx->len = len;
-	rc = post_tx(of, ch, ctx, do_rma, &a, fab_op_deadline(&of->base)); /* queue-full bound */
+	rc = tw__post_tx(of, ch, ctx, do_rma, &a, tw__fab_op_deadline(&of->base)); /* queue-full bound */
 	if (rc < 0) {
-		ctx_put(of, ctx);
+		tw__ctx_put(of, ctx);
 		return rc;
 	}
 	op->fab_priv[0] = ctx;
-	op_track(base, op);
+	tw__op_track(base, op);
 	return 0;
 }
 
-int ofi_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len, struct tw_mr *src_mr,
+int tw__ofi_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len, struct tw_mr *src_mr,
 	      uint64_t raddr, uint64_t key)
 {
 	return rma(ch, op, (void *)(uintptr_t)src, len, src_mr, raddr, key, false);
 }
 
-int ofi_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
+int tw__ofi_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, struct tw_mr *dst_mr,
 	     uint64_t raddr, uint64_t key)
 {
 	return rma(ch, op, dst, len, dst_mr, raddr, key, true);

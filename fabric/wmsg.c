@@ -1,10 +1,10 @@
 /*
  * fabric/wmsg.c — writes sent as messages (cfg.write_mode = TW_FAB_WRITE_MSG): a wrapper of the
  * transport's one-sided write, in the way libfabric's hook providers (prov/hook/) wrap a
- * provider's operations. The initiator sends the bytes of tw_chan_write() as two-sided messages;
+ * provider's operations. The initiator sends the bytes of tw__chan_write() as two-sided messages;
  * the target's fabric layer, below its user's callbacks, looks the registration up by its key,
  * checks the range and access, copies the bytes into the registered memory, runs the fab's write
- * check (tw_fab_set_write_check) over the whole write, and replies. The initiator completes the
+ * check (tw__fab_set_write_check) over the whole write, and replies. The initiator completes the
  * write operation with the reply's status. This is the RPC-replication baseline (RAMCloud-style:
  * the backup's CPU receives, checks and copies every byte) that Tailwind's one-sided writes are
  * measured against (docs/benchmarks.md); callers above the fabric do not know which it is.
@@ -17,7 +17,7 @@
  * with that error and the channel stays up, where a provider would fail the channel.
  *
  * Wire format (little-endian), on the channel of the control messages, told apart from them by
- * its first two bytes (tw_chan_send refuses user messages that begin with them):
+ * its first two bytes (tw__chan_send refuses user messages that begin with them):
  *
  *   [magic u16 = 0x4454 "TD"][version u8 = 1][kind u8][flags u8][pad 3]
  *   [data_len u32][status i32][tag u64][key u64][addr u64][write_addr u64][write_len u64][pad 8]
@@ -53,7 +53,7 @@ struct wmsg_hdr {
 	uint64_t tag, key, addr, write_addr, write_len;
 };
 
-bool wmsg_is(const void *msg, size_t len)
+bool tw__wmsg_is(const void *msg, size_t len)
 {
 	const uint8_t *m = msg;
 
@@ -78,7 +78,7 @@ static void encode(const struct wmsg_hdr *h, uint8_t *m)
 
 static int decode(const uint8_t *m, size_t len, struct wmsg_hdr *h)
 {
-	if (len < TW_FAB_WMSG_HDR || !wmsg_is(m, len) || m[2] != WMSG_VERSION)
+	if (len < TW_FAB_WMSG_HDR || !tw__wmsg_is(m, len) || m[2] != WMSG_VERSION)
 		return -TW_EPROTO;
 	h->kind = m[3];
 	h->flags = m[4];
@@ -95,7 +95,7 @@ static int decode(const uint8_t *m, size_t len, struct wmsg_hdr *h)
 	return 0;
 }
 
-int wmsg_init(struct tw_fab *fab)
+int tw__wmsg_init(struct tw_fab *fab)
 {
 	if (fab->cfg.write_mode != TW_FAB_WRITE_MSG)
 		return 0;
@@ -105,7 +105,7 @@ int wmsg_init(struct tw_fab *fab)
 	return fab->wmsg_buf ? 0 : -ENOMEM;
 }
 
-void wmsg_fini(struct tw_fab *fab)
+void tw__wmsg_fini(struct tw_fab *fab)
 {
 	free(fab->wmsg_buf);
 	fab->wmsg_buf = NULL;
@@ -116,7 +116,7 @@ void wmsg_fini(struct tw_fab *fab)
  * posting). The reply cannot overtake the tracking: it is handled only by a later progress of
  * this fab, and the last send returns once its message is posted.
  */
-int wmsg_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
+int tw__wmsg_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len,
 	       struct tw_mr *src_mr, uint64_t raddr, uint64_t key)
 {
 	struct tw_fab *fab = ch->fab;
@@ -149,7 +149,7 @@ int wmsg_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len
 	}
 	op->fab_priv[0] = NULL; /* nothing for the backend to abandon */
 	op->fab_tag = h.tag;
-	op_track(ch, op);
+	tw__op_track(ch, op);
 	fab->stats.wmsg_writes++;
 	return 0;
 }
@@ -234,22 +234,22 @@ static void complete(struct tw_chan *ch, const struct wmsg_hdr *h)
 			fab->stats.writes++;
 			fab->stats.write_bytes += h->write_len;
 		}
-		op_finish(op, h->status > 0 ? -TW_EPROTO : h->status);
+		tw__op_finish(op, h->status > 0 ? -TW_EPROTO : h->status);
 		return;
 	}
 	/* Completed already (timeout, loss): nothing to do. */
 }
 
-void wmsg_recv(struct tw_chan *ch, const void *msg, size_t len)
+void tw__wmsg_recv(struct tw_chan *ch, const void *msg, size_t len)
 {
 	struct wmsg_hdr h;
 
 	if (ch->closed || ch->lost)
 		return;
 	if (decode(msg, len, &h) < 0) {
-		fab_errmsg(ch->fab, "malformed write message from %s", ch->peer);
+		tw__fab_set_errmsg(ch->fab, "malformed write message from %s", ch->peer);
 		tw_log_warn("fabric %s: %s; failing the channel", ch->fab->prov, ch->fab->errmsg);
-		chan_set_lost(ch, -TW_EPROTO);
+		tw__chan_set_lost(ch, -TW_EPROTO);
 		return;
 	}
 	if (h.kind == WMSG_CHUNK)

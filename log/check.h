@@ -1,7 +1,7 @@
 /*
  * log/check.h — the check of a sealed write as a unit (pure, any thread): what a backup that
  * places the log's bytes with its own CPU verifies before it acknowledges them (the
- * RPC-replication baseline, fabric/wmsg.c via tw_fab_set_write_check). One-sided writes are
+ * RPC-replication baseline, fabric/wmsg.c via tw__fab_set_write_check). One-sided writes are
  * never checked at write time; the scan (log_format.h) verifies them when it matters.
  */
 #ifndef TW_LOG_CHECK_H

@@ -25,7 +25,7 @@ static int sodium_ready(void)
 	return sodium_init() < 0 ? -ENOSYS : 0;
 }
 
-const char *tw_auth_key_path(const char *configured)
+const char *tw__auth_key_path(const char *configured)
 {
 	const char *env;
 
@@ -35,7 +35,7 @@ const char *tw_auth_key_path(const char *configured)
 	return env && env[0] ? env : NULL;
 }
 
-int tw_auth_key_from_bytes(const void *bytes, size_t len, struct tw_auth_key **out)
+int tw__auth_key_from_bytes(const void *bytes, size_t len, struct tw_auth_key **out)
 {
 	struct tw_auth_key *k;
 
@@ -52,7 +52,7 @@ int tw_auth_key_from_bytes(const void *bytes, size_t len, struct tw_auth_key **o
 	return 0;
 }
 
-int tw_auth_key_load(const char *path, struct tw_auth_key **out, char *err, size_t err_len)
+int tw__auth_key_load(const char *path, struct tw_auth_key **out, char *err, size_t err_len)
 {
 	unsigned char buf[TW_AUTH_KEY_MAX + 1];
 	struct stat st;
@@ -107,7 +107,7 @@ int tw_auth_key_load(const char *path, struct tw_auth_key **out, char *err, size
 		sodium_memzero(buf, sizeof(buf));
 		return -EINVAL;
 	}
-	rc = tw_auth_key_from_bytes(buf, n, out);
+	rc = tw__auth_key_from_bytes(buf, n, out);
 	sodium_memzero(buf, sizeof(buf));
 	if (rc == -ENOSYS)
 		snprintf(err, err_len, "libsodium failed to initialise");
@@ -116,7 +116,7 @@ int tw_auth_key_load(const char *path, struct tw_auth_key **out, char *err, size
 	return rc;
 }
 
-void tw_auth_key_free(struct tw_auth_key *key)
+void tw__auth_key_free(struct tw_auth_key *key)
 {
 	if (!key)
 		return;
@@ -124,13 +124,13 @@ void tw_auth_key_free(struct tw_auth_key *key)
 	free(key);
 }
 
-void tw_auth_nonce(unsigned char out[TW_AUTH_NONCE_LEN])
+void tw__auth_nonce(unsigned char out[TW_AUTH_NONCE_LEN])
 {
 	(void)sodium_ready();
 	randombytes_buf(out, TW_AUTH_NONCE_LEN);
 }
 
-void tw_auth_hmac(const struct tw_auth_key *key, const void *data, size_t len,
+void tw__auth_hmac(const struct tw_auth_key *key, const void *data, size_t len,
 		  unsigned char out[TW_AUTH_MAC_LEN])
 {
 	crypto_auth_hmacsha256_state st;
@@ -147,7 +147,7 @@ static void put_le(unsigned char *p, uint64_t v, unsigned n)
 		p[i] = (unsigned char)(v >> (8 * i));
 }
 
-void tw_auth_mac(const struct tw_auth_key *key, const char *label,
+void tw__auth_mac(const struct tw_auth_key *key, const char *label,
 		 const struct tw_auth_transcript *t, unsigned char out[TW_AUTH_MAC_LEN])
 {
 	unsigned char msg[16 + 2 * TW_AUTH_NONCE_LEN + 8 + 4 + 8];
@@ -167,10 +167,10 @@ void tw_auth_mac(const struct tw_auth_key *key, const char *label,
 	n += 4;
 	put_le(msg + n, t->server_node_id, 8);
 	n += 8;
-	tw_auth_hmac(key, msg, n, out);
+	tw__auth_hmac(key, msg, n, out);
 }
 
-bool tw_auth_verify(const struct tw_auth_key *key, const char *label,
+bool tw__auth_verify(const struct tw_auth_key *key, const char *label,
 		    const struct tw_auth_transcript *t, const void *mac, size_t len)
 {
 	unsigned char want[TW_AUTH_MAC_LEN];
@@ -178,13 +178,13 @@ bool tw_auth_verify(const struct tw_auth_key *key, const char *label,
 
 	if (!mac || len != TW_AUTH_MAC_LEN)
 		return false;
-	tw_auth_mac(key, label, t, want);
+	tw__auth_mac(key, label, t, want);
 	good = sodium_memcmp(want, mac, TW_AUTH_MAC_LEN) == 0;
 	sodium_memzero(want, sizeof(want));
 	return good;
 }
 
-int tw_auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key *key,
+int tw__auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key *key,
 			     uint64_t node_id, Tailwind__Role role, const char *node_name,
 			     struct tw_rpc_reply *rep, char *err, size_t err_len)
 {
@@ -196,21 +196,21 @@ int tw_auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key 
 	int rc;
 
 	memset(&t, 0, sizeof(t));
-	tw_rpc_req_handshake(&req, node_id, role, node_name);
+	tw__rpc_req_handshake(&req, node_id, role, node_name);
 	if (key) {
-		tw_auth_nonce(t.client_nonce);
+		tw__auth_nonce(t.client_nonce);
 		req.body.handshake.auth_nonce.data = t.client_nonce;
 		req.body.handshake.auth_nonce.len = TW_AUTH_NONCE_LEN;
 	}
-	rc = tw_rpc_call_sync(cl, &req.env, rep);
+	rc = tw__rpc_call_sync(cl, &req.env, rep);
 	if (rc == -EACCES) {
-		snprintf(err, err_len, "%s", tw_rpc_client_errmsg(cl)[0] ? tw_rpc_client_errmsg(cl) :
+		snprintf(err, err_len, "%s", tw__rpc_client_errmsg(cl)[0] ? tw__rpc_client_errmsg(cl) :
 			 "backup requires authentication: give --key-file");
 		return rc;
 	}
 	if (rc) {
 		snprintf(err, err_len, "handshake failed: %s%s%s", tw_strerror(rc),
-			 tw_rpc_client_errmsg(cl)[0] ? ": " : "", tw_rpc_client_errmsg(cl));
+			 tw__rpc_client_errmsg(cl)[0] ? ": " : "", tw__rpc_client_errmsg(cl));
 		return rc;
 	}
 	h = rep->env ? rep->env->handshake_reply : NULL;
@@ -229,22 +229,22 @@ int tw_auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key 
 	t.client_node_id = node_id;
 	t.client_role = (uint32_t)role;
 	t.server_node_id = h->node_id;
-	if (!tw_auth_verify(key, TW_AUTH_LABEL_SERVER, &t, h->auth_mac.data, h->auth_mac.len)) {
+	if (!tw__auth_verify(key, TW_AUTH_LABEL_SERVER, &t, h->auth_mac.data, h->auth_mac.len)) {
 		snprintf(err, err_len, "backup did not prove the key: its MAC does not match ours "
 			 "(different key files?)");
 		return -EACCES;
 	}
-	tw_auth_mac(key, TW_AUTH_LABEL_CLIENT, &t, proof);
-	tw_rpc_req_handshake(&req, node_id, role, node_name);
+	tw__auth_mac(key, TW_AUTH_LABEL_CLIENT, &t, proof);
+	tw__rpc_req_handshake(&req, node_id, role, node_name);
 	req.body.handshake.auth_proof.data = proof;
 	req.body.handshake.auth_proof.len = TW_AUTH_MAC_LEN;
-	rc = tw_rpc_call_sync(cl, &req.env, &rep2);
+	rc = tw__rpc_call_sync(cl, &req.env, &rep2);
 	if (rc) {
 		snprintf(err, err_len, "backup refused our key proof: %s%s%s", tw_strerror(rc),
-			 tw_rpc_client_errmsg(cl)[0] ? ": " : "", tw_rpc_client_errmsg(cl));
+			 tw__rpc_client_errmsg(cl)[0] ? ": " : "", tw__rpc_client_errmsg(cl));
 		rc = rc == -EACCES || rc == -TW_EPEERLOST ? -EACCES : rc;
 	}
-	tw_rpc_reply_release(&rep2);
+	tw__rpc_reply_release(&rep2);
 	sodium_memzero(proof, sizeof(proof));
 	return rc;
 }

@@ -34,28 +34,28 @@ struct tw_auth_key; /* opaque: the key bytes (wiped when freed) */
  * The key file to use: `configured` when not NULL (an empty string means "no key"), else
  * $TW_KEY_FILE when set and not empty, else NULL (no authentication). Borrowed pointers.
  */
-const char *tw_auth_key_path(const char *configured);
+const char *tw__auth_key_path(const char *configured);
 
 /*
  * Read a key file: a regular file of TW_AUTH_KEY_MIN..TW_AUTH_KEY_MAX bytes, used verbatim as
  * the HMAC key (make one with `head -c 32 /dev/urandom > KEY && chmod 600 KEY`). Refused when
- * group or others may read or write it. Returns 0 and *out (free with tw_auth_key_free), or
+ * group or others may read or write it. Returns 0 and *out (free with tw__auth_key_free), or
  * -ENOENT/-EACCES/... (cannot open), -EPERM (permissions too open), -EINVAL (size, not a
  * regular file), -ENOMEM, with a one-line reason naming the file in `err`.
  */
-int tw_auth_key_load(const char *path, struct tw_auth_key **out, char *err, size_t err_len);
+int tw__auth_key_load(const char *path, struct tw_auth_key **out, char *err, size_t err_len);
 
 /* Same from memory (tests). */
-int tw_auth_key_from_bytes(const void *bytes, size_t len, struct tw_auth_key **out);
+int tw__auth_key_from_bytes(const void *bytes, size_t len, struct tw_auth_key **out);
 
 /* Wipe and free; NULL is fine. */
-void tw_auth_key_free(struct tw_auth_key *key);
+void tw__auth_key_free(struct tw_auth_key *key);
 
 /* Fresh random bytes for a nonce (libsodium's CSPRNG). */
-void tw_auth_nonce(unsigned char out[TW_AUTH_NONCE_LEN]);
+void tw__auth_nonce(unsigned char out[TW_AUTH_NONCE_LEN]);
 
 /* HMAC-SHA-256 of `len` bytes with the key. */
-void tw_auth_hmac(const struct tw_auth_key *key, const void *data, size_t len,
+void tw__auth_hmac(const struct tw_auth_key *key, const void *data, size_t len,
 		  unsigned char out[TW_AUTH_MAC_LEN]);
 
 /* What both MACs cover. */
@@ -72,15 +72,15 @@ struct tw_auth_transcript {
 
 /* MAC(key, label || client_nonce || server_nonce || client_node_id (u64 LE) ||
  *     client_role (u32 LE) || server_node_id (u64 LE)). */
-void tw_auth_mac(const struct tw_auth_key *key, const char *label,
+void tw__auth_mac(const struct tw_auth_key *key, const char *label,
 		 const struct tw_auth_transcript *t, unsigned char out[TW_AUTH_MAC_LEN]);
 
 /* True when `mac` (`len` bytes, from the network) is the MAC of the transcript; constant time. */
-bool tw_auth_verify(const struct tw_auth_key *key, const char *label,
+bool tw__auth_verify(const struct tw_auth_key *key, const char *label,
 		    const struct tw_auth_transcript *t, const void *mac, size_t len);
 
 /*
- * Client side of the Handshake RPC on `cl` (blocking, tw_rpc_call_sync). Without a key: one
+ * Client side of the Handshake RPC on `cl` (blocking, tw__rpc_call_sync). Without a key: one
  * plain Handshake. With a key: Handshake with a fresh nonce, check the server's MAC, send the
  * proof, wait for its OK. Returns 0 with `rep` holding the server's (first) HandshakeReply, or
  * a negative code with a one-line reason in `err`:
@@ -88,9 +88,9 @@ bool tw_auth_verify(const struct tw_auth_key *key, const char *label,
  *            authentication: give --key-file"), did not prove the key ("backup did not prove
  *            the key: ..."), or refused our proof;
  *   other    the call failed (timeout, lost connection, version).
- * `rep` is initialised here; call tw_rpc_reply_release(rep) whatever the result.
+ * `rep` is initialised here; call tw__rpc_reply_release(rep) whatever the result.
  */
-int tw_auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key *key,
+int tw__auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key *key,
 			     uint64_t node_id, Tailwind__Role role, const char *node_name,
 			     struct tw_rpc_reply *rep, char *err, size_t err_len);
 

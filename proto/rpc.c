@@ -1,7 +1,7 @@
 /*
  * proto/rpc.c — the pure part of the RPC layer: names, configuration, the arena allocator,
  * framing, decoding, validation, status mapping, conversions. No fabric calls except
- * tw_rpc_send_envelope at the end. See rpc.h and docs/wire-protocol.md.
+ * tw__rpc_send_envelope at the end. See rpc.h and docs/wire-protocol.md.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -62,14 +62,14 @@ static const ProtobufCMessageDescriptor *const reply_desc[TW_RPC_OP_COUNT] = {
 	[TW_RPC_PING] = &tailwind__ping_reply__descriptor,
 };
 
-const char *tw_rpc_op_name(int op)
+const char *tw__rpc_op_name(int op)
 {
 	if (op < 0 || op >= TW_RPC_OP_COUNT)
 		return "unknown";
 	return op_names[op];
 }
 
-int tw_rpc_op_of_case(int body_case)
+int tw__rpc_op_of_case(int body_case)
 {
 	if (body_case < 16 || (body_case & 1) || body_case >= 16 + 2 * TW_RPC_OP_COUNT)
 		return -1;
@@ -77,14 +77,14 @@ int tw_rpc_op_of_case(int body_case)
 }
 
 /* Op of a reply body kind, -1 when not a reply we know (ErrorReply included). */
-int tw_rpc__op_of_reply_case(int body_case)
+int tw__rpc__op_of_reply_case(int body_case)
 {
 	if (body_case < 17 || !(body_case & 1) || body_case >= 17 + 2 * TW_RPC_OP_COUNT)
 		return -1;
 	return (body_case - 17) / 2;
 }
 
-const char *tw_rpc_body_name(int body_case)
+const char *tw__rpc_body_name(int body_case)
 {
 	int op;
 
@@ -92,10 +92,10 @@ const char *tw_rpc_body_name(int body_case)
 		return "error_reply";
 	if (body_case == TAILWIND__ENVELOPE__BODY__NOT_SET)
 		return "none";
-	op = tw_rpc_op_of_case(body_case);
+	op = tw__rpc_op_of_case(body_case);
 	if (op >= 0)
 		return op_names[op];
-	op = tw_rpc__op_of_reply_case(body_case);
+	op = tw__rpc__op_of_reply_case(body_case);
 	if (op >= 0) {
 		static const char *const reply_names[TW_RPC_OP_COUNT] = {
 			"handshake_reply", "open_segment_reply", "close_segment_reply",
@@ -108,7 +108,7 @@ const char *tw_rpc_body_name(int body_case)
 	return "unknown";
 }
 
-const char *tw_rpc_status_name(int status)
+const char *tw__rpc_status_name(int status)
 {
 	switch (status) {
 	case TAILWIND__STATUS__STATUS_OK: return "STATUS_OK";
@@ -126,19 +126,19 @@ const char *tw_rpc_status_name(int status)
 	}
 }
 
-const ProtobufCMessageDescriptor *tw_rpc__reply_desc(int op)
+const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op)
 {
 	return op >= 0 && op < TW_RPC_OP_COUNT ? reply_desc[op] : NULL;
 }
 
-const ProtobufCMessageDescriptor *tw_rpc__req_desc(int op)
+const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op)
 {
 	return op >= 0 && op < TW_RPC_OP_COUNT ? req_desc[op] : NULL;
 }
 
 /* ------------------------------------------------------------------ configuration */
 
-void tw_rpc_config_init(struct tw_rpc_config *cfg)
+void tw__rpc_config_init(struct tw_rpc_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->max_msg_size = TW_RPC_MAX_MSG_DEFAULT;
@@ -148,12 +148,12 @@ void tw_rpc_config_init(struct tw_rpc_config *cfg)
 	cfg->arena_limit = 64 * (size_t)TW_RPC_MAX_MSG_DEFAULT;
 }
 
-int tw_rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out)
+int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out)
 {
 	struct tw_rpc_config def;
 	unsigned n;
 
-	tw_rpc_config_init(&def);
+	tw__rpc_config_init(&def);
 	*out = in ? *in : def;
 	if (!out->max_msg_size)
 		out->max_msg_size = def.max_msg_size;
@@ -192,16 +192,16 @@ struct chunk {
 
 static void *arena_pb_alloc(void *data, size_t size)
 {
-	return tw_rpc_arena_alloc(data, size);
+	return tw__rpc_arena_alloc(data, size);
 }
 
 static void arena_pb_free(void *data, void *ptr)
 {
 	(void)data;
-	(void)ptr; /* freed all at once by tw_rpc_arena_reset */
+	(void)ptr; /* freed all at once by tw__rpc_arena_reset */
 }
 
-void tw_rpc_arena_init(struct tw_rpc_arena *a, void *buf, size_t cap, size_t limit)
+void tw__rpc_arena_init(struct tw_rpc_arena *a, void *buf, size_t cap, size_t limit)
 {
 	uintptr_t p = (uintptr_t)buf;
 	size_t skip = buf ? (ARENA_ALIGN - (p % ARENA_ALIGN)) % ARENA_ALIGN : 0;
@@ -219,7 +219,7 @@ void tw_rpc_arena_init(struct tw_rpc_arena *a, void *buf, size_t cap, size_t lim
 	a->pb.allocator_data = a;
 }
 
-void *tw_rpc_arena_alloc(struct tw_rpc_arena *a, size_t n)
+void *tw__rpc_arena_alloc(struct tw_rpc_arena *a, size_t n)
 {
 	struct chunk *c;
 	size_t csize;
@@ -257,17 +257,17 @@ void *tw_rpc_arena_alloc(struct tw_rpc_arena *a, size_t n)
 	return a->cur;
 }
 
-char *tw_rpc_arena_strdup(struct tw_rpc_arena *a, const char *s)
+char *tw__rpc_arena_strdup(struct tw_rpc_arena *a, const char *s)
 {
 	size_t n = strlen(s) + 1;
-	char *d = tw_rpc_arena_alloc(a, n);
+	char *d = tw__rpc_arena_alloc(a, n);
 
 	if (d)
 		memcpy(d, s, n);
 	return d;
 }
 
-void tw_rpc_arena_reset(struct tw_rpc_arena *a)
+void tw__rpc_arena_reset(struct tw_rpc_arena *a)
 {
 	struct chunk *c = a->chunks, *next;
 
@@ -282,9 +282,9 @@ void tw_rpc_arena_reset(struct tw_rpc_arena *a)
 	a->total = 0;
 }
 
-void tw_rpc_arena_fini(struct tw_rpc_arena *a)
+void tw__rpc_arena_fini(struct tw_rpc_arena *a)
 {
-	tw_rpc_arena_reset(a);
+	tw__rpc_arena_reset(a);
 	a->first = a->cur = NULL;
 	a->first_cap = a->cap = 0;
 }
@@ -305,7 +305,7 @@ static int why_set(char *why, size_t why_len, int rc, const char *fmt, ...)
 	return rc;
 }
 
-int tw_rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_rpc_hdr *hdr_out,
+int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_rpc_hdr *hdr_out,
 		       char *why, size_t why_len)
 {
 	const unsigned char *b = buf;
@@ -337,7 +337,7 @@ int tw_rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_rp
 	return 0;
 }
 
-int tw_rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
+int tw__rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
 			 size_t max_msg, size_t *len_out)
 {
 	unsigned char *b = buf;
@@ -356,10 +356,10 @@ int tw_rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *bu
 	return 0;
 }
 
-int tw_rpc_encode(const Tailwind__Envelope *env, void *buf, size_t cap, size_t max_msg,
+int tw__rpc_encode(const Tailwind__Envelope *env, void *buf, size_t cap, size_t max_msg,
 		  size_t *len_out)
 {
-	return tw_rpc__encode_minor(env, TW_RPC_MINOR, buf, cap, max_msg, len_out);
+	return tw__rpc__encode_minor(env, TW_RPC_MINOR, buf, cap, max_msg, len_out);
 }
 
 /*
@@ -413,7 +413,7 @@ static bool tags_ok(const ProtobufCMessage *m, int depth)
 
 _Atomic uint64_t tw__rpc_decodes;
 
-int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
+int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len)
 {
@@ -421,7 +421,7 @@ int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_are
 	Tailwind__Envelope *env;
 	int rc;
 
-	rc = tw_rpc_frame_check(buf, len, max_msg, &h, why, why_len);
+	rc = tw__rpc_frame_check(buf, len, max_msg, &h, why, why_len);
 	if (rc)
 		return rc;
 	if (hdr_out)
@@ -455,7 +455,7 @@ static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 	return false;
 }
 
-int tw_rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
+int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
 {
 	const uint8_t *p = (const uint8_t *)buf + TW_RPC_HDR_SIZE, *end = (const uint8_t *)buf + len;
 	uint64_t id = 0, tag, v;
@@ -565,7 +565,7 @@ static uint32_t unknown_body_tag(const Tailwind__Envelope *env)
 	return 0;
 }
 
-Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *why, size_t why_len)
+Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *why, size_t why_len)
 {
 	int op;
 
@@ -576,10 +576,10 @@ Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *wh
 			return bad(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
 		return bad(why, why_len, INVALID, "envelope has no body");
 	}
-	op = tw_rpc_op_of_case(env->body_case);
+	op = tw__rpc_op_of_case(env->body_case);
 	if (op < 0)
 		return bad(why, why_len, INVALID, "body %s (%d) is not a request",
-			   tw_rpc_body_name(env->body_case), env->body_case);
+			   tw__rpc_body_name(env->body_case), env->body_case);
 	CHECK(env->request_id != 0, "request_id 0 in a request");
 	CHECK_ID(env->epoch, "epoch");
 	CHECK_ID(env->incarnation, "incarnation");
@@ -707,22 +707,22 @@ static Tailwind__Status check_seginfo(const Tailwind__SegmentInfo *s, char *why,
 	return TAILWIND__STATUS__STATUS_OK;
 }
 
-const ProtobufCMessage *tw_rpc__body(const Tailwind__Envelope *env)
+const ProtobufCMessage *tw__rpc__body(const Tailwind__Envelope *env)
 {
 	/* Every member of the oneof is a pointer to a message; they share storage. */
 	return (const ProtobufCMessage *)env->handshake;
 }
 
-int tw_rpc_reply_status(const Tailwind__Envelope *env, const char **message_out)
+int tw__rpc_reply_status(const Tailwind__Envelope *env, const char **message_out)
 {
 	const ProtobufCMessage *body;
 	const ProtobufCFieldDescriptor *fs, *fm;
 	int status;
 
 	if (env->body_case != TAILWIND__ENVELOPE__BODY_ERROR_REPLY &&
-	    tw_rpc__op_of_reply_case(env->body_case) < 0)
+	    tw__rpc__op_of_reply_case(env->body_case) < 0)
 		return -1;
-	body = tw_rpc__body(env);
+	body = tw__rpc__body(env);
 	if (!body)
 		return -1;
 	fs = protobuf_c_message_descriptor_get_field(body->descriptor, 1);
@@ -739,7 +739,7 @@ int tw_rpc_reply_status(const Tailwind__Envelope *env, const char **message_out)
 	return status;
 }
 
-Tailwind__Status tw_rpc_validate_reply(const Tailwind__Envelope *env, char *why, size_t why_len)
+Tailwind__Status tw__rpc_validate_reply(const Tailwind__Envelope *env, char *why, size_t why_len)
 {
 	const char *msg = NULL;
 	int status, op;
@@ -752,17 +752,17 @@ Tailwind__Status tw_rpc_validate_reply(const Tailwind__Envelope *env, char *why,
 			return bad(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
 		return bad(why, why_len, INVALID, "envelope has no body");
 	}
-	status = tw_rpc_reply_status(env, &msg);
+	status = tw__rpc_reply_status(env, &msg);
 	if (status < 0)
 		return bad(why, why_len, INVALID, "body %s (%d) is not a reply",
-			   tw_rpc_body_name(env->body_case), env->body_case);
+			   tw__rpc_body_name(env->body_case), env->body_case);
 	/* Unknown statuses from a newer minor are allowed: they map to -TW_EREMOTE. */
 	CHECK(str_ok(msg, TW_RPC_MESSAGE_MAX), "reply message longer than %u bytes",
 	      TW_RPC_MESSAGE_MAX);
 	CHECK_ID(env->epoch, "epoch");
 	if (env->body_case == TAILWIND__ENVELOPE__BODY_ERROR_REPLY)
 		return TAILWIND__STATUS__STATUS_OK;
-	op = tw_rpc__op_of_reply_case(env->body_case);
+	op = tw__rpc__op_of_reply_case(env->body_case);
 	switch (op) {
 	case TW_RPC_HANDSHAKE: {
 		const Tailwind__HandshakeReply *m = env->handshake_reply;
@@ -827,7 +827,7 @@ Tailwind__Status tw_rpc_validate_reply(const Tailwind__Envelope *env, char *why,
 
 /* ------------------------------------------------------------------ status mapping, conversions */
 
-int tw_rpc_status_to_err(int status)
+int tw__rpc_status_to_err(int status)
 {
 	switch (status) {
 	case TAILWIND__STATUS__STATUS_OK: return 0;
@@ -845,7 +845,7 @@ int tw_rpc_status_to_err(int status)
 	}
 }
 
-Tailwind__Status tw_rpc_err_to_status(int err)
+Tailwind__Status tw__rpc_err_to_status(int err)
 {
 	if (err > 0)
 		err = -err;
@@ -876,7 +876,7 @@ Tailwind__Status tw_rpc_err_to_status(int err)
 	}
 }
 
-void tw_rpc_meta_to_pb(const struct tw_rpc_seg_meta *m, Tailwind__SegmentMeta *pb)
+void tw__rpc_meta_to_pb(const struct tw_rpc_seg_meta *m, Tailwind__SegmentMeta *pb)
 {
 	tailwind__segment_meta__init(pb);
 	pb->log_id = m->log_id;
@@ -885,7 +885,7 @@ void tw_rpc_meta_to_pb(const struct tw_rpc_seg_meta *m, Tailwind__SegmentMeta *p
 	pb->offset = m->offset;
 }
 
-void tw_rpc_meta_from_pb(const Tailwind__SegmentMeta *pb, struct tw_rpc_seg_meta *out)
+void tw__rpc_meta_from_pb(const Tailwind__SegmentMeta *pb, struct tw_rpc_seg_meta *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (!pb)
@@ -896,7 +896,7 @@ void tw_rpc_meta_from_pb(const Tailwind__SegmentMeta *pb, struct tw_rpc_seg_meta
 	out->offset = pb->offset;
 }
 
-void tw_rpc_rkey_to_pb(const struct tw_rkey *k, Tailwind__Rkey *pb)
+void tw__rpc_rkey_to_pb(const struct tw_rkey *k, Tailwind__Rkey *pb)
 {
 	tailwind__rkey__init(pb);
 	pb->addr = k->addr;
@@ -904,7 +904,7 @@ void tw_rpc_rkey_to_pb(const struct tw_rkey *k, Tailwind__Rkey *pb)
 	pb->len = k->len;
 }
 
-void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out)
+void tw__rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (!pb)
@@ -916,14 +916,14 @@ void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out)
 
 /* ------------------------------------------------------------------ sending */
 
-int tw_rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
+int tw__rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
 			 size_t max_msg)
 {
 	size_t len;
 	int rc;
 
-	rc = tw_rpc_encode(env, buf, cap, max_msg, &len);
+	rc = tw__rpc_encode(env, buf, cap, max_msg, &len);
 	if (rc)
 		return rc;
-	return tw_chan_send(ch, buf, len);
+	return tw__chan_send(ch, buf, len);
 }

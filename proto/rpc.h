@@ -4,21 +4,21 @@
  * Wire format: docs/wire-protocol.md. Messages: proto/tailwind.proto (generated tailwind.pb-c.h).
  *
  * Threading: a client and a server are driven by the thread that drives their fab (the one calling
- * tw_fab_progress). Every function here, and every callback and handler, runs on that thread;
- * nothing is thread-safe. The blocking call (tw_rpc_call_sync) progresses the fab itself, so it
+ * tw__fab_progress). Every function here, and every callback and handler, runs on that thread;
+ * nothing is thread-safe. The blocking call (tw__rpc_call_sync) progresses the fab itself, so it
  * must not be called from inside a fab callback or an RPC callback/handler.
  *
- * Wiring (the fab's callbacks route to us; we never use tw_chan_set_user, which stays yours):
+ * Wiring (the fab's callbacks route to us; we never use tw__chan_set_user, which stays yours):
  *
  *   backup (server):                           primary / twctl (client):
- *     on_recv:  tw_rpc_server_on_recv(srv, ch, msg, len);   on_recv: tw_rpc_client_on_recv(cl, msg, len);
- *     on_lost:  tw_rpc_server_on_lost(srv, ch);             on_lost: tw_rpc_client_on_lost(cl, err);
- *               tw_chan_close(ch);                          after each tw_fab_progress:
- *                                                               tw_rpc_client_expire(cl);
+ *     on_recv:  tw__rpc_server_on_recv(srv, ch, msg, len);   on_recv: tw__rpc_client_on_recv(cl, msg, len);
+ *     on_lost:  tw__rpc_server_on_lost(srv, ch);             on_lost: tw__rpc_client_on_lost(cl, err);
+ *               tw__chan_close(ch);                          after each tw__fab_progress:
+ *                                                               tw__rpc_client_expire(cl);
  *
  * Errors: negative codes (tailwind/common.h). A reply with a non-OK status completes the call with
- * tw_rpc_status_to_err(status) (e.g. STATUS_FENCED -> -TW_EFENCED); its message is kept in
- * tw_rpc_client_errmsg().
+ * tw__rpc_status_to_err(status) (e.g. STATUS_FENCED -> -TW_EFENCED); its message is kept in
+ * tw__rpc_client_errmsg().
  */
 #ifndef TW_PROTO_RPC_H
 #define TW_PROTO_RPC_H
@@ -72,12 +72,12 @@ enum tw_rpc_op {
 
 /* Name of an op / a body kind / a status for messages ("open_segment", "STATUS_FENCED", ...).
  * Static strings, never NULL ("unknown" for values we do not know). */
-const char *tw_rpc_op_name(int op);
-const char *tw_rpc_body_name(int body_case);
-const char *tw_rpc_status_name(int status);
+const char *tw__rpc_op_name(int op);
+const char *tw__rpc_body_name(int body_case);
+const char *tw__rpc_status_name(int status);
 
 /* Request op of a body kind: 0..TW_RPC_OP_COUNT-1, or -1 when it is not a request we know. */
-int tw_rpc_op_of_case(int body_case);
+int tw__rpc_op_of_case(int body_case);
 
 /* ------------------------------------------------------------------ configuration */
 
@@ -95,7 +95,7 @@ struct tw_rpc_config {
 };
 
 /* Fill `cfg` with the defaults above. */
-void tw_rpc_config_init(struct tw_rpc_config *cfg);
+void tw__rpc_config_init(struct tw_rpc_config *cfg);
 
 /* ------------------------------------------------------------------ arena (protobuf-c allocator) */
 
@@ -115,13 +115,13 @@ struct tw_rpc_arena {
 	ProtobufCAllocator pb; /* pass &arena->pb to protobuf-c; allocator_data = the arena */
 };
 
-/* `buf` (may be NULL if cap == 0) is borrowed until tw_rpc_arena_fini; limit 0: unlimited. */
-void tw_rpc_arena_init(struct tw_rpc_arena *a, void *buf, size_t cap, size_t limit);
+/* `buf` (may be NULL if cap == 0) is borrowed until tw__rpc_arena_fini; limit 0: unlimited. */
+void tw__rpc_arena_init(struct tw_rpc_arena *a, void *buf, size_t cap, size_t limit);
 /* 16-byte aligned memory valid until the next reset; NULL when the limit would be passed. */
-void *tw_rpc_arena_alloc(struct tw_rpc_arena *a, size_t n);
-char *tw_rpc_arena_strdup(struct tw_rpc_arena *a, const char *s);
-void tw_rpc_arena_reset(struct tw_rpc_arena *a);
-void tw_rpc_arena_fini(struct tw_rpc_arena *a);
+void *tw__rpc_arena_alloc(struct tw_rpc_arena *a, size_t n);
+char *tw__rpc_arena_strdup(struct tw_rpc_arena *a, const char *s);
+void tw__rpc_arena_reset(struct tw_rpc_arena *a);
+void tw__rpc_arena_fini(struct tw_rpc_arena *a);
 
 /* ------------------------------------------------------------------ framing and validation
  * Pure functions (no fabric): used by the client and server, the tests and the fuzzer. */
@@ -141,7 +141,7 @@ struct tw_rpc_hdr {
  *   -TW_EVERSION  major != TW_RPC_MAJOR (a frame we must not decode).
  * Any minor is accepted. `why` (may be NULL) receives a message.
  */
-int tw_rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_rpc_hdr *hdr_out,
+int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_rpc_hdr *hdr_out,
 		       char *why, size_t why_len);
 
 /*
@@ -149,27 +149,27 @@ int tw_rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_rp
  * of `cap` bytes. Returns 0 and *len_out, or -EMSGSIZE when it does not fit in
  * min(cap, max_msg). `env` is borrowed for the call.
  */
-int tw_rpc_encode(const Tailwind__Envelope *env, void *buf, size_t cap, size_t max_msg,
+int tw__rpc_encode(const Tailwind__Envelope *env, void *buf, size_t cap, size_t max_msg,
 		  size_t *len_out);
 
 /*
  * Check the frame and unpack the envelope into arena `a`. Returns 0 and *env_out (valid until
- * the arena is reset), or the tw_rpc_frame_check codes, or -TW_EPROTO when the protobuf bytes do
+ * the arena is reset), or the tw__rpc_frame_check codes, or -TW_EPROTO when the protobuf bytes do
  * not decode (including arena limit reached). Does not validate field values (see below).
  */
-int tw_rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
+int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len);
 
-/* Envelopes unpacked by tw_rpc_decode in this process (tests count decodes per call). */
+/* Envelopes unpacked by tw__rpc_decode in this process (tests count decodes per call). */
 extern _Atomic uint64_t tw__rpc_decodes;
 
 /*
- * The Envelope's request_id (field 1) of a frame that passed tw_rpc_frame_check, read without
+ * The Envelope's request_id (field 1) of a frame that passed tw__rpc_frame_check, read without
  * decoding the message (0 when absent); -TW_EPROTO when the fields do not parse. Lets a client
  * decode a reply straight into the arena of the call waiting for it.
  */
-int tw_rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out);
+int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out);
 
 /*
  * Validate every field of a decoded request (ids/lengths/epochs in range, enums known, required
@@ -177,13 +177,13 @@ int tw_rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out);
  * STATUS_OK (0), STATUS_INVALID_ARGUMENT or STATUS_UNSUPPORTED (unknown body kind or version),
  * with a message in `why`.
  */
-Tailwind__Status tw_rpc_validate_request(const Tailwind__Envelope *env, char *why, size_t why_len);
+Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *why, size_t why_len);
 
 /* Same for a reply: status known, message bounded, fields in range, body is a reply or ErrorReply. */
-Tailwind__Status tw_rpc_validate_reply(const Tailwind__Envelope *env, char *why, size_t why_len);
+Tailwind__Status tw__rpc_validate_reply(const Tailwind__Envelope *env, char *why, size_t why_len);
 
 /* Status and message of any reply body (ErrorReply included). -1 when `env` is not a reply. */
-int tw_rpc_reply_status(const Tailwind__Envelope *env, const char **message_out);
+int tw__rpc_reply_status(const Tailwind__Envelope *env, const char **message_out);
 
 /* ------------------------------------------------------------------ conversions */
 
@@ -196,11 +196,11 @@ struct tw_rpc_seg_meta {
 };
 
 /* Initialise `pb` (TAILWIND__SEGMENT_META__INIT) and copy `m` in. */
-void tw_rpc_meta_to_pb(const struct tw_rpc_seg_meta *m, Tailwind__SegmentMeta *pb);
+void tw__rpc_meta_to_pb(const struct tw_rpc_seg_meta *m, Tailwind__SegmentMeta *pb);
 /* NULL pb gives all zeroes. */
-void tw_rpc_meta_from_pb(const Tailwind__SegmentMeta *pb, struct tw_rpc_seg_meta *out);
-void tw_rpc_rkey_to_pb(const struct tw_rkey *k, Tailwind__Rkey *pb);
-void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
+void tw__rpc_meta_from_pb(const Tailwind__SegmentMeta *pb, struct tw_rpc_seg_meta *out);
+void tw__rpc_rkey_to_pb(const struct tw_rkey *k, Tailwind__Rkey *pb);
+void tw__rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
 
 /*
  * Status <-> error code. OK <-> 0; INVALID_ARGUMENT <-> -EINVAL; RESOURCE_EXHAUSTED <->
@@ -210,14 +210,14 @@ void tw_rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
  * an error code with no status of its own -> INTERNAL (also -TW_EPROTO, -EMSGSIZE, -ERANGE ->
  * INVALID_ARGUMENT; -ENOMEM, -ENOSPC -> RESOURCE_EXHAUSTED; -ENOENT -> NOT_FOUND).
  */
-int tw_rpc_status_to_err(int status);
-Tailwind__Status tw_rpc_err_to_status(int err);
+int tw__rpc_status_to_err(int status);
+Tailwind__Status tw__rpc_err_to_status(int err);
 
 /* ------------------------------------------------------------------ request builders
  *
  * Storage for one request, filled by a tw_rpc_req_* builder without allocation. The envelope
  * points into the struct itself: do not copy or move it after building; strings/payloads passed
- * to builders are borrowed until the request was sent (tw_rpc_call* returned). Builders set
+ * to builders are borrowed until the request was sent (tw__rpc_call* returned). Builders set
  * env.epoch as given and leave request_id 0 (the client assigns it).
  */
 struct tw_rpc_req {
@@ -239,28 +239,28 @@ struct tw_rpc_req {
 	} body;
 };
 
-void tw_rpc_req_handshake(struct tw_rpc_req *r, uint64_t node_id, Tailwind__Role role,
+void tw__rpc_req_handshake(struct tw_rpc_req *r, uint64_t node_id, Tailwind__Role role,
 			  const char *node_name /* NULL ok */);
-void tw_rpc_req_open_segment(struct tw_rpc_req *r, uint64_t epoch, const struct tw_rpc_seg_meta *m,
+void tw__rpc_req_open_segment(struct tw_rpc_req *r, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			     uint64_t replica_version, uint64_t length);
-void tw_rpc_req_close_segment(struct tw_rpc_req *r, uint64_t epoch,
+void tw__rpc_req_close_segment(struct tw_rpc_req *r, uint64_t epoch,
 			      const struct tw_rpc_seg_meta *m, uint64_t replica_version);
-void tw_rpc_req_list_segments(struct tw_rpc_req *r, uint64_t log_id, bool all_logs,
+void tw__rpc_req_list_segments(struct tw_rpc_req *r, uint64_t log_id, bool all_logs,
 			      uint64_t from_segment_id);
-void tw_rpc_req_set_replica_version(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+void tw__rpc_req_set_replica_version(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
 				    uint64_t segment_id, uint64_t version);
 /* Envelope epoch = new_epoch. */
-void tw_rpc_req_fence(struct tw_rpc_req *r, uint64_t log_id, uint64_t new_epoch);
-void tw_rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+void tw__rpc_req_fence(struct tw_rpc_req *r, uint64_t log_id, uint64_t new_epoch);
+void tw__rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
 			      uint64_t below_segment_id);
-void tw_rpc_req_read_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+void tw__rpc_req_read_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
 			     uint64_t segment_id);
-void tw_rpc_req_release_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+void tw__rpc_req_release_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
 				uint64_t segment_id);
-void tw_rpc_req_stats(struct tw_rpc_req *r);
-void tw_rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
+void tw__rpc_req_stats(struct tw_rpc_req *r);
+void tw__rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
 				 const struct tw_rpc_seg_meta *m, uint64_t replica_version);
-void tw_rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, size_t len);
+void tw__rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, size_t len);
 
 /* ------------------------------------------------------------------ client */
 
@@ -268,13 +268,13 @@ struct tw_rpc_client; /* one per channel; opaque */
 
 /*
  * Completion of one call. status: 0 when the reply's status is OK; otherwise
- * tw_rpc_status_to_err(reply status), -ETIMEDOUT, -TW_EPEERLOST (channel lost), -TW_EPROTO
+ * tw__rpc_status_to_err(reply status), -ETIMEDOUT, -TW_EPEERLOST (channel lost), -TW_EPROTO
  * (reply malformed or of the wrong kind), -TW_ECLOSED (client destroyed). `reply` is the
  * decoded, validated reply envelope whenever one arrived (also with a non-OK status: read its
  * message), else NULL; borrowed until the callback returns. Runs on the fab's thread, inside
- * tw_rpc_client_on_recv/_on_lost/_expire/_destroy — so normally not inside tw_rpc_call; only if
- * tw_chan_send itself had to progress the fab (full queue) can another call's callback, or in
- * theory this one's, run before tw_rpc_call returns 0. The callback may issue new calls on any
+ * tw__rpc_client_on_recv/_on_lost/_expire/_destroy — so normally not inside tw__rpc_call; only if
+ * tw__chan_send itself had to progress the fab (full queue) can another call's callback, or in
+ * theory this one's, run before tw__rpc_call returns 0. The callback may issue new calls on any
  * client, but must not destroy this client.
  */
 typedef void (*tw_rpc_done_fn)(void *arg, int status, const Tailwind__Envelope *reply);
@@ -283,68 +283,68 @@ typedef void (*tw_rpc_done_fn)(void *arg, int status, const Tailwind__Envelope *
  * Create a client for `ch` (borrowed: must outlive the client; the client never closes it).
  * cfg NULL: defaults. Allocates its tables once here. Returns 0 and *out, or -ENOMEM/-EINVAL.
  */
-int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
+int tw__rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 			 struct tw_rpc_client **out);
 
 /* Complete every pending call with -TW_ECLOSED (callbacks run), free. Does not close the channel. */
-void tw_rpc_client_destroy(struct tw_rpc_client *cl);
+void tw__rpc_client_destroy(struct tw_rpc_client *cl);
 
 /* Stamp `incarnation` (the owner id of docs/recovery.md) on every request this client sends
  * whose envelope does not carry one already. 0 (the default): none. */
-void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
+void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
 
 /*
  * Send request `req` (body set; req->request_id is overwritten with a fresh id; req->epoch as
  * set by the caller). `req` is borrowed for the call (packed at once). Returns 0: `cb` will run
  * exactly once, later. Or a negative code and `cb` never runs: -EBUSY (max_inflight reached),
  * -EMSGSIZE, -TW_EPEERLOST (channel lost), -TW_EPROTO (client broken by a malformed reply
- * stream), -EINVAL (body not a request), or tw_chan_send's error.
+ * stream), -EINVAL (body not a request), or tw__chan_send's error.
  */
-int tw_rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg);
+int tw__rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg);
 
-/* Result of a blocking call: the reply lives in its own arena until tw_rpc_reply_release. */
+/* Result of a blocking call: the reply lives in its own arena until tw__rpc_reply_release. */
 struct tw_rpc_reply {
 	const Tailwind__Envelope *env; /* decoded reply, or NULL when none arrived */
-	int status;                    /* same as tw_rpc_call_sync's return value */
+	int status;                    /* same as tw__rpc_call_sync's return value */
 	struct tw_rpc_arena arena;     /* private */
 	_Alignas(16) unsigned char storage[2048]; /* private: first arena block */
 };
 
 /*
- * Blocking form: send `req` and progress the fab (tw_fab_progress, other callbacks run) until
+ * Blocking form: send `req` and progress the fab (tw__fab_progress, other callbacks run) until
  * its reply arrives or timeout_ms passes. Returns like tw_rpc_done_fn's status. `rep` may be
  * NULL (reply discarded); otherwise it is initialised here and the caller must call
- * tw_rpc_reply_release(rep) whatever the result.
+ * tw__rpc_reply_release(rep) whatever the result.
  */
-int tw_rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct tw_rpc_reply *rep);
-void tw_rpc_reply_release(struct tw_rpc_reply *rep);
+int tw__rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct tw_rpc_reply *rep);
+void tw__rpc_reply_release(struct tw_rpc_reply *rep);
 
 /*
  * Feed a message received on the client's channel (from the fab's on_recv; msg borrowed for the
  * call). Matches it to its request by id in O(1) and runs the callback. Replies to unknown or
  * timed-out ids are dropped. Returns 0, or -TW_EPROTO when the stream is broken (bad magic,
  * major or length): every pending call then completes with -TW_EPROTO, new calls fail, and the
- * caller should close the channel (after tw_rpc_client_destroy).
+ * caller should close the channel (after tw__rpc_client_destroy).
  */
-int tw_rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len);
+int tw__rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len);
 
 /* The channel was lost (fab on_lost): pending calls complete with -TW_EPEERLOST; new ones fail. */
-void tw_rpc_client_on_lost(struct tw_rpc_client *cl, int err);
+void tw__rpc_client_on_lost(struct tw_rpc_client *cl, int err);
 
 /* Complete calls past their deadline with -ETIMEDOUT. Cheap when none is due (one comparison).
- * Returns the number expired. Call after each tw_fab_progress (the fab has no timers). */
-int tw_rpc_client_expire(struct tw_rpc_client *cl);
+ * Returns the number expired. Call after each tw__fab_progress (the fab has no timers). */
+int tw__rpc_client_expire(struct tw_rpc_client *cl);
 
 /* Milliseconds until the earliest deadline (0: overdue), or -1 when nothing is in flight:
- * a good timeout for tw_fab_progress. */
-int tw_rpc_client_next_timeout_ms(const struct tw_rpc_client *cl);
+ * a good timeout for tw__fab_progress. */
+int tw__rpc_client_next_timeout_ms(const struct tw_rpc_client *cl);
 
-unsigned tw_rpc_client_inflight(const struct tw_rpc_client *cl);
-struct tw_chan *tw_rpc_client_chan(const struct tw_rpc_client *cl);
+unsigned tw__rpc_client_inflight(const struct tw_rpc_client *cl);
+struct tw_chan *tw__rpc_client_chan(const struct tw_rpc_client *cl);
 /* Minor version of the peer, from the last reply frame (-1 before any reply). */
-int tw_rpc_client_peer_minor(const struct tw_rpc_client *cl);
+int tw__rpc_client_peer_minor(const struct tw_rpc_client *cl);
 /* Message of the last failed call ("" if none): the peer's reply message or a local reason. */
-const char *tw_rpc_client_errmsg(const struct tw_rpc_client *cl);
+const char *tw__rpc_client_errmsg(const struct tw_rpc_client *cl);
 
 struct tw_rpc_client_stats {
 	uint64_t calls, ok, failed, timeouts;
@@ -352,32 +352,32 @@ struct tw_rpc_client_stats {
 	uint64_t malformed;    /* replies that failed decoding or validation */
 	uint64_t msgs_tx, msgs_rx, bytes_tx, bytes_rx; /* frames, headers included */
 };
-void tw_rpc_client_get_stats(const struct tw_rpc_client *cl, struct tw_rpc_client_stats *out);
+void tw__rpc_client_get_stats(const struct tw_rpc_client *cl, struct tw_rpc_client_stats *out);
 
-/* ---- typed blocking wrappers (tw_rpc_call_sync + the conversions above) */
+/* ---- typed blocking wrappers (tw__rpc_call_sync + the conversions above) */
 
 /* OpenSegment; on success *rkey_out is where to write. -TW_EREFUSED: backup has no room. */
-int tw_rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
+int tw__rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			uint64_t replica_version, uint64_t length, struct tw_rkey *rkey_out);
 /* The same with OpenSegment.chain_seed (1.2). seed 0 is a 1.1 open (the backup zeroes the
  * buffer). With a non-zero seed the reply must echo it: a backup that does not (protocol 1.1,
  * which would scan the replica unseeded and call every close corrupt) gives -TW_EPROTO with
  * the client's errmsg saying so. */
-int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
+int tw__rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 			       const struct tw_rpc_seg_meta *m, uint64_t replica_version,
 			       uint64_t length, uint32_t seed, struct tw_rkey *rkey_out);
 /* CloseSegment; scanned_out (may be NULL) gets the backup's scan result (also on -TW_ECORRUPT). */
-int tw_rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
+int tw__rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			 uint64_t replica_version, struct tw_rpc_seg_meta *scanned_out);
-int tw_rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			       uint64_t segment_id, uint64_t version);
 /* epoch_out (may be NULL): the backup's epoch of the log after the call (also on -TW_EFENCED). */
 /* epoch_out: the log's epoch on the backup after the call (also when FENCED); owner_out (may be
  * NULL): the incarnation owning it there. */
-int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
+int tw__rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
 		 uint64_t *epoch_out, uint64_t *owner_out);
 /* delete_log: drop the whole log (FreeSegments.delete_log); below_segment_id is then ignored. */
-int tw_rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			 uint64_t below_segment_id, bool delete_log, uint64_t *freed_out);
 
 struct tw_rpc_read_grant {
@@ -387,13 +387,13 @@ struct tw_rpc_read_grant {
 	Tailwind__SegmentState state;
 	bool corrupt;
 };
-int tw_rpc_read_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_read_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			uint64_t segment_id, struct tw_rpc_read_grant *out);
-int tw_rpc_release_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_release_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			   uint64_t segment_id);
-int tw_rpc_recovered_offset(struct tw_rpc_client *cl, uint64_t epoch,
+int tw__rpc_recovered_offset(struct tw_rpc_client *cl, uint64_t epoch,
 			    const struct tw_rpc_seg_meta *m, uint64_t replica_version);
-int tw_rpc_ping(struct tw_rpc_client *cl, uint64_t nonce);
+int tw__rpc_ping(struct tw_rpc_client *cl, uint64_t nonce);
 
 /* ------------------------------------------------------------------ server */
 
@@ -403,7 +403,7 @@ struct tw_rpc_server; /* opaque */
  * One request being served, handed to a handler. Everything is borrowed until the handler
  * returns; the server then packs and sends the reply and resets its arena.
  */
-struct tw_rpc_call {
+struct tw__rpc_call {
 	struct tw_rpc_server *srv;
 	struct tw_chan *ch;            /* the requesting channel: do not close it in the handler */
 	enum tw_rpc_op op;
@@ -412,7 +412,7 @@ struct tw_rpc_call {
 	uint64_t reply_epoch;          /* envelope epoch of the reply; preset to req->epoch */
 	/* The reply body matching op, initialised (status OK, message ""). Fill its fields;
 	 * pointers you store (strings, repeated arrays, sub-messages) must stay valid until the
-	 * handler returns: use tw_rpc_call_alloc for variable-size parts. For TW_RPC_STATS the
+	 * handler returns: use tw__rpc_call_alloc for variable-size parts. For TW_RPC_STATS the
 	 * server pre-fills the rpc_* counters and handlers[]; add the backup's counters. */
 	union {
 		Tailwind__HandshakeReply handshake;
@@ -432,33 +432,33 @@ struct tw_rpc_call {
 	Tailwind__Rkey rkey;        /* e.g. call->reply.open_segment.rkey = &call->rkey */
 	Tailwind__SegmentMeta meta; /* e.g. close_segment.scanned, read_segment.meta */
 	/* private */
-	char msgbuf[TW_RPC_MESSAGE_MAX + 1]; /* tw_rpc_call_fail's message */
+	char msgbuf[TW_RPC_MESSAGE_MAX + 1]; /* tw__rpc_call_fail's message */
 	bool has_msg;
 	int fail_err;
 	struct tw_rpc_arena *priv_arena;
 };
 
 /*
- * A handler. Runs on the fab's thread inside tw_rpc_server_on_recv. Return 0 to send the reply
+ * A handler. Runs on the fab's thread inside tw__rpc_server_on_recv. Return 0 to send the reply
  * as filled (its status field as set, OK by default), or a negative code: the reply's status
- * becomes tw_rpc_err_to_status(code) unless the handler set a non-OK status itself, with the
- * message from tw_rpc_call_fail (or tw_strerror(code)). Must not block (no disk I/O: hand that
- * to another thread) and must not call tw_rpc_server_destroy.
+ * becomes tw__rpc_err_to_status(code) unless the handler set a non-OK status itself, with the
+ * message from tw__rpc_call_fail (or tw_strerror(code)). Must not block (no disk I/O: hand that
+ * to another thread) and must not call tw__rpc_server_destroy.
  */
-typedef int (*tw_rpc_handler_fn)(void *arg, struct tw_rpc_call *call);
+typedef int (*tw_rpc_handler_fn)(void *arg, struct tw__rpc_call *call);
 
 /* Memory for the reply, valid until the handler returns. NULL when exhausted (return -ENOMEM). */
-void *tw_rpc_call_alloc(struct tw_rpc_call *call, size_t n);
+void *tw__rpc_call_alloc(struct tw__rpc_call *call, size_t n);
 
 /*
  * Set the reply's status from `err` and a formatted message (truncated to TW_RPC_MESSAGE_MAX);
- * returns `err` so a handler can `return tw_rpc_call_fail(call, -TW_EFENCED, "log %llu ...", ..)`.
+ * returns `err` so a handler can `return tw__rpc_call_fail(call, -TW_EFENCED, "log %llu ...", ..)`.
  */
-int tw_rpc_call_fail(struct tw_rpc_call *call, int err, const char *fmt, ...) TW_PRINTF(3, 4);
+int tw__rpc_call_fail(struct tw__rpc_call *call, int err, const char *fmt, ...) TW_PRINTF(3, 4);
 
 /* Largest number of SegmentInfo entries a ListSegmentsReply may carry under max_msg_size
  * (worst-case encoding): fill at most that many and set more/next_* for the rest. */
-size_t tw_rpc_list_max_entries(const struct tw_rpc_server *srv);
+size_t tw__rpc_list_max_entries(const struct tw_rpc_server *srv);
 
 /* Server-side hooks besides the dispatch table. */
 struct tw_rpc_server_ops {
@@ -467,13 +467,13 @@ struct tw_rpc_server_ops {
 	tw_rpc_handler_fn handlers[TW_RPC_OP_COUNT];
 	/* Optional: called just before the server closes `ch` because of a protocol violation
 	 * (unframeable message, too many malformed ones). Forget the channel; it is invalid after
-	 * the server's tw_chan_close, which follows at once. `reason` is a negative code. */
+	 * the server's tw__chan_close, which follows at once. `reason` is a negative code. */
 	void (*on_close)(void *arg, struct tw_chan *ch, int reason);
 	/* Handshake built-in values (used when handlers[TW_RPC_HANDSHAKE] is NULL). */
 	uint64_t node_id;
 	/* Optional gate, for peer authentication: called for every valid request before its
 	 * handler. Return 0 to serve it. A negative code refuses it: the server replies an
-	 * ErrorReply with tw_rpc_err_to_status(code) (-EACCES: UNAUTHENTICATED) and the message
+	 * ErrorReply with tw__rpc_err_to_status(code) (-EACCES: UNAUTHENTICATED) and the message
 	 * written into `why`. The channel stays open: closing it at once could drop the reply
 	 * on some providers (sockets), so the owner closes it a little later. */
 	int (*admit)(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len);
@@ -483,23 +483,23 @@ struct tw_rpc_server_ops {
  * Create a server. `ops` is copied; `arg` is passed to every handler and hook. cfg NULL:
  * defaults. Allocates its buffers here (arena, reply buffer). Returns 0 and *out, or -ENOMEM.
  */
-int tw_rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_server_ops *ops,
+int tw__rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_server_ops *ops,
 			 void *arg, struct tw_rpc_server **out);
-void tw_rpc_server_destroy(struct tw_rpc_server *srv);
+void tw__rpc_server_destroy(struct tw_rpc_server *srv);
 
 /*
  * Serve one message received on `ch` (call it from the fab's on_recv; msg borrowed for the
  * call). Decodes, validates, dispatches, sends the reply. A malformed message that still has a
  * frame gets an error reply (and a strike); an unframeable one, or strike max_strikes + 1,
- * closes `ch` (on_close hook, then tw_chan_close). Returns 0, or -TW_EPROTO when `ch` was
+ * closes `ch` (on_close hook, then tw__chan_close). Returns 0, or -TW_EPROTO when `ch` was
  * closed here (it is invalid now). Other channels are not affected.
  */
-int tw_rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
+int tw__rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 			  size_t len);
 
 /* Forget per-channel state (strikes). Call it from the fab's on_lost, and before closing a
  * channel yourself. */
-void tw_rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch);
+void tw__rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch);
 
 struct tw_rpc_server_stats {
 	uint64_t calls[TW_RPC_OP_COUNT];  /* handler (or built-in) invocations per op */
@@ -508,16 +508,16 @@ struct tw_rpc_server_stats {
 	uint64_t malformed;   /* answered with an error before reaching a handler */
 	uint64_t unsupported; /* unknown body kinds / no handler */
 	uint64_t closed;      /* channels closed for protocol violations */
-	uint64_t send_errors; /* replies tw_chan_send refused */
+	uint64_t send_errors; /* replies tw__chan_send refused */
 	uint64_t refused;     /* requests the admit hook refused */
 };
-void tw_rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
+void tw__rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 
 /*
  * Low-level: frame and send one envelope on `ch` (`env` borrowed for the call) using a
  * caller buffer of `cap` bytes. For tests and tools; the client and server use it internally.
  */
-int tw_rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
+int tw__rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
 			 size_t max_msg);
 
 #endif /* TW_PROTO_RPC_H */

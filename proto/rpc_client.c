@@ -50,7 +50,7 @@ struct tw_rpc_client {
 	struct tw_rpc_client_stats st;
 };
 
-int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
+int tw__rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 			 struct tw_rpc_client **out)
 {
 	struct tw_rpc_client *cl;
@@ -60,13 +60,13 @@ int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 	cl = calloc(1, sizeof(*cl));
 	if (!cl)
 		return -ENOMEM;
-	rc = tw_rpc__config_fix(cfg, &cl->cfg);
+	rc = tw__rpc__config_fix(cfg, &cl->cfg);
 	if (rc) {
 		free(cl);
 		return rc;
 	}
 	cl->ch = ch;
-	cl->fab = ch ? tw_chan_fab(ch) : NULL;
+	cl->fab = ch ? tw__chan_fab(ch) : NULL;
 	cl->mask = cl->cfg.max_inflight - 1;
 	while ((1u << cl->bits) < cl->cfg.max_inflight)
 		cl->bits++;
@@ -85,7 +85,7 @@ int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 	for (i = 0; i < cl->cfg.max_inflight; i++)
 		cl->free_stack[i] = cl->cfg.max_inflight - 1 - i;
 	cl->nfree = cl->cfg.max_inflight;
-	tw_rpc_arena_init(&cl->arena, cl->arena_first, CLIENT_ARENA_FIRST, cl->cfg.arena_limit);
+	tw__rpc_arena_init(&cl->arena, cl->arena_first, CLIENT_ARENA_FIRST, cl->cfg.arena_limit);
 	cl->next_deadline_ns = UINT64_MAX;
 	cl->peer_minor = -1;
 	*out = cl;
@@ -94,7 +94,7 @@ int tw_rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 
 static const char *peer(const struct tw_rpc_client *cl)
 {
-	return cl->ch ? tw_chan_peer(cl->ch) : "?";
+	return cl->ch ? tw__chan_peer(cl->ch) : "?";
 }
 
 /* Free the slot and run its callback (after freeing, so the callback may issue calls). */
@@ -141,7 +141,7 @@ static void set_errmsg(struct tw_rpc_client *cl, const char *fmt, ...)
 	va_end(ap);
 }
 
-void tw_rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...)
+void tw__rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -150,13 +150,13 @@ void tw_rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...)
 	va_end(ap);
 }
 
-void tw_rpc_client_destroy(struct tw_rpc_client *cl)
+void tw__rpc_client_destroy(struct tw_rpc_client *cl)
 {
 	if (!cl)
 		return;
 	set_errmsg(cl, "client destroyed");
 	fail_all(cl, -TW_ECLOSED);
-	tw_rpc_arena_fini(&cl->arena);
+	tw__rpc_arena_fini(&cl->arena);
 	free(cl->slots);
 	free(cl->free_stack);
 	free(cl->txbuf);
@@ -164,7 +164,7 @@ void tw_rpc_client_destroy(struct tw_rpc_client *cl)
 	free(cl);
 }
 
-void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation)
+void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation)
 {
 	cl->incarnation = incarnation & TW_RPC_ID_MAX;
 }
@@ -172,7 +172,7 @@ void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnatio
 static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg,
 		struct tw_rpc_arena *arena);
 
-int tw_rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg)
+int tw__rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg)
 {
 	return call(cl, req, cb, arg, NULL);
 }
@@ -191,7 +191,7 @@ static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_f
 		return -TW_EPROTO;
 	if (cl->lost || !cl->ch)
 		return -TW_EPEERLOST;
-	op = tw_rpc_op_of_case(req->body_case);
+	op = tw__rpc_op_of_case(req->body_case);
 	if (op < 0 || !cb)
 		return -EINVAL;
 	if (!cl->nfree)
@@ -209,7 +209,7 @@ static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_f
 	req->request_id = id;
 	if (!req->incarnation)
 		req->incarnation = cl->incarnation;
-	rc = tw_rpc_encode(req, buf, cl->cfg.max_msg_size, cl->cfg.max_msg_size, &len);
+	rc = tw__rpc_encode(req, buf, cl->cfg.max_msg_size, cl->cfg.max_msg_size, &len);
 	if (rc) {
 		if (own_buf)
 			free(buf);
@@ -228,7 +228,7 @@ static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_f
 
 	if (!own_buf)
 		cl->tx_busy = true;
-	rc = tw_chan_send(cl->ch, buf, len);
+	rc = tw__chan_send(cl->ch, buf, len);
 	if (!own_buf)
 		cl->tx_busy = false;
 	else
@@ -276,7 +276,7 @@ static void sync_done(void *arg, int status, const Tailwind__Envelope *reply)
 		ss->rep->env = reply; /* decoded into the caller's arena (the call's slot) */
 }
 
-int tw_rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct tw_rpc_reply *rep)
+int tw__rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct tw_rpc_reply *rep)
 {
 	struct sync_state ss = { .cl = cl, .rep = rep };
 	int rc;
@@ -284,7 +284,7 @@ int tw_rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct t
 	if (rep) {
 		rep->env = NULL;
 		rep->status = 0;
-		tw_rpc_arena_init(&rep->arena, rep->storage, sizeof(rep->storage),
+		tw__rpc_arena_init(&rep->arena, rep->storage, sizeof(rep->storage),
 				  cl->cfg.arena_limit);
 	}
 	rc = call(cl, req, sync_done, &ss, rep ? &rep->arena : NULL);
@@ -294,28 +294,28 @@ int tw_rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct t
 		return rc;
 	}
 	while (!ss.done) {
-		int t = tw_rpc_client_next_timeout_ms(cl);
+		int t = tw__rpc_client_next_timeout_ms(cl);
 
 		if (t < 0 || t > 1000)
 			t = 1000;
 		if (cl->fab) {
-			rc = tw_fab_progress(cl->fab, t);
+			rc = tw__fab_progress(cl->fab, t);
 			if (rc < 0)
 				tw_log_ratelimited(TW_LOG_WARN, "rpc: progress failed: %s",
 						   tw_strerror(rc));
 		}
-		tw_rpc_client_expire(cl);
+		tw__rpc_client_expire(cl);
 	}
 	if (rep)
 		rep->status = ss.status;
 	return ss.status;
 }
 
-void tw_rpc_reply_release(struct tw_rpc_reply *rep)
+void tw__rpc_reply_release(struct tw_rpc_reply *rep)
 {
 	if (!rep)
 		return;
-	tw_rpc_arena_fini(&rep->arena);
+	tw__rpc_arena_fini(&rep->arena);
 	rep->env = NULL;
 }
 
@@ -340,19 +340,19 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	uint64_t id = 0;
 	int rc, status, err;
 
-	rc = tw_rpc_frame_check(msg, len, cl->cfg.max_msg_size, &hdr, why, sizeof(why));
+	rc = tw__rpc_frame_check(msg, len, cl->cfg.max_msg_size, &hdr, why, sizeof(why));
 	if (rc) {
 		cl->st.malformed++;
 		break_stream(cl, why);
 		return -TW_EPROTO;
 	}
 	/* A blocking call's reply goes straight into its caller's arena: decoded once. */
-	if (tw_rpc_peek_request_id(msg, len, &id) == 0 && id) {
+	if (tw__rpc_peek_request_id(msg, len, &id) == 0 && id) {
 		s = &cl->slots[id & cl->mask];
 		if (s->id == id && s->arena)
 			a = s->arena;
 	}
-	rc = tw_rpc_decode(msg, len, cl->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
+	rc = tw__rpc_decode(msg, len, cl->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
 	if (rc) {
 		cl->st.malformed++;
 		break_stream(cl, why);
@@ -363,12 +363,12 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	if (env->request_id == 0) {
 		/* The peer answered something it could not attribute (e.g. a frame it could
 		 * not decode): nothing to complete; keep the message for diagnosis. */
-		status = tw_rpc_reply_status(env, &rmsg);
+		status = tw__rpc_reply_status(env, &rmsg);
 		cl->st.malformed++;
-		if (status >= 0 && tw_rpc_validate_reply(env, NULL, 0) == TAILWIND__STATUS__STATUS_OK) {
+		if (status >= 0 && tw__rpc_validate_reply(env, NULL, 0) == TAILWIND__STATUS__STATUS_OK) {
 			tw_log_ratelimited(TW_LOG_WARN, "rpc: %s rejected a message: %s: %s",
-					   peer(cl), tw_rpc_status_name(status), rmsg);
-			set_errmsg(cl, "peer rejected a message: %s: %s", tw_rpc_status_name(status),
+					   peer(cl), tw__rpc_status_name(status), rmsg);
+			set_errmsg(cl, "peer rejected a message: %s: %s", tw__rpc_status_name(status),
 				   rmsg);
 		}
 		return 0;
@@ -381,7 +381,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 			     (unsigned long long)env->request_id);
 		return 0;
 	}
-	if (tw_rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
+	if (tw__rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
 		cl->st.malformed++;
 		tw_log_ratelimited(TW_LOG_WARN, "rpc: bad reply from %s: %s", peer(cl),
 				   why);
@@ -389,25 +389,25 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		complete(cl, s, -TW_EPROTO, NULL);
 		return 0;
 	}
-	status = tw_rpc_reply_status(env, &rmsg);
+	status = tw__rpc_reply_status(env, &rmsg);
 	if (env->body_case != s->expect_case &&
 	    env->body_case != TAILWIND__ENVELOPE__BODY_ERROR_REPLY) {
 		cl->st.malformed++;
 		set_errmsg(cl, "reply of kind %s to a request expecting %s",
-			   tw_rpc_body_name(env->body_case), tw_rpc_body_name(s->expect_case));
+			   tw__rpc_body_name(env->body_case), tw__rpc_body_name(s->expect_case));
 		complete(cl, s, -TW_EPROTO, NULL);
 		return 0;
 	}
-	err = tw_rpc_status_to_err(status);
+	err = tw__rpc_status_to_err(status);
 	if (env->body_case == TAILWIND__ENVELOPE__BODY_ERROR_REPLY && err == 0)
 		err = -TW_EPROTO; /* an error reply must carry an error */
 	if (err)
-		set_errmsg(cl, "%s%s%s", tw_rpc_status_name(status), rmsg[0] ? ": " : "", rmsg);
+		set_errmsg(cl, "%s%s%s", tw__rpc_status_name(status), rmsg[0] ? ": " : "", rmsg);
 	complete(cl, s, err, env);
 	return 0;
 }
 
-int tw_rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len)
+int tw__rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len)
 {
 	int rc;
 
@@ -418,22 +418,22 @@ int tw_rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len)
 	if (cl->depth == 0) {
 		cl->depth++;
 		rc = deliver(cl, msg, len, &cl->arena);
-		tw_rpc_arena_reset(&cl->arena);
+		tw__rpc_arena_reset(&cl->arena);
 		cl->depth--;
 	} else {
 		/* nested: the outer reply still lives in cl->arena */
 		struct tw_rpc_arena tmp;
 
-		tw_rpc_arena_init(&tmp, NULL, 0, cl->cfg.arena_limit);
+		tw__rpc_arena_init(&tmp, NULL, 0, cl->cfg.arena_limit);
 		cl->depth++;
 		rc = deliver(cl, msg, len, &tmp);
 		cl->depth--;
-		tw_rpc_arena_fini(&tmp);
+		tw__rpc_arena_fini(&tmp);
 	}
 	return rc;
 }
 
-void tw_rpc_client_on_lost(struct tw_rpc_client *cl, int err)
+void tw__rpc_client_on_lost(struct tw_rpc_client *cl, int err)
 {
 	if (cl->lost)
 		return;
@@ -442,7 +442,7 @@ void tw_rpc_client_on_lost(struct tw_rpc_client *cl, int err)
 	fail_all(cl, -TW_EPEERLOST);
 }
 
-int tw_rpc_client_expire(struct tw_rpc_client *cl)
+int tw__rpc_client_expire(struct tw_rpc_client *cl)
 {
 	uint64_t now, next = UINT64_MAX;
 	unsigned i;
@@ -475,7 +475,7 @@ int tw_rpc_client_expire(struct tw_rpc_client *cl)
 	return n;
 }
 
-int tw_rpc_client_next_timeout_ms(const struct tw_rpc_client *cl)
+int tw__rpc_client_next_timeout_ms(const struct tw_rpc_client *cl)
 {
 	uint64_t now, d;
 
@@ -488,27 +488,27 @@ int tw_rpc_client_next_timeout_ms(const struct tw_rpc_client *cl)
 	return d > INT32_MAX ? INT32_MAX : (int)d;
 }
 
-unsigned tw_rpc_client_inflight(const struct tw_rpc_client *cl)
+unsigned tw__rpc_client_inflight(const struct tw_rpc_client *cl)
 {
 	return cl->inflight;
 }
 
-struct tw_chan *tw_rpc_client_chan(const struct tw_rpc_client *cl)
+struct tw_chan *tw__rpc_client_chan(const struct tw_rpc_client *cl)
 {
 	return cl->ch;
 }
 
-int tw_rpc_client_peer_minor(const struct tw_rpc_client *cl)
+int tw__rpc_client_peer_minor(const struct tw_rpc_client *cl)
 {
 	return cl->peer_minor;
 }
 
-const char *tw_rpc_client_errmsg(const struct tw_rpc_client *cl)
+const char *tw__rpc_client_errmsg(const struct tw_rpc_client *cl)
 {
 	return cl->errmsg;
 }
 
-void tw_rpc_client_get_stats(const struct tw_rpc_client *cl, struct tw_rpc_client_stats *out)
+void tw__rpc_client_get_stats(const struct tw_rpc_client *cl, struct tw_rpc_client_stats *out)
 {
 	*out = cl->st;
 }

@@ -11,17 +11,17 @@
 #define TW_RPC__SEGINFO_MAX 100u
 #define TW_RPC__LIST_OVERHEAD (TW_RPC_HDR_SIZE + 64u + TW_RPC_MESSAGE_MAX + 64u)
 
-int tw_rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out);
-int tw_rpc__op_of_reply_case(int body_case);
-const ProtobufCMessageDescriptor *tw_rpc__reply_desc(int op);
-const ProtobufCMessageDescriptor *tw_rpc__req_desc(int op);
-const ProtobufCMessage *tw_rpc__body(const Tailwind__Envelope *env);
-/* tw_rpc_encode with an explicit minor (tests send minor + 1). */
-int tw_rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
+int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out);
+int tw__rpc__op_of_reply_case(int body_case);
+const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op);
+const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op);
+const ProtobufCMessage *tw__rpc__body(const Tailwind__Envelope *env);
+/* tw__rpc_encode with an explicit minor (tests send minor + 1). */
+int tw__rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
 			 size_t max_msg, size_t *len_out);
 
-/* Set the client's errmsg (tw_rpc_client_errmsg), for the typed wrappers' own checks. */
-void tw_rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...) TW_PRINTF(2, 3);
+/* Set the client's errmsg (tw__rpc_client_errmsg), for the typed wrappers' own checks. */
+void tw__rpc__client_seterr(struct tw_rpc_client *cl, const char *fmt, ...) TW_PRINTF(2, 3);
 
 /* Channel operations the server uses; replaceable for the fuzzer (no fabric). */
 struct tw_rpc__chan_ops {
@@ -29,6 +29,6 @@ struct tw_rpc__chan_ops {
 	void (*close)(struct tw_chan *ch);
 	const char *(*peer)(const struct tw_chan *ch);
 };
-void tw_rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc__chan_ops *ops);
+void tw__rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc__chan_ops *ops);
 
 #endif

@@ -19,7 +19,7 @@ static void req_init(struct tw_rpc_req *r, uint64_t epoch, Tailwind__Envelope__B
 	r->env.handshake = (Tailwind__Handshake *)(void *)&r->body;
 }
 
-void tw_rpc_req_handshake(struct tw_rpc_req *r, uint64_t node_id, Tailwind__Role role,
+void tw__rpc_req_handshake(struct tw_rpc_req *r, uint64_t node_id, Tailwind__Role role,
 			  const char *node_name)
 {
 	req_init(r, 0, TAILWIND__ENVELOPE__BODY_HANDSHAKE, &tailwind__handshake__descriptor);
@@ -31,28 +31,28 @@ void tw_rpc_req_handshake(struct tw_rpc_req *r, uint64_t node_id, Tailwind__Role
 		r->body.handshake.node_name = (char *)node_name;
 }
 
-void tw_rpc_req_open_segment(struct tw_rpc_req *r, uint64_t epoch, const struct tw_rpc_seg_meta *m,
+void tw__rpc_req_open_segment(struct tw_rpc_req *r, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			     uint64_t replica_version, uint64_t length)
 {
 	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_OPEN_SEGMENT,
 		 &tailwind__open_segment__descriptor);
-	tw_rpc_meta_to_pb(m, &r->meta);
+	tw__rpc_meta_to_pb(m, &r->meta);
 	r->body.open_segment.meta = &r->meta;
 	r->body.open_segment.replica_version = replica_version;
 	r->body.open_segment.length = length;
 }
 
-void tw_rpc_req_close_segment(struct tw_rpc_req *r, uint64_t epoch,
+void tw__rpc_req_close_segment(struct tw_rpc_req *r, uint64_t epoch,
 			      const struct tw_rpc_seg_meta *m, uint64_t replica_version)
 {
 	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_CLOSE_SEGMENT,
 		 &tailwind__close_segment__descriptor);
-	tw_rpc_meta_to_pb(m, &r->meta);
+	tw__rpc_meta_to_pb(m, &r->meta);
 	r->body.close_segment.meta = &r->meta;
 	r->body.close_segment.replica_version = replica_version;
 }
 
-void tw_rpc_req_list_segments(struct tw_rpc_req *r, uint64_t log_id, bool all_logs,
+void tw__rpc_req_list_segments(struct tw_rpc_req *r, uint64_t log_id, bool all_logs,
 			      uint64_t from_segment_id)
 {
 	req_init(r, 0, TAILWIND__ENVELOPE__BODY_LIST_SEGMENTS,
@@ -62,7 +62,7 @@ void tw_rpc_req_list_segments(struct tw_rpc_req *r, uint64_t log_id, bool all_lo
 	r->body.list_segments.from_segment_id = from_segment_id;
 }
 
-void tw_rpc_req_set_replica_version(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+void tw__rpc_req_set_replica_version(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
 				    uint64_t segment_id, uint64_t version)
 {
 	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_SET_REPLICA_VERSION,
@@ -72,14 +72,14 @@ void tw_rpc_req_set_replica_version(struct tw_rpc_req *r, uint64_t epoch, uint64
 	r->body.set_replica_version.version = version;
 }
 
-void tw_rpc_req_fence(struct tw_rpc_req *r, uint64_t log_id, uint64_t new_epoch)
+void tw__rpc_req_fence(struct tw_rpc_req *r, uint64_t log_id, uint64_t new_epoch)
 {
 	req_init(r, new_epoch, TAILWIND__ENVELOPE__BODY_FENCE, &tailwind__fence__descriptor);
 	r->body.fence.log_id = log_id;
 	r->body.fence.new_epoch = new_epoch;
 }
 
-void tw_rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+void tw__rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
 			      uint64_t below_segment_id)
 {
 	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_FREE_SEGMENTS,
@@ -96,18 +96,18 @@ void tw_rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t log
 		r->body.field.log_id = log_id;                                              \
 		r->body.field.segment_id = segment_id;                                      \
 	}
-REQ_LOG_SEGMENT(tw_rpc_req_read_segment, read_segment, TAILWIND__ENVELOPE__BODY_READ_SEGMENT,
+REQ_LOG_SEGMENT(tw__rpc_req_read_segment, read_segment, TAILWIND__ENVELOPE__BODY_READ_SEGMENT,
 		&tailwind__read_segment__descriptor)
-REQ_LOG_SEGMENT(tw_rpc_req_release_segment, release_segment,
+REQ_LOG_SEGMENT(tw__rpc_req_release_segment, release_segment,
 		TAILWIND__ENVELOPE__BODY_RELEASE_SEGMENT, &tailwind__release_segment__descriptor)
 #undef REQ_LOG_SEGMENT
 
-void tw_rpc_req_stats(struct tw_rpc_req *r)
+void tw__rpc_req_stats(struct tw_rpc_req *r)
 {
 	req_init(r, 0, TAILWIND__ENVELOPE__BODY_STATS, &tailwind__stats__descriptor);
 }
 
-void tw_rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
+void tw__rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
 				 const struct tw_rpc_seg_meta *m, uint64_t replica_version)
 {
 	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_RECOVERED_OFFSET,
@@ -119,7 +119,7 @@ void tw_rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
 	r->body.recovered_offset.replica_version = replica_version;
 }
 
-void tw_rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, size_t len)
+void tw__rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, size_t len)
 {
 	req_init(r, 0, TAILWIND__ENVELOPE__BODY_PING, &tailwind__ping__descriptor);
 	r->body.ping.nonce = nonce;
@@ -132,16 +132,16 @@ void tw_rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, 
 /* Run a sync call and hand back the reply (caller releases) when the reply kind is right. */
 static int run(struct tw_rpc_client *cl, struct tw_rpc_req *r, struct tw_rpc_reply *rep)
 {
-	return tw_rpc_call_sync(cl, &r->env, rep);
+	return tw__rpc_call_sync(cl, &r->env, rep);
 }
 
-int tw_rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
+int tw__rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			uint64_t replica_version, uint64_t length, struct tw_rkey *rkey_out)
 {
-	return tw_rpc_open_segment_seeded(cl, epoch, m, replica_version, length, 0, rkey_out);
+	return tw__rpc_open_segment_seeded(cl, epoch, m, replica_version, length, 0, rkey_out);
 }
 
-int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
+int tw__rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 			       const struct tw_rpc_seg_meta *m, uint64_t replica_version,
 			       uint64_t length, uint32_t seed, struct tw_rkey *rkey_out)
 {
@@ -149,7 +149,7 @@ int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_open_segment(&r, epoch, m, replica_version, length);
+	tw__rpc_req_open_segment(&r, epoch, m, replica_version, length);
 	r.body.open_segment.chain_seed = seed;
 	rc = run(cl, &r, &rep);
 	if (rc == 0) {
@@ -161,56 +161,56 @@ int tw_rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 				    (unsigned long long)o->rkey->len, (unsigned long long)length);
 			rc = -TW_EPROTO;
 		} else if (o->chain_seed != seed) {
-			tw_rpc__client_seterr(cl, "open_segment: the backup (protocol %u.%d) "
+			tw__rpc__client_seterr(cl, "open_segment: the backup (protocol %u.%d) "
 					      "answered chain seed 0x%08x to seed 0x%08x: it would "
 					      "scan the replica with another seed; upgrade it to "
 					      "protocol 1.2", TW_RPC_MAJOR,
-					      tw_rpc_client_peer_minor(cl), o->chain_seed, seed);
+					      tw__rpc_client_peer_minor(cl), o->chain_seed, seed);
 			rc = -TW_EPROTO;
 		} else if (rkey_out) {
-			tw_rpc_rkey_from_pb(o->rkey, rkey_out);
+			tw__rpc_rkey_from_pb(o->rkey, rkey_out);
 		}
 	}
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int tw_rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
+int tw__rpc_close_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct tw_rpc_seg_meta *m,
 			 uint64_t replica_version, struct tw_rpc_seg_meta *scanned_out)
 {
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_close_segment(&r, epoch, m, replica_version);
+	tw__rpc_req_close_segment(&r, epoch, m, replica_version);
 	rc = run(cl, &r, &rep);
 	if (scanned_out) {
 		if (rep.env && rep.env->body_case == TAILWIND__ENVELOPE__BODY_CLOSE_SEGMENT_REPLY)
-			tw_rpc_meta_from_pb(rep.env->close_segment_reply->scanned, scanned_out);
+			tw__rpc_meta_from_pb(rep.env->close_segment_reply->scanned, scanned_out);
 		else
-			tw_rpc_meta_from_pb(NULL, scanned_out);
+			tw__rpc_meta_from_pb(NULL, scanned_out);
 	}
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int tw_rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_set_replica_version(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			       uint64_t segment_id, uint64_t version)
 {
 	struct tw_rpc_req r;
 
-	tw_rpc_req_set_replica_version(&r, epoch, log_id, segment_id, version);
-	return tw_rpc_call_sync(cl, &r.env, NULL);
+	tw__rpc_req_set_replica_version(&r, epoch, log_id, segment_id, version);
+	return tw__rpc_call_sync(cl, &r.env, NULL);
 }
 
-int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
+int tw__rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
 		 uint64_t *epoch_out, uint64_t *owner_out)
 {
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_fence(&r, log_id, new_epoch);
+	tw__rpc_req_fence(&r, log_id, new_epoch);
 	rc = run(cl, &r, &rep);
 	if (epoch_out)
 		*epoch_out = rep.env && rep.env->body_case == TAILWIND__ENVELOPE__BODY_FENCE_REPLY ?
@@ -218,27 +218,27 @@ int tw_rpc_fence(struct tw_rpc_client *cl, uint64_t log_id, uint64_t new_epoch,
 	if (owner_out)
 		*owner_out = rep.env && rep.env->body_case == TAILWIND__ENVELOPE__BODY_FENCE_REPLY ?
 				     rep.env->fence_reply->owner : 0;
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int tw_rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_free_segments(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			 uint64_t below_segment_id, bool delete_log, uint64_t *freed_out)
 {
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_free_segments(&r, epoch, log_id, below_segment_id);
+	tw__rpc_req_free_segments(&r, epoch, log_id, below_segment_id);
 	r.body.free_segments.delete_log = delete_log;
 	rc = run(cl, &r, &rep);
 	if (freed_out)
 		*freed_out = rc == 0 ? rep.env->free_segments_reply->freed : 0;
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int tw_rpc_read_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_read_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			uint64_t segment_id, struct tw_rpc_read_grant *out)
 {
 	struct tw_rpc_req r;
@@ -246,49 +246,49 @@ int tw_rpc_read_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_i
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	tw_rpc_req_read_segment(&r, epoch, log_id, segment_id);
+	tw__rpc_req_read_segment(&r, epoch, log_id, segment_id);
 	rc = run(cl, &r, &rep);
 	if (rc == 0) {
 		const Tailwind__ReadSegmentReply *g = rep.env->read_segment_reply;
 
-		tw_rpc_rkey_from_pb(g->rkey, &out->rkey);
-		tw_rpc_meta_from_pb(g->meta, &out->meta);
+		tw__rpc_rkey_from_pb(g->rkey, &out->rkey);
+		tw__rpc_meta_from_pb(g->meta, &out->meta);
 		out->replica_version = g->replica_version;
 		out->state = g->state;
 		out->corrupt = g->corrupt;
 	}
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int tw_rpc_release_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
+int tw__rpc_release_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t log_id,
 			   uint64_t segment_id)
 {
 	struct tw_rpc_req r;
 
-	tw_rpc_req_release_segment(&r, epoch, log_id, segment_id);
-	return tw_rpc_call_sync(cl, &r.env, NULL);
+	tw__rpc_req_release_segment(&r, epoch, log_id, segment_id);
+	return tw__rpc_call_sync(cl, &r.env, NULL);
 }
 
-int tw_rpc_recovered_offset(struct tw_rpc_client *cl, uint64_t epoch,
+int tw__rpc_recovered_offset(struct tw_rpc_client *cl, uint64_t epoch,
 			    const struct tw_rpc_seg_meta *m, uint64_t replica_version)
 {
 	struct tw_rpc_req r;
 
-	tw_rpc_req_recovered_offset(&r, epoch, m, replica_version);
-	return tw_rpc_call_sync(cl, &r.env, NULL);
+	tw__rpc_req_recovered_offset(&r, epoch, m, replica_version);
+	return tw__rpc_call_sync(cl, &r.env, NULL);
 }
 
-int tw_rpc_ping(struct tw_rpc_client *cl, uint64_t nonce)
+int tw__rpc_ping(struct tw_rpc_client *cl, uint64_t nonce)
 {
 	struct tw_rpc_req r;
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_ping(&r, nonce, NULL, 0);
+	tw__rpc_req_ping(&r, nonce, NULL, 0);
 	rc = run(cl, &r, &rep);
 	if (rc == 0 && rep.env->ping_reply->nonce != nonce)
 		rc = -TW_EPROTO;
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }

@@ -35,12 +35,12 @@ struct tw_rpc_server {
 	struct tw_rpc__chan_ops cops;
 };
 
-void tw_rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc__chan_ops *ops)
+void tw__rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc__chan_ops *ops)
 {
 	srv->cops = *ops;
 }
 
-int tw_rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_server_ops *ops,
+int tw__rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_server_ops *ops,
 			 void *arg, struct tw_rpc_server **out)
 {
 	struct tw_rpc_server *srv;
@@ -49,7 +49,7 @@ int tw_rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_se
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
-	rc = tw_rpc__config_fix(cfg, &srv->cfg);
+	rc = tw__rpc__config_fix(cfg, &srv->cfg);
 	if (rc) {
 		free(srv);
 		return rc;
@@ -65,31 +65,31 @@ int tw_rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_se
 		free(srv);
 		return -ENOMEM;
 	}
-	tw_rpc_arena_init(&srv->arena, srv->arena_first, SERVER_ARENA_FIRST, srv->cfg.arena_limit);
+	tw__rpc_arena_init(&srv->arena, srv->arena_first, SERVER_ARENA_FIRST, srv->cfg.arena_limit);
 	srv->start_ns = tw_now_ns();
-	srv->cops.send = tw_chan_send;
-	srv->cops.close = tw_chan_close;
-	srv->cops.peer = tw_chan_peer;
+	srv->cops.send = tw__chan_send;
+	srv->cops.close = tw__chan_close;
+	srv->cops.peer = tw__chan_peer;
 	*out = srv;
 	return 0;
 }
 
-void tw_rpc_server_destroy(struct tw_rpc_server *srv)
+void tw__rpc_server_destroy(struct tw_rpc_server *srv)
 {
 	if (!srv)
 		return;
-	tw_rpc_arena_fini(&srv->arena);
+	tw__rpc_arena_fini(&srv->arena);
 	free(srv->arena_first);
 	free(srv->txbuf);
 	free(srv);
 }
 
-void tw_rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out)
+void tw__rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out)
 {
 	*out = srv->st;
 }
 
-size_t tw_rpc_list_max_entries(const struct tw_rpc_server *srv)
+size_t tw__rpc_list_max_entries(const struct tw_rpc_server *srv)
 {
 	size_t m = srv->cfg.max_msg_size;
 
@@ -134,7 +134,7 @@ static bool strike(struct tw_rpc_server *srv, struct tw_chan *ch)
 	return ++s->n > srv->cfg.max_strikes;
 }
 
-void tw_rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch)
+void tw__rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch)
 {
 	struct strike *s = strike_find(srv, ch);
 
@@ -147,7 +147,7 @@ void tw_rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch)
 static int close_chan(struct tw_rpc_server *srv, struct tw_chan *ch, int reason, const char *why)
 {
 	tw_log_ratelimited(TW_LOG_WARN, "rpc: closing channel to %s: %s", srv->cops.peer(ch), why);
-	tw_rpc_server_on_lost(srv, ch);
+	tw__rpc_server_on_lost(srv, ch);
 	srv->st.closed++;
 	if (srv->ops.on_close)
 		srv->ops.on_close(srv->arg, ch, reason);
@@ -163,13 +163,13 @@ static void send_env(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwi
 	size_t len;
 	int rc;
 
-	rc = tw_rpc_encode(env, buf, srv->cfg.max_msg_size, srv->cfg.max_msg_size, &len);
+	rc = tw__rpc_encode(env, buf, srv->cfg.max_msg_size, srv->cfg.max_msg_size, &len);
 	if (rc == -EMSGSIZE) {
 		Tailwind__ErrorReply er = TAILWIND__ERROR_REPLY__INIT;
 		Tailwind__Envelope e2 = TAILWIND__ENVELOPE__INIT;
 
 		tw_log_error("rpc: %s reply to %s does not fit in %zu bytes",
-			     tw_rpc_body_name(env->body_case), srv->cops.peer(ch),
+			     tw__rpc_body_name(env->body_case), srv->cops.peer(ch),
 			     srv->cfg.max_msg_size);
 		er.status = TAILWIND__STATUS__STATUS_INTERNAL;
 		er.message = (char *)"reply too large for the maximum message size";
@@ -177,7 +177,7 @@ static void send_env(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwi
 		e2.epoch = env->epoch;
 		e2.body_case = TAILWIND__ENVELOPE__BODY_ERROR_REPLY;
 		e2.error_reply = &er;
-		rc = tw_rpc_encode(&e2, buf, srv->cfg.max_msg_size, srv->cfg.max_msg_size, &len);
+		rc = tw__rpc_encode(&e2, buf, srv->cfg.max_msg_size, srv->cfg.max_msg_size, &len);
 	}
 	if (rc) {
 		srv->st.send_errors++;
@@ -215,7 +215,7 @@ static void send_error(struct tw_rpc_server *srv, struct tw_chan *ch, uint64_t r
 
 /* ---- built-in parts of handshake / stats / ping */
 
-static int prefill(struct tw_rpc_server *srv, struct tw_rpc_call *call, struct tw_rpc_arena *a)
+static int prefill(struct tw_rpc_server *srv, struct tw__rpc_call *call, struct tw_rpc_arena *a)
 {
 	switch (call->op) {
 	case TW_RPC_HANDSHAKE:
@@ -233,8 +233,8 @@ static int prefill(struct tw_rpc_server *srv, struct tw_rpc_call *call, struct t
 		Tailwind__HandlerCount **hp;
 		unsigned i;
 
-		hc = tw_rpc_arena_alloc(a, sizeof(*hc) * TW_RPC_OP_COUNT);
-		hp = tw_rpc_arena_alloc(a, sizeof(*hp) * TW_RPC_OP_COUNT);
+		hc = tw__rpc_arena_alloc(a, sizeof(*hc) * TW_RPC_OP_COUNT);
+		hp = tw__rpc_arena_alloc(a, sizeof(*hp) * TW_RPC_OP_COUNT);
 		if (!hc || !hp)
 			return -ENOMEM;
 		for (i = 0; i < TW_RPC_OP_COUNT; i++) {
@@ -263,12 +263,12 @@ static int prefill(struct tw_rpc_server *srv, struct tw_rpc_call *call, struct t
 
 /* ---- handler helpers */
 
-void *tw_rpc_call_alloc(struct tw_rpc_call *call, size_t n)
+void *tw__rpc_call_alloc(struct tw__rpc_call *call, size_t n)
 {
-	return tw_rpc_arena_alloc(call->priv_arena, n);
+	return tw__rpc_arena_alloc(call->priv_arena, n);
 }
 
-int tw_rpc_call_fail(struct tw_rpc_call *call, int err, const char *fmt, ...)
+int tw__rpc_call_fail(struct tw__rpc_call *call, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -282,9 +282,9 @@ int tw_rpc_call_fail(struct tw_rpc_call *call, int err, const char *fmt, ...)
 }
 
 /* Set status and message on the reply body generically (every reply: field 1 and 2). */
-static void reply_set_status(struct tw_rpc_call *call, int status, const char *msg)
+static void reply_set_status(struct tw__rpc_call *call, int status, const char *msg)
 {
-	const ProtobufCMessageDescriptor *d = tw_rpc__reply_desc((int)call->op);
+	const ProtobufCMessageDescriptor *d = tw__rpc__reply_desc((int)call->op);
 	const ProtobufCFieldDescriptor *fs = protobuf_c_message_descriptor_get_field(d, 1);
 	const ProtobufCFieldDescriptor *fm = protobuf_c_message_descriptor_get_field(d, 2);
 	char *m = (char *)msg;
@@ -293,9 +293,9 @@ static void reply_set_status(struct tw_rpc_call *call, int status, const char *m
 	memcpy((char *)&call->reply + fm->offset, &m, sizeof(m));
 }
 
-static int reply_get_status(struct tw_rpc_call *call, const char **msg_out)
+static int reply_get_status(struct tw__rpc_call *call, const char **msg_out)
 {
-	const ProtobufCMessageDescriptor *d = tw_rpc__reply_desc((int)call->op);
+	const ProtobufCMessageDescriptor *d = tw__rpc__reply_desc((int)call->op);
 	const ProtobufCFieldDescriptor *fs = protobuf_c_message_descriptor_get_field(d, 1);
 	const ProtobufCFieldDescriptor *fm = protobuf_c_message_descriptor_get_field(d, 2);
 	int status;
@@ -309,7 +309,7 @@ static int reply_get_status(struct tw_rpc_call *call, const char **msg_out)
 static int refuse(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwind__Envelope *env,
 		  int err, const char *why, unsigned char *txbuf)
 {
-	Tailwind__Status st = tw_rpc_err_to_status(err);
+	Tailwind__Status st = tw__rpc_err_to_status(err);
 
 	srv->st.refused++;
 	if (st == TAILWIND__STATUS__STATUS_OK)
@@ -325,7 +325,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		 struct tw_rpc_arena *a, unsigned char *txbuf)
 {
 	char why[TW_RPC_MESSAGE_MAX];
-	struct tw_rpc_call call;
+	struct tw__rpc_call call;
 	Tailwind__Envelope *env;
 	Tailwind__Envelope renv = TAILWIND__ENVELOPE__INIT;
 	struct tw_rpc_hdr hdr;
@@ -334,7 +334,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	const char *rmsg;
 	int rc, status, op;
 
-	rc = tw_rpc_frame_check(msg, len, srv->cfg.max_msg_size, &hdr, why, sizeof(why));
+	rc = tw__rpc_frame_check(msg, len, srv->cfg.max_msg_size, &hdr, why, sizeof(why));
 	if (rc == -TW_EVERSION) {
 		/* A frame of another major: do not decode it; say which version we speak. */
 		srv->st.malformed++;
@@ -347,7 +347,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		srv->st.malformed++;
 		return close_chan(srv, ch, rc, why);
 	}
-	rc = tw_rpc_decode(msg, len, srv->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
+	rc = tw__rpc_decode(msg, len, srv->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
 	if (rc) {
 		srv->st.malformed++;
 		if (strike(srv, ch))
@@ -355,7 +355,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		send_error(srv, ch, 0, 0, TAILWIND__STATUS__STATUS_INVALID_ARGUMENT, 0, why, txbuf);
 		return 0;
 	}
-	vs = tw_rpc_validate_request(env, why, sizeof(why));
+	vs = tw__rpc_validate_request(env, why, sizeof(why));
 	if (vs != TAILWIND__STATUS__STATUS_OK) {
 		uint32_t kind = (uint32_t)env->body_case;
 
@@ -374,7 +374,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		return 0;
 	}
 
-	op = tw_rpc_op_of_case(env->body_case);
+	op = tw__rpc_op_of_case(env->body_case);
 	if (srv->ops.admit) {
 		why[0] = '\0';
 		rc = srv->ops.admit(srv->arg, ch, (enum tw_rpc_op)op, why, sizeof(why));
@@ -384,7 +384,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	fn = srv->ops.handlers[op];
 	if (!fn && op != TW_RPC_HANDSHAKE && op != TW_RPC_STATS && op != TW_RPC_PING) {
 		srv->st.unsupported++;
-		snprintf(why, sizeof(why), "no handler for %s on this peer", tw_rpc_op_name(op));
+		snprintf(why, sizeof(why), "no handler for %s on this peer", tw__rpc_op_name(op));
 		send_error(srv, ch, env->request_id, env->epoch, TAILWIND__STATUS__STATUS_UNSUPPORTED,
 			   (uint32_t)env->body_case, why, txbuf);
 		return 0;
@@ -397,7 +397,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	call.req = env;
 	call.reply_epoch = env->epoch;
 	call.priv_arena = a;
-	protobuf_c_message_init(tw_rpc__reply_desc(op), &call.reply);
+	protobuf_c_message_init(tw__rpc__reply_desc(op), &call.reply);
 	tailwind__rkey__init(&call.rkey);
 	tailwind__segment_meta__init(&call.meta);
 
@@ -413,7 +413,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		int err = call.has_msg && call.fail_err < 0 ? call.fail_err : rc;
 
 		if (status == TAILWIND__STATUS__STATUS_OK)
-			status = tw_rpc_err_to_status(err);
+			status = tw__rpc_err_to_status(err);
 		if (status == TAILWIND__STATUS__STATUS_OK)
 			status = TAILWIND__STATUS__STATUS_INTERNAL;
 		if (!call.has_msg && (!rmsg || !rmsg[0]))
@@ -423,10 +423,10 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	} else if (call.has_msg) {
 		rmsg = call.msgbuf;
 		if (status == TAILWIND__STATUS__STATUS_OK && call.fail_err < 0)
-			status = tw_rpc_err_to_status(call.fail_err);
+			status = tw__rpc_err_to_status(call.fail_err);
 	}
 	if (status < TAILWIND__STATUS__STATUS_OK || status > TAILWIND__STATUS__STATUS_UNAUTHENTICATED) {
-		tw_log_error("rpc: %s handler set unknown status %d", tw_rpc_op_name(op), status);
+		tw_log_error("rpc: %s handler set unknown status %d", tw__rpc_op_name(op), status);
 		status = TAILWIND__STATUS__STATUS_INTERNAL;
 	}
 	if (!rmsg)
@@ -449,7 +449,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	return 0;
 }
 
-int tw_rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
+int tw__rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 			  size_t len)
 {
 	int rc;
@@ -459,7 +459,7 @@ int tw_rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const v
 	if (srv->depth == 0) {
 		srv->depth++;
 		rc = serve(srv, ch, msg, len, &srv->arena, srv->txbuf);
-		tw_rpc_arena_reset(&srv->arena);
+		tw__rpc_arena_reset(&srv->arena);
 		srv->depth--;
 	} else {
 		/* Re-entered (a send progressed the fab): the outer call still owns the arena
@@ -469,11 +469,11 @@ int tw_rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const v
 
 		if (!buf)
 			return 0; /* dropped; the peer times out */
-		tw_rpc_arena_init(&tmp, NULL, 0, srv->cfg.arena_limit);
+		tw__rpc_arena_init(&tmp, NULL, 0, srv->cfg.arena_limit);
 		srv->depth++;
 		rc = serve(srv, ch, msg, len, &tmp, buf);
 		srv->depth--;
-		tw_rpc_arena_fini(&tmp);
+		tw__rpc_arena_fini(&tmp);
 		free(buf);
 	}
 	return rc;

@@ -45,7 +45,7 @@ const char *tw_recover_phase_name(enum tw_recover_phase ph)
 	return "unknown";
 }
 
-void rc_seterr(struct rctx *c, const char *fmt, ...)
+void tw__rc_seterr(struct rctx *c, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -60,10 +60,10 @@ void rc_seterr(struct rctx *c, const char *fmt, ...)
 
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	struct rbk *b = tw_chan_user(ch);
+	struct rbk *b = tw__chan_user(ch);
 
 	(void)arg;
-	if (b && b->rpc && tw_rpc_client_on_recv(b->rpc, msg, len) < 0) {
+	if (b && b->rpc && tw__rpc_client_on_recv(b->rpc, msg, len) < 0) {
 		b->lost = true;
 		snprintf(b->why, sizeof(b->why), "malformed reply stream");
 	}
@@ -71,7 +71,7 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	struct rbk *b = tw_chan_user(ch);
+	struct rbk *b = tw__chan_user(ch);
 
 	(void)arg;
 	if (!b)
@@ -80,15 +80,15 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 		snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
 	b->lost = true;
 	if (b->rpc)
-		tw_rpc_client_on_lost(b->rpc, err);
+		tw__rpc_client_on_lost(b->rpc, err);
 }
 
-void rc_progress(struct rctx *c, int timeout_ms)
+void tw__rc_progress(struct rctx *c, int timeout_ms)
 {
-	tw_fab_progress(c->fab, timeout_ms);
+	tw__fab_progress(c->fab, timeout_ms);
 	for (unsigned i = 0; i < c->nbk; i++)
 		if (c->bks[i].rpc)
-			tw_rpc_client_expire(c->bks[i].rpc);
+			tw__rpc_client_expire(c->bks[i].rpc);
 }
 
 static bool bk_ok(const struct rbk *b)
@@ -101,21 +101,21 @@ static int check_cfg(struct rctx *c)
 	const struct tw_recover_config *cfg = c->cfg;
 
 	if (!cfg->backups || cfg->n_backups == 0 || cfg->n_backups > TW_RECOVER_MAX_BACKUPS) {
-		rc_seterr(c, "give between 1 and %u backup addresses", TW_RECOVER_MAX_BACKUPS);
+		tw__rc_seterr(c, "give between 1 and %u backup addresses", TW_RECOVER_MAX_BACKUPS);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < cfg->n_backups; i++) {
 		if (!cfg->backups[i] || !cfg->backups[i][0]) {
-			rc_seterr(c, "backup address %zu is empty", i);
+			tw__rc_seterr(c, "backup address %zu is empty", i);
 			return -EINVAL;
 		}
 	}
 	if (cfg->log_id > TW_RPC_ID_MAX) {
-		rc_seterr(c, "log id must be below 2^63");
+		tw__rc_seterr(c, "log id must be below 2^63");
 		return -EINVAL;
 	}
 	if (cfg->epoch > TW_EPOCH_MAX) {
-		rc_seterr(c, "epoch %" PRIu64 " is above the maximum %" PRIu64, cfg->epoch,
+		tw__rc_seterr(c, "epoch %" PRIu64 " is above the maximum %" PRIu64, cfg->epoch,
 			  (uint64_t)TW_EPOCH_MAX);
 		return -EINVAL;
 	}
@@ -132,10 +132,10 @@ static int auth_handshake(struct rctx *c, struct rbk *b)
 	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
 	int rc;
 
-	rc = tw_auth_client_handshake(b->rpc, c->key, node ? node : 1,
+	rc = tw__auth_client_handshake(b->rpc, c->key, node ? node : 1,
 				      TAILWIND__ROLE__ROLE_RECOVERY, NULL, &rep, b->why,
 				      sizeof(b->why));
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
@@ -151,7 +151,7 @@ static int connect_all(struct rctx *c)
 	c->bks = calloc(c->nbk, sizeof(*c->bks));
 	if (!c->bks)
 		return -ENOMEM;
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = cfg->provider;
 	if (cfg->connect_timeout_ms)
 		fc.connect_timeout_ms = cfg->connect_timeout_ms;
@@ -163,22 +163,22 @@ static int connect_all(struct rctx *c)
 	ev.arg = c;
 	ev.on_recv = on_recv;
 	ev.on_lost = on_lost;
-	rc = tw_fab_open(&fc, &ev, &c->fab);
+	rc = tw__fab_open(&fc, &ev, &c->fab);
 	if (rc) {
-		rc_seterr(c, "cannot open the fabric (%s): %s", cfg->provider ? cfg->provider :
+		tw__rc_seterr(c, "cannot open the fabric (%s): %s", cfg->provider ? cfg->provider :
 			  "default provider", tw_strerror(rc));
 		return rc;
 	}
-	tw_rpc_config_init(&rcfg);
+	tw__rpc_config_init(&rcfg);
 	if (cfg->rpc_timeout_ms)
 		rcfg.timeout_ms = cfg->rpc_timeout_ms;
-	if (tw_auth_key_path(cfg->key_file)) {
+	if (tw__auth_key_path(cfg->key_file)) {
 		char why[256];
 
-		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &c->key, why, sizeof(why));
+		rc = tw__auth_key_load(tw__auth_key_path(cfg->key_file), &c->key, why, sizeof(why));
 		if (rc) {
 			c->key = NULL;
-			rc_seterr(c, "%s", why);
+			tw__rc_seterr(c, "%s", why);
 			return rc;
 		}
 	}
@@ -187,13 +187,13 @@ static int connect_all(struct rctx *c)
 
 		b->idx = i;
 		b->addr = cfg->backups[i];
-		rc = tw_fab_connect(c->fab, b->addr, &b->ch);
+		rc = tw__fab_connect(c->fab, b->addr, &b->ch);
 		if (rc == 0) {
-			tw_chan_set_user(b->ch, b);
-			rc = tw_rpc_client_create(b->ch, &rcfg, &b->rpc);
+			tw__chan_set_user(b->ch, b);
+			rc = tw__rpc_client_create(b->ch, &rcfg, &b->rpc);
 		}
 		if (rc == 0)
-			tw_rpc_client_set_incarnation(b->rpc, c->incarnation);
+			tw__rpc_client_set_incarnation(b->rpc, c->incarnation);
 		if (rc) {
 			snprintf(b->why, sizeof(b->why), "cannot connect: %s", tw_strerror(rc));
 			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
@@ -203,9 +203,9 @@ static int connect_all(struct rctx *c)
 		if (rc) {
 			if (!auth_err)
 				auth_err = rc;
-			tw_rpc_client_destroy(b->rpc);
+			tw__rpc_client_destroy(b->rpc);
 			b->rpc = NULL;
-			tw_chan_close(b->ch);
+			tw__chan_close(b->ch);
 			b->ch = NULL;
 			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
 			continue;
@@ -214,7 +214,7 @@ static int connect_all(struct rctx *c)
 		c->res->backups_reached++;
 	}
 	if (c->res->backups_reached == 0) {
-		rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].addr, c->bks[0].why);
+		tw__rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].addr, c->bks[0].why);
 		return auth_err == -EACCES ? -EACCES : -TW_ENOBACKUP;
 	}
 	return 0;
@@ -226,18 +226,18 @@ static void disconnect_all(struct rctx *c)
 		struct rbk *b = &c->bks[i];
 
 		if (b->rpc)
-			tw_rpc_client_destroy(b->rpc);
+			tw__rpc_client_destroy(b->rpc);
 		b->rpc = NULL;
 		if (b->ch)
-			tw_chan_close(b->ch);
+			tw__chan_close(b->ch);
 		b->ch = NULL;
 	}
 	if (c->fab)
-		tw_fab_close(c->fab);
+		tw__fab_close(c->fab);
 	c->fab = NULL;
 	free(c->bks);
 	c->bks = NULL;
-	tw_auth_key_free(c->key);
+	tw__auth_key_free(c->key);
 	c->key = NULL;
 }
 
@@ -282,12 +282,12 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_p
 		bool more;
 		int rc;
 
-		tw_rpc_req_list_segments(&req, c->cfg->log_id, false, from);
-		rc = tw_rpc_call_sync(b->rpc, &req.env, &rep);
+		tw__rpc_req_list_segments(&req, c->cfg->log_id, false, from);
+		rc = tw__rpc_call_sync(b->rpc, &req.env, &rep);
 		if (rc) {
 			snprintf(b->why, sizeof(b->why), "list failed: %s (%s)", tw_strerror(rc),
-				 tw_rpc_client_errmsg(b->rpc));
-			tw_rpc_reply_release(&rep);
+				 tw__rpc_client_errmsg(b->rpc));
+			tw__rpc_reply_release(&rep);
 			return rc;
 		}
 		r = rep.env->list_segments_reply;
@@ -316,14 +316,14 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_p
 			if (cp.epoch > b->max_epoch)
 				b->max_epoch = cp.epoch;
 			if (lv_push(lv, in->segment_id, &cp)) {
-				tw_rpc_reply_release(&rep);
+				tw__rpc_reply_release(&rep);
 				return -ENOMEM;
 			}
 		}
 		more = r && r->more && r->next_log_id == c->cfg->log_id;
 		if (more)
 			from = r->next_segment_id;
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 		if (!more || page + 1 == max_pages)
 			return 0;
 	}
@@ -405,7 +405,7 @@ static int check_complete(struct rctx *c, size_t nseg)
 
 		if (si > 0 && s->id != c->segs[si - 1].id + 1) {
 			c->res->segments_missing = nseg - si;
-			rc_seterr(c, "log %016" PRIx64 ": segments %" PRIu64 "..%" PRIu64 " are "
+			tw__rc_seterr(c, "log %016" PRIx64 ": segments %" PRIu64 "..%" PRIu64 " are "
 				  "missing: no reachable backup holds a copy (the log continues at "
 				  "segment %" PRIu64 ")%s", c->cfg->log_id, c->segs[si - 1].id + 1,
 				  s->id - 1, s->id, down);
@@ -428,7 +428,7 @@ static int check_complete(struct rctx *c, size_t nseg)
 			for (size_t sj = si + 1; sj < nseg; sj++)
 				if (c->segs[sj].usable == 0)
 					c->res->segments_lost++;
-			rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " is lost: every copy is "
+			tw__rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " is lost: every copy is "
 				  "gone (%s; each of these backups stopped before flushing it)%s; %"
 				  PRIu64 " segment(s) without a usable copy in all. Nothing was "
 				  "delivered. To keep the log anyway, free it below the loss (twctl "
@@ -436,7 +436,7 @@ static int check_complete(struct rctx *c, size_t nseg)
 				  c->res->segments_lost);
 			return -TW_ELOST;
 		}
-		rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " has no usable copy (%s)%s; "
+		tw__rc_seterr(c, "log %016" PRIx64 ": segment %" PRIu64 " has no usable copy (%s)%s; "
 			  "nothing was delivered", c->cfg->log_id, s->id, where, down);
 		return -TW_ENOBACKUP;
 	}
@@ -572,9 +572,9 @@ static int list_all(struct rctx *c)
 		if (rc == -ENOMEM)
 			goto out;
 		if (rc == -TW_EFENCED && !c->cfg->no_fence) {
-			rc_seterr(c, "log %016" PRIx64 " was taken over right after this recovery's "
+			tw__rc_seterr(c, "log %016" PRIx64 " was taken over right after this recovery's "
 				  "fence (backup %s: %s)", c->cfg->log_id, b->addr,
-				  tw_rpc_client_errmsg(b->rpc));
+				  tw__rpc_client_errmsg(b->rpc));
 			goto out;
 		}
 		if (rc) {
@@ -585,7 +585,7 @@ static int list_all(struct rctx *c)
 		answered++;
 	}
 	if (answered == 0) {
-		rc_seterr(c, "no backup answered the listing");
+		tw__rc_seterr(c, "no backup answered the listing");
 		rc = -TW_ENOBACKUP;
 		goto out;
 	}
@@ -627,8 +627,8 @@ static int fence_held(struct rctx *c, struct rbk *b, uint64_t epoch, uint64_t *g
 		    " at epoch %" PRIu64 "; waiting for it to stop (this fence already cut it off "
 		    "elsewhere)", c->cfg->log_id, b->addr, *owner, *got);
 	while (rc == -TW_EFENCED && *got < epoch && tw_now_ns() < end) {
-		rc_progress(c, 100);
-		rc = tw_rpc_fence(b->rpc, c->cfg->log_id, epoch, got, owner);
+		tw__rc_progress(c, 100);
+		rc = tw__rpc_fence(b->rpc, c->cfg->log_id, epoch, got, owner);
 	}
 	return rc;
 }
@@ -662,12 +662,12 @@ static int fence_all(struct rctx *c)
 				top = b;
 		}
 		if (!top) {
-			rc_seterr(c, "no backup answered the epoch probe of log %016" PRIx64,
+			tw__rc_seterr(c, "no backup answered the epoch probe of log %016" PRIx64,
 				  c->cfg->log_id);
 			return -TW_ENOBACKUP;
 		}
 		if (top->max_epoch >= TW_EPOCH_MAX) {
-			rc_seterr(c, "log %016" PRIx64 " is at epoch %" PRIu64 " on backup %s: no "
+			tw__rc_seterr(c, "log %016" PRIx64 " is at epoch %" PRIu64 " on backup %s: no "
 				  "epoch is left for a takeover (maximum %" PRIu64 ")", c->cfg->log_id,
 				  top->max_epoch, top->addr, (uint64_t)TW_EPOCH_MAX);
 			return -ERANGE;
@@ -682,27 +682,27 @@ static int fence_all(struct rctx *c)
 		b->fenced = false;
 		if (!bk_ok(b))
 			continue;
-		rc = tw_rpc_fence(b->rpc, c->cfg->log_id, epoch, &got, &owner);
+		rc = tw__rpc_fence(b->rpc, c->cfg->log_id, epoch, &got, &owner);
 		if (rc == -TW_EFENCED && fenced > 0 && got < epoch)
 			rc = fence_held(c, b, epoch, &got, &owner);
 		if (rc == 0) {
 			b->fenced = true;
 			fenced++;
 		} else if (rc == -TW_EFENCED) {
-			rc_seterr(c, "log %016" PRIx64 " is held by another owner: backup %s is at "
+			tw__rc_seterr(c, "log %016" PRIx64 " is held by another owner: backup %s is at "
 				  "epoch %" PRIu64 ", owned by incarnation %016" PRIx64 " (this one: "
 				  "epoch %" PRIu64 ", incarnation %016" PRIx64 "); another takeover or "
 				  "recovery won", c->cfg->log_id, b->addr, got, owner, epoch,
 				  c->incarnation);
 			return -TW_EFENCED;
 		} else if (rc == -EINVAL) {
-			rc_seterr(c, "backup %s refused the fence of log %016" PRIx64 " at epoch %"
+			tw__rc_seterr(c, "backup %s refused the fence of log %016" PRIx64 " at epoch %"
 				  PRIu64 ": %s", b->addr, c->cfg->log_id, epoch,
-				  tw_rpc_client_errmsg(b->rpc));
+				  tw__rpc_client_errmsg(b->rpc));
 			return rc;
 		} else {
 			snprintf(b->why, sizeof(b->why), "fence failed: %s (%s)", tw_strerror(rc),
-				 tw_rpc_client_errmsg(b->rpc));
+				 tw__rpc_client_errmsg(b->rpc));
 			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
 			b->up = false;
 		}
@@ -710,7 +710,7 @@ static int fence_all(struct rctx *c)
 	c->epoch = epoch;
 	c->res->backups_fenced = fenced;
 	if (fenced == 0) {
-		rc_seterr(c, "no backup accepted the fence of log %016" PRIx64, c->cfg->log_id);
+		tw__rc_seterr(c, "no backup accepted the fence of log %016" PRIx64, c->cfg->log_id);
 		return -TW_ENOBACKUP;
 	}
 	return 0;
@@ -737,14 +737,14 @@ static void record_all(struct rctx *c)
 			/* Closed copies already have their final length. */
 			if (!bk_ok(b) || !is_open(&s->copies[k]))
 				continue;
-			rc = tw_rpc_recovered_offset(b->rpc, c->epoch, &m, s->version);
+			rc = tw__rpc_recovered_offset(b->rpc, c->epoch, &m, s->version);
 			if (rc == 0) {
 				c->res->offsets_recorded++;
 				continue;
 			}
 			tw_log_warn("recover: backup %s: recording segment %" PRIu64 " at %" PRIu64
 				    " bytes: %s (%s)", b->addr, s->id, s->len, tw_strerror(rc),
-				    tw_rpc_client_errmsg(b->rpc));
+				    tw__rpc_client_errmsg(b->rpc));
 		}
 	}
 }
@@ -788,7 +788,7 @@ static int run(struct rctx *c, bool fence_only)
 	if (rc)
 		return rc;
 	t = tw_now_ns();
-	rc = rc_fetch_all(c);
+	rc = tw__rc_fetch_all(c);
 	res->phase_ns[TW_RECOVER_PHASE_FETCH] = tw_now_ns() - t;
 	if (rc)
 		return rc;
@@ -937,7 +937,7 @@ static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t 
 
 		if (!bk_ok(b) || (delete_log && !b->fenced))
 			continue;
-		r = tw_rpc_free_segments(b->rpc, epoch, cfg->log_id, below, delete_log, &n);
+		r = tw__rpc_free_segments(b->rpc, epoch, cfg->log_id, below, delete_log, &n);
 		if (r == 0) {
 			freed += n;
 			ok++;
@@ -945,19 +945,19 @@ static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t 
 		}
 		tw_log_warn("recover: backup %s: %s log %016" PRIx64 ": %s (%s)", b->addr,
 			    delete_log ? "delete" : "free", cfg->log_id, tw_strerror(r),
-			    tw_rpc_client_errmsg(b->rpc));
+			    tw__rpc_client_errmsg(b->rpc));
 		if (!first) {
 			first = r;
-			rc_seterr(&c, "backup %s refused to %s log %016" PRIx64 ": %s", b->addr,
+			tw__rc_seterr(&c, "backup %s refused to %s log %016" PRIx64 ": %s", b->addr,
 				  delete_log ? "delete" : "free", cfg->log_id,
-				  tw_rpc_client_errmsg(b->rpc));
+				  tw__rpc_client_errmsg(b->rpc));
 		}
 	}
 	disconnect_all(&c);
 	if (rc == 0 && first)
 		rc = first;
 	if (rc == 0 && ok == 0) {
-		rc_seterr(&c, "no backup answered");
+		tw__rc_seterr(&c, "no backup answered");
 		rc = -TW_ENOBACKUP;
 	}
 	if (freed_out)

@@ -13,7 +13,7 @@
  * verifies what arrived, while the calling thread delivers, so the application's callback
  * never stalls the data flow (on tcp the initiator must poll for incoming data to move). Callbacks (RPC
  * replies, read completions) only record what happened; every state transition is made under
- * the lock by one of the two loops, so nothing runs re-entrantly (tw_chan_read may progress the
+ * the lock by one of the two loops, so nothing runs re-entrantly (tw__chan_read may progress the
  * fab while it waits for queue space). After the fetch thread is joined, the calling thread
  * drives the fab again.
  */
@@ -102,7 +102,7 @@ static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
 		return;
 	}
 	s->granted = true;
-	tw_rpc_rkey_from_pb(r->rkey, &s->rk);
+	tw__rpc_rkey_from_pb(r->rkey, &s->rk);
 	if (r->corrupt) {
 		s->grant_status = -TW_ECORRUPT;
 		snprintf(s->why, sizeof(s->why), "backup says the copy is corrupt");
@@ -163,8 +163,8 @@ static void release_grant(struct rslot *s)
 	s->granted = false;
 	if (b->lost || !b->rpc)
 		return;
-	tw_rpc_req_release_segment(&req, c->epoch, c->cfg->log_id, slot_seg(s)->id);
-	(void)tw_rpc_call(b->rpc, &req.env, release_done, s);
+	tw__rpc_req_release_segment(&req, c->epoch, c->cfg->log_id, slot_seg(s)->id);
+	(void)tw__rpc_call(b->rpc, &req.env, release_done, s);
 }
 
 /* Pick a copy for the slot's segment: the first not-failed copy's equivalence class (same
@@ -267,8 +267,8 @@ static int start_grant(struct fetch *f, struct rslot *s)
 		s->state = SLOT_READ; /* nothing to read */
 		return 1;
 	}
-	tw_rpc_req_read_segment(&req, c->epoch, c->cfg->log_id, g->id);
-	rc = tw_rpc_call(c->bks[cp->bk].rpc, &req.env, grant_done, s);
+	tw__rpc_req_read_segment(&req, c->epoch, c->cfg->log_id, g->id);
+	rc = tw__rpc_call(c->bks[cp->bk].rpc, &req.env, grant_done, s);
 	if (rc) {
 		snprintf(s->why, sizeof(s->why), "read grant request: %s", tw_strerror(rc));
 		s->err = rc;
@@ -306,7 +306,7 @@ static bool post_reads(struct fetch *f, struct rslot *s)
 		rr->len = n;
 		rr->busy = true;
 		s->inflight++;
-		rc = tw_chan_read(b->ch, &rr->op, s->buf + s->next_off, n, s->mr, &s->rk,
+		rc = tw__chan_read(b->ch, &rr->op, s->buf + s->next_off, n, s->mr, &s->rk,
 				  s->next_off);
 		if (rc) {
 			rr->busy = false;
@@ -349,7 +349,7 @@ static bool step(struct fetch *f, struct rslot *s)
 		if (s->grant_status) {
 			if (!s->why[0])
 				snprintf(s->why, sizeof(s->why), "read grant: %s",
-					 tw_rpc_client_errmsg(slot_bk(s)->rpc));
+					 tw__rpc_client_errmsg(slot_bk(s)->rpc));
 			s->err = s->grant_status;
 			if (s->err == -TW_EFENCED) {
 				/* Another owner fenced the log after us: no other copy helps. */
@@ -428,13 +428,13 @@ static int deliver(struct fetch *f, struct rslot *s)
 	int rc;
 
 	if (s->err == -TW_EFENCED) {
-		rc_seterr(c, "log %016" PRIx64 " was taken over during this recovery (segment %"
+		tw__rc_seterr(c, "log %016" PRIx64 " was taken over during this recovery (segment %"
 			  PRIu64 " on backup %s: %s)", c->cfg->log_id, g->id, slot_bk(s)->addr,
 			  s->why);
 		return -TW_EFENCED;
 	}
 	if (s->err == -TW_ENOBACKUP) {
-		rc_seterr(c, "log %016" PRIx64 " segment %" PRIu64 ": no usable copy left (every "
+		tw__rc_seterr(c, "log %016" PRIx64 " segment %" PRIu64 ": no usable copy left (every "
 			  "copy failed to load, read or verify)", c->cfg->log_id, g->id);
 		return -TW_ENOBACKUP;
 	}
@@ -463,14 +463,14 @@ static int deliver(struct fetch *f, struct rslot *s)
 		c->res->entries++;
 		c->res->payload_bytes += len;
 		if (c->cb && c->cb(c->cb_arg, &e) != 0) {
-			rc_seterr(c, "the entry callback stopped the recovery at entry %" PRIu64,
+			tw__rc_seterr(c, "the entry callback stopped the recovery at entry %" PRIu64,
 				  e.index);
 			return -ECANCELED;
 		}
 	}
 	c->res->phase_ns[TW_RECOVER_PHASE_DELIVER] += tw_now_ns() - t1;
 	if (rc < 0) {
-		rc_seterr(c, "segment %" PRIu64 ": entries not well formed after a good scan",
+		tw__rc_seterr(c, "segment %" PRIu64 ": entries not well formed after a good scan",
 			  g->id);
 		return -TW_ECORRUPT;
 	}
@@ -502,7 +502,7 @@ static void fetch_fini(struct fetch *f)
 		for (unsigned i = 0; i < f->nslots; i++)
 			if (f->slots[i].state == SLOT_GRANT && f->slots[i].grant_done)
 				f->slots[i].state = SLOT_FREE;
-		rc_progress(c, 10);
+		tw__rc_progress(c, 10);
 	}
 	for (unsigned i = 0; i < f->nslots; i++) {
 		struct rslot *s = &f->slots[i];
@@ -511,10 +511,10 @@ static void fetch_fini(struct fetch *f)
 			/* Still not done (peer stuck): dropping the clients completes them. */
 			for (unsigned k = 0; k < c->nbk; k++) {
 				if (c->bks[k].rpc)
-					tw_rpc_client_destroy(c->bks[k].rpc);
+					tw__rpc_client_destroy(c->bks[k].rpc);
 				c->bks[k].rpc = NULL;
 				if (c->bks[k].ch)
-					tw_chan_close(c->bks[k].ch);
+					tw__chan_close(c->bks[k].ch);
 				c->bks[k].ch = NULL;
 			}
 			break;
@@ -524,9 +524,9 @@ static void fetch_fini(struct fetch *f)
 		struct rslot *s = &f->slots[i];
 
 		if (s->mr)
-			tw_mr_close(s->mr);
+			tw__mr_close(s->mr);
 		if (s->buf)
-			tw_fab_free(s->buf, s->cap);
+			tw__fab_free(s->buf, s->cap);
 		free(s->reads);
 	}
 	free(f->slots);
@@ -583,14 +583,14 @@ static void *fetch_main(void *arg)
 		pthread_mutex_unlock(&f->lock);
 		/* Callbacks run here without the lock: they touch only slots that are being
 		 * fetched, never one the delivering thread holds. */
-		rc_progress(c, did ? 0 : 50);
+		tw__rc_progress(c, did ? 0 : 50);
 		pthread_mutex_lock(&f->lock);
 	}
 	pthread_mutex_unlock(&f->lock);
 	return NULL;
 }
 
-int rc_fetch_all(struct rctx *c)
+int tw__rc_fetch_all(struct rctx *c)
 {
 	const struct tw_recover_config *cfg = c->cfg;
 	struct fetch f;
@@ -631,21 +631,21 @@ int rc_fetch_all(struct rctx *c)
 		s->c = c;
 		s->copy = -1;
 		s->cap = cap;
-		s->buf = tw_fab_alloc(cap);
+		s->buf = tw__fab_alloc(cap);
 		s->reads = calloc(f.nreads, sizeof(*s->reads));
 		if (!s->buf || !s->reads) {
 			rc = -ENOMEM;
 			goto out;
 		}
-		rc = tw_mr_reg(c->fab, s->buf, cap, TW_MR_READ_DST, &s->mr);
+		rc = tw__mr_reg(c->fab, s->buf, cap, TW_MR_READ_DST, &s->mr);
 		if (rc) {
-			rc_seterr(c, "cannot register a %zu-byte read buffer: %s", cap,
+			tw__rc_seterr(c, "cannot register a %zu-byte read buffer: %s", cap,
 				  tw_strerror(rc));
 			goto out;
 		}
 	}
 	if (pthread_create(&thr, NULL, fetch_main, &f) != 0) {
-		rc_seterr(c, "cannot start the fetch thread");
+		tw__rc_seterr(c, "cannot start the fetch thread");
 		rc = -EAGAIN;
 		goto out;
 	}
@@ -672,11 +672,11 @@ int rc_fetch_all(struct rctx *c)
 		s->state = SLOT_FREE;
 		f.next_deliver++;
 		rc = 0;
-		tw_fab_wakeup(c->fab);
+		tw__fab_wakeup(c->fab);
 	}
 	f.stop = true;
 	pthread_mutex_unlock(&f.lock);
-	tw_fab_wakeup(c->fab);
+	tw__fab_wakeup(c->fab);
 	pthread_join(thr, NULL);
 out:
 	fetch_fini(&f);

@@ -81,11 +81,11 @@ struct rctx {
 	struct tw_auth_key *key; /* cluster key (NULL: none); connect_all */
 };
 
-void rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
+void tw__rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
 /* Run the fetch/verify/deliver pipeline over c->segs[0 .. nsegs). 0 or a negative code. */
-int rc_fetch_all(struct rctx *c);
+int tw__rc_fetch_all(struct rctx *c);
 /* Progress the fab once (up to timeout_ms) and expire RPCs. */
-void rc_progress(struct rctx *c, int timeout_ms);
+void tw__rc_progress(struct rctx *c, int timeout_ms);
 
 /* tw_recover() with this owner id (0: a fresh random one); *next_segment_out (may be NULL)
  * receives the first segment id after everything any backup holds or freed. The takeover

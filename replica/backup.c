@@ -35,7 +35,7 @@ void tw_backup_config_init(struct tw_backup_config *cfg)
 	cfg->max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS;
 }
 
-void bk_seterr(struct tw_backup *b, const char *fmt, ...)
+void tw__bk_seterr(struct tw_backup *b, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -88,7 +88,7 @@ static int seg_cmp(const struct seg *s, uint64_t log_id, uint64_t segment_id)
 	return 0;
 }
 
-size_t bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
 	size_t lo = 0, hi = b->nsegs;
 
@@ -103,18 +103,18 @@ size_t bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment
 	return lo;
 }
 
-struct seg *bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+struct seg *tw__bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
-	size_t i = bk_seg_lower_bound(b, log_id, segment_id);
+	size_t i = tw__bk_seg_lower_bound(b, log_id, segment_id);
 
 	if (i < b->nsegs && seg_cmp(b->segs[i], log_id, segment_id) == 0)
 		return b->segs[i];
 	return NULL;
 }
 
-struct seg *bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
+struct seg *tw__bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
-	size_t i = bk_seg_lower_bound(b, log_id, segment_id);
+	size_t i = tw__bk_seg_lower_bound(b, log_id, segment_id);
 	struct seg *s;
 
 	if (i < b->nsegs && seg_cmp(b->segs[i], log_id, segment_id) == 0)
@@ -140,9 +140,9 @@ struct seg *bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment
 	return s;
 }
 
-void bk_seg_delete(struct tw_backup *b, struct seg *s)
+void tw__bk_seg_delete(struct tw_backup *b, struct seg *s)
 {
-	size_t i = bk_seg_lower_bound(b, s->log_id, s->segment_id);
+	size_t i = tw__bk_seg_lower_bound(b, s->log_id, s->segment_id);
 
 	if (i < b->nsegs && b->segs[i] == s) {
 		memmove(&b->segs[i], &b->segs[i + 1], (b->nsegs - i - 1) * sizeof(*b->segs));
@@ -152,7 +152,7 @@ void bk_seg_delete(struct tw_backup *b, struct seg *s)
 	b->index_dirty = true;
 }
 
-struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create)
+struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create)
 {
 	for (size_t i = 0; i < b->nlogs; i++)
 		if (b->logs[i].log_id == log_id)
@@ -207,7 +207,7 @@ static void del_forget(struct replay *rp, uint64_t log_id)
 
 static int set_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t owner)
 {
-	struct logst *lg = bk_log(b, log_id, true);
+	struct logst *lg = tw__bk_log(b, log_id, true);
 
 	if (!lg)
 		return -ENOMEM;
@@ -245,14 +245,14 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 		del_forget(rp, r->log_id);
 		return set_owner(b, r->log_id, r->b, r->c);
 	case METALOG_FREE:
-		lg = bk_log(b, r->log_id, true);
+		lg = tw__bk_log(b, r->log_id, true);
 		if (!lg)
 			return -ENOMEM;
 		if (r->a > lg->free_below)
 			lg->free_below = r->a;
 		return 0;
 	case METALOG_DELETE:
-		lg = bk_log(b, r->log_id, true);
+		lg = tw__bk_log(b, r->log_id, true);
 		if (!lg)
 			return -ENOMEM;
 		lg->free_below = 0;
@@ -274,9 +274,9 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 			else
 				i++;
 		}
-		for (size_t i = bk_seg_lower_bound(b, r->log_id, 0);
+		for (size_t i = tw__bk_seg_lower_bound(b, r->log_id, 0);
 		     i < b->nsegs && b->segs[i]->log_id == r->log_id;)
-			bk_seg_delete(b, b->segs[i]);
+			tw__bk_seg_delete(b, b->segs[i]);
 		return 0;
 	default:
 		return -TW_ECORRUPT;
@@ -297,7 +297,7 @@ static int meta_compact(struct tw_backup *b)
 		const struct logst *lg = &b->logs[i];
 		bool live = false;
 
-		for (size_t k = bk_seg_lower_bound(b, lg->log_id, 0);
+		for (size_t k = tw__bk_seg_lower_bound(b, lg->log_id, 0);
 		     k < b->nsegs && b->segs[k]->log_id == lg->log_id && !live; k++)
 			live = !b->segs[k]->freed;
 		/* A log with no live segment here (deleted, or all of it freed) may still have
@@ -321,23 +321,23 @@ static int meta_compact(struct tw_backup *b)
 			v[n++] = (struct metalog_rec){ METALOG_OPEN, s->log_id, s->segment_id,
 						       s->epoch, 0 };
 	}
-	rc = metalog_rewrite(&b->ml, v, n, bk__meta_cap);
+	rc = tw__metalog_rewrite(&b->ml, v, n, tw__bk_meta_cap);
 	free(v);
 	if (rc == 0)
 		tw_log_info("backup: metadata journal rewritten with %zu records", n);
 	return rc;
 }
 
-uint32_t bk__meta_cap = METALOG_DEFAULT_CAP;
+uint32_t tw__bk_meta_cap = METALOG_DEFAULT_CAP;
 
-int bk_meta_append(struct tw_backup *b, const struct metalog_rec *r)
+int tw__bk_meta_append(struct tw_backup *b, const struct metalog_rec *r)
 {
-	int rc = metalog_append(&b->ml, r);
+	int rc = tw__metalog_append(&b->ml, r);
 
 	if (rc == -ENOSPC) {
 		rc = meta_compact(b);
 		if (rc == 0)
-			rc = metalog_append(&b->ml, r);
+			rc = tw__metalog_append(&b->ml, r);
 	}
 	return rc;
 }
@@ -349,14 +349,14 @@ static int finish_replay(struct tw_backup *b, struct replay *rp, unsigned *lost_
 	unsigned lost = 0;
 
 	for (size_t i = 0; i < rp->n; i++) {
-		struct logst *lg = bk_log(b, rp->v[i].log_id, false);
+		struct logst *lg = tw__bk_log(b, rp->v[i].log_id, false);
 		struct seg *s;
 
 		if (lg && rp->v[i].seg < lg->free_below)
 			continue;
-		if (bk_seg_find(b, rp->v[i].log_id, rp->v[i].seg))
+		if (tw__bk_seg_find(b, rp->v[i].log_id, rp->v[i].seg))
 			continue;
-		s = bk_seg_insert(b, rp->v[i].log_id, rp->v[i].seg);
+		s = tw__bk_seg_insert(b, rp->v[i].log_id, rp->v[i].seg);
 		if (!s)
 			return -ENOMEM;
 		s->state = SEG_LOST;
@@ -368,7 +368,7 @@ static int finish_replay(struct tw_backup *b, struct replay *rp, unsigned *lost_
 	}
 	for (size_t i = 0; i < b->nsegs;) {
 		struct seg *s = b->segs[i];
-		struct logst *lg = bk_log(b, s->log_id, false);
+		struct logst *lg = tw__bk_log(b, s->log_id, false);
 
 		bool deleted = false;
 
@@ -377,8 +377,8 @@ static int finish_replay(struct tw_backup *b, struct replay *rp, unsigned *lost_
 		if (deleted || (lg && s->segment_id < lg->free_below)) {
 			/* A free or delete interrupted before its files were removed. */
 			if (s->on_disk)
-				segfile_remove(b->dirfd, s->log_id, s->segment_id);
-			bk_seg_delete(b, s);
+				tw__segfile_remove(b->dirfd, s->log_id, s->segment_id);
+			tw__bk_seg_delete(b, s);
 			continue;
 		}
 		i++;
@@ -397,11 +397,11 @@ static int rebuild_index(struct tw_backup *b)
 	char why[256];
 	int rc;
 
-	rc = metalog_open(&b->ml, b->dirfd, bk__meta_cap, replay_rec, &rp, why, sizeof(why));
+	rc = tw__metalog_open(&b->ml, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
 	if (rc != 0) {
 		free(rp.v);
 		free(rp.del);
-		bk_seterr(b, "storage directory %s: %s", b->dir, why);
+		tw__bk_seterr(b, "storage directory %s: %s", b->dir, why);
 		return rc;
 	}
 	dfd = dup(b->dirfd);
@@ -425,12 +425,12 @@ static int rebuild_index(struct tw_backup *b)
 
 		if (de->d_name[0] == '.')
 			continue;
-		if (segfile_parse_epoch_name(de->d_name, &log_id)) {
+		if (tw__segfile_parse_epoch_name(de->d_name, &log_id)) {
 			/* A fence epoch written by Tailwind 0.1 (one file per log). */
 			uint64_t file_log, epoch;
 			struct logst *lg;
 
-			if (segfile_read_epoch(b->dirfd, de->d_name, &file_log, &epoch) != 0 ||
+			if (tw__segfile_read_epoch(b->dirfd, de->d_name, &file_log, &epoch) != 0 ||
 			    file_log != log_id) {
 				tw_log_warn("backup: epoch file %s/%s is corrupt: ignored (the log's "
 					    "epoch falls back to its segment files)", b->dir,
@@ -441,7 +441,7 @@ static int rebuild_index(struct tw_backup *b)
 				closedir(d);
 				free(rp.v);
 				free(rp.del);
-				bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
+				tw__bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
 					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
 					  "an older twd): no takeover of that log could follow it. If no "
 					  "primary of the log is alive, remove the file and fence the log "
@@ -449,7 +449,7 @@ static int rebuild_index(struct tw_backup *b)
 					  (uint64_t)TW_EPOCH_MAX);
 				return -ERANGE;
 			}
-			lg = bk_log(b, log_id, true);
+			lg = tw__bk_log(b, log_id, true);
 			if (!lg) {
 				closedir(d);
 				free(rp.v);
@@ -469,17 +469,17 @@ static int rebuild_index(struct tw_backup *b)
 			tmps++;
 			continue;
 		}
-		if (!segfile_parse_name(de->d_name, &log_id, &seg_id)) {
+		if (!tw__segfile_parse_name(de->d_name, &log_id, &seg_id)) {
 			if (has_suffix(de->d_name, SEGFILE_SUFFIX))
 				tw_log_warn("backup: ignoring %s/%s: not a segment file name",
 					    b->dir, de->d_name);
 			continue;
 		}
 		memset(&h, 0, sizeof(h));
-		rc = segfile_verify(b->dirfd, de->d_name, &h);
+		rc = tw__segfile_verify(b->dirfd, de->d_name, &h);
 		if (rc == 0 && (h.log_id != log_id || h.segment_id != seg_id))
 			rc = -TW_ECORRUPT;
-		s = bk_seg_insert(b, log_id, seg_id);
+		s = tw__bk_seg_insert(b, log_id, seg_id);
 		if (!s) {
 			closedir(d);
 			free(rp.v);
@@ -510,7 +510,7 @@ static int rebuild_index(struct tw_backup *b)
 			good++;
 		}
 		if (s->epoch > 0) {
-			struct logst *lg = bk_log(b, log_id, true);
+			struct logst *lg = tw__bk_log(b, log_id, true);
 
 			if (!lg) {
 				closedir(d);
@@ -536,7 +536,7 @@ static int rebuild_index(struct tw_backup *b)
 
 /* ------------------------------------------------------------------ connections */
 
-struct conn *bk_conn_find(struct tw_backup *b, uint64_t id)
+struct conn *tw__bk_conn_find(struct tw_backup *b, uint64_t id)
 {
 	for (struct conn *c = b->conns; c; c = c->next)
 		if (c->id == id)
@@ -548,8 +548,8 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 {
 	struct conn **pp;
 
-	bk_conn_release_grants(b, c);
-	bk_auth_conn_gone(b, c);
+	tw__bk_conn_release_grants(b, c);
+	tw__bk_auth_conn_gone(b, c);
 	for (pp = &b->conns; *pp; pp = &(*pp)->next) {
 		if (*pp == c) {
 			*pp = c->next;
@@ -557,10 +557,10 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 		}
 	}
 	if (c->ch) {
-		tw_chan_set_user(c->ch, NULL);
+		tw__chan_set_user(c->ch, NULL);
 		if (close_chan) {
-			tw_rpc_server_on_lost(b->srv, c->ch);
-			tw_chan_close(c->ch);
+			tw__rpc_server_on_lost(b->srv, c->ch);
+			tw__chan_close(c->ch);
 		}
 	}
 	free(c->grants);
@@ -574,16 +574,16 @@ static void on_accept(void *arg, struct tw_chan *ch)
 	struct conn *c = calloc(1, sizeof(*c));
 
 	if (!c) {
-		tw_log_error("backup: out of memory accepting %s; closing it", tw_chan_peer(ch));
-		tw_chan_close(ch);
+		tw_log_error("backup: out of memory accepting %s; closing it", tw__chan_peer(ch));
+		tw__chan_close(ch);
 		return;
 	}
 	c->id = ++b->next_conn_id;
 	c->ch = ch;
 	c->next = b->conns;
 	b->conns = c;
-	tw_chan_set_user(ch, c);
-	tw_log_info("backup: connection %" PRIu64 " from %s", c->id, tw_chan_peer(ch));
+	tw__chan_set_user(ch, c);
+	tw_log_info("backup: connection %" PRIu64 " from %s", c->id, tw__chan_peer(ch));
 	pthread_mutex_lock(&b->st_lock);
 	b->st.connections++;
 	pthread_mutex_unlock(&b->st_lock);
@@ -592,20 +592,20 @@ static void on_accept(void *arg, struct tw_chan *ch)
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
 	struct tw_backup *b = arg;
-	struct conn *c = tw_chan_user(ch);
+	struct conn *c = tw__chan_user(ch);
 
 	if (!c || c->lost || c->drop)
 		return;
-	bk_rpc_recv(b, c, msg, len);
+	tw__bk_rpc_recv(b, c, msg, len);
 }
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	struct conn *c = tw_chan_user(ch);
+	struct conn *c = tw__chan_user(ch);
 
 	if (!c)
 		return;
-	tw_log_info("backup: connection %" PRIu64 " (%s) lost: %s", c->id, tw_chan_peer(ch),
+	tw_log_info("backup: connection %" PRIu64 " (%s) lost: %s", c->id, tw__chan_peer(ch),
 		    tw_strerror(err));
 	c->lost = true;
 	((struct tw_backup *)arg)->reap = true;
@@ -635,7 +635,7 @@ static void reap_conns(struct tw_backup *b)
 
 /* ------------------------------------------------------------------ flusher */
 
-void bk_submit(struct tw_backup *b, struct job *j)
+void tw__bk_submit(struct tw_backup *b, struct job *j)
 {
 	j->next = NULL;
 	pthread_mutex_lock(&b->fl_lock);
@@ -653,15 +653,15 @@ static void run_job(struct tw_backup *b, struct job *j)
 {
 	switch (j->kind) {
 	case JOB_FLUSH:
-		j->result = segfile_write(b->dirfd, &j->hdr, j->buf->mem, &b->fio);
+		j->result = tw__segfile_write(b->dirfd, &j->hdr, j->buf->mem, &b->fio);
 		break;
 	case JOB_REMOVE:
-		j->result = segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id);
+		j->result = tw__segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id);
 		if (j->result == -ENOENT)
 			j->result = 0;
 		break;
 	case JOB_SETVER:
-		j->result = segfile_set_version(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
+		j->result = tw__segfile_set_version(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
 						j->hdr.replica_version, &b->fio);
 		break;
 	}
@@ -703,7 +703,7 @@ static void *flusher_main(void *arg)
 		b->jobs_pending--;
 		pthread_cond_broadcast(&b->fl_done_cond);
 		pthread_mutex_unlock(&b->fl_lock);
-		tw_fab_wakeup(b->fab);
+		tw__fab_wakeup(b->fab);
 		pthread_mutex_lock(&b->fl_lock);
 	}
 	pthread_mutex_unlock(&b->fl_lock);
@@ -723,24 +723,24 @@ static unsigned drain_done(struct tw_backup *b)
 	while (j) {
 		struct job *next = j->next;
 
-		bk_job_done(b, j);
+		tw__bk_job_done(b, j);
 		j = next;
 		n++;
 	}
 	return n;
 }
 
-void bk_release_buf(struct tw_backup *b, struct pool_buf *pb)
+void tw__bk_release_buf(struct tw_backup *b, struct pool_buf *pb)
 {
 	/* The key of its last use dies; the bytes stay. The next open draws a chain seed other
 	 * than pb->seed, under which they cannot validate (docs/log-format.md §7, "Reuse without
 	 * zeroing"), so there is nothing to zero. */
-	pool_revoke_mr(&b->pool, pb);
+	tw__pool_revoke_mr(&b->pool, pb);
 	pb->seg = NULL;
-	if (pool_ensure_mr(&b->pool, pb) != 0)
+	if (tw__pool_ensure_mr(&b->pool, pb) != 0)
 		tw_log_warn("backup: cannot register buffer %u again (%s); the next open retries",
-			    pb->idx, tw_fab_errmsg(b->fab));
-	pool_set_state(&b->pool, pb, POOL_FREE);
+			    pb->idx, tw__fab_errmsg(b->fab));
+	tw__pool_set_state(&b->pool, pb, POOL_FREE);
 }
 
 /* ------------------------------------------------------------------ statistics */
@@ -764,7 +764,7 @@ static enum tw_backup_rpc rpc_kind_of_op(int op)
 	}
 }
 
-void bk_stats_sync(struct tw_backup *b)
+void tw__bk_stats_sync(struct tw_backup *b)
 {
 	struct tw_fab_stats fs;
 	struct tw_rpc_server_stats rs;
@@ -772,9 +772,9 @@ void bk_stats_sync(struct tw_backup *b)
 	uint64_t on_disk = 0, corrupt = 0;
 	bool recount = b->index_dirty;
 
-	tw_fab_get_stats(b->fab, &fs);
+	tw__fab_get_stats(b->fab, &fs);
 	if (b->srv)
-		tw_rpc_server_get_stats(b->srv, &rs);
+		tw__rpc_server_get_stats(b->srv, &rs);
 	else
 		memset(&rs, 0, sizeof(rs));
 	if (recount) {
@@ -893,7 +893,7 @@ static int open_dir(struct tw_backup *b)
 	if (mkdir(b->dir, 0755) != 0 && errno != EEXIST) {
 		int rc = -errno;
 
-		bk_seterr(b, "cannot create storage directory %s: %s (create it, or pick another "
+		tw__bk_seterr(b, "cannot create storage directory %s: %s (create it, or pick another "
 			  "with --dir)", b->dir, strerror(errno));
 		return rc;
 	}
@@ -901,13 +901,13 @@ static int open_dir(struct tw_backup *b)
 	if (b->dirfd < 0) {
 		int rc = -errno;
 
-		bk_seterr(b, "cannot open storage directory %s: %s", b->dir, strerror(errno));
+		tw__bk_seterr(b, "cannot open storage directory %s: %s", b->dir, strerror(errno));
 		return rc;
 	}
 	if (flock(b->dirfd, LOCK_EX | LOCK_NB) != 0) {
 		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 
-		bk_seterr(b, "storage directory %s is in use by another backup (lock held); give "
+		tw__bk_seterr(b, "storage directory %s is in use by another backup (lock held); give "
 			  "each twd its own --dir", b->dir);
 		return rc;
 	}
@@ -959,10 +959,10 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	b->node_id = cfg->node_id ? cfg->node_id : default_node_id();
 	b->start_ns = tw_now_ns();
 	b->cfg.key_file = NULL; /* not kept: the key is read once, here */
-	if (tw_auth_key_path(cfg->key_file)) {
-		rc = tw_auth_key_load(tw_auth_key_path(cfg->key_file), &b->key, why, sizeof(why));
+	if (tw__auth_key_path(cfg->key_file)) {
+		rc = tw__auth_key_load(tw__auth_key_path(cfg->key_file), &b->key, why, sizeof(why));
 		if (rc) {
-			bk_seterr(b, "%s", why);
+			tw__bk_seterr(b, "%s", why);
 			goto fail_logged;
 		}
 	}
@@ -973,12 +973,12 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	rc = rebuild_index(b);
 	if (rc != 0) {
 		if (!b->errmsg[0])
-			bk_seterr(b, "cannot read storage directory %s: %s", b->dir,
+			tw__bk_seterr(b, "cannot read storage directory %s: %s", b->dir,
 				  tw_strerror(rc));
 		goto fail_logged;
 	}
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = b->cfg.provider;
 	fc.node = b->cfg.node;
 	fc.service = b->cfg.service;
@@ -988,44 +988,44 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	ev.on_accept = on_accept;
 	ev.on_recv = on_recv;
 	ev.on_lost = on_lost;
-	rc = tw_fab_open(&fc, &ev, &b->fab);
+	rc = tw__fab_open(&fc, &ev, &b->fab);
 	if (rc != 0) {
-		bk_seterr(b, "cannot open the fabric (provider %s): %s",
+		tw__bk_seterr(b, "cannot open the fabric (provider %s): %s",
 			  fc.provider ? fc.provider : "default", tw_strerror(rc));
 		goto fail_logged;
 	}
-	rc = pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.max_buffers, b->cfg.buffer_size);
+	rc = tw__pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.max_buffers, b->cfg.buffer_size);
 	if (rc != 0) {
-		bk_seterr(b, "cannot allocate and register %u buffers of %zu bytes: %s%s",
+		tw__bk_seterr(b, "cannot allocate and register %u buffers of %zu bytes: %s%s",
 			  b->cfg.buffers, b->cfg.buffer_size, tw_strerror(rc),
 			  rc == -ENOMEM || rc == -EAGAIN ?
 			  " (lower --buffers/--buffer-size; on verbs raise RLIMIT_MEMLOCK: "
 			  "ulimit -l unlimited, or LimitMEMLOCK=infinity for a systemd unit)" : "");
 		goto fail_logged;
 	}
-	rc = bk_rpc_init(b);
+	rc = tw__bk_rpc_init(b);
 	if (rc != 0) {
-		bk_seterr(b, "cannot create the RPC server: %s", tw_strerror(rc));
+		tw__bk_seterr(b, "cannot create the RPC server: %s", tw_strerror(rc));
 		goto fail_logged;
 	}
 	rc = pthread_create(&b->flusher, NULL, flusher_main, b);
 	if (rc != 0) {
 		rc = -rc;
-		bk_seterr(b, "cannot start the flusher thread: %s", strerror(-rc));
+		tw__bk_seterr(b, "cannot start the flusher thread: %s", strerror(-rc));
 		goto fail_logged;
 	}
 	b->flusher_started = true;
-	rc = tw_fab_listen(b->fab, b->addr, sizeof(b->addr));
+	rc = tw__fab_listen(b->fab, b->addr, sizeof(b->addr));
 	if (rc != 0) {
-		bk_seterr(b, "cannot listen on %s:%s: %s (%s)", fc.node ? fc.node : "default",
+		tw__bk_seterr(b, "cannot listen on %s:%s: %s (%s)", fc.node ? fc.node : "default",
 			  fc.service ? fc.service : "ephemeral", tw_strerror(rc),
-			  tw_fab_errmsg(b->fab));
+			  tw__fab_errmsg(b->fab));
 		goto fail_logged;
 	}
 	b->index_dirty = true;
-	bk_stats_sync(b);
+	tw__bk_stats_sync(b);
 	tw_log_info("backup: listening on %s (%s), %u buffers of %zu bytes (grows to %u), "
-		    "unflushed limit %u, storage %s", b->addr, tw_fab_provider(b->fab), b->pool.n,
+		    "unflushed limit %u, storage %s", b->addr, tw__fab_provider(b->fab), b->pool.n,
 		    b->pool.size, b->pool.max, b->cfg.unflushed_limit, b->dir);
 	*out = b;
 	return 0;
@@ -1041,7 +1041,7 @@ void tw_backup_stop(struct tw_backup *b)
 {
 	atomic_store(&b->stop, true);
 	if (b->fab)
-		tw_fab_wakeup(b->fab);
+		tw__fab_wakeup(b->fab);
 }
 
 static void retry_failed_flushes(struct tw_backup *b);
@@ -1055,29 +1055,29 @@ int tw_backup_run(struct tw_backup *b)
 	while (!atomic_load(&b->stop)) {
 		bool busy;
 
-		rc = tw_fab_progress(b->fab, b->cfg.busy_poll ? 0 : 1000);
+		rc = tw__fab_progress(b->fab, b->cfg.busy_poll ? 0 : 1000);
 		busy = rc > 0;
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
-			bk_seterr(b, "fabric progress failed: %s (%s)", tw_strerror(rc),
-				  tw_fab_errmsg(b->fab));
+			tw__bk_seterr(b, "fabric progress failed: %s (%s)", tw_strerror(rc),
+				  tw__fab_errmsg(b->fab));
 			tw_log_error("backup: %s", b->errmsg);
 			break;
 		}
 		rc = 0;
 		if (drain_done(b))
 			busy = true;
-		bk_auth_sweep(b);
+		tw__bk_auth_sweep(b);
 		reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
 			retry_failed_flushes(b);
 		/* Publish the counters when something happened, else at most every 50 ms (a
 		 * busy-polling loop would otherwise take the stats lock millions of times). */
 		if (busy || tw_now_ns() >= next_sync) {
-			bk_stats_sync(b);
+			tw__bk_stats_sync(b);
 			next_sync = tw_now_ns() + 50000000u;
 		}
 	}
-	bk_stats_sync(b);
+	tw__bk_stats_sync(b);
 	/* Consume the request so the next run works. */
 	atomic_store(&b->stop, false);
 	b->running = false;
@@ -1118,10 +1118,10 @@ static void submit_flush(struct tw_backup *b, struct seg *s, bool open_flush)
 	j->hdr.buffer_size = b->pool.size;
 	j->hdr.seed = s->seed;
 	s->buf->in_flush = true;
-	bk_submit(b, j);
+	tw__bk_submit(b, j);
 }
 
-void bk_flush_closed(struct tw_backup *b, struct seg *s)
+void tw__bk_flush_closed(struct tw_backup *b, struct seg *s)
 {
 	submit_flush(b, s, false);
 }
@@ -1139,7 +1139,7 @@ static void retry_failed_flushes(struct tw_backup *b)
 	}
 }
 
-void bk_job_done(struct tw_backup *b, struct job *j)
+void tw__bk_job_done(struct tw_backup *b, struct job *j)
 {
 	struct pool_buf *pb = j->buf;
 	struct seg *s;
@@ -1210,11 +1210,11 @@ void bk_job_done(struct tw_backup *b, struct job *j)
 				rm->kind = JOB_REMOVE;
 				rm->hdr.log_id = s->log_id;
 				rm->hdr.segment_id = s->segment_id;
-				bk_submit(b, rm);
+				tw__bk_submit(b, rm);
 			} else if (s->on_disk) {
 				/* No memory for a job: remove it here (blocking, rare), as drop_seg
 				 * does, so that the freed segment does not come back on a restart. */
-				int rc = segfile_remove(b->dirfd, s->log_id, s->segment_id);
+				int rc = tw__segfile_remove(b->dirfd, s->log_id, s->segment_id);
 
 				if (rc != 0 && rc != -ENOENT)
 					tw_log_warn("backup: removing freed segment %016" PRIx64
@@ -1222,8 +1222,8 @@ void bk_job_done(struct tw_backup *b, struct job *j)
 						    tw_strerror(rc));
 			}
 			s->buf = NULL;
-			bk_release_buf(b, pb);
-			bk_seg_delete(b, s);
+			tw__bk_release_buf(b, pb);
+			tw__bk_seg_delete(b, s);
 			break;
 		}
 		s->state = SEG_FLUSHED;
@@ -1235,14 +1235,14 @@ void bk_job_done(struct tw_backup *b, struct job *j)
 				sv->hdr.log_id = s->log_id;
 				sv->hdr.segment_id = s->segment_id;
 				sv->hdr.replica_version = s->version;
-				bk_submit(b, sv);
+				tw__bk_submit(b, sv);
 			}
 		}
 		if (s->readers > 0) {
-			pool_set_state(&b->pool, pb, POOL_LOADED); /* keep it for the readers */
+			tw__pool_set_state(&b->pool, pb, POOL_LOADED); /* keep it for the readers */
 		} else {
 			s->buf = NULL;
-			bk_release_buf(b, pb);
+			tw__bk_release_buf(b, pb);
 		}
 		break;
 	}
@@ -1262,7 +1262,7 @@ int tw_backup_flush_all(struct tw_backup *b)
 	 * without the target; docs/fabric.md, "Passive shm backups".) */
 	for (struct conn *c = b->conns; c; c = c->next) {
 		if (c->ch)
-			tw_chan_shut(c->ch);
+			tw__chan_shut(c->ch);
 		c->drop = true;
 		b->reap = true;
 	}
@@ -1272,7 +1272,7 @@ int tw_backup_flush_all(struct tw_backup *b)
 		if (!s->buf || s->buf->in_flush)
 			continue;
 		if (s->state == SEG_OPEN) {
-			bk_scan_open(b, s);
+			tw__bk_scan_open(b, s);
 			submit_flush(b, s, true);
 			n++;
 		} else if (s->state == SEG_CLOSED) {
@@ -1294,7 +1294,7 @@ int tw_backup_flush_all(struct tw_backup *b)
 			break;
 		drain_done(b);
 	}
-	bk_stats_sync(b);
+	tw__bk_stats_sync(b);
 	if (n)
 		tw_log_info("backup: flushed %u buffers to %s%s", n, b->dir,
 			    b->flush_err ? " (with errors)" : "");
@@ -1314,7 +1314,7 @@ void tw_backup_close(struct tw_backup *b)
 		b->flusher_started = false;
 	}
 	while (b->conns)
-		conn_free(b, b->conns, false); /* tw_fab_close closes the channels */
+		conn_free(b, b->conns, false); /* tw__fab_close closes the channels */
 	/* Jobs finished by the flusher, and any queued after it stopped (buffer releases of the
 	 * connections just freed): drop them, the pool goes away below. */
 	for (struct job *j = b->done_head, *next; j; j = next) {
@@ -1326,16 +1326,16 @@ void tw_backup_close(struct tw_backup *b)
 		free(j);
 	}
 	b->done_head = b->done_tail = b->todo_head = b->todo_tail = NULL;
-	bk_rpc_fini(b);
-	tw_auth_key_free(b->key);
-	pool_fini(&b->pool);
+	tw__bk_rpc_fini(b);
+	tw__auth_key_free(b->key);
+	tw__pool_fini(&b->pool);
 	if (b->fab)
-		tw_fab_close(b->fab);
+		tw__fab_close(b->fab);
 	for (size_t i = 0; i < b->nsegs; i++)
 		free(b->segs[i]);
 	free(b->segs);
 	free(b->logs);
-	metalog_close(&b->ml);
+	tw__metalog_close(&b->ml);
 	if (b->dirfd >= 0)
 		close(b->dirfd); /* releases the flock */
 	pthread_mutex_destroy(&b->fl_lock);

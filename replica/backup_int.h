@@ -57,29 +57,29 @@ struct pool {
 	unsigned n;             /* buffers allocated and registered */
 	unsigned slots;         /* length of bufs */
 	unsigned max;           /* cap: n never exceeds it */
-	unsigned grown;         /* buffers added by pool_get since start */
+	unsigned grown;         /* buffers added by tw__pool_get since start */
 	size_t size;
 	unsigned count[POOL_ZEROING + 1]; /* buffers per state */
 };
 
 /* Allocate `initial` zeroed buffers of `size` bytes and register them (remote write + read);
  * the pool may grow to `max` (raised to `initial` if below). 0 or a negative code (logged). */
-int pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size);
+int tw__pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size);
 /* Deregister and free everything (MRs first). */
-void pool_fini(struct pool *p);
-/* A free buffer, or NULL. The caller sets its state with pool_set_state. */
-struct pool_buf *pool_take(struct pool *p);
+void tw__pool_fini(struct pool *p);
+/* A free buffer, or NULL. The caller sets its state with tw__pool_set_state. */
+struct pool_buf *tw__pool_take(struct pool *p);
 /* A free buffer, growing the pool by one (allocate, zero, register: milliseconds for 8 MiB)
  * when none is free and it is below its cap. 0 and *out, or -ENOSPC (at the cap) or the
  * allocation's or registration's code, with `why` saying which limit and what raises it. */
-int pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen);
-void pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st);
+int tw__pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen);
+void tw__pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st);
 /* Make sure the buffer has a registration (after a fence). 0 or a negative code. */
-int pool_ensure_mr(struct pool *p, struct pool_buf *b);
+int tw__pool_ensure_mr(struct pool *p, struct pool_buf *b);
 /* Revoke remote access: close the registration (peers' writes with the old key then fail). */
-void pool_revoke_mr(struct pool *p, struct pool_buf *b);
+void tw__pool_revoke_mr(struct pool *p, struct pool_buf *b);
 /* Buffers holding unflushed data: open + closed (the admission limit counts these). */
-unsigned pool_unflushed(const struct pool *p);
+unsigned tw__pool_unflushed(const struct pool *p);
 
 /* ------------------------------------------------------------------ segment index */
 
@@ -224,23 +224,23 @@ struct tw_backup {
 };
 
 /* backup.c */
-void bk_seterr(struct tw_backup *b, const char *fmt, ...) TW_PRINTF(2, 3);
-struct seg *bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
-struct seg *bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
-void bk_seg_delete(struct tw_backup *b, struct seg *s);
+void tw__bk_seterr(struct tw_backup *b, const char *fmt, ...) TW_PRINTF(2, 3);
+struct seg *tw__bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+struct seg *tw__bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+void tw__bk_seg_delete(struct tw_backup *b, struct seg *s);
 /* Index of the first segment >= (log_id, segment_id). */
-size_t bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 /* Records of the metadata journal (replica/metalog.h); tests lower it to force compactions. */
-extern uint32_t bk__meta_cap;
-struct logst *bk_log(struct tw_backup *b, uint64_t log_id, bool create);
-struct conn *bk_conn_find(struct tw_backup *b, uint64_t id);
-void bk_submit(struct tw_backup *b, struct job *j);
+extern uint32_t tw__bk_meta_cap;
+struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create);
+struct conn *tw__bk_conn_find(struct tw_backup *b, uint64_t id);
+void tw__bk_submit(struct tw_backup *b, struct job *j);
 /* Release a buffer: revoke its key and return it to the pool as it is (not zeroed: the next
  * open's seed makes its stale bytes unable to validate). */
-void bk_release_buf(struct tw_backup *b, struct pool_buf *pb);
-void bk_stats_sync(struct tw_backup *b);
+void tw__bk_release_buf(struct tw_backup *b, struct pool_buf *pb);
+void tw__bk_stats_sync(struct tw_backup *b);
 /* Queue the flush of a closed segment's buffer. */
-void bk_flush_closed(struct tw_backup *b, struct seg *s);
+void tw__bk_flush_closed(struct tw_backup *b, struct seg *s);
 
 /* backup_ops.c: the operations behind the RPCs. Each returns 0 or a negative code
  * (-EINVAL, -TW_EREFUSED, -TW_ENOTFOUND, -TW_EFENCED, -TW_ESTALE, -TW_ECORRUPT, -EEXIST,
@@ -252,62 +252,62 @@ struct bk_open_req {
 	uint32_t checksum;
 	uint32_t seed;        /* OpenSegment.chain_seed (0: a 1.1 primary; the buffer is zeroed) */
 };
-int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
+int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	       struct tw_rkey *rk_out, char *msg, size_t msglen);
 /* Make pool buffer pb ready for a use under `seed`: zero it when its stale bytes could validate
  * under that seed (seed 0, or the seed of its last use), then record the seed. */
-void bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed);
+void tw__bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed);
 struct bk_close_req {
 	uint64_t log_id, segment_id, epoch, version, offset;
 	uint64_t incarnation;
 	uint32_t checksum;
 };
-int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
+int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
 		struct tw_scan_result *scanned_out, char *msg, size_t msglen);
-int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
+int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
 		uint64_t incarnation, uint64_t *epoch_out, uint64_t *owner_out, char *msg,
 		size_t msglen);
-int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
+int tw__bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
 		      uint64_t incarnation, uint64_t version, char *msg, size_t msglen);
-int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
+int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
 	       uint64_t incarnation, bool delete_log, uint64_t *freed_out, char *msg,
 	       size_t msglen);
 /* Ownership checks (backup_ops.c). check_epoch: epoch not older than the log's. check_owner:
  * also, at the log's current epoch, the same incarnation as its owner. -TW_EFENCED + msg. */
-int bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
 		   size_t msglen);
-int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
+int tw__bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
 		   char *msg, size_t msglen);
 /* A request about log_id from connection c: keep c's hold on the log alive. */
-void bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id);
+void tw__bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id);
 /* Whether the backup holds anything of the log: segments (any state) or a freed prefix. */
-bool bk_log_known(struct tw_backup *b, uint64_t log_id);
+bool tw__bk_log_known(struct tw_backup *b, uint64_t log_id);
 /* Append a journal record durably, rewriting the journal from the current state when it is
  * full (backup.c). 0 or a negative code. Blocking (one O_DSYNC write): progress thread. */
-int bk_meta_append(struct tw_backup *b, const struct metalog_rec *r);
+int tw__bk_meta_append(struct tw_backup *b, const struct metalog_rec *r);
 /* Read grant. A flushed segment is loaded into a pool buffer first, synchronously (the RPC
  * server has no deferred replies; see docs/operations.md). */
-int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 	       uint64_t epoch, struct tw_rkey *rk_out, struct seg **seg_out, char *msg,
 	       size_t msglen);
-int bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+int tw__bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 		  char *msg, size_t msglen);
 /* Refresh an open segment's valid_len/checksum/entries by scanning its buffer. */
-void bk_scan_open(struct tw_backup *b, struct seg *s);
+void tw__bk_scan_open(struct tw_backup *b, struct seg *s);
 /* Drop the read grants of a connection that went away. */
-void bk_conn_release_grants(struct tw_backup *b, struct conn *c);
+void tw__bk_conn_release_grants(struct tw_backup *b, struct conn *c);
 /* A job came back from the flusher (progress thread). */
-void bk_job_done(struct tw_backup *b, struct job *j);
+void tw__bk_job_done(struct tw_backup *b, struct job *j);
 
 /* backup_rpc.c: decode a control message, dispatch, reply. */
-int bk_rpc_init(struct tw_backup *b);
-void bk_rpc_fini(struct tw_backup *b);
-void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
+int tw__bk_rpc_init(struct tw_backup *b);
+void tw__bk_rpc_fini(struct tw_backup *b);
+void tw__bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
 /* A connection goes away: count an unfinished key handshake as an authentication failure. */
-void bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
+void tw__bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
 /* Drop refused connections whose grace period passed (progress loop). */
-void bk_auth_sweep(struct tw_backup *b);
+void tw__bk_auth_sweep(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
-struct tw_rpc_call;
-int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call);
+struct tw__rpc_call;
+int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call);
 #endif /* TW_REPLICA_BACKUP_INT_H */

@@ -16,10 +16,10 @@
 
 #define SEGF "%016" PRIx64 "-%016" PRIx64
 
-int bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
 		   size_t msglen)
 {
-	struct logst *lg = bk_log(b, log_id, false);
+	struct logst *lg = tw__bk_log(b, log_id, false);
 
 	if (lg && epoch < lg->epoch) {
 		snprintf(msg, msglen, "log %016" PRIx64 " is fenced at epoch %" PRIu64 " (owner "
@@ -30,11 +30,11 @@ int bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *m
 	return 0;
 }
 
-int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
+int tw__bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
 		   char *msg, size_t msglen)
 {
-	struct logst *lg = bk_log(b, log_id, false);
-	int rc = bk_check_epoch(b, log_id, epoch, msg, msglen);
+	struct logst *lg = tw__bk_log(b, log_id, false);
+	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;
@@ -49,18 +49,18 @@ int bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_
 	return 0;
 }
 
-void bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id)
+void tw__bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id)
 {
-	struct logst *lg = c ? bk_log(b, log_id, false) : NULL;
+	struct logst *lg = c ? tw__bk_log(b, log_id, false) : NULL;
 
 	if (lg && lg->hold_conn == c->id)
 		lg->hold_ns = tw_now_ns();
 }
 
-bool bk_log_known(struct tw_backup *b, uint64_t log_id)
+bool tw__bk_log_known(struct tw_backup *b, uint64_t log_id)
 {
-	struct logst *lg = bk_log(b, log_id, false);
-	size_t i = bk_seg_lower_bound(b, log_id, 0);
+	struct logst *lg = tw__bk_log(b, log_id, false);
+	size_t i = tw__bk_seg_lower_bound(b, log_id, 0);
 
 	if (lg && lg->free_below > 0)
 		return true;
@@ -75,7 +75,7 @@ static size_t scan_len(const struct tw_backup *b, const struct seg *s)
 	return s->length && s->length < b->pool.size ? (size_t)s->length : b->pool.size;
 }
 
-void bk_scan_open(struct tw_backup *b, struct seg *s)
+void tw__bk_scan_open(struct tw_backup *b, struct seg *s)
 {
 	struct tw_scan_result sr;
 
@@ -88,7 +88,7 @@ void bk_scan_open(struct tw_backup *b, struct seg *s)
 	s->entries = sr.entries;
 }
 
-void bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
+void tw__bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
 {
 	if (!pb->zeroed && (seed == 0 || seed == pb->seed)) {
 		/* Its stale bytes were written under this very seed (or an unseeded open wants a
@@ -123,12 +123,12 @@ static void refuse_full(struct tw_backup *b, char *msg, size_t msglen)
 		 p->n, p->count[POOL_OPEN], p->count[POOL_CLOSED], p->count[POOL_LOADED], p->max);
 }
 
-/* A free buffer, growing the pool if none is (pool_get). A refusal (RESOURCE_EXHAUSTED: the
+/* A free buffer, growing the pool if none is (tw__pool_get). A refusal (RESOURCE_EXHAUSTED: the
  * primary tries another backup) when the pool is at its cap or cannot grow. */
 static int take_buf(struct tw_backup *b, struct pool_buf **out, char *msg, size_t msglen)
 {
 	char why[320];
-	int rc = pool_get(&b->pool, out, why, sizeof(why));
+	int rc = tw__pool_get(&b->pool, out, why, sizeof(why));
 
 	if (rc == -ENOSPC) {
 		refuse_full(b, msg, msglen);
@@ -157,7 +157,7 @@ static const char *state_name(const struct seg *s)
 
 static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
 
-int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
+int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	       struct tw_rkey *rk_out, char *msg, size_t msglen)
 {
 	struct pool *p = &b->pool;
@@ -182,16 +182,16 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 			 (uint64_t)TW_EPOCH_MAX);
 		return -EINVAL;
 	}
-	rc = bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
+	rc = tw__bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
 	if (rc)
 		return rc;
 
-	s = bk_seg_find(b, r->log_id, r->segment_id);
-	lg = bk_log(b, r->log_id, false);
+	s = tw__bk_seg_find(b, r->log_id, r->segment_id);
+	lg = tw__bk_log(b, r->log_id, false);
 	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
 	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
 		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
-	if (r->create_log && !same_owner && bk_log_known(b, r->log_id)) {
+	if (r->create_log && !same_owner && tw__bk_log_known(b, r->log_id)) {
 		snprintf(msg, msglen, "log %016" PRIx64 " already exists on this backup (epoch %"
 			 PRIu64 "%s): a plain open only creates new logs; take it over to continue "
 			 "it (tw_primary_takeover), or delete it (twctl delete)", r->log_id,
@@ -224,7 +224,7 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	if (s && s->state == SEG_OPEN) {
 		/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
 		 * Hand out the same bytes. */
-		rc = pool_ensure_mr(p, s->buf);
+		rc = tw__pool_ensure_mr(p, s->buf);
 		if (rc) {
 			snprintf(msg, msglen, "cannot register the buffer again: %s",
 				 tw_strerror(rc));
@@ -236,7 +236,7 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 			s->epoch = r->epoch;
 		if (r->length > s->length)
 			s->length = r->length;
-		tw_mr_rkey(s->buf->mr, rk_out);
+		tw__mr_rkey(s->buf->mr, rk_out);
 		rk_out->len = s->length;
 		return 0;
 	}
@@ -262,14 +262,14 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 		refuse_full(b, msg, msglen);
 		return refuse(b);
 	}
-	if (pool_unflushed(p) >= b->cfg.unflushed_limit) {
+	if (tw__pool_unflushed(p) >= b->cfg.unflushed_limit) {
 		snprintf(msg, msglen, "unflushed limit reached: %u buffers open or awaiting flush "
 			 "(--unflushed-limit %u: what this backup can flush on battery power); retry "
-			 "later, raise --unflushed-limit or use another backup", pool_unflushed(p),
+			 "later, raise --unflushed-limit or use another backup", tw__pool_unflushed(p),
 			 b->cfg.unflushed_limit);
 		return refuse(b);
 	}
-	lg = bk_log(b, r->log_id, true);
+	lg = tw__bk_log(b, r->log_id, true);
 	if (!lg) {
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
@@ -277,13 +277,13 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	rc = take_buf(b, &pb, msg, msglen);
 	if (rc)
 		return rc;
-	rc = pool_ensure_mr(p, pb);
+	rc = tw__pool_ensure_mr(p, pb);
 	if (rc) {
 		snprintf(msg, msglen, "cannot register a buffer: %s", tw_strerror(rc));
 		return rc;
 	}
 	if (!s) {
-		s = bk_seg_insert(b, r->log_id, r->segment_id);
+		s = tw__bk_seg_insert(b, r->log_id, r->segment_id);
 		if (!s) {
 			snprintf(msg, msglen, "out of memory");
 			return -ENOMEM;
@@ -295,10 +295,10 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 		struct metalog_rec rec = { METALOG_OPEN, r->log_id, r->segment_id, r->epoch,
 					   r->incarnation };
 
-		rc = bk_meta_append(b, &rec);
+		rc = tw__bk_meta_append(b, &rec);
 		if (rc) {
 			if (s->state == 0)
-				bk_seg_delete(b, s);
+				tw__bk_seg_delete(b, s);
 			snprintf(msg, msglen, "cannot record the open of segment " SEGF " durably "
 				 "in %s: %s", r->log_id, r->segment_id, b->dir, tw_strerror(rc));
 			tw_log_error("backup: %s", msg);
@@ -326,12 +326,12 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	s->flush_tries = 0;
 	s->owner = c ? c->id : 0;
 	/* Reused as it is (docs/log-format.md §7, "Reuse without zeroing"). */
-	bk_buf_prepare(b, pb, r->seed);
+	tw__bk_buf_prepare(b, pb, r->seed);
 	s->buf = pb;
 	pb->seg = s;
-	pool_set_state(p, pb, POOL_OPEN);
+	tw__pool_set_state(p, pb, POOL_OPEN);
 	b->index_dirty = true;
-	tw_mr_rkey(pb->mr, rk_out);
+	tw__mr_rkey(pb->mr, rk_out);
 	rk_out->len = r->length;
 	tw_log_debug("backup: opened " SEGF " in buffer %u (epoch %" PRIu64 ", version %" PRIu64
 		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch,
@@ -339,7 +339,7 @@ int bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
 	return 0;
 }
 
-int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
+int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
 		struct tw_scan_result *sr, char *msg, size_t msglen)
 {
 	struct seg *s;
@@ -352,10 +352,10 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 			 b->pool.size);
 		return -EINVAL;
 	}
-	rc = bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
+	rc = tw__bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
 	if (rc)
 		return rc;
-	s = bk_seg_find(b, r->log_id, r->segment_id);
+	s = tw__bk_seg_find(b, r->log_id, r->segment_id);
 	if (!s || s->freed || s->state == SEG_LOST) {
 		snprintf(msg, msglen, "segment " SEGF " is not open here", r->log_id, r->segment_id);
 		return -TW_ENOTFOUND;
@@ -382,7 +382,7 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 		return -EINVAL;
 	}
 	/* No more writes: the key dies now (a fresh one is made when the buffer is reused). */
-	pool_revoke_mr(&b->pool, s->buf);
+	tw__pool_revoke_mr(&b->pool, s->buf);
 	/* One walk from 0 with the segment's seed, as for an open buffer: it ends at the last
 	 * whole write of this use (in a reused buffer, at the latest at the checksum entry of the
 	 * first stale write after it), so it costs a pass over the bytes the segment holds and
@@ -394,7 +394,7 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 	s->checksum = sr->last_checksum;
 	s->entries = sr->entries;
 	s->state = SEG_CLOSED;
-	pool_set_state(&b->pool, s->buf, POOL_CLOSED);
+	tw__pool_set_state(&b->pool, s->buf, POOL_CLOSED);
 	rc = 0;
 	if (sr->valid_len != r->offset || sr->last_checksum != r->checksum) {
 		s->corrupt = true;
@@ -407,11 +407,11 @@ int bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *
 		rc = -TW_ECORRUPT;
 	}
 	b->index_dirty = true;
-	bk_flush_closed(b, s);
+	tw__bk_flush_closed(b, s);
 	return rc;
 }
 
-int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
+int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
 		uint64_t incarnation, uint64_t *epoch_out, uint64_t *owner_out, char *msg,
 		size_t msglen)
 {
@@ -429,7 +429,7 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 			 "most %" PRIu64 " (2^48 - 1)", new_epoch, (uint64_t)TW_EPOCH_MAX);
 		return -EINVAL;
 	}
-	lg = bk_log(b, log_id, true);
+	lg = tw__bk_log(b, log_id, true);
 	if (!lg) {
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
@@ -439,7 +439,7 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 	if (lg->hold_conn && lg->hold_inc != incarnation && (!c || c->id != lg->hold_conn)) {
 		/* Another recovery or takeover fenced the log and is still at work on its
 		 * connection: a second one now would only cut it off half-way. */
-		struct conn *h = bk_conn_find(b, lg->hold_conn);
+		struct conn *h = tw__bk_conn_find(b, lg->hold_conn);
 		uint64_t idle = tw_now_ns() - lg->hold_ns;
 
 		if (h && !h->lost && !h->drop && idle < BK_HOLD_NS) {
@@ -448,7 +448,7 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 			snprintf(msg, msglen, "log %016" PRIx64 " is being recovered or taken over by "
 				 "incarnation %016" PRIx64 " at epoch %" PRIu64 " (connection from "
 				 "%s, active %" PRIu64 " ms ago); retry when it is done", log_id,
-				 lg->hold_inc, lg->epoch, tw_chan_peer(h->ch),
+				 lg->hold_inc, lg->epoch, tw__chan_peer(h->ch),
 				 idle / 1000000u);
 			return -TW_EFENCED;
 		}
@@ -463,7 +463,7 @@ int bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t n
 	if (new_epoch > lg->epoch) {
 		/* Durable before the reply, so a restart still refuses the old epoch. One O_DSYNC
 		 * record in the journal, not behind the flusher's data (replica/metalog.h). */
-		rc = bk_meta_append(b, &rec);
+		rc = tw__bk_meta_append(b, &rec);
 		lg->epoch = new_epoch;
 		lg->owner = incarnation;
 		*epoch_out = new_epoch;
@@ -493,7 +493,7 @@ static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
 {
 	unsigned revoked = 0;
 
-	for (size_t i = bk_seg_lower_bound(b, log_id, 0); i < b->nsegs; i++) {
+	for (size_t i = tw__bk_seg_lower_bound(b, log_id, 0); i < b->nsegs; i++) {
 		struct seg *s = b->segs[i];
 		struct conn *owner;
 
@@ -503,32 +503,32 @@ static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
 			continue;
 		/* Close the old primary's connection too (shm's fast path does not check keys),
 		 * and shut it before the key dies: on sockets a write in flight to a closed
-		 * registration crashes this process (tw_chan_shut, docs/fabric.md). */
-		owner = s->owner ? bk_conn_find(b, s->owner) : NULL;
+		 * registration crashes this process (tw__chan_shut, docs/fabric.md). */
+		owner = s->owner ? tw__bk_conn_find(b, s->owner) : NULL;
 		if (owner && owner != c) {
 			tw_log_info("backup: fence of log %016" PRIx64 ": closing connection %" PRIu64
 				    " (%s) of the old primary", log_id, owner->id,
-				    tw_chan_peer(owner->ch));
-			tw_chan_shut(owner->ch);
+				    tw__chan_peer(owner->ch));
+			tw__chan_shut(owner->ch);
 			owner->drop = true;
 			b->reap = true;
 		}
-		pool_revoke_mr(&b->pool, s->buf);
+		tw__pool_revoke_mr(&b->pool, s->buf);
 		revoked++;
 		s->owner = 0;
 	}
 	return revoked;
 }
 
-int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
+int tw__bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
 		      uint64_t incarnation, uint64_t version, char *msg, size_t msglen)
 {
 	struct seg *s;
-	int rc = bk_check_owner(b, log_id, epoch, incarnation, msg, msglen);
+	int rc = tw__bk_check_owner(b, log_id, epoch, incarnation, msg, msglen);
 
 	if (rc)
 		return rc;
-	s = bk_seg_find(b, log_id, segment_id);
+	s = tw__bk_seg_find(b, log_id, segment_id);
 	if (!s || s->freed || s->state == SEG_LOST) {
 		snprintf(msg, msglen, "no segment " SEGF " here", log_id, segment_id);
 		return -TW_ENOTFOUND;
@@ -554,7 +554,7 @@ int bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id,
 		j->hdr.log_id = log_id;
 		j->hdr.segment_id = segment_id;
 		j->hdr.replica_version = version;
-		bk_submit(b, j);
+		tw__bk_submit(b, j);
 	}
 	return 0;
 }
@@ -566,14 +566,14 @@ static void drop_seg(struct tw_backup *b, struct seg *s)
 	bool in_flush = pb && pb->in_flush;
 
 	if (in_flush) {
-		/* Its flush still runs: finish there (bk_job_done removes the file). */
+		/* Its flush still runs: finish there (tw__bk_job_done removes the file). */
 		s->freed = true;
 		b->index_dirty = true;
 		return;
 	}
 	if (pb) {
 		s->buf = NULL;
-		bk_release_buf(b, pb);
+		tw__bk_release_buf(b, pb);
 	}
 	if (s->on_disk) {
 		struct job *j = calloc(1, sizeof(*j));
@@ -582,27 +582,27 @@ static void drop_seg(struct tw_backup *b, struct seg *s)
 			j->kind = JOB_REMOVE;
 			j->hdr.log_id = s->log_id;
 			j->hdr.segment_id = s->segment_id;
-			bk_submit(b, j);
+			tw__bk_submit(b, j);
 		} else {
 			/* No memory for a job: remove it here (a blocking unlink on the progress
 			 * thread, rare). A restart would remove it anyway: the free is recorded. */
-			int rc = segfile_remove(b->dirfd, s->log_id, s->segment_id);
+			int rc = tw__segfile_remove(b->dirfd, s->log_id, s->segment_id);
 
 			if (rc != 0 && rc != -ENOENT)
 				tw_log_warn("backup: removing freed segment " SEGF ": %s", s->log_id,
 					    s->segment_id, tw_strerror(rc));
 		}
 	}
-	bk_seg_delete(b, s);
+	tw__bk_seg_delete(b, s);
 }
 
-int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
+int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
 	       uint64_t incarnation, bool delete_log, uint64_t *freed_out, char *msg,
 	       size_t msglen)
 {
 	struct metalog_rec rec = { delete_log ? METALOG_DELETE : METALOG_FREE, log_id, below, 0,
 				   0 };
-	struct logst *lg = bk_log(b, log_id, false);
+	struct logst *lg = tw__bk_log(b, log_id, false);
 	uint64_t n = 0;
 	size_t i;
 	int rc;
@@ -610,13 +610,13 @@ int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t ep
 	*freed_out = 0;
 	/* Deleting takes the log from its owner: only the owner, or a newer epoch (after a
 	 * fence). Freeing a closed prefix is log cleaning: any peer at the current epoch. */
-	rc = delete_log ? bk_check_owner(b, log_id, epoch, incarnation, msg, msglen)
-			: bk_check_epoch(b, log_id, epoch, msg, msglen);
+	rc = delete_log ? tw__bk_check_owner(b, log_id, epoch, incarnation, msg, msglen)
+			: tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
 	if (rc)
 		return rc;
 	if (delete_log)
 		below = UINT64_MAX;
-	i = bk_seg_lower_bound(b, log_id, 0);
+	i = tw__bk_seg_lower_bound(b, log_id, 0);
 	for (size_t k = i; !delete_log && k < b->nsegs; k++) {
 		struct seg *s = b->segs[k];
 
@@ -633,21 +633,21 @@ int bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t ep
 	if (!delete_log && (!lg || below > lg->free_below) && below > 0) {
 		/* Durable first: a restart then finishes the removal instead of bringing freed
 		 * files back, and never reports them lost. */
-		rc = bk_meta_append(b, &rec);
+		rc = tw__bk_meta_append(b, &rec);
 		if (rc) {
 			snprintf(msg, msglen, "cannot record the free durably in %s: %s", b->dir,
 				 tw_strerror(rc));
 			return rc;
 		}
-		lg = lg ? lg : bk_log(b, log_id, true);
+		lg = lg ? lg : tw__bk_log(b, log_id, true);
 		if (!lg) {
 			snprintf(msg, msglen, "out of memory");
 			return -ENOMEM;
 		}
 		lg->free_below = below;
 	}
-	if (delete_log && (lg || bk_log_known(b, log_id))) {
-		rc = bk_meta_append(b, &rec);
+	if (delete_log && (lg || tw__bk_log_known(b, log_id))) {
+		rc = tw__bk_meta_append(b, &rec);
 		if (rc) {
 			snprintf(msg, msglen, "cannot record the delete durably in %s: %s", b->dir,
 				 tw_strerror(rc));
@@ -698,7 +698,7 @@ static int add_grant(struct conn *c, uint64_t log_id, uint64_t segment_id)
 
 static void drop_reader(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
-	struct seg *s = bk_seg_find(b, log_id, segment_id);
+	struct seg *s = tw__bk_seg_find(b, log_id, segment_id);
 
 	if (!s || s->readers == 0)
 		return;
@@ -707,11 +707,11 @@ static void drop_reader(struct tw_backup *b, uint64_t log_id, uint64_t segment_i
 		struct pool_buf *pb = s->buf;
 
 		s->buf = NULL;
-		bk_release_buf(b, pb);
+		tw__bk_release_buf(b, pb);
 	}
 }
 
-int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 	       uint64_t epoch, struct tw_rkey *rk_out, struct seg **seg_out, char *msg,
 	       size_t msglen)
 {
@@ -719,11 +719,11 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 	struct seg *s;
 	char name[SEGFILE_NAME_MAX];
 	struct segfile_hdr h;
-	int rc = bk_check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;
-	s = bk_seg_find(b, log_id, segment_id);
+	s = tw__bk_seg_find(b, log_id, segment_id);
 	if (!s || s->freed || s->state == SEG_LOST) {
 		snprintf(msg, msglen, "no segment " SEGF " here%s", log_id, segment_id,
 			 s && s->state == SEG_LOST ? " (lost: opened here, gone after a restart)" : "");
@@ -741,17 +741,17 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 				 "release other read grants", log_id, segment_id, why);
 			return -TW_EREFUSED;
 		}
-		segfile_name(log_id, segment_id, name, sizeof(name));
-		pool_set_state(&b->pool, pb, POOL_LOADED);
+		tw__segfile_name(log_id, segment_id, name, sizeof(name));
+		tw__pool_set_state(&b->pool, pb, POOL_LOADED);
 		memset(&h, 0, sizeof(h));
-		rc = segfile_load(b->dirfd, name, pb->mem, b->pool.size, &h);
+		rc = tw__segfile_load(b->dirfd, name, pb->mem, b->pool.size, &h);
 		/* It now holds bytes written under the file's seed (all of them, or some). */
 		pb->zeroed = false;
 		pb->seed = h.seed;
 		if (rc == 0 && (h.log_id != log_id || h.segment_id != segment_id))
 			rc = -TW_ECORRUPT;
 		if (rc != 0) {
-			bk_release_buf(b, pb);
+			tw__bk_release_buf(b, pb);
 			if (rc == -TW_ECORRUPT) {
 				if (!s->corrupt)
 					b->index_dirty = true;
@@ -774,28 +774,28 @@ int bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t se
 		pb->seg = s;
 		s->buf = pb;
 	}
-	rc = pool_ensure_mr(&b->pool, s->buf);
+	rc = tw__pool_ensure_mr(&b->pool, s->buf);
 	if (rc == 0 && c)
 		rc = add_grant(c, log_id, segment_id);
 	if (rc != 0) {
 		if (s->readers == 0 && s->buf->state == POOL_LOADED) {
 			pb = s->buf;
 			s->buf = NULL;
-			bk_release_buf(b, pb);
+			tw__bk_release_buf(b, pb);
 		}
 		snprintf(msg, msglen, "cannot grant access: %s", tw_strerror(rc));
 		return rc;
 	}
 	s->readers++;
 	if (s->state == SEG_OPEN)
-		bk_scan_open(b, s);
-	tw_mr_rkey(s->buf->mr, rk_out);
+		tw__bk_scan_open(b, s);
+	tw__mr_rkey(s->buf->mr, rk_out);
 	rk_out->len = b->pool.size;
 	*seg_out = s;
 	return 0;
 }
 
-int bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
+int tw__bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 		  char *msg, size_t msglen)
 {
 	for (size_t i = 0; c && i < c->ngrants; i++) {
@@ -810,7 +810,7 @@ int bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t
 	return -TW_ENOTFOUND;
 }
 
-void bk_conn_release_grants(struct tw_backup *b, struct conn *c)
+void tw__bk_conn_release_grants(struct tw_backup *b, struct conn *c)
 {
 	while (c->ngrants > 0) {
 		struct grant g = c->grants[--c->ngrants];

@@ -11,7 +11,7 @@
  *     verified length (it still holds every acknowledged entry; recovery prefers the longest
  *     closed copy, so a second recovery still gives the same answer while the longer copy lives);
  *   - already closed at that length and checksum: nothing to do (a repeated recovery).
- * Progress thread only (it is an RPC handler); hooked into the dispatch table by bk_rpc_init.
+ * Progress thread only (it is an RPC handler); hooked into the dispatch table by tw__bk_rpc_init.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -26,12 +26,12 @@
 
 #define SEGF "%016" PRIx64 "-%016" PRIx64
 
-int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
+int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__RecoveredOffset *q = call->req->recovered_offset;
 	uint64_t epoch = call->req->epoch;
-	struct logst *lg = bk_log(b, q->log_id, false);
+	struct logst *lg = tw__bk_log(b, q->log_id, false);
 	struct bk_close_req r;
 	struct tw_scan_result sr;
 	char msg[TW_RPC_MESSAGE_MAX + 1] = "";
@@ -41,22 +41,22 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 	/* The reply's envelope epoch is the log's epoch here: recovery probes it (with an epoch
 	 * of 0 and a segment that does not exist) to fence past every earlier fence. */
 	call->reply_epoch = lg ? lg->epoch : 0;
-	bk_hold_touch(b, tw_chan_user(call->ch), q->log_id);
-	rc = bk_check_owner(b, q->log_id, epoch, call->req->incarnation, msg, sizeof(msg));
+	tw__bk_hold_touch(b, tw__chan_user(call->ch), q->log_id);
+	rc = tw__bk_check_owner(b, q->log_id, epoch, call->req->incarnation, msg, sizeof(msg));
 	if (rc)
-		return tw_rpc_call_fail(call, rc, "%s", msg);
-	s = bk_seg_find(b, q->log_id, q->segment_id);
+		return tw__rpc_call_fail(call, rc, "%s", msg);
+	s = tw__bk_seg_find(b, q->log_id, q->segment_id);
 	if (!s || s->freed || s->state == SEG_LOST)
-		return tw_rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
+		return tw__rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
 					q->segment_id);
 	if (q->replica_version < s->version)
-		return tw_rpc_call_fail(call, -TW_ESTALE, "segment " SEGF ": version %" PRIu64
+		return tw__rpc_call_fail(call, -TW_ESTALE, "segment " SEGF ": version %" PRIu64
 					" is older than the %" PRIu64 " held here", q->log_id,
 					q->segment_id, q->replica_version, s->version);
 	if (s->state != SEG_OPEN) {
 		if (!s->corrupt && s->valid_len == q->offset && s->checksum == q->checksum)
 			return 0; /* already closed there: a repeated recovery */
-		return tw_rpc_call_fail(call, -TW_ECORRUPT, "segment " SEGF " is %s with %" PRIu64
+		return tw__rpc_call_fail(call, -TW_ECORRUPT, "segment " SEGF " is %s with %" PRIu64
 					" bytes (checksum 0x%08x%s); recovery says %" PRIu64
 					" bytes (checksum 0x%08x)", q->log_id, q->segment_id,
 					s->state == SEG_CLOSED ? "closed" : "flushed", s->valid_len,
@@ -64,14 +64,14 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 					q->checksum);
 	}
 	if (!s->buf || q->offset > b->pool.size)
-		return tw_rpc_call_fail(call, -EINVAL, "segment " SEGF ": offset %" PRIu64
+		return tw__rpc_call_fail(call, -EINVAL, "segment " SEGF ": offset %" PRIu64
 					" is past the buffer", q->log_id, q->segment_id, q->offset);
 	/* No more writes from anyone. The copy now carries the recovery's epoch, so the next
 	 * automatic fence (1 + the highest epoch listed) goes past this one. */
-	pool_revoke_mr(&b->pool, s->buf);
+	tw__pool_revoke_mr(&b->pool, s->buf);
 	if (epoch > s->epoch)
 		s->epoch = epoch;
-	bk_scan_open(b, s);
+	tw__bk_scan_open(b, s);
 	if (s->valid_len > q->offset) {
 		/* Cut: the prefix must end exactly at the recovered length. */
 		tw_scan_seeded(s->buf->mem, (size_t)q->offset, s->seed, &sr);
@@ -107,12 +107,12 @@ int bk_h_recovered_offset(void *arg, struct tw_rpc_call *call)
 		r.offset = s->valid_len;
 		r.checksum = s->checksum;
 	}
-	rc = bk_op_close(b, NULL, &r, &sr, msg, sizeof(msg));
+	rc = tw__bk_op_close(b, NULL, &r, &sr, msg, sizeof(msg));
 	if (rc == 0)
 		tw_log_info("backup: segment " SEGF " closed at the recovered length %" PRIu64
 			    " (epoch %" PRIu64 ")", q->log_id, q->segment_id, q->offset, epoch);
 	else
 		tw_log_warn("backup: recovered offset of segment " SEGF ": %s", q->log_id,
 			    q->segment_id, msg);
-	return rc ? tw_rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc)) : 0;
+	return rc ? tw__rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc)) : 0;
 }

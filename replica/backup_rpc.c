@@ -17,14 +17,14 @@
 
 #define MSGLEN (TW_RPC_MESSAGE_MAX + 1)
 
-static struct conn *call_conn(struct tw_rpc_call *call)
+static struct conn *call_conn(struct tw__rpc_call *call)
 {
-	return tw_chan_user(call->ch);
+	return tw__chan_user(call->ch);
 }
 
-static int fail(struct tw_rpc_call *call, int rc, const char *msg)
+static int fail(struct tw__rpc_call *call, int rc, const char *msg)
 {
-	return tw_rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc));
+	return tw__rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc));
 }
 
 static Tailwind__SegmentState pb_state(const struct seg *s)
@@ -70,7 +70,7 @@ static void mark_refused(struct tw_backup *b, struct conn *c)
 	c->auth_close_ns = tw_now_ns() + AUTH_CLOSE_GRACE_NS;
 }
 
-void bk_auth_sweep(struct tw_backup *b)
+void tw__bk_auth_sweep(struct tw_backup *b)
 {
 	uint64_t now;
 
@@ -87,21 +87,21 @@ void bk_auth_sweep(struct tw_backup *b)
 
 /* Refuse: count, log (rate-limited, with the peer's address), reply UNAUTHENTICATED and close
  * the connection once the reply is sent. Other connections are not touched. */
-static int auth_refuse(struct tw_backup *b, struct tw_rpc_call *call, const char *why)
+static int auth_refuse(struct tw_backup *b, struct tw__rpc_call *call, const char *why)
 {
 	struct conn *c = call_conn(call);
 
 	auth_count(b, false);
 	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s",
-			   tw_chan_peer(call->ch), why);
+			   tw__chan_peer(call->ch), why);
 	if (c)
 		mark_refused(b, c);
-	return tw_rpc_call_fail(call, -EACCES, "%s", why);
+	return tw__rpc_call_fail(call, -EACCES, "%s", why);
 }
 
 /* Step 1 (a nonce) or step 3 (a proof) of the handshake on a backup that has a key. Returns 0
  * when the reply may carry the usual handshake fields. */
-static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
+static int auth_step(struct tw_backup *b, struct tw__rpc_call *call)
 {
 	const Tailwind__Handshake *q = call->req->handshake;
 	Tailwind__HandshakeReply *r = &call->reply.handshake;
@@ -109,7 +109,7 @@ static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
 	unsigned char *mac;
 
 	if (!c)
-		return tw_rpc_call_fail(call, -TW_EREMOTE, "connection is being closed");
+		return tw__rpc_call_fail(call, -TW_EREMOTE, "connection is being closed");
 	if (q->auth_proof.len == TW_AUTH_MAC_LEN) {
 		if (c->auth != CONN_AUTH_CHALLENGED || !c->auth_t)
 			return auth_refuse(b, call, "key proof without a pending challenge on this "
@@ -118,7 +118,7 @@ static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
 		    (uint32_t)q->role != c->auth_t->client_role)
 			return auth_refuse(b, call, "key proof names another node or role than its "
 					   "challenge");
-		if (!tw_auth_verify(b->key, TW_AUTH_LABEL_CLIENT, c->auth_t, q->auth_proof.data,
+		if (!tw__auth_verify(b->key, TW_AUTH_LABEL_CLIENT, c->auth_t, q->auth_proof.data,
 				    q->auth_proof.len))
 			return auth_refuse(b, call, "client did not prove the key (wrong key file?)");
 		free(c->auth_t);
@@ -126,7 +126,7 @@ static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
 		c->auth = CONN_AUTH_OK;
 		auth_count(b, true);
 		tw_log_info("backup: connection %" PRIu64 " from %s authenticated (node %" PRIx64
-			    ")", c->id, tw_chan_peer(call->ch), q->node_id);
+			    ")", c->id, tw__chan_peer(call->ch), q->node_id);
 		return 0;
 	}
 	if (q->auth_nonce.len != TW_AUTH_NONCE_LEN)
@@ -136,18 +136,18 @@ static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
 	if (!c->auth_t) {
 		c->auth_t = calloc(1, sizeof(*c->auth_t));
 		if (!c->auth_t)
-			return tw_rpc_call_fail(call, -ENOMEM, "out of memory");
+			return tw__rpc_call_fail(call, -ENOMEM, "out of memory");
 	}
 	c->auth = CONN_AUTH_CHALLENGED;
 	memcpy(c->auth_t->client_nonce, q->auth_nonce.data, TW_AUTH_NONCE_LEN);
-	tw_auth_nonce(c->auth_t->server_nonce);
+	tw__auth_nonce(c->auth_t->server_nonce);
 	c->auth_t->client_node_id = q->node_id;
 	c->auth_t->client_role = (uint32_t)q->role;
 	c->auth_t->server_node_id = b->node_id;
-	mac = tw_rpc_call_alloc(call, TW_AUTH_MAC_LEN);
+	mac = tw__rpc_call_alloc(call, TW_AUTH_MAC_LEN);
 	if (!mac)
-		return tw_rpc_call_fail(call, -ENOMEM, "out of memory");
-	tw_auth_mac(b->key, TW_AUTH_LABEL_SERVER, c->auth_t, mac);
+		return tw__rpc_call_fail(call, -ENOMEM, "out of memory");
+	tw__auth_mac(b->key, TW_AUTH_LABEL_SERVER, c->auth_t, mac);
 	r->auth_nonce.data = c->auth_t->server_nonce;
 	r->auth_nonce.len = TW_AUTH_NONCE_LEN;
 	r->auth_mac.data = mac;
@@ -155,7 +155,7 @@ static int auth_step(struct tw_backup *b, struct tw_rpc_call *call)
 	return 0;
 }
 
-void bk_auth_conn_gone(struct tw_backup *b, struct conn *c)
+void tw__bk_auth_conn_gone(struct tw_backup *b, struct conn *c)
 {
 	if (c->auth == CONN_AUTH_REFUSED)
 		b->auth_refused--;
@@ -166,28 +166,28 @@ void bk_auth_conn_gone(struct tw_backup *b, struct conn *c)
 	auth_count(b, false);
 	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: the peer closed "
 			   "the connection during the key handshake (a different key file?)",
-			   c->ch ? tw_chan_peer(c->ch) : "a peer");
+			   c->ch ? tw__chan_peer(c->ch) : "a peer");
 }
 
 /* Gate of the RPC server: with a key, only a Handshake is served before the proof. */
 static int admit(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, size_t why_len)
 {
 	struct tw_backup *b = arg;
-	struct conn *c = tw_chan_user(ch);
+	struct conn *c = tw__chan_user(ch);
 
 	if (!b->key || op == TW_RPC_HANDSHAKE || (c && c->auth == CONN_AUTH_OK))
 		return 0;
 	if (c)
 		mark_refused(b, c);
 	snprintf(why, why_len, "backup requires authentication: give --key-file (or TW_KEY_FILE) "
-		 "with the cluster key; %s refused before the key handshake", tw_rpc_op_name(op));
+		 "with the cluster key; %s refused before the key handshake", tw__rpc_op_name(op));
 	auth_count(b, false);
 	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s refused before "
-			   "the key handshake", tw_chan_peer(ch), tw_rpc_op_name(op));
+			   "the key handshake", tw__chan_peer(ch), tw__rpc_op_name(op));
 	return -EACCES;
 }
 
-static int h_handshake(void *arg, struct tw_rpc_call *call)
+static int h_handshake(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	Tailwind__HandshakeReply *r = &call->reply.handshake;
@@ -195,7 +195,7 @@ static int h_handshake(void *arg, struct tw_rpc_call *call)
 	int rc;
 
 	if (q->major != TW_RPC_MAJOR)
-		return tw_rpc_call_fail(call, -ENOTSUP, "protocol major %u is not supported (this "
+		return tw__rpc_call_fail(call, -ENOTSUP, "protocol major %u is not supported (this "
 					"backup speaks %u.%u)", q->major, TW_RPC_MAJOR, TW_RPC_MINOR);
 	if (b->key) {
 		rc = auth_step(b, call);
@@ -204,7 +204,7 @@ static int h_handshake(void *arg, struct tw_rpc_call *call)
 	} else if (q->auth_nonce.len) {
 		tw_log_ratelimited(TW_LOG_WARN, "backup: %s offers a key handshake but this backup "
 				   "has no key: give --key-file (or TW_KEY_FILE) with the cluster "
-				   "key; the peer will refuse us", tw_chan_peer(call->ch));
+				   "key; the peer will refuse us", tw__chan_peer(call->ch));
 	}
 	r->major = TW_RPC_MAJOR;
 	r->minor = TW_RPC_MINOR;
@@ -216,7 +216,7 @@ static int h_handshake(void *arg, struct tw_rpc_call *call)
 	return 0;
 }
 
-static int h_open(void *arg, struct tw_rpc_call *call)
+static int h_open(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__OpenSegment *q = call->req->open_segment;
@@ -226,7 +226,7 @@ static int h_open(void *arg, struct tw_rpc_call *call)
 	int rc;
 
 	if (!q->meta)
-		return tw_rpc_call_fail(call, -EINVAL, "open: meta is required");
+		return tw__rpc_call_fail(call, -EINVAL, "open: meta is required");
 	r.log_id = q->meta->log_id;
 	r.segment_id = q->meta->segment_id;
 	r.checksum = q->meta->checksum;
@@ -237,16 +237,16 @@ static int h_open(void *arg, struct tw_rpc_call *call)
 	r.version = q->replica_version;
 	r.length = q->length;
 	r.seed = q->chain_seed;
-	rc = bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
+	rc = tw__bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
 	if (rc)
 		return fail(call, rc, msg);
-	tw_rpc_rkey_to_pb(&rk, &call->rkey);
+	tw__rpc_rkey_to_pb(&rk, &call->rkey);
 	call->reply.open_segment.rkey = &call->rkey;
 	call->reply.open_segment.chain_seed = r.seed; /* the primary checks the echo */
 	return 0;
 }
 
-static int h_close(void *arg, struct tw_rpc_call *call)
+static int h_close(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__CloseSegment *q = call->req->close_segment;
@@ -257,7 +257,7 @@ static int h_close(void *arg, struct tw_rpc_call *call)
 	int rc;
 
 	if (!q->meta)
-		return tw_rpc_call_fail(call, -EINVAL, "close: meta is required");
+		return tw__rpc_call_fail(call, -EINVAL, "close: meta is required");
 	r.log_id = q->meta->log_id;
 	r.segment_id = q->meta->segment_id;
 	r.checksum = q->meta->checksum;
@@ -265,13 +265,13 @@ static int h_close(void *arg, struct tw_rpc_call *call)
 	r.epoch = call->req->epoch;
 	r.incarnation = call->req->incarnation;
 	r.version = q->replica_version;
-	rc = bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
+	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
 		m.log_id = r.log_id;
 		m.segment_id = r.segment_id;
 		m.checksum = sr.last_checksum;
 		m.offset = sr.valid_len;
-		tw_rpc_meta_to_pb(&m, &call->meta);
+		tw__rpc_meta_to_pb(&m, &call->meta);
 		call->reply.close_segment.scanned = &call->meta;
 	}
 	return rc ? fail(call, rc, msg) : 0;
@@ -281,7 +281,7 @@ static void fill_info(struct tw_backup *b, struct seg *s, Tailwind__SegmentInfo 
 {
 	tailwind__segment_info__init(in);
 	if (s->state == SEG_OPEN)
-		bk_scan_open(b, s); /* Algorithm 1 on the live buffer, for this reply */
+		tw__bk_scan_open(b, s); /* Algorithm 1 on the live buffer, for this reply */
 	in->log_id = s->log_id;
 	in->segment_id = s->segment_id;
 	in->state = pb_state(s);
@@ -295,24 +295,24 @@ static void fill_info(struct tw_backup *b, struct seg *s, Tailwind__SegmentInfo 
 	in->chain_seed = s->seed;
 }
 
-static int h_list(void *arg, struct tw_rpc_call *call)
+static int h_list(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__ListSegments *q = call->req->list_segments;
 	Tailwind__ListSegmentsReply *r = &call->reply.list_segments;
-	size_t max = tw_rpc_list_max_entries(call->srv);
-	size_t i = bk_seg_lower_bound(b, q->log_id, q->from_segment_id), n = 0, cnt = 0;
+	size_t max = tw__rpc_list_max_entries(call->srv);
+	size_t i = tw__bk_seg_lower_bound(b, q->log_id, q->from_segment_id), n = 0, cnt = 0;
 	Tailwind__SegmentInfo *infos;
 
 	if (!q->all_logs) {
-		const struct logst *lg = bk_log(b, q->log_id, false);
+		const struct logst *lg = tw__bk_log(b, q->log_id, false);
 
-		r->log_known = bk_log_known(b, q->log_id);
+		r->log_known = tw__bk_log_known(b, q->log_id);
 		r->log_epoch = lg ? lg->epoch : 0;
 		r->log_owner = lg ? lg->owner : 0;
 		r->free_below = lg ? lg->free_below : 0;
 		call->reply_epoch = r->log_epoch;
-		bk_hold_touch(b, call_conn(call), q->log_id);
+		tw__bk_hold_touch(b, call_conn(call), q->log_id);
 	}
 	/* Count first so one allocation holds them all. */
 	for (size_t k = i; k < b->nsegs && cnt <= max; k++) {
@@ -326,10 +326,10 @@ static int h_list(void *arg, struct tw_rpc_call *call)
 		cnt = max;
 	if (cnt == 0)
 		return 0;
-	infos = tw_rpc_call_alloc(call, cnt * sizeof(*infos));
-	r->segments = tw_rpc_call_alloc(call, cnt * sizeof(*r->segments));
+	infos = tw__rpc_call_alloc(call, cnt * sizeof(*infos));
+	r->segments = tw__rpc_call_alloc(call, cnt * sizeof(*r->segments));
 	if (!infos || !r->segments)
-		return tw_rpc_call_fail(call, -ENOMEM, "list: reply too large");
+		return tw__rpc_call_fail(call, -ENOMEM, "list: reply too large");
 	for (; i < b->nsegs; i++) {
 		struct seg *s = b->segs[i];
 
@@ -351,19 +351,19 @@ static int h_list(void *arg, struct tw_rpc_call *call)
 	return 0;
 }
 
-static int h_set_version(void *arg, struct tw_rpc_call *call)
+static int h_set_version(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__SetReplicaVersion *q = call->req->set_replica_version;
 	char msg[MSGLEN] = "";
 	int rc;
 
-	rc = bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch,
+	rc = tw__bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch,
 			       call->req->incarnation, q->version, msg, sizeof(msg));
 	return rc ? fail(call, rc, msg) : 0;
 }
 
-static int h_fence(void *arg, struct tw_rpc_call *call)
+static int h_fence(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__Fence *q = call->req->fence;
@@ -371,7 +371,7 @@ static int h_fence(void *arg, struct tw_rpc_call *call)
 	uint64_t epoch = 0, owner = 0;
 	int rc;
 
-	rc = bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, call->req->incarnation,
+	rc = tw__bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, call->req->incarnation,
 			 &epoch, &owner, msg, sizeof(msg));
 	call->reply.fence.epoch = epoch;
 	call->reply.fence.owner = owner;
@@ -379,7 +379,7 @@ static int h_fence(void *arg, struct tw_rpc_call *call)
 	return rc ? fail(call, rc, msg) : 0;
 }
 
-static int h_free(void *arg, struct tw_rpc_call *call)
+static int h_free(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__FreeSegments *q = call->req->free_segments;
@@ -387,13 +387,13 @@ static int h_free(void *arg, struct tw_rpc_call *call)
 	uint64_t freed = 0;
 	int rc;
 
-	rc = bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch,
+	rc = tw__bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch,
 			call->req->incarnation, q->delete_log, &freed, msg, sizeof(msg));
 	call->reply.free_segments.freed = freed;
 	return rc ? fail(call, rc, msg) : 0;
 }
 
-static int h_read(void *arg, struct tw_rpc_call *call)
+static int h_read(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__ReadSegment *q = call->req->read_segment;
@@ -404,18 +404,18 @@ static int h_read(void *arg, struct tw_rpc_call *call)
 	char msg[MSGLEN] = "";
 	int rc;
 
-	bk_hold_touch(b, call_conn(call), q->log_id);
-	rc = bk_op_read(b, call_conn(call), q->log_id, q->segment_id, call->req->epoch, &rk, &s,
+	tw__bk_hold_touch(b, call_conn(call), q->log_id);
+	rc = tw__bk_op_read(b, call_conn(call), q->log_id, q->segment_id, call->req->epoch, &rk, &s,
 			msg, sizeof(msg));
 	if (rc)
 		return fail(call, rc, msg);
-	tw_rpc_rkey_to_pb(&rk, &call->rkey);
+	tw__rpc_rkey_to_pb(&rk, &call->rkey);
 	r->rkey = &call->rkey;
 	m.log_id = s->log_id;
 	m.segment_id = s->segment_id;
 	m.checksum = s->checksum;
 	m.offset = s->valid_len;
-	tw_rpc_meta_to_pb(&m, &call->meta);
+	tw__rpc_meta_to_pb(&m, &call->meta);
 	r->meta = &call->meta;
 	r->replica_version = s->version;
 	r->state = pb_state(s);
@@ -424,26 +424,26 @@ static int h_read(void *arg, struct tw_rpc_call *call)
 	return 0;
 }
 
-static int h_release(void *arg, struct tw_rpc_call *call)
+static int h_release(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__ReleaseSegment *q = call->req->release_segment;
 	char msg[MSGLEN] = "";
 	int rc;
 
-	bk_hold_touch(b, call_conn(call), q->log_id);
-	rc = bk_op_release(b, call_conn(call), q->log_id, q->segment_id, msg, sizeof(msg));
+	tw__bk_hold_touch(b, call_conn(call), q->log_id);
+	rc = tw__bk_op_release(b, call_conn(call), q->log_id, q->segment_id, msg, sizeof(msg));
 	return rc ? fail(call, rc, msg) : 0;
 }
 
-static int h_stats(void *arg, struct tw_rpc_call *call)
+static int h_stats(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	Tailwind__StatsReply *r = &call->reply.stats;
 	struct tw_backup_stats st;
 	char *msg;
 
-	bk_stats_sync(b);
+	tw__bk_stats_sync(b);
 	tw_backup_get_stats(b, &st);
 	r->buffers_total = (uint32_t)st.buffers;
 	r->buffers_free = (uint32_t)st.buffers_free;
@@ -456,7 +456,7 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 	r->cpu_seconds = (double)(st.cpu_user_us + st.cpu_sys_us) / 1e6;
 	r->uptime_ms = (tw_now_ns() - b->start_ns) / 1000000u;
 	/* Counters StatsReply has no field for, as key=value text (docs/operations.md). */
-	msg = tw_rpc_call_alloc(call, 480);
+	msg = tw__rpc_call_alloc(call, 480);
 	if (msg) {
 		snprintf(msg, 480, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
@@ -474,20 +474,20 @@ static int h_stats(void *arg, struct tw_rpc_call *call)
 /* The server closes `ch` for a protocol violation: forget our connection state. */
 static void on_server_close(void *arg, struct tw_chan *ch, int reason)
 {
-	struct conn *c = tw_chan_user(ch);
+	struct conn *c = tw__chan_user(ch);
 
 	if (reason != -EACCES) /* authentication failures were logged already */
 		tw_log_ratelimited(TW_LOG_WARN, "backup: closing connection from %s: %s "
-				   "(protocol violation)", tw_chan_peer(ch), tw_strerror(reason));
+				   "(protocol violation)", tw__chan_peer(ch), tw_strerror(reason));
 	if (!c)
 		return;
 	c->ch = NULL; /* the server closes it */
 	c->drop = true;
 	((struct tw_backup *)arg)->reap = true;
-	tw_chan_set_user(ch, NULL);
+	tw__chan_set_user(ch, NULL);
 }
 
-int bk_rpc_init(struct tw_backup *b)
+int tw__bk_rpc_init(struct tw_backup *b)
 {
 	struct tw_rpc_server_ops ops;
 
@@ -502,21 +502,21 @@ int bk_rpc_init(struct tw_backup *b)
 	ops.handlers[TW_RPC_READ_SEGMENT] = h_read;
 	ops.handlers[TW_RPC_RELEASE_SEGMENT] = h_release;
 	ops.handlers[TW_RPC_STATS] = h_stats;
-	ops.handlers[TW_RPC_RECOVERED_OFFSET] = bk_h_recovered_offset; /* backup_recovery.c */
+	ops.handlers[TW_RPC_RECOVERED_OFFSET] = tw__bk_h_recovered_offset; /* backup_recovery.c */
 	ops.on_close = on_server_close;
 	ops.admit = admit;
 	ops.node_id = b->node_id;
-	return tw_rpc_server_create(NULL, &ops, b, &b->srv);
+	return tw__rpc_server_create(NULL, &ops, b, &b->srv);
 }
 
-void bk_rpc_fini(struct tw_backup *b)
+void tw__bk_rpc_fini(struct tw_backup *b)
 {
 	if (b->srv)
-		tw_rpc_server_destroy(b->srv);
+		tw__rpc_server_destroy(b->srv);
 	b->srv = NULL;
 }
 
-void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len)
+void tw__bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len)
 {
 	if (c->auth == CONN_AUTH_REFUSED) {
 		/* Refused already: anything more closes it, unanswered. */
@@ -524,5 +524,5 @@ void bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t le
 		b->reap = true;
 		return;
 	}
-	tw_rpc_server_on_recv(b->srv, c->ch, msg, len);
+	tw__rpc_server_on_recv(b->srv, c->ch, msg, len);
 }

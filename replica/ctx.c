@@ -25,19 +25,19 @@ static void ctx_lost(struct tw_ctx *ctx, struct cbackup *c)
 	ctx->loss_gen++;
 	tw_log_warn("context: backup %s lost for its %zu log(s): %s", c->addr, ctx->nlogs, c->why);
 	for (size_t i = 0; i < ctx->nlogs; i++)
-		pfo_lost(ctx->logs[i], c->idx, c->why); /* each log fails over on its own */
+		tw__pfo_lost(ctx->logs[i], c->idx, c->why); /* each log fails over on its own */
 }
 
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	struct cbackup *c = tw_chan_user(ch);
+	struct cbackup *c = tw__chan_user(ch);
 	int rc;
 
 	if (!c || !c->rpc)
 		return;
 	/* Replies are matched to their calls by request id (proto/rpc_client.c): each call
 	 * carries its own log's completion, so the shared client demultiplexes by itself. */
-	rc = tw_rpc_client_on_recv(c->rpc, msg, len);
+	rc = tw__rpc_client_on_recv(c->rpc, msg, len);
 	if (rc < 0) {
 		c->lost = true;
 		if (c->probe)
@@ -49,27 +49,27 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	struct cbackup *c = tw_chan_user(ch);
+	struct cbackup *c = tw__chan_user(ch);
 
 	if (!c)
 		return;
 	c->lost = true;
 	snprintf(c->why, sizeof(c->why), "connection lost: %s", tw_strerror(err));
 	if (c->rpc)
-		tw_rpc_client_on_lost(c->rpc, err);
+		tw__rpc_client_on_lost(c->rpc, err);
 	if (c->probe)
 		return;
 	ctx_lost(arg, c);
 }
 
-void ctx_drop(struct cbackup *c)
+void tw__ctx_drop(struct cbackup *c)
 {
 	if (c->rpc) {
-		tw_rpc_client_destroy(c->rpc);
+		tw__rpc_client_destroy(c->rpc);
 		c->rpc = NULL;
 	}
 	if (c->ch) {
-		tw_chan_close(c->ch);
+		tw__chan_close(c->ch);
 		c->ch = NULL;
 		if (!c->probe)
 			__atomic_sub_fetch(&c->ctx->st.channels, 1, __ATOMIC_RELAXED);
@@ -78,7 +78,7 @@ void ctx_drop(struct cbackup *c)
 
 static void rpc_config(struct tw_ctx *ctx, struct tw_rpc_config *rc)
 {
-	tw_rpc_config_init(rc);
+	tw__rpc_config_init(rc);
 	if (ctx->cfg.rpc_timeout_ms)
 		rc->timeout_ms = ctx->cfg.rpc_timeout_ms;
 	rc->max_inflight = ctx->rpc_max_inflight;
@@ -94,21 +94,21 @@ static int handshake(struct tw_ctx *ctx, struct cbackup *c)
 		PSTAT_ADD(ctx->owner, rpc_handshake, ctx->key ? 2 : 1);
 	}
 	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
-	rc = tw_auth_client_handshake(c->rpc, ctx->key, ctx->node_id, TAILWIND__ROLE__ROLE_PRIMARY,
+	rc = tw__auth_client_handshake(c->rpc, ctx->key, ctx->node_id, TAILWIND__ROLE__ROLE_PRIMARY,
 				      NULL, &rep, c->why, sizeof(c->why));
 	if (rc == 0)
 		c->buffer_size = rep.env->handshake_reply->buffer_size;
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
+int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 {
 	struct tw_rpc_config rcfg;
 	int rc;
 
 	rpc_config(ctx, &rcfg);
-	rc = tw_fab_connect(ctx->fab, c->addr, &c->ch);
+	rc = tw__fab_connect(ctx->fab, c->addr, &c->ch);
 	if (rc < 0) {
 		c->ch = NULL;
 		c->lost = true;
@@ -117,20 +117,20 @@ int ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 		return rc;
 	}
 	__atomic_add_fetch(&ctx->st.channels, 1, __ATOMIC_RELAXED);
-	tw_chan_set_user(c->ch, c);
-	rc = tw_rpc_client_create(c->ch, &rcfg, &c->rpc);
+	tw__chan_set_user(c->ch, c);
+	rc = tw__rpc_client_create(c->ch, &rcfg, &c->rpc);
 	if (rc < 0) {
 		c->rpc = NULL;
-		ctx_drop(c);
+		tw__ctx_drop(c);
 		c->lost = true;
 		snprintf(c->why, sizeof(c->why), "rpc client: %s", tw_strerror(rc));
 		return rc;
 	}
 	if (ctx->owner)
-		tw_rpc_client_set_incarnation(c->rpc, ctx->owner->incarnation);
+		tw__rpc_client_set_incarnation(c->rpc, ctx->owner->incarnation);
 	rc = handshake(ctx, c);
 	if (rc < 0) { /* -TW_EVERSION, -ENOTSUP, or no answer: c->why says which */
-		ctx_drop(c);
+		tw__ctx_drop(c);
 		c->lost = true;
 		return rc;
 	}
@@ -140,18 +140,18 @@ int ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 	return 0;
 }
 
-void ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
+void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
 {
-	if (c->ch && (c->lost || tw_chan_is_lost(c->ch))) {
+	if (c->ch && (c->lost || tw__chan_is_lost(c->ch))) {
 		c->lost = true;
-		ctx_drop(c); /* every log's writes on it complete now (with errors) */
+		tw__ctx_drop(c); /* every log's writes on it complete now (with errors) */
 	}
 	if (!ctx->shared || c->ch || c->dead || !c->lost || ctx->resetting ||
-	    tw_fab_loss_blocks_others(ctx->fab))
+	    tw__fab_loss_blocks_others(ctx->fab))
 		return;
 	/* Once per loss: a backup that closed the connection (a fence of another log of this
 	 * process, docs/recovery.md "Ownership") is alive and holds the other logs' buffers. */
-	if (ctx_connect(ctx, c) == 0) {
+	if (tw__ctx_connect(ctx, c) == 0) {
 		__atomic_add_fetch(&ctx->st.reconnects, 1, __ATOMIC_RELAXED);
 		tw_log_info("context: backup %s connected again", c->addr);
 	} else {
@@ -160,7 +160,7 @@ void ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
 	}
 }
 
-int ctx_reset(struct tw_ctx *ctx, int first)
+int tw__ctx_reset(struct tw_ctx *ctx, int first)
 {
 	uint64_t prev_ns = ctx->reset_ns, now;
 	bool *again = calloc(ctx->nbk ? ctx->nbk : 1, sizeof(bool));
@@ -180,15 +180,15 @@ int ctx_reset(struct tw_ctx *ctx, int first)
 		 * one fails to connect. */
 		again[i] = !c->dead && (int)i != first && c->ch;
 		if (c->ch || c->rpc)
-			ctx_drop(c); /* every log's writes in flight complete (slots to repair) */
+			tw__ctx_drop(c); /* every log's writes in flight complete (slots to repair) */
 	}
 	ctx->resetting = false;
 	__atomic_add_fetch(&ctx->st.resets, 1, __ATOMIC_RELAXED);
-	rc = tw_fab_reset(ctx->fab);
+	rc = tw__fab_reset(ctx->fab);
 	if (rc < 0) {
 		for (size_t k = 0; k < ctx->nlogs; k++)
-			primary_fail(ctx->logs[k], rc, "cannot reset the fabric after a backup "
-				     "loss: %s (%s)", tw_strerror(rc), tw_fab_errmsg(ctx->fab));
+			tw__primary_fail(ctx->logs[k], rc, "cannot reset the fabric after a backup "
+				     "loss: %s (%s)", tw_strerror(rc), tw__fab_errmsg(ctx->fab));
 		free(again);
 		return rc;
 	}
@@ -199,7 +199,7 @@ int ctx_reset(struct tw_ctx *ctx, int first)
 			c->lost = true;
 			continue;
 		}
-		if (ctx_connect(ctx, c) < 0) {
+		if (tw__ctx_connect(ctx, c) < 0) {
 			again[i] = false;
 			tw_log_warn("context: backup %s after the reset: %s", c->addr, c->why);
 		}
@@ -225,7 +225,7 @@ int ctx_reset(struct tw_ctx *ctx, int first)
 		}
 		for (size_t i = 0; i < p->nbk; i++)
 			if (!again[i] && !p->bk[i].lost)
-				pfo_lost(p, (unsigned)i, p->bk[i].c->why[0] ? p->bk[i].c->why
+				tw__pfo_lost(p, (unsigned)i, p->bk[i].c->why[0] ? p->bk[i].c->why
 								   : "not connected after a reset");
 		/* Every write in flight was dropped with the channels: rewrite them. */
 		if (p->cur && !p->cur->closed && p->slot_tail < p->slot_head) {
@@ -245,14 +245,14 @@ int ctx_reset(struct tw_ctx *ctx, int first)
 
 /* ------------------------------------------------------------------ driving and logs */
 
-void ctx_drive_enter(struct tw_ctx *ctx)
+void tw__ctx_drive_enter(struct tw_ctx *ctx)
 {
 	if (!ctx->thread_started)
 		return;
 	pthread_mutex_lock(&ctx->lock);
 	ctx->want_drive++;
 	pthread_mutex_unlock(&ctx->lock);
-	tw_fab_wakeup(ctx->fab);
+	tw__fab_wakeup(ctx->fab);
 	pthread_mutex_lock(&ctx->drive);
 	pthread_mutex_lock(&ctx->lock);
 	ctx->want_drive--;
@@ -260,13 +260,13 @@ void ctx_drive_enter(struct tw_ctx *ctx)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
-void ctx_drive_leave(struct tw_ctx *ctx)
+void tw__ctx_drive_leave(struct tw_ctx *ctx)
 {
 	if (ctx->thread_started)
 		pthread_mutex_unlock(&ctx->drive);
 }
 
-int ctx_attach(struct tw_ctx *ctx, struct tw_primary *p)
+int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p)
 {
 	int rc = 0;
 
@@ -289,7 +289,7 @@ out:
 	return rc;
 }
 
-void ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
+void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
 {
 	if (!p->on_ctx)
 		return;
@@ -308,7 +308,7 @@ void ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
 
 /* ------------------------------------------------------------------ create / destroy */
 
-int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
+int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
 	       struct tw_ctx **out)
 {
 	struct tw_fab_config fc;
@@ -320,7 +320,7 @@ int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, s
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
-	*out = ctx; /* even on failure: ctx->errmsg says why; ctx_destroy frees it */
+	*out = ctx; /* even on failure: ctx->errmsg says why; tw__ctx_destroy frees it */
 	ctx->cfg = *cc;
 	ctx->shared = shared;
 	ctx->first_lost = -1;
@@ -355,8 +355,8 @@ int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, s
 				   : ((uint64_t)gethostid() << 32 | (uint64_t)getpid());
 	if (!ctx->node_id)
 		ctx->node_id = 1;
-	if (tw_auth_key_path(cc->key_file)) {
-		rc = tw_auth_key_load(tw_auth_key_path(cc->key_file), &ctx->key, ctx->errmsg,
+	if (tw__auth_key_path(cc->key_file)) {
+		rc = tw__auth_key_load(tw__auth_key_path(cc->key_file), &ctx->key, ctx->errmsg,
 				      sizeof(ctx->errmsg));
 		if (rc < 0) {
 			ctx->key = NULL;
@@ -364,7 +364,7 @@ int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, s
 		}
 	}
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = ctx->cfg.provider;
 	fc.busy_poll = cc->busy_poll;
 	if (cc->connect_timeout_ms)
@@ -380,7 +380,7 @@ int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, s
 	ev.arg = ctx;
 	ev.on_recv = on_recv;
 	ev.on_lost = on_lost;
-	rc = tw_fab_open(&fc, &ev, &ctx->fab);
+	rc = tw__fab_open(&fc, &ev, &ctx->fab);
 	if (rc < 0) {
 		ctx->fab = NULL;
 		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "cannot open fabric (provider %s): %s",
@@ -390,7 +390,7 @@ int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, s
 	for (size_t i = 0; i < ctx->nbk; i++) {
 		struct cbackup *c = &ctx->bk[i];
 
-		if (ctx_connect(ctx, c) < 0)
+		if (tw__ctx_connect(ctx, c) < 0)
 			tw_log_warn("primary: backup %s %s", c->addr, c->why);
 		else
 			c->dead = false;
@@ -398,19 +398,19 @@ int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, s
 	return 0;
 }
 
-void ctx_destroy(struct tw_ctx *ctx)
+void tw__ctx_destroy(struct tw_ctx *ctx)
 {
 	if (!ctx)
 		return;
-	ctx_stop(ctx);
+	tw__ctx_stop(ctx);
 	for (size_t i = 0; i < ctx->nbk; i++)
-		ctx_drop(&ctx->bk[i]);
+		tw__ctx_drop(&ctx->bk[i]);
 	if (ctx->fab)
-		tw_fab_close(ctx->fab);
+		tw__fab_close(ctx->fab);
 	free(ctx->bk);
 	free(ctx->logs);
 	free(ctx->prov_copy);
-	tw_auth_key_free(ctx->key);
+	tw__auth_key_free(ctx->key);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->drive);
 	pthread_cond_destroy(&ctx->cv);
@@ -463,7 +463,7 @@ int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errm
 			return -EINVAL;
 		}
 	}
-	rc = ctx_create(cfg, true, cfg->tx_depth ? cfg->tx_depth : CTX_DEFAULT_TX_DEPTH, 0, &ctx);
+	rc = tw__ctx_create(cfg, true, cfg->tx_depth ? cfg->tx_depth : CTX_DEFAULT_TX_DEPTH, 0, &ctx);
 	for (size_t i = 0; rc == 0 && i < ctx->nbk; i++)
 		up += ctx->bk[i].ch != NULL;
 	if (rc == 0 && !up) {
@@ -477,7 +477,7 @@ int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errm
 		rc = -TW_ENOBACKUP;
 	}
 	if (rc == 0)
-		rc = ctx_start(ctx);
+		rc = tw__ctx_start(ctx);
 	if (rc < 0) {
 		if (ctx) {
 			if (!ctx->errmsg[0])
@@ -485,7 +485,7 @@ int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errm
 			tw_log_error("context: open failed: %s", ctx->errmsg);
 			set_errmsg(errmsg_out, errmsg_len, ctx->errmsg);
 		}
-		ctx_destroy(ctx);
+		tw__ctx_destroy(ctx);
 		return rc;
 	}
 	tw_log_info("context: open, %zu of %zu backups connected", up, ctx->nbk);
@@ -514,7 +514,7 @@ int tw_ctx_close(struct tw_ctx *ctx)
 			 "close them first (tw_primary_close)", n);
 		return -EBUSY;
 	}
-	ctx_destroy(ctx);
+	tw__ctx_destroy(ctx);
 	return 0;
 }
 

@@ -23,7 +23,7 @@
 
 static atomic_int fail_next;
 
-void metalog_fail_next(int err)
+void tw__metalog_fail_next(int err)
 {
 	atomic_store(&fail_next, err);
 }
@@ -106,7 +106,7 @@ static int open_fd(struct metalog *m)
 	return m->fd < 0 ? -errno : 0;
 }
 
-int metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn fn, void *arg,
+int tw__metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn fn, void *arg,
 		 char *why, size_t why_len)
 {
 	uint8_t hdr[METALOG_HDR_SIZE];
@@ -198,11 +198,11 @@ int metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn f
 	return 0;
 fail:
 	free(recs);
-	metalog_close(m);
+	tw__metalog_close(m);
 	return rc;
 }
 
-int metalog_append(struct metalog *m, const struct metalog_rec *r)
+int tw__metalog_append(struct metalog *m, const struct metalog_rec *r)
 {
 	uint8_t buf[METALOG_REC_SIZE];
 	int rc = atomic_exchange(&fail_next, 0);
@@ -223,7 +223,7 @@ int metalog_append(struct metalog *m, const struct metalog_rec *r)
 	return 0;
 }
 
-int metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_t n, uint32_t cap)
+int tw__metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_t n, uint32_t cap)
 {
 	int rc;
 
@@ -249,7 +249,7 @@ int metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_t n,
 	return 0;
 }
 
-void metalog_close(struct metalog *m)
+void tw__metalog_close(struct metalog *m)
 {
 	if (m->fd >= 0)
 		close(m->fd);

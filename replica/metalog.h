@@ -55,7 +55,7 @@ struct metalog {
 	uint64_t seq;   /* of the last record */
 };
 
-/* Called for each valid record in order during metalog_open; non-zero stops with that code. */
+/* Called for each valid record in order during tw__metalog_open; non-zero stops with that code. */
 typedef int (*metalog_replay_fn)(void *arg, const struct metalog_rec *r);
 
 /*
@@ -63,19 +63,19 @@ typedef int (*metalog_replay_fn)(void *arg, const struct metalog_rec *r);
  * Returns 0, or a negative code with a reason in why: -TW_ECORRUPT (bad header: the file is not
  * ours or its header was damaged), -TW_EVERSION (a newer format), -errno.
  */
-int metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn fn, void *arg,
+int tw__metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn fn, void *arg,
 		 char *why, size_t why_len);
 
 /* Append one record durably (O_DSYNC). -ENOSPC when the file is full (rewrite it first). */
-int metalog_append(struct metalog *m, const struct metalog_rec *r);
+int tw__metalog_append(struct metalog *m, const struct metalog_rec *r);
 
 /* Replace the journal by one holding exactly recs[0..n) (capacity at least 2n and `cap`):
  * tmp file, fsync, rename, fsync directory; then appends go to the new file. */
-int metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_t n, uint32_t cap);
+int tw__metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_t n, uint32_t cap);
 
-void metalog_close(struct metalog *m);
+void tw__metalog_close(struct metalog *m);
 
-/* Test hook: when set, the next metalog_append fails with this code (then it is cleared). */
-void metalog_fail_next(int err);
+/* Test hook: when set, the next tw__metalog_append fails with this code (then it is cleared). */
+void tw__metalog_fail_next(int err);
 
 #endif /* TW_REPLICA_METALOG_H */

@@ -56,7 +56,7 @@ static int pool_add(struct pool *p, char *why, size_t whylen)
 		return -ENOMEM;
 	}
 	b->idx = p->n;
-	b->mem = tw_fab_alloc(p->size); /* mmap: zero-filled */
+	b->mem = tw__fab_alloc(p->size); /* mmap: zero-filled */
 	if (!b->mem) {
 		free(b);
 		snprintf(why, whylen, "cannot allocate buffer %u of %zu bytes (out of memory)",
@@ -65,13 +65,13 @@ static int pool_add(struct pool *p, char *why, size_t whylen)
 	}
 	/* Touch every page so FI_MR_ALLOCATED providers see backed memory. */
 	memset(b->mem, 0, p->size);
-	rc = tw_mr_reg(p->fab, b->mem, p->size, POOL_ACCESS, &b->mr);
+	rc = tw__mr_reg(p->fab, b->mem, p->size, POOL_ACCESS, &b->mr);
 	if (rc < 0) {
 		snprintf(why, whylen, "registering buffer %u (%zu bytes) failed: %s (%s)%s",
-			 p->n + 1, p->size, tw_strerror(rc), tw_fab_errmsg(p->fab),
+			 p->n + 1, p->size, tw_strerror(rc), tw__fab_errmsg(p->fab),
 			 reg_hint(rc) ? "; on verbs raise the locked-memory limit (ulimit -l "
 			 "unlimited, or LimitMEMLOCK=infinity in the systemd unit)" : "");
-		tw_fab_free(b->mem, p->size);
+		tw__fab_free(b->mem, p->size);
 		free(b);
 		return rc;
 	}
@@ -82,7 +82,7 @@ static int pool_add(struct pool *p, char *why, size_t whylen)
 	return 0;
 }
 
-int pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size)
+int tw__pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size)
 {
 	char why[320];
 
@@ -90,7 +90,7 @@ int pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max
 	p->fab = fab;
 	/* A primary whose writes arrive as messages (the RPC baseline) has our CPU place them:
 	 * then check each sealed write before it is acknowledged, as an RPC backup would. */
-	tw_fab_set_write_check(fab, tw__log_check_write);
+	tw__fab_set_write_check(fab, tw__log_check_write);
 	p->size = size;
 	p->max = max < initial ? initial : max;
 	for (unsigned i = 0; i < initial; i++) {
@@ -99,14 +99,14 @@ int pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max
 		if (rc < 0) {
 			tw_log_error("backup: %s (%u initial buffers requested): lower --buffers or "
 				     "--buffer-size", why, initial);
-			pool_fini(p);
+			tw__pool_fini(p);
 			return rc;
 		}
 	}
 	return 0;
 }
 
-void pool_fini(struct pool *p)
+void tw__pool_fini(struct pool *p)
 {
 	if (!p->bufs)
 		return;
@@ -114,19 +114,19 @@ void pool_fini(struct pool *p)
 		struct pool_buf *b = p->bufs[i];
 
 		if (b->mr)
-			tw_mr_close(b->mr);
+			tw__mr_close(b->mr);
 		b->mr = NULL;
 	}
 	for (unsigned i = 0; i < p->n; i++) {
 		if (p->bufs[i]->mem)
-			tw_fab_free(p->bufs[i]->mem, p->size);
+			tw__fab_free(p->bufs[i]->mem, p->size);
 		free(p->bufs[i]);
 	}
 	free(p->bufs);
 	memset(p, 0, sizeof(*p));
 }
 
-struct pool_buf *pool_take(struct pool *p)
+struct pool_buf *tw__pool_take(struct pool *p)
 {
 	for (unsigned i = 0; i < p->n; i++)
 		if (p->bufs[i]->state == POOL_FREE)
@@ -134,11 +134,11 @@ struct pool_buf *pool_take(struct pool *p)
 	return NULL;
 }
 
-int pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen)
+int tw__pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen)
 {
 	int rc;
 
-	*out = pool_take(p);
+	*out = tw__pool_take(p);
 	if (*out)
 		return 0;
 	if (p->n >= p->max) {
@@ -156,30 +156,30 @@ int pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen)
 	return 0;
 }
 
-void pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st)
+void tw__pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st)
 {
 	p->count[b->state]--;
 	b->state = st;
 	p->count[st]++;
 }
 
-int pool_ensure_mr(struct pool *p, struct pool_buf *b)
+int tw__pool_ensure_mr(struct pool *p, struct pool_buf *b)
 {
 	if (b->mr)
 		return 0;
-	return tw_mr_reg(p->fab, b->mem, p->size, POOL_ACCESS, &b->mr);
+	return tw__mr_reg(p->fab, b->mem, p->size, POOL_ACCESS, &b->mr);
 }
 
-void pool_revoke_mr(struct pool *p, struct pool_buf *b)
+void tw__pool_revoke_mr(struct pool *p, struct pool_buf *b)
 {
 	(void)p;
 	if (b->mr) {
-		tw_mr_close(b->mr);
+		tw__mr_close(b->mr);
 		b->mr = NULL;
 	}
 }
 
-unsigned pool_unflushed(const struct pool *p)
+unsigned tw__pool_unflushed(const struct pool *p)
 {
 	return p->count[POOL_OPEN] + p->count[POOL_CLOSED];
 }

@@ -24,13 +24,13 @@
 
 /* ------------------------------------------------------------------ small helpers */
 
-void primary_lock(struct tw_primary *p)
+void tw__primary_lock(struct tw_primary *p)
 {
 	if (p->threaded)
 		pthread_mutex_lock(&p->lock);
 }
 
-void primary_unlock(struct tw_primary *p)
+void tw__primary_unlock(struct tw_primary *p)
 {
 	if (p->threaded)
 		pthread_mutex_unlock(&p->lock);
@@ -65,7 +65,7 @@ static void wake_apps(struct tw_primary *p)
 }
 
 /* Record the first failure (sticky). Takes the lock: call without holding it. */
-void primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
+void tw__primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 {
 	char taken[512];
 	bool fenced = false;
@@ -75,10 +75,10 @@ void primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 	 * fenced the log: say so (-TW_EFENCED), not just "no backup". Driver thread, no lock. */
 	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab && !p->finished) {
 		p->checking = true;
-		fenced = pctl_taken_over(p, taken, sizeof(taken)) == 1;
+		fenced = tw__pctl_taken_over(p, taken, sizeof(taken)) == 1;
 		p->checking = false;
 	}
-	primary_lock(p);
+	tw__primary_lock(p);
 	if (!p->err) {
 		p->err = fenced ? -TW_EFENCED : err;
 		if (fenced) {
@@ -91,10 +91,10 @@ void primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 		tw_log_error("primary log %llu: %s", (unsigned long long)p->cfg.log_id, p->errmsg);
 	}
 	wake_apps(p);
-	primary_unlock(p);
+	tw__primary_unlock(p);
 }
 
-bool primary_is_replica(struct tw_primary *p, unsigned b)
+bool tw__primary_is_replica(struct tw_primary *p, unsigned b)
 {
 	struct pseg *s = p->cur;
 
@@ -123,9 +123,9 @@ static void seg_free(struct pseg *s)
 	if (!s)
 		return;
 	if (s->mr)
-		tw_mr_close(s->mr);
+		tw__mr_close(s->mr);
 	if (s->buf)
-		tw_fab_free(s->buf, s->cap);
+		tw__fab_free(s->buf, s->cap);
 	free(s);
 }
 
@@ -157,12 +157,12 @@ static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 		return -ENOMEM;
 	s->id = id;
 	s->cap = p->cfg.segment_size;
-	s->buf = tw_fab_alloc(s->cap);
+	s->buf = tw__fab_alloc(s->cap);
 	if (!s->buf) {
 		free(s);
 		return -ENOMEM;
 	}
-	rc = tw_mr_reg(p->fab, s->buf, s->cap, TW_MR_WRITE_SRC, &s->mr);
+	rc = tw__mr_reg(p->fab, s->buf, s->cap, TW_MR_WRITE_SRC, &s->mr);
 	if (rc < 0) {
 		s->mr = NULL;
 		seg_free(s);
@@ -179,7 +179,7 @@ static int seg_push(struct tw_primary *p, struct pseg *s)
 {
 	int rc = 0;
 
-	primary_lock(p);
+	tw__primary_lock(p);
 	if (p->nsegs == p->segs_cap) {
 		size_t ncap = p->segs_cap ? p->segs_cap * 2 : 16;
 		struct pseg **n = realloc(p->segs, ncap * sizeof(*n));
@@ -194,7 +194,7 @@ static int seg_push(struct tw_primary *p, struct pseg *s)
 	p->segs[p->nsegs++] = s;
 	p->cur = s;
 out:
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	return rc;
 }
 
@@ -209,12 +209,12 @@ static void preopen_start(struct tw_primary *p)
 	if (seg_new(p, p->cur->id + 1, &s) < 0)
 		return;
 	p->next = s;
-	pctl_preopen_begin(p, s);
+	tw__pctl_preopen_begin(p, s);
 }
 
 /* ------------------------------------------------------------------ writes and acks */
 
-void primary_op_done(struct tw_op *op, int status)
+void tw__primary_op_done(struct tw_op *op, int status)
 {
 	struct pop *po = (struct pop *)op;
 	struct pslot *s = po->slot;
@@ -228,7 +228,7 @@ void primary_op_done(struct tw_op *op, int status)
 		s->repair = true;
 		snprintf(why, sizeof(why), "write of %zu bytes at segment %u offset %zu failed: %s",
 			 s->len, s->seg->id, s->off, tw_strerror(status));
-		pfo_lost(p, b, why);
+		tw__pfo_lost(p, b, why);
 	}
 	s->remaining--;
 }
@@ -244,20 +244,20 @@ static int seal_post(struct tw_primary *p)
 	int rc;
 
 	if (p->fo_pending && !p->fo_running)
-		pfo_run(p); /* a replica was lost: replace it before anything new goes out */
+		tw__pfo_run(p); /* a replica was lost: replace it before anything new goes out */
 	if (p->fo_pending)
 		return p->err;
-	primary_lock(p);
+	tw__primary_lock(p);
 	n = pending_entries(p);
 	if (!n || p->err || !slot_free(p)) {
-		primary_unlock(p);
+		tw__primary_unlock(p);
 		return p->err;
 	}
 	seg = p->cur;
 	rc = tw_log_writer_seal(&seg->w, &off, &len);
 	if (rc < 0 || !len) {
-		primary_unlock(p);
-		primary_fail(p, rc < 0 ? rc : -TW_EPROTO, "seal failed: %s", tw_strerror(rc));
+		tw__primary_unlock(p);
+		tw__primary_fail(p, rc < 0 ? rc : -TW_EPROTO, "seal failed: %s", tw_strerror(rc));
 		return p->err;
 	}
 	s = &p->slots[p->slot_head % p->nslots];
@@ -271,7 +271,7 @@ static int seal_post(struct tw_primary *p)
 	p->slot_head++;
 	if (p->threaded)
 		room_wake_one(p); /* back-pressure released */
-	primary_unlock(p);
+	tw__primary_unlock(p);
 
 	PSTAT_ADD(p, writes, 1);
 	PSTAT_ADD(p, write_bytes, len);
@@ -285,12 +285,12 @@ static int seal_post(struct tw_primary *p)
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		memset(&po->op, 0, sizeof(po->op));
-		po->op.cb = p->test_op_cb ? p->test_op_cb : primary_op_done;
+		po->op.cb = p->test_op_cb ? p->test_op_cb : tw__primary_op_done;
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
 		po->bk = seg->rep[i];
-		rc = b->c->ch ? tw_chan_write(b->c->ch, &po->op, seg->buf + off, len, seg->mr,
+		rc = b->c->ch ? tw__chan_write(b->c->ch, &po->op, seg->buf + off, len, seg->mr,
 					      &seg->rk[i], off)
 			      : -TW_EPEERLOST;
 		if (rc < 0) {
@@ -299,7 +299,7 @@ static int seal_post(struct tw_primary *p)
 			s->repair = true; /* the failover copies it to the replacement */
 			s->remaining--;
 			snprintf(why, sizeof(why), "cannot post write: %s", tw_strerror(rc));
-			pfo_lost(p, seg->rep[i], why);
+			tw__pfo_lost(p, seg->rep[i], why);
 		}
 	}
 	return 0;
@@ -375,12 +375,12 @@ static int reap(struct tw_primary *p)
 		uint64_t end;
 		int err;
 
-		primary_lock(p);
+		tw__primary_lock(p);
 		err = p->err;
 		end = p->rec_head;
 		if (err) /* nothing will be sealed any more */
 			p->rec_sealed = end;
-		primary_unlock(p);
+		tw__primary_unlock(p);
 		if (err && end > p->rec_tail) {
 			p->reap_failed = true;
 			complete_recs(p, end, err);
@@ -394,9 +394,9 @@ static bool can_seal(struct tw_primary *p)
 {
 	bool yes;
 
-	primary_lock(p);
+	tw__primary_lock(p);
 	yes = pending_entries(p) && slot_free(p) && !p->err && !p->need_roll && !p->fo_pending;
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	return yes;
 }
 
@@ -408,18 +408,18 @@ static int drive(struct tw_primary *p, int timeout_ms)
 
 	if (can_seal(p))
 		seal_post(p);
-	rc = tw_fab_progress(p->fab, timeout_ms);
+	rc = tw__fab_progress(p->fab, timeout_ms);
 	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
-		primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
-			     tw_fab_errmsg(p->fab));
+		tw__primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
+			     tw__fab_errmsg(p->fab));
 	}
 	if (p->fo_pending && !p->fo_running)
-		pfo_run(p);
+		tw__pfo_run(p);
 	rc = reap(p);
 	if (can_seal(p))
 		seal_post(p);
 	if (p->rr_dirty && !p->fo_running)
-		pfo_background(p, false);
+		tw__pfo_background(p, false);
 	return rc;
 }
 
@@ -429,9 +429,9 @@ static void drain(struct tw_primary *p)
 	for (;;) {
 		bool more;
 
-		primary_lock(p);
+		tw__primary_lock(p);
 		more = p->slot_tail < p->slot_head || (p->err && p->rec_tail < p->rec_head);
-		primary_unlock(p);
+		tw__primary_unlock(p);
 		if (!more)
 			break;
 		drive(p, WAIT_SLICE_MS);
@@ -461,34 +461,34 @@ static int roll(struct tw_primary *p)
 		return p->err;
 	if (p->cur != old)
 		return 0; /* a nested call rolled over already */
-	rc = pctl_close_segment(p, old);
+	rc = tw__pctl_close_segment(p, old);
 	if (rc < 0)
 		return p->err ? p->err : rc;
 	if (p->next) {
 		s = p->next;
 		p->next = NULL;
-		rc = pctl_preopen_finish(p, s);
+		rc = tw__pctl_preopen_finish(p, s);
 	} else {
 		rc = seg_new(p, old->id + 1, &s);
 		if (rc < 0) {
-			primary_fail(p, rc, "cannot allocate segment %u: %s", old->id + 1,
+			tw__primary_fail(p, rc, "cannot allocate segment %u: %s", old->id + 1,
 				     tw_strerror(rc));
 			return p->err;
 		}
-		rc = pctl_open_segment(p, s);
+		rc = tw__pctl_open_segment(p, s);
 	}
 	if (rc < 0) {
 		seg_free(s);
 		char why[sizeof(p->errmsg)];
 
 		snprintf(why, sizeof(why), "%s", p->errmsg[0] ? p->errmsg : "cannot open the next segment");
-		primary_fail(p, rc, "%s", why);
+		tw__primary_fail(p, rc, "%s", why);
 		return p->err;
 	}
 	rc = seg_push(p, s);
 	if (rc < 0) {
 		seg_free(s);
-		primary_fail(p, rc, "out of memory");
+		tw__primary_fail(p, rc, "out of memory");
 		return p->err;
 	}
 	preopen_start(p);
@@ -503,7 +503,7 @@ static _Thread_local const struct tw_ctx *progress_tls;
 
 _Atomic int tw__primary_halt_status;
 
-bool primary_step_pre(struct tw_primary *p, bool *done)
+bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 {
 	bool work = false;
 
@@ -526,7 +526,7 @@ bool primary_step_pre(struct tw_primary *p, bool *done)
 
 		p->free_done = below;
 		pthread_mutex_unlock(&p->lock);
-		(void)pctl_free(p, below, &n); /* failures are logged per backup */
+		(void)tw__pctl_free(p, below, &n); /* failures are logged per backup */
 		return true;
 	}
 	if (p->free_list) {
@@ -561,15 +561,15 @@ bool primary_step_pre(struct tw_primary *p, bool *done)
 	return work;
 }
 
-void primary_step_post(struct tw_primary *p)
+void tw__primary_step_post(struct tw_primary *p)
 {
 	if (p->fo_pending && !p->fo_running)
-		pfo_run(p);
+		tw__pfo_run(p);
 	reap(p);
 	if (can_seal(p))
 		seal_post(p);
 	if (p->rr_dirty && !p->fo_running)
-		pfo_background(p, false);
+		tw__pfo_background(p, false);
 	pthread_mutex_lock(&p->lock);
 	p->pt_idle = false;
 	pthread_mutex_unlock(&p->lock);
@@ -578,10 +578,10 @@ void primary_step_post(struct tw_primary *p)
 /*
  * The progress thread of a context: one per context, however many logs. Each pass runs every
  * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
- * has work: an append to an idle log, a completion or tw_fab_wakeup ends the wait), heals lost
+ * has work: an append to an idle log, a completion or tw__fab_wakeup ends the wait), heals lost
  * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
  * starts one log further each time (round robin), so no log is always served first. Between
- * two passes it steps aside for a thread that must drive (ctx_drive_enter: a log's open or
+ * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
  * close).
  */
 static void *ctx_main(void *arg)
@@ -616,29 +616,29 @@ static void *ctx_main(void *arg)
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
 			bool done = false;
 
-			if (p->served && primary_step_pre(p, &done))
+			if (p->served && tw__primary_step_pre(p, &done))
 				work = true;
 		}
-		rc = tw_fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 			for (size_t k = 0; k < n; k++)
 				if (ctx->logs[k]->served)
-					primary_fail(ctx->logs[k], rc, "fabric progress failed: "
+					tw__primary_fail(ctx->logs[k], rc, "fabric progress failed: "
 						     "%s: %s", tw_strerror(rc),
-						     tw_fab_errmsg(ctx->fab));
+						     tw__fab_errmsg(ctx->fab));
 		}
 		if (ctx->shared) {
 			for (size_t i = 0; i < ctx->nbk; i++)
 				if (ctx->bk[i].lost && !ctx->bk[i].dead &&
-				    !tw_fab_loss_blocks_others(ctx->fab))
-					ctx_heal(ctx, &ctx->bk[i]);
+				    !tw__fab_loss_blocks_others(ctx->fab))
+					tw__ctx_heal(ctx, &ctx->bk[i]);
 		}
 		n = ctx->nlogs;
 		for (size_t k = 0; k < n; k++) {
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
 
 			if (p->served)
-				primary_step_post(p);
+				tw__primary_step_post(p);
 		}
 		ctx->rr++;
 		__atomic_store_n(&ctx->st.loop_passes, ctx->st.loop_passes + 1, __ATOMIC_RELAXED);
@@ -647,7 +647,7 @@ static void *ctx_main(void *arg)
 	return NULL;
 }
 
-int ctx_start(struct tw_ctx *ctx)
+int tw__ctx_start(struct tw_ctx *ctx)
 {
 	int rc;
 
@@ -663,14 +663,14 @@ int ctx_start(struct tw_ctx *ctx)
 	return rc;
 }
 
-void ctx_stop(struct tw_ctx *ctx)
+void tw__ctx_stop(struct tw_ctx *ctx)
 {
 	if (!ctx->thread_started)
 		return;
 	pthread_mutex_lock(&ctx->lock);
 	ctx->stop = true;
 	pthread_mutex_unlock(&ctx->lock);
-	tw_fab_wakeup(ctx->fab);
+	tw__fab_wakeup(ctx->fab);
 	pthread_join(ctx->thread, NULL);
 	ctx->thread_started = false;
 }
@@ -705,12 +705,12 @@ static void primary_free_driving(struct tw_primary *p)
 	struct tw_ctx *ctx = p->ctx;
 
 	if (ctx) {
-		ctx_detach(ctx, p);
+		tw__ctx_detach(ctx, p);
 		if (!ctx->shared) {
-			ctx_stop(ctx);
+			tw__ctx_stop(ctx);
 			/* Pending operations complete (with errors) before the MRs go. */
 			for (size_t i = 0; i < ctx->nbk; i++)
-				ctx_drop(&ctx->bk[i]);
+				tw__ctx_drop(&ctx->bk[i]);
 		}
 	}
 	for (size_t i = 0; i < p->nsegs; i++)
@@ -725,7 +725,7 @@ static void primary_free_driving(struct tw_primary *p)
 		p->free_list = nx;
 	}
 	if (ctx && !ctx->shared)
-		ctx_destroy(ctx);
+		tw__ctx_destroy(ctx);
 	free(p->bk);
 	free(p->slots);
 	free(p->pops);
@@ -735,7 +735,7 @@ static void primary_free_driving(struct tw_primary *p)
 		pthread_mutex_destroy(&p->lock);
 		pthread_cond_destroy(&p->cv_app);
 	}
-	tw_coord_close(p->coord); /* last: the owner node goes once we no longer write */
+	tw__coord_close(p->coord); /* last: the owner node goes once we no longer write */
 	free(p);
 }
 
@@ -747,9 +747,9 @@ static void primary_free(struct tw_primary *p)
 		return;
 	ctx = p->ctx;
 	if (ctx && ctx->shared) {
-		ctx_drive_enter(ctx);
+		tw__ctx_drive_enter(ctx);
 		primary_free_driving(p);
-		ctx_drive_leave(ctx);
+		tw__ctx_drive_leave(ctx);
 		return;
 	}
 	primary_free_driving(p);
@@ -796,7 +796,7 @@ static int check_config(const struct tw_primary_config *cfg, bool on_ctx, char *
  * create_log on segment 0). coord (may be NULL): the coordinator handle the primary keeps
  * (primary_coord.c), set before the first segment opens; on failure it is not closed (the
  * caller's). */
-int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
+int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
 		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len)
 {
@@ -845,7 +845,7 @@ int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uin
 		pthread_mutexattr_destroy(&ma);
 		pthread_cond_init(&p->cv_app, NULL);
 	}
-	/* With a coordinator, room for the backups registered after the open (pcoord_refresh;
+	/* With a coordinator, room for the backups registered after the open (tw__pcoord_refresh;
 	 * never moved: the context's bk[] has the same room). */
 	p->bk_cap = nbk + (coord ? PCOORD_EXTRA : 0);
 	p->bk = calloc(p->bk_cap ? p->bk_cap : 1, sizeof(*p->bk));
@@ -904,7 +904,7 @@ int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uin
 		cc.connect_timeout_ms = cfg->connect_timeout_ms;
 		/* A private context: this log's alone, closed with it (the handshake RPCs count in
 		 * its statistics, its RPC clients carry its incarnation). */
-		rc = ctx_create(&cc, false, cfg->max_inflight + 32, coord ? PCOORD_EXTRA : 0,
+		rc = tw__ctx_create(&cc, false, cfg->max_inflight + 32, coord ? PCOORD_EXTRA : 0,
 				&p->ctx);
 		if (p->ctx) {
 			p->ctx->owner = p;
@@ -912,14 +912,14 @@ int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uin
 		}
 		if (rc < 0 && p->ctx)
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
-		/* (ctx_create connected before knowing its owner: stamp the incarnation now.) */
+		/* (tw__ctx_create connected before knowing its owner: stamp the incarnation now.) */
 		for (size_t i = 0; rc == 0 && i < p->ctx->nbk; i++)
 			if (p->ctx->bk[i].rpc)
-				tw_rpc_client_set_incarnation(p->ctx->bk[i].rpc, incarnation);
+				tw__rpc_client_set_incarnation(p->ctx->bk[i].rpc, incarnation);
 	} else {
 		p->ctx = ctx;
 		p->fab = ctx->fab;
-		ctx_drive_enter(ctx);
+		tw__ctx_drive_enter(ctx);
 		driving = true;
 	}
 	p->nbk = p->ctx ? p->ctx->nbk : 0; /* (0 when the context failed half-way) */
@@ -935,26 +935,26 @@ int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uin
 	}
 	/* In the context's list from now on: a channel lost during the open reaches it. */
 	if (rc == 0)
-		rc = ctx_attach(p->ctx, p);
+		rc = tw__ctx_attach(p->ctx, p);
 	if (rc == 0)
-		rc = pctl_check_backups(p);
+		rc = tw__pctl_check_backups(p);
 	if (rc == 0 && creating)
-		rc = pctl_probe_new_log(p);
+		rc = tw__pctl_probe_new_log(p);
 	if (rc == 0)
 		rc = seg_new(p, start, &s0);
 	if (rc == 0) {
-		rc = pctl_open_segment(p, s0);
+		rc = tw__pctl_open_segment(p, s0);
 		if (rc < 0) {
 			seg_free(s0);
 			s0 = NULL;
 		}
 		/* A backup that closed our connection during the open may have done so because
 		 * another owner fenced the log meanwhile (a racing takeover): say so, as
-		 * primary_fail does once the log is open. */
+		 * tw__primary_fail does once the log is open. */
 		if (rc == -TW_ENOBACKUP) {
 			char taken[sizeof(p->errmsg)];
 
-			if (pctl_taken_over(p, taken, sizeof(taken)) == 1) {
+			if (tw__pctl_taken_over(p, taken, sizeof(taken)) == 1) {
 				snprintf(p->errmsg, sizeof(p->errmsg), "%s", taken);
 				rc = -TW_EFENCED;
 			}
@@ -975,7 +975,7 @@ int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uin
 		p->served = true;
 		p->thread_started = true;
 		if (!ctx) {
-			rc = ctx_start(p->ctx);
+			rc = tw__ctx_start(p->ctx);
 			if (rc < 0) {
 				p->served = false;
 				p->thread_started = false;
@@ -995,14 +995,14 @@ int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uin
 		p->thread_started = false;
 		if (driving) {
 			primary_free_driving(p);
-			ctx_drive_leave(ctx);
+			tw__ctx_drive_leave(ctx);
 		} else {
 			primary_free(p);
 		}
 		return rc;
 	}
 	if (driving)
-		ctx_drive_leave(ctx);
+		tw__ctx_drive_leave(ctx);
 	tw_log_info("primary: log %llu open at epoch %llu (incarnation %016llx), first segment %u",
 		    (unsigned long long)p->cfg.log_id, (unsigned long long)p->cfg.epoch,
 		    (unsigned long long)p->incarnation, start);
@@ -1018,8 +1018,8 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 		return -EINVAL;
 	}
 	if (cfg && cfg->coordinator && cfg->coordinator[0])
-		return pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
-	return primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+		return tw__pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
+	return tw__primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
 			       errmsg_len);
 }
 
@@ -1045,7 +1045,7 @@ int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			   "yet: open it with tw_primary_open");
 		return -ENOTSUP;
 	}
-	return primary_open_as(ctx, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+	return tw__primary_open_as(ctx, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
 			       errmsg_len);
 }
 
@@ -1103,7 +1103,7 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	}
 	pc = *cfg;
 	pc.epoch = res->epoch;
-	rc = primary_open_as(ctx, &pc, inc, (uint32_t)next, false, NULL, out, errmsg_out,
+	rc = tw__primary_open_as(ctx, &pc, inc, (uint32_t)next, false, NULL, out, errmsg_out,
 			     errmsg_len);
 	if (rc == 0)
 		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
@@ -1123,7 +1123,7 @@ int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn
 	}
 	*out = NULL;
 	if (cfg->coordinator && cfg->coordinator[0])
-		return pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+		return tw__pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 	return takeover(NULL, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 }
 
@@ -1157,23 +1157,23 @@ int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 
 	if (!p)
 		return -EINVAL;
-	primary_lock(p);
+	tw__primary_lock(p);
 	if (p->cur && below_segment > p->cur->id)
 		below_segment = p->cur->id;
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	released = tw_primary_release(p, below_segment);
 	if (released < 0)
 		return released;
 	if (p->thread_started) {
 		/* The control plane belongs to the progress thread: hand the RPCs to it. */
-		primary_lock(p);
+		tw__primary_lock(p);
 		if (below_segment > p->free_req)
 			p->free_req = below_segment;
-		primary_unlock(p);
-		tw_fab_wakeup(p->fab);
+		tw__primary_unlock(p);
+		tw__fab_wakeup(p->fab);
 		return released;
 	}
-	rc = pctl_free(p, below_segment, &n);
+	rc = tw__pctl_free(p, below_segment, &n);
 	return rc < 0 ? rc : released;
 }
 
@@ -1280,7 +1280,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			if (p->pt_idle) {
 				p->pt_idle = false;
 				pthread_mutex_unlock(&p->lock);
-				tw_fab_wakeup(p->fab);
+				tw__fab_wakeup(p->fab);
 				pthread_mutex_lock(&p->lock);
 				continue;
 			}
@@ -1316,7 +1316,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			p->need_roll = true;
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(p->fab);
+			tw__fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -1346,7 +1346,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
-		tw_fab_wakeup(p->fab);
+		tw__fab_wakeup(p->fab);
 	return 0;
 }
 
@@ -1438,7 +1438,7 @@ int tw_primary_flush(struct tw_primary *p)
 		if (p->pt_idle && p->rec_tail < target) {
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
-			tw_fab_wakeup(p->fab);
+			tw__fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
 		}
 		while (p->rec_tail < target) {
@@ -1475,7 +1475,7 @@ int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **da
 
 	if (!p || !data_out || !len_out)
 		return -EINVAL;
-	primary_lock(p);
+	tw__primary_lock(p);
 	if (pos.segment < p->seg_base || pos.segment - p->seg_base >= p->nsegs ||
 	    !p->segs[pos.segment - p->seg_base]) {
 		rc = -TW_ENOTFOUND;
@@ -1497,7 +1497,7 @@ int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **da
 	*data_out = payload;
 	*len_out = len;
 out:
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	return rc;
 }
 
@@ -1513,7 +1513,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 
 	if (!p)
 		return -EINVAL;
-	primary_lock(p);
+	tw__primary_lock(p);
 	/* Segments below the current one are closed: the current one changes only after the
 	 * close of its predecessor succeeded. (released counts from seg_base.) */
 	if (p->cur && below_segment > p->cur->id)
@@ -1534,9 +1534,9 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 		}
 		n++;
 	}
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	if (p->threaded && n && p->thread_started)
-		tw_fab_wakeup(p->fab);
+		tw__fab_wakeup(p->fab);
 	while (now) {
 		struct pseg *nx = now->next_free;
 
@@ -1589,35 +1589,35 @@ int tw_primary_finish(struct tw_primary *p)
 		pthread_mutex_lock(&p->lock);
 		p->stop = true;
 		pthread_mutex_unlock(&p->lock);
-		tw_fab_wakeup(p->fab);
+		tw__fab_wakeup(p->fab);
 		pthread_mutex_lock(&p->lock);
 		while (!p->detached)
 			pthread_cond_wait(&p->cv_app, &p->lock);
 		pthread_mutex_unlock(&p->lock);
 		p->thread_started = false;
 		if (p->ctx->shared) {
-			ctx_drive_enter(p->ctx); /* the last steps below drive the fabric */
+			tw__ctx_drive_enter(p->ctx); /* the last steps below drive the fabric */
 			driving = true;
 		} else {
-			ctx_stop(p->ctx);
+			tw__ctx_stop(p->ctx);
 		}
 	}
 	p->finished = true; /* no appends from now on */
 	if (!p->err && p->cur) {
 		drain(p);
-		rc2 = pctl_close_segment(p, p->cur);
+		rc2 = tw__pctl_close_segment(p, p->cur);
 		if (rc2 < 0 && !rc)
 			rc = rc2;
 		if (!p->err && p->rr_dirty)
-			pfo_background(p, true); /* no later driver round: copy what is owed now */
+			tw__pfo_background(p, true); /* no later driver round: copy what is owed now */
 	}
 	if (p->next) {
-		pctl_preopen_abandon(p, p->next);
+		tw__pctl_preopen_abandon(p, p->next);
 		seg_free(p->next);
 		p->next = NULL;
 	}
 	if (driving)
-		ctx_drive_leave(p->ctx);
+		tw__ctx_drive_leave(p->ctx);
 	if (!rc)
 		rc = p->err;
 	p->finish_rc = rc;

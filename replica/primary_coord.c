@@ -4,7 +4,7 @@
  * coordinator (one place, atomically), the log's owner node held until tw_primary_close; and the
  * zone rule of replica placement (no two replicas of a segment in one zone), used by the segment
  * opens (primary_ctl.c) and the spare choice (primary_rerep.c); the per-log record of the
- * backups asked to hold its segments (pcoord_note, before each open), from which a takeover's
+ * backups asked to hold its segments (tw__pcoord_note, before each open), from which a takeover's
  * recovery takes its backups; and the standby (tailwind/standby.h).
  */
 #include <errno.h>
@@ -26,7 +26,7 @@ static bool same_zone(const struct pbackup *a, const struct pbackup *b)
 	return a->zone[0] && !strcmp(a->zone, b->zone);
 }
 
-bool pzone_ok(const struct tw_primary *p, const struct pseg *seg, unsigned bi,
+bool tw__pzone_ok(const struct tw_primary *p, const struct pseg *seg, unsigned bi,
 	      const struct pcall *pending, unsigned n)
 {
 	const struct pbackup *b = &p->bk[bi];
@@ -86,7 +86,7 @@ static const char *provider_of(const struct tw_primary_config *cfg)
 	return prov && prov[0] ? prov : "tcp";
 }
 
-int pcoord_note(struct tw_primary *p, unsigned bi)
+int tw__pcoord_note(struct tw_primary *p, unsigned bi)
 {
 	struct pbackup *b = &p->bk[bi];
 	struct tw_coord_backup r;
@@ -98,31 +98,31 @@ int pcoord_note(struct tw_primary *p, unsigned bi)
 	snprintf(r.addr, sizeof(r.addr), "%s", b->addr);
 	snprintf(r.provider, sizeof(r.provider), "%s", provider_of(&p->cfg));
 	snprintf(r.zone, sizeof(r.zone), "%s", b->zone);
-	rc = tw_coord_log_add_backup(p->coord, p->cfg.log_id, &r);
+	rc = tw__coord_log_add_backup(p->coord, p->cfg.log_id, &r);
 	if (rc < 0) {
 		/* Unrecorded, a copy there would be missed by a recovery through the
 		 * coordinator: such a backup is not used. */
 		snprintf(b->why, sizeof(b->why), "not recorded for the log at the coordinator: %s",
-			 tw_coord_errmsg(p->coord));
+			 tw__coord_errmsg(p->coord));
 		tw_log_warn("primary: log %llu: backup %s %s", (unsigned long long)p->cfg.log_id,
 			    b->addr, b->why);
 	}
 	return rc;
 }
 
-void pcoord_refresh(struct tw_primary *p)
+void tw__pcoord_refresh(struct tw_primary *p)
 {
 	struct tw_coord_backup *v = NULL;
 	const char *prov = provider_of(&p->cfg);
 	size_t n = 0;
 
-	if (!p->coord || tw_coord_kind(p->coord) != TW_COORD_ZK ||
-	    !tw_coord_backups_changed(p->coord))
+	if (!p->coord || tw__coord_kind(p->coord) != TW_COORD_ZK ||
+	    !tw__coord_backups_changed(p->coord))
 		return;
-	if (tw_coord_watch_backups(p->coord, &v, &n) < 0) {
+	if (tw__coord_watch_backups(p->coord, &v, &n) < 0) {
 		tw_log_warn("primary: log %llu: cannot read the registry (%s): choosing the spare "
 			    "among the backups known so far", (unsigned long long)p->cfg.log_id,
-			    tw_coord_errmsg(p->coord));
+			    tw__coord_errmsg(p->coord));
 		return;
 	}
 	for (size_t i = 0; i < p->nbk; i++) {
@@ -166,7 +166,7 @@ void pcoord_refresh(struct tw_primary *p)
 		b->idx = (unsigned)p->nbk;
 		snprintf(b->addr, sizeof(b->addr), "%s", v[j].addr);
 		snprintf(b->zone, sizeof(b->zone), "%s", v[j].zone);
-		if (ctx_connect(ctx, c) < 0) {
+		if (tw__ctx_connect(ctx, c) < 0) {
 			b->lost = true;
 			snprintf(b->why, sizeof(b->why), "%s", c->why);
 			tw_log_warn("primary: log %llu: newly registered backup %s: %s",
@@ -194,18 +194,18 @@ static int live_backups(struct tw_coord *c, const struct tw_primary_config *cfg,
 	bool any_empty;
 	unsigned nz;
 	/* With the watch armed: a spare choice later re-lists only if the registry changed. */
-	int rc = tw_coord_watch_backups(c, v, &n);
+	int rc = tw__coord_watch_backups(c, v, &n);
 
 	if (rc < 0) {
 		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
-		     tw_coord_errmsg(c));
+		     tw__coord_errmsg(c));
 		return rc;
 	}
 	*addrs = calloc(n ? n : 1, sizeof(**addrs));
 	*zones = calloc(n ? n : 1, sizeof(**zones));
 	if (!*addrs || !*zones)
 		return -ENOMEM;
-	/* v is in tw_coord_backup_sort order: zones interleaved, most free first. */
+	/* v is in tw__coord_backup_sort order: zones interleaved, most free first. */
 	for (size_t i = 0; i < n; i++) {
 		struct tw_coord_backup *b = &(*v)[i];
 
@@ -256,11 +256,11 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 	size_t nrec = 0, k = 0;
 	struct tw_recover_config rc_cfg;
 	uint64_t inc = tw__new_incarnation(), next = 0, t0;
-	int rc = tw_coord_log_backups(c, pc->log_id, &rec, &nrec);
+	int rc = tw__coord_log_backups(c, pc->log_id, &rec, &nrec);
 
 	if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
 		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)pc->log_id,
-		     tw_coord_errmsg(c));
+		     tw__coord_errmsg(c));
 		return rc;
 	}
 	raddrs = calloc(nrec ? nrec : 1, sizeof(*raddrs));
@@ -313,7 +313,7 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 
 		oc.epoch = res->epoch;
 		t0 = tw_now_ns();
-		rc = primary_open_as(NULL, &oc, inc, (uint32_t)next, false, c, out, errmsg_out,
+		rc = tw__primary_open_as(NULL, &oc, inc, (uint32_t)next, false, c, out, errmsg_out,
 				     errmsg_len);
 		if (st)
 			st->open_ns = tw_now_ns() - t0;
@@ -345,13 +345,13 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 
 	*out = NULL;
 	memset(res, 0, sizeof(*res));
-	rc = tw_coord_open(cfg->coordinator, cfg->connect_timeout_ms, &c, msg, sizeof(msg));
+	rc = tw__coord_open(cfg->coordinator, cfg->connect_timeout_ms, &c, msg, sizeof(msg));
 	if (rc < 0) {
 		errf(errmsg_out, errmsg_len, "log %llu: coordinator: %s",
 		     (unsigned long long)cfg->log_id, msg);
 		return rc;
 	}
-	if (mode == PC_STANDBY && tw_coord_kind(c) != TW_COORD_ZK) {
+	if (mode == PC_STANDBY && tw__coord_kind(c) != TW_COORD_ZK) {
 		errf(errmsg_out, errmsg_len, "log %llu: a standby needs a zk:// coordinator (%s "
 		     "keeps no owners to watch)", (unsigned long long)cfg->log_id,
 		     cfg->coordinator);
@@ -378,12 +378,12 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 				}
 				left = wait_ms - spent;
 			}
-			rc = tw_coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
+			rc = tw__coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
 						      sc ? sc->on_wait : NULL,
 						      sc ? sc->wait_arg : NULL, &watched, &gone_rt);
 			if (rc < 0) {
 				errf(errmsg_out, errmsg_len, "log %llu: %s",
-				     (unsigned long long)cfg->log_id, tw_coord_errmsg(c));
+				     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));
 				goto out;
 			}
 			t_gone = tw_now_ns();
@@ -392,18 +392,18 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 				st->gone_realtime_ns = gone_rt;
 				st->wait_ns = t_gone - t_start;
 			}
-			rc = tw_coord_take_log(c, cfg->log_id, cfg->epoch, owner, false, &epoch);
+			rc = tw__coord_take_log(c, cfg->log_id, cfg->epoch, owner, false, &epoch);
 			if (rc == -TW_EFENCED) {
 				tw_log_info("primary: log %llu: another standby took it first (%s): "
 					    "watching its owner node", (unsigned long long)
-					    cfg->log_id, tw_coord_errmsg(c));
+					    cfg->log_id, tw__coord_errmsg(c));
 				if (st)
 					st->lost_races++;
 				continue;
 			}
 			if (rc < 0) {
 				errf(errmsg_out, errmsg_len, "log %llu: %s",
-				     (unsigned long long)cfg->log_id, tw_coord_errmsg(c));
+				     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));
 				goto out;
 			}
 			break;
@@ -425,13 +425,13 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 	}
 	if (mode != PC_STANDBY) {
 		t0 = tw_now_ns();
-		rc = tw_coord_take_log(c, cfg->log_id, cfg->epoch, owner, mode == PC_TAKEOVER,
+		rc = tw__coord_take_log(c, cfg->log_id, cfg->epoch, owner, mode == PC_TAKEOVER,
 				       &epoch);
 		if (rc < 0) {
 			if (rc == -TW_EFENCED && mode == PC_OPEN)
 				rc = -TW_EEXIST; /* a live owner: the log exists; take it over */
 			errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
-			     tw_coord_errmsg(c));
+			     tw__coord_errmsg(c));
 			goto out;
 		}
 		if (st)
@@ -442,7 +442,7 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 	pc.coordinator = NULL;
 	pc.epoch = epoch;
 	if (mode == PC_OPEN)
-		rc = primary_open_as(NULL, &pc, tw__new_incarnation(), 0, true, c, out, errmsg_out,
+		rc = tw__primary_open_as(NULL, &pc, tw__new_incarnation(), 0, true, c, out, errmsg_out,
 				     errmsg_len);
 	else
 		rc = takeover_recorded(c, &pc, prov, on_entry, arg, res, st, out, errmsg_out,
@@ -458,11 +458,11 @@ out:
 	free(addrs);
 	free(zones);
 	free(v);
-	tw_coord_close(c); /* a failed takeover releases its claim: the next standby tries */
+	tw__coord_close(c); /* a failed takeover releases its claim: the next standby tries */
 	return rc;
 }
 
-int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
+int tw__pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len)
 {

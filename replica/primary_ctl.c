@@ -15,23 +15,23 @@
 
 static void rpc_config(struct tw_primary *p, struct tw_rpc_config *rc)
 {
-	tw_rpc_config_init(rc);
+	tw__rpc_config_init(rc);
 	if (p->ctx->cfg.rpc_timeout_ms)
 		rc->timeout_ms = p->ctx->cfg.rpc_timeout_ms;
 }
 
-void pctl_drop(struct tw_primary *p, struct pbackup *b)
+void tw__pctl_drop(struct tw_primary *p, struct pbackup *b)
 {
 	/* A private context's channel is this log's alone: close it (its pending writes
 	 * complete now, nothing of ours reaches the backup later). A shared one serves the
 	 * other logs too: closed (and connected again) only when the channel itself failed. */
 	if (!p->ctx->shared)
-		ctx_drop(b->c);
-	else if (b->c->lost || (b->c->ch && tw_chan_is_lost(b->c->ch)))
-		ctx_heal(p->ctx, b->c);
+		tw__ctx_drop(b->c);
+	else if (b->c->lost || (b->c->ch && tw__chan_is_lost(b->c->ch)))
+		tw__ctx_heal(p->ctx, b->c);
 }
 
-int pctl_check_backups(struct tw_primary *p)
+int tw__pctl_check_backups(struct tw_primary *p)
 {
 	size_t up = 0;
 
@@ -75,9 +75,9 @@ static bool usable(struct tw_primary *p, struct pbackup *b)
 
 	/* A backup this log lost is used again once the context connected to it again, for
 	 * new segments only (a replica of the open segment there goes through the failover). */
-	return c->ch && c->rpc && !c->lost && !tw_chan_is_lost(c->ch) &&
+	return c->ch && c->rpc && !c->lost && !tw__chan_is_lost(c->ch) &&
 	       (!c->buffer_size || c->buffer_size >= p->cfg.segment_size) &&
-	       (!b->lost || (pb_back(b) && !primary_is_replica(p, b->idx)));
+	       (!b->lost || (pb_back(b) && !tw__primary_is_replica(p, b->idx)));
 }
 
 /* `b` holds a replica of ours again: this log uses its current connection. */
@@ -108,7 +108,7 @@ static void backoff_wait(struct tw_primary *p, unsigned ms)
 	while ((now = tw_now_ns()) < end) {
 		int left = (int)((end - now + 999999u) / 1000000u);
 
-		tw_fab_progress(p->fab, left);
+		tw__fab_progress(p->fab, left);
 	}
 }
 
@@ -119,13 +119,13 @@ static void call_done(void *arg, int status, const Tailwind__Envelope *reply)
 	const char *m = NULL;
 
 	c->status = status;
-	if (reply && tw_rpc_reply_status(reply, &m) >= 0 && m && m[0])
+	if (reply && tw__rpc_reply_status(reply, &m) >= 0 && m && m[0])
 		snprintf(c->msg, sizeof(c->msg), "%s", m);
-	else if (status < 0 && c->b->c->rpc && tw_rpc_client_errmsg(c->b->c->rpc)[0])
-		snprintf(c->msg, sizeof(c->msg), "%s", tw_rpc_client_errmsg(c->b->c->rpc));
+	else if (status < 0 && c->b->c->rpc && tw__rpc_client_errmsg(c->b->c->rpc)[0])
+		snprintf(c->msg, sizeof(c->msg), "%s", tw__rpc_client_errmsg(c->b->c->rpc));
 	if (status == 0 && reply && reply->body_case == TAILWIND__ENVELOPE__BODY_OPEN_SEGMENT_REPLY &&
 	    reply->open_segment_reply && reply->open_segment_reply->rkey) {
-		tw_rpc_rkey_from_pb(reply->open_segment_reply->rkey, &c->rk);
+		tw__rpc_rkey_from_pb(reply->open_segment_reply->rkey, &c->rk);
 		c->seed = reply->open_segment_reply->chain_seed;
 	}
 	c->done = true;
@@ -139,7 +139,7 @@ static void call_start(struct tw_primary *p, struct pcall *c, struct pbackup *b,
 	memset(c, 0, sizeof(*c));
 	c->b = b;
 	PSTAT_ADD(p, rpcs, 1);
-	rc = prpc(p, b) ? tw_rpc_call(b->c->rpc, env, call_done, c) : -TW_EPEERLOST;
+	rc = prpc(p, b) ? tw__rpc_call(b->c->rpc, env, call_done, c) : -TW_EPEERLOST;
 	if (rc < 0) { /* the callback will not run */
 		c->status = rc;
 		c->done = true;
@@ -158,10 +158,10 @@ static void call_wait(struct tw_primary *p, struct pcall *c, unsigned n)
 				all = false;
 		if (all)
 			return;
-		tw_fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 10);
+		tw__fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 10);
 		for (unsigned i = 0; i < n; i++)
 			if (!c[i].done && c[i].b->c->rpc)
-				tw_rpc_client_expire(c[i].b->c->rpc);
+				tw__rpc_client_expire(c[i].b->c->rpc);
 	}
 }
 
@@ -183,7 +183,7 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 		 * corrupt at the close. Its buffer stays open there until a fence or delete. */
 		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does "
 			 "not support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
-			 c->seed, seg->seed, b->c->rpc ? tw_rpc_client_peer_minor(b->c->rpc) : 0);
+			 c->seed, seg->seed, b->c->rpc ? tw__rpc_client_peer_minor(b->c->rpc) : 0);
 		b->lost = true; /* never choose it again */
 		return 0;
 	}
@@ -222,7 +222,7 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 }
 
 /* Open `seg` on backups until it has r replicas (it may already have some). */
-int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
+int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 {
 	uint64_t deadline = tw_now_ns() + (uint64_t)p->cfg.open_retry_ms * 1000000u;
 	unsigned delay = 5;
@@ -243,7 +243,7 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 		 * choice, not left out of it. */
 		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
 			if (p->bk[k].c->lost && !p->bk[k].c->dead)
-				ctx_heal(p->ctx, p->bk[k].c);
+				tw__ctx_heal(p->ctx, p->bk[k].c);
 		memset(tried, 0, p->nbk * sizeof(bool));
 		while (seg->nrep < p->r) {
 			unsigned n = 0;
@@ -258,12 +258,12 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 				struct pbackup *b = &p->bk[bi];
 
 				if (tried[bi] || chosen(seg, bi) || !usable(p, b) ||
-				    !pzone_ok(p, seg, bi, calls, n))
+				    !tw__pzone_ok(p, seg, bi, calls, n))
 					continue;
 				tried[bi] = true;
-				if (pcoord_note(p, bi) < 0)
+				if (tw__pcoord_note(p, bi) < 0)
 					continue; /* not recorded for the log: not used */
-				tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
+				tw__rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
 				req.body.open_segment.create_log = p->creating;
 				req.body.open_segment.chain_seed = seg->seed;
 				PSTAT_ADD(p, rpc_open, 1);
@@ -317,7 +317,7 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 			struct pbackup *b = &p->bk[seg->rep[i]];
 
 			if (usable(p, b)) {
-				tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
+				tw__rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
 				PSTAT_ADD(p, rpc_close, 1);
 				call_start(p, &calls[n++], b, &req.env);
 			}
@@ -328,7 +328,7 @@ int pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 	return -TW_ENOBACKUP;
 }
 
-int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
+int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 {
 	struct tw_rpc_seg_meta m = {
 		.log_id = p->cfg.log_id,
@@ -353,7 +353,7 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 			p->rr_dirty = true;
 			continue;
 		}
-		tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, seg->version);
+		tw__rpc_req_close_segment(&req, p->cfg.epoch, &m, seg->version);
 		PSTAT_ADD(p, rpc_close, 1);
 		call_start(p, &calls[n++], b, &req.env);
 	}
@@ -368,11 +368,11 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 			/* Lost while closing: a spare gets the closed copy in the background. */
 			snprintf(b->why, sizeof(b->why), "close segment %u: %s", seg->id,
 				 tw_strerror(rc));
-			pfo_lost(p, b->idx, b->why);
+			tw__pfo_lost(p, b->idx, b->why);
 			p->rr_dirty = true;
 			continue;
 		}
-		primary_fail(p, rc,
+		tw__primary_fail(p, rc,
 			     "backup %s: close segment %u (offset %llu): %s%s%s", b->addr, seg->id,
 			     (unsigned long long)m.offset, tw_strerror(rc), calls[i].msg[0] ? ": " : "",
 			     calls[i].msg);
@@ -384,7 +384,7 @@ int pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 }
 
 /* Pre-open: send the opens of `seg` to the first r usable backups and return at once. */
-void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
+void tw__pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 {
 	struct tw_rpc_seg_meta m = {
 		.log_id = p->cfg.log_id, .segment_id = seg->id, .checksum = 0, .offset = 0,
@@ -395,11 +395,11 @@ void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 	for (size_t k = 0; k < p->nbk && p->next_n < p->r; k++) {
 		struct pbackup *b = &p->bk[(seg->id + k) % p->nbk];
 
-		if (!usable(p, b) || !pzone_ok(p, seg, (unsigned)((seg->id + k) % p->nbk),
+		if (!usable(p, b) || !tw__pzone_ok(p, seg, (unsigned)((seg->id + k) % p->nbk),
 					       p->next_calls, p->next_n) ||
-		    pcoord_note(p, (unsigned)((seg->id + k) % p->nbk)) < 0)
+		    tw__pcoord_note(p, (unsigned)((seg->id + k) % p->nbk)) < 0)
 			continue;
-		tw_rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
+		tw__rpc_req_open_segment(&req, p->cfg.epoch, &m, 0, seg->cap);
 		req.body.open_segment.chain_seed = seg->seed;
 		PSTAT_ADD(p, rpc_open, 1);
 		call_start(p, &p->next_calls[p->next_n++], b, &req.env);
@@ -407,7 +407,7 @@ void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 }
 
 /* Collect the pre-open answers, then open on more backups if some refused. */
-int pctl_preopen_finish(struct tw_primary *p, struct pseg *seg)
+int tw__pctl_preopen_finish(struct tw_primary *p, struct pseg *seg)
 {
 	bool refused = false;
 
@@ -427,11 +427,11 @@ int pctl_preopen_finish(struct tw_primary *p, struct pseg *seg)
 			i++;
 		}
 	}
-	return seg->nrep == p->r ? 0 : pctl_open_segment(p, seg);
+	return seg->nrep == p->r ? 0 : tw__pctl_open_segment(p, seg);
 }
 
 /* The pre-opened segment will not be used: give its buffers back (empty close). */
-void pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg)
+void tw__pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg)
 {
 	struct tw_rpc_seg_meta m = {
 		.log_id = p->cfg.log_id, .segment_id = seg->id, .checksum = 0, .offset = 0,
@@ -446,7 +446,7 @@ void pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg)
 
 		if (p->next_calls[i].status || !usable(p, b))
 			continue;
-		tw_rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
+		tw__rpc_req_close_segment(&req, p->cfg.epoch, &m, 0);
 		PSTAT_ADD(p, rpc_close, 1);
 		call_start(p, &calls[n++], b, &req.env);
 	}
@@ -465,10 +465,10 @@ static int list_log(struct tw_primary *p, struct tw_rpc_client *rpc, bool *known
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_list_segments(&req, p->cfg.log_id, false, 0);
+	tw__rpc_req_list_segments(&req, p->cfg.log_id, false, 0);
 	PSTAT_ADD(p, rpcs, 1);
 	PSTAT_ADD(p, rpc_other, 1);
-	rc = tw_rpc_call_sync(rpc, &req.env, &rep);
+	rc = tw__rpc_call_sync(rpc, &req.env, &rep);
 	if (rc == 0) {
 		const Tailwind__ListSegmentsReply *r = rep.env->list_segments_reply;
 
@@ -479,11 +479,11 @@ static int list_log(struct tw_primary *p, struct tw_rpc_client *rpc, bool *known
 			if (r->segments[i]->epoch > *epoch)
 				*epoch = r->segments[i]->epoch;
 	}
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return rc;
 }
 
-int pctl_probe_new_log(struct tw_primary *p)
+int tw__pctl_probe_new_log(struct tw_primary *p)
 {
 	uint64_t top = 0;
 
@@ -530,7 +530,7 @@ int pctl_probe_new_log(struct tw_primary *p)
 	return 0;
 }
 
-int pctl_taken_over(struct tw_primary *p, char *why, size_t len)
+int tw__pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 {
 	struct tw_rpc_config rcfg;
 
@@ -548,17 +548,17 @@ int pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 		tmp.idx = (unsigned)i;
 		tmp.probe = true;
 		snprintf(tmp.addr, sizeof(tmp.addr), "%s", p->bk[i].addr);
-		if (tw_fab_connect(p->fab, tmp.addr, &tmp.ch) < 0) {
+		if (tw__fab_connect(p->fab, tmp.addr, &tmp.ch) < 0) {
 			p->bk[i].c->dead = true;
 			continue;
 		}
-		tw_chan_set_user(tmp.ch, &tmp);
-		rc = tw_rpc_client_create(tmp.ch, &rcfg, &tmp.rpc);
+		tw__chan_set_user(tmp.ch, &tmp);
+		rc = tw__rpc_client_create(tmp.ch, &rcfg, &tmp.rpc);
 		if (rc == 0) {
-			tw_rpc_client_set_incarnation(tmp.rpc, p->incarnation);
+			tw__rpc_client_set_incarnation(tmp.rpc, p->incarnation);
 			rc = list_log(p, tmp.rpc, &known, &epoch, &owner);
 		}
-		ctx_drop(&tmp);
+		tw__ctx_drop(&tmp);
 		if (rc < 0)
 			continue;
 		taken = epoch > p->cfg.epoch || (epoch == p->cfg.epoch && owner != p->incarnation);
@@ -574,7 +574,7 @@ int pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 	return 0;
 }
 
-int pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out)
+int tw__pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out)
 {
 	struct pcall calls[64];
 	struct tw_rpc_req req;
@@ -589,7 +589,7 @@ int pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out)
 
 			if (!usable(p, b))
 				continue;
-			tw_rpc_req_free_segments(&req, p->cfg.epoch, p->cfg.log_id, below);
+			tw__rpc_req_free_segments(&req, p->cfg.epoch, p->cfg.log_id, below);
 			PSTAT_ADD(p, rpc_other, 1);
 			call_start(p, &calls[n++], b, &req.env);
 		}

@@ -29,7 +29,7 @@
 
 struct tw_rpc_client;
 struct tw_auth_key;
-void tw_rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
+void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
 
 /* One backup of a context (replica/ctx.c): the channel and RPC client every log on the context
  * shares. The channel's user pointer is this struct. */
@@ -40,7 +40,7 @@ struct cbackup {
 	struct tw_chan *ch;   /* NULL: not connected */
 	struct tw_rpc_client *rpc;
 	bool lost;            /* the channel failed (for every log) */
-	bool probe;           /* a throw-away connection of pctl_taken_over (no failover) */
+	bool probe;           /* a throw-away connection of tw__pctl_taken_over (no failover) */
 	bool dead;            /* a connect to it failed: not tried again */
 	uint64_t gen;         /* connections made so far (pbackup.gen: the one a log uses) */
 	uint64_t buffer_size; /* from the handshake */
@@ -70,7 +70,7 @@ struct pbackup {
 static inline bool pb_back(const struct pbackup *b)
 {
 	return b->lost && b->c->ch && b->c->rpc && !b->c->lost && b->c->gen != b->gen &&
-	       !tw_chan_is_lost(b->c->ch);
+	       !tw__chan_is_lost(b->c->ch);
 }
 
 /*
@@ -81,7 +81,7 @@ static inline bool pb_back(const struct pbackup *b)
  * Driving: one thread at a time drives the fabric and runs every log's control plane: the
  * progress thread, or (private, sync mode) the log's caller. With a thread, any other thread
  * that must drive (a log's open, close, or the context's close) takes `drive` through
- * ctx_drive_enter, which makes the progress thread step aside between two passes.
+ * tw__ctx_drive_enter, which makes the progress thread step aside between two passes.
  */
 struct tw_ctx {
 	struct tw_ctx_config cfg;    /* provider: our copy; backups, zones, key_file NULL */
@@ -92,7 +92,7 @@ struct tw_ctx {
 	struct tw_auth_key *key;     /* cluster key (NULL: no authentication) */
 	uint64_t node_id;
 	struct cbackup *bk;
-	size_t nbk, bk_cap;          /* bk_cap: room for backups added later (pcoord_refresh) */
+	size_t nbk, bk_cap;          /* bk_cap: room for backups added later (tw__pcoord_refresh) */
 	unsigned rpc_max_inflight;
 
 	/* Logs served (changed by the driver, under `lock`). */
@@ -110,7 +110,7 @@ struct tw_ctx {
 	unsigned want_drive;         /* threads waiting for `drive` (under lock) */
 
 	/* Failures (driver only). */
-	bool resetting;              /* closing every channel for tw_fab_reset (losses not new) */
+	bool resetting;              /* closing every channel for tw__fab_reset (losses not new) */
 	uint64_t loss_gen;           /* channel losses so far */
 	uint64_t reset_gen;          /* loss_gen covered by the last reset */
 	uint64_t reset_ns;           /* when the last reset was */
@@ -120,27 +120,27 @@ struct tw_ctx {
 };
 
 /* replica/ctx.c. */
-/* extra: room in bk[] for backups added after the open (pcoord_refresh; bk[] never moves). */
-int ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
+/* extra: room in bk[] for backups added after the open (tw__pcoord_refresh; bk[] never moves). */
+int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
 	       struct tw_ctx **out);
-void ctx_destroy(struct tw_ctx *ctx);
+void tw__ctx_destroy(struct tw_ctx *ctx);
 /* Connect and handshake `c` (again). 0 or a negative code (c->why says why). */
-int ctx_connect(struct tw_ctx *ctx, struct cbackup *c);
+int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c);
 /* Close `c`'s channel and RPC client (pending operations complete with errors). */
-void ctx_drop(struct cbackup *c);
+void tw__ctx_drop(struct cbackup *c);
 /* Shared contexts: a lost channel is closed and, once per loss, connected again. */
-void ctx_heal(struct tw_ctx *ctx, struct cbackup *c);
-/* Close every channel, tw_fab_reset, connect the backups again except `first` (the one whose
+void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c);
+/* Close every channel, tw__fab_reset, connect the backups again except `first` (the one whose
  * loss began it; -1: none); every log with an open segment then rewrites its writes in flight
  * (fo_recopy). 0 or a negative code. */
-int ctx_reset(struct tw_ctx *ctx, int first);
-void ctx_drive_enter(struct tw_ctx *ctx);
-void ctx_drive_leave(struct tw_ctx *ctx);
-int ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
-void ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
+int tw__ctx_reset(struct tw_ctx *ctx, int first);
+void tw__ctx_drive_enter(struct tw_ctx *ctx);
+void tw__ctx_drive_leave(struct tw_ctx *ctx);
+int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
+void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
 /* replica/primary.c: the progress thread of a context. */
-int ctx_start(struct tw_ctx *ctx);
-void ctx_stop(struct tw_ctx *ctx);
+int tw__ctx_start(struct tw_ctx *ctx);
+void tw__ctx_stop(struct tw_ctx *ctx);
 
 /* The log's RPC client of backup `b`, stamped with the log's incarnation (the client is shared;
  * the stamp is taken when a request is sent, on the driving thread). */
@@ -216,7 +216,7 @@ struct tw_primary {
 	struct pbackup *bk;
 	size_t nbk;
 	size_t bk_cap;  /* room in bk[] (never moved): backups registered after the open are
-			 * added as spares by pcoord_refresh (driver thread) */
+			 * added as spares by tw__pcoord_refresh (driver thread) */
 	bool on_ctx;             /* in ctx->logs (the context's failure hooks reach it) */
 	bool served;             /* the context's progress thread serves it (async) */
 	bool detached;           /* stopping: the progress thread let go of it (under lock) */
@@ -228,7 +228,7 @@ struct tw_primary {
 	 * splitmix64 stream keyed by getrandom at create, so a new segment costs no syscall. */
 	uint64_t seed_ctr;
 	bool creating;          /* plain open: segment 0 of a new log (OpenSegment.create_log) */
-	bool checking;          /* inside pctl_taken_over (no nesting) */
+	bool checking;          /* inside tw__pctl_taken_over (no nesting) */
 
 	/* Segments: segs[i]->id == seg_base + i (a takeover continues after the recovered tail).
 	 * cur is the last. */
@@ -289,46 +289,46 @@ struct tw_primary {
 
 	/* Backup failure (primary_rerep.c). Driver thread only. */
 	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
-	bool fo_running;        /* inside pfo_run (no recursion) */
+	bool fo_running;        /* inside tw__pfo_run (no recursion) */
 	bool rr_dirty;          /* closed segments may have replicas on lost backups */
 	uint64_t fo_since_ns;   /* when the suspension began */
 	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
 	unsigned fo_first;      /* the backup whose loss began the suspension */
 
 	/* Tests only: when set, posted writes complete through this callback instead of
-	 * primary_op_done (the test calls primary_op_done itself, e.g. out of order). */
+	 * tw__primary_op_done (the test calls tw__primary_op_done itself, e.g. out of order). */
 	tw_op_cb test_op_cb;
 };
 
 static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b)
 {
 	if (b->c->rpc)
-		tw_rpc_client_set_incarnation(b->c->rpc, p->incarnation);
+		tw__rpc_client_set_incarnation(b->c->rpc, p->incarnation);
 	return b->c->rpc;
 }
 
 /* Control plane (primary_ctl.c). All run on the driver thread with the lock not held. */
 /* Copy the context's backups into the log's view, count those usable for its segment size;
  * -TW_ENOBACKUP (p->errmsg names each) below r. */
-int pctl_check_backups(struct tw_primary *p);
+int tw__pctl_check_backups(struct tw_primary *p);
 /* Choose r backups and open `seg` on them (retry / back-off); fills seg->rep, seg->rk. */
-int pctl_open_segment(struct tw_primary *p, struct pseg *seg);
+int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg);
 /* Close RPC to every replica of `seg` with its final offset and checksum. */
-int pctl_close_segment(struct tw_primary *p, struct pseg *seg);
+int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg);
 /* Plain open of a new log: ask every usable backup whether it knows the log (-TW_EEXIST) and
  * resolve cfg.epoch 0 to one past every epoch they report. p->errmsg says why on failure. */
-int pctl_probe_new_log(struct tw_primary *p);
+int tw__pctl_probe_new_log(struct tw_primary *p);
 /* After a failure that looks like lost backups: was the log taken over? Asks every backup on a
  * fresh connection (a fence closes the old owner's connections) for the log's epoch and
  * owner. Returns 1 and a message in why when another owner holds the log, else 0. */
-int pctl_taken_over(struct tw_primary *p, char *why, size_t len);
+int tw__pctl_taken_over(struct tw_primary *p, char *why, size_t len);
 /* Free segments below `below` on every connected backup (FreeSegments). */
-int pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out);
+int tw__pctl_free(struct tw_primary *p, uint64_t below, uint64_t *freed_out);
 /* Pre-open `seg` (send the opens, do not wait); finish: collect, fill up to r; abandon: give the
  * granted buffers back. */
-void pctl_preopen_begin(struct tw_primary *p, struct pseg *seg);
-int pctl_preopen_finish(struct tw_primary *p, struct pseg *seg);
-void pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg);
+void tw__pctl_preopen_begin(struct tw_primary *p, struct pseg *seg);
+int tw__pctl_preopen_finish(struct tw_primary *p, struct pseg *seg);
+void tw__pctl_preopen_abandon(struct tw_primary *p, struct pseg *seg);
 
 /* One control RPC in flight to one backup (primary_ctl.c). */
 struct pcall {
@@ -341,55 +341,55 @@ struct pcall {
 };
 
 /* Engine helpers used by the control plane and tests. */
-void primary_op_done(struct tw_op *op, int status);
-void primary_fail(struct tw_primary *p, int err, const char *fmt, ...) TW_PRINTF(3, 4);
-void primary_lock(struct tw_primary *p);
-void primary_unlock(struct tw_primary *p);
+void tw__primary_op_done(struct tw_op *op, int status);
+void tw__primary_fail(struct tw_primary *p, int err, const char *fmt, ...) TW_PRINTF(3, 4);
+void tw__primary_lock(struct tw_primary *p);
+void tw__primary_unlock(struct tw_primary *p);
 /* Whether backup `b` holds a replica of the open segment. */
-bool primary_is_replica(struct tw_primary *p, unsigned b);
+bool tw__primary_is_replica(struct tw_primary *p, unsigned b);
 
 /* Backup failure (primary_rerep.c). Driver thread, lock not held.
- * pfo_lost: backup `b` failed (why: for messages); suspends appends when it holds a replica of
+ * tw__pfo_lost: backup `b` failed (why: for messages); suspends appends when it holds a replica of
  *   the open segment, marks closed segments for background re-replication. Idempotent.
- * pfo_run: replace every lost replica of the open segment (open on a spare, copy the prefix,
+ * tw__pfo_run: replace every lost replica of the open segment (open on a spare, copy the prefix,
  *   bump the replica version), then resume; fails the primary (-TW_ENOBACKUP, -TW_EFENCED) if
- *   it cannot. pfo_background: re-replicate one closed segment if due (rate-limited);
+ *   it cannot. tw__pfo_background: re-replicate one closed segment if due (rate-limited);
  *   all: every one now. */
-void pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 
 /* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
  * context); coord kept by the primary (not closed on failure). */
-int primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
+int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
 		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len);
 /* primary_coord.c: open or take over through cfg->coordinator; zone placement; the per-log
- * record of backups: pcoord_note(p, bi) records backup bi for the log before a segment is
+ * record of backups: tw__pcoord_note(p, bi) records backup bi for the log before a segment is
  * opened on it (0, or an error: do not use that backup; p->bk[bi].why says why). */
-int pcoord_note(struct tw_primary *p, unsigned bi);
+int tw__pcoord_note(struct tw_primary *p, unsigned bi);
 /* Before a spare is chosen (driver thread): if the registry changed since the last look (a
  * ZooKeeper child watch), mark the candidates that are no longer registered and add (connect,
  * handshake) the backups registered since, up to PCOORD_EXTRA of them. */
 #define PCOORD_EXTRA 16u
-void pcoord_refresh(struct tw_primary *p);
-int pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
+void tw__pcoord_refresh(struct tw_primary *p);
+int tw__pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len);
 /* Whether backup `bi` may hold a replica of `seg`: its zone is not the zone of a live replica
  * of seg nor of one of the n backups in pending[] (being asked at the same time). */
-bool pzone_ok(const struct tw_primary *p, const struct pseg *seg, unsigned bi,
+bool tw__pzone_ok(const struct tw_primary *p, const struct pseg *seg, unsigned bi,
 	      const struct pcall *pending, unsigned n);
-void pfo_run(struct tw_primary *p);
-void pfo_background(struct tw_primary *p, bool all);
+void tw__pfo_run(struct tw_primary *p);
+void tw__pfo_background(struct tw_primary *p, bool all);
 /* This log lets go of backup `b`: a private context closes its channel (pending operations
- * complete with errors); a shared one only when the channel itself is lost (ctx_heal). */
-void pctl_drop(struct tw_primary *p, struct pbackup *b);
+ * complete with errors); a shared one only when the channel itself is lost (tw__ctx_heal). */
+void tw__pctl_drop(struct tw_primary *p, struct pbackup *b);
 /* Per-log steps of the driver (primary.c): before the fabric poll (control work: rollover,
  * frees, seal+post; returns true when it did control work, so the poll should not block; sets
  * *done when a stopping log has nothing left), and after it (failover, reap, seal+post). */
-bool primary_step_pre(struct tw_primary *p, bool *done);
-void primary_step_post(struct tw_primary *p);
+bool tw__primary_step_pre(struct tw_primary *p, bool *done);
+void tw__primary_step_post(struct tw_primary *p);
 /* Write [from, len) of `seg` to replica index `i` (blocking, chunked). 0 or a negative code. */
-int pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
+int tw__pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 

@@ -5,11 +5,11 @@
  *
  * State machine of the open segment (driver thread only; p->fo_* fields):
  *
- *   HEALTHY --pfo_lost(b), b a replica of the open segment--> SUSPENDED (fo_pending)
+ *   HEALTHY --tw__pfo_lost(b), b a replica of the open segment--> SUSPENDED (fo_pending)
  *     nothing new is sealed or posted; appends are accepted into the log and wait; writes in
  *     flight to the survivors complete; writes to the lost backup complete with errors and
  *     mark their slots `repair` (never acknowledged while repair is set).
- *   SUSPENDED --pfo_run--> REPLACING
+ *   SUSPENDED --tw__pfo_run--> REPLACING
  *     close the lost backup's channel (its pending writes complete now, none lands later);
  *     choose a spare (usable, not already a replica); OpenSegment with the segment's current
  *     replica version v; one-sided write of the sealed prefix [0, sealed end) from the
@@ -64,17 +64,17 @@ static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned i, uns
 
 	if (bi == s->rep[i])
 		return pb_back(b) && (!c->buffer_size || c->buffer_size >= s->cap);
-	return c->ch && c->rpc && !c->lost && !tw_chan_is_lost(c->ch) && !b->unregistered &&
+	return c->ch && c->rpc && !c->lost && !tw__chan_is_lost(c->ch) && !b->unregistered &&
 	       !holds(s, bi) && (!b->lost || pb_back(b)) &&
-	       (!c->buffer_size || c->buffer_size >= s->cap) && pzone_ok(p, s, bi, NULL, 0);
+	       (!c->buffer_size || c->buffer_size >= s->cap) && tw__pzone_ok(p, s, bi, NULL, 0);
 }
 
-void pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
+void tw__pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
 {
 	struct pbackup *b = &p->bk[bi];
 
 	if (p->ctx->resetting)
-		return; /* the context's teardown of every channel (ctx_reset), not a loss */
+		return; /* the context's teardown of every channel (tw__ctx_reset), not a loss */
 	b->lost = true;
 	if (!b->fo_seen) {
 		b->fo_seen = true;
@@ -86,7 +86,7 @@ void pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
 		tw_log_warn("primary log %llu: backup %s lost: %s", (unsigned long long)p->cfg.log_id,
 			    b->addr, why ? why : "?");
 	}
-	if (!p->fo_pending && !p->err && primary_is_replica(p, bi) && p->cur && !p->cur->closed) {
+	if (!p->fo_pending && !p->err && tw__primary_is_replica(p, bi) && p->cur && !p->cur->closed) {
 		p->fo_pending = true;
 		p->fo_first = bi;
 		p->fo_since_ns = b->lost_ns ? b->lost_ns : tw_now_ns();
@@ -118,7 +118,7 @@ static void no_spare_fail(struct tw_primary *p, const struct pseg *s, unsigned l
 			      rep ? "replica" : b->why[0] ? b->why : "not usable",
 			      i + 1 < p->nbk ? ";" : "");
 	}
-	primary_fail(p, -TW_ENOBACKUP, "%s", msg);
+	tw__primary_fail(p, -TW_ENOBACKUP, "%s", msg);
 }
 
 /*
@@ -135,14 +135,14 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 	};
 	unsigned delay = 5;
 
-	pcoord_refresh(p); /* spares from the live registry (a no-op without a coordinator) */
+	tw__pcoord_refresh(p); /* spares from the live registry (a no-op without a coordinator) */
 	for (;;) {
 		bool refused = false;
 
 		/* Shared context: lost channels are connected again before the choice. */
 		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
 			if (p->bk[k].c->lost && !p->bk[k].c->dead)
-				ctx_heal(p->ctx, p->bk[k].c);
+				tw__ctx_heal(p->ctx, p->bk[k].c);
 		for (size_t k = 0; k < p->nbk; k++) {
 			/* k = 0: the lost replica's own backup, if it is back; then the others. */
 			unsigned bi = (unsigned)((s->rep[i] + k) % p->nbk);
@@ -150,11 +150,11 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			struct tw_rkey rk;
 			int rc;
 
-			if (!spare_ok(p, s, i, bi) || pcoord_note(p, bi) < 0)
+			if (!spare_ok(p, s, i, bi) || tw__pcoord_note(p, bi) < 0)
 				continue;
 			PSTAT_ADD(p, rpcs, 1);
 			PSTAT_ADD(p, rpc_open, 1);
-			rc = tw_rpc_open_segment_seeded(prpc(p, b), p->cfg.epoch, &m, s->version,
+			rc = tw__rpc_open_segment_seeded(prpc(p, b), p->cfg.epoch, &m, s->version,
 							s->cap, s->seed, &rk);
 			if (rc == 0 && rk.len >= s->cap) {
 				*bi_out = bi;
@@ -169,8 +169,8 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			}
 			snprintf(b->why, sizeof(b->why), "open segment %u: %s%s%s", s->id,
 				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
-				 b->c->rpc && tw_rpc_client_errmsg(b->c->rpc)[0] ? ": " : "",
-				 b->c->rpc ? tw_rpc_client_errmsg(b->c->rpc) : "");
+				 b->c->rpc && tw__rpc_client_errmsg(b->c->rpc)[0] ? ": " : "",
+				 b->c->rpc ? tw__rpc_client_errmsg(b->c->rpc) : "");
 			if (rc == -TW_EFENCED) {
 				snprintf(why_out, why_len, "backup %s: %s", b->addr, b->why);
 				return rc;
@@ -182,7 +182,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			}
 			tw_log_warn("primary: spare %s: %s", b->addr, b->why);
 			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
-				pfo_lost(p, bi, b->why);
+				tw__pfo_lost(p, bi, b->why);
 		}
 		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
 			return -TW_ENOBACKUP;
@@ -192,7 +192,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			uint64_t now;
 
 			while ((now = tw_now_ns()) < end)
-				tw_fab_progress(p->fab, (int)((end - now + 999999u) / 1000000u));
+				tw__fab_progress(p->fab, (int)((end - now + 999999u) / 1000000u));
 			(void)0;
 		}
 		delay = delay * 2 > 200 ? 200 : delay * 2;
@@ -213,7 +213,7 @@ static void copy_done(struct tw_op *op, int status)
 	c->done = true;
 }
 
-int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size_t len)
+int tw__pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size_t len)
 {
 	struct pbackup *b = &p->bk[s->rep[i]];
 
@@ -228,11 +228,11 @@ int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size
 		c.op.cb = copy_done;
 		c.op.arg = &c;
 		c.op.flags = TW_OP_UNCHECKED; /* cut at COPY_CHUNK, not at sealed writes */
-		rc = tw_chan_write(b->c->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
+		rc = tw__chan_write(b->c->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
 		if (rc < 0)
 			return rc;
 		while (!c.done)
-			tw_fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 100);
+			tw__fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 100);
 		if (c.status < 0)
 			return c.status;
 	}
@@ -251,10 +251,10 @@ static int bump_version(struct tw_primary *p, struct pseg *s, uint64_t version)
 			continue;
 		PSTAT_ADD(p, rpcs, 1);
 		PSTAT_ADD(p, rpc_other, 1);
-		rc = tw_rpc_set_replica_version(prpc(p, b), p->cfg.epoch, p->cfg.log_id, s->id,
+		rc = tw__rpc_set_replica_version(prpc(p, b), p->cfg.epoch, p->cfg.log_id, s->id,
 						version);
 		if (rc == -TW_EFENCED) {
-			primary_fail(p, rc, "log %llu epoch %llu fenced by backup %s (set replica "
+			tw__primary_fail(p, rc, "log %llu epoch %llu fenced by backup %s (set replica "
 				     "version of segment %u)", (unsigned long long)p->cfg.log_id,
 				     (unsigned long long)p->cfg.epoch, b->addr, s->id);
 			return rc;
@@ -264,7 +264,7 @@ static int bump_version(struct tw_primary *p, struct pseg *s, uint64_t version)
 
 			snprintf(why, sizeof(why), "set replica version %" PRIu64 " of segment %u: %s",
 				 version, s->id, tw_strerror(rc));
-			pfo_lost(p, s->rep[j], why);
+			tw__pfo_lost(p, s->rep[j], why);
 		}
 	}
 	s->version = version;
@@ -288,7 +288,7 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 	why[0] = '\0';
 	rc = open_spare(p, s, i, &bi, &rk, why, sizeof(why));
 	if (rc == -TW_EFENCED) {
-		primary_fail(p, rc, "log %llu epoch %llu fenced while replacing backup %s: %s",
+		tw__primary_fail(p, rc, "log %llu epoch %llu fenced while replacing backup %s: %s",
 			     (unsigned long long)p->cfg.log_id, (unsigned long long)p->cfg.epoch,
 			     p->bk[lost].addr, why);
 		return rc;
@@ -300,9 +300,9 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 	if (bi == lost && !closed) {
 		/* Our own buffer again (a reconnect): it holds every write that completed there;
 		 * only the writes in flight at the loss may be missing. */
-		primary_lock(p);
+		tw__primary_lock(p);
 		from = inflight_from(p, s, len);
-		primary_unlock(p);
+		tw__primary_unlock(p);
 		tw_log_info("primary log %llu: segment %u: reopened on %s (connected again; "
 			    "rewriting %zu bytes)", (unsigned long long)p->cfg.log_id, s->id,
 			    p->bk[bi].addr, len - from);
@@ -314,12 +314,12 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 	p->bk[bi].lost = false;
 	p->bk[bi].fo_seen = false;
 	p->bk[bi].gen = p->bk[bi].c->gen;
-	rc = pfo_copy(p, s, i, from, len);
+	rc = tw__pfo_copy(p, s, i, from, len);
 	if (rc < 0) {
 		char w[200];
 
 		snprintf(w, sizeof(w), "copy of segment %u: %s", s->id, tw_strerror(rc));
-		pfo_lost(p, bi, w);
+		tw__pfo_lost(p, bi, w);
 		return 0;
 	}
 	PSTAT_ADD(p, rerep_bytes, len - from);
@@ -331,13 +331,13 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 
 		PSTAT_ADD(p, rpcs, 1);
 		PSTAT_ADD(p, rpc_close, 1);
-		rc = tw_rpc_close_segment(prpc(p, &p->bk[bi]), p->cfg.epoch, &m, s->version, NULL);
+		rc = tw__rpc_close_segment(prpc(p, &p->bk[bi]), p->cfg.epoch, &m, s->version, NULL);
 		if (rc < 0) {
 			char w[200];
 
 			snprintf(w, sizeof(w), "close of re-replicated segment %u: %s", s->id,
 				 tw_strerror(rc));
-			pfo_lost(p, bi, w);
+			tw__pfo_lost(p, bi, w);
 			return 0;
 		}
 	}
@@ -354,7 +354,7 @@ static unsigned first_lost(struct tw_primary *p, const struct pseg *s)
 	for (unsigned i = 0; i < s->nrep; i++) {
 		struct pbackup *b = &p->bk[s->rep[i]];
 
-		if (b->lost || !b->c->ch || tw_chan_is_lost(b->c->ch))
+		if (b->lost || !b->c->ch || tw__chan_is_lost(b->c->ch))
 			return i;
 	}
 	return UINT_MAX;
@@ -374,7 +374,7 @@ static size_t inflight_from(struct tw_primary *p, const struct pseg *s, size_t l
 	return from;
 }
 
-void pfo_run(struct tw_primary *p)
+void tw__pfo_run(struct tw_primary *p)
 {
 	struct pseg *s = p->cur;
 	bool recopy = false;
@@ -387,20 +387,20 @@ void pfo_run(struct tw_primary *p)
 	/* A fabric whose peers' losses block each other (shm in libfabric 1.17: the sender
 	 * consumes the responses of its writes in order, so one write to a peer that never
 	 * answers blocks the completion of every later write of the endpoint, to every peer;
-	 * tw_fab_loss_blocks_others): the context closes every channel (every write in flight of
+	 * tw__fab_loss_blocks_others): the context closes every channel (every write in flight of
 	 * every log completes with an error, slots marked repair), rebuilds its endpoint
-	 * (tw_fab_reset: same handle, the registrations stay valid) and connects the healthy
+	 * (tw__fab_reset: same handle, the registrations stay valid) and connects the healthy
 	 * backups again; every log with writes in flight then writes them again (fo_recopy; same
 	 * bytes: harmless if an old write still lands). Once per loss, not once per log: a log
 	 * whose suspension began before the last reset was covered by it. */
-	if (s && !s->closed && tw_fab_loss_blocks_others(p->fab) &&
+	if (s && !s->closed && tw__fab_loss_blocks_others(p->fab) &&
 	    (p->ctx->loss_gen != p->ctx->reset_gen || p->fo_since_ns > p->ctx->reset_ns))
-		(void)ctx_reset(p->ctx, (int)p->fo_first);
+		(void)tw__ctx_reset(p->ctx, (int)p->fo_first);
 	recopy = p->fo_recopy && !p->err;
 	if (recopy) {
-		primary_lock(p);
+		tw__primary_lock(p);
 		from = inflight_from(p, s, s->w.write_start);
-		primary_unlock(p);
+		tw__primary_unlock(p);
 	}
 again:
 	while (!p->err && s && !s->closed) {
@@ -413,17 +413,17 @@ again:
 		for (unsigned j = 0; j < s->nrep; j++) {
 			struct pbackup *b = &p->bk[s->rep[j]];
 
-			if (b->c->ch && tw_chan_is_lost(b->c->ch))
-				pfo_lost(p, s->rep[j], "connection lost");
+			if (b->c->ch && tw__chan_is_lost(b->c->ch))
+				tw__pfo_lost(p, s->rep[j], "connection lost");
 			if (b->lost && (b->c->ch || b->c->rpc))
-				pctl_drop(p, b);
+				tw__pctl_drop(p, b);
 		}
 		i = first_lost(p, s);
 		if (i == UINT_MAX)
 			break;
-		primary_lock(p);
+		tw__primary_lock(p);
 		len = s->w.write_start; /* sealed prefix: nothing is sealed while suspended */
-		primary_unlock(p);
+		tw__primary_unlock(p);
 		rc = replace(p, s, i, len, false);
 		if (rc == -TW_ENOBACKUP)
 			no_spare_fail(p, s, i);
@@ -434,13 +434,13 @@ again:
 		bool again = false;
 
 		for (unsigned j = 0; j < s->nrep; j++) {
-			int rc = pfo_copy(p, s, j, from, len);
+			int rc = tw__pfo_copy(p, s, j, from, len);
 
 			if (rc < 0) {
 				char w[160];
 
 				snprintf(w, sizeof(w), "rewrite after the reset: %s", tw_strerror(rc));
-				pfo_lost(p, s->rep[j], w);
+				tw__pfo_lost(p, s->rep[j], w);
 				again = true;
 			} else {
 				PSTAT_ADD(p, rerep_bytes, len - from);
@@ -468,7 +468,7 @@ again:
 		    s ? s->id : 0, s ? s->version : 0);
 }
 
-void pfo_background(struct tw_primary *p, bool all)
+void tw__pfo_background(struct tw_primary *p, bool all)
 {
 	uint64_t pending = 0;
 	size_t from, to;
@@ -479,24 +479,24 @@ void pfo_background(struct tw_primary *p, bool all)
 	if (!all && p->cfg.rerep_rate && tw_now_ns() < p->rr_credit_ns)
 		return;
 	p->fo_running = true;
-	primary_lock(p);
+	tw__primary_lock(p);
 	from = p->released;
 	to = p->nsegs;
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	for (size_t id = from; id < to && !p->err && !more; id++) {
 		struct pseg *s;
 		unsigned i;
 
-		primary_lock(p);
+		tw__primary_lock(p);
 		s = id >= p->released && id < p->nsegs ? p->segs[id] : NULL;
-		primary_unlock(p);
+		tw__primary_unlock(p);
 		if (!s || !s->closed)
 			continue;
 		while ((i = first_lost(p, s)) != UINT_MAX && !p->err) {
 			int rc;
 
 			if (p->bk[s->rep[i]].c->ch || p->bk[s->rep[i]].c->rpc)
-				pctl_drop(p, &p->bk[s->rep[i]]);
+				tw__pctl_drop(p, &p->bk[s->rep[i]]);
 			rc = replace(p, s, i, s->w.pos, true);
 			if (rc == -TW_ENOBACKUP) {
 				tw_log_warn("primary log %llu: closed segment %u is short of a replica: "

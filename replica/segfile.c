@@ -24,7 +24,7 @@
 static _Atomic(segfile_hook_fn) hook_fn;
 static _Atomic(void *) hook_arg;
 
-void segfile_set_hook(segfile_hook_fn fn, void *arg)
+void tw__segfile_set_hook(segfile_hook_fn fn, void *arg)
 {
 	atomic_store(&hook_arg, arg);
 	atomic_store(&hook_fn, fn);
@@ -37,7 +37,7 @@ static int step(const char *name)
 	return fn ? fn(atomic_load(&hook_arg), name) : 0;
 }
 
-void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE])
+void tw__segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE])
 {
 	memset(out, 0, SEGFILE_HDR_SIZE);
 	memcpy(out, SEGFILE_MAGIC, 8); /* includes the NUL */
@@ -58,7 +58,7 @@ void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZ
 	tw_store_le32(out + 124, tw_crc32c(0, out, 124));
 }
 
-int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h)
+int tw__segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h)
 {
 	if (memcmp(in, SEGFILE_MAGIC, 8) != 0)
 		return -TW_ECORRUPT;
@@ -100,14 +100,14 @@ static uint64_t round_block(uint64_t n)
 	return (n + SEGFILE_BLOCK - 1) / SEGFILE_BLOCK * SEGFILE_BLOCK;
 }
 
-uint64_t segfile_file_size(const struct segfile_hdr *h)
+uint64_t tw__segfile_file_size(const struct segfile_hdr *h)
 {
 	if (h->version == SEGFILE_VERSION_V2)
 		return h->data_off + h->valid_len;
 	return h->data_off + round_block(h->valid_len);
 }
 
-void segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len)
+void tw__segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len)
 {
 	snprintf(out, len, "%016" PRIx64 "-%016" PRIx64 SEGFILE_SUFFIX, log_id, segment_id);
 }
@@ -132,7 +132,7 @@ static bool parse_hex16(const char *s, uint64_t *v)
 	return true;
 }
 
-bool segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id)
+bool tw__segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id)
 {
 	if (strlen(name) != 33 + strlen(SEGFILE_SUFFIX))
 		return false;
@@ -223,7 +223,7 @@ static void direct_refused(struct segfile_io *io, int err)
 		io->direct_err = err;
 }
 
-int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
+int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		  struct segfile_io *io)
 {
 	char name[SEGFILE_NAME_MAX], tmp[SEGFILE_NAME_MAX + 8];
@@ -237,12 +237,12 @@ int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 	if (!io)
 		io = &local;
 	direct = !io->buffered && ((uintptr_t)data % SEGFILE_BLOCK) == 0;
-	segfile_name(h->log_id, h->segment_id, name, sizeof(name));
+	tw__segfile_name(h->log_id, h->segment_id, name, sizeof(name));
 	snprintf(tmp, sizeof(tmp), "%s" SEGFILE_TMP_SUFFIX, name);
 	if (hh.flush_time_ns == 0)
 		hh.flush_time_ns = wall_ns();
 	memset(wb.hdr, 0, sizeof(wb.hdr));
-	segfile_hdr_encode(&hh, wb.hdr);
+	tw__segfile_hdr_encode(&hh, wb.hdr);
 
 	rc = step("create");
 	if (rc == 0 && direct) {
@@ -337,10 +337,10 @@ static int open_and_header(int dirfd, const char *name, struct segfile_hdr *h, i
 	rc = read_all(fd, hdr, sizeof(hdr), 0);
 	if (rc != 0)
 		goto fail;
-	rc = segfile_hdr_decode(hdr, h);
+	rc = tw__segfile_hdr_decode(hdr, h);
 	if (rc != 0)
 		goto fail;
-	if ((uint64_t)st.st_size != segfile_file_size(h)) {
+	if ((uint64_t)st.st_size != tw__segfile_file_size(h)) {
 		rc = -TW_ECORRUPT;
 		goto fail;
 	}
@@ -351,7 +351,7 @@ fail:
 	return rc;
 }
 
-int segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h)
+int tw__segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h)
 {
 	int fd, rc;
 
@@ -372,7 +372,7 @@ static int check_data(const void *buf, const struct segfile_hdr *h)
 	return 0;
 }
 
-int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h)
+int tw__segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h)
 {
 	int fd, rc;
 
@@ -390,7 +390,7 @@ int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segf
 	return check_data(buf, h);
 }
 
-int segfile_verify(int dirfd, const char *name, struct segfile_hdr *h)
+int tw__segfile_verify(int dirfd, const char *name, struct segfile_hdr *h)
 {
 	void *buf;
 	int fd, rc;
@@ -411,7 +411,7 @@ int segfile_verify(int dirfd, const char *name, struct segfile_hdr *h)
 	return rc;
 }
 
-int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
+int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
 {
 	char name[SEGFILE_NAME_MAX];
 
@@ -419,7 +419,7 @@ int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
 
 	if (rc)
 		return rc;
-	segfile_name(log_id, segment_id, name, sizeof(name));
+	tw__segfile_name(log_id, segment_id, name, sizeof(name));
 	if (unlinkat(dirfd, name, 0) != 0)
 		return -errno;
 	if (fsync(dirfd) != 0)
@@ -427,7 +427,7 @@ int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
 	return 0;
 }
 
-int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
+int tw__segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
 			struct segfile_io *io)
 {
 	char name[SEGFILE_NAME_MAX];
@@ -435,7 +435,7 @@ int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_
 	void *buf;
 	int fd, rc;
 
-	segfile_name(log_id, segment_id, name, sizeof(name));
+	tw__segfile_name(log_id, segment_id, name, sizeof(name));
 	rc = open_and_header(dirfd, name, &h, &fd);
 	if (rc != 0)
 		return rc;
@@ -452,7 +452,7 @@ int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_
 	if (rc == 0 && h.replica_version != version) {
 		h.replica_version = version;
 		h.flush_time_ns = 0;
-		rc = segfile_write(dirfd, &h, buf, io);
+		rc = tw__segfile_write(dirfd, &h, buf, io);
 	}
 	free(buf);
 	return rc;
@@ -463,12 +463,12 @@ int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_
 #define EPOCH_MAGIC 0x48435045u /* "EPCH" */
 #define EPOCH_FILE_SIZE 24u
 
-void segfile_epoch_name(uint64_t log_id, char *out, size_t len)
+void tw__segfile_epoch_name(uint64_t log_id, char *out, size_t len)
 {
 	snprintf(out, len, "%016" PRIx64 SEGFILE_EPOCH_SUFFIX, log_id);
 }
 
-bool segfile_parse_epoch_name(const char *name, uint64_t *log_id)
+bool tw__segfile_parse_epoch_name(const char *name, uint64_t *log_id)
 {
 	if (strlen(name) != 16 + strlen(SEGFILE_EPOCH_SUFFIX))
 		return false;
@@ -477,13 +477,13 @@ bool segfile_parse_epoch_name(const char *name, uint64_t *log_id)
 	return parse_hex16(name, log_id);
 }
 
-int segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch)
+int tw__segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch)
 {
 	char name[SEGFILE_NAME_MAX], tmp[SEGFILE_NAME_MAX + 8];
 	uint8_t buf[EPOCH_FILE_SIZE];
 	int fd, rc = 0;
 
-	segfile_epoch_name(log_id, name, sizeof(name));
+	tw__segfile_epoch_name(log_id, name, sizeof(name));
 	snprintf(tmp, sizeof(tmp), "%s" SEGFILE_TMP_SUFFIX, name);
 	tw_store_le32(buf, EPOCH_MAGIC);
 	tw_store_le64(buf + 4, log_id);
@@ -506,7 +506,7 @@ int segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch)
 	return fsync(dirfd) != 0 ? -errno : 0;
 }
 
-int segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch)
+int tw__segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch)
 {
 	uint8_t buf[EPOCH_FILE_SIZE + 1];
 	ssize_t n;

@@ -37,7 +37,7 @@
  * Version 3 (before chain seeds) is still read: the same layout with bytes 88..91 reserved; its
  * seed is 0. Version 2 (written before O_DIRECT flushes) is still read: the same 128-byte
  * header with field 10 = 128, the data right after it, no padding (the file is 128 + valid_len
- * bytes), seed 0. Rewriting a version-2 or -3 file (segfile_set_version) writes version 4
+ * bytes), seed 0. Rewriting a version-2 or -3 file (tw__segfile_set_version) writes version 4
  * (seed 0 kept).
  *
  * Readers check the magic, version, header CRC and file size, then rescan the data with
@@ -93,21 +93,21 @@ struct segfile_hdr {
 /* Encode / decode the 128-byte header. Encode writes the current version (4). Decode accepts
  * versions 2, 3 and 4 and returns 0 or -TW_ECORRUPT (bad magic, CRC, state or sizes) or
  * -TW_EVERSION (a newer format). */
-void segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE]);
-int segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h);
+void tw__segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE]);
+int tw__segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hdr *h);
 
 /* The size a file with this (decoded) header must have: data_off + valid_len, rounded up to
  * SEGFILE_BLOCK for versions 3 and 4. */
-uint64_t segfile_file_size(const struct segfile_hdr *h);
+uint64_t tw__segfile_file_size(const struct segfile_hdr *h);
 
 /* "<log>-<seg>.twseg" into out (SEGFILE_NAME_MAX bytes). */
-void segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len);
+void tw__segfile_name(uint64_t log_id, uint64_t segment_id, char *out, size_t len);
 /* Parse a final file name; false for anything else (tmp files included). */
-bool segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id);
+bool tw__segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segment_id);
 
 /*
  * How a storage directory is written; one per backup, used by its flusher thread only.
- * Zero-initialise it. segfile_write tries O_DIRECT first; when the file system refuses it
+ * Zero-initialise it. tw__segfile_write tries O_DIRECT first; when the file system refuses it
  * (EINVAL at open or at the first write) the file is written through the page cache instead,
  * `buffered` is set so later files go there directly, and `direct_err` keeps the refusal for the
  * caller to report once.
@@ -128,14 +128,14 @@ struct segfile_io {
  * state). Returns 0 or -errno; on failure the tmp file is removed and no final file is changed.
  * Blocking: call it on the flusher thread, never on the progress thread. No allocation.
  */
-int segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
+int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		  struct segfile_io *io);
 
 /*
  * Read and validate a segment file's header (name relative to dirfd). Checks the file size
  * against valid_len. Returns 0, -TW_ECORRUPT, -TW_EVERSION or -errno.
  */
-int segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h);
+int tw__segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h);
 
 /*
  * Read a whole segment file into buf (cap bytes; the bytes after valid_len are left untouched)
@@ -143,18 +143,18 @@ int segfile_read_header(int dirfd, const char *name, struct segfile_hdr *h);
  * must give the header's valid_len, checksum and entries. Returns 0, -TW_ECORRUPT (h is still
  * filled when the header itself was valid), -EFBIG when valid_len > cap, or -errno.
  */
-int segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h);
+int tw__segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct segfile_hdr *h);
 
 /* Verify a file without keeping its data (allocates a temporary buffer of valid_len bytes). */
-int segfile_verify(int dirfd, const char *name, struct segfile_hdr *h);
+int tw__segfile_verify(int dirfd, const char *name, struct segfile_hdr *h);
 
 /* Rewrite a segment file with a new replica version (read, verify, durable write in the current
- * format; `io` as for segfile_write). Blocking. */
-int segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
+ * format; `io` as for tw__segfile_write). Blocking. */
+int tw__segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
 			struct segfile_io *io);
 
 /* Remove a segment file and fsync the directory. Returns 0 or -errno (-ENOENT included). */
-int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
+int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
 
 /*
  * Fence epochs, one small file per fenced log: "<log_id hex16>.twepoch" (24 bytes: magic "EPCH",
@@ -162,20 +162,20 @@ int segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
  * rename, fsync directory). Blocking.
  */
 #define SEGFILE_EPOCH_SUFFIX ".twepoch"
-void segfile_epoch_name(uint64_t log_id, char *out, size_t len);
-bool segfile_parse_epoch_name(const char *name, uint64_t *log_id);
-int segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch);
+void tw__segfile_epoch_name(uint64_t log_id, char *out, size_t len);
+bool tw__segfile_parse_epoch_name(const char *name, uint64_t *log_id);
+int tw__segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch);
 /* 0, -TW_ECORRUPT or -errno. */
-int segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch);
+int tw__segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch);
 
 /*
- * Test hook: when set, called at every step of segfile_write with the step's name ("create",
+ * Test hook: when set, called at every step of tw__segfile_write with the step's name ("create",
  * "direct" (only when O_DIRECT is tried), "write", "fsync", "close", "rename", "fsync-dir"); a
  * non-zero return makes the step fail with that value (a negative errno), to simulate a crash or
  * an I/O error there. -EINVAL at "direct" acts as a file system that refuses O_DIRECT. May be switched
  * while a flusher runs (atomic); the hook itself runs on the flusher thread.
  */
 typedef int (*segfile_hook_fn)(void *arg, const char *step);
-void segfile_set_hook(segfile_hook_fn fn, void *arg);
+void tw__segfile_set_hook(segfile_hook_fn fn, void *arg);
 
 #endif /* TW_REPLICA_SEGFILE_H */

@@ -9,9 +9,8 @@ and internal names cannot collide with an application's. This check reads the st
 global symbols that are neither declared in a public header nor named tw__*; generated code
 (protobuf-c's *.pb-c.c, named by the .proto package) is left out.
 
-Report-only for now: exit 0 ("ok") when there is no offender; otherwise the offenders are
-printed (grouped by object file) and the exit code is 77, which meson counts as SKIP. The
-mechanical rename of the internal names makes it strict (exit 1 instead of 77, --strict).
+Exit 0 ("ok") when there is no offender; otherwise the offenders are printed (grouped by object
+file) and the exit code is 1 with --strict (as meson runs it), 77 (meson's SKIP) without.
 
 Usage (meson passes these; see tests/meson.build):
   module_names.py --nm NM --include DIR LIB [--strict]
@@ -86,7 +85,7 @@ def main():
           % (n, checked))
     for obj in sorted(offenders):
         print('#   %-18s %s' % (obj, ' '.join(sorted(offenders[obj]))))
-    print('# (report-only until the rename: exit 77 = skipped; --strict fails)')
+    print('# name them tw__* (docs/testing.md "Internal names"), or declare them in a public header')
     return 1 if a.strict else 77
 
 

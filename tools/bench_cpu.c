@@ -56,32 +56,32 @@ struct remote {
 
 static void rs_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	struct tw_rpc_client *cl = tw_chan_user(ch);
+	struct tw_rpc_client *cl = tw__chan_user(ch);
 
 	(void)arg;
 	if (cl)
-		tw_rpc_client_on_recv(cl, msg, len);
+		tw__rpc_client_on_recv(cl, msg, len);
 }
 
 static void rs_on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	struct tw_rpc_client *cl = tw_chan_user(ch);
+	struct tw_rpc_client *cl = tw__chan_user(ch);
 
 	(void)arg;
 	if (cl)
-		tw_rpc_client_on_lost(cl, err);
+		tw__rpc_client_on_lost(cl, err);
 }
 
 static void remote_close(struct remote *rs)
 {
 	for (unsigned i = 0; i < rs->n; i++) {
 		if (rs->cl[i])
-			tw_rpc_client_destroy(rs->cl[i]);
+			tw__rpc_client_destroy(rs->cl[i]);
 		if (rs->ch[i])
-			tw_chan_close(rs->ch[i]);
+			tw__chan_close(rs->ch[i]);
 	}
 	if (rs->fab)
-		tw_fab_close(rs->fab);
+		tw__fab_close(rs->fab);
 	memset(rs, 0, sizeof(*rs));
 }
 
@@ -93,25 +93,25 @@ static int remote_open(struct remote *rs, const char *provider, const char *cons
 	int rc;
 
 	memset(rs, 0, sizeof(*rs));
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = provider;
-	rc = tw_fab_open(&fc, &ev, &rs->fab);
+	rc = tw__fab_open(&fc, &ev, &rs->fab);
 	if (rc < 0) {
 		rs->fab = NULL;
 		return rc;
 	}
 	rs->n = n;
 	for (unsigned i = 0; i < n; i++) {
-		if (tw_fab_connect(rs->fab, addrs[i], &rs->ch[i]) < 0) {
+		if (tw__fab_connect(rs->fab, addrs[i], &rs->ch[i]) < 0) {
 			rs->ch[i] = NULL;
 			continue;
 		}
-		if (tw_rpc_client_create(rs->ch[i], NULL, &rs->cl[i]) < 0) {
+		if (tw__rpc_client_create(rs->ch[i], NULL, &rs->cl[i]) < 0) {
 			rs->cl[i] = NULL;
 		} else {
-			tw_chan_set_user(rs->ch[i], rs->cl[i]);
+			tw__chan_set_user(rs->ch[i], rs->cl[i]);
 			if (bench_handshake(rs->cl[i], addrs[i]) < 0) {
-				tw_rpc_client_destroy(rs->cl[i]);
+				tw__rpc_client_destroy(rs->cl[i]);
 				rs->cl[i] = NULL;
 			}
 		}
@@ -128,11 +128,11 @@ static double remote_cpu(struct remote *rs, unsigned i)
 
 	if (!rs->cl[i])
 		return -1;
-	tw_rpc_req_stats(&req);
-	if (tw_rpc_call_sync(rs->cl[i], &req.env, &rep) == 0 && rep.env &&
+	tw__rpc_req_stats(&req);
+	if (tw__rpc_call_sync(rs->cl[i], &req.env, &rep) == 0 && rep.env &&
 	    rep.env->body_case == TAILWIND__ENVELOPE__BODY_STATS_REPLY && rep.env->stats_reply)
 		v = rep.env->stats_reply->cpu_seconds;
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return v;
 }
 

@@ -60,7 +60,7 @@ static void raw_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t l
 
 	for (unsigned i = 0; i < w->r; i++)
 		if (w->ch[i] == ch && w->cl[i])
-			tw_rpc_client_on_recv(w->cl[i], msg, len);
+			tw__rpc_client_on_recv(w->cl[i], msg, len);
 }
 
 static void raw_on_lost(void *arg, struct tw_chan *ch, int err)
@@ -69,7 +69,7 @@ static void raw_on_lost(void *arg, struct tw_chan *ch, int err)
 
 	for (unsigned i = 0; i < w->r; i++)
 		if (w->ch[i] == ch && w->cl[i])
-			tw_rpc_client_on_lost(w->cl[i], err);
+			tw__rpc_client_on_lost(w->cl[i], err);
 	if (!w->err)
 		w->err = err < 0 ? err : -TW_EPEERLOST;
 }
@@ -112,7 +112,7 @@ static int raw_post(struct raw *w)
 		memset(&ro->op, 0, sizeof(ro->op));
 		ro->op.cb = raw_op_done;
 		ro->s = s;
-		rc = tw_chan_write(w->ch[i], &ro->op, src, len, w->mr, &w->rk[i], w->roff);
+		rc = tw__chan_write(w->ch[i], &ro->op, src, len, w->mr, &w->rk[i], w->roff);
 		if (rc < 0) {
 			s->remaining--;
 			if (!s->status)
@@ -148,7 +148,7 @@ static void raw_reap(struct raw *w)
 
 static void raw_drive(struct raw *w, int timeout_ms)
 {
-	tw_fab_progress(w->fab, timeout_ms);
+	tw__fab_progress(w->fab, timeout_ms);
 	raw_reap(w);
 }
 
@@ -167,30 +167,30 @@ static void raw_close(struct raw *w, uint64_t log_id)
 		memset(&zop, 0, sizeof(zop));
 		zop.op.cb = raw_op_done;
 		zop.s = &zs;
-		if (tw_chan_write(w->ch[i], &zop.op, w->src + (w->nslots + 1) * w->region, 64, w->mr,
+		if (tw__chan_write(w->ch[i], &zop.op, w->src + (w->nslots + 1) * w->region, 64, w->mr,
 				  &w->rk[i], 0) < 0)
 			continue;
 		while (zs.remaining)
-			tw_fab_progress(w->fab, 100);
+			tw__fab_progress(w->fab, 100);
 	}
 	for (unsigned i = 0; i < w->r; i++) {
 		if (w->opened[i] && w->cl[i]) {
 			struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
 
-			tw_rpc_close_segment(w->cl[i], 1, &m, 0, NULL);
+			tw__rpc_close_segment(w->cl[i], 1, &m, 0, NULL);
 		}
 		if (w->cl[i])
-			tw_rpc_client_destroy(w->cl[i]);
+			tw__rpc_client_destroy(w->cl[i]);
 		if (w->ch[i])
-			tw_chan_close(w->ch[i]);
+			tw__chan_close(w->ch[i]);
 	}
 	if (w->mr)
-		tw_mr_close(w->mr);
+		tw__mr_close(w->mr);
 	if (w->src)
-		tw_fab_free(w->src, w->src_len);
+		tw__fab_free(w->src, w->src_len);
 	free(w->slots);
 	if (w->fab)
-		tw_fab_close(w->fab);
+		tw__fab_close(w->fab);
 }
 
 int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
@@ -217,7 +217,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	w.src_len = w.region * (w.nslots + 1) + (size_t)pg;
 	w.t_submit = run->t_submit;
 	w.lat_ns = run->lat_ns;
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = o->provider;
 	fc.busy_poll = o->busy_poll;
 	if (fc.tx_depth < pt->inflight + 32)
@@ -225,18 +225,18 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	ev.arg = &w;
 	ev.on_recv = raw_on_recv;
 	ev.on_lost = raw_on_lost;
-	rc = tw_fab_open(&fc, &ev, &w.fab);
+	rc = tw__fab_open(&fc, &ev, &w.fab);
 	if (rc < 0) {
 		fprintf(stderr, "twbench: raw: cannot open the fabric: %s\n", tw_strerror(rc));
 		return rc;
 	}
 	w.slots = calloc(w.nslots, sizeof(*w.slots));
-	w.src = tw_fab_alloc(w.src_len);
+	w.src = tw__fab_alloc(w.src_len);
 	if (!w.slots || !w.src) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = tw_mr_reg(w.fab, w.src, w.src_len, TW_MR_WRITE_SRC, &w.mr);
+	rc = tw__mr_reg(w.fab, w.src, w.src_len, TW_MR_WRITE_SRC, &w.mr);
 	if (rc < 0) {
 		w.mr = NULL;
 		goto out;
@@ -244,14 +244,14 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	for (unsigned i = 0; i < w.r; i++) {
 		struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
 
-		rc = tw_fab_connect(w.fab, addrs[i], &w.ch[i]);
+		rc = tw__fab_connect(w.fab, addrs[i], &w.ch[i]);
 		if (rc < 0) {
 			w.ch[i] = NULL;
 			fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n", addrs[i],
 				tw_strerror(rc));
 			goto out;
 		}
-		rc = tw_rpc_client_create(w.ch[i], NULL, &w.cl[i]);
+		rc = tw__rpc_client_create(w.ch[i], NULL, &w.cl[i]);
 		if (rc < 0) {
 			w.cl[i] = NULL;
 			goto out;
@@ -259,7 +259,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 		rc = bench_handshake(w.cl[i], addrs[i]);
 		if (rc < 0)
 			goto out;
-		rc = tw_rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
+		rc = tw__rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
 		if (rc < 0) {
 			fprintf(stderr, "twbench: raw: %s refused a buffer: %s\n", addrs[i],
 				tw_strerror(rc));

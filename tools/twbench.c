@@ -51,9 +51,9 @@ int bench_handshake(struct tw_rpc_client *cl, const char *addr)
 	char why[256];
 	int rc;
 
-	rc = tw_auth_client_handshake(cl, bench_key, (uint64_t)getpid() | 1,
+	rc = tw__auth_client_handshake(cl, bench_key, (uint64_t)getpid() | 1,
 				      TAILWIND__ROLE__ROLE_ADMIN, "twbench", &rep, why, sizeof(why));
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	if (rc < 0)
 		fprintf(stderr, "twbench: backup %s: %s\n", addr, why);
 	return rc;
@@ -179,16 +179,16 @@ static int check_provider(const char *prov)
 	struct tw_fab *fab;
 	int rc;
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = prov;
 	tw_log_set_sink(quiet_sink, NULL); /* the one line below says it all */
-	rc = tw_fab_open(&fc, &ev, &fab);
+	rc = tw__fab_open(&fc, &ev, &fab);
 	tw_log_set_sink(NULL, NULL);
 	if (rc < 0) {
-		fprintf(stderr, "twbench: --provider %s: %s\n", prov, tw_fab_errmsg(NULL));
+		fprintf(stderr, "twbench: --provider %s: %s\n", prov, tw__fab_errmsg(NULL));
 		return rc;
 	}
-	tw_fab_close(fab);
+	tw__fab_close(fab);
 	return 0;
 }
 
@@ -429,11 +429,11 @@ int main(int argc, char **argv)
 
 	if (check_provider(o.provider) < 0)
 		return 2;
-	o.key_file = tw_auth_key_path(o.key_file);
+	o.key_file = tw__auth_key_path(o.key_file);
 	if (o.key_file) {
 		char why[512];
 
-		if (tw_auth_key_load(o.key_file, &bench_key, why, sizeof(why)) < 0) {
+		if (tw__auth_key_load(o.key_file, &bench_key, why, sizeof(why)) < 0) {
 			fprintf(stderr, "twbench: %s\n", why);
 			return 2;
 		}

@@ -224,26 +224,26 @@ static struct conn conns[MAX_BK];
 
 static void c_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	struct conn *c = tw_chan_user(ch);
+	struct conn *c = tw__chan_user(ch);
 
 	(void)arg;
 	if (c && c->rpc)
-		tw_rpc_client_on_recv(c->rpc, msg, len);
+		tw__rpc_client_on_recv(c->rpc, msg, len);
 }
 
 static void c_on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	struct conn *c = tw_chan_user(ch);
+	struct conn *c = tw__chan_user(ch);
 
 	(void)arg;
 	if (c && c->rpc)
-		tw_rpc_client_on_lost(c->rpc, err);
+		tw__rpc_client_on_lost(c->rpc, err);
 }
 
 /* What a failed connect means, in the operator's terms. */
 static void connect_why(struct conn *c, int err)
 {
-	const char *detail = fab ? tw_fab_errmsg(fab) : "";
+	const char *detail = fab ? tw__fab_errmsg(fab) : "";
 
 	switch (-err) {
 	case ETIMEDOUT:
@@ -282,9 +282,9 @@ static int handshake(struct conn *c)
 	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
 	int err;
 
-	err = tw_auth_client_handshake(c->rpc, g.key, node ? node : 1, TAILWIND__ROLE__ROLE_ADMIN,
+	err = tw__auth_client_handshake(c->rpc, g.key, node ? node : 1, TAILWIND__ROLE__ROLE_ADMIN,
 				       "twctl", &rep, c->why, sizeof(c->why));
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return err;
 }
 
@@ -297,28 +297,28 @@ static unsigned connect_all(void)
 	unsigned up = 0;
 	int err;
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = g.provider;
 	fc.connect_timeout_ms = g.timeout_ms;
 	memset(&ev, 0, sizeof(ev));
 	ev.on_recv = c_on_recv;
 	ev.on_lost = c_on_lost;
-	err = tw_fab_open(&fc, &ev, &fab);
+	err = tw__fab_open(&fc, &ev, &fab);
 	if (err) {
 		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
 			g.provider ? g.provider : "default provider", tw_strerror(err));
 		return 0;
 	}
-	tw_rpc_config_init(&rc);
+	tw__rpc_config_init(&rc);
 	rc.timeout_ms = g.timeout_ms;
 	for (unsigned i = 0; i < g.nbk; i++) {
 		struct conn *c = &conns[i];
 
 		c->addr = g.backups[i];
-		err = tw_fab_connect(fab, c->addr, &c->ch);
+		err = tw__fab_connect(fab, c->addr, &c->ch);
 		if (err == 0) {
-			tw_chan_set_user(c->ch, c);
-			err = tw_rpc_client_create(c->ch, &rc, &c->rpc);
+			tw__chan_set_user(c->ch, c);
+			err = tw__rpc_client_create(c->ch, &rc, &c->rpc);
 		}
 		if (err) {
 			connect_why(c, err);
@@ -328,9 +328,9 @@ static unsigned connect_all(void)
 		err = handshake(c);
 		if (err) {
 			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
-			tw_rpc_client_destroy(c->rpc);
+			tw__rpc_client_destroy(c->rpc);
 			c->rpc = NULL;
-			tw_chan_close(c->ch);
+			tw__chan_close(c->ch);
 			c->ch = NULL;
 			continue;
 		}
@@ -343,14 +343,14 @@ static void disconnect_all(void)
 {
 	for (unsigned i = 0; i < g.nbk; i++) {
 		if (conns[i].rpc)
-			tw_rpc_client_destroy(conns[i].rpc);
+			tw__rpc_client_destroy(conns[i].rpc);
 		if (conns[i].ch)
-			tw_chan_close(conns[i].ch);
+			tw__chan_close(conns[i].ch);
 		conns[i].rpc = NULL;
 		conns[i].ch = NULL;
 	}
 	if (fab)
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 	fab = NULL;
 }
 
@@ -366,10 +366,10 @@ static int need_backups(const uint64_t *log)
 			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
 		return EXIT_USAGE;
 	}
-	if (!g.key && tw_auth_key_path(g.key_file)) {
+	if (!g.key && tw__auth_key_path(g.key_file)) {
 		char why[512];
 
-		if (tw_auth_key_load(tw_auth_key_path(g.key_file), &g.key, why, sizeof(why))) {
+		if (tw__auth_key_load(tw__auth_key_path(g.key_file), &g.key, why, sizeof(why))) {
 			g.key = NULL;
 			fprintf(stderr, "twctl: %s%s\n", why, g.key_file ? "" : " (from $TW_KEY_FILE)");
 			return EXIT_USAGE;
@@ -440,12 +440,12 @@ static int cmd_ls(int argc, char **argv)
 			bool more;
 			int rc;
 
-			tw_rpc_req_list_segments(&req, from_log, !one, from_seg);
-			rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+			tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
+			rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
 			if (rc) {
 				fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
-					tw_strerror(rc), tw_rpc_client_errmsg(c->rpc));
-				tw_rpc_reply_release(&rep);
+					tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
+				tw__rpc_reply_release(&rep);
 				failed++;
 				break;
 			}
@@ -476,7 +476,7 @@ static int cmd_ls(int argc, char **argv)
 			more = r->more && (!one || r->next_log_id == log_id);
 			from_log = r->next_log_id;
 			from_seg = r->next_segment_id;
-			tw_rpc_reply_release(&rep);
+			tw__rpc_reply_release(&rep);
 			if (!more)
 				break;
 		}
@@ -528,12 +528,12 @@ static int cmd_stat(int argc, char **argv)
 			failed++;
 			continue;
 		}
-		tw_rpc_req_stats(&req);
-		rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+		tw__rpc_req_stats(&req);
+		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
 		if (rc) {
 			fprintf(stderr, "twctl: backup %s: stats failed: %s (%s)\n", c->addr,
-				tw_strerror(rc), tw_rpc_client_errmsg(c->rpc));
-			tw_rpc_reply_release(&rep);
+				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
+			tw__rpc_reply_release(&rep);
 			failed++;
 			continue;
 		}
@@ -552,10 +552,10 @@ static int cmd_stat(int argc, char **argv)
 			       r->rpc_msgs_rx, r->rpc_msgs_tx, r->rpc_bytes_rx, r->rpc_bytes_tx,
 			       r->rpc_malformed, r->cpu_seconds, r->uptime_ms);
 			for (size_t k = 0; k < r->n_handlers; k++) {
-				int op = tw_rpc_op_of_case((int)r->handlers[k]->kind);
+				int op = tw__rpc_op_of_case((int)r->handlers[k]->kind);
 
 				printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
-				       k ? "," : "", op >= 0 ? tw_rpc_op_name(op) : "other",
+				       k ? "," : "", op >= 0 ? tw__rpc_op_name(op) : "other",
 				       r->handlers[k]->calls, r->handlers[k]->errors);
 			}
 			printf("},\"detail\":");
@@ -571,7 +571,7 @@ static int cmd_stat(int argc, char **argv)
 				printf("%-22s   %s\n", "", r->message);
 		}
 		first = false;
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 	}
 	if (g.json)
 		printf("],\"failed\":%u}\n", failed);
@@ -966,7 +966,7 @@ static int cmd_inspect(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	memset(&h, 0, sizeof(h));
-	rc = segfile_hdr_decode(hb, &h);
+	rc = tw__segfile_hdr_decode(hb, &h);
 	if (rc)
 		hdr_err = rc == -TW_EVERSION ? "newer format version" :
 			  "bad magic, header CRC, state or sizes";
@@ -992,7 +992,7 @@ static int cmd_inspect(int argc, char **argv)
 	if (hdr_err) {
 		verdict = "CORRUPT";
 		snprintf(why, sizeof(why), "header: %s", hdr_err);
-	} else if ((uint64_t)st.st_size != segfile_file_size(&h)) {
+	} else if ((uint64_t)st.st_size != tw__segfile_file_size(&h)) {
 		verdict = "CORRUPT";
 		snprintf(why, sizeof(why), "file holds %" PRIu64 " data bytes, header says %" PRIu64
 			 "%s", data_len, h.valid_len, h.version == SEGFILE_VERSION_V2 ? "" :

@@ -25,7 +25,7 @@ static struct tw_coord_backup *regs;
 
 static void close_at_exit(void)
 {
-	tw_coord_close(coord);
+	tw__coord_close(coord);
 	coord = NULL;
 	free(regs);
 	regs = NULL;
@@ -38,7 +38,7 @@ static int open_once(const char *url, unsigned timeout_ms)
 
 	if (coord)
 		return 0;
-	rc = tw_coord_open(url, timeout_ms, &coord, err, sizeof(err));
+	rc = tw__coord_open(url, timeout_ms, &coord, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl: coordinator: %s\n", err);
 		return -1;
@@ -52,7 +52,7 @@ int twctl_coord_check(const char *url)
 	struct tw_coord_url u;
 	char err[768];
 
-	if (tw_coord_url_parse(url, &u, err, sizeof(err)) < 0) {
+	if (tw__coord_url_parse(url, &u, err, sizeof(err)) < 0) {
 		fprintf(stderr, "twctl: --coordinator: %s\n", err);
 		return -1;
 	}
@@ -74,10 +74,10 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 	/* A log's own record first: the backups that were ever asked to hold a segment of it
 	 * (a backup that died since is still asked; one never used by the log is not). */
 	if (log) {
-		int rc = tw_coord_log_backups(coord, *log, &regs, &nr);
+		int rc = tw__coord_log_backups(coord, *log, &regs, &nr);
 
 		if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
-			fprintf(stderr, "twctl: %s\n", tw_coord_errmsg(coord));
+			fprintf(stderr, "twctl: %s\n", tw__coord_errmsg(coord));
 			return -1;
 		}
 		recorded = rc == 0 && nr > 0;
@@ -87,8 +87,8 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 			nr = 0;
 		}
 	}
-	if (!recorded && tw_coord_list_backups(coord, &regs, &nr) < 0) {
-		fprintf(stderr, "twctl: %s\n", tw_coord_errmsg(coord));
+	if (!recorded && tw__coord_list_backups(coord, &regs, &nr) < 0) {
+		fprintf(stderr, "twctl: %s\n", tw__coord_errmsg(coord));
 		return -1;
 	}
 	*n = 0;
@@ -118,8 +118,8 @@ int twctl_coord_epoch(const char *url, unsigned timeout_ms, const char *cmd,
 		return -1;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(owner, sizeof(owner), "twctl %s host=%s pid=%ld", cmd, host, (long)getpid());
-	if (tw_coord_take_log(coord, cfg->log_id, cfg->epoch, owner, true, &epoch) < 0) {
-		fprintf(stderr, "twctl %s: %s\n", cmd, tw_coord_errmsg(coord));
+	if (tw__coord_take_log(coord, cfg->log_id, cfg->epoch, owner, true, &epoch) < 0) {
+		fprintf(stderr, "twctl %s: %s\n", cmd, tw__coord_errmsg(coord));
 		return -1;
 	}
 	cfg->epoch = epoch;
@@ -133,8 +133,8 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw_coord_list_backups(coord, &v, &n) < 0) {
-		fprintf(stderr, "twctl ls-backups: %s\n", tw_coord_errmsg(coord));
+	if (tw__coord_list_backups(coord, &v, &n) < 0) {
+		fprintf(stderr, "twctl ls-backups: %s\n", tw__coord_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -187,9 +187,9 @@ int twctl_coord_owner(const char *url, unsigned timeout_ms, bool json, uint64_t 
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	rc = tw_coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
+	rc = tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
 	if (rc < 0) {
-		fprintf(stderr, "twctl owner: %s\n", tw_coord_errmsg(coord));
+		fprintf(stderr, "twctl owner: %s\n", tw__coord_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -221,8 +221,8 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw_coord_list_logs(coord, &ids, &n) < 0) {
-		fprintf(stderr, "twctl ls-logs: %s\n", tw_coord_errmsg(coord));
+	if (tw__coord_list_logs(coord, &ids, &n) < 0) {
+		fprintf(stderr, "twctl ls-logs: %s\n", tw__coord_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -235,10 +235,10 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 		char owner[512] = "", *o = owner;
 		uint64_t epoch = 0;
 
-		if (tw_coord_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
-		    tw_coord_log_backups(coord, ids[i], &v, &nb) < 0) {
+		if (tw__coord_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
+		    tw__coord_log_backups(coord, ids[i], &v, &nb) < 0) {
 			fprintf(stderr, "twctl ls-logs: log %" PRIu64 ": %s\n", ids[i],
-				tw_coord_errmsg(coord));
+				tw__coord_errmsg(coord));
 			st = 1;
 			continue;
 		}
@@ -419,7 +419,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	}
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw_coord_log_info(coord, log_id, &epoch, owner, sizeof(owner)) < 0)
+	if (tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner)) < 0)
 		owner[0] = '\0'; /* a log the coordinator does not know yet: no owner */
 	printf("standby: log %#" PRIx64 ": %s%s\n", log_id, owner[0] ? "waiting for its owner "
 	       "to go: " : "no owner: taking it over now", owner);

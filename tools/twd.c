@@ -542,19 +542,19 @@ int main(int argc, char **argv)
 	}
 	if (verbose)
 		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
-	if (tw_auth_key_path(cfg.key_file)) {
+	if (tw__auth_key_path(cfg.key_file)) {
 		struct tw_auth_key *key;
 		char why[512];
 
 		/* Checked here for a clear message and exit 2; the backup reads it again. */
-		cfg.key_file = tw_auth_key_path(cfg.key_file);
-		rc = tw_auth_key_load(cfg.key_file, &key, why, sizeof(why));
+		cfg.key_file = tw__auth_key_path(cfg.key_file);
+		rc = tw__auth_key_load(cfg.key_file, &key, why, sizeof(why));
 		if (rc != 0) {
 			fprintf(stderr, "twd: %s%s\n", why, cfg.key_file == getenv("TW_KEY_FILE") ?
 				" (from $TW_KEY_FILE)" : "");
 			return EXIT_USAGE;
 		}
-		tw_auth_key_free(key);
+		tw__auth_key_free(key);
 	}
 
 	/* Signals: blocked in every thread (set before any thread starts), taken by sigwait. */
@@ -601,7 +601,7 @@ int main(int argc, char **argv)
 		tw_backup_stop(b); /* a signal arrived during start-up */
 	pthread_mutex_unlock(&sig_lock);
 
-	if (!tw_auth_key_path(cfg.key_file))
+	if (!tw__auth_key_path(cfg.key_file))
 		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
 			"not authenticated; anyone who can reach this daemon can read, write and "
 			"fence its logs\n");

@@ -25,7 +25,7 @@ static bool stopping;
 int twd_coord_check(const char *url, const char *zone, char *err, size_t len)
 {
 	struct tw_coord_url u;
-	int rc = tw_coord_url_parse(url, &u, err, len);
+	int rc = tw__coord_url_parse(url, &u, err, len);
 
 	if (rc < 0)
 		return rc;
@@ -58,7 +58,7 @@ static void *updater_main(void *arg)
 
 		pthread_mutex_unlock(&mu);
 		tw_backup_get_stats(backup, &st);
-		tw_coord_update_free(coord, available(&st));
+		tw__coord_update_free(coord, available(&st));
 		pthread_mutex_lock(&mu);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
@@ -77,7 +77,7 @@ int twd_coord_start(const char *url, const char *zone, const char *provider, str
 	int rc;
 
 	memset(&me, 0, sizeof(me));
-	rc = tw_coord_open(url, 0, &coord, err, len);
+	rc = tw__coord_open(url, 0, &coord, err, len);
 	if (rc < 0)
 		return rc;
 	tw_backup_get_stats(b, &st);
@@ -88,10 +88,10 @@ int twd_coord_start(const char *url, const char *zone, const char *provider, str
 	me.buffers = (uint32_t)(st.buffers_max > st.buffers ? st.buffers_max : st.buffers);
 	me.free_buffers = available(&st);
 	me.buffer_size = st.buffer_size;
-	rc = tw_coord_register(coord, &me);
+	rc = tw__coord_register(coord, &me);
 	if (rc < 0) {
-		snprintf(err, len, "%s", tw_coord_errmsg(coord));
-		tw_coord_close(coord);
+		snprintf(err, len, "%s", tw__coord_errmsg(coord));
+		tw__coord_close(coord);
 		coord = NULL;
 		return rc;
 	}
@@ -99,7 +99,7 @@ int twd_coord_start(const char *url, const char *zone, const char *provider, str
 	rc = pthread_create(&updater, NULL, updater_main, NULL);
 	if (rc) {
 		snprintf(err, len, "cannot start the registration updater: %s", strerror(rc));
-		tw_coord_close(coord);
+		tw__coord_close(coord);
 		coord = NULL;
 		return -rc;
 	}
@@ -118,9 +118,9 @@ void twd_coord_stop(void)
 	if (updater_started)
 		pthread_join(updater, NULL);
 	updater_started = false;
-	if (tw_coord_deregister(coord) < 0)
+	if (tw__coord_deregister(coord) < 0)
 		fprintf(stderr, "twd: %s (the node goes with the session anyway)\n",
-			tw_coord_errmsg(coord));
-	tw_coord_close(coord);
+			tw__coord_errmsg(coord));
+	tw__coord_close(coord);
 	coord = NULL;
 }

@@ -63,15 +63,15 @@ static double run_writes(struct tw_chan *ch, struct tw_mr *mr, void *src, const 
 		while (posted < iters && posted - done < depth) {
 			struct bop *b = &ops[posted % depth];
 			uint64_t off = ((uint64_t)posted * size) % (rk->len - size);
-			int rc = tw_chan_write(ch, &b->op, src, size, mr, rk, off);
+			int rc = tw__chan_write(ch, &b->op, src, size, mr, rk, off);
 			if (rc < 0) {
 				fprintf(stderr, "write: %s\n", tw_strerror(rc));
 				goto fail;
 			}
 			posted++;
 		}
-		tw_fab_progress(fab, 0);
-		if (tw_chan_is_lost(ch) && done < iters) {
+		tw__fab_progress(fab, 0);
+		if (tw__chan_is_lost(ch) && done < iters) {
 			fprintf(stderr, "channel lost\n");
 			goto fail;
 		}
@@ -85,7 +85,7 @@ fail:
 	/* The ops array must outlive every posted op: drain them first (a loss completed them
 	 * already; otherwise wait until they complete or time out). */
 	while (done < posted)
-		tw_fab_progress(fab, 100);
+		tw__fab_progress(fab, 100);
 	free(ops);
 	return -1;
 }
@@ -100,11 +100,11 @@ static double run_pingpong(struct tw_chan *ch, unsigned iters)
 	t0 = tw_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		int before = nrecv;
-		if (tw_chan_send(ch, m, sizeof(m)) < 0)
+		if (tw__chan_send(ch, m, sizeof(m)) < 0)
 			return -1;
 		while (nrecv == before) {
-			tw_fab_progress(fab, 0);
-			if (tw_chan_is_lost(ch))
+			tw__fab_progress(fab, 0);
+			if (tw__chan_is_lost(ch))
 				return -1;
 		}
 	}
@@ -131,41 +131,41 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 		fprintf(stderr, "fab_peer not found: set TW_BUILD_ROOT to the build directory\n");
 		return 1;
 	}
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.busy_poll = busy;
-	rc = tw_fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &fab);
 	if (rc < 0) {
-		printf("%-8s unavailable: %s\n", prov, tw_fab_errmsg(NULL));
+		printf("%-8s unavailable: %s\n", prov, tw__fab_errmsg(NULL));
 		return 0;
 	}
 	p = proc_spawn(argv, NULL);
 	if (!p || proc_wait_line(p, "ready ", line, sizeof(line), 10000) < 0) {
 		fprintf(stderr, "peer did not start\n");
 		proc_free(p);
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 		return 1;
 	}
-	rc = tw_fab_connect(fab, line + 6, &ch);
+	rc = tw__fab_connect(fab, line + 6, &ch);
 	if (rc < 0) {
-		fprintf(stderr, "connect: %s\n", tw_fab_errmsg(fab));
+		fprintf(stderr, "connect: %s\n", tw__fab_errmsg(fab));
 		proc_free(p);
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 		return 1;
 	}
 	nrecv = 0;
 	uint64_t end = tw_now_ns() + 10000000000ull;
 	while (nrecv == 0 && tw_now_ns() < end)
-		tw_fab_progress(fab, 100);
+		tw__fab_progress(fab, 100);
 	if (sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk.addr, &rk.key, &rk.len) != 3) {
 		fprintf(stderr, "no RKEY from the peer\n");
 		proc_free(p);
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 		return 1;
 	}
-	src = tw_fab_alloc(len);
+	src = tw__fab_alloc(len);
 	memset(src, 0xab, len);
-	tw_mr_reg(fab, src, len, TW_MR_WRITE_SRC, &mr);
+	tw__mr_reg(fab, src, len, TW_MR_WRITE_SRC, &mr);
 
 	static const size_t sizes[] = {128, 65536};
 	for (size_t i = 0; i < 2; i++) {
@@ -182,15 +182,15 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 	if (rtt > 0)
 		printf("%-8s pingpong 64 B control message        %9.2f us/round trip\n", prov, rtt);
 	struct tw_fab_stats st;
-	tw_fab_get_stats(fab, &st);
+	tw__fab_get_stats(fab, &st);
 	printf("%-8s stats: %" PRIu64 " writes, %" PRIu64 " cq polls, %" PRIu64 " entries, %" PRIu64
 	       " eagain, %" PRIu64 " errors\n",
 	       prov, st.writes, st.cq_polls, st.cq_entries, st.eagain_retries, st.errors);
 	fflush(stdout);
-	tw_chan_close(ch);
-	tw_mr_close(mr);
-	tw_fab_free(src, len);
-	tw_fab_close(fab);
+	tw__chan_close(ch);
+	tw__mr_close(mr);
+	tw__fab_free(src, len);
+	tw__fab_close(fab);
 	proc_kill(p, SIGTERM);
 	proc_wait(p, 5000);
 	proc_free(p);

@@ -7,7 +7,7 @@
  *
  * Every variant writes "<i>.tmp" from a page-aligned, registered-pool-like buffer, makes it
  * durable, renames it to "<i>" and fsyncs the directory (the segment file protocol), then the
- * files are removed (not timed). The last row is segfile_write itself. CPU that the kernel
+ * files are removed (not timed). The last row is tw__segfile_write itself. CPU that the kernel
  * spends in its own threads (writeback workers) is not counted; with fsync/fdatasync right after
  * the write most writeback runs in the caller.
  */
@@ -34,7 +34,7 @@ static const char *const names[] = {
 	"O_DIRECT|O_DSYNC, no fdatasync",
 	"fallocate + O_DIRECT + fdatasync",
 	"O_DIRECT + fdatasync, no rename/dir fsync",
-	"segfile_write (O_DIRECT + fdatasync)",
+	"tw__segfile_write (O_DIRECT + fdatasync)",
 };
 
 static double cpu_s(void)
@@ -154,10 +154,10 @@ int main(int argc, char **argv)
 							 .valid_len = size - 100,
 							 .buffer_size = size };
 				struct segfile_io io = { 0 };
-				int rc = segfile_write(dfd, &h, buf, &io);
+				int rc = tw__segfile_write(dfd, &h, buf, &io);
 
 				if (rc)
-					die("segfile_write", -rc);
+					die("tw__segfile_write", -rc);
 				if (io.buffered)
 					fprintf(stderr, "bench_flush: %s refuses O_DIRECT\n", dir);
 			} else {
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
 			char name[64];
 
 			if (how == SEGFILE)
-				segfile_name(1, i, name, sizeof(name));
+				tw__segfile_name(1, i, name, sizeof(name));
 			else if (how == DIRECT_NORENAME)
 				snprintf(name, sizeof(name), "%u.tmp", i);
 			else

@@ -60,15 +60,15 @@ static int write_file(const char *dir, const struct segfile_hdr *h, const uint8_
 	static const uint8_t zeros[SEGFILE_BLOCK];
 	char name[SEGFILE_NAME_MAX], path[1024];
 	uint8_t hdr[SEGFILE_BLOCK] = { 0 };
-	size_t pad = (size_t)(segfile_file_size(&(struct segfile_hdr){ .version = SEGFILE_VERSION,
+	size_t pad = (size_t)(tw__segfile_file_size(&(struct segfile_hdr){ .version = SEGFILE_VERSION,
 			.data_off = SEGFILE_DATA_OFF, .valid_len = h->valid_len }) -
 			SEGFILE_DATA_OFF - h->valid_len);
 	int fd;
 	size_t off = 0;
 
-	segfile_name(h->log_id, h->segment_id, name, sizeof(name));
+	tw__segfile_name(h->log_id, h->segment_id, name, sizeof(name));
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	segfile_hdr_encode(h, hdr);
+	tw__segfile_hdr_encode(h, hdr);
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		return -errno;
@@ -95,7 +95,7 @@ static int write_file(const char *dir, const struct segfile_hdr *h, const uint8_
 /* Build the log's segments and write each to every backup directory. Returns segments. */
 static uint64_t build(char dirs[NB][256], uint64_t objects, uint64_t *bytes)
 {
-	uint8_t *seg = tw_fab_alloc(SEG_SIZE);
+	uint8_t *seg = tw__fab_alloc(SEG_SIZE);
 	uint8_t *obj = malloc(obj_size);
 	struct tw_log_writer w;
 	uint64_t seq = 0, sid = 0;
@@ -144,7 +144,7 @@ static uint64_t build(char dirs[NB][256], uint64_t objects, uint64_t *bytes)
 		*bytes += w.pos;
 		sid++;
 	}
-	tw_fab_free(seg, SEG_SIZE);
+	tw__fab_free(seg, SEG_SIZE);
 	free(obj);
 	return sid;
 }

@@ -26,13 +26,13 @@ static struct tw_rpc_client *cl;
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
 	if (cl)
-		tw_rpc_client_on_recv(cl, msg, len);
+		tw__rpc_client_on_recv(cl, msg, len);
 }
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
 	if (cl)
-		tw_rpc_client_on_lost(cl, err);
+		tw__rpc_client_on_lost(cl, err);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -84,28 +84,28 @@ static int bench(const char *server, const char *prov, size_t n, bool busy)
 		fprintf(stderr, "bench_rpc: %s: server not ready: %s\n", prov, strerror(-rc));
 		goto out;
 	}
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = prov;
 	fc.busy_poll = busy;
-	rc = tw_fab_open(&fc, &ev, &fab);
+	rc = tw__fab_open(&fc, &ev, &fab);
 	if (rc)
 		goto out;
-	rc = tw_fab_connect(fab, line + 6, &ch);
+	rc = tw__fab_connect(fab, line + 6, &ch);
 	if (rc)
 		goto out;
-	rc = tw_rpc_client_create(ch, NULL, &cl);
+	rc = tw__rpc_client_create(ch, NULL, &cl);
 	if (rc)
 		goto out;
 
 	for (i = 0; i < n / 10 + 100; i++) { /* warm-up */
-		rc = tw_rpc_ping(cl, i);
+		rc = tw__rpc_ping(cl, i);
 		if (rc)
 			goto out;
 	}
 	for (i = 0; i < n; i++) {
 		uint64_t t0 = tw_now_ns();
 
-		rc = tw_rpc_ping(cl, i);
+		rc = tw__rpc_ping(cl, i);
 		lat[i] = tw_now_ns() - t0;
 		if (rc)
 			goto out;
@@ -116,7 +116,7 @@ static int bench(const char *server, const char *prov, size_t n, bool busy)
 		uint64_t t0 = tw_now_ns();
 
 		m.segment_id = i;
-		rc = tw_rpc_open_segment(cl, 1, &m, 0, 8u << 20, &rk);
+		rc = tw__rpc_open_segment(cl, 1, &m, 0, 8u << 20, &rk);
 		lat[i] = tw_now_ns() - t0;
 		if (rc)
 			goto out;
@@ -125,13 +125,13 @@ static int bench(const char *server, const char *prov, size_t n, bool busy)
 out:
 	if (rc)
 		fprintf(stderr, "bench_rpc: %s: %s%s%s\n", prov, tw_strerror(rc),
-			cl ? " / " : "", cl ? tw_rpc_client_errmsg(cl) : "");
-	tw_rpc_client_destroy(cl);
+			cl ? " / " : "", cl ? tw__rpc_client_errmsg(cl) : "");
+	tw__rpc_client_destroy(cl);
 	cl = NULL;
 	if (ch)
-		tw_chan_close(ch);
+		tw__chan_close(ch);
 	if (fab)
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 	proc_kill(p, SIGTERM);
 	proc_wait(p, 10000);
 	proc_free(p);

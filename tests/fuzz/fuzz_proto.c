@@ -6,7 +6,7 @@
  * fuzz_proto_check() takes the input twice: as a whole message (header included), and with a
  * correct header put in front of its body (bytes 8..), so that mutations reach protobuf decoding.
  * For each it checks:
- *   - tw_rpc_decode either fails with one of its documented codes or returns an envelope;
+ *   - tw__rpc_decode either fails with one of its documented codes or returns an envelope;
  *   - a decoded envelope validates (request and reply) to a known status with a message, and
  *     re-encodes; decoding that and re-encoding again gives the same bytes (canonical form);
  *   - the RPC server, given the message (handlers like a backup's), never crashes, sends at most
@@ -55,13 +55,13 @@ static int fake_send(struct tw_chan *ch, const void *m, size_t len)
 
 	(void)ch;
 	replies++;
-	tw_rpc_arena_reset(&reply_arena);
-	rc = tw_rpc_decode(m, len, MAXMSG, &reply_arena, &env, NULL, why, sizeof(why));
+	tw__rpc_arena_reset(&reply_arena);
+	rc = tw__rpc_decode(m, len, MAXMSG, &reply_arena, &env, NULL, why, sizeof(why));
 	if (rc) {
 		reply_err = "server sent a reply that does not decode";
 		return 0;
 	}
-	if (tw_rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
+	if (tw__rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
 		static char e[300];
 
 		snprintf(e, sizeof(e), "server sent an invalid reply: %s", why);
@@ -85,10 +85,10 @@ static const char *fake_peer(const struct tw_chan *ch)
 	return "fuzz";
 }
 
-static int h_open(void *arg, struct tw_rpc_call *c)
+static int h_open(void *arg, struct tw__rpc_call *c)
 {
 	if (c->req->open_segment->meta->log_id & 1)
-		return tw_rpc_call_fail(c, -TW_EREFUSED, "odd log %llu",
+		return tw__rpc_call_fail(c, -TW_EREFUSED, "odd log %llu",
 					(unsigned long long)c->req->open_segment->meta->log_id);
 	c->rkey.addr = 4096;
 	c->rkey.key = 1;
@@ -97,25 +97,25 @@ static int h_open(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_close(void *arg, struct tw_rpc_call *c)
+static int h_close(void *arg, struct tw__rpc_call *c)
 {
-	tw_rpc_meta_to_pb(&(struct tw_rpc_seg_meta){ .log_id = c->req->close_segment->meta->log_id,
+	tw__rpc_meta_to_pb(&(struct tw_rpc_seg_meta){ .log_id = c->req->close_segment->meta->log_id,
 						      .offset = 64 },
 			  &c->meta);
 	c->reply.close_segment.scanned = &c->meta;
 	return c->req->close_segment->meta->offset == 64 ? 0 : -TW_ECORRUPT;
 }
 
-static int h_list(void *arg, struct tw_rpc_call *c)
+static int h_list(void *arg, struct tw__rpc_call *c)
 {
 	Tailwind__ListSegmentsReply *r = &c->reply.list_segments;
 	size_t n = (size_t)(c->req->list_segments->from_segment_id % 5), i;
 
-	r->segments = tw_rpc_call_alloc(c, (n + 1) * sizeof(*r->segments));
+	r->segments = tw__rpc_call_alloc(c, (n + 1) * sizeof(*r->segments));
 	if (!r->segments)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		Tailwind__SegmentInfo *s = tw_rpc_call_alloc(c, sizeof(*s));
+		Tailwind__SegmentInfo *s = tw__rpc_call_alloc(c, sizeof(*s));
 
 		if (!s)
 			return -ENOMEM;
@@ -129,13 +129,13 @@ static int h_list(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_fence(void *arg, struct tw_rpc_call *c)
+static int h_fence(void *arg, struct tw__rpc_call *c)
 {
 	c->reply.fence.epoch = c->req->fence->new_epoch;
-	return c->req->fence->new_epoch < 5 ? tw_rpc_call_fail(c, -TW_EFENCED, "epoch") : 0;
+	return c->req->fence->new_epoch < 5 ? tw__rpc_call_fail(c, -TW_EFENCED, "epoch") : 0;
 }
 
-static int h_read(void *arg, struct tw_rpc_call *c)
+static int h_read(void *arg, struct tw__rpc_call *c)
 {
 	c->rkey.len = 4096;
 	c->reply.read_segment.rkey = &c->rkey;
@@ -144,7 +144,7 @@ static int h_read(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_error(void *arg, struct tw_rpc_call *c)
+static int h_error(void *arg, struct tw__rpc_call *c)
 {
 	/* status set directly, and a message longer than the limit (the server truncates) */
 	static char longmsg[TW_RPC_MESSAGE_MAX * 2];
@@ -173,17 +173,17 @@ static void server_init(void)
 	if (srv)
 		return;
 	tw_log_set_level(TW_LOG_ERROR);
-	if (tw_rpc_server_create(NULL, &ops, NULL, &srv) != 0)
+	if (tw__rpc_server_create(NULL, &ops, NULL, &srv) != 0)
 		abort();
-	tw_rpc__server_set_chan_ops(srv, &cops);
-	tw_rpc_arena_init(&reply_arena, NULL, 0, 0);
+	tw__rpc__server_set_chan_ops(srv, &cops);
+	tw__rpc_arena_init(&reply_arena, NULL, 0, 0);
 }
 
 void fuzz_proto_done(void)
 {
-	tw_rpc_server_destroy(srv);
+	tw__rpc_server_destroy(srv);
 	srv = NULL;
-	tw_rpc_arena_fini(&reply_arena);
+	tw__rpc_arena_fini(&reply_arena);
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -200,10 +200,10 @@ static const char *check_one(const uint8_t *m, size_t len)
 	static uintptr_t chan_no;
 	struct tw_chan *fake;
 
-	tw_rpc_arena_init(&a, NULL, 0, 64 * MAXMSG);
-	tw_rpc_arena_init(&b, NULL, 0, 0);
+	tw__rpc_arena_init(&a, NULL, 0, 64 * MAXMSG);
+	tw__rpc_arena_init(&b, NULL, 0, 0);
 	why[0] = 0;
-	rc = tw_rpc_decode(m, len, MAXMSG, &a, &env, &hdr, why, sizeof(why));
+	rc = tw__rpc_decode(m, len, MAXMSG, &a, &env, &hdr, why, sizeof(why));
 	want_id_known = false;
 	if (rc) {
 		if (rc != -TW_EPROTO && rc != -EMSGSIZE && rc != -TW_EVERSION)
@@ -211,13 +211,13 @@ static const char *check_one(const uint8_t *m, size_t len)
 		if (!why[0])
 			FAIL("decode failed without a message");
 	} else {
-		st = tw_rpc_validate_request(env, why, sizeof(why));
+		st = tw__rpc_validate_request(env, why, sizeof(why));
 		if (st != TAILWIND__STATUS__STATUS_OK && st != TAILWIND__STATUS__STATUS_INVALID_ARGUMENT &&
 		    st != TAILWIND__STATUS__STATUS_UNSUPPORTED)
 			FAIL("validate_request returned %d", st);
-		if (st == TAILWIND__STATUS__STATUS_OK && tw_rpc_op_of_case(env->body_case) < 0)
+		if (st == TAILWIND__STATUS__STATUS_OK && tw__rpc_op_of_case(env->body_case) < 0)
 			FAIL("valid request without a known op");
-		st = tw_rpc_validate_reply(env, why, sizeof(why));
+		st = tw__rpc_validate_reply(env, why, sizeof(why));
 		if (st != TAILWIND__STATUS__STATUS_OK && st != TAILWIND__STATUS__STATUS_INVALID_ARGUMENT &&
 		    st != TAILWIND__STATUS__STATUS_UNSUPPORTED)
 			FAIL("validate_reply returned %d", st);
@@ -225,11 +225,11 @@ static const char *check_one(const uint8_t *m, size_t len)
 		want_id_known = true;
 
 		/* canonical re-encoding is stable */
-		if (tw_rpc_encode(env, re1, sizeof(re1), sizeof(re1), &l1) != 0)
+		if (tw__rpc_encode(env, re1, sizeof(re1), sizeof(re1), &l1) != 0)
 			FAIL("re-encode failed");
-		if (tw_rpc_decode(re1, l1, sizeof(re1), &b, &env2, NULL, why, sizeof(why)) != 0)
+		if (tw__rpc_decode(re1, l1, sizeof(re1), &b, &env2, NULL, why, sizeof(why)) != 0)
 			FAIL("re-encoded message does not decode: %s", why);
-		if (tw_rpc_encode(env2, re2, sizeof(re2), sizeof(re2), &l2) != 0)
+		if (tw__rpc_encode(env2, re2, sizeof(re2), sizeof(re2), &l2) != 0)
 			FAIL("second re-encode failed");
 		if (l1 != l2 || memcmp(re1, re2, l1) != 0)
 			FAIL("re-encoding is not stable (%zu vs %zu bytes)", l1, l2);
@@ -237,14 +237,14 @@ static const char *check_one(const uint8_t *m, size_t len)
 		    env2->body_case != env->body_case)
 			FAIL("re-decoded envelope differs");
 	}
-	tw_rpc_arena_fini(&a);
-	tw_rpc_arena_fini(&b);
+	tw__rpc_arena_fini(&a);
+	tw__rpc_arena_fini(&b);
 
 	/* the server on this message, on a fresh fake channel */
 	fake = (struct tw_chan *)(0x1000 + 16 * (++chan_no % 1000000));
 	replies = closes = 0;
 	reply_err = NULL;
-	rc = tw_rpc_server_on_recv(srv, fake, m, len);
+	rc = tw__rpc_server_on_recv(srv, fake, m, len);
 	if (reply_err)
 		FAIL("%s", reply_err);
 	if (replies + closes != 1)
@@ -253,12 +253,12 @@ static const char *check_one(const uint8_t *m, size_t len)
 		FAIL("server return %d does not match closes %u", rc, closes);
 	if (closes) {
 		struct tw_rpc_hdr h;
-		int fr = tw_rpc_frame_check(m, len, MAXMSG, &h, NULL, 0);
+		int fr = tw__rpc_frame_check(m, len, MAXMSG, &h, NULL, 0);
 
 		if (fr != -TW_EPROTO && fr != -EMSGSIZE)
 			FAIL("server closed a fresh channel on a framed message (%d)", fr);
 	}
-	tw_rpc_server_on_lost(srv, fake);
+	tw__rpc_server_on_lost(srv, fake);
 	return NULL;
 }
 

@@ -64,12 +64,12 @@ static int try_handshake(struct twc *c, const char *addr, const char *keyfile, c
 	rc = twc_connect(c, prov, addr);
 	if (rc)
 		return rc;
-	if (keyfile && tw_auth_key_load(keyfile, &key, why, len))
+	if (keyfile && tw__auth_key_load(keyfile, &key, why, len))
 		return -EINVAL;
-	rc = tw_auth_client_handshake(c->rpc, key, 42, TAILWIND__ROLE__ROLE_ADMIN, "auth_e2e",
+	rc = tw__auth_client_handshake(c->rpc, key, 42, TAILWIND__ROLE__ROLE_ADMIN, "auth_e2e",
 				      &rep, why, len);
-	tw_rpc_reply_release(&rep);
-	tw_auth_key_free(key);
+	tw__rpc_reply_release(&rep);
+	tw__auth_key_free(key);
 	return rc;
 }
 
@@ -136,22 +136,22 @@ static int raw_open(struct raw *r, const char *addr)
 	int rc;
 
 	memset(r, 0, sizeof(*r));
-	tw_rpc_arena_init(&r->arena, NULL, 0, 0);
-	tw_fab_config_init(&fc);
+	tw__rpc_arena_init(&r->arena, NULL, 0, 0);
+	tw__fab_config_init(&fc);
 	fc.provider = prov;
-	rc = tw_fab_open(&fc, &ev, &r->fab);
+	rc = tw__fab_open(&fc, &ev, &r->fab);
 	if (rc == 0)
-		rc = tw_fab_connect(r->fab, addr, &r->ch);
+		rc = tw__fab_connect(r->fab, addr, &r->ch);
 	return rc;
 }
 
 static void raw_close(struct raw *r)
 {
 	if (r->ch)
-		tw_chan_close(r->ch);
+		tw__chan_close(r->ch);
 	if (r->fab)
-		tw_fab_close(r->fab);
-	tw_rpc_arena_fini(&r->arena);
+		tw__fab_close(r->fab);
+	tw__rpc_arena_fini(&r->arena);
 }
 
 /* Send bytes and wait for one reply (decoded into *env) or the loss of the channel.
@@ -165,16 +165,16 @@ static int raw_call_wait(struct raw *r, const void *frame, size_t len, Tailwind_
 	int rc;
 
 	r->got = false;
-	tw_rpc_arena_reset(&r->arena);
+	tw__rpc_arena_reset(&r->arena);
 	if (r->lost)
 		return -TW_EPEERLOST;
-	rc = tw_chan_send(r->ch, frame, len);
+	rc = tw__chan_send(r->ch, frame, len);
 	if (rc)
 		return rc;
 	while (!r->got && !r->lost && tw_now_ns() < deadline)
-		tw_fab_progress(r->fab, 100);
+		tw__fab_progress(r->fab, 100);
 	if (r->got)
-		return tw_rpc_decode(r->msg, r->len, sizeof(r->msg), &r->arena, env, &hdr, why,
+		return tw__rpc_decode(r->msg, r->len, sizeof(r->msg), &r->arena, env, &hdr, why,
 				     sizeof(why));
 	return r->lost ? -TW_EPEERLOST : -ETIMEDOUT;
 }
@@ -194,15 +194,15 @@ static bool raw_not_served(struct raw *r)
 	Tailwind__Envelope *env;
 	int rc;
 
-	tw_rpc_req_list_segments(&req, 0, true, 0);
+	tw__rpc_req_list_segments(&req, 0, true, 0);
 	req.env.request_id = 99;
-	if (tw_rpc_encode(&req.env, f, sizeof(f), sizeof(f), &len))
+	if (tw__rpc_encode(&req.env, f, sizeof(f), sizeof(f), &len))
 		return false;
 	/* A refused connection is closed unanswered: lost (MSG providers) or silence (shm). */
 	rc = raw_call_wait(r, f, len, &env, 3000);
 	if (rc)
 		return true;
-	return tw_rpc_reply_status(env, NULL) != TAILWIND__STATUS__STATUS_OK;
+	return tw__rpc_reply_status(env, NULL) != TAILWIND__STATUS__STATUS_OK;
 }
 
 static void replay_tests(void)
@@ -218,15 +218,15 @@ static void replay_tests(void)
 	char why[256];
 	int rc;
 
-	TAP_REQUIRE(tw_auth_key_load(key1, &key, why, sizeof(why)) == 0, "key1: %s", why);
+	TAP_REQUIRE(tw__auth_key_load(key1, &key, why, sizeof(why)) == 0, "key1: %s", why);
 	/* A legitimate handshake, frame by frame, keeping the client's frames. */
 	TAP_REQUIRE(raw_open(&r, addr_k) == 0, "raw connect");
-	tw_auth_nonce(nonce);
-	tw_rpc_req_handshake(&req, 7, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
+	tw__auth_nonce(nonce);
+	tw__rpc_req_handshake(&req, 7, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
 	req.env.request_id = 1;
 	req.body.handshake.auth_nonce.data = nonce;
 	req.body.handshake.auth_nonce.len = sizeof(nonce);
-	TAP_REQUIRE(tw_rpc_encode(&req.env, hello, sizeof(hello), sizeof(hello), &hello_len) == 0,
+	TAP_REQUIRE(tw__rpc_encode(&req.env, hello, sizeof(hello), sizeof(hello), &hello_len) == 0,
 		    "encode");
 	rc = raw_call(&r, hello, hello_len, &env);
 	TAP_REQUIRE(rc == 0 && env->body_case == TAILWIND__ENVELOPE__BODY_HANDSHAKE_REPLY &&
@@ -239,17 +239,17 @@ static void replay_tests(void)
 	t.client_node_id = 7;
 	t.client_role = TAILWIND__ROLE__ROLE_PRIMARY;
 	t.server_node_id = env->handshake_reply->node_id;
-	ok(tw_auth_verify(key, TW_AUTH_LABEL_SERVER, &t, env->handshake_reply->auth_mac.data,
+	ok(tw__auth_verify(key, TW_AUTH_LABEL_SERVER, &t, env->handshake_reply->auth_mac.data,
 			  env->handshake_reply->auth_mac.len), "the twd proves the key");
-	tw_auth_mac(key, TW_AUTH_LABEL_CLIENT, &t, proof);
-	tw_rpc_req_handshake(&req, 7, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
+	tw__auth_mac(key, TW_AUTH_LABEL_CLIENT, &t, proof);
+	tw__rpc_req_handshake(&req, 7, TAILWIND__ROLE__ROLE_PRIMARY, NULL);
 	req.env.request_id = 2;
 	req.body.handshake.auth_proof.data = proof;
 	req.body.handshake.auth_proof.len = sizeof(proof);
-	TAP_REQUIRE(tw_rpc_encode(&req.env, proof_frame, sizeof(proof_frame), sizeof(proof_frame),
+	TAP_REQUIRE(tw__rpc_encode(&req.env, proof_frame, sizeof(proof_frame), sizeof(proof_frame),
 				  &proof_len) == 0, "encode");
 	rc = raw_call(&r, proof_frame, proof_len, &env);
-	ok(rc == 0 && tw_rpc_reply_status(env, NULL) == TAILWIND__STATUS__STATUS_OK,
+	ok(rc == 0 && tw__rpc_reply_status(env, NULL) == TAILWIND__STATUS__STATUS_OK,
 	   "the proof is accepted (%s)", tw_strerror(rc));
 	ok(!raw_not_served(&r), "the authenticated connection is served");
 	raw_close(&r);
@@ -257,7 +257,7 @@ static void replay_tests(void)
 	/* Replay the captured proof alone on a new connection. */
 	TAP_REQUIRE(raw_open(&r, addr_k) == 0, "raw connect");
 	rc = raw_call(&r, proof_frame, proof_len, &env);
-	ok(rc == 0 && tw_rpc_reply_status(env, NULL) == TAILWIND__STATUS__STATUS_UNAUTHENTICATED,
+	ok(rc == 0 && tw__rpc_reply_status(env, NULL) == TAILWIND__STATUS__STATUS_UNAUTHENTICATED,
 	   "a replayed proof on a new connection is refused: UNAUTHENTICATED (%s)",
 	   tw_strerror(rc));
 	ok(raw_not_served(&r), "and that connection is not served any more");
@@ -271,7 +271,7 @@ static void replay_tests(void)
 	   memcmp(env->handshake_reply->auth_nonce.data, first_sn, TW_AUTH_NONCE_LEN) != 0,
 	   "a replayed hello gets a fresh challenge");
 	rc = raw_call(&r, proof_frame, proof_len, &env);
-	ok(rc == 0 && tw_rpc_reply_status(env, NULL) == TAILWIND__STATUS__STATUS_UNAUTHENTICATED,
+	ok(rc == 0 && tw__rpc_reply_status(env, NULL) == TAILWIND__STATUS__STATUS_UNAUTHENTICATED,
 	   "the replayed proof does not answer it: UNAUTHENTICATED (%s)", tw_strerror(rc));
 	ok(raw_not_served(&r), "and that connection is not served any more");
 	raw_close(&r);
@@ -289,7 +289,7 @@ static void replay_tests(void)
 	}
 	raw_close(&r);
 	good_client("after the garbage client");
-	tw_auth_key_free(key);
+	tw__auth_key_free(key);
 }
 
 /* Run a tool; exit status, first stdout line starting with `prefix` into line. */
@@ -319,14 +319,14 @@ static uint64_t stat_counter(const char *name)
 	const char *s;
 
 	if (try_handshake(&c, addr_k, key1, why, sizeof(why)) == 0) {
-		tw_rpc_req_stats(&req);
-		if (tw_rpc_call_sync(c.rpc, &req.env, &rep) == 0 && rep.env->stats_reply->message) {
+		tw__rpc_req_stats(&req);
+		if (tw__rpc_call_sync(c.rpc, &req.env, &rep) == 0 && rep.env->stats_reply->message) {
 			snprintf(pat, sizeof(pat), "%s=", name);
 			s = strstr(rep.env->stats_reply->message, pat);
 			if (s)
 				v = strtoull(s + strlen(pat), NULL, 10);
 		}
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 	}
 	twc_close(&c);
 	return v;
@@ -352,9 +352,9 @@ int main(int argc, char **argv)
 	snprintf(key1, sizeof(key1), "%s/key1", dir);
 	snprintf(key2, sizeof(key2), "%s/key2", dir);
 	snprintf(key_open, sizeof(key_open), "%s/key_open", dir);
-	tw_auth_nonce(k);
+	tw__auth_nonce(k);
 	write_file(key1, k, sizeof(k), 0600);
-	tw_auth_nonce(k);
+	tw__auth_nonce(k);
 	write_file(key2, k, sizeof(k), 0600);
 	write_file(key_open, k, sizeof(k), 0644);
 
@@ -393,9 +393,9 @@ int main(int argc, char **argv)
 		rc = twc_connect(&c, prov, addr_k);
 		if (rc == 0)
 			rc = twc_list(&c, 0, true, info, 4);
-		ok(rc == -EACCES && strstr(tw_rpc_client_errmsg(c.rpc), "requires authentication"),
+		ok(rc == -EACCES && strstr(tw__rpc_client_errmsg(c.rpc), "requires authentication"),
 		   "a request before the handshake: refused (%s: %s)", tw_strerror(rc),
-		   c.rpc ? tw_rpc_client_errmsg(c.rpc) : "");
+		   c.rpc ? tw__rpc_client_errmsg(c.rpc) : "");
 		rc = twc_list(&c, 0, true, info, 4);
 		ok(rc < 0, "and the connection is not served any more (%s)", tw_strerror(rc));
 		twc_close(&c);

@@ -98,7 +98,7 @@ static void check_registrations(struct tw_coord *c)
 	size_t n = 0;
 	int found = 0;
 
-	is_int(tw_coord_list_backups(c, &v, &n), 0, "list registrations");
+	is_int(tw__coord_list_backups(c, &v, &n), 0, "list registrations");
 	is_int(n, NB, "%d twd's registered", NB);
 	for (size_t i = 0; i < n; i++) {
 		int k = idx_of(v[i].addr);
@@ -257,18 +257,18 @@ static void *alloc_main(void *arg)
 	struct tw_coord *c;
 	char err[512];
 
-	if (tw_coord_open(a->url, 5000, &c, err, sizeof(err)) < 0) {
+	if (tw__coord_open(a->url, 5000, &c, err, sizeof(err)) < 0) {
 		a->failures = 25;
 		return NULL;
 	}
 	for (int i = 0; i < 25; i++) {
 		double t0 = now_s();
 
-		if (tw_coord_take_log(c, 0xE0, 0, NULL, false, &a->epochs[i]) < 0)
+		if (tw__coord_take_log(c, 0xE0, 0, NULL, false, &a->epochs[i]) < 0)
 			a->failures++;
 		a->total_s += now_s() - t0;
 	}
-	tw_coord_close(c);
+	tw__coord_close(c);
 	return NULL;
 }
 
@@ -295,15 +295,15 @@ static void epochs_in_parallel(void)
 		double t0;
 		int good = 0;
 
-		TAP_REQUIRE(tw_coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "open: %s", err);
+		TAP_REQUIRE(tw__coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "open: %s", err);
 		t0 = now_s();
 		for (int i = 0; i < 20; i++)
-			if (tw_coord_take_log(c, 0xE2, 0, NULL, false, &e) == 0 && e == last + 1)
+			if (tw__coord_take_log(c, 0xE2, 0, NULL, false, &e) == 0 && e == last + 1)
 				good++, last = e;
 		tap_diag("epoch allocation, one client: %.2f ms on average (20)",
 			 (now_s() - t0) / 20 * 1e3);
 		is_int(good, 20, "one client: epochs 1..20 in order");
-		tw_coord_close(c);
+		tw__coord_close(c);
 	}
 	for (int i = 0; i < 4; i++) {
 		memset(&t[i], 0, sizeof(t[i]));
@@ -343,11 +343,11 @@ static void session_expiry(void)
 	snprintf(me.addr, sizeof(me.addr), "192.0.2.1:9");
 	snprintf(me.provider, sizeof(me.provider), "test-expiry");
 	me.free_buffers = 1;
-	TAP_REQUIRE(tw_coord_open(zk.url, 2000, &c, err, sizeof(err)) == 0, "open: %s", err);
-	TAP_REQUIRE(tw_coord_open(zk.url, 2000, &obs, err, sizeof(err)) == 0, "open: %s", err);
-	is_int(tw_coord_register(c, &me), 0, "register a test node");
-	is_int(tw_coord_take_log(c, 0xE1, 0, "expiry test", false, &epoch), 0, "own log 0xE1");
-	ok(tw_coord_owns(c, 0xE1), "the handle owns log 0xE1");
+	TAP_REQUIRE(tw__coord_open(zk.url, 2000, &c, err, sizeof(err)) == 0, "open: %s", err);
+	TAP_REQUIRE(tw__coord_open(zk.url, 2000, &obs, err, sizeof(err)) == 0, "open: %s", err);
+	is_int(tw__coord_register(c, &me), 0, "register a test node");
+	is_int(tw__coord_take_log(c, 0xE1, 0, "expiry test", false, &epoch), 0, "own log 0xE1");
+	ok(tw__coord_owns(c, 0xE1), "the handle owns log 0xE1");
 	t0 = now_s();
 	is_int(tw__coord_expire_session(c), 0, "expire the session");
 	end = now_s() + 30;
@@ -355,7 +355,7 @@ static void session_expiry(void)
 		bool here = false;
 
 		/* The listing arms a child watch on backups/: wait for it to fire. */
-		if (tw_coord_watch_backups(obs, &v, &n) == 0)
+		if (tw__coord_watch_backups(obs, &v, &n) == 0)
 			for (size_t i = 0; i < n; i++)
 				here |= !strcmp(v[i].addr, me.addr);
 		free(v);
@@ -363,19 +363,19 @@ static void session_expiry(void)
 		gone |= !here;
 		back = gone && here;
 		if (!(gone && back))
-			tw_coord_wait_backups_changed(obs, ms_left(end));
+			tw__coord_wait_backups_changed(obs, ms_left(end));
 	}
 	ok(gone && back, "registration removed by the expiry, then registered again (%.2f s)",
 	   now_s() - t0);
-	ok(!tw_coord_owns(c, 0xE1), "the owner node is lost with the expired session");
+	ok(!tw__coord_owns(c, 0xE1), "the owner node is lost with the expired session");
 	{
 		char owner[256] = "x";
 
-		ok(tw_coord_log_info(obs, 0xE1, &epoch, owner, sizeof(owner)) == 0 && !owner[0],
+		ok(tw__coord_log_info(obs, 0xE1, &epoch, owner, sizeof(owner)) == 0 && !owner[0],
 		   "no owner node left for log 0xE1 (\"%s\")", owner);
 	}
-	tw_coord_close(c);
-	tw_coord_close(obs);
+	tw__coord_close(c);
+	tw__coord_close(obs);
 }
 
 static void bad_urls(void)
@@ -432,7 +432,7 @@ int main(int argc, char **argv)
 	zkserver_start(&zk);
 	tap_diag("ZooKeeper at %s answered %.2f s after its start", zk.hosts, zk.start_s);
 	start_twds();
-	TAP_REQUIRE(tw_coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "coord open: %s", err);
+	TAP_REQUIRE(tw__coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "coord open: %s", err);
 	check_registrations(c);
 	check_twctl_ls();
 
@@ -446,7 +446,7 @@ int main(int argc, char **argv)
 		uint64_t e = 0;
 
 		snprintf(want, sizeof(want), "pid=%ld", (long)getpid());
-		ok(tw_coord_log_info(c, log, &e, owner, sizeof(owner)) == 0 && e == 1 &&
+		ok(tw__coord_log_info(c, log, &e, owner, sizeof(owner)) == 0 && e == 1 &&
 		   strstr(owner, want), "the coordinator holds epoch 1 and our owner node (%s)", owner);
 	}
 	rc = tw_primary_open(&cfg, &p2, err, sizeof(err));
@@ -534,7 +534,7 @@ int main(int argc, char **argv)
 				   "takeover %d recovered every acknowledged entry in order (%" PRIu64
 				   " of %" PRIu64 ", %" PRIu64 " out of place)", i, r[i].entries, acked,
 				   r[i].bad);
-		ok(tw_coord_log_info(c, log, &stored, owner, sizeof(owner)) == 0 &&
+		ok(tw__coord_log_info(c, log, &stored, owner, sizeof(owner)) == 0 &&
 		   stored == (r[0].epoch > r[1].epoch ? r[0].epoch : r[1].epoch),
 		   "the coordinator's epoch is the higher one (%" PRIu64 "), owner %s", stored, owner);
 		rc = append_n(p, acked, 1);
@@ -568,7 +568,7 @@ int main(int argc, char **argv)
 		proc_kill(tw[4], SIGTERM);
 		is_int(proc_wait(tw[4], 30000), 0, "twd 4 (zone C) exits 0 on SIGTERM");
 		alive[4] = false;
-		if (tw_coord_list_backups(c, &v, &n) == 0)
+		if (tw__coord_list_backups(c, &v, &n) == 0)
 			for (size_t i = 0; i < n; i++)
 				c_gone &= strcmp(v[i].addr, addr[4]) != 0;
 		free(v);
@@ -578,13 +578,13 @@ int main(int argc, char **argv)
 			bool here = false;
 
 			v = NULL;
-			if (tw_coord_watch_backups(c, &v, &n) == 0) /* arms the child watch */
+			if (tw__coord_watch_backups(c, &v, &n) == 0) /* arms the child watch */
 				for (size_t i = 0; i < n; i++)
 					here |= !strcmp(v[i].addr, addr[victim]);
 			free(v);
 			dead_gone = !here;
 			if (!dead_gone) /* until the watch fires: the node went */
-				tw_coord_wait_backups_changed(c, ms_left(end));
+				tw__coord_wait_backups_changed(c, ms_left(end));
 		}
 		ok(dead_gone, "the SIGKILLed twd's registration went with its session");
 	}
@@ -604,10 +604,10 @@ int main(int argc, char **argv)
 		size_t nrec = 0;
 
 		snprintf(logs, sizeof(logs), "%#" PRIx64, log);
-		tw_coord_log_info(c, log, &before, owner, sizeof(owner));
+		tw__coord_log_info(c, log, &before, owner, sizeof(owner));
 		/* The fence goes to the backups recorded for the log (every one that was asked to
 		 * hold a segment of it), the two stopped ones included: 3 of them answer. */
-		is_int(tw_coord_log_backups(c, log, &rec, &nrec), 0, "the log's record of backups");
+		is_int(tw__coord_log_backups(c, log, &rec, &nrec), 0, "the log's record of backups");
 		free(rec);
 		st = cli_run(fa, NULL, NULL, 0, 60000, &o);
 		snprintf(want, sizeof(want), "fenced at epoch %" PRIu64 " on 3 of %zu backups",
@@ -622,7 +622,7 @@ int main(int argc, char **argv)
 		   (int)strcspn(o.out, "\n"), o.out);
 		cli_out_free(&o);
 	}
-	tw_coord_close(c);
+	tw__coord_close(c);
 	bad_urls();
 
 	/* ZooKeeper gone: a twd still shuts down cleanly (its deregistration fails after the

@@ -46,12 +46,12 @@ static void on_signal(int sig)
 {
 	stop = 1;
 	if (fab)
-		tw_fab_wakeup(fab); /* an eventfd write: async-signal-safe */
+		tw__fab_wakeup(fab); /* an eventfd write: async-signal-safe */
 }
 
 static void reply(struct tw_chan *ch, const char *s)
 {
-	int rc = tw_chan_send(ch, s, strlen(s));
+	int rc = tw__chan_send(ch, s, strlen(s));
 	if (rc < 0)
 		fprintf(stderr, "fab_peer: send: %s\n", tw_strerror(rc));
 }
@@ -61,7 +61,7 @@ static void send_rkey(struct tw_chan *ch)
 	struct tw_rkey rk;
 	char m[128];
 
-	tw_mr_rkey(mr, &rk);
+	tw__mr_rkey(mr, &rk);
 	snprintf(m, sizeof(m), "RKEY %" PRIu64 " %" PRIu64 " %" PRIu64, rk.addr, rk.key, rk.len);
 	reply(ch, m);
 }
@@ -77,11 +77,11 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 	unsigned long long off, l, seed;
 
 	if (len >= 1 && ((const char *)msg)[0] == 'P') {
-		tw_chan_send(ch, msg, len);
+		tw__chan_send(ch, msg, len);
 		return;
 	}
 	if (len >= 4 && !memcmp(msg, "ECHO", 4)) {
-		tw_chan_send(ch, msg, len);
+		tw__chan_send(ch, msg, len);
 		return;
 	}
 	if (len >= sizeof(cmd))
@@ -114,8 +114,8 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	fprintf(stderr, "fab_peer: channel from %s lost: %s\n", tw_chan_peer(ch), tw_strerror(err));
-	tw_chan_close(ch);
+	fprintf(stderr, "fab_peer: channel from %s lost: %s\n", tw__chan_peer(ch), tw_strerror(err));
+	tw__chan_close(ch);
 }
 
 int main(int argc, char **argv)
@@ -126,7 +126,7 @@ int main(int argc, char **argv)
 	char addr[TW_ADDR_MAX];
 	int rc;
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	buf_len = 8u * 1024 * 1024 + 65536;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--listen"))
@@ -151,31 +151,31 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	rc = tw_fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &fab);
 	if (rc < 0) {
-		fprintf(stderr, "fab_peer: %s: %s\n", tw_strerror(rc), tw_fab_errmsg(NULL));
+		fprintf(stderr, "fab_peer: %s: %s\n", tw_strerror(rc), tw__fab_errmsg(NULL));
 		return 1;
 	}
-	buf = tw_fab_alloc(buf_len);
-	if (!buf || (rc = tw_mr_reg(fab, buf, buf_len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &mr)) < 0) {
-		fprintf(stderr, "fab_peer: buffer: %s %s\n", tw_strerror(rc), tw_fab_errmsg(fab));
+	buf = tw__fab_alloc(buf_len);
+	if (!buf || (rc = tw__mr_reg(fab, buf, buf_len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &mr)) < 0) {
+		fprintf(stderr, "fab_peer: buffer: %s %s\n", tw_strerror(rc), tw__fab_errmsg(fab));
 		return 1;
 	}
-	rc = tw_fab_listen(fab, addr, sizeof(addr));
+	rc = tw__fab_listen(fab, addr, sizeof(addr));
 	if (rc < 0) {
-		fprintf(stderr, "fab_peer: listen: %s %s\n", tw_strerror(rc), tw_fab_errmsg(fab));
+		fprintf(stderr, "fab_peer: listen: %s %s\n", tw_strerror(rc), tw__fab_errmsg(fab));
 		return 1;
 	}
 	printf("ready %s\n", addr);
 	fflush(stdout);
 	while (!stop) {
-		rc = tw_fab_progress(fab, -1);
+		rc = tw__fab_progress(fab, -1);
 		if (rc < 0) {
 			fprintf(stderr, "fab_peer: progress: %s\n", tw_strerror(rc));
 			break;
 		}
 	}
-	tw_fab_close(fab); /* also removes shm's /dev/shm file */
-	tw_fab_free(buf, buf_len);
+	tw__fab_close(fab); /* also removes shm's /dev/shm file */
+	tw__fab_free(buf, buf_len);
 	return 0;
 }

@@ -6,7 +6,7 @@
  * holds 100 CQ wait fds plus its EQ's. Then, one channel at a time (the oldest, which the wait
  * asks fi_trywait about last, past the first batch of 64; one in the middle; the newest), the
  * only pending completions are made to belong to that channel — a message echoed by the peer,
- * then a write — and one blocking tw_fab_progress(fab, 10000) loop must handle them before its
+ * then a write — and one blocking tw__fab_progress(fab, 10000) loop must handle them before its
  * 10 s run out. A wait that asked fi_trywait about only some CQs (the first 62, until the
  * release before this test) may sleep over the others' completions: fi_poll(3) allows the
  * sleep only when every wait object agreed (docs/fabric.md "Blocking").
@@ -47,7 +47,7 @@ static void wop_cb(struct tw_op *op, int status)
 
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	intptr_t i = (intptr_t)tw_chan_user(ch) - 1;
+	intptr_t i = (intptr_t)tw__chan_user(ch) - 1;
 	char s[128];
 
 	(void)arg;
@@ -66,7 +66,7 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 		stale++;
 }
 
-/* Block in tw_fab_progress(fab, WAIT_MS - elapsed) until *flag is set; false when the WAIT_MS
+/* Block in tw__fab_progress(fab, WAIT_MS - elapsed) until *flag is set; false when the WAIT_MS
  * ran out first (a wait that slept over the completion returns only at its timeout). */
 static bool blocking_wait(struct tw_fab *fab, const int *flag, int *calls)
 {
@@ -79,7 +79,7 @@ static bool blocking_wait(struct tw_fab *fab, const int *flag, int *calls)
 		if (el >= WAIT_MS)
 			return false;
 		(*calls)++;
-		if (tw_fab_progress(fab, (int)(WAIT_MS - el)) < 0)
+		if (tw__fab_progress(fab, (int)(WAIT_MS - el)) < 0)
 			return false;
 	}
 	return true;
@@ -100,16 +100,16 @@ int main(int argc, char **argv)
 	void *src;
 	int rc, n = 0;
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.op_timeout_ms = 20000;
-	rc = tw_fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &fab);
 	if (rc == -TW_ENOPROV)
-		tap_plan_skip_all("provider %s not available: %s", prov, tw_fab_errmsg(NULL));
-	TAP_REQUIRE(rc == 0, "open %s: %s", prov, tw_fab_errmsg(NULL));
-	TAP_REQUIRE(!tw_fab_is_rdm(fab), "%s is a MSG provider (one CQ per channel)", prov);
-	src = tw_fab_alloc(4096);
-	TAP_REQUIRE(src && tw_mr_reg(fab, src, 4096, TW_MR_WRITE_SRC, &src_mr) == 0, "reg");
+		tap_plan_skip_all("provider %s not available: %s", prov, tw__fab_errmsg(NULL));
+	TAP_REQUIRE(rc == 0, "open %s: %s", prov, tw__fab_errmsg(NULL));
+	TAP_REQUIRE(!tw__fab_is_rdm(fab), "%s is a MSG provider (one CQ per channel)", prov);
+	src = tw__fab_alloc(4096);
+	TAP_REQUIRE(src && tw__mr_reg(fab, src, 4096, TW_MR_WRITE_SRC, &src_mr) == 0, "reg");
 
 	snprintf(pv, sizeof(pv), "%s", prov);
 	TAP_REQUIRE(proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) == 0,
@@ -119,18 +119,18 @@ int main(int argc, char **argv)
 	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
 
 	for (n = 0; n < NCH; n++) {
-		rc = tw_fab_connect(fab, addr, &ch[n]);
+		rc = tw__fab_connect(fab, addr, &ch[n]);
 		if (rc < 0) {
-			tap_diag("connect %d: %s (%s)", n, tw_strerror(rc), tw_fab_errmsg(fab));
+			tap_diag("connect %d: %s (%s)", n, tw_strerror(rc), tw__fab_errmsg(fab));
 			break;
 		}
-		tw_chan_set_user(ch[n], (void *)(intptr_t)(n + 1));
+		tw__chan_set_user(ch[n], (void *)(intptr_t)(n + 1));
 	}
 	TAP_REQUIRE(n == NCH, "%d channels connected to %s", NCH, addr);
 	for (uint64_t end = tw_now_ns() + 20000000000ull; nrkey < NCH && tw_now_ns() < end;)
-		tw_fab_progress(fab, 100);
+		tw__fab_progress(fab, 100);
 	TAP_REQUIRE(nrkey == NCH, "each channel got the peer's first message (%d)", nrkey);
-	while (tw_fab_progress(fab, 0) > 0) /* nothing else pending */
+	while (tw__fab_progress(fab, 0) > 0) /* nothing else pending */
 		;
 
 	/* ch[0] is the oldest: the fab asks about it in the last fi_trywait batch. */
@@ -141,11 +141,11 @@ int main(int argc, char **argv)
 		struct wop w = {.op.cb = wop_cb};
 
 		snprintf(msg, sizeof(msg), "ECHO%d", i);
-		is_int(tw_chan_send(ch[i], msg, strlen(msg)), 0, "channel %d: message sent", i);
+		is_int(tw__chan_send(ch[i], msg, strlen(msg)), 0, "channel %d: message sent", i);
 		bool got = blocking_wait(fab, &echoed[i], &calls);
 		ok(got, "channel %d of %d: the peer's answer handled by a blocking progress before its %d ms "
 		   "ran out (%d call(s))", i, NCH, WAIT_MS, calls);
-		is_int(tw_chan_write(ch[i], &w.op, src, 4096, src_mr, &rks[i], 0), 0,
+		is_int(tw__chan_write(ch[i], &w.op, src, 4096, src_mr, &rks[i], 0), 0,
 		       "channel %d: write posted", i);
 		got = blocking_wait(fab, &w.done, &calls) && w.status == 0;
 		ok(got, "channel %d: the write's completion handled by a blocking progress before its %d ms "
@@ -154,10 +154,10 @@ int main(int argc, char **argv)
 	is_int(stale, 0, "no message on an unexpected channel");
 
 	for (int i = 0; i < NCH; i++)
-		tw_chan_close(ch[i]);
-	tw_mr_close(src_mr);
-	tw_fab_close(fab);
-	tw_fab_free(src, 4096);
+		tw__chan_close(ch[i]);
+	tw__mr_close(src_mr);
+	tw__fab_close(fab);
+	tw__fab_free(src, 4096);
 	ok(proc_kill(p, SIGTERM) == 0 && proc_wait(p, 10000) == 0, "peer exits cleanly");
 	proc_free(p);
 	tap_done_testing();

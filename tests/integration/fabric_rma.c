@@ -75,7 +75,7 @@ static bool progress_until(const int *flag, int want, unsigned ms)
 {
 	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
 	while (*flag < want && tw_now_ns() < end)
-		tw_fab_progress(fab, 50);
+		tw__fab_progress(fab, 50);
 	return *flag >= want;
 }
 
@@ -83,7 +83,7 @@ static bool progress_until(const int *flag, int want, unsigned ms)
 static bool rpc(struct tw_chan *ch, const char *cmd)
 {
 	int before = nrecv;
-	int rc = tw_chan_send(ch, cmd, strlen(cmd));
+	int rc = tw__chan_send(ch, cmd, strlen(cmd));
 	if (rc < 0) {
 		tap_diag("send %s: %s", cmd, tw_strerror(rc));
 		return false;
@@ -143,10 +143,10 @@ static struct tw_chan *connect_once(const struct peer *pe, struct tw_rkey *rk)
 	int rc;
 
 	cur = NULL;
-	rc = tw_fab_connect(fab, pe->addr, &ch);
+	rc = tw__fab_connect(fab, pe->addr, &ch);
 	cur = ch;
 	if (rc < 0) {
-		tap_diag("connect %s: %s (%s)", pe->addr, tw_strerror(rc), tw_fab_errmsg(fab));
+		tap_diag("connect %s: %s (%s)", pe->addr, tw_strerror(rc), tw__fab_errmsg(fab));
 		return NULL;
 	}
 	/* The peer sends its RKEY on accept. That first message can overtake our FI_CONNECTED
@@ -157,7 +157,7 @@ static struct tw_chan *connect_once(const struct peer *pe, struct tw_rkey *rk)
 		if (attempt == 1) {
 			tap_diag("no RKEY after connect; asking for it");
 			lost_first++;
-			if (tw_chan_send(ch, "RKEY", 4) < 0)
+			if (tw__chan_send(ch, "RKEY", 4) < 0)
 				break;
 		}
 		for (int i = 0; i < 4; i++) {
@@ -169,7 +169,7 @@ static struct tw_chan *connect_once(const struct peer *pe, struct tw_rkey *rk)
 			tap_diag("new channel: unexpected message '%.40s' before the RKEY", last);
 		}
 	}
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 	cur = NULL;
 	return NULL;
 }
@@ -223,7 +223,7 @@ static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
 			fab_pattern(src + soff, len, seed++);
 			memcpy(mirror + offs[oi], src + soff, len);
 			w->op.cb = wop_cb;
-			int rc = tw_chan_write(ch, &w->op, src + soff, len, src_mr, rk, offs[oi]);
+			int rc = tw__chan_write(ch, &w->op, src + soff, len, src_mr, rk, offs[oi]);
 			if (rc < 0) {
 				tap_diag("write %zu@%" PRIu64 ": %s", len, offs[oi], tw_strerror(rc));
 				w->op.cb = NULL;
@@ -269,7 +269,7 @@ static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
 	memset(&r, 0, sizeof(r));
 	r.op.cb = wop_cb;
 	memset(src, 0, 1 << 20);
-	is_int(tw_chan_read(ch, &r.op, src, 1 << 20, src_mr, rk, 12345), 0, "read posted");
+	is_int(tw__chan_read(ch, &r.op, src, 1 << 20, src_mr, rk, 12345), 0, "read posted");
 	ok(progress_until(&r.done, 1, 10000) && r.status == 0, "read completed (%s)",
 	   tw_strerror(r.status));
 	ok(!memcmp(src, want, 1 << 20), "read returned the peer's bytes");
@@ -284,7 +284,7 @@ static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
 		memcpy(m, "ECHO", 4);
 		fab_pattern(m + 4, n - 4, n);
 		int before = nrecv;
-		if (tw_chan_send(ch, m, n) == 0 && progress_until(&nrecv, before + 1, 10000) &&
+		if (tw__chan_send(ch, m, n) == 0 && progress_until(&nrecv, before + 1, 10000) &&
 		    last_len == n && !memcmp(last, m, n))
 			good++;
 		else
@@ -292,13 +292,13 @@ static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
 		free(m);
 	}
 	is_int(good, (int)TW_ARRAY_SIZE(msizes), "echo of 4 B .. 64 KiB");
-	ok(tw_chan_send(ch, src, 65537) == -EMSGSIZE, "65537 B refused (max_msg_size)");
+	ok(tw__chan_send(ch, src, 65537) == -EMSGSIZE, "65537 B refused (max_msg_size)");
 
 	/* many small messages without waiting: the bounded send ring must cope */
 	int before = nrecv;
 	int sent = 0;
 	for (int i = 0; i < 300; i++)
-		if (tw_chan_send(ch, "P0123456789", 11) == 0)
+		if (tw__chan_send(ch, "P0123456789", 11) == 0)
 			sent++;
 	progress_until(&nrecv, before + sent, 10000);
 	ok(sent == 300 && nrecv - before == 300, "300 messages in a burst (%d back)", nrecv - before);
@@ -314,7 +314,7 @@ static int bad_write(struct tw_chan *ch, const struct tw_rkey *rk, uint64_t off,
 	memset(&w, 0, sizeof(w));
 	w.op.cb = wop_cb;
 	fab_pattern(src, len, 999);
-	int rc = tw_chan_write(ch, &w.op, src, len, src_mr, rk, off);
+	int rc = tw__chan_write(ch, &w.op, src, len, src_mr, rk, off);
 	if (rc < 0)
 		return rc;
 	progress_until(&w.done, 1, 20000);
@@ -326,10 +326,10 @@ static int bad_write(struct tw_chan *ch, const struct tw_rkey *rk, uint64_t off,
 
 static void reopen_fab(const struct tw_fab_config *cfg, const struct tw_fab_events *ev)
 {
-	tw_mr_close(src_mr);
-	tw_fab_close(fab);
-	TAP_REQUIRE(tw_fab_open(cfg, ev, &fab) == 0, "reopen");
-	TAP_REQUIRE(tw_mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
+	tw__mr_close(src_mr);
+	tw__fab_close(fab);
+	TAP_REQUIRE(tw__fab_open(cfg, ev, &fab) == 0, "reopen");
+	TAP_REQUIRE(tw__mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
 		    "reg");
 }
 
@@ -379,7 +379,7 @@ static void test_half_open(const struct peer *pe, struct tw_chan *main_ch)
 	if (idle >= 0)
 		close(idle); /* vanishes mid-handshake */
 	if (c2)
-		tw_chan_close(c2);
+		tw__chan_close(c2);
 	cur = main_ch;
 	ok(rpc(main_ch, "RKEY") && !strncmp(last, "RKEY", 4), "the first channel still works");
 }
@@ -396,49 +396,49 @@ int main(int argc, char **argv)
 
 	prov = argc > 1 ? argv[1] : "tcp";
 	signal(SIGPIPE, SIG_IGN);
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	/* Generous for the data phase (CI runs under ASan on a loaded machine); the error phase
 	 * below reopens with a short one, after which shm's silent drops and dead shm peers
 	 * surface. */
 	cfg.op_timeout_ms = 15000;
-	rc = tw_fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &fab);
 	if (rc == -TW_ENOPROV)
-		tap_plan_skip_all("provider %s not available: %s", prov, tw_fab_errmsg(NULL));
-	TAP_REQUIRE(rc == 0, "open %s: %s", prov, tw_fab_errmsg(NULL));
+		tap_plan_skip_all("provider %s not available: %s", prov, tw__fab_errmsg(NULL));
+	TAP_REQUIRE(rc == 0, "open %s: %s", prov, tw__fab_errmsg(NULL));
 	bool is_shm = !strcmp(prov, "shm");
 
-	src = tw_fab_alloc(BUF_LEN);
+	src = tw__fab_alloc(BUF_LEN);
 	mirror = malloc(BUF_LEN);
 	TAP_REQUIRE(src && mirror, "alloc");
-	TAP_REQUIRE(tw_mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
+	TAP_REQUIRE(tw__mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
 		    "reg");
 
 	TAP_REQUIRE(start_peer(&pe), "peer started");
 	ok(1, "peer ready at %s", pe.addr);
 	ch = connect_peer(&pe, &rk);
 	TAP_REQUIRE(ch, "connected");
-	ok(!strcmp(tw_chan_peer(ch), pe.addr), "channel peer name");
+	ok(!strcmp(tw__chan_peer(ch), pe.addr), "channel peer name");
 	/* shm writes take the CMA fast path (no delivery-complete) when CMA works between the two
 	 * processes; the patterns below then check it end to end. */
 	if (is_shm)
-		tap_diag("shm: fast writes %s", tw_chan_fast_writes(ch) ? "on" : "off");
+		tap_diag("shm: fast writes %s", tw__chan_fast_writes(ch) ? "on" : "off");
 	else
-		ok(!tw_chan_fast_writes(ch), "%s: writes with delivery-complete", prov);
+		ok(!tw__chan_fast_writes(ch), "%s: writes with delivery-complete", prov);
 
 	test_patterns(ch, &rk);
 	test_read_and_msgs(ch, &rk);
-	if (!tw_fab_is_rdm(fab))
+	if (!tw__fab_is_rdm(fab))
 		test_half_open(&pe, ch);
 
 	/* local range check: refused before posting */
 	struct wop w;
 	memset(&w, 0, sizeof(w));
 	w.op.cb = wop_cb;
-	is_int(tw_chan_write(ch, &w.op, src, 4096, src_mr, &rk, rk.len - 100), -ERANGE,
+	is_int(tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, rk.len - 100), -ERANGE,
 	       "past the end: -ERANGE locally");
 	uint64_t before_sum = remote_sum(ch, 0, BUF_LEN);
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 	cfg.op_timeout_ms = 3000;
 	/* shm's fast path checks no keys and no range (docs/fabric.md, F5): the key and range
 	 * checks below are the slow path's, so this fab keeps delivery-complete. */
@@ -459,8 +459,8 @@ int main(int argc, char **argv)
 		tap_diag("shm bad key: status %s after %" PRIu64 " ms (dropped silently by shm, "
 			 "caught by the op timeout)", tw_strerror(rc), ms);
 	ok(rc != 1 && ms < 15000, "wrong key: bounded time");
-	ok(tw_chan_is_lost(ch), "channel failed after the bad write");
-	tw_chan_close(ch);
+	ok(tw__chan_is_lost(ch), "channel failed after the bad write");
+	tw__chan_close(ch);
 	if (is_shm && rc == -ETIMEDOUT) {
 		/* shm 1.17: after a silently dropped slow-path write, our endpoint's queue to that
 		 * peer stays blocked (measured: new sends return -FI_EAGAIN forever). A new
@@ -484,7 +484,7 @@ int main(int argc, char **argv)
 	ok(rc != 0, "past-the-end write (forged rkey.len) never a success (%s after %" PRIu64 " ms)",
 	   rc == 1 ? "hang" : tw_strerror(rc), ms);
 	ok(rc != 1 && ms < 15000, "past the end: bounded time");
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 	if (is_shm && rc == -ETIMEDOUT)
 		reopen_fab(&cfg, &ev);
 	ch = connect_peer(&pe, &rk);
@@ -495,16 +495,16 @@ int main(int argc, char **argv)
 		memset(&w, 0, sizeof(w));
 		w.op.cb = wop_cb;
 		fab_pattern(src, 4096, 4242);
-		rc = tw_chan_write(ch, &w.op, src, 4096, src_mr, &rk, 8192);
+		rc = tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, 8192);
 		ok(rc == 0 && progress_until(&w.done, 1, 10000) && w.status == 0, "write on the new channel");
 		ok(remote_sum(ch, 8192, 4096) == fab_fnv1a(src, 4096), "and it landed");
-		tw_chan_close(ch);
+		tw__chan_close(ch);
 	}
 
 	/* refused connect: a listener that is gone */
 	ok(proc_kill(pe.p, SIGTERM) == 0 && proc_wait(pe.p, 10000) == 0, "peer exits cleanly on SIGTERM");
 	uint64_t t0 = tw_now_ns();
-	rc = tw_fab_connect(fab, pe.addr, &ch);
+	rc = tw__fab_connect(fab, pe.addr, &ch);
 	ok(rc < 0, "connect to a gone listener fails: %s", tw_strerror(rc));
 	ok((tw_now_ns() - t0) / 1000000u < 8000, "and does not hang");
 	proc_free(pe.p);
@@ -516,7 +516,7 @@ int main(int argc, char **argv)
 	nlost = 0;
 	memset(&w, 0, sizeof(w));
 	w.op.cb = wop_cb;
-	rc = tw_chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
+	rc = tw__chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
 	ok(rc == 0 && progress_until(&w.done, 1, 10000) && w.status == 0, "write before the kill");
 	proc_kill(pe.p, SIGKILL);
 	proc_wait(pe.p, 5000);
@@ -525,7 +525,7 @@ int main(int argc, char **argv)
 	while (!err && (tw_now_ns() - t0) < 20000000000ull) {
 		memset(&w, 0, sizeof(w));
 		w.op.cb = wop_cb;
-		rc = tw_chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
+		rc = tw__chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
 		if (rc < 0) {
 			err = rc;
 			break;
@@ -541,19 +541,19 @@ int main(int argc, char **argv)
 	ok(ms < 15000, "within %" PRIu64 " ms (< 15 s)", ms);
 	progress_until(&nlost, 1, 5000);
 	ok(nlost == 1, "on_lost once (%s)", tw_strerror(lost_err));
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 	remove_shm_file(pe.addr);
 	proc_free(pe.p);
 
 	struct tw_fab_stats st;
-	tw_fab_get_stats(fab, &st);
+	tw__fab_get_stats(fab, &st);
 	tap_diag("stats: writes %" PRIu64 " (%" PRIu64 " B) reads %" PRIu64 " sends %" PRIu64
 		 " recvs %" PRIu64 " eagain %" PRIu64 " errors %" PRIu64,
 		 st.writes, st.write_bytes, st.reads, st.sends, st.recvs, st.eagain_retries, st.errors);
 	is_int(lost_first, 0, "the peer's first message (sent in on_accept) always arrived");
-	tw_mr_close(src_mr);
-	tw_fab_close(fab);
-	tw_fab_free(src, BUF_LEN);
+	tw__mr_close(src_mr);
+	tw__fab_close(fab);
+	tw__fab_free(src, BUF_LEN);
 	free(mirror);
 	tap_done_testing();
 	return tap_exit();

@@ -3,7 +3,7 @@
  * FI_DELIVERY_COMPLETE: `fabric_shm_fast cma|nocma`.
  *
  * Spawns fab_peer --listen --provider shm and connects to it. `cma`: the channel must be in fast
- * mode (tw_chan_fast_writes); `nocma` runs both processes with FI_SHM_DISABLE_CMA=1 and the
+ * mode (tw__chan_fast_writes); `nocma` runs both processes with FI_SHM_DISABLE_CMA=1 and the
  * channel must keep FI_DELIVERY_COMPLETE. Then writes of 1 B .. 8 MiB, one at a time and a burst
  * of 100 in flight, and inside every write's completion callback reads the peer's buffer with
  * process_vm_readv: the bytes must already be there. In fast mode the peer is SIGSTOPped for the
@@ -91,7 +91,7 @@ static bool progress_until(const int *flag, int want, unsigned ms)
 	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
 
 	while (*flag < want && tw_now_ns() < end)
-		tw_fab_progress(fab, 50);
+		tw__fab_progress(fab, 50);
 	return *flag >= want;
 }
 
@@ -147,7 +147,7 @@ static int post(struct tw_chan *ch, struct wop *w, uint64_t off, size_t len)
 	w->op.cb = wop_cb;
 	w->off = off;
 	w->len = len;
-	return tw_chan_write(ch, &w->op, src + off, len, src_mr, &rk, off);
+	return tw__chan_write(ch, &w->op, src + off, len, src_mr, &rk, off);
 }
 
 int main(int argc, char **argv)
@@ -181,17 +181,17 @@ int main(int argc, char **argv)
 	if (getenv("TW_FAB_SHM_FAST"))
 		tap_diag("TW_FAB_SHM_FAST=%s (test hook)", getenv("TW_FAB_SHM_FAST"));
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = "shm";
 	cfg.op_timeout_ms = 15000;
-	rc = tw_fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &fab);
 	if (rc == -TW_ENOPROV)
-		tap_plan_skip_all("shm not available: %s", tw_fab_errmsg(NULL));
-	TAP_REQUIRE(rc == 0, "open shm: %s", tw_fab_errmsg(NULL));
-	src = tw_fab_alloc(BUF_LEN);
+		tap_plan_skip_all("shm not available: %s", tw__fab_errmsg(NULL));
+	TAP_REQUIRE(rc == 0, "open shm: %s", tw__fab_errmsg(NULL));
+	src = tw__fab_alloc(BUF_LEN);
 	check = malloc(BUF_LEN);
 	TAP_REQUIRE(src && check, "alloc");
-	TAP_REQUIRE(tw_mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC, &src_mr) == 0, "reg");
+	TAP_REQUIRE(tw__mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC, &src_mr) == 0, "reg");
 
 	TAP_REQUIRE(proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) == 0,
 		    "fab_peer not found");
@@ -214,14 +214,14 @@ int main(int argc, char **argv)
 		}
 	}
 
-	rc = tw_fab_connect(fab, addr, &ch);
-	TAP_REQUIRE(rc == 0, "connect %s: %s", addr, tw_fab_errmsg(fab));
+	rc = tw__fab_connect(fab, addr, &ch);
+	TAP_REQUIRE(rc == 0, "connect %s: %s", addr, tw__fab_errmsg(fab));
 	TAP_REQUIRE(progress_until(&nrecv, 1, 10000) &&
 			    sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk.addr, &rk.key,
 				   &rk.len) == 3 && rk.len >= BUF_LEN && rk.addr != 0,
 		    "RKEY from the peer (got '%s')", last);
 
-	bool fast = tw_chan_fast_writes(ch);
+	bool fast = tw__chan_fast_writes(ch);
 	if (cma)
 		ok(fast, "CMA available: the channel writes without delivery-complete (fast mode)");
 	else
@@ -257,7 +257,7 @@ int main(int argc, char **argv)
 		end = tw_now_ns() + 20000ull * 1000000u;
 		do {
 			done = 0;
-			tw_fab_progress(fab, 50);
+			tw__fab_progress(fab, 50);
 			for (int i = 0; i < BURST; i++)
 				done += burst[i].done;
 		} while (done < posted && tw_now_ns() < end);
@@ -275,7 +275,7 @@ int main(int argc, char **argv)
 		   peer_state());
 	cont_peer();
 
-	tw_fab_get_stats(fab, &st);
+	tw__fab_get_stats(fab, &st);
 	if (fast)
 		ok(st.fast_writes == nwrites && st.writes == nwrites,
 		   "stats: %" PRIu64 " of %" PRIu64 " writes without delivery-complete", st.fast_writes,
@@ -292,18 +292,18 @@ int main(int argc, char **argv)
 		int before = nrecv;
 
 		snprintf(cmd, sizeof(cmd), "SUM %u %u", 3u, BURST * 4096u);
-		ok(tw_chan_send(ch, cmd, strlen(cmd)) == 0 && progress_until(&nrecv, before + 1, 10000) &&
+		ok(tw__chan_send(ch, cmd, strlen(cmd)) == 0 && progress_until(&nrecv, before + 1, 10000) &&
 			   sscanf(last, "SUM %" SCNx64, &sum) == 1 &&
 			   sum == fab_fnv1a(src + 3, BURST * 4096u),
 		   "the resumed peer's checksum of the burst matches");
 	}
 
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 	ok(proc_kill(p, SIGTERM) == 0 && proc_wait(p, 10000) == 0, "peer exits cleanly");
 	proc_free(p);
-	tw_mr_close(src_mr);
-	tw_fab_close(fab);
-	tw_fab_free(src, BUF_LEN);
+	tw__mr_close(src_mr);
+	tw__fab_close(fab);
+	tw__fab_free(src, BUF_LEN);
 	free(check);
 	tap_done_testing();
 	return tap_exit();

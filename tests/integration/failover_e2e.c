@@ -22,7 +22,7 @@
  *        primary in sync mode (one 100-byte append at a time); right after a segment rolled over,
  *        the backup holding replica 0 of the new open segment is SIGKILLed. The spare must take
  *        its place and appends must go on every time. (On shm the primary resets its fabric,
- *        tw_fab_reset; its writes to the healthy replicas time out behind the dead one's, and when
+ *        tw__fab_reset; its writes to the healthy replicas time out behind the dead one's, and when
  *        one of those timeouts was reported first the healthy backup was kept out as lost: "need 3
  *        backups, only 2 usable" in about half of the runs.)
  */

@@ -82,7 +82,7 @@ static unsigned seg_files(const char *dir, char names[][64], unsigned max)
 	while ((de = readdir(d)) != NULL && n < max) {
 		uint64_t l, s;
 
-		if (strlen(de->d_name) < 64 && segfile_parse_name(de->d_name, &l, &s))
+		if (strlen(de->d_name) < 64 && tw__segfile_parse_name(de->d_name, &l, &s))
 			memcpy(names[n++], de->d_name, strlen(de->d_name) + 1);
 	}
 	closedir(d);
@@ -126,7 +126,7 @@ static void to_old(const char *dir, const char *name, unsigned version)
 	fd = open(path, O_RDWR);
 	TAP_REQUIRE(fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "read %s",
 		    path);
-	TAP_REQUIRE(segfile_hdr_decode(hdr, &h) == 0 && h.version == SEGFILE_VERSION &&
+	TAP_REQUIRE(tw__segfile_hdr_decode(hdr, &h) == 0 && h.version == SEGFILE_VERSION &&
 		    h.seed != 0, "v4 header with a seed");
 	flen = version == SEGFILE_VERSION_V2 ? (size_t)h.valid_len
 					     : (size_t)(h.valid_len + 4095) / 4096 * 4096;

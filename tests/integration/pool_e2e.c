@@ -68,10 +68,10 @@ static void check_log(int dfd, uint64_t log_id, unsigned li, uint64_t *good, uin
 		uint8_t want[OBJ];
 		int rc;
 
-		segfile_name(log_id, s, name, sizeof(name));
+		tw__segfile_name(log_id, s, name, sizeof(name));
 		if (faccessat(dfd, name, F_OK, 0) != 0)
 			break;
-		rc = segfile_load(dfd, name, segbuf, sizeof(segbuf), &h);
+		rc = tw__segfile_load(dfd, name, segbuf, sizeof(segbuf), &h);
 		if (rc < 0) {
 			tap_diag("log %u: %s: %s", li, name, tw_strerror(rc));
 			(*bad)++;

@@ -92,7 +92,7 @@ static void check_dir(const char *dir, unsigned idx, uint64_t log_id, uint64_t n
 	while ((de = readdir(d))) {
 		uint64_t l, s;
 
-		if (segfile_parse_name(de->d_name, &l, &s) && l == log_id && nseg < 4096)
+		if (tw__segfile_parse_name(de->d_name, &l, &s) && l == log_id && nseg < 4096)
 			segs[nseg++] = s;
 	}
 	closedir(d);
@@ -109,9 +109,9 @@ static void check_dir(const char *dir, unsigned idx, uint64_t log_id, uint64_t n
 			files_bad++;
 			break;
 		}
-		segfile_name(log_id, segs[i], name, sizeof(name));
+		tw__segfile_name(log_id, segs[i], name, sizeof(name));
 		memset(buf, 0, SEG);
-		rc = segfile_load(dfd, name, buf, SEG, &h);
+		rc = tw__segfile_load(dfd, name, buf, SEG, &h);
 		if (rc < 0) {
 			tap_diag("backup %u: %s: %s", idx, name, tw_strerror(rc));
 			files_bad++;

@@ -28,7 +28,7 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
-static int h_handshake(void *arg, struct tw_rpc_call *c)
+static int h_handshake(void *arg, struct tw__rpc_call *c)
 {
 	c->reply.handshake.node_name = (char *)"rpc_server";
 	c->reply.handshake.buffer_size = 8u << 20;
@@ -37,12 +37,12 @@ static int h_handshake(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_open(void *arg, struct tw_rpc_call *c)
+static int h_open(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__OpenSegment *o = c->req->open_segment;
 
 	if (o->length > (8u << 20))
-		return tw_rpc_call_fail(c, -TW_EREFUSED, "length %llu exceeds the 8 MiB buffers",
+		return tw__rpc_call_fail(c, -TW_EREFUSED, "length %llu exceeds the 8 MiB buffers",
 					(unsigned long long)o->length);
 	c->rkey.addr = 0x100000;
 	c->rkey.key = 0x1000 + o->meta->segment_id;
@@ -51,7 +51,7 @@ static int h_open(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_close(void *arg, struct tw_rpc_call *c)
+static int h_close(void *arg, struct tw__rpc_call *c)
 {
 	c->meta.log_id = c->req->close_segment->meta->log_id;
 	c->meta.segment_id = c->req->close_segment->meta->segment_id;
@@ -61,14 +61,14 @@ static int h_close(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_list(void *arg, struct tw_rpc_call *c)
+static int h_list(void *arg, struct tw__rpc_call *c)
 {
 	static Tailwind__SegmentInfo si[3];
 	static Tailwind__SegmentInfo *sp[3];
 	unsigned i;
 
 	if (c->req->list_segments->log_id != 5)
-		return tw_rpc_call_fail(c, -TW_ENOTFOUND, "no log %llu",
+		return tw__rpc_call_fail(c, -TW_ENOTFOUND, "no log %llu",
 					(unsigned long long)c->req->list_segments->log_id);
 	for (i = 0; i < 3; i++) {
 		tailwind__segment_info__init(&si[i]);
@@ -85,11 +85,11 @@ static int h_list(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_fence(void *arg, struct tw_rpc_call *c)
+static int h_fence(void *arg, struct tw__rpc_call *c)
 {
 	if (c->req->fence->new_epoch < fence_epoch) {
 		c->reply.fence.epoch = fence_epoch;
-		return tw_rpc_call_fail(c, -TW_EFENCED, "epoch %llu < %llu",
+		return tw__rpc_call_fail(c, -TW_EFENCED, "epoch %llu < %llu",
 					(unsigned long long)c->req->fence->new_epoch,
 					(unsigned long long)fence_epoch);
 	}
@@ -98,7 +98,7 @@ static int h_fence(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_stats(void *arg, struct tw_rpc_call *c)
+static int h_stats(void *arg, struct tw__rpc_call *c)
 {
 	c->reply.stats.buffers_total = 4;
 	c->reply.stats.buffers_free = 4;
@@ -114,15 +114,15 @@ static void on_accept(void *arg, struct tw_chan *ch)
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
 	(void)arg;
-	tw_rpc_server_on_recv(srv, ch, msg, len); /* closes ch itself on a protocol violation */
+	tw__rpc_server_on_recv(srv, ch, msg, len); /* closes ch itself on a protocol violation */
 }
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
 	(void)arg;
 	(void)err;
-	tw_rpc_server_on_lost(srv, ch);
-	tw_chan_close(ch);
+	tw__rpc_server_on_lost(srv, ch);
+	tw__chan_close(ch);
 }
 
 int main(int argc, char **argv)
@@ -154,36 +154,36 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = argv[1];
 	fc.busy_poll = argc > 2 && strcmp(argv[2], "busy") == 0;
-	rc = tw_rpc_server_create(NULL, &ops, NULL, &srv);
+	rc = tw__rpc_server_create(NULL, &ops, NULL, &srv);
 	if (rc) {
 		fprintf(stderr, "rpc_server: %s\n", tw_strerror(rc));
 		return 1;
 	}
-	rc = tw_fab_open(&fc, &ev, &fab);
+	rc = tw__fab_open(&fc, &ev, &fab);
 	if (rc) {
 		fprintf(stderr, "rpc_server: fab: %s\n", tw_strerror(rc));
-		tw_rpc_server_destroy(srv);
+		tw__rpc_server_destroy(srv);
 		return 1;
 	}
-	rc = tw_fab_listen(fab, addr, sizeof(addr));
+	rc = tw__fab_listen(fab, addr, sizeof(addr));
 	if (rc) {
-		fprintf(stderr, "rpc_server: listen: %s (%s)\n", tw_strerror(rc), tw_fab_errmsg(fab));
-		tw_fab_close(fab);
-		tw_rpc_server_destroy(srv);
+		fprintf(stderr, "rpc_server: listen: %s (%s)\n", tw_strerror(rc), tw__fab_errmsg(fab));
+		tw__fab_close(fab);
+		tw__rpc_server_destroy(srv);
 		return 1;
 	}
 	printf("ready %s\n", addr);
 	fflush(stdout);
 
 	while (!stop) {
-		rc = tw_fab_progress(fab, 200);
+		rc = tw__fab_progress(fab, 200);
 		if (rc < 0)
 			tw_log_ratelimited(TW_LOG_WARN, "rpc_server: progress: %s", tw_strerror(rc));
 	}
-	tw_fab_close(fab);
-	tw_rpc_server_destroy(srv);
+	tw__fab_close(fab);
+	tw__rpc_server_destroy(srv);
 	return 0;
 }

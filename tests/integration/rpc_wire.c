@@ -47,7 +47,7 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 		memcpy(raw_buf, msg, raw_len);
 		raw_count++;
 	} else if (ch == good_ch && good) {
-		tw_rpc_client_on_recv(good, msg, len);
+		tw__rpc_client_on_recv(good, msg, len);
 	}
 }
 
@@ -58,7 +58,7 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	} else if (ch == good_ch) {
 		good_lost = true;
 		if (good)
-			tw_rpc_client_on_lost(good, err);
+			tw__rpc_client_on_lost(good, err);
 	}
 }
 
@@ -68,22 +68,22 @@ static void raw_open(void)
 	struct tw_fab_events ev = { .on_recv = on_recv, .on_lost = on_lost };
 	int rc;
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = provider;
-	rc = tw_fab_open(&fc, &ev, &raw_fab);
+	rc = tw__fab_open(&fc, &ev, &raw_fab);
 	TAP_REQUIRE(rc == 0, "raw fab: %s", tw_strerror(rc));
-	rc = tw_fab_connect(raw_fab, addr, &raw_ch);
+	rc = tw__fab_connect(raw_fab, addr, &raw_ch);
 	TAP_REQUIRE(rc == 0, "connect to %s: %s (%s)", addr, tw_strerror(rc),
-		    tw_fab_errmsg(raw_fab));
+		    tw__fab_errmsg(raw_fab));
 	raw_lost = false;
 	raw_count = 0;
 }
 
 static void raw_close(void)
 {
-	tw_chan_close(raw_ch);
+	tw__chan_close(raw_ch);
 	raw_ch = NULL;
-	tw_fab_close(raw_fab);
+	tw__fab_close(raw_fab);
 	raw_fab = NULL;
 }
 
@@ -96,11 +96,11 @@ static int raw_exchange(const void *msg, size_t len, unsigned ms)
 
 	if (raw_lost)
 		return 0;
-	rc = tw_chan_send(raw_ch, msg, len);
+	rc = tw__chan_send(raw_ch, msg, len);
 	if (rc)
 		return raw_lost || rc == -TW_EPEERLOST || rc == -TW_ECLOSED ? 0 : rc;
 	while (raw_count == before && !raw_lost && tw_now_ns() < end)
-		tw_fab_progress(raw_fab, 20);
+		tw__fab_progress(raw_fab, 20);
 	if (raw_count > before)
 		return 1;
 	return raw_lost ? 0 : -1;
@@ -115,19 +115,19 @@ static bool reply_is(int status, uint64_t request_id, const char *what)
 	char why[256];
 	bool res = false;
 
-	tw_rpc_arena_init(&a, NULL, 0, 0);
-	if (tw_rpc_decode(raw_buf, raw_len, MAXMSG, &a, &env, NULL, why, sizeof(why)) != 0) {
+	tw__rpc_arena_init(&a, NULL, 0, 0);
+	if (tw__rpc_decode(raw_buf, raw_len, MAXMSG, &a, &env, NULL, why, sizeof(why)) != 0) {
 		tap_diag("%s: reply does not decode: %s", what, why);
-	} else if (tw_rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
+	} else if (tw__rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
 		tap_diag("%s: reply invalid: %s", what, why);
 	} else {
-		int st = tw_rpc_reply_status(env, &m);
+		int st = tw__rpc_reply_status(env, &m);
 
 		res = st == status && env->request_id == request_id;
-		tap_diag("%s -> %s (id %llu): %s", what, tw_rpc_status_name(st),
+		tap_diag("%s -> %s (id %llu): %s", what, tw__rpc_status_name(st),
 			 (unsigned long long)env->request_id, m);
 	}
-	tw_rpc_arena_fini(&a);
+	tw__rpc_arena_fini(&a);
 	return res;
 }
 
@@ -158,7 +158,7 @@ static size_t enc(struct tw_rpc_req *r, uint64_t id, unsigned char *buf)
 	size_t len = 0;
 
 	r->env.request_id = id;
-	TAP_REQUIRE(tw_rpc_encode(&r->env, buf, MAXMSG, MAXMSG, &len) == 0, "encode");
+	TAP_REQUIRE(tw__rpc_encode(&r->env, buf, MAXMSG, MAXMSG, &len) == 0, "encode");
 	return len;
 }
 
@@ -189,7 +189,7 @@ static void test_error_replies(void)
 		env.request_id = 5;
 		env.body_case = TAILWIND__ENVELOPE__BODY_STATS_REPLY;
 		env.stats_reply = &sr;
-		TAP_REQUIRE(tw_rpc_encode(&env, buf, MAXMSG, MAXMSG, &len) == 0, "encode");
+		TAP_REQUIRE(tw__rpc_encode(&env, buf, MAXMSG, MAXMSG, &len) == 0, "encode");
 	}
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 5, "reply kind as a request"),
 	   "a reply kind sent as a request: INVALID_ARGUMENT");
@@ -205,41 +205,41 @@ static void test_error_replies(void)
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(UNS, 6, "unknown body kind 200"),
 	   "unknown body kind (a newer minor's request): UNSUPPORTED");
 
-	tw_rpc_req_read_segment(&r, 1, UINT64_MAX, 3);
+	tw__rpc_req_read_segment(&r, 1, UINT64_MAX, 3);
 	len = enc(&r, 7, buf);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 7, "log_id 2^64-1"),
 	   "out-of-range id: INVALID_ARGUMENT");
 
-	tw_rpc_req_handshake(&r, 1, (Tailwind__Role)77, NULL);
+	tw__rpc_req_handshake(&r, 1, (Tailwind__Role)77, NULL);
 	len = enc(&r, 8, buf);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 8, "role 77"),
 	   "unknown enum value: INVALID_ARGUMENT");
 
-	tw_rpc_req_open_segment(&r, 1, &m, 0, 1ull << 50);
+	tw__rpc_req_open_segment(&r, 1, &m, 0, 1ull << 50);
 	len = enc(&r, 9, buf);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 9, "open length 2^50"),
 	   "out-of-range length: INVALID_ARGUMENT");
 
-	tw_rpc_req_stats(&r);
+	tw__rpc_req_stats(&r);
 	len = enc(&r, 10, buf);
 	buf[2] = TW_RPC_MAJOR + 1;
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(UNS, 0, "major + 1"),
 	   "another major version: UNSUPPORTED naming our version");
 
-	tw_rpc_req_fence(&r, 5, 0);
+	tw__rpc_req_fence(&r, 5, 0);
 	len = enc(&r, 11, buf);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 11, "fence to epoch 0"),
 	   "epoch 0 in a fence: INVALID_ARGUMENT");
 
 	/* a good request on the same channel is still served (and a newer minor is accepted) */
-	tw_rpc_req_ping(&r, 4242, "abc", 3);
+	tw__rpc_req_ping(&r, 4242, "abc", 3);
 	len = enc(&r, 12, buf);
 	buf[3] = TW_RPC_MINOR + 1;
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(TAILWIND__STATUS__STATUS_OK, 12, "ping"),
 	   "a good request (minor + 1) on that channel is served");
 
 	/* strikes so far: 7 (unknown body kind is not one). Bad request 8 is answered, 9 closes. */
-	tw_rpc_req_stats(&r);
+	tw__rpc_req_stats(&r);
 	len = enc(&r, 0, buf);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 0, "request id 0"),
 	   "request id 0: INVALID_ARGUMENT (8th strike)");
@@ -276,7 +276,7 @@ static void test_unframeable(void)
 	test_closed("random bytes", buf, 64);
 	test_closed("3 bytes", "TW\x01", 3);
 
-	tw_rpc_req_ping(&r, 1, "0123456789abcdef", 16);
+	tw__rpc_req_ping(&r, 1, "0123456789abcdef", 16);
 	len = enc(&r, 1, buf);
 	test_closed("truncated message (declared length > received)", buf, len - 5);
 
@@ -305,25 +305,25 @@ static void good_connect(void)
 	struct tw_fab_events ev = { .on_recv = on_recv, .on_lost = on_lost };
 	int rc;
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = provider;
-	rc = tw_fab_open(&fc, &ev, &fab);
+	rc = tw__fab_open(&fc, &ev, &fab);
 	TAP_REQUIRE(rc == 0, "fab: %s", tw_strerror(rc));
-	rc = tw_fab_connect(fab, addr, &good_ch);
+	rc = tw__fab_connect(fab, addr, &good_ch);
 
 	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
 	good_lost = false;
-	rc = tw_rpc_client_create(good_ch, NULL, &good);
+	rc = tw__rpc_client_create(good_ch, NULL, &good);
 	TAP_REQUIRE(rc == 0, "client: %s", tw_strerror(rc));
 }
 
 static void good_disconnect(void)
 {
-	tw_rpc_client_destroy(good);
+	tw__rpc_client_destroy(good);
 	good = NULL;
-	tw_chan_close(good_ch);
+	tw__chan_close(good_ch);
 	good_ch = NULL;
-	tw_fab_close(fab);
+	tw__fab_close(fab);
 	fab = NULL;
 }
 
@@ -336,31 +336,31 @@ static void test_good_client(const char *when)
 	uint64_t e;
 	int rc;
 
-	tw_rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "rpc_wire");
-	rc = tw_rpc_call_sync(good, &r.env, &rep);
+	tw__rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "rpc_wire");
+	rc = tw__rpc_call_sync(good, &r.env, &rep);
 	ok(rc == 0 && rep.env->handshake_reply->node_id == 77 &&
 	   strcmp(rep.env->handshake_reply->node_name, "rpc_server") == 0,
 	   "%s: handshake (%s)", when, tw_strerror(rc));
-	tw_rpc_reply_release(&rep);
-	rc = tw_rpc_open_segment(good, 1, &m, 0, 4096, &rk);
+	tw__rpc_reply_release(&rep);
+	rc = tw__rpc_open_segment(good, 1, &m, 0, 4096, &rk);
 	ok(rc == 0 && rk.key == 0x1002 && rk.len == 4096, "%s: open_segment", when);
 	m.offset = 4000;
-	rc = tw_rpc_close_segment(good, 1, &m, 0, &scanned);
+	rc = tw__rpc_close_segment(good, 1, &m, 0, &scanned);
 	ok(rc == 0 && scanned.offset == 4000 && scanned.checksum == 0x1234, "%s: close_segment",
 	   when);
-	tw_rpc_req_list_segments(&r, 5, false, 0);
-	rc = tw_rpc_call_sync(good, &r.env, &rep);
+	tw__rpc_req_list_segments(&r, 5, false, 0);
+	rc = tw__rpc_call_sync(good, &r.env, &rep);
 	ok(rc == 0 && rep.env->list_segments_reply->n_segments == 3 &&
 	   rep.env->list_segments_reply->segments[2]->state ==
 		   TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED &&
 	   rep.env->list_segments_reply->segments[1]->valid_len == 2000,
 	   "%s: list_segments", when);
-	tw_rpc_reply_release(&rep);
-	rc = tw_rpc_fence(good, 5, 3, &e, NULL);
+	tw__rpc_reply_release(&rep);
+	rc = tw__rpc_fence(good, 5, 3, &e, NULL);
 	ok(rc == 0 && e == 3, "%s: fence", when);
-	rc = tw_rpc_fence(good, 5, 2, &e, NULL);
+	rc = tw__rpc_fence(good, 5, 2, &e, NULL);
 	ok(rc == -TW_EFENCED && e == 3, "%s: fence to an older epoch: -TW_EFENCED", when);
-	is_int(tw_rpc_ping(good, 9), 0, "%s: ping", when);
+	is_int(tw__rpc_ping(good, 9), 0, "%s: ping", when);
 }
 
 static void test_stats_after(void)
@@ -369,8 +369,8 @@ static void test_stats_after(void)
 	struct tw_rpc_reply rep;
 	int rc;
 
-	tw_rpc_req_stats(&r);
-	rc = tw_rpc_call_sync(good, &r.env, &rep);
+	tw__rpc_req_stats(&r);
+	rc = tw__rpc_call_sync(good, &r.env, &rep);
 	ok(rc == 0, "stats after the abuse");
 	if (rc == 0) {
 		const Tailwind__StatsReply *s = rep.env->stats_reply;
@@ -384,7 +384,7 @@ static void test_stats_after(void)
 		ok(s->rpc_malformed >= 15, "malformed messages counted (%llu)",
 		   (unsigned long long)s->rpc_malformed);
 	}
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 }
 
 int main(int argc, char **argv)
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
 	test_stats_after();
 	good_disconnect();
 	good_connect();
-	is_int(tw_rpc_ping(good, 1), 0, "a new connection is served");
+	is_int(tw__rpc_ping(good, 1), 0, "a new connection is served");
 	good_disconnect();
 
 	proc_kill(server, SIGTERM);

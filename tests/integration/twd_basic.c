@@ -77,12 +77,12 @@ int main(int argc, char **argv)
 		struct tw_rpc_reply rep;
 		const Tailwind__HandshakeReply *h;
 
-		tw_rpc_req_handshake(&req, 4242, TAILWIND__ROLE__ROLE_PRIMARY, "twd_basic");
-		rc = tw_rpc_call_sync(c.rpc, &req.env, &rep);
+		tw__rpc_req_handshake(&req, 4242, TAILWIND__ROLE__ROLE_PRIMARY, "twd_basic");
+		rc = tw__rpc_call_sync(c.rpc, &req.env, &rep);
 		h = rc == 0 ? rep.env->handshake_reply : NULL;
 		ok(h && h->buffer_size == BUF && h->buffers_total == 4 && h->buffers_free == 4 &&
 		   h->node_id != 0, "handshake: buffer size, pool and node id");
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 	}
 
 	/* segment 0: written and closed */
@@ -122,7 +122,7 @@ int main(int argc, char **argv)
 			accepted++;
 		} else {
 			is_int(rc, -TW_EREFUSED, "open of segment %d refused: RESOURCE_EXHAUSTED", k);
-			tap_diag("%s", tw_rpc_client_errmsg(c.rpc));
+			tap_diag("%s", tw__rpc_client_errmsg(c.rpc));
 			refused++;
 			break;
 		}
@@ -134,21 +134,21 @@ int main(int argc, char **argv)
 		struct tw_rpc_seg_meta m = { LOG, 50, 0, 0 };
 		struct tw_rkey rk;
 
-		is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, BUF * 2, &rk), -EINVAL,
+		is_int(tw__rpc_open_segment(c.rpc, 1, &m, 1, BUF * 2, &rk), -EINVAL,
 		       "open longer than the buffer: INVALID_ARGUMENT");
 		m.segment_id = 0;
 		m.offset = 10;
-		is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EEXIST,
+		is_int(tw__rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EEXIST,
 		       "close of an already closed segment with other metadata: ALREADY_EXISTS");
-		is_int(tw_rpc_close_segment(c.rpc, 0, &m, 1, NULL), -TW_EFENCED,
+		is_int(tw__rpc_close_segment(c.rpc, 0, &m, 1, NULL), -TW_EFENCED,
 		       "close with an epoch older than the log's: FENCED");
 		m.segment_id = 1;
 		m.offset = BUF + 1;
-		is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EINVAL,
+		is_int(tw__rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EINVAL,
 		       "close with an offset past the buffer: INVALID_ARGUMENT");
 		m.segment_id = 99;
 		m.offset = 0;
-		is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -TW_ENOTFOUND,
+		is_int(tw__rpc_close_segment(c.rpc, 1, &m, 1, NULL), -TW_ENOTFOUND,
 		       "close of a segment never opened: NOT_FOUND");
 	}
 	rc = twc_connect(&bad, prov, addr);
@@ -157,9 +157,9 @@ int main(int argc, char **argv)
 		char junk[32];
 
 		memset(junk, 0x5a, sizeof(junk));
-		tw_chan_send(bad.ch, junk, sizeof(junk));
+		tw__chan_send(bad.ch, junk, sizeof(junk));
 		for (int i = 0; i < 500 && !bad.lost; i++)
-			tw_fab_progress(bad.fab, 10);
+			tw__fab_progress(bad.fab, 10);
 		ok(bad.lost, "garbage: the backup closed that connection");
 	}
 	twc_close(&bad);

@@ -15,7 +15,7 @@ static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 
 	(void)ch;
 	if (c->rpc)
-		tw_rpc_client_on_recv(c->rpc, msg, len);
+		tw__rpc_client_on_recv(c->rpc, msg, len);
 }
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
@@ -25,7 +25,7 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	(void)ch;
 	c->lost = true;
 	if (c->rpc)
-		tw_rpc_client_on_lost(c->rpc, err);
+		tw__rpc_client_on_lost(c->rpc, err);
 }
 
 int twc_connect(struct twc *c, const char *provider, const char *addr)
@@ -35,53 +35,53 @@ int twc_connect(struct twc *c, const char *provider, const char *addr)
 	int rc;
 
 	memset(c, 0, sizeof(*c));
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = provider;
 	memset(&ev, 0, sizeof(ev));
 	ev.arg = c;
 	ev.on_recv = on_recv;
 	ev.on_lost = on_lost;
-	rc = tw_fab_open(&fc, &ev, &c->fab);
+	rc = tw__fab_open(&fc, &ev, &c->fab);
 	if (rc)
 		return rc;
-	rc = tw_fab_connect(c->fab, addr, &c->ch);
+	rc = tw__fab_connect(c->fab, addr, &c->ch);
 	if (rc)
 		return rc;
-	return tw_rpc_client_create(c->ch, NULL, &c->rpc);
+	return tw__rpc_client_create(c->ch, NULL, &c->rpc);
 }
 
 void twc_close(struct twc *c)
 {
 	if (c->rpc)
-		tw_rpc_client_destroy(c->rpc);
+		tw__rpc_client_destroy(c->rpc);
 	c->rpc = NULL;
 	if (c->ch)
-		tw_chan_close(c->ch);
+		tw__chan_close(c->ch);
 	c->ch = NULL;
 	if (c->mr)
-		tw_mr_close(c->mr);
+		tw__mr_close(c->mr);
 	c->mr = NULL;
 	if (c->seg)
-		tw_fab_free(c->seg, c->cap);
+		tw__fab_free(c->seg, c->cap);
 	c->seg = NULL;
 	if (c->fab)
-		tw_fab_close(c->fab);
+		tw__fab_close(c->fab);
 	c->fab = NULL;
 }
 
 int twc_seg_init(struct twc *c, size_t cap)
 {
 	if (c->mr)
-		tw_mr_close(c->mr);
+		tw__mr_close(c->mr);
 	if (c->seg)
-		tw_fab_free(c->seg, c->cap);
+		tw__fab_free(c->seg, c->cap);
 	c->mr = NULL;
 	c->cap = cap;
-	c->seg = tw_fab_alloc(cap);
+	c->seg = tw__fab_alloc(cap);
 	if (!c->seg)
 		return -ENOMEM;
 	tw_log_writer_init_seeded(&c->w, c->seg, cap, c->chain_seed);
-	return tw_mr_reg(c->fab, c->seg, cap, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr);
+	return tw__mr_reg(c->fab, c->seg, cap, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr);
 }
 
 int twc_open(struct twc *c, uint64_t log_id, uint64_t segment_id, uint64_t epoch,
@@ -93,7 +93,7 @@ int twc_open(struct twc *c, uint64_t log_id, uint64_t segment_id, uint64_t epoch
 	c->segment_id = segment_id;
 	c->epoch = epoch;
 	c->version = version;
-	return tw_rpc_open_segment_seeded(c->rpc, epoch, &m, version, length, c->chain_seed,
+	return tw__rpc_open_segment_seeded(c->rpc, epoch, &m, version, length, c->chain_seed,
 					  &c->rk);
 }
 
@@ -144,11 +144,11 @@ int twc_write(struct twc *c, unsigned n, uint32_t len, uint32_t seed)
 	memset(&op, 0, sizeof(op));
 	op.cb = write_cb;
 	op.arg = &d;
-	rc = tw_chan_write(c->ch, &op, c->seg + off, wlen, c->mr, &c->rk, off);
+	rc = tw__chan_write(c->ch, &op, c->seg + off, wlen, c->mr, &c->rk, off);
 	if (rc)
 		return rc;
 	while (!d.done) {
-		rc = tw_fab_progress(c->fab, 100);
+		rc = tw__fab_progress(c->fab, 100);
 		if (rc < 0)
 			return rc;
 	}
@@ -164,7 +164,7 @@ int twc_close_seg(struct twc *c, uint64_t off_override, uint32_t ck_override,
 		m.offset = off_override;
 		m.checksum = ck_override;
 	}
-	return tw_rpc_close_segment(c->rpc, c->epoch, &m, c->version, scanned_out);
+	return tw__rpc_close_segment(c->rpc, c->epoch, &m, c->version, scanned_out);
 }
 
 int twc_list(struct twc *c, uint64_t log_id, bool all, struct twc_info *out, size_t max)
@@ -178,10 +178,10 @@ int twc_list(struct twc *c, uint64_t log_id, bool all, struct twc_info *out, siz
 		const Tailwind__ListSegmentsReply *r;
 		int rc;
 
-		tw_rpc_req_list_segments(&req, from_log, all, from_seg);
-		rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+		tw__rpc_req_list_segments(&req, from_log, all, from_seg);
+		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
 		if (rc) {
-			tw_rpc_reply_release(&rep);
+			tw__rpc_reply_release(&rep);
 			return rc;
 		}
 		r = rep.env->list_segments_reply;
@@ -199,12 +199,12 @@ int twc_list(struct twc *c, uint64_t log_id, bool all, struct twc_info *out, siz
 			out[n].corrupt = s->corrupt;
 		}
 		if (!r->more || n >= max) {
-			tw_rpc_reply_release(&rep);
+			tw__rpc_reply_release(&rep);
 			return (int)n;
 		}
 		from_log = r->next_log_id;
 		from_seg = r->next_segment_id;
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 	}
 }
 
@@ -225,10 +225,10 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	tw_rpc_req_stats(&req);
-	rc = tw_rpc_call_sync(c->rpc, &req.env, &rep);
+	tw__rpc_req_stats(&req);
+	rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
 	if (rc) {
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 		return rc;
 	}
 	r = rep.env->stats_reply;
@@ -251,7 +251,7 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	out->cq_entries = kv(r->message, "cq_entries=");
 	out->cq_polls = kv(r->message, "cq_polls=");
 	out->connections = kv(r->message, "connections=");
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 	return 0;
 }
 
@@ -265,11 +265,11 @@ int twc_read(struct twc *c, const struct tw_rkey *rk, uint64_t off, size_t len, 
 	memset(&op, 0, sizeof(op));
 	op.cb = write_cb;
 	op.arg = &d;
-	rc = tw_chan_read(c->ch, &op, dst, len, dst_mr, rk, off);
+	rc = tw__chan_read(c->ch, &op, dst, len, dst_mr, rk, off);
 	if (rc)
 		return rc;
 	while (!d.done) {
-		rc = tw_fab_progress(c->fab, 100);
+		rc = tw__fab_progress(c->fab, 100);
 		if (rc < 0)
 			return rc;
 	}

@@ -127,10 +127,10 @@ void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url
 		 * starts and we wait for its session event (no polling); its log, which would
 		 * show every refused connection meanwhile, is off for that time. */
 		tw__coord_client_quiet(true);
-		rc = tw_coord_open(zk->url, 30000, &c, err, sizeof(err));
+		rc = tw__coord_open(zk->url, 30000, &c, err, sizeof(err));
 		tw__coord_client_quiet(false);
 		if (rc == 0) {
-			tw_coord_close(c);
+			tw__coord_close(c);
 			zk->start_s = now_s() - t0;
 			return;
 		}

@@ -44,74 +44,74 @@ int main(void)
 
 	tap_plan(17);
 	memset(kb, 0xaa, sizeof(kb));
-	TAP_REQUIRE(tw_auth_key_from_bytes(kb, sizeof(kb), &k) == 0, "key");
-	tw_auth_hmac(k, data6, strlen(data6), mac);
+	TAP_REQUIRE(tw__auth_key_from_bytes(kb, sizeof(kb), &k) == 0, "key");
+	tw__auth_hmac(k, data6, strlen(data6), mac);
 	ok(memcmp(mac, want6, 32) == 0, "HMAC-SHA-256 matches RFC 4231 test case 6");
 
 	memset(&t, 0, sizeof(t));
-	tw_auth_nonce(t.client_nonce);
-	tw_auth_nonce(t.server_nonce);
+	tw__auth_nonce(t.client_nonce);
+	tw__auth_nonce(t.server_nonce);
 	ok(memcmp(t.client_nonce, t.server_nonce, TW_AUTH_NONCE_LEN) != 0, "two nonces differ");
 	t.client_node_id = 5;
 	t.client_role = 1;
 	t.server_node_id = 9;
-	tw_auth_mac(k, TW_AUTH_LABEL_SERVER, &t, mac);
-	ok(tw_auth_verify(k, TW_AUTH_LABEL_SERVER, &t, mac, 32), "a MAC verifies");
-	ok(!tw_auth_verify(k, TW_AUTH_LABEL_CLIENT, &t, mac, 32),
+	tw__auth_mac(k, TW_AUTH_LABEL_SERVER, &t, mac);
+	ok(tw__auth_verify(k, TW_AUTH_LABEL_SERVER, &t, mac, 32), "a MAC verifies");
+	ok(!tw__auth_verify(k, TW_AUTH_LABEL_CLIENT, &t, mac, 32),
 	   "the server's MAC is not a client proof (labels differ)");
-	ok(!tw_auth_verify(k, TW_AUTH_LABEL_SERVER, &t, mac, 31), "a short MAC is refused");
-	ok(!tw_auth_verify(k, TW_AUTH_LABEL_SERVER, &t, NULL, 0), "no MAC is refused");
+	ok(!tw__auth_verify(k, TW_AUTH_LABEL_SERVER, &t, mac, 31), "a short MAC is refused");
+	ok(!tw__auth_verify(k, TW_AUTH_LABEL_SERVER, &t, NULL, 0), "no MAC is refused");
 	t2 = t;
 	t2.server_nonce[0] ^= 1;
-	ok(!tw_auth_verify(k, TW_AUTH_LABEL_SERVER, &t2, mac, 32), "another server nonce: refused");
+	ok(!tw__auth_verify(k, TW_AUTH_LABEL_SERVER, &t2, mac, 32), "another server nonce: refused");
 	t2 = t;
 	t2.client_node_id = 6;
-	ok(!tw_auth_verify(k, TW_AUTH_LABEL_SERVER, &t2, mac, 32), "another node id: refused");
+	ok(!tw__auth_verify(k, TW_AUTH_LABEL_SERVER, &t2, mac, 32), "another node id: refused");
 	t2 = t;
 	t2.client_role = 3;
-	ok(!tw_auth_verify(k, TW_AUTH_LABEL_SERVER, &t2, mac, 32), "another role: refused");
+	ok(!tw__auth_verify(k, TW_AUTH_LABEL_SERVER, &t2, mac, 32), "another role: refused");
 	kb[0] ^= 1;
-	TAP_REQUIRE(tw_auth_key_from_bytes(kb, sizeof(kb), &k2) == 0, "key2");
-	ok(!tw_auth_verify(k2, TW_AUTH_LABEL_SERVER, &t, mac, 32), "another key: refused");
-	tw_auth_mac(k, TW_AUTH_LABEL_SERVER, &t, mac2);
+	TAP_REQUIRE(tw__auth_key_from_bytes(kb, sizeof(kb), &k2) == 0, "key2");
+	ok(!tw__auth_verify(k2, TW_AUTH_LABEL_SERVER, &t, mac, 32), "another key: refused");
+	tw__auth_mac(k, TW_AUTH_LABEL_SERVER, &t, mac2);
 	ok(memcmp(mac, mac2, 32) == 0, "the MAC is deterministic");
 
 	snprintf(dir, sizeof(dir), "/tmp/tw_test_auth.XXXXXX");
 	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
 	put("good", kb, 32, 0600, path, sizeof(path));
-	rc = tw_auth_key_load(path, &kf, err, sizeof(err));
+	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == 0, "a 32-byte key file of mode 0600 loads (%s)", rc ? err : "");
 	if (rc == 0) {
 		struct tw_auth_key *kc;
 
-		TAP_REQUIRE(tw_auth_key_from_bytes(kb, 32, &kc) == 0, "kc");
-		tw_auth_mac(kf, "x", &t, mac);
-		ok(tw_auth_verify(kc, "x", &t, mac, 32), "the file's bytes are the key");
-		tw_auth_key_free(kc);
-		tw_auth_key_free(kf);
+		TAP_REQUIRE(tw__auth_key_from_bytes(kb, 32, &kc) == 0, "kc");
+		tw__auth_mac(kf, "x", &t, mac);
+		ok(tw__auth_verify(kc, "x", &t, mac, 32), "the file's bytes are the key");
+		tw__auth_key_free(kc);
+		tw__auth_key_free(kf);
 	} else {
 		tap_skip(1, "no key");
 	}
 	unlink(path);
 	put("open", kb, 32, 0640, path, sizeof(path));
-	rc = tw_auth_key_load(path, &kf, err, sizeof(err));
+	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == -EPERM && strstr(err, "chmod 600"), "a group-readable key file is refused: %s",
 	   err);
 	unlink(path);
 	put("short", kb, 16, 0600, path, sizeof(path));
-	rc = tw_auth_key_load(path, &kf, err, sizeof(err));
+	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == -EINVAL && strstr(err, "head -c 32 /dev/urandom"),
 	   "a 16-byte key file is refused: %s", err);
 	unlink(path);
 	memset(big, 1, sizeof(big));
 	put("big", big, sizeof(big), 0600, path, sizeof(path));
-	rc = tw_auth_key_load(path, &kf, err, sizeof(err));
+	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == -EINVAL, "a key file over %u bytes is refused: %s", TW_AUTH_KEY_MAX, err);
 	unlink(path);
-	rc = tw_auth_key_load(path, &kf, err, sizeof(err));
+	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == -ENOENT && strstr(err, path), "a missing key file: %s", err);
 	rmdir(dir);
-	tw_auth_key_free(k);
-	tw_auth_key_free(k2);
+	tw__auth_key_free(k);
+	tw__auth_key_free(k2);
 	return tap_exit();
 }

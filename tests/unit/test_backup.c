@@ -145,25 +145,25 @@ static void test_basic(void)
 	/* read grant of a flushed segment: loaded, then read back one-sided */
 	{
 		struct tw_rpc_read_grant g;
-		uint8_t *dst = tw_fab_alloc(BUF);
+		uint8_t *dst = tw__fab_alloc(BUF);
 		struct tw_mr *mr = NULL;
 
-		rc = tw_rpc_read_segment(c.rpc, 1, 10, 0, &g);
+		rc = tw__rpc_read_segment(c.rpc, 1, 10, 0, &g);
 		is_int(rc, 0, "read grant of the flushed segment");
 		ok(g.meta.offset == c.w.pos && g.meta.checksum == c.w.last_checksum,
 		   "grant meta: valid length and checksum");
-		TAP_REQUIRE(dst && tw_mr_reg(c.fab, dst, BUF, TW_MR_READ_DST, &mr) == 0, "dst");
+		TAP_REQUIRE(dst && tw__mr_reg(c.fab, dst, BUF, TW_MR_READ_DST, &mr) == 0, "dst");
 		if (rc == 0) {
 			rc = twc_read(&c, &g.rkey, 0, (size_t)g.meta.offset, dst, mr);
 			is_int(rc, 0, "one-sided read of the loaded segment");
 			ok(rc == 0 && memcmp(dst, c.seg, c.w.pos) == 0,
 			   "read-back bytes equal what the primary wrote");
 		}
-		tw_mr_close(mr);
-		is_int(tw_rpc_release_segment(c.rpc, 1, 10, 0), 0, "release the grant");
-		is_int(tw_rpc_release_segment(c.rpc, 1, 10, 0), -TW_ENOTFOUND,
+		tw__mr_close(mr);
+		is_int(tw__rpc_release_segment(c.rpc, 1, 10, 0), 0, "release the grant");
+		is_int(tw__rpc_release_segment(c.rpc, 1, 10, 0), -TW_ENOTFOUND,
 		       "second release: NOT_FOUND");
-		tw_fab_free(dst, BUF);
+		tw__fab_free(dst, BUF);
 	}
 
 	tw_backup_get_stats(bk, &bs);
@@ -191,22 +191,22 @@ static void test_admission_and_validation(void)
 	is_int(twc_open(&c, 20, 1, 1, 1, BUF), 0, "open 2");
 	rc = twc_open(&c, 20, 2, 1, 1, BUF);
 	is_int(rc, -TW_EREFUSED, "open beyond the unflushed limit: RESOURCE_EXHAUSTED");
-	ok(strstr(tw_rpc_client_errmsg(c.rpc), "unflushed limit") != NULL,
-	   "clear message: %s", tw_rpc_client_errmsg(c.rpc));
+	ok(strstr(tw__rpc_client_errmsg(c.rpc), "unflushed limit") != NULL,
+	   "clear message: %s", tw__rpc_client_errmsg(c.rpc));
 
 	/* malformed requests, each answered with the right status */
 	m = (struct tw_rpc_seg_meta){ 21, 0, 0, 0 };
-	is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, 0, &rk), -EINVAL, "open length 0: INVALID");
-	is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, BUF + 1, &rk), -EINVAL,
+	is_int(tw__rpc_open_segment(c.rpc, 1, &m, 1, 0, &rk), -EINVAL, "open length 0: INVALID");
+	is_int(tw__rpc_open_segment(c.rpc, 1, &m, 1, BUF + 1, &rk), -EINVAL,
 	       "open length > buffer size: INVALID");
 	m.offset = 100;
-	is_int(tw_rpc_open_segment(c.rpc, 1, &m, 1, 50, &rk), -EINVAL,
+	is_int(tw__rpc_open_segment(c.rpc, 1, &m, 1, 50, &rk), -EINVAL,
 	       "open offset past length: INVALID");
 	m = (struct tw_rpc_seg_meta){ 99, 0, 0, 0 };
-	is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -TW_ENOTFOUND,
+	is_int(tw__rpc_close_segment(c.rpc, 1, &m, 1, NULL), -TW_ENOTFOUND,
 	       "close of an unknown log: NOT_FOUND");
 	m = (struct tw_rpc_seg_meta){ 20, 0, 0, BUF + 1 };
-	is_int(tw_rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EINVAL,
+	is_int(tw__rpc_close_segment(c.rpc, 1, &m, 1, NULL), -EINVAL,
 	       "close offset past the buffer: INVALID");
 	is_int(twc_open(&c, 20, 0, 1, 0, BUF), -TW_ESTALE, "reopen with an older version: STALE");
 
@@ -235,19 +235,19 @@ static void test_admission_and_validation(void)
 		conn(&z);
 		is_int(twc_open(&z, 20, 1, 1, 1, BUF), 0, "zombie-to-be opens segment 1 (again)");
 		is_int(twc_write(&z, 2, 100, 5), 0, "and writes");
-		is_int(tw_rpc_fence(d.rpc, 20, 5, &e, NULL), 0, "fence log 20 to epoch 5");
+		is_int(tw__rpc_fence(d.rpc, 20, 5, &e, NULL), 0, "fence log 20 to epoch 5");
 		rc = twc_write(&z, 2, 100, 6);
 		ok(rc != 0, "the fenced primary's next write fails (%s)", tw_strerror(rc));
 		twc_close(&z);
 
-		is_int(tw_rpc_fence(d.rpc, 20, 5, &e, NULL), 0, "fence again, same epoch: OK");
+		is_int(tw__rpc_fence(d.rpc, 20, 5, &e, NULL), 0, "fence again, same epoch: OK");
 		is_int((long long)e, 5, "fence reply epoch");
-		is_int(tw_rpc_fence(d.rpc, 20, 4, &e, NULL), -TW_EFENCED, "fence to an older epoch: FENCED");
+		is_int(tw__rpc_fence(d.rpc, 20, 4, &e, NULL), -TW_EFENCED, "fence to an older epoch: FENCED");
 		m = (struct tw_rpc_seg_meta){ 20, 1, 0, 0 };
-		is_int(tw_rpc_close_segment(d.rpc, 4, &m, 1, NULL), -TW_EFENCED,
+		is_int(tw__rpc_close_segment(d.rpc, 4, &m, 1, NULL), -TW_EFENCED,
 		       "close with a stale epoch: FENCED");
-		is_int(tw_rpc_set_replica_version(d.rpc, 5, 20, 1, 2), 0, "set version 2");
-		is_int(tw_rpc_set_replica_version(d.rpc, 5, 20, 1, 1), -TW_ESTALE,
+		is_int(tw__rpc_set_replica_version(d.rpc, 5, 20, 1, 2), 0, "set version 2");
+		is_int(tw__rpc_set_replica_version(d.rpc, 5, 20, 1, 1), -TW_ESTALE,
 		       "set an older version: STALE");
 	}
 	/* the fenced primary's connection (c) was closed by the backup; d keeps working */
@@ -261,7 +261,7 @@ static void test_admission_and_validation(void)
 	{
 		uint64_t freed = 0;
 
-		is_int(tw_rpc_free_segments(d.rpc, 5, 20, 100, false, &freed), 0, "free log 20");
+		is_int(tw__rpc_free_segments(d.rpc, 5, 20, 100, false, &freed), 0, "free log 20");
 		is_int((long long)freed, 2, "two segments freed");
 	}
 	twc_close(&c);
@@ -280,8 +280,8 @@ static void test_pool_exhaustion(void)
 	is_int(twc_open(&c, 30, 1, 1, 1, BUF), 0, "open 2 of 2");
 	rc = twc_open(&c, 30, 2, 1, 1, BUF);
 	is_int(rc, -TW_EREFUSED, "open beyond the pool: RESOURCE_EXHAUSTED");
-	ok(strstr(tw_rpc_client_errmsg(c.rpc), "no free buffer") != NULL, "clear message: %s",
-	   tw_rpc_client_errmsg(c.rpc));
+	ok(strstr(tw__rpc_client_errmsg(c.rpc), "no free buffer") != NULL, "clear message: %s",
+	   tw__rpc_client_errmsg(c.rpc));
 
 	/* a peer sending garbage loses its own connection only */
 	rc = twc_connect(&bad, prov, tw_backup_listen_addr(bk));
@@ -290,9 +290,9 @@ static void test_pool_exhaustion(void)
 		char junk[64];
 
 		memset(junk, 0xab, sizeof(junk));
-		tw_chan_send(bad.ch, junk, sizeof(junk));
+		tw__chan_send(bad.ch, junk, sizeof(junk));
 		for (int i = 0; i < 500 && !bad.lost; i++)
-			tw_fab_progress(bad.fab, 10);
+			tw__fab_progress(bad.fab, 10);
 		ok(bad.lost, "garbage frame: that connection is closed by the backup");
 	}
 	twc_close(&bad);
@@ -329,7 +329,7 @@ static void test_pool_growth(void)
 		c.chain_seed = 0x5e0 + i;
 		TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg init");
 		rc = twc_open(&c, 51, i, 1, 1, BUF);
-		is_int(rc, 0, "open %u of 5 (%s)", i + 1, rc ? tw_rpc_client_errmsg(c.rpc) : "");
+		is_int(rc, 0, "open %u of 5 (%s)", i + 1, rc ? tw__rpc_client_errmsg(c.rpc) : "");
 		for (unsigned k = 0; k < 20 && rc == 0; k++)
 			if (twc_write(&c, 2, 300, i * 100 + k) != 0) {
 				ok(0, "write %u to segment %u", k, i);
@@ -347,9 +347,9 @@ static void test_pool_growth(void)
 
 	rc = twc_open(&c, 51, 5, 1, 1, BUF);
 	is_int(rc, -TW_EREFUSED, "open beyond the cap: RESOURCE_EXHAUSTED");
-	ok(strstr(tw_rpc_client_errmsg(c.rpc), "no free buffer") &&
-	   strstr(tw_rpc_client_errmsg(c.rpc), "--max-buffers 5"),
-	   "the refusal names the limit and the flag: %s", tw_rpc_client_errmsg(c.rpc));
+	ok(strstr(tw__rpc_client_errmsg(c.rpc), "no free buffer") &&
+	   strstr(tw__rpc_client_errmsg(c.rpc), "--max-buffers 5"),
+	   "the refusal names the limit and the flag: %s", tw__rpc_client_errmsg(c.rpc));
 	{
 		/* A primary refused by its only backup: -TW_ENOBACKUP quotes the backup's reason. */
 		struct tw_primary_config pc;
@@ -400,7 +400,7 @@ static void test_pool_growth(void)
 		TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg init");
 		rc = twc_open(&c, 51, i, 1, 1, BUF);
 		if (rc) {
-			ok(0, "reopen %u: %s", i, tw_rpc_client_errmsg(c.rpc));
+			ok(0, "reopen %u: %s", i, tw__rpc_client_errmsg(c.rpc));
 			break;
 		}
 		TAP_REQUIRE(twc_write(&c, 3, 200, i) == 0, "write");
@@ -434,7 +434,7 @@ static void test_battery_and_restart(void)
 	{
 		uint64_t e;
 
-		is_int(tw_rpc_fence(c.rpc, 0x99, 7, &e, NULL), 0, "fence log 0x99 (no segments here) to 7");
+		is_int(tw__rpc_fence(c.rpc, 0x99, 7, &e, NULL), 0, "fence log 0x99 (no segments here) to 7");
 	}
 	twc_close(&c);
 	stop(true); /* battery: flush the open buffer too */
@@ -480,12 +480,12 @@ static void test_battery_and_restart(void)
 	{
 		struct tw_rpc_read_grant g;
 
-		is_int(tw_rpc_read_segment(c.rpc, 3, 0x40, 1, &g), 0,
+		is_int(tw__rpc_read_segment(c.rpc, 3, 0x40, 1, &g), 0,
 		       "read grant of the battery-flushed segment (loaded from disk)");
 		ok(g.meta.offset == open_len, "grant length = scanned length");
-		is_int(tw_rpc_read_segment(c.rpc, 3, 0x41, 0, &g), -TW_ECORRUPT,
+		is_int(tw__rpc_read_segment(c.rpc, 3, 0x41, 0, &g), -TW_ECORRUPT,
 		       "read grant of the corrupt file: CORRUPT");
-		is_int(tw_rpc_read_segment(c.rpc, 2, 0x40, 1, &g), -TW_EFENCED,
+		is_int(tw__rpc_read_segment(c.rpc, 2, 0x40, 1, &g), -TW_EFENCED,
 		       "epoch restored from the files: older epoch FENCED");
 	}
 	{
@@ -493,10 +493,10 @@ static void test_battery_and_restart(void)
 		struct tw_rpc_seg_meta m = { 0x99, 0, 0, 0 };
 		struct tw_rkey rk;
 
-		is_int(tw_rpc_fence(c.rpc, 0x99, 6, &e, NULL), -TW_EFENCED,
+		is_int(tw__rpc_fence(c.rpc, 0x99, 6, &e, NULL), -TW_EFENCED,
 		       "fence survived the restart: an older fence is refused");
 		is_int((long long)e, 7, "epoch 7 restored from the epoch file");
-		is_int(tw_rpc_open_segment(c.rpc, 6, &m, 1, BUF, &rk), -TW_EFENCED,
+		is_int(tw__rpc_open_segment(c.rpc, 6, &m, 1, BUF, &rk), -TW_EFENCED,
 		       "an open with the old epoch is FENCED after the restart");
 	}
 	twc_close(&c);
@@ -520,7 +520,7 @@ static void test_flush_failure(void)
 	struct twc_info li[4];
 	int rc, n;
 
-	segfile_set_hook(failing_disk, NULL);
+	tw__segfile_set_hook(failing_disk, NULL);
 	start(4, 2);
 	conn(&c);
 	TAP_REQUIRE(twc_open(&c, 50, 0, 1, 1, BUF) == 0, "open");
@@ -556,7 +556,7 @@ static void test_flush_failure(void)
 	       "closed buffer flushed; the open one stays open in memory");
 	tw_backup_close(bk);
 	bk = NULL;
-	segfile_set_hook(NULL, NULL);
+	tw__segfile_set_hook(NULL, NULL);
 	{
 		char path[512];
 		struct stat st;
@@ -594,7 +594,7 @@ static void test_direct_refused(void)
 	int n = 0;
 
 	atomic_store(&direct_lines, 0);
-	segfile_set_hook(refuse_direct, NULL);
+	tw__segfile_set_hook(refuse_direct, NULL);
 	start(4, 0);
 	conn(&c);
 	for (uint64_t seg = 0; seg < 3; seg++) {
@@ -618,7 +618,7 @@ static void test_direct_refused(void)
 	   "O_DIRECT refused: the three closed segments are flushed anyway");
 	twc_close(&c);
 	stop(false);
-	segfile_set_hook(NULL, NULL);
+	tw__segfile_set_hook(NULL, NULL);
 	is_int(atomic_load(&direct_lines), 1, "one log line about O_DIRECT for three files");
 	{
 		char name[SEGFILE_NAME_MAX];
@@ -627,8 +627,8 @@ static void test_direct_refused(void)
 		int bad = 0;
 
 		for (uint64_t seg = 0; seg < 3; seg++) {
-			segfile_name(0x61, seg, name, sizeof(name));
-			if (segfile_verify(dfd, name, &h) != 0 || h.entries != 3)
+			tw__segfile_name(0x61, seg, name, sizeof(name));
+			if (tw__segfile_verify(dfd, name, &h) != 0 || h.entries != 3)
 				bad++;
 		}
 		close(dfd);
@@ -648,7 +648,7 @@ static int remove_hook(void *arg, const char *step)
 
 static void test_delete_survives_compaction(void)
 {
-	uint32_t old_cap = bk__meta_cap;
+	uint32_t old_cap = tw__bk_meta_cap;
 	uint64_t got = 0, owner = 0, freed = 0;
 	struct twc_info li[4];
 	struct twc c;
@@ -663,7 +663,7 @@ static void test_delete_survives_compaction(void)
 	TAP_REQUIRE(strlen(saved) + 10 < sizeof(dir), "dir name");
 	snprintf(dir, sizeof(dir), "%s/compact", saved);
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
-	bk__meta_cap = 32; /* records: compaction after a few dozen fences */
+	tw__bk_meta_cap = 32; /* records: compaction after a few dozen fences */
 	snprintf(path, sizeof(path), "%s/000000000000005a-0000000000000000.twseg", dir);
 	start(4, 2);
 	conn(&c);
@@ -677,18 +677,18 @@ static void test_delete_survives_compaction(void)
 	}
 	TAP_REQUIRE(stat(path, &st) == 0, "segment 0 of log 90 flushed to %s", path);
 	atomic_store(&fail_remove, 1);
-	segfile_set_hook(remove_hook, NULL);
-	TAP_REQUIRE(tw_rpc_fence(c.rpc, 90, 2, &got, &owner) == 0, "fence log 90 at epoch 2");
-	is_int(tw_rpc_free_segments(c.rpc, 2, 90, 0, true, &freed), 0,
+	tw__segfile_set_hook(remove_hook, NULL);
+	TAP_REQUIRE(tw__rpc_fence(c.rpc, 90, 2, &got, &owner) == 0, "fence log 90 at epoch 2");
+	is_int(tw__rpc_free_segments(c.rpc, 2, 90, 0, true, &freed), 0,
 	       "delete log 90 (its file removal fails)");
 	for (uint64_t log = 1000; log < 1000 + 2 * 32; log++)
-		TAP_REQUIRE(tw_rpc_fence(c.rpc, log, 1, &got, &owner) == 0, "fence %llu",
+		TAP_REQUIRE(tw__rpc_fence(c.rpc, log, 1, &got, &owner) == 0, "fence %llu",
 			    (unsigned long long)log);
 	ok(stat(path, &st) == 0, "after 64 more journal records (a compaction), the file of the "
 	   "deleted log is still there");
 	twc_close(&c);
 	stop(false);
-	segfile_set_hook(NULL, NULL);
+	tw__segfile_set_hook(NULL, NULL);
 	atomic_store(&fail_remove, 0);
 	start(4, 2);
 	conn(&c);
@@ -697,7 +697,7 @@ static void test_delete_survives_compaction(void)
 	ok(stat(path, &st) != 0 && errno == ENOENT, "and its file was removed at the restart");
 	twc_close(&c);
 	stop(false);
-	bk__meta_cap = old_cap;
+	tw__bk_meta_cap = old_cap;
 	memcpy(dir, saved, sizeof(dir));
 }
 

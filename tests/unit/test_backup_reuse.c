@@ -3,7 +3,7 @@
  * segments of several logs, each use ending in a torn write (docs/log-format.md §7, "Reuse
  * without zeroing"). End to end: an in-process backup (tw_backup over the "mem" fabric) with a
  * pool of ONE buffer, a client writing with one-sided writes (tests/lib/twd_client.c), torn
- * writes injected with tw_mem_inject, then the backup's listing (its seeded scan of the open
+ * writes injected with tw__mem_inject, then the backup's listing (its seeded scan of the open
  * buffer), tw_recover() (read grant, one-sided reads, verification with the listed seed,
  * RecoveredOffset closing the copy, flush to a version-4 segment file) and tw_log_delete(), which
  * hands the buffer back for the next use as it is.
@@ -150,7 +150,7 @@ static int open_retry(struct twc *c, uint64_t log_id, uint64_t seg, uint64_t *ep
 			(*ep)++;
 			continue;
 		}
-		rc = tw_fab_progress(c->fab, 1); /* up to 1 ms: the flusher frees the buffer */
+		rc = tw__fab_progress(c->fab, 1); /* up to 1 ms: the flusher frees the buffer */
 		if (rc < 0)
 			return rc;
 	}
@@ -215,7 +215,7 @@ int main(void)
 		rc = open_retry(&c, log_id, seg, &epoch[li]);
 		TAP_REQUIRE(rc == 0, "use %u: open log %" PRIx64 " segment %" PRIu64 " epoch %"
 			    PRIu64 ": %s (%s)", u, log_id, seg, epoch[li], tw_strerror(rc),
-			    tw_rpc_client_errmsg(c.rpc));
+			    tw__rpc_client_errmsg(c.rpc));
 		buf_zeroed = false;
 
 		/* Whole writes, then the torn one (the channel is lost with it). */
@@ -238,7 +238,7 @@ int main(void)
 					f.kind = TW_MEM_FAULT_CHUNKS;
 					f.chunk_mask = rnd() & all & ~(1ull << (rnd() % chunks));
 				}
-				TAP_REQUIRE(tw_mem_inject(c.ch, &f) == 0, "inject");
+				TAP_REQUIRE(tw__mem_inject(c.ch, &f) == 0, "inject");
 			}
 			rc = twc_write(&c, cur->n[w], cur->len[w], cur->pseed[w]);
 			wlen = c.w.pos - off;

@@ -100,7 +100,7 @@ static void *client_main(void *arg)
 		if (s % 5 == 4) {
 			uint64_t freed;
 
-			rc = tw_rpc_free_segments(c.rpc, 1, log, s - 2, false, &freed);
+			rc = tw__rpc_free_segments(c.rpc, 1, log, s - 2, false, &freed);
 			if (rc)
 				w->failures++;
 			else
@@ -109,9 +109,9 @@ static void *client_main(void *arg)
 		if (s % 3 == 1) {
 			struct tw_rpc_read_grant g;
 
-			rc = tw_rpc_read_segment(c.rpc, 1, log, s, &g);
+			rc = tw__rpc_read_segment(c.rpc, 1, log, s, &g);
 			if (rc == 0)
-				tw_rpc_release_segment(c.rpc, 1, log, s);
+				tw__rpc_release_segment(c.rpc, 1, log, s);
 			else if (rc != -TW_EREFUSED)
 				w->failures++;
 		}

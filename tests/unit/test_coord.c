@@ -16,11 +16,11 @@
 #include "coord/coord.h"
 #include "tap.h"
 
-static void url_ok(const char *url, enum tw_coord_kind kind, const char *hosts, const char *root)
+static void url_ok(const char *url, enum tw__coord_kind kind, const char *hosts, const char *root)
 {
 	struct tw_coord_url u;
 	char err[512] = "";
-	int rc = tw_coord_url_parse(url, &u, err, sizeof(err));
+	int rc = tw__coord_url_parse(url, &u, err, sizeof(err));
 
 	is_int(rc, 0, "url \"%s\" parses%s%s", url, err[0] ? ": " : "", err);
 	is_int(u.kind, kind, "url \"%s\": kind", url);
@@ -32,7 +32,7 @@ static void url_bad(const char *url, const char *says)
 {
 	struct tw_coord_url u;
 	char err[512] = "";
-	int rc = tw_coord_url_parse(url, &u, err, sizeof(err));
+	int rc = tw__coord_url_parse(url, &u, err, sizeof(err));
 
 	is_int(rc, -EINVAL, "url \"%s\" refused", url);
 	ok(strstr(err, says) && strstr(err, "expected zk://"), "url \"%s\": message \"%s\" says "
@@ -81,7 +81,7 @@ static void dec_bad(const char *node, const char *says)
 {
 	struct tw_coord_backup o;
 	char err[256] = "";
-	int rc = tw_coord_backup_decode(node, strlen(node), &o, err, sizeof(err));
+	int rc = tw__coord_backup_decode(node, strlen(node), &o, err, sizeof(err));
 
 	is_int(rc, -EINVAL, "malformed node refused (%s)", says);
 	ok(strstr(err, says) != NULL, "message \"%s\" says \"%s\"", err, says);
@@ -91,25 +91,25 @@ static void encoding(void)
 {
 	struct tw_coord_backup b = mk("127.0.0.1:40001", "rack-1", 17), o;
 	char buf[1024], err[256] = "";
-	int n = tw_coord_backup_encode(&b, buf, sizeof(buf));
+	int n = tw__coord_backup_encode(&b, buf, sizeof(buf));
 
 	ok(n > 0, "encode: %d bytes", n);
-	is_int(tw_coord_backup_decode(buf, (size_t)n, &o, err, sizeof(err)), 0, "decode: %s", err);
+	is_int(tw__coord_backup_decode(buf, (size_t)n, &o, err, sizeof(err)), 0, "decode: %s", err);
 	ok(!strcmp(o.addr, b.addr) && !strcmp(o.provider, "tcp") && !strcmp(o.zone, "rack-1") &&
 	   o.buffers == 64 && o.free_buffers == 17 && o.buffer_size == (8u << 20),
 	   "round trip keeps every field");
 	/* shm addresses hold '/' and ':' */
 	b = mk("fi_shm://1234:0:7", "", 3);
-	n = tw_coord_backup_encode(&b, buf, sizeof(buf));
-	ok(n > 0 && tw_coord_backup_decode(buf, (size_t)n, &o, err, sizeof(err)) == 0 &&
+	n = tw__coord_backup_encode(&b, buf, sizeof(buf));
+	ok(n > 0 && tw__coord_backup_decode(buf, (size_t)n, &o, err, sizeof(err)) == 0 &&
 	   !strcmp(o.addr, "fi_shm://1234:0:7") && o.zone[0] == '\0', "shm address, no zone");
-	is_int(tw_coord_backup_encode(&b, buf, 20), -ENOSPC, "encode into a short buffer: ENOSPC");
+	is_int(tw__coord_backup_encode(&b, buf, 20), -ENOSPC, "encode into a short buffer: ENOSPC");
 	b = mk("a\nfree=1", "", 1);
-	is_int(tw_coord_backup_encode(&b, buf, sizeof(buf)), -EINVAL, "a newline in a field: EINVAL");
+	is_int(tw__coord_backup_encode(&b, buf, sizeof(buf)), -EINVAL, "a newline in a field: EINVAL");
 	b = mk("x:1", "z=1", 1);
-	is_int(tw_coord_backup_encode(&b, buf, sizeof(buf)), -EINVAL, "'=' in the zone: EINVAL");
+	is_int(tw__coord_backup_encode(&b, buf, sizeof(buf)), -EINVAL, "'=' in the zone: EINVAL");
 	/* Unknown keys are ignored (a newer twd), unknown version is not. */
-	ok(tw_coord_backup_decode("tailwind-backup 1\naddr=x:1\nprovider=tcp\nfree=2\nnew=3\n", 53,
+	ok(tw__coord_backup_decode("tailwind-backup 1\naddr=x:1\nprovider=tcp\nfree=2\nnew=3\n", 53,
 				  &o, err, sizeof(err)) == 0 && o.free_buffers == 2,
 	   "an unknown key is ignored");
 	dec_bad("tailwind-backup 2\naddr=x:1\nprovider=tcp\nfree=1\n", "does not start with");
@@ -126,7 +126,7 @@ static void encoding(void)
 		snprintf(big, sizeof(big), "tailwind-backup 1\nzone=%0200d\n", 0);
 		dec_bad(big, "zone too long");
 	}
-	ok(tw_coord_backup_decode(NULL, 0, &o, err, sizeof(err)) == -EINVAL, "empty node refused");
+	ok(tw__coord_backup_decode(NULL, 0, &o, err, sizeof(err)) == -EINVAL, "empty node refused");
 }
 
 static void names(void)
@@ -134,11 +134,11 @@ static void names(void)
 	struct tw_coord_backup a = mk("127.0.0.1:1", "", 0), b = mk("127.0.0.1:2", "", 0);
 	char na[64], nb[64], na2[64];
 
-	tw_coord_backup_node_name(&a, na, sizeof(na));
-	tw_coord_backup_node_name(&b, nb, sizeof(nb));
+	tw__coord_backup_node_name(&a, na, sizeof(na));
+	tw__coord_backup_node_name(&b, nb, sizeof(nb));
 	a.free_buffers = 9;
 	snprintf(a.zone, sizeof(a.zone), "z");
-	tw_coord_backup_node_name(&a, na2, sizeof(na2));
+	tw__coord_backup_node_name(&a, na2, sizeof(na2));
 	ok(strlen(na) == 18 && !strncmp(na, "b-", 2), "node name b-<16 hex>: %s", na);
 	ok(strcmp(na, nb) != 0, "different addresses, different names");
 	ok(!strcmp(na, na2), "the name depends on provider and address only");
@@ -153,7 +153,7 @@ static void order(void)
 	};
 	size_t n = 5;
 
-	tw_coord_backup_sort(v, n);
+	tw__coord_backup_sort(v, n);
 	ok(!strcmp(v[0].addr, "h:5") && !strcmp(v[1].addr, "h:2") && !strcmp(v[2].addr, "h:4") &&
 	   !strcmp(v[3].addr, "h:1") && !strcmp(v[4].addr, "h:3"),
 	   "zones interleaved, most free zone (C, 30) first, most free inside a zone first: "
@@ -162,7 +162,7 @@ static void order(void)
 	ok(strcmp(v[0].zone, v[1].zone) && strcmp(v[1].zone, v[2].zone) &&
 	   strcmp(v[0].zone, v[2].zone), "the first three are in three zones");
 	v[0] = mk("h:9", "", 1);
-	tw_coord_backup_sort(v, 1);
+	tw__coord_backup_sort(v, 1);
 	ok(!strcmp(v[0].addr, "h:9"), "one entry: unchanged");
 }
 
@@ -175,24 +175,24 @@ static void static_phase2(void)
 	bool waited = true;
 	char err[256];
 
-	TAP_REQUIRE(tw_coord_open("static:h1:1,h2:2", 0, &c, err, sizeof(err)) == 0, "static");
-	is_int(tw_coord_wait_owner_gone(c, 7, 1000, NULL, NULL, &waited, &gone), 0,
+	TAP_REQUIRE(tw__coord_open("static:h1:1,h2:2", 0, &c, err, sizeof(err)) == 0, "static");
+	is_int(tw__coord_wait_owner_gone(c, 7, 1000, NULL, NULL, &waited, &gone), 0,
 	       "static: no owner to wait for (returns at once)");
 	ok(!waited && gone == 0, "static: nothing was awaited");
 	memset(&b, 0, sizeof(b));
 	snprintf(b.addr, sizeof(b.addr), "h1:1");
 	snprintf(b.provider, sizeof(b.provider), "tcp");
-	is_int(tw_coord_log_add_backup(c, 7, &b), 0, "static: recording a backup is a no-op");
-	is_int(tw_coord_log_backups(c, 7, &v, &n), -ENOTSUP, "static: no record (%s)",
-	       tw_coord_errmsg(c));
+	is_int(tw__coord_log_add_backup(c, 7, &b), 0, "static: recording a backup is a no-op");
+	is_int(tw__coord_log_backups(c, 7, &v, &n), -ENOTSUP, "static: no record (%s)",
+	       tw__coord_errmsg(c));
 	ok(!v && n == 0, "static: an empty answer");
-	is_int(tw_coord_list_logs(c, &ids, &n), -ENOTSUP, "static: no log list");
-	is_int(tw_coord_watch_backups(c, &v, &n), 0, "static: the list through the watch call");
+	is_int(tw__coord_list_logs(c, &ids, &n), -ENOTSUP, "static: no log list");
+	is_int(tw__coord_watch_backups(c, &v, &n), 0, "static: the list through the watch call");
 	is_int(n, 2, "static: its two addresses");
 	free(v);
-	ok(!tw_coord_backups_changed(c) && !tw_coord_wait_backups_changed(c, 10),
+	ok(!tw__coord_backups_changed(c) && !tw__coord_wait_backups_changed(c, 10),
 	   "static: the list never changes");
-	tw_coord_close(c);
+	tw__coord_close(c);
 }
 
 static void standby_refusals(void)

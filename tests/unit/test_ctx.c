@@ -222,9 +222,9 @@ int main(void)
 
 		/* The channel is the context's: no lock of either log protects it, so stop the
 		 * context's thread for the injection. */
-		ctx_drive_enter(ctx);
-		tw_mem_inject(pa->bk[pa->cur->rep[1]].c->ch, &f);
-		ctx_drive_leave(ctx);
+		tw__ctx_drive_enter(ctx);
+		tw__mem_inject(pa->bk[pa->cur->rep[1]].c->ch, &f);
+		tw__ctx_drive_leave(ctx);
 	}
 	for (uint64_t i = 1500; i < 3000; i += 100) {
 		TAP_REQUIRE(append_range(pa, 400, i, i + 100, &aa) == 0, "append A");

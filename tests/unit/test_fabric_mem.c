@@ -75,21 +75,21 @@ static void open_side(struct side *s, unsigned op_timeout_ms)
 	struct tw_fab_events ev = {.arg = s, .on_accept = on_accept, .on_recv = on_recv, .on_lost = on_lost};
 
 	memset(s, 0, sizeof(*s));
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.op_timeout_ms = op_timeout_ms;
 	if (use_clock) {
 		cfg.clock_ns = vclock_read;
 		cfg.clock_arg = use_clock;
 	}
-	TAP_REQUIRE(tw_fab_open(&cfg, &ev, &s->fab) == 0, "open mem");
+	TAP_REQUIRE(tw__fab_open(&cfg, &ev, &s->fab) == 0, "open mem");
 }
 
 static void pump(int rounds)
 {
 	for (int i = 0; i < rounds; i++) {
-		tw_fab_progress(A.fab, 0);
-		tw_fab_progress(B.fab, 0);
+		tw__fab_progress(A.fab, 0);
+		tw__fab_progress(B.fab, 0);
 	}
 }
 
@@ -99,9 +99,9 @@ static bool pump_until(const int *flag)
 	uint64_t end = tw_now_ns() + 2000000000ull;
 	while (!*flag && tw_now_ns() < end) {
 		if (A.fab)
-			tw_fab_progress(A.fab, 1);
+			tw__fab_progress(A.fab, 1);
 		if (B.fab)
-			tw_fab_progress(B.fab, 1);
+			tw__fab_progress(B.fab, 1);
 	}
 	return *flag != 0;
 }
@@ -122,27 +122,27 @@ static void setup(struct conn *c, unsigned op_timeout_ms)
 
 	open_side(&A, op_timeout_ms);
 	open_side(&B, op_timeout_ms);
-	TAP_REQUIRE(tw_fab_listen(A.fab, addr, sizeof(addr)) == 0, "listen");
-	TAP_REQUIRE(tw_fab_connect(B.fab, addr, &c->b2a) == 0, "connect");
+	TAP_REQUIRE(tw__fab_listen(A.fab, addr, sizeof(addr)) == 0, "listen");
+	TAP_REQUIRE(tw__fab_connect(B.fab, addr, &c->b2a) == 0, "connect");
 	TAP_REQUIRE(pump_until(&A.accepts), "accept");
 	c->a2b = A.accepted;
 	c->len = 1 << 20;
-	c->buf = tw_fab_alloc(c->len);
-	c->src = tw_fab_alloc(c->len);
+	c->buf = tw__fab_alloc(c->len);
+	c->src = tw__fab_alloc(c->len);
 	TAP_REQUIRE(c->buf && c->src, "alloc");
-	TAP_REQUIRE(tw_mr_reg(A.fab, c->buf, c->len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &c->mr_a) == 0,
+	TAP_REQUIRE(tw__mr_reg(A.fab, c->buf, c->len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &c->mr_a) == 0,
 		    "reg a");
-	TAP_REQUIRE(tw_mr_reg(B.fab, c->src, c->len, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr_b) == 0,
+	TAP_REQUIRE(tw__mr_reg(B.fab, c->src, c->len, TW_MR_WRITE_SRC | TW_MR_READ_DST, &c->mr_b) == 0,
 		    "reg b");
-	tw_mr_rkey(c->mr_a, &c->rk);
+	tw__mr_rkey(c->mr_a, &c->rk);
 }
 
 static void teardown(struct conn *c)
 {
-	tw_fab_close(B.fab);
-	tw_fab_close(A.fab);
-	tw_fab_free(c->buf, c->len);
-	tw_fab_free(c->src, c->len);
+	tw__fab_close(B.fab);
+	tw__fab_close(A.fab);
+	tw__fab_free(c->buf, c->len);
+	tw__fab_free(c->src, c->len);
 }
 
 static void fill(void *p, size_t len, unsigned seed)
@@ -161,13 +161,13 @@ static void test_basic(void)
 
 	setup(&c, 10000);
 	ok(A.accepts == 1 && c.a2b != NULL, "on_accept once");
-	ok(!strcmp(tw_fab_provider(A.fab), "mem") && !tw_fab_is_rdm(A.fab), "provider mem");
+	ok(!strcmp(tw__fab_provider(A.fab), "mem") && !tw__fab_is_rdm(A.fab), "provider mem");
 	ok(c.rk.len == c.len && c.rk.key != 0, "rkey len and key");
 	ok(((uintptr_t)c.buf & 4095) == 0 && ((unsigned char *)c.buf)[c.len - 1] == 0, "alloc aligned, zeroed");
 
 	fill(c.src, 4096, 3);
 	op_init(&w);
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, 8192), 0, "write posted");
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, 8192), 0, "write posted");
 	ok(pump_until(&w.calls), "write completed");
 	is_int(w.status, 0, "write status 0");
 	ok(!memcmp((char *)c.buf + 8192, c.src, 4096), "write landed at offset");
@@ -175,7 +175,7 @@ static void test_basic(void)
 
 	op_init(&r);
 	memset(c.src, 0, 4096);
-	is_int(tw_chan_read(c.b2a, &r.op, (char *)c.src + 65536, 4096, c.mr_b, &c.rk, 8192), 0, "read posted");
+	is_int(tw__chan_read(c.b2a, &r.op, (char *)c.src + 65536, 4096, c.mr_b, &c.rk, 8192), 0, "read posted");
 	ok(pump_until(&r.calls) && r.status == 0, "read completed");
 	fill(errbuf, 0, 0);
 	{
@@ -185,17 +185,17 @@ static void test_basic(void)
 	}
 
 	/* control messages both ways */
-	is_int(tw_chan_send(c.b2a, "hello", 6), 0, "send b->a");
+	is_int(tw__chan_send(c.b2a, "hello", 6), 0, "send b->a");
 	ok(pump_until(&A.recvs) && A.last_len == 6 && !strcmp(A.last_msg, "hello"), "a got hello");
-	is_int(tw_chan_send(c.a2b, "world!", 7), 0, "send a->b");
+	is_int(tw__chan_send(c.a2b, "world!", 7), 0, "send a->b");
 	ok(pump_until(&B.recvs) && !strcmp(B.last_msg, "world!"), "b got world!");
-	is_int(tw_chan_send(c.b2a, "x", 65537), -EMSGSIZE, "oversized send refused");
+	is_int(tw__chan_send(c.b2a, "x", 65537), -EMSGSIZE, "oversized send refused");
 
 	/* local range checks, caught before anything is posted */
 	op_init(&w);
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, c.len - 100), -ERANGE,
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, c.len - 100), -ERANGE,
 	       "past the remote end: -ERANGE locally");
-	is_int(tw_chan_write(c.b2a, &w.op, (char *)c.src + c.len - 10, 4096, c.mr_b, &c.rk, 0), -ERANGE,
+	is_int(tw__chan_write(c.b2a, &w.op, (char *)c.src + c.len - 10, 4096, c.mr_b, &c.rk, 0), -ERANGE,
 	       "source outside its MR: -ERANGE");
 	pump(4);
 	is_int(w.calls, 0, "no callback for refused ops");
@@ -204,29 +204,29 @@ static void test_basic(void)
 	struct tw_rkey forged = c.rk;
 	forged.len = c.len * 2;
 	op_init(&w);
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &forged, c.len - 100), 0, "forged len posted");
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &forged, c.len - 100), 0, "forged len posted");
 	ok(pump_until(&w.calls) && w.status == -ERANGE, "remote range check: -ERANGE (%d)", w.status);
 	struct tw_rkey badkey = c.rk;
 	badkey.key ^= 0x5a5a;
 	op_init(&w);
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &badkey, 0), 0, "bad key posted");
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &badkey, 0), 0, "bad key posted");
 	ok(pump_until(&w.calls) && w.status == -EACCES, "bad key: -EACCES (%d)", w.status);
-	ok(!tw_chan_is_lost(c.b2a), "channel survives remote errors on mem");
+	ok(!tw__chan_is_lost(c.b2a), "channel survives remote errors on mem");
 
 	/* a closed MR: its key no longer works */
 	struct tw_mr *tmp;
 	struct tw_rkey tk;
-	TAP_REQUIRE(tw_mr_reg(A.fab, c.buf, 4096, TW_MR_REMOTE_WRITE, &tmp) == 0, "reg tmp");
-	tw_mr_rkey(tmp, &tk);
+	TAP_REQUIRE(tw__mr_reg(A.fab, c.buf, 4096, TW_MR_REMOTE_WRITE, &tmp) == 0, "reg tmp");
+	tw__mr_rkey(tmp, &tk);
 	ok(tk.key != c.rk.key, "keys differ per registration");
-	tw_mr_close(tmp);
+	tw__mr_close(tmp);
 	op_init(&w);
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &tk, 0), 0, "write to closed MR posted");
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &tk, 0), 0, "write to closed MR posted");
 	ok(pump_until(&w.calls) && w.status == -EACCES, "closed MR: -EACCES");
 
-	tw_fab_get_stats(B.fab, &st);
+	tw__fab_get_stats(B.fab, &st);
 	ok(st.writes == 1 && st.write_bytes == 4096 && st.reads == 1 && st.sends == 1, "stats on B");
-	tw_fab_get_stats(A.fab, &st);
+	tw__fab_get_stats(A.fab, &st);
 	ok(st.recvs == 1 && st.recv_bytes == 6, "stats on A");
 	teardown(&c);
 }
@@ -243,18 +243,18 @@ static void test_faults(void)
 	memset(&f, 0, sizeof(f));
 	f.kind = TW_MEM_FAULT_PREFIX;
 	f.prefix = 100;
-	is_int(tw_mem_inject(c.b2a, &f), 0, "inject prefix");
+	is_int(tw__mem_inject(c.b2a, &f), 0, "inject prefix");
 	op_init(&w);
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 1000, c.mr_b, &c.rk, 0), 0, "prefix write posted");
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 1000, c.mr_b, &c.rk, 0), 0, "prefix write posted");
 	ok(pump_until(&w.calls) && w.status < 0, "prefix write fails (%d)", w.status);
 	is_int(w.calls, 1, "exactly once");
 	ok(!memcmp(c.buf, c.src, 100) && ((unsigned char *)c.buf)[100] == 0, "only the prefix landed");
 	ok(pump_until(&A.lost) && B.lost == 1, "both sides lost");
-	ok(tw_chan_is_lost(c.b2a), "is_lost");
+	ok(tw__chan_is_lost(c.b2a), "is_lost");
 	op_init(&w);
-	ok(tw_chan_write(c.b2a, &w.op, c.src, 10, c.mr_b, &c.rk, 0) < 0, "new ops fail after loss");
-	tw_chan_close(c.b2a);
-	tw_chan_close(c.a2b);
+	ok(tw__chan_write(c.b2a, &w.op, c.src, 10, c.mr_b, &c.rk, 0) < 0, "new ops fail after loss");
+	tw__chan_close(c.b2a);
+	tw__chan_close(c.a2b);
 	teardown(&c);
 
 	/* CHUNKS */
@@ -263,9 +263,9 @@ static void test_faults(void)
 	memset(&f, 0, sizeof(f));
 	f.kind = TW_MEM_FAULT_CHUNKS;
 	f.chunk_mask = (1u << 0) | (1u << 3) | (1u << 9);
-	tw_mem_inject(c.b2a, &f);
+	tw__mem_inject(c.b2a, &f);
 	op_init(&w);
-	tw_chan_write(c.b2a, &w.op, c.src, 640, c.mr_b, &c.rk, 0);
+	tw__chan_write(c.b2a, &w.op, c.src, 640, c.mr_b, &c.rk, 0);
 	ok(pump_until(&w.calls) && w.status < 0, "chunks write fails");
 	bool good = true;
 	for (int i = 0; i < 10; i++) {
@@ -282,32 +282,32 @@ static void test_faults(void)
 	/* FAIL */
 	setup(&c, 10000);
 	f.kind = TW_MEM_FAULT_FAIL;
-	tw_mem_inject(c.b2a, &f);
+	tw__mem_inject(c.b2a, &f);
 	fill(c.src, 64, 5);
 	op_init(&w);
-	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
 	ok(pump_until(&w.calls) && w.status == -EIO, "fail: -EIO");
 	ok(((unsigned char *)c.buf)[0] == 0 && ((unsigned char *)c.buf)[63] == 0, "fail: nothing landed");
-	ok(!tw_chan_is_lost(c.b2a), "fail: channel stays");
+	ok(!tw__chan_is_lost(c.b2a), "fail: channel stays");
 	op_init(&w);
-	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
 	ok(pump_until(&w.calls) && w.status == 0, "fault was one-shot");
 	teardown(&c);
 
 	/* DROP: no completion until the op timeout, then the channel is lost, ops fail once */
 	setup(&c, 200);
 	f.kind = TW_MEM_FAULT_DROP;
-	tw_mem_inject(c.b2a, &f);
+	tw__mem_inject(c.b2a, &f);
 	struct opres w2, w3;
 	op_init(&w);
 	op_init(&w2);
 	op_init(&w3);
-	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
-	tw_chan_write(c.b2a, &w2.op, c.src, 64, c.mr_b, &c.rk, 64);
+	tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_write(c.b2a, &w2.op, c.src, 64, c.mr_b, &c.rk, 64);
 	pump(10);
 	is_int(w.calls, 0, "drop: no completion yet");
 	uint64_t t0 = tw_now_ns();
-	tw_chan_write(c.b2a, &w3.op, c.src, 64, c.mr_b, &c.rk, 128);
+	tw__chan_write(c.b2a, &w3.op, c.src, 64, c.mr_b, &c.rk, 128);
 	ok(pump_until(&B.lost), "drop: channel lost at the deadline");
 	is_int(B.lost_err, -ETIMEDOUT, "drop: lost with -ETIMEDOUT");
 	ok((tw_now_ns() - t0) < 1000000000ull, "drop: within the op timeout");
@@ -322,9 +322,9 @@ static void test_faults(void)
 	/* VANISH */
 	setup(&c, 10000);
 	f.kind = TW_MEM_FAULT_VANISH;
-	tw_mem_inject(c.b2a, &f);
+	tw__mem_inject(c.b2a, &f);
 	op_init(&w);
-	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
 	ok(pump_until(&w.calls) && w.status < 0, "vanish: write fails");
 	ok(B.lost == 1 && pump_until(&A.lost), "vanish: both sides lost");
 	ok(((unsigned char *)c.buf)[0] == 0, "vanish: nothing landed");
@@ -352,44 +352,44 @@ static void test_virtual_clock(void)
 
 	op_init(&w);
 	before = vc.reads;
-	is_int(tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0), 0, "vclock: write posted");
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0), 0, "vclock: write posted");
 	is_int((int)(vc.reads - before), 1, "vclock: a write reads the clock once");
 	before = vc.reads;
-	is_int(tw_fab_progress(B.fab, 0), 1, "vclock: its completion");
+	is_int(tw__fab_progress(B.fab, 0), 1, "vclock: its completion");
 	is_int((int)(vc.reads - before), 1, "vclock: a progress round reads the clock once");
 	ok(w.calls == 1 && w.status == 0, "vclock: write completed");
 	op_init(&r);
 	before = vc.reads;
-	tw_chan_read(c.b2a, &r.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_read(c.b2a, &r.op, c.src, 64, c.mr_b, &c.rk, 0);
 	is_int((int)(vc.reads - before), 1, "vclock: a read reads the clock once");
 	before = vc.reads;
-	tw_chan_send(c.b2a, "x", 1);
+	tw__chan_send(c.b2a, "x", 1);
 	is_int((int)(vc.reads - before), 1, "vclock: a send reads the clock once");
-	tw_fab_progress(B.fab, 0);
-	tw_fab_progress(A.fab, 0);
+	tw__fab_progress(B.fab, 0);
+	tw__fab_progress(A.fab, 0);
 
 	/* DROP: the op stays pending while the virtual hour has not passed ... */
-	tw_mem_inject(c.b2a, &f);
+	tw__mem_inject(c.b2a, &f);
 	op_init(&w);
 	op_init(&w2);
-	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
 	vc.now += 1000000u; /* 1 ms later: a second write, its deadline 1 ms after the first */
-	tw_chan_write(c.b2a, &w2.op, c.src, 64, c.mr_b, &c.rk, 64);
-	tw_fab_progress(B.fab, 0);
+	tw__chan_write(c.b2a, &w2.op, c.src, 64, c.mr_b, &c.rk, 64);
+	tw__fab_progress(B.fab, 0);
 	ok(w2.calls == 1 && w2.status == 0, "vclock: the write after the dropped one completed");
 	vc.now += hour_ns - 2000000u; /* 1 ms before the dropped write's deadline */
-	tw_fab_progress(B.fab, 0);
-	ok(w.calls == 0 && !tw_chan_is_lost(c.b2a) && B.lost == 0,
+	tw__fab_progress(B.fab, 0);
+	ok(w.calls == 0 && !tw__chan_is_lost(c.b2a) && B.lost == 0,
 	   "vclock: 1 ms before the hour: still pending, channel up");
 	/* ... and fails at once when it has: no waiting, the test takes no hour */
 	vc.now += 1000000u;
-	tw_fab_progress(B.fab, 0);
+	tw__fab_progress(B.fab, 0);
 	ok(w.calls == 1 && w.status == -ETIMEDOUT, "vclock: at the hour: the dropped write -ETIMEDOUT");
-	ok(B.lost == 1 && B.lost_err == -ETIMEDOUT && tw_chan_is_lost(c.b2a),
+	ok(B.lost == 1 && B.lost_err == -ETIMEDOUT && tw__chan_is_lost(c.b2a),
 	   "vclock: the channel lost with -ETIMEDOUT, once");
-	ok(strstr(tw_fab_errmsg(B.fab), "3600000 ms") != NULL, "vclock: the message names the timeout: %s",
-	   tw_fab_errmsg(B.fab));
-	tw_fab_progress(B.fab, 0);
+	ok(strstr(tw__fab_errmsg(B.fab), "3600000 ms") != NULL, "vclock: the message names the timeout: %s",
+	   tw__fab_errmsg(B.fab));
+	tw__fab_progress(B.fab, 0);
 	ok(w.calls == 1 && B.lost == 1, "vclock: still exactly once");
 	teardown(&c);
 }
@@ -402,10 +402,10 @@ static void test_close(void)
 
 	/* close with pending ops: -TW_ECLOSED before return, no on_lost for the closer */
 	setup(&c, 10000);
-	tw_mem_inject(c.b2a, &f);
+	tw__mem_inject(c.b2a, &f);
 	op_init(&w);
-	tw_chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
-	tw_chan_close(c.b2a);
+	tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0);
+	tw__chan_close(c.b2a);
 	ok(w.calls == 1 && w.status == -TW_ECLOSED, "close completes pending with -TW_ECLOSED");
 	ok(pump_until(&A.lost) && A.lost_err == -TW_EPEERLOST, "peer sees the close");
 	is_int(B.lost, 0, "no on_lost for our own close");
@@ -416,18 +416,18 @@ static void test_close(void)
 	/* refused: nobody listens */
 	open_side(&B, 1000);
 	struct tw_chan *ch;
-	is_int(tw_fab_connect(B.fab, "mem://999999", &ch), -ECONNREFUSED, "connect to nobody refused");
-	is_int(tw_fab_connect(B.fab, "bogus", &ch), -EINVAL, "bad address");
-	tw_fab_close(B.fab);
+	is_int(tw__fab_connect(B.fab, "mem://999999", &ch), -ECONNREFUSED, "connect to nobody refused");
+	is_int(tw__fab_connect(B.fab, "bogus", &ch), -EINVAL, "bad address");
+	tw__fab_close(B.fab);
 
 	/* close the fab with a live channel: peer told */
 	setup(&c, 10000);
-	tw_fab_close(B.fab);
+	tw__fab_close(B.fab);
 	B.fab = NULL;
 	ok(pump_until(&A.lost), "fab close tells the peer");
-	tw_fab_close(A.fab);
-	tw_fab_free(c.buf, c.len);
-	tw_fab_free(c.src, c.len);
+	tw__fab_close(A.fab);
+	tw__fab_free(c.buf, c.len);
+	tw__fab_free(c.src, c.len);
 }
 
 struct thr {
@@ -441,7 +441,7 @@ static void *blocker(void *arg)
 	struct thr *t = arg;
 
 	__atomic_store_n(&t->started, 1, __ATOMIC_RELEASE);
-	t->rc = tw_fab_progress(t->fab, -1);
+	t->rc = tw__fab_progress(t->fab, -1);
 	return NULL;
 }
 
@@ -449,13 +449,13 @@ static void *blocker(void *arg)
 static volatile int echo_stop;
 static void echo_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	tw_chan_send(ch, msg, len);
+	tw__chan_send(ch, msg, len);
 }
 static void *echo_thread(void *arg)
 {
 	struct tw_fab *fab = arg;
 	while (!__atomic_load_n(&echo_stop, __ATOMIC_ACQUIRE))
-		tw_fab_progress(fab, -1);
+		tw__fab_progress(fab, -1);
 	return NULL;
 }
 
@@ -470,46 +470,46 @@ static void test_threads(void)
 	char addr[TW_ADDR_MAX];
 	struct tw_chan *ch;
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = "mem";
-	TAP_REQUIRE(tw_fab_open(&cfg, &eva, &fa) == 0, "open");
+	TAP_REQUIRE(tw__fab_open(&cfg, &eva, &fa) == 0, "open");
 	/* wakeup is sticky: one issued before the wait still ends the next progress(-1) */
-	tw_fab_wakeup(fa);
-	ok(tw_fab_progress(fa, -1) >= 0, "a wakeup issued before progress(-1) ends it");
+	tw__fab_wakeup(fa);
+	ok(tw__fab_progress(fa, -1) >= 0, "a wakeup issued before progress(-1) ends it");
 	/* wakeup from another thread ends a progress(-1) blocked there (or about to block: the
 	 * wakeup is sticky, so either order is a correct, deterministic test; no sleep) */
 	t.fab = fa;
 	pthread_create(&th, NULL, blocker, &t);
 	while (!__atomic_load_n(&t.started, __ATOMIC_ACQUIRE))
 		sched_yield();
-	tw_fab_wakeup(fa);
+	tw__fab_wakeup(fa);
 	pthread_join(th, NULL);
-	ok(t.rc >= 0, "tw_fab_wakeup from another thread unblocks progress(-1)");
+	ok(t.rc >= 0, "tw__fab_wakeup from another thread unblocks progress(-1)");
 
 	memset(&B, 0, sizeof(B));
-	TAP_REQUIRE(tw_fab_open(&cfg, &evb, &fb) == 0, "open b");
-	tw_fab_listen(fa, addr, sizeof(addr));
+	TAP_REQUIRE(tw__fab_open(&cfg, &evb, &fb) == 0, "open b");
+	tw__fab_listen(fa, addr, sizeof(addr));
 	__atomic_store_n(&echo_stop, 0, __ATOMIC_RELEASE);
 	pthread_create(&th, NULL, echo_thread, fa);
-	TAP_REQUIRE(tw_fab_connect(fb, addr, &ch) == 0, "connect");
+	TAP_REQUIRE(tw__fab_connect(fb, addr, &ch) == 0, "connect");
 	int n = 0;
 	for (int i = 0; i < 2000; i++) {
 		char m[32];
 		int before = B.recvs;
 		snprintf(m, sizeof(m), "ping %d", i);
-		tw_chan_send(ch, m, strlen(m) + 1);
+		tw__chan_send(ch, m, strlen(m) + 1);
 		uint64_t end = tw_now_ns() + 2000000000ull;
 		while (B.recvs == before && tw_now_ns() < end)
-			tw_fab_progress(fb, 100);
+			tw__fab_progress(fb, 100);
 		if (B.recvs == before + 1 && !strcmp(B.last_msg, m))
 			n++;
 	}
 	is_int(n, 2000, "2000 pingpongs across threads");
 	__atomic_store_n(&echo_stop, 1, __ATOMIC_RELEASE);
-	tw_fab_wakeup(fa);
+	tw__fab_wakeup(fa);
 	pthread_join(th, NULL);
-	tw_fab_close(fb);
-	tw_fab_close(fa);
+	tw__fab_close(fb);
+	tw__fab_close(fa);
 }
 
 static void test_noprov(void)
@@ -517,12 +517,12 @@ static void test_noprov(void)
 	struct tw_fab_config cfg;
 	struct tw_fab *f = NULL;
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = "nosuchprov";
 	tw_log_set_level(TW_LOG_ERROR);
-	int rc = tw_fab_open(&cfg, NULL, &f);
+	int rc = tw__fab_open(&cfg, NULL, &f);
 	is_int(rc, -TW_ENOPROV, "unknown provider: -TW_ENOPROV");
-	const char *m = tw_fab_errmsg(NULL);
+	const char *m = tw__fab_errmsg(NULL);
 	ok(strstr(m, "nosuchprov") && strstr(m, "tcp"), "message lists what exists: %s", m);
 }
 

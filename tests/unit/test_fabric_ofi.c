@@ -2,7 +2,7 @@
  * tests/unit/test_fabric_ofi.c — the libfabric backend inside one process: provider names and
  * ep types, FI_PROVIDER, -TW_ENOPROV, listen address formats, registration (keys, remote
  * addressing per mr_mode), and a loopback channel (one fab connected to itself) per provider:
- * write, read, send both ways, shut (tw_chan_shut), close.
+ * write, read, send both ways, shut (tw__chan_shut), close.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -56,7 +56,7 @@ static bool pump(struct tw_fab *fab, const int *flag, int want)
 {
 	uint64_t end = tw_now_ns() + 5000000000ull;
 	while (*flag < want && tw_now_ns() < end)
-		tw_fab_progress(fab, 10);
+		tw__fab_progress(fab, 10);
 	return *flag >= want;
 }
 
@@ -73,53 +73,53 @@ static void loopback(const char *prov, bool want_rdm)
 	unsigned char *dst, *src;
 	struct wop w;
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.clock_ns = counting_clock;
-	int rc = tw_fab_open(&cfg, &ev, &fab);
+	int rc = tw__fab_open(&cfg, &ev, &fab);
 	if (rc < 0) {
-		tap_skip(16, "%s: %s", prov, tw_fab_errmsg(NULL));
+		tap_skip(16, "%s: %s", prov, tw__fab_errmsg(NULL));
 		return;
 	}
-	ok(!strcmp(tw_fab_provider(fab), prov) && tw_fab_is_rdm(fab) == want_rdm, "%s: name, ep type", prov);
-	is_int(tw_fab_listen(fab, addr, sizeof(addr)), 0, "%s: listen at %s", prov, addr);
+	ok(!strcmp(tw__fab_provider(fab), prov) && tw__fab_is_rdm(fab) == want_rdm, "%s: name, ep type", prov);
+	is_int(tw__fab_listen(fab, addr, sizeof(addr)), 0, "%s: listen at %s", prov, addr);
 	if (!strcmp(prov, "shm"))
 		ok(!strncmp(addr, "fi_shm://", 9), "%s: unique fi_shm:// name", prov);
 	else
 		ok(!strncmp(addr, "127.0.0.1:", 10) && atoi(addr + 10) > 0, "%s: ephemeral port", prov);
 
-	dst = tw_fab_alloc(len);
-	src = tw_fab_alloc(len);
+	dst = tw__fab_alloc(len);
+	src = tw__fab_alloc(len);
 	TAP_REQUIRE(dst && src, "alloc");
-	TAP_REQUIRE(tw_mr_reg(fab, dst, len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &dst_mr) == 0, "reg");
-	TAP_REQUIRE(tw_mr_reg(fab, src, len, TW_MR_WRITE_SRC | TW_MR_READ_DST, &src_mr) == 0, "reg");
-	TAP_REQUIRE(tw_mr_reg(fab, dst, 4096, TW_MR_REMOTE_WRITE, &mr2) == 0, "reg");
-	tw_mr_rkey(dst_mr, &rk);
-	tw_mr_rkey(mr2, &rk2);
+	TAP_REQUIRE(tw__mr_reg(fab, dst, len, TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ, &dst_mr) == 0, "reg");
+	TAP_REQUIRE(tw__mr_reg(fab, src, len, TW_MR_WRITE_SRC | TW_MR_READ_DST, &src_mr) == 0, "reg");
+	TAP_REQUIRE(tw__mr_reg(fab, dst, 4096, TW_MR_REMOTE_WRITE, &mr2) == 0, "reg");
+	tw__mr_rkey(dst_mr, &rk);
+	tw__mr_rkey(mr2, &rk2);
 	ok(rk.key && rk2.key && rk.key != rk2.key && rk.len == len, "%s: distinct non-zero keys", prov);
 	/* shm returns FI_MR_VIRT_ADDR: remote address = virtual address; tcp/sockets: offset 0 */
 	if (!strcmp(prov, "shm"))
 		ok(rk.addr == (uint64_t)(uintptr_t)dst, "%s: VIRT_ADDR addressing", prov);
 	else
 		ok(rk.addr == 0, "%s: offset addressing", prov);
-	tw_mr_close(mr2);
+	tw__mr_close(mr2);
 
 	accepted = NULL;
-	rc = tw_fab_connect(fab, addr, &ch);
-	is_int(rc, 0, "%s: loopback connect (%s)", prov, tw_fab_errmsg(fab));
+	rc = tw__fab_connect(fab, addr, &ch);
+	is_int(rc, 0, "%s: loopback connect (%s)", prov, tw__fab_errmsg(fab));
 	if (rc) {
 		tap_skip(10, "no channel");
 		goto out;
 	}
 	for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
-		tw_fab_progress(fab, 10);
+		tw__fab_progress(fab, 10);
 	ok(accepted != NULL, "%s: on_accept", prov);
 	memset(&w, 0, sizeof(w));
 	w.op.cb = wop_cb;
 	for (size_t i = 0; i < len; i++)
 		src[i] = (unsigned char)(i * 13 + 1);
 	uint64_t reads0 = clock_reads;
-	rc = tw_chan_write(ch, &w.op, src, len, src_mr, &rk, 0);
+	rc = tw__chan_write(ch, &w.op, src, len, src_mr, &rk, 0);
 	/* One deadline per write, from one clock read (there were three: the queue-full bound, the
 	 * backend's context and the generic op, each from its own read). */
 	is_int((int)(clock_reads - reads0), 1, "%s: a write reads the fab's clock once", prov);
@@ -128,22 +128,22 @@ static void loopback(const char *prov, bool want_rdm)
 	memset(&w, 0, sizeof(w));
 	w.op.cb = wop_cb;
 	memset(src, 0, 4096);
-	rc = tw_chan_read(ch, &w.op, src, 4096, src_mr, &rk, 1 << 20);
+	rc = tw__chan_read(ch, &w.op, src, 4096, src_mr, &rk, 1 << 20);
 	ok(rc == 0 && pump(fab, &w.done, 1) && w.status == 0 && !memcmp(src, dst + (1 << 20), 4096),
 	   "%s: read", prov);
 	int before = nrecv;
 	reads0 = clock_reads;
-	tw_chan_send(ch, "ping", 4);
+	tw__chan_send(ch, "ping", 4);
 	is_int((int)(clock_reads - reads0), 1, "%s: a send reads the fab's clock once", prov);
 	ok(pump(fab, &nrecv, before + 1) && !strcmp(last, "ping"), "%s: send to the accepted side", prov);
 	if (accepted)
-		tw_chan_send(accepted, "pong", 4);
+		tw__chan_send(accepted, "pong", 4);
 	ok(pump(fab, &nrecv, before + 2) && !strcmp(last, "pong"), "%s: and back", prov);
-	/* tw_chan_shut: traffic stops now, the channel stays valid until tw_chan_close. */
+	/* tw__chan_shut: traffic stops now, the channel stays valid until tw__chan_close. */
 	if (accepted) {
-		tw_chan_shut(accepted);
-		tw_chan_shut(accepted); /* idempotent */
-		ok(tw_chan_send(accepted, "late", 4) < 0, "%s: a send on a shut channel fails", prov);
+		tw__chan_shut(accepted);
+		tw__chan_shut(accepted); /* idempotent */
+		ok(tw__chan_send(accepted, "late", 4) < 0, "%s: a send on a shut channel fails", prov);
 	} else {
 		tap_skip(1, "no accepted channel");
 	}
@@ -151,28 +151,28 @@ static void loopback(const char *prov, bool want_rdm)
 		/* MSG: the peer's endpoint is gone, so a write from the other side cannot land. */
 		memset(&w, 0, sizeof(w));
 		w.op.cb = wop_cb;
-		rc = tw_chan_write(ch, &w.op, src, 4096, src_mr, &rk, 0);
+		rc = tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, 0);
 		if (rc == 0)
 			rc = pump(fab, &w.done, 1) ? w.status : -ETIMEDOUT;
 		ok(rc < 0 && rc != -ETIMEDOUT, "%s: a write towards a shut channel fails (%s)", prov,
 		   tw_strerror(rc));
 	}
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 	if (accepted)
-		tw_chan_close(accepted);
+		tw__chan_close(accepted);
 	struct tw_fab_stats st;
-	tw_fab_get_stats(fab, &st);
+	tw__fab_get_stats(fab, &st);
 	ok(st.writes == 1 && st.write_bytes == len && st.reads == 1 && st.recvs == 2, "%s: stats", prov);
 	/* shm to its own endpoint: libfabric's cma_cap_self decides (CMA into oneself works) */
 	bool shm = !strcmp(prov, "shm");
 	ok(st.fast_writes == (shm ? 1u : 0u), "%s: %" PRIu64 " write(s) without delivery-complete",
 	   prov, st.fast_writes);
 out:
-	tw_mr_close(src_mr);
-	tw_mr_close(dst_mr);
-	tw_fab_close(fab);
-	tw_fab_free(dst, len);
-	tw_fab_free(src, len);
+	tw__mr_close(src_mr);
+	tw__mr_close(dst_mr);
+	tw__fab_close(fab);
+	tw__fab_free(dst, len);
+	tw__fab_free(src, len);
 }
 
 static int a_accepts, a_losts;
@@ -183,7 +183,7 @@ static void a_accept(void *arg, struct tw_chan *ch)
 static void a_lost(void *arg, struct tw_chan *ch, int err)
 {
 	a_losts++;
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 }
 
 /* RDM: connecting to a listener that does not progress times out (no hang), and whatever the
@@ -198,27 +198,27 @@ static void slow_listener(const char *prov)
 	struct tw_chan *ch;
 	char addr[TW_ADDR_MAX];
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
-	if (tw_fab_open(&cfg, &eva, &a) < 0) {
+	if (tw__fab_open(&cfg, &eva, &a) < 0) {
 		tap_skip(3, "%s unavailable", prov);
 		return;
 	}
 	cfg.connect_timeout_ms = 300;
-	TAP_REQUIRE(tw_fab_open(&cfg, NULL, &b) == 0, "open b");
-	tw_fab_listen(a, addr, sizeof(addr));
+	TAP_REQUIRE(tw__fab_open(&cfg, NULL, &b) == 0, "open b");
+	tw__fab_listen(a, addr, sizeof(addr));
 	uint64_t t0 = tw_now_ns();
-	int rc = tw_fab_connect(b, addr, &ch); /* `a` does not progress meanwhile */
+	int rc = tw__fab_connect(b, addr, &ch); /* `a` does not progress meanwhile */
 	ok(rc == -ETIMEDOUT && (tw_now_ns() - t0) < 2000000000ull, "%s: connect to a silent listener times out (%s)",
 	   prov, tw_strerror(rc));
 	for (int i = 0; i < 60 && (a_accepts == 0 || a_losts < a_accepts); i++) {
-		tw_fab_progress(a, 5);
-		tw_fab_progress(b, 5);
+		tw__fab_progress(a, 5);
+		tw__fab_progress(b, 5);
 	}
 	tap_diag("%s: listener saw %d accept(s), %d loss(es)", prov, a_accepts, a_losts);
 	ok(a_losts == a_accepts, "%s: every channel the late listener announced was lost again", prov);
-	tw_fab_close(b);
-	tw_fab_close(a);
+	tw__fab_close(b);
+	tw__fab_close(a);
 	ok(1, "%s: closed", prov);
 }
 
@@ -238,17 +238,17 @@ static void many_channels(const char *prov)
 	char addr[TW_ADDR_MAX];
 	int made = 0, sent = 0, waits = 0;
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.rx_depth = 2;
 	cfg.max_msg_size = 4096;
-	if (tw_fab_open(&cfg, &ev, &fab) < 0) {
+	if (tw__fab_open(&cfg, &ev, &fab) < 0) {
 		tap_skip(2, "%s unavailable", prov);
 		return;
 	}
-	tw_fab_listen(fab, addr, sizeof(addr));
+	tw__fab_listen(fab, addr, sizeof(addr));
 	for (int i = 0; i < N; i++)
-		if (tw_fab_connect(fab, addr, &ch[i]) == 0)
+		if (tw__fab_connect(fab, addr, &ch[i]) == 0)
 			made++;
 		else
 			ch[i] = NULL;
@@ -256,15 +256,15 @@ static void many_channels(const char *prov)
 	       2 * made);
 	nrecv = 0;
 	for (int i = N - 1; i >= 0; i--)
-		if (ch[i] && tw_chan_send(ch[i], "ping", 4) == 0)
+		if (ch[i] && tw__chan_send(ch[i], "ping", 4) == 0)
 			sent++;
 	for (uint64_t end = tw_now_ns() + 20000000000ull; nrecv < sent && tw_now_ns() < end;) {
-		tw_fab_progress(fab, 1000);
+		tw__fab_progress(fab, 1000);
 		waits++;
 	}
 	ok(sent == N && nrecv == sent, "%s: every message arrived with blocking waits (%d of %d sent, "
 	   "%d waits)", prov, nrecv, sent, waits);
-	tw_fab_close(fab);
+	tw__fab_close(fab);
 }
 
 int main(void)
@@ -285,35 +285,35 @@ int main(void)
 	many_channels("tcp");
 
 	/* FI_PROVIDER when cfg.provider is NULL */
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	setenv("FI_PROVIDER", "sockets", 1);
-	ok(tw_fab_open(&cfg, NULL, &fab) == 0 && !strcmp(tw_fab_provider(fab), "sockets"),
+	ok(tw__fab_open(&cfg, NULL, &fab) == 0 && !strcmp(tw__fab_provider(fab), "sockets"),
 	   "FI_PROVIDER=sockets honoured");
-	tw_fab_close(fab);
+	tw__fab_close(fab);
 	unsetenv("FI_PROVIDER");
-	ok(tw_fab_open(&cfg, NULL, &fab) == 0 && !strcmp(tw_fab_provider(fab), "tcp"), "default tcp");
-	tw_fab_close(fab);
+	ok(tw__fab_open(&cfg, NULL, &fab) == 0 && !strcmp(tw__fab_provider(fab), "tcp"), "default tcp");
+	tw__fab_close(fab);
 
 	/* RDM form of tcp */
 	cfg.provider = "tcp;ofi_rxm";
-	if (tw_fab_open(&cfg, NULL, &fab) == 0) {
-		ok(tw_fab_is_rdm(fab), "tcp;ofi_rxm is RDM");
-		tw_fab_close(fab);
+	if (tw__fab_open(&cfg, NULL, &fab) == 0) {
+		ok(tw__fab_is_rdm(fab), "tcp;ofi_rxm is RDM");
+		tw__fab_close(fab);
 	} else {
-		tap_skip(1, "tcp;ofi_rxm: %s", tw_fab_errmsg(NULL));
+		tap_skip(1, "tcp;ofi_rxm: %s", tw__fab_errmsg(NULL));
 	}
 
 	/* verbs: no device on this machine → -TW_ENOPROV and the list */
 	tw_log_set_level(TW_LOG_ERROR);
 	cfg.provider = "verbs";
-	int rc = tw_fab_open(&cfg, NULL, &fab);
+	int rc = tw__fab_open(&cfg, NULL, &fab);
 	if (rc == 0) {
 		tap_skip(2, "verbs is available here");
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 	} else {
 		is_int(rc, -TW_ENOPROV, "verbs without a device: -TW_ENOPROV");
-		ok(strstr(tw_fab_errmsg(NULL), "offers:") && strstr(tw_fab_errmsg(NULL), "shm"),
-		   "message lists providers: %s", tw_fab_errmsg(NULL));
+		ok(strstr(tw__fab_errmsg(NULL), "offers:") && strstr(tw__fab_errmsg(NULL), "shm"),
+		   "message lists providers: %s", tw__fab_errmsg(NULL));
 	}
 	tap_done_testing();
 	return tap_exit();

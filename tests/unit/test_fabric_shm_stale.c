@@ -47,9 +47,9 @@ int main(void)
 	is_int(staged, NSTALE, "stale regions named like this process's first %d endpoints",
 	       NSTALE);
 
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = "shm";
-	rc = tw_fab_open(&cfg, NULL, &fab);
+	rc = tw__fab_open(&cfg, NULL, &fab);
 	if (rc == -TW_ENOPROV) {
 		for (unsigned i = 0; i < NSTALE; i++)
 			unlink(path[i]);
@@ -57,13 +57,13 @@ int main(void)
 		return tap_exit();
 	}
 	is_int(rc, 0, "the shm fab opens anyway (%s)", rc ? tw_strerror(rc) : "ok");
-	ok(rc == 0 && tw_fab_listen(fab, addr, sizeof(addr)) == 0 && strstr(addr, "fi_shm://"),
+	ok(rc == 0 && tw__fab_listen(fab, addr, sizeof(addr)) == 0 && strstr(addr, "fi_shm://"),
 	   "and listens: %s", rc == 0 ? addr : "-");
 	for (unsigned i = 0; i < NSTALE; i++)
 		gone += stat(path[i], &st) != 0 && errno == ENOENT;
 	is_int(gone, NSTALE, "the stale regions are gone");
 	if (fab)
-		tw_fab_close(fab);
+		tw__fab_close(fab);
 	for (unsigned i = 0; i < NSTALE; i++)
 		unlink(path[i]);
 	return tap_exit();

@@ -76,11 +76,11 @@ static int open_side(struct side *s, const char *prov, enum tw_fab_write_mode mo
 	};
 
 	memset(s, 0, sizeof(*s));
-	tw_fab_config_init(&cfg);
+	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.op_timeout_ms = op_timeout_ms;
 	cfg.write_mode = mode;
-	return tw_fab_open(&cfg, &ev, &s->fab);
+	return tw__fab_open(&cfg, &ev, &s->fab);
 }
 
 /* Progress both until *flag != 0 or 10 s. */
@@ -89,8 +89,8 @@ static bool pump_until(const int *flag)
 	uint64_t end = tw_now_ns() + 10000000000ull;
 
 	while (!*flag && tw_now_ns() < end) {
-		tw_fab_progress(T.fab, 0);
-		tw_fab_progress(I.fab, 1);
+		tw__fab_progress(T.fab, 0);
+		tw__fab_progress(I.fab, 1);
 	}
 	return *flag != 0;
 }
@@ -117,26 +117,26 @@ static bool setup(struct conn *c, const char *prov, unsigned op_timeout_ms)
 		TAP_REQUIRE(rc == 0, "open %s initiator: %s", prov, tw_strerror(rc));
 	} else {
 		/* One fab connected to itself (in-process providers need someone progressing the
-		 * listener during tw_fab_connect). */
+		 * listener during tw__fab_connect). */
 		if (open_side(&T, prov, TW_FAB_WRITE_MSG, op_timeout_ms) < 0)
 			return false;
 		memset(&I, 0, sizeof(I));
 		I.fab = T.fab;
 	}
-	tw_fab_set_write_check(T.fab, check);
-	TAP_REQUIRE(tw_fab_listen(T.fab, addr, sizeof(addr)) == 0, "listen");
-	TAP_REQUIRE(tw_fab_connect(I.fab, addr, &c->i2t) == 0, "connect");
+	tw__fab_set_write_check(T.fab, check);
+	TAP_REQUIRE(tw__fab_listen(T.fab, addr, sizeof(addr)) == 0, "listen");
+	TAP_REQUIRE(tw__fab_connect(I.fab, addr, &c->i2t) == 0, "connect");
 	TAP_REQUIRE(pump_until(&T.accepts), "accept");
 	c->len = 1 << 20;
-	c->dst = tw_fab_alloc(c->len);
-	c->src = tw_fab_alloc(c->len);
-	c->ro = tw_fab_alloc(4096);
+	c->dst = tw__fab_alloc(c->len);
+	c->src = tw__fab_alloc(c->len);
+	c->ro = tw__fab_alloc(4096);
 	TAP_REQUIRE(c->dst && c->src && c->ro, "alloc");
-	TAP_REQUIRE(tw_mr_reg(T.fab, c->dst, c->len, TW_MR_REMOTE_WRITE, &c->mr_dst) == 0, "reg dst");
-	TAP_REQUIRE(tw_mr_reg(T.fab, c->ro, 4096, TW_MR_REMOTE_READ, &c->mr_ro) == 0, "reg ro");
-	TAP_REQUIRE(tw_mr_reg(I.fab, c->src, c->len, TW_MR_WRITE_SRC, &c->mr_src) == 0, "reg src");
-	tw_mr_rkey(c->mr_dst, &c->rk);
-	tw_mr_rkey(c->mr_ro, &c->rk_ro);
+	TAP_REQUIRE(tw__mr_reg(T.fab, c->dst, c->len, TW_MR_REMOTE_WRITE, &c->mr_dst) == 0, "reg dst");
+	TAP_REQUIRE(tw__mr_reg(T.fab, c->ro, 4096, TW_MR_REMOTE_READ, &c->mr_ro) == 0, "reg ro");
+	TAP_REQUIRE(tw__mr_reg(I.fab, c->src, c->len, TW_MR_WRITE_SRC, &c->mr_src) == 0, "reg src");
+	tw__mr_rkey(c->mr_dst, &c->rk);
+	tw__mr_rkey(c->mr_ro, &c->rk_ro);
 	for (size_t i = 0; i < c->len; i++)
 		c->src[i] = (uint8_t)(i * 7 + 1);
 	checks = 0;
@@ -146,11 +146,11 @@ static bool setup(struct conn *c, const char *prov, unsigned op_timeout_ms)
 static void teardown(struct conn *c)
 {
 	if (I.fab != T.fab)
-		tw_fab_close(I.fab);
-	tw_fab_close(T.fab);
-	tw_fab_free(c->dst, c->len);
-	tw_fab_free(c->src, c->len);
-	tw_fab_free(c->ro, 4096);
+		tw__fab_close(I.fab);
+	tw__fab_close(T.fab);
+	tw__fab_free(c->dst, c->len);
+	tw__fab_free(c->src, c->len);
+	tw__fab_free(c->ro, 4096);
 	I.fab = T.fab = NULL;
 }
 
@@ -158,7 +158,7 @@ static void teardown(struct conn *c)
 static int write_wait(struct conn *c, struct opres *r, size_t off, size_t len,
 		      const struct tw_rkey *rk)
 {
-	int rc = tw_chan_write(c->i2t, &r->op, c->src + off, len, c->mr_src, rk, off);
+	int rc = tw__chan_write(c->i2t, &r->op, c->src + off, len, c->mr_src, rk, off);
 
 	if (rc < 0)
 		return rc;
@@ -184,8 +184,8 @@ static void test_basic(const char *prov)
 	is_int(rc, 0, "%s: a 3000-byte write as messages completes", prov);
 	ok(r.calls == 1 && !memcmp(c.dst + 100, c.src + 100, 3000) && c.dst[99] == 0 &&
 	   c.dst[3100] == 0, "%s: the bytes are at the offset, nothing around them", prov);
-	tw_fab_get_stats(I.fab, &si);
-	tw_fab_get_stats(T.fab, &st);
+	tw__fab_get_stats(I.fab, &si);
+	tw__fab_get_stats(T.fab, &st);
 	ok(si.writes == 1 && si.write_bytes == 3000 && si.wmsg_writes == 1 && st.wmsg_served == 1 &&
 	   st.wmsg_served_bytes == 3000 && checks == 1 && T.recvs == 0,
 	   "%s: counted as a write; the target's fabric placed and checked it, its on_recv saw "
@@ -193,7 +193,7 @@ static void test_basic(const char *prov)
 
 	op_init_flags(&r, 0);
 	rc = write_wait(&c, &r, 4096, 300000, &c.rk);
-	tw_fab_get_stats(T.fab, &st);
+	tw__fab_get_stats(T.fab, &st);
 	ok(rc == 0 && r.calls == 1 && !memcmp(c.dst + 4096, c.src + 4096, 300000) && checks == 2 &&
 	   st.wmsg_served == 2, "%s: a 300000-byte write (5 chunks) completes once, checked once",
 	   prov);
@@ -203,7 +203,7 @@ static void test_basic(const char *prov)
 	rc = write_wait(&c, &r, 400000, 500, &c.rk);
 	ok(rc == -TW_ECORRUPT && r.calls == 1 && checks == 3, "%s: the check refuses: %s", prov,
 	   tw_strerror(rc));
-	ok(!tw_chan_is_lost(c.i2t) && !I.lost, "%s: a refused write leaves the channel up", prov);
+	ok(!tw__chan_is_lost(c.i2t) && !I.lost, "%s: a refused write leaves the channel up", prov);
 	op_init_flags(&r, TW_OP_UNCHECKED);
 	rc = write_wait(&c, &r, 400000, 500, &c.rk);
 	ok(rc == 0 && checks == 3 && !memcmp(c.dst + 400000, c.src + 400000, 500),
@@ -232,10 +232,10 @@ static void test_basic(const char *prov)
 	{
 		unsigned char m[8] = { 0x54, 0x44, 1, 1 };
 
-		is_int(tw_chan_send(c.i2t, m, sizeof(m)), -EINVAL,
+		is_int(tw__chan_send(c.i2t, m, sizeof(m)), -EINVAL,
 		       "%s: a user message that looks like a write message is refused", prov);
 		m[1] = 0x57; /* an RPC frame */
-		is_int(tw_chan_send(c.i2t, m, sizeof(m)), 0, "%s: other messages pass", prov);
+		is_int(tw__chan_send(c.i2t, m, sizeof(m)), 0, "%s: other messages pass", prov);
 	}
 	op_init_flags(&r, 0);
 	is_int(write_wait(&c, &r, 8, 64, &c.rk), 0, "%s: writes go on after the refusals", prov);
@@ -253,22 +253,22 @@ static void test_silent_and_lost(void)
 
 	setup(&c, "mem", 300);
 	op_init_flags(&r, 0);
-	rc = tw_chan_write(c.i2t, &r.op, c.src, 1000, c.mr_src, &c.rk, 0);
+	rc = tw__chan_write(c.i2t, &r.op, c.src, 1000, c.mr_src, &c.rk, 0);
 	t0 = tw_now_ns();
 	while (!r.calls && tw_now_ns() - t0 < 10000000000ull)
-		tw_fab_progress(I.fab, 10); /* the target is not progressed: no reply */
+		tw__fab_progress(I.fab, 10); /* the target is not progressed: no reply */
 	ok(rc == 0 && r.calls == 1 && r.status == -ETIMEDOUT && I.lost == 1,
 	   "silent target: the write fails with -ETIMEDOUT (%s), the channel is lost",
 	   tw_strerror(r.status));
-	tw_fab_progress(T.fab, 0); /* now it serves and replies: nobody waits for that */
-	tw_fab_progress(I.fab, 0);
+	tw__fab_progress(T.fab, 0); /* now it serves and replies: nobody waits for that */
+	tw__fab_progress(I.fab, 0);
 	is_int(r.calls, 1, "the late reply completes nothing twice");
 	teardown(&c);
 
 	setup(&c, "mem", 10000);
 	op_init_flags(&r, 0);
-	rc = tw_chan_write(c.i2t, &r.op, c.src, 1000, c.mr_src, &c.rk, 0);
-	tw_chan_close(T.accepted); /* before it served the write */
+	rc = tw__chan_write(c.i2t, &r.op, c.src, 1000, c.mr_src, &c.rk, 0);
+	tw__chan_close(T.accepted); /* before it served the write */
 	done = pump_until(&r.calls);
 	ok(rc == 0 && done && r.calls == 1 && r.status < 0, "lost target: the write fails once (%s)",
 	   tw_strerror(r.status));

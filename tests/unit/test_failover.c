@@ -146,10 +146,10 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	{
 		struct tw_mem_fault f = { .kind = fault };
 
-		primary_lock(p);
+		tw__primary_lock(p);
 		snprintf(victim, sizeof(victim), "%s", p->bk[p->cur->rep[1]].addr);
-		tw_mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
-		primary_unlock(p);
+		tw__mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
+		tw__primary_unlock(p);
 	}
 	for (uint64_t i = before; i < before + after; i++) {
 		fill(buf, i);
@@ -236,7 +236,7 @@ static void test_rate(const char **addrs)
 	{
 		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_VANISH };
 
-		tw_mem_inject(p->bk[victim].c->ch, &f);
+		tw__mem_inject(p->bk[victim].c->ch, &f);
 	}
 	for (uint64_t i = 4000; i < 4200; i++) {
 		fill(buf, i);
@@ -349,11 +349,11 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
 	}
 	is_int(tw_primary_flush(p), 0, "rpc: 1500 appends before the loss");
-	primary_lock(p);
+	tw__primary_lock(p);
 	for (unsigned i = 0; i < 4; i++)
 		if (!strcmp(b[i].addr, p->bk[p->cur->rep[1]].addr))
 			vi = i;
-	primary_unlock(p);
+	tw__primary_unlock(p);
 	tbackup_stop(&b[vi]);
 	for (uint64_t i = 1500; i < 3000; i++) {
 		fill(buf, i);

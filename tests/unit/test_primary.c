@@ -501,12 +501,12 @@ static void test_order(const char **addrs)
 		TAP_FATAL("cannot continue the order test");
 	/* Complete writes 2 and 1 first. */
 	for (int i = 8; i >= 3; i--)
-		primary_op_done(held[i], 0);
+		tw__primary_op_done(held[i], 0);
 	tw_primary_progress(p, 0);
 	is_int(a.n, 0, "order: later writes complete first: nothing acknowledged yet");
 	is_int(tw_primary_acked_lsn(p), 0, "order: acked_lsn still 0");
 	for (int i = 2; i >= 0; i--)
-		primary_op_done(held[i], 0);
+		tw__primary_op_done(held[i], 0);
 	tw_primary_progress(p, 0);
 	is_int(a.n, 3, "order: first write completes: all three acknowledged");
 	is_int(a.out_of_order, 0, "order: in log order");
@@ -594,7 +594,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		return;
 	fill(buf, 100, 0);
 	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: first append ok");
-	tw_mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
+	tw__mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
 	rc = tw_primary_append(p, buf, 100, NULL);
 	is_int(rc, -TW_ENOBACKUP, "lost: write error, no spare -> ENOBACKUP");
 	ok(strstr(tw_primary_errmsg(p), p->bk[p->cur->rep[1]].addr) != NULL, "lost: message names the backup: %s",
@@ -615,7 +615,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		memset(&a, 0, sizeof(a));
 		tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
 		tw_primary_flush(p);
-		tw_mem_inject(p->bk[p->cur->rep[0]].c->ch, &d);
+		tw__mem_inject(p->bk[p->cur->rep[0]].c->ch, &d);
 		t0 = tw_now_ns();
 		for (int i = 0; i < 5; i++)
 			tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);

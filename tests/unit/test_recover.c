@@ -1,7 +1,7 @@
 /*
  * tests/unit/test_recover.c — tw_recover() end to end over the in-memory fabric: three backups
  * in this process (tw_backup_run on threads), segment copies written by a small client
- * (tests/integration/twd_client.c) so each write can be torn on purpose with tw_mem_inject:
+ * (tests/integration/twd_client.c) so each write can be torn on purpose with tw__mem_inject:
  *   - torn writes: the last write lands whole at one backup, torn at another (PREFIX, CHUNKS
  *     with the first chunk missing, CHUNKS with only a middle chunk) and absent at the third
  *     (FAIL, VANISH); or torn/absent everywhere. The write was never acknowledged (not all
@@ -183,7 +183,7 @@ static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool exp
 	write_acked(c, &x);
 	for (int i = 0; i < NB; i++) {
 		if (f[i].kind != TW_MEM_FAULT_NONE)
-			TAP_REQUIRE(tw_mem_inject(c[i].ch, &f[i]) == 0, "inject");
+			TAP_REQUIRE(tw__mem_inject(c[i].ch, &f[i]) == 0, "inject");
 		rc = twc_write(&c[i], LAST, LEN, 7777);
 		if (f[i].kind == TW_MEM_FAULT_NONE)
 			TAP_REQUIRE(rc == 0, "whole write: %s", tw_strerror(rc));

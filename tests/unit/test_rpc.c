@@ -42,7 +42,7 @@ static struct {
 
 #define TOTAL_SEGS 3000u
 
-static int h_handshake(void *arg, struct tw_rpc_call *c)
+static int h_handshake(void *arg, struct tw__rpc_call *c)
 {
 	c->reply.handshake.node_name = (char *)"backup-1";
 	c->reply.handshake.buffer_size = 8u << 20;
@@ -51,12 +51,12 @@ static int h_handshake(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_open(void *arg, struct tw_rpc_call *c)
+static int h_open(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__OpenSegment *o = c->req->open_segment;
 
 	if (o->meta->log_id == 666)
-		return tw_rpc_call_fail(c, -TW_EREFUSED, "no free buffer (log %llu)",
+		return tw__rpc_call_fail(c, -TW_EREFUSED, "no free buffer (log %llu)",
 					(unsigned long long)o->meta->log_id);
 	c->rkey.addr = 0x10000;
 	c->rkey.key = 0xabc0000 + o->meta->segment_id;
@@ -68,7 +68,7 @@ static int h_open(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_close(void *arg, struct tw_rpc_call *c)
+static int h_close(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__CloseSegment *o = c->req->close_segment;
 
@@ -79,27 +79,27 @@ static int h_close(void *arg, struct tw_rpc_call *c)
 	if (o->meta->offset != 100) {
 		c->meta.offset = 100;
 		c->meta.checksum = 0x1234;
-		return tw_rpc_call_fail(c, -TW_ECORRUPT, "scan found 100 bytes, primary says %llu",
+		return tw__rpc_call_fail(c, -TW_ECORRUPT, "scan found 100 bytes, primary says %llu",
 					(unsigned long long)o->meta->offset);
 	}
 	return 0;
 }
 
-static int h_list(void *arg, struct tw_rpc_call *c)
+static int h_list(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__ListSegments *l = c->req->list_segments;
 	Tailwind__ListSegmentsReply *r = &c->reply.list_segments;
-	size_t max = tw_rpc_list_max_entries(c->srv), n, i;
+	size_t max = tw__rpc_list_max_entries(c->srv), n, i;
 	uint64_t from = l->from_segment_id;
 
 	if (l->log_id != 5)
-		return tw_rpc_call_fail(c, -TW_ENOTFOUND, "no log %llu", (unsigned long long)l->log_id);
+		return tw__rpc_call_fail(c, -TW_ENOTFOUND, "no log %llu", (unsigned long long)l->log_id);
 	n = from >= TOTAL_SEGS ? 0 : TW_MIN(max, TOTAL_SEGS - from);
-	r->segments = tw_rpc_call_alloc(c, n * sizeof(*r->segments) + 1);
+	r->segments = tw__rpc_call_alloc(c, n * sizeof(*r->segments) + 1);
 	if (!r->segments)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		Tailwind__SegmentInfo *s = tw_rpc_call_alloc(c, sizeof(*s));
+		Tailwind__SegmentInfo *s = tw__rpc_call_alloc(c, sizeof(*s));
 
 		if (!s)
 			return -ENOMEM;
@@ -124,18 +124,18 @@ static int h_list(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_set_version(void *arg, struct tw_rpc_call *c)
+static int h_set_version(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__SetReplicaVersion *v = c->req->set_replica_version;
 
 	if (v->version < S.version)
-		return tw_rpc_call_fail(c, -TW_ESTALE, "version %llu < %llu",
+		return tw__rpc_call_fail(c, -TW_ESTALE, "version %llu < %llu",
 					(unsigned long long)v->version, (unsigned long long)S.version);
 	S.version = v->version;
 	return 0;
 }
 
-static int h_fence(void *arg, struct tw_rpc_call *c)
+static int h_fence(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__Fence *f = c->req->fence;
 
@@ -151,13 +151,13 @@ static int h_fence(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_free(void *arg, struct tw_rpc_call *c)
+static int h_free(void *arg, struct tw__rpc_call *c)
 {
 	c->reply.free_segments.freed = c->req->free_segments->below_segment_id;
 	return 0;
 }
 
-static int h_read(void *arg, struct tw_rpc_call *c)
+static int h_read(void *arg, struct tw__rpc_call *c)
 {
 	const Tailwind__ReadSegment *r = c->req->read_segment;
 
@@ -175,14 +175,14 @@ static int h_read(void *arg, struct tw_rpc_call *c)
 	return 0;
 }
 
-static int h_stats(void *arg, struct tw_rpc_call *c)
+static int h_stats(void *arg, struct tw__rpc_call *c)
 {
 	c->reply.stats.buffers_total = 16;
 	c->reply.stats.buffers_free = 12;
 	return 0;
 }
 
-static int h_recovered(void *arg, struct tw_rpc_call *c)
+static int h_recovered(void *arg, struct tw__rpc_call *c)
 {
 	return c->req->recovered_offset->offset > 1000 ? -ERANGE : 0;
 }
@@ -203,23 +203,23 @@ static void s_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len
 		atomic_store(&S.mode, MODE_SERVE);
 		return;
 	case MODE_CLOSE:
-		tw_rpc_server_on_lost(S.srv, ch);
-		tw_chan_close(ch);
+		tw__rpc_server_on_lost(S.srv, ch);
+		tw__chan_close(ch);
 		atomic_store(&S.mode, MODE_SERVE);
 		return;
 	default:
 		break;
 	}
-	if (tw_rpc_server_on_recv(S.srv, ch, msg, len) == -TW_EPROTO && ch == S.delayed_ch)
+	if (tw__rpc_server_on_recv(S.srv, ch, msg, len) == -TW_EPROTO && ch == S.delayed_ch)
 		S.delayed_ch = NULL;
 }
 
 static void s_on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	tw_rpc_server_on_lost(S.srv, ch);
+	tw__rpc_server_on_lost(S.srv, ch);
 	if (ch == S.delayed_ch)
 		S.delayed_ch = NULL;
-	tw_chan_close(ch);
+	tw__chan_close(ch);
 }
 
 static void s_on_close(void *arg, struct tw_chan *ch, int reason)
@@ -237,10 +237,10 @@ static void s_on_accept(void *arg, struct tw_chan *ch)
 static void *server_main(void *arg)
 {
 	while (!atomic_load(&S.stop)) {
-		tw_fab_progress(S.fab, 20);
+		tw__fab_progress(S.fab, 20);
 		if (S.delayed && tw_now_ns() >= S.delay_until) {
 			if (S.delayed_ch)
-				tw_rpc_server_on_recv(S.srv, S.delayed_ch, S.delayed, S.delayed_len);
+				tw__rpc_server_on_recv(S.srv, S.delayed_ch, S.delayed, S.delayed_len);
 			free(S.delayed);
 			S.delayed = NULL;
 		}
@@ -272,13 +272,13 @@ static void server_start(void)
 	};
 	int rc;
 
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = "mem";
-	rc = tw_fab_open(&fc, &ev, &S.fab);
+	rc = tw__fab_open(&fc, &ev, &S.fab);
 	TAP_REQUIRE(rc == 0, "server fab: %s", tw_strerror(rc));
-	rc = tw_rpc_server_create(NULL, &ops, NULL, &S.srv);
+	rc = tw__rpc_server_create(NULL, &ops, NULL, &S.srv);
 	TAP_REQUIRE(rc == 0, "server: %s", tw_strerror(rc));
-	rc = tw_fab_listen(S.fab, S.addr, sizeof(S.addr));
+	rc = tw__fab_listen(S.fab, S.addr, sizeof(S.addr));
 	TAP_REQUIRE(rc == 0, "listen: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(&S.th, NULL, server_main, NULL) == 0, "thread");
 }
@@ -286,10 +286,10 @@ static void server_start(void)
 static void server_stop(void)
 {
 	atomic_store(&S.stop, true);
-	tw_fab_wakeup(S.fab);
+	tw__fab_wakeup(S.fab);
 	pthread_join(S.th, NULL);
-	tw_fab_close(S.fab);
-	tw_rpc_server_destroy(S.srv);
+	tw__fab_close(S.fab);
+	tw__rpc_server_destroy(S.srv);
 	free(S.delayed);
 }
 
@@ -317,7 +317,7 @@ static void c_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len
 		return;
 	}
 	if (ch == C.ch && C.cl)
-		tw_rpc_client_on_recv(C.cl, msg, len);
+		tw__rpc_client_on_recv(C.cl, msg, len);
 }
 
 static void c_on_lost(void *arg, struct tw_chan *ch, int err)
@@ -329,7 +329,7 @@ static void c_on_lost(void *arg, struct tw_chan *ch, int err)
 	if (ch == C.ch) {
 		C.lost = true;
 		if (C.cl)
-			tw_rpc_client_on_lost(C.cl, err);
+			tw__rpc_client_on_lost(C.cl, err);
 	}
 }
 
@@ -338,17 +338,17 @@ static void client_connect(const struct tw_rpc_config *cfg)
 	int rc;
 
 	C.lost = false;
-	rc = tw_fab_connect(C.fab, S.addr, &C.ch);
+	rc = tw__fab_connect(C.fab, S.addr, &C.ch);
 	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
-	rc = tw_rpc_client_create(C.ch, cfg, &C.cl);
+	rc = tw__rpc_client_create(C.ch, cfg, &C.cl);
 	TAP_REQUIRE(rc == 0, "client: %s", tw_strerror(rc));
 }
 
 static void client_disconnect(void)
 {
-	tw_rpc_client_destroy(C.cl);
+	tw__rpc_client_destroy(C.cl);
 	C.cl = NULL;
-	tw_chan_close(C.ch);
+	tw__chan_close(C.ch);
 	C.ch = NULL;
 }
 
@@ -361,9 +361,9 @@ static void progress_until(bool *flag, int *counter, int want, unsigned ms)
 			return;
 		if (counter && *counter >= want)
 			return;
-		tw_fab_progress(C.fab, 10);
+		tw__fab_progress(C.fab, 10);
 		if (C.cl)
-			tw_rpc_client_expire(C.cl);
+			tw__rpc_client_expire(C.cl);
 	}
 }
 
@@ -380,8 +380,8 @@ static void test_typed_calls(void)
 	uint64_t v;
 	int rc;
 
-	tw_rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "primary-0");
-	rc = tw_rpc_call_sync(C.cl, &r.env, &rep);
+	tw__rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "primary-0");
+	rc = tw__rpc_call_sync(C.cl, &r.env, &rep);
 	is_int(rc, 0, "handshake");
 	ok(rc == 0 && rep.env->handshake_reply->major == TW_RPC_MAJOR &&
 	   rep.env->handshake_reply->node_id == 4242 &&
@@ -389,76 +389,76 @@ static void test_typed_calls(void)
 	   rep.env->handshake_reply->buffer_size == 8u << 20, "handshake reply: built-in and "
 	   "handler fields");
 	ok(rep.env && rep.env->request_id == r.env.request_id, "reply carries the request id");
-	tw_rpc_reply_release(&rep);
-	is_int(tw_rpc_client_peer_minor(C.cl), TW_RPC_MINOR, "peer minor learnt");
+	tw__rpc_reply_release(&rep);
+	is_int(tw__rpc_client_peer_minor(C.cl), TW_RPC_MINOR, "peer minor learnt");
 	{
 		uint64_t d0 = atomic_load(&tw__rpc_decodes);
 
 		for (int i = 0; i < 10; i++) {
-			tw_rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "primary-0");
-			TAP_REQUIRE(tw_rpc_call_sync(C.cl, &r.env, &rep) == 0, "handshake %d", i);
-			tw_rpc_reply_release(&rep);
+			tw__rpc_req_handshake(&r, 1, TAILWIND__ROLE__ROLE_PRIMARY, "primary-0");
+			TAP_REQUIRE(tw__rpc_call_sync(C.cl, &r.env, &rep) == 0, "handshake %d", i);
+			tw__rpc_reply_release(&rep);
 		}
 		is_int((long long)(atomic_load(&tw__rpc_decodes) - d0), 20, "10 blocking calls: "
 		       "20 decodes (each request once by the server, each reply once into the "
 		       "caller's arena)");
 	}
 
-	rc = tw_rpc_open_segment(C.cl, 1, &m, 0, 8u << 20, &rk);
+	rc = tw__rpc_open_segment(C.cl, 1, &m, 0, 8u << 20, &rk);
 	ok(rc == 0 && rk.len == 8u << 20 && rk.key == 0xabc0003 && rk.addr == 0x10000,
 	   "open_segment grants an rkey");
 	m.log_id = 666;
-	rc = tw_rpc_open_segment(C.cl, 1, &m, 0, 4096, &rk);
+	rc = tw__rpc_open_segment(C.cl, 1, &m, 0, 4096, &rk);
 	is_int(rc, -TW_EREFUSED, "RESOURCE_EXHAUSTED -> -TW_EREFUSED");
-	ok(strstr(tw_rpc_client_errmsg(C.cl), "no free buffer (log 666)") != NULL,
-	   "handler message reaches the client: %s", tw_rpc_client_errmsg(C.cl));
-	rc = tw_rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
+	ok(strstr(tw__rpc_client_errmsg(C.cl), "no free buffer (log 666)") != NULL,
+	   "handler message reaches the client: %s", tw__rpc_client_errmsg(C.cl));
+	rc = tw__rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
 	is_int(rc, -TW_EREFUSED, "seeded open: RESOURCE_EXHAUSTED -> -TW_EREFUSED");
 	m.log_id = 5;
-	rc = tw_rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
+	rc = tw__rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
 	ok(rc == 0 && rk.len == 4096, "seeded open: the backup echoes the chain seed");
 	m.log_id = 777;
-	rc = tw_rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
+	rc = tw__rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
 	is_int(rc, -TW_EPROTO, "seeded open, reply without the seed (a 1.1 backup): -TW_EPROTO");
-	ok(strstr(tw_rpc_client_errmsg(C.cl), "upgrade it to protocol 1.2") != NULL,
-	   "the message says what to do: %s", tw_rpc_client_errmsg(C.cl));
-	rc = tw_rpc_open_segment(C.cl, 1, &m, 0, 4096, &rk);
+	ok(strstr(tw__rpc_client_errmsg(C.cl), "upgrade it to protocol 1.2") != NULL,
+	   "the message says what to do: %s", tw__rpc_client_errmsg(C.cl));
+	rc = tw__rpc_open_segment(C.cl, 1, &m, 0, 4096, &rk);
 	is_int(rc, 0, "an unseeded open needs no echo (1.1 behaviour)");
 	m.log_id = 5;
 
-	rc = tw_rpc_close_segment(C.cl, 1, &m, 0, &scanned);
+	rc = tw__rpc_close_segment(C.cl, 1, &m, 0, &scanned);
 	ok(rc == 0 && scanned.offset == 100 && scanned.log_id == 5, "close_segment ok");
 	m.offset = 150;
-	rc = tw_rpc_close_segment(C.cl, 1, &m, 0, &scanned);
+	rc = tw__rpc_close_segment(C.cl, 1, &m, 0, &scanned);
 	is_int(rc, -TW_ECORRUPT, "CORRUPT -> -TW_ECORRUPT");
 	ok(scanned.offset == 100 && scanned.checksum == 0x1234, "scan result also on CORRUPT");
 	m.offset = 100;
 
-	is_int(tw_rpc_set_replica_version(C.cl, 1, 5, 3, 7), 0, "set_replica_version 7");
-	is_int(tw_rpc_set_replica_version(C.cl, 1, 5, 3, 6), -TW_ESTALE,
+	is_int(tw__rpc_set_replica_version(C.cl, 1, 5, 3, 7), 0, "set_replica_version 7");
+	is_int(tw__rpc_set_replica_version(C.cl, 1, 5, 3, 6), -TW_ESTALE,
 	       "STALE_VERSION -> -TW_ESTALE");
 
-	rc = tw_rpc_fence(C.cl, 5, 10, &v, NULL);
+	rc = tw__rpc_fence(C.cl, 5, 10, &v, NULL);
 	ok(rc == 0 && v == 10, "fence to 10");
-	rc = tw_rpc_fence(C.cl, 5, 9, &v, NULL);
+	rc = tw__rpc_fence(C.cl, 5, 9, &v, NULL);
 	ok(rc == -TW_EFENCED && v == 10, "handler-set FENCED status -> -TW_EFENCED, epoch %llu",
 	   (unsigned long long)v);
-	ok(strstr(tw_rpc_client_errmsg(C.cl), "older epoch") != NULL, "status message kept");
+	ok(strstr(tw__rpc_client_errmsg(C.cl), "older epoch") != NULL, "status message kept");
 
-	rc = tw_rpc_free_segments(C.cl, 10, 5, 4, false, &v);
+	rc = tw__rpc_free_segments(C.cl, 10, 5, 4, false, &v);
 	ok(rc == 0 && v == 4, "free_segments");
 
-	rc = tw_rpc_read_segment(C.cl, 10, 5, 3, &g);
+	rc = tw__rpc_read_segment(C.cl, 10, 5, 3, &g);
 	ok(rc == 0 && g.rkey.key == 77 && g.meta.offset == 1000 && g.replica_version == 3 &&
 	   g.state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED, "read_segment grant");
 
-	is_int(tw_rpc_release_segment(C.cl, 10, 5, 3), -ENOTSUP,
+	is_int(tw__rpc_release_segment(C.cl, 10, 5, 3), -ENOTSUP,
 	       "no handler -> UNSUPPORTED -> -ENOTSUP");
-	is_int(tw_rpc_recovered_offset(C.cl, 10, &m, 0), 0, "recovered_offset");
+	is_int(tw__rpc_recovered_offset(C.cl, 10, &m, 0), 0, "recovered_offset");
 	m.offset = 5000;
-	is_int(tw_rpc_recovered_offset(C.cl, 10, &m, 0), -EINVAL,
+	is_int(tw__rpc_recovered_offset(C.cl, 10, &m, 0), -EINVAL,
 	       "handler -ERANGE -> INVALID_ARGUMENT -> -EINVAL");
-	is_int(tw_rpc_ping(C.cl, 99), 0, "built-in ping");
+	is_int(tw__rpc_ping(C.cl, 99), 0, "built-in ping");
 }
 
 static void test_list_paging(void)
@@ -472,11 +472,11 @@ static void test_list_paging(void)
 	while (more && calls < 1000) {
 		size_t i;
 
-		tw_rpc_req_list_segments(&r, 5, false, from);
-		rc = tw_rpc_call_sync(C.cl, &r.env, &rep);
+		tw__rpc_req_list_segments(&r, 5, false, from);
+		rc = tw__rpc_call_sync(C.cl, &r.env, &rep);
 		calls++;
 		if (rc) {
-			tw_rpc_reply_release(&rep);
+			tw__rpc_reply_release(&rep);
 			break;
 		}
 		for (i = 0; i < rep.env->list_segments_reply->n_segments; i++)
@@ -484,15 +484,15 @@ static void test_list_paging(void)
 		seen += rep.env->list_segments_reply->n_segments;
 		more = rep.env->list_segments_reply->more;
 		from = rep.env->list_segments_reply->next_segment_id;
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 	}
 	is_int(rc, 0, "list pages served");
 	is_int(seen, TOTAL_SEGS, "all %u worst-case entries listed in %llu pages", TOTAL_SEGS,
 	       (unsigned long long)calls);
 	ok(inorder, "in order, none lost at page boundaries");
 	ok(calls > 1, "more than one page under the 64 KiB limit");
-	tw_rpc_req_list_segments(&r, 6, false, 0);
-	is_int(tw_rpc_call_sync(C.cl, &r.env, NULL), -TW_ENOTFOUND, "NOT_FOUND -> -TW_ENOTFOUND");
+	tw__rpc_req_list_segments(&r, 6, false, 0);
+	is_int(tw__rpc_call_sync(C.cl, &r.env, NULL), -TW_ENOTFOUND, "NOT_FOUND -> -TW_ENOTFOUND");
 }
 
 struct acall {
@@ -532,15 +532,15 @@ static void test_async_many(void)
 	count_done = 0;
 	for (i = 0; i < 64; i++) {
 		calls[i] = (struct acall){ .nonce = 1000 + i };
-		tw_rpc_req_ping(&r, calls[i].nonce, &i, sizeof(i));
-		rc = tw_rpc_call(C.cl, &r.env, async_done, &calls[i]);
+		tw__rpc_req_ping(&r, calls[i].nonce, &i, sizeof(i));
+		rc = tw__rpc_call(C.cl, &r.env, async_done, &calls[i]);
 		if (rc)
 			break;
 	}
 	is_int(i, 64, "64 calls in flight");
-	is_int(tw_rpc_client_inflight(C.cl), 64, "inflight = 64");
-	tw_rpc_req_ping(&r, 1, NULL, 0);
-	is_int(tw_rpc_call(C.cl, &r.env, async_done, &calls[0]), -EBUSY, "65th: -EBUSY");
+	is_int(tw__rpc_client_inflight(C.cl), 64, "inflight = 64");
+	tw__rpc_req_ping(&r, 1, NULL, 0);
+	is_int(tw__rpc_call(C.cl, &r.env, async_done, &calls[0]), -EBUSY, "65th: -EBUSY");
 	for (;;) {
 		unsigned d = 0;
 
@@ -548,8 +548,8 @@ static void test_async_many(void)
 			d += calls[i].done != 0;
 		if (d == 64)
 			break;
-		tw_fab_progress(C.fab, 100);
-		tw_rpc_client_expire(C.cl);
+		tw__fab_progress(C.fab, 100);
+		tw__rpc_client_expire(C.cl);
 	}
 	for (i = 0; i < 64; i++) {
 		n_ok += calls[i].status == 0;
@@ -559,7 +559,7 @@ static void test_async_many(void)
 	is_int(n_ok, 64, "all 64 replies OK");
 	is_int(twice, 0, "each callback ran once");
 	is_int(nonce_ok, 64, "each reply matched to its own request");
-	is_int(tw_rpc_client_inflight(C.cl), 0, "nothing in flight");
+	is_int(tw__rpc_client_inflight(C.cl), 0, "nothing in flight");
 }
 
 static void test_timeout_and_late(void)
@@ -572,13 +572,13 @@ static void test_timeout_and_late(void)
 	int rc;
 
 	client_disconnect();
-	tw_rpc_config_init(&cfg);
+	tw__rpc_config_init(&cfg);
 	cfg.timeout_ms = 100;
 	client_connect(&cfg);
 
 	atomic_store(&S.mode, MODE_DROP);
 	t0 = tw_now_ns();
-	rc = tw_rpc_ping(C.cl, 1);
+	rc = tw__rpc_ping(C.cl, 1);
 	is_int(rc, -ETIMEDOUT, "dropped request times out");
 	ok(tw_now_ns() - t0 >= 100000000u, "not before the timeout (%llu ms)",
 	   (unsigned long long)((tw_now_ns() - t0) / 1000000u));
@@ -587,22 +587,22 @@ static void test_timeout_and_late(void)
 	/* callback form, reply delayed 300 ms, timeout 100 ms: times out, reply dropped later */
 	atomic_store(&S.mode, MODE_DELAY);
 	a.nonce = 5;
-	tw_rpc_req_ping(&r, 5, NULL, 0);
-	rc = tw_rpc_call(C.cl, &r.env, count_cb, &a);
+	tw__rpc_req_ping(&r, 5, NULL, 0);
+	rc = tw__rpc_call(C.cl, &r.env, count_cb, &a);
 	is_int(rc, 0, "delayed call posted");
-	ok(tw_rpc_client_next_timeout_ms(C.cl) >= 0 && tw_rpc_client_next_timeout_ms(C.cl) <= 100,
+	ok(tw__rpc_client_next_timeout_ms(C.cl) >= 0 && tw__rpc_client_next_timeout_ms(C.cl) <= 100,
 	   "next timeout within 100 ms");
 	progress_until(NULL, &a.done, 1, 2000);
 	ok(a.done == 1 && a.status == -ETIMEDOUT, "callback: -ETIMEDOUT");
 	/* the reply comes ~300 ms after the request: wait for it (bounded) */
 	t0 = tw_now_ns();
 	do {
-		tw_fab_progress(C.fab, 20);
-		tw_rpc_client_get_stats(C.cl, &st);
+		tw__fab_progress(C.fab, 20);
+		tw__rpc_client_get_stats(C.cl, &st);
 	} while (st.late_replies == 0 && tw_now_ns() - t0 < 5000000000u);
 	is_int(st.late_replies, 1, "the late reply arrived and was dropped");
 	is_int(a.done, 1, "callback did not run again");
-	is_int(tw_rpc_ping(C.cl, 2), 0, "next call served normally");
+	is_int(tw__rpc_ping(C.cl, 2), 0, "next call served normally");
 	ok(st.timeouts == 2, "two timeouts counted");
 }
 
@@ -614,12 +614,12 @@ static void test_lost(void)
 
 	count_done = 0;
 	atomic_store(&S.mode, MODE_CLOSE);
-	tw_rpc_req_ping(&r, 1, NULL, 0);
-	rc = tw_rpc_call(C.cl, &r.env, count_cb, &a);
+	tw__rpc_req_ping(&r, 1, NULL, 0);
+	rc = tw__rpc_call(C.cl, &r.env, count_cb, &a);
 	is_int(rc, 0, "call posted");
-	tw_rpc_req_ping(&r, 2, NULL, 0);
+	tw__rpc_req_ping(&r, 2, NULL, 0);
 	/* the server thread may already have closed it: then the call fails at once */
-	rc = tw_rpc_call(C.cl, &r.env, count_cb, &b);
+	rc = tw__rpc_call(C.cl, &r.env, count_cb, &b);
 	if (rc == -TW_EPEERLOST) {
 		b.done = 1;
 		b.status = rc;
@@ -629,11 +629,11 @@ static void test_lost(void)
 	ok(C.lost, "channel lost after the server closed it");
 	ok(a.done == 1 && a.status == -TW_EPEERLOST && b.done == 1 && b.status == -TW_EPEERLOST,
 	   "pending calls complete with -TW_EPEERLOST (%d, %d)", a.status, b.status);
-	tw_rpc_req_ping(&r, 3, NULL, 0);
-	is_int(tw_rpc_call(C.cl, &r.env, count_cb, &a), -TW_EPEERLOST, "new calls fail at once");
+	tw__rpc_req_ping(&r, 3, NULL, 0);
+	is_int(tw__rpc_call(C.cl, &r.env, count_cb, &a), -TW_EPEERLOST, "new calls fail at once");
 	client_disconnect();
 	client_connect(NULL);
-	is_int(tw_rpc_ping(C.cl, 4), 0, "a new connection is served");
+	is_int(tw__rpc_ping(C.cl, 4), 0, "a new connection is served");
 }
 
 static void test_destroy_pending(void)
@@ -642,13 +642,13 @@ static void test_destroy_pending(void)
 	struct tw_rpc_req r;
 
 	atomic_store(&S.mode, MODE_DROP);
-	tw_rpc_req_ping(&r, 1, NULL, 0);
-	is_int(tw_rpc_call(C.cl, &r.env, count_cb, &a), 0, "call posted");
-	tw_rpc_client_destroy(C.cl);
+	tw__rpc_req_ping(&r, 1, NULL, 0);
+	is_int(tw__rpc_call(C.cl, &r.env, count_cb, &a), 0, "call posted");
+	tw__rpc_client_destroy(C.cl);
 	C.cl = NULL;
 	ok(a.done == 1 && a.status == -TW_ECLOSED, "destroy completes it with -TW_ECLOSED");
 	atomic_store(&S.mode, MODE_SERVE);
-	tw_chan_close(C.ch);
+	tw__chan_close(C.ch);
 	C.ch = NULL;
 	client_connect(NULL);
 }
@@ -667,52 +667,52 @@ static void test_client_bad_replies(void)
 	size_t len;
 
 	atomic_store(&S.mode, MODE_DROP);
-	tw_rpc_req_ping(&r, 1, NULL, 0);
-	TAP_REQUIRE(tw_rpc_call(C.cl, &r.env, count_cb, &a) == 0, "call");
+	tw__rpc_req_ping(&r, 1, NULL, 0);
+	TAP_REQUIRE(tw__rpc_call(C.cl, &r.env, count_cb, &a) == 0, "call");
 
 	/* unknown id: dropped */
 	env.request_id = r.env.request_id + 1000;
 	env.body_case = TAILWIND__ENVELOPE__BODY_PING_REPLY;
 	env.ping_reply = &pr;
-	tw_rpc_encode(&env, buf, sizeof(buf), 65536, &len);
-	is_int(tw_rpc_client_on_recv(C.cl, buf, len), 0, "reply with an unknown id: ignored");
+	tw__rpc_encode(&env, buf, sizeof(buf), 65536, &len);
+	is_int(tw__rpc_client_on_recv(C.cl, buf, len), 0, "reply with an unknown id: ignored");
 	is_int(a.done, 0, "no callback");
 
 	/* wrong kind for the request */
 	env.request_id = r.env.request_id;
 	env.body_case = TAILWIND__ENVELOPE__BODY_FENCE_REPLY;
 	env.fence_reply = &fr;
-	tw_rpc_encode(&env, buf, sizeof(buf), 65536, &len);
-	is_int(tw_rpc_client_on_recv(C.cl, buf, len), 0, "reply of the wrong kind");
+	tw__rpc_encode(&env, buf, sizeof(buf), 65536, &len);
+	is_int(tw__rpc_client_on_recv(C.cl, buf, len), 0, "reply of the wrong kind");
 	ok(a.done == 1 && a.status == -TW_EPROTO, "call fails with -TW_EPROTO");
 
 	/* ErrorReply carrying OK is not a success */
-	tw_rpc_req_ping(&r, 1, NULL, 0);
-	TAP_REQUIRE(tw_rpc_call(C.cl, &r.env, count_cb, &b) == 0, "call");
+	tw__rpc_req_ping(&r, 1, NULL, 0);
+	TAP_REQUIRE(tw__rpc_call(C.cl, &r.env, count_cb, &b) == 0, "call");
 	env.request_id = r.env.request_id;
 	env.body_case = TAILWIND__ENVELOPE__BODY_ERROR_REPLY;
 	env.error_reply = &er;
-	tw_rpc_encode(&env, buf, sizeof(buf), 65536, &len);
-	tw_rpc_client_on_recv(C.cl, buf, len);
+	tw__rpc_encode(&env, buf, sizeof(buf), 65536, &len);
+	tw__rpc_client_on_recv(C.cl, buf, len);
 	ok(b.done == 1 && b.status == -TW_EPROTO, "error reply with status OK -> -TW_EPROTO");
 
 	/* an unattributed error reply (id 0) is logged, nothing completes */
 	env.request_id = 0;
 	er.status = TAILWIND__STATUS__STATUS_INVALID_ARGUMENT;
 	er.message = (char *)"could not decode";
-	tw_rpc_encode(&env, buf, sizeof(buf), 65536, &len);
-	is_int(tw_rpc_client_on_recv(C.cl, buf, len), 0, "error reply with id 0 accepted");
-	ok(strstr(tw_rpc_client_errmsg(C.cl), "could not decode") != NULL, "and its message kept");
+	tw__rpc_encode(&env, buf, sizeof(buf), 65536, &len);
+	is_int(tw__rpc_client_on_recv(C.cl, buf, len), 0, "error reply with id 0 accepted");
+	ok(strstr(tw__rpc_client_errmsg(C.cl), "could not decode") != NULL, "and its message kept");
 
 	/* broken stream: pending calls fail, new ones too */
 	a = (struct acall){ 0 };
-	tw_rpc_req_ping(&r, 1, NULL, 0);
-	TAP_REQUIRE(tw_rpc_call(C.cl, &r.env, count_cb, &a) == 0, "call");
+	tw__rpc_req_ping(&r, 1, NULL, 0);
+	TAP_REQUIRE(tw__rpc_call(C.cl, &r.env, count_cb, &a) == 0, "call");
 	memset(buf, 0x41, 32);
-	is_int(tw_rpc_client_on_recv(C.cl, buf, 32), -TW_EPROTO, "bad magic breaks the stream");
+	is_int(tw__rpc_client_on_recv(C.cl, buf, 32), -TW_EPROTO, "bad magic breaks the stream");
 	ok(a.done == 1 && a.status == -TW_EPROTO, "pending call failed with -TW_EPROTO");
-	is_int(tw_rpc_call(C.cl, &r.env, count_cb, &a), -TW_EPROTO, "new calls refused");
-	tw_rpc_client_get_stats(C.cl, &st);
+	is_int(tw__rpc_call(C.cl, &r.env, count_cb, &a), -TW_EPROTO, "new calls refused");
+	tw__rpc_client_get_stats(C.cl, &st);
 	ok(st.malformed >= 3, "malformed replies counted (%llu)", (unsigned long long)st.malformed);
 	atomic_store(&S.mode, MODE_SERVE);
 	client_disconnect();
@@ -722,7 +722,7 @@ static void test_client_bad_replies(void)
 static int raw_exchange(const void *msg, size_t len)
 {
 	int before = C.raw_count;
-	int rc = tw_chan_send(C.raw_ch, msg, len);
+	int rc = tw__chan_send(C.raw_ch, msg, len);
 
 	if (rc)
 		return rc;
@@ -739,11 +739,11 @@ static void test_server_garbage(void)
 	int i, rc, replies = 0;
 	const char *m;
 
-	rc = tw_fab_connect(C.fab, S.addr, &C.raw_ch);
+	rc = tw__fab_connect(C.fab, S.addr, &C.raw_ch);
 	TAP_REQUIRE(rc == 0, "raw connect");
 	C.raw_lost = false;
 	C.raw_count = 0;
-	tw_rpc_arena_init(&a, NULL, 0, 0);
+	tw__rpc_arena_init(&a, NULL, 0, 0);
 
 	tw_store_le16(buf, TW_RPC_MAGIC);
 	buf[2] = TW_RPC_MAJOR;
@@ -752,30 +752,30 @@ static void test_server_garbage(void)
 	memset(buf + 8, 0xff, 16);
 	rc = raw_exchange(buf, 24);
 	is_int(rc, 1, "undecodable envelope answered");
-	ok(tw_rpc_decode(C.raw, C.raw_len, 65536, &a, &out, NULL, NULL, 0) == 0 &&
+	ok(tw__rpc_decode(C.raw, C.raw_len, 65536, &a, &out, NULL, NULL, 0) == 0 &&
 	   out->body_case == TAILWIND__ENVELOPE__BODY_ERROR_REPLY && out->request_id == 0 &&
-	   tw_rpc_reply_status(out, &m) == TAILWIND__STATUS__STATUS_INVALID_ARGUMENT,
+	   tw__rpc_reply_status(out, &m) == TAILWIND__STATUS__STATUS_INVALID_ARGUMENT,
 	   "ErrorReply INVALID_ARGUMENT, request id 0");
-	tw_rpc_arena_reset(&a);
+	tw__rpc_arena_reset(&a);
 	for (i = 0; i < 20 && !C.raw_lost; i++)
 		replies += raw_exchange(buf, 24) == 1;
 	ok(C.raw_lost, "channel closed after repeated garbage");
 	is_int(replies, 7, "max_strikes (8) error replies in all, then closed");
-	tw_chan_close(C.raw_ch);
+	tw__chan_close(C.raw_ch);
 	C.raw_ch = NULL;
 
 	/* unframeable: closed at once */
-	rc = tw_fab_connect(C.fab, S.addr, &C.raw_ch);
+	rc = tw__fab_connect(C.fab, S.addr, &C.raw_ch);
 	TAP_REQUIRE(rc == 0, "raw connect");
 	C.raw_lost = false;
 	memset(buf, 0x00, 16);
 	rc = raw_exchange(buf, 16);
 	is_int(rc, 0, "bad magic: closed without reply");
-	tw_chan_close(C.raw_ch);
+	tw__chan_close(C.raw_ch);
 	C.raw_ch = NULL;
-	tw_rpc_arena_fini(&a);
+	tw__rpc_arena_fini(&a);
 
-	is_int(tw_rpc_ping(C.cl, 77), 0, "the well-behaved client is still served");
+	is_int(tw__rpc_ping(C.cl, 77), 0, "the well-behaved client is still served");
 	ok(atomic_load(&S.closed_by_server) == 2, "on_close hook ran twice");
 }
 
@@ -788,11 +788,11 @@ static void test_stats(void)
 	size_t i;
 	int rc;
 
-	tw_rpc_req_stats(&r);
-	rc = tw_rpc_call_sync(C.cl, &r.env, &rep);
+	tw__rpc_req_stats(&r);
+	rc = tw__rpc_call_sync(C.cl, &r.env, &rep);
 	is_int(rc, 0, "stats");
 	if (rc) {
-		tw_rpc_reply_release(&rep);
+		tw__rpc_reply_release(&rep);
 		return;
 	}
 	s = rep.env->stats_reply;
@@ -814,7 +814,7 @@ static void test_stats(void)
 	ok(s->rpc_malformed >= 9 && s->rpc_closed == 2, "malformed %llu, closed %llu",
 	   (unsigned long long)s->rpc_malformed, (unsigned long long)s->rpc_closed);
 	ok(s->buffers_total == 16 && s->buffers_free == 12, "handler's own counters");
-	tw_rpc_reply_release(&rep);
+	tw__rpc_reply_release(&rep);
 }
 
 int main(void)
@@ -824,9 +824,9 @@ int main(void)
 	int rc;
 
 	server_start();
-	tw_fab_config_init(&fc);
+	tw__fab_config_init(&fc);
 	fc.provider = "mem";
-	rc = tw_fab_open(&fc, &ev, &C.fab);
+	rc = tw__fab_open(&fc, &ev, &C.fab);
 	TAP_REQUIRE(rc == 0, "client fab: %s", tw_strerror(rc));
 	client_connect(NULL);
 
@@ -841,7 +841,7 @@ int main(void)
 	test_stats();
 
 	client_disconnect();
-	tw_fab_close(C.fab);
+	tw__fab_close(C.fab);
 	server_stop();
 	tap_done_testing();
 	return tap_exit();

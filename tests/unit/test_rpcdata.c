@@ -189,8 +189,8 @@ static void test_same_bytes(struct tbackup *bk, const char **addrs)
 		backup_pause(&bk[k]);
 	for (unsigned k = 0; k < NB; k++) {
 		uint32_t segid = tw_lsn_to_pos(last).segment;
-		struct seg *x = bk_seg_find(bk[k].b, 101, segid);
-		struct seg *y = bk_seg_find(bk[k].b, 102, segid);
+		struct seg *x = tw__bk_seg_find(bk[k].b, 101, segid);
+		struct seg *y = tw__bk_seg_find(bk[k].b, 102, segid);
 		struct tw_scan_result s1, s2;
 
 		if (!x || !y || !x->buf || !y->buf || x->length != y->length) {
@@ -257,7 +257,7 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 	is_int(tw_primary_close(r), 0, "closed: every segment's close scan agreed");
 	backup_pause(&bk[0]);
 	for (uint64_t s = 0; s < st.segments; s++) {
-		struct seg *x = bk_seg_find(bk[0].b, 103, s);
+		struct seg *x = tw__bk_seg_find(bk[0].b, 103, s);
 
 		entries += x ? x->entries : 0;
 	}
@@ -279,17 +279,17 @@ static void test_who_placed(struct tbackup *bk, const char **addrs)
 
 	fill(payload, sizeof(payload), 3);
 	backup_pause(&bk[1]);
-	tw_fab_get_stats(bk[1].b->fab, &f0);
+	tw__fab_get_stats(bk[1].b->fab, &f0);
 	backup_resume(&bk[1]);
 	for (unsigned i = 0; i < 50 && !rc; i++)
 		rc = tw_primary_append(a, payload, sizeof(payload), NULL);
 	backup_pause(&bk[1]);
-	tw_fab_get_stats(bk[1].b->fab, &f1);
+	tw__fab_get_stats(bk[1].b->fab, &f1);
 	backup_resume(&bk[1]);
 	for (unsigned i = 0; i < 50 && !rc; i++)
 		rc = tw_primary_append(r, payload, sizeof(payload), NULL);
 	backup_pause(&bk[1]);
-	tw_fab_get_stats(bk[1].b->fab, &f2);
+	tw__fab_get_stats(bk[1].b->fab, &f2);
 	backup_resume(&bk[1]);
 	tw_primary_get_stats(r, &st);
 	is_int(rc, 0, "50 appends on each path");

@@ -123,12 +123,12 @@ static void test_header(void)
 	h.seed = 0x9e3779b9;
 	h.version = SEGFILE_VERSION; /* what decode reports */
 	h.data_off = SEGFILE_DATA_OFF;
-	segfile_hdr_encode(&h, raw);
+	tw__segfile_hdr_encode(&h, raw);
 	ok(memcmp(raw, "TWSEGv1", 8) == 0, "header starts with the magic");
-	is_int(segfile_hdr_decode(raw, &g), 0, "header decodes");
+	is_int(tw__segfile_hdr_decode(raw, &g), 0, "header decodes");
 	ok(memcmp(&h, &g, sizeof(h)) == 0, "header round trip keeps every field");
 	raw[20] ^= 1;
-	is_int(segfile_hdr_decode(raw, &g), -TW_ECORRUPT, "header bit flip: CRC mismatch");
+	is_int(tw__segfile_hdr_decode(raw, &g), -TW_ECORRUPT, "header bit flip: CRC mismatch");
 	raw[20] ^= 1;
 	raw[8] = (uint8_t)(SEGFILE_VERSION + 1);
 	{
@@ -139,7 +139,7 @@ static void test_header(void)
 		raw[125] = (uint8_t)(crc >> 8);
 		raw[126] = (uint8_t)(crc >> 16);
 		raw[127] = (uint8_t)(crc >> 24);
-		is_int(segfile_hdr_decode(raw, &g), -TW_EVERSION, "newer format version refused");
+		is_int(tw__segfile_hdr_decode(raw, &g), -TW_EVERSION, "newer format version refused");
 	}
 }
 
@@ -148,14 +148,14 @@ static void test_names(void)
 	char name[SEGFILE_NAME_MAX];
 	uint64_t l, s;
 
-	segfile_name(0xabcull, 0x12ull, name, sizeof(name));
+	tw__segfile_name(0xabcull, 0x12ull, name, sizeof(name));
 	ok(strcmp(name, "0000000000000abc-0000000000000012.twseg") == 0, "file name %s", name);
-	ok(segfile_parse_name(name, &l, &s) && l == 0xabc && s == 0x12, "name parses back");
-	ok(!segfile_parse_name("0000000000000abc-0000000000000012.twseg.tmp", &l, &s),
+	ok(tw__segfile_parse_name(name, &l, &s) && l == 0xabc && s == 0x12, "name parses back");
+	ok(!tw__segfile_parse_name("0000000000000abc-0000000000000012.twseg.tmp", &l, &s),
 	   "tmp name is not a segment");
-	ok(!segfile_parse_name("0000000000000ABC-0000000000000012.twseg", &l, &s),
+	ok(!tw__segfile_parse_name("0000000000000ABC-0000000000000012.twseg", &l, &s),
 	   "upper-case hex refused");
-	ok(!segfile_parse_name("foo.twseg", &l, &s), "short name refused");
+	ok(!tw__segfile_parse_name("foo.twseg", &l, &s), "short name refused");
 }
 
 static void test_round_trip(void)
@@ -172,14 +172,14 @@ static void test_round_trip(void)
 	ok(sr.valid_len > 0 && sr.entries == 50, "built 50 entries (%zu bytes)", sr.valid_len);
 	hdr_for(&h, 1, 2, &sr, cap);
 	steps[0] = '\0';
-	segfile_set_hook(hook, NULL);
-	is_int(segfile_write(dirfd_, &h, buf, &io), 0, "segfile_write");
-	segfile_set_hook(NULL, NULL);
+	tw__segfile_set_hook(hook, NULL);
+	is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "tw__segfile_write");
+	tw__segfile_set_hook(NULL, NULL);
 	ok(strcmp(steps, "create,direct,write,fsync,close,rename,fsync-dir,") == 0,
 	   "durability sequence: %s", steps);
 	ok(io.direct_files == 1 && io.buffered_files == 0 && !io.buffered && io.direct_err == 0,
 	   "written with O_DIRECT (%s must be on a file system that takes it)", dir);
-	segfile_name(1, 2, name, sizeof(name));
+	tw__segfile_name(1, 2, name, sizeof(name));
 	ok(exists(name), "final file exists");
 	TAP_REQUIRE(fstatat(dirfd_, name, &st, 0) == 0, "stat %s", name);
 	ok((uint64_t)st.st_size == SEGFILE_BLOCK + (sr.valid_len + SEGFILE_BLOCK - 1) /
@@ -187,19 +187,19 @@ static void test_round_trip(void)
 	   (long long)st.st_size);
 	is_int(tl_cached_pages(dirfd_, name, NULL), 0, "no page of the O_DIRECT file is in the page cache");
 	ok(!exists("0000000000000001-0000000000000002.twseg.tmp"), "no tmp file left");
-	is_int(segfile_load(dirfd_, name, back, cap, &g), 0, "segfile_load verifies");
+	is_int(tw__segfile_load(dirfd_, name, back, cap, &g), 0, "tw__segfile_load verifies");
 	ok(memcmp(buf, back, sr.valid_len) == 0, "data round trip");
 	ok(g.valid_len == h.valid_len && g.checksum == h.checksum && g.entries == h.entries &&
 	   g.replica_version == 3 && g.epoch == 7 && g.state == SEGFILE_CLOSED,
 	   "header fields round trip");
 	ok(g.flush_time_ns != 0, "flush time recorded");
-	is_int(segfile_load(dirfd_, name, back, sr.valid_len - 1, &g), -EFBIG,
+	is_int(tw__segfile_load(dirfd_, name, back, sr.valid_len - 1, &g), -EFBIG,
 	       "load into a too small buffer: -EFBIG");
 
 	/* version rewrite */
-	is_int(segfile_set_version(dirfd_, 1, 2, 4, &io), 0, "set version");
+	is_int(tw__segfile_set_version(dirfd_, 1, 2, 4, &io), 0, "set version");
 	ok(io.direct_files == 2, "the rewrite went out with O_DIRECT too");
-	is_int(segfile_verify(dirfd_, name, &g), 0, "still verifies");
+	is_int(tw__segfile_verify(dirfd_, name, &g), 0, "still verifies");
 	is_int((long long)g.replica_version, 4, "version updated in the file");
 
 	/* empty segment */
@@ -207,9 +207,9 @@ static void test_round_trip(void)
 	tw_scan(buf, cap, &sr);
 	hdr_for(&h, 1, 3, &sr, cap);
 	h.state = SEGFILE_OPEN;
-	is_int(segfile_write(dirfd_, &h, buf, &io), 0, "empty open segment written");
-	segfile_name(1, 3, name, sizeof(name));
-	is_int(segfile_verify(dirfd_, name, &g), 0, "empty segment verifies");
+	is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "empty open segment written");
+	tw__segfile_name(1, 3, name, sizeof(name));
+	is_int(tw__segfile_verify(dirfd_, name, &g), 0, "empty segment verifies");
 	ok(g.state == SEGFILE_OPEN && g.valid_len == 0, "state open, length 0");
 	ok(fstatat(dirfd_, name, &st, 0) == 0 && st.st_size == SEGFILE_BLOCK,
 	   "empty segment: the header block only");
@@ -228,27 +228,27 @@ static void test_crash_steps(void)
 
 	build(buf, cap, 10, &sr);
 	hdr_for(&h, 5, 1, &sr, cap);
-	segfile_name(5, 1, name, sizeof(name));
-	is_int(segfile_write(dirfd_, &h, buf, NULL), 0, "first version written");
+	tw__segfile_name(5, 1, name, sizeof(name));
+	is_int(tw__segfile_write(dirfd_, &h, buf, NULL), 0, "first version written");
 	build(buf, cap, 20, &sr); /* a longer replacement */
 	hdr_for(&h, 5, 1, &sr, cap);
 	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
 		steps[0] = '\0';
 		fail_at = at[i];
-		segfile_set_hook(hook, NULL);
-		ok(segfile_write(dirfd_, &h, buf, NULL) == -EIO, "failure at %s reported", at[i]);
-		segfile_set_hook(NULL, NULL);
+		tw__segfile_set_hook(hook, NULL);
+		ok(tw__segfile_write(dirfd_, &h, buf, NULL) == -EIO, "failure at %s reported", at[i]);
+		tw__segfile_set_hook(NULL, NULL);
 		ok(!exists("0000000000000005-0000000000000001.twseg.tmp"),
 		   "failure at %s: tmp removed", at[i]);
-		ok(segfile_verify(dirfd_, name, &g) == 0 && g.entries == 10,
+		ok(tw__segfile_verify(dirfd_, name, &g) == 0 && g.entries == 10,
 		   "failure at %s: previous complete file intact", at[i]);
 	}
 	fail_at = "fsync-dir";
-	segfile_set_hook(hook, NULL);
-	ok(segfile_write(dirfd_, &h, buf, NULL) == -EIO, "directory fsync failure reported");
-	segfile_set_hook(NULL, NULL);
+	tw__segfile_set_hook(hook, NULL);
+	ok(tw__segfile_write(dirfd_, &h, buf, NULL) == -EIO, "directory fsync failure reported");
+	tw__segfile_set_hook(NULL, NULL);
 	fail_at = NULL;
-	ok(segfile_verify(dirfd_, name, &g) == 0 && g.entries == 20, "renamed file is complete");
+	ok(tw__segfile_verify(dirfd_, name, &g) == 0 && g.entries == 20, "renamed file is complete");
 	free(buf);
 }
 
@@ -263,8 +263,8 @@ static void test_corruption(void)
 
 	build(buf, cap, 30, &sr);
 	hdr_for(&h, 9, 9, &sr, cap);
-	segfile_name(9, 9, name, sizeof(name));
-	TAP_REQUIRE(segfile_write(dirfd_, &h, buf, NULL) == 0, "write");
+	tw__segfile_name(9, 9, name, sizeof(name));
+	TAP_REQUIRE(tw__segfile_write(dirfd_, &h, buf, NULL) == 0, "write");
 
 	/* a flip in a payload, in an entry header, in a checksum entry, in the header */
 	{
@@ -276,10 +276,10 @@ static void test_corruption(void)
 
 		for (size_t i = 0; i < 4; i++) {
 			flip_byte(name, offs[i]);
-			is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT,
+			is_int(tw__segfile_verify(dirfd_, name, &g), -TW_ECORRUPT,
 			       "bit flip in the %s detected", what[i]);
 			flip_byte(name, offs[i]);
-			is_int(segfile_verify(dirfd_, name, &g), 0, "flipped back: verifies");
+			is_int(tw__segfile_verify(dirfd_, name, &g), 0, "flipped back: verifies");
 		}
 	}
 	/* truncation */
@@ -287,11 +287,11 @@ static void test_corruption(void)
 	TAP_REQUIRE(fd >= 0, "open");
 	TAP_REQUIRE(ftruncate(fd, (off_t)(SEGFILE_DATA_OFF + sr.valid_len)) == 0, "truncate");
 	close(fd);
-	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated file detected");
-	is_int(segfile_read_header(dirfd_, name, &g), -TW_ECORRUPT,
+	is_int(tw__segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated file detected");
+	is_int(tw__segfile_read_header(dirfd_, name, &g), -TW_ECORRUPT,
 	       "header check sees the size (the padding was cut)");
-	is_int(segfile_verify(dirfd_, "nope.twseg", &g), -ENOENT, "missing file: -ENOENT");
-	is_int(segfile_remove(dirfd_, 9, 9), 0, "remove");
+	is_int(tw__segfile_verify(dirfd_, "nope.twseg", &g), -ENOENT, "missing file: -ENOENT");
+	is_int(tw__segfile_remove(dirfd_, 9, 9), 0, "remove");
 	ok(!exists(name), "removed");
 	free(buf);
 }
@@ -301,16 +301,16 @@ static void test_epoch_file(void)
 	char name[SEGFILE_NAME_MAX];
 	uint64_t log, epoch;
 
-	segfile_epoch_name(0x42, name, sizeof(name));
+	tw__segfile_epoch_name(0x42, name, sizeof(name));
 	ok(strcmp(name, "0000000000000042.twepoch") == 0, "epoch file name %s", name);
-	ok(segfile_parse_epoch_name(name, &log) && log == 0x42, "epoch name parses back");
-	is_int(segfile_write_epoch(dirfd_, 0x42, 9), 0, "epoch written");
-	is_int(segfile_write_epoch(dirfd_, 0x42, 11), 0, "epoch replaced");
-	ok(segfile_read_epoch(dirfd_, name, &log, &epoch) == 0 && log == 0x42 && epoch == 11,
+	ok(tw__segfile_parse_epoch_name(name, &log) && log == 0x42, "epoch name parses back");
+	is_int(tw__segfile_write_epoch(dirfd_, 0x42, 9), 0, "epoch written");
+	is_int(tw__segfile_write_epoch(dirfd_, 0x42, 11), 0, "epoch replaced");
+	ok(tw__segfile_read_epoch(dirfd_, name, &log, &epoch) == 0 && log == 0x42 && epoch == 11,
 	   "epoch read back");
 	ok(!exists("0000000000000042.twepoch.tmp"), "no tmp left");
 	flip_byte(name, 13);
-	is_int(segfile_read_epoch(dirfd_, name, &log, &epoch), -TW_ECORRUPT,
+	is_int(tw__segfile_read_epoch(dirfd_, name, &log, &epoch), -TW_ECORRUPT,
 	       "bit flip in the epoch file detected");
 }
 
@@ -342,23 +342,23 @@ static void test_direct_refused(void)
 		struct segfile_io io = { 0 };
 
 		hdr_for(&h, 0x77, i, &sr, cap);
-		segfile_name(0x77, i, name, sizeof(name));
+		tw__segfile_name(0x77, i, name, sizeof(name));
 		steps[0] = '\0';
 		einval_at = 1;
-		segfile_set_hook(refuse_hook, (void *)where[i]);
-		is_int(segfile_write(dirfd_, &h, buf, &io), 0, "EINVAL at %s: the file is written "
+		tw__segfile_set_hook(refuse_hook, (void *)where[i]);
+		is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "EINVAL at %s: the file is written "
 		       "anyway", where[i]);
 		ok(io.buffered && io.direct_err == -EINVAL && io.buffered_files == 1 &&
 		   io.direct_files == 0, "EINVAL at %s: refusal kept, written buffered", where[i]);
-		ok(segfile_load(dirfd_, name, back, cap, &g) == 0 &&
+		ok(tw__segfile_load(dirfd_, name, back, cap, &g) == 0 &&
 		   memcmp(back, buf, sr.valid_len) == 0 && g.version == SEGFILE_VERSION,
 		   "EINVAL at %s: the same format, verifies, same bytes", where[i]);
 		ok(tl_cached_pages(dirfd_, name, NULL) > 0, "EINVAL at %s: the buffered file went through the page "
 		   "cache", where[i]);
 		steps[0] = '\0';
 		hdr_for(&h, 0x77, 10 + i, &sr, cap);
-		is_int(segfile_write(dirfd_, &h, buf, &io), 0, "next file");
-		segfile_set_hook(NULL, NULL);
+		is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "next file");
+		tw__segfile_set_hook(NULL, NULL);
 		ok(strcmp(steps, "create,write,fsync,close,rename,fsync-dir,") == 0 &&
 		   io.buffered_files == 2, "after a refusal O_DIRECT is not tried again: %s", steps);
 	}
@@ -368,11 +368,11 @@ static void test_direct_refused(void)
 
 		memmove(buf + 8, buf, sr.valid_len);
 		hdr_for(&h, 0x77, 20, &sr, cap);
-		segfile_name(0x77, 20, name, sizeof(name));
-		is_int(segfile_write(dirfd_, &h, buf + 8, &io), 0, "unaligned data written");
+		tw__segfile_name(0x77, 20, name, sizeof(name));
+		is_int(tw__segfile_write(dirfd_, &h, buf + 8, &io), 0, "unaligned data written");
 		ok(io.buffered_files == 1 && !io.buffered && io.direct_err == 0,
 		   "unaligned data: buffered for that file only, O_DIRECT not given up");
-		is_int(segfile_verify(dirfd_, name, &g), 0, "and it verifies");
+		is_int(tw__segfile_verify(dirfd_, name, &g), 0, "and it verifies");
 	}
 	free(buf);
 	free(back);
@@ -385,7 +385,7 @@ static void write_v2(const char *name, const struct segfile_hdr *h, const uint8_
 	uint8_t hdr[SEGFILE_HDR_SIZE];
 	int fd;
 
-	segfile_hdr_encode(h, hdr);
+	tw__segfile_hdr_encode(h, hdr);
 	tw_store_le16(hdr + 8, 2);
 	tw_store_le16(hdr + 10, 128);
 	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
@@ -408,19 +408,19 @@ static void test_old_version(void)
 
 	build(buf, cap, 40, &sr);
 	hdr_for(&h, 0x2, 5, &sr, cap);
-	segfile_name(0x2, 5, name, sizeof(name));
+	tw__segfile_name(0x2, 5, name, sizeof(name));
 	write_v2(name, &h, buf);
-	is_int(segfile_read_header(dirfd_, name, &g), 0, "version-2 header read");
+	is_int(tw__segfile_read_header(dirfd_, name, &g), 0, "version-2 header read");
 	ok(g.version == 2 && g.data_off == 128 && g.valid_len == sr.valid_len &&
-	   g.entries == 40 && segfile_file_size(&g) == 128 + sr.valid_len,
+	   g.entries == 40 && tw__segfile_file_size(&g) == 128 + sr.valid_len,
 	   "version 2: data at 128, file 128 + valid_len bytes");
-	is_int(segfile_load(dirfd_, name, back, cap, &g), 0, "version-2 file loads and verifies");
+	is_int(tw__segfile_load(dirfd_, name, back, cap, &g), 0, "version-2 file loads and verifies");
 	ok(memcmp(back, buf, sr.valid_len) == 0, "version-2 data read back");
 	flip_byte(name, 128 + 60);
-	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "version 2: a bit flip is detected");
+	is_int(tw__segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "version 2: a bit flip is detected");
 	flip_byte(name, 128 + 60);
-	is_int(segfile_set_version(dirfd_, 0x2, 5, 9, NULL), 0, "version-2 file rewritten");
-	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == SEGFILE_VERSION &&
+	is_int(tw__segfile_set_version(dirfd_, 0x2, 5, 9, NULL), 0, "version-2 file rewritten");
+	ok(tw__segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == SEGFILE_VERSION &&
 	   g.replica_version == 9 && memcmp(back, buf, sr.valid_len) == 0,
 	   "the rewrite is in the current format, same data");
 	/* a version-2 file cut short */
@@ -428,7 +428,7 @@ static void test_old_version(void)
 	fd = openat(dirfd_, name, O_RDWR);
 	TAP_REQUIRE(fd >= 0 && ftruncate(fd, (off_t)(128 + sr.valid_len - 1)) == 0, "truncate");
 	close(fd);
-	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated version-2 file detected");
+	is_int(tw__segfile_verify(dirfd_, name, &g), -TW_ECORRUPT, "truncated version-2 file detected");
 	/* version 2 with the version-3 offset (or the reverse) is not a file we wrote */
 	write_v2(name, &h, buf);
 	{
@@ -440,7 +440,7 @@ static void test_old_version(void)
 		tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
 		TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "wr");
 		close(fd);
-		is_int(segfile_hdr_decode(hdr, &g), -TW_ECORRUPT,
+		is_int(tw__segfile_hdr_decode(hdr, &g), -TW_ECORRUPT,
 		       "version 2 with a 4096-byte data offset refused");
 	}
 	ok(fstatat(dirfd_, name, &st, 0) == 0, "file still there");
@@ -463,13 +463,13 @@ static void test_seed(void)
 	build_seeded(buf, cap, 30, 0xa5a5f00d, &sr);
 	hdr_for(&h, 0x3, 1, &sr, cap);
 	h.seed = 0xa5a5f00d;
-	segfile_name(0x3, 1, name, sizeof(name));
-	is_int(segfile_write(dirfd_, &h, buf, NULL), 0, "seeded segment written");
-	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 4 &&
+	tw__segfile_name(0x3, 1, name, sizeof(name));
+	is_int(tw__segfile_write(dirfd_, &h, buf, NULL), 0, "seeded segment written");
+	ok(tw__segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 4 &&
 	   g.seed == 0xa5a5f00d && g.entries == 30 && memcmp(back, buf, sr.valid_len) == 0,
 	   "version 4: the seed is stored and the data verifies with it");
-	is_int(segfile_set_version(dirfd_, 0x3, 1, 8, NULL), 0, "seeded file: version rewrite");
-	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.seed == 0xa5a5f00d &&
+	is_int(tw__segfile_set_version(dirfd_, 0x3, 1, 8, NULL), 0, "seeded file: version rewrite");
+	ok(tw__segfile_load(dirfd_, name, back, cap, &g) == 0 && g.seed == 0xa5a5f00d &&
 	   g.replica_version == 8, "the rewrite keeps the seed");
 	/* The same file claiming another seed (header CRC fixed): the data no longer verifies. */
 	fd = openat(dirfd_, name, O_RDWR);
@@ -477,20 +477,20 @@ static void test_seed(void)
 	tw_store_le32(hdr + 88, 0xa5a5f00c);
 	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
 	TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "wr");
-	is_int(segfile_verify(dirfd_, name, &g), -TW_ECORRUPT,
+	is_int(tw__segfile_verify(dirfd_, name, &g), -TW_ECORRUPT,
 	       "a wrong seed in the header: the data fails verification");
 	/* Claiming version 3 (no seed field: seed 0) with the seeded data: corrupt as well. */
 	tw_store_le16(hdr + 8, 3);
 	tw_store_le32(hdr + 88, 0xa5a5f00d);
 	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
 	TAP_REQUIRE(pwrite(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr), "wr");
-	ok(segfile_verify(dirfd_, name, &g) == -TW_ECORRUPT && g.version == 3 && g.seed == 0,
+	ok(tw__segfile_verify(dirfd_, name, &g) == -TW_ECORRUPT && g.version == 3 && g.seed == 0,
 	   "version 3 reads seed 0 whatever bytes 88..91 hold");
 	/* A version-3 file as a twd before chain seeds wrote it: unseeded data. */
 	build(buf, cap, 30, &sr);
 	hdr_for(&h, 0x3, 1, &sr, cap);
 	TAP_REQUIRE(ftruncate(fd, 0) == 0, "truncate");
-	segfile_hdr_encode(&h, hdr);
+	tw__segfile_hdr_encode(&h, hdr);
 	tw_store_le16(hdr + 8, 3);
 	tw_store_le32(hdr + 124, tw_crc32c(0, hdr, 124));
 	memset(back, 0, cap);
@@ -499,10 +499,10 @@ static void test_seed(void)
 		    pwrite(fd, back, (sr.valid_len + 4095) / 4096 * 4096, SEGFILE_DATA_OFF) ==
 		    (ssize_t)((sr.valid_len + 4095) / 4096 * 4096), "write v3");
 	close(fd);
-	ok(segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 3 && g.seed == 0 &&
+	ok(tw__segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 3 && g.seed == 0 &&
 	   g.entries == 30, "a version-3 file loads with seed 0");
-	ok(segfile_set_version(dirfd_, 0x3, 1, 9, NULL) == 0 &&
-	   segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 4 && g.seed == 0,
+	ok(tw__segfile_set_version(dirfd_, 0x3, 1, 9, NULL) == 0 &&
+	   tw__segfile_load(dirfd_, name, back, cap, &g) == 0 && g.version == 4 && g.seed == 0,
 	   "its rewrite is version 4 with seed 0");
 	free(buf);
 	free(back);
