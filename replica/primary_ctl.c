@@ -188,7 +188,11 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 		return 0;
 	}
 	if (rc == 0) {
-		reattach(b);
+		/* A backup this log lost while the open was in flight (a pre-open answered after a
+		 * write there failed) stays lost: the caller drops the replica (preopen_finish).
+		 * Only a new connection (pb_back) makes it ours again. */
+		if (!b->lost || pb_back(b))
+			reattach(b);
 		seg->rep[seg->nrep] = b->idx;
 		seg->rk[seg->nrep] = c->rk;
 		seg->nrep++;
