@@ -208,7 +208,7 @@ void tw__cm_chan_down(struct ofi_chan *ch, bool closing)
 	if (of->drain_close && ch->ep && ch->cq && !ch->base.lost && ch->posted)
 		drain_tx(of, ch);
 	if (ch->ep) {
-		if (closing && ch->base.state == CHAN_UP && !ch->base.lost)
+		if (closing && ch->base.state == CHAN_UP && !ch->base.lost && !of->no_shutdown)
 			fi_shutdown(ch->ep, 0); /* the peer sees FI_SHUTDOWN */
 		fi_close(&ch->ep->fid);
 		ch->ep = NULL;

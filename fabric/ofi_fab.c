@@ -255,6 +255,10 @@ static int setup(struct ofi_fab *of, const char *prov)
 	/* The sockets provider completes transfers in its own thread, which may still use an
 	 * endpoint's transmit context after fi_close() returned (tw__cm_chan_down). */
 	of->drain_close = !strcmp(name, "sockets");
+	/* sockets 1.17: fi_shutdown closes the connection's socket by number, which the provider's
+	 * CM thread may have closed already (docs/fabric.md, F10). fi_close alone closes it once,
+	 * under the provider's lock, and the peer still sees FI_SHUTDOWN (at end of file). */
+	of->no_shutdown = !strcmp(name, "sockets");
 	/* shm 1.17: a write to a peer that never answers blocks the completion of every later
 	 * write of the endpoint, to every peer (tw__fab_loss_blocks_others, docs/fabric.md
 	 * "Resetting after a peer loss"). */

@@ -80,6 +80,8 @@ struct ofi_fab {
 	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
 	bool drain_close;       /* sockets: wait for a channel's transfers before closing it
 				 * (tw__cm_chan_down, docs/fabric.md "Closing under traffic") */
+	bool no_shutdown;       /* sockets: close without fi_shutdown (F10: its fi_shutdown may
+				 * close a descriptor number libfabric already closed) */
 	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
 	uint64_t write_flags;   /* FI_COMPLETION | DELIVERY or TRANSMIT complete */
 	/* shm CMA fast path (ofi_rdm.c, docs/fabric.md "Passive shm backups"): the first bytes of

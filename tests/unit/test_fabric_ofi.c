@@ -2,13 +2,18 @@
  * tests/unit/test_fabric_ofi.c — the libfabric backend inside one process: provider names and
  * ep types, FI_PROVIDER, -TW_ENOPROV, listen address formats, registration (keys, remote
  * addressing per mr_mode), and a loopback channel (one fab connected to itself) per provider:
- * write, read, send both ways, shut (tw__chan_shut), close.
+ * write, read, send both ways, shut (tw__chan_shut), close; and closing connections never
+ * closes a descriptor that is not ours (docs/fabric.md, F10).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fabric/fabric.h"
 #include "core/util.h"
@@ -267,6 +272,91 @@ static void many_channels(const char *prov)
 	tw__fab_close(fab);
 }
 
+/*
+ * Closing a channel closes each of its descriptors once (docs/fabric.md, F10: sockets 1.17's
+ * fi_shutdown closed the connection's socket by number and fi_close closed that number again).
+ * A thread keeps the lowest free descriptor numbers occupied with its own pipes and checks
+ * they stay open while channels are connected and closed both ways; a second close of a
+ * number the provider freed lands on one of them.
+ */
+static atomic_bool hog_stop;
+static atomic_int hog_stolen;
+
+static void *fd_hog(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&hog_stop)) {
+		int fds[8];
+
+		for (int i = 0; i < 8; i += 2)
+			if (pipe2(fds + i, O_CLOEXEC) != 0)
+				fds[i] = fds[i + 1] = -1;
+		for (int k = 0; k < 4; k++)
+			for (int i = 0; i < 8; i++)
+				if (fds[i] >= 0 && fcntl(fds[i], F_GETFD) < 0 && errno == EBADF) {
+					atomic_fetch_add(&hog_stolen, 1);
+					fds[i] = -1; /* closed under us: not ours to close any more */
+				}
+		for (int i = 0; i < 8; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+	}
+	return NULL;
+}
+
+static void close_once(const char *prov)
+{
+	enum { CYCLES = 40 };
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv};
+	struct tw_fab *fab;
+	char addr[TW_ADDR_MAX];
+	pthread_t th;
+	int cycles = 0;
+
+	tw__fab_config_init(&cfg);
+	cfg.provider = prov;
+	if (tw__fab_open(&cfg, &ev, &fab) < 0) {
+		tap_skip(1, "%s unavailable", prov);
+		return;
+	}
+	tw__fab_listen(fab, addr, sizeof(addr));
+	atomic_store(&hog_stop, false);
+	atomic_store(&hog_stolen, 0);
+	TAP_REQUIRE(pthread_create(&th, NULL, fd_hog, NULL) == 0, "pthread_create");
+	for (int i = 0; i < CYCLES; i++) {
+		struct tw_chan *ch;
+
+		accepted = NULL;
+		if (tw__fab_connect(fab, addr, &ch) != 0)
+			continue;
+		for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
+			tw__fab_progress(fab, 10);
+		if (!accepted) {
+			tw__chan_close(ch);
+			continue;
+		}
+		/* Alternate which side goes first: the accepted end (its CM handle) or the
+		 * connector. */
+		if (i % 2) {
+			tw__chan_close(accepted);
+			tw__chan_close(ch);
+		} else {
+			tw__chan_close(ch);
+			tw__chan_close(accepted);
+		}
+		for (int k = 0; k < 5; k++)
+			tw__fab_progress(fab, 1);
+		cycles++;
+	}
+	atomic_store(&hog_stop, true);
+	pthread_join(th, NULL);
+	ok(cycles == CYCLES && atomic_load(&hog_stolen) == 0,
+	   "%s: %d connect/close cycles closed none of another thread's descriptors (%d closed "
+	   "under it)", prov, cycles, atomic_load(&hog_stolen));
+	tw__fab_close(fab);
+}
+
 int main(void)
 {
 	struct tw_fab_config cfg;
@@ -283,6 +373,8 @@ int main(void)
 	 * endpoints inside libfabric (TSan: recv in its thread against close in fi_close; the
 	 * same teardown race as in docs/fabric.md), and its CQs need no fi_trywait anyway. */
 	many_channels("tcp");
+	close_once("tcp");
+	close_once("sockets");
 
 	/* FI_PROVIDER when cfg.provider is NULL */
 	tw__fab_config_init(&cfg);
