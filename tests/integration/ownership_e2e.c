@@ -11,8 +11,9 @@
  *   racing    4 processes take a log over at once, each appends, then (all appended or failed)
  *             one more object each: exactly one ends as the owner, every other fails with
  *             -TW_EFENCED, and after the winner's recovered tail the log holds exactly its objects
- *             (20 rounds);
- *   recovers  two `twctl recover` of one log at once with automatic epochs (20 rounds): the
+ *             (20 rounds; 6 under a sanitizer: tap_sanitizer());
+ *   recovers  two `twctl recover` of one log at once with automatic epochs (20 rounds, 6 under a
+ *             sanitizer): the
  *             loser fails at once, naming the winner's epoch, and delivers nothing;
  *   clean     tw_log_free below segment N: the backups' files of those segments are gone (files
  *             and bytes counted), recovery starts at N; `twctl free` does the same;
@@ -357,7 +358,7 @@ static bool race_round(unsigned round, char *why, size_t len)
 
 static void test_racing_takeovers(void)
 {
-	unsigned rounds = 20, good = 0;
+	unsigned rounds = tap_sanitizer() ? 6 : 20, good = 0;
 	char why[300] = "";
 
 	for (unsigned i = 0; i < rounds; i++) {
@@ -482,7 +483,7 @@ static void test_racing_recoveries(void)
 	uint64_t log_id = 0x7500;
 	char dir[] = "/tmp/tw-race-XXXXXX", line[256], why[600] = "";
 	struct proc *p = spawn_primary(log_id, "open", 1, 3000, NULL);
-	unsigned rounds = 20, good = 0;
+	unsigned rounds = tap_sanitizer() ? 6 : 20, good = 0;
 
 	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0,
 		    "a log of 3000 objects (300 KB, more than a pipe holds)");

@@ -23,17 +23,6 @@
 #include "rmtree.h"
 #include "tap.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
-
 #define NB 3
 #define SEG (256u * 1024u)
 #define OBJ 100u
@@ -159,7 +148,7 @@ int main(int argc, char **argv)
 	uint8_t buf[OBJ];
 	char err[1024];
 	uint64_t n, log_id = 0x7e57000000000000ull | (uint64_t)getpid();
-	bool san = UNDER_SANITIZER || getenv("TW_SANITIZER");
+	bool san = tap_sanitizer();
 	int rc;
 
 	n = san ? 12000 : 60000; /* 256 KiB / 112 B: ~2300 per segment -> ~5 or ~26 segments */

@@ -13,17 +13,6 @@
 #include "proc.h"
 #include "tap.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
-
 /* The number after "key": in a flat JSON line (our own output; keys are unique). */
 static bool json_num(const char *json, const char *key, double *out)
 {
@@ -42,7 +31,7 @@ static bool json_num(const char *json, const char *key, double *out)
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
-	bool san = UNDER_SANITIZER || getenv("TW_SANITIZER");
+	bool san = tap_sanitizer();
 	char bench[1024], count[32], line[8192];
 	double ops = 0, mbs = 0, p50 = 0, p99 = 0, p999 = 0, per_req = 0, per_obj = 0, segs = 0;
 	struct proc *pr;

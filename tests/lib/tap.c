@@ -176,6 +176,24 @@ bool tap_long_mode(void)
 	return s && *s && *s != '0';
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TAP_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TAP_SANITIZER 1
+#endif
+#endif
+#ifndef TAP_SANITIZER
+#define TAP_SANITIZER 0
+#endif
+
+bool tap_sanitizer(void)
+{
+	const char *s = getenv("TW_SANITIZER");
+
+	return TAP_SANITIZER || (s && *s && *s != '0');
+}
+
 uint64_t tap_seed(void)
 {
 	const char *s = getenv("TW_SEED");

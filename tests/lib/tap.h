@@ -46,6 +46,13 @@ int tap_failed(void);
 
 /* Whether the long/full variant of a test was asked for (environment TW_LONG=1). */
 bool tap_long_mode(void);
+/*
+ * Whether this binary was built with a sanitizer (ASan or TSan), or $TW_SANITIZER is set.
+ * Integration tests that repeat a scenario many times to catch rare interleavings run fewer
+ * rounds there: the sanitizer stage looks for memory and thread errors on every path, which a
+ * few rounds cover, and the plain build keeps the full count.
+ */
+bool tap_sanitizer(void);
 /* Seed for randomised tests: $TW_SEED if set, else time-based; printed as a diagnostic. */
 uint64_t tap_seed(void);
 
