@@ -1194,13 +1194,35 @@ static int check_len(struct tw_primary *p, uint32_t len)
 	return 0;
 }
 
+/* Appends an entry to segment s (the caller made room for it) and records it for its callback:
+ * both modes, the async one under p->lock. */
+static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
+		      tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct prec *r;
+	size_t off;
+	int rc = tw_log_writer_append(&s->w, data, len, &off);
+
+	if (rc < 0)
+		return rc;
+	r = &p->recs[p->rec_head & p->rec_mask];
+	r->cb = cb;
+	r->arg = arg;
+	r->lsn = (uint64_t)s->id << 32 | off;
+	r->len = len;
+	*idx_out = p->rec_head++;
+	PSTAT_ADD(p, appends, 1);
+	PSTAT_ADD(p, bytes, len);
+	if (lsn_out)
+		*lsn_out = r->lsn;
+	return 0;
+}
+
 /* Sync mode: make room and append. */
 static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct pseg *s;
-	struct prec *r;
-	size_t off;
 	int rc;
 
 	if (p->err)
@@ -1224,19 +1246,9 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 			return rc;
 		s = p->cur;
 	}
-	rc = tw_log_writer_append(&s->w, data, len, &off);
+	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
 	if (rc < 0)
 		return rc;
-	r = &p->recs[p->rec_head & p->rec_mask];
-	r->cb = cb;
-	r->arg = arg;
-	r->lsn = (uint64_t)s->id << 32 | off;
-	r->len = len;
-	*idx_out = p->rec_head++;
-	PSTAT_ADD(p, appends, 1);
-	PSTAT_ADD(p, bytes, len);
-	if (lsn_out)
-		*lsn_out = r->lsn;
 	/* With a free slot the entry goes out now. Otherwise it waits for the completion that
 	 * frees one (polled at back-pressure, or in tw_primary_progress/flush): batching. */
 	if (slot_free(p))
@@ -1254,11 +1266,9 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct pseg *s;
-	struct prec *r;
 	bool wake = false;
 	struct pwaiter me;
 	bool me_init = false;
-	size_t off;
 	int rc;
 
 	pthread_mutex_lock(&p->lock);
@@ -1324,21 +1334,11 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	}
 	if (me_init)
 		pthread_cond_destroy(&me.cv); /* dequeued: nobody signals it any more */
-	rc = tw_log_writer_append(&s->w, data, len, &off);
+	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
 	if (rc < 0) {
 		pthread_mutex_unlock(&p->lock);
 		return rc;
 	}
-	r = &p->recs[p->rec_head & p->rec_mask];
-	r->cb = cb;
-	r->arg = arg;
-	r->lsn = (uint64_t)s->id << 32 | off;
-	r->len = len;
-	*idx_out = p->rec_head++;
-	PSTAT_ADD(p, appends, 1);
-	PSTAT_ADD(p, bytes, len);
-	if (lsn_out)
-		*lsn_out = r->lsn;
 	if (p->pt_idle) {
 		p->pt_idle = false;
 		wake = true;
