@@ -256,15 +256,11 @@ struct listvec {
 
 static int lv_push(struct listvec *lv, uint64_t seg, const struct rcopy *cp)
 {
-	if (lv->n == lv->cap) {
-		size_t cap = lv->cap ? 2 * lv->cap : 64;
-		struct listed *n = realloc(lv->v, cap * sizeof(*n));
+	struct listed *n = tw__grow(lv->v, &lv->cap, lv->n, sizeof(*n), 64);
 
-		if (!n)
-			return -ENOMEM;
-		lv->v = n;
-		lv->cap = cap;
-	}
+	if (!n)
+		return -ENOMEM;
+	lv->v = n;
 	lv->v[lv->n].seg = seg;
 	lv->v[lv->n].cp = *cp;
 	lv->n++;

@@ -681,15 +681,11 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 
 static int add_grant(struct conn *c, uint64_t log_id, uint64_t segment_id)
 {
-	if (c->ngrants == c->grants_cap) {
-		size_t cap = c->grants_cap ? 2 * c->grants_cap : 4;
-		struct grant *n = realloc(c->grants, cap * sizeof(*n));
+	struct grant *n = tw__grow(c->grants, &c->grants_cap, c->ngrants, sizeof(*n), 4);
 
-		if (!n)
-			return -ENOMEM;
-		c->grants = n;
-		c->grants_cap = cap;
-	}
+	if (!n)
+		return -ENOMEM;
+	c->grants = n;
 	c->grants[c->ngrants].log_id = log_id;
 	c->grants[c->ngrants].segment_id = segment_id;
 	c->ngrants++;

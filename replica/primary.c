@@ -177,20 +177,16 @@ static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 /* Add `s` as the new current segment. Takes the lock. */
 static int seg_push(struct tw_primary *p, struct pseg *s)
 {
+	struct pseg **n;
 	int rc = 0;
 
 	tw__primary_lock(p);
-	if (p->nsegs == p->segs_cap) {
-		size_t ncap = p->segs_cap ? p->segs_cap * 2 : 16;
-		struct pseg **n = realloc(p->segs, ncap * sizeof(*n));
-
-		if (!n) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		p->segs = n;
-		p->segs_cap = ncap;
+	n = tw__grow(p->segs, &p->segs_cap, p->nsegs, sizeof(*n), 16);
+	if (!n) {
+		rc = -ENOMEM;
+		goto out;
 	}
+	p->segs = n;
 	p->segs[p->nsegs++] = s;
 	p->cur = s;
 out:
