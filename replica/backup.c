@@ -383,24 +383,19 @@ static int rebuild_index(struct tw_backup *b)
 
 	rc = tw__metalog_open(&b->ml, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
 	if (rc != 0) {
-		free(rp.v);
-		free(rp.del);
 		tw__bk_seterr(b, "storage directory %s: %s", b->dir, why);
-		return rc;
+		goto out;
 	}
 	dfd = dup(b->dirfd);
 	if (dfd < 0) {
-		free(rp.v);
-		free(rp.del);
-		return -errno;
+		rc = -errno;
+		goto out;
 	}
 	d = fdopendir(dfd);
 	if (!d) {
 		rc = -errno;
 		close(dfd);
-		free(rp.v);
-		free(rp.del);
-		return rc;
+		goto out;
 	}
 	while ((de = readdir(d)) != NULL) {
 		struct segfile_hdr h;
@@ -422,23 +417,19 @@ static int rebuild_index(struct tw_backup *b)
 				continue;
 			}
 			if (epoch > TW_EPOCH_MAX) {
-				closedir(d);
-				free(rp.v);
-				free(rp.del);
 				tw__bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
 					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
 					  "an older twd): no takeover of that log could follow it. If no "
 					  "primary of the log is alive, remove the file and fence the log "
 					  "again (twctl fence)", b->dir, de->d_name, epoch, log_id,
 					  (uint64_t)TW_EPOCH_MAX);
-				return -ERANGE;
+				rc = -ERANGE;
+				goto out_dir;
 			}
 			lg = tw__bk_log(b, log_id, true);
 			if (!lg) {
-				closedir(d);
-				free(rp.v);
-				free(rp.del);
-				return -ENOMEM;
+				rc = -ENOMEM;
+				goto out_dir;
 			}
 			if (epoch > lg->epoch)
 				lg->epoch = epoch;
@@ -465,10 +456,8 @@ static int rebuild_index(struct tw_backup *b)
 			rc = -TW_ECORRUPT;
 		s = tw__bk_seg_insert(b, log_id, seg_id);
 		if (!s) {
-			closedir(d);
-			free(rp.v);
-			free(rp.del);
-			return -ENOMEM;
+			rc = -ENOMEM;
+			goto out_dir;
 		}
 		s->state = SEG_FLUSHED;
 		s->on_disk = true;
@@ -497,10 +486,8 @@ static int rebuild_index(struct tw_backup *b)
 			struct logst *lg = tw__bk_log(b, log_id, true);
 
 			if (!lg) {
-				closedir(d);
-				free(rp.v);
-				free(rp.del);
-				return -ENOMEM;
+				rc = -ENOMEM;
+				goto out_dir;
 			}
 			if (s->epoch > lg->epoch)
 				lg->epoch = s->epoch;
@@ -508,14 +495,16 @@ static int rebuild_index(struct tw_backup *b)
 	}
 	closedir(d);
 	rc = finish_replay(b, &rp, &lost);
-	free(rp.v);
-	free(rp.del);
-	if (rc != 0)
-		return rc;
-	if (good || bad || tmps || lost)
+	if (rc == 0 && (good || bad || tmps || lost))
 		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed, "
 			    "%u segments lost", b->dir, good + bad, bad, tmps, lost);
-	return 0;
+	goto out;
+out_dir:
+	closedir(d);
+out:
+	free(rp.v);
+	free(rp.del);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ connections */
