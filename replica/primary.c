@@ -1019,8 +1019,10 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 			       errmsg_len);
 }
 
-int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
-		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+/* The arguments of tw_primary_open_on and tw_primary_takeover_on: `what` the call does, for
+ * the message when it comes from a callback on ctx's progress thread (it would wait for itself). */
+static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_primary **out,
+		      const char *what, char *errmsg_out, size_t errmsg_len)
 {
 	if (!ctx || !cfg || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
@@ -1028,10 +1030,21 @@ int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	}
 	*out = NULL;
 	if (progress_tls == ctx) {
-		set_errmsg(errmsg_out, errmsg_len, "cannot open a log from a callback of a log on "
-			   "the same context (it would wait for itself)");
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "cannot %s from a callback of a log on the "
+				 "same context (it would wait for itself)", what);
 		return -EDEADLK;
 	}
+	return 0;
+}
+
+int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+{
+	int rc = open_check(ctx, cfg, out, "open a log", errmsg_out, errmsg_len);
+
+	if (rc < 0)
+		return rc;
 	if (cfg->epoch > TW_EPOCH_MAX) {
 		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
 		return -EINVAL;
@@ -1128,16 +1141,10 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 			   struct tw_recover_result *res_out, struct tw_primary **out,
 			   char *errmsg_out, size_t errmsg_len)
 {
-	if (!ctx || !cfg || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	*out = NULL;
-	if (progress_tls == ctx) {
-		set_errmsg(errmsg_out, errmsg_len, "cannot take a log over from a callback of a "
-			   "log on the same context (it would wait for itself)");
-		return -EDEADLK;
-	}
+	int rc = open_check(ctx, cfg, out, "take a log over", errmsg_out, errmsg_len);
+
+	if (rc < 0)
+		return rc;
 	if (cfg->coordinator && cfg->coordinator[0]) {
 		set_errmsg(errmsg_out, errmsg_len, "a log on a context does not take a coordinator "
 			   "yet: take it over with tw_primary_takeover");
