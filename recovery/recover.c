@@ -29,6 +29,15 @@ void tw_recover_config_init(struct tw_recover_config *cfg)
 	cfg->reads_per_seg = 4;
 }
 
+void tw__recover_config_link(struct tw_recover_config *cfg, const char *provider, bool busy_poll,
+			     unsigned connect_timeout_ms)
+{
+	cfg->provider = provider;
+	cfg->busy_poll = busy_poll;
+	if (connect_timeout_ms)
+		cfg->connect_timeout_ms = connect_timeout_ms;
+}
+
 const char *tw_recover_phase_name(enum tw_recover_phase ph)
 {
 	switch (ph) {

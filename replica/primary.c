@@ -1088,17 +1088,13 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			addrs[i] = ctx->bk[i].addr;
 		rc_cfg.backups = addrs;
 		rc_cfg.n_backups = nbk;
-		rc_cfg.provider = ctx->cfg.provider;
-		rc_cfg.busy_poll = ctx->cfg.busy_poll;
-		if (ctx->cfg.connect_timeout_ms)
-			rc_cfg.connect_timeout_ms = ctx->cfg.connect_timeout_ms;
+		tw__recover_config_link(&rc_cfg, ctx->cfg.provider, ctx->cfg.busy_poll,
+					ctx->cfg.connect_timeout_ms);
 	} else {
 		rc_cfg.backups = cfg->backups;
 		rc_cfg.n_backups = cfg->n_backups;
-		rc_cfg.provider = cfg->provider;
-		rc_cfg.busy_poll = cfg->busy_poll;
-		if (cfg->connect_timeout_ms)
-			rc_cfg.connect_timeout_ms = cfg->connect_timeout_ms;
+		tw__recover_config_link(&rc_cfg, cfg->provider, cfg->busy_poll,
+					cfg->connect_timeout_ms);
 	}
 	/* 1. fence with a new epoch as incarnation `inc`, 2. recover (every entry to the
 	 * caller), 3. continue as that same owner after everything the backups ever held. The

@@ -285,12 +285,9 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 	}
 	tw_log_info("primary: log %llu: recovering from %zu %s backups", (unsigned long long)
 		    pc->log_id, rc_cfg.n_backups, k ? "recorded" : "registered (no record)");
-	rc_cfg.provider = pc->provider;
 	rc_cfg.epoch = pc->epoch;
-	rc_cfg.busy_poll = pc->busy_poll;
 	rc_cfg.key_file = pc->key_file;
-	if (pc->connect_timeout_ms)
-		rc_cfg.connect_timeout_ms = pc->connect_timeout_ms;
+	tw__recover_config_link(&rc_cfg, pc->provider, pc->busy_poll, pc->connect_timeout_ms);
 	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
 	free(raddrs);
 	free(rec);
