@@ -1064,7 +1064,6 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 {
 	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct tw_recover_config rc_cfg;
-	struct tw_primary_config pc;
 	uint64_t inc = tw__new_incarnation(), next = 0;
 	const char *addrs[TW_RECOVER_MAX_BACKUPS];
 	size_t nbk = ctx ? ctx->nbk : cfg->n_backups;
@@ -1102,14 +1101,27 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
 	if (rc < 0)
 		return rc;
+	return tw__primary_continue(ctx, cfg, inc, next, res, NULL, out, errmsg_out, errmsg_len);
+}
+
+int tw__primary_continue(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+			 uint64_t incarnation, uint64_t next, const struct tw_recover_result *res,
+			 struct tw_coord *coord, struct tw_primary **out, char *errmsg_out,
+			 size_t errmsg_len)
+{
+	struct tw_primary_config pc = *cfg;
+	char msg[96];
+	int rc;
+
 	if (next > UINT32_MAX - 1) {
-		set_errmsg(errmsg_out, errmsg_len, "the log has used every segment id");
+		snprintf(msg, sizeof(msg), "log %llu has used every segment id",
+			 (unsigned long long)cfg->log_id);
+		set_errmsg(errmsg_out, errmsg_len, msg);
 		return -ERANGE;
 	}
-	pc = *cfg;
 	pc.epoch = res->epoch;
-	rc = tw__primary_open_as(ctx, &pc, inc, (uint32_t)next, false, NULL, out, errmsg_out,
-			     errmsg_len);
+	rc = tw__primary_open_as(ctx, &pc, incarnation, (uint32_t)next, false, coord, out,
+				 errmsg_out, errmsg_len);
 	if (rc == 0)
 		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
 			    "continuing at segment %llu", (unsigned long long)cfg->log_id,

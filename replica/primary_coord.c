@@ -300,26 +300,10 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 	}
 	if (rc < 0)
 		return rc;
-	if (next > UINT32_MAX - 1) {
-		errf(errmsg_out, errmsg_len, "log %llu has used every segment id",
-		     (unsigned long long)pc->log_id);
-		return -ERANGE;
-	}
-	{
-		struct tw_primary_config oc = *pc;
-
-		oc.epoch = res->epoch;
-		t0 = tw_now_ns();
-		rc = tw__primary_open_as(NULL, &oc, inc, (uint32_t)next, false, c, out, errmsg_out,
-				     errmsg_len);
-		if (st)
-			st->open_ns = tw_now_ns() - t0;
-	}
-	if (rc == 0)
-		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
-			    "continuing at segment %llu", (unsigned long long)pc->log_id,
-			    (unsigned long long)res->epoch, (unsigned long long)res->entries,
-			    (unsigned long long)next);
+	t0 = tw_now_ns();
+	rc = tw__primary_continue(NULL, pc, inc, next, res, c, out, errmsg_out, errmsg_len);
+	if (st)
+		st->open_ns = tw_now_ns() - t0;
 	return rc;
 }
 
