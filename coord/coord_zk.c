@@ -526,13 +526,63 @@ static void children_watcher(zhandle_t *zh, int type, int state, const char *pat
 	pthread_mutex_unlock(&z->st_mu);
 }
 
+/*
+ * Reads and decodes every child of dir (a listing of it in *kids, which this frees) as a
+ * tw_coord_backup named after its node; the caller holds op_mu. A child that went away
+ * meanwhile is passed over, one that does not decode is skipped with a warning; any other
+ * failed get fails the whole list. Returns 0 with a calloc'ed array in *out, or -errno.
+ */
+static int get_backups(struct tw_coord *c, const char *dir, struct String_vector *kids,
+		       struct tw_coord_backup **out, size_t *n_out)
+{
+	struct zk *z = c->impl;
+	size_t k = 0;
+	int rc = 0, zrc;
+
+	*out = calloc(kids->count > 0 ? (size_t)kids->count : 1, sizeof(**out));
+	if (!*out) {
+		deallocate_String_vector(kids);
+		return -ENOMEM;
+	}
+	for (int32_t i = 0; i < kids->count; i++) {
+		char path[PATH_MAX_ZK], data[1024], err[256];
+		int len = (int)sizeof(data);
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, kids->data[i]) >= sizeof(path))
+			continue; /* not one of ours: our names are short */
+		zrc = zoo_get(z->zh, path, 0, data, &len, NULL);
+		if (zrc == ZNONODE)
+			continue; /* went away meanwhile */
+		if (zrc != ZOK) {
+			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, path, zerror(zrc));
+			rc = zrc_errno(zrc);
+			break;
+		}
+		if (len < 0)
+			len = 0;
+		if (tw__coord_backup_decode(data, (size_t)len, &(*out)[k], err, sizeof(err)) < 0) {
+			tw_log_warn("coord: skipping %s: %s", path, err);
+			continue;
+		}
+		snprintf((*out)[k].name, sizeof((*out)[k].name), "%s", kids->data[i]);
+		k++;
+	}
+	deallocate_String_vector(kids);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+		return rc;
+	}
+	*n_out = k;
+	return 0;
+}
+
 static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out, bool arm)
 {
 	struct zk *z = c->impl;
 	struct String_vector kids = {0, NULL};
 	char dir[PATH_MAX_ZK];
 	int rc = op_begin(z), zrc;
-	size_t k = 0;
 	uint64_t ev = 0;
 	unsigned gen = 0;
 
@@ -560,44 +610,9 @@ static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n
 		pthread_mutex_unlock(&z->op_mu);
 		return zrc_errno(zrc);
 	}
-	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
-	if (!*out) {
-		deallocate_String_vector(&kids);
-		pthread_mutex_unlock(&z->op_mu);
-		return -ENOMEM;
-	}
-	for (int32_t i = 0; i < kids.count; i++) {
-		char path[PATH_MAX_ZK], data[1024], err[256];
-		int len = (int)sizeof(data);
-
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, kids.data[i]) >= sizeof(path))
-			continue; /* not one of ours: our names are short */
-		zrc = zoo_get(z->zh, path, 0, data, &len, NULL);
-		if (zrc == ZNONODE)
-			continue; /* went away meanwhile */
-		if (zrc != ZOK) {
-			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, path, zerror(zrc));
-			rc = zrc_errno(zrc);
-			break;
-		}
-		if (len < 0)
-			len = 0;
-		if (tw__coord_backup_decode(data, (size_t)len, &(*out)[k], err, sizeof(err)) < 0) {
-			tw_log_warn("coord: skipping %s: %s", path, err);
-			continue;
-		}
-		snprintf((*out)[k].name, sizeof((*out)[k].name), "%s", kids.data[i]);
-		k++;
-	}
-	deallocate_String_vector(&kids);
+	rc = get_backups(c, dir, &kids, out, n_out);
 	pthread_mutex_unlock(&z->op_mu);
-	if (rc < 0) {
-		free(*out);
-		*out = NULL;
-		return rc;
-	}
-	*n_out = k;
-	return 0;
+	return rc;
 }
 
 static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
@@ -1070,7 +1085,6 @@ static int zk_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_b
 	struct zk *z = c->impl;
 	struct String_vector kids = { 0, NULL };
 	char dir[PATH_MAX_ZK];
-	size_t k = 0;
 	int zrc, rc = op_begin(z);
 
 	if (rc < 0)
@@ -1096,43 +1110,9 @@ static int zk_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_b
 		pthread_mutex_unlock(&z->op_mu);
 		return zrc_errno(zrc);
 	}
-	*out = calloc(kids.count > 0 ? (size_t)kids.count : 1, sizeof(**out));
-	if (!*out) {
-		deallocate_String_vector(&kids);
-		pthread_mutex_unlock(&z->op_mu);
-		return -ENOMEM;
-	}
-	for (int32_t i = 0; i < kids.count && rc == 0; i++) {
-		char path[PATH_MAX_ZK], data[1024], err[256];
-		int len = (int)sizeof(data);
-
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, kids.data[i]) >= sizeof(path))
-			continue;
-		zrc = zoo_get(z->zh, path, 0, data, &len, NULL);
-		if (zrc == ZNONODE)
-			continue;
-		if (zrc != ZOK) {
-			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, path, zerror(zrc));
-			rc = zrc_errno(zrc);
-			break;
-		}
-		if (tw__coord_backup_decode(data, len > 0 ? (size_t)len : 0, &(*out)[k], err,
-					   sizeof(err)) < 0) {
-			tw_log_warn("coord: skipping %s: %s", path, err);
-			continue;
-		}
-		snprintf((*out)[k].name, sizeof((*out)[k].name), "%s", kids.data[i]);
-		k++;
-	}
-	deallocate_String_vector(&kids);
+	rc = get_backups(c, dir, &kids, out, n_out);
 	pthread_mutex_unlock(&z->op_mu);
-	if (rc < 0) {
-		free(*out);
-		*out = NULL;
-		return rc;
-	}
-	*n_out = k;
-	return 0;
+	return rc;
 }
 
 static int cmp_id(const void *a, const void *b)

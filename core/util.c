@@ -170,3 +170,19 @@ int tw__pread_all(int fd, void *buf, size_t len, int64_t off)
 {
 	return pio_all(fd, buf, len, off, false);
 }
+
+void *tw__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	size_t ncap;
+	void *nv;
+
+	if (n < *cap)
+		return v;
+	ncap = *cap ? 2 * *cap : first;
+	if (ncap > SIZE_MAX / elem)
+		return NULL;
+	nv = realloc(v, ncap * elem);
+	if (nv)
+		*cap = ncap;
+	return nv;
+}

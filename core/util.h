@@ -94,6 +94,11 @@ TW_DEFINE_LE(64)
 int tw__pwrite_all(int fd, const void *buf, size_t len, int64_t off);
 int tw__pread_all(int fd, void *buf, size_t len, int64_t off);
 
+/* Room for element n of a growable array v of *cap elements of elem bytes: v itself while n <
+ * *cap; else v moved by realloc to twice *cap (`first` when empty), *cap updated. NULL when out
+ * of memory (v is then untouched and still the caller's to free). */
+void *tw__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first);
+
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)
 {

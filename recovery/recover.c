@@ -29,6 +29,15 @@ void tw_recover_config_init(struct tw_recover_config *cfg)
 	cfg->reads_per_seg = 4;
 }
 
+void tw__recover_config_link(struct tw_recover_config *cfg, const char *provider, bool busy_poll,
+			     unsigned connect_timeout_ms)
+{
+	cfg->provider = provider;
+	cfg->busy_poll = busy_poll;
+	if (connect_timeout_ms)
+		cfg->connect_timeout_ms = connect_timeout_ms;
+}
+
 const char *tw_recover_phase_name(enum tw_recover_phase ph)
 {
 	switch (ph) {
@@ -256,15 +265,11 @@ struct listvec {
 
 static int lv_push(struct listvec *lv, uint64_t seg, const struct rcopy *cp)
 {
-	if (lv->n == lv->cap) {
-		size_t cap = lv->cap ? 2 * lv->cap : 64;
-		struct listed *n = realloc(lv->v, cap * sizeof(*n));
+	struct listed *n = tw__grow(lv->v, &lv->cap, lv->n, sizeof(*n), 64);
 
-		if (!n)
-			return -ENOMEM;
-		lv->v = n;
-		lv->cap = cap;
-	}
+	if (!n)
+		return -ENOMEM;
+	lv->v = n;
 	lv->v[lv->n].seg = seg;
 	lv->v[lv->n].cp = *cp;
 	lv->n++;

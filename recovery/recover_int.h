@@ -95,5 +95,9 @@ int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len);
 /* A random non-zero 63-bit owner id (getrandom). */
 uint64_t tw__new_incarnation(void);
+/* How a recovery reaches the backups, from a primary's or a context's settings: its provider,
+ * polling and connect timeout (0 keeps the default of tw_recover_config_init). */
+void tw__recover_config_link(struct tw_recover_config *cfg, const char *provider, bool busy_poll,
+			     unsigned connect_timeout_ms);
 
 #endif /* TW_RECOVERY_RECOVER_INT_H */

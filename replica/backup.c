@@ -115,19 +115,14 @@ struct seg *tw__bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segme
 struct seg *tw__bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
 	size_t i = tw__bk_seg_lower_bound(b, log_id, segment_id);
-	struct seg *s;
+	struct seg **n, *s;
 
 	if (i < b->nsegs && seg_cmp(b->segs[i], log_id, segment_id) == 0)
 		return b->segs[i];
-	if (b->nsegs == b->segs_cap) {
-		size_t cap = b->segs_cap ? 2 * b->segs_cap : 64;
-		struct seg **n = realloc(b->segs, cap * sizeof(*n));
-
-		if (!n)
-			return NULL;
-		b->segs = n;
-		b->segs_cap = cap;
-	}
+	n = tw__grow(b->segs, &b->segs_cap, b->nsegs, sizeof(*n), 64);
+	if (!n)
+		return NULL;
+	b->segs = n;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
@@ -154,20 +149,17 @@ void tw__bk_seg_delete(struct tw_backup *b, struct seg *s)
 
 struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create)
 {
+	struct logst *n;
+
 	for (size_t i = 0; i < b->nlogs; i++)
 		if (b->logs[i].log_id == log_id)
 			return &b->logs[i];
 	if (!create)
 		return NULL;
-	if (b->nlogs == b->logs_cap) {
-		size_t cap = b->logs_cap ? 2 * b->logs_cap : 16;
-		struct logst *n = realloc(b->logs, cap * sizeof(*n));
-
-		if (!n)
-			return NULL;
-		b->logs = n;
-		b->logs_cap = cap;
-	}
+	n = tw__grow(b->logs, &b->logs_cap, b->nlogs, sizeof(*n), 16);
+	if (!n)
+		return NULL;
+	b->logs = n;
 	memset(&b->logs[b->nlogs], 0, sizeof(b->logs[b->nlogs]));
 	b->logs[b->nlogs].log_id = log_id;
 	return &b->logs[b->nlogs++];
@@ -225,20 +217,17 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 	struct replay *rp = arg;
 	struct tw_backup *b = rp->b;
 	struct logst *lg;
+	struct opened *n;
+	uint64_t *d;
 
 	switch (r->type) {
 	case METALOG_OWNER:
 		return set_owner(b, r->log_id, r->a, r->b);
 	case METALOG_OPEN:
-		if (rp->n == rp->cap) {
-			size_t cap = rp->cap ? 2 * rp->cap : 64;
-			struct opened *n = realloc(rp->v, cap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			rp->v = n;
-			rp->cap = cap;
-		}
+		n = tw__grow(rp->v, &rp->cap, rp->n, sizeof(*n), 64);
+		if (!n)
+			return -ENOMEM;
+		rp->v = n;
 		rp->v[rp->n].log_id = r->log_id;
 		rp->v[rp->n].seg = r->a;
 		rp->n++;
@@ -257,15 +246,10 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 			return -ENOMEM;
 		lg->free_below = 0;
 		del_forget(rp, r->log_id);
-		if (rp->ndel == rp->delcap) {
-			size_t cap = rp->delcap ? 2 * rp->delcap : 16;
-			uint64_t *d = realloc(rp->del, cap * sizeof(*d));
-
-			if (!d)
-				return -ENOMEM;
-			rp->del = d;
-			rp->delcap = cap;
-		}
+		d = tw__grow(rp->del, &rp->delcap, rp->ndel, sizeof(*d), 16);
+		if (!d)
+			return -ENOMEM;
+		rp->del = d;
 		rp->del[rp->ndel++] = r->log_id;
 		/* Opens before the delete are gone with it. */
 		for (size_t i = 0; i < rp->n;) {
@@ -399,24 +383,19 @@ static int rebuild_index(struct tw_backup *b)
 
 	rc = tw__metalog_open(&b->ml, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
 	if (rc != 0) {
-		free(rp.v);
-		free(rp.del);
 		tw__bk_seterr(b, "storage directory %s: %s", b->dir, why);
-		return rc;
+		goto out;
 	}
 	dfd = dup(b->dirfd);
 	if (dfd < 0) {
-		free(rp.v);
-		free(rp.del);
-		return -errno;
+		rc = -errno;
+		goto out;
 	}
 	d = fdopendir(dfd);
 	if (!d) {
 		rc = -errno;
 		close(dfd);
-		free(rp.v);
-		free(rp.del);
-		return rc;
+		goto out;
 	}
 	while ((de = readdir(d)) != NULL) {
 		struct segfile_hdr h;
@@ -438,23 +417,19 @@ static int rebuild_index(struct tw_backup *b)
 				continue;
 			}
 			if (epoch > TW_EPOCH_MAX) {
-				closedir(d);
-				free(rp.v);
-				free(rp.del);
 				tw__bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
 					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
 					  "an older twd): no takeover of that log could follow it. If no "
 					  "primary of the log is alive, remove the file and fence the log "
 					  "again (twctl fence)", b->dir, de->d_name, epoch, log_id,
 					  (uint64_t)TW_EPOCH_MAX);
-				return -ERANGE;
+				rc = -ERANGE;
+				goto out_dir;
 			}
 			lg = tw__bk_log(b, log_id, true);
 			if (!lg) {
-				closedir(d);
-				free(rp.v);
-				free(rp.del);
-				return -ENOMEM;
+				rc = -ENOMEM;
+				goto out_dir;
 			}
 			if (epoch > lg->epoch)
 				lg->epoch = epoch;
@@ -481,10 +456,8 @@ static int rebuild_index(struct tw_backup *b)
 			rc = -TW_ECORRUPT;
 		s = tw__bk_seg_insert(b, log_id, seg_id);
 		if (!s) {
-			closedir(d);
-			free(rp.v);
-			free(rp.del);
-			return -ENOMEM;
+			rc = -ENOMEM;
+			goto out_dir;
 		}
 		s->state = SEG_FLUSHED;
 		s->on_disk = true;
@@ -513,10 +486,8 @@ static int rebuild_index(struct tw_backup *b)
 			struct logst *lg = tw__bk_log(b, log_id, true);
 
 			if (!lg) {
-				closedir(d);
-				free(rp.v);
-				free(rp.del);
-				return -ENOMEM;
+				rc = -ENOMEM;
+				goto out_dir;
 			}
 			if (s->epoch > lg->epoch)
 				lg->epoch = s->epoch;
@@ -524,14 +495,16 @@ static int rebuild_index(struct tw_backup *b)
 	}
 	closedir(d);
 	rc = finish_replay(b, &rp, &lost);
-	free(rp.v);
-	free(rp.del);
-	if (rc != 0)
-		return rc;
-	if (good || bad || tmps || lost)
+	if (rc == 0 && (good || bad || tmps || lost))
 		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed, "
 			    "%u segments lost", b->dir, good + bad, bad, tmps, lost);
-	return 0;
+	goto out;
+out_dir:
+	closedir(d);
+out:
+	free(rp.v);
+	free(rp.del);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ connections */

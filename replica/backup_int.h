@@ -245,24 +245,24 @@ void tw__bk_flush_closed(struct tw_backup *b, struct seg *s);
 /* backup_ops.c: the operations behind the RPCs. Each returns 0 or a negative code
  * (-EINVAL, -TW_EREFUSED, -TW_ENOTFOUND, -TW_EFENCED, -TW_ESTALE, -TW_ECORRUPT, -EEXIST,
  * -EAGAIN, ...) and, on failure, writes a human-readable reason into msg. */
-struct bk_open_req {
-	uint64_t log_id, segment_id, epoch, version, length, offset;
+/* The segment a request names: its SegmentMeta, replica_version and envelope. */
+struct bk_seg_req {
+	uint64_t log_id, segment_id, epoch, version, offset;
 	uint64_t incarnation; /* Envelope.incarnation of the request */
-	bool create_log;      /* OpenSegment.create_log */
 	uint32_t checksum;
+};
+/* What an open adds to the segment it names. */
+struct bk_open_req {
+	uint64_t length;
+	bool create_log;      /* OpenSegment.create_log */
 	uint32_t seed;        /* OpenSegment.chain_seed (0: a 1.1 primary; the buffer is zeroed) */
 };
-int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
-	       struct tw_rkey *rk_out, char *msg, size_t msglen);
+int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen);
 /* Make pool buffer pb ready for a use under `seed`: zero it when its stale bytes could validate
  * under that seed (seed 0, or the seed of its last use), then record the seed. */
 void tw__bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed);
-struct bk_close_req {
-	uint64_t log_id, segment_id, epoch, version, offset;
-	uint64_t incarnation;
-	uint32_t checksum;
-};
-int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
+int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
 		struct tw_scan_result *scanned_out, char *msg, size_t msglen);
 int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
 		uint64_t incarnation, uint64_t *epoch_out, uint64_t *owner_out, char *msg,

@@ -157,8 +157,8 @@ static const char *state_name(const struct seg *s)
 
 static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
 
-int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req *r,
-	       struct tw_rkey *rk_out, char *msg, size_t msglen)
+int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen)
 {
 	struct pool *p = &b->pool;
 	struct pool_buf *pb;
@@ -167,14 +167,14 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req
 	bool same_owner;
 	int rc;
 
-	if (r->length == 0 || r->length > p->size) {
+	if (o->length == 0 || o->length > p->size) {
 		snprintf(msg, msglen, "length %" PRIu64 ": must be between 1 and %zu (this backup's "
-			 "buffer size)", r->length, p->size);
+			 "buffer size)", o->length, p->size);
 		return -EINVAL;
 	}
-	if (r->offset > r->length) {
+	if (r->offset > o->length) {
 		snprintf(msg, msglen, "offset %" PRIu64 " is past the requested length %" PRIu64,
-			 r->offset, r->length);
+			 r->offset, o->length);
 		return -EINVAL;
 	}
 	if (r->epoch > TW_EPOCH_MAX) {
@@ -191,7 +191,7 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req
 	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
 	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
 		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
-	if (r->create_log && !same_owner && tw__bk_log_known(b, r->log_id)) {
+	if (o->create_log && !same_owner && tw__bk_log_known(b, r->log_id)) {
 		snprintf(msg, msglen, "log %016" PRIx64 " already exists on this backup (epoch %"
 			 PRIu64 "%s): a plain open only creates new logs; take it over to continue "
 			 "it (tw_primary_takeover), or delete it (twctl delete)", r->log_id,
@@ -215,10 +215,10 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req
 			 "in a new segment", r->log_id, r->segment_id, s->epoch, s->version);
 		return -EEXIST;
 	}
-	if (s && s->state == SEG_OPEN && r->seed != s->seed) {
+	if (s && s->state == SEG_OPEN && o->seed != s->seed) {
 		snprintf(msg, msglen, "segment " SEGF " is open here with chain seed 0x%08x; this "
 			 "open asks for 0x%08x: all opens of one segment must carry its one seed",
-			 r->log_id, r->segment_id, s->seed, r->seed);
+			 r->log_id, r->segment_id, s->seed, o->seed);
 		return -EINVAL;
 	}
 	if (s && s->state == SEG_OPEN) {
@@ -234,8 +234,8 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req
 		s->version = r->version;
 		if (r->epoch > s->epoch)
 			s->epoch = r->epoch;
-		if (r->length > s->length)
-			s->length = r->length;
+		if (o->length > s->length)
+			s->length = o->length;
 		tw__mr_rkey(s->buf->mr, rk_out);
 		rk_out->len = s->length;
 		return 0;
@@ -316,30 +316,30 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_open_req
 	s->state = SEG_OPEN;
 	s->version = r->version;
 	s->epoch = r->epoch;
-	s->length = r->length;
+	s->length = o->length;
 	s->valid_len = 0;
 	s->checksum = 0;
 	s->entries = 0;
-	s->seed = r->seed;
+	s->seed = o->seed;
 	s->corrupt = false;
 	s->listed_open = false;
 	s->flush_tries = 0;
 	s->owner = c ? c->id : 0;
 	/* Reused as it is (docs/log-format.md §7, "Reuse without zeroing"). */
-	tw__bk_buf_prepare(b, pb, r->seed);
+	tw__bk_buf_prepare(b, pb, o->seed);
 	s->buf = pb;
 	pb->seg = s;
 	tw__pool_set_state(p, pb, POOL_OPEN);
 	b->index_dirty = true;
 	tw__mr_rkey(pb->mr, rk_out);
-	rk_out->len = r->length;
+	rk_out->len = o->length;
 	tw_log_debug("backup: opened " SEGF " in buffer %u (epoch %" PRIu64 ", version %" PRIu64
 		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch,
-		     r->version, r->seed);
+		     r->version, o->seed);
 	return 0;
 }
 
-int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_close_req *r,
+int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
 		struct tw_scan_result *sr, char *msg, size_t msglen)
 {
 	struct seg *s;
@@ -681,15 +681,11 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 
 static int add_grant(struct conn *c, uint64_t log_id, uint64_t segment_id)
 {
-	if (c->ngrants == c->grants_cap) {
-		size_t cap = c->grants_cap ? 2 * c->grants_cap : 4;
-		struct grant *n = realloc(c->grants, cap * sizeof(*n));
+	struct grant *n = tw__grow(c->grants, &c->grants_cap, c->ngrants, sizeof(*n), 4);
 
-		if (!n)
-			return -ENOMEM;
-		c->grants = n;
-		c->grants_cap = cap;
-	}
+	if (!n)
+		return -ENOMEM;
+	c->grants = n;
 	c->grants[c->ngrants].log_id = log_id;
 	c->grants[c->ngrants].segment_id = segment_id;
 	c->ngrants++;

@@ -32,7 +32,7 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	const Tailwind__RecoveredOffset *q = call->req->recovered_offset;
 	uint64_t epoch = call->req->epoch;
 	struct logst *lg = tw__bk_log(b, q->log_id, false);
-	struct bk_close_req r;
+	struct bk_seg_req r;
 	struct tw_scan_result sr;
 	char msg[TW_RPC_MESSAGE_MAX + 1] = "";
 	struct seg *s;

@@ -216,33 +216,41 @@ static int h_handshake(void *arg, struct tw__rpc_call *call)
 	return 0;
 }
 
+/* The segment an open or a close names: its meta, version and the request's envelope. */
+static void seg_req(const struct tw__rpc_call *call, const Tailwind__SegmentMeta *m,
+		    uint64_t version, struct bk_seg_req *r)
+{
+	r->log_id = m->log_id;
+	r->segment_id = m->segment_id;
+	r->checksum = m->checksum;
+	r->offset = m->offset;
+	r->epoch = call->req->epoch;
+	r->incarnation = call->req->incarnation;
+	r->version = version;
+}
+
 static int h_open(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__OpenSegment *q = call->req->open_segment;
-	struct bk_open_req r;
+	struct bk_seg_req r;
+	struct bk_open_req o;
 	struct tw_rkey rk;
 	char msg[MSGLEN] = "";
 	int rc;
 
 	if (!q->meta)
 		return tw__rpc_call_fail(call, -EINVAL, "open: meta is required");
-	r.log_id = q->meta->log_id;
-	r.segment_id = q->meta->segment_id;
-	r.checksum = q->meta->checksum;
-	r.offset = q->meta->offset;
-	r.epoch = call->req->epoch;
-	r.incarnation = call->req->incarnation;
-	r.create_log = q->create_log;
-	r.version = q->replica_version;
-	r.length = q->length;
-	r.seed = q->chain_seed;
-	rc = tw__bk_op_open(b, call_conn(call), &r, &rk, msg, sizeof(msg));
+	seg_req(call, q->meta, q->replica_version, &r);
+	o.create_log = q->create_log;
+	o.length = q->length;
+	o.seed = q->chain_seed;
+	rc = tw__bk_op_open(b, call_conn(call), &r, &o, &rk, msg, sizeof(msg));
 	if (rc)
 		return fail(call, rc, msg);
 	tw__rpc_rkey_to_pb(&rk, &call->rkey);
 	call->reply.open_segment.rkey = &call->rkey;
-	call->reply.open_segment.chain_seed = r.seed; /* the primary checks the echo */
+	call->reply.open_segment.chain_seed = o.seed; /* the primary checks the echo */
 	return 0;
 }
 
@@ -250,7 +258,7 @@ static int h_close(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__CloseSegment *q = call->req->close_segment;
-	struct bk_close_req r;
+	struct bk_seg_req r;
 	struct tw_scan_result sr;
 	struct tw_rpc_seg_meta m;
 	char msg[MSGLEN] = "";
@@ -258,13 +266,7 @@ static int h_close(void *arg, struct tw__rpc_call *call)
 
 	if (!q->meta)
 		return tw__rpc_call_fail(call, -EINVAL, "close: meta is required");
-	r.log_id = q->meta->log_id;
-	r.segment_id = q->meta->segment_id;
-	r.checksum = q->meta->checksum;
-	r.offset = q->meta->offset;
-	r.epoch = call->req->epoch;
-	r.incarnation = call->req->incarnation;
-	r.version = q->replica_version;
+	seg_req(call, q->meta, q->replica_version, &r);
 	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
 		m.log_id = r.log_id;

@@ -268,20 +268,16 @@ void tw__ctx_drive_leave(struct tw_ctx *ctx)
 
 int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p)
 {
+	struct tw_primary **n;
 	int rc = 0;
 
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->nlogs == ctx->logs_cap) {
-		size_t ncap = ctx->logs_cap ? ctx->logs_cap * 2 : 8;
-		struct tw_primary **n = realloc(ctx->logs, ncap * sizeof(*n));
-
-		if (!n) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		ctx->logs = n;
-		ctx->logs_cap = ncap;
+	n = tw__grow(ctx->logs, &ctx->logs_cap, ctx->nlogs, sizeof(*n), 8);
+	if (!n) {
+		rc = -ENOMEM;
+		goto out;
 	}
+	ctx->logs = n;
 	ctx->logs[ctx->nlogs++] = p;
 	p->on_ctx = true;
 out:

@@ -177,20 +177,16 @@ static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 /* Add `s` as the new current segment. Takes the lock. */
 static int seg_push(struct tw_primary *p, struct pseg *s)
 {
+	struct pseg **n;
 	int rc = 0;
 
 	tw__primary_lock(p);
-	if (p->nsegs == p->segs_cap) {
-		size_t ncap = p->segs_cap ? p->segs_cap * 2 : 16;
-		struct pseg **n = realloc(p->segs, ncap * sizeof(*n));
-
-		if (!n) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		p->segs = n;
-		p->segs_cap = ncap;
+	n = tw__grow(p->segs, &p->segs_cap, p->nsegs, sizeof(*n), 16);
+	if (!n) {
+		rc = -ENOMEM;
+		goto out;
 	}
+	p->segs = n;
 	p->segs[p->nsegs++] = s;
 	p->cur = s;
 out:
@@ -1023,8 +1019,10 @@ int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out
 			       errmsg_len);
 }
 
-int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
-		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+/* The arguments of tw_primary_open_on and tw_primary_takeover_on: `what` the call does, for
+ * the message when it comes from a callback on ctx's progress thread (it would wait for itself). */
+static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_primary **out,
+		      const char *what, char *errmsg_out, size_t errmsg_len)
 {
 	if (!ctx || !cfg || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
@@ -1032,10 +1030,21 @@ int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	}
 	*out = NULL;
 	if (progress_tls == ctx) {
-		set_errmsg(errmsg_out, errmsg_len, "cannot open a log from a callback of a log on "
-			   "the same context (it would wait for itself)");
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "cannot %s from a callback of a log on the "
+				 "same context (it would wait for itself)", what);
 		return -EDEADLK;
 	}
+	return 0;
+}
+
+int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+{
+	int rc = open_check(ctx, cfg, out, "open a log", errmsg_out, errmsg_len);
+
+	if (rc < 0)
+		return rc;
 	if (cfg->epoch > TW_EPOCH_MAX) {
 		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
 		return -EINVAL;
@@ -1055,7 +1064,6 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 {
 	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct tw_recover_config rc_cfg;
-	struct tw_primary_config pc;
 	uint64_t inc = tw__new_incarnation(), next = 0;
 	const char *addrs[TW_RECOVER_MAX_BACKUPS];
 	size_t nbk = ctx ? ctx->nbk : cfg->n_backups;
@@ -1079,17 +1087,13 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			addrs[i] = ctx->bk[i].addr;
 		rc_cfg.backups = addrs;
 		rc_cfg.n_backups = nbk;
-		rc_cfg.provider = ctx->cfg.provider;
-		rc_cfg.busy_poll = ctx->cfg.busy_poll;
-		if (ctx->cfg.connect_timeout_ms)
-			rc_cfg.connect_timeout_ms = ctx->cfg.connect_timeout_ms;
+		tw__recover_config_link(&rc_cfg, ctx->cfg.provider, ctx->cfg.busy_poll,
+					ctx->cfg.connect_timeout_ms);
 	} else {
 		rc_cfg.backups = cfg->backups;
 		rc_cfg.n_backups = cfg->n_backups;
-		rc_cfg.provider = cfg->provider;
-		rc_cfg.busy_poll = cfg->busy_poll;
-		if (cfg->connect_timeout_ms)
-			rc_cfg.connect_timeout_ms = cfg->connect_timeout_ms;
+		tw__recover_config_link(&rc_cfg, cfg->provider, cfg->busy_poll,
+					cfg->connect_timeout_ms);
 	}
 	/* 1. fence with a new epoch as incarnation `inc`, 2. recover (every entry to the
 	 * caller), 3. continue as that same owner after everything the backups ever held. The
@@ -1097,14 +1101,27 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
 	if (rc < 0)
 		return rc;
+	return tw__primary_continue(ctx, cfg, inc, next, res, NULL, out, errmsg_out, errmsg_len);
+}
+
+int tw__primary_continue(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+			 uint64_t incarnation, uint64_t next, const struct tw_recover_result *res,
+			 struct tw_coord *coord, struct tw_primary **out, char *errmsg_out,
+			 size_t errmsg_len)
+{
+	struct tw_primary_config pc = *cfg;
+	char msg[96];
+	int rc;
+
 	if (next > UINT32_MAX - 1) {
-		set_errmsg(errmsg_out, errmsg_len, "the log has used every segment id");
+		snprintf(msg, sizeof(msg), "log %llu has used every segment id",
+			 (unsigned long long)cfg->log_id);
+		set_errmsg(errmsg_out, errmsg_len, msg);
 		return -ERANGE;
 	}
-	pc = *cfg;
 	pc.epoch = res->epoch;
-	rc = tw__primary_open_as(ctx, &pc, inc, (uint32_t)next, false, NULL, out, errmsg_out,
-			     errmsg_len);
+	rc = tw__primary_open_as(ctx, &pc, incarnation, (uint32_t)next, false, coord, out,
+				 errmsg_out, errmsg_len);
 	if (rc == 0)
 		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
 			    "continuing at segment %llu", (unsigned long long)cfg->log_id,
@@ -1132,16 +1149,10 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 			   struct tw_recover_result *res_out, struct tw_primary **out,
 			   char *errmsg_out, size_t errmsg_len)
 {
-	if (!ctx || !cfg || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	*out = NULL;
-	if (progress_tls == ctx) {
-		set_errmsg(errmsg_out, errmsg_len, "cannot take a log over from a callback of a "
-			   "log on the same context (it would wait for itself)");
-		return -EDEADLK;
-	}
+	int rc = open_check(ctx, cfg, out, "take a log over", errmsg_out, errmsg_len);
+
+	if (rc < 0)
+		return rc;
 	if (cfg->coordinator && cfg->coordinator[0]) {
 		set_errmsg(errmsg_out, errmsg_len, "a log on a context does not take a coordinator "
 			   "yet: take it over with tw_primary_takeover");
@@ -1194,13 +1205,35 @@ static int check_len(struct tw_primary *p, uint32_t len)
 	return 0;
 }
 
+/* Appends an entry to segment s (the caller made room for it) and records it for its callback:
+ * both modes, the async one under p->lock. */
+static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
+		      tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct prec *r;
+	size_t off;
+	int rc = tw_log_writer_append(&s->w, data, len, &off);
+
+	if (rc < 0)
+		return rc;
+	r = &p->recs[p->rec_head & p->rec_mask];
+	r->cb = cb;
+	r->arg = arg;
+	r->lsn = (uint64_t)s->id << 32 | off;
+	r->len = len;
+	*idx_out = p->rec_head++;
+	PSTAT_ADD(p, appends, 1);
+	PSTAT_ADD(p, bytes, len);
+	if (lsn_out)
+		*lsn_out = r->lsn;
+	return 0;
+}
+
 /* Sync mode: make room and append. */
 static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct pseg *s;
-	struct prec *r;
-	size_t off;
 	int rc;
 
 	if (p->err)
@@ -1224,19 +1257,9 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 			return rc;
 		s = p->cur;
 	}
-	rc = tw_log_writer_append(&s->w, data, len, &off);
+	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
 	if (rc < 0)
 		return rc;
-	r = &p->recs[p->rec_head & p->rec_mask];
-	r->cb = cb;
-	r->arg = arg;
-	r->lsn = (uint64_t)s->id << 32 | off;
-	r->len = len;
-	*idx_out = p->rec_head++;
-	PSTAT_ADD(p, appends, 1);
-	PSTAT_ADD(p, bytes, len);
-	if (lsn_out)
-		*lsn_out = r->lsn;
 	/* With a free slot the entry goes out now. Otherwise it waits for the completion that
 	 * frees one (polled at back-pressure, or in tw_primary_progress/flush): batching. */
 	if (slot_free(p))
@@ -1254,11 +1277,9 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct pseg *s;
-	struct prec *r;
 	bool wake = false;
 	struct pwaiter me;
 	bool me_init = false;
-	size_t off;
 	int rc;
 
 	pthread_mutex_lock(&p->lock);
@@ -1324,21 +1345,11 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	}
 	if (me_init)
 		pthread_cond_destroy(&me.cv); /* dequeued: nobody signals it any more */
-	rc = tw_log_writer_append(&s->w, data, len, &off);
+	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
 	if (rc < 0) {
 		pthread_mutex_unlock(&p->lock);
 		return rc;
 	}
-	r = &p->recs[p->rec_head & p->rec_mask];
-	r->cb = cb;
-	r->arg = arg;
-	r->lsn = (uint64_t)s->id << 32 | off;
-	r->len = len;
-	*idx_out = p->rec_head++;
-	PSTAT_ADD(p, appends, 1);
-	PSTAT_ADD(p, bytes, len);
-	if (lsn_out)
-		*lsn_out = r->lsn;
 	if (p->pt_idle) {
 		p->pt_idle = false;
 		wake = true;

@@ -285,12 +285,9 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 	}
 	tw_log_info("primary: log %llu: recovering from %zu %s backups", (unsigned long long)
 		    pc->log_id, rc_cfg.n_backups, k ? "recorded" : "registered (no record)");
-	rc_cfg.provider = pc->provider;
 	rc_cfg.epoch = pc->epoch;
-	rc_cfg.busy_poll = pc->busy_poll;
 	rc_cfg.key_file = pc->key_file;
-	if (pc->connect_timeout_ms)
-		rc_cfg.connect_timeout_ms = pc->connect_timeout_ms;
+	tw__recover_config_link(&rc_cfg, pc->provider, pc->busy_poll, pc->connect_timeout_ms);
 	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
 	free(raddrs);
 	free(rec);
@@ -303,26 +300,10 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 	}
 	if (rc < 0)
 		return rc;
-	if (next > UINT32_MAX - 1) {
-		errf(errmsg_out, errmsg_len, "log %llu has used every segment id",
-		     (unsigned long long)pc->log_id);
-		return -ERANGE;
-	}
-	{
-		struct tw_primary_config oc = *pc;
-
-		oc.epoch = res->epoch;
-		t0 = tw_now_ns();
-		rc = tw__primary_open_as(NULL, &oc, inc, (uint32_t)next, false, c, out, errmsg_out,
-				     errmsg_len);
-		if (st)
-			st->open_ns = tw_now_ns() - t0;
-	}
-	if (rc == 0)
-		tw_log_info("primary: log %llu taken over at epoch %llu: %llu entries recovered, "
-			    "continuing at segment %llu", (unsigned long long)pc->log_id,
-			    (unsigned long long)res->epoch, (unsigned long long)res->entries,
-			    (unsigned long long)next);
+	t0 = tw_now_ns();
+	rc = tw__primary_continue(NULL, pc, inc, next, res, c, out, errmsg_out, errmsg_len);
+	if (st)
+		st->open_ns = tw_now_ns() - t0;
 	return rc;
 }
 

@@ -362,6 +362,12 @@ void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
 		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len);
+/* primary.c: the end of a takeover: continue cfg's log as the owner `incarnation` the recovery
+ * fenced in at res->epoch, from segment `next` (the first after everything the backups held). */
+int tw__primary_continue(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+			 uint64_t incarnation, uint64_t next, const struct tw_recover_result *res,
+			 struct tw_coord *coord, struct tw_primary **out, char *errmsg_out,
+			 size_t errmsg_len);
 /* primary_coord.c: open or take over through cfg->coordinator; zone placement; the per-log
  * record of backups: tw__pcoord_note(p, bi) records backup bi for the log before a segment is
  * opened on it (0, or an error: do not use that backup; p->bk[bi].why says why). */

@@ -1,8 +1,11 @@
 /* tests/lib/tbackup.c — see tbackup.h. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <tailwind/backup.h>
+#include <tailwind/common.h>
+#include <tailwind/recovery.h>
 
 #include "tap.h"
 #include "tbackup.h"
@@ -48,4 +51,24 @@ void tbackup_stop(struct tbackup *t)
 	}
 	tw_backup_close(t->b);
 	t->b = NULL;
+}
+
+int tbackup_recover(const char **addrs, size_t n, uint64_t log_id, tw_recover_entry_fn cb,
+		    void *arg, struct tw_recover_result *res)
+{
+	struct tw_recover_config rc;
+	char err[512];
+	int r;
+
+	tw_recover_config_init(&rc);
+	rc.provider = "mem";
+	rc.log_id = log_id;
+	rc.backups = addrs;
+	rc.n_backups = n;
+	rc.rpc_timeout_ms = 3000;
+	rc.op_timeout_ms = 3000;
+	r = tw_recover(&rc, cb, arg, res, err, sizeof(err));
+	if (r)
+		tap_diag("recover log %" PRIu64 ": %s: %s", log_id, tw_strerror(r), err);
+	return r;
 }

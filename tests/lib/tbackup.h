@@ -1,6 +1,7 @@
 /*
  * tests/lib/tbackup.h — an in-process backup (libtailwind's tw_backup) on a thread of its own,
- * for unit tests that drive a primary against real backups ("mem" or a real provider).
+ * for unit tests that drive a primary against real backups ("mem" or a real provider), and a
+ * recovery from "mem" backups.
  *
  *   struct tbackup b;
  *   tbackup_start(&b, root, 0, "mem", 16, SEG, 0);   // storage in <root>/b0; b.addr to connect
@@ -13,6 +14,10 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include <stdint.h>
+
+#include <tailwind/recovery.h>
 
 struct tw_backup;
 
@@ -34,5 +39,13 @@ void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *
 
 /* Stop the thread, join it, close the backup. Nothing when it is not open. */
 void tbackup_stop(struct tbackup *t);
+
+/*
+ * tw_recover of log_id from the "mem" backups at addrs[0..n), with 3 s RPC and op timeouts,
+ * every entry to cb(arg, ...); res may be NULL. On failure a TAP diagnostic says why. Returns
+ * tw_recover's result.
+ */
+int tbackup_recover(const char **addrs, size_t n, uint64_t log_id, tw_recover_entry_fn cb,
+		    void *arg, struct tw_recover_result *res);
 
 #endif

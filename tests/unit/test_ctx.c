@@ -88,25 +88,10 @@ static int check_cb(void *arg, const struct tw_recovered_entry *e)
 static int recover_log(const char **addrs, size_t n, uint64_t log_id, uint64_t first,
 		       struct rcheck *k)
 {
-	struct tw_recover_config rc;
-	struct tw_recover_result res;
-	char err[512];
-	int r;
-
-	tw_recover_config_init(&rc);
-	rc.provider = "mem";
-	rc.log_id = log_id;
-	rc.backups = addrs;
-	rc.n_backups = n;
-	rc.rpc_timeout_ms = 3000;
-	rc.op_timeout_ms = 3000;
 	memset(k, 0, sizeof(*k));
 	k->log = log_id;
 	k->next = first;
-	r = tw_recover(&rc, check_cb, k, &res, err, sizeof(err));
-	if (r)
-		tap_diag("recover log %" PRIu64 ": %s: %s", log_id, tw_strerror(r), err);
-	return r;
+	return tbackup_recover(addrs, n, log_id, check_cb, k, NULL);
 }
 
 static void log_cfg(struct tw_primary_config *cfg, uint64_t log_id)

@@ -78,22 +78,8 @@ static int check_cb(void *arg, const struct tw_recovered_entry *e)
 static int recover_all(const char **addrs, size_t n, uint64_t log_id, struct rcheck *k,
 		       struct tw_recover_result *res)
 {
-	struct tw_recover_config rc;
-	char err[512];
-	int r;
-
-	tw_recover_config_init(&rc);
-	rc.provider = "mem";
-	rc.log_id = log_id;
-	rc.backups = addrs;
-	rc.n_backups = n;
-	rc.rpc_timeout_ms = 3000;
-	rc.op_timeout_ms = 3000;
 	memset(k, 0, sizeof(*k));
-	r = tw_recover(&rc, check_cb, k, res, err, sizeof(err));
-	if (r)
-		tap_diag("recover: %s: %s", tw_strerror(r), err);
-	return r;
+	return tbackup_recover(addrs, n, log_id, check_cb, k, res);
 }
 
 /* The configuration every case starts from: 4 mem backups, r = 3, a short op timeout, no
