@@ -240,7 +240,7 @@ static int prefill(struct tw_rpc_server *srv, struct tw__rpc_call *call, struct 
 		for (i = 0; i < TW_RPC_OP_COUNT; i++) {
 			tailwind__handler_count__init(&hc[i]);
 			hc[i].kind = (uint32_t)TW_RPC_OP_REQ_CASE(i);
-			hc[i].calls = srv->st.calls[i] + (i == TW_RPC_STATS); /* this one included */
+			hc[i].calls = srv->st.calls[i]; /* this one included */
 			hc[i].errors = srv->st.errors[i];
 			hp[i] = &hc[i];
 		}
@@ -401,12 +401,14 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	tailwind__rkey__init(&call.rkey);
 	tailwind__segment_meta__init(&call.meta);
 
+	/* Counted before it runs: a handler that publishes the server's counters (the backup's
+	 * open and close do, before their answer) includes its own call. */
+	srv->st.calls[op]++;
 	rc = prefill(srv, &call, a);
 	if (rc == 0 && fn)
 		rc = fn(srv->arg, &call);
 	if (rc > 0)
 		rc = 0;
-	srv->st.calls[op]++;
 
 	status = reply_get_status(&call, &rmsg);
 	if (rc < 0) {

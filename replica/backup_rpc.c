@@ -246,6 +246,9 @@ static int h_open(void *arg, struct tw__rpc_call *call)
 	o.length = q->length;
 	o.seed = q->chain_seed;
 	rc = tw__bk_op_open(b, call_conn(call), &r, &o, &rk, msg, sizeof(msg));
+	/* Published before the answer: whoever got it sees the pool it left (tw_backup_get_stats
+	 * otherwise catches up at the loop's next pass). */
+	tw__bk_stats_sync(b);
 	if (rc)
 		return fail(call, rc, msg);
 	tw__rpc_rkey_to_pb(&rk, &call->rkey);
@@ -268,6 +271,7 @@ static int h_close(void *arg, struct tw__rpc_call *call)
 		return tw__rpc_call_fail(call, -EINVAL, "close: meta is required");
 	seg_req(call, q->meta, q->replica_version, &r);
 	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
+	tw__bk_stats_sync(b); /* as in h_open */
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
 		m.log_id = r.log_id;
 		m.segment_id = r.segment_id;
