@@ -435,6 +435,8 @@ int tw__ofi_poll(struct tw_fab *fab)
 		n += tw__cm_poll_eq(of);
 		n += tw__cm_check_handshakes(of);
 	}
+	if (fab->rdm)
+		n += tw__rdm_shm_check_peers(of);
 	check_posted_deadlines(of);
 	tw__fab_leave(fab);
 	if (n > 0)
@@ -563,6 +565,15 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 			return rc;
 		bool credit = ch->tx_inflight < ch->tx_max &&
 			      (!of->base.rdm || of->tx_inflight < of->tx_max);
+		if (credit && of->keep_av && !tw__rdm_shm_may_post(of, ch)) {
+			if ((rc = chan_err(ch)) < 0) /* the peer is dead */
+				return rc;
+			if (ch->peer_gone) { /* dead, while the channel is being closed */
+				tw__fab_set_errmsg(&of->base, "shm peer %s has exited", ch->base.peer);
+				return -TW_EPEERLOST;
+			}
+			credit = false; /* its region is locked: progress and retry */
+		}
 		if (credit) {
 			ssize_t r = fn(of, ch, ctx, arg);
 			if (r == 0) {
