@@ -202,7 +202,8 @@ bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
  * that.
  */
 #define TW_SHM_CHECK_MS 5
-#define SHM_SPIN 512
+#define SHM_SPIN 4096u      /* pauses between two pidfd checks while the lock is held */
+#define SHM_SPIN_MAX 65536u /* then back to progress and retry */
 
 static inline void cpu_relax(void)
 {
@@ -325,21 +326,28 @@ bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch)
 	uint64_t now = of->base.now_ns;
 
 	_Static_assert(sizeof(pthread_spinlock_t) == sizeof(int), "spinlock is an int");
-	if (ch->peer_lock)
-		for (int i = 0; i < SHM_SPIN && *ch->peer_lock != ch->lock_free; i++)
-			cpu_relax();
-	if (!ch->peer_gone && (!ch->peer_lock || *ch->peer_lock == ch->lock_free) &&
-	    now < ch->checked_ns + TW_SHM_STALE_MS * 1000000ull)
+	/* Held: wait for it here, as libfabric's pthread_spin_lock would, but with a way out: the
+	 * pidfd every SHM_SPIN pauses (a syscall only while contended), and after SHM_SPIN_MAX
+	 * pauses back to tw__post_tx, which progresses and retries until the post's deadline (a
+	 * live process that keeps the lock that long is stuck, or another writer died in it). */
+	for (unsigned i = 1; ch->peer_lock && *ch->peer_lock != ch->lock_free; i++) {
+		cpu_relax();
+		if (i % SHM_SPIN)
+			continue;
+		ch->checked_ns = now;
+		of->base.stats.shm_peer_checks++;
+		if (peer_dead(of, ch))
+			return false;
+		if (i >= SHM_SPIN_MAX) {
+			of->base.stats.shm_lock_waits++;
+			return false;
+		}
+	}
+	if (!ch->peer_gone && now < ch->checked_ns + TW_SHM_STALE_MS * 1000000ull)
 		return true; /* stale ops only, and checked a moment ago */
 	ch->checked_ns = now;
 	of->base.stats.shm_peer_checks++;
-	if (peer_dead(of, ch))
-		return false;
-	if (ch->peer_lock && *ch->peer_lock != ch->lock_free) {
-		of->base.stats.shm_lock_waits++;
-		return false; /* held by a live process: progress, then try again */
-	}
-	return true;
+	return !peer_dead(of, ch);
 }
 
 int tw__rdm_shm_check_peers(struct ofi_fab *of)
