@@ -187,9 +187,10 @@ bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
  * from the header (or from the address, fi_shm://PID:...) and open a pidfd (pidfd_open(2):
  * readable once the process has exited, zombie included; no PID-reuse problem after the open).
  * Then:
- *   - before every post (tw__rdm_shm_may_post, ofi_int.h): if the lock word is non-zero, we
- *     do not post; the slow path spins a little, checks the pidfd (dead: the channel is lost)
- *     and otherwise lets tw__post_tx progress and retry until its deadline. Also when the
+ *   - before every post (tw__rdm_shm_may_post, ofi_int.h): if the lock word is held, we
+ *     do not post; the slow path spins on it with a pidfd check every SHM_SPIN pauses (dead:
+ *     the channel is lost) and, held too long, lets tw__post_tx progress and retry until its
+ *     deadline. Also when the
  *     channel's oldest operation is older than TW_SHM_STALE_MS, the pidfd is checked (at most
  *     once per TW_SHM_STALE_MS per channel) before posting more;
  *   - every TW_SHM_CHECK_MS the progress round polls all watched pidfds at once, so a dead
