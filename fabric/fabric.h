@@ -269,6 +269,8 @@ struct tw_fab_stats {
 	uint64_t errors;
 	uint64_t wmsg_writes;          /* writes posted as messages (TW_FAB_WRITE_MSG), as initiator */
 	uint64_t wmsg_served, wmsg_served_bytes; /* writes (whole) and bytes placed for peers */
+	uint64_t shm_peer_checks;      /* shm: liveness checks on the post path (slow path only) */
+	uint64_t shm_lock_waits;       /* shm: posts deferred: the peer's region lock was held */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 

@@ -90,6 +90,7 @@ struct ofi_fab {
 	const volatile unsigned char *shm_region;
 	size_t shm_region_len;
 	bool shm_fast_force;    /* test hook TW_FAB_SHM_FAST=force: skip the checks (unsafe) */
+	uint64_t shm_check_ns;  /* shm: next periodic liveness check of the watched peers */
 	unsigned tx_max;        /* RDM: posts in flight on the shared endpoint */
 	unsigned tx_inflight;
 	/* send ring: slot i = sctx[i], buffer sbuf + i * slot_size, one registration */
@@ -135,6 +136,19 @@ struct ofi_chan {
 	bool have_addr;
 	uint32_t peer_id;
 	bool self;              /* the peer is our own endpoint (shm: cma_cap_self applies) */
+	/* shm: the peer process, watched so that nothing is posted to a dead one (ofi_rdm.c,
+	 * docs/failover.md "shm: a killed backup"). Valid while `watched`. */
+	bool watched;
+	bool peer_gone;         /* its process exited: the channel is lost, post nothing more */
+	bool going_down;        /* tw__rdm_chan_down runs or ran */
+	int pidfd;              /* pidfd_open(2) of the peer, -1: none (its death is not seen) */
+	int peer_pid;
+	const volatile int *peer_lock; /* the spinlock word of the peer's region (read only), or
+					* NULL when its layout is not known */
+	int lock_free;          /* the word's value when free (glibc x86_64: 1, generic: 0) */
+	void *peer_map;         /* our read-only mapping of the peer region's first page */
+	size_t peer_map_len;
+	uint64_t checked_ns;    /* last liveness check of the post path (rate limit) */
 };
 
 struct ofi_mr {
@@ -177,6 +191,32 @@ void tw__rdm_shm_fast_fini(struct ofi_fab *of);
  * bytes are in the peer's memory, so it needs no FI_DELIVERY_COMPLETE. A memory load; also
  * records the answer in ch->base.fast_write. */
 bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch);
+/* shm: start watching the peer process of `ch` (at connect, before the HELLO; at accept). */
+void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch);
+void tw__rdm_shm_unwatch(struct ofi_chan *ch);
+/* Slow path of tw__rdm_shm_may_post: the peer's region lock is held or its oldest op is
+ * stale. False: do not post now (the channel may have been marked lost: check it). */
+bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch);
+/* Progress round: every TW_SHM_CHECK_MS, one poll(2) over the watched peers' pidfds. */
+int tw__rdm_shm_check_peers(struct ofi_fab *of);
+
+/* Before every post on a watched shm channel: a memory load and a compare, no syscall. Post
+ * only when the peer's region lock is seen free (a peer killed holding it would make the post
+ * spin forever inside libfabric), and check the peer's liveness first when the channel's oldest
+ * operation is older than TW_SHM_STALE_MS. */
+#define TW_SHM_STALE_MS 10
+static inline bool tw__rdm_shm_may_post(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	uint64_t stale = (uint64_t)of->base.cfg.op_timeout_ms * 1000000u;
+
+	if (!ch->watched)
+		return true;
+	if ((!ch->peer_lock || *ch->peer_lock == ch->lock_free) && !ch->peer_gone &&
+	    (!ch->posted ||
+	     ch->posted->deadline_ns + TW_SHM_STALE_MS * 1000000ull > of->base.now_ns + stale))
+		return true;
+	return tw__rdm_shm_may_post_slow(of, ch);
+}
 
 /* ofi_mr.c */
 uint64_t tw__mr_access_flags(unsigned access);

@@ -21,8 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "fabric/ofi_int.h"
 
@@ -80,6 +83,9 @@ static int own_name(struct ofi_fab *of)
 #define SMR_V117_OFF_CMA_PEER 8
 #define SMR_V117_OFF_CMA_SELF 9
 #define SMR_V117_CMA_ON 1
+/* pthread_spinlock_t lock, after uint32 max_sar_buf_per_peer (offset 12) and void *base_addr
+ * (offset 16, aligned for 4- and 8-byte pointers). */
+#define SMR_V117_OFF_LOCK (16 + sizeof(void *))
 #define RMA_ORDERS (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
 		    FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RMA_RAR | \
 		    FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAR | FI_ORDER_RMA_WAW | \
@@ -164,6 +170,226 @@ bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
 		       SMR_V117_CMA_ON;
 	ch->base.fast_write = fast;
 	return fast;
+}
+
+/*
+ * A dead shm peer (docs/failover.md "shm: a killed backup"). 1.17's shm takes the spinlock of
+ * the peer's region (pthread_spin_lock(&peer_smr->lock), prov/shm/src/smr_rma.c, smr_msg.c,
+ * smr_atomic.c, smr_ep.c smr_send_name) before every post to it, and the peer takes it in its
+ * own progress (smr_progress_cmd, prov/shm/src/smr_progress.c). The lock lives in the shared
+ * region: a peer SIGKILLed holding it leaves it held for good, and the next post to it spins
+ * inside libfabric forever. shm itself never checks that a peer is alive after mapping it: only
+ * smr_create's smr_retry_map (prov/util/src/util_shm.c) looks at /proc/PID, for a stale region
+ * under its own name.
+ *
+ * So we watch each peer ourselves. At connect (before the HELLO) and at accept we map the
+ * first page of the peer's region read-only (the same shm object libfabric maps), take its PID
+ * from the header (or from the address, fi_shm://PID:...) and open a pidfd (pidfd_open(2):
+ * readable once the process has exited, zombie included; no PID-reuse problem after the open).
+ * Then:
+ *   - before every post (tw__rdm_shm_may_post, ofi_int.h): if the lock word is held, we
+ *     do not post; the slow path spins on it with a pidfd check every SHM_SPIN pauses (dead:
+ *     the channel is lost) and, held too long, lets tw__post_tx progress and retry until its
+ *     deadline. Also when the
+ *     channel's oldest operation is older than TW_SHM_STALE_MS, the pidfd is checked (at most
+ *     once per TW_SHM_STALE_MS per channel) before posting more;
+ *   - every TW_SHM_CHECK_MS the progress round polls all watched pidfds at once, so a dead
+ *     peer is reported lost even while nothing is posted to it.
+ * What remains: the peer may die holding its lock between our load of the lock word and
+ * libfabric's pthread_spin_lock a few instructions later (nanoseconds; only a SIGKILL landing
+ * inside the peer's own critical section in that instant). A third process (another writer)
+ * killed while holding the peer's lock is also not posted behind (we never post while the
+ * word is held), but the peer itself then wedges in its own progress: nothing of ours fixes
+ * that.
+ */
+#define TW_SHM_CHECK_MS 5
+#define SHM_SPIN 4096u      /* pauses between two pidfd checks while the lock is held */
+#define SHM_SPIN_MAX 65536u /* then back to progress and retry */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* What a free pthread spinlock holds: glibc's x86_64 assembly spinlocks count down from 1
+ * (free: 1, held: <= 0), its generic ones hold 0 when free. Asked of glibc, not assumed. */
+static int spin_free_value(void)
+{
+	pthread_spinlock_t l;
+	int v;
+
+	pthread_spin_init(&l, PTHREAD_PROCESS_SHARED);
+	memcpy(&v, (const void *)&l, sizeof(v));
+	pthread_spin_destroy(&l);
+	return v;
+}
+
+void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	const char *name = strstr(ch->base.peer, "://");
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t v = fi_version();
+	int pid = 0, fd;
+	void *p;
+
+	ch->pidfd = -1;
+	if (!of->keep_av || ch->self || ch->watched)
+		return;
+	name = name ? name + 3 : ch->base.peer;
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd >= 0) {
+		p = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (p != MAP_FAILED) {
+			const unsigned char *h = p;
+
+			ch->peer_map = p;
+			ch->peer_map_len = (size_t)page;
+			if (h[0] == SMR_V117_VERSION && FI_MAJOR(v) == 1 && FI_MINOR(v) == 17) {
+				memcpy(&pid, h + SMR_V117_OFF_PID, sizeof(pid));
+				ch->peer_lock = (const volatile int *)(h + SMR_V117_OFF_LOCK);
+				ch->lock_free = spin_free_value();
+			}
+		}
+	}
+	if (pid <= 0) { /* the address: fi_shm://PID:... (smr_resolve_addr, smr_init.c) */
+		char *end;
+		long l = strtol(name, &end, 10);
+
+		if (end != name && (*end == ':' || *end == '\0') && l > 0 && l < INT32_MAX)
+			pid = (int)l;
+	}
+	ch->peer_pid = pid;
+	ch->watched = true;
+	if (pid <= 0 || pid == (int)getpid()) {
+		ch->watched = ch->peer_lock != NULL; /* the lock check still applies */
+		if (!ch->watched)
+			tw__rdm_shm_unwatch(ch);
+		return;
+	}
+#ifdef SYS_pidfd_open
+	ch->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (ch->pidfd < 0 && errno == ESRCH) {
+		ch->peer_gone = true; /* dead already: the first post fails the channel */
+	} else if (ch->pidfd < 0) {
+		tw_log_ratelimited(TW_LOG_WARN, "fabric shm: pidfd_open(%d): %s; the death of %s "
+				   "is seen by the op timeout only", pid, strerror(errno),
+				   ch->base.peer);
+	} else {
+		fcntl(ch->pidfd, F_SETFD, FD_CLOEXEC);
+	}
+#endif
+	tw_log_debug("fabric shm: watching %s: pid %d (pidfd %d), region lock %s", ch->base.peer,
+		     pid, ch->pidfd, ch->peer_lock ? "known" : "unknown");
+}
+
+void tw__rdm_shm_unwatch(struct ofi_chan *ch)
+{
+	if (ch->pidfd >= 0)
+		close(ch->pidfd);
+	ch->pidfd = -1;
+	if (ch->peer_map)
+		munmap(ch->peer_map, ch->peer_map_len);
+	ch->peer_map = NULL;
+	ch->peer_lock = NULL;
+	ch->watched = false;
+}
+
+static void peer_died(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	ch->peer_gone = true;
+	if (ch->base.lost || ch->base.is_down || ch->base.closed || ch->going_down)
+		return;
+	tw__fab_set_errmsg(&of->base, "shm peer %s (pid %d) has exited", ch->base.peer,
+			   ch->peer_pid);
+	tw_log_warn("fabric shm: %s; failing the channel without posting to it", of->base.errmsg);
+	tw__chan_set_lost(&ch->base, -TW_EPEERLOST);
+}
+
+/* One poll(2) of the pidfd: true if the peer has exited (and the channel is then lost). */
+static bool peer_dead(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	struct pollfd pfd = {.fd = ch->pidfd, .events = POLLIN};
+
+	if (!ch->peer_gone && ch->pidfd >= 0 && poll(&pfd, 1, 0) == 1)
+		ch->peer_gone = true;
+	if (ch->peer_gone)
+		peer_died(of, ch);
+	return ch->peer_gone;
+}
+
+bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	uint64_t now = of->base.now_ns;
+
+	_Static_assert(sizeof(pthread_spinlock_t) == sizeof(int), "spinlock is an int");
+	/* Held: wait for it here, as libfabric's pthread_spin_lock would, but with a way out: the
+	 * pidfd every SHM_SPIN pauses (a syscall only while contended), and after SHM_SPIN_MAX
+	 * pauses back to tw__post_tx, which progresses and retries until the post's deadline (a
+	 * live process that keeps the lock that long is stuck, or another writer died in it). */
+	for (unsigned i = 1; ch->peer_lock && *ch->peer_lock != ch->lock_free; i++) {
+		cpu_relax();
+		if (i % SHM_SPIN)
+			continue;
+		ch->checked_ns = now;
+		of->base.stats.shm_peer_checks++;
+		if (peer_dead(of, ch))
+			return false;
+		if (i >= SHM_SPIN_MAX) {
+			of->base.stats.shm_lock_waits++;
+			return false;
+		}
+	}
+	if (!ch->peer_gone && now < ch->checked_ns + TW_SHM_STALE_MS * 1000000ull)
+		return true; /* stale ops only, and checked a moment ago */
+	ch->checked_ns = now;
+	of->base.stats.shm_peer_checks++;
+	return !peer_dead(of, ch);
+}
+
+int tw__rdm_shm_check_peers(struct ofi_fab *of)
+{
+	struct pollfd pfd[64];
+	struct ofi_chan *who[64];
+	unsigned n = 0;
+	int lost = 0;
+	struct tw_chan *c = of->base.chans;
+
+	if (!of->keep_av || of->base.now_ns < of->shm_check_ns)
+		return 0;
+	of->shm_check_ns = of->base.now_ns + TW_SHM_CHECK_MS * 1000000ull;
+	for (;;) {
+		for (; c && n < TW_ARRAY_SIZE(pfd); c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (ch->watched && ch->pidfd >= 0 && !c->lost && !c->is_down && !c->closed) {
+				pfd[n] = (struct pollfd){.fd = ch->pidfd, .events = POLLIN};
+				who[n++] = ch;
+			}
+		}
+		if (!n)
+			break;
+		if (poll(pfd, n, 0) > 0) {
+			/* Mark first, fail after: failing a channel runs callbacks that may close
+			 * others (their pidfds too). */
+			for (unsigned i = 0; i < n; i++)
+				if (pfd[i].revents)
+					who[i]->peer_gone = true;
+			for (unsigned i = 0; i < n; i++)
+				if (pfd[i].revents) {
+					peer_died(of, who[i]);
+					lost++;
+				}
+		}
+		n = 0;
+		if (!c)
+			break;
+	}
+	return lost;
 }
 
 int tw__rdm_open_ep(struct ofi_fab *of)
@@ -278,6 +504,7 @@ static struct ofi_chan *new_chan(struct ofi_fab *of, const char *peer, enum chan
 	if (!ch)
 		return NULL;
 	ch->cq_fd = -1;
+	ch->pidfd = -1;
 	ch->tx_max = of->base.cfg.tx_depth;
 	tw__chan_init(&of->base, &ch->base, peer);
 	ch->base.state = st;
@@ -335,6 +562,7 @@ int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	}
 	ch->have_addr = true;
 	ch->self = !strcmp(addr, of->name);
+	tw__rdm_shm_watch(of, ch);
 	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
 	 * tw__post_tx retries until the handshake deadline. */
 	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
@@ -371,6 +599,8 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 	struct ofi_fab *of = ofab(ch->base.fab);
 	bool bye_sent = false;
 
+	ch->going_down = true; /* a dead peer found by the BYE's post does not fail it again */
+
 	/* Deferred messages hold fab receive buffers: give them back. */
 	while (ch->deferred) {
 		struct ofi_ctx *ctx = ch->deferred;
@@ -405,6 +635,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 	if (ch->have_addr && !bye_sent && !of->closing && !of->keep_av)
 		fi_av_remove(of->av, &ch->addr, 1, 0);
 	ch->have_addr = false;
+	tw__rdm_shm_unwatch(ch); /* after the BYE, which the watch guards too */
 }
 
 bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
@@ -441,6 +672,7 @@ bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		}
 		ch->have_addr = true;
 		ch->self = !strcmp(name, of->name);
+		tw__rdm_shm_watch(of, ch);
 		tw__rdm_shm_fast(of, ch);
 		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
 		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {
