@@ -527,13 +527,33 @@ static void children_watcher(zhandle_t *zh, int type, int state, const char *pat
 }
 
 /*
- * Reads and decodes every child of dir (a listing of it in *kids, which this frees) as a
- * tw_coord_backup named after its node; the caller holds op_mu. A child that went away
+ * Finishes a listing of dir made under op_mu, and releases op_mu: a failed listing (zrc, of
+ * zoo_get_children) is the error; else reads and decodes every child (the listing in *kids,
+ * which this frees) as a tw_coord_backup named after its node. A child that went away
  * meanwhile is passed over, one that does not decode is skipped with a warning; any other
  * failed get fails the whole list. Returns 0 with a calloc'ed array in *out, or -errno.
  */
-static int get_backups(struct tw_coord *c, const char *dir, struct String_vector *kids,
+static int get_backups_locked(struct tw_coord *c, const char *dir, struct String_vector *kids,
+			      struct tw_coord_backup **out, size_t *n_out);
+
+static int get_backups(struct tw_coord *c, const char *dir, int zrc, struct String_vector *kids,
 		       struct tw_coord_backup **out, size_t *n_out)
+{
+	struct zk *z = c->impl;
+	int rc;
+
+	if (zrc != ZOK) {
+		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
+		pthread_mutex_unlock(&z->op_mu);
+		return zrc_errno(zrc);
+	}
+	rc = get_backups_locked(c, dir, kids, out, n_out);
+	pthread_mutex_unlock(&z->op_mu);
+	return rc;
+}
+
+static int get_backups_locked(struct tw_coord *c, const char *dir, struct String_vector *kids,
+			      struct tw_coord_backup **out, size_t *n_out)
 {
 	struct zk *z = c->impl;
 	size_t k = 0;
@@ -605,14 +625,7 @@ static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n
 	} else {
 		zrc = zoo_get_children(z->zh, dir, 0, &kids);
 	}
-	if (zrc != ZOK) {
-		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
-		pthread_mutex_unlock(&z->op_mu);
-		return zrc_errno(zrc);
-	}
-	rc = get_backups(c, dir, &kids, out, n_out);
-	pthread_mutex_unlock(&z->op_mu);
-	return rc;
+	return get_backups(c, dir, zrc, &kids, out, n_out);
 }
 
 static int zk_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
@@ -1105,14 +1118,7 @@ static int zk_log_backups(struct tw_coord *c, uint64_t log_id, struct tw_coord_b
 			tw__coord_err(c, "zk://%s: exists %s: %s", c->url.hosts, dir, zerror(zrc));
 		return zrc_errno(zrc);
 	}
-	if (zrc != ZOK) {
-		tw__coord_err(c, "zk://%s: list %s: %s", c->url.hosts, dir, zerror(zrc));
-		pthread_mutex_unlock(&z->op_mu);
-		return zrc_errno(zrc);
-	}
-	rc = get_backups(c, dir, &kids, out, n_out);
-	pthread_mutex_unlock(&z->op_mu);
-	return rc;
+	return get_backups(c, dir, zrc, &kids, out, n_out);
 }
 
 static int cmp_id(const void *a, const void *b)

@@ -138,22 +138,10 @@ static void write_acked(struct twc *c, struct expect *x)
 
 static int recover(uint64_t log_id, struct expect *x, struct tw_recover_result *res)
 {
-	struct tw_recover_config cfg;
-	char err[512];
-	int rc;
-
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = log_id;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
 	x->w = x->i = 0;
 	x->got = x->bad = 0;
 	x->why[0] = '\0';
-	rc = tw_recover(&cfg, check_cb, x, res, err, sizeof(err));
-	if (rc)
-		tap_diag("tw_recover(log %" PRIx64 "): %s: %s", log_id, tw_strerror(rc), err);
-	return rc;
+	return tbackup_recover(addrs, NB, log_id, check_cb, x, res);
 }
 
 static const char *kind_name(enum tw_mem_fault_kind k)
