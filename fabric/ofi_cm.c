@@ -154,21 +154,42 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 }
 
 /*
- * sockets: before closing an endpoint, wait (briefly) until the peer has acknowledged every
- * transfer posted on it. libfabric 1.17's sockets provider completes a send or write when
- * the peer's acknowledgement arrives, in its progress thread, through the endpoint's
- * transmit context (sock_pe_handle_ack → sock_pe_report_send_completion, reading
- * comp->send_cntr); that context is freed by fi_close() while the entry waiting for the
- * acknowledgement stays in the progress engine's table, so an acknowledgement arriving after
- * the close makes the thread read freed memory (a twd died of it: docs/fabric.md). Completions
- * read here finish nothing: their operations are failed by the caller (tw__chan_fail_ops) as for
- * any closed channel; only the contexts are given back. A lost peer acknowledges nothing, so
- * there is nothing to wait for.
+ * sockets: before closing an endpoint, wait (briefly) until the provider is done with every
+ * transfer posted on it. libfabric 1.17's sockets provider completes a send, write or read when
+ * the peer's acknowledgement arrives, in its progress thread, through the endpoint's transmit
+ * context (sock_pe_handle_ack → sock_pe_report_send_completion, reading comp->send_cntr).
+ * sock_ep_close() frees the transmit context *before* it takes the receive context (which reads
+ * those acknowledgements) off the progress engine's list, so an acknowledgement handled in that
+ * window makes the thread read freed memory (twd's died of it: docs/fabric.md). Lost channels
+ * are drained too: a peer that has gone may have sent its acknowledgements before it closed,
+ * and they sit unread in the socket while the CM thread already reports the shutdown; once the
+ * provider reads the end of the stream it fails the remaining entries (sock_pe_progress_tx_entry
+ * → FI_EIO), which ends the wait as well. Only a stalled peer costs the whole bound.
+ * Completions read here finish nothing: their operations are failed by the caller
+ * (tw__chan_fail_ops) as for any closed channel; only the contexts are given back.
  */
+static void give_back(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx)
+{
+	tw__ctx_unlink(ch, ctx);
+	if (ctx->op)
+		ctx->op->fab_priv[0] = NULL;
+	tw__ctx_release(of, ctx);
+}
+
 static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
 {
 	uint64_t end = tw_now_ns() + 200000000u; /* 200 ms: a stalled peer costs this much */
 
+	/* Completions already moved into the fab's FIFO are done in the provider. */
+	for (unsigned i = 0; i < of->pend_count; i++) {
+		struct fi_cq_data_entry *e = &of->pend[(of->pend_head + i) % TW_ARRAY_SIZE(of->pend)];
+		struct ofi_ctx *ctx = e->op_context;
+
+		if (ctx && ctx->kind != CTX_RECV && ctx->ch == ch) {
+			give_back(of, ch, ctx);
+			e->op_context = NULL;
+		}
+	}
 	while (ch->posted && tw_now_ns() < end) {
 		struct fi_cq_data_entry e[16];
 		ssize_t n = fi_cq_read(ch->cq, e, 16);
@@ -188,12 +209,8 @@ static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
 		for (ssize_t i = 0; i < n; i++) {
 			struct ofi_ctx *ctx = e[i].op_context;
 
-			if (!ctx || ctx->kind == CTX_RECV || ctx->ch != ch)
-				continue;
-			tw__ctx_unlink(ch, ctx);
-			if (ctx->op)
-				ctx->op->fab_priv[0] = NULL;
-			tw__ctx_release(of, ctx);
+			if (ctx && ctx->kind != CTX_RECV && ctx->ch == ch)
+				give_back(of, ch, ctx);
 		}
 	}
 	if (ch->posted)
@@ -205,7 +222,7 @@ void tw__cm_chan_down(struct ofi_chan *ch, bool closing)
 {
 	struct ofi_fab *of = ofab(ch->base.fab);
 
-	if (of->drain_close && ch->ep && ch->cq && !ch->base.lost && ch->posted)
+	if (of->drain_close && ch->ep && ch->cq && ch->posted)
 		drain_tx(of, ch);
 	if (ch->ep) {
 		if (closing && ch->base.state == CHAN_UP && !ch->base.lost && !of->no_shutdown)
@@ -222,12 +239,7 @@ void tw__cm_chan_down(struct ofi_chan *ch, bool closing)
 	tw__cq_purge_chan(of, ch);
 	ch->deferred = ch->deferred_tail = NULL; /* buffers are freed below */
 	while (ch->posted) {
-		struct ofi_ctx *ctx = ch->posted;
-
-		tw__ctx_unlink(ch, ctx);
-		if (ctx->op)
-			ctx->op->fab_priv[0] = NULL;
-		tw__ctx_release(of, ctx);
+		give_back(of, ch, ch->posted);
 	}
 	tw__msg_free_rx(&ch->rx);
 }
