@@ -159,7 +159,7 @@ static int h_free(void *arg, struct tw__rpc_call *c)
 
 static int h_read(void *arg, struct tw__rpc_call *c)
 {
-	const Tailwind__ReadSegment *r = c->req->read_segment;
+	const Tailwind__SegmentRef *r = c->req->read_segment;
 
 	c->rkey.addr = 0x20000;
 	c->rkey.key = 77;
