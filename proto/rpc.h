@@ -288,6 +288,13 @@ int tw__rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 /* Complete every pending call with -TW_ECLOSED (callbacks run), free. Does not close the channel. */
 void tw__rpc_client_destroy(struct tw_rpc_client *cl);
 
+/*
+ * Tear down a connection: destroy *cl, then close *ch (the channel it was created on), in that
+ * order so that the pending calls complete before their channel goes. Either may be NULL; both
+ * are NULL on return.
+ */
+void tw__rpc_client_close(struct tw_rpc_client **cl, struct tw_chan **ch);
+
 /* Stamp `incarnation` (the owner id of docs/recovery.md) on every request this client sends
  * whose envelope does not carry one already. 0 (the default): none. */
 void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);

@@ -346,10 +346,7 @@ static void client_connect(const struct tw_rpc_config *cfg)
 
 static void client_disconnect(void)
 {
-	tw__rpc_client_destroy(C.cl);
-	C.cl = NULL;
-	tw__chan_close(C.ch);
-	C.ch = NULL;
+	tw__rpc_client_close(&C.cl, &C.ch);
 }
 
 static void progress_until(bool *flag, int *counter, int want, unsigned ms)
