@@ -40,8 +40,8 @@ static const ProtobufCMessageDescriptor *const req_desc[TW_RPC_OP_COUNT] = {
 	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__set_replica_version__descriptor,
 	[TW_RPC_FENCE] = &tailwind__fence__descriptor,
 	[TW_RPC_FREE_SEGMENTS] = &tailwind__free_segments__descriptor,
-	[TW_RPC_READ_SEGMENT] = &tailwind__read_segment__descriptor,
-	[TW_RPC_RELEASE_SEGMENT] = &tailwind__release_segment__descriptor,
+	[TW_RPC_READ_SEGMENT] = &tailwind__segment_ref__descriptor,
+	[TW_RPC_RELEASE_SEGMENT] = &tailwind__segment_ref__descriptor,
 	[TW_RPC_STATS] = &tailwind__stats__descriptor,
 	[TW_RPC_RECOVERED_OFFSET] = &tailwind__recovered_offset__descriptor,
 	[TW_RPC_PING] = &tailwind__ping__descriptor,
@@ -52,13 +52,13 @@ static const ProtobufCMessageDescriptor *const reply_desc[TW_RPC_OP_COUNT] = {
 	[TW_RPC_OPEN_SEGMENT] = &tailwind__open_segment_reply__descriptor,
 	[TW_RPC_CLOSE_SEGMENT] = &tailwind__close_segment_reply__descriptor,
 	[TW_RPC_LIST_SEGMENTS] = &tailwind__list_segments_reply__descriptor,
-	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__set_replica_version_reply__descriptor,
+	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__status_reply__descriptor,
 	[TW_RPC_FENCE] = &tailwind__fence_reply__descriptor,
 	[TW_RPC_FREE_SEGMENTS] = &tailwind__free_segments_reply__descriptor,
 	[TW_RPC_READ_SEGMENT] = &tailwind__read_segment_reply__descriptor,
-	[TW_RPC_RELEASE_SEGMENT] = &tailwind__release_segment_reply__descriptor,
+	[TW_RPC_RELEASE_SEGMENT] = &tailwind__status_reply__descriptor,
 	[TW_RPC_STATS] = &tailwind__stats_reply__descriptor,
-	[TW_RPC_RECOVERED_OFFSET] = &tailwind__recovered_offset_reply__descriptor,
+	[TW_RPC_RECOVERED_OFFSET] = &tailwind__status_reply__descriptor,
 	[TW_RPC_PING] = &tailwind__ping_reply__descriptor,
 };
 
@@ -653,15 +653,10 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		CHECK_ID(m->below_segment_id, "below_segment_id");
 		break;
 	}
-	case TW_RPC_READ_SEGMENT: {
-		const Tailwind__ReadSegment *m = env->read_segment;
-
-		CHECK_ID(m->log_id, "log_id");
-		CHECK_ID(m->segment_id, "segment_id");
-		break;
-	}
+	case TW_RPC_READ_SEGMENT:
 	case TW_RPC_RELEASE_SEGMENT: {
-		const Tailwind__ReleaseSegment *m = env->release_segment;
+		const Tailwind__SegmentRef *m = op == TW_RPC_READ_SEGMENT ? env->read_segment :
+									      env->release_segment;
 
 		CHECK_ID(m->log_id, "log_id");
 		CHECK_ID(m->segment_id, "segment_id");

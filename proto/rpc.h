@@ -231,8 +231,7 @@ struct tw_rpc_req {
 		Tailwind__SetReplicaVersion set_replica_version;
 		Tailwind__Fence fence;
 		Tailwind__FreeSegments free_segments;
-		Tailwind__ReadSegment read_segment;
-		Tailwind__ReleaseSegment release_segment;
+		Tailwind__SegmentRef segment_ref; /* read_segment, release_segment */
 		Tailwind__Stats stats;
 		Tailwind__RecoveredOffset recovered_offset;
 		Tailwind__Ping ping;
@@ -288,6 +287,13 @@ int tw__rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 
 /* Complete every pending call with -TW_ECLOSED (callbacks run), free. Does not close the channel. */
 void tw__rpc_client_destroy(struct tw_rpc_client *cl);
+
+/*
+ * Tear down a connection: destroy *cl, then close *ch (the channel it was created on), in that
+ * order so that the pending calls complete before their channel goes. Either may be NULL; both
+ * are NULL on return.
+ */
+void tw__rpc_client_close(struct tw_rpc_client **cl, struct tw_chan **ch);
 
 /* Stamp `incarnation` (the owner id of docs/recovery.md) on every request this client sends
  * whose envelope does not carry one already. 0 (the default): none. */
@@ -419,13 +425,13 @@ struct tw__rpc_call {
 		Tailwind__OpenSegmentReply open_segment;
 		Tailwind__CloseSegmentReply close_segment;
 		Tailwind__ListSegmentsReply list_segments;
-		Tailwind__SetReplicaVersionReply set_replica_version;
+		Tailwind__StatusReply set_replica_version;
 		Tailwind__FenceReply fence;
 		Tailwind__FreeSegmentsReply free_segments;
 		Tailwind__ReadSegmentReply read_segment;
-		Tailwind__ReleaseSegmentReply release_segment;
+		Tailwind__StatusReply release_segment;
 		Tailwind__StatsReply stats;
-		Tailwind__RecoveredOffsetReply recovered_offset;
+		Tailwind__StatusReply recovered_offset;
 		Tailwind__PingReply ping;
 	} reply;
 	/* Scratch sub-messages for the common cases (valid until the handler returns). */

@@ -164,6 +164,14 @@ void tw__rpc_client_destroy(struct tw_rpc_client *cl)
 	free(cl);
 }
 
+void tw__rpc_client_close(struct tw_rpc_client **cl, struct tw_chan **ch)
+{
+	tw__rpc_client_destroy(*cl);
+	*cl = NULL;
+	tw__chan_close(*ch);
+	*ch = NULL;
+}
+
 void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation)
 {
 	cl->incarnation = incarnation & TW_RPC_ID_MAX;

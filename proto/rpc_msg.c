@@ -88,19 +88,26 @@ void tw__rpc_req_free_segments(struct tw_rpc_req *r, uint64_t epoch, uint64_t lo
 	r->body.free_segments.below_segment_id = below_segment_id;
 }
 
-/* The requests whose body is (log_id, segment_id). */
-#define REQ_LOG_SEGMENT(fn, field, body_case, desc)                                          \
-	void fn(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id, uint64_t segment_id) \
-	{                                                                                   \
-		req_init(r, epoch, body_case, desc);                                        \
-		r->body.field.log_id = log_id;                                              \
-		r->body.field.segment_id = segment_id;                                      \
-	}
-REQ_LOG_SEGMENT(tw__rpc_req_read_segment, read_segment, TAILWIND__ENVELOPE__BODY_READ_SEGMENT,
-		&tailwind__read_segment__descriptor)
-REQ_LOG_SEGMENT(tw__rpc_req_release_segment, release_segment,
-		TAILWIND__ENVELOPE__BODY_RELEASE_SEGMENT, &tailwind__release_segment__descriptor)
-#undef REQ_LOG_SEGMENT
+/* The requests whose body is a SegmentRef (log_id, segment_id). */
+static void req_segment_ref(struct tw_rpc_req *r, uint64_t epoch, int body_case, uint64_t log_id,
+			    uint64_t segment_id)
+{
+	req_init(r, epoch, body_case, &tailwind__segment_ref__descriptor);
+	r->body.segment_ref.log_id = log_id;
+	r->body.segment_ref.segment_id = segment_id;
+}
+
+void tw__rpc_req_read_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+			      uint64_t segment_id)
+{
+	req_segment_ref(r, epoch, TAILWIND__ENVELOPE__BODY_READ_SEGMENT, log_id, segment_id);
+}
+
+void tw__rpc_req_release_segment(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+				 uint64_t segment_id)
+{
+	req_segment_ref(r, epoch, TAILWIND__ENVELOPE__BODY_RELEASE_SEGMENT, log_id, segment_id);
+}
 
 void tw__rpc_req_stats(struct tw_rpc_req *r)
 {

@@ -234,12 +234,7 @@ static void disconnect_all(struct rctx *c)
 	for (unsigned i = 0; c->bks && i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
-		if (b->rpc)
-			tw__rpc_client_destroy(b->rpc);
-		b->rpc = NULL;
-		if (b->ch)
-			tw__chan_close(b->ch);
-		b->ch = NULL;
+		tw__rpc_client_close(&b->rpc, &b->ch);
 	}
 	if (c->fab)
 		tw__fab_close(c->fab);

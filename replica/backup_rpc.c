@@ -402,7 +402,7 @@ static int h_free(void *arg, struct tw__rpc_call *call)
 static int h_read(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
-	const Tailwind__ReadSegment *q = call->req->read_segment;
+	const Tailwind__SegmentRef *q = call->req->read_segment;
 	Tailwind__ReadSegmentReply *r = &call->reply.read_segment;
 	struct tw_rpc_seg_meta m;
 	struct tw_rkey rk;
@@ -433,7 +433,7 @@ static int h_read(void *arg, struct tw__rpc_call *call)
 static int h_release(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
-	const Tailwind__ReleaseSegment *q = call->req->release_segment;
+	const Tailwind__SegmentRef *q = call->req->release_segment;
 	char msg[MSGLEN] = "";
 	int rc;
 

@@ -64,16 +64,11 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 
 void tw__ctx_drop(struct cbackup *c)
 {
-	if (c->rpc) {
-		tw__rpc_client_destroy(c->rpc);
-		c->rpc = NULL;
-	}
-	if (c->ch) {
-		tw__chan_close(c->ch);
-		c->ch = NULL;
-		if (!c->probe)
-			__atomic_sub_fetch(&c->ctx->st.channels, 1, __ATOMIC_RELAXED);
-	}
+	bool counted = c->ch && !c->probe;
+
+	tw__rpc_client_close(&c->rpc, &c->ch);
+	if (counted)
+		__atomic_sub_fetch(&c->ctx->st.channels, 1, __ATOMIC_RELAXED);
 }
 
 static void rpc_config(struct tw_ctx *ctx, struct tw_rpc_config *rc)

@@ -37,24 +37,50 @@ static int step(const char *name)
 	return fn ? fn(atomic_load(&hook_arg), name) : 0;
 }
 
+/*
+ * The header's fields after magic, version and data offset (segfile.h has the layout), one
+ * table for encode and decode. Each is stored little-endian in as many bytes as its member of
+ * struct segfile_hdr has (4 or 8). since: the first version that stores it; decode leaves it 0
+ * in older files.
+ */
+static const struct hdr_field {
+	uint8_t off;
+	uint8_t size;
+	uint8_t since;
+	uint8_t member; /* offsetof(struct segfile_hdr, ...) */
+} hdr_fields[] = {
+#define F(m, o, v) { o, sizeof(((struct segfile_hdr *)0)->m), v, offsetof(struct segfile_hdr, m) }
+	F(flags, 12, SEGFILE_VERSION_V2),
+	F(log_id, 16, SEGFILE_VERSION_V2),
+	F(segment_id, 24, SEGFILE_VERSION_V2),
+	F(replica_version, 32, SEGFILE_VERSION_V2),
+	F(epoch, 40, SEGFILE_VERSION_V2),
+	F(state, 48, SEGFILE_VERSION_V2),
+	F(checksum, 52, SEGFILE_VERSION_V2),
+	F(valid_len, 56, SEGFILE_VERSION_V2),
+	F(entries, 64, SEGFILE_VERSION_V2),
+	F(buffer_size, 72, SEGFILE_VERSION_V2),
+	F(flush_time_ns, 80, SEGFILE_VERSION_V2),
+	F(seed, 88, SEGFILE_VERSION),
+#undef F
+};
+_Static_assert(sizeof(struct segfile_hdr) <= UINT8_MAX, "hdr_field.member holds an offset");
+
 void tw__segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE])
 {
 	memset(out, 0, SEGFILE_HDR_SIZE);
 	memcpy(out, SEGFILE_MAGIC, 8); /* includes the NUL */
 	tw_store_le16(out + 8, SEGFILE_VERSION);
 	tw_store_le16(out + 10, SEGFILE_DATA_OFF);
-	tw_store_le32(out + 12, h->flags);
-	tw_store_le64(out + 16, h->log_id);
-	tw_store_le64(out + 24, h->segment_id);
-	tw_store_le64(out + 32, h->replica_version);
-	tw_store_le64(out + 40, h->epoch);
-	tw_store_le32(out + 48, h->state);
-	tw_store_le32(out + 52, h->checksum);
-	tw_store_le64(out + 56, h->valid_len);
-	tw_store_le64(out + 64, h->entries);
-	tw_store_le64(out + 72, h->buffer_size);
-	tw_store_le64(out + 80, h->flush_time_ns);
-	tw_store_le32(out + 88, h->seed);
+	for (size_t i = 0; i < TW_ARRAY_SIZE(hdr_fields); i++) {
+		const struct hdr_field *f = &hdr_fields[i];
+		const void *m = (const uint8_t *)h + f->member;
+
+		if (f->size == 8)
+			tw_store_le64(out + f->off, *(const uint64_t *)m);
+		else
+			tw_store_le32(out + f->off, *(const uint32_t *)m);
+	}
 	tw_store_le32(out + 124, tw_crc32c(0, out, 124));
 }
 
@@ -75,18 +101,17 @@ int tw__segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hd
 	memset(h, 0, sizeof(*h));
 	h->version = version;
 	h->data_off = off;
-	h->flags = tw_load_le32(in + 12);
-	h->log_id = tw_load_le64(in + 16);
-	h->segment_id = tw_load_le64(in + 24);
-	h->replica_version = tw_load_le64(in + 32);
-	h->epoch = tw_load_le64(in + 40);
-	h->state = tw_load_le32(in + 48);
-	h->checksum = tw_load_le32(in + 52);
-	h->valid_len = tw_load_le64(in + 56);
-	h->entries = tw_load_le64(in + 64);
-	h->buffer_size = tw_load_le64(in + 72);
-	h->flush_time_ns = tw_load_le64(in + 80);
-	h->seed = version >= SEGFILE_VERSION ? tw_load_le32(in + 88) : 0;
+	for (size_t i = 0; i < TW_ARRAY_SIZE(hdr_fields); i++) {
+		const struct hdr_field *f = &hdr_fields[i];
+		void *m = (uint8_t *)h + f->member;
+
+		if (version < f->since)
+			continue;
+		if (f->size == 8)
+			*(uint64_t *)m = tw_load_le64(in + f->off);
+		else
+			*(uint32_t *)m = tw_load_le32(in + f->off);
+	}
 	if (h->state != SEGFILE_CLOSED && h->state != SEGFILE_OPEN)
 		return -TW_ECORRUPT;
 	if (h->valid_len > h->buffer_size ||

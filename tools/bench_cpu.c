@@ -74,12 +74,8 @@ static void rs_on_lost(void *arg, struct tw_chan *ch, int err)
 
 static void remote_close(struct remote *rs)
 {
-	for (unsigned i = 0; i < rs->n; i++) {
-		if (rs->cl[i])
-			tw__rpc_client_destroy(rs->cl[i]);
-		if (rs->ch[i])
-			tw__chan_close(rs->ch[i]);
-	}
+	for (unsigned i = 0; i < rs->n; i++)
+		tw__rpc_client_close(&rs->cl[i], &rs->ch[i]);
 	if (rs->fab)
 		tw__fab_close(rs->fab);
 	memset(rs, 0, sizeof(*rs));

@@ -179,10 +179,7 @@ static void raw_close(struct raw *w, uint64_t log_id)
 
 			tw__rpc_close_segment(w->cl[i], 1, &m, 0, NULL);
 		}
-		if (w->cl[i])
-			tw__rpc_client_destroy(w->cl[i]);
-		if (w->ch[i])
-			tw__chan_close(w->ch[i]);
+		tw__rpc_client_close(&w->cl[i], &w->ch[i]);
 	}
 	if (w->mr)
 		tw__mr_close(w->mr);

@@ -328,10 +328,7 @@ static unsigned connect_all(void)
 		err = handshake(c);
 		if (err) {
 			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
-			tw__rpc_client_destroy(c->rpc);
-			c->rpc = NULL;
-			tw__chan_close(c->ch);
-			c->ch = NULL;
+			tw__rpc_client_close(&c->rpc, &c->ch);
 			continue;
 		}
 		up++;
@@ -342,12 +339,7 @@ static unsigned connect_all(void)
 static void disconnect_all(void)
 {
 	for (unsigned i = 0; i < g.nbk; i++) {
-		if (conns[i].rpc)
-			tw__rpc_client_destroy(conns[i].rpc);
-		if (conns[i].ch)
-			tw__chan_close(conns[i].ch);
-		conns[i].rpc = NULL;
-		conns[i].ch = NULL;
+		tw__rpc_client_close(&conns[i].rpc, &conns[i].ch);
 	}
 	if (fab)
 		tw__fab_close(fab);

@@ -126,10 +126,7 @@ out:
 	if (rc)
 		fprintf(stderr, "bench_rpc: %s: %s%s%s\n", prov, tw_strerror(rc),
 			cl ? " / " : "", cl ? tw__rpc_client_errmsg(cl) : "");
-	tw__rpc_client_destroy(cl);
-	cl = NULL;
-	if (ch)
-		tw__chan_close(ch);
+	tw__rpc_client_close(&cl, &ch);
 	if (fab)
 		tw__fab_close(fab);
 	proc_kill(p, SIGTERM);

@@ -319,10 +319,7 @@ static void good_connect(void)
 
 static void good_disconnect(void)
 {
-	tw__rpc_client_destroy(good);
-	good = NULL;
-	tw__chan_close(good_ch);
-	good_ch = NULL;
+	tw__rpc_client_close(&good, &good_ch);
 	tw__fab_close(fab);
 	fab = NULL;
 }

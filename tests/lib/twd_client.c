@@ -52,12 +52,7 @@ int twc_connect(struct twc *c, const char *provider, const char *addr)
 
 void twc_close(struct twc *c)
 {
-	if (c->rpc)
-		tw__rpc_client_destroy(c->rpc);
-	c->rpc = NULL;
-	if (c->ch)
-		tw__chan_close(c->ch);
-	c->ch = NULL;
+	tw__rpc_client_close(&c->rpc, &c->ch);
 	if (c->mr)
 		tw__mr_close(c->mr);
 	c->mr = NULL;

@@ -159,7 +159,7 @@ static int h_free(void *arg, struct tw__rpc_call *c)
 
 static int h_read(void *arg, struct tw__rpc_call *c)
 {
-	const Tailwind__ReadSegment *r = c->req->read_segment;
+	const Tailwind__SegmentRef *r = c->req->read_segment;
 
 	c->rkey.addr = 0x20000;
 	c->rkey.key = 77;
@@ -346,10 +346,7 @@ static void client_connect(const struct tw_rpc_config *cfg)
 
 static void client_disconnect(void)
 {
-	tw__rpc_client_destroy(C.cl);
-	C.cl = NULL;
-	tw__chan_close(C.ch);
-	C.ch = NULL;
+	tw__rpc_client_close(&C.cl, &C.ch);
 }
 
 static void progress_until(bool *flag, int *counter, int want, unsigned ms)
