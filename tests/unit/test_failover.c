@@ -413,8 +413,8 @@ static void test_stopped_spare(const char **addrs)
 	is_int(rc, 0, "stopped spare: appends go on (%s)", rc ? tw_primary_errmsg(p) : "ok");
 	ok(p->cur->id > seg0, "stopped spare: rolled over from segment %u to %u", seg0, p->cur->id);
 	for (unsigned i = 0; i < 3; i++)
-		ok(strcmp(tw_primary_replica_addr(p, i), victim) != 0, "stopped spare: replica %u is %s",
-		   i, tw_primary_replica_addr(p, i));
+		ok(strcmp(tw_primary_replica_addr(p, i), victim) != 0,
+		   "stopped spare: replica %u is %s", i, tw_primary_replica_addr(p, i));
 	tw_primary_get_stats(p, &st);
 	ok(st.backups_lost == 1 && st.failovers == 0, "stopped spare: stats: %" PRIu64 " lost "
 	   "(the open timed out), %" PRIu64 " failovers", st.backups_lost, st.failovers);
