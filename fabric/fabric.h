@@ -276,7 +276,7 @@ void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 
 /*
  * In-memory backend fault injection ("mem" provider only; -ENOTSUP elsewhere).
- * Applies to the next one-sided write posted on `ch`.
+ * Applies to the next one-sided write posted on `ch`, except TW_MEM_FAULT_STOP, which lasts.
  */
 enum tw_mem_fault_kind {
 	TW_MEM_FAULT_NONE = 0,
@@ -286,6 +286,9 @@ enum tw_mem_fault_kind {
 	TW_MEM_FAULT_FAIL,   /* nothing lands; the write completes with -EIO */
 	TW_MEM_FAULT_DROP,   /* nothing lands, no completion until the op timeout */
 	TW_MEM_FAULT_VANISH, /* the peer vanishes: nothing lands, the channel is lost */
+	TW_MEM_FAULT_STOP,   /* from now on the peer is stopped (SIGSTOP): every message either
+			      * way is accepted and never delivered, every write or read posted
+			      * on `ch` never lands nor completes (until the op timeout) */
 };
 struct tw_mem_fault {
 	enum tw_mem_fault_kind kind;

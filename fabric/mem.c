@@ -54,6 +54,7 @@ struct mem_chan {
 	struct mem_chan *peer; /* under mem_lock; NULL once either side is gone */
 	struct mem_fab *peer_fab;
 	struct tw_mem_fault fault;
+	bool stopped; /* TW_MEM_FAULT_STOP: under mem_lock (the peer's sends read it) */
 	struct mem_ev *lost; /* our LOST event, allocated with the channel (a peer's departure
 			      * needs no memory, as on a real fabric); NULL once queued */
 };
@@ -329,6 +330,8 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 		push_done(mc, ev, op, -TW_EPEERLOST, 0, false);
 		goto out;
 	}
+	if (mc->stopped)
+		f.kind = TW_MEM_FAULT_DROP;
 	switch (f.kind) {
 	case TW_MEM_FAULT_FAIL:
 		push_done(mc, ev, op, -EIO, 0, false);
@@ -382,6 +385,8 @@ static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len,
 	pthread_mutex_lock(&mem_lock);
 	if (!mc->peer) {
 		push_done(mc, ev, op, -TW_EPEERLOST, 0, true);
+	} else if (mc->stopped) {
+		free(ev); /* no completion: the op deadline fails the channel */
 	} else if ((rc = find_target(mc->peer_fab, key, raddr, len, TW_MR_REMOTE_READ, &src)) < 0) {
 		push_done(mc, ev, op, rc, 0, true);
 	} else {
@@ -408,8 +413,12 @@ static int mem_send(struct tw_chan *ch, const void *msg, size_t len)
 		free(ev);
 		return -TW_EPEERLOST;
 	}
-	ev->ch = mc->peer;
-	push_ev(mc->peer_fab, ev);
+	if (mc->stopped || mc->peer->stopped) {
+		free(ev); /* sent (a socket buffer takes it), never received */
+	} else {
+		ev->ch = mc->peer;
+		push_ev(mc->peer_fab, ev);
+	}
 	pthread_mutex_unlock(&mem_lock);
 	ch->fab->stats.sends++;
 	ch->fab->stats.send_bytes += len;
@@ -527,8 +536,14 @@ static int mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
 {
 	struct mem_chan *mc = (struct mem_chan *)ch;
 
-	if (!fault || fault->kind > TW_MEM_FAULT_VANISH)
+	if (!fault || fault->kind > TW_MEM_FAULT_STOP)
 		return -EINVAL;
+	if (fault->kind == TW_MEM_FAULT_STOP) {
+		pthread_mutex_lock(&mem_lock);
+		mc->stopped = true;
+		pthread_mutex_unlock(&mem_lock);
+		return 0;
+	}
 	mc->fault = *fault;
 	return 0;
 }

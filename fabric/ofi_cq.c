@@ -379,38 +379,6 @@ static int deliver_deferred(struct ofi_fab *of)
 	return n;
 }
 
-/*
- * The posted contexts' deadlines (writes, reads and sends), checked again at the end of every
- * poll, with a fresh clock read, oldest first. tw__fab_check_deadlines covers them too (through
- * tw__ofi_chan_deadline), but after the poll returned and against the round's earlier time; with
- * that alone, failover_kill_shm failed in 4 of 10 runs (the live backups queued behind the
- * killed one were reported lost before the primary could reset the fabric; 0 of 16 with this
- * check, as before the deadline tracker was unified). Not understood yet: kept as it was.
- */
-static void check_posted_deadlines(struct ofi_fab *of)
-{
-	uint64_t now = tw__fab_clock(&of->base);
-
-	for (;;) {
-		struct ofi_chan *first = NULL;
-
-		for (struct tw_chan *c = of->base.chans; c; c = c->next) {
-			struct ofi_chan *ch = (struct ofi_chan *)c;
-
-			if (!c->is_down && !c->lost && !c->closed && ch->posted &&
-			    ch->posted->deadline_ns <= now &&
-			    (!first || ch->posted->deadline_ns < first->posted->deadline_ns))
-				first = ch;
-		}
-		if (!first)
-			break;
-		tw__fab_set_errmsg(&of->base, "operation to %s not completed within %u ms", first->base.peer,
-			   of->base.cfg.op_timeout_ms);
-		tw_log_warn("fabric %s: %s; failing the channel", of->base.prov, of->base.errmsg);
-		tw__chan_set_lost(&first->base, -ETIMEDOUT);
-	}
-}
-
 int tw__ofi_poll(struct tw_fab *fab)
 {
 	struct ofi_fab *of = ofab(fab);
@@ -437,7 +405,6 @@ int tw__ofi_poll(struct tw_fab *fab)
 	}
 	if (fab->rdm)
 		n += tw__rdm_shm_check_peers(of);
-	check_posted_deadlines(of);
 	tw__fab_leave(fab);
 	if (n > 0)
 		of->backoff_us = 1;

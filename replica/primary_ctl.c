@@ -219,9 +219,12 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 			 (unsigned long long)p->cfg.log_id, b->addr, b->why);
 		return -TW_EEXIST;
 	}
-	if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
-		b->lost = true;
 	tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id, b->why);
+	/* A loss like any other (counted, its closed segments re-replicated): a backup stopped
+	 * while it held no replica of the open segment is noticed only here, by the RPC timeout,
+	 * as no write of ours was in flight there for the fabric's op deadline to fail. */
+	if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+		tw__pfo_lost(p, b->idx, b->why);
 	return 0;
 }
 

@@ -329,6 +329,35 @@ static void test_faults(void)
 	ok(B.lost == 1 && pump_until(&A.lost), "vanish: both sides lost");
 	ok(((unsigned char *)c.buf)[0] == 0, "vanish: nothing landed");
 	teardown(&c);
+
+	/* STOP: the peer is stopped (SIGSTOP), for good: messages either way are accepted and
+	 * never delivered, a write neither lands nor completes until the op deadline fails it
+	 * (on a virtual clock: no waiting). */
+	{
+		struct vclock vc = {.now = 1000000000u};
+
+		use_clock = &vc;
+		setup(&c, 1000);
+		use_clock = NULL;
+		f.kind = TW_MEM_FAULT_STOP;
+		is_int(tw__mem_inject(c.b2a, &f), 0, "stop: injected");
+		is_int(tw__chan_send(c.b2a, "ping", 4), 0, "stop: a send to the peer accepted");
+		is_int(tw__chan_send(c.a2b, "pong", 4), 0, "stop: and one from it");
+		fill(c.src, 64, 7);
+		op_init(&w);
+		is_int(tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0), 0,
+		       "stop: write posted");
+		pump(10);
+		ok(A.recvs == 0 && B.recvs == 0, "stop: no message delivered either way");
+		ok(w.calls == 0 && !tw__chan_is_lost(c.b2a), "stop: write pending, channel up");
+		vc.now += 1000000000u;
+		tw__fab_progress(B.fab, 0);
+		ok(w.calls == 1 && w.status == -ETIMEDOUT && B.lost == 1 &&
+		   B.lost_err == -ETIMEDOUT,
+		   "stop: at the op timeout the write -ETIMEDOUT, the channel lost once");
+		ok(((unsigned char *)c.buf)[0] == 0, "stop: nothing landed");
+		teardown(&c);
+	}
 }
 
 /*

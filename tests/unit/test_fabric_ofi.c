@@ -140,6 +140,12 @@ static void loopback(const char *prov, bool want_rdm)
 	reads0 = clock_reads;
 	tw__chan_send(ch, "ping", 4);
 	is_int((int)(clock_reads - reads0), 1, "%s: a send reads the fab's clock once", prov);
+	/* One deadline tracker (tw__fab_check_deadlines), against the round's one read; the
+	 * backend's second check of its posted list at the end of every poll read it again. */
+	reads0 = clock_reads;
+	tw__fab_progress(fab, 0);
+	is_int((int)(clock_reads - reads0), 1, "%s: a progress round reads the fab's clock once",
+	       prov);
 	ok(pump(fab, &nrecv, before + 1) && !strcmp(last, "ping"), "%s: send to the accepted side", prov);
 	if (accepted)
 		tw__chan_send(accepted, "pong", 4);

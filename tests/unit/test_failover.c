@@ -5,7 +5,8 @@
  * nothing acknowledged is lost, the counters tell what happened, closed segments that lived on
  * the lost backup are re-replicated, and recovery from all four backups returns every
  * acknowledged entry while ignoring the lost backup's stale copies (older replica version).
- * Last, the same through the RPC-replication baseline (TW_DATA_RPC) with a backup closed.
+ * A spare stopped (mem's TW_MEM_FAULT_STOP) is lost at the next segment's open. Last, the same
+ * through the RPC-replication baseline (TW_DATA_RPC) with a backup closed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -367,6 +368,59 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	   k.next, k.bad);
 }
 
+/*
+ * A backup stopped (SIGSTOP) while it holds no replica of the open segment is only noticed when
+ * the next segment is opened there: the open's RPC times out, the segment goes to the spare.
+ * That is a loss like any other (docs/failover.md: every loss goes through tw__pfo_lost):
+ * counted in backups_lost and never used again. It was not counted, and failover_stop_tcp
+ * waited for the count for ever while the appends went on (docs/fabric.md, "Deadlines").
+ */
+static void test_stopped_spare(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	uint8_t buf[OBJ];
+	char err[1024], victim[128] = "";
+	unsigned seg0, vi = 4;
+	int rc;
+
+	base_cfg(&cfg, addrs, 206, TW_PRIMARY_SYNC);
+	cfg.rpc_timeout_ms = 300;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "stopped spare: open (%s)", rc ? err : "ok");
+	if (rc)
+		return;
+	for (uint64_t i = 0; i < 100; i++) {
+		fill(buf, i);
+		tw_primary_append(p, buf, OBJ, NULL);
+	}
+	seg0 = p->cur->id;
+	for (unsigned b = 0; b < 4 && vi == 4; b++)
+		if (!tw__primary_is_replica(p, b))
+			vi = b;
+	TAP_REQUIRE(vi < 4, "a spare outside segment %u", seg0);
+	snprintf(victim, sizeof(victim), "%s", p->bk[vi].addr);
+	{
+		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_STOP };
+
+		is_int(tw__mem_inject(p->bk[vi].c->ch, &f), 0, "stopped spare: %s stopped", victim);
+	}
+	for (uint64_t i = 100; i < 1500 && !rc; i++) { /* past the rollover */
+		fill(buf, i);
+		rc = tw_primary_append(p, buf, OBJ, NULL);
+	}
+	is_int(rc, 0, "stopped spare: appends go on (%s)", rc ? tw_primary_errmsg(p) : "ok");
+	ok(p->cur->id > seg0, "stopped spare: rolled over from segment %u to %u", seg0, p->cur->id);
+	for (unsigned i = 0; i < 3; i++)
+		ok(strcmp(tw_primary_replica_addr(p, i), victim) != 0,
+		   "stopped spare: replica %u is %s", i, tw_primary_replica_addr(p, i));
+	tw_primary_get_stats(p, &st);
+	ok(st.backups_lost == 1 && st.failovers == 0, "stopped spare: stats: %" PRIu64 " lost "
+	   "(the open timed out), %" PRIu64 " failovers", st.backups_lost, st.failovers);
+	tw_primary_close(p);
+}
+
 int main(void)
 {
 	struct tbackup b[NB];
@@ -390,6 +444,7 @@ int main(void)
 	preopen = false;
 	test_stale_closed(addrs);
 	test_rate(addrs);
+	test_stopped_spare(addrs);
 	test_rpc_failover(b, addrs);
 
 	for (unsigned i = 0; i < NB; i++)

@@ -153,6 +153,7 @@ static const char *kind_name(enum tw_mem_fault_kind k)
 	case TW_MEM_FAULT_FAIL: return "fail";
 	case TW_MEM_FAULT_DROP: return "drop";
 	case TW_MEM_FAULT_VANISH: return "vanish";
+	case TW_MEM_FAULT_STOP: return "stop";
 	}
 	return "?";
 }
