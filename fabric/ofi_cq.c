@@ -522,6 +522,19 @@ int tw__ofi_await_connect(struct ofi_fab *of, struct ofi_chan *ch, const char *a
 	return 0;
 }
 
+/*
+ * A post refused because the connection is gone, before its FI_SHUTDOWN or completion error
+ * was read: a loss like those, not an error of the caller's. libfabric 1.17's sockets provider
+ * removes a connection as soon as its progress thread sees the peer's end of stream
+ * (sock_pe_progress_tx_entry → sock_ep_remove_conn), and a later post on the endpoint fails
+ * with -FI_ENOENT ("Unable to find connection entry", sock_ep_get_conn).
+ */
+static bool conn_gone(int r)
+{
+	return r == -FI_ENOENT || r == -FI_ENOTCONN || r == -FI_ECONNRESET ||
+	       r == -FI_ECONNABORTED || r == -EPIPE;
+}
+
 int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, post_fn fn, void *arg,
 	    uint64_t deadline_ns)
 {
@@ -551,7 +564,11 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 			if (r != -FI_EAGAIN) {
 				tw__fab_set_errmsg(&of->base, "post to %s: %s", ch->base.peer,
 					   fi_strerror((int)-r));
-				return tw__ofi_errno((int)r);
+				if (!conn_gone((int)r))
+					return tw__ofi_errno((int)r);
+				/* The provider dropped the connection before we heard of it. */
+				tw__chan_set_lost(&ch->base, -TW_EPEERLOST);
+				return -TW_EPEERLOST;
 			}
 			of->base.stats.eagain_retries++;
 		}

@@ -363,6 +363,54 @@ static void close_once(const char *prov)
 	tw__fab_close(fab);
 }
 
+/*
+ * A send after the peer has gone fails as a loss of the channel (on_lost has run, the error is
+ * the channel's), never with the provider's own code for a connection it already dropped:
+ * sockets removes the connection when its thread sees the end of stream and then refuses a
+ * post with -FI_ENOENT before the application has read the FI_SHUTDOWN or the error entry (a
+ * primary took that -ENOENT for a fatal error in failover_kill_sockets under ASan).
+ */
+static int gone_losts;
+static struct tw_chan *gone_ch;
+static void gone_lost(void *arg, struct tw_chan *ch, int err)
+{
+	if (ch == gone_ch)
+		gone_losts++;
+}
+
+static void send_after_peer_gone(const char *prov)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv, .on_lost = gone_lost};
+	struct tw_fab *fab;
+	char addr[TW_ADDR_MAX], msg[64] = "after the end";
+	int rc = 0, sends = 0;
+
+	tw__fab_config_init(&cfg);
+	cfg.provider = prov;
+	if (tw__fab_open(&cfg, &ev, &fab) < 0) {
+		tap_skip(1, "%s unavailable", prov);
+		return;
+	}
+	tw__fab_listen(fab, addr, sizeof(addr));
+	accepted = NULL;
+	gone_losts = 0;
+	TAP_REQUIRE(tw__fab_connect(fab, addr, &gone_ch) == 0, "%s: connect", prov);
+	for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
+		tw__fab_progress(fab, 10);
+	TAP_REQUIRE(accepted, "%s: accepted", prov);
+	tw__chan_close(accepted);
+	/* No progress of ours: only the provider's own thread learns that the peer has gone. */
+	for (uint64_t end = tw_now_ns() + 5000000000ull; tw_now_ns() < end; sends++)
+		if ((rc = tw__chan_send(gone_ch, msg, sizeof(msg))) < 0)
+			break;
+	ok(rc < 0 && gone_losts == 1,
+	   "%s: a send after the peer closed fails as the channel's loss (after %d sends: %s, "
+	   "on_lost ran %d time(s))", prov, sends, tw_strerror(rc), gone_losts);
+	tw__chan_close(gone_ch);
+	tw__fab_close(fab);
+}
+
 int main(void)
 {
 	struct tw_fab_config cfg;
@@ -381,6 +429,8 @@ int main(void)
 	many_channels("tcp");
 	close_once("tcp");
 	close_once("sockets");
+	send_after_peer_gone("tcp");
+	send_after_peer_gone("sockets");
 
 	/* FI_PROVIDER when cfg.provider is NULL */
 	tw__fab_config_init(&cfg);
