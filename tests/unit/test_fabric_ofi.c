@@ -285,6 +285,23 @@ static void many_channels(const char *prov)
  * they stay open while channels are connected and closed both ways; a second close of a
  * number the provider freed lands on one of them.
  */
+/* A fab of `prov` listening on an ephemeral address (in addr), or NULL and one skip. */
+static struct tw_fab *listening_fab(const char *prov, const struct tw_fab_events *ev,
+				    char addr[TW_ADDR_MAX])
+{
+	struct tw_fab_config cfg;
+	struct tw_fab *fab;
+
+	tw__fab_config_init(&cfg);
+	cfg.provider = prov;
+	if (tw__fab_open(&cfg, ev, &fab) < 0) {
+		tap_skip(1, "%s unavailable", prov);
+		return NULL;
+	}
+	tw__fab_listen(fab, addr, TW_ADDR_MAX);
+	return fab;
+}
+
 static atomic_bool hog_stop;
 static atomic_int hog_stolen;
 
@@ -313,20 +330,14 @@ static void *fd_hog(void *arg)
 static void close_once(const char *prov)
 {
 	enum { CYCLES = 40 };
-	struct tw_fab_config cfg;
 	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv};
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX];
 	pthread_t th;
 	int cycles = 0;
 
-	tw__fab_config_init(&cfg);
-	cfg.provider = prov;
-	if (tw__fab_open(&cfg, &ev, &fab) < 0) {
-		tap_skip(1, "%s unavailable", prov);
+	if (!(fab = listening_fab(prov, &ev, addr)))
 		return;
-	}
-	tw__fab_listen(fab, addr, sizeof(addr));
 	atomic_store(&hog_stop, false);
 	atomic_store(&hog_stolen, 0);
 	TAP_REQUIRE(pthread_create(&th, NULL, fd_hog, NULL) == 0, "pthread_create");
@@ -380,19 +391,13 @@ static void gone_lost(void *arg, struct tw_chan *ch, int err)
 
 static void send_after_peer_gone(const char *prov)
 {
-	struct tw_fab_config cfg;
 	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv, .on_lost = gone_lost};
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX], msg[64] = "after the end";
 	int rc = 0, sends = 0;
 
-	tw__fab_config_init(&cfg);
-	cfg.provider = prov;
-	if (tw__fab_open(&cfg, &ev, &fab) < 0) {
-		tap_skip(1, "%s unavailable", prov);
+	if (!(fab = listening_fab(prov, &ev, addr)))
 		return;
-	}
-	tw__fab_listen(fab, addr, sizeof(addr));
 	accepted = NULL;
 	gone_losts = 0;
 	TAP_REQUIRE(tw__fab_connect(fab, addr, &gone_ch) == 0, "%s: connect", prov);
