@@ -18,28 +18,12 @@
 
 #include <tailwind/log_format.h>
 
-#include "log/log_int.h" /* TW_CRC_X86, the CPU probe, the one-stream SSE4.2 loop */
+#include "log/log_int.h" /* TW_CRC_X86, the CPU probe, the one-stream hardware loop */
 
-#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-#define TW_CRC_ARM 1
-#if defined(__clang__)
-/* clang's <arm_acle.h> declares __crc32c* only when the whole file is built with +crc. */
-#define CRC32CD(c, v) __builtin_arm_crc32cd((c), (v))
-#define CRC32CW(c, v) __builtin_arm_crc32cw((c), (v))
-#define CRC32CH(c, v) __builtin_arm_crc32ch((c), (v))
-#define CRC32CB(c, v) __builtin_arm_crc32cb((c), (v))
-#else
-#include <arm_acle.h> /* gcc declares them under its own target pragma */
-#define CRC32CD(c, v) __crc32cd((c), (v))
-#define CRC32CW(c, v) __crc32cw((c), (v))
-#define CRC32CH(c, v) __crc32ch((c), (v))
-#define CRC32CB(c, v) __crc32cb((c), (v))
-#endif
-#if defined(__linux__)
+#if defined(TW_CRC_ARM) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_CRC32
 #define HWCAP_CRC32 (1 << 7)
-#endif
 #endif
 #endif
 
@@ -152,54 +136,24 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t raw_sse42(uint32_t crc,
 			len -= 3 * n;
 		}
 	}
-	return tw__crc32c_sse42_raw(crc, p, len);
+	return tw__crc32c_hw_raw(crc, p, len);
 }
 
 /* CPUs with SSE4.2 but without PCLMULQDQ (a few 2008-2010 parts): one stream. */
 __attribute__((target("sse4.2"))) static uint32_t raw_sse42_nopclmul(uint32_t crc,
 								       const uint8_t *p, size_t len)
 {
-	return tw__crc32c_sse42_raw(crc, p, len);
+	return tw__crc32c_hw_raw(crc, p, len);
 }
 
 #endif /* TW_CRC_X86 */
 
 /* ---- aarch64: ARMv8 CRC extension ------------------------------------------------------- */
 
-#ifdef TW_CRC_ARM
+/* One stream, tw__crc32c_hw_raw() (crc32cx has a 2-3 cycle latency on most cores; a 3-way
+ * version with PMULL combination would follow the x86 one). Compiled (clang --target=aarch64),
+ * never run: no ARM machine here. */
 
-#if defined(__clang__)
-#define TW_TARGET_CRC __attribute__((target("crc")))
-#else
-#define TW_TARGET_CRC __attribute__((target("+crc")))
-#endif
-
-/*
- * One stream (crc32cx has a 2-3 cycle latency on most cores; a 3-way version with PMULL
- * combination would follow the x86 one). Compiled (clang --target=aarch64), never run: no ARM
- * machine here.
- */
-TW_TARGET_CRC static uint32_t raw_armv8(uint32_t crc, const uint8_t *p, size_t len)
-{
-	while (len >= 8) {
-		crc = CRC32CD(crc, tw_load_le64(p));
-		p += 8;
-		len -= 8;
-	}
-	if (len & 4) {
-		crc = CRC32CW(crc, tw_load_le32(p));
-		p += 4;
-	}
-	if (len & 2) {
-		crc = CRC32CH(crc, tw_load_le16(p));
-		p += 2;
-	}
-	if (len & 1)
-		crc = CRC32CB(crc, *p);
-	return crc;
-}
-
-#endif /* TW_CRC_ARM */
 
 /* ---- dispatch --------------------------------------------------------------------------- */
 
@@ -237,7 +191,7 @@ uint32_t tw_crc32c(uint32_t crc, const void *buf, size_t len)
 #endif
 #ifdef TW_CRC_ARM
 	case TW__CRC_ARMV8:
-		return ~raw_armv8(~crc, p, len);
+		return ~tw__crc32c_hw_raw(~crc, p, len);
 #endif
 	default:
 		return tw_crc32c_portable(crc, p, len);

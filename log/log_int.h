@@ -14,9 +14,39 @@
 
 #include "core/util.h"
 
+/*
+ * The CRC32C instructions of the CPUs with a hardware path: the function attribute that enables
+ * them, the register type of the 8-byte step (x86's crc32q works on 64 bits: keeping the state
+ * there saves a zero-extension per step) and one macro per width. tw__crc32c_hw_raw() below is
+ * the one loop written over them.
+ */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TW_CRC_X86 1
 #include <immintrin.h>
+#define TW__CRC_TARGET __attribute__((target("sse4.2")))
+typedef uint64_t tw__crc_reg;
+#define TW__CRC_U64(c, v) _mm_crc32_u64((c), (v))
+#define TW__CRC_U32(c, v) _mm_crc32_u32((c), (v))
+#define TW__CRC_U16(c, v) _mm_crc32_u16((c), (v))
+#define TW__CRC_U8(c, v) _mm_crc32_u8((c), (v))
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define TW_CRC_ARM 1
+typedef uint32_t tw__crc_reg;
+#if defined(__clang__)
+/* clang's <arm_acle.h> declares __crc32c* only when the whole file is built with +crc. */
+#define TW__CRC_TARGET __attribute__((target("crc")))
+#define TW__CRC_U64(c, v) __builtin_arm_crc32cd((c), (v))
+#define TW__CRC_U32(c, v) __builtin_arm_crc32cw((c), (v))
+#define TW__CRC_U16(c, v) __builtin_arm_crc32ch((c), (v))
+#define TW__CRC_U8(c, v) __builtin_arm_crc32cb((c), (v))
+#else
+#include <arm_acle.h> /* gcc declares them under its own target pragma */
+#define TW__CRC_TARGET __attribute__((target("+crc")))
+#define TW__CRC_U64(c, v) __crc32cd((c), (v))
+#define TW__CRC_U32(c, v) __crc32cw((c), (v))
+#define TW__CRC_U16(c, v) __crc32ch((c), (v))
+#define TW__CRC_U8(c, v) __crc32cb((c), (v))
+#endif
 #endif
 
 /*
@@ -65,37 +95,42 @@ static inline bool tw__have_sse42(void)
 	return i == TW__CRC_SSE42 || i == TW__CRC_SSE42_NOPCLMUL;
 }
 
+#endif /* TW_CRC_X86 */
+
+#ifdef TW__CRC_TARGET
+
 /*
- * Raw (complemented) CRC32C state advanced over [p, p+len), one stream: 8 bytes per
- * instruction, then the 0..7 byte tail. The tail of tw_crc32c()'s three streams, its whole
- * path without pclmulqdq, and the scan's inline reduction of short payloads.
+ * Raw (complemented) CRC32C state advanced over [p, p+len) with the CPU's instructions, one
+ * stream: 8 bytes per instruction, then the 0..7 byte tail. On x86 the tail of tw_crc32c()'s
+ * three streams, its whole path without pclmulqdq, and the scan's inline reduction of short
+ * payloads; on aarch64 the whole of tw_crc32c().
  */
-__attribute__((target("sse4.2"))) static inline uint32_t tw__crc32c_sse42_raw(uint32_t crc,
-									       const uint8_t *p,
-									       size_t len)
+TW__CRC_TARGET static inline uint32_t tw__crc32c_hw_raw(uint32_t crc, const uint8_t *p,
+							 size_t len)
 {
-	uint64_t c = crc;
+	tw__crc_reg c = crc;
 
 	while (len >= 8) {
-		c = _mm_crc32_u64(c, tw_load_le64(p));
+		c = TW__CRC_U64(c, tw_load_le64(p));
 		p += 8;
 		len -= 8;
 	}
 	crc = (uint32_t)c;
 	if (len & 4) {
-		crc = _mm_crc32_u32(crc, tw_load_le32(p));
+		crc = TW__CRC_U32(crc, tw_load_le32(p));
 		p += 4;
 	}
 	if (len & 2) {
-		crc = _mm_crc32_u16(crc, tw_load_le16(p));
+		crc = TW__CRC_U16(crc, tw_load_le16(p));
 		p += 2;
 	}
 	if (len & 1)
-		crc = _mm_crc32_u8(crc, *p);
+		crc = TW__CRC_U8(crc, *p);
 	return crc;
 }
 
-#endif /* TW_CRC_X86 */
+#endif /* TW__CRC_TARGET */
+
 
 /* Internal: the generic walk of tw_scan() / tw_scan_seeded(), whatever the CPU. For tests; not
  * exported. */

@@ -76,16 +76,20 @@ static enum tw_scan_stop classify_bad(const uint8_t *p, size_t rem)
 	return TW_SCAN_BAD_HEADER;
 }
 
-static void finish(struct tw_scan_result *out, size_t valid_len, uint64_t entries,
-		   uint32_t last_checksum, uint32_t chain, enum tw_scan_stop stop,
+/* Where the last complete write ended: what a scan reports, updated at each checksum entry. */
+struct mark {
+	size_t len;
+	uint64_t entries;
+	uint32_t last_checksum;
+	uint32_t chain;
+};
+
+static void finish(struct tw_scan_result *out, struct mark m, enum tw_scan_stop stop,
 		   size_t stop_offset)
 {
-	out->valid_len = valid_len;
-	out->entries = entries;
-	out->last_checksum = last_checksum;
-	out->chain = chain;
-	out->stop = stop;
-	out->stop_offset = stop_offset;
+	*out = (struct tw_scan_result){ .valid_len = m.len, .entries = m.entries,
+					.last_checksum = m.last_checksum, .chain = m.chain,
+					.stop = stop, .stop_offset = stop_offset };
 }
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
@@ -96,9 +100,10 @@ void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out)
 void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out)
 {
 	const uint8_t *b = buf;
-	size_t pos = 0, valid_len = 0;
-	uint32_t chain = seed, valid_chain = seed, last = 0; /* chain_0 = seed */
-	uint64_t n = 0, valid_n = 0;
+	size_t pos = 0;
+	uint32_t chain = seed; /* chain_0 = seed */
+	uint64_t n = 0;
+	struct mark ok = { .chain = seed };
 	bool pending = false; /* a data entry since the last checksum entry */
 	enum tw_scan_stop stop;
 	/* CRC32C of the first two bytes of every data header that gets as far as its check. */
@@ -106,7 +111,7 @@ void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct 
 	const uint32_t hc0 = tw_crc32c(0, type_flags, 2);
 
 	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
-		finish(out, 0, 0, 0, seed, TW_SCAN_END, 0);
+		finish(out, (struct mark){ .chain = seed }, TW_SCAN_END, 0);
 		return;
 	}
 	for (;;) {
@@ -143,26 +148,19 @@ void tw__scan_generic_seeded(const void *buf, size_t len, uint32_t seed, struct 
 			uint32_t want = chain ? chain : 1;
 
 			/* A checksum entry that closes no data entry is never written. */
-			if (!pending) {
-				stop = TW_SCAN_BAD_HEADER;
-				break;
-			}
-			if (tw_load_le32(p + 4) != want) {
-				stop = TW_SCAN_CHAIN_MISMATCH;
+			if (!pending || tw_load_le32(p + 4) != want) {
+				stop = pending ? TW_SCAN_CHAIN_MISMATCH : TW_SCAN_BAD_HEADER;
 				break;
 			}
 			pos += TW_CKSUM_ENTRY_SIZE;
 			pending = false;
-			valid_len = pos;
-			valid_n = n;
-			valid_chain = chain;
-			last = want;
+			ok = (struct mark){ pos, n, want, chain };
 		} else {
 			stop = classify_bad(p, rem);
 			break;
 		}
 	}
-	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
+	finish(out, ok, stop, stop == TW_SCAN_END ? len : pos);
 }
 
 #ifdef TW_CRC_X86
@@ -192,9 +190,10 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 									    size_t len, uint32_t seed,
 									    struct tw_scan_result *out)
 {
-	size_t pos = 0, valid_len = 0;
-	uint32_t raw = ~seed, valid_chain = seed, last = 0; /* raw = ~chain, chain_0 = seed */
-	uint64_t n = 0, valid_n = 0;
+	size_t pos = 0;
+	uint32_t raw = ~seed; /* raw = ~chain, chain_0 = seed */
+	uint64_t n = 0;
+	struct mark ok = { .chain = seed };
 	bool pending = false; /* a data entry since the last checksum entry */
 	enum tw_scan_stop stop;
 	/* Raw CRC32C state after the data header's bytes 0..1 (type 1, flags 0). */
@@ -228,7 +227,7 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 				raw = _mm_crc32_u32(raw, w0);
 				raw = (uint32_t)_mm_crc32_u64(raw, h1);
 				if (plen <= INLINE_PAYLOAD_MAX)
-					got = ~tw__crc32c_sse42_raw(~0u, p + TW_ENTRY_HDR_SIZE, plen);
+					got = ~tw__crc32c_hw_raw(~0u, p + TW_ENTRY_HDR_SIZE, plen);
 				else
 					got = tw_crc32c(0, p + TW_ENTRY_HDR_SIZE, plen);
 				if (tw_unlikely(got != pcrc)) {
@@ -248,32 +247,25 @@ __attribute__((target("sse4.2"), aligned(64))) static void scan_sse42(const uint
 			uint32_t chain = ~raw;
 			uint32_t want = chain ? chain : 1;
 
-			if (tw_unlikely(!pending)) {
-				stop = TW_SCAN_BAD_HEADER;
-				break;
-			}
-			if (tw_unlikely(tw_load_le32(p + 4) != want)) {
-				stop = TW_SCAN_CHAIN_MISMATCH;
+			if (tw_unlikely(!pending || tw_load_le32(p + 4) != want)) {
+				stop = pending ? TW_SCAN_CHAIN_MISMATCH : TW_SCAN_BAD_HEADER;
 				break;
 			}
 			pos += TW_CKSUM_ENTRY_SIZE;
 			pending = false;
-			valid_len = pos;
-			valid_n = n;
-			valid_chain = chain;
-			last = want;
+			ok = (struct mark){ pos, n, want, chain };
 			continue;
 		}
 		stop = classify_bad(p, rem);
 		break;
 	}
-	finish(out, valid_len, valid_n, last, valid_chain, stop, stop == TW_SCAN_END ? len : pos);
+	finish(out, ok, stop, stop == TW_SCAN_END ? len : pos);
 }
 
 void tw_scan_seeded(const void *buf, size_t len, uint32_t seed, struct tw_scan_result *out)
 {
 	if (len == 0) { /* buf may be NULL: no pointer arithmetic on it */
-		finish(out, 0, 0, 0, seed, TW_SCAN_END, 0);
+		finish(out, (struct mark){ .chain = seed }, TW_SCAN_END, 0);
 		return;
 	}
 	if (tw__have_sse42()) /* the CPU probe shared with tw_crc32c() (log/log_int.h) */
