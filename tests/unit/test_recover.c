@@ -7,6 +7,8 @@
  *     (FAIL, VANISH); or torn/absent everywhere. The write was never acknowledged (not all
  *     replicas hold it). Recovery yields a consistent log with every acknowledged entry, plus the
  *     last write only where some copy holds it whole; a second recovery gives the same answer.
+ *     A third, without the backup that held the only whole copy, should too: a known bug,
+ *     checked as TODO (docs/recovery.md, "Known limits").
  *   - a backup missing from the first recovery comes back with a longer open copy: the second
  *     recovery gives the same answer and cuts that copy to it.
  *   - replica versions: a longer copy with an older version is ignored.
@@ -195,6 +197,24 @@ static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool exp
 	ok(rc == 0 && x.bad == 0 && x.got == res.entries && res2.epoch > res.epoch,
 	   "%s: a second recovery gives the same %" PRIu64 " entries (epoch %" PRIu64 " -> %"
 	   PRIu64 ")", desc, x.got, res.epoch, res2.epoch);
+	if (expect_last) {
+		/* The backups that never got the last write whole, alone: the backup with the
+		 * only complete copy is lost after the first recovery delivered that write. */
+		const char *rest[NB];
+		unsigned n = 0;
+
+		for (int i = 0; i < NB; i++)
+			if (f[i].kind != TW_MEM_FAULT_NONE)
+				rest[n++] = addrs[i];
+		x.w = x.i = 0;
+		x.got = x.bad = 0;
+		rc = tbackup_recover(rest, n, log_id, check_cb, &x, &res2);
+		tap_todo("a short copy is closed at its own length (docs/recovery.md, \"Known "
+			 "limits\")");
+		ok(rc == 0 && x.got == res.entries,
+		   "%s: without the complete copy, a recovery still gives the %" PRIu64 " entries "
+		   "the first one delivered (got %" PRIu64 ", rc %d)", desc, res.entries, x.got, rc);
+	}
 }
 
 static void test_torn(void)
@@ -416,7 +436,7 @@ static void test_unknown_log(void)
 
 int main(void)
 {
-	tap_plan(30);
+	tap_plan(33);
 	start_all();
 	test_unknown_log();
 	test_torn();
