@@ -671,6 +671,9 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		CHECK_ID(m->segment_id, "segment_id");
 		CHECK_LEN(m->offset, "offset");
 		CHECK_ID(m->replica_version, "replica_version");
+		CHECK(m->repair.len == 0 || m->repair.data, "bad repair bytes");
+		CHECK(m->repair_from <= m->offset && m->repair.len <= m->offset - m->repair_from,
+		      "repair bytes past the recovered offset");
 		break;
 	}
 	case TW_RPC_PING:

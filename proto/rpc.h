@@ -38,7 +38,7 @@
 
 #define TW_RPC_MAGIC 0x5754u      /* "TW" as a little-endian u16: bytes 0x54 0x57 */
 #define TW_RPC_MAJOR 1u
-#define TW_RPC_MINOR 2u
+#define TW_RPC_MINOR 3u
 #define TW_RPC_HDR_SIZE 8u        /* [magic u16][major u8][minor u8][length u32], LE */
 #define TW_RPC_MAX_MSG_DEFAULT 65536u /* frame header included; = fabric's default max_msg_size */
 #define TW_RPC_MAX_MSG_MIN 256u
@@ -399,6 +399,11 @@ int tw__rpc_release_segment(struct tw_rpc_client *cl, uint64_t epoch, uint64_t l
 			   uint64_t segment_id);
 int tw__rpc_recovered_offset(struct tw_rpc_client *cl, uint64_t epoch,
 			    const struct tw_rpc_seg_meta *m, uint64_t replica_version);
+/* The same record carrying bytes [from, from + len) of the recovered segment for a shorter copy
+ * (protocol 1.3; docs/recovery.md, "Record"). `bytes` is borrowed for the call. */
+int tw__rpc_recovered_repair(struct tw_rpc_client *cl, uint64_t epoch,
+			     const struct tw_rpc_seg_meta *m, uint64_t replica_version,
+			     uint64_t from, const void *bytes, size_t len);
 int tw__rpc_ping(struct tw_rpc_client *cl, uint64_t nonce);
 
 /* ------------------------------------------------------------------ server */

@@ -286,6 +286,19 @@ int tw__rpc_recovered_offset(struct tw_rpc_client *cl, uint64_t epoch,
 	return tw__rpc_call_sync(cl, &r.env, NULL);
 }
 
+int tw__rpc_recovered_repair(struct tw_rpc_client *cl, uint64_t epoch,
+			     const struct tw_rpc_seg_meta *m, uint64_t replica_version,
+			     uint64_t from, const void *bytes, size_t len)
+{
+	struct tw_rpc_req r;
+
+	tw__rpc_req_recovered_offset(&r, epoch, m, replica_version);
+	r.body.recovered_offset.repair_from = from;
+	r.body.recovered_offset.repair.data = (uint8_t *)bytes; /* encoded, never written */
+	r.body.recovered_offset.repair.len = len;
+	return tw__rpc_call_sync(cl, &r.env, NULL);
+}
+
 int tw__rpc_ping(struct tw_rpc_client *cl, uint64_t nonce)
 {
 	struct tw_rpc_req r;

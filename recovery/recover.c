@@ -718,6 +718,32 @@ static int fence_all(struct rctx *c)
 
 /* ------------------------------------------------------------------ record */
 
+/* Send a shorter copy the bytes it lacks, [have, s->len), in pieces that fit a message; the
+ * last piece closes it at the recovered length (replica/backup_recovery.c). */
+static int record_repair(struct rctx *c, struct rbk *b, const struct rseg *s, uint64_t have,
+			 const struct tw_rpc_seg_meta *m)
+{
+	/* Half the default message size: room for the envelope around the bytes, and within the
+	 * limit of any backup that keeps the default. */
+	const size_t piece = TW_RPC_MAX_MSG_DEFAULT / 2;
+	uint64_t from = have;
+	int rc;
+
+	do {
+		size_t n = s->len - from < piece ? (size_t)(s->len - from) : piece;
+
+		rc = tw__rpc_recovered_repair(b->rpc, c->epoch, m, s->version, from,
+					      s->tail + (from - s->tail_from), n);
+		from += n;
+	} while (rc == 0 && from < s->len);
+	if (rc == 0) {
+		c->res->copies_repaired++;
+		tw_log_info("recover: backup %s: segment %" PRIu64 " completed from %" PRIu64 " to %"
+			    PRIu64 " bytes", b->addr, s->id, have, s->len);
+	}
+	return rc;
+}
+
 static void record_all(struct rctx *c)
 {
 	for (size_t si = 0; si < c->nsegs; si++) {
@@ -737,7 +763,13 @@ static void record_all(struct rctx *c)
 			/* Closed copies already have their final length. */
 			if (!bk_ok(b) || !is_open(&s->copies[k]))
 				continue;
-			rc = tw__rpc_recovered_offset(b->rpc, c->epoch, &m, s->version);
+			/* A usable copy that is shorter gets the bytes it lacks (the tail kept covers
+			 * every usable open copy; an older-version one is only closed). */
+			if (s->tail && k < s->usable && s->copies[k].valid_len < s->len &&
+			    s->copies[k].valid_len >= s->tail_from)
+				rc = record_repair(c, b, s, s->copies[k].valid_len, &m);
+			else
+				rc = tw__rpc_recovered_offset(b->rpc, c->epoch, &m, s->version);
 			if (rc == 0) {
 				c->res->offsets_recorded++;
 				continue;
@@ -753,8 +785,10 @@ static void record_all(struct rctx *c)
 
 static void free_segs(struct rctx *c)
 {
-	for (size_t i = 0; c->segs && i < c->nsegs_all; i++)
+	for (size_t i = 0; c->segs && i < c->nsegs_all; i++) {
 		free(c->segs[i].copies);
+		free(c->segs[i].tail);
+	}
 	free(c->segs);
 	c->segs = NULL;
 }

@@ -416,6 +416,33 @@ static int verify(struct fetch *f, struct rslot *s)
 	return -TW_ECORRUPT;
 }
 
+/* Keep what the shorter open copies of a delivered segment lack, for the record step
+ * (recover.c, record_all): from the shortest such copy's length to the delivered length. */
+static void keep_tail(struct rctx *c, struct rseg *g, const uint8_t *buf)
+{
+	uint64_t from = g->len;
+
+	if (!g->any_open || c->cfg->no_record || c->cfg->no_fence)
+		return;
+	for (unsigned k = 0; k < g->usable; k++) {
+		const struct rcopy *cp = &g->copies[k];
+
+		if (cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN && cp->valid_len < from)
+			from = cp->valid_len;
+	}
+	if (from == g->len)
+		return;
+	g->tail = malloc((size_t)(g->len - from));
+	if (!g->tail) {
+		tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": no memory to keep the "
+			    "%" PRIu64 " bytes its shorter copies lack; they will be closed short",
+			    c->cfg->log_id, g->id, g->len - from);
+		return;
+	}
+	memcpy(g->tail, buf + from, (size_t)(g->len - from));
+	g->tail_from = from;
+}
+
 /* Deliver the entries of a verified segment. Delivering thread, lock not held (the slot is in
  * SLOT_DELIVER: nobody else touches it). 1 delivered, < 0 stop. */
 static int deliver(struct fetch *f, struct rslot *s)
@@ -478,6 +505,7 @@ static int deliver(struct fetch *f, struct rslot *s)
 	g->checksum = cp->checksum;
 	g->version = cp->version;
 	g->done = true;
+	keep_tail(c, g, s->buf);
 	if (c->res->segments == 0)
 		c->res->first_segment = g->id;
 	c->res->last_segment = g->id;

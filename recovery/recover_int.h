@@ -54,6 +54,10 @@ struct rseg {
 	uint32_t checksum;
 	uint64_t version;
 	bool done;
+	/* Bytes [tail_from, len) of the delivered copy, kept when a usable open copy is shorter:
+	 * the record step sends them to those copies (NULL: none needed, or no memory). */
+	uint8_t *tail;
+	uint64_t tail_from;
 };
 
 struct rslot;

@@ -101,6 +101,7 @@ struct seg {
 	unsigned readers;   /* live read grants */
 	unsigned flush_tries;
 	bool listed_open;   /* OPEN in listings although on disk (flushed while open) */
+	uint64_t repair_end; /* RecoveredOffset repair: end of the bytes received so far */
 };
 
 #define SEG_OPEN 1
@@ -287,6 +288,10 @@ bool tw__bk_log_known(struct tw_backup *b, uint64_t log_id);
 int tw__bk_meta_append(struct tw_backup *b, const struct metalog_rec *r);
 /* Read grant. A flushed segment is loaded into a pool buffer first, synchronously (the RPC
  * server has no deferred replies; see docs/operations.md). */
+/* Load a flushed segment's file into a pool buffer (s->buf, POOL_LOADED). 0 or a negative code
+ * with msg set (-TW_EREFUSED: no buffer free; -TW_ECORRUPT: the file fails its checks, the copy
+ * is marked corrupt). */
+int tw__bk_load(struct tw_backup *b, struct seg *s, char *msg, size_t msglen);
 int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 	       uint64_t epoch, struct tw_rkey *rk_out, struct seg **seg_out, char *msg,
 	       size_t msglen);

@@ -707,14 +707,66 @@ static void drop_reader(struct tw_backup *b, uint64_t log_id, uint64_t segment_i
 	}
 }
 
+/* Load a flushed segment's file into a pool buffer (s->buf, POOL_LOADED). This reads the file
+ * on the progress thread (the RPC server replies when the handler returns): recovery-only paths,
+ * read grants and RecoveredOffset. */
+int tw__bk_load(struct tw_backup *b, struct seg *s, char *msg, size_t msglen)
+{
+	struct pool_buf *pb;
+	char name[SEGFILE_NAME_MAX];
+	struct segfile_hdr h;
+	int rc;
+
+	rc = take_buf(b, &pb, msg, msglen);
+	if (rc) {
+		char why[320];
+
+		snprintf(why, sizeof(why), "%s", msg);
+		snprintf(msg, msglen, "cannot load segment " SEGF ": %s; or release "
+			 "other read grants", s->log_id, s->segment_id, why);
+		return -TW_EREFUSED;
+	}
+	tw__segfile_name(s->log_id, s->segment_id, name, sizeof(name));
+	tw__pool_set_state(&b->pool, pb, POOL_LOADED);
+	memset(&h, 0, sizeof(h));
+	rc = tw__segfile_load(b->dirfd, name, pb->mem, b->pool.size, &h);
+	/* It now holds bytes written under the file's seed (all of them, or some). */
+	pb->zeroed = false;
+	pb->seed = h.seed;
+	if (rc == 0 && (h.log_id != s->log_id || h.segment_id != s->segment_id))
+		rc = -TW_ECORRUPT;
+	if (rc != 0) {
+		tw__bk_release_buf(b, pb);
+		if (rc == -TW_ECORRUPT) {
+			if (!s->corrupt)
+				b->index_dirty = true;
+			s->corrupt = true;
+		}
+		if (rc == -EFBIG)
+			snprintf(msg, msglen, "segment " SEGF " holds %" PRIu64 " bytes, more "
+				 "than this backup's %zu-byte buffers: restart it with a larger "
+				 "--buffer-size to serve it", s->log_id, s->segment_id, h.valid_len,
+				 b->pool.size);
+		else
+			snprintf(msg, msglen, "cannot load segment " SEGF " from %s: %s",
+				 s->log_id, s->segment_id, b->dir, tw_strerror(rc));
+		tw_log_warn("backup: %s", msg);
+		return rc;
+	}
+	pthread_mutex_lock(&b->st_lock);
+	b->st.loads++;
+	pthread_mutex_unlock(&b->st_lock);
+	pb->seg = s;
+	s->buf = pb;
+	return 0;
+}
+
 int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 	       uint64_t epoch, struct tw_rkey *rk_out, struct seg **seg_out, char *msg,
 	       size_t msglen)
 {
 	struct pool_buf *pb;
 	struct seg *s;
-	char name[SEGFILE_NAME_MAX];
-	struct segfile_hdr h;
 	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
@@ -726,49 +778,9 @@ int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_
 		return -TW_ENOTFOUND;
 	}
 	if (!s->buf) {
-		/* Flushed: load it into a pool buffer. This reads the file on the progress thread
-		 * (the RPC server replies when the handler returns); recovery-only path. */
-		rc = take_buf(b, &pb, msg, msglen);
-		if (rc) {
-			char why[320];
-
-			snprintf(why, sizeof(why), "%s", msg);
-			snprintf(msg, msglen, "cannot load segment " SEGF " for reading: %s; or "
-				 "release other read grants", log_id, segment_id, why);
-			return -TW_EREFUSED;
-		}
-		tw__segfile_name(log_id, segment_id, name, sizeof(name));
-		tw__pool_set_state(&b->pool, pb, POOL_LOADED);
-		memset(&h, 0, sizeof(h));
-		rc = tw__segfile_load(b->dirfd, name, pb->mem, b->pool.size, &h);
-		/* It now holds bytes written under the file's seed (all of them, or some). */
-		pb->zeroed = false;
-		pb->seed = h.seed;
-		if (rc == 0 && (h.log_id != log_id || h.segment_id != segment_id))
-			rc = -TW_ECORRUPT;
-		if (rc != 0) {
-			tw__bk_release_buf(b, pb);
-			if (rc == -TW_ECORRUPT) {
-				if (!s->corrupt)
-					b->index_dirty = true;
-				s->corrupt = true;
-			}
-			if (rc == -EFBIG)
-				snprintf(msg, msglen, "segment " SEGF " holds %" PRIu64 " bytes, more "
-					 "than this backup's %zu-byte buffers: restart it with a larger "
-					 "--buffer-size to serve it", log_id, segment_id, h.valid_len,
-					 b->pool.size);
-			else
-				snprintf(msg, msglen, "cannot load segment " SEGF " from %s: %s",
-					 log_id, segment_id, b->dir, tw_strerror(rc));
-			tw_log_warn("backup: %s", msg);
+		rc = tw__bk_load(b, s, msg, msglen);
+		if (rc)
 			return rc;
-		}
-		pthread_mutex_lock(&b->st_lock);
-		b->st.loads++;
-		pthread_mutex_unlock(&b->st_lock);
-		pb->seg = s;
-		s->buf = pb;
 	}
 	rc = tw__pool_ensure_mr(&b->pool, s->buf);
 	if (rc == 0 && c)

@@ -7,10 +7,17 @@
  *   - copy longer than the recovered length (bytes no recovery delivered): cut at the length
  *     (the tail this copy wrote is zeroed) after checking that the prefix ends exactly there
  *     with the checksum;
- *   - copy shorter: it lacks bytes of a write that was never acknowledged; closed at its own
- *     verified length (it still holds every acknowledged entry; recovery prefers the longest
- *     closed copy, so a second recovery still gives the same answer while the longer copy lives);
+ *   - copy shorter: it lacks bytes of a write that was never acknowledged, which the recovery
+ *     delivered from a longer copy. The recovery sends those bytes along (protocol 1.3:
+ *     repair_from, repair; in pieces that fit a message): each piece is stored after the bytes
+ *     this copy already has, and the last one closes the copy at the recovered length once the
+ *     walk verifies it, so the copy holds everything that was delivered and a later recovery
+ *     without the longer copies still gives the same answer. Without the bytes (a 1.2
+ *     recovery), or if they do not verify, the copy is closed at its own verified length (it
+ *     still holds every acknowledged entry);
  *   - already closed at that length and checksum: nothing to do (a repeated recovery).
+ * A copy this backup flushed while it was open (a shutdown, then a restart) is loaded from its
+ * file and handled as an open copy when its length differs from the recovered one.
  * Progress thread only (it is an RPC handler); hooked into the dispatch table by tw__bk_rpc_init.
  */
 #include <errno.h>
@@ -25,6 +32,60 @@
 #include "replica/backup_int.h"
 
 #define SEGF "%016" PRIx64 "-%016" PRIx64
+
+/* A copy flushed while open (shutdown, restart): back into a buffer as an open copy, so that it
+ * can be cut, completed and closed like one. */
+static int reopen(struct tw_backup *b, struct seg *s, char *msg, size_t msglen)
+{
+	int rc;
+
+	if (s->readers) {
+		snprintf(msg, msglen, "segment " SEGF " is being read (%u read grants): record its "
+			 "recovered length once they are released", s->log_id, s->segment_id,
+			 s->readers);
+		return -EBUSY;
+	}
+	if (!s->buf && (rc = tw__bk_load(b, s, msg, msglen)) != 0)
+		return rc;
+	tw__pool_set_state(&b->pool, s->buf, POOL_OPEN);
+	s->state = SEG_OPEN;
+	s->repair_end = 0;
+	tw_log_info("backup: segment " SEGF ": reopened from its file (flushed while open, %" PRIu64
+		    " bytes) to record the recovered length", s->log_id, s->segment_id,
+		    s->valid_len);
+	return 0;
+}
+
+/*
+ * Store one piece of a short copy's missing bytes, [repair_from, repair_from + len), behind
+ * what the copy holds (its verified length or the pieces already stored: no byte before that
+ * end is written twice, so a piece can never change what the copy verified). 1 when this was
+ * the last piece (it ends at the recovered offset), 0 when more are to come, or a negative code.
+ */
+static int repair(struct tw_backup *b, struct seg *s, const Tailwind__RecoveredOffset *q, char *msg,
+		  size_t msglen)
+{
+	uint64_t have = s->valid_len > s->repair_end ? s->valid_len : s->repair_end;
+	uint64_t from = q->repair_from, end = from + q->repair.len; /* <= offset: rpc.c checks */
+	uint64_t cap = s->length && s->length < b->pool.size ? s->length : b->pool.size;
+
+	if (q->offset > cap) {
+		snprintf(msg, msglen, "segment " SEGF ": recovered offset %" PRIu64 " is past the %"
+			 PRIu64 " bytes this copy can hold", q->log_id, q->segment_id, q->offset, cap);
+		return -EINVAL;
+	}
+	if (from > have) {
+		snprintf(msg, msglen, "segment " SEGF ": repair bytes from %" PRIu64 " leave a gap "
+			 "after the %" PRIu64 " bytes this copy holds", q->log_id, q->segment_id, from,
+			 have);
+		return -EINVAL;
+	}
+	if (end > have)
+		memcpy(s->buf->mem + have, q->repair.data + (have - from), (size_t)(end - have));
+	if (end > s->repair_end)
+		s->repair_end = end;
+	return end == q->offset;
+}
 
 int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 {
@@ -56,6 +117,13 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	if (s->state != SEG_OPEN) {
 		if (!s->corrupt && s->valid_len == q->offset && s->checksum == q->checksum)
 			return 0; /* already closed there: a repeated recovery */
+		if (s->state == SEG_FLUSHED && s->disk_open && !s->corrupt) {
+			rc = reopen(b, s, msg, sizeof(msg));
+			if (rc)
+				return tw__rpc_call_fail(call, rc, "%s", msg);
+		}
+	}
+	if (s->state != SEG_OPEN) {
 		return tw__rpc_call_fail(call, -TW_ECORRUPT, "segment " SEGF " is %s with %" PRIu64
 					" bytes (checksum 0x%08x%s); recovery says %" PRIu64
 					" bytes (checksum 0x%08x)", q->log_id, q->segment_id,
@@ -72,6 +140,14 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	if (epoch > s->epoch)
 		s->epoch = epoch;
 	tw__bk_scan_open(b, s);
+	if (q->repair.len > 0) {
+		rc = repair(b, s, q, msg, sizeof(msg));
+		if (rc < 0)
+			return tw__rpc_call_fail(call, rc, "%s", msg);
+		if (rc == 0)
+			return 0; /* a piece stored; the copy stays open for the next */
+		tw__bk_scan_open(b, s); /* the last piece: walk what the copy now holds */
+	}
 	if (s->valid_len > q->offset) {
 		/* Cut: the prefix must end exactly at the recovered length. */
 		tw_scan_seeded(s->buf->mem, (size_t)q->offset, s->seed, &sr);

@@ -774,12 +774,13 @@ static int cmd_recover(int argc, char **argv)
 		       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
 		       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
 		       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"copies_lost\":%" PRIu64
-		       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64 ",\"phase_ms\":{",
+		       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64
+		       ",\"copies_repaired\":%" PRIu64 ",\"phase_ms\":{",
 		       res.epoch, res.backups, res.backups_reached, res.backups_fenced, res.segments,
 		       res.first_segment, res.last_segment, res.entries, res.payload_bytes,
 		       res.log_bytes, res.copies_listed, res.copies_corrupt, res.copies_stale,
 		       res.refetches, res.segments_missing, res.offsets_recorded, res.copies_lost,
-		       res.segments_lost, res.free_below);
+		       res.segments_lost, res.free_below, res.copies_repaired);
 		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
 			printf("%s\"%s\":%.3f", ph ? "," : "",
 			       tw_recover_phase_name((enum tw_recover_phase)ph),
@@ -812,7 +813,10 @@ static int cmd_recover(int argc, char **argv)
 		else if (res.segments_missing)
 			fprintf(f, "  MISSING        %" PRIu64 " segment(s) without a usable copy\n",
 				res.segments_missing);
-		fprintf(f, "  recorded       %" PRIu64 " recovered offsets\n", res.offsets_recorded);
+		fprintf(f, "  recorded       %" PRIu64 " recovered offsets", res.offsets_recorded);
+		if (res.copies_repaired)
+			fprintf(f, ", %" PRIu64 " short copies completed", res.copies_repaired);
+		fprintf(f, "\n");
 		fprintf(f, "  time (ms)     ");
 		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
 			fprintf(f, " %s %.2f", tw_recover_phase_name((enum tw_recover_phase)ph),

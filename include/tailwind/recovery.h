@@ -139,6 +139,9 @@ struct tw_recover_result {
 	uint64_t segments_lost;        /* segments whose every copy is LOST (the call failed) */
 	uint64_t free_below;           /* first live segment (log cleaning); delivery starts here */
 	uint64_t incarnation;          /* owner id this recovery fenced with */
+	/* Added in 0.3 (docs/recovery.md, "Record"). */
+	uint64_t copies_repaired;      /* shorter open copies sent the bytes they lacked and
+					* closed at the recovered length */
 };
 
 /*

@@ -53,6 +53,23 @@ void tbackup_stop(struct tbackup *t)
 	t->b = NULL;
 }
 
+void tbackup_shutdown(struct tbackup *t)
+{
+	int rc;
+
+	if (!t->b)
+		return;
+	if (t->running) {
+		tw_backup_stop(t->b);
+		pthread_join(t->th, NULL);
+		t->running = false;
+	}
+	rc = tw_backup_flush_all(t->b);
+	TAP_REQUIRE(rc == 0, "tw_backup_flush_all: %s", tw_strerror(rc));
+	tw_backup_close(t->b);
+	t->b = NULL;
+}
+
 int tbackup_recover(const char **addrs, size_t n, uint64_t log_id, tw_recover_entry_fn cb,
 		    void *arg, struct tw_recover_result *res)
 {

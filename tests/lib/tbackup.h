@@ -40,6 +40,10 @@ void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *
 /* Stop the thread, join it, close the backup. Nothing when it is not open. */
 void tbackup_stop(struct tbackup *t);
 
+/* What twd does on SIGTERM: stop, join, write every buffer (open ones as "open at shutdown")
+ * with tw_backup_flush_all, close. tbackup_start with the same root and i restarts it. */
+void tbackup_shutdown(struct tbackup *t);
+
 /*
  * tw_recover of log_id from the "mem" backups at addrs[0..n), with 3 s RPC and op timeouts,
  * every entry to cb(arg, ...); res may be NULL. On failure a TAP diagnostic says why. Returns

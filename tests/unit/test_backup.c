@@ -701,6 +701,59 @@ static void test_delete_survives_compaction(void)
 	memcpy(dir, saved, sizeof(dir));
 }
 
+/*
+ * RecoveredOffset with repair bytes (protocol 1.3): the bytes of a write this copy never got,
+ * made by appending to the client's writer without sending. A piece that would leave a gap
+ * after what the copy holds, or an offset past the copy, is refused and changes nothing;
+ * pieces that follow on complete it, an earlier piece leaves it open, the last one closes it at
+ * the offset (the close walk verifies the completed bytes).
+ */
+static void test_repair_pieces(void)
+{
+	uint8_t payload[100];
+	struct twc_info li[2];
+	struct tw_rpc_seg_meta m;
+	struct twc c;
+	size_t have, off, wlen;
+	int n;
+
+	start(2, 0);
+	conn(&c);
+	TAP_REQUIRE(twc_open(&c, 0x70, 0, 1, 1, BUF) == 0, "open");
+	TAP_REQUIRE(twc_write(&c, 3, 100, 5) == 0, "write");
+	have = c.w.pos;
+	for (unsigned i = 0; i < 40; i++) {
+		twc_fill(payload, sizeof(payload), 6, i);
+		TAP_REQUIRE(tw_log_writer_append(&c.w, payload, sizeof(payload), NULL) == 0, "append");
+	}
+	TAP_REQUIRE(tw_log_writer_seal(&c.w, &off, &wlen) == 0 && off == have, "seal");
+	m = (struct tw_rpc_seg_meta){ 0x70, 0, c.w.last_checksum, c.w.pos };
+	is_int(tw__rpc_recovered_repair(c.rpc, 1, &m, 1, have + 1, c.seg + have + 1, 100),
+	       -EINVAL, "a piece that leaves a gap is refused (%s)", tw__rpc_client_errmsg(c.rpc));
+	m.offset = BUF + 8;
+	is_int(tw__rpc_recovered_repair(c.rpc, 1, &m, 1, have, c.seg + have, 100), -EINVAL,
+	       "an offset past the copy is refused (%s)", tw__rpc_client_errmsg(c.rpc));
+	m.offset = c.w.pos;
+	n = twc_list(&c, 0x70, false, li, 2);
+	ok(n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN &&
+	   li[0].valid_len == have, "after the refusals the copy is open with its %zu bytes", have);
+	is_int(tw__rpc_recovered_repair(c.rpc, 1, &m, 1, have - 8, c.seg + have - 8, wlen / 2 + 8),
+	       0, "a first piece (overlapping the copy's end by 8 bytes) is stored");
+	n = twc_list(&c, 0x70, false, li, 2);
+	ok(n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN,
+	   "the copy stays open after a first piece");
+	is_int(tw__rpc_recovered_repair(c.rpc, 1, &m, 1, have + wlen / 2, c.seg + have + wlen / 2,
+					wlen - wlen / 2),
+	       0, "the last piece closes the copy");
+	n = twc_list(&c, 0x70, false, li, 2);
+	ok(n == 1 && li[0].state != TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN &&
+	   li[0].valid_len == c.w.pos && li[0].checksum == c.w.last_checksum,
+	   "closed at the recovered %zu bytes with the writer's checksum (listed %llu)", c.w.pos,
+	   n == 1 ? (unsigned long long)li[0].valid_len : 0ull);
+	twc_close(&c);
+	stop(false);
+}
+
 int main(void)
 {
 	char cmd[300];
@@ -717,6 +770,7 @@ int main(void)
 	test_pool_growth();
 	test_flush_failure();
 	test_delete_survives_compaction();
+	test_repair_pieces();
 	tw_log_set_level(TW_LOG_INFO);
 	tw_log_set_sink(count_sink, NULL);
 	test_direct_refused();

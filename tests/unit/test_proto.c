@@ -582,6 +582,20 @@ static void test_validate_requests(void)
 	is_int(vreq(&r, why, sizeof(why)), OKS, "stats ok");
 	tw__rpc_req_recovered_offset(&r, 1, &m, 0);
 	is_int(vreq(&r, why, sizeof(why)), OKS, "recovered offset ok");
+	{
+		static uint8_t bytes[40];
+
+		tw__rpc_req_recovered_offset(&r, 1, &m, 0);
+		r.body.recovered_offset.repair_from = 60;
+		r.body.recovered_offset.repair.data = bytes;
+		r.body.recovered_offset.repair.len = sizeof(bytes);
+		is_int(vreq(&r, why, sizeof(why)), OKS, "recovered offset with repair bytes up to it");
+		r.body.recovered_offset.repair_from = 61;
+		is_int(vreq(&r, why, sizeof(why)), INV, "repair bytes past the offset (%s)", why);
+		r.body.recovered_offset.repair_from = 101;
+		r.body.recovered_offset.repair.len = 0;
+		is_int(vreq(&r, why, sizeof(why)), INV, "repair start past the offset (%s)", why);
+	}
 	tw__rpc_req_ping(&r, 1, "abc", 3);
 	is_int(vreq(&r, why, sizeof(why)), OKS, "ping ok");
 
