@@ -1019,6 +1019,40 @@ void tw_backup_stop(struct tw_backup *b)
 
 static void retry_failed_flushes(struct tw_backup *b);
 
+/*
+ * Out of file descriptors, libfabric's listener (tcp, sockets: 1.17) fails every accept with
+ * EMFILE while its socket stays readable, so it spins and no peer can connect, and nothing
+ * reports it: a stranger holding idle connections is enough. Probe for one free descriptor
+ * once a second and say what is wrong, every 30 s while it lasts (docs/operations.md, "File
+ * descriptors").
+ */
+static void check_fds(struct tw_backup *b)
+{
+	uint64_t now = tw_now_ns();
+	struct rlimit rl;
+	int fd, err;
+
+	if (now < b->fd_check_ns)
+		return;
+	b->fd_check_ns = now + 1000000000u;
+	fd = fcntl(b->dirfd, F_DUPFD_CLOEXEC, 0);
+	if (fd >= 0) {
+		close(fd);
+		b->fd_warn_ns = 0;
+		return;
+	}
+	err = errno;
+	if ((err != EMFILE && err != ENFILE) || now < b->fd_warn_ns)
+		return;
+	b->fd_warn_ns = now + 30000000000u;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		rl.rlim_cur = 0;
+	tw_log_error("backup: out of file descriptors (%s, limit %llu): no new connection can be "
+		     "accepted; raise the limit (LimitNOFILE=, ulimit -n) and find who holds "
+		     "connections to this daemon (ss -tnp)", err == EMFILE ? "this process" :
+		     "the system", (unsigned long long)rl.rlim_cur);
+}
+
 int tw_backup_run(struct tw_backup *b)
 {
 	uint64_t next_sync = 0;
@@ -1043,6 +1077,7 @@ int tw_backup_run(struct tw_backup *b)
 		reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
 			retry_failed_flushes(b);
+		check_fds(b);
 		/* Publish the counters when something happened, else at most every 50 ms (a
 		 * busy-polling loop would otherwise take the stats lock millions of times). */
 		if (busy || tw_now_ns() >= next_sync) {

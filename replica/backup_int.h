@@ -202,6 +202,8 @@ struct tw_backup {
 	int flush_err;     /* first flush error since tw_backup_flush_all started */
 	bool flush_retry;  /* a closed buffer's flush failed FLUSH_RETRIES times: retry later */
 	uint64_t flush_retry_ns;
+	uint64_t fd_check_ns;  /* next probe for a free file descriptor (check_fds) */
+	uint64_t fd_warn_ns;   /* next warning while none is free */
 
 	/* Flusher (flusher lock). */
 	pthread_t flusher;

@@ -250,6 +250,22 @@ static void memlock_hint(const char *provider, unsigned buffers, size_t size, bo
 		cap ? " past the limit, and opens are then refused" : "");
 }
 
+/*
+ * Every connection costs twd descriptors, and once they run out libfabric's listener accepts
+ * nobody (docs/operations.md, "File descriptors"). A login shell's soft limit (1024) is low
+ * for a daemon: raise it to the hard limit, up to what the systemd unit asks for (65536).
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	rlim_t want = 65536;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want || rl.rlim_cur == rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+	(void)setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 /* MemAvailable from /proc/meminfo in bytes; 0 when unknown. */
 static unsigned long long mem_available(void)
 {
@@ -573,6 +589,7 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 
+	raise_nofile();
 	status = check_pool(cfg.provider, cfg.buffers, cfg.max_buffers, cfg.buffer_size);
 	if (status == 0) {
 		rc = tw_backup_open(&cfg, &b);

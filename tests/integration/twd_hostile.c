@@ -6,6 +6,11 @@
  * client must still be served (connect + Stats), twd must have handled every request it got
  * (the `connections` counter), and twd must still exit 0 on SIGTERM.
  *
+ * Then strangers that connect and send nothing until twd has no file descriptor left (twd
+ * started with RLIMIT_NOFILE 48): libfabric's listener then fails every accept and nobody can
+ * connect, which twd must say in its log (it said nothing); once the strangers leave, a client
+ * is served again.
+ *
  * Regression: the sockets provider reports a FI_CONNREQ as fi_eq_cm_entry + the connect data
  * and refuses to hand it to a buffer that is too small (-FI_ETOOSMALL) without consuming it;
  * twd read its EQ with room for the bare entry only, so one such request stayed at the head of
@@ -13,10 +18,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -26,6 +33,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include "core/util.h"
 #include "proc.h"
 #include "tap.h"
 #include "twd_client.h"
@@ -145,6 +153,72 @@ static const char *raw_connect(const char *addr, size_t len, size_t *len_out)
 	return outcome;
 }
 
+/* A twd whose file descriptors run out: see the header. */
+static void fd_exhaustion(const char *twd_path)
+{
+	char dir[64], addr[256], node[128], svc[32], line[512];
+	char *argv[] = { (char *)"/bin/sh", (char *)"-c",
+			 (char *)"ulimit -n 48 && exec \"$0\" \"$@\" 2>&1", (char *)twd_path,
+			 (char *)"-p", (char *)prov, (char *)"-d", dir, (char *)"--buffers", (char *)"2",
+			 (char *)"--buffer-size", (char *)"64K", NULL };
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	int socks[96], nsock = 0, rc;
+	bool said = false, served = false;
+	struct proc *p;
+
+	snprintf(dir, sizeof(dir), "/tmp/tw-hostile-XXXXXX");
+	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	p = proc_spawn(argv, NULL);
+	TAP_REQUIRE(p, "spawn twd");
+	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
+	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
+	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	split(addr, node, sizeof(node), svc, sizeof(svc));
+	TAP_REQUIRE(getaddrinfo(node, svc, &hints, &ai) == 0 && ai, "getaddrinfo %s", addr);
+	/* More idle connections than the limit: the kernel completes them (listen backlog)
+	 * whether or not the provider accepts. */
+	for (int i = 0; i < 96; i++) {
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd < 0)
+			break;
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+			close(fd);
+			break;
+		}
+		socks[nsock++] = fd;
+	}
+	freeaddrinfo(ai);
+	tap_diag("%d idle connections to a twd limited to 48 descriptors", nsock);
+	for (uint64_t end = tw_now_ns() + 30000000000ull; !said && tw_now_ns() < end;) {
+		rc = proc_wait_line(p, NULL, line, sizeof(line), 1000);
+		if (rc == -EPIPE)
+			break;
+		said = rc >= 0 && strstr(line, "out of file descriptors") != NULL;
+	}
+	ok(said, "twd says it is out of file descriptors (%s)", said ? line : "no such line");
+	while (nsock > 0)
+		close(socks[--nsock]);
+	/* The strangers are gone: the listener accepts again (each try is bounded by the
+	 * connect timeout). */
+	for (uint64_t end = tw_now_ns() + 30000000000ull; !served && tw_now_ns() < end;) {
+		struct twc_stats st;
+		struct twc c;
+
+		if (twc_connect(&c, prov, addr) != 0)
+			continue;
+		served = twc_stats(&c, &st) == 0;
+		twc_close(&c);
+	}
+	ok(served, "after the strangers left, a client is served again");
+	proc_kill(p, SIGTERM);
+	is_int(proc_wait(p, 20000), 0, "that twd exits 0 on SIGTERM");
+	proc_free(p);
+	snprintf(line, sizeof(line), "rm -rf %s", dir);
+	if (system(line) != 0)
+		tap_diag("could not remove %s", dir);
+}
+
 int main(int argc, char **argv)
 {
 	char twd_path[1024], dir[64], addr[256], line[512];
@@ -159,7 +233,7 @@ int main(int argc, char **argv)
 		tap_plan_skip_all("twd not built");
 	snprintf(dir, sizeof(dir), "/tmp/tw-hostile-XXXXXX");
 	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
-	tap_plan(7);
+	tap_plan(10);
 
 	char *targv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
 			  (char *)"--buffers", (char *)"2", (char *)"--buffer-size", (char *)"64K",
@@ -195,6 +269,7 @@ int main(int argc, char **argv)
 	rc = proc_wait(p, 20000);
 	is_int(rc, 0, "twd exits 0 on SIGTERM");
 	proc_free(p);
+	fd_exhaustion(twd_path);
 	{
 		char cmd[128];
 
