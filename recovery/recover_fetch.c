@@ -95,8 +95,17 @@ static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
 
 	s->grant_done = true;
 	s->grant_status = status;
-	if (status)
+	if (status) {
+		/* This call's own answer: the client's last error message may belong to another
+		 * of the calls in flight on it (another segment). */
+		const char *msg = "";
+
+		if (reply)
+			(void)tw__rpc_reply_status(reply, &msg);
+		snprintf(s->why, sizeof(s->why), "read grant: %s%s%s", tw_strerror(status),
+			 msg && msg[0] ? ": " : "", msg ? msg : "");
 		return;
+	}
 	if (!r || !r->rkey || !r->meta) {
 		s->grant_status = -TW_EPROTO;
 		return;
