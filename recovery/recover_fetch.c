@@ -65,6 +65,7 @@ struct rslot {
 	unsigned inflight;
 	int err;
 	char why[200];
+	char last_why[256]; /* the last copy that failed for this segment, and why */
 	struct rread *reads;
 	uint64_t t_grant, t_read; /* for the debug log */
 };
@@ -225,6 +226,8 @@ static void slot_fail(struct fetch *f, struct rslot *s, int err)
 		    cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN ? "open" : "closed",
 		    cp->valid_len, tw_strerror(err), s->why[0] ? s->why : "failed");
 	cp->failed = true;
+	snprintf(s->last_why, sizeof(s->last_why), "%s: %.200s", c->bks[cp->bk].addr,
+		 s->why[0] ? s->why : tw_strerror(err));
 	if (err == -ETIMEDOUT && !c->bks[cp->bk].lost) {
 		/* A backup that lets a grant or a read time out is stopped or cut off: picking it
 		 * again for each later segment would cost one timeout per segment (a recovery
@@ -471,7 +474,8 @@ static int deliver(struct fetch *f, struct rslot *s)
 	}
 	if (s->err == -TW_ENOBACKUP) {
 		tw__rc_seterr(c, "log %016" PRIx64 " segment %" PRIu64 ": no usable copy left (every "
-			  "copy failed to load, read or verify)", c->cfg->log_id, g->id);
+			  "copy failed to load, read or verify%s%s)", c->cfg->log_id, g->id,
+			  s->last_why[0] ? "; the last, on " : "", s->last_why);
 		return -TW_ENOBACKUP;
 	}
 	cp = &g->copies[s->copy];
@@ -586,6 +590,7 @@ static void *fetch_main(void *arg)
 				continue;
 			s->si = f->next_issue++;
 			s->copy = -1;
+			s->last_why[0] = '\0';
 			s->state = SLOT_PICK;
 			did = true;
 		}

@@ -227,8 +227,12 @@ int local_twds_start(const struct opts *o, unsigned max_r, const char **addrs,
 	int rc;
 
 	if (find_twd(o->twd_path, twd_exe, sizeof(twd_exe)) < 0) {
-		fprintf(stderr, "twbench: cannot find twd (next to twbench or on $PATH); use "
-				"--twd PATH or --backups\n");
+		if (o->twd_path)
+			fprintf(stderr, "twbench: --twd %s: %s; give the path of the twd program\n",
+				o->twd_path, strerror(errno));
+		else
+			fprintf(stderr, "twbench: cannot find twd (next to twbench or on $PATH); "
+					"use --twd PATH or --backups\n");
 		return 1;
 	}
 	snprintf(tmp_root, sizeof(tmp_root), "%s/twbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");

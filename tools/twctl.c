@@ -38,6 +38,8 @@ enum {
 };
 
 #define MAX_BK TW_RECOVER_MAX_BACKUPS
+/* Every command, for usage errors. */
+#define CMDS "ls, stat, fence, recover, free, delete, inspect, owner, ls-backups, ls-logs, standby"
 
 static struct {
 	const char *provider;
@@ -190,6 +192,18 @@ static int parse_u64(const char *s, uint64_t *out)
 	if (errno || *end || *out > TW_RPC_ID_MAX)
 		return -1;
 	return 0;
+}
+
+/* The usage error when a command's LOG argument is missing, doubled or not a number. */
+static int bad_log_arg(const char *cmd, int argc, char **argv, int first)
+{
+	if (first == argc - 1)
+		fprintf(stderr, "twctl %s: LOG id '%s' is not an integer in 0..%" PRId64 " (decimal, "
+			"or hex with 0x)\n", cmd, argv[first], (int64_t)TW_RPC_ID_MAX);
+	else
+		fprintf(stderr, "twctl %s: expected exactly one LOG id, got %d arguments (see twctl "
+			"%s --help)\n", cmd, argc - first, cmd);
+	return EXIT_USAGE;
 }
 
 /* ------------------------------------------------------------------ JSON helpers */
@@ -602,19 +616,18 @@ static int cmd_fence(int argc, char **argv)
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":e:", lo, NULL)) != -1) {
-		if (opt == 'e' && parse_u64(optarg, &epoch) == 0 && epoch > 0)
+		if (opt == 'e' && parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
+		    epoch <= TW_EPOCH_MAX)
 			continue;
 		if (opt == 'e')
-			fprintf(stderr, "twctl fence: --epoch %s: expected an integer >= 1\n",
-				optarg);
+			fprintf(stderr, "twctl fence: --epoch %s: expected an integer in 1..%" PRId64
+				"\n", optarg, (int64_t)TW_EPOCH_MAX);
 		else
 			bad_option("fence", opt, argv);
 		return EXIT_USAGE;
 	}
-	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
-		fprintf(stderr, "twctl fence: expected exactly one LOG id (see twctl fence --help)\n");
-		return EXIT_USAGE;
-	}
+	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
+		return bad_log_arg("fence", argc, argv, optind);
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
@@ -695,20 +708,18 @@ static int cmd_recover(int argc, char **argv)
 			no_fence = true;
 			break;
 		case 'e':
-			if (parse_u64(optarg, &epoch) == 0 && epoch > 0)
+			if (parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
+			    epoch <= TW_EPOCH_MAX)
 				break;
-			fprintf(stderr, "twctl recover: --epoch %s: expected an integer >= 1\n",
-				optarg);
+			fprintf(stderr, "twctl recover: --epoch %s: expected an integer in 1..%"
+				PRId64 "\n", optarg, (int64_t)TW_EPOCH_MAX);
 			return EXIT_USAGE;
 		default:
 			return bad_option("recover", opt, argv);
 		}
 	}
-	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
-		fprintf(stderr, "twctl recover: expected exactly one LOG id (see twctl recover "
-			"--help)\n");
-		return EXIT_USAGE;
-	}
+	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
+		return bad_log_arg("recover", argc, argv, optind);
 	if (!!output == verify) {
 		fprintf(stderr, "twctl recover: give either -o FILE or --verify\n");
 		return EXIT_USAGE;
@@ -857,20 +868,19 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 			have_below = true;
 			continue;
 		}
-		if (opt == 'e' && delete_log && parse_u64(optarg, &epoch) == 0 && epoch > 0)
+		if (opt == 'e' && delete_log && parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
+		    epoch <= TW_EPOCH_MAX)
 			continue;
 		if (opt == 'B' || opt == 'e')
-			fprintf(stderr, "twctl %s: --%s %s: expected an integer%s\n", name,
-				opt == 'B' ? "below" : "epoch", optarg, opt == 'e' ? " >= 1" : "");
+			fprintf(stderr, "twctl %s: --%s %s: expected an integer in %d..%" PRId64 "\n",
+				name, opt == 'B' ? "below" : "epoch", optarg, opt == 'e',
+				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_RPC_ID_MAX);
 		else
 			usage_cmd(stderr, name);
 		return EXIT_USAGE;
 	}
-	if (optind != argc - 1 || parse_u64(argv[optind], &log_id)) {
-		fprintf(stderr, "twctl %s: expected exactly one LOG id (see twctl %s --help)\n",
-			name, name);
-		return EXIT_USAGE;
-	}
+	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
+		return bad_log_arg(name, argc, argv, optind);
 	if (!delete_log && !have_below) {
 		fprintf(stderr, "twctl free: give --below N (the first segment to keep)\n");
 		return EXIT_USAGE;
@@ -1183,8 +1193,7 @@ int main(int argc, char **argv)
 	if (verbose)
 		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
 	if (optind >= argc) {
-		fprintf(stderr, "twctl: no command given (ls, stat, fence, recover, inspect; see "
-			"twctl --help)\n");
+		fprintf(stderr, "twctl: no command given (%s; see twctl --help)\n", CMDS);
 		return EXIT_USAGE;
 	}
 	if (g.nbk == 0 && getenv("TW_BACKUPS") && add_backups(getenv("TW_BACKUPS")))
@@ -1203,8 +1212,7 @@ int main(int argc, char **argv)
 	    strcmp(cmd, "recover") && strcmp(cmd, "inspect") && strcmp(cmd, "free") &&
 	    strcmp(cmd, "delete") && strcmp(cmd, "ls-backups") && strcmp(cmd, "owner") &&
 	    strcmp(cmd, "ls-logs") && strcmp(cmd, "standby")) {
-		fprintf(stderr, "twctl: unknown command '%s' (ls, stat, fence, recover, inspect; see "
-			"twctl --help)\n", cmd);
+		fprintf(stderr, "twctl: unknown command '%s' (%s; see twctl --help)\n", cmd, CMDS);
 		return EXIT_USAGE;
 	}
 	if (want_help(argc, argv)) {
