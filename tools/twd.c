@@ -304,7 +304,8 @@ static int check_pool(const char *provider, unsigned buffers, unsigned max, size
 	    rl.rlim_cur != RLIM_INFINITY && need > rl.rlim_cur) {
 		fprintf(stderr, "twd: the buffer pool needs %llu bytes (%u buffers x %zu) of pinned "
 			"memory on verbs but RLIMIT_MEMLOCK is %llu bytes; raise it (`ulimit -l "
-			"unlimited`, LimitMEMLOCK=infinity in the systemd unit) or shrink the pool\n",
+			"unlimited`, LimitMEMLOCK=infinity in the systemd unit) or shrink the pool "
+			"(and check that this machine has a verbs device at all: fi_info -p verbs)\n",
 			need, buffers, size, (unsigned long long)rl.rlim_cur);
 		return EXIT_MEMORY;
 	}
