@@ -548,6 +548,14 @@ static void close_stopped_peer(const char *prov, int end_sig)
 	bool all = sent == 40 && pump(fab, &stopped_recv, before + 40);
 	ok(all, "%s: another channel of the fab exchanged %d messages while the peer was stopped",
 	   prov, stopped_recv - before);
+	/* Not asserted (timing): with the record held and nothing to do, a blocking progress
+	 * sleeps (its CQ's wait fd is not left ready) instead of spinning. */
+	tw__fab_get_stats(fab, &st);
+	uint64_t polls0 = st.cq_polls, held = st.closing_eps;
+	tw__fab_progress(fab, 20);
+	tw__fab_get_stats(fab, &st);
+	tap_diag("%s: one 20 ms progress with %" PRIu64 " record(s) held: %" PRIu64 " CQ reads", prov,
+		 held, st.cq_polls - polls0);
 	kill(pid, end_sig ? end_sig : SIGKILL);
 	if (end_sig == SIGCONT)
 		kill(pid, SIGKILL);
