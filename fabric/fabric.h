@@ -271,6 +271,12 @@ struct tw_fab_stats {
 	uint64_t wmsg_served, wmsg_served_bytes; /* writes (whole) and bytes placed for peers */
 	uint64_t shm_peer_checks;      /* shm: liveness checks on the post path (slow path only) */
 	uint64_t shm_lock_waits;       /* shm: posts deferred: the peer's region lock was held */
+	/* sockets: channels that went down with transfers in the provider hand their endpoint to a
+	 * closing record, closed by progress once the provider is done (docs/fabric.md "Closing a
+	 * registration under traffic") */
+	uint64_t closes_deferred;      /* records made */
+	uint64_t closes_forced;        /* records closed at the 200 ms bound, transfers unacknowledged */
+	uint64_t closing_eps;          /* records held now (not a counter) */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 

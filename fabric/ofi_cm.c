@@ -154,19 +154,29 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 }
 
 /*
- * sockets: before closing an endpoint, wait (briefly) until the provider is done with every
- * transfer posted on it. libfabric 1.17's sockets provider completes a send, write or read when
- * the peer's acknowledgement arrives, in its progress thread, through the endpoint's transmit
- * context (sock_pe_handle_ack → sock_pe_report_send_completion, reading comp->send_cntr).
+ * sockets: an endpoint is closed only once the provider is done with every transfer posted on
+ * it. libfabric 1.17's sockets provider completes a send, write or read when the peer's
+ * acknowledgement arrives, in its progress thread, through the endpoint's transmit context
+ * (sock_pe_handle_ack → sock_pe_report_send_completion, reading comp->send_cntr).
  * sock_ep_close() frees the transmit context *before* it takes the receive context (which reads
  * those acknowledgements) off the progress engine's list, so an acknowledgement handled in that
  * window makes the thread read freed memory (twd's died of it: docs/fabric.md). Lost channels
- * are drained too: a peer that has gone may have sent its acknowledgements before it closed,
- * and they sit unread in the socket while the CM thread already reports the shutdown; once the
- * provider reads the end of the stream it fails the remaining entries (sock_pe_progress_tx_entry
- * → FI_EIO), which ends the wait as well. Only a stalled peer costs the whole bound.
- * Completions read here finish nothing: their operations are failed by the caller
- * (tw__chan_fail_ops) as for any closed channel; only the contexts are given back.
+ * count too: a peer that has gone may have sent its acknowledgements before it closed, and they
+ * sit unread in the socket while the CM thread already reports the shutdown; once the provider
+ * reads the end of the stream it fails the remaining entries (sock_pe_progress_tx_entry →
+ * FI_EIO). Completions read after the channel went down finish nothing: their operations are
+ * failed by the caller (tw__chan_fail_ops) as for any closed channel; only the contexts are
+ * given back.
+ *
+ * Waiting for that used to block the closing thread (a daemon's progress loop: every other peer
+ * waited too) for 2-3 ms at the median and 200 ms for a stalled peer. Now the channel hands its
+ * endpoint, CQ, receive buffers and posted contexts to a closing record (struct ofi_closing) and
+ * goes down at once; progress reads the record's CQ without blocking (tw__cm_reap) and closes
+ * the endpoint when nothing is left in the provider or at the same 200 ms bound as before.
+ * Three things stay synchronous, through tw__cm_reap_all: tw__chan_shut (its promise is that no
+ * write of that peer is handled once it returns: a backup revoking a writer, the shutdown
+ * flush), the close of any registration (a record's endpoint may still place an incoming write
+ * into it: the sock_pe_report_mr_completion race, docs/fabric.md), and the fab's close/reset.
  */
 static void give_back(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
@@ -176,10 +186,153 @@ static void give_back(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *c
 	tw__ctx_release(of, ctx);
 }
 
-static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
+/* A transfer of a closing record completed (or failed) in the provider. */
+static void closing_give_back(struct ofi_fab *of, struct ofi_closing *cr, struct ofi_ctx *ctx)
 {
-	uint64_t end = tw_now_ns() + 200000000u; /* 200 ms: a stalled peer costs this much */
+	TW_DLIST_REMOVE(cr->posted, cr->posted_tail, ctx);
+	tw__ctx_release(of, ctx);
+}
 
+/* Handle n entries read from a closing record's CQ: receives (flushed, or messages that
+ * arrived after the close) are dropped with their buffers later. */
+static int closing_entries(struct ofi_fab *of, struct ofi_closing *cr,
+			   const struct fi_cq_data_entry *e, ssize_t n)
+{
+	int done = 0;
+
+	for (ssize_t i = 0; i < n; i++) {
+		struct ofi_ctx *ctx = e[i].op_context;
+
+		if (ctx && ctx->kind != CTX_RECV) {
+			closing_give_back(of, cr, ctx);
+			done++;
+		}
+	}
+	return done;
+}
+
+/* One read of a closing record's CQ: entries handled (>= 0), -FI_EAGAIN when empty, or another
+ * negative code (stop reading it). timeout_ms > 0: fi_cq_sread when the CQ has a wait fd. */
+static ssize_t closing_read(struct ofi_fab *of, struct ofi_closing *cr, int timeout_ms, int *done)
+{
+	struct fi_cq_data_entry e[16];
+	ssize_t n = timeout_ms > 0 && cr->cq_fd >= 0 ? fi_cq_sread(cr->cq, e, 16, NULL, timeout_ms)
+						      : fi_cq_read(cr->cq, e, 16);
+
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = { 0 };
+
+		if (fi_cq_readerr(cr->cq, &err, 0) != 1)
+			return -FI_EOTHER;
+		n = 1;
+		e[0].op_context = err.op_context;
+	}
+	if (n > 0)
+		*done += closing_entries(of, cr, e, n);
+	return n;
+}
+
+static void closing_finish(struct ofi_fab *of, struct ofi_closing *cr)
+{
+	if (cr->posted) {
+		of->base.stats.closes_forced++;
+		tw_log_debug("fabric %s: closing the endpoint to %s with transfers unacknowledged",
+			     of->base.prov, cr->peer);
+	}
+	fi_close(&cr->ep->fid);
+	tw__cq_close(of, cr->cq, cr->cq_fd);
+	/* Endpoint and CQ are gone: nothing refers to these contexts any more. */
+	while (cr->posted)
+		closing_give_back(of, cr, cr->posted);
+	tw__msg_free_rx(&cr->rx);
+}
+
+int tw__cm_reap(struct ofi_fab *of)
+{
+	uint64_t now = tw_now_ns(); /* the bound is real time, whatever the fab's clock is */
+	struct ofi_closing **pp = &of->closing_head, *prev = NULL;
+	int done = 0;
+
+	while (*pp) {
+		struct ofi_closing *cr = *pp;
+
+		/* Read until empty: that also consumes the wait fd's readiness (sockets resets its
+		 * signal on an empty read), so the epoll set does not stay ready. Bounded: the
+		 * receives are not reposted, so at most rx.n + posted entries arrive. */
+		for (int round = 0; round < 64; round++)
+			if (closing_read(of, cr, 0, &done) <= 0)
+				break;
+		if (cr->posted && now < cr->end_ns) {
+			prev = cr;
+			pp = &cr->next;
+			continue;
+		}
+		closing_finish(of, cr);
+		*pp = cr->next;
+		if (of->closing_tail == cr)
+			of->closing_tail = prev;
+		of->base.stats.closing_eps--;
+		free(cr);
+	}
+	return done;
+}
+
+/* Wait (on the CQ, until `end`) for the transfers of `cr`, then close it. */
+static void closing_wait(struct ofi_fab *of, struct ofi_closing *cr, uint64_t end)
+{
+	int done = 0;
+
+	/* Wait on the CQ rather than spin: the provider's thread must run for the wait to end
+	 * (docs/fabric.md: 2-3 ms at the median instead of 6-15 ms spinning). */
+	while (cr->posted && tw_now_ns() < end) {
+		ssize_t n = closing_read(of, cr, 1, &done);
+
+		if (n < 0 && n != -FI_EAGAIN)
+			break;
+	}
+	closing_finish(of, cr);
+}
+
+/* Every record, then `extra` (not in the list) if given, under one bound. */
+static void reap_all_with(struct ofi_fab *of, struct ofi_closing *extra)
+{
+	uint64_t end = tw_now_ns() + 200000000u;
+
+	while (of->closing_head) {
+		struct ofi_closing *cr = of->closing_head;
+
+		closing_wait(of, cr, end);
+		of->closing_head = cr->next;
+		if (!of->closing_head)
+			of->closing_tail = NULL;
+		of->base.stats.closing_eps--;
+		free(cr);
+	}
+	if (extra)
+		closing_wait(of, extra, end);
+}
+
+void tw__cm_reap_all(struct ofi_fab *of)
+{
+	reap_all_with(of, NULL);
+}
+
+int tw__cm_reap_timeout_ms(struct ofi_fab *of)
+{
+	uint64_t now;
+
+	if (!of->closing_head)
+		return -1;
+	now = tw_now_ns();
+	if (of->closing_head->end_ns <= now)
+		return 1;
+	return (int)((of->closing_head->end_ns - now + 999999u) / 1000000u);
+}
+
+/* Give what the provider has already completed back, then move the endpoint, CQ, receive
+ * buffers and the transfers still posted from `ch` to `cr`. */
+static void closing_take(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_closing *cr)
+{
 	/* Completions already moved into the fab's FIFO are done in the provider. */
 	for (unsigned i = 0; i < of->pend_count; i++) {
 		struct fi_cq_data_entry *e = &of->pend[(of->pend_head + i) % TW_ARRAY_SIZE(of->pend)];
@@ -190,43 +343,64 @@ static void drain_tx(struct ofi_fab *of, struct ofi_chan *ch)
 			e->op_context = NULL;
 		}
 	}
-	while (ch->posted && tw_now_ns() < end) {
-		struct fi_cq_data_entry e[16];
-		/* Wait on the CQ rather than spin: the provider's thread must run for the wait to
-		 * end (lost channels: median 2-3 ms instead of 6-15 ms spinning, docs/fabric.md). */
-		ssize_t n = ch->cq_fd >= 0 ? fi_cq_sread(ch->cq, e, 16, NULL, 1)
-					    : fi_cq_read(ch->cq, e, 16);
-
-		if (n == -FI_EAVAIL) {
-			struct fi_cq_err_entry err = { 0 };
-
-			if (fi_cq_readerr(ch->cq, &err, 0) != 1)
-				break;
-			n = 1;
-			e[0].op_context = err.op_context;
-		} else if (n <= 0) {
-			if (n != -FI_EAGAIN)
-				break;
-			continue;
-		}
-		for (ssize_t i = 0; i < n; i++) {
-			struct ofi_ctx *ctx = e[i].op_context;
-
-			if (ctx && ctx->kind != CTX_RECV && ctx->ch == ch)
-				give_back(of, ch, ctx);
-		}
+	tw__cq_purge_chan(of, ch); /* the receives' */
+	memset(cr, 0, sizeof(*cr));
+	cr->ep = ch->ep;
+	cr->cq = ch->cq;
+	cr->cq_fd = ch->cq_fd;
+	cr->rx = ch->rx;
+	snprintf(cr->peer, sizeof(cr->peer), "%s", ch->base.peer);
+	cr->end_ns = tw_now_ns() + 200000000u; /* 200 ms: a stalled peer costs this much */
+	for (struct ofi_ctx *ctx = ch->posted; ctx; ctx = ctx->next) {
+		ctx->ch = NULL;
+		if (ctx->op) /* the caller fails it (tw__chan_fail_ops); the ctx is ours */
+			ctx->op->fab_priv[0] = NULL;
+		ctx->op = NULL;
 	}
-	if (ch->posted)
-		tw_log_debug("fabric %s: closing the channel to %s with transfers unacknowledged",
-			     of->base.prov, ch->base.peer);
+	for (unsigned i = 0; cr->rx.ctx && i < cr->rx.n; i++)
+		cr->rx.ctx[i].ch = NULL;
+	cr->posted = ch->posted;
+	cr->posted_tail = ch->posted_tail;
+	ch->posted = ch->posted_tail = NULL;
+	ch->tx_inflight = 0;
+	ch->deferred = ch->deferred_tail = NULL; /* their buffers went with rx */
+	memset(&ch->rx, 0, sizeof(ch->rx));
+	ch->ep = NULL;
+	ch->cq = NULL;
+	ch->cq_fd = -1;
 }
 
 void tw__cm_chan_down(struct ofi_chan *ch, bool closing)
 {
 	struct ofi_fab *of = ofab(ch->base.fab);
 
-	if (of->drain_close && ch->ep && ch->cq && ch->posted)
-		drain_tx(of, ch);
+	/* tw__chan_shut (closing, not closed): no endpoint of ours stays open after it. */
+	bool shut = closing && !ch->base.closed;
+
+	if (of->drain_close && ch->ep && ch->cq && ch->posted) {
+		struct ofi_closing *cr = shut ? NULL : malloc(sizeof(*cr));
+		struct ofi_closing local;
+
+		if (closing && ch->base.state == CHAN_UP && !ch->base.lost && !of->no_shutdown)
+			fi_shutdown(ch->ep, 0);
+		closing_take(of, ch, cr ? cr : &local);
+		if (cr) {
+			if (of->closing_tail)
+				of->closing_tail->next = cr;
+			else
+				of->closing_head = cr;
+			of->closing_tail = cr;
+			of->base.stats.closes_deferred++;
+			of->base.stats.closing_eps++;
+			return;
+		}
+		/* tw__chan_shut, or out of memory: wait here, for the older records too (a
+		 * shut promises that none of them places a write after it returned). */
+		reap_all_with(of, &local);
+		return;
+	}
+	if (shut && of->closing_head)
+		tw__cm_reap_all(of);
 	if (ch->ep) {
 		if (closing && ch->base.state == CHAN_UP && !ch->base.lost && !of->no_shutdown)
 			fi_shutdown(ch->ep, 0); /* the peer sees FI_SHUTDOWN */

@@ -402,6 +402,8 @@ int tw__ofi_poll(struct tw_fab *fab)
 		/* EQ after the CQs: on tcp the CQ read is what notices a closed socket. */
 		n += tw__cm_poll_eq(of);
 		n += tw__cm_check_handshakes(of);
+		if (of->closing_head) /* sockets: endpoints of channels already down */
+			n += tw__cm_reap(of);
 	}
 	if (fab->rdm)
 		n += tw__rdm_shm_check_peers(of);
@@ -424,6 +426,13 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 
 	if (timeout_ms == 0)
 		return drain_eventfd(of);
+	if (of->closing_head) {
+		/* Wake up for the closing records' bound even if no completion ever comes. */
+		int t = tw__cm_reap_timeout_ms(of);
+
+		if (timeout_ms < 0 || t < timeout_ms)
+			timeout_ms = t;
+	}
 	/* tcp 1.17 (measured): the passive side's FI_CONNECTED does not wake the EQ's wait fd,
 	 * so while a handshake is pending we poll with backoff instead of sleeping. */
 	bool handshake = false;
@@ -439,6 +448,7 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 		struct epoll_event evs[8];
 		int woken = 0;
 		struct tw_chan *c = fab->chans;
+		struct ofi_closing *cr = of->closing_head; /* their CQ fds are in the set too */
 
 		if (of->eq)
 			fids[nf++] = &of->eq->fid;
@@ -451,9 +461,12 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 				if (!c->is_down && ch->cq)
 					fids[nf++] = &ch->cq->fid;
 			}
+			for (; !c && cr && nf < TW_ARRAY_SIZE(fids); cr = cr->next)
+				if (cr->cq_fd >= 0)
+					fids[nf++] = &cr->cq->fid;
 			if (nf && fi_trywait(of->fabric, fids, (int)nf) != FI_SUCCESS)
 				return drain_eventfd(of); /* something is ready: poll again */
-			if (!c)
+			if (!c && !cr)
 				break;
 			nf = 0;
 		}

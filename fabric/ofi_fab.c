@@ -129,6 +129,7 @@ static void read_back(struct ofi_fab *of)
  */
 static void release(struct ofi_fab *of)
 {
+	tw__cm_reap_all(of); /* before the domain, the send ring and the contexts they hold */
 	of->closing = true;
 	tw__rdm_shm_fast_fini(of);
 	if (of->ep)
@@ -193,6 +194,18 @@ static void ofi_chan_down(struct tw_chan *ch, bool closing)
 		tw__cm_chan_down((struct ofi_chan *)ch, closing);
 }
 
+/* sockets: no registration is closed while a closing record's endpoint could still place a
+ * write into it (the sock_pe_report_mr_completion race, docs/fabric.md "Closing a registration
+ * under traffic"). Costs a wait (up to 200 ms) only while records exist. */
+static void ofi_mr_close(struct tw_mr *mr)
+{
+	struct ofi_fab *of = ofab(mr->fab);
+
+	if (of->closing_head)
+		tw__cm_reap_all(of);
+	tw__ofi_mr_close(mr);
+}
+
 static void ofi_chan_free(struct tw_chan *ch)
 {
 	free(ch);
@@ -209,7 +222,7 @@ static const struct fab_ops ofi_ops = {
 	.chan_free = ofi_chan_free,
 	.op_abandon = tw__ofi_op_abandon,
 	.mr_reg = tw__ofi_mr_reg,
-	.mr_close = tw__ofi_mr_close,
+	.mr_close = ofi_mr_close,
 	.write = tw__ofi_write,
 	.read = tw__ofi_read,
 	.send = tw__ofi_send,
@@ -380,6 +393,7 @@ static int ofi_reset(struct tw_fab *fab)
 		tw__fab_set_errmsg(fab, "a listening fab is not reset (its peers know its address)");
 		return -ENOTSUP;
 	}
+	tw__cm_reap_all(of); /* before the registrations (ofi_mr_close) */
 	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
 		struct ofi_mr *mr = (struct ofi_mr *)m;
 

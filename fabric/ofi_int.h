@@ -59,6 +59,23 @@ struct ofi_rx {
 	struct ofi_ctx *ctx;
 };
 
+/*
+ * sockets (drain_close): the endpoint of a channel that went down while transfers posted on it
+ * were still inside the provider, kept open with its CQ and receive buffers until the provider
+ * has completed them (tw__cm_chan_down, docs/fabric.md "Closing under traffic"). Reaped by
+ * progress without blocking (tw__cm_reap). Refers to no channel: the channel is gone already.
+ */
+struct ofi_closing {
+	struct ofi_closing *next;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	int cq_fd;              /* stays in the epoll set: reading the CQ empty consumes it */
+	struct ofi_rx rx;
+	struct ofi_ctx *posted, *posted_tail; /* write/read/send ctxs still in the provider */
+	uint64_t end_ns;        /* tw_now_ns() bound: closed anyway from then on (a stalled peer) */
+	char peer[TW_ADDR_MAX]; /* for the log */
+};
+
 struct ofi_fab {
 	struct tw_fab base;
 	struct fi_info *hints;  /* kept for connect-time fi_getinfo */
@@ -78,8 +95,10 @@ struct ofi_fab {
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
 	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
-	bool drain_close;       /* sockets: wait for a channel's transfers before closing it
-				 * (tw__cm_chan_down, docs/fabric.md "Closing under traffic") */
+	bool drain_close;       /* sockets: close a channel's endpoint only once its transfers
+				 * have completed (tw__cm_chan_down, docs/fabric.md "Closing under
+				 * traffic"), from a closing record reaped by progress */
+	struct ofi_closing *closing_head, *closing_tail; /* oldest (earliest end_ns) first */
 	bool no_shutdown;       /* sockets: close without fi_shutdown (F10: its fi_shutdown may
 				 * close a descriptor number libfabric already closed) */
 	size_t inject_size, tx_size, rx_size, rma_iov_limit, max_msg_size, cq_data_size, mr_key_size;
@@ -172,6 +191,14 @@ int tw__cm_poll_eq(struct ofi_fab *of);
 void tw__cm_chan_down(struct ofi_chan *ch, bool closing);
 int tw__cm_check_handshakes(struct ofi_fab *of);
 void tw__cm_drain_eq(struct ofi_fab *of);
+/* Close the closing records whose transfers have completed or whose bound has passed; never
+ * blocks. Returns the contexts given back. Called by progress when closing_head is set. */
+int tw__cm_reap(struct ofi_fab *of);
+/* Close every closing record, waiting on their CQs up to one shared 200 ms bound (fab close and
+ * reset, and before a registration is closed: an open endpoint may still place a write). */
+void tw__cm_reap_all(struct ofi_fab *of);
+/* Milliseconds until the earliest closing record's bound (>= 1), or -1 when there is none. */
+int tw__cm_reap_timeout_ms(struct ofi_fab *of);
 int tw__sockaddr_to_str(const void *sa, char *out, size_t len);
 
 /* ofi_rdm.c */
