@@ -281,6 +281,21 @@ static int setup(struct ofi_fab *of, const char *prov)
 		char avail[256];
 
 		list_providers(avail, sizeof(avail));
+		if ((rc == -FI_ENODATA || !of->info) && node) {
+			/* The provider may be fine and the address the problem: ask without it. */
+			struct fi_info *probe = NULL;
+			bool prov_ok = fi_getinfo(OFI_VERSION, NULL, NULL, 0, of->hints, &probe) == 0 &&
+				       probe;
+
+			fi_freeinfo(probe);
+			if (prov_ok) {
+				tw__fab_open_errmsg("provider '%s' cannot use the address '%s%s%s': not "
+						"a name or address of this machine (give a local "
+						"address, e.g. 127.0.0.1 or this host's IP)", prov,
+						node, service ? ":" : "", service ? service : "");
+				return -EADDRNOTAVAIL;
+			}
+		}
 		if (rc == -FI_ENODATA || !of->info) {
 			tw__fab_open_errmsg("provider '%s' is not available here (with the required "
 					"capabilities); this machine offers: %s",

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
 
@@ -70,6 +71,20 @@ int main(void)
 	is_int(run((const char *[]){ "-d", sub, "-l", "[::1", NULL }), 2, "bad listen address: 2");
 	is_int(run((const char *[]){ "-d", sub, "-p", "no-such-provider", NULL }), 4,
 	       "unknown provider: 4");
+	{
+		/* 192.0.2.1 (TEST-NET-1, RFC 5737) is never an address of this machine: the
+		 * message names the address, never the provider (a name that does not resolve
+		 * got "provider 'tcp' is not available here", listing tcp; not tested here,
+		 * it would ask the DNS). */
+		char *argv[] = { twd, (char *)"-d", sub, (char *)"-p", (char *)"tcp", (char *)"-l",
+				 (char *)"192.0.2.1", NULL };
+		struct cli_out o;
+
+		rc = cli_run(argv, NULL, NULL, 0, 20000, &o);
+		ok(rc == 4 && strstr(o.err, "192.0.2.1") && !strstr(o.err, "not available here"),
+		   "a listen address that is not local: 4, and the message names it (%d)", rc);
+		cli_out_free(&o);
+	}
 	is_int(run((const char *[]){ "-d", "/proc/no/such/dir", NULL }), 3,
 	       "unusable storage directory: 3");
 
