@@ -40,7 +40,8 @@ void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *
 	t->running = true;
 }
 
-void tbackup_stop(struct tbackup *t)
+/* Stop the thread and join it; with `flush`, write every buffer first (twd's SIGTERM); close. */
+static void halt(struct tbackup *t, bool flush)
 {
 	if (!t->b)
 		return;
@@ -48,26 +49,24 @@ void tbackup_stop(struct tbackup *t)
 		tw_backup_stop(t->b);
 		pthread_join(t->th, NULL);
 		t->running = false;
+	}
+	if (flush) {
+		int rc = tw_backup_flush_all(t->b);
+
+		TAP_REQUIRE(rc == 0, "tw_backup_flush_all: %s", tw_strerror(rc));
 	}
 	tw_backup_close(t->b);
 	t->b = NULL;
 }
 
+void tbackup_stop(struct tbackup *t)
+{
+	halt(t, false);
+}
+
 void tbackup_shutdown(struct tbackup *t)
 {
-	int rc;
-
-	if (!t->b)
-		return;
-	if (t->running) {
-		tw_backup_stop(t->b);
-		pthread_join(t->th, NULL);
-		t->running = false;
-	}
-	rc = tw_backup_flush_all(t->b);
-	TAP_REQUIRE(rc == 0, "tw_backup_flush_all: %s", tw_strerror(rc));
-	tw_backup_close(t->b);
-	t->b = NULL;
+	halt(t, true);
 }
 
 int tbackup_recover(const char **addrs, size_t n, uint64_t log_id, tw_recover_entry_fn cb,
