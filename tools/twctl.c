@@ -279,7 +279,8 @@ static void connect_why(struct conn *c, int err)
 		break;
 	case ECONNREFUSED:
 		snprintf(c->why, sizeof(c->why), "cannot connect: connection refused (nothing "
-			 "listens there: is twd running on that port, with the same provider?)");
+			 "listens there: is twd running on that port, with the same provider? A twd "
+			 "that is out of file descriptors also refuses: see its log)");
 		break;
 	default:
 		snprintf(c->why, sizeof(c->why), "cannot connect: %s%s%s (check the address, that "
