@@ -139,7 +139,10 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	tw__pool_revoke_mr(&b->pool, s->buf);
 	if (epoch > s->epoch)
 		s->epoch = epoch;
-	tw__bk_scan_open(b, s);
+	/* Between the pieces of a repair the copy's verified length cannot change (registration
+	 * revoked, nothing else writes): walk it again only at the first piece and the last. */
+	if (q->repair.len == 0 || s->repair_end <= s->valid_len)
+		tw__bk_scan_open(b, s);
 	if (q->repair.len > 0) {
 		rc = repair(b, s, q, msg, sizeof(msg));
 		if (rc < 0)

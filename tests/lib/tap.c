@@ -15,8 +15,6 @@ static int failed;
  * lines, so the stdout TAP lines of an early failure may never reach a CI log. */
 static char fails[4096];
 static size_t fails_len;
-/* Reason of a known bug for the next result (tap_todo), or NULL. */
-static const char *todo;
 
 void tap_plan(int n)
 {
@@ -40,21 +38,12 @@ void tap_plan_skip_all(const char *fmt, ...)
 
 TAP_PRINTF(4, 0) static bool report(bool pass, const char *file, int line, const char *fmt, va_list ap)
 {
-	const char *why = todo;
-	char desc[1024];
-
-	todo = NULL;
 	run++;
-	vsnprintf(desc, sizeof(desc), fmt, ap);
-	if (why) {
-		/* A known bug: reported, not counted. meson shows a passing TODO as an unexpected
-		 * pass, which fails the run: whoever fixes the bug takes the TODO out. */
-		printf("%sok %d - %s # TODO %s\n", pass ? "" : "not ", run, desc, why);
-		fflush(stdout);
-		return pass;
-	}
 	if (!pass)
 		failed++;
+	char desc[1024];
+
+	vsnprintf(desc, sizeof(desc), fmt, ap);
 	printf("%sok %d - %s\n", pass ? "" : "not ", run, desc);
 	if (!pass) {
 		int n;
@@ -93,11 +82,6 @@ bool tap__is_int(long long got, long long want, const char *file, int line, cons
 	if (!pass)
 		printf("#   got:  %lld\n#   want: %lld\n", got, want);
 	return pass;
-}
-
-void tap_todo(const char *reason)
-{
-	todo = reason;
 }
 
 void tap_skip(int n, const char *fmt, ...)

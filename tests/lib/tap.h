@@ -25,9 +25,6 @@ bool tap__ok(bool pass, const char *file, int line, const char *fmt, ...) TAP_PR
 bool tap__is_int(long long got, long long want, const char *file, int line, const char *fmt, ...)
 	TAP_PRINTF(5, 6);
 void tap_skip(int n, const char *fmt, ...) TAP_PRINTF(2, 3);
-/* The next result checks a known, documented bug: printed with "# TODO reason" and not counted
- * as a failure (meson: EXPECTEDFAIL; a pass becomes UNEXPECTEDPASS, which fails the test). */
-void tap_todo(const char *reason);
 void tap_diag(const char *fmt, ...) TAP_PRINTF(1, 2);
 /* Print the plan now if none was given (plan at the end). */
 void tap_done_testing(void);
