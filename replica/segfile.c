@@ -38,32 +38,29 @@ static int step(const char *name)
 }
 
 /*
- * The header's fields after magic, version and data offset (segfile.h has the layout), one
- * table for encode and decode. Each is stored little-endian in as many bytes as its member of
- * struct segfile_hdr has (4 or 8). since: the first version that stores it; decode leaves it 0
- * in older files.
+ * The header's fields after magic, version and data offset, in file order from byte 12 with no
+ * gap (segfile.h has the layout): each little-endian in as many bytes as its member of struct
+ * segfile_hdr has (4 or 8). One list for encode and decode. Version 2 and 3 files end with
+ * flush_time_ns: seed came with version 4, and decode leaves it 0 in older files.
  */
+#define HDR_FIELDS(F)                                                                          \
+	F(flags) F(log_id) F(segment_id) F(replica_version) F(epoch) F(state) F(checksum)      \
+	F(valid_len) F(entries) F(buffer_size) F(flush_time_ns) F(seed)
+#define HDR_FIELDS_OFF 12
+#define HDR_FIELDS_V3 11 /* all but seed */
+#define MEMBER_SIZE(m) sizeof(((struct segfile_hdr *)0)->m)
+
 static const struct hdr_field {
-	uint8_t off;
 	uint8_t size;
-	uint8_t since;
 	uint8_t member; /* offsetof(struct segfile_hdr, ...) */
 } hdr_fields[] = {
-#define F(m, o, v) { o, sizeof(((struct segfile_hdr *)0)->m), v, offsetof(struct segfile_hdr, m) }
-	F(flags, 12, SEGFILE_VERSION_V2),
-	F(log_id, 16, SEGFILE_VERSION_V2),
-	F(segment_id, 24, SEGFILE_VERSION_V2),
-	F(replica_version, 32, SEGFILE_VERSION_V2),
-	F(epoch, 40, SEGFILE_VERSION_V2),
-	F(state, 48, SEGFILE_VERSION_V2),
-	F(checksum, 52, SEGFILE_VERSION_V2),
-	F(valid_len, 56, SEGFILE_VERSION_V2),
-	F(entries, 64, SEGFILE_VERSION_V2),
-	F(buffer_size, 72, SEGFILE_VERSION_V2),
-	F(flush_time_ns, 80, SEGFILE_VERSION_V2),
-	F(seed, 88, SEGFILE_VERSION),
+#define F(m) {MEMBER_SIZE(m), offsetof(struct segfile_hdr, m)},
+	HDR_FIELDS(F)
 #undef F
 };
+#define F(m) +MEMBER_SIZE(m)
+_Static_assert(HDR_FIELDS_OFF HDR_FIELDS(F) == 92, "the fields end at byte 92 (segfile.h)");
+#undef F
 _Static_assert(sizeof(struct segfile_hdr) <= UINT8_MAX, "hdr_field.member holds an offset");
 
 void tw__segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR_SIZE])
@@ -72,14 +69,15 @@ void tw__segfile_hdr_encode(const struct segfile_hdr *h, uint8_t out[SEGFILE_HDR
 	memcpy(out, SEGFILE_MAGIC, 8); /* includes the NUL */
 	tw_store_le16(out + 8, SEGFILE_VERSION);
 	tw_store_le16(out + 10, SEGFILE_DATA_OFF);
-	for (size_t i = 0; i < TW_ARRAY_SIZE(hdr_fields); i++) {
+	for (size_t i = 0, off = HDR_FIELDS_OFF; i < TW_ARRAY_SIZE(hdr_fields); i++) {
 		const struct hdr_field *f = &hdr_fields[i];
 		const void *m = (const uint8_t *)h + f->member;
 
 		if (f->size == 8)
-			tw_store_le64(out + f->off, *(const uint64_t *)m);
+			tw_store_le64(out + off, *(const uint64_t *)m);
 		else
-			tw_store_le32(out + f->off, *(const uint32_t *)m);
+			tw_store_le32(out + off, *(const uint32_t *)m);
+		off += f->size;
 	}
 	tw_store_le32(out + 124, tw_crc32c(0, out, 124));
 }
@@ -101,16 +99,17 @@ int tw__segfile_hdr_decode(const uint8_t in[SEGFILE_HDR_SIZE], struct segfile_hd
 	memset(h, 0, sizeof(*h));
 	h->version = version;
 	h->data_off = off;
-	for (size_t i = 0; i < TW_ARRAY_SIZE(hdr_fields); i++) {
+	size_t n = version < SEGFILE_VERSION ? HDR_FIELDS_V3 : TW_ARRAY_SIZE(hdr_fields);
+
+	for (size_t i = 0, at = HDR_FIELDS_OFF; i < n; i++) {
 		const struct hdr_field *f = &hdr_fields[i];
 		void *m = (uint8_t *)h + f->member;
 
-		if (version < f->since)
-			continue;
 		if (f->size == 8)
-			*(uint64_t *)m = tw_load_le64(in + f->off);
+			*(uint64_t *)m = tw_load_le64(in + at);
 		else
-			*(uint32_t *)m = tw_load_le32(in + f->off);
+			*(uint32_t *)m = tw_load_le32(in + at);
+		at += f->size;
 	}
 	if (h->state != SEGFILE_CLOSED && h->state != SEGFILE_OPEN)
 		return -TW_ECORRUPT;
