@@ -186,3 +186,17 @@ void *tw__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first)
 		*cap = ncap;
 	return nv;
 }
+
+int tw__push(void *arrp, size_t *cap, size_t *n, size_t elem, size_t first, const void *item)
+{
+	void *v;
+
+	memcpy(&v, arrp, sizeof(v)); /* a T * read as a void *: same representation */
+	v = tw__grow(v, cap, *n, elem, first);
+	if (!v)
+		return -ENOMEM;
+	memcpy(arrp, &v, sizeof(v));
+	memcpy((char *)v + *n * elem, item, elem);
+	(*n)++;
+	return 0;
+}

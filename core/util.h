@@ -98,6 +98,10 @@ int tw__pread_all(int fd, void *buf, size_t len, int64_t off);
  * *cap; else v moved by realloc to twice *cap (`first` when empty), *cap updated. NULL when out
  * of memory (v is then untouched and still the caller's to free). */
 void *tw__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first);
+/* Append the elem bytes at item to the growable array whose pointer is at arrp (a T **, the
+ * array of *n elements of *cap, grown as tw__grow does) and count it in *n: 0, or -ENOMEM with
+ * the array, *cap and *n unchanged. */
+int tw__push(void *arrp, size_t *cap, size_t *n, size_t elem, size_t first, const void *item);
 
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)

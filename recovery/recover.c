@@ -260,15 +260,9 @@ struct listvec {
 
 static int lv_push(struct listvec *lv, uint64_t seg, const struct rcopy *cp)
 {
-	struct listed *n = tw__grow(lv->v, &lv->cap, lv->n, sizeof(*n), 64);
+	const struct listed l = {.seg = seg, .cp = *cp};
 
-	if (!n)
-		return -ENOMEM;
-	lv->v = n;
-	lv->v[lv->n].seg = seg;
-	lv->v[lv->n].cp = *cp;
-	lv->n++;
-	return 0;
+	return tw__push(&lv->v, &lv->cap, &lv->n, sizeof(l), 64, &l);
 }
 
 static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_pages)

@@ -217,20 +217,15 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 	struct replay *rp = arg;
 	struct tw_backup *b = rp->b;
 	struct logst *lg;
-	struct opened *n;
-	uint64_t *d;
+	struct opened op;
 
 	switch (r->type) {
 	case METALOG_OWNER:
 		return set_owner(b, r->log_id, r->a, r->b);
 	case METALOG_OPEN:
-		n = tw__grow(rp->v, &rp->cap, rp->n, sizeof(*n), 64);
-		if (!n)
+		op = (struct opened){.log_id = r->log_id, .seg = r->a};
+		if (tw__push(&rp->v, &rp->cap, &rp->n, sizeof(op), 64, &op))
 			return -ENOMEM;
-		rp->v = n;
-		rp->v[rp->n].log_id = r->log_id;
-		rp->v[rp->n].seg = r->a;
-		rp->n++;
 		del_forget(rp, r->log_id);
 		return set_owner(b, r->log_id, r->b, r->c);
 	case METALOG_FREE:
@@ -246,11 +241,8 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
 			return -ENOMEM;
 		lg->free_below = 0;
 		del_forget(rp, r->log_id);
-		d = tw__grow(rp->del, &rp->delcap, rp->ndel, sizeof(*d), 16);
-		if (!d)
+		if (tw__push(&rp->del, &rp->delcap, &rp->ndel, sizeof(r->log_id), 16, &r->log_id))
 			return -ENOMEM;
-		rp->del = d;
-		rp->del[rp->ndel++] = r->log_id;
 		/* Opens before the delete are gone with it. */
 		for (size_t i = 0; i < rp->n;) {
 			if (rp->v[i].log_id == r->log_id)

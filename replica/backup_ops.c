@@ -681,15 +681,9 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 
 static int add_grant(struct conn *c, uint64_t log_id, uint64_t segment_id)
 {
-	struct grant *n = tw__grow(c->grants, &c->grants_cap, c->ngrants, sizeof(*n), 4);
+	const struct grant g = {.log_id = log_id, .segment_id = segment_id};
 
-	if (!n)
-		return -ENOMEM;
-	c->grants = n;
-	c->grants[c->ngrants].log_id = log_id;
-	c->grants[c->ngrants].segment_id = segment_id;
-	c->ngrants++;
-	return 0;
+	return tw__push(&c->grants, &c->grants_cap, &c->ngrants, sizeof(g), 4, &g);
 }
 
 static void drop_reader(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)

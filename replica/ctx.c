@@ -263,19 +263,12 @@ void tw__ctx_drive_leave(struct tw_ctx *ctx)
 
 int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p)
 {
-	struct tw_primary **n;
-	int rc = 0;
+	int rc;
 
 	pthread_mutex_lock(&ctx->lock);
-	n = tw__grow(ctx->logs, &ctx->logs_cap, ctx->nlogs, sizeof(*n), 8);
-	if (!n) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	ctx->logs = n;
-	ctx->logs[ctx->nlogs++] = p;
-	p->on_ctx = true;
-out:
+	rc = tw__push(&ctx->logs, &ctx->logs_cap, &ctx->nlogs, sizeof(p), 8, &p);
+	if (rc == 0)
+		p->on_ctx = true;
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
 }

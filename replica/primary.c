@@ -177,19 +177,12 @@ static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 /* Add `s` as the new current segment. Takes the lock. */
 static int seg_push(struct tw_primary *p, struct pseg *s)
 {
-	struct pseg **n;
-	int rc = 0;
+	int rc;
 
 	tw__primary_lock(p);
-	n = tw__grow(p->segs, &p->segs_cap, p->nsegs, sizeof(*n), 16);
-	if (!n) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	p->segs = n;
-	p->segs[p->nsegs++] = s;
-	p->cur = s;
-out:
+	rc = tw__push(&p->segs, &p->segs_cap, &p->nsegs, sizeof(s), 16, &s);
+	if (rc == 0)
+		p->cur = s;
 	tw__primary_unlock(p);
 	return rc;
 }
