@@ -216,35 +216,32 @@ static int h_handshake(void *arg, struct tw__rpc_call *call)
 	return 0;
 }
 
-/* The segment an open or a close names: its meta, version and the request's envelope. */
-static void seg_req(const struct tw__rpc_call *call, const Tailwind__SegmentMeta *m,
-		    uint64_t version, struct bk_seg_req *r)
+/* The segment an open or a close names: its meta, version and the request's envelope. The meta
+ * is there: tw__rpc_validate_request refuses an open or a close without one. */
+static struct bk_seg_req seg_req(const struct tw__rpc_call *call)
 {
-	r->log_id = m->log_id;
-	r->segment_id = m->segment_id;
-	r->checksum = m->checksum;
-	r->offset = m->offset;
-	r->epoch = call->req->epoch;
-	r->incarnation = call->req->incarnation;
-	r->version = version;
+	const Tailwind__Envelope *e = call->req;
+	bool open = call->op == TW_RPC_OPEN_SEGMENT;
+	const Tailwind__SegmentMeta *m = open ? e->open_segment->meta : e->close_segment->meta;
+
+	return (struct bk_seg_req){
+		.log_id = m->log_id, .segment_id = m->segment_id, .checksum = m->checksum,
+		.offset = m->offset, .epoch = e->epoch, .incarnation = e->incarnation,
+		.version = open ? e->open_segment->replica_version : e->close_segment->replica_version,
+	};
 }
 
 static int h_open(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__OpenSegment *q = call->req->open_segment;
-	struct bk_seg_req r;
-	struct bk_open_req o;
+	const struct bk_seg_req r = seg_req(call);
+	struct bk_open_req o = {.create_log = q->create_log, .length = q->length,
+				.seed = q->chain_seed};
 	struct tw_rkey rk;
 	char msg[MSGLEN] = "";
 	int rc;
 
-	if (!q->meta)
-		return tw__rpc_call_fail(call, -EINVAL, "open: meta is required");
-	seg_req(call, q->meta, q->replica_version, &r);
-	o.create_log = q->create_log;
-	o.length = q->length;
-	o.seed = q->chain_seed;
 	rc = tw__bk_op_open(b, call_conn(call), &r, &o, &rk, msg, sizeof(msg));
 	/* Published before the answer: whoever got it sees the pool it left (tw_backup_get_stats
 	 * otherwise catches up at the loop's next pass). */
@@ -260,23 +257,18 @@ static int h_open(void *arg, struct tw__rpc_call *call)
 static int h_close(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
-	const Tailwind__CloseSegment *q = call->req->close_segment;
-	struct bk_seg_req r;
+	const struct bk_seg_req r = seg_req(call);
 	struct tw_scan_result sr;
-	struct tw_rpc_seg_meta m;
 	char msg[MSGLEN] = "";
 	int rc;
 
-	if (!q->meta)
-		return tw__rpc_call_fail(call, -EINVAL, "close: meta is required");
-	seg_req(call, q->meta, q->replica_version, &r);
 	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
 	tw__bk_stats_sync(b); /* as in h_open */
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
-		m.log_id = r.log_id;
-		m.segment_id = r.segment_id;
-		m.checksum = sr.last_checksum;
-		m.offset = sr.valid_len;
+		const struct tw_rpc_seg_meta m = {.log_id = r.log_id, .segment_id = r.segment_id,
+						  .checksum = sr.last_checksum,
+						  .offset = sr.valid_len};
+
 		tw__rpc_meta_to_pb(&m, &call->meta);
 		call->reply.close_segment.scanned = &call->meta;
 	}
