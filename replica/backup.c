@@ -375,7 +375,7 @@ static int rebuild_index(struct tw_backup *b)
 
 	rc = tw__metalog_open(&b->ml, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
 	if (rc != 0) {
-		tw__bk_seterr(b, "storage directory %s: %s", b->dir, why);
+		tw__bk_seterr(b, "storage directory %s: %s", b->cfg.dir, why);
 		goto out;
 	}
 	dfd = dup(b->dirfd);
@@ -404,7 +404,7 @@ static int rebuild_index(struct tw_backup *b)
 			if (tw__segfile_read_epoch(b->dirfd, de->d_name, &file_log, &epoch) != 0 ||
 			    file_log != log_id) {
 				tw_log_warn("backup: epoch file %s/%s is corrupt: ignored (the log's "
-					    "epoch falls back to its segment files)", b->dir,
+					    "epoch falls back to its segment files)", b->cfg.dir,
 					    de->d_name);
 				continue;
 			}
@@ -413,8 +413,8 @@ static int rebuild_index(struct tw_backup *b)
 					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
 					  "an older twd): no takeover of that log could follow it. If no "
 					  "primary of the log is alive, remove the file and fence the log "
-					  "again (twctl fence)", b->dir, de->d_name, epoch, log_id,
-					  (uint64_t)TW_EPOCH_MAX);
+					  "again (twctl fence)", b->cfg.dir, de->d_name, epoch,
+					  log_id, (uint64_t)TW_EPOCH_MAX);
 				rc = -ERANGE;
 				goto out_dir;
 			}
@@ -431,7 +431,7 @@ static int rebuild_index(struct tw_backup *b)
 		    has_suffix(de->d_name, SEGFILE_EPOCH_SUFFIX SEGFILE_TMP_SUFFIX)) {
 			/* An interrupted flush: the buffer it came from is gone, and the final file
 			 * (if any) is the previous complete version. */
-			tw_log_info("backup: removing leftover %s/%s", b->dir, de->d_name);
+			tw_log_info("backup: removing leftover %s/%s", b->cfg.dir, de->d_name);
 			unlinkat(b->dirfd, de->d_name, 0);
 			tmps++;
 			continue;
@@ -439,7 +439,7 @@ static int rebuild_index(struct tw_backup *b)
 		if (!tw__segfile_parse_name(de->d_name, &log_id, &seg_id)) {
 			if (has_suffix(de->d_name, SEGFILE_SUFFIX))
 				tw_log_warn("backup: ignoring %s/%s: not a segment file name",
-					    b->dir, de->d_name);
+					    b->cfg.dir, de->d_name);
 			continue;
 		}
 		memset(&h, 0, sizeof(h));
@@ -469,7 +469,7 @@ static int rebuild_index(struct tw_backup *b)
 			s->corrupt = true;
 			tw_log_warn("backup: segment file %s/%s is corrupt (%s): listed as corrupt, "
 				    "kept for inspection (twctl inspect); recovery will use another "
-				    "replica", b->dir, de->d_name, tw_strerror(rc));
+				    "replica", b->cfg.dir, de->d_name, tw_strerror(rc));
 			bad++;
 		} else {
 			good++;
@@ -489,7 +489,7 @@ static int rebuild_index(struct tw_backup *b)
 	rc = finish_replay(b, &rp, &lost);
 	if (rc == 0 && (good || bad || tmps || lost))
 		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed, "
-			    "%u segments lost", b->dir, good + bad, bad, tmps, lost);
+			    "%u segments lost", b->cfg.dir, good + bad, bad, tmps, lost);
 	goto out;
 out_dir:
 	closedir(d);
@@ -634,7 +634,7 @@ static void run_job(struct tw_backup *b, struct job *j)
 		b->fio_reported = true;
 		tw_log_info("backup: %s does not take O_DIRECT (%s): segment files are written "
 			    "through the page cache (more CPU per flush; docs/operations.md)",
-			    b->dir, strerror(-b->fio.direct_err));
+			    b->cfg.dir, strerror(-b->fio.direct_err));
 	}
 }
 
@@ -814,9 +814,27 @@ static uint64_t default_node_id(void)
 	return id ? id : 1;
 }
 
-static char *dup_or_null(const char *s)
+/* The strings of b->cfg (the caller's), copied into one block, b->strs, that b->cfg then
+ * points into. */
+static int copy_strings(struct tw_backup *b)
 {
-	return s ? strdup(s) : NULL;
+	const char **v[] = {&b->cfg.provider, &b->cfg.node, &b->cfg.service, &b->cfg.dir};
+	size_t len = 1;
+	char *p;
+
+	for (size_t i = 0; i < TW_ARRAY_SIZE(v); i++)
+		len += *v[i] ? strlen(*v[i]) + 1 : 0;
+	p = b->strs = malloc(len);
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < TW_ARRAY_SIZE(v); i++) {
+		if (!*v[i])
+			continue;
+		len = strlen(*v[i]) + 1;
+		*v[i] = memcpy(p, *v[i], len);
+		p += len;
+	}
+	return 0;
 }
 
 static int check_config(const struct tw_backup_config *cfg, char *why, size_t len)
@@ -855,25 +873,25 @@ static int check_config(const struct tw_backup_config *cfg, char *why, size_t le
 
 static int open_dir(struct tw_backup *b)
 {
-	if (mkdir(b->dir, 0755) != 0 && errno != EEXIST) {
+	if (mkdir(b->cfg.dir, 0755) != 0 && errno != EEXIST) {
 		int rc = -errno;
 
 		tw__bk_seterr(b, "cannot create storage directory %s: %s (create it, or pick another "
-			  "with --dir)", b->dir, strerror(errno));
+			  "with --dir)", b->cfg.dir, strerror(errno));
 		return rc;
 	}
-	b->dirfd = open(b->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	b->dirfd = open(b->cfg.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (b->dirfd < 0) {
 		int rc = -errno;
 
-		tw__bk_seterr(b, "cannot open storage directory %s: %s", b->dir, strerror(errno));
+		tw__bk_seterr(b, "cannot open storage directory %s: %s", b->cfg.dir, strerror(errno));
 		return rc;
 	}
 	if (flock(b->dirfd, LOCK_EX | LOCK_NB) != 0) {
 		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 
 		tw__bk_seterr(b, "storage directory %s is in use by another backup (lock held); give "
-			  "each twd its own --dir", b->dir);
+			  "each twd its own --dir", b->cfg.dir);
 		return rc;
 	}
 	return 0;
@@ -904,19 +922,9 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	pthread_cond_init(&b->fl_done_cond, NULL);
 	pthread_mutex_init(&b->st_lock, NULL);
 	atomic_init(&b->stop, false);
-	b->dir = strdup(cfg->dir);
-	b->provider = dup_or_null(cfg->provider);
-	b->node = dup_or_null(cfg->node);
-	b->service = dup_or_null(cfg->service);
-	if (!b->dir || (cfg->provider && !b->provider) || (cfg->node && !b->node) ||
-	    (cfg->service && !b->service)) {
-		rc = -ENOMEM;
+	rc = copy_strings(b);
+	if (rc)
 		goto fail;
-	}
-	b->cfg.dir = b->dir;
-	b->cfg.provider = b->provider;
-	b->cfg.node = b->node;
-	b->cfg.service = b->service;
 	if (b->cfg.max_buffers < b->cfg.buffers)
 		b->cfg.max_buffers = b->cfg.buffers; /* no growth */
 	if (b->cfg.unflushed_limit == 0 || b->cfg.unflushed_limit > b->cfg.max_buffers)
@@ -938,7 +946,7 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	rc = rebuild_index(b);
 	if (rc != 0) {
 		if (!b->errmsg[0])
-			tw__bk_seterr(b, "cannot read storage directory %s: %s", b->dir,
+			tw__bk_seterr(b, "cannot read storage directory %s: %s", b->cfg.dir,
 				  tw_strerror(rc));
 		goto fail_logged;
 	}
@@ -991,7 +999,7 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 	tw__bk_stats_sync(b);
 	tw_log_info("backup: listening on %s (%s), %u buffers of %zu bytes (grows to %u), "
 		    "unflushed limit %u, storage %s", b->addr, tw__fab_provider(b->fab), b->pool.n,
-		    b->pool.size, b->pool.max, b->cfg.unflushed_limit, b->dir);
+		    b->pool.size, b->pool.max, b->cfg.unflushed_limit, b->cfg.dir);
 	*out = b;
 	return 0;
 
@@ -1170,7 +1178,7 @@ void tw__bk_job_done(struct tw_backup *b, struct job *j)
 		if (j->result != 0) {
 			tw_log_error("backup: flushing segment %016" PRIx64 "-%016" PRIx64 " to %s "
 				     "failed: %s; the buffer is kept and the flush retried",
-				     j->hdr.log_id, j->hdr.segment_id, b->dir,
+				     j->hdr.log_id, j->hdr.segment_id, b->cfg.dir,
 				     tw_strerror(j->result));
 			if (!b->flush_err)
 				b->flush_err = j->result;
@@ -1296,7 +1304,7 @@ int tw_backup_flush_all(struct tw_backup *b)
 	}
 	tw__bk_stats_sync(b);
 	if (n)
-		tw_log_info("backup: flushed %u buffers to %s%s", n, b->dir,
+		tw_log_info("backup: flushed %u buffers to %s%s", n, b->cfg.dir,
 			    b->flush_err ? " (with errors)" : "");
 	return b->flush_err;
 }
@@ -1342,9 +1350,6 @@ void tw_backup_close(struct tw_backup *b)
 	pthread_cond_destroy(&b->fl_cond);
 	pthread_cond_destroy(&b->fl_done_cond);
 	pthread_mutex_destroy(&b->st_lock);
-	free(b->dir);
-	free(b->provider);
-	free(b->node);
-	free(b->service);
+	free(b->strs);
 	free(b);
 }

@@ -171,10 +171,7 @@ struct job {
 
 struct tw_backup {
 	struct tw_backup_config cfg;
-	char *dir;
-	char *provider;
-	char *node;
-	char *service;
+	char *strs; /* the strings of cfg (copy_strings) */
 	int dirfd;
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX];

@@ -300,7 +300,7 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 			if (s->state == 0)
 				tw__bk_seg_delete(b, s);
 			snprintf(msg, msglen, "cannot record the open of segment " SEGF " durably "
-				 "in %s: %s", r->log_id, r->segment_id, b->dir, tw_strerror(rc));
+				 "in %s: %s", r->log_id, r->segment_id, b->cfg.dir, tw_strerror(rc));
 			tw_log_error("backup: %s", msg);
 			return rc;
 		}
@@ -471,7 +471,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 		if (rc != 0) {
 			snprintf(msg, msglen, "log %016" PRIx64 " fenced at epoch %" PRIu64 " in "
 				 "memory, but storing the epoch in %s failed: %s", log_id, new_epoch,
-				 b->dir, tw_strerror(rc));
+				 b->cfg.dir, tw_strerror(rc));
 			tw_log_error("backup: %s", msg);
 			revoke_log(b, c, log_id);
 			return rc;
@@ -635,7 +635,7 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 		 * files back, and never reports them lost. */
 		rc = tw__bk_meta_append(b, &rec);
 		if (rc) {
-			snprintf(msg, msglen, "cannot record the free durably in %s: %s", b->dir,
+			snprintf(msg, msglen, "cannot record the free durably in %s: %s", b->cfg.dir,
 				 tw_strerror(rc));
 			return rc;
 		}
@@ -649,7 +649,7 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 	if (delete_log && (lg || tw__bk_log_known(b, log_id))) {
 		rc = tw__bk_meta_append(b, &rec);
 		if (rc) {
-			snprintf(msg, msglen, "cannot record the delete durably in %s: %s", b->dir,
+			snprintf(msg, msglen, "cannot record the delete durably in %s: %s", b->cfg.dir,
 				 tw_strerror(rc));
 			return rc;
 		}
@@ -743,7 +743,7 @@ int tw__bk_load(struct tw_backup *b, struct seg *s, char *msg, size_t msglen)
 				 b->pool.size);
 		else
 			snprintf(msg, msglen, "cannot load segment " SEGF " from %s: %s",
-				 s->log_id, s->segment_id, b->dir, tw_strerror(rc));
+				 s->log_id, s->segment_id, b->cfg.dir, tw_strerror(rc));
 		tw_log_warn("backup: %s", msg);
 		return rc;
 	}
