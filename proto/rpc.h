@@ -442,8 +442,10 @@ struct tw__rpc_call {
 	/* Scratch sub-messages for the common cases (valid until the handler returns). */
 	Tailwind__Rkey rkey;        /* e.g. call->reply.open_segment.rkey = &call->rkey */
 	Tailwind__SegmentMeta meta; /* e.g. close_segment.scanned, read_segment.meta */
+	/* The reply's message (starts empty): what tw__rpc_call_fail formats, or what the
+	 * handler's own helpers write before it returns tw__rpc_call_failed(call, err). */
+	char msgbuf[TW_RPC_MESSAGE_MAX + 1];
 	/* private */
-	char msgbuf[TW_RPC_MESSAGE_MAX + 1]; /* tw__rpc_call_fail's message */
 	bool has_msg;
 	int fail_err;
 	struct tw_rpc_arena *priv_arena;
@@ -466,6 +468,8 @@ void *tw__rpc_call_alloc(struct tw__rpc_call *call, size_t n);
  * returns `err` so a handler can `return tw__rpc_call_fail(call, -TW_EFENCED, "log %llu ...", ..)`.
  */
 int tw__rpc_call_fail(struct tw__rpc_call *call, int err, const char *fmt, ...) TW_PRINTF(3, 4);
+/* The same with the message already in call->msgbuf (tw_strerror(err) when it is empty). */
+int tw__rpc_call_failed(struct tw__rpc_call *call, int err);
 
 /* Largest number of SegmentInfo entries a ListSegmentsReply may carry under max_msg_size
  * (worst-case encoding): fill at most that many and set more/next_* for the rest. */

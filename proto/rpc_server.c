@@ -281,6 +281,15 @@ int tw__rpc_call_fail(struct tw__rpc_call *call, int err, const char *fmt, ...)
 	return err;
 }
 
+int tw__rpc_call_failed(struct tw__rpc_call *call, int err)
+{
+	if (!call->msgbuf[0])
+		snprintf(call->msgbuf, sizeof(call->msgbuf), "%s", tw_strerror(err));
+	call->has_msg = true;
+	call->fail_err = err;
+	return err;
+}
+
 /* Set status and message on the reply body generically (every reply: field 1 and 2). */
 static void reply_set_status(struct tw__rpc_call *call, int status, const char *msg)
 {

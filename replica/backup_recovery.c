@@ -95,7 +95,6 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	struct logst *lg = tw__bk_log(b, q->log_id, false);
 	struct bk_seg_req r;
 	struct tw_scan_result sr;
-	char msg[TW_RPC_MESSAGE_MAX + 1] = "";
 	struct seg *s;
 	int rc;
 
@@ -103,9 +102,9 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	 * of 0 and a segment that does not exist) to fence past every earlier fence. */
 	call->reply_epoch = lg ? lg->epoch : 0;
 	tw__bk_hold_touch(b, tw__chan_user(call->ch), q->log_id);
-	rc = tw__bk_check_owner(b, q->log_id, epoch, call->req->incarnation, msg, sizeof(msg));
+	rc = tw__bk_check_owner(b, q->log_id, epoch, call->req->incarnation, call->msgbuf, sizeof(call->msgbuf));
 	if (rc)
-		return tw__rpc_call_fail(call, rc, "%s", msg);
+		return tw__rpc_call_failed(call, rc);
 	s = tw__bk_seg_find(b, q->log_id, q->segment_id);
 	if (!s || s->freed || s->state == SEG_LOST)
 		return tw__rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
@@ -118,9 +117,9 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 		if (!s->corrupt && s->valid_len == q->offset && s->checksum == q->checksum)
 			return 0; /* already closed there: a repeated recovery */
 		if (s->state == SEG_FLUSHED && s->disk_open && !s->corrupt) {
-			rc = reopen(b, s, msg, sizeof(msg));
+			rc = reopen(b, s, call->msgbuf, sizeof(call->msgbuf));
 			if (rc)
-				return tw__rpc_call_fail(call, rc, "%s", msg);
+				return tw__rpc_call_failed(call, rc);
 		}
 	}
 	if (s->state != SEG_OPEN) {
@@ -144,9 +143,9 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	if (q->repair.len == 0 || s->repair_end <= s->valid_len)
 		tw__bk_scan_open(b, s);
 	if (q->repair.len > 0) {
-		rc = repair(b, s, q, msg, sizeof(msg));
+		rc = repair(b, s, q, call->msgbuf, sizeof(call->msgbuf));
 		if (rc < 0)
-			return tw__rpc_call_fail(call, rc, "%s", msg);
+			return tw__rpc_call_failed(call, rc);
 		if (rc == 0)
 			return 0; /* a piece stored; the copy stays open for the next */
 		tw__bk_scan_open(b, s); /* the last piece: walk what the copy now holds */
@@ -186,12 +185,14 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 		r.offset = s->valid_len;
 		r.checksum = s->checksum;
 	}
-	rc = tw__bk_op_close(b, NULL, &r, &sr, msg, sizeof(msg));
-	if (rc == 0)
+	rc = tw__bk_op_close(b, NULL, &r, &sr, call->msgbuf, sizeof(call->msgbuf));
+	if (rc == 0) {
 		tw_log_info("backup: segment " SEGF " closed at the recovered length %" PRIu64
 			    " (epoch %" PRIu64 ")", q->log_id, q->segment_id, q->offset, epoch);
-	else
-		tw_log_warn("backup: recovered offset of segment " SEGF ": %s", q->log_id,
-			    q->segment_id, msg);
-	return rc ? tw__rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc)) : 0;
+		return 0;
+	}
+	tw__rpc_call_failed(call, rc);
+	tw_log_warn("backup: recovered offset of segment " SEGF ": %s", q->log_id, q->segment_id,
+		    call->msgbuf);
+	return rc;
 }

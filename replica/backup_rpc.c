@@ -15,17 +15,14 @@
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 
-#define MSGLEN (TW_RPC_MESSAGE_MAX + 1)
 
 static struct conn *call_conn(struct tw__rpc_call *call)
 {
 	return tw__chan_user(call->ch);
 }
 
-static int fail(struct tw__rpc_call *call, int rc, const char *msg)
-{
-	return tw__rpc_call_fail(call, rc, "%s", msg[0] ? msg : tw_strerror(rc));
-}
+/* Where a handler's operation writes why it failed: the reply's own message buffer. */
+#define MSGBUF(call) (call)->msgbuf, sizeof((call)->msgbuf)
 
 static Tailwind__SegmentState pb_state(const struct seg *s)
 {
@@ -239,15 +236,14 @@ static int h_open(void *arg, struct tw__rpc_call *call)
 	struct bk_open_req o = {.create_log = q->create_log, .length = q->length,
 				.seed = q->chain_seed};
 	struct tw_rkey rk;
-	char msg[MSGLEN] = "";
 	int rc;
 
-	rc = tw__bk_op_open(b, call_conn(call), &r, &o, &rk, msg, sizeof(msg));
+	rc = tw__bk_op_open(b, call_conn(call), &r, &o, &rk, MSGBUF(call));
 	/* Published before the answer: whoever got it sees the pool it left (tw_backup_get_stats
 	 * otherwise catches up at the loop's next pass). */
 	tw__bk_stats_sync(b);
 	if (rc)
-		return fail(call, rc, msg);
+		return tw__rpc_call_failed(call, rc);
 	tw__rpc_rkey_to_pb(&rk, &call->rkey);
 	call->reply.open_segment.rkey = &call->rkey;
 	call->reply.open_segment.chain_seed = o.seed; /* the primary checks the echo */
@@ -259,10 +255,9 @@ static int h_close(void *arg, struct tw__rpc_call *call)
 	struct tw_backup *b = arg;
 	const struct bk_seg_req r = seg_req(call);
 	struct tw_scan_result sr;
-	char msg[MSGLEN] = "";
 	int rc;
 
-	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, msg, sizeof(msg));
+	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, MSGBUF(call));
 	tw__bk_stats_sync(b); /* as in h_open */
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
 		const struct tw_rpc_seg_meta m = {.log_id = r.log_id, .segment_id = r.segment_id,
@@ -272,7 +267,7 @@ static int h_close(void *arg, struct tw__rpc_call *call)
 		tw__rpc_meta_to_pb(&m, &call->meta);
 		call->reply.close_segment.scanned = &call->meta;
 	}
-	return rc ? fail(call, rc, msg) : 0;
+	return rc ? tw__rpc_call_failed(call, rc) : 0;
 }
 
 static void fill_info(struct tw_backup *b, struct seg *s, Tailwind__SegmentInfo *in)
@@ -353,42 +348,39 @@ static int h_set_version(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__SetReplicaVersion *q = call->req->set_replica_version;
-	char msg[MSGLEN] = "";
 	int rc;
 
 	rc = tw__bk_op_set_version(b, q->log_id, q->segment_id, call->req->epoch,
-			       call->req->incarnation, q->version, msg, sizeof(msg));
-	return rc ? fail(call, rc, msg) : 0;
+			       call->req->incarnation, q->version, MSGBUF(call));
+	return rc ? tw__rpc_call_failed(call, rc) : 0;
 }
 
 static int h_fence(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__Fence *q = call->req->fence;
-	char msg[MSGLEN] = "";
 	uint64_t epoch = 0, owner = 0;
 	int rc;
 
 	rc = tw__bk_op_fence(b, call_conn(call), q->log_id, q->new_epoch, call->req->incarnation,
-			 &epoch, &owner, msg, sizeof(msg));
+			 &epoch, &owner, MSGBUF(call));
 	call->reply.fence.epoch = epoch;
 	call->reply.fence.owner = owner;
 	call->reply_epoch = epoch;
-	return rc ? fail(call, rc, msg) : 0;
+	return rc ? tw__rpc_call_failed(call, rc) : 0;
 }
 
 static int h_free(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__FreeSegments *q = call->req->free_segments;
-	char msg[MSGLEN] = "";
 	uint64_t freed = 0;
 	int rc;
 
 	rc = tw__bk_op_free(b, q->log_id, q->below_segment_id, call->req->epoch,
-			call->req->incarnation, q->delete_log, &freed, msg, sizeof(msg));
+			call->req->incarnation, q->delete_log, &freed, MSGBUF(call));
 	call->reply.free_segments.freed = freed;
-	return rc ? fail(call, rc, msg) : 0;
+	return rc ? tw__rpc_call_failed(call, rc) : 0;
 }
 
 static int h_read(void *arg, struct tw__rpc_call *call)
@@ -399,14 +391,13 @@ static int h_read(void *arg, struct tw__rpc_call *call)
 	struct tw_rpc_seg_meta m;
 	struct tw_rkey rk;
 	struct seg *s = NULL;
-	char msg[MSGLEN] = "";
 	int rc;
 
 	tw__bk_hold_touch(b, call_conn(call), q->log_id);
 	rc = tw__bk_op_read(b, call_conn(call), q->log_id, q->segment_id, call->req->epoch, &rk, &s,
-			msg, sizeof(msg));
+			MSGBUF(call));
 	if (rc)
-		return fail(call, rc, msg);
+		return tw__rpc_call_failed(call, rc);
 	tw__rpc_rkey_to_pb(&rk, &call->rkey);
 	r->rkey = &call->rkey;
 	m.log_id = s->log_id;
@@ -426,12 +417,11 @@ static int h_release(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__SegmentRef *q = call->req->release_segment;
-	char msg[MSGLEN] = "";
 	int rc;
 
 	tw__bk_hold_touch(b, call_conn(call), q->log_id);
-	rc = tw__bk_op_release(b, call_conn(call), q->log_id, q->segment_id, msg, sizeof(msg));
-	return rc ? fail(call, rc, msg) : 0;
+	rc = tw__bk_op_release(b, call_conn(call), q->log_id, q->segment_id, MSGBUF(call));
+	return rc ? tw__rpc_call_failed(call, rc) : 0;
 }
 
 static int h_stats(void *arg, struct tw__rpc_call *call)
