@@ -56,21 +56,12 @@ const char *tw_backup_listen_addr(const struct tw_backup *b)
 
 const char *tw_backup_rpc_name(enum tw_backup_rpc kind)
 {
-	static const char *const names[TW_BACKUP_RPC_KINDS] = {
-		[TW_BACKUP_RPC_HANDSHAKE] = "handshake",
-		[TW_BACKUP_RPC_OPEN] = "open",
-		[TW_BACKUP_RPC_CLOSE] = "close",
-		[TW_BACKUP_RPC_FREE] = "free",
-		[TW_BACKUP_RPC_LIST] = "list",
-		[TW_BACKUP_RPC_STATS] = "stats",
-		[TW_BACKUP_RPC_SET_VERSION] = "set-version",
-		[TW_BACKUP_RPC_FENCE] = "fence",
-		[TW_BACKUP_RPC_READ] = "read",
-		[TW_BACKUP_RPC_RELEASE] = "release",
-		[TW_BACKUP_RPC_PING] = "ping",
-		[TW_BACKUP_RPC_RECOVERED] = "recovered-offset",
-		[TW_BACKUP_RPC_OTHER] = "other",
+	/* In the order of enum tw_backup_rpc (tailwind/backup.h). */
+	static const char *const names[] = {
+		"handshake", "open", "close", "free", "list", "stats", "set-version", "fence",
+		"read", "release", "ping", "recovered-offset", "other",
 	};
+	_Static_assert(TW_ARRAY_SIZE(names) == TW_BACKUP_RPC_KINDS, "a name for every kind");
 
 	if ((unsigned)kind >= TW_BACKUP_RPC_KINDS)
 		return "unknown";

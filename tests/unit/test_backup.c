@@ -754,6 +754,18 @@ static void test_repair_pieces(void)
 	stop(false);
 }
 
+/* The stats' names of the RPC kinds (twctl stats prints them): one per kind, in its place. */
+static void test_rpc_names(void)
+{
+	ok(!strcmp(tw_backup_rpc_name(TW_BACKUP_RPC_HANDSHAKE), "handshake"), "name of HANDSHAKE");
+	ok(!strcmp(tw_backup_rpc_name(TW_BACKUP_RPC_SET_VERSION), "set-version"),
+	   "name of SET_VERSION");
+	ok(!strcmp(tw_backup_rpc_name(TW_BACKUP_RPC_RECOVERED), "recovered-offset"),
+	   "name of RECOVERED");
+	ok(!strcmp(tw_backup_rpc_name(TW_BACKUP_RPC_OTHER), "other"), "name of OTHER");
+	ok(!strcmp(tw_backup_rpc_name(TW_BACKUP_RPC_KINDS), "unknown"), "past the last kind");
+}
+
 int main(void)
 {
 	char cmd[300];
@@ -764,6 +776,7 @@ int main(void)
 	snprintf(dir, sizeof(dir), "/tmp/tw-backup-XXXXXX");
 	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
 	tap_diag("provider %s, dir %s", prov, dir);
+	test_rpc_names();
 	test_basic();
 	test_admission_and_validation();
 	test_pool_exhaustion();
