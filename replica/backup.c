@@ -442,20 +442,19 @@ static int rebuild_index(struct tw_backup *b)
 			rc = -ENOMEM;
 			goto out_dir;
 		}
+		/* A new entry (the index is empty and names are unique): what the header says of
+		 * it, where the header names this segment. */
+		if (rc == 0 || (rc == -TW_ECORRUPT && h.log_id == log_id && h.segment_id == seg_id))
+			*s = (struct seg){
+				.log_id = log_id, .segment_id = seg_id, .version = h.replica_version,
+				.epoch = h.epoch, .length = h.buffer_size, .valid_len = h.valid_len,
+				.entries = h.entries, .checksum = h.checksum, .seed = h.seed,
+				.disk_open = h.state == SEGFILE_OPEN,
+				.listed_open = h.state == SEGFILE_OPEN,
+				.corrupt = (h.flags & SEGFILE_F_CORRUPT) != 0,
+			};
 		s->state = SEG_FLUSHED;
 		s->on_disk = true;
-		if (rc == 0 || (rc == -TW_ECORRUPT && h.log_id == log_id && h.segment_id == seg_id)) {
-			s->version = h.replica_version;
-			s->epoch = h.epoch;
-			s->valid_len = h.valid_len;
-			s->checksum = h.checksum;
-			s->entries = h.entries;
-			s->seed = h.seed;
-			s->length = h.buffer_size;
-			s->disk_open = h.state == SEGFILE_OPEN;
-			s->listed_open = s->disk_open;
-			s->corrupt = (h.flags & SEGFILE_F_CORRUPT) != 0;
-		}
 		if (rc != 0) {
 			s->corrupt = true;
 			tw_log_warn("backup: segment file %s/%s is corrupt (%s): listed as corrupt, "
