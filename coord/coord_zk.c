@@ -117,6 +117,13 @@ static int zrc_errno(int zrc)
 	}
 }
 
+/* The state under st_mu changed: wake every waiter on st_cv, then release st_mu. */
+static void st_changed_unlock(struct zk *z)
+{
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+}
+
 static void watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
 	struct zk *z = ctx;
@@ -130,8 +137,7 @@ static void watcher(zhandle_t *zh, int type, int state, const char *path, void *
 		if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
 			z->expired = true;
 	}
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 }
 
 static void deadline_in(struct timespec *ts, unsigned ms)
@@ -426,8 +432,7 @@ static void zk_close(struct tw_coord *c)
 		return;
 	pthread_mutex_lock(&z->st_mu);
 	z->stopping = true;
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 	if (z->keeper_started)
 		pthread_join(z->keeper, NULL);
 	zk_free(c, z);
@@ -522,8 +527,7 @@ static void children_watcher(zhandle_t *zh, int type, int state, const char *pat
 	(void)path;
 	pthread_mutex_lock(&z->st_mu);
 	z->reg_events++;
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 }
 
 /*
@@ -855,8 +859,7 @@ static void twin_watcher(zhandle_t *zh, int type, int state, const char *path, v
 		return;
 	pthread_mutex_lock(&z->st_mu);
 	z->twin_state = state;
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 }
 
 /* One try: a twin joins the session and closes it. The original client may take the session
@@ -942,8 +945,7 @@ static void node_watcher(zhandle_t *zh, int type, int state, const char *path, v
 	z->watch_events++;
 	if (type == ZOO_DELETED_EVENT)
 		z->watch_gone_ns = realtime_ns();
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 }
 
 /* Wait on st_cv until `abs` (0: for ever); false once it passed. st_mu held. */
