@@ -348,7 +348,7 @@ int tw__coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, 
 		return rc;
 	}
 	c->ops = c->url.kind == TW_COORD_ZK ? &tw__coord_zk_ops : &tw__coord_static_ops;
-	rc = c->ops->open(c, &c->url, timeout_ms ? timeout_ms : 4000);
+	rc = c->ops->open ? c->ops->open(c, &c->url, timeout_ms ? timeout_ms : 4000) : 0;
 	if (rc < 0) {
 		if (err && errlen)
 			snprintf(err, errlen, "%s", c->errmsg);
@@ -363,7 +363,8 @@ void tw__coord_close(struct tw_coord *c)
 {
 	if (!c)
 		return;
-	c->ops->close(c);
+	if (c->ops->close)
+		c->ops->close(c);
 	free(c);
 }
 
@@ -380,17 +381,17 @@ const char *tw__coord_errmsg(const struct tw_coord *c)
 int tw__coord_register(struct tw_coord *c, const struct tw_coord_backup *b)
 {
 	c->errmsg[0] = '\0';
-	return c->ops->register_backup(c, b);
+	return c->ops->register_backup ? c->ops->register_backup(c, b) : 0;
 }
 
 int tw__coord_update_free(struct tw_coord *c, uint32_t free_buffers)
 {
-	return c->ops->update_free(c, free_buffers);
+	return c->ops->update_free ? c->ops->update_free(c, free_buffers) : 0;
 }
 
 int tw__coord_deregister(struct tw_coord *c)
 {
-	return c->ops->deregister(c);
+	return c->ops->deregister ? c->ops->deregister(c) : 0;
 }
 
 int tw__coord_list_backups(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
@@ -410,6 +411,10 @@ int tw__coord_take_log(struct tw_coord *c, uint64_t log_id, uint64_t floor, cons
 		      bool replace_owner, uint64_t *epoch_out)
 {
 	c->errmsg[0] = '\0';
+	if (!c->ops->take_log) {
+		*epoch_out = floor; /* 0: automatic, the backups decide (tailwind/recovery.h) */
+		return 0;
+	}
 	*epoch_out = 0;
 	return c->ops->take_log(c, log_id, floor, owner, replace_owner, epoch_out);
 }
@@ -418,12 +423,16 @@ int tw__coord_log_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out,
 		      size_t owner_len)
 {
 	c->errmsg[0] = '\0';
+	if (!c->ops->log_info) {
+		tw__coord_err(c, "the static coordinator stores no epochs or owners (use zk://...)");
+		return -ENOTSUP;
+	}
 	return c->ops->log_info(c, log_id, epoch_out, owner_out, owner_len);
 }
 
 bool tw__coord_owns(struct tw_coord *c, uint64_t log_id)
 {
-	return c->ops->owns(c, log_id);
+	return c->ops->owns ? c->ops->owns(c, log_id) : true;
 }
 
 int tw__coord_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
@@ -509,40 +518,13 @@ int tw__coord_expire_session(struct tw_coord *c)
 	return c->ops->expire_session ? c->ops->expire_session(c) : -ENOTSUP;
 }
 
-/* ------------------------------------------------------------------ static backend */
-
-static int st_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned timeout_ms)
-{
-	(void)c;
-	(void)u;
-	(void)timeout_ms;
-	return 0;
-}
-
-static void st_close(struct tw_coord *c)
-{
-	(void)c;
-}
-
-static int st_register(struct tw_coord *c, const struct tw_coord_backup *b)
-{
-	(void)c;
-	(void)b;
-	return 0;
-}
-
-static int st_update(struct tw_coord *c, uint32_t f)
-{
-	(void)c;
-	(void)f;
-	return 0;
-}
-
-static int st_deregister(struct tw_coord *c)
-{
-	(void)c;
-	return 0;
-}
+/*
+ * ------------------------------------------------------------------ static backend
+ *
+ * It implements only the list of backups (the URL's addresses); every other op is NULL and the
+ * front end above gives its default: open, close, register and deregister do nothing, take_log
+ * returns the floor, owns is true, log_info and the per-log ops are -ENOTSUP.
+ */
 
 static int st_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_out)
 {
@@ -570,44 +552,7 @@ static int st_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_o
 	return 0;
 }
 
-static int st_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
-		   bool replace, uint64_t *epoch_out)
-{
-	(void)c;
-	(void)log_id;
-	(void)owner;
-	(void)replace;
-	*epoch_out = floor; /* 0: automatic, the backups decide (tailwind/recovery.h) */
-	return 0;
-}
-
-static int st_info(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
-		   size_t owner_len)
-{
-	(void)log_id;
-	(void)epoch_out;
-	(void)owner_out;
-	(void)owner_len;
-	tw__coord_err(c, "the static coordinator stores no epochs or owners (use zk://...)");
-	return -ENOTSUP;
-}
-
-static bool st_owns(struct tw_coord *c, uint64_t log_id)
-{
-	(void)c;
-	(void)log_id;
-	return true;
-}
-
 const struct tw_coord_ops tw__coord_static_ops = {
 	.scheme = "static",
-	.open = st_open,
-	.close = st_close,
-	.register_backup = st_register,
-	.update_free = st_update,
-	.deregister = st_deregister,
 	.list_backups = st_list,
-	.take_log = st_take,
-	.log_info = st_info,
-	.owns = st_owns,
 };

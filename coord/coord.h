@@ -188,6 +188,13 @@ void tw__coord_client_quiet(bool quiet);
 
 /* ------------------------------------------------------------------ backends */
 
+/*
+ * A backend's table. Only scheme and list_backups are required; a NULL op gets the front end's
+ * default (coord.c), which is the static coordinator's behaviour: open, close, register_backup,
+ * update_free and deregister succeed doing nothing, take_log returns the floor as the epoch,
+ * owns is true, wait_owner_gone and log_add_backup return 0, log_info, log_backups, list_logs
+ * and expire_session fail -ENOTSUP, watch_backups is list_backups, backups_changed is false.
+ */
 struct tw_coord_ops {
 	const char *scheme;
 	int (*open)(struct tw_coord *c, const struct tw_coord_url *u, unsigned timeout_ms);
@@ -201,8 +208,7 @@ struct tw_coord_ops {
 	int (*log_info)(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
 			size_t owner_len);
 	bool (*owns)(struct tw_coord *c, uint64_t log_id);
-	int (*expire_session)(struct tw_coord *c); /* tests; may be NULL */
-	/* May be NULL (static): no owners, nothing recorded. */
+	int (*expire_session)(struct tw_coord *c); /* tests */
 	int (*wait_owner_gone)(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
 			       void (*on_wait)(void *arg, const char *owner), void *arg,
 			       bool *waited_out, uint64_t *gone_ns_out);

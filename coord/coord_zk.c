@@ -31,6 +31,14 @@
 #define MAX_NOTED 256 /* (log, backup) records this handle knows it made */
 #define PATH_MAX_ZK 1024
 
+/* A watch of ours (zoo_wget_children, zoo_wget) and the context of its watcher (watch_fired):
+ * how often it fired and when it last saw its node deleted (st_mu of z). */
+struct zk_watch {
+	struct zk *z;
+	uint64_t events;
+	uint64_t gone_ns;
+};
+
 struct zk {
 	struct tw_coord *c;
 	zhandle_t *zh;
@@ -52,14 +60,14 @@ struct zk {
 	uint64_t owned[MAX_OWNED];
 	bool owned_lost[MAX_OWNED];
 	size_t n_owned;
-	/* Standby: node watches fired so far and when the last deletion was seen (st_mu). */
-	uint64_t watch_events;
-	uint64_t watch_gone_ns;
+	/* Standby: the node watches (st_mu). */
+	struct zk_watch node_watch;
 	int twin_state; /* tw__coord_expire_session's twin handle (st_mu) */
-	/* The child watch on backups/ (st_mu): events counted by the watcher, the count and
-	 * session generation when it was last armed. */
+	/* The child watch on backups/ (st_mu): its events, and their count and the session
+	 * generation when it was last armed. */
+	struct zk_watch reg_watch;
 	bool reg_armed;
-	uint64_t reg_events, reg_seen;
+	uint64_t reg_seen;
 	unsigned reg_gen;
 	/* Backups recorded per log by this handle (op_mu); a ring: a forgotten one is only
 	 * created again (ZNODEEXISTS). */
@@ -117,6 +125,13 @@ static int zrc_errno(int zrc)
 	}
 }
 
+/* The state under st_mu changed: wake every waiter on st_cv, then release st_mu. */
+static void st_changed_unlock(struct zk *z)
+{
+	pthread_cond_broadcast(&z->st_cv);
+	pthread_mutex_unlock(&z->st_mu);
+}
+
 static void watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
 	struct zk *z = ctx;
@@ -130,8 +145,34 @@ static void watcher(zhandle_t *zh, int type, int state, const char *path, void *
 		if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
 			z->expired = true;
 	}
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A watch of ours fired: a child of backups/ came or went (zk_watch_backups), a standby's node
+ * changed or went (zk_wait_owner_gone), or a session event, which every watch gets too. Count it,
+ * and note when its node was deleted. Runs on the client's completion thread; takes only st_mu.
+ */
+static void watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	struct zk_watch *w = ctx;
+
+	(void)zh;
+	(void)state;
+	(void)path;
+	pthread_mutex_lock(&w->z->st_mu);
+	w->events++;
+	if (type == ZOO_DELETED_EVENT)
+		w->gone_ns = realtime_ns();
+	st_changed_unlock(w->z);
 }
 
 static void deadline_in(struct timespec *ts, unsigned ms)
@@ -211,6 +252,19 @@ static void path_of(const struct zk *z, char *out, size_t len, const char *fmt, 
 	va_start(ap, fmt);
 	vsnprintf(out + n, len - (size_t)n, fmt, ap);
 	va_end(ap);
+}
+
+/* zoo_get of a node that may not exist: 0 and *exists, or a negative code (c->errmsg set). */
+static int get_if_any(struct zk *z, const char *path, char *buf, int *len, struct Stat *st,
+		      bool *exists)
+{
+	int zrc = zoo_get(z->zh, path, 0, buf, len, st);
+
+	*exists = zrc == ZOK;
+	if (zrc == ZOK || zrc == ZNONODE)
+		return 0;
+	tw__coord_err(z->c, "zk://%s: get %s: %s", z->c->url.hosts, path, zerror(zrc));
+	return zrc_errno(zrc);
 }
 
 static int create_persistent(struct zk *z, const char *path)
@@ -398,6 +452,7 @@ static int zk_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned ti
 		return -ENOMEM;
 	pthread_once(&log_once, set_log_level);
 	z->c = c;
+	z->node_watch.z = z->reg_watch.z = z;
 	z->timeout_ms = timeout_ms;
 	pthread_mutex_init(&z->op_mu, NULL);
 	pthread_mutex_init(&z->st_mu, NULL);
@@ -426,8 +481,7 @@ static void zk_close(struct tw_coord *c)
 		return;
 	pthread_mutex_lock(&z->st_mu);
 	z->stopping = true;
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 	if (z->keeper_started)
 		pthread_join(z->keeper, NULL);
 	zk_free(c, z);
@@ -509,21 +563,6 @@ static int zk_deregister(struct tw_coord *c)
 	}
 	pthread_mutex_unlock(&z->op_mu);
 	return rc;
-}
-
-/* A child of backups/ came or went (the watch of zk_watch_backups). */
-static void children_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
-{
-	struct zk *z = ctx;
-
-	(void)zh;
-	(void)type;
-	(void)state;
-	(void)path;
-	pthread_mutex_lock(&z->st_mu);
-	z->reg_events++;
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
 }
 
 /*
@@ -611,10 +650,10 @@ static int list_impl(struct tw_coord *c, struct tw_coord_backup **out, size_t *n
 	path_of(z, dir, sizeof(dir), "/backups");
 	if (arm) {
 		pthread_mutex_lock(&z->st_mu);
-		ev = z->reg_events;
+		ev = z->reg_watch.events;
 		gen = z->generation;
 		pthread_mutex_unlock(&z->st_mu);
-		zrc = zoo_wget_children(z->zh, dir, children_watcher, z, &kids);
+		zrc = zoo_wget_children(z->zh, dir, watch_fired, &z->reg_watch, &kids);
 		if (zrc == ZOK) {
 			pthread_mutex_lock(&z->st_mu);
 			z->reg_armed = true;
@@ -644,7 +683,7 @@ static bool zk_backups_changed(struct tw_coord *c)
 	bool changed;
 
 	pthread_mutex_lock(&z->st_mu);
-	changed = z->reg_armed && (z->reg_events != z->reg_seen || z->reg_gen != z->generation);
+	changed = z->reg_armed && (z->reg_watch.events != z->reg_seen || z->reg_gen != z->generation);
 	pthread_mutex_unlock(&z->st_mu);
 	return changed;
 }
@@ -658,7 +697,7 @@ static bool zk_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms)
 
 	deadline_in(&ts, timeout_ms);
 	pthread_mutex_lock(&z->st_mu);
-	while (!(changed = z->reg_armed && (z->reg_events != z->reg_seen ||
+	while (!(changed = z->reg_armed && (z->reg_watch.events != z->reg_seen ||
 					    z->reg_gen != z->generation)) && !z->stopping && rc == 0)
 		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
 	pthread_mutex_unlock(&z->st_mu);
@@ -720,13 +759,9 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 			rc = -EAGAIN;
 			break;
 		}
-		zrc = zoo_get(z->zh, epath, 0, ebuf, &elen, &est);
-		if (zrc != ZOK && zrc != ZNONODE) {
-			tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, epath, zerror(zrc));
-			rc = zrc_errno(zrc);
+		rc = get_if_any(z, epath, ebuf, &elen, &est, &have_epoch);
+		if (rc < 0)
 			break;
-		}
-		have_epoch = zrc == ZOK;
 		if (!have_epoch) {
 			/* A log the coordinator has not seen: its folder first (one round trip
 			 * saved on every later allocation). */
@@ -750,13 +785,9 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 			zoo_create_op_init(&ops[n++], epath, ebuf, (int)strlen(ebuf),
 					   &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
 		if (owner) {
-			zrc = zoo_get(z->zh, opath, 0, obuf, &olen, &ost);
-			if (zrc != ZOK && zrc != ZNONODE) {
-				tw__coord_err(c, "zk://%s: get %s: %s", c->url.hosts, opath, zerror(zrc));
-				rc = zrc_errno(zrc);
+			rc = get_if_any(z, opath, obuf, &olen, &ost, &have_owner);
+			if (rc < 0)
 				break;
-			}
-			have_owner = zrc == ZOK;
 			if (have_owner && ost.ephemeralOwner != zoo_client_id(z->zh)->client_id &&
 			    !replace) {
 				obuf[olen > 0 ? olen : 0] = '\0';
@@ -855,8 +886,7 @@ static void twin_watcher(zhandle_t *zh, int type, int state, const char *path, v
 		return;
 	pthread_mutex_lock(&z->st_mu);
 	z->twin_state = state;
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
+	st_changed_unlock(z);
 }
 
 /* One try: a twin joins the session and closes it. The original client may take the session
@@ -921,31 +951,6 @@ static int zk_expire(struct tw_coord *c)
 	return -ETIMEDOUT;
 }
 
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* A node watch (zoo_wexists) fired: the standby reads the node again. Runs on the client's
- * completion thread; takes only st_mu. */
-static void node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
-{
-	struct zk *z = ctx;
-
-	(void)zh;
-	(void)state;
-	(void)path;
-	pthread_mutex_lock(&z->st_mu);
-	z->watch_events++;
-	if (type == ZOO_DELETED_EVENT)
-		z->watch_gone_ns = realtime_ns();
-	pthread_cond_broadcast(&z->st_cv);
-	pthread_mutex_unlock(&z->st_mu);
-}
-
 /* Wait on st_cv until `abs` (0: for ever); false once it passed. st_mu held. */
 static bool cv_wait_until(struct zk *z, const struct timespec *abs)
 {
@@ -967,7 +972,7 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		deadline_in(&abs, timeout_ms);
 	path_of(z, opath, sizeof(opath), "/logs/%" PRIu64 "/owner", log_id);
 	pthread_mutex_lock(&z->st_mu);
-	z->watch_gone_ns = 0; /* a deletion seen by an earlier wait is not this one's */
+	z->node_watch.gone_ns = 0; /* a deletion seen by an earlier wait is not this one's */
 	pthread_mutex_unlock(&z->st_mu);
 	for (;;) {
 		struct Stat st;
@@ -993,12 +998,12 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 			continue;
 		}
 		pthread_mutex_lock(&z->st_mu);
-		ev = z->watch_events;
+		ev = z->node_watch.events;
 		gen = z->generation;
 		pthread_mutex_unlock(&z->st_mu);
 		/* get with a watch: the node's text for on_wait, and the watch when it exists (a
 		 * missing node sets none: we return). */
-		zrc = zoo_wget(z->zh, opath, node_watcher, z, obuf, &olen, &st);
+		zrc = zoo_wget(z->zh, opath, watch_fired, &z->node_watch, obuf, &olen, &st);
 		pthread_mutex_unlock(&z->op_mu);
 		if (zrc == ZOK && on_wait) {
 			obuf[olen > 0 ? olen : 0] = '\0';
@@ -1010,7 +1015,7 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		if (zrc == ZNONODE) {
 			*waited_out = seen;
 			pthread_mutex_lock(&z->st_mu);
-			*gone_ns_out = seen && z->watch_gone_ns ? z->watch_gone_ns : realtime_ns();
+			*gone_ns_out = seen && z->node_watch.gone_ns ? z->node_watch.gone_ns : realtime_ns();
 			pthread_mutex_unlock(&z->st_mu);
 			return 0;
 		}
@@ -1023,7 +1028,7 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		/* Until the watch fires (the node changed or went), or our session changed (a
 		 * new handle has no watch: read again). */
 		pthread_mutex_lock(&z->st_mu);
-		while (zrc == ZOK && z->watch_events == ev && z->generation == gen && !z->expired &&
+		while (zrc == ZOK && z->node_watch.events == ev && z->generation == gen && !z->expired &&
 		       !z->stopping && !timed_out)
 			timed_out = !cv_wait_until(z, &abs);
 		if (zrc != ZOK && !z->stopping)

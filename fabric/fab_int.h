@@ -55,6 +55,21 @@ struct fab_ops {
 	uint64_t (*chan_deadline)(const struct tw_chan *ch);
 };
 
+/*
+ * The ops every backend implements, one list: TW__FAB_OPS_INIT(prefix) expands to the designated
+ * initializers `.op = prefix_op,` of all of them, so a backend's table is built from its function
+ * names and one that lacks an op does not compile. The optional ops (inject: only mem can inject
+ * faults; chan_deadline: only ofi has sends of its own in flight) are not in the list: a backend
+ * sets them by hand or leaves them NULL.
+ */
+#define TW__FAB_OPS(X, prefix) \
+	X(prefix, close) X(prefix, listen) X(prefix, connect) X(prefix, chan_down) \
+	X(prefix, chan_free) X(prefix, op_abandon) X(prefix, mr_reg) X(prefix, mr_close) \
+	X(prefix, write) X(prefix, read) X(prefix, send) X(prefix, poll) X(prefix, wait) \
+	X(prefix, wakeup) X(prefix, reset)
+#define TW__FAB_OP_INIT(prefix, op) .op = prefix##_##op,
+#define TW__FAB_OPS_INIT(prefix) TW__FAB_OPS(TW__FAB_OP_INIT, prefix)
+
 struct tw_fab {
 	/* The backend's table, or hook_ops: a copy of it with `write` replaced by tw__wmsg_write
 	 * (cfg.write_mode TW_FAB_WRITE_MSG), as libfabric's hook providers wrap a provider. */

@@ -22,12 +22,13 @@ static _Thread_local char open_errmsg[512];
 
 void tw__fab_config_init(struct tw_fab_config *cfg)
 {
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->connect_timeout_ms = 5000;
-	cfg->op_timeout_ms = 10000;
-	cfg->max_msg_size = 65536;
-	cfg->rx_depth = 32;
-	cfg->tx_depth = 128;
+	*cfg = (struct tw_fab_config){
+		.connect_timeout_ms = 5000,
+		.op_timeout_ms = 10000,
+		.max_msg_size = 65536,
+		.rx_depth = 32,
+		.tx_depth = 128,
+	};
 }
 
 void tw__fab_set_errmsg(struct tw_fab *fab, const char *fmt, ...)

@@ -583,22 +583,8 @@ static void mem_close(struct tw_fab *fab)
 
 static const struct fab_ops mem_ops = {
 	.name = "mem",
-	.close = mem_close,
-	.listen = mem_listen,
-	.connect = mem_connect,
-	.chan_down = mem_chan_down,
-	.chan_free = mem_chan_free,
-	.op_abandon = mem_op_abandon,
-	.mr_reg = mem_mr_reg,
-	.mr_close = mem_mr_close,
-	.write = mem_write,
-	.read = mem_read,
-	.send = mem_send,
-	.poll = mem_poll,
-	.wait = mem_wait,
-	.wakeup = mem_wakeup,
+	TW__FAB_OPS_INIT(mem)
 	.inject = mem_inject,
-	.reset = mem_reset,
 };
 
 int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,

@@ -162,7 +162,7 @@ static void release(struct ofi_fab *of)
 		fi_freeinfo(of->hints);
 }
 
-static void ofi_close(struct tw_fab *fab)
+static void tw__ofi_close(struct tw_fab *fab)
 {
 	struct ofi_fab *of = ofab(fab);
 
@@ -174,17 +174,17 @@ static void ofi_close(struct tw_fab *fab)
 	free(of);
 }
 
-static int ofi_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
+static int tw__ofi_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 {
 	return fab->rdm ? tw__rdm_listen(fab, addr_out, addr_len) : tw__cm_listen(fab, addr_out, addr_len);
 }
 
-static int ofi_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
+static int tw__ofi_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 {
 	return fab->rdm ? tw__rdm_connect(fab, addr, out) : tw__cm_connect(fab, addr, out);
 }
 
-static void ofi_chan_down(struct tw_chan *ch, bool closing)
+static void tw__ofi_chan_down(struct tw_chan *ch, bool closing)
 {
 	if (ch->is_down)
 		return;
@@ -197,40 +197,25 @@ static void ofi_chan_down(struct tw_chan *ch, bool closing)
 /* sockets: no registration is closed while a closing record's endpoint could still place a
  * write into it (the sock_pe_report_mr_completion race, docs/fabric.md "Closing a registration
  * under traffic"). Costs a wait (up to 200 ms) only while records exist. */
-static void ofi_mr_close(struct tw_mr *mr)
+static void tw__ofi_mr_close(struct tw_mr *mr)
 {
 	struct ofi_fab *of = ofab(mr->fab);
 
 	if (of->closing_head)
 		tw__cm_reap_all(of);
-	tw__ofi_mr_close(mr);
+	tw__ofi_mr_dereg(mr);
 }
 
-static void ofi_chan_free(struct tw_chan *ch)
+static void tw__ofi_chan_free(struct tw_chan *ch)
 {
 	free(ch);
 }
 
-static int ofi_reset(struct tw_fab *fab);
+static int tw__ofi_reset(struct tw_fab *fab);
 
 static const struct fab_ops ofi_ops = {
 	.name = "ofi",
-	.close = ofi_close,
-	.listen = ofi_listen,
-	.connect = ofi_connect,
-	.chan_down = ofi_chan_down,
-	.chan_free = ofi_chan_free,
-	.op_abandon = tw__ofi_op_abandon,
-	.mr_reg = tw__ofi_mr_reg,
-	.mr_close = ofi_mr_close,
-	.write = tw__ofi_write,
-	.read = tw__ofi_read,
-	.send = tw__ofi_send,
-	.poll = tw__ofi_poll,
-	.wait = tw__ofi_wait,
-	.wakeup = tw__ofi_wakeup,
-	.inject = NULL,
-	.reset = ofi_reset,
+	TW__FAB_OPS_INIT(tw__ofi)
 	.chan_deadline = tw__ofi_chan_deadline,
 };
 
@@ -389,7 +374,7 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	*out = &of->base;
 	return 0;
 fail:
-	ofi_close(&of->base);
+	tw__ofi_close(&of->base);
 	return rc;
 }
 
@@ -399,7 +384,7 @@ fail:
  * registration of the user registered again in the new domain (same struct tw_mr, new key).
  * The caller closed every channel, so no operation refers to the old contexts.
  */
-static int ofi_reset(struct tw_fab *fab)
+static int tw__ofi_reset(struct tw_fab *fab)
 {
 	struct ofi_fab *of = ofab(fab);
 	int rc;
@@ -408,7 +393,7 @@ static int ofi_reset(struct tw_fab *fab)
 		tw__fab_set_errmsg(fab, "a listening fab is not reset (its peers know its address)");
 		return -ENOTSUP;
 	}
-	tw__cm_reap_all(of); /* before the registrations (ofi_mr_close) */
+	tw__cm_reap_all(of); /* before the registrations (tw__ofi_mr_close) */
 	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
 		struct ofi_mr *mr = (struct ofi_mr *)m;
 

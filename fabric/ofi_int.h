@@ -250,7 +250,7 @@ uint64_t tw__mr_access_flags(unsigned access);
 int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
 		    void **desc_out);
 int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
-void tw__ofi_mr_close(struct tw_mr *mr);
+void tw__ofi_mr_dereg(struct tw_mr *mr);
 
 /* ofi_rma.c */
 int tw__ofi_write(struct tw_chan *ch, struct tw_op *op, const void *src, size_t len, struct tw_mr *src_mr,

@@ -72,7 +72,7 @@ int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, s
 	return 0;
 }
 
-void tw__ofi_mr_close(struct tw_mr *base)
+void tw__ofi_mr_dereg(struct tw_mr *base)
 {
 	struct ofi_mr *mr = (struct ofi_mr *)base;
 

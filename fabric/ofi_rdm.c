@@ -394,16 +394,14 @@ int tw__rdm_shm_check_peers(struct ofi_fab *of)
 
 int tw__rdm_open_ep(struct ofi_fab *of)
 {
-	struct fi_av_attr aa = {.type = FI_AV_TABLE, .count = 64};
+	/* The type fi_getinfo agreed on: we ask for FI_AV_TABLE in the hints (ofi_fab.c), and a
+	 * provider answers only with the AV type asked for (fi_domain(3), av_type). */
+	struct fi_av_attr aa = {.type = of->info->domain_attr->av_type, .count = 64};
 	int rc;
 
 	of->tx_max = (unsigned)TW_MIN(of->tx_size, (size_t)of->base.cfg.tx_depth * 4);
 	of->keep_av = !strcmp(of->info->fabric_attr->prov_name, "shm");
 	rc = fi_av_open(of->domain, &aa, &of->av, NULL);
-	if (rc) {
-		aa.type = FI_AV_MAP;
-		rc = fi_av_open(of->domain, &aa, &of->av, NULL);
-	}
 	if (rc) {
 		tw__fab_open_errmsg("fi_av_open: %s", fi_strerror(-rc));
 		return tw__ofi_errno(rc);
