@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <tailwind/primary.h>
+
 #include "proto/rpc.h"
 
 #define MAX_BACKUPS 16
@@ -81,7 +83,8 @@ struct result {
 	double cpu_main[MAX_BACKUPS]; /* its progress (main) thread only; -1 unknown */
 	double cpu_sum, cpu_main_sum;
 	bool cpu_ok, cpu_main_ok;
-	uint64_t writes, segments, rpc_handshake, rpc_open, rpc_close, rpc_total, open_refused;
+	/* The primary's counters of the run (raw mode fills writes, segments and the RPCs). */
+	struct tw_primary_stats st;
 };
 
 /* The runs done so far, in order (twbench.c fills them, bench_report.c prints them). */

@@ -327,11 +327,8 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	cpu_mark(&c1);
 	cpu_delta(&c0, &c1, res);
 	res->secs = (double)(t1 - t0) / 1e9;
-	res->writes = w.writes;
-	res->segments = 1;
-	res->rpc_open = w.r;
-	res->rpc_close = w.r;
-	res->rpc_total = 2 * w.r;
+	res->st = (struct tw_primary_stats){.writes = w.writes, .segments = 1, .rpc_open = w.r,
+					    .rpc_close = w.r, .rpcs = 2 * w.r};
 	res->have_ack = true;
 	pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
 

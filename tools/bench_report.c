@@ -29,7 +29,7 @@ static void json_num_or_null(const char *key, double v, bool ok, bool comma)
 
 static void print_run_json(const struct opts *o, const struct result *x)
 {
-	double per_obj = (double)(x->rpc_open + x->rpc_close) / (double)x->count;
+	double per_obj = (double)(x->st.rpc_open + x->st.rpc_close) / (double)x->count;
 	double per_req = per_obj / x->pt.r;
 
 	printf("{\"provider\":\"%s\",\"mode\":\"%s\",\"append\":\"%s\",\"replicas\":%u,"
@@ -59,9 +59,9 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
 	       ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
 	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64 "}",
-	       x->writes, (double)x->count / (double)(x->writes ? x->writes : 1), x->segments,
-	       x->rpc_handshake, x->rpc_open, x->rpc_close, x->rpc_total, per_obj, per_req,
-	       x->open_refused);
+	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
+	       x->st.segments, x->st.rpc_handshake, x->st.rpc_open, x->st.rpc_close, x->st.rpcs, per_obj, per_req,
+	       x->st.open_refused);
 }
 
 static bool same_point(const struct point *a, const struct point *b)
@@ -168,7 +168,7 @@ void print_json(const struct opts *o)
 /* The classic single-run table (one mode, one point). */
 void print_single(const struct opts *o, const struct result *x)
 {
-	double per_obj = (double)(x->rpc_open + x->rpc_close) / (double)x->count;
+	double per_obj = (double)(x->st.rpc_open + x->st.rpc_close) / (double)x->count;
 	double per_req = per_obj / x->pt.r;
 	char k[64];
 
@@ -204,11 +204,11 @@ void print_single(const struct opts *o, const struct result *x)
 		printf("  %-40s %14.3f\n", "backup CPU s per GB (all backups)", cpu_per_gb(x));
 		printf("  %-40s %14.3f\n", "backup CPU s per 1M objects (all)", cpu_per_mobj(x));
 	}
-	printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", x->writes);
+	printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", x->st.writes);
 	printf("  %-40s %14.2f\n", "entries per write",
-	       (double)x->count / (double)(x->writes ? x->writes : 1));
-	printf("  %-40s %14" PRIu64 "\n", "segments", x->segments);
-	snprintf(k, sizeof(k), "%" PRIu64 " + %" PRIu64, x->rpc_open, x->rpc_close);
+	       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
+	printf("  %-40s %14" PRIu64 "\n", "segments", x->st.segments);
+	snprintf(k, sizeof(k), "%" PRIu64 " + %" PRIu64, x->st.rpc_open, x->st.rpc_close);
 	printf("  %-40s %14s\n", "open + close RPCs", k);
 	printf("  %-40s %14.3g\n", "control RPCs per object", per_obj);
 	printf("  %-40s %14.3g  (paper: 2.38e-05)\n", "control RPCs per replication request",
@@ -248,7 +248,7 @@ void print_table(const struct opts *o)
 		       x->pt.size, x->pt.r, x->pt.batch, x->pt.inflight, rate, mode_names[x->mode],
 		       x->ops, x->mbs, x->p50, x->p99, x->a50, x->a99, x->cpu_ok ? x->cpu_sum : -1,
 		       cpu_per_gb(x), cpu_per_mobj(x),
-		       (double)x->count / (double)(x->writes ? x->writes : 1));
+		       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
 	}
 	nc = comparisons(c, 256);
 	if (!nc)

@@ -210,13 +210,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 	tw_primary_close(p);
 	p = NULL;
 	res->secs = (double)(t1 - t0) / 1e9;
-	res->writes = st.writes;
-	res->segments = st.segments;
-	res->rpc_handshake = st.rpc_handshake;
-	res->rpc_open = st.rpc_open;
-	res->rpc_close = st.rpc_close;
-	res->rpc_total = st.rpcs;
-	res->open_refused = st.open_refused;
+	res->st = st;
 	if (o->async) {
 		res->have_ack = true;
 		pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
