@@ -16,50 +16,20 @@
 
 /* ------------------------------------------------------------------ names and kinds */
 
-static const char *const op_names[TW_RPC_OP_COUNT] = {
-	[TW_RPC_HANDSHAKE] = "handshake",
-	[TW_RPC_OPEN_SEGMENT] = "open_segment",
-	[TW_RPC_CLOSE_SEGMENT] = "close_segment",
-	[TW_RPC_LIST_SEGMENTS] = "list_segments",
-	[TW_RPC_SET_REPLICA_VERSION] = "set_replica_version",
-	[TW_RPC_FENCE] = "fence",
-	[TW_RPC_FREE_SEGMENTS] = "free_segments",
-	[TW_RPC_READ_SEGMENT] = "read_segment",
-	[TW_RPC_RELEASE_SEGMENT] = "release_segment",
-	[TW_RPC_STATS] = "stats",
-	[TW_RPC_RECOVERED_OFFSET] = "recovered_offset",
-	[TW_RPC_PING] = "ping",
-};
+/* Names of the ops and of their replies, and descriptors of the request and reply bodies, by op:
+ * all from the one list TW_RPC_OPS in rpc.h. */
+#define OP_NAME(op, name, req, reply) [TW_RPC_##op] = #name,
+#define OP_REPLY_NAME(op, name, req, reply) [TW_RPC_##op] = #name "_reply",
+#define OP_REQ_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##req##__descriptor,
+#define OP_REPLY_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##reply##__descriptor,
 
-/* Descriptors of the request bodies by op, and of the reply bodies by op. */
+static const char *const op_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_NAME) };
+static const char *const reply_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_REPLY_NAME) };
 static const ProtobufCMessageDescriptor *const req_desc[TW_RPC_OP_COUNT] = {
-	[TW_RPC_HANDSHAKE] = &tailwind__handshake__descriptor,
-	[TW_RPC_OPEN_SEGMENT] = &tailwind__open_segment__descriptor,
-	[TW_RPC_CLOSE_SEGMENT] = &tailwind__close_segment__descriptor,
-	[TW_RPC_LIST_SEGMENTS] = &tailwind__list_segments__descriptor,
-	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__set_replica_version__descriptor,
-	[TW_RPC_FENCE] = &tailwind__fence__descriptor,
-	[TW_RPC_FREE_SEGMENTS] = &tailwind__free_segments__descriptor,
-	[TW_RPC_READ_SEGMENT] = &tailwind__segment_ref__descriptor,
-	[TW_RPC_RELEASE_SEGMENT] = &tailwind__segment_ref__descriptor,
-	[TW_RPC_STATS] = &tailwind__stats__descriptor,
-	[TW_RPC_RECOVERED_OFFSET] = &tailwind__recovered_offset__descriptor,
-	[TW_RPC_PING] = &tailwind__ping__descriptor,
+	TW_RPC_OPS(OP_REQ_DESC)
 };
-
 static const ProtobufCMessageDescriptor *const reply_desc[TW_RPC_OP_COUNT] = {
-	[TW_RPC_HANDSHAKE] = &tailwind__handshake_reply__descriptor,
-	[TW_RPC_OPEN_SEGMENT] = &tailwind__open_segment_reply__descriptor,
-	[TW_RPC_CLOSE_SEGMENT] = &tailwind__close_segment_reply__descriptor,
-	[TW_RPC_LIST_SEGMENTS] = &tailwind__list_segments_reply__descriptor,
-	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__status_reply__descriptor,
-	[TW_RPC_FENCE] = &tailwind__fence_reply__descriptor,
-	[TW_RPC_FREE_SEGMENTS] = &tailwind__free_segments_reply__descriptor,
-	[TW_RPC_READ_SEGMENT] = &tailwind__read_segment_reply__descriptor,
-	[TW_RPC_RELEASE_SEGMENT] = &tailwind__status_reply__descriptor,
-	[TW_RPC_STATS] = &tailwind__stats_reply__descriptor,
-	[TW_RPC_RECOVERED_OFFSET] = &tailwind__status_reply__descriptor,
-	[TW_RPC_PING] = &tailwind__ping_reply__descriptor,
+	TW_RPC_OPS(OP_REPLY_DESC)
 };
 
 const char *tw__rpc_op_name(int op)
@@ -96,15 +66,8 @@ const char *tw__rpc_body_name(int body_case)
 	if (op >= 0)
 		return op_names[op];
 	op = tw__rpc__op_of_reply_case(body_case);
-	if (op >= 0) {
-		static const char *const reply_names[TW_RPC_OP_COUNT] = {
-			"handshake_reply", "open_segment_reply", "close_segment_reply",
-			"list_segments_reply", "set_replica_version_reply", "fence_reply",
-			"free_segments_reply", "read_segment_reply", "release_segment_reply",
-			"stats_reply", "recovered_offset_reply", "ping_reply",
-		};
+	if (op >= 0)
 		return reply_names[op];
-	}
 	return "unknown";
 }
 
