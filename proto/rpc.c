@@ -138,6 +138,17 @@ int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *ou
 	return 0;
 }
 
+int tw__rpc__alloc(const struct tw_rpc_config *in, size_t head, size_t per_call,
+		   size_t arena_first, struct tw_rpc_config *cfg, void **out)
+{
+	int rc = tw__rpc__config_fix(in, cfg);
+
+	if (rc)
+		return rc;
+	*out = calloc(1, head + per_call * cfg->max_inflight + arena_first + cfg->max_msg_size);
+	return *out ? 0 : -ENOMEM;
+}
+
 /* ------------------------------------------------------------------ arena */
 
 struct chunk {
