@@ -16,50 +16,20 @@
 
 /* ------------------------------------------------------------------ names and kinds */
 
-static const char *const op_names[TW_RPC_OP_COUNT] = {
-	[TW_RPC_HANDSHAKE] = "handshake",
-	[TW_RPC_OPEN_SEGMENT] = "open_segment",
-	[TW_RPC_CLOSE_SEGMENT] = "close_segment",
-	[TW_RPC_LIST_SEGMENTS] = "list_segments",
-	[TW_RPC_SET_REPLICA_VERSION] = "set_replica_version",
-	[TW_RPC_FENCE] = "fence",
-	[TW_RPC_FREE_SEGMENTS] = "free_segments",
-	[TW_RPC_READ_SEGMENT] = "read_segment",
-	[TW_RPC_RELEASE_SEGMENT] = "release_segment",
-	[TW_RPC_STATS] = "stats",
-	[TW_RPC_RECOVERED_OFFSET] = "recovered_offset",
-	[TW_RPC_PING] = "ping",
-};
+/* Names of the ops and of their replies, and descriptors of the request and reply bodies, by op:
+ * all from the one list TW_RPC_OPS in rpc.h. */
+#define OP_NAME(op, name, req, reply) [TW_RPC_##op] = #name,
+#define OP_REPLY_NAME(op, name, req, reply) [TW_RPC_##op] = #name "_reply",
+#define OP_REQ_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##req##__descriptor,
+#define OP_REPLY_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##reply##__descriptor,
 
-/* Descriptors of the request bodies by op, and of the reply bodies by op. */
+static const char *const op_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_NAME) };
+static const char *const reply_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_REPLY_NAME) };
 static const ProtobufCMessageDescriptor *const req_desc[TW_RPC_OP_COUNT] = {
-	[TW_RPC_HANDSHAKE] = &tailwind__handshake__descriptor,
-	[TW_RPC_OPEN_SEGMENT] = &tailwind__open_segment__descriptor,
-	[TW_RPC_CLOSE_SEGMENT] = &tailwind__close_segment__descriptor,
-	[TW_RPC_LIST_SEGMENTS] = &tailwind__list_segments__descriptor,
-	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__set_replica_version__descriptor,
-	[TW_RPC_FENCE] = &tailwind__fence__descriptor,
-	[TW_RPC_FREE_SEGMENTS] = &tailwind__free_segments__descriptor,
-	[TW_RPC_READ_SEGMENT] = &tailwind__segment_ref__descriptor,
-	[TW_RPC_RELEASE_SEGMENT] = &tailwind__segment_ref__descriptor,
-	[TW_RPC_STATS] = &tailwind__stats__descriptor,
-	[TW_RPC_RECOVERED_OFFSET] = &tailwind__recovered_offset__descriptor,
-	[TW_RPC_PING] = &tailwind__ping__descriptor,
+	TW_RPC_OPS(OP_REQ_DESC)
 };
-
 static const ProtobufCMessageDescriptor *const reply_desc[TW_RPC_OP_COUNT] = {
-	[TW_RPC_HANDSHAKE] = &tailwind__handshake_reply__descriptor,
-	[TW_RPC_OPEN_SEGMENT] = &tailwind__open_segment_reply__descriptor,
-	[TW_RPC_CLOSE_SEGMENT] = &tailwind__close_segment_reply__descriptor,
-	[TW_RPC_LIST_SEGMENTS] = &tailwind__list_segments_reply__descriptor,
-	[TW_RPC_SET_REPLICA_VERSION] = &tailwind__status_reply__descriptor,
-	[TW_RPC_FENCE] = &tailwind__fence_reply__descriptor,
-	[TW_RPC_FREE_SEGMENTS] = &tailwind__free_segments_reply__descriptor,
-	[TW_RPC_READ_SEGMENT] = &tailwind__read_segment_reply__descriptor,
-	[TW_RPC_RELEASE_SEGMENT] = &tailwind__status_reply__descriptor,
-	[TW_RPC_STATS] = &tailwind__stats_reply__descriptor,
-	[TW_RPC_RECOVERED_OFFSET] = &tailwind__status_reply__descriptor,
-	[TW_RPC_PING] = &tailwind__ping_reply__descriptor,
+	TW_RPC_OPS(OP_REPLY_DESC)
 };
 
 const char *tw__rpc_op_name(int op)
@@ -96,15 +66,8 @@ const char *tw__rpc_body_name(int body_case)
 	if (op >= 0)
 		return op_names[op];
 	op = tw__rpc__op_of_reply_case(body_case);
-	if (op >= 0) {
-		static const char *const reply_names[TW_RPC_OP_COUNT] = {
-			"handshake_reply", "open_segment_reply", "close_segment_reply",
-			"list_segments_reply", "set_replica_version_reply", "fence_reply",
-			"free_segments_reply", "read_segment_reply", "release_segment_reply",
-			"stats_reply", "recovered_offset_reply", "ping_reply",
-		};
+	if (op >= 0)
 		return reply_names[op];
-	}
 	return "unknown";
 }
 
@@ -173,6 +136,17 @@ int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *ou
 	if (!out->arena_limit)
 		out->arena_limit = 64 * out->max_msg_size;
 	return 0;
+}
+
+int tw__rpc__alloc(const struct tw_rpc_config *in, size_t head, size_t per_call,
+		   size_t arena_first, struct tw_rpc_config *cfg, void **out)
+{
+	int rc = tw__rpc__config_fix(in, cfg);
+
+	if (rc)
+		return rc;
+	*out = calloc(1, head + per_call * cfg->max_inflight + arena_first + cfg->max_msg_size);
+	return *out ? 0 : -ENOMEM;
 }
 
 /* ------------------------------------------------------------------ arena */
@@ -291,6 +265,8 @@ void tw__rpc_arena_fini(struct tw_rpc_arena *a)
 
 /* ------------------------------------------------------------------ framing */
 
+/* Write the message into `why` (when the caller gave room) and return `rc`: an errno code in
+ * framing, a Tailwind__Status in validation. */
 static int why_set(char *why, size_t why_len, int rc, const char *fmt, ...) TW_PRINTF(4, 5);
 
 static int why_set(char *why, size_t why_len, int rc, const char *fmt, ...)
@@ -313,10 +289,10 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 
 	if (len < TW_RPC_HDR_SIZE)
 		return why_set(why, why_len, -TW_EPROTO, "message of %zu bytes is shorter than the "
-			       "%u-byte frame header", len, TW_RPC_HDR_SIZE);
+			           "%u-byte frame header", len, TW_RPC_HDR_SIZE);
 	if (len > max_msg)
 		return why_set(why, why_len, -EMSGSIZE, "message of %zu bytes exceeds the %zu-byte "
-			       "limit", len, max_msg);
+			           "limit", len, max_msg);
 	h.magic = tw_load_le16(b);
 	h.major = b[2];
 	h.minor = b[3];
@@ -327,11 +303,11 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 		if (hdr_out)
 			*hdr_out = h;
 		return why_set(why, why_len, -TW_EVERSION, "protocol major %u not supported (this "
-			       "peer speaks %u.%u)", h.major, TW_RPC_MAJOR, TW_RPC_MINOR);
+			           "peer speaks %u.%u)", h.major, TW_RPC_MAJOR, TW_RPC_MINOR);
 	}
 	if ((size_t)h.length != len - TW_RPC_HDR_SIZE)
 		return why_set(why, why_len, -TW_EPROTO, "frame declares %u bytes of body, %zu "
-			       "received", h.length, len - TW_RPC_HDR_SIZE);
+			           "received", h.length, len - TW_RPC_HDR_SIZE);
 	if (hdr_out)
 		*hdr_out = h;
 	return 0;
@@ -431,7 +407,7 @@ int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_ar
 					 (const uint8_t *)buf + TW_RPC_HDR_SIZE);
 	if (!env)
 		return why_set(why, why_len, -TW_EPROTO, "envelope of %u bytes does not decode",
-			       h.length);
+			           h.length);
 	if (!tags_ok(&env->base, 0))
 		return why_set(why, why_len, -TW_EPROTO, "envelope contains field number 0");
 	*env_out = env;
@@ -500,25 +476,10 @@ int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
 #define INVALID TAILWIND__STATUS__STATUS_INVALID_ARGUMENT
 #define UNSUPPORTED TAILWIND__STATUS__STATUS_UNSUPPORTED
 
-static Tailwind__Status bad(char *why, size_t why_len, Tailwind__Status st, const char *fmt, ...)
-	TW_PRINTF(4, 5);
-
-static Tailwind__Status bad(char *why, size_t why_len, Tailwind__Status st, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return st;
-}
-
-#define CHECK(cond, ...)                                           \
-	do {                                                       \
-		if (!(cond))                                       \
-			return bad(why, why_len, INVALID, __VA_ARGS__); \
+#define CHECK(cond, ...)                                                    \
+	do {                                                                \
+		if (!(cond))                                                \
+			return why_set(why, why_len, INVALID, __VA_ARGS__); \
 	} while (0)
 
 #define ULL(x) ((unsigned long long)(x))
@@ -573,13 +534,13 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		uint32_t tag = unknown_body_tag(env);
 
 		if (tag)
-			return bad(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
-		return bad(why, why_len, INVALID, "envelope has no body");
+			return why_set(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
+		return why_set(why, why_len, INVALID, "envelope has no body");
 	}
 	op = tw__rpc_op_of_case(env->body_case);
 	if (op < 0)
-		return bad(why, why_len, INVALID, "body %s (%d) is not a request",
-			   tw__rpc_body_name(env->body_case), env->body_case);
+		return why_set(why, why_len, INVALID, "body %s (%d) is not a request",
+			       tw__rpc_body_name(env->body_case), env->body_case);
 	CHECK(env->request_id != 0, "request_id 0 in a request");
 	CHECK_ID(env->epoch, "epoch");
 	CHECK_ID(env->incarnation, "incarnation");
@@ -589,8 +550,9 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		const Tailwind__Handshake *m = env->handshake;
 
 		if (m->major != TW_RPC_MAJOR)
-			return bad(why, why_len, UNSUPPORTED, "protocol major %u not supported (this "
-				   "peer speaks %u.%u)", m->major, TW_RPC_MAJOR, TW_RPC_MINOR);
+			return why_set(why, why_len, UNSUPPORTED,
+				       "protocol major %u not supported (this peer speaks %u.%u)",
+				       m->major, TW_RPC_MAJOR, TW_RPC_MINOR);
 		CHECK(m->minor <= 255, "minor %u out of range", m->minor);
 		CHECK(m->node_id != 0, "node_id 0");
 		CHECK(m->role >= TAILWIND__ROLE__ROLE_UNSPECIFIED &&
@@ -680,7 +642,8 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		CHECK(env->ping->payload.len == 0 || env->ping->payload.data, "bad payload");
 		break;
 	default:
-		return bad(why, why_len, UNSUPPORTED, "unknown request kind %d", env->body_case);
+		return why_set(why, why_len, UNSUPPORTED, "unknown request kind %d",
+			       env->body_case);
 	}
 	return TAILWIND__STATUS__STATUS_OK;
 }
@@ -747,13 +710,13 @@ Tailwind__Status tw__rpc_validate_reply(const Tailwind__Envelope *env, char *why
 		uint32_t tag = unknown_body_tag(env);
 
 		if (tag)
-			return bad(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
-		return bad(why, why_len, INVALID, "envelope has no body");
+			return why_set(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
+		return why_set(why, why_len, INVALID, "envelope has no body");
 	}
 	status = tw__rpc_reply_status(env, &msg);
 	if (status < 0)
-		return bad(why, why_len, INVALID, "body %s (%d) is not a reply",
-			   tw__rpc_body_name(env->body_case), env->body_case);
+		return why_set(why, why_len, INVALID, "body %s (%d) is not a reply",
+			       tw__rpc_body_name(env->body_case), env->body_case);
 	/* Unknown statuses from a newer minor are allowed: they map to -TW_EREMOTE. */
 	CHECK(str_ok(msg, TW_RPC_MESSAGE_MAX), "reply message longer than %u bytes",
 	      TW_RPC_MESSAGE_MAX);
@@ -874,42 +837,35 @@ Tailwind__Status tw__rpc_err_to_status(int err)
 	}
 }
 
+/* Each conversion is one compound literal, so a field left out is zero rather than stale. */
 void tw__rpc_meta_to_pb(const struct tw_rpc_seg_meta *m, Tailwind__SegmentMeta *pb)
 {
-	tailwind__segment_meta__init(pb);
-	pb->log_id = m->log_id;
-	pb->segment_id = m->segment_id;
-	pb->checksum = m->checksum;
-	pb->offset = m->offset;
+	*pb = (Tailwind__SegmentMeta){
+		.base = PROTOBUF_C_MESSAGE_INIT(&tailwind__segment_meta__descriptor),
+		.log_id = m->log_id, .segment_id = m->segment_id,
+		.checksum = m->checksum, .offset = m->offset,
+	};
 }
 
 void tw__rpc_meta_from_pb(const Tailwind__SegmentMeta *pb, struct tw_rpc_seg_meta *out)
 {
-	memset(out, 0, sizeof(*out));
-	if (!pb)
-		return;
-	out->log_id = pb->log_id;
-	out->segment_id = pb->segment_id;
-	out->checksum = pb->checksum;
-	out->offset = pb->offset;
+	*out = pb ? (struct tw_rpc_seg_meta){ .log_id = pb->log_id, .segment_id = pb->segment_id,
+					      .checksum = pb->checksum, .offset = pb->offset }
+		  : (struct tw_rpc_seg_meta){ 0 };
 }
 
 void tw__rpc_rkey_to_pb(const struct tw_rkey *k, Tailwind__Rkey *pb)
 {
-	tailwind__rkey__init(pb);
-	pb->addr = k->addr;
-	pb->key = k->key;
-	pb->len = k->len;
+	*pb = (Tailwind__Rkey){
+		.base = PROTOBUF_C_MESSAGE_INIT(&tailwind__rkey__descriptor),
+		.addr = k->addr, .key = k->key, .len = k->len,
+	};
 }
 
 void tw__rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out)
 {
-	memset(out, 0, sizeof(*out));
-	if (!pb)
-		return;
-	out->addr = pb->addr;
-	out->key = pb->key;
-	out->len = pb->len;
+	*out = pb ? (struct tw_rkey){ .addr = pb->addr, .key = pb->key, .len = pb->len }
+		  : (struct tw_rkey){ 0 };
 }
 
 /* ------------------------------------------------------------------ sending */

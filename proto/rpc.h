@@ -49,21 +49,32 @@
 #define TW_RPC_NAME_MAX 64u          /* Handshake node_name */
 #define TW_RPC_AUTH_LEN 32u          /* Handshake auth_nonce / auth_proof / auth_mac (proto/auth.h) */
 
-/* Request kinds, dense (0..TW_RPC_OP_COUNT-1). The Envelope body field number of a request is
- * 16 + 2 * op and that of its reply 17 + 2 * op (ErrorReply is 15). */
+/*
+ * The RPC ops, one line each: X(ENUM, name, request message, reply message), the messages by
+ * their protobuf-c lower-case names (tailwind__<msg>__descriptor). This one list makes the enum
+ * below and, in rpc.c, the op and body names and the request/reply descriptor tables, so an op is
+ * added in one place. The order is the wire's: the Envelope body field number of a request is
+ * 16 + 2 * op and that of its reply 17 + 2 * op (ErrorReply is 15); append only.
+ */
+#define TW_RPC_OPS(X)                                                                       \
+	X(HANDSHAKE, handshake, handshake, handshake_reply)                                  \
+	X(OPEN_SEGMENT, open_segment, open_segment, open_segment_reply)                      \
+	X(CLOSE_SEGMENT, close_segment, close_segment, close_segment_reply)                  \
+	X(LIST_SEGMENTS, list_segments, list_segments, list_segments_reply)                  \
+	X(SET_REPLICA_VERSION, set_replica_version, set_replica_version, status_reply)       \
+	X(FENCE, fence, fence, fence_reply)                                                  \
+	X(FREE_SEGMENTS, free_segments, free_segments, free_segments_reply)                  \
+	X(READ_SEGMENT, read_segment, segment_ref, read_segment_reply)                       \
+	X(RELEASE_SEGMENT, release_segment, segment_ref, status_reply)                       \
+	X(STATS, stats, stats, stats_reply)                                                  \
+	X(RECOVERED_OFFSET, recovered_offset, recovered_offset, status_reply)                \
+	X(PING, ping, ping, ping_reply)
+
+/* Request kinds, dense (0..TW_RPC_OP_COUNT-1), in TW_RPC_OPS order. */
 enum tw_rpc_op {
-	TW_RPC_HANDSHAKE = 0,
-	TW_RPC_OPEN_SEGMENT,
-	TW_RPC_CLOSE_SEGMENT,
-	TW_RPC_LIST_SEGMENTS,
-	TW_RPC_SET_REPLICA_VERSION,
-	TW_RPC_FENCE,
-	TW_RPC_FREE_SEGMENTS,
-	TW_RPC_READ_SEGMENT,
-	TW_RPC_RELEASE_SEGMENT,
-	TW_RPC_STATS,
-	TW_RPC_RECOVERED_OFFSET,
-	TW_RPC_PING,
+#define TW_RPC__OP_ENUM(op, name, req, reply) TW_RPC_##op,
+	TW_RPC_OPS(TW_RPC__OP_ENUM)
+#undef TW_RPC__OP_ENUM
 	TW_RPC_OP_COUNT
 };
 

@@ -53,35 +53,27 @@ struct tw_rpc_client {
 int tw__rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 			 struct tw_rpc_client **out)
 {
+	struct tw_rpc_config c;
+	void *block;
 	struct tw_rpc_client *cl;
 	unsigned i;
 	int rc;
 
-	cl = calloc(1, sizeof(*cl));
-	if (!cl)
-		return -ENOMEM;
-	rc = tw__rpc__config_fix(cfg, &cl->cfg);
-	if (rc) {
-		free(cl);
+	rc = tw__rpc__alloc(cfg, sizeof(*cl), sizeof(*cl->slots) + sizeof(*cl->free_stack),
+			    CLIENT_ARENA_FIRST, &c, &block);
+	if (rc)
 		return rc;
-	}
+	cl = block;
+	cl->cfg = c;
 	cl->ch = ch;
 	cl->fab = ch ? tw__chan_fab(ch) : NULL;
-	cl->mask = cl->cfg.max_inflight - 1;
-	while ((1u << cl->bits) < cl->cfg.max_inflight)
+	cl->mask = c.max_inflight - 1;
+	while ((1u << cl->bits) < c.max_inflight)
 		cl->bits++;
-	cl->slots = calloc(cl->cfg.max_inflight, sizeof(*cl->slots));
-	cl->free_stack = calloc(cl->cfg.max_inflight, sizeof(*cl->free_stack));
-	cl->txbuf = malloc(cl->cfg.max_msg_size);
-	cl->arena_first = malloc(CLIENT_ARENA_FIRST);
-	if (!cl->slots || !cl->free_stack || !cl->txbuf || !cl->arena_first) {
-		free(cl->slots);
-		free(cl->free_stack);
-		free(cl->txbuf);
-		free(cl->arena_first);
-		free(cl);
-		return -ENOMEM;
-	}
+	cl->slots = (struct slot *)(cl + 1);
+	cl->free_stack = (uint32_t *)(cl->slots + c.max_inflight);
+	cl->arena_first = (unsigned char *)(cl->free_stack + c.max_inflight);
+	cl->txbuf = cl->arena_first + CLIENT_ARENA_FIRST;
 	for (i = 0; i < cl->cfg.max_inflight; i++)
 		cl->free_stack[i] = cl->cfg.max_inflight - 1 - i;
 	cl->nfree = cl->cfg.max_inflight;
@@ -157,11 +149,7 @@ void tw__rpc_client_destroy(struct tw_rpc_client *cl)
 	set_errmsg(cl, "client destroyed");
 	fail_all(cl, -TW_ECLOSED);
 	tw__rpc_arena_fini(&cl->arena);
-	free(cl->slots);
-	free(cl->free_stack);
-	free(cl->txbuf);
-	free(cl->arena_first);
-	free(cl);
+	free(cl); /* slots, free_stack, arena_first and txbuf are in the same block */
 }
 
 void tw__rpc_client_close(struct tw_rpc_client **cl, struct tw_chan **ch)

@@ -12,6 +12,15 @@
 #define TW_RPC__LIST_OVERHEAD (TW_RPC_HDR_SIZE + 64u + TW_RPC_MESSAGE_MAX + 64u)
 
 int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out);
+/*
+ * Fix the config `in` into `*cfg` first (-EINVAL, nothing allocated, when it is out of range),
+ * then allocate a client's or server's memory as one zeroed block into `*out` (-ENOMEM): `head`
+ * bytes (the object), `per_call` bytes for each of cfg->max_inflight calls, the `arena_first`
+ * bytes of the arena's first chunk, and last the transmit buffer of cfg->max_msg_size bytes.
+ * The caller carves the block in that order; one free() releases it.
+ */
+int tw__rpc__alloc(const struct tw_rpc_config *in, size_t head, size_t per_call,
+		   size_t arena_first, struct tw_rpc_config *cfg, void **out);
 int tw__rpc__op_of_reply_case(int body_case);
 const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op);
 const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op);

@@ -43,28 +43,21 @@ void tw__rpc__server_set_chan_ops(struct tw_rpc_server *srv, const struct tw_rpc
 int tw__rpc_server_create(const struct tw_rpc_config *cfg, const struct tw_rpc_server_ops *ops,
 			 void *arg, struct tw_rpc_server **out)
 {
+	struct tw_rpc_config c;
+	void *block;
 	struct tw_rpc_server *srv;
 	int rc;
 
-	srv = calloc(1, sizeof(*srv));
-	if (!srv)
-		return -ENOMEM;
-	rc = tw__rpc__config_fix(cfg, &srv->cfg);
-	if (rc) {
-		free(srv);
+	rc = tw__rpc__alloc(cfg, sizeof(*srv), 0, SERVER_ARENA_FIRST, &c, &block);
+	if (rc)
 		return rc;
-	}
+	srv = block;
+	srv->cfg = c;
 	if (ops)
 		srv->ops = *ops;
 	srv->arg = arg;
-	srv->arena_first = malloc(SERVER_ARENA_FIRST);
-	srv->txbuf = malloc(srv->cfg.max_msg_size);
-	if (!srv->arena_first || !srv->txbuf) {
-		free(srv->arena_first);
-		free(srv->txbuf);
-		free(srv);
-		return -ENOMEM;
-	}
+	srv->arena_first = (unsigned char *)(srv + 1);
+	srv->txbuf = srv->arena_first + SERVER_ARENA_FIRST;
 	tw__rpc_arena_init(&srv->arena, srv->arena_first, SERVER_ARENA_FIRST, srv->cfg.arena_limit);
 	srv->start_ns = tw_now_ns();
 	srv->cops.send = tw__chan_send;
@@ -79,9 +72,7 @@ void tw__rpc_server_destroy(struct tw_rpc_server *srv)
 	if (!srv)
 		return;
 	tw__rpc_arena_fini(&srv->arena);
-	free(srv->arena_first);
-	free(srv->txbuf);
-	free(srv);
+	free(srv); /* arena_first and txbuf are in the same block */
 }
 
 void tw__rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out)
