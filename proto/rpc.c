@@ -448,20 +448,15 @@ int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
 			if (tag >> 3 == 1)
 				id = v; /* the last occurrence wins, as in the full decoder */
 			break;
-		case 1:
-			if (end - p < 8)
-				return -TW_EPROTO;
-			p += 8;
-			break;
+		case 1: /* 64-bit, 32-bit and length-delimited fields: skipped */
+		case 5:
 		case 2:
-			if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+			v = (tag & 7) == 1 ? 8 : 4;
+			if ((tag & 7) == 2 && !get_varint(&p, end, &v))
+				return -TW_EPROTO;
+			if (v > (uint64_t)(end - p))
 				return -TW_EPROTO;
 			p += v;
-			break;
-		case 5:
-			if (end - p < 4)
-				return -TW_EPROTO;
-			p += 4;
 			break;
 		default:
 			return -TW_EPROTO;
@@ -491,11 +486,26 @@ static bool str_ok(const char *s, size_t max)
 	return s && strnlen(s, max + 1) <= max;
 }
 
+#define SUB(expr)                                                  \
+	do {                                                       \
+		Tailwind__Status s_ = (expr);                      \
+		if (s_ != TAILWIND__STATUS__STATUS_OK)             \
+			return s_;                                 \
+	} while (0)
+
+/* A log and a segment id of it that a request names (seg_name: the segment field's name). */
+static Tailwind__Status check_ref(uint64_t log_id, uint64_t seg_id, const char *seg_name,
+				  char *why, size_t why_len)
+{
+	CHECK_ID(log_id, "log_id");
+	CHECK_ID(seg_id, seg_name);
+	return TAILWIND__STATUS__STATUS_OK;
+}
+
 static Tailwind__Status check_meta(const Tailwind__SegmentMeta *m, char *why, size_t why_len)
 {
 	CHECK(m, "segment metadata missing");
-	CHECK_ID(m->log_id, "log_id");
-	CHECK_ID(m->segment_id, "segment_id");
+	SUB(check_ref(m->log_id, m->segment_id, "segment_id", why, why_len));
 	CHECK_LEN(m->offset, "offset");
 	return TAILWIND__STATUS__STATUS_OK;
 }
@@ -508,13 +518,6 @@ static Tailwind__Status check_rkey(const Tailwind__Rkey *k, char *why, size_t wh
 	return TAILWIND__STATUS__STATUS_OK;
 }
 
-#define SUB(expr)                                                  \
-	do {                                                       \
-		Tailwind__Status s_ = (expr);                      \
-		if (s_ != TAILWIND__STATUS__STATUS_OK)             \
-			return s_;                                 \
-	} while (0)
-
 /* Field number of the first unknown field that could be a body kind, 0 if none. */
 static uint32_t unknown_body_tag(const Tailwind__Envelope *env)
 {
@@ -526,17 +529,24 @@ static uint32_t unknown_body_tag(const Tailwind__Envelope *env)
 	return 0;
 }
 
+/* An envelope carries a body: else it is a newer peer's kind (unsupported) or nothing (invalid). */
+static Tailwind__Status check_body_set(const Tailwind__Envelope *env, char *why, size_t why_len)
+{
+	uint32_t tag;
+
+	if (env->body_case != TAILWIND__ENVELOPE__BODY__NOT_SET)
+		return TAILWIND__STATUS__STATUS_OK;
+	tag = unknown_body_tag(env);
+	if (tag)
+		return why_set(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
+	return why_set(why, why_len, INVALID, "envelope has no body");
+}
+
 Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *why, size_t why_len)
 {
 	int op;
 
-	if (env->body_case == TAILWIND__ENVELOPE__BODY__NOT_SET) {
-		uint32_t tag = unknown_body_tag(env);
-
-		if (tag)
-			return why_set(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
-		return why_set(why, why_len, INVALID, "envelope has no body");
-	}
+	SUB(check_body_set(env, why, why_len));
 	op = tw__rpc_op_of_case(env->body_case);
 	if (op < 0)
 		return why_set(why, why_len, INVALID, "body %s (%d) is not a request",
@@ -585,18 +595,13 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		CHECK_ID(m->replica_version, "replica_version");
 		break;
 	}
-	case TW_RPC_LIST_SEGMENTS: {
-		const Tailwind__ListSegments *m = env->list_segments;
-
-		CHECK_ID(m->log_id, "log_id");
-		CHECK_ID(m->from_segment_id, "from_segment_id");
-		break;
-	}
+	case TW_RPC_LIST_SEGMENTS:
+		return check_ref(env->list_segments->log_id, env->list_segments->from_segment_id,
+				 "from_segment_id", why, why_len);
 	case TW_RPC_SET_REPLICA_VERSION: {
 		const Tailwind__SetReplicaVersion *m = env->set_replica_version;
 
-		CHECK_ID(m->log_id, "log_id");
-		CHECK_ID(m->segment_id, "segment_id");
+		SUB(check_ref(m->log_id, m->segment_id, "segment_id", why, why_len));
 		CHECK_ID(m->version, "version");
 		break;
 	}
@@ -608,29 +613,21 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		CHECK_ID(m->new_epoch, "new_epoch");
 		break;
 	}
-	case TW_RPC_FREE_SEGMENTS: {
-		const Tailwind__FreeSegments *m = env->free_segments;
-
-		CHECK_ID(m->log_id, "log_id");
-		CHECK_ID(m->below_segment_id, "below_segment_id");
-		break;
-	}
+	case TW_RPC_FREE_SEGMENTS:
+		return check_ref(env->free_segments->log_id, env->free_segments->below_segment_id,
+				 "below_segment_id", why, why_len);
 	case TW_RPC_READ_SEGMENT:
-	case TW_RPC_RELEASE_SEGMENT: {
-		const Tailwind__SegmentRef *m = op == TW_RPC_READ_SEGMENT ? env->read_segment :
-									      env->release_segment;
-
-		CHECK_ID(m->log_id, "log_id");
-		CHECK_ID(m->segment_id, "segment_id");
-		break;
-	}
+		return check_ref(env->read_segment->log_id, env->read_segment->segment_id,
+				 "segment_id", why, why_len);
+	case TW_RPC_RELEASE_SEGMENT:
+		return check_ref(env->release_segment->log_id, env->release_segment->segment_id,
+				 "segment_id", why, why_len);
 	case TW_RPC_STATS:
 		break;
 	case TW_RPC_RECOVERED_OFFSET: {
 		const Tailwind__RecoveredOffset *m = env->recovered_offset;
 
-		CHECK_ID(m->log_id, "log_id");
-		CHECK_ID(m->segment_id, "segment_id");
+		SUB(check_ref(m->log_id, m->segment_id, "segment_id", why, why_len));
 		CHECK_LEN(m->offset, "offset");
 		CHECK_ID(m->replica_version, "replica_version");
 		CHECK(m->repair.len == 0 || m->repair.data, "bad repair bytes");
@@ -706,13 +703,7 @@ Tailwind__Status tw__rpc_validate_reply(const Tailwind__Envelope *env, char *why
 	int status, op;
 	size_t i;
 
-	if (env->body_case == TAILWIND__ENVELOPE__BODY__NOT_SET) {
-		uint32_t tag = unknown_body_tag(env);
-
-		if (tag)
-			return why_set(why, why_len, UNSUPPORTED, "unknown body kind %u", tag);
-		return why_set(why, why_len, INVALID, "envelope has no body");
-	}
+	SUB(check_body_set(env, why, why_len));
 	status = tw__rpc_reply_status(env, &msg);
 	if (status < 0)
 		return why_set(why, why_len, INVALID, "body %s (%d) is not a reply",
