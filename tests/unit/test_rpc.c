@@ -497,6 +497,7 @@ struct acall {
 	int status;
 	uint64_t nonce;
 	bool nonce_ok;
+	bool aligned; /* the decoded reply and its body are 8-aligned */
 };
 
 static void async_done(void *arg, int status, const Tailwind__Envelope *reply)
@@ -507,6 +508,7 @@ static void async_done(void *arg, int status, const Tailwind__Envelope *reply)
 	a->status = status;
 	a->nonce_ok = reply && reply->body_case == TAILWIND__ENVELOPE__BODY_PING_REPLY &&
 		      reply->ping_reply->nonce == a->nonce;
+	a->aligned = reply && (uintptr_t)reply % 8 == 0 && (uintptr_t)reply->ping_reply % 8 == 0;
 }
 
 static int count_done;
@@ -557,6 +559,31 @@ static void test_async_many(void)
 	is_int(twice, 0, "each callback ran once");
 	is_int(nonce_ok, 64, "each reply matched to its own request");
 	is_int(tw__rpc_client_inflight(C.cl), 0, "nothing in flight");
+}
+
+/* A client of one call in flight: its memory is one block (object, slot, free stack, arena,
+ * transmit buffer, a 4-byte free stack before the arena) and the arena aligns its start, so the
+ * reply decoded into it is aligned. libprotobuf-c, which stores into it, is not built with
+ * UBSan: the test checks the addresses itself. */
+static void test_one_inflight(void)
+{
+	struct tw_rpc_config cfg;
+	struct acall a = {.nonce = 77};
+	struct tw_rpc_req r;
+
+	client_disconnect();
+	tw__rpc_config_init(&cfg);
+	cfg.max_inflight = 1;
+	client_connect(&cfg);
+	tw__rpc_req_ping(&r, a.nonce, "abc", 3);
+	is_int(tw__rpc_call(C.cl, &r.env, async_done, &a), 0, "one inflight: call sent");
+	is_int(tw__rpc_call(C.cl, &r.env, async_done, &a), -EBUSY, "one inflight: second -EBUSY");
+	for (int i = 0; i < 500 && !a.done; i++)
+		tw__fab_progress(C.fab, 10);
+	ok(a.done == 1 && a.status == 0 && a.nonce_ok, "one inflight: the reply is decoded");
+	ok(a.aligned, "one inflight: the decoded reply is 8-aligned");
+	client_disconnect();
+	client_connect(NULL);
 }
 
 static void test_timeout_and_late(void)
@@ -830,6 +857,7 @@ int main(void)
 	test_typed_calls();
 	test_list_paging();
 	test_async_many();
+	test_one_inflight();
 	test_timeout_and_late();
 	test_lost();
 	test_destroy_pending();
