@@ -289,10 +289,10 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 
 	if (len < TW_RPC_HDR_SIZE)
 		return why_set(why, why_len, -TW_EPROTO, "message of %zu bytes is shorter than the "
-			           "%u-byte frame header", len, TW_RPC_HDR_SIZE);
+			       "%u-byte frame header", len, TW_RPC_HDR_SIZE);
 	if (len > max_msg)
 		return why_set(why, why_len, -EMSGSIZE, "message of %zu bytes exceeds the %zu-byte "
-			           "limit", len, max_msg);
+			       "limit", len, max_msg);
 	h.magic = tw_load_le16(b);
 	h.major = b[2];
 	h.minor = b[3];
@@ -303,11 +303,11 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 		if (hdr_out)
 			*hdr_out = h;
 		return why_set(why, why_len, -TW_EVERSION, "protocol major %u not supported (this "
-			           "peer speaks %u.%u)", h.major, TW_RPC_MAJOR, TW_RPC_MINOR);
+			       "peer speaks %u.%u)", h.major, TW_RPC_MAJOR, TW_RPC_MINOR);
 	}
 	if ((size_t)h.length != len - TW_RPC_HDR_SIZE)
 		return why_set(why, why_len, -TW_EPROTO, "frame declares %u bytes of body, %zu "
-			           "received", h.length, len - TW_RPC_HDR_SIZE);
+			       "received", h.length, len - TW_RPC_HDR_SIZE);
 	if (hdr_out)
 		*hdr_out = h;
 	return 0;
@@ -407,7 +407,7 @@ int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_ar
 					 (const uint8_t *)buf + TW_RPC_HDR_SIZE);
 	if (!env)
 		return why_set(why, why_len, -TW_EPROTO, "envelope of %u bytes does not decode",
-			           h.length);
+			       h.length);
 	if (!tags_ok(&env->base, 0))
 		return why_set(why, why_len, -TW_EPROTO, "envelope contains field number 0");
 	*env_out = env;
