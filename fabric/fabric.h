@@ -1,7 +1,8 @@
 /*
  * fabric/fabric.h — the internal transport: one "channel to a peer" type over libfabric
- * FI_EP_MSG (verbs, tcp, sockets), FI_EP_RDM (shm, tcp;ofi_rxm, verbs;ofi_rxm), and an
- * in-memory backend for tests. Only fabric/ *.c include <rdma/...>; everything above uses this.
+ * FI_EP_MSG (verbs, tcp, sockets), FI_EP_RDM (shm; tcp;ofi_rxm and verbs;ofi_rxm are refused,
+ * docs/fabric.md), and an in-memory backend for tests. Only fabric/ *.c include <rdma/...>;
+ * everything above uses this.
  *
  * Threading: a struct tw_fab and its channels are driven by one thread at a time (the caller
  * serialises). All callbacks run inside tw__fab_progress() — or inside an operation call that had
@@ -69,8 +70,8 @@ enum tw_fab_strict {
 typedef int (*tw_write_check_fn)(const void *buf, size_t len);
 
 struct tw_fab_config {
-	/* As users type it: "tcp", "sockets", "shm", "verbs", "tcp;ofi_rxm", "verbs;ofi_rxm",
-	 * or "mem" (in-process backend). NULL: $FI_PROVIDER if set, else "tcp". */
+	/* As users type it: "tcp", "sockets", "shm", "verbs", or "mem" (in-process backend);
+	 * names with ";ofi_rxm" are refused (-ENOTSUP). NULL: $FI_PROVIDER if set, else "tcp". */
 	const char *provider;
 	/* Local address to listen on (passive side); NULL: 127.0.0.1 for IP providers. */
 	const char *node;
