@@ -317,6 +317,27 @@ static void bursts(bool strict, struct tw_chan *ch, const struct tw_rkey *rk, un
 		ok(s1.eagain_retries > s0.eagain_retries, "strict: fi_send met -FI_EAGAIN");
 }
 
+/* A write that the target's provider refuses in strict mode and places in plain mode; then the
+ * channel is closed and the peer stopped (it must exit cleanly). */
+static void target_case(bool strict, struct tw_chan *ch, struct proc *peer, const struct tw_rkey *rk,
+			uint64_t off, unsigned char *src, struct tw_mr *src_mr, const char *what)
+{
+	const char *mode = strict ? "strict" : "plain";
+	int rc;
+
+	fab_pattern(src, 4096, off + 3);
+	rc = write_once(ch, src, 4096, src_mr, rk, off);
+	if (strict)
+		ok(rc < 0 && rc != -EFAULT, "strict: %s fails at the target (%s)", what, tw_strerror(rc));
+	else
+		ok(rc == 0 && remote_sum(ch, off, 4096) == fab_fnv1a(src, 4096), "plain: %s lands",
+		   what);
+	tw__chan_close(ch);
+	proc_kill(peer, SIGTERM);
+	is_int(proc_wait(peer, 10000), 0, "%s: the peer exited cleanly", mode);
+	proc_free(peer);
+}
+
 static void run_mode(bool strict)
 {
 	const char *mode = strict ? "strict" : "plain";
@@ -326,7 +347,6 @@ static void run_mode(bool strict)
 	struct tw_rkey rk, forged;
 	unsigned char *src = tw__fab_alloc(SRC_LEN);
 	struct tw_mr *src_mr = NULL;
-	int rc;
 
 	fab = open_fab(strict);
 	TAP_REQUIRE(fab && src, "%s: fab open", mode);
@@ -349,36 +369,16 @@ static void run_mode(bool strict)
 	/* An offset where a virtual address is expected: the target's provider refuses it. */
 	forged = rk;
 	forged.addr = 0;
-	fab_pattern(src, 4096, 3);
-	rc = write_once(ch, src, 4096, src_mr, &forged, 8192);
-	if (strict)
-		ok(rc < 0 && rc != -EFAULT, "strict: a write to an offset instead of a virtual address "
-		   "fails at the target (%s)", tw_strerror(rc));
-	else
-		ok(rc == 0 && remote_sum(ch, 8192, 4096) == fab_fnv1a(src, 4096),
-		   "plain: the same write lands (offsets are right here)");
-	tw__chan_close(ch);
-	proc_kill(peer, SIGTERM);
-	is_int(proc_wait(peer, 10000), 0, "%s: the peer exited cleanly", mode);
-	proc_free(peer);
+	target_case(strict, ch, peer, &forged, 8192, src, src_mr,
+		    "a write to an offset instead of a virtual address");
 
 	/* The peer hands out the key it requested instead of the provider's. */
 	peer = start_peer(strict, true, addr, sizeof(addr));
 	TAP_REQUIRE(peer, "%s: fab_peer (TW_FAB_FAULT=reqkey) started", mode);
 	ch = connect_peer(addr, &rk);
 	TAP_REQUIRE(ch, "%s: connected", mode);
-	fab_pattern(src, 4096, 4);
-	rc = write_once(ch, src, 4096, src_mr, &rk, 0);
-	if (strict)
-		ok(rc < 0 && rc != -EFAULT, "strict: a write with the requested key, not the "
-		   "provider's, fails at the target (%s)", tw_strerror(rc));
-	else
-		ok(rc == 0 && remote_sum(ch, 0, 4096) == fab_fnv1a(src, 4096),
-		   "plain: the same write lands (requested keys are the keys here)");
-	tw__chan_close(ch);
-	proc_kill(peer, SIGTERM);
-	is_int(proc_wait(peer, 10000), 0, "%s: the peer exited cleanly", mode);
-	proc_free(peer);
+	target_case(strict, ch, peer, &rk, 0, src, src_mr,
+		    "a write with the key the peer requested instead of the provider's");
 
 	{
 		struct tw_fab_stats st;
