@@ -143,6 +143,23 @@ static int parse_provider(const char *want, bool *mem)
 	return 0;
 }
 
+/* $TW_FAB_STRICT (tests, process-wide): "verbs" sets strict mode and aborts at the first
+ * violation, so that a check failing in any process of an integration test (a twd that would
+ * treat the failed call as a lost peer) fails the test; empty or unset: cfg.strict as given. */
+static int strict_from_env(struct tw_fab_config *cfg)
+{
+	const char *s = getenv("TW_FAB_STRICT");
+
+	if (!s || !*s)
+		return 0;
+	if (strcmp(s, "verbs")) {
+		tw__fab_open_errmsg("TW_FAB_STRICT=%s: the only strict mode is 'verbs'", s);
+		return -EINVAL;
+	}
+	cfg->strict = TW_FAB_STRICT_VERBS_ABORT;
+	return 0;
+}
+
 int tw__fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events *ev,
 		struct tw_fab **out)
 {
@@ -174,16 +191,30 @@ int tw__fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events 
 		prov = getenv("FI_PROVIDER");
 	if (!prov || !*prov)
 		prov = "tcp";
+	if ((rc = strict_from_env(&cfg)) < 0) {
+		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
+		return rc;
+	}
+	if ((unsigned)cfg.strict > TW_FAB_STRICT_VERBS_ABORT) {
+		tw__fab_open_errmsg("unknown strict mode %d", (int)cfg.strict);
+		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
+		return -EINVAL;
+	}
 	if (cfg.write_mode != TW_FAB_WRITE_ONESIDED && cfg.write_mode != TW_FAB_WRITE_MSG) {
 		tw__fab_open_errmsg("unknown write mode %d", (int)cfg.write_mode);
 		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
 		return -EINVAL;
 	}
 	parse_provider(prov, &mem);
-	if (mem)
+	if (mem && cfg.strict != TW_FAB_STRICT_OFF) {
+		tw__fab_open_errmsg("strict mode (verbs semantics) needs a libfabric FI_EP_MSG provider "
+				"(tcp, sockets), not the in-memory fabric");
+		rc = -ENOTSUP;
+	} else if (mem) {
 		rc = tw__mem_fab_open(&cfg, ev, out);
-	else
+	} else {
 		rc = tw__ofi_fab_open(&cfg, ev, prov, out);
+	}
 	if (rc == 0 && (rc = hook(*out)) < 0)
 		*out = NULL;
 	if (rc < 0) {

@@ -1,7 +1,8 @@
 /*
  * fabric/fabric.h — the internal transport: one "channel to a peer" type over libfabric
- * FI_EP_MSG (verbs, tcp, sockets), FI_EP_RDM (shm, tcp;ofi_rxm, verbs;ofi_rxm), and an
- * in-memory backend for tests. Only fabric/ *.c include <rdma/...>; everything above uses this.
+ * FI_EP_MSG (verbs, tcp, sockets), FI_EP_RDM (shm; tcp;ofi_rxm and verbs;ofi_rxm are refused,
+ * docs/fabric.md), and an in-memory backend for tests. Only fabric/ *.c include <rdma/...>;
+ * everything above uses this.
  *
  * Threading: a struct tw_fab and its channels are driven by one thread at a time (the caller
  * serialises). All callbacks run inside tw__fab_progress() — or inside an operation call that had
@@ -43,13 +44,34 @@ enum tw_fab_write_mode {
 /* Header of a write message; a write's bytes travel in chunks of max_msg_size minus this. */
 #define TW_FAB_WMSG_HDR 64u
 
+/* Strict mode (tw_fab_config.strict): a test mode that behaves as the verbs provider requires,
+ * on providers that do not enforce it (docs/fabric.md "Verbs semantics without RDMA hardware"). */
+enum tw_fab_strict {
+	TW_FAB_STRICT_OFF = 0,
+	/* tcp and sockets (FI_EP_MSG) only; -ENOTSUP on any other backend. The provider is asked for
+	 * mr_mode FI_MR_BASIC, so it hands out keys and checks virtual addresses itself; the layer
+	 * passes a descriptor with every local buffer and checks that a live registration of this
+	 * domain covers it (and, for receives and read destinations, allows local writes, as
+	 * verbs does), refuses to register memory that is not backed by pages (FI_MR_ALLOCATED),
+	 * posts one iov (rma_iov_limit 1), writes with verbs' FI_TRANSMIT_COMPLETE, and keeps the
+	 * send queue at TW_FAB_STRICT_SQ entries and each CQ at that plus the receives, where a
+	 * post gets -FI_EAGAIN as on verbs (vrb_post_send). A violation fails the call with -EFAULT
+	 * and a message naming the libfabric call (tw__fab_errmsg). */
+	TW_FAB_STRICT_VERBS = 1,
+	/* The same, but a violation aborts the process after logging it, so that it cannot pass
+	 * for a lost peer. TW_FAB_STRICT=verbs in the environment sets this for every fab of the
+	 * process (how the verbs-semantics test suite runs twd's and primaries). */
+	TW_FAB_STRICT_VERBS_ABORT = 2,
+};
+#define TW_FAB_STRICT_SQ 1u /* strict mode: send queue entries per endpoint (verbs: 384) */
+
 /* Check run by a target over a whole write sent as a message, once placed: 0, or a negative code
  * that fails the write at the initiator. `buf` is the registered memory, borrowed for the call. */
 typedef int (*tw_write_check_fn)(const void *buf, size_t len);
 
 struct tw_fab_config {
-	/* As users type it: "tcp", "sockets", "shm", "verbs", "tcp;ofi_rxm", "verbs;ofi_rxm",
-	 * or "mem" (in-process backend). NULL: $FI_PROVIDER if set, else "tcp". */
+	/* As users type it: "tcp", "sockets", "shm", "verbs", or "mem" (in-process backend);
+	 * names with ";ofi_rxm" are refused (-ENOTSUP). NULL: $FI_PROVIDER if set, else "tcp". */
 	const char *provider;
 	/* Local address to listen on (passive side); NULL: 127.0.0.1 for IP providers. */
 	const char *node;
@@ -73,6 +95,7 @@ struct tw_fab_config {
 	 * (docs/fabric.md "Deadlines and the clock"). */
 	uint64_t (*clock_ns)(void *clock_arg);
 	void *clock_arg;
+	enum tw_fab_strict strict; /* TW_FAB_STRICT_OFF (default); $TW_FAB_STRICT=verbs overrides */
 };
 
 /* Fill `cfg` with the defaults above. */
@@ -277,6 +300,11 @@ struct tw_fab_stats {
 	uint64_t closes_deferred;      /* records made */
 	uint64_t closes_forced;        /* records closed at the 200 ms bound, transfers unacknowledged */
 	uint64_t closing_eps;          /* records held now (not a counter) */
+	/* strict mode (TW_FAB_STRICT_VERBS) */
+	uint64_t strict_checks;        /* local buffers checked against the domain's registrations */
+	uint64_t strict_violations;    /* calls failed by a check */
+	uint64_t cq_full;              /* posts refused with -FI_EAGAIN because their CQ had no free
+					* entry (counted in eagain_retries too) */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 

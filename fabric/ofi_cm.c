@@ -125,11 +125,21 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
 {
 	size_t tx = info->tx_attr->size ? info->tx_attr->size : of->tx_size;
 	size_t rx = info->rx_attr->size ? info->rx_attr->size : of->rx_size;
+	size_t cq;
 	int rc;
 
 	ch->rx.n = (unsigned)TW_MIN((size_t)of->base.cfg.rx_depth, rx);
 	ch->tx_max = (unsigned)TW_MIN((size_t)of->base.cfg.tx_depth, tx);
-	rc = tw__cq_open(of, tx + rx, &ch->cq, &ch->cq_fd, ch);
+	cq = tx + rx;
+	if (of->strict) {
+		/* verbs' limits (ofi_strict.c): our credits do not hide the small send queue, and the
+		 * CQ holds exactly what can be outstanding, so posts meet -FI_EAGAIN and a full CQ. */
+		ch->tx_max = of->base.cfg.tx_depth;
+		ch->sq_size = (unsigned)tx;
+		ch->cq_size = (unsigned)tx + ch->rx.n;
+		cq = ch->cq_size;
+	}
+	rc = tw__cq_open(of, cq, &ch->cq, &ch->cq_fd, ch);
 	if (rc < 0)
 		return rc;
 	rc = fi_endpoint(of->domain, info, &ch->ep, ch);
@@ -244,7 +254,7 @@ static void closing_finish(struct ofi_fab *of, struct ofi_closing *cr)
 	/* Endpoint and CQ are gone: nothing refers to these contexts any more. */
 	while (cr->posted)
 		closing_give_back(of, cr, cr->posted);
-	tw__msg_free_rx(&cr->rx);
+	tw__msg_free_rx(of, &cr->rx);
 }
 
 int tw__cm_reap(struct ofi_fab *of)
@@ -418,7 +428,7 @@ void tw__cm_chan_down(struct ofi_chan *ch, bool closing)
 	while (ch->posted) {
 		give_back(of, ch, ch->posted);
 	}
-	tw__msg_free_rx(&ch->rx);
+	tw__msg_free_rx(of, &ch->rx);
 }
 
 /* Drop a channel the user never saw (failed handshake). */

@@ -149,6 +149,7 @@ static void handle_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 	}
 	if (!ch || ch->base.is_down)
 		return;
+	ch->rx.posted--;
 	/* The peer sends only once connected: a message can overtake our FI_CONNECTED event.
 	 * Passive side: announce now. Active side: the connection is up, but tw__fab_connect has
 	 * not returned the channel yet: keep the message for the next progress. */

@@ -57,6 +57,7 @@ struct ofi_rx {
 	struct fid_mr *mr;
 	void *desc;
 	struct ofi_ctx *ctx;
+	unsigned posted;        /* MSG: receives posted now (strict mode's CQ accounting) */
 };
 
 /*
@@ -94,6 +95,13 @@ struct ofi_fab {
 	bool listening;
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
+	/* Strict mode (ofi_strict.c, cfg.strict): the live registrations of the domain, with
+	 * their descriptors and ranges; a fault a test asks for ($TW_FAB_FAULT). */
+	bool strict;
+	struct strict_reg *regs;
+	size_t nregs, regs_cap;
+	bool fault_reqkey;      /* publish the requested key, not fi_mr_key() (tests) */
+	uint64_t fault_key;     /* the key last requested, for fault_reqkey */
 	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
 	bool drain_close;       /* sockets: close a channel's endpoint only once its transfers
 				 * have completed (tw__cm_chan_down, docs/fabric.md "Closing under
@@ -148,6 +156,7 @@ struct ofi_chan {
 	/* MSG */
 	struct fid_ep *ep;
 	struct fid_cq *cq;
+	unsigned sq_size, cq_size; /* strict mode: the verbs-like limits of tw__strict_queue_full */
 	int cq_fd;
 	struct ofi_rx rx;
 	/* RDM */
@@ -249,6 +258,7 @@ static inline bool tw__rdm_shm_may_post(struct ofi_fab *of, struct ofi_chan *ch)
 uint64_t tw__mr_access_flags(unsigned access);
 int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
 		    void **desc_out);
+void tw__mr_close_internal(struct ofi_fab *of, struct fid_mr *mr); /* NULL: no-op */
 int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
 void tw__ofi_mr_dereg(struct tw_mr *mr);
 
@@ -263,7 +273,7 @@ int tw__msg_alloc_slots(struct ofi_fab *of);
 void tw__msg_free_slots(struct ofi_fab *of);
 /* Allocate, register and post rx->n receive buffers (of `ch`, NULL: the RDM fab's). */
 int tw__msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch);
-void tw__msg_free_rx(struct ofi_rx *rx); /* idempotent */
+void tw__msg_free_rx(struct ofi_fab *of, struct ofi_rx *rx); /* idempotent */
 int tw__msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx);
 /* Send `len` bytes already placed in the slot of `ctx` (taken with tw__msg_get_slot). */
 int tw__msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len,
@@ -271,6 +281,33 @@ int tw__msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *c
 struct ofi_ctx *tw__msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64_t deadline_ns, int *err);
 void tw__msg_put_slot(struct ofi_fab *of, struct ofi_ctx *ctx);
 int tw__ofi_send(struct tw_chan *ch, const void *msg, size_t len);
+
+/* ofi_strict.c: strict mode (TW_FAB_STRICT_VERBS, docs/fabric.md "Verbs semantics without RDMA
+ * hardware"). Every check fails with -EFAULT and a message naming `call`, or aborts the process
+ * (TW_FAB_STRICT_VERBS_ABORT). */
+/* The hints of strict mode: mr_mode FI_MR_BASIC, a TW_FAB_STRICT_SQ send queue (MSG only). */
+void tw__strict_hints(struct fi_info *hints);
+/* After fi_getinfo: the provider kept FI_MR_BASIC (else -ENOTSUP, message set); verbs' limits. */
+int tw__strict_read_back(struct ofi_fab *of);
+/* A registration: its pages are backed (FI_MR_ALLOCATED); then it is recorded / forgotten. */
+int tw__strict_check_backed(struct ofi_fab *of, const void *buf, size_t len);
+int tw__strict_add_reg(struct ofi_fab *of, struct fid_mr *mr, void *desc, const void *buf, size_t len,
+		   uint64_t acc);
+void tw__strict_del_reg(struct ofi_fab *of, struct fid_mr *mr);
+/* A local buffer passed to `call` with `desc`, taken from registration `mr`: `mr` is a live
+ * registration of this domain, `desc` is its descriptor, it covers [buf, buf + len) and, when
+ * `local_write` (receives, read destinations), it lets the provider write into it. */
+int tw__strict_check_local(struct ofi_fab *of, const char *call, const void *buf, size_t len, void *desc,
+		       struct fid_mr *mr, bool local_write);
+/* An RMA post: one local and one remote iov at most (verbs' rma_iov_limit is 1). */
+int tw__strict_check_iov(struct ofi_fab *of, const char *call, size_t iov_count, size_t rma_iov_count);
+/* Whether a post on `ch` finds its send queue or its CQ full: the post then returns -FI_EAGAIN,
+ * as verbs' does (vrb_post_send: sq_credits, cq->credits; the CQ's context pool holds the
+ * posted receives too). */
+bool tw__strict_queue_full(struct ofi_fab *of, struct ofi_chan *ch);
+/* Log what strict mode checked and free the registry (at fab close and reset, after the
+ * fab's own registrations are closed). */
+void tw__strict_fini(struct ofi_fab *of);
 
 /* ofi_cq.c */
 struct ofi_ctx *tw__ctx_get(struct ofi_fab *of);

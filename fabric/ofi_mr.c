@@ -35,8 +35,14 @@ int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc,
 {
 	int rc = -FI_ENOKEY;
 
+	*mr_out = NULL;
+	if (of->strict && tw__strict_check_backed(of, buf, len) < 0)
+		return -EFAULT;
 	for (int tries = 0; tries < 16 && rc == -FI_ENOKEY; tries++) {
-		uint64_t key = of->prov_key ? 0 : tw__fab_gen_key(&of->base, of->mr_key_size);
+		uint64_t key = of->prov_key && !of->fault_reqkey ?
+				       0 : tw__fab_gen_key(&of->base, of->mr_key_size);
+
+		of->fault_key = key;
 		rc = fi_mr_reg(of->domain, buf, len, acc, 0, key, 0, mr_out, NULL);
 	}
 	if (rc) {
@@ -45,7 +51,21 @@ int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc,
 		return tw__ofi_errno(rc);
 	}
 	*desc_out = fi_mr_desc(*mr_out);
+	if (of->strict && (rc = tw__strict_add_reg(of, *mr_out, *desc_out, buf, len, acc)) < 0) {
+		fi_close(&(*mr_out)->fid);
+		*mr_out = NULL;
+		return rc;
+	}
 	return 0;
+}
+
+void tw__mr_close_internal(struct ofi_fab *of, struct fid_mr *mr)
+{
+	if (!mr)
+		return;
+	if (of->strict)
+		tw__strict_del_reg(of, mr);
+	fi_close(&mr->fid);
 }
 
 int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
@@ -65,7 +85,7 @@ int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, s
 	mr->base.len = len;
 	mr->base.access = access;
 	mr->base.rk.addr = of->virt_addr ? (uint64_t)(uintptr_t)buf : 0;
-	mr->base.rk.key = fi_mr_key(mr->mr);
+	mr->base.rk.key = of->fault_reqkey ? of->fault_key : fi_mr_key(mr->mr);
 	mr->base.rk.len = len;
 	tw__mr_link(fab, &mr->base);
 	*out = &mr->base;
@@ -75,9 +95,9 @@ int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, s
 void tw__ofi_mr_dereg(struct tw_mr *base)
 {
 	struct ofi_mr *mr = (struct ofi_mr *)base;
+	struct ofi_fab *of = ofab(base->fab);
 
 	tw__mr_unlink(base);
-	if (mr->mr)
-		fi_close(&mr->mr->fid);
+	tw__mr_close_internal(of, mr->mr);
 	free(mr);
 }

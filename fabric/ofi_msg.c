@@ -39,8 +39,7 @@ int tw__msg_alloc_slots(struct ofi_fab *of)
 
 void tw__msg_free_slots(struct ofi_fab *of)
 {
-	if (of->smr)
-		fi_close(&of->smr->fid);
+	tw__mr_close_internal(of, of->smr);
 	tw__fab_free(of->sbuf, of->sbuf_len);
 	free(of->sctx);
 }
@@ -102,10 +101,9 @@ int tw__msg_alloc_rx(struct ofi_fab *of, struct ofi_rx *rx, struct ofi_chan *ch)
 	return 0;
 }
 
-void tw__msg_free_rx(struct ofi_rx *rx)
+void tw__msg_free_rx(struct ofi_fab *of, struct ofi_rx *rx)
 {
-	if (rx->mr)
-		fi_close(&rx->mr->fid);
+	tw__mr_close_internal(of, rx->mr);
 	rx->mr = NULL;
 	tw__fab_free(rx->buf, rx->buf_len);
 	rx->buf = NULL;
@@ -120,6 +118,10 @@ int tw__msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
 	ssize_t rc;
 	int tries = 0;
 
+	if (of->strict && (rc = tw__strict_check_local(of, "fi_recv", ctx->buf, of->slot_size, desc,
+						       of->base.rdm ? of->rx.mr : ctx->ch->rx.mr,
+						       true)) < 0)
+		return (int)rc;
 	/* Receive queues are sized by us (rx_depth <= rx_size), so EAGAIN is rare: retry briefly. */
 	do {
 		rc = fi_recv(ep, ctx->buf, of->slot_size, desc, FI_ADDR_UNSPEC, ctx);
@@ -129,6 +131,8 @@ int tw__msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
 				   fi_strerror((int)-rc));
 		return tw__ofi_errno((int)rc);
 	}
+	if (!of->base.rdm)
+		ctx->ch->rx.posted++;
 	return 0;
 }
 
@@ -142,6 +146,8 @@ static ssize_t do_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *
 	struct fid_ep *ep = of->base.rdm ? of->ep : ch->ep;
 	fi_addr_t dest = of->base.rdm ? ch->addr : FI_ADDR_UNSPEC;
 
+	if (of->strict && tw__strict_queue_full(of, ch))
+		return -FI_EAGAIN;
 	return fi_send(ep, ctx->buf, a->len, of->sdesc, dest, ctx);
 }
 
@@ -149,7 +155,11 @@ int tw__msg_post_send(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *c
 		  uint64_t deadline_ns)
 {
 	struct send_arg a = {.len = len};
+	int rc;
 
+	if (of->strict && (rc = tw__strict_check_local(of, "fi_send", ctx->buf, len, of->sdesc, of->smr,
+						       false)) < 0)
+		return rc;
 	ctx->len = len;
 	return tw__post_tx(of, ch, ctx, do_send, &a, deadline_ns);
 }

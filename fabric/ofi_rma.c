@@ -41,6 +41,8 @@ static ssize_t do_rma(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *c
 	};
 	struct fid_ep *ep = of->base.rdm ? of->ep : ch->ep;
 
+	if (of->strict && tw__strict_queue_full(of, ch))
+		return -FI_EAGAIN;
 	if (a->read)
 		return fi_readmsg(ep, &msg, FI_COMPLETION);
 	return fi_writemsg(ep, &msg, a->fast ? FI_COMPLETION : of->write_flags);
@@ -65,6 +67,13 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 
 	if (len > of->max_msg_size)
 		return -EMSGSIZE;
+	if (of->strict) {
+		const char *call = read ? "fi_readmsg" : "fi_writemsg";
+
+		if ((rc = tw__strict_check_iov(of, call, 1, 1)) < 0 ||
+		    (rc = tw__strict_check_local(of, call, local, len, a.desc, omr->mr, read)) < 0)
+			return rc;
+	}
 	ctx = tw__ctx_get(of);
 	if (!ctx)
 		return -ENOMEM;

@@ -1,12 +1,14 @@
 /*
  * tests/integration/twd_cli.c — twd's command line and exit codes: --help, usage errors,
- * size suffixes, a directory held by another twd, an unknown provider, an unusable directory.
+ * size suffixes, a directory held by another twd, an unknown provider, verbs with a pool above
+ * RLIMIT_MEMLOCK, an unusable directory.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli_run.h"
 #include "proc.h"
@@ -71,6 +73,26 @@ int main(void)
 	is_int(run((const char *[]){ "-d", sub, "-l", "[::1", NULL }), 2, "bad listen address: 2");
 	is_int(run((const char *[]){ "-d", sub, "-p", "no-such-provider", NULL }), 4,
 	       "unknown provider: 4");
+	{
+		/* verbs pins every buffer: a pool above RLIMIT_MEMLOCK is refused before the fabric
+		 * opens, so this verbs-only branch runs without an RDMA device (docs/fabric.md,
+		 * "Verbs semantics without RDMA hardware"). The child inherits the lowered limit. */
+		char *argv[] = { twd, (char *)"-d", sub, (char *)"-p", (char *)"verbs", (char *)"--buffers",
+				 (char *)"2", (char *)"--buffer-size", (char *)"1M", NULL };
+		struct rlimit old, low;
+		struct cli_out o;
+
+		TAP_REQUIRE(getrlimit(RLIMIT_MEMLOCK, &old) == 0, "getrlimit");
+		low = old;
+		low.rlim_cur = 1u << 20;
+		TAP_REQUIRE(setrlimit(RLIMIT_MEMLOCK, &low) == 0, "setrlimit");
+		rc = cli_run(argv, NULL, NULL, 0, 20000, &o);
+		setrlimit(RLIMIT_MEMLOCK, &old);
+		ok(rc == 5 && strstr(o.err, "RLIMIT_MEMLOCK") && strstr(o.err, "pinned"),
+		   "verbs, a 2 MiB pool and RLIMIT_MEMLOCK 1 MiB: refused before the fabric opens "
+		   "(5), naming the limit (%d)", rc);
+		cli_out_free(&o);
+	}
 	{
 		/* 192.0.2.1 (TEST-NET-1, RFC 5737) is never an address of this machine: the
 		 * message names the address, never the provider (a name that does not resolve

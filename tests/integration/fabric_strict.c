@@ -1,0 +1,439 @@
+/*
+ * tests/integration/fabric_strict.c — strict mode (verbs semantics) between two processes over a
+ * real provider: `fabric_strict <tcp|sockets>`. The driver runs each case twice, against a
+ * fab_peer spawned plain and spawned with TW_FAB_STRICT=verbs, its own fab plain and with
+ * cfg.strict = TW_FAB_STRICT_VERBS, and checks that every mistake that only verbs would catch
+ * goes unnoticed in plain mode and fails in strict mode:
+ *   - a local buffer whose descriptor belongs to another domain's registration (fi_writemsg);
+ *   - a read into a registration the provider may not write into (fi_readmsg);
+ *   - a registration of memory without pages behind it (FI_MR_ALLOCATED, fi_mr_reg);
+ *   - an offset where the target expects a virtual address (FI_MR_VIRT_ADDR);
+ *   - a key the peer requested where the provider picks the keys (FI_MR_PROV_KEY; the peer
+ *     commits that mistake under the test hook TW_FAB_FAULT=reqkey).
+ * Then bursts of writes and of messages: in strict mode they meet -FI_EAGAIN and full CQs and
+ * every one of them still lands (peer checksum, every echo back), without a busy spin (the
+ * retries are bounded by the completions and the milliseconds waited; CPU time is printed).
+ * Last, TW_FAB_STRICT=verbs in the environment aborts a process at its first violation.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "fab_op.h"
+#include "fab_pattern.h"
+#include "fabric/fabric.h"
+#include "proc.h"
+#include "tap.h"
+
+#define BUF_LEN (8u * 1024 * 1024 + 65536) /* fab_peer's buffer */
+#define SRC_LEN (8u * 1024 * 1024)
+
+static const char *prov;
+static char self_path[4096];
+static struct tw_fab *fab;
+static struct tw_chan *cur;
+static char last[70000];
+static size_t last_len;
+static int nrecv, nlost;
+
+static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
+{
+	if (ch != cur)
+		return;
+	last_len = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
+	memcpy(last, msg, last_len);
+	last[last_len] = '\0';
+	nrecv++;
+}
+
+static void on_lost(void *arg, struct tw_chan *ch, int err)
+{
+	nlost++;
+}
+
+static bool progress_until(const int *flag, int want, unsigned ms)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (*flag < want && tw_now_ns() < end)
+		tw__fab_progress(fab, 50);
+	return *flag >= want;
+}
+
+static struct tw_fab *open_fab(bool strict)
+{
+	struct tw_fab_config cfg;
+	struct tw_fab_events ev = {.on_recv = on_recv, .on_lost = on_lost};
+	struct tw_fab *f = NULL;
+	int rc;
+
+	tw__fab_config_init(&cfg);
+	cfg.provider = prov;
+	cfg.strict = strict ? TW_FAB_STRICT_VERBS : TW_FAB_STRICT_OFF;
+	rc = tw__fab_open(&cfg, &ev, &f);
+	if (rc < 0)
+		tap_diag("open %s%s: %s (%s)", prov, strict ? " strict" : "", tw_strerror(rc),
+			 tw__fab_errmsg(NULL));
+	return f;
+}
+
+/* fab_peer, strict or not, optionally with TW_FAB_FAULT=reqkey. */
+static struct proc *start_peer(bool strict, bool reqkey, char *addr, size_t len)
+{
+	static char a_listen[] = "--listen", a_prov[] = "--provider";
+	static char e_strict[] = "TW_FAB_STRICT=verbs", e_reqkey[] = "TW_FAB_FAULT=reqkey";
+	char path[4096], line[256], pv[64];
+	char *argv[] = {path, a_listen, a_prov, pv, NULL};
+	char *env[3] = {NULL, NULL, NULL};
+	int n = 0, rc;
+	struct proc *p;
+
+	snprintf(pv, sizeof(pv), "%s", prov);
+	if (strict)
+		env[n++] = e_strict;
+	if (reqkey)
+		env[n++] = e_reqkey;
+	if (proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) < 0)
+		return NULL;
+	p = proc_spawn(argv, env);
+	if (!p)
+		return NULL;
+	rc = proc_wait_line(p, "ready ", line, sizeof(line), 10000);
+	if (rc < 0) {
+		tap_diag("fab_peer not ready: %s", strerror(-rc));
+		proc_free(p);
+		return NULL;
+	}
+	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
+	return p;
+}
+
+/* Connect and read the RKEY the peer sends on accept. */
+static struct tw_chan *connect_peer(const char *addr, struct tw_rkey *rk)
+{
+	struct tw_chan *ch = NULL;
+	int before = nrecv, rc;
+
+	cur = NULL;
+	rc = tw__fab_connect(fab, addr, &ch);
+	if (rc < 0) {
+		tap_diag("connect %s: %s (%s)", addr, tw_strerror(rc), tw__fab_errmsg(fab));
+		return NULL;
+	}
+	cur = ch;
+	if (!progress_until(&nrecv, before + 1, 10000) ||
+	    sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk->addr, &rk->key, &rk->len) != 3) {
+		tap_diag("no RKEY from the peer");
+		tw__chan_close(ch);
+		return cur = NULL;
+	}
+	return ch;
+}
+
+static uint64_t remote_sum(struct tw_chan *ch, uint64_t off, uint64_t len)
+{
+	char cmd[96];
+	uint64_t v = 0;
+	int before = nrecv;
+
+	snprintf(cmd, sizeof(cmd), "SUM %" PRIu64 " %" PRIu64, off, len);
+	if (tw__chan_send(ch, cmd, strlen(cmd)) < 0 || !progress_until(&nrecv, before + 1, 10000) ||
+	    sscanf(last, "SUM %" SCNx64, &v) != 1)
+		return 0;
+	return v;
+}
+
+/* One write; returns the call's error, or the completion's status (1: never completed). */
+static int write_once(struct tw_chan *ch, const void *src, size_t len, struct tw_mr *mr,
+		      const struct tw_rkey *rk, uint64_t off)
+{
+	struct opres r;
+	int rc;
+
+	op_init(&r);
+	rc = tw__chan_write(ch, &r.op, src, len, mr, rk, off);
+	if (rc < 0)
+		return rc;
+	progress_until(&r.calls, 1, 20000);
+	return r.calls ? r.status : 1;
+}
+
+static bool errmsg_has(const char *a, const char *b)
+{
+	const char *m = tw__fab_errmsg(fab);
+	bool yes = strstr(m, a) && strstr(m, b);
+
+	if (!yes)
+		tap_diag("message: %s", m);
+	return yes;
+}
+
+/* The local checks: a descriptor of another domain, a read destination without local write, a
+ * registration of unbacked memory. Fail in strict mode only. */
+static void local_checks(bool strict, struct tw_chan *ch, const struct tw_rkey *rk,
+			 unsigned char *src, struct tw_mr *src_mr)
+{
+	const char *mode = strict ? "strict" : "plain";
+	struct tw_fab *other = open_fab(strict);
+	struct tw_mr *omr = NULL, *ro = NULL, *mr = NULL;
+	void *unbacked;
+	int rc;
+
+	TAP_REQUIRE(other && tw__mr_reg(other, src, 65536, TW_MR_WRITE_SRC, &omr) == 0,
+		    "a second fab and a registration there");
+	fab_pattern(src, 65536, 11);
+	rc = write_once(ch, src, 65536, omr, rk, 0);
+	if (strict)
+		ok(rc == -EFAULT && errmsg_has("fi_writemsg", "not a live registration of this domain"),
+		   "%s: a descriptor of another domain's registration fails fi_writemsg (%s)", mode,
+		   tw_strerror(rc));
+	else
+		ok(rc == 0 && remote_sum(ch, 0, 65536) == fab_fnv1a(src, 65536),
+		   "%s: a descriptor of another domain goes unnoticed (%s)", mode, tw_strerror(rc));
+	tw__mr_close(omr);
+	tw__fab_close(other);
+
+	TAP_REQUIRE(tw__mr_reg(fab, src + SRC_LEN - 65536, 65536, TW_MR_WRITE_SRC, &ro) == 0, "reg");
+	{
+		struct opres r;
+
+		op_init(&r);
+		rc = tw__chan_read(ch, &r.op, src + SRC_LEN - 65536, 4096, ro, rk, 0);
+		if (rc == 0) {
+			progress_until(&r.calls, 1, 20000);
+			rc = r.calls ? r.status : 1;
+		}
+	}
+	if (strict)
+		ok(rc == -EFAULT && errmsg_has("fi_readmsg", "does not let the provider write"),
+		   "%s: a read into a registration without local write fails fi_readmsg (%s)", mode,
+		   tw_strerror(rc));
+	else
+		ok(rc == 0, "%s: a read into a registration without local write goes unnoticed (%s)",
+		   mode, tw_strerror(rc));
+	tw__mr_close(ro);
+
+	unbacked = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	TAP_REQUIRE(unbacked != MAP_FAILED, "mmap");
+	rc = tw__mr_reg(fab, unbacked, 1 << 20, TW_MR_REMOTE_WRITE, &mr);
+	if (strict)
+		ok(rc == -EFAULT && errmsg_has("fi_mr_reg", "FI_MR_ALLOCATED"),
+		   "%s: registering untouched memory fails (%s)", mode, tw_strerror(rc));
+	else
+		ok(rc == 0, "%s: registering untouched memory goes unnoticed (%s)", mode,
+		   tw_strerror(rc));
+	tw__mr_close(mr);
+	munmap(unbacked, 1 << 20);
+	(void)src_mr;
+}
+
+static double cpu_ms(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/*
+ * Everything posted back to back: 512 writes of 16 KiB, then 256 messages of 1 KiB that the
+ * peer echoes. Strict mode's queues (TW_FAB_STRICT_SQ) are far smaller, so posts return
+ * -FI_EAGAIN and the layer progresses and retries. A retry follows either completions handled
+ * or a blocking wait of up to 1 ms, so a busy spin would show as retries far above those.
+ */
+static void bursts(bool strict, struct tw_chan *ch, const struct tw_rkey *rk, unsigned char *src,
+		   struct tw_mr *src_mr)
+{
+	enum { NW = 512, WLEN = 16384, NM = 256, MLEN = 1024 };
+	static struct opres ops[NW];
+	const char *mode = strict ? "strict" : "plain";
+	struct tw_fab_stats s0, s1;
+	unsigned posted = 0, good = 0;
+	uint64_t t0, wall_ms;
+	double c0, cpu;
+	int before, sent = 0, echoed = 0;
+	unsigned char msg[MLEN];
+
+	fab_pattern(src, SRC_LEN, strict ? 21 : 22);
+	tw__fab_get_stats(fab, &s0);
+	t0 = tw_now_ns();
+	c0 = cpu_ms();
+	for (unsigned i = 0; i < NW; i++) {
+		op_init(&ops[i]);
+		if (tw__chan_write(ch, &ops[i].op, src + (size_t)i * WLEN, WLEN, src_mr, rk,
+				   (uint64_t)i * WLEN) == 0)
+			posted++;
+	}
+	for (unsigned i = 0; i < NW; i++)
+		if (progress_until(&ops[i].calls, 1, 20000) && ops[i].calls == 1 && !ops[i].status)
+			good++;
+	wall_ms = (tw_now_ns() - t0) / 1000000u;
+	cpu = cpu_ms() - c0;
+	tw__fab_get_stats(fab, &s1);
+	is_int(good, NW, "%s: %u of %u writes posted back to back completed once, successfully",
+	       mode, good, posted);
+	ok(remote_sum(ch, 0, SRC_LEN) == fab_fnv1a(src, SRC_LEN),
+	   "%s: the peer holds every byte of the burst", mode);
+	tap_diag("%s writes: %" PRIu64 " ms wall, %.0f ms CPU, %" PRIu64 " -FI_EAGAIN (%" PRIu64
+		 " with the CQ full), %" PRIu64 " completions read", mode, wall_ms, cpu,
+		 s1.eagain_retries - s0.eagain_retries, s1.cq_full - s0.cq_full,
+		 s1.cq_entries - s0.cq_entries);
+	if (strict)
+		ok(s1.eagain_retries > s0.eagain_retries && s1.cq_full > s0.cq_full,
+		   "strict: fi_writemsg met -FI_EAGAIN and full CQs");
+	ok(s1.eagain_retries - s0.eagain_retries <= 2 * (s1.cq_entries - s0.cq_entries) + 2 * wall_ms + 64,
+	   "%s: no busy spin: %" PRIu64 " retries for %" PRIu64 " completions in %" PRIu64 " ms", mode,
+	   s1.eagain_retries - s0.eagain_retries, s1.cq_entries - s0.cq_entries, wall_ms);
+
+	memcpy(msg, "ECHO", 4);
+	tw__fab_get_stats(fab, &s0);
+	t0 = tw_now_ns();
+	c0 = cpu_ms();
+	before = nrecv;
+	for (int i = 0; i < NM; i++) {
+		fab_pattern(msg + 4, MLEN - 4, (uint64_t)i);
+		if (tw__chan_send(ch, msg, MLEN) == 0)
+			sent++;
+	}
+	progress_until(&nrecv, before + sent, 20000);
+	echoed = nrecv - before;
+	wall_ms = (tw_now_ns() - t0) / 1000000u;
+	cpu = cpu_ms() - c0;
+	tw__fab_get_stats(fab, &s1);
+	ok(sent == NM && echoed == NM, "%s: %d messages sent back to back, %d echoed", mode, sent,
+	   echoed);
+	tap_diag("%s sends: %" PRIu64 " ms wall, %.0f ms CPU, %" PRIu64 " -FI_EAGAIN (%" PRIu64
+		 " with the CQ full)", mode, wall_ms, cpu, s1.eagain_retries - s0.eagain_retries,
+		 s1.cq_full - s0.cq_full);
+	if (strict)
+		ok(s1.eagain_retries > s0.eagain_retries, "strict: fi_send met -FI_EAGAIN");
+}
+
+/* A write that the target's provider refuses in strict mode and places in plain mode; then the
+ * channel is closed and the peer stopped (it must exit cleanly). */
+static void target_case(bool strict, struct tw_chan *ch, struct proc *peer, const struct tw_rkey *rk,
+			uint64_t off, unsigned char *src, struct tw_mr *src_mr, const char *what)
+{
+	const char *mode = strict ? "strict" : "plain";
+	int rc;
+
+	fab_pattern(src, 4096, off + 3);
+	rc = write_once(ch, src, 4096, src_mr, rk, off);
+	if (strict)
+		ok(rc < 0 && rc != -EFAULT, "strict: %s fails at the target (%s)", what, tw_strerror(rc));
+	else
+		ok(rc == 0 && remote_sum(ch, off, 4096) == fab_fnv1a(src, 4096), "plain: %s lands",
+		   what);
+	tw__chan_close(ch);
+	proc_kill(peer, SIGTERM);
+	is_int(proc_wait(peer, 10000), 0, "%s: the peer exited cleanly", mode);
+	proc_free(peer);
+}
+
+static void run_mode(bool strict)
+{
+	const char *mode = strict ? "strict" : "plain";
+	char addr[TW_ADDR_MAX];
+	struct proc *peer;
+	struct tw_chan *ch;
+	struct tw_rkey rk, forged;
+	unsigned char *src = tw__fab_alloc(SRC_LEN);
+	struct tw_mr *src_mr = NULL;
+
+	fab = open_fab(strict);
+	TAP_REQUIRE(fab && src, "%s: fab open", mode);
+	TAP_REQUIRE(tw__mr_reg(fab, src, SRC_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST, &src_mr) == 0,
+		    "%s: register the source", mode);
+	peer = start_peer(strict, false, addr, sizeof(addr));
+	TAP_REQUIRE(peer, "%s: fab_peer started", mode);
+	ch = connect_peer(addr, &rk);
+	TAP_REQUIRE(ch, "%s: connected", mode);
+	tap_diag("%s: the peer's rkey: addr 0x%" PRIx64 " key 0x%" PRIx64, mode, rk.addr, rk.key);
+	ok(strict ? rk.addr != 0 : rk.addr == 0, "%s: remote addresses are %s", mode,
+	   strict ? "virtual addresses (FI_MR_VIRT_ADDR)" : "offsets");
+	fab_pattern(src, 65536, 1);
+	ok(write_once(ch, src, 65536, src_mr, &rk, 4096) == 0 &&
+	   remote_sum(ch, 4096, 65536) == fab_fnv1a(src, 65536), "%s: a correct write lands", mode);
+
+	local_checks(strict, ch, &rk, src, src_mr);
+	bursts(strict, ch, &rk, src, src_mr);
+
+	/* An offset where a virtual address is expected: the target's provider refuses it. */
+	forged = rk;
+	forged.addr = 0;
+	target_case(strict, ch, peer, &forged, 8192, src, src_mr,
+		    "a write to an offset instead of a virtual address");
+
+	/* The peer hands out the key it requested instead of the provider's. */
+	peer = start_peer(strict, true, addr, sizeof(addr));
+	TAP_REQUIRE(peer, "%s: fab_peer (TW_FAB_FAULT=reqkey) started", mode);
+	ch = connect_peer(addr, &rk);
+	TAP_REQUIRE(ch, "%s: connected", mode);
+	target_case(strict, ch, peer, &rk, 0, src, src_mr,
+		    "a write with the key the peer requested instead of the provider's");
+
+	{
+		struct tw_fab_stats st;
+
+		tw__fab_get_stats(fab, &st);
+		is_int(st.strict_violations, strict ? 3 : 0, "%s: the fab counted %" PRIu64
+		       " violations in %" PRIu64 " checks", mode, st.strict_violations,
+		       st.strict_checks);
+	}
+	tw__mr_close(src_mr);
+	tw__fab_close(fab);
+	fab = NULL;
+	tw__fab_free(src, SRC_LEN);
+}
+
+/* Child of the last check: TW_FAB_STRICT=verbs is in its environment. */
+static int abort_child(void)
+{
+	struct tw_fab *f = open_fab(false);
+	void *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct tw_mr *mr = NULL;
+
+	if (!f || p == MAP_FAILED)
+		return 2;
+	tw__mr_reg(f, p, 65536, TW_MR_REMOTE_WRITE, &mr);
+	return 3; /* not reached in strict mode */
+}
+
+int main(int argc, char **argv)
+{
+	prov = argc > 1 ? argv[1] : "tcp";
+	if (argc > 2 && !strcmp(argv[2], "abort-child"))
+		return abort_child();
+	unsetenv("TW_FAB_STRICT"); /* this test chooses the mode of every fab itself */
+	if (!realpath("/proc/self/exe", self_path))
+		TAP_FATAL("realpath: %s", strerror(errno));
+	run_mode(false);
+	run_mode(true);
+
+	{
+		static char e_strict[] = "TW_FAB_STRICT=verbs", a_abort[] = "abort-child";
+		char pv[64];
+		char *av[] = {self_path, pv, a_abort, NULL};
+		char *env[] = {e_strict, NULL};
+		struct proc *p;
+		int st;
+
+		snprintf(pv, sizeof(pv), "%s", prov);
+		p = proc_spawn(av, env);
+		TAP_REQUIRE(p, "spawn the abort child");
+		st = proc_wait(p, 20000);
+		ok(proc_signaled(p) && st == 128 + SIGABRT,
+		   "TW_FAB_STRICT=verbs: a process aborts at its first violation (status %d)", st);
+		proc_free(p);
+	}
+	tap_done_testing();
+	return tap_exit();
+}
