@@ -429,9 +429,11 @@ static int h_stats(void *arg, struct tw__rpc_call *call)
 	struct tw_backup *b = arg;
 	Tailwind__StatsReply *r = &call->reply.stats;
 	struct tw_backup_stats st;
+	struct tw_fab_stats fs;
 	char *msg;
 
 	tw__bk_stats_sync(b);
+	tw__fab_get_stats(b->fab, &fs);
 	tw_backup_get_stats(b, &st);
 	r->buffers_total = (uint32_t)st.buffers;
 	r->buffers_free = (uint32_t)st.buffers_free;
@@ -450,10 +452,12 @@ static int h_stats(void *arg, struct tw__rpc_call *call)
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
 			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64
-			 " buffers_zeroed=%" PRIu64 " buffers_grown=%" PRIu64,
+			 " buffers_zeroed=%" PRIu64 " buffers_grown=%" PRIu64 " shm_peers=%" PRIu64
+			 " shm_peers_given_back=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
 			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
-			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown);
+			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown,
+			 fs.shm_av_peers, fs.shm_av_given_back);
 		r->message = msg;
 	}
 	return 0;
