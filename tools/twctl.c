@@ -921,15 +921,13 @@ static int cmd_inspect(int argc, char **argv)
 		{ "entries", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint8_t hb[SEGFILE_HDR_SIZE];
-	struct segfile_hdr h;
-	struct tw_scan_result sr;
+	struct segfile_report r;
+	const struct segfile_hdr *h = &r.h;
+	const struct tw_scan_result *sr = &r.scan;
 	struct stat st;
-	uint64_t show = 0, data_len, data_off;
-	uint8_t *data = NULL;
-	const char *path, *verdict = "ok", *hdr_err = NULL;
-	char why[256] = "";
-	int opt, fd, rc, code = EXIT_OK;
+	uint64_t show = 0;
+	const char *path, *verdict, *hdr_err = NULL;
+	int opt, fd, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
 	opterr = 0;
@@ -965,103 +963,66 @@ static int cmd_inspect(int argc, char **argv)
 		close(fd);
 		return EXIT_FAIL;
 	}
-	if ((size_t)st.st_size < SEGFILE_HDR_SIZE ||
-	    pread(fd, hb, SEGFILE_HDR_SIZE, 0) != (ssize_t)SEGFILE_HDR_SIZE) {
-		fprintf(stderr, "twctl inspect: %s: shorter than a segment file header (%d bytes)\n",
-			path, (int)SEGFILE_HDR_SIZE);
-		close(fd);
-		return EXIT_FAIL;
-	}
-	memset(&h, 0, sizeof(h));
-	rc = tw__segfile_hdr_decode(hb, &h);
-	if (rc)
-		hdr_err = rc == -TW_EVERSION ? "newer format version" :
-			  "bad magic, header CRC, state or sizes";
-	/* Where the data starts: the header says so; for an invalid header, go by its version
-	 * field as read (2: right after the 128 bytes; otherwise the version-3 header block). */
-	data_off = !hdr_err ? h.data_off :
-		   tw_load_le16(hb + 8) == SEGFILE_VERSION_V2 ||
-		   (uint64_t)st.st_size < SEGFILE_DATA_OFF ? SEGFILE_HDR_SIZE : SEGFILE_DATA_OFF;
-	data_len = (uint64_t)st.st_size - data_off;
-	data = malloc(data_len ? (size_t)data_len : 1);
-	if (!data || (data_len && pread(fd, data, (size_t)data_len, (off_t)data_off) !=
-				  (ssize_t)data_len)) {
-		fprintf(stderr, "twctl inspect: %s: cannot read %" PRIu64 " data bytes: %s\n", path,
-			data_len, data ? strerror(errno) : "out of memory");
-		free(data);
-		close(fd);
-		return EXIT_FAIL;
-	}
+	/* Any content, any length: replica/segfile.c trusts no length it reads. */
+	rc = tw__segfile_inspect(fd, &r);
 	close(fd);
-	/* The header's chain seed (0 for format 2 and 3 files, and when the header is invalid
-	 * before the seed was read): the data was written with it (docs/log-format.md §4). */
-	tw_scan_seeded(data, (size_t)data_len, h.seed, &sr);
-	if (hdr_err) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "header: %s", hdr_err);
-	} else if ((uint64_t)st.st_size != tw__segfile_file_size(&h)) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "file holds %" PRIu64 " data bytes, header says %" PRIu64
-			 "%s", data_len, h.valid_len, h.version == SEGFILE_VERSION_V2 ? "" :
-			 " (padded to 4096-byte blocks)");
-	} else if (sr.valid_len != h.valid_len || sr.last_checksum != h.checksum ||
-		   sr.entries != h.entries) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "scan: valid %zu bytes, checksum 0x%08x, %" PRIu64
-			 " entries; header: %" PRIu64 " bytes, 0x%08x, %" PRIu64 " entries",
-			 sr.valid_len, sr.last_checksum, sr.entries, h.valid_len, h.checksum,
-			 h.entries);
-	} else if (h.flags & SEGFILE_F_CORRUPT) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "flagged corrupt when it was closed");
+	if (rc) {
+		fprintf(stderr, "twctl inspect: %s: cannot read it: %s\n", path, tw_strerror(rc));
+		return EXIT_FAIL;
 	}
-	if (strcmp(verdict, "ok") != 0)
-		code = EXIT_FAIL;
+	if (r.short_file) {
+		fprintf(stderr, "twctl inspect: %s: %s\n", path, r.why);
+		return EXIT_FAIL;
+	}
+	verdict = r.corrupt ? "CORRUPT" : "ok";
+	if (r.hdr_rc)
+		hdr_err = r.hdr_rc == -TW_EVERSION ? "newer format version" :
+			  "bad magic, header CRC, state or sizes";
 
 	if (g.json) {
 		printf("{\"file\":");
 		json_str(stdout, path);
 		printf(",\"verdict\":\"%s\",\"reason\":", verdict);
-		json_str(stdout, why);
+		json_str(stdout, r.why);
 		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
 		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
 		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
 		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
 		       ",\"format_version\":%u"
 		       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
-		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h.log_id,
-		       h.segment_id, h.replica_version, h.epoch,
-		       h.state == SEGFILE_OPEN ? "open" : "closed", h.flags, h.checksum,
-		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns, h.seed,
-		       (unsigned)tw_load_le16(hb + 8), data_off, data_len,
-		       sr.valid_len, sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop),
-		       sr.stop_offset);
+		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h->log_id,
+		       h->segment_id, h->replica_version, h->epoch,
+		       h->state == SEGFILE_OPEN ? "open" : "closed", h->flags, h->checksum,
+		       h->valid_len, h->entries, h->buffer_size, h->flush_time_ns, h->seed,
+		       r.version_field, r.data_off, r.data_len,
+		       sr->valid_len, sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop),
+		       sr->stop_offset);
 	} else {
 		printf("file            %s\n", path);
-		printf("verdict         %s%s%s\n", verdict, why[0] ? ": " : "", why);
+		printf("verdict         %s%s%s\n", verdict, r.why[0] ? ": " : "", r.why);
 		if (hdr_err)
 			printf("header          INVALID (%s); fields below as read\n", hdr_err);
-		printf("log             %#" PRIx64 "\n", h.log_id);
-		printf("segment         %" PRIu64 "\n", h.segment_id);
-		printf("replica version %" PRIu64 "\n", h.replica_version);
-		printf("epoch           %" PRIu64 "\n", h.epoch);
-		printf("format          version %u, data at byte %" PRIu64 "\n",
-		       (unsigned)tw_load_le16(hb + 8), data_off);
-		printf("chain seed      0x%08x%s\n", h.seed, h.seed ? "" : " (unseeded)");
-		printf("state           %s\n", h.state == SEGFILE_OPEN ?
+		printf("log             %#" PRIx64 "\n", h->log_id);
+		printf("segment         %" PRIu64 "\n", h->segment_id);
+		printf("replica version %" PRIu64 "\n", h->replica_version);
+		printf("epoch           %" PRIu64 "\n", h->epoch);
+		printf("format          version %u, data at byte %" PRIu64 "\n", r.version_field,
+		       r.data_off);
+		printf("chain seed      0x%08x%s\n", h->seed, h->seed ? "" : " (unseeded)");
+		printf("state           %s\n", h->state == SEGFILE_OPEN ?
 		       "open (flushed while open: battery / shutdown)" : "closed");
-		printf("flags           0x%x%s\n", h.flags,
-		       h.flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
+		printf("flags           0x%x%s\n", h->flags,
+		       h->flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
 		printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
-		       "0x%08x, buffer %" PRIu64 " bytes\n", h.valid_len, h.entries, h.checksum,
-		       h.buffer_size);
+		       "0x%08x, buffer %" PRIu64 " bytes\n", h->valid_len, h->entries, h->checksum,
+		       h->buffer_size);
 		printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
-		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr.valid_len,
-		       sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop), sr.stop_offset,
-		       data_len);
+		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr->valid_len,
+		       sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset,
+		       r.data_len);
 	}
 	if (show > 0) {
-		struct tw_entry_iter it = { data, sr.valid_len, 0 };
+		struct tw_entry_iter it = { r.data, sr->valid_len, 0 };
 		const void *p;
 		uint32_t len;
 		size_t off;
@@ -1089,8 +1050,8 @@ static int cmd_inspect(int argc, char **argv)
 	}
 	if (g.json)
 		printf("}\n");
-	free(data);
-	return code;
+	free(r.data);
+	return r.corrupt ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ main */
