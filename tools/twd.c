@@ -88,8 +88,9 @@ static void usage(FILE *f)
 		"  1  runtime failure, or flushing at shutdown failed\n"
 		"  2  usage error\n"
 		"  3  storage directory unusable: missing parent, permissions, in use by another\n"
-		"     twd, or it cannot hold a segment file (a probe file is created, written,\n"
-		"     fsync'ed and removed at start)\n"
+		"     twd, its metadata journal (meta.twlog) damaged or newer, or it cannot hold\n"
+		"     a segment file (a probe file is created, written, fsync'ed and removed at\n"
+		"     start). A bad file about one log makes that log unavailable, not twd\n"
 		"  4  provider unavailable or cannot listen\n"
 		"  5  initial buffers (--buffers) larger than the memory available (MemAvailable),\n"
 		"     or than RLIMIT_MEMLOCK on verbs, or they cannot be allocated or registered\n",
@@ -384,6 +385,8 @@ static int exit_code_for(int rc)
 	case -EBUSY:
 	case -EROFS:
 	case -ENOSPC:
+	case -TW_ECORRUPT: /* the directory's metadata journal (one bad log's file is not fatal) */
+	case -TW_EVERSION:
 		return EXIT_STORAGE;
 	case -EINVAL:
 		return EXIT_USAGE;
@@ -596,7 +599,8 @@ int main(int argc, char **argv)
 		rc = tw_backup_open(&cfg, &b);
 		if (rc != 0) {
 			status = exit_code_for(rc);
-			if (status == EXIT_STORAGE && rc != -EBUSY)
+			if (status == EXIT_STORAGE && rc != -EBUSY && rc != -TW_ECORRUPT &&
+			    rc != -TW_EVERSION)
 				fprintf(stderr, "twd: storage directory %s cannot hold segment files: "
 					"%s (give twd a writable directory on a local file system)\n",
 					cfg.dir, tw_strerror(rc));
