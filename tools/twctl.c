@@ -128,8 +128,13 @@ static void usage_cmd(FILE *f, const char *cmd)
 		fprintf(f, "Usage: twctl -b ADDR... free LOG --below N\n"
 			"Log cleaning: every reachable backup drops LOG's segments below segment N\n"
 			"(files removed, buffers returned) after recording the mark durably;\n"
-			"recovery and takeover then start at N. Refused while a segment below N\n"
-			"is open (being written). Does not fence: a running primary goes on.\n"
+			"recovery and takeover then start at N. Prints the copies dropped and the\n"
+			"segments they were. A backup refuses, and keeps all its copies, while the\n"
+			"log's primary still writes a segment below N (its open segment): exit 1,\n"
+			"nothing freed there (free below the open segment, or fence the log first).\n"
+			"Segments left open by a fenced primary are dropped like closed ones, and\n"
+			"an N past the log's last segment drops every segment. Does not fence: a\n"
+			"running primary goes on.\n"
 			"  -B, --below N     first segment to keep\n");
 	else if (strcmp(cmd, "delete") == 0)
 		fprintf(f, "Usage: twctl -b ADDR... delete LOG [--epoch E]\n"
@@ -398,12 +403,75 @@ static const char *state_name(int st)
 	}
 }
 
+/*
+ * Every segment copy backup `c` lists: of log `log_id` (one) or of every log, page by page,
+ * each handed to fn. Returns 0, or the error of a failed page (said on stderr).
+ */
+typedef void (*seg_fn)(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s);
+
+static int list_backup(struct conn *c, uint64_t log_id, bool one, seg_fn fn, void *arg)
+{
+	uint64_t from_log = log_id, from_seg = 0;
+
+	for (;;) {
+		struct tw_rpc_req req;
+		struct tw_rpc_reply rep;
+		const Tailwind__ListSegmentsReply *r;
+		bool more;
+		int rc;
+
+		tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
+		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
+		if (rc) {
+			fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
+				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
+			tw__rpc_reply_release(&rep);
+			return rc;
+		}
+		r = rep.env->list_segments_reply;
+		for (size_t k = 0; k < r->n_segments; k++)
+			fn(arg, c, r->segments[k]);
+		more = r->more && (!one || r->next_log_id == log_id);
+		from_log = r->next_log_id;
+		from_seg = r->next_segment_id;
+		tw__rpc_reply_release(&rep);
+		if (!more)
+			return 0;
+	}
+}
+
+struct ls_out {
+	uint64_t total;
+};
+
+static void ls_print(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s)
+{
+	struct ls_out *o = arg;
+
+	if (g.json) {
+		printf("%s{\"backup\":", o->total ? "," : "");
+		json_str(stdout, c->addr);
+		printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64 ",\"state\":\"%s\","
+		       "\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64 ",\"checksum\":%u,"
+		       "\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,"
+		       "\"length\":%" PRIu64 "}", s->log_id, s->segment_id, state_name(s->state),
+		       s->valid_len, s->entries, s->checksum, s->replica_version, s->epoch,
+		       s->corrupt ? "true" : "false", s->length);
+	} else {
+		printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8" PRIu64
+		       " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr, s->log_id,
+		       s->segment_id, state_name(s->state), s->valid_len, s->entries, s->checksum,
+		       s->replica_version, s->epoch, s->corrupt ? "CORRUPT" : "-");
+	}
+	o->total++;
+}
+
 static int cmd_ls(int argc, char **argv)
 {
+	struct ls_out o = { 0 };
 	uint64_t log_id = 0;
-	bool one = false, first = true;
+	bool one = false;
 	unsigned up, failed = 0;
-	uint64_t total = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (argv[i][0] == '-') {
@@ -427,71 +495,22 @@ static int cmd_ls(int argc, char **argv)
 	if (need_backups(NULL))
 		return EXIT_USAGE;
 	up = connect_all();
+	/* No table when no backup answered: stdout holds answers only (errors are on stderr). */
 	if (g.json)
 		printf("{\"segments\":[");
-	else
+	else if (up)
 		printf("%-22s %18s %8s %-8s %10s %8s %10s %4s %6s %s\n", "BACKUP", "LOG", "SEGMENT",
 		       "STATE", "VALID", "ENTRIES", "CHECKSUM", "VER", "EPOCH", "CORRUPT");
 	for (unsigned i = 0; i < g.nbk; i++) {
 		struct conn *c = &conns[i];
-		uint64_t from_log = log_id, from_seg = 0;
 
-		if (!c->rpc) {
+		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o) != 0)
 			failed++;
-			continue;
-		}
-		for (;;) {
-			struct tw_rpc_req req;
-			struct tw_rpc_reply rep;
-			const Tailwind__ListSegmentsReply *r;
-			bool more;
-			int rc;
-
-			tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
-			rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
-			if (rc) {
-				fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
-					tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
-				tw__rpc_reply_release(&rep);
-				failed++;
-				break;
-			}
-			r = rep.env->list_segments_reply;
-			for (size_t k = 0; k < r->n_segments; k++) {
-				const Tailwind__SegmentInfo *s = r->segments[k];
-
-				total++;
-				if (g.json) {
-					printf("%s{\"backup\":", first ? "" : ",");
-					json_str(stdout, c->addr);
-					printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
-					       ",\"state\":\"%s\",\"valid_len\":%" PRIu64 ",\"entries\":%"
-					       PRIu64 ",\"checksum\":%u,\"replica_version\":%" PRIu64
-					       ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,\"length\":%" PRIu64
-					       "}", s->log_id, s->segment_id, state_name(s->state),
-					       s->valid_len, s->entries, s->checksum, s->replica_version,
-					       s->epoch, s->corrupt ? "true" : "false", s->length);
-				} else {
-					printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8"
-					       PRIu64 " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr,
-					       s->log_id, s->segment_id, state_name(s->state),
-					       s->valid_len, s->entries, s->checksum, s->replica_version,
-					       s->epoch, s->corrupt ? "CORRUPT" : "-");
-				}
-				first = false;
-			}
-			more = r->more && (!one || r->next_log_id == log_id);
-			from_log = r->next_log_id;
-			from_seg = r->next_segment_id;
-			tw__rpc_reply_release(&rep);
-			if (!more)
-				break;
-		}
 	}
 	if (g.json)
 		printf("],\"backups\":%u,\"reachable\":%u,\"failed\":%u}\n", g.nbk, up, failed);
-	else
-		printf("# %" PRIu64 " segment copies on %u of %u backups\n", total, g.nbk - failed,
+	else if (up)
+		printf("# %" PRIu64 " segment copies on %u of %u backups\n", o.total, g.nbk - failed,
 		       g.nbk);
 	disconnect_all();
 	return failed ? EXIT_FAIL : EXIT_OK;
@@ -517,7 +536,11 @@ static int cmd_stat(int argc, char **argv)
 	}
 	if (need_backups(NULL))
 		return EXIT_USAGE;
-	connect_all();
+	/* No table when no backup answered (errors are on stderr). */
+	if (connect_all() == 0 && !g.json) {
+		disconnect_all();
+		return EXIT_FAIL;
+	}
 	if (g.json)
 		printf("{\"backups\":[");
 	else
@@ -849,6 +872,52 @@ static int cmd_recover(int argc, char **argv)
 
 /* ------------------------------------------------------------------ free, delete */
 
+/* The segments of one log below a mark that the backups list before a free: what it drops. */
+struct below {
+	uint64_t mark, last; /* last: the highest segment listed (any), for "past the end" */
+	uint64_t *ids;       /* segment ids below the mark, as listed (copies repeat them) */
+	size_t n, cap;
+	bool any;
+};
+
+static void below_add(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s)
+{
+	struct below *bl = arg;
+
+	(void)c;
+	if (!bl->any || s->segment_id > bl->last)
+		bl->last = s->segment_id;
+	bl->any = true;
+	if (s->segment_id < bl->mark) /* out of memory: the report names fewer segments */
+		(void)tw__push(&bl->ids, &bl->cap, &bl->n, sizeof(*bl->ids), 16, &s->segment_id);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* "0..2", "0..1, 4, 6..9" (sorted, duplicates ignored); "none" when empty. */
+static void ranges(uint64_t *v, size_t n, char *out, size_t len)
+{
+	size_t used = 0;
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	snprintf(out, len, "none");
+	for (size_t i = 0; i < n && used < len;) {
+		size_t j = i;
+
+		while (j + 1 < n && (v[j + 1] == v[j] || v[j + 1] == v[j] + 1))
+			j++;
+		used += (size_t)snprintf(out + used, len - used, "%s%" PRIu64, i ? ", " : "", v[i]);
+		if (used < len && v[j] != v[i])
+			used += (size_t)snprintf(out + used, len - used, "..%" PRIu64, v[j]);
+		i = j + 1;
+	}
+}
+
 static int cmd_clean(int argc, char **argv, bool delete_log)
 {
 	static const struct option lo[] = {
@@ -859,8 +928,9 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 	const char *name = delete_log ? "delete" : "free";
 	struct tw_recover_config cfg;
 	uint64_t log_id, below = 0, epoch = 0, freed = 0;
+	struct below bl = { 0 };
 	bool have_below = false;
-	char err[512];
+	char err[512], segs[200] = "none";
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
@@ -886,28 +956,51 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		fprintf(stderr, "twctl free: give --below N (the first segment to keep)\n");
 		return EXIT_USAGE;
 	}
+	bl.mark = below;
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
 	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0)
 		return EXIT_FAIL;
+	if (!delete_log) {
+		/* What the free is about to drop, for the report (the backups count what they
+		 * dropped; the listing names the segments). */
+		connect_all();
+		for (unsigned i = 0; i < g.nbk; i++)
+			if (conns[i].rpc)
+				list_backup(&conns[i], log_id, true, below_add, &bl);
+		disconnect_all();
+		ranges(bl.ids, bl.n, segs, sizeof(segs));
+	}
 	rc = delete_log ? tw_log_delete(&cfg, &freed, err, sizeof(err))
 			: tw_log_free(&cfg, below, &freed, err, sizeof(err));
 	if (g.json) {
-		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64
-		       ",\"error\":", log_id, rc ? "false" : "true", freed);
+		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64,
+		       log_id, rc ? "false" : "true", freed);
+		if (!delete_log) {
+			printf(",\"below\":%" PRIu64 ",\"segments\":", below);
+			json_str(stdout, freed ? segs : "none");
+		}
+		printf(",\"error\":");
 		json_str(stdout, rc ? err : "");
 		printf("}\n");
+	} else if (rc == 0 && delete_log) {
+		printf("log %#" PRIx64 " deleted: %" PRIu64 " segment copies dropped\n", log_id,
+		       freed);
 	} else if (rc == 0) {
-		if (delete_log)
-			printf("log %#" PRIx64 " deleted: %" PRIu64 " segment copies dropped\n",
-			       log_id, freed);
-		else
-			printf("log %#" PRIx64 " freed below segment %" PRIu64 ": %" PRIu64 " segment "
-			       "copies dropped\n", log_id, below, freed);
+		printf("log %#" PRIx64 " freed below segment %" PRIu64 ": %" PRIu64 " segment copies "
+		       "dropped (segments %s); recovery and takeover start at segment %" PRIu64
+		       "%s\n", log_id, below, freed, freed ? segs : "none", below,
+		       bl.any && below > bl.last + 1 ? ": the mark is past the log's last segment, "
+		       "the backups hold none of it now" : "");
 	}
+	free(bl.ids);
 	if (rc) {
 		fprintf(stderr, "twctl %s: %s\n", name, err[0] ? err : tw_strerror(rc));
+		if (!delete_log)
+			fprintf(stderr, "twctl free: %s\n", freed ? "the backups that accepted dropped "
+				"their copies below the mark; the others kept theirs" :
+				"nothing was freed");
 		return EXIT_FAIL;
 	}
 	return EXIT_OK;

@@ -233,6 +233,15 @@ int main(void)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 	one_line((const char *[]){ twctl, "-p", "tcp", "-b", addr, "stat", NULL }, 1,
 		 "stat, nothing listening", "connection refused", "is twd running");
+	/* Every backup failed: no table header on stdout (it used to print one). */
+	for (int k = 0; k < 2; k++) {
+		const char *cmd = k ? "ls" : "stat";
+
+		st = run((const char *[]){ twctl, "-p", "tcp", "-b", addr, cmd, NULL }, &o);
+		ok(st == 1 && o.out_len == 0, "%s, every backup failed: exit 1, nothing on stdout "
+		   "(%zu bytes)", cmd, o.out_len);
+		cli_out_free(&o);
+	}
 	close(s);
 
 	/* A listener that is not libfabric: accepts, answers with bytes that are not its handshake. */
