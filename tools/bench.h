@@ -21,6 +21,7 @@
 
 #include <tailwind/primary.h>
 
+#include "exit.h"
 #include "proto/rpc.h"
 
 #define MAX_BACKUPS 16

@@ -115,7 +115,8 @@ static void usage(FILE *f)
 		"  --json            machine-readable output on stdout (one line)\n"
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
 		"  --version         print the version and exit\n"
-		"  --help            this text\n");
+		"  --help            this text\n"
+		"\n" EXIT_HELP);
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -218,11 +219,11 @@ static int bad_value(int c, const char *arg)
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		if (t[i].c == c) {
 			fprintf(stderr, "twbench: %s '%s': expected %s\n", t[i].name, arg, t[i].want);
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
 	fprintf(stderr, "twbench: bad value '%s' (see twbench --help)\n", arg);
-	return 2;
+	return EXIT_USAGE;
 }
 
 static int parse_modes(const char *s, struct opts *o)
@@ -289,7 +290,7 @@ int main(int argc, char **argv)
 	uint8_t *payload = NULL;
 	uint64_t v, list[MAX_LIST];
 	uint32_t max_size = 0;
-	int c, n, rc, exit_code = 1;
+	int c, n, rc, exit_code = EXIT_FAIL;
 
 	o.progress = isatty(STDERR_FILENO);
 	prctl(PR_SET_TIMERSLACK, 1000UL); /* --rate pacing sleeps to the microsecond */
@@ -376,7 +377,7 @@ int main(int argc, char **argv)
 		case 'm':
 			if (parse_modes(optarg, &o) < 0) {
 				fprintf(stderr, "twbench: --mode takes onesided, rpc, raw (comma-separated)\n");
-				return 2;
+				return EXIT_USAGE;
 			}
 			break;
 		case 'L':
@@ -394,25 +395,25 @@ int main(int argc, char **argv)
 			o.logs = (unsigned)v;
 			break;
 		case 'H': o.logs_private = true; break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return 0;
+		case 'h': usage(stdout); return EXIT_OK;
+		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return EXIT_OK;
 		bad:
 			return bad_value(c, optarg ? optarg : "");
 		default:
 			fprintf(stderr, "twbench: see twbench --help for the options\n");
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "twbench: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
-		return 2;
+		return EXIT_USAGE;
 	}
 	for (unsigned i = 0; i < o.n_sizes; i++) {
 		if ((size_t)o.sizes[i] + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > o.segment_size) {
 			fprintf(stderr, "twbench: --size %u does not fit a %zu-byte segment\n",
 				o.sizes[i], o.segment_size);
-			return 2;
+			return EXIT_USAGE;
 		}
 		if (o.sizes[i] > max_size)
 			max_size = o.sizes[i];
@@ -424,18 +425,18 @@ int main(int argc, char **argv)
 	if (runs_total > sizeof(results) / sizeof(results[0])) {
 		fprintf(stderr, "twbench: %u runs are too many (at most %zu)\n", runs_total,
 			sizeof(results) / sizeof(results[0]));
-		return 2;
+		return EXIT_USAGE;
 	}
 
 	if (check_provider(o.provider) < 0)
-		return 2;
+		return EXIT_PROVIDER;
 	o.key_file = tw__auth_key_path(o.key_file);
 	if (o.key_file) {
 		char why[512];
 
 		if (tw__auth_key_load(o.key_file, &bench_key, why, sizeof(why)) < 0) {
 			fprintf(stderr, "twbench: %s\n", why);
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
 	if (o.backups_arg) {
@@ -444,7 +445,7 @@ int main(int argc, char **argv)
 		for (tok = strtok_r(o.backups_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			if (n_addrs == MAX_BACKUPS) {
 				fprintf(stderr, "twbench: at most %d backups\n", MAX_BACKUPS);
-				return 2;
+				return EXIT_USAGE;
 			}
 			addrs[n_addrs++] = tok;
 		}
@@ -456,7 +457,7 @@ int main(int argc, char **argv)
 	if (n_addrs < max_r) {
 		fprintf(stderr, "twbench: -r %u needs at least %u backups, %u given\n", max_r, max_r,
 			n_addrs);
-		return 2;
+		return EXIT_USAGE;
 	}
 	if (!n_twd)
 		remote_stats_open(o.provider, addrs, n_addrs);
@@ -466,6 +467,7 @@ int main(int argc, char **argv)
 	run.lat_ns = calloc(o.count > o.lat_count ? o.count : o.lat_count, sizeof(uint32_t));
 	if (!payload || !run.t_submit || !run.lat_ns) {
 		fprintf(stderr, "twbench: out of memory for %" PRIu64 " objects\n", o.count);
+		exit_code = EXIT_MEMORY;
 		goto out;
 	}
 	for (uint32_t i = 0; i < max_size; i++)
@@ -475,7 +477,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "twbench: --logs-private: %u fabric instances, %u "
 				"connections per backup, %u progress threads\n", o.logs, o.logs,
 				o.logs);
-		exit_code = run_logs(&o, addrs, n_addrs, payload) < 0 ? 1 : 0;
+		exit_code = run_logs(&o, addrs, n_addrs, payload) < 0 ? EXIT_FAIL : EXIT_OK;
 		goto out;
 	}
 
@@ -525,7 +527,7 @@ int main(int argc, char **argv)
 	else
 		print_table(&o);
 	fflush(stdout);
-	exit_code = 0;
+	exit_code = EXIT_OK;
 out:
 	free(payload);
 	free(run.t_submit);

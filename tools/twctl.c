@@ -26,16 +26,12 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "exit.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/segfile.h"
 #include "twctl_coord.h"
 
-enum {
-	EXIT_OK = 0,
-	EXIT_FAIL = 1,
-	EXIT_USAGE = 2,
-};
 
 #define MAX_BK TW_RECOVER_MAX_BACKUPS
 /* Every command, for usage errors. */
@@ -50,6 +46,7 @@ static struct {
 	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
 	struct tw_auth_key *key; /* loaded by need_backups */
 	const char *coord;       /* -c URL (twctl_coord.c) */
+	bool no_provider;        /* connect_all: the provider is not available here */
 } g;
 
 /* ------------------------------------------------------------------ usage */
@@ -89,8 +86,25 @@ static void usage_main(FILE *f)
 		"  -V, --version         print the version and exit\n"
 		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
 		"\n"
-		"LOG is a log id, decimal or 0x-prefixed hex.\n"
-		"Exit status: 0 success, 1 the operation failed or found corruption, 2 usage error.\n");
+		"LOG is a log id, decimal or 0x-prefixed hex.\n");
+}
+
+static void usage_cmd(FILE *f, const char *cmd);
+
+/* --help: the overview, then every command's usage and options (the man page's), then the
+ * exit codes. */
+static void usage_full(FILE *f)
+{
+	static const char *const cmds[] = { "ls", "stat", "fence", "recover", "free", "delete",
+					    "inspect", "ls-backups", "owner", "ls-logs", "standby" };
+
+	usage_main(f);
+	fprintf(f, "\nCommands in detail (twctl COMMAND --help prints one):\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		fprintf(f, "\n");
+		usage_cmd(f, cmds[i]);
+	}
+	fprintf(f, "\n" EXIT_HELP);
 }
 
 static void usage_cmd(FILE *f, const char *cmd)
@@ -123,7 +137,11 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"  -e, --epoch E      fence with this epoch (default automatic)\n"
 			"      --no-record    leave open copies open (do not send RecoveredOffset)\n"
 			"      --no-fence     read without fencing (inspection of a live log; implies\n"
-			"                     --no-record; the answer may be stale at once)\n");
+			"                     --no-record; the answer may be stale at once)\n"
+			"      --create       go on when no backup holds anything of LOG and the\n"
+			"                     coordinator has no record of it: fence it (and record it\n"
+			"                     at the coordinator) so that it exists, empty. Without it\n"
+			"                     such a LOG is 'no such log', exit 6, nothing changed\n");
 	else if (strcmp(cmd, "free") == 0)
 		fprintf(f, "Usage: twctl -b ADDR... free LOG --below N\n"
 			"Log cleaning: every reachable backup drops LOG's segments below segment N\n"
@@ -144,6 +162,14 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"  -e, --epoch E     fence with this epoch (default automatic)\n");
 	else if (strcmp(cmd, "standby") == 0)
 		twctl_coord_standby_usage(f);
+	else if (strcmp(cmd, "ls-backups") == 0)
+		fprintf(f, "Usage: twctl -c URL ls-backups\n"
+			"Every backup registered at the coordinator: its node, address, provider,\n"
+			"zone, free and total buffers, buffer size.\n");
+	else if (strcmp(cmd, "owner") == 0)
+		fprintf(f, "Usage: twctl -c URL owner LOG\n"
+			"LOG's last epoch at the coordinator and its owner (the live primary's\n"
+			"description, '(none)' when no owner node exists).\n");
 	else if (strcmp(cmd, "ls-logs") == 0)
 		fprintf(f, "Usage: twctl -c URL ls-logs\n"
 			"Every log the coordinator knows: its last epoch, its owner (the live\n"
@@ -326,7 +352,9 @@ static unsigned connect_all(void)
 	err = tw__fab_open(&fc, &ev, &fab);
 	if (err) {
 		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
-			g.provider ? g.provider : "default provider", tw_strerror(err));
+			g.provider ? g.provider : "default provider",
+			err == -TW_ENOPROV ? tw__fab_errmsg(NULL) : tw_strerror(err));
+		g.no_provider = err == -TW_ENOPROV;
 		return 0;
 	}
 	tw__rpc_config_init(&rc);
@@ -409,7 +437,8 @@ static const char *state_name(int st)
  */
 typedef void (*seg_fn)(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s);
 
-static int list_backup(struct conn *c, uint64_t log_id, bool one, seg_fn fn, void *arg)
+static int list_backup(struct conn *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
+		       bool *known)
 {
 	uint64_t from_log = log_id, from_seg = 0;
 
@@ -429,7 +458,9 @@ static int list_backup(struct conn *c, uint64_t log_id, bool one, seg_fn fn, voi
 			return rc;
 		}
 		r = rep.env->list_segments_reply;
-		for (size_t k = 0; k < r->n_segments; k++)
+		if (known && (r->log_known || r->log_epoch || r->n_segments))
+			*known = true; /* segments, lost records, a freed prefix, or an epoch */
+		for (size_t k = 0; fn && k < r->n_segments; k++)
 			fn(arg, c, r->segments[k]);
 		more = r->more && (!one || r->next_log_id == log_id);
 		from_log = r->next_log_id;
@@ -504,7 +535,7 @@ static int cmd_ls(int argc, char **argv)
 	for (unsigned i = 0; i < g.nbk; i++) {
 		struct conn *c = &conns[i];
 
-		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o) != 0)
+		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o, NULL) != 0)
 			failed++;
 	}
 	if (g.json)
@@ -513,7 +544,7 @@ static int cmd_ls(int argc, char **argv)
 		printf("# %" PRIu64 " segment copies on %u of %u backups\n", o.total, g.nbk - failed,
 		       g.nbk);
 	disconnect_all();
-	return failed ? EXIT_FAIL : EXIT_OK;
+	return g.no_provider ? EXIT_PROVIDER : failed ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ stat */
@@ -539,7 +570,7 @@ static int cmd_stat(int argc, char **argv)
 	/* No table when no backup answered (errors are on stderr). */
 	if (connect_all() == 0 && !g.json) {
 		disconnect_all();
-		return EXIT_FAIL;
+		return g.no_provider ? EXIT_PROVIDER : EXIT_FAIL;
 	}
 	if (g.json)
 		printf("{\"backups\":[");
@@ -606,7 +637,7 @@ static int cmd_stat(int argc, char **argv)
 	if (g.json)
 		printf("],\"failed\":%u}\n", failed);
 	disconnect_all();
-	return failed ? EXIT_FAIL : EXIT_OK;
+	return g.no_provider ? EXIT_PROVIDER : failed ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ fence, recover */
@@ -623,6 +654,48 @@ static void recover_cfg(struct tw_recover_config *cfg, uint64_t log_id, uint64_t
 	cfg->key_file = g.key_file;
 	if (g.timeout_ms > cfg->rpc_timeout_ms)
 		cfg->rpc_timeout_ms = g.timeout_ms;
+}
+
+/* The exit code of a failed library call (tools/exit.h). */
+static int exit_for(int rc)
+{
+	return rc == -TW_ENOPROV ? EXIT_PROVIDER : EXIT_FAIL;
+}
+
+/*
+ * Before a command about an existing log (recover, free, delete) changes anything: does the log
+ * exist? Yes when a reachable backup knows it — holds a segment, a lost record or a freed
+ * prefix of it (ListSegments' log_known), or an epoch (it was fenced: a deleted log keeps
+ * its epoch) — or the coordinator (-c) has a record of it. fn (may be NULL) sees
+ * each segment listed. Returns EXIT_OK to go on (also when no backup could be asked: the
+ * command then fails on its own), EXIT_NO_LOG after saying so (nothing was changed), or
+ * EXIT_PROVIDER / EXIT_FAIL.
+ */
+static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
+{
+	unsigned up, asked = 0;
+	bool known = false;
+	int coord = 0;
+
+	if (g.coord) {
+		coord = twctl_coord_log_known(g.coord, g.timeout_ms, cmd, log_id);
+		if (coord < 0)
+			return EXIT_FAIL;
+	}
+	up = connect_all();
+	for (unsigned i = 0; i < g.nbk; i++)
+		if (conns[i].rpc && list_backup(&conns[i], log_id, true, fn, arg, &known) == 0)
+			asked++;
+	disconnect_all();
+	if (g.no_provider)
+		return EXIT_PROVIDER;
+	if (known || coord > 0 || asked == 0)
+		return EXIT_OK;
+	fprintf(stderr, "twctl %s: no such log: %#" PRIx64 " (none of the %u reachable backups "
+		"has ever held or fenced it%s%s); nothing was changed\n", cmd, log_id,
+		asked, up < g.nbk ? ", and some backups did not answer" : "",
+		g.coord ? "; the coordinator has no record of it" : "");
+	return EXIT_NO_LOG;
 }
 
 static int cmd_fence(int argc, char **argv)
@@ -669,7 +742,7 @@ static int cmd_fence(int argc, char **argv)
 	}
 	if (rc) {
 		fprintf(stderr, "twctl fence: %s\n", err);
-		return EXIT_FAIL;
+		return exit_for(rc);
 	}
 	return fenced == g.nbk ? EXIT_OK : EXIT_FAIL;
 }
@@ -702,12 +775,13 @@ static int cmd_recover(int argc, char **argv)
 		{ "epoch", required_argument, NULL, 'e' },
 		{ "no-record", no_argument, NULL, 'R' },
 		{ "no-fence", no_argument, NULL, 'F' },
+		{ "create", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct tw_recover_config cfg;
 	struct tw_recover_result res;
 	const char *output = NULL;
-	bool verify = false, no_record = false, no_fence = false;
+	bool verify = false, no_record = false, no_fence = false, create = false;
 	uint64_t log_id, epoch = 0;
 	struct out o = { NULL, 0 };
 	char err[512], tmp[4096];
@@ -730,6 +804,9 @@ static int cmd_recover(int argc, char **argv)
 			break;
 		case 'F':
 			no_fence = true;
+			break;
+		case 'C':
+			create = true;
 			break;
 		case 'e':
 			if (parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
@@ -754,6 +831,9 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
+	/* A log nothing holds: say so and change nothing (no fence, no coordinator record). */
+	if (!create && (rc = check_log("recover", log_id, NULL, NULL)) != EXIT_OK)
+		return rc;
 	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
 	    !S_ISREG(ost.st_mode)) {
 		/* A pipe or device: written as it comes (no rename possible). */
@@ -761,7 +841,7 @@ static int cmd_recover(int argc, char **argv)
 		if (!o.f) {
 			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
 				strerror(errno));
-			return EXIT_FAIL;
+			return EXIT_STORAGE;
 		}
 		direct = true;
 	} else if (output && strcmp(output, "-") != 0) {
@@ -773,7 +853,7 @@ static int cmd_recover(int argc, char **argv)
 		if (!o.f) {
 			fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp,
 				strerror(errno));
-			return EXIT_FAIL;
+			return EXIT_STORAGE;
 		}
 	} else if (output) {
 		o.f = stdout;
@@ -862,11 +942,12 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (rc) {
 		fprintf(stderr, "twctl recover: %s\n", err[0] ? err : tw_strerror(rc));
-		return EXIT_FAIL;
+		return o.err && rc == -o.err ? EXIT_STORAGE : exit_for(rc);
 	}
 	if (res.copies_listed == 0)
 		fprintf(stderr, "twctl recover: note: no backup holds any segment of log %#" PRIx64
-			" (check the log id and the backup addresses)\n", log_id);
+			"%s\n", log_id, create ? ": it exists now, empty, at the epoch above" :
+			" (check the log id and the backup addresses)");
 	return EXIT_OK;
 }
 
@@ -959,18 +1040,18 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 	bl.mark = below;
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
+	/* Nothing about a log that does not exist; for a free, the listing also names what
+	 * it is about to drop (the backups count what they dropped). */
+	rc = check_log(name, log_id, delete_log ? NULL : below_add, &bl);
+	if (rc != EXIT_OK) {
+		free(bl.ids);
+		return rc;
+	}
+	ranges(bl.ids, bl.n, segs, sizeof(segs));
 	recover_cfg(&cfg, log_id, epoch);
-	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0)
+	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0) {
+		free(bl.ids);
 		return EXIT_FAIL;
-	if (!delete_log) {
-		/* What the free is about to drop, for the report (the backups count what they
-		 * dropped; the listing names the segments). */
-		connect_all();
-		for (unsigned i = 0; i < g.nbk; i++)
-			if (conns[i].rpc)
-				list_backup(&conns[i], log_id, true, below_add, &bl);
-		disconnect_all();
-		ranges(bl.ids, bl.n, segs, sizeof(segs));
 	}
 	rc = delete_log ? tw_log_delete(&cfg, &freed, err, sizeof(err))
 			: tw_log_free(&cfg, below, &freed, err, sizeof(err));
@@ -1001,7 +1082,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 			fprintf(stderr, "twctl free: %s\n", freed ? "the backups that accepted dropped "
 				"their copies below the mark; the others kept theirs" :
 				"nothing was freed");
-		return EXIT_FAIL;
+		return exit_for(rc);
 	}
 	return EXIT_OK;
 }
@@ -1235,7 +1316,7 @@ int main(int argc, char **argv)
 			verbose++;
 			break;
 		case 'h':
-			usage_main(stdout);
+			usage_full(stdout);
 			return EXIT_OK;
 		case 'V':
 			printf("twctl (tailwind) %s\n", tw_version());
@@ -1260,7 +1341,7 @@ int main(int argc, char **argv)
 		if (argc > 1)
 			usage_cmd(stdout, argv[1]);
 		else
-			usage_main(stdout);
+			usage_full(stdout);
 		return EXIT_OK;
 	}
 	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&

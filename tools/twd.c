@@ -28,17 +28,9 @@
 #include <tailwind/backup.h>
 #include <tailwind/common.h>
 
+#include "exit.h"
 #include "proto/auth.h"
 #include "twd_coord.h"
-
-enum {
-	EXIT_OK = 0,       /* stopped by a signal, every buffer flushed */
-	EXIT_RUNTIME = 1,  /* the fabric failed while running, or flushing at shutdown failed */
-	EXIT_USAGE = 2,    /* bad command line */
-	EXIT_STORAGE = 3,  /* storage directory unusable (missing parent, permissions, in use) */
-	EXIT_FABRIC = 4,   /* provider unavailable, cannot listen */
-	EXIT_MEMORY = 5,   /* cannot allocate or register the buffer pool (RLIMIT_MEMLOCK on verbs) */
-};
 
 static void usage(FILE *f)
 {
@@ -83,17 +75,7 @@ static void usage(FILE *f)
 		"puts the date and time on every log line). SIGTERM, SIGINT, SIGHUP, SIGQUIT and\n"
 		"SIGPWR flush every buffer, open ones included, then exit.\n"
 		"\n"
-		"Exit status:\n"
-		"  0  clean shutdown (a signal), every buffer flushed\n"
-		"  1  runtime failure, or flushing at shutdown failed\n"
-		"  2  usage error\n"
-		"  3  storage directory unusable: missing parent, permissions, in use by another\n"
-		"     twd, its metadata journal (meta.twlog) damaged or newer, or it cannot hold\n"
-		"     a segment file (a probe file is created, written, fsync'ed and removed at\n"
-		"     start). A bad file about one log makes that log unavailable, not twd\n"
-		"  4  provider unavailable or cannot listen\n"
-		"  5  initial buffers (--buffers) larger than the memory available (MemAvailable),\n"
-		"     or than RLIMIT_MEMLOCK on verbs, or they cannot be allocated or registered\n",
+		EXIT_HELP,
 		TW_BACKUP_DEFAULT_BUFFERS, TW_BACKUP_DEFAULT_MAX_BUFFERS);
 }
 
@@ -378,7 +360,7 @@ static int exit_code_for(int rc)
 	case -EADDRINUSE:
 	case -EADDRNOTAVAIL:
 	case -ENODATA:
-		return EXIT_FABRIC;
+		return EXIT_PROVIDER;
 	case -EACCES:
 	case -ENOENT:
 	case -ENOTDIR:
@@ -391,7 +373,7 @@ static int exit_code_for(int rc)
 	case -EINVAL:
 		return EXIT_USAGE;
 	default:
-		return rc <= -256 && rc > -1024 ? EXIT_FABRIC : EXIT_RUNTIME;
+		return rc <= -256 && rc > -1024 ? EXIT_PROVIDER : EXIT_FAIL;
 	}
 }
 
@@ -590,7 +572,7 @@ int main(int argc, char **argv)
 	rc = pthread_create(&sigthr, NULL, signal_main, &set);
 	if (rc != 0) {
 		fprintf(stderr, "twd: cannot start the signal thread: %s\n", strerror(rc));
-		return EXIT_RUNTIME;
+		return EXIT_FAIL;
 	}
 
 	raise_nofile();
@@ -637,7 +619,7 @@ int main(int argc, char **argv)
 			tw_backup_close(b);
 			pthread_kill(sigthr, SIGUSR2);
 			pthread_join(sigthr, NULL);
-			return EXIT_RUNTIME;
+			return EXIT_FAIL;
 		}
 	}
 	printf("ready %s\n", tw_backup_listen_addr(b));
@@ -651,7 +633,7 @@ int main(int argc, char **argv)
 	twd_coord_stop(); /* deregister first: no primary should choose us while we flush */
 	if (rc != 0) {
 		fprintf(stderr, "twd: stopped: %s\n", tw_backup_errmsg(b));
-		status = EXIT_RUNTIME;
+		status = EXIT_FAIL;
 	} else {
 		fprintf(stderr, "twd: signal %d (%s): flushing every buffer to %s\n", (int)sig_seen,
 			sig_seen ? strsignal(sig_seen) : "none", cfg.dir);
@@ -661,7 +643,7 @@ int main(int argc, char **argv)
 	if (rc != 0) {
 		fprintf(stderr, "twd: flushing at shutdown failed: %s (%s); data of the failed "
 			"buffers is lost\n", tw_strerror(rc), tw_backup_errmsg(b));
-		status = EXIT_RUNTIME;
+		status = EXIT_FAIL;
 	}
 	tw_backup_close(b);
 	pthread_kill(sigthr, SIGUSR2);

@@ -622,6 +622,33 @@ int main(int argc, char **argv)
 		   (int)strcspn(o.out, "\n"), o.out);
 		cli_out_free(&o);
 	}
+	/* twctl recover of a log nobody has: "no such log", exit 6, nothing fenced and no record
+	 * at the coordinator; --create makes it (it used to do that silently, exit 0). */
+	{
+		uint64_t nolog = log + 0x1000, epoch = 0;
+		char logs[32], owner[256];
+		char *ra[] = { twctl, (char *)"-c", zk.url, (char *)"-p", (char *)prov, (char *)"recover",
+			       logs, (char *)"--verify", NULL, NULL };
+		struct cli_out o;
+		int st;
+
+		snprintf(logs, sizeof(logs), "%#" PRIx64, nolog);
+		st = cli_run(ra, NULL, NULL, 0, 60000, &o);
+		ok(st == 6 && strstr(o.err, "no such log") && strstr(o.err, "nothing was changed"),
+		   "twctl -c URL recover of a log nobody has: exit 6, no such log (%d: %.*s)", st,
+		   (int)strcspn(o.err, "\n"), o.err);
+		cli_out_free(&o);
+		is_int(tw__coord_log_info(c, nolog, &epoch, owner, sizeof(owner)), -TW_ENOTFOUND,
+		       "and the coordinator has no record of it");
+		ra[8] = (char *)"--create";
+		st = cli_run(ra, NULL, NULL, 0, 60000, &o);
+		cli_out_free(&o);
+		epoch = 0;
+		if (tw__coord_log_info(c, nolog, &epoch, owner, sizeof(owner)) != 0)
+			epoch = 0;
+		ok(st == 0 && epoch > 0, "recover --create makes it: exit %d, recorded at epoch %"
+		   PRIu64, st, epoch);
+	}
 	tw__coord_close(c);
 	bad_urls();
 

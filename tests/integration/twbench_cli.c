@@ -1,7 +1,7 @@
 /*
  * tests/integration/twbench_cli.c — twbench's messages and its clean-up (tcp):
  * --version; --count -1 / --latency-count -1 / -r 0 / --provider '' are one-line errors naming
- * the option and the allowed range (exit 2); an unknown provider says so (exit 2, no "Broken
+ * the option and the allowed range (exit 2); an unknown provider says so (exit 4, no "Broken
  * pipe"); progress lines while the local backups start; SIGINT while the backups start and
  * during a run stops the twd's (none is left for us, the subreaper, to adopt) and removes the
  * temporary directories under $TMPDIR.
@@ -130,7 +130,7 @@ int main(void)
 
 	st = run((const char *[]){ "--provider", "nosuch", "--count", "10", NULL }, NULL, NULL, 0,
 		 &o);
-	is_int(st, 2, "--provider nosuch: exit 2");
+	is_int(st, 4, "--provider nosuch: exit 4 (provider unavailable, as twd and twctl)");
 	ok(strstr(o.err, "--provider nosuch") && strstr(o.err, "not available") &&
 	   strstr(o.err, "offers: ") && !strstr(o.err, "Broken pipe"),
 	   "--provider nosuch: says the provider is not available and what is");

@@ -153,6 +153,35 @@ static void free_cases(const char *prov, struct rt_cluster *cl)
 	proc_free(p);
 }
 
+/* Commands about a log no backup has ever held or fenced: exit 6, nothing changed. */
+static void no_such_log(const char *prov)
+{
+	struct cli_out o;
+	int st, st2, st3;
+
+	st = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", NULL }, &o);
+	ok(st == 6 && !o.out[0] && strstr(o.err, "no such log: 0x9999") &&
+	   strstr(o.err, "nothing was changed"), "recover of a log nobody has: exit %d, %s", st,
+	   o.err);
+	cli_out_free(&o);
+	/* Nothing was fenced: had it been, the backups would know the id now. */
+	st = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", NULL }, &o);
+	cli_out_free(&o);
+	st2 = run_out((const char *[]){ "-p", prov, "free", "0x9999", "--below", "1", NULL }, &o);
+	cli_out_free(&o);
+	st3 = run_out((const char *[]){ "-p", prov, "delete", "0x9999", NULL }, &o);
+	cli_out_free(&o);
+	ok(st == 6 && st2 == 6 && st3 == 6, "and again, and free and delete of it: exit 6 each "
+	   "(%d, %d, %d): nothing was fenced", st, st2, st3);
+	st = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", "--create",
+				       NULL }, &o);
+	cli_out_free(&o);
+	st2 = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", NULL }, &o);
+	cli_out_free(&o);
+	ok(st == 0 && st2 == 0, "recover --create makes it (exit %d); then it exists (exit %d)", st,
+	   st2);
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
@@ -165,7 +194,7 @@ int main(int argc, char **argv)
 	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
 	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
 		tap_plan_skip_all("twctl or crash_primary not built");
-	tap_plan(20);
+	tap_plan(23);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(backups, sizeof(backups), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
 	snprintf(count, sizeof(count), "%d", COUNT);
@@ -243,6 +272,7 @@ int main(int argc, char **argv)
 		   "usage errors exit 2 (recover without LOG, unknown command)");
 	}
 	free_cases(prov, &cl);
+	no_such_log(prov);
 	rt_stop(&cl);
 	return tap_exit();
 }

@@ -83,7 +83,7 @@ int main(void)
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 
 	rc = run((const char *[]){ "--help", NULL }, NULL, &o);
-	ok(rc == 0 && strstr(o.out, "Exit status:") && strstr(o.out, "probe file") &&
+	ok(rc == 0 && strstr(o.out, "Exit status (") && strstr(o.out, "probe file") &&
 	   strstr(o.out, "MemAvailable") && strstr(o.out, "TW_LOG_TIME"),
 	   "--help documents the exit codes, the probe, MemAvailable and TW_LOG_TIME");
 	cli_out_free(&o);
