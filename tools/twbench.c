@@ -45,7 +45,7 @@ static char env_provider[256]; /* $FI_PROVIDER, copied before it is unset */
 /* Cluster key for our own RPC connections (stats, raw mode); the primary reads the file. */
 static struct tw_auth_key *bench_key;
 
-int bench_handshake(struct tw_rpc_client *cl, const char *addr)
+int bench_handshake(struct tw_rpc_client *cl, const char *addr, uint64_t *buffer_size)
 {
 	struct tw_rpc_reply rep;
 	char why[256];
@@ -53,6 +53,8 @@ int bench_handshake(struct tw_rpc_client *cl, const char *addr)
 
 	rc = tw__auth_client_handshake(cl, bench_key, (uint64_t)getpid() | 1,
 				      TAILWIND__ROLE__ROLE_ADMIN, "twbench", &rep, why, sizeof(why));
+	if (rc >= 0 && buffer_size && rep.env && rep.env->handshake_reply)
+		*buffer_size = rep.env->handshake_reply->buffer_size;
 	tw__rpc_reply_release(&rep);
 	if (rc < 0)
 		fprintf(stderr, "twbench: backup %s: %s\n", addr, why);
@@ -193,7 +195,7 @@ static int check_provider(const char *prov)
 	return 0;
 }
 
-#define MAX_COUNT 1000000000ull /* --count, --latency-count: 12 bytes of bookkeeping each */
+#define MAX_COUNT 1000000000ull /* --count, --latency-count: 16 bytes of bookkeeping each */
 
 /* "twbench: --count -1: expected ..." for a bad option value. */
 static int bad_value(int c, const char *arg)
@@ -208,7 +210,8 @@ static int bad_value(int c, const char *arg)
 		{ 'B', "--batch", "entries per write from 1 to 1048576, comma-separated" },
 		{ 'I', "--inflight", "writes in flight from 1 to 1024, comma-separated" },
 		{ 'R', "--rate", "objects per second from 1 to 4294967296, comma-separated" },
-		{ 'g', "--segment-size", "bytes from 4096 to 4294967295 (k/M suffixes)" },
+		{ 'g', "--segment-size", "a multiple of the page size from 4096 to 4294963200 "
+		  "(k/M suffixes): what a primary and a twd (--buffer-size) take" },
 		{ 'f', "--buffers", "a number of buffers from 1 to 4096" },
 		{ 'X', "--max-bytes", "a number of bytes >= 0 (k/M suffixes)" },
 		{ 'L', "--latency-count", "a number of appends from 0 to 1000000000" },
@@ -357,7 +360,9 @@ int main(int argc, char **argv)
 			o.n_rates = (unsigned)n;
 			break;
 		case 'g':
-			if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32))
+			/* Refused up front: the primary and the twd's would refuse it later. */
+			if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32) ||
+			    v % (uint64_t)sysconf(_SC_PAGESIZE) != 0)
 				goto bad;
 			o.segment_size = (size_t)v;
 			break;
@@ -459,12 +464,26 @@ int main(int argc, char **argv)
 			n_addrs);
 		return EXIT_USAGE;
 	}
-	if (!n_twd)
+	if (!n_twd) {
+		/* Running twd's: each must hold a segment in one buffer, or every open fails. */
 		remote_stats_open(o.provider, addrs, n_addrs);
+		for (unsigned i = 0; i < n_addrs; i++) {
+			uint64_t bs = remote_buffer_size(i);
+
+			if (bs && bs < o.segment_size) {
+				fprintf(stderr, "twbench: --segment-size %zu: backup %s has buffers of %"
+					PRIu64 " bytes (its twd --buffer-size), and a segment must fit "
+					"one: give --segment-size %" PRIu64 " or less\n", o.segment_size,
+					addrs[i], bs, bs);
+				exit_code = EXIT_USAGE;
+				goto out;
+			}
+		}
+	}
 
 	payload = malloc(max_size);
 	run.t_submit = calloc(o.count, sizeof(uint64_t));
-	run.lat_ns = calloc(o.count > o.lat_count ? o.count : o.lat_count, sizeof(uint32_t));
+	run.lat_ns = calloc(o.count > o.lat_count ? o.count : o.lat_count, sizeof(uint64_t));
 	if (!payload || !run.t_submit || !run.lat_ns) {
 		fprintf(stderr, "twbench: out of memory for %" PRIu64 " objects\n", o.count);
 		exit_code = EXIT_MEMORY;
