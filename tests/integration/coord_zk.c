@@ -406,6 +406,30 @@ static void bad_urls(void)
 		tap_diag("twd said: %.*s", l ? (int)strcspn(l, "\n") : 0, l ? l : "");
 	}
 	cli_out_free(&o);
+	/* The ZooKeeper client's own log goes through ours (its errors are our info): at the
+	 * default level nothing of it (it used to print ~60 ZOO_ERROR lines to stderr first), with
+	 * -v its lines say "zookeeper client:", one a second. */
+	st = cli_run(a2, NULL, NULL, 0, 60000, &o);
+	ok(st == 1 && cli_lines(o.err) <= 2 && !strstr(o.err, "ZOO_") &&
+	   strstr(o.err, "no ZooKeeper server answered"), "the same at the default log level: "
+	   "%u lines on stderr, none of the ZooKeeper client's", cli_lines(o.err));
+	if (cli_lines(o.err) > 2)
+		tap_diag("stderr: %s", o.err);
+	cli_out_free(&o);
+	{
+		char *a3[16];
+		int n = 0;
+
+		for (; a2[n]; n++)
+			a3[n] = a2[n];
+		a3[n++] = (char *)"-v";
+		a3[n] = NULL;
+		st = cli_run(a3, NULL, NULL, 0, 60000, &o);
+		ok(st == 1 && strstr(o.err, "info: zookeeper client: ") && !strstr(o.err, "ZOO_") &&
+		   cli_lines(o.err) < 30, "with -v: the client's errors as our info lines, rate "
+		   "limited (%u lines)", cli_lines(o.err));
+		cli_out_free(&o);
+	}
 }
 
 int main(int argc, char **argv)
