@@ -99,10 +99,22 @@ static void usage_full(FILE *f)
 					    "inspect", "ls-backups", "owner", "ls-logs", "standby" };
 
 	usage_main(f);
-	fprintf(f, "\nCommands in detail (twctl COMMAND --help prints one):\n");
+	fprintf(f, "\nEach command (twctl COMMAND --help prints one):\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		fprintf(f, "\n");
-		usage_cmd(f, cmds[i]);
+		char *text = NULL, *nl;
+		size_t len = 0;
+		FILE *m = open_memstream(&text, &len);
+
+		if (!m)
+			continue;
+		usage_cmd(m, cmds[i]);
+		fclose(m);
+		/* "NAME:" then the usage line alone: help2man makes them a subsection and a
+		 * paragraph of their own in twctl(8). */
+		nl = text ? strchr(text, '\n') : NULL;
+		if (nl)
+			fprintf(f, "\nCommand %s:\n  %.*s\n%s", cmds[i], (int)(nl + 1 - text), text, nl + 1);
+		free(text);
 	}
 	fprintf(f, "\n" EXIT_HELP);
 }

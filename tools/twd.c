@@ -160,11 +160,14 @@ static int parse_listen(const char *s, char *node, size_t nlen, char *svc, size_
 }
 
 /*
- * systemd readiness (Type=notify in twd@.service): "READY=1" in one datagram to
- * $NOTIFY_SOCKET, the whole protocol as sd_notify(3) documents it; written here rather than
- * linking libsystemd for one sendto. No-op without the variable.
+ * systemd's notification protocol (Type=notify in twd@.service): one datagram of "KEY=value"
+ * lines to $NOTIFY_SOCKET, the whole protocol as sd_notify(3) and systemd.service(5) document
+ * it; written here rather than linking libsystemd for one sendto per state change. "READY=1"
+ * after the ready line; "STOPPING=1" with a STATUS= line when a signal stopped the progress
+ * loop and the shutdown flush starts (the unit is then "deactivating", and TimeoutStopSec=
+ * bounds the flush, also when the signal did not come from systemd). No-op without the variable.
  */
-static void notify_ready(void)
+static void notify(const char *msg)
 {
 	const char *path = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -180,7 +183,7 @@ static void notify_ready(void)
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return;
-	if (sendto(fd, "READY=1", 7, MSG_NOSIGNAL, (struct sockaddr *)&sa,
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
 		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
 		fprintf(stderr, "twd: warning: cannot notify systemd at %s: %s\n", path,
 			strerror(errno));
@@ -624,7 +627,7 @@ int main(int argc, char **argv)
 	}
 	printf("ready %s\n", tw_backup_listen_addr(b));
 	fflush(stdout);
-	notify_ready();
+	notify("READY=1");
 
 	rc = tw_backup_run(b);
 	pthread_mutex_lock(&sig_lock);
@@ -637,6 +640,12 @@ int main(int argc, char **argv)
 	} else {
 		fprintf(stderr, "twd: signal %d (%s): flushing every buffer to %s\n", (int)sig_seen,
 			sig_seen ? strsignal(sig_seen) : "none", cfg.dir);
+	}
+	{
+		char msg[PATH_MAX + 64];
+
+		snprintf(msg, sizeof(msg), "STOPPING=1\nSTATUS=flushing every buffer to %s", cfg.dir);
+		notify(msg);
 	}
 	/* Battery case: flush everything, open buffers included, whatever stopped us. */
 	rc = tw_backup_flush_all(b);
