@@ -6,8 +6,8 @@
  *   commands: ls [LOG], stat, fence LOG, recover LOG, inspect FILE; `twctl COMMAND --help`.
  *
  * Backups can also come from $TW_BACKUPS (comma-separated). Tables go to stdout, messages and
- * warnings to stderr. Exit status: 0 success, 1 the operation failed (or found corruption),
- * 2 usage error. docs/operations.md has the twctl section.
+ * warnings to stderr. Exit status: the table of tools/exit.h, shared with twd and twbench.
+ * docs/operations.md has the twctl section.
  */
 #include <errno.h>
 #include <fcntl.h>
