@@ -21,7 +21,7 @@
 
 #include "core/util.h"
 #include "proc.h"
-#include "rmtree.h"
+#include "recover_util.h"
 #include "tap.h"
 #include "twd_client.h"
 
@@ -29,30 +29,18 @@
 #define PAR 16
 #define BUF (256 * 1024)
 
-static char twd_path[1024], twctl_path[1024];
-static char dir[64];
+static char twctl_path[1024];
 
-static struct proc *start_twd(char *addr, size_t len)
+/* One twd on shm (tests/lib/recover_util.h); its address in c->addr[0]. */
+static void start_twd(struct rt_cluster *c)
 {
-	char *argv[] = { twd_path, (char *)"-p", (char *)"shm", (char *)"-d", dir,
-			 (char *)"--buffers", (char *)"2", (char *)"--buffer-size", (char *)"256K",
-			 NULL };
-	char line[512];
-	struct proc *p = proc_spawn(argv, NULL);
-	int rc;
-
-	TAP_REQUIRE(p, "spawn %s", twd_path);
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
-	return p;
+	rt_start(c, "shm", 1, "256K", "2");
 }
 
-static void stop_twd(struct proc *p, const char *phase)
+static void stop_twd(struct rt_cluster *c, const char *phase)
 {
-	proc_kill(p, SIGTERM);
-	is_int(proc_wait(p, 20000), 0, "%s: twd exits 0 on SIGTERM", phase);
-	proc_free(p);
+	is_int(rt_stop_one(c, 0), 0, "%s: twd exits 0 on SIGTERM", phase);
+	rt_stop(c);
 }
 
 /* Stats through a new client (its own endpoint, which then counts as one entry). */
@@ -89,13 +77,15 @@ static void check_given_back(const char *addr, const char *phase, uint64_t keep)
 
 static void phase_channels(void)
 {
-	char addr[256];
-	struct proc *p = start_twd(addr, sizeof(addr));
+	struct rt_cluster cl;
+	const char *addr;
 	struct tw_fab_config fc;
 	struct tw_fab *fab;
 	struct twc_stats st;
 	int i, rc = 0;
 
+	start_twd(&cl);
+	addr = cl.addr[0];
 	tw__fab_config_init(&fc);
 	fc.provider = "shm";
 	TAP_REQUIRE(tw__fab_open(&fc, NULL, &fab) == 0, "open a fab");
@@ -114,16 +104,18 @@ static void phase_channels(void)
 	ok(rc == 0 && st.connections == (uint64_t)N + 1 && st.shm_peers <= 2,
 	   "channels: %" PRIu64 " connections, %" PRIu64 " AV entries held (one per endpoint)",
 	   st.connections, st.shm_peers);
-	stop_twd(p, "channels");
+	stop_twd(&cl, "channels");
 }
 
 static void phase_fabs(void)
 {
-	char addr[256];
-	struct proc *p = start_twd(addr, sizeof(addr));
+	struct rt_cluster cl;
 	struct twc_stats st;
+	const char *addr;
 	int i, rc = 0;
 
+	start_twd(&cl);
+	addr = cl.addr[0];
 	for (i = 0; i < N; i++) {
 		struct twc c;
 
@@ -137,7 +129,7 @@ static void phase_fabs(void)
 	ok(i == N, "fabs: %d of %d endpoints of this process served%s%s", i, N,
 	   rc ? ": " : "", rc ? tw_strerror(rc) : "");
 	check_given_back(addr, "fabs", 0);
-	stop_twd(p, "fabs");
+	stop_twd(&cl, "fabs");
 }
 
 static int twctl_stat(const char *addr, struct proc **out)
@@ -151,14 +143,17 @@ static int twctl_stat(const char *addr, struct proc **out)
 
 static void phase_processes(void)
 {
-	char addr[256];
-	struct proc *p = start_twd(addr, sizeof(addr));
+	struct rt_cluster cl;
+	const char *addr;
 	struct proc *run[PAR] = {0};
 	int started = 0, done = 0, failed = 0, first_failed = -1;
-	uint64_t t0 = tw_now_ns();
+	uint64_t t0;
 	struct twc c;
 	int rc;
 
+	start_twd(&cl);
+	addr = cl.addr[0];
+	t0 = tw_now_ns();
 	/* PAR at a time, oldest first. */
 	while (done < N) {
 		int slot = done % PAR;
@@ -198,20 +193,16 @@ static void phase_processes(void)
 		ok(0, "processes: no segment written");
 	}
 	twc_close(&c);
-	stop_twd(p, "processes");
+	stop_twd(&cl, "processes");
 }
 
 int main(void)
 {
-	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0 ||
-	    proc_find_tool("tools/twctl", twctl_path, sizeof(twctl_path)) != 0)
-		tap_plan_skip_all("twd or twctl not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-shmpeers-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	if (proc_find_tool("tools/twctl", twctl_path, sizeof(twctl_path)) != 0)
+		tap_plan_skip_all("twctl not built");
 	tap_plan(11);
 	phase_channels();
 	phase_fabs();
 	phase_processes();
-	rm_tree(dir);
 	return tap_exit();
 }
