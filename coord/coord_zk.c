@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,26 +80,63 @@ struct zk {
 	size_t n_noted;
 };
 
-static pthread_once_t log_once = PTHREAD_ONCE_INIT;
-
-static void set_log_level(void)
+/*
+ * The ZooKeeper C client's log goes through ours: each handle is made with zookeeper_init2 and
+ * this callback (zookeeper.h: a per-connection callback takes priority over the library's log
+ * stream; it is called from the client's threads). A message reads
+ *   "2026-11-25 18:31:12,066:19191(0x7f2b321fe6c0):ZOO_ERROR@check_events@2985: Socket ..."
+ * The client says ZOO_ERROR for every refused connect while it retries (about fifteen a second
+ * with nothing listening: some sixty lines before our own message), and the coordination layer
+ * reports what matters itself ("no server answering within N s", session expiry). So its errors
+ * and warnings are our info, its info our debug, without its date and thread, and at most one a
+ * second per level (the count of the others comes with the next).
+ */
+static void zk_log(const char *msg)
 {
-	const char *l = getenv("TW_LOG_LEVEL");
+	const char *p = strstr(msg, ":ZOO_");
+	char buf[512];
+	size_t n;
+	bool loud = false;
 
-	/* The client logs to stdout by default: ours is stderr (stdout carries twd's ready line
-	 * and the tests' TAP). */
+	if (p) {
+		loud = !strncmp(p, ":ZOO_ERROR@", 11) || !strncmp(p, ":ZOO_WARN@", 10);
+		p = strchr(p + 1, '@'); /* function@line: message */
+		msg = p ? p + 1 : msg;
+	}
+	n = (size_t)snprintf(buf, sizeof(buf), "%s", msg);
+	while (n > 0 && n <= sizeof(buf) - 1 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		buf[--n] = '\0';
+	if (loud)
+		tw_log_ratelimited(TW_LOG_INFO, "zookeeper client: %s", buf);
+	else
+		tw_log_ratelimited(TW_LOG_DEBUG, "zookeeper client: %s", buf);
+}
+
+static atomic_bool client_quiet;
+
+/* What the client formats at all: what our level would show of it (zk_log's mapping). */
+static void set_client_level(void)
+{
+	zoo_set_debug_level(atomic_load(&client_quiet) ? (ZooLogLevel)0 :
+			    tw__log_enabled(TW_LOG_DEBUG) ? ZOO_LOG_LEVEL_INFO :
+			    tw__log_enabled(TW_LOG_INFO) ? ZOO_LOG_LEVEL_WARN : ZOO_LOG_LEVEL_ERROR);
+}
+
+static zhandle_t *zk_init(const char *hosts, watcher_fn fn, int timeout_ms,
+			  const clientid_t *id, void *ctx)
+{
+	/* Messages logged outside a handle go to the stream: stderr, never stdout (it carries
+	 * twd's ready line and the tests' TAP); 0 turns the client's log off
+	 * (zookeeper.h: "disable logging"). */
 	zoo_set_log_stream(stderr);
-	zoo_set_debug_level(l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO : ZOO_LOG_LEVEL_ERROR);
+	set_client_level();
+	return zookeeper_init2(hosts, fn, timeout_ms, id, ctx, 0, zk_log);
 }
 
 void tw__coord_client_quiet(bool quiet)
 {
-	const char *l = getenv("TW_LOG_LEVEL");
-
-	pthread_once(&log_once, set_log_level);
-	/* 0 turns the client's log off (zookeeper.h: "disable logging"). */
-	zoo_set_debug_level(quiet ? (ZooLogLevel)0 : l && !strcmp(l, "debug") ? ZOO_LOG_LEVEL_INFO
-						    : ZOO_LOG_LEVEL_ERROR);
+	atomic_store(&client_quiet, quiet);
+	set_client_level();
 }
 
 static int zrc_errno(int zrc)
@@ -213,7 +252,7 @@ static int new_handle(struct zk *z)
 	z->generation++;
 	pthread_mutex_unlock(&z->st_mu);
 	/* zookeeper_init may call the watcher before returning: it sees z->zh NULL and accepts. */
-	zh = zookeeper_init(z->c->url.hosts, watcher, (int)z->timeout_ms, NULL, z, 0);
+	zh = zk_init(z->c->url.hosts, watcher, (int)z->timeout_ms, NULL, z);
 	if (!zh) {
 		int e = errno ? errno : EIO;
 
@@ -450,7 +489,6 @@ static int zk_open(struct tw_coord *c, const struct tw_coord_url *u, unsigned ti
 	(void)u;
 	if (!z)
 		return -ENOMEM;
-	pthread_once(&log_once, set_log_level);
 	z->c = c;
 	z->node_watch.z = z->reg_watch.z = z;
 	z->timeout_ms = timeout_ms;
@@ -900,7 +938,7 @@ static int expire_once(struct zk *z, const clientid_t *id)
 	pthread_mutex_lock(&z->st_mu);
 	z->twin_state = 0;
 	pthread_mutex_unlock(&z->st_mu);
-	twin = zookeeper_init(z->c->url.hosts, twin_watcher, (int)z->timeout_ms, id, z, 0);
+	twin = zk_init(z->c->url.hosts, twin_watcher, (int)z->timeout_ms, id, z);
 	if (!twin)
 		return -errno;
 	/* Until its session event says connected (or expired: the session is gone already). */

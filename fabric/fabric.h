@@ -294,6 +294,8 @@ struct tw_fab_stats {
 	uint64_t wmsg_served, wmsg_served_bytes; /* writes (whole) and bytes placed for peers */
 	uint64_t shm_peer_checks;      /* shm: liveness checks on the post path (slow path only) */
 	uint64_t shm_lock_waits;       /* shm: posts deferred: the peer's region lock was held */
+	uint64_t shm_av_peers;         /* shm: address-vector entries held now (not a counter) */
+	uint64_t shm_av_given_back;    /* shm: entries removed once their peer's endpoint was gone */
 	/* sockets: channels that went down with transfers in the provider hand their endpoint to a
 	 * closing record, closed by progress once the provider is done (docs/fabric.md "Closing a
 	 * registration under traffic") */

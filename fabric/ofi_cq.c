@@ -66,6 +66,10 @@ void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
 void tw__ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
 	ctx->ch = ch;
+	if (ch->peer) { /* shm: the AV entry stays while the provider holds this */
+		ctx->peer = ch->peer;
+		ch->peer->posted++;
+	}
 	TW_DLIST_APPEND(ch->posted, ch->posted_tail, ctx);
 	ch->tx_inflight++;
 	if (ch->base.fab->rdm)
@@ -82,8 +86,9 @@ void tw__ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
 
 void tw__ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
-	if (ctx->bye && of->av && !of->closing && !of->keep_av)
+	if (ctx->bye && of->av && !of->closing && !of->shm)
 		fi_av_remove(of->av, &ctx->bye_addr, 1, 0);
+	tw__rdm_peer_done(ctx);
 	if (ctx->kind == CTX_SEND)
 		tw__msg_put_slot(of, ctx);
 	else
@@ -559,7 +564,7 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 			return rc;
 		bool credit = ch->tx_inflight < ch->tx_max &&
 			      (!of->base.rdm || of->tx_inflight < of->tx_max);
-		if (credit && of->keep_av && !tw__rdm_shm_may_post(of, ch)) {
+		if (credit && of->shm && !tw__rdm_shm_may_post(of, ch)) {
 			if ((rc = chan_err(ch)) < 0) /* the peer is dead */
 				return rc;
 			if (ch->peer_gone) { /* dead, while the channel is being closed */

@@ -140,6 +140,7 @@ static void release(struct ofi_fab *of)
 		tw__cq_close(of, of->cq, of->cq_fd);
 	if (of->av)
 		fi_close(&of->av->fid);
+	tw__rdm_peers_free(of);
 	if (of->eq)
 		tw__cm_drain_eq(of);
 	if (of->pep)

@@ -21,6 +21,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sys/types.h>
 
 #include "fabric/fab_int.h"
 
@@ -29,6 +30,26 @@
 enum ctx_kind { CTX_WRITE, CTX_READ, CTX_SEND, CTX_RECV };
 
 struct ofi_chan;
+
+/*
+ * shm: one address-vector entry per peer endpoint name, shared by every channel to it
+ * (ofi_rdm.c "AV entries on shm"). libfabric 1.17's shm AV holds 256 peers and its fi_av_remove
+ * leaves stale state behind, so an entry is given back only on a fab that only accepts, once no
+ * channel and no operation uses it and the peer's endpoint is gone (its process exited or its
+ * region was removed), one CQ read after that was seen.
+ */
+struct rdm_peer {
+	struct rdm_peer *next;
+	fi_addr_t addr;
+	unsigned refs;          /* channels using it */
+	unsigned posted;        /* contexts posted to it that the provider has not completed */
+	bool accepted;          /* made for a HELLO (the peer mapped us first): may be given back */
+	int pidfd;              /* the peer process (accepted entries), -1: not known */
+	dev_t dev;              /* its region's shm object when the entry was made */
+	ino_t ino;
+	uint64_t gone_polls;    /* != 0: seen gone when cq_polls was this; given back after a later read */
+	char name[TW_ADDR_MAX];
+};
 
 struct ofi_ctx {
 	struct fi_context2 fctx; /* first: the provider's scratch space (FI_CONTEXT mode) */
@@ -41,6 +62,7 @@ struct ofi_ctx {
 	bool bye;                /* RDM goodbye: av_remove(bye_addr) when it completes */
 	bool fast;               /* write posted without FI_DELIVERY_COMPLETE (shm CMA path) */
 	fi_addr_t bye_addr;
+	struct rdm_peer *peer;   /* shm: the AV entry it was posted to (counted in its `posted`) */
 	struct ofi_ctx *next, *prev; /* channel's posted list, or a free list */
 };
 
@@ -102,7 +124,12 @@ struct ofi_fab {
 	size_t nregs, regs_cap;
 	bool fault_reqkey;      /* publish the requested key, not fi_mr_key() (tests) */
 	uint64_t fault_key;     /* the key last requested, for fault_reqkey */
-	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
+	bool shm;               /* the shm provider: AV entries per peer (rdm_peer), peer watch */
+	/* shm: AV entries (struct rdm_peer), and whether this fab gives them back: it listens and
+	 * has never connected out (ofi_rdm.c "AV entries on shm") */
+	struct rdm_peer *peers;
+	bool give_back, connected_out;
+	uint64_t sweep_ns;      /* next look at the entries no channel uses */
 	bool drain_close;       /* sockets: close a channel's endpoint only once its transfers
 				 * have completed (tw__cm_chan_down, docs/fabric.md "Closing under
 				 * traffic"), from a closing record reaped by progress */
@@ -163,6 +190,7 @@ struct ofi_chan {
 	fi_addr_t addr;
 	bool have_addr;
 	uint32_t peer_id;
+	struct rdm_peer *peer;  /* shm: its AV entry (one reference), NULL once down */
 	bool self;              /* the peer is our own endpoint (shm: cma_cap_self applies) */
 	/* shm: the peer process, watched so that nothing is posted to a dead one (ofi_rdm.c,
 	 * docs/failover.md "shm: a killed backup"). Valid while `watched`. */
@@ -233,8 +261,18 @@ void tw__rdm_shm_unwatch(struct ofi_chan *ch);
 /* Slow path of tw__rdm_shm_may_post: the peer's region lock is held or its oldest op is
  * stale. False: do not post now (the channel may have been marked lost: check it). */
 bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch);
-/* Progress round: every TW_SHM_CHECK_MS, one poll(2) over the watched peers' pidfds. */
+/* Progress round: every TW_SHM_CHECK_MS, one poll(2) over the watched peers' pidfds; on a fab
+ * that gives AV entries back, also the sweep of unused entries. */
 int tw__rdm_shm_check_peers(struct ofi_fab *of);
+/* shm: a context posted to the channel's peer is done (completion, error): uncount it. */
+static inline void tw__rdm_peer_done(struct ofi_ctx *ctx)
+{
+	if (ctx->peer)
+		ctx->peer->posted--;
+	ctx->peer = NULL;
+}
+/* shm: free every AV entry's bookkeeping (the AV itself is closed by the caller). */
+void tw__rdm_peers_free(struct ofi_fab *of);
 
 /* Before every post on a watched shm channel: a memory load and a compare, no syscall. Post
  * only when the peer's region lock is seen free (a peer killed holding it would make the post

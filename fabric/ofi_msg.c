@@ -65,6 +65,7 @@ struct ofi_ctx *tw__msg_get_slot(struct ofi_fab *of, struct ofi_chan *ch, uint64
 	c->ch = NULL;
 	c->op = NULL;
 	c->bye = false;
+	c->peer = NULL;
 	return c;
 }
 

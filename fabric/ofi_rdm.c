@@ -12,7 +12,9 @@
  * closed channel are dropped. (Chosen over FI_SOURCE/fi_cq_readfrom: no extra caps needed, and
  * it also tells two channels to the same peer apart.)
  * Close: BYE to the peer (best effort), av_remove once it completed; in-flight operations of
- * the channel become orphans (their caller ops were completed with an error).
+ * the channel become orphans (their caller ops were completed with an error). shm keeps one AV
+ * entry per peer endpoint instead, given back only when that endpoint is gone ("AV entries on
+ * shm" below).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +27,7 @@
 #include <pthread.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 
 #include "fabric/ofi_int.h"
@@ -102,7 +105,7 @@ void tw__rdm_shm_fast_init(struct ofi_fab *of)
 	void *p;
 	int fd, pid;
 
-	if (!of->keep_av) /* not shm */
+	if (!of->shm) /* not shm */
 		return;
 	/* Opt-in (docs/fabric.md "Passive shm backups"): the fast path checks no key and no
 	 * range, so a fenced primary's writes would still land, and a primary killed inside one
@@ -237,7 +240,7 @@ void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 	void *p;
 
 	ch->pidfd = -1;
-	if (!of->keep_av || ch->self || ch->watched)
+	if (!of->shm || ch->self || ch->watched)
 		return;
 	name = name ? name + 3 : ch->base.peer;
 	fd = shm_open(name, O_RDONLY, 0);
@@ -351,6 +354,183 @@ bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch)
 	return !peer_dead(of, ch);
 }
 
+/*
+ * AV entries on shm (docs/fabric.md "AV entries on shm"). libfabric 1.17's shm AV holds
+ * SMR_MAX_PEERS = 256 peers (include/ofi_shm.h; smr_av_insert inserts nothing beyond, and
+ * counts every insert, even of a name it holds already), and a peer's connection request adds
+ * it to the same map without any check (smr_progress_connreq → smr_map_add,
+ * prov/util/src/util_shm.c). fi_av_remove frees the slot but leaves state behind:
+ * smr_av_remove calls smr_map_del, which sets the slot's peer.id to -1, before
+ * smr_unmap_from_endpoint, which returns early on that -1, so neither our region's record of
+ * the slot (addr.id: the peer's index for us, name_sent, sar_status) nor the peer's record of us
+ * is reset. A later occupant of the slot inherits our record, and a live peer that removed us
+ * keeps sending with its old index (what "new sends returned -FI_EAGAIN" was, before entries
+ * were kept). Keeping every entry made a twd refuse every new peer after 256 endpoints.
+ *
+ * So: one entry per peer endpoint name, shared by its channels (no second insert), and given
+ * back only when every one of these holds:
+ *   - the fab listens and has never connected out (give_back): its slots are then filled by
+ *     the peers' connection requests, and smr_progress_connreq writes a fresh addr.id into the
+ *     slot it picks, so the stale record of a freed slot is overwritten before it is used
+ *     (connecting out would insert first and trust the stale record);
+ *   - the entry was made for a HELLO (the peer's connection request mapped it first);
+ *   - no channel uses it and no context posted to it is still in the provider: a response
+ *     it would complete goes through the slot's region (smr_progress_resp);
+ *   - the peer's endpoint is gone, so nothing of it refers to us any more: its process exited
+ *     (pidfd readable) or its region is no longer the one we mapped (smr_free unlinks it at
+ *     fi_close: the name is gone, or names another object);
+ *   - a CQ read has run since that was seen: its commands still queued in our region (written
+ *     before it went) are processed first, while its region is still mapped.
+ * What is not given back: a peer whose connection request was processed but whose HELLO never
+ * arrived (no name to find the slot by), and an entry with an operation the provider never
+ * completes (a peer gone with a request of ours unanswered). Each costs one of the 256 slots
+ * until the twd restarts.
+ */
+#define AV_SWEEP_MS 100
+
+static struct rdm_peer *peer_find(struct ofi_fab *of, const char *name)
+{
+	for (struct rdm_peer *p = of->peers; p; p = p->next)
+		if (!strcmp(p->name, name))
+			return p;
+	return NULL;
+}
+
+/* The shm object behind a peer name ("fi_shm://NAME" → /dev/shm/NAME, where smr_create puts it
+ * and smr_map_to_region looks: SMR_DIR in include/ofi_shm.h). */
+static int region_stat(const char *name, struct stat *st)
+{
+	const char *n = strstr(name, "://");
+	char path[TW_ADDR_MAX + 16];
+
+	snprintf(path, sizeof(path), "/dev/shm/%s", n ? n + 3 : name);
+	return stat(path, st);
+}
+
+/* Start tracking a new entry made for a HELLO on a give-back fab: the peer's pidfd (a copy of
+ * the channel watch's) and the identity of its region. */
+static void peer_track(struct ofi_fab *of, struct rdm_peer *p, struct ofi_chan *ch)
+{
+	struct stat st;
+
+	p->accepted = true;
+	if (ch->pidfd >= 0)
+		p->pidfd = fcntl(ch->pidfd, F_DUPFD_CLOEXEC, 0);
+	if (region_stat(p->name, &st) == 0) {
+		p->dev = st.st_dev;
+		p->ino = st.st_ino;
+	} else {
+		p->gone_polls = of->base.stats.cq_polls; /* closed already */
+	}
+}
+
+/* An entry for `name` (one more reference): the one we hold, or a new fi_av_insert. */
+static int peer_get(struct ofi_fab *of, const char *name, struct rdm_peer **out)
+{
+	struct rdm_peer *p = peer_find(of, name);
+	int rc;
+
+	if (p) {
+		p->refs++;
+		*out = p;
+		return 0;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	rc = fi_av_insert(of->av, name, 1, &p->addr, 0, NULL);
+	if (rc != 1) {
+		/* 1.17's shm answers 0 when its table is full (smr_av_insert: no error code) */
+		tw__fab_set_errmsg(&of->base, "fi_av_insert(%s): %s", name, rc < 0 ?
+				   fi_strerror(-rc) : "refused (shm knows at most 256 peers)");
+		free(p);
+		return rc < 0 ? tw__ofi_errno(rc) : -EINVAL;
+	}
+	p->pidfd = -1;
+	p->refs = 1;
+	p->next = of->peers;
+	of->peers = p;
+	of->base.stats.shm_av_peers++;
+	*out = p;
+	return 0;
+}
+
+static void peer_free(struct ofi_fab *of, struct rdm_peer *p)
+{
+	for (struct rdm_peer **pp = &of->peers; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	of->base.stats.shm_av_peers--;
+	free(p);
+}
+
+void tw__rdm_peers_free(struct ofi_fab *of)
+{
+	while (of->peers)
+		peer_free(of, of->peers);
+}
+
+/* Whether an unused entry's endpoint is gone: its process exited, or its region was removed. */
+static bool peer_gone(const struct rdm_peer *p)
+{
+	struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+	struct stat st;
+
+	if (p->pidfd >= 0 && poll(&pfd, 1, 0) == 1)
+		return true;
+	if (region_stat(p->name, &st) < 0)
+		return errno == ENOENT;
+	return st.st_dev != p->dev || st.st_ino != p->ino;
+}
+
+/* Every AV_SWEEP_MS on a give-back fab: mark the unused entries whose peer is gone, and give
+ * back those marked before the last CQ read. */
+static void sweep_peers(struct ofi_fab *of)
+{
+	uint64_t polls = of->base.stats.cq_polls;
+	struct rdm_peer *p = of->peers, *next;
+
+	if (of->base.now_ns < of->sweep_ns)
+		return;
+	of->sweep_ns = of->base.now_ns + AV_SWEEP_MS * 1000000ull;
+	for (; p; p = next) {
+		next = p->next;
+		if (!p->accepted || p->refs || p->posted)
+			continue;
+		if (!p->gone_polls) {
+			if (peer_gone(p))
+				p->gone_polls = polls;
+			continue;
+		}
+		if (polls == p->gone_polls)
+			continue; /* no CQ read since: its queued commands may not be processed yet */
+		if (fi_av_remove(of->av, &p->addr, 1, 0) != 0) {
+			tw_log_warn("fabric shm: fi_av_remove(%s) failed; keeping its entry", p->name);
+			p->accepted = false; /* never tried again */
+			continue;
+		}
+		tw_log_debug("fabric shm: %s is gone, AV entry given back", p->name);
+		of->base.stats.shm_av_given_back++;
+		peer_free(of, p);
+	}
+}
+
+/* A channel is done with its entry. */
+static void peer_put(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	struct rdm_peer *p = ch->peer;
+
+	(void)of;
+	ch->peer = NULL;
+	if (p && p->refs)
+		p->refs--;
+}
+
 int tw__rdm_shm_check_peers(struct ofi_fab *of)
 {
 	struct pollfd pfd[64];
@@ -359,8 +539,10 @@ int tw__rdm_shm_check_peers(struct ofi_fab *of)
 	int lost = 0;
 	struct tw_chan *c = of->base.chans;
 
-	if (!of->keep_av || of->base.now_ns < of->shm_check_ns)
+	if (!of->shm || of->base.now_ns < of->shm_check_ns)
 		return 0;
+	if (of->give_back)
+		sweep_peers(of);
 	of->shm_check_ns = of->base.now_ns + TW_SHM_CHECK_MS * 1000000ull;
 	for (;;) {
 		for (; c && n < TW_ARRAY_SIZE(pfd); c = c->next) {
@@ -400,7 +582,7 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 	int rc;
 
 	of->tx_max = (unsigned)TW_MIN(of->tx_size, (size_t)of->base.cfg.tx_depth * 4);
-	of->keep_av = !strcmp(of->info->fabric_attr->prov_name, "shm");
+	of->shm = !strcmp(of->info->fabric_attr->prov_name, "shm");
 	rc = fi_av_open(of->domain, &aa, &of->av, NULL);
 	if (rc) {
 		tw__fab_open_errmsg("fi_av_open: %s", fi_strerror(-rc));
@@ -433,7 +615,7 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 		 * after one retry). Every failure removes one stale region, so retrying ends; 64
 		 * bounds it.
 		 */
-		if (rc != -FI_EBUSY || !of->keep_av || attempt >= 63)
+		if (rc != -FI_EBUSY || !of->shm || attempt >= 63)
 			break;
 		tw_log_info("fabric shm: a dead process's region had this process's name "
 			    "(PID reused); it was removed, opening the endpoint again");
@@ -461,16 +643,24 @@ int tw__rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 	struct ofi_fab *of = ofab(fab);
 
 	of->listening = true;
+	of->give_back = of->shm && !of->connected_out;
 	if ((size_t)snprintf(addr_out, addr_len, "%s", of->name) >= addr_len)
 		return -ENAMETOOLONG;
 	return 0;
 }
 
-/* Put a peer address string into the AV. */
-static int av_add(struct ofi_fab *of, const char *addr, fi_addr_t *out)
+/* Put a peer address string into the AV (shm: take a reference on its entry). */
+static int av_add(struct ofi_fab *of, struct ofi_chan *ch, const char *addr)
 {
+	fi_addr_t *out = &ch->addr;
 	int rc;
 
+	if (of->shm) {
+		rc = peer_get(of, addr, &ch->peer);
+		if (rc == 0)
+			*out = ch->peer->addr;
+		return rc;
+	}
 	if (of->addr_str) {
 		rc = fi_av_insert(of->av, addr, 1, out, 0, NULL);
 	} else {
@@ -550,10 +740,18 @@ int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	struct ofi_chan *ch;
 	int rc;
 
+	if (of->shm && !of->connected_out && of->base.stats.shm_av_given_back) {
+		/* Our record of a freed slot is stale (above): only a peer's connection request
+		 * refreshes it, and our own insert would not wait for one. */
+		tw__fab_set_errmsg(fab, "this shm fab accepts only: it gave AV entries back");
+		return -ENOTSUP;
+	}
+	of->connected_out = true;
+	of->give_back = false;
 	ch = new_chan(of, addr, CHAN_CONNECTING);
 	if (!ch)
 		return -ENOMEM;
-	rc = av_add(of, addr, &ch->addr);
+	rc = av_add(of, ch, addr);
 	if (rc < 0) {
 		discard(ch);
 		return rc == -EINVAL ? -EINVAL : -ECONNREFUSED;
@@ -630,8 +828,9 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 			ctx->ch = NULL;
 		}
 	}
-	if (ch->have_addr && !bye_sent && !of->closing && !of->keep_av)
+	if (ch->have_addr && !bye_sent && !of->closing && !of->shm)
 		fi_av_remove(of->av, &ch->addr, 1, 0);
+	peer_put(of, ch); /* shm: the BYE's context holds the entry until it completes */
 	ch->have_addr = false;
 	tw__rdm_shm_unwatch(ch); /* after the BYE, which the watch guards too */
 }
@@ -664,13 +863,17 @@ bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		if (!ch)
 			return false;
 		ch->peer_id = src;
-		if (av_add(of, name, &ch->addr) < 0) {
+		if (av_add(of, ch, name) < 0) {
+			tw_log_ratelimited(TW_LOG_WARN, "fabric %s: refusing %s: %s", fab->prov, name,
+					   fab->errmsg);
 			discard(ch);
 			return false;
 		}
 		ch->have_addr = true;
 		ch->self = !strcmp(name, of->name);
 		tw__rdm_shm_watch(of, ch);
+		if (of->give_back && ch->peer->refs == 1 && !ch->peer->accepted && !ch->self)
+			peer_track(of, ch->peer, ch);
 		tw__rdm_shm_fast(of, ch);
 		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
 		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {

@@ -156,6 +156,37 @@ struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create)
 	return &b->logs[b->nlogs++];
 }
 
+int tw__bk_log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
+{
+	struct logst *lg = tw__bk_log(b, log_id, true);
+	char why[400];
+	va_list ap;
+
+	if (!lg)
+		return -ENOMEM;
+	if (lg->unavail)
+		return 0;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	lg->unavail = strdup(why);
+	if (!lg->unavail)
+		return -ENOMEM;
+	tw_log_error("backup: log %016" PRIx64 " is unavailable on this backup: %s. Every request "
+		     "about it is refused; the other logs are served (docs/operations.md, "
+		     "\"A log unavailable at start\")", log_id, why);
+	return 0;
+}
+
+size_t tw__bk_logs_unavailable(const struct tw_backup *b)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < b->nlogs; i++)
+		n += b->logs[i].unavail != NULL;
+	return n;
+}
+
 /* ------------------------------------------------------------------ restart: rebuild the index */
 
 static bool has_suffix(const char *s, const char *suf)
@@ -194,8 +225,14 @@ static int set_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint6
 
 	if (!lg)
 		return -ENOMEM;
-	if (epoch > TW_EPOCH_MAX)
-		return -ERANGE;
+	if (epoch > TW_EPOCH_MAX) {
+		/* Not trusted, not dropped: a fence must never go back (a rewrite keeps it). */
+		if (epoch > lg->bad_epoch)
+			lg->bad_epoch = epoch;
+		return tw__bk_log_unavailable(b, log_id, "%s/" METALOG_NAME " records epoch %" PRIu64
+					      " for it, above the maximum %" PRIu64, b->cfg.dir,
+					      epoch, (uint64_t)TW_EPOCH_MAX);
+	}
 	if (epoch >= lg->epoch) {
 		lg->epoch = epoch;
 		lg->owner = owner;
@@ -254,7 +291,7 @@ static int replay_rec(void *arg, const struct metalog_rec *r)
  * whose bytes are not on disk yet (open, closed) or already lost. */
 static int meta_compact(struct tw_backup *b)
 {
-	size_t n = 0, cap = 3 * b->nlogs + b->nsegs + 1;
+	size_t n = 0, cap = 4 * b->nlogs + b->nsegs + 1;
 	struct metalog_rec *v = calloc(cap, sizeof(*v));
 	int rc;
 
@@ -276,6 +313,9 @@ static int meta_compact(struct tw_backup *b)
 		if (lg->epoch)
 			v[n++] = (struct metalog_rec){ METALOG_OWNER, lg->log_id, lg->epoch,
 						       lg->owner, 0 };
+		if (lg->bad_epoch) /* still unavailable after the next start */
+			v[n++] = (struct metalog_rec){ METALOG_OWNER, lg->log_id, lg->bad_epoch,
+						       0, 0 };
 		if (lg->free_below)
 			v[n++] = (struct metalog_rec){ METALOG_FREE, lg->log_id, lg->free_below, 0,
 						       0 };
@@ -400,14 +440,18 @@ static int rebuild_index(struct tw_backup *b)
 				continue;
 			}
 			if (epoch > TW_EPOCH_MAX) {
-				tw__bk_seterr(b, "epoch file %s/%s holds epoch %" PRIu64 " for log %016"
-					  PRIx64 ", above the maximum %" PRIu64 " (an unchecked fence of "
-					  "an older twd): no takeover of that log could follow it. If no "
-					  "primary of the log is alive, remove the file and fence the log "
-					  "again (twctl fence)", b->cfg.dir, de->d_name, epoch,
-					  log_id, (uint64_t)TW_EPOCH_MAX);
-				rc = -ERANGE;
-				goto out_dir;
+				/* That log only: the others are served. Not ignored: a fence never
+				 * goes back. */
+				rc = tw__bk_log_unavailable(
+					b, log_id, "epoch file %s/%s holds epoch %" PRIu64 ", above the "
+					"maximum %" PRIu64 " (an unchecked fence of an older twd, or a "
+					"damaged file): no takeover could follow it. If no primary of the "
+					"log is alive, stop twd, remove the file, start twd and fence the "
+					"log again (twctl fence)", b->cfg.dir, de->d_name, epoch,
+					(uint64_t)TW_EPOCH_MAX);
+				if (rc)
+					goto out_dir;
+				continue;
 			}
 			lg = tw__bk_log(b, log_id, true);
 			if (!lg) {
@@ -464,7 +508,13 @@ static int rebuild_index(struct tw_backup *b)
 		} else {
 			good++;
 		}
-		if (s->epoch > 0) {
+		if (s->epoch > TW_EPOCH_MAX) {
+			rc = tw__bk_log_unavailable(b, log_id, "segment file %s/%s says epoch %" PRIu64
+						    ", above the maximum %" PRIu64, b->cfg.dir,
+						    de->d_name, s->epoch, (uint64_t)TW_EPOCH_MAX);
+			if (rc)
+				goto out_dir;
+		} else if (s->epoch > 0) {
 			struct logst *lg = tw__bk_log(b, log_id, true);
 
 			if (!lg) {
@@ -1332,6 +1382,8 @@ void tw_backup_close(struct tw_backup *b)
 	for (size_t i = 0; i < b->nsegs; i++)
 		free(b->segs[i]);
 	free(b->segs);
+	for (size_t i = 0; i < b->nlogs; i++)
+		free(b->logs[i].unavail);
 	free(b->logs);
 	tw__metalog_close(&b->ml);
 	if (b->dirfd >= 0)

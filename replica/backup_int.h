@@ -118,6 +118,12 @@ struct logst {
 	/* The last accepted fence's connection: while it is open and active (a recovery or a
 	 * takeover at work), fences from other incarnations are refused (BK_HOLD_NS). */
 	uint64_t hold_conn, hold_inc, hold_ns;
+	/* A file about this log that could not be trusted at start (an epoch above TW_EPOCH_MAX in
+	 * its epoch file, its journal records or a segment file's header): why, and every request
+	 * about the log is refused with it (tw__bk_check_epoch, fence) while the other logs are
+	 * served. NULL: usable. bad_epoch: such an epoch from the journal, which a rewrite keeps. */
+	char *unavail;
+	uint64_t bad_epoch;
 };
 
 /* A fencer's hold on a log lapses after this long without a request from it. */
@@ -233,6 +239,12 @@ size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t seg
 /* Records of the metadata journal (replica/metalog.h); tests lower it to force compactions. */
 extern uint32_t tw__bk_meta_cap;
 struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create);
+/* Mark a log unavailable on this backup (a bad file about it at start): logs an error naming it
+ * and the reason; later marks keep the first reason. 0 or -ENOMEM. */
+int tw__bk_log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
+	TW_PRINTF(3, 4);
+/* Logs marked unavailable. */
+size_t tw__bk_logs_unavailable(const struct tw_backup *b);
 struct conn *tw__bk_conn_find(struct tw_backup *b, uint64_t id);
 void tw__bk_submit(struct tw_backup *b, struct job *j);
 /* Release a buffer: revoke its key and return it to the pool as it is (not zeroed: the next

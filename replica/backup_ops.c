@@ -21,6 +21,11 @@ int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, cha
 {
 	struct logst *lg = tw__bk_log(b, log_id, false);
 
+	if (lg && lg->unavail) {
+		snprintf(msg, msglen, "log %016" PRIx64 " is unavailable on this backup: %s", log_id,
+			 lg->unavail);
+		return -TW_ECORRUPT;
+	}
 	if (lg && epoch < lg->epoch) {
 		snprintf(msg, msglen, "log %016" PRIx64 " is fenced at epoch %" PRIu64 " (owner "
 			 "incarnation %016" PRIx64 "); request carries epoch %" PRIu64, log_id,
@@ -434,6 +439,8 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
+	if (lg->unavail)
+		return tw__bk_check_epoch(b, log_id, new_epoch, msg, msglen); /* says why */
 	*epoch_out = lg->epoch;
 	*owner_out = lg->owner;
 	if (lg->hold_conn && lg->hold_inc != incarnation && (!c || c->id != lg->hold_conn)) {

@@ -435,6 +435,81 @@ int tw__segfile_verify(int dirfd, const char *name, struct segfile_hdr *h)
 	return rc;
 }
 
+int tw__segfile_inspect(int fd, struct segfile_report *r)
+{
+	uint8_t hb[SEGFILE_HDR_SIZE];
+	struct stat st;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	r->file_size = (uint64_t)st.st_size;
+	if (r->file_size < SEGFILE_HDR_SIZE) {
+		r->short_file = true;
+		r->corrupt = true;
+		snprintf(r->why, sizeof(r->why), "%" PRIu64 " bytes, shorter than a segment file "
+			 "header (%u bytes)", r->file_size, SEGFILE_HDR_SIZE);
+		return 0;
+	}
+	rc = tw__pread_all(fd, hb, sizeof(hb), 0);
+	if (rc == -ENODATA) { /* shrunk since the fstat */
+		r->short_file = true;
+		r->corrupt = true;
+		snprintf(r->why, sizeof(r->why), "shorter than a segment file header");
+		return 0;
+	}
+	if (rc)
+		return rc;
+	r->version_field = tw_load_le16(hb + 8);
+	r->hdr_rc = tw__segfile_hdr_decode(hb, &r->h);
+	r->data_off = r->hdr_rc == 0 ? r->h.data_off :
+		      r->version_field == SEGFILE_VERSION_V2 || r->file_size < SEGFILE_DATA_OFF ?
+		      SEGFILE_HDR_SIZE : SEGFILE_DATA_OFF;
+	r->data_len = r->file_size > r->data_off ? r->file_size - r->data_off : 0;
+	if (r->data_len > SIZE_MAX - 1)
+		return -EFBIG;
+	r->data = malloc(r->data_len ? (size_t)r->data_len : 1);
+	if (!r->data)
+		return -ENOMEM;
+	rc = r->data_len ? tw__pread_all(fd, r->data, (size_t)r->data_len, (off_t)r->data_off) : 0;
+	if (rc == -ENODATA) { /* shrunk since the fstat: check what is there */
+		r->data_len = 0;
+		rc = 0;
+	}
+	if (rc) {
+		free(r->data);
+		r->data = NULL;
+		return rc;
+	}
+	/* The header's chain seed (0 for format 2 and 3 files, and when the header is invalid
+	 * before the seed was read): the data was written with it (docs/log-format.md §4). */
+	tw_scan_seeded(r->data, (size_t)r->data_len, r->h.seed, &r->scan);
+	r->corrupt = true;
+	if (r->hdr_rc)
+		snprintf(r->why, sizeof(r->why), "header: %s", r->hdr_rc == -TW_EVERSION ?
+			 "newer format version" : "bad magic, header CRC, state or sizes");
+	else if (r->file_size < r->data_off)
+		snprintf(r->why, sizeof(r->why), "truncated: the file has %" PRIu64 " bytes, its "
+			 "data would start at byte %" PRIu64 " (header says %" PRIu64 " data bytes)",
+			 r->file_size, r->data_off, r->h.valid_len);
+	else if (r->file_size != tw__segfile_file_size(&r->h))
+		snprintf(r->why, sizeof(r->why), "file holds %" PRIu64 " data bytes, header says %"
+			 PRIu64 "%s", r->data_len, r->h.valid_len,
+			 r->h.version == SEGFILE_VERSION_V2 ? "" : " (padded to 4096-byte blocks)");
+	else if (r->scan.valid_len != r->h.valid_len || r->scan.last_checksum != r->h.checksum ||
+		 r->scan.entries != r->h.entries)
+		snprintf(r->why, sizeof(r->why), "scan: valid %zu bytes, checksum 0x%08x, %" PRIu64
+			 " entries; header: %" PRIu64 " bytes, 0x%08x, %" PRIu64 " entries",
+			 r->scan.valid_len, r->scan.last_checksum, r->scan.entries, r->h.valid_len,
+			 r->h.checksum, r->h.entries);
+	else if (r->h.flags & SEGFILE_F_CORRUPT)
+		snprintf(r->why, sizeof(r->why), "flagged corrupt when it was closed");
+	else
+		r->corrupt = false;
+	return 0;
+}
+
 int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
 {
 	char name[SEGFILE_NAME_MAX];

@@ -52,6 +52,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <tailwind/log_format.h>
+
 #define SEGFILE_MAGIC "TWSEGv1"
 #define SEGFILE_VERSION 4u /* 4: the header stores the chain seed */
 #define SEGFILE_VERSION_V3 3u /* 3: header block and data aligned for O_DIRECT; seed 0 */
@@ -147,6 +149,31 @@ int tw__segfile_load(int dirfd, const char *name, void *buf, size_t cap, struct 
 
 /* Verify a file without keeping its data (allocates a temporary buffer of valid_len bytes). */
 int tw__segfile_verify(int dirfd, const char *name, struct segfile_hdr *h);
+
+/*
+ * What `twctl inspect` reports about a segment file of any content and any length. Nothing read
+ * from the file is trusted as a length: the data is what the file holds after the data offset
+ * (none when the file ends before it), and the header's sizes are only compared with it.
+ */
+struct segfile_report {
+	uint64_t file_size;
+	bool short_file;          /* shorter than the 128-byte header: nothing below is filled */
+	int hdr_rc;               /* tw__segfile_hdr_decode: 0, -TW_ECORRUPT or -TW_EVERSION */
+	unsigned version_field;   /* bytes 8..9 as read */
+	struct segfile_hdr h;     /* decoded (with hdr_rc != 0: the fields decode got to) */
+	uint64_t data_off;        /* the header's; for an invalid one, guessed from the version
+				   * field as read (2: byte 128, else the 4096-byte header block) */
+	uint64_t data_len;        /* bytes the file holds from data_off on (0 when it ends before) */
+	void *data;               /* those bytes (malloc'd; free it), scanned into `scan` */
+	struct tw_scan_result scan; /* tw_scan_seeded with the header's seed (0 if invalid) */
+	bool corrupt;             /* the verdict */
+	char why[256];            /* why it is corrupt ("" when not) */
+};
+
+/* Read the regular file open as `fd` whole and check it as readers do (header, size, scan,
+ * CORRUPT flag) into `r`. Returns 0 (the report holds the verdict) or a negative errno when the
+ * file could not be read or the memory for it not allocated. */
+int tw__segfile_inspect(int fd, struct segfile_report *r);
 
 /* Rewrite a segment file with a new replica version (read, verify, durable write in the current
  * format; `io` as for tw__segfile_write). Blocking. */

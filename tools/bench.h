@@ -21,6 +21,7 @@
 
 #include <tailwind/primary.h>
 
+#include "exit.h"
 #include "proto/rpc.h"
 
 #define MAX_BACKUPS 16
@@ -94,7 +95,7 @@ extern unsigned n_results;
 /* What a run of the primary (or of raw mode) records per object. */
 struct run {
 	uint64_t *t_submit;
-	uint32_t *lat_ns;
+	uint64_t *lat_ns; /* nanoseconds, 64-bit (32 bits clamped every latency at 4.29 s) */
 	uint64_t done;
 	uint64_t errors;
 	int first_err;
@@ -104,7 +105,7 @@ struct run {
 uint64_t now_ns(void);
 uint64_t next_log_id(void);
 /* Handshake on a fresh connection, with the key's challenge-response when there is one. */
-int bench_handshake(struct tw_rpc_client *cl, const char *addr);
+int bench_handshake(struct tw_rpc_client *cl, const char *addr, uint64_t *buffer_size);
 
 /* bench_spawn.c: local twd's. n_twd is 0 with --backups. */
 extern unsigned n_twd;
@@ -126,12 +127,14 @@ void cpu_delta(const struct cpumark *a, const struct cpumark *b, struct result *
 void settle_backups(void);
 /* Without local twd's: a connection to each backup for its Stats RPC. */
 void remote_stats_open(const char *provider, const char *const *addrs, unsigned n);
+/* The buffer size backup i announced at the handshake of remote_stats_open, 0 if unknown. */
+uint64_t remote_buffer_size(unsigned i);
 void remote_stats_close(void);
 
 /* bench_run.c */
 int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs,
 		enum bmode mode, struct result *res, uint8_t *payload, struct run *run);
-void pcts(uint32_t *v, uint64_t n, double *p50, double *p99, double *p999);
+void pcts(uint64_t *v, uint64_t n, double *p50, double *p99, double *p999);
 void progress_bar(uint64_t done, uint64_t total);
 uint64_t sched_ns(uint64_t t0, double rate, uint64_t i);
 void wait_until(uint64_t t);

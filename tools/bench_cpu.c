@@ -51,6 +51,7 @@ struct remote {
 	struct tw_fab *fab;
 	struct tw_chan *ch[MAX_BACKUPS];
 	struct tw_rpc_client *cl[MAX_BACKUPS];
+	uint64_t buffer_size[MAX_BACKUPS]; /* from the handshake */
 	unsigned n;
 };
 
@@ -106,7 +107,7 @@ static int remote_open(struct remote *rs, const char *provider, const char *cons
 			rs->cl[i] = NULL;
 		} else {
 			tw__chan_set_user(rs->ch[i], rs->cl[i]);
-			if (bench_handshake(rs->cl[i], addrs[i]) < 0) {
+			if (bench_handshake(rs->cl[i], addrs[i], &rs->buffer_size[i]) < 0) {
 				tw__rpc_client_destroy(rs->cl[i]);
 				rs->cl[i] = NULL;
 			}
@@ -197,6 +198,11 @@ void remote_stats_open(const char *provider, const char *const *addrs, unsigned 
 		rs_open = true;
 		rs_n = n;
 	}
+}
+
+uint64_t remote_buffer_size(unsigned i)
+{
+	return rs_open && i < rs_stats.n && rs_stats.cl[i] ? rs_stats.buffer_size[i] : 0;
 }
 
 void remote_stats_close(void)

@@ -51,7 +51,7 @@ struct raw {
 	uint64_t writes;
 	int err;
 	uint64_t *t_submit;
-	uint32_t *lat_ns;
+	uint64_t *lat_ns;
 };
 
 static void raw_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
@@ -140,7 +140,7 @@ static void raw_reap(struct raw *w)
 		for (uint64_t i = s->first; w->lat_ns && i < s->first + s->n; i++) {
 			uint64_t d = now > w->t_submit[i] ? now - w->t_submit[i] : 0;
 
-			w->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+			w->lat_ns[i] = d;
 		}
 		w->tail++;
 	}
@@ -253,7 +253,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 			w.cl[i] = NULL;
 			goto out;
 		}
-		rc = bench_handshake(w.cl[i], addrs[i]);
+		rc = bench_handshake(w.cl[i], addrs[i], NULL);
 		if (rc < 0)
 			goto out;
 		rc = tw__rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
@@ -348,7 +348,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 			while (w.tail < w.head && !w.err)
 				raw_drive(&w, o->busy_poll ? 0 : 100);
 			d = now_ns() - a;
-			run->lat_ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+			run->lat_ns[i] = d;
 		}
 		if (w.err) {
 			rc = w.err;

@@ -145,13 +145,16 @@ static int find_twd(const char *given, char *out, size_t len)
 static const char *twd_status_str(int st)
 {
 	switch (st) {
-	case 2: return "usage error";
-	case 3: return "storage directory unusable";
-	case 4: return "provider unavailable or cannot listen";
-	case 5: return "cannot allocate or register the buffer pool";
+	case EXIT_USAGE: return "usage error";
+	case EXIT_STORAGE: return "storage directory unusable";
+	case EXIT_PROVIDER: return "provider unavailable or cannot listen";
+	case EXIT_MEMORY: return "cannot allocate or register the buffer pool";
 	default: return "runtime failure";
 	}
 }
+
+/* twd's exit status before its ready line, -1 when it did not exit (tools/exit.h). */
+static int twd_early_status = -1;
 
 static int start_twd(const char *exe, const struct opts *o, unsigned i)
 {
@@ -207,9 +210,11 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 		pthread_mutex_lock(&twd_lock);
 		st = proc_wait(t->p, -1);
 		pthread_mutex_unlock(&twd_lock);
-		if (!proc_signaled(t->p))
+		if (!proc_signaled(t->p)) {
 			fprintf(stderr, "twbench: %s exited with status %d before it was ready (%s; "
 				"its message is above)\n", exe, st, twd_status_str(st));
+			twd_early_status = st;
+		}
 		else
 			fprintf(stderr, "twbench: %s died before it was ready\n", exe);
 	} else {
@@ -233,7 +238,7 @@ int local_twds_start(const struct opts *o, unsigned max_r, const char **addrs,
 		else
 			fprintf(stderr, "twbench: cannot find twd (next to twbench or on $PATH); "
 					"use --twd PATH or --backups\n");
-		return 1;
+		return EXIT_USAGE;
 	}
 	snprintf(tmp_root, sizeof(tmp_root), "%s/twbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	/* Before any thread: SIGINT/SIGTERM go to signal_main only. */
@@ -244,14 +249,14 @@ int local_twds_start(const struct opts *o, unsigned max_r, const char **addrs,
 	if (!mkdtemp(tmp_root)) {
 		fprintf(stderr, "twbench: mkdtemp %s: %s\n", tmp_root, strerror(errno));
 		tmp_root[0] = '\0';
-		return 1;
+		return EXIT_STORAGE;
 	}
 	atexit(stop_twds);
 	signal(SIGPIPE, SIG_IGN);
 	rc = pthread_create(&sigthr, NULL, signal_main, &sigs);
 	if (rc) {
 		fprintf(stderr, "twbench: cannot start the signal thread: %s\n", strerror(rc));
-		return 1;
+		return EXIT_FAIL;
 	}
 	pthread_detach(sigthr);
 	for (unsigned i = 0; i < max_r; i++) {
@@ -264,7 +269,10 @@ int local_twds_start(const struct opts *o, unsigned max_r, const char **addrs,
 		if (rc < 0) {
 			fprintf(stderr, "twbench: cannot start local backup %u/%u: %s\n", i + 1,
 				max_r, rc == -EPIPE ? "twd exited early" : strerror(-rc));
-			return 1;
+			/* The same mistake, the same code: twd's own when it said why. */
+			return twd_early_status == EXIT_STORAGE || twd_early_status == EXIT_PROVIDER ||
+			       twd_early_status == EXIT_MEMORY || twd_early_status == EXIT_USAGE ?
+			       twd_early_status : EXIT_FAIL;
 		}
 		if (!o->json || o->progress)
 			fprintf(stderr, "twbench: backup %u/%u ready at %s (%.1f s)\n", i + 1,

@@ -45,7 +45,7 @@ static char env_provider[256]; /* $FI_PROVIDER, copied before it is unset */
 /* Cluster key for our own RPC connections (stats, raw mode); the primary reads the file. */
 static struct tw_auth_key *bench_key;
 
-int bench_handshake(struct tw_rpc_client *cl, const char *addr)
+int bench_handshake(struct tw_rpc_client *cl, const char *addr, uint64_t *buffer_size)
 {
 	struct tw_rpc_reply rep;
 	char why[256];
@@ -53,6 +53,8 @@ int bench_handshake(struct tw_rpc_client *cl, const char *addr)
 
 	rc = tw__auth_client_handshake(cl, bench_key, (uint64_t)getpid() | 1,
 				      TAILWIND__ROLE__ROLE_ADMIN, "twbench", &rep, why, sizeof(why));
+	if (rc >= 0 && buffer_size && rep.env && rep.env->handshake_reply)
+		*buffer_size = rep.env->handshake_reply->buffer_size;
 	tw__rpc_reply_release(&rep);
 	if (rc < 0)
 		fprintf(stderr, "twbench: backup %s: %s\n", addr, why);
@@ -115,7 +117,8 @@ static void usage(FILE *f)
 		"  --json            machine-readable output on stdout (one line)\n"
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
 		"  --version         print the version and exit\n"
-		"  --help            this text\n");
+		"  --help            this text\n"
+		"\n" EXIT_HELP);
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -192,7 +195,7 @@ static int check_provider(const char *prov)
 	return 0;
 }
 
-#define MAX_COUNT 1000000000ull /* --count, --latency-count: 12 bytes of bookkeeping each */
+#define MAX_COUNT 1000000000ull /* --count, --latency-count: 16 bytes of bookkeeping each */
 
 /* "twbench: --count -1: expected ..." for a bad option value. */
 static int bad_value(int c, const char *arg)
@@ -207,7 +210,8 @@ static int bad_value(int c, const char *arg)
 		{ 'B', "--batch", "entries per write from 1 to 1048576, comma-separated" },
 		{ 'I', "--inflight", "writes in flight from 1 to 1024, comma-separated" },
 		{ 'R', "--rate", "objects per second from 1 to 4294967296, comma-separated" },
-		{ 'g', "--segment-size", "bytes from 4096 to 4294967295 (k/M suffixes)" },
+		{ 'g', "--segment-size", "a multiple of the page size from 4096 to 4294963200 "
+		  "(k/M suffixes): what a primary and a twd (--buffer-size) take" },
 		{ 'f', "--buffers", "a number of buffers from 1 to 4096" },
 		{ 'X', "--max-bytes", "a number of bytes >= 0 (k/M suffixes)" },
 		{ 'L', "--latency-count", "a number of appends from 0 to 1000000000" },
@@ -218,11 +222,11 @@ static int bad_value(int c, const char *arg)
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		if (t[i].c == c) {
 			fprintf(stderr, "twbench: %s '%s': expected %s\n", t[i].name, arg, t[i].want);
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
 	fprintf(stderr, "twbench: bad value '%s' (see twbench --help)\n", arg);
-	return 2;
+	return EXIT_USAGE;
 }
 
 static int parse_modes(const char *s, struct opts *o)
@@ -289,7 +293,7 @@ int main(int argc, char **argv)
 	uint8_t *payload = NULL;
 	uint64_t v, list[MAX_LIST];
 	uint32_t max_size = 0;
-	int c, n, rc, exit_code = 1;
+	int c, n, rc, exit_code = EXIT_FAIL;
 
 	o.progress = isatty(STDERR_FILENO);
 	prctl(PR_SET_TIMERSLACK, 1000UL); /* --rate pacing sleeps to the microsecond */
@@ -356,7 +360,9 @@ int main(int argc, char **argv)
 			o.n_rates = (unsigned)n;
 			break;
 		case 'g':
-			if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32))
+			/* Refused up front: the primary and the twd's would refuse it later. */
+			if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32) ||
+			    v % (uint64_t)sysconf(_SC_PAGESIZE) != 0)
 				goto bad;
 			o.segment_size = (size_t)v;
 			break;
@@ -376,7 +382,7 @@ int main(int argc, char **argv)
 		case 'm':
 			if (parse_modes(optarg, &o) < 0) {
 				fprintf(stderr, "twbench: --mode takes onesided, rpc, raw (comma-separated)\n");
-				return 2;
+				return EXIT_USAGE;
 			}
 			break;
 		case 'L':
@@ -394,25 +400,25 @@ int main(int argc, char **argv)
 			o.logs = (unsigned)v;
 			break;
 		case 'H': o.logs_private = true; break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return 0;
+		case 'h': usage(stdout); return EXIT_OK;
+		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return EXIT_OK;
 		bad:
 			return bad_value(c, optarg ? optarg : "");
 		default:
 			fprintf(stderr, "twbench: see twbench --help for the options\n");
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "twbench: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
-		return 2;
+		return EXIT_USAGE;
 	}
 	for (unsigned i = 0; i < o.n_sizes; i++) {
 		if ((size_t)o.sizes[i] + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > o.segment_size) {
 			fprintf(stderr, "twbench: --size %u does not fit a %zu-byte segment\n",
 				o.sizes[i], o.segment_size);
-			return 2;
+			return EXIT_USAGE;
 		}
 		if (o.sizes[i] > max_size)
 			max_size = o.sizes[i];
@@ -424,18 +430,18 @@ int main(int argc, char **argv)
 	if (runs_total > sizeof(results) / sizeof(results[0])) {
 		fprintf(stderr, "twbench: %u runs are too many (at most %zu)\n", runs_total,
 			sizeof(results) / sizeof(results[0]));
-		return 2;
+		return EXIT_USAGE;
 	}
 
 	if (check_provider(o.provider) < 0)
-		return 2;
+		return EXIT_PROVIDER;
 	o.key_file = tw__auth_key_path(o.key_file);
 	if (o.key_file) {
 		char why[512];
 
 		if (tw__auth_key_load(o.key_file, &bench_key, why, sizeof(why)) < 0) {
 			fprintf(stderr, "twbench: %s\n", why);
-			return 2;
+			return EXIT_USAGE;
 		}
 	}
 	if (o.backups_arg) {
@@ -444,7 +450,7 @@ int main(int argc, char **argv)
 		for (tok = strtok_r(o.backups_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			if (n_addrs == MAX_BACKUPS) {
 				fprintf(stderr, "twbench: at most %d backups\n", MAX_BACKUPS);
-				return 2;
+				return EXIT_USAGE;
 			}
 			addrs[n_addrs++] = tok;
 		}
@@ -456,16 +462,31 @@ int main(int argc, char **argv)
 	if (n_addrs < max_r) {
 		fprintf(stderr, "twbench: -r %u needs at least %u backups, %u given\n", max_r, max_r,
 			n_addrs);
-		return 2;
+		return EXIT_USAGE;
 	}
-	if (!n_twd)
+	if (!n_twd) {
+		/* Running twd's: each must hold a segment in one buffer, or every open fails. */
 		remote_stats_open(o.provider, addrs, n_addrs);
+		for (unsigned i = 0; i < n_addrs; i++) {
+			uint64_t bs = remote_buffer_size(i);
+
+			if (bs && bs < o.segment_size) {
+				fprintf(stderr, "twbench: --segment-size %zu: backup %s has buffers of %"
+					PRIu64 " bytes (its twd --buffer-size), and a segment must fit "
+					"one: give --segment-size %" PRIu64 " or less\n", o.segment_size,
+					addrs[i], bs, bs);
+				exit_code = EXIT_USAGE;
+				goto out;
+			}
+		}
+	}
 
 	payload = malloc(max_size);
 	run.t_submit = calloc(o.count, sizeof(uint64_t));
-	run.lat_ns = calloc(o.count > o.lat_count ? o.count : o.lat_count, sizeof(uint32_t));
+	run.lat_ns = calloc(o.count > o.lat_count ? o.count : o.lat_count, sizeof(uint64_t));
 	if (!payload || !run.t_submit || !run.lat_ns) {
 		fprintf(stderr, "twbench: out of memory for %" PRIu64 " objects\n", o.count);
+		exit_code = EXIT_MEMORY;
 		goto out;
 	}
 	for (uint32_t i = 0; i < max_size; i++)
@@ -475,7 +496,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "twbench: --logs-private: %u fabric instances, %u "
 				"connections per backup, %u progress threads\n", o.logs, o.logs,
 				o.logs);
-		exit_code = run_logs(&o, addrs, n_addrs, payload) < 0 ? 1 : 0;
+		exit_code = run_logs(&o, addrs, n_addrs, payload) < 0 ? EXIT_FAIL : EXIT_OK;
 		goto out;
 	}
 
@@ -525,7 +546,7 @@ int main(int argc, char **argv)
 	else
 		print_table(&o);
 	fflush(stdout);
-	exit_code = 0;
+	exit_code = EXIT_OK;
 out:
 	free(payload);
 	free(run.t_submit);

@@ -6,8 +6,8 @@
  *   commands: ls [LOG], stat, fence LOG, recover LOG, inspect FILE; `twctl COMMAND --help`.
  *
  * Backups can also come from $TW_BACKUPS (comma-separated). Tables go to stdout, messages and
- * warnings to stderr. Exit status: 0 success, 1 the operation failed (or found corruption),
- * 2 usage error. docs/operations.md has the twctl section.
+ * warnings to stderr. Exit status: the table of tools/exit.h, shared with twd and twbench.
+ * docs/operations.md has the twctl section.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,16 +26,12 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "exit.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "replica/segfile.h"
 #include "twctl_coord.h"
 
-enum {
-	EXIT_OK = 0,
-	EXIT_FAIL = 1,
-	EXIT_USAGE = 2,
-};
 
 #define MAX_BK TW_RECOVER_MAX_BACKUPS
 /* Every command, for usage errors. */
@@ -50,6 +46,7 @@ static struct {
 	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
 	struct tw_auth_key *key; /* loaded by need_backups */
 	const char *coord;       /* -c URL (twctl_coord.c) */
+	bool no_provider;        /* connect_all: the provider is not available here */
 } g;
 
 /* ------------------------------------------------------------------ usage */
@@ -89,8 +86,37 @@ static void usage_main(FILE *f)
 		"  -V, --version         print the version and exit\n"
 		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
 		"\n"
-		"LOG is a log id, decimal or 0x-prefixed hex.\n"
-		"Exit status: 0 success, 1 the operation failed or found corruption, 2 usage error.\n");
+		"LOG is a log id, decimal or 0x-prefixed hex.\n");
+}
+
+static void usage_cmd(FILE *f, const char *cmd);
+
+/* --help: the overview, then every command's usage and options (the man page's), then the
+ * exit codes. */
+static void usage_full(FILE *f)
+{
+	static const char *const cmds[] = { "ls", "stat", "fence", "recover", "free", "delete",
+					    "inspect", "ls-backups", "owner", "ls-logs", "standby" };
+
+	usage_main(f);
+	fprintf(f, "\nEach command (twctl COMMAND --help prints one):\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char *text = NULL, *nl;
+		size_t len = 0;
+		FILE *m = open_memstream(&text, &len);
+
+		if (!m)
+			continue;
+		usage_cmd(m, cmds[i]);
+		fclose(m);
+		/* "NAME:" then the usage line alone: help2man makes them a subsection and a
+		 * paragraph of their own in twctl(8). */
+		nl = text ? strchr(text, '\n') : NULL;
+		if (nl)
+			fprintf(f, "\nCommand %s:\n  %.*s\n%s", cmds[i], (int)(nl + 1 - text), text, nl + 1);
+		free(text);
+	}
+	fprintf(f, "\n" EXIT_HELP);
 }
 
 static void usage_cmd(FILE *f, const char *cmd)
@@ -123,13 +149,22 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"  -e, --epoch E      fence with this epoch (default automatic)\n"
 			"      --no-record    leave open copies open (do not send RecoveredOffset)\n"
 			"      --no-fence     read without fencing (inspection of a live log; implies\n"
-			"                     --no-record; the answer may be stale at once)\n");
+			"                     --no-record; the answer may be stale at once)\n"
+			"      --create       go on when no backup holds anything of LOG and the\n"
+			"                     coordinator has no record of it: fence it (and record it\n"
+			"                     at the coordinator) so that it exists, empty. Without it\n"
+			"                     such a LOG is 'no such log', exit 6, nothing changed\n");
 	else if (strcmp(cmd, "free") == 0)
 		fprintf(f, "Usage: twctl -b ADDR... free LOG --below N\n"
 			"Log cleaning: every reachable backup drops LOG's segments below segment N\n"
 			"(files removed, buffers returned) after recording the mark durably;\n"
-			"recovery and takeover then start at N. Refused while a segment below N\n"
-			"is open (being written). Does not fence: a running primary goes on.\n"
+			"recovery and takeover then start at N. Prints the copies dropped and the\n"
+			"segments they were. A backup refuses, and keeps all its copies, while the\n"
+			"log's primary still writes a segment below N (its open segment): exit 1,\n"
+			"nothing freed there (free below the open segment, or fence the log first).\n"
+			"Segments left open by a fenced primary are dropped like closed ones, and\n"
+			"an N past the log's last segment drops every segment. Does not fence: a\n"
+			"running primary goes on.\n"
 			"  -B, --below N     first segment to keep\n");
 	else if (strcmp(cmd, "delete") == 0)
 		fprintf(f, "Usage: twctl -b ADDR... delete LOG [--epoch E]\n"
@@ -139,6 +174,14 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"  -e, --epoch E     fence with this epoch (default automatic)\n");
 	else if (strcmp(cmd, "standby") == 0)
 		twctl_coord_standby_usage(f);
+	else if (strcmp(cmd, "ls-backups") == 0)
+		fprintf(f, "Usage: twctl -c URL ls-backups\n"
+			"Every backup registered at the coordinator: its node, address, provider,\n"
+			"zone, free and total buffers, buffer size.\n");
+	else if (strcmp(cmd, "owner") == 0)
+		fprintf(f, "Usage: twctl -c URL owner LOG\n"
+			"LOG's last epoch at the coordinator and its owner (the live primary's\n"
+			"description, '(none)' when no owner node exists).\n");
 	else if (strcmp(cmd, "ls-logs") == 0)
 		fprintf(f, "Usage: twctl -c URL ls-logs\n"
 			"Every log the coordinator knows: its last epoch, its owner (the live\n"
@@ -321,7 +364,9 @@ static unsigned connect_all(void)
 	err = tw__fab_open(&fc, &ev, &fab);
 	if (err) {
 		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
-			g.provider ? g.provider : "default provider", tw_strerror(err));
+			g.provider ? g.provider : "default provider",
+			err == -TW_ENOPROV ? tw__fab_errmsg(NULL) : tw_strerror(err));
+		g.no_provider = err == -TW_ENOPROV;
 		return 0;
 	}
 	tw__rpc_config_init(&rc);
@@ -398,12 +443,78 @@ static const char *state_name(int st)
 	}
 }
 
+/*
+ * Every segment copy backup `c` lists: of log `log_id` (one) or of every log, page by page,
+ * each handed to fn. Returns 0, or the error of a failed page (said on stderr).
+ */
+typedef void (*seg_fn)(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s);
+
+static int list_backup(struct conn *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
+		       bool *known)
+{
+	uint64_t from_log = log_id, from_seg = 0;
+
+	for (;;) {
+		struct tw_rpc_req req;
+		struct tw_rpc_reply rep;
+		const Tailwind__ListSegmentsReply *r;
+		bool more;
+		int rc;
+
+		tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
+		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
+		if (rc) {
+			fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
+				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
+			tw__rpc_reply_release(&rep);
+			return rc;
+		}
+		r = rep.env->list_segments_reply;
+		if (known && (r->log_known || r->log_epoch || r->n_segments))
+			*known = true; /* segments, lost records, a freed prefix, or an epoch */
+		for (size_t k = 0; fn && k < r->n_segments; k++)
+			fn(arg, c, r->segments[k]);
+		more = r->more && (!one || r->next_log_id == log_id);
+		from_log = r->next_log_id;
+		from_seg = r->next_segment_id;
+		tw__rpc_reply_release(&rep);
+		if (!more)
+			return 0;
+	}
+}
+
+struct ls_out {
+	uint64_t total;
+};
+
+static void ls_print(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s)
+{
+	struct ls_out *o = arg;
+
+	if (g.json) {
+		printf("%s{\"backup\":", o->total ? "," : "");
+		json_str(stdout, c->addr);
+		printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64 ",\"state\":\"%s\","
+		       "\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64 ",\"checksum\":%u,"
+		       "\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,"
+		       "\"length\":%" PRIu64 "}", s->log_id, s->segment_id, state_name(s->state),
+		       s->valid_len, s->entries, s->checksum, s->replica_version, s->epoch,
+		       s->corrupt ? "true" : "false", s->length);
+	} else {
+		printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8" PRIu64
+		       " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr, s->log_id,
+		       s->segment_id, state_name(s->state), s->valid_len, s->entries, s->checksum,
+		       s->replica_version, s->epoch, s->corrupt ? "CORRUPT" : "-");
+	}
+	o->total++;
+}
+
 static int cmd_ls(int argc, char **argv)
 {
+	struct ls_out o = { 0 };
 	uint64_t log_id = 0;
-	bool one = false, first = true;
+	bool one = false;
 	unsigned up, failed = 0;
-	uint64_t total = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (argv[i][0] == '-') {
@@ -427,74 +538,25 @@ static int cmd_ls(int argc, char **argv)
 	if (need_backups(NULL))
 		return EXIT_USAGE;
 	up = connect_all();
+	/* No table when no backup answered: stdout holds answers only (errors are on stderr). */
 	if (g.json)
 		printf("{\"segments\":[");
-	else
+	else if (up)
 		printf("%-22s %18s %8s %-8s %10s %8s %10s %4s %6s %s\n", "BACKUP", "LOG", "SEGMENT",
 		       "STATE", "VALID", "ENTRIES", "CHECKSUM", "VER", "EPOCH", "CORRUPT");
 	for (unsigned i = 0; i < g.nbk; i++) {
 		struct conn *c = &conns[i];
-		uint64_t from_log = log_id, from_seg = 0;
 
-		if (!c->rpc) {
+		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o, NULL) != 0)
 			failed++;
-			continue;
-		}
-		for (;;) {
-			struct tw_rpc_req req;
-			struct tw_rpc_reply rep;
-			const Tailwind__ListSegmentsReply *r;
-			bool more;
-			int rc;
-
-			tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
-			rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
-			if (rc) {
-				fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
-					tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
-				tw__rpc_reply_release(&rep);
-				failed++;
-				break;
-			}
-			r = rep.env->list_segments_reply;
-			for (size_t k = 0; k < r->n_segments; k++) {
-				const Tailwind__SegmentInfo *s = r->segments[k];
-
-				total++;
-				if (g.json) {
-					printf("%s{\"backup\":", first ? "" : ",");
-					json_str(stdout, c->addr);
-					printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
-					       ",\"state\":\"%s\",\"valid_len\":%" PRIu64 ",\"entries\":%"
-					       PRIu64 ",\"checksum\":%u,\"replica_version\":%" PRIu64
-					       ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,\"length\":%" PRIu64
-					       "}", s->log_id, s->segment_id, state_name(s->state),
-					       s->valid_len, s->entries, s->checksum, s->replica_version,
-					       s->epoch, s->corrupt ? "true" : "false", s->length);
-				} else {
-					printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8"
-					       PRIu64 " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr,
-					       s->log_id, s->segment_id, state_name(s->state),
-					       s->valid_len, s->entries, s->checksum, s->replica_version,
-					       s->epoch, s->corrupt ? "CORRUPT" : "-");
-				}
-				first = false;
-			}
-			more = r->more && (!one || r->next_log_id == log_id);
-			from_log = r->next_log_id;
-			from_seg = r->next_segment_id;
-			tw__rpc_reply_release(&rep);
-			if (!more)
-				break;
-		}
 	}
 	if (g.json)
 		printf("],\"backups\":%u,\"reachable\":%u,\"failed\":%u}\n", g.nbk, up, failed);
-	else
-		printf("# %" PRIu64 " segment copies on %u of %u backups\n", total, g.nbk - failed,
+	else if (up)
+		printf("# %" PRIu64 " segment copies on %u of %u backups\n", o.total, g.nbk - failed,
 		       g.nbk);
 	disconnect_all();
-	return failed ? EXIT_FAIL : EXIT_OK;
+	return g.no_provider ? EXIT_PROVIDER : failed ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ stat */
@@ -517,7 +579,11 @@ static int cmd_stat(int argc, char **argv)
 	}
 	if (need_backups(NULL))
 		return EXIT_USAGE;
-	connect_all();
+	/* No table when no backup answered (errors are on stderr). */
+	if (connect_all() == 0 && !g.json) {
+		disconnect_all();
+		return g.no_provider ? EXIT_PROVIDER : EXIT_FAIL;
+	}
 	if (g.json)
 		printf("{\"backups\":[");
 	else
@@ -583,7 +649,7 @@ static int cmd_stat(int argc, char **argv)
 	if (g.json)
 		printf("],\"failed\":%u}\n", failed);
 	disconnect_all();
-	return failed ? EXIT_FAIL : EXIT_OK;
+	return g.no_provider ? EXIT_PROVIDER : failed ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ fence, recover */
@@ -600,6 +666,48 @@ static void recover_cfg(struct tw_recover_config *cfg, uint64_t log_id, uint64_t
 	cfg->key_file = g.key_file;
 	if (g.timeout_ms > cfg->rpc_timeout_ms)
 		cfg->rpc_timeout_ms = g.timeout_ms;
+}
+
+/* The exit code of a failed library call (tools/exit.h). */
+static int exit_for(int rc)
+{
+	return rc == -TW_ENOPROV ? EXIT_PROVIDER : EXIT_FAIL;
+}
+
+/*
+ * Before a command about an existing log (recover, free, delete) changes anything: does the log
+ * exist? Yes when a reachable backup knows it — holds a segment, a lost record or a freed
+ * prefix of it (ListSegments' log_known), or an epoch (it was fenced: a deleted log keeps
+ * its epoch) — or the coordinator (-c) has a record of it. fn (may be NULL) sees
+ * each segment listed. Returns EXIT_OK to go on (also when no backup could be asked: the
+ * command then fails on its own), EXIT_NO_LOG after saying so (nothing was changed), or
+ * EXIT_PROVIDER / EXIT_FAIL.
+ */
+static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
+{
+	unsigned up, asked = 0;
+	bool known = false;
+	int coord = 0;
+
+	if (g.coord) {
+		coord = twctl_coord_log_known(g.coord, g.timeout_ms, cmd, log_id);
+		if (coord < 0)
+			return EXIT_FAIL;
+	}
+	up = connect_all();
+	for (unsigned i = 0; i < g.nbk; i++)
+		if (conns[i].rpc && list_backup(&conns[i], log_id, true, fn, arg, &known) == 0)
+			asked++;
+	disconnect_all();
+	if (g.no_provider)
+		return EXIT_PROVIDER;
+	if (known || coord > 0 || asked == 0)
+		return EXIT_OK;
+	fprintf(stderr, "twctl %s: no such log: %#" PRIx64 " (none of the %u reachable backups "
+		"has ever held or fenced it%s%s); nothing was changed\n", cmd, log_id,
+		asked, up < g.nbk ? ", and some backups did not answer" : "",
+		g.coord ? "; the coordinator has no record of it" : "");
+	return EXIT_NO_LOG;
 }
 
 static int cmd_fence(int argc, char **argv)
@@ -646,7 +754,7 @@ static int cmd_fence(int argc, char **argv)
 	}
 	if (rc) {
 		fprintf(stderr, "twctl fence: %s\n", err);
-		return EXIT_FAIL;
+		return exit_for(rc);
 	}
 	return fenced == g.nbk ? EXIT_OK : EXIT_FAIL;
 }
@@ -679,12 +787,13 @@ static int cmd_recover(int argc, char **argv)
 		{ "epoch", required_argument, NULL, 'e' },
 		{ "no-record", no_argument, NULL, 'R' },
 		{ "no-fence", no_argument, NULL, 'F' },
+		{ "create", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct tw_recover_config cfg;
 	struct tw_recover_result res;
 	const char *output = NULL;
-	bool verify = false, no_record = false, no_fence = false;
+	bool verify = false, no_record = false, no_fence = false, create = false;
 	uint64_t log_id, epoch = 0;
 	struct out o = { NULL, 0 };
 	char err[512], tmp[4096];
@@ -707,6 +816,9 @@ static int cmd_recover(int argc, char **argv)
 			break;
 		case 'F':
 			no_fence = true;
+			break;
+		case 'C':
+			create = true;
 			break;
 		case 'e':
 			if (parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
@@ -731,6 +843,9 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
+	/* A log nothing holds: say so and change nothing (no fence, no coordinator record). */
+	if (!create && (rc = check_log("recover", log_id, NULL, NULL)) != EXIT_OK)
+		return rc;
 	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
 	    !S_ISREG(ost.st_mode)) {
 		/* A pipe or device: written as it comes (no rename possible). */
@@ -738,7 +853,7 @@ static int cmd_recover(int argc, char **argv)
 		if (!o.f) {
 			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
 				strerror(errno));
-			return EXIT_FAIL;
+			return EXIT_STORAGE;
 		}
 		direct = true;
 	} else if (output && strcmp(output, "-") != 0) {
@@ -750,7 +865,7 @@ static int cmd_recover(int argc, char **argv)
 		if (!o.f) {
 			fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp,
 				strerror(errno));
-			return EXIT_FAIL;
+			return EXIT_STORAGE;
 		}
 	} else if (output) {
 		o.f = stdout;
@@ -839,15 +954,62 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (rc) {
 		fprintf(stderr, "twctl recover: %s\n", err[0] ? err : tw_strerror(rc));
-		return EXIT_FAIL;
+		return o.err && rc == -o.err ? EXIT_STORAGE : exit_for(rc);
 	}
 	if (res.copies_listed == 0)
 		fprintf(stderr, "twctl recover: note: no backup holds any segment of log %#" PRIx64
-			" (check the log id and the backup addresses)\n", log_id);
+			"%s\n", log_id, create ? ": it exists now, empty, at the epoch above" :
+			" (check the log id and the backup addresses)");
 	return EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ free, delete */
+
+/* The segments of one log below a mark that the backups list before a free: what it drops. */
+struct below {
+	uint64_t mark, last; /* last: the highest segment listed (any), for "past the end" */
+	uint64_t *ids;       /* segment ids below the mark, as listed (copies repeat them) */
+	size_t n, cap;
+	bool any;
+};
+
+static void below_add(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s)
+{
+	struct below *bl = arg;
+
+	(void)c;
+	if (!bl->any || s->segment_id > bl->last)
+		bl->last = s->segment_id;
+	bl->any = true;
+	if (s->segment_id < bl->mark) /* out of memory: the report names fewer segments */
+		(void)tw__push(&bl->ids, &bl->cap, &bl->n, sizeof(*bl->ids), 16, &s->segment_id);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* "0..2", "0..1, 4, 6..9" (sorted, duplicates ignored); "none" when empty. */
+static void ranges(uint64_t *v, size_t n, char *out, size_t len)
+{
+	size_t used = 0;
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	snprintf(out, len, "none");
+	for (size_t i = 0; i < n && used < len;) {
+		size_t j = i;
+
+		while (j + 1 < n && (v[j + 1] == v[j] || v[j + 1] == v[j] + 1))
+			j++;
+		used += (size_t)snprintf(out + used, len - used, "%s%" PRIu64, i ? ", " : "", v[i]);
+		if (used < len && v[j] != v[i])
+			used += (size_t)snprintf(out + used, len - used, "..%" PRIu64, v[j]);
+		i = j + 1;
+	}
+}
 
 static int cmd_clean(int argc, char **argv, bool delete_log)
 {
@@ -859,8 +1021,9 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 	const char *name = delete_log ? "delete" : "free";
 	struct tw_recover_config cfg;
 	uint64_t log_id, below = 0, epoch = 0, freed = 0;
+	struct below bl = { 0 };
 	bool have_below = false;
-	char err[512];
+	char err[512], segs[200] = "none";
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
@@ -886,29 +1049,52 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		fprintf(stderr, "twctl free: give --below N (the first segment to keep)\n");
 		return EXIT_USAGE;
 	}
+	bl.mark = below;
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
+	/* Nothing about a log that does not exist; for a free, the listing also names what
+	 * it is about to drop (the backups count what they dropped). */
+	rc = check_log(name, log_id, delete_log ? NULL : below_add, &bl);
+	if (rc != EXIT_OK) {
+		free(bl.ids);
+		return rc;
+	}
+	ranges(bl.ids, bl.n, segs, sizeof(segs));
 	recover_cfg(&cfg, log_id, epoch);
-	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0)
+	if (g.coord && delete_log && twctl_coord_epoch(g.coord, g.timeout_ms, "delete", &cfg) < 0) {
+		free(bl.ids);
 		return EXIT_FAIL;
+	}
 	rc = delete_log ? tw_log_delete(&cfg, &freed, err, sizeof(err))
 			: tw_log_free(&cfg, below, &freed, err, sizeof(err));
 	if (g.json) {
-		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64
-		       ",\"error\":", log_id, rc ? "false" : "true", freed);
+		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64,
+		       log_id, rc ? "false" : "true", freed);
+		if (!delete_log) {
+			printf(",\"below\":%" PRIu64 ",\"segments\":", below);
+			json_str(stdout, freed ? segs : "none");
+		}
+		printf(",\"error\":");
 		json_str(stdout, rc ? err : "");
 		printf("}\n");
+	} else if (rc == 0 && delete_log) {
+		printf("log %#" PRIx64 " deleted: %" PRIu64 " segment copies dropped\n", log_id,
+		       freed);
 	} else if (rc == 0) {
-		if (delete_log)
-			printf("log %#" PRIx64 " deleted: %" PRIu64 " segment copies dropped\n",
-			       log_id, freed);
-		else
-			printf("log %#" PRIx64 " freed below segment %" PRIu64 ": %" PRIu64 " segment "
-			       "copies dropped\n", log_id, below, freed);
+		printf("log %#" PRIx64 " freed below segment %" PRIu64 ": %" PRIu64 " segment copies "
+		       "dropped (segments %s); recovery and takeover start at segment %" PRIu64
+		       "%s\n", log_id, below, freed, freed ? segs : "none", below,
+		       bl.any && below > bl.last + 1 ? ": the mark is past the log's last segment, "
+		       "the backups hold none of it now" : "");
 	}
+	free(bl.ids);
 	if (rc) {
 		fprintf(stderr, "twctl %s: %s\n", name, err[0] ? err : tw_strerror(rc));
-		return EXIT_FAIL;
+		if (!delete_log)
+			fprintf(stderr, "twctl free: %s\n", freed ? "the backups that accepted dropped "
+				"their copies below the mark; the others kept theirs" :
+				"nothing was freed");
+		return exit_for(rc);
 	}
 	return EXIT_OK;
 }
@@ -921,15 +1107,13 @@ static int cmd_inspect(int argc, char **argv)
 		{ "entries", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint8_t hb[SEGFILE_HDR_SIZE];
-	struct segfile_hdr h;
-	struct tw_scan_result sr;
+	struct segfile_report r;
+	const struct segfile_hdr *h = &r.h;
+	const struct tw_scan_result *sr = &r.scan;
 	struct stat st;
-	uint64_t show = 0, data_len, data_off;
-	uint8_t *data = NULL;
-	const char *path, *verdict = "ok", *hdr_err = NULL;
-	char why[256] = "";
-	int opt, fd, rc, code = EXIT_OK;
+	uint64_t show = 0;
+	const char *path, *verdict, *hdr_err = NULL;
+	int opt, fd, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
 	opterr = 0;
@@ -965,103 +1149,66 @@ static int cmd_inspect(int argc, char **argv)
 		close(fd);
 		return EXIT_FAIL;
 	}
-	if ((size_t)st.st_size < SEGFILE_HDR_SIZE ||
-	    pread(fd, hb, SEGFILE_HDR_SIZE, 0) != (ssize_t)SEGFILE_HDR_SIZE) {
-		fprintf(stderr, "twctl inspect: %s: shorter than a segment file header (%d bytes)\n",
-			path, (int)SEGFILE_HDR_SIZE);
-		close(fd);
-		return EXIT_FAIL;
-	}
-	memset(&h, 0, sizeof(h));
-	rc = tw__segfile_hdr_decode(hb, &h);
-	if (rc)
-		hdr_err = rc == -TW_EVERSION ? "newer format version" :
-			  "bad magic, header CRC, state or sizes";
-	/* Where the data starts: the header says so; for an invalid header, go by its version
-	 * field as read (2: right after the 128 bytes; otherwise the version-3 header block). */
-	data_off = !hdr_err ? h.data_off :
-		   tw_load_le16(hb + 8) == SEGFILE_VERSION_V2 ||
-		   (uint64_t)st.st_size < SEGFILE_DATA_OFF ? SEGFILE_HDR_SIZE : SEGFILE_DATA_OFF;
-	data_len = (uint64_t)st.st_size - data_off;
-	data = malloc(data_len ? (size_t)data_len : 1);
-	if (!data || (data_len && pread(fd, data, (size_t)data_len, (off_t)data_off) !=
-				  (ssize_t)data_len)) {
-		fprintf(stderr, "twctl inspect: %s: cannot read %" PRIu64 " data bytes: %s\n", path,
-			data_len, data ? strerror(errno) : "out of memory");
-		free(data);
-		close(fd);
-		return EXIT_FAIL;
-	}
+	/* Any content, any length: replica/segfile.c trusts no length it reads. */
+	rc = tw__segfile_inspect(fd, &r);
 	close(fd);
-	/* The header's chain seed (0 for format 2 and 3 files, and when the header is invalid
-	 * before the seed was read): the data was written with it (docs/log-format.md §4). */
-	tw_scan_seeded(data, (size_t)data_len, h.seed, &sr);
-	if (hdr_err) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "header: %s", hdr_err);
-	} else if ((uint64_t)st.st_size != tw__segfile_file_size(&h)) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "file holds %" PRIu64 " data bytes, header says %" PRIu64
-			 "%s", data_len, h.valid_len, h.version == SEGFILE_VERSION_V2 ? "" :
-			 " (padded to 4096-byte blocks)");
-	} else if (sr.valid_len != h.valid_len || sr.last_checksum != h.checksum ||
-		   sr.entries != h.entries) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "scan: valid %zu bytes, checksum 0x%08x, %" PRIu64
-			 " entries; header: %" PRIu64 " bytes, 0x%08x, %" PRIu64 " entries",
-			 sr.valid_len, sr.last_checksum, sr.entries, h.valid_len, h.checksum,
-			 h.entries);
-	} else if (h.flags & SEGFILE_F_CORRUPT) {
-		verdict = "CORRUPT";
-		snprintf(why, sizeof(why), "flagged corrupt when it was closed");
+	if (rc) {
+		fprintf(stderr, "twctl inspect: %s: cannot read it: %s\n", path, tw_strerror(rc));
+		return EXIT_FAIL;
 	}
-	if (strcmp(verdict, "ok") != 0)
-		code = EXIT_FAIL;
+	if (r.short_file) {
+		fprintf(stderr, "twctl inspect: %s: %s\n", path, r.why);
+		return EXIT_FAIL;
+	}
+	verdict = r.corrupt ? "CORRUPT" : "ok";
+	if (r.hdr_rc)
+		hdr_err = r.hdr_rc == -TW_EVERSION ? "newer format version" :
+			  "bad magic, header CRC, state or sizes";
 
 	if (g.json) {
 		printf("{\"file\":");
 		json_str(stdout, path);
 		printf(",\"verdict\":\"%s\",\"reason\":", verdict);
-		json_str(stdout, why);
+		json_str(stdout, r.why);
 		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
 		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
 		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
 		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
 		       ",\"format_version\":%u"
 		       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
-		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h.log_id,
-		       h.segment_id, h.replica_version, h.epoch,
-		       h.state == SEGFILE_OPEN ? "open" : "closed", h.flags, h.checksum,
-		       h.valid_len, h.entries, h.buffer_size, h.flush_time_ns, h.seed,
-		       (unsigned)tw_load_le16(hb + 8), data_off, data_len,
-		       sr.valid_len, sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop),
-		       sr.stop_offset);
+		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h->log_id,
+		       h->segment_id, h->replica_version, h->epoch,
+		       h->state == SEGFILE_OPEN ? "open" : "closed", h->flags, h->checksum,
+		       h->valid_len, h->entries, h->buffer_size, h->flush_time_ns, h->seed,
+		       r.version_field, r.data_off, r.data_len,
+		       sr->valid_len, sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop),
+		       sr->stop_offset);
 	} else {
 		printf("file            %s\n", path);
-		printf("verdict         %s%s%s\n", verdict, why[0] ? ": " : "", why);
+		printf("verdict         %s%s%s\n", verdict, r.why[0] ? ": " : "", r.why);
 		if (hdr_err)
 			printf("header          INVALID (%s); fields below as read\n", hdr_err);
-		printf("log             %#" PRIx64 "\n", h.log_id);
-		printf("segment         %" PRIu64 "\n", h.segment_id);
-		printf("replica version %" PRIu64 "\n", h.replica_version);
-		printf("epoch           %" PRIu64 "\n", h.epoch);
-		printf("format          version %u, data at byte %" PRIu64 "\n",
-		       (unsigned)tw_load_le16(hb + 8), data_off);
-		printf("chain seed      0x%08x%s\n", h.seed, h.seed ? "" : " (unseeded)");
-		printf("state           %s\n", h.state == SEGFILE_OPEN ?
+		printf("log             %#" PRIx64 "\n", h->log_id);
+		printf("segment         %" PRIu64 "\n", h->segment_id);
+		printf("replica version %" PRIu64 "\n", h->replica_version);
+		printf("epoch           %" PRIu64 "\n", h->epoch);
+		printf("format          version %u, data at byte %" PRIu64 "\n", r.version_field,
+		       r.data_off);
+		printf("chain seed      0x%08x%s\n", h->seed, h->seed ? "" : " (unseeded)");
+		printf("state           %s\n", h->state == SEGFILE_OPEN ?
 		       "open (flushed while open: battery / shutdown)" : "closed");
-		printf("flags           0x%x%s\n", h.flags,
-		       h.flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
+		printf("flags           0x%x%s\n", h->flags,
+		       h->flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
 		printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
-		       "0x%08x, buffer %" PRIu64 " bytes\n", h.valid_len, h.entries, h.checksum,
-		       h.buffer_size);
+		       "0x%08x, buffer %" PRIu64 " bytes\n", h->valid_len, h->entries, h->checksum,
+		       h->buffer_size);
 		printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
-		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr.valid_len,
-		       sr.entries, sr.last_checksum, tw_scan_stop_str(sr.stop), sr.stop_offset,
-		       data_len);
+		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr->valid_len,
+		       sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset,
+		       r.data_len);
 	}
 	if (show > 0) {
-		struct tw_entry_iter it = { data, sr.valid_len, 0 };
+		struct tw_entry_iter it = { r.data, sr->valid_len, 0 };
 		const void *p;
 		uint32_t len;
 		size_t off;
@@ -1089,8 +1236,8 @@ static int cmd_inspect(int argc, char **argv)
 	}
 	if (g.json)
 		printf("}\n");
-	free(data);
-	return code;
+	free(r.data);
+	return r.corrupt ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1181,7 +1328,7 @@ int main(int argc, char **argv)
 			verbose++;
 			break;
 		case 'h':
-			usage_main(stdout);
+			usage_full(stdout);
 			return EXIT_OK;
 		case 'V':
 			printf("twctl (tailwind) %s\n", tw_version());
@@ -1206,7 +1353,7 @@ int main(int argc, char **argv)
 		if (argc > 1)
 			usage_cmd(stdout, argv[1]);
 		else
-			usage_main(stdout);
+			usage_full(stdout);
 		return EXIT_OK;
 	}
 	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&

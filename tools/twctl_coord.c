@@ -126,6 +126,25 @@ int twctl_coord_epoch(const char *url, unsigned timeout_ms, const char *cmd,
 	return 0;
 }
 
+int twctl_coord_log_known(const char *url, unsigned timeout_ms, const char *cmd,
+			  uint64_t log_id)
+{
+	char owner[512];
+	uint64_t epoch = 0;
+	int rc;
+
+	if (open_once(url, timeout_ms) < 0)
+		return -1;
+	rc = tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
+	if (rc == -TW_ENOTFOUND)
+		return 0;
+	if (rc < 0) {
+		fprintf(stderr, "twctl %s: %s\n", cmd, tw__coord_errmsg(coord));
+		return -1;
+	}
+	return 1;
+}
+
 int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 {
 	struct tw_coord_backup *v = NULL;

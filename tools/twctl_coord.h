@@ -27,6 +27,10 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 int twctl_coord_epoch(const char *url, unsigned timeout_ms, const char *cmd,
 		      struct tw_recover_config *cfg);
 
+/* Whether the coordinator has a record of log_id: 1, 0, or -1 with a message on stderr. */
+int twctl_coord_log_known(const char *url, unsigned timeout_ms, const char *cmd,
+			  uint64_t log_id);
+
 /* twctl -c URL ls-backups: one line per registration (or JSON). Exit status. */
 int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json);
 

@@ -28,17 +28,9 @@
 #include <tailwind/backup.h>
 #include <tailwind/common.h>
 
+#include "exit.h"
 #include "proto/auth.h"
 #include "twd_coord.h"
-
-enum {
-	EXIT_OK = 0,       /* stopped by a signal, every buffer flushed */
-	EXIT_RUNTIME = 1,  /* the fabric failed while running, or flushing at shutdown failed */
-	EXIT_USAGE = 2,    /* bad command line */
-	EXIT_STORAGE = 3,  /* storage directory unusable (missing parent, permissions, in use) */
-	EXIT_FABRIC = 4,   /* provider unavailable, cannot listen */
-	EXIT_MEMORY = 5,   /* cannot allocate or register the buffer pool (RLIMIT_MEMLOCK on verbs) */
-};
 
 static void usage(FILE *f)
 {
@@ -83,16 +75,7 @@ static void usage(FILE *f)
 		"puts the date and time on every log line). SIGTERM, SIGINT, SIGHUP, SIGQUIT and\n"
 		"SIGPWR flush every buffer, open ones included, then exit.\n"
 		"\n"
-		"Exit status:\n"
-		"  0  clean shutdown (a signal), every buffer flushed\n"
-		"  1  runtime failure, or flushing at shutdown failed\n"
-		"  2  usage error\n"
-		"  3  storage directory unusable: missing parent, permissions, in use by another\n"
-		"     twd, or it cannot hold a segment file (a probe file is created, written,\n"
-		"     fsync'ed and removed at start)\n"
-		"  4  provider unavailable or cannot listen\n"
-		"  5  initial buffers (--buffers) larger than the memory available (MemAvailable),\n"
-		"     or than RLIMIT_MEMLOCK on verbs, or they cannot be allocated or registered\n",
+		EXIT_HELP,
 		TW_BACKUP_DEFAULT_BUFFERS, TW_BACKUP_DEFAULT_MAX_BUFFERS);
 }
 
@@ -177,11 +160,14 @@ static int parse_listen(const char *s, char *node, size_t nlen, char *svc, size_
 }
 
 /*
- * systemd readiness (Type=notify in twd@.service): "READY=1" in one datagram to
- * $NOTIFY_SOCKET, the whole protocol as sd_notify(3) documents it; written here rather than
- * linking libsystemd for one sendto. No-op without the variable.
+ * systemd's notification protocol (Type=notify in twd@.service): one datagram of "KEY=value"
+ * lines to $NOTIFY_SOCKET, the whole protocol as sd_notify(3) and systemd.service(5) document
+ * it; written here rather than linking libsystemd for one sendto per state change. "READY=1"
+ * after the ready line; "STOPPING=1" with a STATUS= line when a signal stopped the progress
+ * loop and the shutdown flush starts (the unit is then "deactivating", and TimeoutStopSec=
+ * bounds the flush, also when the signal did not come from systemd). No-op without the variable.
  */
-static void notify_ready(void)
+static void notify(const char *msg)
 {
 	const char *path = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -197,7 +183,7 @@ static void notify_ready(void)
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return;
-	if (sendto(fd, "READY=1", 7, MSG_NOSIGNAL, (struct sockaddr *)&sa,
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
 		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
 		fprintf(stderr, "twd: warning: cannot notify systemd at %s: %s\n", path,
 			strerror(errno));
@@ -377,18 +363,20 @@ static int exit_code_for(int rc)
 	case -EADDRINUSE:
 	case -EADDRNOTAVAIL:
 	case -ENODATA:
-		return EXIT_FABRIC;
+		return EXIT_PROVIDER;
 	case -EACCES:
 	case -ENOENT:
 	case -ENOTDIR:
 	case -EBUSY:
 	case -EROFS:
 	case -ENOSPC:
+	case -TW_ECORRUPT: /* the directory's metadata journal (one bad log's file is not fatal) */
+	case -TW_EVERSION:
 		return EXIT_STORAGE;
 	case -EINVAL:
 		return EXIT_USAGE;
 	default:
-		return rc <= -256 && rc > -1024 ? EXIT_FABRIC : EXIT_RUNTIME;
+		return rc <= -256 && rc > -1024 ? EXIT_PROVIDER : EXIT_FAIL;
 	}
 }
 
@@ -587,7 +575,7 @@ int main(int argc, char **argv)
 	rc = pthread_create(&sigthr, NULL, signal_main, &set);
 	if (rc != 0) {
 		fprintf(stderr, "twd: cannot start the signal thread: %s\n", strerror(rc));
-		return EXIT_RUNTIME;
+		return EXIT_FAIL;
 	}
 
 	raise_nofile();
@@ -596,7 +584,8 @@ int main(int argc, char **argv)
 		rc = tw_backup_open(&cfg, &b);
 		if (rc != 0) {
 			status = exit_code_for(rc);
-			if (status == EXIT_STORAGE && rc != -EBUSY)
+			if (status == EXIT_STORAGE && rc != -EBUSY && rc != -TW_ECORRUPT &&
+			    rc != -TW_EVERSION)
 				fprintf(stderr, "twd: storage directory %s cannot hold segment files: "
 					"%s (give twd a writable directory on a local file system)\n",
 					cfg.dir, tw_strerror(rc));
@@ -633,12 +622,12 @@ int main(int argc, char **argv)
 			tw_backup_close(b);
 			pthread_kill(sigthr, SIGUSR2);
 			pthread_join(sigthr, NULL);
-			return EXIT_RUNTIME;
+			return EXIT_FAIL;
 		}
 	}
 	printf("ready %s\n", tw_backup_listen_addr(b));
 	fflush(stdout);
-	notify_ready();
+	notify("READY=1");
 
 	rc = tw_backup_run(b);
 	pthread_mutex_lock(&sig_lock);
@@ -647,17 +636,23 @@ int main(int argc, char **argv)
 	twd_coord_stop(); /* deregister first: no primary should choose us while we flush */
 	if (rc != 0) {
 		fprintf(stderr, "twd: stopped: %s\n", tw_backup_errmsg(b));
-		status = EXIT_RUNTIME;
+		status = EXIT_FAIL;
 	} else {
 		fprintf(stderr, "twd: signal %d (%s): flushing every buffer to %s\n", (int)sig_seen,
 			sig_seen ? strsignal(sig_seen) : "none", cfg.dir);
+	}
+	{
+		char msg[PATH_MAX + 64];
+
+		snprintf(msg, sizeof(msg), "STOPPING=1\nSTATUS=flushing every buffer to %s", cfg.dir);
+		notify(msg);
 	}
 	/* Battery case: flush everything, open buffers included, whatever stopped us. */
 	rc = tw_backup_flush_all(b);
 	if (rc != 0) {
 		fprintf(stderr, "twd: flushing at shutdown failed: %s (%s); data of the failed "
 			"buffers is lost\n", tw_strerror(rc), tw_backup_errmsg(b));
-		status = EXIT_RUNTIME;
+		status = EXIT_FAIL;
 	}
 	tw_backup_close(b);
 	pthread_kill(sigthr, SIGUSR2);

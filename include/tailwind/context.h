@@ -23,6 +23,25 @@
  * incarnation and their replies reach its own calls. The handshakes are the context's: a log on
  * a shared context counts none in its tw_primary_stats.rpc_handshake.
  *
+ * Which fields of a log's tw_primary_config count on a context:
+ *   the context's (those of cfg are ignored): backups, n_backups, zones, provider, key_file,
+ *     busy_poll, node_id, data_path, op_timeout_ms, rpc_timeout_ms, connect_timeout_ms, and
+ *     mode (always TW_PRIMARY_ASYNC); coordinator must be NULL or "" (-ENOTSUP otherwise);
+ *   the log's own: log_id, epoch, replicas, segment_size, max_batch, max_inflight, preopen,
+ *     open_retry_ms, rerep_rate.
+ *
+ * tx_depth and max_inflight: a log keeps at most max_inflight writes in flight per backup; on
+ * a context they all share one channel per backup, whose operations in flight (the writes of
+ * every log, and the RPC sends) are capped by tx_depth — and below it by the provider's own
+ * queue: min(tx_depth, tx_size) per channel on FI_EP_MSG providers (tcp and sockets report 256),
+ * min(tx_size, 4 x tx_depth) per fabric on shm (docs/fabric.md, "Hints and what we do with the
+ * answer"). When the logs together want more, a post waits on the progress thread, which
+ * polls meanwhile, until a completion frees a place: every log behind it waits too, and a post
+ * that finds no place within op_timeout_ms fails that backup for its log (failover). Size
+ * tx_depth, where the provider allows, to at least the sum of max_inflight over the logs plus
+ * a few RPCs (the default 1024 covers 64 logs at the default 8 and more); each log still holds
+ * its own segment memory (tailwind/primary.h, "Memory").
+ *
  * Threads: a context always runs one progress thread, however many logs it serves; logs on a
  * context are in async mode (TW_PRIMARY_ASYNC semantics, cfg.mode is ignored). The thread
  * serves the logs round robin: each pass seals and posts for every log, polls the fabric once,
@@ -64,7 +83,8 @@ struct tw_ctx_config {
 	unsigned op_timeout_ms;      /* a write not completed by then fails the channel; 10000 */
 	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
 	unsigned connect_timeout_ms; /* per backup; default 5000 */
-	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024 */
+	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024
+				      * (with max_inflight: see above) */
 	const char *coordinator;     /* not supported on a context yet: must be NULL or "" */
 };
 

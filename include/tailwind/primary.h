@@ -5,7 +5,8 @@
  *
  * Life of a log:
  *   tw_primary_config_init(&cfg); cfg.log_id = ...; cfg.backups = addrs; cfg.n_backups = n;
- *   tw_primary_open(&cfg, &p);               connect, handshake, open segment 0 on r backups
+ *   tw_primary_open(&cfg, &p, err, sizeof(err));   connect, handshake, open segment 0 on r
+ *                                            backups (-TW_EEXIST: the log exists, take it over)
  *   tw_primary_append(p, buf, len, &lsn);    returns when all r backups hold the entry
  *   tw_primary_append_async(p, buf, len, cb, arg, &lsn);  cb(arg, status, lsn) later
  *   tw_primary_read(p, lsn, &data, &len);    read an entry back from the primary's memory
@@ -13,6 +14,15 @@
  *
  * Copies: the payload is copied exactly once, into the segment buffer (tw_log_writer_append()).
  * The RDMA write sends from there; nothing else copies it.
+ *
+ * Memory: an open log holds its open segment in this process, segment_size bytes (8 MiB by
+ * default), allocated and registered at the open of the segment — two with preopen — and keeps
+ * every closed segment too, so that tw_primary_read() can serve any entry, until
+ * tw_primary_release() drops the segments below an id (tw_primary_free() does it with the
+ * backups' copies) or tw_primary_close(). On each of its r backups an open segment takes one
+ * buffer of the backup's pool (twd --buffer-size, at least segment_size), two with preopen.
+ * A hundred logs on a context are thus at least 100 x segment_size here and 100 buffers on each
+ * backup (docs/operations.md, "Sizing the buffer pool").
  *
  * Threading (see docs/primary.md):
  *   TW_PRIMARY_SYNC  (default) no thread of its own. The caller drives everything: every call on

@@ -406,6 +406,30 @@ static void bad_urls(void)
 		tap_diag("twd said: %.*s", l ? (int)strcspn(l, "\n") : 0, l ? l : "");
 	}
 	cli_out_free(&o);
+	/* The ZooKeeper client's own log goes through ours (its errors are our info): at the
+	 * default level nothing of it (it used to print ~60 ZOO_ERROR lines to stderr first), with
+	 * -v its lines say "zookeeper client:", one a second. */
+	st = cli_run(a2, NULL, NULL, 0, 60000, &o);
+	ok(st == 1 && cli_lines(o.err) <= 2 && !strstr(o.err, "ZOO_") &&
+	   strstr(o.err, "no ZooKeeper server answered"), "the same at the default log level: "
+	   "%u lines on stderr, none of the ZooKeeper client's", cli_lines(o.err));
+	if (cli_lines(o.err) > 2)
+		tap_diag("stderr: %s", o.err);
+	cli_out_free(&o);
+	{
+		char *a3[16];
+		int n = 0;
+
+		for (; a2[n]; n++)
+			a3[n] = a2[n];
+		a3[n++] = (char *)"-v";
+		a3[n] = NULL;
+		st = cli_run(a3, NULL, NULL, 0, 60000, &o);
+		ok(st == 1 && strstr(o.err, "info: zookeeper client: ") && !strstr(o.err, "ZOO_") &&
+		   cli_lines(o.err) < 30, "with -v: the client's errors as our info lines, rate "
+		   "limited (%u lines)", cli_lines(o.err));
+		cli_out_free(&o);
+	}
 }
 
 int main(int argc, char **argv)
@@ -621,6 +645,33 @@ int main(int argc, char **argv)
 		ok(st == 0 && strstr(o.out, want), "twctl -c URL owner: %.*s",
 		   (int)strcspn(o.out, "\n"), o.out);
 		cli_out_free(&o);
+	}
+	/* twctl recover of a log nobody has: "no such log", exit 6, nothing fenced and no record
+	 * at the coordinator; --create makes it (it used to do that silently, exit 0). */
+	{
+		uint64_t nolog = log + 0x1000, epoch = 0;
+		char logs[32], owner[256];
+		char *ra[] = { twctl, (char *)"-c", zk.url, (char *)"-p", (char *)prov, (char *)"recover",
+			       logs, (char *)"--verify", NULL, NULL };
+		struct cli_out o;
+		int st;
+
+		snprintf(logs, sizeof(logs), "%#" PRIx64, nolog);
+		st = cli_run(ra, NULL, NULL, 0, 60000, &o);
+		ok(st == 6 && strstr(o.err, "no such log") && strstr(o.err, "nothing was changed"),
+		   "twctl -c URL recover of a log nobody has: exit 6, no such log (%d: %.*s)", st,
+		   (int)strcspn(o.err, "\n"), o.err);
+		cli_out_free(&o);
+		is_int(tw__coord_log_info(c, nolog, &epoch, owner, sizeof(owner)), -TW_ENOTFOUND,
+		       "and the coordinator has no record of it");
+		ra[8] = (char *)"--create";
+		st = cli_run(ra, NULL, NULL, 0, 60000, &o);
+		cli_out_free(&o);
+		epoch = 0;
+		if (tw__coord_log_info(c, nolog, &epoch, owner, sizeof(owner)) != 0)
+			epoch = 0;
+		ok(st == 0 && epoch > 0, "recover --create makes it: exit %d, recorded at epoch %"
+		   PRIu64, st, epoch);
 	}
 	tw__coord_close(c);
 	bad_urls();

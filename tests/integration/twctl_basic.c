@@ -3,17 +3,20 @@
  * default tcp): a crash_primary writes a log to completion; then twctl ls, stat (table and
  * JSON), recover -o FILE (the file holds every object, in order), recover --verify, fence,
  * inspect of a segment file (ok, then CORRUPT after a bit flip: exit 1), and usage errors
- * (exit 2 with a message).
+ * (exit 2 with a message). Then free against a primary that holds its open segment 2: below 5
+ * is refused (exit 1, nothing freed, as --help says), below 2 drops segments 0..1 and says so.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_run.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -98,6 +101,87 @@ static uint64_t check_file(const char *path, uint64_t *bad)
 	return n;
 }
 
+/* twctl ARGS with stdout and stderr captured: the exit status. */
+static int run_out(const char *const *args, struct cli_out *o)
+{
+	char env[1100], *argv[32];
+	int n = 0;
+
+	snprintf(env, sizeof(env), "TW_BACKUPS=%s", backups);
+	argv[n++] = twctl;
+	for (; *args && n < 31; args++)
+		argv[n++] = (char *)*args;
+	argv[n] = NULL;
+	return cli_run(argv, (char *[]){ env, NULL }, NULL, 0, 60000, o);
+}
+
+/* twctl free next to a live primary whose segment 2 is open (owner_primary hold). */
+static void free_cases(const char *prov, struct rt_cluster *cl)
+{
+	char owner[1024], line[256];
+	char *pargv[] = { owner, (char *)prov, (char *)"0x4343", (char *)"hold", (char *)"7",
+			  (char *)"1500", cl->addr[0], cl->addr[1], cl->addr[2], NULL };
+	struct cli_out o;
+	struct proc *p;
+	int st;
+
+	TAP_REQUIRE(proc_find_tool("tests/integration/owner_primary", owner, sizeof(owner)) == 0,
+		    "owner_primary built");
+	p = proc_spawn(pargv, NULL);
+	TAP_REQUIRE(p && proc_wait_line(p, "appended", line, sizeof(line), 60000) >= 0,
+		    "a primary holding log 0x4343 with segment 2 open");
+	st = run_out((const char *[]){ "free", "--help", NULL }, &o);
+	ok(st == 0 && strstr(o.out, "A backup refuses, and keeps all its copies, while the"),
+	   "free --help says a segment still written below N is refused");
+	cli_out_free(&o);
+	st = run_out((const char *[]){ "-p", prov, "free", "0x4343", "--below", "5", NULL }, &o);
+	ok(st == 1 && !o.out[0] && strstr(o.err, "is still open") &&
+	   strstr(o.err, "nothing was freed"), "free below 5: exit %d, refused, nothing freed", st);
+	if (st != 1)
+		tap_diag("stdout %s stderr %s", o.out, o.err);
+	cli_out_free(&o);
+	st = run_out((const char *[]){ "-p", prov, "ls", "0x4343", NULL }, &o);
+	ok(st == 0 && strstr(o.out, "# 9 segment copies on 3 of 3"), "and every copy is still "
+	   "there (ls: %s)", strstr(o.out, "# ") ? strstr(o.out, "# ") : o.out);
+	cli_out_free(&o);
+	st = run_out((const char *[]){ "-p", prov, "free", "0x4343", "--below", "2", NULL }, &o);
+	ok(st == 0 && strstr(o.out, "6 segment copies dropped (segments 0..1)"),
+	   "free below 2: exit %d: %s", st, o.out);
+	cli_out_free(&o);
+	proc_kill(p, SIGKILL);
+	proc_wait(p, 20000);
+	proc_free(p);
+}
+
+/* Commands about a log no backup has ever held or fenced: exit 6, nothing changed. */
+static void no_such_log(const char *prov)
+{
+	struct cli_out o;
+	int st, st2, st3;
+
+	st = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", NULL }, &o);
+	ok(st == 6 && !o.out[0] && strstr(o.err, "no such log: 0x9999") &&
+	   strstr(o.err, "nothing was changed"), "recover of a log nobody has: exit %d, %s", st,
+	   o.err);
+	cli_out_free(&o);
+	/* Nothing was fenced: had it been, the backups would know the id now. */
+	st = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", NULL }, &o);
+	cli_out_free(&o);
+	st2 = run_out((const char *[]){ "-p", prov, "free", "0x9999", "--below", "1", NULL }, &o);
+	cli_out_free(&o);
+	st3 = run_out((const char *[]){ "-p", prov, "delete", "0x9999", NULL }, &o);
+	cli_out_free(&o);
+	ok(st == 6 && st2 == 6 && st3 == 6, "and again, and free and delete of it: exit 6 each "
+	   "(%d, %d, %d): nothing was fenced", st, st2, st3);
+	st = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", "--create",
+				       NULL }, &o);
+	cli_out_free(&o);
+	st2 = run_out((const char *[]){ "-p", prov, "recover", "0x9999", "--verify", NULL }, &o);
+	cli_out_free(&o);
+	ok(st == 0 && st2 == 0, "recover --create makes it (exit %d); then it exists (exit %d)", st,
+	   st2);
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
@@ -110,7 +194,7 @@ int main(int argc, char **argv)
 	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
 	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
 		tap_plan_skip_all("twctl or crash_primary not built");
-	tap_plan(16);
+	tap_plan(23);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(backups, sizeof(backups), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
 	snprintf(count, sizeof(count), "%d", COUNT);
@@ -187,6 +271,8 @@ int main(int argc, char **argv)
 		ok(run(NULL, NULL, 0, a1) == 2 && run(NULL, NULL, 0, a2) == 2,
 		   "usage errors exit 2 (recover without LOG, unknown command)");
 	}
+	free_cases(prov, &cl);
+	no_such_log(prov);
 	rt_stop(&cl);
 	return tap_exit();
 }

@@ -1,7 +1,9 @@
 /*
  * tests/integration/twctl_cli.c — twctl's one-line errors (exit 2 or 1, never the usage text):
  * inspect -e -1, recover -1, fence -1, a missing option value, -p '', --version in --help;
- * inspect on a FIFO returns at once (it used to block in open()) and on a directory; and
+ * inspect on a FIFO returns at once (it used to block in open()) and on a directory; inspect
+ * of a segment file cut at the boundaries of its header and data (exit 1, "truncated", never
+ * a huge read: it computed a negative data length below 4096 bytes, issue 28); and
  * what a failed connect says: refused (a TCP port on 127.0.0.1 bound by us, not listening),
  * and, as root in network namespaces this test creates, no route to host and a connect
  * timeout (the only addresses used are 127.0.0.0/8 and those inside the namespaces).
@@ -18,8 +20,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <tailwind/log_format.h>
+
 #include "cli_run.h"
+#include "core/util.h"
 #include "proc.h"
+#include "replica/segfile.h"
 #include "tap.h"
 
 static char twctl[1024];
@@ -112,6 +120,70 @@ static void netns_cases(void)
 	sh("ip netns del %s; ip netns del %s", a, b); /* deletes the veth pair too */
 }
 
+/* A real segment file (format 4, two data blocks), then copies cut at the boundaries. */
+static void truncated_files(const char *dir)
+{
+	static const size_t lens[] = { 0, 1, 127, 128, 129, 2048, 4095, 4096, 4097, 4200 };
+	size_t cap = 16384, full_len;
+	uint8_t *seg = calloc(1, cap), *full = NULL, payload[100] = { 7 };
+	struct tw_log_writer w;
+	struct segfile_hdr h = { .log_id = 0x28, .segment_id = 3, .replica_version = 1,
+				 .epoch = 1, .state = SEGFILE_CLOSED, .buffer_size = 16384 };
+	struct tw_scan_result sr;
+	char name[SEGFILE_NAME_MAX], path[400], cut[400];
+	struct cli_out o;
+	struct stat st;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY), fd;
+
+	TAP_REQUIRE(seg && dfd >= 0, "segment buffer, directory");
+	tw_log_writer_init(&w, seg, cap);
+	for (int i = 0; i < 40; i++) {
+		size_t off, len;
+
+		TAP_REQUIRE(tw_log_writer_append(&w, payload, sizeof(payload), NULL) == 0, "append");
+		tw_log_writer_seal(&w, &off, &len);
+	}
+	tw_scan(seg, cap, &sr);
+	h.valid_len = sr.valid_len;
+	h.entries = sr.entries;
+	h.checksum = sr.last_checksum;
+	TAP_REQUIRE(tw__segfile_write(dfd, &h, seg, NULL) == 0, "segment file");
+	tw__segfile_name(h.log_id, h.segment_id, name, sizeof(name));
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(cut, sizeof(cut), "%s/cut.twseg", dir);
+	TAP_REQUIRE(stat(path, &st) == 0, "stat %s", path);
+	full_len = (size_t)st.st_size;
+	full = malloc(full_len);
+	fd = open(path, O_RDONLY);
+	TAP_REQUIRE(full && fd >= 0 && tw__pread_all(fd, full, full_len, 0) == 0, "read it");
+	close(fd);
+
+	ok(run((const char *[]){ twctl, "inspect", path, NULL }, &o) == 0 &&
+	   strstr(o.out, "verdict         ok"), "inspect of the whole file (%zu bytes): ok",
+	   full_len);
+	cli_out_free(&o);
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		size_t len = lens[i];
+		const char *want = len < SEGFILE_HDR_SIZE ? "shorter than a segment file header" :
+				   len < SEGFILE_DATA_OFF ? "CORRUPT: truncated: the file has" :
+				   "CORRUPT: file holds";
+		int st_;
+
+		fd = open(cut, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		TAP_REQUIRE(fd >= 0 && tw__pwrite_all(fd, full, len, 0) == 0, "cut at %zu", len);
+		close(fd);
+		st_ = run((const char *[]){ twctl, "inspect", cut, NULL }, &o);
+		ok(st_ == 1 && strstr(len < SEGFILE_HDR_SIZE ? o.err : o.out, want),
+		   "inspect of the file cut at %zu bytes: exit 1, '%s'", len, want);
+		if (st_ != 1 || !strstr(len < SEGFILE_HDR_SIZE ? o.err : o.out, want))
+			tap_diag("exit %d; stdout: %s; stderr: %s", st_, o.out, o.err);
+		cli_out_free(&o);
+	}
+	close(dfd);
+	free(full);
+	free(seg);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/tw-twctlcli-XXXXXX", fifo[300], addr[64];
@@ -151,6 +223,8 @@ int main(void)
 	one_line((const char *[]){ twctl, "inspect", dir, NULL }, 1, "inspect a directory",
 		 "not a regular file", "directory");
 
+	truncated_files(dir);
+
 	/* A port bound on 127.0.0.1 but not listening: nothing can answer there. */
 	s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -159,6 +233,15 @@ int main(void)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 	one_line((const char *[]){ twctl, "-p", "tcp", "-b", addr, "stat", NULL }, 1,
 		 "stat, nothing listening", "connection refused", "is twd running");
+	/* Every backup failed: no table header on stdout (it used to print one). */
+	for (int k = 0; k < 2; k++) {
+		const char *cmd = k ? "ls" : "stat";
+
+		st = run((const char *[]){ twctl, "-p", "tcp", "-b", addr, cmd, NULL }, &o);
+		ok(st == 1 && o.out_len == 0, "%s, every backup failed: exit 1, nothing on stdout "
+		   "(%zu bytes)", cmd, o.out_len);
+		cli_out_free(&o);
+	}
 	close(s);
 
 	/* A listener that is not libfabric: accepts, answers with bytes that are not its handshake. */

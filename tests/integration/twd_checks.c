@@ -4,8 +4,8 @@
  * `ready`; a pool larger than MemAvailable is exit 5 with the numbers; -p '' is a usage error;
  * FI_PROVIDER=nosuch lists the providers this machine really offers (not "(none)"); an unknown
  * TW_LOG_LEVEL is a warning naming the valid levels; TW_LOG_TIME=1 dates the log lines; the
- * exit codes are in --help; --version; READY=1 goes to $NOTIFY_SOCKET after the ready line
- * (Type=notify in twd@.service).
+ * exit codes are in --help; --version; READY=1 goes to $NOTIFY_SOCKET after the ready line,
+ * STOPPING=1 when a signal (here SIGHUP) starts the shutdown flush (Type=notify in twd@.service).
  */
 #include <poll.h>
 #include <regex.h>
@@ -83,7 +83,7 @@ int main(void)
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 
 	rc = run((const char *[]){ "--help", NULL }, NULL, &o);
-	ok(rc == 0 && strstr(o.out, "Exit status:") && strstr(o.out, "probe file") &&
+	ok(rc == 0 && strstr(o.out, "Exit status (") && strstr(o.out, "probe file") &&
 	   strstr(o.out, "MemAvailable") && strstr(o.out, "TW_LOG_TIME"),
 	   "--help documents the exit codes, the probe, MemAvailable and TW_LOG_TIME");
 	cli_out_free(&o);
@@ -135,7 +135,7 @@ int main(void)
 	/* Type=notify: READY=1 on $NOTIFY_SOCKET once the ready line is out. */
 	{
 		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		char env[160], line[256], msg[64] = "";
+		char env[160], line[256], msg[256] = "";
 		char *argv[] = { twd, (char *)"-p", (char *)"tcp", (char *)"-d", sub, (char *)"-b",
 				 (char *)"2", (char *)"-s", (char *)"64K", NULL };
 		char *envv[] = { env, NULL };
@@ -159,7 +159,15 @@ int main(void)
 			msg[n > 0 ? n : 0] = '\0';
 		}
 		ok(strcmp(msg, "READY=1") == 0, "READY=1 sent to $NOTIFY_SOCKET (got '%s')", msg);
-		is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
+		is_int(proc_kill(p, SIGHUP), 0, "SIGHUP");
+		msg[0] = '\0';
+		if (poll(&pfd, 1, 20000) == 1) {
+			ssize_t n = recv(fd, msg, sizeof(msg) - 1, 0);
+
+			msg[n > 0 ? n : 0] = '\0';
+		}
+		ok(strncmp(msg, "STOPPING=1\nSTATUS=flushing every buffer to ", 43) == 0,
+		   "STOPPING=1 with a STATUS line when the flush starts (got '%s')", msg);
 		is_int(proc_wait(p, 20000), 0, "exit 0");
 		proc_free(p);
 		close(fd);

@@ -246,6 +246,9 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	out->cq_entries = kv(r->message, "cq_entries=");
 	out->cq_polls = kv(r->message, "cq_polls=");
 	out->connections = kv(r->message, "connections=");
+	out->shm_peers = kv(r->message, "shm_peers=");
+	out->shm_peers_given_back = kv(r->message, "shm_peers_given_back=");
+	out->logs_unavailable = kv(r->message, "logs_unavailable=");
 	tw__rpc_reply_release(&rep);
 	return 0;
 }

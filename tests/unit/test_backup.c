@@ -23,6 +23,7 @@
 
 #include "core/util.h"
 #include "replica/backup_int.h"
+#include "replica/metalog.h"
 #include "replica/segfile.h"
 #include "tap.h"
 #include "twd_client.h"
@@ -701,6 +702,52 @@ static void test_delete_survives_compaction(void)
 	memcpy(dir, saved, sizeof(dir));
 }
 
+/* An epoch above TW_EPOCH_MAX in the journal makes its log unavailable, not the backup, and a
+ * compaction of the journal keeps it so (it must not be dropped: a fence never goes back). */
+static void test_bad_epoch_survives_compaction(void)
+{
+	uint32_t old_cap = tw__bk_meta_cap;
+	struct metalog_rec rec = { METALOG_OWNER, 77, UINT64_MAX, 0, 0 };
+	uint64_t got = 0, owner = 0;
+	char saved[sizeof(dir)], why[256];
+	struct metalog ml;
+	struct twc c;
+	int dfd, rc;
+
+	memcpy(saved, dir, sizeof(dir));
+	TAP_REQUIRE(strlen(saved) + sizeof("/badepoch") <= sizeof(dir), "dir name");
+	memcpy(dir + strlen(saved), "/badepoch", sizeof("/badepoch"));
+	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+	tw__bk_meta_cap = 32;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	TAP_REQUIRE(dfd >= 0 && tw__metalog_open(&ml, dfd, 32, NULL, NULL, why, sizeof(why)) == 0 &&
+		    tw__metalog_append(&ml, &rec) == 0, "a journal with epoch 2^64-1 for log 77");
+	tw__metalog_close(&ml);
+	close(dfd);
+	start(2, 0);
+	conn(&c);
+	rc = tw__rpc_fence(c.rpc, 77, 5, &got, &owner);
+	ok(rc == -TW_ECORRUPT && strstr(tw__rpc_client_errmsg(c.rpc), "unavailable"),
+	   "a fence of log 77 is refused: %s", tw__rpc_client_errmsg(c.rpc));
+	is_int(tw__rpc_fence(c.rpc, 78, 5, &got, &owner), 0, "log 78 is fenced");
+	for (uint64_t log = 1000; log < 1000 + 2 * 32; log++)
+		TAP_REQUIRE(tw__rpc_fence(c.rpc, log, 1, &got, &owner) == 0, "fence %llu",
+			    (unsigned long long)log);
+	twc_close(&c);
+	stop(false);
+	start(2, 0);
+	conn(&c);
+	rc = tw__rpc_fence(c.rpc, 77, 5, &got, &owner);
+	ok(rc == -TW_ECORRUPT, "after a compaction and a restart, log 77 is still refused (%s)",
+	   tw_strerror(rc));
+	rc = tw__rpc_fence(c.rpc, 78, 5, &got, &owner);
+	ok(rc == 0 && got == 5, "and log 78 kept its epoch 5 (%s)", tw_strerror(rc));
+	twc_close(&c);
+	stop(false);
+	tw__bk_meta_cap = old_cap;
+	memcpy(dir, saved, sizeof(dir));
+}
+
 /*
  * RecoveredOffset with repair bytes (protocol 1.3): the bytes of a write this copy never got,
  * made by appending to the client's writer without sending. A piece that would leave a gap
@@ -783,6 +830,7 @@ int main(void)
 	test_pool_growth();
 	test_flush_failure();
 	test_delete_survives_compaction();
+	test_bad_epoch_survives_compaction();
 	test_repair_pieces();
 	tw_log_set_level(TW_LOG_INFO);
 	tw_log_set_sink(count_sink, NULL);

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,6 +509,91 @@ static void test_seed(void)
 	free(back);
 }
 
+/* Write the first `len` bytes of `full` as `name` (a truncated copy). */
+static void write_prefix(const char *name, const uint8_t *full, size_t len)
+{
+	int fd = openat(dirfd_, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	TAP_REQUIRE(fd >= 0 && tw__pwrite_all(fd, full, len, 0) == 0, "write %zu bytes", len);
+	close(fd);
+}
+
+/*
+ * Every truncation of a version-4 and of a version-2 file, 0 bytes to one short of the whole
+ * file (the 4096-byte header block of version 4 included): the readers refuse each one with
+ * -TW_ECORRUPT, and the inspection (twctl inspect) reports it corrupt, holding no more data
+ * than the file has. It used to compute the data length of a file shorter than its header
+ * block as a negative number (an 18 EB read, issue 28).
+ */
+static void sweep_truncations(const char *what, const char *src, unsigned want_truncated)
+{
+	struct stat st;
+	size_t full_len = fstatat(dirfd_, src, &st, 0) == 0 ? (size_t)st.st_size : 0;
+	const char *name = "0000000000000033-00000000000000ff.twseg";
+	unsigned bad_read = 0, bad_report = 0, short_reports = 0, trunc_reports = 0;
+	uint8_t *full = malloc(full_len + 1);
+	struct segfile_report r;
+	struct segfile_hdr g;
+	int fd;
+
+	fd = openat(dirfd_, src, O_RDONLY);
+	TAP_REQUIRE(full && fd >= 0 && tw__pread_all(fd, full, full_len, 0) == 0, "read %s", src);
+	close(fd);
+	for (size_t len = 0; len <= full_len; len++) {
+		bool whole = len == full_len;
+
+		write_prefix(name, full, len);
+		if (tw__segfile_verify(dirfd_, name, &g) != (whole ? 0 : -TW_ECORRUPT) ||
+		    tw__segfile_read_header(dirfd_, name, &g) != (whole ? 0 : -TW_ECORRUPT))
+			bad_read++;
+		fd = openat(dirfd_, name, O_RDONLY);
+		TAP_REQUIRE(fd >= 0, "open %s", name);
+		if (tw__segfile_inspect(fd, &r) != 0 || r.corrupt == whole ||
+		    r.data_len > len || r.file_size != len || (whole && r.why[0])) {
+			if (bad_report++ < 3)
+				tap_diag("%s, %zu bytes: corrupt %d, data %" PRIu64 ": %s", what, len,
+					 r.corrupt, r.data_len, r.why);
+		}
+		short_reports += r.short_file && strstr(r.why, "shorter than a segment file header");
+		trunc_reports += strstr(r.why, "truncated: the file has") != NULL;
+		free(r.data);
+		close(fd);
+	}
+	unlinkat(dirfd_, name, 0);
+	is_int(bad_read, 0, "%s: every truncation (0..%zu bytes) refused by the readers", what,
+	       full_len - 1);
+	is_int(bad_report, 0, "%s: and reported corrupt by the inspection, within the file", what);
+	is_int(short_reports, SEGFILE_HDR_SIZE, "%s: 0..127 bytes: shorter than a header", what);
+	is_int(trunc_reports, want_truncated, "%s: a valid header, the file ending before its "
+	       "data offset: 'truncated'", what);
+	free(full);
+}
+
+static void test_truncations(void)
+{
+	size_t cap = 32 * 1024;
+	uint8_t *buf = malloc(cap);
+	struct tw_scan_result sr;
+	struct segfile_hdr h;
+	char name[SEGFILE_NAME_MAX];
+
+	TAP_REQUIRE(buf, "malloc");
+	build_seeded(buf, cap, 40, 0x2828, &sr); /* 40 x 100 bytes: two data blocks */
+	hdr_for(&h, 0x33, 1, &sr, cap);
+	h.seed = 0x2828;
+	tw__segfile_name(0x33, 1, name, sizeof(name));
+	TAP_REQUIRE(sr.valid_len > SEGFILE_BLOCK, "more than one data block");
+	TAP_REQUIRE(tw__segfile_write(dirfd_, &h, buf, NULL) == 0, "write");
+	sweep_truncations("format 4", name, SEGFILE_DATA_OFF - SEGFILE_HDR_SIZE);
+
+	build(buf, cap, 20, &sr);
+	hdr_for(&h, 0x33, 2, &sr, cap);
+	tw__segfile_name(0x33, 2, name, sizeof(name));
+	write_v2(name, &h, buf);
+	sweep_truncations("format 2", name, 0);
+	free(buf);
+}
+
 int main(void)
 {
 	char cmd[600];
@@ -526,6 +612,7 @@ int main(void)
 	test_direct_refused();
 	test_old_version();
 	test_seed();
+	test_truncations();
 	close(dirfd_);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
