@@ -683,12 +683,14 @@ void *tw__fab_alloc(size_t len)
 
 	if (!len)
 		return NULL;
-	/* Anonymous mmap: page aligned and zero-filled by the kernel. Touch the pages so they are
-	 * backed before registration (FI_MR_ALLOCATED on verbs). */
+	/* Anonymous mmap: page aligned and zero-filled by the kernel, each page on its first
+	 * touch. Nothing is touched here: a buffer costs memory only as it is used (a twd's pool
+	 * growing by 256 x 8 MiB, a context opening 256 logs, docs/fabric.md "Memory"). A
+	 * provider that needs the pages backed at registration (FI_MR_ALLOCATED, verbs) gets
+	 * them touched there (tw__mr_reg). */
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
-	memset(p, 0, len);
 	return p;
 }
 

@@ -172,7 +172,8 @@ bool tw__chan_is_lost(const struct tw_chan *ch);
 bool tw__chan_fast_writes(const struct tw_chan *ch);
 struct tw_fab *tw__chan_fab(const struct tw_chan *ch);
 
-/* Page-aligned, zero-filled memory (mmap). NULL on failure. Free with tw__fab_free(p, len). */
+/* Page-aligned, zero-filled memory (anonymous mmap; pages are backed on first touch, nothing is
+ * touched here). NULL on failure. Free with tw__fab_free(p, len). */
 void *tw__fab_alloc(size_t len);
 void tw__fab_free(void *p, size_t len);
 
@@ -194,7 +195,9 @@ struct tw_rkey {
 };
 
 /*
- * Register `len` bytes at `buf` (page-aligned; already zero-filled if FI_MR_ALLOCATED matters).
+ * Register `len` bytes at `buf` (page-aligned). A provider that wants the pages backed before
+ * registration (FI_MR_ALLOCATED: verbs) gets every page of the range touched first (read, so
+ * the contents stay as they are).
  * Keys are provider keys, or our own unique and unguessable per domain.
  */
 int tw__mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);

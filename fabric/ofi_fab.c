@@ -104,6 +104,7 @@ static void read_back(struct ofi_fab *of)
 	of->virt_addr = !!(mm & (FI_MR_VIRT_ADDR | FI_MR_BASIC));
 	of->prov_key = !!(mm & (FI_MR_PROV_KEY | FI_MR_BASIC));
 	of->mr_local = !!(mm & FI_MR_LOCAL);
+	of->mr_allocated = !!(mm & (FI_MR_ALLOCATED | FI_MR_BASIC));
 	of->inject_size = i->tx_attr->inject_size;
 	of->tx_size = i->tx_attr->size ? i->tx_attr->size : 256;
 	of->rx_size = i->rx_attr->size ? i->rx_attr->size : 256;

@@ -94,6 +94,7 @@ struct ofi_fab {
 	bool listening;
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
+	bool mr_allocated; /* FI_MR_ALLOCATED: registered pages must be backed (tw__ofi_mr_reg) */
 	bool keep_av;           /* shm: never av_remove (see ofi_rdm.c) */
 	bool drain_close;       /* sockets: close a channel's endpoint only once its transfers
 				 * have completed (tw__cm_chan_down, docs/fabric.md "Closing under
