@@ -694,6 +694,40 @@ void *tw__fab_alloc(size_t len)
 	return p;
 }
 
+void *tw__fab_map_large(size_t len, bool *huge_out)
+{
+	const size_t huge = TW_FAB_HUGE_PAGE;
+	uint8_t *p, *a;
+
+	*huge_out = false;
+	if (!len)
+		return NULL;
+	/* Explicit huge pages (hugetlbfs pool, vm.nr_hugepages): none are reserved by default,
+	 * then the map fails at once and costs nothing. */
+	if (len % huge == 0) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p != MAP_FAILED) {
+			*huge_out = true;
+			return p;
+		}
+	}
+	/* 4 KiB pages, aligned to the huge page size so that transparent huge pages
+	 * (MADV_HUGEPAGE; /sys/kernel/mm/transparent_hugepage) can back whole 2 MiB runs. */
+	p = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (p + len + huge > a + len)
+		munmap(a + len, (size_t)(p + len + huge - (a + len)));
+#ifdef MADV_HUGEPAGE
+	(void)madvise(a, len, MADV_HUGEPAGE);
+#endif
+	return a;
+}
+
 void tw__fab_free(void *p, size_t len)
 {
 	if (p)

@@ -176,6 +176,14 @@ struct tw_fab *tw__chan_fab(const struct tw_chan *ch);
  * touched here). NULL on failure. Free with tw__fab_free(p, len). */
 void *tw__fab_alloc(size_t len);
 void tw__fab_free(void *p, size_t len);
+/* Huge page size the large mappings use (x86-64 and arm64 with 4 KiB base pages: 2 MiB). */
+#define TW_FAB_HUGE_PAGE ((size_t)2 << 20)
+/* A large region for a registration that lives long (the primary's log arena): explicit huge
+ * pages (MAP_HUGETLB) when len is a multiple of TW_FAB_HUGE_PAGE and the system has some
+ * reserved (*huge_out true); else 4 KiB pages aligned to TW_FAB_HUGE_PAGE and advised for
+ * transparent huge pages (MADV_HUGEPAGE). Zero-filled, nothing touched. NULL on failure. Free
+ * with tw__fab_free(p, len). */
+void *tw__fab_map_large(size_t len, bool *huge_out);
 
 /* Access rights of a registration. */
 enum {

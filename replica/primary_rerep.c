@@ -217,6 +217,12 @@ int tw__pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, 
 {
 	struct pbackup *b = &p->bk[s->rep[i]];
 
+	if (!tw__pseg_sent_ok(s, from, len - from)) {
+		tw_log_error("primary log %llu: segment %u: a copy of [%zu, %zu) would send bytes "
+			     "this segment never wrote (written: %zu); refused",
+			     (unsigned long long)p->cfg.log_id, s->id, from, len, s->w.pos);
+		return -EFAULT;
+	}
 	for (size_t off = from; off < len; off += COPY_CHUNK) {
 		size_t n = len - off < COPY_CHUNK ? len - off : COPY_CHUNK;
 		struct copy_op c;

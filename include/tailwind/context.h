@@ -65,6 +65,9 @@ struct tw_ctx_config {
 	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
 	unsigned connect_timeout_ms; /* per backup; default 5000 */
 	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024 */
+	size_t arena_size;           /* budget of the log arena every log's segments come from
+				      * (tw_primary_config.arena_size); 0: a quarter of the
+				      * machine's memory */
 	const char *coordinator;     /* not supported on a context yet: must be NULL or "" */
 };
 
@@ -114,6 +117,7 @@ struct tw_ctx_stats {
 	uint64_t reconnects;  /* channels connected again after a loss */
 	uint64_t resets;      /* fabric resets (shm: a dead peer blocks the others) */
 	uint64_t loop_passes; /* passes of the progress thread over every log */
+	struct tw_arena_stats arena; /* the log arena (tailwind/primary.h) */
 };
 
 /* Copy the counters. Thread-safe. */
