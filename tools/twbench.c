@@ -120,7 +120,10 @@ static void usage(FILE *f)
 		"  --json            machine-readable output on stdout (one line)\n"
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
 		"  --version         print the version and exit\n"
-		"  --help            this text\n");
+		"  --help            this text\n"
+		"\n"
+		"Provider defaults: FI_SOCKETS_PE_WAITTIME=0 is set unless the environment sets\n"
+		"it (for the primary and the local twd's; docs/fabric.md).\n");
 }
 
 static int parse_u64(const char *s, uint64_t *out)
