@@ -303,9 +303,9 @@ TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const vo
 /*
  * Free the primary's memory of the closed segments below `below_segment` (the open segment is
  * never released). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
- * copies: tw_primary_free() drops those too (log cleaning). Returns the number of
- * segments released by this call (in async mode the progress thread unmaps them shortly after),
- * or -EINVAL. Thread-safe in async mode.
+ * copies: tw_primary_free() drops those too (log cleaning). Their memory goes back to the log
+ * arena for later segments (in async mode the progress thread gives it back shortly after).
+ * Returns the number of segments released by this call, or -EINVAL. Thread-safe in async mode.
  */
 TW_API int tw_primary_release(struct tw_primary *p, uint32_t below_segment);
 
