@@ -96,7 +96,22 @@ void tw__fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const st
 
 uint64_t tw__fab_clock(struct tw_fab *fab)
 {
-	fab->now_ns = fab->cfg.clock_ns ? fab->cfg.clock_ns(fab->cfg.clock_arg) : tw_now_ns();
+	uint64_t raw = fab->cfg.clock_ns ? fab->cfg.clock_ns(fab->cfg.clock_arg) : tw_now_ns();
+
+	/* Deadlines count only time the fab was looking (docs/fabric.md, "Deadlines and the
+	 * clock"): a gap between two readings longer than TW_FAB_GAP_NS (or a quarter of the op
+	 * timeout, if less) that was not spent in the fab's own wait (the thread was preempted on a
+	 * busy machine, stopped, or its caller did other work) is left out beyond that much. Real
+	 * clock only: a test's virtual clock jumps on purpose. */
+	uint64_t gap = TW_MIN(TW_FAB_GAP_NS, (uint64_t)fab->cfg.op_timeout_ms * 250000u);
+
+	if (!fab->cfg.clock_ns && fab->clock_raw && !fab->waited && raw > fab->clock_raw + gap) {
+		fab->unobserved_ns += raw - fab->clock_raw - gap;
+		fab->stats.unobserved_ns = fab->unobserved_ns;
+	}
+	fab->waited = false;
+	fab->clock_raw = raw;
+	fab->now_ns = raw - fab->unobserved_ns;
 	return fab->now_ns;
 }
 
@@ -647,6 +662,7 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 		if (fab->cfg.busy_poll)
 			wait_ms = 0;
 		rc = fab->ops->wait(fab, wait_ms);
+		fab->waited = true; /* the time in the wait was spent looking: it counts */
 		if (rc == 1) /* woken by tw__fab_wakeup */
 			break;
 		if (rc < 0) {

@@ -288,6 +288,10 @@ struct tw_fab_stats {
 	uint64_t closes_deferred;      /* records made */
 	uint64_t closes_forced;        /* records closed at the 200 ms bound, transfers unacknowledged */
 	uint64_t closing_eps;          /* records held now (not a counter) */
+	uint64_t unobserved_ns;        /* time left out of every deadline: gaps of more than 1 s
+					* between two looks outside the fab's own wait (a
+					* descheduled thread; docs/fabric.md "Deadlines and the
+					* clock") */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 

@@ -508,6 +508,8 @@ void tw__ofi_stall(struct ofi_fab *of)
 	n += tw__fab_check_deadlines(&of->base);
 	if (n == 0) {
 		int w = tw__ofi_wait(&of->base, 1);
+
+		of->base.waited = true; /* looking: it counts (tw__fab_clock) */
 		if (w == 1) /* keep the wakeup for the caller's progress loop */
 			tw__ofi_wakeup(&of->base);
 	}
