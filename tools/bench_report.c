@@ -59,11 +59,12 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
 	       ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
 	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64
+	       ",\"wakeups\":%" PRIu64 ",\"inflight_peak\":%" PRIu64
 	       ",\"arena\":{\"mapped\":%" PRIu64 ",\"peak_used\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"huge_extents\":%" PRIu64 ",\"segments\":%" PRIu64 ",\"reused\":%" PRIu64 "}}",
 	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
 	       x->st.segments, x->st.rpc_handshake, x->st.rpc_open, x->st.rpc_close, x->st.rpcs, per_obj, per_req,
-	       x->st.open_refused, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
+	       x->st.open_refused, x->st.wakeups, x->st.inflight_peak, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
 	       x->st.arena.huge_extents, x->st.arena.segments, x->st.arena.reused);
 }
 
