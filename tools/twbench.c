@@ -126,6 +126,14 @@ static void usage(FILE *f)
 		"it (for the primary and the local twd's; docs/fabric.md).\n");
 }
 
+static void touch_pages(void *p, size_t len)
+{
+	volatile uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i += 4096)
+		b[i] = 0;
+}
+
 static int parse_u64(const char *s, uint64_t *out)
 {
 	char *end;
@@ -485,11 +493,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "twbench: out of memory for %" PRIu64 " objects\n", o.count);
 		goto out;
 	}
-	/* Back the per-object arrays before any run: calloc maps them untouched, and their page
-	 * faults would land inside the measured interval (4,000 per second at 1.3 million objects
-	 * per second), in every mode. */
-	memset(run.t_submit, 0, o.count * sizeof(uint64_t));
-	memset(run.lat_ns, 0, (o.count > o.lat_count ? o.count : o.lat_count) * sizeof(uint32_t));
+	/* Back the per-object arrays before any run: untouched, their page faults landed inside
+	 * the measured interval (11,000 per second at 1.3 million objects per second), in every
+	 * mode. A volatile store per page: the compiler turns malloc + memset(0) into calloc. */
+	touch_pages(run.t_submit, o.count * sizeof(uint64_t));
+	touch_pages(run.lat_ns, (o.count > o.lat_count ? o.count : o.lat_count) * sizeof(uint32_t));
 	for (uint32_t i = 0; i < max_size; i++)
 		payload[i] = (uint8_t)(i * 7 + 1);
 	if (o.logs) {
