@@ -27,39 +27,17 @@
 #include <tailwind/recovery.h>
 
 #include "core/util.h"
+#include "recover_util.h"
 #include "replica/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
 
 #define SEG (64u * 1024u)
-#define OBJ 100u
+#define OBJ RT_OBJ
 #define NB 5
 #define LOG 900u
 
 static char root[256];
-
-static void fill(uint8_t *buf, uint64_t seq)
-{
-	for (uint32_t i = 0; i < OBJ; i++)
-		buf[i] = (uint8_t)(seq * 13 + i);
-	memcpy(buf, &seq, 8);
-}
-
-struct rcheck {
-	uint64_t next, bad;
-};
-
-static int check_cb(void *arg, const struct tw_recovered_entry *e)
-{
-	struct rcheck *k = arg;
-	uint8_t want[OBJ];
-
-	fill(want, k->next);
-	if (e->len != OBJ || memcmp(e->data, want, OBJ))
-		k->bad++;
-	k->next++;
-	return 0;
-}
 
 static void log_cfg(struct tw_primary_config *cfg)
 {
@@ -102,7 +80,7 @@ int main(void)
 	struct tw_primary_stats st;
 	struct tw_primary *p = NULL, *q = NULL;
 	struct tw_ctx *ctx = NULL;
-	struct rcheck k;
+	struct rt_check k;
 	uint8_t obj[OBJ];
 	uint64_t n = 0, mapped;
 	uint32_t seed0;
@@ -130,7 +108,7 @@ int main(void)
 
 	/* Exhaustion: three segments fit, the fourth does not. */
 	for (;;) {
-		fill(obj, n);
+		rt_fill(obj, n);
 		rc = tw_primary_append(p, obj, OBJ, NULL);
 		if (rc)
 			break;
@@ -153,7 +131,7 @@ int main(void)
 	is_int(tw_primary_release(p, 2), 2, "segments 0 and 1 released");
 	ok(wait_used(ctx, SEG), "their memory is back in the arena (%" PRIu64 " bytes used)",
 	   arena_used(ctx));
-	fill(obj, n);
+	rt_fill(obj, n);
 	rc = tw_primary_append(p, obj, OBJ, NULL);
 	is_int(rc, 0, "the same append succeeds after the release (%s)",
 	       rc ? tw_primary_errmsg(p) : "ok");
@@ -166,7 +144,7 @@ int main(void)
 	ok(p->cur->seed != seed0 && p->cur->seed != 0, "the reused memory's segment has a seed "
 	   "of its own (%08x, segment 0's %08x)", p->cur->seed, seed0);
 	for (int i = 0; i < 40; i++, n++) {
-		fill(obj, n);
+		rt_fill(obj, n);
 		TAP_REQUIRE(tw_primary_append(p, obj, OBJ, NULL) == 0, "append");
 	}
 	TAP_REQUIRE(tw_primary_flush(p) == 0, "flush");
@@ -215,7 +193,7 @@ int main(void)
 
 		memset(&k, 0, sizeof(k));
 		log_cfg(&cfg);
-		rc = tw_primary_takeover_on(ctx, &cfg, check_cb, &k, &res, &q, err, sizeof(err));
+		rc = tw_primary_takeover_on(ctx, &cfg, rt_check_cb, &k, &res, &q, err, sizeof(err));
 		is_int(rc, 0, "the log taken over on the context (%s)", rc ? err : "ok");
 		ok(k.next == n && k.bad == 0, "the takeover delivered exactly the %" PRIu64
 		   " entries appended (%" PRIu64 " delivered, %" PRIu64 " not ours)", n, k.next,
@@ -235,7 +213,7 @@ int main(void)
 		tw_ctx_get_stats(ctx, &cs);
 		mapped = cs.arena.reused;
 		for (uint64_t i = 0; i < 2 * SEG / (OBJ + 12); i++, n++) {
-			fill(obj, n);
+			rt_fill(obj, n);
 			rc = tw_primary_append(q, obj, OBJ, NULL);
 			if (rc)
 				break;
@@ -249,7 +227,7 @@ int main(void)
 		is_int(tw_primary_close(q), 0, "closed");
 		q = NULL;
 		memset(&k, 0, sizeof(k));
-		rc = tbackup_recover(addrs, NB, LOG, check_cb, &k, NULL);
+		rc = tbackup_recover(addrs, NB, LOG, rt_check_cb, &k, NULL);
 		ok(rc == 0 && k.next == n && k.bad == 0, "recovery: all %" PRIu64 " entries of "
 		   "both incarnations, the %" PRIu64 " after the takeover included (%" PRIu64
 		   " delivered, %" PRIu64 " bad)", n, n - first, k.next, k.bad);
