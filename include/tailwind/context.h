@@ -19,10 +19,10 @@
  * What is shared and what is not: the fabric instance (its queues, registrations and file
  * descriptors), one channel and one RPC client per backup, the cluster key and handshake, the
  * progress thread, and the log arena its logs' segments are carved from (arena_size below;
- * docs/primary.md, "Memory: the log arena"). Each log keeps its own segments, write slots, ownership (epoch,
- * incarnation), acknowledgements, failover state and statistics; its RPCs carry its own
- * incarnation and their replies reach its own calls. The handshakes are the context's: a log on
- * a shared context counts none in its tw_primary_stats.rpc_handshake.
+ * docs/primary.md, "Memory: the log arena"). Each log keeps its own segments, write slots,
+ * ownership (epoch, incarnation), acknowledgements, failover state and statistics; its RPCs
+ * carry its own incarnation and their replies reach its own calls. The handshakes are the
+ * context's: a log on a shared context counts none in its tw_primary_stats.rpc_handshake.
  *
  * Threads: a context always runs one progress thread, however many logs it serves; logs on a
  * context are in async mode (TW_PRIMARY_ASYNC semantics, cfg.mode is ignored). The thread
