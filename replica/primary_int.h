@@ -362,7 +362,7 @@ struct pcall {
  * bytes [off, off + len) of `s` may be sent to a backup only if this use of the memory wrote
  * them, i.e. they lie below the writer's position. A sealed write's range is the writer's own
  * (tw_log_writer_seal); copies (failover, re-replication, rewrites after a reset) are checked
- * in tw__pfo_copy. */
+ * in tw__pfo_copy. Lock held in async mode (application threads move the writer). */
 bool tw__pseg_sent_ok(const struct pseg *s, size_t off, size_t len);
 
 /* Engine helpers used by the control plane and tests. */
