@@ -95,6 +95,10 @@ struct tw_fab {
 	 * deadline is computed from it; a deadline is checked against it, so a check may come
 	 * late by one round, never early. */
 	uint64_t now_ns;
+	/* Time not observed (tw__fab_clock): the raw clock of the last reading, the gaps left out
+	 * so far (now_ns = raw - unobserved_ns), and whether the fab's wait ran since. */
+	uint64_t clock_raw, unobserved_ns;
+	bool waited;
 	struct tw_chan *chans; /* every channel not yet freed (closed ones until the sweep) */
 	struct tw_mr *mrs;
 	unsigned depth;        /* nesting of API calls that may run callbacks */
@@ -155,6 +159,10 @@ void tw__fab_enter(struct tw_fab *fab);
 void tw__fab_leave(struct tw_fab *fab);
 /* Read the fab's clock once into fab->now_ns and return it. */
 uint64_t tw__fab_clock(struct tw_fab *fab);
+/* A gap between two clock readings longer than this (or a quarter of op_timeout_ms, if less),
+ * outside the fab's wait, is not counted against deadlines beyond this much (tw__fab_clock).
+ * Our loops look at least every 100 ms. */
+#define TW_FAB_GAP_NS 1000000000ull
 /* fab->now_ns + op_timeout_ms: the deadline of an operation posted now. */
 uint64_t tw__fab_op_deadline(const struct tw_fab *fab);
 /* Fail the channels whose earliest deadline (ops, backend's sends) is <= fab->now_ns. */

@@ -96,7 +96,22 @@ void tw__fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const st
 
 uint64_t tw__fab_clock(struct tw_fab *fab)
 {
-	fab->now_ns = fab->cfg.clock_ns ? fab->cfg.clock_ns(fab->cfg.clock_arg) : tw_now_ns();
+	uint64_t raw = fab->cfg.clock_ns ? fab->cfg.clock_ns(fab->cfg.clock_arg) : tw_now_ns();
+
+	/* Deadlines count only time the fab was looking (docs/fabric.md, "Deadlines and the
+	 * clock"): a gap between two readings longer than TW_FAB_GAP_NS (or a quarter of the op
+	 * timeout, if less) that was not spent in the fab's own wait (the thread was preempted on a
+	 * busy machine, stopped, or its caller did other work) is left out beyond that much. Real
+	 * clock only: a test's virtual clock jumps on purpose. */
+	uint64_t gap = TW_MIN(TW_FAB_GAP_NS, (uint64_t)fab->cfg.op_timeout_ms * 250000u);
+
+	if (!fab->cfg.clock_ns && fab->clock_raw && !fab->waited && raw > fab->clock_raw + gap) {
+		fab->unobserved_ns += raw - fab->clock_raw - gap;
+		fab->stats.unobserved_ns = fab->unobserved_ns;
+	}
+	fab->waited = false;
+	fab->clock_raw = raw;
+	fab->now_ns = raw - fab->unobserved_ns;
 	return fab->now_ns;
 }
 
@@ -678,6 +693,7 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 		if (fab->cfg.busy_poll)
 			wait_ms = 0;
 		rc = fab->ops->wait(fab, wait_ms);
+		fab->waited = true; /* the time in the wait was spent looking: it counts */
 		if (rc == 1) /* woken by tw__fab_wakeup */
 			break;
 		if (rc < 0) {
@@ -714,13 +730,49 @@ void *tw__fab_alloc(size_t len)
 
 	if (!len)
 		return NULL;
-	/* Anonymous mmap: page aligned and zero-filled by the kernel. Touch the pages so they are
-	 * backed before registration (FI_MR_ALLOCATED on verbs). */
+	/* Anonymous mmap: page aligned and zero-filled by the kernel, each page on its first
+	 * touch. Nothing is touched here: a buffer costs memory only as it is used (a twd's pool
+	 * growing by 256 x 8 MiB, a context opening 256 logs, docs/fabric.md "Memory"). A
+	 * provider that needs the pages backed at registration (FI_MR_ALLOCATED, verbs) gets
+	 * them touched there (tw__mr_reg). */
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
-	memset(p, 0, len);
 	return p;
+}
+
+void *tw__fab_map_large(size_t len, bool *huge_out)
+{
+	const size_t huge = TW_FAB_HUGE_PAGE;
+	uint8_t *p, *a;
+
+	*huge_out = false;
+	if (!len)
+		return NULL;
+	/* Explicit huge pages (hugetlbfs pool, vm.nr_hugepages): none are reserved by default,
+	 * then the map fails at once and costs nothing. */
+	if (len % huge == 0) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p != MAP_FAILED) {
+			*huge_out = true;
+			return p;
+		}
+	}
+	/* 4 KiB pages, aligned to the huge page size so that transparent huge pages
+	 * (MADV_HUGEPAGE; /sys/kernel/mm/transparent_hugepage) can back whole 2 MiB runs. */
+	p = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (p + len + huge > a + len)
+		munmap(a + len, (size_t)(p + len + huge - (a + len)));
+#ifdef MADV_HUGEPAGE
+	(void)madvise(a, len, MADV_HUGEPAGE);
+#endif
+	return a;
 }
 
 void tw__fab_free(void *p, size_t len)

@@ -195,9 +195,18 @@ bool tw__chan_is_lost(const struct tw_chan *ch);
 bool tw__chan_fast_writes(const struct tw_chan *ch);
 struct tw_fab *tw__chan_fab(const struct tw_chan *ch);
 
-/* Page-aligned, zero-filled memory (mmap). NULL on failure. Free with tw__fab_free(p, len). */
+/* Page-aligned, zero-filled memory (anonymous mmap; pages are backed on first touch, nothing is
+ * touched here). NULL on failure. Free with tw__fab_free(p, len). */
 void *tw__fab_alloc(size_t len);
 void tw__fab_free(void *p, size_t len);
+/* Huge page size the large mappings use (x86-64 and arm64 with 4 KiB base pages: 2 MiB). */
+#define TW_FAB_HUGE_PAGE ((size_t)2 << 20)
+/* A large region for a registration that lives long (the primary's log arena): explicit huge
+ * pages (MAP_HUGETLB) when len is a multiple of TW_FAB_HUGE_PAGE and the system has some
+ * reserved (*huge_out true); else 4 KiB pages aligned to TW_FAB_HUGE_PAGE and advised for
+ * transparent huge pages (MADV_HUGEPAGE). Zero-filled, nothing touched. NULL on failure. Free
+ * with tw__fab_free(p, len). */
+void *tw__fab_map_large(size_t len, bool *huge_out);
 
 /* Access rights of a registration. */
 enum {
@@ -217,7 +226,9 @@ struct tw_rkey {
 };
 
 /*
- * Register `len` bytes at `buf` (page-aligned; already zero-filled if FI_MR_ALLOCATED matters).
+ * Register `len` bytes at `buf` (page-aligned). A provider that wants the pages backed before
+ * registration (FI_MR_ALLOCATED: verbs) gets every page of the range touched first (read, so
+ * the contents stay as they are).
  * Keys are provider keys, or our own unique and unguessable per domain.
  */
 int tw__mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out);
@@ -307,6 +318,10 @@ struct tw_fab_stats {
 	uint64_t strict_violations;    /* calls failed by a check */
 	uint64_t cq_full;              /* posts refused with -FI_EAGAIN because their CQ had no free
 					* entry (counted in eagain_retries too) */
+	uint64_t unobserved_ns;        /* time left out of every deadline: gaps of more than 1 s
+					* between two looks outside the fab's own wait (a
+					* descheduled thread; docs/fabric.md "Deadlines and the
+					* clock") */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
 

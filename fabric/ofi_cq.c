@@ -432,13 +432,6 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 
 	if (timeout_ms == 0)
 		return drain_eventfd(of);
-	if (of->closing_head) {
-		/* Wake up for the closing records' bound even if no completion ever comes. */
-		int t = tw__cm_reap_timeout_ms(of);
-
-		if (timeout_ms < 0 || t < timeout_ms)
-			timeout_ms = t;
-	}
 	/* tcp 1.17 (measured): the passive side's FI_CONNECTED does not wake the EQ's wait fd,
 	 * so while a handshake is pending we poll with backoff instead of sleeping. */
 	bool handshake = false;
@@ -514,6 +507,8 @@ void tw__ofi_stall(struct ofi_fab *of)
 	n += tw__fab_check_deadlines(&of->base);
 	if (n == 0) {
 		int w = tw__ofi_wait(&of->base, 1);
+
+		of->base.waited = true; /* looking: it counts (tw__fab_clock) */
 		if (w == 1) /* keep the wakeup for the caller's progress loop */
 			tw__ofi_wakeup(&of->base);
 	}

@@ -8,6 +8,7 @@
  * would leave its fast path and VIRT_ADDR). Whatever comes back is read and obeyed.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,7 @@ static void read_back(struct ofi_fab *of)
 	of->virt_addr = !!(mm & (FI_MR_VIRT_ADDR | FI_MR_BASIC));
 	of->prov_key = !!(mm & (FI_MR_PROV_KEY | FI_MR_BASIC));
 	of->mr_local = !!(mm & FI_MR_LOCAL);
+	of->mr_allocated = !!(mm & (FI_MR_ALLOCATED | FI_MR_BASIC));
 	of->inject_size = i->tx_attr->inject_size;
 	of->tx_size = i->tx_attr->size ? i->tx_attr->size : 256;
 	of->rx_size = i->rx_attr->size ? i->rx_attr->size : 256;
@@ -369,11 +371,43 @@ static int setup(struct ofi_fab *of, const char *prov)
 	return 0;
 }
 
+/*
+ * The providers' environment defaults we need, set before libfabric reads them (it reads every
+ * FI_<PROV>_* variable once, when the first fi_getinfo of the process loads the providers), and
+ * only where the user has not set them (docs/fabric.md, "Provider environment defaults"):
+ *
+ *   FI_SOCKETS_PE_WAITTIME=0 — the sockets provider's progress thread otherwise spins 10 ms
+ *   after every wake-up before it may sleep again (prov/sockets/src/sock_progress.c,
+ *   sock_pe_wait_ok); on a machine with fewer cores than such threads that starves everyone,
+ *   and a synchronous append took 12 ms at the median. With 0 it sleeps in epoll as soon as
+ *   it has nothing to do, and is woken by the next operation or incoming byte.
+ */
+static const struct {
+	const char *name, *value;
+} env_defaults[] = {
+	{ "FI_SOCKETS_PE_WAITTIME", "0" },
+};
+
+static void set_env_defaults(void)
+{
+	for (size_t i = 0; i < TW_ARRAY_SIZE(env_defaults); i++) {
+		if (getenv(env_defaults[i].name))
+			continue; /* the user's value stays */
+		if (setenv(env_defaults[i].name, env_defaults[i].value, 0) == 0)
+			tw_log_debug("fabric: %s=%s (set by Tailwind; set it yourself to override)",
+				     env_defaults[i].name, env_defaults[i].value);
+	}
+}
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
 int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
 		 struct tw_fab **out)
 {
 	struct ofi_fab *of;
 	int rc;
+
+	pthread_once(&env_once, set_env_defaults);
 
 	of = calloc(1, sizeof(*of));
 	if (!of)

@@ -88,6 +88,12 @@ struct ofi_rx {
  * has completed them (tw__cm_chan_down, docs/fabric.md "Closing under traffic"). Reaped by
  * progress without blocking (tw__cm_reap). Refers to no channel: the channel is gone already.
  */
+/* sockets: transfers one channel may have inside the provider at once. libfabric 1.17's
+ * sockets provider turns each posted transfer into one of 128 progress entries per domain
+ * (SOCK_PE_MAX_ENTRIES) and posts nothing while none is free (sock_pe_progress_tx_ctx), so
+ * one peer that stops acknowledging must not be able to hold them all (docs/fabric.md). */
+#define OFI_SOCKETS_CHAN_TX_MAX 16u
+
 struct ofi_closing {
 	struct ofi_closing *next;
 	struct fid_ep *ep;
@@ -95,7 +101,8 @@ struct ofi_closing {
 	int cq_fd;              /* stays in the epoll set: reading the CQ empty consumes it */
 	struct ofi_rx rx;
 	struct ofi_ctx *posted, *posted_tail; /* write/read/send ctxs still in the provider */
-	uint64_t end_ns;        /* tw_now_ns() bound: closed anyway from then on (a stalled peer) */
+	uint64_t end_ns;        /* tw_now_ns() bound of the synchronous waits (tw__cm_reap_all);
+				 * the asynchronous reap waits for every transfer */
 	char peer[TW_ADDR_MAX]; /* for the log */
 };
 
@@ -130,6 +137,7 @@ struct ofi_fab {
 	struct rdm_peer *peers;
 	bool give_back, connected_out;
 	uint64_t sweep_ns;      /* next look at the entries no channel uses */
+	bool mr_allocated; /* FI_MR_ALLOCATED: registered pages must be backed (tw__ofi_mr_reg) */
 	bool drain_close;       /* sockets: close a channel's endpoint only once its transfers
 				 * have completed (tw__cm_chan_down, docs/fabric.md "Closing under
 				 * traffic"), from a closing record reaped by progress */
@@ -234,8 +242,6 @@ int tw__cm_reap(struct ofi_fab *of);
 /* Close every closing record, waiting on their CQs up to one shared 200 ms bound (fab close and
  * reset, and before a registration is closed: an open endpoint may still place a write). */
 void tw__cm_reap_all(struct ofi_fab *of);
-/* Milliseconds until the earliest closing record's bound (>= 1), or -1 when there is none. */
-int tw__cm_reap_timeout_ms(struct ofi_fab *of);
 int tw__sockaddr_to_str(const void *sa, char *out, size_t len);
 
 /* ofi_rdm.c */

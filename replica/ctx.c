@@ -371,6 +371,11 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 			 fc.provider ? fc.provider : "default", tw_strerror(rc));
 		return rc;
 	}
+	rc = tw__arena_create(ctx->fab, cc->arena_size, &ctx->arena);
+	if (rc < 0) {
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "out of memory");
+		return rc;
+	}
 	for (size_t i = 0; i < ctx->nbk; i++) {
 		struct cbackup *c = &ctx->bk[i];
 
@@ -389,6 +394,7 @@ void tw__ctx_destroy(struct tw_ctx *ctx)
 	tw__ctx_stop(ctx);
 	for (size_t i = 0; i < ctx->nbk; i++)
 		tw__ctx_drop(&ctx->bk[i]);
+	tw__arena_destroy(ctx->arena); /* no write in flight any more; before the fabric goes */
 	if (ctx->fab)
 		tw__fab_close(ctx->fab);
 	free(ctx->bk);
@@ -514,4 +520,5 @@ void tw_ctx_get_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
 	out->reconnects = __atomic_load_n(&ctx->st.reconnects, __ATOMIC_RELAXED);
 	out->resets = __atomic_load_n(&ctx->st.resets, __ATOMIC_RELAXED);
 	out->loop_passes = __atomic_load_n(&ctx->st.loop_passes, __ATOMIC_RELAXED);
+	tw__arena_get_stats(ctx->arena, &out->arena);
 }

@@ -63,8 +63,8 @@ static int pool_add(struct pool *p, char *why, size_t whylen)
 			 p->n + 1, p->size);
 		return -ENOMEM;
 	}
-	/* Touch every page so FI_MR_ALLOCATED providers see backed memory. */
-	memset(b->mem, 0, p->size);
+	/* Not touched: a page is backed when data first lands in it (on verbs, whose
+	 * FI_MR_ALLOCATED wants backed pages, tw__mr_reg backs them). */
 	rc = tw__mr_reg(p->fab, b->mem, p->size, POOL_ACCESS, &b->mr);
 	if (rc < 0) {
 		snprintf(why, whylen, "registering buffer %u (%zu bytes) failed: %s (%s)%s",

@@ -118,14 +118,13 @@ static bool slot_free(const struct tw_primary *p)
 
 /* ------------------------------------------------------------------ segments */
 
-static void seg_free(struct pseg *s)
+/* Give a segment's memory back to the arena (nothing is unmapped or deregistered). */
+static void seg_free(struct tw_primary *p, struct pseg *s)
 {
 	if (!s)
 		return;
-	if (s->mr)
-		tw__mr_close(s->mr);
 	if (s->buf)
-		tw__fab_free(s->buf, s->cap);
+		tw__arena_put(p->ctx->arena, s->buf, s->cap);
 	free(s);
 }
 
@@ -147,31 +146,43 @@ static uint32_t seed_draw(struct tw_primary *p)
 	}
 }
 
-/* Allocate and register segment `id` (not yet opened on backups). */
+/*
+ * Segment `id` (not yet opened on backups), its memory from the log arena: a range the arena
+ * already holds and registered with its extent (no map, zeroing or registration in steady
+ * state), possibly holding an earlier segment's bytes. Reuse is safe because every use starts a
+ * fresh writer at offset 0 under a fresh seed and nothing past what this use wrote is ever sent
+ * (seg_sent_ok; docs/log-format.md §7, "Reused segments on the primary"). -ENOSPC when the
+ * arena's budget is exhausted (p->errmsg says so).
+ */
 static int seg_new(struct tw_primary *p, uint32_t id, struct pseg **out)
 {
 	struct pseg *s = calloc(1, sizeof(*s));
+	char why[256];
 	int rc;
 
 	if (!s)
 		return -ENOMEM;
 	s->id = id;
 	s->cap = p->cfg.segment_size;
-	s->buf = tw__fab_alloc(s->cap);
-	if (!s->buf) {
-		free(s);
-		return -ENOMEM;
-	}
-	rc = tw__mr_reg(p->fab, s->buf, s->cap, TW_MR_WRITE_SRC, &s->mr);
+	rc = tw__arena_get(p->ctx->arena, s->cap, &s->buf, &s->mr, why, sizeof(why));
 	if (rc < 0) {
-		s->mr = NULL;
-		seg_free(s);
+		s->buf = NULL;
+		tw__primary_lock(p);
+		snprintf(p->errmsg, sizeof(p->errmsg), "log %llu segment %u: %s",
+			 (unsigned long long)p->cfg.log_id, id, why);
+		tw__primary_unlock(p);
+		free(s);
 		return rc;
 	}
 	s->seed = seed_draw(p);
 	tw_log_writer_init_seeded(&s->w, s->buf, s->cap, s->seed);
 	*out = s;
 	return 0;
+}
+
+bool tw__pseg_sent_ok(const struct pseg *s, size_t off, size_t len)
+{
+	return off <= s->w.pos && len <= s->w.pos - off;
 }
 
 /* Add `s` as the new current segment. Takes the lock. */
@@ -196,7 +207,7 @@ static void preopen_start(struct tw_primary *p)
 	if (!p->cfg.preopen || p->next || !p->cur || p->err)
 		return;
 	if (seg_new(p, p->cur->id + 1, &s) < 0)
-		return;
+		return; /* e.g. the arena is exhausted: the rollover tries again */
 	p->next = s;
 	tw__pctl_preopen_begin(p, s);
 }
@@ -432,6 +443,7 @@ static void drain(struct tw_primary *p)
 static int roll(struct tw_primary *p)
 {
 	struct pseg *old = p->cur, *s = NULL;
+	bool preopened = true;
 	int rc;
 
 	/* Seal what waits and let every write of the segment complete. In sync mode the
@@ -450,24 +462,35 @@ static int roll(struct tw_primary *p)
 		return p->err;
 	if (p->cur != old)
 		return 0; /* a nested call rolled over already */
-	rc = tw__pctl_close_segment(p, old);
-	if (rc < 0)
-		return p->err ? p->err : rc;
+	/* The next segment's memory first: an exhausted arena refuses the rollover before the
+	 * segment is closed, so the log goes on once the application releases segments. */
 	if (p->next) {
 		s = p->next;
 		p->next = NULL;
-		rc = tw__pctl_preopen_finish(p, s);
 	} else {
 		rc = seg_new(p, old->id + 1, &s);
+		if (rc == -ENOSPC) {
+			tw_log_warn("primary log %llu: %s", (unsigned long long)p->cfg.log_id,
+				    p->errmsg);
+			return rc;
+		}
 		if (rc < 0) {
 			tw__primary_fail(p, rc, "cannot allocate segment %u: %s", old->id + 1,
 				     tw_strerror(rc));
 			return p->err;
 		}
-		rc = tw__pctl_open_segment(p, s);
+		preopened = false;
 	}
+	rc = tw__pctl_close_segment(p, old);
 	if (rc < 0) {
-		seg_free(s);
+		if (preopened)
+			tw__pctl_preopen_abandon(p, s);
+		seg_free(p, s);
+		return p->err ? p->err : rc;
+	}
+	rc = preopened ? tw__pctl_preopen_finish(p, s) : tw__pctl_open_segment(p, s);
+	if (rc < 0) {
+		seg_free(p, s);
 		char why[sizeof(p->errmsg)];
 
 		snprintf(why, sizeof(why), "%s", p->errmsg[0] ? p->errmsg : "cannot open the next segment");
@@ -476,7 +499,7 @@ static int roll(struct tw_primary *p)
 	}
 	rc = seg_push(p, s);
 	if (rc < 0) {
-		seg_free(s);
+		seg_free(p, s);
 		tw__primary_fail(p, rc, "out of memory");
 		return p->err;
 	}
@@ -498,10 +521,14 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 
 	pthread_mutex_lock(&p->lock);
 	if (p->need_roll && !p->err) {
+		int rc;
+
 		pthread_mutex_unlock(&p->lock);
-		roll(p);
+		rc = roll(p);
 		pthread_mutex_lock(&p->lock);
 		p->need_roll = false;
+		p->roll_rc = rc; /* -ENOSPC: the appends that asked for it fail (append_async_mode) */
+		p->roll_gen++;
 		pthread_cond_broadcast(&p->cv_app);
 		pthread_mutex_unlock(&p->lock);
 		return true;
@@ -526,7 +553,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		while (f) {
 			struct pseg *nx = f->next_free;
 
-			seg_free(f);
+			seg_free(p, f);
 			f = nx;
 		}
 		return true;
@@ -703,14 +730,14 @@ static void primary_free_driving(struct tw_primary *p)
 		}
 	}
 	for (size_t i = 0; i < p->nsegs; i++)
-		seg_free(p->segs[i]);
+		seg_free(p, p->segs[i]);
 	free(p->segs);
-	seg_free(p->next);
+	seg_free(p, p->next);
 	free(p->next_calls);
 	while (p->free_list) {
 		struct pseg *nx = p->free_list->next_free;
 
-		seg_free(p->free_list);
+		seg_free(p, p->free_list);
 		p->free_list = nx;
 	}
 	if (ctx && !ctx->shared)
@@ -891,6 +918,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		cc.op_timeout_ms = cfg->op_timeout_ms;
 		cc.rpc_timeout_ms = cfg->rpc_timeout_ms;
 		cc.connect_timeout_ms = cfg->connect_timeout_ms;
+		cc.arena_size = cfg->arena_size;
 		/* A private context: this log's alone, closed with it (the handshake RPCs count in
 		 * its statistics, its RPC clients carry its incarnation). */
 		rc = tw__ctx_create(&cc, false, cfg->max_inflight + 32, coord ? PCOORD_EXTRA : 0,
@@ -934,7 +962,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	if (rc == 0) {
 		rc = tw__pctl_open_segment(p, s0);
 		if (rc < 0) {
-			seg_free(s0);
+			seg_free(p, s0);
 			s0 = NULL;
 		}
 		/* A backup that closed our connection during the open may have done so because
@@ -953,7 +981,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	if (rc == 0) {
 		rc = seg_push(p, s0);
 		if (rc < 0) {
-			seg_free(s0);
+			seg_free(p, s0);
 		} else {
 			PSTAT_ADD(p, segments, 1);
 			preopen_start(p);
@@ -1270,9 +1298,10 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct pseg *s;
-	bool wake = false;
+	bool wake = false, asked = false;
 	struct pwaiter me;
 	bool me_init = false;
+	uint64_t gen = 0;
 	int rc;
 
 	pthread_mutex_lock(&p->lock);
@@ -1327,6 +1356,15 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 				pthread_mutex_unlock(&p->lock);
 				return -EAGAIN;
 			}
+			if (asked && p->roll_gen != gen && p->roll_rc == -ENOSPC) {
+				/* The rollover we asked for found the arena exhausted. */
+				pthread_mutex_unlock(&p->lock);
+				if (me_init)
+					pthread_cond_destroy(&me.cv);
+				return -ENOSPC;
+			}
+			asked = true;
+			gen = p->roll_gen;
 			p->need_roll = true;
 			p->pt_idle = false;
 			pthread_mutex_unlock(&p->lock);
@@ -1544,7 +1582,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 	while (now) {
 		struct pseg *nx = now->next_free;
 
-		seg_free(now);
+		seg_free(p, now);
 		now = nx;
 	}
 	return n;
@@ -1576,6 +1614,7 @@ void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out)
 
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	tw__arena_get_stats(p->ctx->arena, &out->arena);
 }
 
 int tw_primary_finish(struct tw_primary *p)
@@ -1617,7 +1656,7 @@ int tw_primary_finish(struct tw_primary *p)
 	}
 	if (p->next) {
 		tw__pctl_preopen_abandon(p, p->next);
-		seg_free(p->next);
+		seg_free(p, p->next);
 		p->next = NULL;
 	}
 	if (driving)

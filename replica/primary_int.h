@@ -89,6 +89,7 @@ struct tw_ctx {
 	bool shared;
 	struct tw_primary *owner;    /* private: its log (the handshake RPCs count there) */
 	struct tw_fab *fab;
+	struct tw_arena *arena;      /* every segment of every log on it (replica/arena.c) */
 	struct tw_auth_key *key;     /* cluster key (NULL: no authentication) */
 	uint64_t node_id;
 	struct cbackup *bk;
@@ -118,6 +119,21 @@ struct tw_ctx {
 	char errmsg[1024];
 	struct tw_ctx_stats st;      /* single writer per field; read with atomics */
 };
+
+/* replica/arena.c: the log arena of a context (docs/primary.md, "Memory: the log arena"). */
+struct tw_arena;
+/* The default budget: a quarter of the machine's memory (at least 64 MiB). */
+size_t tw__arena_default_budget(void);
+/* budget 0: the default. */
+int tw__arena_create(struct tw_fab *fab, size_t budget, struct tw_arena **out);
+/* Every segment must have been given back (the extents are deregistered and unmapped). */
+void tw__arena_destroy(struct tw_arena *a);
+/* A segment's memory: len bytes (a page multiple) inside a registration, *mr_out. Not zeroed.
+ * -ENOSPC when the budget is exhausted, -ENOMEM, or a registration error; why says which. */
+int tw__arena_get(struct tw_arena *a, size_t len, uint8_t **buf_out, struct tw_mr **mr_out,
+		  char *why, size_t whylen);
+void tw__arena_put(struct tw_arena *a, uint8_t *buf, size_t len);
+void tw__arena_get_stats(struct tw_arena *a, struct tw_arena_stats *out);
 
 /* replica/ctx.c. */
 /* extra: room in bk[] for backups added after the open (tw__pcoord_refresh; bk[] never moves). */
@@ -263,6 +279,8 @@ struct tw_primary {
 	bool finished;          /* tw_primary_finish ran: no more appends */
 	int finish_rc;
 	bool need_roll;
+	int roll_rc;            /* the last rollover's result (-ENOSPC: arena exhausted) */
+	uint64_t roll_gen;      /* rollovers tried */
 	bool pt_idle;           /* progress thread blocked with a free slot: wake it on append */
 	unsigned app_waiting;   /* on cv_app: a roll, a flush */
 	/* Threads waiting for room (back-pressure), FIFO, under lock: each seal and each
@@ -339,6 +357,13 @@ struct pcall {
 	uint32_t seed;     /* open: the chain seed the backup echoed (0 from a 1.1 backup) */
 	char msg[200];     /* the reply's message, or a local reason */
 };
+
+/* The rule of reused segment memory (docs/log-format.md §7, "Reused segments on the primary"):
+ * bytes [off, off + len) of `s` may be sent to a backup only if this use of the memory wrote
+ * them, i.e. they lie below the writer's position. A sealed write's range is the writer's own
+ * (tw_log_writer_seal); copies (failover, re-replication, rewrites after a reset) are checked
+ * in tw__pfo_copy. Lock held in async mode (application threads move the writer). */
+bool tw__pseg_sent_ok(const struct pseg *s, size_t off, size_t len);
 
 /* Engine helpers used by the control plane and tests. */
 void tw__primary_op_done(struct tw_op *op, int status);

@@ -216,7 +216,19 @@ static void copy_done(struct tw_op *op, int status)
 int tw__pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size_t len)
 {
 	struct pbackup *b = &p->bk[s->rep[i]];
+	size_t written;
+	bool ok;
 
+	tw__primary_lock(p); /* application threads append (move w.pos) under it */
+	ok = tw__pseg_sent_ok(s, from, len - from);
+	written = s->w.pos;
+	tw__primary_unlock(p);
+	if (!ok) {
+		tw_log_error("primary log %llu: segment %u: a copy of [%zu, %zu) would send bytes "
+			     "this segment never wrote (written: %zu); refused",
+			     (unsigned long long)p->cfg.log_id, s->id, from, len, written);
+		return -EFAULT;
+	}
 	for (size_t off = from; off < len; off += COPY_CHUNK) {
 		size_t n = len - off < COPY_CHUNK ? len - off : COPY_CHUNK;
 		struct copy_op c;

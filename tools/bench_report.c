@@ -58,10 +58,14 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	printf("\"writes\":%" PRIu64 ",\"entries_per_write\":%.3f,\"segments\":%" PRIu64
 	       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
 	       ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
-	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64 "}",
+	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64
+	       ",\"wakeups\":%" PRIu64 ",\"inflight_peak\":%" PRIu64
+	       ",\"arena\":{\"mapped\":%" PRIu64 ",\"peak_used\":%" PRIu64 ",\"extents\":%" PRIu64
+	       ",\"huge_extents\":%" PRIu64 ",\"segments\":%" PRIu64 ",\"reused\":%" PRIu64 "}}",
 	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
 	       x->st.segments, x->st.rpc_handshake, x->st.rpc_open, x->st.rpc_close, x->st.rpcs, per_obj, per_req,
-	       x->st.open_refused);
+	       x->st.open_refused, x->st.wakeups, x->st.inflight_peak, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
+	       x->st.arena.huge_extents, x->st.arena.segments, x->st.arena.reused);
 }
 
 static bool same_point(const struct point *a, const struct point *b)
@@ -208,6 +212,14 @@ void print_single(const struct opts *o, const struct result *x)
 	printf("  %-40s %14.2f\n", "entries per write",
 	       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
 	printf("  %-40s %14" PRIu64 "\n", "segments", x->st.segments);
+	if (x->st.arena.extents) {
+		snprintf(k, sizeof(k), "%.1f / %.1f", (double)x->st.arena.peak / 1048576.0,
+			 (double)x->st.arena.mapped / 1048576.0);
+		printf("  %-40s %14s\n", "log arena MiB, peak used / mapped", k);
+		snprintf(k, sizeof(k), "%" PRIu64 " of %" PRIu64, x->st.arena.reused,
+			 x->st.arena.segments);
+		printf("  %-40s %14s\n", "segments in reused arena memory", k);
+	}
 	snprintf(k, sizeof(k), "%" PRIu64 " + %" PRIu64, x->st.rpc_open, x->st.rpc_close);
 	printf("  %-40s %14s\n", "open + close RPCs", k);
 	printf("  %-40s %14.3g\n", "control RPCs per object", per_obj);

@@ -157,6 +157,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 	cfg.mode = o->async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	cfg.busy_poll = o->busy_poll;
 	cfg.preopen = o->preopen;
+	cfg.arena_size = o->arena_size;
 	cfg.open_retry_ms = 30000;
 	cfg.data_path = mode == M_RPC ? TW_DATA_RPC : TW_DATA_ONESIDED;
 	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
@@ -193,6 +194,10 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 				tw_strerror(rc), tw_primary_errmsg(p));
 			goto fail;
 		}
+		/* A service keeps in memory what it still reads: here nothing, so the closed
+		 * segments below the acknowledged one go back to the log arena for reuse. */
+		if (!o->keep_segments && (i & 0xfff) == 0xfff)
+			tw_primary_release(p, (uint32_t)(tw_primary_acked_lsn(p) >> 32));
 		if (o->progress && (i & 0x3fff) == 0)
 			progress_bar(i, res->count);
 	}

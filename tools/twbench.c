@@ -104,6 +104,11 @@ static void usage(FILE *f)
 		"  --segment-size N  segment (and local twd buffer) size (default 8388608)\n"
 		"  --buffers N       buffers per local twd (default 16)\n"
 		"  --preopen         open the next segment while the current one fills\n"
+		"  --keep-segments   keep every segment in the primary's memory until the end (by\n"
+		"                    default the closed segments below the acknowledged one are\n"
+		"                    released as the run goes, so the log arena reuses them)\n"
+		"  --arena-size N    budget of the primary's log arena (default: a quarter of\n"
+		"                    the machine's memory)\n"
 		"  --busy-poll       the primary polls instead of blocking (local twd's still block)\n"
 		"  --logs N          N logs in this process on one shared context (one connection\n"
 		"                    per backup, one progress thread); --count objects in all,\n"
@@ -118,7 +123,18 @@ static void usage(FILE *f)
 		"  --no-progress     no progress bar (it is shown only when stderr is a terminal)\n"
 		"  --version         print the version and exit\n"
 		"  --help            this text\n"
-		"\n" EXIT_HELP);
+		"\n");
+	fputs("Provider defaults: FI_SOCKETS_PE_WAITTIME=0 is set unless the environment sets\n"
+	      "it (for the primary and the local twd's; docs/fabric.md).\n"
+	      "\n" EXIT_HELP, f);
+}
+
+static void touch_pages(void *p, size_t len)
+{
+	volatile uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i += 4096)
+		b[i] = 0;
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -212,6 +228,7 @@ static int bad_value(int c, const char *arg)
 		{ 'R', "--rate", "objects per second from 1 to 4294967296, comma-separated" },
 		{ 'g', "--segment-size", "a multiple of the page size from 4096 to 4294963200 "
 		  "(k/M suffixes): what a primary and a twd (--buffer-size) take" },
+		{ 'a', "--arena-size", "bytes, at least 4096 (K/M/G suffixes)" },
 		{ 'f', "--buffers", "a number of buffers from 1 to 4096" },
 		{ 'X', "--max-bytes", "a number of bytes >= 0 (k/M suffixes)" },
 		{ 'L', "--latency-count", "a number of appends from 0 to 1000000000" },
@@ -268,6 +285,8 @@ int main(int argc, char **argv)
 		{ "mode", required_argument, NULL, 'm' },
 		{ "latency-count", required_argument, NULL, 'L' },
 		{ "preopen", no_argument, NULL, 'O' },
+		{ "keep-segments", no_argument, NULL, 'k' },
+		{ "arena-size", required_argument, NULL, 'a' },
 		{ "no-settle", no_argument, NULL, 'N' },
 		{ "max-bytes", required_argument, NULL, 'X' },
 		{ "twd", required_argument, NULL, 't' },
@@ -373,6 +392,12 @@ int main(int argc, char **argv)
 			break;
 		case 'P': o.busy_poll = true; break;
 		case 'O': o.preopen = true; break;
+		case 'k': o.keep_segments = true; break;
+		case 'a':
+			if (parse_u64(optarg, &v) || v < 4096 || v > SIZE_MAX / 2)
+				goto bad;
+			o.arena_size = (size_t)v;
+			break;
 		case 'N': o.settle = false; break;
 		case 'X':
 			if (parse_u64(optarg, &v))
@@ -489,6 +514,11 @@ int main(int argc, char **argv)
 		exit_code = EXIT_MEMORY;
 		goto out;
 	}
+	/* Back the per-object arrays before any run: untouched, their page faults landed inside
+	 * the measured interval (11,000 per second at 1.3 million objects per second), in every
+	 * mode. A volatile store per page: the compiler turns malloc + memset(0) into calloc. */
+	touch_pages(run.t_submit, o.count * sizeof(uint64_t));
+	touch_pages(run.lat_ns, (o.count > o.lat_count ? o.count : o.lat_count) * sizeof(uint32_t));
 	for (uint32_t i = 0; i < max_size; i++)
 		payload[i] = (uint8_t)(i * 7 + 1);
 	if (o.logs) {

@@ -74,9 +74,12 @@ static void usage(FILE *f)
 		"stderr (level also from $TW_LOG_LEVEL: error, warn, info, debug; TW_LOG_TIME=1\n"
 		"puts the date and time on every log line). SIGTERM, SIGINT, SIGHUP, SIGQUIT and\n"
 		"SIGPWR flush every buffer, open ones included, then exit.\n"
-		"\n"
-		EXIT_HELP,
+		"\n",
 		TW_BACKUP_DEFAULT_BUFFERS, TW_BACKUP_DEFAULT_MAX_BUFFERS);
+	fputs("Provider defaults: FI_SOCKETS_PE_WAITTIME=0 is set unless the environment sets\n"
+	      "it (the sockets provider's progress thread then sleeps as soon as it is idle,\n"
+	      "instead of spinning 10 ms after every wake-up; docs/fabric.md).\n"
+	      "\n" EXIT_HELP, f);
 }
 
 /* "8M", "64k", "1G", "4096", "8MiB": bytes. */

@@ -17,11 +17,12 @@
  *   tw_ctx_close(ctx);                              then the context
  *
  * What is shared and what is not: the fabric instance (its queues, registrations and file
- * descriptors), one channel and one RPC client per backup, the cluster key and handshake, and
- * the progress thread. Each log keeps its own segments, write slots, ownership (epoch,
- * incarnation), acknowledgements, failover state and statistics; its RPCs carry its own
- * incarnation and their replies reach its own calls. The handshakes are the context's: a log on
- * a shared context counts none in its tw_primary_stats.rpc_handshake.
+ * descriptors), one channel and one RPC client per backup, the cluster key and handshake, the
+ * progress thread, and the log arena its logs' segments are carved from (arena_size below;
+ * docs/primary.md, "Memory: the log arena"). Each log keeps its own segments, write slots,
+ * ownership (epoch, incarnation), acknowledgements, failover state and statistics; its RPCs
+ * carry its own incarnation and their replies reach its own calls. The handshakes are the
+ * context's: a log on a shared context counts none in its tw_primary_stats.rpc_handshake.
  *
  * Which fields of a log's tw_primary_config count on a context:
  *   the context's (those of cfg are ignored): backups, n_backups, zones, provider, key_file,
@@ -85,6 +86,9 @@ struct tw_ctx_config {
 	unsigned connect_timeout_ms; /* per backup; default 5000 */
 	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024
 				      * (with max_inflight: see above) */
+	size_t arena_size;           /* budget of the log arena every log's segments come from
+				      * (tw_primary_config.arena_size); 0: a quarter of the
+				      * machine's memory */
 	const char *coordinator;     /* not supported on a context yet: must be NULL or "" */
 };
 
@@ -134,6 +138,7 @@ struct tw_ctx_stats {
 	uint64_t reconnects;  /* channels connected again after a loss */
 	uint64_t resets;      /* fabric resets (shm: a dead peer blocks the others) */
 	uint64_t loop_passes; /* passes of the progress thread over every log */
+	struct tw_arena_stats arena; /* the log arena (tailwind/primary.h) */
 };
 
 /* Copy the counters. Thread-safe. */

@@ -155,6 +155,14 @@ struct tw_primary_config {
 				       * (cfg.epoch, if set, is the least one) and hold the log's
 				       * owner node until tw_primary_close. A live owner node makes
 				       * tw_primary_open fail with -TW_EEXIST (take it over). */
+	size_t arena_size;            /* budget of the log arena in bytes (docs/primary.md,
+				       * "Memory: the log arena"): segments are carved from
+				       * memory registered once and reused after
+				       * tw_primary_release / tw_primary_free. 0 (default): a
+				       * quarter of the machine's memory. A rollover that would
+				       * exceed it fails the append with -ENOSPC (the log stays
+				       * usable: release segments, append again). Ignored on a
+				       * context (tw_ctx_config.arena_size). */
 	const char *const *zones;     /* NULL, or n_backups failure-domain labels parallel to
 				       * backups ("" or NULL: none): no two replicas of a segment
 				       * are placed in one zone, spares included (-TW_ENOBACKUP when
@@ -254,7 +262,9 @@ typedef void (*tw_append_cb)(void *arg, int status, uint64_t lsn);
  * Returns 0 and *lsn_out (may be NULL), or -EINVAL (len), -TW_ENOBACKUP (a backup was lost and
  * no spare could replace it, or a rollover found no r backups: errmsg names each backup and why),
  * -TW_EFENCED (a recovery fenced the log), -ETIMEDOUT, -TW_ECLOSED (after
- * tw_primary_finish), -EDEADLK (async mode, called from a callback).
+ * tw_primary_finish), -EDEADLK (async mode, called from a callback), -ENOSPC (the entry needs
+ * a new segment and the log arena's budget is exhausted: nothing was appended and the log goes
+ * on; release segments with tw_primary_release / tw_primary_free and append again).
  * Sync mode: the caller's thread progresses the fabric and may run other appends' callbacks.
  * Async mode: thread-safe; waits on a condition variable while the progress thread works.
  */
@@ -303,9 +313,9 @@ TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const vo
 /*
  * Free the primary's memory of the closed segments below `below_segment` (the open segment is
  * never released). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
- * copies: tw_primary_free() drops those too (log cleaning). Returns the number of
- * segments released by this call (in async mode the progress thread unmaps them shortly after),
- * or -EINVAL. Thread-safe in async mode.
+ * copies: tw_primary_free() drops those too (log cleaning). Their memory goes back to the log
+ * arena for later segments (in async mode the progress thread gives it back shortly after).
+ * Returns the number of segments released by this call, or -EINVAL. Thread-safe in async mode.
  */
 TW_API int tw_primary_release(struct tw_primary *p, uint32_t below_segment);
 
@@ -317,6 +327,21 @@ TW_API const char *tw_primary_errmsg(const struct tw_primary *p);
 
 /* Address of the backup holding replica `i` (0 <= i < r) of the open segment, NULL past r. */
 TW_API const char *tw_primary_replica_addr(const struct tw_primary *p, unsigned i);
+
+/* The log arena of a context (tw_ctx_get_stats) or of a log opened alone (tw_primary_get_stats;
+ * on a context, the context's): bytes and segments. */
+struct tw_arena_stats {
+	uint64_t budget;       /* bytes the arena may map in all (arena_size) */
+	uint64_t mapped;       /* bytes mapped and registered, in `extents` registrations */
+	uint64_t used;         /* bytes held by segments now */
+	uint64_t peak;         /* most bytes held at once */
+	uint64_t extents;      /* registrations made (each once, kept until the close) */
+	uint64_t huge_extents; /* of those, on explicit huge pages (else 4 KiB pages with
+				* transparent huge pages advised) */
+	uint64_t segments;     /* segments handed out */
+	uint64_t reused;       /* of those, in memory that held an earlier segment */
+	uint64_t refused;      /* rollovers or opens refused: the budget was exhausted */
+};
 
 struct tw_primary_stats {
 	uint64_t appends;          /* entries appended */
@@ -340,6 +365,7 @@ struct tw_primary_stats {
 	uint64_t rerep_pending;    /* closed segments still short of a replica (no spare yet) */
 	uint64_t suspended_ns;     /* total time appends were suspended by failovers */
 	uint64_t suspended_last_ns; /* length of the last suspension */
+	struct tw_arena_stats arena; /* the arena its segments come from (its context's) */
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

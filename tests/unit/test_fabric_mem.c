@@ -4,6 +4,8 @@
  * across threads, and the missing-provider error.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <time.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -555,11 +557,46 @@ static void test_noprov(void)
 	ok(strstr(m, "nosuchprov") && strstr(m, "tcp"), "message lists what exists: %s", m);
 }
 
+/*
+ * A fab that was not looking (its thread preempted on a busy machine, or stopped) for longer
+ * than op_timeout_ms does not declare its peers lost on its first look: the gap beyond a quarter
+ * of the op timeout (at most 1 s, TW_FAB_GAP_NS) is left out of every deadline. A peer that stays silent while the fab looks is
+ * still lost after op_timeout_ms. Before the rule the first look failed the channel at once.
+ */
+static void test_unobserved_gap(void)
+{
+	struct timespec nap = { .tv_sec = 1, .tv_nsec = 600000000 }; /* "descheduled": 1.6 s */
+	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_DROP };
+	struct tw_fab_stats st;
+	struct opres w;
+	struct conn c;
+	uint64_t t0;
+
+	setup(&c, 400);
+	tw__mem_inject(c.b2a, &f);
+	op_init(&w);
+	TAP_REQUIRE(tw__chan_write(c.b2a, &w.op, c.src, 64, c.mr_b, &c.rk, 0) == 0, "write");
+	nanosleep(&nap, NULL); /* not a wait for an event: the time the fab does not look */
+	tw__fab_progress(B.fab, 0);
+	ok(!B.lost && !w.calls, "after 1.6 s without a look (op timeout 0.4 s), the first look "
+	   "fails nothing");
+	tw__fab_get_stats(B.fab, &st);
+	ok(st.unobserved_ns >= 1400000000ull, "1.5 s left out of the deadlines (%" PRIu64 " ns)",
+	   st.unobserved_ns);
+	t0 = tw_now_ns();
+	ok(pump_until(&B.lost) && w.calls == 1 && w.status == -ETIMEDOUT, "a peer that stays "
+	   "silent while the fab looks is lost (-ETIMEDOUT)");
+	ok(tw_now_ns() - t0 < 1000000000ull, "within the op timeout of looking (%.2f s)",
+	   (double)(tw_now_ns() - t0) / 1e9);
+	teardown(&c);
+}
+
 int main(void)
 {
 	test_basic();
 	test_faults();
 	test_virtual_clock();
+	test_unobserved_gap();
 	test_close();
 	test_threads();
 	test_noprov();

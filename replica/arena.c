@@ -1,0 +1,273 @@
+/*
+ * replica/arena.c — the log arena of a context (docs/primary.md, "Memory: the log arena"): the
+ * memory of every segment of every log on the context, mapped and registered in a few large
+ * extents, carved into segments and handed out again when a segment is released. In steady state
+ * (the application releases what it no longer reads) a rollover maps, zeroes and registers
+ * nothing: the next segment is a range the arena already holds, registered with its extent.
+ *
+ * Extents are mapped by tw__fab_map_large (huge pages when the system has them reserved, else
+ * 4 KiB pages advised for transparent huge pages, with one log line saying which), never touched
+ * here (pages are backed as the writer first fills them), registered once with TW_MR_WRITE_SRC
+ * only: no peer can read or write the arena, so no byte of a released segment can reach a backup
+ * except through a write the primary sends (docs/log-format.md §7, "Reused segments on the
+ * primary"). They stay until the context closes.
+ *
+ * The free ranges are kept sorted by address, one extent never merged with another; a request
+ * takes the first range that fits (first fit, split) and a released range is merged with its
+ * neighbours in the same extent, so logs with different segment sizes share one arena without
+ * losing room to fragments of a fixed size. A few hundred ranges at most, touched once per
+ * segment: a list walk is fine. No Debian library manages ranges of one registered region under
+ * a byte budget (malloc arenas and jemalloc cannot be told to keep every byte inside registered
+ * memory), hence this small allocator.
+ *
+ * Threading: called by the context's driver (the progress thread, or the thread holding the
+ * drive); the lock makes the counters readable from any thread and keeps a wrong caller safe.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "replica/primary_int.h"
+
+/* Extents grow by this much at least (or one segment, if larger), within the budget. */
+#define ARENA_STEP ((size_t)64 << 20)
+
+struct arena_ext {
+	struct arena_ext *next;
+	uint8_t *base;
+	size_t len;
+	struct tw_mr *mr;
+	size_t hwm; /* bytes from base ever handed out: below it a range is reused */
+	bool huge;
+};
+
+struct arena_range {
+	struct arena_range *next;
+	uint8_t *buf;
+	size_t len;
+	struct arena_ext *ext;
+};
+
+struct tw_arena {
+	struct tw_fab *fab;
+	pthread_mutex_t lock;
+	struct arena_ext *exts;
+	struct arena_range *free; /* sorted by address */
+	bool said_pages;          /* the page size was logged */
+	struct tw_arena_stats st;
+};
+
+size_t tw__arena_default_budget(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	size_t b = pages > 0 && pg > 0 ? (size_t)pages * (size_t)pg / 4 : (size_t)1 << 30;
+
+	return b < ARENA_STEP ? ARENA_STEP : b;
+}
+
+int tw__arena_create(struct tw_fab *fab, size_t budget, struct tw_arena **out)
+{
+	struct tw_arena *a = calloc(1, sizeof(*a));
+
+	*out = NULL;
+	if (!a)
+		return -ENOMEM;
+	a->fab = fab;
+	a->st.budget = budget ? budget : tw__arena_default_budget();
+	pthread_mutex_init(&a->lock, NULL);
+	*out = a;
+	return 0;
+}
+
+void tw__arena_destroy(struct tw_arena *a)
+{
+	if (!a)
+		return;
+	while (a->free) {
+		struct arena_range *r = a->free;
+
+		a->free = r->next;
+		free(r);
+	}
+	while (a->exts) {
+		struct arena_ext *e = a->exts;
+
+		a->exts = e->next;
+		if (e->mr)
+			tw__mr_close(e->mr);
+		tw__fab_free(e->base, e->len);
+		free(e);
+	}
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
+
+/* Insert a free range, sorted, merging with neighbours of the same extent (lock held). */
+static void range_put(struct tw_arena *a, struct arena_range *n)
+{
+	struct arena_range **pp = &a->free, *prev = NULL;
+
+	while (*pp && (*pp)->buf < n->buf) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	n->next = *pp;
+	*pp = n;
+	if (n->next && n->next->ext == n->ext && n->buf + n->len == n->next->buf) {
+		struct arena_range *x = n->next;
+
+		n->len += x->len;
+		n->next = x->next;
+		free(x);
+	}
+	if (prev && prev->ext == n->ext && prev->buf + prev->len == n->buf) {
+		prev->len += n->len;
+		prev->next = n->next;
+		free(n);
+	}
+}
+
+/* Map and register a new extent of at least `len` bytes (lock held). */
+static int grow(struct tw_arena *a, size_t len, char *why, size_t whylen)
+{
+	size_t room = a->st.budget - a->st.mapped, ext_len = len;
+	struct arena_ext *e;
+	struct arena_range *r;
+	int rc;
+
+	if (ext_len < ARENA_STEP)
+		ext_len = TW_MIN(ARENA_STEP, room);
+	if (ext_len >= TW_FAB_HUGE_PAGE && ext_len % TW_FAB_HUGE_PAGE &&
+	    ext_len + TW_FAB_HUGE_PAGE - ext_len % TW_FAB_HUGE_PAGE <= room)
+		ext_len += TW_FAB_HUGE_PAGE - ext_len % TW_FAB_HUGE_PAGE;
+	if (len > room || ext_len < len) {
+		a->st.refused++;
+		snprintf(why, whylen, "log arena exhausted: %zu bytes needed, %zu of its budget "
+			 "of %zu in use (release segments with tw_primary_release or "
+			 "tw_primary_free, or raise arena_size)", len, a->st.used, a->st.budget);
+		return -ENOSPC;
+	}
+	e = calloc(1, sizeof(*e));
+	r = calloc(1, sizeof(*r));
+	if (!e || !r) {
+		free(e);
+		free(r);
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	e->base = tw__fab_map_large(ext_len, &e->huge);
+	if (!e->base) {
+		free(e);
+		free(r);
+		snprintf(why, whylen, "cannot map %zu bytes for the log arena", ext_len);
+		return -ENOMEM;
+	}
+	e->len = ext_len;
+	rc = tw__mr_reg(a->fab, e->base, ext_len, TW_MR_WRITE_SRC, &e->mr);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot register %zu bytes of log arena: %s (%s)", ext_len,
+			 tw_strerror(rc), tw__fab_errmsg(a->fab));
+		tw__fab_free(e->base, ext_len);
+		free(e);
+		free(r);
+		return rc;
+	}
+	if (!a->said_pages) {
+		a->said_pages = true;
+		if (e->huge)
+			tw_log_info("primary: log arena on 2 MiB huge pages (budget %zu bytes)",
+				    a->st.budget);
+		else
+			tw_log_info("primary: log arena on 4 KiB pages, transparent huge pages "
+				    "advised (no huge pages reserved: vm.nr_hugepages; budget %zu "
+				    "bytes)", a->st.budget);
+	}
+	e->next = a->exts;
+	a->exts = e;
+	a->st.mapped += ext_len;
+	a->st.extents++;
+	if (e->huge)
+		a->st.huge_extents++;
+	r->buf = e->base;
+	r->len = ext_len;
+	r->ext = e;
+	range_put(a, r);
+	return 0;
+}
+
+int tw__arena_get(struct tw_arena *a, size_t len, uint8_t **buf_out, struct tw_mr **mr_out,
+		  char *why, size_t whylen)
+{
+	struct arena_range **pp, *r;
+	int rc = 0;
+
+	pthread_mutex_lock(&a->lock);
+	for (int pass = 0; pass < 2; pass++) {
+		for (pp = &a->free; *pp && (*pp)->len < len; pp = &(*pp)->next)
+			;
+		if (*pp)
+			break;
+		if (pass == 0 && (rc = grow(a, len, why, whylen)) < 0)
+			break;
+	}
+	if (rc == 0 && !*pp)
+		rc = -ENOSPC; /* cannot happen: grow made a range of at least len */
+	if (rc < 0) {
+		pthread_mutex_unlock(&a->lock);
+		return rc;
+	}
+	r = *pp;
+	*buf_out = r->buf;
+	*mr_out = r->ext->mr;
+	/* Reused: the range held a segment before (below the extent's high-water mark). */
+	if (r->buf < r->ext->base + r->ext->hwm)
+		a->st.reused++;
+	if (r->buf + len > r->ext->base + r->ext->hwm)
+		r->ext->hwm = (size_t)(r->buf + len - r->ext->base);
+	r->buf += len;
+	r->len -= len;
+	if (!r->len) {
+		*pp = r->next;
+		free(r);
+	}
+	a->st.used += len;
+	a->st.segments++;
+	if (a->st.used > a->st.peak)
+		a->st.peak = a->st.used;
+	pthread_mutex_unlock(&a->lock);
+	return 0;
+}
+
+void tw__arena_put(struct tw_arena *a, uint8_t *buf, size_t len)
+{
+	struct arena_ext *e;
+	struct arena_range *r;
+
+	if (!a || !buf)
+		return;
+	pthread_mutex_lock(&a->lock);
+	for (e = a->exts; e && !(buf >= e->base && buf + len <= e->base + e->len); e = e->next)
+		;
+	r = e ? calloc(1, sizeof(*r)) : NULL;
+	if (r) {
+		r->buf = buf;
+		r->len = len;
+		r->ext = e;
+		range_put(a, r);
+	}
+	/* (Without memory for its node the range is lost to the arena until it closes.) */
+	a->st.used -= len;
+	pthread_mutex_unlock(&a->lock);
+}
+
+void tw__arena_get_stats(struct tw_arena *a, struct tw_arena_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->lock);
+	*out = a->st;
+	pthread_mutex_unlock(&a->lock);
+}

@@ -1,0 +1,239 @@
+/*
+ * tests/unit/test_arena.c — the log arena of a context (docs/primary.md, "Memory: the log
+ * arena"), over the in-memory fabric with in-process backups, on a budget of three segments:
+ *
+ *   - exhaustion: the append that needs a fourth segment fails with -ENOSPC, nothing is lost,
+ *     the log stays healthy, the refusal is counted;
+ *   - reuse after release: once segments are released the same append succeeds in memory that
+ *     held an earlier segment, without a new extent (no map, no registration);
+ *   - no stale bytes: a reused segment gets a seed of its own, and when the memory past what the
+ *     segment wrote holds a well-formed continuation of the log (the worst stale bytes there can
+ *     be: they would pass the scan), neither a failover's copy to a spare nor the recovery of the
+ *     open segment by a takeover ever sees them: the takeover delivers exactly the entries
+ *     appended. This fails if any path sends bytes of the segment past the writer's position;
+ *   - reuse after takeover: the fenced log's segments go back to the arena when it is closed,
+ *     and the log taken over on the same context continues in that memory; a last recovery
+ *     returns every entry of both incarnations.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/context.h>
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+
+#include "core/util.h"
+#include "recover_util.h"
+#include "replica/primary_int.h"
+#include "tap.h"
+#include "tbackup.h"
+
+#define SEG (64u * 1024u)
+#define OBJ RT_OBJ
+#define NB 5
+#define LOG 900u
+
+static char root[256];
+
+static void log_cfg(struct tw_primary_config *cfg)
+{
+	tw_primary_config_init(cfg);
+	cfg->log_id = LOG;
+	cfg->replicas = 3;
+	cfg->segment_size = SEG;
+	cfg->rerep_rate = 0;
+}
+
+static uint64_t arena_used(struct tw_ctx *ctx)
+{
+	struct tw_ctx_stats cs;
+
+	tw_ctx_get_stats(ctx, &cs);
+	return cs.arena.used;
+}
+
+/* The progress thread gives released segments back on its next pass (released ones wait on the
+ * log's free list): wait for the arena's count, bounded. */
+static bool wait_used(struct tw_ctx *ctx, uint64_t want)
+{
+	for (uint64_t end = tw_now_ns() + 5000000000ull; tw_now_ns() < end;) {
+		if (arena_used(ctx) == want)
+			return true;
+		tw__fab_wakeup(ctx->fab);
+		sched_yield();
+	}
+	return false;
+}
+
+int main(void)
+{
+	struct tbackup b[NB];
+	const char *addrs[NB];
+	const char *tmp = getenv("TMPDIR");
+	struct tw_ctx_config cc;
+	struct tw_ctx_stats cs;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p = NULL, *q = NULL;
+	struct tw_ctx *ctx = NULL;
+	struct rt_check k;
+	uint8_t obj[OBJ];
+	uint64_t n = 0, mapped;
+	uint32_t seed0;
+	char err[1024];
+	int rc;
+
+	snprintf(root, sizeof(root), "%s/test_arena.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	for (unsigned i = 0; i < NB; i++) {
+		tbackup_start(&b[i], root, i, "mem", 32, SEG, 0);
+		addrs[i] = b[i].addr;
+	}
+	tw_ctx_config_init(&cc);
+	cc.provider = "mem";
+	cc.backups = addrs;
+	cc.n_backups = NB;
+	cc.op_timeout_ms = 2000;
+	cc.arena_size = 3 * SEG;
+	rc = tw_ctx_open(&cc, &ctx, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "context: %s", err);
+	log_cfg(&cfg);
+	rc = tw_primary_open_on(ctx, &cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "open: %s", err);
+	seed0 = p->cur->seed;
+
+	/* Exhaustion: three segments fit, the fourth does not. */
+	for (;;) {
+		rt_fill(obj, n);
+		rc = tw_primary_append(p, obj, OBJ, NULL);
+		if (rc)
+			break;
+		n++;
+	}
+	is_int(rc, -ENOSPC, "the append that needs a fourth segment: -ENOSPC (%s)",
+	       tw_primary_errmsg(p));
+	ok(p->cur->id == 2 && n > 3 * (SEG / (OBJ + 12 + 8)) - 3, "three segments filled first "
+	   "(%" PRIu64 " entries, open segment %u)", n, p->cur->id);
+	is_int(tw_primary_flush(p), 0, "the log is healthy: every earlier append acknowledged");
+	tw_primary_get_stats(p, &st);
+	ok(st.acked == n && !st.failed, "%" PRIu64 " acknowledged, none failed", st.acked);
+	ok(st.arena.refused >= 1 && st.arena.used == 3 * SEG && st.arena.mapped == 3 * SEG &&
+	   st.arena.extents == 1, "the arena counts it: refused %" PRIu64 ", %" PRIu64 " of %"
+	   PRIu64 " bytes used, %" PRIu64 " extent(s)", st.arena.refused, st.arena.used,
+	   st.arena.mapped, st.arena.extents);
+
+	/* Reuse after release. */
+	mapped = st.arena.mapped;
+	is_int(tw_primary_release(p, 2), 2, "segments 0 and 1 released");
+	ok(wait_used(ctx, SEG), "their memory is back in the arena (%" PRIu64 " bytes used)",
+	   arena_used(ctx));
+	rt_fill(obj, n);
+	rc = tw_primary_append(p, obj, OBJ, NULL);
+	is_int(rc, 0, "the same append succeeds after the release (%s)",
+	       rc ? tw_primary_errmsg(p) : "ok");
+	n += rc == 0;
+	tw_ctx_get_stats(ctx, &cs);
+	ok(p->cur->id == 3 && cs.arena.reused >= 1 && cs.arena.mapped == mapped &&
+	   cs.arena.extents == 1, "segment 3 is in reused memory (%" PRIu64 " reused), nothing "
+	   "mapped or registered (%" PRIu64 " bytes, %" PRIu64 " extent)", cs.arena.reused,
+	   cs.arena.mapped, cs.arena.extents);
+	ok(p->cur->seed != seed0 && p->cur->seed != 0, "the reused memory's segment has a seed "
+	   "of its own (%08x, segment 0's %08x)", p->cur->seed, seed0);
+	for (int i = 0; i < 40; i++, n++) {
+		rt_fill(obj, n);
+		TAP_REQUIRE(tw_primary_append(p, obj, OBJ, NULL) == 0, "append");
+	}
+	TAP_REQUIRE(tw_primary_flush(p) == 0, "flush");
+
+	/* The worst stale bytes: past the writer's position, a well-formed continuation of this
+	 * very segment (same seed, same chain), as stale memory could hold by accident. Nothing
+	 * may ever send them. */
+	{
+		struct tw_log_writer w;
+		uint8_t fake[OBJ];
+		size_t off, len;
+		unsigned added = 0;
+
+		tw__primary_lock(p);
+		w = p->cur->w;
+		tw__primary_unlock(p);
+		memset(fake, 0xee, sizeof(fake));
+		while (tw_log_writer_append(&w, fake, OBJ, &off) == 0 && ++added < 100)
+			;
+		ok(tw_log_writer_seal(&w, &off, &len) == 0 && len > 0, "%u well-formed entries "
+		   "planted past the segment's end (%zu bytes at %zu)", added, len, off);
+	}
+	/* A backup holding a replica stops: the failover copies the segment to a spare. */
+	{
+		uint64_t end = tw_now_ns() + 5000000000ull;
+		unsigned vi = NB;
+
+		for (unsigned i = 0; i < NB; i++)
+			if (!strcmp(b[i].addr, p->bk[p->cur->rep[0]].addr))
+				vi = i;
+		TAP_REQUIRE(vi < NB, "the replica's backup");
+		tbackup_stop(&b[vi]);
+		do {
+			tw__fab_wakeup(ctx->fab);
+			sched_yield();
+			tw_primary_get_stats(p, &st);
+		} while (!st.failovers && tw_now_ns() < end);
+		ok(st.failovers == 1 && st.rereplications >= 1, "backup %u stopped; its replica was "
+		   "copied to a spare (%" PRIu64 " failover, %" PRIu64 " re-replications)", vi,
+		   st.failovers, st.rereplications);
+	}
+
+	/* A takeover on the same context recovers the open segment from its replicas. */
+	{
+		struct tw_recover_result res;
+
+		memset(&k, 0, sizeof(k));
+		log_cfg(&cfg);
+		rc = tw_primary_takeover_on(ctx, &cfg, rt_check_cb, &k, &res, &q, err, sizeof(err));
+		is_int(rc, 0, "the log taken over on the context (%s)", rc ? err : "ok");
+		ok(k.next == n && k.bad == 0, "the takeover delivered exactly the %" PRIu64
+		   " entries appended (%" PRIu64 " delivered, %" PRIu64 " not ours)", n, k.next,
+		   k.bad);
+	}
+	rc = tw_primary_close(p);
+	ok(rc == -TW_EFENCED || rc == -TW_ENOBACKUP, "the old incarnation is fenced (%s)",
+	   tw_strerror(rc));
+	p = NULL;
+	ok(wait_used(ctx, SEG), "its segments are back in the arena (%" PRIu64 " bytes used: the "
+	   "new incarnation's one)", arena_used(ctx));
+
+	/* Reuse after takeover: the new incarnation rolls over into the old one's memory. */
+	if (q) {
+		uint64_t first = n;
+
+		tw_ctx_get_stats(ctx, &cs);
+		mapped = cs.arena.reused;
+		for (uint64_t i = 0; i < 2 * SEG / (OBJ + 12); i++, n++) {
+			rt_fill(obj, n);
+			rc = tw_primary_append(q, obj, OBJ, NULL);
+			if (rc)
+				break;
+		}
+		is_int(rc, 0, "the new incarnation appends across two rollovers (%s)",
+		       rc ? tw_primary_errmsg(q) : "ok");
+		tw_ctx_get_stats(ctx, &cs);
+		ok(cs.arena.reused >= mapped + 2 && cs.arena.extents == 1 &&
+		   cs.arena.mapped == 3 * SEG, "in memory of the fenced incarnation (%" PRIu64
+		   " reused segments, %" PRIu64 " extent)", cs.arena.reused, cs.arena.extents);
+		is_int(tw_primary_close(q), 0, "closed");
+		q = NULL;
+		memset(&k, 0, sizeof(k));
+		rc = tbackup_recover(addrs, NB, LOG, rt_check_cb, &k, NULL);
+		ok(rc == 0 && k.next == n && k.bad == 0, "recovery: all %" PRIu64 " entries of "
+		   "both incarnations, the %" PRIu64 " after the takeover included (%" PRIu64
+		   " delivered, %" PRIu64 " bad)", n, n - first, k.next, k.bad);
+	}
+	is_int(tw_ctx_close(ctx), 0, "context closed");
+	for (unsigned i = 0; i < NB; i++)
+		tbackup_stop(&b[i]);
+	return tap_exit();
+}
