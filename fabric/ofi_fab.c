@@ -310,8 +310,10 @@ static int setup(struct ofi_fab *of, const char *prov)
 	read_back(of);
 	if (cfg->strict != TW_FAB_STRICT_OFF && (rc = tw__strict_read_back(of)) < 0)
 		return rc;
-	/* Test hook (fabric_strict): commit the bug of code that ignores FI_MR_PROV_KEY, i.e.
-	 * request a key of our own and give peers that one instead of fi_mr_key(). */
+	/* Test hooks (fabric_strict) that commit a verbs mistake strict mode must catch: "reqkey"
+	 * ignores FI_MR_PROV_KEY (requests a key of our own and gives peers that one instead of
+	 * fi_mr_key()); "noback" (set at the end of the open, so the fab's own buffers are
+	 * registered as they must be) ignores FI_MR_ALLOCATED for the registrations after it. */
 	if (getenv("TW_FAB_FAULT") && !strcmp(getenv("TW_FAB_FAULT"), "reqkey")) {
 		of->fault_reqkey = true;
 		tw_log_warn("fabric %s: TW_FAB_FAULT=reqkey: peers get the requested keys (a test "
@@ -426,6 +428,11 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	rc = setup(of, prov);
 	if (rc < 0)
 		goto fail;
+	if (getenv("TW_FAB_FAULT") && !strcmp(getenv("TW_FAB_FAULT"), "noback")) {
+		of->fault_noback = true;
+		tw_log_warn("fabric %s: TW_FAB_FAULT=noback: registrations are not backed first (a "
+			    "test of strict mode; wrong wherever FI_MR_ALLOCATED is asked)", prov);
+	}
 	tw_log_debug("fabric %s: opened (%s, %s)", prov, of->base.rdm ? "RDM" : "MSG",
 		     of->nofd ? "polling with backoff" : "wait fds");
 	*out = &of->base;

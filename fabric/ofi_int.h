@@ -131,6 +131,7 @@ struct ofi_fab {
 	size_t nregs, regs_cap;
 	bool fault_reqkey;      /* publish the requested key, not fi_mr_key() (tests) */
 	uint64_t fault_key;     /* the key last requested, for fault_reqkey */
+	bool fault_noback;      /* register without backing the pages first (tests) */
 	bool shm;               /* the shm provider: AV entries per peer (rdm_peer), peer watch */
 	/* shm: AV entries (struct rdm_peer), and whether this fab gives them back: it listens and
 	 * has never connected out (ofi_rdm.c "AV entries on shm") */

@@ -33,12 +33,30 @@ uint64_t tw__mr_access_flags(unsigned access)
 	return f;
 }
 
+/* FI_MR_ALLOCATED (fi_mr(3): registered memory must be backed by pages when it is registered):
+ * back every page of [buf, buf + len) without changing a byte. tw__fab_alloc no longer touches
+ * its pages, so only the providers that ask pay for it, once per registration. */
+static void back_pages(void *buf, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	volatile uint8_t *p = buf;
+
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(buf, len, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	for (size_t off = 0; pg > 0 && off < len; off += (size_t)pg)
+		p[off] = p[off]; /* a write fault backs the page; the byte stays */
+}
+
 int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
 		    void **desc_out)
 {
 	int rc = -FI_ENOKEY;
 
 	*mr_out = NULL;
+	if (of->mr_allocated && !of->fault_noback)
+		back_pages(buf, len);
 	if (of->strict && tw__strict_check_backed(of, buf, len) < 0)
 		return -EFAULT;
 	for (int tries = 0; tries < 16 && rc == -FI_ENOKEY; tries++) {
@@ -71,22 +89,6 @@ void tw__mr_close_internal(struct ofi_fab *of, struct fid_mr *mr)
 	fi_close(&mr->fid);
 }
 
-/* FI_MR_ALLOCATED (fi_mr(3): registered memory must be backed by pages when it is registered):
- * back every page of [buf, buf + len) without changing a byte. tw__fab_alloc no longer touches
- * its pages, so only the providers that ask pay for it, once per registration. */
-static void back_pages(void *buf, size_t len)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	volatile uint8_t *p = buf;
-
-#ifdef MADV_POPULATE_WRITE
-	if (madvise(buf, len, MADV_POPULATE_WRITE) == 0)
-		return;
-#endif
-	for (size_t off = 0; pg > 0 && off < len; off += (size_t)pg)
-		p[off] = p[off]; /* a write fault backs the page; the byte stays */
-}
-
 int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, struct tw_mr **out)
 {
 	struct ofi_fab *of = ofab(fab);
@@ -95,8 +97,6 @@ int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, s
 
 	if (!mr)
 		return -ENOMEM;
-	if (of->mr_allocated)
-		back_pages(buf, len);
 	rc = tw__mr_reg_internal(of, buf, len, tw__mr_access_flags(access), &mr->mr, &mr->desc);
 	if (rc < 0) {
 		free(mr);
