@@ -44,6 +44,13 @@ TAP_PRINTF(4, 0) static bool report(bool pass, const char *file, int line, const
 	char desc[1024];
 
 	vsnprintf(desc, sizeof(desc), fmt, ap);
+	/* One line per result: a description that quotes a program's output (with its newlines)
+	 * would otherwise put lines meson cannot parse into the TAP stream. */
+	for (char *c = desc; *c; c++)
+		if (*c == '\n' || *c == '\r')
+			*c = ' ';
+	for (size_t n = strlen(desc); n > 0 && desc[n - 1] == ' '; n--)
+		desc[n - 1] = '\0';
 	printf("%sok %d - %s\n", pass ? "" : "not ", run, desc);
 	if (!pass) {
 		int n;
