@@ -1,0 +1,829 @@
+/*
+ * examples/kv/twkv_ycsb.c — twkv-ycsb: the paper's end-to-end evaluation (Tailwind, ATC'18, §4)
+ * on twkv (docs/kv.md, "Evaluation").
+ *
+ * With no arguments it starts three local twkv servers (r = 2: each server's partition is
+ * replicated to the two others, so every server is a primary and a backup), loads 100,000
+ * records of 30-byte keys and 100-byte values, and runs YCSB's workloads C (reads only), B
+ * (95 % reads), A (50 % reads) and write-only, 5 s each with 32 closed-loop clients, keys drawn
+ * from YCSB's scrambled Zipfian (theta 0.99); then it does it all again with the servers
+ * replicating by RPC (the baseline) instead of one-sided writes, and prints both side by side
+ * with their ratios. --rate gives open-loop runs at fixed offered loads instead (latency and
+ * CPU versus load); --json prints the same for machines.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tailwind/primary.h>
+
+#include "kv_client.h"
+#include "kv_spawn.h"
+#include "ycsb.h"
+
+#define MAX_RATES 32
+#define MAX_RUNS 256
+#define VALUE_POOL (1u << 20)
+
+/* --------------------------------------------------------------- latency histogram */
+
+/* Log-linear buckets over nanoseconds: exact below 128 ns, then 64 per power of two (at most
+ * 1.6 % off), up to 2^40 ns. */
+#define HBUCKETS 2432
+
+struct hist {
+	uint64_t n;
+	uint64_t b[HBUCKETS];
+};
+
+static unsigned hist_bucket(uint64_t v)
+{
+	unsigned m, shift;
+
+	if (v < 128)
+		return (unsigned)v;
+	if (v >= (UINT64_C(1) << 40))
+		v = (UINT64_C(1) << 40) - 1;
+	m = 63u - (unsigned)__builtin_clzll(v);
+	shift = m - 6;
+	return 64 * shift + (unsigned)(v >> shift);
+}
+
+static uint64_t hist_value(unsigned idx)
+{
+	unsigned shift;
+
+	if (idx < 128)
+		return idx;
+	shift = idx / 64 - 1;
+	return (uint64_t)(idx - 64 * shift) << shift;
+}
+
+static void hist_add(struct hist *h, uint64_t ns)
+{
+	h->b[hist_bucket(ns)]++;
+	h->n++;
+}
+
+/* The q-quantile in microseconds (0 with no samples). */
+static double hist_us(const struct hist *h, double q)
+{
+	uint64_t want = (uint64_t)ceil(q * (double)h->n), seen = 0;
+
+	if (!h->n)
+		return 0;
+	if (!want)
+		want = 1;
+	for (unsigned i = 0; i < HBUCKETS; i++) {
+		seen += h->b[i];
+		if (seen >= want)
+			return (double)hist_value(i) / 1000.0;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------------------- options */
+
+struct mix {
+	const char *name;
+	double read;    /* the rest are updates (PUTs of existing keys) */
+};
+
+static const struct mix mixes_known[] = {
+	{ "c", 1.0 }, { "b", 0.95 }, { "a", 0.5 }, { "w", 0.0 },
+};
+
+struct opts {
+	const char *provider;
+	unsigned servers, replicas;
+	uint64_t records;
+	unsigned key_size, value_size, clients;
+	double duration, warmup;
+	unsigned nmodes;
+	int modes[2];                 /* TW_DATA_ONESIDED, TW_DATA_RPC */
+	unsigned nmixes;
+	const struct mix *mixes[8];
+	unsigned nrates;
+	double rates[MAX_RATES];
+	const char *segment_size, *memory;
+	char twkv[4096];
+	bool json;
+	const char *cluster[KV_MAX_SERVERS]; /* an existing cluster instead of local servers */
+	unsigned ncluster;
+	uint64_t seed;
+};
+
+static struct opts o = {
+	.servers = 3, .replicas = 2, .records = 100000, .key_size = 30, .value_size = 100,
+	.clients = 32, .duration = 5, .warmup = 0.5, .segment_size = "8M", .memory = "1G",
+};
+
+/* --------------------------------------------------------------- results */
+
+enum { CPU_SERVE, CPU_REPLICATE, CPU_BACKUP, CPU_OTHER, CPU_PROCESS, NCPU };
+static const char *const cpu_names[NCPU] = { "serve", "replicate", "backup", "other",
+					     "process" };
+
+/* What the servers report (STATS), summed over the servers. */
+struct snap {
+	uint64_t cpu[NCPU], appends, writes, rpcs, backup_rpcs, relocated, puts, gets;
+	uint64_t t_ns;
+};
+
+struct result {
+	int mode;
+	const char *mix;
+	double rate;                  /* offered ops/s; 0: closed loop */
+	double secs, load1;
+	uint64_t ops, gets, puts, errors, timeouts, not_owner;
+	struct hist get, put;
+	struct snap d;                /* server counters over the measured window */
+};
+
+static struct result runs[MAX_RUNS];
+static unsigned nruns;
+
+static const char *mode_name(int m)
+{
+	return m == TW_DATA_RPC ? "rpc" : "onesided";
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double load_avg(void)
+{
+	double l = 0;
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = 0;
+		fclose(f);
+	}
+	return l;
+}
+
+/* --------------------------------------------------------------- servers' counters */
+
+static uint64_t field(const char *text, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, name, n) && p[n] == ' ')
+			return strtoull(p + n + 1, NULL, 10);
+	return 0;
+}
+
+static int snapshot(const struct kv_cluster *map, struct snap *s)
+{
+	static const char *const cpu_fields[NCPU] = { "cpu_serve_ns", "cpu_replicate_ns",
+		"cpu_backup_ns", "cpu_other_ns", "cpu_process_ns" };
+
+	memset(s, 0, sizeof(*s));
+	s->t_ns = now_ns();
+	for (unsigned i = 0; i < map->nservers; i++) {
+		uint8_t st;
+		char *t;
+		uint32_t len;
+		int rc = kv_call(map->servers[i].kv, KV_OP_STATS, NULL, 0, 10000, &st, &t, &len);
+
+		if (rc < 0 || st != KV_S_OK) {
+			fprintf(stderr, "twkv-ycsb: stats of %s: %s\n", map->servers[i].kv,
+				rc < 0 ? strerror(-rc) : kv_status_str(st));
+			if (rc == 0)
+				free(t);
+			return -EIO;
+		}
+		for (unsigned k = 0; k < NCPU; k++)
+			s->cpu[k] += field(t, cpu_fields[k]);
+		s->appends += field(t, "appends");
+		s->writes += field(t, "writes");
+		s->rpcs += field(t, "rpcs");
+		s->backup_rpcs += field(t, "backup_rpcs");
+		s->relocated += field(t, "relocated");
+		s->puts += field(t, "puts");
+		s->gets += field(t, "gets");
+		free(t);
+	}
+	return 0;
+}
+
+static void snap_delta(struct snap *d, const struct snap *a, const struct snap *b)
+{
+	for (unsigned k = 0; k < NCPU; k++)
+		d->cpu[k] = b->cpu[k] - a->cpu[k];
+	d->appends = b->appends - a->appends;
+	d->writes = b->writes - a->writes;
+	d->rpcs = b->rpcs - a->rpcs;
+	d->backup_rpcs = b->backup_rpcs - a->backup_rpcs;
+	d->relocated = b->relocated - a->relocated;
+	d->puts = b->puts - a->puts;
+	d->gets = b->gets - a->gets;
+	d->t_ns = b->t_ns - a->t_ns;
+}
+
+/* --------------------------------------------------------------- the workload */
+
+struct driver {
+	struct kvc *c;
+	const struct kv_cluster *map;
+	struct ycsb_scrambled keys;
+	struct ycsb_rng rng;
+	uint8_t *values;
+	struct result *r;
+	const struct mix *mix;  /* NULL: the load phase */
+	uint64_t next_load;     /* load phase: next key number */
+	bool measuring, stopping;
+	uint64_t inflight;
+	bool open_loop;
+};
+
+struct op {
+	struct driver *d;
+	uint64_t start;         /* scheduled (open loop) or sent (closed loop) */
+	bool put;
+	struct op *next_free;
+};
+
+static void issue(struct driver *d, struct op *op, uint64_t start);
+
+static void op_done(void *arg, int status, uint64_t version, const uint8_t *value, uint32_t vlen)
+{
+	struct op *op = arg;
+	struct driver *d = op->d;
+	uint64_t t = now_ns();
+
+	(void)version;
+	(void)value;
+	(void)vlen;
+	d->inflight--;
+	if (d->measuring) {
+		d->r->ops++;
+		if (status < 0 && status != -ENOENT)
+			d->r->errors++;
+		if (status == -ETIMEDOUT)
+			d->r->timeouts++;
+		if (op->put) {
+			d->r->puts++;
+			hist_add(&d->r->put, t - op->start);
+		} else {
+			d->r->gets++;
+			hist_add(&d->r->get, t - op->start);
+		}
+	}
+	if (d->open_loop || d->stopping || (!d->mix && d->next_load >= o.records)) {
+		free(op);
+		return;
+	}
+	issue(d, op, t); /* closed loop: this client's next request */
+}
+
+static void issue(struct driver *d, struct op *op, uint64_t start)
+{
+	char key[KV_MAX_KEY + 1];
+	uint64_t keynum;
+	size_t klen;
+	int rc;
+
+	if (d->mix)
+		keynum = ycsb_next_keynum(&d->keys, &d->rng, o.records);
+	else
+		keynum = d->next_load++;
+	klen = ycsb_key(key, sizeof(key), keynum, o.key_size);
+	op->d = d;
+	op->start = start;
+	op->put = !d->mix || ycsb_uniform(&d->rng) >= d->mix->read;
+	if (op->put)
+		rc = kvc_put(d->c, key, (uint16_t)klen,
+			     d->values + ycsb_rand(&d->rng) % (VALUE_POOL - o.value_size),
+			     o.value_size, op_done, op);
+	else
+		rc = kvc_get(d->c, key, (uint16_t)klen, op_done, op);
+	if (rc < 0) {
+		fprintf(stderr, "twkv-ycsb: submit: %s\n", strerror(-rc));
+		free(op);
+		return;
+	}
+	d->inflight++;
+}
+
+/* Closed loop: o.clients requests in flight, each replaced by the next when it completes. Open
+ * loop (rate > 0): requests at fixed intervals, latency from each one's scheduled time. */
+static int run_phase(struct driver *d, double rate, double warmup, double duration)
+{
+	uint64_t t0 = now_ns(), t_meas = t0 + (uint64_t)(warmup * 1e9), sent = 0;
+	uint64_t t_end = t_meas + (uint64_t)(duration * 1e9);
+	struct snap a, b;
+	bool load = !d->mix;
+
+	d->open_loop = rate > 0;
+	d->measuring = load;
+	d->stopping = false;
+	if (!d->open_loop)
+		for (unsigned i = 0; i < o.clients && (!load || d->next_load < o.records); i++) {
+			struct op *op = calloc(1, sizeof(*op));
+
+			if (!op)
+				return -ENOMEM;
+			issue(d, op, now_ns());
+		}
+	if (load && snapshot(d->map, &a) < 0)
+		return -EIO;
+	for (;;) {
+		uint64_t t = now_ns();
+		int rc;
+
+		if (!load && !d->measuring && t >= t_meas) {
+			if (snapshot(d->map, &a) < 0)
+				return -EIO;
+			d->measuring = true;
+			t = now_ns();
+		}
+		if (load ? d->inflight == 0 : t >= t_end)
+			break;
+		if (d->open_loop) {
+			uint64_t due = (uint64_t)((double)(t - t0) * rate / 1e9);
+
+			for (; sent < due && d->inflight < 100000; sent++) {
+				struct op *op = calloc(1, sizeof(*op));
+
+				if (!op)
+					return -ENOMEM;
+				issue(d, op, t0 + (uint64_t)((double)sent * 1e9 / rate));
+			}
+		}
+		rc = kvc_poll(d->c, d->open_loop ? 1 : 100);
+		if (rc < 0)
+			return rc;
+	}
+	if (snapshot(d->map, &b) < 0)
+		return -EIO;
+	d->measuring = false;
+	d->stopping = true;
+	while (d->inflight)
+		if (kvc_poll(d->c, 100) < 0)
+			break;
+	snap_delta(&d->r->d, &a, &b);
+	d->r->secs = (double)d->r->d.t_ns / 1e9;
+	return 0;
+}
+
+/* --------------------------------------------------------------- local servers */
+
+struct cluster {
+	struct kv_cluster map;
+	struct kv_child kids[KV_MAX_SERVERS];
+	unsigned nkids;
+	char dir[256];
+};
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void cluster_stop(struct cluster *cl)
+{
+	for (unsigned i = 0; i < cl->nkids; i++)
+		kill(cl->kids[i].pid, SIGTERM); /* all at once: none waits for another */
+	for (unsigned i = 0; i < cl->nkids; i++)
+		kv_child_stop(&cl->kids[i], SIGTERM, 20000);
+	cl->nkids = 0;
+	if (cl->dir[0])
+		nftw(cl->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	cl->dir[0] = 0;
+}
+
+static int cluster_start(struct cluster *cl, int mode)
+{
+	const char *tmp = getenv("TMPDIR");
+	char err[512], keys[32];
+
+	memset(cl, 0, sizeof(*cl));
+	snprintf(cl->dir, sizeof(cl->dir), "%s/twkv-ycsb.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+	if (!mkdtemp(cl->dir)) {
+		fprintf(stderr, "twkv-ycsb: mkdtemp %s: %s\n", cl->dir, strerror(errno));
+		cl->dir[0] = 0;
+		return -errno;
+	}
+	snprintf(keys, sizeof(keys), "%" PRIu64, o.records / o.servers + 1);
+	cl->map.partitions = o.servers;
+	cl->map.replicas = o.replicas;
+	cl->map.log_base = 1000;
+	for (unsigned i = 0; i < o.servers; i++) {
+		char dir[300], line[512], *kv, *bk;
+		char *argv[] = { o.twkv, (char *)"serve", (char *)"--dir", dir, (char *)"--replication",
+				 (char *)mode_name(mode), (char *)"--segment-size",
+				 (char *)o.segment_size, (char *)"--memory", (char *)o.memory,
+				 (char *)"--keys", keys, o.provider ? (char *)"--provider" : NULL,
+				 (char *)o.provider, NULL };
+		int rc;
+
+		snprintf(dir, sizeof(dir), "%s/s%u", cl->dir, i);
+		rc = kv_spawn(argv, &cl->kids[cl->nkids]);
+		if (rc < 0) {
+			fprintf(stderr, "twkv-ycsb: %s: %s\n", o.twkv, strerror(-rc));
+			return rc;
+		}
+		cl->nkids++;
+		rc = kv_child_line(&cl->kids[i], "ready ", line, sizeof(line), 60000);
+		if (rc < 0) {
+			fprintf(stderr, "twkv-ycsb: server %u did not get ready: %s\n", i,
+				strerror(-rc));
+			return rc;
+		}
+		kv = strstr(line, "kv=");
+		bk = strstr(line, "backup=");
+		if (!kv || !bk)
+			return -EPROTO;
+		*strchr(kv, ' ') = 0;
+		snprintf(cl->map.servers[i].kv, KV_ADDR_MAX, "%s", kv + 3);
+		snprintf(cl->map.servers[i].backup, KV_ADDR_MAX, "%s", bk + 7);
+		cl->map.servers[i].owns = UINT64_C(1) << i;
+	}
+	cl->map.nservers = o.servers;
+	if (kv_configure(&cl->map, 60000, err, sizeof(err)) < 0) {
+		fprintf(stderr, "twkv-ycsb: configure: %s\n", err);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------------------- one mode */
+
+static int run_mode(int mode)
+{
+	struct cluster cl;
+	struct driver d;
+	struct result load;
+	const struct kv_cluster *map;
+	char err[512];
+	int rc;
+
+	memset(&d, 0, sizeof(d));
+	memset(&cl, 0, sizeof(cl));
+	if (!o.ncluster) {
+		fprintf(stderr, "twkv-ycsb: starting %u servers (%s replication, %s)...\n", o.servers,
+			mode_name(mode), o.provider ? o.provider : "tcp");
+		rc = cluster_start(&cl, mode);
+		if (rc < 0)
+			goto out;
+		rc = kvc_open((const char *const *)&(const char *){ cl.map.servers[0].kv }, 1,
+			      30000, &d.c, err, sizeof(err));
+	} else {
+		rc = kvc_open(o.cluster, o.ncluster, 30000, &d.c, err, sizeof(err));
+	}
+	if (rc < 0) {
+		fprintf(stderr, "twkv-ycsb: %s\n", err);
+		goto out;
+	}
+	map = kvc_map(d.c);
+	d.map = map;
+	d.values = malloc(VALUE_POOL);
+	if (!d.values) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	d.rng.s = o.seed;
+	for (size_t i = 0; i < VALUE_POOL; i += 8) {
+		uint64_t v = ycsb_rand(&d.rng);
+
+		memcpy(d.values + i, &v, 8);
+	}
+	ycsb_scrambled_init(&d.keys, 0, o.records);
+	memset(&load, 0, sizeof(load));
+	d.r = &load;
+	fprintf(stderr, "twkv-ycsb: %s: loading %" PRIu64 " records...\n", mode_name(mode),
+		o.records);
+	rc = run_phase(&d, 0, 0, 0);
+	if (rc < 0)
+		goto out;
+	fprintf(stderr, "twkv-ycsb: %s: loaded in %.2f s (%.0f puts/s, %" PRIu64 " errors)\n",
+		mode_name(mode), load.secs, (double)load.ops / load.secs, load.errors);
+	for (unsigned m = 0; m < o.nmixes; m++) {
+		for (unsigned k = 0; k < (o.nrates ? o.nrates : 1) && nruns < MAX_RUNS; k++) {
+			struct result *r = &runs[nruns++];
+
+			memset(r, 0, sizeof(*r));
+			r->mode = mode;
+			r->mix = o.mixes[m]->name;
+			r->rate = o.nrates ? o.rates[k] : 0;
+			r->load1 = load_avg();
+			d.r = r;
+			d.mix = o.mixes[m];
+			fprintf(stderr, "twkv-ycsb: %s: workload %s, %s%.0f, %.1f s (load average "
+				"%.2f)...\n", mode_name(mode), r->mix, r->rate ? "rate " : "closed, "
+				"clients ", r->rate ? r->rate : o.clients, o.duration, r->load1);
+			rc = run_phase(&d, r->rate, o.warmup, o.duration);
+			if (rc < 0)
+				goto out;
+			r->not_owner = 0;
+		}
+	}
+out:
+	kvc_close(d.c);
+	free(d.values);
+	cluster_stop(&cl);
+	return rc;
+}
+
+/* --------------------------------------------------------------- output */
+
+static double cores(const struct result *r, int k)
+{
+	return r->secs > 0 ? (double)r->d.cpu[k] / 1e9 / r->secs : 0;
+}
+
+static double per_put_us(const struct result *r, int k)
+{
+	return r->d.puts ? (double)r->d.cpu[k] / 1e3 / (double)r->d.puts : 0;
+}
+
+static const struct result *find(int mode, const char *mix, double rate)
+{
+	for (unsigned i = 0; i < nruns; i++)
+		if (runs[i].mode == mode && !strcmp(runs[i].mix, mix) && runs[i].rate == rate)
+			return &runs[i];
+	return NULL;
+}
+
+static double ratio(double a, double b)
+{
+	return b > 0 ? a / b : 0;
+}
+
+static void print_table(void)
+{
+	printf("twkv-ycsb: provider %s, %u servers, r = %u, %" PRIu64 " records (%u B keys, %u B "
+	       "values), %s %u, %.1f s per run\n", o.provider ? o.provider : "tcp", o.servers,
+	       o.replicas, o.records, o.key_size, o.value_size,
+	       o.nrates ? "open loop, max in flight" : "closed loop, clients",
+	       o.nrates ? 100000 : o.clients, o.duration);
+	printf("  mix  mode       offered     ops/s  get p50  get p99  put p50  put p99 | cores: "
+	       "serve  repl  backup  total | backup us/put  rpcs/put  load\n");
+	for (unsigned i = 0; i < nruns; i++) {
+		const struct result *r = &runs[i];
+
+		printf("  %-4s %-9s %8.0f %9.0f %8.1f %8.1f %8.1f %8.1f | %12.2f %5.2f %7.2f %6.2f |"
+		       " %13.2f  %8.2e %5.2f\n", r->mix, mode_name(r->mode), r->rate,
+		       (double)r->ops / r->secs, hist_us(&r->get, 0.5), hist_us(&r->get, 0.99),
+		       hist_us(&r->put, 0.5), hist_us(&r->put, 0.99), cores(r, CPU_SERVE),
+		       cores(r, CPU_REPLICATE), cores(r, CPU_BACKUP), cores(r, CPU_PROCESS),
+		       per_put_us(r, CPU_BACKUP),
+		       r->d.puts ? (double)r->d.rpcs / (double)r->d.puts : 0, r->load1);
+		if (r->errors)
+			printf("       (%" PRIu64 " errors, %" PRIu64 " timeouts)\n", r->errors,
+			       r->timeouts);
+	}
+	if (o.nmodes < 2)
+		return;
+	printf("\nratios onesided / rpc (ops/s: higher is better for onesided; latency and CPU: "
+	       "lower)\n");
+	printf("  mix   offered  ops/s  put p50  put p99  get p50  serve CPU/op  backup CPU/put  "
+	       "total CPU/op\n");
+	for (unsigned i = 0; i < nruns; i++) {
+		const struct result *a = &runs[i], *b;
+
+		if (a->mode != TW_DATA_ONESIDED ||
+		    !(b = find(TW_DATA_RPC, a->mix, a->rate)))
+			continue;
+		printf("  %-4s %8.0f %6.2f %8.2f %8.2f %8.2f %13.2f %15.2f %13.2f\n", a->mix,
+		       a->rate, ratio((double)a->ops / a->secs, (double)b->ops / b->secs),
+		       ratio(hist_us(&a->put, 0.5), hist_us(&b->put, 0.5)),
+		       ratio(hist_us(&a->put, 0.99), hist_us(&b->put, 0.99)),
+		       ratio(hist_us(&a->get, 0.5), hist_us(&b->get, 0.5)),
+		       ratio((double)a->d.cpu[CPU_SERVE] / (double)a->ops,
+			     (double)b->d.cpu[CPU_SERVE] / (double)b->ops),
+		       ratio(per_put_us(a, CPU_BACKUP), per_put_us(b, CPU_BACKUP)),
+		       ratio((double)a->d.cpu[CPU_PROCESS] / (double)a->ops,
+			     (double)b->d.cpu[CPU_PROCESS] / (double)b->ops));
+	}
+}
+
+static void print_json(void)
+{
+	printf("{\"provider\":\"%s\",\"servers\":%u,\"replicas\":%u,\"records\":%" PRIu64
+	       ",\"key_size\":%u,\"value_size\":%u,\"clients\":%u,\"duration_s\":%g,"
+	       "\"tailwind\":\"%s\",\"runs\":[", o.provider ? o.provider : "tcp", o.servers,
+	       o.replicas, o.records, o.key_size, o.value_size, o.clients, o.duration,
+	       tw_version());
+	for (unsigned i = 0; i < nruns; i++) {
+		const struct result *r = &runs[i];
+
+		printf("%s{\"mode\":\"%s\",\"mix\":\"%s\",\"offered_rate\":%g,\"load_avg\":%.2f,"
+		       "\"secs\":%.3f,\"ops\":%" PRIu64 ",\"ops_per_s\":%.1f,\"gets\":%" PRIu64
+		       ",\"puts\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"timeouts\":%" PRIu64 ","
+		       "\"get_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},"
+		       "\"put_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},\"cores\":{",
+		       i ? "," : "", mode_name(r->mode), r->mix, r->rate, r->load1, r->secs, r->ops,
+		       (double)r->ops / r->secs, r->gets, r->puts, r->errors, r->timeouts,
+		       hist_us(&r->get, 0.5), hist_us(&r->get, 0.99), hist_us(&r->get, 0.999),
+		       hist_us(&r->put, 0.5), hist_us(&r->put, 0.99), hist_us(&r->put, 0.999));
+		for (int k = 0; k < NCPU; k++)
+			printf("%s\"%s\":%.4f", k ? "," : "", cpu_names[k], cores(r, k));
+		printf("},\"backup_cpu_us_per_put\":%.3f,\"server_puts\":%" PRIu64 ",\"server_gets\":%"
+		       PRIu64 ",\"appends\":%" PRIu64 ",\"writes\":%" PRIu64 ",\"rpcs\":%" PRIu64
+		       ",\"rpcs_per_put\":%.3g,\"backup_rpcs\":%" PRIu64 ",\"relocated\":%" PRIu64 "}",
+		       per_put_us(r, CPU_BACKUP), r->d.puts, r->d.gets, r->d.appends, r->d.writes,
+		       r->d.rpcs, r->d.puts ? (double)r->d.rpcs / (double)r->d.puts : 0,
+		       r->d.backup_rpcs, r->d.relocated);
+	}
+	printf("],\"comparisons\":[");
+	for (unsigned i = 0, n = 0; i < nruns; i++) {
+		const struct result *a = &runs[i], *b;
+
+		if (a->mode != TW_DATA_ONESIDED || !(b = find(TW_DATA_RPC, a->mix, a->rate)))
+			continue;
+		printf("%s{\"mix\":\"%s\",\"offered_rate\":%g,\"ops_onesided_over_rpc\":%.3f,"
+		       "\"put_p50_onesided_over_rpc\":%.3f,\"put_p99_onesided_over_rpc\":%.3f,"
+		       "\"backup_cpu_per_put_onesided_over_rpc\":%.3f,"
+		       "\"cpu_per_op_onesided_over_rpc\":%.3f}", n++ ? "," : "", a->mix, a->rate,
+		       ratio((double)a->ops / a->secs, (double)b->ops / b->secs),
+		       ratio(hist_us(&a->put, 0.5), hist_us(&b->put, 0.5)),
+		       ratio(hist_us(&a->put, 0.99), hist_us(&b->put, 0.99)),
+		       ratio(per_put_us(a, CPU_BACKUP), per_put_us(b, CPU_BACKUP)),
+		       ratio((double)a->d.cpu[CPU_PROCESS] / (double)a->ops,
+			     (double)b->d.cpu[CPU_PROCESS] / (double)b->ops));
+	}
+	printf("]}\n");
+}
+
+/* --------------------------------------------------------------- main */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: twkv-ycsb [options]\n"
+		"YCSB workloads on a local twkv cluster, replication onesided and rpc side by side"
+		" (docs/kv.md).\n"
+		"  -p, --provider NAME     libfabric provider for replication (default tcp)\n"
+		"  -n, --servers N         local servers, one partition each (default 3)\n"
+		"  -r, --replicas R        backups per partition, < servers (default 2)\n"
+		"  -R, --records N         records loaded (default 100000)\n"
+		"  -k, --key-size B        key bytes, 23..1024 (default 30)\n"
+		"  -v, --value-size B      value bytes (default 100)\n"
+		"  -c, --clients N         closed-loop clients (default 32)\n"
+		"  -d, --duration S        seconds measured per run (default 5)\n"
+		"  -w, --warmup S          seconds before each measured run (default 0.5)\n"
+		"  -m, --mode LIST         onesided,rpc (default both)\n"
+		"  -x, --mix LIST          c, b, a, w (write-only); default c,b,a,w\n"
+		"      --rate LIST         open loop at these offered ops/s instead of closed loop\n"
+		"  -S, --segment-size SIZE servers' log segments (default 8M)\n"
+		"  -M, --memory SIZE       servers' log memory budget (default 1G)\n"
+		"  -s, --server ADDR       use a running cluster (one mode: its own)\n"
+		"      --twkv PATH         the twkv program (default: next to this one)\n"
+		"      --seed N            random seed (default: time)\n"
+		"      --json              print JSON instead of the table\n");
+}
+
+static int parse_list(char *arg, const char **out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (char *save = NULL, *t = strtok_r(arg, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		if (n < max)
+			out[n++] = t;
+	return (int)n;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "provider", required_argument, NULL, 'p' },
+		{ "servers", required_argument, NULL, 'n' },
+		{ "replicas", required_argument, NULL, 'r' },
+		{ "records", required_argument, NULL, 'R' },
+		{ "key-size", required_argument, NULL, 'k' },
+		{ "value-size", required_argument, NULL, 'v' },
+		{ "clients", required_argument, NULL, 'c' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "mode", required_argument, NULL, 'm' },
+		{ "mix", required_argument, NULL, 'x' },
+		{ "rate", required_argument, NULL, 'L' },
+		{ "segment-size", required_argument, NULL, 'S' },
+		{ "memory", required_argument, NULL, 'M' },
+		{ "server", required_argument, NULL, 's' },
+		{ "twkv", required_argument, NULL, 'T' },
+		{ "seed", required_argument, NULL, 'e' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *list[MAX_RATES];
+	int opt, n, rc = 0;
+
+	o.modes[0] = TW_DATA_ONESIDED;
+	o.modes[1] = TW_DATA_RPC;
+	o.nmodes = 2;
+	for (unsigned i = 0; i < 4; i++)
+		o.mixes[i] = &mixes_known[i];
+	o.nmixes = 4;
+	o.seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
+	while ((opt = getopt_long(argc, argv, "p:n:r:R:k:v:c:d:w:m:x:S:M:s:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'p': o.provider = optarg; break;
+		case 'n': o.servers = (unsigned)atoi(optarg); break;
+		case 'r': o.replicas = (unsigned)atoi(optarg); break;
+		case 'R': o.records = strtoull(optarg, NULL, 10); break;
+		case 'k': o.key_size = (unsigned)atoi(optarg); break;
+		case 'v': o.value_size = (unsigned)atoi(optarg); break;
+		case 'c': o.clients = (unsigned)atoi(optarg); break;
+		case 'd': o.duration = atof(optarg); break;
+		case 'w': o.warmup = atof(optarg); break;
+		case 'S': o.segment_size = optarg; break;
+		case 'M': o.memory = optarg; break;
+		case 'T': snprintf(o.twkv, sizeof(o.twkv), "%s", optarg); break;
+		case 'e': o.seed = strtoull(optarg, NULL, 0); break;
+		case 'j': o.json = true; break;
+		case 's':
+			if (o.ncluster < KV_MAX_SERVERS)
+				o.cluster[o.ncluster++] = optarg;
+			break;
+		case 'm':
+			n = parse_list(optarg, list, 2);
+			o.nmodes = 0;
+			for (int i = 0; i < n; i++) {
+				if (strcmp(list[i], "onesided") && strcmp(list[i], "rpc"))
+					goto bad;
+				o.modes[o.nmodes++] = list[i][0] == 'r' ? TW_DATA_RPC
+									: TW_DATA_ONESIDED;
+			}
+			break;
+		case 'x':
+			n = parse_list(optarg, list, 8);
+			o.nmixes = 0;
+			for (int i = 0; i < n; i++) {
+				unsigned k;
+
+				for (k = 0; k < 4 && strcmp(list[i], mixes_known[k].name); k++)
+					;
+				if (k == 4)
+					goto bad;
+				o.mixes[o.nmixes++] = &mixes_known[k];
+			}
+			break;
+		case 'L':
+			n = parse_list(optarg, list, MAX_RATES);
+			o.nrates = 0;
+			for (int i = 0; i < n; i++)
+				if ((o.rates[o.nrates++] = atof(list[i])) <= 0)
+					goto bad;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc || o.servers < 2 || o.servers > KV_MAX_SERVERS || !o.replicas ||
+	    o.replicas >= o.servers || !o.records || o.key_size < 23 || o.key_size > KV_MAX_KEY ||
+	    o.value_size > KV_MAX_VALUE / 2 || !o.clients || o.duration <= 0 || !o.nmodes ||
+	    !o.nmixes) {
+		fprintf(stderr, "twkv-ycsb: bad arguments (servers 2..%u, 1 <= replicas < servers, "
+			"key size 23..%u, duration > 0)\n", KV_MAX_SERVERS, KV_MAX_KEY);
+		return 2;
+	}
+	if (!o.twkv[0]) {
+		char self[4000];
+		ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		char *slash;
+
+		self[len > 0 ? len : 0] = 0;
+		slash = strrchr(self, '/');
+		snprintf(o.twkv, sizeof(o.twkv), "%.*s/twkv", slash ? (int)(slash - self) : 1,
+			 slash ? self : ".");
+	}
+	if (o.ncluster)
+		o.nmodes = 1;
+	signal(SIGPIPE, SIG_IGN);
+	for (unsigned m = 0; m < o.nmodes && rc == 0; m++)
+		rc = run_mode(o.modes[m]);
+	if (nruns)
+		o.json ? print_json() : print_table();
+	return rc < 0;
+bad:
+	fprintf(stderr, "twkv-ycsb: bad value: %s\n", optarg);
+	return 2;
+}
