@@ -30,8 +30,9 @@
 #include "kv_spawn.h"
 #include "ycsb.h"
 
-#define MAX_RATES 32
-#define MAX_RUNS 256
+#define MAX_POINTS 32
+#define MAX_RUNS 512
+#define LOAD_CLIENTS 128
 #define VALUE_POOL (1u << 20)
 
 /* --------------------------------------------------------------- latency histogram */
@@ -106,25 +107,29 @@ struct opts {
 	const char *provider;
 	unsigned servers, replicas;
 	uint64_t records;
-	unsigned key_size, value_size, clients;
+	unsigned key_size, value_size;
+	unsigned nclients;
+	unsigned clients[MAX_POINTS]; /* closed loop: requests in flight */
 	double duration, warmup;
 	unsigned nmodes;
 	int modes[2];                 /* TW_DATA_ONESIDED, TW_DATA_RPC */
 	unsigned nmixes;
 	const struct mix *mixes[8];
 	unsigned nrates;
-	double rates[MAX_RATES];
+	double rates[MAX_POINTS];     /* open loop: offered requests per second */
 	const char *segment_size, *memory;
 	char twkv[4096];
 	bool json;
 	const char *cluster[KV_MAX_SERVERS]; /* an existing cluster instead of local servers */
 	unsigned ncluster;
 	uint64_t seed;
+	unsigned reps;                /* --runs: the whole sequence, so many times */
 };
 
 static struct opts o = {
 	.servers = 3, .replicas = 2, .records = 100000, .key_size = 30, .value_size = 100,
-	.clients = 32, .duration = 5, .warmup = 0.5, .segment_size = "8M", .memory = "1G",
+	.nclients = 1, .clients = { 32 }, .duration = 5, .warmup = 0.5, .segment_size = "8M",
+	.memory = "1G", .reps = 1,
 };
 
 /* --------------------------------------------------------------- results */
@@ -142,7 +147,9 @@ struct snap {
 struct result {
 	int mode;
 	const char *mix;
+	unsigned clients;             /* closed loop: requests in flight */
 	double rate;                  /* offered ops/s; 0: closed loop */
+	unsigned rep;                 /* which of the --runs */
 	double secs, load1;
 	uint64_t ops, gets, puts, errors, timeouts, not_owner;
 	struct hist get, put;
@@ -323,9 +330,10 @@ static void issue(struct driver *d, struct op *op, uint64_t start)
 	d->inflight++;
 }
 
-/* Closed loop: o.clients requests in flight, each replaced by the next when it completes. Open
+/* Closed loop: `clients` requests in flight, each replaced by the next when it completes. Open
  * loop (rate > 0): requests at fixed intervals, latency from each one's scheduled time. */
-static int run_phase(struct driver *d, double rate, double warmup, double duration)
+static int run_phase(struct driver *d, unsigned clients, double rate, double warmup,
+		     double duration)
 {
 	uint64_t t0 = now_ns(), t_meas = t0 + (uint64_t)(warmup * 1e9), sent = 0;
 	uint64_t t_end = t_meas + (uint64_t)(duration * 1e9);
@@ -336,7 +344,7 @@ static int run_phase(struct driver *d, double rate, double warmup, double durati
 	d->measuring = load;
 	d->stopping = false;
 	if (!d->open_loop)
-		for (unsigned i = 0; i < o.clients && (!load || d->next_load < o.records); i++) {
+		for (unsigned i = 0; i < clients && (!load || d->next_load < o.records); i++) {
 			struct op *op = calloc(1, sizeof(*op));
 
 			if (!op)
@@ -468,22 +476,24 @@ static int cluster_start(struct cluster *cl, int mode)
 	return 0;
 }
 
-/* --------------------------------------------------------------- one mode */
+/* --------------------------------------------------------------- one mix, one mode */
 
-static int run_mode(int mode)
+/* A fresh cluster in `mode`, loaded, then every point (clients or rates) of one mix. */
+static int run_mix(const struct mix *mix, int mode, unsigned rep)
 {
+	unsigned npoints = o.nrates ? o.nrates : o.nclients;
 	struct cluster cl;
 	struct driver d;
 	struct result load;
-	const struct kv_cluster *map;
 	char err[512];
 	int rc;
 
 	memset(&d, 0, sizeof(d));
 	memset(&cl, 0, sizeof(cl));
 	if (!o.ncluster) {
-		fprintf(stderr, "twkv-ycsb: starting %u servers (%s replication, %s)...\n", o.servers,
-			mode_name(mode), o.provider ? o.provider : "tcp");
+		fprintf(stderr, "twkv-ycsb: workload %s, %s replication: starting %u servers (%s)"
+			"...\n", mix->name, mode_name(mode), o.servers,
+			o.provider ? o.provider : "tcp");
 		rc = cluster_start(&cl, mode);
 		if (rc < 0)
 			goto out;
@@ -496,8 +506,7 @@ static int run_mode(int mode)
 		fprintf(stderr, "twkv-ycsb: %s\n", err);
 		goto out;
 	}
-	map = kvc_map(d.c);
-	d.map = map;
+	d.map = kvc_map(d.c);
 	d.values = malloc(VALUE_POOL);
 	if (!d.values) {
 		rc = -ENOMEM;
@@ -512,32 +521,29 @@ static int run_mode(int mode)
 	ycsb_scrambled_init(&d.keys, 0, o.records);
 	memset(&load, 0, sizeof(load));
 	d.r = &load;
-	fprintf(stderr, "twkv-ycsb: %s: loading %" PRIu64 " records...\n", mode_name(mode),
-		o.records);
-	rc = run_phase(&d, 0, 0, 0);
+	rc = run_phase(&d, LOAD_CLIENTS, 0, 0, 0);
 	if (rc < 0)
 		goto out;
-	fprintf(stderr, "twkv-ycsb: %s: loaded in %.2f s (%.0f puts/s, %" PRIu64 " errors)\n",
-		mode_name(mode), load.secs, (double)load.ops / load.secs, load.errors);
-	for (unsigned m = 0; m < o.nmixes; m++) {
-		for (unsigned k = 0; k < (o.nrates ? o.nrates : 1) && nruns < MAX_RUNS; k++) {
-			struct result *r = &runs[nruns++];
+	fprintf(stderr, "twkv-ycsb: loaded %" PRIu64 " records in %.2f s (%.0f puts/s, %" PRIu64
+		" errors)\n", o.records, load.secs, (double)load.ops / load.secs, load.errors);
+	for (unsigned k = 0; k < npoints && nruns < MAX_RUNS; k++) {
+		struct result *r = &runs[nruns++];
 
-			memset(r, 0, sizeof(*r));
-			r->mode = mode;
-			r->mix = o.mixes[m]->name;
-			r->rate = o.nrates ? o.rates[k] : 0;
-			r->load1 = load_avg();
-			d.r = r;
-			d.mix = o.mixes[m];
-			fprintf(stderr, "twkv-ycsb: %s: workload %s, %s%.0f, %.1f s (load average "
-				"%.2f)...\n", mode_name(mode), r->mix, r->rate ? "rate " : "closed, "
-				"clients ", r->rate ? r->rate : o.clients, o.duration, r->load1);
-			rc = run_phase(&d, r->rate, o.warmup, o.duration);
-			if (rc < 0)
-				goto out;
-			r->not_owner = 0;
-		}
+		memset(r, 0, sizeof(*r));
+		r->mode = mode;
+		r->rep = rep;
+		r->mix = mix->name;
+		r->rate = o.nrates ? o.rates[k] : 0;
+		r->clients = o.nrates ? 0 : o.clients[k];
+		r->load1 = load_avg();
+		d.r = r;
+		d.mix = mix;
+		fprintf(stderr, "twkv-ycsb: workload %s, %s: %s %.0f, %.1f s (load average %.2f)"
+			"\n", r->mix, mode_name(mode), r->rate ? "offered ops/s" : "clients",
+			r->rate ? r->rate : r->clients, o.duration, r->load1);
+		rc = run_phase(&d, r->clients, r->rate, o.warmup, o.duration);
+		if (rc < 0)
+			goto out;
 	}
 out:
 	kvc_close(d.c);
@@ -558,10 +564,12 @@ static double per_put_us(const struct result *r, int k)
 	return r->d.puts ? (double)r->d.cpu[k] / 1e3 / (double)r->d.puts : 0;
 }
 
-static const struct result *find(int mode, const char *mix, double rate)
+static const struct result *find(int mode, const char *mix, unsigned clients, double rate,
+				 unsigned rep)
 {
 	for (unsigned i = 0; i < nruns; i++)
-		if (runs[i].mode == mode && !strcmp(runs[i].mix, mix) && runs[i].rate == rate)
+		if (runs[i].mode == mode && !strcmp(runs[i].mix, mix) &&
+		    runs[i].clients == clients && runs[i].rate == rate && runs[i].rep == rep)
 			return &runs[i];
 	return NULL;
 }
@@ -571,24 +579,85 @@ static double ratio(double a, double b)
 	return b > 0 ? a / b : 0;
 }
 
+static double ops_per_s(const struct result *r)
+{
+	return r->secs > 0 ? (double)r->ops / r->secs : 0;
+}
+
+static double cpu_per_op(const struct result *r)
+{
+	return r->ops ? (double)r->d.cpu[CPU_PROCESS] / (double)r->ops : 0;
+}
+
+/* The runs in table order: by mix, point, run, mode (they ran interleaved). */
+static unsigned ordered(const struct result **out)
+{
+	unsigned n = 0;
+
+	for (unsigned m = 0; m < o.nmixes; m++)
+		for (unsigned k = 0; k < (o.nrates ? o.nrates : o.nclients); k++)
+			for (unsigned rep = 0; rep < o.reps; rep++)
+				for (unsigned j = 0; j < o.nmodes; j++) {
+					const struct result *r = find(o.modes[j], o.mixes[m]->name,
+								      o.nrates ? 0 : o.clients[k],
+								      o.nrates ? o.rates[k] : 0,
+								      rep);
+
+					if (r)
+						out[n++] = r;
+				}
+	return n;
+}
+
+/* The ratios of one onesided run to the rpc run next to it. */
+struct ratios {
+	double ops, put50, put99, get50, backup, cpu;
+};
+
+static bool ratios_of(const struct result *a, struct ratios *q)
+{
+	const struct result *b = find(TW_DATA_RPC, a->mix, a->clients, a->rate, a->rep);
+
+	if (a->mode != TW_DATA_ONESIDED || !b)
+		return false;
+	q->ops = ratio(ops_per_s(a), ops_per_s(b));
+	q->put50 = ratio(hist_us(&a->put, 0.5), hist_us(&b->put, 0.5));
+	q->put99 = ratio(hist_us(&a->put, 0.99), hist_us(&b->put, 0.99));
+	q->get50 = ratio(hist_us(&a->get, 0.5), hist_us(&b->get, 0.5));
+	q->backup = ratio(per_put_us(a, CPU_BACKUP), per_put_us(b, CPU_BACKUP));
+	q->cpu = ratio(cpu_per_op(a), cpu_per_op(b));
+	return true;
+}
+
+/* "1.23", or "1.10-1.35" for a range over the runs. */
+static void cell(char *buf, double lo, double hi)
+{
+	if (lo == hi)
+		snprintf(buf, 24, "%.2f", lo);
+	else
+		snprintf(buf, 24, "%.2f-%.2f", lo, hi);
+}
+
 static void print_table(void)
 {
-	printf("twkv-ycsb: provider %s, %u servers, r = %u, %" PRIu64 " records (%u B keys, %u B "
-	       "values), %s %u, %.1f s per run\n", o.provider ? o.provider : "tcp", o.servers,
-	       o.replicas, o.records, o.key_size, o.value_size,
-	       o.nrates ? "open loop, max in flight" : "closed loop, clients",
-	       o.nrates ? 100000 : o.clients, o.duration);
-	printf("  mix  mode       offered     ops/s  get p50  get p99  put p50  put p99 | cores: "
-	       "serve  repl  backup  total | backup us/put  rpcs/put  load\n");
-	for (unsigned i = 0; i < nruns; i++) {
-		const struct result *r = &runs[i];
+	const struct result *v[MAX_RUNS];
+	unsigned n = ordered(v);
 
-		printf("  %-4s %-9s %8.0f %9.0f %8.1f %8.1f %8.1f %8.1f | %12.2f %5.2f %7.2f %6.2f |"
-		       " %13.2f  %8.2e %5.2f\n", r->mix, mode_name(r->mode), r->rate,
-		       (double)r->ops / r->secs, hist_us(&r->get, 0.5), hist_us(&r->get, 0.99),
-		       hist_us(&r->put, 0.5), hist_us(&r->put, 0.99), cores(r, CPU_SERVE),
-		       cores(r, CPU_REPLICATE), cores(r, CPU_BACKUP), cores(r, CPU_PROCESS),
-		       per_put_us(r, CPU_BACKUP),
+	printf("twkv-ycsb: provider %s, %u servers, r = %u, %" PRIu64 " records (%u B keys, %u B "
+	       "values), %s, %.1f s per run, Tailwind %s\n", o.provider ? o.provider : "tcp",
+	       o.servers, o.replicas, o.records, o.key_size, o.value_size,
+	       o.nrates ? "open loop" : "closed loop", o.duration, tw_version());
+	printf("  mix  mode      run clients  offered     ops/s  get p50  get p99  put p50  put p99 |"
+	       " cores: serve  repl  backup  total | backup us/put  rpcs/put  load\n");
+	for (unsigned i = 0; i < n; i++) {
+		const struct result *r = v[i];
+
+		printf("  %-4s %-9s %3u %7u %8.0f %9.0f %8.1f %8.1f %8.1f %8.1f | %12.2f %5.2f %7.2f "
+		       "%6.2f | %13.2f  %8.2e %5.2f\n", r->mix, mode_name(r->mode), r->rep + 1,
+		       r->clients, r->rate, ops_per_s(r), hist_us(&r->get, 0.5),
+		       hist_us(&r->get, 0.99), hist_us(&r->put, 0.5), hist_us(&r->put, 0.99),
+		       cores(r, CPU_SERVE), cores(r, CPU_REPLICATE), cores(r, CPU_BACKUP),
+		       cores(r, CPU_PROCESS), per_put_us(r, CPU_BACKUP),
 		       r->d.puts ? (double)r->d.rpcs / (double)r->d.puts : 0, r->load1);
 		if (r->errors)
 			printf("       (%" PRIu64 " errors, %" PRIu64 " timeouts)\n", r->errors,
@@ -597,45 +666,60 @@ static void print_table(void)
 	if (o.nmodes < 2)
 		return;
 	printf("\nratios onesided / rpc (ops/s: higher is better for onesided; latency and CPU: "
-	       "lower)\n");
-	printf("  mix   offered  ops/s  put p50  put p99  get p50  serve CPU/op  backup CPU/put  "
-	       "total CPU/op\n");
-	for (unsigned i = 0; i < nruns; i++) {
-		const struct result *a = &runs[i], *b;
+	       "lower)%s\n", o.reps > 1 ? ", min-max over the runs" : "");
+	printf("  mix  clients  offered        ops/s      put p50      put p99      get p50  "
+	       "backup CPU/put  server CPU/op\n");
+	for (unsigned i = 0; i < n; i++) {
+		struct ratios q, lo = { 0 }, hi = { 0 };
+		char c[6][24];
+		unsigned k = 0;
 
-		if (a->mode != TW_DATA_ONESIDED ||
-		    !(b = find(TW_DATA_RPC, a->mix, a->rate)))
+		if (v[i]->mode != TW_DATA_ONESIDED || v[i]->rep != 0)
 			continue;
-		printf("  %-4s %8.0f %6.2f %8.2f %8.2f %8.2f %13.2f %15.2f %13.2f\n", a->mix,
-		       a->rate, ratio((double)a->ops / a->secs, (double)b->ops / b->secs),
-		       ratio(hist_us(&a->put, 0.5), hist_us(&b->put, 0.5)),
-		       ratio(hist_us(&a->put, 0.99), hist_us(&b->put, 0.99)),
-		       ratio(hist_us(&a->get, 0.5), hist_us(&b->get, 0.5)),
-		       ratio((double)a->d.cpu[CPU_SERVE] / (double)a->ops,
-			     (double)b->d.cpu[CPU_SERVE] / (double)b->ops),
-		       ratio(per_put_us(a, CPU_BACKUP), per_put_us(b, CPU_BACKUP)),
-		       ratio((double)a->d.cpu[CPU_PROCESS] / (double)a->ops,
-			     (double)b->d.cpu[CPU_PROCESS] / (double)b->ops));
+		for (unsigned j = 0; j < n; j++) {
+			if (strcmp(v[j]->mix, v[i]->mix) || v[j]->clients != v[i]->clients ||
+			    v[j]->rate != v[i]->rate || !ratios_of(v[j], &q))
+				continue;
+			if (!k++)
+				lo = hi = q;
+#define RANGE(f) do { lo.f = fmin(lo.f, q.f); hi.f = fmax(hi.f, q.f); } while (0)
+			RANGE(ops); RANGE(put50); RANGE(put99); RANGE(get50); RANGE(backup); RANGE(cpu);
+#undef RANGE
+		}
+		if (!k)
+			continue;
+		cell(c[0], lo.ops, hi.ops);
+		cell(c[1], lo.put50, hi.put50);
+		cell(c[2], lo.put99, hi.put99);
+		cell(c[3], lo.get50, hi.get50);
+		cell(c[4], lo.backup, hi.backup);
+		cell(c[5], lo.cpu, hi.cpu);
+		printf("  %-4s %7u %8.0f %12s %12s %12s %12s %15s %14s\n", v[i]->mix, v[i]->clients,
+		       v[i]->rate, c[0], c[1], c[2], c[3], c[4], c[5]);
 	}
 }
 
 static void print_json(void)
 {
-	printf("{\"provider\":\"%s\",\"servers\":%u,\"replicas\":%u,\"records\":%" PRIu64
-	       ",\"key_size\":%u,\"value_size\":%u,\"clients\":%u,\"duration_s\":%g,"
-	       "\"tailwind\":\"%s\",\"runs\":[", o.provider ? o.provider : "tcp", o.servers,
-	       o.replicas, o.records, o.key_size, o.value_size, o.clients, o.duration,
-	       tw_version());
-	for (unsigned i = 0; i < nruns; i++) {
-		const struct result *r = &runs[i];
+	const struct result *v[MAX_RUNS];
+	unsigned n = ordered(v), nc = 0;
 
-		printf("%s{\"mode\":\"%s\",\"mix\":\"%s\",\"offered_rate\":%g,\"load_avg\":%.2f,"
-		       "\"secs\":%.3f,\"ops\":%" PRIu64 ",\"ops_per_s\":%.1f,\"gets\":%" PRIu64
-		       ",\"puts\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"timeouts\":%" PRIu64 ","
-		       "\"get_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},"
+	printf("{\"provider\":\"%s\",\"servers\":%u,\"replicas\":%u,\"records\":%" PRIu64
+	       ",\"key_size\":%u,\"value_size\":%u,\"duration_s\":%g,\"segment_size\":\"%s\","
+	       "\"memory\":\"%s\",\"tailwind\":\"%s\",\"runs\":[", o.provider ? o.provider : "tcp",
+	       o.servers, o.replicas, o.records, o.key_size, o.value_size, o.duration,
+	       o.segment_size, o.memory, tw_version());
+	for (unsigned i = 0; i < n; i++) {
+		const struct result *r = v[i];
+
+		printf("%s{\"mode\":\"%s\",\"mix\":\"%s\",\"run\":%u,\"clients\":%u,"
+		       "\"offered_rate\":%g,\"load_avg\":%.2f,\"secs\":%.3f,\"ops\":%" PRIu64 ",\"ops_per_s\":%.1f,"
+		       "\"gets\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"errors\":%" PRIu64 ","
+		       "\"timeouts\":%" PRIu64 ",\"get_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},"
 		       "\"put_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},\"cores\":{",
-		       i ? "," : "", mode_name(r->mode), r->mix, r->rate, r->load1, r->secs, r->ops,
-		       (double)r->ops / r->secs, r->gets, r->puts, r->errors, r->timeouts,
+		       i ? "," : "", mode_name(r->mode), r->mix, r->rep + 1, r->clients, r->rate,
+		       r->load1,
+		       r->secs, r->ops, ops_per_s(r), r->gets, r->puts, r->errors, r->timeouts,
 		       hist_us(&r->get, 0.5), hist_us(&r->get, 0.99), hist_us(&r->get, 0.999),
 		       hist_us(&r->put, 0.5), hist_us(&r->put, 0.99), hist_us(&r->put, 0.999));
 		for (int k = 0; k < NCPU; k++)
@@ -648,21 +732,18 @@ static void print_json(void)
 		       r->d.backup_rpcs, r->d.relocated);
 	}
 	printf("],\"comparisons\":[");
-	for (unsigned i = 0, n = 0; i < nruns; i++) {
-		const struct result *a = &runs[i], *b;
+	for (unsigned i = 0; i < n; i++) {
+		struct ratios q;
 
-		if (a->mode != TW_DATA_ONESIDED || !(b = find(TW_DATA_RPC, a->mix, a->rate)))
+		if (!ratios_of(v[i], &q))
 			continue;
-		printf("%s{\"mix\":\"%s\",\"offered_rate\":%g,\"ops_onesided_over_rpc\":%.3f,"
-		       "\"put_p50_onesided_over_rpc\":%.3f,\"put_p99_onesided_over_rpc\":%.3f,"
+		printf("%s{\"mix\":\"%s\",\"clients\":%u,\"offered_rate\":%g,\"run\":%u,"
+		       "\"ops_onesided_over_rpc\":%.3f,\"put_p50_onesided_over_rpc\":%.3f,"
+		       "\"put_p99_onesided_over_rpc\":%.3f,\"get_p50_onesided_over_rpc\":%.3f,"
 		       "\"backup_cpu_per_put_onesided_over_rpc\":%.3f,"
-		       "\"cpu_per_op_onesided_over_rpc\":%.3f}", n++ ? "," : "", a->mix, a->rate,
-		       ratio((double)a->ops / a->secs, (double)b->ops / b->secs),
-		       ratio(hist_us(&a->put, 0.5), hist_us(&b->put, 0.5)),
-		       ratio(hist_us(&a->put, 0.99), hist_us(&b->put, 0.99)),
-		       ratio(per_put_us(a, CPU_BACKUP), per_put_us(b, CPU_BACKUP)),
-		       ratio((double)a->d.cpu[CPU_PROCESS] / (double)a->ops,
-			     (double)b->d.cpu[CPU_PROCESS] / (double)b->ops));
+		       "\"cpu_per_op_onesided_over_rpc\":%.3f}", nc++ ? "," : "", v[i]->mix,
+		       v[i]->clients, v[i]->rate, v[i]->rep + 1, q.ops, q.put50, q.put99, q.get50,
+		       q.backup, q.cpu);
 	}
 	printf("]}\n");
 }
@@ -681,7 +762,7 @@ static void usage(FILE *f)
 		"  -R, --records N         records loaded (default 100000)\n"
 		"  -k, --key-size B        key bytes, 23..1024 (default 30)\n"
 		"  -v, --value-size B      value bytes (default 100)\n"
-		"  -c, --clients N         closed-loop clients (default 32)\n"
+		"  -c, --clients LIST      closed loop: requests in flight (default 32)\n"
 		"  -d, --duration S        seconds measured per run (default 5)\n"
 		"  -w, --warmup S          seconds before each measured run (default 0.5)\n"
 		"  -m, --mode LIST         onesided,rpc (default both)\n"
@@ -692,6 +773,7 @@ static void usage(FILE *f)
 		"  -s, --server ADDR       use a running cluster (one mode: its own)\n"
 		"      --twkv PATH         the twkv program (default: next to this one)\n"
 		"      --seed N            random seed (default: time)\n"
+		"      --runs N            the whole sequence N times (ranges of the ratios)\n"
 		"      --json              print JSON instead of the table\n");
 }
 
@@ -725,11 +807,12 @@ int main(int argc, char **argv)
 		{ "server", required_argument, NULL, 's' },
 		{ "twkv", required_argument, NULL, 'T' },
 		{ "seed", required_argument, NULL, 'e' },
+		{ "runs", required_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *list[MAX_RATES];
+	const char *list[MAX_POINTS];
 	int opt, n, rc = 0;
 
 	o.modes[0] = TW_DATA_ONESIDED;
@@ -747,13 +830,20 @@ int main(int argc, char **argv)
 		case 'R': o.records = strtoull(optarg, NULL, 10); break;
 		case 'k': o.key_size = (unsigned)atoi(optarg); break;
 		case 'v': o.value_size = (unsigned)atoi(optarg); break;
-		case 'c': o.clients = (unsigned)atoi(optarg); break;
+		case 'c':
+			n = parse_list(optarg, list, MAX_POINTS);
+			o.nclients = 0;
+			for (int i = 0; i < n; i++)
+				if (!(o.clients[o.nclients++] = (unsigned)atoi(list[i])))
+					goto bad;
+			break;
 		case 'd': o.duration = atof(optarg); break;
 		case 'w': o.warmup = atof(optarg); break;
 		case 'S': o.segment_size = optarg; break;
 		case 'M': o.memory = optarg; break;
 		case 'T': snprintf(o.twkv, sizeof(o.twkv), "%s", optarg); break;
 		case 'e': o.seed = strtoull(optarg, NULL, 0); break;
+		case 'N': o.reps = (unsigned)atoi(optarg); break;
 		case 'j': o.json = true; break;
 		case 's':
 			if (o.ncluster < KV_MAX_SERVERS)
@@ -783,7 +873,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'L':
-			n = parse_list(optarg, list, MAX_RATES);
+			n = parse_list(optarg, list, MAX_POINTS);
 			o.nrates = 0;
 			for (int i = 0; i < n; i++)
 				if ((o.rates[o.nrates++] = atof(list[i])) <= 0)
@@ -799,7 +889,8 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc || o.servers < 2 || o.servers > KV_MAX_SERVERS || !o.replicas ||
 	    o.replicas >= o.servers || !o.records || o.key_size < 23 || o.key_size > KV_MAX_KEY ||
-	    o.value_size > KV_MAX_VALUE / 2 || !o.clients || o.duration <= 0 || !o.nmodes ||
+	    o.value_size > KV_MAX_VALUE / 2 || !o.nclients || o.duration <= 0 || !o.nmodes ||
+	    !o.reps ||
 	    !o.nmixes) {
 		fprintf(stderr, "twkv-ycsb: bad arguments (servers 2..%u, 1 <= replicas < servers, "
 			"key size 23..%u, duration > 0)\n", KV_MAX_SERVERS, KV_MAX_KEY);
@@ -818,8 +909,13 @@ int main(int argc, char **argv)
 	if (o.ncluster)
 		o.nmodes = 1;
 	signal(SIGPIPE, SIG_IGN);
-	for (unsigned m = 0; m < o.nmodes && rc == 0; m++)
-		rc = run_mode(o.modes[m]);
+	/* Mode by mode within each mix, the order reversed from one mix to the next (onesided,
+	 * rpc, rpc, onesided, ...): the two sides of a ratio run back to back, and a drift of the
+	 * machine's load over the whole run favours neither. */
+	for (unsigned rep = 0, k = 0; rep < o.reps && rc == 0; rep++)
+		for (unsigned m = 0; m < o.nmixes && rc == 0; m++, k++)
+			for (unsigned j = 0; j < o.nmodes && rc == 0; j++)
+				rc = run_mix(o.mixes[m], o.modes[k % 2 ? o.nmodes - 1 - j : j], rep);
 	if (nruns)
 		o.json ? print_json() : print_table();
 	return rc < 0;
