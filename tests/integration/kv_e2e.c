@@ -16,18 +16,24 @@
  *             SIGKILL the standby recovers exactly the live set (one record per key, the last
  *             acknowledged or a later attempted value), starting at the cleaned mark.
  *   static    no ZooKeeper: after the SIGKILL a TAKEOVER request moves partition 0 to the
- *             fourth server (the static configuration's failover).
+ *             fourth server (the static configuration's failover). First, hostile input: a
+ *             peer that breaks the framing loses its connection, a malformed request gets
+ *             an error reply, and nobody else notices.
  *
  * Values carry the key number and a per-key sequence number; a key is written by one request
  * at a time, so the sequence numbers of its acknowledged PUTs are its history.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kv_client.h"
 #include "proc.h"
@@ -315,6 +321,75 @@ static void final_reads(struct work *w)
 	   w->nkeys, w->violations - v0, w->bad_values - b0, w->failed - f0);
 }
 
+/* ---------------------------------------------------------------- hostile peers */
+
+/* Connect to host:port, send `len` bytes, and say whether the server closed the connection
+ * (within 10 s) without answering. */
+static bool closes_after(const char *addr, const void *bytes, size_t len)
+{
+	char host[128], buf[256];
+	const char *colon = strrchr(addr, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	struct pollfd pfd;
+	bool closed = false;
+	int fd;
+
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+	TAP_REQUIRE(getaddrinfo(host, colon + 1, &hints, &ai) == 0, "resolve %s", addr);
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	TAP_REQUIRE(fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0, "connect %s", addr);
+	freeaddrinfo(ai);
+	TAP_REQUIRE(send(fd, bytes, len, MSG_NOSIGNAL) == (ssize_t)len, "send");
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, 10000) == 1)
+		closed = read(fd, buf, sizeof(buf)) <= 0;
+	close(fd);
+	return closed;
+}
+
+static void expect_bad(uint8_t op, const void *body, uint32_t len, const char *why)
+{
+	uint8_t st = 0;
+	char *reply = NULL;
+	uint32_t rlen;
+	int rc = kv_call(map.servers[1].kv, op, body, len, 10000, &st, &reply, &rlen);
+
+	ok(rc == 0 && st == KV_S_BAD && strstr(reply, why), "%s: refused (%s)", why,
+	   rc ? strerror(-rc) : reply);
+	free(reply);
+}
+
+static void hostile(struct work *w)
+{
+	uint8_t h[KV_HDR_SIZE], rec[64];
+	struct kv_hdr hd = { .len = 4, .op = KV_OP_GET, .id = 1 };
+
+	kv_hdr_encode(h, &hd);
+	h[6] ^= 0xff; /* magic */
+	ok(closes_after(map.servers[1].kv, h, sizeof(h)), "a header without the magic: the server "
+	   "closes that connection");
+	hd.len = KV_MAX_BODY + 1;
+	kv_hdr_encode(h, &hd);
+	ok(closes_after(map.servers[1].kv, h, sizeof(h)), "a body beyond KV_MAX_BODY announced: "
+	   "closed");
+	hd.len = 0;
+	hd.op = KV_OP_GET | KV_REPLY;
+	kv_hdr_encode(h, &hd);
+	ok(closes_after(map.servers[1].kv, h, sizeof(h)), "a reply sent to the server: closed");
+	kv_rec_hdr_encode(rec, 0, 40, 3); /* the lengths do not add up */
+	memcpy(rec + KV_REC_HDR_SIZE, "abcdefgh", 8);
+	expect_bad(KV_OP_PUT, rec, KV_REC_HDR_SIZE + 8, "malformed record");
+	expect_bad(KV_OP_GET, NULL, 0, "key of 0 bytes");
+	expect_bad(99, NULL, 0, "unknown operation 99");
+	expect_bad(KV_OP_TAKEOVER, "x", 1, "expected a partition number");
+	expect_bad(KV_OP_CONFIGURE, "you 1\n", 6, "already configured");
+	/* Nobody else noticed: the workload's connections go on. */
+	w->put_share = 0.5;
+	run_until(w, w->done + 2000, 16);
+	ok(w->failed == 0 && w->violations == 0, "the other clients' requests all succeeded");
+}
+
 /* ---------------------------------------------------------------- scenarios */
 
 static void kill_owner_and_wait(struct work *w, uint64_t ops_after)
@@ -360,6 +435,8 @@ static void check_history(struct work *w, const char *when)
 
 static void scenario_failover(struct work *w)
 {
+	if (sc == STATIC)
+		hostile(w);
 	w->put_share = 0.5;
 	run_until(w, 20000, 48);
 	check_history(w, "before the kill");
