@@ -54,11 +54,15 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 PC=$(dirname "$(find "$R" -name tailwind.pc | head -n 1)")
 if command -v make >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
 	mkdir -p "$D/kv"
+	LIBDIR=$(PKG_CONFIG_PATH=$PC pkg-config --define-variable=prefix="$R" --variable=libdir tailwind)
+	# A library built with a sanitizer (CI's ASan and TSan builds) needs programs built with it.
+	SAN=""
+	ldd "$LIBDIR/libtailwind.so" 2>/dev/null | grep -q libasan && SAN="-fsanitize=address,undefined"
+	ldd "$LIBDIR/libtailwind.so" 2>/dev/null | grep -q libtsan && SAN="-fsanitize=thread"
 	out=$(PKG_CONFIG_PATH=$PC PKG_CONFIG="pkg-config --define-variable=prefix=$R" \
-		make -s -C "$SRC/examples/kv" O="$D/kv" CFLAGS="-O2 -Wall -Wextra -Werror" 2>&1)
+		make -s -C "$SRC/examples/kv" O="$D/kv" CFLAGS="-O2 -Wall -Wextra -Werror $SAN" 2>&1)
 	ok $? "examples/kv builds against the installed headers with pkg-config tailwind"
 	[ -n "$out" ] && echo "$out" | sed 's/^/# /'
-	LIBDIR=$(PKG_CONFIG_PATH=$PC pkg-config --define-variable=prefix="$R" --variable=libdir tailwind)
 	LD_LIBRARY_PATH=$LIBDIR "$D/kv/twkv" --version 2>&1 | grep -q "^twkv (Tailwind "
 	ok $? "the installed-built twkv runs against the installed libtailwind"
 	LD_LIBRARY_PATH=$LIBDIR "$D/kv/twkv-ycsb" --help 2>&1 | grep -q -- "--rate"
