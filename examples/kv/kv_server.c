@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kv_server_int.h"
@@ -50,6 +51,14 @@ void kv_server_config_init(struct kv_server_config *cfg)
 	cfg->session_ms = 4000;
 	cfg->backup_buffers = 16;
 	cfg->expect_keys = 1024;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* ------------------------------------------------------------------ CPU per role */
@@ -430,6 +439,7 @@ static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 	struct pending *pd;
 	struct kv_rec r;
 	struct part *pt;
+	uint64_t hash;
 	int rc;
 
 	if (!kv_rec_decode(body, h->len, &r)) {
@@ -437,7 +447,8 @@ static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 		reply_text(s, c, h->op, h->id, KV_S_BAD, "malformed record");
 		return;
 	}
-	pt = part_of(s, kv_hash(r.key, r.klen));
+	hash = kv_hash(r.key, r.klen);
+	pt = part_of(s, hash);
 	if (pt->state != PART_SERVING) {
 		s->not_owner++;
 		reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
@@ -460,7 +471,7 @@ static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 		return;
 	}
 	pd->pt = pt;
-	pd->hash = kv_hash(r.key, r.klen);
+	pd->hash = hash;
 	pd->conn = c->slot;
 	pd->gen = c->gen;
 	pd->id = h->id;
@@ -1038,6 +1049,37 @@ static int configure_from_file(struct kv_server *s)
 	return rc < 0 ? rc : 0;
 }
 
+/*
+ * The first SIGTERM: stop taking partitions over, close the ones served here (their final close
+ * RPCs reach backups that are still up), and keep the backup running while other servers' logs
+ * have segments open on it, up to DRAIN_MS: when a whole cluster stops at once, every log is
+ * closed before any backup goes, and nobody fails over to nowhere.
+ */
+#define DRAIN_MS 2000
+
+static void drain_start(struct kv_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	pthread_mutex_unlock(&s->mu);
+	for (unsigned i = 0; i < s->map.partitions; i++) {
+		struct part *pt = &s->parts[i];
+
+		if (pt->p) {
+			kv_part_close(s, pt);
+			pt->state = PART_IDLE;
+		}
+	}
+}
+
+static bool drained(struct kv_server *s)
+{
+	struct tw_backup_stats bs;
+
+	tw_backup_get_stats(s->backup, &bs);
+	return bs.buffers_open == 0;
+}
+
 static void stop(struct kv_server *s)
 {
 	struct pending *pd;
@@ -1081,6 +1123,7 @@ int kv_server_run(const struct kv_server_config *cfg)
 	struct epoll_event evs[64];
 	sigset_t sigs;
 	bool quit = false, more = false;
+	uint64_t drain_end = 0;
 	int rc;
 
 	if (!s)
@@ -1107,7 +1150,8 @@ int kv_server_run(const struct kv_server_config *cfg)
 			rc = configure_from_file(s);
 	}
 	while (rc == 0 && !quit) {
-		int n = epoll_wait(s->epfd, evs, 64, more ? 0 : -1);
+		/* Draining: look at the backup every 10 ms (its state has no descriptor). */
+		int n = epoll_wait(s->epfd, evs, 64, more ? 0 : drain_end ? 10 : -1);
 
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
@@ -1117,7 +1161,16 @@ int kv_server_run(const struct kv_server_config *cfg)
 			} else if (tag == TAG_EVENT) {
 				take_handoffs(s);
 			} else if (tag == TAG_SIGNAL) {
-				quit = true;
+				struct signalfd_siginfo si;
+
+				if (read(s->sfd, &si, sizeof(si)) < 0)
+					si.ssi_signo = 0;
+				if (drain_end) { /* a second signal: stop now */
+					quit = true;
+				} else {
+					drain_start(s);
+					drain_end = now_ms() + DRAIN_MS;
+				}
 			} else if (tag < s->nconns_cap && s->conns[tag]->fd >= 0) {
 				struct conn *c = s->conns[tag];
 
@@ -1131,6 +1184,8 @@ int kv_server_run(const struct kv_server_config *cfg)
 		 * step that has to wait for its relocations' acknowledgements returns at once. */
 		more = kv_part_clean(s);
 		flush_dirty(s);
+		if (drain_end && (drained(s) || now_ms() >= drain_end))
+			quit = true;
 	}
 	stop(s);
 	if (s->lfd >= 0)
