@@ -369,9 +369,7 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 				 * failure: a service that stands by in rounds of wait_ms, to
 				 * notice its own shutdown, would log one error per round. */
 				if (errmsg_out && errmsg_len)
-					snprintf(errmsg_out, errmsg_len, "log %llu: %s",
-						 (unsigned long long)cfg->log_id,
-						 tw__coord_errmsg(c));
+					snprintf(errmsg_out, errmsg_len, "%s", tw__coord_errmsg(c));
 				goto out;
 			}
 			if (rc < 0) {
