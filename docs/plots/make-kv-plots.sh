@@ -5,7 +5,7 @@
 #   docs/plots/make-kv-plots.sh --run      first run twkv-ycsb (tcp and shm) to refresh the JSON
 #
 # Environment: BUILD (build dir with examples/kv/twkv-ycsb; default build), PROVIDERS (default
-# "tcp shm"), RECORDS (default 100000), DURATION (seconds per measured run; default 5),
+# "tcp shm shm-fast"; shm-fast is shm with TW_FAB_SHM_FAST=on, docs/fabric.md), RECORDS (default 100000), DURATION (seconds per measured run; default 5),
 # CLIENTS (the comparison's closed-loop clients; default 128), RATES (offered loads for the
 # latency and CPU curves), YCSB_ARGS (extra options for every run). Needs jq and gnuplot
 # (gnuplot-nox). Numbers from a shared 2-vCPU VM are noisy: compare ratios, not absolute values,
@@ -14,7 +14,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=${BUILD:-$top/build}
-providers=${PROVIDERS:-tcp shm}
+providers=${PROVIDERS:-tcp shm shm-fast}
 records=${RECORDS:-100000}
 duration=${DURATION:-5}
 clients=${CLIENTS:-128}
@@ -23,12 +23,16 @@ data=$here/data
 mkdir -p "$data"
 
 run() { # name provider args...
-	name=$1 prov=$2
+	name=$1 prov=$2 fast=off
 	shift 2
+	if [ "$prov" = shm-fast ]; then
+		fast=on
+	fi
 	echo "make-kv-plots: $name ($prov): twkv-ycsb $* (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	# shellcheck disable=SC2086
-	"$build/examples/kv/twkv-ycsb" --provider "$prov" --records "$records" \
-		--duration "$duration" --json ${YCSB_ARGS:-} "$@" > "$data/kv-$name-$prov.json.tmp"
+	TW_FAB_SHM_FAST=$fast "$build/examples/kv/twkv-ycsb" --provider "${prov%-fast}" \
+		--records "$records" --duration "$duration" --json ${YCSB_ARGS:-} "$@" \
+		> "$data/kv-$name-$prov.json.tmp"
 	mv "$data/kv-$name-$prov.json.tmp" "$data/kv-$name-$prov.json"
 }
 
@@ -56,9 +60,9 @@ for p in $providers; do
 		done
 	done
 	f=$data/kv-compare-$p.json
-	# Run 1 of the comparison, per mix and mode: the cores of each role.
-	[ -f "$f" ] && jq -r '.runs[] | select(.run == 1) |
-		"\(.mix)-\(.mode) \(.cores.serve) \(.cores.replicate) \(.cores.backup) \(.cores.other)"' \
+	# Run 1 of the comparison, per mix and mode: CPU microseconds per operation of each role.
+	[ -f "$f" ] && jq -r '.runs[] | select(.run == 1) | (1e6 / .ops_per_s) as $k |
+		"\(.mix)-\(.mode) \(.cores.serve * $k) \(.cores.replicate * $k) \(.cores.backup * $k) \(.cores.other * $k)"' \
 		"$f" > "$data/kv-cpu-$p.dat"
 done
 
@@ -102,26 +106,26 @@ GP
 	[ -f "$d-w-onesided.dat" ] && gnuplot <<GP
 set terminal pngcairo size 900,560 font ",11"
 set output "$here/kv-cpu-load-$p.png"
-set title "Server CPU vs offered load, write-only ($p, 3 servers; cores summed over them)"
-set xlabel "offered ops/s"
+set title "Server CPU vs throughput, write-only, open loop ($p, 3 servers; cores summed over them)"
+set xlabel "achieved ops/s"
 set ylabel "cores"
 set key top left
 set grid
-plot "$d-w-onesided.dat" using 1:5 with linespoints lw 2 title "onesided: serving", \
-     "$d-w-onesided.dat" using 1:7 with linespoints lw 2 title "onesided: backup", \
-     "$d-w-rpc.dat" using 1:5 with linespoints lw 2 dt 2 title "rpc: serving", \
-     "$d-w-rpc.dat" using 1:7 with linespoints lw 2 dt 2 title "rpc: backup", \
-     "$d-w-onesided.dat" using 1:6 with lines lw 1 title "onesided: primary's replication", \
-     "$d-w-rpc.dat" using 1:6 with lines lw 1 dt 2 title "rpc: primary's replication"
+plot "$d-w-onesided.dat" using 2:5 with linespoints lw 2 title "onesided: serving", \
+     "$d-w-onesided.dat" using 2:7 with linespoints lw 2 title "onesided: backup", \
+     "$d-w-rpc.dat" using 2:5 with linespoints lw 2 dt 2 title "rpc: serving", \
+     "$d-w-rpc.dat" using 2:7 with linespoints lw 2 dt 2 title "rpc: backup", \
+     "$d-w-onesided.dat" using 2:6 with lines lw 1 title "onesided: primary's replication", \
+     "$d-w-rpc.dat" using 2:6 with lines lw 1 dt 2 title "rpc: primary's replication"
 GP
 	[ -f "$data/kv-cpu-$p.dat" ] && gnuplot <<GP
 set terminal pngcairo size 900,520 font ",11"
 set output "$here/kv-cpu-mix-$p.png"
-set title "Server CPU per role and mix ($p, 3 servers, closed loop, $clients clients)"
+set title "Server CPU per operation, by role and mix ($p, 3 servers, closed loop, $clients clients)"
 set style data histograms
 set style histogram rowstacked
 set style fill solid 0.8 border -1
-set ylabel "cores (all servers)"
+set ylabel "CPU us per operation (all servers)"
 set yrange [0:*]
 set xtics rotate by -30
 set grid ytics

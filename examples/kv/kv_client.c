@@ -69,23 +69,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int grow(uint8_t **buf, size_t *cap, size_t need)
-{
-	size_t n = *cap ? *cap : 4096;
-	uint8_t *p;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	p = realloc(*buf, n);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = n;
-	return 0;
-}
-
 /* "host:port" or "[v6]:port" -> a connected-or-connecting TCP socket (non-blocking unless
  * `blocking`). Returns the fd or -errno. */
 static int dial(const char *addr, bool blocking)
@@ -369,7 +352,7 @@ static int send_to(struct kvc *c, struct req *r, unsigned i)
 		c->st.connects++;
 	}
 	/* Sent by kvc_poll (before it waits), or when the socket takes more. */
-	if (grow(&sc->out, &sc->out_cap, sc->out_len + r->len) < 0)
+	if (kv_buf_reserve(&sc->out, &sc->out_cap, sc->out_len + r->len) < 0)
 		return -ENOMEM;
 	memcpy(sc->out + sc->out_len, r->msg, r->len);
 	sc->out_len += r->len;
@@ -571,7 +554,7 @@ static int conn_in(struct kvc *c, unsigned i)
 	size_t off = 0;
 	ssize_t n;
 
-	if (grow(&sc->in, &sc->in_cap, sc->in_len + 65536) < 0)
+	if (kv_buf_reserve(&sc->in, &sc->in_cap, sc->in_len + 65536) < 0)
 		return -ENOMEM;
 	n = read(sc->fd, sc->in + sc->in_len, sc->in_cap - sc->in_len);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -589,7 +572,7 @@ static int conn_in(struct kvc *c, unsigned i)
 			return 0;
 		}
 		if (sc->in_len - off < KV_HDR_SIZE + h.len) {
-			if (grow(&sc->in, &sc->in_cap, KV_HDR_SIZE + h.len) < 0)
+			if (kv_buf_reserve(&sc->in, &sc->in_cap, KV_HDR_SIZE + h.len) < 0)
 				return -ENOMEM;
 			break;
 		}
@@ -656,25 +639,27 @@ static uint64_t retry_due(struct kvc *c, uint64_t now)
 	return next;
 }
 
-int kvc_poll(struct kvc *c, int timeout_ms)
+int kvc_poll(struct kvc *c, long timeout_us)
 {
 	struct epoll_event evs[KV_MAX_SERVERS];
 	uint64_t now = now_ns(), next, before = c->completed;
-	int n, wait = timeout_ms;
+	int64_t wait_ns = timeout_us < 0 ? -1 : (int64_t)timeout_us * 1000;
+	struct timespec ts;
+	int n;
 
 	next = retry_due(c, now);
 	for (unsigned i = 0; i < c->map.nservers; i++)
 		if (c->conns[i].fd >= 0 && c->conns[i].out_len && !c->conns[i].connecting)
 			conn_out(c, i);
 	if (c->completed != before)
-		wait = 0; /* something finished (timed out) already */
-	if (next != UINT64_MAX) {
-		int ms = (int)((next - now + 999999) / 1000000);
-
-		if (wait < 0 || ms < wait)
-			wait = ms;
-	}
-	n = epoll_wait(c->epfd, evs, KV_MAX_SERVERS, wait);
+		wait_ns = 0; /* something finished (timed out) already */
+	if (next != UINT64_MAX && (wait_ns < 0 || (int64_t)(next - now) < wait_ns))
+		wait_ns = (int64_t)(next - now);
+	ts.tv_sec = wait_ns / 1000000000;
+	ts.tv_nsec = wait_ns % 1000000000;
+	/* epoll_pwait2: a timeout in nanoseconds (an open-loop driver paces requests closer than
+	 * epoll_wait's milliseconds). */
+	n = epoll_pwait2(c->epfd, evs, KV_MAX_SERVERS, wait_ns < 0 ? NULL : &ts, NULL);
 	if (n < 0)
 		return errno == EINTR ? 0 : -errno;
 	for (int k = 0; k < n; k++) {

@@ -61,9 +61,9 @@ int kvc_get(struct kvc *c, const void *key, uint16_t klen, kvc_cb cb, void *arg)
 int kvc_put(struct kvc *c, const void *key, uint16_t klen, const void *value, uint32_t vlen,
 	    kvc_cb cb, void *arg);
 
-/* Send, receive, run due callbacks; wait up to timeout_ms (-1: until something completes).
- * Returns the number of callbacks run, or -errno. */
-int kvc_poll(struct kvc *c, int timeout_ms);
+/* Send, receive, run due callbacks; wait up to timeout_us microseconds for something to arrive
+ * (-1: no limit). Returns the number of callbacks run, or -errno. */
+int kvc_poll(struct kvc *c, long timeout_us);
 size_t kvc_inflight(const struct kvc *c);
 
 struct kvc_stats {

@@ -182,7 +182,8 @@ int kv_cluster_parse(const char *text, size_t len, struct kv_cluster *c, char *e
 	return rc ? rc : check(c, err, errlen);
 }
 
-static int set_str(char *buf, size_t cap, int *at, uint64_t set)
+/* " name=0,2,5" for a non-empty set, appended at buf + *at. */
+static int set_str(char *buf, size_t cap, int *at, const char *name, uint64_t set)
 {
 	bool first = true;
 
@@ -191,7 +192,7 @@ static int set_str(char *buf, size_t cap, int *at, uint64_t set)
 
 		if (!(set >> p & 1))
 			continue;
-		n = snprintf(buf + *at, cap - (size_t)*at, "%s%u", first ? "" : ",", p);
+		n = snprintf(buf + *at, cap - (size_t)*at, "%s%u", first ? name : ",", p);
 		if (n < 0 || (size_t)n >= cap - (size_t)*at)
 			return -ENOSPC;
 		*at += n;
@@ -217,20 +218,9 @@ int kv_cluster_format(const struct kv_cluster *c, char *buf, size_t cap)
 		if (n < 0 || (size_t)n >= cap - (size_t)at)
 			return -ENOSPC;
 		at += n;
-		if (s->owns) {
-			if ((size_t)at + 6 >= cap)
-				return -ENOSPC;
-			at += snprintf(buf + at, cap - (size_t)at, " owns=");
-			if (set_str(buf, cap, &at, s->owns) < 0)
-				return -ENOSPC;
-		}
-		if (s->standby) {
-			if ((size_t)at + 9 >= cap)
-				return -ENOSPC;
-			at += snprintf(buf + at, cap - (size_t)at, " standby=");
-			if (set_str(buf, cap, &at, s->standby) < 0)
-				return -ENOSPC;
-		}
+		if (set_str(buf, cap, &at, " owns=", s->owns) < 0 ||
+		    set_str(buf, cap, &at, " standby=", s->standby) < 0)
+			return -ENOSPC;
 		if ((size_t)at + 1 >= cap)
 			return -ENOSPC;
 		buf[at++] = '\n';

@@ -185,23 +185,6 @@ static void conn_close(struct kv_server *s, struct conn *c)
 	c->paused = c->want_out = false;
 }
 
-static int reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-	size_t n = *cap ? *cap : 4096;
-	uint8_t *p;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	p = realloc(*buf, n);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = n;
-	return 0;
-}
-
 static void mark_dirty(struct kv_server *s, struct conn *c)
 {
 	if (!c->dirty) {
@@ -219,7 +202,7 @@ static uint8_t *reply_start(struct kv_server *s, struct conn *c, uint8_t op, uin
 	struct kv_hdr h = { .len = len, .op = op | KV_REPLY, .status = status, .id = id };
 	uint8_t *p;
 
-	if (reserve(&c->out, &c->out_cap, c->out_len + KV_HDR_SIZE + len) < 0) {
+	if (kv_buf_reserve(&c->out, &c->out_cap, c->out_len + KV_HDR_SIZE + len) < 0) {
 		conn_close(s, c);
 		return NULL;
 	}
@@ -331,7 +314,7 @@ static void accept_all(struct kv_server *s)
 			}
 		}
 		c = s->conns[slot];
-		if (reserve(&c->in, &c->in_cap, IN_START) < 0) {
+		if (kv_buf_reserve(&c->in, &c->in_cap, IN_START) < 0) {
 			close(fd);
 			continue;
 		}
@@ -814,7 +797,7 @@ static void conn_read(struct kv_server *s, struct conn *c)
 	ssize_t n;
 
 	if (c->in_cap - c->in_len < 4096 &&
-	    reserve(&c->in, &c->in_cap, c->in_len + 4096) < 0) {
+	    kv_buf_reserve(&c->in, &c->in_cap, c->in_len + 4096) < 0) {
 		conn_close(s, c);
 		return;
 	}
@@ -835,7 +818,7 @@ static void conn_read(struct kv_server *s, struct conn *c)
 			return;
 		}
 		if (c->in_len - off < KV_HDR_SIZE + h.len) {
-			if (reserve(&c->in, &c->in_cap, KV_HDR_SIZE + h.len) < 0)
+			if (kv_buf_reserve(&c->in, &c->in_cap, KV_HDR_SIZE + h.len) < 0)
 				conn_close(s, c);
 			break;
 		}

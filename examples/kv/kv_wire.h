@@ -33,8 +33,10 @@
 #define TWKV_WIRE_H
 
 #include <endian.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KV_MAGIC 0x4b56u
@@ -131,6 +133,25 @@ static inline bool kv_rec_decode(const void *buf, uint32_t len, struct kv_rec *r
 	return r->klen >= 1 && r->klen <= KV_MAX_KEY && r->vlen <= KV_MAX_VALUE &&
 	       kv_get16(p + 10) == 0 &&
 	       (uint64_t)KV_REC_HDR_SIZE + r->klen + r->vlen == len;
+}
+
+/* Make room for `need` bytes in a growing message buffer (doubling from 4 KiB; the buffers of a
+ * connection stay at their largest, so a steady load allocates nothing). 0 or -ENOMEM. */
+static inline int kv_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	size_t n = *cap ? *cap : 4096;
+	uint8_t *p;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	p = realloc(*buf, n);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = n;
+	return 0;
 }
 
 /* 64-bit FNV-1a of a key: the partition is chosen from its high half, the index slot from its

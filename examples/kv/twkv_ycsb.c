@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -355,6 +356,7 @@ static int run_phase(struct driver *d, unsigned clients, double rate, double war
 		return -EIO;
 	for (;;) {
 		uint64_t t = now_ns();
+		long wait_us;
 		int rc;
 
 		if (!load && !d->measuring && t >= t_meas) {
@@ -365,8 +367,9 @@ static int run_phase(struct driver *d, unsigned clients, double rate, double war
 		}
 		if (load ? d->inflight == 0 : t >= t_end)
 			break;
+		wait_us = 100000;
 		if (d->open_loop) {
-			uint64_t due = (uint64_t)((double)(t - t0) * rate / 1e9);
+			uint64_t due = (uint64_t)((double)(t - t0) * rate / 1e9), next;
 
 			for (; sent < due && d->inflight < 100000; sent++) {
 				struct op *op = calloc(1, sizeof(*op));
@@ -375,8 +378,11 @@ static int run_phase(struct driver *d, unsigned clients, double rate, double war
 					return -ENOMEM;
 				issue(d, op, t0 + (uint64_t)((double)sent * 1e9 / rate));
 			}
+			/* Wake up for the next request's scheduled time. */
+			next = t0 + (uint64_t)((double)sent * 1e9 / rate);
+			wait_us = next > t ? (long)((next - t) / 1000) : 0;
 		}
-		rc = kvc_poll(d->c, d->open_loop ? 1 : 100);
+		rc = kvc_poll(d->c, wait_us);
 		if (rc < 0)
 			return rc;
 	}
@@ -385,7 +391,7 @@ static int run_phase(struct driver *d, unsigned clients, double rate, double war
 	d->measuring = false;
 	d->stopping = true;
 	while (d->inflight)
-		if (kvc_poll(d->c, 100) < 0)
+		if (kvc_poll(d->c, 100000) < 0)
 			break;
 	snap_delta(&d->r->d, &a, &b);
 	d->r->secs = (double)d->r->d.t_ns / 1e9;
@@ -909,6 +915,8 @@ int main(int argc, char **argv)
 	if (o.ncluster)
 		o.nmodes = 1;
 	signal(SIGPIPE, SIG_IGN);
+	/* Timer slack of 1 us: the open loop's waits end when the next request is due. */
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	/* Mode by mode within each mix, the order reversed from one mix to the next (onesided,
 	 * rpc, rpc, onesided, ...): the two sides of a ratio run back to back, and a drift of the
 	 * machine's load over the whole run favours neither. */

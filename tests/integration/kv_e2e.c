@@ -270,7 +270,7 @@ static void run_until(struct work *w, uint64_t target, unsigned depth)
 	while (w->inflight < depth && w->done + w->inflight < w->target)
 		issue(w);
 	while (w->inflight) {
-		int rc = kvc_poll(w->c, 1000);
+		int rc = kvc_poll(w->c, 1000000);
 
 		TAP_REQUIRE(rc >= 0, "kvc_poll: %s", strerror(-rc));
 	}
@@ -314,7 +314,7 @@ static void final_reads(struct work *w)
 	}
 	w->target = 0;
 	while (w->inflight)
-		TAP_REQUIRE(kvc_poll(w->c, 1000) >= 0, "kvc_poll");
+		TAP_REQUIRE(kvc_poll(w->c, 1000000) >= 0, "kvc_poll");
 	ok(w->violations == v0 && w->bad_values == b0 && w->failed == f0,
 	   "final read of all %u keys: every one holds its last acknowledged PUT or a later "
 	   "attempted one (%" PRIu64 " violations, %" PRIu64 " bad values, %" PRIu64 " failed)",
