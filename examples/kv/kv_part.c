@@ -144,6 +144,28 @@ static bool stopping(struct kv_server *s)
 	return st;
 }
 
+/* Wait `*ms` (doubling it, up to 2 s) unless the server stops meanwhile; false if it does. */
+static bool backoff(struct kv_server *s, unsigned *ms)
+{
+	struct timespec ts;
+	bool st;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += *ms / 1000;
+	ts.tv_nsec += (long)(*ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	*ms = *ms < 1000 ? *ms * 2 : 2000;
+	pthread_mutex_lock(&s->mu);
+	if (!s->stopping)
+		pthread_cond_timedwait(&s->acq_cv, &s->mu, &ts);
+	st = s->stopping;
+	pthread_mutex_unlock(&s->mu);
+	return !st;
+}
+
 /* Open, take over or stand by for one partition; hand the result to the serving thread. */
 static void *acquire_main(void *arg)
 {
@@ -157,6 +179,7 @@ static void *acquire_main(void *arg)
 	struct rebuild rb;
 	struct tw_primary *p = NULL;
 	uint64_t t0 = 0;
+	unsigned delay = 100;
 	int rc;
 
 	free(arg);
@@ -183,11 +206,18 @@ static void *acquire_main(void *arg)
 			rc = job.mode == ACQ_OPEN ? tw_primary_open(&cfg, &p, a->err, sizeof(a->err))
 						  : -TW_EEXIST;
 			/* The log exists: a restart, or a static failover. Take it over. */
-			if (rc == -TW_EEXIST)
+			if (rc == -TW_EEXIST) {
+				a->took_over = true;
 				rc = tw_primary_takeover(&cfg, on_entry, &rb, &res, &p, a->err,
 							 sizeof(a->err));
+			}
 		}
-	} while (job.mode == ACQ_STANDBY && rc == -ETIMEDOUT && !stopping(s));
+		/* A server started from a map file may come up before the backups of its peers:
+		 * the open waits for them. */
+		if (job.mode == ACQ_OPEN && rc == -TW_ENOBACKUP)
+			fprintf(stderr, "twkv: partition %u: %s; trying again\n", job.part, a->err);
+	} while ((job.mode == ACQ_STANDBY && rc == -ETIMEDOUT && !stopping(s)) ||
+		 (job.mode == ACQ_OPEN && rc == -TW_ENOBACKUP && backoff(s, &delay)));
 	a->takeover_ns = now_ns() - t0;
 	if (rc == 0) {
 		uint64_t t1 = now_ns();
@@ -198,8 +228,10 @@ static void *acquire_main(void *arg)
 		a->live = rb.idx.count;
 		a->next_version = rb.max_version + 1;
 		a->wait_ns = st.wait_ns;
-		if (job.mode == ACQ_STANDBY)
+		if (job.mode == ACQ_STANDBY) {
 			a->takeover_ns = st.takeover_ns;
+			a->took_over = true;
+		}
 		rc = reappend(p, &rb.idx, &a->head);
 		/* Every live record is in the new log now: the earlier owner's segments go. */
 		if (rc == 0 && tw_primary_first_segment(p) > 0)

@@ -836,6 +836,7 @@ static void conn_read(struct kv_server *s, struct conn *c)
 static void install(struct kv_server *s, struct acquired *a)
 {
 	static const char *const how[] = { "opened", "taken over", "taken over as standby" };
+	const char *what = a->mode == ACQ_OPEN && a->took_over ? how[1] : how[a->mode];
 	struct part *pt = &s->parts[a->part];
 	struct conn *c;
 
@@ -848,7 +849,7 @@ static void install(struct kv_server *s, struct acquired *a)
 		pt->state = PART_SERVING;
 		if (kv_mem_used(s) > s->mem_peak)
 			s->mem_peak = kv_mem_used(s);
-		if (a->entries || a->mode != ACQ_OPEN) {
+		if (a->took_over) {
 			s->takeovers++;
 			s->last_takeover_ms = a->takeover_ns / 1000000u;
 			s->last_recovered = a->entries;
@@ -857,7 +858,7 @@ static void install(struct kv_server *s, struct acquired *a)
 		}
 		printf("serving partition %u epoch %" PRIu64 " %s recovered %" PRIu64 " live %"
 		       PRIu64 " takeover_ms %.1f reappend_ms %.1f wait_ms %.1f\n", a->part, a->epoch,
-		       how[a->mode], a->entries, a->live, a->takeover_ns / 1e6, a->reappend_ns / 1e6,
+		       what, a->entries, a->live, a->takeover_ns / 1e6, a->reappend_ns / 1e6,
 		       a->wait_ns / 1e6);
 		fflush(stdout);
 	} else {
@@ -977,6 +978,7 @@ static int start(struct kv_server *s, sigset_t *sigs)
 	tw_backup_config_init(&bc);
 	bc.provider = s->provider;
 	bc.node = s->cfg.listen ? s->cfg.listen : "127.0.0.1";
+	bc.service = s->cfg.backup_port;
 	bc.dir = s->cfg.dir;
 	bc.buffer_size = s->cfg.segment_size;
 	bc.buffers = s->cfg.backup_buffers;
@@ -1044,6 +1046,7 @@ static void drain_start(struct kv_server *s)
 {
 	pthread_mutex_lock(&s->mu);
 	s->stopping = true;
+	pthread_cond_broadcast(&s->acq_cv); /* an open waiting for backups gives up */
 	pthread_mutex_unlock(&s->mu);
 	for (unsigned i = 0; i < s->map.partitions; i++) {
 		struct part *pt = &s->parts[i];
@@ -1069,6 +1072,7 @@ static void stop(struct kv_server *s)
 
 	pthread_mutex_lock(&s->mu);
 	s->stopping = true;
+	pthread_cond_broadcast(&s->acq_cv);
 	/* Standbys notice within their wait (1 s); a takeover under way finishes and closes
 	 * what it took. */
 	while (s->acquirers)

@@ -21,6 +21,7 @@ struct kv_server_config {
 	const char *dir;           /* the embedded backup's segment files (required) */
 	const char *listen;        /* host of both listeners; NULL: 127.0.0.1 */
 	const char *port;          /* client port; NULL or "0": ephemeral */
+	const char *backup_port;   /* the embedded backup's port; NULL or "0": ephemeral */
 	const char *cluster_file;  /* start from this map as server `id` (else wait for CONFIGURE) */
 	int id;
 	enum tw_data_path data_path; /* TW_DATA_ONESIDED, or TW_DATA_RPC (the baseline) */

@@ -74,6 +74,7 @@ struct acquired {
 	struct acquired *next;
 	unsigned part;
 	enum acq_mode mode;
+	bool took_over;     /* the log existed: taken over (also for ACQ_OPEN, a restart) */
 	int rc;
 	char err[512];
 	struct tw_primary *p;

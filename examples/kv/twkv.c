@@ -35,6 +35,8 @@ static void usage(FILE *f)
 		" or tcp)\n"
 		"  -l, --listen HOST          address of both listeners (default 127.0.0.1)\n"
 		"      --port PORT            client port (default: ephemeral)\n"
+		"      --backup-port PORT     the embedded backup's port (default: ephemeral; fixed\n"
+		"                             ports let a cluster map be written before the start)\n"
 		"  -c, --cluster FILE         start from this cluster map as server --id (else wait\n"
 		"                             for `twkv configure`)\n"
 		"  -i, --id N                 this server's id in the map\n"
@@ -87,6 +89,7 @@ static int serve(int argc, char **argv)
 		{ "provider", required_argument, NULL, 'p' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "port", required_argument, NULL, 'P' },
+		{ "backup-port", required_argument, NULL, 'B' },
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "id", required_argument, NULL, 'i' },
 		{ "replication", required_argument, NULL, 'r' },
@@ -109,6 +112,7 @@ static int serve(int argc, char **argv)
 		case 'p': cfg.provider = optarg; break;
 		case 'l': cfg.listen = optarg; break;
 		case 'P': cfg.port = optarg; break;
+		case 'B': cfg.backup_port = optarg; break;
 		case 'c': cfg.cluster_file = optarg; break;
 		case 'i': cfg.id = atoi(optarg); break;
 		case 'r':
