@@ -48,15 +48,17 @@ static void primary_config(const struct kv_server *s, unsigned part,
  */
 struct rebuild {
 	struct kv_index idx;
+	bool in_log;   /* the slots point into the new log, no longer at heap copies */
 	uint64_t entries, max_version;
 	char err[256];
 };
 
 static void rebuild_drop(struct rebuild *rb)
 {
-	for (size_t i = 0; rb->idx.slots && i <= rb->idx.mask; i++)
+	for (size_t i = 0; !rb->in_log && rb->idx.slots && i <= rb->idx.mask; i++)
 		free((void *)rb->idx.slots[i].rec);
 	kv_index_free(&rb->idx);
+	rb->in_log = false;
 }
 
 static int rebuild_reset(struct rebuild *rb, size_t expect)
@@ -100,8 +102,9 @@ static int on_entry(void *arg, const struct tw_recovered_entry *e)
  * recover), wait until the backups hold them, and point the index at them in the log. The heap
  * copies are freed; the earlier owner's segments can then be freed everywhere.
  */
-static int reappend(struct tw_primary *p, struct kv_index *ix, uint32_t *head)
+static int reappend(struct tw_primary *p, struct rebuild *rb, uint32_t *head)
 {
+	struct kv_index *ix = &rb->idx;
 	int rc = 0;
 
 	for (size_t i = 0; i <= ix->mask && rc == 0; i++)
@@ -110,6 +113,7 @@ static int reappend(struct tw_primary *p, struct kv_index *ix, uint32_t *head)
 						     &ix->slots[i].lsn);
 	if (rc == 0)
 		rc = tw_primary_flush(p);
+	rb->in_log = true; /* from here on each slot holds a log address or NULL */
 	for (size_t i = 0; i <= ix->mask; i++) {
 		struct kv_slot *sl = &ix->slots[i];
 		const void *data = NULL;
@@ -232,15 +236,16 @@ static void *acquire_main(void *arg)
 			a->takeover_ns = st.takeover_ns;
 			a->took_over = true;
 		}
-		rc = reappend(p, &rb.idx, &a->head);
-		/* Every live record is in the new log now: the earlier owner's segments go. */
-		if (rc == 0 && tw_primary_first_segment(p) > 0)
-			rc = tw_primary_free(p, tw_primary_first_segment(p));
-		rc = rc < 0 ? rc : 0;
+		rc = reappend(p, &rb, &a->head);
 		a->reappend_ns = now_ns() - t1;
 		if (rc < 0)
 			snprintf(a->err, sizeof(a->err), "re-appending the live set: %s",
 				 tw_primary_errmsg(p));
+		/* Every live record is in the new log now: the earlier owner's segments go (the
+		 * backups' part runs on the progress thread; a failure there is only logged, and
+		 * the next free, the cleaner's, covers them again). */
+		else if (tw_primary_first_segment(p) > 0)
+			tw_primary_free(p, tw_primary_first_segment(p));
 	} else if (rb.err[0]) {
 		snprintf(a->err, sizeof(a->err), "%s", rb.err);
 	}
@@ -251,6 +256,7 @@ out:
 		if (rc == 0) {
 			a->idx = rb.idx; /* now pointing into the log */
 			memset(&rb.idx, 0, sizeof(rb.idx));
+			rb.in_log = false;
 		}
 	}
 	if (rc < 0 && p)

@@ -912,8 +912,20 @@ int main(int argc, char **argv)
 		snprintf(o.twkv, sizeof(o.twkv), "%.*s/twkv", slash ? (int)(slash - self) : 1,
 			 slash ? self : ".");
 	}
-	if (o.ncluster)
+	if (o.ncluster) {
+		uint8_t st;
+		char *t;
+		uint32_t len;
+
+		/* A running cluster replicates as it was started: its one mode. */
 		o.nmodes = 1;
+		o.modes[0] = TW_DATA_ONESIDED;
+		if (kv_call(o.cluster[0], KV_OP_STATS, NULL, 0, 10000, &st, &t, &len) == 0) {
+			if (strstr(t, "replication rpc\n"))
+				o.modes[0] = TW_DATA_RPC;
+			free(t);
+		}
+	}
 	signal(SIGPIPE, SIG_IGN);
 	/* Timer slack of 1 us: the open loop's waits end when the next request is due. */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
