@@ -10,7 +10,7 @@
  *             retry. Every GET is checked against the key's history (it returns the last
  *             acknowledged PUT or a later attempted one) and at the end every key is read:
  *             nothing acknowledged is lost. The outage is printed.
- *   clean     the same cluster with a 1 MiB log memory budget and 64 KiB segments: a PUT-heavy
+ *   clean     the same cluster with a 512 KiB log memory budget and 32 KiB segments: a PUT-heavy
  *             workload writes more than 5 times the budget into every partition; the servers
  *             never hold more than the budget, free segments on the backups too, and after a
  *             SIGKILL the standby recovers exactly the live set (one record per key, the last
@@ -44,6 +44,9 @@
 #define NSRV 4
 #define NPART 3
 #define VALUE_LEN 100
+/* The cleaning scenario's budget and segments: 16 segments of log memory per server. */
+#define CLEAN_BUDGET (512u << 10)
+#define CLEAN_SEGMENT (32u << 10)
 
 enum scenario { FAILOVER, CLEAN, STATIC };
 
@@ -448,15 +451,15 @@ static void scenario_failover(struct work *w)
 
 static void scenario_clean(struct work *w)
 {
-	uint64_t budget = 1u << 20, written_min = 0, live0 = 0, total0 = 0;
+	uint64_t budget = CLEAN_BUDGET, written_min = 0, live0 = 0, total0 = 0;
 	bool within = true, freed = true, bounded = true;
 	uint64_t entries, live;
 	char *t;
 
 	w->put_share = 0.9;
-	/* 5 x 1 MiB per partition of ~150-byte records: ~36,000 PUTs each. */
+	/* 5 x 512 KiB per partition of ~150-byte records: ~18,000 PUTs each. */
 	for (int round = 0; round < 40 && written_min < 6 * budget + 1; round++) {
-		run_until(w, w->done + 20000, 64);
+		run_until(w, w->done + 10000, 64);
 		written_min = UINT64_MAX;
 		for (int i = 0; i < NPART; i++) {
 			uint64_t b;
@@ -492,11 +495,11 @@ static void scenario_clean(struct work *w)
 		freed &= passes > 0 && freed_segs > 0;
 		/* Two other partitions' segments live on each backup: with the frees, no more than
 		 * their budgets (16 segments each); without, every segment they wrote. */
-		bounded &= disk <= 2 * budget / (64u << 10) && segs > 4 * budget / (64u << 10);
+		bounded &= disk <= 2 * budget / CLEAN_SEGMENT && segs > 4 * budget / CLEAN_SEGMENT;
 		free(t);
 	}
-	ok(written_min >= 5 * budget, "every partition wrote at least 5 x the 1 MiB budget (least "
-	   "%" PRIu64 " bytes)", written_min);
+	ok(written_min >= 5 * budget, "every partition wrote at least 5 x the %u KiB budget (least "
+	   "%" PRIu64 " bytes)", CLEAN_BUDGET >> 10, written_min);
 	ok(within, "no server held more log memory than its budget");
 	ok(freed, "every partition's cleaner freed segments");
 	ok(bounded, "no backup holds more segment files than two budgets: the frees reached them");
@@ -546,7 +549,7 @@ int main(int argc, char **argv)
 		have_zk = true;
 	}
 	if (sc == CLEAN)
-		start_servers("64K", "1M");
+		start_servers("32K", "512K");
 	else
 		start_servers("256K", "64M");
 	rc = kv_configure(&map, 60000, err, sizeof(err));
