@@ -6,7 +6,7 @@
 #
 # Environment: BUILD (build dir with examples/kv/twkv-ycsb; default build), PROVIDERS (default
 # "tcp shm shm-fast"; shm-fast is shm with TW_FAB_SHM_FAST=on, docs/fabric.md), RECORDS (default 100000), DURATION (seconds per measured run; default 5),
-# CLIENTS (the comparison's closed-loop clients; default 128), RATES (offered loads for the
+# CLIENTS (the comparison's closed-loop requests in flight; default 128, as twkv-ycsb's), RATES (offered loads for the
 # latency and CPU curves), YCSB_ARGS (extra options for every run). Needs jq and gnuplot
 # (gnuplot-nox). Numbers from a shared 2-vCPU VM are noisy: compare ratios, not absolute values,
 # and keep the load average each run records.

@@ -5,10 +5,10 @@
  * With no arguments it starts three local twkv servers (r = 2: each server's partition is
  * replicated to the two others, so every server is a primary and a backup), loads 100,000
  * records of 30-byte keys and 100-byte values, and runs YCSB's workloads C (reads only), B
- * (95 % reads), A (50 % reads) and write-only, 5 s each with 32 closed-loop clients, keys drawn
- * from YCSB's scrambled Zipfian (theta 0.99); then it does it all again with the servers
- * replicating by RPC (the baseline) instead of one-sided writes, and prints both side by side
- * with their ratios. --rate gives open-loop runs at fixed offered loads instead (latency and
+ * (95 % reads), A (50 % reads) and write-only, 5 s each with 128 requests in flight (closed
+ * loop), keys drawn from YCSB's scrambled Zipfian (theta 0.99); each workload also runs with
+ * the servers replicating by RPC (the baseline) instead of one-sided writes, on a fresh
+ * cluster, and the table shows both side by side with their ratios. --rate gives open-loop runs at fixed offered loads instead (latency and
  * CPU versus load); --json prints the same for machines.
  */
 #include <errno.h>
@@ -129,7 +129,7 @@ struct opts {
 
 static struct opts o = {
 	.servers = 3, .replicas = 2, .records = 100000, .key_size = 30, .value_size = 100,
-	.nclients = 1, .clients = { 32 }, .duration = 5, .warmup = 0.5, .segment_size = "8M",
+	.nclients = 1, .clients = { 128 }, .duration = 5, .warmup = 0.5, .segment_size = "8M",
 	.memory = "1G", .reps = 1,
 };
 
@@ -768,7 +768,7 @@ static void usage(FILE *f)
 		"  -R, --records N         records loaded (default 100000)\n"
 		"  -k, --key-size B        key bytes, 23..1024 (default 30)\n"
 		"  -v, --value-size B      value bytes (default 100)\n"
-		"  -c, --clients LIST      closed loop: requests in flight (default 32)\n"
+		"  -c, --clients LIST      closed loop: requests in flight (default 128)\n"
 		"  -d, --duration S        seconds measured per run (default 5)\n"
 		"  -w, --warmup S          seconds before each measured run (default 0.5)\n"
 		"  -m, --mode LIST         onesided,rpc (default both)\n"
