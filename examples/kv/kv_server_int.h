@@ -134,9 +134,10 @@ struct kv_server {
 	unsigned ntids;
 };
 
-/* Thread roles (kv_server.c). */
+/* kv_stats.c: thread roles, and the STATS text (at most cap bytes; returns its length). */
 void kv_role_self(struct kv_server *s, enum kv_role role);
 void kv_role_new_threads(struct kv_server *s, enum kv_role role);
+size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap);
 
 /* kv_part.c */
 int kv_part_start(struct kv_server *s, unsigned part, enum acq_mode mode, char *err, size_t len);
