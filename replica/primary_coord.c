@@ -353,8 +353,10 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 
 				if (spent >= wait_ms) {
 					rc = -ETIMEDOUT;
-					errf(errmsg_out, errmsg_len, "log %llu: still owned after %u ms",
-					     (unsigned long long)cfg->log_id, wait_ms);
+					if (errmsg_out && errmsg_len)
+						snprintf(errmsg_out, errmsg_len, "log %llu: still owned "
+							 "after %u ms", (unsigned long long)
+							 cfg->log_id, wait_ms);
 					goto out;
 				}
 				left = wait_ms - spent;
@@ -362,6 +364,14 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 			rc = tw__coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
 						      sc ? sc->on_wait : NULL,
 						      sc ? sc->wait_arg : NULL, &watched, &gone_rt);
+			if (rc == -ETIMEDOUT) {
+				/* The bounded wait the caller asked for (sc->wait_ms), not a
+				 * failure: a service that stands by in rounds of wait_ms, to
+				 * notice its own shutdown, would log one error per round. */
+				if (errmsg_out && errmsg_len)
+					snprintf(errmsg_out, errmsg_len, "%s", tw__coord_errmsg(c));
+				goto out;
+			}
 			if (rc < 0) {
 				errf(errmsg_out, errmsg_len, "log %llu: %s",
 				     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));

@@ -65,7 +65,9 @@ struct tw_standby_result {
  * every registered one for a log that has no record. A log with no owner at the call is taken
  * over at once (st_out->watched 0). res_out, st_out (may be NULL) receive the recovery's counts
  * and the timings. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
- * (sc->wait_ms passed with the owner still there), or the errors of tw_primary_takeover: after a
+ * (sc->wait_ms passed with the owner still there; an expected outcome, so it is not logged: a
+ * service may stand by in rounds of wait_ms to notice its own shutdown between them, as
+ * examples/kv does), or the errors of tw_primary_takeover: after a
  * failed takeover the claim is released (the owner node deleted), so another standby can try.
  * Blocking; cfg borrowed for the call.
  */

@@ -6,7 +6,9 @@
 # tailwind(7)); every document path a page names is installed; tailwind(7) names every exported
 # function; `systemd-analyze verify` accepts both units (ExecStart pointed at the installed twd,
 # man pages looked up in the installed tree) and `systemd-analyze security --offline` rates
-# twd@.service at most 2.5 (it was 9.6 before the sandboxing). TAP on stdout.
+# twd@.service at most 2.5 (it was 9.6 before the sandboxing); examples/kv builds with
+# `pkg-config tailwind` against the installed headers and runs against the installed library.
+# TAP on stdout.
 set -u
 MESON=$1 BUILD=$2 PREFIX=$3 H2M=${4:-help2man}
 n=0 failed=0
@@ -70,6 +72,29 @@ if command -v man >/dev/null 2>&1; then
 	test -z "$missing"; ok $? "tailwind(7) names every exported function${missing:+ (missing:$missing)}"
 else
 	echo "1..0 # SKIP man is not installed (man-db)"; exit 0
+fi
+
+# examples/kv as an embedder builds it: installed headers and library through pkg-config only
+# (the tree's include/ is not on the path), then the programs run against the installed library.
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+PC=$(dirname "$(find "$R" -name tailwind.pc | head -n 1)")
+if command -v make >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
+	mkdir -p "$D/kv"
+	LIBDIR=$(PKG_CONFIG_PATH=$PC pkg-config --define-variable=prefix="$R" --variable=libdir tailwind)
+	# A library built with a sanitizer (CI's ASan and TSan builds) needs programs built with it.
+	SAN=""
+	ldd "$LIBDIR/libtailwind.so" 2>/dev/null | grep -q libasan && SAN="-fsanitize=address,undefined"
+	ldd "$LIBDIR/libtailwind.so" 2>/dev/null | grep -q libtsan && SAN="-fsanitize=thread"
+	out=$(PKG_CONFIG_PATH=$PC PKG_CONFIG="pkg-config --define-variable=prefix=$R" \
+		make -s -C "$SRC/examples/kv" O="$D/kv" CFLAGS="-O2 -Wall -Wextra -Werror $SAN" 2>&1)
+	ok $? "examples/kv builds against the installed headers with pkg-config tailwind"
+	[ -n "$out" ] && echo "$out" | sed 's/^/# /'
+	LD_LIBRARY_PATH=$LIBDIR "$D/kv/twkv" --version 2>&1 | grep -q "^twkv (Tailwind "
+	ok $? "the installed-built twkv runs against the installed libtailwind"
+	LD_LIBRARY_PATH=$LIBDIR "$D/kv/twkv-ycsb" --help 2>&1 | grep -q -- "--rate"
+	ok $? "the installed-built twkv-ycsb runs (--help)"
+else
+	skip "make or cc not installed: examples/kv not built against the installation"
 fi
 
 if command -v systemd-analyze >/dev/null 2>&1; then

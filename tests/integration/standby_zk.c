@@ -12,6 +12,7 @@
  *   - racing takeovers: 4 standbys wait, the owner is SIGKILLed, exactly one takes over; three
  *     rounds (a new standby joins each round): epochs strictly increasing, nothing
  *     acknowledged lost.
+ *   - a standby's bounded wait that ends with the owner in place: -ETIMEDOUT, no error logged;
  *   - spares from the live registry: a primary (async mode) opened on the 3 backups
  *     registered under a second chroot; a 4th twd registers afterwards (zone B); the zone-B
  *     replica's twd is SIGKILLed: the new one (the registry's child watch fired) is the
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <tailwind/primary.h>
+#include <tailwind/standby.h>
 
 #include "cli_run.h"
 #include "proc.h"
@@ -525,6 +527,49 @@ static void spare_from_registry(void)
 		proc_free(t[i]);
 }
 
+static unsigned errors_logged;
+
+static void count_errors(void *arg, enum tw_log_level level, const char *msg)
+{
+	(void)arg;
+	if (level == TW_LOG_ERROR)
+		errors_logged++;
+	tap_diag("log: %s", msg);
+}
+
+/*
+ * A standby whose bounded wait (sc.wait_ms) ends with the owner still in place gets -ETIMEDOUT
+ * and logs nothing as an error: a service stands by in such rounds to notice its own shutdown
+ * (examples/kv), and used to log one error per round.
+ */
+static void bounded_wait(void)
+{
+	uint64_t log = 0x5d00000000b0a0ull;
+	struct proc *owner = standby(log, "5", true);
+	struct tw_standby_config sc = { .wait_ms = 300 };
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char line[512], err[512] = "";
+	int rc = proc_wait_line(owner, "took-over ", line, sizeof(line), 60000);
+
+	TAP_REQUIRE(rc >= 0, "the owner did not take the log: %s", strerror(-rc));
+	tw_primary_config_init(&cfg);
+	cfg.log_id = log;
+	cfg.coordinator = zk.url;
+	cfg.provider = prov;
+	cfg.segment_size = 64u << 10;
+	cfg.connect_timeout_ms = 2000;
+	tw_log_set_sink(count_errors, NULL);
+	for (int round = 0; round < 2; round++) {
+		rc = tw_primary_standby(&cfg, &sc, NULL, NULL, NULL, NULL, &p, err, sizeof(err));
+		is_int(rc, -ETIMEDOUT, "round %d of a bounded standby: -ETIMEDOUT (%s)", round, err);
+	}
+	tw_log_set_sink(NULL, NULL);
+	is_int(errors_logged, 0, "and no error logged for the expected timeouts");
+	ok(strstr(err, "still there") != NULL, "the message says why");
+	proc_free(owner);
+}
+
 int main(int argc, char **argv)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -543,6 +588,7 @@ int main(int argc, char **argv)
 	start_twds();
 
 	record();
+	bounded_wait();
 	spare_from_registry();
 	failover_runs();
 	racing();

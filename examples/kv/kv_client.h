@@ -1,0 +1,101 @@
+/*
+ * examples/kv/kv_client.h — the twkv client library (docs/kv.md, "Clients").
+ *
+ *   struct kvc *c;
+ *   kvc_open(servers, n, &c, err, sizeof(err));     fetches the cluster map from a server
+ *   kvc_put(c, key, klen, val, vlen, done, arg);    asynchronous: done(arg, status, ...) later
+ *   kvc_get(c, key, klen, done, arg);
+ *   while (kvc_inflight(c)) kvc_poll(c, -1);        callbacks run inside kvc_poll
+ *   kvc_close(c);
+ *
+ * Requests are pipelined: many may be in flight on one connection per server, and replies come
+ * in any order. The client sends a key's request to the server that served its partition last
+ * (at first the owner in the map); a server that does not serve it answers NOT_OWNER and the
+ * client asks the next server; a lost connection sends the request on to the next server too;
+ * RETRY (log memory full) asks the same server again later. When every server was asked once,
+ * it waits (1 ms, doubling to 100 ms) before the next round, until the request's deadline. So
+ * a failover shows as a pause, never as an error, unless it outlasts the deadline.
+ *
+ * A PUT that timed out or was sent again after a lost connection may have been applied (an
+ * attempted write): the server's answer to the last attempt decides what the callback says.
+ *
+ * One thread uses a client at a time; callbacks run on it, inside kvc_poll (they may submit
+ * more requests). Not async-signal-safe.
+ */
+#ifndef TWKV_CLIENT_H
+#define TWKV_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_cluster.h"
+#include "kv_wire.h"
+
+struct kvc;
+
+/*
+ * Result of a request: status 0 (done), -ENOENT (GET: no such key), -ETIMEDOUT (no server
+ * answered it within the deadline), -EINVAL (the server refused it as malformed or too large;
+ * `value` then holds its reason as text), -EIO (the server failed). version: the record's
+ * version (GET, PUT). value, vlen: GET's value, borrowed until the callback returns.
+ */
+typedef void (*kvc_cb)(void *arg, int status, uint64_t version, const uint8_t *value,
+		       uint32_t vlen);
+
+/*
+ * Connect to a cluster: ask the servers in `servers` (kv addresses, host:port) in turn for the
+ * cluster map; the first that has one gives the client every server and the partition owners.
+ * timeout_ms: a request's deadline, retries included (0: 30 s). Returns 0 and *out, or -errno
+ * with err set.
+ */
+int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct kvc **out,
+	     char *err, size_t errlen);
+void kvc_close(struct kvc *c);
+
+/* The map the client works from. */
+const struct kv_cluster *kvc_map(const struct kvc *c);
+
+/* Submit a request (key and value are copied before return). 0, or -EINVAL (sizes), -ENOMEM:
+ * then cb is never called. */
+int kvc_get(struct kvc *c, const void *key, uint16_t klen, kvc_cb cb, void *arg);
+int kvc_put(struct kvc *c, const void *key, uint16_t klen, const void *value, uint32_t vlen,
+	    kvc_cb cb, void *arg);
+
+/* Send, receive, run due callbacks; wait up to timeout_us microseconds for something to arrive
+ * (-1: no limit). Returns the number of callbacks run, or -errno. */
+int kvc_poll(struct kvc *c, long timeout_us);
+size_t kvc_inflight(const struct kvc *c);
+
+struct kvc_stats {
+	uint64_t not_owner;   /* NOT_OWNER answers (a request sent on to another server) */
+	uint64_t retries;     /* RETRY answers */
+	uint64_t resent;      /* requests sent again after a lost connection */
+	uint64_t connects;    /* connections opened */
+	uint64_t timeouts;    /* requests failed with -ETIMEDOUT */
+};
+void kvc_get_stats(const struct kvc *c, struct kvc_stats *out);
+
+/* Synchronous GET and PUT (they poll until done). Return the callback's status; GET copies at
+ * most cap bytes of the value into buf and sets *vlen to its length. */
+int kvc_get_sync(struct kvc *c, const void *key, uint16_t klen, void *buf, uint32_t cap,
+		 uint32_t *vlen, uint64_t *version);
+int kvc_put_sync(struct kvc *c, const void *key, uint16_t klen, const void *value,
+		 uint32_t vlen, uint64_t *version);
+
+/*
+ * One request to the server at `addr` on a connection of its own (administration: MAP, STATS,
+ * CONFIGURE, TAKEOVER). Waits up to timeout_ms for the reply. Returns 0 with *status and the
+ * reply's body in *body (malloc'd, NUL-terminated, *len bytes; free it), or -errno.
+ */
+int kv_call(const char *addr, uint8_t op, const void *req, uint32_t req_len, unsigned timeout_ms,
+	    uint8_t *status, char **body, uint32_t *len);
+
+/*
+ * Configure every server of `map` (CONFIGURE, "you <id>" and the map): first the servers that
+ * own partitions, one after the other, each once its partitions serve, then the others (a
+ * standby must find the owners in place, or it would take their logs over at once). Returns 0,
+ * or -errno with err naming the server and its answer.
+ */
+int kv_configure(const struct kv_cluster *map, unsigned timeout_ms, char *err, size_t errlen);
+
+#endif

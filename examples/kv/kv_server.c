@@ -1,0 +1,1014 @@
+/*
+ * examples/kv/kv_server.c — the twkv server's serving thread (kv_server.h): client connections,
+ * requests, the completions of appends, the hand-over of partitions taken over, statistics.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kv_server_int.h"
+
+#define IN_START (64u << 10)
+#define OUT_PAUSE (8u << 20) /* stop reading a client that does not read its replies */
+
+/* epoll tags of the descriptors that are not client connections */
+#define TAG_LISTEN UINT64_MAX
+#define TAG_EVENT (UINT64_MAX - 1)
+#define TAG_SIGNAL (UINT64_MAX - 2)
+
+struct conn {
+	int fd; /* -1: free slot */
+	uint32_t slot, gen;
+	uint8_t *in, *out;
+	size_t in_len, in_cap, out_off, out_len, out_cap;
+	bool dirty, want_out, paused;
+	uint32_t next_dirty;
+};
+
+void kv_server_config_init(struct kv_server_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->id = -1;
+	cfg->data_path = TW_DATA_ONESIDED;
+	cfg->segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE;
+	cfg->memory = UINT64_C(1) << 30;
+	cfg->session_ms = 4000;
+	cfg->backup_buffers = 16;
+	cfg->expect_keys = 1024;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ------------------------------------------------------------------ connections and replies */
+
+static struct conn *conn_by(struct kv_server *s, uint32_t slot, uint32_t gen)
+{
+	struct conn *c = slot < s->nconns_cap ? s->conns[slot] : NULL;
+
+	return c && c->fd >= 0 && c->gen == gen ? c : NULL;
+}
+
+static void conn_close(struct kv_server *s, struct conn *c)
+{
+	if (c->fd < 0)
+		return;
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	c->gen++; /* replies still due to it are dropped */
+	c->in_len = c->out_len = c->out_off = 0;
+	c->paused = c->want_out = false;
+}
+
+static void mark_dirty(struct kv_server *s, struct conn *c)
+{
+	if (!c->dirty) {
+		c->dirty = true;
+		c->next_dirty = s->dirty ? s->dirty->slot : UINT32_MAX;
+		s->dirty = c;
+	}
+}
+
+/* Room for a reply of `len` body bytes in c's output, header written; NULL without memory (the
+ * connection is then closed: its replies could not all be sent). */
+static uint8_t *reply_start(struct kv_server *s, struct conn *c, uint8_t op, uint64_t id,
+			    uint8_t status, uint32_t len)
+{
+	struct kv_hdr h = { .len = len, .op = op | KV_REPLY, .status = status, .id = id };
+	uint8_t *p;
+
+	if (kv_buf_reserve(&c->out, &c->out_cap, c->out_len + KV_HDR_SIZE + len) < 0) {
+		conn_close(s, c);
+		return NULL;
+	}
+	p = c->out + c->out_len;
+	kv_hdr_encode(p, &h);
+	c->out_len += KV_HDR_SIZE + len;
+	mark_dirty(s, c);
+	return p + KV_HDR_SIZE;
+}
+
+static void reply_text(struct kv_server *s, struct conn *c, uint8_t op, uint64_t id,
+		       uint8_t status, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void reply_text(struct kv_server *s, struct conn *c, uint8_t op, uint64_t id,
+		       uint8_t status, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	int n;
+	uint8_t *p;
+
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof(msg))
+		n = sizeof(msg) - 1;
+	p = reply_start(s, c, op, id, status, (uint32_t)n);
+	if (p)
+		memcpy(p, msg, (size_t)n);
+}
+
+static void conn_flush(struct kv_server *s, struct conn *c)
+{
+	while (c->fd >= 0 && c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n <= 0) {
+			conn_close(s, c);
+			return;
+		}
+		c->out_off += (size_t)n;
+	}
+	if (c->fd < 0)
+		return;
+	if (c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	bool want_out = c->out_len > 0, paused = c->out_len - c->out_off > OUT_PAUSE;
+	if (want_out != c->want_out || paused != c->paused) {
+		struct epoll_event ev = { .events = (paused ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0) };
+
+		ev.data.u64 = c->slot;
+		epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+		c->want_out = want_out;
+		c->paused = paused;
+	}
+}
+
+static void flush_dirty(struct kv_server *s)
+{
+	while (s->dirty) {
+		struct conn *c = s->dirty;
+
+		s->dirty = c->next_dirty == UINT32_MAX ? NULL : s->conns[c->next_dirty];
+		c->dirty = false;
+		conn_flush(s, c);
+	}
+}
+
+static void accept_all(struct kv_server *s)
+{
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
+		struct epoll_event ev = { .events = EPOLLIN };
+		struct conn *c = NULL;
+		uint32_t slot;
+
+		if (fd < 0)
+			return;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		for (slot = 0; slot < s->nconns_cap && s->conns[slot]->fd >= 0; slot++)
+			;
+		if (slot == s->nconns_cap) {
+			uint32_t n = s->nconns_cap ? s->nconns_cap * 2 : 16;
+			struct conn **v = realloc(s->conns, n * sizeof(*v));
+
+			if (!v) {
+				close(fd);
+				continue;
+			}
+			s->conns = v;
+			for (uint32_t i = s->nconns_cap; i < n; i++) {
+				v[i] = calloc(1, sizeof(**v));
+				if (!v[i]) {
+					n = i;
+					break;
+				}
+				v[i]->fd = -1;
+				v[i]->slot = i;
+			}
+			s->nconns_cap = n;
+			if (slot == n) {
+				close(fd);
+				continue;
+			}
+		}
+		c = s->conns[slot];
+		if (kv_buf_reserve(&c->in, &c->in_cap, IN_START) < 0) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		ev.data.u64 = slot;
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			close(fd);
+			c->fd = -1;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ requests */
+
+static struct part *part_of(struct kv_server *s, uint64_t hash)
+{
+	return &s->parts[kv_partition_of(hash, s->map.partitions)];
+}
+
+struct pending *kv_pending_get(struct kv_server *s)
+{
+	struct pending *pd = s->pd_free;
+
+	if (pd)
+		s->pd_free = pd->next;
+	else
+		pd = malloc(sizeof(*pd)); /* the pool grows to the most appends in flight */
+	if (pd)
+		memset(pd, 0, sizeof(*pd));
+	return pd;
+}
+
+void kv_on_append(void *arg, int status, uint64_t lsn)
+{
+	struct pending *pd = arg;
+	struct kv_server *s = pd->pt->srv;
+	uint64_t one = 1;
+	bool wake;
+
+	(void)lsn;
+	pd->status = status;
+	pd->next = NULL;
+	pthread_mutex_lock(&s->mu);
+	wake = !s->done_head;
+	if (s->done_tail)
+		s->done_tail->next = pd;
+	else
+		s->done_head = pd;
+	s->done_tail = pd;
+	pthread_mutex_unlock(&s->mu);
+	/* One wake-up per batch: the serving thread takes the whole queue at once. */
+	if (wake && write(s->efd, &one, sizeof(one)) < 0)
+		perror("twkv: eventfd");
+}
+
+static void do_get(struct kv_server *s, struct conn *c, const struct kv_hdr *h, const uint8_t *key)
+{
+	uint64_t hash;
+	struct kv_slot *sl;
+	struct part *pt;
+	uint16_t klen;
+	uint32_t vlen;
+	uint8_t *p;
+
+	if (!h->len || h->len > KV_MAX_KEY) {
+		s->bad++;
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "key of %u bytes (1..%u)", h->len,
+			   KV_MAX_KEY);
+		return;
+	}
+	hash = kv_hash(key, h->len);
+	pt = part_of(s, hash);
+	if (pt->state != PART_SERVING) {
+		s->not_owner++;
+		reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
+		return;
+	}
+	s->gets++;
+	pt->gets++;
+	sl = kv_index_find(&pt->idx, hash, key, (uint16_t)h->len);
+	if (!sl) {
+		reply_start(s, c, h->op, h->id, KV_S_NOT_FOUND, 0);
+		return;
+	}
+	klen = kv_get16(sl->rec + 8);
+	vlen = kv_get32(sl->rec + 12);
+	p = reply_start(s, c, h->op, h->id, KV_S_OK, 8 + vlen);
+	if (p) {
+		kv_put64(p, kv_slot_version(sl));
+		memcpy(p + 8, sl->rec + KV_REC_HDR_SIZE + klen, vlen);
+	}
+}
+
+static void part_failed(struct kv_server *s, struct part *pt, int err)
+{
+	fprintf(stderr, "twkv: partition %u: log failed (%s: %s): no longer served here\n",
+		pt->id, tw_strerror(err), pt->p ? tw_primary_errmsg(pt->p) : "");
+	pt->state = PART_FAILED;
+	/* Closing it also ends our ZooKeeper session's owner node: a standby takes over. */
+	kv_part_close(s, pt);
+}
+
+static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, uint8_t *body)
+{
+	struct pending *pd;
+	struct kv_rec r;
+	struct part *pt;
+	uint64_t hash;
+	int rc;
+
+	if (!kv_rec_decode(body, h->len, &r)) {
+		s->bad++;
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "malformed record");
+		return;
+	}
+	hash = kv_hash(r.key, r.klen);
+	pt = part_of(s, hash);
+	if (pt->state != PART_SERVING) {
+		s->not_owner++;
+		reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
+		return;
+	}
+	if ((size_t)h->len + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > s->cfg.segment_size) {
+		s->bad++;
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "record of %u bytes does not fit a "
+			   "segment of %zu", h->len, s->cfg.segment_size);
+		return;
+	}
+	if (kv_mem_full(s)) {
+		s->retries++;
+		reply_start(s, c, h->op, h->id, KV_S_RETRY, 0);
+		return;
+	}
+	pd = kv_pending_get(s);
+	if (!pd) {
+		reply_text(s, c, h->op, h->id, KV_S_ERROR, "out of memory");
+		return;
+	}
+	pd->pt = pt;
+	pd->hash = hash;
+	pd->conn = c->slot;
+	pd->gen = c->gen;
+	pd->id = h->id;
+	kv_put64(body, pt->next_version++);
+	/* The one copy: the request's bytes into the log. */
+	rc = tw_primary_append_async(pt->p, body, h->len, kv_on_append, pd, &pd->lsn);
+	if (rc < 0) {
+		pd->next = s->pd_free;
+		s->pd_free = pd;
+		s->not_owner++;
+		reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
+		part_failed(s, pt, rc);
+		return;
+	}
+	s->puts++;
+	pt->puts++;
+	if ((uint32_t)(pd->lsn >> 32) > pt->head) {
+		uint64_t used;
+
+		pt->head = (uint32_t)(pd->lsn >> 32);
+		used = kv_mem_used(s);
+		if (used > s->mem_peak)
+			s->mem_peak = used;
+	}
+}
+
+/* An append is acknowledged (or failed): point the index at the record, answer the client. */
+static void complete(struct kv_server *s, struct pending *pd)
+{
+	struct part *pt = pd->pt;
+	struct conn *c = pd->relocate ? NULL : conn_by(s, pd->conn, pd->gen);
+	uint64_t version = 0;
+
+	if (pd->relocate && pt->moving)
+		pt->moving--;
+	if (pd->status == 0 && pt->p) {
+		const void *data;
+		uint32_t len;
+		struct kv_rec r;
+		struct kv_slot *sl = NULL;
+
+		if (tw_primary_read(pt->p, pd->lsn, &data, &len) == 0 && kv_rec_decode(data, len, &r)) {
+			sl = kv_index_slot(&pt->idx, pd->hash, r.key, r.klen);
+			version = r.version;
+		}
+		if (!sl) {
+			pd->status = -ENOMEM;
+		} else if (!sl->rec || kv_slot_version(sl) < r.version ||
+			   (pd->relocate && kv_slot_version(sl) == r.version)) {
+			/* Highest version wins; a relocated record replaces its own original. */
+			sl->rec = data;
+			sl->len = len;
+			sl->lsn = pd->lsn;
+		}
+	} else if (pd->status == 0) {
+		pd->status = -TW_ECLOSED;
+	}
+	if (c && pd->status == 0) {
+		uint8_t *p = reply_start(s, c, KV_OP_PUT, pd->id, KV_S_OK, 8);
+
+		if (p)
+			kv_put64(p, version);
+	} else if (c) {
+		/* Not acknowledged: the client may try elsewhere (the PUT may or may not be in
+		 * the log: an attempted write, docs/kv.md "Guarantees"). */
+		reply_start(s, c, KV_OP_PUT, pd->id, KV_S_NOT_OWNER, 0);
+	}
+	if (pd->status < 0 && pt->state == PART_SERVING)
+		part_failed(s, pt, pd->status);
+	pd->next = s->pd_free;
+	s->pd_free = pd;
+}
+
+static void do_stats(struct kv_server *s, struct conn *c, const struct kv_hdr *h)
+{
+	char buf[8192];
+	size_t n = kv_stats_text(s, buf, sizeof(buf));
+	uint8_t *p = reply_start(s, c, h->op, h->id, KV_S_OK, (uint32_t)n);
+
+	if (p)
+		memcpy(p, buf, n);
+}
+
+static void do_map(struct kv_server *s, struct conn *c, const struct kv_hdr *h)
+{
+	char buf[8192];
+	int n;
+	uint8_t *p;
+
+	if (s->me < 0) {
+		reply_text(s, c, h->op, h->id, KV_S_RETRY, "not configured yet");
+		return;
+	}
+	n = kv_cluster_format(&s->map, buf, sizeof(buf));
+	if (n < 0) {
+		reply_text(s, c, h->op, h->id, KV_S_ERROR, "map too long");
+		return;
+	}
+	p = reply_start(s, c, h->op, h->id, KV_S_OK, (uint32_t)n);
+	if (p)
+		memcpy(p, buf, (size_t)n);
+}
+
+/* Take the map as server `me`: start opening the partitions it owns and standing by for the
+ * others it is named for. Returns how many are being opened, or -EINVAL. */
+static int configure(struct kv_server *s, const char *text, size_t len, int me, char *err,
+		     size_t errlen)
+{
+	struct kv_cluster map;
+	int rc = kv_cluster_parse(text, len, &map, err, errlen), opening = 0;
+
+	if (rc < 0)
+		return rc;
+	if (me < 0 || (unsigned)me >= map.nservers) {
+		snprintf(err, errlen, "server id %d is not in the map (0..%u)", me, map.nservers - 1);
+		return -EINVAL;
+	}
+	if (strcmp(map.servers[me].backup, tw_backup_listen_addr(s->backup))) {
+		snprintf(err, errlen, "the map gives server %d the backup %s, but this server's "
+			 "backup listens at %s", me, map.servers[me].backup,
+			 tw_backup_listen_addr(s->backup));
+		return -EINVAL;
+	}
+	s->map = map;
+	s->me = me;
+	for (unsigned i = 0; i < map.nservers; i++)
+		if ((int)i != me)
+			s->peers[s->npeers++] = s->map.servers[i].backup;
+	for (unsigned p = 0; p < map.partitions; p++) {
+		s->parts[p].srv = s;
+		s->parts[p].id = p;
+	}
+	/* Owned partitions first: a standby must find their owners in place. */
+	for (unsigned p = 0; p < map.partitions; p++) {
+		if (!(map.servers[me].owns >> p & 1))
+			continue;
+		rc = kv_part_start(s, p, ACQ_OPEN, err, errlen);
+		if (rc < 0)
+			return rc;
+		opening++;
+	}
+	for (unsigned p = 0; p < map.partitions; p++) {
+		if (!(map.servers[me].standby >> p & 1) || (map.servers[me].owns >> p & 1))
+			continue;
+		if (!map.coordinator[0]) {
+			fprintf(stderr, "twkv: standby for partition %u needs a coordinator in the "
+				"map; without one, take it over with `twkv takeover`\n", p);
+			continue;
+		}
+		rc = kv_part_start(s, p, ACQ_STANDBY, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	return opening;
+}
+
+static void do_configure(struct kv_server *s, struct conn *c, const struct kv_hdr *h,
+			 const uint8_t *body)
+{
+	char err[512], *text;
+	int me = -1, skip = 0, rc;
+
+	if (s->me >= 0) {
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "already configured as server %d", s->me);
+		return;
+	}
+	text = malloc((size_t)h->len + 1);
+	if (!text) {
+		reply_text(s, c, h->op, h->id, KV_S_ERROR, "out of memory");
+		return;
+	}
+	memcpy(text, body, h->len);
+	text[h->len] = 0;
+	if (sscanf(text, "you %d\n%n", &me, &skip) < 1 || !skip ||
+	    memchr(body, 0, h->len)) {
+		free(text);
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "expected \"you ID\" and a cluster map");
+		return;
+	}
+	rc = configure(s, text + skip, h->len - (size_t)skip, me, err, sizeof(err));
+	free(text);
+	if (rc < 0) {
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "%s", err);
+		return;
+	}
+	if (rc == 0) {
+		reply_start(s, c, h->op, h->id, KV_S_OK, 0);
+		return;
+	}
+	s->cfg_waiter = true;
+	s->cfg_conn = c->slot;
+	s->cfg_gen = c->gen;
+	s->cfg_id = h->id;
+	s->cfg_left = (unsigned)rc;
+}
+
+static void do_takeover(struct kv_server *s, struct conn *c, const struct kv_hdr *h,
+			const uint8_t *body)
+{
+	char err[256];
+	struct part *pt;
+	uint32_t p;
+
+	if (s->me < 0 || h->len != 4 || (p = kv_get32(body)) >= s->map.partitions) {
+		reply_text(s, c, h->op, h->id, KV_S_BAD, s->me < 0 ? "not configured" :
+			   "expected a partition number below %u", s->map.partitions);
+		return;
+	}
+	pt = &s->parts[p];
+	if (pt->state == PART_SERVING) {
+		reply_text(s, c, h->op, h->id, KV_S_OK, "already serving partition %u", p);
+		return;
+	}
+	if (pt->state == PART_ACQUIRING || pt->waiter) {
+		reply_text(s, c, h->op, h->id, KV_S_RETRY, "partition %u is being taken over", p);
+		return;
+	}
+	if (pt->state == PART_FAILED)
+		pt->state = PART_IDLE;
+	if (kv_part_start(s, p, ACQ_TAKEOVER, err, sizeof(err)) < 0) {
+		reply_text(s, c, h->op, h->id, KV_S_ERROR, "%s", err);
+		return;
+	}
+	pt->waiter = true;
+	pt->w_conn = c->slot;
+	pt->w_gen = c->gen;
+	pt->w_id = h->id;
+}
+
+static void handle(struct kv_server *s, struct conn *c, const struct kv_hdr *h, uint8_t *body)
+{
+	bool configured = s->me >= 0;
+
+	switch (h->op) {
+	case KV_OP_GET:
+	case KV_OP_PUT:
+		if (!configured) {
+			reply_text(s, c, h->op, h->id, KV_S_NOT_OWNER, "not configured yet");
+			break;
+		}
+		if (h->op == KV_OP_GET)
+			do_get(s, c, h, body);
+		else
+			do_put(s, c, h, body);
+		break;
+	case KV_OP_MAP:
+		do_map(s, c, h);
+		break;
+	case KV_OP_STATS:
+		do_stats(s, c, h);
+		break;
+	case KV_OP_CONFIGURE:
+		do_configure(s, c, h, body);
+		break;
+	case KV_OP_TAKEOVER:
+		do_takeover(s, c, h, body);
+		break;
+	default:
+		s->bad++;
+		reply_text(s, c, h->op, h->id, KV_S_BAD, "unknown operation %u", h->op);
+	}
+}
+
+/* Read what the client sent and handle every whole message. A header that is not ours (or a
+ * reply, or a body beyond KV_MAX_BODY) closes the connection: framing is lost. */
+static void conn_read(struct kv_server *s, struct conn *c)
+{
+	size_t off = 0;
+	ssize_t n;
+
+	if (c->in_cap - c->in_len < 4096 &&
+	    kv_buf_reserve(&c->in, &c->in_cap, c->in_len + 4096) < 0) {
+		conn_close(s, c);
+		return;
+	}
+	n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		conn_close(s, c);
+		return;
+	}
+	c->in_len += (size_t)n;
+	while (c->fd >= 0 && c->in_len - off >= KV_HDR_SIZE) {
+		struct kv_hdr h;
+
+		if (!kv_hdr_decode(c->in + off, &h) || (h.op & KV_REPLY)) {
+			s->bad++;
+			conn_close(s, c);
+			return;
+		}
+		if (c->in_len - off < KV_HDR_SIZE + h.len) {
+			if (kv_buf_reserve(&c->in, &c->in_cap, KV_HDR_SIZE + h.len) < 0)
+				conn_close(s, c);
+			break;
+		}
+		handle(s, c, &h, c->in + off + KV_HDR_SIZE);
+		off += KV_HDR_SIZE + h.len;
+	}
+	if (c->fd >= 0 && off) {
+		memmove(c->in, c->in + off, c->in_len - off);
+		c->in_len -= off;
+	}
+}
+
+/* ------------------------------------------------------------------ hand-overs */
+
+static void install(struct kv_server *s, struct acquired *a)
+{
+	static const char *const how[] = { "opened", "taken over", "taken over as standby" };
+	const char *what = a->mode == ACQ_OPEN && a->took_over ? how[1] : how[a->mode];
+	struct part *pt = &s->parts[a->part];
+	struct conn *c;
+
+	if (a->rc == 0) {
+		pt->p = a->p;
+		pt->idx = a->idx;
+		pt->next_version = a->next_version;
+		pt->free_below = a->free_below;
+		pt->head = a->head;
+		pt->state = PART_SERVING;
+		if (kv_mem_used(s) > s->mem_peak)
+			s->mem_peak = kv_mem_used(s);
+		if (a->took_over) {
+			s->takeovers++;
+			s->last_takeover_ms = a->takeover_ns / 1000000u;
+			s->last_recovered = a->entries;
+			s->last_live = a->live;
+			s->last_reappend_ms = a->reappend_ns / 1000000u;
+		}
+		printf("serving partition %u epoch %" PRIu64 " %s recovered %" PRIu64 " live %"
+		       PRIu64 " takeover_ms %.1f reappend_ms %.1f wait_ms %.1f\n", a->part, a->epoch,
+		       what, a->entries, a->live, a->takeover_ns / 1e6, a->reappend_ns / 1e6,
+		       a->wait_ns / 1e6);
+		fflush(stdout);
+	} else {
+		pt->state = PART_IDLE;
+		fprintf(stderr, "twkv: partition %u: %s: %s\n", a->part, tw_strerror(a->rc), a->err);
+	}
+	if (a->mode == ACQ_OPEN && s->cfg_waiter) {
+		c = conn_by(s, s->cfg_conn, s->cfg_gen);
+		if (a->rc < 0 || --s->cfg_left == 0) {
+			s->cfg_waiter = false;
+			if (c && a->rc < 0)
+				reply_text(s, c, KV_OP_CONFIGURE, s->cfg_id, KV_S_ERROR,
+					   "partition %u: %s: %s", a->part, tw_strerror(a->rc), a->err);
+			else if (c)
+				reply_start(s, c, KV_OP_CONFIGURE, s->cfg_id, KV_S_OK, 0);
+		}
+	}
+	if (pt->waiter) {
+		pt->waiter = false;
+		c = conn_by(s, pt->w_conn, pt->w_gen);
+		if (c && a->rc < 0)
+			reply_text(s, c, KV_OP_TAKEOVER, pt->w_id, KV_S_ERROR, "%s: %s",
+				   tw_strerror(a->rc), a->err);
+		else if (c)
+			reply_text(s, c, KV_OP_TAKEOVER, pt->w_id, KV_S_OK, "recovered %" PRIu64
+				   " entries, %" PRIu64 " live keys", a->entries, a->live);
+	}
+	free(a);
+}
+
+/* Completions and partitions handed over by other threads. */
+static void take_handoffs(struct kv_server *s)
+{
+	struct pending *done;
+	struct acquired *acq;
+	uint64_t v;
+
+	if (read(s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		perror("twkv: eventfd");
+	pthread_mutex_lock(&s->mu);
+	done = s->done_head;
+	s->done_head = s->done_tail = NULL;
+	acq = s->acq_head;
+	s->acq_head = NULL;
+	pthread_mutex_unlock(&s->mu);
+	while (done) {
+		struct pending *next = done->next;
+
+		complete(s, done);
+		done = next;
+	}
+	while (acq) {
+		struct acquired *next = acq->next;
+
+		install(s, acq);
+		acq = next;
+	}
+}
+
+/* ------------------------------------------------------------------ start, loop, stop */
+
+static void *backup_main(void *arg)
+{
+	struct kv_server *s = arg;
+	int rc;
+
+	kv_role_self(s, KV_ROLE_BACKUP);
+	rc = tw_backup_run(s->backup);
+	if (rc < 0)
+		fprintf(stderr, "twkv: the backup stopped: %s: %s\n", tw_strerror(rc),
+			tw_backup_errmsg(s->backup));
+	return NULL;
+}
+
+static int listen_on(struct kv_server *s)
+{
+	const char *host = s->cfg.listen ? s->cfg.listen : "127.0.0.1";
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE }, *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char h[NI_MAXHOST], port[NI_MAXSERV];
+	int rc = getaddrinfo(host, s->cfg.port ? s->cfg.port : "0", &hints, &ai), one = 1;
+
+	if (rc) {
+		fprintf(stderr, "twkv: %s: %s\n", host, gai_strerror(rc));
+		return -EINVAL;
+	}
+	s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(s->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(s->lfd, 128) < 0 ||
+	    getsockname(s->lfd, (struct sockaddr *)&ss, &sl) < 0 ||
+	    getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV)) {
+		fprintf(stderr, "twkv: listen on %s: %s\n", host, strerror(errno));
+		freeaddrinfo(ai);
+		return -errno;
+	}
+	freeaddrinfo(ai);
+	snprintf(s->kv_addr, sizeof(s->kv_addr), strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port);
+	return 0;
+}
+
+static int add_fd(struct kv_server *s, int fd, uint64_t tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	ev.data.u64 = tag;
+	return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static int start(struct kv_server *s, sigset_t *sigs)
+{
+	struct tw_backup_config bc;
+	int rc;
+
+	tw_backup_config_init(&bc);
+	bc.provider = s->provider;
+	bc.node = s->cfg.listen ? s->cfg.listen : "127.0.0.1";
+	bc.service = s->cfg.backup_port;
+	bc.dir = s->cfg.dir;
+	bc.buffer_size = s->cfg.segment_size;
+	bc.buffers = s->cfg.backup_buffers;
+	rc = tw_backup_open(&bc, &s->backup);
+	if (rc < 0) {
+		fprintf(stderr, "twkv: backup: %s\n", tw_strerror(rc));
+		return rc;
+	}
+	kv_role_self(s, KV_ROLE_SERVE);
+	kv_role_new_threads(s, KV_ROLE_BACKUP); /* what tw_backup_open started (its flusher) */
+	rc = pthread_create(&s->backup_thread, NULL, backup_main, s);
+	if (rc) {
+		fprintf(stderr, "twkv: backup thread: %s\n", strerror(rc));
+		tw_backup_close(s->backup);
+		s->backup = NULL;
+		return -rc;
+	}
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	s->sfd = signalfd(-1, sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s->epfd < 0 || s->efd < 0 || s->sfd < 0)
+		return -errno;
+	rc = listen_on(s);
+	if (rc < 0)
+		return rc;
+	if (add_fd(s, s->lfd, TAG_LISTEN) < 0 || add_fd(s, s->efd, TAG_EVENT) < 0 ||
+	    add_fd(s, s->sfd, TAG_SIGNAL) < 0)
+		return -errno;
+	return 0;
+}
+
+static int configure_from_file(struct kv_server *s)
+{
+	char err[512], *text = NULL;
+	size_t len = 0;
+	FILE *f = fopen(s->cfg.cluster_file, "r");
+	int rc;
+
+	if (!f) {
+		fprintf(stderr, "twkv: %s: %s\n", s->cfg.cluster_file, strerror(errno));
+		return -errno;
+	}
+	text = malloc(65536);
+	if (text)
+		len = fread(text, 1, 65536, f);
+	fclose(f);
+	if (!text)
+		return -ENOMEM;
+	rc = configure(s, text, len, s->cfg.id, err, sizeof(err));
+	free(text);
+	if (rc < 0)
+		fprintf(stderr, "twkv: %s: %s\n", s->cfg.cluster_file, err);
+	return rc < 0 ? rc : 0;
+}
+
+/*
+ * The first SIGTERM: stop taking partitions over, close the ones served here (their final close
+ * RPCs reach backups that are still up), and keep the backup running while other servers' logs
+ * have segments open on it, up to DRAIN_MS: when a whole cluster stops at once, every log is
+ * closed before any backup goes, and nobody fails over to nowhere.
+ */
+#define DRAIN_MS 2000
+
+static void drain_start(struct kv_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->acq_cv); /* an open waiting for backups gives up */
+	pthread_mutex_unlock(&s->mu);
+	for (unsigned i = 0; i < s->map.partitions; i++) {
+		struct part *pt = &s->parts[i];
+
+		if (pt->p) {
+			kv_part_close(s, pt);
+			pt->state = PART_IDLE;
+		}
+	}
+}
+
+static bool drained(struct kv_server *s)
+{
+	struct tw_backup_stats bs;
+
+	tw_backup_get_stats(s->backup, &bs);
+	return bs.buffers_open == 0;
+}
+
+static void stop(struct kv_server *s)
+{
+	struct pending *pd;
+
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->acq_cv);
+	/* Standbys notice within their wait (1 s); a takeover under way finishes and closes
+	 * what it took. */
+	while (s->acquirers)
+		pthread_cond_wait(&s->acq_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	take_handoffs(s);
+	for (unsigned i = 0; i < s->map.partitions; i++)
+		if (s->parts[i].p)
+			kv_part_close(s, &s->parts[i]);
+	take_handoffs(s); /* the closes' last callbacks */
+	for (uint32_t i = 0; i < s->nconns_cap; i++) {
+		conn_close(s, s->conns[i]);
+		free(s->conns[i]->in);
+		free(s->conns[i]->out);
+		free(s->conns[i]);
+	}
+	free(s->conns);
+	while ((pd = s->pd_free)) {
+		s->pd_free = pd->next;
+		free(pd);
+	}
+	if (s->backup) {
+		tw_backup_stop(s->backup);
+		pthread_join(s->backup_thread, NULL);
+		/* As twd on SIGTERM: what the other servers' logs wrote here goes to disk. */
+		tw_backup_flush_all(s->backup);
+		tw_backup_close(s->backup);
+	}
+}
+
+int kv_server_run(const struct kv_server_config *cfg)
+{
+	struct kv_server *s = calloc(1, sizeof(*s));
+	const char *prov = cfg->provider ? cfg->provider : getenv("FI_PROVIDER");
+	struct epoll_event evs[64];
+	sigset_t sigs;
+	bool quit = false, more = false;
+	uint64_t drain_end = 0;
+	int rc;
+
+	if (!s)
+		return 1;
+	s->cfg = *cfg;
+	s->me = -1;
+	s->epfd = s->lfd = s->efd = s->sfd = -1;
+	snprintf(s->provider, sizeof(s->provider), "%s", prov && prov[0] ? prov : "tcp");
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->cpu_mu, NULL);
+	pthread_cond_init(&s->acq_cv, NULL);
+	/* Every thread started from here on inherits the mask: SIGTERM and SIGINT arrive only
+	 * through the signalfd of the serving thread. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	rc = start(s, &sigs);
+	if (rc == 0) {
+		printf("ready kv=%s backup=%s\n", s->kv_addr, tw_backup_listen_addr(s->backup));
+		fflush(stdout);
+		if (s->cfg.cluster_file)
+			rc = configure_from_file(s);
+	}
+	while (rc == 0 && !quit) {
+		/* Draining: look at the backup every 10 ms (its state has no descriptor). */
+		int n = epoll_wait(s->epfd, evs, 64, more ? 0 : drain_end ? 10 : -1);
+
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+
+			if (tag == TAG_LISTEN) {
+				accept_all(s);
+			} else if (tag == TAG_EVENT) {
+				take_handoffs(s);
+			} else if (tag == TAG_SIGNAL) {
+				struct signalfd_siginfo si;
+
+				if (read(s->sfd, &si, sizeof(si)) < 0)
+					si.ssi_signo = 0;
+				if (drain_end) { /* a second signal: stop now */
+					quit = true;
+				} else {
+					drain_start(s);
+					drain_end = now_ms() + DRAIN_MS;
+				}
+			} else if (tag < s->nconns_cap && s->conns[tag]->fd >= 0) {
+				struct conn *c = s->conns[tag];
+
+				if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+					conn_read(s, c);
+				if (c->fd >= 0 && (evs[i].events & EPOLLOUT))
+					mark_dirty(s, c);
+			}
+		}
+		/* The cleaner works in steps of a few thousand index slots between requests; a
+		 * step that has to wait for its relocations' acknowledgements returns at once. */
+		more = kv_part_clean(s);
+		flush_dirty(s);
+		if (drain_end && (drained(s) || now_ms() >= drain_end))
+			quit = true;
+	}
+	stop(s);
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->efd >= 0)
+		close(s->efd);
+	if (s->sfd >= 0)
+		close(s->sfd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->cpu_mu);
+	pthread_cond_destroy(&s->acq_cv);
+	free(s);
+	return rc < 0 ? 1 : 0;
+}

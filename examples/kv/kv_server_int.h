@@ -1,0 +1,152 @@
+/*
+ * examples/kv/kv_server_int.h — what kv_server.c (the serving thread) and kv_part.c (taking
+ * partitions over, cleaning) share.
+ */
+#ifndef TWKV_SERVER_INT_H
+#define TWKV_SERVER_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/log_format.h>
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+#include <tailwind/standby.h>
+
+#include "kv_cluster.h"
+#include "kv_index.h"
+#include "kv_server.h"
+
+enum part_state {
+	PART_IDLE,      /* not served here */
+	PART_ACQUIRING, /* a thread is opening or taking it over */
+	PART_SERVING,
+	PART_FAILED,    /* its log failed (fenced by a new owner, backups lost): not served */
+};
+
+/* How a partition comes to be served here. */
+enum acq_mode {
+	ACQ_OPEN,     /* owned in the map: open the log (take it over if it exists) */
+	ACQ_TAKEOVER, /* TAKEOVER request: take the log over now */
+	ACQ_STANDBY,  /* standby in the map: wait until its owner is gone (ZooKeeper) */
+};
+
+/* A partition as the serving thread sees it. */
+struct part {
+	struct kv_server *srv;
+	unsigned id;
+	enum part_state state;
+	struct tw_primary *p;
+	struct kv_index idx;
+	uint64_t next_version;
+	uint32_t free_below; /* segments below it are freed (cleaned or an earlier owner's) */
+	uint32_t head;       /* segment of the last append */
+	/* Cleaner (kv_part.c): relocate what the index points to below clean_below, then free. */
+	bool cleaning;
+	uint32_t clean_below;
+	size_t cursor;       /* next index slot to look at */
+	uint64_t walk_grows; /* the index's growth count when the walk started */
+	bool walk_found;     /* this walk relocated something (walk again) */
+	unsigned moving;     /* relocations in flight */
+	/* A TAKEOVER request waiting for this partition (conn slot, generation, request id). */
+	bool waiter;
+	uint32_t w_conn, w_gen;
+	uint64_t w_id;
+	/* Counters. */
+	uint64_t puts, gets, relocated, relocated_bytes, passes, segments_freed;
+};
+
+/* One append in flight (a PUT or a relocation): the callback's argument. */
+struct pending {
+	struct pending *next; /* free list, or the completion queue */
+	struct part *pt;
+	uint64_t lsn, id, hash;
+	uint32_t conn, gen;   /* who gets the PUT's reply */
+	bool relocate;
+	int status;           /* set by the callback */
+};
+
+/* What a partition-taking thread hands the serving thread. */
+struct acquired {
+	struct acquired *next;
+	unsigned part;
+	enum acq_mode mode;
+	bool took_over;     /* the log existed: taken over (also for ACQ_OPEN, a restart) */
+	int rc;
+	char err[512];
+	struct tw_primary *p;
+	struct kv_index idx;
+	uint64_t next_version;
+	uint32_t free_below, head;
+	uint64_t entries, live, epoch;     /* recovered entries, live keys after replay */
+	uint64_t takeover_ns, reappend_ns; /* library's takeover; re-appending the live set */
+	uint64_t wait_ns;                  /* standby: owner gone seen after so long */
+};
+
+enum kv_role { KV_ROLE_SERVE, KV_ROLE_REPLICATE, KV_ROLE_BACKUP, KV_ROLE_OTHER, KV_ROLES };
+
+struct tid_cpu {
+	pid_t tid;
+	enum kv_role role;
+	uint64_t ns; /* last CPU time read (kept once the thread is gone) */
+};
+
+#define KV_MAX_THREADS 256u
+
+struct kv_server {
+	struct kv_server_config cfg;
+	char provider[64];
+	struct kv_cluster map;
+	int me;              /* own id in the map; -1 until configured */
+	const char *peers[KV_MAX_SERVERS]; /* backups of the other servers */
+	size_t npeers;
+	struct tw_backup *backup;
+	pthread_t backup_thread;
+	int epfd, lfd, efd, sfd; /* epoll, listener, eventfd (handoffs), signalfd */
+	char kv_addr[KV_ADDR_MAX];
+	struct part parts[KV_MAX_PARTITIONS];
+	/* Completions and acquired partitions, handed over by other threads (mu, efd). */
+	pthread_mutex_t mu;
+	struct pending *done_head, *done_tail;
+	struct acquired *acq_head;
+	bool stopping;
+	unsigned acquirers;  /* threads taking partitions over, still running */
+	pthread_cond_t acq_cv;
+	/* Serving-thread state. */
+	struct pending *pd_free;
+	struct conn **conns;
+	uint32_t nconns_cap;
+	struct conn *dirty;
+	bool cfg_waiter;     /* a CONFIGURE waits for the owned partitions */
+	uint32_t cfg_conn, cfg_gen;
+	uint64_t cfg_id;
+	unsigned cfg_left;
+	/* Counters. */
+	uint64_t gets, puts, not_owner, retries, bad, takeovers;
+	uint64_t mem_peak;   /* most log bytes held at once */
+	uint64_t last_takeover_ms, last_recovered, last_live, last_reappend_ms;
+	/* CPU per role (per-thread clocks). */
+	pthread_mutex_t cpu_mu;
+	struct tid_cpu tids[KV_MAX_THREADS];
+	unsigned ntids;
+};
+
+/* kv_stats.c: thread roles, and the STATS text (at most cap bytes; returns its length). */
+void kv_role_self(struct kv_server *s, enum kv_role role);
+void kv_role_new_threads(struct kv_server *s, enum kv_role role);
+size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap);
+
+/* kv_part.c */
+int kv_part_start(struct kv_server *s, unsigned part, enum acq_mode mode, char *err, size_t len);
+bool kv_part_clean(struct kv_server *s);
+uint64_t kv_mem_used(const struct kv_server *s);
+bool kv_mem_full(const struct kv_server *s);
+void kv_part_close(struct kv_server *s, struct part *pt);
+/* The append callback (runs on the library's progress thread). */
+void kv_on_append(void *arg, int status, uint64_t lsn);
+struct pending *kv_pending_get(struct kv_server *s);
+
+#endif
