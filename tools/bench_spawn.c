@@ -169,10 +169,17 @@ static int start_twd(const char *exe, const struct opts *o, unsigned i)
 	char *argv[16];
 	int rc, k = 0;
 
-	if (snprintf(t->dir, sizeof(t->dir), "%s/b%u", tmp_root, i) >= (int)sizeof(t->dir))
-		return -ENAMETOOLONG;
-	if (mkdir(t->dir, 0700) < 0)
-		return -errno;
+	/* Under the lock, as the signal thread removes tmp_root (and clears it) under it: a
+	 * directory made after that removal would outlive twbench. */
+	pthread_mutex_lock(&twd_lock);
+	if (!tmp_root[0] || snprintf(t->dir, sizeof(t->dir), "%s/b%u", tmp_root, i) >=
+				    (int)sizeof(t->dir))
+		rc = tmp_root[0] ? -ENAMETOOLONG : -ECANCELED;
+	else
+		rc = mkdir(t->dir, 0700) < 0 ? -errno : 0;
+	pthread_mutex_unlock(&twd_lock);
+	if (rc < 0)
+		return rc;
 	snprintf(bufsz, sizeof(bufsz), "%zu", o->segment_size);
 	snprintf(nbuf, sizeof(nbuf), "%zu", o->twd_buffers);
 	argv[k++] = (char *)exe;

@@ -59,11 +59,15 @@ static int entries(const char *dir)
 	struct dirent *de;
 	int n = 0;
 
-	if (!d)
+	if (!d) {
+		tap_diag("opendir %s: %s", dir, strerror(errno));
 		return -1;
+	}
 	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			tap_diag("left under %s: %s", dir, de->d_name);
 			n++;
+		}
 	closedir(d);
 	return n;
 }
