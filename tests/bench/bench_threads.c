@@ -26,6 +26,7 @@
 
 #include "core/util.h"
 #include "proc.h"
+#include "rmtree.h"
 
 #define NB 3
 #define MAXT 64
@@ -266,12 +267,6 @@ int main(int argc, char **argv)
 		proc_wait(pr[b], 60000);
 		proc_free(pr[b]);
 	}
-	{
-		char cmd[200];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-		if (system(cmd) != 0)
-			fprintf(stderr, "bench_threads: could not remove %s\n", root);
-	}
+	rm_tree(root);
 	return 0;
 }

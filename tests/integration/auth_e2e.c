@@ -19,6 +19,7 @@
 #include "proc.h"
 #include "proto/auth.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 static const char *prov;
@@ -346,8 +347,7 @@ int main(int argc, char **argv)
 	    proc_find_tool("tools/twctl", ctl, sizeof(ctl)) < 0 ||
 	    proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
 		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
-	snprintf(dir, sizeof(dir), "/tmp/tw_auth_e2e.XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw_auth_e2e");
 	tap_plan(31);
 	snprintf(key1, sizeof(key1), "%s/key1", dir);
 	snprintf(key2, sizeof(key2), "%s/key2", dir);
@@ -451,12 +451,6 @@ int main(int argc, char **argv)
 	is_int(proc_wait(tn, 30000), 0, "twd without a key exits 0 at SIGTERM");
 	proc_free(tk);
 	proc_free(tn);
-	{
-		char cmd[400];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", dir);
-	}
+	tmpdir_remove(dir);
 	return tap_exit();
 }

@@ -33,6 +33,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 #define NB 4
 #define SUBNET "10.231.7."
@@ -70,8 +71,8 @@ static void cleanup(void)
 	for (unsigned i = 0; i < NB + 3; i++)
 		if (ns_made[i])
 			sh("ip netns delete %s 2>/dev/null", all[i]);
-	if (root_dir[0] && !getenv("TW_KEEP"))
-		sh("rm -rf '%s'", root_dir);
+	if (root_dir[0])
+		tmpdir_remove(root_dir);
 }
 
 /* Namespaces of earlier runs that died without cleaning up (killed by a timeout): their tag is
@@ -173,8 +174,7 @@ int main(int argc, char **argv)
 	TAP_REQUIRE(host(ns_r, 2, 20), "recovery host");
 	for (unsigned i = 0; i < NB; i++)
 		TAP_REQUIRE(host(ns_b[i], 3 + i, 11 + i), "backup host %u", i);
-	snprintf(root_dir, sizeof(root_dir), "/tmp/tw-part-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root_dir), "mkdtemp");
+	tmpdir_make(root_dir, sizeof(root_dir), NULL, "tw-part");
 
 	/* Backups: twd inside B0..B3, listening on their own address. */
 	for (unsigned i = 0; i < NB; i++) {

@@ -19,6 +19,7 @@
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char bench[1024];
 
@@ -101,13 +102,13 @@ static void interrupt(const char *tmp, const char *trigger, const char *what)
 
 int main(void)
 {
-	char tmp[] = "/tmp/tw-twbenchcli-XXXXXX", cmd[128];
+	char tmp[256];
 	struct cli_out o;
 	int st;
 
 	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) != 0)
 		tap_plan_skip_all("twbench not built");
-	TAP_REQUIRE(mkdtemp(tmp), "mkdtemp");
+	tmpdir_make(tmp, sizeof(tmp), NULL, "tw-twbenchcli");
 	TAP_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "PR_SET_CHILD_SUBREAPER");
 
 	st = run((const char *[]){ "--version", NULL }, NULL, NULL, 0, &o);
@@ -154,9 +155,7 @@ int main(void)
 	interrupt(tmp, "backup 1/3 ready at ", "SIGINT while the backups start");
 	interrupt(tmp, "backup 3/3 ready at ", "SIGINT during the run");
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", tmp);
+	tmpdir_remove(tmp);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -21,6 +21,7 @@
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char twctl[1024];
 
@@ -114,7 +115,7 @@ static void netns_cases(void)
 
 int main(void)
 {
-	char dir[] = "/tmp/tw-twctlcli-XXXXXX", fifo[300], addr[64];
+	char dir[256], fifo[300], addr[64];
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sin);
 	struct cli_out o;
@@ -122,7 +123,7 @@ int main(void)
 
 	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0)
 		tap_plan_skip_all("twctl not built");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-twctlcli");
 
 	st = run((const char *[]){ twctl, "--help", NULL }, &o);
 	ok(st == 0 && strstr(o.out, "-V, --version"), "--help lists -V, --version");
@@ -196,7 +197,7 @@ int main(void)
 
 	netns_cases();
 
-	sh("rm -rf '%s'", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

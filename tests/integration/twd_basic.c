@@ -14,6 +14,7 @@
 
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define BUF (256 * 1024)
@@ -50,7 +51,7 @@ static bool ready_line_is_exact(struct proc *p)
 
 int main(int argc, char **argv)
 {
-	char addr[256], cmd[300];
+	char addr[256];
 	struct proc *p;
 	struct twc c, d, bad;
 	struct twc_stats s0, s1;
@@ -61,8 +62,7 @@ int main(int argc, char **argv)
 	prov = argc > 1 ? argv[1] : "tcp";
 	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
 		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-twd-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-twd");
 	tap_diag("provider %s, dir %s", prov, dir);
 
 	p = start_twd(addr, sizeof(addr));
@@ -196,9 +196,7 @@ int main(int argc, char **argv)
 	is_int(proc_wait(p, 30000), 0, "exit 0");
 	proc_free(p);
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

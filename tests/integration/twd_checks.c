@@ -21,6 +21,7 @@
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char twd[1024];
 
@@ -71,7 +72,7 @@ static void unusable_dir(const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/tw-twdchecks-XXXXXX", sub[64], bufs[32], need[64], cmd[128];
+	char dir[64], sub[80], bufs[32], need[64];
 	unsigned long long avail = mem_available();
 	struct cli_out o;
 	regex_t re;
@@ -79,7 +80,8 @@ int main(void)
 
 	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0)
 		tap_plan_skip_all("twd not built");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	/* In /tmp, whatever $TMPDIR: a socket's path below must fit sun_path (108 bytes). */
+	tmpdir_make(dir, sizeof(dir), "/tmp", "tw-twdchecks");
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 
 	rc = run((const char *[]){ "--help", NULL }, NULL, &o);
@@ -165,9 +167,7 @@ int main(void)
 		close(fd);
 	}
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -13,6 +13,7 @@
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char twd[1024];
 
@@ -37,14 +38,13 @@ static int run(const char *const *args)
 
 int main(void)
 {
-	char dir[256], sub[300], cmd[300], line[256];
+	char dir[256], sub[300], line[256];
 	struct proc *p, *q;
 	int rc;
 
 	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0)
 		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-twdcli-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-twdcli");
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 
 	{
@@ -128,9 +128,7 @@ int main(void)
 		is_int(proc_wait(p, 20000), 0, "exit 0");
 		proc_free(p);
 	}
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

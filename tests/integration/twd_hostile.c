@@ -36,6 +36,7 @@
 #include "core/util.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 static const char *prov;
@@ -156,7 +157,7 @@ static const char *raw_connect(const char *addr, size_t len, size_t *len_out)
 /* A twd whose file descriptors run out: see the header. */
 static void fd_exhaustion(const char *twd_path)
 {
-	char dir[64], addr[256], node[128], svc[32], line[512];
+	char dir[256], addr[256], node[128], svc[32], line[512];
 	char *argv[] = { (char *)"/bin/sh", (char *)"-c",
 			 (char *)"ulimit -n 48 && exec \"$0\" \"$@\" 2>&1", (char *)twd_path,
 			 (char *)"-p", (char *)prov, (char *)"-d", dir, (char *)"--buffers", (char *)"2",
@@ -166,8 +167,7 @@ static void fd_exhaustion(const char *twd_path)
 	bool said = false, served = false;
 	struct proc *p;
 
-	snprintf(dir, sizeof(dir), "/tmp/tw-hostile-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-hostile");
 	p = proc_spawn(argv, NULL);
 	TAP_REQUIRE(p, "spawn twd");
 	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
@@ -214,14 +214,12 @@ static void fd_exhaustion(const char *twd_path)
 	proc_kill(p, SIGTERM);
 	is_int(proc_wait(p, 20000), 0, "that twd exits 0 on SIGTERM");
 	proc_free(p);
-	snprintf(line, sizeof(line), "rm -rf %s", dir);
-	if (system(line) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 }
 
 int main(int argc, char **argv)
 {
-	char twd_path[1024], dir[64], addr[256], line[512];
+	char twd_path[1024], dir[256], addr[256], line[512];
 	const size_t sizes[] = { 1, 63, SIZE_MAX };
 	struct twc_stats st;
 	struct twc c;
@@ -231,8 +229,7 @@ int main(int argc, char **argv)
 	prov = argc > 1 ? argv[1] : "tcp";
 	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
 		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-hostile-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-hostile");
 	tap_plan(10);
 
 	char *targv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
@@ -270,12 +267,6 @@ int main(int argc, char **argv)
 	is_int(rc, 0, "twd exits 0 on SIGTERM");
 	proc_free(p);
 	fd_exhaustion(twd_path);
-	{
-		char cmd[128];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", dir);
-	}
+	tmpdir_remove(dir);
 	return tap_exit();
 }

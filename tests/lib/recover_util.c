@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "tmpdir.h"
 
 static struct proc *spawn_twd(struct rt_cluster *c, unsigned i, const char *bufsize,
 			      const char *buffers)
@@ -32,44 +33,22 @@ static struct proc *spawn_twd(struct rt_cluster *c, unsigned i, const char *bufs
 	return p;
 }
 
-/* Directory removed at exit if the test ends early (a fatal TAP_REQUIRE). */
-static char atexit_root[256];
-
-static void remove_root(void)
-{
-	char cmd[600];
-
-	if (!atexit_root[0] || getenv("TW_KEEP"))
-		return;
-	proc_cleanup_all(); /* the twd's first: they write into it */
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", atexit_root);
-	if (system(cmd) != 0)
-		fprintf(stderr, "# could not remove %s\n", atexit_root);
-}
-
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers)
 {
-	rt_start_in(c, "/tmp", prov, n, bufsize, buffers);
+	rt_start_in(c, NULL, prov, n, bufsize, buffers);
 }
 
 void rt_start_in(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
 		 const char *bufsize, const char *buffers)
 {
-	static bool registered;
-
 	memset(c, 0, sizeof(*c));
 	c->prov = prov;
 	c->n = n;
 	TAP_REQUIRE(n <= RT_MAX_BK, "too many backups");
 	if (proc_find_tool("tools/twd", c->twd, sizeof(c->twd)) != 0)
 		tap_plan_skip_all("twd not built");
-	TAP_REQUIRE(strlen(parent) + 16 < sizeof(c->root), "directory name too long: %s", parent);
-	snprintf(c->root, sizeof(c->root), "%s/tw-rec-XXXXXX", parent);
-	TAP_REQUIRE(mkdtemp(c->root), "mkdtemp");
-	snprintf(atexit_root, sizeof(atexit_root), "%s", c->root);
-	if (!registered && atexit(remove_root) == 0)
-		registered = true;
+	tmpdir_make(c->root, sizeof(c->root), parent, "tw-rec");
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(c->dir[i], sizeof(c->dir[i]), "%s/b%u", c->root, i);
 		c->p[i] = spawn_twd(c, i, bufsize, buffers);
@@ -97,17 +76,10 @@ int rt_stop_one(struct rt_cluster *c, unsigned i)
 
 void rt_stop(struct rt_cluster *c)
 {
-	char cmd[600];
-
 	for (unsigned i = 0; i < c->n; i++)
 		rt_stop_one(c, i);
-	if (c->root[0] && !getenv("TW_KEEP")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->root);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", c->root);
-		if (strcmp(atexit_root, c->root) == 0)
-			atexit_root[0] = '\0';
-	}
+	if (c->root[0])
+		tmpdir_remove(c->root);
 }
 
 void rt_fill(uint8_t *p, uint64_t seq)

@@ -29,10 +29,11 @@ struct rt_cluster {
 	char twd[1024];
 };
 
-/* Start n twd processes (buffer size and count as twd flags, e.g. "64K", "64"). Fatal on error. */
+/* Start n twd processes (buffer size and count as twd flags, e.g. "64K", "64"), their
+ * directories under a fresh scratch directory (tmpdir.h, removed at exit too). Fatal on error. */
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers);
-/* rt_start with the directories under `parent` (rt_start: /tmp). */
+/* rt_start with the directories under `parent` (rt_start: $TMPDIR or /tmp). */
 void rt_start_in(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
 		 const char *bufsize, const char *buffers);
 /* Start twd i again on its directory (after it was stopped or killed). */

@@ -24,7 +24,9 @@
 #include "core/util.h"
 #include "replica/backup_int.h"
 #include "replica/segfile.h"
+#include "rmtree.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define BUF (64 * 1024)
@@ -768,13 +770,10 @@ static void test_rpc_names(void)
 
 int main(void)
 {
-	char cmd[300];
-
 	prov = getenv("TW_TEST_PROVIDER");
 	if (!prov || !prov[0])
 		prov = "mem";
-	snprintf(dir, sizeof(dir), "/tmp/tw-backup-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-backup");
 	tap_diag("provider %s, dir %s", prov, dir);
 	test_rpc_names();
 	test_basic();
@@ -788,13 +787,10 @@ int main(void)
 	tw_log_set_sink(count_sink, NULL);
 	test_direct_refused();
 	tw_log_set_sink(NULL, NULL);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
-	if (system(cmd) != 0)
-		tap_diag("cleanup failed");
+	rm_tree(dir); /* the next test starts on an empty directory */
+	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
 	test_battery_and_restart();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

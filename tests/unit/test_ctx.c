@@ -27,15 +27,12 @@
 #include <tailwind/recovery.h>
 
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
 #define NB 5
-
-static char root[256];
 
 /* Entry `seq` of log `log`: distinct per log, so a misrouted acknowledgement or write shows. */
 static void fill(uint8_t *buf, uint64_t log, uint64_t seq)
@@ -130,9 +127,9 @@ static unsigned backup_index(struct tbackup *b, const char *addr)
 
 int main(void)
 {
-	struct tbackup b[NB];
-	const char *addrs[4];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	struct tbackup *b = cl.b;
+	const char **addrs = cl.addrs;
 	struct tw_ctx_config cc;
 	struct tw_ctx_stats cs;
 	struct tw_primary_config cfg;
@@ -145,12 +142,7 @@ int main(void)
 	unsigned vi;
 	int rc;
 
-	snprintf(root, sizeof(root), "%s/test_ctx.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_start(&b[i], root, i, "mem", 64, SEG, 0);
-	for (unsigned i = 0; i < 4; i++)
-		addrs[i] = b[i].addr;
+	tbackups_start(&cl, "test_ctx", NB, "mem", 64, SEG);
 
 	/* Bad configurations. */
 	tw_ctx_config_init(&cc);
@@ -369,9 +361,7 @@ int main(void)
 		}
 	}
 
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

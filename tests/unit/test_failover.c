@@ -21,7 +21,6 @@
 #include <tailwind/recovery.h>
 
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "twd_client.h"
@@ -30,7 +29,6 @@
 #define OBJ 100u
 #define NB 5
 
-static char root[256];
 static bool preopen; /* run(): cfg.preopen */
 
 static void fill(uint8_t *buf, uint64_t seq)
@@ -423,16 +421,11 @@ static void test_stopped_spare(const char **addrs)
 
 int main(void)
 {
-	struct tbackup b[NB];
-	const char *addrs[4];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	struct tbackup *b = cl.b;
+	const char **addrs = cl.addrs;
 
-	snprintf(root, sizeof(root), "%s/test_failover.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_start(&b[i], root, i, "mem", 16, SEG, 0);
-	for (unsigned i = 0; i < 4; i++)
-		addrs[i] = b[i].addr;
+	tbackups_start(&cl, "test_failover", NB, "mem", 16, SEG);
 
 	run("write error, sync", addrs, TW_PRIMARY_SYNC, 200, TW_MEM_FAULT_FAIL);
 	run("write error, async", addrs, TW_PRIMARY_ASYNC, 201, TW_MEM_FAULT_FAIL);
@@ -447,9 +440,7 @@ int main(void)
 	test_stopped_spare(addrs);
 	test_rpc_failover(b, addrs);
 
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

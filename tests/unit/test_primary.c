@@ -14,13 +14,11 @@
 #include <tailwind/primary.h>
 
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 
 #define SEG (64u * 1024u)
 
-static char root[256];
 /* "mem" by default; $TW_PRIMARY_TEST_PROVIDER runs the same tests over a real provider (the
  * fault-injection tests then skip). */
 static const char *prov = "mem";
@@ -650,20 +648,15 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 
 int main(void)
 {
-	struct tbackup b[6];
-	const char *addrs[4], *addrs4[4], *addrs_v[3];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	struct tbackup *b = cl.b;
+	const char **addrs = cl.addrs, *addrs4[4], *addrs_v[3];
 
 	if (getenv("TW_PRIMARY_TEST_PROVIDER"))
 		prov = getenv("TW_PRIMARY_TEST_PROVIDER");
-	snprintf(root, sizeof(root), "%s/test_primary.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < 4; i++)
-		tbackup_start(&b[i], root, i, prov, 8, SEG, 0);
-	tbackup_start(&b[4], root, 4, prov, 1, SEG, 1); /* small: one buffer */
-	tbackup_start(&b[5], root, 5, prov, 8, SEG, 0); /* victim */
-	for (unsigned i = 0; i < 4; i++)
-		addrs[i] = b[i].addr;
+	tbackups_start(&cl, "test_primary", 4, prov, 8, SEG);
+	tbackups_add(&cl, prov, 1, SEG, 1); /* b[4], small: one buffer */
+	tbackups_add(&cl, prov, 8, SEG, 0); /* b[5], the victim */
 	addrs4[0] = b[4].addr;
 	addrs4[1] = b[0].addr;
 	addrs4[2] = b[1].addr;
@@ -688,9 +681,7 @@ int main(void)
 	if (!strcmp(prov, "mem"))
 		test_lost(addrs, &b[5], addrs_v);
 
-	for (unsigned i = 0; i < 6; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

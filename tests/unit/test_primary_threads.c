@@ -22,7 +22,6 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 
@@ -31,7 +30,6 @@
 #define SEG (64u * 1024u)
 #define LEN 40u
 
-static char root[256];
 static unsigned per_thread = 3000;
 
 /* One acknowledgement, as the callback saw it. Written by the progress thread only. */
@@ -133,8 +131,8 @@ static int rec_cb(void *arg, const struct tw_recovered_entry *e)
 
 int main(void)
 {
-	struct tbackup bk[NB];
-	const char *addrs[NB];
+	struct tbackups cl;
+	const char **addrs = cl.addrs;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
@@ -145,12 +143,7 @@ int main(void)
 	if (getenv("TW_SANITIZER"))
 		per_thread = 1000;
 	total = (uint64_t)THREADS * per_thread;
-	snprintf(root, sizeof(root), "/tmp/tw-pthreads-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (int i = 0; i < NB; i++) {
-		tbackup_start(&bk[i], root, (unsigned)i, "mem", 32, SEG, 0);
-		addrs[i] = bk[i].addr;
-	}
+	tbackups_start(&cl, "tw-pthreads", NB, "mem", 32, SEG);
 	ack_lsn = calloc(total, sizeof(*ack_lsn));
 	all = calloc(total, sizeof(*all));
 	TAP_REQUIRE(ack_lsn && all, "memory");
@@ -239,9 +232,7 @@ int main(void)
 			complete += c.next[t] == per_thread;
 		is_int(complete, THREADS, "all threads' entries present");
 	}
-	for (int i = 0; i < NB; i++)
-		tbackup_stop(&bk[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	free(ack_lsn);
 	free(all);
 	tap_done_testing();

@@ -42,30 +42,7 @@
 #define LAST 4 /* entries in the last (torn) write */
 #define LEN 100
 
-static char root[128];
-static struct tbackup bk[NB];
-static const char *addrs[NB];
-
-static void start_all(void)
-{
-	snprintf(root, sizeof(root), "/tmp/tw-trec-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++) {
-		tbackup_start(&bk[i], root, i, "mem", 16, BUF, 0);
-		addrs[i] = bk[i].addr;
-	}
-}
-
-static void stop_all(void)
-{
-	char cmd[200];
-
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&bk[i]);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", root);
-}
+static struct tbackups cl;
 
 /* Expected log: writes with seeds, entries per write. */
 struct expect {
@@ -109,7 +86,7 @@ static int check_cb(void *arg, const struct tw_recovered_entry *e)
 static void conn_all(struct twc *c, uint64_t log_id, uint64_t seg, uint64_t version[NB])
 {
 	for (int i = 0; i < NB; i++) {
-		int rc = twc_connect(&c[i], "mem", addrs[i]);
+		int rc = twc_connect(&c[i], "mem", cl.addrs[i]);
 
 		TAP_REQUIRE(rc == 0, "connect %d: %s", i, tw_strerror(rc));
 		TAP_REQUIRE(twc_seg_init(&c[i], BUF) == 0, "seg init");
@@ -145,7 +122,7 @@ static int recover(uint64_t log_id, struct expect *x, struct tw_recover_result *
 	x->w = x->i = 0;
 	x->got = x->bad = 0;
 	x->why[0] = '\0';
-	return tbackup_recover(addrs, NB, log_id, check_cb, x, res);
+	return tbackup_recover(cl.addrs, NB, log_id, check_cb, x, res);
 }
 
 static const char *kind_name(enum tw_mem_fault_kind k)
@@ -208,7 +185,7 @@ static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool exp
 
 		for (int i = 0; i < NB; i++)
 			if (f[i].kind != TW_MEM_FAULT_NONE)
-				rest[n++] = addrs[i];
+				rest[n++] = cl.addrs[i];
 		x.w = x.i = 0;
 		x.got = x.bad = 0;
 		rc = tbackup_recover(rest, n, log_id, check_cb, &x, &res2);
@@ -283,16 +260,16 @@ static void test_restart_flushed(void)
 	x.seed[x.writes] = 7777;
 	x.n[x.writes++] = LAST;
 	for (unsigned i = 0; i < NB; i++) {
-		tbackup_shutdown(&bk[i]);
-		tbackup_start(&bk[i], root, i, "mem", 16, BUF, 0);
+		tbackup_shutdown(&cl.b[i]);
+		tbackup_start(&cl.b[i], cl.root, i, "mem", 16, BUF, 0);
 	}
 	rc = recover(0x106, &x, &res);
 	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER + LAST && res.copies_repaired == 2,
 	   "after a restart: recovered %" PRIu64 " entries, the two short copies (flushed while "
 	   "open) completed from their files (%" PRIu64 ")%s%s", x.got, res.copies_repaired,
 	   x.bad ? ": " : "", x.why);
-	rest[0] = addrs[0];
-	rest[1] = addrs[2];
+	rest[0] = cl.addrs[0];
+	rest[1] = cl.addrs[2];
 	x.w = x.i = 0;
 	x.got = x.bad = 0;
 	rc = tbackup_recover(rest, NB - 1, 0x106, check_cb, &x, &res2);
@@ -321,7 +298,7 @@ static void test_late_backup(void)
 	tw_recover_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.log_id = 0x500;
-	cfg.backups = addrs;
+	cfg.backups = cl.addrs;
 	cfg.n_backups = 2; /* backup 2 unreachable this time */
 	x.w = x.i = 0;
 	x.got = x.bad = 0;
@@ -333,7 +310,7 @@ static void test_late_backup(void)
 	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER,
 	   "backup 2 is back with a longer open copy: the closed copies win (%" PRIu64
 	   " entries, same answer)", x.got);
-	TAP_REQUIRE(twc_connect(&c[0], "mem", addrs[2]) == 0, "connect");
+	TAP_REQUIRE(twc_connect(&c[0], "mem", cl.addrs[2]) == 0, "connect");
 	n = twc_list(&c[0], 0x500, false, li, 4);
 	/* Closed, and possibly already flushed by the backup's flusher thread: both are final. */
 	ok(n == 1 &&
@@ -396,7 +373,7 @@ static void test_gap_and_cancel(void)
 	int rc;
 
 	memset(&x, 0, sizeof(x));
-	TAP_REQUIRE(twc_connect(&c, "mem", addrs[0]) == 0, "connect");
+	TAP_REQUIRE(twc_connect(&c, "mem", cl.addrs[0]) == 0, "connect");
 	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
 	TAP_REQUIRE(twc_open(&c, 0x400, 0, 0, 0, BUF) == 0, "open 0");
 	TAP_REQUIRE(twc_write(&c, PER, LEN, 1000) == 0, "write");
@@ -417,7 +394,7 @@ static void test_gap_and_cancel(void)
 	tw_recover_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.log_id = 0x300;
-	cfg.backups = addrs;
+	cfg.backups = cl.addrs;
 	cfg.n_backups = NB;
 	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
 	ok(rc == 0 && res.entries == (uint64_t)W * PER, "verify-only recovery (no callback): %"
@@ -441,7 +418,7 @@ static void test_cancel_and_errors(void)
 	tw_recover_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.log_id = 0x300;
-	cfg.backups = addrs;
+	cfg.backups = cl.addrs;
 	cfg.n_backups = NB;
 	rc = tw_recover(&cfg, stop_cb, NULL, &res, err, sizeof(err));
 	ok(rc == -ECANCELED && res.entries == 6, "the callback stops the recovery: -ECANCELED "
@@ -455,7 +432,7 @@ static void test_cancel_and_errors(void)
 	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
 	ok(rc == -TW_ENOBACKUP, "no backup reachable: -TW_ENOBACKUP (%s)", err);
 
-	cfg.backups = addrs;
+	cfg.backups = cl.addrs;
 	cfg.n_backups = NB;
 	cfg.epoch = 50;
 	{
@@ -489,7 +466,7 @@ static void test_unknown_log(void)
 int main(void)
 {
 	tap_plan(39);
-	start_all();
+	tbackups_start(&cl, "tw-trec", NB, "mem", 16, BUF);
 	test_unknown_log();
 	test_torn();
 	test_late_backup();
@@ -498,6 +475,6 @@ int main(void)
 	test_corrupt_closed();
 	test_gap_and_cancel();
 	test_cancel_and_errors();
-	stop_all();
+	tbackups_stop(&cl);
 	return tap_exit();
 }

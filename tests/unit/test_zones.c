@@ -15,7 +15,6 @@
 
 #include "fabric/fabric.h"
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
 
@@ -23,7 +22,6 @@
 #define OBJ 100u
 #define NB 6
 
-static char root[256];
 static const char *zones[NB] = { "A", "A", "B", "B", "C", "C" };
 
 static void cfg_for(struct tw_primary_config *cfg, const char **addrs, const char **z, size_t n,
@@ -173,24 +171,16 @@ static void test_static_backend(const char **addrs)
 
 int main(void)
 {
-	struct tbackup b[NB];
-	const char *addrs[NB];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	const char **addrs = cl.addrs;
 
-	snprintf(root, sizeof(root), "%s/test_zones.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++) {
-		tbackup_start(&b[i], root, i, "mem", 16, SEG, 0);
-		addrs[i] = b[i].addr;
-	}
+	tbackups_start(&cl, "test_zones", NB, "mem", 16, SEG);
 	test_placement(addrs, false);
 	test_placement(addrs, true);
 	test_spare(addrs);
 	test_too_few_zones(addrs);
 	test_static_backend(addrs);
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }
