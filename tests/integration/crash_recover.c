@@ -22,6 +22,7 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -55,8 +56,7 @@ int main(int argc, char **argv)
 	unsigned rounds = tap_long_mode() ? 50 : 3;
 	uint64_t tot_acked = 0, tot_rec = 0, tot_lost = 0, kills = 0;
 
-	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("crash_primary not built");
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	rng = tap_seed() | 1;
 	tap_plan((int)rounds * 3);
 	rt_start(&cl, prov, 3, "64K", "64");

@@ -22,6 +22,7 @@
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define NCH 100
@@ -88,7 +89,7 @@ static bool blocking_wait(struct tw_fab *fab, const int *flag, int *calls)
 int main(int argc, char **argv)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider";
-	char path[4096], line[256], pv[64], addr[TW_ADDR_MAX];
+	char path[4096], pv[64], addr[TW_ADDR_MAX];
 	char *pargv[] = {path, a_listen, a_prov, pv, NULL};
 	const char *prov = argc > 1 ? argv[1] : "tcp";
 	struct tw_fab_events ev = {.on_recv = on_recv};
@@ -114,9 +115,8 @@ int main(int argc, char **argv)
 	snprintf(pv, sizeof(pv), "%s", prov);
 	TAP_REQUIRE(proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) == 0,
 		    "fab_peer found (TW_BUILD_ROOT=%s)", getenv("TW_BUILD_ROOT"));
-	p = proc_spawn(pargv, NULL);
-	TAP_REQUIRE(p && proc_wait_line(p, "ready ", line, sizeof(line), 10000) >= 0, "peer ready");
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	p = child_ready(pargv, NULL, 10000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "peer ready");
 
 	for (n = 0; n < NCH; n++) {
 		rc = tw__fab_connect(fab, addr, &ch[n]);

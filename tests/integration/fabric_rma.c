@@ -24,6 +24,7 @@
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define BUF_LEN (8u * 1024 * 1024 + 65536)
@@ -99,7 +100,7 @@ struct peer {
 static bool start_peer(struct peer *pe)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider";
-	char path[4096], line[256], pv[64];
+	char path[4096], pv[64];
 	static char a_busy[] = "--busy-poll";
 	char *argv[] = {path, a_listen, a_prov, pv, NULL, NULL};
 	if (getenv("FAB_PEER_BUSY")) /* experiments: only the peer busy-polls */
@@ -111,16 +112,8 @@ static bool start_peer(struct peer *pe)
 		tap_diag("fab_peer not found (TW_BUILD_ROOT=%s)", getenv("TW_BUILD_ROOT"));
 		return false;
 	}
-	pe->p = proc_spawn(argv, NULL);
-	if (!pe->p)
-		return false;
-	int rc = proc_wait_line(pe->p, "ready ", line, sizeof(line), 10000);
-	if (rc < 0) {
-		tap_diag("peer not ready: %s", strerror(-rc));
-		return false;
-	}
-	snprintf(pe->addr, sizeof(pe->addr), "%.*s", (int)sizeof(pe->addr) - 1, line + 6);
-	return true;
+	pe->p = child_ready(argv, NULL, 10000, pe->addr, sizeof(pe->addr), NULL);
+	return pe->p != NULL;
 }
 
 /* shm: a SIGKILLed peer leaves its /dev/shm region behind (libfabric unlinks it only on a clean close or a caught signal): remove it. */

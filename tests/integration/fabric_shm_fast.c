@@ -30,6 +30,7 @@
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define BUF_LEN (8u * 1024 * 1024 + 65536)
@@ -158,7 +159,7 @@ int main(int argc, char **argv)
 	static struct wop burst[BURST];
 	struct tw_fab_config cfg;
 	struct tw_fab_stats st;
-	char path[4096], line[256], addr[TW_ADDR_MAX];
+	char path[4096], addr[TW_ADDR_MAX];
 	char *pargv[] = {path, a_listen, a_prov, a_shm, NULL};
 	struct tw_chan *ch = NULL;
 	struct proc *p;
@@ -195,12 +196,10 @@ int main(int argc, char **argv)
 
 	TAP_REQUIRE(proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) == 0,
 		    "fab_peer not found");
-	p = proc_spawn(pargv, NULL);
-	TAP_REQUIRE(p, "spawn fab_peer");
+	p = child_ready(pargv, NULL, 10000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "peer ready");
 	peer_pid = proc_pid(p);
 	atexit(cont_peer); /* runs before proc.c's cleanup: a stopped peer could not exit */
-	TAP_REQUIRE(proc_wait_line(p, "ready ", line, sizeof(line), 10000) > 6, "peer ready");
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
 
 	/* CMA between these two processes at all (ptrace rules); without it there is nothing to
 	 * test in `cma` mode. */

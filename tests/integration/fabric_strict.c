@@ -30,6 +30,7 @@
 #include "fab_pattern.h"
 #include "fabric/fabric.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define BUF_LEN (8u * 1024 * 1024 + 65536) /* fab_peer's buffer */
@@ -89,11 +90,10 @@ static struct proc *start_peer(bool strict, bool reqkey, char *addr, size_t len)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider";
 	static char e_strict[] = "TW_FAB_STRICT=verbs", e_reqkey[] = "TW_FAB_FAULT=reqkey";
-	char path[4096], line[256], pv[64];
+	char path[4096], pv[64];
 	char *argv[] = {path, a_listen, a_prov, pv, NULL};
 	char *env[3] = {NULL, NULL, NULL};
-	int n = 0, rc;
-	struct proc *p;
+	int n = 0;
 
 	snprintf(pv, sizeof(pv), "%s", prov);
 	if (strict)
@@ -102,17 +102,7 @@ static struct proc *start_peer(bool strict, bool reqkey, char *addr, size_t len)
 		env[n++] = e_reqkey;
 	if (proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) < 0)
 		return NULL;
-	p = proc_spawn(argv, env);
-	if (!p)
-		return NULL;
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 10000);
-	if (rc < 0) {
-		tap_diag("fab_peer not ready: %s", strerror(-rc));
-		proc_free(p);
-		return NULL;
-	}
-	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
-	return p;
+	return child_ready(argv, env, 10000, addr, len, NULL);
 }
 
 /* Connect and read the RKEY the peer sends on accept. */
@@ -333,9 +323,7 @@ static void target_case(bool strict, struct tw_chan *ch, struct proc *peer, cons
 		ok(rc == 0 && remote_sum(ch, off, 4096) == fab_fnv1a(src, 4096), "plain: %s lands",
 		   what);
 	tw__chan_close(ch);
-	proc_kill(peer, SIGTERM);
-	is_int(proc_wait(peer, 10000), 0, "%s: the peer exited cleanly", mode);
-	proc_free(peer);
+	is_int(child_stop(peer, SIGTERM, 10000), 0, "%s: the peer exited cleanly", mode);
 }
 
 static void run_mode(bool strict)

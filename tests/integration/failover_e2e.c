@@ -36,6 +36,7 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
@@ -184,8 +185,7 @@ static int repeat_main(const char *prov)
 	char prim[1024];
 	unsigned good = 0;
 
-	if (proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("failover_primary not built");
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	tap_plan(REPEAT_RUNS + 1);
 	for (unsigned i = 0; i < REPEAT_RUNS; i++) {
 		bool went_on = repeat_once(prov, i, prim);
@@ -215,8 +215,7 @@ int main(int argc, char **argv)
 
 	if (argc > 2 && !strcmp(argv[2], "repeat"))
 		return repeat_main(prov);
-	if (proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("failover_primary not built");
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	tap_plan(stop || restart ? 7 : 6);
 	rt_start(&cl, prov, 4, "256K", "32");
 	tap_diag("provider %s, mode %s, backups %s %s %s %s", prov, mode,

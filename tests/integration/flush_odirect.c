@@ -27,6 +27,7 @@
 #include <tailwind/log_format.h>
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
@@ -158,9 +159,8 @@ int main(int argc, char **argv)
 	long cached = 0;
 	int rc;
 
-	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
-	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("twctl or crash_primary not built");
+	child_tool("tools/twctl", twctl, sizeof(twctl));
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	tap_plan(9);
 	rt_start_in(&cl, root && root[0] ? root : ".", prov, 3, "64K", "16");
 	snprintf(count, sizeof(count), "%d", COUNT);

@@ -41,10 +41,12 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "owner_util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 #define NB 3
 #define RACERS 4
@@ -282,9 +284,8 @@ static void test_duplicate(void)
 	rc = proc_wait(b, 60000);
 	ok(rc == 5 || rc == 4, "same-epoch duplicate: the second open is refused (exit %d)", rc);
 	proc_free(b);
-	proc_kill(a, SIGUSR1);
-	is_int(proc_wait(a, 60000), 0, "the first primary still owns the log (last append ok)");
-	proc_free(a);
+	is_int(child_stop(a, SIGUSR1, 60000), 0,
+	       "the first primary still owns the log (last append ok)");
 }
 
 /* ---------------------------------------------------------------- racing takeovers */
@@ -388,7 +389,7 @@ static int drain_fd(int fd)
 static bool recover_round(const char *dir, uint64_t log_id, unsigned round, char *why,
 			  size_t len)
 {
-	char fifo[2][80], line[2][2048], logid[32];
+	char fifo[2][300], line[2][2048], logid[32];
 	struct proc *t[2];
 	int fd[2], st[2] = { -1, -1 }, first = -1;
 	unsigned long long wepoch = 0;
@@ -481,7 +482,7 @@ out:
 static void test_racing_recoveries(void)
 {
 	uint64_t log_id = 0x7500;
-	char dir[] = "/tmp/tw-race-XXXXXX", line[256], why[600] = "";
+	char dir[256], line[256], why[600] = "";
 	struct proc *p = spawn_primary(log_id, "open", 1, 3000, NULL);
 	unsigned rounds = tap_sanitizer() ? 6 : 20, good = 0;
 
@@ -489,7 +490,7 @@ static void test_racing_recoveries(void)
 		    "a log of 3000 objects (300 KB, more than a pipe holds)");
 	proc_wait(p, 30000);
 	proc_free(p);
-	TAP_REQUIRE(mkdtemp(dir), "temporary directory");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-race");
 	for (unsigned i = 0; i < rounds; i++) {
 		if (recover_round(dir, log_id, i, why, sizeof(why)))
 			good++;
@@ -497,7 +498,7 @@ static void test_racing_recoveries(void)
 			late_diag("racing recoveries", i, why);
 	}
 	tap_diag("last round: %s", why);
-	rmdir(dir);
+	tmpdir_remove(dir);
 	is_int(good, rounds, "racing recoveries: in every round one twctl recover wins, the other "
 	       "fails at once naming the winner's epoch and delivers nothing");
 }
@@ -775,9 +776,8 @@ int main(int argc, char **argv)
 	unsigned plan = 0;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tests/integration/owner_primary", prim, sizeof(prim)) != 0 ||
-	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0)
-		tap_plan_skip_all("owner_primary or twctl not built");
+	child_tool("tests/integration/owner_primary", prim, sizeof(prim));
+	child_tool("tools/twctl", twctl, sizeof(twctl));
 	rng = tap_seed() | 1;
 	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
 		plan += wanted(only, phases[i].name) ? phases[i].tests : 0;

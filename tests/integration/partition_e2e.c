@@ -29,6 +29,7 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
@@ -149,9 +150,8 @@ int main(int argc, char **argv)
 		return recover_main(argc, argv);
 	if (geteuid() != 0)
 		tap_plan_skip_all("needs root (network namespaces)");
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) ||
-	    proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)))
-		tap_plan_skip_all("twd or failover_primary not built");
+	child_tool("tools/twd", twd, sizeof(twd));
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	rc = (int)readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (rc <= 0)
 		tap_plan_skip_all("cannot find /proc/self/exe");
@@ -186,11 +186,8 @@ int main(int argc, char **argv)
 
 		snprintf(dir, sizeof(dir), "%s/b%u", root_dir, i);
 		snprintf(listen, sizeof(listen), SUBNET "%u", 11 + i);
-		bk[i] = proc_spawn(a, NULL);
-		TAP_REQUIRE(bk[i], "spawn twd %u", i);
-		rc = proc_wait_line(bk[i], "ready ", line, sizeof(line), 20000);
-		TAP_REQUIRE(rc > 0, "twd %u ready: %s", i, strerror(-rc));
-		snprintf(addr[i], sizeof(addr[i]), "%.120s", line + 6);
+		bk[i] = child_ready(a, NULL, 20000, addr[i], sizeof(addr[i]), NULL);
+		TAP_REQUIRE(bk[i], "twd %u ready", i);
 	}
 	tap_diag("%s: hosts %s (primary), %s (recovery), backups %s %s %s %s (r = 3)", prov, ns_p,
 		 ns_r, addr[0], addr[1], addr[2], addr[3]);

@@ -17,6 +17,7 @@
 #include "core/util.h"
 #include "proc.h"
 #include "proto/rpc.h"
+#include "child.h"
 #include "tap.h"
 
 #define MAXMSG TW_RPC_MAX_MSG_DEFAULT
@@ -386,24 +387,19 @@ static void test_stats_after(void)
 
 int main(int argc, char **argv)
 {
-	char path[4096], line[TW_ADDR_MAX + 16];
+	char path[4096];
 	int rc;
 
 	provider = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tests/integration/rpc_server", path, sizeof(path)) != 0)
-		tap_plan_skip_all("rpc_server not built");
+	child_tool("tests/integration/rpc_server", path, sizeof(path));
 	{
 		char *args[] = { path, (char *)provider, NULL };
 
-		server = proc_spawn(args, NULL);
+		server = child_ready(args, NULL, 20000, addr, sizeof(addr), &rc);
 	}
-	TAP_REQUIRE(server, "spawn rpc_server");
-	rc = proc_wait_line(server, "ready ", line, sizeof(line), 20000);
 	if (rc == -EPIPE)
 		tap_plan_skip_all("rpc_server could not start on provider %s", provider);
-	TAP_REQUIRE(rc > 0, "ready line: %s", strerror(-rc));
-	TAP_REQUIRE(strlen(line + 6) < sizeof(addr), "address too long");
-	memcpy(addr, line + 6, strlen(line + 6) + 1);
+	TAP_REQUIRE(server, "rpc_server ready: %s", strerror(-rc));
 	tap_diag("rpc_server (%s) ready at %s", provider, addr);
 
 	good_connect();
@@ -419,9 +415,8 @@ int main(int argc, char **argv)
 	is_int(tw__rpc_ping(good, 1), 0, "a new connection is served");
 	good_disconnect();
 
-	proc_kill(server, SIGTERM);
-	is_int(proc_wait(server, 10000), 0, "server exits 0 on SIGTERM (no leak, no crash)");
-	proc_free(server);
+	is_int(child_stop(server, SIGTERM, 10000), 0,
+	       "server exits 0 on SIGTERM (no leak, no crash)");
 	tap_done_testing();
 	return tap_exit();
 }

@@ -29,9 +29,10 @@
 
 #include <tailwind/primary.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "proc.h"
-#include "rmtree.h"
+#include "recover_util.h"
 #include "tap.h"
 #include "zkserver.h"
 
@@ -39,9 +40,8 @@
 #define SESSION_MS "2000"
 
 static const char *prov;
-static char root[256], twd[512], twctl[512];
-static char addr[NB][160];
-static struct proc *tw[NB];
+static char twctl[512];
+static struct rt_cluster cl; /* NB twd's registered with ZooKeeper */
 static struct zkserver zk;
 
 static uint64_t realtime_ns(void)
@@ -50,24 +50,6 @@ static uint64_t realtime_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void start_twds(void)
-{
-	for (int i = 0; i < NB; i++) {
-		char dir[300], line[160];
-		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
-				 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers",
-				 (char *)"64", (char *)"--coordinator", zk.url, NULL };
-		int rc;
-
-		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
-		tw[i] = proc_spawn(args, NULL);
-		TAP_REQUIRE(tw[i], "spawn %s", twd);
-		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000);
-		TAP_REQUIRE(rc >= 0, "twd %d did not get ready: %s", i, strerror(-rc));
-		snprintf(addr[i], sizeof(addr[i]), "%s", line + 6);
-	}
 }
 
 /* twctl -c URL -p PROV -t 2000 standby LOG -S 64K EXTRA... */
@@ -164,7 +146,7 @@ static long long recover_check(uint64_t log, const char *what)
 	int st;
 
 	snprintf(logs, sizeof(logs), "%#" PRIx64, log);
-	snprintf(out, sizeof(out), "%s/rec-%" PRIx64, root, log);
+	snprintf(out, sizeof(out), "%s/rec-%" PRIx64, cl.root, log);
 	st = cli_run(args, NULL, NULL, 0, 60000, &o);
 	if (st != 0) {
 		tap_diag("%s: twctl recover exit %d: %s", what, st, o.err);
@@ -240,7 +222,7 @@ static void record(void)
 		for (int i = 0; at && i < NB; i++) {
 			char ad[704], *end = strchr(at, ']');
 
-			snprintf(ad, sizeof(ad), "\"address\":\"%s\"", addr[i]);
+			snprintf(ad, sizeof(ad), "\"address\":\"%s\"", cl.addr[i]);
 			if (strstr(at, ad) && (!end || strstr(at, ad) < end))
 				used++;
 		}
@@ -423,9 +405,8 @@ static void racing(void)
 			proc_free(s[i]);
 		}
 	if (owner) {
-		proc_kill(owner, SIGTERM);
-		is_int(proc_wait(owner, 30000), 0, "the last owner closes the log cleanly on SIGTERM");
-		proc_free(owner);
+		is_int(child_stop(owner, SIGTERM, 30000), 0,
+		       "the last owner closes the log cleanly on SIGTERM");
 	}
 	is_int(rounds_ok, ROUNDS, "%d rounds of 4 racing standbys: one winner each, epochs "
 	       "increasing", ROUNDS);
@@ -439,18 +420,15 @@ static void racing(void)
 
 static struct proc *twd_in(const char *url, const char *zone, int k, char *addr_out, size_t len)
 {
-	char dir[300], line[160];
-	char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
+	char dir[300];
+	char *args[] = { cl.twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
 			 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers", (char *)"64",
 			 (char *)"--coordinator", (char *)url, (char *)"--zone", (char *)zone, NULL };
 	struct proc *t;
 
-	snprintf(dir, sizeof(dir), "%s/s%d", root, k);
-	t = proc_spawn(args, NULL);
-	TAP_REQUIRE(t, "spawn %s", twd);
-	TAP_REQUIRE(proc_wait_line(t, "ready ", line, sizeof(line), 30000) >= 0, "twd s%d ready",
-		    k);
-	snprintf(addr_out, len, "%s", line + 6);
+	snprintf(dir, sizeof(dir), "%s/s%d", cl.root, k);
+	t = child_ready(args, NULL, 30000, addr_out, len, NULL);
+	TAP_REQUIRE(t, "twd s%d ready", k);
 	return t;
 }
 
@@ -527,30 +505,21 @@ static void spare_from_registry(void)
 
 int main(int argc, char **argv)
 {
-	const char *tmp = getenv("TMPDIR");
-	char err[512];
+	char *twd_args[] = { (char *)"--coordinator", zk.url, NULL };
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (!zkserver_available(err, sizeof(err)))
-		tap_plan_skip_all("%s", err);
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0 ||
-	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) < 0)
-		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
-	snprintf(root, sizeof(root), "%s/standbyzk.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
+	zkserver_require();
+	child_tool("tools/twctl", twctl, sizeof(twctl));
 	zkserver_start(&zk);
-	tap_diag("ZooKeeper at %s answered %.2f s after its start", zk.hosts, zk.start_s);
-	start_twds();
+	rt_start_with(&cl, NULL, prov, NB, "64K", "64", twd_args);
 
 	record();
 	spare_from_registry();
 	failover_runs();
 	racing();
 
-	for (int i = 0; i < NB; i++)
-		proc_free(tw[i]);
+	rt_stop(&cl);
 	zkserver_stop(&zk);
-	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

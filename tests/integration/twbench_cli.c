@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
@@ -106,8 +107,7 @@ int main(void)
 	struct cli_out o;
 	int st;
 
-	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) != 0)
-		tap_plan_skip_all("twbench not built");
+	child_tool("tools/twbench", bench, sizeof(bench));
 	tmpdir_make(tmp, sizeof(tmp), NULL, "tw-twbenchcli");
 	TAP_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "PR_SET_CHILD_SUBREAPER");
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "child.h"
 #include "proc.h"
 #include "tap.h"
 
@@ -57,8 +58,7 @@ int main(int argc, char **argv)
 	double thr = 0, raw = 0;
 	int rc, st;
 
-	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
-		tap_plan_skip_all("tools/twbench not built (set TW_BUILD_ROOT)");
+	child_tool("tools/twbench", bench, sizeof(bench));
 	{
 		char *args[] = { bench, (char *)"--provider", (char *)prov, (char *)"--mode",
 				 (char *)"onesided,rpc,raw", (char *)"--count", (char *)"20000",

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "child.h"
 #include "proc.h"
 #include "tap.h"
 
@@ -37,8 +38,7 @@ int main(int argc, char **argv)
 	struct proc *pr;
 	int rc, st;
 
-	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
-		tap_plan_skip_all("tools/twbench not built (set TW_BUILD_ROOT)");
+	child_tool("tools/twbench", bench, sizeof(bench));
 	snprintf(count, sizeof(count), "%d", san ? 200000 : 1000000);
 	{
 		char *args[] = { bench, (char *)"--provider", (char *)prov, (char *)"--count", count,

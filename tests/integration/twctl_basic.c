@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -107,9 +108,8 @@ int main(int argc, char **argv)
 	uint64_t n, bad;
 	int rc;
 
-	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
-	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("twctl or crash_primary not built");
+	child_tool("tools/twctl", twctl, sizeof(twctl));
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	tap_plan(16);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(backups, sizeof(backups), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 #include "tmpdir.h"
 #include "twd_client.h"
@@ -30,14 +31,9 @@ static struct proc *start_twd(char *addr, size_t len)
 	char *argv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
 			 (char *)"--buffers", (char *)"4", (char *)"--buffer-size", (char *)"256K",
 			 (char *)"--unflushed-limit", (char *)"3", NULL };
-	char line[512];
-	struct proc *p = proc_spawn(argv, NULL);
-	int rc;
+	struct proc *p = child_ready(argv, NULL, 20000, addr, len, NULL);
 
-	TAP_REQUIRE(p, "spawn %s", twd_path);
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
+	TAP_REQUIRE(p, "twd ready");
 	return p;
 }
 
@@ -60,8 +56,7 @@ int main(int argc, char **argv)
 	int rc, n, accepted = 0, refused = 0;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
-		tap_plan_skip_all("twd not built");
+	child_tool("tools/twd", twd_path, sizeof(twd_path));
 	tmpdir_make(dir, sizeof(dir), NULL, "tw-twd");
 	tap_diag("provider %s, dir %s", prov, dir);
 

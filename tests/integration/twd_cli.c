@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
@@ -42,8 +43,7 @@ int main(void)
 	struct proc *p, *q;
 	int rc;
 
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0)
-		tap_plan_skip_all("twd not built");
+	child_tool("tools/twd", twd, sizeof(twd));
 	tmpdir_make(dir, sizeof(dir), NULL, "tw-twdcli");
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 

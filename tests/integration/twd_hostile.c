@@ -35,6 +35,7 @@
 
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 #include "tmpdir.h"
 #include "twd_client.h"
@@ -168,11 +169,8 @@ static void fd_exhaustion(const char *twd_path)
 	struct proc *p;
 
 	tmpdir_make(dir, sizeof(dir), NULL, "tw-hostile");
-	p = proc_spawn(argv, NULL);
-	TAP_REQUIRE(p, "spawn twd");
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	p = child_ready(argv, NULL, 20000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "twd ready");
 	split(addr, node, sizeof(node), svc, sizeof(svc));
 	TAP_REQUIRE(getaddrinfo(node, svc, &hints, &ai) == 0 && ai, "getaddrinfo %s", addr);
 	/* More idle connections than the limit: the kernel completes them (listen backlog)
@@ -211,15 +209,13 @@ static void fd_exhaustion(const char *twd_path)
 		twc_close(&c);
 	}
 	ok(served, "after the strangers left, a client is served again");
-	proc_kill(p, SIGTERM);
-	is_int(proc_wait(p, 20000), 0, "that twd exits 0 on SIGTERM");
-	proc_free(p);
+	is_int(child_stop(p, SIGTERM, 20000), 0, "that twd exits 0 on SIGTERM");
 	tmpdir_remove(dir);
 }
 
 int main(int argc, char **argv)
 {
-	char twd_path[1024], dir[256], addr[256], line[512];
+	char twd_path[1024], dir[256], addr[256];
 	const size_t sizes[] = { 1, 63, SIZE_MAX };
 	struct twc_stats st;
 	struct twc c;
@@ -227,19 +223,15 @@ int main(int argc, char **argv)
 	int rc;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
-		tap_plan_skip_all("twd not built");
+	child_tool("tools/twd", twd_path, sizeof(twd_path));
 	tmpdir_make(dir, sizeof(dir), NULL, "tw-hostile");
 	tap_plan(10);
 
 	char *targv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
 			  (char *)"--buffers", (char *)"2", (char *)"--buffer-size", (char *)"64K",
 			  NULL };
-	p = proc_spawn(targv, NULL);
-	TAP_REQUIRE(p, "spawn twd");
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	p = child_ready(targv, NULL, 20000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "twd ready");
 	tap_diag("provider %s, twd at %s", prov, addr);
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -262,10 +254,7 @@ int main(int argc, char **argv)
 	twc_close(&c);
 
 	/* Responsive to a signal, and clean. */
-	proc_kill(p, SIGTERM);
-	rc = proc_wait(p, 20000);
-	is_int(rc, 0, "twd exits 0 on SIGTERM");
-	proc_free(p);
+	is_int(child_stop(p, SIGTERM, 20000), 0, "twd exits 0 on SIGTERM");
 	fd_exhaustion(twd_path);
 	tmpdir_remove(dir);
 	return tap_exit();
