@@ -23,6 +23,7 @@
 #include "core/util.h"
 #include "proc.h"
 #include "child.h"
+#include "fab_op.h"
 #include "tap.h"
 
 #define NCH 100
@@ -32,19 +33,6 @@ static struct tw_rkey rks[NCH];
 static int nrkey;
 static int echoed[NCH];
 static int stale;
-
-struct wop {
-	struct tw_op op;
-	int done, status;
-};
-
-static void wop_cb(struct tw_op *op, int status)
-{
-	struct wop *w = (struct wop *)op;
-
-	w->done++;
-	w->status = status;
-}
 
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
@@ -138,7 +126,7 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < TW_ARRAY_SIZE(which); k++) {
 		int i = which[k], calls = 0;
 		char msg[32];
-		struct wop w = {.op.cb = wop_cb};
+		struct opres w = {.op.cb = op_cb};
 
 		snprintf(msg, sizeof(msg), "ECHO%d", i);
 		is_int(tw__chan_send(ch[i], msg, strlen(msg)), 0, "channel %d: message sent", i);
@@ -147,7 +135,7 @@ int main(int argc, char **argv)
 		   "ran out (%d call(s))", i, NCH, WAIT_MS, calls);
 		is_int(tw__chan_write(ch[i], &w.op, src, 4096, src_mr, &rks[i], 0), 0,
 		       "channel %d: write posted", i);
-		got = blocking_wait(fab, &w.done, &calls) && w.status == 0;
+		got = blocking_wait(fab, &w.calls, &calls) && w.status == 0;
 		ok(got, "channel %d: the write's completion handled by a blocking progress before its %d ms "
 		   "ran out (%d call(s))", i, WAIT_MS, calls);
 	}
