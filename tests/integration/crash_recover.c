@@ -26,6 +26,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define SEG "65536"
 #define MAX_ACKS 4000
@@ -101,11 +102,7 @@ int main(int argc, char **argv)
 		if (strcmp(prov, "shm") == 0)
 			rt_shm_cleanup(pid);
 
-		tw_recover_config_init(&rcfg);
-		rcfg.provider = prov;
-		rcfg.log_id = log_id;
-		rcfg.backups = cl.addrs;
-		rcfg.n_backups = 3;
+		tlog_recover_config(&rcfg, prov, cl.addrs, 3, log_id);
 		memset(&chk, 0, sizeof(chk));
 		rc = tw_recover(&rcfg, rt_check_cb, &chk, &res, err, sizeof(err));
 		ok(rc == 0 && chk.bad == 0 && chk.next >= acked && chk.next == res.entries,

@@ -41,6 +41,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define SEG "262144"
 #define BEFORE 3000   /* acks before the fault (more than one segment) */
@@ -292,11 +293,7 @@ int main(int argc, char **argv)
 			rt_shm_cleanup(vpid);
 	}
 
-	tw_recover_config_init(&rcfg);
-	rcfg.provider = prov;
-	rcfg.log_id = strtoull(logid, NULL, 0);
-	rcfg.backups = cl.addrs;
-	rcfg.n_backups = 4;
+	tlog_recover_config(&rcfg, prov, cl.addrs, 4, strtoull(logid, NULL, 0));
 	rcfg.connect_timeout_ms = 2000;
 	rcfg.rpc_timeout_ms = 5000;
 	rcfg.op_timeout_ms = 5000;

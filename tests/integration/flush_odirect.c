@@ -34,6 +34,7 @@
 #include "replica/segfile.h"
 #include "pagecache.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define COUNT 3000
 #define LOG "0x0d1c"
@@ -229,11 +230,7 @@ int main(int argc, char **argv)
 
 	for (unsigned i = 0; i < 3; i++)
 		rt_restart(&cl, i, "64K", "16");
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = strtoull(LOG, NULL, 16);
-	cfg.backups = cl.addrs;
-	cfg.n_backups = cl.n;
+	tlog_recover_config(&cfg, prov, cl.addrs, cl.n, strtoull(LOG, NULL, 16));
 	memset(&chk, 0, sizeof(chk));
 	rc = tw_recover(&cfg, rt_check_cb, &chk, &res, err, sizeof(err));
 	is_int(rc, 0, "recovery from the restarted twd's (%s)", rc ? err : "ok");

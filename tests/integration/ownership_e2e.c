@@ -46,6 +46,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 #include "tmpdir.h"
 
 #define NB 3
@@ -177,11 +178,7 @@ static int recover_from(uint64_t log_id, bool any_start, struct check *c,
 {
 	struct tw_recover_config cfg;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, prov, cl.addrs, NB, log_id);
 	memset(c, 0, sizeof(*c));
 	c->any_start = any_start;
 	return tw_recover(&cfg, check_cb, c, res, err, len);
@@ -586,11 +583,7 @@ static void test_clean(void)
 		    "a log of 4000 objects (7 segments)");
 	proc_wait(p, 30000);
 	proc_free(p);
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, prov, cl.addrs, NB, log_id);
 	count_files(log_id, 4, &files0, &bytes0);
 	wfd = watch_dirs();
 	rc = tw_log_free(&cfg, 4, &freed, err, sizeof(err));

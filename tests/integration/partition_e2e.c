@@ -34,6 +34,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 #include "tmpdir.h"
 
 #define NB 4
@@ -120,11 +121,7 @@ static int recover_main(int argc, char **argv)
 	char err[512];
 	int rc;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = argv[2];
-	cfg.log_id = LOG_ID;
-	cfg.backups = (const char *const *)&argv[3];
-	cfg.n_backups = (size_t)(argc - 3);
+	tlog_recover_config(&cfg, argv[2], (const char *const *)&argv[3], (size_t)(argc - 3), LOG_ID);
 	cfg.connect_timeout_ms = 3000;
 	cfg.rpc_timeout_ms = 5000;
 	cfg.op_timeout_ms = 5000;

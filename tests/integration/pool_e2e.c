@@ -27,6 +27,7 @@
 #include "replica/segfile.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 #include "twd_client.h"
 
 #define NB 3
@@ -42,15 +43,6 @@ static void payload_for(uint8_t *buf, uint64_t log, uint64_t seq)
 	for (unsigned i = 0; i < OBJ; i++)
 		buf[i] = (uint8_t)(seq + log + i * 7);
 	memcpy(buf, &seq, sizeof(seq));
-}
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	uint64_t *errors = arg;
-
-	(void)lsn;
-	if (status)
-		(*errors)++;
 }
 
 /* Entries of log_id in `dir`, in segment order: how many match the appended sequence, and how
@@ -100,8 +92,9 @@ int main(int argc, char **argv)
 	struct rt_cluster cl;
 	char err[1024];
 	struct tw_primary *p[LOGS] = { 0 };
-	uint64_t log_base = 0x900100000000000ull | ((uint64_t)getpid() << 8), errors = 0;
+	uint64_t log_base = 0x900100000000000ull | ((uint64_t)getpid() << 8);
 	unsigned logs = tap_sanitizer() ? LOGS_SAN : LOGS, opened = 0, bad_appends = 0, flushed = 0;
+	struct tlog_acks acks = { 0 }; /* every log's */
 	uint8_t buf[OBJ];
 	int rc;
 
@@ -112,13 +105,7 @@ int main(int argc, char **argv)
 	for (unsigned l = 0; l < logs; l++) {
 		struct tw_primary_config cfg;
 
-		tw_primary_config_init(&cfg);
-		cfg.log_id = log_base + l;
-		cfg.epoch = 1;
-		cfg.backups = cl.addrs;
-		cfg.n_backups = NB;
-		cfg.replicas = 3;
-		cfg.provider = prov;
+		tlog_primary_config(&cfg, prov, cl.addrs, NB, log_base + l);
 		cfg.mode = TW_PRIMARY_ASYNC;
 		cfg.preopen = true; /* two replicas open per log on every backup */
 		rc = tw_primary_open(&cfg, &p[l], err, sizeof(err));
@@ -139,7 +126,7 @@ int main(int argc, char **argv)
 			if (k % 50 == 0)
 				rc = tw_primary_append(p[l], buf, OBJ, NULL);
 			else
-				rc = tw_primary_append_async(p[l], buf, OBJ, ack_cb, &errors, NULL);
+				rc = tw_primary_append_async(p[l], buf, OBJ, tlog_ack_cb, &acks, NULL);
 			if (rc < 0 && !bad_appends++)
 				tap_diag("log %u append %u: %s: %s", l, k, tw_strerror(rc),
 					 tw_primary_errmsg(p[l]));
@@ -148,7 +135,7 @@ int main(int argc, char **argv)
 	for (unsigned l = 0; l < opened; l++)
 		flushed += tw_primary_flush(p[l]) == 0;
 	is_int(flushed, opened, "every log's appends acknowledged by its 3 backups");
-	is_int(errors, 0, "no callback reported an error");
+	is_int(acks.errors, 0, "no callback reported an error");
 
 	/* The pools grew past the 16 initial buffers; the cap is reported. */
 	for (unsigned i = 0; i < NB; i++) {

@@ -26,6 +26,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define COUNT 3000
 #define LOG 0x6000
@@ -66,11 +67,7 @@ static int recover(struct rt_cluster *cl, struct rt_check *chk, struct tw_recove
 	char err[512];
 	int rc;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = cl->prov;
-	cfg.log_id = LOG;
-	cfg.backups = cl->addrs;
-	cfg.n_backups = cl->n;
+	tlog_recover_config(&cfg, cl->prov, cl->addrs, cl->n, LOG);
 	memset(chk, 0, sizeof(*chk));
 	rc = tw_recover(&cfg, rt_check_cb, chk, res, err, sizeof(err));
 	if (rc)

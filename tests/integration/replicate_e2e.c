@@ -22,6 +22,7 @@
 #include "replica/segfile.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define NB 3
 #define SEG (256u * 1024u)
@@ -33,22 +34,6 @@ static void payload_for(uint8_t *buf, uint64_t seq)
 	for (unsigned i = 0; i < OBJ; i++)
 		buf[i] = (uint8_t)(seq + i * 3);
 	memcpy(buf, &seq, sizeof(seq));
-}
-
-struct acks {
-	uint64_t n, errors, out_of_order, last;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	if (status)
-		a->errors++;
-	if (a->n && lsn <= a->last)
-		a->out_of_order++;
-	a->last = lsn;
-	a->n++;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -140,7 +125,7 @@ int main(int argc, char **argv)
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	struct tw_primary_stats st;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[OBJ];
 	char err[1024];
 	uint64_t n, log_id = 0x7e57000000000000ull | (uint64_t)getpid();
@@ -154,13 +139,7 @@ int main(int argc, char **argv)
 		 OBJ, SEG, san ? " (sanitizer: fewer objects)" : "");
 	rt_start(&cl, prov, NB, "256K", "16");
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.epoch = 1;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = prov;
+	tlog_primary_config(&cfg, prov, cl.addrs, NB, log_id);
 	cfg.segment_size = SEG;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_batch = 64;
@@ -179,7 +158,7 @@ int main(int argc, char **argv)
 			if (i % 97 == 0)
 				rc = tw_primary_append(p, buf, OBJ, NULL);
 			else
-				rc = tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+				rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 			if (rc < 0 && !bad++)
 				tap_diag("append %llu: %s: %s", (unsigned long long)i, tw_strerror(rc),
 					 tw_primary_errmsg(p));

@@ -9,6 +9,7 @@
 
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 #include "tmpdir.h"
 
 static void *backup_main(void *arg)
@@ -120,11 +121,7 @@ int tbackup_recover(const char **addrs, size_t n, uint64_t log_id, tw_recover_en
 	char err[512];
 	int r;
 
-	tw_recover_config_init(&rc);
-	rc.provider = "mem";
-	rc.log_id = log_id;
-	rc.backups = addrs;
-	rc.n_backups = n;
+	tlog_recover_config(&rc, "mem", addrs, n, log_id);
 	rc.rpc_timeout_ms = 3000;
 	rc.op_timeout_ms = 3000;
 	r = tw_recover(&rc, cb, arg, res, err, sizeof(err));

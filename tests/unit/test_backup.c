@@ -26,6 +26,7 @@
 #include "replica/segfile.h"
 #include "rmtree.h"
 #include "tap.h"
+#include "tlog.h"
 #include "tmpdir.h"
 #include "twd_client.h"
 
@@ -359,13 +360,8 @@ static void test_pool_growth(void)
 		const char *addr = tw_backup_listen_addr(bk);
 		char err[1024];
 
-		tw_primary_config_init(&pc);
-		pc.log_id = 52;
-		pc.epoch = 1;
-		pc.backups = &addr;
-		pc.n_backups = 1;
+		tlog_primary_config(&pc, prov, &addr, 1, 52);
 		pc.replicas = 1;
-		pc.provider = prov;
 		pc.segment_size = BUF;
 		pc.open_retry_ms = 50;
 		rc = tw_primary_open(&pc, &p, err, sizeof(err));

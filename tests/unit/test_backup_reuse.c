@@ -36,6 +36,7 @@
 #include "proto/tailwind.pb-c.h"
 #include "rng.h"
 #include "tap.h"
+#include "tlog.h"
 #include "tmpdir.h"
 #include "tbackup.h"
 #include "twd_client.h"
@@ -287,11 +288,7 @@ int main(void)
 		}
 
 		/* Recovery: fetch, verify with the listed seed, deliver, close the copy. */
-		tw_recover_config_init(&cfg);
-		cfg.provider = "mem";
-		cfg.log_id = log_id;
-		cfg.backups = (const char *[]){ bk.addr };
-		cfg.n_backups = 1;
+		tlog_recover_config(&cfg, "mem", (const char *[]){ bk.addr }, 1, log_id);
 		memset(&x, 0, sizeof(x));
 		x.p = cur;
 		x.writes = whole;

@@ -29,6 +29,7 @@
 #include "replica/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
@@ -41,27 +42,6 @@ static void fill(uint8_t *buf, uint64_t log, uint64_t seq)
 		buf[i] = (uint8_t)(seq * 31 + log * 7 + i);
 	memcpy(buf, &seq, 8);
 	memcpy(buf + 8, &log, 8);
-}
-
-struct acks {
-	uint64_t ok, errors, next_lsn_bad;
-	uint64_t last_lsn;
-	int first_err;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	if (status) {
-		if (!a->errors++)
-			a->first_err = status;
-		return;
-	}
-	if (a->ok && lsn <= a->last_lsn)
-		a->next_lsn_bad++; /* out of order, or another log's */
-	a->last_lsn = lsn;
-	a->ok++;
 }
 
 struct rcheck {
@@ -102,7 +82,7 @@ static void log_cfg(struct tw_primary_config *cfg, uint64_t log_id)
 
 /* Append entries [from, to) of log `p` (id `log`) asynchronously. 0 or the first error. */
 static int append_range(struct tw_primary *p, uint64_t log, uint64_t from, uint64_t to,
-			struct acks *a)
+			struct tlog_acks *a)
 {
 	uint8_t buf[OBJ];
 
@@ -110,7 +90,7 @@ static int append_range(struct tw_primary *p, uint64_t log, uint64_t from, uint6
 		int rc;
 
 		fill(buf, log, i);
-		rc = tw_primary_append_async(p, buf, OBJ, ack_cb, a, NULL);
+		rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, a, NULL);
 		if (rc)
 			return rc;
 	}
@@ -136,7 +116,7 @@ int main(void)
 	struct tw_primary_stats sa, sb;
 	struct tw_primary *pa = NULL, *pb = NULL, *pc = NULL;
 	struct tw_ctx *ctx = NULL;
-	struct acks aa = { 0 }, ab = { 0 }, ac = { 0 };
+	struct tlog_acks aa = { 0 }, ab = { 0 }, ac = { 0 };
 	struct rcheck k;
 	char err[1024], victim[128];
 	unsigned vi;
@@ -184,8 +164,8 @@ int main(void)
 	}
 	is_int(tw_primary_flush(pa), 0, "A: 1500 appends flushed");
 	is_int(tw_primary_flush(pb), 0, "B: 1500 appends flushed");
-	ok(aa.ok == 1500 && ab.ok == 1500 && !aa.errors && !ab.errors && !aa.next_lsn_bad &&
-	   !ab.next_lsn_bad, "each log got exactly its own 1500 acknowledgements, in order "
+	ok(aa.ok == 1500 && ab.ok == 1500 && !aa.errors && !ab.errors && !aa.out_of_order &&
+	   !ab.out_of_order, "each log got exactly its own 1500 acknowledgements, in order "
 	   "(A %" PRIu64 ", B %" PRIu64 ")", aa.ok, ab.ok);
 
 	/* A channel vanishes: lost for both logs; each fails over on its own. */
@@ -268,7 +248,7 @@ int main(void)
 		ok(k.next == 4500 && k.bad == 0, "the takeover delivered A's 4500 entries (%" PRIu64
 		   ", %" PRIu64 " bad)", k.next, k.bad);
 		if (pa) {
-			struct acks a2 = { 0 };
+			struct tlog_acks a2 = { 0 };
 
 			aa = a2;
 			TAP_REQUIRE(append_range(pa, 400, 4500, 5000, &aa) == 0, "append A");
@@ -286,7 +266,7 @@ int main(void)
 		struct tw_primary *nb = NULL;
 		const char *alive[4];
 		unsigned n = 0;
-		struct acks a3 = { 0 };
+		struct tlog_acks a3 = { 0 };
 
 		for (unsigned i = 0; i < 4; i++)
 			if (i != vi)

@@ -23,6 +23,7 @@
 #include "replica/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 #include "twd_client.h"
 
 #define SEG (64u * 1024u)
@@ -36,24 +37,6 @@ static void fill(uint8_t *buf, uint64_t seq)
 	for (uint32_t i = 0; i < OBJ; i++)
 		buf[i] = (uint8_t)(seq * 31 + i);
 	memcpy(buf, &seq, 8);
-}
-
-struct acks {
-	uint64_t ok, errors, next_seq, out_of_order;
-	int first_err;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	(void)lsn;
-	if (status) {
-		if (!a->errors++)
-			a->first_err = status;
-		return;
-	}
-	a->ok++;
 }
 
 struct rcheck {
@@ -86,13 +69,7 @@ static int recover_all(const char **addrs, size_t n, uint64_t log_id, struct rch
 static void base_cfg(struct tw_primary_config *cfg, const char **addrs, uint64_t log_id,
 		     enum tw_primary_mode mode)
 {
-	tw_primary_config_init(cfg);
-	cfg->log_id = log_id;
-	cfg->epoch = 1;
-	cfg->backups = addrs;
-	cfg->n_backups = 4;
-	cfg->replicas = 3;
-	cfg->provider = "mem";
+	tlog_primary_config(cfg, "mem", addrs, 4, log_id);
 	cfg->segment_size = SEG;
 	cfg->mode = mode;
 	cfg->op_timeout_ms = 300;
@@ -110,7 +87,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
 	struct tw_primary *p;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	struct rcheck k;
 	uint8_t buf[OBJ];
 	char err[1024], victim[128];
@@ -125,7 +102,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 		return;
 	for (uint64_t i = 0; i < before; i++) {
 		fill(buf, i);
-		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 	}
 	is_int(tw_primary_flush(p), 0, "%s: %u appends before the fault", name, before);
 	{
@@ -138,7 +115,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	}
 	for (uint64_t i = before; i < before + after; i++) {
 		fill(buf, i);
-		rc = tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 		if (rc)
 			break;
 	}
@@ -290,11 +267,7 @@ static void test_stale_closed(const char **addrs)
 	for (unsigned i = 0; i < 3; i++)
 		twc_close(&c[i]);
 
-	tw_recover_config_init(&rc);
-	rc.provider = "mem";
-	rc.log_id = 300;
-	rc.backups = addrs;
-	rc.n_backups = 3;
+	tlog_recover_config(&rc, "mem", addrs, 3, 300);
 	r = tw_recover(&rc, stale_cb, &x, &res, err, sizeof(err));
 	ok(r == 0 && x.bad == 0 && x.got == 50 && res.copies_stale == 1,
 	   "stale closed copy: recovery delivers the 50 entries of version 1, not the 80 of the "
@@ -315,7 +288,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
 	struct tw_primary *p;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	struct rcheck k;
 	uint8_t buf[OBJ];
 	const char *rest[3];
@@ -331,7 +304,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 		return;
 	for (uint64_t i = 0; i < 1500; i++) {
 		fill(buf, i);
-		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 	}
 	is_int(tw_primary_flush(p), 0, "rpc: 1500 appends before the loss");
 	tw__primary_lock(p);
@@ -342,7 +315,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	tbackup_stop(&b[vi]);
 	for (uint64_t i = 1500; i < 3000; i++) {
 		fill(buf, i);
-		if (tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL))
+		if (tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL))
 			break;
 	}
 	rc = tw_primary_flush(p);

@@ -25,6 +25,7 @@
 #include "alloc_fault.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define NB 4
 #define SEG (16u * 1024u)
@@ -106,11 +107,7 @@ static int recover(const struct run *r, struct check *c, char *err, size_t errle
 {
 	struct tw_recover_config cfg;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = r->log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, "mem", cl.addrs, NB, r->log_id);
 	cfg.connect_timeout_ms = 2000;
 	cfg.rpc_timeout_ms = 2000;
 	cfg.op_timeout_ms = 2000;
@@ -128,13 +125,7 @@ static void workload(struct run *r, int *rec_rc, struct check *rec)
 	char err[256];
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = r->log_id;
-	cfg.epoch = 1;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = "mem";
+	tlog_primary_config(&cfg, "mem", cl.addrs, NB, r->log_id);
 	cfg.segment_size = SEG;
 	cfg.open_retry_ms = 0;
 	cfg.rpc_timeout_ms = 2000;

@@ -16,6 +16,7 @@
 #include "replica/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 
@@ -25,13 +26,7 @@ static const char *prov = "mem";
 
 static void cfg_for(struct tw_primary_config *cfg, const char **addrs, size_t n, uint64_t log_id)
 {
-	tw_primary_config_init(cfg);
-	cfg->log_id = log_id;
-	cfg->epoch = 1;
-	cfg->backups = addrs;
-	cfg->n_backups = n;
-	cfg->replicas = 3;
-	cfg->provider = prov;
+	tlog_primary_config(cfg, prov, addrs, n, log_id);
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 5000;
 	cfg->busy_poll = getenv("TW_PRIMARY_TEST_BUSY_POLL") != NULL;
@@ -58,31 +53,6 @@ static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64
 }
 
 /* ------------------------------------------------------------------ async ack recorder */
-
-struct acks {
-	uint64_t n;
-	uint64_t out_of_order;
-	uint64_t errors;
-	int first_err;
-	uint64_t last_lsn;
-	bool any;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	if (status) {
-		a->errors++;
-		if (!a->first_err)
-			a->first_err = status;
-	}
-	if (a->any && lsn <= a->last_lsn)
-		a->out_of_order++;
-	a->any = true;
-	a->last_lsn = lsn;
-	a->n++;
-}
 
 /* ------------------------------------------------------------------ tests */
 
@@ -146,7 +116,7 @@ static void test_async_callbacks(const char **addrs)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[128];
 	char err[512];
 	const uint64_t n = 20000;
@@ -163,7 +133,7 @@ static void test_async_callbacks(const char **addrs)
 
 	for (uint64_t i = 0; i < n; i++) {
 		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, &lsns[i]) != 0)
+		if (tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, &lsns[i]) != 0)
 			bad++;
 	}
 	is_int(bad, 0, "async cb: %llu appends accepted", (unsigned long long)n);
@@ -195,7 +165,7 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[128];
 	char err[512];
 	const uint64_t n = 12000;
@@ -211,7 +181,7 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 		return;
 	for (uint64_t i = 0; i < n; i++) {
 		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL) != 0)
+		if (tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL) != 0)
 			bad++;
 	}
 	is_int(tw_primary_flush(p), 0, "preopen %s: flush", m);
@@ -400,7 +370,7 @@ struct app_arg {
 	struct tw_primary *p;
 	uint64_t n;
 	unsigned id;
-	struct acks a;
+	struct tlog_acks a;
 	int bad;
 };
 
@@ -415,7 +385,7 @@ static void *app_main(void *arg)
 		if (i % 1000 == 999) {
 			if (tw_primary_append(x->p, buf, 100, NULL) != 0)
 				x->bad++;
-		} else if (tw_primary_append_async(x->p, buf, 100, ack_cb, &x->a, NULL) != 0) {
+		} else if (tw_primary_append_async(x->p, buf, 100, tlog_ack_cb, &x->a, NULL) != 0) {
 			x->bad++;
 		}
 	}
@@ -475,7 +445,7 @@ static void test_order(const char **addrs)
 {
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint64_t lsn[3];
 	uint8_t buf[64];
 	char err[512];
@@ -490,7 +460,7 @@ static void test_order(const char **addrs)
 	p->test_op_cb = hold_cb;
 	for (int i = 0; i < 3; i++) {
 		fill(buf, 50, (uint64_t)i);
-		tw_primary_append_async(p, buf, 50, ack_cb, &a, &lsn[i]);
+		tw_primary_append_async(p, buf, 50, tlog_ack_cb, &a, &lsn[i]);
 	}
 	for (int i = 0; i < 100 && n_held < 9; i++)
 		tw_primary_progress(p, 10);
@@ -578,7 +548,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_FAIL };
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[100];
 	char err[1024];
 	uint64_t t0;
@@ -598,7 +568,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	ok(strstr(tw_primary_errmsg(p), p->bk[p->cur->rep[1]].addr) != NULL, "lost: message names the backup: %s",
 	   tw_primary_errmsg(p));
 	is_int(tw_primary_append(p, buf, 100, NULL), -TW_ENOBACKUP, "lost: later appends fail at once");
-	is_int(tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL), -TW_ENOBACKUP,
+	is_int(tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL), -TW_ENOBACKUP,
 	       "lost: async append refused, callback not called");
 	is_int(a.n, 0, "lost: no callback");
 	ok(tw_primary_close(p) < 0, "lost: close reports the failure");
@@ -611,12 +581,12 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		struct tw_mem_fault d = { .kind = TW_MEM_FAULT_DROP };
 
 		memset(&a, 0, sizeof(a));
-		tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
+		tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL);
 		tw_primary_flush(p);
 		tw__mem_inject(p->bk[p->cur->rep[0]].c->ch, &d);
 		t0 = tw_now_ns();
 		for (int i = 0; i < 5; i++)
-			tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
+			tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL);
 		rc = tw_primary_flush(p);
 		is_int(rc, -TW_ENOBACKUP, "lost: dropped write, no spare -> ENOBACKUP after the op timeout");
 		ok(tw_now_ns() - t0 < 5000000000ull, "lost: within %llu ms",

@@ -24,6 +24,7 @@
 
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define NB 3
 #define THREADS 8
@@ -148,13 +149,7 @@ int main(void)
 	all = calloc(total, sizeof(*all));
 	TAP_REQUIRE(ack_lsn && all, "memory");
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = 0x7417;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = "mem";
+	tlog_primary_config(&cfg, "mem", addrs, NB, 0x7417);
 	cfg.segment_size = SEG;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_batch = 16;   /* the threads meet back-pressure all the time */
@@ -219,11 +214,7 @@ int main(void)
 		unsigned complete = 0;
 
 		memset(&c, 0, sizeof(c));
-		tw_recover_config_init(&rc_cfg);
-		rc_cfg.provider = "mem";
-		rc_cfg.log_id = 0x7417;
-		rc_cfg.backups = addrs;
-		rc_cfg.n_backups = NB;
+		tlog_recover_config(&rc_cfg, "mem", addrs, NB, 0x7417);
 		rc = tw_recover(&rc_cfg, rec_cb, &c, &res, err, sizeof(err));
 		is_int(rc, 0, "recovery from the backups (%s)", rc ? err : "ok");
 		is_int(c.got, total, "recovered every entry");

@@ -33,6 +33,7 @@
 
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 #include "twd_client.h"
 
 #define NB 3
@@ -391,11 +392,7 @@ static void test_gap_and_cancel(void)
 	   "segment 1 missing: -TW_ENOBACKUP before delivering anything (%" PRIu64 " entries; "
 	   "%s)", x.got, tw_strerror(rc));
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = 0x300;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, "mem", cl.addrs, NB, 0x300);
 	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
 	ok(rc == 0 && res.entries == (uint64_t)W * PER, "verify-only recovery (no callback): %"
 	   PRIu64 " entries", res.entries);
@@ -415,11 +412,7 @@ static void test_cancel_and_errors(void)
 	char err[256];
 	int rc;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = 0x300;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, "mem", cl.addrs, NB, 0x300);
 	rc = tw_recover(&cfg, stop_cb, NULL, &res, err, sizeof(err));
 	ok(rc == -ECANCELED && res.entries == 6, "the callback stops the recovery: -ECANCELED "
 	   "after 6 entries (%s)", err);

@@ -22,6 +22,7 @@
 #include "log/check.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 #define NB 3
@@ -77,13 +78,8 @@ static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum t
 	char err[512];
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
+	tlog_primary_config(&cfg, "mem", addrs, NB, log_id);
 	cfg.replicas = NB;
-	cfg.provider = "mem";
 	cfg.segment_size = SEG;
 	cfg.data_path = dp;
 	if (timeout_ms) {
@@ -100,20 +96,6 @@ static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum t
 static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_data_path dp)
 {
 	return open_log_t(addrs, log_id, dp, 0);
-}
-
-struct cnt {
-	uint64_t n, errors;
-};
-
-static void count_cb(void *arg, int status, uint64_t lsn)
-{
-	struct cnt *c = arg;
-
-	(void)lsn;
-	c->n++;
-	if (status)
-		c->errors++;
 }
 
 static void test_same_bytes(struct tbackup *bk, const char **addrs)
@@ -193,14 +175,14 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 {
 	struct tw_primary *r = open_log(addrs, 103, TW_DATA_RPC);
 	struct tw_primary_stats st;
-	struct cnt c = { 0, 0 };
+	struct tlog_acks c = { 0 };
 	uint8_t payload[300];
 	uint64_t entries = 0, n = 4000;
 	int rc = 0;
 
 	for (uint64_t i = 0; i < n && !rc; i++) {
 		fill(payload, len_of(i), i);
-		rc = tw_primary_append_async(r, payload, len_of(i), count_cb, &c, NULL);
+		rc = tw_primary_append_async(r, payload, len_of(i), tlog_ack_cb, &c, NULL);
 	}
 	if (!rc)
 		rc = tw_primary_flush(r);

@@ -17,6 +17,7 @@
 #include "replica/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
@@ -27,14 +28,8 @@ static const char *zones[NB] = { "A", "A", "B", "B", "C", "C" };
 static void cfg_for(struct tw_primary_config *cfg, const char **addrs, const char **z, size_t n,
 		    uint64_t log_id)
 {
-	tw_primary_config_init(cfg);
-	cfg->log_id = log_id;
-	cfg->epoch = 1;
-	cfg->backups = addrs;
+	tlog_primary_config(cfg, "mem", addrs, n, log_id);
 	cfg->zones = z;
-	cfg->n_backups = n;
-	cfg->replicas = 3;
-	cfg->provider = "mem";
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 500;
 	cfg->op_timeout_ms = 300;
