@@ -24,6 +24,7 @@
 #include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
+#include "wire_ref.h"
 
 const char *fuzz_proto_check(const uint8_t *data, size_t size);
 void fuzz_proto_done(void);
@@ -275,12 +276,8 @@ const char *fuzz_proto_check(const uint8_t *data, size_t size)
 	if (size < TW_RPC_HDR_SIZE)
 		return NULL;
 	body = TW_MIN(size - TW_RPC_HDR_SIZE, (size_t)MAXMSG - TW_RPC_HDR_SIZE);
-	tw_store_le16(framed, TW_RPC_MAGIC);
-	framed[2] = TW_RPC_MAJOR;
-	framed[3] = data[3];
-	tw_store_le32(framed + 4, (uint32_t)body);
-	memcpy(framed + TW_RPC_HDR_SIZE, data + TW_RPC_HDR_SIZE, body);
-	return check_one(framed, TW_RPC_HDR_SIZE + body);
+	return check_one(framed, put_frame(framed, TW_RPC_MAJOR, data[3], data + TW_RPC_HDR_SIZE,
+					   body));
 }
 
 #ifndef TW_FUZZ_NO_ENTRY

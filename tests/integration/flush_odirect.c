@@ -28,6 +28,7 @@
 #include <tailwind/recovery.h>
 
 #include "child.h"
+#include "cli_run.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
@@ -41,27 +42,14 @@
 
 static char twctl[1024];
 
-/* Run twctl with args; copy the stdout lines (joined by '|') into out. Returns the exit status. */
+/* Run twctl with args; its stdout into out (cut to len). Returns the exit status. */
 static int run(char *out, size_t len, const char *const *args)
 {
-	char *argv[16];
-	char buf[4096];
-	int n = 0, rc;
-	struct proc *p;
+	struct cli_out o;
+	int rc = cli_run_prog(twctl, args, NULL, NULL, 0, 30000, &o);
 
-	argv[n++] = twctl;
-	for (; *args && n < 15; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	p = proc_spawn(argv, NULL);
-	TAP_REQUIRE(p, "spawn twctl");
-	out[0] = '\0';
-	while (proc_wait_line(p, NULL, buf, sizeof(buf), 30000) >= 0) {
-		strncat(out, buf, len - strlen(out) - 2);
-		strcat(out, "|");
-	}
-	rc = proc_wait(p, 30000);
-	proc_free(p);
+	snprintf(out, len, "%s", o.out);
+	cli_out_free(&o);
 	return rc;
 }
 
@@ -203,8 +191,8 @@ int main(int argc, char **argv)
 
 		join(path, sizeof(path), cl.dir[0], names[k]);
 		rc = run(line, sizeof(line), a);
-		if (rc != 0 || !strstr(line, "verdict         ok|") ||
-		    !strstr(line, "format          version 4, data at byte 4096|") ||
+		if (rc != 0 || !strstr(line, "verdict         ok\n") ||
+		    !strstr(line, "format          version 4, data at byte 4096\n") ||
 		    strstr(line, "chain seed      0x00000000")) {
 			if (!bad++)
 				tap_diag("twctl inspect %s: exit %d: %s", path, rc, line);
@@ -223,8 +211,8 @@ int main(int argc, char **argv)
 
 		join(path, sizeof(path), cl.dir[1], names[0]);
 		rc = run(line, sizeof(line), a);
-		ok(rc == 0 && strstr(line, "verdict         ok|") &&
-		   strstr(line, "format          version 2, data at byte 128|"),
+		ok(rc == 0 && strstr(line, "verdict         ok\n") &&
+		   strstr(line, "format          version 2, data at byte 128\n"),
 		   "twctl inspect of a version-2 file: ok (exit %d)", rc);
 	}
 

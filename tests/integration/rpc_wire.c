@@ -19,6 +19,7 @@
 #include "proto/rpc.h"
 #include "child.h"
 #include "tap.h"
+#include "wire_ref.h"
 
 #define MAXMSG TW_RPC_MAX_MSG_DEFAULT
 
@@ -63,7 +64,8 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	}
 }
 
-static void raw_open(void)
+/* A fab of its own (`what` in messages) connected to the server. */
+static void open_connected(struct tw_fab **f, struct tw_chan **ch, const char *what)
 {
 	struct tw_fab_config fc;
 	struct tw_fab_events ev = { .on_recv = on_recv, .on_lost = on_lost };
@@ -71,11 +73,16 @@ static void raw_open(void)
 
 	tw__fab_config_init(&fc);
 	fc.provider = provider;
-	rc = tw__fab_open(&fc, &ev, &raw_fab);
-	TAP_REQUIRE(rc == 0, "raw fab: %s", tw_strerror(rc));
-	rc = tw__fab_connect(raw_fab, addr, &raw_ch);
-	TAP_REQUIRE(rc == 0, "connect to %s: %s (%s)", addr, tw_strerror(rc),
-		    tw__fab_errmsg(raw_fab));
+	rc = tw__fab_open(&fc, &ev, f);
+	TAP_REQUIRE(rc == 0, "%s fab: %s", what, tw_strerror(rc));
+	rc = tw__fab_connect(*f, addr, ch);
+	TAP_REQUIRE(rc == 0, "%s: connect to %s: %s (%s)", what, addr, tw_strerror(rc),
+		    tw__fab_errmsg(*f));
+}
+
+static void raw_open(void)
+{
+	open_connected(&raw_fab, &raw_ch, "raw");
 	raw_lost = false;
 	raw_count = 0;
 }
@@ -132,28 +139,6 @@ static bool reply_is(int status, uint64_t request_id, const char *what)
 	return res;
 }
 
-static size_t frame(unsigned char *out, unsigned major, const void *body, size_t blen)
-{
-	tw_store_le16(out, TW_RPC_MAGIC);
-	out[2] = (unsigned char)major;
-	out[3] = 0;
-	tw_store_le32(out + 4, (uint32_t)blen);
-	memcpy(out + TW_RPC_HDR_SIZE, body, blen);
-	return TW_RPC_HDR_SIZE + blen;
-}
-
-static size_t put_varint(unsigned char *p, uint64_t v)
-{
-	size_t n = 0;
-
-	while (v >= 0x80) {
-		p[n++] = (unsigned char)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (unsigned char)v;
-	return n;
-}
-
 static size_t enc(struct tw_rpc_req *r, uint64_t id, unsigned char *buf)
 {
 	size_t len = 0;
@@ -179,7 +164,7 @@ static void test_error_replies(void)
 	raw_open();
 
 	memset(body, 0xff, 40);
-	len = frame(buf, TW_RPC_MAJOR, body, 40);
+	len = put_frame(buf, TW_RPC_MAJOR, 0, body, 40);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 0, "garbage protobuf"),
 	   "garbage inside a frame: INVALID_ARGUMENT, id 0");
 
@@ -202,7 +187,7 @@ static void test_error_replies(void)
 	n += put_varint(body + n, 2);
 	body[n++] = 8;
 	body[n++] = 1;
-	len = frame(buf, TW_RPC_MAJOR, body, n);
+	len = put_frame(buf, TW_RPC_MAJOR, 0, body, n);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(UNS, 6, "unknown body kind 200"),
 	   "unknown body kind (a newer minor's request): UNSUPPORTED");
 
@@ -285,10 +270,7 @@ static void test_unframeable(void)
 	memset(buf + len, 0, 7);
 	test_closed("trailing bytes (declared length < received)", buf, len + 7);
 
-	tw_store_le16(buf, TW_RPC_MAGIC);
-	buf[2] = TW_RPC_MAJOR;
-	buf[3] = 0;
-	tw_store_le32(buf + 4, 0xfffffff0u);
+	put_frame_hdr(buf, TW_RPC_MAJOR, 0, 0xfffffff0u);
 	memset(buf + 8, 0, 24);
 	test_closed("huge declared length", buf, 32);
 
@@ -302,17 +284,9 @@ static void test_unframeable(void)
  * connecting again from the same fab crashed in libfabric (reported to fabric/). */
 static void good_connect(void)
 {
-	struct tw_fab_config fc;
-	struct tw_fab_events ev = { .on_recv = on_recv, .on_lost = on_lost };
 	int rc;
 
-	tw__fab_config_init(&fc);
-	fc.provider = provider;
-	rc = tw__fab_open(&fc, &ev, &fab);
-	TAP_REQUIRE(rc == 0, "fab: %s", tw_strerror(rc));
-	rc = tw__fab_connect(fab, addr, &good_ch);
-
-	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
+	open_connected(&fab, &good_ch, "good");
 	good_lost = false;
 	rc = tw__rpc_client_create(good_ch, NULL, &good);
 	TAP_REQUIRE(rc == 0, "client: %s", tw_strerror(rc));

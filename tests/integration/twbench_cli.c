@@ -27,14 +27,7 @@ static char bench[1024];
 static int run(const char *const *args, char *const *env, const char *trigger, int sig,
 	       struct cli_out *o)
 {
-	char *argv[32];
-	int n = 0;
-
-	argv[n++] = bench;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	return cli_run(argv, env, trigger, sig, 120000, o);
+	return cli_run_prog(bench, args, env, trigger, sig, 120000, o);
 }
 
 static void one_line_error(const char *const *args, const char *what, const char *want1,

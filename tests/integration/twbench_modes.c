@@ -9,23 +9,9 @@
 #include <string.h>
 
 #include "child.h"
+#include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
-
-/* The number after "key": at or after `from` (our own flat output). */
-static bool json_num(const char *from, const char *key, double *out)
-{
-	char pat[96];
-	const char *p;
-	char *end;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(from, pat);
-	if (!p)
-		return false;
-	*out = strtod(p + strlen(pat), &end);
-	return end != p + strlen(pat);
-}
 
 static void check_run(const char *json, const char *mode)
 {
@@ -39,14 +25,14 @@ static void check_run(const char *json, const char *mode)
 		tap_skip(4, "no %s run", mode);
 		return;
 	}
-	ok(json_num(r, "objects_per_s", &ops) && ops > 0 && json_num(r, "mb_per_s", &mbs) &&
+	ok(cli_json_num(r, "objects_per_s", &ops) && ops > 0 && cli_json_num(r, "mb_per_s", &mbs) &&
 	   mbs > 0, "%s: %.0f objects/s, %.2f MB/s", mode, ops, mbs);
-	ok(json_num(r, "p50", &p50) && json_num(r, "p99", &p99) && p50 > 0 && p50 <= p99,
+	ok(cli_json_num(r, "p50", &p50) && cli_json_num(r, "p99", &p99) && p50 > 0 && p50 <= p99,
 	   "%s: sync latency p50 %.1f us <= p99 %.1f us", mode, p50, p99);
-	ok(json_num(r, "backup_cpu_total_s", &cpu) && cpu >= 0 &&
-	   json_num(r, "backup_cpu_s_per_gb", &per_gb) && per_gb >= 0,
+	ok(cli_json_num(r, "backup_cpu_total_s", &cpu) && cpu >= 0 &&
+	   cli_json_num(r, "backup_cpu_s_per_gb", &per_gb) && per_gb >= 0,
 	   "%s: backup CPU %.3f s (%.2f s per GB)", mode, cpu, per_gb);
-	ok(json_num(r, "writes", &writes) && writes > 0, "%s: %.0f writes", mode, writes);
+	ok(cli_json_num(r, "writes", &writes) && writes > 0, "%s: %.0f writes", mode, writes);
 }
 
 int main(int argc, char **argv)
@@ -85,8 +71,8 @@ int main(int argc, char **argv)
 	check_run(line, "raw");
 	cmp = strstr(line, "\"comparisons\":[{");
 	ok(cmp != NULL, "report has a comparison");
-	ok(cmp && json_num(cmp, "throughput_onesided_over_rpc", &thr) && thr > 0 &&
-	   json_num(cmp, "bytes_onesided_over_raw", &raw) && raw > 0,
+	ok(cmp && cli_json_num(cmp, "throughput_onesided_over_rpc", &thr) && thr > 0 &&
+	   cli_json_num(cmp, "bytes_onesided_over_raw", &raw) && raw > 0,
 	   "ratios: onesided/rpc throughput %.2f, onesided/raw bytes %.2f", thr, raw);
 	return tap_exit();
 }

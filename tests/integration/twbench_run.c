@@ -11,23 +11,9 @@
 #include <string.h>
 
 #include "child.h"
+#include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
-
-/* The number after "key": in a flat JSON line (our own output; keys are unique). */
-static bool json_num(const char *json, const char *key, double *out)
-{
-	char pat[96];
-	const char *p;
-	char *end;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(json, pat);
-	if (!p)
-		return false;
-	*out = strtod(p + strlen(pat), &end);
-	return end != p + strlen(pat);
-}
 
 int main(int argc, char **argv)
 {
@@ -60,13 +46,13 @@ int main(int argc, char **argv)
 	}
 	tap_diag("%s", line);
 	{
-		bool h_ops = json_num(line, "objects_per_s", &ops);
-		bool h_mbs = json_num(line, "mb_per_s", &mbs);
-		bool h_lat = json_num(line, "p50", &p50) && json_num(line, "p99", &p99) &&
-			     json_num(line, "p999", &p999);
-		bool h_segs = json_num(line, "segments", &segs);
-		bool h_obj = json_num(line, "control_rpcs_per_object", &per_obj);
-		bool h_req = json_num(line, "control_rpcs_per_replication_request", &per_req);
+		bool h_ops = cli_json_num(line, "objects_per_s", &ops);
+		bool h_mbs = cli_json_num(line, "mb_per_s", &mbs);
+		bool h_lat = cli_json_num(line, "p50", &p50) && cli_json_num(line, "p99", &p99) &&
+			     cli_json_num(line, "p999", &p999);
+		bool h_segs = cli_json_num(line, "segments", &segs);
+		bool h_obj = cli_json_num(line, "control_rpcs_per_object", &per_obj);
+		bool h_req = cli_json_num(line, "control_rpcs_per_replication_request", &per_req);
 
 		ok(h_ops && ops > 0, "objects/s: %.0f", ops);
 		ok(h_mbs && mbs > 0, "MB/s: %.2f", mbs);

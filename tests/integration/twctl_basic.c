@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "child.h"
+#include "cli_run.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -29,28 +30,16 @@ static char backups[1024];
  * starting with `prefix` (NULL: first line) into line. Returns the exit status. */
 static int run(const char *prefix, char *line, size_t len, const char *const *args)
 {
-	char *argv[32];
-	int n = 0, rc;
-	struct proc *p;
 	char env[1100];
 	char *envv[] = { env, NULL };
-	char buf[16384];
+	struct cli_out o;
+	int rc;
 
 	snprintf(env, sizeof(env), "TW_BACKUPS=%s", backups);
-	argv[n++] = twctl;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	p = proc_spawn(argv, envv);
-	TAP_REQUIRE(p, "spawn twctl");
+	rc = cli_run_prog(twctl, args, envv, NULL, 0, 30000, &o);
 	if (line)
-		line[0] = '\0';
-	while ((rc = proc_wait_line(p, NULL, buf, sizeof(buf), 30000)) >= 0) {
-		if (line && !line[0] && (!prefix || strncmp(buf, prefix, strlen(prefix)) == 0))
-			snprintf(line, len, "%s", buf);
-	}
-	rc = proc_wait(p, 30000);
-	proc_free(p);
+		cli_line(o.out, prefix, line, len);
+	cli_out_free(&o);
 	return rc;
 }
 

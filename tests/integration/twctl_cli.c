@@ -28,13 +28,8 @@ static char twctl[1024];
 
 static int run(const char *const *args, struct cli_out *o)
 {
-	char *argv[40];
-	int n = 0;
-
-	for (; *args && n < 39; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	return cli_run(argv, (char *[]){ (char *)"TW_BACKUPS=", NULL }, NULL, 0, 30000, o);
+	return cli_run_prog(args[0], args + 1, (char *[]){ (char *)"TW_BACKUPS=", NULL }, NULL, 0,
+			    30000, o);
 }
 
 static void one_line(const char *const *args, int want_st, const char *what, const char *want1,

@@ -148,15 +148,7 @@ int main(int argc, char **argv)
 	}
 	rc = twc_connect(&bad, prov, addr);
 	TAP_REQUIRE(rc == 0, "second connection");
-	{
-		char junk[32];
-
-		memset(junk, 0x5a, sizeof(junk));
-		tw__chan_send(bad.ch, junk, sizeof(junk));
-		for (int i = 0; i < 500 && !bad.lost; i++)
-			tw__fab_progress(bad.fab, 10);
-		ok(bad.lost, "garbage: the backup closed that connection");
-	}
+	ok(twc_send_garbage(&bad, 32, 0x5a), "garbage: the backup closed that connection");
 	twc_close(&bad);
 	rc = twc_connect(&d, prov, addr);
 	ok(rc == 0 && twc_stats(&d, &s1) == 0, "a new connection is served");

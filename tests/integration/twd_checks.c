@@ -28,14 +28,7 @@ static char twd[1024];
 
 static int run(const char *const *args, char *const *env, struct cli_out *o)
 {
-	char *argv[32];
-	int n = 0;
-
-	argv[n++] = twd;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	return cli_run(argv, env, NULL, 0, 30000, o);
+	return cli_run_prog(twd, args, env, NULL, 0, 30000, o);
 }
 
 static unsigned long long mem_available(void)

@@ -21,19 +21,12 @@ static char twd[1024];
 /* Run twd with args (NULL-terminated, after argv[0]) and return its exit status. */
 static int run(const char *const *args)
 {
-	char *argv[32];
-	struct proc *p;
-	int n = 0, st;
+	struct cli_out o;
+	int st = cli_run_prog(twd, args, NULL, NULL, 0, 20000, &o);
 
-	argv[n++] = twd;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	p = proc_spawn(argv, NULL);
-	if (!p)
-		return -1;
-	st = proc_wait(p, 20000);
-	proc_free(p);
+	if (o.err_len)
+		tap_diag("twd: %s", o.err);
+	cli_out_free(&o);
 	return st;
 }
 

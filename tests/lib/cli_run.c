@@ -150,3 +150,52 @@ unsigned cli_lines(const char *s)
 			n++;
 	return n;
 }
+
+int cli_run_prog(const char *prog, const char *const *args, char *const env_extra[],
+		 const char *trigger, int sig, int timeout_ms, struct cli_out *o)
+{
+	char *argv[64];
+	unsigned n = 0;
+
+	argv[n++] = (char *)prog;
+	for (; *args; args++) {
+		if (n == 63)
+			return -E2BIG;
+		argv[n++] = (char *)*args;
+	}
+	argv[n] = NULL;
+	return cli_run(argv, env_extra, trigger, sig, timeout_ms, o);
+}
+
+bool cli_line(const char *s, const char *prefix, char *line, size_t len)
+{
+	size_t pl = prefix ? strlen(prefix) : 0;
+
+	if (len)
+		line[0] = '\0';
+	while (*s) {
+		size_t l = strcspn(s, "\n");
+
+		if (!strncmp(s, prefix ? prefix : "", pl) && l >= pl) {
+			if (len)
+				snprintf(line, len, "%.*s", (int)l, s);
+			return true;
+		}
+		s += l + (s[l] == '\n');
+	}
+	return false;
+}
+
+bool cli_json_num(const char *s, const char *key, double *out)
+{
+	char pat[96];
+	const char *p;
+	char *end;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(s, pat);
+	if (!p)
+		return false;
+	*out = strtod(p + strlen(pat), &end);
+	return end != p + strlen(pat);
+}

@@ -289,15 +289,7 @@ static void test_pool_exhaustion(void)
 	/* a peer sending garbage loses its own connection only */
 	rc = twc_connect(&bad, prov, tw_backup_listen_addr(bk));
 	TAP_REQUIRE(rc == 0, "connect");
-	{
-		char junk[64];
-
-		memset(junk, 0xab, sizeof(junk));
-		tw__chan_send(bad.ch, junk, sizeof(junk));
-		for (int i = 0; i < 500 && !bad.lost; i++)
-			tw__fab_progress(bad.fab, 10);
-		ok(bad.lost, "garbage frame: that connection is closed by the backup");
-	}
+	ok(twc_send_garbage(&bad, 64, 0xab), "garbage frame: that connection is closed by the backup");
 	twc_close(&bad);
 	{
 		struct twc_stats s;

@@ -97,6 +97,29 @@ static int append_range(struct tw_primary *p, uint64_t log, uint64_t from, uint6
 	return 0;
 }
 
+/* After `what`: 1500 more appends to log A (400) and B (401) from `from`, both flushed, and
+ * each log counted `failovers` failovers of its own (said as `fo_what`). */
+static void both_go_on(struct tw_primary *pa, struct tw_primary *pb, uint64_t from,
+		       struct tlog_acks *aa, struct tlog_acks *ab, const char *what,
+		       uint64_t failovers, const char *fo_what)
+{
+	struct tw_primary_stats sa, sb;
+	int rc;
+
+	for (uint64_t i = from; i < from + 1500; i += 100) {
+		TAP_REQUIRE(append_range(pa, 400, i, i + 100, aa) == 0, "append A");
+		TAP_REQUIRE(append_range(pb, 401, i, i + 100, ab) == 0, "append B");
+	}
+	rc = tw_primary_flush(pa);
+	is_int(rc, 0, "A: appends go on after %s (%s)", what, rc ? tw_primary_errmsg(pa) : "ok");
+	rc = tw_primary_flush(pb);
+	is_int(rc, 0, "B: appends go on after %s (%s)", what, rc ? tw_primary_errmsg(pb) : "ok");
+	tw_primary_get_stats(pa, &sa);
+	tw_primary_get_stats(pb, &sb);
+	ok(sa.failovers == failovers && sb.failovers == failovers, "%s (A %" PRIu64 ", B %" PRIu64
+	   ")", fo_what, sa.failovers, sb.failovers);
+}
+
 static unsigned backup_index(struct tbackup *b, const char *addr)
 {
 	for (unsigned i = 0; i < NB; i++)
@@ -113,12 +136,11 @@ int main(void)
 	struct tw_ctx_config cc;
 	struct tw_ctx_stats cs;
 	struct tw_primary_config cfg;
-	struct tw_primary_stats sa, sb;
 	struct tw_primary *pa = NULL, *pb = NULL, *pc = NULL;
 	struct tw_ctx *ctx = NULL;
 	struct tlog_acks aa = { 0 }, ab = { 0 }, ac = { 0 };
 	struct rcheck k;
-	char err[1024], victim[128];
+	char err[1024], victim[128], what[160];
 	unsigned vi;
 	int rc;
 
@@ -183,20 +205,8 @@ int main(void)
 		tw__mem_inject(pa->bk[pa->cur->rep[1]].c->ch, &f);
 		tw__ctx_drive_leave(ctx);
 	}
-	for (uint64_t i = 1500; i < 3000; i += 100) {
-		TAP_REQUIRE(append_range(pa, 400, i, i + 100, &aa) == 0, "append A");
-		TAP_REQUIRE(append_range(pb, 401, i, i + 100, &ab) == 0, "append B");
-	}
-	rc = tw_primary_flush(pa);
-	is_int(rc, 0, "A: appends go on after the channel to %s vanished (%s)", victim,
-	       rc ? tw_primary_errmsg(pa) : "ok");
-	rc = tw_primary_flush(pb);
-	is_int(rc, 0, "B: appends go on after the channel to %s vanished (%s)", victim,
-	       rc ? tw_primary_errmsg(pb) : "ok");
-	tw_primary_get_stats(pa, &sa);
-	tw_primary_get_stats(pb, &sb);
-	ok(sa.failovers == 1 && sb.failovers == 1, "each log ran its own failover (A %" PRIu64
-	   ", B %" PRIu64 ")", sa.failovers, sb.failovers);
+	snprintf(what, sizeof(what), "the channel to %s vanished", victim);
+	both_go_on(pa, pb, 1500, &aa, &ab, what, 1, "each log ran its own failover");
 	tw_ctx_get_stats(ctx, &cs);
 	ok(cs.reconnects >= 1 && cs.channels == 4, "the context connected to %s again (%" PRIu64
 	   " reconnects, %" PRIu64 " channels)", victim, cs.reconnects, cs.channels);
@@ -207,20 +217,8 @@ int main(void)
 	vi = backup_index(b, pa->bk[pa->cur->rep[0]].addr);
 	TAP_REQUIRE(vi < 4, "victim index");
 	tbackup_stop(&b[vi]);
-	for (uint64_t i = 3000; i < 4500; i += 100) {
-		TAP_REQUIRE(append_range(pa, 400, i, i + 100, &aa) == 0, "append A");
-		TAP_REQUIRE(append_range(pb, 401, i, i + 100, &ab) == 0, "append B");
-	}
-	rc = tw_primary_flush(pa);
-	is_int(rc, 0, "A: appends go on after backup %u stopped (%s)", vi,
-	       rc ? tw_primary_errmsg(pa) : "ok");
-	rc = tw_primary_flush(pb);
-	is_int(rc, 0, "B: appends go on after backup %u stopped (%s)", vi,
-	       rc ? tw_primary_errmsg(pb) : "ok");
-	tw_primary_get_stats(pa, &sa);
-	tw_primary_get_stats(pb, &sb);
-	ok(sa.failovers == 2 && sb.failovers == 2, "each log failed over again (A %" PRIu64
-	   ", B %" PRIu64 ")", sa.failovers, sb.failovers);
+	snprintf(what, sizeof(what), "backup %u stopped", vi);
+	both_go_on(pa, pb, 3000, &aa, &ab, what, 2, "each log failed over again");
 	for (unsigned i = 0; i < 3; i++)
 		ok(backup_index(b, tw_primary_replica_addr(pa, i)) != vi &&
 		   backup_index(b, tw_primary_replica_addr(pb, i)) != vi,

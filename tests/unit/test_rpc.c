@@ -17,6 +17,7 @@
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
 #include "tap.h"
+#include "wire_ref.h"
 
 enum srv_mode { MODE_SERVE, MODE_DROP, MODE_DELAY, MODE_CLOSE };
 
@@ -769,10 +770,7 @@ static void test_server_garbage(void)
 	C.raw_count = 0;
 	tw__rpc_arena_init(&a, NULL, 0, 0);
 
-	tw_store_le16(buf, TW_RPC_MAGIC);
-	buf[2] = TW_RPC_MAJOR;
-	buf[3] = 0;
-	tw_store_le32(buf + 4, 16);
+	put_frame_hdr(buf, TW_RPC_MAJOR, 0, 16);
 	memset(buf + 8, 0xff, 16);
 	rc = raw_exchange(buf, 24);
 	is_int(rc, 1, "undecodable envelope answered");
