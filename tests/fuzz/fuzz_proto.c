@@ -24,6 +24,7 @@
 #include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
+#include "rpc_fixture.h"
 #include "wire_ref.h"
 
 const char *fuzz_proto_check(const uint8_t *data, size_t size);
@@ -109,24 +110,16 @@ static int h_close(void *arg, struct tw__rpc_call *c)
 
 static int h_list(void *arg, struct tw__rpc_call *c)
 {
-	Tailwind__ListSegmentsReply *r = &c->reply.list_segments;
-	size_t n = (size_t)(c->req->list_segments->from_segment_id % 5), i;
+	size_t n = (size_t)(c->req->list_segments->from_segment_id % 5);
+	Tailwind__SegmentInfo **segs = rpc_list_reply(c, n);
 
-	r->segments = tw__rpc_call_alloc(c, (n + 1) * sizeof(*r->segments));
-	if (!r->segments)
+	if (!segs)
 		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		Tailwind__SegmentInfo *s = tw__rpc_call_alloc(c, sizeof(*s));
-
-		if (!s)
-			return -ENOMEM;
-		tailwind__segment_info__init(s);
-		s->log_id = c->req->list_segments->log_id;
-		s->segment_id = i;
-		s->state = TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
-		r->segments[i] = s;
+	for (size_t i = 0; i < n; i++) {
+		segs[i]->log_id = c->req->list_segments->log_id;
+		segs[i]->segment_id = i;
+		segs[i]->state = TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
 	}
-	r->n_segments = n;
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 
 #include "child.h"
 #include "cli_run.h"
+#include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -253,21 +254,14 @@ int main(int argc, char **argv)
 		cli_out_free(&o);
 		f = st == 0 ? fopen(out, "rb") : NULL;
 		while (f) {
-			uint8_t h[4], b[64];
-			uint64_t seq = 0;
-			uint32_t len;
+			uint8_t b[64];
+			int rc = rt_read_entry(f, b, sizeof(b));
 
-			if (fread(h, 1, 4, f) != 4)
-				break;
-			len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-			      (uint32_t)h[3] << 24;
-			if (len != sizeof(b) || fread(b, 1, len, f) != len) {
-				bad++;
+			if (rc <= 0) {
+				bad += rc < 0;
 				break;
 			}
-			for (int k = 0; k < 8; k++)
-				seq |= (uint64_t)b[k] << (8 * k);
-			bad += seq != n++;
+			bad += tw_load_le64(b) != n++;
 		}
 		if (f)
 			fclose(f);

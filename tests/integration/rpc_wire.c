@@ -180,13 +180,8 @@ static void test_error_replies(void)
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 5, "reply kind as a request"),
 	   "a reply kind sent as a request: INVALID_ARGUMENT");
 
-	n = 0;
-	n += put_varint(body + n, (1 << 3) | 0);
-	n += put_varint(body + n, 6);
-	n += put_varint(body + n, (200 << 3) | 2);
-	n += put_varint(body + n, 2);
-	body[n++] = 8;
-	body[n++] = 1;
+	n = put_uint_field(body, 1, 6);
+	n += put_bytes_field(body + n, 200, (const unsigned char[]){ 1 << 3, 1 }, 2);
 	len = put_frame(buf, TW_RPC_MAJOR, 0, body, n);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(UNS, 6, "unknown body kind 200"),
 	   "unknown body kind (a newer minor's request): UNSUPPORTED");

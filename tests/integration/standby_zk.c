@@ -31,6 +31,7 @@
 
 #include "child.h"
 #include "cli_run.h"
+#include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -158,21 +159,16 @@ static long long recover_check(uint64_t log, const char *what)
 	if (!f)
 		return -1;
 	for (;;) {
-		uint8_t hdr[4], buf[64];
-		uint32_t len;
-		uint64_t seq = 0;
+		uint8_t buf[64];
+		uint64_t seq;
+		int rc = rt_read_entry(f, buf, sizeof(buf));
 
-		if (fread(hdr, 1, 4, f) != 4)
-			break;
-		len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-		      (uint32_t)hdr[3] << 24;
-		if (len != sizeof(buf) || fread(buf, 1, len, f) != len) {
-			bad++;
+		if (rc <= 0) {
+			bad += rc < 0;
 			break;
 		}
-		for (int b = 0; b < 8; b++)
-			seq |= (uint64_t)buf[b] << (8 * b);
-		for (unsigned b = 8; b < len; b++)
+		seq = tw_load_le64(buf);
+		for (unsigned b = 8; b < sizeof(buf); b++)
 			bad += buf[b] != (uint8_t)(seq & 0xff);
 		if (seq != (uint64_t)n)
 			bad++;

@@ -65,17 +65,15 @@ static const char *first_segfile(const char *dir, char *out, size_t len)
 static uint64_t check_file(const char *path, uint64_t *bad)
 {
 	FILE *f = fopen(path, "rb");
-	uint8_t len[4], obj[RT_OBJ], want[RT_OBJ];
+	uint8_t obj[RT_OBJ], want[RT_OBJ];
 	uint64_t n = 0;
+	int rc;
 
 	*bad = 0;
 	if (!f)
 		return 0;
-	while (fread(len, 1, 4, f) == 4) {
-		uint32_t l = (uint32_t)len[0] | (uint32_t)len[1] << 8 | (uint32_t)len[2] << 16 |
-			     (uint32_t)len[3] << 24;
-
-		if (l != RT_OBJ || fread(obj, 1, RT_OBJ, f) != RT_OBJ) {
+	while ((rc = rt_read_entry(f, obj, RT_OBJ)) != 0) {
+		if (rc < 0) {
 			(*bad)++;
 			break;
 		}

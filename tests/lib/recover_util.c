@@ -130,6 +130,18 @@ int rt_check_cb(void *arg, const struct tw_recovered_entry *e)
 	return 0;
 }
 
+int rt_read_entry(FILE *f, void *buf, uint32_t len)
+{
+	uint8_t h[4];
+
+	if (fread(h, 1, 4, f) != 4)
+		return 0;
+	if (((uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24) !=
+	    len || fread(buf, 1, len, f) != len)
+		return -1;
+	return 1;
+}
+
 void rt_shm_cleanup(int pid)
 {
 	DIR *d = opendir("/dev/shm");

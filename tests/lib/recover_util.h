@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <tailwind/recovery.h>
 
@@ -59,6 +60,11 @@ struct rt_check {
 };
 /* tw_recover callback: arg is a struct rt_check. Never stops the recovery. */
 int rt_check_cb(void *arg, const struct tw_recovered_entry *e);
+
+/* The next entry of a `twctl recover -o FILE` file (its length, u32 LE, then its bytes;
+ * docs/operations.md): 1 when it is exactly len bytes long (read into buf), 0 at the end of the
+ * file, -1 for an entry of another length or one cut short. */
+int rt_read_entry(FILE *f, void *buf, uint32_t len);
 
 /* Remove /dev/shm files a SIGKILLed shm process left behind (names containing ":<pid>:"). */
 void rt_shm_cleanup(int pid);

@@ -11,11 +11,15 @@
 #ifndef TW_TESTS_TLOG_H
 #define TW_TESTS_TLOG_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
+
+#include "tap.h"
 
 /* tw_primary_config_init (3 replicas, default segment size), then log_id at epoch 1 on
  * backups[0..n) over provider. */
@@ -28,6 +32,26 @@ static inline void tlog_primary_config(struct tw_primary_config *cfg, const char
 	cfg->n_backups = n;
 	cfg->log_id = log_id;
 	cfg->epoch = 1;
+}
+
+/* tw_primary_open(cfg), a TAP test of its own ("<what>: open", what from the printf format):
+ * the log, or NULL when it did not open. */
+static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, const char *fmt,
+					   ...) TAP_PRINTF(2, 3);
+static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, const char *fmt,
+					   ...)
+{
+	struct tw_primary *p = NULL;
+	char what[256], err[1024];
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	rc = tw_primary_open(cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "%s: open (%s)", what, rc ? err : "ok");
+	return rc ? NULL : p;
 }
 
 /* tw_recover_config_init (default timeouts), then log_id from backups[0..n) over provider. */

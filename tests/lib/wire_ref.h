@@ -1,7 +1,7 @@
 /*
  * tests/lib/wire_ref.h — control-message bytes written by hand from the wire format
  * (docs/wire-protocol.md), independently of proto/'s encoder: the 8-byte frame header, protobuf
- * varints and tags. For tests that send what no encoder would (unknown fields, bad frames).
+ * varints, tags and fields. For tests that send what no encoder would (unknown fields, bad frames).
  * Header-only (the fuzz targets build without tests/lib's library).
  */
 #ifndef TW_TESTS_WIRE_REF_H
@@ -49,6 +49,24 @@ static inline size_t put_varint(unsigned char *p, uint64_t v)
 static inline size_t put_tag(unsigned char *p, uint32_t field, unsigned wt)
 {
 	return put_varint(p, ((uint64_t)field << 3) | wt);
+}
+
+/* A varint field (wire type 0): its tag, then v. */
+static inline size_t put_uint_field(unsigned char *p, uint32_t field, uint64_t v)
+{
+	size_t n = put_tag(p, field, 0);
+
+	return n + put_varint(p + n, v);
+}
+
+/* A length-delimited field (wire type 2): its tag, len, then the len bytes. */
+static inline size_t put_bytes_field(unsigned char *p, uint32_t field, const void *b, size_t len)
+{
+	size_t n = put_tag(p, field, 2);
+
+	n += put_varint(p + n, len);
+	memcpy(p + n, b, len);
+	return n + len;
 }
 
 #endif

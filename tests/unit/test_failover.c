@@ -90,15 +90,14 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	struct tlog_acks a = { 0 };
 	struct rcheck k;
 	uint8_t buf[OBJ];
-	char err[1024], victim[128];
+	char victim[128];
 	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
 	int rc;
 
 	base_cfg(&cfg, addrs, log_id, mode);
 	cfg.preopen = preopen;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "%s: open (%s)", name, rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "%s", name);
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < before; i++) {
 		fill(buf, i);
@@ -170,7 +169,6 @@ static void test_rate(const char **addrs)
 	struct tw_primary *p;
 	struct rcheck k;
 	uint8_t buf[OBJ];
-	char err[1024];
 	uint64_t during, owed = 0;
 	unsigned victim;
 	int rc;
@@ -182,9 +180,8 @@ static void test_rate(const char **addrs)
 	cfg.provider = "mem";
 	cfg.segment_size = SEG;
 	cfg.rerep_rate = SEG; /* bytes per second */
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "rate: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "rate");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) {
 		fill(buf, i);
@@ -292,15 +289,13 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	struct rcheck k;
 	uint8_t buf[OBJ];
 	const char *rest[3];
-	char err[1024];
 	unsigned vi = 0, n = 0;
 	int rc;
 
 	base_cfg(&cfg, addrs, 220, TW_PRIMARY_ASYNC);
 	cfg.data_path = TW_DATA_RPC;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "rpc: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "rpc");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 1500; i++) {
 		fill(buf, i);
@@ -352,15 +347,14 @@ static void test_stopped_spare(const char **addrs)
 	struct tw_primary_stats st;
 	struct tw_primary *p;
 	uint8_t buf[OBJ];
-	char err[1024], victim[128] = "";
+	char victim[128] = "";
 	unsigned seg0, vi = 4;
-	int rc;
+	int rc = 0;
 
 	base_cfg(&cfg, addrs, 206, TW_PRIMARY_SYNC);
 	cfg.rpc_timeout_ms = 300;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "stopped spare: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "stopped spare");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 100; i++) {
 		fill(buf, i);

@@ -63,13 +63,11 @@ static void test_sync(const char **addrs)
 	struct tw_primary_stats st;
 	uint64_t lsn[200];
 	uint8_t buf[256];
-	char err[512];
-	int rc, bad = 0, badread = 0;
+	int bad = 0, badread = 0;
 
 	cfg_for(&cfg, addrs, 3, 101);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "sync: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "sync");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 200; i++) {
 		uint32_t len = 1 + (uint32_t)(i * 13 % 200);
@@ -118,16 +116,14 @@ static void test_async_callbacks(const char **addrs)
 	struct tw_primary_stats st;
 	struct tlog_acks a = { 0 };
 	uint8_t buf[128];
-	char err[512];
 	const uint64_t n = 20000;
-	int rc, bad = 0;
+	int bad = 0;
 
 	cfg_for(&cfg, addrs, 3, 102);
 	cfg.max_inflight = 2;
 	cfg.max_batch = 64;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "async cb (caller-driven): open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "async cb (caller-driven)");
+	if (!p)
 		return;
 	static uint64_t lsns[20000];
 
@@ -167,17 +163,15 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary_stats st;
 	struct tlog_acks a = { 0 };
 	uint8_t buf[128];
-	char err[512];
 	const uint64_t n = 12000;
 	const char *m = mode == TW_PRIMARY_ASYNC ? "async" : "sync";
-	int rc, bad = 0;
+	int bad = 0;
 
 	cfg_for(&cfg, addrs, 4, 120 + mode);
 	cfg.preopen = true;
 	cfg.mode = mode;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "preopen %s: open (%s)", m, rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "preopen %s", m);
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < n; i++) {
 		fill(buf, 100, i);
@@ -242,14 +236,11 @@ static void test_nested(const char **addrs)
 	struct tw_primary_config cfg;
 	struct chain c = { 0 };
 	uint8_t buf[100];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 130);
 	cfg.max_inflight = 3;
-	rc = tw_primary_open(&cfg, &c.p, err, sizeof(err));
-	is_int(rc, 0, "nested: open (%s)", rc ? err : "ok");
-	if (rc)
+	c.p = tlog_open(&cfg, "nested");
+	if (!c.p)
 		return;
 	c.want = 3000; /* ~5 segments */
 	fill(buf, 100, 0);
@@ -301,14 +292,11 @@ static void test_async_reentry(const char **addrs)
 	struct tw_primary_config cfg;
 	struct reentry r = { 0 };
 	uint8_t buf[100];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 131);
 	cfg.mode = TW_PRIMARY_ASYNC;
-	rc = tw_primary_open(&cfg, &r.p, err, sizeof(err));
-	is_int(rc, 0, "reentry: open (%s)", rc ? err : "ok");
-	if (rc)
+	r.p = tlog_open(&cfg, "reentry");
+	if (!r.p)
 		return;
 	for (int i = 0; i < 4; i++) {
 		fill(buf, 100, (uint64_t)i);
@@ -335,14 +323,12 @@ static void test_release(const char **addrs, enum tw_primary_mode mode)
 	uint8_t buf[100];
 	const void *d;
 	uint32_t len;
-	char err[512];
-	int rc, bad = 0;
+	int bad = 0;
 
 	cfg_for(&cfg, addrs, 3, 140 + mode);
 	cfg.mode = mode;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "release %s: open (%s)", m, rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "release %s", m);
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) { /* ~7 segments */
 		fill(buf, 100, i);
@@ -399,16 +385,13 @@ static void test_async_thread(const char **addrs)
 	struct tw_primary_stats st;
 	struct app_arg x[2];
 	pthread_t th[2];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 103);
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_inflight = 4;
 	cfg.max_batch = 128;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "async mode: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "async mode");
+	if (!p)
 		return;
 	for (unsigned i = 0; i < 2; i++) {
 		memset(&x[i], 0, sizeof(x[i]));
@@ -448,14 +431,11 @@ static void test_order(const char **addrs)
 	struct tlog_acks a = { 0 };
 	uint64_t lsn[3];
 	uint8_t buf[64];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 104);
 	cfg.max_inflight = 4;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "order: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "order");
+	if (!p)
 		return;
 	p->test_op_cb = hold_cb;
 	for (int i = 0; i < 3; i++) {
@@ -556,9 +536,8 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 
 	/* A write error. */
 	cfg_for(&cfg, addrs, 3, 110);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "lost: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "lost");
+	if (!p)
 		return;
 	fill(buf, 100, 0);
 	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: first append ok");

@@ -271,28 +271,17 @@ static void test_unknown_fields(void)
 	int rc;
 
 	/* Fence{log_id=5, new_epoch=9, field 99 (varint) = 12345, field 100 (bytes) = "zz"} */
-	fl += put_tag(fence + fl, 1, 0);
-	fl += put_varint(fence + fl, 5);
-	fl += put_tag(fence + fl, 99, 0);
-	fl += put_varint(fence + fl, 12345);
-	fl += put_tag(fence + fl, 2, 0);
-	fl += put_varint(fence + fl, 9);
-	fl += put_tag(fence + fl, 100, 2);
-	fl += put_varint(fence + fl, 2);
-	fence[fl++] = 'z';
-	fence[fl++] = 'z';
+	fl += put_uint_field(fence + fl, 1, 5);
+	fl += put_uint_field(fence + fl, 99, 12345);
+	fl += put_uint_field(fence + fl, 2, 9);
+	fl += put_bytes_field(fence + fl, 100, "zz", 2);
 	/* Envelope{request_id=42, epoch=9, field 7 (future header, fixed64), fence=..., field 300 (fixed32)} */
-	el += put_tag(env + el, 1, 0);
-	el += put_varint(env + el, 42);
-	el += put_tag(env + el, 2, 0);
-	el += put_varint(env + el, 9);
+	el += put_uint_field(env + el, 1, 42);
+	el += put_uint_field(env + el, 2, 9);
 	el += put_tag(env + el, 7, 1);
 	memset(env + el, 0xab, 8);
 	el += 8;
-	el += put_tag(env + el, 26, 2);
-	el += put_varint(env + el, fl);
-	memcpy(env + el, fence, fl);
-	el += fl;
+	el += put_bytes_field(env + el, 26, fence, fl);
 	el += put_tag(env + el, 300, 5);
 	memset(env + el, 0xcd, 4);
 	el += 4;
@@ -313,15 +302,8 @@ static void test_unknown_fields(void)
 	tw__rpc_arena_reset(&a);
 
 	/* Unknown body kind (field 200, length-delimited, as a newer minor would send). */
-	el = 0;
-	el += put_tag(env + el, 1, 0);
-	el += put_varint(env + el, 43);
-	el += put_tag(env + el, 200, 2);
-	el += put_varint(env + el, 4);
-	el += put_tag(env + el, 1, 0);
-	el += put_varint(env + el, 1);
-	el += put_tag(env + el, 2, 0);
-	el += put_varint(env + el, 2);
+	el = put_uint_field(env, 1, 43);
+	el += put_bytes_field(env + el, 200, (const unsigned char[]){ 1 << 3, 1, 2 << 3, 2 }, 4);
 	ml = put_frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR + 1, env, el);
 	rc = tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, why, sizeof(why));
 	ok(rc == 0, "envelope with an unknown body kind decodes");
