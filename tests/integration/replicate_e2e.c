@@ -28,7 +28,6 @@
 #define SEG (256u * 1024u)
 #define OBJ 100u
 
-
 static void payload_for(uint8_t *buf, uint64_t seq)
 {
 	for (unsigned i = 0; i < OBJ; i++)

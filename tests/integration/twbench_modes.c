@@ -39,10 +39,8 @@ int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
 	char bench[1024], line[32768];
-	struct proc *pr;
 	const char *cmp;
 	double thr = 0, raw = 0;
-	int rc, st;
 
 	child_tool("tools/twbench", bench, sizeof(bench));
 	{
@@ -51,18 +49,13 @@ int main(int argc, char **argv)
 				 (char *)"--latency-count", (char *)"200", (char *)"--segment-size",
 				 (char *)"1M", (char *)"--json", (char *)"--no-progress", NULL };
 
-		pr = proc_spawn(args, NULL);
-	}
-	TAP_REQUIRE(pr, "spawn %s", bench);
-	tap_plan(20);
-	rc = proc_wait_line(pr, "{", line, sizeof(line), 60000);
-	ok(rc > 0, "twbench --mode onesided,rpc,raw --json printed its report");
-	st = proc_wait(pr, 30000);
-	is_int(st, 0, "twbench exited 0 (it stopped its twd's)");
-	proc_free(pr);
-	if (rc <= 0) {
-		tap_skip(18, "no report");
-		return tap_exit();
+		tap_plan(20);
+		if (!child_report(args, 60000, line, sizeof(line),
+				  "twbench --mode onesided,rpc,raw --json printed its report",
+				  "twbench exited 0 (it stopped its twd's)")) {
+			tap_skip(18, "no report");
+			return tap_exit();
+		}
 	}
 	tap_diag("%s", line);
 	ok(strstr(line, "\"runs\":[") != NULL, "report has runs");

@@ -21,8 +21,6 @@ int main(int argc, char **argv)
 	bool san = tap_sanitizer();
 	char bench[1024], count[32], line[8192];
 	double ops = 0, mbs = 0, p50 = 0, p99 = 0, p999 = 0, per_req = 0, per_obj = 0, segs = 0;
-	struct proc *pr;
-	int rc, st;
 
 	child_tool("tools/twbench", bench, sizeof(bench));
 	snprintf(count, sizeof(count), "%d", san ? 200000 : 1000000);
@@ -30,19 +28,16 @@ int main(int argc, char **argv)
 		char *args[] = { bench, (char *)"--provider", (char *)prov, (char *)"--count", count,
 				 (char *)"--json", (char *)"--no-progress", (char *)"--latency-count",
 				 (char *)(san ? "1000" : "10000"), NULL };
+		char what[128];
 
-		pr = proc_spawn(args, NULL);
-	}
-	TAP_REQUIRE(pr, "spawn %s", bench);
-	tap_plan(8);
-	rc = proc_wait_line(pr, "{", line, sizeof(line), 240000);
-	ok(rc > 0, "twbench --provider %s --count %s --json printed its report", prov, count);
-	st = proc_wait(pr, 60000);
-	is_int(st, 0, "twbench exited 0 (it stopped its twd's)");
-	proc_free(pr);
-	if (rc <= 0) {
-		tap_skip(6, "no report");
-		return tap_exit();
+		snprintf(what, sizeof(what), "twbench --provider %s --count %s --json printed its "
+			 "report", prov, count);
+		tap_plan(8);
+		if (!child_report(args, 240000, line, sizeof(line), what,
+				  "twbench exited 0 (it stopped its twd's)")) {
+			tap_skip(6, "no report");
+			return tap_exit();
+		}
 	}
 	tap_diag("%s", line);
 	{

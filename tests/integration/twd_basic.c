@@ -157,9 +157,7 @@ int main(int argc, char **argv)
 	ok(twc_stats(&c, &s1) == 0 && s1.buffers_open >= 2, "the first connection still works");
 
 	twc_close(&c);
-	is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
-	is_int(proc_wait(p, 30000), 0, "twd flushed and exited 0");
-	proc_free(p);
+	child_stop_ok(p, SIGTERM, 30000, "SIGTERM", "twd flushed and exited 0");
 
 	/* restart on the same directory */
 	p = start_twd(addr, sizeof(addr));
@@ -179,9 +177,7 @@ int main(int argc, char **argv)
 	}
 	is_int(n, 2 + accepted, "the empty open segments are listed too");
 	twc_close(&c);
-	is_int(proc_kill(p, SIGPWR), 0, "SIGPWR (power failure: battery flush)");
-	is_int(proc_wait(p, 30000), 0, "exit 0");
-	proc_free(p);
+	child_stop_ok(p, SIGPWR, 30000, "SIGPWR (power failure: battery flush)", "exit 0");
 
 	tmpdir_remove(dir);
 	tap_done_testing();

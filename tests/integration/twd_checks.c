@@ -154,9 +154,7 @@ int main(void)
 			msg[n > 0 ? n : 0] = '\0';
 		}
 		ok(strcmp(msg, "READY=1") == 0, "READY=1 sent to $NOTIFY_SOCKET (got '%s')", msg);
-		is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
-		is_int(proc_wait(p, 20000), 0, "exit 0");
-		proc_free(p);
+		child_stop_ok(p, SIGTERM, 20000, "SIGTERM", "exit 0");
 		close(fd);
 	}
 

@@ -117,9 +117,7 @@ int main(void)
 		TAP_REQUIRE(q, "spawn");
 		is_int(proc_wait(q, 20000), 3, "second twd on the same directory: 3");
 		proc_free(q);
-		is_int(proc_kill(p, SIGINT), 0, "SIGINT");
-		is_int(proc_wait(p, 20000), 0, "exit 0");
-		proc_free(p);
+		child_stop_ok(p, SIGINT, 20000, "SIGINT", "exit 0");
 	}
 	tmpdir_remove(dir);
 	tap_done_testing();

@@ -45,3 +45,25 @@ int child_stop(struct proc *p, int sig, int timeout_ms)
 	proc_free(p);
 	return st;
 }
+
+void child_stop_ok(struct proc *p, int sig, int timeout_ms, const char *sig_what,
+		   const char *exit_what)
+{
+	is_int(proc_kill(p, sig), 0, "%s", sig_what);
+	is_int(proc_wait(p, timeout_ms), 0, "%s", exit_what);
+	proc_free(p);
+}
+
+bool child_report(char *const argv[], int timeout_ms, char *line, size_t len,
+		  const char *report_what, const char *exit_what)
+{
+	struct proc *p = proc_spawn(argv, NULL);
+	int rc;
+
+	TAP_REQUIRE(p, "spawn %s", argv[0]);
+	rc = proc_wait_line(p, "{", line, len, timeout_ms);
+	ok(rc > 0, "%s", report_what);
+	is_int(proc_wait(p, 60000), 0, "%s", exit_what);
+	proc_free(p);
+	return rc > 0;
+}

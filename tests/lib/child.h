@@ -11,6 +11,7 @@
 #ifndef TW_TESTS_CHILD_H
 #define TW_TESTS_CHILD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "proc.h"
@@ -32,5 +33,18 @@ struct proc *child_ready(char *const argv[], char *const env_extra[], int timeou
 /* proc_kill(p, sig), proc_wait(p, timeout_ms), proc_free(p); returns what proc_wait returned
  * (the exit status, 128 + a signal, or -ETIMEDOUT). */
 int child_stop(struct proc *p, int sig, int timeout_ms);
+
+/* child_stop as two TAP tests: the signal is delivered (sig_what), the program exits 0 within
+ * timeout_ms (exit_what). */
+void child_stop_ok(struct proc *p, int sig, int timeout_ms, const char *sig_what,
+		   const char *exit_what);
+
+/*
+ * Run argv, one of our programs that prints its report as one JSON line ("{...}", --json), to
+ * its end: two TAP tests, the report came within timeout_ms (report_what) and the program
+ * exited 0 (exit_what). The line goes to line (len bytes); whether it came.
+ */
+bool child_report(char *const argv[], int timeout_ms, char *line, size_t len,
+		  const char *report_what, const char *exit_what);
 
 #endif
