@@ -90,6 +90,17 @@ static struct proc *spawn_primary(uint64_t log_id, const char *mode, uint64_t ta
 	return proc_spawn_opts(argv, env, &(struct proc_opts){ .drop_prefix = "acked " });
 }
 
+/* Log log_id written whole by one primary (tag 1): `count` objects, the primary done and gone. */
+static void write_log(uint64_t log_id, uint64_t count, const char *what)
+{
+	char line[256];
+	struct proc *p = spawn_primary(log_id, "open", 1, count, NULL);
+
+	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0, "%s", what);
+	proc_wait(p, 30000);
+	proc_free(p);
+}
+
 struct acks {
 	uint64_t n;              /* objects acknowledged (highest seq + 1 seen) */
 	uint64_t lsn_min, lsn_max;
@@ -195,6 +206,16 @@ static int wait_ready(struct proc *p, char *line, size_t len)
 	return proc_wait_line(p, "ready", line, len, 60000);
 }
 
+/* A primary of log log_id (tag 1) that opens it and appends without end, ready. */
+static struct proc *endless_primary(uint64_t log_id, const char *what)
+{
+	char line[256];
+	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+
+	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "%s", what);
+	return p;
+}
+
 /* ---------------------------------------------------------------- chain */
 
 static void test_chain(void)
@@ -247,10 +268,9 @@ static void test_restart(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[1200], err[512];
-	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+	struct proc *p = endless_primary(log_id, "first primary ready");
 	int rc;
 
-	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "first primary ready");
 	TAP_REQUIRE(kill_after(p, 100, &a) == 0, "killed after 100 acks");
 	p = spawn_primary(log_id, "open", 2, 10, NULL);
 	TAP_REQUIRE(p, "spawn the restarted primary");
@@ -479,14 +499,10 @@ out:
 static void test_racing_recoveries(void)
 {
 	uint64_t log_id = 0x7500;
-	char dir[256], line[256], why[600] = "";
-	struct proc *p = spawn_primary(log_id, "open", 1, 3000, NULL);
+	char dir[256], why[600] = "";
 	unsigned rounds = tap_sanitizer() ? 6 : 20, good = 0;
 
-	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0,
-		    "a log of 3000 objects (300 KB, more than a pipe holds)");
-	proc_wait(p, 30000);
-	proc_free(p);
+	write_log(log_id, 3000, "a log of 3000 objects (300 KB, more than a pipe holds)");
 	tmpdir_make(dir, sizeof(dir), NULL, "tw-race");
 	for (unsigned i = 0; i < rounds; i++) {
 		if (recover_round(dir, log_id, i, why, sizeof(why)))
@@ -576,13 +592,9 @@ static void test_clean(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[256], err[512];
-	struct proc *p = spawn_primary(log_id, "open", 1, 4000, NULL);
 	int rc, wfd;
 
-	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0,
-		    "a log of 4000 objects (7 segments)");
-	proc_wait(p, 30000);
-	proc_free(p);
+	write_log(log_id, 4000, "a log of 4000 objects (7 segments)");
 	tlog_recover_config(&cfg, prov, cl.addrs, NB, log_id);
 	count_files(log_id, 4, &files0, &bytes0);
 	wfd = watch_dirs();
@@ -600,10 +612,7 @@ static void test_clean(void)
 
 	/* The same from the command line, on another log. */
 	log_id = 0x7601;
-	p = spawn_primary(log_id, "open", 1, 4000, NULL);
-	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0, "log 0x7601");
-	proc_wait(p, 30000);
-	proc_free(p);
+	write_log(log_id, 4000, "log 0x7601");
 	{
 		char *argv[] = { twctl, (char *)"-p", (char *)prov, (char *)"-b", cl.addr[0],
 				 (char *)"-b", cl.addr[1], (char *)"-b", cl.addr[2], (char *)"free",
@@ -685,10 +694,9 @@ static void test_sighup(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[256], err[512];
-	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+	struct proc *p = endless_primary(log_id, "primary ready");
 	int rc, exits = 0;
 
-	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "primary ready");
 	/* Signal early, while the primary is still writing segment 0: on sockets the provider's
 	 * thread placed and acknowledged writes after the shutdown flush had scanned the buffer
 	 * (2 runs in 16 lost acknowledged objects, four copies at once) until twd shut its

@@ -118,6 +118,15 @@ static void write_acked(struct twc *c, struct expect *x)
 	}
 }
 
+/* Segment 0 of log_id open on every backup (replica versions `version`, NULL: 0) with `W`
+ * acknowledged writes of PER entries; x expects them. */
+static void acked_log(struct twc *c, uint64_t log_id, uint64_t version[NB], struct expect *x)
+{
+	memset(x, 0, sizeof(*x));
+	conn_all(c, log_id, 0, version);
+	write_acked(c, x);
+}
+
 static int recover(uint64_t log_id, struct expect *x, struct tw_recover_result *res)
 {
 	x->w = x->i = 0;
@@ -150,9 +159,7 @@ static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool exp
 	char desc[96];
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, log_id, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, log_id, NULL, &x);
 	for (int i = 0; i < NB; i++) {
 		if (f[i].kind != TW_MEM_FAULT_NONE)
 			TAP_REQUIRE(tw__mem_inject(c[i].ch, &f[i]) == 0, "inject");
@@ -247,9 +254,7 @@ static void test_restart_flushed(void)
 	const char *rest[NB - 1] = { NULL };
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x106, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, 0x106, NULL, &x);
 	for (int i = 0; i < NB; i++) {
 		if (i != 1)
 			TAP_REQUIRE(tw__mem_inject(c[i].ch, &fail) == 0, "inject");
@@ -291,9 +296,7 @@ static void test_late_backup(void)
 	char err[256];
 	int rc, n;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x500, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, 0x500, NULL, &x);
 	TAP_REQUIRE(twc_write(&c[2], LAST, LEN, 4444) == 0, "extra write to backup 2 only");
 	close_all(c);
 	tw_recover_config_init(&cfg);
@@ -331,9 +334,7 @@ static void test_versions(void)
 	struct tw_recover_result res;
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x200, 0, ver);
-	write_acked(c, &x);
+	acked_log(c, 0x200, ver, &x);
 	/* The old-version copy got more writes (a primary that lost it kept a stale view). */
 	TAP_REQUIRE(twc_write(&c[2], LAST, LEN, 5555) == 0, "stale write");
 	close_all(c);
@@ -350,9 +351,7 @@ static void test_corrupt_closed(void)
 	struct tw_recover_result res;
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x300, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, 0x300, NULL, &x);
 	rc = twc_close_seg(&c[0], c[0].w.pos, c[0].w.last_checksum ^ 0x5a5a, NULL);
 	is_int(rc, -TW_ECORRUPT, "backup 0 marks its copy corrupt (close checksum mismatch)");
 	for (int i = 1; i < NB; i++)
