@@ -24,6 +24,7 @@
 #include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
+#include "replay.h"
 #include "rpc_fixture.h"
 #include "wire_ref.h"
 
@@ -278,12 +279,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const char *err = fuzz_proto_check(data, size);
-
-	if (err) {
-		fprintf(stderr, "fuzz_proto: %s\n", err);
-		abort();
-	}
-	return 0;
+	return fuzz_verdict("fuzz_proto", fuzz_proto_check(data, size));
 }
 #endif

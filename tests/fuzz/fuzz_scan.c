@@ -31,6 +31,7 @@
 #include <tailwind/log_format.h>
 
 #include "core/util.h"
+#include "replay.h"
 #include "log_ref.h"
 
 /*
@@ -480,12 +481,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const char *err = fuzz_scan_check(data, size);
-
-	if (err) {
-		fprintf(stderr, "fuzz_scan: %s\n", err);
-		abort();
-	}
-	return 0;
+	return fuzz_verdict("fuzz_scan", fuzz_scan_check(data, size));
 }
 #endif
