@@ -168,7 +168,8 @@ static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
 			}
 			nposted++;
 			if (big && !wait_op(w, 20000))
-				tap_diag("big write %zu: done=%d %s", len, w->calls, tw_strerror(w->status));
+				tap_diag("big write %zu: done=%d %s", len, w->calls,
+					 tw_strerror(w->status));
 		}
 		for (size_t oi = 0; oi < 6; oi++) {
 			struct opres *w = &ops[oi];
@@ -184,7 +185,8 @@ static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
 		}
 		if (len == 65536 || len == (8u << 20)) {
 			uint64_t want = fab_fnv1a(mirror, BUF_LEN);
-			ok(fab_peer_sum(&R, ch, 0, BUF_LEN) == want, "peer checksum after writes up to %zu B", len);
+			ok(fab_peer_sum(&R, ch, 0, BUF_LEN) == want,
+			   "peer checksum after writes up to %zu B", len);
 		}
 	}
 	is_int(nfail, 0, "no write failed");
@@ -220,7 +222,8 @@ static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
 		memcpy(m, "ECHO", 4);
 		fab_pattern(m + 4, n - 4, n);
 		int before = R.recvs;
-		if (tw__chan_send(ch, m, n) == 0 && fab_progress_until(R.fab, &R.recvs, before + 1, 10000) &&
+		if (tw__chan_send(ch, m, n) == 0 &&
+		    fab_progress_until(R.fab, &R.recvs, before + 1, 10000) &&
 		    R.last_len == n && !memcmp(R.last, m, n))
 			good++;
 		else
@@ -432,7 +435,8 @@ int main(int argc, char **argv)
 		w.op.cb = op_cb;
 		fab_pattern(src, 4096, 4242);
 		rc = tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, 8192);
-		ok(rc == 0 && fab_progress_until(R.fab, &w.calls, 1, 10000) && w.status == 0, "write on the new channel");
+		ok(rc == 0 && fab_progress_until(R.fab, &w.calls, 1, 10000) && w.status == 0,
+		   "write on the new channel");
 		ok(fab_peer_sum(&R, ch, 8192, 4096) == fab_fnv1a(src, 4096), "and it landed");
 		tw__chan_close(ch);
 	}
@@ -453,7 +457,8 @@ int main(int argc, char **argv)
 	memset(&w, 0, sizeof(w));
 	w.op.cb = op_cb;
 	rc = tw__chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
-	ok(rc == 0 && fab_progress_until(R.fab, &w.calls, 1, 10000) && w.status == 0, "write before the kill");
+	ok(rc == 0 && fab_progress_until(R.fab, &w.calls, 1, 10000) && w.status == 0,
+	   "write before the kill");
 	proc_kill(pe.p, SIGKILL);
 	proc_wait(pe.p, 5000);
 	t0 = tw_now_ns();

@@ -222,7 +222,8 @@ static void bursts(bool strict, struct tw_chan *ch, const struct tw_rkey *rk, un
 			posted++;
 	}
 	for (unsigned i = 0; i < NW; i++)
-		if (fab_progress_until(R.fab, &ops[i].calls, 1, 20000) && ops[i].calls == 1 && !ops[i].status)
+		if (fab_progress_until(R.fab, &ops[i].calls, 1, 20000) && ops[i].calls == 1 &&
+		    !ops[i].status)
 			good++;
 	wall_ms = (tw_now_ns() - t0) / 1000000u;
 	cpu = cpu_ms() - c0;

@@ -121,7 +121,8 @@ static int recover_main(int argc, char **argv)
 	char err[512];
 	int rc;
 
-	tlog_recover_config(&cfg, argv[2], (const char *const *)&argv[3], (size_t)(argc - 3), LOG_ID);
+	tlog_recover_config(&cfg, argv[2], (const char *const *)&argv[3], (size_t)(argc - 3),
+			    LOG_ID);
 	cfg.connect_timeout_ms = 3000;
 	cfg.rpc_timeout_ms = 5000;
 	cfg.op_timeout_ms = 5000;

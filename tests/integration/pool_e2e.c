@@ -126,7 +126,8 @@ int main(int argc, char **argv)
 			if (k % 50 == 0)
 				rc = tw_primary_append(p[l], buf, OBJ, NULL);
 			else
-				rc = tw_primary_append_async(p[l], buf, OBJ, tlog_ack_cb, &acks, NULL);
+				rc = tw_primary_append_async(p[l], buf, OBJ, tlog_ack_cb, &acks,
+							     NULL);
 			if (rc < 0 && !bad_appends++)
 				tap_diag("log %u append %u: %s: %s", l, k, tw_strerror(rc),
 					 tw_primary_errmsg(p[l]));

@@ -289,7 +289,8 @@ static void test_pool_exhaustion(void)
 	/* a peer sending garbage loses its own connection only */
 	rc = twc_connect(&bad, prov, tw_backup_listen_addr(bk));
 	TAP_REQUIRE(rc == 0, "connect");
-	ok(twc_send_garbage(&bad, 64, 0xab), "garbage frame: that connection is closed by the backup");
+	ok(twc_send_garbage(&bad, 64, 0xab),
+	   "garbage frame: that connection is closed by the backup");
 	twc_close(&bad);
 	{
 		struct twc_stats s;

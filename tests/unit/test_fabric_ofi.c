@@ -107,7 +107,8 @@ static void loopback(const char *prov, bool want_rdm)
 	w.op.cb = op_cb;
 	memset(src, 0, 4096);
 	rc = tw__chan_read(ch, &w.op, src, 4096, src_mr, &rk, 1 << 20);
-	ok(rc == 0 && fab_progress_until(fab, &w.calls, 1, 5000) && w.status == 0 && !memcmp(src, dst + (1 << 20), 4096),
+	ok(rc == 0 && fab_progress_until(fab, &w.calls, 1, 5000) && w.status == 0 &&
+	   !memcmp(src, dst + (1 << 20), 4096),
 	   "%s: read", prov);
 	int before = R.recvs;
 	reads0 = clock_reads;
@@ -119,10 +120,12 @@ static void loopback(const char *prov, bool want_rdm)
 	tw__fab_progress(fab, 0);
 	is_int((int)(clock_reads - reads0), 1, "%s: a progress round reads the fab's clock once",
 	       prov);
-	ok(fab_progress_until(fab, &R.recvs, before + 1, 5000) && !strcmp(R.last, "ping"), "%s: send to the accepted side", prov);
+	ok(fab_progress_until(fab, &R.recvs, before + 1, 5000) && !strcmp(R.last, "ping"),
+	   "%s: send to the accepted side", prov);
 	if (R.accepted)
 		tw__chan_send(R.accepted, "pong", 4);
-	ok(fab_progress_until(fab, &R.recvs, before + 2, 5000) && !strcmp(R.last, "pong"), "%s: and back", prov);
+	ok(fab_progress_until(fab, &R.recvs, before + 2, 5000) && !strcmp(R.last, "pong"),
+	   "%s: and back", prov);
 	/* tw__chan_shut: traffic stops now, the channel stays valid until tw__chan_close. */
 	if (R.accepted) {
 		tw__chan_shut(R.accepted);
