@@ -19,19 +19,10 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "fab_events.h"
 #include "proc.h"
 
-static struct tw_fab *fab;
-static int nrecv;
-static char last[256];
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	size_t n = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
-	memcpy(last, msg, n);
-	last[n] = '\0';
-	nrecv++;
-}
+static struct fab_rec R;
 
 struct bop {
 	struct tw_op op;
@@ -70,7 +61,7 @@ static double run_writes(struct tw_chan *ch, struct tw_mr *mr, void *src, const 
 			}
 			posted++;
 		}
-		tw__fab_progress(fab, 0);
+		tw__fab_progress(R.fab, 0);
 		if (tw__chan_is_lost(ch) && done < iters) {
 			fprintf(stderr, "channel lost\n");
 			goto fail;
@@ -85,7 +76,7 @@ fail:
 	/* The ops array must outlive every posted op: drain them first (a loss completed them
 	 * already; otherwise wait until they complete or time out). */
 	while (done < posted)
-		tw__fab_progress(fab, 100);
+		tw__fab_progress(R.fab, 100);
 	free(ops);
 	return -1;
 }
@@ -99,11 +90,11 @@ static double run_pingpong(struct tw_chan *ch, unsigned iters)
 	m[0] = 'P';
 	t0 = tw_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
-		int before = nrecv;
+		int before = R.recvs;
 		if (tw__chan_send(ch, m, sizeof(m)) < 0)
 			return -1;
-		while (nrecv == before) {
-			tw__fab_progress(fab, 0);
+		while (R.recvs == before) {
+			tw__fab_progress(R.fab, 0);
 			if (tw__chan_is_lost(ch))
 				return -1;
 		}
@@ -115,7 +106,7 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider", a_busy[] = "--busy-poll";
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {.on_recv = on_recv};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	char path[4096], line[256], pv[64];
 	char *argv[] = {path, a_listen, a_prov, pv, busy ? a_busy : NULL, NULL};
 	struct proc *p;
@@ -134,7 +125,7 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.busy_poll = busy;
-	rc = tw__fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &R.fab);
 	if (rc < 0) {
 		printf("%-8s unavailable: %s\n", prov, tw__fab_errmsg(NULL));
 		return 0;
@@ -143,29 +134,26 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 	if (!p || proc_wait_line(p, "ready ", line, sizeof(line), 10000) < 0) {
 		fprintf(stderr, "peer did not start\n");
 		proc_free(p);
-		tw__fab_close(fab);
+		tw__fab_close(R.fab);
 		return 1;
 	}
-	rc = tw__fab_connect(fab, line + 6, &ch);
+	rc = tw__fab_connect(R.fab, line + 6, &ch);
 	if (rc < 0) {
-		fprintf(stderr, "connect: %s\n", tw__fab_errmsg(fab));
+		fprintf(stderr, "connect: %s\n", tw__fab_errmsg(R.fab));
 		proc_free(p);
-		tw__fab_close(fab);
+		tw__fab_close(R.fab);
 		return 1;
 	}
-	nrecv = 0;
-	uint64_t end = tw_now_ns() + 10000000000ull;
-	while (nrecv == 0 && tw_now_ns() < end)
-		tw__fab_progress(fab, 100);
-	if (sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk.addr, &rk.key, &rk.len) != 3) {
+	R.recvs = 0;
+	if (!fab_peer_rkey(&R, 0, &rk, 10000)) {
 		fprintf(stderr, "no RKEY from the peer\n");
 		proc_free(p);
-		tw__fab_close(fab);
+		tw__fab_close(R.fab);
 		return 1;
 	}
 	src = tw__fab_alloc(len);
 	memset(src, 0xab, len);
-	tw__mr_reg(fab, src, len, TW_MR_WRITE_SRC, &mr);
+	tw__mr_reg(R.fab, src, len, TW_MR_WRITE_SRC, &mr);
 
 	static const size_t sizes[] = {128, 65536};
 	for (size_t i = 0; i < 2; i++) {
@@ -182,7 +170,7 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 	if (rtt > 0)
 		printf("%-8s pingpong 64 B control message        %9.2f us/round trip\n", prov, rtt);
 	struct tw_fab_stats st;
-	tw__fab_get_stats(fab, &st);
+	tw__fab_get_stats(R.fab, &st);
 	printf("%-8s stats: %" PRIu64 " writes, %" PRIu64 " cq polls, %" PRIu64 " entries, %" PRIu64
 	       " eagain, %" PRIu64 " errors\n",
 	       prov, st.writes, st.cq_polls, st.cq_entries, st.eagain_retries, st.errors);
@@ -190,7 +178,7 @@ static int bench(const char *prov, unsigned iters, unsigned depth, bool busy)
 	tw__chan_close(ch);
 	tw__mr_close(mr);
 	tw__fab_free(src, len);
-	tw__fab_close(fab);
+	tw__fab_close(R.fab);
 	proc_kill(p, SIGTERM);
 	proc_wait(p, 5000);
 	proc_free(p);

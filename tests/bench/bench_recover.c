@@ -36,6 +36,7 @@
 #include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
+#include "rmtree.h"
 
 #define NB 3
 #define SEG_SIZE (8u << 20)
@@ -199,7 +200,7 @@ static int count_cb(void *arg, const struct tw_recovered_entry *e)
 
 static void run_size(const char *twd, uint64_t objects)
 {
-	char root[128], dirs[NB][256], addr[NB][256], bufs[16], cmd[300];
+	char root[128], dirs[NB][256], addr[NB][256], bufs[16];
 	const char *addrs[NB];
 	struct proc *p[NB];
 	uint64_t bytes, segs, t0, t_build, t_start;
@@ -290,11 +291,8 @@ static void run_size(const char *twd, uint64_t objects)
 		proc_wait(p[b], 60000);
 		proc_free(p[b]);
 	}
-	if (!getenv("TW_KEEP")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-		if (system(cmd) != 0)
-			fprintf(stderr, "bench_recover: could not remove %s\n", root);
-	}
+	if (!getenv("TW_KEEP"))
+		rm_tree(root);
 }
 
 int main(int argc, char **argv)

@@ -26,6 +26,8 @@
 
 #include "core/util.h"
 #include "proc.h"
+#include "rmtree.h"
+#include "tlog.h"
 
 #define NB 3
 #define MAXT 64
@@ -89,13 +91,7 @@ static double run_one(const char *const *addrs, uint64_t log_id, bool async, uns
 	char err[1024];
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = prov;
+	tlog_primary_config(&cfg, prov, addrs, NB, log_id);
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.preopen = true;
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
@@ -266,12 +262,6 @@ int main(int argc, char **argv)
 		proc_wait(pr[b], 60000);
 		proc_free(pr[b]);
 	}
-	{
-		char cmd[200];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-		if (system(cmd) != 0)
-			fprintf(stderr, "bench_threads: could not remove %s\n", root);
-	}
+	rm_tree(root);
 	return 0;
 }

@@ -24,6 +24,9 @@
 #include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
+#include "replay.h"
+#include "rpc_fixture.h"
+#include "wire_ref.h"
 
 const char *fuzz_proto_check(const uint8_t *data, size_t size);
 void fuzz_proto_done(void);
@@ -108,24 +111,16 @@ static int h_close(void *arg, struct tw__rpc_call *c)
 
 static int h_list(void *arg, struct tw__rpc_call *c)
 {
-	Tailwind__ListSegmentsReply *r = &c->reply.list_segments;
-	size_t n = (size_t)(c->req->list_segments->from_segment_id % 5), i;
+	size_t n = (size_t)(c->req->list_segments->from_segment_id % 5);
+	Tailwind__SegmentInfo **segs = rpc_list_reply(c, n);
 
-	r->segments = tw__rpc_call_alloc(c, (n + 1) * sizeof(*r->segments));
-	if (!r->segments)
+	if (!segs)
 		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		Tailwind__SegmentInfo *s = tw__rpc_call_alloc(c, sizeof(*s));
-
-		if (!s)
-			return -ENOMEM;
-		tailwind__segment_info__init(s);
-		s->log_id = c->req->list_segments->log_id;
-		s->segment_id = i;
-		s->state = TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
-		r->segments[i] = s;
+	for (size_t i = 0; i < n; i++) {
+		segs[i]->log_id = c->req->list_segments->log_id;
+		segs[i]->segment_id = i;
+		segs[i]->state = TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
 	}
-	r->n_segments = n;
 	return 0;
 }
 
@@ -275,12 +270,8 @@ const char *fuzz_proto_check(const uint8_t *data, size_t size)
 	if (size < TW_RPC_HDR_SIZE)
 		return NULL;
 	body = TW_MIN(size - TW_RPC_HDR_SIZE, (size_t)MAXMSG - TW_RPC_HDR_SIZE);
-	tw_store_le16(framed, TW_RPC_MAGIC);
-	framed[2] = TW_RPC_MAJOR;
-	framed[3] = data[3];
-	tw_store_le32(framed + 4, (uint32_t)body);
-	memcpy(framed + TW_RPC_HDR_SIZE, data + TW_RPC_HDR_SIZE, body);
-	return check_one(framed, TW_RPC_HDR_SIZE + body);
+	return check_one(framed, put_frame(framed, TW_RPC_MAJOR, data[3], data + TW_RPC_HDR_SIZE,
+					   body));
 }
 
 #ifndef TW_FUZZ_NO_ENTRY
@@ -288,12 +279,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const char *err = fuzz_proto_check(data, size);
-
-	if (err) {
-		fprintf(stderr, "fuzz_proto: %s\n", err);
-		abort();
-	}
-	return 0;
+	return fuzz_verdict("fuzz_proto", fuzz_proto_check(data, size));
 }
 #endif

@@ -18,7 +18,9 @@
 #include "core/util.h"
 #include "proc.h"
 #include "proto/auth.h"
+#include "child.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 static const char *prov;
@@ -36,7 +38,7 @@ static void write_file(const char *path, const void *buf, size_t len, mode_t mod
 
 static struct proc *start_twd(const char *sub, const char *key, char *addr, size_t len)
 {
-	char d[300], line[300 + 8];
+	char d[300];
 	char *argv[] = { twd_exe, (char *)"-p", (char *)prov, (char *)"-d", d, (char *)"-b",
 			 (char *)"4", (char *)"-s", (char *)"1M", (char *)"--key-file",
 			 (char *)key, NULL };
@@ -45,10 +47,8 @@ static struct proc *start_twd(const char *sub, const char *key, char *addr, size
 	snprintf(d, sizeof(d), "%s/%s", dir, sub);
 	if (!key)
 		argv[9] = NULL;
-	p = proc_spawn(argv, NULL);
-	TAP_REQUIRE(p, "spawn twd");
-	TAP_REQUIRE(proc_wait_line(p, "ready ", line, sizeof(line), 20000) > 0, "twd ready");
-	snprintf(addr, len, "%s", line + 6);
+	p = child_ready(argv, NULL, 20000, addr, len, NULL);
+	TAP_REQUIRE(p, "twd ready");
 	return p;
 }
 
@@ -342,12 +342,10 @@ int main(int argc, char **argv)
 	int rc;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tools/twd", twd_exe, sizeof(twd_exe)) < 0 ||
-	    proc_find_tool("tools/twctl", ctl, sizeof(ctl)) < 0 ||
-	    proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
-		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
-	snprintf(dir, sizeof(dir), "/tmp/tw_auth_e2e.XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	child_tool("tools/twd", twd_exe, sizeof(twd_exe));
+	child_tool("tools/twctl", ctl, sizeof(ctl));
+	child_tool("tools/twbench", bench, sizeof(bench));
+	tmpdir_make(dir, sizeof(dir), NULL, "tw_auth_e2e");
 	tap_plan(31);
 	snprintf(key1, sizeof(key1), "%s/key1", dir);
 	snprintf(key2, sizeof(key2), "%s/key2", dir);
@@ -451,12 +449,6 @@ int main(int argc, char **argv)
 	is_int(proc_wait(tn, 30000), 0, "twd without a key exits 0 at SIGTERM");
 	proc_free(tk);
 	proc_free(tn);
-	{
-		char cmd[400];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", dir);
-	}
+	tmpdir_remove(dir);
 	return tap_exit();
 }

@@ -28,11 +28,12 @@
 #include <tailwind/backup.h>
 #include <tailwind/primary.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "coord/coord.h"
 #include "proc.h"
-#include "rmtree.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 #include "zkserver.h"
 
@@ -75,19 +76,15 @@ static int idx_of(const char *a)
 static void start_twds(void)
 {
 	for (int i = 0; i < NB; i++) {
-		char dir[300], line[160];
+		char dir[300];
 		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
 				 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers",
 				 (char *)"16", (char *)"--coordinator", zk.url, (char *)"--zone",
 				 (char *)zone_of[i], NULL };
-		int rc;
 
 		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
-		tw[i] = proc_spawn(args, NULL);
-		TAP_REQUIRE(tw[i], "spawn %s", twd);
-		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000);
-		TAP_REQUIRE(rc >= 0, "twd %d did not get ready: %s", i, strerror(-rc));
-		snprintf(addr[i], sizeof(addr[i]), "%s", line + 6);
+		tw[i] = child_ready(args, NULL, 30000, addr[i], sizeof(addr[i]), NULL);
+		TAP_REQUIRE(tw[i], "twd %d ready", i);
 		alive[i] = true;
 	}
 }
@@ -434,7 +431,6 @@ static void bad_urls(void)
 
 int main(int argc, char **argv)
 {
-	const char *tmp = getenv("TMPDIR");
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL, *p2 = NULL;
 	struct tw_coord *c;
@@ -445,16 +441,12 @@ int main(int argc, char **argv)
 	uint32_t kill_seg = 0;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (!zkserver_available(err, sizeof(err)))
-		tap_plan_skip_all("%s", err);
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0 ||
-	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) < 0)
-		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
-	snprintf(root, sizeof(root), "%s/coordzk.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
+	zkserver_require();
+	child_tool("tools/twd", twd, sizeof(twd));
+	child_tool("tools/twctl", twctl, sizeof(twctl));
+	tmpdir_make(root, sizeof(root), NULL, "coordzk");
 
 	zkserver_start(&zk);
-	tap_diag("ZooKeeper at %s answered %.2f s after its start", zk.hosts, zk.start_s);
 	start_twds();
 	TAP_REQUIRE(tw__coord_open(zk.url, 5000, &c, err, sizeof(err)) == 0, "coord open: %s", err);
 	check_registrations(c);
@@ -683,7 +675,7 @@ int main(int argc, char **argv)
 	is_int(proc_wait(tw[2], 60000), 0, "twd 2 exits 0 on SIGTERM with ZooKeeper stopped");
 	for (int i = 0; i < NB; i++)
 		proc_free(tw[i]);
-	rm_tree(root);
+	tmpdir_remove(root);
 	tap_done_testing();
 	return tap_exit();
 }

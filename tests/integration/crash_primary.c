@@ -29,9 +29,6 @@ static volatile int failed;
 
 static void on_ack(void *arg, int status, uint64_t lsn)
 {
-	char line[64];
-	int n;
-
 	(void)lsn;
 	if (status) {
 		if (!failed)
@@ -40,8 +37,7 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 		failed = 1;
 		return;
 	}
-	n = snprintf(line, sizeof(line), "acked %" PRIuPTR "\n", (uintptr_t)arg);
-	say(line, (size_t)n);
+	sayf("acked %" PRIuPTR "\n", (uintptr_t)arg);
 }
 
 /* SIGUSR2: crash (exit 137, no cleanup) from the progress thread, outside any fabric call: on
@@ -56,7 +52,6 @@ int main(int argc, char **argv)
 {
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
-	char err[512];
 	uint8_t obj[RT_OBJ];
 	uint64_t count;
 	int rc;
@@ -77,12 +72,7 @@ int main(int argc, char **argv)
 	cfg.mode = TW_PRIMARY_ASYNC;
 	if (getenv("CRASH_EPOCH"))
 		cfg.epoch = strtoull(getenv("CRASH_EPOCH"), NULL, 0);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "crash_primary: open: %s: %s\n", tw_strerror(rc), err);
-		return 1;
-	}
-	say("ready\n", 6);
+	p = say_opened(&cfg, "crash_primary");
 	for (uint64_t seq = 0; seq < count && !failed; seq++) {
 		rt_fill(obj, seq);
 		rc = tw_primary_append_async(p, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq, NULL);

@@ -22,9 +22,11 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define SEG "65536"
 #define MAX_ACKS 4000
@@ -55,8 +57,7 @@ int main(int argc, char **argv)
 	unsigned rounds = tap_long_mode() ? 50 : 3;
 	uint64_t tot_acked = 0, tot_rec = 0, tot_lost = 0, kills = 0;
 
-	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("crash_primary not built");
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	rng = tap_seed() | 1;
 	tap_plan((int)rounds * 3);
 	rt_start(&cl, prov, 3, "64K", "64");
@@ -101,11 +102,7 @@ int main(int argc, char **argv)
 		if (strcmp(prov, "shm") == 0)
 			rt_shm_cleanup(pid);
 
-		tw_recover_config_init(&rcfg);
-		rcfg.provider = prov;
-		rcfg.log_id = log_id;
-		rcfg.backups = cl.addrs;
-		rcfg.n_backups = 3;
+		tlog_recover_config(&rcfg, prov, cl.addrs, 3, log_id);
 		memset(&chk, 0, sizeof(chk));
 		rc = tw_recover(&rcfg, rt_check_cb, &chk, &res, err, sizeof(err));
 		ok(rc == 0 && chk.bad == 0 && chk.next >= acked && chk.next == res.entries,

@@ -25,6 +25,7 @@
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define NLOGS 64
 #define SEG (64u * 1024u)
@@ -33,27 +34,14 @@
 struct log {
 	struct tw_primary *p;
 	uint64_t id;
-	uint64_t appended, acked, failed;
-	int first_err;
+	uint64_t appended;
+	struct tlog_acks a;
 };
 
 /* Object i of log l: numbered from l << 40, so every log's objects are distinct. */
 static uint64_t seq_of(const struct log *l, uint64_t i)
 {
 	return (l->id << 40) | i;
-}
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct log *l = arg;
-
-	(void)lsn;
-	if (status) {
-		if (!l->failed++)
-			l->first_err = status;
-		return;
-	}
-	l->acked++;
 }
 
 static int threads_now(void)
@@ -107,7 +95,7 @@ static void append_all(struct log *logs, unsigned n)
 
 			for (unsigned k = 0; k < 50 && done + k < n; k++) {
 				rt_fill(buf, seq_of(l, l->appended));
-				if (!tw_primary_append_async(l->p, buf, RT_OBJ, ack_cb, l,
+				if (!tw_primary_append_async(l->p, buf, RT_OBJ, tlog_ack_cb, &l->a,
 							     NULL))
 					l->appended++;
 			}
@@ -122,12 +110,12 @@ static unsigned flush_all(struct log *logs, const char *what)
 	for (unsigned i = 0; i < NLOGS; i++) {
 		int rc = tw_primary_flush(logs[i].p);
 
-		if (rc == 0 && logs[i].acked == logs[i].appended && !logs[i].failed)
+		if (rc == 0 && logs[i].a.ok == logs[i].appended && !logs[i].a.errors)
 			good++;
 		else
 			tap_diag("%s: log %" PRIu64 ": flush %s, %" PRIu64 " of %" PRIu64 " acked, "
 				 "%" PRIu64 " failed: %s", what, logs[i].id, tw_strerror(rc),
-				 logs[i].acked, logs[i].appended, logs[i].failed,
+				 logs[i].a.ok, logs[i].appended, logs[i].a.errors,
 				 tw_primary_errmsg(logs[i].p));
 	}
 	return good;
@@ -168,21 +156,17 @@ static unsigned recover_all(struct rt_cluster *c, struct log *logs, unsigned ski
 		char err[512];
 		int r;
 
-		tw_recover_config_init(&rc);
-		rc.provider = c->prov;
-		rc.log_id = logs[i].id;
-		rc.backups = addrs;
-		rc.n_backups = n;
+		tlog_recover_config(&rc, c->prov, addrs, n, logs[i].id);
 		memset(&k, 0, sizeof(k));
 		k.next = seq_of(&logs[i], 0);
 		r = tw_recover(&rc, rt_check_cb, &k, &res, err, sizeof(err));
-		if (r == 0 && k.bad == 0 && k.next - seq_of(&logs[i], 0) == logs[i].acked)
+		if (r == 0 && k.bad == 0 && k.next - seq_of(&logs[i], 0) == logs[i].a.ok)
 			good++;
 		else
 			tap_diag("log %" PRIu64 ": recover %s%s%s, %" PRIu64 " objects of %" PRIu64
 				 " acked, %" PRIu64 " bad%s%s", logs[i].id, tw_strerror(r),
 				 r ? ": " : "", r ? err : "", k.next - seq_of(&logs[i], 0),
-				 logs[i].acked, k.bad, k.bad ? ": " : "", k.first_bad);
+				 logs[i].a.ok, k.bad, k.bad ? ": " : "", k.first_bad);
 	}
 	return good;
 }

@@ -22,6 +22,8 @@
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
+#include "fab_op.h"
 #include "tap.h"
 
 #define NCH 100
@@ -31,19 +33,6 @@ static struct tw_rkey rks[NCH];
 static int nrkey;
 static int echoed[NCH];
 static int stale;
-
-struct wop {
-	struct tw_op op;
-	int done, status;
-};
-
-static void wop_cb(struct tw_op *op, int status)
-{
-	struct wop *w = (struct wop *)op;
-
-	w->done++;
-	w->status = status;
-}
 
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
@@ -88,7 +77,7 @@ static bool blocking_wait(struct tw_fab *fab, const int *flag, int *calls)
 int main(int argc, char **argv)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider";
-	char path[4096], line[256], pv[64], addr[TW_ADDR_MAX];
+	char path[4096], pv[64], addr[TW_ADDR_MAX];
 	char *pargv[] = {path, a_listen, a_prov, pv, NULL};
 	const char *prov = argc > 1 ? argv[1] : "tcp";
 	struct tw_fab_events ev = {.on_recv = on_recv};
@@ -114,9 +103,8 @@ int main(int argc, char **argv)
 	snprintf(pv, sizeof(pv), "%s", prov);
 	TAP_REQUIRE(proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) == 0,
 		    "fab_peer found (TW_BUILD_ROOT=%s)", getenv("TW_BUILD_ROOT"));
-	p = proc_spawn(pargv, NULL);
-	TAP_REQUIRE(p && proc_wait_line(p, "ready ", line, sizeof(line), 10000) >= 0, "peer ready");
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	p = child_ready(pargv, NULL, 10000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "peer ready");
 
 	for (n = 0; n < NCH; n++) {
 		rc = tw__fab_connect(fab, addr, &ch[n]);
@@ -138,7 +126,7 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < TW_ARRAY_SIZE(which); k++) {
 		int i = which[k], calls = 0;
 		char msg[32];
-		struct wop w = {.op.cb = wop_cb};
+		struct opres w = {.op.cb = op_cb};
 
 		snprintf(msg, sizeof(msg), "ECHO%d", i);
 		is_int(tw__chan_send(ch[i], msg, strlen(msg)), 0, "channel %d: message sent", i);
@@ -147,7 +135,7 @@ int main(int argc, char **argv)
 		   "ran out (%d call(s))", i, NCH, WAIT_MS, calls);
 		is_int(tw__chan_write(ch[i], &w.op, src, 4096, src_mr, &rks[i], 0), 0,
 		       "channel %d: write posted", i);
-		got = blocking_wait(fab, &w.done, &calls) && w.status == 0;
+		got = blocking_wait(fab, &w.calls, &calls) && w.status == 0;
 		ok(got, "channel %d: the write's completion handled by a blocking progress before its %d ms "
 		   "ran out (%d call(s))", i, WAIT_MS, calls);
 	}

@@ -20,75 +20,30 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "fab_events.h"
+#include "fab_op.h"
 #include "fab_pattern.h"
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define BUF_LEN (8u * 1024 * 1024 + 65536)
 
 static const char *prov;
-static struct tw_fab *fab;
-static char last[70000];
-static size_t last_len;
-static int nrecv;
-static int nlost;
-static int lost_err;
-
-static struct tw_chan *cur; /* messages on other channels are stale: count, do not use */
-static int stale;
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	if (cur && ch != cur) {
-		stale++;
-		tap_diag("message on an old channel ignored (%zu bytes)", len);
-		return;
-	}
-	last_len = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
-	memcpy(last, msg, last_len);
-	last[last_len] = '\0';
-	nrecv++;
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	nlost++;
-	lost_err = err;
-}
-
-struct wop {
-	struct tw_op op;
-	int done;
-	int status;
-};
-
-static void wop_cb(struct tw_op *op, int status)
-{
-	struct wop *w = (struct wop *)op;
-	w->done++;
-	w->status = status;
-}
-
-static bool progress_until(const int *flag, int want, unsigned ms)
-{
-	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
-	while (*flag < want && tw_now_ns() < end)
-		tw__fab_progress(fab, 50);
-	return *flag >= want;
-}
+static struct fab_rec R; /* R.only: the current channel; messages on others are stale */
 
 /* Send a command and wait for its answer (copied into `last`). */
 static bool rpc(struct tw_chan *ch, const char *cmd)
 {
-	int before = nrecv;
+	int before = R.recvs;
 	int rc = tw__chan_send(ch, cmd, strlen(cmd));
 	if (rc < 0) {
 		tap_diag("send %s: %s", cmd, tw_strerror(rc));
 		return false;
 	}
-	return progress_until(&nrecv, before + 1, 10000);
+	return fab_progress_until(R.fab, &R.recvs, before + 1, 10000);
 }
 
 struct peer {
@@ -99,7 +54,7 @@ struct peer {
 static bool start_peer(struct peer *pe)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider";
-	char path[4096], line[256], pv[64];
+	char path[4096], pv[64];
 	static char a_busy[] = "--busy-poll";
 	char *argv[] = {path, a_listen, a_prov, pv, NULL, NULL};
 	if (getenv("FAB_PEER_BUSY")) /* experiments: only the peer busy-polls */
@@ -111,16 +66,8 @@ static bool start_peer(struct peer *pe)
 		tap_diag("fab_peer not found (TW_BUILD_ROOT=%s)", getenv("TW_BUILD_ROOT"));
 		return false;
 	}
-	pe->p = proc_spawn(argv, NULL);
-	if (!pe->p)
-		return false;
-	int rc = proc_wait_line(pe->p, "ready ", line, sizeof(line), 10000);
-	if (rc < 0) {
-		tap_diag("peer not ready: %s", strerror(-rc));
-		return false;
-	}
-	snprintf(pe->addr, sizeof(pe->addr), "%.*s", (int)sizeof(pe->addr) - 1, line + 6);
-	return true;
+	pe->p = child_ready(argv, NULL, 10000, pe->addr, sizeof(pe->addr), NULL);
+	return pe->p != NULL;
 }
 
 /* shm: a SIGKILLed peer leaves its /dev/shm region behind (libfabric unlinks it only on a clean close or a caught signal): remove it. */
@@ -142,18 +89,18 @@ static struct tw_chan *connect_once(const struct peer *pe, struct tw_rkey *rk)
 	struct tw_chan *ch = NULL;
 	int rc;
 
-	cur = NULL;
-	rc = tw__fab_connect(fab, pe->addr, &ch);
-	cur = ch;
+	R.only = NULL;
+	rc = tw__fab_connect(R.fab, pe->addr, &ch);
+	R.only = ch;
 	if (rc < 0) {
-		tap_diag("connect %s: %s (%s)", pe->addr, tw_strerror(rc), tw__fab_errmsg(fab));
+		tap_diag("connect %s: %s (%s)", pe->addr, tw_strerror(rc), tw__fab_errmsg(R.fab));
 		return NULL;
 	}
 	/* The peer sends its RKEY on accept. That first message can overtake our FI_CONNECTED
 	 * (it did on sockets before the fabric layer deferred it); if it went missing, count it
 	 * and ask once, so the rest of the test still runs. */
 	for (int attempt = 0; attempt < 2; attempt++) {
-		int before = nrecv;
+		int before = R.recvs;
 		if (attempt == 1) {
 			tap_diag("no RKEY after connect; asking for it");
 			lost_first++;
@@ -161,16 +108,16 @@ static struct tw_chan *connect_once(const struct peer *pe, struct tw_rkey *rk)
 				break;
 		}
 		for (int i = 0; i < 4; i++) {
-			if (!progress_until(&nrecv, before + 1 + i, attempt ? 3000 : 2000))
+			if (!fab_progress_until(R.fab, &R.recvs, before + 1 + i, attempt ? 3000 : 2000))
 				break;
-			if (sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk->addr, &rk->key,
+			if (sscanf(R.last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk->addr, &rk->key,
 				   &rk->len) == 3)
 				return ch;
-			tap_diag("new channel: unexpected message '%.40s' before the RKEY", last);
+			tap_diag("new channel: unexpected message '%.40s' before the RKEY", R.last);
 		}
 	}
 	tw__chan_close(ch);
-	cur = NULL;
+	R.only = NULL;
 	return NULL;
 }
 
@@ -179,30 +126,19 @@ static struct tw_chan *connect_peer(const struct peer *pe, struct tw_rkey *rk)
 	return connect_once(pe, rk);
 }
 
-static uint64_t remote_sum(struct tw_chan *ch, uint64_t off, uint64_t len)
-{
-	char cmd[96];
-	uint64_t v = 0;
-
-	snprintf(cmd, sizeof(cmd), "SUM %" PRIu64 " %" PRIu64, off, len);
-	if (!rpc(ch, cmd) || sscanf(last, "SUM %" SCNx64, &v) != 1)
-		return 0;
-	return v;
-}
-
 static unsigned char *src, *mirror;
 static struct tw_mr *src_mr;
 
-static bool wait_op(struct wop *w, unsigned ms)
+static bool wait_op(struct opres *w, unsigned ms)
 {
-	return progress_until(&w->done, 1, ms) && w->status == 0;
+	return fab_progress_until(R.fab, &w->calls, 1, ms) && w->status == 0;
 }
 
 static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
 {
 	static const size_t sizes[] = {1, 2, 7, 63, 64, 65, 127, 128, 129, 1000, 4095, 4096, 4097,
 				       65535, 65536, 65537, 1 << 20, 3 << 20, 8u << 20};
-	struct wop ops[6];
+	struct opres ops[6];
 	unsigned nposted = 0, nok = 0, nfail = 0;
 	uint64_t seed = 1;
 
@@ -218,11 +154,11 @@ static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
 			/* Up to 1 MiB: all six in flight, from distinct source ranges. Bigger ones
 			 * share the source, so one at a time. */
 			size_t soff = big ? 0 : oi * (1u << 20);
-			struct wop *w = &ops[oi];
+			struct opres *w = &ops[oi];
 
 			fab_pattern(src + soff, len, seed++);
 			memcpy(mirror + offs[oi], src + soff, len);
-			w->op.cb = wop_cb;
+			w->op.cb = op_cb;
 			int rc = tw__chan_write(ch, &w->op, src + soff, len, src_mr, rk, offs[oi]);
 			if (rc < 0) {
 				tap_diag("write %zu@%" PRIu64 ": %s", len, offs[oi], tw_strerror(rc));
@@ -232,45 +168,47 @@ static void test_patterns(struct tw_chan *ch, const struct tw_rkey *rk)
 			}
 			nposted++;
 			if (big && !wait_op(w, 20000))
-				tap_diag("big write %zu: done=%d %s", len, w->done, tw_strerror(w->status));
+				tap_diag("big write %zu: done=%d %s", len, w->calls,
+					 tw_strerror(w->status));
 		}
 		for (size_t oi = 0; oi < 6; oi++) {
-			struct wop *w = &ops[oi];
+			struct opres *w = &ops[oi];
 			if (!w->op.cb)
 				continue;
 			if (wait_op(w, 20000)) {
 				nok++;
 			} else {
-				tap_diag("write size %zu slot %zu: done=%d status %s", len, oi, w->done,
+				tap_diag("write size %zu slot %zu: done=%d status %s", len, oi, w->calls,
 					 tw_strerror(w->status));
 				nfail++;
 			}
 		}
 		if (len == 65536 || len == (8u << 20)) {
 			uint64_t want = fab_fnv1a(mirror, BUF_LEN);
-			ok(remote_sum(ch, 0, BUF_LEN) == want, "peer checksum after writes up to %zu B", len);
+			ok(fab_peer_sum(&R, ch, 0, BUF_LEN) == want,
+			   "peer checksum after writes up to %zu B", len);
 		}
 	}
 	is_int(nfail, 0, "no write failed");
 	ok(nok == nposted && nok >= 100, "%u writes completed successfully", nok);
-	ok(remote_sum(ch, 1, 7) == fab_fnv1a(mirror + 1, 7), "small region checksum");
-	ok(remote_sum(ch, BUF_LEN - 4097, 4097) == fab_fnv1a(mirror + BUF_LEN - 4097, 4097),
+	ok(fab_peer_sum(&R, ch, 1, 7) == fab_fnv1a(mirror + 1, 7), "small region checksum");
+	ok(fab_peer_sum(&R, ch, BUF_LEN - 4097, 4097) == fab_fnv1a(mirror + BUF_LEN - 4097, 4097),
 	   "tail region checksum");
 }
 
 static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
 {
-	struct wop r;
+	struct opres r;
 	unsigned char *want = malloc(1 << 20);
 
 	/* read back: the peer fills a region, we read it */
-	ok(rpc(ch, "FILL 12345 1048576 77") && !strcmp(last, "OK"), "peer filled a region");
+	ok(rpc(ch, "FILL 12345 1048576 77") && !strcmp(R.last, "OK"), "peer filled a region");
 	fab_pattern(want, 1 << 20, 77);
 	memset(&r, 0, sizeof(r));
-	r.op.cb = wop_cb;
+	r.op.cb = op_cb;
 	memset(src, 0, 1 << 20);
 	is_int(tw__chan_read(ch, &r.op, src, 1 << 20, src_mr, rk, 12345), 0, "read posted");
-	ok(progress_until(&r.done, 1, 10000) && r.status == 0, "read completed (%s)",
+	ok(fab_progress_until(R.fab, &r.calls, 1, 10000) && r.status == 0, "read completed (%s)",
 	   tw_strerror(r.status));
 	ok(!memcmp(src, want, 1 << 20), "read returned the peer's bytes");
 	free(want);
@@ -283,43 +221,44 @@ static void test_read_and_msgs(struct tw_chan *ch, const struct tw_rkey *rk)
 		unsigned char *m = malloc(n);
 		memcpy(m, "ECHO", 4);
 		fab_pattern(m + 4, n - 4, n);
-		int before = nrecv;
-		if (tw__chan_send(ch, m, n) == 0 && progress_until(&nrecv, before + 1, 10000) &&
-		    last_len == n && !memcmp(last, m, n))
+		int before = R.recvs;
+		if (tw__chan_send(ch, m, n) == 0 &&
+		    fab_progress_until(R.fab, &R.recvs, before + 1, 10000) &&
+		    R.last_len == n && !memcmp(R.last, m, n))
 			good++;
 		else
-			tap_diag("echo of %zu bytes failed (got %zu)", n, last_len);
+			tap_diag("echo of %zu bytes failed (got %zu)", n, R.last_len);
 		free(m);
 	}
 	is_int(good, (int)TW_ARRAY_SIZE(msizes), "echo of 4 B .. 64 KiB");
 	ok(tw__chan_send(ch, src, 65537) == -EMSGSIZE, "65537 B refused (max_msg_size)");
 
 	/* many small messages without waiting: the bounded send ring must cope */
-	int before = nrecv;
+	int before = R.recvs;
 	int sent = 0;
 	for (int i = 0; i < 300; i++)
 		if (tw__chan_send(ch, "P0123456789", 11) == 0)
 			sent++;
-	progress_until(&nrecv, before + sent, 10000);
-	ok(sent == 300 && nrecv - before == 300, "300 messages in a burst (%d back)", nrecv - before);
+	fab_progress_until(R.fab, &R.recvs, before + sent, 10000);
+	ok(sent == 300 && R.recvs - before == 300, "300 messages in a burst (%d back)", R.recvs - before);
 }
 
 /* A write that must not succeed: returns its status (0 would be a bug). */
 static int bad_write(struct tw_chan *ch, const struct tw_rkey *rk, uint64_t off, size_t len,
 		     uint64_t *elapsed_ms)
 {
-	struct wop w;
+	struct opres w;
 	uint64_t t0 = tw_now_ns();
 
 	memset(&w, 0, sizeof(w));
-	w.op.cb = wop_cb;
+	w.op.cb = op_cb;
 	fab_pattern(src, len, 999);
 	int rc = tw__chan_write(ch, &w.op, src, len, src_mr, rk, off);
 	if (rc < 0)
 		return rc;
-	progress_until(&w.done, 1, 20000);
+	fab_progress_until(R.fab, &w.calls, 1, 20000);
 	*elapsed_ms = (tw_now_ns() - t0) / 1000000u;
-	if (!w.done)
+	if (!w.calls)
 		return 1; /* never completed: a hang */
 	return w.status;
 }
@@ -327,9 +266,9 @@ static int bad_write(struct tw_chan *ch, const struct tw_rkey *rk, uint64_t off,
 static void reopen_fab(const struct tw_fab_config *cfg, const struct tw_fab_events *ev)
 {
 	tw__mr_close(src_mr);
-	tw__fab_close(fab);
-	TAP_REQUIRE(tw__fab_open(cfg, ev, &fab) == 0, "reopen");
-	TAP_REQUIRE(tw__mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
+	tw__fab_close(R.fab);
+	TAP_REQUIRE(tw__fab_open(cfg, ev, &R.fab) == 0, "reopen");
+	TAP_REQUIRE(tw__mr_reg(R.fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
 		    "reg");
 }
 
@@ -371,7 +310,7 @@ static void test_half_open(const struct peer *pe, struct tw_chan *main_ch)
 	ok(c2 != NULL, "listener still accepts with a stalled handshake pending");
 	ok((tw_now_ns() - t0) / 1000000u < 4000, "and quickly (%" PRIu64 " ms)", (tw_now_ns() - t0) / 1000000u);
 	if (c2)
-		ok(rpc(c2, "RKEY") && !strncmp(last, "RKEY", 4), "the new channel works");
+		ok(rpc(c2, "RKEY") && !strncmp(R.last, "RKEY", 4), "the new channel works");
 	else
 		ok(0, "the new channel works");
 	if (junk >= 0)
@@ -380,14 +319,14 @@ static void test_half_open(const struct peer *pe, struct tw_chan *main_ch)
 		close(idle); /* vanishes mid-handshake */
 	if (c2)
 		tw__chan_close(c2);
-	cur = main_ch;
-	ok(rpc(main_ch, "RKEY") && !strncmp(last, "RKEY", 4), "the first channel still works");
+	R.only = main_ch;
+	ok(rpc(main_ch, "RKEY") && !strncmp(R.last, "RKEY", 4), "the first channel still works");
 }
 
 int main(int argc, char **argv)
 {
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {.on_recv = on_recv, .on_lost = on_lost};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	struct peer pe;
 	struct tw_rkey rk;
 	struct tw_chan *ch;
@@ -402,7 +341,7 @@ int main(int argc, char **argv)
 	 * below reopens with a short one, after which shm's silent drops and dead shm peers
 	 * surface. */
 	cfg.op_timeout_ms = 15000;
-	rc = tw__fab_open(&cfg, &ev, &fab);
+	rc = tw__fab_open(&cfg, &ev, &R.fab);
 	if (rc == -TW_ENOPROV)
 		tap_plan_skip_all("provider %s not available: %s", prov, tw__fab_errmsg(NULL));
 	TAP_REQUIRE(rc == 0, "open %s: %s", prov, tw__fab_errmsg(NULL));
@@ -411,7 +350,7 @@ int main(int argc, char **argv)
 	src = tw__fab_alloc(BUF_LEN);
 	mirror = malloc(BUF_LEN);
 	TAP_REQUIRE(src && mirror, "alloc");
-	TAP_REQUIRE(tw__mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
+	TAP_REQUIRE(tw__mr_reg(R.fab, src, BUF_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST | TW_MR_SEND, &src_mr) == 0,
 		    "reg");
 
 	TAP_REQUIRE(start_peer(&pe), "peer started");
@@ -428,16 +367,16 @@ int main(int argc, char **argv)
 
 	test_patterns(ch, &rk);
 	test_read_and_msgs(ch, &rk);
-	if (!tw__fab_is_rdm(fab))
+	if (!tw__fab_is_rdm(R.fab))
 		test_half_open(&pe, ch);
 
 	/* local range check: refused before posting */
-	struct wop w;
+	struct opres w;
 	memset(&w, 0, sizeof(w));
-	w.op.cb = wop_cb;
+	w.op.cb = op_cb;
 	is_int(tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, rk.len - 100), -ERANGE,
 	       "past the end: -ERANGE locally");
-	uint64_t before_sum = remote_sum(ch, 0, BUF_LEN);
+	uint64_t before_sum = fab_peer_sum(&R, ch, 0, BUF_LEN);
 	tw__chan_close(ch);
 	cfg.op_timeout_ms = 3000;
 	/* shm's fast path checks no keys and no range (docs/fabric.md, F5): the key and range
@@ -451,7 +390,7 @@ int main(int argc, char **argv)
 	/* wrong key */
 	struct tw_rkey bad = rk;
 	bad.key ^= 0x1;
-	nlost = 0;
+	R.lost = 0;
 	rc = bad_write(ch, &bad, 0, 4096, &ms);
 	ok(rc != 0, "wrong key never reported as success (%s after %" PRIu64 " ms)",
 	   rc == 1 ? "hang" : tw_strerror(rc), ms);
@@ -474,7 +413,7 @@ int main(int argc, char **argv)
 	ok(ch != NULL, "peer serves a new connection after the wrong key");
 	if (!ch)
 		TAP_FATAL("cannot continue");
-	uint64_t after_sum = remote_sum(ch, 0, BUF_LEN);
+	uint64_t after_sum = fab_peer_sum(&R, ch, 0, BUF_LEN);
 	ok(after_sum == before_sum, "wrong-key write left the buffer unchanged");
 
 	/* forged length: the local check passes, the remote one must refuse */
@@ -490,21 +429,22 @@ int main(int argc, char **argv)
 	ch = connect_peer(&pe, &rk);
 	ok(ch != NULL, "peer serves a new connection after the bad range");
 	if (ch) {
-		ok(remote_sum(ch, 0, BUF_LEN) == before_sum, "past-the-end write did not land");
+		ok(fab_peer_sum(&R, ch, 0, BUF_LEN) == before_sum, "past-the-end write did not land");
 		/* one good write on the new channel */
 		memset(&w, 0, sizeof(w));
-		w.op.cb = wop_cb;
+		w.op.cb = op_cb;
 		fab_pattern(src, 4096, 4242);
 		rc = tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, 8192);
-		ok(rc == 0 && progress_until(&w.done, 1, 10000) && w.status == 0, "write on the new channel");
-		ok(remote_sum(ch, 8192, 4096) == fab_fnv1a(src, 4096), "and it landed");
+		ok(rc == 0 && fab_progress_until(R.fab, &w.calls, 1, 10000) && w.status == 0,
+		   "write on the new channel");
+		ok(fab_peer_sum(&R, ch, 8192, 4096) == fab_fnv1a(src, 4096), "and it landed");
 		tw__chan_close(ch);
 	}
 
 	/* refused connect: a listener that is gone */
 	ok(proc_kill(pe.p, SIGTERM) == 0 && proc_wait(pe.p, 10000) == 0, "peer exits cleanly on SIGTERM");
 	uint64_t t0 = tw_now_ns();
-	rc = tw__fab_connect(fab, pe.addr, &ch);
+	rc = tw__fab_connect(R.fab, pe.addr, &ch);
 	ok(rc < 0, "connect to a gone listener fails: %s", tw_strerror(rc));
 	ok((tw_now_ns() - t0) / 1000000u < 8000, "and does not hang");
 	proc_free(pe.p);
@@ -513,25 +453,26 @@ int main(int argc, char **argv)
 	TAP_REQUIRE(start_peer(&pe), "second peer");
 	ch = connect_peer(&pe, &rk);
 	TAP_REQUIRE(ch, "connected to second peer");
-	nlost = 0;
+	R.lost = 0;
 	memset(&w, 0, sizeof(w));
-	w.op.cb = wop_cb;
+	w.op.cb = op_cb;
 	rc = tw__chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
-	ok(rc == 0 && progress_until(&w.done, 1, 10000) && w.status == 0, "write before the kill");
+	ok(rc == 0 && fab_progress_until(R.fab, &w.calls, 1, 10000) && w.status == 0,
+	   "write before the kill");
 	proc_kill(pe.p, SIGKILL);
 	proc_wait(pe.p, 5000);
 	t0 = tw_now_ns();
 	int err = 0;
 	while (!err && (tw_now_ns() - t0) < 20000000000ull) {
 		memset(&w, 0, sizeof(w));
-		w.op.cb = wop_cb;
+		w.op.cb = op_cb;
 		rc = tw__chan_write(ch, &w.op, src, 65536, src_mr, &rk, 0);
 		if (rc < 0) {
 			err = rc;
 			break;
 		}
-		progress_until(&w.done, 1, 20000);
-		if (!w.done)
+		fab_progress_until(R.fab, &w.calls, 1, 20000);
+		if (!w.calls)
 			break;
 		if (w.status < 0)
 			err = w.status;
@@ -539,20 +480,20 @@ int main(int argc, char **argv)
 	ms = (tw_now_ns() - t0) / 1000000u;
 	ok(err < 0, "writer sees an error after SIGKILL: %s", tw_strerror(err));
 	ok(ms < 15000, "within %" PRIu64 " ms (< 15 s)", ms);
-	progress_until(&nlost, 1, 5000);
-	ok(nlost == 1, "on_lost once (%s)", tw_strerror(lost_err));
+	fab_progress_until(R.fab, &R.lost, 1, 5000);
+	ok(R.lost == 1, "on_lost once (%s)", tw_strerror(R.lost_err));
 	tw__chan_close(ch);
 	remove_shm_file(pe.addr);
 	proc_free(pe.p);
 
 	struct tw_fab_stats st;
-	tw__fab_get_stats(fab, &st);
+	tw__fab_get_stats(R.fab, &st);
 	tap_diag("stats: writes %" PRIu64 " (%" PRIu64 " B) reads %" PRIu64 " sends %" PRIu64
 		 " recvs %" PRIu64 " eagain %" PRIu64 " errors %" PRIu64,
 		 st.writes, st.write_bytes, st.reads, st.sends, st.recvs, st.eagain_retries, st.errors);
 	is_int(lost_first, 0, "the peer's first message (sent in on_accept) always arrived");
 	tw__mr_close(src_mr);
-	tw__fab_close(fab);
+	tw__fab_close(R.fab);
 	tw__fab_free(src, BUF_LEN);
 	free(mirror);
 	tap_done_testing();

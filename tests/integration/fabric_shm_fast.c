@@ -26,31 +26,23 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 
+#include "fab_events.h"
 #include "fab_pattern.h"
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define BUF_LEN (8u * 1024 * 1024 + 65536)
 #define BURST 100
 
-static struct tw_fab *fab;
-static char last[256];
-static int nrecv;
+static struct fab_rec R;
 static pid_t peer_pid;
 static bool peer_stopped;
 static unsigned char *src, *check;
 static struct tw_mr *src_mr;
 static struct tw_rkey rk;
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	len = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
-	memcpy(last, msg, len);
-	last[len] = '\0';
-	nrecv++;
-}
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
@@ -84,15 +76,6 @@ static void wop_cb(struct tw_op *op, int status)
 	/* No fabric call between the provider's completion and this read. */
 	w->placed = status == 0 && peek(w->off, w->len) == (ssize_t)w->len &&
 		    !memcmp(check + w->off, src + w->off, w->len);
-}
-
-static bool progress_until(const int *flag, int want, unsigned ms)
-{
-	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (*flag < want && tw_now_ns() < end)
-		tw__fab_progress(fab, 50);
-	return *flag >= want;
 }
 
 static void stop_peer(void)
@@ -153,12 +136,12 @@ static int post(struct tw_chan *ch, struct wop *w, uint64_t off, size_t len)
 int main(int argc, char **argv)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider", a_shm[] = "shm";
-	struct tw_fab_events ev = {.on_recv = on_recv, .on_lost = on_lost};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	static const size_t sizes[] = {1, 7, 64, 4095, 4096, 4097, 65536, 1048579, 8u << 20};
 	static struct wop burst[BURST];
 	struct tw_fab_config cfg;
 	struct tw_fab_stats st;
-	char path[4096], line[256], addr[TW_ADDR_MAX];
+	char path[4096], addr[TW_ADDR_MAX];
 	char *pargv[] = {path, a_listen, a_prov, a_shm, NULL};
 	struct tw_chan *ch = NULL;
 	struct proc *p;
@@ -184,23 +167,22 @@ int main(int argc, char **argv)
 	tw__fab_config_init(&cfg);
 	cfg.provider = "shm";
 	cfg.op_timeout_ms = 15000;
-	rc = tw__fab_open(&cfg, &ev, &fab);
+	ev.on_lost = on_lost; /* a diagnostic saying why */
+	rc = tw__fab_open(&cfg, &ev, &R.fab);
 	if (rc == -TW_ENOPROV)
 		tap_plan_skip_all("shm not available: %s", tw__fab_errmsg(NULL));
 	TAP_REQUIRE(rc == 0, "open shm: %s", tw__fab_errmsg(NULL));
 	src = tw__fab_alloc(BUF_LEN);
 	check = malloc(BUF_LEN);
 	TAP_REQUIRE(src && check, "alloc");
-	TAP_REQUIRE(tw__mr_reg(fab, src, BUF_LEN, TW_MR_WRITE_SRC, &src_mr) == 0, "reg");
+	TAP_REQUIRE(tw__mr_reg(R.fab, src, BUF_LEN, TW_MR_WRITE_SRC, &src_mr) == 0, "reg");
 
 	TAP_REQUIRE(proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) == 0,
 		    "fab_peer not found");
-	p = proc_spawn(pargv, NULL);
-	TAP_REQUIRE(p, "spawn fab_peer");
+	p = child_ready(pargv, NULL, 10000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "peer ready");
 	peer_pid = proc_pid(p);
 	atexit(cont_peer); /* runs before proc.c's cleanup: a stopped peer could not exit */
-	TAP_REQUIRE(proc_wait_line(p, "ready ", line, sizeof(line), 10000) > 6, "peer ready");
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
 
 	/* CMA between these two processes at all (ptrace rules); without it there is nothing to
 	 * test in `cma` mode. */
@@ -214,12 +196,10 @@ int main(int argc, char **argv)
 		}
 	}
 
-	rc = tw__fab_connect(fab, addr, &ch);
-	TAP_REQUIRE(rc == 0, "connect %s: %s", addr, tw__fab_errmsg(fab));
-	TAP_REQUIRE(progress_until(&nrecv, 1, 10000) &&
-			    sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk.addr, &rk.key,
-				   &rk.len) == 3 && rk.len >= BUF_LEN && rk.addr != 0,
-		    "RKEY from the peer (got '%s')", last);
+	rc = tw__fab_connect(R.fab, addr, &ch);
+	TAP_REQUIRE(rc == 0, "connect %s: %s", addr, tw__fab_errmsg(R.fab));
+	TAP_REQUIRE(fab_peer_rkey(&R, 0, &rk, 10000) && rk.len >= BUF_LEN && rk.addr != 0,
+		    "RKEY from the peer (got '%s')", R.last);
 
 	bool fast = tw__chan_fast_writes(ch);
 	if (cma)
@@ -239,7 +219,7 @@ int main(int argc, char **argv)
 		prepare(off, len, &seed);
 		rc = post(ch, &w, off, len);
 		if (rc == 0)
-			progress_until(&w.done, 1, 20000);
+			fab_progress_until(R.fab, &w.done, 1, 20000);
 		ok(rc == 0 && w.done == 1 && w.status == 0 && w.placed,
 		   "write of %zu B at %" PRIu64 ": placed at its completion (posted %d, done %d, "
 		   "status %d, placed %d)", len, off, rc, w.done, w.status, w.placed);
@@ -257,7 +237,7 @@ int main(int argc, char **argv)
 		end = tw_now_ns() + 20000ull * 1000000u;
 		do {
 			done = 0;
-			tw__fab_progress(fab, 50);
+			tw__fab_progress(R.fab, 50);
 			for (int i = 0; i < BURST; i++)
 				done += burst[i].done;
 		} while (done < posted && tw_now_ns() < end);
@@ -275,7 +255,7 @@ int main(int argc, char **argv)
 		   peer_state());
 	cont_peer();
 
-	tw__fab_get_stats(fab, &st);
+	tw__fab_get_stats(R.fab, &st);
 	if (fast)
 		ok(st.fast_writes == nwrites && st.writes == nwrites,
 		   "stats: %" PRIu64 " of %" PRIu64 " writes without delivery-complete", st.fast_writes,
@@ -286,23 +266,14 @@ int main(int argc, char **argv)
 		   st.fast_writes, st.writes);
 
 	/* The peer, running again, sees the last burst's bytes through its own checksum too. */
-	{
-		char cmd[64];
-		uint64_t sum = 0;
-		int before = nrecv;
-
-		snprintf(cmd, sizeof(cmd), "SUM %u %u", 3u, BURST * 4096u);
-		ok(tw__chan_send(ch, cmd, strlen(cmd)) == 0 && progress_until(&nrecv, before + 1, 10000) &&
-			   sscanf(last, "SUM %" SCNx64, &sum) == 1 &&
-			   sum == fab_fnv1a(src + 3, BURST * 4096u),
-		   "the resumed peer's checksum of the burst matches");
-	}
+	ok(fab_peer_sum(&R, ch, 3, BURST * 4096u) == fab_fnv1a(src + 3, BURST * 4096u),
+	   "the resumed peer's checksum of the burst matches");
 
 	tw__chan_close(ch);
 	ok(proc_kill(p, SIGTERM) == 0 && proc_wait(p, 10000) == 0, "peer exits cleanly");
 	proc_free(p);
 	tw__mr_close(src_mr);
-	tw__fab_close(fab);
+	tw__fab_close(R.fab);
 	tw__fab_free(src, BUF_LEN);
 	free(check);
 	tap_done_testing();

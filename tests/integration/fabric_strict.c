@@ -26,10 +26,12 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "fab_events.h"
 #include "fab_op.h"
 #include "fab_pattern.h"
 #include "fabric/fabric.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
 
 #define BUF_LEN (8u * 1024 * 1024 + 65536) /* fab_peer's buffer */
@@ -37,40 +39,12 @@
 
 static const char *prov;
 static char self_path[4096];
-static struct tw_fab *fab;
-static struct tw_chan *cur;
-static char last[70000];
-static size_t last_len;
-static int nrecv, nlost;
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	if (ch != cur)
-		return;
-	last_len = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
-	memcpy(last, msg, last_len);
-	last[last_len] = '\0';
-	nrecv++;
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	nlost++;
-}
-
-static bool progress_until(const int *flag, int want, unsigned ms)
-{
-	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (*flag < want && tw_now_ns() < end)
-		tw__fab_progress(fab, 50);
-	return *flag >= want;
-}
+static struct fab_rec R; /* R.only: the current channel */
 
 static struct tw_fab *open_fab(bool strict)
 {
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {.on_recv = on_recv, .on_lost = on_lost};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	struct tw_fab *f = NULL;
 	int rc;
 
@@ -89,11 +63,10 @@ static struct proc *start_peer(bool strict, bool reqkey, char *addr, size_t len)
 {
 	static char a_listen[] = "--listen", a_prov[] = "--provider";
 	static char e_strict[] = "TW_FAB_STRICT=verbs", e_reqkey[] = "TW_FAB_FAULT=reqkey";
-	char path[4096], line[256], pv[64];
+	char path[4096], pv[64];
 	char *argv[] = {path, a_listen, a_prov, pv, NULL};
 	char *env[3] = {NULL, NULL, NULL};
-	int n = 0, rc;
-	struct proc *p;
+	int n = 0;
 
 	snprintf(pv, sizeof(pv), "%s", prov);
 	if (strict)
@@ -102,52 +75,28 @@ static struct proc *start_peer(bool strict, bool reqkey, char *addr, size_t len)
 		env[n++] = e_reqkey;
 	if (proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) < 0)
 		return NULL;
-	p = proc_spawn(argv, env);
-	if (!p)
-		return NULL;
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 10000);
-	if (rc < 0) {
-		tap_diag("fab_peer not ready: %s", strerror(-rc));
-		proc_free(p);
-		return NULL;
-	}
-	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
-	return p;
+	return child_ready(argv, env, 10000, addr, len, NULL);
 }
 
 /* Connect and read the RKEY the peer sends on accept. */
 static struct tw_chan *connect_peer(const char *addr, struct tw_rkey *rk)
 {
 	struct tw_chan *ch = NULL;
-	int before = nrecv, rc;
+	int before = R.recvs, rc;
 
-	cur = NULL;
-	rc = tw__fab_connect(fab, addr, &ch);
+	R.only = NULL;
+	rc = tw__fab_connect(R.fab, addr, &ch);
 	if (rc < 0) {
-		tap_diag("connect %s: %s (%s)", addr, tw_strerror(rc), tw__fab_errmsg(fab));
+		tap_diag("connect %s: %s (%s)", addr, tw_strerror(rc), tw__fab_errmsg(R.fab));
 		return NULL;
 	}
-	cur = ch;
-	if (!progress_until(&nrecv, before + 1, 10000) ||
-	    sscanf(last, "RKEY %" SCNu64 " %" SCNu64 " %" SCNu64, &rk->addr, &rk->key, &rk->len) != 3) {
+	R.only = ch;
+	if (!fab_peer_rkey(&R, before, rk, 10000)) {
 		tap_diag("no RKEY from the peer");
 		tw__chan_close(ch);
-		return cur = NULL;
+		return R.only = NULL;
 	}
 	return ch;
-}
-
-static uint64_t remote_sum(struct tw_chan *ch, uint64_t off, uint64_t len)
-{
-	char cmd[96];
-	uint64_t v = 0;
-	int before = nrecv;
-
-	snprintf(cmd, sizeof(cmd), "SUM %" PRIu64 " %" PRIu64, off, len);
-	if (tw__chan_send(ch, cmd, strlen(cmd)) < 0 || !progress_until(&nrecv, before + 1, 10000) ||
-	    sscanf(last, "SUM %" SCNx64, &v) != 1)
-		return 0;
-	return v;
 }
 
 /* One write; returns the call's error, or the completion's status (1: never completed). */
@@ -161,7 +110,7 @@ static int write_once(struct tw_chan *ch, const void *src, size_t len, struct tw
 	rc = tw__chan_write(ch, &r.op, src, len, mr, rk, off);
 	if (rc < 0)
 		return rc;
-	progress_until(&r.calls, 1, 20000);
+	fab_progress_until(R.fab, &r.calls, 1, 20000);
 	return r.calls ? r.status : 1;
 }
 
@@ -177,7 +126,7 @@ static bool errmsg_has_in(struct tw_fab *f, const char *a, const char *b)
 
 static bool errmsg_has(const char *a, const char *b)
 {
-	return errmsg_has_in(fab, a, b);
+	return errmsg_has_in(R.fab, a, b);
 }
 
 /* Percentage of the pages of [p, p + len) in memory now (mincore(2)); -1 if it cannot tell. */
@@ -216,19 +165,19 @@ static void local_checks(bool strict, struct tw_chan *ch, const struct tw_rkey *
 		   "%s: a descriptor of another domain's registration fails fi_writemsg (%s)", mode,
 		   tw_strerror(rc));
 	else
-		ok(rc == 0 && remote_sum(ch, 0, 65536) == fab_fnv1a(src, 65536),
+		ok(rc == 0 && fab_peer_sum(&R, ch, 0, 65536) == fab_fnv1a(src, 65536),
 		   "%s: a descriptor of another domain goes unnoticed (%s)", mode, tw_strerror(rc));
 	tw__mr_close(omr);
 	tw__fab_close(other);
 
-	TAP_REQUIRE(tw__mr_reg(fab, src + SRC_LEN - 65536, 65536, TW_MR_WRITE_SRC, &ro) == 0, "reg");
+	TAP_REQUIRE(tw__mr_reg(R.fab, src + SRC_LEN - 65536, 65536, TW_MR_WRITE_SRC, &ro) == 0, "reg");
 	{
 		struct opres r;
 
 		op_init(&r);
 		rc = tw__chan_read(ch, &r.op, src + SRC_LEN - 65536, 4096, ro, rk, 0);
 		if (rc == 0) {
-			progress_until(&r.calls, 1, 20000);
+			fab_progress_until(R.fab, &r.calls, 1, 20000);
 			rc = r.calls ? r.status : 1;
 		}
 	}
@@ -246,7 +195,7 @@ static void local_checks(bool strict, struct tw_chan *ch, const struct tw_rkey *
 	 * needs it). With the fault "noback" the layer forgets, and the check catches it. */
 	unbacked = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	TAP_REQUIRE(unbacked != MAP_FAILED, "mmap");
-	rc = tw__mr_reg(fab, unbacked, 1 << 20, TW_MR_REMOTE_WRITE, &mr);
+	rc = tw__mr_reg(R.fab, unbacked, 1 << 20, TW_MR_REMOTE_WRITE, &mr);
 	ok(rc == 0 && resident_pct(unbacked, 1 << 20) == (strict ? 100 : 0),
 	   "%s: untouched memory registers, %s (%s, %d %% of its pages resident)", mode,
 	   strict ? "backed by the layer first" : "and stays untouched", tw_strerror(rc),
@@ -303,7 +252,7 @@ static void bursts(bool strict, struct tw_chan *ch, const struct tw_rkey *rk, un
 	unsigned char msg[MLEN];
 
 	fab_pattern(src, SRC_LEN, strict ? 21 : 22);
-	tw__fab_get_stats(fab, &s0);
+	tw__fab_get_stats(R.fab, &s0);
 	t0 = tw_now_ns();
 	c0 = cpu_ms();
 	for (unsigned i = 0; i < NW; i++) {
@@ -313,14 +262,15 @@ static void bursts(bool strict, struct tw_chan *ch, const struct tw_rkey *rk, un
 			posted++;
 	}
 	for (unsigned i = 0; i < NW; i++)
-		if (progress_until(&ops[i].calls, 1, 20000) && ops[i].calls == 1 && !ops[i].status)
+		if (fab_progress_until(R.fab, &ops[i].calls, 1, 20000) && ops[i].calls == 1 &&
+		    !ops[i].status)
 			good++;
 	wall_ms = (tw_now_ns() - t0) / 1000000u;
 	cpu = cpu_ms() - c0;
-	tw__fab_get_stats(fab, &s1);
+	tw__fab_get_stats(R.fab, &s1);
 	is_int(good, NW, "%s: %u of %u writes posted back to back completed once, successfully",
 	       mode, good, posted);
-	ok(remote_sum(ch, 0, SRC_LEN) == fab_fnv1a(src, SRC_LEN),
+	ok(fab_peer_sum(&R, ch, 0, SRC_LEN) == fab_fnv1a(src, SRC_LEN),
 	   "%s: the peer holds every byte of the burst", mode);
 	tap_diag("%s writes: %" PRIu64 " ms wall, %.0f ms CPU, %" PRIu64 " -FI_EAGAIN (%" PRIu64
 		 " with the CQ full), %" PRIu64 " completions read", mode, wall_ms, cpu,
@@ -334,20 +284,20 @@ static void bursts(bool strict, struct tw_chan *ch, const struct tw_rkey *rk, un
 	   s1.eagain_retries - s0.eagain_retries, s1.cq_entries - s0.cq_entries, wall_ms);
 
 	memcpy(msg, "ECHO", 4);
-	tw__fab_get_stats(fab, &s0);
+	tw__fab_get_stats(R.fab, &s0);
 	t0 = tw_now_ns();
 	c0 = cpu_ms();
-	before = nrecv;
+	before = R.recvs;
 	for (int i = 0; i < NM; i++) {
 		fab_pattern(msg + 4, MLEN - 4, (uint64_t)i);
 		if (tw__chan_send(ch, msg, MLEN) == 0)
 			sent++;
 	}
-	progress_until(&nrecv, before + sent, 20000);
-	echoed = nrecv - before;
+	fab_progress_until(R.fab, &R.recvs, before + sent, 20000);
+	echoed = R.recvs - before;
 	wall_ms = (tw_now_ns() - t0) / 1000000u;
 	cpu = cpu_ms() - c0;
-	tw__fab_get_stats(fab, &s1);
+	tw__fab_get_stats(R.fab, &s1);
 	ok(sent == NM && echoed == NM, "%s: %d messages sent back to back, %d echoed", mode, sent,
 	   echoed);
 	tap_diag("%s sends: %" PRIu64 " ms wall, %.0f ms CPU, %" PRIu64 " -FI_EAGAIN (%" PRIu64
@@ -370,12 +320,10 @@ static void target_case(bool strict, struct tw_chan *ch, struct proc *peer, cons
 	if (strict)
 		ok(rc < 0 && rc != -EFAULT, "strict: %s fails at the target (%s)", what, tw_strerror(rc));
 	else
-		ok(rc == 0 && remote_sum(ch, off, 4096) == fab_fnv1a(src, 4096), "plain: %s lands",
+		ok(rc == 0 && fab_peer_sum(&R, ch, off, 4096) == fab_fnv1a(src, 4096), "plain: %s lands",
 		   what);
 	tw__chan_close(ch);
-	proc_kill(peer, SIGTERM);
-	is_int(proc_wait(peer, 10000), 0, "%s: the peer exited cleanly", mode);
-	proc_free(peer);
+	is_int(child_stop(peer, SIGTERM, 10000), 0, "%s: the peer exited cleanly", mode);
 }
 
 static void run_mode(bool strict)
@@ -388,9 +336,9 @@ static void run_mode(bool strict)
 	unsigned char *src = tw__fab_alloc(SRC_LEN);
 	struct tw_mr *src_mr = NULL;
 
-	fab = open_fab(strict);
-	TAP_REQUIRE(fab && src, "%s: fab open", mode);
-	TAP_REQUIRE(tw__mr_reg(fab, src, SRC_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST, &src_mr) == 0,
+	R.fab = open_fab(strict);
+	TAP_REQUIRE(R.fab && src, "%s: fab open", mode);
+	TAP_REQUIRE(tw__mr_reg(R.fab, src, SRC_LEN, TW_MR_WRITE_SRC | TW_MR_READ_DST, &src_mr) == 0,
 		    "%s: register the source", mode);
 	peer = start_peer(strict, false, addr, sizeof(addr));
 	TAP_REQUIRE(peer, "%s: fab_peer started", mode);
@@ -401,7 +349,7 @@ static void run_mode(bool strict)
 	   strict ? "virtual addresses (FI_MR_VIRT_ADDR)" : "offsets");
 	fab_pattern(src, 65536, 1);
 	ok(write_once(ch, src, 65536, src_mr, &rk, 4096) == 0 &&
-	   remote_sum(ch, 4096, 65536) == fab_fnv1a(src, 65536), "%s: a correct write lands", mode);
+	   fab_peer_sum(&R, ch, 4096, 65536) == fab_fnv1a(src, 65536), "%s: a correct write lands", mode);
 
 	local_checks(strict, ch, &rk, src, src_mr);
 	bursts(strict, ch, &rk, src, src_mr);
@@ -423,14 +371,14 @@ static void run_mode(bool strict)
 	{
 		struct tw_fab_stats st;
 
-		tw__fab_get_stats(fab, &st);
+		tw__fab_get_stats(R.fab, &st);
 		is_int(st.strict_violations, strict ? 2 : 0, "%s: the fab counted %" PRIu64
 		       " violations in %" PRIu64 " checks", mode, st.strict_violations,
 		       st.strict_checks);
 	}
 	tw__mr_close(src_mr);
-	tw__fab_close(fab);
-	fab = NULL;
+	tw__fab_close(R.fab);
+	R.fab = NULL;
 	tw__fab_free(src, SRC_LEN);
 }
 

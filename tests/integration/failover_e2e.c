@@ -36,10 +36,12 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define SEG "262144"
 #define BEFORE 3000   /* acks before the fault (more than one segment) */
@@ -113,6 +115,47 @@ static int victim_of(const struct rt_cluster *cl, const char *replicas, unsigned
 	return -1;
 }
 
+/* Start failover_primary on log `logid` over the cluster's four twd's (3 replicas) and read its
+ * lines until `acks` objects are acknowledged. Returns its pid. */
+static int start_primary(struct run *r, const struct rt_cluster *cl, char *prim, char *logid,
+			 const char *op_timeout, char *const env[], uint64_t acks)
+{
+	char *pargv[] = { prim, (char *)cl->prov, logid, (char *)SEG, (char *)"3",
+			  (char *)"100000000", (char *)op_timeout, (char *)cl->addr[0],
+			  (char *)cl->addr[1], (char *)cl->addr[2], (char *)cl->addr[3], NULL };
+
+	memset(r, 0, sizeof(*r));
+	r->p = proc_spawn(pargv, env);
+	TAP_REQUIRE(r->p, "spawn failover_primary");
+	while (r->acked < acks && !r->failed)
+		TAP_REQUIRE(step(r, LINE_MS), "primary: %" PRIu64 " acks, then silence", r->acked);
+	return (int)proc_pid(r->p);
+}
+
+/* SIGKILL the primary (pid), read what it said last, reap it and what shm left of it. */
+static void kill_primary(struct run *r, const char *prov, int pid)
+{
+	proc_kill(r->p, SIGKILL);
+	while (step(r, LINE_MS))
+		;
+	proc_wait(r->p, 20000);
+	proc_free(r->p);
+	if (!strcmp(prov, "shm"))
+		rt_shm_cleanup(pid);
+}
+
+/* Reap the killed twd `victim` and what shm left of it. */
+static void reap_victim(struct rt_cluster *cl, int victim)
+{
+	int vpid = (int)proc_pid(cl->p[victim]);
+
+	proc_wait(cl->p[victim], 20000);
+	proc_free(cl->p[victim]);
+	cl->p[victim] = NULL;
+	if (!strcmp(cl->prov, "shm"))
+		rt_shm_cleanup(vpid);
+}
+
 #define REPEAT_RUNS 8
 #define REPEAT_BEFORE 300 /* acks before waiting for a rollover */
 #define REPEAT_AFTER 300  /* acks after the fault */
@@ -129,18 +172,7 @@ static bool repeat_once(const char *prov, unsigned run, char *prim)
 
 	rt_start(&cl, prov, 4, "256K", "8");
 	snprintf(logid, sizeof(logid), "0x%x", 0xf510 + run);
-	{
-		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"3",
-				  (char *)"100000000", (char *)"2000", cl.addr[0], cl.addr[1],
-				  cl.addr[2], cl.addr[3], NULL };
-
-		memset(&r, 0, sizeof(r));
-		r.p = proc_spawn(pargv, env);
-		TAP_REQUIRE(r.p, "spawn failover_primary");
-	}
-	pid = (int)proc_pid(r.p);
-	while (r.acked < REPEAT_BEFORE && !r.failed)
-		TAP_REQUIRE(step(&r, LINE_MS), "primary: %" PRIu64 " acks, then silence", r.acked);
+	pid = start_primary(&r, &cl, prim, logid, "2000", env, REPEAT_BEFORE);
 	/* Kill at the start of a segment, so that the victim holds a replica of the open one. */
 	snprintf(seg_at_start, sizeof(seg_at_start), "%s", r.replicas);
 	while (!strcmp(seg_at_start, r.replicas) && !r.failed)
@@ -159,22 +191,8 @@ static bool repeat_once(const char *prov, unsigned run, char *prim)
 		 run, victim, r.replicas, r.acked_at_fault,
 		 !went_on ? "stuck: " : r.resumed ? "suspended, replaced, resumed" :
 		 "replaced at a rollover", r.failed ? r.failmsg : "");
-	proc_kill(r.p, SIGKILL);
-	while (step(&r, LINE_MS))
-		;
-	proc_wait(r.p, 20000);
-	proc_free(r.p);
-	if (!strcmp(prov, "shm"))
-		rt_shm_cleanup(pid);
-	{
-		int vpid = (int)proc_pid(cl.p[victim]);
-
-		proc_wait(cl.p[victim], 20000);
-		proc_free(cl.p[victim]);
-		cl.p[victim] = NULL;
-		if (!strcmp(prov, "shm"))
-			rt_shm_cleanup(vpid);
-	}
+	kill_primary(&r, prov, pid);
+	reap_victim(&cl, victim);
 	rt_stop(&cl);
 	return went_on;
 }
@@ -184,8 +202,7 @@ static int repeat_main(const char *prov)
 	char prim[1024];
 	unsigned good = 0;
 
-	if (proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("failover_primary not built");
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	tap_plan(REPEAT_RUNS + 1);
 	for (unsigned i = 0; i < REPEAT_RUNS; i++) {
 		bool went_on = repeat_once(prov, i, prim);
@@ -215,25 +232,13 @@ int main(int argc, char **argv)
 
 	if (argc > 2 && !strcmp(argv[2], "repeat"))
 		return repeat_main(prov);
-	if (proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("failover_primary not built");
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	tap_plan(stop || restart ? 7 : 6);
 	rt_start(&cl, prov, 4, "256K", "32");
 	tap_diag("provider %s, mode %s, backups %s %s %s %s", prov, mode,
 		 cl.addr[0], cl.addr[1], cl.addr[2], cl.addr[3]);
 	snprintf(logid, sizeof(logid), "0x%x", stop ? 0xf502 : restart ? 0xf503 : 0xf501);
-	{
-		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"3",
-				  (char *)"100000000", (char *)op_timeout, cl.addr[0], cl.addr[1],
-				  cl.addr[2], cl.addr[3], NULL };
-
-		memset(&r, 0, sizeof(r));
-		r.p = proc_spawn(pargv, NULL);
-		TAP_REQUIRE(r.p, "spawn failover_primary");
-	}
-	pid = (int)proc_pid(r.p);
-	while (r.acked < BEFORE && !r.failed)
-		TAP_REQUIRE(step(&r, LINE_MS), "primary: %" PRIu64 " acks, then silence", r.acked);
+	pid = start_primary(&r, &cl, prim, logid, op_timeout, NULL, BEFORE);
 	TAP_REQUIRE(!r.failed, "primary failed before the fault: %s", r.failmsg);
 
 	/* Replica 2 of segment k is also one of k + 1 and k + 2: a rollover in between does not
@@ -276,28 +281,11 @@ int main(int argc, char **argv)
 				break;
 	}
 
-	proc_kill(r.p, SIGKILL);
-	while (step(&r, LINE_MS))
-		;
-	proc_wait(r.p, 20000);
-	proc_free(r.p);
-	if (!strcmp(prov, "shm"))
-		rt_shm_cleanup(pid);
-	if (!stop && !restart) {
-		int vpid = (int)proc_pid(cl.p[victim]);
+	kill_primary(&r, prov, pid);
+	if (!stop && !restart)
+		reap_victim(&cl, victim);
 
-		proc_wait(cl.p[victim], 20000);
-		proc_free(cl.p[victim]);
-		cl.p[victim] = NULL;
-		if (!strcmp(prov, "shm"))
-			rt_shm_cleanup(vpid);
-	}
-
-	tw_recover_config_init(&rcfg);
-	rcfg.provider = prov;
-	rcfg.log_id = strtoull(logid, NULL, 0);
-	rcfg.backups = cl.addrs;
-	rcfg.n_backups = 4;
+	tlog_recover_config(&rcfg, prov, cl.addrs, 4, strtoull(logid, NULL, 0));
 	rcfg.connect_timeout_ms = 2000;
 	rcfg.rpc_timeout_ms = 5000;
 	rcfg.op_timeout_ms = 5000;

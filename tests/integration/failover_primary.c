@@ -42,11 +42,8 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 	int n;
 
 	if (status) {
-		if (!failed) {
-			n = snprintf(line, sizeof(line), "failed %d %s\n", status,
-				     tw_primary_errmsg(prim));
-			say(line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
-		}
+		if (!failed)
+			sayf("failed %d %s\n", status, tw_primary_errmsg(prim));
 		failed = 1;
 		return;
 	}
@@ -59,27 +56,22 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 		line[n++] = '\n';
 		say(line, (size_t)n);
 	}
-	n = snprintf(line, sizeof(line), "acked %" PRIuPTR "\n", (uintptr_t)arg);
-	say(line, (size_t)n);
+	sayf("acked %" PRIuPTR "\n", (uintptr_t)arg);
 	tw_primary_get_stats(prim, &st);
 	if (st.backups_lost != last_lost) {
 		last_lost = st.backups_lost;
-		n = snprintf(line, sizeof(line), "lost %" PRIu64 "\n", st.backups_lost);
-		say(line, (size_t)n);
+		sayf("lost %" PRIu64 "\n", st.backups_lost);
 	}
 	if (st.failovers != last_fo) {
 		last_fo = st.failovers;
-		n = snprintf(line, sizeof(line), "resumed %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-			     "\n", st.suspended_last_ns / 1000, st.failovers, st.rereplications,
-			     st.rerep_bytes);
-		say(line, (size_t)n);
+		sayf("resumed %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
+		     st.suspended_last_ns / 1000, st.failovers, st.rereplications, st.rerep_bytes);
 	}
 }
 
 int main(int argc, char **argv)
 {
 	struct tw_primary_config cfg;
-	char err[1024];
 	uint8_t obj[RT_OBJ];
 	uint64_t count;
 	int rc;
@@ -102,12 +94,7 @@ int main(int argc, char **argv)
 	cfg.mode = getenv("FAILOVER_SYNC") ? TW_PRIMARY_SYNC : TW_PRIMARY_ASYNC;
 	if (getenv("FAILOVER_EPOCH"))
 		cfg.epoch = strtoull(getenv("FAILOVER_EPOCH"), NULL, 0);
-	rc = tw_primary_open(&cfg, &prim, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "failover_primary: open: %s: %s\n", tw_strerror(rc), err);
-		return 1;
-	}
-	say("ready\n", 6);
+	prim = say_opened(&cfg, "failover_primary");
 	for (uint64_t seq = 0; seq < count && !failed; seq++) {
 		rt_fill(obj, seq);
 		if (cfg.mode == TW_PRIMARY_SYNC) {
@@ -121,12 +108,8 @@ int main(int argc, char **argv)
 						     NULL);
 		}
 		if (rc) {
-			char line[600];
-			int n = snprintf(line, sizeof(line), "failed %d %s\n", rc,
-					 tw_primary_errmsg(prim));
-
 			if (!failed)
-				say(line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
+				sayf("failed %d %s\n", rc, tw_primary_errmsg(prim));
 			failed = 1;
 			break;
 		}

@@ -27,39 +27,29 @@
 #include <tailwind/log_format.h>
 #include <tailwind/recovery.h>
 
+#include "child.h"
+#include "cli_run.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "replica/segfile.h"
 #include "pagecache.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define COUNT 3000
 #define LOG "0x0d1c"
 
 static char twctl[1024];
 
-/* Run twctl with args; copy the stdout lines (joined by '|') into out. Returns the exit status. */
+/* Run twctl with args; its stdout into out (cut to len). Returns the exit status. */
 static int run(char *out, size_t len, const char *const *args)
 {
-	char *argv[16];
-	char buf[4096];
-	int n = 0, rc;
-	struct proc *p;
+	struct cli_out o;
+	int rc = cli_run_prog(twctl, args, NULL, NULL, 0, 30000, &o);
 
-	argv[n++] = twctl;
-	for (; *args && n < 15; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	p = proc_spawn(argv, NULL);
-	TAP_REQUIRE(p, "spawn twctl");
-	out[0] = '\0';
-	while (proc_wait_line(p, NULL, buf, sizeof(buf), 30000) >= 0) {
-		strncat(out, buf, len - strlen(out) - 2);
-		strcat(out, "|");
-	}
-	rc = proc_wait(p, 30000);
-	proc_free(p);
+	snprintf(out, len, "%s", o.out);
+	cli_out_free(&o);
 	return rc;
 }
 
@@ -158,9 +148,8 @@ int main(int argc, char **argv)
 	long cached = 0;
 	int rc;
 
-	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
-	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("twctl or crash_primary not built");
+	child_tool("tools/twctl", twctl, sizeof(twctl));
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	tap_plan(9);
 	rt_start_in(&cl, root && root[0] ? root : ".", prov, 3, "64K", "16");
 	snprintf(count, sizeof(count), "%d", COUNT);
@@ -202,8 +191,8 @@ int main(int argc, char **argv)
 
 		join(path, sizeof(path), cl.dir[0], names[k]);
 		rc = run(line, sizeof(line), a);
-		if (rc != 0 || !strstr(line, "verdict         ok|") ||
-		    !strstr(line, "format          version 4, data at byte 4096|") ||
+		if (rc != 0 || !strstr(line, "verdict         ok\n") ||
+		    !strstr(line, "format          version 4, data at byte 4096\n") ||
 		    strstr(line, "chain seed      0x00000000")) {
 			if (!bad++)
 				tap_diag("twctl inspect %s: exit %d: %s", path, rc, line);
@@ -222,18 +211,14 @@ int main(int argc, char **argv)
 
 		join(path, sizeof(path), cl.dir[1], names[0]);
 		rc = run(line, sizeof(line), a);
-		ok(rc == 0 && strstr(line, "verdict         ok|") &&
-		   strstr(line, "format          version 2, data at byte 128|"),
+		ok(rc == 0 && strstr(line, "verdict         ok\n") &&
+		   strstr(line, "format          version 2, data at byte 128\n"),
 		   "twctl inspect of a version-2 file: ok (exit %d)", rc);
 	}
 
 	for (unsigned i = 0; i < 3; i++)
 		rt_restart(&cl, i, "64K", "16");
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = strtoull(LOG, NULL, 16);
-	cfg.backups = cl.addrs;
-	cfg.n_backups = cl.n;
+	tlog_recover_config(&cfg, prov, cl.addrs, cl.n, strtoull(LOG, NULL, 16));
 	memset(&chk, 0, sizeof(chk));
 	rc = tw_recover(&cfg, rt_check_cb, &chk, &res, err, sizeof(err));
 	is_int(rc, 0, "recovery from the restarted twd's (%s)", rc ? err : "ok");

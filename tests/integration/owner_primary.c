@@ -60,27 +60,20 @@ static int exit_of(int rc)
 
 static int fail(const char *what, int rc, const char *msg)
 {
-	char line[1200];
-	int n = snprintf(line, sizeof(line), "error %s: %s: %s\n", tw_strerror(rc), what, msg);
-
 	fprintf(stderr, "owner_primary: %s: %s: %s\n", what, tw_strerror(rc), msg);
-	say(line, n > 0 && (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+	sayf("error %s: %s: %s\n", tw_strerror(rc), what, msg);
 	return exit_of(rc);
 }
 
 static void on_ack(void *arg, int status, uint64_t lsn)
 {
-	char line[96];
-	int n;
-
 	if (status) {
 		if (!failed)
 			fail_code = status;
 		failed = 1;
 		return;
 	}
-	n = snprintf(line, sizeof(line), "acked %" PRIuPTR " %" PRIu64 "\n", (uintptr_t)arg, lsn);
-	say(line, (size_t)n);
+	sayf("acked %" PRIuPTR " %" PRIu64 "\n", (uintptr_t)arg, lsn);
 }
 
 /* Takeover: the recovered objects must be 0, 1, 2 ... (any writers); remember the last. */
@@ -102,11 +95,11 @@ int main(int argc, char **argv)
 	struct tw_recover_result res;
 	struct tw_primary *p = NULL;
 	const char *mode;
-	char err[1024], line[256];
+	char err[1024];
 	uint8_t obj[OW_OBJ];
 	uint64_t count;
 	sigset_t usr1;
-	int rc, n;
+	int rc;
 
 	if (argc < 7) {
 		fprintf(stderr, "usage: owner_primary PROVIDER LOG_ID MODE TAG COUNT ADDR...\n");
@@ -143,10 +136,8 @@ int main(int argc, char **argv)
 			return fail("takeover", -TW_ECORRUPT, "recovered objects out of order");
 		next_seq = any ? last_seq + 1 : 0;
 	}
-	n = snprintf(line, sizeof(line), "ready recovered=%" PRIu64 " next=%" PRIu64 " epoch=%"
-		     PRIu64 " first=%u\n", res.entries, next_seq, tw_primary_epoch(p),
-		     tw_primary_first_segment(p));
-	say(line, (size_t)n);
+	sayf("ready recovered=%" PRIu64 " next=%" PRIu64 " epoch=%" PRIu64 " first=%u\n",
+	     res.entries, next_seq, tw_primary_epoch(p), tw_primary_first_segment(p));
 	for (uint64_t i = 0; i < count && !failed; i++) {
 		uint64_t seq = next_seq++;
 

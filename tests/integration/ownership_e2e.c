@@ -41,10 +41,13 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "owner_util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
+#include "tmpdir.h"
 
 #define NB 3
 #define RACERS 4
@@ -85,6 +88,17 @@ static struct proc *spawn_primary(uint64_t log_id, const char *mode, uint64_t ta
 	/* One "acked" line per object: not echoed when skipped, so that a failure's diagnostics
 	 * stay in the last lines of the log. */
 	return proc_spawn_opts(argv, env, &(struct proc_opts){ .drop_prefix = "acked " });
+}
+
+/* Log log_id written whole by one primary (tag 1): `count` objects, the primary done and gone. */
+static void write_log(uint64_t log_id, uint64_t count, const char *what)
+{
+	char line[256];
+	struct proc *p = spawn_primary(log_id, "open", 1, count, NULL);
+
+	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0, "%s", what);
+	proc_wait(p, 30000);
+	proc_free(p);
 }
 
 struct acks {
@@ -175,11 +189,7 @@ static int recover_from(uint64_t log_id, bool any_start, struct check *c,
 {
 	struct tw_recover_config cfg;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, prov, cl.addrs, NB, log_id);
 	memset(c, 0, sizeof(*c));
 	c->any_start = any_start;
 	return tw_recover(&cfg, check_cb, c, res, err, len);
@@ -194,6 +204,16 @@ static int recover(uint64_t log_id, struct check *c, struct tw_recover_result *r
 static int wait_ready(struct proc *p, char *line, size_t len)
 {
 	return proc_wait_line(p, "ready", line, len, 60000);
+}
+
+/* A primary of log log_id (tag 1) that opens it and appends without end, ready. */
+static struct proc *endless_primary(uint64_t log_id, const char *what)
+{
+	char line[256];
+	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+
+	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "%s", what);
+	return p;
 }
 
 /* ---------------------------------------------------------------- chain */
@@ -248,10 +268,9 @@ static void test_restart(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[1200], err[512];
-	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+	struct proc *p = endless_primary(log_id, "first primary ready");
 	int rc;
 
-	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "first primary ready");
 	TAP_REQUIRE(kill_after(p, 100, &a) == 0, "killed after 100 acks");
 	p = spawn_primary(log_id, "open", 2, 10, NULL);
 	TAP_REQUIRE(p, "spawn the restarted primary");
@@ -282,9 +301,8 @@ static void test_duplicate(void)
 	rc = proc_wait(b, 60000);
 	ok(rc == 5 || rc == 4, "same-epoch duplicate: the second open is refused (exit %d)", rc);
 	proc_free(b);
-	proc_kill(a, SIGUSR1);
-	is_int(proc_wait(a, 60000), 0, "the first primary still owns the log (last append ok)");
-	proc_free(a);
+	is_int(child_stop(a, SIGUSR1, 60000), 0,
+	       "the first primary still owns the log (last append ok)");
 }
 
 /* ---------------------------------------------------------------- racing takeovers */
@@ -388,7 +406,7 @@ static int drain_fd(int fd)
 static bool recover_round(const char *dir, uint64_t log_id, unsigned round, char *why,
 			  size_t len)
 {
-	char fifo[2][80], line[2][2048], logid[32];
+	char fifo[2][300], line[2][2048], logid[32];
 	struct proc *t[2];
 	int fd[2], st[2] = { -1, -1 }, first = -1;
 	unsigned long long wepoch = 0;
@@ -481,15 +499,11 @@ out:
 static void test_racing_recoveries(void)
 {
 	uint64_t log_id = 0x7500;
-	char dir[] = "/tmp/tw-race-XXXXXX", line[256], why[600] = "";
-	struct proc *p = spawn_primary(log_id, "open", 1, 3000, NULL);
+	char dir[256], why[600] = "";
 	unsigned rounds = tap_sanitizer() ? 6 : 20, good = 0;
 
-	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0,
-		    "a log of 3000 objects (300 KB, more than a pipe holds)");
-	proc_wait(p, 30000);
-	proc_free(p);
-	TAP_REQUIRE(mkdtemp(dir), "temporary directory");
+	write_log(log_id, 3000, "a log of 3000 objects (300 KB, more than a pipe holds)");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-race");
 	for (unsigned i = 0; i < rounds; i++) {
 		if (recover_round(dir, log_id, i, why, sizeof(why)))
 			good++;
@@ -497,7 +511,7 @@ static void test_racing_recoveries(void)
 			late_diag("racing recoveries", i, why);
 	}
 	tap_diag("last round: %s", why);
-	rmdir(dir);
+	tmpdir_remove(dir);
 	is_int(good, rounds, "racing recoveries: in every round one twctl recover wins, the other "
 	       "fails at once naming the winner's epoch and delivers nothing");
 }
@@ -578,18 +592,10 @@ static void test_clean(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[256], err[512];
-	struct proc *p = spawn_primary(log_id, "open", 1, 4000, NULL);
 	int rc, wfd;
 
-	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0,
-		    "a log of 4000 objects (7 segments)");
-	proc_wait(p, 30000);
-	proc_free(p);
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = NB;
+	write_log(log_id, 4000, "a log of 4000 objects (7 segments)");
+	tlog_recover_config(&cfg, prov, cl.addrs, NB, log_id);
 	count_files(log_id, 4, &files0, &bytes0);
 	wfd = watch_dirs();
 	rc = tw_log_free(&cfg, 4, &freed, err, sizeof(err));
@@ -606,10 +612,7 @@ static void test_clean(void)
 
 	/* The same from the command line, on another log. */
 	log_id = 0x7601;
-	p = spawn_primary(log_id, "open", 1, 4000, NULL);
-	TAP_REQUIRE(p && proc_wait_line(p, "done", line, sizeof(line), 60000) >= 0, "log 0x7601");
-	proc_wait(p, 30000);
-	proc_free(p);
+	write_log(log_id, 4000, "log 0x7601");
 	{
 		char *argv[] = { twctl, (char *)"-p", (char *)prov, (char *)"-b", cl.addr[0],
 				 (char *)"-b", cl.addr[1], (char *)"-b", cl.addr[2], (char *)"free",
@@ -691,10 +694,9 @@ static void test_sighup(void)
 	struct tw_recover_result res;
 	static struct check c;
 	char line[256], err[512];
-	struct proc *p = spawn_primary(log_id, "open", 1, 100000000, NULL);
+	struct proc *p = endless_primary(log_id, "primary ready");
 	int rc, exits = 0;
 
-	TAP_REQUIRE(p && wait_ready(p, line, sizeof(line)) >= 0, "primary ready");
 	/* Signal early, while the primary is still writing segment 0: on sockets the provider's
 	 * thread placed and acknowledged writes after the shutdown flush had scanned the buffer
 	 * (2 runs in 16 lost acknowledged objects, four copies at once) until twd shut its
@@ -775,9 +777,8 @@ int main(int argc, char **argv)
 	unsigned plan = 0;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tests/integration/owner_primary", prim, sizeof(prim)) != 0 ||
-	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0)
-		tap_plan_skip_all("owner_primary or twctl not built");
+	child_tool("tests/integration/owner_primary", prim, sizeof(prim));
+	child_tool("tools/twctl", twctl, sizeof(twctl));
 	rng = tap_seed() | 1;
 	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
 		plan += wanted(only, phases[i].name) ? phases[i].tests : 0;

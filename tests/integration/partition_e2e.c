@@ -29,10 +29,13 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
+#include "tmpdir.h"
 
 #define NB 4
 #define SUBNET "10.231.7."
@@ -70,8 +73,8 @@ static void cleanup(void)
 	for (unsigned i = 0; i < NB + 3; i++)
 		if (ns_made[i])
 			sh("ip netns delete %s 2>/dev/null", all[i]);
-	if (root_dir[0] && !getenv("TW_KEEP"))
-		sh("rm -rf '%s'", root_dir);
+	if (root_dir[0])
+		tmpdir_remove(root_dir);
 }
 
 /* Namespaces of earlier runs that died without cleaning up (killed by a timeout): their tag is
@@ -118,11 +121,8 @@ static int recover_main(int argc, char **argv)
 	char err[512];
 	int rc;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = argv[2];
-	cfg.log_id = LOG_ID;
-	cfg.backups = (const char *const *)&argv[3];
-	cfg.n_backups = (size_t)(argc - 3);
+	tlog_recover_config(&cfg, argv[2], (const char *const *)&argv[3], (size_t)(argc - 3),
+			    LOG_ID);
 	cfg.connect_timeout_ms = 3000;
 	cfg.rpc_timeout_ms = 5000;
 	cfg.op_timeout_ms = 5000;
@@ -148,9 +148,8 @@ int main(int argc, char **argv)
 		return recover_main(argc, argv);
 	if (geteuid() != 0)
 		tap_plan_skip_all("needs root (network namespaces)");
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) ||
-	    proc_find_tool("tests/integration/failover_primary", prim, sizeof(prim)))
-		tap_plan_skip_all("twd or failover_primary not built");
+	child_tool("tools/twd", twd, sizeof(twd));
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	rc = (int)readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (rc <= 0)
 		tap_plan_skip_all("cannot find /proc/self/exe");
@@ -173,8 +172,7 @@ int main(int argc, char **argv)
 	TAP_REQUIRE(host(ns_r, 2, 20), "recovery host");
 	for (unsigned i = 0; i < NB; i++)
 		TAP_REQUIRE(host(ns_b[i], 3 + i, 11 + i), "backup host %u", i);
-	snprintf(root_dir, sizeof(root_dir), "/tmp/tw-part-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root_dir), "mkdtemp");
+	tmpdir_make(root_dir, sizeof(root_dir), NULL, "tw-part");
 
 	/* Backups: twd inside B0..B3, listening on their own address. */
 	for (unsigned i = 0; i < NB; i++) {
@@ -186,11 +184,8 @@ int main(int argc, char **argv)
 
 		snprintf(dir, sizeof(dir), "%s/b%u", root_dir, i);
 		snprintf(listen, sizeof(listen), SUBNET "%u", 11 + i);
-		bk[i] = proc_spawn(a, NULL);
-		TAP_REQUIRE(bk[i], "spawn twd %u", i);
-		rc = proc_wait_line(bk[i], "ready ", line, sizeof(line), 20000);
-		TAP_REQUIRE(rc > 0, "twd %u ready: %s", i, strerror(-rc));
-		snprintf(addr[i], sizeof(addr[i]), "%.120s", line + 6);
+		bk[i] = child_ready(a, NULL, 20000, addr[i], sizeof(addr[i]), NULL);
+		TAP_REQUIRE(bk[i], "twd %u ready", i);
 	}
 	tap_diag("%s: hosts %s (primary), %s (recovery), backups %s %s %s %s (r = 3)", prov, ns_p,
 		 ns_r, addr[0], addr[1], addr[2], addr[3]);

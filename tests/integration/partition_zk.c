@@ -21,9 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "cli_run.h"
+#include "core/util.h"
 #include "proc.h"
-#include "rmtree.h"
+#include "recover_util.h"
 #include "tap.h"
 #include "zkserver.h"
 
@@ -31,7 +33,7 @@
 #define IP "/usr/sbin/ip"
 
 static const char *prov;
-static char root[256], twd[512], twctl[512];
+static char twctl[512];
 static char ns[32], veth_here[16], veth_there[16], ip_here[32], ip_there[32];
 static bool ns_made;
 
@@ -122,10 +124,11 @@ static uint64_t wait_acked(struct proc *p, uint64_t want, int timeout_ms)
 
 int main(int argc, char **argv)
 {
-	const char *tmp = getenv("TMPDIR");
 	char err[512], url[160], logs[32], line[640];
+	char *twd_args[] = { (char *)"--listen", ip_here, (char *)"--coordinator", url, NULL };
 	struct zkserver zk;
-	struct proc *tw[NB], *old, *sb;
+	struct rt_cluster cl;
+	struct proc *old, *sb;
 	uint64_t log, acked_old = 0, acked_sb = 0, took_entries = 0;
 	int st;
 
@@ -135,34 +138,19 @@ int main(int argc, char **argv)
 				  "(ip netns), cut off by taking a veth link down");
 	if (access(IP, X_OK))
 		tap_plan_skip_all("no %s (iproute2) here", IP);
-	if (!zkserver_available(err, sizeof(err)))
-		tap_plan_skip_all("%s", err);
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0 ||
-	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) < 0)
-		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
+	zkserver_require();
+	child_tool("tools/twctl", twctl, sizeof(twctl));
 	if (!setup_netns(err, sizeof(err))) {
 		teardown();
 		tap_plan_skip_all("%s", err);
 	}
-	snprintf(root, sizeof(root), "%s/partzk.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
 	tap_diag("primary in netns %s (%s), ZooKeeper and %d backups here (%s)", ns, ip_there, NB,
 		 ip_here);
 
 	/* ZooKeeper and the backups listen on our end of the link. */
 	zkserver_start_on(&zk, ip_here, ip_here);
 	snprintf(url, sizeof(url), "%s", zk.url);
-	for (int i = 0; i < NB; i++) {
-		char dir[300];
-		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
-				 (char *)"--listen", ip_here, (char *)"--buffer-size", (char *)"64K",
-				 (char *)"--buffers", (char *)"64", (char *)"--coordinator", url, NULL };
-
-		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
-		tw[i] = proc_spawn(args, NULL);
-		TAP_REQUIRE(tw[i] && proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000) >= 0,
-			    "twd %d ready", i);
-	}
+	rt_start_with(&cl, NULL, prov, NB, "64K", "64", twd_args);
 	log = 0x6a00000000000000ull | (uint64_t)getpid();
 	snprintf(logs, sizeof(logs), "%#" PRIx64, log);
 
@@ -261,26 +249,19 @@ int main(int argc, char **argv)
 		FILE *f;
 		uint64_t n = 0, bad = 0;
 
-		snprintf(out, sizeof(out), "%s/rec", root);
+		snprintf(out, sizeof(out), "%s/rec", cl.root);
 		st = cli_run(args, NULL, NULL, 0, 60000, &o);
 		cli_out_free(&o);
 		f = st == 0 ? fopen(out, "rb") : NULL;
 		while (f) {
-			uint8_t h[4], b[64];
-			uint64_t seq = 0;
-			uint32_t len;
+			uint8_t b[64];
+			int rc = rt_read_entry(f, b, sizeof(b));
 
-			if (fread(h, 1, 4, f) != 4)
-				break;
-			len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-			      (uint32_t)h[3] << 24;
-			if (len != sizeof(b) || fread(b, 1, len, f) != len) {
-				bad++;
+			if (rc <= 0) {
+				bad += rc < 0;
 				break;
 			}
-			for (int k = 0; k < 8; k++)
-				seq |= (uint64_t)b[k] << (8 * k);
-			bad += seq != n++;
+			bad += tw_load_le64(b) != n++;
 		}
 		if (f)
 			fclose(f);
@@ -289,11 +270,9 @@ int main(int argc, char **argv)
 		   "%" PRIu64 " of the old primary, then the standby's up to %" PRIu64, n, bad,
 		   acked_old, acked_sb);
 	}
-	for (int i = 0; i < NB; i++)
-		proc_free(tw[i]);
+	rt_stop(&cl);
 	zkserver_stop(&zk);
 	teardown();
-	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -25,8 +25,9 @@
 #include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
-#include "rmtree.h"
+#include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 #include "twd_client.h"
 
 #define NB 3
@@ -35,7 +36,6 @@
 #define OBJ 100u
 #define PER_LOG 300u /* appends per log */
 
-static char root[256];
 static uint8_t segbuf[TW_BACKUP_DEFAULT_BUFFER_SIZE];
 
 static void payload_for(uint8_t *buf, uint64_t log, uint64_t seq)
@@ -43,15 +43,6 @@ static void payload_for(uint8_t *buf, uint64_t log, uint64_t seq)
 	for (unsigned i = 0; i < OBJ; i++)
 		buf[i] = (uint8_t)(seq + log + i * 7);
 	memcpy(buf, &seq, sizeof(seq));
-}
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	uint64_t *errors = arg;
-
-	(void)lsn;
-	if (status)
-		(*errors)++;
 }
 
 /* Entries of log_id in `dir`, in segment order: how many match the appended sequence, and how
@@ -98,51 +89,23 @@ static void check_log(int dfd, uint64_t log_id, unsigned li, uint64_t *good, uin
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
-	const char *tmp = getenv("TMPDIR");
-	struct proc *tw[NB] = { 0 };
-	char addrs_buf[NB][512], twd[1024], dirs[NB][300], err[1024];
-	const char *addrs[NB];
+	struct rt_cluster cl;
+	char err[1024];
 	struct tw_primary *p[LOGS] = { 0 };
-	uint64_t log_base = 0x900100000000000ull | ((uint64_t)getpid() << 8), errors = 0;
+	uint64_t log_base = 0x900100000000000ull | ((uint64_t)getpid() << 8);
 	unsigned logs = tap_sanitizer() ? LOGS_SAN : LOGS, opened = 0, bad_appends = 0, flushed = 0;
+	struct tlog_acks acks = { 0 }; /* every log's */
 	uint8_t buf[OBJ];
 	int rc;
 
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0)
-		tap_plan_skip_all("tools/twd not built (set TW_BUILD_ROOT)");
-	snprintf(root, sizeof(root), "%s/pool_e2e.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
 	tap_diag("provider %s, %u logs x %u appends of %u B, 3 twd's with default pools", prov,
 		 logs, PER_LOG, OBJ);
-
-	for (unsigned i = 0; i < NB; i++) {
-		char line[512];
-		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dirs[i],
-				 NULL };
-
-		TAP_REQUIRE(snprintf(dirs[i], sizeof(dirs[i]), "%s/b%u", root, i) <
-			    (int)sizeof(dirs[i]), "path too long");
-		tw[i] = proc_spawn(args, NULL);
-		TAP_REQUIRE(tw[i], "spawn %s", twd);
-		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000);
-		if (rc < 0) {
-			rm_tree(root);
-			TAP_FATAL("twd %u did not get ready: %s", i, strerror(-rc));
-		}
-		snprintf(addrs_buf[i], sizeof(addrs_buf[i]), "%s", line + 6);
-		addrs[i] = addrs_buf[i];
-	}
+	rt_start_with(&cl, NULL, prov, NB, NULL, NULL, NULL); /* twd's default pool */
 
 	for (unsigned l = 0; l < logs; l++) {
 		struct tw_primary_config cfg;
 
-		tw_primary_config_init(&cfg);
-		cfg.log_id = log_base + l;
-		cfg.epoch = 1;
-		cfg.backups = addrs;
-		cfg.n_backups = NB;
-		cfg.replicas = 3;
-		cfg.provider = prov;
+		tlog_primary_config(&cfg, prov, cl.addrs, NB, log_base + l);
 		cfg.mode = TW_PRIMARY_ASYNC;
 		cfg.preopen = true; /* two replicas open per log on every backup */
 		rc = tw_primary_open(&cfg, &p[l], err, sizeof(err));
@@ -163,7 +126,8 @@ int main(int argc, char **argv)
 			if (k % 50 == 0)
 				rc = tw_primary_append(p[l], buf, OBJ, NULL);
 			else
-				rc = tw_primary_append_async(p[l], buf, OBJ, ack_cb, &errors, NULL);
+				rc = tw_primary_append_async(p[l], buf, OBJ, tlog_ack_cb, &acks,
+							     NULL);
 			if (rc < 0 && !bad_appends++)
 				tap_diag("log %u append %u: %s: %s", l, k, tw_strerror(rc),
 					 tw_primary_errmsg(p[l]));
@@ -172,7 +136,7 @@ int main(int argc, char **argv)
 	for (unsigned l = 0; l < opened; l++)
 		flushed += tw_primary_flush(p[l]) == 0;
 	is_int(flushed, opened, "every log's appends acknowledged by its 3 backups");
-	is_int(errors, 0, "no callback reported an error");
+	is_int(acks.errors, 0, "no callback reported an error");
 
 	/* The pools grew past the 16 initial buffers; the cap is reported. */
 	for (unsigned i = 0; i < NB; i++) {
@@ -180,7 +144,7 @@ int main(int argc, char **argv)
 		struct twc_stats s;
 
 		memset(&c, 0, sizeof(c));
-		rc = twc_connect(&c, prov, addrs[i]);
+		rc = twc_connect(&c, prov, cl.addrs[i]);
 		if (rc == 0)
 			rc = twc_stats(&c, &s);
 		if (rc) {
@@ -197,14 +161,14 @@ int main(int argc, char **argv)
 
 	/* SIGTERM: each twd flushes every buffer, the open ones included. */
 	for (unsigned i = 0; i < NB; i++)
-		proc_kill(tw[i], SIGTERM);
+		proc_kill(cl.p[i], SIGTERM);
 	for (unsigned i = 0; i < NB; i++)
-		is_int(proc_wait(tw[i], 60000), 0, "twd %u exited cleanly after SIGTERM", i);
+		is_int(proc_wait(cl.p[i], 60000), 0, "twd %u exited cleanly after SIGTERM", i);
 	for (unsigned l = 0; l < opened; l++)
 		tw_primary_close(p[l]); /* the backups are gone: reports the loss, must not hang */
 
 	for (unsigned i = 0; i < NB; i++) {
-		int dfd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int dfd = open(cl.dir[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		uint64_t good_logs = 0, bad = 0;
 
 		for (unsigned l = 0; l < opened && dfd >= 0; l++) {
@@ -219,9 +183,7 @@ int main(int argc, char **argv)
 		is_int(good_logs, opened, "backup %u: every log holds its %u acknowledged entries, in "
 		       "order (%llu bad entries)", i, PER_LOG, (unsigned long long)bad);
 	}
-	for (unsigned i = 0; i < NB; i++)
-		proc_free(tw[i]);
-	rm_tree(root);
+	rt_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -19,9 +19,11 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define COUNT 8000
 #define LOG 0x8000
@@ -76,8 +78,7 @@ int main(int argc, char **argv)
 	struct killer k;
 	int rc;
 
-	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("crash_primary not built");
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	tap_plan(6);
 	rt_start(&cl, prov, 3, "64K", "32");
 	write_log(prim, prov, LOG, cl.addr[0], cl.addr[1], cl.addr[2],
@@ -86,11 +87,7 @@ int main(int argc, char **argv)
 	memset(&k, 0, sizeof(k));
 	k.cl = &cl;
 	k.victim = 1;
-	tw_recover_config_init(&cfg);
-	cfg.provider = prov;
-	cfg.log_id = LOG;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = 3;
+	tlog_recover_config(&cfg, prov, cl.addrs, 3, LOG);
 	cfg.rpc_timeout_ms = 5000;
 	cfg.op_timeout_ms = 5000;
 	rc = tw_recover(&cfg, kill_cb, &k, &res, err, sizeof(err));

@@ -22,9 +22,11 @@
 
 #include <tailwind/recovery.h>
 
+#include "child.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define COUNT 3000
 #define LOG 0x6000
@@ -65,11 +67,7 @@ static int recover(struct rt_cluster *cl, struct rt_check *chk, struct tw_recove
 	char err[512];
 	int rc;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = cl->prov;
-	cfg.log_id = LOG;
-	cfg.backups = cl->addrs;
-	cfg.n_backups = cl->n;
+	tlog_recover_config(&cfg, cl->prov, cl->addrs, cl->n, LOG);
 	memset(chk, 0, sizeof(*chk));
 	rc = tw_recover(&cfg, rt_check_cb, chk, res, err, sizeof(err));
 	if (rc)
@@ -88,8 +86,7 @@ int main(int argc, char **argv)
 	unsigned files;
 	int rc;
 
-	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("crash_primary not built");
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	tap_plan(6);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(logid, sizeof(logid), "0x%x", LOG);

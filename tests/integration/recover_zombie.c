@@ -17,6 +17,7 @@
 
 #include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define N 1500
 #define LOG 0x7000
@@ -56,11 +57,7 @@ int main(int argc, char **argv)
 	rc = tw_primary_flush(p);
 	TAP_REQUIRE(rc == 0, "flush: %s", tw_strerror(rc));
 
-	tw_recover_config_init(&rc_cfg);
-	rc_cfg.provider = prov;
-	rc_cfg.log_id = LOG;
-	rc_cfg.backups = cl.addrs;
-	rc_cfg.n_backups = 3;
+	tlog_recover_config(&rc_cfg, prov, cl.addrs, 3, LOG);
 	rc = tw_recover_fence(&rc_cfg, &epoch, &fenced, err, sizeof(err));
 	ok(rc == 0 && fenced == 3, "log fenced at epoch %" PRIu64 " on %u backups while its "
 	   "primary still runs", epoch, fenced);

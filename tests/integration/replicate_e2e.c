@@ -20,36 +20,19 @@
 #include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
-#include "rmtree.h"
+#include "recover_util.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define NB 3
 #define SEG (256u * 1024u)
 #define OBJ 100u
-
-static char root[256];
 
 static void payload_for(uint8_t *buf, uint64_t seq)
 {
 	for (unsigned i = 0; i < OBJ; i++)
 		buf[i] = (uint8_t)(seq + i * 3);
 	memcpy(buf, &seq, sizeof(seq));
-}
-
-struct acks {
-	uint64_t n, errors, out_of_order, last;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	if (status)
-		a->errors++;
-	if (a->n && lsn <= a->last)
-		a->out_of_order++;
-	a->last = lsn;
-	a->n++;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -137,14 +120,11 @@ static void check_dir(const char *dir, unsigned idx, uint64_t log_id, uint64_t n
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
-	const char *tmp = getenv("TMPDIR");
-	struct proc *tw[NB] = { 0 };
-	char addrs_buf[NB][512], twd[1024], dirs[NB][300];
-	const char *addrs[NB];
+	struct rt_cluster cl;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	struct tw_primary_stats st;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[OBJ];
 	char err[1024];
 	uint64_t n, log_id = 0x7e57000000000000ull | (uint64_t)getpid();
@@ -154,41 +134,11 @@ int main(int argc, char **argv)
 	n = san ? 12000 : 60000; /* 256 KiB / 112 B: ~2300 per segment -> ~5 or ~26 segments */
 	if (tap_long_mode())
 		n *= 10;
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0)
-		tap_plan_skip_all("tools/twd not built (set TW_BUILD_ROOT)");
-	snprintf(root, sizeof(root), "%s/replicate.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
 	tap_diag("provider %s, %llu objects of %u B, segments of %u B%s", prov, (unsigned long long)n,
 		 OBJ, SEG, san ? " (sanitizer: fewer objects)" : "");
+	rt_start(&cl, prov, NB, "256K", "16");
 
-	for (unsigned i = 0; i < NB; i++) {
-		char line[512];
-		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dirs[i],
-				 (char *)"--buffer-size", (char *)"256K", (char *)"--buffers",
-				 (char *)"16", NULL };
-
-		TAP_REQUIRE(snprintf(dirs[i], sizeof(dirs[i]), "%s/b%u", root, i) < (int)sizeof(dirs[i]),
-			    "path too long");
-		tw[i] = proc_spawn(args, NULL);
-		TAP_REQUIRE(tw[i], "spawn %s", twd);
-		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 20000);
-		if (rc < 0) {
-			rm_tree(root);
-			if (!strcmp(prov, "shm") || !strcmp(prov, "sockets"))
-				TAP_FATAL("twd %u (%s) did not get ready: %s", i, prov, strerror(-rc));
-			TAP_FATAL("twd %u did not get ready: %s", i, strerror(-rc));
-		}
-		snprintf(addrs_buf[i], sizeof(addrs_buf[i]), "%s", line + 6);
-		addrs[i] = addrs_buf[i];
-	}
-
-	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = prov;
+	tlog_primary_config(&cfg, prov, cl.addrs, NB, log_id);
 	cfg.segment_size = SEG;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_batch = 64;
@@ -207,7 +157,7 @@ int main(int argc, char **argv)
 			if (i % 97 == 0)
 				rc = tw_primary_append(p, buf, OBJ, NULL);
 			else
-				rc = tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+				rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 			if (rc < 0 && !bad++)
 				tap_diag("append %llu: %s: %s", (unsigned long long)i, tw_strerror(rc),
 					 tw_primary_errmsg(p));
@@ -236,13 +186,9 @@ int main(int argc, char **argv)
 stop:
 	/* SIGTERM: each twd flushes every buffer, the still-open last segment included. */
 	for (unsigned i = 0; i < NB; i++)
-		if (tw[i])
-			proc_kill(tw[i], SIGTERM);
-	for (unsigned i = 0; i < NB; i++) {
-		int st2 = tw[i] ? proc_wait(tw[i], 30000) : -1;
-
-		is_int(st2, 0, "twd %u exited cleanly after SIGTERM", i);
-	}
+		proc_kill(cl.p[i], SIGTERM);
+	for (unsigned i = 0; i < NB; i++)
+		is_int(proc_wait(cl.p[i], 30000), 0, "twd %u exited cleanly after SIGTERM", i);
 	if (p) {
 		/* The backups are gone: closing reports the loss, but must not hang. */
 		uint64_t t0 = tw_now_ns();
@@ -250,11 +196,9 @@ stop:
 		tw_primary_close(p);
 		ok(tw_now_ns() - t0 < 20000000000ull, "primary close with the backups gone returns");
 		for (unsigned i = 0; i < NB; i++)
-			check_dir(dirs[i], i, log_id, n);
+			check_dir(cl.dir[i], i, log_id, n);
 	}
-	for (unsigned i = 0; i < NB; i++)
-		proc_free(tw[i]);
-	rm_tree(root);
+	rt_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -17,7 +17,9 @@
 #include "core/util.h"
 #include "proc.h"
 #include "proto/rpc.h"
+#include "child.h"
 #include "tap.h"
+#include "wire_ref.h"
 
 #define MAXMSG TW_RPC_MAX_MSG_DEFAULT
 
@@ -62,7 +64,8 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 	}
 }
 
-static void raw_open(void)
+/* A fab of its own (`what` in messages) connected to the server. */
+static void open_connected(struct tw_fab **f, struct tw_chan **ch, const char *what)
 {
 	struct tw_fab_config fc;
 	struct tw_fab_events ev = { .on_recv = on_recv, .on_lost = on_lost };
@@ -70,11 +73,16 @@ static void raw_open(void)
 
 	tw__fab_config_init(&fc);
 	fc.provider = provider;
-	rc = tw__fab_open(&fc, &ev, &raw_fab);
-	TAP_REQUIRE(rc == 0, "raw fab: %s", tw_strerror(rc));
-	rc = tw__fab_connect(raw_fab, addr, &raw_ch);
-	TAP_REQUIRE(rc == 0, "connect to %s: %s (%s)", addr, tw_strerror(rc),
-		    tw__fab_errmsg(raw_fab));
+	rc = tw__fab_open(&fc, &ev, f);
+	TAP_REQUIRE(rc == 0, "%s fab: %s", what, tw_strerror(rc));
+	rc = tw__fab_connect(*f, addr, ch);
+	TAP_REQUIRE(rc == 0, "%s: connect to %s: %s (%s)", what, addr, tw_strerror(rc),
+		    tw__fab_errmsg(*f));
+}
+
+static void raw_open(void)
+{
+	open_connected(&raw_fab, &raw_ch, "raw");
 	raw_lost = false;
 	raw_count = 0;
 }
@@ -131,28 +139,6 @@ static bool reply_is(int status, uint64_t request_id, const char *what)
 	return res;
 }
 
-static size_t frame(unsigned char *out, unsigned major, const void *body, size_t blen)
-{
-	tw_store_le16(out, TW_RPC_MAGIC);
-	out[2] = (unsigned char)major;
-	out[3] = 0;
-	tw_store_le32(out + 4, (uint32_t)blen);
-	memcpy(out + TW_RPC_HDR_SIZE, body, blen);
-	return TW_RPC_HDR_SIZE + blen;
-}
-
-static size_t put_varint(unsigned char *p, uint64_t v)
-{
-	size_t n = 0;
-
-	while (v >= 0x80) {
-		p[n++] = (unsigned char)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (unsigned char)v;
-	return n;
-}
-
 static size_t enc(struct tw_rpc_req *r, uint64_t id, unsigned char *buf)
 {
 	size_t len = 0;
@@ -178,7 +164,7 @@ static void test_error_replies(void)
 	raw_open();
 
 	memset(body, 0xff, 40);
-	len = frame(buf, TW_RPC_MAJOR, body, 40);
+	len = put_frame(buf, TW_RPC_MAJOR, 0, body, 40);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 0, "garbage protobuf"),
 	   "garbage inside a frame: INVALID_ARGUMENT, id 0");
 
@@ -194,14 +180,9 @@ static void test_error_replies(void)
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(INV, 5, "reply kind as a request"),
 	   "a reply kind sent as a request: INVALID_ARGUMENT");
 
-	n = 0;
-	n += put_varint(body + n, (1 << 3) | 0);
-	n += put_varint(body + n, 6);
-	n += put_varint(body + n, (200 << 3) | 2);
-	n += put_varint(body + n, 2);
-	body[n++] = 8;
-	body[n++] = 1;
-	len = frame(buf, TW_RPC_MAJOR, body, n);
+	n = put_uint_field(body, 1, 6);
+	n += put_bytes_field(body + n, 200, (const unsigned char[]){ 1 << 3, 1 }, 2);
+	len = put_frame(buf, TW_RPC_MAJOR, 0, body, n);
 	ok(raw_exchange(buf, len, 5000) == 1 && reply_is(UNS, 6, "unknown body kind 200"),
 	   "unknown body kind (a newer minor's request): UNSUPPORTED");
 
@@ -284,10 +265,7 @@ static void test_unframeable(void)
 	memset(buf + len, 0, 7);
 	test_closed("trailing bytes (declared length < received)", buf, len + 7);
 
-	tw_store_le16(buf, TW_RPC_MAGIC);
-	buf[2] = TW_RPC_MAJOR;
-	buf[3] = 0;
-	tw_store_le32(buf + 4, 0xfffffff0u);
+	put_frame_hdr(buf, TW_RPC_MAJOR, 0, 0xfffffff0u);
 	memset(buf + 8, 0, 24);
 	test_closed("huge declared length", buf, 32);
 
@@ -301,17 +279,9 @@ static void test_unframeable(void)
  * connecting again from the same fab crashed in libfabric (reported to fabric/). */
 static void good_connect(void)
 {
-	struct tw_fab_config fc;
-	struct tw_fab_events ev = { .on_recv = on_recv, .on_lost = on_lost };
 	int rc;
 
-	tw__fab_config_init(&fc);
-	fc.provider = provider;
-	rc = tw__fab_open(&fc, &ev, &fab);
-	TAP_REQUIRE(rc == 0, "fab: %s", tw_strerror(rc));
-	rc = tw__fab_connect(fab, addr, &good_ch);
-
-	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
+	open_connected(&fab, &good_ch, "good");
 	good_lost = false;
 	rc = tw__rpc_client_create(good_ch, NULL, &good);
 	TAP_REQUIRE(rc == 0, "client: %s", tw_strerror(rc));
@@ -386,24 +356,19 @@ static void test_stats_after(void)
 
 int main(int argc, char **argv)
 {
-	char path[4096], line[TW_ADDR_MAX + 16];
+	char path[4096];
 	int rc;
 
 	provider = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tests/integration/rpc_server", path, sizeof(path)) != 0)
-		tap_plan_skip_all("rpc_server not built");
+	child_tool("tests/integration/rpc_server", path, sizeof(path));
 	{
 		char *args[] = { path, (char *)provider, NULL };
 
-		server = proc_spawn(args, NULL);
+		server = child_ready(args, NULL, 20000, addr, sizeof(addr), &rc);
 	}
-	TAP_REQUIRE(server, "spawn rpc_server");
-	rc = proc_wait_line(server, "ready ", line, sizeof(line), 20000);
 	if (rc == -EPIPE)
 		tap_plan_skip_all("rpc_server could not start on provider %s", provider);
-	TAP_REQUIRE(rc > 0, "ready line: %s", strerror(-rc));
-	TAP_REQUIRE(strlen(line + 6) < sizeof(addr), "address too long");
-	memcpy(addr, line + 6, strlen(line + 6) + 1);
+	TAP_REQUIRE(server, "rpc_server ready: %s", strerror(-rc));
 	tap_diag("rpc_server (%s) ready at %s", provider, addr);
 
 	good_connect();
@@ -419,9 +384,8 @@ int main(int argc, char **argv)
 	is_int(tw__rpc_ping(good, 1), 0, "a new connection is served");
 	good_disconnect();
 
-	proc_kill(server, SIGTERM);
-	is_int(proc_wait(server, 10000), 0, "server exits 0 on SIGTERM (no leak, no crash)");
-	proc_free(server);
+	is_int(child_stop(server, SIGTERM, 10000), 0,
+	       "server exits 0 on SIGTERM (no leak, no crash)");
 	tap_done_testing();
 	return tap_exit();
 }

@@ -31,9 +31,11 @@
 #include <tailwind/primary.h>
 #include <tailwind/standby.h>
 
+#include "child.h"
 #include "cli_run.h"
+#include "core/util.h"
 #include "proc.h"
-#include "rmtree.h"
+#include "recover_util.h"
 #include "tap.h"
 #include "zkserver.h"
 
@@ -41,9 +43,8 @@
 #define SESSION_MS "2000"
 
 static const char *prov;
-static char root[256], twd[512], twctl[512];
-static char addr[NB][160];
-static struct proc *tw[NB];
+static char twctl[512];
+static struct rt_cluster cl; /* NB twd's registered with ZooKeeper */
 static struct zkserver zk;
 
 static uint64_t realtime_ns(void)
@@ -52,24 +53,6 @@ static uint64_t realtime_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void start_twds(void)
-{
-	for (int i = 0; i < NB; i++) {
-		char dir[300], line[160];
-		char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
-				 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers",
-				 (char *)"64", (char *)"--coordinator", zk.url, NULL };
-		int rc;
-
-		snprintf(dir, sizeof(dir), "%s/b%d", root, i);
-		tw[i] = proc_spawn(args, NULL);
-		TAP_REQUIRE(tw[i], "spawn %s", twd);
-		rc = proc_wait_line(tw[i], "ready ", line, sizeof(line), 30000);
-		TAP_REQUIRE(rc >= 0, "twd %d did not get ready: %s", i, strerror(-rc));
-		snprintf(addr[i], sizeof(addr[i]), "%s", line + 6);
-	}
 }
 
 /* twctl -c URL -p PROV -t 2000 standby LOG -S 64K EXTRA... */
@@ -166,7 +149,7 @@ static long long recover_check(uint64_t log, const char *what)
 	int st;
 
 	snprintf(logs, sizeof(logs), "%#" PRIx64, log);
-	snprintf(out, sizeof(out), "%s/rec-%" PRIx64, root, log);
+	snprintf(out, sizeof(out), "%s/rec-%" PRIx64, cl.root, log);
 	st = cli_run(args, NULL, NULL, 0, 60000, &o);
 	if (st != 0) {
 		tap_diag("%s: twctl recover exit %d: %s", what, st, o.err);
@@ -178,21 +161,16 @@ static long long recover_check(uint64_t log, const char *what)
 	if (!f)
 		return -1;
 	for (;;) {
-		uint8_t hdr[4], buf[64];
-		uint32_t len;
-		uint64_t seq = 0;
+		uint8_t buf[64];
+		uint64_t seq;
+		int rc = rt_read_entry(f, buf, sizeof(buf));
 
-		if (fread(hdr, 1, 4, f) != 4)
-			break;
-		len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-		      (uint32_t)hdr[3] << 24;
-		if (len != sizeof(buf) || fread(buf, 1, len, f) != len) {
-			bad++;
+		if (rc <= 0) {
+			bad += rc < 0;
 			break;
 		}
-		for (int b = 0; b < 8; b++)
-			seq |= (uint64_t)buf[b] << (8 * b);
-		for (unsigned b = 8; b < len; b++)
+		seq = tw_load_le64(buf);
+		for (unsigned b = 8; b < sizeof(buf); b++)
 			bad += buf[b] != (uint8_t)(seq & 0xff);
 		if (seq != (uint64_t)n)
 			bad++;
@@ -242,7 +220,7 @@ static void record(void)
 		for (int i = 0; at && i < NB; i++) {
 			char ad[704], *end = strchr(at, ']');
 
-			snprintf(ad, sizeof(ad), "\"address\":\"%s\"", addr[i]);
+			snprintf(ad, sizeof(ad), "\"address\":\"%s\"", cl.addr[i]);
 			if (strstr(at, ad) && (!end || strstr(at, ad) < end))
 				used++;
 		}
@@ -425,9 +403,8 @@ static void racing(void)
 			proc_free(s[i]);
 		}
 	if (owner) {
-		proc_kill(owner, SIGTERM);
-		is_int(proc_wait(owner, 30000), 0, "the last owner closes the log cleanly on SIGTERM");
-		proc_free(owner);
+		is_int(child_stop(owner, SIGTERM, 30000), 0,
+		       "the last owner closes the log cleanly on SIGTERM");
 	}
 	is_int(rounds_ok, ROUNDS, "%d rounds of 4 racing standbys: one winner each, epochs "
 	       "increasing", ROUNDS);
@@ -441,18 +418,15 @@ static void racing(void)
 
 static struct proc *twd_in(const char *url, const char *zone, int k, char *addr_out, size_t len)
 {
-	char dir[300], line[160];
-	char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
+	char dir[300];
+	char *args[] = { cl.twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
 			 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers", (char *)"64",
 			 (char *)"--coordinator", (char *)url, (char *)"--zone", (char *)zone, NULL };
 	struct proc *t;
 
-	snprintf(dir, sizeof(dir), "%s/s%d", root, k);
-	t = proc_spawn(args, NULL);
-	TAP_REQUIRE(t, "spawn %s", twd);
-	TAP_REQUIRE(proc_wait_line(t, "ready ", line, sizeof(line), 30000) >= 0, "twd s%d ready",
-		    k);
-	snprintf(addr_out, len, "%s", line + 6);
+	snprintf(dir, sizeof(dir), "%s/s%d", cl.root, k);
+	t = child_ready(args, NULL, 30000, addr_out, len, NULL);
+	TAP_REQUIRE(t, "twd s%d ready", k);
 	return t;
 }
 
@@ -572,20 +546,13 @@ static void bounded_wait(void)
 
 int main(int argc, char **argv)
 {
-	const char *tmp = getenv("TMPDIR");
-	char err[512];
+	char *twd_args[] = { (char *)"--coordinator", zk.url, NULL };
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (!zkserver_available(err, sizeof(err)))
-		tap_plan_skip_all("%s", err);
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) < 0 ||
-	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) < 0)
-		tap_plan_skip_all("tools not built (set TW_BUILD_ROOT)");
-	snprintf(root, sizeof(root), "%s/standbyzk.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
+	zkserver_require();
+	child_tool("tools/twctl", twctl, sizeof(twctl));
 	zkserver_start(&zk);
-	tap_diag("ZooKeeper at %s answered %.2f s after its start", zk.hosts, zk.start_s);
-	start_twds();
+	rt_start_with(&cl, NULL, prov, NB, "64K", "64", twd_args);
 
 	record();
 	bounded_wait();
@@ -593,10 +560,8 @@ int main(int argc, char **argv)
 	failover_runs();
 	racing();
 
-	for (int i = 0; i < NB; i++)
-		proc_free(tw[i]);
+	rt_stop(&cl);
 	zkserver_stop(&zk);
-	rm_tree(root);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -17,25 +17,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "core/util.h"
 #include "proc.h"
 #include "tap.h"
 #include "twd_client.h"
+#include "tmpdir.h"
 
 static char bench[1024];
 
 static int run(const char *const *args, char *const *env, const char *trigger, int sig,
 	       struct cli_out *o)
 {
-	char *argv[32];
-	int n = 0;
-
-	argv[n++] = bench;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	return cli_run(argv, env, trigger, sig, 120000, o);
+	return cli_run_prog(bench, args, env, trigger, sig, 120000, o);
 }
 
 static void one_line_error(const char *const *args, const char *what, const char *want1,
@@ -189,13 +184,12 @@ static void small_buffers(void)
 
 int main(void)
 {
-	char tmp[] = "/tmp/tw-twbenchcli-XXXXXX", cmd[128];
+	char tmp[256];
 	struct cli_out o;
 	int st;
 
-	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) != 0)
-		tap_plan_skip_all("twbench not built");
-	TAP_REQUIRE(mkdtemp(tmp), "mkdtemp");
+	child_tool("tools/twbench", bench, sizeof(bench));
+	tmpdir_make(tmp, sizeof(tmp), NULL, "tw-twbenchcli");
 	TAP_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "PR_SET_CHILD_SUBREAPER");
 
 	st = run((const char *[]){ "--version", NULL }, NULL, NULL, 0, &o);
@@ -247,9 +241,7 @@ int main(void)
 	interrupt(tmp, "backup 1/3 ready at ", "SIGINT while the backups start");
 	interrupt(tmp, "backup 3/3 ready at ", "SIGINT during the run");
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", tmp);
+	tmpdir_remove(tmp);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -8,23 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "child.h"
+#include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
-
-/* The number after "key": at or after `from` (our own flat output). */
-static bool json_num(const char *from, const char *key, double *out)
-{
-	char pat[96];
-	const char *p;
-	char *end;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(from, pat);
-	if (!p)
-		return false;
-	*out = strtod(p + strlen(pat), &end);
-	return end != p + strlen(pat);
-}
 
 static void check_run(const char *json, const char *mode)
 {
@@ -38,45 +25,37 @@ static void check_run(const char *json, const char *mode)
 		tap_skip(4, "no %s run", mode);
 		return;
 	}
-	ok(json_num(r, "objects_per_s", &ops) && ops > 0 && json_num(r, "mb_per_s", &mbs) &&
+	ok(cli_json_num(r, "objects_per_s", &ops) && ops > 0 && cli_json_num(r, "mb_per_s", &mbs) &&
 	   mbs > 0, "%s: %.0f objects/s, %.2f MB/s", mode, ops, mbs);
-	ok(json_num(r, "p50", &p50) && json_num(r, "p99", &p99) && p50 > 0 && p50 <= p99,
+	ok(cli_json_num(r, "p50", &p50) && cli_json_num(r, "p99", &p99) && p50 > 0 && p50 <= p99,
 	   "%s: sync latency p50 %.1f us <= p99 %.1f us", mode, p50, p99);
-	ok(json_num(r, "backup_cpu_total_s", &cpu) && cpu >= 0 &&
-	   json_num(r, "backup_cpu_s_per_gb", &per_gb) && per_gb >= 0,
+	ok(cli_json_num(r, "backup_cpu_total_s", &cpu) && cpu >= 0 &&
+	   cli_json_num(r, "backup_cpu_s_per_gb", &per_gb) && per_gb >= 0,
 	   "%s: backup CPU %.3f s (%.2f s per GB)", mode, cpu, per_gb);
-	ok(json_num(r, "writes", &writes) && writes > 0, "%s: %.0f writes", mode, writes);
+	ok(cli_json_num(r, "writes", &writes) && writes > 0, "%s: %.0f writes", mode, writes);
 }
 
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
 	char bench[1024], line[32768];
-	struct proc *pr;
 	const char *cmp;
 	double thr = 0, raw = 0;
-	int rc, st;
 
-	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
-		tap_plan_skip_all("tools/twbench not built (set TW_BUILD_ROOT)");
+	child_tool("tools/twbench", bench, sizeof(bench));
 	{
 		char *args[] = { bench, (char *)"--provider", (char *)prov, (char *)"--mode",
 				 (char *)"onesided,rpc,raw", (char *)"--count", (char *)"20000",
 				 (char *)"--latency-count", (char *)"200", (char *)"--segment-size",
 				 (char *)"1M", (char *)"--json", (char *)"--no-progress", NULL };
 
-		pr = proc_spawn(args, NULL);
-	}
-	TAP_REQUIRE(pr, "spawn %s", bench);
-	tap_plan(20);
-	rc = proc_wait_line(pr, "{", line, sizeof(line), 60000);
-	ok(rc > 0, "twbench --mode onesided,rpc,raw --json printed its report");
-	st = proc_wait(pr, 30000);
-	is_int(st, 0, "twbench exited 0 (it stopped its twd's)");
-	proc_free(pr);
-	if (rc <= 0) {
-		tap_skip(18, "no report");
-		return tap_exit();
+		tap_plan(20);
+		if (!child_report(args, 60000, line, sizeof(line),
+				  "twbench --mode onesided,rpc,raw --json printed its report",
+				  "twbench exited 0 (it stopped its twd's)")) {
+			tap_skip(18, "no report");
+			return tap_exit();
+		}
 	}
 	tap_diag("%s", line);
 	ok(strstr(line, "\"runs\":[") != NULL, "report has runs");
@@ -85,8 +64,8 @@ int main(int argc, char **argv)
 	check_run(line, "raw");
 	cmp = strstr(line, "\"comparisons\":[{");
 	ok(cmp != NULL, "report has a comparison");
-	ok(cmp && json_num(cmp, "throughput_onesided_over_rpc", &thr) && thr > 0 &&
-	   json_num(cmp, "bytes_onesided_over_raw", &raw) && raw > 0,
+	ok(cmp && cli_json_num(cmp, "throughput_onesided_over_rpc", &thr) && thr > 0 &&
+	   cli_json_num(cmp, "bytes_onesided_over_raw", &raw) && raw > 0,
 	   "ratios: onesided/rpc throughput %.2f, onesided/raw bytes %.2f", thr, raw);
 	return tap_exit();
 }

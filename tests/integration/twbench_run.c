@@ -10,23 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "child.h"
+#include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
-
-/* The number after "key": in a flat JSON line (our own output; keys are unique). */
-static bool json_num(const char *json, const char *key, double *out)
-{
-	char pat[96];
-	const char *p;
-	char *end;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(json, pat);
-	if (!p)
-		return false;
-	*out = strtod(p + strlen(pat), &end);
-	return end != p + strlen(pat);
-}
 
 int main(int argc, char **argv)
 {
@@ -34,39 +21,33 @@ int main(int argc, char **argv)
 	bool san = tap_sanitizer();
 	char bench[1024], count[32], line[8192];
 	double ops = 0, mbs = 0, p50 = 0, p99 = 0, p999 = 0, per_req = 0, per_obj = 0, segs = 0;
-	struct proc *pr;
-	int rc, st;
 
-	if (proc_find_tool("tools/twbench", bench, sizeof(bench)) < 0)
-		tap_plan_skip_all("tools/twbench not built (set TW_BUILD_ROOT)");
+	child_tool("tools/twbench", bench, sizeof(bench));
 	snprintf(count, sizeof(count), "%d", san ? 200000 : 1000000);
 	{
 		char *args[] = { bench, (char *)"--provider", (char *)prov, (char *)"--count", count,
 				 (char *)"--json", (char *)"--no-progress", (char *)"--latency-count",
 				 (char *)(san ? "1000" : "10000"), NULL };
+		char what[128];
 
-		pr = proc_spawn(args, NULL);
-	}
-	TAP_REQUIRE(pr, "spawn %s", bench);
-	tap_plan(8);
-	rc = proc_wait_line(pr, "{", line, sizeof(line), 240000);
-	ok(rc > 0, "twbench --provider %s --count %s --json printed its report", prov, count);
-	st = proc_wait(pr, 60000);
-	is_int(st, 0, "twbench exited 0 (it stopped its twd's)");
-	proc_free(pr);
-	if (rc <= 0) {
-		tap_skip(6, "no report");
-		return tap_exit();
+		snprintf(what, sizeof(what), "twbench --provider %s --count %s --json printed its "
+			 "report", prov, count);
+		tap_plan(8);
+		if (!child_report(args, 240000, line, sizeof(line), what,
+				  "twbench exited 0 (it stopped its twd's)")) {
+			tap_skip(6, "no report");
+			return tap_exit();
+		}
 	}
 	tap_diag("%s", line);
 	{
-		bool h_ops = json_num(line, "objects_per_s", &ops);
-		bool h_mbs = json_num(line, "mb_per_s", &mbs);
-		bool h_lat = json_num(line, "p50", &p50) && json_num(line, "p99", &p99) &&
-			     json_num(line, "p999", &p999);
-		bool h_segs = json_num(line, "segments", &segs);
-		bool h_obj = json_num(line, "control_rpcs_per_object", &per_obj);
-		bool h_req = json_num(line, "control_rpcs_per_replication_request", &per_req);
+		bool h_ops = cli_json_num(line, "objects_per_s", &ops);
+		bool h_mbs = cli_json_num(line, "mb_per_s", &mbs);
+		bool h_lat = cli_json_num(line, "p50", &p50) && cli_json_num(line, "p99", &p99) &&
+			     cli_json_num(line, "p999", &p999);
+		bool h_segs = cli_json_num(line, "segments", &segs);
+		bool h_obj = cli_json_num(line, "control_rpcs_per_object", &per_obj);
+		bool h_req = cli_json_num(line, "control_rpcs_per_replication_request", &per_req);
 
 		ok(h_ops && ops > 0, "objects/s: %.0f", ops);
 		ok(h_mbs && mbs > 0, "MB/s: %.2f", mbs);

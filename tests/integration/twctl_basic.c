@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "proc.h"
 #include "recover_util.h"
@@ -31,28 +32,16 @@ static char backups[1024];
  * starting with `prefix` (NULL: first line) into line. Returns the exit status. */
 static int run(const char *prefix, char *line, size_t len, const char *const *args)
 {
-	char *argv[32];
-	int n = 0, rc;
-	struct proc *p;
 	char env[1100];
 	char *envv[] = { env, NULL };
-	char buf[16384];
+	struct cli_out o;
+	int rc;
 
 	snprintf(env, sizeof(env), "TW_BACKUPS=%s", backups);
-	argv[n++] = twctl;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	p = proc_spawn(argv, envv);
-	TAP_REQUIRE(p, "spawn twctl");
+	rc = cli_run_prog(twctl, args, envv, NULL, 0, 30000, &o);
 	if (line)
-		line[0] = '\0';
-	while ((rc = proc_wait_line(p, NULL, buf, sizeof(buf), 30000)) >= 0) {
-		if (line && !line[0] && (!prefix || strncmp(buf, prefix, strlen(prefix)) == 0))
-			snprintf(line, len, "%s", buf);
-	}
-	rc = proc_wait(p, 30000);
-	proc_free(p);
+		cli_line(o.out, prefix, line, len);
+	cli_out_free(&o);
 	return rc;
 }
 
@@ -78,17 +67,15 @@ static const char *first_segfile(const char *dir, char *out, size_t len)
 static uint64_t check_file(const char *path, uint64_t *bad)
 {
 	FILE *f = fopen(path, "rb");
-	uint8_t len[4], obj[RT_OBJ], want[RT_OBJ];
+	uint8_t obj[RT_OBJ], want[RT_OBJ];
 	uint64_t n = 0;
+	int rc;
 
 	*bad = 0;
 	if (!f)
 		return 0;
-	while (fread(len, 1, 4, f) == 4) {
-		uint32_t l = (uint32_t)len[0] | (uint32_t)len[1] << 8 | (uint32_t)len[2] << 16 |
-			     (uint32_t)len[3] << 24;
-
-		if (l != RT_OBJ || fread(obj, 1, RT_OBJ, f) != RT_OBJ) {
+	while ((rc = rt_read_entry(f, obj, RT_OBJ)) != 0) {
+		if (rc < 0) {
 			(*bad)++;
 			break;
 		}
@@ -191,9 +178,8 @@ int main(int argc, char **argv)
 	uint64_t n, bad;
 	int rc;
 
-	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
-	    proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
-		tap_plan_skip_all("twctl or crash_primary not built");
+	child_tool("tools/twctl", twctl, sizeof(twctl));
+	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
 	tap_plan(23);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(backups, sizeof(backups), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);

@@ -24,23 +24,20 @@
 
 #include <tailwind/log_format.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "core/util.h"
 #include "proc.h"
 #include "replica/segfile.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char twctl[1024];
 
 static int run(const char *const *args, struct cli_out *o)
 {
-	char *argv[40];
-	int n = 0;
-
-	for (; *args && n < 39; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	return cli_run(argv, (char *[]){ (char *)"TW_BACKUPS=", NULL }, NULL, 0, 30000, o);
+	return cli_run_prog(args[0], args + 1, (char *[]){ (char *)"TW_BACKUPS=", NULL }, NULL, 0,
+			    30000, o);
 }
 
 static void one_line(const char *const *args, int want_st, const char *what, const char *want1,
@@ -186,15 +183,14 @@ static void truncated_files(const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/tw-twctlcli-XXXXXX", fifo[300], addr[64];
+	char dir[256], fifo[300], addr[64];
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sin);
 	struct cli_out o;
 	int st, s;
 
-	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0)
-		tap_plan_skip_all("twctl not built");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	child_tool("tools/twctl", twctl, sizeof(twctl));
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-twctlcli");
 
 	st = run((const char *[]){ twctl, "--help", NULL }, &o);
 	ok(st == 0 && strstr(o.out, "-V, --version"), "--help lists -V, --version");
@@ -279,7 +275,7 @@ int main(void)
 
 	netns_cases();
 
-	sh("rm -rf '%s'", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define BUF (256 * 1024)
@@ -29,14 +31,9 @@ static struct proc *start_twd(char *addr, size_t len)
 	char *argv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
 			 (char *)"--buffers", (char *)"4", (char *)"--buffer-size", (char *)"256K",
 			 (char *)"--unflushed-limit", (char *)"3", NULL };
-	char line[512];
-	struct proc *p = proc_spawn(argv, NULL);
-	int rc;
+	struct proc *p = child_ready(argv, NULL, 20000, addr, len, NULL);
 
-	TAP_REQUIRE(p, "spawn %s", twd_path);
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, len, "%.*s", (int)len - 1, line + 6);
+	TAP_REQUIRE(p, "twd ready");
 	return p;
 }
 
@@ -50,7 +47,7 @@ static bool ready_line_is_exact(struct proc *p)
 
 int main(int argc, char **argv)
 {
-	char addr[256], cmd[300];
+	char addr[256];
 	struct proc *p;
 	struct twc c, d, bad;
 	struct twc_stats s0, s1;
@@ -59,10 +56,8 @@ int main(int argc, char **argv)
 	int rc, n, accepted = 0, refused = 0;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
-		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-twd-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	child_tool("tools/twd", twd_path, sizeof(twd_path));
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-twd");
 	tap_diag("provider %s, dir %s", prov, dir);
 
 	p = start_twd(addr, sizeof(addr));
@@ -153,15 +148,7 @@ int main(int argc, char **argv)
 	}
 	rc = twc_connect(&bad, prov, addr);
 	TAP_REQUIRE(rc == 0, "second connection");
-	{
-		char junk[32];
-
-		memset(junk, 0x5a, sizeof(junk));
-		tw__chan_send(bad.ch, junk, sizeof(junk));
-		for (int i = 0; i < 500 && !bad.lost; i++)
-			tw__fab_progress(bad.fab, 10);
-		ok(bad.lost, "garbage: the backup closed that connection");
-	}
+	ok(twc_send_garbage(&bad, 32, 0x5a), "garbage: the backup closed that connection");
 	twc_close(&bad);
 	rc = twc_connect(&d, prov, addr);
 	ok(rc == 0 && twc_stats(&d, &s1) == 0, "a new connection is served");
@@ -170,9 +157,7 @@ int main(int argc, char **argv)
 	ok(twc_stats(&c, &s1) == 0 && s1.buffers_open >= 2, "the first connection still works");
 
 	twc_close(&c);
-	is_int(proc_kill(p, SIGTERM), 0, "SIGTERM");
-	is_int(proc_wait(p, 30000), 0, "twd flushed and exited 0");
-	proc_free(p);
+	child_stop_ok(p, SIGTERM, 30000, "SIGTERM", "twd flushed and exited 0");
 
 	/* restart on the same directory */
 	p = start_twd(addr, sizeof(addr));
@@ -192,13 +177,9 @@ int main(int argc, char **argv)
 	}
 	is_int(n, 2 + accepted, "the empty open segments are listed too");
 	twc_close(&c);
-	is_int(proc_kill(p, SIGPWR), 0, "SIGPWR (power failure: battery flush)");
-	is_int(proc_wait(p, 30000), 0, "exit 0");
-	proc_free(p);
+	child_stop_ok(p, SIGPWR, 30000, "SIGPWR (power failure: battery flush)", "exit 0");
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

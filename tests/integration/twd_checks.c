@@ -18,22 +18,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char twd[1024];
 
 static int run(const char *const *args, char *const *env, struct cli_out *o)
 {
-	char *argv[32];
-	int n = 0;
-
-	argv[n++] = twd;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	return cli_run(argv, env, NULL, 0, 30000, o);
+	return cli_run_prog(twd, args, env, NULL, 0, 30000, o);
 }
 
 static unsigned long long mem_available(void)
@@ -71,15 +66,15 @@ static void unusable_dir(const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/tw-twdchecks-XXXXXX", sub[64], bufs[32], need[64], cmd[128];
+	char dir[64], sub[80], bufs[32], need[64];
 	unsigned long long avail = mem_available();
 	struct cli_out o;
 	regex_t re;
 	int rc;
 
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0)
-		tap_plan_skip_all("twd not built");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	child_tool("tools/twd", twd, sizeof(twd));
+	/* In /tmp, whatever $TMPDIR: a socket's path below must fit sun_path (108 bytes). */
+	tmpdir_make(dir, sizeof(dir), "/tmp", "tw-twdchecks");
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 
 	rc = run((const char *[]){ "--help", NULL }, NULL, &o);
@@ -173,9 +168,7 @@ int main(void)
 		close(fd);
 	}
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -10,41 +10,34 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char twd[1024];
 
 /* Run twd with args (NULL-terminated, after argv[0]) and return its exit status. */
 static int run(const char *const *args)
 {
-	char *argv[32];
-	struct proc *p;
-	int n = 0, st;
+	struct cli_out o;
+	int st = cli_run_prog(twd, args, NULL, NULL, 0, 20000, &o);
 
-	argv[n++] = twd;
-	for (; *args && n < 31; args++)
-		argv[n++] = (char *)*args;
-	argv[n] = NULL;
-	p = proc_spawn(argv, NULL);
-	if (!p)
-		return -1;
-	st = proc_wait(p, 20000);
-	proc_free(p);
+	if (o.err_len)
+		tap_diag("twd: %s", o.err);
+	cli_out_free(&o);
 	return st;
 }
 
 int main(void)
 {
-	char dir[256], sub[300], cmd[300], line[256];
+	char dir[256], sub[300], line[256];
 	struct proc *p, *q;
 	int rc;
 
-	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0)
-		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-twdcli-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	child_tool("tools/twd", twd, sizeof(twd));
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-twdcli");
 	snprintf(sub, sizeof(sub), "%s/d", dir);
 
 	{
@@ -124,13 +117,9 @@ int main(void)
 		TAP_REQUIRE(q, "spawn");
 		is_int(proc_wait(q, 20000), 3, "second twd on the same directory: 3");
 		proc_free(q);
-		is_int(proc_kill(p, SIGINT), 0, "SIGINT");
-		is_int(proc_wait(p, 20000), 0, "exit 0");
-		proc_free(p);
+		child_stop_ok(p, SIGINT, 20000, "SIGINT", "exit 0");
 	}
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -35,7 +35,9 @@
 
 #include "core/util.h"
 #include "proc.h"
+#include "child.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 static const char *prov;
@@ -156,7 +158,7 @@ static const char *raw_connect(const char *addr, size_t len, size_t *len_out)
 /* A twd whose file descriptors run out: see the header. */
 static void fd_exhaustion(const char *twd_path)
 {
-	char dir[64], addr[256], node[128], svc[32], line[512];
+	char dir[256], addr[256], node[128], svc[32], line[512];
 	char *argv[] = { (char *)"/bin/sh", (char *)"-c",
 			 (char *)"ulimit -n 48 && exec \"$0\" \"$@\" 2>&1", (char *)twd_path,
 			 (char *)"-p", (char *)prov, (char *)"-d", dir, (char *)"--buffers", (char *)"2",
@@ -166,13 +168,9 @@ static void fd_exhaustion(const char *twd_path)
 	bool said = false, served = false;
 	struct proc *p;
 
-	snprintf(dir, sizeof(dir), "/tmp/tw-hostile-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
-	p = proc_spawn(argv, NULL);
-	TAP_REQUIRE(p, "spawn twd");
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-hostile");
+	p = child_ready(argv, NULL, 20000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "twd ready");
 	split(addr, node, sizeof(node), svc, sizeof(svc));
 	TAP_REQUIRE(getaddrinfo(node, svc, &hints, &ai) == 0 && ai, "getaddrinfo %s", addr);
 	/* More idle connections than the limit: the kernel completes them (listen backlog)
@@ -211,17 +209,13 @@ static void fd_exhaustion(const char *twd_path)
 		twc_close(&c);
 	}
 	ok(served, "after the strangers left, a client is served again");
-	proc_kill(p, SIGTERM);
-	is_int(proc_wait(p, 20000), 0, "that twd exits 0 on SIGTERM");
-	proc_free(p);
-	snprintf(line, sizeof(line), "rm -rf %s", dir);
-	if (system(line) != 0)
-		tap_diag("could not remove %s", dir);
+	is_int(child_stop(p, SIGTERM, 20000), 0, "that twd exits 0 on SIGTERM");
+	tmpdir_remove(dir);
 }
 
 int main(int argc, char **argv)
 {
-	char twd_path[1024], dir[64], addr[256], line[512];
+	char twd_path[1024], dir[256], addr[256];
 	const size_t sizes[] = { 1, 63, SIZE_MAX };
 	struct twc_stats st;
 	struct twc c;
@@ -229,20 +223,15 @@ int main(int argc, char **argv)
 	int rc;
 
 	prov = argc > 1 ? argv[1] : "tcp";
-	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
-		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-hostile-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	child_tool("tools/twd", twd_path, sizeof(twd_path));
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-hostile");
 	tap_plan(10);
 
 	char *targv[] = { twd_path, (char *)"-p", (char *)prov, (char *)"-d", dir,
 			  (char *)"--buffers", (char *)"2", (char *)"--buffer-size", (char *)"64K",
 			  NULL };
-	p = proc_spawn(targv, NULL);
-	TAP_REQUIRE(p, "spawn twd");
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd ready line: %s", strerror(-rc));
-	snprintf(addr, sizeof(addr), "%.*s", (int)sizeof(addr) - 1, line + 6);
+	p = child_ready(targv, NULL, 20000, addr, sizeof(addr), NULL);
+	TAP_REQUIRE(p, "twd ready");
 	tap_diag("provider %s, twd at %s", prov, addr);
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -265,17 +254,8 @@ int main(int argc, char **argv)
 	twc_close(&c);
 
 	/* Responsive to a signal, and clean. */
-	proc_kill(p, SIGTERM);
-	rc = proc_wait(p, 20000);
-	is_int(rc, 0, "twd exits 0 on SIGTERM");
-	proc_free(p);
+	is_int(child_stop(p, SIGTERM, 20000), 0, "twd exits 0 on SIGTERM");
 	fd_exhaustion(twd_path);
-	{
-		char cmd[128];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", dir);
-	}
+	tmpdir_remove(dir);
 	return tap_exit();
 }

@@ -41,6 +41,18 @@ static int append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
 	return 0;
 }
 
+/* One read from fd onto the buffer: whether fd is still open. */
+static int drain(int fd, char **buf, size_t *len, size_t *cap)
+{
+	char b[4096];
+	ssize_t n = read(fd, b, sizeof(b));
+
+	if (n <= 0)
+		return 0;
+	append(buf, len, cap, b, (size_t)n);
+	return 1;
+}
+
 int cli_run(char *const argv[], char *const env_extra[], const char *trigger, int sig,
 	    int timeout_ms, struct cli_out *o)
 {
@@ -83,8 +95,6 @@ int cli_run(char *const argv[], char *const env_extra[], const char *trigger, in
 	while (open_o || open_e) {
 		struct pollfd pf[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
 		uint64_t now = now_ms();
-		char buf[4096];
-		ssize_t n;
 
 		if (!open_o)
 			pf[0].fd = -1;
@@ -102,20 +112,10 @@ int cli_run(char *const argv[], char *const env_extra[], const char *trigger, in
 			kill(pid, SIGKILL);
 			break;
 		}
-		if (pf[0].revents) {
-			n = read(po[0], buf, sizeof(buf));
-			if (n > 0)
-				append(&o->out, &o->out_len, &cap_o, buf, (size_t)n);
-			else
-				open_o = 0;
-		}
-		if (pf[1].revents) {
-			n = read(pe[0], buf, sizeof(buf));
-			if (n > 0)
-				append(&o->err, &o->err_len, &cap_e, buf, (size_t)n);
-			else
-				open_e = 0;
-		}
+		if (pf[0].revents)
+			open_o = drain(po[0], &o->out, &o->out_len, &cap_o);
+		if (pf[1].revents)
+			open_e = drain(pe[0], &o->err, &o->err_len, &cap_e);
 		if (trigger && !o->sig_sent && strstr(o->err, trigger)) {
 			kill(pid, sig);
 			o->sig_sent = 1;
@@ -149,4 +149,53 @@ unsigned cli_lines(const char *s)
 		if (*p == '\n' || !p[1])
 			n++;
 	return n;
+}
+
+int cli_run_prog(const char *prog, const char *const *args, char *const env_extra[],
+		 const char *trigger, int sig, int timeout_ms, struct cli_out *o)
+{
+	char *argv[64];
+	unsigned n = 0;
+
+	argv[n++] = (char *)prog;
+	for (; *args; args++) {
+		if (n == 63)
+			return -E2BIG;
+		argv[n++] = (char *)*args;
+	}
+	argv[n] = NULL;
+	return cli_run(argv, env_extra, trigger, sig, timeout_ms, o);
+}
+
+bool cli_line(const char *s, const char *prefix, char *line, size_t len)
+{
+	size_t pl = prefix ? strlen(prefix) : 0;
+
+	if (len)
+		line[0] = '\0';
+	while (*s) {
+		size_t l = strcspn(s, "\n");
+
+		if (!strncmp(s, prefix ? prefix : "", pl) && l >= pl) {
+			if (len)
+				snprintf(line, len, "%.*s", (int)l, s);
+			return true;
+		}
+		s += l + (s[l] == '\n');
+	}
+	return false;
+}
+
+bool cli_json_num(const char *s, const char *key, double *out)
+{
+	char pat[96];
+	const char *p;
+	char *end;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(s, pat);
+	if (!p)
+		return false;
+	*out = strtod(p + strlen(pat), &end);
+	return end != p + strlen(pat);
 }

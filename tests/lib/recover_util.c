@@ -12,64 +12,61 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "tap.h"
+#include "tmpdir.h"
+
+#define RT_MAX_EXTRA 16
 
 static struct proc *spawn_twd(struct rt_cluster *c, unsigned i, const char *bufsize,
 			      const char *buffers)
 {
-	char *argv[] = { c->twd, (char *)"-p", (char *)c->prov, (char *)"-d", c->dir[i],
-			 (char *)"--buffers", (char *)buffers, (char *)"--buffer-size",
-			 (char *)bufsize, NULL };
-	char line[512];
-	struct proc *p = proc_spawn(argv, NULL);
-	int rc;
+	char *argv[8 + RT_MAX_EXTRA] = { c->twd, (char *)"-p", (char *)c->prov, (char *)"-d",
+					 c->dir[i] };
+	unsigned n = 5;
+	struct proc *p;
 
-	TAP_REQUIRE(p, "spawn %s", c->twd);
-	rc = proc_wait_line(p, "ready ", line, sizeof(line), 20000);
-	TAP_REQUIRE(rc > 0, "twd %u ready line: %s", i, strerror(-rc));
-	snprintf(c->addr[i], sizeof(c->addr[i]), "%.*s", (int)sizeof(c->addr[i]) - 1, line + 6);
+	if (buffers) {
+		argv[n++] = (char *)"--buffers";
+		argv[n++] = (char *)buffers;
+	}
+	if (bufsize) {
+		argv[n++] = (char *)"--buffer-size";
+		argv[n++] = (char *)bufsize;
+	}
+	for (unsigned k = 0; c->extra && c->extra[k]; k++) {
+		TAP_REQUIRE(k < RT_MAX_EXTRA, "more than %u twd arguments", RT_MAX_EXTRA);
+		argv[n++] = c->extra[k];
+	}
+	argv[n] = NULL;
+	p = child_ready(argv, NULL, 30000, c->addr[i], sizeof(c->addr[i]), NULL);
+	TAP_REQUIRE(p, "twd %u ready (%s)", i, c->prov);
 	c->addrs[i] = c->addr[i];
 	return p;
-}
-
-/* Directory removed at exit if the test ends early (a fatal TAP_REQUIRE). */
-static char atexit_root[256];
-
-static void remove_root(void)
-{
-	char cmd[600];
-
-	if (!atexit_root[0] || getenv("TW_KEEP"))
-		return;
-	proc_cleanup_all(); /* the twd's first: they write into it */
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", atexit_root);
-	if (system(cmd) != 0)
-		fprintf(stderr, "# could not remove %s\n", atexit_root);
 }
 
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers)
 {
-	rt_start_in(c, "/tmp", prov, n, bufsize, buffers);
+	rt_start_with(c, NULL, prov, n, bufsize, buffers, NULL);
 }
 
 void rt_start_in(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
 		 const char *bufsize, const char *buffers)
 {
-	static bool registered;
+	rt_start_with(c, parent, prov, n, bufsize, buffers, NULL);
+}
 
+void rt_start_with(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
+		   const char *bufsize, const char *buffers, char *const extra[])
+{
 	memset(c, 0, sizeof(*c));
 	c->prov = prov;
 	c->n = n;
+	c->extra = extra;
 	TAP_REQUIRE(n <= RT_MAX_BK, "too many backups");
-	if (proc_find_tool("tools/twd", c->twd, sizeof(c->twd)) != 0)
-		tap_plan_skip_all("twd not built");
-	TAP_REQUIRE(strlen(parent) + 16 < sizeof(c->root), "directory name too long: %s", parent);
-	snprintf(c->root, sizeof(c->root), "%s/tw-rec-XXXXXX", parent);
-	TAP_REQUIRE(mkdtemp(c->root), "mkdtemp");
-	snprintf(atexit_root, sizeof(atexit_root), "%s", c->root);
-	if (!registered && atexit(remove_root) == 0)
-		registered = true;
+	child_tool("tools/twd", c->twd, sizeof(c->twd));
+	tmpdir_make(c->root, sizeof(c->root), parent, "tw-rec");
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(c->dir[i], sizeof(c->dir[i]), "%s/b%u", c->root, i);
 		c->p[i] = spawn_twd(c, i, bufsize, buffers);
@@ -88,26 +85,17 @@ int rt_stop_one(struct rt_cluster *c, unsigned i)
 
 	if (!c->p[i])
 		return -1;
-	proc_kill(c->p[i], SIGTERM);
-	st = proc_wait(c->p[i], 20000);
-	proc_free(c->p[i]);
+	st = child_stop(c->p[i], SIGTERM, 20000);
 	c->p[i] = NULL;
 	return st;
 }
 
 void rt_stop(struct rt_cluster *c)
 {
-	char cmd[600];
-
 	for (unsigned i = 0; i < c->n; i++)
 		rt_stop_one(c, i);
-	if (c->root[0] && !getenv("TW_KEEP")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->root);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", c->root);
-		if (strcmp(atexit_root, c->root) == 0)
-			atexit_root[0] = '\0';
-	}
+	if (c->root[0])
+		tmpdir_remove(c->root);
 }
 
 void rt_fill(uint8_t *p, uint64_t seq)
@@ -140,6 +128,18 @@ int rt_check_cb(void *arg, const struct tw_recovered_entry *e)
 	if (k->bad == 0)
 		k->next++;
 	return 0;
+}
+
+int rt_read_entry(FILE *f, void *buf, uint32_t len)
+{
+	uint8_t h[4];
+
+	if (fread(h, 1, 4, f) != 4)
+		return 0;
+	if (((uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24) !=
+	    len || fread(buf, 1, len, f) != len)
+		return -1;
+	return 1;
 }
 
 void rt_shm_cleanup(int pid)

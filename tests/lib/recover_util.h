@@ -1,8 +1,8 @@
 /*
- * tests/lib/recover_util.h — helpers shared by the recovery integration tests: a set of
- * local twd processes (started with tools/proc.h, addresses from their `ready` lines), the
- * numbered-object payload the test primaries write, and an entry callback that checks a
- * recovered log is exactly objects 0, 1, 2 ... with intact payloads. One thread.
+ * tests/lib/recover_util.h — the integration tests' cluster: a set of local twd processes
+ * (child.h: addresses from their `ready` lines) in a scratch directory; the numbered-object
+ * payload the test primaries write, and an entry callback that checks a recovered log is
+ * exactly objects 0, 1, 2 ... with intact payloads. One thread.
  */
 #ifndef TW_TESTS_RECOVER_UTIL_H
 #define TW_TESTS_RECOVER_UTIL_H
@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <tailwind/recovery.h>
 
@@ -27,14 +28,21 @@ struct rt_cluster {
 	const char *addrs[RT_MAX_BK];
 	struct proc *p[RT_MAX_BK];
 	char twd[1024];
+	char *const *extra; /* rt_start_with's */
 };
 
-/* Start n twd processes (buffer size and count as twd flags, e.g. "64K", "64"). Fatal on error. */
+/* Start n twd processes (buffer size and count as twd flags, e.g. "64K", "64"), their
+ * directories under a fresh scratch directory (tmpdir.h, removed at exit too). Fatal on error. */
 void rt_start(struct rt_cluster *c, const char *prov, unsigned n, const char *bufsize,
 	      const char *buffers);
-/* rt_start with the directories under `parent` (rt_start: /tmp). */
+/* rt_start with the directories under `parent` (rt_start: $TMPDIR or /tmp). */
 void rt_start_in(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
 		 const char *bufsize, const char *buffers);
+/* rt_start_in with more arguments for every twd (NULL-terminated, e.g. "--coordinator", URL;
+ * borrowed until rt_stop: rt_restart passes them again); bufsize and buffers NULL: twd's
+ * defaults. */
+void rt_start_with(struct rt_cluster *c, const char *parent, const char *prov, unsigned n,
+		   const char *bufsize, const char *buffers, char *const extra[]);
 /* Start twd i again on its directory (after it was stopped or killed). */
 void rt_restart(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers);
 /* SIGTERM twd i and wait for it. Returns its exit status. */
@@ -52,6 +60,11 @@ struct rt_check {
 };
 /* tw_recover callback: arg is a struct rt_check. Never stops the recovery. */
 int rt_check_cb(void *arg, const struct tw_recovered_entry *e);
+
+/* The next entry of a `twctl recover -o FILE` file (its length, u32 LE, then its bytes;
+ * docs/operations.md): 1 when it is exactly len bytes long (read into buf), 0 at the end of the
+ * file, -1 for an entry of another length or one cut short. */
+int rt_read_entry(FILE *f, void *buf, uint32_t len);
 
 /* Remove /dev/shm files a SIGKILLed shm process left behind (names containing ":<pid>:"). */
 void rt_shm_cleanup(int pid);

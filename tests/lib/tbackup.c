@@ -9,6 +9,8 @@
 
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
+#include "tmpdir.h"
 
 static void *backup_main(void *arg)
 {
@@ -64,6 +66,49 @@ void tbackup_stop(struct tbackup *t)
 	halt(t, false);
 }
 
+void tbackup_pause(struct tbackup *t)
+{
+	TAP_REQUIRE(t->b && t->running, "pause a backup that is not running");
+	tw_backup_stop(t->b);
+	pthread_join(t->th, NULL);
+	t->running = false;
+}
+
+void tbackup_resume(struct tbackup *t)
+{
+	TAP_REQUIRE(t->b && !t->running, "resume a backup that is not paused");
+	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
+	t->running = true;
+}
+
+void tbackups_start(struct tbackups *s, const char *name, unsigned n, const char *provider,
+		    unsigned buffers, size_t buffer_size)
+{
+	memset(s, 0, sizeof(*s));
+	tmpdir_make(s->root, sizeof(s->root), NULL, name);
+	for (unsigned i = 0; i < n; i++)
+		tbackups_add(s, provider, buffers, buffer_size, 0);
+}
+
+unsigned tbackups_add(struct tbackups *s, const char *provider, unsigned buffers,
+		      size_t buffer_size, unsigned unflushed_limit)
+{
+	unsigned i = s->n;
+
+	TAP_REQUIRE(i < TBACKUPS_MAX, "more than %u backups", TBACKUPS_MAX);
+	tbackup_start(&s->b[i], s->root, i, provider, buffers, buffer_size, unflushed_limit);
+	s->addrs[i] = s->b[i].addr;
+	s->n++;
+	return i;
+}
+
+void tbackups_stop(struct tbackups *s)
+{
+	for (unsigned i = 0; i < s->n; i++)
+		tbackup_stop(&s->b[i]);
+	tmpdir_remove(s->root);
+}
+
 void tbackup_shutdown(struct tbackup *t)
 {
 	halt(t, true);
@@ -76,11 +121,7 @@ int tbackup_recover(const char **addrs, size_t n, uint64_t log_id, tw_recover_en
 	char err[512];
 	int r;
 
-	tw_recover_config_init(&rc);
-	rc.provider = "mem";
-	rc.log_id = log_id;
-	rc.backups = addrs;
-	rc.n_backups = n;
+	tlog_recover_config(&rc, "mem", addrs, n, log_id);
 	rc.rpc_timeout_ms = 3000;
 	rc.op_timeout_ms = 3000;
 	r = tw_recover(&rc, cb, arg, res, err, sizeof(err));

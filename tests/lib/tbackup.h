@@ -40,9 +40,42 @@ void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *
 /* Stop the thread, join it, close the backup. Nothing when it is not open. */
 void tbackup_stop(struct tbackup *t);
 
+/* Stop the thread and join it, the backup staying open (a backup that answers nothing: its
+ * peers' operations time out); tbackup_resume runs it on a new thread. */
+void tbackup_pause(struct tbackup *t);
+void tbackup_resume(struct tbackup *t);
+
 /* What twd does on SIGTERM: stop, join, write every buffer (open ones as "open at shutdown")
  * with tw_backup_flush_all, close. tbackup_start with the same root and i restarts it. */
 void tbackup_shutdown(struct tbackup *t);
+
+/*
+ * A set of backups, the unit tests' cluster: b[i] stores in <root>/b<i>, root a fresh scratch
+ * directory (tmpdir.h) named after the test; addrs[i] is b[i]'s address (the array a primary's
+ * or a recovery's config takes).
+ *
+ *   struct tbackups s;
+ *   tbackups_start(&s, "test_ctx", 5, "mem", 64, SEG);
+ *   ... cfg.backups = s.addrs; ... tbackup_stop(&s.b[2]); ...
+ *   tbackups_stop(&s);
+ */
+#define TBACKUPS_MAX 8
+
+struct tbackups {
+	char root[256];
+	unsigned n;
+	struct tbackup b[TBACKUPS_MAX];
+	const char *addrs[TBACKUPS_MAX];
+};
+
+/* n backups as tbackup_start (unflushed_limit 0); fails the test when one cannot start. */
+void tbackups_start(struct tbackups *s, const char *name, unsigned n, const char *provider,
+		    unsigned buffers, size_t buffer_size);
+/* One more backup, b[s->n] with settings of its own (tbackup_start); returns its index. */
+unsigned tbackups_add(struct tbackups *s, const char *provider, unsigned buffers,
+		      size_t buffer_size, unsigned unflushed_limit);
+/* Stop every backup (tbackup_stop) and remove the directory. */
+void tbackups_stop(struct tbackups *s);
 
 /*
  * tw_recover of log_id from the "mem" backups at addrs[0..n), with 3 s RPC and op timeouts,

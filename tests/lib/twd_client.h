@@ -81,6 +81,10 @@ int twc_stats(struct twc *c, struct twc_stats *out);
 int twc_read(struct twc *c, const struct tw_rkey *rk, uint64_t off, size_t len, void *dst,
 	     struct tw_mr *dst_mr);
 
+/* Send len bytes (at most 256) of `byte` as one message, which no backup can take for a
+ * request, and progress up to 5 s: whether the backup closed the connection. */
+bool twc_send_garbage(struct twc *c, size_t len, int byte);
+
 /* Pattern used by twc_write for entry `i` of write `seed` (tests may check read-back data). */
 void twc_fill(uint8_t *p, uint32_t len, uint32_t seed, unsigned i);
 

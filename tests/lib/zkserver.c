@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rmtree.h"
-
 #include "coord/coord.h"
 #include "proc.h"
 #include "rmtree.h"
@@ -132,6 +130,8 @@ void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url
 		if (rc == 0) {
 			tw__coord_close(c);
 			zk->start_s = now_s() - t0;
+			tap_diag("ZooKeeper at %s answered %.2f s after its start", zk->hosts,
+				 zk->start_s);
 			return;
 		}
 		fprintf(stderr, "# ZooKeeper on port %d did not answer (attempt %d): %s\n", zk->port,
@@ -141,6 +141,14 @@ void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url
 		zk->proc = NULL;
 	}
 	TAP_FATAL("ZooKeeper did not start (log above)");
+}
+
+void zkserver_require(void)
+{
+	char why[512];
+
+	if (!zkserver_available(why, sizeof(why)))
+		tap_plan_skip_all("%s", why);
 }
 
 void zkserver_start(struct zkserver *zk)

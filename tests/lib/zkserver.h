@@ -5,7 +5,7 @@
  * sleep), stopped (and its directory removed) by zkserver_stop or at exit, even on failure.
  *
  *   struct zkserver zk;
- *   if (!zkserver_available(why, sizeof(why))) tap_plan_skip_all("%s", why);
+ *   zkserver_require();             // or the whole test is a skip, saying what is missing
  *   zkserver_start(&zk);            // zk.url: "zk://127.0.0.1:PORT/tw-test"
  *   ...
  *   zkserver_stop(&zk);
@@ -29,7 +29,10 @@ struct zkserver {
 
 /* Whether java and zookeeper.jar are installed (why: what is missing, and how to install). */
 bool zkserver_available(char *why, size_t len);
-/* Start; fails the test (TAP_FATAL) after 3 attempts (a port taken meanwhile) or 60 s. */
+/* The whole test skipped (tap_plan_skip_all, before the plan) unless zkserver_available. */
+void zkserver_require(void);
+/* Start; fails the test (TAP_FATAL) after 3 attempts (a port taken meanwhile) or 60 s. A
+ * diagnostic says where it listens and how long it took to answer. */
 void zkserver_start(struct zkserver *zk);
 /* The same, listening on bind_ip (e.g. "0.0.0.0"), zk.url naming url_host (an address of
  * this host that the clients reach). */

@@ -13,8 +13,9 @@
 
 #include "proto/auth.h"
 #include "tap.h"
+#include "tmpdir.h"
 
-static char dir[64];
+static char dir[256];
 
 static void put(const char *name, const void *buf, size_t len, mode_t mode, char *path, size_t pl)
 {
@@ -39,7 +40,7 @@ int main(void)
 	unsigned char kb[131], mac[32], mac2[32], big[TW_AUTH_KEY_MAX + 1];
 	struct tw_auth_key *k, *k2, *kf;
 	struct tw_auth_transcript t, t2;
-	char path[128], err[512];
+	char path[300], err[512];
 	int rc;
 
 	tap_plan(17);
@@ -76,8 +77,7 @@ int main(void)
 	tw__auth_mac(k, TW_AUTH_LABEL_SERVER, &t, mac2);
 	ok(memcmp(mac, mac2, 32) == 0, "the MAC is deterministic");
 
-	snprintf(dir, sizeof(dir), "/tmp/tw_test_auth.XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw_test_auth");
 	put("good", kb, 32, 0600, path, sizeof(path));
 	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == 0, "a 32-byte key file of mode 0600 loads (%s)", rc ? err : "");
@@ -110,7 +110,7 @@ int main(void)
 	unlink(path);
 	rc = tw__auth_key_load(path, &kf, err, sizeof(err));
 	ok(rc == -ENOENT && strstr(err, path), "a missing key file: %s", err);
-	rmdir(dir);
+	tmpdir_remove(dir);
 	tw__auth_key_free(k);
 	tw__auth_key_free(k2);
 	return tap_exit();

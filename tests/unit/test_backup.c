@@ -25,7 +25,10 @@
 #include "replica/backup_int.h"
 #include "replica/metalog.h"
 #include "replica/segfile.h"
+#include "rmtree.h"
 #include "tap.h"
+#include "tlog.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define BUF (64 * 1024)
@@ -287,15 +290,8 @@ static void test_pool_exhaustion(void)
 	/* a peer sending garbage loses its own connection only */
 	rc = twc_connect(&bad, prov, tw_backup_listen_addr(bk));
 	TAP_REQUIRE(rc == 0, "connect");
-	{
-		char junk[64];
-
-		memset(junk, 0xab, sizeof(junk));
-		tw__chan_send(bad.ch, junk, sizeof(junk));
-		for (int i = 0; i < 500 && !bad.lost; i++)
-			tw__fab_progress(bad.fab, 10);
-		ok(bad.lost, "garbage frame: that connection is closed by the backup");
-	}
+	ok(twc_send_garbage(&bad, 64, 0xab),
+	   "garbage frame: that connection is closed by the backup");
 	twc_close(&bad);
 	{
 		struct twc_stats s;
@@ -358,13 +354,8 @@ static void test_pool_growth(void)
 		const char *addr = tw_backup_listen_addr(bk);
 		char err[1024];
 
-		tw_primary_config_init(&pc);
-		pc.log_id = 52;
-		pc.epoch = 1;
-		pc.backups = &addr;
-		pc.n_backups = 1;
+		tlog_primary_config(&pc, prov, &addr, 1, 52);
 		pc.replicas = 1;
-		pc.provider = prov;
 		pc.segment_size = BUF;
 		pc.open_retry_ms = 50;
 		rc = tw_primary_open(&pc, &p, err, sizeof(err));
@@ -815,13 +806,10 @@ static void test_rpc_names(void)
 
 int main(void)
 {
-	char cmd[300];
-
 	prov = getenv("TW_TEST_PROVIDER");
 	if (!prov || !prov[0])
 		prov = "mem";
-	snprintf(dir, sizeof(dir), "/tmp/tw-backup-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-backup");
 	tap_diag("provider %s, dir %s", prov, dir);
 	test_rpc_names();
 	test_basic();
@@ -836,13 +824,10 @@ int main(void)
 	tw_log_set_sink(count_sink, NULL);
 	test_direct_refused();
 	tw_log_set_sink(NULL, NULL);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
-	if (system(cmd) != 0)
-		tap_diag("cleanup failed");
+	rm_tree(dir); /* the next test starts on an empty directory */
+	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
 	test_battery_and_restart();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -36,6 +36,8 @@
 #include "proto/tailwind.pb-c.h"
 #include "rng.h"
 #include "tap.h"
+#include "tlog.h"
+#include "tmpdir.h"
 #include "tbackup.h"
 #include "twd_client.h"
 
@@ -170,8 +172,7 @@ int main(void)
 
 	rng_state = tap_seed();
 	tap_plan(7);
-	snprintf(root, sizeof(root), "/tmp/tw-reuse-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	tmpdir_make(root, sizeof(root), NULL, "tw-reuse");
 	tbackup_start(&bk, root, 0, "mem", 1, BUF, 0);
 
 	for (unsigned u = 0; u < uses; u++) {
@@ -287,11 +288,7 @@ int main(void)
 		}
 
 		/* Recovery: fetch, verify with the listed seed, deliver, close the copy. */
-		tw_recover_config_init(&cfg);
-		cfg.provider = "mem";
-		cfg.log_id = log_id;
-		cfg.backups = (const char *[]){ bk.addr };
-		cfg.n_backups = 1;
+		tlog_recover_config(&cfg, "mem", (const char *[]){ bk.addr }, 1, log_id);
 		memset(&x, 0, sizeof(x));
 		x.p = cur;
 		x.writes = whole;
@@ -338,12 +335,6 @@ int main(void)
 	is_int((int)(zeroed_count() - zero_expect), 0, "the backup zeroed the buffer exactly for the "
 	       "%" PRIu64 " unseeded and repeated-seed opens, never for a fresh seed", zero_expect);
 	tbackup_stop(&bk);
-	{
-		char cmd[200];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-		if (system(cmd) != 0)
-			tap_diag("could not remove %s", root);
-	}
+	tmpdir_remove(root);
 	return tap_exit();
 }

@@ -20,6 +20,7 @@
 
 #include "core/util.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define BUF (32 * 1024)
@@ -143,15 +144,13 @@ int main(void)
 	struct tw_backup_stats st;
 	unsigned polls = 0;
 	void *ret;
-	char cmd[300];
 
 	prov = getenv("TW_TEST_PROVIDER");
 	if (!prov || !prov[0])
 		prov = "mem";
 	if (tap_long_mode())
 		nsegs = 60;
-	snprintf(dir, sizeof(dir), "/tmp/tw-bstress-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-bstress");
 
 	start();
 	TAP_REQUIRE(pthread_create(&prog, NULL, progress_main, NULL) == 0, "thread");
@@ -214,9 +213,7 @@ int main(void)
 	tw_backup_stop(bk);
 	pthread_join(prog, NULL);
 	tw_backup_close(bk);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

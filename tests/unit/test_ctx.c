@@ -27,15 +27,13 @@
 #include <tailwind/recovery.h>
 
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
 #define NB 5
-
-static char root[256];
 
 /* Entry `seq` of log `log`: distinct per log, so a misrouted acknowledgement or write shows. */
 static void fill(uint8_t *buf, uint64_t log, uint64_t seq)
@@ -44,27 +42,6 @@ static void fill(uint8_t *buf, uint64_t log, uint64_t seq)
 		buf[i] = (uint8_t)(seq * 31 + log * 7 + i);
 	memcpy(buf, &seq, 8);
 	memcpy(buf + 8, &log, 8);
-}
-
-struct acks {
-	uint64_t ok, errors, next_lsn_bad;
-	uint64_t last_lsn;
-	int first_err;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	if (status) {
-		if (!a->errors++)
-			a->first_err = status;
-		return;
-	}
-	if (a->ok && lsn <= a->last_lsn)
-		a->next_lsn_bad++; /* out of order, or another log's */
-	a->last_lsn = lsn;
-	a->ok++;
 }
 
 struct rcheck {
@@ -105,7 +82,7 @@ static void log_cfg(struct tw_primary_config *cfg, uint64_t log_id)
 
 /* Append entries [from, to) of log `p` (id `log`) asynchronously. 0 or the first error. */
 static int append_range(struct tw_primary *p, uint64_t log, uint64_t from, uint64_t to,
-			struct acks *a)
+			struct tlog_acks *a)
 {
 	uint8_t buf[OBJ];
 
@@ -113,11 +90,34 @@ static int append_range(struct tw_primary *p, uint64_t log, uint64_t from, uint6
 		int rc;
 
 		fill(buf, log, i);
-		rc = tw_primary_append_async(p, buf, OBJ, ack_cb, a, NULL);
+		rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, a, NULL);
 		if (rc)
 			return rc;
 	}
 	return 0;
+}
+
+/* After `what`: 1500 more appends to log A (400) and B (401) from `from`, both flushed, and
+ * each log counted `failovers` failovers of its own (said as `fo_what`). */
+static void both_go_on(struct tw_primary *pa, struct tw_primary *pb, uint64_t from,
+		       struct tlog_acks *aa, struct tlog_acks *ab, const char *what,
+		       uint64_t failovers, const char *fo_what)
+{
+	struct tw_primary_stats sa, sb;
+	int rc;
+
+	for (uint64_t i = from; i < from + 1500; i += 100) {
+		TAP_REQUIRE(append_range(pa, 400, i, i + 100, aa) == 0, "append A");
+		TAP_REQUIRE(append_range(pb, 401, i, i + 100, ab) == 0, "append B");
+	}
+	rc = tw_primary_flush(pa);
+	is_int(rc, 0, "A: appends go on after %s (%s)", what, rc ? tw_primary_errmsg(pa) : "ok");
+	rc = tw_primary_flush(pb);
+	is_int(rc, 0, "B: appends go on after %s (%s)", what, rc ? tw_primary_errmsg(pb) : "ok");
+	tw_primary_get_stats(pa, &sa);
+	tw_primary_get_stats(pb, &sb);
+	ok(sa.failovers == failovers && sb.failovers == failovers, "%s (A %" PRIu64 ", B %" PRIu64
+	   ")", fo_what, sa.failovers, sb.failovers);
 }
 
 static unsigned backup_index(struct tbackup *b, const char *addr)
@@ -130,27 +130,21 @@ static unsigned backup_index(struct tbackup *b, const char *addr)
 
 int main(void)
 {
-	struct tbackup b[NB];
-	const char *addrs[4];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	struct tbackup *b = cl.b;
+	const char **addrs = cl.addrs;
 	struct tw_ctx_config cc;
 	struct tw_ctx_stats cs;
 	struct tw_primary_config cfg;
-	struct tw_primary_stats sa, sb;
 	struct tw_primary *pa = NULL, *pb = NULL, *pc = NULL;
 	struct tw_ctx *ctx = NULL;
-	struct acks aa = { 0 }, ab = { 0 }, ac = { 0 };
+	struct tlog_acks aa = { 0 }, ab = { 0 }, ac = { 0 };
 	struct rcheck k;
-	char err[1024], victim[128];
+	char err[1024], victim[128], what[160];
 	unsigned vi;
 	int rc;
 
-	snprintf(root, sizeof(root), "%s/test_ctx.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_start(&b[i], root, i, "mem", 64, SEG, 0);
-	for (unsigned i = 0; i < 4; i++)
-		addrs[i] = b[i].addr;
+	tbackups_start(&cl, "test_ctx", NB, "mem", 64, SEG);
 
 	/* Bad configurations. */
 	tw_ctx_config_init(&cc);
@@ -192,8 +186,8 @@ int main(void)
 	}
 	is_int(tw_primary_flush(pa), 0, "A: 1500 appends flushed");
 	is_int(tw_primary_flush(pb), 0, "B: 1500 appends flushed");
-	ok(aa.ok == 1500 && ab.ok == 1500 && !aa.errors && !ab.errors && !aa.next_lsn_bad &&
-	   !ab.next_lsn_bad, "each log got exactly its own 1500 acknowledgements, in order "
+	ok(aa.ok == 1500 && ab.ok == 1500 && !aa.errors && !ab.errors && !aa.out_of_order &&
+	   !ab.out_of_order, "each log got exactly its own 1500 acknowledgements, in order "
 	   "(A %" PRIu64 ", B %" PRIu64 ")", aa.ok, ab.ok);
 
 	/* A channel vanishes: lost for both logs; each fails over on its own. */
@@ -211,20 +205,8 @@ int main(void)
 		tw__mem_inject(pa->bk[pa->cur->rep[1]].c->ch, &f);
 		tw__ctx_drive_leave(ctx);
 	}
-	for (uint64_t i = 1500; i < 3000; i += 100) {
-		TAP_REQUIRE(append_range(pa, 400, i, i + 100, &aa) == 0, "append A");
-		TAP_REQUIRE(append_range(pb, 401, i, i + 100, &ab) == 0, "append B");
-	}
-	rc = tw_primary_flush(pa);
-	is_int(rc, 0, "A: appends go on after the channel to %s vanished (%s)", victim,
-	       rc ? tw_primary_errmsg(pa) : "ok");
-	rc = tw_primary_flush(pb);
-	is_int(rc, 0, "B: appends go on after the channel to %s vanished (%s)", victim,
-	       rc ? tw_primary_errmsg(pb) : "ok");
-	tw_primary_get_stats(pa, &sa);
-	tw_primary_get_stats(pb, &sb);
-	ok(sa.failovers == 1 && sb.failovers == 1, "each log ran its own failover (A %" PRIu64
-	   ", B %" PRIu64 ")", sa.failovers, sb.failovers);
+	snprintf(what, sizeof(what), "the channel to %s vanished", victim);
+	both_go_on(pa, pb, 1500, &aa, &ab, what, 1, "each log ran its own failover");
 	tw_ctx_get_stats(ctx, &cs);
 	ok(cs.reconnects >= 1 && cs.channels == 4, "the context connected to %s again (%" PRIu64
 	   " reconnects, %" PRIu64 " channels)", victim, cs.reconnects, cs.channels);
@@ -235,20 +217,8 @@ int main(void)
 	vi = backup_index(b, pa->bk[pa->cur->rep[0]].addr);
 	TAP_REQUIRE(vi < 4, "victim index");
 	tbackup_stop(&b[vi]);
-	for (uint64_t i = 3000; i < 4500; i += 100) {
-		TAP_REQUIRE(append_range(pa, 400, i, i + 100, &aa) == 0, "append A");
-		TAP_REQUIRE(append_range(pb, 401, i, i + 100, &ab) == 0, "append B");
-	}
-	rc = tw_primary_flush(pa);
-	is_int(rc, 0, "A: appends go on after backup %u stopped (%s)", vi,
-	       rc ? tw_primary_errmsg(pa) : "ok");
-	rc = tw_primary_flush(pb);
-	is_int(rc, 0, "B: appends go on after backup %u stopped (%s)", vi,
-	       rc ? tw_primary_errmsg(pb) : "ok");
-	tw_primary_get_stats(pa, &sa);
-	tw_primary_get_stats(pb, &sb);
-	ok(sa.failovers == 2 && sb.failovers == 2, "each log failed over again (A %" PRIu64
-	   ", B %" PRIu64 ")", sa.failovers, sb.failovers);
+	snprintf(what, sizeof(what), "backup %u stopped", vi);
+	both_go_on(pa, pb, 3000, &aa, &ab, what, 2, "each log failed over again");
 	for (unsigned i = 0; i < 3; i++)
 		ok(backup_index(b, tw_primary_replica_addr(pa, i)) != vi &&
 		   backup_index(b, tw_primary_replica_addr(pb, i)) != vi,
@@ -276,7 +246,7 @@ int main(void)
 		ok(k.next == 4500 && k.bad == 0, "the takeover delivered A's 4500 entries (%" PRIu64
 		   ", %" PRIu64 " bad)", k.next, k.bad);
 		if (pa) {
-			struct acks a2 = { 0 };
+			struct tlog_acks a2 = { 0 };
 
 			aa = a2;
 			TAP_REQUIRE(append_range(pa, 400, 4500, 5000, &aa) == 0, "append A");
@@ -294,7 +264,7 @@ int main(void)
 		struct tw_primary *nb = NULL;
 		const char *alive[4];
 		unsigned n = 0;
-		struct acks a3 = { 0 };
+		struct tlog_acks a3 = { 0 };
 
 		for (unsigned i = 0; i < 4; i++)
 			if (i != vi)
@@ -369,9 +339,7 @@ int main(void)
 		}
 	}
 
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

@@ -14,46 +14,11 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "fab_events.h"
 #include "fab_op.h"
 #include "tap.h"
 
-struct side {
-	struct tw_fab *fab;
-	struct tw_chan *accepted;
-	int accepts;
-	int recvs;
-	char last_msg[256];
-	size_t last_len;
-	int lost;
-	int lost_err;
-	struct tw_chan *lost_ch;
-};
-
-static void on_accept(void *arg, struct tw_chan *ch)
-{
-	struct side *s = arg;
-	s->accepted = ch;
-	s->accepts++;
-}
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct side *s = arg;
-	s->recvs++;
-	s->last_len = len < sizeof(s->last_msg) ? len : sizeof(s->last_msg);
-	memcpy(s->last_msg, msg, s->last_len);
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	struct side *s = arg;
-	s->lost++;
-	s->lost_err = err;
-	s->lost_ch = ch;
-}
-
-
-static struct side A, B; /* A listens, B connects */
+static struct fab_rec A, B; /* A listens, B connects */
 
 /* A virtual clock (tw_fab_config.clock_ns): time moves only when the test says so, and every
  * read is counted. */
@@ -71,10 +36,10 @@ static uint64_t vclock_read(void *arg)
 	return vc->now;
 }
 
-static void open_side(struct side *s, unsigned op_timeout_ms)
+static void open_side(struct fab_rec *s, unsigned op_timeout_ms)
 {
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {.arg = s, .on_accept = on_accept, .on_recv = on_recv, .on_lost = on_lost};
+	struct tw_fab_events ev = fab_rec_events(s);
 
 	memset(s, 0, sizeof(*s));
 	tw__fab_config_init(&cfg);
@@ -188,9 +153,9 @@ static void test_basic(void)
 
 	/* control messages both ways */
 	is_int(tw__chan_send(c.b2a, "hello", 6), 0, "send b->a");
-	ok(pump_until(&A.recvs) && A.last_len == 6 && !strcmp(A.last_msg, "hello"), "a got hello");
+	ok(pump_until(&A.recvs) && A.last_len == 6 && !strcmp(A.last, "hello"), "a got hello");
 	is_int(tw__chan_send(c.a2b, "world!", 7), 0, "send a->b");
-	ok(pump_until(&B.recvs) && !strcmp(B.last_msg, "world!"), "b got world!");
+	ok(pump_until(&B.recvs) && !strcmp(B.last, "world!"), "b got world!");
 	is_int(tw__chan_send(c.b2a, "x", 65537), -EMSGSIZE, "oversized send refused");
 
 	/* local range checks, caught before anything is posted */
@@ -495,7 +460,7 @@ static void test_threads(void)
 	struct tw_fab_config cfg;
 	struct tw_fab *fa, *fb;
 	struct tw_fab_events eva = {.on_recv = echo_recv};
-	struct tw_fab_events evb = {.arg = &B, .on_recv = on_recv, .on_lost = on_lost};
+	struct tw_fab_events evb = fab_rec_events(&B);
 	struct thr t = {0};
 	pthread_t th;
 	char addr[TW_ADDR_MAX];
@@ -532,7 +497,7 @@ static void test_threads(void)
 		uint64_t end = tw_now_ns() + 2000000000ull;
 		while (B.recvs == before && tw_now_ns() < end)
 			tw__fab_progress(fb, 100);
-		if (B.recvs == before + 1 && !strcmp(B.last_msg, m))
+		if (B.recvs == before + 1 && !strcmp(B.last, m))
 			n++;
 	}
 	is_int(n, 2000, "2000 pingpongs across threads");

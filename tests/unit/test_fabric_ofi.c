@@ -23,36 +23,11 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "fab_events.h"
+#include "fab_op.h"
 #include "tap.h"
 
-static struct tw_chan *accepted;
-static int nrecv;
-static char last[128];
-
-static void on_accept(void *arg, struct tw_chan *ch)
-{
-	accepted = ch;
-}
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	size_t n = len < sizeof(last) - 1 ? len : sizeof(last) - 1;
-	memcpy(last, msg, n);
-	last[n] = '\0';
-	nrecv++;
-}
-
-struct wop {
-	struct tw_op op;
-	int done, status;
-};
-
-static void wop_cb(struct tw_op *op, int status)
-{
-	struct wop *w = (struct wop *)op;
-	w->done++;
-	w->status = status;
-}
+static struct fab_rec R; /* the events of the fab under test */
 
 /* The fab's clock (tw_fab_config.clock_ns): real time, every read counted. */
 static uint64_t clock_reads;
@@ -63,18 +38,10 @@ static uint64_t counting_clock(void *arg)
 	return tw_now_ns();
 }
 
-static bool pump(struct tw_fab *fab, const int *flag, int want)
-{
-	uint64_t end = tw_now_ns() + 5000000000ull;
-	while (*flag < want && tw_now_ns() < end)
-		tw__fab_progress(fab, 10);
-	return *flag >= want;
-}
-
 static void loopback(const char *prov, bool want_rdm)
 {
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX];
 	struct tw_chan *ch;
@@ -82,7 +49,7 @@ static void loopback(const char *prov, bool want_rdm)
 	struct tw_rkey rk, rk2;
 	size_t len = 8u << 20;
 	unsigned char *dst, *src;
-	struct wop w;
+	struct opres w;
 
 	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
@@ -115,18 +82,18 @@ static void loopback(const char *prov, bool want_rdm)
 		ok(rk.addr == 0, "%s: offset addressing", prov);
 	tw__mr_close(mr2);
 
-	accepted = NULL;
+	R.accepted = NULL;
 	rc = tw__fab_connect(fab, addr, &ch);
 	is_int(rc, 0, "%s: loopback connect (%s)", prov, tw__fab_errmsg(fab));
 	if (rc) {
 		tap_skip(10, "no channel");
 		goto out;
 	}
-	for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
+	for (uint64_t end = tw_now_ns() + 5000000000ull; !R.accepted && tw_now_ns() < end;)
 		tw__fab_progress(fab, 10);
-	ok(accepted != NULL, "%s: on_accept", prov);
+	ok(R.accepted != NULL, "%s: on_accept", prov);
 	memset(&w, 0, sizeof(w));
-	w.op.cb = wop_cb;
+	w.op.cb = op_cb;
 	for (size_t i = 0; i < len; i++)
 		src[i] = (unsigned char)(i * 13 + 1);
 	uint64_t reads0 = clock_reads;
@@ -134,15 +101,16 @@ static void loopback(const char *prov, bool want_rdm)
 	/* One deadline per write, from one clock read (there were three: the queue-full bound, the
 	 * backend's context and the generic op, each from its own read). */
 	is_int((int)(clock_reads - reads0), 1, "%s: a write reads the fab's clock once", prov);
-	ok(rc == 0 && pump(fab, &w.done, 1) && w.status == 0 && !memcmp(dst, src, len),
+	ok(rc == 0 && fab_progress_until(fab, &w.calls, 1, 5000) && w.status == 0 && !memcmp(dst, src, len),
 	   "%s: 8 MiB loopback write landed", prov);
 	memset(&w, 0, sizeof(w));
-	w.op.cb = wop_cb;
+	w.op.cb = op_cb;
 	memset(src, 0, 4096);
 	rc = tw__chan_read(ch, &w.op, src, 4096, src_mr, &rk, 1 << 20);
-	ok(rc == 0 && pump(fab, &w.done, 1) && w.status == 0 && !memcmp(src, dst + (1 << 20), 4096),
+	ok(rc == 0 && fab_progress_until(fab, &w.calls, 1, 5000) && w.status == 0 &&
+	   !memcmp(src, dst + (1 << 20), 4096),
 	   "%s: read", prov);
-	int before = nrecv;
+	int before = R.recvs;
 	reads0 = clock_reads;
 	tw__chan_send(ch, "ping", 4);
 	is_int((int)(clock_reads - reads0), 1, "%s: a send reads the fab's clock once", prov);
@@ -152,31 +120,33 @@ static void loopback(const char *prov, bool want_rdm)
 	tw__fab_progress(fab, 0);
 	is_int((int)(clock_reads - reads0), 1, "%s: a progress round reads the fab's clock once",
 	       prov);
-	ok(pump(fab, &nrecv, before + 1) && !strcmp(last, "ping"), "%s: send to the accepted side", prov);
-	if (accepted)
-		tw__chan_send(accepted, "pong", 4);
-	ok(pump(fab, &nrecv, before + 2) && !strcmp(last, "pong"), "%s: and back", prov);
+	ok(fab_progress_until(fab, &R.recvs, before + 1, 5000) && !strcmp(R.last, "ping"),
+	   "%s: send to the accepted side", prov);
+	if (R.accepted)
+		tw__chan_send(R.accepted, "pong", 4);
+	ok(fab_progress_until(fab, &R.recvs, before + 2, 5000) && !strcmp(R.last, "pong"),
+	   "%s: and back", prov);
 	/* tw__chan_shut: traffic stops now, the channel stays valid until tw__chan_close. */
-	if (accepted) {
-		tw__chan_shut(accepted);
-		tw__chan_shut(accepted); /* idempotent */
-		ok(tw__chan_send(accepted, "late", 4) < 0, "%s: a send on a shut channel fails", prov);
+	if (R.accepted) {
+		tw__chan_shut(R.accepted);
+		tw__chan_shut(R.accepted); /* idempotent */
+		ok(tw__chan_send(R.accepted, "late", 4) < 0, "%s: a send on a shut channel fails", prov);
 	} else {
 		tap_skip(1, "no accepted channel");
 	}
 	if (!want_rdm) {
 		/* MSG: the peer's endpoint is gone, so a write from the other side cannot land. */
 		memset(&w, 0, sizeof(w));
-		w.op.cb = wop_cb;
+		w.op.cb = op_cb;
 		rc = tw__chan_write(ch, &w.op, src, 4096, src_mr, &rk, 0);
 		if (rc == 0)
-			rc = pump(fab, &w.done, 1) ? w.status : -ETIMEDOUT;
+			rc = fab_progress_until(fab, &w.calls, 1, 5000) ? w.status : -ETIMEDOUT;
 		ok(rc < 0 && rc != -ETIMEDOUT, "%s: a write towards a shut channel fails (%s)", prov,
 		   tw_strerror(rc));
 	}
 	tw__chan_close(ch);
-	if (accepted)
-		tw__chan_close(accepted);
+	if (R.accepted)
+		tw__chan_close(R.accepted);
 	struct tw_fab_stats st;
 	tw__fab_get_stats(fab, &st);
 	ok(st.writes == 1 && st.write_bytes == len && st.reads == 1 && st.recvs == 2, "%s: stats", prov);
@@ -249,7 +219,7 @@ static void many_channels(const char *prov)
 {
 	enum { N = 100 };
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	static struct tw_chan *ch[N];
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX];
@@ -271,16 +241,16 @@ static void many_channels(const char *prov)
 			ch[i] = NULL;
 	is_int(made, N, "%s: %d channels to itself (%d endpoints with their own CQs)", prov, made,
 	       2 * made);
-	nrecv = 0;
+	R.recvs = 0;
 	for (int i = N - 1; i >= 0; i--)
 		if (ch[i] && tw__chan_send(ch[i], "ping", 4) == 0)
 			sent++;
-	for (uint64_t end = tw_now_ns() + 20000000000ull; nrecv < sent && tw_now_ns() < end;) {
+	for (uint64_t end = tw_now_ns() + 20000000000ull; R.recvs < sent && tw_now_ns() < end;) {
 		tw__fab_progress(fab, 1000);
 		waits++;
 	}
-	ok(sent == N && nrecv == sent, "%s: every message arrived with blocking waits (%d of %d sent, "
-	   "%d waits)", prov, nrecv, sent, waits);
+	ok(sent == N && R.recvs == sent, "%s: every message arrived with blocking waits (%d of %d sent, "
+	   "%d waits)", prov, R.recvs, sent, waits);
 	tw__fab_close(fab);
 }
 
@@ -336,7 +306,7 @@ static void *fd_hog(void *arg)
 static void close_once(const char *prov)
 {
 	enum { CYCLES = 40 };
-	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX];
 	pthread_t th;
@@ -350,23 +320,23 @@ static void close_once(const char *prov)
 	for (int i = 0; i < CYCLES; i++) {
 		struct tw_chan *ch;
 
-		accepted = NULL;
+		R.accepted = NULL;
 		if (tw__fab_connect(fab, addr, &ch) != 0)
 			continue;
-		for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
+		for (uint64_t end = tw_now_ns() + 5000000000ull; !R.accepted && tw_now_ns() < end;)
 			tw__fab_progress(fab, 10);
-		if (!accepted) {
+		if (!R.accepted) {
 			tw__chan_close(ch);
 			continue;
 		}
 		/* Alternate which side goes first: the accepted end (its CM handle) or the
 		 * connector. */
 		if (i % 2) {
-			tw__chan_close(accepted);
+			tw__chan_close(R.accepted);
 			tw__chan_close(ch);
 		} else {
 			tw__chan_close(ch);
-			tw__chan_close(accepted);
+			tw__chan_close(R.accepted);
 		}
 		for (int k = 0; k < 5; k++)
 			tw__fab_progress(fab, 1);
@@ -397,20 +367,21 @@ static void gone_lost(void *arg, struct tw_chan *ch, int err)
 
 static void send_after_peer_gone(const char *prov)
 {
-	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv, .on_lost = gone_lost};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	struct tw_fab *fab;
 	char addr[TW_ADDR_MAX], msg[64] = "after the end";
 	int rc = 0, sends = 0;
 
+	ev.on_lost = gone_lost;
 	if (!(fab = listening_fab(prov, &ev, addr)))
 		return;
-	accepted = NULL;
+	R.accepted = NULL;
 	gone_losts = 0;
 	TAP_REQUIRE(tw__fab_connect(fab, addr, &gone_ch) == 0, "%s: connect", prov);
-	for (uint64_t end = tw_now_ns() + 5000000000ull; !accepted && tw_now_ns() < end;)
+	for (uint64_t end = tw_now_ns() + 5000000000ull; !R.accepted && tw_now_ns() < end;)
 		tw__fab_progress(fab, 10);
-	TAP_REQUIRE(accepted, "%s: accepted", prov);
-	tw__chan_close(accepted);
+	TAP_REQUIRE(R.accepted, "%s: accepted", prov);
+	tw__chan_close(R.accepted);
 	/* No progress of ours: only the provider's own thread learns that the peer has gone. */
 	for (uint64_t end = tw_now_ns() + 5000000000ull; tw_now_ns() < end; sends++)
 		if ((rc = tw__chan_send(gone_ch, msg, sizeof(msg))) < 0)
@@ -471,7 +442,7 @@ static uint64_t closing_eps(struct tw_fab *fab)
  * registration was closed while the record was held. */
 static void close_stopped_peer(const char *prov, int end_sig)
 {
-	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = stopped_on_recv};
+	struct tw_fab_events ev = fab_rec_events(&R);
 	struct tw_fab *fab;
 	struct tw_fab_stats st;
 	char addr[TW_ADDR_MAX], line[16] = "", msg[256] = "to a stopped peer";
@@ -480,6 +451,7 @@ static void close_stopped_peer(const char *prov, int end_sig)
 	int fds[2], status, posted = 0;
 	pid_t pid;
 
+	ev.on_recv = stopped_on_recv;
 	if (!(fab = listening_fab(prov, &ev, addr)))
 		return;
 	TAP_REQUIRE(pipe2(fds, O_CLOEXEC) == 0, "pipe");
@@ -491,22 +463,22 @@ static void close_stopped_peer(const char *prov, int end_sig)
 		_exit(127);
 	}
 	close(fds[1]);
-	accepted = NULL;
+	R.accepted = NULL;
 	/* The peer's channel (accepted here), then its ready line. */
-	for (uint64_t end = tw_now_ns() + 10000000000ull; !accepted && tw_now_ns() < end;)
+	for (uint64_t end = tw_now_ns() + 10000000000ull; !R.accepted && tw_now_ns() < end;)
 		tw__fab_progress(fab, 10);
-	to_peer = accepted;
+	to_peer = R.accepted;
 	struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
 	if (poll(&pfd, 1, 10000) == 1 && read(fds[0], line, sizeof(line) - 1) > 0)
 		line[strcspn(line, "\n")] = '\0';
 	close(fds[0]);
 	/* A second channel of the same fab: to itself. */
-	accepted = NULL;
+	R.accepted = NULL;
 	ch2 = NULL;
 	if (to_peer && !strcmp(line, "ready") && tw__fab_connect(fab, addr, &ch2) == 0)
-		for (uint64_t end = tw_now_ns() + 10000000000ull; !accepted && tw_now_ns() < end;)
+		for (uint64_t end = tw_now_ns() + 10000000000ull; !R.accepted && tw_now_ns() < end;)
 			tw__fab_progress(fab, 10);
-	acc2 = accepted;
+	acc2 = R.accepted;
 	if (!to_peer || !acc2) {
 		ok(0, "%s: peer connected (%s) and a loopback channel (%s)", prov,
 		   to_peer ? "yes" : "no", acc2 ? "yes" : "no");
@@ -545,7 +517,7 @@ static void close_stopped_peer(const char *prov, int end_sig)
 		sent += tw__chan_send(ch2, msg, sizeof(msg)) == 0;
 		sent += tw__chan_send(acc2, msg, sizeof(msg)) == 0;
 	}
-	bool all = sent == 40 && pump(fab, &stopped_recv, before + 40);
+	bool all = sent == 40 && fab_progress_until(fab, &stopped_recv, before + 40, 5000);
 	ok(all, "%s: another channel of the fab exchanged %d messages while the peer was stopped",
 	   prov, stopped_recv - before);
 	/* Not asserted (timing): with the record held and nothing to do, a blocking progress

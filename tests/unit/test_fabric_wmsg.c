@@ -15,41 +15,9 @@
 
 #include "core/util.h"
 #include "fabric/fabric.h"
+#include "fab_events.h"
 #include "fab_op.h"
 #include "tap.h"
-
-struct side {
-	struct tw_fab *fab;
-	struct tw_chan *accepted;
-	int accepts, recvs, lost;
-};
-
-static void on_accept(void *arg, struct tw_chan *ch)
-{
-	struct side *s = arg;
-
-	s->accepted = ch;
-	s->accepts++;
-}
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct side *s = arg;
-
-	(void)ch;
-	(void)msg;
-	(void)len;
-	s->recvs++;
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	struct side *s = arg;
-
-	(void)ch;
-	(void)err;
-	s->lost++;
-}
 
 static void op_init_flags(struct opres *r, unsigned flags)
 {
@@ -57,7 +25,7 @@ static void op_init_flags(struct opres *r, unsigned flags)
 	r->op.flags = flags;
 }
 
-static struct side T, I; /* target (listens), initiator (writes as messages) */
+static struct fab_rec T, I; /* target (listens), initiator (writes as messages) */
 static int checks;
 
 /* The write check: refuses writes whose first byte is 0xEE. */
@@ -67,13 +35,11 @@ static int check(const void *buf, size_t len)
 	return len && *(const unsigned char *)buf == 0xEE ? -TW_ECORRUPT : 0;
 }
 
-static int open_side(struct side *s, const char *prov, enum tw_fab_write_mode mode,
+static int open_side(struct fab_rec *s, const char *prov, enum tw_fab_write_mode mode,
 		     unsigned op_timeout_ms)
 {
 	struct tw_fab_config cfg;
-	struct tw_fab_events ev = {
-		.arg = s, .on_accept = on_accept, .on_recv = on_recv, .on_lost = on_lost,
-	};
+	struct tw_fab_events ev = fab_rec_events(s);
 
 	memset(s, 0, sizeof(*s));
 	tw__fab_config_init(&cfg);

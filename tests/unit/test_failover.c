@@ -21,16 +21,15 @@
 #include <tailwind/recovery.h>
 
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 #include "twd_client.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
 #define NB 5
 
-static char root[256];
 static bool preopen; /* run(): cfg.preopen */
 
 static void fill(uint8_t *buf, uint64_t seq)
@@ -38,24 +37,6 @@ static void fill(uint8_t *buf, uint64_t seq)
 	for (uint32_t i = 0; i < OBJ; i++)
 		buf[i] = (uint8_t)(seq * 31 + i);
 	memcpy(buf, &seq, 8);
-}
-
-struct acks {
-	uint64_t ok, errors, next_seq, out_of_order;
-	int first_err;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	(void)lsn;
-	if (status) {
-		if (!a->errors++)
-			a->first_err = status;
-		return;
-	}
-	a->ok++;
 }
 
 struct rcheck {
@@ -88,13 +69,7 @@ static int recover_all(const char **addrs, size_t n, uint64_t log_id, struct rch
 static void base_cfg(struct tw_primary_config *cfg, const char **addrs, uint64_t log_id,
 		     enum tw_primary_mode mode)
 {
-	tw_primary_config_init(cfg);
-	cfg->log_id = log_id;
-	cfg->epoch = 1;
-	cfg->backups = addrs;
-	cfg->n_backups = 4;
-	cfg->replicas = 3;
-	cfg->provider = "mem";
+	tlog_primary_config(cfg, "mem", addrs, 4, log_id);
 	cfg->segment_size = SEG;
 	cfg->mode = mode;
 	cfg->op_timeout_ms = 300;
@@ -112,22 +87,21 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
 	struct tw_primary *p;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	struct rcheck k;
 	uint8_t buf[OBJ];
-	char err[1024], victim[128];
+	char victim[128];
 	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
 	int rc;
 
 	base_cfg(&cfg, addrs, log_id, mode);
 	cfg.preopen = preopen;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "%s: open (%s)", name, rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "%s", name);
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < before; i++) {
 		fill(buf, i);
-		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 	}
 	is_int(tw_primary_flush(p), 0, "%s: %u appends before the fault", name, before);
 	{
@@ -140,7 +114,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	}
 	for (uint64_t i = before; i < before + after; i++) {
 		fill(buf, i);
-		rc = tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 		if (rc)
 			break;
 	}
@@ -195,7 +169,6 @@ static void test_rate(const char **addrs)
 	struct tw_primary *p;
 	struct rcheck k;
 	uint8_t buf[OBJ];
-	char err[1024];
 	uint64_t during, owed = 0;
 	unsigned victim;
 	int rc;
@@ -207,9 +180,8 @@ static void test_rate(const char **addrs)
 	cfg.provider = "mem";
 	cfg.segment_size = SEG;
 	cfg.rerep_rate = SEG; /* bytes per second */
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "rate: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "rate");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) {
 		fill(buf, i);
@@ -292,11 +264,7 @@ static void test_stale_closed(const char **addrs)
 	for (unsigned i = 0; i < 3; i++)
 		twc_close(&c[i]);
 
-	tw_recover_config_init(&rc);
-	rc.provider = "mem";
-	rc.log_id = 300;
-	rc.backups = addrs;
-	rc.n_backups = 3;
+	tlog_recover_config(&rc, "mem", addrs, 3, 300);
 	r = tw_recover(&rc, stale_cb, &x, &res, err, sizeof(err));
 	ok(r == 0 && x.bad == 0 && x.got == 50 && res.copies_stale == 1,
 	   "stale closed copy: recovery delivers the 50 entries of version 1, not the 80 of the "
@@ -317,23 +285,21 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
 	struct tw_primary *p;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	struct rcheck k;
 	uint8_t buf[OBJ];
 	const char *rest[3];
-	char err[1024];
 	unsigned vi = 0, n = 0;
 	int rc;
 
 	base_cfg(&cfg, addrs, 220, TW_PRIMARY_ASYNC);
 	cfg.data_path = TW_DATA_RPC;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "rpc: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "rpc");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 1500; i++) {
 		fill(buf, i);
-		tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL);
+		tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
 	}
 	is_int(tw_primary_flush(p), 0, "rpc: 1500 appends before the loss");
 	tw__primary_lock(p);
@@ -344,7 +310,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	tbackup_stop(&b[vi]);
 	for (uint64_t i = 1500; i < 3000; i++) {
 		fill(buf, i);
-		if (tw_primary_append_async(p, buf, OBJ, ack_cb, &a, NULL))
+		if (tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL))
 			break;
 	}
 	rc = tw_primary_flush(p);
@@ -381,15 +347,14 @@ static void test_stopped_spare(const char **addrs)
 	struct tw_primary_stats st;
 	struct tw_primary *p;
 	uint8_t buf[OBJ];
-	char err[1024], victim[128] = "";
+	char victim[128] = "";
 	unsigned seg0, vi = 4;
-	int rc;
+	int rc = 0;
 
 	base_cfg(&cfg, addrs, 206, TW_PRIMARY_SYNC);
 	cfg.rpc_timeout_ms = 300;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "stopped spare: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "stopped spare");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 100; i++) {
 		fill(buf, i);
@@ -423,16 +388,11 @@ static void test_stopped_spare(const char **addrs)
 
 int main(void)
 {
-	struct tbackup b[NB];
-	const char *addrs[4];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	struct tbackup *b = cl.b;
+	const char **addrs = cl.addrs;
 
-	snprintf(root, sizeof(root), "%s/test_failover.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_start(&b[i], root, i, "mem", 16, SEG, 0);
-	for (unsigned i = 0; i < 4; i++)
-		addrs[i] = b[i].addr;
+	tbackups_start(&cl, "test_failover", NB, "mem", 16, SEG);
 
 	run("write error, sync", addrs, TW_PRIMARY_SYNC, 200, TW_MEM_FAULT_FAIL);
 	run("write error, async", addrs, TW_PRIMARY_ASYNC, 201, TW_MEM_FAULT_FAIL);
@@ -447,9 +407,7 @@ int main(void)
 	test_stopped_spare(addrs);
 	test_rpc_failover(b, addrs);
 
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

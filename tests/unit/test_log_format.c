@@ -11,6 +11,7 @@
 #include <tailwind/log_format.h>
 
 #include "core/util.h"
+#include "log_ref.h"
 #include "rng.h"
 #include "tap.h"
 
@@ -27,21 +28,6 @@ static void scan2(const void *buf, size_t len, struct tw_scan_result *r)
 	    g.last_checksum != r->last_checksum || g.chain != r->chain || g.stop != r->stop ||
 	    g.stop_offset != r->stop_offset)
 		ok(0, "generic walk disagrees with tw_scan on a %zu-byte buffer", len);
-}
-
-/*
- * The data header check, written here from the format description (docs/log-format.md §2),
- * independently of the library: bit 15 set, bits 0..14 the low 15 bits of CRC32C over the 10
- * other header bytes (type, flags, length, payload_crc), computed with the table CRC.
- */
-static uint16_t ref_hcheck(const uint8_t *h)
-{
-	uint8_t m[10];
-
-	m[0] = h[0];
-	m[1] = h[1];
-	memcpy(m + 2, h + 4, 8);
-	return (uint16_t)(0x8000u | (tw_crc32c_portable(0, m, 10) & 0x7fffu));
 }
 
 /*
@@ -107,7 +93,7 @@ static uint32_t chain_with_pcrc(void *ctx, uint32_t x)
 	uint8_t *h = ctx;
 
 	tw_store_le32(h + 8, x);
-	tw_store_le16(h + 2, ref_hcheck(h));
+	ref_set_hcheck(h);
 	return tw_crc32c(0, h, 12);
 }
 

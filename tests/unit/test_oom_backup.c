@@ -19,6 +19,7 @@
 #include "alloc_fault.h"
 #include "replica/backup_int.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define BUF (64 * 1024)
@@ -109,14 +110,9 @@ static void test_flush_job_enomem(void)
 
 int main(void)
 {
-	char cmd[200];
-
 	tap_plan(3);
-	snprintf(root, sizeof(root), "/tmp/tw-oomb-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	tmpdir_make(root, sizeof(root), NULL, "tw-oomb");
 	test_flush_job_enomem();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", root);
+	tmpdir_remove(root);
 	return tap_exit();
 }

@@ -25,6 +25,7 @@
 #include "alloc_fault.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define NB 4
 #define SEG (16u * 1024u)
@@ -33,30 +34,7 @@
 #define ASYNC_EVERY 4 /* every 4th append is asynchronous */
 #define MAX_K 100000
 
-static char root[128];
-static struct tbackup bk[NB];
-static const char *addrs[NB];
-
-static void start_all(void)
-{
-	snprintf(root, sizeof(root), "/tmp/tw-oom-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++) {
-		tbackup_start(&bk[i], root, i, "mem", 32, SEG, 0);
-		addrs[i] = bk[i].addr;
-	}
-}
-
-static void stop_all(void)
-{
-	char cmd[200];
-
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&bk[i]);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", root);
-}
+static struct tbackups cl;
 
 static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
 {
@@ -129,11 +107,7 @@ static int recover(const struct run *r, struct check *c, char *err, size_t errle
 {
 	struct tw_recover_config cfg;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = r->log_id;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, "mem", cl.addrs, NB, r->log_id);
 	cfg.connect_timeout_ms = 2000;
 	cfg.rpc_timeout_ms = 2000;
 	cfg.op_timeout_ms = 2000;
@@ -151,13 +125,7 @@ static void workload(struct run *r, int *rec_rc, struct check *rec)
 	char err[256];
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = r->log_id;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = "mem";
+	tlog_primary_config(&cfg, "mem", cl.addrs, NB, r->log_id);
 	cfg.segment_size = SEG;
 	cfg.open_retry_ms = 0;
 	cfg.rpc_timeout_ms = 2000;
@@ -201,7 +169,7 @@ int main(void)
 	long k;
 
 	tap_plan(4);
-	start_all();
+	tbackups_start(&cl, "tw-oom", NB, "mem", 32, SEG);
 	if (!getenv("TW_OOM_VERBOSE"))
 		tw_log_set_sink(quiet, NULL);
 	tw_af_count_thread(true);
@@ -260,6 +228,6 @@ int main(void)
 	   "only appended ones: %lu bad", bad);
 	ok(gaps == 0, "acknowledgements stay in order under allocation failures: %lu runs with a gap",
 	   gaps);
-	stop_all();
+	tbackups_stop(&cl);
 	return tap_exit();
 }

@@ -14,26 +14,19 @@
 #include <tailwind/primary.h>
 
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 
-static char root[256];
 /* "mem" by default; $TW_PRIMARY_TEST_PROVIDER runs the same tests over a real provider (the
  * fault-injection tests then skip). */
 static const char *prov = "mem";
 
 static void cfg_for(struct tw_primary_config *cfg, const char **addrs, size_t n, uint64_t log_id)
 {
-	tw_primary_config_init(cfg);
-	cfg->log_id = log_id;
-	cfg->epoch = 1;
-	cfg->backups = addrs;
-	cfg->n_backups = n;
-	cfg->replicas = 3;
-	cfg->provider = prov;
+	tlog_primary_config(cfg, prov, addrs, n, log_id);
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 5000;
 	cfg->busy_poll = getenv("TW_PRIMARY_TEST_BUSY_POLL") != NULL;
@@ -61,31 +54,6 @@ static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64
 
 /* ------------------------------------------------------------------ async ack recorder */
 
-struct acks {
-	uint64_t n;
-	uint64_t out_of_order;
-	uint64_t errors;
-	int first_err;
-	uint64_t last_lsn;
-	bool any;
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *a = arg;
-
-	if (status) {
-		a->errors++;
-		if (!a->first_err)
-			a->first_err = status;
-	}
-	if (a->any && lsn <= a->last_lsn)
-		a->out_of_order++;
-	a->any = true;
-	a->last_lsn = lsn;
-	a->n++;
-}
-
 /* ------------------------------------------------------------------ tests */
 
 static void test_sync(const char **addrs)
@@ -95,13 +63,11 @@ static void test_sync(const char **addrs)
 	struct tw_primary_stats st;
 	uint64_t lsn[200];
 	uint8_t buf[256];
-	char err[512];
-	int rc, bad = 0, badread = 0;
+	int bad = 0, badread = 0;
 
 	cfg_for(&cfg, addrs, 3, 101);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "sync: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "sync");
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 200; i++) {
 		uint32_t len = 1 + (uint32_t)(i * 13 % 200);
@@ -148,24 +114,22 @@ static void test_async_callbacks(const char **addrs)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[128];
-	char err[512];
 	const uint64_t n = 20000;
-	int rc, bad = 0;
+	int bad = 0;
 
 	cfg_for(&cfg, addrs, 3, 102);
 	cfg.max_inflight = 2;
 	cfg.max_batch = 64;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "async cb (caller-driven): open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "async cb (caller-driven)");
+	if (!p)
 		return;
 	static uint64_t lsns[20000];
 
 	for (uint64_t i = 0; i < n; i++) {
 		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, &lsns[i]) != 0)
+		if (tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, &lsns[i]) != 0)
 			bad++;
 	}
 	is_int(bad, 0, "async cb: %llu appends accepted", (unsigned long long)n);
@@ -197,23 +161,21 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[128];
-	char err[512];
 	const uint64_t n = 12000;
 	const char *m = mode == TW_PRIMARY_ASYNC ? "async" : "sync";
-	int rc, bad = 0;
+	int bad = 0;
 
 	cfg_for(&cfg, addrs, 4, 120 + mode);
 	cfg.preopen = true;
 	cfg.mode = mode;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "preopen %s: open (%s)", m, rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "preopen %s", m);
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < n; i++) {
 		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL) != 0)
+		if (tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL) != 0)
 			bad++;
 	}
 	is_int(tw_primary_flush(p), 0, "preopen %s: flush", m);
@@ -274,14 +236,11 @@ static void test_nested(const char **addrs)
 	struct tw_primary_config cfg;
 	struct chain c = { 0 };
 	uint8_t buf[100];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 130);
 	cfg.max_inflight = 3;
-	rc = tw_primary_open(&cfg, &c.p, err, sizeof(err));
-	is_int(rc, 0, "nested: open (%s)", rc ? err : "ok");
-	if (rc)
+	c.p = tlog_open(&cfg, "nested");
+	if (!c.p)
 		return;
 	c.want = 3000; /* ~5 segments */
 	fill(buf, 100, 0);
@@ -333,14 +292,11 @@ static void test_async_reentry(const char **addrs)
 	struct tw_primary_config cfg;
 	struct reentry r = { 0 };
 	uint8_t buf[100];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 131);
 	cfg.mode = TW_PRIMARY_ASYNC;
-	rc = tw_primary_open(&cfg, &r.p, err, sizeof(err));
-	is_int(rc, 0, "reentry: open (%s)", rc ? err : "ok");
-	if (rc)
+	r.p = tlog_open(&cfg, "reentry");
+	if (!r.p)
 		return;
 	for (int i = 0; i < 4; i++) {
 		fill(buf, 100, (uint64_t)i);
@@ -367,14 +323,12 @@ static void test_release(const char **addrs, enum tw_primary_mode mode)
 	uint8_t buf[100];
 	const void *d;
 	uint32_t len;
-	char err[512];
-	int rc, bad = 0;
+	int bad = 0;
 
 	cfg_for(&cfg, addrs, 3, 140 + mode);
 	cfg.mode = mode;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "release %s: open (%s)", m, rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "release %s", m);
+	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) { /* ~7 segments */
 		fill(buf, 100, i);
@@ -402,7 +356,7 @@ struct app_arg {
 	struct tw_primary *p;
 	uint64_t n;
 	unsigned id;
-	struct acks a;
+	struct tlog_acks a;
 	int bad;
 };
 
@@ -417,7 +371,7 @@ static void *app_main(void *arg)
 		if (i % 1000 == 999) {
 			if (tw_primary_append(x->p, buf, 100, NULL) != 0)
 				x->bad++;
-		} else if (tw_primary_append_async(x->p, buf, 100, ack_cb, &x->a, NULL) != 0) {
+		} else if (tw_primary_append_async(x->p, buf, 100, tlog_ack_cb, &x->a, NULL) != 0) {
 			x->bad++;
 		}
 	}
@@ -431,16 +385,13 @@ static void test_async_thread(const char **addrs)
 	struct tw_primary_stats st;
 	struct app_arg x[2];
 	pthread_t th[2];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 103);
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_inflight = 4;
 	cfg.max_batch = 128;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "async mode: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "async mode");
+	if (!p)
 		return;
 	for (unsigned i = 0; i < 2; i++) {
 		memset(&x[i], 0, sizeof(x[i]));
@@ -477,22 +428,19 @@ static void test_order(const char **addrs)
 {
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint64_t lsn[3];
 	uint8_t buf[64];
-	char err[512];
-	int rc;
 
 	cfg_for(&cfg, addrs, 3, 104);
 	cfg.max_inflight = 4;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "order: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "order");
+	if (!p)
 		return;
 	p->test_op_cb = hold_cb;
 	for (int i = 0; i < 3; i++) {
 		fill(buf, 50, (uint64_t)i);
-		tw_primary_append_async(p, buf, 50, ack_cb, &a, &lsn[i]);
+		tw_primary_append_async(p, buf, 50, tlog_ack_cb, &a, &lsn[i]);
 	}
 	for (int i = 0; i < 100 && n_held < 9; i++)
 		tw_primary_progress(p, 10);
@@ -580,7 +528,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_FAIL };
-	struct acks a = { 0 };
+	struct tlog_acks a = { 0 };
 	uint8_t buf[100];
 	char err[1024];
 	uint64_t t0;
@@ -588,9 +536,8 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 
 	/* A write error. */
 	cfg_for(&cfg, addrs, 3, 110);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
-	is_int(rc, 0, "lost: open (%s)", rc ? err : "ok");
-	if (rc)
+	p = tlog_open(&cfg, "lost");
+	if (!p)
 		return;
 	fill(buf, 100, 0);
 	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: first append ok");
@@ -600,7 +547,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	ok(strstr(tw_primary_errmsg(p), p->bk[p->cur->rep[1]].addr) != NULL, "lost: message names the backup: %s",
 	   tw_primary_errmsg(p));
 	is_int(tw_primary_append(p, buf, 100, NULL), -TW_ENOBACKUP, "lost: later appends fail at once");
-	is_int(tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL), -TW_ENOBACKUP,
+	is_int(tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL), -TW_ENOBACKUP,
 	       "lost: async append refused, callback not called");
 	is_int(a.n, 0, "lost: no callback");
 	ok(tw_primary_close(p) < 0, "lost: close reports the failure");
@@ -613,12 +560,12 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		struct tw_mem_fault d = { .kind = TW_MEM_FAULT_DROP };
 
 		memset(&a, 0, sizeof(a));
-		tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
+		tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL);
 		tw_primary_flush(p);
 		tw__mem_inject(p->bk[p->cur->rep[0]].c->ch, &d);
 		t0 = tw_now_ns();
 		for (int i = 0; i < 5; i++)
-			tw_primary_append_async(p, buf, 100, ack_cb, &a, NULL);
+			tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL);
 		rc = tw_primary_flush(p);
 		is_int(rc, -TW_ENOBACKUP, "lost: dropped write, no spare -> ENOBACKUP after the op timeout");
 		ok(tw_now_ns() - t0 < 5000000000ull, "lost: within %llu ms",
@@ -650,20 +597,15 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 
 int main(void)
 {
-	struct tbackup b[6];
-	const char *addrs[4], *addrs4[4], *addrs_v[3];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	struct tbackup *b = cl.b;
+	const char **addrs = cl.addrs, *addrs4[4], *addrs_v[3];
 
 	if (getenv("TW_PRIMARY_TEST_PROVIDER"))
 		prov = getenv("TW_PRIMARY_TEST_PROVIDER");
-	snprintf(root, sizeof(root), "%s/test_primary.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < 4; i++)
-		tbackup_start(&b[i], root, i, prov, 8, SEG, 0);
-	tbackup_start(&b[4], root, 4, prov, 1, SEG, 1); /* small: one buffer */
-	tbackup_start(&b[5], root, 5, prov, 8, SEG, 0); /* victim */
-	for (unsigned i = 0; i < 4; i++)
-		addrs[i] = b[i].addr;
+	tbackups_start(&cl, "test_primary", 4, prov, 8, SEG);
+	tbackups_add(&cl, prov, 1, SEG, 1); /* b[4], small: one buffer */
+	tbackups_add(&cl, prov, 8, SEG, 0); /* b[5], the victim */
 	addrs4[0] = b[4].addr;
 	addrs4[1] = b[0].addr;
 	addrs4[2] = b[1].addr;
@@ -688,9 +630,7 @@ int main(void)
 	if (!strcmp(prov, "mem"))
 		test_lost(addrs, &b[5], addrs_v);
 
-	for (unsigned i = 0; i < 6; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

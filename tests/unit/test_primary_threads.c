@@ -22,16 +22,15 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define NB 3
 #define THREADS 8
 #define SEG (64u * 1024u)
 #define LEN 40u
 
-static char root[256];
 static unsigned per_thread = 3000;
 
 /* One acknowledgement, as the callback saw it. Written by the progress thread only. */
@@ -133,8 +132,8 @@ static int rec_cb(void *arg, const struct tw_recovered_entry *e)
 
 int main(void)
 {
-	struct tbackup bk[NB];
-	const char *addrs[NB];
+	struct tbackups cl;
+	const char **addrs = cl.addrs;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
@@ -145,23 +144,12 @@ int main(void)
 	if (getenv("TW_SANITIZER"))
 		per_thread = 1000;
 	total = (uint64_t)THREADS * per_thread;
-	snprintf(root, sizeof(root), "/tmp/tw-pthreads-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (int i = 0; i < NB; i++) {
-		tbackup_start(&bk[i], root, (unsigned)i, "mem", 32, SEG, 0);
-		addrs[i] = bk[i].addr;
-	}
+	tbackups_start(&cl, "tw-pthreads", NB, "mem", 32, SEG);
 	ack_lsn = calloc(total, sizeof(*ack_lsn));
 	all = calloc(total, sizeof(*all));
 	TAP_REQUIRE(ack_lsn && all, "memory");
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = 0x7417;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
-	cfg.replicas = 3;
-	cfg.provider = "mem";
+	tlog_primary_config(&cfg, "mem", addrs, NB, 0x7417);
 	cfg.segment_size = SEG;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_batch = 16;   /* the threads meet back-pressure all the time */
@@ -226,11 +214,7 @@ int main(void)
 		unsigned complete = 0;
 
 		memset(&c, 0, sizeof(c));
-		tw_recover_config_init(&rc_cfg);
-		rc_cfg.provider = "mem";
-		rc_cfg.log_id = 0x7417;
-		rc_cfg.backups = addrs;
-		rc_cfg.n_backups = NB;
+		tlog_recover_config(&rc_cfg, "mem", addrs, NB, 0x7417);
 		rc = tw_recover(&rc_cfg, rec_cb, &c, &res, err, sizeof(err));
 		is_int(rc, 0, "recovery from the backups (%s)", rc ? err : "ok");
 		is_int(c.got, total, "recovered every entry");
@@ -239,9 +223,7 @@ int main(void)
 			complete += c.next[t] == per_thread;
 		is_int(complete, THREADS, "all threads' entries present");
 	}
-	for (int i = 0; i < NB; i++)
-		tbackup_stop(&bk[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	free(ack_lsn);
 	free(all);
 	tap_done_testing();

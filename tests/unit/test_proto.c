@@ -13,6 +13,7 @@
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
 #include "tap.h"
+#include "wire_ref.h"
 
 #define MAXMSG TW_RPC_MAX_MSG_DEFAULT
 
@@ -260,34 +261,6 @@ static void test_roundtrip_all(void)
 
 /* ------------------------------------------------------------------ hand-crafted protobuf bytes */
 
-static size_t put_varint(unsigned char *p, uint64_t v)
-{
-	size_t n = 0;
-
-	while (v >= 0x80) {
-		p[n++] = (unsigned char)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (unsigned char)v;
-	return n;
-}
-
-static size_t put_tag(unsigned char *p, uint32_t field, unsigned wt)
-{
-	return put_varint(p, ((uint64_t)field << 3) | wt);
-}
-
-static size_t frame(unsigned char *out, unsigned major, unsigned minor, const unsigned char *body,
-		    size_t blen)
-{
-	tw_store_le16(out, TW_RPC_MAGIC);
-	out[2] = (unsigned char)major;
-	out[3] = (unsigned char)minor;
-	tw_store_le32(out + 4, (uint32_t)blen);
-	memcpy(out + TW_RPC_HDR_SIZE, body, blen);
-	return TW_RPC_HDR_SIZE + blen;
-}
-
 static void test_unknown_fields(void)
 {
 	unsigned char fence[64], env[256], msg[300];
@@ -298,32 +271,21 @@ static void test_unknown_fields(void)
 	int rc;
 
 	/* Fence{log_id=5, new_epoch=9, field 99 (varint) = 12345, field 100 (bytes) = "zz"} */
-	fl += put_tag(fence + fl, 1, 0);
-	fl += put_varint(fence + fl, 5);
-	fl += put_tag(fence + fl, 99, 0);
-	fl += put_varint(fence + fl, 12345);
-	fl += put_tag(fence + fl, 2, 0);
-	fl += put_varint(fence + fl, 9);
-	fl += put_tag(fence + fl, 100, 2);
-	fl += put_varint(fence + fl, 2);
-	fence[fl++] = 'z';
-	fence[fl++] = 'z';
+	fl += put_uint_field(fence + fl, 1, 5);
+	fl += put_uint_field(fence + fl, 99, 12345);
+	fl += put_uint_field(fence + fl, 2, 9);
+	fl += put_bytes_field(fence + fl, 100, "zz", 2);
 	/* Envelope{request_id=42, epoch=9, field 7 (future header, fixed64), fence=..., field 300 (fixed32)} */
-	el += put_tag(env + el, 1, 0);
-	el += put_varint(env + el, 42);
-	el += put_tag(env + el, 2, 0);
-	el += put_varint(env + el, 9);
+	el += put_uint_field(env + el, 1, 42);
+	el += put_uint_field(env + el, 2, 9);
 	el += put_tag(env + el, 7, 1);
 	memset(env + el, 0xab, 8);
 	el += 8;
-	el += put_tag(env + el, 26, 2);
-	el += put_varint(env + el, fl);
-	memcpy(env + el, fence, fl);
-	el += fl;
+	el += put_bytes_field(env + el, 26, fence, fl);
 	el += put_tag(env + el, 300, 5);
 	memset(env + el, 0xcd, 4);
 	el += 4;
-	ml = frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, el);
+	ml = put_frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, el);
 
 	tw__rpc_arena_init(&a, NULL, 0, 0);
 	rc = tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, why, sizeof(why));
@@ -340,16 +302,9 @@ static void test_unknown_fields(void)
 	tw__rpc_arena_reset(&a);
 
 	/* Unknown body kind (field 200, length-delimited, as a newer minor would send). */
-	el = 0;
-	el += put_tag(env + el, 1, 0);
-	el += put_varint(env + el, 43);
-	el += put_tag(env + el, 200, 2);
-	el += put_varint(env + el, 4);
-	el += put_tag(env + el, 1, 0);
-	el += put_varint(env + el, 1);
-	el += put_tag(env + el, 2, 0);
-	el += put_varint(env + el, 2);
-	ml = frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR + 1, env, el);
+	el = put_uint_field(env, 1, 43);
+	el += put_bytes_field(env + el, 200, (const unsigned char[]){ 1 << 3, 1, 2 << 3, 2 }, 4);
+	ml = put_frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR + 1, env, el);
 	rc = tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, why, sizeof(why));
 	ok(rc == 0, "envelope with an unknown body kind decodes");
 	if (rc == 0) {
@@ -364,7 +319,7 @@ static void test_unknown_fields(void)
 	tw__rpc_arena_reset(&a);
 
 	/* Empty envelope: no body at all. */
-	ml = frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, 0);
+	ml = put_frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, 0);
 	rc = tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, why, sizeof(why));
 	ok(rc == 0 && tw__rpc_validate_request(out, why, sizeof(why)) ==
 			       TAILWIND__STATUS__STATUS_INVALID_ARGUMENT,
@@ -464,7 +419,7 @@ static void test_frames(void)
 		size_t ml;
 
 		memset(g, 0xff, sizeof(g));
-		ml = frame(m, TW_RPC_MAJOR, TW_RPC_MINOR, g, sizeof(g));
+		ml = put_frame(m, TW_RPC_MAJOR, TW_RPC_MINOR, g, sizeof(g));
 		tw__rpc_arena_init(&a, NULL, 0, 0);
 		is_int(tw__rpc_decode(m, ml, MAXMSG, &a, &out, NULL, why, sizeof(why)), -TW_EPROTO,
 		       "undecodable envelope (%s)", why);
@@ -807,7 +762,7 @@ static void test_arena(void)
 		el += put_varint(env + el, inner);
 		memcpy(env + el, list, inner);
 		el += inner;
-		ml = frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, el);
+		ml = put_frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, el);
 		tw__rpc_arena_init(&a, NULL, 0, 64 * 1024);
 		is_int(tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, NULL, 0), -TW_EPROTO,
 		       "decode over the arena limit fails cleanly");

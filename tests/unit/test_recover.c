@@ -33,6 +33,7 @@
 
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 #include "twd_client.h"
 
 #define NB 3
@@ -42,30 +43,7 @@
 #define LAST 4 /* entries in the last (torn) write */
 #define LEN 100
 
-static char root[128];
-static struct tbackup bk[NB];
-static const char *addrs[NB];
-
-static void start_all(void)
-{
-	snprintf(root, sizeof(root), "/tmp/tw-trec-XXXXXX");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++) {
-		tbackup_start(&bk[i], root, i, "mem", 16, BUF, 0);
-		addrs[i] = bk[i].addr;
-	}
-}
-
-static void stop_all(void)
-{
-	char cmd[200];
-
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&bk[i]);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", root);
-}
+static struct tbackups cl;
 
 /* Expected log: writes with seeds, entries per write. */
 struct expect {
@@ -109,7 +87,7 @@ static int check_cb(void *arg, const struct tw_recovered_entry *e)
 static void conn_all(struct twc *c, uint64_t log_id, uint64_t seg, uint64_t version[NB])
 {
 	for (int i = 0; i < NB; i++) {
-		int rc = twc_connect(&c[i], "mem", addrs[i]);
+		int rc = twc_connect(&c[i], "mem", cl.addrs[i]);
 
 		TAP_REQUIRE(rc == 0, "connect %d: %s", i, tw_strerror(rc));
 		TAP_REQUIRE(twc_seg_init(&c[i], BUF) == 0, "seg init");
@@ -140,12 +118,21 @@ static void write_acked(struct twc *c, struct expect *x)
 	}
 }
 
+/* Segment 0 of log_id open on every backup (replica versions `version`, NULL: 0) with `W`
+ * acknowledged writes of PER entries; x expects them. */
+static void acked_log(struct twc *c, uint64_t log_id, uint64_t version[NB], struct expect *x)
+{
+	memset(x, 0, sizeof(*x));
+	conn_all(c, log_id, 0, version);
+	write_acked(c, x);
+}
+
 static int recover(uint64_t log_id, struct expect *x, struct tw_recover_result *res)
 {
 	x->w = x->i = 0;
 	x->got = x->bad = 0;
 	x->why[0] = '\0';
-	return tbackup_recover(addrs, NB, log_id, check_cb, x, res);
+	return tbackup_recover(cl.addrs, NB, log_id, check_cb, x, res);
 }
 
 static const char *kind_name(enum tw_mem_fault_kind k)
@@ -172,9 +159,7 @@ static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool exp
 	char desc[96];
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, log_id, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, log_id, NULL, &x);
 	for (int i = 0; i < NB; i++) {
 		if (f[i].kind != TW_MEM_FAULT_NONE)
 			TAP_REQUIRE(tw__mem_inject(c[i].ch, &f[i]) == 0, "inject");
@@ -208,7 +193,7 @@ static void torn_case(uint64_t log_id, const struct tw_mem_fault f[NB], bool exp
 
 		for (int i = 0; i < NB; i++)
 			if (f[i].kind != TW_MEM_FAULT_NONE)
-				rest[n++] = addrs[i];
+				rest[n++] = cl.addrs[i];
 		x.w = x.i = 0;
 		x.got = x.bad = 0;
 		rc = tbackup_recover(rest, n, log_id, check_cb, &x, &res2);
@@ -269,9 +254,7 @@ static void test_restart_flushed(void)
 	const char *rest[NB - 1] = { NULL };
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x106, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, 0x106, NULL, &x);
 	for (int i = 0; i < NB; i++) {
 		if (i != 1)
 			TAP_REQUIRE(tw__mem_inject(c[i].ch, &fail) == 0, "inject");
@@ -283,16 +266,16 @@ static void test_restart_flushed(void)
 	x.seed[x.writes] = 7777;
 	x.n[x.writes++] = LAST;
 	for (unsigned i = 0; i < NB; i++) {
-		tbackup_shutdown(&bk[i]);
-		tbackup_start(&bk[i], root, i, "mem", 16, BUF, 0);
+		tbackup_shutdown(&cl.b[i]);
+		tbackup_start(&cl.b[i], cl.root, i, "mem", 16, BUF, 0);
 	}
 	rc = recover(0x106, &x, &res);
 	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER + LAST && res.copies_repaired == 2,
 	   "after a restart: recovered %" PRIu64 " entries, the two short copies (flushed while "
 	   "open) completed from their files (%" PRIu64 ")%s%s", x.got, res.copies_repaired,
 	   x.bad ? ": " : "", x.why);
-	rest[0] = addrs[0];
-	rest[1] = addrs[2];
+	rest[0] = cl.addrs[0];
+	rest[1] = cl.addrs[2];
 	x.w = x.i = 0;
 	x.got = x.bad = 0;
 	rc = tbackup_recover(rest, NB - 1, 0x106, check_cb, &x, &res2);
@@ -313,15 +296,13 @@ static void test_late_backup(void)
 	char err[256];
 	int rc, n;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x500, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, 0x500, NULL, &x);
 	TAP_REQUIRE(twc_write(&c[2], LAST, LEN, 4444) == 0, "extra write to backup 2 only");
 	close_all(c);
 	tw_recover_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.log_id = 0x500;
-	cfg.backups = addrs;
+	cfg.backups = cl.addrs;
 	cfg.n_backups = 2; /* backup 2 unreachable this time */
 	x.w = x.i = 0;
 	x.got = x.bad = 0;
@@ -333,7 +314,7 @@ static void test_late_backup(void)
 	ok(rc == 0 && x.bad == 0 && x.got == (uint64_t)W * PER,
 	   "backup 2 is back with a longer open copy: the closed copies win (%" PRIu64
 	   " entries, same answer)", x.got);
-	TAP_REQUIRE(twc_connect(&c[0], "mem", addrs[2]) == 0, "connect");
+	TAP_REQUIRE(twc_connect(&c[0], "mem", cl.addrs[2]) == 0, "connect");
 	n = twc_list(&c[0], 0x500, false, li, 4);
 	/* Closed, and possibly already flushed by the backup's flusher thread: both are final. */
 	ok(n == 1 &&
@@ -353,9 +334,7 @@ static void test_versions(void)
 	struct tw_recover_result res;
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x200, 0, ver);
-	write_acked(c, &x);
+	acked_log(c, 0x200, ver, &x);
 	/* The old-version copy got more writes (a primary that lost it kept a stale view). */
 	TAP_REQUIRE(twc_write(&c[2], LAST, LEN, 5555) == 0, "stale write");
 	close_all(c);
@@ -372,9 +351,7 @@ static void test_corrupt_closed(void)
 	struct tw_recover_result res;
 	int rc;
 
-	memset(&x, 0, sizeof(x));
-	conn_all(c, 0x300, 0, NULL);
-	write_acked(c, &x);
+	acked_log(c, 0x300, NULL, &x);
 	rc = twc_close_seg(&c[0], c[0].w.pos, c[0].w.last_checksum ^ 0x5a5a, NULL);
 	is_int(rc, -TW_ECORRUPT, "backup 0 marks its copy corrupt (close checksum mismatch)");
 	for (int i = 1; i < NB; i++)
@@ -396,7 +373,7 @@ static void test_gap_and_cancel(void)
 	int rc;
 
 	memset(&x, 0, sizeof(x));
-	TAP_REQUIRE(twc_connect(&c, "mem", addrs[0]) == 0, "connect");
+	TAP_REQUIRE(twc_connect(&c, "mem", cl.addrs[0]) == 0, "connect");
 	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0, "seg");
 	TAP_REQUIRE(twc_open(&c, 0x400, 0, 0, 0, BUF) == 0, "open 0");
 	TAP_REQUIRE(twc_write(&c, PER, LEN, 1000) == 0, "write");
@@ -414,11 +391,7 @@ static void test_gap_and_cancel(void)
 	   "segment 1 missing: -TW_ENOBACKUP before delivering anything (%" PRIu64 " entries; "
 	   "%s)", x.got, tw_strerror(rc));
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = 0x300;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, "mem", cl.addrs, NB, 0x300);
 	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
 	ok(rc == 0 && res.entries == (uint64_t)W * PER, "verify-only recovery (no callback): %"
 	   PRIu64 " entries", res.entries);
@@ -438,11 +411,7 @@ static void test_cancel_and_errors(void)
 	char err[256];
 	int rc;
 
-	tw_recover_config_init(&cfg);
-	cfg.provider = "mem";
-	cfg.log_id = 0x300;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
+	tlog_recover_config(&cfg, "mem", cl.addrs, NB, 0x300);
 	rc = tw_recover(&cfg, stop_cb, NULL, &res, err, sizeof(err));
 	ok(rc == -ECANCELED && res.entries == 6, "the callback stops the recovery: -ECANCELED "
 	   "after 6 entries (%s)", err);
@@ -455,7 +424,7 @@ static void test_cancel_and_errors(void)
 	rc = tw_recover(&cfg, NULL, NULL, &res, err, sizeof(err));
 	ok(rc == -TW_ENOBACKUP, "no backup reachable: -TW_ENOBACKUP (%s)", err);
 
-	cfg.backups = addrs;
+	cfg.backups = cl.addrs;
 	cfg.n_backups = NB;
 	cfg.epoch = 50;
 	{
@@ -489,7 +458,7 @@ static void test_unknown_log(void)
 int main(void)
 {
 	tap_plan(39);
-	start_all();
+	tbackups_start(&cl, "tw-trec", NB, "mem", 16, BUF);
 	test_unknown_log();
 	test_torn();
 	test_late_backup();
@@ -498,6 +467,6 @@ int main(void)
 	test_corrupt_closed();
 	test_gap_and_cancel();
 	test_cancel_and_errors();
-	stop_all();
+	tbackups_stop(&cl);
 	return tap_exit();
 }

@@ -16,7 +16,9 @@
 #include "core/util.h"
 #include "proto/rpc.h"
 #include "proto/rpc_int.h"
+#include "rpc_fixture.h"
 #include "tap.h"
+#include "wire_ref.h"
 
 enum srv_mode { MODE_SERVE, MODE_DROP, MODE_DELAY, MODE_CLOSE };
 
@@ -91,19 +93,17 @@ static int h_list(void *arg, struct tw__rpc_call *c)
 	Tailwind__ListSegmentsReply *r = &c->reply.list_segments;
 	size_t max = tw__rpc_list_max_entries(c->srv), n, i;
 	uint64_t from = l->from_segment_id;
+	Tailwind__SegmentInfo **segs;
 
 	if (l->log_id != 5)
 		return tw__rpc_call_fail(c, -TW_ENOTFOUND, "no log %llu", (unsigned long long)l->log_id);
 	n = from >= TOTAL_SEGS ? 0 : TW_MIN(max, TOTAL_SEGS - from);
-	r->segments = tw__rpc_call_alloc(c, n * sizeof(*r->segments) + 1);
-	if (!r->segments)
+	segs = rpc_list_reply(c, n);
+	if (!segs)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		Tailwind__SegmentInfo *s = tw__rpc_call_alloc(c, sizeof(*s));
+		Tailwind__SegmentInfo *s = segs[i];
 
-		if (!s)
-			return -ENOMEM;
-		tailwind__segment_info__init(s);
 		/* worst-case sized values, to check the max-entries bound */
 		s->log_id = (uint64_t)TW_RPC_ID_MAX;
 		s->segment_id = from + i;
@@ -115,9 +115,7 @@ static int h_list(void *arg, struct tw__rpc_call *c)
 		s->corrupt = true;
 		s->entries = TW_RPC_LEN_MAX;
 		s->length = TW_RPC_LEN_MAX;
-		r->segments[i] = s;
 	}
-	r->n_segments = n;
 	r->more = from + n < TOTAL_SEGS;
 	r->next_log_id = 5;
 	r->next_segment_id = from + n;
@@ -769,10 +767,7 @@ static void test_server_garbage(void)
 	C.raw_count = 0;
 	tw__rpc_arena_init(&a, NULL, 0, 0);
 
-	tw_store_le16(buf, TW_RPC_MAGIC);
-	buf[2] = TW_RPC_MAJOR;
-	buf[3] = 0;
-	tw_store_le32(buf + 4, 16);
+	put_frame_hdr(buf, TW_RPC_MAJOR, 0, 16);
 	memset(buf + 8, 0xff, 16);
 	rc = raw_exchange(buf, 24);
 	is_int(rc, 1, "undecodable envelope answered");

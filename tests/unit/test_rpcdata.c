@@ -8,7 +8,6 @@
  * asynchronous appends through the rpc path, closed (the backups' close scans agree) and counted.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,55 +20,12 @@
 #include "core/util.h"
 #include "replica/backup_int.h"
 #include "log/check.h"
-#include "rmtree.h"
 #include "tap.h"
+#include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 #define NB 3
-
-struct tbackup {
-	struct tw_backup *b;
-	pthread_t th;
-	char dir[300];
-	char addr[128];
-};
-
-static char root[256];
-
-static void *backup_main(void *arg)
-{
-	tw_backup_run(((struct tbackup *)arg)->b);
-	return NULL;
-}
-
-static void backup_start(struct tbackup *t, unsigned i)
-{
-	struct tw_backup_config bc;
-	int rc;
-
-	memset(t, 0, sizeof(*t));
-	snprintf(t->dir, sizeof(t->dir), "%s/b%u", root, i);
-	tw_backup_config_init(&bc);
-	bc.provider = "mem";
-	bc.dir = t->dir;
-	bc.buffers = 32;
-	bc.buffer_size = SEG;
-	rc = tw_backup_open(&bc, &t->b);
-	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
-	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
-	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
-}
-
-static void backup_pause(struct tbackup *t)
-{
-	tw_backup_stop(t->b);
-	pthread_join(t->th, NULL);
-}
-
-static void backup_resume(struct tbackup *t)
-{
-	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");
-}
 
 static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
 {
@@ -122,13 +78,8 @@ static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum t
 	char err[512];
 	int rc;
 
-	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = NB;
+	tlog_primary_config(&cfg, "mem", addrs, NB, log_id);
 	cfg.replicas = NB;
-	cfg.provider = "mem";
 	cfg.segment_size = SEG;
 	cfg.data_path = dp;
 	if (timeout_ms) {
@@ -145,20 +96,6 @@ static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum t
 static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_data_path dp)
 {
 	return open_log_t(addrs, log_id, dp, 0);
-}
-
-struct cnt {
-	uint64_t n, errors;
-};
-
-static void count_cb(void *arg, int status, uint64_t lsn)
-{
-	struct cnt *c = arg;
-
-	(void)lsn;
-	c->n++;
-	if (status)
-		c->errors++;
 }
 
 static void test_same_bytes(struct tbackup *bk, const char **addrs)
@@ -186,7 +123,7 @@ static void test_same_bytes(struct tbackup *bk, const char **addrs)
 	is_int(rc, 0, "1200 synchronous appends on both paths, same positions");
 	/* Look at the open segment on every backup, with the backups paused. */
 	for (unsigned k = 0; k < NB; k++)
-		backup_pause(&bk[k]);
+		tbackup_pause(&bk[k]);
 	for (unsigned k = 0; k < NB; k++) {
 		uint32_t segid = tw_lsn_to_pos(last).segment;
 		struct seg *x = tw__bk_seg_find(bk[k].b, 101, segid);
@@ -223,7 +160,7 @@ static void test_same_bytes(struct tbackup *bk, const char **addrs)
 	ok(same && compared == NB, "open segment: identical data entries on all %u backups", compared);
 	ok(scans, "open segment: both scan (each with its seed) to the same entries and valid length");
 	for (unsigned k = 0; k < NB; k++)
-		backup_resume(&bk[k]);
+		tbackup_resume(&bk[k]);
 	tw_primary_get_stats(a, &sa);
 	tw_primary_get_stats(r, &sr);
 	ok(sa.writes == 1200 && sr.writes == 1200 && sa.segments == sr.segments && sr.segments >= 3,
@@ -238,14 +175,14 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 {
 	struct tw_primary *r = open_log(addrs, 103, TW_DATA_RPC);
 	struct tw_primary_stats st;
-	struct cnt c = { 0, 0 };
+	struct tlog_acks c = { 0 };
 	uint8_t payload[300];
 	uint64_t entries = 0, n = 4000;
 	int rc = 0;
 
 	for (uint64_t i = 0; i < n && !rc; i++) {
 		fill(payload, len_of(i), i);
-		rc = tw_primary_append_async(r, payload, len_of(i), count_cb, &c, NULL);
+		rc = tw_primary_append_async(r, payload, len_of(i), tlog_ack_cb, &c, NULL);
 	}
 	if (!rc)
 		rc = tw_primary_flush(r);
@@ -255,13 +192,13 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 	ok(st.writes < n, "batched: %llu writes for %llu entries", (unsigned long long)st.writes,
 	   (unsigned long long)n);
 	is_int(tw_primary_close(r), 0, "closed: every segment's close scan agreed");
-	backup_pause(&bk[0]);
+	tbackup_pause(&bk[0]);
 	for (uint64_t s = 0; s < st.segments; s++) {
 		struct seg *x = tw__bk_seg_find(bk[0].b, 103, s);
 
 		entries += x ? x->entries : 0;
 	}
-	backup_resume(&bk[0]);
+	tbackup_resume(&bk[0]);
 	ok(entries == n, "backup 0 verified %llu entries in %llu segments",
 	   (unsigned long long)entries, (unsigned long long)st.segments);
 }
@@ -278,19 +215,19 @@ static void test_who_placed(struct tbackup *bk, const char **addrs)
 	int rc = 0;
 
 	fill(payload, sizeof(payload), 3);
-	backup_pause(&bk[1]);
+	tbackup_pause(&bk[1]);
 	tw__fab_get_stats(bk[1].b->fab, &f0);
-	backup_resume(&bk[1]);
+	tbackup_resume(&bk[1]);
 	for (unsigned i = 0; i < 50 && !rc; i++)
 		rc = tw_primary_append(a, payload, sizeof(payload), NULL);
-	backup_pause(&bk[1]);
+	tbackup_pause(&bk[1]);
 	tw__fab_get_stats(bk[1].b->fab, &f1);
-	backup_resume(&bk[1]);
+	tbackup_resume(&bk[1]);
 	for (unsigned i = 0; i < 50 && !rc; i++)
 		rc = tw_primary_append(r, payload, sizeof(payload), NULL);
-	backup_pause(&bk[1]);
+	tbackup_pause(&bk[1]);
 	tw__fab_get_stats(bk[1].b->fab, &f2);
-	backup_resume(&bk[1]);
+	tbackup_resume(&bk[1]);
 	tw_primary_get_stats(r, &st);
 	is_int(rc, 0, "50 appends on each path");
 	ok(f1.wmsg_served == f0.wmsg_served, "one-sided: the backup placed no write itself");
@@ -314,38 +251,27 @@ static void test_rpc_timeout(struct tbackup *bk, const char **addrs)
 
 	fill(payload, sizeof(payload), 1);
 	is_int(tw_primary_append(r, payload, sizeof(payload), NULL), 0, "append with all backups up");
-	backup_pause(&bk[2]);
+	tbackup_pause(&bk[2]);
 	t0 = tw_now_ns();
 	rc = tw_primary_append(r, payload, sizeof(payload), NULL);
 	ok(rc < 0 && tw_now_ns() - t0 < 5000000000ull,
 	   "backup silent: the append fails in %.2f s (%s)", (double)(tw_now_ns() - t0) / 1e9,
 	   tw_strerror(rc));
-	backup_resume(&bk[2]);
+	tbackup_resume(&bk[2]);
 	tw_primary_close(r);
 }
 
 int main(void)
 {
-	struct tbackup bk[NB];
-	const char *addrs[NB];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
 
 	tap_plan(22);
 	test_check_write();
-	snprintf(root, sizeof(root), "%s/test_rpcdata.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++) {
-		backup_start(&bk[i], i);
-		addrs[i] = bk[i].addr;
-	}
-	test_same_bytes(bk, addrs);
-	test_rpc_batched(bk, addrs);
-	test_rpc_timeout(bk, addrs);
-	test_who_placed(bk, addrs);
-	for (unsigned i = 0; i < NB; i++) {
-		backup_pause(&bk[i]);
-		tw_backup_close(bk[i].b);
-	}
-	rm_tree(root);
+	tbackups_start(&cl, "test_rpcdata", NB, "mem", 32, SEG);
+	test_same_bytes(cl.b, cl.addrs);
+	test_rpc_batched(cl.b, cl.addrs);
+	test_rpc_timeout(cl.b, cl.addrs);
+	test_who_placed(cl.b, cl.addrs);
+	tbackups_stop(&cl);
 	return tap_exit();
 }

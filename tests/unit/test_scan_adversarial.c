@@ -23,6 +23,7 @@
 #include <tailwind/log_format.h>
 
 #include "core/util.h"
+#include "log_ref.h"
 #include "rng.h"
 #include "tear.h"
 #include "tap.h"
@@ -52,23 +53,6 @@ static struct tw_scan_result scan_exact(const uint8_t *data, size_t len, size_t 
 	return r;
 }
 
-/* The data header check from the format description, independent of the library. */
-static uint16_t ref_hcheck(const uint8_t *h)
-{
-	uint8_t m[10];
-
-	m[0] = h[0];
-	m[1] = h[1];
-	memcpy(m + 2, h + 4, 8);
-	return (uint16_t)(0x8000u | (tw_crc32c_portable(0, m, 10) & 0x7fffu));
-}
-
-/* Give the data header at h (12 bytes) a matching check. */
-static void fix_hcheck(uint8_t *h)
-{
-	tw_store_le16(h + 2, ref_hcheck(h));
-}
-
 /*
  * Walk b[0..len) the way the scan does and fix the check of every data header it reaches, so
  * that random bytes get past the header check and exercise the length and CRC paths.
@@ -85,7 +69,7 @@ static void fix_reachable(uint8_t *b, size_t len, bool clear_flags)
 
 			if (clear_flags)
 				b[pos + 1] = 0;
-			fix_hcheck(b + pos);
+			ref_set_hcheck(b + pos);
 			l = tw_load_le32(b + pos + 4);
 			if (l > rem - TW_ENTRY_HDR_SIZE)
 				return;
@@ -314,7 +298,7 @@ static void hcheck_distance(void)
 		h[1] = 0;
 		tw_store_le32(h + 4, (uint32_t)rnd());
 		tw_store_le32(h + 8, (uint32_t)rnd());
-		fix_hcheck(h);
+		ref_set_hcheck(h);
 		for (int i = 0; i < 96; i++) {
 			for (int j = i; j < 96; j++) {
 				uint8_t m[12];
@@ -489,7 +473,7 @@ static void crafted_tails(void)
 		memcpy(b, lg.buf, lg.len);
 		memcpy(b + lg.len, c->tail, c->tail_len);
 		if (c->fix)
-			fix_hcheck(b + lg.len);
+			ref_set_hcheck(b + lg.len);
 		r = scan_exact(b, len, &disagree);
 		ok(r.valid_len == lg.len && r.entries == lg.entries[2] && r.stop == c->stop &&
 			   r.stop_offset == (c->stop == TW_SCAN_END ? len : lg.len),
@@ -562,7 +546,7 @@ static void hostile_fields(void)
 					bad++;
 				/* as a hostile header with a matching check: the bounds checks,
 				 * the payload CRC and the chain must reject it */
-				fix_hcheck(b);
+				ref_set_hcheck(b);
 				r = scan_exact(lg.buf, lg.len, &disagree);
 				tw_store_le16(b + 2, save[2] | (uint16_t)(save[3] << 8));
 				cases++;

@@ -25,6 +25,7 @@
 #include "replica/segfile.h"
 #include "pagecache.h"
 #include "tap.h"
+#include "tmpdir.h"
 
 static char dir[512];
 static int dirfd_;
@@ -607,11 +608,9 @@ static void test_truncations(void)
 
 int main(void)
 {
-	char cmd[600];
 	const char *root = getenv("TW_BUILD_ROOT");
 
-	snprintf(dir, sizeof(dir), "%s/tw-segfile-XXXXXX", root && root[0] ? root : "/tmp");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), root && root[0] ? root : "/tmp", "tw-segfile");
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
 	TAP_REQUIRE(dirfd_ >= 0, "open dir");
 	test_header();
@@ -625,9 +624,7 @@ int main(void)
 	test_seed();
 	test_truncations();
 	close(dirfd_);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	tap_done_testing();
 	return tap_exit();
 }

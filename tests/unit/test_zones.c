@@ -15,28 +15,21 @@
 
 #include "fabric/fabric.h"
 #include "replica/primary_int.h"
-#include "rmtree.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tlog.h"
 
 #define SEG (64u * 1024u)
 #define OBJ 100u
 #define NB 6
 
-static char root[256];
 static const char *zones[NB] = { "A", "A", "B", "B", "C", "C" };
 
 static void cfg_for(struct tw_primary_config *cfg, const char **addrs, const char **z, size_t n,
 		    uint64_t log_id)
 {
-	tw_primary_config_init(cfg);
-	cfg->log_id = log_id;
-	cfg->epoch = 1;
-	cfg->backups = addrs;
+	tlog_primary_config(cfg, "mem", addrs, n, log_id);
 	cfg->zones = z;
-	cfg->n_backups = n;
-	cfg->replicas = 3;
-	cfg->provider = "mem";
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 500;
 	cfg->op_timeout_ms = 300;
@@ -173,24 +166,16 @@ static void test_static_backend(const char **addrs)
 
 int main(void)
 {
-	struct tbackup b[NB];
-	const char *addrs[NB];
-	const char *tmp = getenv("TMPDIR");
+	struct tbackups cl;
+	const char **addrs = cl.addrs;
 
-	snprintf(root, sizeof(root), "%s/test_zones.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
-	for (unsigned i = 0; i < NB; i++) {
-		tbackup_start(&b[i], root, i, "mem", 16, SEG, 0);
-		addrs[i] = b[i].addr;
-	}
+	tbackups_start(&cl, "test_zones", NB, "mem", 16, SEG);
 	test_placement(addrs, false);
 	test_placement(addrs, true);
 	test_spare(addrs);
 	test_too_few_zones(addrs);
 	test_static_backend(addrs);
-	for (unsigned i = 0; i < NB; i++)
-		tbackup_stop(&b[i]);
-	rm_tree(root);
+	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
 }

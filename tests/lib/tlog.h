@@ -1,0 +1,93 @@
+/*
+ * tests/lib/tlog.h — a test's log: the configuration of its primary and of its recovery, and a
+ * record of the acknowledgements of its asynchronous appends. Header-only (the benches use it).
+ *
+ *   struct tw_primary_config cfg;
+ *   struct tlog_acks a = { 0 };
+ *   tlog_primary_config(&cfg, "mem", addrs, 4, 0x42);  // then the test's own fields
+ *   tw_primary_append_async(p, buf, len, tlog_ack_cb, &a, NULL);
+ *   ... is_int(a.errors, 0, ...); is_int(a.out_of_order, 0, ...);
+ */
+#ifndef TW_TESTS_TLOG_H
+#define TW_TESTS_TLOG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+
+#include "tap.h"
+
+/* tw_primary_config_init (3 replicas, default segment size), then log_id at epoch 1 on
+ * backups[0..n) over provider. */
+static inline void tlog_primary_config(struct tw_primary_config *cfg, const char *provider,
+				       const char *const *backups, size_t n, uint64_t log_id)
+{
+	tw_primary_config_init(cfg);
+	cfg->provider = provider;
+	cfg->backups = backups;
+	cfg->n_backups = n;
+	cfg->log_id = log_id;
+	cfg->epoch = 1;
+}
+
+/* tw_primary_open(cfg), a TAP test of its own ("<what>: open", what from the printf format):
+ * the log, or NULL when it did not open. */
+static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, const char *fmt,
+					   ...) TAP_PRINTF(2, 3);
+static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, const char *fmt,
+					   ...)
+{
+	struct tw_primary *p = NULL;
+	char what[256], err[1024];
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	rc = tw_primary_open(cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "%s: open (%s)", what, rc ? err : "ok");
+	return rc ? NULL : p;
+}
+
+/* tw_recover_config_init (default timeouts), then log_id from backups[0..n) over provider. */
+static inline void tlog_recover_config(struct tw_recover_config *cfg, const char *provider,
+				       const char *const *backups, size_t n, uint64_t log_id)
+{
+	tw_recover_config_init(cfg);
+	cfg->provider = provider;
+	cfg->backups = backups;
+	cfg->n_backups = n;
+	cfg->log_id = log_id;
+}
+
+/* The acknowledgements of one log's appends (tw_primary_append_async callbacks). */
+struct tlog_acks {
+	uint64_t n;            /* callbacks */
+	uint64_t ok;           /* of them with status 0 */
+	uint64_t errors;       /* with an error; the first one's code: */
+	int first_err;
+	uint64_t out_of_order; /* callbacks whose lsn is not above the one before */
+	uint64_t last_lsn;     /* the last callback's */
+};
+
+/* A tw_append_cb: arg is a struct tlog_acks. One thread (or the caller's lock). */
+static inline void tlog_ack_cb(void *arg, int status, uint64_t lsn)
+{
+	struct tlog_acks *a = arg;
+
+	if (a->n && lsn <= a->last_lsn)
+		a->out_of_order++;
+	a->last_lsn = lsn;
+	a->n++;
+	if (!status)
+		a->ok++;
+	else if (!a->errors++)
+		a->first_err = status;
+}
+
+#endif
