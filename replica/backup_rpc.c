@@ -495,6 +495,8 @@ int tw__bk_rpc_init(struct tw_backup *b)
 	ops.handlers[TW_RPC_RELEASE_SEGMENT] = h_release;
 	ops.handlers[TW_RPC_STATS] = h_stats;
 	ops.handlers[TW_RPC_RECOVERED_OFFSET] = tw__bk_h_recovered_offset; /* backup_recovery.c */
+	ops.handlers[TW_RPC_SET_ACKED] = tw__bk_h_set_acked;         /* backup_readers.c */
+	ops.handlers[TW_RPC_READ_ENTRIES] = tw__bk_h_read_entries;   /* backup_readers.c */
 	ops.on_close = on_server_close;
 	ops.admit = admit;
 	ops.node_id = b->node_id;

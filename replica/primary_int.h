@@ -295,6 +295,9 @@ struct tw_primary {
 	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
 	unsigned fo_first;      /* the backup whose loss began the suspension */
 
+	/* The acknowledged position published to the replicas (primary_acked.c). */
+	struct tw__packed *pub;
+
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * tw__primary_op_done (the test calls tw__primary_op_done itself, e.g. out of order). */
 	tw_op_cb test_op_cb;
@@ -356,6 +359,13 @@ bool tw__primary_is_replica(struct tw_primary *p, unsigned b);
  *   it cannot. tw__pfo_background: re-replicate one closed segment if due (rate-limited);
  *   all: every one now. */
 void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+
+/* Readers (primary_acked.c, docs/readers.md): publish the acknowledged position to the replicas
+ * of its segment when it moved (SetAcked, one round in flight at a time), after a reap; release
+ * the publisher when the log is freed (calls still in flight complete harmlessly). */
+struct tw__packed;
+void tw__packed_publish(struct tw_primary *p);
+void tw__packed_release(struct tw_primary *p);
 
 /* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
  * context); coord kept by the primary (not closed on failure). */
