@@ -1,0 +1,352 @@
+/*
+ * tests/integration/reader_e2e.c — readers of a live log over a real provider (argv[1]: tcp,
+ * sockets, shm), against three local twd backups with 64 KiB buffers (a segment rolls over
+ * every ~550 objects), the writer a primary in this process (async mode, r = 2 of the 3).
+ *
+ *  1. follow: a reader opened at the oldest entry follows a writer appending 4000 objects and
+ *     returns exactly objects 0..3999, in order, intact, each one only once the primary had
+ *     acknowledged it (its LSN below tw_primary_acked_lsn at that moment), and nothing more;
+ *     a reader opened at the tail returns only what is appended after its open; a reader
+ *     opened at an LSN starts exactly there.
+ *  2. eight readers at once, each on its own thread, follow one writer to the end.
+ *  3. cleaning: after tw_primary_free, a reader at a freed position gets -TW_EFREED.
+ *  4. a backup killed under a reader: the backup it reads from gets SIGKILL while the writer
+ *     goes on (the primary replaces the replica on the third backup); the reader moves to
+ *     another copy and still returns every object exactly once, in order.
+ *  5. authentication: against keyed backups a reader without the key is refused (-EACCES)
+ *     and one with the key is served.
+ * The kill of the primary itself, and takeovers, are reader_crash.c.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <tailwind/primary.h>
+#include <tailwind/reader.h>
+
+#include "recover_util.h"
+#include "tap.h"
+
+#define SEGSZ 65536u
+
+static const char *prov;
+static struct rt_cluster cl;
+
+struct writer {
+	struct tw_primary *p;
+	uint64_t from, n;     /* objects from..from+n-1 */
+	unsigned pause_every; /* yield every so many appends (0: never) */
+	atomic_uint_fast64_t done;
+	int rc;
+	pthread_t th;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	uint8_t obj[RT_OBJ];
+
+	for (uint64_t i = 0; i < w->n; i++) {
+		uint64_t lsn;
+
+		rt_fill(obj, w->from + i);
+		w->rc = tw_primary_append(w->p, obj, RT_OBJ, &lsn);
+		if (w->rc)
+			break;
+		atomic_store(&w->done, i + 1);
+		if (w->pause_every && i % w->pause_every == 0)
+			usleep(1000);
+	}
+	return NULL;
+}
+
+static struct tw_primary *open_log(uint64_t log_id, unsigned replicas)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char err[512];
+	int rc;
+
+	tw_primary_config_init(&cfg);
+	cfg.provider = prov;
+	cfg.log_id = log_id;
+	cfg.backups = cl.addrs;
+	cfg.n_backups = cl.n;
+	cfg.replicas = replicas;
+	cfg.segment_size = SEGSZ;
+	cfg.mode = TW_PRIMARY_ASYNC;
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "open log %" PRIx64 ": %s", log_id, err);
+	return p;
+}
+
+static int open_reader(uint64_t log_id, enum tw_read_from from, uint64_t lsn, const char *key,
+		       struct tw_reader **out, char *err, size_t len)
+{
+	struct tw_reader_config rc;
+
+	tw_reader_config_init(&rc);
+	rc.provider = prov;
+	rc.log_id = log_id;
+	rc.backups = cl.addrs;
+	rc.n_backups = cl.n;
+	rc.from = from;
+	rc.lsn = lsn;
+	rc.key_file = key;
+	rc.poll_ms = 500;
+	return tw_reader_open(&rc, out, err, len);
+}
+
+/* Whether entry e is object `seq`, intact. */
+static bool is_obj(const struct tw_reader_entry *e, uint64_t seq)
+{
+	uint8_t want[RT_OBJ];
+
+	rt_fill(want, seq);
+	return e->len == RT_OBJ && memcmp(e->data, want, RT_OBJ) == 0;
+}
+
+/* Read objects first..first+n-1 in order. Returns how many came right; *bad_out counts the
+ * ones that came before the primary acknowledged them (p may be NULL: not checked). */
+static uint64_t follow(struct tw_reader *r, struct tw_primary *p, uint64_t first, uint64_t n,
+		       uint64_t *early_out, char *why, size_t len)
+{
+	uint64_t got = 0, early = 0;
+
+	why[0] = '\0';
+	while (got < n) {
+		struct tw_reader_entry e;
+		int rc = tw_reader_next(r, &e, 20000);
+
+		if (rc) {
+			snprintf(why, len, "after %" PRIu64 ": %s: %s", got, tw_strerror(rc),
+				 tw_reader_errmsg(r));
+			break;
+		}
+		if (p && e.lsn >= tw_primary_acked_lsn(p))
+			early++;
+		if (!is_obj(&e, first + got)) {
+			snprintf(why, len, "entry %" PRIu64 " (lsn %016" PRIx64 ", %u bytes) is not "
+				 "object %" PRIu64, got, e.lsn, e.len, first + got);
+			break;
+		}
+		got++;
+	}
+	if (early_out)
+		*early_out = early;
+	return got;
+}
+
+static void test_follow(void)
+{
+	struct tw_primary *p = open_log(0x7100, 2);
+	struct writer w = { .p = p, .from = 0, .n = 4000 };
+	struct tw_reader *r, *rt, *rl;
+	struct tw_reader_entry e;
+	struct tw_reader_stats st;
+	uint64_t got, early, mid_lsn = 0;
+	char err[512], why[512];
+	int rc;
+
+	rc = open_reader(0x7100, TW_READ_OLDEST, 0, NULL, &r, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "reader open: %s", err);
+	TAP_REQUIRE(pthread_create(&w.th, NULL, writer_main, &w) == 0, "writer thread");
+	got = follow(r, p, 0, 4000, &early, why, sizeof(why));
+	pthread_join(w.th, NULL);
+	ok(w.rc == 0 && got == 4000, "%s: the reader returned objects 0..%" PRIu64 " of 4000 in "
+	   "order, intact %s", prov, got, why);
+	ok(early == 0, "%s: none before the primary acknowledged it (%" PRIu64 " early)", prov,
+	   early);
+	rc = tw_reader_next(r, &e, 300);
+	ok(rc == -ETIMEDOUT, "%s: nothing more after the last acknowledged entry (%s)", prov,
+	   tw_strerror(rc));
+	tw_reader_get_stats(r, &st);
+	ok(st.entries == 4000 && st.segments >= 5, "%s: %" PRIu64 " entries from %" PRIu64
+	   " segments in %" PRIu64 " reads (%" PRIu64 " held at the end), %" PRIu64 " switches",
+	   prov, st.entries, st.segments, st.reads, st.waits, st.switches);
+	tap_diag("reads %" PRIu64 ", of which held %" PRIu64, st.reads, st.waits);
+
+	/* From the tail: only what comes after. From an LSN: exactly there. */
+	rc = open_reader(0x7100, TW_READ_TAIL, 0, NULL, &rt, err, sizeof(err));
+	ok(rc == 0, "%s: reader at the tail opens (%s)", prov, err);
+	{
+		struct tw_reader *r2;
+
+		rc = open_reader(0x7100, TW_READ_OLDEST, 0, NULL, &r2, err, sizeof(err));
+		TAP_REQUIRE(rc == 0, "second reader: %s", err);
+		for (int i = 0; i < 2345 && rc == 0; i++)
+			rc = tw_reader_next(r2, &e, 10000);
+		mid_lsn = tw_reader_position(r2);
+		tw_reader_close(r2);
+	}
+	w.from = 4000;
+	w.n = 300;
+	TAP_REQUIRE(pthread_create(&w.th, NULL, writer_main, &w) == 0, "writer thread");
+	got = rt ? follow(rt, p, 4000, 300, NULL, why, sizeof(why)) : 0;
+	pthread_join(w.th, NULL);
+	ok(got == 300, "%s: the tail reader returns exactly the 300 objects appended after its "
+	   "open (%" PRIu64 ") %s", prov, got, why);
+	rc = open_reader(0x7100, TW_READ_LSN, mid_lsn, NULL, &rl, err, sizeof(err));
+	got = rc == 0 ? follow(rl, NULL, 2345, 1955, NULL, why, sizeof(why)) : 0;
+	ok(got == 1955, "%s: a reader opened at LSN %016" PRIx64 " starts at object 2345 (%"
+	   PRIu64 " of 1955) %s%s", prov, mid_lsn, got, rc ? err : "", why);
+	tw_reader_close(rl);
+	tw_reader_close(rt);
+
+	/* Cleaning: free the first segments; a reader below gets a clear error. */
+	rc = tw_primary_free(p, 3);
+	tw_reader_close(r);
+	rc = open_reader(0x7100, TW_READ_LSN, tw_pos_to_lsn((struct tw_pos){ 1, 0 }), NULL, &r,
+			 err, sizeof(err));
+	ok(rc == -TW_EFREED && strstr(err, "freed"), "%s: a reader at a freed position is refused"
+	   " with -TW_EFREED (%s: %s)", prov, tw_strerror(rc), err);
+	rc = open_reader(0x7100, TW_READ_OLDEST, 0, NULL, &r, err, sizeof(err));
+	ok(rc == 0 && tw_reader_next(r, &e, 5000) == 0 && tw_lsn_to_pos(e.lsn).segment >= 3,
+	   "%s: the oldest kept entry is in segment 3 after the free (%s)", prov, err);
+	tw_reader_close(r);
+	tw_primary_close(p);
+}
+
+struct rthread {
+	uint64_t got;
+	char why[512];
+	pthread_t th;
+};
+
+static void *reader_main(void *arg)
+{
+	struct rthread *t = arg;
+	struct tw_reader *r;
+	char err[512];
+	int rc = open_reader(0x7200, TW_READ_OLDEST, 0, NULL, &r, err, sizeof(err));
+
+	if (rc) {
+		snprintf(t->why, sizeof(t->why), "open: %.400s", err);
+		return NULL;
+	}
+	t->got = follow(r, NULL, 0, 3000, NULL, t->why, sizeof(t->why));
+	tw_reader_close(r);
+	return NULL;
+}
+
+static void test_eight(void)
+{
+	struct tw_primary *p = open_log(0x7200, 2);
+	struct writer w = { .p = p, .from = 0, .n = 3000 };
+	struct rthread t[8];
+	unsigned good = 0;
+	uint8_t obj[RT_OBJ];
+	uint64_t lsn;
+
+	/* The log must exist before the readers open at its oldest entry. */
+	rt_fill(obj, 0);
+	TAP_REQUIRE(tw_primary_append(p, obj, RT_OBJ, &lsn) == 0, "first append");
+	w.from = 1;
+	w.n = 2999;
+	memset(t, 0, sizeof(t));
+	for (int i = 0; i < 8; i++)
+		TAP_REQUIRE(pthread_create(&t[i].th, NULL, reader_main, &t[i]) == 0, "reader");
+	TAP_REQUIRE(pthread_create(&w.th, NULL, writer_main, &w) == 0, "writer thread");
+	pthread_join(w.th, NULL);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i].th, NULL);
+		good += t[i].got == 3000;
+		if (t[i].got != 3000)
+			tap_diag("reader %d: %" PRIu64 " %s", i, t[i].got, t[i].why);
+	}
+	ok(w.rc == 0 && good == 8, "%s: 8 readers at once each returned all 3000 objects in order "
+	   "(%u did)", prov, good);
+	tw_primary_close(p);
+}
+
+static void test_backup_killed(void)
+{
+	struct tw_primary *p = open_log(0x7300, 2);
+	struct writer w = { .p = p, .from = 0, .n = 3000, .pause_every = 50 };
+	struct tw_reader *r;
+	struct tw_reader_stats st;
+	uint64_t got, got2;
+	char err[512], why[512];
+	int rc, victim;
+
+	rc = open_reader(0x7300, TW_READ_TAIL, 0, NULL, &r, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "reader: %s", err);
+	TAP_REQUIRE(pthread_create(&w.th, NULL, writer_main, &w) == 0, "writer thread");
+	got = follow(r, p, 0, 1000, NULL, why, sizeof(why));
+	tw_reader_get_stats(r, &st);
+	victim = st.backup;
+	TAP_REQUIRE(got == 1000 && victim >= 0, "first 1000 objects %s (backup %d)", why, victim);
+	proc_kill(cl.p[victim], SIGKILL);
+	proc_wait(cl.p[victim], 10000);
+	got2 = follow(r, p, 1000, 2000, NULL, why, sizeof(why));
+	pthread_join(w.th, NULL);
+	tw_reader_get_stats(r, &st);
+	ok(w.rc == 0 && got2 == 2000 && st.backup != victim && st.switches >= 1,
+	   "%s: backup %d killed under the reader after 1000 objects: it read the other 2000 in "
+	   "order from backup %d (%" PRIu64 " switches) %s (writer: %s)", prov, victim, st.backup,
+	   st.switches, why, tw_strerror(w.rc));
+	tw_reader_close(r);
+	tw_primary_close(p);
+	rt_restart(&cl, (unsigned)victim, "64K", "64");
+}
+
+static void test_auth(void)
+{
+	struct rt_cluster kc;
+	struct tw_reader_config rc;
+	struct tw_reader *r = NULL;
+	char key[300], err[512];
+	unsigned char k[32];
+	FILE *f;
+	int rv;
+
+	snprintf(key, sizeof(key), "/tmp/tw_reader_key.%d", (int)getpid());
+	for (unsigned i = 0; i < sizeof(k); i++)
+		k[i] = (unsigned char)(i * 7 + 3);
+	f = fopen(key, "wb");
+	TAP_REQUIRE(f && fwrite(k, 1, sizeof(k), f) == sizeof(k), "key file");
+	fclose(f);
+	TAP_REQUIRE(chmod(key, 0600) == 0, "chmod key");
+	setenv("TW_KEY_FILE", key, 1); /* the twd below read it */
+	rt_start(&kc, prov, 1, "64K", "8");
+	unsetenv("TW_KEY_FILE");
+	tw_reader_config_init(&rc);
+	rc.provider = prov;
+	rc.log_id = 0x7400;
+	rc.backups = kc.addrs;
+	rc.n_backups = 1;
+	rc.key_file = "";
+	rv = tw_reader_open(&rc, &r, err, sizeof(err));
+	ok(rv == -EACCES, "%s: a reader without the key is refused: %s (%s)", prov, tw_strerror(rv),
+	   err);
+	tw_reader_close(r);
+	r = NULL;
+	rc.key_file = key;
+	rv = tw_reader_open(&rc, &r, err, sizeof(err));
+	ok(rv == -TW_ENOTFOUND, "%s: a reader with the key is served (the log does not exist: "
+	   "%s: %s)", prov, tw_strerror(rv), err);
+	tw_reader_close(r);
+	rt_stop(&kc);
+	unlink(key);
+}
+
+int main(int argc, char **argv)
+{
+	prov = argc > 1 ? argv[1] : "tcp";
+	tap_plan(13);
+	rt_start(&cl, prov, 3, "64K", "64");
+	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
+	test_follow();
+	test_eight();
+	test_backup_killed();
+	test_auth();
+	rt_stop(&cl);
+	return tap_exit();
+}
