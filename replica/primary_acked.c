@@ -3,10 +3,13 @@
  * replicas of the segment that position is in (SetAcked, protocol 1.4; docs/readers.md), so
  * that readers of the live log, served by the backups, return acknowledged entries only.
  *
- * Self-clocked: one SetAcked per replica in flight at a time; when the round is answered and
- * the acknowledged position moved meanwhile, the next round carries the newest position. Under
- * load one message covers every acknowledgement of a round trip; when the log goes idle, the
- * last round carries its final position. A backup that does not know the request (protocol
+ * Async mode (a progress thread drives the log all the time): self-clocked, one SetAcked per
+ * replica in flight at a time; when the round is answered and the acknowledged position moved
+ * meanwhile, the next round carries the newest position. Under load one message covers every
+ * acknowledgement of a round trip; when the log goes idle, the last round carries its final
+ * position. Sync mode (the caller drives, and only inside its calls): a round per reap that
+ * moved the position, without waiting for the previous one, since nothing would send the
+ * final position of an idle log before the caller's next call. A backup that does not know the request (protocol
  * 1.3: UNSUPPORTED) is not asked again; readers see only its closed segments.
  *
  * Driver thread (the one that reaps). The state lives apart from the primary, so that a call
@@ -58,7 +61,7 @@ static void pub_done(void *arg, int status, const Tailwind__Envelope *reply)
 			    pub->p->bk[pc->bk].addr);
 	}
 	/* Other failures: the backup is lost (failover) or the log fenced (its appends fail). */
-	if (pub->inflight == 0)
+	if (pub->inflight == 0 && pub->p->threaded)
 		publish(pub);
 }
 
@@ -69,7 +72,8 @@ static void publish(struct tw__packed *pub)
 	struct tw_pos pos = tw_lsn_to_pos(lsn);
 	struct pseg *seg;
 
-	if (pub->inflight || lsn <= pub->sent_lsn || p->err || pos.segment < p->seg_base ||
+	if ((pub->inflight && p->threaded) || lsn <= pub->sent_lsn || p->err ||
+	    pos.segment < p->seg_base ||
 	    pos.segment - p->seg_base >= p->nsegs)
 		return;
 	seg = p->segs[pos.segment - p->seg_base];
