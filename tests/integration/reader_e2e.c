@@ -15,6 +15,8 @@
  *     another copy and still returns every object exactly once, in order.
  *  5. authentication: against keyed backups a reader without the key is refused (-EACCES)
  *     and one with the key is served.
+ *  6. `twctl tail`: from the oldest entry with -j (one JSON object per entry, the payload in
+ *     base64), and from an LSN while the writer appends (each object printed as it comes).
  * The kill of the primary itself, and takeovers, are reader_crash.c.
  */
 #include <errno.h>
@@ -31,6 +33,9 @@
 #include <tailwind/primary.h>
 #include <tailwind/reader.h>
 
+#include <sodium.h>
+
+#include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
 
@@ -236,6 +241,75 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/* `twctl tail` on log 0x7200 (3000 objects): -j from the oldest; then from the end while 50
+ * more are appended. */
+static void test_tail(struct tw_primary *p)
+{
+	char twctl[1024], bk[1024], line[4096], from[40];
+	char *av[] = { twctl, (char *)"-p", (char *)prov, (char *)"-b", bk, (char *)"-j",
+		       (char *)"tail", (char *)"0x7200", (char *)"--from", (char *)"oldest",
+		       (char *)"-n", (char *)"3000", NULL };
+	struct writer w = { .p = p, .from = 3000, .n = 50 };
+	unsigned lines = 0, good = 0;
+	char b64[200];
+	uint8_t obj[RT_OBJ];
+	struct proc *t;
+	int rc;
+
+	if (proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0) {
+		ok(0, "twctl not built");
+		ok(0, "twctl not built");
+		return;
+	}
+	snprintf(bk, sizeof(bk), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
+	t = proc_spawn(av, NULL);
+	TAP_REQUIRE(t, "spawn twctl tail");
+	while ((rc = proc_wait_line(t, "{", line, sizeof(line), 20000)) >= 0) {
+		char *d = strstr(line, "\"data\":\"");
+
+		rt_fill(obj, lines);
+		sodium_bin2base64(b64, sizeof(b64), obj, RT_OBJ, sodium_base64_VARIANT_ORIGINAL);
+		good += d && strncmp(d + 8, b64, strlen(b64)) == 0 && strstr(line, "\"len\":100,");
+		lines++;
+	}
+	rc = proc_wait(t, 20000);
+	proc_free(t);
+	ok(lines == 3000 && good == 3000 && rc == 0, "%s: twctl -j tail --from oldest -n 3000 printed "
+	   "%u lines, %u of them the right object in base64, exit %d", prov, lines, good, rc);
+
+	/* From the end (an LSN), while the writer appends: a line per new object. */
+	{
+		struct tw_reader *r;
+		struct tw_reader_entry e;
+		char err[512];
+
+		rc = open_reader(0x7200, TW_READ_TAIL, 0, NULL, &r, err, sizeof(err));
+		TAP_REQUIRE(rc == 0, "reader: %s", err);
+		rc = tw_reader_next(r, &e, 0);
+		snprintf(from, sizeof(from), "0x%" PRIx64, tw_reader_position(r));
+		tw_reader_close(r);
+	}
+	av[5] = (char *)"-v";
+	av[9] = from;
+	av[11] = (char *)"50";
+	t = proc_spawn(av, NULL);
+	TAP_REQUIRE(t, "spawn twctl tail");
+	TAP_REQUIRE(pthread_create(&w.th, NULL, writer_main, &w) == 0, "writer thread");
+	lines = good = 0;
+	while ((rc = proc_wait_line(t, "0x", line, sizeof(line), 20000)) >= 0) {
+		char want[80];
+
+		snprintf(want, sizeof(want), " 100 e1 ");
+		good += strstr(line, want) != NULL;
+		lines++;
+	}
+	pthread_join(w.th, NULL);
+	rc = proc_wait(t, 20000);
+	proc_free(t);
+	ok(lines == 50 && good == 50 && rc == 0, "%s: twctl tail --from %s -n 50 printed the 50 "
+	   "objects appended meanwhile (%u lines, exit %d)", prov, from, lines, rc);
+}
+
 static void test_eight(void)
 {
 	struct tw_primary *p = open_log(0x7200, 2);
@@ -263,6 +337,7 @@ static void test_eight(void)
 	}
 	ok(w.rc == 0 && good == 8, "%s: 8 readers at once each returned all 3000 objects in order "
 	   "(%u did)", prov, good);
+	test_tail(p);
 	tw_primary_close(p);
 }
 
@@ -340,7 +415,7 @@ static void test_auth(void)
 int main(int argc, char **argv)
 {
 	prov = argc > 1 ? argv[1] : "tcp";
-	tap_plan(13);
+	tap_plan(15);
 	rt_start(&cl, prov, 3, "64K", "64");
 	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
 	test_follow();
