@@ -354,9 +354,11 @@ static int fetch(struct tw_reader *r, unsigned wait_ms)
 		} else {
 			if (!r->seg_closed)
 				r->st.waits++;
-			/* Open here while a later segment exists: this backup missed the close
-			 * (a recovery that did not reach it). Read the rest elsewhere. */
-			if (!r->seg_closed && m->next_segment_id > r->seg) {
+			/* Open here, its owner fenced, and a later segment exists: this backup
+			 * missed the close (a recovery that did not reach it). Read the rest
+			 * elsewhere. (A later segment alone means nothing: the owner pre-opens.) */
+			if (!r->seg_closed && m->next_segment_id > r->seg &&
+			    m->log_epoch > m->segment_epoch) {
 				b->stale = true;
 				r->cur = -1;
 			}

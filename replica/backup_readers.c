@@ -163,6 +163,7 @@ static int fill_read(struct tw_backup *b, struct conn *c, struct tw__rpc_call *c
 	}
 	end = tw__bk_readable(s);
 	r->readable = end;
+	r->segment_epoch = s->epoch;
 	r->state = seg_state(s);
 	if (offset > end) {
 		if (r->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN) {

@@ -110,7 +110,8 @@ struct tw_reader_stats {
 	uint64_t bytes;     /* payload bytes returned */
 	uint64_t reads;     /* ReadEntries answered */
 	uint64_t waits;     /* of which held at the readable end (long-poll) */
-	uint64_t switches;  /* times it moved to another backup (lost, corrupt, behind) */
+	uint64_t switches;  /* times it moved to another backup (the next segment is elsewhere, or
+			     * the one it read was lost, corrupt or behind) */
 	uint64_t reconnects;
 	uint64_t segments;  /* segments entered */
 	int backup;         /* index (in the backups given) of the backup being read; -1: none */

@@ -8,7 +8,7 @@
  *     acknowledged it (its LSN below tw_primary_acked_lsn at that moment), and nothing more;
  *     a reader opened at the tail returns only what is appended after its open; a reader
  *     opened at an LSN starts exactly there.
- *  2. eight readers at once, each on its own thread, follow one writer to the end.
+ *  2. eight readers at once, each a `twctl tail` process, follow one writer to the end.
  *  3. cleaning: after tw_primary_free, a reader at a freed position gets -TW_EFREED.
  *  4. a backup killed under a reader: the backup it reads from gets SIGKILL while the writer
  *     goes on (the primary replaces the replica on the third backup); the reader moves to
@@ -219,26 +219,16 @@ static void test_follow(void)
 	tw_primary_close(p);
 }
 
-struct rthread {
-	uint64_t got;
-	char why[512];
-	pthread_t th;
-};
-
-static void *reader_main(void *arg)
+/* Whether a `twctl -j tail` line carries object `seq` (base64 of its 100 bytes). */
+static bool line_is_obj(const char *line, uint64_t seq)
 {
-	struct rthread *t = arg;
-	struct tw_reader *r;
-	char err[512];
-	int rc = open_reader(0x7200, TW_READ_OLDEST, 0, NULL, &r, err, sizeof(err));
+	const char *d = strstr(line, "\"data\":\"");
+	uint8_t obj[RT_OBJ];
+	char b64[200];
 
-	if (rc) {
-		snprintf(t->why, sizeof(t->why), "open: %.400s", err);
-		return NULL;
-	}
-	t->got = follow(r, NULL, 0, 3000, NULL, t->why, sizeof(t->why));
-	tw_reader_close(r);
-	return NULL;
+	rt_fill(obj, seq);
+	sodium_bin2base64(b64, sizeof(b64), obj, RT_OBJ, sodium_base64_VARIANT_ORIGINAL);
+	return d && strncmp(d + 8, b64, strlen(b64)) == 0 && strstr(line, "\"len\":100,");
 }
 
 /* `twctl tail` on log 0x7200 (3000 objects): -j from the oldest; then from the end while 50
@@ -251,8 +241,6 @@ static void test_tail(struct tw_primary *p)
 		       (char *)"-n", (char *)"3000", NULL };
 	struct writer w = { .p = p, .from = 3000, .n = 50 };
 	unsigned lines = 0, good = 0;
-	char b64[200];
-	uint8_t obj[RT_OBJ];
 	struct proc *t;
 	int rc;
 
@@ -264,14 +252,8 @@ static void test_tail(struct tw_primary *p)
 	snprintf(bk, sizeof(bk), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
 	t = proc_spawn(av, NULL);
 	TAP_REQUIRE(t, "spawn twctl tail");
-	while ((rc = proc_wait_line(t, "{", line, sizeof(line), 20000)) >= 0) {
-		char *d = strstr(line, "\"data\":\"");
-
-		rt_fill(obj, lines);
-		sodium_bin2base64(b64, sizeof(b64), obj, RT_OBJ, sodium_base64_VARIANT_ORIGINAL);
-		good += d && strncmp(d + 8, b64, strlen(b64)) == 0 && strstr(line, "\"len\":100,");
-		lines++;
-	}
+	while ((rc = proc_wait_line(t, "{", line, sizeof(line), 20000)) >= 0)
+		good += line_is_obj(line, lines++);
 	rc = proc_wait(t, 20000);
 	proc_free(t);
 	ok(lines == 3000 && good == 3000 && rc == 0, "%s: twctl -j tail --from oldest -n 3000 printed "
@@ -310,33 +292,64 @@ static void test_tail(struct tw_primary *p)
 	   "objects appended meanwhile (%u lines, exit %d)", prov, from, lines, rc);
 }
 
+/* Eight readers at once, each a `twctl -j tail --from oldest -n 3000` process, while the
+ * writer appends the 3000 objects. */
 static void test_eight(void)
 {
 	struct tw_primary *p = open_log(0x7200, 2);
 	struct writer w = { .p = p, .from = 0, .n = 3000 };
-	struct rthread t[8];
-	unsigned good = 0;
+	char twctl[1024], bk[1024], line[4096];
+	char *av[] = { twctl, (char *)"-p", (char *)prov, (char *)"-b", bk, (char *)"-j",
+		       (char *)"tail", (char *)"0x7200", (char *)"--from", (char *)"oldest",
+		       (char *)"-n", (char *)"3000", NULL };
+	struct proc *t[8];
+	unsigned good = 0, lines[8] = { 0 }, right[8] = { 0 };
+	bool open[8];
 	uint8_t obj[RT_OBJ];
 	uint64_t lsn;
+	int left = 8;
 
+	TAP_REQUIRE(proc_find_tool("tools/twctl", twctl, sizeof(twctl)) == 0, "twctl not built");
+	snprintf(bk, sizeof(bk), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
 	/* The log must exist before the readers open at its oldest entry. */
 	rt_fill(obj, 0);
 	TAP_REQUIRE(tw_primary_append(p, obj, RT_OBJ, &lsn) == 0, "first append");
 	w.from = 1;
 	w.n = 2999;
-	memset(t, 0, sizeof(t));
-	for (int i = 0; i < 8; i++)
-		TAP_REQUIRE(pthread_create(&t[i].th, NULL, reader_main, &t[i]) == 0, "reader");
+	for (int i = 0; i < 8; i++) {
+		t[i] = proc_spawn(av, NULL);
+		TAP_REQUIRE(t[i], "spawn twctl tail %d", i);
+		open[i] = true;
+	}
 	TAP_REQUIRE(pthread_create(&w.th, NULL, writer_main, &w) == 0, "writer thread");
+	/* Read the eight in turns: each line as it comes (the pipes hold what waits). */
+	while (left > 0) {
+		for (int i = 0; i < 8; i++) {
+			int rc;
+
+			if (!open[i])
+				continue;
+			rc = proc_wait_line(t[i], "{", line, sizeof(line), 30000);
+			if (rc < 0) {
+				open[i] = false;
+				left--;
+				continue;
+			}
+			right[i] += line_is_obj(line, lines[i]);
+			lines[i]++;
+		}
+	}
 	pthread_join(w.th, NULL);
 	for (int i = 0; i < 8; i++) {
-		pthread_join(t[i].th, NULL);
-		good += t[i].got == 3000;
-		if (t[i].got != 3000)
-			tap_diag("reader %d: %" PRIu64 " %s", i, t[i].got, t[i].why);
+		int rc = proc_wait(t[i], 20000);
+
+		proc_free(t[i]);
+		good += lines[i] == 3000 && right[i] == 3000 && rc == 0;
+		if (lines[i] != 3000 || right[i] != 3000 || rc != 0)
+			tap_diag("reader %d: %u lines, %u right, exit %d", i, lines[i], right[i], rc);
 	}
-	ok(w.rc == 0 && good == 8, "%s: 8 readers at once each returned all 3000 objects in order "
-	   "(%u did)", prov, good);
+	ok(w.rc == 0 && good == 8, "%s: 8 readers at once (twctl tail processes) each printed all "
+	   "3000 objects in order (%u did)", prov, good);
 	test_tail(p);
 	tw_primary_close(p);
 }
