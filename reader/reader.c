@@ -62,6 +62,9 @@ struct tw_reader {
 	size_t buf_cap, buf_len, buf_pos;
 	uint64_t buf_off;
 	bool seg_closed;    /* the current segment is closed: its readable end is final */
+	bool seg_fenced;    /* its owner was fenced (segment epoch below the log's): a recovery
+			     * closed it, and copies may have been closed at different lengths */
+	bool seg_checked;   /* its end was compared with the other copies' (seg_fenced only) */
 	uint64_t seg_end;   /* its readable end, as last reported */
 
 	struct tw_reader_stats st;
@@ -229,6 +232,8 @@ static void enter(struct tw_reader *r, uint64_t seg, uint64_t off)
 	r->look_from = seg + 1;
 	r->seg_known = true;
 	r->seg_closed = false;
+	r->seg_fenced = false;
+	r->seg_checked = false;
 	r->seg_end = 0;
 	r->buf_len = r->buf_pos = 0;
 	r->buf_off = off;
@@ -266,6 +271,56 @@ static int choose(struct tw_reader *r)
 }
 
 /* ------------------------------------------------------------------ reading */
+
+/*
+ * A segment a recovery closed: a copy closed shorter than the others (a repair that did not
+ * verify) must not end the reader's walk early. Compare this copy's end with every closed copy
+ * listed and move to a longer one if there is (returns 1: go on reading this segment there).
+ */
+static int check_end(struct tw_reader *r)
+{
+	uint64_t best = r->seg_end;
+	int best_i = -1;
+
+	r->seg_checked = true;
+	for (size_t i = 0; i < r->nbk; i++) {
+		struct rdbk *b = &r->bks[i];
+		struct tw_rpc_req req;
+		struct tw_rpc_reply rep;
+
+		if (!bk_up(r, b))
+			continue;
+		tw__rpc_req_list_segments(&req, r->log_id, false, r->seg);
+		if (tw__rpc_call_sync(b->peer.rpc, &req.env, &rep) == 0 &&
+		    rep.env->list_segments_reply) {
+			const Tailwind__ListSegmentsReply *l = rep.env->list_segments_reply;
+
+			for (size_t k = 0; k < l->n_segments; k++) {
+				const Tailwind__SegmentInfo *in = l->segments[k];
+
+				if (in->log_id == r->log_id && in->segment_id == r->seg &&
+				    !in->corrupt && in->state !=
+				    TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN &&
+				    in->state != TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST &&
+				    in->valid_len > best) {
+					best = in->valid_len;
+					best_i = (int)i;
+				}
+			}
+		}
+		tw__rpc_reply_release(&rep);
+	}
+	if (best_i < 0)
+		return 0;
+	tw_log_warn("reader: segment %" PRIu64 " of log %016" PRIx64 " was closed at %" PRIu64
+		    " bytes on the backup read, %" PRIu64 " on %s: reading the rest there", r->seg,
+		    r->log_id, r->seg_end, best, r->bks[best_i].peer.addr);
+	for (size_t i = 0; i < r->nbk; i++)
+		r->bks[i].holds = (int)i == best_i;
+	r->cur = -1;
+	r->seg_closed = false;
+	return 1;
+}
 
 /* The next finished segment: move past it, or say that nothing is listed yet (0). */
 static int next_segment(struct tw_reader *r)
@@ -327,6 +382,7 @@ static int fetch(struct tw_reader *r, unsigned wait_ms)
 	if (rc == 0 && m) {
 		r->st.reads++;
 		r->epoch = m->log_epoch;
+		r->seg_fenced = m->segment_epoch && m->log_epoch > m->segment_epoch;
 		r->seg_end = m->readable;
 		r->seg_closed = m->state != TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
 		if (m->data.len == 0 && m->entry_len) {
@@ -462,6 +518,9 @@ int tw_reader_next(struct tw_reader *r, struct tw_reader_entry *e, int timeout_m
 			}
 			continue;
 		}
+		if (r->seg_closed && r->off >= r->seg_end && r->seg_fenced && !r->seg_checked &&
+		    check_end(r) == 1)
+			continue;
 		if (r->seg_closed && r->off >= r->seg_end) {
 			rc = next_segment(r);
 			if (rc < 0)
