@@ -8,8 +8,11 @@
  * meanwhile, the next round carries the newest position. Under load one message covers every
  * acknowledgement of a round trip; when the log goes idle, the last round carries its final
  * position. Sync mode (the caller drives, and only inside its calls): a round per reap that
- * moved the position, without waiting for the previous one, since nothing would send the
- * final position of an idle log before the caller's next call. A backup that does not know the request (protocol
+ * moved the position, up to SYNC_ROUNDS rounds in flight, without waiting for the previous
+ * one, since nothing would send the final position of an idle log before the caller's next
+ * call. Past that (a burst of asynchronous appends), the position waits for a round's answer,
+ * and in the worst case for the caller's next call. The bound keeps the shared RPC client's
+ * slots for the primary's own control RPCs (an unbounded number took them all: -EBUSY). A backup that does not know the request (protocol
  * 1.3: UNSUPPORTED) is not asked again; readers see only its closed segments.
  *
  * Driver thread (the one that reaps). The state lives apart from the primary, so that a call
@@ -37,6 +40,8 @@ struct tw__packed {
 	bool *unsupported;     /* per backup index: answered UNSUPPORTED (protocol 1.3) */
 };
 
+#define SYNC_ROUNDS 4u
+
 static void publish(struct tw__packed *pub);
 
 static void pub_done(void *arg, int status, const Tailwind__Envelope *reply)
@@ -61,7 +66,7 @@ static void pub_done(void *arg, int status, const Tailwind__Envelope *reply)
 			    pub->p->bk[pc->bk].addr);
 	}
 	/* Other failures: the backup is lost (failover) or the log fenced (its appends fail). */
-	if (pub->inflight == 0 && pub->p->threaded)
+	if (pub->inflight == 0 || !pub->p->threaded)
 		publish(pub);
 }
 
@@ -72,13 +77,14 @@ static void publish(struct tw__packed *pub)
 	struct tw_pos pos = tw_lsn_to_pos(lsn);
 	struct pseg *seg;
 
-	if ((pub->inflight && p->threaded) || lsn <= pub->sent_lsn || p->err ||
-	    pos.segment < p->seg_base ||
+	if (lsn <= pub->sent_lsn || p->err || pos.segment < p->seg_base ||
 	    pos.segment - p->seg_base >= p->nsegs)
 		return;
 	seg = p->segs[pos.segment - p->seg_base];
 	if (!seg || seg->closed)
 		return; /* closed: readable to its end on every replica already */
+	if (pub->inflight >= (p->threaded ? 1u : SYNC_ROUNDS * seg->nrep))
+		return; /* an answer sends the newest position (pub_done) */
 	pub->sent_lsn = lsn;
 	for (unsigned i = 0; i < seg->nrep; i++) {
 		unsigned bi = seg->rep[i];
