@@ -325,6 +325,8 @@ void tw__bk_conn_release_grants(struct tw_backup *b, struct conn *c);
 void tw__bk_job_done(struct tw_backup *b, struct job *j);
 
 /* backup_rpc.c: decode a control message, dispatch, reply. */
+/* A replica's state as listings and read replies name it (TAILWIND__SEGMENT_STATE__*). */
+int tw__bk_pb_state(const struct seg *s);
 int tw__bk_rpc_init(struct tw_backup *b);
 void tw__bk_rpc_fini(struct tw_backup *b);
 void tw__bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);

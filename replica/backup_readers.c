@@ -40,19 +40,6 @@ struct bk_rwait {
 	struct bk_rwait *next;
 };
 
-static Tailwind__SegmentState seg_state(const struct seg *s)
-{
-	switch (s->state) {
-	case SEG_OPEN:
-		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
-	case SEG_CLOSED:
-		return TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED;
-	default:
-		return s->listed_open ? TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN :
-					TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED;
-	}
-}
-
 uint64_t tw__bk_readable(const struct seg *s)
 {
 	if (s->state == SEG_OPEN)
@@ -164,7 +151,7 @@ static int fill_read(struct tw_backup *b, struct conn *c, struct tw__rpc_call *c
 	end = tw__bk_readable(s);
 	r->readable = end;
 	r->segment_epoch = s->epoch;
-	r->state = seg_state(s);
+	r->state = (Tailwind__SegmentState)tw__bk_pb_state(s);
 	if (offset > end) {
 		if (r->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN) {
 			*wait_out = true; /* not readable yet (this backup was told less so far) */

@@ -30,21 +30,12 @@
 
 #include "proc.h"
 #include "recover_util.h"
+#include "rng.h"
 #include "tap.h"
 
 #define SEG "65536"
 #define MAX_ACKS 2500
 #define MORE 40
-
-static uint64_t rng;
-
-static uint64_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
 
 static uint64_t acked_of(const char *line)
 {
@@ -97,7 +88,7 @@ int main(int argc, char **argv)
 
 	if (proc_find_tool("tests/integration/crash_primary", prim, sizeof(prim)) != 0)
 		tap_plan_skip_all("crash_primary not built");
-	rng = tap_seed() | 1;
+	rng_state = tap_seed();
 	tap_plan((int)rounds * 3);
 	rt_start(&cl, prov, 3, "64K", "256");
 	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
