@@ -30,6 +30,7 @@
 #include "proto/rpc.h"
 
 #define RECONNECT_NS 1000000000ull /* a lost backup is tried again after this long */
+#define OS_CAP (1u << 20)          /* one-sided reads: bytes per read */
 #define NEXT_SEG_WAIT_MS 20u       /* no next segment listed yet: look again after this */
 
 struct rdbk {
@@ -66,6 +67,16 @@ struct tw_reader {
 			     * closed it, and copies may have been closed at different lengths */
 	bool seg_checked;   /* its end was compared with the other copies' (seg_fenced only) */
 	uint64_t seg_end;   /* its readable end, as last reported */
+
+	/* One-sided reads (cfg.one_sided): a registered landing buffer, and the read grant held
+	 * for the current segment on one backup. */
+	bool one_sided;
+	uint8_t *os_buf;
+	struct tw_mr *os_mr;
+	bool granted;
+	int grant_bk;
+	uint64_t grant_seg, grant_epoch;
+	struct tw_rkey grant_rk;
 
 	struct tw_reader_stats st;
 	char errmsg[512];
@@ -337,6 +348,108 @@ static int next_segment(struct tw_reader *r)
 	return rc;
 }
 
+/* ------------------------------------------------------------------ one-sided reads */
+
+static void grant_release(struct tw_reader *r)
+{
+	struct rdbk *b;
+
+	if (!r->granted)
+		return;
+	r->granted = false;
+	b = &r->bks[r->grant_bk];
+	if (tw__peer_ok(&b->peer))
+		(void)tw__rpc_release_segment(b->peer.rpc, r->grant_epoch, r->log_id, r->grant_seg);
+}
+
+struct os_wait {
+	bool done;
+	int status;
+};
+
+static void os_done(struct tw_op *op, int status)
+{
+	struct os_wait *w = op->arg;
+
+	w->done = true;
+	w->status = status;
+}
+
+/*
+ * Read [off, end) of the current segment from backup i one-sided (up to OS_CAP, trimmed to whole
+ * entries) into the reader's buffer. Returns 1 (bytes buffered), or 0 when it could not (no
+ * grant, a failed read, an entry larger than OS_CAP): the caller reads over RPC instead.
+ */
+static int os_read(struct tw_reader *r, int i, uint64_t end, uint64_t epoch)
+{
+	struct rdbk *b = &r->bks[i];
+	struct tw_rpc_read_grant g;
+	struct os_wait w = { false, 0 };
+	struct tw_op op;
+	uint64_t n, pos;
+	int rc;
+
+	if (!r->granted || r->grant_bk != i || r->grant_seg != r->seg) {
+		grant_release(r);
+		rc = tw__rpc_read_segment(b->peer.rpc, epoch, r->log_id, r->seg, &g);
+		if (rc)
+			return 0;
+		r->granted = true;
+		r->grant_bk = i;
+		r->grant_seg = r->seg;
+		r->grant_epoch = epoch;
+		r->grant_rk = g.rkey;
+	}
+	n = end - r->off;
+	if (n > OS_CAP)
+		n = OS_CAP;
+	if (r->off + n > r->grant_rk.len)
+		return 0;
+	memset(&op, 0, sizeof(op));
+	op.cb = os_done;
+	op.arg = &w;
+	rc = tw__chan_read(b->peer.ch, &op, r->os_buf, (size_t)n, r->os_mr, &r->grant_rk, r->off);
+	if (rc) {
+		r->granted = false;
+		return 0;
+	}
+	while (!w.done)
+		tw__fab_progress(r->fab, 100);
+	if (w.status) {
+		r->granted = false; /* revoked (a fence) or lost: the RPC path decides */
+		return 0;
+	}
+	/* Whole entries only (the last one may be cut at OS_CAP); the checks come in take(). */
+	for (pos = 0; pos < n;) {
+		const uint8_t *e = r->os_buf + pos;
+		uint64_t len = e[0] == TW_ENTRY_CHECKSUM ? TW_CKSUM_ENTRY_SIZE :
+			       n - pos >= TW_ENTRY_HDR_SIZE ? TW_ENTRY_HDR_SIZE + tw_load_le32(e + 4) :
+			       UINT64_MAX;
+
+		if (e[0] != TW_ENTRY_CHECKSUM && e[0] != TW_ENTRY_DATA)
+			break;
+		if (len > n - pos)
+			break;
+		pos += len;
+	}
+	if (pos == 0)
+		return 0;
+	if (pos > r->buf_cap) {
+		uint8_t *nb = realloc(r->buf, (size_t)pos);
+
+		if (!nb)
+			return 0;
+		r->buf = nb;
+		r->buf_cap = (size_t)pos;
+	}
+	memcpy(r->buf, r->os_buf, (size_t)pos);
+	r->buf_len = (size_t)pos;
+	r->buf_pos = 0;
+	r->buf_off = r->off;
+	r->st.one_sided_reads++;
+	return 1;
+}
+
 /*
  * One ReadEntries on the current segment, waiting up to wait_ms at its readable end. Returns
  * 1 (bytes buffered), 0 (nothing new; the segment may have closed), or a negative code.
@@ -376,7 +489,10 @@ static int fetch(struct tw_reader *r, unsigned wait_ms)
 				      " of log %016" PRIx64, r->seg, r->log_id);
 	}
 	b = &r->bks[i];
-	tw__rpc_req_read_entries(&req, r->log_id, r->seg, r->off, r->max_bytes, wait_ms);
+	/* One-sided: the RPC carries no bytes (one is less than any entry), only the readable
+	 * end, and waits for it like any read. */
+	tw__rpc_req_read_entries(&req, r->log_id, r->seg, r->off, r->one_sided ? 1 : r->max_bytes,
+				 wait_ms);
 	rc = tw__rpc_call_sync(b->peer.rpc, &req.env, &rep);
 	m = rep.env ? rep.env->read_entries_reply : NULL;
 	if (rc == 0 && m) {
@@ -385,6 +501,22 @@ static int fetch(struct tw_reader *r, unsigned wait_ms)
 		r->seg_fenced = m->segment_epoch && m->log_epoch > m->segment_epoch;
 		r->seg_end = m->readable;
 		r->seg_closed = m->state != TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN;
+		if (r->one_sided && m->data.len == 0 && m->readable > r->off) {
+			uint64_t end = m->readable, epoch = m->log_epoch;
+
+			tw__rpc_reply_release(&rep);
+			if (os_read(r, i, end, epoch) == 1)
+				return 1;
+			/* Over RPC this time. */
+			r->st.one_sided_fallbacks++;
+			tw__rpc_req_read_entries(&req, r->log_id, r->seg, r->off, r->max_bytes, 0);
+			rc = tw__rpc_call_sync(b->peer.rpc, &req.env, &rep);
+			m = rep.env ? rep.env->read_entries_reply : NULL;
+			if (rc || !m) {
+				tw__rpc_reply_release(&rep);
+				return rc ? rc : -TW_EPROTO;
+			}
+		}
 		if (m->data.len == 0 && m->entry_len) {
 			rc = seterr(r, -EMSGSIZE, "the entry at LSN %016" PRIx64 " takes %u bytes, more "
 				    "than one read carries (max_bytes %u or the control message): "
@@ -747,6 +879,15 @@ int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, c
 			       "default provider", rc == -TW_ENOPROV ? tw__fab_errmsg(NULL) :
 			       tw_strerror(rc));
 	}
+	if (rc == 0 && cfg->one_sided) {
+		r->one_sided = true;
+		if (posix_memalign((void **)&r->os_buf, 4096, OS_CAP))
+			r->os_buf = NULL;
+		rc = r->os_buf ? tw__mr_reg(r->fab, r->os_buf, OS_CAP, TW_MR_READ_DST, &r->os_mr) :
+				 -ENOMEM;
+		if (rc)
+			seterr(r, rc, "cannot register the one-sided read buffer: %s", tw_strerror(rc));
+	}
 	if (rc == 0) {
 		tw__peer_opts_init(&r->po, TAILWIND__ROLE__ROLE_READER);
 		r->po.key = r->key;
@@ -793,8 +934,11 @@ void tw_reader_close(struct tw_reader *r)
 {
 	if (!r)
 		return;
+	grant_release(r);
 	for (size_t i = 0; r->bks && i < r->nbk; i++)
 		tw__peer_close(&r->bks[i].peer);
+	if (r->os_mr)
+		tw__mr_close(r->os_mr);
 	if (r->fab)
 		tw__fab_close(r->fab);
 	for (size_t i = 0; r->addrs && i < r->nbk; i++)
@@ -802,6 +946,7 @@ void tw_reader_close(struct tw_reader *r)
 	free(r->addrs);
 	free(r->bks);
 	free(r->buf);
+	free(r->os_buf);
 	tw__auth_key_free(r->key);
 	free(r);
 }

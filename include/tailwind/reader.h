@@ -64,6 +64,12 @@ struct tw_reader_config {
 	unsigned rpc_timeout_ms;    /* beyond the long-poll's own wait; default 5000 */
 	unsigned poll_ms;           /* longest wait the backup holds one read; default 1000 */
 	uint32_t max_bytes;         /* per read; 0: what one control message holds (~64 KiB) */
+	/* Move the bytes with one-sided reads (fi_read of a read grant of the segment, as a
+	 * recovery fetches) instead of in the RPC replies; the RPC then only reports, and waits
+	 * for, the readable end. The backup's CPU moves no byte where the provider reads by RDMA
+	 * (verbs); tcp and sockets serve reads in the backup's process. A read that cannot be
+	 * granted or fails goes over the RPC path. Up to 1 MiB per read. Default false. */
+	bool one_sided;
 };
 
 TW_API void tw_reader_config_init(struct tw_reader_config *cfg);
@@ -114,6 +120,8 @@ struct tw_reader_stats {
 			     * the one it read was lost, corrupt or behind) */
 	uint64_t reconnects;
 	uint64_t segments;  /* segments entered */
+	uint64_t one_sided_reads; /* reads that moved bytes one-sided (cfg.one_sided) */
+	uint64_t one_sided_fallbacks; /* reads that went over the RPC path instead */
 	int backup;         /* index (in the backups given) of the backup being read; -1: none */
 };
 TW_API void tw_reader_get_stats(const struct tw_reader *r, struct tw_reader_stats *out);

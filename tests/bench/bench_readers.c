@@ -11,8 +11,9 @@
  * Per configuration: append latency p50/p99 (append call to its return), reader lag p50/p99
  * (the entry returned by the reader, measured from the append's return: the time readers trail
  * the writer's acknowledgement), and the backups' CPU (user + system of the three twd processes
- * from /proc, per 1000 entries and in % of one core over the run). Reads go over the RPC path
- * (ReadEntries with long-poll); one-sided reads are not implemented (the column says so).
+ * from /proc, per 1000 entries and in % of one core over the run), for the RPC path (the bytes in
+ * the ReadEntries replies) and the one-sided path (ReadEntries only for the readable end, the
+ * bytes by fi_read of a read grant) side by side.
  * Prints the load average beside the numbers.
  */
 #include <errno.h>
@@ -40,6 +41,7 @@ static uint64_t *t_sub;   /* per seq: when the append was called */
 
 struct rth {
 	uint64_t log_id;
+	bool one_sided;
 	uint64_t *t_read; /* per seq */
 	uint64_t got;
 	int err;
@@ -90,6 +92,7 @@ static void *reader_main(void *arg)
 	rc.backups = cl.addrs;
 	rc.n_backups = cl.n;
 	rc.from = TW_READ_OLDEST;
+	rc.one_sided = t->one_sided;
 	t->err = tw_reader_open(&rc, &r, err, sizeof(err));
 	atomic_store(&t->ready, true);
 	if (t->err) {
@@ -132,11 +135,12 @@ static double pct(uint64_t *v, size_t n, double q)
 
 struct result {
 	unsigned readers;
+	bool one_sided;
 	double app_p50, app_p99, lag_p50, lag_p99, cpu_ms_per_k, cpu_pct;
 	int err;
 };
 
-static void run(unsigned nreaders, uint64_t log_id, struct result *res)
+static void run(unsigned nreaders, bool one_sided, uint64_t log_id, struct result *res)
 {
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
@@ -149,6 +153,7 @@ static void run(unsigned nreaders, uint64_t log_id, struct result *res)
 
 	memset(res, 0, sizeof(*res));
 	res->readers = nreaders;
+	res->one_sided = one_sided;
 	tw_primary_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.log_id = log_id;
@@ -171,6 +176,7 @@ static void run(unsigned nreaders, uint64_t log_id, struct result *res)
 	memset(th, 0, sizeof(th));
 	for (unsigned i = 0; i < nreaders; i++) {
 		th[i].log_id = log_id;
+		th[i].one_sided = one_sided;
 		th[i].t_read = calloc(n_entries, sizeof(uint64_t));
 		pthread_create(&th[i].th, NULL, reader_main, &th[i]);
 	}
@@ -217,8 +223,8 @@ static void run(unsigned nreaders, uint64_t log_id, struct result *res)
 
 int main(int argc, char **argv)
 {
-	unsigned counts[MAXR] = { 0, 1, 8 }, nc = 3;
-	struct result res[MAXR];
+	unsigned counts[MAXR] = { 0, 1, 8 }, nc = 3, nr = 0;
+	struct result res[2 * MAXR];
 	bool json = false;
 	double load[3] = { 0, 0, 0 };
 
@@ -251,36 +257,36 @@ int main(int argc, char **argv)
 	t_ack = calloc(n_entries, sizeof(uint64_t));
 	t_sub = calloc(n_entries, sizeof(uint64_t));
 	rt_start(&cl, prov, 3, "8M", "16");
-	for (unsigned i = 0; i < nc; i++)
-		run(counts[i], 0xbe00 + i, &res[i]);
+	for (unsigned i = 0; i < nc; i++) {
+		run(counts[i], false, 0xbe00 + 2 * i, &res[nr++]);
+		if (counts[i])
+			run(counts[i], true, 0xbe01 + 2 * i, &res[nr++]);
+	}
 	rt_stop(&cl);
 	if (getloadavg(load, 3) < 0)
 		load[0] = load[1] = load[2] = -1;
 	if (json) {
 		printf("{\"provider\":\"%s\",\"entries\":%u,\"gap_us\":%u,\"loadavg\":[%.2f,%.2f,"
 		       "%.2f],\"runs\":[", prov, n_entries, gap_us, load[0], load[1], load[2]);
-		for (unsigned i = 0; i < nc; i++)
-			printf("%s{\"readers\":%u,\"path\":\"rpc\",\"append_p50_us\":%.1f,"
+		for (unsigned i = 0; i < nr; i++)
+			printf("%s{\"readers\":%u,\"path\":\"%s\",\"append_p50_us\":%.1f,"
 			       "\"append_p99_us\":%.1f,\"lag_p50_us\":%.1f,\"lag_p99_us\":%.1f,"
 			       "\"backup_cpu_ms_per_1000\":%.2f,\"backup_cpu_pct\":%.1f,\"error\":%d}",
-			       i ? "," : "", res[i].readers, res[i].app_p50, res[i].app_p99,
+			       i ? "," : "", res[i].readers, res[i].one_sided ? "one-sided" : "rpc",
+			       res[i].app_p50, res[i].app_p99,
 			       res[i].lag_p50, res[i].lag_p99, res[i].cpu_ms_per_k, res[i].cpu_pct,
 			       res[i].err);
-		printf("],\"onesided\":\"not implemented\"}\n");
+		printf("]}\n");
 		return 0;
 	}
 	printf("bench_readers: %s, %u entries of 100 bytes, one every %u us, r = 3, load average "
 	       "%.2f %.2f %.2f\n", prov, n_entries, gap_us, load[0], load[1], load[2]);
 	printf("%-8s %-9s %12s %12s %12s %12s %16s %12s\n", "readers", "path", "append p50",
 	       "append p99", "lag p50", "lag p99", "backup CPU/1000", "backup CPU");
-	for (unsigned i = 0; i < nc; i++) {
+	for (unsigned i = 0; i < nr; i++)
 		printf("%-8u %-9s %10.1fus %10.1fus %10.1fus %10.1fus %14.2fms %11.1f%%%s\n",
-		       res[i].readers, "rpc", res[i].app_p50, res[i].app_p99, res[i].lag_p50,
-		       res[i].lag_p99, res[i].cpu_ms_per_k, res[i].cpu_pct,
-		       res[i].err ? " (error)" : "");
-		if (res[i].readers)
-			printf("%-8u %-9s %12s %12s %12s %12s %16s %12s\n", res[i].readers,
-			       "one-sided", "-", "-", "-", "-", "not implemented", "-");
-	}
+		       res[i].readers, res[i].one_sided ? "one-sided" : "rpc", res[i].app_p50,
+		       res[i].app_p99, res[i].lag_p50, res[i].lag_p99, res[i].cpu_ms_per_k,
+		       res[i].cpu_pct, res[i].err ? " (error)" : "");
 	return 0;
 }

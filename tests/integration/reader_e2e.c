@@ -7,7 +7,8 @@
  *     returns exactly objects 0..3999, in order, intact, each one only once the primary had
  *     acknowledged it (its LSN below tw_primary_acked_lsn at that moment), and nothing more;
  *     a reader opened at the tail returns only what is appended after its open; a reader
- *     opened at an LSN starts exactly there.
+ *     opened at an LSN starts exactly there; a one-sided reader (cfg.one_sided) returns the
+ *     same objects, the bytes moved by one-sided reads of read grants.
  *  2. eight readers at once, each a `twctl tail` process, follow one writer to the end.
  *  3. cleaning: after tw_primary_free, a reader at a freed position gets -TW_EFREED.
  *  4. a backup killed under a reader: the backup it reads from gets SIGKILL while the writer
@@ -204,6 +205,28 @@ static void test_follow(void)
 	   PRIu64 " of 1955) %s%s", prov, mid_lsn, got, rc ? err : "", why);
 	tw_reader_close(rl);
 	tw_reader_close(rt);
+
+	/* One-sided reads of read grants: the same 4300 objects, the bytes moved by fi_read. */
+	{
+		struct tw_reader_config oc;
+		struct tw_reader *ro;
+
+		tw_reader_config_init(&oc);
+		oc.provider = prov;
+		oc.log_id = 0x7100;
+		oc.backups = cl.addrs;
+		oc.n_backups = cl.n;
+		oc.one_sided = true;
+		rc = tw_reader_open(&oc, &ro, err, sizeof(err));
+		got = rc == 0 ? follow(ro, NULL, 0, 4300, NULL, why, sizeof(why)) : 0;
+		memset(&st, 0, sizeof(st));
+		tw_reader_get_stats(ro, &st);
+		ok(got == 4300 && st.one_sided_reads > 0 && st.one_sided_fallbacks == 0,
+		   "%s: a one-sided reader returns the 4300 objects in order (%" PRIu64 "), %" PRIu64
+		   " one-sided reads, %" PRIu64 " over RPC %s%s", prov, got, st.one_sided_reads,
+		   st.one_sided_fallbacks, rc ? err : "", why);
+		tw_reader_close(ro);
+	}
 
 	/* Cleaning: free the first segments; a reader below gets a clear error. */
 	rc = tw_primary_free(p, 3);
@@ -428,7 +451,7 @@ static void test_auth(void)
 int main(int argc, char **argv)
 {
 	prov = argc > 1 ? argv[1] : "tcp";
-	tap_plan(15);
+	tap_plan(16);
 	rt_start(&cl, prov, 3, "64K", "64");
 	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
 	test_follow();
