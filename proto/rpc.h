@@ -513,6 +513,9 @@ int tw__rpc_call_failed(struct tw__rpc_call *call, int err);
  * (worst-case encoding): fill at most that many and set more/next_* for the rest. */
 size_t tw__rpc_list_max_entries(const struct tw_rpc_server *srv);
 
+/* The largest frame the server sends or takes (its max_msg_size), header included. */
+size_t tw__rpc_server_max_msg(const struct tw_rpc_server *srv);
+
 /* Server-side hooks besides the dispatch table. */
 struct tw_rpc_server_ops {
 	/* Dispatch table by request kind; NULL entries: HANDSHAKE, STATS and PING are answered by

@@ -89,6 +89,11 @@ size_t tw__rpc_list_max_entries(const struct tw_rpc_server *srv)
 	return (m - TW_RPC__LIST_OVERHEAD) / TW_RPC__SEGINFO_MAX;
 }
 
+size_t tw__rpc_server_max_msg(const struct tw_rpc_server *srv)
+{
+	return srv->cfg.max_msg_size;
+}
+
 /* ---- per-channel strikes */
 
 static struct strike *strike_find(struct tw_rpc_server *srv, struct tw_chan *ch)

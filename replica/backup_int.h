@@ -203,7 +203,6 @@ struct tw_backup {
 	/* Reads held at the readable end (long-poll, backup_readers.c). */
 	struct bk_rwait *waiters;
 	unsigned nwaiters;
-	uint64_t read_wakeups; /* times held reads were answered (atomic) */
 	struct tw_auth_key *key; /* cluster key, or NULL: peers are not authenticated */
 	unsigned auth_refused;   /* connections in CONN_AUTH_REFUSED */
 

@@ -26,7 +26,8 @@
 #define SEGF "%016" PRIx64 "-%016" PRIx64
 #define MSGBUF(call) (call)->msgbuf, sizeof((call)->msgbuf)
 
-/* Room the rest of a ReadEntriesReply takes in a frame, besides `data`. */
+/* Room the rest of a ReadEntriesReply takes in a frame besides `data`, frame header and
+ * envelope included, with every field at its largest encoding and a full message. */
 #define READ_REPLY_OVERHEAD 640u
 
 /* A deferred ReadEntries (long-poll). */
@@ -115,7 +116,7 @@ static int fill_read(struct tw_backup *b, struct conn *c, struct tw__rpc_call *c
 {
 	Tailwind__ReadEntriesReply *r = &call->reply.read_entries;
 	struct logst *lg = tw__bk_log(b, log_id, false);
-	size_t frame = tw__rpc_list_max_entries(b->srv) * 100u; /* ~ max_msg - 648 */
+	size_t frame = tw__rpc_server_max_msg(b->srv) - READ_REPLY_OVERHEAD;
 	uint64_t end, pos, cap;
 	struct seg *s;
 	size_t i;
@@ -281,7 +282,6 @@ static void answer_where(struct tw_backup *b, bool (*pick)(const struct bk_rwait
 						    0, answer_fill, &a);
 		free(w);
 	}
-	__atomic_add_fetch(&b->read_wakeups, 1, __ATOMIC_RELAXED);
 }
 
 struct seg_key {

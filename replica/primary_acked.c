@@ -75,12 +75,15 @@ static void publish(struct tw__packed *pub)
 	struct tw_primary *p = pub->p;
 	uint64_t lsn = __atomic_load_n(&p->acked_lsn, __ATOMIC_ACQUIRE);
 	struct tw_pos pos = tw_lsn_to_pos(lsn);
-	struct pseg *seg;
+	struct pseg *seg = NULL;
 
-	if (lsn <= pub->sent_lsn || p->err || pos.segment < p->seg_base ||
-	    pos.segment - p->seg_base >= p->nsegs)
+	if (lsn <= pub->sent_lsn || p->err)
 		return;
-	seg = p->segs[pos.segment - p->seg_base];
+	/* The segment array is changed under the lock by releases from other threads. */
+	tw__primary_lock(p);
+	if (pos.segment >= p->seg_base && pos.segment - p->seg_base < p->nsegs)
+		seg = p->segs[pos.segment - p->seg_base];
+	tw__primary_unlock(p);
 	if (!seg || seg->closed)
 		return; /* closed: readable to its end on every replica already */
 	if (pub->inflight >= (p->threaded ? 1u : SYNC_ROUNDS * seg->nrep))
