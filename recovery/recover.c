@@ -410,6 +410,16 @@ static int choose(struct rctx *c, struct listvec *lv)
 	c->next_segment = c->free_below;
 	if (lv->n > 0 && lv->v[lv->n - 1].seg + 1 > c->next_segment)
 		c->next_segment = lv->v[lv->n - 1].seg + 1;
+	/* cfg.from_lsn: the segments below its segment are not wanted (after next_segment, which
+	 * counts every segment held). */
+	if (c->cfg->from_lsn >> 32) {
+		size_t keep = 0;
+
+		for (size_t k = 0; k < lv->n; k++)
+			if (lv->v[k].seg >= c->cfg->from_lsn >> 32)
+				lv->v[keep++] = lv->v[k];
+		lv->n = keep;
+	}
 	for (size_t k = 0; k < lv->n; k++)
 		if (k == 0 || lv->v[k].seg != lv->v[k - 1].seg)
 			nseg++;

@@ -494,6 +494,8 @@ static int deliver(struct fetch *f, struct rslot *s)
 		rc = tw_entry_next(&it, &p, &len, &off);
 		if (rc <= 0)
 			break;
+		if ((g->id << 32 | (uint64_t)off) < c->cfg->from_lsn)
+			continue; /* the caller has it (cfg.from_lsn) */
 		e.index = f->index++;
 		e.segment_id = g->id;
 		e.offset = off;

@@ -17,12 +17,14 @@
 #define TW_REPLICA_PRIMARY_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <tailwind/context.h>
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
+#include <tailwind/reader.h>
 
 #include "fabric/fabric.h"
 #include "core/util.h"
@@ -366,6 +368,24 @@ void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 struct tw__packed;
 void tw__packed_publish(struct tw_primary *p);
 void tw__packed_release(struct tw_primary *p);
+
+/* Warm standby (standby_warm.c, docs/readers.md): a reader thread that hands the live log's
+ * entries to on_entry while the standby waits; stop joins it and returns the position of the
+ * first entry it did not deliver (0: none delivered). */
+struct tw__warm {
+	struct tw_reader_config rc;
+	tw_recover_entry_fn on_entry;
+	void *arg;
+	pthread_t th;
+	atomic_bool stop;
+	bool started;
+	bool refused;      /* on_entry returned non-zero: it stopped delivering there */
+	uint64_t entries;  /* delivered */
+	uint64_t pos;      /* position of the next entry (written by the thread; read after join) */
+};
+int tw__warm_start(struct tw__warm *w, const struct tw_primary_config *cfg,
+		   tw_recover_entry_fn on_entry, void *arg);
+uint64_t tw__warm_stop(struct tw__warm *w);
 
 /* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
  * context); coord kept by the primary (not closed on failure). */

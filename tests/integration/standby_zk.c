@@ -16,10 +16,15 @@
  *     registered under a second chroot; a 4th twd registers afterwards (zone B); the zone-B
  *     replica's twd is SIGKILLed: the new one (the registry's child watch fired) is the
  *     spare, appends go on.
+ *   - a warm standby (tw_primary_standby with sc.warm, docs/readers.md) in this process while
+ *     a primary process appends: it hands the service every acknowledged entry while it
+ *     waits; the primary is SIGKILLed; at the takeover the recovery hands over only the rest.
+ *     Together, entries 0, 1, 2 ... each exactly once, every acknowledged one included.
  * Short ZooKeeper sessions (-t 2000: 2 s) keep the detection quick.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +33,10 @@
 #include <unistd.h>
 
 #include <tailwind/primary.h>
+#include <tailwind/standby.h>
 
 #include "cli_run.h"
+#include "core/util.h"
 #include "proc.h"
 #include "rmtree.h"
 #include "tap.h"
@@ -525,6 +532,121 @@ static void spare_from_registry(void)
 		proc_free(t[i]);
 }
 
+/* The warm standby's service: entries must come as 0, 1, 2 ... (the generated sequence
+ * numbers), each once, from the reader and then from the recovery. */
+struct warm_svc {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t next;    /* the next sequence number expected */
+	uint64_t bad;
+	uint64_t want;    /* signal when next reaches it */
+	char first_bad[160];
+};
+
+static int warm_entry(void *arg, const struct tw_recovered_entry *e)
+{
+	struct warm_svc *w = arg;
+	uint64_t seq = 0;
+
+	if (e->len >= 8)
+		memcpy(&seq, e->data, 8);
+	pthread_mutex_lock(&w->mu);
+	if (seq != w->next && !w->bad++)
+		snprintf(w->first_bad, sizeof(w->first_bad), "entry %" PRIu64 " (lsn %016" PRIx64
+			 ") carries %" PRIu64, w->next, e->lsn, seq);
+	w->next++;
+	if (w->next >= w->want)
+		pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+struct warm_run {
+	struct tw_primary_config cfg;
+	struct tw_standby_config sc;
+	struct tw_recover_result res;
+	struct tw_standby_result st;
+	struct tw_primary *p;
+	struct warm_svc *svc;
+	int rc;
+	char err[512];
+};
+
+static void *warm_main(void *arg)
+{
+	struct warm_run *r = arg;
+
+	r->rc = tw_primary_standby(&r->cfg, &r->sc, warm_entry, r->svc, &r->res, &r->st, &r->p,
+				   r->err, sizeof(r->err));
+	return NULL;
+}
+
+static void warm(void)
+{
+	uint64_t log = 0x3a00 + (uint64_t)getpid() % 256, acked;
+	struct warm_svc svc = { .want = 1500 };
+	struct warm_run r;
+	struct proc *a = standby(log, "100000000", false);
+	uint64_t kill_ns, done_ns;
+	pthread_t th;
+	int st;
+
+	pthread_mutex_init(&svc.mu, NULL);
+	pthread_cond_init(&svc.cv, NULL);
+	acked = wait_acked(a, 200);
+	TAP_REQUIRE(acked >= 200, "the primary took the log and appended (%" PRIu64 ")", acked);
+	memset(&r, 0, sizeof(r));
+	tw_primary_config_init(&r.cfg);
+	r.cfg.log_id = log;
+	r.cfg.coordinator = zk.url;
+	r.cfg.provider = prov;
+	r.cfg.segment_size = 64u << 10;
+	r.sc.warm = true;
+	r.svc = &svc;
+	TAP_REQUIRE(pthread_create(&th, NULL, warm_main, &r) == 0, "standby thread");
+	/* The reader hands entries over while the owner writes: wait for 1500 of them. */
+	pthread_mutex_lock(&svc.mu);
+	while (svc.next < svc.want)
+		pthread_cond_wait(&svc.cv, &svc.mu);
+	pthread_mutex_unlock(&svc.mu);
+	kill_ns = tw_now_ns();
+	proc_kill(a, SIGKILL);
+	acked = drain_acked(a, acked);
+	proc_wait(a, 20000);
+	proc_free(a);
+	pthread_join(th, NULL);
+	done_ns = tw_now_ns();
+	st = r.rc;
+	ok(st == 0 && r.st.watched && svc.bad == 0 && svc.next >= acked &&
+	   r.st.warm_entries >= 1500 && r.res.entries == svc.next - r.st.warm_entries,
+	   "warm standby: %" PRIu64 " entries handed over by the reader while waiting, %" PRIu64
+	   " by the recovery from LSN %016" PRIx64 ": 0..%" PRIu64 " once each, in order (the "
+	   "killed primary had %" PRIu64 " acknowledged) %s%s%s", r.st.warm_entries,
+	   r.res.entries, r.st.warm_lsn, svc.next, acked, st ? r.err : "", svc.bad ? ": " : "",
+	   svc.first_bad);
+	tap_diag("warm standby: kill to primary ready %.0f ms (session %s ms): wait %.0f, stop "
+		 "reader %.1f, claim %.1f, connect %.1f, fence %.1f, recover %.1f (%" PRIu64
+		 " entries), open %.1f, takeover %.1f ms", (double)(done_ns - kill_ns) / 1e6,
+		 SESSION_MS, (double)r.st.wait_ns / 1e6, (double)r.st.warm_stop_ns / 1e6,
+		 (double)r.st.claim_ns / 1e6, (double)r.st.connect_ns / 1e6,
+		 (double)r.st.fence_ns / 1e6, (double)r.st.recover_ns / 1e6, r.res.entries,
+		 (double)r.st.open_ns / 1e6, (double)r.st.takeover_ns / 1e6);
+	if (st == 0) {
+		uint8_t e[64];
+		uint64_t lsn, seq = svc.next;
+
+		memset(e, (int)(seq & 0xff), sizeof(e));
+		memcpy(e, &seq, 8);
+		is_int(tw_primary_append(r.p, e, sizeof(e), &lsn), 0, "warm standby: the new owner "
+		       "appends");
+		tw_primary_close(r.p);
+	} else {
+		ok(0, "warm standby: no primary");
+	}
+	pthread_mutex_destroy(&svc.mu);
+	pthread_cond_destroy(&svc.cv);
+}
+
 int main(int argc, char **argv)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -545,6 +667,7 @@ int main(int argc, char **argv)
 	record();
 	spare_from_registry();
 	failover_runs();
+	warm();
 	racing();
 
 	for (int i = 0; i < NB; i++)
