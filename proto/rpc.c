@@ -566,7 +566,7 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 		CHECK(m->minor <= 255, "minor %u out of range", m->minor);
 		CHECK(m->node_id != 0, "node_id 0");
 		CHECK(m->role >= TAILWIND__ROLE__ROLE_UNSPECIFIED &&
-		      m->role <= TAILWIND__ROLE__ROLE_RECOVERY, "unknown role %d", (int)m->role);
+		      m->role <= TAILWIND__ROLE__ROLE_READER, "unknown role %d", (int)m->role);
 		CHECK(str_ok(m->node_name, TW_RPC_NAME_MAX), "node_name longer than %u bytes",
 		      TW_RPC_NAME_MAX);
 		CHECK(m->auth_nonce.len == 0 || m->auth_nonce.len == TW_RPC_AUTH_LEN,
@@ -637,6 +637,16 @@ Tailwind__Status tw__rpc_validate_request(const Tailwind__Envelope *env, char *w
 	}
 	case TW_RPC_PING:
 		CHECK(env->ping->payload.len == 0 || env->ping->payload.data, "bad payload");
+		break;
+	case TW_RPC_SET_ACKED:
+		SUB(check_ref(env->set_acked->log_id, env->set_acked->segment_id, "segment_id", why,
+			      why_len));
+		CHECK_LEN(env->set_acked->acked, "acked");
+		break;
+	case TW_RPC_READ_ENTRIES:
+		SUB(check_ref(env->read_entries->log_id, env->read_entries->segment_id,
+			      "segment_id", why, why_len));
+		CHECK_LEN(env->read_entries->offset, "offset");
 		break;
 	default:
 		return why_set(why, why_len, UNSUPPORTED, "unknown request kind %d",
@@ -760,6 +770,17 @@ Tailwind__Status tw__rpc_validate_reply(const Tailwind__Envelope *env, char *why
 			      "(%llu bytes)", ULL(m->meta->offset), ULL(m->rkey->len));
 		}
 		CHECK_ID(m->replica_version, "replica_version");
+		CHECK(state_known(m->state), "unknown segment state %d", (int)m->state);
+		break;
+	}
+	case TW_RPC_READ_ENTRIES: {
+		const Tailwind__ReadEntriesReply *m = env->read_entries_reply;
+
+		CHECK(m->data.len == 0 || m->data.data, "bad data bytes");
+		CHECK_LEN(m->readable, "readable");
+		CHECK_ID(m->next_segment_id, "next_segment_id");
+		CHECK_ID(m->free_below, "free_below");
+		CHECK_ID(m->log_epoch, "log_epoch");
 		CHECK(state_known(m->state), "unknown segment state %d", (int)m->state);
 		break;
 	}

@@ -38,7 +38,7 @@
 
 #define TW_RPC_MAGIC 0x5754u      /* "TW" as a little-endian u16: bytes 0x54 0x57 */
 #define TW_RPC_MAJOR 1u
-#define TW_RPC_MINOR 3u
+#define TW_RPC_MINOR 4u
 #define TW_RPC_HDR_SIZE 8u        /* [magic u16][major u8][minor u8][length u32], LE */
 #define TW_RPC_MAX_MSG_DEFAULT 65536u /* frame header included; = fabric's default max_msg_size */
 #define TW_RPC_MAX_MSG_MIN 256u
@@ -68,7 +68,9 @@
 	X(RELEASE_SEGMENT, release_segment, segment_ref, status_reply)                       \
 	X(STATS, stats, stats, stats_reply)                                                  \
 	X(RECOVERED_OFFSET, recovered_offset, recovered_offset, status_reply)                \
-	X(PING, ping, ping, ping_reply)
+	X(PING, ping, ping, ping_reply)                                                      \
+	X(SET_ACKED, set_acked, set_acked, status_reply)                                     \
+	X(READ_ENTRIES, read_entries, read_entries, read_entries_reply)
 
 /* Request kinds, dense (0..TW_RPC_OP_COUNT-1), in TW_RPC_OPS order. */
 enum tw_rpc_op {
@@ -246,6 +248,8 @@ struct tw_rpc_req {
 		Tailwind__Stats stats;
 		Tailwind__RecoveredOffset recovered_offset;
 		Tailwind__Ping ping;
+		Tailwind__SetAcked set_acked;
+		Tailwind__ReadEntries read_entries;
 	} body;
 };
 
@@ -271,6 +275,11 @@ void tw__rpc_req_stats(struct tw_rpc_req *r);
 void tw__rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
 				 const struct tw_rpc_seg_meta *m, uint64_t replica_version);
 void tw__rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, size_t len);
+/* 1.4 (docs/readers.md). */
+void tw__rpc_req_set_acked(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+			   uint64_t segment_id, uint64_t acked);
+void tw__rpc_req_read_entries(struct tw_rpc_req *r, uint64_t log_id, uint64_t segment_id,
+			      uint64_t offset, uint32_t max_bytes, uint32_t wait_ms);
 
 /* ------------------------------------------------------------------ client */
 
@@ -449,6 +458,8 @@ struct tw__rpc_call {
 		Tailwind__StatsReply stats;
 		Tailwind__StatusReply recovered_offset;
 		Tailwind__PingReply ping;
+		Tailwind__StatusReply set_acked;
+		Tailwind__ReadEntriesReply read_entries;
 	} reply;
 	/* Scratch sub-messages for the common cases (valid until the handler returns). */
 	Tailwind__Rkey rkey;        /* e.g. call->reply.open_segment.rkey = &call->rkey */
@@ -471,6 +482,22 @@ struct tw__rpc_call {
  */
 typedef int (*tw_rpc_handler_fn)(void *arg, struct tw__rpc_call *call);
 
+/* A handler returns this to answer later: the server sends nothing now, and the handler's owner
+ * calls tw__rpc_server_answer once (a long-poll read, protocol 1.4). Until then it keeps what it
+ * needs of the request (call->req is gone when the handler returns) and forgets the request
+ * when its channel goes away. */
+#define TW_RPC_DEFERRED 0x7def
+
+/*
+ * Answer a request whose handler returned TW_RPC_DEFERRED: `fill(arg, call)` fills call->reply
+ * (the body of `op`'s reply) as a handler would and returns 0 or a negative code; call->req is
+ * NULL. The reply goes to `ch` with `request_id` and envelope epoch `epoch` (fill may change
+ * call->reply_epoch). Returns 0, -EINVAL (op or id), -ENOMEM. Fab thread; may be called from a
+ * handler (of another request) too.
+ */
+int tw__rpc_server_answer(struct tw_rpc_server *srv, struct tw_chan *ch, enum tw_rpc_op op,
+			  uint64_t request_id, uint64_t epoch, tw_rpc_handler_fn fill, void *arg);
+
 /* Memory for the reply, valid until the handler returns. NULL when exhausted (return -ENOMEM). */
 void *tw__rpc_call_alloc(struct tw__rpc_call *call, size_t n);
 
@@ -485,6 +512,9 @@ int tw__rpc_call_failed(struct tw__rpc_call *call, int err);
 /* Largest number of SegmentInfo entries a ListSegmentsReply may carry under max_msg_size
  * (worst-case encoding): fill at most that many and set more/next_* for the rest. */
 size_t tw__rpc_list_max_entries(const struct tw_rpc_server *srv);
+
+/* The largest frame the server sends or takes (its max_msg_size), header included. */
+size_t tw__rpc_server_max_msg(const struct tw_rpc_server *srv);
 
 /* Server-side hooks besides the dispatch table. */
 struct tw_rpc_server_ops {

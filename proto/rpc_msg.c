@@ -134,6 +134,26 @@ void tw__rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload,
 	r->body.ping.payload.len = payload ? len : 0;
 }
 
+void tw__rpc_req_set_acked(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
+			   uint64_t segment_id, uint64_t acked)
+{
+	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_SET_ACKED, &tailwind__set_acked__descriptor);
+	r->body.set_acked.log_id = log_id;
+	r->body.set_acked.segment_id = segment_id;
+	r->body.set_acked.acked = acked;
+}
+
+void tw__rpc_req_read_entries(struct tw_rpc_req *r, uint64_t log_id, uint64_t segment_id,
+			      uint64_t offset, uint32_t max_bytes, uint32_t wait_ms)
+{
+	req_init(r, 0, TAILWIND__ENVELOPE__BODY_READ_ENTRIES, &tailwind__read_entries__descriptor);
+	r->body.read_entries.log_id = log_id;
+	r->body.read_entries.segment_id = segment_id;
+	r->body.read_entries.offset = offset;
+	r->body.read_entries.max_bytes = max_bytes;
+	r->body.read_entries.wait_ms = wait_ms;
+}
+
 /* ------------------------------------------------------------------ typed blocking wrappers */
 
 /* Run a sync call and hand back the reply (caller releases) when the reply kind is right. */

@@ -89,6 +89,11 @@ size_t tw__rpc_list_max_entries(const struct tw_rpc_server *srv)
 	return (m - TW_RPC__LIST_OVERHEAD) / TW_RPC__SEGINFO_MAX;
 }
 
+size_t tw__rpc_server_max_msg(const struct tw_rpc_server *srv)
+{
+	return srv->cfg.max_msg_size;
+}
+
 /* ---- per-channel strikes */
 
 static struct strike *strike_find(struct tw_rpc_server *srv, struct tw_chan *ch)
@@ -319,6 +324,54 @@ static int refuse(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwind_
 	return 0;
 }
 
+/* Status, message and epoch of a served call's reply (rc: the handler's result), then send it. */
+static void send_reply(struct tw_rpc_server *srv, struct tw_chan *ch, struct tw__rpc_call *call,
+		       int rc, uint64_t request_id, unsigned char *txbuf)
+{
+	Tailwind__Envelope renv = TAILWIND__ENVELOPE__INIT;
+	const char *rmsg;
+	int status, op = (int)call->op;
+
+	status = reply_get_status(call, &rmsg);
+	if (rc < 0) {
+		int err = call->has_msg && call->fail_err < 0 ? call->fail_err : rc;
+
+		if (status == TAILWIND__STATUS__STATUS_OK)
+			status = tw__rpc_err_to_status(err);
+		if (status == TAILWIND__STATUS__STATUS_OK)
+			status = TAILWIND__STATUS__STATUS_INTERNAL;
+		if (!call->has_msg && (!rmsg || !rmsg[0]))
+			snprintf(call->msgbuf, sizeof(call->msgbuf), "%s", tw_strerror(rc));
+		if (call->has_msg || !rmsg || !rmsg[0])
+			rmsg = call->msgbuf;
+	} else if (call->has_msg) {
+		rmsg = call->msgbuf;
+		if (status == TAILWIND__STATUS__STATUS_OK && call->fail_err < 0)
+			status = tw__rpc_err_to_status(call->fail_err);
+	}
+	if (status < TAILWIND__STATUS__STATUS_OK || status > TAILWIND__STATUS__STATUS_UNAUTHENTICATED) {
+		tw_log_error("rpc: %s handler set unknown status %d", tw__rpc_op_name(op), status);
+		status = TAILWIND__STATUS__STATUS_INTERNAL;
+	}
+	if (!rmsg)
+		rmsg = "";
+	if (strnlen(rmsg, TW_RPC_MESSAGE_MAX + 1) > TW_RPC_MESSAGE_MAX) {
+		if (rmsg != call->msgbuf)
+			snprintf(call->msgbuf, sizeof(call->msgbuf), "%s", rmsg);
+		call->msgbuf[TW_RPC_MESSAGE_MAX] = '\0';
+		rmsg = call->msgbuf;
+	}
+	reply_set_status(call, status, rmsg);
+	if (status != TAILWIND__STATUS__STATUS_OK)
+		srv->st.errors[op]++;
+
+	renv.request_id = request_id;
+	renv.epoch = call->reply_epoch <= (uint64_t)TW_RPC_ID_MAX ? call->reply_epoch : 0;
+	renv.body_case = TW_RPC_OP_REPLY_CASE(op);
+	renv.handshake_reply = (Tailwind__HandshakeReply *)(void *)&call->reply;
+	send_env(srv, ch, &renv, txbuf);
+}
+
 /* ---- serving one message */
 
 static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg, size_t len,
@@ -327,12 +380,10 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	char why[TW_RPC_MESSAGE_MAX];
 	struct tw__rpc_call call;
 	Tailwind__Envelope *env;
-	Tailwind__Envelope renv = TAILWIND__ENVELOPE__INIT;
 	struct tw_rpc_hdr hdr;
 	Tailwind__Status vs;
 	tw_rpc_handler_fn fn;
-	const char *rmsg;
-	int rc, status, op;
+	int rc, op;
 
 	rc = tw__rpc_frame_check(msg, len, srv->cfg.max_msg_size, &hdr, why, sizeof(why));
 	if (rc == -TW_EVERSION) {
@@ -407,47 +458,54 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 	rc = prefill(srv, &call, a);
 	if (rc == 0 && fn)
 		rc = fn(srv->arg, &call);
+	if (rc == TW_RPC_DEFERRED)
+		return 0; /* answered later (tw__rpc_server_answer) */
 	if (rc > 0)
 		rc = 0;
+	send_reply(srv, ch, &call, rc, env->request_id, txbuf);
+	return 0;
+}
 
-	status = reply_get_status(&call, &rmsg);
-	if (rc < 0) {
-		int err = call.has_msg && call.fail_err < 0 ? call.fail_err : rc;
+int tw__rpc_server_answer(struct tw_rpc_server *srv, struct tw_chan *ch, enum tw_rpc_op op,
+			  uint64_t request_id, uint64_t epoch, tw_rpc_handler_fn fill, void *arg)
+{
+	struct tw_rpc_arena tmp, *a = &srv->arena;
+	unsigned char *buf = srv->txbuf;
+	struct tw__rpc_call call;
+	int rc;
 
-		if (status == TAILWIND__STATUS__STATUS_OK)
-			status = tw__rpc_err_to_status(err);
-		if (status == TAILWIND__STATUS__STATUS_OK)
-			status = TAILWIND__STATUS__STATUS_INTERNAL;
-		if (!call.has_msg && (!rmsg || !rmsg[0]))
-			snprintf(call.msgbuf, sizeof(call.msgbuf), "%s", tw_strerror(rc));
-		if (call.has_msg || !rmsg || !rmsg[0])
-			rmsg = call.msgbuf;
-	} else if (call.has_msg) {
-		rmsg = call.msgbuf;
-		if (status == TAILWIND__STATUS__STATUS_OK && call.fail_err < 0)
-			status = tw__rpc_err_to_status(call.fail_err);
+	if ((unsigned)op >= TW_RPC_OP_COUNT || !request_id)
+		return -EINVAL;
+	if (srv->depth > 0) {
+		/* Inside a handler (or a send that progressed): the outer call owns the arena and
+		 * the transmit buffer. */
+		buf = malloc(srv->cfg.max_msg_size);
+		if (!buf)
+			return -ENOMEM;
+		tw__rpc_arena_init(&tmp, NULL, 0, srv->cfg.arena_limit);
+		a = &tmp;
 	}
-	if (status < TAILWIND__STATUS__STATUS_OK || status > TAILWIND__STATUS__STATUS_UNAUTHENTICATED) {
-		tw_log_error("rpc: %s handler set unknown status %d", tw__rpc_op_name(op), status);
-		status = TAILWIND__STATUS__STATUS_INTERNAL;
+	srv->depth++;
+	memset(&call, 0, sizeof(call));
+	call.srv = srv;
+	call.ch = ch;
+	call.op = op;
+	call.reply_epoch = epoch;
+	call.priv_arena = a;
+	protobuf_c_message_init(tw__rpc__reply_desc((int)op), &call.reply);
+	tailwind__rkey__init(&call.rkey);
+	tailwind__segment_meta__init(&call.meta);
+	rc = fill(arg, &call);
+	if (rc > 0)
+		rc = 0;
+	send_reply(srv, ch, &call, rc, request_id, buf);
+	srv->depth--;
+	if (a == &tmp) {
+		tw__rpc_arena_fini(&tmp);
+		free(buf);
+	} else {
+		tw__rpc_arena_reset(a);
 	}
-	if (!rmsg)
-		rmsg = "";
-	if (strnlen(rmsg, TW_RPC_MESSAGE_MAX + 1) > TW_RPC_MESSAGE_MAX) {
-		if (rmsg != call.msgbuf)
-			snprintf(call.msgbuf, sizeof(call.msgbuf), "%s", rmsg);
-		call.msgbuf[TW_RPC_MESSAGE_MAX] = '\0';
-		rmsg = call.msgbuf;
-	}
-	reply_set_status(&call, status, rmsg);
-	if (status != TAILWIND__STATUS__STATUS_OK)
-		srv->st.errors[op]++;
-
-	renv.request_id = env->request_id;
-	renv.epoch = call.reply_epoch <= (uint64_t)TW_RPC_ID_MAX ? call.reply_epoch : 0;
-	renv.body_case = TW_RPC_OP_REPLY_CASE(op);
-	renv.handshake_reply = (Tailwind__HandshakeReply *)(void *)&call.reply;
-	send_env(srv, ch, &renv, txbuf);
 	return 0;
 }
 

@@ -67,42 +67,16 @@ void tw__rc_seterr(struct rctx *c, const char *fmt, ...)
 
 /* ------------------------------------------------------------------ fabric wiring */
 
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct rbk *b = tw__chan_user(ch);
-
-	(void)arg;
-	if (b && b->rpc && tw__rpc_client_on_recv(b->rpc, msg, len) < 0) {
-		b->lost = true;
-		snprintf(b->why, sizeof(b->why), "malformed reply stream");
-	}
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	struct rbk *b = tw__chan_user(ch);
-
-	(void)arg;
-	if (!b)
-		return;
-	if (!b->lost)
-		snprintf(b->why, sizeof(b->why), "connection lost: %s", tw_strerror(err));
-	b->lost = true;
-	if (b->rpc)
-		tw__rpc_client_on_lost(b->rpc, err);
-}
-
 void tw__rc_progress(struct rctx *c, int timeout_ms)
 {
 	tw__fab_progress(c->fab, timeout_ms);
 	for (unsigned i = 0; i < c->nbk; i++)
-		if (c->bks[i].rpc)
-			tw__rpc_client_expire(c->bks[i].rpc);
+		tw__peer_expire(&c->bks[i].peer);
 }
 
 static bool bk_ok(const struct rbk *b)
 {
-	return b->up && !b->lost;
+	return b->peer.up && !b->peer.lost;
 }
 
 static int check_cfg(struct rctx *c)
@@ -131,29 +105,15 @@ static int check_cfg(struct rctx *c)
 	return 0;
 }
 
-/* Open the fab and connect to every backup; unreachable ones are warned about and skipped. */
-/* The Handshake (with the key's challenge-response when there is a key): before any other
- * request, so a backup with a key serves us. The rpc client and channel stay for the caller
- * to drop on failure (disconnect_all). */
-static int auth_handshake(struct rctx *c, struct rbk *b)
-{
-	struct tw_rpc_reply rep;
-	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
-	int rc;
-
-	rc = tw__auth_client_handshake(b->rpc, c->key, node ? node : 1,
-				      TAILWIND__ROLE__ROLE_RECOVERY, NULL, &rep, b->why,
-				      sizeof(b->why));
-	tw__rpc_reply_release(&rep);
-	return rc;
-}
-
+/* Open the fab and connect to every backup (peer/peer.h: the Handshake, with the key's
+ * challenge-response when there is a key); unreachable ones are warned about and skipped. */
 static int connect_all(struct rctx *c)
 {
 	const struct tw_recover_config *cfg = c->cfg;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
 	struct tw_rpc_config rcfg;
+	struct tw_peer_opts po;
 	int rc, auth_err = 0;
 
 	c->nbk = (unsigned)cfg->n_backups;
@@ -170,8 +130,8 @@ static int connect_all(struct rctx *c)
 	fc.busy_poll = cfg->busy_poll;
 	memset(&ev, 0, sizeof(ev));
 	ev.arg = c;
-	ev.on_recv = on_recv;
-	ev.on_lost = on_lost;
+	ev.on_recv = tw__peer_fab_on_recv;
+	ev.on_lost = tw__peer_fab_on_lost;
 	rc = tw__fab_open(&fc, &ev, &c->fab);
 	if (rc) {
 		tw__rc_seterr(c, "cannot open the fabric (%s): %s", cfg->provider ? cfg->provider :
@@ -191,39 +151,28 @@ static int connect_all(struct rctx *c)
 			return rc;
 		}
 	}
+	tw__peer_opts_init(&po, TAILWIND__ROLE__ROLE_RECOVERY);
+	po.key = c->key;
+	po.incarnation = c->incarnation;
+	po.rpc = rcfg;
+	po.connect_timeout_ms = fc.connect_timeout_ms;
 	for (unsigned i = 0; i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
 		b->idx = i;
-		b->addr = cfg->backups[i];
-		rc = tw__fab_connect(c->fab, b->addr, &b->ch);
-		if (rc == 0) {
-			tw__chan_set_user(b->ch, b);
-			rc = tw__rpc_client_create(b->ch, &rcfg, &b->rpc);
-		}
-		if (rc == 0)
-			tw__rpc_client_set_incarnation(b->rpc, c->incarnation);
+		tw__peer_init(&b->peer, cfg->backups[i], b);
+		rc = tw__peer_connect(&b->peer, c->fab, &po);
 		if (rc) {
-			snprintf(b->why, sizeof(b->why), "cannot connect: %s", tw_strerror(rc));
-			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
-			continue;
-		}
-		rc = auth_handshake(c, b);
-		if (rc) {
-			if (!auth_err)
+			if (rc == -EACCES && !auth_err)
 				auth_err = rc;
-			tw__rpc_client_destroy(b->rpc);
-			b->rpc = NULL;
-			tw__chan_close(b->ch);
-			b->ch = NULL;
-			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
+			tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr,
+				    b->peer.why);
 			continue;
 		}
-		b->up = true;
 		c->res->backups_reached++;
 	}
 	if (c->res->backups_reached == 0) {
-		tw__rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].addr, c->bks[0].why);
+		tw__rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].peer.addr, c->bks[0].peer.why);
 		return auth_err == -EACCES ? -EACCES : -TW_ENOBACKUP;
 	}
 	return 0;
@@ -234,7 +183,7 @@ static void disconnect_all(struct rctx *c)
 	for (unsigned i = 0; c->bks && i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
-		tw__rpc_client_close(&b->rpc, &b->ch);
+		tw__peer_close(&b->peer);
 	}
 	if (c->fab)
 		tw__fab_close(c->fab);
@@ -277,10 +226,10 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_p
 		int rc;
 
 		tw__rpc_req_list_segments(&req, c->cfg->log_id, false, from);
-		rc = tw__rpc_call_sync(b->rpc, &req.env, &rep);
+		rc = tw__rpc_call_sync(b->peer.rpc, &req.env, &rep);
 		if (rc) {
-			snprintf(b->why, sizeof(b->why), "list failed: %s (%s)", tw_strerror(rc),
-				 tw__rpc_client_errmsg(b->rpc));
+			snprintf(b->peer.why, sizeof(b->peer.why), "list failed: %s (%s)", tw_strerror(rc),
+				 tw__rpc_client_errmsg(b->peer.rpc));
 			tw__rpc_reply_release(&rep);
 			return rc;
 		}
@@ -376,10 +325,10 @@ static void down_list(struct rctx *c, char *out, size_t len)
 
 	out[0] = '\0';
 	for (unsigned i = 0; i < c->nbk && k + 1 < len; i++) {
-		if (c->bks[i].up && !c->bks[i].lost)
+		if (c->bks[i].peer.up && !c->bks[i].peer.lost)
 			continue;
 		k += (size_t)snprintf(out + k, len - k, "%s%s (%s)", k ? ", " : "; unreachable: ",
-				      c->bks[i].addr, c->bks[i].why);
+				      c->bks[i].peer.addr, c->bks[i].peer.why);
 	}
 }
 
@@ -413,7 +362,7 @@ static int check_complete(struct rctx *c, size_t nseg)
 
 			lost += cp->lost;
 			k += (size_t)snprintf(where + k, sizeof(where) - k, "%s%s: %s", k ? ", " : "",
-					      c->bks[cp->bk].addr,
+					      c->bks[cp->bk].peer.addr,
 					      cp->lost ? "lost" : cp->corrupt ? "corrupt" : "stale");
 		}
 		c->res->segments_missing = nseg - si;
@@ -444,7 +393,7 @@ static int choose(struct rctx *c, struct listvec *lv)
 
 	c->free_below = 0;
 	for (unsigned k = 0; k < c->nbk; k++)
-		if (c->bks[k].up && c->bks[k].free_below > c->free_below)
+		if (c->bks[k].peer.up && c->bks[k].free_below > c->free_below)
 			c->free_below = c->bks[k].free_below;
 	/* Copies below the first live segment were freed (log cleaning); a backup that missed the
 	 * free still lists them: drop them. */
@@ -461,6 +410,16 @@ static int choose(struct rctx *c, struct listvec *lv)
 	c->next_segment = c->free_below;
 	if (lv->n > 0 && lv->v[lv->n - 1].seg + 1 > c->next_segment)
 		c->next_segment = lv->v[lv->n - 1].seg + 1;
+	/* cfg.from_lsn: the segments below its segment are not wanted (after next_segment, which
+	 * counts every segment held). */
+	if (c->cfg->from_lsn >> 32) {
+		size_t keep = 0;
+
+		for (size_t k = 0; k < lv->n; k++)
+			if (lv->v[k].seg >= c->cfg->from_lsn >> 32)
+				lv->v[keep++] = lv->v[k];
+		lv->n = keep;
+	}
 	for (size_t k = 0; k < lv->n; k++)
 		if (k == 0 || lv->v[k].seg != lv->v[k - 1].seg)
 			nseg++;
@@ -486,7 +445,7 @@ static int choose(struct rctx *c, struct listvec *lv)
 			if (cp->lost) {
 				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the copy "
 					    "on backup %s is lost (opened there, gone after a restart); "
-					    "skipping it", c->cfg->log_id, s->id, c->bks[cp->bk].addr);
+					    "skipping it", c->cfg->log_id, s->id, c->bks[cp->bk].peer.addr);
 				c->res->copies_lost++;
 				continue;
 			}
@@ -495,7 +454,7 @@ static int choose(struct rctx *c, struct listvec *lv)
 			if (cp->corrupt) {
 				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the %s copy "
 					    "on backup %s is corrupt; skipping it", c->cfg->log_id, s->id,
-					    state_str(cp->state), c->bks[cp->bk].addr);
+					    state_str(cp->state), c->bks[cp->bk].peer.addr);
 				c->res->copies_corrupt++;
 				continue;
 			}
@@ -519,7 +478,7 @@ static int choose(struct rctx *c, struct listvec *lv)
 					tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": copy "
 						    "on backup %s has replica version %" PRIu64 " < %"
 						    PRIu64 "; ignoring it", c->cfg->log_id, s->id,
-						    c->bks[cp->bk].addr, cp->version, maxver);
+						    c->bks[cp->bk].peer.addr, cp->version, maxver);
 					c->res->copies_stale++;
 				}
 				s->copies[s->ncopies + keep] = *cp;
@@ -542,7 +501,7 @@ static int choose(struct rctx *c, struct listvec *lv)
 				tw_log_info("recover: log %016" PRIx64 " segment %" PRIu64 ": closed "
 					    "copies differ (%s: %" PRIu64 " bytes, %s: %" PRIu64
 					    " bytes; normal after an earlier recovery); using the longest", c->cfg->log_id, s->id,
-					    c->bks[a->bk].addr, a->valid_len, c->bks[b->bk].addr,
+					    c->bks[a->bk].peer.addr, a->valid_len, c->bks[b->bk].peer.addr,
 					    b->valid_len);
 		}
 		i = j;
@@ -567,13 +526,13 @@ static int list_all(struct rctx *c)
 			goto out;
 		if (rc == -TW_EFENCED && !c->cfg->no_fence) {
 			tw__rc_seterr(c, "log %016" PRIx64 " was taken over right after this recovery's "
-				  "fence (backup %s: %s)", c->cfg->log_id, b->addr,
-				  tw__rpc_client_errmsg(b->rpc));
+				  "fence (backup %s: %s)", c->cfg->log_id, b->peer.addr,
+				  tw__rpc_client_errmsg(b->peer.rpc));
 			goto out;
 		}
 		if (rc) {
-			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
-			b->up = false;
+			tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr, b->peer.why);
+			b->peer.up = false;
 			continue;
 		}
 		answered++;
@@ -619,10 +578,10 @@ static int fence_held(struct rctx *c, struct rbk *b, uint64_t epoch, uint64_t *g
 
 	tw_log_info("recover: log %016" PRIx64 ": backup %s is held by incarnation %016" PRIx64
 		    " at epoch %" PRIu64 "; waiting for it to stop (this fence already cut it off "
-		    "elsewhere)", c->cfg->log_id, b->addr, *owner, *got);
+		    "elsewhere)", c->cfg->log_id, b->peer.addr, *owner, *got);
 	while (rc == -TW_EFENCED && *got < epoch && tw_now_ns() < end) {
 		tw__rc_progress(c, 100);
-		rc = tw__rpc_fence(b->rpc, c->cfg->log_id, epoch, got, owner);
+		rc = tw__rpc_fence(b->peer.rpc, c->cfg->log_id, epoch, got, owner);
 	}
 	return rc;
 }
@@ -647,9 +606,9 @@ static int fence_all(struct rctx *c)
 			if (rc == -ENOMEM)
 				return rc;
 			if (rc) {
-				tw_log_warn("recover: backup %s: %s; going on without it", b->addr,
-					    b->why);
-				b->up = false;
+				tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr,
+					    b->peer.why);
+				b->peer.up = false;
 				continue;
 			}
 			if (!top || b->max_epoch > top->max_epoch)
@@ -663,7 +622,7 @@ static int fence_all(struct rctx *c)
 		if (top->max_epoch >= TW_EPOCH_MAX) {
 			tw__rc_seterr(c, "log %016" PRIx64 " is at epoch %" PRIu64 " on backup %s: no "
 				  "epoch is left for a takeover (maximum %" PRIu64 ")", c->cfg->log_id,
-				  top->max_epoch, top->addr, (uint64_t)TW_EPOCH_MAX);
+				  top->max_epoch, top->peer.addr, (uint64_t)TW_EPOCH_MAX);
 			return -ERANGE;
 		}
 		epoch = top->max_epoch + 1;
@@ -676,7 +635,7 @@ static int fence_all(struct rctx *c)
 		b->fenced = false;
 		if (!bk_ok(b))
 			continue;
-		rc = tw__rpc_fence(b->rpc, c->cfg->log_id, epoch, &got, &owner);
+		rc = tw__rpc_fence(b->peer.rpc, c->cfg->log_id, epoch, &got, &owner);
 		if (rc == -TW_EFENCED && fenced > 0 && got < epoch)
 			rc = fence_held(c, b, epoch, &got, &owner);
 		if (rc == 0) {
@@ -686,19 +645,19 @@ static int fence_all(struct rctx *c)
 			tw__rc_seterr(c, "log %016" PRIx64 " is held by another owner: backup %s is at "
 				  "epoch %" PRIu64 ", owned by incarnation %016" PRIx64 " (this one: "
 				  "epoch %" PRIu64 ", incarnation %016" PRIx64 "); another takeover or "
-				  "recovery won", c->cfg->log_id, b->addr, got, owner, epoch,
+				  "recovery won", c->cfg->log_id, b->peer.addr, got, owner, epoch,
 				  c->incarnation);
 			return -TW_EFENCED;
 		} else if (rc == -EINVAL) {
 			tw__rc_seterr(c, "backup %s refused the fence of log %016" PRIx64 " at epoch %"
-				  PRIu64 ": %s", b->addr, c->cfg->log_id, epoch,
-				  tw__rpc_client_errmsg(b->rpc));
+				  PRIu64 ": %s", b->peer.addr, c->cfg->log_id, epoch,
+				  tw__rpc_client_errmsg(b->peer.rpc));
 			return rc;
 		} else {
-			snprintf(b->why, sizeof(b->why), "fence failed: %s (%s)", tw_strerror(rc),
-				 tw__rpc_client_errmsg(b->rpc));
-			tw_log_warn("recover: backup %s: %s; going on without it", b->addr, b->why);
-			b->up = false;
+			snprintf(b->peer.why, sizeof(b->peer.why), "fence failed: %s (%s)", tw_strerror(rc),
+				 tw__rpc_client_errmsg(b->peer.rpc));
+			tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr, b->peer.why);
+			b->peer.up = false;
 		}
 	}
 	c->epoch = epoch;
@@ -726,14 +685,14 @@ static int record_repair(struct rctx *c, struct rbk *b, const struct rseg *s, ui
 	do {
 		size_t n = s->len - from < piece ? (size_t)(s->len - from) : piece;
 
-		rc = tw__rpc_recovered_repair(b->rpc, c->epoch, m, s->version, from,
+		rc = tw__rpc_recovered_repair(b->peer.rpc, c->epoch, m, s->version, from,
 					      s->tail + (from - s->tail_from), n);
 		from += n;
 	} while (rc == 0 && from < s->len);
 	if (rc == 0) {
 		c->res->copies_repaired++;
 		tw_log_info("recover: backup %s: segment %" PRIu64 " completed from %" PRIu64 " to %"
-			    PRIu64 " bytes", b->addr, s->id, have, s->len);
+			    PRIu64 " bytes", b->peer.addr, s->id, have, s->len);
 	}
 	return rc;
 }
@@ -763,14 +722,14 @@ static void record_all(struct rctx *c)
 			    s->copies[k].valid_len >= s->tail_from)
 				rc = record_repair(c, b, s, s->copies[k].valid_len, &m);
 			else
-				rc = tw__rpc_recovered_offset(b->rpc, c->epoch, &m, s->version);
+				rc = tw__rpc_recovered_offset(b->peer.rpc, c->epoch, &m, s->version);
 			if (rc == 0) {
 				c->res->offsets_recorded++;
 				continue;
 			}
 			tw_log_warn("recover: backup %s: recording segment %" PRIu64 " at %" PRIu64
-				    " bytes: %s (%s)", b->addr, s->id, s->len, tw_strerror(rc),
-				    tw__rpc_client_errmsg(b->rpc));
+				    " bytes: %s (%s)", b->peer.addr, s->id, s->len, tw_strerror(rc),
+				    tw__rpc_client_errmsg(b->peer.rpc));
 		}
 	}
 }
@@ -965,20 +924,20 @@ static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t 
 
 		if (!bk_ok(b) || (delete_log && !b->fenced))
 			continue;
-		r = tw__rpc_free_segments(b->rpc, epoch, cfg->log_id, below, delete_log, &n);
+		r = tw__rpc_free_segments(b->peer.rpc, epoch, cfg->log_id, below, delete_log, &n);
 		if (r == 0) {
 			freed += n;
 			ok++;
 			continue;
 		}
-		tw_log_warn("recover: backup %s: %s log %016" PRIx64 ": %s (%s)", b->addr,
+		tw_log_warn("recover: backup %s: %s log %016" PRIx64 ": %s (%s)", b->peer.addr,
 			    delete_log ? "delete" : "free", cfg->log_id, tw_strerror(r),
-			    tw__rpc_client_errmsg(b->rpc));
+			    tw__rpc_client_errmsg(b->peer.rpc));
 		if (!first) {
 			first = r;
-			tw__rc_seterr(&c, "backup %s refused to %s log %016" PRIx64 ": %s", b->addr,
+			tw__rc_seterr(&c, "backup %s refused to %s log %016" PRIx64 ": %s", b->peer.addr,
 				  delete_log ? "delete" : "free", cfg->log_id,
-				  tw__rpc_client_errmsg(b->rpc));
+				  tw__rpc_client_errmsg(b->peer.rpc));
 		}
 	}
 	disconnect_all(&c);

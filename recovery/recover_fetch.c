@@ -171,10 +171,10 @@ static void release_grant(struct rslot *s)
 	if (!s->granted)
 		return;
 	s->granted = false;
-	if (b->lost || !b->rpc)
+	if (b->peer.lost || !b->peer.rpc)
 		return;
 	tw__rpc_req_release_segment(&req, c->epoch, c->cfg->log_id, slot_seg(s)->id);
-	(void)tw__rpc_call(b->rpc, &req.env, release_done, s);
+	(void)tw__rpc_call(b->peer.rpc, &req.env, release_done, s);
 }
 
 /* Pick a copy for the slot's segment: the first not-failed copy's equivalence class (same
@@ -192,7 +192,7 @@ static int pick_copy(struct fetch *f, struct rslot *s)
 		const struct rcopy *cp = &g->copies[k];
 		const struct rbk *b = &c->bks[cp->bk];
 
-		if (cp->failed || !b->up || b->lost)
+		if (cp->failed || !b->peer.up || b->peer.lost)
 			continue;
 		if (!best)
 			best = cp;
@@ -222,23 +222,23 @@ static void slot_fail(struct fetch *f, struct rslot *s, int err)
 
 	tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": copy on backup %s (%s, "
 		    "%" PRIu64 " bytes): %s: %s; trying another copy", c->cfg->log_id, g->id,
-		    c->bks[cp->bk].addr,
+		    c->bks[cp->bk].peer.addr,
 		    cp->state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN ? "open" : "closed",
 		    cp->valid_len, tw_strerror(err), s->why[0] ? s->why : "failed");
 	cp->failed = true;
-	snprintf(s->last_why, sizeof(s->last_why), "%s: %.200s", c->bks[cp->bk].addr,
+	snprintf(s->last_why, sizeof(s->last_why), "%.96s: %.150s", c->bks[cp->bk].peer.addr,
 		 s->why[0] ? s->why : tw_strerror(err));
-	if (err == -ETIMEDOUT && !c->bks[cp->bk].lost) {
+	if (err == -ETIMEDOUT && !c->bks[cp->bk].peer.lost) {
 		/* A backup that lets a grant or a read time out is stopped or cut off: picking it
 		 * again for each later segment would cost one timeout per segment (a recovery
 		 * that seemed never to end). Its other copies are skipped from now on. */
 		struct rbk *b = &c->bks[cp->bk];
 
-		b->lost = true;
-		snprintf(b->why, sizeof(b->why), "timed out during the fetch (%.100s)",
+		b->peer.lost = true;
+		snprintf(b->peer.why, sizeof(b->peer.why), "timed out during the fetch (%.100s)",
 			 s->why[0] ? s->why : "no answer");
 		tw_log_warn("recover: backup %s: %s; fetching the remaining segments from the "
-			    "others", b->addr, b->why);
+			    "others", b->peer.addr, b->peer.why);
 	}
 	if (err == -TW_ECORRUPT)
 		c->res->copies_corrupt++;
@@ -280,7 +280,7 @@ static int start_grant(struct fetch *f, struct rslot *s)
 		return 1;
 	}
 	tw__rpc_req_read_segment(&req, c->epoch, c->cfg->log_id, g->id);
-	rc = tw__rpc_call(c->bks[cp->bk].rpc, &req.env, grant_done, s);
+	rc = tw__rpc_call(c->bks[cp->bk].peer.rpc, &req.env, grant_done, s);
 	if (rc) {
 		snprintf(s->why, sizeof(s->why), "read grant request: %s", tw_strerror(rc));
 		s->err = rc;
@@ -318,7 +318,7 @@ static bool post_reads(struct fetch *f, struct rslot *s)
 		rr->len = n;
 		rr->busy = true;
 		s->inflight++;
-		rc = tw__chan_read(b->ch, &rr->op, s->buf + s->next_off, n, s->mr, &s->rk,
+		rc = tw__chan_read(b->peer.ch, &rr->op, s->buf + s->next_off, n, s->mr, &s->rk,
 				  s->next_off);
 		if (rc) {
 			rr->busy = false;
@@ -361,7 +361,7 @@ static bool step(struct fetch *f, struct rslot *s)
 		if (s->grant_status) {
 			if (!s->why[0])
 				snprintf(s->why, sizeof(s->why), "read grant: %s",
-					 tw__rpc_client_errmsg(slot_bk(s)->rpc));
+					 tw__rpc_client_errmsg(slot_bk(s)->peer.rpc));
 			s->err = s->grant_status;
 			if (s->err == -TW_EFENCED) {
 				/* Another owner fenced the log after us: no other copy helps. */
@@ -387,7 +387,7 @@ static bool step(struct fetch *f, struct rslot *s)
 			c->bks[slot_seg(s)->copies[s->copy].bk].active--;
 			s->state = SLOT_VERIFY;
 			tw_log_debug("recover: segment %" PRIu64 " from %s: grant %.2f ms, %" PRIu64
-				     " bytes read in %.2f ms", slot_seg(s)->id, slot_bk(s)->addr,
+				     " bytes read in %.2f ms", slot_seg(s)->id, slot_bk(s)->peer.addr,
 				     (double)(s->t_read - s->t_grant) / 1e6, s->len,
 				     (double)(tw_now_ns() - s->t_read) / 1e6);
 			return true;
@@ -468,7 +468,7 @@ static int deliver(struct fetch *f, struct rslot *s)
 
 	if (s->err == -TW_EFENCED) {
 		tw__rc_seterr(c, "log %016" PRIx64 " was taken over during this recovery (segment %"
-			  PRIu64 " on backup %s: %s)", c->cfg->log_id, g->id, slot_bk(s)->addr,
+			  PRIu64 " on backup %s: %s)", c->cfg->log_id, g->id, slot_bk(s)->peer.addr,
 			  s->why);
 		return -TW_EFENCED;
 	}
@@ -494,6 +494,8 @@ static int deliver(struct fetch *f, struct rslot *s)
 		rc = tw_entry_next(&it, &p, &len, &off);
 		if (rc <= 0)
 			break;
+		if ((g->id << 32 | (uint64_t)off) < c->cfg->from_lsn)
+			continue; /* the caller has it (cfg.from_lsn) */
 		e.index = f->index++;
 		e.segment_id = g->id;
 		e.offset = off;
@@ -551,12 +553,12 @@ static void fetch_fini(struct fetch *f)
 		if (s->state == SLOT_GRANT || s->inflight) {
 			/* Still not done (peer stuck): dropping the clients completes them. */
 			for (unsigned k = 0; k < c->nbk; k++) {
-				if (c->bks[k].rpc)
-					tw__rpc_client_destroy(c->bks[k].rpc);
-				c->bks[k].rpc = NULL;
-				if (c->bks[k].ch)
-					tw__chan_close(c->bks[k].ch);
-				c->bks[k].ch = NULL;
+				if (c->bks[k].peer.rpc)
+					tw__rpc_client_destroy(c->bks[k].peer.rpc);
+				c->bks[k].peer.rpc = NULL;
+				if (c->bks[k].peer.ch)
+					tw__chan_close(c->bks[k].peer.ch);
+				c->bks[k].peer.ch = NULL;
 			}
 			break;
 		}
@@ -655,7 +657,7 @@ int tw__rc_fetch_all(struct rctx *c)
 	if (cap == 0)
 		cap = 4096;
 	for (unsigned i = 0; i < c->nbk; i++)
-		up += c->bks[i].up && !c->bks[i].lost;
+		up += c->bks[i].peer.up && !c->bks[i].peer.lost;
 	f.nslots = cfg->window ? cfg->window : 3 * (up ? up : 1);
 	if (f.nslots > c->nsegs)
 		f.nslots = (unsigned)c->nsegs;

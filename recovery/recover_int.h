@@ -14,21 +14,18 @@
 #include <tailwind/recovery.h>
 
 #include "fabric/fabric.h"
+#include "peer/peer.h"
 #include "proto/rpc.h"
 
-/* One backup. */
+/* One backup: its connection (peer.up: connected and answering; peer.lost: the channel
+ * failed; peer.why: why it is down), and what the recovery learnt of it. */
 struct rbk {
 	unsigned idx;
-	const char *addr;
-	struct tw_chan *ch;
-	struct tw_rpc_client *rpc;
-	bool up;       /* connected and answering */
-	bool lost;     /* the channel failed */
+	struct tw_peer peer;
 	bool fenced;
 	unsigned active; /* segments being fetched from it */
 	uint64_t max_epoch; /* highest epoch seen in its listing (log_epoch included) */
 	uint64_t free_below; /* first live segment it reports (log cleaning) */
-	char why[160];   /* why it is down */
 };
 
 /* One copy of a segment on one backup, as listed. */

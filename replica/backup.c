@@ -553,6 +553,7 @@ static void conn_free(struct tw_backup *b, struct conn *c, bool close_chan)
 {
 	struct conn **pp;
 
+	tw__bk_readers_conn_gone(b, c);
 	tw__bk_conn_release_grants(b, c);
 	tw__bk_auth_conn_gone(b, c);
 	for (pp = &b->conns; *pp; pp = &(*pp)->next) {
@@ -1100,9 +1101,12 @@ int tw_backup_run(struct tw_backup *b)
 
 	b->running = true;
 	while (!atomic_load(&b->stop)) {
+		int wait_ms = tw__bk_readers_tick(b); /* held reads due (docs/readers.md) */
 		bool busy;
 
-		rc = tw__fab_progress(b->fab, b->cfg.busy_poll ? 0 : 1000);
+		if (wait_ms < 0 || wait_ms > 1000)
+			wait_ms = 1000;
+		rc = tw__fab_progress(b->fab, b->cfg.busy_poll ? 0 : wait_ms);
 		busy = rc > 0;
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 			tw__bk_seterr(b, "fabric progress failed: %s (%s)", tw_strerror(rc),
@@ -1374,6 +1378,7 @@ void tw_backup_close(struct tw_backup *b)
 		free(j);
 	}
 	b->done_head = b->done_tail = b->todo_head = b->todo_tail = NULL;
+	tw__bk_readers_fini(b);
 	tw__bk_rpc_fini(b);
 	tw__auth_key_free(b->key);
 	tw__pool_fini(&b->pool);

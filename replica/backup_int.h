@@ -102,6 +102,8 @@ struct seg {
 	unsigned flush_tries;
 	bool listed_open;   /* OPEN in listings although on disk (flushed while open) */
 	uint64_t repair_end; /* RecoveredOffset repair: end of the bytes received so far */
+	uint64_t acked;     /* open: the acknowledged position its owner published (SetAcked,
+			     * backup_readers.c); what readers may read of it */
 };
 
 #define SEG_OPEN 1
@@ -147,6 +149,9 @@ struct conn {
 	int auth;                   /* CONN_AUTH_* */
 	struct tw_auth_transcript *auth_t; /* the pending challenge (CONN_AUTH_CHALLENGED) */
 	uint64_t auth_close_ns;     /* CONN_AUTH_REFUSED: close it then (the reply left first) */
+	/* A reader's load of a flushed segment, kept while it reads it (backup_readers.c). */
+	struct grant rd;
+	bool has_rd;
 };
 
 enum {
@@ -195,6 +200,9 @@ struct tw_backup {
 	uint64_t next_conn_id;
 
 	struct tw_rpc_server *srv;
+	/* Reads held at the readable end (long-poll, backup_readers.c). */
+	struct bk_rwait *waiters;
+	unsigned nwaiters;
 	struct tw_auth_key *key; /* cluster key, or NULL: peers are not authenticated */
 	unsigned auth_refused;   /* connections in CONN_AUTH_REFUSED */
 
@@ -316,6 +324,8 @@ void tw__bk_conn_release_grants(struct tw_backup *b, struct conn *c);
 void tw__bk_job_done(struct tw_backup *b, struct job *j);
 
 /* backup_rpc.c: decode a control message, dispatch, reply. */
+/* A replica's state as listings and read replies name it (TAILWIND__SEGMENT_STATE__*). */
+int tw__bk_pb_state(const struct seg *s);
 int tw__bk_rpc_init(struct tw_backup *b);
 void tw__bk_rpc_fini(struct tw_backup *b);
 void tw__bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_t len);
@@ -323,6 +333,21 @@ void tw__bk_rpc_recv(struct tw_backup *b, struct conn *c, const void *msg, size_
 void tw__bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
 /* Drop refused connections whose grace period passed (progress loop). */
 void tw__bk_auth_sweep(struct tw_backup *b);
+/* backup_readers.c (owner: readers; docs/readers.md): SetAcked and ReadEntries (protocol 1.4),
+ * reads held at the readable end. wake: answer the held reads of a segment (segment_id
+ * UINT64_MAX: of every segment of the log) after it changed: more acknowledged, closed,
+ * fenced, freed. tick: answer the held reads whose wait ran out; returns the milliseconds until
+ * the next one is due (-1: none). conn_gone: forget a connection's held reads. */
+#define BK_MAX_READ_WAITS 4096u
+struct bk_rwait;
+struct tw__rpc_call;
+int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call);
+int tw__bk_h_read_entries(void *arg, struct tw__rpc_call *call);
+uint64_t tw__bk_readable(const struct seg *s);
+void tw__bk_readers_wake(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+int tw__bk_readers_tick(struct tw_backup *b);
+void tw__bk_readers_conn_gone(struct tw_backup *b, struct conn *c);
+void tw__bk_readers_fini(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
 struct tw__rpc_call;
 int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call);

@@ -413,6 +413,7 @@ int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req
 	}
 	b->index_dirty = true;
 	tw__bk_flush_closed(b, s);
+	tw__bk_readers_wake(b, r->log_id, r->segment_id); /* readable to its end now */
 	return rc;
 }
 
@@ -492,6 +493,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 	revoked = revoke_log(b, c, log_id);
 	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " by incarnation %016"
 		    PRIx64 " (%u open buffers revoked)", log_id, new_epoch, incarnation, revoked);
+	tw__bk_readers_wake(b, log_id, UINT64_MAX); /* readers learn the new epoch */
 	return 0;
 }
 
@@ -680,6 +682,7 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 	}
 	*freed_out = n;
 	b->index_dirty = true;
+	tw__bk_readers_wake(b, log_id, UINT64_MAX); /* held reads of freed segments: NOT_FOUND */
 	if (n || delete_log)
 		tw_log_info("backup: log %016" PRIx64 ": %s (%" PRIu64 " segments dropped)", log_id,
 			    delete_log ? "deleted" : "prefix freed", n);

@@ -24,7 +24,7 @@ static struct conn *call_conn(struct tw__rpc_call *call)
 /* Where a handler's operation writes why it failed: the reply's own message buffer. */
 #define MSGBUF(call) (call)->msgbuf, sizeof((call)->msgbuf)
 
-static Tailwind__SegmentState pb_state(const struct seg *s)
+int tw__bk_pb_state(const struct seg *s)
 {
 	switch (s->state) {
 	case SEG_OPEN:
@@ -277,7 +277,7 @@ static void fill_info(struct tw_backup *b, struct seg *s, Tailwind__SegmentInfo 
 		tw__bk_scan_open(b, s); /* Algorithm 1 on the live buffer, for this reply */
 	in->log_id = s->log_id;
 	in->segment_id = s->segment_id;
-	in->state = pb_state(s);
+	in->state = (Tailwind__SegmentState)tw__bk_pb_state(s);
 	in->valid_len = s->valid_len;
 	in->checksum = s->checksum;
 	in->replica_version = s->version;
@@ -407,7 +407,7 @@ static int h_read(void *arg, struct tw__rpc_call *call)
 	tw__rpc_meta_to_pb(&m, &call->meta);
 	r->meta = &call->meta;
 	r->replica_version = s->version;
-	r->state = pb_state(s);
+	r->state = (Tailwind__SegmentState)tw__bk_pb_state(s);
 	r->corrupt = s->corrupt;
 	r->chain_seed = s->seed;
 	return 0;
@@ -495,6 +495,8 @@ int tw__bk_rpc_init(struct tw_backup *b)
 	ops.handlers[TW_RPC_RELEASE_SEGMENT] = h_release;
 	ops.handlers[TW_RPC_STATS] = h_stats;
 	ops.handlers[TW_RPC_RECOVERED_OFFSET] = tw__bk_h_recovered_offset; /* backup_recovery.c */
+	ops.handlers[TW_RPC_SET_ACKED] = tw__bk_h_set_acked;         /* backup_readers.c */
+	ops.handlers[TW_RPC_READ_ENTRIES] = tw__bk_h_read_entries;   /* backup_readers.c */
 	ops.on_close = on_server_close;
 	ops.admit = admit;
 	ops.node_id = b->node_id;

@@ -386,6 +386,8 @@ static int reap(struct tw_primary *p)
 			complete_recs(p, end, err);
 		}
 	}
+	if (p->rec_tail != before)
+		tw__packed_publish(p); /* readers (primary_acked.c) */
 	return (int)(p->rec_tail - before);
 }
 
@@ -740,6 +742,7 @@ static void primary_free_driving(struct tw_primary *p)
 		seg_free(p, p->free_list);
 		p->free_list = nx;
 	}
+	tw__packed_release(p); /* readers (primary_acked.c) */
 	if (ctx && !ctx->shared)
 		tw__ctx_destroy(ctx);
 	free(p->bk);

@@ -247,9 +247,10 @@ enum pcoord_mode { PC_OPEN, PC_TAKEOVER, PC_STANDBY };
  * in *pc; the primary keeps `c` on success.
  */
 static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config *pc,
-			     const char *prov, tw_recover_entry_fn on_entry, void *arg,
-			     struct tw_recover_result *res, struct tw_standby_result *st,
-			     struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+			     const char *prov, uint64_t from_lsn, tw_recover_entry_fn on_entry,
+			     void *arg, struct tw_recover_result *res,
+			     struct tw_standby_result *st, struct tw_primary **out,
+			     char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_coord_backup *rec = NULL;
 	const char **raddrs = NULL;
@@ -287,6 +288,7 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 		    pc->log_id, rc_cfg.n_backups, k ? "recorded" : "registered (no record)");
 	rc_cfg.epoch = pc->epoch;
 	rc_cfg.key_file = pc->key_file;
+	rc_cfg.from_lsn = from_lsn; /* a warm standby has the entries before it */
 	tw__recover_config_link(&rc_cfg, pc->provider, pc->busy_poll, pc->connect_timeout_ms);
 	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
 	free(raddrs);
@@ -321,6 +323,8 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 	char msg[1024], owner[256], host[128] = "?";
 	uint64_t epoch = 0, t_start = tw_now_ns(), t_gone = t_start, t0;
 	unsigned wait_ms = sc ? sc->wait_ms : 0;
+	struct tw__warm warm = { 0 };
+	uint64_t from_lsn = 0;
 	size_t k = 0;
 	int rc;
 
@@ -341,6 +345,10 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 	}
 	gethostname(host, sizeof(host) - 1);
 	snprintf(owner, sizeof(owner), "host=%s pid=%ld", host, (long)getpid());
+	if (mode == PC_STANDBY && sc && sc->warm &&
+	    tw__warm_start(&warm, cfg, on_entry, arg) < 0)
+		tw_log_warn("primary: log %llu: no reader thread: the standby stays cold",
+			    (unsigned long long)cfg->log_id);
 	if (mode == PC_STANDBY) {
 		/* Watch the owner node; when it goes, claim the log (only if no other standby
 		 * claimed it first: no replace), else watch the winner's node. */
@@ -401,6 +409,21 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 		}
 		if (st)
 			st->claim_ns = tw_now_ns() - t_gone;
+		if (warm.started) { /* the reader stops before the recovery calls on_entry */
+			t0 = tw_now_ns();
+			from_lsn = tw__warm_stop(&warm);
+			if (warm.refused) {
+				rc = -ECANCELED;
+				errf(errmsg_out, errmsg_len, "log %llu: the entry callback stopped "
+				     "the warm standby's reader", (unsigned long long)cfg->log_id);
+				goto out;
+			}
+			if (st) {
+				st->warm_entries = warm.entries;
+				st->warm_lsn = from_lsn;
+				st->warm_stop_ns = tw_now_ns() - t0;
+			}
+		}
 	}
 	if (cfg->n_backups) {
 		/* The caller chose the backups; the coordinator gives the epoch and ownership. */
@@ -436,8 +459,8 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 		rc = tw__primary_open_as(NULL, &pc, tw__new_incarnation(), 0, true, c, out, errmsg_out,
 				     errmsg_len);
 	else
-		rc = takeover_recorded(c, &pc, prov, on_entry, arg, res, st, out, errmsg_out,
-				       errmsg_len);
+		rc = takeover_recorded(c, &pc, prov, from_lsn, on_entry, arg, res, st, out,
+				       errmsg_out, errmsg_len);
 	if (rc == 0) {
 		c = NULL; /* (*out)->coord: released by tw_primary_close, after the last write */
 		if (st) {
@@ -446,6 +469,7 @@ static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode
 		}
 	}
 out:
+	(void)tw__warm_stop(&warm);
 	free(addrs);
 	free(zones);
 	free(v);

@@ -17,12 +17,14 @@
 #define TW_REPLICA_PRIMARY_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <tailwind/context.h>
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
+#include <tailwind/reader.h>
 
 #include "fabric/fabric.h"
 #include "core/util.h"
@@ -313,6 +315,9 @@ struct tw_primary {
 	uint64_t rr_credit_ns;  /* rate limit of background re-replication: earliest next start */
 	unsigned fo_first;      /* the backup whose loss began the suspension */
 
+	/* The acknowledged position published to the replicas (primary_acked.c). */
+	struct tw__packed *pub;
+
 	/* Tests only: when set, posted writes complete through this callback instead of
 	 * tw__primary_op_done (the test calls tw__primary_op_done itself, e.g. out of order). */
 	tw_op_cb test_op_cb;
@@ -381,6 +386,31 @@ bool tw__primary_is_replica(struct tw_primary *p, unsigned b);
  *   it cannot. tw__pfo_background: re-replicate one closed segment if due (rate-limited);
  *   all: every one now. */
 void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+
+/* Readers (primary_acked.c, docs/readers.md): publish the acknowledged position to the replicas
+ * of its segment when it moved (SetAcked, one round in flight at a time), after a reap; release
+ * the publisher when the log is freed (calls still in flight complete harmlessly). */
+struct tw__packed;
+void tw__packed_publish(struct tw_primary *p);
+void tw__packed_release(struct tw_primary *p);
+
+/* Warm standby (standby_warm.c, docs/readers.md): a reader thread that hands the live log's
+ * entries to on_entry while the standby waits; stop joins it and returns the position of the
+ * first entry it did not deliver (0: none delivered). */
+struct tw__warm {
+	struct tw_reader_config rc;
+	tw_recover_entry_fn on_entry;
+	void *arg;
+	pthread_t th;
+	atomic_bool stop;
+	bool started;
+	bool refused;      /* on_entry returned non-zero: it stopped delivering there */
+	uint64_t entries;  /* delivered */
+	uint64_t pos;      /* position of the next entry (written by the thread; read after join) */
+};
+int tw__warm_start(struct tw__warm *w, const struct tw_primary_config *cfg,
+		   tw_recover_entry_fn on_entry, void *arg);
+uint64_t tw__warm_stop(struct tw__warm *w);
 
 /* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
  * context); coord kept by the primary (not closed on failure). */

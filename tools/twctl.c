@@ -31,11 +31,12 @@
 #include "proto/rpc.h"
 #include "replica/segfile.h"
 #include "twctl_coord.h"
+#include "twctl_tail.h"
 
 
 #define MAX_BK TW_RECOVER_MAX_BACKUPS
 /* Every command, for usage errors. */
-#define CMDS "ls, stat, fence, recover, free, delete, inspect, owner, ls-backups, ls-logs, standby"
+#define CMDS "ls, stat, fence, recover, free, delete, inspect, owner, ls-backups, ls-logs, standby, tail"
 
 static struct {
 	const char *provider;
@@ -70,6 +71,7 @@ static void usage_main(FILE *f)
 		"  owner LOG       LOG's epoch and owner at the coordinator (-c)\n"
 		"  ls-logs         logs at the coordinator (-c): epoch, owner, backups used\n"
 		"  standby LOG     wait until LOG's owner is gone, take LOG over, append (-c)\n"
+		"  tail LOG        print LOG's entries as they are acknowledged (--from, -n)\n"
 		"\n"
 		"Options (before the command):\n"
 		"  -b, --backup ADDR     a backup's address as twd printed it (repeat; or set\n"
@@ -96,7 +98,8 @@ static void usage_cmd(FILE *f, const char *cmd);
 static void usage_full(FILE *f)
 {
 	static const char *const cmds[] = { "ls", "stat", "fence", "recover", "free", "delete",
-					    "inspect", "ls-backups", "owner", "ls-logs", "standby" };
+					    "inspect", "ls-backups", "owner", "ls-logs", "standby",
+					    "tail" };
 
 	usage_main(f);
 	fprintf(f, "\nEach command (twctl COMMAND --help prints one):\n");
@@ -174,6 +177,8 @@ static void usage_cmd(FILE *f, const char *cmd)
 			"  -e, --epoch E     fence with this epoch (default automatic)\n");
 	else if (strcmp(cmd, "standby") == 0)
 		twctl_coord_standby_usage(f);
+	else if (strcmp(cmd, "tail") == 0)
+		twctl_tail_usage(f);
 	else if (strcmp(cmd, "ls-backups") == 0)
 		fprintf(f, "Usage: twctl -c URL ls-backups\n"
 			"Every backup registered at the coordinator: its node, address, provider,\n"
@@ -1359,7 +1364,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&
 	    strcmp(cmd, "recover") && strcmp(cmd, "inspect") && strcmp(cmd, "free") &&
 	    strcmp(cmd, "delete") && strcmp(cmd, "ls-backups") && strcmp(cmd, "owner") &&
-	    strcmp(cmd, "ls-logs") && strcmp(cmd, "standby")) {
+	    strcmp(cmd, "ls-logs") && strcmp(cmd, "standby") && strcmp(cmd, "tail")) {
 		fprintf(stderr, "twctl: unknown command '%s' (%s; see twctl --help)\n", cmd, CMDS);
 		return EXIT_USAGE;
 	}
@@ -1399,6 +1404,9 @@ int main(int argc, char **argv)
 		return cmd[0] == 'o' ? twctl_coord_owner(g.coord, g.timeout_ms, g.json, log_id)
 				     : twctl_coord_ls_backups(g.coord, g.timeout_ms, g.json);
 	}
+	if (strcmp(cmd, "tail") == 0)
+		return twctl_tail(g.provider, g.backups, g.nbk, g.coord, g.key_file, g.timeout_ms,
+				  g.json, argc, argv);
 	if (strcmp(cmd, "ls") == 0)
 		return cmd_ls(argc, argv);
 	if (strcmp(cmd, "stat") == 0)

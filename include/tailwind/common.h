@@ -40,7 +40,8 @@ extern "C" {
 	X(TW_ECLOSED, 1035, "object is closed")                                       \
 	X(TW_EREMOTE, 1036, "the peer reported an error")                            \
 	X(TW_EEXIST, 1037, "log already exists on the backups (take it over)")       \
-	X(TW_ELOST, 1038, "a segment of the log is lost on every backup")
+	X(TW_ELOST, 1038, "a segment of the log is lost on every backup")                 \
+	X(TW_EFREED, 1039, "position was freed by log cleaning")
 
 enum tw_error {
 #define TW__ERR_ENUM(name, value, text) name = value,

@@ -79,6 +79,11 @@ struct tw_recover_config {
 	bool busy_poll; /* poll the fabric instead of blocking waits (one core at 100%) */
 	bool no_fence;  /* do not fence (inspection of a live log: the answer may be stale) */
 	bool no_record; /* do not send RecoveredOffset (leave open copies open) */
+	/* Deliver only entries at or after this LSN (0: all): segments below its segment are
+	 * neither fetched nor delivered (they are still fenced, and counted for the first segment
+	 * of a takeover). For a caller whose state already holds the entries before it, e.g. a
+	 * warm standby that read them with a reader (docs/readers.md). */
+	uint64_t from_lsn;
 	/* Cluster key for peer authentication (tailwind/backup.h, docs/operations.md): every
 	 * backup must prove it in the handshake, and we prove it to them; a backup that does not
 	 * is left out like an unreachable one. NULL: $TW_KEY_FILE if set and not empty, else

@@ -35,6 +35,12 @@ struct tw_standby_config {
 	 * race lost to another standby. owner: the node's text, "epoch=N owner=host=H pid=P". */
 	void (*on_wait)(void *arg, const char *owner);
 	void *wait_arg;
+	/* Warm standby (docs/readers.md): while waiting, read the live log (tailwind/reader.h)
+	 * and hand each entry to on_entry as soon as its owner's append is acknowledged, on a
+	 * thread of the standby's; at the takeover the recovery then hands over only the entries
+	 * after the last one read (entry.index counts from 0 again there). on_entry never runs
+	 * on two threads at once: the reader is stopped before the recovery starts. */
+	bool warm;
 };
 
 /* Where a standby's failover time went (nanoseconds). */
@@ -55,6 +61,10 @@ struct tw_standby_result {
 	uint64_t open_ns;          /* connect to the new primary's backups, open its first segment */
 	uint64_t takeover_ns;      /* claim + connect + fence + recover + open: from the
 				    * deletion seen to the primary ready */
+	uint64_t warm_entries;     /* sc->warm: entries the reader handed over before the takeover
+				    * (the recovery's count is in res_out->entries) */
+	uint64_t warm_lsn;         /* sc->warm: where the recovery started delivering */
+	uint64_t warm_stop_ns;     /* sc->warm: stopping the reader (part of takeover_ns) */
 };
 
 /*

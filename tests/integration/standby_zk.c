@@ -17,10 +17,16 @@
  *     registered under a second chroot; a 4th twd registers afterwards (zone B); the zone-B
  *     replica's twd is SIGKILLed: the new one (the registry's child watch fired) is the
  *     spare, appends go on.
+ *   - a warm standby (tw_primary_standby with sc.warm, docs/readers.md) in this process while
+ *     a primary process appends, 10 runs (4 under a sanitizer): it hands the service every
+ *     acknowledged entry while it waits; the primary is SIGKILLed; at the takeover the
+ *     recovery hands over only the rest. Together, entries 0, 1, 2 ... each exactly once,
+ *     every acknowledged one included; SIGKILL to the first append, per phase.
  * Short ZooKeeper sessions (-t 2000: 2 s) keep the detection quick.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -544,6 +550,141 @@ static void bounded_wait(void)
 	proc_free(owner);
 }
 
+/* The warm standby's service: entries must come as 0, 1, 2 ... (the generated sequence
+ * numbers), each once, from the reader and then from the recovery. */
+struct warm_svc {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t next;    /* the next sequence number expected */
+	uint64_t bad;
+	uint64_t want;    /* signal when next reaches it */
+	char first_bad[160];
+};
+
+static int warm_entry(void *arg, const struct tw_recovered_entry *e)
+{
+	struct warm_svc *w = arg;
+	uint64_t seq = 0;
+
+	if (e->len >= 8)
+		memcpy(&seq, e->data, 8);
+	pthread_mutex_lock(&w->mu);
+	if (seq != w->next && !w->bad++)
+		snprintf(w->first_bad, sizeof(w->first_bad), "entry %" PRIu64 " (lsn %016" PRIx64
+			 ") carries %" PRIu64, w->next, e->lsn, seq);
+	w->next++;
+	if (w->next >= w->want)
+		pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+struct warm_run {
+	struct tw_primary_config cfg;
+	struct tw_standby_config sc;
+	struct tw_recover_result res;
+	struct tw_standby_result st;
+	struct tw_primary *p;
+	struct warm_svc *svc;
+	int rc;
+	char err[512];
+};
+
+static void *warm_main(void *arg)
+{
+	struct warm_run *r = arg;
+
+	r->rc = tw_primary_standby(&r->cfg, &r->sc, warm_entry, r->svc, &r->res, &r->st, &r->p,
+				   r->err, sizeof(r->err));
+	return NULL;
+}
+
+/* One warm failover: a primary process appends, the warm standby (this process) receives
+ * 1500+ entries while waiting, the primary gets SIGKILL. Returns whether every check held;
+ * *ms: SIGKILL to the new primary's first append acknowledged. */
+static bool warm_once(int run, double *ms)
+{
+	uint64_t log = 0x3a00000000000000ull | ((uint64_t)getpid() << 8) | (uint64_t)run, acked;
+	struct warm_svc svc = { .want = 1500 };
+	struct warm_run r;
+	struct proc *a = standby(log, "100000000", false);
+	uint64_t kill_ns, lsn;
+	pthread_t th;
+	bool good;
+	int rc;
+
+	pthread_mutex_init(&svc.mu, NULL);
+	pthread_cond_init(&svc.cv, NULL);
+	acked = wait_acked(a, 200);
+	TAP_REQUIRE(acked >= 200, "the primary took the log and appended (%" PRIu64 ")", acked);
+	memset(&r, 0, sizeof(r));
+	tw_primary_config_init(&r.cfg);
+	r.cfg.log_id = log;
+	r.cfg.coordinator = zk.url;
+	r.cfg.provider = prov;
+	r.cfg.segment_size = 64u << 10;
+	r.sc.warm = true;
+	r.svc = &svc;
+	TAP_REQUIRE(pthread_create(&th, NULL, warm_main, &r) == 0, "standby thread");
+	/* The reader hands entries over while the owner writes: wait for 1500 of them. */
+	pthread_mutex_lock(&svc.mu);
+	while (svc.next < svc.want)
+		pthread_cond_wait(&svc.cv, &svc.mu);
+	pthread_mutex_unlock(&svc.mu);
+	kill_ns = tw_now_ns();
+	proc_kill(a, SIGKILL);
+	acked = drain_acked(a, acked);
+	proc_wait(a, 20000);
+	proc_free(a);
+	pthread_join(th, NULL);
+	rc = r.rc;
+	if (rc == 0) {
+		uint8_t e[64];
+		uint64_t seq = svc.next;
+
+		memset(e, (int)(seq & 0xff), sizeof(e));
+		memcpy(e, &seq, 8);
+		rc = tw_primary_append(r.p, e, sizeof(e), &lsn);
+	}
+	*ms = (double)(tw_now_ns() - kill_ns) / 1e6;
+	good = rc == 0 && r.st.watched && svc.bad == 0 && svc.next >= acked &&
+	       r.st.warm_entries >= 1500 && r.res.entries == svc.next - r.st.warm_entries;
+	tap_diag("warm run %d: %" PRIu64 " entries from the reader, %" PRIu64 " from the "
+		 "recovery (from LSN %016" PRIx64 "), %" PRIu64 " acknowledged by the killed "
+		 "primary; SIGKILL to first append %.0f ms (session %s ms): wait %.0f, stop reader "
+		 "%.1f, claim %.1f, connect %.1f, fence %.1f, recover %.1f, open %.1f, takeover "
+		 "%.1f ms%s%s%s%s", run, r.st.warm_entries, r.res.entries, r.st.warm_lsn, acked,
+		 *ms, SESSION_MS, (double)r.st.wait_ns / 1e6, (double)r.st.warm_stop_ns / 1e6,
+		 (double)r.st.claim_ns / 1e6, (double)r.st.connect_ns / 1e6,
+		 (double)r.st.fence_ns / 1e6, (double)r.st.recover_ns / 1e6,
+		 (double)r.st.open_ns / 1e6, (double)r.st.takeover_ns / 1e6, rc ? ": " : "",
+		 rc ? (r.rc ? r.err : tw_strerror(rc)) : "", svc.bad ? ": " : "", svc.first_bad);
+	tw_primary_close(r.p);
+	pthread_mutex_destroy(&svc.mu);
+	pthread_cond_destroy(&svc.cv);
+	return good;
+}
+
+static void warm(void)
+{
+	int runs = tap_sanitizer() ? 4 : 10, good = 0;
+	double lo = -1, hi = 0;
+
+	for (int run = 0; run < runs; run++) {
+		double ms = 0;
+
+		good += warm_once(run, &ms);
+		if (lo < 0 || ms < lo)
+			lo = ms;
+		if (ms > hi)
+			hi = ms;
+	}
+	ok(good == runs, "warm standby, %d runs: the service saw entries 0..n-1 exactly once, in "
+	   "order, every acknowledged one, the reader's while waiting and only the rest from the "
+	   "recovery; the new owner appends (%d good; SIGKILL to first append %.0f-%.0f ms, "
+	   "session %s ms)", runs, good, lo, hi, SESSION_MS);
+}
+
 int main(int argc, char **argv)
 {
 	char *twd_args[] = { (char *)"--coordinator", zk.url, NULL };
@@ -558,6 +699,7 @@ int main(int argc, char **argv)
 	bounded_wait();
 	spare_from_registry();
 	failover_runs();
+	warm();
 	racing();
 
 	rt_stop(&cl);

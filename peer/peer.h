@@ -1,0 +1,108 @@
+/*
+ * peer/peer.h — one connection from a client (recovery, a reader, and to come the context,
+ * twctl and twbench) to a backup: connect, authenticate, handshake, RPC client, loss and
+ * reconnection, written once.
+ *
+ * A peer is a struct the caller owns (embedded or in an array; it must not move while
+ * connected, since the channel's user pointer is the peer). The fab is the caller's: one fab
+ * usually carries many peers. Route the fab's events to the peers:
+ *
+ *   on_recv(arg, ch, msg, len): struct tw_peer *p = tw__chan_user(ch);
+ *                               if (p && tw__peer_recv(p, msg, len)) ... p became lost
+ *   on_lost(arg, ch, err):      struct tw_peer *p = tw__chan_user(ch);
+ *                               if (p && tw__peer_lost(p, err)) ... p became lost
+ *
+ * or use tw__peer_fab_on_recv / tw__peer_fab_on_lost as they are when nothing else must happen
+ * on a loss, and call tw__peer_expire after every tw__fab_progress (the fab has no timers).
+ *
+ * Threading: as proto/rpc.h: everything on the thread that drives the fab.
+ */
+#ifndef TW_PEER_PEER_H
+#define TW_PEER_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric/fabric.h"
+#include "proto/rpc.h"
+
+struct tw_auth_key;
+
+/* How a client connects: the same for every peer of one client. */
+struct tw_peer_opts {
+	const struct tw_auth_key *key; /* cluster key (NULL: no authentication); borrowed */
+	uint64_t node_id;              /* 0: tw__peer_node_id() */
+	Tailwind__Role role;           /* named in the Handshake (and the key's transcript) */
+	const char *node_name;         /* NULL ok; borrowed */
+	uint64_t incarnation;          /* owner id stamped on every request (0: none) */
+	struct tw_rpc_config rpc;      /* the RPC client's settings (tw__rpc_config_init) */
+	/* For the messages of a failed connect: the connect timeout the fab was given (0: not
+	 * said) and the option that raises it ("" or NULL: none named). */
+	unsigned connect_timeout_ms;
+	const char *timeout_hint;
+};
+
+/* Defaults: no key, node id from the host and process, `role`, RPC defaults. */
+void tw__peer_opts_init(struct tw_peer_opts *o, Tailwind__Role role);
+
+struct tw_peer {
+	char addr[TW_ADDR_MAX];
+	struct tw_chan *ch;        /* NULL: not connected */
+	struct tw_rpc_client *rpc; /* NULL: not connected */
+	void *user;                /* the caller's (the channel's user pointer is the peer) */
+	bool up;                   /* connected and handshaken (may since have been lost) */
+	bool lost;                 /* the channel failed or its reply stream broke */
+	uint64_t gen;              /* successful connects so far */
+	/* From the last HandshakeReply. */
+	int peer_minor;            /* the backup's protocol minor (-1: none yet) */
+	uint64_t peer_node_id;
+	uint64_t buffer_size;
+	uint32_t buffers_total, buffers_free, buffers_max;
+	char why[320];             /* why it is down (connect, authentication, loss) */
+};
+
+/* A non-zero node id for this process: host id << 32 | pid. */
+uint64_t tw__peer_node_id(void);
+
+/* Zero `p`, copy `addr` (truncated to TW_ADDR_MAX - 1), keep `user`. */
+void tw__peer_init(struct tw_peer *p, const char *addr, void *user);
+
+/*
+ * Connect `p` on `fab`, create its RPC client, stamp the incarnation, and run the Handshake
+ * (with the key's challenge-response when o->key is set). Returns 0 (p->up), or a negative
+ * code with p->why saying what went wrong in an operator's terms and nothing left open:
+ * the fab's connect error (-ETIMEDOUT, -ECONNREFUSED, ...), -EACCES (authentication), or the
+ * Handshake's error (-ENOTSUP, -TW_EVERSION, -ETIMEDOUT, ...). Blocking (progresses `fab`).
+ */
+int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o);
+
+/* Destroy the RPC client (pending calls complete with -TW_ECLOSED), then close the channel.
+ * p->why and p->gen are kept; p->up and p->lost are cleared. NULL-safe on a closed peer. */
+void tw__peer_close(struct tw_peer *p);
+
+/* tw__peer_close, then tw__peer_connect. */
+int tw__peer_reconnect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o);
+
+/* Connected, handshaken and not lost. */
+bool tw__peer_ok(const struct tw_peer *p);
+
+/* A message arrived on p's channel. True when it broke the reply stream (p is lost now, and
+ * was not before). */
+bool tw__peer_recv(struct tw_peer *p, const void *msg, size_t len);
+/* p's channel failed. True when p was not lost before. */
+bool tw__peer_lost(struct tw_peer *p, int err);
+/* Expire p's calls past their deadline (after each tw__fab_progress). */
+void tw__peer_expire(struct tw_peer *p);
+
+/* tw_fab_events callbacks for a fab whose channels all belong to peers and whose owner needs no
+ * hook of its own on a loss (arg unused). */
+void tw__peer_fab_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len);
+void tw__peer_fab_on_lost(void *arg, struct tw_chan *ch, int err);
+
+/* Write into `why` what a failed connect to `addr` means in an operator's terms (refused,
+ * timeout, no route, not a twd). `fab` (may be NULL) for the provider's detail. */
+void tw__peer_connect_why(char *why, size_t len, struct tw_fab *fab, int err,
+			  unsigned timeout_ms, const char *timeout_hint);
+
+#endif /* TW_PEER_PEER_H */
