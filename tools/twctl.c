@@ -3,7 +3,8 @@
  * recover a log (to a file, or verify only), and inspect a flushed segment file offline.
  *
  *   twctl [-p PROVIDER] -b ADDR [-b ADDR ...] [--json] COMMAND [ARGS]
- *   commands: ls [LOG], stat, fence LOG, recover LOG, inspect FILE; `twctl COMMAND --help`.
+ *   the commands: the table `commands` below (name, overview line, help text, what runs
+ *   it); ZooKeeper's in twctl_coord.c, tail in twctl_tail.c.
  *
  * Backups can also come from $TW_BACKUPS (comma-separated). Tables go to stdout, messages and
  * warnings to stderr. Exit status: the table of tools/exit.h, shared with twd and twbench.
@@ -35,8 +36,6 @@
 
 
 #define MAX_BK TW_RECOVER_MAX_BACKUPS
-/* Every command, for usage errors. */
-#define CMDS "ls, stat, fence, recover, free, delete, inspect, owner, ls-backups, ls-logs, standby, tail"
 
 static struct {
 	const char *provider;
@@ -50,6 +49,182 @@ static struct {
 	bool no_provider;        /* connect_all: the provider is not available here */
 } g;
 
+/* ------------------------------------------------------------------ commands */
+
+static int cmd_ls(int argc, char **argv);
+static int cmd_stat(int argc, char **argv);
+static int cmd_fence(int argc, char **argv);
+static int cmd_recover(int argc, char **argv);
+static int cmd_free(int argc, char **argv);
+static int cmd_delete(int argc, char **argv);
+static int cmd_inspect(int argc, char **argv);
+static int cmd_ls_backups(int argc, char **argv);
+static int cmd_owner(int argc, char **argv);
+static int cmd_ls_logs(int argc, char **argv);
+static int cmd_standby(int argc, char **argv);
+static int cmd_tail(int argc, char **argv);
+static void usage_main(FILE *f);
+
+/*
+ * Every command, in one place: its name and arguments and one line for the overview, its
+ * `twctl NAME --help` text (usage line, description, options: also its section of twctl(8),
+ * which help2man makes from --help), whether it needs the coordinator, and what runs it with
+ * argv[0] = NAME. The overview, --help, the usage errors and the dispatch read this table.
+ */
+struct command {
+	const char *name, *args;
+	const char *summary;           /* the overview's line; "\n" continues it */
+	const char *usage;             /* NULL: usage_fn prints it (its module's text) */
+	void (*usage_fn)(FILE *f);
+	bool coord;                    /* needs -c URL */
+	int (*run)(int argc, char **argv);
+};
+
+static const struct command commands[] = {
+	{ "ls", "[LOG]",
+	  "logs and segments held by the backups (every log, or one)",
+	  "Usage: twctl -b ADDR... ls [LOG]\n"
+	  "List the segment copies each backup holds: of every log, or of LOG.\n"
+	  "Open buffers are scanned by the backup for the listing (valid length,\n"
+	  "checksum). Columns: backup, log, segment, state (open, closed, flushed, LOST),\n"
+	  "valid bytes, entries, last checksum, replica version, epoch, corrupt.\n",
+	  NULL, false, cmd_ls },
+	{ "stat", "",
+	  "statistics of each backup",
+	  "Usage: twctl -b ADDR... stat\n"
+	  "Statistics of each backup: buffers by state, flushes, RPC traffic, CPU time.\n",
+	  NULL, false, cmd_stat },
+	{ "fence", "LOG",
+	  "fence LOG on every backup with a new epoch (its primary's writes\n"
+	  "then fail; see docs/recovery.md for the limits on shm)",
+	  "Usage: twctl -b ADDR... fence LOG [--epoch E]\n"
+	  "Fence LOG on every reachable backup: new epoch (default: one past every\n"
+	  "epoch the backups know), open buffers' registrations closed, the old\n"
+	  "primary's connections closed, RPCs with older epochs refused.\n"
+	  "  -e, --epoch E    fence with this epoch (must not be older than the log's)\n",
+	  NULL, false, cmd_fence },
+	{ "recover", "LOG",
+	  "rebuild LOG from the backups: -o FILE, or --verify",
+	  "Usage: twctl -b ADDR... recover LOG (-o FILE | --verify) [options]\n"
+	  "Fence LOG, list its segments, fetch one verified copy of each, and write\n"
+	  "the entries in log order to FILE (or only verify them). The backups then\n"
+	  "close open copies at the recovered length so a second recovery agrees.\n"
+	  "  -o, --output FILE  write the entries: for each, its length (u32, little-\n"
+	  "                     endian) then its bytes ('-' for stdout). FILE appears\n"
+	  "                     only when the recovery succeeded (written as FILE.tmp,\n"
+	  "                     renamed at the end)\n"
+	  "      --verify       fetch and verify only\n"
+	  "  -e, --epoch E      fence with this epoch (default automatic)\n"
+	  "      --no-record    leave open copies open (do not send RecoveredOffset)\n"
+	  "      --no-fence     read without fencing (inspection of a live log; implies\n"
+	  "                     --no-record; the answer may be stale at once)\n"
+	  "      --create       go on when no backup holds anything of LOG and the\n"
+	  "                     coordinator has no record of it: fence it (and record it\n"
+	  "                     at the coordinator) so that it exists, empty. Without it\n"
+	  "                     such a LOG is 'no such log', exit 6, nothing changed\n",
+	  NULL, false, cmd_recover },
+	{ "free", "LOG",
+	  "log cleaning: drop LOG's segments below --below N everywhere",
+	  "Usage: twctl -b ADDR... free LOG --below N\n"
+	  "Log cleaning: every reachable backup drops LOG's segments below segment N\n"
+	  "(files removed, buffers returned) after recording the mark durably;\n"
+	  "recovery and takeover then start at N. Prints the copies dropped and the\n"
+	  "segments they were. A backup refuses, and keeps all its copies, while the\n"
+	  "log's primary still writes a segment below N (its open segment): exit 1,\n"
+	  "nothing freed there (free below the open segment, or fence the log first).\n"
+	  "Segments left open by a fenced primary are dropped like closed ones, and\n"
+	  "an N past the log's last segment drops every segment. Does not fence: a\n"
+	  "running primary goes on.\n"
+	  "  -B, --below N     first segment to keep\n",
+	  NULL, false, cmd_free },
+	{ "delete", "LOG",
+	  "fence LOG, then drop every segment of it everywhere",
+	  "Usage: twctl -b ADDR... delete LOG [--epoch E]\n"
+	  "Fence LOG with a new epoch (its primary, if any, is stopped), then drop\n"
+	  "every segment of it on every fenced backup. The backups keep only the\n"
+	  "log's epoch, so an old primary stays fenced; the id can be created anew.\n"
+	  "  -e, --epoch E     fence with this epoch (default automatic)\n",
+	  NULL, false, cmd_delete },
+	{ "inspect", "FILE",
+	  "check a flushed segment file offline (no backup needed)",
+	  "Usage: twctl inspect FILE [-e N]\n"
+	  "Read a flushed segment file (twd's storage directory, *.twseg) offline:\n"
+	  "header, scan of the data (Algorithm 1 + payload CRCs) against the header.\n"
+	  "  -e, --entries N   also list the first N entries (offset, length, bytes)\n"
+	  "Exit status 1 when the file is corrupt.\n",
+	  NULL, false, cmd_inspect },
+	{ "ls-backups", "",
+	  "backups registered at the coordinator (-c), zones, free buffers",
+	  "Usage: twctl -c URL ls-backups\n"
+	  "Every backup registered at the coordinator: its node, address, provider,\n"
+	  "zone, free and total buffers, buffer size.\n",
+	  NULL, true, cmd_ls_backups },
+	{ "owner", "LOG",
+	  "LOG's epoch and owner at the coordinator (-c)",
+	  "Usage: twctl -c URL owner LOG\n"
+	  "LOG's last epoch at the coordinator and its owner (the live primary's\n"
+	  "description, '(none)' when no owner node exists).\n",
+	  NULL, true, cmd_owner },
+	{ "ls-logs", "",
+	  "logs at the coordinator (-c): epoch, owner, backups used",
+	  "Usage: twctl -c URL ls-logs\n"
+	  "Every log the coordinator knows: its last epoch, its owner (the live\n"
+	  "primary's description, '-' when none) and the backups recorded for it\n"
+	  "(every backup ever asked to hold a segment of it; recovery asks these).\n",
+	  NULL, true, cmd_ls_logs },
+	{ "standby", "LOG",
+	  "wait until LOG's owner is gone, take LOG over, append (-c)",
+	  NULL, twctl_coord_standby_usage, true, cmd_standby },
+	{ "tail", "LOG",
+	  "print LOG's entries as they are acknowledged (--from, -n)",
+	  NULL, twctl_tail_usage, false, cmd_tail },
+	{ NULL, NULL, NULL, NULL, NULL, false, NULL },
+};
+
+static const struct command *find_command(const char *name)
+{
+	for (const struct command *c = commands; c->name; c++)
+		if (strcmp(c->name, name) == 0)
+			return c;
+	return NULL;
+}
+
+/* c's `--help` text (NULL: the overview). */
+static void command_usage(FILE *f, const struct command *c)
+{
+	if (!c)
+		usage_main(f);
+	else if (c->usage)
+		fputs(c->usage, f);
+	else
+		c->usage_fn(f);
+}
+
+/* The overview's list: "  NAME ARGS" in 16 columns, then the summary (its further lines
+ * indented to the same column). */
+static void list_commands(FILE *f)
+{
+	for (const struct command *c = commands; c->name; c++) {
+		char head[64];
+		const char *line = c->summary, *nl;
+
+		snprintf(head, sizeof(head), "%s%s%s", c->name, c->args[0] ? " " : "", c->args);
+		fprintf(f, "  %-16s", head);
+		while ((nl = strchr(line, '\n'))) {
+			fprintf(f, "%.*s\n%18s", (int)(nl - line), line, "");
+			line = nl + 1;
+		}
+		fprintf(f, "%s\n", line);
+	}
+}
+
+/* Every command's name, for usage errors: "ls, stat, ...". */
+static void name_commands(FILE *f)
+{
+	for (const struct command *c = commands; c->name; c++)
+		fprintf(f, "%s%s", c == commands ? "" : ", ", c->name);
+}
+
 /* ------------------------------------------------------------------ usage */
 
 static void usage_main(FILE *f)
@@ -58,20 +233,9 @@ static void usage_main(FILE *f)
 		"Usage: twctl [options] COMMAND [ARGS]\n"
 		"Talk to Tailwind backups (twd): list, statistics, fence, recover; inspect segment files.\n"
 		"\n"
-		"Commands:\n"
-		"  ls [LOG]        logs and segments held by the backups (every log, or one)\n"
-		"  stat            statistics of each backup\n"
-		"  fence LOG       fence LOG on every backup with a new epoch (its primary's writes\n"
-		"                  then fail; see docs/recovery.md for the limits on shm)\n"
-		"  recover LOG     rebuild LOG from the backups: -o FILE, or --verify\n"
-		"  free LOG        log cleaning: drop LOG's segments below --below N everywhere\n"
-		"  delete LOG      fence LOG, then drop every segment of it everywhere\n"
-		"  inspect FILE    check a flushed segment file offline (no backup needed)\n"
-		"  ls-backups      backups registered at the coordinator (-c), zones, free buffers\n"
-		"  owner LOG       LOG's epoch and owner at the coordinator (-c)\n"
-		"  ls-logs         logs at the coordinator (-c): epoch, owner, backups used\n"
-		"  standby LOG     wait until LOG's owner is gone, take LOG over, append (-c)\n"
-		"  tail LOG        print LOG's entries as they are acknowledged (--from, -n)\n"
+		"Commands:\n");
+	list_commands(f);
+	fprintf(f,
 		"\n"
 		"Options (before the command):\n"
 		"  -b, --backup ADDR     a backup's address as twd printed it (repeat; or set\n"
@@ -91,115 +255,30 @@ static void usage_main(FILE *f)
 		"LOG is a log id, decimal or 0x-prefixed hex.\n");
 }
 
-static void usage_cmd(FILE *f, const char *cmd);
-
 /* --help: the overview, then every command's usage and options (the man page's), then the
  * exit codes. */
 static void usage_full(FILE *f)
 {
-	static const char *const cmds[] = { "ls", "stat", "fence", "recover", "free", "delete",
-					    "inspect", "ls-backups", "owner", "ls-logs", "standby",
-					    "tail" };
-
 	usage_main(f);
 	fprintf(f, "\nEach command (twctl COMMAND --help prints one):\n");
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+	for (const struct command *c = commands; c->name; c++) {
 		char *text = NULL, *nl;
 		size_t len = 0;
 		FILE *m = open_memstream(&text, &len);
 
 		if (!m)
 			continue;
-		usage_cmd(m, cmds[i]);
+		command_usage(m, c);
 		fclose(m);
 		/* "NAME:" then the usage line alone: help2man makes them a subsection and a
 		 * paragraph of their own in twctl(8). */
 		nl = text ? strchr(text, '\n') : NULL;
 		if (nl)
-			fprintf(f, "\nCommand %s:\n  %.*s\n%s", cmds[i], (int)(nl + 1 - text), text, nl + 1);
+			fprintf(f, "\nCommand %s:\n  %.*s\n%s", c->name, (int)(nl + 1 - text), text,
+				nl + 1);
 		free(text);
 	}
 	fprintf(f, "\n" EXIT_HELP);
-}
-
-static void usage_cmd(FILE *f, const char *cmd)
-{
-	if (strcmp(cmd, "ls") == 0)
-		fprintf(f, "Usage: twctl -b ADDR... ls [LOG]\n"
-			"List the segment copies each backup holds: of every log, or of LOG.\n"
-			"Open buffers are scanned by the backup for the listing (valid length,\n"
-			"checksum). Columns: backup, log, segment, state (open, closed, flushed, LOST),\n"
-			"valid bytes, entries, last checksum, replica version, epoch, corrupt.\n");
-	else if (strcmp(cmd, "stat") == 0)
-		fprintf(f, "Usage: twctl -b ADDR... stat\n"
-			"Statistics of each backup: buffers by state, flushes, RPC traffic, CPU time.\n");
-	else if (strcmp(cmd, "fence") == 0)
-		fprintf(f, "Usage: twctl -b ADDR... fence LOG [--epoch E]\n"
-			"Fence LOG on every reachable backup: new epoch (default: one past every\n"
-			"epoch the backups know), open buffers' registrations closed, the old\n"
-			"primary's connections closed, RPCs with older epochs refused.\n"
-			"  -e, --epoch E    fence with this epoch (must not be older than the log's)\n");
-	else if (strcmp(cmd, "recover") == 0)
-		fprintf(f, "Usage: twctl -b ADDR... recover LOG (-o FILE | --verify) [options]\n"
-			"Fence LOG, list its segments, fetch one verified copy of each, and write\n"
-			"the entries in log order to FILE (or only verify them). The backups then\n"
-			"close open copies at the recovered length so a second recovery agrees.\n"
-			"  -o, --output FILE  write the entries: for each, its length (u32, little-\n"
-			"                     endian) then its bytes ('-' for stdout). FILE appears\n"
-			"                     only when the recovery succeeded (written as FILE.tmp,\n"
-			"                     renamed at the end)\n"
-			"      --verify       fetch and verify only\n"
-			"  -e, --epoch E      fence with this epoch (default automatic)\n"
-			"      --no-record    leave open copies open (do not send RecoveredOffset)\n"
-			"      --no-fence     read without fencing (inspection of a live log; implies\n"
-			"                     --no-record; the answer may be stale at once)\n"
-			"      --create       go on when no backup holds anything of LOG and the\n"
-			"                     coordinator has no record of it: fence it (and record it\n"
-			"                     at the coordinator) so that it exists, empty. Without it\n"
-			"                     such a LOG is 'no such log', exit 6, nothing changed\n");
-	else if (strcmp(cmd, "free") == 0)
-		fprintf(f, "Usage: twctl -b ADDR... free LOG --below N\n"
-			"Log cleaning: every reachable backup drops LOG's segments below segment N\n"
-			"(files removed, buffers returned) after recording the mark durably;\n"
-			"recovery and takeover then start at N. Prints the copies dropped and the\n"
-			"segments they were. A backup refuses, and keeps all its copies, while the\n"
-			"log's primary still writes a segment below N (its open segment): exit 1,\n"
-			"nothing freed there (free below the open segment, or fence the log first).\n"
-			"Segments left open by a fenced primary are dropped like closed ones, and\n"
-			"an N past the log's last segment drops every segment. Does not fence: a\n"
-			"running primary goes on.\n"
-			"  -B, --below N     first segment to keep\n");
-	else if (strcmp(cmd, "delete") == 0)
-		fprintf(f, "Usage: twctl -b ADDR... delete LOG [--epoch E]\n"
-			"Fence LOG with a new epoch (its primary, if any, is stopped), then drop\n"
-			"every segment of it on every fenced backup. The backups keep only the\n"
-			"log's epoch, so an old primary stays fenced; the id can be created anew.\n"
-			"  -e, --epoch E     fence with this epoch (default automatic)\n");
-	else if (strcmp(cmd, "standby") == 0)
-		twctl_coord_standby_usage(f);
-	else if (strcmp(cmd, "tail") == 0)
-		twctl_tail_usage(f);
-	else if (strcmp(cmd, "ls-backups") == 0)
-		fprintf(f, "Usage: twctl -c URL ls-backups\n"
-			"Every backup registered at the coordinator: its node, address, provider,\n"
-			"zone, free and total buffers, buffer size.\n");
-	else if (strcmp(cmd, "owner") == 0)
-		fprintf(f, "Usage: twctl -c URL owner LOG\n"
-			"LOG's last epoch at the coordinator and its owner (the live primary's\n"
-			"description, '(none)' when no owner node exists).\n");
-	else if (strcmp(cmd, "ls-logs") == 0)
-		fprintf(f, "Usage: twctl -c URL ls-logs\n"
-			"Every log the coordinator knows: its last epoch, its owner (the live\n"
-			"primary's description, '-' when none) and the backups recorded for it\n"
-			"(every backup ever asked to hold a segment of it; recovery asks these).\n");
-	else if (strcmp(cmd, "inspect") == 0)
-		fprintf(f, "Usage: twctl inspect FILE [-e N]\n"
-			"Read a flushed segment file (twd's storage directory, *.twseg) offline:\n"
-			"header, scan of the data (Algorithm 1 + payload CRCs) against the header.\n"
-			"  -e, --entries N   also list the first N entries (offset, length, bytes)\n"
-			"Exit status 1 when the file is corrupt.\n");
-	else
-		usage_main(f);
 }
 
 /*
@@ -1045,7 +1124,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 				name, opt == 'B' ? "below" : "epoch", optarg, opt == 'e',
 				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_RPC_ID_MAX);
 		else
-			usage_cmd(stderr, name);
+			command_usage(stderr, find_command(name));
 		return EXIT_USAGE;
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
@@ -1245,6 +1324,60 @@ static int cmd_inspect(int argc, char **argv)
 	return r.corrupt ? EXIT_FAIL : EXIT_OK;
 }
 
+/* ------------------------------------------------------------------ the other commands' entries */
+
+static int cmd_free(int argc, char **argv)
+{
+	return cmd_clean(argc, argv, false);
+}
+
+static int cmd_delete(int argc, char **argv)
+{
+	return cmd_clean(argc, argv, true);
+}
+
+static int cmd_ls_backups(int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "twctl ls-backups: takes no argument\n");
+		return EXIT_USAGE;
+	}
+	return twctl_coord_ls_backups(g.coord, g.timeout_ms, g.json);
+}
+
+static int cmd_owner(int argc, char **argv)
+{
+	uint64_t log_id = 0;
+
+	if (argc != 2 || parse_u64(argv[1], &log_id)) {
+		fprintf(stderr, "twctl owner: expected exactly one LOG id\n");
+		return EXIT_USAGE;
+	}
+	return twctl_coord_owner(g.coord, g.timeout_ms, g.json, log_id);
+}
+
+static int cmd_ls_logs(int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "twctl ls-logs: takes no argument\n");
+		return EXIT_USAGE;
+	}
+	return twctl_coord_ls_logs(g.coord, g.timeout_ms, g.json);
+}
+
+static int cmd_standby(int argc, char **argv)
+{
+	return twctl_coord_standby(g.coord, g.timeout_ms, g.provider, g.key_file, argc, argv);
+}
+
+static int cmd_tail(int argc, char **argv)
+{
+	return twctl_tail(g.provider, g.backups, g.nbk, g.coord, g.key_file, g.timeout_ms, g.json,
+			  argc, argv);
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int add_backups(const char *list)
@@ -1282,7 +1415,8 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *cmd;
+	const struct command *cmd;
+	const char *name;
 	int opt, verbose = 0;
 	uint64_t t;
 
@@ -1346,76 +1480,40 @@ int main(int argc, char **argv)
 	if (verbose)
 		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
 	if (optind >= argc) {
-		fprintf(stderr, "twctl: no command given (%s; see twctl --help)\n", CMDS);
+		fprintf(stderr, "twctl: no command given (");
+		name_commands(stderr);
+		fprintf(stderr, "; see twctl --help)\n");
 		return EXIT_USAGE;
 	}
 	if (g.nbk == 0 && getenv("TW_BACKUPS") && add_backups(getenv("TW_BACKUPS")))
 		return EXIT_USAGE;
-	cmd = argv[optind];
+	name = argv[optind];
 	argc -= optind;
 	argv += optind;
-	if (strcmp(cmd, "help") == 0) {
-		if (argc > 1)
-			usage_cmd(stdout, argv[1]);
+	if (strcmp(name, "help") == 0) {
+		cmd = argc > 1 ? find_command(argv[1]) : NULL;
+		if (cmd)
+			command_usage(stdout, cmd);
+		else if (argc > 1)
+			command_usage(stdout, NULL);
 		else
 			usage_full(stdout);
 		return EXIT_OK;
 	}
-	if (strcmp(cmd, "ls") && strcmp(cmd, "stat") && strcmp(cmd, "fence") &&
-	    strcmp(cmd, "recover") && strcmp(cmd, "inspect") && strcmp(cmd, "free") &&
-	    strcmp(cmd, "delete") && strcmp(cmd, "ls-backups") && strcmp(cmd, "owner") &&
-	    strcmp(cmd, "ls-logs") && strcmp(cmd, "standby") && strcmp(cmd, "tail")) {
-		fprintf(stderr, "twctl: unknown command '%s' (%s; see twctl --help)\n", cmd, CMDS);
+	cmd = find_command(name);
+	if (!cmd) {
+		fprintf(stderr, "twctl: unknown command '%s' (", name);
+		name_commands(stderr);
+		fprintf(stderr, "; see twctl --help)\n");
 		return EXIT_USAGE;
 	}
 	if (want_help(argc, argv)) {
-		usage_cmd(stdout, cmd);
+		command_usage(stdout, cmd);
 		return EXIT_OK;
 	}
-	if (strcmp(cmd, "ls-logs") == 0 || strcmp(cmd, "standby") == 0) {
-		if (!g.coord) {
-			fprintf(stderr, "twctl %s: needs -c URL (the coordinator)\n", cmd);
-			return EXIT_USAGE;
-		}
-		if (cmd[0] == 's')
-			return twctl_coord_standby(g.coord, g.timeout_ms, g.provider, g.key_file,
-						   argc, argv);
-		if (argc != 1) {
-			fprintf(stderr, "twctl ls-logs: takes no argument\n");
-			return EXIT_USAGE;
-		}
-		return twctl_coord_ls_logs(g.coord, g.timeout_ms, g.json);
+	if (cmd->coord && !g.coord) {
+		fprintf(stderr, "twctl %s: needs -c URL (the coordinator)\n", name);
+		return EXIT_USAGE;
 	}
-	if (strcmp(cmd, "ls-backups") == 0 || strcmp(cmd, "owner") == 0) {
-		uint64_t log_id = 0;
-
-		if (!g.coord) {
-			fprintf(stderr, "twctl %s: needs -c URL (the coordinator)\n", cmd);
-			return EXIT_USAGE;
-		}
-		if (strcmp(cmd, "owner") == 0 && (argc != 2 || parse_u64(argv[1], &log_id))) {
-			fprintf(stderr, "twctl owner: expected exactly one LOG id\n");
-			return EXIT_USAGE;
-		}
-		if (strcmp(cmd, "ls-backups") == 0 && argc != 1) {
-			fprintf(stderr, "twctl ls-backups: takes no argument\n");
-			return EXIT_USAGE;
-		}
-		return cmd[0] == 'o' ? twctl_coord_owner(g.coord, g.timeout_ms, g.json, log_id)
-				     : twctl_coord_ls_backups(g.coord, g.timeout_ms, g.json);
-	}
-	if (strcmp(cmd, "tail") == 0)
-		return twctl_tail(g.provider, g.backups, g.nbk, g.coord, g.key_file, g.timeout_ms,
-				  g.json, argc, argv);
-	if (strcmp(cmd, "ls") == 0)
-		return cmd_ls(argc, argv);
-	if (strcmp(cmd, "stat") == 0)
-		return cmd_stat(argc, argv);
-	if (strcmp(cmd, "fence") == 0)
-		return cmd_fence(argc, argv);
-	if (strcmp(cmd, "recover") == 0)
-		return cmd_recover(argc, argv);
-	if (strcmp(cmd, "free") == 0 || strcmp(cmd, "delete") == 0)
-		return cmd_clean(argc, argv, strcmp(cmd, "delete") == 0);
-	return cmd_inspect(argc, argv);
+	return cmd->run(argc, argv);
 }
