@@ -383,7 +383,19 @@ static int exit_code_for(int rc)
 	}
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct opts {
+	struct tw_backup_config cfg;
+	char node[256], svc[16];
+	const char *coord_url, *zone;
+	int verbose;
+};
+
+/*
+ * Parse the command line into o->cfg (whose defaults are set). Returns -1 to go on, or the
+ * exit status: EXIT_OK after --help or --version, EXIT_USAGE with the reason said.
+ */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
 		{ "dir", required_argument, NULL, 'd' },
@@ -403,31 +415,15 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct tw_backup_config cfg;
-	struct tw_backup *b;
-	char node[256], svc[16];
+	struct tw_backup_config *cfg = &o->cfg;
 	unsigned long long v;
-	static sigset_t set;
-	pthread_t sigthr;
-	int opt, rc, verbose = 0, status = EXIT_OK;
 	bool max_given = false;
-	const char *coord_url = NULL, *zone = NULL;
+	int opt;
 
-	tw_backup_config_init(&cfg);
-	cfg.provider = getenv("FI_PROVIDER");
-	if (cfg.provider && !cfg.provider[0])
-		cfg.provider = NULL;
-	/* Ours to pass by name: left in the environment, libfabric would also hide every other
-	 * provider, and "this machine offers" could list none. */
-	if (cfg.provider) {
-		snprintf(env_provider, sizeof(env_provider), "%s", cfg.provider);
-		cfg.provider = env_provider;
-		unsetenv("FI_PROVIDER");
-	}
 	while ((opt = getopt_long(argc, argv, "d:p:l:b:M:s:u:Bn:k:c:z:vVh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
-			cfg.dir = optarg;
+			cfg->dir = optarg;
 			break;
 		case 'p':
 			if (!optarg[0]) {
@@ -435,16 +431,17 @@ int main(int argc, char **argv)
 					"sockets, shm, verbs, ...)\n");
 				return EXIT_USAGE;
 			}
-			cfg.provider = optarg;
+			cfg->provider = optarg;
 			break;
 		case 'l':
-			if (parse_listen(optarg, node, sizeof(node), svc, sizeof(svc)) != 0) {
+			if (parse_listen(optarg, o->node, sizeof(o->node), o->svc,
+					 sizeof(o->svc)) != 0) {
 				fprintf(stderr, "twd: --listen %s: expected HOST, HOST:PORT or "
 					"[IPV6]:PORT\n", optarg);
 				return EXIT_USAGE;
 			}
-			cfg.node = node[0] ? node : NULL;
-			cfg.service = svc[0] ? svc : NULL;
+			cfg->node = o->node[0] ? o->node : NULL;
+			cfg->service = o->svc[0] ? o->svc : NULL;
 			break;
 		case 'b':
 			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
@@ -452,7 +449,7 @@ int main(int argc, char **argv)
 					optarg, 1u << 20);
 				return EXIT_USAGE;
 			}
-			cfg.buffers = (unsigned)v;
+			cfg->buffers = (unsigned)v;
 			break;
 		case 'M':
 			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
@@ -460,11 +457,11 @@ int main(int argc, char **argv)
 					optarg, 1u << 20);
 				return EXIT_USAGE;
 			}
-			cfg.max_buffers = (unsigned)v;
+			cfg->max_buffers = (unsigned)v;
 			max_given = true;
 			break;
 		case 's':
-			if (parse_size(optarg, &cfg.buffer_size) != 0 || cfg.buffer_size == 0) {
+			if (parse_size(optarg, &cfg->buffer_size) != 0 || cfg->buffer_size == 0) {
 				fprintf(stderr, "twd: --buffer-size %s: expected a size in bytes, with "
 					"an optional K, M or G suffix (e.g. 8M)\n", optarg);
 				return EXIT_USAGE;
@@ -476,10 +473,10 @@ int main(int argc, char **argv)
 					optarg);
 				return EXIT_USAGE;
 			}
-			cfg.unflushed_limit = (unsigned)v;
+			cfg->unflushed_limit = (unsigned)v;
 			break;
 		case 'B':
-			cfg.busy_poll = true;
+			cfg->busy_poll = true;
 			break;
 		case 'n':
 			if (parse_uint(optarg, UINT64_MAX, &v) != 0 || v == 0) {
@@ -487,19 +484,19 @@ int main(int argc, char **argv)
 					optarg);
 				return EXIT_USAGE;
 			}
-			cfg.node_id = v;
+			cfg->node_id = v;
 			break;
 		case 'k':
-			cfg.key_file = optarg;
+			cfg->key_file = optarg;
 			break;
 		case 'c':
-			coord_url = optarg;
+			o->coord_url = optarg;
 			break;
 		case 'z':
-			zone = optarg;
+			o->zone = optarg;
 			break;
 		case 'v':
-			verbose++;
+			o->verbose++;
 			break;
 		case 'V':
 			printf("twd (tailwind) %s\n", tw_version());
@@ -516,56 +513,68 @@ int main(int argc, char **argv)
 		fprintf(stderr, "twd: unexpected argument '%s' (see twd --help)\n", argv[optind]);
 		return EXIT_USAGE;
 	}
-	if (!cfg.dir) {
+	if (!cfg->dir) {
 		fprintf(stderr, "twd: no storage directory: give one with -d/--dir DIR (closed "
 			"segments are flushed there; see twd --help)\n");
 		return EXIT_USAGE;
 	}
-	if (coord_url || zone) {
+	if (o->coord_url || o->zone) {
 		char why[768];
 
-		if (zone && !coord_url) {
+		if (o->zone && !o->coord_url) {
 			fprintf(stderr, "twd: --zone needs --coordinator URL (the zone is part of the "
 				"registration)\n");
 			return EXIT_USAGE;
 		}
-		if (twd_coord_check(coord_url, zone, why, sizeof(why)) < 0) {
+		if (twd_coord_check(o->coord_url, o->zone, why, sizeof(why)) < 0) {
 			fprintf(stderr, "twd: --coordinator: %s\n", why);
 			return EXIT_USAGE;
 		}
 	}
-	if (cfg.max_buffers < cfg.buffers) {
+	if (cfg->max_buffers < cfg->buffers) {
 		/* The default cap below --buffers: a fixed pool of --buffers, as asked. Given
 		 * explicitly below it: the same, said. */
 		if (max_given)
 			fprintf(stderr, "twd: --max-buffers %u is below --buffers %u: the pool stays "
-				"at %u buffers (no growth)\n", cfg.max_buffers, cfg.buffers,
-				cfg.buffers);
-		cfg.max_buffers = cfg.buffers;
+				"at %u buffers (no growth)\n", cfg->max_buffers, cfg->buffers,
+				cfg->buffers);
+		cfg->max_buffers = cfg->buffers;
 	}
-	if (cfg.unflushed_limit > cfg.max_buffers) {
+	if (cfg->unflushed_limit > cfg->max_buffers) {
 		fprintf(stderr, "twd: --unflushed-limit %u is larger than --max-buffers %u; using "
-			"%u\n", cfg.unflushed_limit, cfg.max_buffers, cfg.max_buffers);
-		cfg.unflushed_limit = cfg.max_buffers;
+			"%u\n", cfg->unflushed_limit, cfg->max_buffers, cfg->max_buffers);
+		cfg->unflushed_limit = cfg->max_buffers;
 	}
-	if (verbose)
-		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
-	if (tw__auth_key_path(cfg.key_file)) {
-		struct tw_auth_key *key;
-		char why[512];
+	return -1;
+}
 
-		/* Checked here for a clear message and exit 2; the backup reads it again. */
-		cfg.key_file = tw__auth_key_path(cfg.key_file);
-		rc = tw__auth_key_load(cfg.key_file, &key, why, sizeof(why));
-		if (rc != 0) {
-			fprintf(stderr, "twd: %s%s\n", why, cfg.key_file == getenv("TW_KEY_FILE") ?
-				" (from $TW_KEY_FILE)" : "");
-			return EXIT_USAGE;
-		}
-		tw__auth_key_free(key);
+/* The key file, checked here for a clear message and exit 2 (the backup reads it again). */
+static int check_key(struct tw_backup_config *cfg)
+{
+	struct tw_auth_key *key;
+	char why[512];
+	int rc;
+
+	if (!tw__auth_key_path(cfg->key_file))
+		return 0;
+	cfg->key_file = tw__auth_key_path(cfg->key_file);
+	rc = tw__auth_key_load(cfg->key_file, &key, why, sizeof(why));
+	if (rc != 0) {
+		fprintf(stderr, "twd: %s%s\n", why, cfg->key_file == getenv("TW_KEY_FILE") ?
+			" (from $TW_KEY_FILE)" : "");
+		return EXIT_USAGE;
 	}
+	tw__auth_key_free(key);
+	return 0;
+}
 
-	/* Signals: blocked in every thread (set before any thread starts), taken by sigwait. */
+/* Signals: blocked in every thread (set before any thread starts), taken by sigwait in the
+ * signal thread. */
+static int start_signals(pthread_t *thr)
+{
+	static sigset_t set;
+	int rc;
+
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
@@ -575,59 +584,58 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	rc = pthread_create(&sigthr, NULL, signal_main, &set);
+	rc = pthread_create(thr, NULL, signal_main, &set);
 	if (rc != 0) {
 		fprintf(stderr, "twd: cannot start the signal thread: %s\n", strerror(rc));
 		return EXIT_FAIL;
 	}
+	return 0;
+}
+
+static void stop_signals(pthread_t thr)
+{
+	pthread_kill(thr, SIGUSR2);
+	pthread_join(thr, NULL);
+}
+
+/* Open the backup on a pool the machine can hold and a directory it can write. */
+static int start_backup(const struct tw_backup_config *cfg, struct tw_backup **out)
+{
+	struct tw_backup *b;
+	int status, rc;
 
 	raise_nofile();
-	status = check_pool(cfg.provider, cfg.buffers, cfg.max_buffers, cfg.buffer_size);
-	if (status == 0) {
-		rc = tw_backup_open(&cfg, &b);
-		if (rc != 0) {
-			status = exit_code_for(rc);
-			if (status == EXIT_STORAGE && rc != -EBUSY && rc != -TW_ECORRUPT &&
-			    rc != -TW_EVERSION)
-				fprintf(stderr, "twd: storage directory %s cannot hold segment files: "
-					"%s (give twd a writable directory on a local file system)\n",
-					cfg.dir, tw_strerror(rc));
-			else
-				fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
-		} else {
-			status = probe_dir(cfg.dir);
-			if (status)
-				tw_backup_close(b);
-		}
-	}
-	if (status) {
-		pthread_kill(sigthr, SIGUSR2);
-		pthread_join(sigthr, NULL);
+	status = check_pool(cfg->provider, cfg->buffers, cfg->max_buffers, cfg->buffer_size);
+	if (status)
+		return status;
+	rc = tw_backup_open(cfg, &b);
+	if (rc != 0) {
+		status = exit_code_for(rc);
+		if (status == EXIT_STORAGE && rc != -EBUSY && rc != -TW_ECORRUPT &&
+		    rc != -TW_EVERSION)
+			fprintf(stderr, "twd: storage directory %s cannot hold segment files: "
+				"%s (give twd a writable directory on a local file system)\n",
+				cfg->dir, tw_strerror(rc));
+		else
+			fprintf(stderr, "twd: cannot start: %s\n", tw_strerror(rc));
 		return status;
 	}
-	pthread_mutex_lock(&sig_lock);
-	sig_backup = b;
-	if (sig_seen)
-		tw_backup_stop(b); /* a signal arrived during start-up */
-	pthread_mutex_unlock(&sig_lock);
-
-	if (!tw__auth_key_path(cfg.key_file))
-		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
-			"not authenticated; anyone who can reach this daemon can read, write and "
-			"fence its logs\n");
-	if (coord_url) {
-		char why[768];
-
-		/* Registered before the ready line: whoever waits for it finds the node. */
-		rc = twd_coord_start(coord_url, zone, cfg.provider, b, why, sizeof(why));
-		if (rc < 0) {
-			fprintf(stderr, "twd: cannot register with the coordinator: %s\n", why);
-			tw_backup_close(b);
-			pthread_kill(sigthr, SIGUSR2);
-			pthread_join(sigthr, NULL);
-			return EXIT_FAIL;
-		}
+	status = probe_dir(cfg->dir);
+	if (status) {
+		tw_backup_close(b);
+		return status;
 	}
+	*out = b;
+	return 0;
+}
+
+/* Serve until a signal or an error, then deregister and flush every buffer (the battery
+ * case: open buffers too, whatever stopped us). The exit status. */
+static int serve(const struct tw_backup_config *cfg, struct tw_backup *b)
+{
+	char msg[PATH_MAX + 64];
+	int status = EXIT_OK, rc;
+
 	printf("ready %s\n", tw_backup_listen_addr(b));
 	fflush(stdout);
 	notify("READY=1");
@@ -642,23 +650,77 @@ int main(int argc, char **argv)
 		status = EXIT_FAIL;
 	} else {
 		fprintf(stderr, "twd: signal %d (%s): flushing every buffer to %s\n", (int)sig_seen,
-			sig_seen ? strsignal(sig_seen) : "none", cfg.dir);
+			sig_seen ? strsignal(sig_seen) : "none", cfg->dir);
 	}
-	{
-		char msg[PATH_MAX + 64];
-
-		snprintf(msg, sizeof(msg), "STOPPING=1\nSTATUS=flushing every buffer to %s", cfg.dir);
-		notify(msg);
-	}
-	/* Battery case: flush everything, open buffers included, whatever stopped us. */
+	snprintf(msg, sizeof(msg), "STOPPING=1\nSTATUS=flushing every buffer to %s", cfg->dir);
+	notify(msg);
 	rc = tw_backup_flush_all(b);
 	if (rc != 0) {
 		fprintf(stderr, "twd: flushing at shutdown failed: %s (%s); data of the failed "
 			"buffers is lost\n", tw_strerror(rc), tw_backup_errmsg(b));
 		status = EXIT_FAIL;
 	}
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	static struct opts o;
+	struct tw_backup_config *cfg = &o.cfg;
+	struct tw_backup *b;
+	pthread_t sigthr;
+	int status;
+
+	tw_backup_config_init(cfg);
+	cfg->provider = getenv("FI_PROVIDER");
+	if (cfg->provider && !cfg->provider[0])
+		cfg->provider = NULL;
+	/* Ours to pass by name: left in the environment, libfabric would also hide every other
+	 * provider, and "this machine offers" could list none. */
+	if (cfg->provider) {
+		snprintf(env_provider, sizeof(env_provider), "%s", cfg->provider);
+		cfg->provider = env_provider;
+		unsetenv("FI_PROVIDER");
+	}
+	status = parse_args(argc, argv, &o);
+	if (status >= 0)
+		return status;
+	if (o.verbose)
+		tw_log_set_level(o.verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
+	status = check_key(cfg);
+	if (status)
+		return status;
+	status = start_signals(&sigthr);
+	if (status)
+		return status;
+	status = start_backup(cfg, &b);
+	if (status) {
+		stop_signals(sigthr);
+		return status;
+	}
+	pthread_mutex_lock(&sig_lock);
+	sig_backup = b;
+	if (sig_seen)
+		tw_backup_stop(b); /* a signal arrived during start-up */
+	pthread_mutex_unlock(&sig_lock);
+
+	if (!tw__auth_key_path(cfg->key_file))
+		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
+			"not authenticated; anyone who can reach this daemon can read, write and "
+			"fence its logs\n");
+	if (o.coord_url) {
+		char why[768];
+
+		/* Registered before the ready line: whoever waits for it finds the node. */
+		if (twd_coord_start(o.coord_url, o.zone, cfg->provider, b, why, sizeof(why)) < 0) {
+			fprintf(stderr, "twd: cannot register with the coordinator: %s\n", why);
+			tw_backup_close(b);
+			stop_signals(sigthr);
+			return EXIT_FAIL;
+		}
+	}
+	status = serve(cfg, b);
 	tw_backup_close(b);
-	pthread_kill(sigthr, SIGUSR2);
-	pthread_join(sigthr, NULL);
+	stop_signals(sigthr);
 	return status;
 }
