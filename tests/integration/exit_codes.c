@@ -28,11 +28,42 @@ static const char *table(const char *help)
 	return t ? t : "";
 }
 
+/* Runs argv[0..3) (twd's, twctl's and twbench's command lines): their exit statuses in st and,
+ * when tab is not NULL, the exit status table of each one's stdout in tab. */
+static void run3(char *const *const argv[3], int st[3], char (*tab)[4096])
+{
+	struct cli_out o;
+
+	for (int i = 0; i < 3; i++) {
+		st[i] = run(argv[i], &o);
+		if (tab)
+			snprintf(tab[i], sizeof(tab[i]), "%s", table(o.out));
+		cli_out_free(&o);
+	}
+}
+
 int main(void)
 {
 	struct cli_out o;
 	char tab[3][4096];
 	int st[3];
+	/* Mistakes that give one code in each program. */
+	const struct {
+		const char *what;
+		int code;
+		char *const *argv[3];
+	} same[] = {
+		{ "an unknown provider", 4,
+		  { (char *[]){ twd, (char *)"-p", (char *)"nosuch", (char *)"-d", dir, NULL },
+		    (char *[]){ twctl, (char *)"-p", (char *)"nosuch", (char *)"-b",
+				(char *)"127.0.0.1:1", (char *)"stat", NULL },
+		    (char *[]){ twbench, (char *)"--provider", (char *)"nosuch", (char *)"--count",
+				(char *)"10", NULL } } },
+		{ "an unknown option", 2,
+		  { (char *[]){ twd, (char *)"--bogus", NULL },
+		    (char *[]){ twctl, (char *)"--bogus", NULL },
+		    (char *[]){ twbench, (char *)"--bogus", NULL } } },
+	};
 
 	if (proc_find_tool("tools/twd", twd, sizeof(twd)) != 0 ||
 	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
@@ -43,52 +74,23 @@ int main(void)
 
 	/* --help: one table in each. */
 	{
-		char *const argv[3][3] = { { twd, (char *)"--help", NULL },
-					   { twctl, (char *)"--help", NULL },
-					   { twbench, (char *)"--help", NULL } };
+		char *const *argv[3] = { (char *[]){ twd, (char *)"--help", NULL },
+					  (char *[]){ twctl, (char *)"--help", NULL },
+					  (char *[]){ twbench, (char *)"--help", NULL } };
 
-		for (int i = 0; i < 3; i++) {
-			st[i] = run(argv[i], &o);
-			snprintf(tab[i], sizeof(tab[i]), "%s", table(o.out));
-			cli_out_free(&o);
-		}
+		run3(argv, st, tab);
 		ok(st[0] == 0 && st[1] == 0 && st[2] == 0 && tab[0][0] &&
 		   strcmp(tab[0], tab[1]) == 0 && strcmp(tab[0], tab[2]) == 0 &&
 		   strstr(tab[0], "  6  no such log"),
 		   "twd, twctl and twbench --help end with the same exit status table");
 	}
 
-	/* An unknown provider: 4 everywhere. */
-	{
-		char *const argv[3][12] = {
-			{ twd, (char *)"-p", (char *)"nosuch", (char *)"-d", dir, NULL },
-			{ twctl, (char *)"-p", (char *)"nosuch", (char *)"-b", (char *)"127.0.0.1:1",
-			  (char *)"stat", NULL },
-			{ twbench, (char *)"--provider", (char *)"nosuch", (char *)"--count",
-			  (char *)"10", NULL } };
-
-		for (int i = 0; i < 3; i++) {
-			st[i] = run(argv[i], &o);
-			cli_out_free(&o);
-		}
-		ok(st[0] == 4 && st[1] == 4 && st[2] == 4,
-		   "an unknown provider: exit 4 from twd, twctl and twbench (%d, %d, %d)", st[0],
-		   st[1], st[2]);
-	}
-
-	/* An unknown option: 2 everywhere. */
-	{
-		char *const argv[3][4] = { { twd, (char *)"--bogus", NULL },
-					   { twctl, (char *)"--bogus", NULL },
-					   { twbench, (char *)"--bogus", NULL } };
-
-		for (int i = 0; i < 3; i++) {
-			st[i] = run(argv[i], &o);
-			cli_out_free(&o);
-		}
-		ok(st[0] == 2 && st[1] == 2 && st[2] == 2,
-		   "an unknown option: exit 2 from twd, twctl and twbench (%d, %d, %d)", st[0],
-		   st[1], st[2]);
+	/* The same mistake, the same code everywhere. */
+	for (size_t k = 0; k < sizeof(same) / sizeof(same[0]); k++) {
+		run3(same[k].argv, st, NULL);
+		ok(st[0] == same[k].code && st[1] == same[k].code && st[2] == same[k].code,
+		   "%s: exit %d from twd, twctl and twbench (%d, %d, %d)", same[k].what, same[k].code,
+		   st[0], st[1], st[2]);
 	}
 
 	/* A storage directory that cannot be made: 3 (twd's --dir, twbench's $TMPDIR). */

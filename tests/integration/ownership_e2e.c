@@ -201,6 +201,21 @@ static int recover(uint64_t log_id, struct check *c, struct tw_recover_result *r
 	return recover_from(log_id, false, c, res, err, len);
 }
 
+/* A TAP test, named what: the recovery of log_id holds at least the acked objects that were
+ * acknowledged, in order with strictly increasing LSNs. */
+static void recovers_acked(uint64_t log_id, uint64_t acked, const char *what)
+{
+	static struct check c;
+	struct tw_recover_result res = { 0 };
+	char err[512];
+	int rc = recover(log_id, &c, &res, err, sizeof(err));
+
+	ok(rc == 0 && c.bad == 0 && c.n >= acked,
+	   "%s: all %" PRIu64 " acknowledged objects in order with strictly increasing LSNs (%"
+	   PRIu64 " recovered, epoch %" PRIu64 ")%s%s", what, acked, c.n, res.epoch,
+	   rc ? ": " : c.bad ? ": " : "", rc ? err : c.why);
+}
+
 static int wait_ready(struct proc *p, char *line, size_t len)
 {
 	return proc_wait_line(p, "ready", line, len, 60000);
@@ -221,9 +236,7 @@ static struct proc *endless_primary(uint64_t log_id, const char *what)
 static void test_chain(void)
 {
 	uint64_t log_id = 0x7100, acked = 0, prev_lsn = 0;
-	struct tw_recover_result res;
-	static struct check c;
-	char line[256], err[512];
+	char line[256];
 	bool lsn_ok = true, ready_ok = true;
 	int rc;
 
@@ -252,11 +265,7 @@ static void test_chain(void)
 	}
 	ok(ready_ok, "chain: each takeover recovered every object acknowledged before it");
 	ok(lsn_ok, "chain: each incarnation's LSNs are above the previous one's");
-	rc = recover(log_id, &c, &res, err, sizeof(err));
-	ok(rc == 0 && c.bad == 0 && c.n >= acked,
-	   "chain: final recovery holds all %" PRIu64 " acknowledged objects of five incarnations "
-	   "in order with strictly increasing LSNs (%" PRIu64 " recovered, epoch %" PRIu64 ")%s%s",
-	   acked, c.n, res.epoch, rc ? ": " : c.bad ? ": " : "", rc ? err : c.why);
+	recovers_acked(log_id, acked, "chain: the final recovery of five incarnations holds them");
 }
 
 /* ---------------------------------------------------------------- restart, duplicate */
@@ -265,9 +274,7 @@ static void test_restart(void)
 {
 	uint64_t log_id = 0x7200;
 	struct acks a = { 0 };
-	struct tw_recover_result res;
-	static struct check c;
-	char line[1200], err[512];
+	char line[1200];
 	struct proc *p = endless_primary(log_id, "first primary ready");
 	int rc;
 
@@ -280,10 +287,7 @@ static void test_restart(void)
 	   rc >= 0 ? line : strerror(-rc));
 	is_int(proc_wait(p, 30000), 5, "... with -TW_EEXIST (exit 5)");
 	proc_free(p);
-	rc = recover(log_id, &c, &res, err, sizeof(err));
-	ok(rc == 0 && c.bad == 0 && c.n >= a.n,
-	   "restart: every acknowledged object is still there (%" PRIu64 " of %" PRIu64 ")%s%s",
-	   c.n, a.n, rc ? ": " : "", rc ? err : "");
+	recovers_acked(log_id, a.n, "restart: every acknowledged object is still there");
 }
 
 static void test_duplicate(void)
@@ -691,11 +695,9 @@ static void test_sighup(void)
 {
 	uint64_t log_id = 0x7800;
 	struct acks a = { 0 };
-	struct tw_recover_result res;
-	static struct check c;
-	char line[256], err[512];
+	char line[256];
 	struct proc *p = endless_primary(log_id, "primary ready");
-	int rc, exits = 0;
+	int exits = 0;
 
 	/* Signal early, while the primary is still writing segment 0: on sockets the provider's
 	 * thread placed and acknowledged writes after the shutdown flush had scanned the buffer
@@ -715,10 +717,7 @@ static void test_sighup(void)
 	proc_free(p);
 	is_int(exits, NB, "SIGHUP: every twd flushed and exited 0");
 	restart_all();
-	rc = recover(log_id, &c, &res, err, sizeof(err));
-	ok(rc == 0 && c.bad == 0 && c.n >= a.n,
-	   "SIGHUP: every acknowledged object is recovered (%" PRIu64 " of %" PRIu64 ")%s%s", c.n,
-	   a.n, rc ? ": " : "", rc ? err : "");
+	recovers_acked(log_id, a.n, "SIGHUP: every acknowledged object is recovered");
 }
 
 /* Restart every twd on its directory (SIGTERM: flushed). Seen on shm: after the racing phases

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "fab_events.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -89,14 +90,7 @@ static void phase_channels(void)
 	tw__fab_config_init(&fc);
 	fc.provider = "shm";
 	TAP_REQUIRE(tw__fab_open(&fc, NULL, &fab) == 0, "open a fab");
-	for (i = 0; i < N; i++) {
-		struct tw_chan *ch;
-
-		rc = tw__fab_connect(fab, addr, &ch);
-		if (rc)
-			break;
-		tw__chan_close(ch);
-	}
+	i = fab_connect_close(fab, addr, N, &rc);
 	ok(i == N, "channels: %d of %d channels of one endpoint connected%s%s", i, N,
 	   rc ? ": " : "", rc ? tw__fab_errmsg(fab) : "");
 	tw__fab_close(fab);

@@ -1,7 +1,7 @@
 /*
- * tests/lib/fab_events.h — what a fab's events did, for a fabric test to wait on and inspect, and
+ * tests/lib/fab_events.h — what a fab's events did, for a fabric test to wait on and inspect;
  * the two requests every test of tests/integration/fab_peer makes (its RKEY, a SUM of its
- * buffer). Header-only: the benches use it too.
+ * buffer); n channels connected and closed in a row. Header-only: the benches use it too.
  *
  *   static struct fab_rec R;                     // one per fab: the events' arg
  *   struct tw_fab_events ev = fab_rec_events(&R);
@@ -78,6 +78,25 @@ static inline bool fab_progress_until(struct tw_fab *fab, const int *flag, int w
 	while (*flag < want && tw_now_ns() < end)
 		tw__fab_progress(fab, 10);
 	return *flag >= want;
+}
+
+/* Connects n channels from fab to addr one after the other, closing each at once (shm's
+ * address-vector tests): how many connected before the first failure (n: all); that failure's
+ * code in *rc_out, 0 when none failed. */
+static inline int fab_connect_close(struct tw_fab *fab, const char *addr, int n, int *rc_out)
+{
+	int i, rc = 0;
+
+	for (i = 0; i < n; i++) {
+		struct tw_chan *ch;
+
+		rc = tw__fab_connect(fab, addr, &ch);
+		if (rc)
+			break;
+		tw__chan_close(ch);
+	}
+	*rc_out = rc;
+	return i;
 }
 
 /* fab_peer's side of a new channel: the message after the first `before` is its buffer's key

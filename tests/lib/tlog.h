@@ -21,16 +21,23 @@
 
 #include "tap.h"
 
+/* The log's fields, which a primary's and a recovery's configuration name alike: log_id on
+ * backups[0..n) over provider. */
+#define TLOG_CONFIG_LOG(cfg, provider_, backups_, n_, log_id_) \
+	do {                                                   \
+		(cfg)->provider = (provider_);                 \
+		(cfg)->backups = (backups_);                   \
+		(cfg)->n_backups = (n_);                       \
+		(cfg)->log_id = (log_id_);                     \
+	} while (0)
+
 /* tw_primary_config_init (3 replicas, default segment size), then log_id at epoch 1 on
  * backups[0..n) over provider. */
 static inline void tlog_primary_config(struct tw_primary_config *cfg, const char *provider,
 				       const char *const *backups, size_t n, uint64_t log_id)
 {
 	tw_primary_config_init(cfg);
-	cfg->provider = provider;
-	cfg->backups = backups;
-	cfg->n_backups = n;
-	cfg->log_id = log_id;
+	TLOG_CONFIG_LOG(cfg, provider, backups, n, log_id);
 	cfg->epoch = 1;
 }
 
@@ -59,10 +66,7 @@ static inline void tlog_recover_config(struct tw_recover_config *cfg, const char
 				       const char *const *backups, size_t n, uint64_t log_id)
 {
 	tw_recover_config_init(cfg);
-	cfg->provider = provider;
-	cfg->backups = backups;
-	cfg->n_backups = n;
-	cfg->log_id = log_id;
+	TLOG_CONFIG_LOG(cfg, provider, backups, n, log_id);
 }
 
 /* The acknowledgements of one log's appends (tw_primary_append_async callbacks). */

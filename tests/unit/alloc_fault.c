@@ -12,18 +12,13 @@
 #include <sys/mman.h>
 #include <sys/types.h>
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-char *__real_strdup(const char *s);
-char *__real_strndup(const char *s, size_t n);
-void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t n);
-char *__wrap_strdup(const char *s);
-char *__wrap_strndup(const char *s, size_t n);
-void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+/* GNU ld's --wrap: __real_X is libc's X, __wrap_X takes its calls; both have libc's prototype. */
+__typeof__(malloc) __real_malloc, __wrap_malloc;
+__typeof__(calloc) __real_calloc, __wrap_calloc;
+__typeof__(realloc) __real_realloc, __wrap_realloc;
+__typeof__(strdup) __real_strdup, __wrap_strdup;
+__typeof__(strndup) __real_strndup, __wrap_strndup;
+__typeof__(mmap) __real_mmap, __wrap_mmap;
 
 static _Thread_local bool counted;
 static atomic_long countdown; /* 0: disarmed */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "fab_events.h"
 #include "fabric/fabric.h"
 #include "tap.h"
 
@@ -62,12 +63,7 @@ int main(void)
 	TAP_REQUIRE(tw__fab_open(&cfg, NULL, &cli) == 0, "client fab");
 
 	TAP_REQUIRE(pthread_create(&th, NULL, serve, lis) == 0, "pthread_create");
-	for (i = 0; i < NCHAN; i++) {
-		rc = tw__fab_connect(cli, addr, &ch);
-		if (rc)
-			break;
-		tw__chan_close(ch);
-	}
+	i = fab_connect_close(cli, addr, NCHAN, &rc);
 	ok(i == NCHAN, "%d of %d channels of one client endpoint connected%s%s", i, NCHAN,
 	   rc ? ": " : "", rc ? tw__fab_errmsg(cli) : "");
 	tw__fab_get_stats(cli, &sc);

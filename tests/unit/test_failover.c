@@ -57,11 +57,30 @@ static int check_cb(void *arg, const struct tw_recovered_entry *e)
 	return 0;
 }
 
-static int recover_all(const char **addrs, size_t n, uint64_t log_id, struct rcheck *k,
-		       struct tw_recover_result *res)
+/* A TAP test, named what: recovery of log_id from addrs[0..n) returns entries 0..want-1 as
+ * fill() made them. res for the caller's own checks. */
+static void recovers_all(const char *what, const char **addrs, size_t n, uint64_t log_id,
+			 uint64_t want, struct tw_recover_result *res)
 {
-	memset(k, 0, sizeof(*k));
-	return tbackup_recover(addrs, n, log_id, check_cb, k, res);
+	struct rcheck k = { 0, 0 };
+	int rc = tbackup_recover(addrs, n, log_id, check_cb, &k, res);
+
+	ok(rc == 0 && k.bad == 0 && k.next == want,
+	   "%s: recovery from %zu backups returns all %" PRIu64 " entries (%" PRIu64 " bad)%s%s",
+	   what, n, k.next, k.bad, rc ? ": " : "", rc ? tw_strerror(rc) : "");
+}
+
+/* Appends entries [from, to) asynchronously, their acknowledgements in a; stops at the first
+ * append refused (the acknowledgement count tells). */
+static void append_range(struct tw_primary *p, uint64_t from, uint64_t to, struct tlog_acks *a)
+{
+	uint8_t buf[OBJ];
+
+	for (uint64_t i = from; i < to; i++) {
+		fill(buf, i);
+		if (tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, a, NULL) != 0)
+			break;
+	}
 }
 
 /* The configuration every case starts from: 4 mem backups, r = 3, a short op timeout, no
@@ -88,8 +107,6 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	struct tw_recover_result res;
 	struct tw_primary *p;
 	struct tlog_acks a = { 0 };
-	struct rcheck k;
-	uint8_t buf[OBJ];
 	char victim[128];
 	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
 	int rc;
@@ -99,10 +116,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	p = tlog_open(&cfg, "%s", name);
 	if (!p)
 		return;
-	for (uint64_t i = 0; i < before; i++) {
-		fill(buf, i);
-		tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
-	}
+	append_range(p, 0, before, &a);
 	is_int(tw_primary_flush(p), 0, "%s: %u appends before the fault", name, before);
 	{
 		struct tw_mem_fault f = { .kind = fault };
@@ -112,12 +126,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 		tw__mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
 		tw__primary_unlock(p);
 	}
-	for (uint64_t i = before; i < before + after; i++) {
-		fill(buf, i);
-		rc = tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
-		if (rc)
-			break;
-	}
+	append_range(p, before, before + after, &a);
 	rc = tw_primary_flush(p);
 	is_int(rc, 0, "%s: appends go on after the loss of %s (%s)", name, victim,
 	       rc ? tw_primary_errmsg(p) : "ok");
@@ -149,9 +158,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	}
 	tw_primary_close(p);
 
-	rc = recover_all(addrs, 4, log_id, &k, &res);
-	ok(rc == 0 && k.bad == 0 && k.next == before + after,
-	   "%s: recovery returns all %" PRIu64 " entries (%" PRIu64 " bad)", name, k.next, k.bad);
+	recovers_all(name, addrs, 4, log_id, before + after, &res);
 	ok(res.copies_stale >= 1, "%s: recovery ignored %" PRIu64 " stale copies on %s", name,
 		   res.copies_stale, victim);
 }
@@ -167,11 +174,9 @@ static void test_rate(const char **addrs)
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
 	struct tw_primary *p;
-	struct rcheck k;
 	uint8_t buf[OBJ];
 	uint64_t during, owed = 0;
 	unsigned victim;
-	int rc;
 
 	tw_primary_config_init(&cfg);
 	cfg.log_id = 210;
@@ -213,9 +218,7 @@ static void test_rate(const char **addrs)
 	   "rate: finish copied the rest (%" PRIu64 " in all, %" PRIu64 " pending)",
 	   st.rereplications, st.rerep_pending);
 	tw_primary_close(p);
-	rc = recover_all(addrs, 4, 210, &k, &res);
-	ok(rc == 0 && k.bad == 0 && k.next == 4200, "rate: recovery returns all %" PRIu64
-	   " entries", k.next);
+	recovers_all("rate", addrs, 4, 210, 4200, &res);
 }
 
 /*
@@ -286,8 +289,6 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	struct tw_recover_result res;
 	struct tw_primary *p;
 	struct tlog_acks a = { 0 };
-	struct rcheck k;
-	uint8_t buf[OBJ];
 	const char *rest[3];
 	unsigned vi = 0, n = 0;
 	int rc;
@@ -297,10 +298,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	p = tlog_open(&cfg, "rpc");
 	if (!p)
 		return;
-	for (uint64_t i = 0; i < 1500; i++) {
-		fill(buf, i);
-		tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL);
-	}
+	append_range(p, 0, 1500, &a);
 	is_int(tw_primary_flush(p), 0, "rpc: 1500 appends before the loss");
 	tw__primary_lock(p);
 	for (unsigned i = 0; i < 4; i++)
@@ -308,11 +306,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 			vi = i;
 	tw__primary_unlock(p);
 	tbackup_stop(&b[vi]);
-	for (uint64_t i = 1500; i < 3000; i++) {
-		fill(buf, i);
-		if (tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL))
-			break;
-	}
+	append_range(p, 1500, 3000, &a);
 	rc = tw_primary_flush(p);
 	is_int(rc, 0, "rpc: appends go on after backup %u closed (%s)", vi,
 	       rc ? tw_primary_errmsg(p) : "ok");
@@ -328,10 +322,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	for (unsigned i = 0; i < 4; i++)
 		if (i != vi)
 			rest[n++] = addrs[i];
-	rc = recover_all(rest, 3, 220, &k, &res);
-	ok(rc == 0 && k.bad == 0 && k.next == 3000,
-	   "rpc: recovery from the three others returns all %" PRIu64 " entries (%" PRIu64 " bad)",
-	   k.next, k.bad);
+	recovers_all("rpc, without the closed backup", rest, 3, 220, 3000, &res);
 }
 
 /*

@@ -40,6 +40,16 @@ static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
 		memcpy(buf, &seq, 8);
 }
 
+/* Appends entry seq (100 bytes, fill's) asynchronously: tw_primary_append_async's answer. */
+static int append_seq(struct tw_primary *p, uint64_t seq, tw_append_cb cb, void *arg,
+		      uint64_t *lsn_out)
+{
+	uint8_t buf[100];
+
+	fill(buf, 100, seq);
+	return tw_primary_append_async(p, buf, 100, cb, arg, lsn_out);
+}
+
 static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64_t seq)
 {
 	uint8_t want[512];
@@ -115,7 +125,6 @@ static void test_async_callbacks(const char **addrs)
 	struct tw_primary *p;
 	struct tw_primary_stats st;
 	struct tlog_acks a = { 0 };
-	uint8_t buf[128];
 	const uint64_t n = 20000;
 	int bad = 0;
 
@@ -128,8 +137,7 @@ static void test_async_callbacks(const char **addrs)
 	static uint64_t lsns[20000];
 
 	for (uint64_t i = 0; i < n; i++) {
-		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, &lsns[i]) != 0)
+		if (append_seq(p, i, tlog_ack_cb, &a, &lsns[i]) != 0)
 			bad++;
 	}
 	is_int(bad, 0, "async cb: %llu appends accepted", (unsigned long long)n);
@@ -162,7 +170,6 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary *p;
 	struct tw_primary_stats st;
 	struct tlog_acks a = { 0 };
-	uint8_t buf[128];
 	const uint64_t n = 12000;
 	const char *m = mode == TW_PRIMARY_ASYNC ? "async" : "sync";
 	int bad = 0;
@@ -174,8 +181,7 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < n; i++) {
-		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL) != 0)
+		if (append_seq(p, i, tlog_ack_cb, &a, NULL) != 0)
 			bad++;
 	}
 	is_int(tw_primary_flush(p), 0, "preopen %s: flush", m);
@@ -214,19 +220,17 @@ static void chain_cb(void *arg, int status, uint64_t lsn)
 	c->last = lsn;
 	c->acked++;
 	while (c->appended < c->want && c->appended < c->acked + c->blocking + 8) {
-		fill(buf, 100, c->appended);
 		if (c->appended % 50 == 7) {
 			uint64_t l;
 
+			fill(buf, 100, c->appended);
 			c->appended++;
 			if (tw_primary_append(c->p, buf, 100, &l) == 0)
 				c->blocking++;
 			else
 				c->errors++;
-		} else {
-			c->appended++;
-			if (tw_primary_append_async(c->p, buf, 100, chain_cb, c, NULL) != 0)
-				c->errors++;
+		} else if (append_seq(c->p, c->appended++, chain_cb, c, NULL) != 0) {
+			c->errors++;
 		}
 	}
 }
@@ -235,7 +239,6 @@ static void test_nested(const char **addrs)
 {
 	struct tw_primary_config cfg;
 	struct chain c = { 0 };
-	uint8_t buf[100];
 
 	cfg_for(&cfg, addrs, 3, 130);
 	cfg.max_inflight = 3;
@@ -243,9 +246,8 @@ static void test_nested(const char **addrs)
 	if (!c.p)
 		return;
 	c.want = 3000; /* ~5 segments */
-	fill(buf, 100, 0);
 	c.appended = 1;
-	tw_primary_append_async(c.p, buf, 100, chain_cb, &c, NULL);
+	append_seq(c.p, 0, chain_cb, &c, NULL);
 	for (int i = 0; i < 10000 && c.acked + c.blocking < c.want && !c.errors; i++)
 		tw_primary_flush(c.p);
 	is_int(c.errors, 0, "nested: callbacks appending again: no errors");
@@ -291,17 +293,14 @@ static void test_async_reentry(const char **addrs)
 {
 	struct tw_primary_config cfg;
 	struct reentry r = { 0 };
-	uint8_t buf[100];
 
 	cfg_for(&cfg, addrs, 3, 131);
 	cfg.mode = TW_PRIMARY_ASYNC;
 	r.p = tlog_open(&cfg, "reentry");
 	if (!r.p)
 		return;
-	for (int i = 0; i < 4; i++) {
-		fill(buf, 100, (uint64_t)i);
-		tw_primary_append_async(r.p, buf, 100, reentry_cb, &r, NULL);
-	}
+	for (int i = 0; i < 4; i++)
+		append_seq(r.p, (uint64_t)i, reentry_cb, &r, NULL);
 	/* The chain ends when the callbacks stop adding (2000 calls) or every one got EAGAIN. */
 	for (int i = 0; i < 100; i++)
 		tw_primary_flush(r.p);
@@ -331,8 +330,7 @@ static void test_release(const char **addrs, enum tw_primary_mode mode)
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) { /* ~7 segments */
-		fill(buf, 100, i);
-		if (tw_primary_append_async(p, buf, 100, NULL, NULL, &lsns[i]) != 0)
+		if (append_seq(p, i, NULL, NULL, &lsns[i]) != 0)
 			bad++;
 	}
 	is_int(tw_primary_flush(p), 0, "release %s: flush", m);
