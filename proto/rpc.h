@@ -38,7 +38,7 @@
 
 #define TW_RPC_MAGIC 0x5754u      /* "TW" as a little-endian u16: bytes 0x54 0x57 */
 #define TW_RPC_MAJOR 1u
-#define TW_RPC_MINOR 4u
+#define TW_RPC_MINOR 5u
 #define TW_RPC_HDR_SIZE 8u        /* [magic u16][major u8][minor u8][length u32], LE */
 #define TW_RPC_MAX_MSG_DEFAULT 65536u /* frame header included; = fabric's default max_msg_size */
 #define TW_RPC_MAX_MSG_MIN 256u
@@ -69,7 +69,7 @@
 	X(STATS, stats, stats, stats_reply)                                                  \
 	X(RECOVERED_OFFSET, recovered_offset, recovered_offset, status_reply)                \
 	X(PING, ping, ping, ping_reply)                                                      \
-	X(SET_ACKED, set_acked, set_acked, status_reply)                                     \
+	X(SET_ACKED, set_acked, set_acked, set_acked_reply)                                  \
 	X(READ_ENTRIES, read_entries, read_entries, read_entries_reply)
 
 /* Request kinds, dense (0..TW_RPC_OP_COUNT-1), in TW_RPC_OPS order. */
@@ -276,8 +276,10 @@ void tw__rpc_req_recovered_offset(struct tw_rpc_req *r, uint64_t epoch,
 				 const struct tw_rpc_seg_meta *m, uint64_t replica_version);
 void tw__rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload, size_t len);
 /* 1.4 (docs/readers.md). */
+/* hold_ms: how long the backup may hold the answer while no reader of the log is active there
+ * (SetAcked.hold_ms; 0: answer now). */
 void tw__rpc_req_set_acked(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
-			   uint64_t segment_id, uint64_t acked);
+			   uint64_t segment_id, uint64_t acked, uint32_t hold_ms);
 void tw__rpc_req_read_entries(struct tw_rpc_req *r, uint64_t log_id, uint64_t segment_id,
 			      uint64_t offset, uint32_t max_bytes, uint32_t wait_ms);
 
@@ -458,7 +460,7 @@ struct tw__rpc_call {
 		Tailwind__StatsReply stats;
 		Tailwind__StatusReply recovered_offset;
 		Tailwind__PingReply ping;
-		Tailwind__StatusReply set_acked;
+		Tailwind__SetAckedReply set_acked;
 		Tailwind__ReadEntriesReply read_entries;
 	} reply;
 	/* Scratch sub-messages for the common cases (valid until the handler returns). */

@@ -135,12 +135,13 @@ void tw__rpc_req_ping(struct tw_rpc_req *r, uint64_t nonce, const void *payload,
 }
 
 void tw__rpc_req_set_acked(struct tw_rpc_req *r, uint64_t epoch, uint64_t log_id,
-			   uint64_t segment_id, uint64_t acked)
+			   uint64_t segment_id, uint64_t acked, uint32_t hold_ms)
 {
 	req_init(r, epoch, TAILWIND__ENVELOPE__BODY_SET_ACKED, &tailwind__set_acked__descriptor);
 	r->body.set_acked.log_id = log_id;
 	r->body.set_acked.segment_id = segment_id;
 	r->body.set_acked.acked = acked;
+	r->body.set_acked.hold_ms = hold_ms;
 }
 
 void tw__rpc_req_read_entries(struct tw_rpc_req *r, uint64_t log_id, uint64_t segment_id,

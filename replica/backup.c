@@ -819,6 +819,9 @@ void tw__bk_stats_sync(struct tw_backup *b)
 	st->buffers_closed = b->pool.count[POOL_CLOSED];
 	st->buffers_loaded = b->pool.count[POOL_LOADED];
 	st->buffers_zeroing = b->pool.count[POOL_ZEROING];
+	st->set_acked = b->set_acked_served;
+	st->set_acked_held = b->set_acked_held;
+	st->set_acked_holding = b->naholds;
 	if (recount) {
 		st->segments_on_disk = on_disk;
 		st->segments_corrupt = corrupt;

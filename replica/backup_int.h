@@ -126,6 +126,9 @@ struct logst {
 	 * served. NULL: usable. bad_epoch: such an epoch from the journal, which a rewrite keeps. */
 	char *unavail;
 	uint64_t bad_epoch;
+	/* Last reader request about the log (ReadEntries, ReadSegment), tw_now_ns; 0: none. While
+	 * recent (BK_READER_ACTIVE_NS) the owner's SetAcked are answered at once (backup_readers.c). */
+	uint64_t reader_ns;
 };
 
 /* A fencer's hold on a log lapses after this long without a request from it. */
@@ -200,9 +203,11 @@ struct tw_backup {
 	uint64_t next_conn_id;
 
 	struct tw_rpc_server *srv;
-	/* Reads held at the readable end (long-poll, backup_readers.c). */
+	/* Held answers (backup_readers.c): nwaiters reads at the readable end (long-poll) and
+	 * naholds SetAcked while no reader of their log is active, in one list. */
 	struct bk_rwait *waiters;
-	unsigned nwaiters;
+	unsigned nwaiters, naholds;
+	uint64_t set_acked_served, set_acked_held; /* counters, copied into st by stats_sync */
 	struct tw_auth_key *key; /* cluster key, or NULL: peers are not authenticated */
 	unsigned auth_refused;   /* connections in CONN_AUTH_REFUSED */
 
@@ -334,17 +339,25 @@ void tw__bk_auth_conn_gone(struct tw_backup *b, struct conn *c);
 /* Drop refused connections whose grace period passed (progress loop). */
 void tw__bk_auth_sweep(struct tw_backup *b);
 /* backup_readers.c (owner: readers; docs/readers.md): SetAcked and ReadEntries (protocol 1.4),
- * reads held at the readable end. wake: answer the held reads of a segment (segment_id
- * UINT64_MAX: of every segment of the log) after it changed: more acknowledged, closed,
- * fenced, freed. tick: answer the held reads whose wait ran out; returns the milliseconds until
- * the next one is due (-1: none). conn_gone: forget a connection's held reads. */
+ * reads held at the readable end, SetAcked answers held while no reader is active. wake: after
+ * a segment changed (segment_id UINT64_MAX: every segment of the log): closed, fenced, freed,
+ * answer its held reads and held SetAcked. reader_seen: a reader's request about the log
+ * (ReadSegment; ReadEntries calls it itself): the log's readers are active, its held SetAcked
+ * are answered (readers true). tick: answer the held reads and SetAcked whose time ran out;
+ * returns the milliseconds until the next one is due (-1: none). conn_gone: forget a
+ * connection's held reads and SetAcked. */
 #define BK_MAX_READ_WAITS 4096u
+#define BK_MAX_ACK_HOLDS 4096u
+#define BK_ACK_HOLD_MAX_MS 60000u
+#define BK_READER_ACTIVE_NS 1000000000ull /* a reader request keeps its log active so long */
+#define BK_FRESH_MS 500u /* a read that released a held SetAcked waits so long for the next */
 struct bk_rwait;
 struct tw__rpc_call;
 int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call);
 int tw__bk_h_read_entries(void *arg, struct tw__rpc_call *call);
 uint64_t tw__bk_readable(const struct seg *s);
 void tw__bk_readers_wake(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
+void tw__bk_reader_seen(struct tw_backup *b, uint64_t log_id);
 int tw__bk_readers_tick(struct tw_backup *b);
 void tw__bk_readers_conn_gone(struct tw_backup *b, struct conn *c);
 void tw__bk_readers_fini(struct tw_backup *b);

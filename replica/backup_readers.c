@@ -5,6 +5,17 @@
  * at the readable end until there is more (long-poll: a SetAcked, the close, a fence or free,
  * or the reader's wait runs out). Progress thread only, like every handler.
  *
+ * Demand-driven SetAcked (docs/readers.md, "What SetAcked costs"): the owner sends its next
+ * position when the previous SetAcked to this backup is answered. While no reader of the log is
+ * active here (no ReadEntries or ReadSegment about it within BK_READER_ACTIVE_NS, no read of it
+ * held), a SetAcked with hold_ms is applied at once but answered only when a reader comes (reply
+ * `readers` true), at its deadline, when a newer SetAcked of the log arrives on the connection,
+ * when the segment closes or the log is fenced or freed; a lost connection drops it unanswered.
+ * So a log nobody reads costs the backup about one SetAcked per hold_ms. The position here may
+ * then be up to a hold old: a ReadEntries that released a held SetAcked waits (BK_FRESH_MS at
+ * most) for the owner's next SetAcked of the log, which a 1.5 owner sends at once, so a reader
+ * (its tail included) sees the log as acknowledged when it asked, one round trip later.
+ *
  * Why the backup must be told: it runs no code for a one-sided write, so it cannot see new
  * entries by itself, and an entry it holds may still be missing on another replica (a recovery
  * could then drop it). The readable end of a segment is therefore
@@ -30,16 +41,22 @@
  * envelope included, with every field at its largest encoding and a full message. */
 #define READ_REPLY_OVERHEAD 640u
 
-/* A deferred ReadEntries (long-poll). */
+/* A deferred answer: a ReadEntries held at the readable end (long-poll), or a SetAcked held
+ * while no reader of its log is active here. */
 struct bk_rwait {
+	bool set_acked;     /* a SetAcked (else a ReadEntries) */
+	bool fresh;         /* ReadEntries: waits for the owner's next SetAcked of the log */
+	bool readers;       /* SetAcked: the answer's `readers`, set when it is released */
 	uint64_t conn_id;
 	struct tw_chan *ch;
-	uint64_t request_id;
+	uint64_t request_id, epoch; /* epoch: of a SetAcked's reply */
 	uint64_t log_id, segment_id, offset;
 	uint32_t max_bytes;
 	uint64_t deadline_ns;
 	struct bk_rwait *next;
 };
+
+static void wake_reads(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 
 uint64_t tw__bk_readable(const struct seg *s)
 {
@@ -52,13 +69,102 @@ uint64_t tw__bk_readable(const struct seg *s)
 
 /* ---- SetAcked */
 
+/* Whether a reader of the log is active here: a reader request about it lately, or a read of
+ * it held. */
+static bool readers_active(struct tw_backup *b, uint64_t log_id, uint64_t now)
+{
+	const struct logst *lg = tw__bk_log(b, log_id, false);
+
+	if (lg && lg->reader_ns && now - lg->reader_ns < BK_READER_ACTIVE_NS)
+		return true;
+	for (const struct bk_rwait *w = b->waiters; w; w = w->next)
+		if (!w->set_acked && w->log_id == log_id)
+			return true;
+	return false;
+}
+
+/* Hold the answer to `call` from connection c until deadline_ns: the caller fills the rest. */
+static struct bk_rwait *defer(struct tw_backup *b, struct conn *c, struct tw__rpc_call *call,
+			      bool set_acked, uint64_t deadline_ns)
+{
+	struct bk_rwait *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->set_acked = set_acked;
+	w->conn_id = c->id;
+	w->ch = call->ch;
+	w->request_id = call->req->request_id;
+	w->epoch = call->reply_epoch;
+	w->deadline_ns = deadline_ns;
+	w->next = b->waiters;
+	b->waiters = w;
+	if (set_acked)
+		b->naholds++;
+	else
+		b->nwaiters++;
+	return w;
+}
+
+/* Which held answers: of one kind, of a log (and one connection, one segment; only the reads
+ * waiting for a fresh position). */
+struct wkey {
+	bool set_acked;
+	uint64_t conn_id;            /* 0: any connection */
+	uint64_t log_id, segment_id; /* segment_id UINT64_MAX: every segment of the log */
+	bool fresh;
+};
+
+static bool pick_key(const struct bk_rwait *w, const void *arg)
+{
+	const struct wkey *k = arg;
+
+	return w->set_acked == k->set_acked && w->log_id == k->log_id &&
+	       (!k->conn_id || w->conn_id == k->conn_id) &&
+	       (k->segment_id == UINT64_MAX || w->segment_id == k->segment_id) &&
+	       (!k->fresh || w->fresh);
+}
+
+static void answer_where(struct tw_backup *b,
+			 bool (*pick)(const struct bk_rwait *w, const void *arg), const void *arg,
+			 bool readers);
+
+/* The held SetAcked of the log, answered now with `readers` true; how many. */
+static unsigned release_holds(struct tw_backup *b, uint64_t log_id)
+{
+	struct logst *lg = tw__bk_log(b, log_id, false);
+	struct wkey k = { true, 0, log_id, UINT64_MAX, false };
+	unsigned before = b->naholds;
+
+	if (lg)
+		lg->reader_ns = tw_now_ns();
+	if (b->naholds)
+		answer_where(b, pick_key, &k, true);
+	return before - b->naholds;
+}
+
+void tw__bk_reader_seen(struct tw_backup *b, uint64_t log_id)
+{
+	(void)release_holds(b, log_id);
+}
+
 int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const Tailwind__SetAcked *q = call->req->set_acked;
+	struct conn *c = tw__chan_user(call->ch);
+	struct bk_rwait *w;
 	struct seg *s;
+	uint64_t now;
 	int rc;
 
+	b->set_acked_served++;
+	if (c && b->naholds) {
+		/* One held per (connection, log): a newer one answers the older now. */
+		struct wkey k = { true, c->id, q->log_id, UINT64_MAX, false };
+
+		answer_where(b, pick_key, &k, false);
+	}
 	rc = tw__bk_check_owner(b, q->log_id, call->req->epoch, call->req->incarnation,
 				MSGBUF(call));
 	if (rc)
@@ -67,6 +173,8 @@ int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call)
 	if (!s || s->freed || s->state == SEG_LOST)
 		return tw__rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
 					 q->segment_id);
+	now = tw_now_ns();
+	call->reply.set_acked.readers = readers_active(b, q->log_id, now);
 	if (s->state != SEG_OPEN)
 		return 0; /* closed: all of it is readable already */
 	if (q->acked > s->length)
@@ -74,9 +182,24 @@ int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call)
 					 "length %" PRIu64, q->acked, s->length);
 	if (q->acked > s->acked) {
 		s->acked = q->acked;
-		tw__bk_readers_wake(b, q->log_id, q->segment_id);
+		wake_reads(b, q->log_id, q->segment_id);
 	}
-	return 0;
+	if (b->nwaiters) {
+		/* Reads that released a held SetAcked wait for this one (tw__bk_h_read_entries). */
+		struct wkey k = { false, 0, q->log_id, UINT64_MAX, true };
+
+		answer_where(b, pick_key, &k, false);
+	}
+	if (!q->hold_ms || call->reply.set_acked.readers || !c || b->naholds >= BK_MAX_ACK_HOLDS)
+		return 0;
+	w = defer(b, c, call, true, now + (uint64_t)(q->hold_ms < BK_ACK_HOLD_MAX_MS ? q->hold_ms :
+						     BK_ACK_HOLD_MAX_MS) * 1000000u);
+	if (!w)
+		return 0; /* answer now: the owner sends its next position sooner, that is all */
+	w->log_id = q->log_id;
+	w->segment_id = q->segment_id;
+	b->set_acked_held++;
+	return TW_RPC_DEFERRED;
 }
 
 /* ---- ReadEntries */
@@ -210,28 +333,29 @@ int tw__bk_h_read_entries(void *arg, struct tw__rpc_call *call)
 	const Tailwind__ReadEntries *q = call->req->read_entries;
 	struct conn *c = tw__chan_user(call->ch);
 	struct bk_rwait *w;
-	bool wait;
+	bool wait, fresh;
 	int rc;
 
 	if (!c)
 		return -TW_EPEERLOST;
+	/* Held SetAcked of the log are answered now. Then the position here may be up to a hold
+	 * old: a 1.5 owner sends its newest one at once (primary_acked.c), and this read waits
+	 * for it (at most BK_FRESH_MS), so that even the first read of a reader, e.g. for the
+	 * tail, sees the log as acknowledged now. */
+	fresh = release_holds(b, q->log_id) > 0;
 	rc = fill_read(b, c, call, q->log_id, q->segment_id, q->offset, q->max_bytes, &wait);
-	if (rc || !wait || q->wait_ms == 0 || b->nwaiters >= BK_MAX_READ_WAITS)
+	if (rc || (!wait && !fresh) || (q->wait_ms == 0 && !fresh) ||
+	    b->nwaiters >= BK_MAX_READ_WAITS)
 		return rc;
-	w = calloc(1, sizeof(*w));
+	w = defer(b, c, call, false, tw_now_ns() + (fresh ? BK_FRESH_MS :
+							  (uint64_t)q->wait_ms) * 1000000u);
 	if (!w)
 		return 0; /* answer now: the reader asks again */
-	w->conn_id = c->id;
-	w->ch = call->ch;
-	w->request_id = call->req->request_id;
+	w->fresh = fresh;
 	w->log_id = q->log_id;
 	w->segment_id = q->segment_id;
 	w->offset = q->offset;
 	w->max_bytes = q->max_bytes;
-	w->deadline_ns = tw_now_ns() + (uint64_t)q->wait_ms * 1000000u;
-	w->next = b->waiters;
-	b->waiters = w;
-	b->nwaiters++;
 	return TW_RPC_DEFERRED;
 }
 
@@ -246,19 +370,23 @@ static int answer_fill(void *arg, struct tw__rpc_call *call)
 	struct conn *c = tw__bk_conn_find(a->b, a->w->conn_id);
 	bool wait;
 
+	if (a->w->set_acked) {
+		call->reply.set_acked.readers = a->w->readers;
+		return 0;
+	}
 	if (!c)
 		return -TW_EPEERLOST;
 	return fill_read(a->b, c, call, a->w->log_id, a->w->segment_id, a->w->offset,
 			 a->w->max_bytes, &wait);
 }
 
-/* Answer and forget every waiter for which `pick` says so. */
-static void answer_where(struct tw_backup *b, bool (*pick)(const struct bk_rwait *w, void *arg),
-			 void *arg)
+/* Unlink every held answer for which `pick` says so; returns them as a list. */
+static struct bk_rwait *unlink_where(struct tw_backup *b,
+				     bool (*pick)(const struct bk_rwait *w, const void *arg),
+				     const void *arg)
 {
 	struct bk_rwait **pp = &b->waiters, *done = NULL;
 
-	/* Unlink first: answering may progress the fab and re-enter the handlers. */
 	while (*pp) {
 		struct bk_rwait *w = *pp;
 
@@ -266,45 +394,58 @@ static void answer_where(struct tw_backup *b, bool (*pick)(const struct bk_rwait
 			*pp = w->next;
 			w->next = done;
 			done = w;
-			b->nwaiters--;
+			if (w->set_acked)
+				b->naholds--;
+			else
+				b->nwaiters--;
 		} else {
 			pp = &w->next;
 		}
 	}
+	return done;
+}
+
+/* Answer and forget every held answer for which `pick` says so (SetAcked: with `readers`). */
+static void answer_where(struct tw_backup *b,
+			 bool (*pick)(const struct bk_rwait *w, const void *arg), const void *arg,
+			 bool readers)
+{
+	/* Unlink first: answering may progress the fab and re-enter the handlers. */
+	struct bk_rwait *done = unlink_where(b, pick, arg);
+
 	while (done) {
 		struct bk_rwait *w = done;
 		struct answer_ctx a = { b, w };
 		struct conn *c = tw__bk_conn_find(b, w->conn_id);
 
 		done = w->next;
+		w->readers = readers;
 		if (c && !c->lost && !c->drop && c->ch == w->ch)
-			(void)tw__rpc_server_answer(b->srv, w->ch, TW_RPC_READ_ENTRIES, w->request_id,
-						    0, answer_fill, &a);
+			(void)tw__rpc_server_answer(b->srv, w->ch, w->set_acked ? TW_RPC_SET_ACKED :
+						    TW_RPC_READ_ENTRIES, w->request_id,
+						    w->set_acked ? w->epoch : 0, answer_fill, &a);
 		free(w);
 	}
 }
 
-struct seg_key {
-	uint64_t log_id, segment_id; /* segment_id UINT64_MAX: every segment of the log */
-};
-
-static bool pick_seg(const struct bk_rwait *w, void *arg)
+static void wake_reads(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
-	const struct seg_key *k = arg;
+	struct wkey k = { false, 0, log_id, segment_id, false };
 
-	return w->log_id == k->log_id &&
-	       (k->segment_id == UINT64_MAX || w->segment_id == k->segment_id);
+	if (b->nwaiters)
+		answer_where(b, pick_key, &k, false);
 }
 
 void tw__bk_readers_wake(struct tw_backup *b, uint64_t log_id, uint64_t segment_id)
 {
-	struct seg_key k = { log_id, segment_id };
+	struct wkey k = { true, 0, log_id, segment_id, false };
 
-	if (b->waiters)
-		answer_where(b, pick_seg, &k);
+	wake_reads(b, log_id, segment_id);
+	if (b->naholds)
+		answer_where(b, pick_key, &k, readers_active(b, log_id, tw_now_ns()));
 }
 
-static bool pick_due(const struct bk_rwait *w, void *arg)
+static bool pick_due(const struct bk_rwait *w, const void *arg)
 {
 	return w->deadline_ns <= *(const uint64_t *)arg;
 }
@@ -315,7 +456,7 @@ int tw__bk_readers_tick(struct tw_backup *b)
 
 	if (!b->waiters)
 		return -1;
-	answer_where(b, pick_due, &now);
+	answer_where(b, pick_due, &now, false); /* a SetAcked due: no reader came */
 	for (struct bk_rwait *w = b->waiters; w; w = w->next)
 		if (w->deadline_ns < next)
 			next = w->deadline_ns;
@@ -324,20 +465,20 @@ int tw__bk_readers_tick(struct tw_backup *b)
 	return next <= now ? 0 : (int)((next - now + 999999u) / 1000000u);
 }
 
+static bool pick_conn(const struct bk_rwait *w, const void *arg)
+{
+	return w->conn_id == *(const uint64_t *)arg;
+}
+
 void tw__bk_readers_conn_gone(struct tw_backup *b, struct conn *c)
 {
-	struct bk_rwait **pp = &b->waiters;
+	struct bk_rwait *done = unlink_where(b, pick_conn, &c->id);
 
-	while (*pp) {
-		struct bk_rwait *w = *pp;
+	while (done) {
+		struct bk_rwait *w = done;
 
-		if (w->conn_id == c->id) {
-			*pp = w->next;
-			b->nwaiters--;
-			free(w);
-		} else {
-			pp = &w->next;
-		}
+		done = w->next;
+		free(w);
 	}
 	c->has_rd = false; /* its grants go with it */
 }
@@ -351,4 +492,5 @@ void tw__bk_readers_fini(struct tw_backup *b)
 		free(w);
 	}
 	b->nwaiters = 0;
+	b->naholds = 0;
 }

@@ -394,6 +394,7 @@ static int h_read(void *arg, struct tw__rpc_call *call)
 	int rc;
 
 	tw__bk_hold_touch(b, call_conn(call), q->log_id);
+	tw__bk_reader_seen(b, q->log_id); /* a one-sided reader's grant (docs/readers.md) */
 	rc = tw__bk_op_read(b, call_conn(call), q->log_id, q->segment_id, call->req->epoch, &rk, &s,
 			MSGBUF(call));
 	if (rc)
@@ -453,11 +454,13 @@ static int h_stats(void *arg, struct tw__rpc_call *call)
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
 			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64
 			 " buffers_zeroed=%" PRIu64 " buffers_grown=%" PRIu64 " shm_peers=%" PRIu64
-			 " shm_peers_given_back=%" PRIu64 " logs_unavailable=%zu",
+			 " shm_peers_given_back=%" PRIu64 " logs_unavailable=%zu set_acked=%" PRIu64
+			 " set_acked_held=%" PRIu64 " set_acked_holding=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
 			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
 			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown,
-			 fs.shm_av_peers, fs.shm_av_given_back, tw__bk_logs_unavailable(b));
+			 fs.shm_av_peers, fs.shm_av_given_back, tw__bk_logs_unavailable(b),
+			 st.set_acked, st.set_acked_held, st.set_acked_holding);
 		r->message = msg;
 	}
 	return 0;

@@ -350,6 +350,7 @@ int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 
 	if (seg->closed)
 		return 0;
+	seg->closing = true;
 	for (unsigned i = 0; i < seg->nrep; i++) {
 		struct pbackup *b = &p->bk[seg->rep[i]];
 

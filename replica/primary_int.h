@@ -46,6 +46,8 @@ struct cbackup {
 	bool dead;            /* a connect to it failed: not tried again */
 	uint64_t gen;         /* connections made so far (pbackup.gen: the one a log uses) */
 	uint64_t buffer_size; /* from the handshake */
+	unsigned acked_held;  /* SetAcked in flight on it with hold_ms, all logs (primary_acked.c;
+			       * driver thread) */
 	char why[320];        /* why it cannot be used */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
 };
@@ -176,6 +178,7 @@ struct pseg {
 	unsigned rep[TW_PRIMARY_MAX_REPLICAS]; /* backup indexes */
 	struct tw_rkey rk[TW_PRIMARY_MAX_REPLICAS];
 	bool closed;
+	bool closing;           /* its close RPCs are out (primary_acked.c sends it no SetAcked) */
 	struct pseg *next_free; /* async mode: released, waiting for the progress thread */
 	uint64_t version;       /* replica version its current replicas hold (primary_rerep.c) */
 };

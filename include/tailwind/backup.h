@@ -185,6 +185,9 @@ struct tw_backup_stats {
 	uint64_t buffers_zeroed;
 	uint64_t buffers_max;
 	uint64_t buffers_grown; /* buffers added on demand since start (pool growths) */
+	/* Readers (docs/readers.md): SetAcked served (also in rpc_calls[TW_BACKUP_RPC_OTHER]), of
+	 * those, answers held because no reader of the log was active here, and held right now. */
+	uint64_t set_acked, set_acked_held, set_acked_holding;
 };
 
 /* Copy a consistent snapshot of the counters. Thread-safe. */

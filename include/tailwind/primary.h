@@ -351,7 +351,8 @@ struct tw_primary_stats {
 	uint64_t writes;           /* sealed writes (each sent to r backups) */
 	uint64_t write_bytes;      /* bytes of those writes (one copy) */
 	uint64_t segments;         /* segments opened */
-	uint64_t rpcs;             /* control RPCs sent, all kinds, all backups */
+	uint64_t rpcs;             /* control RPCs sent, all kinds, all backups (rpc_set_acked
+				    * included) */
 	uint64_t rpc_open, rpc_close, rpc_handshake, rpc_other;
 	uint64_t open_refused;     /* RESOURCE_EXHAUSTED replies */
 	uint64_t max_batch_seen;   /* largest batch sealed into one write */
@@ -366,6 +367,9 @@ struct tw_primary_stats {
 	uint64_t suspended_ns;     /* total time appends were suspended by failovers */
 	uint64_t suspended_last_ns; /* length of the last suspension */
 	struct tw_arena_stats arena; /* the arena its segments come from (its context's) */
+	/* SetAcked sent (the acknowledged position for readers, docs/readers.md): about one per
+	 * replica per second per busy log nobody reads, one per round trip with readers. */
+	uint64_t rpc_set_acked;
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

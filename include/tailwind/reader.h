@@ -14,7 +14,9 @@
  * recovery kept: never one that a later recovery could drop. The primary publishes how far it
  * has been acknowledged to the backups of its open segment (protocol 1.4, SetAcked); a closed
  * segment is readable to its closed length. So a reader trails the writer by about one round
- * trip: an append is readable once its acknowledgement was published.
+ * trip: an append is readable once its acknowledgement was published. Since 1.5 the primary
+ * publishes to a backup nobody reads about once a second; a reader's first request there waits
+ * one more round trip for the newest position (docs/readers.md, "What SetAcked costs").
  *
  * Positions are the primary's LSNs (tw_pos_to_lsn: segment << 32 | offset of the entry). A
  * takeover keeps them: the new owner continues in later segments, and the reader follows (the

@@ -19,6 +19,19 @@
  *  6. `twctl tail`: from the oldest entry with -j (one JSON object per entry, the payload in
  *     base64), and from an LSN while the writer appends (each object printed as it comes).
  * The kill of the primary itself, and takeovers, are reader_crash.c.
+ *
+ * With argv[2] "cost" (reader_cost_*: tcp, shm), what publishing the acknowledged position
+ * (SetAcked, docs/readers.md "What SetAcked costs") costs when nobody reads, with 1 MiB
+ * segments instead:
+ *  7. no reader: 200,000 objects appended asynchronously; the primary sends at most
+ *     (seconds / hold + 1 + segments + 3) x r SetAcked (hold: 1 s), far below one per round
+ *     trip, the backups serve as many and hold some; a reader opened at the tail at once
+ *     returns exactly the 100 objects appended after its open (its first read waited for the
+ *     newest position); a reader that then opens at the oldest entry returns the 200,000 in
+ *     order (the held positions were applied);
+ *  8. a live reader follows a writer appending 200,000 objects asynchronously and returns
+ *     every one in order, none before the primary acknowledged it; the SetAcked count and the
+ *     time from the writer's flush to the reader's last entry are printed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -36,14 +49,17 @@
 
 #include <sodium.h>
 
+#include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
+#include "twd_client.h"
 
 #define SEGSZ 65536u
 
 static const char *prov;
 static struct rt_cluster cl;
+static size_t seg_size = SEGSZ;
 /* Objects per phase: the writer in test 1, and in test 2; sockets, ten times slower per append
  * here and slower still under load, writes fewer. mid: where the reader at an LSN starts. */
 static unsigned n1 = 4000, n8 = 3000, mid = 2345;
@@ -90,7 +106,7 @@ static struct tw_primary *open_log(uint64_t log_id, unsigned replicas)
 	cfg.backups = cl.addrs;
 	cfg.n_backups = cl.n;
 	cfg.replicas = replicas;
-	cfg.segment_size = SEGSZ;
+	cfg.segment_size = seg_size;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open log %" PRIx64 ": %s", log_id, err);
@@ -454,9 +470,132 @@ static void test_auth(void)
 	unlink(key);
 }
 
+/* ---- what SetAcked costs (argv[2] "cost") */
+
+#define COST_N 200000u
+#define HOLD_S 1.0 /* min(1000 ms, RPC timeout 5000 / 4) */
+
+/* SetAcked the three backups served so far, and held. */
+static void backups_count(uint64_t *served, uint64_t *held)
+{
+	*served = *held = 0;
+	for (unsigned i = 0; i < cl.n; i++) {
+		struct twc c;
+		struct twc_stats st;
+
+		TAP_REQUIRE(twc_connect(&c, prov, cl.addrs[i]) == 0, "stats connection %u", i);
+		TAP_REQUIRE(twc_stats(&c, &st) == 0, "stats of backup %u", i);
+		*served += st.set_acked;
+		*held += st.set_acked_held;
+		twc_close(&c);
+	}
+}
+
+struct async_writer {
+	struct tw_primary *p;
+	uint64_t from, n;
+	int rc;
+	uint64_t done_ns; /* when the flush returned */
+	pthread_t th;
+};
+
+/* Append objects from..from+n-1 asynchronously, then wait for all of them. */
+static void *async_main(void *arg)
+{
+	struct async_writer *w = arg;
+	uint8_t obj[RT_OBJ];
+
+	w->rc = 0;
+	for (uint64_t i = 0; i < w->n && w->rc == 0; i++) {
+		rt_fill(obj, w->from + i);
+		w->rc = tw_primary_append_async(w->p, obj, RT_OBJ, NULL, NULL, NULL);
+	}
+	if (w->rc == 0)
+		w->rc = tw_primary_flush(w->p);
+	w->done_ns = tw_now_ns();
+	return NULL;
+}
+
+static void test_cost(void)
+{
+	struct tw_primary *p = open_log(0x7500, 2);
+	struct async_writer w = { .p = p, .from = 0, .n = COST_N };
+	struct tw_primary_stats st;
+	struct tw_reader *r;
+	uint64_t t0, bound, served0, held0, served1, held1, got, early;
+	char err[512], why[512];
+	uint8_t obj[RT_OBJ];
+	double secs;
+	int rc;
+
+	/* 7. Nobody reads. */
+	backups_count(&served0, &held0);
+	t0 = tw_now_ns();
+	async_main(&w);
+	TAP_REQUIRE(w.rc == 0, "append %u objects: %s", COST_N, tw_strerror(w.rc));
+	tw_primary_get_stats(p, &st);
+	backups_count(&served1, &held1);
+	secs = (double)(w.done_ns - t0) / 1e9;
+	bound = ((uint64_t)(secs / HOLD_S) + 1 + st.segments + 3) * 2;
+	ok(st.rpc_set_acked >= 1 && st.rpc_set_acked <= bound, "%s: no reader: %" PRIu64
+	   " SetAcked sent for %u objects in %.2f s over %" PRIu64 " segments (bound %" PRIu64
+	   "; one per round trip sends thousands)", prov, st.rpc_set_acked, COST_N, secs,
+	   st.segments, bound);
+	ok(served1 - served0 <= bound && held1 - held0 >= 1, "%s: the backups served %" PRIu64
+	   " and held %" PRIu64 " of them", prov, served1 - served0, held1 - held0);
+	/* At once, a reader at the tail: the backups' positions may be a hold old, but its first
+	 * read waits for the owner's newest, so it returns exactly what comes after its open. */
+	rc = open_reader(0x7500, TW_READ_TAIL, 0, NULL, &r, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "tail reader: %s", err);
+	w = (struct async_writer){ .p = p, .from = COST_N, .n = 100 };
+	async_main(&w);
+	got = follow(r, NULL, COST_N, 100, NULL, why, sizeof(why));
+	ok(w.rc == 0 && got == 100, "%s: a reader opened at the tail right after the writer "
+	   "stopped returns exactly the 100 objects appended after its open (%" PRIu64 ") %s",
+	   prov, got, why);
+	tw_reader_close(r);
+	rc = open_reader(0x7500, TW_READ_OLDEST, 0, NULL, &r, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "reader: %s", err);
+	t0 = tw_now_ns();
+	got = follow(r, NULL, 0, COST_N, NULL, why, sizeof(why));
+	ok(got == COST_N, "%s: a reader opened afterwards returns all %" PRIu64 " of %u objects "
+	   "in order (%.2f s) %s", prov, got, COST_N, (double)(tw_now_ns() - t0) / 1e9, why);
+	tw_reader_close(r);
+	tw_primary_close(p);
+
+	/* 8. A live reader. The log must exist before it opens at the oldest entry. */
+	p = open_log(0x7600, 2);
+	rt_fill(obj, 0);
+	TAP_REQUIRE(tw_primary_append(p, obj, RT_OBJ, NULL) == 0, "first append");
+	rc = open_reader(0x7600, TW_READ_OLDEST, 0, NULL, &r, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "reader: %s", err);
+	w = (struct async_writer){ .p = p, .from = 1, .n = COST_N - 1 };
+	TAP_REQUIRE(pthread_create(&w.th, NULL, async_main, &w) == 0, "writer thread");
+	got = follow(r, p, 0, COST_N, &early, why, sizeof(why));
+	t0 = tw_now_ns();
+	pthread_join(w.th, NULL);
+	tw_primary_get_stats(p, &st);
+	ok(w.rc == 0 && got == COST_N && early == 0, "%s: a live reader returned %" PRIu64 " of %u "
+	   "objects in order, %" PRIu64 " before their acknowledgement %s", prov, got, COST_N,
+	   early, why);
+	tap_diag("%s: with a reader: %" PRIu64 " SetAcked sent, the last entry %.1f ms after the "
+		 "writer's flush returned", prov, st.rpc_set_acked,
+		 t0 > w.done_ns ? (double)(t0 - w.done_ns) / 1e6 : 0.0);
+	tw_reader_close(r);
+	tw_primary_close(p);
+}
+
 int main(int argc, char **argv)
 {
 	prov = argc > 1 ? argv[1] : "tcp";
+	if (argc > 2 && strcmp(argv[2], "cost") == 0) {
+		tap_plan(5);
+		seg_size = 1u << 20;
+		rt_start(&cl, prov, 3, "1M", "64");
+		test_cost();
+		rt_stop(&cl);
+		return tap_exit();
+	}
 	if (strcmp(prov, "sockets") == 0) {
 		n1 = 1500;
 		n8 = 1000;

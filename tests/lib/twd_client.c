@@ -247,6 +247,8 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 			out->calls_open = r->handlers[i]->calls;
 		if (kind == (uint32_t)TW_RPC_OP_REQ_CASE(TW_RPC_CLOSE_SEGMENT))
 			out->calls_close = r->handlers[i]->calls;
+		if (kind == (uint32_t)TW_RPC_OP_REQ_CASE(TW_RPC_SET_ACKED))
+			out->set_acked = r->handlers[i]->calls;
 	}
 	out->rpc_bytes_rx = r->rpc_bytes_rx;
 	out->buffers_total = r->buffers_total;
@@ -259,6 +261,8 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	out->shm_peers = kv(r->message, "shm_peers=");
 	out->shm_peers_given_back = kv(r->message, "shm_peers_given_back=");
 	out->logs_unavailable = kv(r->message, "logs_unavailable=");
+	out->set_acked_held = kv(r->message, "set_acked_held=");
+	out->set_acked_holding = kv(r->message, "set_acked_holding=");
 	tw__rpc_reply_release(&rep);
 	return 0;
 }

@@ -73,6 +73,8 @@ struct twc_stats {
 	uint64_t connections; /* channels the backup accepted since start */
 	uint64_t shm_peers, shm_peers_given_back; /* shm: AV entries held, given back */
 	uint64_t logs_unavailable; /* logs refused since start (a bad file about them) */
+	uint64_t set_acked, set_acked_held, set_acked_holding; /* SetAcked served (handler count),
+							 * of which held, held now */
 	uint32_t buffers_total, buffers_free, buffers_open, buffers_max;
 };
 int twc_stats(struct twc *c, struct twc_stats *out);

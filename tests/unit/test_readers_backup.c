@@ -13,7 +13,13 @@
  *     read with the rest of the segment, state CLOSED;
  *   - a read that cannot hold one entry says its size; an offset inside an entry is refused;
  *   - after log cleaning a read of a freed segment is NOT_FOUND, says "freed", and carries the
- *     first live segment.
+ *     first live segment;
+ *   - demand-driven SetAcked (hold_ms): with no reader of the log active, a SetAcked is applied
+ *     but its answer held; a reader's ReadEntries releases it (readers true) and waits for the
+ *     owner's next SetAcked, which is answered at once while the reader is active and answers
+ *     the read with the new position; the deadline releases one
+ *     (readers false); a newer SetAcked on the connection releases the older; the segment's
+ *     close and a fence release it; a connection closed with one held leaves none held.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -49,7 +55,7 @@ static int set_acked(struct twc *c, uint64_t epoch, uint64_t acked)
 {
 	struct tw_rpc_req req;
 
-	tw__rpc_req_set_acked(&req, epoch, LOG, 0, acked);
+	tw__rpc_req_set_acked(&req, epoch, LOG, 0, acked, 0);
 	return tw__rpc_call_sync(c->rpc, &req.env, NULL);
 }
 
@@ -101,25 +107,163 @@ static struct rd rd_sync(struct twc *c, uint64_t seg, uint64_t off, uint32_t max
 	return r;
 }
 
-/* Send a ReadEntries that completes into *r later. */
-static void rd_async(struct twc *c, uint64_t off, uint32_t wait, struct rd *r)
+/* Send a ReadEntries of segment 0 of `log` that completes into *r later. */
+static void rd_async_log(struct twc *c, uint64_t log, uint64_t off, uint32_t wait, struct rd *r)
 {
 	struct tw_rpc_req req;
 
 	memset(r, 0, sizeof(*r));
-	tw__rpc_req_read_entries(&req, LOG, 0, off, 0, wait);
+	tw__rpc_req_read_entries(&req, log, 0, off, 0, wait);
 	TAP_REQUIRE(tw__rpc_call(c->rpc, &req.env, rd_cb, r) == 0, "send ReadEntries");
 }
 
-/* Progress the reader's fabric for `ms` (or until *r is answered when stop is set). */
-static void pump(struct twc *c, struct rd *r, unsigned ms, bool stop)
+static void rd_async(struct twc *c, uint64_t off, uint32_t wait, struct rd *r)
+{
+	rd_async_log(c, LOG, off, wait, r);
+}
+
+/* Progress c's fabric for `ms`, or until *done when `done` is not NULL. */
+static void pump_until(struct twc *c, const bool *done, unsigned ms)
 {
 	uint64_t end = tw_now_ns() + (uint64_t)ms * 1000000u;
 
-	while (tw_now_ns() < end && !(stop && r->done)) {
+	while (tw_now_ns() < end && !(done && *done)) {
 		tw__fab_progress(c->fab, 5);
 		tw__rpc_client_expire(c->rpc);
 	}
+}
+
+/* The same until *r is answered when stop is set. */
+static void pump(struct twc *c, struct rd *r, unsigned ms, bool stop)
+{
+	pump_until(c, stop ? &r->done : NULL, ms);
+}
+
+/* ---- held SetAcked (hold_ms) */
+
+struct sa {
+	int status;
+	bool done, readers;
+};
+
+static void sa_cb(void *arg, int status, const Tailwind__Envelope *reply)
+{
+	struct sa *a = arg;
+
+	a->status = status;
+	a->done = true;
+	a->readers = reply && reply->body_case == TAILWIND__ENVELOPE__BODY_SET_ACKED_REPLY &&
+		     reply->set_acked_reply && reply->set_acked_reply->readers;
+}
+
+static void sa_async(struct twc *c, uint64_t log, uint64_t acked, uint32_t hold, struct sa *a)
+{
+	struct tw_rpc_req req;
+
+	memset(a, 0, sizeof(*a));
+	tw__rpc_req_set_acked(&req, 1, log, 0, acked, hold);
+	TAP_REQUIRE(tw__rpc_call(c->rpc, &req.env, sa_cb, a) == 0, "send SetAcked");
+}
+
+static void sa_pump(struct twc *c, struct sa *a, unsigned ms, bool stop)
+{
+	pump_until(c, stop ? &a->done : NULL, ms);
+}
+
+/* A writer owning a fresh log with one written entry; returns the position after it. */
+static uint64_t hold_log(struct twc *h, uint64_t log)
+{
+	TAP_REQUIRE(twc_connect(h, "mem", tw_backup_listen_addr(bk)) == 0, "connect");
+	TAP_REQUIRE(twc_seg_init(h, BUF) == 0, "seg init");
+	TAP_REQUIRE(twc_open(h, log, 0, 1, 0, BUF) == 0, "open");
+	TAP_REQUIRE(twc_write(h, 2, 100, 9) == 0, "write");
+	return h->w.pos;
+}
+
+static uint64_t holding(struct twc *c)
+{
+	struct twc_stats st;
+
+	TAP_REQUIRE(twc_stats(c, &st) == 0, "stats");
+	return st.set_acked_holding;
+}
+
+static void test_holds(struct twc *rdr)
+{
+	struct twc h;
+	struct sa a, a2;
+	struct rd r;
+	uint64_t off, off2, t0, epoch_got = 0, owner = 0;
+
+	/* Released by a reader's request, which then waits for the owner's next position. */
+	off = hold_log(&h, 40);
+	sa_async(&h, 40, off, 5000, &a);
+	sa_pump(&h, &a, 150, false);
+	ok(!a.done && holding(rdr) == 1, "no reader: the SetAcked answer is held");
+	TAP_REQUIRE(twc_write(&h, 1, 100, 10) == 0, "write");
+	off2 = h.w.pos;
+	rd_async_log(rdr, 40, 0, 0, &r);
+	t0 = tw_now_ns();
+	sa_pump(&h, &a, 3000, true);
+	ok(a.done && a.status == 0 && a.readers && tw_now_ns() - t0 < 2000000000ull,
+	   "a reader's ReadEntries releases it at once, readers true (%.1f ms)",
+	   (double)(tw_now_ns() - t0) / 1e6);
+	pump(rdr, &r, 100, false);
+	ok(!r.done, "that read waits for the owner's next position");
+	sa_async(&h, 40, off2, 5000, &a2);
+	sa_pump(&h, &a2, 3000, true);
+	ok(a2.done && a2.status == 0 && a2.readers && holding(rdr) == 0,
+	   "while the reader is active, a SetAcked is answered at once");
+	pump(rdr, &r, 3000, true);
+	ok(r.done && r.status == 0 && r.readable == off2 && r.len == off2, "the read is answered "
+	   "with the new position: %llu bytes, readable %llu of %llu (held one: %llu)",
+	   (unsigned long long)r.len, (unsigned long long)r.readable, (unsigned long long)off2,
+	   (unsigned long long)off);
+	twc_close(&h);
+
+	/* The deadline; a newer one; the connection goes with one held. */
+	off = hold_log(&h, 41);
+	t0 = tw_now_ns();
+	sa_async(&h, 41, off, 200, &a);
+	sa_pump(&h, &a, 3000, true);
+	ok(a.done && a.status == 0 && !a.readers && tw_now_ns() - t0 >= 190000000ull,
+	   "held to its deadline, readers false (%.0f ms for hold_ms 200)",
+	   (double)(tw_now_ns() - t0) / 1e6);
+	sa_async(&h, 41, off, 5000, &a);
+	sa_pump(&h, &a, 100, false);
+	sa_async(&h, 41, off, 5000, &a2);
+	sa_pump(&h, &a, 3000, true);
+	sa_pump(&h, &a2, 100, false);
+	ok(a.done && a.status == 0 && !a2.done && holding(rdr) == 1,
+	   "a newer SetAcked of the log answers the older at once and is held itself");
+	twc_close(&h);
+	t0 = tw_now_ns();
+	while (holding(rdr) != 0 && tw_now_ns() - t0 < 3000000000ull)
+		; /* the backup notices the loss on its own thread: ask again */
+	ok(holding(rdr) == 0, "its connection closed: nothing held any more");
+
+	/* The segment's close. */
+	off = hold_log(&h, 42);
+	sa_async(&h, 42, off, 5000, &a);
+	sa_pump(&h, &a, 100, false);
+	t0 = tw_now_ns();
+	is_int(twc_close_seg(&h, UINT64_MAX, 0, NULL), 0, "close the segment");
+	sa_pump(&h, &a, 3000, true);
+	ok(a.done && a.status == 0 && tw_now_ns() - t0 < 2000000000ull,
+	   "the close releases the held answer");
+	twc_close(&h);
+
+	/* A fence (the old owner's connection is dropped with it). */
+	off = hold_log(&h, 43);
+	sa_async(&h, 43, off, 5000, &a);
+	sa_pump(&h, &a, 100, false);
+	TAP_REQUIRE(!a.done, "held before the fence");
+	t0 = tw_now_ns();
+	is_int(tw__rpc_fence(rdr->rpc, 43, 2, &epoch_got, &owner), 0, "fence log 43");
+	sa_pump(&h, &a, 4000, true);
+	ok(a.done && tw_now_ns() - t0 < 3000000000ull && holding(rdr) == 0,
+	   "the fence ends the held answer (%s) before its deadline", tw_strerror(a.status));
+	twc_close(&h);
 }
 
 int main(void)
@@ -132,13 +276,13 @@ int main(void)
 	uint32_t ck;
 	struct tw_rpc_seg_meta m;
 
-	tap_plan(23);
+	tap_plan(35);
 	snprintf(dir, sizeof(dir), "/tmp/tw_rdbk.%d", (int)getpid());
 	tw_backup_config_init(&cfg);
 	cfg.provider = "mem";
 	cfg.dir = dir;
-	cfg.buffers = 4;
-	cfg.max_buffers = 4;
+	cfg.buffers = 8;
+	cfg.max_buffers = 8;
 	cfg.buffer_size = BUF;
 	TAP_REQUIRE(tw_backup_open(&cfg, &bk) == 0, "backup open");
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
@@ -239,6 +383,8 @@ int main(void)
 	ok(r.status == -TW_ENOTFOUND && r.free_below == 1 && strstr(r.msg, "freed"),
 	   "a freed segment: NOT_FOUND, free_below %llu: %s", (unsigned long long)r.free_below,
 	   r.msg);
+
+	test_holds(&rdr);
 
 	twc_close(&rdr);
 	twc_close(&w);
