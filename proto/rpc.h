@@ -296,7 +296,8 @@ struct tw_rpc_client; /* one per channel; opaque */
  * tw__rpc_client_on_recv/_on_lost/_expire/_destroy — so normally not inside tw__rpc_call; only if
  * tw__chan_send itself had to progress the fab (full queue) can another call's callback, or in
  * theory this one's, run before tw__rpc_call returns 0. The callback may issue new calls on any
- * client, but must not destroy this client.
+ * client, but must not destroy this client; a call on a client being destroyed (from a callback
+ * its destroy runs) is refused with -TW_EPEERLOST.
  */
 typedef void (*tw_rpc_done_fn)(void *arg, int status, const Tailwind__Envelope *reply);
 
@@ -307,7 +308,8 @@ typedef void (*tw_rpc_done_fn)(void *arg, int status, const Tailwind__Envelope *
 int tw__rpc_client_create(struct tw_chan *ch, const struct tw_rpc_config *cfg,
 			 struct tw_rpc_client **out);
 
-/* Complete every pending call with -TW_ECLOSED (callbacks run), free. Does not close the channel. */
+/* Refuse new calls, complete every pending call with -TW_ECLOSED (callbacks run), free. Does not
+ * close the channel. */
 void tw__rpc_client_destroy(struct tw_rpc_client *cl);
 
 /*

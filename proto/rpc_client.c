@@ -147,6 +147,9 @@ void tw__rpc_client_destroy(struct tw_rpc_client *cl)
 	if (!cl)
 		return;
 	set_errmsg(cl, "client destroyed");
+	/* Refuse new calls first: a callback that called again from fail_all would take a slot
+	 * fail_all may have passed already, and its answer would never come. */
+	cl->lost = true;
 	fail_all(cl, -TW_ECLOSED);
 	tw__rpc_arena_fini(&cl->arena);
 	free(cl); /* slots, free_stack, arena_first and txbuf are in the same block */

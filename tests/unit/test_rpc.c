@@ -658,6 +658,24 @@ static void test_lost(void)
 	is_int(tw__rpc_ping(C.cl, 4), 0, "a new connection is served");
 }
 
+/* A callback that calls again, as the owner's SetAcked publisher does on every answer. */
+struct again {
+	struct acall first[2], second[2];
+	int second_rc[2];
+};
+static struct again again_st;
+
+static void again_cb(void *arg, int status, const Tailwind__Envelope *reply)
+{
+	struct acall *a = arg;
+	int i = a == &again_st.first[0] ? 0 : 1;
+	struct tw_rpc_req r;
+
+	count_cb(arg, status, reply);
+	tw__rpc_req_ping(&r, 3, NULL, 0);
+	again_st.second_rc[i] = tw__rpc_call(C.cl, &r.env, count_cb, &again_st.second[i]);
+}
+
 static void test_destroy_pending(void)
 {
 	struct acall a = { 0 };
@@ -666,9 +684,22 @@ static void test_destroy_pending(void)
 	atomic_store(&S.mode, MODE_DROP);
 	tw__rpc_req_ping(&r, 1, NULL, 0);
 	is_int(tw__rpc_call(C.cl, &r.env, count_cb, &a), 0, "call posted");
+	/* Two more whose callbacks call again while the client is being destroyed: refused at
+	 * once (before the fix, a new call took a slot fail_all had passed: never answered). */
+	memset(&again_st, 0, sizeof(again_st));
+	for (int i = 0; i < 2; i++) {
+		tw__rpc_req_ping(&r, 2, NULL, 0);
+		is_int(tw__rpc_call(C.cl, &r.env, again_cb, &again_st.first[i]), 0,
+		       "call %d with a callback that calls again posted", i);
+	}
 	tw__rpc_client_destroy(C.cl);
 	C.cl = NULL;
 	ok(a.done == 1 && a.status == -TW_ECLOSED, "destroy completes it with -TW_ECLOSED");
+	for (int i = 0; i < 2; i++)
+		ok(again_st.first[i].done == 1 && again_st.first[i].status == -TW_ECLOSED &&
+		   again_st.second_rc[i] == -TW_EPEERLOST && again_st.second[i].done == 0,
+		   "call %d completed once; the call its callback made during the destroy is "
+		   "refused (%d), never left unanswered", i, again_st.second_rc[i]);
 	atomic_store(&S.mode, MODE_SERVE);
 	tw__chan_close(C.ch);
 	C.ch = NULL;
