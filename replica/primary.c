@@ -198,13 +198,15 @@ static int seg_push(struct tw_primary *p, struct pseg *s)
 	return rc;
 }
 
-/* cfg.preopen: allocate the next segment and send its opens now, so that the rollover finds
- * them answered. Failures here are not fatal: the rollover then opens the usual way. */
-static void preopen_start(struct tw_primary *p)
+/* Allocate the next segment and send its opens now, without waiting for the answers: with
+ * cfg.preopen as soon as a segment is open; always at the start of a rollover (`now`), so that
+ * the opens travel and are answered while the current segment drains and closes. Failures
+ * here are not fatal: the rollover then opens the usual way. */
+static void preopen_start(struct tw_primary *p, bool now)
 {
 	struct pseg *s;
 
-	if (!p->cfg.preopen || p->next || !p->cur || p->err)
+	if ((!p->cfg.preopen && !now) || p->next || !p->cur || p->err)
 		return;
 	if (seg_new(p, p->cur->id + 1, &s) < 0)
 		return; /* e.g. the arena is exhausted: the rollover tries again */
@@ -233,32 +235,19 @@ void tw__primary_op_done(struct tw_op *op, int status)
 	s->remaining--;
 }
 
-/* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
- * not held; needs a free slot. Returns 0 or a negative code (the primary is then failed). */
-static int seal_post(struct tw_primary *p)
+/* Seal the waiting entries into one write (lock held in async mode; the caller checked that
+ * entries wait, a slot is free and the primary is healthy). Returns the slot, or NULL when the
+ * seal failed (the caller then fails the primary with *rc_out). */
+static struct pslot *seal_locked(struct tw_primary *p, int *rc_out)
 {
+	struct pseg *seg = p->cur;
 	struct pslot *s;
-	struct pseg *seg;
 	size_t off, len;
-	uint64_t n;
-	int rc;
+	int rc = tw_log_writer_seal(&seg->w, &off, &len);
 
-	if (p->fo_pending && !p->fo_running)
-		tw__pfo_run(p); /* a replica was lost: replace it before anything new goes out */
-	if (p->fo_pending)
-		return p->err;
-	tw__primary_lock(p);
-	n = pending_entries(p);
-	if (!n || p->err || !slot_free(p)) {
-		tw__primary_unlock(p);
-		return p->err;
-	}
-	seg = p->cur;
-	rc = tw_log_writer_seal(&seg->w, &off, &len);
 	if (rc < 0 || !len) {
-		tw__primary_unlock(p);
-		tw__primary_fail(p, rc < 0 ? rc : -TW_EPROTO, "seal failed: %s", tw_strerror(rc));
-		return p->err;
+		*rc_out = rc < 0 ? rc : -TW_EPROTO;
+		return NULL;
 	}
 	s = &p->slots[p->slot_head % p->nslots];
 	s->seg = seg;
@@ -271,10 +260,17 @@ static int seal_post(struct tw_primary *p)
 	p->slot_head++;
 	if (p->threaded)
 		room_wake_one(p); /* back-pressure released */
-	tw__primary_unlock(p);
+	return s;
+}
+
+/* Post a sealed write to every replica of its segment. Driver thread, lock not held. */
+static void post_slot(struct tw_primary *p, struct pslot *s, uint64_t n)
+{
+	struct pseg *seg = s->seg;
+	int rc;
 
 	PSTAT_ADD(p, writes, 1);
-	PSTAT_ADD(p, write_bytes, len);
+	PSTAT_ADD(p, write_bytes, s->len);
 	if (n > p->st.max_batch_seen)
 		__atomic_store_n(&p->st.max_batch_seen, n, __ATOMIC_RELAXED);
 	if (p->slot_head - p->slot_tail > p->st.inflight_peak)
@@ -290,8 +286,8 @@ static int seal_post(struct tw_primary *p)
 		po->slot = s;
 		po->rep = i;
 		po->bk = seg->rep[i];
-		rc = b->c->ch ? tw__chan_write(b->c->ch, &po->op, seg->buf + off, len, seg->mr,
-					      &seg->rk[i], off)
+		rc = b->c->ch ? tw__chan_write(b->c->ch, &po->op, seg->buf + s->off, s->len, seg->mr,
+					      &seg->rk[i], s->off)
 			      : -TW_EPEERLOST;
 		if (rc < 0) {
 			char why[160];
@@ -302,7 +298,54 @@ static int seal_post(struct tw_primary *p)
 			tw__pfo_lost(p, seg->rep[i], why);
 		}
 	}
+}
+
+/* Whether waiting entries can be sealed now (lock held in async mode). */
+static bool seal_ready(const struct tw_primary *p)
+{
+	return pending_entries(p) && slot_free(p) && !p->err && !p->need_roll && !p->fo_pending;
+}
+
+/* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
+ * not held; `ready`: only if seal_ready (the rollover seals while need_roll is set), checked
+ * under the same lock as the seal. Returns 0 or a negative code (the primary is then failed). */
+static int seal_post_if(struct tw_primary *p, bool ready)
+{
+	struct pslot *s;
+	uint64_t n;
+	int rc = 0;
+
+	if (ready && p->fo_pending)
+		return p->err;
+	if (p->fo_pending && !p->fo_running)
+		tw__pfo_run(p); /* a replica was lost: replace it before anything new goes out */
+	if (p->fo_pending)
+		return p->err;
+	tw__primary_lock(p);
+	n = pending_entries(p);
+	if (!n || p->err || !slot_free(p) || (ready && p->need_roll)) {
+		tw__primary_unlock(p);
+		return p->err;
+	}
+	s = seal_locked(p, &rc);
+	tw__primary_unlock(p);
+	if (!s) {
+		tw__primary_fail(p, rc, "seal failed: %s", tw_strerror(rc));
+		return p->err;
+	}
+	post_slot(p, s, n);
 	return 0;
+}
+
+static int seal_post(struct tw_primary *p)
+{
+	return seal_post_if(p, false);
+}
+
+/* Seal and post if seal_ready: one lock round for the check and the seal. */
+static void try_seal(struct tw_primary *p)
+{
+	seal_post_if(p, true);
 }
 
 static void ack_one(struct tw_primary *p, const struct prec *r, int status)
@@ -391,25 +434,13 @@ static int reap(struct tw_primary *p)
 	return (int)(p->rec_tail - before);
 }
 
-/* Whether waiting entries can be sealed now (lock taken in async mode). */
-static bool can_seal(struct tw_primary *p)
-{
-	bool yes;
-
-	tw__primary_lock(p);
-	yes = pending_entries(p) && slot_free(p) && !p->err && !p->need_roll && !p->fo_pending;
-	tw__primary_unlock(p);
-	return yes;
-}
-
 /* One round of driver work: seal+post if possible, poll the fabric (blocking up to
  * timeout_ms), reap. Driver thread, lock not held. */
 static int drive(struct tw_primary *p, int timeout_ms)
 {
 	int rc;
 
-	if (can_seal(p))
-		seal_post(p);
+	try_seal(p);
 	rc = tw__fab_progress(p->fab, timeout_ms);
 	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 		tw__primary_fail(p, rc, "fabric progress failed: %s: %s", tw_strerror(rc),
@@ -418,8 +449,7 @@ static int drive(struct tw_primary *p, int timeout_ms)
 	if (p->fo_pending && !p->fo_running)
 		tw__pfo_run(p);
 	rc = reap(p);
-	if (can_seal(p))
-		seal_post(p);
+	try_seal(p);
 	if (p->rr_dirty && !p->fo_running)
 		tw__pfo_background(p, false);
 	return rc;
@@ -464,6 +494,11 @@ static int roll(struct tw_primary *p)
 		return p->err;
 	if (p->cur != old)
 		return 0; /* a nested call rolled over already */
+	/* The next segment's opens go out before the close: a backup answers them (a durable
+	 * record of the open) while this segment closes (a scan of the whole buffer), so the
+	 * rollover waits for the slower of the two, not for their sum (docs/primary.md, "Segment
+	 * rollover"). After the drain, which noticed any backup lost meanwhile. */
+	preopen_start(p, true);
 	/* The next segment's memory first: an exhausted arena refuses the rollover before the
 	 * segment is closed, so the log goes on once the application releases segments. */
 	if (p->next) {
@@ -505,7 +540,7 @@ static int roll(struct tw_primary *p)
 		tw__primary_fail(p, rc, "out of memory");
 		return p->err;
 	}
-	preopen_start(p);
+	preopen_start(p, false);
 	PSTAT_ADD(p, segments, 1);
 	return 0;
 }
@@ -519,7 +554,10 @@ _Atomic int tw__primary_halt_status;
 
 bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 {
+	struct pslot *sealed = NULL;
 	bool work = false;
+	uint64_t sealed_n = 0;
+	int seal_rc = 0;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->need_roll && !p->err) {
@@ -569,13 +607,22 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		*done = true;
 		return true;
 	}
-	/* Idle with a free slot: an append must wake us. Otherwise a completion will. */
+	/* Idle with a free slot: an append must wake us. Otherwise a completion will (also
+	 * of the write sealed next). */
 	p->pt_idle = slot_free(p) && !pending_entries(p);
+	p->pt_idle_set = p->pt_idle;
 	if (p->stop && p->slot_tail == p->slot_head)
 		work = true;
+	/* What waits goes out now, sealed under this same lock round. */
+	if (seal_ready(p)) {
+		sealed_n = pending_entries(p);
+		sealed = seal_locked(p, &seal_rc);
+	}
 	pthread_mutex_unlock(&p->lock);
-	if (can_seal(p))
-		seal_post(p);
+	if (sealed)
+		post_slot(p, sealed, sealed_n);
+	else if (seal_rc < 0)
+		tw__primary_fail(p, seal_rc, "seal failed: %s", tw_strerror(seal_rc));
 	return work;
 }
 
@@ -584,13 +631,16 @@ void tw__primary_step_post(struct tw_primary *p)
 	if (p->fo_pending && !p->fo_running)
 		tw__pfo_run(p);
 	reap(p);
-	if (can_seal(p))
-		seal_post(p);
+	try_seal(p);
 	if (p->rr_dirty && !p->fo_running)
 		tw__pfo_background(p, false);
-	pthread_mutex_lock(&p->lock);
-	p->pt_idle = false;
-	pthread_mutex_unlock(&p->lock);
+	/* Only step_pre sets pt_idle (appends only clear it): a lock round only if it did. */
+	if (p->pt_idle_set) {
+		p->pt_idle_set = false;
+		pthread_mutex_lock(&p->lock);
+		p->pt_idle = false;
+		pthread_mutex_unlock(&p->lock);
+	}
 }
 
 /*
@@ -987,7 +1037,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			seg_free(p, s0);
 		} else {
 			PSTAT_ADD(p, segments, 1);
-			preopen_start(p);
+			preopen_start(p, false);
 		}
 	}
 	if (rc == 0 && p->threaded) {

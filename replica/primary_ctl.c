@@ -228,6 +228,16 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 	return 0;
 }
 
+/* A shared context's channels lost meanwhile (for every log: a fence of another log, an
+ * operation timeout behind a deep queue) are connected again before a choice of backups, not
+ * left out of it. */
+static void heal_shared(struct tw_primary *p)
+{
+	for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
+		if (p->bk[k].c->lost && !p->bk[k].c->dead)
+			tw__ctx_heal(p->ctx, p->bk[k].c);
+}
+
 /* Open `seg` on backups until it has r replicas (it may already have some). */
 int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 {
@@ -245,12 +255,7 @@ int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 	for (;;) {
 		bool refused = false;
 
-		/* A shared context's channels lost meanwhile (for every log: a fence of another
-		 * log, an operation timeout behind a deep queue) are connected again before the
-		 * choice, not left out of it. */
-		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
-			if (p->bk[k].c->lost && !p->bk[k].c->dead)
-				tw__ctx_heal(p->ctx, p->bk[k].c);
+		heal_shared(p);
 		memset(tried, 0, p->nbk * sizeof(bool));
 		while (seg->nrep < p->r) {
 			unsigned n = 0;
@@ -399,6 +404,7 @@ void tw__pctl_preopen_begin(struct tw_primary *p, struct pseg *seg)
 	};
 	struct tw_rpc_req req;
 
+	heal_shared(p);
 	p->next_n = 0;
 	for (size_t k = 0; k < p->nbk && p->next_n < p->r; k++) {
 		struct pbackup *b = &p->bk[(seg->id + k) % p->nbk];

@@ -287,6 +287,7 @@ struct tw_primary {
 	int roll_rc;            /* the last rollover's result (-ENOSPC: arena exhausted) */
 	uint64_t roll_gen;      /* rollovers tried */
 	bool pt_idle;           /* progress thread blocked with a free slot: wake it on append */
+	bool pt_idle_set;       /* progress thread only: its last step_pre set pt_idle */
 	unsigned app_waiting;   /* on cv_app: a roll, a flush */
 	/* Threads waiting for room (back-pressure), FIFO, under lock: each seal and each
 	 * acknowledgement wakes the first one only (no thundering herd). */
