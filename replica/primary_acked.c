@@ -23,16 +23,13 @@
  * last one carries the final position.
  *
  * Sync mode (the caller drives, and only inside its calls): an answer is seen only during the
- * caller's next call, so the final position of an idle log would wait for it. While a replica
- * says readers are active there (and for a 1.4 backup, which answers at once and says nothing
- * of readers), the owner sends a SetAcked at each reap that
- * moved the position, up to SYNC_ROUNDS in flight to it, without waiting for the previous one,
- * as before: a reader's lag does not depend on the caller's next call. Once the replica says no
- * reader is active there (and before its first answer), one in flight, held: while the caller
- * keeps calling, one SetAcked per hold_ms; a reader that arrives while the caller is idle
- * waits up to half a second for a fresh position (the backup's cap: the answer is seen only at
- * the caller's next call), then sees the position of the last one sent (at most hold_ms of
- * appends before the caller's last) until the caller's next call or the segment's close. The bound on rounds keeps the shared RPC client's slots for the primary's
+ * caller's next call, so the final position of an idle log would wait for it, and a reader
+ * would stop short of the writer's last acknowledged entries for as long as the caller stays
+ * idle. So the owner sends a SetAcked at each reap that moved the position, up to SYNC_ROUNDS
+ * in flight to a replica, without waiting for the previous one, readers or not (as in 1.4):
+ * sync mode is not demand-driven. Each still carries hold_ms; a backup holds at most the
+ * newest (a newer one answers the older at once), so one stays in flight per replica between
+ * calls. The bound on rounds keeps the shared RPC client's slots for the primary's
  * own control RPCs. A backup that does not know the request (protocol 1.3: UNSUPPORTED) is not
  * asked again; readers see only its closed segments.
  *
@@ -168,7 +165,7 @@ static void publish(struct tw__packed *pub)
 		pb = &pub->bk[bi];
 		if (b->lost || pb->unsupported || lsn <= pb->sent_lsn)
 			continue;
-		if (pb->inflight >= (p->threaded || pb->quiet ? 1u : SYNC_ROUNDS))
+		if (pb->inflight >= (p->threaded ? 1u : SYNC_ROUNDS))
 			continue; /* its answer sends the newest position (pub_done) */
 		for (unsigned k = 0; k < SYNC_ROUNDS; k++) {
 			if (!pub->calls[bi * SYNC_ROUNDS + k].busy) {
