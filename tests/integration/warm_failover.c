@@ -2,8 +2,8 @@
  * tests/integration/warm_failover.c — failover to warm standbys on a long log (docs/readers.md,
  * "Warm standby"; argv[1]: the provider). A real ZooKeeper (2 s sessions), 3 twd's, r = 3:
  *   1. build: this process appends N entries of 32 bytes (asynchronous appends, 8 MiB
- *      segments) and keeps the log open. N = 1,000,000; TW_LONG=1: 10,000,000; under a
- *      sanitizer 100,000; TW_WARM_ENTRIES=N overrides;
+ *      segments) and keeps the log open. N = argv[2], else 1,000,000; TW_LONG=1: 10,000,000;
+ *      under a sanitizer at most 100,000; TW_WARM_ENTRIES=N overrides;
  *   2. a cold `twctl standby` waits; the builder closes; the standby takes the log over,
  *      replaying all N entries (the reference for a cold takeover), and appends without end;
  *   3. rounds (10; 3 under a sanitizer): a fresh `twctl standby --warm` reads the log from its
@@ -348,9 +348,11 @@ int main(int argc, char **argv)
 	bool took;
 
 	prov = argc > 1 ? argv[1] : "tcp";
+	if (argc > 2)
+		n = strtoull(argv[2], NULL, 0);
 	if (tap_long_mode())
 		n = 10000000;
-	else if (tap_sanitizer())
+	else if (tap_sanitizer() && n > 100000)
 		n = 100000;
 	if (env && *env)
 		n = strtoull(env, NULL, 0);
