@@ -195,31 +195,17 @@ static bool wait_for(struct node *w, struct node *o, bool (*done)(const struct n
 	return true;
 }
 
-/* twctl -c URL -p PROV -t 2000 standby LOG [--warm] --append (no end) --size 32 */
+/* twctl -c URL -p PROV -t 2000 standby LOG --append (no end) --size 32 [--warm] */
 static struct node standby(uint64_t log, bool warm)
 {
 	char logs[32];
-	char *args[16];
-	int n = 0;
+	char *args[] = { twctl, (char *)"-c", zk.url, (char *)"-p", (char *)prov, (char *)"-t",
+			 (char *)SESSION_STR, (char *)"standby", logs, (char *)"--append",
+			 (char *)"1000000000000", (char *)"--size", (char *)"32",
+			 warm ? (char *)"--warm" : NULL, NULL };
 	struct node nd = { .warm = warm };
 
 	snprintf(logs, sizeof(logs), "%#" PRIx64, log);
-	args[n++] = twctl;
-	args[n++] = (char *)"-c";
-	args[n++] = zk.url;
-	args[n++] = (char *)"-p";
-	args[n++] = (char *)prov;
-	args[n++] = (char *)"-t";
-	args[n++] = (char *)SESSION_STR;
-	args[n++] = (char *)"standby";
-	args[n++] = logs;
-	if (warm)
-		args[n++] = (char *)"--warm";
-	args[n++] = (char *)"--append";
-	args[n++] = (char *)"1000000000000";
-	args[n++] = (char *)"--size";
-	args[n++] = (char *)"32";
-	args[n] = NULL;
 	nd.p = proc_spawn_opts(args, (char *const[]){ (char *)"TW_LOG_LEVEL=warn", NULL }, NULL);
 	TAP_REQUIRE(nd.p, "spawn twctl standby");
 	nd.pid = (int)proc_pid(nd.p);
