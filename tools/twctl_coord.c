@@ -332,6 +332,18 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The new owner's first append was acknowledged (it started at t0): how long it took, and
+ * when (CLOCK_REALTIME, comparable with the moment the old owner was killed). */
+static void print_first(uint64_t t0)
+{
+	uint64_t t = now_ns();
+	struct timespec rt;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	printf("first_append_ms=%.3f acked_realtime_ns=%" PRIu64 "\n", ms(t - t0),
+	       (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec);
+}
+
 /* The standby's watch is set on an owner node: say so (a script kills the owner after it). */
 static void print_watching(void *arg, const char *owner)
 {
@@ -339,9 +351,36 @@ static void print_watching(void *arg, const char *owner)
 	fflush(stdout);
 }
 
+/* --warm: the standby's view of the log (the entries the reader, then the takeover's recovery,
+ * handed over). on_entry runs on the reader's thread while the standby waits, then on ours
+ * during the recovery, never on both at once (tailwind/standby.h). */
+struct warm_view {
+	uint64_t log_id;
+	uint64_t entries;    /* delivered so far */
+	uint64_t next_print; /* monotonic ns: the next progress line is due */
+};
+
+#define WARM_PRINT_NS 100000000u /* a progress line at most every 100 ms */
+
+static int warm_entry(void *arg, const struct tw_recovered_entry *e)
+{
+	struct warm_view *w = arg;
+	uint64_t now = now_ns();
+
+	w->entries++;
+	if (now >= w->next_print) {
+		printf("warm log=%#" PRIx64 " entries=%" PRIu64 " lsn=%#" PRIx64 "\n", w->log_id,
+		       w->entries, e->lsn);
+		fflush(stdout);
+		w->next_print = now + WARM_PRINT_NS;
+	}
+	return 0;
+}
+
 void twctl_coord_standby_usage(FILE *f)
 {
-	fprintf(f, "Usage: twctl -c URL standby LOG [--append N [--size BYTES] [--hold]] [options]\n"
+	fprintf(f, "Usage: twctl -c URL standby LOG [--warm] [--append N [--size BYTES] [--hold]]\n"
+		"       [options]\n"
 		"Stand by for LOG: wait (a ZooKeeper watch, no polling) until its owner node\n"
 		"is gone -- the owner closed the log, or died and its ZooKeeper session\n"
 		"expired (-t MS is our session timeout too) -- then take the log over: next\n"
@@ -349,20 +388,32 @@ void twctl_coord_standby_usage(FILE *f)
 		"one wins; the others watch the winner), fence and recover on the backups\n"
 		"recorded for the log, open a new segment on registered backups. Prints\n"
 		"  watching log L: owner node epoch=N owner=...   (each time the watch is set)\n"
+		"  warm log=L entries=N lsn=X   (--warm: at most every 100 ms while entries\n"
+		"                    arrive; N entries read so far, X the last one's LSN)\n"
 		"  took-over log=... epoch=E watched=0|1 lost_races=N gone_realtime_ns=T\n"
 		"            claim_ms= connect_ms= fence_ms= recover_ms= entries= backups=\n"
-		"            open_ms= takeover_ms=   (backups: how many the recovery asked)\n"
-		"  first_append_ms=X         (once the first entry is acknowledged)\n"
+		"            open_ms= takeover_ms=   (backups: how many the recovery asked;\n"
+		"            entries: how many it replayed)\n"
+		"            [warm_entries= warm_lsn= warm_stop_ms=]   (--warm: entries read\n"
+		"            while waiting, where the recovery started, stopping the reader)\n"
+		"  first_append_ms=X acked_realtime_ns=T   (once the first entry is\n"
+		"                    acknowledged; T: CLOCK_REALTIME then, to compare with the\n"
+		"                    time the old owner died)\n"
 		"then appends, as the log's primary:\n"
 		"  (default)         each line of stdin is one entry (without its newline);\n"
 		"                    prints \"acked LSN\" (hex) per entry; closes at end of input\n"
 		"  -n, --append N    N generated entries of --size bytes: an 8-byte little-\n"
-		"                    endian sequence number (continuing after the recovered\n"
-		"                    entries) then that number's low byte repeated; prints\n"
-		"                    \"acked COUNT\" (entries in the log) per entry\n"
+		"                    endian sequence number (continuing after the entries\n"
+		"                    read and recovered) then that number's low byte repeated;\n"
+		"                    prints \"acked COUNT\" (entries in the log) per entry\n"
 		"  -s, --size BYTES  generated entry size (>= 8; default 64; K/M suffixes)\n"
 		"      --hold        after the N entries keep the log open (owner node held)\n"
 		"                    until SIGTERM or SIGINT, then close it cleanly\n"
+		"Options:\n"
+		"      --warm        warm standby: while waiting, read the log from its oldest\n"
+		"                    entry as the owner's appends are acknowledged (a reader,\n"
+		"                    docs/readers.md); the takeover's recovery then replays\n"
+		"                    only the entries after the last one read\n"
 		"  -w, --wait MS     give up (exit 1) if still owned after MS (default: wait)\n"
 		"  -r, --replicas R  replicas per segment (default 3)\n"
 		"  -S, --segment-size BYTES  segment size (default 8M; the twd buffer size\n"
@@ -380,8 +431,9 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	struct tw_standby_result st;
 	struct tw_standby_config sc = { 0 };
 	struct tw_primary *p = NULL;
-	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0;
-	bool have_log = false, hold = false, generated = false;
+	struct warm_view wv = { 0 };
+	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0, base;
+	bool have_log = false, hold = false, generated = false, warm = false;
 	char err[1024], owner[512] = "";
 	uint64_t epoch = 0, t0;
 	int rc, status = 0;
@@ -393,6 +445,10 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 
 		if (!strcmp(a, "--hold")) {
 			hold = true;
+			continue;
+		}
+		if (!strcmp(a, "--warm")) {
+			warm = true;
 			continue;
 		}
 		if (!strcmp(a, "-n") || !strcmp(a, "--append"))
@@ -458,11 +514,14 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	cfg.connect_timeout_ms = timeout_ms;
 	cfg.key_file = key_file;
 	/* The recovered entries are verified and counted (res.entries); twctl has no state to
-	 * rebuild from them. */
+	 * rebuild from them. --warm: counted as the reader hands them over too (warm_entry). */
 	sc.wait_ms = (unsigned)wait_ms;
 	sc.on_wait = print_watching;
 	sc.wait_arg = &log_id;
-	rc = tw_primary_standby(&cfg, &sc, NULL, NULL, &res, &st, &p, err, sizeof(err));
+	sc.warm = warm;
+	wv.log_id = log_id;
+	rc = tw_primary_standby(&cfg, &sc, warm ? warm_entry : NULL, warm ? &wv : NULL, &res, &st,
+				&p, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
 			err);
@@ -470,11 +529,17 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	}
 	printf("took-over log=%#" PRIx64 " epoch=%" PRIu64 " watched=%d lost_races=%u "
 	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
-	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f\n",
+	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f",
 	       log_id, st.epoch, st.watched, st.lost_races, st.gone_realtime_ns, ms(st.claim_ns),
 	       ms(st.connect_ns), ms(st.fence_ns), ms(st.recover_ns), res.entries, res.backups,
 	       ms(st.open_ns), ms(st.takeover_ns));
+	if (warm)
+		printf(" warm_entries=%" PRIu64 " warm_lsn=%#" PRIx64 " warm_stop_ms=%.2f",
+		       st.warm_entries, st.warm_lsn, ms(st.warm_stop_ns));
+	printf("\n");
 	fflush(stdout);
+	/* The entries in the log: the reader's (warm), then the recovery's. */
+	base = st.warm_entries + res.entries;
 
 	if (generated) {
 		uint8_t *buf = malloc(size);
@@ -484,7 +549,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 			return 1;
 		}
 		for (uint64_t i = 0; i < n_append; i++) {
-			uint64_t seq = res.entries + i;
+			uint64_t seq = base + i;
 
 			memset(buf, (int)(seq & 0xff), size);
 			for (int b = 0; b < 8; b++)
@@ -494,7 +559,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 			if (rc < 0)
 				break;
 			if (i == 0)
-				printf("first_append_ms=%.3f\n", ms(now_ns() - t0));
+				print_first(t0);
 			printf("acked %" PRIu64 "\n", seq + 1);
 			fflush(stdout);
 		}
@@ -517,7 +582,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 			if (rc < 0)
 				break;
 			if (first)
-				printf("first_append_ms=%.3f\n", ms(now_ns() - t0));
+				print_first(t0);
 			first = false;
 			printf("acked %#" PRIx64 "\n", lsn);
 			fflush(stdout);
