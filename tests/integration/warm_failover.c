@@ -344,6 +344,10 @@ int main(int argc, char **argv)
 		n = strtoull(env, NULL, 0);
 	zkserver_require();
 	child_tool("tools/twctl", twctl, sizeof(twctl));
+	/* Detection is the session timeout plus up to one tickTime (ZooKeeper rounds each
+	 * expiry up to the next tick): a 100 ms tick, as a deployment that wants fast failover
+	 * would use (docs/coordination.md, "How fast a failure is detected"). */
+	zkserver_tick_ms = 100;
 	zkserver_start(&zk);
 	rt_start_with(&cl, NULL, prov, NB, "8M", "8", twd_args);
 	{

@@ -23,6 +23,7 @@
 #define ZK_JAR "/usr/share/java/zookeeper.jar"
 
 static struct zkserver *live; /* stopped at exit */
+int zkserver_tick_ms = 500;
 
 bool zkserver_available(char *why, size_t len)
 {
@@ -105,10 +106,10 @@ void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url
 		snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", zk->dir);
 		f = fopen(cfg, "w");
 		TAP_REQUIRE(f, "%s: %s", cfg, strerror(errno));
-		fprintf(f, "tickTime=500\ndataDir=%s/data\nclientPort=%d\nclientPortAddress=%s\n"
+		fprintf(f, "tickTime=%d\ndataDir=%s/data\nclientPort=%d\nclientPortAddress=%s\n"
 			"admin.enableServer=false\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
 			"maxClientCnxns=0\n",
-			zk->dir, zk->port, bind_ip);
+			zkserver_tick_ms, zk->dir, zk->port, bind_ip);
 		fclose(f);
 		/* exec: the pid we hold is the JVM's. Small heap, quick JIT: tests are tiny.
 		 * setpriv --pdeathsig: the JVM dies with the test even when the test crashes

@@ -27,6 +27,11 @@ struct zkserver {
 	double start_s;  /* from spawn to the first client session */
 };
 
+/* tickTime (ms) of the servers started next (default 500). ZooKeeper expires a session up to
+ * one tickTime after its timeout (the expiry is rounded up to the next tick interval): a
+ * test that measures failure detection lowers it. */
+extern int zkserver_tick_ms;
+
 /* Whether java and zookeeper.jar are installed (why: what is missing, and how to install). */
 bool zkserver_available(char *why, size_t len);
 /* The whole test skipped (tap_plan_skip_all, before the plan) unless zkserver_available. */
