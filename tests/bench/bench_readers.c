@@ -19,7 +19,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +46,10 @@ struct rth {
 	uint64_t got;
 	int err;
 	pthread_t th;
-	atomic_bool ready;
 };
+
+/* Posted once by each reader thread when its reader is open (or failed to open). */
+static sem_t readers_opened;
 
 static uint64_t cpu_ticks(int pid)
 {
@@ -94,7 +96,7 @@ static void *reader_main(void *arg)
 	rc.from = TW_READ_OLDEST;
 	rc.one_sided = t->one_sided;
 	t->err = tw_reader_open(&rc, &r, err, sizeof(err));
-	atomic_store(&t->ready, true);
+	sem_post(&readers_opened);
 	if (t->err) {
 		fprintf(stderr, "bench_readers: reader: %s\n", err);
 		return NULL;
@@ -174,6 +176,7 @@ static void run(unsigned nreaders, bool one_sided, uint64_t log_id, struct resul
 		res->err = tw_primary_append(p, obj, sizeof(obj), &lsn);
 	}
 	memset(th, 0, sizeof(th));
+	sem_init(&readers_opened, 0, 0);
 	for (unsigned i = 0; i < nreaders; i++) {
 		th[i].log_id = log_id;
 		th[i].one_sided = one_sided;
@@ -181,8 +184,9 @@ static void run(unsigned nreaders, bool one_sided, uint64_t log_id, struct resul
 		pthread_create(&th[i].th, NULL, reader_main, &th[i]);
 	}
 	for (unsigned i = 0; i < nreaders; i++)
-		while (!atomic_load(&th[i].ready))
-			usleep(1000);
+		while (sem_wait(&readers_opened) != 0) /* EINTR */
+			;
+	sem_destroy(&readers_opened);
 	c0 = backups_cpu();
 	w0 = tw_now_ns();
 	for (uint64_t s = 0; s < n_entries && !res->err; s++) {

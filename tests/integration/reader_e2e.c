@@ -88,7 +88,7 @@ static void *writer_main(void *arg)
 			break;
 		atomic_store(&w->done, i + 1);
 		if (w->pause_every && i % w->pause_every == 0)
-			usleep(1000);
+			usleep(1000); /* the writer's pace (a live log, idle now and then), not a wait */
 	}
 	return NULL;
 }
