@@ -7,6 +7,7 @@
 #ifndef TW_REPLICA_BACKUP_INT_H
 #define TW_REPLICA_BACKUP_INT_H
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -20,6 +21,9 @@
 #include "fabric/fabric.h"
 #include "replica/metalog.h"
 #include "replica/segfile.h"
+
+/* A segment in messages: log-segment, both hex. */
+#define SEGF "%016" PRIx64 "-%016" PRIx64
 
 /* ------------------------------------------------------------------ buffer pool (pool.c) */
 
@@ -303,6 +307,13 @@ int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, cha
 		   size_t msglen);
 int tw__bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
 		   char *msg, size_t msglen);
+/* The RPC form for an owner's request about one segment (backup_rpc.c): the owner check at
+ * `epoch`, then the segment's live copy here (not freed, not LOST). 0 and *out; or the call
+ * failed (FENCED, NOT_FOUND; its message set), *out NULL, and the negative code the handler
+ * returns. */
+struct tw__rpc_call;
+int tw__bk_call_owned_seg(struct tw_backup *b, struct tw__rpc_call *call, uint64_t log_id,
+			  uint64_t segment_id, uint64_t epoch, struct seg **out);
 /* A request about log_id from connection c: keep c's hold on the log alive. */
 void tw__bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id);
 /* Whether the backup holds anything of the log: segments (any state) or a freed prefix. */

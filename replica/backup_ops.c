@@ -14,7 +14,6 @@
 #include "core/util.h"
 #include "replica/backup_int.h"
 
-#define SEGF "%016" PRIx64 "-%016" PRIx64
 
 int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
 		   size_t msglen)

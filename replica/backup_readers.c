@@ -34,7 +34,6 @@
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 
-#define SEGF "%016" PRIx64 "-%016" PRIx64
 #define MSGBUF(call) (call)->msgbuf, sizeof((call)->msgbuf)
 
 /* Room the rest of a ReadEntriesReply takes in a frame besides `data`, frame header and
@@ -165,14 +164,9 @@ int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call)
 
 		answer_where(b, pick_key, &k, false);
 	}
-	rc = tw__bk_check_owner(b, q->log_id, call->req->epoch, call->req->incarnation,
-				MSGBUF(call));
-	if (rc)
-		return tw__rpc_call_failed(call, rc);
-	s = tw__bk_seg_find(b, q->log_id, q->segment_id);
-	if (!s || s->freed || s->state == SEG_LOST)
-		return tw__rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
-					 q->segment_id);
+	rc = tw__bk_call_owned_seg(b, call, q->log_id, q->segment_id, call->req->epoch, &s);
+	if (!s)
+		return rc;
 	now = tw_now_ns();
 	call->reply.set_acked.readers = readers_active(b, q->log_id, now);
 	if (s->state != SEG_OPEN)

@@ -31,7 +31,6 @@
 #include "proto/rpc.h"
 #include "replica/backup_int.h"
 
-#define SEGF "%016" PRIx64 "-%016" PRIx64
 
 /* A copy flushed while open (shutdown, restart): back into a buffer as an open copy, so that it
  * can be cut, completed and closed like one. */
@@ -102,13 +101,9 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	 * of 0 and a segment that does not exist) to fence past every earlier fence. */
 	call->reply_epoch = lg ? lg->epoch : 0;
 	tw__bk_hold_touch(b, tw__chan_user(call->ch), q->log_id);
-	rc = tw__bk_check_owner(b, q->log_id, epoch, call->req->incarnation, call->msgbuf, sizeof(call->msgbuf));
-	if (rc)
-		return tw__rpc_call_failed(call, rc);
-	s = tw__bk_seg_find(b, q->log_id, q->segment_id);
-	if (!s || s->freed || s->state == SEG_LOST)
-		return tw__rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", q->log_id,
-					q->segment_id);
+	rc = tw__bk_call_owned_seg(b, call, q->log_id, q->segment_id, epoch, &s);
+	if (!s)
+		return rc;
 	if (q->replica_version < s->version)
 		return tw__rpc_call_fail(call, -TW_ESTALE, "segment " SEGF ": version %" PRIu64
 					" is older than the %" PRIu64 " held here", q->log_id,

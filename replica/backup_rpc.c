@@ -24,6 +24,23 @@ static struct conn *call_conn(struct tw__rpc_call *call)
 /* Where a handler's operation writes why it failed: the reply's own message buffer. */
 #define MSGBUF(call) (call)->msgbuf, sizeof((call)->msgbuf)
 
+int tw__bk_call_owned_seg(struct tw_backup *b, struct tw__rpc_call *call, uint64_t log_id,
+			  uint64_t segment_id, uint64_t epoch, struct seg **out)
+{
+	struct seg *s;
+	int rc = tw__bk_check_owner(b, log_id, epoch, call->req->incarnation, MSGBUF(call));
+
+	*out = NULL;
+	if (rc)
+		return tw__rpc_call_failed(call, rc);
+	s = tw__bk_seg_find(b, log_id, segment_id);
+	if (!s || s->freed || s->state == SEG_LOST)
+		return tw__rpc_call_fail(call, -TW_ENOTFOUND, "no segment " SEGF " here", log_id,
+					 segment_id);
+	*out = s;
+	return 0;
+}
+
 int tw__bk_pb_state(const struct seg *s)
 {
 	switch (s->state) {
