@@ -1336,13 +1336,19 @@ static int cmd_delete(int argc, char **argv)
 	return cmd_clean(argc, argv, true);
 }
 
+/* argv[0], the command, was given an argument it does not take: said. */
+static bool extra_args(int argc, char **argv)
+{
+	if (argc == 1)
+		return false;
+	fprintf(stderr, "twctl %s: takes no argument\n", argv[0]);
+	return true;
+}
+
 static int cmd_ls_backups(int argc, char **argv)
 {
-	(void)argv;
-	if (argc != 1) {
-		fprintf(stderr, "twctl ls-backups: takes no argument\n");
+	if (extra_args(argc, argv))
 		return EXIT_USAGE;
-	}
 	return twctl_coord_ls_backups(g.coord, g.timeout_ms, g.json);
 }
 
@@ -1359,11 +1365,8 @@ static int cmd_owner(int argc, char **argv)
 
 static int cmd_ls_logs(int argc, char **argv)
 {
-	(void)argv;
-	if (argc != 1) {
-		fprintf(stderr, "twctl ls-logs: takes no argument\n");
+	if (extra_args(argc, argv))
 		return EXIT_USAGE;
-	}
 	return twctl_coord_ls_logs(g.coord, g.timeout_ms, g.json);
 }
 
