@@ -12,8 +12,9 @@
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+#include "tmpdir.h"
 
-static char twd[1024], twctl[1024], twbench[1024], dir[] = "/tmp/tw-exit-XXXXXX";
+static char twd[1024], twctl[1024], twbench[1024], dir[256];
 
 static int run(char *const argv[], struct cli_out *o)
 {
@@ -69,7 +70,7 @@ int main(void)
 	    proc_find_tool("tools/twctl", twctl, sizeof(twctl)) != 0 ||
 	    proc_find_tool("tools/twbench", twbench, sizeof(twbench)) != 0)
 		tap_plan_skip_all("twd, twctl or twbench not built");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-exit");
 	tap_plan(5);
 
 	/* --help: one table in each. */
@@ -120,5 +121,6 @@ int main(void)
 		cli_out_free(&o);
 	}
 	rmdir(dir);
+	tmpdir_remove(dir);
 	return tap_exit();
 }

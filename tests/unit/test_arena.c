@@ -31,6 +31,7 @@
 #include "replica/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tmpdir.h"
 
 #define SEG (64u * 1024u)
 #define OBJ RT_OBJ
@@ -73,7 +74,6 @@ int main(void)
 {
 	struct tbackup b[NB];
 	const char *addrs[NB];
-	const char *tmp = getenv("TMPDIR");
 	struct tw_ctx_config cc;
 	struct tw_ctx_stats cs;
 	struct tw_primary_config cfg;
@@ -87,8 +87,7 @@ int main(void)
 	char err[1024];
 	int rc;
 
-	snprintf(root, sizeof(root), "%s/test_arena.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	TAP_REQUIRE(mkdtemp(root), "mkdtemp");
+	tmpdir_make(root, sizeof(root), NULL, "test_arena");
 	for (unsigned i = 0; i < NB; i++) {
 		tbackup_start(&b[i], root, i, "mem", 32, SEG, 0);
 		addrs[i] = b[i].addr;
@@ -235,5 +234,6 @@ int main(void)
 	is_int(tw_ctx_close(ctx), 0, "context closed");
 	for (unsigned i = 0; i < NB; i++)
 		tbackup_stop(&b[i]);
+	tmpdir_remove(root);
 	return tap_exit();
 }
