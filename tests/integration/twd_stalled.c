@@ -37,7 +37,7 @@
 
 #define ROUNDS 3
 #define CONNS 4  /* connections per garbage client */
-#define NREQ 15  /* requests per connection: below a sockets channel's 16 transfers in flight,
+#define NREQ 8   /* requests per connection: well below a sockets channel's 16 transfers in flight,
 		  * so the client posts them all without waiting for twd */
 
 static const char *prov;
@@ -76,8 +76,8 @@ static int garbage_client(const char *addr)
 	if (sigwait(&set, &sig))
 		return 4;
 	memset(pay, 0xa5, sizeof(pay));
-	for (int i = 0; i < CONNS; i++) {
-		for (uint64_t id = 1000; id < 1000 + NREQ; id++) {
+	for (int i = 0, sent_all = 1; i < CONNS && sent_all; i++) {
+		for (uint64_t id = 1000; id < 1000 + NREQ && sent_all; id++) {
 			size_t len = 0;
 
 			switch (id % 4) {
@@ -88,25 +88,32 @@ static int garbage_client(const char *addr)
 			default: tw__rpc_req_stats(&r); break;
 			}
 			r.env.request_id = id;
-			if (tw__rpc_encode(&r.env, buf, sizeof(buf), sizeof(buf), &len) ||
-			    tw__chan_send(c[i].ch, buf, len))
+			if (tw__rpc_encode(&r.env, buf, sizeof(buf), sizeof(buf), &len))
 				return 5;
+			/* twd is stopped: under load a send can run out of time in the provider
+			 * (the channel fails). What this client has sent is what it sent; it
+			 * stops all the same, which is what twd must survive. */
+			if (tw__chan_send(c[i].ch, buf, len)) {
+				fprintf(stderr, "# garbage client: connection %d: a send failed; "
+					"stopping with what was sent\n", i);
+				sent_all = 0;
+			}
 		}
 	}
-	/* The provider's thread writes them out (60 KB in all: the kernel takes them while twd is
+	/* The provider's thread writes them out (about 32 KB in all: the kernel takes them while twd is
 	 * stopped); no completion can tell us, twd acknowledges nothing while stopped. */
 	usleep(200000);
 	raise(SIGSTOP); /* never reads an answer */
 	return 0;
 }
 
-/* Wait (10 s at most) until process `pid` is in scheduler state `st` (/proc/PID/stat). */
-static bool wait_state(pid_t pid, char st)
+/* Wait (s seconds at most) until process `pid` is in scheduler state `st` (/proc/PID/stat). */
+static bool wait_state(pid_t pid, char st, unsigned s)
 {
 	char path[64], b[256];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end; sched_yield()) {
+	for (uint64_t end = tw_now_ns() + s * 1000000000ull; tw_now_ns() < end; sched_yield()) {
 		FILE *f = fopen(path, "r");
 		char *rp;
 
@@ -160,10 +167,11 @@ int main(int argc, char **argv)
 		TAP_REQUIRE(g, "spawn a garbage client");
 		rc = proc_wait_line(g, "connected", line, sizeof(line), 30000);
 		TAP_REQUIRE(rc > 0, "client %d connected: %s", k, strerror(-rc));
-		TAP_REQUIRE(proc_kill(p, SIGSTOP) == 0 && wait_state(proc_pid(p), 'T'),
+		TAP_REQUIRE(proc_kill(p, SIGSTOP) == 0 && wait_state(proc_pid(p), 'T', 10),
 			    "twd stopped");
 		proc_kill(g, SIGUSR1);
-		TAP_REQUIRE(wait_state(proc_pid(g), 'T'), "client %d stopped itself", k);
+		/* Its sends may wait for the provider up to the operation timeout (10 s). */
+		TAP_REQUIRE(wait_state(proc_pid(g), 'T', 30), "client %d stopped itself", k);
 		TAP_REQUIRE(proc_kill(p, SIGCONT) == 0, "twd continued");
 		/* twd answers into connections nobody reads and fails them after its timeout.
 		 * How many got answers before the client stopped depends on the scheduler (the
