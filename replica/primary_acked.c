@@ -27,9 +27,9 @@
  * would stop short of the writer's last acknowledged entries for as long as the caller stays
  * idle. So the owner sends a SetAcked at each reap that moved the position, up to SYNC_ROUNDS
  * in flight to a replica, without waiting for the previous one, readers or not (as in 1.4):
- * sync mode is not demand-driven. Each still carries hold_ms; a backup holds at most the
- * newest (a newer one answers the older at once), so one stays in flight per replica between
- * calls. The bound on rounds keeps the shared RPC client's slots for the primary's
+ * sync mode is not demand-driven. And they carry hold_ms 0, so that the backups answer at once
+ * (a held one would take one of the SYNC_ROUNDS until a newer one or a reader released it, and
+ * its answer would wait for the caller's next call): sync mode behaves as in 1.4. The bound on rounds keeps the shared RPC client's slots for the primary's
  * own control RPCs. A backup that does not know the request (protocol 1.3: UNSUPPORTED) is not
  * asked again; readers see only its closed segments.
  *
@@ -176,7 +176,7 @@ static void publish(struct tw__packed *pub)
 		cl = prpc(p, b);
 		if (!cl || !pc)
 			continue;
-		hold = hold_ms(p, b->c);
+		hold = p->threaded ? hold_ms(p, b->c) : 0; /* sync mode: answered at once */
 		tw__rpc_req_set_acked(&req, p->cfg.epoch, p->cfg.log_id, seg->id, pos.offset, hold);
 		pc->pub = pub;
 		pc->bk = bi;
