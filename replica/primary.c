@@ -1481,6 +1481,20 @@ static void sync_cb(void *arg, int status, uint64_t lsn)
 	}
 }
 
+/*
+ * Sync mode, before a caller's append returns: nothing runs until its next call, so the newest
+ * acknowledged position must be on its way to the replicas (readers of the live log wait for
+ * it). When a replica's SetAcked rounds were all in flight at the last reap, drive until an
+ * answer sends it: about one round trip, bounded by the RPC timeout.
+ */
+static void settle_published(struct tw_primary *p)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)p->ctx->cfg.rpc_timeout_ms * 1000000u;
+
+	while (tw__packed_capped(p) && !p->err && tw_now_ns() < end)
+		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+}
+
 int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
 {
 	struct sync_wait w = { .p = p };
@@ -1515,6 +1529,7 @@ int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint
 		return rc;
 	while (p->rec_tail <= idx)
 		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+	settle_published(p);
 	return w.status;
 }
 

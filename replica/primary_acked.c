@@ -69,6 +69,7 @@ struct pub_bk {
 struct tw__packed {
 	struct tw_primary *p; /* NULL once the log is freed (orphan) */
 	unsigned inflight;    /* calls not answered yet, all backups */
+	bool capped;          /* the last publish left a replica behind: its rounds were all out */
 	size_t nbk;
 	struct pub_bk *bk;      /* per backup index */
 	struct pub_call *calls; /* SYNC_ROUNDS per backup index */
@@ -149,6 +150,7 @@ static void publish(struct tw__packed *pub)
 	/* Closed, or closing, or rolled over (not the open one): its close, which follows its last
 	 * writes, makes it readable to its end on every replica (a SetAcked after the close on
 	 * the same connection would be answered for nothing). */
+	pub->capped = false;
 	if (!seg || seg->closed || seg->closing)
 		return;
 	for (unsigned i = 0; i < seg->nrep; i++) {
@@ -165,8 +167,10 @@ static void publish(struct tw__packed *pub)
 		pb = &pub->bk[bi];
 		if (b->lost || pb->unsupported || lsn <= pb->sent_lsn)
 			continue;
-		if (pb->inflight >= (p->threaded ? 1u : SYNC_ROUNDS))
+		if (pb->inflight >= (p->threaded ? 1u : SYNC_ROUNDS)) {
+			pub->capped = true;
 			continue; /* its answer sends the newest position (pub_done) */
+		}
 		for (unsigned k = 0; k < SYNC_ROUNDS; k++) {
 			if (!pub->calls[bi * SYNC_ROUNDS + k].busy) {
 				pc = &pub->calls[bi * SYNC_ROUNDS + k];
@@ -235,4 +239,9 @@ void tw__packed_release(struct tw_primary *p)
 	pub->p = NULL;
 	if (pub->inflight == 0)
 		pub_free(pub);
+}
+
+bool tw__packed_capped(const struct tw_primary *p)
+{
+	return p->pub && p->pub->capped;
 }

@@ -397,6 +397,9 @@ void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
 struct tw__packed;
 void tw__packed_publish(struct tw_primary *p);
 void tw__packed_release(struct tw_primary *p);
+/* Sync mode: the last publish left a replica behind the acknowledged position (all its rounds
+ * in flight); an answer sends the newest, if someone drives the fabric. */
+bool tw__packed_capped(const struct tw_primary *p);
 
 /* Warm standby (standby_warm.c, docs/readers.md): a reader thread that hands the live log's
  * entries to on_entry while the standby waits; stop joins it and returns the position of the
