@@ -1482,9 +1482,9 @@ static void sync_cb(void *arg, int status, uint64_t lsn)
 }
 
 /*
- * Sync mode, before a caller's append returns: nothing runs until its next call, so the newest
- * acknowledged position must be on its way to the replicas (readers of the live log wait for
- * it). When a replica's SetAcked rounds were all in flight at the last reap, drive until an
+ * Sync mode, before a caller's append or flush returns: nothing runs until its next call, so
+ * the newest acknowledged position must be on its way to the replicas (readers of the live log
+ * wait for it). When a replica's SetAcked rounds were all in flight at the last reap, drive until an
  * answer sends it: about one round trip, bounded by the RPC timeout.
  */
 static void settle_published(struct tw_primary *p)
@@ -1563,6 +1563,7 @@ int tw_primary_flush(struct tw_primary *p)
 	target = p->rec_head;
 	while (p->rec_tail < target)
 		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+	settle_published(p);
 	return p->err;
 }
 
