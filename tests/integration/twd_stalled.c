@@ -60,17 +60,19 @@ static int garbage_client(const char *addr)
 	static unsigned char buf[TW_RPC_MAX_MSG_DEFAULT], pay[1024];
 	static struct twc c[CONNS];
 	struct tw_rpc_req r;
+	sigset_t set;
+	int sig;
 
+	/* SIGUSR1 (sent once we print "connected") blocked before the fabric starts its threads,
+	 * so that every thread inherits the mask: one that had it unblocked would take it before
+	 * sigwait and die of it (the default action), and the test waited for a stop in vain. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	for (int i = 0; i < CONNS; i++)
 		if (twc_connect(&c[i], prov, addr) || handshake(&c[i]))
 			return 3;
 	/* The test stops twd when it reads this line, then sends SIGUSR1. */
-	sigset_t set;
-	int sig;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	printf("connected\n");
 	fflush(stdout);
 	if (sigwait(&set, &sig))
@@ -123,6 +125,8 @@ static bool wait_state(pid_t pid, char st, unsigned s)
 		fclose(f);
 		if (rp && rp[1] == ' ' && rp[2] == st)
 			return true;
+		if (rp && rp[1] == ' ' && rp[2] == 'Z')
+			return false; /* it exited: it will not stop */
 	}
 	return false;
 }
