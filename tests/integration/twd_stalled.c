@@ -33,6 +33,7 @@
 #include "proc.h"
 #include "proto/rpc.h"
 #include "tap.h"
+#include "tmpdir.h"
 #include "twd_client.h"
 
 #define ROUNDS 3
@@ -146,8 +147,7 @@ int main(int argc, char **argv)
 	prov = argc > 1 ? argv[1] : "sockets";
 	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
 		tap_plan_skip_all("twd not built");
-	snprintf(dir, sizeof(dir), "/tmp/tw-stalled-XXXXXX");
-	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
+	tmpdir_make(dir, sizeof(dir), NULL, "tw-stalled");
 	tap_plan(ROUNDS + 3);
 
 	/* twd's log (stderr) on the pipe too: the test waits for its "failing the channel". */
@@ -208,8 +208,6 @@ int main(int argc, char **argv)
 	proc_kill(p, SIGTERM);
 	is_int(proc_wait(p, 20000), 0, "twd exits 0 on SIGTERM");
 	proc_free(p);
-	snprintf(line, sizeof(line), "rm -rf %s", dir);
-	if (system(line) != 0)
-		tap_diag("could not remove %s", dir);
+	tmpdir_remove(dir);
 	return tap_exit();
 }
