@@ -672,7 +672,7 @@ static int fence_all(struct rctx *c)
 /* ------------------------------------------------------------------ record */
 
 /* Send a shorter copy the bytes it lacks, [have, s->len), in pieces that fit a message; the
- * last piece closes it at the recovered length (replica/backup_recovery.c). */
+ * last piece closes it at the recovered length (backup/backup_recovery.c). */
 static int record_repair(struct rctx *c, struct rbk *b, const struct rseg *s, uint64_t have,
 			 const struct tw_rpc_seg_meta *m)
 {

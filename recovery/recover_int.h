@@ -90,7 +90,7 @@ void tw__rc_progress(struct rctx *c, int timeout_ms);
 
 /* tw_recover() with this owner id (0: a fresh random one); *next_segment_out (may be NULL)
  * receives the first segment id after everything any backup holds or freed. The takeover
- * (replica/primary.c) uses it to continue the log as the owner the fence installed. */
+ * (primary/primary.c) uses it to continue the log as the owner the fence installed. */
 int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 		   tw_recover_entry_fn cb, void *arg, struct tw_recover_result *res_out,
 		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len);

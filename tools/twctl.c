@@ -30,7 +30,7 @@
 #include "exit.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 #include "twctl_coord.h"
 #include "twctl_tail.h"
 
@@ -1233,7 +1233,7 @@ static int cmd_inspect(int argc, char **argv)
 		close(fd);
 		return EXIT_FAIL;
 	}
-	/* Any content, any length: replica/segfile.c trusts no length it reads. */
+	/* Any content, any length: backup/segfile.c trusts no length it reads. */
 	rc = tw__segfile_inspect(fd, &r);
 	close(fd);
 	if (rc) {

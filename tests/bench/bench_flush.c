@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 
 enum how { BUF_FSYNC, BUF_FDATASYNC, DIRECT_FDATASYNC, DIRECT_DSYNC, DIRECT_FALLOC, DIRECT_NORENAME,
 	   SEGFILE };

@@ -8,7 +8,7 @@
  * Default: 1M and 10M objects of 100 bytes over tcp, 16 objects per write (as the primary batches
  * under load), 8 MiB segments. For each size the program builds the log's segments with the log
  * writer (tw_log_writer, the primary's own format code) and stores each as a flushed segment file
- * (replica/segfile.h) in every backup's directory, starts 3 twd's on those directories (each
+ * (backup/segfile.h) in every backup's directory, starts 3 twd's on those directories (each
  * rebuilds and verifies its index), then runs tw_recover() RUNS times (each fences with a new
  * epoch; every segment is a flushed copy the backup loads into a buffer for the read grant:
  * the slowest path) with a callback that checks the objects are 0, 1, 2 ... Prints the time of
@@ -35,7 +35,7 @@
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "proc.h"
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 #include "rmtree.h"
 
 #define NB 3
@@ -54,7 +54,7 @@ static void fill(uint8_t *p, uint64_t seq)
 		p[i] = (uint8_t)(seq + i);
 }
 
-/* The current layout (replica/segfile.h): header block, data, zeros to a whole block. Not
+/* The current layout (backup/segfile.h): header block, data, zeros to a whole block. Not
  * synced: the files only have to be there when the twd's start. */
 static int write_file(const char *dir, const struct segfile_hdr *h, const uint8_t *data)
 {

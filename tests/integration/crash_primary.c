@@ -22,7 +22,7 @@
 #include <tailwind/primary.h>
 
 #include "recover_util.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 #include "say.h"
 
 static volatile int failed;
@@ -41,7 +41,7 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 }
 
 /* SIGUSR2: crash (exit 137, no cleanup) from the progress thread, outside any fabric call: on
- * shm a SIGKILL inside a send wedges the backup (replica/primary_int.h). */
+ * shm a SIGKILL inside a send wedges the backup (primary/primary_int.h). */
 static void on_usr2(int sig)
 {
 	(void)sig;

@@ -32,7 +32,7 @@
 #include "core/util.h"
 #include "proc.h"
 #include "recover_util.h"
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 #include "pagecache.h"
 #include "tap.h"
 #include "tlog.h"

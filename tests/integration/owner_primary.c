@@ -31,7 +31,7 @@
 #include <tailwind/primary.h>
 
 #include "owner_util.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 #include "say.h"
 
 static volatile int failed;
@@ -40,7 +40,7 @@ static uint64_t tag, next_seq, last_seq;
 static bool any, bad_order;
 
 /* SIGUSR2: crash like SIGKILL (exit status 137, no cleanup), but outside any fabric call (the
- * shm provider's locks: replica/primary_int.h, tw__primary_halt_status). */
+ * shm provider's locks: primary/primary_int.h, tw__primary_halt_status). */
 static void on_usr2(int sig)
 {
 	(void)sig;

@@ -49,7 +49,7 @@ static unsigned flip_all(const char *dir)
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		fd = open(path, O_RDWR);
 		TAP_REQUIRE(fd >= 0, "open %s", path);
-		/* the data starts after the 4096-byte header block (format 3, replica/segfile.h); flip a
+		/* the data starts after the 4096-byte header block (format 3, backup/segfile.h); flip a
 		 * payload bit of the first entry */
 		TAP_REQUIRE(pread(fd, &byte, 1, 4096 + 40) == 1, "read %s", path);
 		byte ^= 0x10;

@@ -19,7 +19,7 @@
 
 #include "core/util.h"
 #include "proc.h"
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 #include "recover_util.h"
 #include "tap.h"
 #include "tlog.h"

@@ -28,7 +28,7 @@
 #include "cli_run.h"
 #include "core/util.h"
 #include "proc.h"
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 #include "tap.h"
 #include "tmpdir.h"
 

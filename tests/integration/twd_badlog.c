@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "proc.h"
-#include "replica/metalog.h"
-#include "replica/segfile.h"
+#include "backup/metalog.h"
+#include "backup/segfile.h"
 #include "rmtree.h"
 #include "tap.h"
 #include "twd_client.h"

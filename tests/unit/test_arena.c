@@ -28,7 +28,7 @@
 
 #include "core/util.h"
 #include "recover_util.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "tmpdir.h"

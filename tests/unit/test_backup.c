@@ -22,9 +22,9 @@
 #include <tailwind/primary.h>
 
 #include "core/util.h"
-#include "replica/backup_int.h"
-#include "replica/metalog.h"
-#include "replica/segfile.h"
+#include "backup/backup_int.h"
+#include "backup/metalog.h"
+#include "backup/segfile.h"
 #include "rmtree.h"
 #include "tap.h"
 #include "tlog.h"

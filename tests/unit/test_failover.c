@@ -20,7 +20,7 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "tlog.h"

@@ -17,7 +17,7 @@
 #include <tailwind/backup.h>
 
 #include "alloc_fault.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 #include "tap.h"
 #include "tmpdir.h"
 #include "twd_client.h"

@@ -13,7 +13,7 @@
 #include <tailwind/backup.h>
 #include <tailwind/primary.h>
 
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "tlog.h"

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_readers_backup.c — what a backup does for readers (protocol 1.4,
- * replica/backup_readers.c, docs/readers.md), against an in-process backup over the in-memory
+ * backup/backup_readers.c, docs/readers.md), against an in-process backup over the in-memory
  * fabric, with a writer client (twd_client) and a reader speaking the RPCs directly:
  *
  *   - an open segment is readable only up to the SetAcked position: nothing before the first,

@@ -18,7 +18,7 @@
 #include <tailwind/primary.h>
 
 #include "core/util.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 #include "log/check.h"
 #include "tap.h"
 #include "tbackup.h"

@@ -22,7 +22,7 @@
 
 #include "core/util.h"
 
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 #include "pagecache.h"
 #include "tap.h"
 #include "tmpdir.h"

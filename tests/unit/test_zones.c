@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_zones.c — the zone rule of replica placement (cfg.zones; replica/
- * primary_coord.c, docs/coordination.md) over the in-memory fabric with in-process backups, no
+ * tests/unit/test_zones.c — the zone rule of replica placement (cfg.zones;
+ * primary/primary_coord.c, docs/coordination.md) over the in-memory fabric with in-process backups, no
  * coordinator: backups listed zone by zone (A A B B C C), so that taking them in order would put
  * two replicas in one zone; every segment's replicas (sync and pre-open) are in three zones; a
  * lost replica's spare is its zone mate (the only backup the rule allows); with two zones for
@@ -14,7 +14,7 @@
 #include <tailwind/primary.h>
 
 #include "fabric/fabric.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "tlog.h"

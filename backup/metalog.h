@@ -1,5 +1,5 @@
 /*
- * replica/metalog.h — the backup's metadata journal: small durable records of who owns each log
+ * backup/metalog.h — the backup's metadata journal: small durable records of who owns each log
  * (fence epochs), which segments were opened here, and which prefixes were freed or deleted.
  * Internal to libtailwind.
  *

@@ -1,5 +1,5 @@
 /*
- * replica/standby_warm.c — a warm standby (tailwind/standby.h, sc->warm; docs/readers.md): while
+ * primary/standby_warm.c — a warm standby (tailwind/standby.h, sc->warm; docs/readers.md): while
  * a standby waits for the owner to go, a reader of the live log (tailwind/reader.h) hands every
  * entry to the service's on_entry as the owner's appends are acknowledged, so that at the
  * takeover the recovery replays only what the reader had not returned yet (from its position,
@@ -15,7 +15,7 @@
 
 #include <tailwind/reader.h>
 
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 #define WARM_POLL_MS 50    /* the reader checks for the stop this often */
 #define WARM_RETRY_US 200000 /* a reader that cannot open (yet) tries again after this long */

@@ -1,11 +1,11 @@
 /*
- * replica/primary_acked.c — the owner publishes how far its log is acknowledged to the
+ * primary/primary_acked.c — the owner publishes how far its log is acknowledged to the
  * replicas of the segment that position is in (SetAcked, protocol 1.4; docs/readers.md), so
  * that readers of the live log, served by the backups, return acknowledged entries only.
  *
  * Demand-driven (protocol 1.5): each SetAcked carries hold_ms, and a backup on which no reader
  * of the log is active holds its answer up to then (a reader's request, the segment's close,
- * a fence or free answer it earlier; replica/backup_readers.c). The owner keeps SetAcked in
+ * a fence or free answer it earlier; backup/backup_readers.c). The owner keeps SetAcked in
  * flight per replica, not per round, and sends a replica the newest position when its previous
  * one is answered and the position moved. So a log nobody reads costs each replica about one
  * SetAcked per hold_ms while it is busy (plus one per segment: the close answers the held one),
@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "proto/rpc.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 #define SYNC_ROUNDS 4u
 #define HOLD_MS_MAX 1000u
@@ -112,7 +112,7 @@ static void pub_done(void *arg, int status, const Tailwind__Envelope *reply)
 		  reply->body_case == TAILWIND__ENVELOPE__BODY_SET_ACKED_REPLY &&
 		  reply->set_acked_reply && reply->set_acked_reply->readers;
 	/* A reader came where none was: its first read waits for our next SetAcked there
-	 * (replica/backup_readers.c), so send the position even if it did not move. */
+	 * (backup/backup_readers.c), so send the position even if it did not move. */
 	if (readers && pb->quiet)
 		pb->sent_lsn = 0;
 	/* A 1.4 backup answers at once and never says `readers`: treat it as read. */

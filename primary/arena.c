@@ -1,5 +1,5 @@
 /*
- * replica/arena.c — the log arena of a context (docs/primary.md, "Memory: the log arena"): the
+ * primary/arena.c — the log arena of a context (docs/primary.md, "Memory: the log arena"): the
  * memory of every segment of every log on the context, mapped and registered in a few large
  * extents, carved into segments and handed out again when a segment is released. In steady state
  * (the application releases what it no longer reads) a rollover maps, zeroes and registers
@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 /* Extents grow by this much at least (or one segment, if larger), within the budget. */
 #define ARENA_STEP ((size_t)64 << 20)

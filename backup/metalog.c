@@ -1,5 +1,5 @@
 /*
- * replica/metalog.c — the backup's metadata journal (replica/metalog.h).
+ * backup/metalog.c — the backup's metadata journal (backup/metalog.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <tailwind/log_format.h>
 
 #include "core/util.h"
-#include "replica/metalog.h"
+#include "backup/metalog.h"
 
 #define MAGIC "TWMETA1"
 #define VERSION 1u

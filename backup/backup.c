@@ -1,5 +1,5 @@
 /*
- * replica/backup.c — the backup object: life cycle, progress loop, segment index, connections,
+ * backup/backup.c — the backup object: life cycle, progress loop, segment index, connections,
  * the flusher thread and statistics. The RPC operations are in backup_ops.c, their wire glue in
  * backup_rpc.c, the buffer pool in pool.c and segment files in segfile.c.
  */
@@ -22,7 +22,7 @@
 #include "core/util.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 
 #define FLUSH_RETRIES 3
 #define FLUSH_RETRY_NS (5ull * 1000000000u) /* after FLUSH_RETRIES failures in a row */
@@ -196,7 +196,7 @@ static bool has_suffix(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* ---- the metadata journal (replica/metalog.h) */
+/* ---- the metadata journal (backup/metalog.h) */
 
 /* Segments the journal says were opened here (since the log's last delete). */
 struct opened {

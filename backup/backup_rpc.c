@@ -1,5 +1,5 @@
 /*
- * replica/backup_rpc.c — the backup's RPC handlers: proto/rpc.h's server decodes, validates
+ * backup/backup_rpc.c — the backup's RPC handlers: proto/rpc.h's server decodes, validates
  * and dispatches; these functions turn a request into a backup_ops.c call and fill the reply.
  * Progress thread only.
  */
@@ -13,7 +13,7 @@
 #include "core/util.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 
 
 static struct conn *call_conn(struct tw__rpc_call *call)

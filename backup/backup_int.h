@@ -1,5 +1,5 @@
 /*
- * replica/backup_int.h — internals of the backup (include/tailwind/backup.h): buffer pool,
+ * backup/backup_int.h — internals of the backup (include/tailwind/backup.h): buffer pool,
  * segment index, connections, flusher jobs. Everything here is touched only by the progress
  * thread (the one in tw_backup_run, or the owner thread while run is not running), except the
  * fields marked "flusher lock" and "stats lock".
@@ -19,8 +19,8 @@
 #include <tailwind/log_format.h>
 
 #include "fabric/fabric.h"
-#include "replica/metalog.h"
-#include "replica/segfile.h"
+#include "backup/metalog.h"
+#include "backup/segfile.h"
 
 /* A segment in messages: log-segment, both hex. */
 #define SEGF "%016" PRIx64 "-%016" PRIx64
@@ -201,7 +201,7 @@ struct tw_backup {
 	size_t nsegs, segs_cap;
 	struct logst *logs;
 	size_t nlogs, logs_cap;
-	struct metalog ml;   /* durable owners, opens, frees (replica/metalog.h) */
+	struct metalog ml;   /* durable owners, opens, frees (backup/metalog.h) */
 
 	struct conn *conns;
 	uint64_t next_conn_id;
@@ -253,7 +253,7 @@ struct seg *tw__bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t seg
 void tw__bk_seg_delete(struct tw_backup *b, struct seg *s);
 /* Index of the first segment >= (log_id, segment_id). */
 size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
-/* Records of the metadata journal (replica/metalog.h); tests lower it to force compactions. */
+/* Records of the metadata journal (backup/metalog.h); tests lower it to force compactions. */
 extern uint32_t tw__bk_meta_cap;
 struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create);
 /* Mark a log unavailable on this backup (a bad file about it at start): logs an error naming it

@@ -1,5 +1,5 @@
 /*
- * replica/primary.c — the primary's replication engine: the segmented log in registered memory,
+ * primary/primary.c — the primary's replication engine: the segmented log in registered memory,
  * batching into sealed writes, pipelined write slots, in-order acknowledgements, segment
  * rollover, the async-mode progress thread, and the public API of tailwind/primary.h.
  * See docs/primary.md.
@@ -16,7 +16,7 @@
 #include "coord/coord.h"
 #include "recovery/recover_int.h"
 #include "proto/auth.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */

@@ -1,5 +1,5 @@
 /*
- * replica/backup_ops.c — what the backup does for each RPC: open (admission), close (verify,
+ * backup/backup_ops.c — what the backup does for each RPC: open (admission), close (verify,
  * hand to the flusher), fence, set-version, free, read grants. Progress thread only. Every input
  * comes from the network: checked here even when the RPC layer already validated ranges.
  */
@@ -12,7 +12,7 @@
 #include <tailwind/log_format.h>
 
 #include "core/util.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 
 
 int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
@@ -469,7 +469,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 	}
 	if (new_epoch > lg->epoch) {
 		/* Durable before the reply, so a restart still refuses the old epoch. One O_DSYNC
-		 * record in the journal, not behind the flusher's data (replica/metalog.h). */
+		 * record in the journal, not behind the flusher's data (backup/metalog.h). */
 		rc = tw__bk_meta_append(b, &rec);
 		lg->epoch = new_epoch;
 		lg->owner = incarnation;

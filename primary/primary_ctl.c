@@ -1,5 +1,5 @@
 /*
- * replica/primary_ctl.c — the primary's control plane: fabric wiring, connect and handshake,
+ * primary/primary_ctl.c — the primary's control plane: fabric wiring, connect and handshake,
  * choosing r backups for a segment (refusals retried elsewhere and with back-off), the open and
  * close RPCs, loss of a backup. Runs on the driver thread, lock not held.
  */
@@ -11,7 +11,7 @@
 
 #include "proto/auth.h"
 #include "proto/rpc.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 static void rpc_config(struct tw_primary *p, struct tw_rpc_config *rc)
 {

@@ -1,5 +1,5 @@
 /*
- * replica/ctx.c — the context (tailwind/context.h): one fabric instance, one channel and RPC
+ * primary/ctx.c — the context (tailwind/context.h): one fabric instance, one channel and RPC
  * client per backup, shared by every log opened on it; connect, handshake, loss demultiplexing
  * (a channel lost is lost for every log, each then runs its own failover), reconnection after a
  * loss (shared contexts), the fabric reset of shm (every log rewrites its writes in flight), and
@@ -15,7 +15,7 @@
 
 #include "proto/auth.h"
 #include "proto/rpc.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 #define CTX_DEFAULT_TX_DEPTH 1024
 #define CTX_RPC_INFLIGHT 1024 /* RPCs in flight per backup, all logs (pre-opens, frees) */

@@ -1,5 +1,5 @@
 /*
- * replica/primary_int.h — internals of the primary (replica/primary*.c). Not installed.
+ * primary/primary_int.h — internals of the primary (primary/primary*.c). Not installed.
  *
  * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
  *                    progress thread, public API;
@@ -33,7 +33,7 @@ struct tw_rpc_client;
 struct tw_auth_key;
 void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
 
-/* One backup of a context (replica/ctx.c): the channel and RPC client every log on the context
+/* One backup of a context (primary/ctx.c): the channel and RPC client every log on the context
  * shares. The channel's user pointer is this struct. */
 struct cbackup {
 	struct tw_ctx *ctx;
@@ -78,7 +78,7 @@ static inline bool pb_back(const struct pbackup *b)
 }
 
 /*
- * A context (replica/ctx.c, tailwind/context.h): the fabric, one channel + RPC client per
+ * A context (primary/ctx.c, tailwind/context.h): the fabric, one channel + RPC client per
  * backup, the progress thread, shared by the logs opened on it. tw_primary_open makes a private
  * one per log (shared false, owner the log, closed with it); tw_ctx_open a shared one.
  *
@@ -93,7 +93,7 @@ struct tw_ctx {
 	bool shared;
 	struct tw_primary *owner;    /* private: its log (the handshake RPCs count there) */
 	struct tw_fab *fab;
-	struct tw_arena *arena;      /* every segment of every log on it (replica/arena.c) */
+	struct tw_arena *arena;      /* every segment of every log on it (primary/arena.c) */
 	struct tw_auth_key *key;     /* cluster key (NULL: no authentication) */
 	uint64_t node_id;
 	struct cbackup *bk;
@@ -124,7 +124,7 @@ struct tw_ctx {
 	struct tw_ctx_stats st;      /* single writer per field; read with atomics */
 };
 
-/* replica/arena.c: the log arena of a context (docs/primary.md, "Memory: the log arena"). */
+/* primary/arena.c: the log arena of a context (docs/primary.md, "Memory: the log arena"). */
 struct tw_arena;
 /* The default budget: a quarter of the machine's memory (at least 64 MiB). */
 size_t tw__arena_default_budget(void);
@@ -139,7 +139,7 @@ int tw__arena_get(struct tw_arena *a, size_t len, uint8_t **buf_out, struct tw_m
 void tw__arena_put(struct tw_arena *a, uint8_t *buf, size_t len);
 void tw__arena_get_stats(struct tw_arena *a, struct tw_arena_stats *out);
 
-/* replica/ctx.c. */
+/* primary/ctx.c. */
 /* extra: room in bk[] for backups added after the open (tw__pcoord_refresh; bk[] never moves). */
 int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
 	       struct tw_ctx **out);
@@ -158,7 +158,7 @@ void tw__ctx_drive_enter(struct tw_ctx *ctx);
 void tw__ctx_drive_leave(struct tw_ctx *ctx);
 int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
 void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
-/* replica/primary.c: the progress thread of a context. */
+/* primary/primary.c: the progress thread of a context. */
 int tw__ctx_start(struct tw_ctx *ctx);
 void tw__ctx_stop(struct tw_ctx *ctx);
 

@@ -1,5 +1,5 @@
 /*
- * replica/primary_coord.c — a primary given a coordinator (cfg.coordinator;
+ * primary/primary_coord.c — a primary given a coordinator (cfg.coordinator;
  * docs/coordination.md): backups and their zones from the live registrations, the epoch from the
  * coordinator (one place, atomically), the log's owner node held until tw_primary_close; and the
  * zone rule of replica placement (no two replicas of a segment in one zone), used by the segment
@@ -19,7 +19,7 @@
 #include "coord/coord.h"
 #include "core/util.h"
 #include "recovery/recover_int.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 static bool same_zone(const struct pbackup *a, const struct pbackup *b)
 {

@@ -1,5 +1,5 @@
 /*
- * replica/backup_recovery.c — the backup's side of recovery (owner: recovery): the
+ * backup/backup_recovery.c — the backup's side of recovery (owner: recovery): the
  * RecoveredOffset RPC. After tw_recover() rebuilt a log it tells every backup holding a copy of a
  * segment that was still open the length it recovered. The backup closes its open copy at that
  * length, exactly like a CloseSegment from the primary (MR revoked, scanned, flushed to a segment
@@ -29,7 +29,7 @@
 
 #include "core/util.h"
 #include "proto/rpc.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 
 
 /* A copy flushed while open (shutdown, restart): back into a buffer as an open copy, so that it

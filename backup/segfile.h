@@ -1,5 +1,5 @@
 /*
- * replica/segfile.h — segment files: one flushed segment replica per file in the backup's
+ * backup/segfile.h — segment files: one flushed segment replica per file in the backup's
  * storage directory. Internal to libtailwind (tests link the static library).
  *
  * File name: "<log_id as 16 hex digits>-<segment_id as 16 hex digits>.twseg". A flush writes

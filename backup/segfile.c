@@ -1,8 +1,8 @@
 /*
- * replica/segfile.c — segment files: encode/decode, durable write, validated read.
+ * backup/segfile.c — segment files: encode/decode, durable write, validated read.
  * See segfile.h for the layout.
  */
-#include "replica/segfile.h"
+#include "backup/segfile.h"
 
 #include <errno.h>
 #include <fcntl.h>

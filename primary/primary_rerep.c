@@ -1,5 +1,5 @@
 /*
- * replica/primary_rerep.c — backup failure on the primary (Tailwind §3.4.3): detection hooks,
+ * primary/primary_rerep.c — backup failure on the primary (Tailwind §3.4.3): detection hooks,
  * suspension, replacement of a lost replica of the open segment, replica versions, and the
  * background re-replication of closed segments. See docs/failover.md.
  *
@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "proto/rpc.h"
-#include "replica/primary_int.h"
+#include "primary/primary_int.h"
 
 #define COPY_CHUNK (1u << 20) /* bytes per one-sided write of a copy */
 

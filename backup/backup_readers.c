@@ -1,5 +1,5 @@
 /*
- * replica/backup_readers.c — what a backup does for readers of a live log (protocol 1.4,
+ * backup/backup_readers.c — what a backup does for readers of a live log (protocol 1.4,
  * docs/readers.md): it keeps the acknowledged position the owner publishes for each open
  * segment (SetAcked), serves the readable entries of a segment (ReadEntries), and holds a read
  * at the readable end until there is more (long-poll: a SetAcked, the close, a fence or free,
@@ -32,7 +32,7 @@
 
 #include "core/util.h"
 #include "proto/rpc.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 
 #define MSGBUF(call) (call)->msgbuf, sizeof((call)->msgbuf)
 

@@ -1,5 +1,5 @@
 /*
- * replica/pool.c — the backup's pool of registered segment buffers. They are zero-filled once,
+ * backup/pool.c — the backup's pool of registered segment buffers. They are zero-filled once,
  * when allocated, and then reused as they are: each use writes under a fresh chain seed, which
  * makes the stale bytes of the previous use unable to validate (docs/log-format.md §7).
  *
@@ -20,7 +20,7 @@
 
 #include "core/util.h"
 #include "log/check.h"
-#include "replica/backup_int.h"
+#include "backup/backup_int.h"
 
 #define POOL_ACCESS (TW_MR_REMOTE_WRITE | TW_MR_REMOTE_READ)
 
