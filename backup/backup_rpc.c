@@ -106,7 +106,7 @@ static int auth_refuse(struct tw_backup *b, struct tw__rpc_call *call, const cha
 	struct conn *c = call_conn(call);
 
 	auth_count(b, false);
-	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s",
+	tw_log_ratelimited(TW_DIAG_WARN, "backup: authentication failed for %s: %s",
 			   tw__chan_peer(call->ch), why);
 	if (c)
 		mark_refused(b, c);
@@ -178,7 +178,7 @@ void tw__bk_auth_conn_gone(struct tw_backup *b, struct conn *c)
 	/* The peer got our challenge and left without a proof: usually a client whose key
 	 * differs (it refused our MAC). */
 	auth_count(b, false);
-	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: the peer closed "
+	tw_log_ratelimited(TW_DIAG_WARN, "backup: authentication failed for %s: the peer closed "
 			   "the connection during the key handshake (a different key file?)",
 			   c->ch ? tw__chan_peer(c->ch) : "a peer");
 }
@@ -196,7 +196,7 @@ static int admit(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, si
 	snprintf(why, why_len, "backup requires authentication: give --key-file (or TW_KEY_FILE) "
 		 "with the cluster key; %s refused before the key handshake", tw__rpc_op_name(op));
 	auth_count(b, false);
-	tw_log_ratelimited(TW_LOG_WARN, "backup: authentication failed for %s: %s refused before "
+	tw_log_ratelimited(TW_DIAG_WARN, "backup: authentication failed for %s: %s refused before "
 			   "the key handshake", tw__chan_peer(ch), tw__rpc_op_name(op));
 	return -EACCES;
 }
@@ -216,7 +216,7 @@ static int h_handshake(void *arg, struct tw__rpc_call *call)
 		if (rc)
 			return rc;
 	} else if (q->auth_nonce.len) {
-		tw_log_ratelimited(TW_LOG_WARN, "backup: %s offers a key handshake but this backup "
+		tw_log_ratelimited(TW_DIAG_WARN, "backup: %s offers a key handshake but this backup "
 				   "has no key: give --key-file (or TW_KEY_FILE) with the cluster "
 				   "key; the peer will refuse us", tw__chan_peer(call->ch));
 	}
@@ -489,7 +489,7 @@ static void on_server_close(void *arg, struct tw_chan *ch, int reason)
 	struct conn *c = tw__chan_user(ch);
 
 	if (reason != -EACCES) /* authentication failures were logged already */
-		tw_log_ratelimited(TW_LOG_WARN, "backup: closing connection from %s: %s "
+		tw_log_ratelimited(TW_DIAG_WARN, "backup: closing connection from %s: %s "
 				   "(protocol violation)", tw__chan_peer(ch), tw_strerror(reason));
 	if (!c)
 		return;

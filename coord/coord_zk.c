@@ -107,9 +107,9 @@ static void zk_log(const char *msg)
 	while (n > 0 && n <= sizeof(buf) - 1 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		buf[--n] = '\0';
 	if (loud)
-		tw_log_ratelimited(TW_LOG_INFO, "zookeeper client: %s", buf);
+		tw_log_ratelimited(TW_DIAG_INFO, "zookeeper client: %s", buf);
 	else
-		tw_log_ratelimited(TW_LOG_DEBUG, "zookeeper client: %s", buf);
+		tw_log_ratelimited(TW_DIAG_DEBUG, "zookeeper client: %s", buf);
 }
 
 static atomic_bool client_quiet;
@@ -118,8 +118,8 @@ static atomic_bool client_quiet;
 static void set_client_level(void)
 {
 	zoo_set_debug_level(atomic_load(&client_quiet) ? (ZooLogLevel)0 :
-			    tw__log_enabled(TW_LOG_DEBUG) ? ZOO_LOG_LEVEL_INFO :
-			    tw__log_enabled(TW_LOG_INFO) ? ZOO_LOG_LEVEL_WARN : ZOO_LOG_LEVEL_ERROR);
+			    tw__log_enabled(TW_DIAG_DEBUG) ? ZOO_LOG_LEVEL_INFO :
+			    tw__log_enabled(TW_DIAG_INFO) ? ZOO_LOG_LEVEL_WARN : ZOO_LOG_LEVEL_ERROR);
 }
 
 static zhandle_t *zk_init(const char *hosts, watcher_fn fn, int timeout_ms,

@@ -45,7 +45,7 @@ const char *tw_strerror(int err)
 	return "unknown error";
 }
 
-static tw_log_fn log_sink;
+static tw_diag_fn log_sink;
 static void *log_sink_arg;
 static int log_level = -1; /* -1: not read from the environment yet */
 static bool log_time;      /* TW_LOG_TIME=1: wall-clock time on every stderr line */
@@ -54,17 +54,17 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static void log_init(void)
 {
 	const char *s = getenv("TW_LOG_LEVEL"), *t = getenv("TW_LOG_TIME");
-	int lvl = TW_LOG_WARN;
+	int lvl = TW_DIAG_WARN;
 
 	if (s && *s) {
 		if (!strcasecmp(s, "error"))
-			lvl = TW_LOG_ERROR;
+			lvl = TW_DIAG_ERROR;
 		else if (!strcasecmp(s, "warn") || !strcasecmp(s, "warning"))
-			lvl = TW_LOG_WARN;
+			lvl = TW_DIAG_WARN;
 		else if (!strcasecmp(s, "info"))
-			lvl = TW_LOG_INFO;
+			lvl = TW_DIAG_INFO;
 		else if (!strcasecmp(s, "debug"))
-			lvl = TW_LOG_DEBUG;
+			lvl = TW_DIAG_DEBUG;
 		else
 			fprintf(stderr, "tailwind[%d] warn: TW_LOG_LEVEL=%s is not a log level "
 				"(error, warn, info, debug); using warn\n", (int)getpid(), s);
@@ -74,25 +74,25 @@ static void log_init(void)
 		__atomic_store_n(&log_level, lvl, __ATOMIC_RELAXED);
 }
 
-void tw_log_set_sink(tw_log_fn fn, void *arg)
+void tw_diag_set_sink(tw_diag_fn fn, void *arg)
 {
 	log_sink = fn;
 	log_sink_arg = arg;
 }
 
-void tw_log_set_level(enum tw_log_level level)
+void tw_diag_set_level(enum tw_diag_level level)
 {
 	pthread_once(&log_once, log_init);
 	__atomic_store_n(&log_level, (int)level, __ATOMIC_RELAXED);
 }
 
-bool tw__log_enabled(enum tw_log_level level)
+bool tw__log_enabled(enum tw_diag_level level)
 {
 	pthread_once(&log_once, log_init);
 	return (int)level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
 }
 
-void tw__log(enum tw_log_level level, const char *fmt, ...)
+void tw__log(enum tw_diag_level level, const char *fmt, ...)
 {
 	static const char *const names[] = {"error", "warn", "info", "debug"};
 	char msg[1024];

@@ -112,16 +112,16 @@ static inline uint64_t tw_now_ns(void)
 }
 
 /* Logging. tw__log formats and hands the message to the sink if `level` passes the threshold. */
-void tw__log(enum tw_log_level level, const char *fmt, ...) TW_PRINTF(2, 3);
-bool tw__log_enabled(enum tw_log_level level);
+void tw__log(enum tw_diag_level level, const char *fmt, ...) TW_PRINTF(2, 3);
+bool tw__log_enabled(enum tw_diag_level level);
 
-#define tw_log_error(...) tw__log(TW_LOG_ERROR, __VA_ARGS__)
-#define tw_log_warn(...) tw__log(TW_LOG_WARN, __VA_ARGS__)
-#define tw_log_info(...) tw__log(TW_LOG_INFO, __VA_ARGS__)
+#define tw_log_error(...) tw__log(TW_DIAG_ERROR, __VA_ARGS__)
+#define tw_log_warn(...) tw__log(TW_DIAG_WARN, __VA_ARGS__)
+#define tw_log_info(...) tw__log(TW_DIAG_INFO, __VA_ARGS__)
 #define tw_log_debug(...)                                  \
 	do {                                               \
-		if (tw__log_enabled(TW_LOG_DEBUG))         \
-			tw__log(TW_LOG_DEBUG, __VA_ARGS__); \
+		if (tw__log_enabled(TW_DIAG_DEBUG))         \
+			tw__log(TW_DIAG_DEBUG, __VA_ARGS__); \
 	} while (0)
 
 /*

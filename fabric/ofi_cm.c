@@ -521,7 +521,7 @@ int tw__cm_poll_eq(struct ofi_fab *of)
 			continue;
 		}
 		if (rc < 0) {
-			tw_log_ratelimited(TW_LOG_WARN, "fabric: fi_eq_read: %s", fi_strerror((int)-rc));
+			tw_log_ratelimited(TW_DIAG_WARN, "fabric: fi_eq_read: %s", fi_strerror((int)-rc));
 			break;
 		}
 		n++;

@@ -250,7 +250,7 @@ static void handle_err(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *m
 		tw_log_debug("fabric %s: receives flushed on channel to %s", of->base.prov,
 			     ch ? ch->base.peer : "?");
 	else
-		tw_log_ratelimited(TW_LOG_WARN, "fabric %s: completion error to %s: %s (%s)",
+		tw_log_ratelimited(TW_DIAG_WARN, "fabric %s: completion error to %s: %s (%s)",
 				   of->base.prov, ch ? ch->base.peer : "?", fi_strerror(err->err), pbuf);
 	if (op) {
 		op->fab_priv[0] = NULL;
@@ -326,7 +326,7 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 			continue;
 		}
 		if (n < 0) {
-			tw_log_ratelimited(TW_LOG_WARN, "fabric: fi_cq_read: %s", fi_strerror((int)-n));
+			tw_log_ratelimited(TW_DIAG_WARN, "fabric: fi_cq_read: %s", fi_strerror((int)-n));
 			if (msg_ch)
 				tw__chan_set_lost(&msg_ch->base, tw__ofi_errno((int)n));
 			break;

@@ -128,7 +128,7 @@ int tw__msg_post_recv(struct ofi_fab *of, struct ofi_ctx *ctx)
 		rc = fi_recv(ep, ctx->buf, of->slot_size, desc, FI_ADDR_UNSPEC, ctx);
 	} while (rc == -FI_EAGAIN && ++tries < 1000);
 	if (rc) {
-		tw_log_ratelimited(TW_LOG_WARN, "fabric %s: fi_recv: %s", of->base.prov,
+		tw_log_ratelimited(TW_DIAG_WARN, "fabric %s: fi_recv: %s", of->base.prov,
 				   fi_strerror((int)-rc));
 		return tw__ofi_errno((int)rc);
 	}

@@ -279,7 +279,7 @@ void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 	if (ch->pidfd < 0 && errno == ESRCH) {
 		ch->peer_gone = true; /* dead already: the first post fails the channel */
 	} else if (ch->pidfd < 0) {
-		tw_log_ratelimited(TW_LOG_WARN, "fabric shm: pidfd_open(%d): %s; the death of %s "
+		tw_log_ratelimited(TW_DIAG_WARN, "fabric shm: pidfd_open(%d): %s; the death of %s "
 				   "is seen by the op timeout only", pid, strerror(errno),
 				   ch->base.peer);
 	} else {
@@ -864,7 +864,7 @@ bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 			return false;
 		ch->peer_id = src;
 		if (av_add(of, ch, name) < 0) {
-			tw_log_ratelimited(TW_LOG_WARN, "fabric %s: refusing %s: %s", fab->prov, name,
+			tw_log_ratelimited(TW_DIAG_WARN, "fabric %s: refusing %s: %s", fab->prov, name,
 					   fab->errmsg);
 			discard(ch);
 			return false;

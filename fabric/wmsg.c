@@ -165,7 +165,7 @@ static void reply(struct tw_chan *ch, const struct wmsg_hdr *q, int status)
 	encode(&h, buf);
 	rc = ch->fab->ops->send(ch, buf, sizeof(buf));
 	if (rc < 0)
-		tw_log_ratelimited(TW_LOG_WARN, "fabric %s: write reply to %s failed: %s",
+		tw_log_ratelimited(TW_DIAG_WARN, "fabric %s: write reply to %s failed: %s",
 				   ch->fab->prov, ch->peer, tw_strerror(rc));
 }
 
@@ -214,7 +214,7 @@ static void serve(struct tw_chan *ch, const struct wmsg_hdr *h, const uint8_t *d
 			rc = fab->write_check(wbuf, h->write_len);
 	}
 	if (rc < 0)
-		tw_log_ratelimited(TW_LOG_WARN, "fabric %s: write of %llu bytes at 0x%llx (key "
+		tw_log_ratelimited(TW_DIAG_WARN, "fabric %s: write of %llu bytes at 0x%llx (key "
 				   "0x%llx) from %s refused: %s", fab->prov,
 				   (unsigned long long)h->write_len,
 				   (unsigned long long)h->write_addr, (unsigned long long)h->key,

@@ -145,8 +145,8 @@ static int grow(struct tw_arena *a, size_t len, char *why, size_t whylen)
 	if (len > room || ext_len < len) {
 		a->st.refused++;
 		snprintf(why, whylen, "log arena exhausted: %zu bytes needed, %zu of its budget "
-			 "of %zu in use (release segments with tw_primary_release or "
-			 "tw_primary_free, or raise arena_size)", len, a->st.used, a->st.budget);
+			 "of %zu in use (release segments with tw_primary_unload or "
+			 "tw_primary_trim, or raise arena_size)", len, a->st.used, a->st.budget);
 		return -ENOSPC;
 	}
 	e = calloc(1, sizeof(*e));

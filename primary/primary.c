@@ -1057,7 +1057,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		if (!p->errmsg[0])
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", tw_strerror(rc));
 		/* An existing log is an expected answer (the caller takes it over): not an error. */
-		tw__log(rc == -TW_EEXIST ? TW_LOG_INFO : TW_LOG_ERROR, "primary: open log %llu "
+		tw__log(rc == -TW_EEXIST ? TW_DIAG_INFO : TW_DIAG_ERROR, "primary: open log %llu "
 		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		p->coord = NULL;
@@ -1235,7 +1235,7 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 	return takeover(ctx, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 }
 
-int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
+int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 {
 	uint64_t n = 0;
 	int rc, released;
@@ -1246,7 +1246,7 @@ int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 	if (p->cur && below_segment > p->cur->id)
 		below_segment = p->cur->id;
 	tw__primary_unlock(p);
-	released = tw_primary_release(p, below_segment);
+	released = tw_primary_unload(p, below_segment);
 	if (released < 0)
 		return released;
 	if (p->thread_started) {
@@ -1617,7 +1617,7 @@ int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data_out, u
 	return tw_primary_read_pos(p, tw_lsn_to_pos(lsn), data_out, len_out);
 }
 
-int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
+int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 {
 	struct pseg *now = NULL;
 	int n = 0;

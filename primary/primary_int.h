@@ -299,11 +299,11 @@ struct tw_primary {
 
 	struct tw_primary_stats st; /* single writer per field; read with atomics */
 
-	/* Released segments (tw_primary_release): segs[i] is NULL for i < released (an index). */
+	/* Released segments (tw_primary_unload): segs[i] is NULL for i < released (an index). */
 	uint32_t released;
 	struct pseg *free_list; /* async mode, under lock: to be freed by the progress thread */
 	uint64_t free_req;      /* async mode, under lock: FreeSegments below this, for the
-				 * progress thread (tw_primary_free); 0: none */
+				 * progress thread (tw_primary_trim); 0: none */
 	uint64_t free_done;     /* highest mark sent */
 
 	/* Pre-opened next segment (cfg.preopen): its open RPCs, answered during progress. */

@@ -300,7 +300,7 @@ int tw__rpc_call_sync(struct tw_rpc_client *cl, Tailwind__Envelope *req, struct 
 		if (cl->fab) {
 			rc = tw__fab_progress(cl->fab, t);
 			if (rc < 0)
-				tw_log_ratelimited(TW_LOG_WARN, "rpc: progress failed: %s",
+				tw_log_ratelimited(TW_DIAG_WARN, "rpc: progress failed: %s",
 						   tw_strerror(rc));
 		}
 		tw__rpc_client_expire(cl);
@@ -365,7 +365,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		status = tw__rpc_reply_status(env, &rmsg);
 		cl->st.malformed++;
 		if (status >= 0 && tw__rpc_validate_reply(env, NULL, 0) == TAILWIND__STATUS__STATUS_OK) {
-			tw_log_ratelimited(TW_LOG_WARN, "rpc: %s rejected a message: %s: %s",
+			tw_log_ratelimited(TW_DIAG_WARN, "rpc: %s rejected a message: %s: %s",
 					   peer(cl), tw__rpc_status_name(status), rmsg);
 			set_errmsg(cl, "peer rejected a message: %s: %s", tw__rpc_status_name(status),
 				   rmsg);
@@ -382,7 +382,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	}
 	if (tw__rpc_validate_reply(env, why, sizeof(why)) != TAILWIND__STATUS__STATUS_OK) {
 		cl->st.malformed++;
-		tw_log_ratelimited(TW_LOG_WARN, "rpc: bad reply from %s: %s", peer(cl),
+		tw_log_ratelimited(TW_DIAG_WARN, "rpc: bad reply from %s: %s", peer(cl),
 				   why);
 		set_errmsg(cl, "bad reply: %s", why);
 		complete(cl, s, -TW_EPROTO, NULL);

@@ -142,7 +142,7 @@ void tw__rpc_server_on_lost(struct tw_rpc_server *srv, struct tw_chan *ch)
 
 static int close_chan(struct tw_rpc_server *srv, struct tw_chan *ch, int reason, const char *why)
 {
-	tw_log_ratelimited(TW_LOG_WARN, "rpc: closing channel to %s: %s", srv->cops.peer(ch), why);
+	tw_log_ratelimited(TW_DIAG_WARN, "rpc: closing channel to %s: %s", srv->cops.peer(ch), why);
 	tw__rpc_server_on_lost(srv, ch);
 	srv->st.closed++;
 	if (srv->ops.on_close)
@@ -182,7 +182,7 @@ static void send_env(struct tw_rpc_server *srv, struct tw_chan *ch, const Tailwi
 	rc = srv->cops.send(ch, buf, len);
 	if (rc) {
 		srv->st.send_errors++;
-		tw_log_ratelimited(TW_LOG_WARN, "rpc: reply to %s not sent: %s", srv->cops.peer(ch),
+		tw_log_ratelimited(TW_DIAG_WARN, "rpc: reply to %s not sent: %s", srv->cops.peer(ch),
 				   tw_strerror(rc));
 		return;
 	}
@@ -416,7 +416,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 			tw_log_info("rpc: unsupported request from %s: %s", srv->cops.peer(ch), why);
 		} else {
 			srv->st.malformed++;
-			tw_log_ratelimited(TW_LOG_WARN, "rpc: invalid request from %s: %s",
+			tw_log_ratelimited(TW_DIAG_WARN, "rpc: invalid request from %s: %s",
 					   srv->cops.peer(ch), why);
 			if (strike(srv, ch))
 				return close_chan(srv, ch, -TW_EPROTO, "too many malformed messages");

@@ -1,5 +1,5 @@
 /*
- * recovery/recover.c — tw_recover() and tw_recover_fence() (include/tailwind/recovery.h):
+ * recovery/recover.c — tw_recover() and tw_admin_fence() (include/tailwind/recovery.h):
  * connect to the backups, fence, list, choose a copy per segment, hand the fetch to
  * recover_fetch.c, then record the recovered lengths. One thread; blocking.
  */
@@ -851,7 +851,7 @@ int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void
 	return tw__recover_as(cfg, 0, cb, arg, res_out, NULL, errmsg_out, errmsg_len);
 }
 
-int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
+int tw_admin_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
 		     unsigned *fenced_out, char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_recover_result res;
@@ -954,13 +954,13 @@ static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t 
 	return rc;
 }
 
-int tw_log_free(const struct tw_recover_config *cfg, uint64_t below_segment, uint64_t *freed_out,
+int tw_admin_trim(const struct tw_recover_config *cfg, uint64_t below_segment, uint64_t *freed_out,
 		char *errmsg_out, size_t errmsg_len)
 {
 	return clean(cfg, false, below_segment, freed_out, errmsg_out, errmsg_len);
 }
 
-int tw_log_delete(const struct tw_recover_config *cfg, uint64_t *freed_out, char *errmsg_out,
+int tw_admin_delete(const struct tw_recover_config *cfg, uint64_t *freed_out, char *errmsg_out,
 		  size_t errmsg_len)
 {
 	return clean(cfg, true, 0, freed_out, errmsg_out, errmsg_len);

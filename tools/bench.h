@@ -52,7 +52,7 @@ struct opts {
 	bool json;
 	bool busy_poll;
 	bool preopen;
-	bool keep_segments;                     /* --keep-segments: never tw_primary_release */
+	bool keep_segments;                     /* --keep-segments: never tw_primary_unload */
 	size_t arena_size;                      /* --arena-size (0: the library's default) */
 	bool progress;
 	const char *twd_path;

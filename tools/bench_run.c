@@ -197,7 +197,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 		/* A service keeps in memory what it still reads: here nothing, so the closed
 		 * segments below the acknowledged one go back to the log arena for reuse. */
 		if (!o->keep_segments && (i & 0xfff) == 0xfff)
-			tw_primary_release(p, (uint32_t)(tw_primary_acked_lsn(p) >> 32));
+			tw_primary_unload(p, (uint32_t)(tw_primary_acked_lsn(p) >> 32));
 		if (o->progress && (i & 0x3fff) == 0)
 			progress_bar(i, res->count);
 	}

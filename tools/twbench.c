@@ -183,7 +183,7 @@ static int parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, un
 
 /* ------------------------------------------------------------------ main */
 
-static void quiet_sink(void *arg, enum tw_log_level level, const char *msg)
+static void quiet_sink(void *arg, enum tw_diag_level level, const char *msg)
 {
 	(void)arg;
 	(void)level;
@@ -200,9 +200,9 @@ static int check_provider(const char *prov)
 
 	tw__fab_config_init(&fc);
 	fc.provider = prov;
-	tw_log_set_sink(quiet_sink, NULL); /* the one line below says it all */
+	tw_diag_set_sink(quiet_sink, NULL); /* the one line below says it all */
 	rc = tw__fab_open(&fc, &ev, &fab);
-	tw_log_set_sink(NULL, NULL);
+	tw_diag_set_sink(NULL, NULL);
 	if (rc < 0) {
 		fprintf(stderr, "twbench: --provider %s: %s\n", prov, tw__fab_errmsg(NULL));
 		return rc;

@@ -826,7 +826,7 @@ static int cmd_fence(int argc, char **argv)
 	recover_cfg(&cfg, log_id, epoch);
 	if (g.coord && twctl_coord_epoch(g.coord, g.timeout_ms, "fence", &cfg) < 0)
 		return EXIT_FAIL;
-	rc = tw_recover_fence(&cfg, &got, &fenced, err, sizeof(err));
+	rc = tw_admin_fence(&cfg, &got, &fenced, err, sizeof(err));
 	if (g.json) {
 		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"epoch\":%" PRIu64 ",\"fenced\":%u,"
 		       "\"backups\":%u,\"error\":", log_id, rc ? "false" : "true", got, fenced, g.nbk);
@@ -1149,8 +1149,8 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		free(bl.ids);
 		return EXIT_FAIL;
 	}
-	rc = delete_log ? tw_log_delete(&cfg, &freed, err, sizeof(err))
-			: tw_log_free(&cfg, below, &freed, err, sizeof(err));
+	rc = delete_log ? tw_admin_delete(&cfg, &freed, err, sizeof(err))
+			: tw_admin_trim(&cfg, below, &freed, err, sizeof(err));
 	if (g.json) {
 		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64,
 		       log_id, rc ? "false" : "true", freed);
@@ -1481,7 +1481,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (verbose)
-		tw_log_set_level(verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
+		tw_diag_set_level(verbose > 1 ? TW_DIAG_DEBUG : TW_DIAG_INFO);
 	if (optind >= argc) {
 		fprintf(stderr, "twctl: no command given (");
 		name_commands(stderr);

@@ -686,7 +686,7 @@ int main(int argc, char **argv)
 	if (status >= 0)
 		return status;
 	if (o.verbose)
-		tw_log_set_level(o.verbose > 1 ? TW_LOG_DEBUG : TW_LOG_INFO);
+		tw_diag_set_level(o.verbose > 1 ? TW_DIAG_DEBUG : TW_DIAG_INFO);
 	status = check_key(cfg);
 	if (status)
 		return status;

@@ -245,7 +245,7 @@ static void *acquire_main(void *arg)
 		 * backups' part runs on the progress thread; a failure there is only logged, and
 		 * the next free, the cleaner's, covers them again). */
 		else if (tw_primary_first_segment(p) > 0)
-			tw_primary_free(p, tw_primary_first_segment(p));
+			tw_primary_trim(p, tw_primary_first_segment(p));
 	} else if (rb.err[0]) {
 		snprintf(a->err, sizeof(a->err), "%s", rb.err);
 	}
@@ -431,7 +431,7 @@ static void clean_step(struct kv_server *s, struct part *pt)
 		pt->walk_found = false;
 		return;
 	}
-	if (tw_primary_free(pt->p, pt->clean_below) >= 0) {
+	if (tw_primary_trim(pt->p, pt->clean_below) >= 0) {
 		pt->segments_freed += pt->clean_below - pt->free_below;
 		pt->free_below = pt->clean_below;
 	}

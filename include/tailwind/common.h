@@ -71,21 +71,21 @@ TW_API const char *tw_strerror(int err);
 
 /* Log levels. The default sink writes to stderr (never stdout); the level comes from the
  * environment variable TW_LOG_LEVEL (error, warn, info, debug; default warn). */
-enum tw_log_level {
-	TW_LOG_ERROR = 0,
-	TW_LOG_WARN = 1,
-	TW_LOG_INFO = 2,
-	TW_LOG_DEBUG = 3,
+enum tw_diag_level {
+	TW_DIAG_ERROR = 0,
+	TW_DIAG_WARN = 1,
+	TW_DIAG_INFO = 2,
+	TW_DIAG_DEBUG = 3,
 };
 
-typedef void (*tw_log_fn)(void *arg, enum tw_log_level level, const char *msg);
+typedef void (*tw_diag_fn)(void *arg, enum tw_diag_level level, const char *msg);
 
 /*
  * Replace the log sink (NULL restores the stderr default) and the level threshold.
  * Not thread-safe with respect to concurrent logging: call it once at start-up.
  */
-TW_API void tw_log_set_sink(tw_log_fn fn, void *arg);
-TW_API void tw_log_set_level(enum tw_log_level level);
+TW_API void tw_diag_set_sink(tw_diag_fn fn, void *arg);
+TW_API void tw_diag_set_level(enum tw_diag_level level);
 
 /* Library version string, e.g. "0.1.0". */
 TW_API const char *tw_version(void);

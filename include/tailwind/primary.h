@@ -18,7 +18,7 @@
  * Memory: an open log holds its open segment in this process, segment_size bytes (8 MiB by
  * default), allocated and registered at the open of the segment — two with preopen — and keeps
  * every closed segment too, so that tw_primary_read() can serve any entry, until
- * tw_primary_release() drops the segments below an id (tw_primary_free() does it with the
+ * tw_primary_unload() drops the segments below an id (tw_primary_trim() does it with the
  * backups' copies) or tw_primary_close(). On each of its r backups an open segment takes one
  * buffer of the backup's pool (twd --buffer-size, at least segment_size), two with preopen.
  * A hundred logs on a context are thus at least 100 x segment_size here and 100 buffers on each
@@ -158,7 +158,7 @@ struct tw_primary_config {
 	size_t arena_size;            /* budget of the log arena in bytes (docs/primary.md,
 				       * "Memory: the log arena"): segments are carved from
 				       * memory registered once and reused after
-				       * tw_primary_release / tw_primary_free. 0 (default): a
+				       * tw_primary_unload / tw_primary_trim. 0 (default): a
 				       * quarter of the machine's memory. A rollover that would
 				       * exceed it fails the append with -ENOSPC (the log stays
 				       * usable: release segments, append again). Ignored on a
@@ -217,7 +217,7 @@ TW_API int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_e
 
 /*
  * Log cleaning: free the log's segments below `below_segment` on every backup (FreeSegments:
- * files removed, buffers returned) and in the primary's memory (as tw_primary_release). The
+ * files removed, buffers returned) and in the primary's memory (as tw_primary_unload). The
  * open segment is never freed (below_segment is capped at it). Recovery and takeover then start
  * at `below_segment`. Sync mode: blocking, returns the number of segments released from memory
  * or the first error of a backup (the others still freed theirs). Async mode: the RPCs are
@@ -225,7 +225,7 @@ TW_API int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_e
  * keeps its copies until a later free reaches it (frees are cumulative); recovery ignores copies
  * below the highest mark any backup reports.
  */
-TW_API int tw_primary_free(struct tw_primary *p, uint32_t below_segment);
+TW_API int tw_primary_trim(struct tw_primary *p, uint32_t below_segment);
 
 /* The epoch this primary owns the log at (resolved at open / takeover). */
 TW_API uint64_t tw_primary_epoch(const struct tw_primary *p);
@@ -264,7 +264,7 @@ typedef void (*tw_append_cb)(void *arg, int status, uint64_t lsn);
  * -TW_EFENCED (a recovery fenced the log), -ETIMEDOUT, -TW_ECLOSED (after
  * tw_primary_finish), -EDEADLK (async mode, called from a callback), -ENOSPC (the entry needs
  * a new segment and the log arena's budget is exhausted: nothing was appended and the log goes
- * on; release segments with tw_primary_release / tw_primary_free and append again).
+ * on; release segments with tw_primary_unload / tw_primary_trim and append again).
  * Sync mode: the caller's thread progresses the fabric and may run other appends' callbacks.
  * Async mode: thread-safe; waits on a condition variable while the progress thread works.
  */
@@ -298,8 +298,8 @@ TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
 
 /*
  * Read back the entry at `lsn` from the primary's memory. *data_out points into the log
- * (borrowed until tw_primary_close(), or until its segment is released by tw_primary_release /
- * tw_primary_free, whichever comes first; never modified), *len_out is its length. Any appended
+ * (borrowed until tw_primary_close(), or until its segment is released by tw_primary_unload /
+ * tw_primary_trim, whichever comes first; never modified), *len_out is its length. Any appended
  * entry can be read, acknowledged or not. Returns 0, -TW_ENOTFOUND (no entry starts there),
  * -EINVAL. Thread-safe in async mode.
  */
@@ -313,11 +313,11 @@ TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const vo
 /*
  * Free the primary's memory of the closed segments below `below_segment` (the open segment is
  * never released). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
- * copies: tw_primary_free() drops those too (log cleaning). Their memory goes back to the log
+ * copies: tw_primary_trim() drops those too (log cleaning). Their memory goes back to the log
  * arena for later segments (in async mode the progress thread gives it back shortly after).
  * Returns the number of segments released by this call, or -EINVAL. Thread-safe in async mode.
  */
-TW_API int tw_primary_release(struct tw_primary *p, uint32_t below_segment);
+TW_API int tw_primary_unload(struct tw_primary *p, uint32_t below_segment);
 
 /* lsn just past the last acknowledged entry (0 before the first). Thread-safe. */
 TW_API uint64_t tw_primary_acked_lsn(struct tw_primary *p);

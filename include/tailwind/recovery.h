@@ -174,7 +174,7 @@ TW_API int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn c
  * NULL) how many backups accepted it. Returns 0 when at least one backup accepted, else as
  * tw_recover(). Blocking; borrowed arguments as tw_recover().
  */
-TW_API int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
+TW_API int tw_admin_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,
 			    unsigned *fenced_out, char *errmsg_out, size_t errmsg_len);
 
 /*
@@ -186,18 +186,18 @@ TW_API int tw_recover_fence(const struct tw_recover_config *cfg, uint64_t *epoch
  * Returns 0 when every reachable backup accepted, else the first refusal (-EINVAL: an open
  * segment below the mark; -TW_EFENCED), -TW_ENOBACKUP (none reachable), -EINVAL (cfg).
  */
-TW_API int tw_log_free(const struct tw_recover_config *cfg, uint64_t below_segment,
+TW_API int tw_admin_trim(const struct tw_recover_config *cfg, uint64_t below_segment,
 		       uint64_t *freed_out, char *errmsg_out, size_t errmsg_len);
 
 /*
- * Delete log cfg->log_id (twctl delete): fence it with a new epoch (as tw_recover_fence; the
+ * Delete log cfg->log_id (twctl delete): fence it with a new epoch (as tw_admin_fence; the
  * owner, if it runs, is stopped), then drop every segment of it on every fenced backup, open ones
  * included. Afterwards the backups hold no segment file and no buffer of the log; each keeps only
  * the log's epoch (one journal record) so that an old primary stays fenced. A plain
  * tw_primary_open of the same log id then creates it anew (at a higher epoch). Returns as
- * tw_log_free, or -TW_EFENCED when another owner won the fence.
+ * tw_admin_trim, or -TW_EFENCED when another owner won the fence.
  */
-TW_API int tw_log_delete(const struct tw_recover_config *cfg, uint64_t *freed_out,
+TW_API int tw_admin_delete(const struct tw_recover_config *cfg, uint64_t *freed_out,
 			 char *errmsg_out, size_t errmsg_len);
 
 #ifdef __cplusplus

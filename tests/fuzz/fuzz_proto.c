@@ -167,7 +167,7 @@ static void server_init(void)
 
 	if (srv)
 		return;
-	tw_log_set_level(TW_LOG_ERROR);
+	tw_diag_set_level(TW_DIAG_ERROR);
 	if (tw__rpc_server_create(NULL, &ops, NULL, &srv) != 0)
 		abort();
 	tw__rpc__server_set_chan_ops(srv, &cops);

@@ -15,7 +15,7 @@
  *   recovers  two `twctl recover` of one log at once with automatic epochs (20 rounds, 6 under a
  *             sanitizer): the
  *             loser fails at once, naming the winner's epoch, and delivers nothing;
- *   clean     tw_log_free below segment N: the backups' files of those segments are gone (files
+ *   clean     tw_admin_trim below segment N: the backups' files of those segments are gone (files
  *             and bytes counted), recovery starts at N; `twctl free` does the same;
  *   loss      every backup SIGKILLed after acknowledged appends and restarted: recovery fails
  *             with -TW_ELOST naming the segment, and `twctl recover` exits 1;
@@ -602,8 +602,8 @@ static void test_clean(void)
 	tlog_recover_config(&cfg, prov, cl.addrs, NB, log_id);
 	count_files(log_id, 4, &files0, &bytes0);
 	wfd = watch_dirs();
-	rc = tw_log_free(&cfg, 4, &freed, err, sizeof(err));
-	ok(rc == 0 && freed >= 4 * NB, "tw_log_free below segment 4: %" PRIu64 " copies dropped%s%s",
+	rc = tw_admin_trim(&cfg, 4, &freed, err, sizeof(err));
+	ok(rc == 0 && freed >= 4 * NB, "tw_admin_trim below segment 4: %" PRIu64 " copies dropped%s%s",
 	   freed, rc ? ": " : "", rc ? err : "");
 	wait_files_gone(wfd, log_id, 4, &files1, &bytes1);
 	ok(files1 == 0 && bytes1 == 0, "the backups' files of segments 0..3 are gone (%u files, %"

@@ -10,7 +10,7 @@
  *     opened at an LSN starts exactly there; a one-sided reader (cfg.one_sided) returns the
  *     same objects, the bytes moved by one-sided reads of read grants.
  *  2. eight readers at once, each a `twctl tail` process, follow one writer to the end.
- *  3. cleaning: after tw_primary_free, a reader at a freed position gets -TW_EFREED.
+ *  3. cleaning: after tw_primary_trim, a reader at a freed position gets -TW_EFREED.
  *  4. a backup killed under a reader: the backup it reads from gets SIGKILL while the writer
  *     goes on (the primary replaces the replica on the third backup); the reader moves to
  *     another copy and still returns every object exactly once, in order.
@@ -251,7 +251,7 @@ static void test_follow(void)
 	}
 
 	/* Cleaning: free the first segments; a reader below gets a clear error. */
-	rc = tw_primary_free(p, 3);
+	rc = tw_primary_trim(p, 3);
 	tw_reader_close(r);
 	rc = open_reader(0x7100, TW_READ_LSN, tw_pos_to_lsn((struct tw_pos){ 1, 0 }), NULL, &r,
 			 err, sizeof(err));

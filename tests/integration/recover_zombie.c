@@ -1,6 +1,6 @@
 /*
  * tests/integration/recover_zombie.c — a zombie primary (argv[1]: tcp or sockets). A primary in
- * this process appends N objects to three twd's; then the log is fenced (tw_recover_fence, as a
+ * this process appends N objects to three twd's; then the log is fenced (tw_admin_fence, as a
  * recovery would) while the primary is still alive. The primary keeps appending: every append
  * must fail (the backups closed the registrations of the log's open buffers and the old
  * primary's connections). tw_recover() then returns exactly the N objects. (Not on shm: its fast
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 	TAP_REQUIRE(rc == 0, "flush: %s", tw_strerror(rc));
 
 	tlog_recover_config(&rc_cfg, prov, cl.addrs, 3, LOG);
-	rc = tw_recover_fence(&rc_cfg, &epoch, &fenced, err, sizeof(err));
+	rc = tw_admin_fence(&rc_cfg, &epoch, &fenced, err, sizeof(err));
 	ok(rc == 0 && fenced == 3, "log fenced at epoch %" PRIu64 " on %u backups while its "
 	   "primary still runs", epoch, fenced);
 

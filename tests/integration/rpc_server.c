@@ -181,7 +181,7 @@ int main(int argc, char **argv)
 	while (!stop) {
 		rc = tw__fab_progress(fab, 200);
 		if (rc < 0)
-			tw_log_ratelimited(TW_LOG_WARN, "rpc_server: progress: %s", tw_strerror(rc));
+			tw_log_ratelimited(TW_DIAG_WARN, "rpc_server: progress: %s", tw_strerror(rc));
 	}
 	tw__fab_close(fab);
 	tw__rpc_server_destroy(srv);

@@ -509,10 +509,10 @@ static void spare_from_registry(void)
 
 static unsigned errors_logged;
 
-static void count_errors(void *arg, enum tw_log_level level, const char *msg)
+static void count_errors(void *arg, enum tw_diag_level level, const char *msg)
 {
 	(void)arg;
-	if (level == TW_LOG_ERROR)
+	if (level == TW_DIAG_ERROR)
 		errors_logged++;
 	tap_diag("log: %s", msg);
 }
@@ -539,12 +539,12 @@ static void bounded_wait(void)
 	cfg.provider = prov;
 	cfg.segment_size = 64u << 10;
 	cfg.connect_timeout_ms = 2000;
-	tw_log_set_sink(count_errors, NULL);
+	tw_diag_set_sink(count_errors, NULL);
 	for (int round = 0; round < 2; round++) {
 		rc = tw_primary_standby(&cfg, &sc, NULL, NULL, NULL, NULL, &p, err, sizeof(err));
 		is_int(rc, -ETIMEDOUT, "round %d of a bounded standby: -ETIMEDOUT (%s)", round, err);
 	}
-	tw_log_set_sink(NULL, NULL);
+	tw_diag_set_sink(NULL, NULL);
 	is_int(errors_logged, 0, "and no error logged for the expected timeouts");
 	ok(strstr(err, "still there") != NULL, "the message says why");
 	proc_free(owner);

@@ -253,7 +253,7 @@ static struct tw_primary *build(uint64_t log, uint64_t n)
 		if (lsn >> 32 != seg) { /* a rollover: the closed segments leave our memory */
 			seg = lsn >> 32;
 			segs++;
-			tw_primary_release(p, (uint32_t)seg);
+			tw_primary_unload(p, (uint32_t)seg);
 		}
 	}
 	rc = tw_primary_flush(p);

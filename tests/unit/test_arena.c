@@ -127,7 +127,7 @@ int main(void)
 
 	/* Reuse after release. */
 	mapped = st.arena.mapped;
-	is_int(tw_primary_release(p, 2), 2, "segments 0 and 1 released");
+	is_int(tw_primary_unload(p, 2), 2, "segments 0 and 1 released");
 	ok(wait_used(ctx, SEG), "their memory is back in the arena (%" PRIu64 " bytes used)",
 	   arena_used(ctx));
 	rt_fill(obj, n);

@@ -565,7 +565,7 @@ static void test_flush_failure(void)
  * file. */
 static atomic_int direct_lines;
 
-static void count_sink(void *arg, enum tw_log_level level, const char *msg)
+static void count_sink(void *arg, enum tw_diag_level level, const char *msg)
 {
 	(void)arg;
 	if (strstr(msg, "O_DIRECT"))
@@ -820,10 +820,10 @@ int main(void)
 	test_delete_survives_compaction();
 	test_bad_epoch_survives_compaction();
 	test_repair_pieces();
-	tw_log_set_level(TW_LOG_INFO);
-	tw_log_set_sink(count_sink, NULL);
+	tw_diag_set_level(TW_DIAG_INFO);
+	tw_diag_set_sink(count_sink, NULL);
 	test_direct_refused();
-	tw_log_set_sink(NULL, NULL);
+	tw_diag_set_sink(NULL, NULL);
 	rm_tree(dir); /* the next test starts on an empty directory */
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
 	test_battery_and_restart();

@@ -5,7 +5,7 @@
  * pool of ONE buffer, a client writing with one-sided writes (tests/lib/twd_client.c), torn
  * writes injected with tw__mem_inject, then the backup's listing (its seeded scan of the open
  * buffer), tw_recover() (read grant, one-sided reads, verification with the listed seed,
- * RecoveredOffset closing the copy, flush to a version-4 segment file) and tw_log_delete(), which
+ * RecoveredOffset closing the copy, flush to a version-4 segment file) and tw_admin_delete(), which
  * hands the buffer back for the next use as it is.
  *
  * The test keeps a shadow of the buffer's bytes (what every write, whole or torn, put there),
@@ -304,7 +304,7 @@ int main(void)
 		}
 		TAP_REQUIRE(rc == 0, "use %u: recovery: %s: %s", u, tw_strerror(rc), err);
 		/* Drop the log's segment: its buffer returns to the pool as it is. */
-		rc = tw_log_delete(&cfg, NULL, err, sizeof(err));
+		rc = tw_admin_delete(&cfg, NULL, err, sizeof(err));
 		TAP_REQUIRE(rc == 0, "use %u: delete log %" PRIx64 ": %s: %s", u, log_id,
 			    tw_strerror(rc), err);
 		epoch[li] = res.epoch + 2;

@@ -11,7 +11,7 @@
  *   - closing one log leaves the other working; tw_ctx_close refuses while a log is open;
  *   - a takeover of one log by another primary fences it there, which closes the context's
  *     shared connections: the fenced log fails with -TW_EFENCED, the other goes on (reconnect);
- *   - tw_primary_takeover_on and tw_primary_free on a context;
+ *   - tw_primary_takeover_on and tw_primary_trim on a context;
  *   - recovery returns every acknowledged entry of every log, in order;
  *   - the private-context path (tw_primary_open) still works next to it.
  */
@@ -251,8 +251,8 @@ int main(void)
 			aa = a2;
 			TAP_REQUIRE(append_range(pa, 400, 4500, 5000, &aa) == 0, "append A");
 			is_int(tw_primary_flush(pa), 0, "A appends after the takeover");
-			rc = tw_primary_free(pa, tw_primary_first_segment(pa));
-			ok(rc >= 0, "tw_primary_free on a log of a context (%d)", rc);
+			rc = tw_primary_trim(pa, tw_primary_first_segment(pa));
+			ok(rc >= 0, "tw_primary_trim on a log of a context (%d)", rc);
 		}
 	}
 

@@ -515,7 +515,7 @@ static void test_noprov(void)
 
 	tw__fab_config_init(&cfg);
 	cfg.provider = "nosuchprov";
-	tw_log_set_level(TW_LOG_ERROR);
+	tw_diag_set_level(TW_DIAG_ERROR);
 	int rc = tw__fab_open(&cfg, NULL, &f);
 	is_int(rc, -TW_ENOPROV, "unknown provider: -TW_ENOPROV");
 	const char *m = tw__fab_errmsg(NULL);

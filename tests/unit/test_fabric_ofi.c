@@ -585,7 +585,7 @@ int main(int argc, char **argv)
 	   "tcp;ofi_rxm refused: %s", tw__fab_errmsg(NULL));
 
 	/* verbs: no device on this machine → -TW_ENOPROV and the list */
-	tw_log_set_level(TW_LOG_ERROR);
+	tw_diag_set_level(TW_DIAG_ERROR);
 	cfg.provider = "verbs";
 	int rc = tw__fab_open(&cfg, NULL, &fab);
 	if (rc == 0) {

@@ -156,7 +156,7 @@ static void workload(struct run *r, int *rec_rc, struct check *rec)
 	*rec_rc = recover(r, rec, err, sizeof(err));
 }
 
-static void quiet(void *arg, enum tw_log_level level, const char *msg)
+static void quiet(void *arg, enum tw_diag_level level, const char *msg)
 {
 	(void)arg;
 	(void)level;
@@ -171,7 +171,7 @@ int main(void)
 	tap_plan(4);
 	tbackups_start(&cl, "tw-oom", NB, "mem", 32, SEG);
 	if (!getenv("TW_OOM_VERBOSE"))
-		tw_log_set_sink(quiet, NULL);
+		tw_diag_set_sink(quiet, NULL);
 	tw_af_count_thread(true);
 	k = getenv("TW_OOM_FROM") ? atol(getenv("TW_OOM_FROM")) : 1;
 	for (; k <= MAX_K; k++) {
@@ -217,7 +217,7 @@ int main(void)
 		}
 	}
 	tw_af_count_thread(false);
-	tw_log_set_sink(NULL, NULL);
+	tw_diag_set_sink(NULL, NULL);
 	tap_diag("%lu runs: the swept recovery succeeded in %lu, failed in %lu", runs, rec_ok,
 		 rec_failed);
 	ok(k <= MAX_K && runs > 50, "the sweep reached a run with no allocation failing "

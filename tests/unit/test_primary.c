@@ -334,11 +334,11 @@ static void test_release(const char **addrs, enum tw_primary_mode mode)
 			bad++;
 	}
 	is_int(tw_primary_flush(p), 0, "release %s: flush", m);
-	is_int(tw_primary_release(p, 3), 3, "release %s: segments 0..2 released", m);
-	is_int(tw_primary_release(p, 3), 0, "release %s: again: nothing more", m);
+	is_int(tw_primary_unload(p, 3), 3, "release %s: segments 0..2 released", m);
+	is_int(tw_primary_unload(p, 3), 0, "release %s: again: nothing more", m);
 	is_int(tw_primary_read(p, lsns[0], &d, &len), -TW_ENOTFOUND, "release %s: entry 0 gone", m);
 	ok(check_entry(p, lsns[3999], 100, 3999), "release %s: the last entry still reads", m);
-	is_int(tw_primary_release(p, 1000), (int)tw_lsn_to_pos(lsns[3999]).segment - 3,
+	is_int(tw_primary_unload(p, 1000), (int)tw_lsn_to_pos(lsns[3999]).segment - 3,
 	       "release %s: everything but the open segment", m);
 	for (uint64_t i = 0; i < 500; i++) {
 		fill(buf, 100, i);

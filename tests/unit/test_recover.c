@@ -440,8 +440,8 @@ static void test_cancel_and_errors(void)
 		uint64_t ep = 0;
 		unsigned fenced = 0;
 
-		rc = tw_recover_fence(&cfg, &ep, &fenced, err, sizeof(err));
-		ok(rc == 0 && ep == 50 && fenced == NB, "tw_recover_fence at epoch 50 on all %u "
+		rc = tw_admin_fence(&cfg, &ep, &fenced, err, sizeof(err));
+		ok(rc == 0 && ep == 50 && fenced == NB, "tw_admin_fence at epoch 50 on all %u "
 		   "backups (%s)", fenced, rc ? err : "ok");
 	}
 	cfg.epoch = 10; /* older than the fence above */
