@@ -27,12 +27,21 @@
 #define FLUSH_RETRIES 3
 #define FLUSH_RETRY_NS (5ull * 1000000000u) /* after FLUSH_RETRIES failures in a row */
 
-void tw_backup_config_init(struct tw_backup_config *cfg)
+static void backup_config_defaults(struct tw_backup_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->buffers = TW_BACKUP_DEFAULT_BUFFERS;
 	cfg->buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE;
 	cfg->max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS;
+}
+
+void tw_backup_config_init_sized(struct tw_backup_config *cfg, size_t size)
+{
+	struct tw_backup_config d;
+
+	backup_config_defaults(&d);
+	d.size = (uint32_t)size;
+	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
 }
 
 void tw__bk_seterr(struct tw_backup *b, const char *fmt, ...)
@@ -829,7 +838,7 @@ void tw__bk_stats_sync(struct tw_backup *b)
 	pthread_mutex_unlock(&b->st_lock);
 }
 
-void tw_backup_get_stats(const struct tw_backup *b, struct tw_backup_stats *out)
+static void backup_stats(const struct tw_backup *b, struct tw_backup_stats *out)
 {
 	struct tw_backup *mb = (struct tw_backup *)b; /* the lock is the only thing we change */
 	struct rusage ru;
@@ -843,6 +852,14 @@ void tw_backup_get_stats(const struct tw_backup *b, struct tw_backup_stats *out)
 		out->cpu_sys_us = (uint64_t)ru.ru_stime.tv_sec * 1000000u +
 				  (uint64_t)ru.ru_stime.tv_usec;
 	}
+}
+
+void tw_backup_get_stats_sized(const struct tw_backup *b, struct tw_backup_stats *out, size_t size)
+{
+	struct tw_backup_stats full;
+
+	backup_stats(b, &full);
+	tw__out_copy(out, size, &full, sizeof(full));
 }
 
 /* ------------------------------------------------------------------ life cycle */

@@ -200,3 +200,55 @@ int tw__push(void *arrp, size_t *cap, size_t *n, size_t elem, size_t first, cons
 	(*n)++;
 	return 0;
 }
+
+void tw__cfg_init_copy(void *cfg, size_t size, const void *d, size_t d_size)
+{
+	if (!cfg)
+		return;
+	memset(cfg, 0, size);
+	memcpy(cfg, d, size < d_size ? size : d_size);
+}
+
+int tw__cfg_adopt(void *full, size_t full_size, size_t v1_size, const void *cfg, const char *what,
+		  char *errmsg, size_t errmsg_len)
+{
+	uint32_t size;
+	const unsigned char *extra;
+
+	memcpy(&size, cfg, sizeof(size));
+	/* Version 1.0's structs are the smallest there will be: nothing shorter is a config. */
+	if (size < v1_size || size > (1u << 20)) {
+		if (errmsg && errmsg_len)
+			snprintf(errmsg, errmsg_len, "%s not initialised: call %s_init() first "
+				 "(size field %u)", what, what, size);
+		return -EINVAL;
+	}
+	if (size > full_size) {
+		for (extra = (const unsigned char *)cfg + full_size;
+		     extra < (const unsigned char *)cfg + size; extra++) {
+			if (*extra) {
+				if (errmsg && errmsg_len)
+					snprintf(errmsg, errmsg_len, "%s from a newer libtailwind "
+						 "header (%u bytes, this library knows %zu) sets "
+						 "fields this library does not have: upgrade it",
+						 what, size, full_size);
+				return -ENOTSUP;
+			}
+		}
+		size = (uint32_t)full_size;
+	}
+	memcpy((char *)full + sizeof(uint32_t), (const char *)cfg + sizeof(uint32_t),
+	       size - sizeof(uint32_t));
+	return 0;
+}
+
+void tw__out_copy(void *out, size_t size, const void *full, size_t full_size)
+{
+	if (!out)
+		return;
+	if (size > full_size) {
+		memset((char *)out + full_size, 0, size - full_size);
+		size = full_size;
+	}
+	memcpy(out, full, size);
+}

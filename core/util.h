@@ -103,6 +103,26 @@ void *tw__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first);
  * the array, *cap and *n unchanged. */
 int tw__push(void *arrp, size_t *cap, size_t *n, size_t elem, size_t first, const void *item);
 
+/*
+ * The ABI rule (tailwind/common.h, docs/api.md). Every public config struct starts with
+ * `uint32_t size`, the size of the caller's struct.
+ *
+ * tw__cfg_init_copy: a tw_*_config_init_sized writes the defaults `d` (d_size bytes, d->size
+ * already set to `size`) into the caller's struct of `size` bytes: no more than it has.
+ *
+ * tw__cfg_adopt: an open copies the caller's config `cfg` over `full` (full_size bytes, the
+ * defaults already in it, size included) as far as cfg->size reaches, so that fields the caller
+ * did not know keep their defaults. v1_size: the struct's size in version 1.0 (sizeof today;
+ * a constant once a field is added). Returns 0, -EINVAL (cfg->size below v1_size: not
+ * initialised by its tw_*_config_init) or -ENOTSUP (a bigger struct from a newer
+ * header, whose unknown fields are not all zero); `what` names the struct in errmsg.
+ * tw__out_copy: a tw_*_get_stats_sized fills the caller's `size` bytes from `full`.
+ */
+void tw__cfg_init_copy(void *cfg, size_t size, const void *d, size_t d_size);
+int tw__cfg_adopt(void *full, size_t full_size, size_t v1_size, const void *cfg, const char *what,
+		  char *errmsg, size_t errmsg_len);
+void tw__out_copy(void *out, size_t size, const void *full, size_t full_size);
+
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)
 {

@@ -296,6 +296,7 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 	       struct tw_ctx **out)
 {
 	struct tw_fab_config fc;
+	const char *dp;
 	struct tw_fab_events ev;
 	struct tw_ctx *ctx;
 	int rc = 0;
@@ -358,8 +359,15 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 	if (fc.tx_depth < tx_depth)
 		fc.tx_depth = tx_depth;
 	/* The RPC-replication baseline is the fabric's: its writes go as messages that the
-	 * backup's fabric layer checks, copies and answers (fabric/wmsg.c). */
-	fc.write_mode = cc->data_path == TW_DATA_RPC ? TW_FAB_WRITE_MSG : TW_FAB_WRITE_ONESIDED;
+	 * backup's fabric layer checks, copies and answers (fabric/wmsg.c). A benchmark's switch,
+	 * not a service's setting, so not a config field: TW_DATA_PATH=rpc at the open. */
+	dp = getenv("TW_DATA_PATH");
+	if (dp && dp[0] && strcmp(dp, "rpc") != 0 && strcmp(dp, "onesided") != 0) {
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "TW_DATA_PATH=%s: say onesided or rpc "
+			 "(the RPC-replication baseline), or unset it", dp);
+		return -EINVAL;
+	}
+	fc.write_mode = dp && strcmp(dp, "rpc") == 0 ? TW_FAB_WRITE_MSG : TW_FAB_WRITE_ONESIDED;
 	memset(&ev, 0, sizeof(ev));
 	ev.arg = ctx;
 	ev.on_recv = on_recv;
@@ -415,13 +423,22 @@ static void set_errmsg(char *buf, size_t len, const char *msg)
 		snprintf(buf, len, "%s", msg);
 }
 
-void tw_ctx_config_init(struct tw_ctx_config *cfg)
+static void ctx_config_defaults(struct tw_ctx_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->op_timeout_ms = 10000;
 	cfg->rpc_timeout_ms = 5000;
 	cfg->connect_timeout_ms = 5000;
 	cfg->tx_depth = CTX_DEFAULT_TX_DEPTH;
+}
+
+void tw_ctx_config_init_sized(struct tw_ctx_config *cfg, size_t size)
+{
+	struct tw_ctx_config d;
+
+	ctx_config_defaults(&d);
+	d.size = (uint32_t)size;
+	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
 }
 
 int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errmsg_out,
@@ -508,7 +525,7 @@ int tw_ctx_close(struct tw_ctx *ctx)
 	return 0;
 }
 
-void tw_ctx_get_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
+static void ctx_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (!ctx)
@@ -521,4 +538,12 @@ void tw_ctx_get_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
 	out->resets = __atomic_load_n(&ctx->st.resets, __ATOMIC_RELAXED);
 	out->loop_passes = __atomic_load_n(&ctx->st.loop_passes, __ATOMIC_RELAXED);
 	tw__arena_get_stats(ctx->arena, &out->arena);
+}
+
+void tw_ctx_get_stats_sized(struct tw_ctx *ctx, struct tw_ctx_stats *out, size_t size)
+{
+	struct tw_ctx_stats full;
+
+	ctx_stats(ctx, &full);
+	tw__out_copy(out, size, &full, sizeof(full));
 }

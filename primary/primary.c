@@ -745,7 +745,7 @@ void tw__ctx_stop(struct tw_ctx *ctx)
 
 /* ------------------------------------------------------------------ public API */
 
-void tw_primary_config_init(struct tw_primary_config *cfg)
+static void primary_config_defaults(struct tw_primary_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->replicas = 3;
@@ -758,6 +758,15 @@ void tw_primary_config_init(struct tw_primary_config *cfg)
 	cfg->connect_timeout_ms = 5000;
 	cfg->open_retry_ms = 3000;
 	cfg->rerep_rate = 64u << 20;
+}
+
+void tw_primary_config_init_sized(struct tw_primary_config *cfg, size_t size)
+{
+	struct tw_primary_config d;
+
+	primary_config_defaults(&d);
+	d.size = (uint32_t)size;
+	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
 }
 
 static void set_errmsg(char *buf, size_t len, const char *msg)
@@ -945,7 +954,6 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		/* The transport is the context's. */
 		p->cfg.busy_poll = ctx->cfg.busy_poll;
 		p->cfg.node_id = ctx->node_id;
-		p->cfg.data_path = ctx->cfg.data_path;
 		p->cfg.op_timeout_ms = ctx->cfg.op_timeout_ms;
 		p->cfg.rpc_timeout_ms = ctx->cfg.rpc_timeout_ms;
 		p->cfg.connect_timeout_ms = ctx->cfg.connect_timeout_ms;
@@ -967,7 +975,6 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		cc.key_file = cfg->key_file;
 		cc.busy_poll = cfg->busy_poll;
 		cc.node_id = cfg->node_id;
-		cc.data_path = cfg->data_path;
 		cc.op_timeout_ms = cfg->op_timeout_ms;
 		cc.rpc_timeout_ms = cfg->rpc_timeout_ms;
 		cc.connect_timeout_ms = cfg->connect_timeout_ms;
@@ -1676,7 +1683,7 @@ const char *tw_primary_replica_addr(const struct tw_primary *p, unsigned i)
 	return p->bk[p->cur->rep[i]].addr;
 }
 
-void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out)
+static void primary_stats(struct tw_primary *p, struct tw_primary_stats *out)
 {
 	const uint64_t *src = (const uint64_t *)&p->st;
 	uint64_t *dst = (uint64_t *)out;
@@ -1684,6 +1691,14 @@ void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out)
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 	tw__arena_get_stats(p->ctx->arena, &out->arena);
+}
+
+void tw_primary_get_stats_sized(struct tw_primary *p, struct tw_primary_stats *out, size_t size)
+{
+	struct tw_primary_stats full;
+
+	primary_stats(p, &full);
+	tw__out_copy(out, size, &full, sizeof(full));
 }
 
 int tw_primary_finish(struct tw_primary *p)

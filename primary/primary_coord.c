@@ -485,13 +485,26 @@ int tw__pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recov
 			  NULL, out, errmsg_out, errmsg_len);
 }
 
+void tw_standby_config_init_sized(struct tw_standby_config *sc, size_t size)
+{
+	struct tw_standby_config d = { .size = (uint32_t)size };
+
+	tw__cfg_init_copy(sc, size, &d, sizeof(d));
+}
+
 int tw_primary_standby(const struct tw_primary_config *cfg, const struct tw_standby_config *sc,
-		       tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
 		       struct tw_standby_result *st_out, struct tw_primary **out, char *errmsg_out,
 		       size_t errmsg_len)
 {
+	struct tw_standby_config s;
+	int rc;
+
 	if (st_out)
 		memset(st_out, 0, sizeof(*st_out));
+	tw_standby_config_init(&s);
+	if (sc && (rc = tw__cfg_adopt(&s, sizeof(s), sizeof(s), sc, "tw_standby_config", errmsg_out,
+				      errmsg_len)) < 0)
+		return rc;
 	if (!cfg || !out || !cfg->coordinator || !cfg->coordinator[0]) {
 		if (errmsg_out && errmsg_len)
 			snprintf(errmsg_out, errmsg_len, "%s", !cfg || !out ? "invalid argument" :
@@ -503,6 +516,6 @@ int tw_primary_standby(const struct tw_primary_config *cfg, const struct tw_stan
 			snprintf(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
 		return -EINVAL;
 	}
-	return pcoord_run(cfg, PC_STANDBY, sc, on_entry, arg, res_out, st_out, out, errmsg_out,
-			  errmsg_len);
+	return pcoord_run(cfg, PC_STANDBY, &s, s.on_entry, s.entry_arg,
+			  st_out ? &st_out->recovery : NULL, st_out, out, errmsg_out, errmsg_len);
 }

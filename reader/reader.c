@@ -94,13 +94,22 @@ static int seterr(struct tw_reader *r, int err, const char *fmt, ...)
 	return err;
 }
 
-void tw_reader_config_init(struct tw_reader_config *cfg)
+static void reader_config_defaults(struct tw_reader_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->from = TW_READ_OLDEST;
 	cfg->connect_timeout_ms = 5000;
 	cfg->rpc_timeout_ms = 5000;
 	cfg->poll_ms = 1000;
+}
+
+void tw_reader_config_init_sized(struct tw_reader_config *cfg, size_t size)
+{
+	struct tw_reader_config d;
+
+	reader_config_defaults(&d);
+	d.size = (uint32_t)size;
+	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
 }
 
 /* ------------------------------------------------------------------ connections */
@@ -917,12 +926,20 @@ uint64_t tw_reader_position(const struct tw_reader *r)
 	return r ? tw_pos_to_lsn((struct tw_pos){ (uint32_t)r->seg, (uint32_t)r->off }) : 0;
 }
 
-void tw_reader_get_stats(const struct tw_reader *r, struct tw_reader_stats *out)
+static void reader_stats(const struct tw_reader *r, struct tw_reader_stats *out)
 {
 	if (r && out) {
 		*out = r->st;
 		out->backup = r->cur;
 	}
+}
+
+void tw_reader_get_stats_sized(const struct tw_reader *r, struct tw_reader_stats *out, size_t size)
+{
+	struct tw_reader_stats full;
+
+	reader_stats(r, &full);
+	tw__out_copy(out, size, &full, sizeof(full));
 }
 
 const char *tw_reader_errmsg(const struct tw_reader *r)

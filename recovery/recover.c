@@ -18,15 +18,19 @@
 #include "proto/auth.h"
 #include "recovery/recover_int.h"
 
-void tw_recover_config_init(struct tw_recover_config *cfg)
+void tw_recover_config_init_sized(struct tw_recover_config *cfg, size_t size)
 {
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->connect_timeout_ms = 5000;
-	cfg->rpc_timeout_ms = 10000;
-	cfg->op_timeout_ms = 10000;
-	cfg->segs_per_backup = 2;
-	cfg->chunk_size = 1u << 20;
-	cfg->reads_per_seg = 4;
+	struct tw_recover_config d = {
+		.size = (uint32_t)size,
+		.connect_timeout_ms = 5000,
+		.rpc_timeout_ms = 10000,
+		.op_timeout_ms = 10000,
+		.segs_per_backup = 2,
+		.chunk_size = 1u << 20,
+		.reads_per_seg = 4,
+	};
+
+	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
 }
 
 void tw__recover_config_link(struct tw_recover_config *cfg, const char *provider, bool busy_poll,
@@ -81,7 +85,16 @@ static bool bk_ok(const struct rbk *b)
 
 static int check_cfg(struct rctx *c)
 {
-	const struct tw_recover_config *cfg = c->cfg;
+	const struct tw_recover_config *cfg;
+	int rc;
+
+	/* The caller's struct as far as it reaches (the ABI rule, tailwind/common.h). */
+	tw_recover_config_init(&c->cfg_own);
+	rc = tw__cfg_adopt(&c->cfg_own, sizeof(c->cfg_own), sizeof(c->cfg_own), c->cfg,
+			   "tw_recover_config", c->errmsg, c->errlen);
+	if (rc < 0)
+		return rc;
+	c->cfg = cfg = &c->cfg_own;
 
 	if (!cfg->backups || cfg->n_backups == 0 || cfg->n_backups > TW_RECOVER_MAX_BACKUPS) {
 		tw__rc_seterr(c, "give between 1 and %u backup addresses", TW_RECOVER_MAX_BACKUPS);

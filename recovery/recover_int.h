@@ -62,7 +62,8 @@ struct rslot;
 struct tw_auth_key;
 
 struct rctx {
-	const struct tw_recover_config *cfg;
+	const struct tw_recover_config *cfg; /* &cfg_own once check_cfg took the caller's */
+	struct tw_recover_config cfg_own;
 	struct tw_recover_result *res;
 	char *errmsg;
 	size_t errlen;

@@ -1,5 +1,5 @@
 /*
- * tools/bench_run.c — twbench's onesided and rpc modes: the real primary (only cfg.data_path
+ * tools/bench_run.c — twbench's onesided and rpc modes: the real primary (only TW_DATA_PATH
  * differs), and the measuring helpers raw mode shares (percentiles, progress bar, open-loop
  * pacing). See bench.h.
  */
@@ -130,7 +130,7 @@ void wait_until(uint64_t t)
 	}
 }
 
-/* onesided and rpc: the real primary; only cfg.data_path differs. */
+/* onesided and rpc: the real primary; only TW_DATA_PATH differs. */
 int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs,
 		       enum bmode mode, struct result *res, uint8_t *payload, struct run *run)
 {
@@ -159,7 +159,10 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 	cfg.preopen = o->preopen;
 	cfg.arena_size = o->arena_size;
 	cfg.open_retry_ms = 30000;
-	cfg.data_path = mode == M_RPC ? TW_DATA_RPC : TW_DATA_ONESIDED;
+	/* The baseline is the environment's switch (docs/api.md), read by the open: no other
+	 * thread of twbench runs while it is set. */
+	if (setenv("TW_DATA_PATH", mode == M_RPC ? "rpc" : "onesided", 1) != 0)
+		return -errno;
 	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
 	if (rc < 0) {
 		fprintf(stderr, "twbench: cannot open the log: %s: %s\n", tw_strerror(rc), errmsg);

@@ -2,7 +2,7 @@
  * tools/twbench.c — the Tailwind benchmark: replicate N objects to r backups and report
  * throughput, latency, backup CPU and control RPCs per object; compare Tailwind's one-sided
  * writes (--mode onesided) with RPC-based replication (--mode rpc, the paper's RAMCloud
- * baseline: cfg.data_path = TW_DATA_RPC) and with bare one-sided writes (--mode raw, the
+ * baseline: TW_DATA_PATH=rpc) and with bare one-sided writes (--mode raw, the
  * ceiling), and sweep sizes, r, batch, in-flight and offered load. See docs/twbench.md and
  * docs/benchmarks.md.
  *

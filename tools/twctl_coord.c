@@ -427,9 +427,8 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 			const char *key_file, int argc, char **argv)
 {
 	struct tw_primary_config cfg;
-	struct tw_recover_result res;
 	struct tw_standby_result st;
-	struct tw_standby_config sc = { 0 };
+	struct tw_standby_config sc;
 	struct tw_primary *p = NULL;
 	struct warm_view wv = { 0 };
 	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0, base;
@@ -513,15 +512,17 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 		cfg.segment_size = seg;
 	cfg.connect_timeout_ms = timeout_ms;
 	cfg.key_file = key_file;
-	/* The recovered entries are verified and counted (res.entries); twctl has no state to
+	/* The recovered entries are verified and counted (st.recovery.entries); twctl has no state to
 	 * rebuild from them. --warm: counted as the reader hands them over too (warm_entry). */
+	tw_standby_config_init(&sc);
 	sc.wait_ms = (unsigned)wait_ms;
 	sc.on_wait = print_watching;
 	sc.wait_arg = &log_id;
 	sc.warm = warm;
 	wv.log_id = log_id;
-	rc = tw_primary_standby(&cfg, &sc, warm ? warm_entry : NULL, warm ? &wv : NULL, &res, &st,
-				&p, err, sizeof(err));
+	sc.on_entry = warm ? warm_entry : NULL;
+	sc.entry_arg = warm ? &wv : NULL;
+	rc = tw_primary_standby(&cfg, &sc, &st, &p, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
 			err);
@@ -531,7 +532,8 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
 	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f",
 	       log_id, st.epoch, st.watched, st.lost_races, st.gone_realtime_ns, ms(st.claim_ns),
-	       ms(st.connect_ns), ms(st.fence_ns), ms(st.recover_ns), res.entries, res.backups,
+	       ms(st.connect_ns), ms(st.fence_ns), ms(st.recover_ns), st.recovery.entries,
+	       st.recovery.backups,
 	       ms(st.open_ns), ms(st.takeover_ns));
 	if (warm)
 		printf(" warm_entries=%" PRIu64 " warm_lsn=%#" PRIx64 " warm_stop_ms=%.2f",
@@ -539,7 +541,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	printf("\n");
 	fflush(stdout);
 	/* The entries in the log: the reader's (warm), then the recovery's. */
-	base = st.warm_entries + res.entries;
+	base = st.warm_entries + st.recovery.entries;
 
 	if (generated) {
 		uint8_t *buf = malloc(size);

@@ -33,7 +33,6 @@ static void primary_config(const struct kv_server *s, unsigned part,
 	cfg->provider = s->provider;
 	cfg->segment_size = s->cfg.segment_size;
 	cfg->mode = TW_PRIMARY_ASYNC;
-	cfg->data_path = s->cfg.data_path;
 	if (s->map.coordinator[0]) {
 		cfg->coordinator = s->map.coordinator;
 		/* Also the ZooKeeper session timeout: how soon a standby sees us gone. */
@@ -176,7 +175,7 @@ static void *acquire_main(void *arg)
 	struct acq_job job = *(struct acq_job *)arg;
 	struct kv_server *s = job.s;
 	struct acquired *a = calloc(1, sizeof(*a));
-	struct tw_standby_config sc = { .wait_ms = 1000 }; /* to notice a shutdown */
+	struct tw_standby_config sc;
 	struct tw_standby_result st;
 	struct tw_recover_result res;
 	struct tw_primary_config cfg;
@@ -192,6 +191,10 @@ static void *acquire_main(void *arg)
 	memset(&st, 0, sizeof(st));
 	memset(&res, 0, sizeof(res));
 	primary_config(s, job.part, &cfg);
+	tw_standby_config_init(&sc);
+	sc.wait_ms = 1000; /* to notice a shutdown */
+	sc.on_entry = on_entry;
+	sc.entry_arg = &rb;
 	if (!a) {
 		rc = -ENOMEM;
 		goto out;
@@ -204,8 +207,8 @@ static void *acquire_main(void *arg)
 			break;
 		t0 = now_ns();
 		if (job.mode == ACQ_STANDBY) {
-			rc = tw_primary_standby(&cfg, &sc, on_entry, &rb, &res, &st, &p, a->err,
-						sizeof(a->err));
+			rc = tw_primary_standby(&cfg, &sc, &st, &p, a->err, sizeof(a->err));
+			res = st.recovery;
 		} else {
 			rc = job.mode == ACQ_OPEN ? tw_primary_open(&cfg, &p, a->err, sizeof(a->err))
 						  : -TW_EEXIST;

@@ -42,7 +42,6 @@ void kv_server_config_init(struct kv_server_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->id = -1;
-	cfg->data_path = TW_DATA_ONESIDED;
 	cfg->segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE;
 	cfg->memory = UINT64_C(1) << 30;
 	cfg->session_ms = 4000;

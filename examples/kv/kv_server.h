@@ -24,7 +24,8 @@ struct kv_server_config {
 	const char *backup_port;   /* the embedded backup's port; NULL or "0": ephemeral */
 	const char *cluster_file;  /* start from this map as server `id` (else wait for CONFIGURE) */
 	int id;
-	enum tw_data_path data_path; /* TW_DATA_ONESIDED, or TW_DATA_RPC (the baseline) */
+	bool rpc_baseline;         /* the RPC-replication baseline (TW_DATA_PATH=rpc, set by main
+				    * before any thread starts: libtailwind reads it at each open) */
 	size_t segment_size;       /* log segment and backup buffer size */
 	uint64_t memory;           /* log memory budget of the server's partitions, bytes */
 	unsigned session_ms;       /* ZooKeeper session timeout (failure detection) */

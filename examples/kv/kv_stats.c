@@ -149,7 +149,7 @@ size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap)
 	getrusage(RUSAGE_SELF, &ru);
 	tw_backup_get_stats(s->backup, &bs);
 	put_line(buf, cap, &at, "id %d\nreplication %s\nprovider %s\n", s->me,
-		 s->cfg.data_path == TW_DATA_RPC ? "rpc" : "onesided", s->provider);
+		 s->cfg.rpc_baseline ? "rpc" : "onesided", s->provider);
 	put_line(buf, cap, &at, "gets %" PRIu64 "\nputs %" PRIu64 "\nnot_owner %" PRIu64
 		 "\nretries %" PRIu64 "\nbad %" PRIu64 "\n", s->gets, s->puts, s->not_owner,
 		 s->retries, s->bad);

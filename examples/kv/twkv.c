@@ -116,11 +116,15 @@ static int serve(int argc, char **argv)
 		case 'c': cfg.cluster_file = optarg; break;
 		case 'i': cfg.id = atoi(optarg); break;
 		case 'r':
+			/* libtailwind's switch for the baseline is the environment (docs/api.md):
+			 * set here, before any thread runs. */
 			if (!strcmp(optarg, "onesided"))
-				cfg.data_path = TW_DATA_ONESIDED;
+				cfg.rpc_baseline = false;
 			else if (!strcmp(optarg, "rpc"))
-				cfg.data_path = TW_DATA_RPC;
+				cfg.rpc_baseline = true;
 			else
+				goto bad;
+			if (setenv("TW_DATA_PATH", cfg.rpc_baseline ? "rpc" : "onesided", 1) != 0)
 				goto bad;
 			break;
 		case 'S':

@@ -104,6 +104,9 @@ static const struct mix mixes_known[] = {
 	{ "c", 1.0 }, { "b", 0.95 }, { "a", 0.5 }, { "w", 0.0 },
 };
 
+/* How the servers replicate: Tailwind, or the RPC-replication baseline (twkv -r). */
+enum { MODE_ONESIDED, MODE_RPC };
+
 struct opts {
 	const char *provider;
 	unsigned servers, replicas;
@@ -113,7 +116,7 @@ struct opts {
 	unsigned clients[MAX_POINTS]; /* closed loop: requests in flight */
 	double duration, warmup;
 	unsigned nmodes;
-	int modes[2];                 /* TW_DATA_ONESIDED, TW_DATA_RPC */
+	int modes[2];                 /* MODE_ONESIDED, MODE_RPC */
 	unsigned nmixes;
 	const struct mix *mixes[8];
 	unsigned nrates;
@@ -162,7 +165,7 @@ static unsigned nruns;
 
 static const char *mode_name(int m)
 {
-	return m == TW_DATA_RPC ? "rpc" : "onesided";
+	return m == MODE_RPC ? "rpc" : "onesided";
 }
 
 static uint64_t now_ns(void)
@@ -622,9 +625,9 @@ struct ratios {
 
 static bool ratios_of(const struct result *a, struct ratios *q)
 {
-	const struct result *b = find(TW_DATA_RPC, a->mix, a->clients, a->rate, a->rep);
+	const struct result *b = find(MODE_RPC, a->mix, a->clients, a->rate, a->rep);
 
-	if (a->mode != TW_DATA_ONESIDED || !b)
+	if (a->mode != MODE_ONESIDED || !b)
 		return false;
 	q->ops = ratio(ops_per_s(a), ops_per_s(b));
 	q->put50 = ratio(hist_us(&a->put, 0.5), hist_us(&b->put, 0.5));
@@ -680,7 +683,7 @@ static void print_table(void)
 		char c[6][24];
 		unsigned k = 0;
 
-		if (v[i]->mode != TW_DATA_ONESIDED || v[i]->rep != 0)
+		if (v[i]->mode != MODE_ONESIDED || v[i]->rep != 0)
 			continue;
 		for (unsigned j = 0; j < n; j++) {
 			if (strcmp(v[j]->mix, v[i]->mix) || v[j]->clients != v[i]->clients ||
@@ -821,8 +824,8 @@ int main(int argc, char **argv)
 	const char *list[MAX_POINTS];
 	int opt, n, rc = 0;
 
-	o.modes[0] = TW_DATA_ONESIDED;
-	o.modes[1] = TW_DATA_RPC;
+	o.modes[0] = MODE_ONESIDED;
+	o.modes[1] = MODE_RPC;
 	o.nmodes = 2;
 	for (unsigned i = 0; i < 4; i++)
 		o.mixes[i] = &mixes_known[i];
@@ -861,8 +864,8 @@ int main(int argc, char **argv)
 			for (int i = 0; i < n; i++) {
 				if (strcmp(list[i], "onesided") && strcmp(list[i], "rpc"))
 					goto bad;
-				o.modes[o.nmodes++] = list[i][0] == 'r' ? TW_DATA_RPC
-									: TW_DATA_ONESIDED;
+				o.modes[o.nmodes++] = list[i][0] == 'r' ? MODE_RPC
+									: MODE_ONESIDED;
 			}
 			break;
 		case 'x':
@@ -919,10 +922,10 @@ int main(int argc, char **argv)
 
 		/* A running cluster replicates as it was started: its one mode. */
 		o.nmodes = 1;
-		o.modes[0] = TW_DATA_ONESIDED;
+		o.modes[0] = MODE_ONESIDED;
 		if (kv_call(o.cluster[0], KV_OP_STATS, NULL, 0, 10000, &st, &t, &len) == 0) {
 			if (strstr(t, "replication rpc\n"))
-				o.modes[0] = TW_DATA_RPC;
+				o.modes[0] = MODE_RPC;
 			free(t);
 		}
 	}

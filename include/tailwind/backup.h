@@ -42,6 +42,7 @@ extern "C" {
 struct tw_backup;
 
 struct tw_backup_config {
+	uint32_t size;  /* set by tw_backup_config_init (tailwind/common.h, the ABI rule) */
 	/* libfabric provider as users type it ("tcp", "sockets", "shm", "verbs", "mem", ...);
 	 * NULL: $FI_PROVIDER if set, else "tcp". */
 	const char *provider;
@@ -79,7 +80,8 @@ struct tw_backup_config {
 };
 
 /* Fill `cfg` with the defaults above (dir NULL: the caller must set it). Never fails. */
-TW_API void tw_backup_config_init(struct tw_backup_config *cfg);
+TW_API void tw_backup_config_init_sized(struct tw_backup_config *cfg, size_t size);
+#define tw_backup_config_init(cfg) tw_backup_config_init_sized((cfg), sizeof(*(cfg)))
 
 /*
  * Create a backup: rebuild the segment index from cfg->dir (temporary files from an interrupted
@@ -191,7 +193,9 @@ struct tw_backup_stats {
 };
 
 /* Copy a consistent snapshot of the counters. Thread-safe. */
-TW_API void tw_backup_get_stats(const struct tw_backup *b, struct tw_backup_stats *out);
+TW_API void tw_backup_get_stats_sized(const struct tw_backup *b, struct tw_backup_stats *out,
+				      size_t size);
+#define tw_backup_get_stats(b, out) tw_backup_get_stats_sized((b), (out), sizeof(*(out)))
 
 #ifdef __cplusplus
 }

@@ -87,8 +87,24 @@ typedef void (*tw_diag_fn)(void *arg, enum tw_diag_level level, const char *msg)
 TW_API void tw_diag_set_sink(tw_diag_fn fn, void *arg);
 TW_API void tw_diag_set_level(enum tw_diag_level level);
 
-/* Library version string, e.g. "0.1.0". */
+/* Library version string, e.g. "1.0.0". */
 TW_API const char *tw_version(void);
+
+/*
+ * Binary compatibility (docs/api.md, "The ABI rule"). Within major version 1 (soname
+ * libtailwind.so.1, symbols versioned TAILWIND_1.0 and later) no function is removed or changes
+ * its signature, and a public struct only grows at its end. So that a program built against
+ * an older 1.x runs on a newer one, and the other way round:
+ *
+ *   - every configuration struct starts with `size`, which its tw_*_config_init() sets to the
+ *     size of the struct the CALLER was compiled with (the macros below pass sizeof). The
+ *     library reads the fields that size covers and takes defaults for the rest; a struct not
+ *     initialised that way (size 0) is refused with -EINVAL, and one from a newer header whose
+ *     unknown fields are not all zero with -ENOTSUP. Set fields after the init, never copy a
+ *     config between programs.
+ *   - every statistics getter takes the size of the caller's struct (the macros pass it) and
+ *     fills only that much.
+ */
 
 #ifdef __cplusplus
 }

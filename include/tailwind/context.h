@@ -26,7 +26,7 @@
  *
  * Which fields of a log's tw_primary_config count on a context:
  *   the context's (those of cfg are ignored): backups, n_backups, zones, provider, key_file,
- *     busy_poll, node_id, data_path, op_timeout_ms, rpc_timeout_ms, connect_timeout_ms, and
+ *     busy_poll, node_id, op_timeout_ms, rpc_timeout_ms, connect_timeout_ms, and
  *     mode (always TW_PRIMARY_ASYNC); coordinator must be NULL or "" (-ENOTSUP otherwise);
  *   the log's own: log_id, epoch, replicas, segment_size, max_batch, max_inflight, preopen,
  *     open_retry_ms, rerep_rate.
@@ -72,6 +72,7 @@ extern "C" {
 #endif
 
 struct tw_ctx_config {
+	uint32_t size;  /* set by tw_ctx_config_init (tailwind/common.h, the ABI rule) */
 	const char *const *backups;  /* addresses of the candidate backups */
 	size_t n_backups;
 	const char *const *zones;    /* NULL, or n_backups failure-domain labels
@@ -80,7 +81,6 @@ struct tw_ctx_config {
 	const char *key_file;        /* as tw_primary_config.key_file */
 	bool busy_poll;              /* poll completions instead of blocking waits */
 	uint64_t node_id;            /* sent in the handshake; 0: derived from host and pid */
-	enum tw_data_path data_path; /* default TW_DATA_ONESIDED */
 	unsigned op_timeout_ms;      /* a write not completed by then fails the channel; 10000 */
 	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
 	unsigned connect_timeout_ms; /* per backup; default 5000 */
@@ -93,7 +93,8 @@ struct tw_ctx_config {
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). */
-TW_API void tw_ctx_config_init(struct tw_ctx_config *cfg);
+TW_API void tw_ctx_config_init_sized(struct tw_ctx_config *cfg, size_t size);
+#define tw_ctx_config_init(cfg) tw_ctx_config_init_sized((cfg), sizeof(*(cfg)))
 
 struct tw_ctx;
 
@@ -118,7 +119,7 @@ TW_API int tw_ctx_close(struct tw_ctx *ctx);
 
 /*
  * Open a new log on `ctx`: as tw_primary_open(), with the backups, provider, key, timeouts,
- * busy_poll, node_id and data path of the context (those fields of `cfg`, and cfg->mode, are
+ * busy_poll and node_id of the context (those fields of `cfg`, and cfg->mode, are
  * ignored; cfg->coordinator must be unset). Thread-safe: any thread may open and close logs on
  * one context while others append; an open pauses the context's other logs for its round trips.
  */
@@ -142,7 +143,8 @@ struct tw_ctx_stats {
 };
 
 /* Copy the counters. Thread-safe. */
-TW_API void tw_ctx_get_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out);
+TW_API void tw_ctx_get_stats_sized(struct tw_ctx *ctx, struct tw_ctx_stats *out, size_t size);
+#define tw_ctx_get_stats(ctx, out) tw_ctx_get_stats_sized((ctx), (out), sizeof(*(out)))
 
 #ifdef __cplusplus
 }

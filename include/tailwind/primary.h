@@ -106,16 +106,8 @@ enum tw_primary_mode {
 	TW_PRIMARY_ASYNC = 1, /* internal progress thread, callbacks on it */
 };
 
-/* How the log bytes reach the backups. */
-enum tw_data_path {
-	TW_DATA_ONESIDED = 0, /* one-sided writes into the backups' buffers (Tailwind) */
-	TW_DATA_RPC = 1,      /* benchmark baseline: two-sided data messages that the backup's CPU
-			       * checks, copies into the buffer and answers (RAMCloud-style);
-			       * same batching, pipelining, log format and control RPCs; done by
-			       * the transport (docs/fabric.md "Writes sent as messages") */
-};
-
 struct tw_primary_config {
+	uint32_t size;  /* set by tw_primary_config_init (tailwind/common.h, the ABI rule) */
 	uint64_t log_id;
 	uint64_t epoch;               /* 0 (default): automatic, one past every epoch the backups
 				       * know of the log. The owner of a log is (epoch, a random
@@ -138,7 +130,6 @@ struct tw_primary_config {
 				       * a rollover does not wait for the open round trip (holds a
 				       * second buffer per backup); default off */
 	uint64_t node_id;             /* sent in the handshake; 0: derived from host and pid */
-	enum tw_data_path data_path;  /* default TW_DATA_ONESIDED (docs/benchmarks.md) */
 	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
 				       * loss (background, between driver rounds); default
 				       * 64 MiB/s; 0: unlimited */
@@ -171,7 +162,8 @@ struct tw_primary_config {
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
-TW_API void tw_primary_config_init(struct tw_primary_config *cfg);
+TW_API void tw_primary_config_init_sized(struct tw_primary_config *cfg, size_t size);
+#define tw_primary_config_init(cfg) tw_primary_config_init_sized((cfg), sizeof(*(cfg)))
 
 struct tw_primary;
 
@@ -373,7 +365,9 @@ struct tw_primary_stats {
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */
-TW_API void tw_primary_get_stats(struct tw_primary *p, struct tw_primary_stats *out);
+TW_API void tw_primary_get_stats_sized(struct tw_primary *p, struct tw_primary_stats *out,
+				       size_t size);
+#define tw_primary_get_stats(p, out) tw_primary_get_stats_sized((p), (out), sizeof(*(out)))
 
 #ifdef __cplusplus
 }

@@ -53,6 +53,7 @@ enum tw_read_from {
 };
 
 struct tw_reader_config {
+	uint32_t size;  /* set by tw_reader_config_init (tailwind/common.h, the ABI rule) */
 	uint64_t log_id;
 	const char *const *backups; /* the log's backups (addresses as twd prints them), or: */
 	size_t n_backups;           /* 1 .. TW_READER_MAX_BACKUPS */
@@ -74,7 +75,8 @@ struct tw_reader_config {
 	bool one_sided;
 };
 
-TW_API void tw_reader_config_init(struct tw_reader_config *cfg);
+TW_API void tw_reader_config_init_sized(struct tw_reader_config *cfg, size_t size);
+#define tw_reader_config_init(cfg) tw_reader_config_init_sized((cfg), sizeof(*(cfg)))
 
 struct tw_reader;
 
@@ -126,7 +128,9 @@ struct tw_reader_stats {
 	uint64_t one_sided_fallbacks; /* reads that went over the RPC path instead */
 	int backup;         /* index (in the backups given) of the backup being read; -1: none */
 };
-TW_API void tw_reader_get_stats(const struct tw_reader *r, struct tw_reader_stats *out);
+TW_API void tw_reader_get_stats_sized(const struct tw_reader *r, struct tw_reader_stats *out,
+				      size_t size);
+#define tw_reader_get_stats(r, out) tw_reader_get_stats_sized((r), (out), sizeof(*(out)))
 
 TW_API const char *tw_reader_errmsg(const struct tw_reader *r);
 

@@ -62,6 +62,7 @@ extern "C" {
 #define TW_RECOVER_MAX_BACKUPS 64u
 
 struct tw_recover_config {
+	uint32_t size;  /* set by tw_recover_config_init (tailwind/common.h, the ABI rule) */
 	uint64_t log_id;
 	const char *const *backups; /* addresses of the backups to ask (as twd prints them) */
 	size_t n_backups;           /* 1 .. TW_RECOVER_MAX_BACKUPS */
@@ -92,7 +93,8 @@ struct tw_recover_config {
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
-TW_API void tw_recover_config_init(struct tw_recover_config *cfg);
+TW_API void tw_recover_config_init_sized(struct tw_recover_config *cfg, size_t size);
+#define tw_recover_config_init(cfg) tw_recover_config_init_sized((cfg), sizeof(*(cfg)))
 
 /* One recovered entry, handed to the callback. `data` is borrowed until the callback returns. */
 struct tw_recovered_entry {

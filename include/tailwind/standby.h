@@ -3,7 +3,8 @@
  * over by itself (docs/coordination.md, "Standby"; needs a ZooKeeper coordinator).
  *
  *   tw_primary_config_init(&cfg); cfg.log_id = 42; cfg.coordinator = "zk://zk1:2181";
- *   rc = tw_primary_standby(&cfg, NULL, rebuild, svc, &res, &st, &p, err, sizeof(err));
+ *   tw_standby_config_init(&sc); sc.on_entry = rebuild; sc.entry_arg = svc;
+ *   rc = tw_primary_standby(&cfg, &sc, &st, &p, err, sizeof(err));
  *   ... p owns the log: tw_primary_append(p, ...) ...
  *
  * The owner of a log holds an ephemeral owner node in ZooKeeper (logs/<id>/owner) for as long as
@@ -27,8 +28,9 @@
 extern "C" {
 #endif
 
-/* How to stand by (a zeroed struct, or NULL, is the default). */
+/* How to stand by (tw_standby_config_init; NULL is the default). */
 struct tw_standby_config {
+	uint32_t size;  /* set by tw_standby_config_init (tailwind/common.h, the ABI rule) */
 	unsigned wait_ms; /* give up with -ETIMEDOUT after so long; 0: wait for ever */
 	/* Called (may be NULL), on the calling thread, each time the standby starts waiting for
 	 * an owner node (its watch is set): at the start if the log has an owner, and after each
@@ -41,7 +43,15 @@ struct tw_standby_config {
 	 * after the last one read (entry.index counts from 0 again there). on_entry never runs
 	 * on two threads at once: the reader is stopped before the recovery starts. */
 	bool warm;
+	/* Every entry of the log (may be NULL: none), as tw_primary_takeover hands them:
+	 * on_entry(entry_arg, e), on the calling thread (with `warm`, on the reader's first). */
+	tw_recover_entry_fn on_entry;
+	void *entry_arg;
 };
+
+/* Fill `sc` with the defaults: wait for ever, no callbacks, cold. */
+TW_API void tw_standby_config_init_sized(struct tw_standby_config *sc, size_t size);
+#define tw_standby_config_init(sc) tw_standby_config_init_sized((sc), sizeof(*(sc)))
 
 /* Where a standby's failover time went (nanoseconds). */
 struct tw_standby_result {
@@ -65,6 +75,7 @@ struct tw_standby_result {
 				    * (the recovery's count is in res_out->entries) */
 	uint64_t warm_lsn;         /* sc->warm: where the recovery started delivering */
 	uint64_t warm_stop_ns;     /* sc->warm: stopping the reader (part of takeover_ns) */
+	struct tw_recover_result recovery; /* the recovery's counts (as tw_primary_takeover) */
 };
 
 /*
@@ -73,8 +84,8 @@ struct tw_standby_result {
  * tw_primary_takeover (with n_backups 0 the new primary's backups come from the live
  * registrations). The recovery asks the backups recorded for the log (logs/<id>/backups), or
  * every registered one for a log that has no record. A log with no owner at the call is taken
- * over at once (st_out->watched 0). res_out, st_out (may be NULL) receive the recovery's counts
- * and the timings. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
+ * over at once (st_out->watched 0). st_out (may be NULL) receives the timings and, in
+ * st_out->recovery, the recovery's counts. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
  * (sc->wait_ms passed with the owner still there; an expected outcome, so it is not logged: a
  * service may stand by in rounds of wait_ms to notice its own shutdown between them, as
  * examples/kv does), or the errors of tw_primary_takeover: after a
@@ -82,9 +93,7 @@ struct tw_standby_result {
  * Blocking; cfg borrowed for the call.
  */
 TW_API int tw_primary_standby(const struct tw_primary_config *cfg,
-			      const struct tw_standby_config *sc,
-			      tw_recover_entry_fn on_entry, void *arg,
-			      struct tw_recover_result *res_out, struct tw_standby_result *st_out,
+			      const struct tw_standby_config *sc, struct tw_standby_result *st_out,
 			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
 
 #ifdef __cplusplus

@@ -526,13 +526,15 @@ static void bounded_wait(void)
 {
 	uint64_t log = 0x5d00000000b0a0ull;
 	struct proc *owner = standby(log, "5", true);
-	struct tw_standby_config sc = { .wait_ms = 300 };
+	struct tw_standby_config sc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char line[512], err[512] = "";
 	int rc = proc_wait_line(owner, "took-over ", line, sizeof(line), 60000);
 
 	TAP_REQUIRE(rc >= 0, "the owner did not take the log: %s", strerror(-rc));
+	tw_standby_config_init(&sc);
+	sc.wait_ms = 300;
 	tw_primary_config_init(&cfg);
 	cfg.log_id = log;
 	cfg.coordinator = zk.url;
@@ -541,7 +543,7 @@ static void bounded_wait(void)
 	cfg.connect_timeout_ms = 2000;
 	tw_diag_set_sink(count_errors, NULL);
 	for (int round = 0; round < 2; round++) {
-		rc = tw_primary_standby(&cfg, &sc, NULL, NULL, NULL, NULL, &p, err, sizeof(err));
+		rc = tw_primary_standby(&cfg, &sc, NULL, &p, err, sizeof(err));
 		is_int(rc, -ETIMEDOUT, "round %d of a bounded standby: -ETIMEDOUT (%s)", round, err);
 	}
 	tw_diag_set_sink(NULL, NULL);
@@ -582,7 +584,6 @@ static int warm_entry(void *arg, const struct tw_recovered_entry *e)
 struct warm_run {
 	struct tw_primary_config cfg;
 	struct tw_standby_config sc;
-	struct tw_recover_result res;
 	struct tw_standby_result st;
 	struct tw_primary *p;
 	struct warm_svc *svc;
@@ -594,8 +595,9 @@ static void *warm_main(void *arg)
 {
 	struct warm_run *r = arg;
 
-	r->rc = tw_primary_standby(&r->cfg, &r->sc, warm_entry, r->svc, &r->res, &r->st, &r->p,
-				   r->err, sizeof(r->err));
+	r->sc.on_entry = warm_entry;
+	r->sc.entry_arg = r->svc;
+	r->rc = tw_primary_standby(&r->cfg, &r->sc, &r->st, &r->p, r->err, sizeof(r->err));
 	return NULL;
 }
 
@@ -623,6 +625,7 @@ static bool warm_once(int run, double *ms)
 	r.cfg.coordinator = zk.url;
 	r.cfg.provider = prov;
 	r.cfg.segment_size = 64u << 10;
+	tw_standby_config_init(&r.sc);
 	r.sc.warm = true;
 	r.svc = &svc;
 	TAP_REQUIRE(pthread_create(&th, NULL, warm_main, &r) == 0, "standby thread");
@@ -648,12 +651,12 @@ static bool warm_once(int run, double *ms)
 	}
 	*ms = (double)(tw_now_ns() - kill_ns) / 1e6;
 	good = rc == 0 && r.st.watched && svc.bad == 0 && svc.next >= acked &&
-	       r.st.warm_entries >= 1500 && r.res.entries == svc.next - r.st.warm_entries;
+	       r.st.warm_entries >= 1500 && r.st.recovery.entries == svc.next - r.st.warm_entries;
 	tap_diag("warm run %d: %" PRIu64 " entries from the reader, %" PRIu64 " from the "
 		 "recovery (from LSN %016" PRIx64 "), %" PRIu64 " acknowledged by the killed "
 		 "primary; SIGKILL to first append %.0f ms (session %s ms): wait %.0f, stop reader "
 		 "%.1f, claim %.1f, connect %.1f, fence %.1f, recover %.1f, open %.1f, takeover "
-		 "%.1f ms%s%s%s%s", run, r.st.warm_entries, r.res.entries, r.st.warm_lsn, acked,
+		 "%.1f ms%s%s%s%s", run, r.st.warm_entries, r.st.recovery.entries, r.st.warm_lsn, acked,
 		 *ms, SESSION_MS, (double)r.st.wait_ns / 1e6, (double)r.st.warm_stop_ns / 1e6,
 		 (double)r.st.claim_ns / 1e6, (double)r.st.connect_ns / 1e6,
 		 (double)r.st.fence_ns / 1e6, (double)r.st.recover_ns / 1e6,

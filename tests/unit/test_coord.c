@@ -204,11 +204,11 @@ static void standby_refusals(void)
 
 	tw_primary_config_init(&cfg);
 	cfg.log_id = 1;
-	is_int(tw_primary_standby(&cfg, NULL, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	is_int(tw_primary_standby(&cfg, NULL, &st, &p, err, sizeof(err)), -EINVAL,
 	       "standby without a coordinator: -EINVAL");
 	ok(strstr(err, "needs cfg.coordinator") != NULL, "... saying so (%s)", err);
 	cfg.coordinator = "static:127.0.0.1:1";
-	is_int(tw_primary_standby(&cfg, NULL, NULL, NULL, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	is_int(tw_primary_standby(&cfg, NULL, &st, &p, err, sizeof(err)), -EINVAL,
 	       "standby with a static coordinator: -EINVAL");
 	ok(strstr(err, "needs a zk:// coordinator") != NULL && !p, "... saying so (%s)", err);
 }

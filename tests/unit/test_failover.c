@@ -294,8 +294,9 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	int rc;
 
 	base_cfg(&cfg, addrs, 220, TW_PRIMARY_ASYNC);
-	cfg.data_path = TW_DATA_RPC;
+	setenv("TW_DATA_PATH", "rpc", 1); /* the baseline's switch, read at the open */
 	p = tlog_open(&cfg, "rpc");
+	unsetenv("TW_DATA_PATH");
 	if (!p)
 		return;
 	append_range(p, 0, 1500, &a);

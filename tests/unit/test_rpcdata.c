@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_rpcdata.c — the RPC-replication baseline (cfg.data_path = TW_DATA_RPC: the
+ * tests/unit/test_rpcdata.c — the RPC-replication baseline (TW_DATA_PATH=rpc: the
  * primary's fabric sends its writes as messages, fabric/wmsg.c; the backups' fabric layer checks
  * each sealed write with tw__log_check_write, log/check.h, copies it and replies): the write check
  * (pure), then the data path over the in-memory fabric ("mem") with three in-process backups: synchronous appends (one entry per
@@ -70,7 +70,9 @@ static void test_check_write(void)
 
 /* ------------------------------------------------------------------ over "mem" */
 
-static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum tw_data_path dp,
+enum data_path { DP_ONESIDED, DP_RPC };
+
+static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum data_path dp,
 				     unsigned timeout_ms)
 {
 	struct tw_primary_config cfg;
@@ -81,27 +83,29 @@ static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum t
 	tlog_primary_config(&cfg, "mem", addrs, NB, log_id);
 	cfg.replicas = NB;
 	cfg.segment_size = SEG;
-	cfg.data_path = dp;
 	if (timeout_ms) {
 		cfg.op_timeout_ms = timeout_ms;
 		cfg.rpc_timeout_ms = timeout_ms;
 		cfg.connect_timeout_ms = timeout_ms;
 		cfg.open_retry_ms = timeout_ms;
 	}
+	/* The baseline's switch is the environment, read at the open (docs/api.md). */
+	setenv("TW_DATA_PATH", dp == DP_RPC ? "rpc" : "onesided", 1);
 	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	unsetenv("TW_DATA_PATH");
 	TAP_REQUIRE(rc == 0, "tw_primary_open (data path %d): %s", (int)dp, err);
 	return p;
 }
 
-static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum tw_data_path dp)
+static struct tw_primary *open_log(const char **addrs, uint64_t log_id, enum data_path dp)
 {
 	return open_log_t(addrs, log_id, dp, 0);
 }
 
 static void test_same_bytes(struct tbackup *bk, const char **addrs)
 {
-	struct tw_primary *a = open_log(addrs, 101, TW_DATA_ONESIDED);
-	struct tw_primary *r = open_log(addrs, 102, TW_DATA_RPC);
+	struct tw_primary *a = open_log(addrs, 101, DP_ONESIDED);
+	struct tw_primary *r = open_log(addrs, 102, DP_RPC);
 	struct tw_primary_stats sa, sr;
 	uint8_t payload[300];
 	uint64_t last = 0;
@@ -173,7 +177,7 @@ static void test_same_bytes(struct tbackup *bk, const char **addrs)
 
 static void test_rpc_batched(struct tbackup *bk, const char **addrs)
 {
-	struct tw_primary *r = open_log(addrs, 103, TW_DATA_RPC);
+	struct tw_primary *r = open_log(addrs, 103, DP_RPC);
 	struct tw_primary_stats st;
 	struct tlog_acks c = { 0 };
 	uint8_t payload[300];
@@ -207,8 +211,8 @@ static void test_rpc_batched(struct tbackup *bk, const char **addrs)
  * rpc log and none of the one-sided log's. */
 static void test_who_placed(struct tbackup *bk, const char **addrs)
 {
-	struct tw_primary *a = open_log(addrs, 105, TW_DATA_ONESIDED);
-	struct tw_primary *r = open_log(addrs, 106, TW_DATA_RPC);
+	struct tw_primary *a = open_log(addrs, 105, DP_ONESIDED);
+	struct tw_primary *r = open_log(addrs, 106, DP_RPC);
 	struct tw_fab_stats f0, f1, f2;
 	struct tw_primary_stats st;
 	uint8_t payload[200];
@@ -244,7 +248,7 @@ static void test_who_placed(struct tbackup *bk, const char **addrs)
  * fails after op_timeout_ms instead of waiting for ever. */
 static void test_rpc_timeout(struct tbackup *bk, const char **addrs)
 {
-	struct tw_primary *r = open_log_t(addrs, 104, TW_DATA_RPC, 300);
+	struct tw_primary *r = open_log_t(addrs, 104, DP_RPC, 300);
 	uint8_t payload[100];
 	uint64_t t0;
 	int rc;
@@ -261,17 +265,36 @@ static void test_rpc_timeout(struct tbackup *bk, const char **addrs)
 	tw_primary_close(r);
 }
 
+/* A TW_DATA_PATH that is neither onesided nor rpc is refused at the open, naming the variable. */
+static void test_bad_switch(const char **addrs)
+{
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char err[512] = "";
+	int rc;
+
+	tlog_primary_config(&cfg, "mem", addrs, NB, 107);
+	cfg.replicas = NB;
+	cfg.segment_size = SEG;
+	setenv("TW_DATA_PATH", "twosided", 1);
+	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	unsetenv("TW_DATA_PATH");
+	is_int(rc, -EINVAL, "TW_DATA_PATH=twosided: the open fails with -EINVAL");
+	ok(!p && strstr(err, "TW_DATA_PATH=twosided") != NULL, "... saying which setting (%s)", err);
+}
+
 int main(void)
 {
 	struct tbackups cl;
 
-	tap_plan(22);
+	tap_plan(24);
 	test_check_write();
 	tbackups_start(&cl, "test_rpcdata", NB, "mem", 32, SEG);
 	test_same_bytes(cl.b, cl.addrs);
 	test_rpc_batched(cl.b, cl.addrs);
 	test_rpc_timeout(cl.b, cl.addrs);
 	test_who_placed(cl.b, cl.addrs);
+	test_bad_switch(cl.addrs);
 	tbackups_stop(&cl);
 	return tap_exit();
 }
