@@ -7,7 +7,8 @@
 # function; `systemd-analyze verify` accepts both units (ExecStart pointed at the installed twd,
 # man pages looked up in the installed tree) and `systemd-analyze security --offline` rates
 # twd@.service at most 2.5 (it was 9.6 before the sandboxing); examples/kv builds with
-# `pkg-config tailwind` against the installed headers and runs against the installed library.
+# `pkg-config tailwind` against the installed headers and runs against the installed library;
+# so does the README's example (its first C block).
 # TAP on stdout.
 set -u
 MESON=$1 BUILD=$2 PREFIX=$3 H2M=${4:-help2man}
@@ -93,6 +94,16 @@ if command -v make >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
 	ok $? "the installed-built twkv runs against the installed libtailwind"
 	LD_LIBRARY_PATH=$LIBDIR "$D/kv/twkv-ycsb" --help 2>&1 | grep -q -- "--rate"
 	ok $? "the installed-built twkv-ycsb runs (--help)"
+	# The README's example, as a reader copies it: its first C block, built the same way.
+	mkdir -p "$D/readme"
+	sed -n '/^```c$/,/^```$/p' "$SRC/README.md" | sed '1d;/^```$/,$d' >"$D/readme/example.c"
+	out=$(cc -O2 -Wall -Wextra -Werror $SAN -o "$D/readme/example" "$D/readme/example.c" \
+		$(PKG_CONFIG_PATH=$PC pkg-config --define-variable=prefix="$R" --cflags --libs tailwind) 2>&1)
+	ok $? "the README's example ($(wc -l <"$D/readme/example.c") lines) builds against the installed headers"
+	[ -n "$out" ] && echo "$out" | sed 's/^/# /'
+	LD_LIBRARY_PATH=$LIBDIR "$D/readme/example" >/dev/null 2>&1
+	test $? = 2
+	ok $? "... and runs against the installed libtailwind (exit 2 without backups: its usage check)"
 else
 	skip "make or cc not installed: examples/kv not built against the installation"
 fi
