@@ -108,7 +108,7 @@ TW_API const char *tw_backup_listen_addr(const struct tw_backup *b);
  */
 TW_API int tw_backup_run(struct tw_backup *b);
 
-/* Make tw_backup_run() return soon: sets an atomic flag and calls tw_fab_wakeup(). Thread-safe.
+/* Make tw_backup_run() return soon: sets an atomic flag and wakes the loop. Thread-safe.
  * Async-signal-safe with the libfabric providers (the wakeup is an eventfd write), not with the
  * in-process "mem" provider (a mutex); twd calls it from a sigwait() thread anyway. A stop
  * requested before tw_backup_run() starts makes it return at once; each run consumes it. */
@@ -160,7 +160,7 @@ struct tw_backup_stats {
 	uint64_t rpc_errors;     /* replies with a status other than OK */
 	uint64_t ctrl_msgs_in, ctrl_bytes_in;   /* control messages received */
 	uint64_t ctrl_msgs_out, ctrl_bytes_out; /* control messages sent (replies) */
-	/* Fabric work done by the progress thread (tw_fab_get_stats). */
+	/* Fabric work done by the progress thread (the fabric layer's own counters). */
 	uint64_t cq_polls, cq_entries;
 	uint64_t connections, connections_lost, connections_dropped; /* dropped: misbehaving peers */
 	/* Pool. buffers: allocated and registered now (the initial ones plus those grown on

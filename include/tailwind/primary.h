@@ -283,8 +283,9 @@ TW_API int tw_primary_flush(struct tw_primary *p);
 
 /*
  * Sync mode only: seal and post waiting entries, poll completions and run due callbacks.
- * timeout_ms as tw_fab_progress (0: poll once). Returns the number of appends acknowledged or
- * failed by this call (>= 0), or a negative code (-EINVAL in async mode).
+ * timeout_ms: the longest wait for a completion (0: poll once; -1: no limit). Returns the
+ * number of appends acknowledged or failed by this call (>= 0), or a negative code (-EINVAL in
+ * async mode).
  */
 TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
 
