@@ -1,10 +1,11 @@
 /*
- * primary/ctx.c — the context (tailwind/context.h): one fabric instance, one channel and RPC
- * client per backup, shared by every log opened on it; connect, handshake, loss demultiplexing
- * (a channel lost is lost for every log, each then runs its own failover), reconnection after a
- * loss (shared contexts), the fabric reset of shm (every log rewrites its writes in flight), and
- * the hand-over of the driving role between the progress thread and the threads that open and
- * close logs. The progress thread itself is in primary.c (it runs the engine's per-log steps).
+ * primary/ctx.c — the context (tailwind/context.h): one fabric instance, one connection per
+ * backup (a tw_peer, peer/peer.h: channel, RPC client, connect and handshake) shared by every
+ * log opened on it, loss demultiplexing (a channel lost is lost for every log, each then runs
+ * its own failover), reconnection after a loss (shared contexts), the fabric reset of shm (every
+ * log rewrites its writes in flight), and the hand-over of the driving role between the progress
+ * thread and the threads that open and close logs. The progress thread itself is in primary.c
+ * (it runs the engine's per-log steps).
  * See docs/primary.md, "Many logs: the context".
  */
 #include <errno.h>
@@ -27,7 +28,7 @@ static void ctx_lost(struct tw_ctx *ctx, struct cbackup *c)
 	tw_log_warn("context: backup %s lost for its %zu log(s): %s", c->peer.addr, ctx->nlogs,
 		    c->peer.why);
 	for (size_t i = 0; i < ctx->nlogs; i++)
-		tw__pfo_lost(ctx->logs[i], c->idx, c->peer.why); /* each log fails over on its own */
+		tw__pfo_lost(ctx->logs[i], c->idx, c->peer.why); /* each fails over on its own */
 }
 
 /* Replies are matched to their calls by request id (proto/rpc_client.c): each call carries its
@@ -154,7 +155,8 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 		}
 		if (tw__ctx_connect(ctx, c) < 0) {
 			again[i] = false;
-			tw_log_warn("context: backup %s after the reset: %s", c->peer.addr, c->peer.why);
+			tw_log_warn("context: backup %s after the reset: %s", c->peer.addr,
+				    c->peer.why);
 		}
 	}
 	now = tw_now_ns();
@@ -176,10 +178,12 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 			if (again[i] && !b->lost)
 				b->gen = b->c->peer.gen;
 		}
-		for (size_t i = 0; i < p->nbk; i++)
+		for (size_t i = 0; i < p->nbk; i++) {
+			const char *why = p->bk[i].c->peer.why;
+
 			if (!again[i] && !p->bk[i].lost)
-				tw__pfo_lost(p, (unsigned)i, p->bk[i].c->peer.why[0] ? p->bk[i].c->peer.why
-								   : "not connected after a reset");
+				tw__pfo_lost(p, (unsigned)i, why[0] ? why : "not connected after a reset");
+		}
 		/* Every write in flight was dropped with the channels: rewrite them. */
 		if (p->cur && !p->cur->closed && p->slot_tail < p->slot_head) {
 			p->fo_recopy = true;

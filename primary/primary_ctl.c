@@ -1,7 +1,8 @@
 /*
- * primary/primary_ctl.c — the primary's control plane: fabric wiring, connect and handshake,
- * choosing r backups for a segment (refusals retried elsewhere and with back-off), the open and
- * close RPCs, loss of a backup. Runs on the driver thread, lock not held.
+ * primary/primary_ctl.c — the primary's control plane: the backups' state after the context's
+ * connect (ctx.c), the taken-over probe (a throw-away tw_peer per backup), choosing r backups for
+ * a segment (refusals retried elsewhere and with back-off), the open and close RPCs, loss of a
+ * backup. Runs on the driver thread, lock not held.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -175,7 +176,8 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 		 * corrupt at the close. Its buffer stays open there until a fence or delete. */
 		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does "
 			 "not support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
-			 c->seed, seg->seed, b->c->peer.rpc ? tw__rpc_client_peer_minor(b->c->peer.rpc) : 0);
+			 c->seed, seg->seed,
+			 b->c->peer.rpc ? tw__rpc_client_peer_minor(b->c->peer.rpc) : 0);
 		b->lost = true; /* never choose it again */
 		return 0;
 	}

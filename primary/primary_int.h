@@ -3,8 +3,10 @@
  *
  * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
  *                    progress thread, public API;
- *        primary_ctl.c   the control plane: connect, handshake, open/close segment RPCs,
- *                    backup choice and retry;
+ *        ctx.c   the context: a connection (peer/peer.h) per backup, loss, reconnection,
+ *                    fabric reset, the driving role;
+ *        primary_ctl.c   the control plane: open/close segment RPCs, backup choice and retry,
+ *                    the taken-over probe;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
  *
@@ -68,8 +70,10 @@ struct pbackup {
  * may then reopen its own buffers there (primary_rerep.c). */
 static inline bool pb_back(const struct pbackup *b)
 {
-	return b->lost && b->c->peer.ch && b->c->peer.rpc && !b->c->peer.lost && b->c->peer.gen != b->gen &&
-	       !tw__chan_is_lost(b->c->peer.ch);
+	const struct tw_peer *c = &b->c->peer;
+
+	return b->lost && c->ch && c->rpc && !c->lost && c->gen != b->gen &&
+	       !tw__chan_is_lost(c->ch);
 }
 
 /*

@@ -64,9 +64,10 @@ static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned i, uns
 
 	if (bi == s->rep[i])
 		return pb_back(b) && (!c->peer.buffer_size || c->peer.buffer_size >= s->cap);
-	return c->peer.ch && c->peer.rpc && !c->peer.lost && !tw__chan_is_lost(c->peer.ch) && !b->unregistered &&
-	       !holds(s, bi) && (!b->lost || pb_back(b)) &&
-	       (!c->peer.buffer_size || c->peer.buffer_size >= s->cap) && tw__pzone_ok(p, s, bi, NULL, 0);
+	return c->peer.ch && c->peer.rpc && !c->peer.lost && !tw__chan_is_lost(c->peer.ch) &&
+	       !b->unregistered && !holds(s, bi) && (!b->lost || pb_back(b)) &&
+	       (!c->peer.buffer_size || c->peer.buffer_size >= s->cap) &&
+	       tw__pzone_ok(p, s, bi, NULL, 0);
 }
 
 void tw__pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
@@ -148,6 +149,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			unsigned bi = (unsigned)((s->rep[i] + k) % p->nbk);
 			struct pbackup *b = &p->bk[bi];
 			struct tw_rkey rk;
+			const char *msg;
 			int rc;
 
 			if (!spare_ok(p, s, i, bi) || tw__pcoord_note(p, bi) < 0)
@@ -167,10 +169,10 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 				b->lost = true; /* misbehaving: never choose it again */
 				continue;
 			}
+			msg = b->c->peer.rpc ? tw__rpc_client_errmsg(b->c->peer.rpc) : "";
 			snprintf(b->why, sizeof(b->why), "open segment %u: %s%s%s", s->id,
 				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
-				 b->c->peer.rpc && tw__rpc_client_errmsg(b->c->peer.rpc)[0] ? ": " : "",
-				 b->c->peer.rpc ? tw__rpc_client_errmsg(b->c->peer.rpc) : "");
+				 msg[0] ? ": " : "", msg);
 			if (rc == -TW_EFENCED) {
 				snprintf(why_out, why_len, "backup %s: %s", b->addr, b->why);
 				return rc;

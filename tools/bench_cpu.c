@@ -49,7 +49,7 @@ static double proc_cpu(pid_t pid)
 
 struct remote {
 	struct tw_fab *fab;
-	struct tw_peer peer[MAX_BACKUPS]; /* rpc NULL: not connected (buffer_size: the handshake's) */
+	struct tw_peer peer[MAX_BACKUPS]; /* rpc NULL: not connected */
 	unsigned n;
 };
 

@@ -155,8 +155,8 @@ static void raw_close(struct raw *w, uint64_t log_id)
 		memset(&zop, 0, sizeof(zop));
 		zop.op.cb = raw_op_done;
 		zop.s = &zs;
-		if (tw__chan_write(w->peer[i].ch, &zop.op, w->src + (w->nslots + 1) * w->region, 64, w->mr,
-				  &w->rk[i], 0) < 0)
+		if (tw__chan_write(w->peer[i].ch, &zop.op, w->src + (w->nslots + 1) * w->region, 64,
+				   w->mr, &w->rk[i], 0) < 0)
 			continue;
 		while (zs.remaining)
 			tw__fab_progress(w->fab, 100);
@@ -233,8 +233,8 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 		rc = bench_connect(&w.peer[i], w.fab);
 		if (rc < 0) {
 			if (w.peer[i].failed == TW_PEER_CONNECT)
-				fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n", addrs[i],
-					tw_strerror(rc));
+				fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n",
+					addrs[i], tw_strerror(rc));
 			goto out;
 		}
 		rc = tw__rpc_open_segment(w.peer[i].rpc, 1, &m, 0, o->segment_size, &w.rk[i]);

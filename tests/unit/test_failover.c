@@ -360,7 +360,8 @@ static void test_stopped_spare(const char **addrs)
 	{
 		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_STOP };
 
-		is_int(tw__mem_inject(p->bk[vi].c->peer.ch, &f), 0, "stopped spare: %s stopped", victim);
+		is_int(tw__mem_inject(p->bk[vi].c->peer.ch, &f), 0, "stopped spare: %s stopped",
+		       victim);
 	}
 	for (uint64_t i = 100; i < 1500 && !rc; i++) { /* past the rollover */
 		fill(buf, i);
