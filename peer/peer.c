@@ -98,8 +98,7 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	int rc;
 
 	p->up = false;
-	p->lost = false;
-	p->failed = TW_PEER_CONNECT;
+	p->failed = TW_PEER_CONNECT; /* p->lost stays until the Handshake is done (below) */
 	rc = tw__fab_connect(fab, p->addr, &p->ch);
 	if (rc < 0) {
 		p->ch = NULL;
@@ -126,6 +125,7 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	}
 	p->failed = TW_PEER_OK;
 	p->up = true;
+	p->lost = false;
 	p->gen++;
 	p->why[0] = '\0';
 	return 0;

@@ -63,8 +63,10 @@ struct tw_peer {
 	struct tw_rpc_client *rpc; /* NULL: not connected */
 	void *user;                /* the caller's (the channel's user pointer is the peer) */
 	bool up;                   /* connected and handshaken (may since have been lost) */
-	bool lost;                 /* the channel failed or its reply stream broke (kept by
-				    * tw__peer_close; cleared by the next connect) */
+	bool lost;                 /* the channel failed or its reply stream broke; kept by
+				    * tw__peer_close and during a connect (a half-open
+				    * connection is never taken for a usable one), cleared when
+				    * a connect succeeds */
 	enum tw_peer_step failed;  /* which step of the last connect failed */
 	uint64_t gen;              /* successful connects so far */
 	/* From the last HandshakeReply. */
@@ -84,7 +86,8 @@ void tw__peer_init(struct tw_peer *p, const char *addr, void *user);
 /*
  * Connect `p` on `fab`, create its RPC client, stamp the incarnation, and run the Handshake
  * (with the key's challenge-response when o->key is set; none with o->no_handshake). Returns 0
- * (p->up), or a negative code with p->failed saying which step failed, p->why what went wrong
+ * (p->up, p->lost cleared; a loss during the connect of a peer already lost is not reported
+ * again), or a negative code with p->failed saying which step failed, p->why what went wrong
  * in an operator's terms, and nothing left open: the fab's connect error (-ETIMEDOUT,
  * -ECONNREFUSED, ...), -EACCES (authentication), or the Handshake's error (-ENOTSUP,
  * -TW_EVERSION, -ETIMEDOUT, ...). Blocking (progresses `fab`).

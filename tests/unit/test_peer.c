@@ -10,7 +10,8 @@
  *     buffer size), the caller's own first call works;
  *   - a backup that answers nothing: the fab's connect succeeds, the Handshake times out
  *     (failed = TW_PEER_HANDSHAKE), nothing left open;
- *   - a loss is reported once; lost survives tw__peer_close, the next connect clears it.
+ *   - a loss is reported once; lost survives tw__peer_close and a failed connect, a connect
+ *     that succeeds clears it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -104,6 +105,9 @@ int main(void)
 	ok(p.lost && !p.up && !p.ch && !p.rpc, "loss: close keeps lost");
 	tw__peer_close(&p);
 	ok(p.lost, "loss: a second close is harmless");
+	tw__peer_init(&q, "mem://999999", NULL);
+	q.lost = true;
+	ok(tw__peer_connect(&q, fab, &o) < 0 && q.lost, "loss: a failed connect keeps lost");
 	rc = tw__peer_connect(&p, fab, &o);
 	is_int(rc, 0, "loss: connected again (%s)", p.why);
 	ok(!p.lost && tw__peer_ok(&p), "loss: the connect cleared lost");
