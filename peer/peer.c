@@ -70,30 +70,12 @@ void tw__peer_connect_why(char *why, size_t len, struct tw_fab *fab, int err,
 	}
 }
 
-int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o)
+/* The Handshake on p's fresh RPC client; the reply's figures into p. */
+static int handshake(struct tw_peer *p, const struct tw_peer_opts *o)
 {
 	struct tw_rpc_reply rep;
 	int rc;
 
-	p->up = false;
-	p->lost = false;
-	rc = tw__fab_connect(fab, p->addr, &p->ch);
-	if (rc < 0) {
-		p->ch = NULL;
-		tw__peer_connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
-				     o->timeout_hint);
-		return rc;
-	}
-	tw__chan_set_user(p->ch, p);
-	rc = tw__rpc_client_create(p->ch, &o->rpc, &p->rpc);
-	if (rc < 0) {
-		p->rpc = NULL;
-		snprintf(p->why, sizeof(p->why), "rpc client: %s", tw_strerror(rc));
-		tw__peer_close(p);
-		return rc;
-	}
-	if (o->incarnation)
-		tw__rpc_client_set_incarnation(p->rpc, o->incarnation);
 	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
 	rc = tw__auth_client_handshake(p->rpc, o->key, o->node_id ? o->node_id : tw__peer_node_id(),
 				      o->role, o->node_name, &rep, p->why, sizeof(p->why));
@@ -108,11 +90,42 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 		p->buffers_max = h->buffers_max ? h->buffers_max : h->buffers_total;
 	}
 	tw__rpc_reply_release(&rep);
-	if (rc < 0) { /* p->why says which: -EACCES, -TW_EVERSION, -ENOTSUP, no answer */
+	return rc; /* p->why says which: -EACCES, -TW_EVERSION, -ENOTSUP, no answer */
+}
+
+int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o)
+{
+	int rc;
+
+	p->up = false;
+	p->failed = TW_PEER_CONNECT; /* p->lost stays until the Handshake is done (below) */
+	rc = tw__fab_connect(fab, p->addr, &p->ch);
+	if (rc < 0) {
+		p->ch = NULL;
+		tw__peer_connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
+				     o->timeout_hint);
+		return rc;
+	}
+	tw__chan_set_user(p->ch, p);
+	p->failed = TW_PEER_RPC;
+	rc = tw__rpc_client_create(p->ch, &o->rpc, &p->rpc);
+	if (rc < 0) {
+		p->rpc = NULL;
+		snprintf(p->why, sizeof(p->why), "rpc client: %s", tw_strerror(rc));
 		tw__peer_close(p);
 		return rc;
 	}
+	if (o->incarnation)
+		tw__rpc_client_set_incarnation(p->rpc, o->incarnation);
+	p->failed = TW_PEER_HANDSHAKE;
+	rc = o->no_handshake ? 0 : handshake(p, o);
+	if (rc < 0) {
+		tw__peer_close(p);
+		return rc;
+	}
+	p->failed = TW_PEER_OK;
 	p->up = true;
+	p->lost = false;
 	p->gen++;
 	p->why[0] = '\0';
 	return 0;
@@ -124,7 +137,6 @@ void tw__peer_close(struct tw_peer *p)
 		tw__chan_set_user(p->ch, NULL);
 	tw__rpc_client_close(&p->rpc, &p->ch);
 	p->up = false;
-	p->lost = false;
 }
 
 int tw__peer_reconnect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o)

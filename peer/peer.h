@@ -1,5 +1,5 @@
 /*
- * peer/peer.h — one connection from a client (recovery, a reader, and to come the context,
+ * peer/peer.h — one connection from a client (recovery, a reader, the context and its probes,
  * twctl and twbench) to a backup: connect, authenticate, handshake, RPC client, loss and
  * reconnection, written once.
  *
@@ -36,6 +36,9 @@ struct tw_peer_opts {
 	Tailwind__Role role;           /* named in the Handshake (and the key's transcript) */
 	const char *node_name;         /* NULL ok; borrowed */
 	uint64_t incarnation;          /* owner id stamped on every request (0: none) */
+	/* Connect and create the RPC client only, no Handshake: the caller's first call is its
+	 * own (primary_ctl.c's probe; a backup with a key refuses anything before a Handshake). */
+	bool no_handshake;
 	struct tw_rpc_config rpc;      /* the RPC client's settings (tw__rpc_config_init) */
 	/* For the messages of a failed connect: the connect timeout the fab was given (0: not
 	 * said) and the option that raises it ("" or NULL: none named). */
@@ -46,13 +49,25 @@ struct tw_peer_opts {
 /* Defaults: no key, node id from the host and process, `role`, RPC defaults. */
 void tw__peer_opts_init(struct tw_peer_opts *o, Tailwind__Role role);
 
+/* The step of tw__peer_connect that failed (tw_peer.failed). */
+enum tw_peer_step {
+	TW_PEER_OK = 0,        /* the last connect succeeded (or none was tried) */
+	TW_PEER_CONNECT,       /* the fab's connect: nothing was sent */
+	TW_PEER_RPC,           /* creating the RPC client: nothing was sent */
+	TW_PEER_HANDSHAKE,     /* the Handshake (with the key's challenge-response) */
+};
+
 struct tw_peer {
 	char addr[TW_ADDR_MAX];
 	struct tw_chan *ch;        /* NULL: not connected */
 	struct tw_rpc_client *rpc; /* NULL: not connected */
 	void *user;                /* the caller's (the channel's user pointer is the peer) */
 	bool up;                   /* connected and handshaken (may since have been lost) */
-	bool lost;                 /* the channel failed or its reply stream broke */
+	bool lost;                 /* the channel failed or its reply stream broke; kept by
+				    * tw__peer_close and during a connect (a half-open
+				    * connection is never taken for a usable one), cleared when
+				    * a connect succeeds */
+	enum tw_peer_step failed;  /* which step of the last connect failed */
 	uint64_t gen;              /* successful connects so far */
 	/* From the last HandshakeReply. */
 	int peer_minor;            /* the backup's protocol minor (-1: none yet) */
@@ -70,15 +85,18 @@ void tw__peer_init(struct tw_peer *p, const char *addr, void *user);
 
 /*
  * Connect `p` on `fab`, create its RPC client, stamp the incarnation, and run the Handshake
- * (with the key's challenge-response when o->key is set). Returns 0 (p->up), or a negative
- * code with p->why saying what went wrong in an operator's terms and nothing left open:
- * the fab's connect error (-ETIMEDOUT, -ECONNREFUSED, ...), -EACCES (authentication), or the
- * Handshake's error (-ENOTSUP, -TW_EVERSION, -ETIMEDOUT, ...). Blocking (progresses `fab`).
+ * (with the key's challenge-response when o->key is set; none with o->no_handshake). Returns 0
+ * (p->up, p->lost cleared; a loss during the connect of a peer already lost is not reported
+ * again), or a negative code with p->failed saying which step failed, p->why what went wrong
+ * in an operator's terms, and nothing left open: the fab's connect error (-ETIMEDOUT,
+ * -ECONNREFUSED, ...), -EACCES (authentication), or the Handshake's error (-ENOTSUP,
+ * -TW_EVERSION, -ETIMEDOUT, ...). Blocking (progresses `fab`).
  */
 int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o);
 
 /* Destroy the RPC client (pending calls complete with -TW_ECLOSED), then close the channel.
- * p->why and p->gen are kept; p->up and p->lost are cleared. NULL-safe on a closed peer. */
+ * p->why, p->gen and p->lost are kept (a lost peer stays lost until it connects again); p->up
+ * is cleared. NULL-safe on a closed peer. */
 void tw__peer_close(struct tw_peer *p);
 
 /* tw__peer_close, then tw__peer_connect. */

@@ -1,10 +1,11 @@
 /*
- * primary/ctx.c — the context (tailwind/context.h): one fabric instance, one channel and RPC
- * client per backup, shared by every log opened on it; connect, handshake, loss demultiplexing
- * (a channel lost is lost for every log, each then runs its own failover), reconnection after a
- * loss (shared contexts), the fabric reset of shm (every log rewrites its writes in flight), and
- * the hand-over of the driving role between the progress thread and the threads that open and
- * close logs. The progress thread itself is in primary.c (it runs the engine's per-log steps).
+ * primary/ctx.c — the context (tailwind/context.h): one fabric instance, one connection per
+ * backup (a tw_peer, peer/peer.h: channel, RPC client, connect and handshake) shared by every
+ * log opened on it, loss demultiplexing (a channel lost is lost for every log, each then runs
+ * its own failover), reconnection after a loss (shared contexts), the fabric reset of shm (every
+ * log rewrites its writes in flight), and the hand-over of the driving role between the progress
+ * thread and the threads that open and close logs. The progress thread itself is in primary.c
+ * (it runs the engine's per-log steps).
  * See docs/primary.md, "Many logs: the context".
  */
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "peer/peer.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "primary/primary_int.h"
@@ -23,135 +25,92 @@
 static void ctx_lost(struct tw_ctx *ctx, struct cbackup *c)
 {
 	ctx->loss_gen++;
-	tw_log_warn("context: backup %s lost for its %zu log(s): %s", c->addr, ctx->nlogs, c->why);
+	tw_log_warn("context: backup %s lost for its %zu log(s): %s", c->peer.addr, ctx->nlogs,
+		    c->peer.why);
 	for (size_t i = 0; i < ctx->nlogs; i++)
-		tw__pfo_lost(ctx->logs[i], c->idx, c->why); /* each log fails over on its own */
+		tw__pfo_lost(ctx->logs[i], c->idx, c->peer.why); /* each fails over on its own */
 }
 
+/* Replies are matched to their calls by request id (proto/rpc_client.c): each call carries its
+ * own log's completion, so the shared client demultiplexes by itself. A peer without a cbackup
+ * is a probe of primary_ctl.c (no failover). */
 static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
 {
-	struct cbackup *c = tw__chan_user(ch);
-	int rc;
+	struct tw_peer *pr = tw__chan_user(ch);
 
-	if (!c || !c->rpc)
-		return;
-	/* Replies are matched to their calls by request id (proto/rpc_client.c): each call
-	 * carries its own log's completion, so the shared client demultiplexes by itself. */
-	rc = tw__rpc_client_on_recv(c->rpc, msg, len);
-	if (rc < 0) {
-		c->lost = true;
-		if (c->probe)
-			return;
-		snprintf(c->why, sizeof(c->why), "broken reply stream: %s", tw_strerror(rc));
-		ctx_lost(arg, c);
-	}
+	if (pr && tw__peer_recv(pr, msg, len) && pr->user)
+		ctx_lost(arg, pr->user);
 }
 
 static void on_lost(void *arg, struct tw_chan *ch, int err)
 {
-	struct cbackup *c = tw__chan_user(ch);
+	struct tw_peer *pr = tw__chan_user(ch);
 
-	if (!c)
-		return;
-	c->lost = true;
-	snprintf(c->why, sizeof(c->why), "connection lost: %s", tw_strerror(err));
-	if (c->rpc)
-		tw__rpc_client_on_lost(c->rpc, err);
-	if (c->probe)
-		return;
-	ctx_lost(arg, c);
+	if (pr && tw__peer_lost(pr, err) && pr->user)
+		ctx_lost(arg, pr->user);
 }
 
 void tw__ctx_drop(struct cbackup *c)
 {
-	bool counted = c->ch && !c->probe;
-
-	tw__rpc_client_close(&c->rpc, &c->ch);
-	if (counted)
+	if (c->peer.ch)
 		__atomic_sub_fetch(&c->ctx->st.channels, 1, __ATOMIC_RELAXED);
+	tw__peer_close(&c->peer); /* c->peer.lost stays */
 }
 
-static void rpc_config(struct tw_ctx *ctx, struct tw_rpc_config *rc)
+void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o)
 {
-	tw__rpc_config_init(rc);
+	tw__peer_opts_init(o, TAILWIND__ROLE__ROLE_PRIMARY);
+	o->key = ctx->key;
+	o->node_id = ctx->node_id;
 	if (ctx->cfg.rpc_timeout_ms)
-		rc->timeout_ms = ctx->cfg.rpc_timeout_ms;
-	rc->max_inflight = ctx->rpc_max_inflight;
-}
-
-static int handshake(struct tw_ctx *ctx, struct cbackup *c)
-{
-	struct tw_rpc_reply rep;
-	int rc;
-
-	if (ctx->owner) {
-		PSTAT_ADD(ctx->owner, rpcs, ctx->key ? 2 : 1);
-		PSTAT_ADD(ctx->owner, rpc_handshake, ctx->key ? 2 : 1);
-	}
-	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
-	rc = tw__auth_client_handshake(c->rpc, ctx->key, ctx->node_id, TAILWIND__ROLE__ROLE_PRIMARY,
-				      NULL, &rep, c->why, sizeof(c->why));
-	if (rc == 0)
-		c->buffer_size = rep.env->handshake_reply->buffer_size;
-	tw__rpc_reply_release(&rep);
-	return rc;
+		o->rpc.timeout_ms = ctx->cfg.rpc_timeout_ms;
+	if (ctx->owner)
+		o->incarnation = ctx->owner->incarnation;
 }
 
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 {
-	struct tw_rpc_config rcfg;
+	struct tw_peer_opts o;
 	int rc;
 
-	rpc_config(ctx, &rcfg);
-	rc = tw__fab_connect(ctx->fab, c->addr, &c->ch);
-	if (rc < 0) {
-		c->ch = NULL;
-		c->lost = true;
-		c->dead = true;
-		snprintf(c->why, sizeof(c->why), "unreachable: %s", tw_strerror(rc));
+	tw__ctx_peer_opts(ctx, &o);
+	o.rpc.max_inflight = ctx->rpc_max_inflight;
+	rc = tw__peer_connect(&c->peer, ctx->fab, &o);
+	/* The handshake's RPCs count in a private context's log (two with a key). */
+	if (ctx->owner && (rc == 0 || c->peer.failed == TW_PEER_HANDSHAKE)) {
+		PSTAT_ADD(ctx->owner, rpcs, ctx->key ? 2 : 1);
+		PSTAT_ADD(ctx->owner, rpc_handshake, ctx->key ? 2 : 1);
+	}
+	if (rc < 0) { /* c->peer.why says why: -TW_EVERSION, -ENOTSUP, no answer, ... */
+		c->peer.lost = true;
+		if (c->peer.failed == TW_PEER_CONNECT) {
+			c->dead = true;
+			snprintf(c->peer.why, sizeof(c->peer.why), "unreachable: %s",
+				 tw_strerror(rc));
+		}
 		return rc;
 	}
 	__atomic_add_fetch(&ctx->st.channels, 1, __ATOMIC_RELAXED);
-	tw__chan_set_user(c->ch, c);
-	rc = tw__rpc_client_create(c->ch, &rcfg, &c->rpc);
-	if (rc < 0) {
-		c->rpc = NULL;
-		tw__ctx_drop(c);
-		c->lost = true;
-		snprintf(c->why, sizeof(c->why), "rpc client: %s", tw_strerror(rc));
-		return rc;
-	}
-	if (ctx->owner)
-		tw__rpc_client_set_incarnation(c->rpc, ctx->owner->incarnation);
-	rc = handshake(ctx, c);
-	if (rc < 0) { /* -TW_EVERSION, -ENOTSUP, or no answer: c->why says which */
-		tw__ctx_drop(c);
-		c->lost = true;
-		return rc;
-	}
-	c->lost = false;
-	c->gen++;
-	c->why[0] = '\0';
 	return 0;
 }
 
 void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
 {
-	if (c->ch && (c->lost || tw__chan_is_lost(c->ch))) {
-		c->lost = true;
+	if (c->peer.ch && (c->peer.lost || tw__chan_is_lost(c->peer.ch))) {
+		c->peer.lost = true;
 		tw__ctx_drop(c); /* every log's writes on it complete now (with errors) */
 	}
-	if (!ctx->shared || c->ch || c->dead || !c->lost || ctx->resetting ||
+	if (!ctx->shared || c->peer.ch || c->dead || !c->peer.lost || ctx->resetting ||
 	    tw__fab_loss_blocks_others(ctx->fab))
 		return;
 	/* Once per loss: a backup that closed the connection (a fence of another log of this
 	 * process, docs/recovery.md "Ownership") is alive and holds the other logs' buffers. */
 	if (tw__ctx_connect(ctx, c) == 0) {
 		__atomic_add_fetch(&ctx->st.reconnects, 1, __ATOMIC_RELAXED);
-		tw_log_info("context: backup %s connected again", c->addr);
+		tw_log_info("context: backup %s connected again", c->peer.addr);
 	} else {
 		c->dead = true;
-		tw_log_warn("context: backup %s: %s; not tried again", c->addr, c->why);
+		tw_log_warn("context: backup %s: %s; not tried again", c->peer.addr, c->peer.why);
 	}
 }
 
@@ -173,8 +132,8 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 		 * whose loss began it: the others are most likely only behind it in the blocked
 		 * queue (the fabric reports timed-out channels oldest operation first). A dead
 		 * one fails to connect. */
-		again[i] = !c->dead && (int)i != first && c->ch;
-		if (c->ch || c->rpc)
+		again[i] = !c->dead && (int)i != first && c->peer.ch;
+		if (c->peer.ch || c->peer.rpc)
 			tw__ctx_drop(c); /* every log's writes in flight complete (slots to repair) */
 	}
 	ctx->resetting = false;
@@ -191,12 +150,13 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 		struct cbackup *c = &ctx->bk[i];
 
 		if (!again[i]) {
-			c->lost = true;
+			c->peer.lost = true;
 			continue;
 		}
 		if (tw__ctx_connect(ctx, c) < 0) {
 			again[i] = false;
-			tw_log_warn("context: backup %s after the reset: %s", c->addr, c->why);
+			tw_log_warn("context: backup %s after the reset: %s", c->peer.addr,
+				    c->peer.why);
 		}
 	}
 	now = tw_now_ns();
@@ -216,12 +176,14 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 				PSTAT_ADD(p, backups_lost, (uint64_t)-1);
 			}
 			if (again[i] && !b->lost)
-				b->gen = b->c->gen;
+				b->gen = b->c->peer.gen;
 		}
-		for (size_t i = 0; i < p->nbk; i++)
+		for (size_t i = 0; i < p->nbk; i++) {
+			const char *why = p->bk[i].c->peer.why;
+
 			if (!again[i] && !p->bk[i].lost)
-				tw__pfo_lost(p, (unsigned)i, p->bk[i].c->why[0] ? p->bk[i].c->why
-								   : "not connected after a reset");
+				tw__pfo_lost(p, (unsigned)i, why[0] ? why : "not connected after a reset");
+		}
 		/* Every write in flight was dropped with the channels: rewrite them. */
 		if (p->cur && !p->cur->closed && p->slot_tail < p->slot_head) {
 			p->fo_recopy = true;
@@ -327,7 +289,7 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 
 		c->ctx = ctx;
 		c->idx = (unsigned)i;
-		snprintf(c->addr, sizeof(c->addr), "%s", cc->backups[i]);
+		tw__peer_init(&c->peer, cc->backups[i], c);
 		if (cc->zones && cc->zones[i])
 			snprintf(c->zone, sizeof(c->zone), "%s", cc->zones[i]);
 	}
@@ -388,7 +350,7 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 		struct cbackup *c = &ctx->bk[i];
 
 		if (tw__ctx_connect(ctx, c) < 0)
-			tw_log_warn("primary: backup %s %s", c->addr, c->why);
+			tw_log_warn("primary: backup %s %s", c->peer.addr, c->peer.why);
 		else
 			c->dead = false;
 	}
@@ -472,15 +434,15 @@ int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errm
 	}
 	rc = tw__ctx_create(cfg, true, cfg->tx_depth ? cfg->tx_depth : CTX_DEFAULT_TX_DEPTH, 0, &ctx);
 	for (size_t i = 0; rc == 0 && i < ctx->nbk; i++)
-		up += ctx->bk[i].ch != NULL;
+		up += ctx->bk[i].peer.ch != NULL;
 	if (rc == 0 && !up) {
 		char *m = ctx->errmsg;
 		size_t n = sizeof(ctx->errmsg);
 		int k = snprintf(m, n, "no backup usable:");
 
 		for (size_t i = 0; i < ctx->nbk && k > 0 && (size_t)k < n; i++)
-			k += snprintf(m + k, n - (size_t)k, " %s (%s)%s", ctx->bk[i].addr,
-				      ctx->bk[i].why, i + 1 < ctx->nbk ? ";" : "");
+			k += snprintf(m + k, n - (size_t)k, " %s (%s)%s", ctx->bk[i].peer.addr,
+				      ctx->bk[i].peer.why, i + 1 < ctx->nbk ? ";" : "");
 		rc = -TW_ENOBACKUP;
 	}
 	if (rc == 0)

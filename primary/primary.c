@@ -286,9 +286,9 @@ static void post_slot(struct tw_primary *p, struct pslot *s, uint64_t n)
 		po->slot = s;
 		po->rep = i;
 		po->bk = seg->rep[i];
-		rc = b->c->ch ? tw__chan_write(b->c->ch, &po->op, seg->buf + s->off, s->len, seg->mr,
-					      &seg->rk[i], s->off)
-			      : -TW_EPEERLOST;
+		rc = b->c->peer.ch ? tw__chan_write(b->c->peer.ch, &po->op, seg->buf + s->off,
+						    s->len, seg->mr, &seg->rk[i], s->off)
+				   : -TW_EPEERLOST;
 		if (rc < 0) {
 			char why[160];
 
@@ -697,7 +697,7 @@ static void *ctx_main(void *arg)
 		}
 		if (ctx->shared) {
 			for (size_t i = 0; i < ctx->nbk; i++)
-				if (ctx->bk[i].lost && !ctx->bk[i].dead &&
+				if (ctx->bk[i].peer.lost && !ctx->bk[i].dead &&
 				    !tw__fab_loss_blocks_others(ctx->fab))
 					tw__ctx_heal(ctx, &ctx->bk[i]);
 		}
@@ -991,8 +991,8 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
 		/* (tw__ctx_create connected before knowing its owner: stamp the incarnation now.) */
 		for (size_t i = 0; rc == 0 && i < p->ctx->nbk; i++)
-			if (p->ctx->bk[i].rpc)
-				tw__rpc_client_set_incarnation(p->ctx->bk[i].rpc, incarnation);
+			if (p->ctx->bk[i].peer.rpc)
+				tw__rpc_client_set_incarnation(p->ctx->bk[i].peer.rpc, incarnation);
 	} else {
 		p->ctx = ctx;
 		p->fab = ctx->fab;
@@ -1006,8 +1006,8 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		p->bk[i].p = p;
 		p->bk[i].c = c;
 		p->bk[i].idx = (unsigned)i;
-		p->bk[i].gen = c->gen;
-		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", c->addr);
+		p->bk[i].gen = c->peer.gen;
+		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", c->peer.addr);
 		snprintf(p->bk[i].zone, sizeof(p->bk[i].zone), "%s", c->zone);
 	}
 	/* In the context's list from now on: a channel lost during the open reaches it. */
@@ -1165,7 +1165,7 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	rc_cfg.epoch = cfg->epoch;
 	if (ctx) {
 		for (size_t i = 0; i < nbk; i++)
-			addrs[i] = ctx->bk[i].addr;
+			addrs[i] = ctx->bk[i].peer.addr;
 		rc_cfg.backups = addrs;
 		rc_cfg.n_backups = nbk;
 		tw__recover_config_link(&rc_cfg, ctx->cfg.provider, ctx->cfg.busy_poll,

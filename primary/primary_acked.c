@@ -116,8 +116,8 @@ static void pub_done(void *arg, int status, const Tailwind__Envelope *reply)
 	if (readers && pb->quiet)
 		pb->sent_lsn = 0;
 	/* A 1.4 backup answers at once and never says `readers`: treat it as read. */
-	pb->quiet = status == 0 && reply && !readers && pub->p->bk[pc->bk].c->rpc &&
-		    tw__rpc_client_peer_minor(pub->p->bk[pc->bk].c->rpc) >= 5;
+	pb->quiet = status == 0 && reply && !readers && pub->p->bk[pc->bk].c->peer.rpc &&
+		    tw__rpc_client_peer_minor(pub->p->bk[pc->bk].c->peer.rpc) >= 5;
 	/* Other failures: the backup is lost (failover) or the log fenced (its appends fail). */
 	publish(pub);
 }

@@ -157,7 +157,7 @@ void tw__pcoord_refresh(struct tw_primary *p)
 		memset(c, 0, sizeof(*c));
 		c->ctx = ctx;
 		c->idx = (unsigned)ctx->nbk;
-		snprintf(c->addr, sizeof(c->addr), "%s", v[j].addr);
+		tw__peer_init(&c->peer, v[j].addr, c);
 		snprintf(c->zone, sizeof(c->zone), "%s", v[j].zone);
 		b = &p->bk[p->nbk];
 		memset(b, 0, sizeof(*b));
@@ -168,11 +168,11 @@ void tw__pcoord_refresh(struct tw_primary *p)
 		snprintf(b->zone, sizeof(b->zone), "%s", v[j].zone);
 		if (tw__ctx_connect(ctx, c) < 0) {
 			b->lost = true;
-			snprintf(b->why, sizeof(b->why), "%s", c->why);
+			snprintf(b->why, sizeof(b->why), "%s", c->peer.why);
 			tw_log_warn("primary: log %llu: newly registered backup %s: %s",
 				    (unsigned long long)p->cfg.log_id, b->addr, b->why);
 		} else {
-			b->gen = c->gen;
+			b->gen = c->peer.gen;
 			tw_log_info("primary: log %llu: backup %s (zone %s) registered since the "
 				    "open: a spare candidate now", (unsigned long long)p->cfg.log_id,
 				    b->addr, b->zone[0] ? b->zone : "-");

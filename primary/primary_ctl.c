@@ -1,7 +1,8 @@
 /*
- * primary/primary_ctl.c — the primary's control plane: fabric wiring, connect and handshake,
- * choosing r backups for a segment (refusals retried elsewhere and with back-off), the open and
- * close RPCs, loss of a backup. Runs on the driver thread, lock not held.
+ * primary/primary_ctl.c — the primary's control plane: the backups' state after the context's
+ * connect (ctx.c), the taken-over probe (a throw-away tw_peer per backup), choosing r backups for
+ * a segment (refusals retried elsewhere and with back-off), the open and close RPCs, loss of a
+ * backup. Runs on the driver thread, lock not held.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -9,16 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proto/auth.h"
 #include "proto/rpc.h"
 #include "primary/primary_int.h"
-
-static void rpc_config(struct tw_primary *p, struct tw_rpc_config *rc)
-{
-	tw__rpc_config_init(rc);
-	if (p->ctx->cfg.rpc_timeout_ms)
-		rc->timeout_ms = p->ctx->cfg.rpc_timeout_ms;
-}
 
 void tw__pctl_drop(struct tw_primary *p, struct pbackup *b)
 {
@@ -27,7 +20,7 @@ void tw__pctl_drop(struct tw_primary *p, struct pbackup *b)
 	 * other logs too: closed (and connected again) only when the channel itself failed. */
 	if (!p->ctx->shared)
 		tw__ctx_drop(b->c);
-	else if (b->c->lost || (b->c->ch && tw__chan_is_lost(b->c->ch)))
+	else if (b->c->peer.lost || (b->c->peer.ch && tw__chan_is_lost(b->c->peer.ch)))
 		tw__ctx_heal(p->ctx, b->c);
 }
 
@@ -39,16 +32,16 @@ int tw__pctl_check_backups(struct tw_primary *p)
 		struct pbackup *b = &p->bk[i];
 		struct cbackup *c = b->c;
 
-		if (!c->ch || !c->rpc || c->lost) {
+		if (!c->peer.ch || !c->peer.rpc || c->peer.lost) {
 			b->lost = true;
 			snprintf(b->why, sizeof(b->why), "%s",
-				 c->why[0] ? c->why : "not connected");
+				 c->peer.why[0] ? c->peer.why : "not connected");
 			continue;
 		}
-		b->gen = c->gen;
-		if (c->buffer_size && c->buffer_size < p->cfg.segment_size) {
+		b->gen = c->peer.gen;
+		if (c->peer.buffer_size && c->peer.buffer_size < p->cfg.segment_size) {
 			snprintf(b->why, sizeof(b->why), "buffer size %llu < segment size %zu",
-				 (unsigned long long)c->buffer_size, p->cfg.segment_size);
+				 (unsigned long long)c->peer.buffer_size, p->cfg.segment_size);
 			tw_log_warn("primary: backup %s: %s", b->addr, b->why);
 			continue; /* stays connected, never chosen */
 		}
@@ -75,8 +68,8 @@ static bool usable(struct tw_primary *p, struct pbackup *b)
 
 	/* A backup this log lost is used again once the context connected to it again, for
 	 * new segments only (a replica of the open segment there goes through the failover). */
-	return c->ch && c->rpc && !c->lost && !tw__chan_is_lost(c->ch) &&
-	       (!c->buffer_size || c->buffer_size >= p->cfg.segment_size) &&
+	return c->peer.ch && c->peer.rpc && !c->peer.lost && !tw__chan_is_lost(c->peer.ch) &&
+	       (!c->peer.buffer_size || c->peer.buffer_size >= p->cfg.segment_size) &&
 	       (!b->lost || (pb_back(b) && !tw__primary_is_replica(p, b->idx)));
 }
 
@@ -88,7 +81,7 @@ static void reattach(struct pbackup *b)
 			    (unsigned long long)b->p->cfg.log_id, b->addr);
 	b->lost = false;
 	b->fo_seen = false;
-	b->gen = b->c->gen;
+	b->gen = b->c->peer.gen;
 }
 
 static bool chosen(const struct pseg *s, unsigned b)
@@ -121,8 +114,8 @@ static void call_done(void *arg, int status, const Tailwind__Envelope *reply)
 	c->status = status;
 	if (reply && tw__rpc_reply_status(reply, &m) >= 0 && m && m[0])
 		snprintf(c->msg, sizeof(c->msg), "%s", m);
-	else if (status < 0 && c->b->c->rpc && tw__rpc_client_errmsg(c->b->c->rpc)[0])
-		snprintf(c->msg, sizeof(c->msg), "%s", tw__rpc_client_errmsg(c->b->c->rpc));
+	else if (status < 0 && c->b->c->peer.rpc && tw__rpc_client_errmsg(c->b->c->peer.rpc)[0])
+		snprintf(c->msg, sizeof(c->msg), "%s", tw__rpc_client_errmsg(c->b->c->peer.rpc));
 	if (status == 0 && reply && reply->body_case == TAILWIND__ENVELOPE__BODY_OPEN_SEGMENT_REPLY &&
 	    reply->open_segment_reply && reply->open_segment_reply->rkey) {
 		tw__rpc_rkey_from_pb(reply->open_segment_reply->rkey, &c->rk);
@@ -139,7 +132,7 @@ static void call_start(struct tw_primary *p, struct pcall *c, struct pbackup *b,
 	memset(c, 0, sizeof(*c));
 	c->b = b;
 	PSTAT_ADD(p, rpcs, 1);
-	rc = prpc(p, b) ? tw__rpc_call(b->c->rpc, env, call_done, c) : -TW_EPEERLOST;
+	rc = prpc(p, b) ? tw__rpc_call(b->c->peer.rpc, env, call_done, c) : -TW_EPEERLOST;
 	if (rc < 0) { /* the callback will not run */
 		c->status = rc;
 		c->done = true;
@@ -160,8 +153,8 @@ static void call_wait(struct tw_primary *p, struct pcall *c, unsigned n)
 			return;
 		tw__fab_progress(p->fab, p->ctx->cfg.busy_poll ? 0 : 10);
 		for (unsigned i = 0; i < n; i++)
-			if (!c[i].done && c[i].b->c->rpc)
-				tw__rpc_client_expire(c[i].b->c->rpc);
+			if (!c[i].done && c[i].b->c->peer.rpc)
+				tw__rpc_client_expire(c[i].b->c->peer.rpc);
 	}
 }
 
@@ -183,7 +176,8 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 		 * corrupt at the close. Its buffer stays open there until a fence or delete. */
 		snprintf(b->why, sizeof(b->why), "answered chain seed 0x%08x to 0x%08x: it does "
 			 "not support chain seeds (protocol 1.%d, 1.2 needed); upgrade twd there",
-			 c->seed, seg->seed, b->c->rpc ? tw__rpc_client_peer_minor(b->c->rpc) : 0);
+			 c->seed, seg->seed,
+			 b->c->peer.rpc ? tw__rpc_client_peer_minor(b->c->peer.rpc) : 0);
 		b->lost = true; /* never choose it again */
 		return 0;
 	}
@@ -234,7 +228,7 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 static void heal_shared(struct tw_primary *p)
 {
 	for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
-		if (p->bk[k].c->lost && !p->bk[k].c->dead)
+		if (p->bk[k].c->peer.lost && !p->bk[k].c->dead)
 			tw__ctx_heal(p->ctx, p->bk[k].c);
 }
 
@@ -359,7 +353,7 @@ int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 	for (unsigned i = 0; i < seg->nrep; i++) {
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
-		if (!b->c->rpc || b->lost) {
+		if (!b->c->peer.rpc || b->lost) {
 			/* Re-replicated from our memory in the background (primary_rerep.c). */
 			tw_log_warn("primary: backup %s lost before closing segment %u: %s", b->addr,
 				    seg->id, b->why);
@@ -507,7 +501,7 @@ int tw__pctl_probe_new_log(struct tw_primary *p)
 		bool known = false;
 		int rc;
 
-		if (!b->c->rpc || b->lost)
+		if (!b->c->peer.rpc || b->lost)
 			continue;
 		rc = list_log(p, prpc(p, b), &known, &epoch, &owner);
 		if (rc < 0) {
@@ -546,33 +540,28 @@ int tw__pctl_probe_new_log(struct tw_primary *p)
 
 int tw__pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 {
-	struct tw_rpc_config rcfg;
+	struct tw_peer_opts o;
 
-	rpc_config(p, &rcfg);
+	/* A throw-away connection per backup: a peer without a cbackup (ctx.c's event routing
+	 * runs no failover for it), no Handshake, its one call stamped with our incarnation. */
+	tw__ctx_peer_opts(p->ctx, &o);
+	o.incarnation = p->incarnation;
+	o.no_handshake = true;
 	for (size_t i = 0; i < p->nbk; i++) {
-		struct cbackup tmp;
+		struct tw_peer tmp;
 		uint64_t epoch = 0, owner = 0;
 		bool known = false, taken;
 		int rc;
 
 		if (p->bk[i].c->dead)
 			continue; /* a connect failed already: do not wait for another timeout */
-		memset(&tmp, 0, sizeof(tmp));
-		tmp.ctx = p->ctx;
-		tmp.idx = (unsigned)i;
-		tmp.probe = true;
-		snprintf(tmp.addr, sizeof(tmp.addr), "%s", p->bk[i].addr);
-		if (tw__fab_connect(p->fab, tmp.addr, &tmp.ch) < 0) {
+		tw__peer_init(&tmp, p->bk[i].addr, NULL);
+		rc = tw__peer_connect(&tmp, p->fab, &o);
+		if (rc < 0 && tmp.failed == TW_PEER_CONNECT)
 			p->bk[i].c->dead = true;
-			continue;
-		}
-		tw__chan_set_user(tmp.ch, &tmp);
-		rc = tw__rpc_client_create(tmp.ch, &rcfg, &tmp.rpc);
-		if (rc == 0) {
-			tw__rpc_client_set_incarnation(tmp.rpc, p->incarnation);
+		if (rc == 0)
 			rc = list_log(p, tmp.rpc, &known, &epoch, &owner);
-		}
-		tw__ctx_drop(&tmp);
+		tw__peer_close(&tmp);
 		if (rc < 0)
 			continue;
 		taken = epoch > p->cfg.epoch || (epoch == p->cfg.epoch && owner != p->incarnation);

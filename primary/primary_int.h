@@ -3,8 +3,10 @@
  *
  * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
  *                    progress thread, public API;
- *        primary_ctl.c   the control plane: connect, handshake, open/close segment RPCs,
- *                    backup choice and retry;
+ *        ctx.c   the context: a connection (peer/peer.h) per backup, loss, reconnection,
+ *                    fabric reset, the driving role;
+ *        primary_ctl.c   the control plane: open/close segment RPCs, backup choice and retry,
+ *                    the taken-over probe;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
  *
@@ -28,27 +30,22 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "peer/peer.h"
 
-struct tw_rpc_client;
 struct tw_auth_key;
-void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnation);
 
-/* One backup of a context (primary/ctx.c): the channel and RPC client every log on the context
- * shares. The channel's user pointer is this struct. */
+/* One backup of a context (primary/ctx.c): the connection (peer/peer.h) every log on the
+ * context shares. The channel's user pointer is the peer, whose `user` is this struct. */
 struct cbackup {
+	struct tw_peer peer;  /* address, channel, RPC client, gen (connections made so far;
+			       * pbackup.gen: the one a log uses), buffer_size (from the
+			       * handshake), why (it cannot be used); peer.lost: the channel
+			       * failed, for every log, and was not connected again since */
 	struct tw_ctx *ctx;
 	unsigned idx;
-	char addr[TW_ADDR_MAX];
-	struct tw_chan *ch;   /* NULL: not connected */
-	struct tw_rpc_client *rpc;
-	bool lost;            /* the channel failed (for every log) */
-	bool probe;           /* a throw-away connection of tw__pctl_taken_over (no failover) */
 	bool dead;            /* a connect to it failed: not tried again */
-	uint64_t gen;         /* connections made so far (pbackup.gen: the one a log uses) */
-	uint64_t buffer_size; /* from the handshake */
 	unsigned acked_held;  /* SetAcked in flight on it with hold_ms, all logs (primary_acked.c;
 			       * driver thread) */
-	char why[320];        /* why it cannot be used */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
 };
 
@@ -73,8 +70,10 @@ struct pbackup {
  * may then reopen its own buffers there (primary_rerep.c). */
 static inline bool pb_back(const struct pbackup *b)
 {
-	return b->lost && b->c->ch && b->c->rpc && !b->c->lost && b->c->gen != b->gen &&
-	       !tw__chan_is_lost(b->c->ch);
+	const struct tw_peer *c = &b->c->peer;
+
+	return b->lost && c->ch && c->rpc && !c->lost && c->gen != b->gen &&
+	       !tw__chan_is_lost(c->ch);
 }
 
 /*
@@ -146,6 +145,8 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 void tw__ctx_destroy(struct tw_ctx *ctx);
 /* Connect and handshake `c` (again). 0 or a negative code (c->why says why). */
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c);
+/* How this context's peers connect (key, node id, role, RPC timeout, the owner's incarnation). */
+void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o);
 /* Close `c`'s channel and RPC client (pending operations complete with errors). */
 void tw__ctx_drop(struct cbackup *c);
 /* Shared contexts: a lost channel is closed and, once per loss, connected again. */
@@ -329,9 +330,9 @@ struct tw_primary {
 
 static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b)
 {
-	if (b->c->rpc)
-		tw__rpc_client_set_incarnation(b->c->rpc, p->incarnation);
-	return b->c->rpc;
+	if (b->c->peer.rpc)
+		tw__rpc_client_set_incarnation(b->c->peer.rpc, p->incarnation);
+	return b->c->peer.rpc;
 }
 
 /* Control plane (primary_ctl.c). All run on the driver thread with the lock not held. */

@@ -63,10 +63,11 @@ static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned i, uns
 	struct cbackup *c = b->c;
 
 	if (bi == s->rep[i])
-		return pb_back(b) && (!c->buffer_size || c->buffer_size >= s->cap);
-	return c->ch && c->rpc && !c->lost && !tw__chan_is_lost(c->ch) && !b->unregistered &&
-	       !holds(s, bi) && (!b->lost || pb_back(b)) &&
-	       (!c->buffer_size || c->buffer_size >= s->cap) && tw__pzone_ok(p, s, bi, NULL, 0);
+		return pb_back(b) && (!c->peer.buffer_size || c->peer.buffer_size >= s->cap);
+	return c->peer.ch && c->peer.rpc && !c->peer.lost && !tw__chan_is_lost(c->peer.ch) &&
+	       !b->unregistered && !holds(s, bi) && (!b->lost || pb_back(b)) &&
+	       (!c->peer.buffer_size || c->peer.buffer_size >= s->cap) &&
+	       tw__pzone_ok(p, s, bi, NULL, 0);
 }
 
 void tw__pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
@@ -141,13 +142,14 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 
 		/* Shared context: lost channels are connected again before the choice. */
 		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
-			if (p->bk[k].c->lost && !p->bk[k].c->dead)
+			if (p->bk[k].c->peer.lost && !p->bk[k].c->dead)
 				tw__ctx_heal(p->ctx, p->bk[k].c);
 		for (size_t k = 0; k < p->nbk; k++) {
 			/* k = 0: the lost replica's own backup, if it is back; then the others. */
 			unsigned bi = (unsigned)((s->rep[i] + k) % p->nbk);
 			struct pbackup *b = &p->bk[bi];
 			struct tw_rkey rk;
+			const char *msg;
 			int rc;
 
 			if (!spare_ok(p, s, i, bi) || tw__pcoord_note(p, bi) < 0)
@@ -167,10 +169,10 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 				b->lost = true; /* misbehaving: never choose it again */
 				continue;
 			}
+			msg = b->c->peer.rpc ? tw__rpc_client_errmsg(b->c->peer.rpc) : "";
 			snprintf(b->why, sizeof(b->why), "open segment %u: %s%s%s", s->id,
 				 rc == -TW_EREFUSED ? "refused (RESOURCE_EXHAUSTED)" : tw_strerror(rc),
-				 b->c->rpc && tw__rpc_client_errmsg(b->c->rpc)[0] ? ": " : "",
-				 b->c->rpc ? tw__rpc_client_errmsg(b->c->rpc) : "");
+				 msg[0] ? ": " : "", msg);
 			if (rc == -TW_EFENCED) {
 				snprintf(why_out, why_len, "backup %s: %s", b->addr, b->why);
 				return rc;
@@ -234,13 +236,13 @@ int tw__pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, 
 		struct copy_op c;
 		int rc;
 
-		if (!b->c->ch)
+		if (!b->c->peer.ch)
 			return -TW_EPEERLOST;
 		memset(&c, 0, sizeof(c));
 		c.op.cb = copy_done;
 		c.op.arg = &c;
 		c.op.flags = TW_OP_UNCHECKED; /* cut at COPY_CHUNK, not at sealed writes */
-		rc = tw__chan_write(b->c->ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
+		rc = tw__chan_write(b->c->peer.ch, &c.op, s->buf + off, n, s->mr, &s->rk[i], off);
 		if (rc < 0)
 			return rc;
 		while (!c.done)
@@ -259,7 +261,7 @@ static int bump_version(struct tw_primary *p, struct pseg *s, uint64_t version)
 		struct pbackup *b = &p->bk[s->rep[j]];
 		int rc;
 
-		if (b->lost || !b->c->rpc)
+		if (b->lost || !b->c->peer.rpc)
 			continue;
 		PSTAT_ADD(p, rpcs, 1);
 		PSTAT_ADD(p, rpc_other, 1);
@@ -325,7 +327,7 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 	}
 	p->bk[bi].lost = false;
 	p->bk[bi].fo_seen = false;
-	p->bk[bi].gen = p->bk[bi].c->gen;
+	p->bk[bi].gen = p->bk[bi].c->peer.gen;
 	rc = tw__pfo_copy(p, s, i, from, len);
 	if (rc < 0) {
 		char w[200];
@@ -366,7 +368,7 @@ static unsigned first_lost(struct tw_primary *p, const struct pseg *s)
 	for (unsigned i = 0; i < s->nrep; i++) {
 		struct pbackup *b = &p->bk[s->rep[i]];
 
-		if (b->lost || !b->c->ch || tw__chan_is_lost(b->c->ch))
+		if (b->lost || !b->c->peer.ch || tw__chan_is_lost(b->c->peer.ch))
 			return i;
 	}
 	return UINT_MAX;
@@ -425,9 +427,9 @@ again:
 		for (unsigned j = 0; j < s->nrep; j++) {
 			struct pbackup *b = &p->bk[s->rep[j]];
 
-			if (b->c->ch && tw__chan_is_lost(b->c->ch))
+			if (b->c->peer.ch && tw__chan_is_lost(b->c->peer.ch))
 				tw__pfo_lost(p, s->rep[j], "connection lost");
-			if (b->lost && (b->c->ch || b->c->rpc))
+			if (b->lost && (b->c->peer.ch || b->c->peer.rpc))
 				tw__pctl_drop(p, b);
 		}
 		i = first_lost(p, s);
@@ -507,7 +509,7 @@ void tw__pfo_background(struct tw_primary *p, bool all)
 		while ((i = first_lost(p, s)) != UINT_MAX && !p->err) {
 			int rc;
 
-			if (p->bk[s->rep[i]].c->ch || p->bk[s->rep[i]].c->rpc)
+			if (p->bk[s->rep[i]].c->peer.ch || p->bk[s->rep[i]].c->peer.rpc)
 				tw__pctl_drop(p, &p->bk[s->rep[i]]);
 			rc = replace(p, s, i, s->w.pos, true);
 			if (rc == -TW_ENOBACKUP) {

@@ -22,6 +22,7 @@
 #include <tailwind/primary.h>
 
 #include "exit.h"
+#include "peer/peer.h"
 #include "proto/rpc.h"
 
 #define MAX_BACKUPS 16
@@ -106,8 +107,10 @@ struct run {
 /* twbench.c */
 uint64_t now_ns(void);
 uint64_t next_log_id(void);
-/* Handshake on a fresh connection, with the key's challenge-response when there is one. */
-int bench_handshake(struct tw_rpc_client *cl, const char *addr, uint64_t *buffer_size);
+/* Connect `p` (tw__peer_init done) on `fab` as twbench (an admin; the cluster key's
+ * challenge-response when there is one). A failed Handshake is said on stderr; a failed connect
+ * (p->failed: TW_PEER_CONNECT or TW_PEER_RPC) is the caller's to say or not. */
+int bench_connect(struct tw_peer *p, struct tw_fab *fab);
 
 /* bench_spawn.c: local twd's. n_twd is 0 with --backups. */
 extern unsigned n_twd;

@@ -49,34 +49,14 @@ static double proc_cpu(pid_t pid)
 
 struct remote {
 	struct tw_fab *fab;
-	struct tw_chan *ch[MAX_BACKUPS];
-	struct tw_rpc_client *cl[MAX_BACKUPS];
-	uint64_t buffer_size[MAX_BACKUPS]; /* from the handshake */
+	struct tw_peer peer[MAX_BACKUPS]; /* rpc NULL: not connected */
 	unsigned n;
 };
-
-static void rs_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct tw_rpc_client *cl = tw__chan_user(ch);
-
-	(void)arg;
-	if (cl)
-		tw__rpc_client_on_recv(cl, msg, len);
-}
-
-static void rs_on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	struct tw_rpc_client *cl = tw__chan_user(ch);
-
-	(void)arg;
-	if (cl)
-		tw__rpc_client_on_lost(cl, err);
-}
 
 static void remote_close(struct remote *rs)
 {
 	for (unsigned i = 0; i < rs->n; i++)
-		tw__rpc_client_close(&rs->cl[i], &rs->ch[i]);
+		tw__peer_close(&rs->peer[i]);
 	if (rs->fab)
 		tw__fab_close(rs->fab);
 	memset(rs, 0, sizeof(*rs));
@@ -86,7 +66,8 @@ static int remote_open(struct remote *rs, const char *provider, const char *cons
 		       unsigned n)
 {
 	struct tw_fab_config fc;
-	struct tw_fab_events ev = { .on_recv = rs_on_recv, .on_lost = rs_on_lost };
+	struct tw_fab_events ev = { .on_recv = tw__peer_fab_on_recv,
+				    .on_lost = tw__peer_fab_on_lost };
 	int rc;
 
 	memset(rs, 0, sizeof(*rs));
@@ -99,19 +80,8 @@ static int remote_open(struct remote *rs, const char *provider, const char *cons
 	}
 	rs->n = n;
 	for (unsigned i = 0; i < n; i++) {
-		if (tw__fab_connect(rs->fab, addrs[i], &rs->ch[i]) < 0) {
-			rs->ch[i] = NULL;
-			continue;
-		}
-		if (tw__rpc_client_create(rs->ch[i], NULL, &rs->cl[i]) < 0) {
-			rs->cl[i] = NULL;
-		} else {
-			tw__chan_set_user(rs->ch[i], rs->cl[i]);
-			if (bench_handshake(rs->cl[i], addrs[i], &rs->buffer_size[i]) < 0) {
-				tw__rpc_client_destroy(rs->cl[i]);
-				rs->cl[i] = NULL;
-			}
-		}
+		tw__peer_init(&rs->peer[i], addrs[i], NULL);
+		(void)bench_connect(&rs->peer[i], rs->fab); /* a failed one is not asked */
 	}
 	return 0;
 }
@@ -123,10 +93,10 @@ static double remote_cpu(struct remote *rs, unsigned i)
 	struct tw_rpc_reply rep;
 	double v = -1;
 
-	if (!rs->cl[i])
+	if (!rs->peer[i].rpc)
 		return -1;
 	tw__rpc_req_stats(&req);
-	if (tw__rpc_call_sync(rs->cl[i], &req.env, &rep) == 0 && rep.env &&
+	if (tw__rpc_call_sync(rs->peer[i].rpc, &req.env, &rep) == 0 && rep.env &&
 	    rep.env->body_case == TAILWIND__ENVELOPE__BODY_STATS_REPLY && rep.env->stats_reply)
 		v = rep.env->stats_reply->cpu_seconds;
 	tw__rpc_reply_release(&rep);
@@ -202,7 +172,7 @@ void remote_stats_open(const char *provider, const char *const *addrs, unsigned 
 
 uint64_t remote_buffer_size(unsigned i)
 {
-	return rs_open && i < rs_stats.n && rs_stats.cl[i] ? rs_stats.buffer_size[i] : 0;
+	return rs_open && i < rs_stats.n && rs_stats.peer[i].rpc ? rs_stats.peer[i].buffer_size : 0;
 }
 
 void remote_stats_close(void)

@@ -34,8 +34,7 @@ struct rawslot {
 struct raw {
 	struct tw_fab *fab;
 	unsigned r;
-	struct tw_chan *ch[MAX_BACKUPS];
-	struct tw_rpc_client *cl[MAX_BACKUPS];
+	struct tw_peer peer[MAX_BACKUPS]; /* channel and RPC client per backup */
 	struct tw_rkey rk[MAX_BACKUPS];
 	bool opened[MAX_BACKUPS];
 	uint8_t *src;
@@ -54,22 +53,11 @@ struct raw {
 	uint64_t *lat_ns;
 };
 
-static void raw_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct raw *w = arg;
-
-	for (unsigned i = 0; i < w->r; i++)
-		if (w->ch[i] == ch && w->cl[i])
-			tw__rpc_client_on_recv(w->cl[i], msg, len);
-}
-
 static void raw_on_lost(void *arg, struct tw_chan *ch, int err)
 {
 	struct raw *w = arg;
 
-	for (unsigned i = 0; i < w->r; i++)
-		if (w->ch[i] == ch && w->cl[i])
-			tw__rpc_client_on_lost(w->cl[i], err);
+	tw__peer_fab_on_lost(arg, ch, err);
 	if (!w->err)
 		w->err = err < 0 ? err : -TW_EPEERLOST;
 }
@@ -112,7 +100,7 @@ static int raw_post(struct raw *w)
 		memset(&ro->op, 0, sizeof(ro->op));
 		ro->op.cb = raw_op_done;
 		ro->s = s;
-		rc = tw__chan_write(w->ch[i], &ro->op, src, len, w->mr, &w->rk[i], w->roff);
+		rc = tw__chan_write(w->peer[i].ch, &ro->op, src, len, w->mr, &w->rk[i], w->roff);
 		if (rc < 0) {
 			s->remaining--;
 			if (!s->status)
@@ -167,19 +155,19 @@ static void raw_close(struct raw *w, uint64_t log_id)
 		memset(&zop, 0, sizeof(zop));
 		zop.op.cb = raw_op_done;
 		zop.s = &zs;
-		if (tw__chan_write(w->ch[i], &zop.op, w->src + (w->nslots + 1) * w->region, 64, w->mr,
-				  &w->rk[i], 0) < 0)
+		if (tw__chan_write(w->peer[i].ch, &zop.op, w->src + (w->nslots + 1) * w->region, 64,
+				   w->mr, &w->rk[i], 0) < 0)
 			continue;
 		while (zs.remaining)
 			tw__fab_progress(w->fab, 100);
 	}
 	for (unsigned i = 0; i < w->r; i++) {
-		if (w->opened[i] && w->cl[i]) {
+		if (w->opened[i] && w->peer[i].rpc) {
 			struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
 
-			tw__rpc_close_segment(w->cl[i], 1, &m, 0, NULL);
+			tw__rpc_close_segment(w->peer[i].rpc, 1, &m, 0, NULL);
 		}
-		tw__rpc_client_close(&w->cl[i], &w->ch[i]);
+		tw__peer_close(&w->peer[i]);
 	}
 	if (w->mr)
 		tw__mr_close(w->mr);
@@ -220,7 +208,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	if (fc.tx_depth < pt->inflight + 32)
 		fc.tx_depth = pt->inflight + 32;
 	ev.arg = &w;
-	ev.on_recv = raw_on_recv;
+	ev.on_recv = tw__peer_fab_on_recv;
 	ev.on_lost = raw_on_lost;
 	rc = tw__fab_open(&fc, &ev, &w.fab);
 	if (rc < 0) {
@@ -241,22 +229,15 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	for (unsigned i = 0; i < w.r; i++) {
 		struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
 
-		rc = tw__fab_connect(w.fab, addrs[i], &w.ch[i]);
+		tw__peer_init(&w.peer[i], addrs[i], NULL);
+		rc = bench_connect(&w.peer[i], w.fab);
 		if (rc < 0) {
-			w.ch[i] = NULL;
-			fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n", addrs[i],
-				tw_strerror(rc));
+			if (w.peer[i].failed == TW_PEER_CONNECT)
+				fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n",
+					addrs[i], tw_strerror(rc));
 			goto out;
 		}
-		rc = tw__rpc_client_create(w.ch[i], NULL, &w.cl[i]);
-		if (rc < 0) {
-			w.cl[i] = NULL;
-			goto out;
-		}
-		rc = bench_handshake(w.cl[i], addrs[i], NULL);
-		if (rc < 0)
-			goto out;
-		rc = tw__rpc_open_segment(w.cl[i], 1, &m, 0, o->segment_size, &w.rk[i]);
+		rc = tw__rpc_open_segment(w.peer[i].rpc, 1, &m, 0, o->segment_size, &w.rk[i]);
 		if (rc < 0) {
 			fprintf(stderr, "twbench: raw: %s refused a buffer: %s\n", addrs[i],
 				tw_strerror(rc));

@@ -32,6 +32,7 @@
 
 #include "bench.h"
 #include "fabric/fabric.h"
+#include "peer/peer.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 
@@ -45,19 +46,18 @@ static char env_provider[256]; /* $FI_PROVIDER, copied before it is unset */
 /* Cluster key for our own RPC connections (stats, raw mode); the primary reads the file. */
 static struct tw_auth_key *bench_key;
 
-int bench_handshake(struct tw_rpc_client *cl, const char *addr, uint64_t *buffer_size)
+int bench_connect(struct tw_peer *p, struct tw_fab *fab)
 {
-	struct tw_rpc_reply rep;
-	char why[256];
+	struct tw_peer_opts po;
 	int rc;
 
-	rc = tw__auth_client_handshake(cl, bench_key, (uint64_t)getpid() | 1,
-				      TAILWIND__ROLE__ROLE_ADMIN, "twbench", &rep, why, sizeof(why));
-	if (rc >= 0 && buffer_size && rep.env && rep.env->handshake_reply)
-		*buffer_size = rep.env->handshake_reply->buffer_size;
-	tw__rpc_reply_release(&rep);
-	if (rc < 0)
-		fprintf(stderr, "twbench: backup %s: %s\n", addr, why);
+	tw__peer_opts_init(&po, TAILWIND__ROLE__ROLE_ADMIN);
+	po.key = bench_key;
+	po.node_id = (uint64_t)getpid() | 1;
+	po.node_name = "twbench";
+	rc = tw__peer_connect(p, fab, &po);
+	if (rc < 0 && p->failed == TW_PEER_HANDSHAKE)
+		fprintf(stderr, "twbench: backup %s: %s\n", p->addr, p->why);
 	return rc;
 }
 

@@ -28,6 +28,7 @@
 #include "fabric/fabric.h"
 #include "core/util.h"
 #include "exit.h"
+#include "peer/peer.h"
 #include "proto/auth.h"
 #include "proto/rpc.h"
 #include "backup/segfile.h"
@@ -353,89 +354,17 @@ static void json_str(FILE *f, const char *s)
 
 /* ------------------------------------------------------------------ connections */
 
-struct conn {
-	const char *addr;
-	struct tw_chan *ch;
-	struct tw_rpc_client *rpc;
-	char why[200];
-};
-
+/* One per backup (peer/peer.h): its address, channel and RPC client. */
 static struct tw_fab *fab;
-static struct conn conns[MAX_BK];
+static struct tw_peer conns[MAX_BK];
 
-static void c_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	struct conn *c = tw__chan_user(ch);
-
-	(void)arg;
-	if (c && c->rpc)
-		tw__rpc_client_on_recv(c->rpc, msg, len);
-}
-
-static void c_on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	struct conn *c = tw__chan_user(ch);
-
-	(void)arg;
-	if (c && c->rpc)
-		tw__rpc_client_on_lost(c->rpc, err);
-}
-
-/* What a failed connect means, in the operator's terms. */
-static void connect_why(struct conn *c, int err)
-{
-	const char *detail = fab ? tw__fab_errmsg(fab) : "";
-
-	switch (-err) {
-	case ETIMEDOUT:
-		snprintf(c->why, sizeof(c->why), "cannot connect: connect timeout, no answer within "
-			 "%u ms (is twd running there, is the address reachable? -t MS waits "
-			 "longer)", g.timeout_ms);
-		break;
-	case EHOSTUNREACH:
-	case ENETUNREACH:
-		snprintf(c->why, sizeof(c->why), "cannot connect: no route to host (%s; check the "
-			 "address and this machine's routes)", tw_strerror(err));
-		break;
-	case ENOPROTOOPT:
-		/* libfabric tcp (prov/net/src/xnet_cm.c): the reply to its connect request was
-		 * not its handshake (wrong version or malformed). */
-		snprintf(c->why, sizeof(c->why), "cannot connect: something accepted the TCP "
-			 "connection but did not answer the libfabric handshake (not a twd, a twd "
-			 "with another provider, or a proxy or firewall in between)");
-		break;
-	case ECONNREFUSED:
-		snprintf(c->why, sizeof(c->why), "cannot connect: connection refused (nothing "
-			 "listens there: is twd running on that port, with the same provider? A twd "
-			 "that is out of file descriptors also refuses: see its log)");
-		break;
-	default:
-		snprintf(c->why, sizeof(c->why), "cannot connect: %s%s%s (check the address, that "
-			 "twd runs there, and that both sides use the same provider)",
-			 tw_strerror(err), detail && detail[0] ? ": " : "", detail ? detail : "");
-		break;
-	}
-}
-
-/* Handshake as an admin, proving the key when we have one (proto/auth.h). */
-static int handshake(struct conn *c)
-{
-	struct tw_rpc_reply rep;
-	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
-	int err;
-
-	err = tw__auth_client_handshake(c->rpc, g.key, node ? node : 1, TAILWIND__ROLE__ROLE_ADMIN,
-				       "twctl", &rep, c->why, sizeof(c->why));
-	tw__rpc_reply_release(&rep);
-	return err;
-}
-
-/* Connect to every backup; returns how many answered. */
+/* Connect to every backup and handshake as an admin, proving the key when we have one; returns
+ * how many answered. */
 static unsigned connect_all(void)
 {
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
-	struct tw_rpc_config rc;
+	struct tw_peer_opts po;
 	unsigned up = 0;
 	int err;
 
@@ -443,8 +372,8 @@ static unsigned connect_all(void)
 	fc.provider = g.provider;
 	fc.connect_timeout_ms = g.timeout_ms;
 	memset(&ev, 0, sizeof(ev));
-	ev.on_recv = c_on_recv;
-	ev.on_lost = c_on_lost;
+	ev.on_recv = tw__peer_fab_on_recv;
+	ev.on_lost = tw__peer_fab_on_lost;
 	err = tw__fab_open(&fc, &ev, &fab);
 	if (err) {
 		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
@@ -453,26 +382,18 @@ static unsigned connect_all(void)
 		g.no_provider = err == -TW_ENOPROV;
 		return 0;
 	}
-	tw__rpc_config_init(&rc);
-	rc.timeout_ms = g.timeout_ms;
+	tw__peer_opts_init(&po, TAILWIND__ROLE__ROLE_ADMIN);
+	po.key = g.key;
+	po.node_name = "twctl";
+	po.rpc.timeout_ms = g.timeout_ms;
+	po.connect_timeout_ms = g.timeout_ms;
+	po.timeout_hint = "-t MS waits longer";
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct conn *c = &conns[i];
+		struct tw_peer *c = &conns[i];
 
-		c->addr = g.backups[i];
-		err = tw__fab_connect(fab, c->addr, &c->ch);
-		if (err == 0) {
-			tw__chan_set_user(c->ch, c);
-			err = tw__rpc_client_create(c->ch, &rc, &c->rpc);
-		}
-		if (err) {
-			connect_why(c, err);
+		tw__peer_init(c, g.backups[i], NULL);
+		if (tw__peer_connect(c, fab, &po) < 0) {
 			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
-			continue;
-		}
-		err = handshake(c);
-		if (err) {
-			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
-			tw__rpc_client_close(&c->rpc, &c->ch);
 			continue;
 		}
 		up++;
@@ -482,9 +403,8 @@ static unsigned connect_all(void)
 
 static void disconnect_all(void)
 {
-	for (unsigned i = 0; i < g.nbk; i++) {
-		tw__rpc_client_close(&conns[i].rpc, &conns[i].ch);
-	}
+	for (unsigned i = 0; i < g.nbk; i++)
+		tw__peer_close(&conns[i]);
 	if (fab)
 		tw__fab_close(fab);
 	fab = NULL;
@@ -531,9 +451,9 @@ static const char *state_name(int st)
  * Every segment copy backup `c` lists: of log `log_id` (one) or of every log, page by page,
  * each handed to fn. Returns 0, or the error of a failed page (said on stderr).
  */
-typedef void (*seg_fn)(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s);
+typedef void (*seg_fn)(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s);
 
-static int list_backup(struct conn *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
+static int list_backup(struct tw_peer *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
 		       bool *known)
 {
 	uint64_t from_log = log_id, from_seg = 0;
@@ -571,7 +491,7 @@ struct ls_out {
 	uint64_t total;
 };
 
-static void ls_print(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s)
+static void ls_print(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s)
 {
 	struct ls_out *o = arg;
 
@@ -629,7 +549,7 @@ static int cmd_ls(int argc, char **argv)
 		printf("%-22s %18s %8s %-8s %10s %8s %10s %4s %6s %s\n", "BACKUP", "LOG", "SEGMENT",
 		       "STATE", "VALID", "ENTRIES", "CHECKSUM", "VER", "EPOCH", "CORRUPT");
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct conn *c = &conns[i];
+		struct tw_peer *c = &conns[i];
 
 		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o, NULL) != 0)
 			failed++;
@@ -675,7 +595,7 @@ static int cmd_stat(int argc, char **argv)
 		       "BUFS", "MAX", "FREE", "OPEN", "CLOSED", "FLUSHED", "FLUSHES", "BYTES_FLUSHED", "RPC_IN",
 		       "RPC_OUT", "CPU_S", "UPTIME_S");
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct conn *c = &conns[i];
+		struct tw_peer *c = &conns[i];
 		struct tw_rpc_req req;
 		struct tw_rpc_reply rep;
 		const Tailwind__StatsReply *r;
@@ -1057,7 +977,7 @@ struct below {
 	bool any;
 };
 
-static void below_add(void *arg, const struct conn *c, const Tailwind__SegmentInfo *s)
+static void below_add(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s)
 {
 	struct below *bl = arg;
 

@@ -202,7 +202,7 @@ int main(void)
 		/* The channel is the context's: no lock of either log protects it, so stop the
 		 * context's thread for the injection. */
 		tw__ctx_drive_enter(ctx);
-		tw__mem_inject(pa->bk[pa->cur->rep[1]].c->ch, &f);
+		tw__mem_inject(pa->bk[pa->cur->rep[1]].c->peer.ch, &f);
 		tw__ctx_drive_leave(ctx);
 	}
 	snprintf(what, sizeof(what), "the channel to %s vanished", victim);

@@ -123,7 +123,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 
 		tw__primary_lock(p);
 		snprintf(victim, sizeof(victim), "%s", p->bk[p->cur->rep[1]].addr);
-		tw__mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
+		tw__mem_inject(p->bk[p->cur->rep[1]].c->peer.ch, &f);
 		tw__primary_unlock(p);
 	}
 	append_range(p, before, before + after, &a);
@@ -200,7 +200,7 @@ static void test_rate(const char **addrs)
 	{
 		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_VANISH };
 
-		tw__mem_inject(p->bk[victim].c->ch, &f);
+		tw__mem_inject(p->bk[victim].c->peer.ch, &f);
 	}
 	for (uint64_t i = 4000; i < 4200; i++) {
 		fill(buf, i);
@@ -361,7 +361,8 @@ static void test_stopped_spare(const char **addrs)
 	{
 		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_STOP };
 
-		is_int(tw__mem_inject(p->bk[vi].c->ch, &f), 0, "stopped spare: %s stopped", victim);
+		is_int(tw__mem_inject(p->bk[vi].c->peer.ch, &f), 0, "stopped spare: %s stopped",
+		       victim);
 	}
 	for (uint64_t i = 100; i < 1500 && !rc; i++) { /* past the rollover */
 		fill(buf, i);

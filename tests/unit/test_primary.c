@@ -539,7 +539,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		return;
 	fill(buf, 100, 0);
 	is_int(tw_primary_append(p, buf, 100, NULL), 0, "lost: first append ok");
-	tw__mem_inject(p->bk[p->cur->rep[1]].c->ch, &f);
+	tw__mem_inject(p->bk[p->cur->rep[1]].c->peer.ch, &f);
 	rc = tw_primary_append(p, buf, 100, NULL);
 	is_int(rc, -TW_ENOBACKUP, "lost: write error, no spare -> ENOBACKUP");
 	ok(strstr(tw_primary_errmsg(p), p->bk[p->cur->rep[1]].addr) != NULL, "lost: message names the backup: %s",
@@ -560,7 +560,7 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 		memset(&a, 0, sizeof(a));
 		tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL);
 		tw_primary_flush(p);
-		tw__mem_inject(p->bk[p->cur->rep[0]].c->ch, &d);
+		tw__mem_inject(p->bk[p->cur->rep[0]].c->peer.ch, &d);
 		t0 = tw_now_ns();
 		for (int i = 0; i < 5; i++)
 			tw_primary_append_async(p, buf, 100, tlog_ack_cb, &a, NULL);

@@ -106,7 +106,7 @@ static void test_spare(const char **addrs)
 	{
 		struct tw_mem_fault f = { .kind = TW_MEM_FAULT_VANISH };
 
-		tw__mem_inject(p->bk[victim].c->ch, &f);
+		tw__mem_inject(p->bk[victim].c->peer.ch, &f);
 	}
 	is_int(append_n(p, 300), 0, "spare: appends go on after backup %u (zone %s) vanished",
 	       victim, vzone);
