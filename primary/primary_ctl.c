@@ -543,10 +543,11 @@ int tw__pctl_taken_over(struct tw_primary *p, char *why, size_t len)
 	struct tw_peer_opts o;
 
 	/* A throw-away connection per backup: a peer without a cbackup (ctx.c's event routing
-	 * runs no failover for it), no Handshake, its one call stamped with our incarnation. */
+	 * runs no failover for it), its one call stamped with our incarnation. With the
+	 * Handshake, so that a backup with a cluster key answers it (without one the key's
+	 * backups refused the ListLogs, and a takeover was never seen this way). */
 	tw__ctx_peer_opts(p->ctx, &o);
 	o.incarnation = p->incarnation;
-	o.no_handshake = true;
 	for (size_t i = 0; i < p->nbk; i++) {
 		struct tw_peer tmp;
 		uint64_t epoch = 0, owner = 0;
