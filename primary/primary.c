@@ -1,7 +1,8 @@
 /*
  * primary/primary.c — the primary's replication engine: the segmented log in registered memory,
  * batching into sealed writes, pipelined write slots, in-order acknowledgements, segment
- * rollover, the async-mode progress thread, and the public API of tailwind/primary.h.
+ * rollover, the per-log steps the context's progress thread runs (its loop is in ctx.c), and
+ * the public API of tailwind/primary.h.
  * See docs/primary.md.
  */
 #include <errno.h>
@@ -17,10 +18,6 @@
 #include "recovery/recover_int.h"
 #include "proto/auth.h"
 #include "primary/primary_int.h"
-
-/* Slice of a blocking wait: the fabric also fails operations past their deadline while we
- * progress, so never block longer than this without looking again. */
-#define WAIT_SLICE_MS 100
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -466,7 +463,7 @@ static void drain(struct tw_primary *p)
 		tw__primary_unlock(p);
 		if (!more)
 			break;
-		drive(p, WAIT_SLICE_MS);
+		drive(p, PWAIT_SLICE_MS);
 	}
 }
 
@@ -486,7 +483,7 @@ static int roll(struct tw_primary *p)
 			if (slot_free(p))
 				seal_post(p);
 			else
-				drive(p, WAIT_SLICE_MS);
+				drive(p, PWAIT_SLICE_MS);
 		}
 		drain(p);
 	} while (pending_entries(p) && !p->err && p->cur == old);
@@ -545,12 +542,7 @@ static int roll(struct tw_primary *p)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ progress thread */
-
-/* The context whose progress thread this is (NULL on other threads). */
-static _Thread_local const struct tw_ctx *progress_tls;
-
-_Atomic int tw__primary_halt_status;
+/* ------------------------------------------------------------------ per-log steps of the progress thread */
 
 bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 {
@@ -641,106 +633,6 @@ void tw__primary_step_post(struct tw_primary *p)
 		p->pt_idle = false;
 		pthread_mutex_unlock(&p->lock);
 	}
-}
-
-/*
- * The progress thread of a context: one per context, however many logs. Each pass runs every
- * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
- * has work: an append to an idle log, a completion or tw__fab_wakeup ends the wait), heals lost
- * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
- * starts one log further each time (round robin), so no log is always served first. Between
- * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
- * close).
- */
-static void *ctx_main(void *arg)
-{
-	struct tw_ctx *ctx = arg;
-
-	progress_tls = ctx;
-	pthread_mutex_lock(&ctx->drive);
-	for (;;) {
-		int halt = atomic_load_explicit(&tw__primary_halt_status, memory_order_relaxed);
-		bool work = false, stop;
-		size_t n;
-		int rc;
-
-		if (halt)
-			_exit(halt); /* test hook (primary_int.h): a crash outside any fabric call */
-		pthread_mutex_lock(&ctx->lock);
-		stop = ctx->stop;
-		if (ctx->want_drive) {
-			pthread_mutex_unlock(&ctx->drive);
-			while (ctx->want_drive)
-				pthread_cond_wait(&ctx->cv, &ctx->lock);
-			pthread_mutex_unlock(&ctx->lock);
-			pthread_mutex_lock(&ctx->drive);
-			continue;
-		}
-		pthread_mutex_unlock(&ctx->lock);
-		if (stop)
-			break;
-		n = ctx->nlogs;
-		for (size_t k = 0; k < n; k++) {
-			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
-			bool done = false;
-
-			if (p->served && tw__primary_step_pre(p, &done))
-				work = true;
-		}
-		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
-		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
-			for (size_t k = 0; k < n; k++)
-				if (ctx->logs[k]->served)
-					tw__primary_fail(ctx->logs[k], rc, "fabric progress failed: "
-						     "%s: %s", tw_strerror(rc),
-						     tw__fab_errmsg(ctx->fab));
-		}
-		if (ctx->shared) {
-			for (size_t i = 0; i < ctx->nbk; i++)
-				if (ctx->bk[i].lost && !ctx->bk[i].dead &&
-				    !tw__fab_loss_blocks_others(ctx->fab))
-					tw__ctx_heal(ctx, &ctx->bk[i]);
-		}
-		n = ctx->nlogs;
-		for (size_t k = 0; k < n; k++) {
-			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
-
-			if (p->served)
-				tw__primary_step_post(p);
-		}
-		ctx->rr++;
-		__atomic_store_n(&ctx->st.loop_passes, ctx->st.loop_passes + 1, __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&ctx->drive);
-	return NULL;
-}
-
-int tw__ctx_start(struct tw_ctx *ctx)
-{
-	int rc;
-
-	if (ctx->thread_started)
-		return 0;
-	ctx->threaded = true;
-	rc = -pthread_create(&ctx->thread, NULL, ctx_main, ctx);
-	if (rc == 0)
-		ctx->thread_started = true;
-	else
-		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "cannot start the progress thread: %s",
-			 tw_strerror(rc));
-	return rc;
-}
-
-void tw__ctx_stop(struct tw_ctx *ctx)
-{
-	if (!ctx->thread_started)
-		return;
-	pthread_mutex_lock(&ctx->lock);
-	ctx->stop = true;
-	pthread_mutex_unlock(&ctx->lock);
-	tw__fab_wakeup(ctx->fab);
-	pthread_join(ctx->thread, NULL);
-	ctx->thread_started = false;
 }
 
 /* ------------------------------------------------------------------ public API */
@@ -1103,7 +995,7 @@ static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_prima
 		return -EINVAL;
 	}
 	*out = NULL;
-	if (progress_tls == ctx) {
+	if (tw__ctx_on_thread(ctx)) {
 		if (errmsg_out && errmsg_len)
 			snprintf(errmsg_out, errmsg_len, "cannot %s from a callback of a log on the "
 				 "same context (it would wait for itself)", what);
@@ -1320,7 +1212,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 		if (slot_free(p))
 			seal_post(p);
 		else
-			drive(p, WAIT_SLICE_MS);
+			drive(p, PWAIT_SLICE_MS);
 	}
 	if (p->err)
 		return p->err;
@@ -1343,7 +1235,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 
 static bool on_progress_thread(const struct tw_primary *p)
 {
-	return progress_tls == p->ctx; /* any log of the context: the thread serves them all */
+	return tw__ctx_on_thread(p->ctx); /* any log of the context: the thread serves them all */
 }
 
 /* Async mode: copy under the lock and hand over to the progress thread. */
@@ -1492,7 +1384,7 @@ static void settle_published(struct tw_primary *p)
 	uint64_t end = tw_now_ns() + (uint64_t)p->ctx->cfg.rpc_timeout_ms * 1000000u;
 
 	while (tw__packed_capped(p) && !p->err && tw_now_ns() < end)
-		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 }
 
 int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
@@ -1528,7 +1420,7 @@ int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint
 	if (rc < 0)
 		return rc;
 	while (p->rec_tail <= idx)
-		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 	settle_published(p);
 	return w.status;
 }
@@ -1562,7 +1454,7 @@ int tw_primary_flush(struct tw_primary *p)
 	}
 	target = p->rec_head;
 	while (p->rec_tail < target)
-		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 	settle_published(p);
 	return p->err;
 }

@@ -2,7 +2,8 @@
  * primary/primary_int.h — internals of the primary (primary/primary*.c). Not installed.
  *
  * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
- *                    progress thread, public API;
+ *                    the per-log steps of the progress thread, public API;
+ *        ctx.c   the context: connections, failures, the progress thread's loop;
  *        primary_ctl.c   the control plane: connect, handshake, open/close segment RPCs,
  *                    backup choice and retry;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
@@ -158,9 +159,14 @@ void tw__ctx_drive_enter(struct tw_ctx *ctx);
 void tw__ctx_drive_leave(struct tw_ctx *ctx);
 int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
 void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
-/* primary/primary.c: the progress thread of a context. */
+/* The progress thread of a context (end of ctx.c); on_thread: whether the caller is ctx's
+ * progress thread (a callback of one of its logs). */
 int tw__ctx_start(struct tw_ctx *ctx);
 void tw__ctx_stop(struct tw_ctx *ctx);
+bool tw__ctx_on_thread(const struct tw_ctx *ctx);
+/* Slice of a blocking wait: the fabric also fails operations past their deadline while we
+ * progress, so never block longer than this without looking again. */
+#define PWAIT_SLICE_MS 100
 
 /* The log's RPC client of backup `b`, stamped with the log's incarnation (the client is shared;
  * the stamp is taken when a request is sent, on the driving thread). */
@@ -462,7 +468,7 @@ int tw__pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 
 /*
- * Test hook: when non-zero, every asynchronous primary's progress thread calls _exit() with this
+ * Test hook (ctx.c): when non-zero, every asynchronous primary's progress thread calls _exit() with this
  * status at the top of its loop, outside any fabric call. A crash test on shm needs it: libfabric
  * 1.17's shm holds the *target's* region spinlock (in shared memory) across a send
  * (prov/shm/src/smr_msg.c, smr_generic_msg), so a process killed inside one leaves every later
