@@ -9,7 +9,6 @@
  * See docs/primary.md, "Many logs: the context".
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
