@@ -278,7 +278,7 @@ static void post_slot(struct tw_primary *p, struct pslot *s, uint64_t n)
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		memset(&po->op, 0, sizeof(po->op));
-		po->op.cb = p->test_op_cb ? p->test_op_cb : tw__primary_op_done;
+		po->op.cb = p->op_cb;
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
@@ -790,6 +790,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
+	p->op_cb = tw__primary_op_done;
 	p->creating = creating;
 	if (getrandom(&p->seed_ctr, sizeof(p->seed_ctr), 0) != (ssize_t)sizeof(p->seed_ctr))
 		p->seed_ctr = tw_now_ns() ^ ((uint64_t)getpid() << 32) ^ incarnation;

@@ -8,6 +8,7 @@
  *                    backup choice and retry;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
+ *        primary_test.c   hooks only tests set (declared in primary_test.h).
  *
  * Driver thread: the thread that polls the fabric and owns the slots and the segment list
  * (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC mode).
@@ -328,9 +329,9 @@ struct tw_primary {
 	/* The acknowledged position published to the replicas (primary_acked.c). */
 	struct tw__packed *pub;
 
-	/* Tests only: when set, posted writes complete through this callback instead of
-	 * tw__primary_op_done (the test calls tw__primary_op_done itself, e.g. out of order). */
-	tw_op_cb test_op_cb;
+	/* Completion of posted writes: tw__primary_op_done (a test may replace it:
+	 * tw__primary_test_set_op_cb, primary_test.h). */
+	tw_op_cb op_cb;
 };
 
 static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b)
@@ -467,13 +468,8 @@ int tw__pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 
-/*
- * Test hook (ctx.c): when non-zero, every asynchronous primary's progress thread calls _exit() with this
- * status at the top of its loop, outside any fabric call. A crash test on shm needs it: libfabric
- * 1.17's shm holds the *target's* region spinlock (in shared memory) across a send
- * (prov/shm/src/smr_msg.c, smr_generic_msg), so a process killed inside one leaves every later
- * sender to that target, and the target itself, spinning forever.
- */
+/* Test hook (primary_test.h, tw__primary_test_set_halt): when non-zero, the progress thread of
+ * every context _exit()s with this status at the top of its next pass. Read there only. */
 extern _Atomic int tw__primary_halt_status;
 
 #endif /* TW_REPLICA_PRIMARY_INT_H */
