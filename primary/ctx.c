@@ -575,13 +575,13 @@ static void *ctx_main(void *arg)
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
 			bool done = false;
 
-			if (p->served && tw__primary_step_pre(p, &done))
+			if (pserved(p) && tw__primary_step_pre(p, &done))
 				work = true;
 		}
 		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 			for (size_t k = 0; k < n; k++)
-				if (ctx->logs[k]->served)
+				if (pserved(ctx->logs[k]))
 					tw__primary_fail(ctx->logs[k], rc, "fabric progress failed: "
 						     "%s: %s", tw_strerror(rc),
 						     tw__fab_errmsg(ctx->fab));
@@ -596,7 +596,7 @@ static void *ctx_main(void *arg)
 		for (size_t k = 0; k < n; k++) {
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
 
-			if (p->served)
+			if (pserved(p))
 				tw__primary_step_post(p);
 		}
 		ctx->rr++;

@@ -19,8 +19,6 @@
 #include "proto/auth.h"
 #include "primary/primary_int.h"
 
-/* ------------------------------------------------------------------ small helpers */
-
 void tw__primary_lock(struct tw_primary *p)
 {
 	if (p->threaded)
@@ -32,6 +30,42 @@ void tw__primary_unlock(struct tw_primary *p)
 	if (p->threaded)
 		pthread_mutex_unlock(&p->lock);
 }
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static const char *const pstate_names[] = {
+	[PSTATE_OPENING] = "opening",     [PSTATE_RUNNING] = "running",
+	[PSTATE_STOPPING] = "stopping",   [PSTATE_FINISHING] = "finishing",
+	[PSTATE_FINISHED] = "finished",   [PSTATE_CLOSED] = "closed",
+};
+
+#define PS(s) (1u << (s))
+/* The legal successors of each state (docs/primary.md, "Lifecycle"). */
+static const unsigned pstate_next[] = {
+	[PSTATE_OPENING] = PS(PSTATE_RUNNING) | PS(PSTATE_CLOSED),
+	[PSTATE_RUNNING] = PS(PSTATE_STOPPING) | PS(PSTATE_FINISHING),
+	[PSTATE_STOPPING] = PS(PSTATE_FINISHING),
+	[PSTATE_FINISHING] = PS(PSTATE_FINISHED),
+	[PSTATE_FINISHED] = PS(PSTATE_CLOSED),
+	[PSTATE_CLOSED] = 0,
+};
+#undef PS
+
+void tw__primary_set_state(struct tw_primary *p, enum pstate to)
+{
+	enum pstate from = pstate(p); /* the only writer: nobody changes it meanwhile */
+
+	if (!(pstate_next[from] & (1u << to))) {
+		tw_log_error("primary log %llu: illegal transition %s -> %s",
+			     (unsigned long long)p->cfg.log_id, pstate_names[from], pstate_names[to]);
+		abort();
+	}
+	tw_log_debug("primary log %llu: %s -> %s", (unsigned long long)p->cfg.log_id,
+		     pstate_names[from], pstate_names[to]);
+	__atomic_store_n(&p->state, to, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------------ small helpers */
 
 /* Wake the first thread waiting for room (lock held). One per event that makes room (a seal,
  * an acknowledgement): it appends at least once, which leads to another seal and so to the
@@ -70,7 +104,8 @@ void tw__primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 
 	/* Backups that vanish all at once may have closed our connections because another owner
 	 * fenced the log: say so (-TW_EFENCED), not just "no backup". Driver thread, no lock. */
-	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab && !p->finished) {
+	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab &&
+	    pstate(p) < PSTATE_FINISHING) {
 		p->checking = true;
 		fenced = tw__pctl_taken_over(p, taken, sizeof(taken)) == 1;
 		p->checking = false;
@@ -590,10 +625,10 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		}
 		return true;
 	}
-	if (p->stop && p->slot_tail == p->slot_head && p->rec_tail == p->rec_head) {
-		/* Finished: let go of it (tw_primary_finish waits for this). */
-		p->served = false;
-		p->detached = true;
+	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head &&
+	    p->rec_tail == p->rec_head) {
+		/* Drained: let go of it (tw_primary_finish waits for this). */
+		tw__primary_set_state(p, PSTATE_FINISHING);
 		pthread_cond_broadcast(&p->cv_app);
 		pthread_mutex_unlock(&p->lock);
 		*done = true;
@@ -603,7 +638,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 	 * of the write sealed next). */
 	p->pt_idle = slot_free(p) && !pending_entries(p);
 	p->pt_idle_set = p->pt_idle;
-	if (p->stop && p->slot_tail == p->slot_head)
+	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head)
 		work = true;
 	/* What waits goes out now, sealed under this same lock round. */
 	if (seal_ready(p)) {
@@ -664,6 +699,9 @@ static void primary_free_driving(struct tw_primary *p)
 {
 	struct tw_ctx *ctx = p->ctx;
 
+	tw__primary_lock(p);
+	tw__primary_set_state(p, PSTATE_CLOSED); /* from OPENING (a failed open) or FINISHED */
+	tw__primary_unlock(p);
 	if (ctx) {
 		tw__ctx_detach(ctx, p);
 		if (!ctx->shared) {
@@ -933,18 +971,18 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			preopen_start(p, false);
 		}
 	}
-	if (rc == 0 && p->threaded) {
-		/* Served by the context's thread from now on (a private one starts here). */
-		p->served = true;
-		p->thread_started = true;
-		if (!ctx) {
-			rc = tw__ctx_start(p->ctx);
-			if (rc < 0) {
-				p->served = false;
-				p->thread_started = false;
-				snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
-			}
-		}
+	if (rc == 0 && p->threaded && !ctx) {
+		/* A private context's thread starts here; it serves the log once RUNNING. */
+		rc = tw__ctx_start(p->ctx);
+		if (rc < 0)
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
+	}
+	if (rc == 0) {
+		tw__primary_lock(p);
+		tw__primary_set_state(p, PSTATE_RUNNING);
+		tw__primary_unlock(p);
+		if (p->threaded && !ctx)
+			tw__fab_wakeup(p->fab); /* its first pass may have found it OPENING */
 	}
 	if (rc < 0) {
 		if (!p->errmsg[0])
@@ -954,8 +992,6 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		p->coord = NULL;
-		p->served = false;
-		p->thread_started = false;
 		if (driving) {
 			primary_free_driving(p);
 			tw__ctx_drive_leave(ctx);
@@ -1142,7 +1178,7 @@ int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 	released = tw_primary_release(p, below_segment);
 	if (released < 0)
 		return released;
-	if (p->thread_started) {
+	if (pserved(p)) {
 		/* The control plane belongs to the progress thread: hand the RPCs to it. */
 		tw__primary_lock(p);
 		if (below_segment > p->free_req)
@@ -1205,8 +1241,8 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 
 	if (p->err)
 		return p->err;
-	if (p->finished)
-		return -TW_ECLOSED;
+	if (pstate(p) != PSTATE_RUNNING)
+		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
 	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
 	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
 			   p->rec_head - p->rec_tail > p->rec_mask)) {
@@ -1252,7 +1288,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		if (p->err || p->stop || p->finished) {
+		if (p->err || pstate(p) != PSTATE_RUNNING) {
 			rc = p->err ? p->err : -TW_ECLOSED;
 			pthread_mutex_unlock(&p->lock);
 			if (me_init)
@@ -1513,11 +1549,13 @@ int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data_out, u
 int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 {
 	struct pseg *now = NULL;
+	bool handed;
 	int n = 0;
 
 	if (!p)
 		return -EINVAL;
 	tw__primary_lock(p);
+	handed = pserved(p); /* the progress thread frees them */
 	/* Segments below the current one are closed: the current one changes only after the
 	 * close of its predecessor succeeded. (released counts from seg_base.) */
 	if (p->cur && below_segment > p->cur->id)
@@ -1529,7 +1567,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 		p->segs[p->released] = NULL;
 		if (!s)
 			continue;
-		if (p->thread_started) {
+		if (handed) {
 			s->next_free = p->free_list;
 			p->free_list = s;
 		} else {
@@ -1539,7 +1577,7 @@ int tw_primary_release(struct tw_primary *p, uint32_t below_segment)
 		n++;
 	}
 	tw__primary_unlock(p);
-	if (p->threaded && n && p->thread_started)
+	if (n && handed)
 		tw__fab_wakeup(p->fab);
 	while (now) {
 		struct pseg *nx = now->next_free;
@@ -1586,28 +1624,29 @@ int tw_primary_finish(struct tw_primary *p)
 
 	if (!p)
 		return -EINVAL;
-	if (p->finished)
-		return p->finish_rc;
+	if (pstate(p) >= PSTATE_FINISHING)
+		return p->finish_rc; /* again, or from a callback during the last drain (sync) */
 	rc = tw_primary_flush(p);
-	if (p->threaded && p->thread_started) {
-		/* The context's thread lets go of the log once nothing is in flight. */
+	if (pserved(p)) {
+		/* The context's thread lets go of the log once nothing is in flight: STOPPING
+		 * refuses appends, the thread moves it on to FINISHING. */
 		pthread_mutex_lock(&p->lock);
-		p->stop = true;
+		tw__primary_set_state(p, PSTATE_STOPPING);
 		pthread_mutex_unlock(&p->lock);
 		tw__fab_wakeup(p->fab);
 		pthread_mutex_lock(&p->lock);
-		while (!p->detached)
+		while (pstate(p) != PSTATE_FINISHING)
 			pthread_cond_wait(&p->cv_app, &p->lock);
 		pthread_mutex_unlock(&p->lock);
-		p->thread_started = false;
 		if (p->ctx->shared) {
 			tw__ctx_drive_enter(p->ctx); /* the last steps below drive the fabric */
 			driving = true;
 		} else {
 			tw__ctx_stop(p->ctx);
 		}
+	} else {
+		tw__primary_set_state(p, PSTATE_FINISHING); /* sync: no appends from now on */
 	}
-	p->finished = true; /* no appends from now on */
 	if (!p->err && p->cur) {
 		drain(p);
 		rc2 = tw__pctl_close_segment(p, p->cur);
@@ -1626,6 +1665,9 @@ int tw_primary_finish(struct tw_primary *p)
 	if (!rc)
 		rc = p->err;
 	p->finish_rc = rc;
+	tw__primary_lock(p);
+	tw__primary_set_state(p, PSTATE_FINISHED);
+	tw__primary_unlock(p);
 	return rc;
 }
 
