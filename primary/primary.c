@@ -31,6 +31,27 @@ void tw__primary_unlock(struct tw_primary *p)
 		pthread_mutex_unlock(&p->lock);
 }
 
+/*
+ * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
+ * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
+ * the context's progress thread drives; callers copy under the lock and sleep on condition
+ * variables. One table per mode, chosen at open (p->mode_ops).
+ */
+struct pmode_ops {
+	/* Make room for one entry and append it (async: under the lock, handed to the thread);
+	 * *idx_out: its record index. */
+	int (*append)(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+		      void *arg, uint64_t *lsn_out, uint64_t *idx_out);
+	/* tw_primary_append: append and wait for the acknowledgement. */
+	int (*append_wait)(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out);
+	/* tw_primary_flush. */
+	int (*flush)(struct tw_primary *p);
+	/* Run the callbacks of records [rec_tail, end) in order (driver thread, lock not held). */
+	void (*complete)(struct tw_primary *p, uint64_t end, int status);
+};
+
+static const struct pmode_ops *mode_ops(bool threaded);
+
 /* ------------------------------------------------------------------ lifecycle */
 
 static const char *const pstate_names[] = {
@@ -87,8 +108,7 @@ static void room_wake_one(struct tw_primary *p)
 /* Wake every waiting application thread (lock held): a failure, a finished roll. */
 static void wake_apps(struct tw_primary *p)
 {
-	if (!p->threaded)
-		return;
+	/* (Sync mode: nobody waits, app_waiting is 0 and the room queue empty.) */
 	if (p->app_waiting)
 		pthread_cond_broadcast(&p->cv_app);
 	while (p->room_head)
@@ -290,8 +310,7 @@ static struct pslot *seal_locked(struct tw_primary *p, int *rc_out)
 	s->repair = false;
 	p->rec_sealed = p->rec_head;
 	p->slot_head++;
-	if (p->threaded)
-		room_wake_one(p); /* back-pressure released */
+	room_wake_one(p); /* back-pressure released (async mode; the queue is empty in sync) */
 	return s;
 }
 
@@ -392,24 +411,25 @@ static void ack_one(struct tw_primary *p, const struct prec *r, int status)
 		r->cb(r->arg, status, r->lsn);
 }
 
-/* Run the callbacks of records [rec_tail, end) in order. */
-static void complete_recs(struct tw_primary *p, uint64_t end, int status)
+/* Sync mode (pmode_ops.complete). Advance before each callback: a callback may append, which
+ * may drive and reap (nested) again; the nested call continues where this one is. */
+static void complete_recs_sync(struct tw_primary *p, uint64_t end, int status)
 {
-	if (!p->threaded) {
-		/* Advance before each callback: a callback may append, which may drive and reap
-		 * (nested) again; the nested call continues where this one is. */
-		while (p->rec_tail < end) {
-			struct prec r = p->recs[p->rec_tail & p->rec_mask];
+	while (p->rec_tail < end) {
+		struct prec r = p->recs[p->rec_tail & p->rec_mask];
 
-			p->rec_tail++;
-			ack_one(p, &r, status);
-		}
-		return;
+		p->rec_tail++;
+		ack_one(p, &r, status);
 	}
-	/* Async mode: callbacks run on the progress thread only (app threads never reap), so the
-	 * records stay ours until rec_tail moves, under the lock. The blocking appenders among
-	 * them were put on p->acked by sync_cb: each is woken alone (a thread whose entry is in a
-	 * later write sleeps on), under the lock, before it can see rec_tail and return. */
+}
+
+/* Async mode (pmode_ops.complete): callbacks run on the progress thread only (app threads
+ * never reap), so the records stay ours until rec_tail moves, under the lock. The blocking
+ * appenders among them were put on p->acked by acked_cb_queue: each is woken alone (a thread
+ * whose entry is in a later write sleeps on), under the lock, before it can see rec_tail and
+ * return. */
+static void complete_recs_async(struct tw_primary *p, uint64_t end, int status)
+{
 	for (uint64_t i = p->rec_tail; i < end; i++)
 		ack_one(p, &p->recs[i & p->rec_mask], status);
 	pthread_mutex_lock(&p->lock);
@@ -444,7 +464,7 @@ static int reap(struct tw_primary *p)
 		if (st)
 			p->reap_failed = true;
 		p->slot_tail++;
-		complete_recs(p, s->rec_end, st);
+		p->mode_ops->complete(p, s->rec_end, st);
 	}
 	if (p->slot_tail == p->slot_head) {
 		uint64_t end;
@@ -458,7 +478,7 @@ static int reap(struct tw_primary *p)
 		tw__primary_unlock(p);
 		if (err && end > p->rec_tail) {
 			p->reap_failed = true;
-			complete_recs(p, end, err);
+			p->mode_ops->complete(p, end, err);
 		}
 	}
 	if (p->rec_tail != before)
@@ -826,6 +846,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	p->r = cfg->replicas;
 	/* A shared context always has its progress thread: its logs are in async mode. */
 	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
+	p->mode_ops = mode_ops(p->threaded);
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
 	p->op_cb = tw__primary_op_done;
@@ -1374,25 +1395,11 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	return 0;
 }
 
-int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
-			    tw_append_cb cb, void *arg, uint64_t *lsn_out)
-{
-	uint64_t idx;
-
-	if (!p || (!data && len))
-		return -EINVAL;
-	if (check_len(p, len) < 0)
-		return -EINVAL;
-	if (p->threaded)
-		return append_async_mode(p, data, len, cb, arg, lsn_out, &idx);
-	return append_sync_mode(p, data, len, cb, arg, lsn_out, &idx);
-}
-
+/* A caller of tw_primary_append waiting for its entry's acknowledgement. */
 struct sync_wait {
 	struct tw_primary *p;
 	int status;
-	bool done;
-	struct pwaiter wt; /* async mode: woken alone by complete_recs */
+	struct pwaiter wt; /* async mode: woken alone by complete_recs_async */
 };
 
 static void sync_cb(void *arg, int status, uint64_t lsn)
@@ -1401,13 +1408,17 @@ static void sync_cb(void *arg, int status, uint64_t lsn)
 
 	(void)lsn;
 	w->status = status;
-	w->done = true;
-	if (w->p->threaded) {
-		/* Progress thread, lock not held: complete_recs signals it once rec_tail moved
-		 * past the entry (the waiter cannot return before that). */
-		w->wt.next = w->p->acked;
-		w->p->acked = &w->wt;
-	}
+}
+
+/* Async mode: progress thread, lock not held. complete_recs_async signals the waiter once
+ * rec_tail moved past the entry (the waiter cannot return before that). */
+static void sync_cb_queue(void *arg, int status, uint64_t lsn)
+{
+	struct sync_wait *w = arg;
+
+	sync_cb(arg, status, lsn);
+	w->wt.next = w->p->acked;
+	w->p->acked = &w->wt;
 }
 
 /*
@@ -1424,36 +1435,14 @@ static void settle_published(struct tw_primary *p)
 		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 }
 
-int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
+/* Sync mode: drive until the entry is acknowledged. */
+static int append_wait_sync_mode(struct tw_primary *p, const void *data, uint32_t len,
+				 uint64_t *lsn_out)
 {
 	struct sync_wait w = { .p = p };
 	uint64_t idx;
-	int rc;
+	int rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
 
-	if (!p || !data)
-		return -EINVAL;
-	if (check_len(p, len) < 0)
-		return -EINVAL;
-	if (p->threaded) {
-		if (on_progress_thread(p))
-			return -EDEADLK; /* from a callback: would wait for itself */
-		pthread_cond_init(&w.wt.cv, NULL);
-		rc = append_async_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
-		if (rc < 0) {
-			pthread_cond_destroy(&w.wt.cv);
-			return rc;
-		}
-		/* Our own condition variable: an acknowledgement of other threads' entries does
-		 * not wake us (docs/primary.md, "Appends from many threads"). */
-		pthread_mutex_lock(&p->lock);
-		while (p->rec_tail <= idx)
-			pthread_cond_wait(&w.wt.cv, &p->lock);
-		rc = w.status;
-		pthread_mutex_unlock(&p->lock);
-		pthread_cond_destroy(&w.wt.cv);
-		return rc;
-	}
-	rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
 	if (rc < 0)
 		return rc;
 	while (p->rec_tail <= idx)
@@ -1462,38 +1451,113 @@ int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint
 	return w.status;
 }
 
-int tw_primary_flush(struct tw_primary *p)
+/* Async mode: sleep until the progress thread acknowledged the entry. */
+static int append_wait_async_mode(struct tw_primary *p, const void *data, uint32_t len,
+				  uint64_t *lsn_out)
 {
-	uint64_t target;
+	struct sync_wait w = { .p = p };
+	uint64_t idx;
 	int rc;
 
-	if (!p)
-		return -EINVAL;
-	if (p->threaded) {
-		if (on_progress_thread(p))
-			return -EDEADLK; /* from a callback: would wait for itself */
-		pthread_mutex_lock(&p->lock);
-		target = p->rec_head;
-		if (p->pt_idle && p->rec_tail < target) {
-			p->pt_idle = false;
-			pthread_mutex_unlock(&p->lock);
-			tw__fab_wakeup(p->fab);
-			pthread_mutex_lock(&p->lock);
-		}
-		while (p->rec_tail < target) {
-			p->app_waiting++;
-			pthread_cond_wait(&p->cv_app, &p->lock);
-			p->app_waiting--;
-		}
-		rc = p->err;
-		pthread_mutex_unlock(&p->lock);
+	if (on_progress_thread(p))
+		return -EDEADLK; /* from a callback: would wait for itself */
+	pthread_cond_init(&w.wt.cv, NULL);
+	rc = append_async_mode(p, data, len, sync_cb_queue, &w, lsn_out, &idx);
+	if (rc < 0) {
+		pthread_cond_destroy(&w.wt.cv);
 		return rc;
 	}
-	target = p->rec_head;
+	/* Our own condition variable: an acknowledgement of other threads' entries does not
+	 * wake us (docs/primary.md, "Appends from many threads"). */
+	pthread_mutex_lock(&p->lock);
+	while (p->rec_tail <= idx)
+		pthread_cond_wait(&w.wt.cv, &p->lock);
+	rc = w.status;
+	pthread_mutex_unlock(&p->lock);
+	pthread_cond_destroy(&w.wt.cv);
+	return rc;
+}
+
+static int flush_sync_mode(struct tw_primary *p)
+{
+	uint64_t target = p->rec_head;
+
 	while (p->rec_tail < target)
 		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 	settle_published(p);
 	return p->err;
+}
+
+static int flush_async_mode(struct tw_primary *p)
+{
+	uint64_t target;
+	int rc;
+
+	if (on_progress_thread(p))
+		return -EDEADLK; /* from a callback: would wait for itself */
+	pthread_mutex_lock(&p->lock);
+	target = p->rec_head;
+	if (p->pt_idle && p->rec_tail < target) {
+		p->pt_idle = false;
+		pthread_mutex_unlock(&p->lock);
+		tw__fab_wakeup(p->fab);
+		pthread_mutex_lock(&p->lock);
+	}
+	while (p->rec_tail < target) {
+		p->app_waiting++;
+		pthread_cond_wait(&p->cv_app, &p->lock);
+		p->app_waiting--;
+	}
+	rc = p->err;
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+static const struct pmode_ops sync_ops = {
+	.append = append_sync_mode,
+	.append_wait = append_wait_sync_mode,
+	.flush = flush_sync_mode,
+	.complete = complete_recs_sync,
+};
+
+static const struct pmode_ops async_ops = {
+	.append = append_async_mode,
+	.append_wait = append_wait_async_mode,
+	.flush = flush_async_mode,
+	.complete = complete_recs_async,
+};
+
+static const struct pmode_ops *mode_ops(bool threaded)
+{
+	return threaded ? &async_ops : &sync_ops;
+}
+
+int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
+			    tw_append_cb cb, void *arg, uint64_t *lsn_out)
+{
+	uint64_t idx;
+
+	if (!p || (!data && len))
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	return p->mode_ops->append(p, data, len, cb, arg, lsn_out, &idx);
+}
+
+int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
+{
+	if (!p || !data)
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	return p->mode_ops->append_wait(p, data, len, lsn_out);
+}
+
+int tw_primary_flush(struct tw_primary *p)
+{
+	if (!p)
+		return -EINVAL;
+	return p->mode_ops->flush(p);
 }
 
 int tw_primary_progress(struct tw_primary *p, int timeout_ms)

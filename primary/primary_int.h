@@ -232,6 +232,7 @@ struct prec {
 struct tw_auth_key;
 
 struct tw_coord;
+struct pmode_ops;
 
 /*
  * The lifecycle of a log (docs/primary.md, "Lifecycle", has the diagram). tw__primary_set_state
@@ -264,7 +265,8 @@ struct tw_primary {
 	struct tw_coord *coord;       /* cfg.coordinator: holds the owner node (primary_coord.c) */
 	char *prov_copy;
 	unsigned r;
-	bool threaded;
+	bool threaded;                     /* TW_PRIMARY_ASYNC: the context's thread drives */
+	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary.c) */
 
 	struct tw_ctx *ctx;      /* shared (tw_primary_open_on) or private (owned by this log) */
 	struct tw_fab *fab;      /* ctx->fab */
