@@ -1187,6 +1187,7 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 
 int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 {
+	bool driving;
 	uint64_t n = 0;
 	int rc, released;
 
@@ -1208,7 +1209,15 @@ int tw_primary_free(struct tw_primary *p, uint32_t below_segment)
 		tw__fab_wakeup(p->fab);
 		return released;
 	}
+	/* Not served (sync mode, or finished): this thread sends them; on a shared context under
+	 * the drive, as the progress thread goes on serving the other logs (unless this is that
+	 * thread: a callback of another log). */
+	driving = p->ctx->shared && !tw__ctx_on_thread(p->ctx);
+	if (driving)
+		tw__ctx_drive_enter(p->ctx);
 	rc = tw__pctl_free(p, below_segment, &n);
+	if (driving)
+		tw__ctx_drive_leave(p->ctx);
 	return rc < 0 ? rc : released;
 }
 
