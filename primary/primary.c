@@ -425,7 +425,7 @@ static void complete_recs_sync(struct tw_primary *p, uint64_t end, int status)
 
 /* Async mode (pmode_ops.complete): callbacks run on the progress thread only (app threads
  * never reap), so the records stay ours until rec_tail moves, under the lock. The blocking
- * appenders among them were put on p->acked by acked_cb_queue: each is woken alone (a thread
+ * appenders among them were put on p->acked by sync_cb_queue: each is woken alone (a thread
  * whose entry is in a later write sleeps on), under the lock, before it can see rec_tail and
  * return. */
 static void complete_recs_async(struct tw_primary *p, uint64_t end, int status)
@@ -597,7 +597,7 @@ static int roll(struct tw_primary *p)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ per-log steps of the progress thread */
+/* ------------------------------------------------------------ per-log steps (progress thread) */
 
 bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 {

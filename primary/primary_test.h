@@ -1,6 +1,6 @@
 /*
- * primary/primary_test.h — the primary's test interface: hooks that only tests set. Not installed,
- * not for applications. Each hook is read at one place off the per-operation path: the halt at
+ * primary/primary_test.h — the primary's test interface: hooks that only tests set. Not
+ * installed, not for applications. Each hook is read at one place off the per-operation path: the halt at
  * the top of a progress pass (ctx.c), the completion callback where a write's operation is
  * prepared (it replaces the default once, so posting a write tests nothing).
  */
