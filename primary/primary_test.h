@@ -1,8 +1,8 @@
 /*
  * primary/primary_test.h — the primary's test interface: hooks that only tests set. Not
- * installed, not for applications. Each hook is read at one place off the per-operation path: the halt at
- * the top of a progress pass (ctx.c), the completion callback where a write's operation is
- * prepared (it replaces the default once, so posting a write tests nothing).
+ * installed, not for applications. No hook costs a test per operation: the halt is one relaxed
+ * load at the top of each progress pass (ctx.c), the only place outside every fabric call; the
+ * completion callback replaces the default in p->op_cb, which a posted write uses either way.
  */
 #ifndef TW_PRIMARY_TEST_H
 #define TW_PRIMARY_TEST_H
