@@ -3,9 +3,9 @@
  * backup (a tw_peer, peer/peer.h: channel, RPC client, connect and handshake) shared by every
  * log opened on it, loss demultiplexing (a channel lost is lost for every log, each then runs
  * its own failover), reconnection after a loss (shared contexts), the fabric reset of shm (every
- * log rewrites its writes in flight), and the hand-over of the driving role between the progress
- * thread and the threads that open and close logs. The progress thread itself is in primary.c
- * (it runs the engine's per-log steps).
+ * log rewrites its writes in flight), the hand-over of the driving role between the progress
+ * thread and the threads that open and close logs, and the progress thread (at the end: it runs
+ * the engine's per-log steps of primary.c).
  * See docs/primary.md, "Many logs: the context".
  */
 #include <errno.h>
@@ -508,4 +508,114 @@ void tw_ctx_get_stats_sized(struct tw_ctx *ctx, struct tw_ctx_stats *out, size_t
 
 	ctx_stats(ctx, &full);
 	tw__out_copy(out, size, &full, sizeof(full));
+}
+
+/* ------------------------------------------------------------------ progress thread */
+
+/* The context whose progress thread this is (NULL on other threads). */
+static _Thread_local const struct tw_ctx *progress_tls;
+
+bool tw__ctx_on_thread(const struct tw_ctx *ctx)
+{
+	return progress_tls == ctx;
+}
+
+/*
+ * The progress thread of a context: one per context, however many logs. Each pass runs every
+ * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
+ * has work: an append to an idle log, a completion or tw__fab_wakeup ends the wait), heals lost
+ * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
+ * starts one log further each time (round robin), so no log is always served first. Between
+ * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
+ * close).
+ */
+static void *ctx_main(void *arg)
+{
+	struct tw_ctx *ctx = arg;
+
+	progress_tls = ctx;
+	pthread_mutex_lock(&ctx->drive);
+	for (;;) {
+		int halt = atomic_load_explicit(&tw__primary_halt_status, memory_order_relaxed);
+		bool work = false, stop;
+		size_t n;
+		int rc;
+
+		if (__builtin_expect(halt != 0, 0))
+			_exit(halt); /* test hook (primary_test.h): a crash outside any fabric call */
+		pthread_mutex_lock(&ctx->lock);
+		stop = ctx->stop;
+		if (ctx->want_drive) {
+			pthread_mutex_unlock(&ctx->drive);
+			while (ctx->want_drive)
+				pthread_cond_wait(&ctx->cv, &ctx->lock);
+			pthread_mutex_unlock(&ctx->lock);
+			pthread_mutex_lock(&ctx->drive);
+			continue;
+		}
+		pthread_mutex_unlock(&ctx->lock);
+		if (stop)
+			break;
+		n = ctx->nlogs;
+		for (size_t k = 0; k < n; k++) {
+			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
+			bool done = false;
+
+			if (pserved(p) && tw__primary_step_pre(p, &done))
+				work = true;
+		}
+		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
+			for (size_t k = 0; k < n; k++)
+				if (pserved(ctx->logs[k]))
+					tw__primary_fail(ctx->logs[k], rc, "fabric progress failed: "
+						     "%s: %s", tw_strerror(rc),
+						     tw__fab_errmsg(ctx->fab));
+		}
+		if (ctx->shared) {
+			for (size_t i = 0; i < ctx->nbk; i++)
+				if (ctx->bk[i].peer.lost && !ctx->bk[i].dead &&
+				    !tw__fab_loss_blocks_others(ctx->fab))
+					tw__ctx_heal(ctx, &ctx->bk[i]);
+		}
+		n = ctx->nlogs;
+		for (size_t k = 0; k < n; k++) {
+			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
+
+			if (pserved(p))
+				tw__primary_step_post(p);
+		}
+		ctx->rr++;
+		__atomic_store_n(&ctx->st.loop_passes, ctx->st.loop_passes + 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&ctx->drive);
+	return NULL;
+}
+
+int tw__ctx_start(struct tw_ctx *ctx)
+{
+	int rc;
+
+	if (ctx->thread_started)
+		return 0;
+	ctx->threaded = true;
+	rc = -pthread_create(&ctx->thread, NULL, ctx_main, ctx);
+	if (rc == 0)
+		ctx->thread_started = true;
+	else
+		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "cannot start the progress thread: %s",
+			 tw_strerror(rc));
+	return rc;
+}
+
+void tw__ctx_stop(struct tw_ctx *ctx)
+{
+	if (!ctx->thread_started)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	ctx->stop = true;
+	pthread_mutex_unlock(&ctx->lock);
+	tw__fab_wakeup(ctx->fab);
+	pthread_join(ctx->thread, NULL);
+	ctx->thread_started = false;
 }

@@ -1,7 +1,8 @@
 /*
  * primary/primary.c — the primary's replication engine: the segmented log in registered memory,
  * batching into sealed writes, pipelined write slots, in-order acknowledgements, segment
- * rollover, the async-mode progress thread, and the public API of tailwind/primary.h.
+ * rollover, the per-log steps the context's progress thread runs (its loop is in ctx.c), and
+ * the public API of tailwind/primary.h.
  * See docs/primary.md.
  */
 #include <errno.h>
@@ -18,12 +19,6 @@
 #include "proto/auth.h"
 #include "primary/primary_int.h"
 
-/* Slice of a blocking wait: the fabric also fails operations past their deadline while we
- * progress, so never block longer than this without looking again. */
-#define WAIT_SLICE_MS 100
-
-/* ------------------------------------------------------------------ small helpers */
-
 void tw__primary_lock(struct tw_primary *p)
 {
 	if (p->threaded)
@@ -35,6 +30,63 @@ void tw__primary_unlock(struct tw_primary *p)
 	if (p->threaded)
 		pthread_mutex_unlock(&p->lock);
 }
+
+/*
+ * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
+ * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
+ * the context's progress thread drives; callers copy under the lock and sleep on condition
+ * variables. One table per mode, chosen at open (p->mode_ops).
+ */
+struct pmode_ops {
+	/* Make room for one entry and append it (async: under the lock, handed to the thread);
+	 * *idx_out: its record index. */
+	int (*append)(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+		      void *arg, uint64_t *lsn_out, uint64_t *idx_out);
+	/* tw_primary_append: append and wait for the acknowledgement. */
+	int (*append_wait)(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out);
+	/* tw_primary_flush. */
+	int (*flush)(struct tw_primary *p);
+	/* Run the callbacks of records [rec_tail, end) in order (driver thread, lock not held). */
+	void (*complete)(struct tw_primary *p, uint64_t end, int status);
+};
+
+static const struct pmode_ops *mode_ops(bool threaded);
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static const char *const pstate_names[] = {
+	[PSTATE_OPENING] = "opening",     [PSTATE_RUNNING] = "running",
+	[PSTATE_STOPPING] = "stopping",   [PSTATE_FINISHING] = "finishing",
+	[PSTATE_FINISHED] = "finished",   [PSTATE_CLOSED] = "closed",
+};
+
+#define PS(s) (1u << (s))
+/* The legal successors of each state (docs/primary.md, "Lifecycle"). */
+static const unsigned pstate_next[] = {
+	[PSTATE_OPENING] = PS(PSTATE_RUNNING) | PS(PSTATE_CLOSED),
+	[PSTATE_RUNNING] = PS(PSTATE_STOPPING) | PS(PSTATE_FINISHING),
+	[PSTATE_STOPPING] = PS(PSTATE_FINISHING),
+	[PSTATE_FINISHING] = PS(PSTATE_FINISHED),
+	[PSTATE_FINISHED] = PS(PSTATE_CLOSED),
+	[PSTATE_CLOSED] = 0,
+};
+#undef PS
+
+void tw__primary_set_state(struct tw_primary *p, enum pstate to)
+{
+	enum pstate from = pstate(p); /* the only writer: nobody changes it meanwhile */
+
+	if (!(pstate_next[from] & (1u << to))) {
+		tw_log_error("primary log %llu: illegal transition %s -> %s",
+			     (unsigned long long)p->cfg.log_id, pstate_names[from], pstate_names[to]);
+		abort();
+	}
+	tw_log_debug("primary log %llu: %s -> %s", (unsigned long long)p->cfg.log_id,
+		     pstate_names[from], pstate_names[to]);
+	__atomic_store_n(&p->state, to, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------------ small helpers */
 
 /* Wake the first thread waiting for room (lock held). One per event that makes room (a seal,
  * an acknowledgement): it appends at least once, which leads to another seal and so to the
@@ -56,8 +108,7 @@ static void room_wake_one(struct tw_primary *p)
 /* Wake every waiting application thread (lock held): a failure, a finished roll. */
 static void wake_apps(struct tw_primary *p)
 {
-	if (!p->threaded)
-		return;
+	/* (Sync mode: nobody waits, app_waiting is 0 and the room queue empty.) */
 	if (p->app_waiting)
 		pthread_cond_broadcast(&p->cv_app);
 	while (p->room_head)
@@ -73,7 +124,8 @@ void tw__primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 
 	/* Backups that vanish all at once may have closed our connections because another owner
 	 * fenced the log: say so (-TW_EFENCED), not just "no backup". Driver thread, no lock. */
-	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab && !p->finished) {
+	if (err == -TW_ENOBACKUP && !p->err && !p->checking && p->fab &&
+	    pstate(p) < PSTATE_FINISHING) {
 		p->checking = true;
 		fenced = tw__pctl_taken_over(p, taken, sizeof(taken)) == 1;
 		p->checking = false;
@@ -258,8 +310,7 @@ static struct pslot *seal_locked(struct tw_primary *p, int *rc_out)
 	s->repair = false;
 	p->rec_sealed = p->rec_head;
 	p->slot_head++;
-	if (p->threaded)
-		room_wake_one(p); /* back-pressure released */
+	room_wake_one(p); /* back-pressure released (async mode; the queue is empty in sync) */
 	return s;
 }
 
@@ -281,7 +332,7 @@ static void post_slot(struct tw_primary *p, struct pslot *s, uint64_t n)
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		memset(&po->op, 0, sizeof(po->op));
-		po->op.cb = p->test_op_cb ? p->test_op_cb : tw__primary_op_done;
+		po->op.cb = p->op_cb;
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;
@@ -360,24 +411,25 @@ static void ack_one(struct tw_primary *p, const struct prec *r, int status)
 		r->cb(r->arg, status, r->lsn);
 }
 
-/* Run the callbacks of records [rec_tail, end) in order. */
-static void complete_recs(struct tw_primary *p, uint64_t end, int status)
+/* Sync mode (pmode_ops.complete). Advance before each callback: a callback may append, which
+ * may drive and reap (nested) again; the nested call continues where this one is. */
+static void complete_recs_sync(struct tw_primary *p, uint64_t end, int status)
 {
-	if (!p->threaded) {
-		/* Advance before each callback: a callback may append, which may drive and reap
-		 * (nested) again; the nested call continues where this one is. */
-		while (p->rec_tail < end) {
-			struct prec r = p->recs[p->rec_tail & p->rec_mask];
+	while (p->rec_tail < end) {
+		struct prec r = p->recs[p->rec_tail & p->rec_mask];
 
-			p->rec_tail++;
-			ack_one(p, &r, status);
-		}
-		return;
+		p->rec_tail++;
+		ack_one(p, &r, status);
 	}
-	/* Async mode: callbacks run on the progress thread only (app threads never reap), so the
-	 * records stay ours until rec_tail moves, under the lock. The blocking appenders among
-	 * them were put on p->acked by sync_cb: each is woken alone (a thread whose entry is in a
-	 * later write sleeps on), under the lock, before it can see rec_tail and return. */
+}
+
+/* Async mode (pmode_ops.complete): callbacks run on the progress thread only (app threads
+ * never reap), so the records stay ours until rec_tail moves, under the lock. The blocking
+ * appenders among them were put on p->acked by sync_cb_queue: each is woken alone (a thread
+ * whose entry is in a later write sleeps on), under the lock, before it can see rec_tail and
+ * return. */
+static void complete_recs_async(struct tw_primary *p, uint64_t end, int status)
+{
 	for (uint64_t i = p->rec_tail; i < end; i++)
 		ack_one(p, &p->recs[i & p->rec_mask], status);
 	pthread_mutex_lock(&p->lock);
@@ -412,7 +464,7 @@ static int reap(struct tw_primary *p)
 		if (st)
 			p->reap_failed = true;
 		p->slot_tail++;
-		complete_recs(p, s->rec_end, st);
+		p->mode_ops->complete(p, s->rec_end, st);
 	}
 	if (p->slot_tail == p->slot_head) {
 		uint64_t end;
@@ -426,7 +478,7 @@ static int reap(struct tw_primary *p)
 		tw__primary_unlock(p);
 		if (err && end > p->rec_tail) {
 			p->reap_failed = true;
-			complete_recs(p, end, err);
+			p->mode_ops->complete(p, end, err);
 		}
 	}
 	if (p->rec_tail != before)
@@ -466,7 +518,7 @@ static void drain(struct tw_primary *p)
 		tw__primary_unlock(p);
 		if (!more)
 			break;
-		drive(p, WAIT_SLICE_MS);
+		drive(p, PWAIT_SLICE_MS);
 	}
 }
 
@@ -486,7 +538,7 @@ static int roll(struct tw_primary *p)
 			if (slot_free(p))
 				seal_post(p);
 			else
-				drive(p, WAIT_SLICE_MS);
+				drive(p, PWAIT_SLICE_MS);
 		}
 		drain(p);
 	} while (pending_entries(p) && !p->err && p->cur == old);
@@ -545,12 +597,7 @@ static int roll(struct tw_primary *p)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ progress thread */
-
-/* The context whose progress thread this is (NULL on other threads). */
-static _Thread_local const struct tw_ctx *progress_tls;
-
-_Atomic int tw__primary_halt_status;
+/* ------------------------------------------------------------ per-log steps (progress thread) */
 
 bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 {
@@ -598,10 +645,10 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		}
 		return true;
 	}
-	if (p->stop && p->slot_tail == p->slot_head && p->rec_tail == p->rec_head) {
-		/* Finished: let go of it (tw_primary_finish waits for this). */
-		p->served = false;
-		p->detached = true;
+	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head &&
+	    p->rec_tail == p->rec_head) {
+		/* Drained: let go of it (tw_primary_finish waits for this). */
+		tw__primary_set_state(p, PSTATE_FINISHING);
 		pthread_cond_broadcast(&p->cv_app);
 		pthread_mutex_unlock(&p->lock);
 		*done = true;
@@ -611,7 +658,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 	 * of the write sealed next). */
 	p->pt_idle = slot_free(p) && !pending_entries(p);
 	p->pt_idle_set = p->pt_idle;
-	if (p->stop && p->slot_tail == p->slot_head)
+	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head)
 		work = true;
 	/* What waits goes out now, sealed under this same lock round. */
 	if (seal_ready(p)) {
@@ -641,106 +688,6 @@ void tw__primary_step_post(struct tw_primary *p)
 		p->pt_idle = false;
 		pthread_mutex_unlock(&p->lock);
 	}
-}
-
-/*
- * The progress thread of a context: one per context, however many logs. Each pass runs every
- * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
- * has work: an append to an idle log, a completion or tw__fab_wakeup ends the wait), heals lost
- * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
- * starts one log further each time (round robin), so no log is always served first. Between
- * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
- * close).
- */
-static void *ctx_main(void *arg)
-{
-	struct tw_ctx *ctx = arg;
-
-	progress_tls = ctx;
-	pthread_mutex_lock(&ctx->drive);
-	for (;;) {
-		int halt = atomic_load_explicit(&tw__primary_halt_status, memory_order_relaxed);
-		bool work = false, stop;
-		size_t n;
-		int rc;
-
-		if (halt)
-			_exit(halt); /* test hook (primary_int.h): a crash outside any fabric call */
-		pthread_mutex_lock(&ctx->lock);
-		stop = ctx->stop;
-		if (ctx->want_drive) {
-			pthread_mutex_unlock(&ctx->drive);
-			while (ctx->want_drive)
-				pthread_cond_wait(&ctx->cv, &ctx->lock);
-			pthread_mutex_unlock(&ctx->lock);
-			pthread_mutex_lock(&ctx->drive);
-			continue;
-		}
-		pthread_mutex_unlock(&ctx->lock);
-		if (stop)
-			break;
-		n = ctx->nlogs;
-		for (size_t k = 0; k < n; k++) {
-			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
-			bool done = false;
-
-			if (p->served && tw__primary_step_pre(p, &done))
-				work = true;
-		}
-		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
-		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
-			for (size_t k = 0; k < n; k++)
-				if (ctx->logs[k]->served)
-					tw__primary_fail(ctx->logs[k], rc, "fabric progress failed: "
-						     "%s: %s", tw_strerror(rc),
-						     tw__fab_errmsg(ctx->fab));
-		}
-		if (ctx->shared) {
-			for (size_t i = 0; i < ctx->nbk; i++)
-				if (ctx->bk[i].peer.lost && !ctx->bk[i].dead &&
-				    !tw__fab_loss_blocks_others(ctx->fab))
-					tw__ctx_heal(ctx, &ctx->bk[i]);
-		}
-		n = ctx->nlogs;
-		for (size_t k = 0; k < n; k++) {
-			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
-
-			if (p->served)
-				tw__primary_step_post(p);
-		}
-		ctx->rr++;
-		__atomic_store_n(&ctx->st.loop_passes, ctx->st.loop_passes + 1, __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&ctx->drive);
-	return NULL;
-}
-
-int tw__ctx_start(struct tw_ctx *ctx)
-{
-	int rc;
-
-	if (ctx->thread_started)
-		return 0;
-	ctx->threaded = true;
-	rc = -pthread_create(&ctx->thread, NULL, ctx_main, ctx);
-	if (rc == 0)
-		ctx->thread_started = true;
-	else
-		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "cannot start the progress thread: %s",
-			 tw_strerror(rc));
-	return rc;
-}
-
-void tw__ctx_stop(struct tw_ctx *ctx)
-{
-	if (!ctx->thread_started)
-		return;
-	pthread_mutex_lock(&ctx->lock);
-	ctx->stop = true;
-	pthread_mutex_unlock(&ctx->lock);
-	tw__fab_wakeup(ctx->fab);
-	pthread_join(ctx->thread, NULL);
-	ctx->thread_started = false;
 }
 
 /* ------------------------------------------------------------------ public API */
@@ -781,6 +728,9 @@ static void primary_free_driving(struct tw_primary *p)
 {
 	struct tw_ctx *ctx = p->ctx;
 
+	tw__primary_lock(p);
+	tw__primary_set_state(p, PSTATE_CLOSED); /* from OPENING (a failed open) or FINISHED */
+	tw__primary_unlock(p);
 	if (ctx) {
 		tw__ctx_detach(ctx, p);
 		if (!ctx->shared) {
@@ -905,8 +855,10 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	p->r = cfg->replicas;
 	/* A shared context always has its progress thread: its logs are in async mode. */
 	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
+	p->mode_ops = mode_ops(p->threaded);
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
+	p->op_cb = tw__primary_op_done;
 	p->creating = creating;
 	if (getrandom(&p->seed_ctr, sizeof(p->seed_ctr), 0) != (ssize_t)sizeof(p->seed_ctr))
 		p->seed_ctr = tw_now_ns() ^ ((uint64_t)getpid() << 32) ^ incarnation;
@@ -1047,18 +999,18 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 			preopen_start(p, false);
 		}
 	}
-	if (rc == 0 && p->threaded) {
-		/* Served by the context's thread from now on (a private one starts here). */
-		p->served = true;
-		p->thread_started = true;
-		if (!ctx) {
-			rc = tw__ctx_start(p->ctx);
-			if (rc < 0) {
-				p->served = false;
-				p->thread_started = false;
-				snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
-			}
-		}
+	if (rc == 0 && p->threaded && !ctx) {
+		/* A private context's thread starts here; it serves the log once RUNNING. */
+		rc = tw__ctx_start(p->ctx);
+		if (rc < 0)
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
+	}
+	if (rc == 0) {
+		tw__primary_lock(p);
+		tw__primary_set_state(p, PSTATE_RUNNING);
+		tw__primary_unlock(p);
+		if (p->threaded && !ctx)
+			tw__fab_wakeup(p->fab); /* its first pass may have found it OPENING */
 	}
 	if (rc < 0) {
 		if (!p->errmsg[0])
@@ -1068,8 +1020,6 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		p->coord = NULL;
-		p->served = false;
-		p->thread_started = false;
 		if (driving) {
 			primary_free_driving(p);
 			tw__ctx_drive_leave(ctx);
@@ -1110,7 +1060,7 @@ static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_prima
 		return -EINVAL;
 	}
 	*out = NULL;
-	if (progress_tls == ctx) {
+	if (tw__ctx_on_thread(ctx)) {
 		if (errmsg_out && errmsg_len)
 			snprintf(errmsg_out, errmsg_len, "cannot %s from a callback of a log on the "
 				 "same context (it would wait for itself)", what);
@@ -1244,6 +1194,7 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 
 int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 {
+	bool driving;
 	uint64_t n = 0;
 	int rc, released;
 
@@ -1256,7 +1207,7 @@ int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 	released = tw_primary_unload(p, below_segment);
 	if (released < 0)
 		return released;
-	if (p->thread_started) {
+	if (pserved(p)) {
 		/* The control plane belongs to the progress thread: hand the RPCs to it. */
 		tw__primary_lock(p);
 		if (below_segment > p->free_req)
@@ -1265,7 +1216,15 @@ int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 		tw__fab_wakeup(p->fab);
 		return released;
 	}
+	/* Not served (sync mode, or finished): this thread sends them; on a shared context under
+	 * the drive, as the progress thread goes on serving the other logs (unless this is that
+	 * thread: a callback of another log). */
+	driving = p->ctx->shared && !tw__ctx_on_thread(p->ctx);
+	if (driving)
+		tw__ctx_drive_enter(p->ctx);
 	rc = tw__pctl_free(p, below_segment, &n);
+	if (driving)
+		tw__ctx_drive_leave(p->ctx);
 	return rc < 0 ? rc : released;
 }
 
@@ -1319,15 +1278,15 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 
 	if (p->err)
 		return p->err;
-	if (p->finished)
-		return -TW_ECLOSED;
+	if (pstate(p) != PSTATE_RUNNING)
+		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
 	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
 	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
 			   p->rec_head - p->rec_tail > p->rec_mask)) {
 		if (slot_free(p))
 			seal_post(p);
 		else
-			drive(p, WAIT_SLICE_MS);
+			drive(p, PWAIT_SLICE_MS);
 	}
 	if (p->err)
 		return p->err;
@@ -1350,7 +1309,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 
 static bool on_progress_thread(const struct tw_primary *p)
 {
-	return progress_tls == p->ctx; /* any log of the context: the thread serves them all */
+	return tw__ctx_on_thread(p->ctx); /* any log of the context: the thread serves them all */
 }
 
 /* Async mode: copy under the lock and hand over to the progress thread. */
@@ -1366,7 +1325,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		if (p->err || p->stop || p->finished) {
+		if (p->err || pstate(p) != PSTATE_RUNNING) {
 			rc = p->err ? p->err : -TW_ECLOSED;
 			pthread_mutex_unlock(&p->lock);
 			if (me_init)
@@ -1452,25 +1411,11 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	return 0;
 }
 
-int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
-			    tw_append_cb cb, void *arg, uint64_t *lsn_out)
-{
-	uint64_t idx;
-
-	if (!p || (!data && len))
-		return -EINVAL;
-	if (check_len(p, len) < 0)
-		return -EINVAL;
-	if (p->threaded)
-		return append_async_mode(p, data, len, cb, arg, lsn_out, &idx);
-	return append_sync_mode(p, data, len, cb, arg, lsn_out, &idx);
-}
-
+/* A caller of tw_primary_append waiting for its entry's acknowledgement. */
 struct sync_wait {
 	struct tw_primary *p;
 	int status;
-	bool done;
-	struct pwaiter wt; /* async mode: woken alone by complete_recs */
+	struct pwaiter wt; /* async mode: woken alone by complete_recs_async */
 };
 
 static void sync_cb(void *arg, int status, uint64_t lsn)
@@ -1479,13 +1424,17 @@ static void sync_cb(void *arg, int status, uint64_t lsn)
 
 	(void)lsn;
 	w->status = status;
-	w->done = true;
-	if (w->p->threaded) {
-		/* Progress thread, lock not held: complete_recs signals it once rec_tail moved
-		 * past the entry (the waiter cannot return before that). */
-		w->wt.next = w->p->acked;
-		w->p->acked = &w->wt;
-	}
+}
+
+/* Async mode: progress thread, lock not held. complete_recs_async signals the waiter once
+ * rec_tail moved past the entry (the waiter cannot return before that). */
+static void sync_cb_queue(void *arg, int status, uint64_t lsn)
+{
+	struct sync_wait *w = arg;
+
+	sync_cb(arg, status, lsn);
+	w->wt.next = w->p->acked;
+	w->p->acked = &w->wt;
 }
 
 /*
@@ -1499,79 +1448,132 @@ static void settle_published(struct tw_primary *p)
 	uint64_t end = tw_now_ns() + (uint64_t)p->ctx->cfg.rpc_timeout_ms * 1000000u;
 
 	while (tw__packed_capped(p) && !p->err && tw_now_ns() < end)
-		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
+		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 }
 
-int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
+/* Sync mode: drive until the entry is acknowledged. */
+static int append_wait_sync_mode(struct tw_primary *p, const void *data, uint32_t len,
+				 uint64_t *lsn_out)
+{
+	struct sync_wait w = { .p = p };
+	uint64_t idx;
+	int rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
+
+	if (rc < 0)
+		return rc;
+	while (p->rec_tail <= idx)
+		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+	settle_published(p);
+	return w.status;
+}
+
+/* Async mode: sleep until the progress thread acknowledged the entry. */
+static int append_wait_async_mode(struct tw_primary *p, const void *data, uint32_t len,
+				  uint64_t *lsn_out)
 {
 	struct sync_wait w = { .p = p };
 	uint64_t idx;
 	int rc;
 
-	if (!p || !data)
-		return -EINVAL;
-	if (check_len(p, len) < 0)
-		return -EINVAL;
-	if (p->threaded) {
-		if (on_progress_thread(p))
-			return -EDEADLK; /* from a callback: would wait for itself */
-		pthread_cond_init(&w.wt.cv, NULL);
-		rc = append_async_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
-		if (rc < 0) {
-			pthread_cond_destroy(&w.wt.cv);
-			return rc;
-		}
-		/* Our own condition variable: an acknowledgement of other threads' entries does
-		 * not wake us (docs/primary.md, "Appends from many threads"). */
-		pthread_mutex_lock(&p->lock);
-		while (p->rec_tail <= idx)
-			pthread_cond_wait(&w.wt.cv, &p->lock);
-		rc = w.status;
-		pthread_mutex_unlock(&p->lock);
+	if (on_progress_thread(p))
+		return -EDEADLK; /* from a callback: would wait for itself */
+	pthread_cond_init(&w.wt.cv, NULL);
+	rc = append_async_mode(p, data, len, sync_cb_queue, &w, lsn_out, &idx);
+	if (rc < 0) {
 		pthread_cond_destroy(&w.wt.cv);
 		return rc;
 	}
-	rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
-	if (rc < 0)
-		return rc;
+	/* Our own condition variable: an acknowledgement of other threads' entries does not
+	 * wake us (docs/primary.md, "Appends from many threads"). */
+	pthread_mutex_lock(&p->lock);
 	while (p->rec_tail <= idx)
-		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
-	settle_published(p);
-	return w.status;
+		pthread_cond_wait(&w.wt.cv, &p->lock);
+	rc = w.status;
+	pthread_mutex_unlock(&p->lock);
+	pthread_cond_destroy(&w.wt.cv);
+	return rc;
 }
 
-int tw_primary_flush(struct tw_primary *p)
+static int flush_sync_mode(struct tw_primary *p)
+{
+	uint64_t target = p->rec_head;
+
+	while (p->rec_tail < target)
+		drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+	settle_published(p);
+	return p->err;
+}
+
+static int flush_async_mode(struct tw_primary *p)
 {
 	uint64_t target;
 	int rc;
 
+	if (on_progress_thread(p))
+		return -EDEADLK; /* from a callback: would wait for itself */
+	pthread_mutex_lock(&p->lock);
+	target = p->rec_head;
+	if (p->pt_idle && p->rec_tail < target) {
+		p->pt_idle = false;
+		pthread_mutex_unlock(&p->lock);
+		tw__fab_wakeup(p->fab);
+		pthread_mutex_lock(&p->lock);
+	}
+	while (p->rec_tail < target) {
+		p->app_waiting++;
+		pthread_cond_wait(&p->cv_app, &p->lock);
+		p->app_waiting--;
+	}
+	rc = p->err;
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+static const struct pmode_ops sync_ops = {
+	.append = append_sync_mode,
+	.append_wait = append_wait_sync_mode,
+	.flush = flush_sync_mode,
+	.complete = complete_recs_sync,
+};
+
+static const struct pmode_ops async_ops = {
+	.append = append_async_mode,
+	.append_wait = append_wait_async_mode,
+	.flush = flush_async_mode,
+	.complete = complete_recs_async,
+};
+
+static const struct pmode_ops *mode_ops(bool threaded)
+{
+	return threaded ? &async_ops : &sync_ops;
+}
+
+int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
+			    tw_append_cb cb, void *arg, uint64_t *lsn_out)
+{
+	uint64_t idx;
+
+	if (!p || (!data && len))
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	return p->mode_ops->append(p, data, len, cb, arg, lsn_out, &idx);
+}
+
+int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
+{
+	if (!p || !data)
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	return p->mode_ops->append_wait(p, data, len, lsn_out);
+}
+
+int tw_primary_flush(struct tw_primary *p)
+{
 	if (!p)
 		return -EINVAL;
-	if (p->threaded) {
-		if (on_progress_thread(p))
-			return -EDEADLK; /* from a callback: would wait for itself */
-		pthread_mutex_lock(&p->lock);
-		target = p->rec_head;
-		if (p->pt_idle && p->rec_tail < target) {
-			p->pt_idle = false;
-			pthread_mutex_unlock(&p->lock);
-			tw__fab_wakeup(p->fab);
-			pthread_mutex_lock(&p->lock);
-		}
-		while (p->rec_tail < target) {
-			p->app_waiting++;
-			pthread_cond_wait(&p->cv_app, &p->lock);
-			p->app_waiting--;
-		}
-		rc = p->err;
-		pthread_mutex_unlock(&p->lock);
-		return rc;
-	}
-	target = p->rec_head;
-	while (p->rec_tail < target)
-		drive(p, p->cfg.busy_poll ? 0 : WAIT_SLICE_MS);
-	settle_published(p);
-	return p->err;
+	return p->mode_ops->flush(p);
 }
 
 int tw_primary_progress(struct tw_primary *p, int timeout_ms)
@@ -1627,11 +1629,13 @@ int tw_primary_read(struct tw_primary *p, uint64_t lsn, const void **data_out, u
 int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 {
 	struct pseg *now = NULL;
+	bool handed;
 	int n = 0;
 
 	if (!p)
 		return -EINVAL;
 	tw__primary_lock(p);
+	handed = pserved(p); /* the progress thread frees them */
 	/* Segments below the current one are closed: the current one changes only after the
 	 * close of its predecessor succeeded. (released counts from seg_base.) */
 	if (p->cur && below_segment > p->cur->id)
@@ -1643,7 +1647,7 @@ int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 		p->segs[p->released] = NULL;
 		if (!s)
 			continue;
-		if (p->thread_started) {
+		if (handed) {
 			s->next_free = p->free_list;
 			p->free_list = s;
 		} else {
@@ -1653,7 +1657,7 @@ int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 		n++;
 	}
 	tw__primary_unlock(p);
-	if (p->threaded && n && p->thread_started)
+	if (n && handed)
 		tw__fab_wakeup(p->fab);
 	while (now) {
 		struct pseg *nx = now->next_free;
@@ -1708,28 +1712,29 @@ int tw_primary_finish(struct tw_primary *p)
 
 	if (!p)
 		return -EINVAL;
-	if (p->finished)
-		return p->finish_rc;
+	if (pstate(p) >= PSTATE_FINISHING)
+		return p->finish_rc; /* again, or from a callback during the last drain (sync) */
 	rc = tw_primary_flush(p);
-	if (p->threaded && p->thread_started) {
-		/* The context's thread lets go of the log once nothing is in flight. */
+	if (pserved(p)) {
+		/* The context's thread lets go of the log once nothing is in flight: STOPPING
+		 * refuses appends, the thread moves it on to FINISHING. */
 		pthread_mutex_lock(&p->lock);
-		p->stop = true;
+		tw__primary_set_state(p, PSTATE_STOPPING);
 		pthread_mutex_unlock(&p->lock);
 		tw__fab_wakeup(p->fab);
 		pthread_mutex_lock(&p->lock);
-		while (!p->detached)
+		while (pstate(p) != PSTATE_FINISHING)
 			pthread_cond_wait(&p->cv_app, &p->lock);
 		pthread_mutex_unlock(&p->lock);
-		p->thread_started = false;
 		if (p->ctx->shared) {
 			tw__ctx_drive_enter(p->ctx); /* the last steps below drive the fabric */
 			driving = true;
 		} else {
 			tw__ctx_stop(p->ctx);
 		}
+	} else {
+		tw__primary_set_state(p, PSTATE_FINISHING); /* sync: no appends from now on */
 	}
-	p->finished = true; /* no appends from now on */
 	if (!p->err && p->cur) {
 		drain(p);
 		rc2 = tw__pctl_close_segment(p, p->cur);
@@ -1748,6 +1753,9 @@ int tw_primary_finish(struct tw_primary *p)
 	if (!rc)
 		rc = p->err;
 	p->finish_rc = rc;
+	tw__primary_lock(p);
+	tw__primary_set_state(p, PSTATE_FINISHED);
+	tw__primary_unlock(p);
 	return rc;
 }
 

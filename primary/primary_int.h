@@ -2,18 +2,20 @@
  * primary/primary_int.h — internals of the primary (primary/primary*.c). Not installed.
  *
  * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
- *                    progress thread, public API;
+ *                    the per-log steps of the progress thread, public API;
  *        ctx.c   the context: a connection (peer/peer.h) per backup, loss, reconnection,
- *                    fabric reset, the driving role;
+ *                    fabric reset, the driving role, the progress thread's loop;
  *        primary_ctl.c   the control plane: open/close segment RPCs, backup choice and retry,
  *                    the taken-over probe;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
+ *        primary_test.c   hooks only tests set (declared in primary_test.h).
  *
  * Driver thread: the thread that polls the fabric and owns the slots and the segment list
  * (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC mode).
  * In async mode `lock` protects: the current writer, the record ring head and sealed index,
- * need_roll, the segment array pointer and count, err; rec_tail is written under it too.
+ * need_roll, the segment array pointer and count, err; rec_tail and the lifecycle state
+ * (enum pstate) are written under it too.
  */
 #ifndef TW_REPLICA_PRIMARY_INT_H
 #define TW_REPLICA_PRIMARY_INT_H
@@ -159,9 +161,14 @@ void tw__ctx_drive_enter(struct tw_ctx *ctx);
 void tw__ctx_drive_leave(struct tw_ctx *ctx);
 int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
 void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
-/* primary/primary.c: the progress thread of a context. */
+/* The progress thread of a context (end of ctx.c); on_thread: whether the caller is ctx's
+ * progress thread (a callback of one of its logs). */
 int tw__ctx_start(struct tw_ctx *ctx);
 void tw__ctx_stop(struct tw_ctx *ctx);
+bool tw__ctx_on_thread(const struct tw_ctx *ctx);
+/* Slice of a blocking wait: the fabric also fails operations past their deadline while we
+ * progress, so never block longer than this without looking again. */
+#define PWAIT_SLICE_MS 100
 
 /* The log's RPC client of backup `b`, stamped with the log's incarnation (the client is shared;
  * the stamp is taken when a request is sent, on the driving thread). */
@@ -225,13 +232,41 @@ struct prec {
 struct tw_auth_key;
 
 struct tw_coord;
+struct pmode_ops;
+
+/*
+ * The lifecycle of a log (docs/primary.md, "Lifecycle", has the diagram). tw__primary_set_state
+ * is the only writer and checks each transition; readers use pstate() (an atomic load: the
+ * context's progress thread and the application threads read it without the lock).
+ *   OPENING    tw__primary_open_as: backups checked, first segment opened; on a shared context
+ *              it is already in ctx->logs but not served. -> RUNNING, or CLOSED (open failed).
+ *   RUNNING    appends accepted; in async mode served by the context's progress thread.
+ *              -> STOPPING (finish, async), FINISHING (finish, sync).
+ *   STOPPING   async finish asked the progress thread to let go: appends refused; the thread
+ *              drains the writes in flight, then moves it on. -> FINISHING.
+ *   FINISHING  not served: tw_primary_finish drives the last steps itself (drain, close the open
+ *              segment). Appends refused. -> FINISHED.
+ *   FINISHED   finish_rc is the answer of every later tw_primary_finish. -> CLOSED.
+ *   CLOSED     being freed (primary_free).
+ * A failure is not a state: p->err is sticky and may be set in any state before FINISHED; it
+ * refuses appends (they return it) and a finish after it skips the close of the open segment.
+ */
+enum pstate {
+	PSTATE_OPENING = 0, /* calloc's zero: the state a log is created in */
+	PSTATE_RUNNING,
+	PSTATE_STOPPING,
+	PSTATE_FINISHING,
+	PSTATE_FINISHED,
+	PSTATE_CLOSED,
+};
 
 struct tw_primary {
 	struct tw_primary_config cfg; /* provider points to our copy; backups is NULL */
 	struct tw_coord *coord;       /* cfg.coordinator: holds the owner node (primary_coord.c) */
 	char *prov_copy;
 	unsigned r;
-	bool threaded;
+	bool threaded;                     /* TW_PRIMARY_ASYNC: the context's thread drives */
+	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary.c) */
 
 	struct tw_ctx *ctx;      /* shared (tw_primary_open_on) or private (owned by this log) */
 	struct tw_fab *fab;      /* ctx->fab */
@@ -239,9 +274,14 @@ struct tw_primary {
 	size_t nbk;
 	size_t bk_cap;  /* room in bk[] (never moved): backups registered after the open are
 			 * added as spares by tw__pcoord_refresh (driver thread) */
+	/* Lifecycle (enum pstate): written by tw__primary_set_state only (under `lock` in async
+	 * mode), read with pstate(). */
+	enum pstate state;
+	int finish_rc;           /* FINISHED: what tw_primary_finish returned */
+
+	/* Not lifecycle: the context's list membership, flags of pending work and guards
+	 * against re-entry. */
 	bool on_ctx;             /* in ctx->logs (the context's failure hooks reach it) */
-	bool served;             /* the context's progress thread serves it (async) */
-	bool detached;           /* stopping: the progress thread let go of it (under lock) */
 	bool fo_recopy;          /* a context reset dropped every write in flight: rewrite them */
 
 	/* Owner (docs/recovery.md): cfg.epoch (resolved at open) and this incarnation. */
@@ -249,8 +289,9 @@ struct tw_primary {
 	/* Chain seeds of its segments (docs/log-format.md §7, "Reuse without zeroing"): a
 	 * splitmix64 stream keyed by getrandom at create, so a new segment costs no syscall. */
 	uint64_t seed_ctr;
-	bool creating;          /* plain open: segment 0 of a new log (OpenSegment.create_log) */
-	bool checking;          /* inside tw__pctl_taken_over (no nesting) */
+	bool creating;          /* OPENING of a plain open: segment 0 of a new log
+				 * (OpenSegment.create_log); an argument of the open, not a state */
+	bool checking;          /* guard: inside tw__pctl_taken_over (no nesting) */
 
 	/* Segments: segs[i]->id == seg_base + i (a takeover continues after the recovered tail).
 	 * cur is the last. */
@@ -279,11 +320,9 @@ struct tw_primary {
 
 	/* Async mode. */
 	pthread_mutex_t lock;
-	pthread_cond_t cv_app;  /* app threads wait here (back-pressure, roll, acks) */
-	bool thread_started;    /* served by a progress thread (the context's) */
-	bool stop;
-	bool finished;          /* tw_primary_finish ran: no more appends */
-	int finish_rc;
+	pthread_cond_t cv_app;  /* app threads wait here (back-pressure, roll, acks, finish) */
+	/* Pending work for the progress thread, not lifecycle (a roll may be asked in RUNNING
+	 * only, while a failover is pending too). */
 	bool need_roll;
 	int roll_rc;            /* the last rollover's result (-ENOSPC: arena exhausted) */
 	uint64_t roll_gen;      /* rollovers tried */
@@ -312,7 +351,8 @@ struct tw_primary {
 	struct pcall *next_calls; /* r of them */
 	unsigned next_n;
 
-	/* Backup failure (primary_rerep.c). Driver thread only. */
+	/* Backup failure (primary_rerep.c). Driver thread only. Pending work, not lifecycle:
+	 * a failover runs inside RUNNING (or a roll, or the finish's drain) and ends there. */
 	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
 	bool fo_running;        /* inside tw__pfo_run (no recursion) */
 	bool rr_dirty;          /* closed segments may have replicas on lost backups */
@@ -323,10 +363,29 @@ struct tw_primary {
 	/* The acknowledged position published to the replicas (primary_acked.c). */
 	struct tw__packed *pub;
 
-	/* Tests only: when set, posted writes complete through this callback instead of
-	 * tw__primary_op_done (the test calls tw__primary_op_done itself, e.g. out of order). */
-	tw_op_cb test_op_cb;
+	/* Completion of posted writes: tw__primary_op_done (a test may replace it:
+	 * tw__primary_test_set_op_cb, primary_test.h). */
+	tw_op_cb op_cb;
 };
+
+static inline enum pstate pstate(const struct tw_primary *p)
+{
+	return __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+}
+
+/* Whether the context's progress thread serves the log (async mode, RUNNING or STOPPING): it
+ * then owns the control plane (frees, released segments go to it). Any thread. */
+static inline bool pserved(const struct tw_primary *p)
+{
+	enum pstate s = pstate(p);
+
+	return p->threaded && (s == PSTATE_RUNNING || s == PSTATE_STOPPING);
+}
+
+/* The one writer of p->state (primary.c): checks that `to` may follow the current state (an
+ * illegal transition is a bug: logged, then abort), logs it at debug level. With the lock held
+ * in async mode (waiters on cv_app re-check under it; the caller broadcasts). */
+void tw__primary_set_state(struct tw_primary *p, enum pstate to);
 
 static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b)
 {
@@ -462,13 +521,8 @@ int tw__pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 
-/*
- * Test hook: when non-zero, every asynchronous primary's progress thread calls _exit() with this
- * status at the top of its loop, outside any fabric call. A crash test on shm needs it: libfabric
- * 1.17's shm holds the *target's* region spinlock (in shared memory) across a send
- * (prov/shm/src/smr_msg.c, smr_generic_msg), so a process killed inside one leaves every later
- * sender to that target, and the target itself, spinning forever.
- */
+/* Test hook (primary_test.h, tw__primary_test_set_halt): when non-zero, the progress thread of
+ * every context _exit()s with this status at the top of its next pass. Read there only. */
 extern _Atomic int tw__primary_halt_status;
 
 #endif /* TW_REPLICA_PRIMARY_INT_H */

@@ -213,7 +213,8 @@ TW_API int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_e
  * open segment is never freed (below_segment is capped at it). Recovery and takeover then start
  * at `below_segment`. Sync mode: blocking, returns the number of segments released from memory
  * or the first error of a backup (the others still freed theirs). Async mode: the RPCs are
- * handed to the progress thread (failures are logged); returns at once. A backup that is down
+ * handed to the progress thread (failures are logged); returns at once; after
+ * tw_primary_finish() it blocks as in sync mode (the thread no longer serves the log). A backup that is down
  * keeps its copies until a later free reaches it (frees are cumulative); recovery ignores copies
  * below the highest mark any backup reports.
  */

@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +21,7 @@
 #include <tailwind/primary.h>
 
 #include "recover_util.h"
-#include "primary/primary_int.h"
+#include "primary/primary_test.h"
 #include "say.h"
 
 static volatile int failed;
@@ -41,11 +40,11 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 }
 
 /* SIGUSR2: crash (exit 137, no cleanup) from the progress thread, outside any fabric call: on
- * shm a SIGKILL inside a send wedges the backup (primary/primary_int.h). */
+ * shm a SIGKILL inside a send wedges the backup (primary/primary_test.h). */
 static void on_usr2(int sig)
 {
 	(void)sig;
-	atomic_store(&tw__primary_halt_status, 128 + SIGKILL);
+	tw__primary_test_set_halt(128 + SIGKILL);
 }
 
 int main(int argc, char **argv)

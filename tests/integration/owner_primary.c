@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,7 @@
 #include <tailwind/primary.h>
 
 #include "owner_util.h"
-#include "primary/primary_int.h"
+#include "primary/primary_test.h"
 #include "say.h"
 
 static volatile int failed;
@@ -40,11 +39,11 @@ static uint64_t tag, next_seq, last_seq;
 static bool any, bad_order;
 
 /* SIGUSR2: crash like SIGKILL (exit status 137, no cleanup), but outside any fabric call (the
- * shm provider's locks: primary/primary_int.h, tw__primary_halt_status). */
+ * shm provider's locks: primary/primary_test.h, tw__primary_test_set_halt). */
 static void on_usr2(int sig)
 {
 	(void)sig;
-	atomic_store(&tw__primary_halt_status, 128 + SIGKILL);
+	tw__primary_test_set_halt(128 + SIGKILL);
 }
 
 static int exit_of(int rc)

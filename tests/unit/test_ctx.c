@@ -295,6 +295,31 @@ int main(void)
 		}
 		tw_primary_close(nb);
 	}
+	/* Log cleaning after tw_primary_finish: the log is no longer served, so the calling
+	 * thread sends its FreeSegments while the context's thread goes on serving A. */
+	{
+		struct tw_primary *pd = NULL;
+		struct tlog_acks ad = { 0 };
+		uint32_t last;
+
+		log_cfg(&cfg, 403);
+		rc = tw_primary_open_on(ctx, &cfg, &pd, err, sizeof(err));
+		is_int(rc, 0, "log D open on the context (%s)", rc ? err : "ok");
+		if (pd) {
+			TAP_REQUIRE(append_range(pd, 403, 0, 1500, &ad) == 0, "append D");
+			is_int(tw_primary_finish(pd), 0, "D finished");
+			last = (uint32_t)(tw_primary_acked_lsn(pd) >> 32);
+			ok(last >= 2, "D filled %u segments", last + 1);
+			if (pa)
+				TAP_REQUIRE(append_range(pa, 400, 5500, 5600, &aa) == 0, "append A");
+			rc = tw_primary_trim(pd, last);
+			is_int(rc, (int)last, "tw_primary_trim after the finish released %u segments",
+			       last);
+			if (pa)
+				is_int(tw_primary_flush(pa), 0, "A went on meanwhile");
+			is_int(tw_primary_close(pd), 0, "D closed");
+		}
+	}
 	tw_primary_close(pb);
 	pb = NULL;
 	is_int(tw_primary_close(pa), 0, "A closed");
@@ -314,7 +339,7 @@ int main(void)
 		alive[n++] = b[4].addr;
 		/* A's prefix before the takeover was freed (log cleaning): it starts at 4500. */
 		rc = recover_log(alive, n, 400, 4500, &k);
-		ok(rc == 0 && k.bad == 0 && k.next == 5500, "recovery of A after its cleaning: "
+		ok(rc == 0 && k.bad == 0 && k.next == 5600, "recovery of A after its cleaning: "
 		   "entries 4500..%" PRIu64 " (%" PRIu64 " bad)", k.next, k.bad);
 		rc = recover_log(alive, n, 401, 0, &k);
 		ok(rc == 0 && k.bad == 0 && k.next == 5000, "recovery of B: %" PRIu64 " entries "

@@ -14,6 +14,7 @@
 #include <tailwind/primary.h>
 
 #include "primary/primary_int.h"
+#include "primary/primary_test.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "tlog.h"
@@ -435,7 +436,7 @@ static void test_order(const char **addrs)
 	p = tlog_open(&cfg, "order");
 	if (!p)
 		return;
-	p->test_op_cb = hold_cb;
+	tw__primary_test_set_op_cb(p, hold_cb);
 	for (int i = 0; i < 3; i++) {
 		fill(buf, 50, (uint64_t)i);
 		tw_primary_append_async(p, buf, 50, tlog_ack_cb, &a, &lsn[i]);
@@ -457,7 +458,7 @@ static void test_order(const char **addrs)
 	is_int(a.n, 3, "order: first write completes: all three acknowledged");
 	is_int(a.out_of_order, 0, "order: in log order");
 	ok(a.last_lsn == lsn[2], "order: last acknowledged is the third append");
-	p->test_op_cb = NULL;
+	tw__primary_test_set_op_cb(p, NULL);
 	is_int(tw_primary_close(p), 0, "order: close");
 }
 
