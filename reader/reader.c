@@ -362,19 +362,6 @@ static void grant_release(struct tw_reader *r)
 		(void)tw__rpc_release_segment(b->peer.rpc, r->grant_epoch, r->log_id, r->grant_seg);
 }
 
-struct os_wait {
-	bool done;
-	int status;
-};
-
-static void os_done(struct tw_op *op, int status)
-{
-	struct os_wait *w = op->arg;
-
-	w->done = true;
-	w->status = status;
-}
-
 /*
  * Read [off, end) of the current segment from backup i one-sided (up to OS_CAP, trimmed to whole
  * entries) into the reader's buffer. Returns 1 (bytes buffered), or 0 when it could not (no
@@ -384,8 +371,6 @@ static int os_read(struct tw_reader *r, int i, uint64_t end, uint64_t epoch)
 {
 	struct rdbk *b = &r->bks[i];
 	struct tw_rpc_read_grant g;
-	struct os_wait w = { false, 0 };
-	struct tw_op op;
 	uint64_t n, pos;
 	int rc;
 
@@ -405,17 +390,9 @@ static int os_read(struct tw_reader *r, int i, uint64_t end, uint64_t epoch)
 		n = OS_CAP;
 	if (r->off + n > r->grant_rk.len)
 		return 0;
-	memset(&op, 0, sizeof(op));
-	op.cb = os_done;
-	op.arg = &w;
-	rc = tw__chan_read(b->peer.ch, &op, r->os_buf, (size_t)n, r->os_mr, &r->grant_rk, r->off);
+	rc = tw__chan_rma_sync(b->peer.ch, true, r->os_buf, (size_t)n, r->os_mr, &r->grant_rk,
+			       r->off);
 	if (rc) {
-		r->granted = false;
-		return 0;
-	}
-	while (!w.done)
-		tw__fab_progress(r->fab, 100);
-	if (w.status) {
 		r->granted = false; /* revoked (a fence) or lost: the RPC path decides */
 		return 0;
 	}
