@@ -96,11 +96,13 @@ static int seterr(struct tw_reader *r, int err, const char *fmt, ...)
 
 void tw_reader_config_init(struct tw_reader_config *cfg)
 {
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->from = TW_READ_OLDEST;
-	cfg->connect_timeout_ms = 5000;
-	cfg->rpc_timeout_ms = 5000;
-	cfg->poll_ms = 1000;
+	/* The other fields zero (NULL provider and key_file: their defaults, tailwind/reader.h). */
+	*cfg = (struct tw_reader_config){
+		.from = TW_READ_OLDEST,
+		.connect_timeout_ms = 5000,
+		.rpc_timeout_ms = 5000,
+		.poll_ms = 1000,
+	};
 }
 
 /* ------------------------------------------------------------------ connections */
@@ -160,16 +162,6 @@ static int connect_all(struct tw_reader *r)
 			      r->bks[0].peer.addr, r->bks[0].peer.why);
 	return seterr(r, -TW_ENOBACKUP, "no backup reachable (first: %s: %s)", r->bks[0].peer.addr,
 		      r->bks[0].peer.why);
-}
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	tw__peer_fab_on_recv(arg, ch, msg, len);
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	tw__peer_fab_on_lost(arg, ch, err);
 }
 
 /* ------------------------------------------------------------------ where segments are */
@@ -846,10 +838,10 @@ int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, c
 		fc.provider = cfg->provider;
 		if (cfg->connect_timeout_ms)
 			fc.connect_timeout_ms = cfg->connect_timeout_ms;
-		memset(&ev, 0, sizeof(ev));
-		ev.arg = r;
-		ev.on_recv = on_recv;
-		ev.on_lost = on_lost;
+		/* The peer layer's callbacks as they are: nothing else happens on a message or a
+		 * loss (the peers are the channels' users). */
+		ev = (struct tw_fab_events){ .arg = r, .on_recv = tw__peer_fab_on_recv,
+					     .on_lost = tw__peer_fab_on_lost };
 		rc = tw__fab_open(&fc, &ev, &r->fab);
 		if (rc)
 			seterr(r, rc, "cannot open the fabric (%s): %s", cfg->provider ? cfg->provider :
