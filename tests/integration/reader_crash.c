@@ -32,6 +32,7 @@
 #include "recover_util.h"
 #include "rng.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define SEG "65536"
 #define MAX_ACKS 2500
@@ -102,10 +103,7 @@ int main(int argc, char **argv)
 
 		memset(&d, 0, sizeof(d));
 		tw_reader_config_init(&rcfg);
-		rcfg.provider = prov;
-		rcfg.log_id = log_id;
-		rcfg.backups = cl.addrs;
-		rcfg.n_backups = 3;
+		TLOG_CONFIG_LOG(&rcfg, prov, cl.addrs, 3, log_id);
 		rcfg.poll_ms = 200;
 		rc = tw_reader_open(&rcfg, &d.r, err, sizeof(err));
 		TAP_REQUIRE(rc == 0, "round %u: reader open: %s", round, err);
@@ -125,10 +123,7 @@ int main(int argc, char **argv)
 		   " %s", round, acked, d.next, d.why);
 
 		tw_primary_config_init(&pcfg);
-		pcfg.provider = prov;
-		pcfg.log_id = log_id;
-		pcfg.backups = cl.addrs;
-		pcfg.n_backups = 3;
+		TLOG_CONFIG_LOG(&pcfg, prov, cl.addrs, 3, log_id);
 		pcfg.segment_size = 65536;
 		memset(&chk, 0, sizeof(chk));
 		rc = tw_primary_takeover(&pcfg, rt_check_cb, &chk, &res, &p2, err, sizeof(err));
