@@ -246,8 +246,10 @@ struct tw_backup {
 	char errmsg[256];
 };
 
-/* backup.c */
+/* backup.c: life cycle and the progress loop. */
 void tw__bk_seterr(struct tw_backup *b, const char *fmt, ...) TW_PRINTF(2, 3);
+
+/* backup_index.c: the segment index, and its rebuild at open. */
 struct seg *tw__bk_seg_find(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 struct seg *tw__bk_seg_insert(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 void tw__bk_seg_delete(struct tw_backup *b, struct seg *s);
@@ -262,14 +264,41 @@ int tw__bk_log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt
 	TW_PRINTF(3, 4);
 /* Logs marked unavailable. */
 size_t tw__bk_logs_unavailable(const struct tw_backup *b);
+/* At open, on an empty index: replay the metadata journal, scan the storage directory
+ * (segment files verified, leftover tmp files removed), mark the segments opened here whose
+ * bytes are gone LOST. 0 or a negative code (b->errmsg set when the journal is unreadable). */
+int tw__bk_rebuild_index(struct tw_backup *b);
+/* Append a journal record durably, rewriting the journal from the current state when it is
+ * full. 0 or a negative code. Blocking (one O_DSYNC write): progress thread. */
+int tw__bk_meta_append(struct tw_backup *b, const struct metalog_rec *r);
+
+/* backup_conn.c: connections. The three fabric callbacks (arg: the backup); lost or dropped
+ * connections are closed by reap_conns, outside the callbacks; conn_free forgets one (its
+ * grants, reads and authentication), closing its channel when close_chan. */
 struct conn *tw__bk_conn_find(struct tw_backup *b, uint64_t id);
+void tw__bk_on_accept(void *arg, struct tw_chan *ch);
+void tw__bk_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len);
+void tw__bk_on_lost(void *arg, struct tw_chan *ch, int err);
+void tw__bk_reap_conns(struct tw_backup *b);
+void tw__bk_conn_free(struct tw_backup *b, struct conn *c, bool close_chan);
+
+/* backup_flush.c: the flusher thread (tw__bk_flusher_main, arg: the backup) and its jobs. */
+void *tw__bk_flusher_main(void *arg);
 void tw__bk_submit(struct tw_backup *b, struct job *j);
+/* Take the finished jobs and apply them (progress / owner thread); how many there were. */
+unsigned tw__bk_drain_done(struct tw_backup *b);
+/* Queue again the closed buffers whose flush failed (b->flush_retry is due). */
+void tw__bk_retry_failed_flushes(struct tw_backup *b);
 /* Release a buffer: revoke its key and return it to the pool as it is (not zeroed: the next
  * open's seed makes its stale bytes unable to validate). */
 void tw__bk_release_buf(struct tw_backup *b, struct pool_buf *pb);
-void tw__bk_stats_sync(struct tw_backup *b);
 /* Queue the flush of a closed segment's buffer. */
 void tw__bk_flush_closed(struct tw_backup *b, struct seg *s);
+/* A job came back from the flusher (progress thread). */
+void tw__bk_job_done(struct tw_backup *b, struct job *j);
+
+/* backup_stats.c: publish the counters under the stats lock (progress thread). */
+void tw__bk_stats_sync(struct tw_backup *b);
 
 /* backup_ops.c: the operations behind the RPCs. Each returns 0 or a negative code
  * (-EINVAL, -TW_EREFUSED, -TW_ENOTFOUND, -TW_EFENCED, -TW_ESTALE, -TW_ECORRUPT, -EEXIST,
@@ -318,9 +347,6 @@ int tw__bk_call_owned_seg(struct tw_backup *b, struct tw__rpc_call *call, uint64
 void tw__bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id);
 /* Whether the backup holds anything of the log: segments (any state) or a freed prefix. */
 bool tw__bk_log_known(struct tw_backup *b, uint64_t log_id);
-/* Append a journal record durably, rewriting the journal from the current state when it is
- * full (backup.c). 0 or a negative code. Blocking (one O_DSYNC write): progress thread. */
-int tw__bk_meta_append(struct tw_backup *b, const struct metalog_rec *r);
 /* Read grant. A flushed segment is loaded into a pool buffer first, synchronously (the RPC
  * server has no deferred replies; see docs/operations.md). */
 /* Load a flushed segment's file into a pool buffer (s->buf, POOL_LOADED). 0 or a negative code
@@ -336,8 +362,6 @@ int tw__bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint
 void tw__bk_scan_open(struct tw_backup *b, struct seg *s);
 /* Drop the read grants of a connection that went away. */
 void tw__bk_conn_release_grants(struct tw_backup *b, struct conn *c);
-/* A job came back from the flusher (progress thread). */
-void tw__bk_job_done(struct tw_backup *b, struct job *j);
 
 /* backup_rpc.c: decode a control message, dispatch, reply. */
 /* A replica's state as listings and read replies name it (TAILWIND__SEGMENT_STATE__*). */

@@ -632,6 +632,39 @@ int tw__chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, s
 	return chan_rma(ch, op, dst, len, dst_mr, rk, remote_off, true);
 }
 
+struct rma_wait {
+	bool done;
+	int status;
+};
+
+static void rma_wait_done(struct tw_op *op, int status)
+{
+	struct rma_wait *w = op->arg;
+
+	w->done = true;
+	w->status = status;
+}
+
+int tw__chan_rma_sync(struct tw_chan *ch, bool read, void *local, size_t len, struct tw_mr *mr,
+		      const struct tw_rkey *rk, uint64_t remote_off)
+{
+	struct rma_wait w = { false, 0 };
+	struct tw_op op;
+	int rc;
+
+	memset(&op, 0, sizeof(op));
+	op.cb = rma_wait_done;
+	op.arg = &w;
+	rc = chan_rma(ch, &op, local, len, mr, rk, remote_off, read);
+	if (rc)
+		return rc;
+	/* The operation holds &op and &w until its callback: progress until then, whatever a
+	 * round returns (a failing channel fails it, at the latest at its deadline). */
+	while (!w.done)
+		(void)tw__fab_progress(ch->fab, 100);
+	return w.status;
+}
+
 int tw__chan_send(struct tw_chan *ch, const void *msg, size_t len)
 {
 	struct tw_fab *fab = ch->fab;

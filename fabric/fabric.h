@@ -274,6 +274,15 @@ int tw__chan_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len, s
 		 const struct tw_rkey *rk, uint64_t remote_off);
 
 /*
+ * A one-sided read (`read` true: into `local`) or write (from `local`) as above, then progress of
+ * the channel's fab until it completes, for a caller with nothing else to do meanwhile (a
+ * reader's one-sided read, tests); other callbacks run meanwhile. Returns 0, the post's negative
+ * code, or the operation's (a failed or revoked access, a lost channel, the deadline).
+ */
+int tw__chan_rma_sync(struct tw_chan *ch, bool read, void *local, size_t len, struct tw_mr *mr,
+		      const struct tw_rkey *rk, uint64_t remote_off);
+
+/*
  * Send a control message (len <= max_msg_size; one that begins with the bytes 0x54 0x44, which
  * mark the fabric's own write messages, is refused with -EINVAL). The bytes are copied into an internal
  * registered buffer before return, so `msg` is borrowed only for the call. Delivery failures

@@ -50,27 +50,30 @@
 #define TW_RPC_AUTH_LEN 32u          /* Handshake auth_nonce / auth_proof / auth_mac (proto/auth.h) */
 
 /*
- * The RPC ops, one line each: X(ENUM, name, request message, reply message), the messages by
- * their protobuf-c lower-case names (tailwind__<msg>__descriptor). This one list makes the enum
+ * The RPC ops, one line each, X(ENUM, name, request message, reply message), the messages by
+ * their protobuf-c lower-case names (tailwind__<msg>__descriptor). An op whose messages are its
+ * own, request <name> and reply <name>_reply, is written TW_RPC__OWN(X, ENUM, name); the others
+ * (those that share SegmentRef or StatusReply) name their messages. This one list makes the enum
  * below and, in rpc.c, the op and body names and the request/reply descriptor tables, so an op is
  * added in one place. The order is the wire's: the Envelope body field number of a request is
  * 16 + 2 * op and that of its reply 17 + 2 * op (ErrorReply is 15); append only.
  */
+#define TW_RPC__OWN(X, op, name) X(op, name, name, name##_reply)
 #define TW_RPC_OPS(X)                                                                       \
-	X(HANDSHAKE, handshake, handshake, handshake_reply)                                  \
-	X(OPEN_SEGMENT, open_segment, open_segment, open_segment_reply)                      \
-	X(CLOSE_SEGMENT, close_segment, close_segment, close_segment_reply)                  \
-	X(LIST_SEGMENTS, list_segments, list_segments, list_segments_reply)                  \
-	X(SET_REPLICA_VERSION, set_replica_version, set_replica_version, status_reply)       \
-	X(FENCE, fence, fence, fence_reply)                                                  \
-	X(FREE_SEGMENTS, free_segments, free_segments, free_segments_reply)                  \
-	X(READ_SEGMENT, read_segment, segment_ref, read_segment_reply)                       \
-	X(RELEASE_SEGMENT, release_segment, segment_ref, status_reply)                       \
-	X(STATS, stats, stats, stats_reply)                                                  \
-	X(RECOVERED_OFFSET, recovered_offset, recovered_offset, status_reply)                \
-	X(PING, ping, ping, ping_reply)                                                      \
-	X(SET_ACKED, set_acked, set_acked, set_acked_reply)                                  \
-	X(READ_ENTRIES, read_entries, read_entries, read_entries_reply)
+	TW_RPC__OWN(X, HANDSHAKE, handshake)                                                \
+	TW_RPC__OWN(X, OPEN_SEGMENT, open_segment)                                          \
+	TW_RPC__OWN(X, CLOSE_SEGMENT, close_segment)                                        \
+	TW_RPC__OWN(X, LIST_SEGMENTS, list_segments)                                        \
+	X(SET_REPLICA_VERSION, set_replica_version, set_replica_version, status_reply)      \
+	TW_RPC__OWN(X, FENCE, fence)                                                        \
+	TW_RPC__OWN(X, FREE_SEGMENTS, free_segments)                                        \
+	X(READ_SEGMENT, read_segment, segment_ref, read_segment_reply)                      \
+	X(RELEASE_SEGMENT, release_segment, segment_ref, status_reply)                      \
+	TW_RPC__OWN(X, STATS, stats)                                                        \
+	X(RECOVERED_OFFSET, recovered_offset, recovered_offset, status_reply)               \
+	TW_RPC__OWN(X, PING, ping)                                                          \
+	TW_RPC__OWN(X, SET_ACKED, set_acked)                                                \
+	TW_RPC__OWN(X, READ_ENTRIES, read_entries)
 
 /* Request kinds, dense (0..TW_RPC_OP_COUNT-1), in TW_RPC_OPS order. */
 enum tw_rpc_op {

@@ -96,11 +96,13 @@ static int seterr(struct tw_reader *r, int err, const char *fmt, ...)
 
 static void reader_config_defaults(struct tw_reader_config *cfg)
 {
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->from = TW_READ_OLDEST;
-	cfg->connect_timeout_ms = 5000;
-	cfg->rpc_timeout_ms = 5000;
-	cfg->poll_ms = 1000;
+	/* The other fields zero (NULL provider and key_file: their defaults, tailwind/reader.h). */
+	*cfg = (struct tw_reader_config){
+		.from = TW_READ_OLDEST,
+		.connect_timeout_ms = 5000,
+		.rpc_timeout_ms = 5000,
+		.poll_ms = 1000,
+	};
 }
 
 void tw_reader_config_init_sized(struct tw_reader_config *cfg, size_t size)
@@ -169,16 +171,6 @@ static int connect_all(struct tw_reader *r)
 			      r->bks[0].peer.addr, r->bks[0].peer.why);
 	return seterr(r, -TW_ENOBACKUP, "no backup reachable (first: %s: %s)", r->bks[0].peer.addr,
 		      r->bks[0].peer.why);
-}
-
-static void on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len)
-{
-	tw__peer_fab_on_recv(arg, ch, msg, len);
-}
-
-static void on_lost(void *arg, struct tw_chan *ch, int err)
-{
-	tw__peer_fab_on_lost(arg, ch, err);
 }
 
 /* ------------------------------------------------------------------ where segments are */
@@ -371,19 +363,6 @@ static void grant_release(struct tw_reader *r)
 		(void)tw__rpc_release_segment(b->peer.rpc, r->grant_epoch, r->log_id, r->grant_seg);
 }
 
-struct os_wait {
-	bool done;
-	int status;
-};
-
-static void os_done(struct tw_op *op, int status)
-{
-	struct os_wait *w = op->arg;
-
-	w->done = true;
-	w->status = status;
-}
-
 /*
  * Read [off, end) of the current segment from backup i one-sided (up to OS_CAP, trimmed to whole
  * entries) into the reader's buffer. Returns 1 (bytes buffered), or 0 when it could not (no
@@ -393,8 +372,6 @@ static int os_read(struct tw_reader *r, int i, uint64_t end, uint64_t epoch)
 {
 	struct rdbk *b = &r->bks[i];
 	struct tw_rpc_read_grant g;
-	struct os_wait w = { false, 0 };
-	struct tw_op op;
 	uint64_t n, pos;
 	int rc;
 
@@ -414,17 +391,9 @@ static int os_read(struct tw_reader *r, int i, uint64_t end, uint64_t epoch)
 		n = OS_CAP;
 	if (r->off + n > r->grant_rk.len)
 		return 0;
-	memset(&op, 0, sizeof(op));
-	op.cb = os_done;
-	op.arg = &w;
-	rc = tw__chan_read(b->peer.ch, &op, r->os_buf, (size_t)n, r->os_mr, &r->grant_rk, r->off);
+	rc = tw__chan_rma_sync(b->peer.ch, true, r->os_buf, (size_t)n, r->os_mr, &r->grant_rk,
+			       r->off);
 	if (rc) {
-		r->granted = false;
-		return 0;
-	}
-	while (!w.done)
-		tw__fab_progress(r->fab, 100);
-	if (w.status) {
 		r->granted = false; /* revoked (a fence) or lost: the RPC path decides */
 		return 0;
 	}
@@ -878,10 +847,10 @@ int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, c
 		fc.provider = cfg->provider;
 		if (cfg->connect_timeout_ms)
 			fc.connect_timeout_ms = cfg->connect_timeout_ms;
-		memset(&ev, 0, sizeof(ev));
-		ev.arg = r;
-		ev.on_recv = on_recv;
-		ev.on_lost = on_lost;
+		/* The peer layer's callbacks as they are: nothing else happens on a message or a
+		 * loss (the peers are the channels' users). */
+		ev = (struct tw_fab_events){ .arg = r, .on_recv = tw__peer_fab_on_recv,
+					     .on_lost = tw__peer_fab_on_lost };
 		rc = tw__fab_open(&fc, &ev, &r->fab);
 		if (rc)
 			seterr(r, rc, "cannot open the fabric (%s): %s", cfg->provider ? cfg->provider :

@@ -726,17 +726,13 @@ static void take_handoffs(struct kv_server *s)
 	acq = s->acq_head;
 	s->acq_head = NULL;
 	pthread_mutex_unlock(&s->mu);
-	while (done) {
-		struct pending *next = done->next;
-
+	for (struct pending *next; done; done = next) {
+		next = done->next;
 		complete(s, done);
-		done = next;
 	}
-	while (acq) {
-		struct acquired *next = acq->next;
-
+	for (struct acquired *next; acq; acq = next) {
+		next = acq->next;
 		install(s, acq);
-		acq = next;
 	}
 }
 

@@ -2,8 +2,11 @@
  * tests/bench/bench_recover.c — how fast tw_recover() rebuilds a log from 3 local twd backups.
  *
  *   TW_BUILD_ROOT=$PWD tests/bench/bench_recover [-p PROVIDER] [-n OBJECTS[,OBJECTS...]]
- *       [-s OBJECT_SIZE] [-k ENTRIES_PER_WRITE] [-r RUNS] [--window N] [--per-backup N]
- *       [--chunk BYTES] [--reads N] [--busy] [--json]
+ *       [-s OBJECT_SIZE] [-k ENTRIES_PER_WRITE] [-r RUNS] [-W WINDOW] [-P PER_BACKUP]
+ *       [-C CHUNK_BYTES] [-R READS] [-B] [-j]
+ *
+ * -W, -P, -C, -R set tw_recover's window, segments per backup, chunk size and reads per segment
+ * (struct tw_recover_config); -B busy-polls; -j prints one JSON object per run.
  *
  * Default: 1M and 10M objects of 100 bytes over tcp, 16 objects per write (as the primary batches
  * under load), 8 MiB segments. For each size the program builds the log's segments with the log
@@ -19,7 +22,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -297,27 +299,12 @@ static void run_size(const char *twd, uint64_t objects)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "provider", required_argument, NULL, 'p' },
-		{ "objects", required_argument, NULL, 'n' },
-		{ "size", required_argument, NULL, 's' },
-		{ "per-write", required_argument, NULL, 'k' },
-		{ "runs", required_argument, NULL, 'r' },
-		{ "window", required_argument, NULL, 'W' },
-		{ "per-backup", required_argument, NULL, 'P' },
-		{ "chunk", required_argument, NULL, 'C' },
-		{ "reads", required_argument, NULL, 'R' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "busy", no_argument, NULL, 'B' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *sizes = "1000000,10000000";
 	char twd[1024], *dup, *save = NULL, *tok;
 	int opt;
 
 	tw_recover_config_init(&tune);
-	while ((opt = getopt_long(argc, argv, "p:n:s:k:r:jh", lo, NULL)) != -1) {
+	while ((opt = getopt(argc, argv, "p:n:s:k:r:W:P:C:R:Bjh")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'n': sizes = optarg; break;
@@ -333,8 +320,8 @@ int main(int argc, char **argv)
 		default:
 			fprintf(opt == 'h' ? stdout : stderr,
 				"usage: bench_recover [-p PROVIDER] [-n N[,N...]] [-s OBJECT_SIZE] "
-				"[-k ENTRIES_PER_WRITE] [-r RUNS] [--window N] [--per-backup N] "
-				"[--chunk BYTES] [--reads N] [--busy] [--json]\n");
+				"[-k ENTRIES_PER_WRITE] [-r RUNS] [-W WINDOW] [-P PER_BACKUP] "
+				"[-C CHUNK_BYTES] [-R READS] [-B] [-j]\n");
 			return opt == 'h' ? 0 : 2;
 		}
 	}

@@ -4,8 +4,8 @@
  * objects). Each round: a crash_primary process appends numbered objects to a fresh log and
  * reports every acknowledgement with a write(2) of "acked N"; after a random number of acks
  * (no sleeps: we read its lines) it gets SIGKILL (on shm it exits 137 from its progress thread
- * outside any fabric call: see kill below); whatever ack lines it wrote before dying are
- * drained from the pipe. Then tw_recover() must return objects 0, 1, 2 ... with intact payloads,
+ * outside any fabric call: rt_crasher_kill, recover_util.h); whatever ack lines it wrote before
+ * dying are drained from the pipe. Then tw_recover() must return objects 0, 1, 2 ... with intact payloads,
  * at least every acknowledged one (more only when whole and verified), and a second recovery
  * must return exactly the same number of objects.
  *
@@ -41,18 +41,10 @@ static uint64_t rnd(void)
 	return rng;
 }
 
-/* Parse "acked N"; returns N + 1 (objects acknowledged), 0 on another line. */
-static uint64_t acked_of(const char *line)
-{
-	if (strncmp(line, "acked ", 6) != 0)
-		return 0;
-	return strtoull(line + 6, NULL, 10) + 1;
-}
-
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
-	char prim[1024], line[256], logid[32], err[512];
+	char prim[1024], err[512];
 	struct rt_cluster cl;
 	unsigned rounds = tap_long_mode() ? 50 : 3;
 	uint64_t tot_acked = 0, tot_rec = 0, tot_lost = 0, kills = 0;
@@ -64,43 +56,19 @@ int main(int argc, char **argv)
 	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
 
 	for (unsigned round = 0; round < rounds; round++) {
-		uint64_t log_id = 0x5000 + round, target = rnd() % MAX_ACKS, acked = 0, a;
-		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"100000000",
-				  cl.addr[0], cl.addr[1], cl.addr[2], NULL };
+		uint64_t log_id = 0x5000 + round, target = rnd() % MAX_ACKS, acked;
 		struct tw_recover_config rcfg;
 		struct tw_recover_result res, res2;
 		struct rt_check chk, chk2;
-		struct proc *p;
-		int rc, rc2, pid;
+		struct rt_crasher k;
+		int rc, rc2;
 
-		snprintf(logid, sizeof(logid), "0x%" PRIx64, log_id);
-		p = proc_spawn(pargv, NULL);
-		TAP_REQUIRE(p, "spawn crash_primary");
-		pid = (int)proc_pid(p);
-		rc = proc_wait_line(p, "ready", line, sizeof(line), 20000);
-		TAP_REQUIRE(rc >= 0, "crash_primary ready: %s", strerror(-rc));
-		while (acked < target) {
-			rc = proc_wait_line(p, "acked ", line, sizeof(line), 20000);
-			TAP_REQUIRE(rc >= 0, "round %u: ack line after %" PRIu64 " acks: %s", round,
-				    acked, strerror(-rc));
-			a = acked_of(line);
-			if (a > acked)
-				acked = a;
-		}
-		/* On shm a SIGKILL inside a send would wedge a backup for good (docs/fabric.md,
-		 * shm limits): there the primary crashes outside any fabric call (SIGUSR2). */
-		proc_kill(p, strcmp(prov, "shm") == 0 ? SIGUSR2 : SIGKILL);
-		/* Ack lines written before the kill are in the pipe: take them all. */
-		while ((rc = proc_wait_line(p, NULL, line, sizeof(line), 20000)) >= 0) {
-			a = acked_of(line);
-			if (a > acked)
-				acked = a;
-		}
-		rc = proc_wait(p, 20000);
+		rt_crasher_start(&k, prim, &cl, log_id, SEG);
+		while (k.acked < target)
+			rt_crasher_ack(&k, round);
+		rt_crasher_kill(&k, &cl); /* the acks it wrote before dying count */
+		acked = k.acked;
 		kills++;
-		proc_free(p);
-		if (strcmp(prov, "shm") == 0)
-			rt_shm_cleanup(pid);
 
 		tlog_recover_config(&rcfg, prov, cl.addrs, 3, log_id);
 		memset(&chk, 0, sizeof(chk));

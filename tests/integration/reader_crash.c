@@ -32,17 +32,11 @@
 #include "recover_util.h"
 #include "rng.h"
 #include "tap.h"
+#include "tlog.h"
 
 #define SEG "65536"
 #define MAX_ACKS 2500
 #define MORE 40
-
-static uint64_t acked_of(const char *line)
-{
-	if (strncmp(line, "acked ", 6) != 0)
-		return 0;
-	return strtoull(line + 6, NULL, 10) + 1;
-}
 
 struct rd {
 	struct tw_reader *r;
@@ -81,7 +75,7 @@ static int drain(struct rd *d, int timeout_ms, uint64_t limit)
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
-	char prim[1024], line[256], logid[32], err[512];
+	char prim[1024], err[512];
 	struct rt_cluster cl;
 	unsigned rounds = tap_long_mode() ? 100 : 20;
 	uint64_t tot_read = 0, tot_acked = 0, tot_rec = 0;
@@ -94,56 +88,33 @@ int main(int argc, char **argv)
 	tap_diag("provider %s, backups %s %s %s", prov, cl.addr[0], cl.addr[1], cl.addr[2]);
 
 	for (unsigned round = 0; round < rounds; round++) {
-		uint64_t log_id = 0x6000 + round, target = rnd() % MAX_ACKS, acked = 0, a;
-		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"100000000",
-				  cl.addr[0], cl.addr[1], cl.addr[2], NULL };
+		uint64_t log_id = 0x6000 + round, target = rnd() % MAX_ACKS, acked;
 		struct tw_reader_config rcfg;
 		struct tw_primary_config pcfg;
 		struct tw_recover_result res;
 		struct tw_primary *p2 = NULL;
 		struct rt_check chk;
 		struct rd d;
-		struct proc *p;
+		struct rt_crasher k;
 		uint64_t read_at_kill;
-		int rc, pid;
+		int rc;
 
-		snprintf(logid, sizeof(logid), "0x%" PRIx64, log_id);
-		p = proc_spawn(pargv, NULL);
-		TAP_REQUIRE(p, "spawn crash_primary");
-		pid = (int)proc_pid(p);
-		rc = proc_wait_line(p, "ready", line, sizeof(line), 20000);
-		TAP_REQUIRE(rc >= 0, "crash_primary ready: %s", strerror(-rc));
+		rt_crasher_start(&k, prim, &cl, log_id, SEG);
 
 		memset(&d, 0, sizeof(d));
 		tw_reader_config_init(&rcfg);
-		rcfg.provider = prov;
-		rcfg.log_id = log_id;
-		rcfg.backups = cl.addrs;
-		rcfg.n_backups = 3;
+		TLOG_CONFIG_LOG(&rcfg, prov, cl.addrs, 3, log_id);
 		rcfg.poll_ms = 200;
 		rc = tw_reader_open(&rcfg, &d.r, err, sizeof(err));
 		TAP_REQUIRE(rc == 0, "round %u: reader open: %s", round, err);
 
-		while (acked < target) {
-			rc = proc_wait_line(p, "acked ", line, sizeof(line), 20000);
-			TAP_REQUIRE(rc >= 0, "round %u: ack line after %" PRIu64 " acks: %s", round,
-				    acked, strerror(-rc));
-			a = acked_of(line);
-			if (a > acked)
-				acked = a;
+		while (k.acked < target) {
+			rt_crasher_ack(&k, round);
 			if (rnd() % 64 == 0)
 				(void)drain(&d, 0, UINT64_MAX); /* what is readable right now */
 		}
-		proc_kill(p, strcmp(prov, "shm") == 0 ? SIGUSR2 : SIGKILL);
-		while ((rc = proc_wait_line(p, NULL, line, sizeof(line), 20000)) >= 0) {
-			a = acked_of(line);
-			if (a > acked)
-				acked = a;
-		}
-		proc_wait(p, 20000);
-		proc_free(p);
-		if (strcmp(prov, "shm") == 0)
-			rt_shm_cleanup(pid);
+		rt_crasher_kill(&k, &cl);
+		acked = k.acked;
 		/* What the backups were told before the kill is readable; nothing more. */
 		rc = drain(&d, 300, UINT64_MAX);
 		read_at_kill = d.next;
@@ -152,10 +123,7 @@ int main(int argc, char **argv)
 		   " %s", round, acked, d.next, d.why);
 
 		tw_primary_config_init(&pcfg);
-		pcfg.provider = prov;
-		pcfg.log_id = log_id;
-		pcfg.backups = cl.addrs;
-		pcfg.n_backups = 3;
+		TLOG_CONFIG_LOG(&pcfg, prov, cl.addrs, 3, log_id);
 		pcfg.segment_size = 65536;
 		memset(&chk, 0, sizeof(chk));
 		rc = tw_primary_takeover(&pcfg, rt_check_cb, &chk, &res, &p2, err, sizeof(err));

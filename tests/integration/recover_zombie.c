@@ -40,10 +40,7 @@ int main(int argc, char **argv)
 	tap_plan(5);
 	rt_start(&cl, prov, 3, "64K", "16");
 	tw_primary_config_init(&pc);
-	pc.provider = prov;
-	pc.log_id = LOG;
-	pc.backups = cl.addrs;
-	pc.n_backups = 3;
+	TLOG_CONFIG_LOG(&pc, prov, cl.addrs, 3, LOG);
 	pc.segment_size = 65536;
 	pc.op_timeout_ms = 5000;
 	pc.rpc_timeout_ms = 5000;

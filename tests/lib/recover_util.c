@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "child.h"
+#include "proc.h"
 #include "tap.h"
 #include "tmpdir.h"
 
@@ -160,4 +161,62 @@ void rt_shm_cleanup(int pid)
 		}
 	}
 	closedir(d);
+}
+
+/* "acked N": N + 1 (objects acknowledged); 0 for another line. */
+static uint64_t acked_of(const char *line)
+{
+	if (strncmp(line, "acked ", 6) != 0)
+		return 0;
+	return strtoull(line + 6, NULL, 10) + 1;
+}
+
+void rt_crasher_start(struct rt_crasher *k, const char *prim, const struct rt_cluster *c,
+		      uint64_t log_id, const char *seg)
+{
+	char logid[32], line[256];
+	char *argv[] = { (char *)prim, (char *)c->prov, logid, (char *)seg, (char *)"100000000",
+			 (char *)c->addr[0], (char *)c->addr[1], (char *)c->addr[2], NULL };
+	int rc;
+
+	snprintf(logid, sizeof(logid), "0x%" PRIx64, log_id);
+	k->acked = 0;
+	k->p = proc_spawn(argv, NULL);
+	TAP_REQUIRE(k->p, "spawn crash_primary");
+	k->pid = (int)proc_pid(k->p);
+	rc = proc_wait_line(k->p, "ready", line, sizeof(line), 20000);
+	TAP_REQUIRE(rc >= 0, "crash_primary ready: %s", strerror(-rc));
+}
+
+void rt_crasher_ack(struct rt_crasher *k, unsigned round)
+{
+	char line[256];
+	uint64_t a;
+	int rc = proc_wait_line(k->p, "acked ", line, sizeof(line), 20000);
+
+	TAP_REQUIRE(rc >= 0, "round %u: ack line after %" PRIu64 " acks: %s", round, k->acked,
+		    strerror(-rc));
+	a = acked_of(line);
+	if (a > k->acked)
+		k->acked = a;
+}
+
+void rt_crasher_kill(struct rt_crasher *k, const struct rt_cluster *c)
+{
+	bool shm = strcmp(c->prov, "shm") == 0;
+	char line[256];
+
+	proc_kill(k->p, shm ? SIGUSR2 : SIGKILL);
+	/* Ack lines written before the kill are in the pipe: take them all. */
+	while (proc_wait_line(k->p, NULL, line, sizeof(line), 20000) >= 0) {
+		uint64_t a = acked_of(line);
+
+		if (a > k->acked)
+			k->acked = a;
+	}
+	proc_wait(k->p, 20000);
+	proc_free(k->p);
+	k->p = NULL;
+	if (shm)
+		rt_shm_cleanup(k->pid);
 }

@@ -69,4 +69,25 @@ int rt_read_entry(FILE *f, void *buf, uint32_t len);
 /* Remove /dev/shm files a SIGKILLed shm process left behind (names containing ":<pid>:"). */
 void rt_shm_cleanup(int pid);
 
+/*
+ * A primary killed while it writes (the crash tests): tests/integration/crash_primary appending
+ * numbered objects to a log on the cluster's first three backups, segments of `seg` bytes, and
+ * writing "acked N" for every acknowledgement. `acked`: the objects acknowledged so far (the
+ * highest N + 1 of the lines read).
+ */
+struct rt_crasher {
+	struct proc *p;
+	int pid;
+	uint64_t acked;
+};
+/* Spawn it (prim: its path, child_tool) and wait for its `ready` line. Fatal on error. */
+void rt_crasher_start(struct rt_crasher *k, const char *prim, const struct rt_cluster *c,
+		      uint64_t log_id, const char *seg);
+/* Read its next "acked" line (20 s at most). Fatal when none comes (round: for the message). */
+void rt_crasher_ack(struct rt_crasher *k, unsigned round);
+/* Kill it: SIGKILL, or SIGUSR2 on shm (there a SIGKILL inside a send would wedge a backup for
+ * good, docs/fabric.md, shm limits; it exits from its progress thread outside any fabric call).
+ * Then take the ack lines it wrote before dying, reap it and remove what it left in /dev/shm. */
+void rt_crasher_kill(struct rt_crasher *k, const struct rt_cluster *c);
+
 #endif

@@ -104,42 +104,6 @@ void twc_fill(uint8_t *p, uint32_t len, uint32_t seed, unsigned i)
 	}
 }
 
-struct wdone {
-	bool done;
-	int status;
-};
-
-static void write_cb(struct tw_op *op, int status)
-{
-	struct wdone *d = op->arg;
-
-	d->done = true;
-	d->status = status;
-}
-
-/* Post one write (or read, `read`) and progress until it completes: its status. */
-static int rma_wait(struct twc *c, bool read, void *local, size_t len, struct tw_mr *mr,
-		    const struct tw_rkey *rk, uint64_t off)
-{
-	struct tw_op op;
-	struct wdone d = { false, 0 };
-	int rc;
-
-	memset(&op, 0, sizeof(op));
-	op.cb = write_cb;
-	op.arg = &d;
-	rc = read ? tw__chan_read(c->ch, &op, local, len, mr, rk, off)
-		  : tw__chan_write(c->ch, &op, local, len, mr, rk, off);
-	if (rc)
-		return rc;
-	while (!d.done) {
-		rc = tw__fab_progress(c->fab, 100);
-		if (rc < 0)
-			return rc;
-	}
-	return d.status;
-}
-
 int twc_write(struct twc *c, unsigned n, uint32_t len, uint32_t seed)
 {
 	uint8_t payload[4096];
@@ -157,7 +121,7 @@ int twc_write(struct twc *c, unsigned n, uint32_t len, uint32_t seed)
 	rc = tw_log_writer_seal(&c->w, &off, &wlen);
 	if (rc)
 		return rc;
-	return rma_wait(c, false, c->seg + off, wlen, c->mr, &c->rk, off);
+	return tw__chan_rma_sync(c->ch, false, c->seg + off, wlen, c->mr, &c->rk, off);
 }
 
 int twc_close_seg(struct twc *c, uint64_t off_override, uint32_t ck_override,
@@ -270,7 +234,7 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 int twc_read(struct twc *c, const struct tw_rkey *rk, uint64_t off, size_t len, void *dst,
 	     struct tw_mr *dst_mr)
 {
-	return rma_wait(c, true, dst, len, dst_mr, rk, off);
+	return tw__chan_rma_sync(c->ch, true, dst, len, dst_mr, rk, off);
 }
 
 bool twc_send_garbage(struct twc *c, size_t len, int byte)
