@@ -1,16 +1,17 @@
 /*
- * tailwind/context.h — one shared transport for many logs in a process (docs/primary.md,
- * "Many logs: the context").
+ * tailwind/context.h — the transport of a primary's logs: its settings (struct tw_ctx_config,
+ * the one place for them) and a context that shares it between many logs of a process
+ * (docs/primary.md, "Many logs: the context").
  *
- * A storage service runs dozens to hundreds of logs per process. Opened with tw_primary_open()
- * each log has its own fabric instance, its own connection and RPC client to every backup and
- * (in async mode) its own progress thread. A context owns those once for every log opened on
- * it:
+ * tw_primary_open(&tc, &cfg, ...) builds a private context from `tc` for one log: its own
+ * fabric instance, connection and RPC client to every backup and (in async mode) progress
+ * thread. A storage service runs dozens to hundreds of logs per process; a shared context owns
+ * those once for every log opened on it:
  *
  *   tw_ctx_config_init(&cc); cc.backups = addrs; cc.n_backups = n;
  *   tw_ctx_open(&cc, &ctx, err, sizeof(err));      fabric, one channel + RPC client per backup,
  *                                                   one progress thread
- *   tw_primary_config_init(&cfg); cfg.log_id = 7;  (the transport fields of cfg are ignored)
+ *   tw_primary_config_init(&cfg); cfg.log_id = 7;  the log's own settings
  *   tw_primary_open_on(ctx, &cfg, &p, err, sizeof(err));   a log; as many as needed
  *   tw_primary_append(p, ...); ...                  everything in tailwind/primary.h works
  *   tw_primary_close(p);                            every log first,
@@ -24,12 +25,8 @@
  * carry its own incarnation and their replies reach its own calls. The handshakes are the
  * context's: a log on a shared context counts none in its tw_primary_stats.rpc_handshake.
  *
- * Which fields of a log's tw_primary_config count on a context:
- *   the context's (those of cfg are ignored): backups, n_backups, zones, provider, key_file,
- *     busy_poll, node_id, op_timeout_ms, rpc_timeout_ms, connect_timeout_ms, and
- *     mode (always TW_PRIMARY_ASYNC); coordinator must be NULL or "" (-ENOTSUP otherwise);
- *   the log's own: log_id, epoch, replicas, segment_size, max_batch, max_inflight, preopen,
- *     open_retry_ms, rerep_rate.
+ * A shared context has no coordinator yet (cc.coordinator must be NULL or "": -ENOTSUP); a
+ * private one (tw_primary_open) does.
  *
  * tx_depth and max_inflight: a log keeps at most max_inflight writes in flight per backup; on
  * a context they all share one channel per backup, whose operations in flight (the writes of
@@ -64,8 +61,6 @@
 #include <stdint.h>
 
 #include <tailwind/common.h>
-#include <tailwind/primary.h>
-#include <tailwind/recovery.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,12 +68,20 @@ extern "C" {
 
 struct tw_ctx_config {
 	uint32_t size;  /* set by tw_ctx_config_init (tailwind/common.h, the ABI rule) */
-	const char *const *backups;  /* addresses of the candidate backups */
+	const char *const *backups;  /* addresses of the candidate backups ("127.0.0.1:4000", as
+				      * twd prints them) */
 	size_t n_backups;
-	const char *const *zones;    /* NULL, or n_backups failure-domain labels
-				      * (tailwind/primary.h) */
-	const char *provider;        /* NULL: $FI_PROVIDER if set, else "tcp" */
-	const char *key_file;        /* as tw_primary_config.key_file */
+	const char *const *zones;    /* NULL, or n_backups failure-domain labels parallel to
+				      * backups ("" or NULL: none): no two replicas of a segment
+				      * are placed in one zone, spares included (-TW_ENOBACKUP
+				      * when the zones run out). Filled from the registrations
+				      * with a coordinator. */
+	const char *provider;        /* NULL: $FI_PROVIDER if set, else "tcp" ("mem" for tests) */
+	const char *key_file;        /* cluster key for peer authentication (tailwind/backup.h,
+				      * docs/operations.md): the handshake with every backup then
+				      * proves the key both ways, and a backup that cannot prove
+				      * it is not used. NULL: $TW_KEY_FILE if set and not empty,
+				      * else none; "": none. Read once at the open. */
 	bool busy_poll;              /* poll completions instead of blocking waits */
 	uint64_t node_id;            /* sent in the handshake; 0: derived from host and pid */
 	unsigned op_timeout_ms;      /* a write not completed by then fails the channel; 10000 */
@@ -87,9 +90,22 @@ struct tw_ctx_config {
 	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024
 				      * (with max_inflight: see above) */
 	size_t arena_size;           /* budget of the log arena every log's segments come from
-				      * (tw_primary_config.arena_size); 0: a quarter of the
-				      * machine's memory */
-	const char *coordinator;     /* not supported on a context yet: must be NULL or "" */
+				      * (docs/primary.md, "Memory: the log arena"): memory
+				      * registered once and reused after tw_primary_unload /
+				      * tw_primary_trim. 0 (default): a quarter of the machine's
+				      * memory. A rollover that would exceed it fails the append
+				      * with -ENOSPC (the log stays usable: unload segments,
+				      * append again). */
+	const char *coordinator;     /* tw_primary_open only (a shared context: NULL or "").
+				      * NULL or "": none (the backups as given, epochs from the
+				      * backups). "zk://host:port[,host:port...][/chroot]"
+				      * (docs/coordination.md): with n_backups 0 the backups are
+				      * the live registrations of that provider, with their
+				      * zones; open and takeover take the next epoch from the
+				      * coordinator (cfg.epoch, if set, is the least one) and hold
+				      * the log's owner node until tw_primary_close. A live owner
+				      * node makes tw_primary_open fail with -TW_EEXIST (take it
+				      * over). */
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). */
@@ -117,21 +133,20 @@ TW_API const char *tw_ctx_errmsg(const struct tw_ctx *ctx);
  */
 TW_API int tw_ctx_close(struct tw_ctx *ctx);
 
-/*
- * Open a new log on `ctx`: as tw_primary_open(), with the backups, provider, key, timeouts,
- * busy_poll and node_id of the context (those fields of `cfg`, and cfg->mode, are
- * ignored; cfg->coordinator must be unset). Thread-safe: any thread may open and close logs on
- * one context while others append; an open pauses the context's other logs for its round trips.
- */
-TW_API int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
-			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
-
-/* Take a log over on `ctx`: as tw_primary_takeover() (the recovery runs on its own connections,
- * the continued log on the context's). */
-TW_API int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
-				  tw_recover_entry_fn on_entry, void *arg,
-				  struct tw_recover_result *res_out, struct tw_primary **out,
-				  char *errmsg_out, size_t errmsg_len);
+/* The log arena of a context (tw_ctx_get_stats) or of a log opened alone (tw_primary_get_stats;
+ * on a context, the context's): bytes and segments. */
+struct tw_arena_stats {
+	uint64_t budget;       /* bytes the arena may map in all (arena_size) */
+	uint64_t mapped;       /* bytes mapped and registered, in `extents` registrations */
+	uint64_t used;         /* bytes held by segments now */
+	uint64_t peak;         /* most bytes held at once */
+	uint64_t extents;      /* registrations made (each once, kept until the close) */
+	uint64_t huge_extents; /* of those, on explicit huge pages (else 4 KiB pages with
+				* transparent huge pages advised) */
+	uint64_t segments;     /* segments handed out */
+	uint64_t reused;       /* of those, in memory that held an earlier segment */
+	uint64_t refused;      /* rollovers or opens refused: the budget was exhausted */
+};
 
 struct tw_ctx_stats {
 	uint64_t logs;        /* logs open on the context now */

@@ -4,9 +4,13 @@
  * writes (one RDMA write per batch of entries, closed by one checksum entry).
  *
  * Life of a log:
- *   tw_primary_config_init(&cfg); cfg.log_id = ...; cfg.backups = addrs; cfg.n_backups = n;
- *   tw_primary_open(&cfg, &p, err, sizeof(err));   connect, handshake, open segment 0 on r
- *                                            backups (-TW_EEXIST: the log exists, take it over)
+ *   tw_ctx_config_init(&tc); tc.backups = addrs; tc.n_backups = n;   the transport
+ *                                            (tailwind/context.h)
+ *   tw_primary_config_init(&cfg); cfg.log_id = ...;                  the log
+ *   tw_primary_open(&tc, &cfg, &p, err, sizeof(err));   connect, handshake, open segment 0
+ *                                            on r backups (-TW_EEXIST: the log exists, take
+ *                                            it over); or tw_primary_open_on(ctx, &cfg, ...)
+ *                                            on a context shared by many logs
  *   tw_primary_append(p, buf, len, &lsn);    returns when all r backups hold the entry
  *   tw_primary_append_async(p, buf, len, cb, arg, &lsn);  cb(arg, status, lsn) later
  *   tw_primary_read(p, lsn, &data, &len);    read an entry back from the primary's memory
@@ -71,6 +75,7 @@
 #include <stdint.h>
 
 #include <tailwind/common.h>
+#include <tailwind/context.h>
 #include <tailwind/recovery.h>
 
 #ifdef __cplusplus
@@ -113,69 +118,39 @@ struct tw_primary_config {
 				       * know of the log. The owner of a log is (epoch, a random
 				       * incarnation id per open): backups refuse older epochs and
 				       * other incarnations at the same epoch (docs/recovery.md). */
-	const char *const *backups;   /* addresses of the candidate backups ("127.0.0.1:4000", ...) */
-	size_t n_backups;
 	unsigned replicas;            /* r; default 3; at most TW_PRIMARY_MAX_REPLICAS */
-	const char *provider;         /* NULL: $FI_PROVIDER if set, else "tcp" ("mem" for tests) */
 	size_t segment_size;          /* bytes per segment; default 8 MiB; page multiple, < 4 GiB */
 	unsigned max_batch;           /* most entries per write; default 256 */
 	unsigned max_inflight;        /* writes in flight per backup; default 8 */
-	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC */
-	unsigned op_timeout_ms;       /* a write not completed by then fails the backup; 10000 */
-	unsigned rpc_timeout_ms;      /* an RPC without a reply by then fails; default 5000 */
-	unsigned connect_timeout_ms;  /* per backup; default 5000 */
+	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC; on a shared context always
+				       * TW_PRIMARY_ASYNC (its progress thread serves every log) */
 	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so long; 3000 */
-	bool busy_poll;               /* poll completions instead of blocking waits */
 	bool preopen;                 /* open segment n + 1 on its backups as soon as n is open, so
 				       * a rollover does not wait for the open round trip (holds a
 				       * second buffer per backup); default off */
-	uint64_t node_id;             /* sent in the handshake; 0: derived from host and pid */
 	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
 				       * loss (background, between driver rounds); default
 				       * 64 MiB/s; 0: unlimited */
-	const char *key_file;         /* cluster key for peer authentication (tailwind/backup.h,
-				       * docs/operations.md): the handshake with every backup then
-				       * proves the key both ways, and a backup that cannot prove
-				       * it is not used. NULL: $TW_KEY_FILE if set and not empty,
-				       * else none; "": none. Read once by tw_primary_open. */
-	const char *coordinator;      /* NULL or "": none (cfg.backups as given, epochs from the
-				       * backups). "zk://host:port[,host:port...][/chroot]"
-				       * (docs/coordination.md): with n_backups 0 the backups are
-				       * the live registrations of that provider, with their zones;
-				       * open and takeover take the next epoch from the coordinator
-				       * (cfg.epoch, if set, is the least one) and hold the log's
-				       * owner node until tw_primary_close. A live owner node makes
-				       * tw_primary_open fail with -TW_EEXIST (take it over). */
-	size_t arena_size;            /* budget of the log arena in bytes (docs/primary.md,
-				       * "Memory: the log arena"): segments are carved from
-				       * memory registered once and reused after
-				       * tw_primary_unload / tw_primary_trim. 0 (default): a
-				       * quarter of the machine's memory. A rollover that would
-				       * exceed it fails the append with -ENOSPC (the log stays
-				       * usable: release segments, append again). Ignored on a
-				       * context (tw_ctx_config.arena_size). */
-	const char *const *zones;     /* NULL, or n_backups failure-domain labels parallel to
-				       * backups ("" or NULL: none): no two replicas of a segment
-				       * are placed in one zone, spares included (-TW_ENOBACKUP when
-				       * the zones run out). Filled from the registrations with a
-				       * coordinator. */
 };
 
-/* Fill `cfg` with the defaults above (backups NULL: the caller must set them). Never fails. */
+/* Fill `cfg` with the defaults above (log_id 0: set it). Never fails. */
 TW_API void tw_primary_config_init_sized(struct tw_primary_config *cfg, size_t size);
 #define tw_primary_config_init(cfg) tw_primary_config_init_sized((cfg), sizeof(*(cfg)))
 
 struct tw_primary;
 
 /*
- * Open a NEW log: open a fabric instance, connect and handshake with every backup in
- * cfg->backups (unreachable ones are skipped with a warning), ask each whether it holds anything
+ * Open a NEW log on a private context built from `transport` (tailwind/context.h: the backups,
+ * provider, key, timeouts, coordinator and arena budget; the log alone uses it, and it is
+ * closed with the log): open a fabric instance, connect and handshake with every backup in
+ * transport->backups (unreachable ones are skipped with a warning), ask each whether it holds anything
  * of the log (a log that exists is never written over: -TW_EEXIST, take it over instead), then
  * open segment 0 on `replicas` of them, the first one alone (two primaries creating the same
  * log meet there; the second gets -TW_EFENCED or -TW_EEXIST).
  * A backup that refuses (RESOURCE_EXHAUSTED) is replaced by another from the list; when the list
  * is exhausted, the open is retried with exponential back-off for up to open_retry_ms.
- * `cfg` and its strings are borrowed for the call (copied). Blocks (up to the timeouts).
+ * `transport`, `cfg` and their strings are borrowed for the call (copied). Blocks (up to the
+ * timeouts).
  * Returns 0 and *out (owned by the caller; release with tw_primary_close()), or:
  * -EINVAL (bad configuration), -TW_ENOBACKUP (fewer than r backups reachable or accepting; the
  * message, logged and in errmsg_out if given, names each backup and why), -TW_ENOPROV, -ENOMEM,
@@ -184,8 +159,18 @@ struct tw_primary;
  * -TW_EREMOTE from a backup's reply.
  * errmsg_out (may be NULL, errmsg_len bytes) receives the failure's detail.
  */
-TW_API int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
+TW_API int tw_primary_open(const struct tw_ctx_config *transport,
+			   const struct tw_primary_config *cfg, struct tw_primary **out,
 			   char *errmsg_out, size_t errmsg_len);
+
+/*
+ * Open a new log on a shared context `ctx` (tailwind/context.h): as tw_primary_open(), with the
+ * context's transport; the log is in TW_PRIMARY_ASYNC mode whatever cfg->mode says.
+ * Thread-safe: any thread may open and close logs on one context while others append; an open
+ * pauses the context's other logs for its round trips.
+ */
+TW_API int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
 
 /*
  * Take a log over and continue it (Tailwind §3.4; docs/recovery.md, "Takeover"): fence the log
@@ -195,17 +180,25 @@ TW_API int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primar
  * log and appends after the recovered tail, in new segments (the first after every segment any
  * backup holds), so LSNs keep growing across incarnations. The previous owner, if it still
  * runs, is fenced: its appends fail with -TW_EFENCED.
- * Racing takeovers: the fences go to the backups one at a time in cfg->backups order and a
+ * Racing takeovers: the fences go to the backups one at a time in transport->backups order and a
  * refused fence ends the call (-TW_EFENCED naming the winner's epoch), so among takeovers that
  * chose the same epoch exactly one wins; a later one with a higher epoch overtakes the earlier
- * (whose appends then fail). `cfg` as tw_primary_open (borrowed); res_out (may be NULL) receives
+ * (whose appends then fail). `transport` and `cfg` as tw_primary_open (borrowed); res_out (may be NULL) receives
  * the recovery's counts. Returns 0 and *out, or the errors of tw_recover() (-TW_ELOST: a segment
  * is lost on every backup, nothing delivered; -TW_EFENCED: another owner won) and of
  * tw_primary_open(). On failure no primary is returned; entries delivered stay delivered.
  */
-TW_API int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
+TW_API int tw_primary_takeover(const struct tw_ctx_config *transport,
+			       const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
 			       void *arg, struct tw_recover_result *res_out,
 			       struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
+
+/* Take a log over on a shared context `ctx`: as tw_primary_takeover() (the recovery runs on its
+ * own connections, the continued log on the context's). */
+TW_API int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+				  tw_recover_entry_fn on_entry, void *arg,
+				  struct tw_recover_result *res_out, struct tw_primary **out,
+				  char *errmsg_out, size_t errmsg_len);
 
 /*
  * Log cleaning: free the log's segments below `below_segment` on every backup (FreeSegments:
@@ -321,21 +314,6 @@ TW_API const char *tw_primary_errmsg(const struct tw_primary *p);
 
 /* Address of the backup holding replica `i` (0 <= i < r) of the open segment, NULL past r. */
 TW_API const char *tw_primary_replica_addr(const struct tw_primary *p, unsigned i);
-
-/* The log arena of a context (tw_ctx_get_stats) or of a log opened alone (tw_primary_get_stats;
- * on a context, the context's): bytes and segments. */
-struct tw_arena_stats {
-	uint64_t budget;       /* bytes the arena may map in all (arena_size) */
-	uint64_t mapped;       /* bytes mapped and registered, in `extents` registrations */
-	uint64_t used;         /* bytes held by segments now */
-	uint64_t peak;         /* most bytes held at once */
-	uint64_t extents;      /* registrations made (each once, kept until the close) */
-	uint64_t huge_extents; /* of those, on explicit huge pages (else 4 KiB pages with
-				* transparent huge pages advised) */
-	uint64_t segments;     /* segments handed out */
-	uint64_t reused;       /* of those, in memory that held an earlier segment */
-	uint64_t refused;      /* rollovers or opens refused: the budget was exhausted */
-};
 
 struct tw_primary_stats {
 	uint64_t appends;          /* entries appended */

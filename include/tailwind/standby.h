@@ -2,9 +2,10 @@
  * tailwind/standby.h — a standby primary: wait until a log's owner goes away, then take the log
  * over by itself (docs/coordination.md, "Standby"; needs a ZooKeeper coordinator).
  *
- *   tw_primary_config_init(&cfg); cfg.log_id = 42; cfg.coordinator = "zk://zk1:2181";
+ *   tw_ctx_config_init(&tc); tc.coordinator = "zk://zk1:2181";
+ *   tw_primary_config_init(&cfg); cfg.log_id = 42;
  *   tw_standby_config_init(&sc); sc.on_entry = rebuild; sc.entry_arg = svc;
- *   rc = tw_primary_standby(&cfg, &sc, &st, &p, err, sizeof(err));
+ *   rc = tw_primary_standby(&tc, &cfg, &sc, &st, &p, err, sizeof(err));
  *   ... p owns the log: tw_primary_append(p, ...) ...
  *
  * The owner of a log holds an ephemeral owner node in ZooKeeper (logs/<id>/owner) for as long as
@@ -80,9 +81,9 @@ struct tw_standby_result {
 
 /*
  * Wait (up to sc->wait_ms) until log cfg->log_id has no owner, then take it over, as
- * above. cfg->coordinator must be a zk:// URL (-EINVAL otherwise); the rest of cfg as
- * tw_primary_takeover (with n_backups 0 the new primary's backups come from the live
- * registrations). The recovery asks the backups recorded for the log (logs/<id>/backups), or
+ * above. transport->coordinator must be a zk:// URL (-EINVAL otherwise); the rest of
+ * transport and cfg as tw_primary_takeover (with n_backups 0 the new primary's backups come
+ * from the live registrations). The recovery asks the backups recorded for the log (logs/<id>/backups), or
  * every registered one for a log that has no record. A log with no owner at the call is taken
  * over at once (st_out->watched 0). st_out (may be NULL) receives the timings and, in
  * st_out->recovery, the recovery's counts. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
@@ -92,7 +93,8 @@ struct tw_standby_result {
  * failed takeover the claim is released (the owner node deleted), so another standby can try.
  * Blocking; cfg borrowed for the call.
  */
-TW_API int tw_primary_standby(const struct tw_primary_config *cfg,
+TW_API int tw_primary_standby(const struct tw_ctx_config *transport,
+			      const struct tw_primary_config *cfg,
 			      const struct tw_standby_config *sc, struct tw_standby_result *st_out,
 			      struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
 
