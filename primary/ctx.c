@@ -403,18 +403,24 @@ void tw_ctx_config_init_sized(struct tw_ctx_config *cfg, size_t size)
 	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
 }
 
-int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errmsg_out,
+int tw_ctx_open(const struct tw_ctx_config *config, struct tw_ctx **out, char *errmsg_out,
 		size_t errmsg_len)
 {
+	struct tw_ctx_config c, *cfg = &c;
 	struct tw_ctx *ctx;
 	size_t up = 0;
 	int rc;
 
-	if (!cfg || !out) {
+	if (!config || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
 		return -EINVAL;
 	}
 	*out = NULL;
+	tw_ctx_config_init(&c); /* the caller's as far as it reaches (the ABI rule) */
+	rc = tw__cfg_adopt(&c, sizeof(c), sizeof(c), config, "tw_ctx_config", errmsg_out,
+			   errmsg_len);
+	if (rc < 0)
+		return rc;
 	if (cfg->coordinator && cfg->coordinator[0]) {
 		set_errmsg(errmsg_out, errmsg_len, "a context does not take a coordinator yet: "
 			   "give the backups (tw_ctx_config.backups), or open each log with "

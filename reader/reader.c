@@ -789,9 +789,10 @@ static int backups_from_coord(struct tw_reader *r, const struct tw_reader_config
 	return 0;
 }
 
-int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, char *errmsg_out,
-		   size_t errmsg_len)
+int tw_reader_open(const struct tw_reader_config *config, struct tw_reader **out,
+		   char *errmsg_out, size_t errmsg_len)
 {
+	struct tw_reader_config c, *cfg = &c;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
 	struct tw_reader *r;
@@ -800,9 +801,14 @@ int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, c
 
 	if (errmsg_out && errmsg_len)
 		errmsg_out[0] = '\0';
-	if (!cfg || !out)
+	if (!config || !out)
 		return -EINVAL;
 	*out = NULL;
+	tw_reader_config_init(&c); /* the caller's as far as it reaches (the ABI rule) */
+	rc = tw__cfg_adopt(&c, sizeof(c), sizeof(c), config, "tw_reader_config", errmsg_out,
+			   errmsg_len);
+	if (rc < 0)
+		return rc;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
