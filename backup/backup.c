@@ -24,21 +24,15 @@
 #include "proto/auth.h"
 #include "backup/backup_int.h"
 
-static void backup_config_defaults(struct tw_backup_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->buffers = TW_BACKUP_DEFAULT_BUFFERS;
-	cfg->buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE;
-	cfg->max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS;
-}
+static const struct tw_backup_config backup_defaults = {
+	.buffers = TW_BACKUP_DEFAULT_BUFFERS,
+	.buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE,
+	.max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS,
+};
 
 void tw_backup_config_init_sized(struct tw_backup_config *cfg, size_t size)
 {
-	struct tw_backup_config d;
-
-	backup_config_defaults(&d);
-	d.size = (uint32_t)size;
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+	tw__cfg_init_copy(cfg, size, &backup_defaults, sizeof(backup_defaults));
 }
 
 void tw__bk_seterr(struct tw_backup *b, const char *fmt, ...)
@@ -174,8 +168,7 @@ int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out
 		return -EINVAL;
 	}
 	*out = NULL;
-	tw_backup_config_init(&c); /* the caller's as far as it reaches (the ABI rule) */
-	rc = tw__cfg_adopt(&c, sizeof(c), sizeof(c), config, "tw_backup_config", why, sizeof(why));
+	rc = TW__CFG_TAKE(c, config, tw_backup_config_init, "tw_backup_config", why, sizeof(why));
 	if (rc == 0)
 		rc = check_config(cfg, why, sizeof(why));
 	if (rc != 0) {

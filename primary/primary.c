@@ -692,20 +692,21 @@ void tw__primary_step_post(struct tw_primary *p)
 
 /* ------------------------------------------------------------------ public API */
 
+static void set_errmsg(char *buf, size_t len, const char *msg);
+
+static const struct tw_primary_config primary_defaults = {
+	.replicas = 3,
+	.segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE,
+	.max_batch = 256,
+	.max_inflight = 8,
+	.mode = TW_PRIMARY_SYNC,
+	.open_retry_ms = 3000,
+	.rerep_rate = 64u << 20,
+};
+
 void tw_primary_config_init_sized(struct tw_primary_config *cfg, size_t size)
 {
-	struct tw_primary_config d = {
-		.size = (uint32_t)size,
-		.replicas = 3,
-		.segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE,
-		.max_batch = 256,
-		.max_inflight = 8,
-		.mode = TW_PRIMARY_SYNC,
-		.open_retry_ms = 3000,
-		.rerep_rate = 64u << 20,
-	};
-
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+	tw__cfg_init_copy(cfg, size, &primary_defaults, sizeof(primary_defaults));
 }
 
 int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
@@ -716,13 +717,20 @@ int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
 	int rc;
 
 	memset(pc, 0, sizeof(*pc));
-	tw_primary_config_init(&c);
-	tw_ctx_config_init(&t);
-	rc = tw__cfg_adopt(&c, sizeof(c), sizeof(c), cfg, "tw_primary_config", errmsg,
-			   errmsg_len);
+	if (!cfg) {
+		set_errmsg(errmsg, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	rc = TW__CFG_TAKE(c, cfg, tw_primary_config_init, "tw_primary_config", errmsg, errmsg_len);
 	if (rc == 0 && transport)
-		rc = tw__cfg_adopt(&t, sizeof(t), sizeof(t), transport, "tw_ctx_config", errmsg,
-				   errmsg_len);
+		rc = TW__CFG_TAKE(t, transport, tw_ctx_config_init, "tw_ctx_config", errmsg,
+				  errmsg_len);
+	else if (rc == 0)
+		tw_ctx_config_init(&t);
+	if (rc == 0 && c.epoch > TW_EPOCH_MAX) {
+		set_errmsg(errmsg, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
+		rc = -EINVAL;
+	}
 	if (rc < 0)
 		return rc;
 	pc->log_id = c.log_id;
@@ -748,6 +756,13 @@ int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
 	pc->arena_size = t.arena_size;
 	pc->coordinator = t.coordinator;
 	return 0;
+}
+
+/* A NULL where an open needs a pointer. */
+static int open_args_missing(char *errmsg, size_t errmsg_len)
+{
+	set_errmsg(errmsg, errmsg_len, "invalid argument");
+	return -EINVAL;
 }
 
 static void set_errmsg(char *buf, size_t len, const char *msg)
@@ -1071,33 +1086,23 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 	return 0;
 }
 
+static int open_private(const struct tw_ctx_config *transport,
+			const struct tw_primary_config *config, bool take,
+			tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
+			struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
+
 int tw_primary_open(const struct tw_ctx_config *transport, const struct tw_primary_config *config,
 		    struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
-	struct tw__pcfg pc, *cfg = &pc;
-	int rc;
-
-	if (!transport || !config || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	rc = tw__pcfg_make(&pc, transport, config, errmsg_out, errmsg_len);
-	if (rc < 0)
-		return rc;
-	if (cfg->epoch > TW_EPOCH_MAX) {
-		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
-		return -EINVAL;
-	}
-	if (cfg->coordinator && cfg->coordinator[0])
-		return tw__pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
-	return tw__primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
-			       errmsg_len);
+	return open_private(transport, config, false, NULL, NULL, NULL, out, errmsg_out,
+			    errmsg_len);
 }
 
 /* The arguments of tw_primary_open_on and tw_primary_takeover_on: `what` the call does, for
  * the message when it comes from a callback on ctx's progress thread (it would wait for itself). */
-static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_primary **out,
-		      const char *what, char *errmsg_out, size_t errmsg_len)
+static int open_check(const struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+		      struct tw_primary **out, const char *what, struct tw__pcfg *pc,
+		      char *errmsg_out, size_t errmsg_len)
 {
 	if (!ctx || !cfg || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
@@ -1110,24 +1115,18 @@ static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_prima
 				 "same context (it would wait for itself)", what);
 		return -EDEADLK;
 	}
-	return 0;
+	return tw__pcfg_make(pc, NULL, cfg, errmsg_out, errmsg_len); /* the context's transport */
 }
 
 int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *config,
 		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
-	struct tw__pcfg pc, *cfg = &pc;
-	int rc = open_check(ctx, config, out, "open a log", errmsg_out, errmsg_len);
+	struct tw__pcfg pc;
+	int rc = open_check(ctx, config, out, "open a log", &pc, errmsg_out, errmsg_len);
 
-	if (rc == 0)
-		rc = tw__pcfg_make(&pc, NULL, config, errmsg_out, errmsg_len);
 	if (rc < 0)
 		return rc;
-	if (cfg->epoch > TW_EPOCH_MAX) {
-		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
-		return -EINVAL;
-	}
-	return tw__primary_open_as(ctx, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+	return tw__primary_open_as(ctx, &pc, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
 			       errmsg_len);
 }
 
@@ -1203,25 +1202,34 @@ int tw__primary_continue(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 	return rc;
 }
 
+/* A log on a private context: tw_primary_open (take false) and tw_primary_takeover. */
+static int open_private(const struct tw_ctx_config *transport,
+			const struct tw_primary_config *config, bool take,
+			tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
+			struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+{
+	struct tw__pcfg pc, *cfg = &pc;
+	int rc = out && transport ? tw__pcfg_make(&pc, transport, config, errmsg_out, errmsg_len)
+				  : open_args_missing(errmsg_out, errmsg_len);
+
+	if (rc < 0)
+		return rc;
+	*out = NULL;
+	if (cfg->coordinator && cfg->coordinator[0])
+		return tw__pcoord_open(cfg, take, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	if (take)
+		return takeover(NULL, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return tw__primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+				   errmsg_len);
+}
+
 int tw_primary_takeover(const struct tw_ctx_config *transport,
 			const struct tw_primary_config *config, tw_recover_entry_fn on_entry,
 			void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 			char *errmsg_out, size_t errmsg_len)
 {
-	struct tw__pcfg pc, *cfg = &pc;
-	int rc;
-
-	if (!transport || !config || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	*out = NULL;
-	rc = tw__pcfg_make(&pc, transport, config, errmsg_out, errmsg_len);
-	if (rc < 0)
-		return rc;
-	if (cfg->coordinator && cfg->coordinator[0])
-		return tw__pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
-	return takeover(NULL, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return open_private(transport, config, true, on_entry, arg, res_out, out, errmsg_out,
+			    errmsg_len);
 }
 
 int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *config,
@@ -1229,14 +1237,12 @@ int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *c
 			   struct tw_recover_result *res_out, struct tw_primary **out,
 			   char *errmsg_out, size_t errmsg_len)
 {
-	struct tw__pcfg pc, *cfg = &pc;
-	int rc = open_check(ctx, config, out, "take a log over", errmsg_out, errmsg_len);
+	struct tw__pcfg pc;
+	int rc = open_check(ctx, config, out, "take a log over", &pc, errmsg_out, errmsg_len);
 
-	if (rc == 0)
-		rc = tw__pcfg_make(&pc, NULL, config, errmsg_out, errmsg_len);
 	if (rc < 0)
 		return rc;
-	return takeover(ctx, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return takeover(ctx, &pc, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 }
 
 int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)

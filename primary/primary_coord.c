@@ -487,7 +487,7 @@ int tw__pcoord_open(const struct tw__pcfg *cfg, bool takeover, tw_recover_entry_
 
 void tw_standby_config_init_sized(struct tw_standby_config *sc, size_t size)
 {
-	struct tw_standby_config d = { .size = (uint32_t)size };
+	static const struct tw_standby_config d; /* wait for ever, no callbacks, cold */
 
 	tw__cfg_init_copy(sc, size, &d, sizeof(d));
 }
@@ -507,10 +507,11 @@ int tw_primary_standby(const struct tw_ctx_config *transport, const struct tw_pr
 			snprintf(errmsg_out, errmsg_len, "invalid argument");
 		return -EINVAL;
 	}
-	tw_standby_config_init(&s);
-	if (sc && (rc = tw__cfg_adopt(&s, sizeof(s), sizeof(s), sc, "tw_standby_config", errmsg_out,
-				      errmsg_len)) < 0)
+	if (sc && (rc = TW__CFG_TAKE(s, sc, tw_standby_config_init, "tw_standby_config",
+				     errmsg_out, errmsg_len)) < 0)
 		return rc;
+	if (!sc)
+		tw_standby_config_init(&s);
 	rc = tw__pcfg_make(&pc, transport, config, errmsg_out, errmsg_len);
 	if (rc < 0)
 		return rc;
