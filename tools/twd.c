@@ -722,7 +722,7 @@ int main(int argc, char **argv)
 	status = serve(cfg, b);
 	/* Closed segments whose flush failed are lost with the pool (logged): not a clean exit. */
 	if (tw_backup_close(b) < 0 && status == EXIT_OK)
-		status = EXIT_STORAGE;
+		status = EXIT_FAIL; /* as a failed flush at shutdown (docs/operations.md) */
 	stop_signals(sigthr);
 	return status;
 }
