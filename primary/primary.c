@@ -1353,10 +1353,19 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
 	if (rc < 0)
 		return rc;
-	/* With a free slot the entry goes out now. Otherwise it waits for the completion that
-	 * frees one (polled at back-pressure, or in tw_primary_progress/flush): batching. */
-	if (slot_free(p))
-		seal_post(p);
+	/* Batching for a caller that appends asynchronously and drives the log itself: an
+	 * entry goes out at once when no write is in flight (an idle log: no added latency);
+	 * under load the entries wait until a whole batch (max_batch) is there, which then
+	 * takes the first free slot (polled for without blocking when none looks free). Full
+	 * writes, as a bare benchmark posts them, instead of one entry per free slot
+	 * (docs/benchmarks.md, "Caller-driven appends"). tw_primary_append, _flush and
+	 * _progress seal whatever waits. */
+	if (p->slot_head == p->slot_tail || pending_entries(p) >= p->cfg.max_batch) {
+		if (!slot_free(p))
+			drive(p, 0);
+		if (slot_free(p))
+			seal_post(p);
+	}
 	return 0;
 }
 
