@@ -24,21 +24,15 @@
 #include "proto/auth.h"
 #include "backup/backup_int.h"
 
-static void backup_config_defaults(struct tw_backup_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->buffers = TW_BACKUP_DEFAULT_BUFFERS;
-	cfg->buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE;
-	cfg->max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS;
-}
+static const struct tw_backup_config backup_defaults = {
+	.buffers = TW_BACKUP_DEFAULT_BUFFERS,
+	.buffer_size = TW_BACKUP_DEFAULT_BUFFER_SIZE,
+	.max_buffers = TW_BACKUP_DEFAULT_MAX_BUFFERS,
+};
 
 void tw_backup_config_init_sized(struct tw_backup_config *cfg, size_t size)
 {
-	struct tw_backup_config d;
-
-	backup_config_defaults(&d);
-	d.size = (uint32_t)size;
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+	tw__cfg_init_copy(cfg, size, &backup_defaults, sizeof(backup_defaults));
 }
 
 void tw__bk_seterr(struct tw_backup *b, const char *fmt, ...)
@@ -156,23 +150,39 @@ static int open_dir(struct tw_backup *b)
 	return 0;
 }
 
-int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
+int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out,
+		   char *errmsg_out, size_t errmsg_len)
 {
+	struct tw_backup_config c, *cfg = &c;
 	struct tw_backup *b;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
 	char why[256];
 	int rc;
 
+	if (errmsg_out && errmsg_len)
+		errmsg_out[0] = '\0';
+	if (!config || !out) {
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
 	*out = NULL;
-	rc = check_config(cfg, why, sizeof(why));
+	rc = TW__CFG_TAKE(c, config, tw_backup_config_init, "tw_backup_config", why, sizeof(why));
+	if (rc == 0)
+		rc = check_config(cfg, why, sizeof(why));
 	if (rc != 0) {
 		tw_log_error("backup: %s", why);
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "%s", why);
 		return rc;
 	}
 	b = calloc(1, sizeof(*b));
-	if (!b)
+	if (!b) {
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "out of memory");
 		return -ENOMEM;
+	}
 	b->cfg = *cfg;
 	b->dirfd = -1;
 	b->ml.fd = -1;
@@ -265,7 +275,9 @@ int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out)
 fail_logged:
 	tw_log_error("backup: %s", b->errmsg);
 fail:
-	tw_backup_close(b);
+	if (errmsg_out && errmsg_len)
+		snprintf(errmsg_out, errmsg_len, "%s", b->errmsg[0] ? b->errmsg : tw_strerror(rc));
+	(void)tw_backup_close(b);
 	return rc;
 }
 
@@ -353,10 +365,12 @@ int tw_backup_run(struct tw_backup *b)
 }
 
 
-void tw_backup_close(struct tw_backup *b)
+int tw_backup_close(struct tw_backup *b)
 {
+	unsigned unflushed = 0;
+
 	if (!b)
-		return;
+		return 0;
 	if (b->flusher_started) {
 		pthread_mutex_lock(&b->fl_lock);
 		b->fl_quit = true;
@@ -365,6 +379,15 @@ void tw_backup_close(struct tw_backup *b)
 		pthread_join(b->flusher, NULL);
 		b->flusher_started = false;
 	}
+	/* The flusher finished what was queued. A closed segment still in memory is one whose
+	 * flush failed (or was never queued): it goes with the pool below. */
+	for (size_t i = 0; i < b->nsegs; i++)
+		if (b->segs[i]->state == SEG_CLOSED && b->segs[i]->buf)
+			unflushed++;
+	if (unflushed)
+		tw_log_error("backup: closing with %u closed segment%s not written to %s (the "
+			     "flush failed): their copies here are lost", unflushed,
+			     unflushed == 1 ? "" : "s", b->cfg.dir ? b->cfg.dir : "the directory");
 	while (b->conns)
 		tw__bk_conn_free(b, b->conns, false); /* tw__fab_close closes the channels */
 	/* Jobs finished by the flusher, and any queued after it stopped (buffer releases of the
@@ -399,4 +422,5 @@ void tw_backup_close(struct tw_backup *b)
 	pthread_mutex_destroy(&b->st_lock);
 	free(b->strs);
 	free(b);
+	return unflushed ? -EIO : 0;
 }

@@ -203,10 +203,13 @@ int tw__push(void *arrp, size_t *cap, size_t *n, size_t elem, size_t first, cons
 
 void tw__cfg_init_copy(void *cfg, size_t size, const void *d, size_t d_size)
 {
-	if (!cfg)
+	uint32_t sz = (uint32_t)size;
+
+	if (!cfg || size < sizeof(sz))
 		return;
 	memset(cfg, 0, size);
 	memcpy(cfg, d, size < d_size ? size : d_size);
+	memcpy(cfg, &sz, sizeof(sz)); /* the first member: `size` */
 }
 
 int tw__cfg_adopt(void *full, size_t full_size, size_t v1_size, const void *cfg, const char *what,

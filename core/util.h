@@ -107,8 +107,8 @@ int tw__push(void *arrp, size_t *cap, size_t *n, size_t elem, size_t first, cons
  * The ABI rule (tailwind/common.h, docs/api.md). Every public config struct starts with
  * `uint32_t size`, the size of the caller's struct.
  *
- * tw__cfg_init_copy: a tw_*_config_init_sized writes the defaults `d` (d_size bytes, d->size
- * already set to `size`) into the caller's struct of `size` bytes: no more than it has.
+ * tw__cfg_init_copy: a tw_*_config_init_sized writes the defaults `d` (d_size bytes) into the
+ * caller's struct of `size` bytes, no more than it has, zeroes the rest, and sets its `size`.
  *
  * tw__cfg_adopt: an open copies the caller's config `cfg` over `full` (full_size bytes, the
  * defaults already in it, size included) as far as cfg->size reaches, so that fields the caller
@@ -122,6 +122,11 @@ void tw__cfg_init_copy(void *cfg, size_t size, const void *d, size_t d_size);
 int tw__cfg_adopt(void *full, size_t full_size, size_t v1_size, const void *cfg, const char *what,
 		  char *errmsg, size_t errmsg_len);
 void tw__out_copy(void *out, size_t size, const void *full, size_t full_size);
+/* An open's first step: `local` gets the defaults (`init`, the tw_*_config_init macro), then
+ * the caller's `config` over them (tw__cfg_adopt, 1.0's size as the least). */
+#define TW__CFG_TAKE(local, config, init, what, errmsg, errmsg_len)                          \
+	(init(&(local)), tw__cfg_adopt(&(local), sizeof(local), sizeof(local), (config), (what), \
+				       (errmsg), (errmsg_len)))
 
 /* Monotonic time in nanoseconds. */
 static inline uint64_t tw_now_ns(void)

@@ -385,36 +385,34 @@ static void set_errmsg(char *buf, size_t len, const char *msg)
 		snprintf(buf, len, "%s", msg);
 }
 
-static void ctx_config_defaults(struct tw_ctx_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->op_timeout_ms = 10000;
-	cfg->rpc_timeout_ms = 5000;
-	cfg->connect_timeout_ms = 5000;
-	cfg->tx_depth = CTX_DEFAULT_TX_DEPTH;
-}
+static const struct tw_ctx_config ctx_defaults = {
+	.op_timeout_ms = 10000,
+	.rpc_timeout_ms = 5000,
+	.connect_timeout_ms = 5000,
+	.tx_depth = CTX_DEFAULT_TX_DEPTH,
+};
 
 void tw_ctx_config_init_sized(struct tw_ctx_config *cfg, size_t size)
 {
-	struct tw_ctx_config d;
-
-	ctx_config_defaults(&d);
-	d.size = (uint32_t)size;
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+	tw__cfg_init_copy(cfg, size, &ctx_defaults, sizeof(ctx_defaults));
 }
 
-int tw_ctx_open(const struct tw_ctx_config *cfg, struct tw_ctx **out, char *errmsg_out,
+int tw_ctx_open(const struct tw_ctx_config *config, struct tw_ctx **out, char *errmsg_out,
 		size_t errmsg_len)
 {
+	struct tw_ctx_config c, *cfg = &c;
 	struct tw_ctx *ctx;
 	size_t up = 0;
 	int rc;
 
-	if (!cfg || !out) {
+	if (!config || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
 		return -EINVAL;
 	}
 	*out = NULL;
+	rc = TW__CFG_TAKE(c, config, tw_ctx_config_init, "tw_ctx_config", errmsg_out, errmsg_len);
+	if (rc < 0)
+		return rc;
 	if (cfg->coordinator && cfg->coordinator[0]) {
 		set_errmsg(errmsg_out, errmsg_len, "a context does not take a coordinator yet: "
 			   "give the backups (tw_ctx_config.backups), or open each log with "

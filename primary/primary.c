@@ -692,28 +692,77 @@ void tw__primary_step_post(struct tw_primary *p)
 
 /* ------------------------------------------------------------------ public API */
 
-static void primary_config_defaults(struct tw_primary_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->replicas = 3;
-	cfg->segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE;
-	cfg->max_batch = 256;
-	cfg->max_inflight = 8;
-	cfg->mode = TW_PRIMARY_SYNC;
-	cfg->op_timeout_ms = 10000;
-	cfg->rpc_timeout_ms = 5000;
-	cfg->connect_timeout_ms = 5000;
-	cfg->open_retry_ms = 3000;
-	cfg->rerep_rate = 64u << 20;
-}
+static void set_errmsg(char *buf, size_t len, const char *msg);
+
+static const struct tw_primary_config primary_defaults = {
+	.replicas = 3,
+	.segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE,
+	.max_batch = 256,
+	.max_inflight = 8,
+	.mode = TW_PRIMARY_SYNC,
+	.open_retry_ms = 3000,
+	.rerep_rate = 64u << 20,
+};
 
 void tw_primary_config_init_sized(struct tw_primary_config *cfg, size_t size)
 {
-	struct tw_primary_config d;
+	tw__cfg_init_copy(cfg, size, &primary_defaults, sizeof(primary_defaults));
+}
 
-	primary_config_defaults(&d);
-	d.size = (uint32_t)size;
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
+		  const struct tw_primary_config *cfg, char *errmsg, size_t errmsg_len)
+{
+	struct tw_primary_config c;
+	struct tw_ctx_config t;
+	int rc;
+
+	memset(pc, 0, sizeof(*pc));
+	if (!cfg) {
+		set_errmsg(errmsg, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	rc = TW__CFG_TAKE(c, cfg, tw_primary_config_init, "tw_primary_config", errmsg, errmsg_len);
+	if (rc == 0 && transport)
+		rc = TW__CFG_TAKE(t, transport, tw_ctx_config_init, "tw_ctx_config", errmsg,
+				  errmsg_len);
+	else if (rc == 0)
+		tw_ctx_config_init(&t);
+	if (rc == 0 && c.epoch > TW_EPOCH_MAX) {
+		set_errmsg(errmsg, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
+		rc = -EINVAL;
+	}
+	if (rc < 0)
+		return rc;
+	pc->log_id = c.log_id;
+	pc->epoch = c.epoch;
+	pc->replicas = c.replicas;
+	pc->segment_size = c.segment_size;
+	pc->max_batch = c.max_batch;
+	pc->max_inflight = c.max_inflight;
+	pc->mode = c.mode;
+	pc->open_retry_ms = c.open_retry_ms;
+	pc->preopen = c.preopen;
+	pc->rerep_rate = c.rerep_rate;
+	pc->backups = t.backups;
+	pc->n_backups = t.n_backups;
+	pc->zones = t.zones;
+	pc->provider = t.provider;
+	pc->key_file = t.key_file;
+	pc->busy_poll = t.busy_poll;
+	pc->node_id = t.node_id;
+	pc->op_timeout_ms = t.op_timeout_ms;
+	pc->rpc_timeout_ms = t.rpc_timeout_ms;
+	pc->connect_timeout_ms = t.connect_timeout_ms;
+	pc->arena_size = t.arena_size;
+	pc->coordinator = t.coordinator;
+	return 0;
+}
+
+/* A NULL where an open needs a pointer. */
+static int open_args_missing(char *errmsg, size_t errmsg_len)
+{
+	set_errmsg(errmsg, errmsg_len, "invalid argument");
+	return -EINVAL;
 }
 
 static void set_errmsg(char *buf, size_t len, const char *msg)
@@ -783,7 +832,7 @@ static void primary_free(struct tw_primary *p)
 	primary_free_driving(p);
 }
 
-static int check_config(const struct tw_primary_config *cfg, bool on_ctx, char *msg, size_t len)
+static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size_t len)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 
@@ -824,7 +873,7 @@ static int check_config(const struct tw_primary_config *cfg, bool on_ctx, char *
  * create_log on segment 0). coord (may be NULL): the coordinator handle the primary keeps
  * (primary_coord.c), set before the first segment opens; on failure it is not closed (the
  * caller's). */
-int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
+int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t incarnation,
 		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len)
 {
@@ -1037,23 +1086,23 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	return 0;
 }
 
-int tw_primary_open(const struct tw_primary_config *cfg, struct tw_primary **out,
-		    char *errmsg_out, size_t errmsg_len)
+static int open_private(const struct tw_ctx_config *transport,
+			const struct tw_primary_config *config, bool take,
+			tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
+			struct tw_primary **out, char *errmsg_out, size_t errmsg_len);
+
+int tw_primary_open(const struct tw_ctx_config *transport, const struct tw_primary_config *config,
+		    struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
-	if (cfg && cfg->epoch > TW_EPOCH_MAX) {
-		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
-		return -EINVAL;
-	}
-	if (cfg && cfg->coordinator && cfg->coordinator[0])
-		return tw__pcoord_open(cfg, false, NULL, NULL, NULL, out, errmsg_out, errmsg_len);
-	return tw__primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
-			       errmsg_len);
+	return open_private(transport, config, false, NULL, NULL, NULL, out, errmsg_out,
+			    errmsg_len);
 }
 
 /* The arguments of tw_primary_open_on and tw_primary_takeover_on: `what` the call does, for
  * the message when it comes from a callback on ctx's progress thread (it would wait for itself). */
-static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_primary **out,
-		      const char *what, char *errmsg_out, size_t errmsg_len)
+static int open_check(const struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+		      struct tw_primary **out, const char *what, struct tw__pcfg *pc,
+		      char *errmsg_out, size_t errmsg_len)
 {
 	if (!ctx || !cfg || !out) {
 		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
@@ -1066,30 +1115,22 @@ static int open_check(const struct tw_ctx *ctx, const void *cfg, struct tw_prima
 				 "same context (it would wait for itself)", what);
 		return -EDEADLK;
 	}
-	return 0;
+	return tw__pcfg_make(pc, NULL, cfg, errmsg_out, errmsg_len); /* the context's transport */
 }
 
-int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *config,
 		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
-	int rc = open_check(ctx, cfg, out, "open a log", errmsg_out, errmsg_len);
+	struct tw__pcfg pc;
+	int rc = open_check(ctx, config, out, "open a log", &pc, errmsg_out, errmsg_len);
 
 	if (rc < 0)
 		return rc;
-	if (cfg->epoch > TW_EPOCH_MAX) {
-		set_errmsg(errmsg_out, errmsg_len, "epoch above the maximum (TW_EPOCH_MAX)");
-		return -EINVAL;
-	}
-	if (cfg->coordinator && cfg->coordinator[0]) {
-		set_errmsg(errmsg_out, errmsg_len, "a log on a context does not take a coordinator "
-			   "yet: open it with tw_primary_open");
-		return -ENOTSUP;
-	}
-	return tw__primary_open_as(ctx, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+	return tw__primary_open_as(ctx, &pc, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
 			       errmsg_len);
 }
 
-static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+static int takeover(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 		    tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
 		    struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
@@ -1135,12 +1176,12 @@ static int takeover(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
 	return tw__primary_continue(ctx, cfg, inc, next, res, NULL, out, errmsg_out, errmsg_len);
 }
 
-int tw__primary_continue(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+int tw__primary_continue(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 			 uint64_t incarnation, uint64_t next, const struct tw_recover_result *res,
 			 struct tw_coord *coord, struct tw_primary **out, char *errmsg_out,
 			 size_t errmsg_len)
 {
-	struct tw_primary_config pc = *cfg;
+	struct tw__pcfg pc = *cfg;
 	char msg[96];
 	int rc;
 
@@ -1161,35 +1202,47 @@ int tw__primary_continue(struct tw_ctx *ctx, const struct tw_primary_config *cfg
 	return rc;
 }
 
-int tw_primary_takeover(const struct tw_primary_config *cfg, tw_recover_entry_fn on_entry,
+/* A log on a private context: tw_primary_open (take false) and tw_primary_takeover. */
+static int open_private(const struct tw_ctx_config *transport,
+			const struct tw_primary_config *config, bool take,
+			tw_recover_entry_fn on_entry, void *arg, struct tw_recover_result *res_out,
+			struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
+{
+	struct tw__pcfg pc, *cfg = &pc;
+	int rc = out && transport ? tw__pcfg_make(&pc, transport, config, errmsg_out, errmsg_len)
+				  : open_args_missing(errmsg_out, errmsg_len);
+
+	if (rc < 0)
+		return rc;
+	*out = NULL;
+	if (cfg->coordinator && cfg->coordinator[0])
+		return tw__pcoord_open(cfg, take, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	if (take)
+		return takeover(NULL, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return tw__primary_open_as(NULL, cfg, tw__new_incarnation(), 0, true, NULL, out, errmsg_out,
+				   errmsg_len);
+}
+
+int tw_primary_takeover(const struct tw_ctx_config *transport,
+			const struct tw_primary_config *config, tw_recover_entry_fn on_entry,
 			void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 			char *errmsg_out, size_t errmsg_len)
 {
-	if (!cfg || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	*out = NULL;
-	if (cfg->coordinator && cfg->coordinator[0])
-		return tw__pcoord_open(cfg, true, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
-	return takeover(NULL, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return open_private(transport, config, true, on_entry, arg, res_out, out, errmsg_out,
+			    errmsg_len);
 }
 
-int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+int tw_primary_takeover_on(struct tw_ctx *ctx, const struct tw_primary_config *config,
 			   tw_recover_entry_fn on_entry, void *arg,
 			   struct tw_recover_result *res_out, struct tw_primary **out,
 			   char *errmsg_out, size_t errmsg_len)
 {
-	int rc = open_check(ctx, cfg, out, "take a log over", errmsg_out, errmsg_len);
+	struct tw__pcfg pc;
+	int rc = open_check(ctx, config, out, "take a log over", &pc, errmsg_out, errmsg_len);
 
 	if (rc < 0)
 		return rc;
-	if (cfg->coordinator && cfg->coordinator[0]) {
-		set_errmsg(errmsg_out, errmsg_len, "a log on a context does not take a coordinator "
-			   "yet: take it over with tw_primary_takeover");
-		return -ENOTSUP;
-	}
-	return takeover(ctx, cfg, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
+	return takeover(ctx, &pc, on_entry, arg, res_out, out, errmsg_out, errmsg_len);
 }
 
 int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)

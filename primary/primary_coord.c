@@ -79,7 +79,7 @@ static unsigned count_zones(const struct tw_coord_backup *v, size_t n, bool *any
 	return z;
 }
 
-static const char *provider_of(const struct tw_primary_config *cfg)
+static const char *provider_of(const struct tw__pcfg *cfg)
 {
 	const char *prov = cfg->provider ? cfg->provider : getenv("FI_PROVIDER");
 
@@ -185,7 +185,7 @@ void tw__pcoord_refresh(struct tw_primary *p)
 
 /* The registrations of provider `prov`, in placement order, as parallel address and zone
  * arrays pointing into *v. 0, or -TW_ENOBACKUP / an error with errmsg set. */
-static int live_backups(struct tw_coord *c, const struct tw_primary_config *cfg, const char *prov,
+static int live_backups(struct tw_coord *c, const struct tw__pcfg *cfg, const char *prov,
 			struct tw_coord_backup **v, const char ***addrs, const char ***zones,
 			size_t *k_out, char *errmsg_out, size_t errmsg_len)
 {
@@ -246,7 +246,7 @@ enum pcoord_mode { PC_OPEN, PC_TAKEOVER, PC_STANDBY };
  * no record), then open as that owner after the recovered tail with the primary's candidates
  * in *pc; the primary keeps `c` on success.
  */
-static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config *pc,
+static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 			     const char *prov, uint64_t from_lsn, tw_recover_entry_fn on_entry,
 			     void *arg, struct tw_recover_result *res,
 			     struct tw_standby_result *st, struct tw_primary **out,
@@ -309,12 +309,12 @@ static int takeover_recorded(struct tw_coord *c, const struct tw_primary_config 
 	return rc;
 }
 
-static int pcoord_run(const struct tw_primary_config *cfg, enum pcoord_mode mode,
+static int pcoord_run(const struct tw__pcfg *cfg, enum pcoord_mode mode,
 		      const struct tw_standby_config *sc, tw_recover_entry_fn on_entry, void *arg,
 		      struct tw_recover_result *res_out, struct tw_standby_result *st,
 		      struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
-	struct tw_primary_config pc = *cfg;
+	struct tw__pcfg pc = *cfg;
 	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct tw_coord *c = NULL;
 	struct tw_coord_backup *v = NULL;
@@ -477,7 +477,7 @@ out:
 	return rc;
 }
 
-int tw__pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
+int tw__pcoord_open(const struct tw__pcfg *cfg, bool takeover, tw_recover_entry_fn on_entry,
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len)
 {
@@ -487,28 +487,39 @@ int tw__pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recov
 
 void tw_standby_config_init_sized(struct tw_standby_config *sc, size_t size)
 {
-	struct tw_standby_config d = { .size = (uint32_t)size };
+	static const struct tw_standby_config d; /* wait for ever, no callbacks, cold */
 
 	tw__cfg_init_copy(sc, size, &d, sizeof(d));
 }
 
-int tw_primary_standby(const struct tw_primary_config *cfg, const struct tw_standby_config *sc,
-		       struct tw_standby_result *st_out, struct tw_primary **out, char *errmsg_out,
-		       size_t errmsg_len)
+int tw_primary_standby(const struct tw_ctx_config *transport, const struct tw_primary_config *config,
+		       const struct tw_standby_config *sc, struct tw_standby_result *st_out,
+		       struct tw_primary **out, char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_standby_config s;
+	struct tw__pcfg pc, *cfg = &pc;
 	int rc;
 
 	if (st_out)
 		memset(st_out, 0, sizeof(*st_out));
-	tw_standby_config_init(&s);
-	if (sc && (rc = tw__cfg_adopt(&s, sizeof(s), sizeof(s), sc, "tw_standby_config", errmsg_out,
-				      errmsg_len)) < 0)
-		return rc;
-	if (!cfg || !out || !cfg->coordinator || !cfg->coordinator[0]) {
+	if (!transport || !config || !out) {
 		if (errmsg_out && errmsg_len)
-			snprintf(errmsg_out, errmsg_len, "%s", !cfg || !out ? "invalid argument" :
-				 "a standby needs cfg.coordinator (zk://HOST:PORT[/chroot])");
+			snprintf(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
+	}
+	if (sc && (rc = TW__CFG_TAKE(s, sc, tw_standby_config_init, "tw_standby_config",
+				     errmsg_out, errmsg_len)) < 0)
+		return rc;
+	if (!sc)
+		tw_standby_config_init(&s);
+	rc = tw__pcfg_make(&pc, transport, config, errmsg_out, errmsg_len);
+	if (rc < 0)
+		return rc;
+	if (!cfg->coordinator || !cfg->coordinator[0]) {
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len,
+				 "a standby needs a coordinator (transport.coordinator = "
+				 "zk://HOST:PORT[/chroot])");
 		return -EINVAL;
 	}
 	if (cfg->epoch > TW_EPOCH_MAX) {

@@ -260,8 +260,46 @@ enum pstate {
 	PSTATE_CLOSED,
 };
 
+/*
+ * What the engine runs a log with: the log's own settings (struct tw_primary_config) and its
+ * transport's (struct tw_ctx_config: a private context's, or the shared one's), taken from the
+ * caller's structs as far as they reach (the ABI rule) by tw__pcfg_make, in one struct that
+ * the open, the coordinator's paths and the engine pass around.
+ */
+struct tw__pcfg {
+	/* the log's (tw_primary_config) */
+	uint64_t log_id;
+	uint64_t epoch;
+	unsigned replicas;
+	size_t segment_size;
+	unsigned max_batch;
+	unsigned max_inflight;
+	enum tw_primary_mode mode;
+	unsigned open_retry_ms;
+	bool preopen;
+	uint64_t rerep_rate;
+	/* the transport's (tw_ctx_config) */
+	const char *const *backups;
+	size_t n_backups;
+	const char *const *zones;
+	const char *provider;
+	const char *key_file;
+	bool busy_poll;
+	uint64_t node_id;
+	unsigned op_timeout_ms;
+	unsigned rpc_timeout_ms;
+	unsigned connect_timeout_ms;
+	size_t arena_size;
+	const char *coordinator;
+};
+
+/* Take `transport` (NULL: the defaults, for a log on a shared context) and `cfg` into `pc`:
+ * 0, or -EINVAL / -ENOTSUP with errmsg (tw__cfg_adopt). */
+int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
+		  const struct tw_primary_config *cfg, char *errmsg, size_t errmsg_len);
+
 struct tw_primary {
-	struct tw_primary_config cfg; /* provider points to our copy; backups is NULL */
+	struct tw__pcfg cfg; /* provider points to our copy; backups is NULL */
 	struct tw_coord *coord;       /* cfg.coordinator: holds the owner node (primary_coord.c) */
 	char *prov_copy;
 	unsigned r;
@@ -475,18 +513,18 @@ struct tw__warm {
 	uint64_t entries;  /* delivered */
 	uint64_t pos;      /* position of the next entry (written by the thread; read after join) */
 };
-int tw__warm_start(struct tw__warm *w, const struct tw_primary_config *cfg,
+int tw__warm_start(struct tw__warm *w, const struct tw__pcfg *cfg,
 		   tw_recover_entry_fn on_entry, void *arg);
 uint64_t tw__warm_stop(struct tw__warm *w);
 
 /* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
  * context); coord kept by the primary (not closed on failure). */
-int tw__primary_open_as(struct tw_ctx *ctx, const struct tw_primary_config *cfg, uint64_t incarnation,
+int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t incarnation,
 		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len);
 /* primary.c: the end of a takeover: continue cfg's log as the owner `incarnation` the recovery
  * fenced in at res->epoch, from segment `next` (the first after everything the backups held). */
-int tw__primary_continue(struct tw_ctx *ctx, const struct tw_primary_config *cfg,
+int tw__primary_continue(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 			 uint64_t incarnation, uint64_t next, const struct tw_recover_result *res,
 			 struct tw_coord *coord, struct tw_primary **out, char *errmsg_out,
 			 size_t errmsg_len);
@@ -499,7 +537,7 @@ int tw__pcoord_note(struct tw_primary *p, unsigned bi);
  * handshake) the backups registered since, up to PCOORD_EXTRA of them. */
 #define PCOORD_EXTRA 16u
 void tw__pcoord_refresh(struct tw_primary *p);
-int tw__pcoord_open(const struct tw_primary_config *cfg, bool takeover, tw_recover_entry_fn on_entry,
+int tw__pcoord_open(const struct tw__pcfg *cfg, bool takeover, tw_recover_entry_fn on_entry,
 		void *arg, struct tw_recover_result *res_out, struct tw_primary **out,
 		char *errmsg_out, size_t errmsg_len);
 /* Whether backup `bi` may hold a replica of `seg`: its zone is not the zone of a live replica

@@ -72,7 +72,7 @@ static void *warm_main(void *arg)
 	return NULL;
 }
 
-int tw__warm_start(struct tw__warm *w, const struct tw_primary_config *cfg,
+int tw__warm_start(struct tw__warm *w, const struct tw__pcfg *cfg,
 		   tw_recover_entry_fn on_entry, void *arg)
 {
 	memset(w, 0, sizeof(*w));

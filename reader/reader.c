@@ -94,24 +94,17 @@ static int seterr(struct tw_reader *r, int err, const char *fmt, ...)
 	return err;
 }
 
-static void reader_config_defaults(struct tw_reader_config *cfg)
-{
-	/* The other fields zero (NULL provider and key_file: their defaults, tailwind/reader.h). */
-	*cfg = (struct tw_reader_config){
-		.from = TW_READ_OLDEST,
-		.connect_timeout_ms = 5000,
-		.rpc_timeout_ms = 5000,
-		.poll_ms = 1000,
-	};
-}
+/* The other fields zero (NULL provider and key_file: their defaults, tailwind/reader.h). */
+static const struct tw_reader_config reader_defaults = {
+	.from = TW_READ_OLDEST,
+	.connect_timeout_ms = 5000,
+	.rpc_timeout_ms = 5000,
+	.poll_ms = 1000,
+};
 
 void tw_reader_config_init_sized(struct tw_reader_config *cfg, size_t size)
 {
-	struct tw_reader_config d;
-
-	reader_config_defaults(&d);
-	d.size = (uint32_t)size;
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+	tw__cfg_init_copy(cfg, size, &reader_defaults, sizeof(reader_defaults));
 }
 
 /* ------------------------------------------------------------------ connections */
@@ -789,9 +782,10 @@ static int backups_from_coord(struct tw_reader *r, const struct tw_reader_config
 	return 0;
 }
 
-int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, char *errmsg_out,
-		   size_t errmsg_len)
+int tw_reader_open(const struct tw_reader_config *config, struct tw_reader **out,
+		   char *errmsg_out, size_t errmsg_len)
 {
+	struct tw_reader_config c, *cfg = &c;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev;
 	struct tw_reader *r;
@@ -800,9 +794,13 @@ int tw_reader_open(const struct tw_reader_config *cfg, struct tw_reader **out, c
 
 	if (errmsg_out && errmsg_len)
 		errmsg_out[0] = '\0';
-	if (!cfg || !out)
+	if (!config || !out)
 		return -EINVAL;
 	*out = NULL;
+	rc = TW__CFG_TAKE(c, config, tw_reader_config_init, "tw_reader_config", errmsg_out,
+			  errmsg_len);
+	if (rc < 0)
+		return rc;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;

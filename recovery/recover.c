@@ -18,19 +18,18 @@
 #include "proto/auth.h"
 #include "recovery/recover_int.h"
 
+static const struct tw_recover_config recover_defaults = {
+	.connect_timeout_ms = 5000,
+	.rpc_timeout_ms = 10000,
+	.op_timeout_ms = 10000,
+	.segs_per_backup = 2,
+	.chunk_size = 1u << 20,
+	.reads_per_seg = 4,
+};
+
 void tw_recover_config_init_sized(struct tw_recover_config *cfg, size_t size)
 {
-	struct tw_recover_config d = {
-		.size = (uint32_t)size,
-		.connect_timeout_ms = 5000,
-		.rpc_timeout_ms = 10000,
-		.op_timeout_ms = 10000,
-		.segs_per_backup = 2,
-		.chunk_size = 1u << 20,
-		.reads_per_seg = 4,
-	};
-
-	tw__cfg_init_copy(cfg, size, &d, sizeof(d));
+	tw__cfg_init_copy(cfg, size, &recover_defaults, sizeof(recover_defaults));
 }
 
 void tw__recover_config_link(struct tw_recover_config *cfg, const char *provider, bool busy_poll,
@@ -89,9 +88,8 @@ static int check_cfg(struct rctx *c)
 	int rc;
 
 	/* The caller's struct as far as it reaches (the ABI rule, tailwind/common.h). */
-	tw_recover_config_init(&c->cfg_own);
-	rc = tw__cfg_adopt(&c->cfg_own, sizeof(c->cfg_own), sizeof(c->cfg_own), c->cfg,
-			   "tw_recover_config", c->errmsg, c->errlen);
+	rc = TW__CFG_TAKE(c->cfg_own, c->cfg, tw_recover_config_init, "tw_recover_config",
+			  c->errmsg, c->errlen);
 	if (rc < 0)
 		return rc;
 	c->cfg = cfg = &c->cfg_own;

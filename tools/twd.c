@@ -608,7 +608,7 @@ static int start_backup(const struct tw_backup_config *cfg, struct tw_backup **o
 	status = check_pool(cfg->provider, cfg->buffers, cfg->max_buffers, cfg->buffer_size);
 	if (status)
 		return status;
-	rc = tw_backup_open(cfg, &b);
+	rc = tw_backup_open(cfg, &b, NULL, 0); /* the library logs the detail */
 	if (rc != 0) {
 		status = exit_code_for(rc);
 		if (status == EXIT_STORAGE && rc != -EBUSY && rc != -TW_ECORRUPT &&
@@ -622,7 +622,7 @@ static int start_backup(const struct tw_backup_config *cfg, struct tw_backup **o
 	}
 	status = probe_dir(cfg->dir);
 	if (status) {
-		tw_backup_close(b);
+		(void)tw_backup_close(b);
 		return status;
 	}
 	*out = b;
@@ -714,13 +714,15 @@ int main(int argc, char **argv)
 		/* Registered before the ready line: whoever waits for it finds the node. */
 		if (twd_coord_start(o.coord_url, o.zone, cfg->provider, b, why, sizeof(why)) < 0) {
 			fprintf(stderr, "twd: cannot register with the coordinator: %s\n", why);
-			tw_backup_close(b);
+			(void)tw_backup_close(b);
 			stop_signals(sigthr);
 			return EXIT_FAIL;
 		}
 	}
 	status = serve(cfg, b);
-	tw_backup_close(b);
+	/* Closed segments whose flush failed are lost with the pool (logged): not a clean exit. */
+	if (tw_backup_close(b) < 0 && status == EXIT_OK)
+		status = EXIT_FAIL; /* as a failed flush at shutdown (docs/operations.md) */
 	stop_signals(sigthr);
 	return status;
 }

@@ -791,6 +791,7 @@ static int add_fd(struct kv_server *s, int fd, uint64_t tag)
 static int start(struct kv_server *s, sigset_t *sigs)
 {
 	struct tw_backup_config bc;
+	char err[512];
 	int rc;
 
 	tw_backup_config_init(&bc);
@@ -800,9 +801,9 @@ static int start(struct kv_server *s, sigset_t *sigs)
 	bc.dir = s->cfg.dir;
 	bc.buffer_size = s->cfg.segment_size;
 	bc.buffers = s->cfg.backup_buffers;
-	rc = tw_backup_open(&bc, &s->backup);
+	rc = tw_backup_open(&bc, &s->backup, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "twkv: backup: %s\n", tw_strerror(rc));
+		fprintf(stderr, "twkv: backup: %s: %s\n", tw_strerror(rc), err);
 		return rc;
 	}
 	kv_role_self(s, KV_ROLE_SERVE);
@@ -810,7 +811,7 @@ static int start(struct kv_server *s, sigset_t *sigs)
 	rc = pthread_create(&s->backup_thread, NULL, backup_main, s);
 	if (rc) {
 		fprintf(stderr, "twkv: backup thread: %s\n", strerror(rc));
-		tw_backup_close(s->backup);
+		(void)tw_backup_close(s->backup);
 		s->backup = NULL;
 		return -rc;
 	}
@@ -917,7 +918,8 @@ static void stop(struct kv_server *s)
 		pthread_join(s->backup_thread, NULL);
 		/* As twd on SIGTERM: what the other servers' logs wrote here goes to disk. */
 		tw_backup_flush_all(s->backup);
-		tw_backup_close(s->backup);
+		if (tw_backup_close(s->backup) < 0)
+			fprintf(stderr, "twkv: backup: closed segments were not written (logged above)\n");
 	}
 }
 

@@ -89,13 +89,14 @@ TW_API void tw_backup_config_init_sized(struct tw_backup_config *cfg, size_t siz
  * allocate and register the pool's initial buffers, open the fabric, start listening and start
  * the flusher thread. `cfg` and its strings are borrowed for the call (copied). Returns 0 and
  * *out (owned by the caller, release with tw_backup_close()), or a negative code with a message
- * logged:
+ * logged and in errmsg_out (may be NULL, errmsg_len bytes):
  * -EINVAL (bad configuration), -ENOMEM / -EAGAIN (pool allocation or registration failed; on
  * verbs usually RLIMIT_MEMLOCK), -TW_ENOPROV, -EBUSY (another backup holds the directory's
  * lock), or an errno from the storage directory. Blocking (reads every segment file once);
  * any thread, which then owns the object.
  */
-TW_API int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out);
+TW_API int tw_backup_open(const struct tw_backup_config *cfg, struct tw_backup **out,
+			  char *errmsg_out, size_t errmsg_len);
 
 /* Address primaries connect to ("127.0.0.1:40123", "fi_shm://..."). Borrowed; valid until
  * tw_backup_close(). */
@@ -126,8 +127,10 @@ TW_API int tw_backup_flush_all(struct tw_backup *b);
 
 /* Stop the flusher (after finishing queued flushes), close every connection, deregister and
  * free the pool, free `b`. Unflushed open buffers are lost: call tw_backup_flush_all() first
- * when that matters. NULL is fine. */
-TW_API void tw_backup_close(struct tw_backup *b);
+ * when that matters. Returns 0, or -EIO when closed segments were still unflushed (their flush
+ * failed: the copies here are lost; logged with the count). `b` is freed either way. NULL is
+ * fine (0). */
+TW_API int tw_backup_close(struct tw_backup *b);
 
 /* Last failure's detail (never NULL; borrowed until the next call on `b`). */
 TW_API const char *tw_backup_errmsg(const struct tw_backup *b);

@@ -35,7 +35,7 @@ void tbackup_start(struct tbackup *t, const char *root, unsigned i, const char *
 	bc.max_buffers = buffers; /* a fixed pool: tests count on its size */
 	bc.buffer_size = buffer_size;
 	bc.unflushed_limit = unflushed_limit;
-	rc = tw_backup_open(&bc, &t->b);
+	rc = tw_backup_open(&bc, &t->b, NULL, 0);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	snprintf(t->addr, sizeof(t->addr), "%s", tw_backup_listen_addr(t->b));
 	TAP_REQUIRE(pthread_create(&t->th, NULL, backup_main, t) == 0, "pthread_create");

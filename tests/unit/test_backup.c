@@ -60,7 +60,7 @@ static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 	cfg.buffer_size = BUF;
 	cfg.unflushed_limit = limit;
 	cfg.node_id = 77;
-	rc = tw_backup_open(&cfg, &bk);
+	rc = tw_backup_open(&cfg, &bk, NULL, 0);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
 }

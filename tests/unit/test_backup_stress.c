@@ -133,7 +133,7 @@ static void start(void)
 	cfg.buffers = 5;
 	cfg.unflushed_limit = 3;
 	cfg.buffer_size = BUF;
-	rc = tw_backup_open(&cfg, &bk);
+	rc = tw_backup_open(&cfg, &bk, NULL, 0);
 	TAP_REQUIRE(rc == 0, "open: %s", tw_strerror(rc));
 }
 

@@ -47,7 +47,7 @@ static struct tw_backup *start(pthread_t *thr)
 	cfg.dir = dir;
 	cfg.buffers = 4;
 	cfg.buffer_size = BUF;
-	rc = tw_backup_open(&cfg, &b);
+	rc = tw_backup_open(&cfg, &b, NULL, 0);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(thr, NULL, run_main, b) == 0, "thread");
 	return b;

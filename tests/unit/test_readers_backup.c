@@ -284,7 +284,7 @@ int main(void)
 	cfg.buffers = 8;
 	cfg.max_buffers = 8;
 	cfg.buffer_size = BUF;
-	TAP_REQUIRE(tw_backup_open(&cfg, &bk) == 0, "backup open");
+	TAP_REQUIRE(tw_backup_open(&cfg, &bk, NULL, 0) == 0, "backup open");
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
 	TAP_REQUIRE(twc_connect(&w, "mem", tw_backup_listen_addr(bk)) == 0, "writer connect");
 	TAP_REQUIRE(twc_seg_init(&w, BUF) == 0, "seg init");
