@@ -500,14 +500,14 @@ int main(int argc, char **argv)
 	acked += n2;
 	{
 		bool mate_holds = false;
-		struct twc tc;
+		struct twc cli;
 		struct twc_info info[256];
 		int n;
 
-		memset(&tc, 0, sizeof(tc));
-		TAP_REQUIRE(twc_connect(&tc, prov, addr[mate]) == 0, "connect to the mate");
-		n = twc_list(&tc, log, true, info, 256);
-		twc_close(&tc);
+		memset(&cli, 0, sizeof(cli));
+		TAP_REQUIRE(twc_connect(&cli, prov, addr[mate]) == 0, "connect to the mate");
+		n = twc_list(&cli, log, true, info, 256);
+		twc_close(&cli);
 		for (int k = 0; k < n; k++)
 			mate_holds |= info[k].segment_id == kill_seg;
 		ok(mate_holds, "the spare for segment %u is twd %d, the registered backup of zone %s",
