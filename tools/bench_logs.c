@@ -90,6 +90,7 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 	uint32_t size = o->sizes[0];
 	struct blog *logs = calloc(n, sizeof(*logs));
 	double *rates = calloc(n, sizeof(*rates));
+	struct tw_ctx_config cc;
 	struct tw_ctx *ctx = NULL;
 	struct tw_ctx_stats cs;
 	char err[1024];
@@ -104,16 +105,15 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* The transport: of the shared context, or of every log's private one. */
+	tw_ctx_config_init(&cc);
+	cc.provider = o->provider;
+	cc.backups = addrs;
+	cc.n_backups = n_addrs;
+	cc.key_file = o->key_file ? o->key_file : "";
+	cc.busy_poll = o->busy_poll;
 	t_start = now_ns();
 	if (!o->logs_private) {
-		struct tw_ctx_config cc;
-
-		tw_ctx_config_init(&cc);
-		cc.provider = o->provider;
-		cc.backups = addrs;
-		cc.n_backups = n_addrs;
-		cc.key_file = o->key_file ? o->key_file : "";
-		cc.busy_poll = o->busy_poll;
 		rc = tw_ctx_open(&cc, &ctx, err, sizeof(err));
 		if (rc < 0) {
 			fprintf(stderr, "twbench: cannot open the context: %s: %s\n",
@@ -127,20 +127,15 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 		tw_primary_config_init(&cfg);
 		cfg.log_id = next_log_id();
 		cfg.epoch = 1;
-		cfg.backups = addrs;
-		cfg.n_backups = n_addrs;
 		cfg.replicas = r;
-		cfg.provider = o->provider;
-		cfg.key_file = o->key_file ? o->key_file : "";
 		cfg.segment_size = o->segment_size;
 		cfg.max_batch = o->batches[0];
 		cfg.max_inflight = o->inflights[0];
 		cfg.mode = TW_PRIMARY_ASYNC;
-		cfg.busy_poll = o->busy_poll;
 		cfg.preopen = o->preopen;
 		cfg.open_retry_ms = 30000;
 		rc = ctx ? tw_primary_open_on(ctx, &cfg, &logs[i].p, err, sizeof(err))
-			 : tw_primary_open(&cfg, &logs[i].p, err, sizeof(err));
+			 : tw_primary_open(&cc, &cfg, &logs[i].p, err, sizeof(err));
 		if (rc < 0) {
 			fprintf(stderr, "twbench: cannot open log %u of %u: %s: %s\n", i + 1, n,
 				tw_strerror(rc), err);

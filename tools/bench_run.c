@@ -135,6 +135,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 		       enum bmode mode, struct result *res, uint8_t *payload, struct run *run)
 {
 	const struct point *pt = &res->pt;
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	struct tw_primary_stats st;
@@ -143,27 +144,28 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 	uint64_t t0, t1;
 	int rc;
 
+	tw_ctx_config_init(&tc);
+	tc.backups = addrs;
+	tc.n_backups = n_addrs;
+	tc.provider = o->provider;
+	tc.key_file = o->key_file ? o->key_file : "";
+	tc.busy_poll = o->busy_poll;
+	tc.arena_size = o->arena_size;
 	tw_primary_config_init(&cfg);
 	cfg.log_id = next_log_id();
 	cfg.epoch = 1;
-	cfg.backups = addrs;
-	cfg.n_backups = n_addrs;
 	cfg.replicas = pt->r;
-	cfg.provider = o->provider;
-	cfg.key_file = o->key_file ? o->key_file : "";
 	cfg.segment_size = o->segment_size;
 	cfg.max_batch = pt->batch;
 	cfg.max_inflight = pt->inflight;
 	cfg.mode = o->async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
-	cfg.busy_poll = o->busy_poll;
 	cfg.preopen = o->preopen;
-	cfg.arena_size = o->arena_size;
 	cfg.open_retry_ms = 30000;
 	/* The baseline is the environment's switch (docs/api.md), read by the open: no other
 	 * thread of twbench runs while it is set. */
 	if (setenv("TW_DATA_PATH", mode == M_RPC ? "rpc" : "onesided", 1) != 0)
 		return -errno;
-	rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+	rc = tw_primary_open(&tc, &cfg, &p, errmsg, sizeof(errmsg));
 	if (rc < 0) {
 		fprintf(stderr, "twbench: cannot open the log: %s: %s\n", tw_strerror(rc), errmsg);
 		return rc;
@@ -242,7 +244,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 
 		cfg.log_id = next_log_id();
 		cfg.mode = TW_PRIMARY_SYNC;
-		rc = tw_primary_open(&cfg, &p, errmsg, sizeof(errmsg));
+		rc = tw_primary_open(&tc, &cfg, &p, errmsg, sizeof(errmsg));
 		if (rc < 0) {
 			fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n",
 				tw_strerror(rc), errmsg);

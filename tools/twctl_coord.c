@@ -426,6 +426,7 @@ void twctl_coord_standby_usage(FILE *f)
 int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
 			const char *key_file, int argc, char **argv)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_standby_result st;
 	struct tw_standby_config sc;
@@ -503,15 +504,16 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	 * the race inside libzookeeper_mt.) */
 	close_at_exit();
 
+	tw_ctx_config_init(&tc);
+	tc.coordinator = url;
+	tc.provider = provider;
+	tc.connect_timeout_ms = timeout_ms;
+	tc.key_file = key_file;
 	tw_primary_config_init(&cfg);
 	cfg.log_id = log_id;
-	cfg.coordinator = url;
-	cfg.provider = provider;
 	cfg.replicas = (unsigned)replicas;
 	if (seg)
 		cfg.segment_size = seg;
-	cfg.connect_timeout_ms = timeout_ms;
-	cfg.key_file = key_file;
 	/* The recovered entries are verified and counted (st.recovery.entries); twctl has no state to
 	 * rebuild from them. --warm: counted as the reader hands them over too (warm_entry). */
 	tw_standby_config_init(&sc);
@@ -522,7 +524,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	wv.log_id = log_id;
 	sc.on_entry = warm ? warm_entry : NULL;
 	sc.entry_arg = warm ? &wv : NULL;
-	rc = tw_primary_standby(&cfg, &sc, &st, &p, err, sizeof(err));
+	rc = tw_primary_standby(&tc, &cfg, &sc, &st, &p, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
 			err);

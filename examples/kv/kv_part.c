@@ -21,23 +21,24 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The log of partition `part`, replicated to the backups of the other servers. */
-static void primary_config(const struct kv_server *s, unsigned part,
+/* The log of partition `part` (cfg), replicated to the backups of the other servers (tc). */
+static void primary_config(const struct kv_server *s, unsigned part, struct tw_ctx_config *tc,
 			   struct tw_primary_config *cfg)
 {
+	tw_ctx_config_init(tc);
+	tc->backups = s->peers;
+	tc->n_backups = s->npeers;
+	tc->provider = s->provider;
+	if (s->map.coordinator[0]) {
+		tc->coordinator = s->map.coordinator;
+		/* Also the ZooKeeper session timeout: how soon a standby sees us gone. */
+		tc->connect_timeout_ms = s->cfg.session_ms;
+	}
 	tw_primary_config_init(cfg);
 	cfg->log_id = s->map.log_base + part;
-	cfg->backups = s->peers;
-	cfg->n_backups = s->npeers;
 	cfg->replicas = s->map.replicas;
-	cfg->provider = s->provider;
 	cfg->segment_size = s->cfg.segment_size;
 	cfg->mode = TW_PRIMARY_ASYNC;
-	if (s->map.coordinator[0]) {
-		cfg->coordinator = s->map.coordinator;
-		/* Also the ZooKeeper session timeout: how soon a standby sees us gone. */
-		cfg->connect_timeout_ms = s->cfg.session_ms;
-	}
 }
 
 /*
@@ -178,6 +179,7 @@ static void *acquire_main(void *arg)
 	struct tw_standby_config sc;
 	struct tw_standby_result st;
 	struct tw_recover_result res;
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct rebuild rb;
 	struct tw_primary *p = NULL;
@@ -190,7 +192,7 @@ static void *acquire_main(void *arg)
 	memset(&rb, 0, sizeof(rb));
 	memset(&st, 0, sizeof(st));
 	memset(&res, 0, sizeof(res));
-	primary_config(s, job.part, &cfg);
+	primary_config(s, job.part, &tc, &cfg);
 	tw_standby_config_init(&sc);
 	sc.wait_ms = 1000; /* to notice a shutdown */
 	sc.on_entry = on_entry;
@@ -207,16 +209,17 @@ static void *acquire_main(void *arg)
 			break;
 		t0 = now_ns();
 		if (job.mode == ACQ_STANDBY) {
-			rc = tw_primary_standby(&cfg, &sc, &st, &p, a->err, sizeof(a->err));
+			rc = tw_primary_standby(&tc, &cfg, &sc, &st, &p, a->err, sizeof(a->err));
 			res = st.recovery;
 		} else {
-			rc = job.mode == ACQ_OPEN ? tw_primary_open(&cfg, &p, a->err, sizeof(a->err))
-						  : -TW_EEXIST;
+			rc = -TW_EEXIST;
+			if (job.mode == ACQ_OPEN)
+				rc = tw_primary_open(&tc, &cfg, &p, a->err, sizeof(a->err));
 			/* The log exists: a restart, or a static failover. Take it over. */
 			if (rc == -TW_EEXIST) {
 				a->took_over = true;
-				rc = tw_primary_takeover(&cfg, on_entry, &rb, &res, &p, a->err,
-							 sizeof(a->err));
+				rc = tw_primary_takeover(&tc, &cfg, on_entry, &rb, &res, &p,
+							 a->err, sizeof(a->err));
 			}
 		}
 		/* A server started from a map file may come up before the backups of its peers:

@@ -144,6 +144,7 @@ struct result {
 
 static void run(unsigned nreaders, bool one_sided, uint64_t log_id, struct result *res)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct rth th[MAXR];
@@ -156,13 +157,14 @@ static void run(unsigned nreaders, bool one_sided, uint64_t log_id, struct resul
 	memset(res, 0, sizeof(*res));
 	res->readers = nreaders;
 	res->one_sided = one_sided;
+	tw_ctx_config_init(&tc);
+	tc.provider = prov;
+	tc.backups = cl.addrs;
+	tc.n_backups = cl.n;
 	tw_primary_config_init(&cfg);
-	cfg.provider = prov;
 	cfg.log_id = log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = cl.n;
 	cfg.replicas = cl.n;
-	res->err = tw_primary_open(&cfg, &p, err, sizeof(err));
+	res->err = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	if (res->err) {
 		fprintf(stderr, "bench_readers: open: %s\n", err);
 		return;

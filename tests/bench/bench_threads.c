@@ -84,6 +84,7 @@ static void *worker_main(void *arg)
  * the whole run (flush included), or a negative number on failure. */
 static double run_one(const char *const *addrs, uint64_t log_id, bool async, unsigned t)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct worker w[MAXT];
@@ -91,10 +92,10 @@ static double run_one(const char *const *addrs, uint64_t log_id, bool async, uns
 	char err[1024];
 	int rc;
 
-	tlog_primary_config(&cfg, prov, addrs, NB, log_id);
+	tlog_primary_config(&tc, &cfg, prov, addrs, NB, log_id);
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.preopen = true;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "bench_threads: primary open: %s: %s\n", tw_strerror(rc), err);
 		return -1;

@@ -191,13 +191,14 @@ static int append_n(struct tw_primary *p, uint64_t from, uint64_t n)
 	return 0;
 }
 
-static void pcfg(struct tw_primary_config *cfg, uint64_t log)
+static void pcfg(struct tw_ctx_config *tc, struct tw_primary_config *cfg, uint64_t log)
 {
+	tw_ctx_config_init(tc);
+	tc->coordinator = zk.url; /* no backups: the registrations */
+	tc->provider = prov;
 	tw_primary_config_init(cfg);
 	cfg->log_id = log;
-	cfg->coordinator = zk.url; /* no backups: the registrations */
 	cfg->replicas = 3;
-	cfg->provider = prov;
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 1000;
 }
@@ -230,13 +231,14 @@ static int count_entry(void *arg, const struct tw_recovered_entry *e)
 static void *race_main(void *arg)
 {
 	struct racer *r = arg;
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_recover_result res;
 
 	memset(&res, 0, sizeof(res));
-	pcfg(&cfg, r->log);
+	pcfg(&tc, &cfg, r->log);
 	pthread_barrier_wait(r->bar);
-	r->rc = tw_primary_takeover(&cfg, count_entry, r, &res, &r->p, r->err, sizeof(r->err));
+	r->rc = tw_primary_takeover(&tc, &cfg, count_entry, r, &res, &r->p, r->err, sizeof(r->err));
 	r->epoch = r->p ? tw_primary_epoch(r->p) : res.epoch;
 	return NULL;
 }
@@ -431,6 +433,7 @@ static void bad_urls(void)
 
 int main(int argc, char **argv)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL, *p2 = NULL;
 	struct tw_coord *c;
@@ -453,8 +456,8 @@ int main(int argc, char **argv)
 	check_twctl_ls();
 
 	/* A primary from the coordinator alone. */
-	pcfg(&cfg, log);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	pcfg(&tc, &cfg, log);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "primary open through the coordinator: %s: %s", tw_strerror(rc), err);
 	is_int(tw_primary_epoch(p), 1, "a new log gets epoch 1 from the coordinator");
 	{
@@ -465,7 +468,7 @@ int main(int argc, char **argv)
 		ok(tw__coord_log_info(c, log, &e, owner, sizeof(owner)) == 0 && e == 1 &&
 		   strstr(owner, want), "the coordinator holds epoch 1 and our owner node (%s)", owner);
 	}
-	rc = tw_primary_open(&cfg, &p2, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p2, err, sizeof(err));
 	ok(rc == -TW_EEXIST && !p2 && strstr(err, "owned by another primary"),
 	   "a second open of the owned log: -TW_EEXIST (%s: %s)", tw_strerror(rc), err);
 	is_int(append_n(p, 0, n1), 0, "%" PRIu64 " appends through backups found in the registry",
@@ -497,14 +500,14 @@ int main(int argc, char **argv)
 	acked += n2;
 	{
 		bool mate_holds = false;
-		struct twc tc;
+		struct twc cli;
 		struct twc_info info[256];
 		int n;
 
-		memset(&tc, 0, sizeof(tc));
-		TAP_REQUIRE(twc_connect(&tc, prov, addr[mate]) == 0, "connect to the mate");
-		n = twc_list(&tc, log, true, info, 256);
-		twc_close(&tc);
+		memset(&cli, 0, sizeof(cli));
+		TAP_REQUIRE(twc_connect(&cli, prov, addr[mate]) == 0, "connect to the mate");
+		n = twc_list(&cli, log, true, info, 256);
+		twc_close(&cli);
 		for (int k = 0; k < n; k++)
 			mate_holds |= info[k].segment_id == kill_seg;
 		ok(mate_holds, "the spare for segment %u is twd %d, the registered backup of zone %s",

@@ -49,6 +49,7 @@ static void on_usr2(int sig)
 
 int main(int argc, char **argv)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	uint8_t obj[RT_OBJ];
@@ -60,18 +61,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...\n");
 		return 2;
 	}
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
-	cfg.provider = argv[1];
+	tc.provider = argv[1];
 	cfg.log_id = strtoull(argv[2], NULL, 0);
 	cfg.segment_size = strtoull(argv[3], NULL, 0);
 	count = strtoull(argv[4], NULL, 0);
-	cfg.backups = (const char *const *)&argv[5];
-	cfg.n_backups = (size_t)(argc - 5);
-	cfg.replicas = (unsigned)cfg.n_backups;
+	tc.backups = (const char *const *)&argv[5];
+	tc.n_backups = (size_t)(argc - 5);
+	cfg.replicas = (unsigned)tc.n_backups;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	if (getenv("CRASH_EPOCH"))
 		cfg.epoch = strtoull(getenv("CRASH_EPOCH"), NULL, 0);
-	p = say_opened(&cfg, "crash_primary");
+	p = say_opened(&tc, &cfg, "crash_primary");
 	for (uint64_t seq = 0; seq < count && !failed; seq++) {
 		rt_fill(obj, seq);
 		rc = tw_primary_append_async(p, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq, NULL);

@@ -71,6 +71,7 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 
 int main(int argc, char **argv)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	uint8_t obj[RT_OBJ];
 	uint64_t count;
@@ -81,20 +82,21 @@ int main(int argc, char **argv)
 			"OP_TIMEOUT_MS ADDR...\n");
 		return 2;
 	}
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
-	cfg.provider = argv[1];
+	tc.provider = argv[1];
 	cfg.log_id = strtoull(argv[2], NULL, 0);
 	cfg.segment_size = strtoull(argv[3], NULL, 0);
 	cfg.replicas = (unsigned)strtoul(argv[4], NULL, 0);
 	count = strtoull(argv[5], NULL, 0);
-	cfg.op_timeout_ms = (unsigned)strtoul(argv[6], NULL, 0);
-	cfg.rpc_timeout_ms = cfg.op_timeout_ms;
-	cfg.backups = (const char *const *)&argv[7];
-	cfg.n_backups = (size_t)(argc - 7);
+	tc.op_timeout_ms = (unsigned)strtoul(argv[6], NULL, 0);
+	tc.rpc_timeout_ms = tc.op_timeout_ms;
+	tc.backups = (const char *const *)&argv[7];
+	tc.n_backups = (size_t)(argc - 7);
 	cfg.mode = getenv("FAILOVER_SYNC") ? TW_PRIMARY_SYNC : TW_PRIMARY_ASYNC;
 	if (getenv("FAILOVER_EPOCH"))
 		cfg.epoch = strtoull(getenv("FAILOVER_EPOCH"), NULL, 0);
-	prim = say_opened(&cfg, "failover_primary");
+	prim = say_opened(&tc, &cfg, "failover_primary");
 	for (uint64_t seq = 0; seq < count && !failed; seq++) {
 		rt_fill(obj, seq);
 		if (cfg.mode == TW_PRIMARY_SYNC) {

@@ -90,6 +90,7 @@ static int on_entry(void *arg, const struct tw_recovered_entry *e)
 
 int main(int argc, char **argv)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_recover_result res;
 	struct tw_primary *p = NULL;
@@ -108,15 +109,16 @@ int main(int argc, char **argv)
 	sigaddset(&usr1, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &usr1, NULL); /* before any thread starts */
 	signal(SIGUSR2, on_usr2);
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
-	cfg.provider = argv[1];
+	tc.provider = argv[1];
 	cfg.log_id = strtoull(argv[2], NULL, 0);
 	mode = argv[3];
 	tag = strtoull(argv[4], NULL, 0);
 	count = strtoull(argv[5], NULL, 0);
-	cfg.backups = (const char *const *)&argv[6];
-	cfg.n_backups = (size_t)(argc - 6);
-	cfg.replicas = cfg.n_backups < 3 ? (unsigned)cfg.n_backups : 3;
+	tc.backups = (const char *const *)&argv[6];
+	tc.n_backups = (size_t)(argc - 6);
+	cfg.replicas = tc.n_backups < 3 ? (unsigned)tc.n_backups : 3;
 	cfg.segment_size = getenv("OWNER_SEGSIZE") ? strtoull(getenv("OWNER_SEGSIZE"), NULL, 0)
 						   : 64u << 10;
 	cfg.mode = TW_PRIMARY_ASYNC;
@@ -124,11 +126,11 @@ int main(int argc, char **argv)
 		cfg.epoch = strtoull(getenv("OWNER_EPOCH"), NULL, 0);
 	memset(&res, 0, sizeof(res));
 	if (strcmp(mode, "open") == 0 || strcmp(mode, "hold") == 0) {
-		rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+		rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 		if (rc)
 			return fail("open", rc, err);
 	} else {
-		rc = tw_primary_takeover(&cfg, on_entry, NULL, &res, &p, err, sizeof(err));
+		rc = tw_primary_takeover(&tc, &cfg, on_entry, NULL, &res, &p, err, sizeof(err));
 		if (rc)
 			return fail("takeover", rc, err);
 		if (bad_order)

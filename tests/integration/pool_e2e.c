@@ -103,12 +103,13 @@ int main(int argc, char **argv)
 	rt_start_with(&cl, NULL, prov, NB, NULL, NULL, NULL); /* twd's default pool */
 
 	for (unsigned l = 0; l < logs; l++) {
+		struct tw_ctx_config tc;
 		struct tw_primary_config cfg;
 
-		tlog_primary_config(&cfg, prov, cl.addrs, NB, log_base + l);
+		tlog_primary_config(&tc, &cfg, prov, cl.addrs, NB, log_base + l);
 		cfg.mode = TW_PRIMARY_ASYNC;
 		cfg.preopen = true; /* two replicas open per log on every backup */
-		rc = tw_primary_open(&cfg, &p[l], err, sizeof(err));
+		rc = tw_primary_open(&tc, &cfg, &p[l], err, sizeof(err));
 		if (rc) {
 			tap_diag("primary %u: %s: %s", l, tw_strerror(rc), err);
 			p[l] = NULL;

@@ -90,6 +90,7 @@ int main(int argc, char **argv)
 	for (unsigned round = 0; round < rounds; round++) {
 		uint64_t log_id = 0x6000 + round, target = rnd() % MAX_ACKS, acked;
 		struct tw_reader_config rcfg;
+		struct tw_ctx_config tc;
 		struct tw_primary_config pcfg;
 		struct tw_recover_result res;
 		struct tw_primary *p2 = NULL;
@@ -122,11 +123,13 @@ int main(int argc, char **argv)
 		   " acks: the reader returned objects 0..%" PRIu64 " in order, none unacknowledged"
 		   " %s", round, acked, d.next, d.why);
 
+		tlog_transport(&tc, prov, cl.addrs, 3);
 		tw_primary_config_init(&pcfg);
-		TLOG_CONFIG_LOG(&pcfg, prov, cl.addrs, 3, log_id);
+		pcfg.log_id = log_id;
 		pcfg.segment_size = 65536;
 		memset(&chk, 0, sizeof(chk));
-		rc = tw_primary_takeover(&pcfg, rt_check_cb, &chk, &res, &p2, err, sizeof(err));
+		rc = tw_primary_takeover(&tc, &pcfg, rt_check_cb, &chk, &res, &p2, err,
+					 sizeof(err));
 		ok(rc == 0 && chk.bad == 0 && chk.next >= acked && chk.next >= read_at_kill,
 		   "round %u: the takeover recovered %" PRIu64 " objects: every acknowledged one (%"
 		   PRIu64 ") and every one the reader returned (%" PRIu64 ") %s%s", round, chk.next,

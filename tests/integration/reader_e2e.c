@@ -95,20 +95,22 @@ static void *writer_main(void *arg)
 
 static struct tw_primary *open_log(uint64_t log_id, unsigned replicas)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char err[512];
 	int rc;
 
+	tw_ctx_config_init(&tc);
+	tc.provider = prov;
+	tc.backups = cl.addrs;
+	tc.n_backups = cl.n;
 	tw_primary_config_init(&cfg);
-	cfg.provider = prov;
 	cfg.log_id = log_id;
-	cfg.backups = cl.addrs;
-	cfg.n_backups = cl.n;
 	cfg.replicas = replicas;
 	cfg.segment_size = seg_size;
 	cfg.mode = TW_PRIMARY_ASYNC;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open log %" PRIx64 ": %s", log_id, err);
 	return p;
 }

@@ -26,6 +26,7 @@ int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
 	struct rt_cluster cl;
+	struct tw_ctx_config tc;
 	struct tw_primary_config pc;
 	struct tw_primary *p;
 	struct tw_recover_config rc_cfg;
@@ -39,12 +40,13 @@ int main(int argc, char **argv)
 
 	tap_plan(5);
 	rt_start(&cl, prov, 3, "64K", "16");
+	tlog_transport(&tc, prov, cl.addrs, 3);
+	tc.op_timeout_ms = 5000;
+	tc.rpc_timeout_ms = 5000;
 	tw_primary_config_init(&pc);
-	TLOG_CONFIG_LOG(&pc, prov, cl.addrs, 3, LOG);
+	pc.log_id = LOG;
 	pc.segment_size = 65536;
-	pc.op_timeout_ms = 5000;
-	pc.rpc_timeout_ms = 5000;
-	rc = tw_primary_open(&pc, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &pc, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "tw_primary_open: %s: %s", tw_strerror(rc), err);
 	for (uint64_t i = 0; i < N; i++) {
 		rt_fill(obj, i);

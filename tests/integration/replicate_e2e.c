@@ -121,6 +121,7 @@ int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
 	struct rt_cluster cl;
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	struct tw_primary_stats st;
@@ -138,14 +139,14 @@ int main(int argc, char **argv)
 		 OBJ, SEG, san ? " (sanitizer: fewer objects)" : "");
 	rt_start(&cl, prov, NB, "256K", "16");
 
-	tlog_primary_config(&cfg, prov, cl.addrs, NB, log_id);
+	tlog_primary_config(&tc, &cfg, prov, cl.addrs, NB, log_id);
 	cfg.segment_size = SEG;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_batch = 64;
 	cfg.max_inflight = 4;
 	cfg.open_retry_ms = 20000; /* the backups' flushers must keep up with 16 buffers */
 	cfg.preopen = true;        /* the next segment's opens overlap the current one's writes */
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "primary open over %s (%s)", prov, rc ? err : "ok");
 	if (rc)
 		goto stop;

@@ -460,6 +460,7 @@ static void spare_from_registry(void)
 	static const char *zones[4] = { "A", "B", "C", "B" };
 	char url[160], a[4][160];
 	struct proc *t[4];
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char err[1024];
@@ -469,16 +470,17 @@ static void spare_from_registry(void)
 	snprintf(url, sizeof(url), "zk://%s/tw-spare", zk.hosts);
 	for (int i = 0; i < 3; i++)
 		t[i] = twd_in(url, zones[i], i, a[i], sizeof(a[i]));
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
 	cfg.log_id = 0x5c00000000000000ull | (uint64_t)getpid();
-	cfg.coordinator = url;
-	cfg.provider = prov;
+	tc.coordinator = url;
+	tc.provider = prov;
 	cfg.replicas = 3;
 	cfg.segment_size = 64u << 10;
 	cfg.open_retry_ms = 1000;
 	/* Async: the record (rollovers) and the spare choice run on the progress thread. */
 	cfg.mode = TW_PRIMARY_ASYNC;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open on the 3 registered backups: %s: %s", tw_strerror(rc), err);
 	is_int(append_n(p, 0, 1200), 0, "1200 appends (two rollovers) on the 3 backups registered "
 	       "at the open");
@@ -527,6 +529,7 @@ static void bounded_wait(void)
 	uint64_t log = 0x5d00000000b0a0ull;
 	struct proc *owner = standby(log, "5", true);
 	struct tw_standby_config sc;
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char line[512], err[512] = "";
@@ -535,15 +538,16 @@ static void bounded_wait(void)
 	TAP_REQUIRE(rc >= 0, "the owner did not take the log: %s", strerror(-rc));
 	tw_standby_config_init(&sc);
 	sc.wait_ms = 300;
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
 	cfg.log_id = log;
-	cfg.coordinator = zk.url;
-	cfg.provider = prov;
+	tc.coordinator = zk.url;
+	tc.provider = prov;
 	cfg.segment_size = 64u << 10;
-	cfg.connect_timeout_ms = 2000;
+	tc.connect_timeout_ms = 2000;
 	tw_diag_set_sink(count_errors, NULL);
 	for (int round = 0; round < 2; round++) {
-		rc = tw_primary_standby(&cfg, &sc, NULL, &p, err, sizeof(err));
+		rc = tw_primary_standby(&tc, &cfg, &sc, NULL, &p, err, sizeof(err));
 		is_int(rc, -ETIMEDOUT, "round %d of a bounded standby: -ETIMEDOUT (%s)", round, err);
 	}
 	tw_diag_set_sink(NULL, NULL);
@@ -582,6 +586,7 @@ static int warm_entry(void *arg, const struct tw_recovered_entry *e)
 }
 
 struct warm_run {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_standby_config sc;
 	struct tw_standby_result st;
@@ -597,7 +602,7 @@ static void *warm_main(void *arg)
 
 	r->sc.on_entry = warm_entry;
 	r->sc.entry_arg = r->svc;
-	r->rc = tw_primary_standby(&r->cfg, &r->sc, &r->st, &r->p, r->err, sizeof(r->err));
+	r->rc = tw_primary_standby(&r->tc, &r->cfg, &r->sc, &r->st, &r->p, r->err, sizeof(r->err));
 	return NULL;
 }
 
@@ -620,10 +625,11 @@ static bool warm_once(int run, double *ms)
 	acked = wait_acked(a, 200);
 	TAP_REQUIRE(acked >= 200, "the primary took the log and appended (%" PRIu64 ")", acked);
 	memset(&r, 0, sizeof(r));
+	tw_ctx_config_init(&r.tc);
+	r.tc.coordinator = zk.url;
+	r.tc.provider = prov;
 	tw_primary_config_init(&r.cfg);
 	r.cfg.log_id = log;
-	r.cfg.coordinator = zk.url;
-	r.cfg.provider = prov;
 	r.cfg.segment_size = 64u << 10;
 	tw_standby_config_init(&r.sc);
 	r.sc.warm = true;

@@ -230,6 +230,7 @@ static void kill_node(struct node *n, uint64_t *kill_rt)
 /* The log: N entries appended by this process (asynchronously), the owner kept. */
 static struct tw_primary *build(uint64_t log, uint64_t n)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	uint8_t e[ESZ];
@@ -237,13 +238,14 @@ static struct tw_primary *build(uint64_t log, uint64_t n)
 	char err[1024];
 	int rc;
 
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
 	cfg.log_id = log;
-	cfg.coordinator = zk.url;
-	cfg.provider = prov;
+	tc.coordinator = zk.url;
+	tc.provider = prov;
 	cfg.replicas = 3;
 	cfg.mode = TW_PRIMARY_ASYNC;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open the log: %s: %s", tw_strerror(rc), err);
 	for (uint64_t i = 0; i < n; i++) {
 		fill(e, i);

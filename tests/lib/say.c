@@ -42,11 +42,12 @@ void sayf(const char *fmt, ...)
 	say(line, (size_t)n);
 }
 
-struct tw_primary *say_opened(const struct tw_primary_config *cfg, const char *prog)
+struct tw_primary *say_opened(const struct tw_ctx_config *tc, const struct tw_primary_config *cfg,
+			      const char *prog)
 {
 	struct tw_primary *p;
 	char err[1024];
-	int rc = tw_primary_open(cfg, &p, err, sizeof(err));
+	int rc = tw_primary_open(tc, cfg, &p, err, sizeof(err));
 
 	if (rc) {
 		fprintf(stderr, "%s: open: %s: %s\n", prog, tw_strerror(rc), err);

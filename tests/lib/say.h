@@ -10,6 +10,7 @@
 
 #include "tap.h"
 
+struct tw_ctx_config;
 struct tw_primary;
 struct tw_primary_config;
 
@@ -20,8 +21,9 @@ void say(const char *s, size_t n);
  * keeps its newline). Safe from any thread. */
 void sayf(const char *fmt, ...) TAP_PRINTF(1, 2);
 
-/* tw_primary_open(cfg), then the line "ready"; when it fails, "<prog>: open: <error>" on stderr
- * and exit(1). */
-struct tw_primary *say_opened(const struct tw_primary_config *cfg, const char *prog);
+/* tw_primary_open(tc, cfg), then the line "ready"; when it fails, "<prog>: open: <error>" on
+ * stderr and exit(1). */
+struct tw_primary *say_opened(const struct tw_ctx_config *tc, const struct tw_primary_config *cfg,
+			      const char *prog);
 
 #endif

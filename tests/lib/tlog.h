@@ -1,10 +1,13 @@
 /*
- * tests/lib/tlog.h — a test's log: the configuration of its primary and of its recovery, and a
- * record of the acknowledgements of its asynchronous appends. Header-only (the benches use it).
+ * tests/lib/tlog.h — a test's log: the configuration of its primary (transport and log) and of
+ * its recovery, and a record of the acknowledgements of its asynchronous appends. Header-only
+ * (the benches use it).
  *
+ *   struct tw_ctx_config tc;
  *   struct tw_primary_config cfg;
  *   struct tlog_acks a = { 0 };
- *   tlog_primary_config(&cfg, "mem", addrs, 4, 0x42);  // then the test's own fields
+ *   tlog_primary_config(&tc, &cfg, "mem", addrs, 4, 0x42);  // then the test's own fields
+ *   p = tlog_open(&tc, &cfg, "what");
  *   tw_primary_append_async(p, buf, len, tlog_ack_cb, &a, NULL);
  *   ... is_int(a.errors, 0, ...); is_int(a.out_of_order, 0, ...);
  */
@@ -16,12 +19,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <tailwind/context.h>
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
 #include "tap.h"
 
-/* The log's fields, which a primary's and a recovery's configuration name alike: log_id on
+/* The log's fields, which a recovery's and a reader's configuration name alike: log_id on
  * backups[0..n) over provider. */
 #define TLOG_CONFIG_LOG(cfg, provider_, backups_, n_, log_id_) \
 	do {                                                   \
@@ -31,21 +35,36 @@
 		(cfg)->log_id = (log_id_);                     \
 	} while (0)
 
-/* tw_primary_config_init (3 replicas, default segment size), then log_id at epoch 1 on
- * backups[0..n) over provider. */
-static inline void tlog_primary_config(struct tw_primary_config *cfg, const char *provider,
-				       const char *const *backups, size_t n, uint64_t log_id)
+/* A primary's transport: tw_ctx_config_init (default timeouts), then backups[0..n) over
+ * provider. */
+static inline void tlog_transport(struct tw_ctx_config *tc, const char *provider,
+				  const char *const *backups, size_t n)
 {
+	tw_ctx_config_init(tc);
+	tc->provider = provider;
+	tc->backups = backups;
+	tc->n_backups = n;
+}
+
+/* tlog_transport(tc, ...), then tw_primary_config_init (3 replicas, default segment size) and
+ * log_id at epoch 1. */
+static inline void tlog_primary_config(struct tw_ctx_config *tc, struct tw_primary_config *cfg,
+				       const char *provider, const char *const *backups, size_t n,
+				       uint64_t log_id)
+{
+	tlog_transport(tc, provider, backups, n);
 	tw_primary_config_init(cfg);
-	TLOG_CONFIG_LOG(cfg, provider, backups, n, log_id);
+	cfg->log_id = log_id;
 	cfg->epoch = 1;
 }
 
-/* tw_primary_open(cfg), a TAP test of its own ("<what>: open", what from the printf format):
+/* tw_primary_open(tc, cfg), a TAP test of its own ("<what>: open", what from the printf format):
  * the log, or NULL when it did not open. */
-static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, const char *fmt,
-					   ...) TAP_PRINTF(2, 3);
-static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, const char *fmt,
+static inline struct tw_primary *tlog_open(const struct tw_ctx_config *tc,
+					   const struct tw_primary_config *cfg, const char *fmt,
+					   ...) TAP_PRINTF(3, 4);
+static inline struct tw_primary *tlog_open(const struct tw_ctx_config *tc,
+					   const struct tw_primary_config *cfg, const char *fmt,
 					   ...)
 {
 	struct tw_primary *p = NULL;
@@ -56,7 +75,7 @@ static inline struct tw_primary *tlog_open(const struct tw_primary_config *cfg, 
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	rc = tw_primary_open(cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(tc, cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "%s: open (%s)", what, rc ? err : "ok");
 	return rc ? NULL : p;
 }

@@ -349,16 +349,17 @@ static void test_pool_growth(void)
 	   "the refusal names the limit and the flag: %s", tw__rpc_client_errmsg(c.rpc));
 	{
 		/* A primary refused by its only backup: -TW_ENOBACKUP quotes the backup's reason. */
+		struct tw_ctx_config tc;
 		struct tw_primary_config pc;
 		struct tw_primary *p = NULL;
 		const char *addr = tw_backup_listen_addr(bk);
 		char err[1024];
 
-		tlog_primary_config(&pc, prov, &addr, 1, 52);
+		tlog_primary_config(&tc, &pc, prov, &addr, 1, 52);
 		pc.replicas = 1;
 		pc.segment_size = BUF;
 		pc.open_retry_ms = 50;
-		rc = tw_primary_open(&pc, &p, err, sizeof(err));
+		rc = tw_primary_open(&tc, &pc, &p, err, sizeof(err));
 		is_int(rc, -TW_ENOBACKUP, "a primary's open at the cap: -TW_ENOBACKUP");
 		ok(rc && strstr(err, "--max-buffers 5"), "its message carries the backup's: %s",
 		   rc ? err : "");

@@ -197,18 +197,20 @@ static void static_phase2(void)
 
 static void standby_refusals(void)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_standby_result st;
 	struct tw_primary *p = NULL;
 	char err[512] = "";
 
+	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
 	cfg.log_id = 1;
-	is_int(tw_primary_standby(&cfg, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	is_int(tw_primary_standby(&tc, &cfg, NULL, &st, &p, err, sizeof(err)), -EINVAL,
 	       "standby without a coordinator: -EINVAL");
-	ok(strstr(err, "needs cfg.coordinator") != NULL, "... saying so (%s)", err);
-	cfg.coordinator = "static:127.0.0.1:1";
-	is_int(tw_primary_standby(&cfg, NULL, &st, &p, err, sizeof(err)), -EINVAL,
+	ok(strstr(err, "needs a coordinator") != NULL, "... saying so (%s)", err);
+	tc.coordinator = "static:127.0.0.1:1";
+	is_int(tw_primary_standby(&tc, &cfg, NULL, &st, &p, err, sizeof(err)), -EINVAL,
 	       "standby with a static coordinator: -EINVAL");
 	ok(strstr(err, "needs a zk:// coordinator") != NULL && !p, "... saying so (%s)", err);
 }

@@ -133,7 +133,7 @@ int main(void)
 	struct tbackups cl;
 	struct tbackup *b = cl.b;
 	const char **addrs = cl.addrs;
-	struct tw_ctx_config cc;
+	struct tw_ctx_config cc, tc;
 	struct tw_ctx_stats cs;
 	struct tw_primary_config cfg;
 	struct tw_primary *pa = NULL, *pb = NULL, *pc = NULL;
@@ -174,10 +174,6 @@ int main(void)
 	log_cfg(&cfg, 401);
 	is_int(tw_primary_open_on(ctx, &cfg, &pc, err, sizeof(err)), -TW_EEXIST,
 	       "a second open of log B on the same context: -TW_EEXIST");
-	log_cfg(&cfg, 499);
-	cfg.coordinator = "zk://127.0.0.1:1";
-	is_int(tw_primary_open_on(ctx, &cfg, &pc, err, sizeof(err)), -ENOTSUP,
-	       "a log with a coordinator on a context: -ENOTSUP");
 
 	/* Demux: interleaved appends, each log gets its own acknowledgements in order. */
 	for (uint64_t i = 0; i < 1500; i += 100) {
@@ -273,10 +269,8 @@ int main(void)
 		memset(&k, 0, sizeof(k));
 		k.log = 401;
 		log_cfg(&cfg, 401);
-		cfg.backups = alive;
-		cfg.n_backups = n;
-		cfg.provider = "mem";
-		rc = tw_primary_takeover(&cfg, check_cb, &k, &res, &nb, err, sizeof(err));
+		tlog_transport(&tc, "mem", alive, n);
+		rc = tw_primary_takeover(&tc, &cfg, check_cb, &k, &res, &nb, err, sizeof(err));
 		is_int(rc, 0, "B taken over by a private primary (%s)", rc ? err : "ok");
 		ok(k.next == 5000 && k.bad == 0, "that takeover delivered B's 5000 entries");
 		rc = append_range(pb, 401, 5000, 5100, &a3);
@@ -347,10 +341,8 @@ int main(void)
 
 		/* The private path, next to it, unchanged. */
 		log_cfg(&cfg, 402);
-		cfg.backups = alive;
-		cfg.n_backups = n;
-		cfg.provider = "mem";
-		rc = tw_primary_open(&cfg, &pc, err, sizeof(err));
+		tlog_transport(&tc, "mem", alive, n);
+		rc = tw_primary_open(&tc, &cfg, &pc, err, sizeof(err));
 		is_int(rc, 0, "a private log opens (%s)", rc ? err : "ok");
 		if (pc) {
 			ok(pc->ctx && !pc->ctx->shared && pc->ctx->owner == pc,

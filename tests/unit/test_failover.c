@@ -85,13 +85,13 @@ static void append_range(struct tw_primary *p, uint64_t from, uint64_t to, struc
 
 /* The configuration every case starts from: 4 mem backups, r = 3, a short op timeout, no
  * re-replication pacing. */
-static void base_cfg(struct tw_primary_config *cfg, const char **addrs, uint64_t log_id,
-		     enum tw_primary_mode mode)
+static void base_cfg(struct tw_ctx_config *tc, struct tw_primary_config *cfg, const char **addrs,
+		     uint64_t log_id, enum tw_primary_mode mode)
 {
-	tlog_primary_config(cfg, "mem", addrs, 4, log_id);
+	tlog_primary_config(tc, cfg, "mem", addrs, 4, log_id);
 	cfg->segment_size = SEG;
 	cfg->mode = mode;
-	cfg->op_timeout_ms = 300;
+	tc->op_timeout_ms = 300;
 	cfg->rerep_rate = 0;
 }
 
@@ -102,6 +102,7 @@ static void base_cfg(struct tw_primary_config *cfg, const char **addrs, uint64_t
 static void run(const char *name, const char **addrs, enum tw_primary_mode mode, uint64_t log_id,
 		enum tw_mem_fault_kind fault)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
@@ -111,9 +112,9 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
 	int rc;
 
-	base_cfg(&cfg, addrs, log_id, mode);
+	base_cfg(&tc, &cfg, addrs, log_id, mode);
 	cfg.preopen = preopen;
-	p = tlog_open(&cfg, "%s", name);
+	p = tlog_open(&tc, &cfg, "%s", name);
 	if (!p)
 		return;
 	append_range(p, 0, before, &a);
@@ -170,6 +171,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
  */
 static void test_rate(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
@@ -178,14 +180,12 @@ static void test_rate(const char **addrs)
 	uint64_t during, owed = 0;
 	unsigned victim;
 
+	tlog_transport(&tc, "mem", addrs, 4);
 	tw_primary_config_init(&cfg);
 	cfg.log_id = 210;
-	cfg.backups = addrs;
-	cfg.n_backups = 4;
-	cfg.provider = "mem";
 	cfg.segment_size = SEG;
 	cfg.rerep_rate = SEG; /* bytes per second */
-	p = tlog_open(&cfg, "rate");
+	p = tlog_open(&tc, &cfg, "rate");
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) {
@@ -284,6 +284,7 @@ static void test_stale_closed(const char **addrs)
  */
 static void test_rpc_failover(struct tbackup *b, const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_recover_result res;
@@ -293,9 +294,9 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
 	unsigned vi = 0, n = 0;
 	int rc;
 
-	base_cfg(&cfg, addrs, 220, TW_PRIMARY_ASYNC);
+	base_cfg(&tc, &cfg, addrs, 220, TW_PRIMARY_ASYNC);
 	setenv("TW_DATA_PATH", "rpc", 1); /* the baseline's switch, read at the open */
-	p = tlog_open(&cfg, "rpc");
+	p = tlog_open(&tc, &cfg, "rpc");
 	unsetenv("TW_DATA_PATH");
 	if (!p)
 		return;
@@ -335,6 +336,7 @@ static void test_rpc_failover(struct tbackup *b, const char **addrs)
  */
 static void test_stopped_spare(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
@@ -343,9 +345,9 @@ static void test_stopped_spare(const char **addrs)
 	unsigned seg0, vi = 4;
 	int rc = 0;
 
-	base_cfg(&cfg, addrs, 206, TW_PRIMARY_SYNC);
-	cfg.rpc_timeout_ms = 300;
-	p = tlog_open(&cfg, "stopped spare");
+	base_cfg(&tc, &cfg, addrs, 206, TW_PRIMARY_SYNC);
+	tc.rpc_timeout_ms = 300;
+	p = tlog_open(&tc, &cfg, "stopped spare");
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < 100; i++) {

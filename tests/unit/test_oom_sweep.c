@@ -119,19 +119,20 @@ static int recover(const struct run *r, struct check *c, char *err, size_t errle
 /* The workload; every call may fail. */
 static void workload(struct run *r, int *rec_rc, struct check *rec)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	uint8_t buf[LEN];
 	char err[256];
 	int rc;
 
-	tlog_primary_config(&cfg, "mem", cl.addrs, NB, r->log_id);
+	tlog_primary_config(&tc, &cfg, "mem", cl.addrs, NB, r->log_id);
 	cfg.segment_size = SEG;
 	cfg.open_retry_ms = 0;
-	cfg.rpc_timeout_ms = 2000;
-	cfg.op_timeout_ms = 2000;
-	cfg.connect_timeout_ms = 2000;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	tc.rpc_timeout_ms = 2000;
+	tc.op_timeout_ms = 2000;
+	tc.connect_timeout_ms = 2000;
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	if (rc == 0) {
 		for (unsigned i = 0; i < N; i++) {
 			uint64_t lsn;

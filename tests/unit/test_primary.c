@@ -25,12 +25,13 @@
  * fault-injection tests then skip). */
 static const char *prov = "mem";
 
-static void cfg_for(struct tw_primary_config *cfg, const char **addrs, size_t n, uint64_t log_id)
+static void cfg_for(struct tw_ctx_config *tc, struct tw_primary_config *cfg, const char **addrs,
+		    size_t n, uint64_t log_id)
 {
-	tlog_primary_config(cfg, prov, addrs, n, log_id);
+	tlog_primary_config(tc, cfg, prov, addrs, n, log_id);
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 5000;
-	cfg->busy_poll = getenv("TW_PRIMARY_TEST_BUSY_POLL") != NULL;
+	tc->busy_poll = getenv("TW_PRIMARY_TEST_BUSY_POLL") != NULL;
 }
 
 static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
@@ -69,6 +70,7 @@ static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64
 
 static void test_sync(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
@@ -76,8 +78,8 @@ static void test_sync(const char **addrs)
 	uint8_t buf[256];
 	int bad = 0, badread = 0;
 
-	cfg_for(&cfg, addrs, 3, 101);
-	p = tlog_open(&cfg, "sync");
+	cfg_for(&tc, &cfg, addrs, 3, 101);
+	p = tlog_open(&tc, &cfg, "sync");
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < 200; i++) {
@@ -122,6 +124,7 @@ static void test_sync(const char **addrs)
 
 static void test_async_callbacks(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
@@ -129,10 +132,10 @@ static void test_async_callbacks(const char **addrs)
 	const uint64_t n = 20000;
 	int bad = 0;
 
-	cfg_for(&cfg, addrs, 3, 102);
+	cfg_for(&tc, &cfg, addrs, 3, 102);
 	cfg.max_inflight = 2;
 	cfg.max_batch = 64;
-	p = tlog_open(&cfg, "async cb (caller-driven)");
+	p = tlog_open(&tc, &cfg, "async cb (caller-driven)");
 	if (!p)
 		return;
 	static uint64_t lsns[20000];
@@ -167,6 +170,7 @@ static void test_async_callbacks(const char **addrs)
 /* Pre-opened segments: same results, one extra open and close per backup at the end. */
 static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
@@ -175,10 +179,10 @@ static void test_preopen(const char **addrs, enum tw_primary_mode mode)
 	const char *m = mode == TW_PRIMARY_ASYNC ? "async" : "sync";
 	int bad = 0;
 
-	cfg_for(&cfg, addrs, 4, 120 + mode);
+	cfg_for(&tc, &cfg, addrs, 4, 120 + mode);
 	cfg.preopen = true;
 	cfg.mode = mode;
-	p = tlog_open(&cfg, "preopen %s", m);
+	p = tlog_open(&tc, &cfg, "preopen %s", m);
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < n; i++) {
@@ -238,12 +242,13 @@ static void chain_cb(void *arg, int status, uint64_t lsn)
 
 static void test_nested(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct chain c = { 0 };
 
-	cfg_for(&cfg, addrs, 3, 130);
+	cfg_for(&tc, &cfg, addrs, 3, 130);
 	cfg.max_inflight = 3;
-	c.p = tlog_open(&cfg, "nested");
+	c.p = tlog_open(&tc, &cfg, "nested");
 	if (!c.p)
 		return;
 	c.want = 3000; /* ~5 segments */
@@ -292,12 +297,13 @@ static void reentry_cb(void *arg, int status, uint64_t lsn)
 
 static void test_async_reentry(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct reentry r = { 0 };
 
-	cfg_for(&cfg, addrs, 3, 131);
+	cfg_for(&tc, &cfg, addrs, 3, 131);
 	cfg.mode = TW_PRIMARY_ASYNC;
-	r.p = tlog_open(&cfg, "reentry");
+	r.p = tlog_open(&tc, &cfg, "reentry");
 	if (!r.p)
 		return;
 	for (int i = 0; i < 4; i++)
@@ -316,6 +322,7 @@ static void test_async_reentry(const char **addrs)
 /* Releasing closed segments from the primary's memory. */
 static void test_release(const char **addrs, enum tw_primary_mode mode)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	const char *m = mode == TW_PRIMARY_ASYNC ? "async" : "sync";
@@ -325,9 +332,9 @@ static void test_release(const char **addrs, enum tw_primary_mode mode)
 	uint32_t len;
 	int bad = 0;
 
-	cfg_for(&cfg, addrs, 3, 140 + mode);
+	cfg_for(&tc, &cfg, addrs, 3, 140 + mode);
 	cfg.mode = mode;
-	p = tlog_open(&cfg, "release %s", m);
+	p = tlog_open(&tc, &cfg, "release %s", m);
 	if (!p)
 		return;
 	for (uint64_t i = 0; i < 4000; i++) { /* ~7 segments */
@@ -379,17 +386,18 @@ static void *app_main(void *arg)
 
 static void test_async_thread(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
 	struct app_arg x[2];
 	pthread_t th[2];
 
-	cfg_for(&cfg, addrs, 3, 103);
+	cfg_for(&tc, &cfg, addrs, 3, 103);
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_inflight = 4;
 	cfg.max_batch = 128;
-	p = tlog_open(&cfg, "async mode");
+	p = tlog_open(&tc, &cfg, "async mode");
 	if (!p)
 		return;
 	for (unsigned i = 0; i < 2; i++) {
@@ -425,15 +433,16 @@ static void hold_cb(struct tw_op *op, int status)
 
 static void test_order(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tlog_acks a = { 0 };
 	uint64_t lsn[3];
 	uint8_t buf[64];
 
-	cfg_for(&cfg, addrs, 3, 104);
+	cfg_for(&tc, &cfg, addrs, 3, 104);
 	cfg.max_inflight = 4;
-	p = tlog_open(&cfg, "order");
+	p = tlog_open(&tc, &cfg, "order");
 	if (!p)
 		return;
 	tw__primary_test_set_op_cb(p, hold_cb);
@@ -464,24 +473,26 @@ static void test_order(const char **addrs)
 
 static void test_too_few(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	const char *bad[3] = { addrs[0], addrs[1], "mem://4242" };
 	char err[1024];
 	int rc;
 
-	cfg_for(&cfg, addrs, 2, 105);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs, 2, 105);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, -TW_ENOBACKUP, "too few: 2 backups for r = 3 -> ENOBACKUP");
-	cfg_for(&cfg, bad, 3, 106);
-	cfg.connect_timeout_ms = 500;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, bad, 3, 106);
+	tc.connect_timeout_ms = 500;
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, -TW_ENOBACKUP, "too few: one unreachable backup -> ENOBACKUP");
 	ok(strstr(err, "mem://4242") != NULL, "too few: message names it: %s", err);
 }
 
 static void test_refusal(struct tbackup *small, const char **addrs4)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *hog, *p;
 	struct tw_primary_stats st;
@@ -492,15 +503,15 @@ static void test_refusal(struct tbackup *small, const char **addrs4)
 	bool uses_small = false;
 
 	/* Another log takes the small backup's only buffer. */
-	cfg_for(&cfg, only_small, 3, 107);
+	cfg_for(&tc, &cfg, only_small, 3, 107);
 	cfg.replicas = 1;
-	rc = tw_primary_open(&cfg, &hog, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &hog, err, sizeof(err));
 	is_int(rc, 0, "refusal: another log holds the small backup's buffer (%s)", rc ? err : "ok");
 	if (rc)
 		return;
 	/* Ours lists the small backup first: it refuses, another one is taken. */
-	cfg_for(&cfg, addrs4, 4, 108);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs4, 4, 108);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "refusal: open retries elsewhere (%s)", rc ? err : "ok");
 	if (rc == 0) {
 		tw_primary_get_stats(p, &st);
@@ -514,9 +525,9 @@ static void test_refusal(struct tbackup *small, const char **addrs4)
 		is_int(tw_primary_close(p), 0, "refusal: close");
 	}
 	/* Only 3 candidates, one refusing: back-off then a clear error. */
-	cfg_for(&cfg, only_small, 3, 109);
+	cfg_for(&tc, &cfg, only_small, 3, 109);
 	cfg.open_retry_ms = 200;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, -TW_ENOBACKUP, "refusal: only refusing candidates left -> ENOBACKUP after back-off");
 	ok(strstr(err, small->addr) && strstr(err, "RESOURCE_EXHAUSTED"), "refusal: message: %s", err);
 	tw_primary_close(hog);
@@ -524,6 +535,7 @@ static void test_refusal(struct tbackup *small, const char **addrs4)
 
 static void test_lost(const char **addrs, struct tbackup *victim, const char **addrs_v)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_FAIL };
@@ -534,8 +546,8 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	int rc;
 
 	/* A write error. */
-	cfg_for(&cfg, addrs, 3, 110);
-	p = tlog_open(&cfg, "lost");
+	cfg_for(&tc, &cfg, addrs, 3, 110);
+	p = tlog_open(&tc, &cfg, "lost");
 	if (!p)
 		return;
 	fill(buf, 100, 0);
@@ -552,9 +564,9 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	ok(tw_primary_close(p) < 0, "lost: close reports the failure");
 
 	/* A dropped write: op timeout, never a hang. */
-	cfg_for(&cfg, addrs, 3, 111);
-	cfg.op_timeout_ms = 300;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs, 3, 111);
+	tc.op_timeout_ms = 300;
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	if (rc == 0) {
 		struct tw_mem_fault d = { .kind = TW_MEM_FAULT_DROP };
 
@@ -578,8 +590,8 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	}
 
 	/* A backup process goes away: on_lost -> error. */
-	cfg_for(&cfg, addrs_v, 3, 112);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs_v, 3, 112);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "lost: open with the victim (%s)", rc ? err : "ok");
 	if (rc)
 		return;

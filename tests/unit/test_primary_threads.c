@@ -134,6 +134,7 @@ int main(void)
 {
 	struct tbackups cl;
 	const char **addrs = cl.addrs;
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
@@ -149,13 +150,13 @@ int main(void)
 	all = calloc(total, sizeof(*all));
 	TAP_REQUIRE(ack_lsn && all, "memory");
 
-	tlog_primary_config(&cfg, "mem", addrs, NB, 0x7417);
+	tlog_primary_config(&tc, &cfg, "mem", addrs, NB, 0x7417);
 	cfg.segment_size = SEG;
 	cfg.mode = TW_PRIMARY_ASYNC;
 	cfg.max_batch = 16;   /* the threads meet back-pressure all the time */
 	cfg.max_inflight = 2;
 	cfg.preopen = true;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "primary open: %s: %s", tw_strerror(rc), err);
 
 	for (unsigned t = 0; t < THREADS; t++) {

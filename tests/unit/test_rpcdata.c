@@ -75,23 +75,24 @@ enum data_path { DP_ONESIDED, DP_RPC };
 static struct tw_primary *open_log_t(const char **addrs, uint64_t log_id, enum data_path dp,
 				     unsigned timeout_ms)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	char err[512];
 	int rc;
 
-	tlog_primary_config(&cfg, "mem", addrs, NB, log_id);
+	tlog_primary_config(&tc, &cfg, "mem", addrs, NB, log_id);
 	cfg.replicas = NB;
 	cfg.segment_size = SEG;
 	if (timeout_ms) {
-		cfg.op_timeout_ms = timeout_ms;
-		cfg.rpc_timeout_ms = timeout_ms;
-		cfg.connect_timeout_ms = timeout_ms;
+		tc.op_timeout_ms = timeout_ms;
+		tc.rpc_timeout_ms = timeout_ms;
+		tc.connect_timeout_ms = timeout_ms;
 		cfg.open_retry_ms = timeout_ms;
 	}
 	/* The baseline's switch is the environment, read at the open (docs/api.md). */
 	setenv("TW_DATA_PATH", dp == DP_RPC ? "rpc" : "onesided", 1);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	unsetenv("TW_DATA_PATH");
 	TAP_REQUIRE(rc == 0, "tw_primary_open (data path %d): %s", (int)dp, err);
 	return p;
@@ -268,16 +269,17 @@ static void test_rpc_timeout(struct tbackup *bk, const char **addrs)
 /* A TW_DATA_PATH that is neither onesided nor rpc is refused at the open, naming the variable. */
 static void test_bad_switch(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char err[512] = "";
 	int rc;
 
-	tlog_primary_config(&cfg, "mem", addrs, NB, 107);
+	tlog_primary_config(&tc, &cfg, "mem", addrs, NB, 107);
 	cfg.replicas = NB;
 	cfg.segment_size = SEG;
 	setenv("TW_DATA_PATH", "twosided", 1);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	unsetenv("TW_DATA_PATH");
 	is_int(rc, -EINVAL, "TW_DATA_PATH=twosided: the open fails with -EINVAL");
 	ok(!p && strstr(err, "TW_DATA_PATH=twosided") != NULL, "... saying which setting (%s)", err);

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_zones.c — the zone rule of replica placement (cfg.zones;
+ * tests/unit/test_zones.c — the zone rule of replica placement (tc.zones;
  * primary/primary_coord.c, docs/coordination.md) over the in-memory fabric with in-process backups, no
  * coordinator: backups listed zone by zone (A A B B C C), so that taking them in order would put
  * two replicas in one zone; every segment's replicas (sync and pre-open) are in three zones; a
@@ -25,14 +25,14 @@
 
 static const char *zones[NB] = { "A", "A", "B", "B", "C", "C" };
 
-static void cfg_for(struct tw_primary_config *cfg, const char **addrs, const char **z, size_t n,
-		    uint64_t log_id)
+static void cfg_for(struct tw_ctx_config *tc, struct tw_primary_config *cfg, const char **addrs,
+		    const char **z, size_t n, uint64_t log_id)
 {
-	tlog_primary_config(cfg, "mem", addrs, n, log_id);
-	cfg->zones = z;
+	tlog_primary_config(tc, cfg, "mem", addrs, n, log_id);
+	tc->zones = z;
 	cfg->segment_size = SEG;
 	cfg->open_retry_ms = 500;
-	cfg->op_timeout_ms = 300;
+	tc->op_timeout_ms = 300;
 	cfg->rerep_rate = 0;
 }
 
@@ -71,14 +71,15 @@ static unsigned bad_segments(struct tw_primary *p)
 
 static void test_placement(const char **addrs, bool preopen)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	char err[1024];
 	int rc;
 
-	cfg_for(&cfg, addrs, zones, NB, preopen ? 0x2001 : 0x2000);
+	cfg_for(&tc, &cfg, addrs, zones, NB, preopen ? 0x2001 : 0x2000);
 	cfg.preopen = preopen;
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open: %s", err);
 	is_int(append_n(p, 3000), 0, "%s: 3000 appends (~5 segments)", preopen ? "preopen" : "plain");
 	ok(p->nsegs >= 4, "%s: %zu segments", preopen ? "preopen" : "plain", p->nsegs);
@@ -89,6 +90,7 @@ static void test_placement(const char **addrs, bool preopen)
 
 static void test_spare(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	char err[1024], vzone[64];
@@ -96,8 +98,8 @@ static void test_spare(const char **addrs)
 	bool mate_used = false;
 	int rc;
 
-	cfg_for(&cfg, addrs, zones, NB, 0x2002);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs, zones, NB, 0x2002);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open: %s", err);
 	is_int(append_n(p, 300), 0, "spare: appends before the loss");
 	victim = p->cur->rep[1];
@@ -123,34 +125,36 @@ static void test_spare(const char **addrs)
 static void test_too_few_zones(const char **addrs)
 {
 	static const char *two[3] = { "A", "A", "B" };
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char err[1024] = "";
 	int rc;
 
-	cfg_for(&cfg, addrs, two, 3, 0x2003);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs, two, 3, 0x2003);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	ok(rc == -TW_ENOBACKUP && !p, "two zones for r = 3: -TW_ENOBACKUP (%s: %s)",
 	   tw_strerror(rc), err);
-	cfg_for(&cfg, addrs, NULL, 3, 0x2004);
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	cfg_for(&tc, &cfg, addrs, NULL, 3, 0x2004);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "the same three backups without zones: open (%s)", rc ? err : "ok");
 	tw_primary_close(p);
 }
 
-/* The static backend through the same path as ZooKeeper: cfg.coordinator = "static:A,B,C". */
+/* The static backend through the same path as ZooKeeper: tc.coordinator = "static:A,B,C". */
 static void test_static_backend(const char **addrs)
 {
+	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char url[512], err[1024] = "";
 	int rc;
 
 	snprintf(url, sizeof(url), "static:%s,%s,%s", addrs[0], addrs[2], addrs[4]);
-	cfg_for(&cfg, NULL, NULL, 0, 0x2005);
-	cfg.coordinator = url;
+	cfg_for(&tc, &cfg, NULL, NULL, 0, 0x2005);
+	tc.coordinator = url;
 	cfg.epoch = 0; /* the static backend leaves the epoch to the backups */
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	is_int(rc, 0, "coordinator static:...: open with no backups list (%s)", rc ? err : "ok");
 	if (rc)
 		return;
@@ -158,8 +162,8 @@ static void test_static_backend(const char **addrs)
 	ok(tw_primary_epoch(p) >= 1, "static backend: automatic epoch %llu",
 	   (unsigned long long)tw_primary_epoch(p));
 	tw_primary_close(p);
-	cfg.coordinator = "zk://";
-	rc = tw_primary_open(&cfg, &p, err, sizeof(err));
+	tc.coordinator = "zk://";
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	ok(rc == -EINVAL && strstr(err, "bad coordinator URL"), "a bad coordinator URL: -EINVAL "
 	   "(%s)", err);
 }
