@@ -112,6 +112,7 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 	cc.n_backups = n_addrs;
 	cc.key_file = o->key_file ? o->key_file : "";
 	cc.busy_poll = o->busy_poll;
+	cc.arena_size = o->arena_size; /* --arena-size: the shared context's, or each private log's */
 	t_start = now_ns();
 	if (!o->logs_private) {
 		rc = tw_ctx_open(&cc, &ctx, err, sizeof(err));
