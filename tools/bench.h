@@ -42,6 +42,7 @@ struct opts {
 	uint32_t sizes[MAX_LIST];               /* --size/--sizes list */
 	unsigned n_sizes;
 	bool async;
+	bool driven;                            /* --driven: async appends, no progress thread */
 	unsigned batches[MAX_LIST], n_batches;  /* --batch list */
 	unsigned inflights[MAX_LIST], n_inflights;
 	double rates[MAX_LIST];                 /* --rate list; 0: closed loop */

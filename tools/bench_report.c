@@ -7,6 +7,12 @@
 
 #include "bench.h"
 
+/* How the objects are appended (--sync, --async, --driven). */
+static const char *appends_name(const struct opts *o)
+{
+	return o->driven ? "driven" : o->async ? "async" : "sync";
+}
+
 static double cpu_per_gb(const struct result *x)
 {
 	double gb = (double)x->count * x->pt.size / 1e9;
@@ -45,7 +51,7 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       "\"segment_size\":%zu,\"seconds\":%.6f,\"objects_per_s\":%.1f,"
 	       "\"mb_per_s\":%.3f,\"sync_latency_samples\":%" PRIu64 ","
 	       "\"sync_latency_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},",
-	       o->provider, mode_names[x->mode], o->async ? "async" : "sync", x->pt.r, x->count,
+	       o->provider, mode_names[x->mode], appends_name(o), x->pt.r, x->count,
 	       x->pt.size, x->pt.batch, x->pt.inflight, x->pt.rate, o->segment_size, x->secs,
 	       x->ops, x->mbs, x->n_lat, x->p50, x->p99, x->p999);
 	if (x->have_ack)
@@ -148,7 +154,7 @@ void print_json(const struct opts *o)
 	}
 	printf("{\"twbench\":{\"provider\":\"%s\",\"count\":%" PRIu64 ",\"append\":\"%s\","
 	       "\"segment_size\":%zu},\"runs\":[",
-	       o->provider, o->count, o->async ? "async" : "sync", o->segment_size);
+	       o->provider, o->count, appends_name(o), o->segment_size);
 	for (unsigned i = 0; i < n_results; i++) {
 		if (i)
 			printf(",");
@@ -187,7 +193,7 @@ void print_single(const struct opts *o, const struct result *x)
 	printf("twbench: %" PRIu64 " objects of %u B, r = %u, provider %s, mode %s, %s appends, "
 	       "segment %zu B, batch <= %u, %u in flight%s\n",
 	       x->count, x->pt.size, x->pt.r, o->provider, mode_names[x->mode],
-	       o->async ? "async" : "sync", o->segment_size, x->pt.batch, x->pt.inflight,
+	       appends_name(o), o->segment_size, x->pt.batch, x->pt.inflight,
 	       x->pt.rate > 0 ? ", open loop" : "");
 	if (x->pt.rate > 0)
 		printf("  %-40s %14.0f\n", "offered objects/s", x->pt.rate);
@@ -254,7 +260,7 @@ void print_table(const struct opts *o)
 	unsigned nc;
 
 	printf("twbench: provider %s, %" PRIu64 " objects per run, %s appends, segment %zu B\n",
-	       o->provider, o->count, o->async ? "async" : "sync", o->segment_size);
+	       o->provider, o->count, appends_name(o), o->segment_size);
 	printf("%6s %2s %5s %4s %9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %7s\n", "size", "r",
 	       "batch", "infl", "offered", "mode", "objects/s", "MB/s", "p50 us", "p99 us",
 	       "ack p50", "ack p99", "bk CPU s", "CPUs/GB", "CPUs/Mob", "ent/wr");

@@ -158,7 +158,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 	cfg.segment_size = o->segment_size;
 	cfg.max_batch = pt->batch;
 	cfg.max_inflight = pt->inflight;
-	cfg.mode = o->async ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
+	cfg.mode = o->async && !o->driven ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	cfg.preopen = o->preopen;
 	cfg.open_retry_ms = 30000;
 	/* The baseline is the environment's switch (docs/api.md), read by the open: no other

@@ -100,6 +100,9 @@ static void usage(FILE *f)
 		"  --async           asynchronous appends, progress thread (default); then\n"
 		"                    --latency-count synchronous appends for the latency columns\n"
 		"  --sync            every append synchronous (latency from all of them)\n"
+		"  --driven          asynchronous appends driven by the calling thread: no\n"
+		"                    progress thread (TW_PRIMARY_SYNC with tw_primary_append_async,\n"
+		"                    whole batches under load); latency columns as --async\n"
 		"  --latency-count N synchronous appends after each async run (default 10000)\n"
 		"  --segment-size N  segment (and local twd buffer) size (default 8388608)\n"
 		"  --buffers N       buffers per local twd (default 16)\n"
@@ -276,6 +279,7 @@ int main(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 's' },
 		{ "sync", no_argument, NULL, 'S' },
 		{ "async", no_argument, NULL, 'A' },
+		{ "driven", no_argument, NULL, 'D' },
 		{ "batch", required_argument, NULL, 'B' },
 		{ "inflight", required_argument, NULL, 'I' },
 		{ "rate", required_argument, NULL, 'R' },
@@ -353,7 +357,8 @@ int main(int argc, char **argv)
 			o.n_sizes = (unsigned)n;
 			break;
 		case 'S': o.async = false; break;
-		case 'A': o.async = true; break;
+		case 'A': o.async = true; o.driven = false; break;
+		case 'D': o.async = true; o.driven = true; break;
 		case 'B':
 			n = parse_list(optarg, 1, 1u << 20, list, MAX_LIST);
 			if (n < 0)
