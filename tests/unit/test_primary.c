@@ -426,7 +426,7 @@ static void test_async_thread(const char **addrs)
  * A caller-driven log (sync mode) under asynchronous appends posts whole batches: the first
  * entry goes out alone (nothing in flight), then entries wait until max_batch of them are
  * there. 1,280 appends of max_batch 64 without a call in between: at most 1,280 / 64 + a few
- * writes (one entry per free slot, the behaviour before, made about 5 writes per batch).
+ * writes (one entry per free slot, the behaviour before, made 81).
  */
 static void test_driven_batching(const char **addrs)
 {
