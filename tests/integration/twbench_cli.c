@@ -21,6 +21,7 @@
 #include "cli_run.h"
 #include "core/util.h"
 #include "proc.h"
+#include "rmtree.h"
 #include "tap.h"
 #include "twd_client.h"
 #include "tmpdir.h"
@@ -177,9 +178,7 @@ static void small_buffers(void)
 	proc_kill(p, SIGTERM);
 	proc_wait(p, 20000);
 	proc_free(p);
-	snprintf(line, sizeof(line), "rm -rf '%s'", dir);
-	if (system(line) != 0)
-		tap_diag("could not remove %s", dir);
+	rm_tree(dir);
 }
 
 int main(void)
