@@ -88,7 +88,9 @@ struct tw_ctx_config {
 	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
 	unsigned connect_timeout_ms; /* per backup; default 5000 */
 	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024
-				      * (with max_inflight: see above) */
+				      * (with max_inflight: see above). A shared context's only:
+				      * the private context of tw_primary_open sizes its own
+				      * (the log's max_inflight + 32) */
 	size_t arena_size;           /* budget of the log arena every log's segments come from
 				      * (docs/primary.md, "Memory: the log arena"): memory
 				      * registered once and reused after tw_primary_unload /
