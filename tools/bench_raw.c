@@ -123,12 +123,15 @@ static void raw_reap(struct raw *w)
 			break;
 		if (s->status && !w->err)
 			w->err = s->status;
-		if (!now)
-			now = now_ns();
-		for (uint64_t i = s->first; w->lat_ns && i < s->first + s->n; i++) {
-			uint64_t d = now > w->t_submit[i] ? now - w->t_submit[i] : 0;
+		/* The write's sampled objects (as bench_run.c's callbacks). */
+		for (uint64_t i = (s->first + ACK_SAMPLE - 1) & ~(uint64_t)(ACK_SAMPLE - 1);
+		     w->lat_ns && i < s->first + s->n; i += ACK_SAMPLE) {
+			uint64_t d;
 
-			w->lat_ns[i] = d;
+			if (!now)
+				now = now_ns();
+			d = now > w->t_submit[i] ? now - w->t_submit[i] : 0;
+			w->lat_ns[i / ACK_SAMPLE] = d;
 		}
 		w->tail++;
 	}
@@ -265,7 +268,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 				wait_until(w.tail < w.head && due > n + 50000 ? n + 50000 : due);
 			}
 			w.t_submit[i] = due;
-		} else {
+		} else if (ACK_SAMPLED(i)) {
 			w.t_submit[i] = now_ns();
 		}
 		/* Back-pressure: at most `batch` objects wait while every slot is busy. */
@@ -311,7 +314,7 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	res->st = (struct tw_primary_stats){.writes = w.writes, .segments = 1, .rpc_open = w.r,
 					    .rpc_close = w.r, .rpcs = 2 * w.r};
 	res->have_ack = true;
-	pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
+	pcts(run->lat_ns, ACK_SAMPLES(res->count), &res->a50, &res->a99, &res->a999);
 
 	/* Latency: one object per write, to r backups, waited for, lat_count times. */
 	if (o->lat_count && pt->rate <= 0) {

@@ -25,10 +25,10 @@ static void async_cb(void *arg, int status, uint64_t lsn)
 		r->errors++;
 		if (!r->first_err)
 			r->first_err = status;
-	} else {
+	} else if (ACK_SAMPLED(i)) {
 		uint64_t now = now_ns(), d = now > r->t_submit[i] ? now - r->t_submit[i] : 0;
 
-		r->lat_ns[i] = d;
+		r->lat_ns[i / ACK_SAMPLE] = d;
 	}
 	__atomic_store_n(&r->done, i + 1, __ATOMIC_RELEASE);
 }
@@ -184,7 +184,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 			wait_until(run->t_submit[i]);
 		}
 		if (o->async) {
-			if (pt->rate <= 0)
+			if (pt->rate <= 0 && ACK_SAMPLED(i))
 				run->t_submit[i] = now_ns();
 			rc = tw_primary_append_async(p, payload, pt->size, async_cb, run, NULL);
 		} else {
@@ -231,7 +231,7 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 	res->st = st;
 	if (o->async) {
 		res->have_ack = true;
-		pcts(run->lat_ns, res->count, &res->a50, &res->a99, &res->a999);
+		pcts(run->lat_ns, ACK_SAMPLES(res->count), &res->a50, &res->a99, &res->a999);
 	} else {
 		res->n_lat = res->count;
 		pcts(run->lat_ns, res->count, &res->p50, &res->p99, &res->p999);

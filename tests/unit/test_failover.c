@@ -6,7 +6,7 @@
  * the lost backup are re-replicated, and recovery from all four backups returns every
  * acknowledged entry while ignoring the lost backup's stale copies (older replica version).
  * A spare stopped (mem's TW_MEM_FAULT_STOP) is lost at the next segment's open. Last, the same
- * through the RPC-replication baseline (TW_DATA_RPC) with a backup closed.
+ * through the RPC-replication baseline (TW_DATA_PATH=rpc) with a backup closed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -276,7 +276,7 @@ static void test_stale_closed(const char **addrs)
 }
 
 /*
- * The RPC-replication baseline (TW_DATA_RPC: the fabric sends writes as messages and the
+ * The RPC-replication baseline (TW_DATA_PATH=rpc: the fabric sends writes as messages and the
  * backups' fabric checks each sealed write) through a failover: the re-replication copies are
  * whole segment prefixes, not sealed writes, and must be placed without the check
  * (TW_OP_UNCHECKED). The victim backup is closed (its channels are lost). Runs last: it stops
