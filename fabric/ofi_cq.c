@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -26,6 +27,10 @@
  * bench_fabric (docs/fabric.md). */
 #ifndef OFI_BACKOFF_MAX_US
 #define OFI_BACKOFF_MAX_US 100
+#endif
+/* Backoff rounds shorter than this yield (sched_yield) instead of sleeping in ppoll. */
+#ifndef OFI_YIELD_BELOW_US
+#define OFI_YIELD_BELOW_US 16
 #endif
 
 struct ofi_ctx *tw__ctx_get(struct ofi_fab *of)
@@ -475,8 +480,18 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 				woken |= drain_eventfd(of);
 		return woken;
 	}
-	/* No wait fd somewhere: poll with backoff, but wake at once on tw__fab_wakeup. */
+	/* No wait fd somewhere: poll with backoff, but wake at once on tw__fab_wakeup. The
+	 * shortest rounds yield the CPU instead of sleeping: a timed ppoll of a few µs arms and
+	 * fires a timer, and under load (a completion every few µs, backoff back at 1 µs) that
+	 * was half of a shm primary's samples (docs/benchmarks.md, "The backoff's short rounds").
+	 * A yield lets the peers that our polls wait for run, and returns at once when nobody
+	 * else wants this CPU. */
 	unsigned us = of->backoff_us;
+	if (us < OFI_YIELD_BELOW_US) {
+		of->backoff_us *= 2;
+		sched_yield();
+		return drain_eventfd(of);
+	}
 	if (timeout_ms > 0 && (unsigned)timeout_ms * 1000u < us)
 		us = (unsigned)timeout_ms * 1000u;
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
