@@ -316,6 +316,9 @@ struct tw_fab_stats {
 	uint64_t shm_lock_waits;       /* shm: posts deferred: the peer's region lock was held */
 	uint64_t shm_av_peers;         /* shm: address-vector entries held now (not a counter) */
 	uint64_t shm_av_given_back;    /* shm: entries removed once their peer's endpoint was gone */
+	uint64_t shm_remote_writes;    /* shm: one-sided writes peers made into our registrations,
+					* as last read by a polling backoff round (its counter;
+					* 0 without one) */
 	/* sockets: channels that went down with transfers in the provider hand their endpoint to a
 	 * closing record, closed by progress once the provider is done (docs/fabric.md "Closing a
 	 * registration under traffic") */

@@ -486,6 +486,17 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 	 * was half of a shm primary's samples (docs/benchmarks.md, "The backoff's short rounds").
 	 * A yield lets the peers that our polls wait for run, and returns at once when nobody
 	 * else wants this CPU. */
+	/* shm: remote writes carried out in our polls count as activity, as completions do
+	 * (tw__ofi_poll); fi_cntr_read progresses the endpoint once more. */
+	if (of->rw_cntr) {
+		uint64_t v = fi_cntr_read(of->rw_cntr);
+
+		if (v != of->rw_seen) {
+			of->rw_seen = v;
+			of->base.stats.shm_remote_writes = v;
+			of->backoff_us = 1;
+		}
+	}
 	unsigned us = of->backoff_us;
 	if (us < OFI_YIELD_BELOW_US) {
 		of->backoff_us *= 2;

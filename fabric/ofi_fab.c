@@ -94,6 +94,10 @@ static struct fi_info *make_hints(const char *prov, enum fi_ep_type type, bool s
 	h->fabric_attr->prov_name = strdup(prov);
 	if (type == FI_EP_RDM)
 		h->domain_attr->av_type = FI_AV_TABLE;
+	/* shm: a counter of remote writes, so that a target serving one-sided writes (which give
+	 * it no completion) keeps polling fast (ofi_cq.c, tw__ofi_wait). Not asked of others. */
+	if (type == FI_EP_RDM && !strcmp(prov, "shm"))
+		h->caps |= FI_RMA_EVENT;
 	if (strict)
 		tw__strict_hints(h);
 	return h;
@@ -138,6 +142,8 @@ static void release(struct ofi_fab *of)
 	tw__rdm_shm_fast_fini(of);
 	if (of->ep)
 		fi_close(&of->ep->fid);
+	if (of->rw_cntr)
+		fi_close(&of->rw_cntr->fid);
 	if (of->cq)
 		tw__cq_close(of, of->cq, of->cq_fd);
 	if (of->av)

@@ -120,6 +120,11 @@ struct ofi_fab {
 	struct fid_av *av;
 	struct fid_cq *cq;
 	int cq_fd;
+	/* shm: counts the one-sided writes peers made into our registrations (FI_REMOTE_WRITE,
+	 * FI_RMA_EVENT), which give no completion; read only in the backoff (ofi_cq.c). NULL when
+	 * the provider does not offer it. */
+	struct fid_cntr *rw_cntr;
+	uint64_t rw_seen;
 	char name[TW_ADDR_MAX]; /* our RDM address as a string */
 	bool listening;
 	/* provider facts, read back from fi_getinfo */

@@ -574,6 +574,39 @@ int tw__rdm_shm_check_peers(struct ofi_fab *of)
 	return lost;
 }
 
+/*
+ * shm: a counter of the remote writes into our registrations, bound before fi_enable. A
+ * one-sided write gives its target no completion, so a backup serving them found nothing in
+ * its polls and its backoff grew to its longest sleep while the primary's writes waited for
+ * the next poll to be carried out (libfabric 1.17's shm copies on the target's progress). The
+ * counter lets tw__ofi_wait see that work (ofi_cq.c). Without it (a provider or version that
+ * does not offer FI_RMA_EVENT) the backoff is what it was; nothing else depends on it.
+ */
+static void rw_cntr_bind(struct ofi_fab *of)
+{
+	struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+	int rc;
+
+	if (!of->shm || !(of->info->caps & FI_RMA_EVENT))
+		return;
+	if (!of->rw_cntr) {
+		rc = fi_cntr_open(of->domain, &ca, &of->rw_cntr, NULL);
+		if (rc) {
+			of->rw_cntr = NULL;
+			tw_log_info("fabric shm: no remote-write counter (fi_cntr_open: %s); a "
+				    "backup's polling backs off as without one", fi_strerror(-rc));
+			return;
+		}
+	}
+	rc = fi_ep_bind(of->ep, &of->rw_cntr->fid, FI_REMOTE_WRITE);
+	if (rc) {
+		tw_log_info("fabric shm: no remote-write counter (fi_ep_bind: %s); a backup's "
+			    "polling backs off as without one", fi_strerror(-rc));
+		fi_close(&of->rw_cntr->fid);
+		of->rw_cntr = NULL;
+	}
+}
+
 int tw__rdm_open_ep(struct ofi_fab *of)
 {
 	/* The type fi_getinfo agreed on: we ask for FI_AV_TABLE in the hints (ofi_fab.c), and a
@@ -603,6 +636,8 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 		rc = fi_ep_bind(of->ep, &of->av->fid, 0);
 		if (!rc) /* shm wants both directions bound (fi_shm.7) */
 			rc = fi_ep_bind(of->ep, &of->cq->fid, FI_TRANSMIT | FI_RECV);
+		if (!rc)
+			rw_cntr_bind(of);
 		if (!rc)
 			rc = fi_enable(of->ep);
 		/*
