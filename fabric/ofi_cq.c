@@ -480,13 +480,8 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 				woken |= drain_eventfd(of);
 		return woken;
 	}
-	/* No wait fd somewhere: poll with backoff, but wake at once on tw__fab_wakeup. The
-	 * shortest rounds yield the CPU instead of sleeping: a timed ppoll of a few µs arms and
-	 * fires a timer, and under load (a completion every few µs, backoff back at 1 µs) that
-	 * was half of a shm primary's samples (docs/benchmarks.md, "The backoff's short rounds").
-	 * A yield lets the peers that our polls wait for run, and returns at once when nobody
-	 * else wants this CPU. */
-	/* shm: remote writes carried out in our polls count as activity, as completions do
+	/* No wait fd somewhere: poll with backoff, but wake at once on tw__fab_wakeup.
+	 * shm: remote writes carried out in our polls count as activity, as completions do
 	 * (tw__ofi_poll); fi_cntr_read progresses the endpoint once more. */
 	if (of->rw_cntr) {
 		uint64_t v = fi_cntr_read(of->rw_cntr);
@@ -497,6 +492,11 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 			of->backoff_us = 1;
 		}
 	}
+	/* The shortest rounds yield the CPU instead of sleeping: a timed ppoll never sleeps less
+	 * than the thread's timer slack (50 µs by default), and under load (a completion every few
+	 * µs, backoff back at 1 µs) arming and firing its timer was half of a shm primary's samples
+	 * (docs/benchmarks.md, "Fifth pass"). A yield lets the peers that our polls wait for run,
+	 * and returns at once when nobody else wants this CPU. */
 	unsigned us = of->backoff_us;
 	if (us < OFI_YIELD_BELOW_US) {
 		of->backoff_us *= 2;
