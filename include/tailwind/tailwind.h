@@ -7,6 +7,7 @@
 #include <tailwind/common.h>
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
+#include <tailwind/metrics.h>
 #include <tailwind/primary.h>
 #include <tailwind/context.h>
 #include <tailwind/reader.h>
