@@ -4,7 +4,8 @@
  * tw_backup_stop() (every one of them flushes every buffer before the exit).
  *
  * stdout carries exactly one line, "ready <address>", once connections are accepted (scripts
- * and tests wait for it; never sleep). Everything else goes to stderr.
+ * and tests wait for it; never sleep), preceded by "metrics <address>" with --metrics (the
+ * bound address of /metrics, twd_metrics.c). Everything else goes to stderr.
  *
  * Exit status: see usage() and docs/operations.md.
  */
@@ -31,6 +32,7 @@
 #include "exit.h"
 #include "proto/auth.h"
 #include "twd_coord.h"
+#include "twd_metrics.h"
 
 static void usage(FILE *f)
 {
@@ -66,6 +68,12 @@ static void usage(FILE *f)
 		"                           (docs/coordination.md)\n"
 		"  -z, --zone ZONE          failure domain (rack, host) in the registration: a primary\n"
 		"                           puts no two replicas of a segment in one zone\n"
+		"      --metrics [HOST:]PORT\n"
+		"                           serve Prometheus metrics at http://HOST:PORT/metrics\n"
+		"                           (off by default; a bare PORT listens on 127.0.0.1; port 0\n"
+		"                           picks a free one; IPv6 as [addr]:port); prints \"metrics\n"
+		"                           <address>\" on stdout before the ready line\n"
+		"                           (docs/metrics.md)\n"
 		"  -v, --verbose            more log output on stderr (twice: debug)\n"
 		"  -V, --version            print the version and exit\n"
 		"  -h, --help               this text\n"
@@ -388,6 +396,7 @@ struct opts {
 	struct tw_backup_config cfg;
 	char node[256], svc[16];
 	const char *coord_url, *zone;
+	const char *metrics; /* --metrics: the endpoint's address */
 	int verbose;
 };
 
@@ -410,6 +419,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "key-file", required_argument, NULL, 'k' },
 		{ "coordinator", required_argument, NULL, 'c' },
 		{ "zone", required_argument, NULL, 'z' },
+		{ "metrics", required_argument, NULL, 'm' + 256 },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -495,6 +505,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'z':
 			o->zone = optarg;
 			break;
+		case 'm' + 256: {
+			char why[256];
+
+			if (twd_metrics_check(optarg, why, sizeof(why)) != 0) {
+				fprintf(stderr, "twd: --metrics %s: %s\n", optarg, why);
+				return EXIT_USAGE;
+			}
+			o->metrics = optarg;
+			break;
+		}
 		case 'v':
 			o->verbose++;
 			break;
@@ -719,7 +739,21 @@ int main(int argc, char **argv)
 			return EXIT_FAIL;
 		}
 	}
+	if (o.metrics) {
+		char addr[300], why[512];
+
+		/* After the signal mask (its thread inherits it), before the ready line. */
+		if (twd_metrics_start(o.metrics, b, addr, sizeof(addr), why, sizeof(why)) != 0) {
+			fprintf(stderr, "twd: --metrics %s: %s\n", o.metrics, why);
+			twd_coord_stop();
+			(void)tw_backup_close(b);
+			stop_signals(sigthr);
+			return EXIT_PROVIDER;
+		}
+		printf("metrics %s\n", addr);
+	}
 	status = serve(cfg, b);
+	twd_metrics_stop(); /* its thread reads the backup's counters: before the close */
 	/* Closed segments whose flush failed are lost with the pool (logged): not a clean exit. */
 	if (tw_backup_close(b) < 0 && status == EXIT_OK)
 		status = EXIT_FAIL; /* as a failed flush at shutdown (docs/operations.md) */
