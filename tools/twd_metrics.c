@@ -158,7 +158,7 @@ int twd_metrics_start(const char *spec, struct tw_backup *b, char *addr, size_t 
 		snprintf(why, wlen, "%s: %s", host, gai_strerror(rc));
 		return -1;
 	}
-	daemon_ = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
+	daemon_ = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD |
 				   (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 				   0, NULL, NULL, handle, b,
 				   MHD_OPTION_SOCK_ADDR, ai->ai_addr,

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kv_metrics.h"
 #include "kv_server_int.h"
 
 #define IN_START (64u << 10)
@@ -950,6 +951,17 @@ int kv_server_run(const struct kv_server_config *cfg)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	rc = start(s, &sigs);
+	if (rc == 0 && cfg->metrics) {
+		char addr[300], why[512];
+
+		/* After start(): its thread inherits the signal mask and wakes us on s->efd. */
+		if (kv_metrics_start(s, cfg->metrics, addr, sizeof(addr), why, sizeof(why)) == 0) {
+			printf("metrics %s\n", addr);
+		} else {
+			fprintf(stderr, "twkv: --metrics %s: %s\n", cfg->metrics, why);
+			rc = -EADDRINUSE;
+		}
+	}
 	if (rc == 0) {
 		printf("ready kv=%s backup=%s\n", s->kv_addr, tw_backup_listen_addr(s->backup));
 		fflush(stdout);
@@ -967,6 +979,7 @@ int kv_server_run(const struct kv_server_config *cfg)
 				accept_all(s);
 			} else if (tag == TAG_EVENT) {
 				take_handoffs(s);
+				kv_metrics_serve(s); /* a scrape asked for the text */
 			} else if (tag == TAG_SIGNAL) {
 				struct signalfd_siginfo si;
 
@@ -994,6 +1007,7 @@ int kv_server_run(const struct kv_server_config *cfg)
 		if (drain_end && (drained(s) || now_ms() >= drain_end))
 			quit = true;
 	}
+	kv_metrics_stop(); /* before stop(): a scrape waiting for us gets its 503 now */
 	stop(s);
 	if (s->lfd >= 0)
 		close(s->lfd);

@@ -31,6 +31,7 @@ struct kv_server_config {
 	unsigned session_ms;       /* ZooKeeper session timeout (failure detection) */
 	unsigned backup_buffers;   /* buffers the backup registers at start */
 	size_t expect_keys;        /* index size hint per partition */
+	const char *metrics;       /* serve /metrics there (kv_metrics.h); NULL: no endpoint */
 };
 
 /* Fill the defaults (docs/kv.md, "Running it"). */

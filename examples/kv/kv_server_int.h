@@ -138,6 +138,8 @@ struct kv_server {
 void kv_role_self(struct kv_server *s, enum kv_role role);
 void kv_role_new_threads(struct kv_server *s, enum kv_role role);
 size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap);
+/* CPU nanoseconds per role since the start (also for /metrics, kv_metrics.c). */
+void kv_cpu_by_role(struct kv_server *s, uint64_t ns[KV_ROLES]);
 
 /* kv_part.c */
 int kv_part_start(struct kv_server *s, unsigned part, enum acq_mode mode, char *err, size_t len);

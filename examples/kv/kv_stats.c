@@ -117,6 +117,11 @@ static void cpu_by_role(struct kv_server *s, uint64_t ns[KV_ROLES])
 	pthread_mutex_unlock(&s->cpu_mu);
 }
 
+void kv_cpu_by_role(struct kv_server *s, uint64_t ns[KV_ROLES])
+{
+	cpu_by_role(s, ns);
+}
+
 /* ------------------------------------------------------------------ the report */
 
 static void put_line(char *buf, size_t cap, size_t *at, const char *fmt, ...)

@@ -16,6 +16,7 @@
 #include <tailwind/common.h>
 
 #include "kv_client.h"
+#include "kv_metrics.h"
 #include "kv_server.h"
 
 static void usage(FILE *f)
@@ -49,6 +50,10 @@ static void usage(FILE *f)
 		"                             partitions are taken over (default 4000)\n"
 		"  -b, --buffers N            backup buffers registered at start (default 16)\n"
 		"  -k, --keys N               index size hint per partition (default 1024)\n"
+		"      --metrics [HOST:]PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+		"                             (off by default; a bare PORT is on 127.0.0.1; 0: a\n"
+		"                             free port, printed as `metrics ADDR` before the ready\n"
+		"                             line; docs/metrics.md)\n"
 		"\n"
 		"client options:\n"
 		"  -s, --server ADDR          a server's client address (any one: the map names the"
@@ -98,6 +103,7 @@ static int serve(int argc, char **argv)
 		{ "session-timeout", required_argument, NULL, 't' },
 		{ "buffers", required_argument, NULL, 'b' },
 		{ "keys", required_argument, NULL, 'k' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -152,6 +158,16 @@ static int serve(int argc, char **argv)
 				goto bad;
 			cfg.expect_keys = (size_t)v;
 			break;
+		case 'M': {
+			char why[256];
+
+			if (kv_metrics_check(optarg, why, sizeof(why)) != 0) {
+				fprintf(stderr, "twkv serve: --metrics %s: %s\n", optarg, why);
+				return 2;
+			}
+			cfg.metrics = optarg;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
