@@ -132,13 +132,13 @@ int tw_backup_metrics_text(const struct tw_backup *b, char *buf, size_t len, siz
 	one(&o, "tailwind_backup_segments_on_disk", GAUGE, "Segment files in the directory.",
 	    st.segments_on_disk);
 	one(&o, "tailwind_backup_segments_corrupt", GAUGE,
-	    "Segment files that failed their checks at the start.", st.segments_corrupt);
+	    "Segment replicas known to be corrupt.", st.segments_corrupt);
 	one(&o, "tailwind_backup_flushes_total", COUNTER,
 	    "Closed buffers the flusher wrote to segment files.", st.flushes);
 	one(&o, "tailwind_backup_flushed_bytes_total", COUNTER,
 	    "Valid log bytes the flusher wrote to segment files.", st.bytes_flushed);
 	one(&o, "tailwind_backup_flush_errors_total", COUNTER,
-	    "Flushes that failed (the replica stays in memory only).", st.flush_errors);
+	    "Flush attempts that failed.", st.flush_errors);
 	one(&o, "tailwind_backup_loads_total", COUNTER,
 	    "Flushed segments loaded into a buffer for a read grant.", st.loads);
 

@@ -957,6 +957,7 @@ int kv_server_run(const struct kv_server_config *cfg)
 		/* After start(): its thread inherits the signal mask and wakes us on s->efd. */
 		if (kv_metrics_start(s, cfg->metrics, addr, sizeof(addr), why, sizeof(why)) == 0) {
 			printf("metrics %s\n", addr);
+			kv_role_new_threads(s, KV_ROLE_OTHER); /* the HTTP thread */
 		} else {
 			fprintf(stderr, "twkv: --metrics %s: %s\n", cfg->metrics, why);
 			rc = -EADDRINUSE;
