@@ -30,12 +30,12 @@
 /* "PORT", "HOST:PORT", "[V6]:PORT" into host and port; a bare PORT is 127.0.0.1's. */
 static int split(const char *spec, char *host, size_t hlen, char *port, size_t plen)
 {
-	const char *colon = strrchr(spec, ':');
+	const char *colon = strrchr(spec, ':'), *num = spec;
 	size_t n;
 
 	if (!colon) {
 		snprintf(host, hlen, "127.0.0.1");
-		colon = spec - 1;
+		num = spec;
 	} else if (spec[0] == '[') {
 		const char *close = strchr(spec, ']');
 
@@ -50,11 +50,12 @@ static int split(const char *spec, char *host, size_t hlen, char *port, size_t p
 		memcpy(host, spec, n);
 		host[n] = '\0';
 	}
-	n = strlen(colon + 1);
-	if (n == 0 || n > 5 || n >= plen || strspn(colon + 1, "0123456789") != n ||
-	    atoi(colon + 1) > 65535)
+	if (colon)
+		num = colon + 1;
+	n = strlen(num);
+	if (n == 0 || n > 5 || n >= plen || strspn(num, "0123456789") != n || atoi(num) > 65535)
 		return -1;
-	memcpy(port, colon + 1, n + 1);
+	memcpy(port, num, n + 1);
 	return 0;
 }
 
