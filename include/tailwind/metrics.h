@@ -16,9 +16,11 @@
  * tailwind_<part>_<what>_<unit>, counters end in _total, times in seconds, sizes in bytes.
  *
  * What they read: the statistics getters (tw_backup_get_stats, tw_primary_get_stats,
- * tw_ctx_get_stats), which are thread-safe; nothing else of the object is touched, so a scrape
- * runs on any thread (an HTTP server's) and costs the data path nothing but the getters' own
- * short lock (backup) or relaxed loads (primary, context).
+ * tw_ctx_get_stats), which are thread-safe, and a log's id (fixed at its open); nothing else of
+ * the object is touched, so a scrape runs on any thread (an HTTP server's) and costs the data
+ * path nothing but what the getters cost: the backup's statistics lock for one struct copy,
+ * relaxed loads of a log's and a context's counters, and the log arena's lock (taken by a
+ * rollover) for its counters.
  *
  * Buffer contract, the same for every function here: on success the text and a terminating NUL
  * are in buf, *needed_out (may be NULL) is the text's length without the NUL, and the return is
