@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/module_graph.py - check that the library's folders form the declared acyclic graph.
 
-Each folder of the library (core/, fabric/, proto/, peer/, log/, coord/, recovery/, reader/, backup/, primary/) is a static library
+Each folder of the library (core/, fabric/, proto/, peer/, log/, coord/, recovery/, reader/, backup/, primary/, metrics/) is a static library
 that declares in its meson.build the folders it uses (`<folder>_below`). This check, run as the
 meson test `module_graph`, reads those libraries with nm and fails when
 
