@@ -42,6 +42,9 @@ struct pmode_ops {
 	 * *idx_out: its record index. */
 	int (*append)(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 		      void *arg, uint64_t *lsn_out, uint64_t *idx_out);
+	/* tw_primary_append_batch: n entries (lengths checked), cb on the last one. */
+	int (*append_batch)(struct tw_primary *p, const struct iovec *entries, size_t n,
+			    tw_append_cb cb, void *arg, uint64_t *lsns_out);
 	/* tw_primary_append: append and wait for the acknowledgement. */
 	int (*append_wait)(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out);
 	/* tw_primary_flush. */
@@ -1322,8 +1325,21 @@ static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, ui
 	return 0;
 }
 
-/* Sync mode: make room and append. */
-static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+static bool on_progress_thread(const struct tw_primary *p)
+{
+	return tw__ctx_on_thread(p->ctx); /* any log of the context: the thread serves them all */
+}
+
+/* A batch stopped at entry `from`: the entries not appended get TW_LSN_NONE. */
+static void batch_unfilled(uint64_t *lsns_out, size_t from, size_t n)
+{
+	for (size_t i = from; lsns_out && i < n; i++)
+		lsns_out[i] = TW_LSN_NONE;
+}
+
+/* Sync mode: make room for one entry (back-pressure, rollover) and append it; nothing is
+ * sealed here (sync_kick). */
+static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct pseg *s;
@@ -1350,57 +1366,86 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 			return rc;
 		s = p->cur;
 	}
-	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
-	if (rc < 0)
-		return rc;
-	/* Batching for a caller that appends asynchronously and drives the log itself: an
-	 * entry goes out at once when no write is in flight (an idle log: no added latency);
-	 * under load the entries wait until a whole batch (max_batch) is there, which then
-	 * takes the first free slot (polled for without blocking when none looks free). Full
-	 * writes, as a bare benchmark posts them, instead of one entry per free slot
-	 * (docs/benchmarks.md, "Caller-driven appends"). tw_primary_append, _flush and
-	 * _progress seal whatever waits. */
+	return append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
+}
+
+/* Sync mode, after an append (or a batch of them): batching for a caller that appends
+ * asynchronously and drives the log itself. An entry goes out at once when no write is in
+ * flight (an idle log: no added latency); under load the entries wait until a whole batch
+ * (max_batch) is there, which then takes the first free slot (polled for without blocking when
+ * none looks free). Full writes, as a bare benchmark posts them, instead of one entry per free
+ * slot (docs/benchmarks.md, "Caller-driven appends"). tw_primary_append, _flush and _progress
+ * seal whatever waits. */
+static void sync_kick(struct tw_primary *p)
+{
 	if (p->slot_head == p->slot_tail || pending_entries(p) >= p->cfg.max_batch) {
 		if (!slot_free(p))
 			drive(p, 0);
 		if (slot_free(p))
 			seal_post(p);
 	}
+}
+
+/* Sync mode: make room and append. */
+static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	int rc = sync_room_append(p, data, len, cb, arg, lsn_out, idx_out);
+
+	if (rc < 0)
+		return rc;
+	sync_kick(p);
 	return 0;
 }
 
-static bool on_progress_thread(const struct tw_primary *p)
+/* Sync mode: every entry appended as by append_sync_mode, the batching rule applied once at the
+ * end (the batch goes out as few writes as back-pressure allows). */
+static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
+				  tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
-	return tw__ctx_on_thread(p->ctx); /* any log of the context: the thread serves them all */
-}
+	uint64_t lsn, idx;
 
-/* Async mode: copy under the lock and hand over to the progress thread. */
-static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
-			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
-{
-	struct pseg *s;
-	bool wake = false, asked = false;
-	struct pwaiter me;
-	bool me_init = false;
-	uint64_t gen = 0;
-	int rc;
+	for (size_t i = 0; i < n; i++) {
+		int rc = sync_room_append(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
+					  i + 1 == n ? cb : NULL, arg, &lsn, &idx);
 
-	pthread_mutex_lock(&p->lock);
-	for (;;) {
-		if (p->err || pstate(p) != PSTATE_RUNNING) {
-			rc = p->err ? p->err : -TW_ECLOSED;
-			pthread_mutex_unlock(&p->lock);
-			if (me_init)
-				pthread_cond_destroy(&me.cv);
+		if (rc < 0) {
+			batch_unfilled(lsns_out, i, n);
+			if (i)
+				sync_kick(p); /* what was copied goes out as usual */
 			return rc;
 		}
+		if (lsns_out)
+			lsns_out[i] = lsn;
+	}
+	sync_kick(p);
+	return 0;
+}
+
+/* An appender's state across the waits of async_room (async mode). */
+struct room_wait {
+	struct pwaiter me; /* in the room queue while it waits for back-pressure */
+	bool me_init;
+};
+
+/*
+ * Async mode, lock held: wait until an entry of `len` bytes can be appended to p->cur now
+ * (back-pressure, rollover), dropping the lock while it waits. Returns 0 (lock held, room for
+ * it), or an error (lock held): the primary's, -TW_ECLOSED, -EAGAIN (a callback on the progress
+ * thread that would have to wait), -ENOSPC (the rollover asked for found the arena exhausted).
+ */
+static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
+{
+	bool asked = false;
+	uint64_t gen = 0;
+
+	for (;;) {
+		if (p->err || pstate(p) != PSTATE_RUNNING)
+			return p->err ? p->err : -TW_ECLOSED;
 		if (p->need_roll || pending_entries(p) >= p->cfg.max_batch ||
 		    p->rec_head - p->rec_tail > p->rec_mask) {
-			if (on_progress_thread(p)) {
-				/* A callback appending: waiting here would wait for ourselves. */
-				pthread_mutex_unlock(&p->lock);
-				return -EAGAIN;
-			}
+			if (on_progress_thread(p))
+				return -EAGAIN; /* a callback appending: would wait for ourselves */
 			if (p->pt_idle) {
 				p->pt_idle = false;
 				pthread_mutex_unlock(&p->lock);
@@ -1416,34 +1461,26 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			}
 			/* Back-pressure: queue up and sleep until a seal or an acknowledgement hands
 			 * us the turn (room_wake_one), or a failure wakes everyone (wake_apps). */
-			if (!me_init) {
-				pthread_cond_init(&me.cv, NULL);
-				me_init = true;
+			if (!rw->me_init) {
+				pthread_cond_init(&rw->me.cv, NULL);
+				rw->me_init = true;
 			}
-			me.next = NULL;
-			me.queued = true;
+			rw->me.next = NULL;
+			rw->me.queued = true;
 			if (p->room_tail)
-				p->room_tail->next = &me;
+				p->room_tail->next = &rw->me;
 			else
-				p->room_head = &me;
-			p->room_tail = &me;
-			while (me.queued)
-				pthread_cond_wait(&me.cv, &p->lock);
+				p->room_head = &rw->me;
+			p->room_tail = &rw->me;
+			while (rw->me.queued)
+				pthread_cond_wait(&rw->me.cv, &p->lock);
 			continue;
 		}
-		s = p->cur;
-		if (!tw_log_writer_fits(&s->w, len)) {
-			if (on_progress_thread(p)) {
-				pthread_mutex_unlock(&p->lock);
+		if (!tw_log_writer_fits(&p->cur->w, len)) {
+			if (on_progress_thread(p))
 				return -EAGAIN;
-			}
-			if (asked && p->roll_gen != gen && p->roll_rc == -ENOSPC) {
-				/* The rollover we asked for found the arena exhausted. */
-				pthread_mutex_unlock(&p->lock);
-				if (me_init)
-					pthread_cond_destroy(&me.cv);
-				return -ENOSPC;
-			}
+			if (asked && p->roll_gen != gen && p->roll_rc == -ENOSPC)
+				return -ENOSPC; /* the rollover we asked for found the arena exhausted */
 			asked = true;
 			gen = p->roll_gen;
 			p->need_roll = true;
@@ -1453,24 +1490,77 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
-		break;
+		return 0;
 	}
-	if (me_init)
-		pthread_cond_destroy(&me.cv); /* dequeued: nobody signals it any more */
-	rc = append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
-	if (rc < 0) {
-		pthread_mutex_unlock(&p->lock);
-		return rc;
-	}
-	if (p->pt_idle) {
-		p->pt_idle = false;
-		wake = true;
-		PSTAT_ADD(p, wakeups, 1);
-	}
+}
+
+/* Async mode, lock held, after appending: wake the progress thread if it sleeps idle. Returns
+ * whether to ring it (after the unlock). */
+static bool async_wake_needed(struct tw_primary *p)
+{
+	if (!p->pt_idle)
+		return false;
+	p->pt_idle = false;
+	PSTAT_ADD(p, wakeups, 1);
+	return true;
+}
+
+/* Async mode: copy under the lock and hand over to the progress thread. */
+static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct room_wait rw = { .me_init = false };
+	bool wake = false;
+	int rc;
+
+	pthread_mutex_lock(&p->lock);
+	rc = async_room(p, len, &rw);
+	if (rw.me_init)
+		pthread_cond_destroy(&rw.me.cv); /* dequeued: nobody signals it any more */
+	if (rc == 0)
+		rc = append_rec(p, p->cur, data, len, cb, arg, lsn_out, idx_out);
+	if (rc == 0)
+		wake = async_wake_needed(p);
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
 		tw__fab_wakeup(p->fab);
-	return 0;
+	return rc;
+}
+
+/* Async mode: the whole batch in one lock round, released only where an entry must wait
+ * (back-pressure, rollover); the progress thread is rung once. */
+static int append_batch_async_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
+				   tw_append_cb cb, void *arg, uint64_t *lsns_out)
+{
+	struct room_wait rw = { .me_init = false };
+	bool wake = false;
+	uint64_t lsn, idx;
+	size_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (i = 0; i < n; i++) {
+		uint32_t len = (uint32_t)entries[i].iov_len;
+
+		rc = async_room(p, len, &rw);
+		if (rc == 0)
+			rc = append_rec(p, p->cur, entries[i].iov_base, len, i + 1 == n ? cb : NULL,
+					arg, &lsn, &idx);
+		if (rc < 0)
+			break;
+		if (lsns_out)
+			lsns_out[i] = lsn;
+	}
+	if (rw.me_init)
+		pthread_cond_destroy(&rw.me.cv);
+	if (i)
+		wake = async_wake_needed(p); /* what was copied goes out as usual */
+	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		tw__fab_wakeup(p->fab);
+	if (rc < 0)
+		batch_unfilled(lsns_out, i, n);
+	return rc;
 }
 
 /* A caller of tw_primary_append waiting for its entry's acknowledgement. */
@@ -1593,6 +1683,7 @@ static int flush_async_mode(struct tw_primary *p)
 
 static const struct pmode_ops sync_ops = {
 	.append = append_sync_mode,
+	.append_batch = append_batch_sync_mode,
 	.append_wait = append_wait_sync_mode,
 	.flush = flush_sync_mode,
 	.complete = complete_recs_sync,
@@ -1600,6 +1691,7 @@ static const struct pmode_ops sync_ops = {
 
 static const struct pmode_ops async_ops = {
 	.append = append_async_mode,
+	.append_batch = append_batch_async_mode,
 	.append_wait = append_wait_async_mode,
 	.flush = flush_async_mode,
 	.complete = complete_recs_async,
@@ -1620,6 +1712,19 @@ int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len
 	if (check_len(p, len) < 0)
 		return -EINVAL;
 	return p->mode_ops->append(p, data, len, cb, arg, lsn_out, &idx);
+}
+
+int tw_primary_append_batch(struct tw_primary *p, const struct iovec *entries, size_t n,
+			    tw_append_cb cb, void *arg, uint64_t *lsns_out)
+{
+	/* Every length first: a bad one refuses the whole batch before anything is copied. */
+	if (!p || !entries || !n)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!entries[i].iov_base || entries[i].iov_len > UINT32_MAX ||
+		    check_len(p, (uint32_t)entries[i].iov_len) < 0)
+			return -EINVAL;
+	return p->mode_ops->append_batch(p, entries, n, cb, arg, lsns_out);
 }
 
 int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
