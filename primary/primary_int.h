@@ -95,11 +95,41 @@ static inline bool pb_back(const struct pbackup *b)
  * that must drive (a log's open, close, or the context's close) takes `drive` through
  * tw__ctx_drive_enter, which makes the progress thread step aside between two passes.
  */
+/*
+ * How a context calls its logs (as raft calls its raft_io, the other way round): ctx.c reaches
+ * a log only through this table, never the engine's functions or fields; the engine calls the
+ * context's functions (tw__ctx_*). One table, tw__primary_log_ops (primary_open.c). All on the
+ * driving thread except `served`.
+ */
+struct tw__log_ops {
+	/* Whether the progress thread serves the log now (async mode, RUNNING or STOPPING). */
+	bool (*served)(const struct tw_primary *p);
+	/* A progress pass: before the fabric poll (control work, seal+post; true when it did
+	 * control work, *done when a stopping log has nothing left), and after it (failover,
+	 * reap, seal+post). */
+	bool (*step_pre)(struct tw_primary *p, bool *done);
+	void (*step_post)(struct tw_primary *p);
+	/* Backup `b`'s connection failed (why: for messages): the log fails over on its own. */
+	void (*lost)(struct tw_primary *p, unsigned b, const char *why);
+	/* The context cannot go on for the log (fabric progress or reset failed). */
+	void (*fail)(struct tw_primary *p, int err, const char *msg);
+	/* After a fabric reset: again[i], whether backup i is connected again; first, the backup
+	 * whose loss began it (-1: none); prev_ns, when the reset before was. */
+	void (*reset)(struct tw_primary *p, const bool *again, int first, uint64_t prev_ns,
+		      uint64_t now_ns);
+	/* A private context's owner: its incarnation (the peers' stamp) and the handshake RPCs
+	 * to count in its statistics. */
+	uint64_t (*incarnation)(const struct tw_primary *p);
+	void (*count_handshake)(struct tw_primary *p, unsigned rpcs);
+};
+extern const struct tw__log_ops tw__primary_log_ops;
+
 struct tw_ctx {
 	struct tw_ctx_config cfg;    /* provider: our copy; backups, zones, key_file NULL */
 	char *prov_copy;
 	bool shared;
 	struct tw_primary *owner;    /* private: its log (the handshake RPCs count there) */
+	const struct tw__log_ops *log_ops; /* how it calls its logs (set by attach / set_owner) */
 	struct tw_fab *fab;
 	struct tw_arena *arena;      /* every segment of every log on it (primary/arena.c) */
 	struct tw_auth_key *key;     /* cluster key (NULL: no authentication) */
@@ -166,8 +196,13 @@ void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c);
 int tw__ctx_reset(struct tw_ctx *ctx, int first);
 void tw__ctx_drive_enter(struct tw_ctx *ctx);
 void tw__ctx_drive_leave(struct tw_ctx *ctx);
-int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
+/* A log joins the context's list (ops: how the context calls it; every log of a context has
+ * the engine's), or leaves it. */
+int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p, const struct tw__log_ops *ops);
 void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
+/* A private context's owner: the log whose handshakes it counts and whose incarnation its
+ * peers carry. */
+void tw__ctx_set_owner(struct tw_ctx *ctx, struct tw_primary *p, const struct tw__log_ops *ops);
 /* The progress thread of a context (end of ctx.c); on_thread: whether the caller is ctx's
  * progress thread (a callback of one of its logs). */
 int tw__ctx_start(struct tw_ctx *ctx);
@@ -573,6 +608,9 @@ bool tw__primary_is_replica(struct tw_primary *p, unsigned b);
  *   it cannot. tw__pfo_background: re-replicate one closed segment if due (rate-limited);
  *   all: every one now. */
 void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+/* After a fabric reset of the context (struct tw__log_ops.reset, primary_rerep.c). */
+void tw__pfo_after_reset(struct tw_primary *p, const bool *again, int first, uint64_t prev_ns,
+			 uint64_t now);
 
 /* Readers (primary_acked.c, docs/readers.md): publish the acknowledged position to the replicas
  * of its segment when it moved (SetAcked, one round in flight at a time), after a reap; release

@@ -142,7 +142,9 @@ static void primary_free_driving(struct tw_primary *p)
 	tw__primary_set_state(p, PSTATE_CLOSED); /* from OPENING (a failed open) or FINISHED */
 	tw__primary_unlock(p);
 	if (ctx) {
-		tw__ctx_detach(ctx, p);
+		if (p->on_ctx)
+			tw__ctx_detach(ctx, p);
+		p->on_ctx = false;
 		if (!ctx->shared) {
 			tw__ctx_stop(ctx);
 			/* Pending operations complete (with errors) before the MRs go. */
@@ -229,37 +231,55 @@ static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size
 	return 0;
 }
 
-/* Open as owner (epoch cfg->epoch, `incarnation`), first segment `start`, on `ctx` (NULL: a
- * private context of its own). creating: a plain open of a new log (probe every backup,
- * create_log on segment 0). coord (may be NULL): the coordinator handle the primary keeps
- * (primary_coord.c), set before the first segment opens; on failure it is not closed (the
- * caller's). */
-int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t incarnation,
-		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
-		    char *errmsg_out, size_t errmsg_len)
-{
-	struct tw_primary *p;
-	char msg[512];
-	uint64_t rec_cap;
-	struct pseg *s0 = NULL;
-	bool driving = false;
-	size_t nbk;
-	int rc;
+/* ------------------------------------------------------------------ the context's ops table */
 
-	if (!cfg || !out) {
-		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
-		return -EINVAL;
-	}
-	rc = check_config(cfg, ctx != NULL, msg, sizeof(msg));
-	if (rc < 0) {
-		tw_log_error("primary: %s", msg);
-		set_errmsg(errmsg_out, errmsg_len, msg);
-		return rc;
-	}
-	nbk = ctx ? ctx->nbk : cfg->n_backups;
-	p = calloc(1, sizeof(*p));
+static bool log_served(const struct tw_primary *p)
+{
+	return pserved(p);
+}
+
+static void log_fail(struct tw_primary *p, int err, const char *msg)
+{
+	tw__primary_fail(p, err, "%s", msg);
+}
+
+static uint64_t log_incarnation(const struct tw_primary *p)
+{
+	return p->incarnation;
+}
+
+static void log_count_handshake(struct tw_primary *p, unsigned rpcs)
+{
+	PSTAT_ADD(p, rpcs, rpcs);
+	PSTAT_ADD(p, rpc_handshake, rpcs);
+}
+
+const struct tw__log_ops tw__primary_log_ops = {
+	.served = log_served,
+	.step_pre = tw__primary_step_pre,
+	.step_post = tw__primary_step_post,
+	.lost = tw__pfo_lost,
+	.fail = log_fail,
+	.reset = tw__pfo_after_reset,
+	.incarnation = log_incarnation,
+	.count_handshake = log_count_handshake,
+};
+
+/* ------------------------------------------------------------------ open */
+
+/* The log's memory and settings (tw__primary_open_as, step 1): the struct, its lock, the
+ * slots, the record ring, the backups' array; cfg's borrowed strings dropped. NULL: out of
+ * memory (coord is not closed). */
+static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
+					uint64_t incarnation, uint32_t start, bool creating,
+					struct tw_coord *coord)
+{
+	size_t nbk = ctx ? ctx->nbk : cfg->n_backups;
+	struct tw_primary *p = calloc(1, sizeof(*p));
+	uint64_t rec_cap;
+
 	if (!p)
-		return -ENOMEM;
+		return NULL;
 	p->cfg = *cfg;
 	p->coord = coord;
 	p->r = cfg->replicas;
@@ -304,8 +324,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 	    (!ctx && cfg->provider && !p->prov_copy)) {
 		p->coord = NULL;
 		primary_free(p);
-		set_errmsg(errmsg_out, errmsg_len, "out of memory");
-		return -ENOMEM;
+		return NULL;
 	}
 	p->cfg.backups = NULL; /* borrowed for the call: the addresses live in p->bk[].addr */
 	p->cfg.zones = NULL;   /* ... and the zones in p->bk[].zone */
@@ -325,6 +344,18 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 		p->slots[i].p = p;
 		p->slots[i].ops = &p->pops[(size_t)i * p->r];
 	}
+	return p;
+}
+
+/* Step 2: the log's context. Private (ctx NULL): created from cfg's transport for this log
+ * alone, its RPC clients stamped with the log's incarnation. Shared: the caller's, entered as
+ * the driver (*driving; left by the caller). Then the log's view of every backup, and the log
+ * in the context's list (a channel lost during the open reaches it). 0 or a negative code
+ * (p->errmsg says why). */
+static int primary_link_ctx(struct tw_primary *p, struct tw_ctx *ctx, const struct tw__pcfg *cfg,
+			    bool *driving)
+{
+	int rc = 0;
 
 	if (!ctx) {
 		struct tw_ctx_config cc;
@@ -343,10 +374,10 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 		cc.arena_size = cfg->arena_size;
 		/* A private context: this log's alone, closed with it (the handshake RPCs count in
 		 * its statistics, its RPC clients carry its incarnation). */
-		rc = tw__ctx_create(&cc, false, cfg->max_inflight + 32, coord ? PCOORD_EXTRA : 0,
-				&p->ctx);
+		rc = tw__ctx_create(&cc, false, cfg->max_inflight + 32, p->coord ? PCOORD_EXTRA : 0,
+				    &p->ctx);
 		if (p->ctx) {
-			p->ctx->owner = p;
+			tw__ctx_set_owner(p->ctx, p, &tw__primary_log_ops);
 			p->fab = p->ctx->fab;
 		}
 		if (rc < 0 && p->ctx)
@@ -354,12 +385,13 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 		/* (tw__ctx_create connected before knowing its owner: stamp the incarnation now.) */
 		for (size_t i = 0; rc == 0 && i < p->ctx->nbk; i++)
 			if (p->ctx->bk[i].peer.rpc)
-				tw__rpc_client_set_incarnation(p->ctx->bk[i].peer.rpc, incarnation);
+				tw__rpc_client_set_incarnation(p->ctx->bk[i].peer.rpc,
+							       p->incarnation);
 	} else {
 		p->ctx = ctx;
 		p->fab = ctx->fab;
 		tw__ctx_drive_enter(ctx);
-		driving = true;
+		*driving = true;
 	}
 	p->nbk = p->ctx ? p->ctx->nbk : 0; /* (0 when the context failed half-way) */
 	for (size_t i = 0; i < p->nbk; i++) {
@@ -372,21 +404,27 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 		snprintf(p->bk[i].addr, sizeof(p->bk[i].addr), "%s", c->peer.addr);
 		snprintf(p->bk[i].zone, sizeof(p->bk[i].zone), "%s", c->zone);
 	}
-	/* In the context's list from now on: a channel lost during the open reaches it. */
-	if (rc == 0)
-		rc = tw__ctx_attach(p->ctx, p);
-	if (rc == 0)
-		rc = tw__pctl_check_backups(p);
-	if (rc == 0 && creating)
+	if (rc == 0) {
+		rc = tw__ctx_attach(p->ctx, p, &tw__primary_log_ops);
+		if (rc == 0)
+			p->on_ctx = true;
+	}
+	return rc;
+}
+
+/* Step 3: the backups checked (a plain open also probes them for the log), the first segment
+ * `start` allocated and opened on r of them, and made current. 0 or a negative code. */
+static int primary_first_segment(struct tw_primary *p, uint32_t start)
+{
+	struct pseg *s0 = NULL;
+	int rc = tw__pctl_check_backups(p);
+
+	if (rc == 0 && p->creating)
 		rc = tw__pctl_probe_new_log(p);
 	if (rc == 0)
 		rc = tw__pseg_new(p, start, &s0);
 	if (rc == 0) {
 		rc = tw__pctl_open_segment(p, s0);
-		if (rc < 0) {
-			tw__pseg_free(p, s0);
-			s0 = NULL;
-		}
 		/* A backup that closed our connection during the open may have done so because
 		 * another owner fenced the log meanwhile (a racing takeover): say so, as
 		 * tw__primary_fail does once the log is open. */
@@ -400,28 +438,71 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 		}
 	}
 	p->creating = false;
-	if (rc == 0) {
+	if (rc == 0)
 		rc = tw__pseg_push(p, s0);
+	if (rc < 0) {
+		tw__pseg_free(p, s0);
+		return rc;
+	}
+	PSTAT_ADD(p, segments, 1);
+	tw__primary_preopen_start(p, false);
+	return 0;
+}
+
+/* Step 4: a private context's progress thread starts (async mode); the log is RUNNING. */
+static int primary_run(struct tw_primary *p, bool private_ctx)
+{
+	if (p->threaded && private_ctx) {
+		/* It serves the log once RUNNING. */
+		int rc = tw__ctx_start(p->ctx);
+
 		if (rc < 0) {
-			tw__pseg_free(p, s0);
-		} else {
-			PSTAT_ADD(p, segments, 1);
-			tw__primary_preopen_start(p, false);
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
+			return rc;
 		}
 	}
-	if (rc == 0 && p->threaded && !ctx) {
-		/* A private context's thread starts here; it serves the log once RUNNING. */
-		rc = tw__ctx_start(p->ctx);
-		if (rc < 0)
-			snprintf(p->errmsg, sizeof(p->errmsg), "%s", p->ctx->errmsg);
+	tw__primary_lock(p);
+	tw__primary_set_state(p, PSTATE_RUNNING);
+	tw__primary_unlock(p);
+	if (p->threaded && private_ctx)
+		tw__fab_wakeup(p->fab); /* its first pass may have found it OPENING */
+	return 0;
+}
+
+/* Open as owner (epoch cfg->epoch, `incarnation`), first segment `start`, on `ctx` (NULL: a
+ * private context of its own). creating: a plain open of a new log (probe every backup,
+ * create_log on segment 0). coord (may be NULL): the coordinator handle the primary keeps
+ * (primary_coord.c), set before the first segment opens; on failure it is not closed (the
+ * caller's). */
+int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t incarnation,
+		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
+		    char *errmsg_out, size_t errmsg_len)
+{
+	struct tw_primary *p;
+	bool driving = false;
+	char msg[512];
+	int rc;
+
+	if (!cfg || !out) {
+		set_errmsg(errmsg_out, errmsg_len, "invalid argument");
+		return -EINVAL;
 	}
-	if (rc == 0) {
-		tw__primary_lock(p);
-		tw__primary_set_state(p, PSTATE_RUNNING);
-		tw__primary_unlock(p);
-		if (p->threaded && !ctx)
-			tw__fab_wakeup(p->fab); /* its first pass may have found it OPENING */
+	rc = check_config(cfg, ctx != NULL, msg, sizeof(msg));
+	if (rc < 0) {
+		tw_log_error("primary: %s", msg);
+		set_errmsg(errmsg_out, errmsg_len, msg);
+		return rc;
 	}
+	p = primary_alloc(ctx, cfg, incarnation, start, creating, coord);
+	if (!p) {
+		set_errmsg(errmsg_out, errmsg_len, "out of memory");
+		return -ENOMEM;
+	}
+	rc = primary_link_ctx(p, ctx, cfg, &driving);
+	if (rc == 0)
+		rc = primary_first_segment(p, start);
+	if (rc == 0)
+		rc = primary_run(p, !ctx);
 	if (rc < 0) {
 		if (!p->errmsg[0])
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", tw_strerror(rc));
