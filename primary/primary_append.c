@@ -219,8 +219,8 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
  * whether to ring it (after the unlock). */
 static bool async_wake_needed(struct tw_primary *p)
 {
-	if (!p->pt_idle)
-		return false;
+	if (!p->pt_idle || !tw__primary_batch_due(p))
+		return false; /* busy, or entries wait for a whole batch: a completion wakes it */
 	p->pt_idle = false;
 	PSTAT_ADD(p, wakeups, 1);
 	return true;

@@ -475,6 +475,20 @@ static inline bool slot_free(const struct tw_primary *p)
 }
 
 /*
+ * Async mode: whether the waiting entries are due to be sealed, given a free slot (lock held):
+ * writes as large as the slot allows under load (docs/primary.md, "Batching and pipelining").
+ * An entry goes at once when no write is in flight (an idle log adds no latency); while a
+ * write is in flight, entries wait until max_batch of them are there, or until the writes in
+ * flight completed (then nothing is in flight). A rollover, a failover, a finish and sync
+ * mode's progress seal whatever waits (sync mode has its own rule for appends: sync_kick).
+ */
+static inline bool tw__primary_batch_due(const struct tw_primary *p)
+{
+	return !p->threaded || p->slot_head == p->slot_tail ||
+	       p->rec_head - p->rec_sealed >= p->cfg.max_batch;
+}
+
+/*
  * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
  * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
  * the context's progress thread drives; callers copy under the lock and sleep on condition

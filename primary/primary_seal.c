@@ -81,7 +81,8 @@ void tw__primary_post_slot(struct tw_primary *p, struct pslot *s, uint64_t n)
 /* Whether waiting entries can be sealed now (lock held in async mode). */
 bool tw__primary_seal_ready(const struct tw_primary *p)
 {
-	return pending_entries(p) && slot_free(p) && !p->err && !p->need_roll && !p->fo_pending;
+	return pending_entries(p) && slot_free(p) && !p->err && !p->need_roll && !p->fo_pending &&
+	       tw__primary_batch_due(p);
 }
 
 /* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
@@ -101,7 +102,7 @@ static int seal_post_if(struct tw_primary *p, bool ready)
 		return p->err;
 	tw__primary_lock(p);
 	n = pending_entries(p);
-	if (!n || p->err || !slot_free(p) || (ready && p->need_roll)) {
+	if (!n || p->err || !slot_free(p) || (ready && (p->need_roll || !tw__primary_batch_due(p)))) {
 		tw__primary_unlock(p);
 		return p->err;
 	}
