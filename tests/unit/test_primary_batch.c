@@ -10,13 +10,17 @@
  *   - a batch stopped by an exhausted arena at its rollover: the documented partial rule
  *     (TW_LSN_NONE, no callback, the copied entries acknowledged, the log goes on);
  *   - back-pressure, each cause: all slots busy (the appender waits until a write completes),
- *     a full segment (the rollover), the arena exhausted (-ENOSPC, nothing appended).
+ *     a full segment (the batch across a segment: it waits for the rollover), the arena
+ *     exhausted (-ENOSPC, nothing appended);
+ *   - the record ring wrapping around, entries alone and in batches;
+ *   - several producers (threads) with batches: LSNs unique, callbacks in LSN order.
  * Meant for TSan too (.ci/run).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,6 +471,204 @@ static void test_slots_busy(const char **addrs)
 	is_int(tw_primary_close(p), 0, "slots busy: close");
 }
 
+/* ------------------------------------------------------------------ record ring wrap-around */
+
+/* Each callback checks that it is handed its own record: arg is the append's index. */
+static uint64_t wrap_next, wrap_bad, wrap_lsn_bad;
+static uint64_t *wrap_lsns;
+
+#define WRAP_BATCH (1ull << 62) /* in arg: the callback of a batch of 7 (i: its last entry) */
+
+static void wrap_cb(void *arg, int status, uint64_t lsn)
+{
+	uint64_t a = (uint64_t)(uintptr_t)arg, i = a & ~WRAP_BATCH;
+
+	if (status || i != wrap_next + ((a & WRAP_BATCH) ? 6 : 0))
+		wrap_bad++;
+	if (i < 20000 && lsn != wrap_lsns[i])
+		wrap_lsn_bad++;
+	wrap_next = i + 1;
+}
+
+/*
+ * The record ring (callback, argument, LSN per append; 1024 records for these settings) wraps
+ * around many times: every callback gets its own argument and LSN, in order, whether entries
+ * come alone or in batches that straddle the ring's end.
+ */
+static void test_ring_wrap(const char **addrs, enum tw_primary_mode mode)
+{
+	const char *m = mode_name[mode];
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	static uint64_t lsns[20000];
+	uint8_t buf[7][24];
+	struct iovec iov[7];
+	uint64_t i = 0;
+	int bad = 0;
+
+	cfg_for(&tc, &cfg, addrs, 350 + mode, mode);
+	cfg.max_batch = 16;
+	cfg.max_inflight = 4; /* ring of 1024 records */
+	p = tlog_open(&tc, &cfg, "ring %s", m);
+	if (!p)
+		return;
+	is_int((int)(p->rec_mask + 1), 1024, "ring %s: 1024 records", m);
+	wrap_next = wrap_bad = wrap_lsn_bad = 0;
+	wrap_lsns = lsns;
+	while (i < 20000) {
+		if (i % 3) {
+			fill(buf[0], 24, i);
+			if (tw_primary_append_async(p, buf[0], 24, wrap_cb, (void *)(uintptr_t)i,
+						    &lsns[i]) != 0)
+				bad++;
+			i++;
+			continue;
+		}
+		/* A batch of 7: one callback, for its last entry (index i + 6). */
+		for (unsigned k = 0; k < 7; k++) {
+			fill(buf[k], 24, i + k);
+			iov[k].iov_base = buf[k];
+			iov[k].iov_len = 24;
+		}
+		if (i + 7 > 20000)
+			break;
+		if (tw_primary_append_batch(p, iov, 7, wrap_cb,
+					    (void *)(uintptr_t)((i + 6) | WRAP_BATCH), &lsns[i]) != 0)
+			bad++;
+		i += 7;
+	}
+	is_int(bad, 0, "ring %s: %" PRIu64 " appends, alone and in batches", m, i);
+	is_int(tw_primary_flush(p), 0, "ring %s: flush", m);
+	ok(wrap_next == i && !wrap_bad && !wrap_lsn_bad, "ring %s: every callback got its own "
+	   "argument and LSN, in order, across %" PRIu64 " turns of the ring (%" PRIu64 " bad, %"
+	   PRIu64 " wrong LSN)", m, i / 1024, wrap_bad, wrap_lsn_bad);
+	is_int(tw_primary_close(p), 0, "ring %s: close", m);
+}
+
+/* ------------------------------------------------------------------ several producers */
+
+#define PRODUCERS 4
+#define PER_PRODUCER 3000u
+
+struct producer {
+	struct tw_primary *p;
+	unsigned id;
+	uint64_t lsns[PER_PRODUCER];
+	int bad;
+	pthread_t th;
+};
+
+static pthread_mutex_t prod_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t prod_acks, prod_disorder, prod_errors, prod_last;
+
+static void prod_cb(void *arg, int status, uint64_t lsn)
+{
+	(void)arg;
+	pthread_mutex_lock(&prod_mu); /* (the progress thread only; the lock is for TSan's sake) */
+	if (prod_acks && lsn <= prod_last)
+		prod_disorder++;
+	prod_last = lsn;
+	prod_acks++;
+	if (status)
+		prod_errors++;
+	pthread_mutex_unlock(&prod_mu);
+}
+
+/* Batches of 1..8 entries and single appends, mixed. */
+static void *producer_main(void *arg)
+{
+	struct producer *x = arg;
+	uint8_t buf[8][40];
+	struct iovec iov[8];
+	unsigned i = 0;
+
+	while (i < PER_PRODUCER) {
+		unsigned n = 1 + (i / 8 + x->id) % 8;
+
+		if (n > PER_PRODUCER - i)
+			n = PER_PRODUCER - i;
+		for (unsigned k = 0; k < n; k++) {
+			fill(buf[k], 40, ((uint64_t)x->id << 32) | (i + k));
+			iov[k].iov_base = buf[k];
+			iov[k].iov_len = 40;
+		}
+		if (n == 1) {
+			if (tw_primary_append_async(x->p, buf[0], 40, prod_cb, NULL, &x->lsns[i]) != 0)
+				x->bad++;
+		} else if (tw_primary_append_batch(x->p, iov, n, prod_cb, NULL, &x->lsns[i]) != 0) {
+			x->bad++;
+		}
+		i += n;
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Several application threads append to one async log, alone and in batches: every LSN is
+ * unique, each thread's LSNs grow, callbacks arrive in LSN order, every entry reads back as the
+ * one its thread wrote.
+ */
+static void test_producers(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	static struct producer x[PRODUCERS];
+	static uint64_t all[PRODUCERS * PER_PRODUCER];
+	uint64_t dup = 0, nongrowing = 0, badread = 0;
+	int bad = 0;
+
+	cfg_for(&tc, &cfg, addrs, 360, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 32;
+	cfg.max_inflight = 4;
+	p = tlog_open(&tc, &cfg, "producers");
+	if (!p)
+		return;
+	prod_acks = prod_disorder = prod_errors = 0;
+	for (unsigned t = 0; t < PRODUCERS; t++) {
+		x[t].p = p;
+		x[t].id = t;
+		x[t].bad = 0;
+		pthread_create(&x[t].th, NULL, producer_main, &x[t]);
+	}
+	for (unsigned t = 0; t < PRODUCERS; t++) {
+		pthread_join(x[t].th, NULL);
+		bad += x[t].bad;
+	}
+	is_int(bad, 0, "producers: %u threads x %u entries accepted", PRODUCERS, PER_PRODUCER);
+	is_int(tw_primary_flush(p), 0, "producers: flush");
+	pthread_mutex_lock(&prod_mu);
+	ok(prod_errors == 0 && prod_disorder == 0, "producers: %" PRIu64 " callbacks, in LSN "
+	   "order (%" PRIu64 " out of order, %" PRIu64 " errors)", prod_acks, prod_disorder,
+	   prod_errors);
+	pthread_mutex_unlock(&prod_mu);
+	for (unsigned t = 0; t < PRODUCERS; t++) {
+		for (unsigned i = 0; i < PER_PRODUCER; i++) {
+			all[t * PER_PRODUCER + i] = x[t].lsns[i];
+			if (i && x[t].lsns[i] <= x[t].lsns[i - 1])
+				nongrowing++;
+			if (!check_entry(p, x[t].lsns[i], 40, ((uint64_t)t << 32) | i))
+				badread++;
+		}
+	}
+	qsort(all, PRODUCERS * PER_PRODUCER, sizeof(all[0]), cmp_u64);
+	for (unsigned i = 1; i < PRODUCERS * PER_PRODUCER; i++)
+		if (all[i] == all[i - 1])
+			dup++;
+	ok(dup == 0 && nongrowing == 0, "producers: LSNs unique (%" PRIu64 " duplicates), each "
+	   "thread's growing (%" PRIu64 " not)", dup, nongrowing);
+	is_int(badread, 0, "producers: every entry reads back as its thread wrote it");
+	is_int(tw_primary_close(p), 0, "producers: close");
+}
+
 int main(void)
 {
 	struct tbackups cl;
@@ -479,6 +681,9 @@ int main(void)
 	test_arena_batch(cl.addrs, TW_PRIMARY_SYNC);
 	test_arena_batch(cl.addrs, TW_PRIMARY_ASYNC);
 	test_slots_busy(cl.addrs);
+	test_ring_wrap(cl.addrs, TW_PRIMARY_SYNC);
+	test_ring_wrap(cl.addrs, TW_PRIMARY_ASYNC);
+	test_producers(cl.addrs);
 	tbackups_stop(&cl);
 	tap_done_testing();
 	return tap_exit();
