@@ -278,13 +278,11 @@ int tw__primary_roll(struct tw_primary *p)
 
 /* ------------------------------------------------------------ per-log steps (progress thread) */
 
-bool tw__primary_step_pre(struct tw_primary *p, bool *done)
+/* The control part of a pass (async mode): a rollover, frees, released segments, a stopping
+ * log drained. Under the lock, taken only when ctl_pending says one was asked for. Returns
+ * whether it did control work (*work: the poll must not block). */
+static bool step_control(struct tw_primary *p, bool *done, bool *work)
 {
-	struct pslot *sealed = NULL;
-	bool work = false;
-	uint64_t sealed_n = 0;
-	int seal_rc = 0;
-
 	pthread_mutex_lock(&p->lock);
 	if (p->need_roll && !p->err) {
 		int rc;
@@ -292,7 +290,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		pthread_mutex_unlock(&p->lock);
 		rc = tw__primary_roll(p);
 		pthread_mutex_lock(&p->lock);
-		p->need_roll = false;
+		PST(p->need_roll, false);
 		p->roll_rc = rc; /* -ENOSPC: the appends that asked for it fail (append_async_mode) */
 		p->roll_gen++;
 		pthread_cond_broadcast(&p->cv_app);
@@ -300,7 +298,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		return true;
 	}
 	if (p->need_roll && p->err) {
-		p->need_roll = false;
+		PST(p->need_roll, false);
 		pthread_cond_broadcast(&p->cv_app);
 	}
 	if (p->free_req > p->free_done) {
@@ -324,49 +322,60 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		}
 		return true;
 	}
-	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head &&
-	    p->rec_tail == p->rec_head) {
+	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == PLD(p->slot_head) &&
+	    p->rec_tail == PLD(p->rec_head)) {
 		/* Drained: let go of it (tw_primary_finish waits for this). */
 		tw__primary_set_state(p, PSTATE_FINISHING);
+		PST(p->ctl_pending, 0);
 		pthread_cond_broadcast(&p->cv_app);
 		pthread_mutex_unlock(&p->lock);
 		*done = true;
 		return true;
 	}
-	/* Idle with a free slot: an append must wake us. Otherwise a completion will (also
-	 * of the write sealed next). */
-	p->pt_idle = slot_free(p) && !tw__primary_seal_ready(p);
-	p->pt_quiet = p->slot_head == p->slot_tail; /* nothing in flight: the next entry is due */
-	p->pt_idle_set = p->pt_idle;
-	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head)
-		work = true;
-	/* What waits goes out now, sealed under this same lock round. */
-	if (tw__primary_seal_ready(p)) {
-		sealed_n = pending_entries(p);
-		sealed = tw__primary_seal_locked(p, &seal_rc);
-	}
+	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == PLD(p->slot_head))
+		*work = true;
+	/* Nothing asked any more (a stopping log is looked at on every pass until drained). */
+	if (!p->need_roll && p->free_req <= p->free_done && !p->free_list &&
+	    pstate(p) != PSTATE_STOPPING)
+		PST(p->ctl_pending, 0);
 	pthread_mutex_unlock(&p->lock);
-	if (sealed)
-		tw__primary_post_slot(p, sealed, sealed_n);
-	else if (seal_rc < 0)
-		tw__primary_fail(p, seal_rc, "seal failed: %s", tw_strerror(seal_rc));
+	return false;
+}
+
+bool tw__primary_step_pre(struct tw_primary *p, bool *done)
+{
+	bool work = false;
+
+	if (PLD(p->ctl_pending) && step_control(p, done, &work))
+		return true;
+	/* Writes sealed by the appenders go out; what they left (a partial batch once nothing is
+	 * in flight) is sealed here. No lock in steady state (primary_seal.c). */
+	tw__primary_try_seal(p);
+	/* About to block in the poll: say so first, then look once more for a write an appender
+	 * sealed meanwhile (it stores slot_head, then loads pt_idle; we store pt_idle, then load
+	 * slot_head: one of us sees the other). A completion ends the poll anyway. */
+	PST(p->pt_idle, true);
+	p->pt_idle_set = true;
+	if (PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
+	    tw__primary_seal_ready(p)) {
+		PST(p->pt_idle, false);
+		p->pt_idle_set = false;
+		work = true;
+	}
 	return work;
 }
 
 void tw__primary_step_post(struct tw_primary *p)
 {
-	if (p->fo_pending && !p->fo_running)
+	if (PLD(p->fo_pending) && !p->fo_running)
 		tw__pfo_run(p);
 	tw__primary_reap(p);
 	tw__primary_try_seal(p);
 	if (p->rr_dirty && !p->fo_running)
 		tw__pfo_background(p, false);
-	/* Only step_pre sets pt_idle (appends only clear it): a lock round only if it did. */
 	if (p->pt_idle_set) {
 		p->pt_idle_set = false;
-		pthread_mutex_lock(&p->lock);
-		p->pt_idle = false;
-		pthread_mutex_unlock(&p->lock);
+		PST(p->pt_idle, false);
 	}
 }
 
@@ -390,6 +399,7 @@ int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 		tw__primary_lock(p);
 		if (below_segment > p->free_req)
 			p->free_req = below_segment;
+		PST(p->ctl_pending, 1);
 		tw__primary_unlock(p);
 		tw__fab_wakeup(p->fab);
 		return released;
@@ -483,6 +493,7 @@ int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 		if (handed) {
 			s->next_free = p->free_list;
 			p->free_list = s;
+			PST(p->ctl_pending, 1);
 		} else {
 			s->next_free = now;
 			now = s;

@@ -53,29 +53,32 @@ void tw__primary_complete_sync(struct tw_primary *p, uint64_t end, int status)
 	while (p->rec_tail < end) {
 		struct prec r = p->recs[p->rec_tail & p->rec_mask];
 
-		p->rec_tail++;
+		__atomic_store_n(&p->rec_tail, p->rec_tail + 1, __ATOMIC_RELAXED);
 		ack_one(p, &r, status);
 	}
 }
 
 /* Async mode (pmode_ops.complete): callbacks run on the progress thread only (app threads
- * never reap), so the records stay ours until rec_tail moves, under the lock. The blocking
- * appenders among them were put on p->acked by sync_cb_queue: each is woken alone (a thread
- * whose entry is in a later write sleeps on), under the lock, before it can see rec_tail and
- * return. */
+ * never reap), so the records stay ours until rec_tail moves. rec_tail moves without the lock;
+ * the lock is taken only when somebody sleeps on it: the blocking appenders acknowledged here
+ * (put on p->acked by sync_cb_queue: each is woken alone, under the lock, after rec_tail moved
+ * past its entry), or a thread counted in n_sleep (room queue, cv_app), which looked at
+ * rec_tail and slot_tail after counting itself (see PLD). */
 void tw__primary_complete_async(struct tw_primary *p, uint64_t end, int status)
 {
 	for (uint64_t i = p->rec_tail; i < end; i++)
 		ack_one(p, &p->recs[i & p->rec_mask], status);
+	PST(p->rec_tail, end);
+	if (!p->acked && !PLD(p->n_sleep))
+		return;
 	pthread_mutex_lock(&p->lock);
-	p->rec_tail = end;
 	while (p->acked) {
 		struct pwaiter *w = p->acked;
 
 		p->acked = w->next;
 		pthread_cond_signal(&w->cv);
 	}
-	tw__primary_room_wake_one(p); /* the record ring has room again */
+	tw__primary_room_wake_one(p); /* the record ring or a slot has room again */
 	if (p->app_waiting)
 		pthread_cond_broadcast(&p->cv_app); /* tw_primary_flush */
 	pthread_mutex_unlock(&p->lock);
@@ -87,8 +90,11 @@ int tw__primary_reap(struct tw_primary *p)
 {
 	uint64_t before = p->rec_tail;
 
-	while (p->slot_tail < p->slot_head) {
+	if (p->err)
+		tw__primary_post_pending(p); /* sealed by appenders: failed at once */
+	while (p->slot_tail < p->slot_posted) {
 		struct pslot *s = &p->slots[p->slot_tail % p->nslots];
+		uint64_t end;
 		int st;
 
 		if (s->remaining || (s->repair && !p->err))
@@ -98,22 +104,23 @@ int tw__primary_reap(struct tw_primary *p)
 			st = p->err ? p->err : -TW_EPEERLOST;
 		if (st)
 			p->reap_failed = true;
-		p->slot_tail++;
-		p->mode_ops->complete(p, s->rec_end, st);
+		end = s->rec_end; /* read first: once free, an appender may seal into the slot */
+		PST(p->slot_tail, p->slot_tail + 1); /* the slot is free: before the wake-ups */
+		p->mode_ops->complete(p, end, st);
 	}
-	if (p->slot_tail == p->slot_head) {
+	if (p->err) {
 		uint64_t end;
-		int err;
 
 		tw__primary_lock(p);
-		err = p->err;
-		end = p->rec_head;
-		if (err) /* nothing will be sealed any more */
-			p->rec_sealed = end;
+		end = PLD(p->rec_head);
+		if (p->slot_tail == PLD(p->slot_head)) /* nothing will be sealed any more */
+			PST(p->rec_sealed, end);
+		else
+			end = p->rec_tail; /* the reap above fails the sealed ones first */
 		tw__primary_unlock(p);
-		if (err && end > p->rec_tail) {
+		if (end > p->rec_tail) {
 			p->reap_failed = true;
-			p->mode_ops->complete(p, end, err);
+			p->mode_ops->complete(p, end, p->err);
 		}
 	}
 	if (p->rec_tail != before)

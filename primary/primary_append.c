@@ -38,7 +38,8 @@ static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, ui
 	r->arg = arg;
 	r->lsn = (uint64_t)s->id << 32 | off;
 	r->len = len;
-	*idx_out = p->rec_head++;
+	*idx_out = p->rec_head;
+	PST(p->rec_head, p->rec_head + 1);
 	PSTAT_ADD(p, appends, 1);
 	PSTAT_ADD(p, bytes, len);
 	if (lsn_out)
@@ -72,7 +73,7 @@ static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len
 		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
 	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
 	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
-			   p->rec_head - p->rec_tail > p->rec_mask)) {
+			   p->rec_head - PLD(p->rec_tail) > p->rec_mask)) {
 		if (slot_free(p))
 			tw__primary_seal_post(p);
 		else
@@ -99,7 +100,7 @@ static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len
  * seal whatever waits. */
 static void sync_kick(struct tw_primary *p)
 {
-	if (p->slot_head == p->slot_tail || pending_entries(p) >= p->cfg.max_batch) {
+	if (PLD(p->slot_head) == PLD(p->slot_tail) || pending_entries(p) >= p->cfg.max_batch) {
 		if (!slot_free(p))
 			tw__primary_drive(p, 0);
 		if (slot_free(p))
@@ -147,13 +148,37 @@ static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entr
 struct room_wait {
 	struct pwaiter me; /* in the room queue while it waits for back-pressure */
 	bool me_init;
+	bool wake;         /* it sealed a write while the progress thread slept: ring it */
 };
+
+/* The record ring is full: every record is still waiting for its acknowledgement. */
+static bool ring_full(const struct tw_primary *p)
+{
+	return PLD(p->rec_head) - PLD(p->rec_tail) > p->rec_mask;
+}
+
+/* Whether an appender stopped by back-pressure can go on: the ring has room, and a whole
+ * batch waits only if it can be sealed now (a free slot, no failover pending). */
+static bool room_now(const struct tw_primary *p)
+{
+	return !ring_full(p) && (pending_entries(p) < p->cfg.max_batch ||
+				 (slot_free(p) && !PLD(p->fo_pending)));
+}
+
+/* Sleep on `cv` (lock held); the caller counted itself in n_sleep and looked again, so that
+ * the progress thread takes the lock to wake us after it moved what we wait for. */
+static void sleep_counted(struct tw_primary *p, pthread_cond_t *cv)
+{
+	pthread_cond_wait(cv, &p->lock);
+}
 
 /*
  * Async mode, lock held: wait until an entry of `len` bytes can be appended to p->cur now
- * (back-pressure, rollover), dropping the lock while it waits. Returns 0 (lock held, room for
- * it), or an error (lock held): the primary's, -TW_ECLOSED, -EAGAIN (a callback on the progress
- * thread that would have to wait), -ENOSPC (the rollover asked for found the arena exhausted).
+ * (back-pressure, rollover), dropping the lock while it waits. A whole batch waiting is sealed
+ * here by the appender itself when a slot is free (rw->wake: the progress thread must be rung
+ * to post it). Returns 0 (lock held, room for it), or an error (lock held): the primary's,
+ * -TW_ECLOSED, -EAGAIN (a callback on the progress thread that would have to wait), -ENOSPC
+ * (the rollover asked for found the arena exhausted).
  */
 static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 {
@@ -163,38 +188,49 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 	for (;;) {
 		if (p->err || pstate(p) != PSTATE_RUNNING)
 			return p->err ? p->err : -TW_ECLOSED;
-		if (p->need_roll || pending_entries(p) >= p->cfg.max_batch ||
-		    p->rec_head - p->rec_tail > p->rec_mask) {
+		if (p->need_roll) { /* rare: once per segment; the roll wakes everyone */
 			if (on_progress_thread(p))
 				return -EAGAIN; /* a callback appending: would wait for ourselves */
-			if (p->pt_idle) {
-				p->pt_idle = false;
-				pthread_mutex_unlock(&p->lock);
-				tw__fab_wakeup(p->fab);
-				pthread_mutex_lock(&p->lock);
-				continue;
+			p->app_waiting++;
+			__atomic_add_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
+			if (p->need_roll)
+				sleep_counted(p, &p->cv_app);
+			__atomic_sub_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
+			p->app_waiting--;
+			continue;
+		}
+		if (pending_entries(p) >= p->cfg.max_batch && tw__primary_seal_by_appender(p))
+			rw->wake = true;
+		if (pending_entries(p) >= p->cfg.max_batch || ring_full(p)) {
+			if (on_progress_thread(p))
+				return -EAGAIN;
+			/* Back-pressure: count ourselves, look again (the progress thread stores the
+			 * tails, then loads n_sleep: see PLD), queue up and sleep until an
+			 * acknowledgement or a seal hands us the turn (room_wake_one), or a failure,
+			 * the end of a failover or a rollover wakes everyone (wake_apps). */
+			__atomic_add_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
+			if (!room_now(p) && !p->err) {
+				if (!rw->me_init) {
+					pthread_cond_init(&rw->me.cv, NULL);
+					rw->me_init = true;
+				}
+				rw->me.next = NULL;
+				rw->me.queued = true;
+				if (p->room_tail)
+					p->room_tail->next = &rw->me;
+				else
+					p->room_head = &rw->me;
+				p->room_tail = &rw->me;
+				if (rw->wake) { /* it must post what we sealed before it can free a slot */
+					rw->wake = false;
+					pthread_mutex_unlock(&p->lock);
+					tw__fab_wakeup(p->fab);
+					pthread_mutex_lock(&p->lock);
+				}
+				while (rw->me.queued)
+					sleep_counted(p, &rw->me.cv);
 			}
-			if (p->need_roll) { /* rare: once per segment; the roll wakes everyone */
-				p->app_waiting++;
-				pthread_cond_wait(&p->cv_app, &p->lock);
-				p->app_waiting--;
-				continue;
-			}
-			/* Back-pressure: queue up and sleep until a seal or an acknowledgement hands
-			 * us the turn (room_wake_one), or a failure wakes everyone (wake_apps). */
-			if (!rw->me_init) {
-				pthread_cond_init(&rw->me.cv, NULL);
-				rw->me_init = true;
-			}
-			rw->me.next = NULL;
-			rw->me.queued = true;
-			if (p->room_tail)
-				p->room_tail->next = &rw->me;
-			else
-				p->room_head = &rw->me;
-			p->room_tail = &rw->me;
-			while (rw->me.queued)
-				pthread_cond_wait(&rw->me.cv, &p->lock);
+			__atomic_sub_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
 			continue;
 		}
 		if (!tw_log_writer_fits(&p->cur->w, len)) {
@@ -204,8 +240,8 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 				return -ENOSPC; /* the rollover we asked for found the arena exhausted */
 			asked = true;
 			gen = p->roll_gen;
-			p->need_roll = true;
-			p->pt_idle = false;
+			PST(p->need_roll, true);
+			PST(p->ctl_pending, 1);
 			pthread_mutex_unlock(&p->lock);
 			tw__fab_wakeup(p->fab);
 			pthread_mutex_lock(&p->lock);
@@ -215,17 +251,15 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 	}
 }
 
-/* Async mode, lock held, after appending: wake the progress thread if it sleeps idle. Returns
- * whether to ring it (after the unlock). */
-static bool async_wake_needed(struct tw_primary *p)
+/* Async mode, lock held, after appending: seal if a batch is due (primary_seal.c); whether to
+ * ring the progress thread (after the unlock). */
+static bool async_wake_needed(struct tw_primary *p, struct room_wait *rw)
 {
-	/* The batch rule (tw__primary_batch_due) as the thread saw it before it slept: slot_tail is
-	 * the progress thread's, so the appender reads pt_quiet, set under the lock with pt_idle. */
-	if (!p->pt_idle || (!p->pt_quiet && pending_entries(p) < p->cfg.max_batch))
-		return false; /* busy, or entries wait for a whole batch: a completion wakes it */
-	p->pt_idle = false;
-	PSTAT_ADD(p, wakeups, 1);
-	return true;
+	bool wake = tw__primary_seal_by_appender(p) || rw->wake;
+
+	if (wake)
+		PSTAT_ADD(p, wakeups, 1);
+	return wake;
 }
 
 /* Async mode: copy under the lock and hand over to the progress thread. */
@@ -243,7 +277,7 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	if (rc == 0)
 		rc = append_rec(p, p->cur, data, len, cb, arg, lsn_out, idx_out);
 	if (rc == 0)
-		wake = async_wake_needed(p);
+		wake = async_wake_needed(p, &rw);
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
 		tw__fab_wakeup(p->fab);
@@ -277,7 +311,7 @@ static int append_batch_async_mode(struct tw_primary *p, const struct iovec *ent
 	if (rw.me_init)
 		pthread_cond_destroy(&rw.me.cv);
 	if (i)
-		wake = async_wake_needed(p); /* what was copied goes out as usual */
+		wake = async_wake_needed(p, &rw); /* what was copied goes out as usual */
 	pthread_mutex_unlock(&p->lock);
 	if (wake)
 		tw__fab_wakeup(p->fab);
@@ -361,7 +395,7 @@ static int append_wait_async_mode(struct tw_primary *p, const void *data, uint32
 	/* Our own condition variable: an acknowledgement of other threads' entries does not
 	 * wake us (docs/primary.md, "Appends from many threads"). */
 	pthread_mutex_lock(&p->lock);
-	while (p->rec_tail <= idx)
+	while (PLD(p->rec_tail) <= idx)
 		pthread_cond_wait(&w.wt.cv, &p->lock);
 	rc = w.status;
 	pthread_mutex_unlock(&p->lock);
@@ -387,18 +421,14 @@ static int flush_async_mode(struct tw_primary *p)
 	if (on_progress_thread(p))
 		return -EDEADLK; /* from a callback: would wait for itself */
 	pthread_mutex_lock(&p->lock);
-	target = p->rec_head;
-	if (p->pt_idle && p->rec_tail < target) {
-		p->pt_idle = false;
-		pthread_mutex_unlock(&p->lock);
-		tw__fab_wakeup(p->fab);
-		pthread_mutex_lock(&p->lock);
-	}
-	while (p->rec_tail < target) {
-		p->app_waiting++;
-		pthread_cond_wait(&p->cv_app, &p->lock);
-		p->app_waiting--;
-	}
+	target = PLD(p->rec_head);
+	/* Counted before looking (see PLD): the acknowledgement that reaches target sees us. */
+	p->app_waiting++;
+	__atomic_add_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
+	while (PLD(p->rec_tail) < target)
+		sleep_counted(p, &p->cv_app);
+	__atomic_sub_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
+	p->app_waiting--;
 	rc = p->err;
 	pthread_mutex_unlock(&p->lock);
 	return rc;

@@ -251,6 +251,7 @@ struct pslot {
 	size_t off, len;
 	unsigned remaining; /* completions still expected */
 	uint64_t rec_end;   /* record index just past this write's last entry */
+	uint64_t nrec;      /* entries in it */
 	bool repair;        /* a replica's write failed: not acked until a failover copied the
 			     * prefix to a replacement (primary_rerep.c) */
 };
@@ -384,14 +385,18 @@ struct tw_primary {
 	struct pslot *slots;
 	struct pop *pops;
 	unsigned nslots;
-	uint64_t slot_head, slot_tail;
+	/* Sealed writes: [slot_tail, slot_posted) posted and in flight, [slot_posted, slot_head)
+	 * sealed by an appender (async mode), waiting for the progress thread to post them.
+	 * slot_head moves under the lock (whoever seals), slot_posted and slot_tail on the driver
+	 * thread only; the three are read across threads with atomics (PLD/PST). */
+	uint64_t slot_head, slot_posted, slot_tail;
 
 	/* Append records ring (power of two). */
 	struct prec *recs;
 	uint64_t rec_mask;
-	uint64_t rec_head;   /* appended */
-	uint64_t rec_sealed; /* covered by a sealed write */
-	uint64_t rec_tail;   /* acknowledged or failed (callbacks ran) */
+	uint64_t rec_head;   /* appended (under the lock) */
+	uint64_t rec_sealed; /* covered by a sealed write (under the lock) */
+	uint64_t rec_tail;   /* acknowledged or failed, callbacks ran (driver thread) */
 	bool reap_failed;    /* an earlier write failed: every later entry fails */
 
 	int err;             /* sticky failure; 0 while healthy */
@@ -406,11 +411,18 @@ struct tw_primary {
 	bool need_roll;
 	int roll_rc;            /* the last rollover's result (-ENOSPC: arena exhausted) */
 	uint64_t roll_gen;      /* rollovers tried */
-	bool pt_idle;           /* progress thread sleeps with a free slot and no batch due:
-				 * an append that makes one due wakes it */
+	bool pt_idle;           /* the progress thread may sleep in its poll: an appender that
+				 * seals a write wakes it (atomic, see PLD) */
 	bool pt_idle_set;       /* progress thread only: its last step_pre set pt_idle */
-	bool pt_quiet;          /* with pt_idle: no write was in flight (an append is due at once) */
 	unsigned app_waiting;   /* on cv_app: a roll, a flush */
+	/* Async mode, the lock-free hand-over (docs/primary.md, "The append engine"):
+	 * n_sleep: application threads asleep under the lock (room queue, cv_app); the progress
+	 * thread takes the lock after an acknowledgement only when it is non-zero (or a blocking
+	 * appender was acknowledged). ctl_pending: a request for the progress thread's control
+	 * step (need_roll, frees, STOPPING), set under the lock; it takes the lock for them only
+	 * then. Both read and written with atomics. */
+	unsigned n_sleep;
+	int ctl_pending;
 	/* Threads waiting for room (back-pressure), FIFO, under lock: each seal and each
 	 * acknowledgement wakes the first one only (no thundering herd). */
 	struct pwaiter *room_head, *room_tail;
@@ -464,16 +476,25 @@ static inline bool pserved(const struct tw_primary *p)
 	return p->threaded && (s == PSTATE_RUNNING || s == PSTATE_STOPPING);
 }
 
-/* Entries appended but not yet sealed into a write (lock held in async mode). */
+/* The counters shared between the appenders and the progress thread (slot_*, rec_*, fo_pending,
+ * pt_idle, n_sleep, ctl_pending) are read and written with sequentially consistent atomics:
+ * the hand-over relies on store-then-load pairs (an appender stores rec_head, then loads
+ * slot_tail and pt_idle; the progress thread stores slot_tail and pt_idle, then loads rec_head
+ * and slot_head), so that of two threads racing, at least one sees the other (the Dekker
+ * pattern). On x86-64 a load is a plain move; a store is an xchg. */
+#define PLD(f) __atomic_load_n(&(f), __ATOMIC_SEQ_CST)
+#define PST(f, v) __atomic_store_n(&(f), (v), __ATOMIC_SEQ_CST)
+
+/* Entries appended but not yet sealed into a write (exact under the lock). */
 static inline uint64_t pending_entries(const struct tw_primary *p)
 {
-	return p->rec_head - p->rec_sealed;
+	return PLD(p->rec_head) - PLD(p->rec_sealed);
 }
 
-/* Whether a write slot is free (lock held in async mode). */
+/* Whether a write slot is free (sealed writes not yet posted hold theirs). */
 static inline bool slot_free(const struct tw_primary *p)
 {
-	return p->slot_head - p->slot_tail < p->nslots;
+	return PLD(p->slot_head) - PLD(p->slot_tail) < p->nslots;
 }
 
 /*
@@ -483,12 +504,12 @@ static inline bool slot_free(const struct tw_primary *p)
  * write is in flight, entries wait until max_batch of them are there, or until the writes in
  * flight completed (then nothing is in flight). A rollover, a failover, a finish and sync
  * mode's progress seal whatever waits (sync mode has its own rule for appends: sync_kick).
- * Driver thread only (slot_tail is its own); appenders use pt_quiet (async_wake_needed).
+ * Any thread (atomics); exact with the lock held.
  */
 static inline bool tw__primary_batch_due(const struct tw_primary *p)
 {
-	return !p->threaded || p->slot_head == p->slot_tail ||
-	       p->rec_head - p->rec_sealed >= p->cfg.max_batch;
+	return !p->threaded || PLD(p->slot_head) == PLD(p->slot_tail) ||
+	       pending_entries(p) >= p->cfg.max_batch;
 }
 
 /*
@@ -538,8 +559,13 @@ bool tw__primary_seal_ready(const struct tw_primary *p);
 /* Seal the waiting entries into the next slot (lock held in async mode; seal_ready checked):
  * the slot, or NULL with *rc_out (the caller fails the primary). */
 struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out);
-/* Post a sealed write of n entries to every replica of its segment (lock not held). */
-void tw__primary_post_slot(struct tw_primary *p, struct pslot *s, uint64_t n);
+/* Post every sealed write not posted yet, in order (lock not held; none while a failover is
+ * pending; failed at once when the log has failed). */
+void tw__primary_post_pending(struct tw_primary *p);
+/* Async mode, lock held: an appender seals the waiting entries if a batch is due (a free slot,
+ * nothing in flight or max_batch waiting, no rollover or failover pending). Returns whether
+ * the progress thread must be woken to post it. */
+bool tw__primary_seal_by_appender(struct tw_primary *p);
 /* Seal and post what waits (lock not held): 0 or the primary's error. */
 int tw__primary_seal_post(struct tw_primary *p);
 /* The same only if seal_ready (one lock round for the check and the seal). */

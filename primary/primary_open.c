@@ -702,6 +702,7 @@ int tw_primary_finish(struct tw_primary *p)
 		 * refuses appends, the thread moves it on to FINISHING. */
 		pthread_mutex_lock(&p->lock);
 		tw__primary_set_state(p, PSTATE_STOPPING);
+		PST(p->ctl_pending, 1);
 		pthread_mutex_unlock(&p->lock);
 		tw__fab_wakeup(p->fab);
 		pthread_mutex_lock(&p->lock);

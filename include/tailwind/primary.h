@@ -37,11 +37,13 @@
  *       A callback may append again (asynchronously or not, also across a rollover); it must
  *       not call tw_primary_finish() or tw_primary_close().
  *       The hot path takes no lock and allocates nothing (preallocated write slots).
- *   TW_PRIMARY_ASYNC the primary runs a progress thread that seals, posts writes, polls
+ *   TW_PRIMARY_ASYNC the primary runs a progress thread that posts writes, polls
  *       completions, rolls segments over and runs the callbacks. tw_primary_append(),
  *       tw_primary_append_async(), tw_primary_flush(), tw_primary_read() and the getters are
- *       thread-safe: the calling thread copies the payload into the log under a short mutex
- *       and hands the sealing/posting to the progress thread (woken only when it is idle).
+ *       thread-safe: the calling thread copies the payload into the log under the appenders'
+ *       short mutex (which the progress thread does not take on its steady path), seals a
+ *       whole batch into a write when one is due, and wakes the progress thread to post it
+ *       only when that thread sleeps.
  *       Callbacks run on the progress thread and must not wait for it: from a callback,
  *       tw_primary_append and tw_primary_flush fail at once with -EDEADLK;
  *       tw_primary_append_async works unless it would have to wait (segment full, back-
