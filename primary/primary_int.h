@@ -17,11 +17,14 @@
  *                    background re-replication of closed segments (docs/failover.md).
  *        primary_test.c   hooks only tests set (declared in primary_test.h).
  *
- * Driver thread: the thread that polls the fabric and owns the slots and the segment list
- * (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC mode).
- * In async mode `lock` protects: the current writer, the record ring head and sealed index,
- * need_roll, the segment array pointer and count, err; rec_tail and the lifecycle state
- * (enum pstate) are written under it too.
+ * Driver thread: the thread that polls the fabric, posts and reaps the writes and owns the
+ * segment list (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC
+ * mode). In async mode `lock` is the appenders' mutex (docs/primary.md, "The append engine"):
+ * it protects the current writer, the record ring's head, the sealing (rec_sealed,
+ * slot_head: whoever seals holds it), need_roll, the segment array pointer and count, err,
+ * the waiters' queues, and the lifecycle state (enum pstate) is written under it. The driver
+ * takes it only for control work, a partial seal, and wake-ups of sleepers; the counters it
+ * shares with the appenders are atomics (PLD/PST).
  */
 #ifndef TW_REPLICA_PRIMARY_INT_H
 #define TW_REPLICA_PRIMARY_INT_H
