@@ -12,6 +12,8 @@
  *   - back-pressure, each cause: all slots busy (the appender waits until a write completes),
  *     a full segment (the batch across a segment: it waits for the rollover), the arena
  *     exhausted (-ENOSPC, nothing appended);
+ *   - whole batches under load: one entry at once on an idle log, no write under max_batch
+ *     while one is in flight;
  *   - the record ring wrapping around, entries alone and in batches;
  *   - several producers (threads) with batches: LSNs unique, callbacks in LSN order.
  * Meant for TSan too (.ci/run).
@@ -471,6 +473,61 @@ static void test_slots_busy(const char **addrs)
 	is_int(tw_primary_close(p), 0, "slots busy: close");
 }
 
+/*
+ * Writes as large as the slot allows under load (async mode): an entry goes out at once when
+ * nothing is in flight; while a write is in flight, no write carries fewer than max_batch
+ * entries (the appender that makes max_batch seals them). The gate holds the first write in
+ * flight (the progress thread waits in its completion), so the test sees each seal as the
+ * appender makes it.
+ */
+static void test_whole_batches(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct acks x = { 0 };
+	struct timespec until;
+	uint8_t buf[50];
+
+	cfg_for(&tc, &cfg, addrs, 370, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 4;
+	cfg.max_inflight = 4;
+	p = tlog_open(&tc, &cfg, "whole batches");
+	if (!p)
+		return;
+	pthread_mutex_lock(&gate_mu);
+	gate_open = false;
+	gate_seen = 0;
+	pthread_mutex_unlock(&gate_mu);
+	tw__primary_test_set_op_cb(p, gate_cb);
+	fill(buf, 50, 0);
+	is_int(tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL), 0, "whole batches: A");
+	ok(PLD(p->slot_head) == 1 && p->slots[0].nrec == 1,
+	   "whole batches: nothing in flight: A sealed alone at once");
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&gate_mu);
+	while (!gate_seen && pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&gate_mu);
+	ok(gate_seen, "whole batches: A is in flight (held at the gate)");
+	for (int i = 1; i <= 3; i++)
+		tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL);
+	ok(PLD(p->slot_head) == 1, "whole batches: 3 entries behind a write in flight: no write "
+	   "under max_batch (%" PRIu64 " sealed)", (uint64_t)PLD(p->slot_head));
+	tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL);
+	ok(PLD(p->slot_head) == 2 && p->slots[1].nrec == 4,
+	   "whole batches: the 4th makes max_batch: its appender sealed the 4 into one write");
+	pthread_mutex_lock(&gate_mu);
+	gate_open = true;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	is_int(tw_primary_flush(p), 0, "whole batches: flush");
+	ok(atomic_load(&x.n) == 5 && !x.a.errors && !x.a.out_of_order,
+	   "whole batches: 5 acknowledged in order");
+	is_int(tw_primary_close(p), 0, "whole batches: close");
+}
+
 /* ------------------------------------------------------------------ record ring wrap-around */
 
 /* Each callback checks that it is handed its own record: arg is the append's index. */
@@ -681,6 +738,7 @@ int main(void)
 	test_arena_batch(cl.addrs, TW_PRIMARY_SYNC);
 	test_arena_batch(cl.addrs, TW_PRIMARY_ASYNC);
 	test_slots_busy(cl.addrs);
+	test_whole_batches(cl.addrs);
 	test_ring_wrap(cl.addrs, TW_PRIMARY_SYNC);
 	test_ring_wrap(cl.addrs, TW_PRIMARY_ASYNC);
 	test_producers(cl.addrs);
