@@ -140,13 +140,10 @@ static void publish(struct tw__packed *pub)
 
 	if (p->err)
 		return;
-	/* The segment array is changed under the lock by releases from other threads. */
-	tw__primary_lock(p);
-	if (pos.segment >= p->seg_base && pos.segment - p->seg_base < p->nsegs)
-		seg = p->segs[pos.segment - p->seg_base];
-	if (seg && seg != p->cur)
-		seg = NULL;
-	tw__primary_unlock(p);
+	/* Only the open segment is published; p->cur is the driver thread's (this one), so no
+	 * lock: the acknowledging thread and the appenders share none per reap. */
+	if (p->cur && p->cur->id == pos.segment)
+		seg = p->cur;
 	/* Closed, or closing, or rolled over (not the open one): its close, which follows its last
 	 * writes, makes it readable to its end on every replica (a SetAcked after the close on
 	 * the same connection would be answered for nothing). */

@@ -88,7 +88,7 @@ void tw__pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
 			    b->addr, why ? why : "?");
 	}
 	if (!p->fo_pending && !p->err && tw__primary_is_replica(p, bi) && p->cur && !p->cur->closed) {
-		p->fo_pending = true;
+		PST(p->fo_pending, true); /* appenders stop sealing (read under their lock) */
 		p->fo_first = bi;
 		p->fo_since_ns = b->lost_ns ? b->lost_ns : tw_now_ns();
 		tw_log_warn("primary log %llu: appends suspended: replacing backup %s of segment %u",
@@ -379,7 +379,7 @@ static size_t inflight_from(struct tw_primary *p, const struct pseg *s, size_t l
 {
 	size_t from = len;
 
-	for (uint64_t k = p->slot_tail; k < p->slot_head; k++) {
+	for (uint64_t k = PLD(p->slot_tail); k < PLD(p->slot_head); k++) {
 		const struct pslot *sl = &p->slots[k % p->nslots];
 
 		if (sl->seg == s && sl->off < from)
@@ -465,13 +465,21 @@ again:
 		recopy = false;
 	}
 	p->fo_recopy = false;
-	p->fo_pending = false;
+	PST(p->fo_pending, false);
 	p->fo_running = false;
+	/* Appenders stopped by back-pressure while suspended may seal again (they counted
+	 * themselves in n_sleep before they looked at fo_pending: see PLD). */
+	if (PLD(p->n_sleep)) {
+		tw__primary_lock(p);
+		tw__primary_room_wake_one(p);
+		tw__primary_unlock(p);
+	}
 	if (p->err)
 		return;
 	/* Every slot in flight is now on a full set of replicas (the copy covered the sealed
-	 * prefix): its acknowledgement waits only for the survivors' completions. */
-	for (uint64_t k = p->slot_tail; k < p->slot_head; k++)
+	 * prefix, writes sealed by appenders and not yet posted included): its acknowledgement
+	 * waits only for the survivors' completions. */
+	for (uint64_t k = PLD(p->slot_tail); k < p->slot_posted; k++)
 		p->slots[k % p->nslots].repair = false;
 	d = tw_now_ns() - p->fo_since_ns;
 	PSTAT_ADD(p, suspended_ns, d);
@@ -536,4 +544,44 @@ void tw__pfo_background(struct tw_primary *p, bool all)
 		p->rr_dirty = false;
 	}
 	p->fo_running = false;
+}
+
+/* After the context reset the fabric (ctx.c, tw__ctx_reset; struct tw__log_ops.reset): the
+ * backups connected again (again[i]) whose loss this log saw since the reset before (or since
+ * its suspension) are tried again; those not connected are lost; the writes in flight were
+ * dropped with the channels, so the open segment is suspended and they are rewritten
+ * (fo_recopy). Driver thread. */
+void tw__pfo_after_reset(struct tw_primary *p, const bool *again, int first, uint64_t prev_ns,
+			 uint64_t now)
+{
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+		uint64_t since = p->fo_pending ? p->fo_since_ns : prev_ns;
+
+		if (again[i] && b->lost && b->fo_seen && b->lost_ns >= since) {
+			tw_log_info("primary log %llu: trying %s again (%s)",
+				    (unsigned long long)p->cfg.log_id, b->addr, b->why);
+			b->lost = false;
+			b->fo_seen = false;
+			b->why[0] = '\0';
+			PSTAT_ADD(p, backups_lost, (uint64_t)-1);
+		}
+		if (again[i] && !b->lost)
+			b->gen = b->c->peer.gen;
+	}
+	for (size_t i = 0; i < p->nbk; i++) {
+		const char *why = p->bk[i].c->peer.why;
+
+		if (!again[i] && !p->bk[i].lost)
+			tw__pfo_lost(p, (unsigned)i, why[0] ? why : "not connected after a reset");
+	}
+	/* Every write in flight was dropped with the channels: rewrite them. */
+	if (p->cur && !p->cur->closed && PLD(p->slot_tail) < PLD(p->slot_head)) {
+		p->fo_recopy = true;
+		if (!p->fo_pending) {
+			PST(p->fo_pending, true);
+			p->fo_first = first >= 0 ? (unsigned)first : 0;
+			p->fo_since_ns = now;
+		}
+	}
 }
