@@ -351,7 +351,10 @@ static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 	pd->conn = c->slot;
 	pd->gen = c->gen;
 	pd->id = h->id;
-	kv_put64(body, pt->next_version++);
+	pd->version = pt->next_version++;
+	pd->len = h->len;
+	pd->klen = r.klen;
+	kv_put64(body, pd->version);
 	/* The one copy: the request's bytes into the log. */
 	rc = tw_primary_append_async(pt->p, body, h->len, kv_on_append, pd, &pd->lsn);
 	if (rc < 0) {
@@ -374,32 +377,62 @@ static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 	}
 }
 
-/* An append is acknowledged (or failed): point the index at the record, answer the client. */
+/*
+ * The record pd appended, in the log's memory. A segment is one buffer and an LSN's low half
+ * is the byte offset of its entry in it (tailwind/primary.h, docs/log-format.md), so the
+ * records of a segment lie at one fixed distance from their offsets: one tw_primary_read per
+ * segment (which checks the entry's CRC) gives it, and the records after it need no read, no
+ * CRC and no decoding (docs/kv.md, "What a PUT costs the server"). The version the server wrote
+ * into the record is checked against what it knows; a mismatch (which would be a bug) reads
+ * the record the slow way once more.
+ */
+const uint8_t *kv_rec_at(struct part *pt, const struct pending *pd)
+{
+	uint32_t seg = (uint32_t)(pd->lsn >> 32), off = (uint32_t)pd->lsn;
+	const uint8_t *rec;
+
+	for (int tries = 0; tries < 2; tries++) {
+		if (!pt->base || pt->base_seg != seg || tries) {
+			const void *data;
+			uint32_t len;
+
+			pt->base = NULL;
+			if (tw_primary_read(pt->p, pd->lsn, &data, &len) != 0 || len != pd->len)
+				return NULL;
+			/* data is the entry's payload, past its header at `off`: data - off
+			 * stays inside the segment's buffer. */
+			pt->base = (const uint8_t *)data - off;
+			pt->base_seg = seg;
+		}
+		rec = pt->base + off;
+		if (kv_get64(rec) == pd->version && kv_get16(rec + 8) == pd->klen)
+			return rec;
+	}
+	return NULL;
+}
+
+/* An append is acknowledged (or failed): point the index at the record, answer the client,
+ * from what the server knew when it appended (pd), not from a read of the log. */
 static void complete(struct kv_server *s, struct pending *pd)
 {
 	struct part *pt = pd->pt;
 	struct conn *c = pd->relocate ? NULL : conn_by(s, pd->conn, pd->gen);
-	uint64_t version = 0;
 
 	if (pd->relocate && pt->moving)
 		pt->moving--;
 	if (pd->status == 0 && pt->p) {
-		const void *data;
-		uint32_t len;
-		struct kv_rec r;
+		const uint8_t *rec = kv_rec_at(pt, pd);
 		struct kv_slot *sl = NULL;
 
-		if (tw_primary_read(pt->p, pd->lsn, &data, &len) == 0 && kv_rec_decode(data, len, &r)) {
-			sl = kv_index_slot(&pt->idx, pd->hash, r.key, r.klen);
-			version = r.version;
-		}
+		if (rec)
+			sl = kv_index_slot(&pt->idx, pd->hash, rec + KV_REC_HDR_SIZE, pd->klen);
 		if (!sl) {
-			pd->status = -ENOMEM;
-		} else if (!sl->rec || kv_slot_version(sl) < r.version ||
-			   (pd->relocate && kv_slot_version(sl) == r.version)) {
+			pd->status = rec ? -ENOMEM : -EIO;
+		} else if (!sl->rec || kv_slot_version(sl) < pd->version ||
+			   (pd->relocate && kv_slot_version(sl) == pd->version)) {
 			/* Highest version wins; a relocated record replaces its own original. */
-			sl->rec = data;
-			sl->len = len;
+			sl->rec = rec;
+			sl->len = pd->len;
 			sl->lsn = pd->lsn;
 		}
 	} else if (pd->status == 0) {
@@ -409,7 +442,7 @@ static void complete(struct kv_server *s, struct pending *pd)
 		uint8_t *p = reply_start(s, c, KV_OP_PUT, pd->id, KV_S_OK, 8);
 
 		if (p)
-			kv_put64(p, version);
+			kv_put64(p, pd->version);
 	} else if (c) {
 		/* Not acknowledged: the client may try elsewhere (the PUT may or may not be in
 		 * the log: an attempted write, docs/kv.md "Guarantees"). */
@@ -664,6 +697,7 @@ static void install(struct kv_server *s, struct acquired *a)
 
 	if (a->rc == 0) {
 		pt->p = a->p;
+		pt->base = NULL;
 		pt->idx = a->idx;
 		pt->next_version = a->next_version;
 		pt->free_below = a->free_below;

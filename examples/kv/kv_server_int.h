@@ -44,6 +44,11 @@ struct part {
 	uint64_t next_version;
 	uint32_t free_below; /* segments below it are freed (cleaned or an earlier owner's) */
 	uint32_t head;       /* segment of the last append */
+	/* Where the records of segment base_seg lie in this process: the record at lsn is at
+	 * base + (uint32_t)lsn (kv_rec_at; NULL: not known yet). Set from one tw_primary_read
+	 * per segment, so that a completed append is indexed without reading the log back. */
+	const uint8_t *base;
+	uint32_t base_seg;
 	/* Cleaner (kv_part.c): relocate what the index points to below clean_below, then free. */
 	bool cleaning;
 	uint32_t clean_below;
@@ -59,11 +64,16 @@ struct part {
 	uint64_t puts, gets, relocated, relocated_bytes, passes, segments_freed;
 };
 
-/* One append in flight (a PUT or a relocation): the callback's argument. */
+/* One append in flight (a PUT or a relocation): the callback's argument. What the server
+ * knows of the record at the append (its version, key length and length) is kept here, so that
+ * its completion indexes it and answers without reading it back from the log. */
 struct pending {
 	struct pending *next; /* free list, or the completion queue */
 	struct part *pt;
 	uint64_t lsn, id, hash;
+	uint64_t version;     /* the record's version */
+	uint32_t len;         /* the record's length (KV_REC_HDR_SIZE + key + value) */
+	uint16_t klen;        /* its key's length */
 	uint32_t conn, gen;   /* who gets the PUT's reply */
 	bool relocate;
 	int status;           /* set by the callback */
@@ -148,5 +158,8 @@ void kv_part_close(struct kv_server *s, struct part *pt);
 /* The append callback (runs on the library's progress thread). */
 void kv_on_append(void *arg, int status, uint64_t lsn);
 struct pending *kv_pending_get(struct kv_server *s);
+/* The record pd appended, in the log's memory (borrowed as tw_primary_read's data), or NULL when
+ * the log no longer holds it. */
+const uint8_t *kv_rec_at(struct part *pt, const struct pending *pd);
 
 #endif
