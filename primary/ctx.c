@@ -5,7 +5,9 @@
  * its own failover), reconnection after a loss (shared contexts), the fabric reset of shm (every
  * log rewrites its writes in flight), the hand-over of the driving role between the progress
  * thread and the threads that open and close logs, and the progress thread (at the end: it runs
- * the engine's per-log steps of primary.c).
+ * the engine's per-log steps). It reaches its logs only through their ops table
+ * (struct tw__log_ops, primary_int.h); the logs call the context's functions, never the
+ * other way round.
  * See docs/primary.md, "Many logs: the context".
  */
 #include <errno.h>
@@ -28,7 +30,7 @@ static void ctx_lost(struct tw_ctx *ctx, struct cbackup *c)
 	tw_log_warn("context: backup %s lost for its %zu log(s): %s", c->peer.addr, ctx->nlogs,
 		    c->peer.why);
 	for (size_t i = 0; i < ctx->nlogs; i++)
-		tw__pfo_lost(ctx->logs[i], c->idx, c->peer.why); /* each fails over on its own */
+		ctx->log_ops->lost(ctx->logs[i], c->idx, c->peer.why); /* each fails over alone */
 }
 
 /* Replies are matched to their calls by request id (proto/rpc_client.c): each call carries its
@@ -65,7 +67,7 @@ void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o)
 	if (ctx->cfg.rpc_timeout_ms)
 		o->rpc.timeout_ms = ctx->cfg.rpc_timeout_ms;
 	if (ctx->owner)
-		o->incarnation = ctx->owner->incarnation;
+		o->incarnation = ctx->log_ops->incarnation(ctx->owner);
 }
 
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
@@ -78,8 +80,7 @@ int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 	rc = tw__peer_connect(&c->peer, ctx->fab, &o);
 	/* The handshake's RPCs count in a private context's log (two with a key). */
 	if (ctx->owner && (rc == 0 || c->peer.failed == TW_PEER_HANDSHAKE)) {
-		PSTAT_ADD(ctx->owner, rpcs, ctx->key ? 2 : 1);
-		PSTAT_ADD(ctx->owner, rpc_handshake, ctx->key ? 2 : 1);
+		ctx->log_ops->count_handshake(ctx->owner, ctx->key ? 2 : 1);
 	}
 	if (rc < 0) { /* c->peer.why says why: -TW_EVERSION, -ENOTSUP, no answer, ... */
 		c->peer.lost = true;
@@ -140,9 +141,12 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 	__atomic_add_fetch(&ctx->st.resets, 1, __ATOMIC_RELAXED);
 	rc = tw__fab_reset(ctx->fab);
 	if (rc < 0) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "cannot reset the fabric after a backup loss: %s (%s)",
+			 tw_strerror(rc), tw__fab_errmsg(ctx->fab));
 		for (size_t k = 0; k < ctx->nlogs; k++)
-			tw__primary_fail(ctx->logs[k], rc, "cannot reset the fabric after a backup "
-				     "loss: %s (%s)", tw_strerror(rc), tw__fab_errmsg(ctx->fab));
+			ctx->log_ops->fail(ctx->logs[k], rc, msg);
 		free(again);
 		return rc;
 	}
@@ -159,41 +163,10 @@ int tw__ctx_reset(struct tw_ctx *ctx, int first)
 				    c->peer.why);
 		}
 	}
+	/* Each log takes the backups connected again back and rewrites its writes in flight. */
 	now = tw_now_ns();
-	for (size_t k = 0; k < ctx->nlogs; k++) {
-		struct tw_primary *p = ctx->logs[k];
-
-		for (size_t i = 0; i < p->nbk; i++) {
-			struct pbackup *b = &p->bk[i];
-			uint64_t since = p->fo_pending ? p->fo_since_ns : prev_ns;
-
-			if (again[i] && b->lost && b->fo_seen && b->lost_ns >= since) {
-				tw_log_info("primary log %llu: trying %s again (%s)",
-					    (unsigned long long)p->cfg.log_id, b->addr, b->why);
-				b->lost = false;
-				b->fo_seen = false;
-				b->why[0] = '\0';
-				PSTAT_ADD(p, backups_lost, (uint64_t)-1);
-			}
-			if (again[i] && !b->lost)
-				b->gen = b->c->peer.gen;
-		}
-		for (size_t i = 0; i < p->nbk; i++) {
-			const char *why = p->bk[i].c->peer.why;
-
-			if (!again[i] && !p->bk[i].lost)
-				tw__pfo_lost(p, (unsigned)i, why[0] ? why : "not connected after a reset");
-		}
-		/* Every write in flight was dropped with the channels: rewrite them. */
-		if (p->cur && !p->cur->closed && p->slot_tail < p->slot_head) {
-			p->fo_recopy = true;
-			if (!p->fo_pending) {
-				p->fo_pending = true;
-				p->fo_first = first >= 0 ? (unsigned)first : 0;
-				p->fo_since_ns = now;
-			}
-		}
-	}
+	for (size_t k = 0; k < ctx->nlogs; k++)
+		ctx->log_ops->reset(ctx->logs[k], again, first, prev_ns, now);
 	ctx->reset_gen = ctx->loss_gen;
 	ctx->reset_ns = tw_now_ns();
 	free(again);
@@ -223,22 +196,26 @@ void tw__ctx_drive_leave(struct tw_ctx *ctx)
 		pthread_mutex_unlock(&ctx->drive);
 }
 
-int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p)
+void tw__ctx_set_owner(struct tw_ctx *ctx, struct tw_primary *p, const struct tw__log_ops *ops)
+{
+	ctx->owner = p;
+	ctx->log_ops = ops;
+}
+
+int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p, const struct tw__log_ops *ops)
 {
 	int rc;
 
 	pthread_mutex_lock(&ctx->lock);
 	rc = tw__push(&ctx->logs, &ctx->logs_cap, &ctx->nlogs, sizeof(p), 8, &p);
 	if (rc == 0)
-		p->on_ctx = true;
+		ctx->log_ops = ops; /* every log of a context has the same (the engine's) */
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
 }
 
 void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
 {
-	if (!p->on_ctx)
-		return;
 	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < ctx->nlogs; i++) {
 		if (ctx->logs[i] == p) {
@@ -248,7 +225,6 @@ void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
 			break;
 		}
 	}
-	p->on_ctx = false;
 	pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -559,16 +535,18 @@ static void *ctx_main(void *arg)
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
 			bool done = false;
 
-			if (pserved(p) && tw__primary_step_pre(p, &done))
+			if (ctx->log_ops->served(p) && ctx->log_ops->step_pre(p, &done))
 				work = true;
 		}
 		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
+			char msg[512];
+
+			snprintf(msg, sizeof(msg), "fabric progress failed: %s: %s",
+				 tw_strerror(rc), tw__fab_errmsg(ctx->fab));
 			for (size_t k = 0; k < n; k++)
-				if (pserved(ctx->logs[k]))
-					tw__primary_fail(ctx->logs[k], rc, "fabric progress failed: "
-						     "%s: %s", tw_strerror(rc),
-						     tw__fab_errmsg(ctx->fab));
+				if (ctx->log_ops->served(ctx->logs[k]))
+					ctx->log_ops->fail(ctx->logs[k], rc, msg);
 		}
 		if (ctx->shared) {
 			for (size_t i = 0; i < ctx->nbk; i++)
@@ -580,8 +558,8 @@ static void *ctx_main(void *arg)
 		for (size_t k = 0; k < n; k++) {
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
 
-			if (pserved(p))
-				tw__primary_step_post(p);
+			if (ctx->log_ops->served(p))
+				ctx->log_ops->step_post(p);
 		}
 		ctx->rr++;
 		__atomic_store_n(&ctx->st.loop_passes, ctx->st.loop_passes + 1, __ATOMIC_RELAXED);

@@ -1,8 +1,14 @@
 /*
  * primary/primary_int.h — internals of the primary (primary/primary*.c). Not installed.
  *
- * Files: primary.c   the engine: segments, write slots, batching, in-order acks, rollover,
- *                    the per-log steps of the progress thread, public API;
+ * Files: primary.c   the log: segments, rollover, the sticky failure, the per-log steps of
+ *                    the progress thread, getters, reads, unload, trim;
+ *        primary_append.c   the append engine: records, room (back-pressure), the batch
+ *                    append, the waits of append and flush, per mode (struct pmode_ops);
+ *        primary_seal.c   sealing and posting: writes, slots, the driver's round, drain;
+ *        primary_ack.c   acknowledgements: completions, the reap, callbacks in log order;
+ *        primary_open.c   open and lifecycle: states, configuration, open as owner,
+ *                    takeover, finish, close;
  *        ctx.c   the context: a connection (peer/peer.h) per backup, loss, reconnection,
  *                    fabric reset, the driving role, the progress thread's loop;
  *        primary_ctl.c   the control plane: open/close segment RPCs, backup choice and retry,
@@ -24,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <tailwind/context.h>
 #include <tailwind/log_format.h>
@@ -88,11 +95,41 @@ static inline bool pb_back(const struct pbackup *b)
  * that must drive (a log's open, close, or the context's close) takes `drive` through
  * tw__ctx_drive_enter, which makes the progress thread step aside between two passes.
  */
+/*
+ * How a context calls its logs (as raft calls its raft_io, the other way round): ctx.c reaches
+ * a log only through this table, never the engine's functions or fields; the engine calls the
+ * context's functions (tw__ctx_*). One table, tw__primary_log_ops (primary_open.c). All on the
+ * driving thread except `served`.
+ */
+struct tw__log_ops {
+	/* Whether the progress thread serves the log now (async mode, RUNNING or STOPPING). */
+	bool (*served)(const struct tw_primary *p);
+	/* A progress pass: before the fabric poll (control work, seal+post; true when it did
+	 * control work, *done when a stopping log has nothing left), and after it (failover,
+	 * reap, seal+post). */
+	bool (*step_pre)(struct tw_primary *p, bool *done);
+	void (*step_post)(struct tw_primary *p);
+	/* Backup `b`'s connection failed (why: for messages): the log fails over on its own. */
+	void (*lost)(struct tw_primary *p, unsigned b, const char *why);
+	/* The context cannot go on for the log (fabric progress or reset failed). */
+	void (*fail)(struct tw_primary *p, int err, const char *msg);
+	/* After a fabric reset: again[i], whether backup i is connected again; first, the backup
+	 * whose loss began it (-1: none); prev_ns, when the reset before was. */
+	void (*reset)(struct tw_primary *p, const bool *again, int first, uint64_t prev_ns,
+		      uint64_t now_ns);
+	/* A private context's owner: its incarnation (the peers' stamp) and the handshake RPCs
+	 * to count in its statistics. */
+	uint64_t (*incarnation)(const struct tw_primary *p);
+	void (*count_handshake)(struct tw_primary *p, unsigned rpcs);
+};
+extern const struct tw__log_ops tw__primary_log_ops;
+
 struct tw_ctx {
 	struct tw_ctx_config cfg;    /* provider: our copy; backups, zones, key_file NULL */
 	char *prov_copy;
 	bool shared;
 	struct tw_primary *owner;    /* private: its log (the handshake RPCs count there) */
+	const struct tw__log_ops *log_ops; /* how it calls its logs (set by attach / set_owner) */
 	struct tw_fab *fab;
 	struct tw_arena *arena;      /* every segment of every log on it (primary/arena.c) */
 	struct tw_auth_key *key;     /* cluster key (NULL: no authentication) */
@@ -159,8 +196,13 @@ void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c);
 int tw__ctx_reset(struct tw_ctx *ctx, int first);
 void tw__ctx_drive_enter(struct tw_ctx *ctx);
 void tw__ctx_drive_leave(struct tw_ctx *ctx);
-int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p);
+/* A log joins the context's list (ops: how the context calls it; every log of a context has
+ * the engine's), or leaves it. */
+int tw__ctx_attach(struct tw_ctx *ctx, struct tw_primary *p, const struct tw__log_ops *ops);
 void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p);
+/* A private context's owner: the log whose handshakes it counts and whose incarnation its
+ * peers carry. */
+void tw__ctx_set_owner(struct tw_ctx *ctx, struct tw_primary *p, const struct tw__log_ops *ops);
 /* The progress thread of a context (end of ctx.c); on_thread: whether the caller is ctx's
  * progress thread (a callback of one of its logs). */
 int tw__ctx_start(struct tw_ctx *ctx);
@@ -304,7 +346,7 @@ struct tw_primary {
 	char *prov_copy;
 	unsigned r;
 	bool threaded;                     /* TW_PRIMARY_ASYNC: the context's thread drives */
-	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary.c) */
+	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary_append.c) */
 
 	struct tw_ctx *ctx;      /* shared (tw_primary_open_on) or private (owned by this log) */
 	struct tw_fab *fab;      /* ctx->fab */
@@ -420,7 +462,99 @@ static inline bool pserved(const struct tw_primary *p)
 	return p->threaded && (s == PSTATE_RUNNING || s == PSTATE_STOPPING);
 }
 
-/* The one writer of p->state (primary.c): checks that `to` may follow the current state (an
+/* Entries appended but not yet sealed into a write (lock held in async mode). */
+static inline uint64_t pending_entries(const struct tw_primary *p)
+{
+	return p->rec_head - p->rec_sealed;
+}
+
+/* Whether a write slot is free (lock held in async mode). */
+static inline bool slot_free(const struct tw_primary *p)
+{
+	return p->slot_head - p->slot_tail < p->nslots;
+}
+
+/*
+ * Async mode: whether the waiting entries are due to be sealed, given a free slot (lock held):
+ * writes as large as the slot allows under load (docs/primary.md, "Batching and pipelining").
+ * An entry goes at once when no write is in flight (an idle log adds no latency); while a
+ * write is in flight, entries wait until max_batch of them are there, or until the writes in
+ * flight completed (then nothing is in flight). A rollover, a failover, a finish and sync
+ * mode's progress seal whatever waits (sync mode has its own rule for appends: sync_kick).
+ */
+static inline bool tw__primary_batch_due(const struct tw_primary *p)
+{
+	return !p->threaded || p->slot_head == p->slot_tail ||
+	       p->rec_head - p->rec_sealed >= p->cfg.max_batch;
+}
+
+/*
+ * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
+ * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
+ * the context's progress thread drives; callers copy under the lock and sleep on condition
+ * variables. One table per mode, chosen at open (p->mode_ops).
+ */
+struct pmode_ops {
+	/* Make room for one entry and append it (async: under the lock, handed to the thread);
+	 * *idx_out: its record index. */
+	int (*append)(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+		      void *arg, uint64_t *lsn_out, uint64_t *idx_out);
+	/* tw_primary_append_batch: n entries (lengths checked), cb on the last one. */
+	int (*append_batch)(struct tw_primary *p, const struct iovec *entries, size_t n,
+			    tw_append_cb cb, void *arg, uint64_t *lsns_out);
+	/* tw_primary_append: append and wait for the acknowledgement. */
+	int (*append_wait)(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out);
+	/* tw_primary_flush. */
+	int (*flush)(struct tw_primary *p);
+	/* Run the callbacks of records [rec_tail, end) in order (driver thread, lock not held). */
+	void (*complete)(struct tw_primary *p, uint64_t end, int status);
+};
+
+/* primary_append.c: the table of a mode (chosen at open). */
+const struct pmode_ops *tw__primary_mode_ops(bool threaded);
+
+/* primary.c: segments and rollover. */
+/* Wake the first thread waiting for room (lock held; async mode). */
+void tw__primary_room_wake_one(struct tw_primary *p);
+/* Segment `id`, its memory from the log arena (not opened on backups): 0, -ENOSPC (the arena
+ * is exhausted; p->errmsg says so) or -ENOMEM. */
+int tw__pseg_new(struct tw_primary *p, uint32_t id, struct pseg **out);
+/* Give a segment's memory back to the arena and free it (NULL is fine). */
+void tw__pseg_free(struct tw_primary *p, struct pseg *s);
+/* Add `s` as the new current segment. Takes the lock. */
+int tw__pseg_push(struct tw_primary *p, struct pseg *s);
+/* Send the opens of the next segment now (cfg.preopen, or `now`: a rollover begins). */
+void tw__primary_preopen_start(struct tw_primary *p, bool now);
+/* Roll over to the next segment. Driver thread, lock not held. 0, -ENOSPC (arena exhausted,
+ * the log goes on) or the primary's error. */
+int tw__primary_roll(struct tw_primary *p);
+
+/* primary_seal.c: sealing and posting. Driver thread. */
+/* Whether waiting entries can be sealed now (lock held in async mode). */
+bool tw__primary_seal_ready(const struct tw_primary *p);
+/* Seal the waiting entries into the next slot (lock held in async mode; seal_ready checked):
+ * the slot, or NULL with *rc_out (the caller fails the primary). */
+struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out);
+/* Post a sealed write of n entries to every replica of its segment (lock not held). */
+void tw__primary_post_slot(struct tw_primary *p, struct pslot *s, uint64_t n);
+/* Seal and post what waits (lock not held): 0 or the primary's error. */
+int tw__primary_seal_post(struct tw_primary *p);
+/* The same only if seal_ready (one lock round for the check and the seal). */
+void tw__primary_try_seal(struct tw_primary *p);
+/* One round of driver work: seal+post, poll the fabric (up to timeout_ms), reap. Returns the
+ * number of appends completed. */
+int tw__primary_drive(struct tw_primary *p, int timeout_ms);
+/* Drive until every sealed write completed and was reaped. */
+void tw__primary_drain(struct tw_primary *p);
+
+/* primary_ack.c: acknowledgements. Driver thread, lock not held. */
+/* Acknowledge finished writes in log order and run their callbacks: the number completed. */
+int tw__primary_reap(struct tw_primary *p);
+/* pmode_ops.complete of each mode. */
+void tw__primary_complete_sync(struct tw_primary *p, uint64_t end, int status);
+void tw__primary_complete_async(struct tw_primary *p, uint64_t end, int status);
+
+/* The one writer of p->state (primary_open.c): checks that `to` may follow the current state (an
  * illegal transition is a bug: logged, then abort), logs it at debug level. With the lock held
  * in async mode (waiters on cv_app re-check under it; the caller broadcasts). */
 void tw__primary_set_state(struct tw_primary *p, enum pstate to);
@@ -488,6 +622,9 @@ bool tw__primary_is_replica(struct tw_primary *p, unsigned b);
  *   it cannot. tw__pfo_background: re-replicate one closed segment if due (rate-limited);
  *   all: every one now. */
 void tw__pfo_lost(struct tw_primary *p, unsigned b, const char *why);
+/* After a fabric reset of the context (struct tw__log_ops.reset, primary_rerep.c). */
+void tw__pfo_after_reset(struct tw_primary *p, const bool *again, int first, uint64_t prev_ns,
+			 uint64_t now);
 
 /* Readers (primary_acked.c, docs/readers.md): publish the acknowledged position to the replicas
  * of its segment when it moved (SetAcked, one round in flight at a time), after a reap; release
@@ -517,12 +654,12 @@ int tw__warm_start(struct tw__warm *w, const struct tw__pcfg *cfg,
 		   tw_recover_entry_fn on_entry, void *arg);
 uint64_t tw__warm_stop(struct tw__warm *w);
 
-/* primary.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
+/* primary_open.c: open as owner (incarnation, first segment `start`) on ctx (NULL: a private
  * context); coord kept by the primary (not closed on failure). */
 int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t incarnation,
 		    uint32_t start, bool creating, struct tw_coord *coord, struct tw_primary **out,
 		    char *errmsg_out, size_t errmsg_len);
-/* primary.c: the end of a takeover: continue cfg's log as the owner `incarnation` the recovery
+/* primary_open.c: the end of a takeover: continue cfg's log as the owner `incarnation` the recovery
  * fenced in at res->epoch, from segment `next` (the first after everything the backups held). */
 int tw__primary_continue(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 			 uint64_t incarnation, uint64_t next, const struct tw_recover_result *res,

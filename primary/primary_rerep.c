@@ -537,3 +537,43 @@ void tw__pfo_background(struct tw_primary *p, bool all)
 	}
 	p->fo_running = false;
 }
+
+/* After the context reset the fabric (ctx.c, tw__ctx_reset; struct tw__log_ops.reset): the
+ * backups connected again (again[i]) whose loss this log saw since the reset before (or since
+ * its suspension) are tried again; those not connected are lost; the writes in flight were
+ * dropped with the channels, so the open segment is suspended and they are rewritten
+ * (fo_recopy). Driver thread. */
+void tw__pfo_after_reset(struct tw_primary *p, const bool *again, int first, uint64_t prev_ns,
+			 uint64_t now)
+{
+	for (size_t i = 0; i < p->nbk; i++) {
+		struct pbackup *b = &p->bk[i];
+		uint64_t since = p->fo_pending ? p->fo_since_ns : prev_ns;
+
+		if (again[i] && b->lost && b->fo_seen && b->lost_ns >= since) {
+			tw_log_info("primary log %llu: trying %s again (%s)",
+				    (unsigned long long)p->cfg.log_id, b->addr, b->why);
+			b->lost = false;
+			b->fo_seen = false;
+			b->why[0] = '\0';
+			PSTAT_ADD(p, backups_lost, (uint64_t)-1);
+		}
+		if (again[i] && !b->lost)
+			b->gen = b->c->peer.gen;
+	}
+	for (size_t i = 0; i < p->nbk; i++) {
+		const char *why = p->bk[i].c->peer.why;
+
+		if (!again[i] && !p->bk[i].lost)
+			tw__pfo_lost(p, (unsigned)i, why[0] ? why : "not connected after a reset");
+	}
+	/* Every write in flight was dropped with the channels: rewrite them. */
+	if (p->cur && !p->cur->closed && p->slot_tail < p->slot_head) {
+		p->fo_recopy = true;
+		if (!p->fo_pending) {
+			p->fo_pending = true;
+			p->fo_first = first >= 0 ? (unsigned)first : 0;
+			p->fo_since_ns = now;
+		}
+	}
+}

@@ -13,6 +13,7 @@
  *                                            on a context shared by many logs
  *   tw_primary_append(p, buf, len, &lsn);    returns when all r backups hold the entry
  *   tw_primary_append_async(p, buf, len, cb, arg, &lsn);  cb(arg, status, lsn) later
+ *   tw_primary_append_batch(p, iov, n, cb, arg, lsns);    n entries, one cb for all
  *   tw_primary_read(p, lsn, &data, &len);    read an entry back from the primary's memory
  *   tw_primary_close(p);                     drain, close RPC for the open segment, disconnect
  *
@@ -73,6 +74,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <tailwind/common.h>
 #include <tailwind/context.h>
@@ -268,6 +270,38 @@ TW_API int tw_primary_append(struct tw_primary *p, const void *data, uint32_t le
  */
 TW_API int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
 				   tw_append_cb cb, void *arg, uint64_t *lsn_out);
+
+/* An LSN that names no entry (tw_primary_append_batch: an entry it did not append). */
+#define TW_LSN_NONE UINT64_MAX
+
+/*
+ * Append n >= 1 entries in one call, in order, with one callback for all of them.
+ * entries[i] (iov_base, iov_len: 1 <= iov_len <= segment_size - 20, as tw_primary_append) is
+ * borrowed for the call: each is copied once into the log before return. lsns_out (may be
+ * NULL) is an array of n that receives each entry's LSN; they grow with i. The entries follow
+ * one another in the log; only where the call had to wait (back-pressure, a segment rollover,
+ * both as for tw_primary_append_async) may another thread's append, or one made by a callback
+ * run meanwhile in sync mode, land between two of them. The batch may cross a segment
+ * boundary: the segment rolls over between two of its entries.
+ * `cb` (may be NULL) runs exactly once, after every entry of the batch is acknowledged or
+ * failed, in log order with every other callback, as cb(arg, status, lsn of the LAST entry):
+ * status 0 means all n entries are on r backups; an error means the last one is not, and
+ * possibly earlier ones (acknowledgements are in log order and a failed write fails every
+ * later entry, so the last entry's status is the batch's). Threading and back-pressure as
+ * tw_primary_append_async; the batch is sealed into as few writes as back-pressure allows.
+ * Returns 0, or:
+ *   -EINVAL: p or entries NULL, n 0, or any entry's length out of range. Checked for every
+ *       entry before anything is copied: nothing of the batch was appended.
+ *   the errors of tw_primary_append_async (the primary's sticky error, -TW_ECLOSED, -ENOSPC,
+ *       -EAGAIN) when the call stops at entry k. Entries 0..k-1 were appended already (k may
+ *       be 0): they stay in the log and are replicated and acknowledged (or failed) like any
+ *       other entry, without a callback; lsns_out[0..k-1] hold their LSNs and lsns_out[k..n-1] is
+ *       TW_LSN_NONE, so the caller can tell which were appended (tw_primary_flush, then
+ *       tw_primary_acked_lsn, says whether they were acknowledged).
+ *   On any error return `cb` is never called.
+ */
+TW_API int tw_primary_append_batch(struct tw_primary *p, const struct iovec *entries, size_t n,
+				   tw_append_cb cb, void *arg, uint64_t *lsns_out);
 
 /*
  * Wait until every append made so far is acknowledged or failed (their callbacks ran).

@@ -1,0 +1,472 @@
+/*
+ * primary/primary_append.c — the append engine: the record of each append, room for it
+ * (back-pressure, rollover), the batch append, the waits of tw_primary_append and
+ * tw_primary_flush, per mode (struct pmode_ops: TW_PRIMARY_SYNC, the caller drives;
+ * TW_PRIMARY_ASYNC, the progress thread does), and their public entry points.
+ * See docs/primary.md, "Threading", "Appends from many threads", "Batch appends".
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "primary/primary_int.h"
+
+static int check_len(struct tw_primary *p, uint32_t len)
+{
+	if (len == 0 || (size_t)len + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > p->cfg.segment_size)
+		return -EINVAL;
+	return 0;
+}
+
+/* Appends an entry to segment s (the caller made room for it) and records it for its callback:
+ * both modes, the async one under p->lock. */
+static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
+		      tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct prec *r;
+	size_t off;
+	int rc = tw_log_writer_append(&s->w, data, len, &off);
+
+	if (rc < 0)
+		return rc;
+	r = &p->recs[p->rec_head & p->rec_mask];
+	r->cb = cb;
+	r->arg = arg;
+	r->lsn = (uint64_t)s->id << 32 | off;
+	r->len = len;
+	*idx_out = p->rec_head++;
+	PSTAT_ADD(p, appends, 1);
+	PSTAT_ADD(p, bytes, len);
+	if (lsn_out)
+		*lsn_out = r->lsn;
+	return 0;
+}
+
+static bool on_progress_thread(const struct tw_primary *p)
+{
+	return tw__ctx_on_thread(p->ctx); /* any log of the context: the thread serves them all */
+}
+
+/* A batch stopped at entry `from`: the entries not appended get TW_LSN_NONE. */
+static void batch_unfilled(uint64_t *lsns_out, size_t from, size_t n)
+{
+	for (size_t i = from; lsns_out && i < n; i++)
+		lsns_out[i] = TW_LSN_NONE;
+}
+
+/* Sync mode: make room for one entry (back-pressure, rollover) and append it; nothing is
+ * sealed here (sync_kick). */
+static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct pseg *s;
+	int rc;
+
+	if (p->err)
+		return p->err;
+	if (pstate(p) != PSTATE_RUNNING)
+		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
+	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
+	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
+			   p->rec_head - p->rec_tail > p->rec_mask)) {
+		if (slot_free(p))
+			tw__primary_seal_post(p);
+		else
+			tw__primary_drive(p, PWAIT_SLICE_MS);
+	}
+	if (p->err)
+		return p->err;
+	s = p->cur;
+	if (!tw_log_writer_fits(&s->w, len)) {
+		rc = tw__primary_roll(p);
+		if (rc < 0)
+			return rc;
+		s = p->cur;
+	}
+	return append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
+}
+
+/* Sync mode, after an append (or a batch of them): batching for a caller that appends
+ * asynchronously and drives the log itself. An entry goes out at once when no write is in
+ * flight (an idle log: no added latency); under load the entries wait until a whole batch
+ * (max_batch) is there, which then takes the first free slot (polled for without blocking when
+ * none looks free). Full writes, as a bare benchmark posts them, instead of one entry per free
+ * slot (docs/benchmarks.md, "Caller-driven appends"). tw_primary_append, _flush and _progress
+ * seal whatever waits. */
+static void sync_kick(struct tw_primary *p)
+{
+	if (p->slot_head == p->slot_tail || pending_entries(p) >= p->cfg.max_batch) {
+		if (!slot_free(p))
+			tw__primary_drive(p, 0);
+		if (slot_free(p))
+			tw__primary_seal_post(p);
+	}
+}
+
+/* Sync mode: make room and append. */
+static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	int rc = sync_room_append(p, data, len, cb, arg, lsn_out, idx_out);
+
+	if (rc < 0)
+		return rc;
+	sync_kick(p);
+	return 0;
+}
+
+/* Sync mode: every entry appended as by append_sync_mode, the batching rule applied once at the
+ * end (the batch goes out as few writes as back-pressure allows). */
+static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
+				  tw_append_cb cb, void *arg, uint64_t *lsns_out)
+{
+	uint64_t lsn, idx;
+
+	for (size_t i = 0; i < n; i++) {
+		int rc = sync_room_append(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
+					  i + 1 == n ? cb : NULL, arg, &lsn, &idx);
+
+		if (rc < 0) {
+			batch_unfilled(lsns_out, i, n);
+			if (i)
+				sync_kick(p); /* what was copied goes out as usual */
+			return rc;
+		}
+		if (lsns_out)
+			lsns_out[i] = lsn;
+	}
+	sync_kick(p);
+	return 0;
+}
+
+/* An appender's state across the waits of async_room (async mode). */
+struct room_wait {
+	struct pwaiter me; /* in the room queue while it waits for back-pressure */
+	bool me_init;
+};
+
+/*
+ * Async mode, lock held: wait until an entry of `len` bytes can be appended to p->cur now
+ * (back-pressure, rollover), dropping the lock while it waits. Returns 0 (lock held, room for
+ * it), or an error (lock held): the primary's, -TW_ECLOSED, -EAGAIN (a callback on the progress
+ * thread that would have to wait), -ENOSPC (the rollover asked for found the arena exhausted).
+ */
+static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
+{
+	bool asked = false;
+	uint64_t gen = 0;
+
+	for (;;) {
+		if (p->err || pstate(p) != PSTATE_RUNNING)
+			return p->err ? p->err : -TW_ECLOSED;
+		if (p->need_roll || pending_entries(p) >= p->cfg.max_batch ||
+		    p->rec_head - p->rec_tail > p->rec_mask) {
+			if (on_progress_thread(p))
+				return -EAGAIN; /* a callback appending: would wait for ourselves */
+			if (p->pt_idle) {
+				p->pt_idle = false;
+				pthread_mutex_unlock(&p->lock);
+				tw__fab_wakeup(p->fab);
+				pthread_mutex_lock(&p->lock);
+				continue;
+			}
+			if (p->need_roll) { /* rare: once per segment; the roll wakes everyone */
+				p->app_waiting++;
+				pthread_cond_wait(&p->cv_app, &p->lock);
+				p->app_waiting--;
+				continue;
+			}
+			/* Back-pressure: queue up and sleep until a seal or an acknowledgement hands
+			 * us the turn (room_wake_one), or a failure wakes everyone (wake_apps). */
+			if (!rw->me_init) {
+				pthread_cond_init(&rw->me.cv, NULL);
+				rw->me_init = true;
+			}
+			rw->me.next = NULL;
+			rw->me.queued = true;
+			if (p->room_tail)
+				p->room_tail->next = &rw->me;
+			else
+				p->room_head = &rw->me;
+			p->room_tail = &rw->me;
+			while (rw->me.queued)
+				pthread_cond_wait(&rw->me.cv, &p->lock);
+			continue;
+		}
+		if (!tw_log_writer_fits(&p->cur->w, len)) {
+			if (on_progress_thread(p))
+				return -EAGAIN;
+			if (asked && p->roll_gen != gen && p->roll_rc == -ENOSPC)
+				return -ENOSPC; /* the rollover we asked for found the arena exhausted */
+			asked = true;
+			gen = p->roll_gen;
+			p->need_roll = true;
+			p->pt_idle = false;
+			pthread_mutex_unlock(&p->lock);
+			tw__fab_wakeup(p->fab);
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
+		return 0;
+	}
+}
+
+/* Async mode, lock held, after appending: wake the progress thread if it sleeps idle. Returns
+ * whether to ring it (after the unlock). */
+static bool async_wake_needed(struct tw_primary *p)
+{
+	if (!p->pt_idle || !tw__primary_batch_due(p))
+		return false; /* busy, or entries wait for a whole batch: a completion wakes it */
+	p->pt_idle = false;
+	PSTAT_ADD(p, wakeups, 1);
+	return true;
+}
+
+/* Async mode: copy under the lock and hand over to the progress thread. */
+static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct room_wait rw = { .me_init = false };
+	bool wake = false;
+	int rc;
+
+	pthread_mutex_lock(&p->lock);
+	rc = async_room(p, len, &rw);
+	if (rw.me_init)
+		pthread_cond_destroy(&rw.me.cv); /* dequeued: nobody signals it any more */
+	if (rc == 0)
+		rc = append_rec(p, p->cur, data, len, cb, arg, lsn_out, idx_out);
+	if (rc == 0)
+		wake = async_wake_needed(p);
+	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		tw__fab_wakeup(p->fab);
+	return rc;
+}
+
+/* Async mode: the whole batch in one lock round, released only where an entry must wait
+ * (back-pressure, rollover); the progress thread is rung once. */
+static int append_batch_async_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
+				   tw_append_cb cb, void *arg, uint64_t *lsns_out)
+{
+	struct room_wait rw = { .me_init = false };
+	bool wake = false;
+	uint64_t lsn, idx;
+	size_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (i = 0; i < n; i++) {
+		uint32_t len = (uint32_t)entries[i].iov_len;
+
+		rc = async_room(p, len, &rw);
+		if (rc == 0)
+			rc = append_rec(p, p->cur, entries[i].iov_base, len, i + 1 == n ? cb : NULL,
+					arg, &lsn, &idx);
+		if (rc < 0)
+			break;
+		if (lsns_out)
+			lsns_out[i] = lsn;
+	}
+	if (rw.me_init)
+		pthread_cond_destroy(&rw.me.cv);
+	if (i)
+		wake = async_wake_needed(p); /* what was copied goes out as usual */
+	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		tw__fab_wakeup(p->fab);
+	if (rc < 0)
+		batch_unfilled(lsns_out, i, n);
+	return rc;
+}
+
+/* A caller of tw_primary_append waiting for its entry's acknowledgement. */
+struct sync_wait {
+	struct tw_primary *p;
+	int status;
+	struct pwaiter wt; /* async mode: woken alone by complete_recs_async */
+};
+
+static void sync_cb(void *arg, int status, uint64_t lsn)
+{
+	struct sync_wait *w = arg;
+
+	(void)lsn;
+	w->status = status;
+}
+
+/* Async mode: progress thread, lock not held. complete_recs_async signals the waiter once
+ * rec_tail moved past the entry (the waiter cannot return before that). */
+static void sync_cb_queue(void *arg, int status, uint64_t lsn)
+{
+	struct sync_wait *w = arg;
+
+	sync_cb(arg, status, lsn);
+	w->wt.next = w->p->acked;
+	w->p->acked = &w->wt;
+}
+
+/*
+ * Sync mode, before a caller's append or flush returns: nothing runs until its next call, so
+ * the newest acknowledged position must be on its way to the replicas (readers of the live log
+ * wait for it). When a replica's SetAcked rounds were all in flight at the last reap, drive until an
+ * answer sends it: about one round trip, bounded by the RPC timeout.
+ */
+static void settle_published(struct tw_primary *p)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)p->ctx->cfg.rpc_timeout_ms * 1000000u;
+
+	while (tw__packed_capped(p) && !p->err && tw_now_ns() < end)
+		tw__primary_drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+}
+
+/* Sync mode: drive until the entry is acknowledged. */
+static int append_wait_sync_mode(struct tw_primary *p, const void *data, uint32_t len,
+				 uint64_t *lsn_out)
+{
+	struct sync_wait w = { .p = p };
+	uint64_t idx;
+	int rc = append_sync_mode(p, data, len, sync_cb, &w, lsn_out, &idx);
+
+	if (rc < 0)
+		return rc;
+	while (p->rec_tail <= idx)
+		tw__primary_drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+	settle_published(p);
+	return w.status;
+}
+
+/* Async mode: sleep until the progress thread acknowledged the entry. */
+static int append_wait_async_mode(struct tw_primary *p, const void *data, uint32_t len,
+				  uint64_t *lsn_out)
+{
+	struct sync_wait w = { .p = p };
+	uint64_t idx;
+	int rc;
+
+	if (on_progress_thread(p))
+		return -EDEADLK; /* from a callback: would wait for itself */
+	pthread_cond_init(&w.wt.cv, NULL);
+	rc = append_async_mode(p, data, len, sync_cb_queue, &w, lsn_out, &idx);
+	if (rc < 0) {
+		pthread_cond_destroy(&w.wt.cv);
+		return rc;
+	}
+	/* Our own condition variable: an acknowledgement of other threads' entries does not
+	 * wake us (docs/primary.md, "Appends from many threads"). */
+	pthread_mutex_lock(&p->lock);
+	while (p->rec_tail <= idx)
+		pthread_cond_wait(&w.wt.cv, &p->lock);
+	rc = w.status;
+	pthread_mutex_unlock(&p->lock);
+	pthread_cond_destroy(&w.wt.cv);
+	return rc;
+}
+
+static int flush_sync_mode(struct tw_primary *p)
+{
+	uint64_t target = p->rec_head;
+
+	while (p->rec_tail < target)
+		tw__primary_drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+	settle_published(p);
+	return p->err;
+}
+
+static int flush_async_mode(struct tw_primary *p)
+{
+	uint64_t target;
+	int rc;
+
+	if (on_progress_thread(p))
+		return -EDEADLK; /* from a callback: would wait for itself */
+	pthread_mutex_lock(&p->lock);
+	target = p->rec_head;
+	if (p->pt_idle && p->rec_tail < target) {
+		p->pt_idle = false;
+		pthread_mutex_unlock(&p->lock);
+		tw__fab_wakeup(p->fab);
+		pthread_mutex_lock(&p->lock);
+	}
+	while (p->rec_tail < target) {
+		p->app_waiting++;
+		pthread_cond_wait(&p->cv_app, &p->lock);
+		p->app_waiting--;
+	}
+	rc = p->err;
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+static const struct pmode_ops sync_ops = {
+	.append = append_sync_mode,
+	.append_batch = append_batch_sync_mode,
+	.append_wait = append_wait_sync_mode,
+	.flush = flush_sync_mode,
+	.complete = tw__primary_complete_sync,
+};
+
+static const struct pmode_ops async_ops = {
+	.append = append_async_mode,
+	.append_batch = append_batch_async_mode,
+	.append_wait = append_wait_async_mode,
+	.flush = flush_async_mode,
+	.complete = tw__primary_complete_async,
+};
+
+const struct pmode_ops *tw__primary_mode_ops(bool threaded)
+{
+	return threaded ? &async_ops : &sync_ops;
+}
+
+int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
+			    tw_append_cb cb, void *arg, uint64_t *lsn_out)
+{
+	uint64_t idx;
+
+	if (!p || (!data && len))
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	return p->mode_ops->append(p, data, len, cb, arg, lsn_out, &idx);
+}
+
+int tw_primary_append_batch(struct tw_primary *p, const struct iovec *entries, size_t n,
+			    tw_append_cb cb, void *arg, uint64_t *lsns_out)
+{
+	/* Every length first: a bad one refuses the whole batch before anything is copied. */
+	if (!p || !entries || !n)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!entries[i].iov_base || entries[i].iov_len > UINT32_MAX ||
+		    check_len(p, (uint32_t)entries[i].iov_len) < 0)
+			return -EINVAL;
+	return p->mode_ops->append_batch(p, entries, n, cb, arg, lsns_out);
+}
+
+int tw_primary_append(struct tw_primary *p, const void *data, uint32_t len, uint64_t *lsn_out)
+{
+	if (!p || !data)
+		return -EINVAL;
+	if (check_len(p, len) < 0)
+		return -EINVAL;
+	return p->mode_ops->append_wait(p, data, len, lsn_out);
+}
+
+int tw_primary_flush(struct tw_primary *p)
+{
+	if (!p)
+		return -EINVAL;
+	return p->mode_ops->flush(p);
+}
+
+int tw_primary_progress(struct tw_primary *p, int timeout_ms)
+{
+	if (!p || p->threaded)
+		return -EINVAL;
+	return tw__primary_drive(p, timeout_ms);
+}

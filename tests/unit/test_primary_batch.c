@@ -1,0 +1,690 @@
+/*
+ * tests/unit/test_primary_batch.c — tw_primary_append_batch and the append path's back-pressure
+ * (tailwind/primary.h, docs/primary.md), over the in-memory fabric with three in-process
+ * backups, in both modes:
+ *   - a batch across a segment boundary: consecutive LSNs, the rollover in the middle, one
+ *     callback with the last entry's LSN, every entry read back and recovered from the backups;
+ *   - validation: one bad length refuses the whole batch, nothing appended, no callback;
+ *   - a write failure in the middle of a batch (fault injection of the mem fabric): the batch's
+ *     callback and every other runs exactly once, with the error after the failure;
+ *   - a batch stopped by an exhausted arena at its rollover: the documented partial rule
+ *     (TW_LSN_NONE, no callback, the copied entries acknowledged, the log goes on);
+ *   - back-pressure, each cause: all slots busy (the appender waits until a write completes),
+ *     a full segment (the batch across a segment: it waits for the rollover), the arena
+ *     exhausted (-ENOSPC, nothing appended);
+ *   - the record ring wrapping around, entries alone and in batches;
+ *   - several producers (threads) with batches: LSNs unique, callbacks in LSN order.
+ * Meant for TSan too (.ci/run).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/primary.h>
+#include <tailwind/recovery.h>
+
+#include "primary/primary_int.h"
+#include "primary/primary_test.h"
+#include "tap.h"
+#include "tbackup.h"
+#include "tlog.h"
+
+#define SEG (64u * 1024u)
+#define BIG 1000u /* 64 of them fill a segment */
+
+static const char *const mode_name[] = { "sync", "async" };
+
+static void cfg_for(struct tw_ctx_config *tc, struct tw_primary_config *cfg, const char **addrs,
+		    uint64_t log_id, enum tw_primary_mode mode)
+{
+	tlog_primary_config(tc, cfg, "mem", addrs, 3, log_id);
+	cfg->segment_size = SEG;
+	cfg->open_retry_ms = 5000;
+	cfg->mode = mode;
+}
+
+static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(seq * 31 + i);
+	memcpy(buf, &seq, sizeof(seq));
+}
+
+static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64_t seq)
+{
+	uint8_t want[BIG];
+	const void *data;
+	uint32_t got;
+
+	if (tw_primary_read(p, lsn, &data, &got) != 0 || got != len)
+		return false;
+	fill(want, len, seq);
+	return memcmp(data, want, len) == 0;
+}
+
+/* The acknowledgements of one test, as the callbacks saw them (one thread at a time: the
+ * progress thread or the caller). */
+struct acks {
+	struct tlog_acks a;
+	atomic_uint_fast64_t n; /* read by the test's thread while the progress thread writes */
+};
+
+static void ack_cb(void *arg, int status, uint64_t lsn)
+{
+	struct acks *x = arg;
+
+	tlog_ack_cb(&x->a, status, lsn);
+	atomic_fetch_add(&x->n, 1);
+}
+
+/* Recovery counts entries and checks each batch entry's sequence number. */
+struct rec_check {
+	uint64_t n, bad;
+};
+
+static int rec_entry(void *arg, const struct tw_recovered_entry *e)
+{
+	struct rec_check *r = arg;
+	uint64_t seq;
+
+	if (e->len < sizeof(seq)) {
+		r->bad++;
+	} else {
+		memcpy(&seq, e->data, sizeof(seq));
+		if (seq != r->n)
+			r->bad++;
+	}
+	r->n++;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ batch across a segment */
+
+static void test_cross(const char **addrs, enum tw_primary_mode mode)
+{
+	const char *m = mode_name[mode];
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	struct acks x = { 0 };
+	static uint8_t data[100][BIG];
+	struct iovec iov[100];
+	uint64_t lsns[100], seq = 0, before;
+	struct rec_check rc = { 0 };
+	int bad = 0, disorder = 0, badread = 0;
+
+	cfg_for(&tc, &cfg, addrs, 300 + mode, mode);
+	cfg.max_batch = 16;
+	p = tlog_open(&tc, &cfg, "cross %s", m);
+	if (!p)
+		return;
+	/* 40 entries one by one: the segment is more than half full. */
+	for (; seq < 40; seq++) {
+		fill(data[0], BIG, seq);
+		if (tw_primary_append(p, data[0], BIG, NULL) != 0)
+			bad++;
+	}
+	is_int(bad, 0, "cross %s: 40 single appends", m);
+	/* A batch of 60: rolls over in its middle. */
+	for (unsigned i = 0; i < 60; i++) {
+		fill(data[i], BIG, seq + i);
+		iov[i].iov_base = data[i];
+		iov[i].iov_len = BIG - i; /* lengths differ: each entry's own length comes back */
+	}
+	tw_primary_get_stats(p, &st);
+	before = st.segments;
+	is_int(tw_primary_append_batch(p, iov, 60, ack_cb, &x, lsns), 0, "cross %s: batch of 60",
+	       m);
+	is_int(tw_primary_flush(p), 0, "cross %s: flush", m);
+	is_int(x.a.n, 1, "cross %s: one callback for the batch", m);
+	is_int(x.a.errors, 0, "cross %s: status 0", m);
+	ok(x.a.last_lsn == lsns[59], "cross %s: the callback names the last entry's LSN", m);
+	for (unsigned i = 1; i < 60; i++) {
+		struct tw_pos a = tw_lsn_to_pos(lsns[i - 1]), b = tw_lsn_to_pos(lsns[i]);
+		size_t end = a.offset + TW_ENTRY_HDR_SIZE + iov[i - 1].iov_len;
+		/* The same segment, right after it (or after the checksum entry of a seal), or the
+		 * start of the next segment. */
+		bool next = (a.segment == b.segment &&
+			     (b.offset == end || b.offset == end + TW_CKSUM_ENTRY_SIZE)) ||
+			    (b.segment == a.segment + 1 && b.offset == 0);
+
+		if (!next)
+			disorder++;
+		if (!check_entry(p, lsns[i], (uint32_t)iov[i].iov_len, seq + i))
+			badread++;
+	}
+	is_int(disorder, 0, "cross %s: consecutive LSNs (next offset, or offset 0 of the next "
+	       "segment)", m);
+	is_int(badread, 0, "cross %s: every entry reads back", m);
+	tw_primary_get_stats(p, &st);
+	ok(tw_lsn_to_pos(lsns[59]).segment == tw_lsn_to_pos(lsns[0]).segment + 1 &&
+	   st.segments == before + 1, "cross %s: the batch crossed into segment %u", m,
+	   tw_lsn_to_pos(lsns[59]).segment);
+	ok(st.max_batch_seen <= 16, "cross %s: no write over max_batch (%" PRIu64 ")", m,
+	   st.max_batch_seen);
+	is_int(tw_primary_close(p), 0, "cross %s: close", m);
+	is_int(tbackup_recover(addrs, 3, 300 + mode, rec_entry, &rc, NULL), 0,
+	       "cross %s: recovery", m);
+	ok(rc.n == 100 && rc.bad == 0, "cross %s: the backups hold the 100 entries in order "
+	   "(%" PRIu64 ", %" PRIu64 " out of place)", m, rc.n, rc.bad);
+}
+
+/* ------------------------------------------------------------------ validation */
+
+static void test_invalid(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	struct acks x = { 0 };
+	uint8_t buf[64] = { 1 };
+	struct iovec iov[3] = { { buf, 10 }, { buf, 0 }, { buf, 10 } };
+	struct iovec huge = { buf, SEG };
+	uint64_t lsns[3] = { 7, 7, 7 };
+
+	cfg_for(&tc, &cfg, addrs, 310, TW_PRIMARY_SYNC);
+	p = tlog_open(&tc, &cfg, "invalid");
+	if (!p)
+		return;
+	is_int(tw_primary_append_batch(p, iov, 3, ack_cb, &x, lsns), -EINVAL,
+	       "invalid: an empty entry in the middle -> EINVAL");
+	is_int(tw_primary_append_batch(p, &huge, 1, ack_cb, &x, lsns), -EINVAL,
+	       "invalid: an entry over the segment's room -> EINVAL");
+	is_int(tw_primary_append_batch(p, iov, 0, ack_cb, &x, lsns), -EINVAL, "invalid: n 0");
+	is_int(tw_primary_append_batch(p, NULL, 1, ack_cb, &x, lsns), -EINVAL,
+	       "invalid: entries NULL");
+	is_int(tw_primary_append_batch(NULL, iov, 1, ack_cb, &x, lsns), -EINVAL,
+	       "invalid: primary NULL");
+	tw_primary_flush(p);
+	tw_primary_get_stats(p, &st);
+	ok(st.appends == 0 && x.a.n == 0 && lsns[0] == 7,
+	   "invalid: nothing appended, no callback, lsns_out untouched");
+	iov[1].iov_len = 5;
+	is_int(tw_primary_append_batch(p, iov, 3, NULL, NULL, NULL), 0,
+	       "invalid: the corrected batch, without callback or LSNs");
+	is_int(tw_primary_flush(p), 0, "invalid: flush");
+	tw_primary_get_stats(p, &st);
+	is_int(st.acked, 3, "invalid: its 3 entries acknowledged");
+	is_int(tw_primary_close(p), 0, "invalid: close");
+}
+
+/* ------------------------------------------------------------------ failure in a batch */
+
+static struct tw_primary *fail_p;
+
+/* The callback of the entry before the batch: runs inside the batch's call (sync mode: the
+ * batch drives while every slot is busy) and makes the next write to replica 1 fail. */
+static void inject_cb(void *arg, int status, uint64_t lsn)
+{
+	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_FAIL };
+	struct acks *x = arg;
+
+	ack_cb(x, status, lsn);
+	tw__mem_inject(fail_p->bk[fail_p->cur->rep[1]].c->peer.ch, &f);
+}
+
+static void test_fail_mid(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	struct acks first = { 0 }, batch = { 0 }, after = { 0 }, refused = { 0 };
+	static uint8_t data[8][100];
+	struct iovec iov[8];
+	uint64_t lsns[8];
+	int rc;
+
+	cfg_for(&tc, &cfg, addrs, 320, TW_PRIMARY_SYNC);
+	cfg.max_batch = 4;
+	cfg.max_inflight = 2;
+	p = tlog_open(&tc, &cfg, "fail mid");
+	if (!p)
+		return;
+	fail_p = p;
+	fill(data[0], 100, 0);
+	is_int(tw_primary_append_async(p, data[0], 100, inject_cb, &first, NULL), 0,
+	       "fail mid: an entry X whose callback injects the fault");
+	for (unsigned i = 0; i < 8; i++) {
+		fill(data[i], 100, i + 1);
+		iov[i].iov_base = data[i];
+		iov[i].iov_len = 100;
+	}
+	/* X's write takes one slot. Entries 0..3 of the batch are sealed into the other (write
+	 * A, before the fault); 4..7 wait for a slot, X completes meanwhile and its callback arms
+	 * the fault, so their write (B) fails on replica 1: no spare, the log fails. */
+	rc = tw_primary_append_batch(p, iov, 8, ack_cb, &batch, lsns);
+	is_int(rc, 0, "fail mid: the batch of 8 is accepted");
+	rc = tw_primary_append_async(p, data[0], 100, ack_cb, &after, NULL);
+	is_int(rc, 0, "fail mid: an append after it, before the failure is seen, is accepted");
+	is_int(tw_primary_flush(p), -TW_ENOBACKUP, "fail mid: flush reports the failure");
+	is_int(tw_primary_append_async(p, data[0], 100, ack_cb, &refused, NULL), -TW_ENOBACKUP,
+	       "fail mid: an append after the failure is refused");
+	is_int(first.a.n, 1, "fail mid: X's callback ran once");
+	is_int(first.a.errors, 0, "fail mid: ... with success (written before the fault)");
+	is_int(batch.a.n, 1, "fail mid: the batch's callback ran exactly once");
+	is_int(batch.a.first_err, -TW_ENOBACKUP, "fail mid: ... with the error");
+	ok(batch.a.last_lsn == lsns[7], "fail mid: ... naming the batch's last LSN");
+	ok(after.a.n == 1 && after.a.first_err == -TW_ENOBACKUP,
+	   "fail mid: the later append's callback ran once, with the error");
+	is_int(refused.a.n, 0, "fail mid: the refused append's callback never ran");
+	tw_primary_get_stats(p, &st);
+	ok(st.acked + st.failed == st.appends && st.appends == 10 && st.failed >= 5,
+	   "fail mid: every entry acknowledged or failed once (%" PRIu64 " + %" PRIu64 " of %"
+	   PRIu64 ")", st.acked, st.failed, st.appends);
+	ok(tw_primary_close(p) < 0, "fail mid: close reports the failure");
+}
+
+/* ------------------------------------------------------------------ arena exhausted */
+
+/* Wait (bounded) until the log's arena has at most `used` bytes in use: in async mode the
+ * progress thread frees released segments shortly after tw_primary_unload. */
+static void arena_wait_used(struct tw_primary *p, uint64_t used)
+{
+	struct tw_primary_stats st;
+
+	for (int i = 0; i < 10000; i++) {
+		tw_primary_get_stats(p, &st);
+		if (st.arena.used <= used)
+			return;
+		usleep(1000); /* polling a condition, bounded */
+	}
+}
+
+static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
+{
+	const char *m = mode_name[mode];
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	struct acks x = { 0 };
+	static uint8_t data[200][BIG];
+	struct iovec iov[200];
+	uint64_t lsns[200];
+	unsigned k = 0, bad;
+	int rc;
+
+	cfg_for(&tc, &cfg, addrs, 330 + mode, mode);
+	tc.arena_size = 2 * SEG; /* two segments: the second rollover finds no memory */
+	cfg.max_batch = 16;
+	p = tlog_open(&tc, &cfg, "arena %s", m);
+	if (!p)
+		return;
+	/* Back-pressure, arena exhausted: a single append that needs a third segment. */
+	for (uint64_t i = 0;; i++) {
+		fill(data[0], BIG, i);
+		rc = tw_primary_append(p, data[0], BIG, NULL);
+		if (rc)
+			break;
+	}
+	is_int(rc, -ENOSPC, "arena %s: the append that needs a third segment: -ENOSPC", m);
+	tw_primary_get_stats(p, &st);
+	ok(st.acked == st.appends && !st.failed, "arena %s: nothing lost, the log healthy", m);
+	/* A batch whose rollover finds no memory: the documented partial rule. Release segment
+	 * 0 first (the log goes on in segment 1), then ask for more than segment 1 holds. */
+	is_int(tw_primary_unload(p, 1), 1, "arena %s: segment 0 released", m);
+	arena_wait_used(p, SEG); /* async: the progress thread gives the memory back */
+	for (unsigned i = 0; i < 200; i++) {
+		fill(data[i], BIG, 1000 + i);
+		iov[i].iov_base = data[i];
+		iov[i].iov_len = BIG;
+	}
+	/* Segment 2 takes the released memory; segment 3 cannot have any. */
+	rc = tw_primary_append_batch(p, iov, 200, ack_cb, &x, lsns);
+	is_int(rc, -ENOSPC, "arena %s: a batch of 200 needing two more segments: -ENOSPC", m);
+	while (k < 200 && lsns[k] != TW_LSN_NONE)
+		k++;
+	ok(k > 0 && k < 200, "arena %s: %u entries were appended before it stopped", m, k);
+	if (k == 0 || k == 200) {
+		tw_primary_close(p);
+		return;
+	}
+	ok(tw_lsn_to_pos(lsns[k - 1]).segment == 2, "arena %s: they fill segment 2", m);
+	bad = 0;
+	for (unsigned i = k; i < 200; i++)
+		if (lsns[i] != TW_LSN_NONE)
+			bad++;
+	ok(!bad, "arena %s: every entry after them is TW_LSN_NONE", m);
+	is_int(tw_primary_flush(p), 0, "arena %s: flush: the log is healthy", m);
+	is_int(x.a.n, 0, "arena %s: the callback of a batch that returned an error never runs", m);
+	ok(tw_primary_acked_lsn(p) > lsns[k - 1], "arena %s: the appended entries are "
+	   "acknowledged", m);
+	ok(check_entry(p, lsns[k - 1], BIG, 1000 + k - 1), "arena %s: and read back",
+	   m);
+	is_int(tw_primary_unload(p, 2), 1, "arena %s: segment 1 released", m);
+	arena_wait_used(p, SEG);
+	is_int(tw_primary_append_batch(p, iov + k, 200 - k < 40 ? 200 - k : 40, ack_cb, &x, NULL),
+	       0, "arena %s: the rest of the batch goes in after the release", m);
+	is_int(tw_primary_flush(p), 0, "arena %s: flush", m);
+	is_int(x.a.n, 1, "arena %s: its callback ran once", m);
+	is_int(tw_primary_close(p), 0, "arena %s: close", m);
+}
+
+/* ------------------------------------------------------------------ slots busy */
+
+/* A gate in the completion path: while it is closed, the progress thread waits in the first
+ * completion it is handed (the write stays in its slot), so the test controls when the slot
+ * frees; the completions go on to tw__primary_op_done on the progress thread itself. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static bool gate_open;
+static int gate_seen;
+
+static void gate_cb(struct tw_op *op, int status)
+{
+	pthread_mutex_lock(&gate_mu);
+	gate_seen++;
+	pthread_cond_broadcast(&gate_cv);
+	while (!gate_open)
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+	tw__primary_op_done(op, status);
+}
+
+struct bp_arg {
+	struct tw_primary *p;
+	struct acks *x;
+	atomic_int done;
+	int rc;
+};
+
+static void *bp_main(void *arg)
+{
+	struct bp_arg *b = arg;
+	uint8_t buf[50];
+
+	fill(buf, 50, 99);
+	b->rc = tw_primary_append_async(b->p, buf, 50, ack_cb, b->x, NULL);
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
+/*
+ * Back-pressure, all slots busy (async mode): the one write slot holds a write whose completion
+ * the gate holds, max_batch entries wait; the next append blocks until the write completes.
+ */
+static void test_slots_busy(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct acks x = { 0 };
+	struct bp_arg b = { 0 };
+	struct timespec until;
+	uint8_t buf[50];
+	pthread_t th;
+	int bad = 0, waited = 0;
+
+	cfg_for(&tc, &cfg, addrs, 340, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 4;
+	cfg.max_inflight = 1;
+	p = tlog_open(&tc, &cfg, "slots busy");
+	if (!p)
+		return;
+	gate_open = false;
+	/* Set before the first append: the progress thread posts nothing before it. */
+	tw__primary_test_set_op_cb(p, gate_cb);
+	fill(buf, 50, 0);
+	if (tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL) != 0)
+		bad++;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&gate_mu);
+	while (!gate_seen && pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&gate_mu);
+	ok(gate_seen, "slots busy: the first write is out and held at the gate");
+	for (int i = 0; i < 4; i++)
+		if (tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL) != 0)
+			bad++;
+	is_int(bad, 0, "slots busy: max_batch entries wait behind it");
+	b.p = p;
+	b.x = &x;
+	pthread_create(&th, NULL, bp_main, &b);
+	/* It must not return while the slot is busy: look for a while. */
+	for (int i = 0; i < 50 && !atomic_load(&b.done); i++) {
+		usleep(1000);
+		waited++;
+	}
+	ok(!atomic_load(&b.done), "slots busy: the next append waits (%d ms and counting)", waited);
+	is_int((int)atomic_load(&x.n), 0, "slots busy: nothing acknowledged yet");
+	pthread_mutex_lock(&gate_mu);
+	gate_open = true;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	pthread_join(th, NULL);
+	is_int(b.rc, 0, "slots busy: the blocked append returned 0 once the write completed");
+	is_int(tw_primary_flush(p), 0, "slots busy: flush");
+	ok(atomic_load(&x.n) == 6 && !x.a.errors && !x.a.out_of_order,
+	   "slots busy: all 6 acknowledged in order (%" PRIu64 ")", (uint64_t)atomic_load(&x.n));
+	is_int(tw_primary_close(p), 0, "slots busy: close");
+}
+
+/* ------------------------------------------------------------------ record ring wrap-around */
+
+/* Each callback checks that it is handed its own record: arg is the append's index. */
+static uint64_t wrap_next, wrap_bad, wrap_lsn_bad;
+static uint64_t *wrap_lsns;
+
+#define WRAP_BATCH (1ull << 62) /* in arg: the callback of a batch of 7 (i: its last entry) */
+
+static void wrap_cb(void *arg, int status, uint64_t lsn)
+{
+	uint64_t a = (uint64_t)(uintptr_t)arg, i = a & ~WRAP_BATCH;
+
+	if (status || i != wrap_next + ((a & WRAP_BATCH) ? 6 : 0))
+		wrap_bad++;
+	if (i < 20000 && lsn != wrap_lsns[i])
+		wrap_lsn_bad++;
+	wrap_next = i + 1;
+}
+
+/*
+ * The record ring (callback, argument, LSN per append; 1024 records for these settings) wraps
+ * around many times: every callback gets its own argument and LSN, in order, whether entries
+ * come alone or in batches that straddle the ring's end.
+ */
+static void test_ring_wrap(const char **addrs, enum tw_primary_mode mode)
+{
+	const char *m = mode_name[mode];
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	static uint64_t lsns[20000];
+	uint8_t buf[7][24];
+	struct iovec iov[7];
+	uint64_t i = 0;
+	int bad = 0;
+
+	cfg_for(&tc, &cfg, addrs, 350 + mode, mode);
+	cfg.max_batch = 16;
+	cfg.max_inflight = 4; /* ring of 1024 records */
+	p = tlog_open(&tc, &cfg, "ring %s", m);
+	if (!p)
+		return;
+	is_int((int)(p->rec_mask + 1), 1024, "ring %s: 1024 records", m);
+	wrap_next = wrap_bad = wrap_lsn_bad = 0;
+	wrap_lsns = lsns;
+	while (i < 20000) {
+		if (i % 3) {
+			fill(buf[0], 24, i);
+			if (tw_primary_append_async(p, buf[0], 24, wrap_cb, (void *)(uintptr_t)i,
+						    &lsns[i]) != 0)
+				bad++;
+			i++;
+			continue;
+		}
+		/* A batch of 7: one callback, for its last entry (index i + 6). */
+		for (unsigned k = 0; k < 7; k++) {
+			fill(buf[k], 24, i + k);
+			iov[k].iov_base = buf[k];
+			iov[k].iov_len = 24;
+		}
+		if (i + 7 > 20000)
+			break;
+		if (tw_primary_append_batch(p, iov, 7, wrap_cb,
+					    (void *)(uintptr_t)((i + 6) | WRAP_BATCH), &lsns[i]) != 0)
+			bad++;
+		i += 7;
+	}
+	is_int(bad, 0, "ring %s: %" PRIu64 " appends, alone and in batches", m, i);
+	is_int(tw_primary_flush(p), 0, "ring %s: flush", m);
+	ok(wrap_next == i && !wrap_bad && !wrap_lsn_bad, "ring %s: every callback got its own "
+	   "argument and LSN, in order, across %" PRIu64 " turns of the ring (%" PRIu64 " bad, %"
+	   PRIu64 " wrong LSN)", m, i / 1024, wrap_bad, wrap_lsn_bad);
+	is_int(tw_primary_close(p), 0, "ring %s: close", m);
+}
+
+/* ------------------------------------------------------------------ several producers */
+
+#define PRODUCERS 4
+#define PER_PRODUCER 3000u
+
+struct producer {
+	struct tw_primary *p;
+	unsigned id;
+	uint64_t lsns[PER_PRODUCER];
+	int bad;
+	pthread_t th;
+};
+
+static pthread_mutex_t prod_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t prod_acks, prod_disorder, prod_errors, prod_last;
+
+static void prod_cb(void *arg, int status, uint64_t lsn)
+{
+	(void)arg;
+	pthread_mutex_lock(&prod_mu); /* (the progress thread only; the lock is for TSan's sake) */
+	if (prod_acks && lsn <= prod_last)
+		prod_disorder++;
+	prod_last = lsn;
+	prod_acks++;
+	if (status)
+		prod_errors++;
+	pthread_mutex_unlock(&prod_mu);
+}
+
+/* Batches of 1..8 entries and single appends, mixed. */
+static void *producer_main(void *arg)
+{
+	struct producer *x = arg;
+	uint8_t buf[8][40];
+	struct iovec iov[8];
+	unsigned i = 0;
+
+	while (i < PER_PRODUCER) {
+		unsigned n = 1 + (i / 8 + x->id) % 8;
+
+		if (n > PER_PRODUCER - i)
+			n = PER_PRODUCER - i;
+		for (unsigned k = 0; k < n; k++) {
+			fill(buf[k], 40, ((uint64_t)x->id << 32) | (i + k));
+			iov[k].iov_base = buf[k];
+			iov[k].iov_len = 40;
+		}
+		if (n == 1) {
+			if (tw_primary_append_async(x->p, buf[0], 40, prod_cb, NULL, &x->lsns[i]) != 0)
+				x->bad++;
+		} else if (tw_primary_append_batch(x->p, iov, n, prod_cb, NULL, &x->lsns[i]) != 0) {
+			x->bad++;
+		}
+		i += n;
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Several application threads append to one async log, alone and in batches: every LSN is
+ * unique, each thread's LSNs grow, callbacks arrive in LSN order, every entry reads back as the
+ * one its thread wrote.
+ */
+static void test_producers(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	static struct producer x[PRODUCERS];
+	static uint64_t all[PRODUCERS * PER_PRODUCER];
+	uint64_t dup = 0, nongrowing = 0, badread = 0;
+	int bad = 0;
+
+	cfg_for(&tc, &cfg, addrs, 360, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 32;
+	cfg.max_inflight = 4;
+	p = tlog_open(&tc, &cfg, "producers");
+	if (!p)
+		return;
+	prod_acks = prod_disorder = prod_errors = 0;
+	for (unsigned t = 0; t < PRODUCERS; t++) {
+		x[t].p = p;
+		x[t].id = t;
+		x[t].bad = 0;
+		pthread_create(&x[t].th, NULL, producer_main, &x[t]);
+	}
+	for (unsigned t = 0; t < PRODUCERS; t++) {
+		pthread_join(x[t].th, NULL);
+		bad += x[t].bad;
+	}
+	is_int(bad, 0, "producers: %u threads x %u entries accepted", PRODUCERS, PER_PRODUCER);
+	is_int(tw_primary_flush(p), 0, "producers: flush");
+	pthread_mutex_lock(&prod_mu);
+	ok(prod_errors == 0 && prod_disorder == 0, "producers: %" PRIu64 " callbacks, in LSN "
+	   "order (%" PRIu64 " out of order, %" PRIu64 " errors)", prod_acks, prod_disorder,
+	   prod_errors);
+	pthread_mutex_unlock(&prod_mu);
+	for (unsigned t = 0; t < PRODUCERS; t++) {
+		for (unsigned i = 0; i < PER_PRODUCER; i++) {
+			all[t * PER_PRODUCER + i] = x[t].lsns[i];
+			if (i && x[t].lsns[i] <= x[t].lsns[i - 1])
+				nongrowing++;
+			if (!check_entry(p, x[t].lsns[i], 40, ((uint64_t)t << 32) | i))
+				badread++;
+		}
+	}
+	qsort(all, PRODUCERS * PER_PRODUCER, sizeof(all[0]), cmp_u64);
+	for (unsigned i = 1; i < PRODUCERS * PER_PRODUCER; i++)
+		if (all[i] == all[i - 1])
+			dup++;
+	ok(dup == 0 && nongrowing == 0, "producers: LSNs unique (%" PRIu64 " duplicates), each "
+	   "thread's growing (%" PRIu64 " not)", dup, nongrowing);
+	is_int(badread, 0, "producers: every entry reads back as its thread wrote it");
+	is_int(tw_primary_close(p), 0, "producers: close");
+}
+
+int main(void)
+{
+	struct tbackups cl;
+
+	tbackups_start(&cl, "test_primary_batch", 3, "mem", 16, SEG);
+	test_cross(cl.addrs, TW_PRIMARY_SYNC);
+	test_cross(cl.addrs, TW_PRIMARY_ASYNC);
+	test_invalid(cl.addrs);
+	test_fail_mid(cl.addrs);
+	test_arena_batch(cl.addrs, TW_PRIMARY_SYNC);
+	test_arena_batch(cl.addrs, TW_PRIMARY_ASYNC);
+	test_slots_busy(cl.addrs);
+	test_ring_wrap(cl.addrs, TW_PRIMARY_SYNC);
+	test_ring_wrap(cl.addrs, TW_PRIMARY_ASYNC);
+	test_producers(cl.addrs);
+	tbackups_stop(&cl);
+	tap_done_testing();
+	return tap_exit();
+}
