@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
@@ -64,11 +65,15 @@ struct part {
 	uint64_t puts, gets, relocated, relocated_bytes, passes, segments_freed;
 };
 
+/* Most PUTs appended with one tw_primary_append_batch. */
+#define KV_BATCH 256u
+
 /* One append in flight (a PUT or a relocation): the callback's argument. What the server
  * knows of the record at the append (its version, key length and length) is kept here, so that
  * its completion indexes it and answers without reading it back from the log. */
 struct pending {
 	struct pending *next; /* free list, or the completion queue */
+	struct pending *bnext; /* the next PUT of its batch (kv_on_batch), NULL: the last */
 	struct part *pt;
 	uint64_t lsn, id, hash;
 	uint64_t version;     /* the record's version */
@@ -127,6 +132,11 @@ struct kv_server {
 	pthread_cond_t acq_cv;
 	/* Serving-thread state. */
 	struct pending *pd_free;
+	/* The PUTs of the burst being read, not appended yet (kv_flush_puts): their records are
+	 * in the connection's input buffer, which is appended from before it is moved. */
+	struct iovec stage_iov[KV_BATCH];
+	struct pending *stage_pd[KV_BATCH];
+	unsigned staged;
 	struct conn **conns;
 	uint32_t nconns_cap;
 	struct conn *dirty;
@@ -136,6 +146,7 @@ struct kv_server {
 	unsigned cfg_left;
 	/* Counters. */
 	uint64_t gets, puts, not_owner, retries, bad, takeovers;
+	uint64_t put_batches; /* tw_primary_append_batch calls (puts / put_batches: PUTs per call) */
 	uint64_t mem_peak;   /* most log bytes held at once */
 	uint64_t last_takeover_ms, last_recovered, last_live, last_reappend_ms;
 	/* CPU per role (per-thread clocks). */
@@ -158,6 +169,8 @@ void kv_part_close(struct kv_server *s, struct part *pt);
 /* The append callback (runs on the library's progress thread). */
 void kv_on_append(void *arg, int status, uint64_t lsn);
 struct pending *kv_pending_get(struct kv_server *s);
+/* tw_primary_append_batch's callback: arg is the batch's first pending, chained by bnext. */
+void kv_on_batch(void *arg, int status, uint64_t lsn);
 /* The record pd appended, in the log's memory (borrowed as tw_primary_read's data), or NULL when
  * the log no longer holds it. */
 const uint8_t *kv_rec_at(struct part *pt, const struct pending *pd);
