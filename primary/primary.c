@@ -336,6 +336,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 	/* Idle with a free slot: an append must wake us. Otherwise a completion will (also
 	 * of the write sealed next). */
 	p->pt_idle = slot_free(p) && !tw__primary_seal_ready(p);
+	p->pt_quiet = p->slot_head == p->slot_tail; /* nothing in flight: the next entry is due */
 	p->pt_idle_set = p->pt_idle;
 	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == p->slot_head)
 		work = true;

@@ -219,7 +219,9 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
  * whether to ring it (after the unlock). */
 static bool async_wake_needed(struct tw_primary *p)
 {
-	if (!p->pt_idle || !tw__primary_batch_due(p))
+	/* The batch rule (tw__primary_batch_due) as the thread saw it before it slept: slot_tail is
+	 * the progress thread's, so the appender reads pt_quiet, set under the lock with pt_idle. */
+	if (!p->pt_idle || (!p->pt_quiet && pending_entries(p) < p->cfg.max_batch))
 		return false; /* busy, or entries wait for a whole batch: a completion wakes it */
 	p->pt_idle = false;
 	PSTAT_ADD(p, wakeups, 1);

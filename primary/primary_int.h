@@ -406,8 +406,10 @@ struct tw_primary {
 	bool need_roll;
 	int roll_rc;            /* the last rollover's result (-ENOSPC: arena exhausted) */
 	uint64_t roll_gen;      /* rollovers tried */
-	bool pt_idle;           /* progress thread blocked with a free slot: wake it on append */
+	bool pt_idle;           /* progress thread sleeps with a free slot and no batch due:
+				 * an append that makes one due wakes it */
 	bool pt_idle_set;       /* progress thread only: its last step_pre set pt_idle */
+	bool pt_quiet;          /* with pt_idle: no write was in flight (an append is due at once) */
 	unsigned app_waiting;   /* on cv_app: a roll, a flush */
 	/* Threads waiting for room (back-pressure), FIFO, under lock: each seal and each
 	 * acknowledgement wakes the first one only (no thundering herd). */
@@ -481,6 +483,7 @@ static inline bool slot_free(const struct tw_primary *p)
  * write is in flight, entries wait until max_batch of them are there, or until the writes in
  * flight completed (then nothing is in flight). A rollover, a failover, a finish and sync
  * mode's progress seal whatever waits (sync mode has its own rule for appends: sync_kick).
+ * Driver thread only (slot_tail is its own); appenders use pt_quiet (async_wake_needed).
  */
 static inline bool tw__primary_batch_due(const struct tw_primary *p)
 {
