@@ -3,7 +3,8 @@
  *
  *   twbench.c       main, options, the sweep loop
  *   bench_spawn.c   local twd's: find, start (tools/proc.h), stop, SIGINT/SIGTERM
- *   bench_cpu.c     backup CPU: /proc/<pid>/stat of local twd's, Stats RPC of remote ones
+ *   bench_cpu.c     backup CPU: /proc/<pid>/stat of local twd's, Stats RPC of remote ones;
+ *                   the primary's: this process (CLOCK_PROCESS_CPUTIME_ID)
  *   bench_run.c     the onesided and rpc modes (the real primary) and the measuring helpers
  *   bench_raw.c     raw mode: bare one-sided writes, no log format
  *   bench_logs.c    --logs N: many logs in one process (one context, or private ones)
@@ -88,6 +89,9 @@ struct result {
 	double cpu_main[MAX_BACKUPS]; /* its progress (main) thread only; -1 unknown */
 	double cpu_sum, cpu_main_sum;
 	bool cpu_ok, cpu_main_ok;
+	/* The primary's own CPU over the same phase: this process (the appending thread, the
+	 * primary's progress thread in --async runs; raw mode's writer). -1 unknown. */
+	double cpu_primary;
 	/* The primary's counters of the run (raw mode fills writes, segments and the RPCs). */
 	struct tw_primary_stats st;
 };
@@ -132,9 +136,10 @@ void stop_twds(void);
 /* pid of local twd i, or 0. */
 int twd_pid(unsigned i);
 
-/* bench_cpu.c: backup CPU accounting around one replication phase. */
+/* bench_cpu.c: backup and primary CPU accounting around one replication phase. */
 struct cpumark {
 	double proc[MAX_BACKUPS], main[MAX_BACKUPS];
+	double self; /* this process: the primary (or raw mode's writer); -1 unknown */
 };
 void cpu_mark(struct cpumark *m);
 void cpu_delta(const struct cpumark *a, const struct cpumark *b, struct result *res);

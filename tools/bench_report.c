@@ -1,6 +1,8 @@
 /*
  * tools/bench_report.c — twbench's output: the single-run table, the side-by-side table with
  * the ratios per sweep point, and the JSON line (--json). See bench.h and docs/twbench.md.
+ * CPU: the backups' (each, and per GB and per million objects) and the primary's own (this
+ * process) per million objects, in every mode.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,6 +25,12 @@ static double cpu_per_gb(const struct result *x)
 static double cpu_per_mobj(const struct result *x)
 {
 	return x->cpu_ok && x->count ? x->cpu_sum / ((double)x->count / 1e6) : -1;
+}
+
+/* The primary's own CPU (this process) per million objects; -1 unknown. */
+static double primary_per_mobj(const struct result *x)
+{
+	return x->cpu_primary >= 0 && x->count ? x->cpu_primary / ((double)x->count / 1e6) : -1;
 }
 
 static void json_num_or_null(const char *key, double v, bool ok, bool comma)
@@ -68,6 +76,8 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	json_num_or_null("backup_progress_cpu_total_s", x->cpu_main_sum, x->cpu_main_ok, true);
 	json_num_or_null("backup_cpu_s_per_gb", cpu_per_gb(x), x->cpu_ok, true);
 	json_num_or_null("backup_cpu_s_per_mobj", cpu_per_mobj(x), x->cpu_ok, true);
+	json_num_or_null("primary_cpu_s", x->cpu_primary, x->cpu_primary >= 0, true);
+	json_num_or_null("primary_cpu_s_per_mobj", primary_per_mobj(x), x->cpu_primary >= 0, true);
 	printf("\"writes\":%" PRIu64 ",\"entries_per_write\":%.3f,\"segments\":%" PRIu64
 	       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
 	       ",\"set_acked\":%" PRIu64 ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
@@ -102,10 +112,11 @@ static double ratio(double a, double b)
 }
 
 /* Ratios of one sweep point: onesided over rpc (throughput, latencies, backup CPU), onesided over
- * raw (bytes/s). -1 where a mode is missing. */
+ * raw (bytes/s), the primary's CPU per object over rpc's and raw's. -1 where a mode is missing. */
 struct cmp {
 	struct point pt;
 	double thr, p50, p99, a50, a99, cpu, cpu_main, raw_bytes, rpc_raw_bytes;
+	double pcpu_rpc, pcpu_raw;
 };
 
 static unsigned comparisons(struct cmp *out, unsigned max)
@@ -137,6 +148,8 @@ static unsigned comparisons(struct cmp *out, unsigned max)
 				  ratio(os->cpu_main_sum, rp->cpu_main_sum) : -1;
 		out[n].raw_bytes = rw ? ratio(os->mbs, rw->mbs) : -1;
 		out[n].rpc_raw_bytes = rw && rp ? ratio(rp->mbs, rw->mbs) : -1;
+		out[n].pcpu_rpc = rp ? ratio(primary_per_mobj(os), primary_per_mobj(rp)) : -1;
+		out[n].pcpu_raw = rw ? ratio(primary_per_mobj(os), primary_per_mobj(rw)) : -1;
 		n++;
 	}
 	return n;
@@ -177,6 +190,10 @@ void print_json(const struct opts *o)
 		json_num_or_null("bytes_onesided_over_raw", c[i].raw_bytes, c[i].raw_bytes >= 0,
 				 true);
 		json_num_or_null("bytes_rpc_over_raw", c[i].rpc_raw_bytes, c[i].rpc_raw_bytes >= 0,
+				 true);
+		json_num_or_null("primary_cpu_onesided_over_rpc", c[i].pcpu_rpc, c[i].pcpu_rpc >= 0,
+				 true);
+		json_num_or_null("primary_cpu_onesided_over_raw", c[i].pcpu_raw, c[i].pcpu_raw >= 0,
 				 false);
 		printf("}");
 	}
@@ -222,6 +239,10 @@ void print_single(const struct opts *o, const struct result *x)
 		printf("  %-40s %14.3f\n", "backup CPU s per GB (all backups)", cpu_per_gb(x));
 		printf("  %-40s %14.3f\n", "backup CPU s per 1M objects (all)", cpu_per_mobj(x));
 	}
+	if (x->cpu_primary >= 0) {
+		printf("  %-40s %14.3f\n", "primary CPU (s, this process)", x->cpu_primary);
+		printf("  %-40s %14.3f\n", "primary CPU s per 1M objects", primary_per_mobj(x));
+	}
 	printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", x->st.writes);
 	printf("  %-40s %14.2f\n", "entries per write",
 	       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
@@ -261,9 +282,9 @@ void print_table(const struct opts *o)
 
 	printf("twbench: provider %s, %" PRIu64 " objects per run, %s appends, segment %zu B\n",
 	       o->provider, o->count, appends_name(o), o->segment_size);
-	printf("%6s %2s %5s %4s %9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %7s\n", "size", "r",
-	       "batch", "infl", "offered", "mode", "objects/s", "MB/s", "p50 us", "p99 us",
-	       "ack p50", "ack p99", "bk CPU s", "CPUs/GB", "CPUs/Mob", "ent/wr");
+	printf("%6s %2s %5s %4s %9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %8s %7s\n", "size",
+	       "r", "batch", "infl", "offered", "mode", "objects/s", "MB/s", "p50 us", "p99 us",
+	       "ack p50", "ack p99", "bk CPU s", "CPUs/GB", "CPUs/Mob", "prCPU/Mo", "ent/wr");
 	for (unsigned i = 0; i < n_results; i++) {
 		const struct result *x = &results[i];
 		char rate[32];
@@ -273,10 +294,10 @@ void print_table(const struct opts *o)
 		else
 			snprintf(rate, sizeof(rate), "closed");
 		printf("%6u %2u %5u %4u %9s %-8s %11.0f %8.2f %8.1f %8.1f %8.1f %8.1f %8.3f %8.3f "
-		       "%8.3f %7.1f\n",
+		       "%8.3f %8.3f %7.1f\n",
 		       x->pt.size, x->pt.r, x->pt.batch, x->pt.inflight, rate, mode_names[x->mode],
 		       x->ops, x->mbs, x->p50, x->p99, x->a50, x->a99, x->cpu_ok ? x->cpu_sum : -1,
-		       cpu_per_gb(x), cpu_per_mobj(x),
+		       cpu_per_gb(x), cpu_per_mobj(x), primary_per_mobj(x),
 		       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
 	}
 	nc = comparisons(c, 256);
@@ -284,11 +305,11 @@ void print_table(const struct opts *o)
 		return;
 	printf("\nratios (onesided / rpc unless said; throughput: higher is better for onesided, "
 	       "latency and CPU: lower)\n");
-	printf("%6s %2s %5s %4s %9s %9s %8s %8s %8s %8s %8s %9s %9s %9s\n", "size", "r", "batch",
-	       "infl", "offered", "objects/s", "p50", "p99", "ack p50", "ack p99", "bk CPU",
-	       "bk progr", "os/raw B", "rpc/raw B");
+	printf("%6s %2s %5s %4s %9s %9s %8s %8s %8s %8s %8s %9s %9s %9s %8s %8s\n", "size", "r",
+	       "batch", "infl", "offered", "objects/s", "p50", "p99", "ack p50", "ack p99",
+	       "bk CPU", "bk progr", "os/raw B", "rpc/raw B", "pr CPU", "pr/raw");
 	for (unsigned i = 0; i < nc; i++) {
-		char f[9][16], rate[32];
+		char f[11][16], rate[32];
 
 		fmt_ratio(f[0], 16, c[i].thr);
 		fmt_ratio(f[1], 16, c[i].p50);
@@ -299,12 +320,14 @@ void print_table(const struct opts *o)
 		fmt_ratio(f[6], 16, c[i].cpu_main);
 		fmt_ratio(f[7], 16, c[i].raw_bytes);
 		fmt_ratio(f[8], 16, c[i].rpc_raw_bytes);
+		fmt_ratio(f[9], 16, c[i].pcpu_rpc);
+		fmt_ratio(f[10], 16, c[i].pcpu_raw);
 		if (c[i].pt.rate > 0)
 			snprintf(rate, sizeof(rate), "%.0f", c[i].pt.rate);
 		else
 			snprintf(rate, sizeof(rate), "closed");
-		printf("%6u %2u %5u %4u %9s %9s %8s %8s %8s %8s %8s %9s %9s %9s\n", c[i].pt.size,
-		       c[i].pt.r, c[i].pt.batch, c[i].pt.inflight, rate, f[0], f[1], f[2], f[3],
-		       f[4], f[5], f[6], f[7], f[8]);
+		printf("%6u %2u %5u %4u %9s %9s %8s %8s %8s %8s %8s %9s %9s %9s %8s %8s\n",
+		       c[i].pt.size, c[i].pt.r, c[i].pt.batch, c[i].pt.inflight, rate, f[0], f[1],
+		       f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]);
 	}
 }

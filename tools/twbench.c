@@ -1,6 +1,6 @@
 /*
  * tools/twbench.c — the Tailwind benchmark: replicate N objects to r backups and report
- * throughput, latency, backup CPU and control RPCs per object; compare Tailwind's one-sided
+ * throughput, latency, backup and primary CPU and control RPCs per object; compare Tailwind's one-sided
  * writes (--mode onesided) with RPC-based replication (--mode rpc, the paper's RAMCloud
  * baseline: TW_DATA_PATH=rpc) and with bare one-sided writes (--mode raw, the
  * ceiling), and sweep sizes, r, batch, in-flight and offered load. See docs/twbench.md and
@@ -81,8 +81,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: twbench [options]\n"
 		"Replicate objects from a primary to r backups and report throughput, latency,\n"
-		"backup CPU and control RPCs per object; compare Tailwind's one-sided writes with\n"
-		"RPC-based replication and with bare one-sided writes. See docs/twbench.md.\n"
+		"the backups' and the primary's own CPU and control RPCs per object; compare\n"
+		"Tailwind's one-sided writes with RPC-based replication and with bare one-sided\n"
+		"writes. See docs/twbench.md.\n"
 		"With no --backups, starts local twd processes (removed at exit).\n\n"
 		"  --provider P      libfabric provider: tcp (default), sockets, shm, verbs, ...\n"
 		"  --backups A,B,..  use these running twd's instead of local ones\n"

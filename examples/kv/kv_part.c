@@ -327,6 +327,7 @@ void kv_part_close(struct kv_server *s, struct part *pt)
 	 * pendings reach the serving thread with pt->p already NULL. */
 	tw_primary_close(pt->p);
 	pt->p = NULL;
+	pt->base = NULL;
 	kv_index_free(&pt->idx);
 	pt->cleaning = false;
 	pt->moving = 0;
@@ -416,6 +417,9 @@ static void clean_step(struct kv_server *s, struct part *pt)
 		pd->pt = pt;
 		pd->hash = sl->hash;
 		pd->relocate = true;
+		pd->version = kv_slot_version(sl);
+		pd->len = sl->len;
+		pd->klen = kv_get16(sl->rec + 8);
 		rc = tw_primary_append_async(pt->p, sl->rec, sl->len, kv_on_append, pd, &pd->lsn);
 		if (rc < 0) { /* the log failed: the PUT path notices too */
 			pd->next = s->pd_free;
@@ -441,6 +445,8 @@ static void clean_step(struct kv_server *s, struct part *pt)
 		pt->segments_freed += pt->clean_below - pt->free_below;
 		pt->free_below = pt->clean_below;
 	}
+	if (pt->base && pt->base_seg < pt->clean_below)
+		pt->base = NULL; /* released (kv_rec_at) */
 	pt->cleaning = false;
 }
 

@@ -264,6 +264,35 @@ void kv_on_append(void *arg, int status, uint64_t lsn)
 		perror("twkv: eventfd");
 }
 
+/* A batch of PUTs is acknowledged (or failed): all its pendings to the serving thread at once.
+ * The status is the last entry's, and acknowledgements come in log order, so 0 means every PUT
+ * of the batch is on r backups; an error fails them all (each may or may not be in the log, as
+ * for a single append). */
+void kv_on_batch(void *arg, int status, uint64_t lsn)
+{
+	struct pending *first = arg, *last = first;
+	struct kv_server *s = first->pt->srv;
+	uint64_t one = 1;
+	bool wake;
+
+	(void)lsn;
+	for (struct pending *pd = first; pd; pd = pd->bnext) {
+		pd->status = status;
+		pd->next = pd->bnext;
+		last = pd;
+	}
+	pthread_mutex_lock(&s->mu);
+	wake = !s->done_head;
+	if (s->done_tail)
+		s->done_tail->next = first;
+	else
+		s->done_head = first;
+	s->done_tail = last;
+	pthread_mutex_unlock(&s->mu);
+	if (wake && write(s->efd, &one, sizeof(one)) < 0)
+		perror("twkv: eventfd");
+}
+
 static void do_get(struct kv_server *s, struct conn *c, const struct kv_hdr *h, const uint8_t *key)
 {
 	uint64_t hash;
@@ -311,13 +340,82 @@ static void part_failed(struct kv_server *s, struct part *pt, int err)
 	kv_part_close(s, pt);
 }
 
+/* Append the n staged PUTs of partition pt (iov[i] the record of pd[i]) with one call. A
+ * refused batch fails the partition, as a refused append did: every PUT of it is answered
+ * NOT_OWNER (the ones the call appended before it stopped may be in the log: attempted
+ * writes, docs/kv.md "Guarantees"). */
+static void append_puts(struct kv_server *s, struct part *pt, struct iovec *iov,
+			struct pending **pd, unsigned n)
+{
+	uint64_t lsns[KV_BATCH];
+	int rc;
+
+	for (unsigned i = 0; i < n; i++)
+		pd[i]->bnext = i + 1 < n ? pd[i + 1] : NULL;
+	rc = pt->state == PART_SERVING && pt->p ?
+		     tw_primary_append_batch(pt->p, iov, n, kv_on_batch, pd[0], lsns) : -TW_ECLOSED;
+	if (rc < 0) {
+		for (unsigned i = 0; i < n; i++) {
+			struct conn *c = conn_by(s, pd[i]->conn, pd[i]->gen);
+
+			s->not_owner++;
+			if (c)
+				reply_start(s, c, KV_OP_PUT, pd[i]->id, KV_S_NOT_OWNER, 0);
+			pd[i]->next = s->pd_free;
+			s->pd_free = pd[i];
+		}
+		if (pt->state == PART_SERVING)
+			part_failed(s, pt, rc);
+		return;
+	}
+	/* The callback may have run already (async mode), but it touches neither lsn nor the
+	 * counters, and the serving thread (this one) completes the pendings later. */
+	for (unsigned i = 0; i < n; i++)
+		pd[i]->lsn = lsns[i];
+	s->puts += n;
+	s->put_batches++;
+	pt->puts += n;
+	if ((uint32_t)(lsns[n - 1] >> 32) > pt->head) {
+		uint64_t used;
+
+		pt->head = (uint32_t)(lsns[n - 1] >> 32);
+		used = kv_mem_used(s);
+		if (used > s->mem_peak)
+			s->mem_peak = used;
+	}
+}
+
+/* Append the staged PUTs: one tw_primary_append_batch per partition, in arrival order within
+ * it. Called before the input buffer the records lie in is moved or grown, before any request
+ * other than GET or PUT, and when KV_BATCH are staged. */
+static void kv_flush_puts(struct kv_server *s)
+{
+	while (s->staged) {
+		struct part *pt = s->stage_pd[0]->pt;
+		struct iovec iov[KV_BATCH];
+		struct pending *pd[KV_BATCH];
+		unsigned n = 0, rest = 0;
+
+		for (unsigned i = 0; i < s->staged; i++) {
+			if (s->stage_pd[i]->pt == pt) {
+				iov[n] = s->stage_iov[i];
+				pd[n++] = s->stage_pd[i];
+			} else {
+				s->stage_iov[rest] = s->stage_iov[i];
+				s->stage_pd[rest++] = s->stage_pd[i];
+			}
+		}
+		s->staged = rest;
+		append_puts(s, pt, iov, pd, n);
+	}
+}
+
 static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, uint8_t *body)
 {
 	struct pending *pd;
 	struct kv_rec r;
 	struct part *pt;
 	uint64_t hash;
-	int rc;
 
 	if (!kv_rec_decode(body, h->len, &r)) {
 		s->bad++;
@@ -352,55 +450,74 @@ static void do_put(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 	pd->conn = c->slot;
 	pd->gen = c->gen;
 	pd->id = h->id;
-	kv_put64(body, pt->next_version++);
-	/* The one copy: the request's bytes into the log. */
-	rc = tw_primary_append_async(pt->p, body, h->len, kv_on_append, pd, &pd->lsn);
-	if (rc < 0) {
-		pd->next = s->pd_free;
-		s->pd_free = pd;
-		s->not_owner++;
-		reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
-		part_failed(s, pt, rc);
-		return;
-	}
-	s->puts++;
-	pt->puts++;
-	if ((uint32_t)(pd->lsn >> 32) > pt->head) {
-		uint64_t used;
-
-		pt->head = (uint32_t)(pd->lsn >> 32);
-		used = kv_mem_used(s);
-		if (used > s->mem_peak)
-			s->mem_peak = used;
-	}
+	pd->version = pt->next_version++;
+	pd->len = h->len;
+	pd->klen = r.klen;
+	kv_put64(body, pd->version);
+	/* The one copy, the request's bytes into the log, is made for the whole burst at once
+	 * (kv_flush_puts: one tw_primary_append_batch per partition). */
+	s->stage_iov[s->staged] = (struct iovec){ .iov_base = body, .iov_len = h->len };
+	s->stage_pd[s->staged++] = pd;
+	if (s->staged == KV_BATCH)
+		kv_flush_puts(s);
 }
 
-/* An append is acknowledged (or failed): point the index at the record, answer the client. */
+/*
+ * The record pd appended, in the log's memory. A segment is one buffer and an LSN's low half
+ * is the byte offset of its entry in it (tailwind/primary.h, docs/log-format.md), so the
+ * records of a segment lie at one fixed distance from their offsets: one tw_primary_read per
+ * segment (which checks the entry's CRC) gives it, and the records after it need no read, no
+ * CRC and no decoding (docs/kv.md, "What a PUT costs the server"). The version the server wrote
+ * into the record is checked against what it knows; a mismatch (which would be a bug) reads
+ * the record the slow way once more.
+ */
+const uint8_t *kv_rec_at(struct part *pt, const struct pending *pd)
+{
+	uint32_t seg = (uint32_t)(pd->lsn >> 32), off = (uint32_t)pd->lsn;
+	const uint8_t *rec;
+
+	for (int tries = 0; tries < 2; tries++) {
+		if (!pt->base || pt->base_seg != seg || tries) {
+			const void *data;
+			uint32_t len;
+
+			pt->base = NULL;
+			if (tw_primary_read(pt->p, pd->lsn, &data, &len) != 0 || len != pd->len)
+				return NULL;
+			/* data is the entry's payload, past its header at `off`: data - off
+			 * stays inside the segment's buffer. */
+			pt->base = (const uint8_t *)data - off;
+			pt->base_seg = seg;
+		}
+		rec = pt->base + off;
+		if (kv_get64(rec) == pd->version && kv_get16(rec + 8) == pd->klen)
+			return rec;
+	}
+	return NULL;
+}
+
+/* An append is acknowledged (or failed): point the index at the record, answer the client,
+ * from what the server knew when it appended (pd), not from a read of the log. */
 static void complete(struct kv_server *s, struct pending *pd)
 {
 	struct part *pt = pd->pt;
 	struct conn *c = pd->relocate ? NULL : conn_by(s, pd->conn, pd->gen);
-	uint64_t version = 0;
 
 	if (pd->relocate && pt->moving)
 		pt->moving--;
 	if (pd->status == 0 && pt->p) {
-		const void *data;
-		uint32_t len;
-		struct kv_rec r;
+		const uint8_t *rec = kv_rec_at(pt, pd);
 		struct kv_slot *sl = NULL;
 
-		if (tw_primary_read(pt->p, pd->lsn, &data, &len) == 0 && kv_rec_decode(data, len, &r)) {
-			sl = kv_index_slot(&pt->idx, pd->hash, r.key, r.klen);
-			version = r.version;
-		}
+		if (rec)
+			sl = kv_index_slot(&pt->idx, pd->hash, rec + KV_REC_HDR_SIZE, pd->klen);
 		if (!sl) {
-			pd->status = -ENOMEM;
-		} else if (!sl->rec || kv_slot_version(sl) < r.version ||
-			   (pd->relocate && kv_slot_version(sl) == r.version)) {
+			pd->status = rec ? -ENOMEM : -EIO;
+		} else if (!sl->rec || kv_slot_version(sl) < pd->version ||
+			   (pd->relocate && kv_slot_version(sl) == pd->version)) {
 			/* Highest version wins; a relocated record replaces its own original. */
-			sl->rec = data;
-			sl->len = len;
+			sl->rec = rec;
+			sl->len = pd->len;
 			sl->lsn = pd->lsn;
 		}
 	} else if (pd->status == 0) {
@@ -410,7 +527,7 @@ static void complete(struct kv_server *s, struct pending *pd)
 		uint8_t *p = reply_start(s, c, KV_OP_PUT, pd->id, KV_S_OK, 8);
 
 		if (p)
-			kv_put64(p, version);
+			kv_put64(p, pd->version);
 	} else if (c) {
 		/* Not acknowledged: the client may try elsewhere (the PUT may or may not be in
 		 * the log: an attempted write, docs/kv.md "Guarantees"). */
@@ -582,6 +699,8 @@ static void handle(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 {
 	bool configured = s->me >= 0;
 
+	if (h->op != KV_OP_GET && h->op != KV_OP_PUT)
+		kv_flush_puts(s); /* a request that may change the partitions sees the PUTs first */
 	switch (h->op) {
 	case KV_OP_GET:
 	case KV_OP_PUT:
@@ -637,10 +756,12 @@ static void conn_read(struct kv_server *s, struct conn *c)
 
 		if (!kv_hdr_decode(c->in + off, &h) || (h.op & KV_REPLY)) {
 			s->bad++;
+			kv_flush_puts(s);
 			conn_close(s, c);
 			return;
 		}
 		if (c->in_len - off < KV_HDR_SIZE + h.len) {
+			kv_flush_puts(s); /* before the buffer may move */
 			if (kv_buf_reserve(&c->in, &c->in_cap, KV_HDR_SIZE + h.len) < 0)
 				conn_close(s, c);
 			break;
@@ -648,6 +769,7 @@ static void conn_read(struct kv_server *s, struct conn *c)
 		handle(s, c, &h, c->in + off + KV_HDR_SIZE);
 		off += KV_HDR_SIZE + h.len;
 	}
+	kv_flush_puts(s); /* the burst's PUTs, before their records move */
 	if (c->fd >= 0 && off) {
 		memmove(c->in, c->in + off, c->in_len - off);
 		c->in_len -= off;
@@ -665,6 +787,7 @@ static void install(struct kv_server *s, struct acquired *a)
 
 	if (a->rc == 0) {
 		pt->p = a->p;
+		pt->base = NULL;
 		pt->idx = a->idx;
 		pt->next_version = a->next_version;
 		pt->free_below = a->free_below;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
@@ -44,6 +45,11 @@ struct part {
 	uint64_t next_version;
 	uint32_t free_below; /* segments below it are freed (cleaned or an earlier owner's) */
 	uint32_t head;       /* segment of the last append */
+	/* Where the records of segment base_seg lie in this process: the record at lsn is at
+	 * base + (uint32_t)lsn (kv_rec_at; NULL: not known yet). Set from one tw_primary_read
+	 * per segment, so that a completed append is indexed without reading the log back. */
+	const uint8_t *base;
+	uint32_t base_seg;
 	/* Cleaner (kv_part.c): relocate what the index points to below clean_below, then free. */
 	bool cleaning;
 	uint32_t clean_below;
@@ -59,11 +65,20 @@ struct part {
 	uint64_t puts, gets, relocated, relocated_bytes, passes, segments_freed;
 };
 
-/* One append in flight (a PUT or a relocation): the callback's argument. */
+/* Most PUTs appended with one tw_primary_append_batch. */
+#define KV_BATCH 256u
+
+/* One append in flight (a PUT or a relocation): the callback's argument. What the server
+ * knows of the record at the append (its version, key length and length) is kept here, so that
+ * its completion indexes it and answers without reading it back from the log. */
 struct pending {
 	struct pending *next; /* free list, or the completion queue */
+	struct pending *bnext; /* the next PUT of its batch (kv_on_batch), NULL: the last */
 	struct part *pt;
 	uint64_t lsn, id, hash;
+	uint64_t version;     /* the record's version */
+	uint32_t len;         /* the record's length (KV_REC_HDR_SIZE + key + value) */
+	uint16_t klen;        /* its key's length */
 	uint32_t conn, gen;   /* who gets the PUT's reply */
 	bool relocate;
 	int status;           /* set by the callback */
@@ -117,6 +132,11 @@ struct kv_server {
 	pthread_cond_t acq_cv;
 	/* Serving-thread state. */
 	struct pending *pd_free;
+	/* The PUTs of the burst being read, not appended yet (kv_flush_puts): their records are
+	 * in the connection's input buffer, which is appended from before it is moved. */
+	struct iovec stage_iov[KV_BATCH];
+	struct pending *stage_pd[KV_BATCH];
+	unsigned staged;
 	struct conn **conns;
 	uint32_t nconns_cap;
 	struct conn *dirty;
@@ -126,6 +146,7 @@ struct kv_server {
 	unsigned cfg_left;
 	/* Counters. */
 	uint64_t gets, puts, not_owner, retries, bad, takeovers;
+	uint64_t put_batches; /* tw_primary_append_batch calls (puts / put_batches: PUTs per call) */
 	uint64_t mem_peak;   /* most log bytes held at once */
 	uint64_t last_takeover_ms, last_recovered, last_live, last_reappend_ms;
 	/* CPU per role (per-thread clocks). */
@@ -150,5 +171,10 @@ void kv_part_close(struct kv_server *s, struct part *pt);
 /* The append callback (runs on the library's progress thread). */
 void kv_on_append(void *arg, int status, uint64_t lsn);
 struct pending *kv_pending_get(struct kv_server *s);
+/* tw_primary_append_batch's callback: arg is the batch's first pending, chained by bnext. */
+void kv_on_batch(void *arg, int status, uint64_t lsn);
+/* The record pd appended, in the log's memory (borrowed as tw_primary_read's data), or NULL when
+ * the log no longer holds it. */
+const uint8_t *kv_rec_at(struct part *pt, const struct pending *pd);
 
 #endif

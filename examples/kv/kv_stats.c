@@ -155,9 +155,9 @@ size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap)
 	tw_backup_get_stats(s->backup, &bs);
 	put_line(buf, cap, &at, "id %d\nreplication %s\nprovider %s\n", s->me,
 		 s->cfg.rpc_baseline ? "rpc" : "onesided", s->provider);
-	put_line(buf, cap, &at, "gets %" PRIu64 "\nputs %" PRIu64 "\nnot_owner %" PRIu64
-		 "\nretries %" PRIu64 "\nbad %" PRIu64 "\n", s->gets, s->puts, s->not_owner,
-		 s->retries, s->bad);
+	put_line(buf, cap, &at, "gets %" PRIu64 "\nputs %" PRIu64 "\nput_batches %" PRIu64
+		 "\nnot_owner %" PRIu64 "\nretries %" PRIu64 "\nbad %" PRIu64 "\n", s->gets,
+		 s->puts, s->put_batches, s->not_owner, s->retries, s->bad);
 	for (unsigned i = 0; i < KV_ROLES; i++)
 		put_line(buf, cap, &at, "cpu_%s_ns %" PRIu64 "\n", role[i], cpu[i]);
 	put_line(buf, cap, &at, "cpu_process_ns %" PRIu64 "\n",

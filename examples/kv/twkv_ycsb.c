@@ -145,6 +145,7 @@ static const char *const cpu_names[NCPU] = { "serve", "replicate", "backup", "ot
 /* What the servers report (STATS), summed over the servers. */
 struct snap {
 	uint64_t cpu[NCPU], appends, writes, rpcs, backup_rpcs, relocated, puts, gets;
+	uint64_t put_batches; /* tw_primary_append_batch calls of the PUT path */
 	uint64_t t_ns;
 };
 
@@ -230,6 +231,7 @@ static int snapshot(const struct kv_cluster *map, struct snap *s)
 		s->relocated += field(t, "relocated");
 		s->puts += field(t, "puts");
 		s->gets += field(t, "gets");
+		s->put_batches += field(t, "put_batches");
 		free(t);
 	}
 	return 0;
@@ -246,6 +248,7 @@ static void snap_delta(struct snap *d, const struct snap *a, const struct snap *
 	d->relocated = b->relocated - a->relocated;
 	d->puts = b->puts - a->puts;
 	d->gets = b->gets - a->gets;
+	d->put_batches = b->put_batches - a->put_batches;
 	d->t_ns = b->t_ns - a->t_ns;
 }
 
@@ -735,10 +738,15 @@ static void print_json(void)
 			printf("%s\"%s\":%.4f", k ? "," : "", cpu_names[k], cores(r, k));
 		printf("},\"backup_cpu_us_per_put\":%.3f,\"server_puts\":%" PRIu64 ",\"server_gets\":%"
 		       PRIu64 ",\"appends\":%" PRIu64 ",\"writes\":%" PRIu64 ",\"rpcs\":%" PRIu64
-		       ",\"rpcs_per_put\":%.3g,\"backup_rpcs\":%" PRIu64 ",\"relocated\":%" PRIu64 "}",
+		       ",\"rpcs_per_put\":%.3g,\"backup_rpcs\":%" PRIu64 ",\"relocated\":%" PRIu64
+		       ",\"serve_cpu_us_per_put\":%.3f,\"replicate_cpu_us_per_put\":%.3f,"
+		       "\"server_cpu_us_per_put\":%.3f,\"put_batches\":%" PRIu64
+		       ",\"puts_per_batch\":%.2f}",
 		       per_put_us(r, CPU_BACKUP), r->d.puts, r->d.gets, r->d.appends, r->d.writes,
 		       r->d.rpcs, r->d.puts ? (double)r->d.rpcs / (double)r->d.puts : 0,
-		       r->d.backup_rpcs, r->d.relocated);
+		       r->d.backup_rpcs, r->d.relocated, per_put_us(r, CPU_SERVE),
+		       per_put_us(r, CPU_REPLICATE), per_put_us(r, CPU_PROCESS), r->d.put_batches,
+		       r->d.put_batches ? (double)r->d.puts / (double)r->d.put_batches : 0);
 	}
 	printf("],\"comparisons\":[");
 	for (unsigned i = 0; i < n; i++) {

@@ -26,15 +26,15 @@ if [ "$H2M" != help2man ]; then
 	echo "1..0 # SKIP help2man was not found at setup (.ci/install-deps installs it): no program man pages"
 	exit 0
 fi
-for f in bin/twd bin/twctl bin/twbench lib/systemd/system/twd@.service \
+for f in bin/twd bin/twctl bin/twbench bin/twbench-engine lib/systemd/system/twd@.service \
 	lib/systemd/system/tailwind-zookeeper.service etc/tailwind/zoo.cfg \
 	share/doc/tailwind/LICENSE share/doc/tailwind/README.md share/doc/tailwind/docs/operations.md \
-	share/man/man8/twd.8 share/man/man8/twctl.8 share/man/man1/twbench.1 share/man/man7/tailwind.7; do
+	share/man/man8/twd.8 share/man/man8/twctl.8 share/man/man1/twbench.1 share/man/man1/twbench-engine.1 share/man/man7/tailwind.7; do
 	test -s "$R/$f"; ok $? "installed $PREFIX/$f"
 done
 
 if command -v man >/dev/null 2>&1; then
-	for p in man8/twd.8:--buffer-size man8/twctl.8:--backup man1/twbench.1:--latency-count \
+	for p in man8/twd.8:--buffer-size man8/twctl.8:--backup man1/twbench.1:--latency-count man1/twbench-engine.1:--progress-every \
 		 man7/tailwind.7:tw_primary_open; do
 		page=${p%%:*} want=${p#*:}
 		out=$(MANWIDTH=100 man -l "$R/share/man/$page" 2>&1)

@@ -23,7 +23,7 @@ int main(int argc, char **argv)
 	bool san = tap_sanitizer();
 	char bench[1024], count[32], line[8192];
 	double ops = 0, mbs = 0, p50 = 0, p99 = 0, p999 = 0, per_obj = 0, segs = 0;
-	double n = 0, r = 0, opens = 0, closes = 0, acked = 0, secs = 0;
+	double n = 0, r = 0, opens = 0, closes = 0, acked = 0, secs = 0, pcpu = 0, pmobj = 0;
 
 	child_tool("tools/twbench", bench, sizeof(bench));
 	snprintf(count, sizeof(count), "%d", san ? 200000 : 1000000);
@@ -35,10 +35,10 @@ int main(int argc, char **argv)
 
 		snprintf(what, sizeof(what), "twbench --provider %s --count %s --json printed its "
 			 "report", prov, count);
-		tap_plan(9);
+		tap_plan(10);
 		if (!child_report(args, 240000, line, sizeof(line), what,
 				  "twbench exited 0 (it stopped its twd's)")) {
-			tap_skip(7, "no report");
+			tap_skip(8, "no report");
 			return tap_exit();
 		}
 	}
@@ -56,9 +56,13 @@ int main(int argc, char **argv)
 			      cli_json_num(line, "set_acked", &acked) &&
 			      cli_json_num(line, "seconds", &secs) && n > 0 && r > 0;
 		double per_req = h_rpcs ? (opens + closes) / (n * r) : 0;
+		bool h_pcpu = cli_json_num(line, "primary_cpu_s", &pcpu) &&
+			      cli_json_num(line, "primary_cpu_s_per_mobj", &pmobj);
 
 		ok(h_ops && ops > 0, "objects/s: %.0f", ops);
 		ok(h_mbs && mbs > 0, "MB/s: %.2f", mbs);
+		ok(h_pcpu && pcpu > 0 && pmobj > 0 && pmobj < 1e3, "primary CPU %.3f s, %.3f s per "
+		   "1M objects", pcpu, pmobj);
 		ok(h_lat && p50 > 0 && p50 <= p99 && p99 <= p999,
 		   "sync append latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us", p50, p99, p999);
 		ok(h_segs && segs >= 2, "%.0f segments of 8 MiB", segs);

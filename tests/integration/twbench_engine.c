@@ -1,0 +1,75 @@
+/*
+ * tests/integration/twbench_engine.c — tools/twbench-engine runs, briefly, so that it cannot
+ * rot: both kinds of appends (async, driven) at two sizes, one run each, with few appends; its
+ * JSON report holds a run and a range per point with non-zero appends/s and CPU per append, and
+ * the driven runs' CPU is the appending thread's. No speed is asserted (docs/benchmarks.md, "The
+ * engine alone", has the numbers); the report is printed as diagnostics.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "child.h"
+#include "cli_run.h"
+#include "proc.h"
+#include "tap.h"
+
+static void check_run(const char *json, const char *append, unsigned size)
+{
+	char pat[96];
+	const char *r;
+	double ops = 0, cpu = 0, app = 0, writes = 0;
+	bool have;
+
+	snprintf(pat, sizeof(pat), "{\"append\":\"%s\",\"size\":%u,\"run\":1", append, size);
+	r = strstr(json, pat);
+	if (!ok(r != NULL, "%s %u B: a run in the report", append, size)) {
+		tap_skip(2, "no run");
+		return;
+	}
+	have = cli_json_num(r, "appends_per_s", &ops) && cli_json_num(r, "cpu_ns_per_append", &cpu) &&
+	       cli_json_num(r, "app_thread_cpu_ns_per_append", &app) &&
+	       cli_json_num(r, "writes", &writes);
+	ok(have && ops > 0 && cpu > 0 && app > 0 && writes > 0, "%s %u B: %.0f appends/s, %.0f ns CPU per append (%.0f on the appending thread), "
+	   "%.0f writes", append, size, ops, cpu, app, writes);
+	/* Driven: no thread of the primary's own, so all of its CPU is the appending thread's
+	 * (the two clocks differ by rounding only). Async: the progress thread adds to it. */
+	if (!strcmp(append, "driven"))
+		ok(cpu > 0.9 * app && cpu < 1.1 * app + 50, "driven: primary CPU %.0f ns is the "
+		   "appending thread's %.0f ns", cpu, app);
+	else
+		ok(cpu >= 0.9 * app, "async: primary CPU %.0f ns >= the appending thread's %.0f ns",
+		   cpu, app);
+}
+
+int main(void)
+{
+	char bench[1024], line[8192];
+	const char *rg;
+	double lo = 0, hi = 0;
+
+	child_tool("tools/twbench-engine", bench, sizeof(bench));
+	{
+		char *args[] = { bench, (char *)"--count", (char *)"20000", (char *)"--max-bytes",
+				 (char *)"16000000", (char *)"--runs", (char *)"1", (char *)"--sizes",
+				 (char *)"100,4096", (char *)"--segment-size", (char *)"1048576",
+				 (char *)"--json", NULL };
+
+		tap_plan(15);
+		if (!child_report(args, 120000, line, sizeof(line),
+				  "twbench-engine --json printed its report", "twbench-engine exited 0")) {
+			tap_skip(13, "no report");
+			return tap_exit();
+		}
+	}
+	tap_diag("%s", line);
+	check_run(line, "async", 100);
+	check_run(line, "async", 4096);
+	check_run(line, "driven", 100);
+	check_run(line, "driven", 4096);
+	rg = strstr(line, "\"ranges\":[{\"append\":\"async\",\"size\":100,");
+	if (rg)
+		(void)(cli_json_num(rg, "min", &lo) && cli_json_num(rg, "max", &hi));
+	ok(rg && lo > 0 && lo <= hi, "ranges: async 100 B %.0f-%.0f appends/s", lo, hi);
+	return tap_exit();
+}

@@ -1,0 +1,748 @@
+/*
+ * tools/twbench_engine.c — the primary's append engine alone: appends/s and CPU nanoseconds per
+ * append on one core, on a transport that costs (almost) nothing. See docs/benchmarks.md, "The
+ * engine alone", and docs/twbench.md.
+ *
+ * The backups are in this process: r tw_backup instances on the in-memory fabric ("mem",
+ * fabric/mem.c), each run by a thread of its own, storing in a scratch directory (removed at
+ * exit). On "mem" a one-sided write is a memcpy into the target's registered buffer during the
+ * post itself and its completion an event on the initiator's own queue: the target does nothing
+ * per write. So what a run costs the primary is its engine (copy into the segment, header, CRC32C,
+ * sealing, posting, completions, acknowledgements, callbacks) plus that copy into r buffers.
+ *
+ * One core: the backups are started first, on any CPU; then the calling thread binds itself to
+ * one CPU (--cpu, default the one it runs on) and opens the log, so that the primary's progress
+ * thread (async mode) inherits the binding: the application thread and the progress thread share
+ * that core. The backups' threads are moved to the other CPUs, if there are any. The primary's CPU is the process's CPU (CLOCK_PROCESS_CPUTIME_ID) less the CPU of
+ * the threads that existed before the log was opened other than the calling one (the backups'
+ * threads and their flushers), read through their per-thread CPU clocks.
+ *
+ * Only the public API (tailwind/primary.h, tailwind/backup.h); the "mem" provider is internal to
+ * the library but reachable through the provider name.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tailwind/backup.h>
+#include <tailwind/common.h>
+#include <tailwind/primary.h>
+
+#include "exit.h"
+
+#define MAX_R 8
+#define MAX_LIST 8
+#define MAX_THREADS 64
+#define MAX_RUNS 32
+
+enum amode { A_ASYNC = 0, A_DRIVEN, A_COUNT };
+static const char *const amode_names[A_COUNT] = { "async", "driven" };
+
+struct eopts {
+	unsigned r;
+	uint64_t count;
+	uint64_t max_bytes;
+	uint32_t sizes[MAX_LIST];
+	unsigned n_sizes;
+	enum amode modes[A_COUNT];
+	unsigned n_modes;
+	unsigned runs;
+	unsigned batch, inflight;
+	size_t segment_size;
+	unsigned progress_every; /* driven: tw_primary_progress(p, 0) every N appends (0: never) */
+	unsigned buffers;        /* each backup's pool, fixed */
+	int cpu;                 /* -1: the CPU the caller runs on; -2: no binding */
+	const char *dir;
+	bool json;
+};
+
+/* One run's numbers. */
+struct eresult {
+	enum amode mode;
+	uint32_t size;
+	unsigned run;
+	uint64_t count;
+	double secs;
+	double appends_per_s;
+	double cpu_ns;        /* the primary's CPU per append (all its threads) */
+	double app_cpu_ns;    /* the appending thread's CPU per append */
+	double cores;         /* the primary's CPU over the wall time: 1.0 is its core, busy */
+	double entries_per_write;
+	uint64_t writes, wakeups;
+};
+
+static struct eresult results[MAX_LIST * A_COUNT * MAX_RUNS];
+static unsigned n_results;
+
+/* ------------------------------------------------------------------ clocks */
+
+static uint64_t clock_ns(clockid_t c)
+{
+	struct timespec ts;
+
+	if (clock_gettime(c, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The CPU clock of thread `tid` of this process: the kernel's encoding of a per-thread
+ * CPUCLOCK_SCHED clock (what glibc's pthread_getcpuclockid returns for a pthread_t; here for
+ * threads the library started, whose pthread_t we do not hold). */
+static clockid_t thread_clock(pid_t tid)
+{
+	return (clockid_t)((~(unsigned)tid << 3) | 6u);
+}
+
+/* The threads that are not the primary's: every thread of the process at the time of the call
+ * except the caller. */
+struct others {
+	pid_t tid[MAX_THREADS];
+	unsigned n;
+};
+
+static void others_list(struct others *o)
+{
+	pid_t self = (pid_t)syscall(SYS_gettid);
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+
+	o->n = 0;
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL && o->n < MAX_THREADS) {
+		pid_t t = (pid_t)atoi(e->d_name);
+
+		if (t > 0 && t != self)
+			o->tid[o->n++] = t;
+	}
+	closedir(d);
+}
+
+static uint64_t others_cpu(const struct others *o)
+{
+	uint64_t sum = 0;
+
+	for (unsigned i = 0; i < o->n; i++)
+		sum += clock_ns(thread_clock(o->tid[i]));
+	return sum;
+}
+
+/* The primary's CPU so far: the process less the other threads. */
+static uint64_t primary_cpu(const struct others *o)
+{
+	return clock_ns(CLOCK_PROCESS_CPUTIME_ID) - others_cpu(o);
+}
+
+/* ------------------------------------------------------------------ in-process backups */
+
+struct ebackup {
+	struct tw_backup *b;
+	pthread_t th;
+	bool running;
+	char dir[600]; /* scratch + "/b" + index */
+};
+
+static struct ebackup bk[MAX_R];
+static unsigned n_bk;
+static char scratch[512];
+
+static void *backup_main(void *arg)
+{
+	struct ebackup *e = arg;
+
+	(void)tw_backup_run(e->b);
+	return NULL;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	(void)remove(path); /* best effort */
+	return 0;
+}
+
+static void backups_stop(void)
+{
+	for (unsigned i = 0; i < n_bk; i++) {
+		if (bk[i].running) {
+			tw_backup_stop(bk[i].b);
+			pthread_join(bk[i].th, NULL);
+		}
+		/* What twd does at SIGTERM: the segments closed last are still being written. */
+		(void)tw_backup_flush_all(bk[i].b);
+		tw_backup_close(bk[i].b);
+	}
+	n_bk = 0;
+	if (scratch[0])
+		nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	scratch[0] = 0;
+}
+
+/* A scratch directory under `parent` (default: /dev/shm when it is there, so that the backups'
+ * segment files cost no disk, else $TMPDIR or /tmp), and r backups on "mem" storing in it. */
+static int backups_start(const struct eopts *o, const char **addrs)
+{
+	const char *parent = o->dir;
+	struct stat st;
+
+	if (!parent)
+		parent = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" :
+			 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	if ((size_t)snprintf(scratch, sizeof(scratch), "%s/twbench-engine.XXXXXX", parent) >=
+		    sizeof(scratch) ||
+	    !mkdtemp(scratch)) {
+		fprintf(stderr, "twbench-engine: cannot create a directory under %s: %s; give "
+				"another with --dir\n", parent, strerror(errno));
+		scratch[0] = 0;
+		return EXIT_STORAGE;
+	}
+	for (unsigned i = 0; i < o->r; i++) {
+		struct tw_backup_config bc;
+		char err[512];
+		int rc;
+
+		snprintf(bk[i].dir, sizeof(bk[i].dir), "%s/b%u", scratch, i);
+		tw_backup_config_init(&bc);
+		bc.provider = "mem";
+		bc.dir = bk[i].dir;
+		/* A fixed pool, touched by the warm-up run: a buffer that grew mid-run would be
+		 * first written (page faults) by the primary's own copy into it. */
+		bc.buffers = o->buffers;
+		bc.max_buffers = o->buffers;
+		bc.buffer_size = o->segment_size;
+		bc.key_file = "";
+		rc = tw_backup_open(&bc, &bk[i].b, err, sizeof(err));
+		if (rc < 0) {
+			fprintf(stderr, "twbench-engine: cannot open backup %u: %s: %s\n", i,
+				tw_strerror(rc), err);
+			backups_stop();
+			return rc == -ENOMEM || rc == -EAGAIN ? EXIT_MEMORY : EXIT_STORAGE;
+		}
+		n_bk++;
+		if (pthread_create(&bk[i].th, NULL, backup_main, &bk[i]) != 0) {
+			fprintf(stderr, "twbench-engine: cannot start a backup thread\n");
+			backups_stop();
+			return EXIT_FAIL;
+		}
+		bk[i].running = true;
+		addrs[i] = tw_backup_listen_addr(bk[i].b);
+	}
+	return EXIT_OK;
+}
+
+/* Keep the backups' threads (their progress and their flushers, which write every segment to
+ * the scratch directory) off the primary's CPU when the process may use another one, so that the
+ * core measured is the primary's alone. Best effort. */
+static void backups_elsewhere(int cpu)
+{
+	cpu_set_t all, set;
+	struct others o;
+
+	CPU_ZERO(&all);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		CPU_SET(i, &all);
+	/* The CPUs the process started with: those of a backup thread (started unbound). */
+	others_list(&o);
+	if (!o.n || sched_getaffinity(o.tid[0], sizeof(all), &all) != 0)
+		return;
+	set = all;
+	CPU_CLR(cpu, &set);
+	if (!CPU_COUNT(&set))
+		return;
+	for (unsigned i = 0; i < o.n; i++)
+		(void)sched_setaffinity(o.tid[i], sizeof(set), &set);
+}
+
+/* ------------------------------------------------------------------ one run */
+
+struct ack {
+	uint64_t done, errors;
+	int first_err;
+};
+
+static void ack_cb(void *arg, int status, uint64_t lsn)
+{
+	struct ack *a = arg;
+
+	(void)lsn;
+	if (status < 0) {
+		a->errors++;
+		if (!a->first_err)
+			a->first_err = status;
+	}
+	__atomic_store_n(&a->done, a->done + 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t log_seq;
+
+static int run_one(const struct eopts *o, const char *const *addrs, enum amode mode,
+		   uint32_t size, unsigned run, struct eresult *res)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p = NULL;
+	struct others oth;
+	struct ack ack = { 0, 0, 0 };
+	uint64_t count = o->count, t0, t1, c0, c1, a0, a1, lsn = 0;
+	uint32_t trimmed = 0;
+	char err[1024];
+	uint8_t *buf;
+	int rc;
+
+	if (o->max_bytes && count * size > o->max_bytes)
+		count = o->max_bytes / size ? o->max_bytes / size : 1;
+	buf = malloc(size);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 0x5a, size);
+	tw_ctx_config_init(&tc);
+	tc.backups = addrs;
+	tc.n_backups = o->r;
+	tc.provider = "mem";
+	tc.key_file = "";
+	tw_primary_config_init(&cfg);
+	cfg.log_id = ((uint64_t)getpid() << 16) | ++log_seq;
+	cfg.epoch = 1;
+	cfg.replicas = o->r;
+	cfg.segment_size = o->segment_size;
+	if (o->batch)
+		cfg.max_batch = o->batch;
+	if (o->inflight)
+		cfg.max_inflight = o->inflight;
+	cfg.mode = mode == A_ASYNC ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
+	others_list(&oth); /* before the open: the progress thread is the primary's */
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "twbench-engine: cannot open the log: %s: %s\n", tw_strerror(rc),
+			err);
+		free(buf);
+		return rc;
+	}
+
+	t0 = clock_ns(CLOCK_MONOTONIC);
+	c0 = primary_cpu(&oth);
+	a0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	for (uint64_t i = 0; i < count; i++) {
+		memcpy(buf, &i, size < 8 ? size : 8);
+		rc = tw_primary_append_async(p, buf, size, ack_cb, &ack, &lsn);
+		if (rc < 0) {
+			fprintf(stderr, "twbench-engine: append %" PRIu64 " failed: %s: %s\n", i,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			goto fail;
+		}
+		if (mode == A_DRIVEN && o->progress_every && i % o->progress_every == 0) {
+			rc = tw_primary_progress(p, 0);
+			if (rc < 0) {
+				fprintf(stderr, "twbench-engine: progress: %s: %s\n",
+					tw_strerror(rc), tw_primary_errmsg(p));
+				goto fail;
+			}
+		}
+		/* A new segment: free the acknowledged ones on the backups and here, so that the
+		 * backups' buffers and the log arena are reused (as a service trims). */
+		if ((uint32_t)(lsn >> 32) != trimmed) {
+			uint32_t below = (uint32_t)(tw_primary_acked_lsn(p) >> 32);
+
+			trimmed = (uint32_t)(lsn >> 32);
+			if (below)
+				(void)tw_primary_trim(p, below);
+		}
+	}
+	rc = tw_primary_flush(p);
+	t1 = clock_ns(CLOCK_MONOTONIC);
+	c1 = primary_cpu(&oth);
+	a1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	if (rc < 0 || ack.errors || ack.done != count) {
+		fprintf(stderr, "twbench-engine: %" PRIu64 " of %" PRIu64 " appends failed: %s: %s\n",
+			ack.errors + (count - ack.done), count,
+			tw_strerror(rc ? rc : ack.first_err ? ack.first_err : -EIO),
+			tw_primary_errmsg(p));
+		rc = rc ? rc : ack.first_err ? ack.first_err : -EIO;
+		goto fail;
+	}
+	tw_primary_get_stats(p, &st);
+	rc = tw_primary_close(p);
+	p = NULL;
+	if (rc < 0) {
+		fprintf(stderr, "twbench-engine: close: %s\n", tw_strerror(rc));
+		goto fail;
+	}
+	res->mode = mode;
+	res->size = size;
+	res->run = run;
+	res->count = count;
+	res->secs = (double)(t1 - t0) / 1e9;
+	res->appends_per_s = res->secs > 0 ? (double)count / res->secs : 0;
+	res->cpu_ns = (double)(c1 - c0) / (double)count;
+	res->app_cpu_ns = (double)(a1 - a0) / (double)count;
+	res->cores = t1 > t0 ? (double)(c1 - c0) / (double)(t1 - t0) : 0;
+	res->writes = st.writes;
+	res->wakeups = st.wakeups;
+	res->entries_per_write = (double)count / (double)(st.writes ? st.writes : 1);
+	free(buf);
+	return 0;
+fail:
+	if (p)
+		tw_primary_close(p);
+	free(buf);
+	return rc < 0 ? rc : -EIO;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void range_of(enum amode m, uint32_t size, double *lo, double *hi, double *clo,
+		     double *chi)
+{
+	*lo = *clo = 1e300;
+	*hi = *chi = 0;
+	for (unsigned i = 0; i < n_results; i++) {
+		const struct eresult *x = &results[i];
+
+		if (x->mode != m || x->size != size)
+			continue;
+		*lo = x->appends_per_s < *lo ? x->appends_per_s : *lo;
+		*hi = x->appends_per_s > *hi ? x->appends_per_s : *hi;
+		*clo = x->cpu_ns < *clo ? x->cpu_ns : *clo;
+		*chi = x->cpu_ns > *chi ? x->cpu_ns : *chi;
+	}
+}
+
+static void print_text(const struct eopts *o, int cpu)
+{
+	printf("twbench-engine: the primary alone, provider mem, r = %u, segment %zu B, %s; "
+	       "target >= 10 M appends/s, <= 100 ns CPU/append (100 B)\n",
+	       o->r, o->segment_size, cpu >= 0 ? "bound to one CPU" : "not bound");
+	printf("%-7s %6s %3s %10s %8s %12s %11s %11s %6s %8s %8s\n", "appends", "size", "run",
+	       "count", "seconds", "appends/s", "CPU ns/app", "app ns/app", "cores", "ent/wr",
+	       "wakeups");
+	for (unsigned i = 0; i < n_results; i++) {
+		const struct eresult *x = &results[i];
+
+		printf("%-7s %6u %3u %10" PRIu64 " %8.3f %12.0f %11.1f %11.1f %6.2f %8.1f %8" PRIu64
+		       "\n", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
+		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->cores, x->entries_per_write,
+		       x->wakeups);
+	}
+	printf("\nranges over %u run(s)\n%-7s %6s %25s %21s\n", o->runs, "appends", "size",
+	       "appends/s (M)", "CPU ns/append");
+	for (unsigned m = 0; m < o->n_modes; m++)
+		for (unsigned s = 0; s < o->n_sizes; s++) {
+			double lo, hi, clo, chi;
+			char a[64], c[64];
+
+			range_of(o->modes[m], o->sizes[s], &lo, &hi, &clo, &chi);
+			snprintf(a, sizeof(a), "%.2f-%.2f", lo / 1e6, hi / 1e6);
+			snprintf(c, sizeof(c), "%.0f-%.0f", clo, chi);
+			printf("%-7s %6u %25s %21s\n", amode_names[o->modes[m]], o->sizes[s], a, c);
+		}
+}
+
+static void print_json(const struct eopts *o, int cpu)
+{
+	printf("{\"twbench_engine\":{\"version\":\"%s\",\"provider\":\"mem\",\"replicas\":%u,"
+	       "\"segment_size\":%zu,\"batch\":%u,\"inflight\":%u,\"cpu\":%d,\"runs\":%u},"
+	       "\"runs\":[",
+	       tw_version(), o->r, o->segment_size, o->batch, o->inflight, cpu, o->runs);
+	for (unsigned i = 0; i < n_results; i++) {
+		const struct eresult *x = &results[i];
+
+		printf("%s{\"append\":\"%s\",\"size\":%u,\"run\":%u,\"count\":%" PRIu64
+		       ",\"seconds\":%.6f,\"appends_per_s\":%.1f,\"cpu_ns_per_append\":%.2f,"
+		       "\"app_thread_cpu_ns_per_append\":%.2f,\"primary_cores\":%.3f,\"writes\":%"
+		       PRIu64 ",\"entries_per_write\":%.3f,\"wakeups\":%" PRIu64 "}",
+		       i ? "," : "", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
+		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->cores, x->writes,
+		       x->entries_per_write, x->wakeups);
+	}
+	printf("],\"ranges\":[");
+	for (unsigned m = 0, k = 0; m < o->n_modes; m++)
+		for (unsigned s = 0; s < o->n_sizes; s++, k++) {
+			double lo, hi, clo, chi;
+
+			range_of(o->modes[m], o->sizes[s], &lo, &hi, &clo, &chi);
+			printf("%s{\"append\":\"%s\",\"size\":%u,\"appends_per_s\":{\"min\":%.1f,"
+			       "\"max\":%.1f},\"cpu_ns_per_append\":{\"min\":%.2f,\"max\":%.2f}}",
+			       k ? "," : "", amode_names[o->modes[m]], o->sizes[s], lo, hi, clo,
+			       chi);
+		}
+	printf("]}\n");
+}
+
+/* ------------------------------------------------------------------ options */
+
+static void usage(FILE *f)
+{
+	fputs("Usage: twbench-engine [options]\n"
+	      "Measure the primary's append engine alone: appends/s and CPU ns per append on\n"
+	      "one core, with r backups in this process on the in-memory fabric (\"mem\": a\n"
+	      "write is a memcpy into the backup's buffer, the backup does nothing per write).\n"
+	      "The primary's CPU is the process's less the backups' threads. A warm-up run (not\n"
+	      "reported) first writes every backup buffer once. A benchmark, not a test; uses\n"
+	      "only the public API. See docs/benchmarks.md, \"The engine alone\".\n\n"
+	      "  --append M[,M..]  async (TW_PRIMARY_ASYNC: progress thread, on the same core)\n"
+	      "                    and/or driven (TW_PRIMARY_SYNC, tw_primary_append_async and\n"
+	      "                    tw_primary_progress from the calling thread); default both\n"
+	      "  --sizes N[,N..]   entry payload sizes in bytes (default 100,4096)\n"
+	      "  --count N         appends per run (default 2000000)\n"
+	      "  --max-bytes N     fewer appends for large sizes: count * size <= N (default\n"
+	      "                    1073741824)\n"
+	      "  --runs N          runs of each point (default 3); ranges are printed\n"
+	      "  -r N              replicas, backups in this process (default 3, at most 8)\n"
+	      "  --batch N         max entries per write (default: the library's)\n"
+	      "  --inflight N      writes in flight per backup (default: the library's)\n"
+	      "  --segment-size N  segment size (default 8388608)\n"
+	      "  --progress-every N  driven: tw_primary_progress(p, 0) every N appends (default\n"
+	      "                    256; 0: never, the appends drive the log themselves)\n"
+	      "  --buffers N       each backup's pool of segment buffers, fixed (default 16)\n"
+	      "  --cpu N           bind the appending thread and the primary's threads to CPU N\n"
+	      "                    (default: the CPU it starts on); --cpu -1: no binding\n"
+	      "  --dir D           where the backups' scratch directory goes (default /dev/shm,\n"
+	      "                    else $TMPDIR or /tmp); removed at exit\n"
+	      "  --json            machine-readable output on stdout (one line)\n"
+	      "  --version         print the version and exit\n"
+	      "  --help            this text\n\n" EXIT_HELP,
+	      f);
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-')
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	uint64_t v;
+
+	if (!parse_u64(s, &v) || v < min || v > max)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+static int bad(const char *opt, const char *val, const char *why)
+{
+	fprintf(stderr, "twbench-engine: %s '%s': %s (see --help)\n", opt, val, why);
+	return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "append", required_argument, NULL, 'a' },
+		{ "sizes", required_argument, NULL, 's' },
+		{ "size", required_argument, NULL, 's' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "max-bytes", required_argument, NULL, 'M' },
+		{ "runs", required_argument, NULL, 'R' },
+		{ "batch", required_argument, NULL, 'b' },
+		{ "inflight", required_argument, NULL, 'i' },
+		{ "segment-size", required_argument, NULL, 'S' },
+		{ "progress-every", required_argument, NULL, 'P' },
+		{ "cpu", required_argument, NULL, 'c' },
+		{ "buffers", required_argument, NULL, 'B' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct eopts o = { .r = 3, .count = 2000000, .max_bytes = 1u << 30, .runs = 3,
+			   .segment_size = 8u << 20, .progress_every = 256, .cpu = -1,
+			   .buffers = 16 };
+	const char *addrs[MAX_R];
+	int c, ec = EXIT_OK, cpu = -2;
+	uint32_t v;
+	uint64_t u;
+
+	o.sizes[0] = 100;
+	o.sizes[1] = 4096;
+	o.n_sizes = 2;
+	o.modes[0] = A_ASYNC;
+	o.modes[1] = A_DRIVEN;
+	o.n_modes = 2;
+	while ((c = getopt_long(argc, argv, "r:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'a': {
+			char *dup = strdup(optarg), *save = NULL;
+
+			o.n_modes = 0;
+			for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				enum amode m = !strcmp(t, "async") ? A_ASYNC :
+					       !strcmp(t, "driven") ? A_DRIVEN : A_COUNT;
+
+				if (m == A_COUNT || o.n_modes == A_COUNT) {
+					free(dup);
+					return bad("--append", optarg, "async and/or driven");
+				}
+				o.modes[o.n_modes++] = m;
+			}
+			free(dup);
+			if (!o.n_modes)
+				return bad("--append", optarg, "async and/or driven");
+			break;
+		}
+		case 's': {
+			char *dup = strdup(optarg), *save = NULL;
+
+			o.n_sizes = 0;
+			for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (o.n_sizes == MAX_LIST || !parse_u32(t, 1, 1u << 20, &v)) {
+					free(dup);
+					return bad("--sizes", optarg,
+						   "1 to 1048576 bytes, at most 8 sizes");
+				}
+				o.sizes[o.n_sizes++] = v;
+			}
+			free(dup);
+			if (!o.n_sizes)
+				return bad("--sizes", optarg, "1 to 1048576 bytes");
+			break;
+		}
+		case 'n':
+			if (!parse_u64(optarg, &o.count) || !o.count)
+				return bad("--count", optarg, "a positive number");
+			break;
+		case 'M':
+			if (!parse_u64(optarg, &o.max_bytes))
+				return bad("--max-bytes", optarg, "a number of bytes (0: no cap)");
+			break;
+		case 'R':
+			if (!parse_u32(optarg, 1, MAX_RUNS, &o.runs))
+				return bad("--runs", optarg, "1 to 32");
+			break;
+		case 'r':
+			if (!parse_u32(optarg, 1, MAX_R, &o.r))
+				return bad("-r", optarg, "1 to 8 replicas");
+			break;
+		case 'b':
+			if (!parse_u32(optarg, 1, 1u << 20, &o.batch))
+				return bad("--batch", optarg, "a positive number");
+			break;
+		case 'i':
+			if (!parse_u32(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, &o.inflight))
+				return bad("--inflight", optarg, "1 to 1024");
+			break;
+		case 'S':
+			if (!parse_u64(optarg, &u) || u < 65536 || u >= (1ull << 32) || u % 4096)
+				return bad("--segment-size", optarg,
+					   "a multiple of 4096 from 65536, under 4 GiB");
+			o.segment_size = (size_t)u;
+			break;
+		case 'P':
+			if (!parse_u32(optarg, 0, UINT32_MAX, &o.progress_every))
+				return bad("--progress-every", optarg, "a number (0: never)");
+			break;
+		case 'B':
+			if (!parse_u32(optarg, 4, 4096, &o.buffers))
+				return bad("--buffers", optarg, "4 to 4096");
+			break;
+		case 'c':
+			if (!strcmp(optarg, "-1"))
+				o.cpu = -2;
+			else if (parse_u32(optarg, 0, CPU_SETSIZE - 1, &v))
+				o.cpu = (int)v;
+			else
+				return bad("--cpu", optarg, "a CPU number, or -1 for no binding");
+			break;
+		case 'd':
+			o.dir = optarg;
+			break;
+		case 'j':
+			o.json = true;
+			break;
+		case 'V':
+			printf("twbench-engine (tailwind) %s\n", tw_version());
+			return EXIT_OK;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "twbench-engine: unexpected argument '%s' (see --help)\n",
+			argv[optind]);
+		return EXIT_USAGE;
+	}
+	for (unsigned s = 0; s < o.n_sizes; s++)
+		if (o.sizes[s] > o.segment_size - 64)
+			return bad("--sizes", "", "an entry must fit in a segment");
+
+	ec = backups_start(&o, addrs);
+	if (ec != EXIT_OK)
+		return ec;
+	/* Bind after the backups started (their threads stay free), before any log is opened
+	 * (its progress thread inherits the binding). */
+	if (o.cpu != -2) {
+		cpu_set_t set;
+
+		cpu = o.cpu >= 0 ? o.cpu : sched_getcpu();
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		if (cpu < 0 || sched_setaffinity(0, sizeof(set), &set) != 0) {
+			fprintf(stderr, "twbench-engine: cannot bind to CPU %d: %s; try another "
+					"--cpu, or --cpu -1\n", cpu, strerror(errno));
+			backups_stop();
+			return EXIT_USAGE;
+		}
+		backups_elsewhere(cpu);
+	}
+	/* Warm-up, not reported: every backup buffer and the log arena's memory written once,
+	 * so that no measured run pays the first touch of a page (page faults). */
+	{
+		struct eopts w = o;
+		struct eresult x;
+		uint32_t big = 0;
+
+		for (unsigned s = 0; s < o.n_sizes; s++)
+			big = o.sizes[s] > big ? o.sizes[s] : big;
+		w.count = (uint64_t)(o.buffers + 4) * o.segment_size / (big + 64) + 1;
+		w.max_bytes = 0;
+		if (run_one(&w, addrs, A_DRIVEN, big, 0, &x) < 0)
+			ec = EXIT_FAIL;
+	}
+	for (unsigned m = 0; m < o.n_modes && ec == EXIT_OK; m++)
+		for (unsigned s = 0; s < o.n_sizes && ec == EXIT_OK; s++)
+			for (unsigned k = 0; k < o.runs && ec == EXIT_OK; k++) {
+				int rc = run_one(&o, addrs, o.modes[m], o.sizes[s], k,
+						 &results[n_results]);
+
+				if (rc < 0)
+					ec = rc == -ENOMEM || rc == -ENOSPC ? EXIT_MEMORY : EXIT_FAIL;
+				else
+					n_results++;
+			}
+	backups_stop();
+	if (ec != EXIT_OK)
+		return ec;
+	if (o.json)
+		print_json(&o, cpu);
+	else
+		print_text(&o, cpu);
+	return EXIT_OK;
+}
