@@ -58,6 +58,7 @@ struct kvc {
 	size_t inflight, waiting;
 	uint64_t completed;
 	uint64_t timeout_ns;
+	uint64_t next_expiry; /* no request's deadline is earlier (UINT64_MAX: none in flight) */
 	struct kvc_stats st;
 };
 
@@ -69,9 +70,9 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* "host:port" or "[v6]:port" -> a connected-or-connecting TCP socket (non-blocking unless
- * `blocking`). Returns the fd or -errno. */
-static int dial(const char *addr, bool blocking)
+/* "host:port" or "[v6]:port" -> a connected-or-connecting non-blocking TCP socket. Returns the
+ * fd or -errno. */
+static int dial(const char *addr)
 {
 	char host[KV_ADDR_MAX];
 	const char *colon = strrchr(addr, ':');
@@ -88,7 +89,7 @@ static int dial(const char *addr, bool blocking)
 	rc = getaddrinfo(host, colon + 1, &hints, &ai);
 	if (rc)
 		return -EHOSTUNREACH;
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | (blocking ? 0 : SOCK_NONBLOCK), 0);
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		rc = -errno;
 		freeaddrinfo(ai);
@@ -107,15 +108,56 @@ static int dial(const char *addr, bool blocking)
 
 /* ------------------------------------------------------------------ one-shot calls */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+/*
+ * Every wait of a one-shot call is a poll() bounded by what is left of the call's deadline, on
+ * a non-blocking socket: a server that is paused (SIGSTOP), a half-open connection or a peer
+ * that stops reading cost the caller its timeout, never more (docs/kv.md, "Timeouts").
+ */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = events };
+		uint64_t now = now_ns();
+		int n;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1, (int)((deadline - now + 999999u) / 1000000u));
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0)
+			return 0; /* ready, or an error the next call reports */
+	}
+}
+
+static int connect_wait(int fd, uint64_t deadline)
+{
+	int err = 0, rc = wait_fd(fd, POLLOUT, deadline);
+	socklen_t l = sizeof(err);
+
+	if (rc < 0)
+		return rc;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+		return -errno;
+	return -err;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n, uint64_t deadline)
 {
 	while (n) {
 		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		int rc;
 
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && errno == EAGAIN) {
+			rc = wait_fd(fd, POLLOUT, deadline);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (w <= 0)
-			return -errno;
+			return w == 0 ? -EIO : -errno;
 		p += w;
 		n -= (size_t)w;
 	}
@@ -125,19 +167,17 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline)
 {
 	while (n) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		uint64_t now = now_ns();
-		ssize_t r;
+		ssize_t r = read(fd, p, n);
+		int rc;
 
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		if (poll(&pfd, 1, (int)((deadline - now) / 1000000u) + 1) < 0 && errno != EINTR)
-			return -errno;
-		if (!pfd.revents)
-			continue;
-		r = read(fd, p, n);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && errno == EAGAIN) {
+			rc = wait_fd(fd, POLLIN, deadline);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (r <= 0)
 			return r == 0 ? -ECONNRESET : -errno;
 		p += r;
@@ -153,15 +193,17 @@ int kv_call(const char *addr, uint8_t op, const void *req, uint32_t req_len, uns
 	struct kv_hdr h = { .len = req_len, .op = op, .id = 1 };
 	uint8_t hb[KV_HDR_SIZE];
 	char *b = NULL;
-	int fd = dial(addr, true), rc;
+	int fd = dial(addr), rc;
 
 	*body = NULL;
 	if (fd < 0)
 		return fd;
 	kv_hdr_encode(hb, &h);
-	rc = write_all(fd, hb, sizeof(hb));
+	rc = connect_wait(fd, deadline);
+	if (rc == 0)
+		rc = write_all(fd, hb, sizeof(hb), deadline);
 	if (rc == 0 && req_len)
-		rc = write_all(fd, req, req_len);
+		rc = write_all(fd, req, req_len, deadline);
 	if (rc == 0)
 		rc = read_full(fd, hb, sizeof(hb), deadline);
 	if (rc == 0 && (!kv_hdr_decode(hb, &h) || h.op != (op | KV_REPLY)))
@@ -227,6 +269,7 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 	     char *err, size_t errlen)
 {
 	struct kvc *c = calloc(1, sizeof(*c));
+	uint64_t deadline = now_ns() + (uint64_t)(timeout_ms ? timeout_ms : 5000) * 1000000u;
 	int rc = -EINVAL;
 
 	*out = NULL;
@@ -238,8 +281,16 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 		char *body;
 		uint32_t len;
 
-		rc = kv_call(servers[i], KV_OP_MAP, NULL, 0, timeout_ms ? timeout_ms : 5000, &status,
-			     &body, &len);
+		uint64_t now = now_ns();
+
+		if (now >= deadline) {
+			rc = -ETIMEDOUT;
+			snprintf(err, errlen, "%s: %s", servers[i], strerror(-rc));
+			break;
+		}
+		/* One deadline for all: a paused server costs what is left, not a timeout each. */
+		rc = kv_call(servers[i], KV_OP_MAP, NULL, 0,
+			     (unsigned)((deadline - now + 999999u) / 1000000u), &status, &body, &len);
 		if (rc < 0) {
 			snprintf(err, errlen, "%s: %s", servers[i], strerror(-rc));
 			continue;
@@ -273,6 +324,7 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 		c->conns[i].fd = -1;
 	c->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 30000) * 1000000u;
 	c->free_head = UINT32_MAX;
+	c->next_expiry = UINT64_MAX;
 	*out = c;
 	return 0;
 }
@@ -280,6 +332,11 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 const struct kv_cluster *kvc_map(const struct kvc *c)
 {
 	return &c->map;
+}
+
+void kvc_set_timeout(struct kvc *c, unsigned timeout_ms)
+{
+	c->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 1) * 1000000u;
 }
 
 size_t kvc_inflight(const struct kvc *c)
@@ -341,7 +398,7 @@ static int send_to(struct kvc *c, struct req *r, unsigned i)
 	if (sc->fd < 0) {
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT };
 
-		sc->fd = dial(c->map.servers[i].kv, false);
+		sc->fd = dial(c->map.servers[i].kv);
 		if (sc->fd < 0) {
 			sc->fd = -1;
 			return -ECONNREFUSED;
@@ -449,6 +506,8 @@ static struct req *req_new(struct kvc *c, uint32_t *idx_out, size_t len)
 	r->backoff = 0;
 	r->len = (uint32_t)len;
 	r->deadline = now_ns() + c->timeout_ns;
+	if (r->deadline < c->next_expiry)
+		c->next_expiry = r->deadline;
 	*idx_out = idx;
 	return r;
 }
@@ -639,15 +698,53 @@ static uint64_t retry_due(struct kvc *c, uint64_t now)
 	return next;
 }
 
+/*
+ * Fail the requests whose deadline passed, wherever they are: waiting to be sent again, queued
+ * on a connection, or sent to a server that does not answer (paused, half-open, not reading).
+ * A late answer to one is recognised by its generation and dropped. A scan runs only once the
+ * earliest deadline is due; returns the next one.
+ */
+static uint64_t expire(struct kvc *c, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	if (now < c->next_expiry)
+		return c->next_expiry;
+	c->next_expiry = UINT64_MAX; /* lowered by requests the callbacks submit */
+	for (uint32_t k = 0; k < c->nreqs; k++) {
+		struct req *r = &c->reqs[k];
+
+		if (!r->busy)
+			continue;
+		if (r->deadline > now) {
+			if (r->deadline < next)
+				next = r->deadline;
+			continue;
+		}
+		if (r->waiting) {
+			r->waiting = false;
+			c->waiting--;
+		}
+		c->st.timeouts++;
+		finish(c, r, k, -ETIMEDOUT, 0, NULL, 0);
+	}
+	if (next < c->next_expiry)
+		c->next_expiry = next;
+	return c->next_expiry;
+}
+
 int kvc_poll(struct kvc *c, long timeout_us)
 {
 	struct epoll_event evs[KV_MAX_SERVERS];
-	uint64_t now = now_ns(), next, before = c->completed;
+	uint64_t now = now_ns(), next, dl, before = c->completed;
 	int64_t wait_ns = timeout_us < 0 ? -1 : (int64_t)timeout_us * 1000;
 	struct timespec ts;
 	int n;
 
 	next = retry_due(c, now);
+	dl = expire(c, now);
+	if (dl < next)
+		next = dl <= now ? now : dl;
 	for (unsigned i = 0; i < c->map.nservers; i++)
 		if (c->conns[i].fd >= 0 && c->conns[i].out_len && !c->conns[i].connecting)
 			conn_out(c, i);
@@ -680,7 +777,9 @@ int kvc_poll(struct kvc *c, long timeout_us)
 				return rc;
 		}
 	}
-	retry_due(c, now_ns());
+	now = now_ns();
+	retry_due(c, now);
+	expire(c, now);
 	return (int)(c->completed - before);
 }
 

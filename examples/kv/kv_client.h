@@ -14,7 +14,10 @@
  * client asks the next server; a lost connection sends the request on to the next server too;
  * RETRY (log memory full) asks the same server again later. When every server was asked once,
  * it waits (1 ms, doubling to 100 ms) before the next round, until the request's deadline. So
- * a failover shows as a pause, never as an error, unless it outlasts the deadline.
+ * a failover shows as a pause, never as an error, unless it outlasts the deadline. The deadline
+ * holds whatever the servers do: a request that a paused server, a half-open connection or a
+ * peer that does not read keeps unanswered fails with -ETIMEDOUT when it passes (kvc_poll
+ * never waits beyond the earliest deadline), and every socket is non-blocking.
  *
  * A PUT that timed out or was sent again after a lost connection may have been applied (an
  * attempted write): the server's answer to the last attempt decides what the callback says.
@@ -51,6 +54,9 @@ typedef void (*kvc_cb)(void *arg, int status, uint64_t version, const uint8_t *v
 int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct kvc **out,
 	     char *err, size_t errlen);
 void kvc_close(struct kvc *c);
+
+/* A new deadline for the requests submitted from now on (ms; 0 counts as 1). */
+void kvc_set_timeout(struct kvc *c, unsigned timeout_ms);
 
 /* The map the client works from. */
 const struct kv_cluster *kvc_map(const struct kvc *c);
