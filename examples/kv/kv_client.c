@@ -20,6 +20,8 @@
 
 #define BACKOFF_MIN_NS 1000000ull   /* 1 ms */
 #define BACKOFF_MAX_NS 100000000ull /* 100 ms */
+#define ATTEMPT_MIN_NS 250000000ull /* 250 ms */
+#define ATTEMPT_MAX_NS 1000000000ull /* 1 s */
 
 /* A request, kept (with its bytes) until it is answered: it may have to be sent again. Its id
  * is (generation << 32 | index in c->reqs), so a reply finds it in O(1) and a late reply to an
@@ -33,6 +35,7 @@ struct req {
 	unsigned server;    /* where it went last */
 	unsigned hops;      /* servers asked since the last back-off */
 	uint64_t deadline, retry_at, backoff;
+	uint64_t attempt_end; /* sent to `server`: if unanswered by then, ask the next server */
 	kvc_cb cb;
 	void *arg;
 	uint8_t *msg;       /* header + body */
@@ -58,6 +61,7 @@ struct kvc {
 	size_t inflight, waiting;
 	uint64_t completed;
 	uint64_t timeout_ns;
+	uint64_t attempt_ns;  /* how long one server may keep a request unanswered */
 	uint64_t next_expiry; /* no request's deadline is earlier (UINT64_MAX: none in flight) */
 	struct kvc_stats st;
 };
@@ -322,7 +326,7 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 		c->owner[p] = kv_cluster_owner(&c->map, p);
 	for (unsigned i = 0; i < KV_MAX_SERVERS; i++)
 		c->conns[i].fd = -1;
-	c->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 30000) * 1000000u;
+	kvc_set_timeout(c, timeout_ms ? timeout_ms : 30000);
 	c->free_head = UINT32_MAX;
 	c->next_expiry = UINT64_MAX;
 	*out = c;
@@ -337,6 +341,14 @@ const struct kv_cluster *kvc_map(const struct kvc *c)
 void kvc_set_timeout(struct kvc *c, unsigned timeout_ms)
 {
 	c->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 1) * 1000000u;
+	/* A quarter of the deadline, within [ATTEMPT_MIN, ATTEMPT_MAX]: a paused server (or
+	 * one behind a half-open connection) costs a request that much, then it goes on to
+	 * the next server, as after NOT_OWNER. */
+	c->attempt_ns = c->timeout_ns / 4;
+	if (c->attempt_ns < ATTEMPT_MIN_NS)
+		c->attempt_ns = ATTEMPT_MIN_NS;
+	if (c->attempt_ns > ATTEMPT_MAX_NS)
+		c->attempt_ns = ATTEMPT_MAX_NS;
 }
 
 size_t kvc_inflight(const struct kvc *c)
@@ -408,6 +420,9 @@ static int send_to(struct kvc *c, struct req *r, unsigned i)
 		sc->connecting = sc->want_out = true;
 		c->st.connects++;
 	}
+	r->attempt_end = now_ns() + c->attempt_ns;
+	if (r->attempt_end < c->next_expiry)
+		c->next_expiry = r->attempt_end;
 	/* Sent by kvc_poll (before it waits), or when the socket takes more. */
 	if (kv_buf_reserve(&sc->out, &sc->out_cap, sc->out_len + r->len) < 0)
 		return -ENOMEM;
@@ -590,10 +605,27 @@ static void reply(struct kvc *c, unsigned from, const struct kv_hdr *h, const ui
 		c->owner[r->part] = from;
 		finish(c, r, idx, -ENOENT, 0, NULL, 0);
 		return;
-	case KV_S_NOT_OWNER:
+	case KV_S_NOT_OWNER: {
+		unsigned who;
+		char text[32];
+
 		c->st.not_owner++;
+		/* "owner N": the server knows who holds the partition's lease now (a redirect;
+		 * bounded like every retry, by the servers asked and the deadline). */
+		if (h->len > 6 && h->len < sizeof(text)) {
+			memcpy(text, body, h->len);
+			text[h->len] = 0;
+			if (sscanf(text, "owner %u", &who) == 1 && who < c->map.nservers &&
+			    who != from) {
+				c->st.redirects++;
+				c->owner[r->part] = who;
+				route(c, r, idx, -1, false);
+				return;
+			}
+		}
 		route(c, r, idx, (int)from, false);
 		return;
+	}
 	case KV_S_RETRY:
 		c->st.retries++;
 		route(c, r, idx, -1, true);
@@ -700,7 +732,8 @@ static uint64_t retry_due(struct kvc *c, uint64_t now)
 
 /*
  * Fail the requests whose deadline passed, wherever they are: waiting to be sent again, queued
- * on a connection, or sent to a server that does not answer (paused, half-open, not reading).
+ * on a connection, or sent to a server that does not answer (paused, half-open, not reading);
+ * send a request its server left unanswered for attempt_ns on to the next server.
  * A late answer to one is recognised by its generation and dropped. A scan runs only once the
  * earliest deadline is due; returns the next one.
  */
@@ -716,9 +749,20 @@ static uint64_t expire(struct kvc *c, uint64_t now)
 
 		if (!r->busy)
 			continue;
+		if (r->deadline > now && !r->waiting && r->attempt_end <= now) {
+			/* Its server keeps it unanswered: the next one (a late answer from this
+			 * one is dropped: r->server changes). */
+			c->st.unanswered++;
+			route(c, r, k, (int)r->server, false);
+			r = &c->reqs[k];
+			if (!r->busy)
+				continue;
+		}
 		if (r->deadline > now) {
 			if (r->deadline < next)
 				next = r->deadline;
+			if (!r->waiting && r->attempt_end < next)
+				next = r->attempt_end;
 			continue;
 		}
 		if (r->waiting) {
