@@ -891,7 +891,7 @@ static int configure_from_file(struct kv_server *s)
 /*
  * The first SIGTERM: stop taking partitions over, close the ones served here (their final close
  * RPCs reach backups that are still up), and keep the backup running while other servers' logs
- * have segments open on it, up to DRAIN_MS: when a whole cluster stops at once, every log is
+ * have segments open on it or are still connected to it, up to DRAIN_MS: when a whole cluster stops at once, every log is
  * closed before any backup goes, and nobody fails over to nowhere.
  */
 #define DRAIN_MS 2000
@@ -912,12 +912,19 @@ static void drain_start(struct kv_server *s)
 	}
 }
 
+/*
+ * Drained: no segment open here and no primary connected any more. Open segments alone are not
+ * enough: a primary's close closes its segments on the backups before it lets go of its
+ * connections, and a backup that left in between was reported lost by that closing primary
+ * ("backup ... lost", "appends suspended": a stop that was asked for, seen as a loss).
+ */
 static bool drained(struct kv_server *s)
 {
 	struct tw_backup_stats bs;
 
 	tw_backup_get_stats(s->backup, &bs);
-	return bs.buffers_open == 0;
+	return bs.buffers_open == 0 &&
+	       bs.connections <= bs.connections_lost + bs.connections_dropped;
 }
 
 static void stop(struct kv_server *s)
