@@ -19,6 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+/* The multi-threaded client's synchronous calls (zoo_create, zoo_wexists, ...) are declared
+ * only with THREADED (meson's zookeeper_dep defines it too; examples/kv/Makefile does not). */
+#ifndef THREADED
+#define THREADED
+#endif
 #include <zookeeper/zookeeper.h>
 
 #include "kv_cluster.h"

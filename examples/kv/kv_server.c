@@ -500,6 +500,8 @@ static int configure(struct kv_server *s, const char *text, size_t len, int me, 
 		rc = kv_lease_open(map.coordinator, me, s->cfg.session_ms, &s->lease, err, errlen);
 		if (rc < 0)
 			return rc;
+		/* Its threads (the ZooKeeper client's two, the renewal) count as role other. */
+		kv_role_new_threads(s, KV_ROLE_OTHER);
 		fprintf(stderr, "twkv: read leases on ZooKeeper: session timeout %u ms, a lease "
 			"lasts %.0f ms past each renewal's send (renewed every %u ms)\n",
 			kv_lease_session_ms(s->lease),
