@@ -20,6 +20,8 @@
 
 #define BACKOFF_MIN_NS 1000000ull   /* 1 ms */
 #define BACKOFF_MAX_NS 100000000ull /* 100 ms */
+#define ATTEMPT_MIN_NS 250000000ull /* 250 ms */
+#define ATTEMPT_MAX_NS 1000000000ull /* 1 s */
 
 /* A request, kept (with its bytes) until it is answered: it may have to be sent again. Its id
  * is (generation << 32 | index in c->reqs), so a reply finds it in O(1) and a late reply to an
@@ -33,6 +35,7 @@ struct req {
 	unsigned server;    /* where it went last */
 	unsigned hops;      /* servers asked since the last back-off */
 	uint64_t deadline, retry_at, backoff;
+	uint64_t attempt_end; /* sent to `server`: if unanswered by then, ask the next server */
 	kvc_cb cb;
 	void *arg;
 	uint8_t *msg;       /* header + body */
@@ -58,6 +61,8 @@ struct kvc {
 	size_t inflight, waiting;
 	uint64_t completed;
 	uint64_t timeout_ns;
+	uint64_t attempt_ns;  /* how long one server may keep a request unanswered */
+	uint64_t next_expiry; /* no request's deadline is earlier (UINT64_MAX: none in flight) */
 	struct kvc_stats st;
 };
 
@@ -69,9 +74,9 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* "host:port" or "[v6]:port" -> a connected-or-connecting TCP socket (non-blocking unless
- * `blocking`). Returns the fd or -errno. */
-static int dial(const char *addr, bool blocking)
+/* "host:port" or "[v6]:port" -> a connected-or-connecting non-blocking TCP socket. Returns the
+ * fd or -errno. */
+static int dial(const char *addr)
 {
 	char host[KV_ADDR_MAX];
 	const char *colon = strrchr(addr, ':');
@@ -88,7 +93,7 @@ static int dial(const char *addr, bool blocking)
 	rc = getaddrinfo(host, colon + 1, &hints, &ai);
 	if (rc)
 		return -EHOSTUNREACH;
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | (blocking ? 0 : SOCK_NONBLOCK), 0);
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		rc = -errno;
 		freeaddrinfo(ai);
@@ -107,15 +112,56 @@ static int dial(const char *addr, bool blocking)
 
 /* ------------------------------------------------------------------ one-shot calls */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+/*
+ * Every wait of a one-shot call is a poll() bounded by what is left of the call's deadline, on
+ * a non-blocking socket: a server that is paused (SIGSTOP), a half-open connection or a peer
+ * that stops reading cost the caller its timeout, never more (docs/kv.md, "Timeouts").
+ */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = events };
+		uint64_t now = now_ns();
+		int n;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1, (int)((deadline - now + 999999u) / 1000000u));
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0)
+			return 0; /* ready, or an error the next call reports */
+	}
+}
+
+static int connect_wait(int fd, uint64_t deadline)
+{
+	int err = 0, rc = wait_fd(fd, POLLOUT, deadline);
+	socklen_t l = sizeof(err);
+
+	if (rc < 0)
+		return rc;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+		return -errno;
+	return -err;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n, uint64_t deadline)
 {
 	while (n) {
 		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		int rc;
 
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && errno == EAGAIN) {
+			rc = wait_fd(fd, POLLOUT, deadline);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (w <= 0)
-			return -errno;
+			return w == 0 ? -EIO : -errno;
 		p += w;
 		n -= (size_t)w;
 	}
@@ -125,19 +171,17 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline)
 {
 	while (n) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		uint64_t now = now_ns();
-		ssize_t r;
+		ssize_t r = read(fd, p, n);
+		int rc;
 
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		if (poll(&pfd, 1, (int)((deadline - now) / 1000000u) + 1) < 0 && errno != EINTR)
-			return -errno;
-		if (!pfd.revents)
-			continue;
-		r = read(fd, p, n);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && errno == EAGAIN) {
+			rc = wait_fd(fd, POLLIN, deadline);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (r <= 0)
 			return r == 0 ? -ECONNRESET : -errno;
 		p += r;
@@ -153,15 +197,17 @@ int kv_call(const char *addr, uint8_t op, const void *req, uint32_t req_len, uns
 	struct kv_hdr h = { .len = req_len, .op = op, .id = 1 };
 	uint8_t hb[KV_HDR_SIZE];
 	char *b = NULL;
-	int fd = dial(addr, true), rc;
+	int fd = dial(addr), rc;
 
 	*body = NULL;
 	if (fd < 0)
 		return fd;
 	kv_hdr_encode(hb, &h);
-	rc = write_all(fd, hb, sizeof(hb));
+	rc = connect_wait(fd, deadline);
+	if (rc == 0)
+		rc = write_all(fd, hb, sizeof(hb), deadline);
 	if (rc == 0 && req_len)
-		rc = write_all(fd, req, req_len);
+		rc = write_all(fd, req, req_len, deadline);
 	if (rc == 0)
 		rc = read_full(fd, hb, sizeof(hb), deadline);
 	if (rc == 0 && (!kv_hdr_decode(hb, &h) || h.op != (op | KV_REPLY)))
@@ -227,6 +273,7 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 	     char *err, size_t errlen)
 {
 	struct kvc *c = calloc(1, sizeof(*c));
+	uint64_t deadline = now_ns() + (uint64_t)(timeout_ms ? timeout_ms : 5000) * 1000000u;
 	int rc = -EINVAL;
 
 	*out = NULL;
@@ -238,8 +285,16 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 		char *body;
 		uint32_t len;
 
-		rc = kv_call(servers[i], KV_OP_MAP, NULL, 0, timeout_ms ? timeout_ms : 5000, &status,
-			     &body, &len);
+		uint64_t now = now_ns();
+
+		if (now >= deadline) {
+			rc = -ETIMEDOUT;
+			snprintf(err, errlen, "%s: %s", servers[i], strerror(-rc));
+			break;
+		}
+		/* One deadline for all: a paused server costs what is left, not a timeout each. */
+		rc = kv_call(servers[i], KV_OP_MAP, NULL, 0,
+			     (unsigned)((deadline - now + 999999u) / 1000000u), &status, &body, &len);
 		if (rc < 0) {
 			snprintf(err, errlen, "%s: %s", servers[i], strerror(-rc));
 			continue;
@@ -271,8 +326,9 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 		c->owner[p] = kv_cluster_owner(&c->map, p);
 	for (unsigned i = 0; i < KV_MAX_SERVERS; i++)
 		c->conns[i].fd = -1;
-	c->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 30000) * 1000000u;
+	kvc_set_timeout(c, timeout_ms ? timeout_ms : 30000);
 	c->free_head = UINT32_MAX;
+	c->next_expiry = UINT64_MAX;
 	*out = c;
 	return 0;
 }
@@ -280,6 +336,19 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 const struct kv_cluster *kvc_map(const struct kvc *c)
 {
 	return &c->map;
+}
+
+void kvc_set_timeout(struct kvc *c, unsigned timeout_ms)
+{
+	c->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 1) * 1000000u;
+	/* A quarter of the deadline, within [ATTEMPT_MIN, ATTEMPT_MAX]: a paused server (or
+	 * one behind a half-open connection) costs a request that much, then it goes on to
+	 * the next server, as after NOT_OWNER. */
+	c->attempt_ns = c->timeout_ns / 4;
+	if (c->attempt_ns < ATTEMPT_MIN_NS)
+		c->attempt_ns = ATTEMPT_MIN_NS;
+	if (c->attempt_ns > ATTEMPT_MAX_NS)
+		c->attempt_ns = ATTEMPT_MAX_NS;
 }
 
 size_t kvc_inflight(const struct kvc *c)
@@ -341,7 +410,7 @@ static int send_to(struct kvc *c, struct req *r, unsigned i)
 	if (sc->fd < 0) {
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT };
 
-		sc->fd = dial(c->map.servers[i].kv, false);
+		sc->fd = dial(c->map.servers[i].kv);
 		if (sc->fd < 0) {
 			sc->fd = -1;
 			return -ECONNREFUSED;
@@ -351,6 +420,9 @@ static int send_to(struct kvc *c, struct req *r, unsigned i)
 		sc->connecting = sc->want_out = true;
 		c->st.connects++;
 	}
+	r->attempt_end = now_ns() + c->attempt_ns;
+	if (r->attempt_end < c->next_expiry)
+		c->next_expiry = r->attempt_end;
 	/* Sent by kvc_poll (before it waits), or when the socket takes more. */
 	if (kv_buf_reserve(&sc->out, &sc->out_cap, sc->out_len + r->len) < 0)
 		return -ENOMEM;
@@ -449,6 +521,8 @@ static struct req *req_new(struct kvc *c, uint32_t *idx_out, size_t len)
 	r->backoff = 0;
 	r->len = (uint32_t)len;
 	r->deadline = now_ns() + c->timeout_ns;
+	if (r->deadline < c->next_expiry)
+		c->next_expiry = r->deadline;
 	*idx_out = idx;
 	return r;
 }
@@ -531,10 +605,27 @@ static void reply(struct kvc *c, unsigned from, const struct kv_hdr *h, const ui
 		c->owner[r->part] = from;
 		finish(c, r, idx, -ENOENT, 0, NULL, 0);
 		return;
-	case KV_S_NOT_OWNER:
+	case KV_S_NOT_OWNER: {
+		unsigned who;
+		char text[32];
+
 		c->st.not_owner++;
+		/* "owner N": the server knows who holds the partition's lease now (a redirect;
+		 * bounded like every retry, by the servers asked and the deadline). */
+		if (h->len > 6 && h->len < sizeof(text)) {
+			memcpy(text, body, h->len);
+			text[h->len] = 0;
+			if (sscanf(text, "owner %u", &who) == 1 && who < c->map.nservers &&
+			    who != from) {
+				c->st.redirects++;
+				c->owner[r->part] = who;
+				route(c, r, idx, -1, false);
+				return;
+			}
+		}
 		route(c, r, idx, (int)from, false);
 		return;
+	}
 	case KV_S_RETRY:
 		c->st.retries++;
 		route(c, r, idx, -1, true);
@@ -639,15 +730,65 @@ static uint64_t retry_due(struct kvc *c, uint64_t now)
 	return next;
 }
 
+/*
+ * Fail the requests whose deadline passed, wherever they are: waiting to be sent again, queued
+ * on a connection, or sent to a server that does not answer (paused, half-open, not reading);
+ * send a request its server left unanswered for attempt_ns on to the next server.
+ * A late answer to one is recognised by its generation and dropped. A scan runs only once the
+ * earliest deadline is due; returns the next one.
+ */
+static uint64_t expire(struct kvc *c, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	if (now < c->next_expiry)
+		return c->next_expiry;
+	c->next_expiry = UINT64_MAX; /* lowered by requests the callbacks submit */
+	for (uint32_t k = 0; k < c->nreqs; k++) {
+		struct req *r = &c->reqs[k];
+
+		if (!r->busy)
+			continue;
+		if (r->deadline > now && !r->waiting && r->attempt_end <= now) {
+			/* Its server keeps it unanswered: the next one (a late answer from this
+			 * one is dropped: r->server changes). */
+			c->st.unanswered++;
+			route(c, r, k, (int)r->server, false);
+			r = &c->reqs[k];
+			if (!r->busy)
+				continue;
+		}
+		if (r->deadline > now) {
+			if (r->deadline < next)
+				next = r->deadline;
+			if (!r->waiting && r->attempt_end < next)
+				next = r->attempt_end;
+			continue;
+		}
+		if (r->waiting) {
+			r->waiting = false;
+			c->waiting--;
+		}
+		c->st.timeouts++;
+		finish(c, r, k, -ETIMEDOUT, 0, NULL, 0);
+	}
+	if (next < c->next_expiry)
+		c->next_expiry = next;
+	return c->next_expiry;
+}
+
 int kvc_poll(struct kvc *c, long timeout_us)
 {
 	struct epoll_event evs[KV_MAX_SERVERS];
-	uint64_t now = now_ns(), next, before = c->completed;
+	uint64_t now = now_ns(), next, dl, before = c->completed;
 	int64_t wait_ns = timeout_us < 0 ? -1 : (int64_t)timeout_us * 1000;
 	struct timespec ts;
 	int n;
 
 	next = retry_due(c, now);
+	dl = expire(c, now);
+	if (dl < next)
+		next = dl <= now ? now : dl;
 	for (unsigned i = 0; i < c->map.nservers; i++)
 		if (c->conns[i].fd >= 0 && c->conns[i].out_len && !c->conns[i].connecting)
 			conn_out(c, i);
@@ -680,7 +821,9 @@ int kvc_poll(struct kvc *c, long timeout_us)
 				return rc;
 		}
 	}
-	retry_due(c, now_ns());
+	now = now_ns();
+	retry_due(c, now);
+	expire(c, now);
 	return (int)(c->completed - before);
 }
 

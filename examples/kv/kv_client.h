@@ -11,10 +11,16 @@
  * Requests are pipelined: many may be in flight on one connection per server, and replies come
  * in any order. The client sends a key's request to the server that served its partition last
  * (at first the owner in the map); a server that does not serve it answers NOT_OWNER and the
- * client asks the next server; a lost connection sends the request on to the next server too;
+ * client asks the server that answer names ("owner N", from the lease's holder), else the next; a lost connection sends the request on to the next server too;
  * RETRY (log memory full) asks the same server again later. When every server was asked once,
  * it waits (1 ms, doubling to 100 ms) before the next round, until the request's deadline. So
- * a failover shows as a pause, never as an error, unless it outlasts the deadline.
+ * a failover shows as a pause, never as an error, unless it outlasts the deadline. The deadline
+ * holds whatever the servers do: a request that a paused server, a half-open connection or a
+ * peer that does not read keeps unanswered fails with -ETIMEDOUT when it passes (kvc_poll
+ * never waits beyond the earliest deadline), and every socket is non-blocking. A server that
+ * leaves a request unanswered for a quarter of the deadline (at least 250 ms, at most 1 s) is
+ * passed over as if it had said NOT_OWNER: a paused old owner does not hold its clients up once
+ * a standby serves the partition.
  *
  * A PUT that timed out or was sent again after a lost connection may have been applied (an
  * attempted write): the server's answer to the last attempt decides what the callback says.
@@ -52,6 +58,9 @@ int kvc_open(const char *const *servers, size_t n, unsigned timeout_ms, struct k
 	     char *err, size_t errlen);
 void kvc_close(struct kvc *c);
 
+/* A new deadline for the requests submitted from now on (ms; 0 counts as 1). */
+void kvc_set_timeout(struct kvc *c, unsigned timeout_ms);
+
 /* The map the client works from. */
 const struct kv_cluster *kvc_map(const struct kvc *c);
 
@@ -68,10 +77,12 @@ size_t kvc_inflight(const struct kvc *c);
 
 struct kvc_stats {
 	uint64_t not_owner;   /* NOT_OWNER answers (a request sent on to another server) */
+	uint64_t redirects;   /* of which named the current owner ("owner N"), asked next */
 	uint64_t retries;     /* RETRY answers */
 	uint64_t resent;      /* requests sent again after a lost connection */
 	uint64_t connects;    /* connections opened */
 	uint64_t timeouts;    /* requests failed with -ETIMEDOUT */
+	uint64_t unanswered;  /* attempts a server left unanswered (sent on to the next) */
 };
 void kvc_get_stats(const struct kvc *c, struct kvc_stats *out);
 

@@ -148,6 +148,11 @@ static bool stopping(struct kv_server *s)
 	return st;
 }
 
+static bool stop_cb(void *arg)
+{
+	return stopping(arg);
+}
+
 /* Wait `*ms` (doubling it, up to 2 s) unless the server stops meanwhile; false if it does. */
 static bool backoff(struct kv_server *s, unsigned *ms)
 {
@@ -203,6 +208,15 @@ static void *acquire_main(void *arg)
 	}
 	a->part = job.part;
 	a->mode = job.mode;
+	/* The read lease first: a standby waits here until the owner's lease node is gone (its
+	 * session expired, or it released the partition), so the old owner's reads have ended
+	 * before this server can serve any (docs/kv.md, "Leased reads"). */
+	if (s->lease) {
+		rc = kv_lease_acquire(s->lease, job.part, job.mode == ACQ_TAKEOVER, stop_cb, s,
+				      a->err, sizeof(a->err));
+		if (rc < 0)
+			goto out;
+	}
 	do {
 		rc = rebuild_reset(&rb, s->cfg.expect_keys);
 		if (rc < 0)
@@ -267,6 +281,8 @@ out:
 	}
 	if (rc < 0 && p)
 		tw_primary_close(p);
+	if (rc < 0)
+		kv_lease_release(s->lease, job.part);
 	rebuild_drop(&rb);
 	pthread_mutex_lock(&s->mu);
 	if (a && !s->stopping) {
@@ -322,7 +338,8 @@ int kv_part_start(struct kv_server *s, unsigned part, enum acq_mode mode, char *
 
 void kv_part_close(struct kv_server *s, struct part *pt)
 {
-	(void)s;
+	/* No GET is answered from here on (the serving thread closes): the lease can go. */
+	kv_lease_release(s->lease, pt->id);
 	/* The callbacks of appends still in flight run inside the close (and fail): their
 	 * pendings reach the serving thread with pt->p already NULL. */
 	tw_primary_close(pt->p);

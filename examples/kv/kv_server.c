@@ -50,6 +50,14 @@ void kv_server_config_init(struct kv_server_config *cfg)
 	cfg->expect_keys = 1024;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -315,9 +323,24 @@ static void do_get(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 		reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
 		return;
 	}
+	sl = kv_index_find(&pt->idx, hash, key, (uint16_t)h->len);
+	/* The lease is checked after the look-up: if it still holds now, no other server could
+	 * have served the partition (nor acknowledged a newer PUT) by the time we read the index
+	 * (docs/kv.md, "Leased reads"). A check before the look-up would let a pause between the
+	 * two serve a value read after the lease ended. */
+	if (s->lease && !kv_lease_valid(s->lease, pt->id, now_ns())) {
+		int who = kv_lease_holder(s->lease, pt->id);
+
+		s->not_owner++;
+		s->lease_refused++;
+		if (who >= 0)
+			reply_text(s, c, h->op, h->id, KV_S_NOT_OWNER, "owner %d", who);
+		else
+			reply_start(s, c, h->op, h->id, KV_S_NOT_OWNER, 0);
+		return;
+	}
 	s->gets++;
 	pt->gets++;
-	sl = kv_index_find(&pt->idx, hash, key, (uint16_t)h->len);
 	if (!sl) {
 		reply_start(s, c, h->op, h->id, KV_S_NOT_FOUND, 0);
 		return;
@@ -588,6 +611,19 @@ static int configure(struct kv_server *s, const char *text, size_t len, int me, 
 			 "backup listens at %s", me, map.servers[me].backup,
 			 tw_backup_listen_addr(s->backup));
 		return -EINVAL;
+	}
+	/* The read leases' session, before any partition is opened or stood by for. */
+	if (map.coordinator[0] && !s->lease) {
+		rc = kv_lease_open(map.coordinator, me, s->cfg.session_ms, &s->lease, err, errlen);
+		if (rc < 0)
+			return rc;
+		/* Its threads (the ZooKeeper client's two, the renewal) count as role other. */
+		kv_role_new_threads(s, KV_ROLE_OTHER);
+		fprintf(stderr, "twkv: read leases on ZooKeeper: session timeout %u ms, a lease "
+			"lasts %.0f ms past each renewal's send (renewed every %u ms)\n",
+			kv_lease_session_ms(s->lease),
+			kv_lease_session_ms(s->lease) * (1.0 - KV_LEASE_DRIFT) - KV_LEASE_MARGIN_MS,
+			kv_lease_session_ms(s->lease) / 3);
 	}
 	s->map = map;
 	s->me = me;
@@ -980,7 +1016,7 @@ static int configure_from_file(struct kv_server *s)
 /*
  * The first SIGTERM: stop taking partitions over, close the ones served here (their final close
  * RPCs reach backups that are still up), and keep the backup running while other servers' logs
- * have segments open on it, up to DRAIN_MS: when a whole cluster stops at once, every log is
+ * have segments open on it or are still connected to it, up to DRAIN_MS: when a whole cluster stops at once, every log is
  * closed before any backup goes, and nobody fails over to nowhere.
  */
 #define DRAIN_MS 2000
@@ -1001,12 +1037,19 @@ static void drain_start(struct kv_server *s)
 	}
 }
 
+/*
+ * Drained: no segment open here and no primary connected any more. Open segments alone are not
+ * enough: a primary's close closes its segments on the backups before it lets go of its
+ * connections, and a backup that left in between was reported lost by that closing primary
+ * ("backup ... lost", "appends suspended": a stop that was asked for, seen as a loss).
+ */
 static bool drained(struct kv_server *s)
 {
 	struct tw_backup_stats bs;
 
 	tw_backup_get_stats(s->backup, &bs);
-	return bs.buffers_open == 0;
+	return bs.buffers_open == 0 &&
+	       bs.connections <= bs.connections_lost + bs.connections_dropped;
 }
 
 static void stop(struct kv_server *s)
@@ -1026,6 +1069,8 @@ static void stop(struct kv_server *s)
 		if (s->parts[i].p)
 			kv_part_close(s, &s->parts[i]);
 	take_handoffs(s); /* the closes' last callbacks */
+	kv_lease_close(s->lease);
+	s->lease = NULL;
 	for (uint32_t i = 0; i < s->nconns_cap; i++) {
 		conn_close(s, s->conns[i]);
 		free(s->conns[i]->in);

@@ -19,6 +19,7 @@
 
 #include "kv_cluster.h"
 #include "kv_index.h"
+#include "kv_lease.h"
 #include "kv_server.h"
 
 enum part_state {
@@ -120,6 +121,7 @@ struct kv_server {
 	size_t npeers;
 	struct tw_backup *backup;
 	pthread_t backup_thread;
+	struct kv_lease *lease; /* with a coordinator: the read leases (NULL: static, always valid) */
 	int epfd, lfd, efd, sfd; /* epoll, listener, eventfd (handoffs), signalfd */
 	char kv_addr[KV_ADDR_MAX];
 	struct part parts[KV_MAX_PARTITIONS];
@@ -147,6 +149,7 @@ struct kv_server {
 	/* Counters. */
 	uint64_t gets, puts, not_owner, retries, bad, takeovers;
 	uint64_t put_batches; /* tw_primary_append_batch calls (puts / put_batches: PUTs per call) */
+	uint64_t lease_refused; /* GETs answered NOT_OWNER because the lease had lapsed */
 	uint64_t mem_peak;   /* most log bytes held at once */
 	uint64_t last_takeover_ms, last_recovered, last_live, last_reappend_ms;
 	/* CPU per role (per-thread clocks). */

@@ -82,7 +82,8 @@ void kv_child_stop(struct kv_child *c, int sig, int timeout_ms)
 
 	if (c->pid <= 0)
 		return;
-	kill(c->pid, sig);
+	if (sig)
+		kill(c->pid, sig);
 	/* Its stdout reaches end-of-file when it exits: wait for that, not for a timer. */
 	for (;;) {
 		struct pollfd pfd = { .fd = c->out, .events = POLLIN };

@@ -18,7 +18,8 @@ int kv_spawn(char *const argv[], struct kv_child *c);
 /* Read the child's stdout until a line starting with `prefix`; copy it (no newline) into buf.
  * Returns its length, -ETIMEDOUT, or -EPIPE when the child closed stdout (exited). */
 int kv_child_line(struct kv_child *c, const char *prefix, char *buf, size_t len, int timeout_ms);
-/* Send `sig`, wait up to timeout_ms, then SIGKILL; reap; close the pipe. */
+/* Send `sig` (0: none, it was signalled already), wait up to timeout_ms for it to exit, then
+ * SIGKILL; reap; close the pipe. */
 void kv_child_stop(struct kv_child *c, int sig, int timeout_ms);
 
 #endif

@@ -195,6 +195,7 @@ size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap)
 		 "\nlast_recovered %" PRIu64 "\nlast_live %" PRIu64 "\nlast_reappend_ms %" PRIu64
 		 "\n", s->takeovers, s->last_takeover_ms, s->last_recovered, s->last_live,
 		 s->last_reappend_ms);
+	put_line(buf, cap, &at, "lease_refused %" PRIu64 "\n", s->lease_refused);
 	put_line(buf, cap, &at, "backup_rpcs %" PRIu64 "\nbackup_flushes %" PRIu64
 		 "\nbackup_segments_on_disk %" PRIu64 "\nbackup_buffers_open %" PRIu64 "\n",
 		 bs.handler_calls, bs.flushes, bs.segments_on_disk, bs.buffers_open);

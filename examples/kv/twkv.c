@@ -12,12 +12,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <tailwind/common.h>
 
 #include "kv_client.h"
 #include "kv_metrics.h"
 #include "kv_server.h"
+
+static const char timeout_hint[] =
+	" (no server answered within the -T timeout: a server may be paused or unreachable;"
+	" try again, or raise -T)";
 
 static void usage(FILE *f)
 {
@@ -47,7 +52,10 @@ static void usage(FILE *f)
 		"  -m, --memory SIZE          log memory budget of the server's partitions; the\n"
 		"                             cleaner keeps below it (default 1G; 0: none)\n"
 		"  -t, --session-timeout MS   ZooKeeper session timeout: how soon a dead server's\n"
-		"                             partitions are taken over (default 4000)\n"
+		"                             partitions are taken over (default 4000); also the\n"
+		"                             read leases': with a coordinator a server answers a\n"
+		"                             GET only within T*0.99 - 100 ms of its last renewal\n"
+		"                             that ZooKeeper answered (docs/kv.md, \"Leased reads\")\n"
 		"  -b, --buffers N            backup buffers registered at start (default 16)\n"
 		"  -k, --keys N               index size hint per partition (default 1024)\n"
 		"      --metrics [HOST:]PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
@@ -58,7 +66,9 @@ static void usage(FILE *f)
 		"client options:\n"
 		"  -s, --server ADDR          a server's client address (any one: the map names the"
 		" rest)\n"
-		"  -T, --timeout MS           give up on a request after so long (default 30000)\n"
+		"  -T, --timeout MS           give up after so long, whatever the servers do (a\n"
+		"                             paused server, a connection that hangs): the whole\n"
+		"                             command, the map's fetch included (default 30000)\n"
 		"\n"
 		"serve prints `ready kv=ADDR backup=ADDR` once it listens, and a `serving partition"
 		" ...`\n"
@@ -253,7 +263,8 @@ int main(int argc, char **argv)
 	const char *cmd;
 	char err[512];
 	struct kvc *c;
-	uint64_t version;
+	uint64_t version, spent;
+	struct timespec t0, t1;
 	int o, rc;
 
 	if (argc > 1 && !strcmp(argv[1], "serve"))
@@ -269,6 +280,11 @@ int main(int argc, char **argv)
 			break;
 		case 'T':
 			timeout = (unsigned)atoi(optarg);
+			if (!timeout) {
+				fprintf(stderr, "twkv: bad value for --timeout: %s (milliseconds, "
+					"more than 0)\n", optarg);
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -311,11 +327,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "twkv: a key has at most %u bytes\n", KV_MAX_KEY);
 		return 2;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = kvc_open(servers, n, timeout, &c, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "twkv: %s\n", err);
+		fprintf(stderr, "twkv: %s%s\n", err, rc == -ETIMEDOUT ? timeout_hint : "");
 		return 1;
 	}
+	/* One deadline for the whole command: the map's fetch took part of it. */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	spent = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000u +
+		(uint64_t)((t1.tv_nsec - t0.tv_nsec) / 1000000);
+	kvc_set_timeout(c, spent < timeout ? (unsigned)(timeout - spent) : 1);
 	if (cmd[0] == 'p') {
 		rc = kvc_put_sync(c, argv[optind], (uint16_t)strlen(argv[optind]), argv[optind + 1],
 				  (uint32_t)strlen(argv[optind + 1]), &version);
@@ -333,7 +355,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (rc < 0)
-		fprintf(stderr, "twkv %s: %s\n", cmd, rc == -ENOENT ? "no such key" : strerror(-rc));
+		fprintf(stderr, "twkv %s: %s%s\n", cmd, rc == -ENOENT ? "no such key" : strerror(-rc),
+			rc == -ETIMEDOUT ? timeout_hint : "");
 	kvc_close(c);
 	return rc < 0;
 }

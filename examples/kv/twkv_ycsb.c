@@ -421,12 +421,19 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 	return remove(path);
 }
 
+/*
+ * One SIGTERM to every server at once, then wait for each without signalling again: a server
+ * stops in order on its first SIGTERM (it closes its partitions' logs, then keeps its backup up
+ * until the other servers' logs closed their segments there), but a second one means "stop now"
+ * and skips that drain, and the logs still open elsewhere then saw their backup go ("backup
+ * lost ... appends suspended" at every teardown, issue 34).
+ */
 static void cluster_stop(struct cluster *cl)
 {
 	for (unsigned i = 0; i < cl->nkids; i++)
 		kill(cl->kids[i].pid, SIGTERM); /* all at once: none waits for another */
 	for (unsigned i = 0; i < cl->nkids; i++)
-		kv_child_stop(&cl->kids[i], SIGTERM, 20000);
+		kv_child_stop(&cl->kids[i], 0, 20000);
 	cl->nkids = 0;
 	if (cl->dir[0])
 		nftw(cl->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
