@@ -43,7 +43,13 @@ for p in debootstrap systemd-nspawn; do
 done
 # --register=no --keep-unit: no machined and no transient scope, so no system bus is needed on
 # the host (here PID 1 is not systemd).
-nspawn() { systemd-nspawn -q -D "$ROOT" --register=no --keep-unit --pipe "$@"; }
+# Its notice "Attempted to remove disk file system under /run/systemd/nspawn/propagate/..." (on
+# exit, harmless) is left out of the logs.
+nspawn() {
+	systemd-nspawn -q -D "$ROOT" --register=no --keep-unit --pipe "$@" 2>&1 |
+		grep -v '^Attempted to remove disk file system under'
+	return "${PIPESTATUS[0]}"
+}
 
 # 1. The packages.
 if [ $# -ge 1 ]; then
@@ -75,11 +81,13 @@ fi
 [ -x "$ROOT/bin/systemctl" ] || bail "no systemd in the Debian tree"
 
 # 3. Install and use.
-mkdir -p "$ROOT/tmp/debs" "$ROOT/tmp/cmake_consumer"
-cp "$DEBS"/libtailwind1_*.deb "$DEBS"/libtailwind-dev_*.deb "$DEBS"/tailwind-tools_*.deb "$ROOT/tmp/debs/"
-cp "$SRC"/tests/integration/cmake_consumer/* "$ROOT/tmp/cmake_consumer/"
+# /srv/tw-check: the container's /tmp is a fresh tmpfs in each systemd-nspawn run.
+C=/srv/tw-check
+mkdir -p "$ROOT$C/debs" "$ROOT$C/cmake_consumer"
+cp "$DEBS"/libtailwind1_*.deb "$DEBS"/libtailwind-dev_*.deb "$DEBS"/tailwind-tools_*.deb "$ROOT$C/debs/"
+cp "$SRC"/tests/integration/cmake_consumer/* "$ROOT$C/cmake_consumer/"
 nspawn sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-	--no-install-recommends /tmp/debs/*.deb gcc libc6-dev pkg-config cmake make' \
+	--no-install-recommends '$C'/debs/*.deb gcc libc6-dev pkg-config cmake make' \
 	>"$LOG/install.log" 2>&1
 ok $? "apt-get install the three packages (and gcc, pkg-config, cmake) ($LOG/install.log)"
 nspawn dpkg-query -W -f '${Package} ${Version} ${Status}\n' libtailwind1 libtailwind-dev tailwind-tools \
@@ -88,7 +96,7 @@ test "$(grep -c ' install ok installed$' "$LOG/dpkg.log")" = 3
 ok $? "dpkg: the three packages installed"; show "$LOG/dpkg.log"
 nspawn twd --version >"$LOG/version.log" 2>&1
 ok $? "twd --version"; show "$LOG/version.log"
-nspawn sh -ec 'cd /tmp
+nspawn sh -ec 'cd '$C'
 	sed -n "/^\`\`\`c\$/,/^\`\`\`\$/p" /usr/share/doc/tailwind/README.md | sed "1d;/^\`\`\`\$/,\$d" >example.c
 	echo "$(wc -l <example.c) lines from /usr/share/doc/tailwind/README.md"
 	echo "cc example.c -o example $(pkg-config --cflags --libs tailwind)"
@@ -98,7 +106,7 @@ nspawn sh -ec 'cd /tmp
 grep -q '^exit 2 ' "$LOG/readme.log"
 ok $? "the README's example builds with pkg-config tailwind against libtailwind-dev and runs"
 show "$LOG/readme.log"
-nspawn sh -ec 'cd /tmp && cmake -S cmake_consumer -B cmake_build >/dev/null &&
+nspawn sh -ec 'cd '$C' && cmake -S cmake_consumer -B cmake_build >/dev/null &&
 	cmake --build cmake_build >/dev/null && grep Tailwind_DIR: cmake_build/CMakeCache.txt &&
 	cmake_build/consumer 1.0.0' >"$LOG/cmake.log" 2>&1
 ok $? "tests/integration/cmake_consumer: find_package(Tailwind 1.0) against /usr, builds, runs"
