@@ -23,8 +23,9 @@ static int check_len(struct tw_primary *p, uint32_t len)
 }
 
 /* Appends an entry to segment s (the caller made room for it) and records it for its callback:
- * both modes, the async one under p->lock. */
-static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
+ * both modes, the async one under p->lock. Inlined into each caller: the hot path of every
+ * append, where a call would add its register saves (docs/benchmarks.md, "The engine alone"). */
+static inline __attribute__((always_inline)) int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
 		      tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct prec *r;
@@ -132,7 +133,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
 				  tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
-	uint64_t lsn, idx;
+	uint64_t lsn = TW_LSN_NONE, idx; /* set by append_rec when it succeeds */
 
 	for (size_t i = 0; i < n; i++) {
 		int rc = sync_room_append(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
@@ -321,7 +322,7 @@ static int append_batch_async_mode(struct tw_primary *p, const struct iovec *ent
 {
 	struct room_wait rw = { .me_init = false };
 	bool wake = false;
-	uint64_t lsn, idx;
+	uint64_t lsn = TW_LSN_NONE, idx; /* set by append_rec when it succeeds */
 	size_t i;
 	int rc = 0;
 
