@@ -23,8 +23,9 @@ static int check_len(struct tw_primary *p, uint32_t len)
 }
 
 /* Appends an entry to segment s (the caller made room for it) and records it for its callback:
- * both modes, the async one under p->lock. */
-static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
+ * both modes, the async one under p->lock. Inlined into each caller: the hot path of every
+ * append, where a call would add its register saves (docs/benchmarks.md, "The engine alone"). */
+static inline __attribute__((always_inline)) int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
 		      tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
 	struct prec *r;
@@ -39,7 +40,14 @@ static int append_rec(struct tw_primary *p, struct pseg *s, const void *data, ui
 	r->lsn = (uint64_t)s->id << 32 | off;
 	r->len = len;
 	*idx_out = p->rec_head;
-	PST(p->rec_head, p->rec_head + 1);
+	/* Async mode: sequentially consistent (an xchg on x86-64), the first half of the
+	 * appender's store-then-load pair with the progress thread (see PLD). Sync mode: no other
+	 * thread seals or posts, readers only need the entry's bytes before the new end: a
+	 * release store (a plain move), one locked instruction less per append. */
+	if (p->threaded)
+		PST(p->rec_head, p->rec_head + 1);
+	else
+		__atomic_store_n(&p->rec_head, p->rec_head + 1, __ATOMIC_RELEASE);
 	PSTAT_ADD(p, appends, 1);
 	PSTAT_ADD(p, bytes, len);
 	if (lsn_out)
@@ -125,7 +133,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
 				  tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
-	uint64_t lsn, idx;
+	uint64_t lsn = TW_LSN_NONE, idx; /* set by append_rec when it succeeds */
 
 	for (size_t i = 0; i < n; i++) {
 		int rc = sync_room_append(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
@@ -251,11 +259,28 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 	}
 }
 
+/* Async mode, lock held: the common case of async_room, tested in one go: healthy, running, no
+ * rollover asked for, room in the record ring and in the open segment, and fewer than
+ * max_batch entries waiting (so that no seal is due before this entry). Then async_room would
+ * return 0 at once; anything else takes its loop. */
+static inline bool async_room_now(const struct tw_primary *p, uint32_t len)
+{
+	return !p->err && pstate(p) == PSTATE_RUNNING && !p->need_roll &&
+	       pending_entries(p) < p->cfg.max_batch && !ring_full(p) &&
+	       tw_log_writer_fits(&p->cur->w, len);
+}
+
 /* Async mode, lock held, after appending: seal if a batch is due (primary_seal.c); whether to
- * ring the progress thread (after the unlock). */
+ * ring the progress thread (after the unlock). The first test is tw__primary_batch_due's own
+ * (nothing in flight, or max_batch waiting), inline: on a loaded log it is false for all but
+ * one append in max_batch, and the call is skipped. It loads slot_tail after append_rec's
+ * rec_head store, as the store-then-load pair requires (see PLD). */
 static bool async_wake_needed(struct tw_primary *p, struct room_wait *rw)
 {
-	bool wake = tw__primary_seal_by_appender(p) || rw->wake;
+	bool wake = ((PLD(p->slot_head) == PLD(p->slot_tail) ||
+		      pending_entries(p) >= p->cfg.max_batch) &&
+		     tw__primary_seal_by_appender(p)) ||
+		    rw->wake;
 
 	if (wake)
 		PSTAT_ADD(p, wakeups, 1);
@@ -266,14 +291,20 @@ static bool async_wake_needed(struct tw_primary *p, struct room_wait *rw)
 static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
-	struct room_wait rw = { .me_init = false };
+	struct room_wait rw; /* only its flags: `me` is set up by async_room when it queues */
 	bool wake = false;
 	int rc;
 
+	rw.me_init = false;
+	rw.wake = false;
 	pthread_mutex_lock(&p->lock);
-	rc = async_room(p, len, &rw);
-	if (rw.me_init)
-		pthread_cond_destroy(&rw.me.cv); /* dequeued: nobody signals it any more */
+	if (async_room_now(p, len)) {
+		rc = 0; /* the common case: no back-pressure, no rollover */
+	} else {
+		rc = async_room(p, len, &rw);
+		if (rw.me_init)
+			pthread_cond_destroy(&rw.me.cv); /* dequeued: nobody signals it any more */
+	}
 	if (rc == 0)
 		rc = append_rec(p, p->cur, data, len, cb, arg, lsn_out, idx_out);
 	if (rc == 0)
@@ -291,7 +322,7 @@ static int append_batch_async_mode(struct tw_primary *p, const struct iovec *ent
 {
 	struct room_wait rw = { .me_init = false };
 	bool wake = false;
-	uint64_t lsn, idx;
+	uint64_t lsn = TW_LSN_NONE, idx; /* set by append_rec when it succeeds */
 	size_t i;
 	int rc = 0;
 
