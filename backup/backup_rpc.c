@@ -321,6 +321,8 @@ static int h_list(void *arg, struct tw__rpc_call *call)
 		r->log_epoch = lg ? lg->epoch : 0;
 		r->log_owner = lg ? lg->owner : 0;
 		r->free_below = lg ? lg->free_below : 0;
+		if (lg && lg->unavail) /* borrowed: the reply is packed before lg can change */
+			r->log_unavailable = lg->unavail;
 		call->reply_epoch = r->log_epoch;
 		tw__bk_hold_touch(b, call_conn(call), q->log_id);
 	}

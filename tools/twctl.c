@@ -102,7 +102,10 @@ static const struct command commands[] = {
 	  "Fence LOG on every reachable backup: new epoch (default: one past every\n"
 	  "epoch the backups know), open buffers' registrations closed, the old\n"
 	  "primary's connections closed, RPCs with older epochs refused.\n"
-	  "  -e, --epoch E    fence with this epoch (must not be older than the log's)\n",
+	  "  -e, --epoch E    fence with this epoch (must not be older than the log's;\n"
+	  "                   the last one, 2^48-1, leaves no epoch for a takeover and\n"
+	  "                   is refused without --force)\n"
+	  "      --force      fence at the last epoch anyway (with a warning)\n",
 	  NULL, false, cmd_fence },
 	{ "recover", "LOG",
 	  "rebuild LOG from the backups: -o FILE, or --verify",
@@ -115,7 +118,9 @@ static const struct command commands[] = {
 	  "                     only when the recovery succeeded (written as FILE.tmp,\n"
 	  "                     renamed at the end)\n"
 	  "      --verify       fetch and verify only\n"
-	  "  -e, --epoch E      fence with this epoch (default automatic)\n"
+	  "  -e, --epoch E      fence with this epoch (default automatic; the last one,\n"
+	  "                     2^48-1, is refused without --force, as for fence)\n"
+	  "      --force        fence at the last epoch anyway (with a warning)\n"
 	  "      --no-record    leave open copies open (do not send RecoveredOffset)\n"
 	  "      --no-fence     read without fencing (inspection of a live log; implies\n"
 	  "                     --no-record; the answer may be stale at once)\n"
@@ -453,8 +458,15 @@ static const char *state_name(int st)
  */
 typedef void (*seg_fn)(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s);
 
+/* What the backups said about one log (check_log): known by one, or refused by one. */
+struct log_seen {
+	bool known;
+	unsigned unavailable;    /* backups that refuse the log */
+	char why[768];           /* the first of them: its address and its reason */
+};
+
 static int list_backup(struct tw_peer *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
-		       bool *known)
+		       struct log_seen *seen)
 {
 	uint64_t from_log = log_id, from_seg = 0;
 
@@ -474,8 +486,12 @@ static int list_backup(struct tw_peer *c, uint64_t log_id, bool one, seg_fn fn, 
 			return rc;
 		}
 		r = rep.env->list_segments_reply;
-		if (known && (r->log_known || r->log_epoch || r->n_segments))
-			*known = true; /* segments, lost records, a freed prefix, or an epoch */
+		if (seen && (r->log_known || r->log_epoch || r->n_segments))
+			seen->known = true; /* segments, lost records, a freed prefix, or an epoch */
+		if (seen && r->log_unavailable && r->log_unavailable[0] && from_seg == 0 &&
+		    seen->unavailable++ == 0)
+			snprintf(seen->why, sizeof(seen->why), "backup %s refuses it: %s", c->addr,
+				 r->log_unavailable);
 		for (size_t k = 0; fn && k < r->n_segments; k++)
 			fn(arg, c, r->segments[k]);
 		more = r->more && (!one || r->next_log_id == log_id);
@@ -679,6 +695,29 @@ static int exit_for(int rc)
 }
 
 /*
+ * An epoch given with -e must leave room for the next takeover: a fence at TW_EPOCH_MAX (the
+ * backups' limit, tailwind/common.h) leaves the log with no epoch a recovery or a new primary
+ * could take ("no epoch is left for a takeover"), for good. Refused (EXIT_USAGE, said on
+ * stderr) unless --force, which warns. Returns 0 to go on.
+ */
+static int check_room(const char *cmd, uint64_t epoch, bool force)
+{
+	if (epoch < TW_EPOCH_MAX)
+		return 0;
+	if (!force) {
+		fprintf(stderr, "twctl %s: --epoch %" PRIu64 " is the last epoch (TW_EPOCH_MAX): "
+			"no epoch would be left for a takeover, so no recovery or primary could "
+			"ever own the log again; give a smaller epoch, or add --force if that is "
+			"what you want\n", cmd, epoch);
+		return EXIT_USAGE;
+	}
+	fprintf(stderr, "twctl %s: warning: --epoch %" PRIu64 " is the last epoch "
+		"(TW_EPOCH_MAX), with --force: after it no recovery or primary can own the log "
+		"again\n", cmd, epoch);
+	return 0;
+}
+
+/*
  * Before a command about an existing log (recover, free, delete) changes anything: does the log
  * exist? Yes when a reachable backup knows it — holds a segment, a lost record or a freed
  * prefix of it (ListSegments' log_known), or an epoch (it was fenced: a deleted log keeps
@@ -689,8 +728,8 @@ static int exit_for(int rc)
  */
 static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
 {
+	struct log_seen seen = { .known = false };
 	unsigned up, asked = 0;
-	bool known = false;
 	int coord = 0;
 
 	if (g.coord) {
@@ -700,13 +739,21 @@ static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
 	}
 	up = connect_all();
 	for (unsigned i = 0; i < g.nbk; i++)
-		if (conns[i].rpc && list_backup(&conns[i], log_id, true, fn, arg, &known) == 0)
+		if (conns[i].rpc && list_backup(&conns[i], log_id, true, fn, arg, &seen) == 0)
 			asked++;
 	disconnect_all();
 	if (g.no_provider)
 		return EXIT_PROVIDER;
-	if (known || coord > 0 || asked == 0)
+	if (seen.known || coord > 0 || asked == 0)
 		return EXIT_OK;
+	if (seen.unavailable) {
+		/* Held, but refused: not "no such log" (the fix is on that backup, not here). */
+		fprintf(stderr, "twctl %s: log %#" PRIx64 " is unavailable: %s%s; no other "
+			"reachable backup holds it; nothing was changed\n", cmd, log_id, seen.why,
+			seen.unavailable > 1 ? " (and more backups refuse it the same way: see "
+			"their logs)" : "");
+		return EXIT_FAIL;
+	}
 	fprintf(stderr, "twctl %s: no such log: %#" PRIx64 " (none of the %u reachable backups "
 		"has ever held or fenced it%s%s); nothing was changed\n", cmd, log_id,
 		asked, up < g.nbk ? ", and some backups did not answer" : "",
@@ -718,17 +765,23 @@ static int cmd_fence(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "epoch", required_argument, NULL, 'e' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct tw_recover_config cfg;
 	uint64_t log_id, epoch = 0, got = 0;
 	unsigned fenced = 0;
+	bool force = false;
 	char err[512];
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":e:", lo, NULL)) != -1) {
+		if (opt == 'f') {
+			force = true;
+			continue;
+		}
 		if (opt == 'e' && parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
 		    epoch <= TW_EPOCH_MAX)
 			continue;
@@ -741,6 +794,8 @@ static int cmd_fence(int argc, char **argv)
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
 		return bad_log_arg("fence", argc, argv, optind);
+	if (check_room("fence", epoch, force))
+		return EXIT_USAGE;
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
@@ -792,12 +847,13 @@ static int cmd_recover(int argc, char **argv)
 		{ "no-record", no_argument, NULL, 'R' },
 		{ "no-fence", no_argument, NULL, 'F' },
 		{ "create", no_argument, NULL, 'C' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct tw_recover_config cfg;
 	struct tw_recover_result res;
 	const char *output = NULL;
-	bool verify = false, no_record = false, no_fence = false, create = false;
+	bool verify = false, no_record = false, no_fence = false, create = false, force = false;
 	uint64_t log_id, epoch = 0;
 	struct out o = { NULL, 0 };
 	char err[512], tmp[4096];
@@ -824,6 +880,9 @@ static int cmd_recover(int argc, char **argv)
 		case 'C':
 			create = true;
 			break;
+		case 'f':
+			force = true;
+			break;
 		case 'e':
 			if (parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
 			    epoch <= TW_EPOCH_MAX)
@@ -837,6 +896,8 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
 		return bad_log_arg("recover", argc, argv, optind);
+	if (!no_fence && check_room("recover", epoch, force))
+		return EXIT_USAGE;
 	if (!!output == verify) {
 		fprintf(stderr, "twctl recover: give either -o FILE or --verify\n");
 		return EXIT_USAGE;
