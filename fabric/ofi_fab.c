@@ -50,7 +50,7 @@ static void list_providers(char *out, size_t len)
 
 	out[0] = '\0';
 	if (fi_getinfo(OFI_VERSION, NULL, NULL, 0, NULL, &all) || !all) {
-		const char *env = getenv("FI_PROVIDER");
+		const char *env = tw__env_get(TW__ENV_FI_PROVIDER);
 
 		/* libfabric applies $FI_PROVIDER as a filter to every fi_getinfo of the process. */
 		if (env && *env)
@@ -320,7 +320,7 @@ static int setup(struct ofi_fab *of, const char *prov)
 	 * ignores FI_MR_PROV_KEY (requests a key of our own and gives peers that one instead of
 	 * fi_mr_key()); "noback" (set at the end of the open, so the fab's own buffers are
 	 * registered as they must be) ignores FI_MR_ALLOCATED for the registrations after it. */
-	if (getenv("TW_FAB_FAULT") && !strcmp(getenv("TW_FAB_FAULT"), "reqkey")) {
+	if (tw__env_get(TW__ENV_FAB_FAULT) && !strcmp(tw__env_get(TW__ENV_FAB_FAULT), "reqkey")) {
 		of->fault_reqkey = true;
 		tw_log_warn("fabric %s: TW_FAB_FAULT=reqkey: peers get the requested keys (a test "
 			    "of strict mode; wrong wherever the provider picks the keys)", prov);
@@ -380,31 +380,19 @@ static int setup(struct ofi_fab *of, const char *prov)
 }
 
 /*
- * The providers' environment defaults we need, set before libfabric reads them (it reads every
- * FI_<PROV>_* variable once, when the first fi_getinfo of the process loads the providers), and
- * only where the user has not set them (docs/fabric.md, "Provider environment defaults"):
- *
- *   FI_SOCKETS_PE_WAITTIME=0 — the sockets provider's progress thread otherwise spins 10 ms
- *   after every wake-up before it may sleep again (prov/sockets/src/sock_progress.c,
- *   sock_pe_wait_ok); on a machine with fewer cores than such threads that starves everyone,
- *   and a synchronous append took 12 ms at the median. With 0 it sleeps in epoll as soon as
- *   it has nothing to do, and is woken by the next operation or incoming byte.
+ * The sockets provider's progress thread spins FI_SOCKETS_PE_WAITTIME ms (libfabric's default
+ * 10) after every wake-up; 0 suits us (docs/fabric.md, "Provider environment defaults"). The
+ * library cannot set it: libfabric reads it once, at the process's first fi_getinfo, from the
+ * environment, and no fi_info attribute carries it; setenv() here would race the program's
+ * other threads. Programs set it at the start of main (TW_ENV_PROGRAM rows of
+ * tw_env_describe()); a process that did not is told once, at info level.
  */
-static const struct {
-	const char *name, *value;
-} env_defaults[] = {
-	{ "FI_SOCKETS_PE_WAITTIME", "0" },
-};
-
-static void set_env_defaults(void)
+static void note_pe_waittime(void)
 {
-	for (size_t i = 0; i < TW_ARRAY_SIZE(env_defaults); i++) {
-		if (getenv(env_defaults[i].name))
-			continue; /* the user's value stays */
-		if (setenv(env_defaults[i].name, env_defaults[i].value, 0) == 0)
-			tw_log_debug("fabric: %s=%s (set by Tailwind; set it yourself to override)",
-				     env_defaults[i].name, env_defaults[i].value);
-	}
+	if (!tw__env_get(TW__ENV_FI_SOCKETS_PE_WAITTIME))
+		tw_log_info("fabric sockets: FI_SOCKETS_PE_WAITTIME is unset: libfabric's progress "
+			    "thread spins 10 ms after every wake-up; a program sets it to 0 before "
+			    "its first thread (docs/fabric.md, \"Provider environment defaults\")");
 }
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -415,7 +403,8 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	struct ofi_fab *of;
 	int rc;
 
-	pthread_once(&env_once, set_env_defaults);
+	if (prov && !strncmp(prov, "sockets", 7))
+		pthread_once(&env_once, note_pe_waittime);
 
 	of = calloc(1, sizeof(*of));
 	if (!of)
@@ -434,7 +423,7 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	rc = setup(of, prov);
 	if (rc < 0)
 		goto fail;
-	if (getenv("TW_FAB_FAULT") && !strcmp(getenv("TW_FAB_FAULT"), "noback")) {
+	if (tw__env_get(TW__ENV_FAB_FAULT) && !strcmp(tw__env_get(TW__ENV_FAB_FAULT), "noback")) {
 		of->fault_noback = true;
 		tw_log_warn("fabric %s: TW_FAB_FAULT=noback: registrations are not backed first (a "
 			    "test of strict mode; wrong wherever FI_MR_ALLOCATED is asked)", prov);

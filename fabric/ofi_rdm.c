@@ -97,7 +97,7 @@ static int own_name(struct ofi_fab *of)
 
 void tw__rdm_shm_fast_init(struct ofi_fab *of)
 {
-	const char *env = getenv("TW_FAB_SHM_FAST");
+	const char *env = tw__env_get(TW__ENV_FAB_SHM_FAST);
 	const char *name = strstr(of->name, "://");
 	uint32_t v = fi_version();
 	long page = sysconf(_SC_PAGESIZE);

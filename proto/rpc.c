@@ -105,7 +105,7 @@ void tw__rpc_config_init(struct tw_rpc_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->max_msg_size = TW_RPC_MAX_MSG_DEFAULT;
-	cfg->timeout_ms = 5000;
+	cfg->timeout_ms = TW_DEFAULT_RPC_TIMEOUT_MS;
 	cfg->max_inflight = 64;
 	cfg->max_strikes = 8;
 	cfg->arena_limit = 64 * (size_t)TW_RPC_MAX_MSG_DEFAULT;

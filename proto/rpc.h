@@ -101,7 +101,8 @@ struct tw_rpc_config {
 	size_t max_msg_size;   /* largest frame, header included; default 65536, min 256. Must be
 				* <= the fab's max_msg_size. Larger frames are refused both ways. */
 	unsigned timeout_ms;   /* client: a request without reply by then completes with
-				* -ETIMEDOUT (its reply, if it comes later, is dropped); default 5000 */
+				* -ETIMEDOUT (its reply, if it comes later, is dropped); default
+				* TW_DEFAULT_RPC_TIMEOUT_MS */
 	unsigned max_inflight; /* client: requests in flight per channel; rounded up to a power of
 				* two, 1..4096; default 64. More gives -EBUSY. */
 	unsigned max_strikes;  /* server: malformed messages tolerated per channel; the next one

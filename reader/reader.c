@@ -97,8 +97,8 @@ static int seterr(struct tw_reader *r, int err, const char *fmt, ...)
 /* The other fields zero (NULL provider and key_file: their defaults, tailwind/reader.h). */
 static const struct tw_reader_config reader_defaults = {
 	.from = TW_READ_OLDEST,
-	.connect_timeout_ms = 5000,
-	.rpc_timeout_ms = 5000,
+	.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS,
+	.rpc_timeout_ms = TW_DEFAULT_RPC_TIMEOUT_MS,
 	.poll_ms = 1000,
 };
 
@@ -748,7 +748,7 @@ static int backups_from_coord(struct tw_reader *r, const struct tw_reader_config
 	int rc;
 
 	rc = tw__coord_open(cfg->coordinator, cfg->connect_timeout_ms ? cfg->connect_timeout_ms :
-			    5000, &c, r->errmsg, sizeof(r->errmsg));
+			    TW_DEFAULT_CONNECT_TIMEOUT_MS, &c, r->errmsg, sizeof(r->errmsg));
 	if (rc)
 		return rc;
 	rc = tw__coord_log_backups(c, cfg->log_id, &v, &n);
@@ -869,7 +869,8 @@ int tw_reader_open(const struct tw_reader_config *config, struct tw_reader **out
 		r->po.key = r->key;
 		r->po.node_name = "reader";
 		/* A read may be held poll_ms at the backup: the call waits that much longer. */
-		r->po.rpc.timeout_ms = (cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000) + r->poll_ms;
+		r->po.rpc.timeout_ms = (cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms :
+				    TW_DEFAULT_RPC_TIMEOUT_MS) + r->poll_ms;
 		r->po.connect_timeout_ms = fc.connect_timeout_ms;
 		rc = connect_all(r);
 	}

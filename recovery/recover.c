@@ -19,9 +19,9 @@
 #include "recovery/recover_int.h"
 
 static const struct tw_recover_config recover_defaults = {
-	.connect_timeout_ms = 5000,
-	.rpc_timeout_ms = 10000,
-	.op_timeout_ms = 10000,
+	.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS,
+	.rpc_timeout_ms = TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS,
+	.op_timeout_ms = TW_DEFAULT_OP_TIMEOUT_MS,
 	.segs_per_backup = 2,
 	.chunk_size = 1u << 20,
 	.reads_per_seg = 4,
@@ -582,7 +582,8 @@ out:
 static int fence_held(struct rctx *c, struct rbk *b, uint64_t epoch, uint64_t *got,
 		      uint64_t *owner)
 {
-	uint64_t rpc_ms = c->cfg->rpc_timeout_ms ? c->cfg->rpc_timeout_ms : 10000;
+	uint64_t rpc_ms = c->cfg->rpc_timeout_ms ? c->cfg->rpc_timeout_ms :
+			 TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS;
 	uint64_t wait_ms = (uint64_t)TW_FENCE_HOLD_MS + rpc_ms;
 	uint64_t end = tw_now_ns() + wait_ms * 1000000u;
 	int rc = -TW_EFENCED;

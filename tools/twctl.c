@@ -27,6 +27,7 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "env_defaults.h"
 #include "exit.h"
 #include "peer/peer.h"
 #include "proto/auth.h"
@@ -251,14 +252,14 @@ static void usage_main(FILE *f)
 		"                        delete take their epoch from it (docs/coordination.md)\n"
 		"  -p, --provider NAME   libfabric provider: tcp, sockets, shm, verbs, ... (default:\n"
 		"                        $FI_PROVIDER, else tcp)\n"
-		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
+		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default %u)\n"
 		"  -k, --key-file PATH   cluster key the backups require (default: $TW_KEY_FILE)\n"
 		"  -j, --json            machine-readable output (one JSON document on stdout)\n"
 		"  -v, --verbose         more log output on stderr (twice: debug)\n"
 		"  -V, --version         print the version and exit\n"
 		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
 		"\n"
-		"LOG is a log id, decimal or 0x-prefixed hex.\n");
+		"LOG is a log id, decimal or 0x-prefixed hex.\n", TW_DEFAULT_CONNECT_TIMEOUT_MS);
 }
 
 /* --help: the overview, then every command's usage and options (the man page's), then the
@@ -1404,7 +1405,8 @@ int main(int argc, char **argv)
 	int opt, verbose = 0;
 	uint64_t t;
 
-	g.timeout_ms = 5000;
+	tw_tools_env_defaults(); /* first: no thread runs yet */
+	g.timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS;
 	/* $FI_PROVIDER is our default provider, passed by name; left set, libfabric would hide
 	 * every other provider and an error could not list what this machine offers. */
 	if (getenv("FI_PROVIDER") && getenv("FI_PROVIDER")[0]) {

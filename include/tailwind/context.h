@@ -84,9 +84,11 @@ struct tw_ctx_config {
 				      * else none; "": none. Read once at the open. */
 	bool busy_poll;              /* poll completions instead of blocking waits */
 	uint64_t node_id;            /* sent in the handshake; 0: derived from host and pid */
-	unsigned op_timeout_ms;      /* a write not completed by then fails the channel; 10000 */
-	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
-	unsigned connect_timeout_ms; /* per backup; default 5000 */
+	unsigned op_timeout_ms;      /* a write not completed by then fails the channel;
+				      * default TW_DEFAULT_OP_TIMEOUT_MS */
+	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default
+				      * TW_DEFAULT_RPC_TIMEOUT_MS */
+	unsigned connect_timeout_ms; /* per backup; default TW_DEFAULT_CONNECT_TIMEOUT_MS */
 	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024
 				      * (with max_inflight: see above). A shared context's only:
 				      * the private context of tw_primary_open sizes its own

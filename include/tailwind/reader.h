@@ -63,8 +63,9 @@ struct tw_reader_config {
 	const char *key_file;       /* cluster key; NULL: $TW_KEY_FILE if set; "": none */
 	enum tw_read_from from;
 	uint64_t lsn;               /* TW_READ_LSN */
-	unsigned connect_timeout_ms; /* per backup; default 5000 */
-	unsigned rpc_timeout_ms;    /* beyond the long-poll's own wait; default 5000 */
+	unsigned connect_timeout_ms; /* per backup; default TW_DEFAULT_CONNECT_TIMEOUT_MS */
+	unsigned rpc_timeout_ms;    /* beyond the long-poll's own wait; default
+				     * TW_DEFAULT_RPC_TIMEOUT_MS */
 	unsigned poll_ms;           /* longest wait the backup holds one read; default 1000 */
 	uint32_t max_bytes;         /* per read; 0: what one control message holds (~64 KiB) */
 	/* Move the bytes with one-sided reads (fi_read of a read grant of the segment, as a

@@ -70,9 +70,10 @@ struct tw_recover_config {
 	/* Epoch to fence with. 0: automatic, 1 + the highest epoch any backup reports (retried
 	 * higher when a backup answers that it is already past it). */
 	uint64_t epoch;
-	unsigned connect_timeout_ms; /* per backup; default 5000 */
-	unsigned rpc_timeout_ms;     /* default 10000 (a read grant may load a file first) */
-	unsigned op_timeout_ms;      /* one-sided reads; default 10000 */
+	unsigned connect_timeout_ms; /* per backup; default TW_DEFAULT_CONNECT_TIMEOUT_MS */
+	unsigned rpc_timeout_ms;     /* default TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS (a read grant
+				      * may load a file first) */
+	unsigned op_timeout_ms;      /* one-sided reads; default TW_DEFAULT_OP_TIMEOUT_MS */
 	unsigned segs_per_backup;    /* segments being fetched from one backup at once; default 2 */
 	unsigned window;             /* segments fetched ahead of delivery; default 3 per backup */
 	size_t chunk_size;           /* bytes per one-sided read; default 1 MiB */
