@@ -21,17 +21,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <tailwind/admin.h>
 #include <tailwind/common.h>
 #include <tailwind/log_format.h>
 #include <tailwind/recovery.h>
 
-#include "fabric/fabric.h"
 #include "core/util.h"
 #include "env_defaults.h"
 #include "exit.h"
-#include "peer/peer.h"
-#include "proto/auth.h"
-#include "proto/rpc.h"
 #include "backup/segfile.h"
 #include "twctl_coord.h"
 #include "twctl_tail.h"
@@ -46,7 +43,7 @@ static struct {
 	bool json;
 	unsigned timeout_ms;
 	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
-	struct tw_auth_key *key; /* loaded by need_backups */
+	bool key_checked;        /* need_backups checked the key file */
 	const char *coord;       /* -c URL (twctl_coord.c) */
 	bool no_provider;        /* connect_all: the provider is not available here */
 } g;
@@ -323,7 +320,7 @@ static int parse_u64(const char *s, uint64_t *out)
 		return -1;
 	errno = 0;
 	*out = strtoull(s, &end, 0);
-	if (errno || *end || *out > TW_RPC_ID_MAX)
+	if (errno || *end || *out > TW_ID_MAX)
 		return -1;
 	return 0;
 }
@@ -333,7 +330,7 @@ static int bad_log_arg(const char *cmd, int argc, char **argv, int first)
 {
 	if (first == argc - 1)
 		fprintf(stderr, "twctl %s: LOG id '%s' is not an integer in 0..%" PRId64 " (decimal, "
-			"or hex with 0x)\n", cmd, argv[first], (int64_t)TW_RPC_ID_MAX);
+			"or hex with 0x)\n", cmd, argv[first], (int64_t)TW_ID_MAX);
 	else
 		fprintf(stderr, "twctl %s: expected exactly one LOG id, got %d arguments (see twctl "
 			"%s --help)\n", cmd, argc - first, cmd);
@@ -360,60 +357,54 @@ static void json_str(FILE *f, const char *s)
 
 /* ------------------------------------------------------------------ connections */
 
-/* One per backup (peer/peer.h): its address, channel and RPC client. */
-static struct tw_fab *fab;
-static struct tw_peer conns[MAX_BK];
+/* The session with the backups (tailwind/admin.h); NULL when not connected. */
+static struct tw_admin *adm;
 
 /* Connect to every backup and handshake as an admin, proving the key when we have one; returns
  * how many answered. */
 static unsigned connect_all(void)
 {
-	struct tw_fab_config fc;
-	struct tw_fab_events ev;
-	struct tw_peer_opts po;
-	unsigned up = 0;
-	int err;
+	struct tw_admin_config ac;
+	char err[768];
+	unsigned up;
+	int rc;
 
-	tw__fab_config_init(&fc);
-	fc.provider = g.provider;
-	fc.connect_timeout_ms = g.timeout_ms;
-	memset(&ev, 0, sizeof(ev));
-	ev.on_recv = tw__peer_fab_on_recv;
-	ev.on_lost = tw__peer_fab_on_lost;
-	err = tw__fab_open(&fc, &ev, &fab);
-	if (err) {
-		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
-			g.provider ? g.provider : "default provider",
-			err == -TW_ENOPROV ? tw__fab_errmsg(NULL) : tw_strerror(err));
-		g.no_provider = err == -TW_ENOPROV;
+	tw_admin_config_init(&ac);
+	ac.provider = g.provider;
+	ac.backups = g.backups;
+	ac.n_backups = g.nbk;
+	ac.key_file = g.key_file;
+	ac.connect_timeout_ms = g.timeout_ms;
+	ac.rpc_timeout_ms = g.timeout_ms;
+	ac.node_name = "twctl";
+	ac.timeout_hint = "-t MS waits longer";
+	rc = tw_admin_open(&ac, &adm, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "twctl: %s\n", err);
+		g.no_provider = rc == -TW_ENOPROV;
 		return 0;
 	}
-	tw__peer_opts_init(&po, TAILWIND__ROLE__ROLE_ADMIN);
-	po.key = g.key;
-	po.node_name = "twctl";
-	po.rpc.timeout_ms = g.timeout_ms;
-	po.connect_timeout_ms = g.timeout_ms;
-	po.timeout_hint = "-t MS waits longer";
+	up = 0;
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct tw_peer *c = &conns[i];
-
-		tw__peer_init(c, g.backups[i], NULL);
-		if (tw__peer_connect(c, fab, &po) < 0) {
-			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
-			continue;
-		}
-		up++;
+		if (tw_admin_backup_error(adm, i))
+			fprintf(stderr, "twctl: backup %s: %s\n", tw_admin_backup_addr(adm, i),
+				tw_admin_backup_error(adm, i));
+		else
+			up++;
 	}
 	return up;
 }
 
 static void disconnect_all(void)
 {
-	for (unsigned i = 0; i < g.nbk; i++)
-		tw__peer_close(&conns[i]);
-	if (fab)
-		tw__fab_close(fab);
-	fab = NULL;
+	tw_admin_close(adm);
+	adm = NULL;
+}
+
+/* Backup i answered the connect. */
+static bool up_at(unsigned i)
+{
+	return adm && !tw_admin_backup_error(adm, i);
 }
 
 /* log: the log the command is about (NULL: every log): with -c, its recorded backups. */
@@ -428,36 +419,25 @@ static int need_backups(const uint64_t *log)
 			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
 		return EXIT_USAGE;
 	}
-	if (!g.key && tw__auth_key_path(g.key_file)) {
+	if (!g.key_checked) {
 		char why[512];
 
-		if (tw__auth_key_load(tw__auth_key_path(g.key_file), &g.key, why, sizeof(why))) {
-			g.key = NULL;
-			fprintf(stderr, "twctl: %s%s\n", why, g.key_file ? "" : " (from $TW_KEY_FILE)");
+		if (tw_key_file_check(g.key_file, NULL, why, sizeof(why))) {
+			fprintf(stderr, "twctl: %s\n", why);
 			return EXIT_USAGE;
 		}
+		g.key_checked = true;
 	}
 	return 0;
 }
 
 /* ------------------------------------------------------------------ ls */
 
-static const char *state_name(int st)
-{
-	switch (st) {
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN: return "open";
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED: return "closed";
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED: return "flushed";
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST: return "LOST";
-	default: return "unknown";
-	}
-}
-
 /*
- * Every segment copy backup `c` lists: of log `log_id` (one) or of every log, page by page,
- * each handed to fn. Returns 0, or the error of a failed page (said on stderr).
+ * Every segment copy backup i lists: of log `log_id` (one) or of every log, each handed to fn.
+ * Returns 0, or the error of a failed request (said on stderr).
  */
-typedef void (*seg_fn)(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s);
+typedef void (*seg_fn)(void *arg, unsigned i, const struct tw_admin_segment *s);
 
 /* What the backups said about one log (check_log): known by one, or refused by one. */
 struct log_seen {
@@ -466,65 +446,47 @@ struct log_seen {
 	char why[768];           /* the first of them: its address and its reason */
 };
 
-static int list_backup(struct tw_peer *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
+static int list_backup(unsigned i, uint64_t log_id, bool one, seg_fn fn, void *arg,
 		       struct log_seen *seen)
 {
-	uint64_t from_log = log_id, from_seg = 0;
+	const struct tw_admin_log *lg = NULL;
+	int rc = tw_admin_list(adm, i, log_id, !one, fn, arg, one ? &lg : NULL);
 
-	for (;;) {
-		struct tw_rpc_req req;
-		struct tw_rpc_reply rep;
-		const Tailwind__ListSegmentsReply *r;
-		bool more;
-		int rc;
-
-		tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
-		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
-		if (rc) {
-			fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
-				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
-			tw__rpc_reply_release(&rep);
-			return rc;
-		}
-		r = rep.env->list_segments_reply;
-		if (seen && (r->log_known || r->log_epoch || r->n_segments))
-			seen->known = true; /* segments, lost records, a freed prefix, or an epoch */
-		if (seen && r->log_unavailable && r->log_unavailable[0] && from_seg == 0 &&
-		    seen->unavailable++ == 0)
-			snprintf(seen->why, sizeof(seen->why), "backup %s refuses it: %s", c->addr,
-				 r->log_unavailable);
-		for (size_t k = 0; fn && k < r->n_segments; k++)
-			fn(arg, c, r->segments[k]);
-		more = r->more && (!one || r->next_log_id == log_id);
-		from_log = r->next_log_id;
-		from_seg = r->next_segment_id;
-		tw__rpc_reply_release(&rep);
-		if (!more)
-			return 0;
+	if (rc) {
+		fprintf(stderr, "twctl: backup %s: %s\n", tw_admin_backup_addr(adm, i),
+			tw_admin_errmsg(adm, i));
+		return rc;
 	}
+	if (seen && lg && lg->known)
+		seen->known = true; /* segments, lost records, a freed prefix, or an epoch */
+	if (seen && lg && lg->unavailable && seen->unavailable++ == 0)
+		snprintf(seen->why, sizeof(seen->why), "backup %s refuses it: %s",
+			 tw_admin_backup_addr(adm, i), lg->unavailable);
+	return 0;
 }
 
 struct ls_out {
 	uint64_t total;
 };
 
-static void ls_print(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s)
+static void ls_print(void *arg, unsigned i, const struct tw_admin_segment *s)
 {
 	struct ls_out *o = arg;
+	const char *addr = tw_admin_backup_addr(adm, i);
 
 	if (g.json) {
 		printf("%s{\"backup\":", o->total ? "," : "");
-		json_str(stdout, c->addr);
+		json_str(stdout, addr);
 		printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64 ",\"state\":\"%s\","
 		       "\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64 ",\"checksum\":%u,"
 		       "\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,"
-		       "\"length\":%" PRIu64 "}", s->log_id, s->segment_id, state_name(s->state),
+		       "\"length\":%" PRIu64 "}", s->log_id, s->segment_id, tw_segment_state_name(s->state),
 		       s->valid_len, s->entries, s->checksum, s->replica_version, s->epoch,
 		       s->corrupt ? "true" : "false", s->length);
 	} else {
 		printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8" PRIu64
-		       " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr, s->log_id,
-		       s->segment_id, state_name(s->state), s->valid_len, s->entries, s->checksum,
+		       " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", addr, s->log_id,
+		       s->segment_id, tw_segment_state_name(s->state), s->valid_len, s->entries, s->checksum,
 		       s->replica_version, s->epoch, s->corrupt ? "CORRUPT" : "-");
 	}
 	o->total++;
@@ -565,12 +527,9 @@ static int cmd_ls(int argc, char **argv)
 	else if (up)
 		printf("%-22s %18s %8s %-8s %10s %8s %10s %4s %6s %s\n", "BACKUP", "LOG", "SEGMENT",
 		       "STATE", "VALID", "ENTRIES", "CHECKSUM", "VER", "EPOCH", "CORRUPT");
-	for (unsigned i = 0; i < g.nbk; i++) {
-		struct tw_peer *c = &conns[i];
-
-		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o, NULL) != 0)
+	for (unsigned i = 0; i < g.nbk; i++)
+		if (!up_at(i) || list_backup(i, log_id, one, ls_print, &o, NULL) != 0)
 			failed++;
-	}
 	if (g.json)
 		printf("],\"backups\":%u,\"reachable\":%u,\"failed\":%u}\n", g.nbk, up, failed);
 	else if (up)
@@ -581,12 +540,6 @@ static int cmd_ls(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------ stat */
-
-/* The pool's cap; a backup before growth (no buffers_max) has a fixed pool. */
-static unsigned max_of(const Tailwind__StatsReply *r)
-{
-	return r->buffers_max > r->buffers_total ? r->buffers_max : r->buffers_total;
-}
 
 static int cmd_stat(int argc, char **argv)
 {
@@ -612,60 +565,48 @@ static int cmd_stat(int argc, char **argv)
 		       "BUFS", "MAX", "FREE", "OPEN", "CLOSED", "FLUSHED", "FLUSHES", "BYTES_FLUSHED", "RPC_IN",
 		       "RPC_OUT", "CPU_S", "UPTIME_S");
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct tw_peer *c = &conns[i];
-		struct tw_rpc_req req;
-		struct tw_rpc_reply rep;
-		const Tailwind__StatsReply *r;
-		int rc;
+		const char *addr = tw_admin_backup_addr(adm, i);
+		const struct tw_admin_stats *r;
 
-		if (!c->rpc) {
+		if (!up_at(i)) {
 			failed++;
 			continue;
 		}
-		tw__rpc_req_stats(&req);
-		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
-		if (rc) {
-			fprintf(stderr, "twctl: backup %s: stats failed: %s (%s)\n", c->addr,
-				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
-			tw__rpc_reply_release(&rep);
+		if (tw_admin_stats(adm, i, &r) != 0) {
+			fprintf(stderr, "twctl: backup %s: %s\n", addr, tw_admin_errmsg(adm, i));
 			failed++;
 			continue;
 		}
-		r = rep.env->stats_reply;
 		if (g.json) {
 			printf("%s{\"backup\":", first ? "" : ",");
-			json_str(stdout, c->addr);
+			json_str(stdout, addr);
 			printf(",\"buffers_total\":%u,\"buffers_max\":%u,\"buffers_free\":%u,"
 			       "\"buffers_open\":%u,\"buffers_closed\":%u,\"buffers_flushed\":%u,\"flushes\":%" PRIu64
 			       ",\"bytes_flushed\":%" PRIu64 ",\"rpc_msgs_rx\":%" PRIu64
 			       ",\"rpc_msgs_tx\":%" PRIu64 ",\"rpc_bytes_rx\":%" PRIu64
 			       ",\"rpc_bytes_tx\":%" PRIu64 ",\"rpc_malformed\":%" PRIu64
 			       ",\"cpu_seconds\":%.3f,\"uptime_ms\":%" PRIu64 ",\"handlers\":{",
-			       r->buffers_total, max_of(r), r->buffers_free, r->buffers_open,
+			       r->buffers_total, r->buffers_max, r->buffers_free, r->buffers_open,
 			       r->buffers_closed, r->buffers_flushed, r->flushes, r->bytes_flushed,
 			       r->rpc_msgs_rx, r->rpc_msgs_tx, r->rpc_bytes_rx, r->rpc_bytes_tx,
 			       r->rpc_malformed, r->cpu_seconds, r->uptime_ms);
-			for (size_t k = 0; k < r->n_handlers; k++) {
-				int op = tw__rpc_op_of_case((int)r->handlers[k]->kind);
-
+			for (size_t k = 0; k < r->n_handlers; k++)
 				printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
-				       k ? "," : "", op >= 0 ? tw__rpc_op_name(op) : "other",
-				       r->handlers[k]->calls, r->handlers[k]->errors);
-			}
+				       k ? "," : "", r->handlers[k].kind, r->handlers[k].calls,
+				       r->handlers[k].errors);
 			printf("},\"detail\":");
-			json_str(stdout, r->message);
+			json_str(stdout, r->detail);
 			printf("}");
 		} else {
 			printf("%-22s %5u %5u %5u %5u %6u %7u %8" PRIu64 " %12" PRIu64 " %9" PRIu64
-			       " %9" PRIu64 " %8.2f %9.1f\n", c->addr, r->buffers_total, max_of(r),
+			       " %9" PRIu64 " %8.2f %9.1f\n", addr, r->buffers_total, r->buffers_max,
 			       r->buffers_free, r->buffers_open, r->buffers_closed, r->buffers_flushed,
 			       r->flushes, r->bytes_flushed, r->rpc_msgs_rx, r->rpc_msgs_tx, r->cpu_seconds,
 			       (double)r->uptime_ms / 1000.0);
-			if (r->message && r->message[0])
-				printf("%-22s   %s\n", "", r->message);
+			if (r->detail[0])
+				printf("%-22s   %s\n", "", r->detail);
 		}
 		first = false;
-		tw__rpc_reply_release(&rep);
 	}
 	if (g.json)
 		printf("],\"failed\":%u}\n", failed);
@@ -740,7 +681,7 @@ static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
 	}
 	up = connect_all();
 	for (unsigned i = 0; i < g.nbk; i++)
-		if (conns[i].rpc && list_backup(&conns[i], log_id, true, fn, arg, &seen) == 0)
+		if (up_at(i) && list_backup(i, log_id, true, fn, arg, &seen) == 0)
 			asked++;
 	disconnect_all();
 	if (g.no_provider)
@@ -1039,16 +980,26 @@ struct below {
 	bool any;
 };
 
-static void below_add(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s)
+static void below_add(void *arg, unsigned i, const struct tw_admin_segment *s)
 {
 	struct below *bl = arg;
 
-	(void)c;
+	(void)i;
 	if (!bl->any || s->segment_id > bl->last)
 		bl->last = s->segment_id;
 	bl->any = true;
-	if (s->segment_id < bl->mark) /* out of memory: the report names fewer segments */
-		(void)tw__push(&bl->ids, &bl->cap, &bl->n, sizeof(*bl->ids), 16, &s->segment_id);
+	if (s->segment_id >= bl->mark)
+		return;
+	if (bl->n == bl->cap) {
+		size_t cap = bl->cap ? bl->cap * 2 : 16;
+		uint64_t *ids = realloc(bl->ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return; /* out of memory: the report names fewer segments */
+		bl->ids = ids;
+		bl->cap = cap;
+	}
+	bl->ids[bl->n++] = s->segment_id;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -1104,7 +1055,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		if (opt == 'B' || opt == 'e')
 			fprintf(stderr, "twctl %s: --%s %s: expected an integer in %d..%" PRId64 "\n",
 				name, opt == 'B' ? "below" : "epoch", optarg, opt == 'e',
-				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_RPC_ID_MAX);
+				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_ID_MAX);
 		else
 			command_usage(stderr, find_command(name));
 		return EXIT_USAGE;

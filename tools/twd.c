@@ -25,12 +25,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <tailwind/admin.h>
 #include <tailwind/backup.h>
 #include <tailwind/common.h>
 
 #include "env_defaults.h"
 #include "exit.h"
-#include "proto/auth.h"
 #include "twd_coord.h"
 
 /* One line of words wrapped at 79 columns, each line indented by `ind`. */
@@ -593,20 +593,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 /* The key file, checked here for a clear message and exit 2 (the backup reads it again). */
 static int check_key(struct tw_backup_config *cfg)
 {
-	struct tw_auth_key *key;
+	const char *path = NULL;
 	char why[512];
-	int rc;
 
-	if (!tw__auth_key_path(cfg->key_file))
-		return 0;
-	cfg->key_file = tw__auth_key_path(cfg->key_file);
-	rc = tw__auth_key_load(cfg->key_file, &key, why, sizeof(why));
-	if (rc != 0) {
-		fprintf(stderr, "twd: %s%s\n", why, cfg->key_file == getenv("TW_KEY_FILE") ?
-			" (from $TW_KEY_FILE)" : "");
+	if (tw_key_file_check(cfg->key_file, &path, why, sizeof(why)) != 0) {
+		fprintf(stderr, "twd: %s\n", why);
 		return EXIT_USAGE;
 	}
-	tw__auth_key_free(key);
+	cfg->key_file = path ? path : ""; /* the file checked, or none */
 	return 0;
 }
 
@@ -747,7 +741,7 @@ int main(int argc, char **argv)
 		tw_backup_stop(b); /* a signal arrived during start-up */
 	pthread_mutex_unlock(&sig_lock);
 
-	if (!tw__auth_key_path(cfg->key_file))
+	if (!cfg->key_file[0]) /* check_key: "" when there is none */
 		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
 			"not authenticated; anyone who can reach this daemon can read, write and "
 			"fence its logs\n");

@@ -55,6 +55,10 @@ enum tw_error {
  */
 TW_API const char *tw_strerror(int err);
 
+/* Log ids, segment ids and replica versions are at most TW_ID_MAX (2^63 - 1): a backup refuses
+ * a larger one. Epochs are at most TW_EPOCH_MAX below. */
+#define TW_ID_MAX ((uint64_t)INT64_MAX)
+
 /*
  * Epochs name a log's owner generation (docs/recovery.md). They are at most TW_EPOCH_MAX: a
  * backup refuses a fence beyond it, so that a log always has room for the next takeover (a

@@ -5,6 +5,7 @@
 #define TAILWIND_TAILWIND_H
 
 #include <tailwind/common.h>
+#include <tailwind/admin.h>
 #include <tailwind/backup.h>
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
