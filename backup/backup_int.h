@@ -242,6 +242,7 @@ struct tw_backup {
 	/* Counters (stats lock; written by the progress thread, read by any thread). */
 	pthread_mutex_t st_lock;
 	struct tw_backup_stats st;
+	uint64_t rpc_calls[TW_BACKUP_RPC_KINDS]; /* per kind (tw_backup_get_rpc_calls), st_lock */
 
 	char errmsg[256];
 };

@@ -476,7 +476,8 @@ static int h_stats(void *arg, struct tw__rpc_call *call)
 			 " shm_peers_given_back=%" PRIu64 " logs_unavailable=%zu set_acked=%" PRIu64
 			 " set_acked_held=%" PRIu64 " set_acked_holding=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
-			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
+			 st.buffers_loaded, (uint64_t)b->pool.count[POOL_ZEROING], st.segments_corrupt,
+			 st.connections,
 			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown,
 			 fs.shm_av_peers, fs.shm_av_given_back, tw__bk_logs_unavailable(b),
 			 st.set_acked, st.set_acked_held, st.set_acked_holding);

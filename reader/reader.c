@@ -581,6 +581,7 @@ static int take(struct tw_reader *r, struct tw_reader_entry *e)
 		r->buf_len = r->buf_pos = 0;
 		return 0;
 	}
+	memset(e, 0, sizeof(*e)); /* the reserved tail too */
 	e->lsn = tw_pos_to_lsn((struct tw_pos){ (uint32_t)r->seg,
 						(uint32_t)(r->buf_off + r->buf_pos + at) });
 	e->data = payload;
@@ -896,7 +897,9 @@ uint64_t tw_reader_position(const struct tw_reader *r)
 
 static void reader_stats(const struct tw_reader *r, struct tw_reader_stats *out)
 {
-	if (r && out) {
+	memset(out, 0, sizeof(*out)); /* NULL r: zeros, as tw_ctx_get_stats */
+	out->backup = -1;
+	if (r) {
 		*out = r->st;
 		out->backup = r->cur;
 	}
@@ -915,10 +918,10 @@ const char *tw_reader_errmsg(const struct tw_reader *r)
 	return r ? r->errmsg : "";
 }
 
-void tw_reader_close(struct tw_reader *r)
+int tw_reader_close(struct tw_reader *r)
 {
 	if (!r)
-		return;
+		return 0;
 	grant_release(r);
 	for (size_t i = 0; r->bks && i < r->nbk; i++)
 		tw__peer_close(&r->bks[i].peer);
@@ -934,4 +937,5 @@ void tw_reader_close(struct tw_reader *r)
 	free(r->os_buf);
 	tw__auth_key_free(r->key);
 	free(r);
+	return 0;
 }

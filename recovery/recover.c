@@ -57,6 +57,9 @@ const char *tw_recover_phase_name(enum tw_recover_phase ph)
 	return "unknown";
 }
 
+_Static_assert(TW_RECOVER_PHASES <= TW_RECOVER_PHASES_MAX,
+	       "tw_recover_result.phase_ns has room for TW_RECOVER_PHASES_MAX phases");
+
 void tw__rc_seterr(struct rctx *c, const char *fmt, ...)
 {
 	va_list ap;

@@ -81,12 +81,14 @@ TW_API void tw_reader_config_init_sized(struct tw_reader_config *cfg, size_t siz
 
 struct tw_reader;
 
-/* One entry. data is borrowed until the next call on the reader. */
+/* One entry. data is borrowed until the next call on the reader. Its size is fixed for 1.x:
+ * new fields come from `reserved` (tw_reader_next zeroes it). */
 struct tw_reader_entry {
 	uint64_t lsn;     /* its position */
 	const void *data;
 	uint32_t len;
 	uint64_t epoch;   /* the log's epoch on the backup that served it */
+	uint64_t reserved[4]; /* 0 */
 };
 
 /*
@@ -135,8 +137,9 @@ TW_API void tw_reader_get_stats_sized(const struct tw_reader *r, struct tw_reade
 
 TW_API const char *tw_reader_errmsg(const struct tw_reader *r);
 
-/* Disconnect and free. NULL is fine. */
-TW_API void tw_reader_close(struct tw_reader *r);
+/* Disconnect and free. NULL is fine. Returns 0 (an int, as every other close: a later 1.x
+ * may report a failure here). */
+TW_API int tw_reader_close(struct tw_reader *r);
 
 #ifdef __cplusplus
 }
