@@ -4,8 +4,8 @@
  * thread (the one in tw_backup_run, or the owner thread while run is not running), except the
  * fields marked "flusher lock" and "stats lock".
  */
-#ifndef TW_REPLICA_BACKUP_INT_H
-#define TW_REPLICA_BACKUP_INT_H
+#ifndef TW_BACKUP_BACKUP_INT_H
+#define TW_BACKUP_BACKUP_INT_H
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -400,4 +400,4 @@ void tw__bk_readers_fini(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
 struct tw__rpc_call;
 int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call);
-#endif /* TW_REPLICA_BACKUP_INT_H */
+#endif /* TW_BACKUP_BACKUP_INT_H */

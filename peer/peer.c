@@ -139,12 +139,6 @@ void tw__peer_close(struct tw_peer *p)
 	p->up = false;
 }
 
-int tw__peer_reconnect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o)
-{
-	tw__peer_close(p);
-	return tw__peer_connect(p, fab, o);
-}
-
 bool tw__peer_ok(const struct tw_peer *p)
 {
 	return p->up && !p->lost && p->rpc && p->ch && !tw__chan_is_lost(p->ch);

@@ -99,9 +99,6 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
  * is cleared. NULL-safe on a closed peer. */
 void tw__peer_close(struct tw_peer *p);
 
-/* tw__peer_close, then tw__peer_connect. */
-int tw__peer_reconnect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o);
-
 /* Connected, handshaken and not lost. */
 bool tw__peer_ok(const struct tw_peer *p);
 

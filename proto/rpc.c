@@ -20,14 +20,10 @@
  * all from the one list TW_RPC_OPS in rpc.h. */
 #define OP_NAME(op, name, req, reply) [TW_RPC_##op] = #name,
 #define OP_REPLY_NAME(op, name, req, reply) [TW_RPC_##op] = #name "_reply",
-#define OP_REQ_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##req##__descriptor,
 #define OP_REPLY_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##reply##__descriptor,
 
 static const char *const op_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_NAME) };
 static const char *const reply_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_REPLY_NAME) };
-static const ProtobufCMessageDescriptor *const req_desc[TW_RPC_OP_COUNT] = {
-	TW_RPC_OPS(OP_REQ_DESC)
-};
 static const ProtobufCMessageDescriptor *const reply_desc[TW_RPC_OP_COUNT] = {
 	TW_RPC_OPS(OP_REPLY_DESC)
 };
@@ -92,11 +88,6 @@ const char *tw__rpc_status_name(int status)
 const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op)
 {
 	return op >= 0 && op < TW_RPC_OP_COUNT ? reply_desc[op] : NULL;
-}
-
-const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op)
-{
-	return op >= 0 && op < TW_RPC_OP_COUNT ? req_desc[op] : NULL;
 }
 
 /* ------------------------------------------------------------------ configuration */

@@ -374,7 +374,6 @@ int tw__rpc_client_expire(struct tw_rpc_client *cl);
 int tw__rpc_client_next_timeout_ms(const struct tw_rpc_client *cl);
 
 unsigned tw__rpc_client_inflight(const struct tw_rpc_client *cl);
-struct tw_chan *tw__rpc_client_chan(const struct tw_rpc_client *cl);
 /* Minor version of the peer, from the last reply frame (-1 before any reply). */
 int tw__rpc_client_peer_minor(const struct tw_rpc_client *cl);
 /* Message of the last failed call ("" if none): the peer's reply message or a local reason. */

@@ -23,7 +23,6 @@ int tw__rpc__alloc(const struct tw_rpc_config *in, size_t head, size_t per_call,
 		   size_t arena_first, struct tw_rpc_config *cfg, void **out);
 int tw__rpc__op_of_reply_case(int body_case);
 const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op);
-const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op);
 const ProtobufCMessage *tw__rpc__body(const Tailwind__Envelope *env);
 /* tw__rpc_encode with an explicit minor (tests send minor + 1). */
 int tw__rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
