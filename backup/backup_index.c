@@ -105,7 +105,11 @@ struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create)
 	return &b->logs[b->nlogs++];
 }
 
-int tw__bk_log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
+/* Mark a log unavailable on this backup (a bad file about it at start): logs an error naming it
+ * and the reason; later marks keep the first reason. 0 or -ENOMEM. */
+static int log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
+	TW_PRINTF(3, 4);
+static int log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
 {
 	struct logst *lg = tw__bk_log(b, log_id, true);
 	char why[400];
@@ -178,9 +182,9 @@ static int set_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint6
 		/* Not trusted, not dropped: a fence must never go back (a rewrite keeps it). */
 		if (epoch > lg->bad_epoch)
 			lg->bad_epoch = epoch;
-		return tw__bk_log_unavailable(b, log_id, "%s/" METALOG_NAME " records epoch %" PRIu64
-					      " for it, above the maximum %" PRIu64, b->cfg.dir,
-					      epoch, (uint64_t)TW_EPOCH_MAX);
+		return log_unavailable(b, log_id, "%s/" METALOG_NAME " records epoch %" PRIu64
+				       " for it, above the maximum %" PRIu64, b->cfg.dir,
+				       epoch, (uint64_t)TW_EPOCH_MAX);
 	}
 	if (epoch >= lg->epoch) {
 		lg->epoch = epoch;
@@ -391,7 +395,7 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 			if (epoch > TW_EPOCH_MAX) {
 				/* That log only: the others are served. Not ignored: a fence never
 				 * goes back. */
-				rc = tw__bk_log_unavailable(
+				rc = log_unavailable(
 					b, log_id, "epoch file %s/%s holds epoch %" PRIu64 ", above the "
 					"maximum %" PRIu64 " (an unchecked fence of an older twd, or a "
 					"damaged file): no takeover could follow it. If no primary of the "
@@ -458,9 +462,9 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 			good++;
 		}
 		if (s->epoch > TW_EPOCH_MAX) {
-			rc = tw__bk_log_unavailable(b, log_id, "segment file %s/%s says epoch %" PRIu64
-						    ", above the maximum %" PRIu64, b->cfg.dir,
-						    de->d_name, s->epoch, (uint64_t)TW_EPOCH_MAX);
+			rc = log_unavailable(b, log_id, "segment file %s/%s says epoch %" PRIu64
+					     ", above the maximum %" PRIu64, b->cfg.dir,
+					     de->d_name, s->epoch, (uint64_t)TW_EPOCH_MAX);
 			if (rc)
 				goto out_dir;
 		} else if (s->epoch > 0) {

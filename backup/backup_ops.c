@@ -15,8 +15,10 @@
 #include "backup/backup_int.h"
 
 
-int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
-		   size_t msglen)
+/* Ownership checks (backup_ops.c). check_epoch: epoch not older than the log's. check_owner:
+ * also, at the log's current epoch, the same incarnation as its owner. -TW_EFENCED + msg. */
+static int check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+		       size_t msglen)
 {
 	struct logst *lg = tw__bk_log(b, log_id, false);
 
@@ -38,7 +40,7 @@ int tw__bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uin
 		   char *msg, size_t msglen)
 {
 	struct logst *lg = tw__bk_log(b, log_id, false);
-	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;
@@ -92,7 +94,9 @@ void tw__bk_scan_open(struct tw_backup *b, struct seg *s)
 	s->entries = sr.entries;
 }
 
-void tw__bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
+/* Make pool buffer pb ready for a use under `seed`: zero it when its stale bytes could validate
+ * under that seed (seed 0, or the seed of its last use), then record the seed. */
+static void buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
 {
 	if (!pb->zeroed && (seed == 0 || seed == pb->seed)) {
 		/* Its stale bytes were written under this very seed (or an unseeded open wants a
@@ -330,7 +334,7 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 	s->flush_tries = 0;
 	s->owner = c ? c->id : 0;
 	/* Reused as it is (docs/log-format.md §7, "Reuse without zeroing"). */
-	tw__bk_buf_prepare(b, pb, o->seed);
+	buf_prepare(b, pb, o->seed);
 	s->buf = pb;
 	pb->seg = s;
 	tw__pool_set_state(p, pb, POOL_OPEN);
@@ -440,7 +444,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 		return -ENOMEM;
 	}
 	if (lg->unavail)
-		return tw__bk_check_epoch(b, log_id, new_epoch, msg, msglen); /* says why */
+		return check_epoch(b, log_id, new_epoch, msg, msglen); /* says why */
 	*epoch_out = lg->epoch;
 	*owner_out = lg->owner;
 	if (lg->hold_conn && lg->hold_inc != incarnation && (!c || c->id != lg->hold_conn)) {
@@ -574,7 +578,7 @@ static void drop_seg(struct tw_backup *b, struct seg *s)
 	bool in_flush = pb && pb->in_flush;
 
 	if (in_flush) {
-		/* Its flush still runs: finish there (tw__bk_job_done removes the file). */
+		/* Its flush still runs: finish there (job_done in backup_flush.c removes the file). */
 		s->freed = true;
 		b->index_dirty = true;
 		return;
@@ -619,7 +623,7 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 	/* Deleting takes the log from its owner: only the owner, or a newer epoch (after a
 	 * fence). Freeing a closed prefix is log cleaning: any peer at the current epoch. */
 	rc = delete_log ? tw__bk_check_owner(b, log_id, epoch, incarnation, msg, msglen)
-			: tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
+			: check_epoch(b, log_id, epoch, msg, msglen);
 	if (rc)
 		return rc;
 	if (delete_log)
@@ -770,7 +774,7 @@ int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_
 {
 	struct pool_buf *pb;
 	struct seg *s;
-	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;

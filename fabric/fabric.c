@@ -50,7 +50,7 @@ void tw__fab_open_errmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t tw__fab_random64(void)
+static uint64_t random64(void)
 {
 	uint64_t v = 0;
 	ssize_t n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
@@ -89,8 +89,8 @@ void tw__fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const st
 	fab->cfg = *cfg;
 	if (ev)
 		fab->ev = *ev;
-	fab->key_seed = tw__fab_random64();
-	fab->next_chan_id = 1 + (uint32_t)(tw__fab_random64() & 0xffff);
+	fab->key_seed = random64();
+	fab->next_chan_id = 1 + (uint32_t)(random64() & 0xffff);
 	tw__fab_clock(fab);
 }
 
@@ -548,7 +548,7 @@ int tw__fab_check_deadlines(struct tw_fab *fab)
 	return n;
 }
 
-uint64_t tw__fab_next_deadline(const struct tw_fab *fab)
+static uint64_t next_deadline(const struct tw_fab *fab)
 {
 	uint64_t d = UINT64_MAX;
 
@@ -716,7 +716,7 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 				break;
 			wait_ms = (int)((end - real + 999999) / 1000000u);
 		}
-		next = tw__fab_next_deadline(fab);
+		next = next_deadline(fab);
 		if (next != UINT64_MAX) {
 			uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
 

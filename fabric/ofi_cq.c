@@ -68,7 +68,7 @@ void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
 	of->cfree = ctx;
 }
 
-void tw__ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
+static void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
 	ctx->ch = ch;
 	if (ch->peer) { /* shm: the AV entry stays while the provider holds this */
@@ -598,7 +598,7 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 			ssize_t r = fn(of, ch, ctx, arg);
 			if (r == 0) {
 				ctx->deadline_ns = tw__fab_op_deadline(&of->base);
-				tw__ctx_link(ch, ctx);
+				ctx_link(ch, ctx);
 				return 0;
 			}
 			if (r != -FI_EAGAIN) {

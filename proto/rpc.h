@@ -576,11 +576,4 @@ struct tw_rpc_server_stats {
 };
 void tw__rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 
-/*
- * Low-level: frame and send one envelope on `ch` (`env` borrowed for the call) using a
- * caller buffer of `cap` bytes. For tests and tools; the client and server use it internally.
- */
-int tw__rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
-			 size_t max_msg);
-
 #endif /* TW_PROTO_RPC_H */
