@@ -763,6 +763,7 @@ static int cmd_fence(int argc, char **argv)
 struct out {
 	FILE *f;
 	int err;
+	bool direct; /* a pipe or device, written as it comes (no FILE.tmp) */
 };
 
 static int write_entry(void *arg, const struct tw_recovered_entry *e)
@@ -778,6 +779,131 @@ static int write_entry(void *arg, const struct tw_recovered_entry *e)
 		return 1;
 	}
 	return 0;
+}
+
+/*
+ * recover -o: where the entries go. "-": stdout; a pipe or device: written as it comes; a file:
+ * FILE.tmp (into tmp), renamed at the end. 0, or the exit code after saying why.
+ */
+static int open_output(const char *output, struct out *o, char *tmp, size_t tmplen)
+{
+	struct stat ost;
+
+	if (!output)
+		return 0;
+	if (strcmp(output, "-") == 0) {
+		o->f = stdout;
+		return 0;
+	}
+	if (stat(output, &ost) == 0 && !S_ISREG(ost.st_mode)) {
+		o->f = fopen(output, "wb");
+		if (!o->f) {
+			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
+				strerror(errno));
+			return EXIT_STORAGE;
+		}
+		o->direct = true;
+		return 0;
+	}
+	if (snprintf(tmp, tmplen, "%s.tmp", output) >= (int)tmplen) {
+		fprintf(stderr, "twctl recover: output path too long\n");
+		return EXIT_USAGE;
+	}
+	o->f = fopen(tmp, "wb");
+	if (!o->f) {
+		fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp, strerror(errno));
+		return EXIT_STORAGE;
+	}
+	return 0;
+}
+
+/* Close what open_output opened; only a complete, successful recovery (rc 0) leaves FILE
+ * behind. Returns rc, or the first error of writing, closing or renaming. */
+static int close_output(const char *output, struct out *o, const char *tmp, int rc)
+{
+	if (o->f && o->f != stdout && fclose(o->f) != 0 && !o->err)
+		o->err = errno;
+	if (o->err) {
+		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o->err));
+		rc = rc ? rc : -o->err;
+	}
+	if (o->f && o->f != stdout && !o->direct) {
+		if (rc == 0 && rename(tmp, output) != 0) {
+			fprintf(stderr, "twctl recover: renaming %s to %s: %s\n", tmp, output,
+				strerror(errno));
+			rc = -errno;
+		}
+		if (rc != 0)
+			unlink(tmp);
+	}
+	return rc;
+}
+
+/* recover --json: one document on stdout. */
+static void recover_json(uint64_t log_id, int rc, const char *err,
+			 const struct tw_recover_result *r)
+{
+	printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"error\":", log_id, rc ? "false" : "true");
+	json_str(stdout, rc ? err : "");
+	printf(",\"epoch\":%" PRIu64 ",\"backups\":%u,\"reachable\":%u,\"fenced\":%u,"
+	       "\"segments\":%" PRIu64 ",\"first_segment\":%" PRIu64 ",\"last_segment\":%"
+	       PRIu64 ",\"entries\":%" PRIu64 ",\"payload_bytes\":%" PRIu64 ",\"log_bytes\":%"
+	       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
+	       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
+	       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"copies_lost\":%" PRIu64
+	       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64
+	       ",\"copies_repaired\":%" PRIu64 ",\"phase_ms\":{",
+	       r->epoch, r->backups, r->backups_reached, r->backups_fenced, r->segments,
+	       r->first_segment, r->last_segment, r->entries, r->payload_bytes,
+	       r->log_bytes, r->copies_listed, r->copies_corrupt, r->copies_stale,
+	       r->refetches, r->segments_missing, r->offsets_recorded, r->copies_lost,
+	       r->segments_lost, r->free_below, r->copies_repaired);
+	for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
+		printf("%s\"%s\":%.3f", ph ? "," : "",
+		       tw_recover_phase_name((enum tw_recover_phase)ph),
+		       (double)r->phase_ns[ph] / 1e6);
+	printf("}}\n");
+}
+
+/* The recover summary for people, on f (stderr when the entries go to stdout). */
+static void recover_text(FILE *f, uint64_t log_id, int rc, bool verify, bool no_fence,
+			 const char *output, const struct tw_recover_result *r)
+{
+	fprintf(f, "log %#" PRIx64 ": %s\n", log_id, rc ? "recovery FAILED" :
+		(verify ? "verified" : "recovered"));
+	fprintf(f, "  epoch          %" PRIu64 "%s\n", r->epoch, no_fence ? " (not fenced)" : "");
+	fprintf(f, "  backups        %u reachable of %u, %u fenced\n", r->backups_reached,
+		r->backups, r->backups_fenced);
+	if (r->segments)
+		fprintf(f, "  segments       %" PRIu64 " (%" PRIu64 " .. %" PRIu64 ")\n",
+			r->segments, r->first_segment, r->last_segment);
+	else
+		fprintf(f, "  segments       0\n");
+	fprintf(f, "  entries        %" PRIu64 " (%" PRIu64 " payload bytes, %" PRIu64
+		" log bytes verified)\n", r->entries, r->payload_bytes, r->log_bytes);
+	fprintf(f, "  copies         %" PRIu64 " listed, %" PRIu64 " corrupt, %" PRIu64
+		" stale, %" PRIu64 " refetched\n", r->copies_listed, r->copies_corrupt,
+		r->copies_stale, r->refetches);
+	if (r->copies_lost)
+		fprintf(f, "  lost copies    %" PRIu64 " (opened on a backup, gone after its "
+			"restart)\n", r->copies_lost);
+	if (r->segments_lost)
+		fprintf(f, "  LOST           %" PRIu64 " segment(s): every copy is gone\n",
+			r->segments_lost);
+	else if (r->segments_missing)
+		fprintf(f, "  MISSING        %" PRIu64 " segment(s) without a usable copy\n",
+			r->segments_missing);
+	fprintf(f, "  recorded       %" PRIu64 " recovered offsets", r->offsets_recorded);
+	if (r->copies_repaired)
+		fprintf(f, ", %" PRIu64 " short copies completed", r->copies_repaired);
+	fprintf(f, "\n");
+	fprintf(f, "  time (ms)     ");
+	for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
+		fprintf(f, " %s %.2f", tw_recover_phase_name((enum tw_recover_phase)ph),
+			(double)r->phase_ns[ph] / 1e6);
+	fprintf(f, "\n");
+	if (output && !rc)
+		fprintf(f, "  output         %s\n", output);
 }
 
 static int cmd_recover(int argc, char **argv)
@@ -797,10 +923,8 @@ static int cmd_recover(int argc, char **argv)
 	const char *output = NULL;
 	bool verify = false, no_record = false, no_fence = false, create = false, force = false;
 	uint64_t log_id, epoch = 0;
-	struct out o = { NULL, 0 };
-	char err[512], tmp[4096];
-	struct stat ost;
-	bool direct = false;
+	struct out o = { NULL, 0, false };
+	char err[512], tmp[4096] = "";
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
@@ -853,112 +977,20 @@ static int cmd_recover(int argc, char **argv)
 	/* A log nothing holds: say so and change nothing (no fence, no coordinator record). */
 	if (!create && (rc = check_log("recover", log_id, NULL, NULL)) != EXIT_OK)
 		return rc;
-	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
-	    !S_ISREG(ost.st_mode)) {
-		/* A pipe or device: written as it comes (no rename possible). */
-		o.f = fopen(output, "wb");
-		if (!o.f) {
-			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
-				strerror(errno));
-			return EXIT_STORAGE;
-		}
-		direct = true;
-	} else if (output && strcmp(output, "-") != 0) {
-		if (snprintf(tmp, sizeof(tmp), "%s.tmp", output) >= (int)sizeof(tmp)) {
-			fprintf(stderr, "twctl recover: output path too long\n");
-			return EXIT_USAGE;
-		}
-		o.f = fopen(tmp, "wb");
-		if (!o.f) {
-			fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp,
-				strerror(errno));
-			return EXIT_STORAGE;
-		}
-	} else if (output) {
-		o.f = stdout;
-	}
+	if ((rc = open_output(output, &o, tmp, sizeof(tmp))) != 0)
+		return rc;
 	recover_cfg(&cfg, log_id, epoch);
 	cfg.no_record = no_record;
 	cfg.no_fence = no_fence;
 	if (g.coord && !no_fence && twctl_coord_epoch(g.coord, g.timeout_ms, "recover", &cfg) < 0)
 		return EXIT_FAIL;
 	rc = tw_recover(&cfg, write_entry, &o, &res, err, sizeof(err));
-	if (o.f && o.f != stdout && fclose(o.f) != 0 && !o.err)
-		o.err = errno;
-	if (o.err) {
-		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o.err));
-		rc = rc ? rc : -o.err;
-	}
-	if (o.f && o.f != stdout && !direct) {
-		/* Only a complete, successful recovery leaves FILE behind. */
-		if (rc == 0 && rename(tmp, output) != 0) {
-			fprintf(stderr, "twctl recover: renaming %s to %s: %s\n", tmp, output,
-				strerror(errno));
-			rc = -errno;
-		}
-		if (rc != 0)
-			unlink(tmp);
-	}
-	if (g.json) {
-		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"error\":", log_id, rc ? "false" : "true");
-		json_str(stdout, rc ? err : "");
-		printf(",\"epoch\":%" PRIu64 ",\"backups\":%u,\"reachable\":%u,\"fenced\":%u,"
-		       "\"segments\":%" PRIu64 ",\"first_segment\":%" PRIu64 ",\"last_segment\":%"
-		       PRIu64 ",\"entries\":%" PRIu64 ",\"payload_bytes\":%" PRIu64 ",\"log_bytes\":%"
-		       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
-		       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
-		       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"copies_lost\":%" PRIu64
-		       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64
-		       ",\"copies_repaired\":%" PRIu64 ",\"phase_ms\":{",
-		       res.epoch, res.backups, res.backups_reached, res.backups_fenced, res.segments,
-		       res.first_segment, res.last_segment, res.entries, res.payload_bytes,
-		       res.log_bytes, res.copies_listed, res.copies_corrupt, res.copies_stale,
-		       res.refetches, res.segments_missing, res.offsets_recorded, res.copies_lost,
-		       res.segments_lost, res.free_below, res.copies_repaired);
-		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
-			printf("%s\"%s\":%.3f", ph ? "," : "",
-			       tw_recover_phase_name((enum tw_recover_phase)ph),
-			       (double)res.phase_ns[ph] / 1e6);
-		printf("}}\n");
-	} else {
-		FILE *f = o.f == stdout ? stderr : stdout;
-
-		fprintf(f, "log %#" PRIx64 ": %s\n", log_id, rc ? "recovery FAILED" :
-			(verify ? "verified" : "recovered"));
-		fprintf(f, "  epoch          %" PRIu64 "%s\n", res.epoch, no_fence ? " (not fenced)" : "");
-		fprintf(f, "  backups        %u reachable of %u, %u fenced\n", res.backups_reached,
-			res.backups, res.backups_fenced);
-		if (res.segments)
-			fprintf(f, "  segments       %" PRIu64 " (%" PRIu64 " .. %" PRIu64 ")\n",
-				res.segments, res.first_segment, res.last_segment);
-		else
-			fprintf(f, "  segments       0\n");
-		fprintf(f, "  entries        %" PRIu64 " (%" PRIu64 " payload bytes, %" PRIu64
-			" log bytes verified)\n", res.entries, res.payload_bytes, res.log_bytes);
-		fprintf(f, "  copies         %" PRIu64 " listed, %" PRIu64 " corrupt, %" PRIu64
-			" stale, %" PRIu64 " refetched\n", res.copies_listed, res.copies_corrupt,
-			res.copies_stale, res.refetches);
-		if (res.copies_lost)
-			fprintf(f, "  lost copies    %" PRIu64 " (opened on a backup, gone after its "
-				"restart)\n", res.copies_lost);
-		if (res.segments_lost)
-			fprintf(f, "  LOST           %" PRIu64 " segment(s): every copy is gone\n",
-				res.segments_lost);
-		else if (res.segments_missing)
-			fprintf(f, "  MISSING        %" PRIu64 " segment(s) without a usable copy\n",
-				res.segments_missing);
-		fprintf(f, "  recorded       %" PRIu64 " recovered offsets", res.offsets_recorded);
-		if (res.copies_repaired)
-			fprintf(f, ", %" PRIu64 " short copies completed", res.copies_repaired);
-		fprintf(f, "\n");
-		fprintf(f, "  time (ms)     ");
-		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
-			fprintf(f, " %s %.2f", tw_recover_phase_name((enum tw_recover_phase)ph),
-				(double)res.phase_ns[ph] / 1e6);
-		fprintf(f, "\n");
-		if (output && !rc)
-			fprintf(f, "  output         %s\n", output);
-	}
+	rc = close_output(output, &o, tmp, rc);
+	if (g.json)
+		recover_json(log_id, rc, err, &res);
+	else
+		recover_text(o.f == stdout ? stderr : stdout, log_id, rc, verify, no_fence, output,
+			     &res);
 	if (rc) {
 		fprintf(stderr, "twctl recover: %s\n", err[0] ? err : tw_strerror(rc));
 		return o.err && rc == -o.err ? EXIT_STORAGE : exit_for(rc);
