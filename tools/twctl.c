@@ -1150,6 +1150,93 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 
 /* ------------------------------------------------------------------ inspect */
 
+/* inspect --json: the report as one object (left open: entries may follow). */
+static void inspect_json(const char *path, const struct segfile_report *r, const char *verdict,
+			 const char *hdr_err)
+{
+	const struct segfile_hdr *h = &r->h;
+	const struct tw_scan_result *sr = &r->scan;
+
+	printf("{\"file\":");
+	json_str(stdout, path);
+	printf(",\"verdict\":\"%s\",\"reason\":", verdict);
+	json_str(stdout, r->why);
+	printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
+	       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
+	       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
+	       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
+	       ",\"format_version\":%u"
+	       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
+	       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h->log_id,
+	       h->segment_id, h->replica_version, h->epoch,
+	       h->state == SEGFILE_OPEN ? "open" : "closed", h->flags, h->checksum,
+	       h->valid_len, h->entries, h->buffer_size, h->flush_time_ns, h->seed,
+	       r->version_field, r->data_off, r->data_len,
+	       sr->valid_len, sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop),
+	       sr->stop_offset);
+}
+
+/* The inspect report for people. */
+static void inspect_text(const char *path, const struct segfile_report *r, const char *verdict,
+			 const char *hdr_err)
+{
+	const struct segfile_hdr *h = &r->h;
+	const struct tw_scan_result *sr = &r->scan;
+
+	printf("file            %s\n", path);
+	printf("verdict         %s%s%s\n", verdict, r->why[0] ? ": " : "", r->why);
+	if (hdr_err)
+		printf("header          INVALID (%s); fields below as read\n", hdr_err);
+	printf("log             %#" PRIx64 "\n", h->log_id);
+	printf("segment         %" PRIu64 "\n", h->segment_id);
+	printf("replica version %" PRIu64 "\n", h->replica_version);
+	printf("epoch           %" PRIu64 "\n", h->epoch);
+	printf("format          version %u, data at byte %" PRIu64 "\n", r->version_field,
+	       r->data_off);
+	printf("chain seed      0x%08x%s\n", h->seed, h->seed ? "" : " (unseeded)");
+	printf("state           %s\n", h->state == SEGFILE_OPEN ?
+	       "open (flushed while open: battery / shutdown)" : "closed");
+	printf("flags           0x%x%s\n", h->flags,
+	       h->flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
+	printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
+	       "0x%08x, buffer %" PRIu64 " bytes\n", h->valid_len, h->entries, h->checksum,
+	       h->buffer_size);
+	printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
+	       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr->valid_len,
+	       sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset,
+	       r->data_len);
+}
+
+/* inspect -e N: the first N entries of the valid prefix, offset, length, first bytes. */
+static void inspect_entries(const struct segfile_report *r, uint64_t show)
+{
+	struct tw_entry_iter it = { r->data, r->scan.valid_len, 0 };
+	const void *p;
+	uint32_t len;
+	size_t off;
+	uint64_t n = 0;
+
+	if (g.json)
+		printf(",\"entries_shown\":[");
+	else
+		printf("%10s %8s  %s\n", "OFFSET", "LENGTH", "FIRST BYTES");
+	while (n < show && tw_entry_next(&it, &p, &len, &off) == 1) {
+		char hex[3 * 16 + 1] = "";
+
+		for (uint32_t k = 0; k < len && k < 16; k++)
+			snprintf(hex + 3 * k, sizeof(hex) - 3 * k, "%02x ",
+				 ((const uint8_t *)p)[k]);
+		if (g.json)
+			printf("%s{\"offset\":%zu,\"length\":%u,\"head\":\"%s\"}", n ? "," : "",
+			       off, len, hex);
+		else
+			printf("%10zu %8u  %s%s\n", off, len, hex, len > 16 ? "..." : "");
+		n++;
+	}
+	if (g.json)
+		printf("]");
+}
+
 static int cmd_inspect(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -1157,8 +1244,6 @@ static int cmd_inspect(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct segfile_report r;
-	const struct segfile_hdr *h = &r.h;
-	const struct tw_scan_result *sr = &r.scan;
 	struct stat st;
 	uint64_t show = 0;
 	const char *path, *verdict, *hdr_err = NULL;
@@ -1214,75 +1299,12 @@ static int cmd_inspect(int argc, char **argv)
 		hdr_err = r.hdr_rc == -TW_EVERSION ? "newer format version" :
 			  "bad magic, header CRC, state or sizes";
 
-	if (g.json) {
-		printf("{\"file\":");
-		json_str(stdout, path);
-		printf(",\"verdict\":\"%s\",\"reason\":", verdict);
-		json_str(stdout, r.why);
-		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
-		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
-		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
-		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
-		       ",\"format_version\":%u"
-		       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
-		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h->log_id,
-		       h->segment_id, h->replica_version, h->epoch,
-		       h->state == SEGFILE_OPEN ? "open" : "closed", h->flags, h->checksum,
-		       h->valid_len, h->entries, h->buffer_size, h->flush_time_ns, h->seed,
-		       r.version_field, r.data_off, r.data_len,
-		       sr->valid_len, sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop),
-		       sr->stop_offset);
-	} else {
-		printf("file            %s\n", path);
-		printf("verdict         %s%s%s\n", verdict, r.why[0] ? ": " : "", r.why);
-		if (hdr_err)
-			printf("header          INVALID (%s); fields below as read\n", hdr_err);
-		printf("log             %#" PRIx64 "\n", h->log_id);
-		printf("segment         %" PRIu64 "\n", h->segment_id);
-		printf("replica version %" PRIu64 "\n", h->replica_version);
-		printf("epoch           %" PRIu64 "\n", h->epoch);
-		printf("format          version %u, data at byte %" PRIu64 "\n", r.version_field,
-		       r.data_off);
-		printf("chain seed      0x%08x%s\n", h->seed, h->seed ? "" : " (unseeded)");
-		printf("state           %s\n", h->state == SEGFILE_OPEN ?
-		       "open (flushed while open: battery / shutdown)" : "closed");
-		printf("flags           0x%x%s\n", h->flags,
-		       h->flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
-		printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
-		       "0x%08x, buffer %" PRIu64 " bytes\n", h->valid_len, h->entries, h->checksum,
-		       h->buffer_size);
-		printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
-		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr->valid_len,
-		       sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset,
-		       r.data_len);
-	}
-	if (show > 0) {
-		struct tw_entry_iter it = { r.data, sr->valid_len, 0 };
-		const void *p;
-		uint32_t len;
-		size_t off;
-		uint64_t n = 0;
-
-		if (g.json)
-			printf(",\"entries_shown\":[");
-		else
-			printf("%10s %8s  %s\n", "OFFSET", "LENGTH", "FIRST BYTES");
-		while (n < show && tw_entry_next(&it, &p, &len, &off) == 1) {
-			char hex[3 * 16 + 1] = "";
-
-			for (uint32_t k = 0; k < len && k < 16; k++)
-				snprintf(hex + 3 * k, sizeof(hex) - 3 * k, "%02x ",
-					 ((const uint8_t *)p)[k]);
-			if (g.json)
-				printf("%s{\"offset\":%zu,\"length\":%u,\"head\":\"%s\"}", n ? "," : "",
-				       off, len, hex);
-			else
-				printf("%10zu %8u  %s%s\n", off, len, hex, len > 16 ? "..." : "");
-			n++;
-		}
-		if (g.json)
-			printf("]");
-	}
+	if (g.json)
+		inspect_json(path, &r, verdict, hdr_err);
+	else
+		inspect_text(path, &r, verdict, hdr_err);
+	if (show > 0)
+		inspect_entries(&r, show);
 	if (g.json)
 		printf("}\n");
 	free(r.data);
