@@ -423,49 +423,46 @@ void twctl_coord_standby_usage(FILE *f)
 		"a newer owner took the log over) and the detail on stderr.\n");
 }
 
-int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
-			const char *key_file, int argc, char **argv)
-{
-	struct tw_ctx_config tc;
-	struct tw_primary_config cfg;
-	struct tw_standby_result st;
-	struct tw_standby_config sc;
-	struct tw_primary *p = NULL;
-	struct warm_view wv = { 0 };
-	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0, base;
-	bool have_log = false, hold = false, generated = false, warm = false;
-	char err[1024], owner[512] = "";
-	uint64_t epoch = 0, t0;
-	int rc, status = 0;
+/* twctl standby's command line. */
+struct standby_opts {
+	uint64_t log_id, n_append, size, wait_ms, replicas, seg;
+	bool hold, generated, warm;
+};
 
+/* Parse ARGS after `standby`; 0, or 2 (usage) after saying why. */
+static int standby_args(int argc, char **argv, struct standby_opts *o)
+{
+	bool have_log = false;
+
+	*o = (struct standby_opts){ .size = 64, .replicas = 3 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint64_t *dst = NULL;
 		bool suffix = false;
 
 		if (!strcmp(a, "--hold")) {
-			hold = true;
+			o->hold = true;
 			continue;
 		}
 		if (!strcmp(a, "--warm")) {
-			warm = true;
+			o->warm = true;
 			continue;
 		}
 		if (!strcmp(a, "-n") || !strcmp(a, "--append"))
-			dst = &n_append, generated = true;
+			dst = &o->n_append, o->generated = true;
 		else if (!strcmp(a, "-s") || !strcmp(a, "--size"))
-			dst = &size, suffix = true;
+			dst = &o->size, suffix = true;
 		else if (!strcmp(a, "-w") || !strcmp(a, "--wait"))
-			dst = &wait_ms;
+			dst = &o->wait_ms;
 		else if (!strcmp(a, "-r") || !strcmp(a, "--replicas"))
-			dst = &replicas;
+			dst = &o->replicas;
 		else if (!strcmp(a, "-S") || !strcmp(a, "--segment-size"))
-			dst = &seg, suffix = true;
+			dst = &o->seg, suffix = true;
 		else if (a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
 			fprintf(stderr, "twctl standby: unknown option '%s' (see twctl standby "
 				"--help)\n", a);
 			return 2;
-		} else if (!have_log && parse_num(a, &log_id, false) == 0) {
+		} else if (!have_log && parse_num(a, &o->log_id, false) == 0) {
 			have_log = true;
 			continue;
 		} else {
@@ -484,19 +481,131 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 		fprintf(stderr, "twctl standby: expected a LOG id (see twctl standby --help)\n");
 		return 2;
 	}
-	if (size < 8 || size > (64u << 20) || replicas < 1 || replicas > TW_PRIMARY_MAX_REPLICAS ||
-	    wait_ms > 0xffffffffu || (hold && !generated)) {
-		fprintf(stderr, "twctl standby: %s\n", hold && !generated ?
-			"--hold goes with --append N" : size < 8 || size > (64u << 20) ?
-			"--size: 8 .. 64M bytes" : wait_ms > 0xffffffffu ? "--wait: too long" :
+	if (o->size < 8 || o->size > (64u << 20) || o->replicas < 1 ||
+	    o->replicas > TW_PRIMARY_MAX_REPLICAS || o->wait_ms > 0xffffffffu ||
+	    (o->hold && !o->generated)) {
+		fprintf(stderr, "twctl standby: %s\n", o->hold && !o->generated ?
+			"--hold goes with --append N" : o->size < 8 || o->size > (64u << 20) ?
+			"--size: 8 .. 64M bytes" : o->wait_ms > 0xffffffffu ? "--wait: too long" :
 			"--replicas: 1 .. 16");
 		return 2;
 	}
+	return 0;
+}
+
+/* The took-over line: where the failover time went. */
+static void print_took_over(uint64_t log_id, bool warm, const struct tw_standby_result *st)
+{
+	printf("took-over log=%#" PRIx64 " epoch=%" PRIu64 " watched=%d lost_races=%u "
+	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
+	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f",
+	       log_id, st->epoch, st->watched, st->lost_races, st->gone_realtime_ns,
+	       ms(st->claim_ns), ms(st->connect_ns), ms(st->fence_ns), ms(st->recover_ns),
+	       st->recovery.entries, st->recovery.backups, ms(st->open_ns), ms(st->takeover_ns));
+	if (warm)
+		printf(" warm_entries=%" PRIu64 " warm_lsn=%#" PRIx64 " warm_stop_ms=%.2f",
+		       st->warm_entries, st->warm_lsn, ms(st->warm_stop_ns));
+	printf("\n");
+	fflush(stdout);
+}
+
+/* --append N: N entries of `size` bytes, entry k (counted from `base`, the entries already in
+ * the log) starting with k as 8 little-endian bytes. 0, the failed append's error, or 1 when
+ * there is no memory for the entry (said on stderr). */
+static int append_generated(struct tw_primary *p, uint64_t base, uint64_t n, uint64_t size)
+{
+	uint8_t *buf = malloc(size);
+	int rc = 0;
+
+	if (!buf) {
+		fprintf(stderr, "twctl standby: out of memory for a %" PRIu64 "-byte entry\n", size);
+		return 1;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t seq = base + i, t0;
+
+		memset(buf, (int)(seq & 0xff), size);
+		for (int b = 0; b < 8; b++)
+			buf[b] = (uint8_t)(seq >> (8 * b));
+		t0 = now_ns();
+		rc = tw_primary_append(p, buf, (uint32_t)size, NULL);
+		if (rc < 0)
+			break;
+		if (i == 0)
+			print_first(t0);
+		printf("acked %" PRIu64 "\n", seq + 1);
+		fflush(stdout);
+	}
+	free(buf);
+	return rc < 0 ? rc : 0;
+}
+
+/* Without --append: one entry per line of stdin (empty lines skipped). */
+static int append_stdin(struct tw_primary *p)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	bool first = true;
+	int rc = 0;
+
+	while ((len = getline(&line, &cap, stdin)) > 0) {
+		uint64_t lsn = 0, t0;
+
+		if (line[len - 1] == '\n')
+			line[--len] = '\0';
+		if (!len)
+			continue; /* an entry has at least one byte */
+		t0 = now_ns();
+		rc = tw_primary_append(p, line, (uint32_t)len, &lsn);
+		if (rc < 0)
+			break;
+		if (first)
+			print_first(t0);
+		first = false;
+		printf("acked %#" PRIx64 "\n", lsn);
+		fflush(stdout);
+	}
+	free(line);
+	return rc < 0 ? rc : 0;
+}
+
+/* --hold: keep the log open until SIGTERM or SIGINT. */
+static void hold_log(uint64_t log_id)
+{
+	sigset_t set;
+	int sig = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	printf("holding log %#" PRIx64 " (SIGTERM or SIGINT closes it)\n", log_id);
+	fflush(stdout);
+	sigwait(&set, &sig);
+}
+
+int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
+			const char *key_file, int argc, char **argv)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_standby_result st;
+	struct tw_standby_config sc;
+	struct tw_primary *p = NULL;
+	struct warm_view wv = { 0 };
+	struct standby_opts o;
+	char err[1024], owner[512] = "";
+	uint64_t epoch = 0;
+	int rc, status = 0;
+
+	if ((rc = standby_args(argc, argv, &o)) != 0)
+		return rc;
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner)) < 0)
+	if (tw__coord_log_info(coord, o.log_id, &epoch, owner, sizeof(owner)) < 0)
 		owner[0] = '\0'; /* a log the coordinator does not know yet: no owner */
-	printf("standby: log %#" PRIx64 ": %s%s\n", log_id, owner[0] ? "waiting for its owner "
+	printf("standby: log %#" PRIx64 ": %s%s\n", o.log_id, owner[0] ? "waiting for its owner "
 	       "to go: " : "no owner: taking it over now", owner);
 	fflush(stdout);
 	/* One ZooKeeper handle per process from here on: the primary's. (The C client's two
@@ -510,111 +619,47 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	tc.connect_timeout_ms = timeout_ms;
 	tc.key_file = key_file;
 	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.replicas = (unsigned)replicas;
-	if (seg)
-		cfg.segment_size = seg;
+	cfg.log_id = o.log_id;
+	cfg.replicas = (unsigned)o.replicas;
+	if (o.seg)
+		cfg.segment_size = o.seg;
 	/* The recovered entries are verified and counted (st.recovery.entries); twctl has no state to
 	 * rebuild from them. --warm: counted as the reader hands them over too (warm_entry). */
 	tw_standby_config_init(&sc);
-	sc.wait_ms = (unsigned)wait_ms;
+	sc.wait_ms = (unsigned)o.wait_ms;
 	sc.on_wait = print_watching;
-	sc.wait_arg = &log_id;
-	sc.warm = warm;
-	wv.log_id = log_id;
-	sc.on_entry = warm ? warm_entry : NULL;
-	sc.entry_arg = warm ? &wv : NULL;
+	sc.wait_arg = &o.log_id;
+	sc.warm = o.warm;
+	wv.log_id = o.log_id;
+	sc.on_entry = o.warm ? warm_entry : NULL;
+	sc.entry_arg = o.warm ? &wv : NULL;
 	rc = tw_primary_standby(&tc, &cfg, &sc, &st, &p, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
-			err);
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", o.log_id,
+			tw_strerror(rc), err);
 		return 1;
 	}
-	printf("took-over log=%#" PRIx64 " epoch=%" PRIu64 " watched=%d lost_races=%u "
-	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
-	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f",
-	       log_id, st.epoch, st.watched, st.lost_races, st.gone_realtime_ns, ms(st.claim_ns),
-	       ms(st.connect_ns), ms(st.fence_ns), ms(st.recover_ns), st.recovery.entries,
-	       st.recovery.backups,
-	       ms(st.open_ns), ms(st.takeover_ns));
-	if (warm)
-		printf(" warm_entries=%" PRIu64 " warm_lsn=%#" PRIx64 " warm_stop_ms=%.2f",
-		       st.warm_entries, st.warm_lsn, ms(st.warm_stop_ns));
-	printf("\n");
-	fflush(stdout);
+	print_took_over(o.log_id, o.warm, &st);
 	/* The entries in the log: the reader's (warm), then the recovery's. */
-	base = st.warm_entries + st.recovery.entries;
-
-	if (generated) {
-		uint8_t *buf = malloc(size);
-
-		if (!buf) {
-			tw_primary_close(p);
-			return 1;
-		}
-		for (uint64_t i = 0; i < n_append; i++) {
-			uint64_t seq = base + i;
-
-			memset(buf, (int)(seq & 0xff), size);
-			for (int b = 0; b < 8; b++)
-				buf[b] = (uint8_t)(seq >> (8 * b));
-			t0 = now_ns();
-			rc = tw_primary_append(p, buf, (uint32_t)size, NULL);
-			if (rc < 0)
-				break;
-			if (i == 0)
-				print_first(t0);
-			printf("acked %" PRIu64 "\n", seq + 1);
-			fflush(stdout);
-		}
-		free(buf);
-	} else {
-		char *line = NULL;
-		size_t cap = 0;
-		ssize_t len;
-		bool first = true;
-
-		while ((len = getline(&line, &cap, stdin)) > 0) {
-			uint64_t lsn = 0;
-
-			if (line[len - 1] == '\n')
-				line[--len] = '\0';
-			if (!len)
-				continue; /* an entry has at least one byte */
-			t0 = now_ns();
-			rc = tw_primary_append(p, line, (uint32_t)len, &lsn);
-			if (rc < 0)
-				break;
-			if (first)
-				print_first(t0);
-			first = false;
-			printf("acked %#" PRIx64 "\n", lsn);
-			fflush(stdout);
-		}
-		free(line);
+	rc = o.generated ? append_generated(p, st.warm_entries + st.recovery.entries, o.n_append,
+					    o.size) : append_stdin(p);
+	if (rc > 0) {
+		tw_primary_close(p);
+		return 1;
 	}
 	if (rc < 0) {
 		/* On stdout too (after the acked lines): a script sees why the stream ended. */
 		printf("append failed: %s%s\n", rc == -TW_EFENCED ? "fenced: " : "", tw_strerror(rc));
 		fflush(stdout);
-		fprintf(stderr, "twctl standby: log %#" PRIx64 ": append: %s: %s\n", log_id,
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": append: %s: %s\n", o.log_id,
 			tw_strerror(rc), tw_primary_errmsg(p));
 		status = 1;
-	} else if (hold) {
-		sigset_t set;
-		int sig = 0;
-
-		sigemptyset(&set);
-		sigaddset(&set, SIGTERM);
-		sigaddset(&set, SIGINT);
-		sigprocmask(SIG_BLOCK, &set, NULL);
-		printf("holding log %#" PRIx64 " (SIGTERM or SIGINT closes it)\n", log_id);
-		fflush(stdout);
-		sigwait(&set, &sig);
+	} else if (o.hold) {
+		hold_log(o.log_id);
 	}
 	rc = tw_primary_close(p);
 	if (rc < 0 && !status) {
-		fprintf(stderr, "twctl standby: log %#" PRIx64 ": close: %s\n", log_id,
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": close: %s\n", o.log_id,
 			tw_strerror(rc));
 		status = 1;
 	}
