@@ -165,40 +165,12 @@ static const char *state_name(const struct seg *s)
 
 static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
 
-int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
-		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen)
+/* An open that must be refused before anything else is looked at: the log exists (create),
+ * the segment is being freed, older, open for another owner, or open with another seed. */
+static int open_refused(struct tw_backup *b, const struct bk_seg_req *r,
+			const struct bk_open_req *o, const struct seg *s, const struct logst *lg,
+			bool same_owner, char *msg, size_t msglen)
 {
-	struct pool *p = &b->pool;
-	struct pool_buf *pb;
-	struct logst *lg;
-	struct seg *s;
-	bool same_owner;
-	int rc;
-
-	if (o->length == 0 || o->length > p->size) {
-		snprintf(msg, msglen, "length %" PRIu64 ": must be between 1 and %zu (this backup's "
-			 "buffer size)", o->length, p->size);
-		return -EINVAL;
-	}
-	if (r->offset > o->length) {
-		snprintf(msg, msglen, "offset %" PRIu64 " is past the requested length %" PRIu64,
-			 r->offset, o->length);
-		return -EINVAL;
-	}
-	if (r->epoch > TW_EPOCH_MAX) {
-		snprintf(msg, msglen, "epoch %" PRIu64 " is above the maximum %" PRIu64, r->epoch,
-			 (uint64_t)TW_EPOCH_MAX);
-		return -EINVAL;
-	}
-	rc = tw__bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
-	if (rc)
-		return rc;
-
-	s = tw__bk_seg_find(b, r->log_id, r->segment_id);
-	lg = tw__bk_log(b, r->log_id, false);
-	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
-	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
-		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
 	if (o->create_log && !same_owner && tw__bk_log_known(b, r->log_id)) {
 		snprintf(msg, msglen, "log %016" PRIx64 " already exists on this backup (epoch %"
 			 PRIu64 "%s): a plain open only creates new logs; take it over to continue "
@@ -229,25 +201,46 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 			 r->log_id, r->segment_id, s->seed, o->seed);
 		return -EINVAL;
 	}
-	if (s && s->state == SEG_OPEN) {
-		/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
-		 * Hand out the same bytes. */
-		rc = tw__pool_ensure_mr(p, s->buf);
-		if (rc) {
-			snprintf(msg, msglen, "cannot register the buffer again: %s",
-				 tw_strerror(rc));
-			return rc;
-		}
-		s->owner = c ? c->id : 0;
-		s->version = r->version;
-		if (r->epoch > s->epoch)
-			s->epoch = r->epoch;
-		if (o->length > s->length)
-			s->length = o->length;
-		tw__mr_rkey(s->buf->mr, rk_out);
-		rk_out->len = s->length;
-		return 0;
+	return 0;
+}
+
+/* The owner's open segment asked for again: a retried open whose reply was lost, or a
+ * reconnect. Hand out the same bytes. */
+static int reopen_own(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		      const struct bk_open_req *o, struct seg *s, struct tw_rkey *rk_out,
+		      char *msg, size_t msglen)
+{
+	int rc;
+
+	/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
+	 * Hand out the same bytes. */
+	rc = tw__pool_ensure_mr(&b->pool, s->buf);
+	if (rc) {
+		snprintf(msg, msglen, "cannot register the buffer again: %s",
+			 tw_strerror(rc));
+		return rc;
 	}
+	s->owner = c ? c->id : 0;
+	s->version = r->version;
+	if (r->epoch > s->epoch)
+		s->epoch = r->epoch;
+	if (o->length > s->length)
+		s->length = o->length;
+	tw__mr_rkey(s->buf->mr, rk_out);
+	rk_out->len = s->length;
+	return 0;
+}
+
+/* A segment this backup does not hold open: refused if it ever held it (or freed it), else a
+ * buffer is admitted, recorded durably and granted. */
+static int open_fresh(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		      const struct bk_open_req *o, struct seg *s, struct logst *lg,
+		      struct tw_rkey *rk_out, char *msg, size_t msglen)
+{
+	struct pool *p = &b->pool;
+	struct pool_buf *pb;
+	int rc;
+
 	/* Never overwrite a segment held here. The one exception: the log's owner re-creating
 	 * a replica at a higher replica version over its own older flushed copy (a backup that
 	 * restarted and rejoined, docs/failover.md); the older copy stays until the flush. */
@@ -345,6 +338,47 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch,
 		     r->version, o->seed);
 	return 0;
+}
+
+int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen)
+{
+	struct pool *p = &b->pool;
+	struct logst *lg;
+	struct seg *s;
+	bool same_owner;
+	int rc;
+
+	if (o->length == 0 || o->length > p->size) {
+		snprintf(msg, msglen, "length %" PRIu64 ": must be between 1 and %zu (this backup's "
+			 "buffer size)", o->length, p->size);
+		return -EINVAL;
+	}
+	if (r->offset > o->length) {
+		snprintf(msg, msglen, "offset %" PRIu64 " is past the requested length %" PRIu64,
+			 r->offset, o->length);
+		return -EINVAL;
+	}
+	if (r->epoch > TW_EPOCH_MAX) {
+		snprintf(msg, msglen, "epoch %" PRIu64 " is above the maximum %" PRIu64, r->epoch,
+			 (uint64_t)TW_EPOCH_MAX);
+		return -EINVAL;
+	}
+	rc = tw__bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
+	if (rc)
+		return rc;
+
+	s = tw__bk_seg_find(b, r->log_id, r->segment_id);
+	lg = tw__bk_log(b, r->log_id, false);
+	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
+	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
+		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
+	rc = open_refused(b, r, o, s, lg, same_owner, msg, msglen);
+	if (rc)
+		return rc;
+	if (s && s->state == SEG_OPEN)
+		return reopen_own(b, c, r, o, s, rk_out, msg, msglen);
+	return open_fresh(b, c, r, o, s, lg, rk_out, msg, msglen);
 }
 
 int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
