@@ -236,6 +236,66 @@ static const struct fab_ops ofi_ops = {
  * fabric, domain, send ring, then the EQ (MSG) or the shared endpoint (RDM). On failure the
  * caller releases what was opened.
  */
+/* Why fi_getinfo found nothing for `prov` (rc): the provider missing here, or the address not
+ * this machine's (asked again without it), or libfabric's own error. The error to return. */
+static int getinfo_failed(struct ofi_fab *of, const char *prov, const char *node,
+			  const char *service, int rc)
+{
+	char avail[256];
+
+	list_providers(avail, sizeof(avail));
+	if ((rc == -FI_ENODATA || !of->info) && node) {
+		/* The provider may be fine and the address the problem: ask without it. */
+		struct fi_info *probe = NULL;
+		bool prov_ok = fi_getinfo(OFI_VERSION, NULL, NULL, 0, of->hints, &probe) == 0 &&
+			       probe;
+
+		fi_freeinfo(probe);
+		if (prov_ok) {
+			tw__fab_open_errmsg("provider '%s' cannot use the address '%s%s%s': not "
+					"a name or address of this machine (give a local "
+					"address, e.g. 127.0.0.1 or this host's IP)", prov,
+					node, service ? ":" : "", service ? service : "");
+			return -EADDRNOTAVAIL;
+		}
+	}
+	if (rc == -FI_ENODATA || !of->info) {
+		tw__fab_open_errmsg("provider '%s' is not available here (with the required "
+				"capabilities); this machine offers: %s",
+				prov, avail);
+		return -TW_ENOPROV;
+	}
+	tw__fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
+			fi_strerror(-rc), avail);
+	return tw__ofi_errno(rc);
+}
+
+/* FI_EP_MSG: the event queue of connection requests, with a wait fd when it has one. */
+static int open_msg_eq(struct ofi_fab *of)
+{
+	struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
+	int rc;
+
+	rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+	if (rc) {
+		ea.wait_obj = FI_WAIT_NONE;
+		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+	}
+	if (rc) {
+		tw__fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
+	}
+	if (ea.wait_obj == FI_WAIT_FD && fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 &&
+	    of->eq_fd >= 0) {
+		struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
+		epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
+	} else {
+		of->eq_fd = -1;
+		of->nofd++;
+	}
+	return 0;
+}
+
 static int setup(struct ofi_fab *of, const char *prov)
 {
 	const struct tw_fab_config *cfg = &of->base.cfg;
@@ -284,35 +344,8 @@ static int setup(struct ofi_fab *of, const char *prov)
 	 * "Resetting after a peer loss"). */
 	of->base.loss_blocks = !strcmp(name, "shm");
 	rc = fi_getinfo(OFI_VERSION, node, service, flags, of->hints, &of->info);
-	if (rc || !of->info) {
-		char avail[256];
-
-		list_providers(avail, sizeof(avail));
-		if ((rc == -FI_ENODATA || !of->info) && node) {
-			/* The provider may be fine and the address the problem: ask without it. */
-			struct fi_info *probe = NULL;
-			bool prov_ok = fi_getinfo(OFI_VERSION, NULL, NULL, 0, of->hints, &probe) == 0 &&
-				       probe;
-
-			fi_freeinfo(probe);
-			if (prov_ok) {
-				tw__fab_open_errmsg("provider '%s' cannot use the address '%s%s%s': not "
-						"a name or address of this machine (give a local "
-						"address, e.g. 127.0.0.1 or this host's IP)", prov,
-						node, service ? ":" : "", service ? service : "");
-				return -EADDRNOTAVAIL;
-			}
-		}
-		if (rc == -FI_ENODATA || !of->info) {
-			tw__fab_open_errmsg("provider '%s' is not available here (with the required "
-					"capabilities); this machine offers: %s",
-					prov, avail);
-			return -TW_ENOPROV;
-		}
-		tw__fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
-				fi_strerror(-rc), avail);
-		return tw__ofi_errno(rc);
-	}
+	if (rc || !of->info)
+		return getinfo_failed(of, prov, node, service, rc);
 	read_back(of);
 	if (cfg->strict != TW_FAB_STRICT_OFF && (rc = tw__strict_read_back(of)) < 0)
 		return rc;
@@ -357,26 +390,7 @@ static int setup(struct ofi_fab *of, const char *prov)
 	}
 	if (of->base.rdm)
 		return tw__rdm_open_ep(of);
-	struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
-
-	rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
-	if (rc) {
-		ea.wait_obj = FI_WAIT_NONE;
-		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
-	}
-	if (rc) {
-		tw__fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
-		return tw__ofi_errno(rc);
-	}
-	if (ea.wait_obj == FI_WAIT_FD && fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 &&
-	    of->eq_fd >= 0) {
-		struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
-		epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
-	} else {
-		of->eq_fd = -1;
-		of->nofd++;
-	}
-	return 0;
+	return open_msg_eq(of);
 }
 
 /*
