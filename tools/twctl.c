@@ -26,10 +26,8 @@
 #include <tailwind/log_format.h>
 #include <tailwind/recovery.h>
 
-#include "core/util.h"
 #include "env_defaults.h"
 #include "exit.h"
-#include "backup/segfile.h"
 #include "twctl_coord.h"
 #include "twctl_tail.h"
 
@@ -769,11 +767,11 @@ struct out {
 static int write_entry(void *arg, const struct tw_recovered_entry *e)
 {
 	struct out *o = arg;
-	uint8_t len[4];
+	uint8_t len[4] = { (uint8_t)e->len, (uint8_t)(e->len >> 8), (uint8_t)(e->len >> 16),
+			   (uint8_t)(e->len >> 24) }; /* little-endian */
 
 	if (!o->f)
 		return 0;
-	tw_store_le32(len, e->len);
 	if (fwrite(len, 1, 4, o->f) != 4 || fwrite(e->data, 1, e->len, o->f) != e->len) {
 		o->err = errno ? errno : EIO;
 		return 1;
@@ -1151,12 +1149,9 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 /* ------------------------------------------------------------------ inspect */
 
 /* inspect --json: the report as one object (left open: entries may follow). */
-static void inspect_json(const char *path, const struct segfile_report *r, const char *verdict,
-			 const char *hdr_err)
+static void inspect_json(const char *path, const struct tw_segfile_report *r,
+			 const char *verdict, const char *hdr_err)
 {
-	const struct segfile_hdr *h = &r->h;
-	const struct tw_scan_result *sr = &r->scan;
-
 	printf("{\"file\":");
 	json_str(stdout, path);
 	printf(",\"verdict\":\"%s\",\"reason\":", verdict);
@@ -1167,50 +1162,47 @@ static void inspect_json(const char *path, const struct segfile_report *r, const
 	       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
 	       ",\"format_version\":%u"
 	       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
-	       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h->log_id,
-	       h->segment_id, h->replica_version, h->epoch,
-	       h->state == SEGFILE_OPEN ? "open" : "closed", h->flags, h->checksum,
-	       h->valid_len, h->entries, h->buffer_size, h->flush_time_ns, h->seed,
-	       r->version_field, r->data_off, r->data_len,
-	       sr->valid_len, sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop),
-	       sr->stop_offset);
+	       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", r->log_id,
+	       r->segment_id, r->replica_version, r->epoch,
+	       r->open ? "open" : "closed", r->flags, r->checksum,
+	       r->valid_len, r->entries, r->buffer_size, r->flush_time_ns, r->chain_seed,
+	       r->format_version, r->data_offset, r->data_len,
+	       r->scan_valid_len, r->scan_entries, r->scan_checksum, tw_scan_stop_str(r->scan_stop),
+	       r->scan_stop_offset);
 }
 
 /* The inspect report for people. */
-static void inspect_text(const char *path, const struct segfile_report *r, const char *verdict,
-			 const char *hdr_err)
+static void inspect_text(const char *path, const struct tw_segfile_report *r,
+			 const char *verdict, const char *hdr_err)
 {
-	const struct segfile_hdr *h = &r->h;
-	const struct tw_scan_result *sr = &r->scan;
-
 	printf("file            %s\n", path);
 	printf("verdict         %s%s%s\n", verdict, r->why[0] ? ": " : "", r->why);
 	if (hdr_err)
 		printf("header          INVALID (%s); fields below as read\n", hdr_err);
-	printf("log             %#" PRIx64 "\n", h->log_id);
-	printf("segment         %" PRIu64 "\n", h->segment_id);
-	printf("replica version %" PRIu64 "\n", h->replica_version);
-	printf("epoch           %" PRIu64 "\n", h->epoch);
-	printf("format          version %u, data at byte %" PRIu64 "\n", r->version_field,
-	       r->data_off);
-	printf("chain seed      0x%08x%s\n", h->seed, h->seed ? "" : " (unseeded)");
-	printf("state           %s\n", h->state == SEGFILE_OPEN ?
+	printf("log             %#" PRIx64 "\n", r->log_id);
+	printf("segment         %" PRIu64 "\n", r->segment_id);
+	printf("replica version %" PRIu64 "\n", r->replica_version);
+	printf("epoch           %" PRIu64 "\n", r->epoch);
+	printf("format          version %u, data at byte %" PRIu64 "\n", r->format_version,
+	       r->data_offset);
+	printf("chain seed      0x%08x%s\n", r->chain_seed, r->chain_seed ? "" : " (unseeded)");
+	printf("state           %s\n", r->open ?
 	       "open (flushed while open: battery / shutdown)" : "closed");
-	printf("flags           0x%x%s\n", h->flags,
-	       h->flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
+	printf("flags           0x%x%s\n", r->flags,
+	       r->flags & TW_SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
 	printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
-	       "0x%08x, buffer %" PRIu64 " bytes\n", h->valid_len, h->entries, h->checksum,
-	       h->buffer_size);
+	       "0x%08x, buffer %" PRIu64 " bytes\n", r->valid_len, r->entries, r->checksum,
+	       r->buffer_size);
 	printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
-	       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr->valid_len,
-	       sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset,
+	       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", r->scan_valid_len,
+	       r->scan_entries, r->scan_checksum, tw_scan_stop_str(r->scan_stop), r->scan_stop_offset,
 	       r->data_len);
 }
 
 /* inspect -e N: the first N entries of the valid prefix, offset, length, first bytes. */
-static void inspect_entries(const struct segfile_report *r, uint64_t show)
+static void inspect_entries(const struct tw_segfile_report *r, uint64_t show)
 {
-	struct tw_entry_iter it = { r->data, r->scan.valid_len, 0 };
+	struct tw_entry_iter it = { r->data, r->scan_valid_len, 0 };
 	const void *p;
 	uint32_t len;
 	size_t off;
@@ -1243,7 +1235,7 @@ static int cmd_inspect(int argc, char **argv)
 		{ "entries", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct segfile_report r;
+	struct tw_segfile_report *r;
 	struct stat st;
 	uint64_t show = 0;
 	const char *path, *verdict, *hdr_err = NULL;
@@ -1283,32 +1275,34 @@ static int cmd_inspect(int argc, char **argv)
 		close(fd);
 		return EXIT_FAIL;
 	}
-	/* Any content, any length: backup/segfile.c trusts no length it reads. */
-	rc = tw__segfile_inspect(fd, &r);
+	/* Any content, any length: the check trusts no length it reads. */
+	rc = tw_admin_inspect_file(fd, &r);
 	close(fd);
 	if (rc) {
 		fprintf(stderr, "twctl inspect: %s: cannot read it: %s\n", path, tw_strerror(rc));
 		return EXIT_FAIL;
 	}
-	if (r.short_file) {
-		fprintf(stderr, "twctl inspect: %s: %s\n", path, r.why);
+	if (r->short_file) {
+		fprintf(stderr, "twctl inspect: %s: %s\n", path, r->why);
+		tw_segfile_report_free(r);
 		return EXIT_FAIL;
 	}
-	verdict = r.corrupt ? "CORRUPT" : "ok";
-	if (r.hdr_rc)
-		hdr_err = r.hdr_rc == -TW_EVERSION ? "newer format version" :
+	verdict = r->corrupt ? "CORRUPT" : "ok";
+	if (r->header_rc)
+		hdr_err = r->header_rc == -TW_EVERSION ? "newer format version" :
 			  "bad magic, header CRC, state or sizes";
 
 	if (g.json)
-		inspect_json(path, &r, verdict, hdr_err);
+		inspect_json(path, r, verdict, hdr_err);
 	else
-		inspect_text(path, &r, verdict, hdr_err);
+		inspect_text(path, r, verdict, hdr_err);
 	if (show > 0)
-		inspect_entries(&r, show);
+		inspect_entries(r, show);
 	if (g.json)
 		printf("}\n");
-	free(r.data);
-	return r.corrupt ? EXIT_FAIL : EXIT_OK;
+	rc = r->corrupt ? EXIT_FAIL : EXIT_OK;
+	tw_segfile_report_free(r);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ the other commands' entries */

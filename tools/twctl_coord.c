@@ -14,20 +14,20 @@
 #include <time.h>
 
 #include <tailwind/common.h>
+#include <tailwind/coordinator.h>
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 #include <tailwind/standby.h>
 
-#include "coord/coord.h"
 
-static struct tw_coord *coord; /* held until exit: the owner node of fence/recover/delete */
-static struct tw_coord_backup *regs;
+static struct tw_coordinator *coord; /* held until exit: the owner node of fence/recover/delete */
+static struct tw_registrations *regs;   /* the addresses twctl_coord_backups handed out */
 
 static void close_at_exit(void)
 {
-	tw__coord_close(coord);
+	tw_coordinator_close(coord);
 	coord = NULL;
-	free(regs);
+	tw_registrations_free(regs);
 	regs = NULL;
 }
 
@@ -38,7 +38,7 @@ static int open_once(const char *url, unsigned timeout_ms)
 
 	if (coord)
 		return 0;
-	rc = tw__coord_open(url, timeout_ms, &coord, err, sizeof(err));
+	rc = tw_coordinator_open(url, timeout_ms, &coord, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl: coordinator: %s\n", err);
 		return -1;
@@ -49,10 +49,9 @@ static int open_once(const char *url, unsigned timeout_ms)
 
 int twctl_coord_check(const char *url)
 {
-	struct tw_coord_url u;
 	char err[768];
 
-	if (tw__coord_url_parse(url, &u, err, sizeof(err)) < 0) {
+	if (tw_coordinator_check_url(url, err, sizeof(err)) < 0) {
 		fprintf(stderr, "twctl: --coordinator: %s\n", err);
 		return -1;
 	}
@@ -69,35 +68,37 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 		return -1;
 	if (!provider)
 		provider = "tcp";
-	free(regs);
+	tw_registrations_free(regs);
 	regs = NULL;
 	/* A log's own record first: the backups that were ever asked to hold a segment of it
 	 * (a backup that died since is still asked; one never used by the log is not). */
 	if (log) {
-		int rc = tw__coord_log_backups(coord, *log, &regs, &nr);
+		int rc = tw_coordinator_list(coord, log, &regs);
 
 		if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
-			fprintf(stderr, "twctl: %s\n", tw__coord_errmsg(coord));
+			fprintf(stderr, "twctl: %s\n", tw_coordinator_errmsg(coord));
 			return -1;
 		}
-		recorded = rc == 0 && nr > 0;
+		recorded = rc == 0 && tw_registrations_count(regs) > 0;
 		if (!recorded) {
-			free(regs);
+			tw_registrations_free(regs);
 			regs = NULL;
-			nr = 0;
 		}
 	}
-	if (!recorded && tw__coord_list_backups(coord, &regs, &nr) < 0) {
-		fprintf(stderr, "twctl: %s\n", tw__coord_errmsg(coord));
+	if (!recorded && tw_coordinator_list(coord, NULL, &regs) < 0) {
+		fprintf(stderr, "twctl: %s\n", tw_coordinator_errmsg(coord));
 		return -1;
 	}
+	nr = tw_registrations_count(regs);
 	*n = 0;
 	for (size_t i = 0; i < nr && *n < max; i++) {
-		if (regs[i].provider[0] && strcmp(regs[i].provider, provider)) {
+		const struct tw_registration *r = tw_registrations_at(regs, i);
+
+		if (r->provider[0] && strcmp(r->provider, provider)) {
 			other++;
 			continue;
 		}
-		backups[(*n)++] = regs[i].addr;
+		backups[(*n)++] = r->addr;
 	}
 	if (*n == 0) {
 		fprintf(stderr, "twctl: no backup %s at %s for provider %s (%zu for other "
@@ -118,8 +119,8 @@ int twctl_coord_epoch(const char *url, unsigned timeout_ms, const char *cmd,
 		return -1;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(owner, sizeof(owner), "twctl %s host=%s pid=%ld", cmd, host, (long)getpid());
-	if (tw__coord_take_log(coord, cfg->log_id, cfg->epoch, owner, true, &epoch) < 0) {
-		fprintf(stderr, "twctl %s: %s\n", cmd, tw__coord_errmsg(coord));
+	if (tw_coordinator_take_log(coord, cfg->log_id, cfg->epoch, owner, 1, &epoch) < 0) {
+		fprintf(stderr, "twctl %s: %s\n", cmd, tw_coordinator_errmsg(coord));
 		return -1;
 	}
 	cfg->epoch = epoch;
@@ -135,11 +136,11 @@ int twctl_coord_log_known(const char *url, unsigned timeout_ms, const char *cmd,
 
 	if (open_once(url, timeout_ms) < 0)
 		return -1;
-	rc = tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
+	rc = tw_coordinator_log_info(coord, log_id, &epoch, owner, sizeof(owner));
 	if (rc == -TW_ENOTFOUND)
 		return 0;
 	if (rc < 0) {
-		fprintf(stderr, "twctl %s: %s\n", cmd, tw__coord_errmsg(coord));
+		fprintf(stderr, "twctl %s: %s\n", cmd, tw_coordinator_errmsg(coord));
 		return -1;
 	}
 	return 1;
@@ -147,13 +148,13 @@ int twctl_coord_log_known(const char *url, unsigned timeout_ms, const char *cmd,
 
 int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 {
-	struct tw_coord_backup *v = NULL;
-	size_t n = 0;
+	struct tw_registrations *v = NULL;
+	size_t n;
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_list_backups(coord, &v, &n) < 0) {
-		fprintf(stderr, "twctl ls-backups: %s\n", tw__coord_errmsg(coord));
+	if (tw_coordinator_list(coord, NULL, &v) < 0) {
+		fprintf(stderr, "twctl ls-backups: %s\n", tw_coordinator_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -161,8 +162,9 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 	else
 		printf("%-18s %-28s %-8s %-12s %9s %12s\n", "NODE", "ADDRESS", "PROVIDER", "ZONE",
 		       "FREE/BUFS", "BUFFER_SIZE");
+	n = tw_registrations_count(v);
 	for (size_t i = 0; i < n; i++) {
-		const struct tw_coord_backup *b = &v[i];
+		const struct tw_registration *b = tw_registrations_at(v, i);
 
 		/* The fields hold no '"', '\\' or control characters except what twd was given:
 		 * escape those two to stay valid JSON. */
@@ -170,7 +172,7 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 			const char *f[3] = { b->addr, b->provider, b->zone };
 			const char *k[3] = { "address", "provider", "zone" };
 
-			printf("%s{\"node\":\"%s\"", i ? "," : "", b->name);
+			printf("%s{\"node\":\"%s\"", i ? "," : "", b->node);
 			for (int j = 0; j < 3; j++) {
 				printf(",\"%s\":\"", k[j]);
 				for (const char *s = f[j]; *s; s++)
@@ -188,13 +190,13 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 			char fb[32];
 
 			snprintf(fb, sizeof(fb), "%" PRIu32 "/%" PRIu32, b->free_buffers, b->buffers);
-			printf("%-18s %-28s %-8s %-12s %9s %12" PRIu64 "\n", b->name, b->addr,
+			printf("%-18s %-28s %-8s %-12s %9s %12" PRIu64 "\n", b->node, b->addr,
 			       b->provider, b->zone[0] ? b->zone : "-", fb, b->buffer_size);
 		}
 	}
 	if (json)
 		printf("]}\n");
-	free(v);
+	tw_registrations_free(v);
 	return 0;
 }
 
@@ -206,9 +208,9 @@ int twctl_coord_owner(const char *url, unsigned timeout_ms, bool json, uint64_t 
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	rc = tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
+	rc = tw_coordinator_log_info(coord, log_id, &epoch, owner, sizeof(owner));
 	if (rc < 0) {
-		fprintf(stderr, "twctl owner: %s\n", tw__coord_errmsg(coord));
+		fprintf(stderr, "twctl owner: %s\n", tw_coordinator_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -240,8 +242,8 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_list_logs(coord, &ids, &n) < 0) {
-		fprintf(stderr, "twctl ls-logs: %s\n", tw__coord_errmsg(coord));
+	if (tw_coordinator_logs(coord, &ids, &n) < 0) {
+		fprintf(stderr, "twctl ls-logs: %s\n", tw_coordinator_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -249,18 +251,19 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 	else
 		printf("%-20s %6s %-32s %s\n", "LOG", "EPOCH", "OWNER", "BACKUPS USED");
 	for (size_t i = 0; i < n; i++) {
-		struct tw_coord_backup *v = NULL;
-		size_t nb = 0;
+		struct tw_registrations *v = NULL;
+		size_t nb;
 		char owner[512] = "", *o = owner;
 		uint64_t epoch = 0;
 
-		if (tw__coord_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
-		    tw__coord_log_backups(coord, ids[i], &v, &nb) < 0) {
+		if (tw_coordinator_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
+		    tw_coordinator_list(coord, &ids[i], &v) < 0) {
 			fprintf(stderr, "twctl ls-logs: log %" PRIu64 ": %s\n", ids[i],
-				tw__coord_errmsg(coord));
+				tw_coordinator_errmsg(coord));
 			st = 1;
 			continue;
 		}
+		nb = tw_registrations_count(v);
 		/* "epoch=N owner=host=H pid=P": the description after "owner=". */
 		if (strstr(owner, "owner="))
 			o = strstr(owner, "owner=") + 6;
@@ -272,23 +275,28 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 			json_str(o);
 			printf("\",\"backups\":[");
 			for (size_t k = 0; k < nb; k++) {
+				const struct tw_registration *b = tw_registrations_at(v, k);
+
 				printf("%s{\"address\":\"", k ? "," : "");
-				json_str(v[k].addr);
+				json_str(b->addr);
 				printf("\",\"provider\":\"");
-				json_str(v[k].provider);
+				json_str(b->provider);
 				printf("\",\"zone\":\"");
-				json_str(v[k].zone);
+				json_str(b->zone);
 				printf("\"}");
 			}
 			printf("]}");
 		} else {
 			printf("%#-20" PRIx64 " %6" PRIu64 " %-32s", ids[i], epoch, o[0] ? o : "-");
-			for (size_t k = 0; k < nb; k++)
-				printf("%s%s%s%s%s", k ? "," : " ", v[k].addr, v[k].zone[0] ? "(" : "",
-				       v[k].zone, v[k].zone[0] ? ")" : "");
+			for (size_t k = 0; k < nb; k++) {
+				const struct tw_registration *b = tw_registrations_at(v, k);
+
+				printf("%s%s%s%s%s", k ? "," : " ", b->addr, b->zone[0] ? "(" : "",
+				       b->zone, b->zone[0] ? ")" : "");
+			}
 			printf("%s\n", nb ? "" : " -");
 		}
-		free(v);
+		tw_registrations_free(v);
 	}
 	if (json)
 		printf("]}\n");
@@ -603,7 +611,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 		return rc;
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_log_info(coord, o.log_id, &epoch, owner, sizeof(owner)) < 0)
+	if (tw_coordinator_log_info(coord, o.log_id, &epoch, owner, sizeof(owner)) < 0)
 		owner[0] = '\0'; /* a log the coordinator does not know yet: no owner */
 	printf("standby: log %#" PRIx64 ": %s%s\n", o.log_id, owner[0] ? "waiting for its owner "
 	       "to go: " : "no owner: taking it over now", owner);

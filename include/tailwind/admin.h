@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include <tailwind/common.h>
+#include <tailwind/log_format.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -166,6 +167,52 @@ struct tw_admin_stats {
  * Returns 0, or as tw_admin_list.
  */
 TW_API int tw_admin_stats(struct tw_admin *a, unsigned i, const struct tw_admin_stats **out);
+
+/* What an offline check of a segment file found (tw_admin_inspect_file); the library's, freed
+ * with tw_segfile_report_free. Nothing read from the file is trusted as a length. */
+struct tw_segfile_report {
+	uint64_t file_size;
+	int short_file;           /* shorter than a header: only `why` below is filled */
+	int header_rc;            /* 0, -TW_ECORRUPT (bad magic, CRC, state or sizes: the fields
+				   * below as decoded that far) or -TW_EVERSION (a newer format) */
+	unsigned format_version;  /* the header's version field as read */
+	uint64_t log_id;
+	uint64_t segment_id;
+	uint64_t replica_version;
+	uint64_t epoch;
+	int open;                 /* flushed while still open (battery power, shutdown) */
+	uint32_t flags;           /* TW_SEGFILE_F_* */
+	uint32_t checksum;        /* as the header says */
+	uint64_t valid_len;       /* as the header says */
+	uint64_t entries;         /* as the header says */
+	uint64_t buffer_size;
+	uint64_t flush_time_ns;
+	uint32_t chain_seed;
+	uint64_t data_offset;     /* where the data starts in the file */
+	uint64_t data_len;        /* bytes the file holds from there */
+	const void *data;         /* those bytes */
+	/* tw_scan_seeded of the data with the header's seed (tailwind/log_format.h). */
+	size_t scan_valid_len;
+	uint64_t scan_entries;
+	uint32_t scan_checksum;
+	enum tw_scan_stop scan_stop;
+	size_t scan_stop_offset;
+	int corrupt;              /* the verdict */
+	const char *why;          /* why it is corrupt ("" when it is not) */
+};
+
+/* The backup marked the copy corrupt (a failed check while it held it). */
+#define TW_SEGFILE_F_CORRUPT 1u
+
+/*
+ * Read the regular file open as fd (a segment file of a twd directory, of any content and any
+ * length) and check it as recovery does: header, sizes, the scan of its data, the CORRUPT flag.
+ * Returns 0 and *out (the verdict is in it), or a negative errno when the file could not be
+ * read or the memory for it not had. fd is borrowed; the caller closes it.
+ */
+TW_API int tw_admin_inspect_file(int fd, struct tw_segfile_report **out);
+/* NULL is fine. Always 0. */
+TW_API int tw_segfile_report_free(struct tw_segfile_report *r);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 #include <tailwind/context.h>
+#include <tailwind/coordinator.h>
 #include <tailwind/reader.h>
 #include <tailwind/recovery.h>
 #include <tailwind/standby.h>

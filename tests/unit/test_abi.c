@@ -53,6 +53,20 @@ static void init_writes_no_more_than_size(void)
 	   "... and a bigger struct (a newer header) gets its unknown tail zeroed, no more");
 	tw_ctx_config_init(&tc);
 	is_int((int)tc.size, (int)sizeof(tc), "tw_ctx_config_init records the caller's sizeof");
+	{
+		unsigned char ab[sizeof(struct tw_admin_config) + 32];
+		struct tw_admin_config zeroed;
+		struct tw_admin *a = NULL;
+		char err[256] = "";
+
+		memset(ab, CANARY, sizeof(ab));
+		tw_admin_config_init_sized((struct tw_admin_config *)(void *)ab, 8);
+		ok(canary_intact(ab, 8, sizeof(ab)), "tw_admin_config_init_sized(8) writes 8 bytes");
+		memset(&zeroed, 0, sizeof(zeroed));
+		ok(tw_admin_open(&zeroed, &a, err, sizeof(err)) == -EINVAL && !a &&
+		   strstr(err, "tw_admin_config_init"), "tw_admin_open of a zeroed config: -EINVAL "
+		   "naming the init (%s)", err);
+	}
 }
 
 static void open_checks_size(void)
@@ -180,7 +194,7 @@ static void backup_open_says_why(void)
 
 int main(void)
 {
-	tap_plan(28);
+	tap_plan(30);
 	tw_diag_set_level(TW_DIAG_ERROR);
 	init_writes_no_more_than_size();
 	open_checks_size();
