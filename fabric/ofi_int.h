@@ -356,11 +356,11 @@ bool tw__strict_queue_full(struct ofi_fab *of, struct ofi_chan *ch);
 void tw__strict_fini(struct ofi_fab *of);
 
 /* ofi_cq.c */
-struct ofi_ctx *tw__ctx_get(struct ofi_fab *of);
-void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
-void tw__ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
+struct ofi_ctx *tw__ofi_ctx_get(struct ofi_fab *of);
+void tw__ofi_ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
+void tw__ofi_ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
 /* Release what a posted ctx holds (slot, pool) once the provider is done with it. */
-void tw__ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
+void tw__ofi_ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
 int tw__cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, void *context);
 void tw__cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
 int tw__ofi_poll(struct tw_fab *fab);

@@ -817,7 +817,7 @@ int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 				ch->have_addr = false; /* the BYE's completion does the av_remove */
 				while (ch->posted) {
 					struct ofi_ctx *ctx = ch->posted;
-					tw__ctx_unlink(ch, ctx);
+					tw__ofi_ctx_unlink(ch, ctx);
 					ctx->ch = NULL;
 				}
 			}
@@ -851,7 +851,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
 
-		tw__ctx_unlink(ch, ctx);
+		tw__ofi_ctx_unlink(ch, ctx);
 		ctx->ch = NULL;
 		ctx->next = ctx->prev = NULL;
 	}
@@ -864,7 +864,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 		/* The BYE ctx is linked to ch: orphan it too; its completion av_removes. */
 		while (ch->posted) {
 			struct ofi_ctx *ctx = ch->posted;
-			tw__ctx_unlink(ch, ctx);
+			tw__ofi_ctx_unlink(ch, ctx);
 			ctx->ch = NULL;
 		}
 	}
