@@ -16,7 +16,7 @@ import re
 import sys
 
 DIRS = ['core', 'fabric', 'proto', 'peer', 'log', 'coord', 'recovery', 'reader', 'backup',
-        'primary', 'tools']
+        'primary', 'tools', 'metrics']
 NAME = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*\(')
 
 
