@@ -150,13 +150,67 @@ static int open_dir(struct tw_backup *b)
 	return 0;
 }
 
+/* The fabric, the buffer pool, the RPC server, the flusher thread, then listening. 0, or the
+ * error with b->errmsg saying what failed. */
+static int start_serving(struct tw_backup *b)
+{
+	struct tw_fab_config fc;
+	struct tw_fab_events ev;
+	int rc;
+
+	tw__fab_config_init(&fc);
+	fc.provider = b->cfg.provider;
+	fc.node = b->cfg.node;
+	fc.service = b->cfg.service;
+	fc.busy_poll = b->cfg.busy_poll;
+	memset(&ev, 0, sizeof(ev));
+	ev.arg = b;
+	ev.on_accept = tw__bk_on_accept;
+	ev.on_recv = tw__bk_on_recv;
+	ev.on_lost = tw__bk_on_lost;
+	rc = tw__fab_open(&fc, &ev, &b->fab);
+	if (rc != 0) {
+		tw__bk_seterr(b, "cannot open the fabric (provider %s): %s",
+			  fc.provider ? fc.provider : "default", tw_strerror(rc));
+		return rc;
+	}
+	rc = tw__pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.max_buffers, b->cfg.buffer_size);
+	if (rc != 0) {
+		tw__bk_seterr(b, "cannot allocate and register %u buffers of %zu bytes: %s%s",
+			  b->cfg.buffers, b->cfg.buffer_size, tw_strerror(rc),
+			  rc == -ENOMEM || rc == -EAGAIN ?
+			  " (lower --buffers/--buffer-size; on verbs raise RLIMIT_MEMLOCK: "
+			  "ulimit -l unlimited, or LimitMEMLOCK=infinity for a systemd unit)" : "");
+		return rc;
+	}
+	rc = tw__bk_rpc_init(b);
+	if (rc != 0) {
+		tw__bk_seterr(b, "cannot create the RPC server: %s", tw_strerror(rc));
+		return rc;
+	}
+	rc = pthread_create(&b->flusher, NULL, tw__bk_flusher_main, b);
+	if (rc != 0) {
+		rc = -rc;
+		tw__bk_seterr(b, "cannot start the flusher thread: %s", strerror(-rc));
+		return rc;
+	}
+	b->flusher_started = true;
+	rc = tw__fab_listen(b->fab, b->addr, sizeof(b->addr));
+	if (rc != 0) {
+		tw__bk_seterr(b, "cannot listen on %s:%s: %s (%s)",
+			      b->cfg.node ? b->cfg.node : "default",
+			      b->cfg.service ? b->cfg.service : "ephemeral", tw_strerror(rc),
+			      tw__fab_errmsg(b->fab));
+		return rc;
+	}
+	return 0;
+}
+
 int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out,
 		   char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_backup_config c, *cfg = &c;
 	struct tw_backup *b;
-	struct tw_fab_config fc;
-	struct tw_fab_events ev;
 	char why[256];
 	int rc;
 
@@ -220,50 +274,9 @@ int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out
 		goto fail_logged;
 	}
 
-	tw__fab_config_init(&fc);
-	fc.provider = b->cfg.provider;
-	fc.node = b->cfg.node;
-	fc.service = b->cfg.service;
-	fc.busy_poll = b->cfg.busy_poll;
-	memset(&ev, 0, sizeof(ev));
-	ev.arg = b;
-	ev.on_accept = tw__bk_on_accept;
-	ev.on_recv = tw__bk_on_recv;
-	ev.on_lost = tw__bk_on_lost;
-	rc = tw__fab_open(&fc, &ev, &b->fab);
-	if (rc != 0) {
-		tw__bk_seterr(b, "cannot open the fabric (provider %s): %s",
-			  fc.provider ? fc.provider : "default", tw_strerror(rc));
+	rc = start_serving(b);
+	if (rc != 0)
 		goto fail_logged;
-	}
-	rc = tw__pool_init(&b->pool, b->fab, b->cfg.buffers, b->cfg.max_buffers, b->cfg.buffer_size);
-	if (rc != 0) {
-		tw__bk_seterr(b, "cannot allocate and register %u buffers of %zu bytes: %s%s",
-			  b->cfg.buffers, b->cfg.buffer_size, tw_strerror(rc),
-			  rc == -ENOMEM || rc == -EAGAIN ?
-			  " (lower --buffers/--buffer-size; on verbs raise RLIMIT_MEMLOCK: "
-			  "ulimit -l unlimited, or LimitMEMLOCK=infinity for a systemd unit)" : "");
-		goto fail_logged;
-	}
-	rc = tw__bk_rpc_init(b);
-	if (rc != 0) {
-		tw__bk_seterr(b, "cannot create the RPC server: %s", tw_strerror(rc));
-		goto fail_logged;
-	}
-	rc = pthread_create(&b->flusher, NULL, tw__bk_flusher_main, b);
-	if (rc != 0) {
-		rc = -rc;
-		tw__bk_seterr(b, "cannot start the flusher thread: %s", strerror(-rc));
-		goto fail_logged;
-	}
-	b->flusher_started = true;
-	rc = tw__fab_listen(b->fab, b->addr, sizeof(b->addr));
-	if (rc != 0) {
-		tw__bk_seterr(b, "cannot listen on %s:%s: %s (%s)", fc.node ? fc.node : "default",
-			  fc.service ? fc.service : "ephemeral", tw_strerror(rc),
-			  tw__fab_errmsg(b->fab));
-		goto fail_logged;
-	}
 	b->index_dirty = true;
 	tw__bk_stats_sync(b);
 	tw_log_info("backup: listening on %s (%s), %u buffers of %zu bytes (grows to %u), "

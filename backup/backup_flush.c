@@ -14,6 +14,8 @@
 #define FLUSH_RETRIES 3
 #define FLUSH_RETRY_NS (5ull * 1000000000u) /* after FLUSH_RETRIES failures in a row */
 
+static void job_done(struct tw_backup *b, struct job *j);
+
 /* ------------------------------------------------------------------ flusher */
 
 void tw__bk_submit(struct tw_backup *b, struct job *j)
@@ -104,7 +106,7 @@ unsigned tw__bk_drain_done(struct tw_backup *b)
 	while (j) {
 		struct job *next = j->next;
 
-		tw__bk_job_done(b, j);
+		job_done(b, j);
 		j = next;
 		n++;
 	}
@@ -179,7 +181,8 @@ void tw__bk_retry_failed_flushes(struct tw_backup *b)
 	}
 }
 
-void tw__bk_job_done(struct tw_backup *b, struct job *j)
+/* A job came back from the flusher (progress thread). */
+static void job_done(struct tw_backup *b, struct job *j)
 {
 	struct pool_buf *pb = j->buf;
 	struct seg *s;

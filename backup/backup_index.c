@@ -105,7 +105,11 @@ struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create)
 	return &b->logs[b->nlogs++];
 }
 
-int tw__bk_log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
+/* Mark a log unavailable on this backup (a bad file about it at start): logs an error naming it
+ * and the reason; later marks keep the first reason. 0 or -ENOMEM. */
+static int log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
+	TW_PRINTF(3, 4);
+static int log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
 {
 	struct logst *lg = tw__bk_log(b, log_id, true);
 	char why[400];
@@ -178,9 +182,9 @@ static int set_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint6
 		/* Not trusted, not dropped: a fence must never go back (a rewrite keeps it). */
 		if (epoch > lg->bad_epoch)
 			lg->bad_epoch = epoch;
-		return tw__bk_log_unavailable(b, log_id, "%s/" METALOG_NAME " records epoch %" PRIu64
-					      " for it, above the maximum %" PRIu64, b->cfg.dir,
-					      epoch, (uint64_t)TW_EPOCH_MAX);
+		return log_unavailable(b, log_id, "%s/" METALOG_NAME " records epoch %" PRIu64
+				       " for it, above the maximum %" PRIu64, b->cfg.dir,
+				       epoch, (uint64_t)TW_EPOCH_MAX);
 	}
 	if (epoch >= lg->epoch) {
 		lg->epoch = epoch;
@@ -343,6 +347,97 @@ static int finish_replay(struct tw_backup *b, struct replay *rp, unsigned *lost_
 	return 0;
 }
 
+/* An epoch file of Tailwind 0.1 (one file per log, a fence's epoch): the log's epoch, or the
+ * log unavailable for an epoch above TW_EPOCH_MAX. 0, or a fatal error. */
+static int scan_epoch_file(struct tw_backup *b, const char *name, uint64_t log_id)
+{
+	uint64_t file_log, epoch;
+	struct logst *lg;
+	int rc;
+
+	if (tw__segfile_read_epoch(b->dirfd, name, &file_log, &epoch) != 0 ||
+	    file_log != log_id) {
+		tw_log_warn("backup: epoch file %s/%s is corrupt: ignored (the log's epoch falls "
+			    "back to its segment files)", b->cfg.dir, name);
+		return 0;
+	}
+	if (epoch > TW_EPOCH_MAX) {
+		/* That log only: the others are served. Not ignored: a fence never
+		 * goes back. */
+		rc = log_unavailable(
+			b, log_id, "epoch file %s/%s holds epoch %" PRIu64 ", above the "
+			"maximum %" PRIu64 " (an unchecked fence of an older twd, or a "
+			"damaged file): no takeover could follow it. If no primary of the "
+			"log is alive, stop twd, remove the file, start twd and fence the "
+			"log again (twctl fence)", b->cfg.dir, name, epoch,
+			(uint64_t)TW_EPOCH_MAX);
+		if (rc)
+			return rc;
+		return 0;
+	}
+	lg = tw__bk_log(b, log_id, true);
+	if (!lg)
+		return -ENOMEM;
+	if (epoch > lg->epoch)
+		lg->epoch = epoch;
+	return 0;
+}
+
+/* A segment file: into the index as flushed (corrupt, kept for inspection, when it fails its
+ * checks), its epoch into the log's. Counts it in *good or *bad. 0, or a fatal error. */
+static int scan_segment_file(struct tw_backup *b, const char *name, uint64_t log_id,
+			     uint64_t seg_id, unsigned *good, unsigned *bad)
+{
+	struct segfile_hdr h;
+	struct seg *s;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	rc = tw__segfile_verify(b->dirfd, name, &h);
+	if (rc == 0 && (h.log_id != log_id || h.segment_id != seg_id))
+		rc = -TW_ECORRUPT;
+	s = tw__bk_seg_insert(b, log_id, seg_id);
+	if (!s)
+		return -ENOMEM;
+	/* A new entry (the index is empty and names are unique): what the header says of
+	 * it, where the header names this segment. */
+	if (rc == 0 || (rc == -TW_ECORRUPT && h.log_id == log_id && h.segment_id == seg_id))
+		*s = (struct seg){
+			.log_id = log_id, .segment_id = seg_id, .version = h.replica_version,
+			.epoch = h.epoch, .length = h.buffer_size, .valid_len = h.valid_len,
+			.entries = h.entries, .checksum = h.checksum, .seed = h.seed,
+			.disk_open = h.state == SEGFILE_OPEN,
+			.listed_open = h.state == SEGFILE_OPEN,
+			.corrupt = (h.flags & SEGFILE_F_CORRUPT) != 0,
+		};
+	s->state = SEG_FLUSHED;
+	s->on_disk = true;
+	if (rc != 0) {
+		s->corrupt = true;
+		tw_log_warn("backup: segment file %s/%s is corrupt (%s): listed as corrupt, "
+			    "kept for inspection (twctl inspect); recovery will use another "
+			    "replica", b->cfg.dir, name, tw_strerror(rc));
+		(*bad)++;
+	} else {
+		(*good)++;
+	}
+	if (s->epoch > TW_EPOCH_MAX) {
+		rc = log_unavailable(b, log_id, "segment file %s/%s says epoch %" PRIu64
+				     ", above the maximum %" PRIu64, b->cfg.dir,
+				     name, s->epoch, (uint64_t)TW_EPOCH_MAX);
+		if (rc)
+			return rc;
+	} else if (s->epoch > 0) {
+		struct logst *lg = tw__bk_log(b, log_id, true);
+
+		if (!lg)
+			return -ENOMEM;
+		if (s->epoch > lg->epoch)
+			lg->epoch = s->epoch;
+	}
+	return 0;
+}
+
 int tw__bk_rebuild_index(struct tw_backup *b)
 {
 	DIR *d;
@@ -370,45 +465,14 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 		goto out;
 	}
 	while ((de = readdir(d)) != NULL) {
-		struct segfile_hdr h;
 		uint64_t log_id, seg_id;
-		struct seg *s;
 
 		if (de->d_name[0] == '.')
 			continue;
 		if (tw__segfile_parse_epoch_name(de->d_name, &log_id)) {
-			/* A fence epoch written by Tailwind 0.1 (one file per log). */
-			uint64_t file_log, epoch;
-			struct logst *lg;
-
-			if (tw__segfile_read_epoch(b->dirfd, de->d_name, &file_log, &epoch) != 0 ||
-			    file_log != log_id) {
-				tw_log_warn("backup: epoch file %s/%s is corrupt: ignored (the log's "
-					    "epoch falls back to its segment files)", b->cfg.dir,
-					    de->d_name);
-				continue;
-			}
-			if (epoch > TW_EPOCH_MAX) {
-				/* That log only: the others are served. Not ignored: a fence never
-				 * goes back. */
-				rc = tw__bk_log_unavailable(
-					b, log_id, "epoch file %s/%s holds epoch %" PRIu64 ", above the "
-					"maximum %" PRIu64 " (an unchecked fence of an older twd, or a "
-					"damaged file): no takeover could follow it. If no primary of the "
-					"log is alive, stop twd, remove the file, start twd and fence the "
-					"log again (twctl fence)", b->cfg.dir, de->d_name, epoch,
-					(uint64_t)TW_EPOCH_MAX);
-				if (rc)
-					goto out_dir;
-				continue;
-			}
-			lg = tw__bk_log(b, log_id, true);
-			if (!lg) {
-				rc = -ENOMEM;
+			rc = scan_epoch_file(b, de->d_name, log_id);
+			if (rc)
 				goto out_dir;
-			}
-			if (epoch > lg->epoch)
-				lg->epoch = epoch;
 			continue;
 		}
 		if (has_suffix(de->d_name, SEGFILE_SUFFIX SEGFILE_TMP_SUFFIX) ||
@@ -426,53 +490,9 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 					    b->cfg.dir, de->d_name);
 			continue;
 		}
-		memset(&h, 0, sizeof(h));
-		rc = tw__segfile_verify(b->dirfd, de->d_name, &h);
-		if (rc == 0 && (h.log_id != log_id || h.segment_id != seg_id))
-			rc = -TW_ECORRUPT;
-		s = tw__bk_seg_insert(b, log_id, seg_id);
-		if (!s) {
-			rc = -ENOMEM;
+		rc = scan_segment_file(b, de->d_name, log_id, seg_id, &good, &bad);
+		if (rc)
 			goto out_dir;
-		}
-		/* A new entry (the index is empty and names are unique): what the header says of
-		 * it, where the header names this segment. */
-		if (rc == 0 || (rc == -TW_ECORRUPT && h.log_id == log_id && h.segment_id == seg_id))
-			*s = (struct seg){
-				.log_id = log_id, .segment_id = seg_id, .version = h.replica_version,
-				.epoch = h.epoch, .length = h.buffer_size, .valid_len = h.valid_len,
-				.entries = h.entries, .checksum = h.checksum, .seed = h.seed,
-				.disk_open = h.state == SEGFILE_OPEN,
-				.listed_open = h.state == SEGFILE_OPEN,
-				.corrupt = (h.flags & SEGFILE_F_CORRUPT) != 0,
-			};
-		s->state = SEG_FLUSHED;
-		s->on_disk = true;
-		if (rc != 0) {
-			s->corrupt = true;
-			tw_log_warn("backup: segment file %s/%s is corrupt (%s): listed as corrupt, "
-				    "kept for inspection (twctl inspect); recovery will use another "
-				    "replica", b->cfg.dir, de->d_name, tw_strerror(rc));
-			bad++;
-		} else {
-			good++;
-		}
-		if (s->epoch > TW_EPOCH_MAX) {
-			rc = tw__bk_log_unavailable(b, log_id, "segment file %s/%s says epoch %" PRIu64
-						    ", above the maximum %" PRIu64, b->cfg.dir,
-						    de->d_name, s->epoch, (uint64_t)TW_EPOCH_MAX);
-			if (rc)
-				goto out_dir;
-		} else if (s->epoch > 0) {
-			struct logst *lg = tw__bk_log(b, log_id, true);
-
-			if (!lg) {
-				rc = -ENOMEM;
-				goto out_dir;
-			}
-			if (s->epoch > lg->epoch)
-				lg->epoch = s->epoch;
-		}
 	}
 	closedir(d);
 	rc = finish_replay(b, &rp, &lost);

@@ -4,8 +4,8 @@
  * thread (the one in tw_backup_run, or the owner thread while run is not running), except the
  * fields marked "flusher lock" and "stats lock".
  */
-#ifndef TW_REPLICA_BACKUP_INT_H
-#define TW_REPLICA_BACKUP_INT_H
+#ifndef TW_BACKUP_BACKUP_INT_H
+#define TW_BACKUP_BACKUP_INT_H
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -71,8 +71,6 @@ struct pool {
 int tw__pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned max, size_t size);
 /* Deregister and free everything (MRs first). */
 void tw__pool_fini(struct pool *p);
-/* A free buffer, or NULL. The caller sets its state with tw__pool_set_state. */
-struct pool_buf *tw__pool_take(struct pool *p);
 /* A free buffer, growing the pool by one (allocate, zero, register: milliseconds for 8 MiB)
  * when none is free and it is below its cap. 0 and *out, or -ENOSPC (at the cap) or the
  * allocation's or registration's code, with `why` saying which limit and what raises it. */
@@ -126,8 +124,9 @@ struct logst {
 	uint64_t hold_conn, hold_inc, hold_ns;
 	/* A file about this log that could not be trusted at start (an epoch above TW_EPOCH_MAX in
 	 * its epoch file, its journal records or a segment file's header): why, and every request
-	 * about the log is refused with it (tw__bk_check_epoch, fence) while the other logs are
-	 * served. NULL: usable. bad_epoch: such an epoch from the journal, which a rewrite keeps. */
+	 * about the log is refused with it (backup_ops.c's check_epoch, fence) while the other
+	 * logs are served. NULL: usable. bad_epoch: such an epoch from the journal, which a
+	 * rewrite keeps. */
 	char *unavail;
 	uint64_t bad_epoch;
 	/* Last reader request about the log (ReadEntries, ReadSegment), tw_now_ns; 0: none. While
@@ -242,6 +241,7 @@ struct tw_backup {
 	/* Counters (stats lock; written by the progress thread, read by any thread). */
 	pthread_mutex_t st_lock;
 	struct tw_backup_stats st;
+	uint64_t rpc_calls[TW_BACKUP_RPC_KINDS]; /* per kind (tw_backup_get_rpc_calls), st_lock */
 
 	char errmsg[256];
 };
@@ -258,10 +258,6 @@ size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t seg
 /* Records of the metadata journal (backup/metalog.h); tests lower it to force compactions. */
 extern uint32_t tw__bk_meta_cap;
 struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create);
-/* Mark a log unavailable on this backup (a bad file about it at start): logs an error naming it
- * and the reason; later marks keep the first reason. 0 or -ENOMEM. */
-int tw__bk_log_unavailable(struct tw_backup *b, uint64_t log_id, const char *fmt, ...)
-	TW_PRINTF(3, 4);
 /* Logs marked unavailable. */
 size_t tw__bk_logs_unavailable(const struct tw_backup *b);
 /* At open, on an empty index: replay the metadata journal, scan the storage directory
@@ -294,8 +290,6 @@ void tw__bk_retry_failed_flushes(struct tw_backup *b);
 void tw__bk_release_buf(struct tw_backup *b, struct pool_buf *pb);
 /* Queue the flush of a closed segment's buffer. */
 void tw__bk_flush_closed(struct tw_backup *b, struct seg *s);
-/* A job came back from the flusher (progress thread). */
-void tw__bk_job_done(struct tw_backup *b, struct job *j);
 
 /* backup_stats.c: publish the counters under the stats lock (progress thread). */
 void tw__bk_stats_sync(struct tw_backup *b);
@@ -317,9 +311,6 @@ struct bk_open_req {
 };
 int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
 		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen);
-/* Make pool buffer pb ready for a use under `seed`: zero it when its stale bytes could validate
- * under that seed (seed 0, or the seed of its last use), then record the seed. */
-void tw__bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed);
 int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
 		struct tw_scan_result *scanned_out, char *msg, size_t msglen);
 int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
@@ -330,10 +321,8 @@ int tw__bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment
 int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_t epoch,
 	       uint64_t incarnation, bool delete_log, uint64_t *freed_out, char *msg,
 	       size_t msglen);
-/* Ownership checks (backup_ops.c). check_epoch: epoch not older than the log's. check_owner:
- * also, at the log's current epoch, the same incarnation as its owner. -TW_EFENCED + msg. */
-int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
-		   size_t msglen);
+/* Ownership check: the epoch not older than the log's and, at the log's current epoch, the same
+ * incarnation as its owner. 0, or -TW_EFENCED (-TW_ECORRUPT: the log is unavailable) + msg. */
 int tw__bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uint64_t incarnation,
 		   char *msg, size_t msglen);
 /* The RPC form for an owner's request about one segment (backup_rpc.c): the owner check at
@@ -390,7 +379,6 @@ struct bk_rwait;
 struct tw__rpc_call;
 int tw__bk_h_set_acked(void *arg, struct tw__rpc_call *call);
 int tw__bk_h_read_entries(void *arg, struct tw__rpc_call *call);
-uint64_t tw__bk_readable(const struct seg *s);
 void tw__bk_readers_wake(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 void tw__bk_reader_seen(struct tw_backup *b, uint64_t log_id);
 int tw__bk_readers_tick(struct tw_backup *b);
@@ -399,4 +387,4 @@ void tw__bk_readers_fini(struct tw_backup *b);
 /* backup_recovery.c (owner: recovery): the RecoveredOffset handler. */
 struct tw__rpc_call;
 int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call);
-#endif /* TW_REPLICA_BACKUP_INT_H */
+#endif /* TW_BACKUP_BACKUP_INT_H */

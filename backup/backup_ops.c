@@ -15,8 +15,10 @@
 #include "backup/backup_int.h"
 
 
-int tw__bk_check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
-		   size_t msglen)
+/* Ownership checks (backup_ops.c). check_epoch: epoch not older than the log's. check_owner:
+ * also, at the log's current epoch, the same incarnation as its owner. -TW_EFENCED + msg. */
+static int check_epoch(struct tw_backup *b, uint64_t log_id, uint64_t epoch, char *msg,
+		       size_t msglen)
 {
 	struct logst *lg = tw__bk_log(b, log_id, false);
 
@@ -38,7 +40,7 @@ int tw__bk_check_owner(struct tw_backup *b, uint64_t log_id, uint64_t epoch, uin
 		   char *msg, size_t msglen)
 {
 	struct logst *lg = tw__bk_log(b, log_id, false);
-	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;
@@ -92,7 +94,9 @@ void tw__bk_scan_open(struct tw_backup *b, struct seg *s)
 	s->entries = sr.entries;
 }
 
-void tw__bk_buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
+/* Make pool buffer pb ready for a use under `seed`: zero it when its stale bytes could validate
+ * under that seed (seed 0, or the seed of its last use), then record the seed. */
+static void buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
 {
 	if (!pb->zeroed && (seed == 0 || seed == pb->seed)) {
 		/* Its stale bytes were written under this very seed (or an unseeded open wants a
@@ -161,40 +165,12 @@ static const char *state_name(const struct seg *s)
 
 static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id);
 
-int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
-		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen)
+/* An open that must be refused before anything else is looked at: the log exists (create),
+ * the segment is being freed, older, open for another owner, or open with another seed. */
+static int open_refused(struct tw_backup *b, const struct bk_seg_req *r,
+			const struct bk_open_req *o, const struct seg *s, const struct logst *lg,
+			bool same_owner, char *msg, size_t msglen)
 {
-	struct pool *p = &b->pool;
-	struct pool_buf *pb;
-	struct logst *lg;
-	struct seg *s;
-	bool same_owner;
-	int rc;
-
-	if (o->length == 0 || o->length > p->size) {
-		snprintf(msg, msglen, "length %" PRIu64 ": must be between 1 and %zu (this backup's "
-			 "buffer size)", o->length, p->size);
-		return -EINVAL;
-	}
-	if (r->offset > o->length) {
-		snprintf(msg, msglen, "offset %" PRIu64 " is past the requested length %" PRIu64,
-			 r->offset, o->length);
-		return -EINVAL;
-	}
-	if (r->epoch > TW_EPOCH_MAX) {
-		snprintf(msg, msglen, "epoch %" PRIu64 " is above the maximum %" PRIu64, r->epoch,
-			 (uint64_t)TW_EPOCH_MAX);
-		return -EINVAL;
-	}
-	rc = tw__bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
-	if (rc)
-		return rc;
-
-	s = tw__bk_seg_find(b, r->log_id, r->segment_id);
-	lg = tw__bk_log(b, r->log_id, false);
-	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
-	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
-		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
 	if (o->create_log && !same_owner && tw__bk_log_known(b, r->log_id)) {
 		snprintf(msg, msglen, "log %016" PRIx64 " already exists on this backup (epoch %"
 			 PRIu64 "%s): a plain open only creates new logs; take it over to continue "
@@ -225,25 +201,46 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 			 r->log_id, r->segment_id, s->seed, o->seed);
 		return -EINVAL;
 	}
-	if (s && s->state == SEG_OPEN) {
-		/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
-		 * Hand out the same bytes. */
-		rc = tw__pool_ensure_mr(p, s->buf);
-		if (rc) {
-			snprintf(msg, msglen, "cannot register the buffer again: %s",
-				 tw_strerror(rc));
-			return rc;
-		}
-		s->owner = c ? c->id : 0;
-		s->version = r->version;
-		if (r->epoch > s->epoch)
-			s->epoch = r->epoch;
-		if (o->length > s->length)
-			s->length = o->length;
-		tw__mr_rkey(s->buf->mr, rk_out);
-		rk_out->len = s->length;
-		return 0;
+	return 0;
+}
+
+/* The owner's open segment asked for again: a retried open whose reply was lost, or a
+ * reconnect. Hand out the same bytes. */
+static int reopen_own(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		      const struct bk_open_req *o, struct seg *s, struct tw_rkey *rk_out,
+		      char *msg, size_t msglen)
+{
+	int rc;
+
+	/* The owner's segment again: a retried open whose reply was lost, or a reconnect.
+	 * Hand out the same bytes. */
+	rc = tw__pool_ensure_mr(&b->pool, s->buf);
+	if (rc) {
+		snprintf(msg, msglen, "cannot register the buffer again: %s",
+			 tw_strerror(rc));
+		return rc;
 	}
+	s->owner = c ? c->id : 0;
+	s->version = r->version;
+	if (r->epoch > s->epoch)
+		s->epoch = r->epoch;
+	if (o->length > s->length)
+		s->length = o->length;
+	tw__mr_rkey(s->buf->mr, rk_out);
+	rk_out->len = s->length;
+	return 0;
+}
+
+/* A segment this backup does not hold open: refused if it ever held it (or freed it), else a
+ * buffer is admitted, recorded durably and granted. */
+static int open_fresh(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		      const struct bk_open_req *o, struct seg *s, struct logst *lg,
+		      struct tw_rkey *rk_out, char *msg, size_t msglen)
+{
+	struct pool *p = &b->pool;
+	struct pool_buf *pb;
+	int rc;
+
 	/* Never overwrite a segment held here. The one exception: the log's owner re-creating
 	 * a replica at a higher replica version over its own older flushed copy (a backup that
 	 * restarted and rejoined, docs/failover.md); the older copy stays until the flush. */
@@ -330,7 +327,7 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 	s->flush_tries = 0;
 	s->owner = c ? c->id : 0;
 	/* Reused as it is (docs/log-format.md §7, "Reuse without zeroing"). */
-	tw__bk_buf_prepare(b, pb, o->seed);
+	buf_prepare(b, pb, o->seed);
 	s->buf = pb;
 	pb->seg = s;
 	tw__pool_set_state(p, pb, POOL_OPEN);
@@ -341,6 +338,47 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 		     ", chain seed 0x%08x)", r->log_id, r->segment_id, pb->idx, r->epoch,
 		     r->version, o->seed);
 	return 0;
+}
+
+int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
+		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen)
+{
+	struct pool *p = &b->pool;
+	struct logst *lg;
+	struct seg *s;
+	bool same_owner;
+	int rc;
+
+	if (o->length == 0 || o->length > p->size) {
+		snprintf(msg, msglen, "length %" PRIu64 ": must be between 1 and %zu (this backup's "
+			 "buffer size)", o->length, p->size);
+		return -EINVAL;
+	}
+	if (r->offset > o->length) {
+		snprintf(msg, msglen, "offset %" PRIu64 " is past the requested length %" PRIu64,
+			 r->offset, o->length);
+		return -EINVAL;
+	}
+	if (r->epoch > TW_EPOCH_MAX) {
+		snprintf(msg, msglen, "epoch %" PRIu64 " is above the maximum %" PRIu64, r->epoch,
+			 (uint64_t)TW_EPOCH_MAX);
+		return -EINVAL;
+	}
+	rc = tw__bk_check_owner(b, r->log_id, r->epoch, r->incarnation, msg, msglen);
+	if (rc)
+		return rc;
+
+	s = tw__bk_seg_find(b, r->log_id, r->segment_id);
+	lg = tw__bk_log(b, r->log_id, false);
+	/* The owner's own open segment, asked for again (a retry, or after a reconnect). */
+	same_owner = lg && lg->epoch == r->epoch && lg->owner == r->incarnation && s &&
+		     s->state == SEG_OPEN && s->buf && s->epoch == r->epoch;
+	rc = open_refused(b, r, o, s, lg, same_owner, msg, msglen);
+	if (rc)
+		return rc;
+	if (s && s->state == SEG_OPEN)
+		return reopen_own(b, c, r, o, s, rk_out, msg, msglen);
+	return open_fresh(b, c, r, o, s, lg, rk_out, msg, msglen);
 }
 
 int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
@@ -440,7 +478,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 		return -ENOMEM;
 	}
 	if (lg->unavail)
-		return tw__bk_check_epoch(b, log_id, new_epoch, msg, msglen); /* says why */
+		return check_epoch(b, log_id, new_epoch, msg, msglen); /* says why */
 	*epoch_out = lg->epoch;
 	*owner_out = lg->owner;
 	if (lg->hold_conn && lg->hold_inc != incarnation && (!c || c->id != lg->hold_conn)) {
@@ -574,7 +612,7 @@ static void drop_seg(struct tw_backup *b, struct seg *s)
 	bool in_flush = pb && pb->in_flush;
 
 	if (in_flush) {
-		/* Its flush still runs: finish there (tw__bk_job_done removes the file). */
+		/* Its flush still runs: finish there (job_done in backup_flush.c removes the file). */
 		s->freed = true;
 		b->index_dirty = true;
 		return;
@@ -619,7 +657,7 @@ int tw__bk_op_free(struct tw_backup *b, uint64_t log_id, uint64_t below, uint64_
 	/* Deleting takes the log from its owner: only the owner, or a newer epoch (after a
 	 * fence). Freeing a closed prefix is log cleaning: any peer at the current epoch. */
 	rc = delete_log ? tw__bk_check_owner(b, log_id, epoch, incarnation, msg, msglen)
-			: tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
+			: check_epoch(b, log_id, epoch, msg, msglen);
 	if (rc)
 		return rc;
 	if (delete_log)
@@ -770,7 +808,7 @@ int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_
 {
 	struct pool_buf *pb;
 	struct seg *s;
-	int rc = tw__bk_check_epoch(b, log_id, epoch, msg, msglen);
+	int rc = check_epoch(b, log_id, epoch, msg, msglen);
 
 	if (rc)
 		return rc;

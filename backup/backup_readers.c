@@ -57,7 +57,7 @@ struct bk_rwait {
 
 static void wake_reads(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 
-uint64_t tw__bk_readable(const struct seg *s)
+static uint64_t seg_readable(const struct seg *s)
 {
 	if (s->state == SEG_OPEN)
 		return s->acked;
@@ -266,7 +266,7 @@ static int fill_read(struct tw_backup *b, struct conn *c, struct tw__rpc_call *c
 			break;
 		}
 	}
-	end = tw__bk_readable(s);
+	end = seg_readable(s);
 	r->readable = end;
 	r->segment_epoch = s->epoch;
 	r->state = (Tailwind__SegmentState)tw__bk_pb_state(s);

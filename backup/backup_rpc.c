@@ -321,6 +321,8 @@ static int h_list(void *arg, struct tw__rpc_call *call)
 		r->log_epoch = lg ? lg->epoch : 0;
 		r->log_owner = lg ? lg->owner : 0;
 		r->free_below = lg ? lg->free_below : 0;
+		if (lg && lg->unavail) /* borrowed: the reply is packed before lg can change */
+			r->log_unavailable = lg->unavail;
 		call->reply_epoch = r->log_epoch;
 		tw__bk_hold_touch(b, call_conn(call), q->log_id);
 	}
@@ -474,7 +476,8 @@ static int h_stats(void *arg, struct tw__rpc_call *call)
 			 " shm_peers_given_back=%" PRIu64 " logs_unavailable=%zu set_acked=%" PRIu64
 			 " set_acked_held=%" PRIu64 " set_acked_holding=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
-			 st.buffers_loaded, st.buffers_zeroing, st.segments_corrupt, st.connections,
+			 st.buffers_loaded, (uint64_t)b->pool.count[POOL_ZEROING], st.segments_corrupt,
+			 st.connections,
 			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown,
 			 fs.shm_av_peers, fs.shm_av_given_back, tw__bk_logs_unavailable(b),
 			 st.set_acked, st.set_acked_held, st.set_acked_holding);

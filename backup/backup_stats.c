@@ -69,15 +69,15 @@ void tw__bk_stats_sync(struct tw_backup *b)
 	}
 
 	pthread_mutex_lock(&b->st_lock);
-	memset(st->rpc_calls, 0, sizeof(st->rpc_calls));
+	memset(b->rpc_calls, 0, sizeof(b->rpc_calls));
 	st->handler_calls = 0;
 	st->rpc_errors = 0;
 	for (int op = 0; op < TW_RPC_OP_COUNT; op++) {
-		st->rpc_calls[rpc_kind_of_op(op)] += rs.calls[op];
+		b->rpc_calls[rpc_kind_of_op(op)] += rs.calls[op];
 		st->handler_calls += rs.calls[op];
 		st->rpc_errors += rs.errors[op];
 	}
-	st->rpc_calls[TW_BACKUP_RPC_OTHER] += rs.malformed + rs.unsupported;
+	b->rpc_calls[TW_BACKUP_RPC_OTHER] += rs.malformed + rs.unsupported;
 	st->handler_calls += rs.malformed + rs.unsupported;
 	st->rpc_errors += rs.malformed + rs.unsupported;
 	st->ctrl_msgs_in = rs.msgs_rx;
@@ -95,7 +95,6 @@ void tw__bk_stats_sync(struct tw_backup *b)
 	st->buffers_open = b->pool.count[POOL_OPEN];
 	st->buffers_closed = b->pool.count[POOL_CLOSED];
 	st->buffers_loaded = b->pool.count[POOL_LOADED];
-	st->buffers_zeroing = b->pool.count[POOL_ZEROING];
 	st->set_acked = b->set_acked_served;
 	st->set_acked_held = b->set_acked_held;
 	st->set_acked_holding = b->naholds;
@@ -122,10 +121,28 @@ static void backup_stats(const struct tw_backup *b, struct tw_backup_stats *out)
 	}
 }
 
+size_t tw_backup_get_rpc_calls(const struct tw_backup *b, uint64_t *calls_out, size_t n)
+{
+	struct tw_backup *mb = (struct tw_backup *)b; /* the lock is the only thing we change */
+
+	for (size_t k = 0; calls_out && k < n; k++)
+		calls_out[k] = 0;
+	if (!b || !calls_out)
+		return TW_BACKUP_RPC_KINDS;
+	pthread_mutex_lock(&mb->st_lock);
+	for (size_t k = 0; k < n && k < TW_BACKUP_RPC_KINDS; k++)
+		calls_out[k] = b->rpc_calls[k];
+	pthread_mutex_unlock(&mb->st_lock);
+	return TW_BACKUP_RPC_KINDS;
+}
+
 void tw_backup_get_stats_sized(const struct tw_backup *b, struct tw_backup_stats *out, size_t size)
 {
 	struct tw_backup_stats full;
 
-	backup_stats(b, &full);
+	if (b)
+		backup_stats(b, &full);
+	else
+		memset(&full, 0, sizeof(full)); /* NULL: zeros, as tw_ctx_get_stats */
 	tw__out_copy(out, size, &full, sizeof(full));
 }

@@ -3,7 +3,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +19,6 @@
 #define MAGIC "TWMETA1"
 #define VERSION 1u
 #define TMP_NAME METALOG_NAME ".tmp"
-
-static atomic_int fail_next;
-
-void tw__metalog_fail_next(int err)
-{
-	atomic_store(&fail_next, err);
-}
 
 static void hdr_encode(uint8_t out[METALOG_HDR_SIZE], uint32_t cap, uint64_t gen)
 {
@@ -205,10 +197,8 @@ fail:
 int tw__metalog_append(struct metalog *m, const struct metalog_rec *r)
 {
 	uint8_t buf[METALOG_REC_SIZE];
-	int rc = atomic_exchange(&fail_next, 0);
+	int rc;
 
-	if (rc != 0)
-		return rc;
 	if (m->fd < 0)
 		return -EBADF;
 	if (m->used >= m->cap)

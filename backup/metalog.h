@@ -23,8 +23,8 @@
  * acknowledged (the reply follows the write), and nothing after it was written. When the file
  * is full it is rewritten from the backup's state (tmp file, fsync, rename, fsync directory).
  */
-#ifndef TW_REPLICA_METALOG_H
-#define TW_REPLICA_METALOG_H
+#ifndef TW_BACKUP_METALOG_H
+#define TW_BACKUP_METALOG_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,7 +75,4 @@ int tw__metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_
 
 void tw__metalog_close(struct metalog *m);
 
-/* Test hook: when set, the next tw__metalog_append fails with this code (then it is cleared). */
-void tw__metalog_fail_next(int err);
-
-#endif /* TW_REPLICA_METALOG_H */
+#endif /* TW_BACKUP_METALOG_H */

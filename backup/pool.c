@@ -126,7 +126,8 @@ void tw__pool_fini(struct pool *p)
 	memset(p, 0, sizeof(*p));
 }
 
-struct pool_buf *tw__pool_take(struct pool *p)
+/* A free buffer, or NULL. The caller sets its state with tw__pool_set_state. */
+static struct pool_buf *pool_take(struct pool *p)
 {
 	for (unsigned i = 0; i < p->n; i++)
 		if (p->bufs[i]->state == POOL_FREE)
@@ -138,7 +139,7 @@ int tw__pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen
 {
 	int rc;
 
-	*out = tw__pool_take(p);
+	*out = pool_take(p);
 	if (*out)
 		return 0;
 	if (p->n >= p->max) {

@@ -45,8 +45,8 @@
  * the header (a bit flip anywhere in the header, the seed included, or in the valid data is
  * reported as -TW_ECORRUPT; the padding is not read).
  */
-#ifndef TW_REPLICA_SEGFILE_H
-#define TW_REPLICA_SEGFILE_H
+#ifndef TW_BACKUP_SEGFILE_H
+#define TW_BACKUP_SEGFILE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -205,4 +205,4 @@ int tw__segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64
 typedef int (*segfile_hook_fn)(void *arg, const char *step);
 void tw__segfile_set_hook(segfile_hook_fn fn, void *arg);
 
-#endif /* TW_REPLICA_SEGFILE_H */
+#endif /* TW_BACKUP_SEGFILE_H */

@@ -333,6 +333,9 @@ out:
 
 /* ------------------------------------------------------------------ front end */
 
+/* The `static` backend (no registry: the URL's address list), defined at the end. */
+static const struct tw_coord_ops static_ops;
+
 int tw__coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, char *err,
 		  size_t errlen)
 {
@@ -347,7 +350,7 @@ int tw__coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, 
 		free(c);
 		return rc;
 	}
-	c->ops = c->url.kind == TW_COORD_ZK ? &tw__coord_zk_ops : &tw__coord_static_ops;
+	c->ops = c->url.kind == TW_COORD_ZK ? &tw__coord_zk_ops : &static_ops;
 	rc = c->ops->open ? c->ops->open(c, &c->url, timeout_ms ? timeout_ms : 4000) : 0;
 	if (rc < 0) {
 		if (err && errlen)
@@ -552,7 +555,7 @@ static int st_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n_o
 	return 0;
 }
 
-const struct tw_coord_ops tw__coord_static_ops = {
+static const struct tw_coord_ops static_ops = {
 	.scheme = "static",
 	.list_backups = st_list,
 };

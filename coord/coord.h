@@ -228,7 +228,6 @@ struct tw_coord {
 	void *impl; /* the backend's state */
 };
 
-extern const struct tw_coord_ops tw__coord_static_ops;
 extern const struct tw_coord_ops tw__coord_zk_ops;
 
 /* For backends: set c->errmsg (printf-style). */

@@ -53,7 +53,7 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log_init(void)
 {
-	const char *s = getenv("TW_LOG_LEVEL"), *t = getenv("TW_LOG_TIME");
+	const char *s = tw__env_get(TW__ENV_LOG_LEVEL), *t = tw__env_get(TW__ENV_LOG_TIME);
 	int lvl = TW_DIAG_WARN;
 
 	if (s && *s) {

@@ -12,6 +12,8 @@
 
 #include <tailwind/common.h>
 
+#include "core/env.h" /* tw__env_get: every file that logs may read a setting */
+
 #define tw_likely(x) __builtin_expect(!!(x), 1)
 #define tw_unlikely(x) __builtin_expect(!!(x), 0)
 #define TW_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

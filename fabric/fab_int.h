@@ -167,10 +167,8 @@ uint64_t tw__fab_clock(struct tw_fab *fab);
 uint64_t tw__fab_op_deadline(const struct tw_fab *fab);
 /* Fail the channels whose earliest deadline (ops, backend's sends) is <= fab->now_ns. */
 int tw__fab_check_deadlines(struct tw_fab *fab);
-uint64_t tw__fab_next_deadline(const struct tw_fab *fab);
 /* Our own MR key: a bijective mix of a random seed and a counter, masked to key_bytes. */
 uint64_t tw__fab_gen_key(struct tw_fab *fab, size_t key_bytes);
-uint64_t tw__fab_random64(void);
 struct tw_chan *tw__fab_find_chan(struct tw_fab *fab, uint32_t id);
 
 /* wmsg.c: writes sent as messages (cfg.write_mode TW_FAB_WRITE_MSG) */

@@ -23,8 +23,8 @@ static _Thread_local char open_errmsg[512];
 void tw__fab_config_init(struct tw_fab_config *cfg)
 {
 	*cfg = (struct tw_fab_config){
-		.connect_timeout_ms = 5000,
-		.op_timeout_ms = 10000,
+		.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS,
+		.op_timeout_ms = TW_DEFAULT_OP_TIMEOUT_MS,
 		.max_msg_size = 65536,
 		.rx_depth = 32,
 		.tx_depth = 128,
@@ -50,7 +50,7 @@ void tw__fab_open_errmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t tw__fab_random64(void)
+static uint64_t random64(void)
 {
 	uint64_t v = 0;
 	ssize_t n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
@@ -89,8 +89,8 @@ void tw__fab_init_common(struct tw_fab *fab, const struct fab_ops *ops, const st
 	fab->cfg = *cfg;
 	if (ev)
 		fab->ev = *ev;
-	fab->key_seed = tw__fab_random64();
-	fab->next_chan_id = 1 + (uint32_t)(tw__fab_random64() & 0xffff);
+	fab->key_seed = random64();
+	fab->next_chan_id = 1 + (uint32_t)(random64() & 0xffff);
 	tw__fab_clock(fab);
 }
 
@@ -163,9 +163,9 @@ static int parse_provider(const char *want, bool *mem)
  * treat the failed call as a lost peer) fails the test; empty or unset: cfg.strict as given. */
 static int strict_from_env(struct tw_fab_config *cfg)
 {
-	const char *s = getenv("TW_FAB_STRICT");
+	const char *s = tw__env_get(TW__ENV_FAB_STRICT);
 
-	if (!s || !*s)
+	if (!s)
 		return 0;
 	if (strcmp(s, "verbs")) {
 		tw__fab_open_errmsg("TW_FAB_STRICT=%s: the only strict mode is 'verbs'", s);
@@ -190,20 +190,20 @@ int tw__fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events 
 	else
 		tw__fab_config_init(&cfg);
 	if (!cfg.connect_timeout_ms)
-		cfg.connect_timeout_ms = 5000;
+		cfg.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS;
 	if (!cfg.op_timeout_ms)
-		cfg.op_timeout_ms = 10000;
+		cfg.op_timeout_ms = TW_DEFAULT_OP_TIMEOUT_MS;
 	if (!cfg.max_msg_size)
 		cfg.max_msg_size = 65536;
 	if (!cfg.rx_depth)
 		cfg.rx_depth = 32;
 	if (!cfg.tx_depth)
 		cfg.tx_depth = 128;
-	if (getenv("TW_FAB_BUSY_POLL") && !strcmp(getenv("TW_FAB_BUSY_POLL"), "1"))
+	if (tw__env_get(TW__ENV_FAB_BUSY_POLL) && !strcmp(tw__env_get(TW__ENV_FAB_BUSY_POLL), "1"))
 		cfg.busy_poll = true; /* for experiments: poll instead of blocking, process-wide */
 	prov = cfg.provider;
 	if (!prov || !*prov)
-		prov = getenv("FI_PROVIDER");
+		prov = tw__env_get(TW__ENV_FI_PROVIDER);
 	if (!prov || !*prov)
 		prov = "tcp";
 	if ((rc = strict_from_env(&cfg)) < 0) {
@@ -548,7 +548,7 @@ int tw__fab_check_deadlines(struct tw_fab *fab)
 	return n;
 }
 
-uint64_t tw__fab_next_deadline(const struct tw_fab *fab)
+static uint64_t next_deadline(const struct tw_fab *fab)
 {
 	uint64_t d = UINT64_MAX;
 
@@ -716,7 +716,7 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 				break;
 			wait_ms = (int)((end - real + 999999) / 1000000u);
 		}
-		next = tw__fab_next_deadline(fab);
+		next = next_deadline(fab);
 		if (next != UINT64_MAX) {
 			uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
 

@@ -78,9 +78,11 @@ struct tw_fab_config {
 	/* Port to listen on; NULL or "0": ephemeral (read the real one from tw__fab_listen). */
 	const char *service;
 	bool busy_poll;              /* progress by polling instead of blocking waits */
-	unsigned connect_timeout_ms; /* connect/accept handshake deadline; default 5000 */
+	unsigned connect_timeout_ms; /* connect/accept handshake deadline; default
+				      * TW_DEFAULT_CONNECT_TIMEOUT_MS */
 	unsigned op_timeout_ms;      /* a write/read/send not completed by then fails the channel
-				      * with -ETIMEDOUT (covers shm's silent drops); default 10000 */
+				      * with -ETIMEDOUT (covers shm's silent drops); default
+				      * TW_DEFAULT_OP_TIMEOUT_MS */
 	size_t max_msg_size;         /* largest control message; default 65536 */
 	unsigned rx_depth;           /* receive buffers pre-posted per channel; default 32 */
 	unsigned tx_depth;           /* operations in flight per channel; default 128 */

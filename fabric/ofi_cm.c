@@ -192,17 +192,17 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
  */
 static void give_back(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
-	tw__ctx_unlink(ch, ctx);
+	tw__ofi_ctx_unlink(ch, ctx);
 	if (ctx->op)
 		ctx->op->fab_priv[0] = NULL;
-	tw__ctx_release(of, ctx);
+	tw__ofi_ctx_release(of, ctx);
 }
 
 /* A transfer of a closing record completed (or failed) in the provider. */
 static void closing_give_back(struct ofi_fab *of, struct ofi_closing *cr, struct ofi_ctx *ctx)
 {
 	TW_DLIST_REMOVE(cr->posted, cr->posted_tail, ctx);
-	tw__ctx_release(of, ctx);
+	tw__ofi_ctx_release(of, ctx);
 }
 
 /* Handle n entries read from a closing record's CQ: receives (flushed, or messages that

@@ -33,7 +33,7 @@
 #define OFI_YIELD_BELOW_US 16
 #endif
 
-struct ofi_ctx *tw__ctx_get(struct ofi_fab *of)
+struct ofi_ctx *tw__ofi_ctx_get(struct ofi_fab *of)
 {
 	struct ofi_ctx *c;
 
@@ -59,7 +59,7 @@ struct ofi_ctx *tw__ctx_get(struct ofi_fab *of)
 	return c;
 }
 
-void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
+void tw__ofi_ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
 	ctx->next = of->cfree;
 	ctx->prev = NULL;
@@ -68,7 +68,7 @@ void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx)
 	of->cfree = ctx;
 }
 
-void tw__ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
+static void ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
 	ctx->ch = ch;
 	if (ch->peer) { /* shm: the AV entry stays while the provider holds this */
@@ -81,7 +81,7 @@ void tw__ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx)
 		ofab(ch->base.fab)->tx_inflight++;
 }
 
-void tw__ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
+void tw__ofi_ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
 {
 	TW_DLIST_REMOVE(ch->posted, ch->posted_tail, ctx);
 	ch->tx_inflight--;
@@ -89,7 +89,7 @@ void tw__ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx)
 		ofab(ch->base.fab)->tx_inflight--;
 }
 
-void tw__ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx)
+void tw__ofi_ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx)
 {
 	if (ctx->bye && of->av && !of->closing && !of->shm)
 		fi_av_remove(of->av, &ctx->bye_addr, 1, 0);
@@ -97,7 +97,7 @@ void tw__ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx)
 	if (ctx->kind == CTX_SEND)
 		tw__msg_put_slot(of, ctx);
 	else
-		tw__ctx_put(of, ctx);
+		tw__ofi_ctx_put(of, ctx);
 }
 
 void tw__ofi_op_abandon(struct tw_op *op)
@@ -197,13 +197,13 @@ static void handle_comp(struct ofi_fab *of, const struct fi_cq_data_entry *e)
 	ch = ctx->ch;
 	op = ctx->op;
 	if (ch)
-		tw__ctx_unlink(ch, ctx);
+		tw__ofi_ctx_unlink(ch, ctx);
 	if (ctx->kind == CTX_SEND) {
 		if (!ctx->bye) {
 			st->sends++;
 			st->send_bytes += ctx->len;
 		}
-		tw__ctx_release(of, ctx);
+		tw__ofi_ctx_release(of, ctx);
 		return;
 	}
 	if (ctx->kind == CTX_WRITE) {
@@ -214,7 +214,7 @@ static void handle_comp(struct ofi_fab *of, const struct fi_cq_data_entry *e)
 		st->reads++;
 		st->read_bytes += ctx->len;
 	}
-	tw__ctx_release(of, ctx);
+	tw__ofi_ctx_release(of, ctx);
 	if (op) {
 		op->fab_priv[0] = NULL;
 		tw__op_finish(op, 0);
@@ -245,8 +245,8 @@ static void handle_err(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *m
 		ch = ctx->ch;
 		op = ctx->op;
 		if (ch)
-			tw__ctx_unlink(ch, ctx);
-		tw__ctx_release(of, ctx);
+			tw__ofi_ctx_unlink(ch, ctx);
+		tw__ofi_ctx_release(of, ctx);
 	}
 	fi_cq_strerror(cq, err->prov_errno, err->err_data, pbuf, sizeof(pbuf));
 	if (ctx && ctx->kind == CTX_RECV && err->err == FI_ECANCELED)
@@ -598,7 +598,7 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 			ssize_t r = fn(of, ch, ctx, arg);
 			if (r == 0) {
 				ctx->deadline_ns = tw__fab_op_deadline(&of->base);
-				tw__ctx_link(ch, ctx);
+				ctx_link(ch, ctx);
 				return 0;
 			}
 			if (r != -FI_EAGAIN) {

@@ -50,7 +50,7 @@ static void list_providers(char *out, size_t len)
 
 	out[0] = '\0';
 	if (fi_getinfo(OFI_VERSION, NULL, NULL, 0, NULL, &all) || !all) {
-		const char *env = getenv("FI_PROVIDER");
+		const char *env = tw__env_get(TW__ENV_FI_PROVIDER);
 
 		/* libfabric applies $FI_PROVIDER as a filter to every fi_getinfo of the process. */
 		if (env && *env)
@@ -236,6 +236,66 @@ static const struct fab_ops ofi_ops = {
  * fabric, domain, send ring, then the EQ (MSG) or the shared endpoint (RDM). On failure the
  * caller releases what was opened.
  */
+/* Why fi_getinfo found nothing for `prov` (rc): the provider missing here, or the address not
+ * this machine's (asked again without it), or libfabric's own error. The error to return. */
+static int getinfo_failed(struct ofi_fab *of, const char *prov, const char *node,
+			  const char *service, int rc)
+{
+	char avail[256];
+
+	list_providers(avail, sizeof(avail));
+	if ((rc == -FI_ENODATA || !of->info) && node) {
+		/* The provider may be fine and the address the problem: ask without it. */
+		struct fi_info *probe = NULL;
+		bool prov_ok = fi_getinfo(OFI_VERSION, NULL, NULL, 0, of->hints, &probe) == 0 &&
+			       probe;
+
+		fi_freeinfo(probe);
+		if (prov_ok) {
+			tw__fab_open_errmsg("provider '%s' cannot use the address '%s%s%s': not "
+					"a name or address of this machine (give a local "
+					"address, e.g. 127.0.0.1 or this host's IP)", prov,
+					node, service ? ":" : "", service ? service : "");
+			return -EADDRNOTAVAIL;
+		}
+	}
+	if (rc == -FI_ENODATA || !of->info) {
+		tw__fab_open_errmsg("provider '%s' is not available here (with the required "
+				"capabilities); this machine offers: %s",
+				prov, avail);
+		return -TW_ENOPROV;
+	}
+	tw__fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
+			fi_strerror(-rc), avail);
+	return tw__ofi_errno(rc);
+}
+
+/* FI_EP_MSG: the event queue of connection requests, with a wait fd when it has one. */
+static int open_msg_eq(struct ofi_fab *of)
+{
+	struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
+	int rc;
+
+	rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+	if (rc) {
+		ea.wait_obj = FI_WAIT_NONE;
+		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
+	}
+	if (rc) {
+		tw__fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
+		return tw__ofi_errno(rc);
+	}
+	if (ea.wait_obj == FI_WAIT_FD && fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 &&
+	    of->eq_fd >= 0) {
+		struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
+		epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
+	} else {
+		of->eq_fd = -1;
+		of->nofd++;
+	}
+	return 0;
+}
+
 static int setup(struct ofi_fab *of, const char *prov)
 {
 	const struct tw_fab_config *cfg = &of->base.cfg;
@@ -284,35 +344,8 @@ static int setup(struct ofi_fab *of, const char *prov)
 	 * "Resetting after a peer loss"). */
 	of->base.loss_blocks = !strcmp(name, "shm");
 	rc = fi_getinfo(OFI_VERSION, node, service, flags, of->hints, &of->info);
-	if (rc || !of->info) {
-		char avail[256];
-
-		list_providers(avail, sizeof(avail));
-		if ((rc == -FI_ENODATA || !of->info) && node) {
-			/* The provider may be fine and the address the problem: ask without it. */
-			struct fi_info *probe = NULL;
-			bool prov_ok = fi_getinfo(OFI_VERSION, NULL, NULL, 0, of->hints, &probe) == 0 &&
-				       probe;
-
-			fi_freeinfo(probe);
-			if (prov_ok) {
-				tw__fab_open_errmsg("provider '%s' cannot use the address '%s%s%s': not "
-						"a name or address of this machine (give a local "
-						"address, e.g. 127.0.0.1 or this host's IP)", prov,
-						node, service ? ":" : "", service ? service : "");
-				return -EADDRNOTAVAIL;
-			}
-		}
-		if (rc == -FI_ENODATA || !of->info) {
-			tw__fab_open_errmsg("provider '%s' is not available here (with the required "
-					"capabilities); this machine offers: %s",
-					prov, avail);
-			return -TW_ENOPROV;
-		}
-		tw__fab_open_errmsg("fi_getinfo(%s): %s; this machine offers: %s", prov,
-				fi_strerror(-rc), avail);
-		return tw__ofi_errno(rc);
-	}
+	if (rc || !of->info)
+		return getinfo_failed(of, prov, node, service, rc);
 	read_back(of);
 	if (cfg->strict != TW_FAB_STRICT_OFF && (rc = tw__strict_read_back(of)) < 0)
 		return rc;
@@ -320,7 +353,7 @@ static int setup(struct ofi_fab *of, const char *prov)
 	 * ignores FI_MR_PROV_KEY (requests a key of our own and gives peers that one instead of
 	 * fi_mr_key()); "noback" (set at the end of the open, so the fab's own buffers are
 	 * registered as they must be) ignores FI_MR_ALLOCATED for the registrations after it. */
-	if (getenv("TW_FAB_FAULT") && !strcmp(getenv("TW_FAB_FAULT"), "reqkey")) {
+	if (tw__env_get(TW__ENV_FAB_FAULT) && !strcmp(tw__env_get(TW__ENV_FAB_FAULT), "reqkey")) {
 		of->fault_reqkey = true;
 		tw_log_warn("fabric %s: TW_FAB_FAULT=reqkey: peers get the requested keys (a test "
 			    "of strict mode; wrong wherever the provider picks the keys)", prov);
@@ -357,54 +390,23 @@ static int setup(struct ofi_fab *of, const char *prov)
 	}
 	if (of->base.rdm)
 		return tw__rdm_open_ep(of);
-	struct fi_eq_attr ea = {.size = 64, .wait_obj = FI_WAIT_FD};
-
-	rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
-	if (rc) {
-		ea.wait_obj = FI_WAIT_NONE;
-		rc = fi_eq_open(of->fabric, &ea, &of->eq, NULL);
-	}
-	if (rc) {
-		tw__fab_open_errmsg("fi_eq_open: %s", fi_strerror(-rc));
-		return tw__ofi_errno(rc);
-	}
-	if (ea.wait_obj == FI_WAIT_FD && fi_control(&of->eq->fid, FI_GETWAIT, &of->eq_fd) == 0 &&
-	    of->eq_fd >= 0) {
-		struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = of};
-		epoll_ctl(of->epfd, EPOLL_CTL_ADD, of->eq_fd, &e2);
-	} else {
-		of->eq_fd = -1;
-		of->nofd++;
-	}
-	return 0;
+	return open_msg_eq(of);
 }
 
 /*
- * The providers' environment defaults we need, set before libfabric reads them (it reads every
- * FI_<PROV>_* variable once, when the first fi_getinfo of the process loads the providers), and
- * only where the user has not set them (docs/fabric.md, "Provider environment defaults"):
- *
- *   FI_SOCKETS_PE_WAITTIME=0 — the sockets provider's progress thread otherwise spins 10 ms
- *   after every wake-up before it may sleep again (prov/sockets/src/sock_progress.c,
- *   sock_pe_wait_ok); on a machine with fewer cores than such threads that starves everyone,
- *   and a synchronous append took 12 ms at the median. With 0 it sleeps in epoll as soon as
- *   it has nothing to do, and is woken by the next operation or incoming byte.
+ * The sockets provider's progress thread spins FI_SOCKETS_PE_WAITTIME ms (libfabric's default
+ * 10) after every wake-up; 0 suits us (docs/fabric.md, "Provider environment defaults"). The
+ * library cannot set it: libfabric reads it once, at the process's first fi_getinfo, from the
+ * environment, and no fi_info attribute carries it; setenv() here would race the program's
+ * other threads. Programs set it at the start of main (TW_ENV_PROGRAM rows of
+ * tw_env_describe()); a process that did not is told once, at info level.
  */
-static const struct {
-	const char *name, *value;
-} env_defaults[] = {
-	{ "FI_SOCKETS_PE_WAITTIME", "0" },
-};
-
-static void set_env_defaults(void)
+static void note_pe_waittime(void)
 {
-	for (size_t i = 0; i < TW_ARRAY_SIZE(env_defaults); i++) {
-		if (getenv(env_defaults[i].name))
-			continue; /* the user's value stays */
-		if (setenv(env_defaults[i].name, env_defaults[i].value, 0) == 0)
-			tw_log_debug("fabric: %s=%s (set by Tailwind; set it yourself to override)",
-				     env_defaults[i].name, env_defaults[i].value);
-	}
+	if (!tw__env_get(TW__ENV_FI_SOCKETS_PE_WAITTIME))
+		tw_log_info("fabric sockets: FI_SOCKETS_PE_WAITTIME is unset: libfabric's progress "
+			    "thread spins 10 ms after every wake-up; a program sets it to 0 before "
+			    "its first thread (docs/fabric.md, \"Provider environment defaults\")");
 }
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -415,7 +417,8 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	struct ofi_fab *of;
 	int rc;
 
-	pthread_once(&env_once, set_env_defaults);
+	if (prov && !strncmp(prov, "sockets", 7))
+		pthread_once(&env_once, note_pe_waittime);
 
 	of = calloc(1, sizeof(*of));
 	if (!of)
@@ -434,7 +437,7 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	rc = setup(of, prov);
 	if (rc < 0)
 		goto fail;
-	if (getenv("TW_FAB_FAULT") && !strcmp(getenv("TW_FAB_FAULT"), "noback")) {
+	if (tw__env_get(TW__ENV_FAB_FAULT) && !strcmp(tw__env_get(TW__ENV_FAB_FAULT), "noback")) {
 		of->fault_noback = true;
 		tw_log_warn("fabric %s: TW_FAB_FAULT=noback: registrations are not backed first (a "
 			    "test of strict mode; wrong wherever FI_MR_ALLOCATED is asked)", prov);

@@ -259,17 +259,13 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing);
 bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len);
 void tw__chan_defer(struct ofi_chan *ch, struct ofi_ctx *ctx, size_t len);
 void tw__rdm_put_hdr(unsigned char *p, enum rdm_type type, uint32_t dst, uint32_t src, uint32_t len);
-/* shm: map our region header if the CMA fast path is possible at all (after the endpoint is
- * enabled); unmap it at close. */
-void tw__rdm_shm_fast_init(struct ofi_fab *of);
+/* shm: unmap the region header ofi_rdm.c mapped at the open (when the CMA fast path was
+ * possible), at close. */
 void tw__rdm_shm_fast_fini(struct ofi_fab *of);
 /* Whether a write posted now on `ch` takes shm's CMA fast path, whose completion means the
  * bytes are in the peer's memory, so it needs no FI_DELIVERY_COMPLETE. A memory load; also
  * records the answer in ch->base.fast_write. */
 bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch);
-/* shm: start watching the peer process of `ch` (at connect, before the HELLO; at accept). */
-void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch);
-void tw__rdm_shm_unwatch(struct ofi_chan *ch);
 /* Slow path of tw__rdm_shm_may_post: the peer's region lock is held or its oldest op is
  * stale. False: do not post now (the channel may have been marked lost: check it). */
 bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch);
@@ -360,12 +356,11 @@ bool tw__strict_queue_full(struct ofi_fab *of, struct ofi_chan *ch);
 void tw__strict_fini(struct ofi_fab *of);
 
 /* ofi_cq.c */
-struct ofi_ctx *tw__ctx_get(struct ofi_fab *of);
-void tw__ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
-void tw__ctx_link(struct ofi_chan *ch, struct ofi_ctx *ctx);
-void tw__ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
+struct ofi_ctx *tw__ofi_ctx_get(struct ofi_fab *of);
+void tw__ofi_ctx_put(struct ofi_fab *of, struct ofi_ctx *ctx);
+void tw__ofi_ctx_unlink(struct ofi_chan *ch, struct ofi_ctx *ctx);
 /* Release what a posted ctx holds (slot, pool) once the provider is done with it. */
-void tw__ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
+void tw__ofi_ctx_release(struct ofi_fab *of, struct ofi_ctx *ctx);
 int tw__cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out, void *context);
 void tw__cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
 int tw__ofi_poll(struct tw_fab *fab);

@@ -95,9 +95,11 @@ static int own_name(struct ofi_fab *of)
 		    FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAR | \
 		    FI_ORDER_ATOMIC_WAW)
 
-void tw__rdm_shm_fast_init(struct ofi_fab *of)
+/* shm: map our region header if the CMA fast path is possible at all (after the endpoint is
+ * enabled); unmap it at close. */
+static void shm_fast_init(struct ofi_fab *of)
 {
-	const char *env = getenv("TW_FAB_SHM_FAST");
+	const char *env = tw__env_get(TW__ENV_FAB_SHM_FAST);
 	const char *name = strstr(of->name, "://");
 	uint32_t v = fi_version();
 	long page = sysconf(_SC_PAGESIZE);
@@ -231,7 +233,10 @@ static int spin_free_value(void)
 	return v;
 }
 
-void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
+static void shm_unwatch(struct ofi_chan *ch);
+
+/* shm: start watching the peer process of `ch` (at connect, before the HELLO; at accept). */
+static void shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 {
 	const char *name = strstr(ch->base.peer, "://");
 	long page = sysconf(_SC_PAGESIZE);
@@ -271,7 +276,7 @@ void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 	if (pid <= 0 || pid == (int)getpid()) {
 		ch->watched = ch->peer_lock != NULL; /* the lock check still applies */
 		if (!ch->watched)
-			tw__rdm_shm_unwatch(ch);
+			shm_unwatch(ch);
 		return;
 	}
 #ifdef SYS_pidfd_open
@@ -290,7 +295,7 @@ void tw__rdm_shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 		     pid, ch->pidfd, ch->peer_lock ? "known" : "unknown");
 }
 
-void tw__rdm_shm_unwatch(struct ofi_chan *ch)
+static void shm_unwatch(struct ofi_chan *ch)
 {
 	if (ch->pidfd >= 0)
 		close(ch->pidfd);
@@ -669,7 +674,7 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 	}
 	rc = own_name(of);
 	if (rc == 0)
-		tw__rdm_shm_fast_init(of);
+		shm_fast_init(of);
 	return rc;
 }
 
@@ -793,7 +798,7 @@ int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	}
 	ch->have_addr = true;
 	ch->self = !strcmp(addr, of->name);
-	tw__rdm_shm_watch(of, ch);
+	shm_watch(of, ch);
 	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
 	 * tw__post_tx retries until the handshake deadline. */
 	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
@@ -812,7 +817,7 @@ int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 				ch->have_addr = false; /* the BYE's completion does the av_remove */
 				while (ch->posted) {
 					struct ofi_ctx *ctx = ch->posted;
-					tw__ctx_unlink(ch, ctx);
+					tw__ofi_ctx_unlink(ch, ctx);
 					ctx->ch = NULL;
 				}
 			}
@@ -846,7 +851,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 	while (ch->posted) {
 		struct ofi_ctx *ctx = ch->posted;
 
-		tw__ctx_unlink(ch, ctx);
+		tw__ofi_ctx_unlink(ch, ctx);
 		ctx->ch = NULL;
 		ctx->next = ctx->prev = NULL;
 	}
@@ -859,7 +864,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 		/* The BYE ctx is linked to ch: orphan it too; its completion av_removes. */
 		while (ch->posted) {
 			struct ofi_ctx *ctx = ch->posted;
-			tw__ctx_unlink(ch, ctx);
+			tw__ofi_ctx_unlink(ch, ctx);
 			ctx->ch = NULL;
 		}
 	}
@@ -867,7 +872,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 		fi_av_remove(of->av, &ch->addr, 1, 0);
 	peer_put(of, ch); /* shm: the BYE's context holds the entry until it completes */
 	ch->have_addr = false;
-	tw__rdm_shm_unwatch(ch); /* after the BYE, which the watch guards too */
+	shm_unwatch(ch); /* after the BYE, which the watch guards too */
 }
 
 bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
@@ -906,7 +911,7 @@ bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		}
 		ch->have_addr = true;
 		ch->self = !strcmp(name, of->name);
-		tw__rdm_shm_watch(of, ch);
+		shm_watch(of, ch);
 		if (of->give_back && ch->peer->refs == 1 && !ch->peer->accepted && !ch->self)
 			peer_track(of, ch->peer, ch);
 		tw__rdm_shm_fast(of, ch);

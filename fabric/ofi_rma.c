@@ -74,7 +74,7 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 		    (rc = tw__strict_check_local(of, call, local, len, a.desc, omr->mr, read)) < 0)
 			return rc;
 	}
-	ctx = tw__ctx_get(of);
+	ctx = tw__ofi_ctx_get(of);
 	if (!ctx)
 		return -ENOMEM;
 	/* shm: decided at every write, from the byte libfabric itself reads (ofi_rdm.c). */
@@ -86,7 +86,7 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 	ctx->len = len;
 	rc = tw__post_tx(of, ch, ctx, do_rma, &a, tw__fab_op_deadline(&of->base)); /* queue-full bound */
 	if (rc < 0) {
-		tw__ctx_put(of, ctx);
+		tw__ofi_ctx_put(of, ctx);
 		return rc;
 	}
 	op->fab_priv[0] = ctx;

@@ -92,6 +92,7 @@ static int finish(struct out *o, size_t *needed_out)
 int tw_backup_metrics_text(const struct tw_backup *b, char *buf, size_t len, size_t *needed_out)
 {
 	struct tw_backup_stats st;
+	uint64_t calls[TW_BACKUP_RPC_KINDS] = { 0 };
 	struct out o;
 
 	if (!b || start(&o, buf, len) != 0)
@@ -146,9 +147,10 @@ int tw_backup_metrics_text(const struct tw_backup *b, char *buf, size_t len, siz
 	family(&o, "tailwind_backup_rpc_total", COUNTER,
 	       "Control RPC handler invocations by kind (replicated writes are one-sided and add "
 	       "nothing here).");
+	tw_backup_get_rpc_calls(b, calls, TW_BACKUP_RPC_KINDS);
 	for (int k = 0; k < TW_BACKUP_RPC_KINDS; k++)
 		put(&o, "tailwind_backup_rpc_total{kind=\"%s\"} %" PRIu64 "\n",
-		    tw_backup_rpc_name((enum tw_backup_rpc)k), st.rpc_calls[k]);
+		    tw_backup_rpc_name((enum tw_backup_rpc)k), calls[k]);
 	one(&o, "tailwind_backup_rpc_errors_total", COUNTER,
 	    "Control RPC replies with a status other than OK.", st.rpc_errors);
 	one(&o, "tailwind_backup_control_messages_received_total", COUNTER,

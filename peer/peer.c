@@ -11,7 +11,8 @@
 #include "peer/peer.h"
 #include "proto/auth.h"
 
-uint64_t tw__peer_node_id(void)
+/* A non-zero node id for this process: host id << 32 | pid. */
+static uint64_t own_node_id(void)
 {
 	uint64_t node = (uint64_t)gethostid() << 32 | (uint64_t)getpid();
 
@@ -33,8 +34,10 @@ void tw__peer_init(struct tw_peer *p, const char *addr, void *user)
 	p->peer_minor = -1;
 }
 
-void tw__peer_connect_why(char *why, size_t len, struct tw_fab *fab, int err,
-			  unsigned timeout_ms, const char *timeout_hint)
+/* Write into `why` what a failed connect to `addr` means in an operator's terms (refused,
+ * timeout, no route, not a twd). `fab` (may be NULL) for the provider's detail. */
+static void connect_why(char *why, size_t len, struct tw_fab *fab, int err,
+			unsigned timeout_ms, const char *timeout_hint)
 {
 	const char *detail = fab ? tw__fab_errmsg(fab) : "";
 	const char *hint = timeout_hint && timeout_hint[0] ? timeout_hint : NULL;
@@ -77,7 +80,7 @@ static int handshake(struct tw_peer *p, const struct tw_peer_opts *o)
 	int rc;
 
 	/* With a key: challenge, check the backup's MAC, prove ours (proto/auth.h). */
-	rc = tw__auth_client_handshake(p->rpc, o->key, o->node_id ? o->node_id : tw__peer_node_id(),
+	rc = tw__auth_client_handshake(p->rpc, o->key, o->node_id ? o->node_id : own_node_id(),
 				      o->role, o->node_name, &rep, p->why, sizeof(p->why));
 	if (rc == 0 && rep.env && rep.env->handshake_reply) {
 		const Tailwind__HandshakeReply *h = rep.env->handshake_reply;
@@ -102,8 +105,8 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	rc = tw__fab_connect(fab, p->addr, &p->ch);
 	if (rc < 0) {
 		p->ch = NULL;
-		tw__peer_connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
-				     o->timeout_hint);
+		connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
+			    o->timeout_hint);
 		return rc;
 	}
 	tw__chan_set_user(p->ch, p);
@@ -137,12 +140,6 @@ void tw__peer_close(struct tw_peer *p)
 		tw__chan_set_user(p->ch, NULL);
 	tw__rpc_client_close(&p->rpc, &p->ch);
 	p->up = false;
-}
-
-int tw__peer_reconnect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o)
-{
-	tw__peer_close(p);
-	return tw__peer_connect(p, fab, o);
 }
 
 bool tw__peer_ok(const struct tw_peer *p)

@@ -32,7 +32,7 @@ struct tw_auth_key;
 /* How a client connects: the same for every peer of one client. */
 struct tw_peer_opts {
 	const struct tw_auth_key *key; /* cluster key (NULL: no authentication); borrowed */
-	uint64_t node_id;              /* 0: tw__peer_node_id() */
+	uint64_t node_id;              /* 0: host id << 32 | pid */
 	Tailwind__Role role;           /* named in the Handshake (and the key's transcript) */
 	const char *node_name;         /* NULL ok; borrowed */
 	uint64_t incarnation;          /* owner id stamped on every request (0: none) */
@@ -77,9 +77,6 @@ struct tw_peer {
 	char why[320];             /* why it is down (connect, authentication, loss) */
 };
 
-/* A non-zero node id for this process: host id << 32 | pid. */
-uint64_t tw__peer_node_id(void);
-
 /* Zero `p`, copy `addr` (truncated to TW_ADDR_MAX - 1), keep `user`. */
 void tw__peer_init(struct tw_peer *p, const char *addr, void *user);
 
@@ -99,9 +96,6 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
  * is cleared. NULL-safe on a closed peer. */
 void tw__peer_close(struct tw_peer *p);
 
-/* tw__peer_close, then tw__peer_connect. */
-int tw__peer_reconnect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o);
-
 /* Connected, handshaken and not lost. */
 bool tw__peer_ok(const struct tw_peer *p);
 
@@ -117,10 +111,5 @@ void tw__peer_expire(struct tw_peer *p);
  * hook of its own on a loss (arg unused). */
 void tw__peer_fab_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len);
 void tw__peer_fab_on_lost(void *arg, struct tw_chan *ch, int err);
-
-/* Write into `why` what a failed connect to `addr` means in an operator's terms (refused,
- * timeout, no route, not a twd). `fab` (may be NULL) for the provider's detail. */
-void tw__peer_connect_why(char *why, size_t len, struct tw_fab *fab, int err,
-			  unsigned timeout_ms, const char *timeout_hint);
 
 #endif /* TW_PEER_PEER_H */

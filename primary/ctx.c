@@ -299,7 +299,7 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 	/* The RPC-replication baseline is the fabric's: its writes go as messages that the
 	 * backup's fabric layer checks, copies and answers (fabric/wmsg.c). A benchmark's switch,
 	 * not a service's setting, so not a config field: TW_DATA_PATH=rpc at the open. */
-	dp = getenv("TW_DATA_PATH");
+	dp = tw__env_get(TW__ENV_DATA_PATH);
 	if (dp && dp[0] && strcmp(dp, "rpc") != 0 && strcmp(dp, "onesided") != 0) {
 		snprintf(ctx->errmsg, sizeof(ctx->errmsg), "TW_DATA_PATH=%s: say onesided or rpc "
 			 "(the RPC-replication baseline), or unset it", dp);

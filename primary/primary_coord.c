@@ -81,7 +81,7 @@ static unsigned count_zones(const struct tw_coord_backup *v, size_t n, bool *any
 
 static const char *provider_of(const struct tw__pcfg *cfg)
 {
-	const char *prov = cfg->provider ? cfg->provider : getenv("FI_PROVIDER");
+	const char *prov = cfg->provider ? cfg->provider : tw__env_get(TW__ENV_FI_PROVIDER);
 
 	return prov && prov[0] ? prov : "tcp";
 }

@@ -12,6 +12,7 @@
 
 #include <sodium.h>
 
+#include "core/util.h"
 #include "proto/auth.h"
 
 struct tw_auth_key {
@@ -31,8 +32,8 @@ const char *tw__auth_key_path(const char *configured)
 
 	if (configured)
 		return configured[0] ? configured : NULL;
-	env = getenv(TW_AUTH_ENV);
-	return env && env[0] ? env : NULL;
+	env = tw__env_get(TW__ENV_KEY_FILE);
+	return env;
 }
 
 int tw__auth_key_from_bytes(const void *bytes, size_t len, struct tw_auth_key **out)

@@ -1,7 +1,7 @@
 /*
  * proto/rpc.c — the pure part of the RPC layer: names, configuration, the arena allocator,
- * framing, decoding, validation, status mapping, conversions. No fabric calls except
- * tw__rpc_send_envelope at the end. See rpc.h and docs/wire-protocol.md.
+ * framing, decoding, validation, status mapping, conversions. No fabric calls. See rpc.h and
+ * docs/wire-protocol.md.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -20,14 +20,10 @@
  * all from the one list TW_RPC_OPS in rpc.h. */
 #define OP_NAME(op, name, req, reply) [TW_RPC_##op] = #name,
 #define OP_REPLY_NAME(op, name, req, reply) [TW_RPC_##op] = #name "_reply",
-#define OP_REQ_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##req##__descriptor,
 #define OP_REPLY_DESC(op, name, req, reply) [TW_RPC_##op] = &tailwind__##reply##__descriptor,
 
 static const char *const op_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_NAME) };
 static const char *const reply_names[TW_RPC_OP_COUNT] = { TW_RPC_OPS(OP_REPLY_NAME) };
-static const ProtobufCMessageDescriptor *const req_desc[TW_RPC_OP_COUNT] = {
-	TW_RPC_OPS(OP_REQ_DESC)
-};
 static const ProtobufCMessageDescriptor *const reply_desc[TW_RPC_OP_COUNT] = {
 	TW_RPC_OPS(OP_REPLY_DESC)
 };
@@ -47,7 +43,7 @@ int tw__rpc_op_of_case(int body_case)
 }
 
 /* Op of a reply body kind, -1 when not a reply we know (ErrorReply included). */
-int tw__rpc__op_of_reply_case(int body_case)
+static int op_of_reply_case(int body_case)
 {
 	if (body_case < 17 || !(body_case & 1) || body_case >= 17 + 2 * TW_RPC_OP_COUNT)
 		return -1;
@@ -65,7 +61,7 @@ const char *tw__rpc_body_name(int body_case)
 	op = tw__rpc_op_of_case(body_case);
 	if (op >= 0)
 		return op_names[op];
-	op = tw__rpc__op_of_reply_case(body_case);
+	op = op_of_reply_case(body_case);
 	if (op >= 0)
 		return reply_names[op];
 	return "unknown";
@@ -94,24 +90,19 @@ const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op)
 	return op >= 0 && op < TW_RPC_OP_COUNT ? reply_desc[op] : NULL;
 }
 
-const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op)
-{
-	return op >= 0 && op < TW_RPC_OP_COUNT ? req_desc[op] : NULL;
-}
-
 /* ------------------------------------------------------------------ configuration */
 
 void tw__rpc_config_init(struct tw_rpc_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->max_msg_size = TW_RPC_MAX_MSG_DEFAULT;
-	cfg->timeout_ms = 5000;
+	cfg->timeout_ms = TW_DEFAULT_RPC_TIMEOUT_MS;
 	cfg->max_inflight = 64;
 	cfg->max_strikes = 8;
 	cfg->arena_limit = 64 * (size_t)TW_RPC_MAX_MSG_DEFAULT;
 }
 
-int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out)
+static int config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out)
 {
 	struct tw_rpc_config def;
 	unsigned n;
@@ -141,7 +132,7 @@ int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *ou
 int tw__rpc__alloc(const struct tw_rpc_config *in, size_t head, size_t per_call,
 		   size_t arena_first, struct tw_rpc_config *cfg, void **out)
 {
-	int rc = tw__rpc__config_fix(in, cfg);
+	int rc = config_fix(in, cfg);
 
 	if (rc)
 		return rc;
@@ -675,7 +666,7 @@ static Tailwind__Status check_seginfo(const Tailwind__SegmentInfo *s, char *why,
 	return TAILWIND__STATUS__STATUS_OK;
 }
 
-const ProtobufCMessage *tw__rpc__body(const Tailwind__Envelope *env)
+static const ProtobufCMessage *env_body(const Tailwind__Envelope *env)
 {
 	/* Every member of the oneof is a pointer to a message; they share storage. */
 	return (const ProtobufCMessage *)env->handshake;
@@ -688,9 +679,9 @@ int tw__rpc_reply_status(const Tailwind__Envelope *env, const char **message_out
 	int status;
 
 	if (env->body_case != TAILWIND__ENVELOPE__BODY_ERROR_REPLY &&
-	    tw__rpc__op_of_reply_case(env->body_case) < 0)
+	    op_of_reply_case(env->body_case) < 0)
 		return -1;
-	body = tw__rpc__body(env);
+	body = env_body(env);
 	if (!body)
 		return -1;
 	fs = protobuf_c_message_descriptor_get_field(body->descriptor, 1);
@@ -724,7 +715,7 @@ Tailwind__Status tw__rpc_validate_reply(const Tailwind__Envelope *env, char *why
 	CHECK_ID(env->epoch, "epoch");
 	if (env->body_case == TAILWIND__ENVELOPE__BODY_ERROR_REPLY)
 		return TAILWIND__STATUS__STATUS_OK;
-	op = tw__rpc__op_of_reply_case(env->body_case);
+	op = op_of_reply_case(env->body_case);
 	switch (op) {
 	case TW_RPC_HANDSHAKE: {
 		const Tailwind__HandshakeReply *m = env->handshake_reply;
@@ -878,18 +869,4 @@ void tw__rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out)
 {
 	*out = pb ? (struct tw_rkey){ .addr = pb->addr, .key = pb->key, .len = pb->len }
 		  : (struct tw_rkey){ 0 };
-}
-
-/* ------------------------------------------------------------------ sending */
-
-int tw__rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
-			 size_t max_msg)
-{
-	size_t len;
-	int rc;
-
-	rc = tw__rpc_encode(env, buf, cap, max_msg, &len);
-	if (rc)
-		return rc;
-	return tw__chan_send(ch, buf, len);
 }

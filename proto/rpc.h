@@ -101,7 +101,8 @@ struct tw_rpc_config {
 	size_t max_msg_size;   /* largest frame, header included; default 65536, min 256. Must be
 				* <= the fab's max_msg_size. Larger frames are refused both ways. */
 	unsigned timeout_ms;   /* client: a request without reply by then completes with
-				* -ETIMEDOUT (its reply, if it comes later, is dropped); default 5000 */
+				* -ETIMEDOUT (its reply, if it comes later, is dropped); default
+				* TW_DEFAULT_RPC_TIMEOUT_MS */
 	unsigned max_inflight; /* client: requests in flight per channel; rounded up to a power of
 				* two, 1..4096; default 64. More gives -EBUSY. */
 	unsigned max_strikes;  /* server: malformed messages tolerated per channel; the next one
@@ -373,7 +374,6 @@ int tw__rpc_client_expire(struct tw_rpc_client *cl);
 int tw__rpc_client_next_timeout_ms(const struct tw_rpc_client *cl);
 
 unsigned tw__rpc_client_inflight(const struct tw_rpc_client *cl);
-struct tw_chan *tw__rpc_client_chan(const struct tw_rpc_client *cl);
 /* Minor version of the peer, from the last reply frame (-1 before any reply). */
 int tw__rpc_client_peer_minor(const struct tw_rpc_client *cl);
 /* Message of the last failed call ("" if none): the peer's reply message or a local reason. */
@@ -575,12 +575,5 @@ struct tw_rpc_server_stats {
 	uint64_t refused;     /* requests the admit hook refused */
 };
 void tw__rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
-
-/*
- * Low-level: frame and send one envelope on `ch` (`env` borrowed for the call) using a
- * caller buffer of `cap` bytes. For tests and tools; the client and server use it internally.
- */
-int tw__rpc_send_envelope(struct tw_chan *ch, const Tailwind__Envelope *env, void *buf, size_t cap,
-			 size_t max_msg);
 
 #endif /* TW_PROTO_RPC_H */

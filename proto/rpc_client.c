@@ -492,11 +492,6 @@ unsigned tw__rpc_client_inflight(const struct tw_rpc_client *cl)
 	return cl->inflight;
 }
 
-struct tw_chan *tw__rpc_client_chan(const struct tw_rpc_client *cl)
-{
-	return cl->ch;
-}
-
 int tw__rpc_client_peer_minor(const struct tw_rpc_client *cl)
 {
 	return cl->peer_minor;

@@ -11,7 +11,6 @@
 #define TW_RPC__SEGINFO_MAX 100u
 #define TW_RPC__LIST_OVERHEAD (TW_RPC_HDR_SIZE + 64u + TW_RPC_MESSAGE_MAX + 64u)
 
-int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *out);
 /*
  * Fix the config `in` into `*cfg` first (-EINVAL, nothing allocated, when it is out of range),
  * then allocate a client's or server's memory as one zeroed block into `*out` (-ENOMEM): `head`
@@ -21,10 +20,7 @@ int tw__rpc__config_fix(const struct tw_rpc_config *in, struct tw_rpc_config *ou
  */
 int tw__rpc__alloc(const struct tw_rpc_config *in, size_t head, size_t per_call,
 		   size_t arena_first, struct tw_rpc_config *cfg, void **out);
-int tw__rpc__op_of_reply_case(int body_case);
 const ProtobufCMessageDescriptor *tw__rpc__reply_desc(int op);
-const ProtobufCMessageDescriptor *tw__rpc__req_desc(int op);
-const ProtobufCMessage *tw__rpc__body(const Tailwind__Envelope *env);
 /* tw__rpc_encode with an explicit minor (tests send minor + 1). */
 int tw__rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *buf, size_t cap,
 			 size_t max_msg, size_t *len_out);

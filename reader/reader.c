@@ -97,8 +97,8 @@ static int seterr(struct tw_reader *r, int err, const char *fmt, ...)
 /* The other fields zero (NULL provider and key_file: their defaults, tailwind/reader.h). */
 static const struct tw_reader_config reader_defaults = {
 	.from = TW_READ_OLDEST,
-	.connect_timeout_ms = 5000,
-	.rpc_timeout_ms = 5000,
+	.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS,
+	.rpc_timeout_ms = TW_DEFAULT_RPC_TIMEOUT_MS,
 	.poll_ms = 1000,
 };
 
@@ -425,6 +425,79 @@ static int os_read(struct tw_reader *r, int i, uint64_t end, uint64_t epoch)
  * One ReadEntries on the current segment, waiting up to wait_ms at its readable end. Returns
  * 1 (bytes buffered), 0 (nothing new; the segment may have closed), or a negative code.
  */
+/* A ReadEntries answer (m, from backup b): its entries into r->buf (1), nothing yet (0: at the
+ * readable end; b left when it missed the segment's close), or an entry too big (-EMSGSIZE). */
+static int take_entries(struct tw_reader *r, struct rdbk *b, const Tailwind__ReadEntriesReply *m)
+{
+	int rc;
+
+	if (m->data.len == 0 && m->entry_len) {
+		rc = seterr(r, -EMSGSIZE, "the entry at LSN %016" PRIx64 " takes %u bytes, more "
+			    "than one read carries (max_bytes %u or the control message): "
+			    "read it with tw_recover", tw_pos_to_lsn((struct tw_pos){
+			    (uint32_t)r->seg, (uint32_t)r->off }), m->entry_len,
+			    r->max_bytes);
+	} else if (m->data.len) {
+		if (m->data.len > r->buf_cap) {
+			uint8_t *nb = realloc(r->buf, m->data.len);
+
+			if (!nb)
+				return seterr(r, -ENOMEM, "out of memory");
+			r->buf = nb;
+			r->buf_cap = m->data.len;
+		}
+		memcpy(r->buf, m->data.data, m->data.len);
+		r->buf_len = m->data.len;
+		r->buf_pos = 0;
+		r->buf_off = r->off;
+		rc = 1;
+	} else {
+		if (!r->seg_closed)
+			r->st.waits++;
+		/* Open here, its owner fenced, and a later segment exists: this backup
+		 * missed the close (a recovery that did not reach it). Read the rest
+		 * elsewhere. (A later segment alone means nothing: the owner pre-opens.) */
+		if (!r->seg_closed && m->next_segment_id > r->seg &&
+		    m->log_epoch > m->segment_epoch) {
+			b->stale = true;
+			r->cur = -1;
+		}
+		rc = 0;
+	}
+	return rc;
+}
+
+/* A failed ReadEntries (rc; m, the answer, may be NULL): say why, and leave backup b for this
+ * segment when it cannot serve it. Returns the error for the caller, or 0 to read elsewhere. */
+static int read_failed(struct tw_reader *r, struct rdbk *b, int rc,
+		       const Tailwind__ReadEntriesReply *m)
+{
+	if (rc == -TW_ENOTFOUND && m && m->free_below > r->seg) {
+		rc = seterr(r, -TW_EFREED, "segment %" PRIu64 " of log %016" PRIx64 " was freed (log "
+			    "cleaning): the log now starts at segment %" PRIu64, r->seg, r->log_id,
+			    m->free_below);
+	} else if (rc == -EINVAL) {
+		rc = seterr(r, -EINVAL, "backup %s: %s", b->peer.addr,
+			    tw__rpc_client_errmsg(b->peer.rpc));
+	} else if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO ||
+		   rc == -TW_ECLOSED) {
+		tw_log_warn("reader: backup %s: %s (%s); reading elsewhere", b->peer.addr,
+			    tw_strerror(rc), b->peer.lost ? b->peer.why : "no answer");
+		tw__peer_close(&b->peer);
+		b->retry_ns = tw_now_ns() + RECONNECT_NS;
+		r->cur = -1;
+		rc = 0;
+	} else {
+		/* NOT_FOUND, CORRUPT, LOST, ...: this copy cannot serve; another may. */
+		tw_log_info("reader: backup %s: segment %" PRIu64 ": %s (%s); reading elsewhere",
+			    b->peer.addr, r->seg, tw_strerror(rc), tw__rpc_client_errmsg(b->peer.rpc));
+		b->holds = false;
+		r->cur = -1;
+		rc = 0;
+	}
+	return rc;
+}
+
 static int fetch(struct tw_reader *r, unsigned wait_ms)
 {
 	const Tailwind__ReadEntriesReply *m;
@@ -488,68 +561,11 @@ static int fetch(struct tw_reader *r, unsigned wait_ms)
 				return rc ? rc : -TW_EPROTO;
 			}
 		}
-		if (m->data.len == 0 && m->entry_len) {
-			rc = seterr(r, -EMSGSIZE, "the entry at LSN %016" PRIx64 " takes %u bytes, more "
-				    "than one read carries (max_bytes %u or the control message): "
-				    "read it with tw_recover", tw_pos_to_lsn((struct tw_pos){
-				    (uint32_t)r->seg, (uint32_t)r->off }), m->entry_len,
-				    r->max_bytes);
-		} else if (m->data.len) {
-			if (m->data.len > r->buf_cap) {
-				uint8_t *nb = realloc(r->buf, m->data.len);
-
-				if (!nb) {
-					tw__rpc_reply_release(&rep);
-					return seterr(r, -ENOMEM, "out of memory");
-				}
-				r->buf = nb;
-				r->buf_cap = m->data.len;
-			}
-			memcpy(r->buf, m->data.data, m->data.len);
-			r->buf_len = m->data.len;
-			r->buf_pos = 0;
-			r->buf_off = r->off;
-			rc = 1;
-		} else {
-			if (!r->seg_closed)
-				r->st.waits++;
-			/* Open here, its owner fenced, and a later segment exists: this backup
-			 * missed the close (a recovery that did not reach it). Read the rest
-			 * elsewhere. (A later segment alone means nothing: the owner pre-opens.) */
-			if (!r->seg_closed && m->next_segment_id > r->seg &&
-			    m->log_epoch > m->segment_epoch) {
-				b->stale = true;
-				r->cur = -1;
-			}
-			rc = 0;
-		}
+		rc = take_entries(r, b, m);
 		tw__rpc_reply_release(&rep);
 		return rc;
 	}
-	/* Failed: say why, and leave this backup for this segment when it cannot serve it. */
-	if (rc == -TW_ENOTFOUND && m && m->free_below > r->seg) {
-		rc = seterr(r, -TW_EFREED, "segment %" PRIu64 " of log %016" PRIx64 " was freed (log "
-			    "cleaning): the log now starts at segment %" PRIu64, r->seg, r->log_id,
-			    m->free_below);
-	} else if (rc == -EINVAL) {
-		rc = seterr(r, -EINVAL, "backup %s: %s", b->peer.addr,
-			    tw__rpc_client_errmsg(b->peer.rpc));
-	} else if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO ||
-		   rc == -TW_ECLOSED) {
-		tw_log_warn("reader: backup %s: %s (%s); reading elsewhere", b->peer.addr,
-			    tw_strerror(rc), b->peer.lost ? b->peer.why : "no answer");
-		tw__peer_close(&b->peer);
-		b->retry_ns = tw_now_ns() + RECONNECT_NS;
-		r->cur = -1;
-		rc = 0;
-	} else {
-		/* NOT_FOUND, CORRUPT, LOST, ...: this copy cannot serve; another may. */
-		tw_log_info("reader: backup %s: segment %" PRIu64 ": %s (%s); reading elsewhere",
-			    b->peer.addr, r->seg, tw_strerror(rc), tw__rpc_client_errmsg(b->peer.rpc));
-		b->holds = false;
-		r->cur = -1;
-		rc = 0;
-	}
+	rc = read_failed(r, b, rc, m);
 	tw__rpc_reply_release(&rep);
 	return rc;
 }
@@ -581,6 +597,7 @@ static int take(struct tw_reader *r, struct tw_reader_entry *e)
 		r->buf_len = r->buf_pos = 0;
 		return 0;
 	}
+	memset(e, 0, sizeof(*e)); /* the reserved tail too */
 	e->lsn = tw_pos_to_lsn((struct tw_pos){ (uint32_t)r->seg,
 						(uint32_t)(r->buf_off + r->buf_pos + at) });
 	e->data = payload;
@@ -748,7 +765,7 @@ static int backups_from_coord(struct tw_reader *r, const struct tw_reader_config
 	int rc;
 
 	rc = tw__coord_open(cfg->coordinator, cfg->connect_timeout_ms ? cfg->connect_timeout_ms :
-			    5000, &c, r->errmsg, sizeof(r->errmsg));
+			    TW_DEFAULT_CONNECT_TIMEOUT_MS, &c, r->errmsg, sizeof(r->errmsg));
 	if (rc)
 		return rc;
 	rc = tw__coord_log_backups(c, cfg->log_id, &v, &n);
@@ -869,7 +886,8 @@ int tw_reader_open(const struct tw_reader_config *config, struct tw_reader **out
 		r->po.key = r->key;
 		r->po.node_name = "reader";
 		/* A read may be held poll_ms at the backup: the call waits that much longer. */
-		r->po.rpc.timeout_ms = (cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000) + r->poll_ms;
+		r->po.rpc.timeout_ms = (cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms :
+				    TW_DEFAULT_RPC_TIMEOUT_MS) + r->poll_ms;
 		r->po.connect_timeout_ms = fc.connect_timeout_ms;
 		rc = connect_all(r);
 	}
@@ -895,7 +913,9 @@ uint64_t tw_reader_position(const struct tw_reader *r)
 
 static void reader_stats(const struct tw_reader *r, struct tw_reader_stats *out)
 {
-	if (r && out) {
+	memset(out, 0, sizeof(*out)); /* NULL r: zeros, as tw_ctx_get_stats */
+	out->backup = -1;
+	if (r) {
 		*out = r->st;
 		out->backup = r->cur;
 	}
@@ -914,10 +934,10 @@ const char *tw_reader_errmsg(const struct tw_reader *r)
 	return r ? r->errmsg : "";
 }
 
-void tw_reader_close(struct tw_reader *r)
+int tw_reader_close(struct tw_reader *r)
 {
 	if (!r)
-		return;
+		return 0;
 	grant_release(r);
 	for (size_t i = 0; r->bks && i < r->nbk; i++)
 		tw__peer_close(&r->bks[i].peer);
@@ -933,4 +953,5 @@ void tw_reader_close(struct tw_reader *r)
 	free(r->os_buf);
 	tw__auth_key_free(r->key);
 	free(r);
+	return 0;
 }

@@ -19,9 +19,9 @@
 #include "recovery/recover_int.h"
 
 static const struct tw_recover_config recover_defaults = {
-	.connect_timeout_ms = 5000,
-	.rpc_timeout_ms = 10000,
-	.op_timeout_ms = 10000,
+	.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS,
+	.rpc_timeout_ms = TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS,
+	.op_timeout_ms = TW_DEFAULT_OP_TIMEOUT_MS,
 	.segs_per_backup = 2,
 	.chunk_size = 1u << 20,
 	.reads_per_seg = 4,
@@ -56,6 +56,9 @@ const char *tw_recover_phase_name(enum tw_recover_phase ph)
 	}
 	return "unknown";
 }
+
+_Static_assert(TW_RECOVER_PHASES <= TW_RECOVER_PHASES_MAX,
+	       "tw_recover_result.phase_ns has room for TW_RECOVER_PHASES_MAX phases");
 
 void tw__rc_seterr(struct rctx *c, const char *fmt, ...)
 {
@@ -398,6 +401,86 @@ static int check_complete(struct rctx *c, size_t nseg)
 }
 
 /* Group the listings into segments and order each segment's copies. */
+/* The copies of one segment (v[0..n), all listing it): lost and corrupt ones skipped (said),
+ * the highest replica version kept, the usable copies first in s->copies in the order to try
+ * them, the others after them for the record. 0 or -ENOMEM. */
+static int choose_copies(struct rctx *c, struct rseg *s, const struct listed *v, size_t n)
+{
+	uint64_t maxver = 0;
+	unsigned keep = 0;
+
+	s->id = v[0].seg;
+	s->copies = calloc(n, sizeof(*s->copies));
+	if (!s->copies)
+		return -ENOMEM;
+	for (size_t k = 0; k < n; k++) {
+		const struct rcopy *cp = &v[k].cp;
+
+		if (cp->lost) {
+			tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the copy "
+				    "on backup %s is lost (opened there, gone after a restart); "
+				    "skipping it", c->cfg->log_id, s->id, c->bks[cp->bk].peer.addr);
+			c->res->copies_lost++;
+			continue;
+		}
+		if (is_open(cp))
+			s->any_open = true;
+		if (cp->corrupt) {
+			tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the %s copy "
+				    "on backup %s is corrupt; skipping it", c->cfg->log_id, s->id,
+				    state_str(cp->state), c->bks[cp->bk].peer.addr);
+			c->res->copies_corrupt++;
+			continue;
+		}
+		if (cp->version > maxver)
+			maxver = cp->version;
+	}
+	/* Usable copies first (not corrupt or lost, highest version), the rest kept for
+	 * record and messages. */
+	for (size_t k = 0; k < n; k++) {
+		const struct rcopy *cp = &v[k].cp;
+
+		if (!cp->corrupt && !cp->lost && cp->version == maxver)
+			s->copies[keep++] = *cp;
+	}
+	s->usable = keep;
+	for (size_t k = 0; k < n; k++) {
+		const struct rcopy *cp = &v[k].cp;
+
+		if (cp->corrupt || cp->lost || cp->version != maxver) {
+			if (!cp->corrupt && !cp->lost) {
+				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": copy "
+					    "on backup %s has replica version %" PRIu64 " < %"
+					    PRIu64 "; ignoring it", c->cfg->log_id, s->id,
+					    c->bks[cp->bk].peer.addr, cp->version, maxver);
+				c->res->copies_stale++;
+			}
+			s->copies[s->ncopies + keep] = *cp;
+			s->ncopies++;
+		}
+	}
+	s->ncopies += keep;
+	if (s->usable > 1) {
+		struct rot r = { (unsigned)(s->id % (c->nbk ? c->nbk : 1)),
+				 c->nbk ? c->nbk : 1 };
+
+		qsort_r(s->copies, s->usable, sizeof(*s->copies), cmp_copy, &r);
+	}
+	/* Closed copies must agree with each other; say so when they do not. */
+	for (unsigned k = 1; k < s->usable; k++) {
+		const struct rcopy *a = &s->copies[0], *b = &s->copies[k];
+
+		if (!is_open(a) && !is_open(b) &&
+		    (a->valid_len != b->valid_len || a->checksum != b->checksum))
+			tw_log_info("recover: log %016" PRIx64 " segment %" PRIu64 ": closed "
+				    "copies differ (%s: %" PRIu64 " bytes, %s: %" PRIu64
+				    " bytes; normal after an earlier recovery); using the longest", c->cfg->log_id, s->id,
+				    c->bks[a->bk].peer.addr, a->valid_len, c->bks[b->bk].peer.addr,
+				    b->valid_len);
+	}
+	return 0;
+}
+
 static int choose(struct rctx *c, struct listvec *lv)
 {
 	size_t i = 0, nseg = 0;
@@ -441,80 +524,11 @@ static int choose(struct rctx *c, struct listvec *lv)
 	for (size_t si = 0; si < nseg; si++) {
 		struct rseg *s = &c->segs[si];
 		size_t j = i;
-		uint64_t maxver = 0;
-		unsigned keep = 0;
 
 		while (j < lv->n && lv->v[j].seg == lv->v[i].seg)
 			j++;
-		s->id = lv->v[i].seg;
-		s->copies = calloc(j - i, sizeof(*s->copies));
-		if (!s->copies)
+		if (choose_copies(c, s, &lv->v[i], j - i) < 0)
 			return -ENOMEM;
-		for (size_t k = i; k < j; k++) {
-			const struct rcopy *cp = &lv->v[k].cp;
-
-			if (cp->lost) {
-				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the copy "
-					    "on backup %s is lost (opened there, gone after a restart); "
-					    "skipping it", c->cfg->log_id, s->id, c->bks[cp->bk].peer.addr);
-				c->res->copies_lost++;
-				continue;
-			}
-			if (is_open(cp))
-				s->any_open = true;
-			if (cp->corrupt) {
-				tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": the %s copy "
-					    "on backup %s is corrupt; skipping it", c->cfg->log_id, s->id,
-					    state_str(cp->state), c->bks[cp->bk].peer.addr);
-				c->res->copies_corrupt++;
-				continue;
-			}
-			if (cp->version > maxver)
-				maxver = cp->version;
-		}
-		/* Usable copies first (not corrupt or lost, highest version), the rest kept for
-		 * record and messages. */
-		for (size_t k = i; k < j; k++) {
-			const struct rcopy *cp = &lv->v[k].cp;
-
-			if (!cp->corrupt && !cp->lost && cp->version == maxver)
-				s->copies[keep++] = *cp;
-		}
-		s->usable = keep;
-		for (size_t k = i; k < j; k++) {
-			const struct rcopy *cp = &lv->v[k].cp;
-
-			if (cp->corrupt || cp->lost || cp->version != maxver) {
-				if (!cp->corrupt && !cp->lost) {
-					tw_log_warn("recover: log %016" PRIx64 " segment %" PRIu64 ": copy "
-						    "on backup %s has replica version %" PRIu64 " < %"
-						    PRIu64 "; ignoring it", c->cfg->log_id, s->id,
-						    c->bks[cp->bk].peer.addr, cp->version, maxver);
-					c->res->copies_stale++;
-				}
-				s->copies[s->ncopies + keep] = *cp;
-				s->ncopies++;
-			}
-		}
-		s->ncopies += keep;
-		if (s->usable > 1) {
-			struct rot r = { (unsigned)(s->id % (c->nbk ? c->nbk : 1)),
-					 c->nbk ? c->nbk : 1 };
-
-			qsort_r(s->copies, s->usable, sizeof(*s->copies), cmp_copy, &r);
-		}
-		/* Closed copies must agree with each other; say so when they do not. */
-		for (unsigned k = 1; k < s->usable; k++) {
-			const struct rcopy *a = &s->copies[0], *b = &s->copies[k];
-
-			if (!is_open(a) && !is_open(b) &&
-			    (a->valid_len != b->valid_len || a->checksum != b->checksum))
-				tw_log_info("recover: log %016" PRIx64 " segment %" PRIu64 ": closed "
-					    "copies differ (%s: %" PRIu64 " bytes, %s: %" PRIu64
-					    " bytes; normal after an earlier recovery); using the longest", c->cfg->log_id, s->id,
-					    c->bks[a->bk].peer.addr, a->valid_len, c->bks[b->bk].peer.addr,
-					    b->valid_len);
-		}
 		i = j;
 	}
 	c->nsegs = nseg;
@@ -582,7 +596,8 @@ out:
 static int fence_held(struct rctx *c, struct rbk *b, uint64_t epoch, uint64_t *got,
 		      uint64_t *owner)
 {
-	uint64_t rpc_ms = c->cfg->rpc_timeout_ms ? c->cfg->rpc_timeout_ms : 10000;
+	uint64_t rpc_ms = c->cfg->rpc_timeout_ms ? c->cfg->rpc_timeout_ms :
+			 TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS;
 	uint64_t wait_ms = (uint64_t)TW_FENCE_HOLD_MS + rpc_ms;
 	uint64_t end = tw_now_ns() + wait_ms * 1000000u;
 	int rc = -TW_EFENCED;

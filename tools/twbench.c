@@ -30,6 +30,7 @@
 #include <tailwind/log_format.h>
 #include <tailwind/primary.h>
 
+#include "env_defaults.h"
 #include "bench.h"
 #include "fabric/fabric.h"
 #include "peer/peer.h"
@@ -319,6 +320,7 @@ int main(int argc, char **argv)
 	uint32_t max_size = 0;
 	int c, n, rc, exit_code = EXIT_FAIL;
 
+	tw_tools_env_defaults(); /* first: no thread runs yet (the sockets provider's spin) */
 	o.progress = isatty(STDERR_FILENO);
 	prctl(PR_SET_TIMERSLACK, 1000UL); /* --rate pacing sleeps to the microsecond */
 	/* $FI_PROVIDER is our default provider, passed by name (to the twd's too); left set,

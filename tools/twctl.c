@@ -21,17 +21,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <tailwind/admin.h>
 #include <tailwind/common.h>
 #include <tailwind/log_format.h>
 #include <tailwind/recovery.h>
 
-#include "fabric/fabric.h"
-#include "core/util.h"
+#include "env_defaults.h"
 #include "exit.h"
-#include "peer/peer.h"
-#include "proto/auth.h"
-#include "proto/rpc.h"
-#include "backup/segfile.h"
 #include "twctl_coord.h"
 #include "twctl_tail.h"
 
@@ -45,7 +41,7 @@ static struct {
 	bool json;
 	unsigned timeout_ms;
 	const char *key_file;    /* --key-file (NULL: $TW_KEY_FILE) */
-	struct tw_auth_key *key; /* loaded by need_backups */
+	bool key_checked;        /* need_backups checked the key file */
 	const char *coord;       /* -c URL (twctl_coord.c) */
 	bool no_provider;        /* connect_all: the provider is not available here */
 } g;
@@ -102,7 +98,10 @@ static const struct command commands[] = {
 	  "Fence LOG on every reachable backup: new epoch (default: one past every\n"
 	  "epoch the backups know), open buffers' registrations closed, the old\n"
 	  "primary's connections closed, RPCs with older epochs refused.\n"
-	  "  -e, --epoch E    fence with this epoch (must not be older than the log's)\n",
+	  "  -e, --epoch E    fence with this epoch (must not be older than the log's;\n"
+	  "                   the last one, 2^48-1, leaves no epoch for a takeover and\n"
+	  "                   is refused without --force)\n"
+	  "      --force      fence at the last epoch anyway (with a warning)\n",
 	  NULL, false, cmd_fence },
 	{ "recover", "LOG",
 	  "rebuild LOG from the backups: -o FILE, or --verify",
@@ -115,7 +114,9 @@ static const struct command commands[] = {
 	  "                     only when the recovery succeeded (written as FILE.tmp,\n"
 	  "                     renamed at the end)\n"
 	  "      --verify       fetch and verify only\n"
-	  "  -e, --epoch E      fence with this epoch (default automatic)\n"
+	  "  -e, --epoch E      fence with this epoch (default automatic; the last one,\n"
+	  "                     2^48-1, is refused without --force, as for fence)\n"
+	  "      --force        fence at the last epoch anyway (with a warning)\n"
 	  "      --no-record    leave open copies open (do not send RecoveredOffset)\n"
 	  "      --no-fence     read without fencing (inspection of a live log; implies\n"
 	  "                     --no-record; the answer may be stale at once)\n"
@@ -246,14 +247,14 @@ static void usage_main(FILE *f)
 		"                        delete take their epoch from it (docs/coordination.md)\n"
 		"  -p, --provider NAME   libfabric provider: tcp, sockets, shm, verbs, ... (default:\n"
 		"                        $FI_PROVIDER, else tcp)\n"
-		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default 5000)\n"
+		"  -t, --timeout MS      connect/RPC timeout in milliseconds (default %u)\n"
 		"  -k, --key-file PATH   cluster key the backups require (default: $TW_KEY_FILE)\n"
 		"  -j, --json            machine-readable output (one JSON document on stdout)\n"
 		"  -v, --verbose         more log output on stderr (twice: debug)\n"
 		"  -V, --version         print the version and exit\n"
 		"  -h, --help            this text; `twctl COMMAND --help` for a command\n"
 		"\n"
-		"LOG is a log id, decimal or 0x-prefixed hex.\n");
+		"LOG is a log id, decimal or 0x-prefixed hex.\n", TW_DEFAULT_CONNECT_TIMEOUT_MS);
 }
 
 /* --help: the overview, then every command's usage and options (the man page's), then the
@@ -317,7 +318,7 @@ static int parse_u64(const char *s, uint64_t *out)
 		return -1;
 	errno = 0;
 	*out = strtoull(s, &end, 0);
-	if (errno || *end || *out > TW_RPC_ID_MAX)
+	if (errno || *end || *out > TW_ID_MAX)
 		return -1;
 	return 0;
 }
@@ -327,7 +328,7 @@ static int bad_log_arg(const char *cmd, int argc, char **argv, int first)
 {
 	if (first == argc - 1)
 		fprintf(stderr, "twctl %s: LOG id '%s' is not an integer in 0..%" PRId64 " (decimal, "
-			"or hex with 0x)\n", cmd, argv[first], (int64_t)TW_RPC_ID_MAX);
+			"or hex with 0x)\n", cmd, argv[first], (int64_t)TW_ID_MAX);
 	else
 		fprintf(stderr, "twctl %s: expected exactly one LOG id, got %d arguments (see twctl "
 			"%s --help)\n", cmd, argc - first, cmd);
@@ -354,60 +355,54 @@ static void json_str(FILE *f, const char *s)
 
 /* ------------------------------------------------------------------ connections */
 
-/* One per backup (peer/peer.h): its address, channel and RPC client. */
-static struct tw_fab *fab;
-static struct tw_peer conns[MAX_BK];
+/* The session with the backups (tailwind/admin.h); NULL when not connected. */
+static struct tw_admin *adm;
 
 /* Connect to every backup and handshake as an admin, proving the key when we have one; returns
  * how many answered. */
 static unsigned connect_all(void)
 {
-	struct tw_fab_config fc;
-	struct tw_fab_events ev;
-	struct tw_peer_opts po;
-	unsigned up = 0;
-	int err;
+	struct tw_admin_config ac;
+	char err[768];
+	unsigned up;
+	int rc;
 
-	tw__fab_config_init(&fc);
-	fc.provider = g.provider;
-	fc.connect_timeout_ms = g.timeout_ms;
-	memset(&ev, 0, sizeof(ev));
-	ev.on_recv = tw__peer_fab_on_recv;
-	ev.on_lost = tw__peer_fab_on_lost;
-	err = tw__fab_open(&fc, &ev, &fab);
-	if (err) {
-		fprintf(stderr, "twctl: cannot open the fabric (%s): %s\n",
-			g.provider ? g.provider : "default provider",
-			err == -TW_ENOPROV ? tw__fab_errmsg(NULL) : tw_strerror(err));
-		g.no_provider = err == -TW_ENOPROV;
+	tw_admin_config_init(&ac);
+	ac.provider = g.provider;
+	ac.backups = g.backups;
+	ac.n_backups = g.nbk;
+	ac.key_file = g.key_file;
+	ac.connect_timeout_ms = g.timeout_ms;
+	ac.rpc_timeout_ms = g.timeout_ms;
+	ac.node_name = "twctl";
+	ac.timeout_hint = "-t MS waits longer";
+	rc = tw_admin_open(&ac, &adm, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "twctl: %s\n", err);
+		g.no_provider = rc == -TW_ENOPROV;
 		return 0;
 	}
-	tw__peer_opts_init(&po, TAILWIND__ROLE__ROLE_ADMIN);
-	po.key = g.key;
-	po.node_name = "twctl";
-	po.rpc.timeout_ms = g.timeout_ms;
-	po.connect_timeout_ms = g.timeout_ms;
-	po.timeout_hint = "-t MS waits longer";
+	up = 0;
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct tw_peer *c = &conns[i];
-
-		tw__peer_init(c, g.backups[i], NULL);
-		if (tw__peer_connect(c, fab, &po) < 0) {
-			fprintf(stderr, "twctl: backup %s: %s\n", c->addr, c->why);
-			continue;
-		}
-		up++;
+		if (tw_admin_backup_error(adm, i))
+			fprintf(stderr, "twctl: backup %s: %s\n", tw_admin_backup_addr(adm, i),
+				tw_admin_backup_error(adm, i));
+		else
+			up++;
 	}
 	return up;
 }
 
 static void disconnect_all(void)
 {
-	for (unsigned i = 0; i < g.nbk; i++)
-		tw__peer_close(&conns[i]);
-	if (fab)
-		tw__fab_close(fab);
-	fab = NULL;
+	tw_admin_close(adm);
+	adm = NULL;
+}
+
+/* Backup i answered the connect. */
+static bool up_at(unsigned i)
+{
+	return adm && !tw_admin_backup_error(adm, i);
 }
 
 /* log: the log the command is about (NULL: every log): with -c, its recorded backups. */
@@ -422,92 +417,74 @@ static int need_backups(const uint64_t *log)
 			"TW_BACKUPS=addr1,addr2 (see twctl --help)\n");
 		return EXIT_USAGE;
 	}
-	if (!g.key && tw__auth_key_path(g.key_file)) {
+	if (!g.key_checked) {
 		char why[512];
 
-		if (tw__auth_key_load(tw__auth_key_path(g.key_file), &g.key, why, sizeof(why))) {
-			g.key = NULL;
-			fprintf(stderr, "twctl: %s%s\n", why, g.key_file ? "" : " (from $TW_KEY_FILE)");
+		if (tw_key_file_check(g.key_file, NULL, why, sizeof(why))) {
+			fprintf(stderr, "twctl: %s\n", why);
 			return EXIT_USAGE;
 		}
+		g.key_checked = true;
 	}
 	return 0;
 }
 
 /* ------------------------------------------------------------------ ls */
 
-static const char *state_name(int st)
-{
-	switch (st) {
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_OPEN: return "open";
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_CLOSED: return "closed";
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED: return "flushed";
-	case TAILWIND__SEGMENT_STATE__SEGMENT_STATE_LOST: return "LOST";
-	default: return "unknown";
-	}
-}
-
 /*
- * Every segment copy backup `c` lists: of log `log_id` (one) or of every log, page by page,
- * each handed to fn. Returns 0, or the error of a failed page (said on stderr).
+ * Every segment copy backup i lists: of log `log_id` (one) or of every log, each handed to fn.
+ * Returns 0, or the error of a failed request (said on stderr).
  */
-typedef void (*seg_fn)(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s);
+typedef void (*seg_fn)(void *arg, unsigned i, const struct tw_admin_segment *s);
 
-static int list_backup(struct tw_peer *c, uint64_t log_id, bool one, seg_fn fn, void *arg,
-		       bool *known)
+/* What the backups said about one log (check_log): known by one, or refused by one. */
+struct log_seen {
+	bool known;
+	unsigned unavailable;    /* backups that refuse the log */
+	char why[768];           /* the first of them: its address and its reason */
+};
+
+static int list_backup(unsigned i, uint64_t log_id, bool one, seg_fn fn, void *arg,
+		       struct log_seen *seen)
 {
-	uint64_t from_log = log_id, from_seg = 0;
+	const struct tw_admin_log *lg = NULL;
+	int rc = tw_admin_list(adm, i, log_id, !one, fn, arg, one ? &lg : NULL);
 
-	for (;;) {
-		struct tw_rpc_req req;
-		struct tw_rpc_reply rep;
-		const Tailwind__ListSegmentsReply *r;
-		bool more;
-		int rc;
-
-		tw__rpc_req_list_segments(&req, from_log, !one, from_seg);
-		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
-		if (rc) {
-			fprintf(stderr, "twctl: backup %s: list failed: %s (%s)\n", c->addr,
-				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
-			tw__rpc_reply_release(&rep);
-			return rc;
-		}
-		r = rep.env->list_segments_reply;
-		if (known && (r->log_known || r->log_epoch || r->n_segments))
-			*known = true; /* segments, lost records, a freed prefix, or an epoch */
-		for (size_t k = 0; fn && k < r->n_segments; k++)
-			fn(arg, c, r->segments[k]);
-		more = r->more && (!one || r->next_log_id == log_id);
-		from_log = r->next_log_id;
-		from_seg = r->next_segment_id;
-		tw__rpc_reply_release(&rep);
-		if (!more)
-			return 0;
+	if (rc) {
+		fprintf(stderr, "twctl: backup %s: %s\n", tw_admin_backup_addr(adm, i),
+			tw_admin_errmsg(adm, i));
+		return rc;
 	}
+	if (seen && lg && lg->known)
+		seen->known = true; /* segments, lost records, a freed prefix, or an epoch */
+	if (seen && lg && lg->unavailable && seen->unavailable++ == 0)
+		snprintf(seen->why, sizeof(seen->why), "backup %s refuses it: %s",
+			 tw_admin_backup_addr(adm, i), lg->unavailable);
+	return 0;
 }
 
 struct ls_out {
 	uint64_t total;
 };
 
-static void ls_print(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s)
+static void ls_print(void *arg, unsigned i, const struct tw_admin_segment *s)
 {
 	struct ls_out *o = arg;
+	const char *addr = tw_admin_backup_addr(adm, i);
 
 	if (g.json) {
 		printf("%s{\"backup\":", o->total ? "," : "");
-		json_str(stdout, c->addr);
+		json_str(stdout, addr);
 		printf(",\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64 ",\"state\":\"%s\","
 		       "\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64 ",\"checksum\":%u,"
 		       "\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"corrupt\":%s,"
-		       "\"length\":%" PRIu64 "}", s->log_id, s->segment_id, state_name(s->state),
+		       "\"length\":%" PRIu64 "}", s->log_id, s->segment_id, tw_segment_state_name(s->state),
 		       s->valid_len, s->entries, s->checksum, s->replica_version, s->epoch,
 		       s->corrupt ? "true" : "false", s->length);
 	} else {
 		printf("%-22s %#18" PRIx64 " %8" PRIu64 " %-8s %10" PRIu64 " %8" PRIu64
-		       " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", c->addr, s->log_id,
-		       s->segment_id, state_name(s->state), s->valid_len, s->entries, s->checksum,
+		       " 0x%08x %4" PRIu64 " %6" PRIu64 " %s\n", addr, s->log_id,
+		       s->segment_id, tw_segment_state_name(s->state), s->valid_len, s->entries, s->checksum,
 		       s->replica_version, s->epoch, s->corrupt ? "CORRUPT" : "-");
 	}
 	o->total++;
@@ -548,12 +525,9 @@ static int cmd_ls(int argc, char **argv)
 	else if (up)
 		printf("%-22s %18s %8s %-8s %10s %8s %10s %4s %6s %s\n", "BACKUP", "LOG", "SEGMENT",
 		       "STATE", "VALID", "ENTRIES", "CHECKSUM", "VER", "EPOCH", "CORRUPT");
-	for (unsigned i = 0; i < g.nbk; i++) {
-		struct tw_peer *c = &conns[i];
-
-		if (!c->rpc || list_backup(c, log_id, one, ls_print, &o, NULL) != 0)
+	for (unsigned i = 0; i < g.nbk; i++)
+		if (!up_at(i) || list_backup(i, log_id, one, ls_print, &o, NULL) != 0)
 			failed++;
-	}
 	if (g.json)
 		printf("],\"backups\":%u,\"reachable\":%u,\"failed\":%u}\n", g.nbk, up, failed);
 	else if (up)
@@ -564,12 +538,6 @@ static int cmd_ls(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------ stat */
-
-/* The pool's cap; a backup before growth (no buffers_max) has a fixed pool. */
-static unsigned max_of(const Tailwind__StatsReply *r)
-{
-	return r->buffers_max > r->buffers_total ? r->buffers_max : r->buffers_total;
-}
 
 static int cmd_stat(int argc, char **argv)
 {
@@ -595,60 +563,48 @@ static int cmd_stat(int argc, char **argv)
 		       "BUFS", "MAX", "FREE", "OPEN", "CLOSED", "FLUSHED", "FLUSHES", "BYTES_FLUSHED", "RPC_IN",
 		       "RPC_OUT", "CPU_S", "UPTIME_S");
 	for (unsigned i = 0; i < g.nbk; i++) {
-		struct tw_peer *c = &conns[i];
-		struct tw_rpc_req req;
-		struct tw_rpc_reply rep;
-		const Tailwind__StatsReply *r;
-		int rc;
+		const char *addr = tw_admin_backup_addr(adm, i);
+		const struct tw_admin_stats *r;
 
-		if (!c->rpc) {
+		if (!up_at(i)) {
 			failed++;
 			continue;
 		}
-		tw__rpc_req_stats(&req);
-		rc = tw__rpc_call_sync(c->rpc, &req.env, &rep);
-		if (rc) {
-			fprintf(stderr, "twctl: backup %s: stats failed: %s (%s)\n", c->addr,
-				tw_strerror(rc), tw__rpc_client_errmsg(c->rpc));
-			tw__rpc_reply_release(&rep);
+		if (tw_admin_stats(adm, i, &r) != 0) {
+			fprintf(stderr, "twctl: backup %s: %s\n", addr, tw_admin_errmsg(adm, i));
 			failed++;
 			continue;
 		}
-		r = rep.env->stats_reply;
 		if (g.json) {
 			printf("%s{\"backup\":", first ? "" : ",");
-			json_str(stdout, c->addr);
+			json_str(stdout, addr);
 			printf(",\"buffers_total\":%u,\"buffers_max\":%u,\"buffers_free\":%u,"
 			       "\"buffers_open\":%u,\"buffers_closed\":%u,\"buffers_flushed\":%u,\"flushes\":%" PRIu64
 			       ",\"bytes_flushed\":%" PRIu64 ",\"rpc_msgs_rx\":%" PRIu64
 			       ",\"rpc_msgs_tx\":%" PRIu64 ",\"rpc_bytes_rx\":%" PRIu64
 			       ",\"rpc_bytes_tx\":%" PRIu64 ",\"rpc_malformed\":%" PRIu64
 			       ",\"cpu_seconds\":%.3f,\"uptime_ms\":%" PRIu64 ",\"handlers\":{",
-			       r->buffers_total, max_of(r), r->buffers_free, r->buffers_open,
+			       r->buffers_total, r->buffers_max, r->buffers_free, r->buffers_open,
 			       r->buffers_closed, r->buffers_flushed, r->flushes, r->bytes_flushed,
 			       r->rpc_msgs_rx, r->rpc_msgs_tx, r->rpc_bytes_rx, r->rpc_bytes_tx,
 			       r->rpc_malformed, r->cpu_seconds, r->uptime_ms);
-			for (size_t k = 0; k < r->n_handlers; k++) {
-				int op = tw__rpc_op_of_case((int)r->handlers[k]->kind);
-
+			for (size_t k = 0; k < r->n_handlers; k++)
 				printf("%s\"%s\":{\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
-				       k ? "," : "", op >= 0 ? tw__rpc_op_name(op) : "other",
-				       r->handlers[k]->calls, r->handlers[k]->errors);
-			}
+				       k ? "," : "", r->handlers[k].kind, r->handlers[k].calls,
+				       r->handlers[k].errors);
 			printf("},\"detail\":");
-			json_str(stdout, r->message);
+			json_str(stdout, r->detail);
 			printf("}");
 		} else {
 			printf("%-22s %5u %5u %5u %5u %6u %7u %8" PRIu64 " %12" PRIu64 " %9" PRIu64
-			       " %9" PRIu64 " %8.2f %9.1f\n", c->addr, r->buffers_total, max_of(r),
+			       " %9" PRIu64 " %8.2f %9.1f\n", addr, r->buffers_total, r->buffers_max,
 			       r->buffers_free, r->buffers_open, r->buffers_closed, r->buffers_flushed,
 			       r->flushes, r->bytes_flushed, r->rpc_msgs_rx, r->rpc_msgs_tx, r->cpu_seconds,
 			       (double)r->uptime_ms / 1000.0);
-			if (r->message && r->message[0])
-				printf("%-22s   %s\n", "", r->message);
+			if (r->detail[0])
+				printf("%-22s   %s\n", "", r->detail);
 		}
 		first = false;
-		tw__rpc_reply_release(&rep);
 	}
 	if (g.json)
 		printf("],\"failed\":%u}\n", failed);
@@ -679,6 +635,29 @@ static int exit_for(int rc)
 }
 
 /*
+ * An epoch given with -e must leave room for the next takeover: a fence at TW_EPOCH_MAX (the
+ * backups' limit, tailwind/common.h) leaves the log with no epoch a recovery or a new primary
+ * could take ("no epoch is left for a takeover"), for good. Refused (EXIT_USAGE, said on
+ * stderr) unless --force, which warns. Returns 0 to go on.
+ */
+static int check_room(const char *cmd, uint64_t epoch, bool force)
+{
+	if (epoch < TW_EPOCH_MAX)
+		return 0;
+	if (!force) {
+		fprintf(stderr, "twctl %s: --epoch %" PRIu64 " is the last epoch (TW_EPOCH_MAX): "
+			"no epoch would be left for a takeover, so no recovery or primary could "
+			"ever own the log again; give a smaller epoch, or add --force if that is "
+			"what you want\n", cmd, epoch);
+		return EXIT_USAGE;
+	}
+	fprintf(stderr, "twctl %s: warning: --epoch %" PRIu64 " is the last epoch "
+		"(TW_EPOCH_MAX), with --force: after it no recovery or primary can own the log "
+		"again\n", cmd, epoch);
+	return 0;
+}
+
+/*
  * Before a command about an existing log (recover, free, delete) changes anything: does the log
  * exist? Yes when a reachable backup knows it — holds a segment, a lost record or a freed
  * prefix of it (ListSegments' log_known), or an epoch (it was fenced: a deleted log keeps
@@ -689,8 +668,8 @@ static int exit_for(int rc)
  */
 static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
 {
+	struct log_seen seen = { .known = false };
 	unsigned up, asked = 0;
-	bool known = false;
 	int coord = 0;
 
 	if (g.coord) {
@@ -700,13 +679,21 @@ static int check_log(const char *cmd, uint64_t log_id, seg_fn fn, void *arg)
 	}
 	up = connect_all();
 	for (unsigned i = 0; i < g.nbk; i++)
-		if (conns[i].rpc && list_backup(&conns[i], log_id, true, fn, arg, &known) == 0)
+		if (up_at(i) && list_backup(i, log_id, true, fn, arg, &seen) == 0)
 			asked++;
 	disconnect_all();
 	if (g.no_provider)
 		return EXIT_PROVIDER;
-	if (known || coord > 0 || asked == 0)
+	if (seen.known || coord > 0 || asked == 0)
 		return EXIT_OK;
+	if (seen.unavailable) {
+		/* Held, but refused: not "no such log" (the fix is on that backup, not here). */
+		fprintf(stderr, "twctl %s: log %#" PRIx64 " is unavailable: %s%s; no other "
+			"reachable backup holds it; nothing was changed\n", cmd, log_id, seen.why,
+			seen.unavailable > 1 ? " (and more backups refuse it the same way: see "
+			"their logs)" : "");
+		return EXIT_FAIL;
+	}
 	fprintf(stderr, "twctl %s: no such log: %#" PRIx64 " (none of the %u reachable backups "
 		"has ever held or fenced it%s%s); nothing was changed\n", cmd, log_id,
 		asked, up < g.nbk ? ", and some backups did not answer" : "",
@@ -718,17 +705,23 @@ static int cmd_fence(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "epoch", required_argument, NULL, 'e' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct tw_recover_config cfg;
 	uint64_t log_id, epoch = 0, got = 0;
 	unsigned fenced = 0;
+	bool force = false;
 	char err[512];
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":e:", lo, NULL)) != -1) {
+		if (opt == 'f') {
+			force = true;
+			continue;
+		}
 		if (opt == 'e' && parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
 		    epoch <= TW_EPOCH_MAX)
 			continue;
@@ -741,6 +734,8 @@ static int cmd_fence(int argc, char **argv)
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
 		return bad_log_arg("fence", argc, argv, optind);
+	if (check_room("fence", epoch, force))
+		return EXIT_USAGE;
 	if (need_backups(&log_id))
 		return EXIT_USAGE;
 	recover_cfg(&cfg, log_id, epoch);
@@ -766,21 +761,147 @@ static int cmd_fence(int argc, char **argv)
 struct out {
 	FILE *f;
 	int err;
+	bool direct; /* a pipe or device, written as it comes (no FILE.tmp) */
 };
 
 static int write_entry(void *arg, const struct tw_recovered_entry *e)
 {
 	struct out *o = arg;
-	uint8_t len[4];
+	uint8_t len[4] = { (uint8_t)e->len, (uint8_t)(e->len >> 8), (uint8_t)(e->len >> 16),
+			   (uint8_t)(e->len >> 24) }; /* little-endian */
 
 	if (!o->f)
 		return 0;
-	tw_store_le32(len, e->len);
 	if (fwrite(len, 1, 4, o->f) != 4 || fwrite(e->data, 1, e->len, o->f) != e->len) {
 		o->err = errno ? errno : EIO;
 		return 1;
 	}
 	return 0;
+}
+
+/*
+ * recover -o: where the entries go. "-": stdout; a pipe or device: written as it comes; a file:
+ * FILE.tmp (into tmp), renamed at the end. 0, or the exit code after saying why.
+ */
+static int open_output(const char *output, struct out *o, char *tmp, size_t tmplen)
+{
+	struct stat ost;
+
+	if (!output)
+		return 0;
+	if (strcmp(output, "-") == 0) {
+		o->f = stdout;
+		return 0;
+	}
+	if (stat(output, &ost) == 0 && !S_ISREG(ost.st_mode)) {
+		o->f = fopen(output, "wb");
+		if (!o->f) {
+			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
+				strerror(errno));
+			return EXIT_STORAGE;
+		}
+		o->direct = true;
+		return 0;
+	}
+	if (snprintf(tmp, tmplen, "%s.tmp", output) >= (int)tmplen) {
+		fprintf(stderr, "twctl recover: output path too long\n");
+		return EXIT_USAGE;
+	}
+	o->f = fopen(tmp, "wb");
+	if (!o->f) {
+		fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp, strerror(errno));
+		return EXIT_STORAGE;
+	}
+	return 0;
+}
+
+/* Close what open_output opened; only a complete, successful recovery (rc 0) leaves FILE
+ * behind. Returns rc, or the first error of writing, closing or renaming. */
+static int close_output(const char *output, struct out *o, const char *tmp, int rc)
+{
+	if (o->f && o->f != stdout && fclose(o->f) != 0 && !o->err)
+		o->err = errno;
+	if (o->err) {
+		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o->err));
+		rc = rc ? rc : -o->err;
+	}
+	if (o->f && o->f != stdout && !o->direct) {
+		if (rc == 0 && rename(tmp, output) != 0) {
+			fprintf(stderr, "twctl recover: renaming %s to %s: %s\n", tmp, output,
+				strerror(errno));
+			rc = -errno;
+		}
+		if (rc != 0)
+			unlink(tmp);
+	}
+	return rc;
+}
+
+/* recover --json: one document on stdout. */
+static void recover_json(uint64_t log_id, int rc, const char *err,
+			 const struct tw_recover_result *r)
+{
+	printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"error\":", log_id, rc ? "false" : "true");
+	json_str(stdout, rc ? err : "");
+	printf(",\"epoch\":%" PRIu64 ",\"backups\":%u,\"reachable\":%u,\"fenced\":%u,"
+	       "\"segments\":%" PRIu64 ",\"first_segment\":%" PRIu64 ",\"last_segment\":%"
+	       PRIu64 ",\"entries\":%" PRIu64 ",\"payload_bytes\":%" PRIu64 ",\"log_bytes\":%"
+	       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
+	       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
+	       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"copies_lost\":%" PRIu64
+	       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64
+	       ",\"copies_repaired\":%" PRIu64 ",\"phase_ms\":{",
+	       r->epoch, r->backups, r->backups_reached, r->backups_fenced, r->segments,
+	       r->first_segment, r->last_segment, r->entries, r->payload_bytes,
+	       r->log_bytes, r->copies_listed, r->copies_corrupt, r->copies_stale,
+	       r->refetches, r->segments_missing, r->offsets_recorded, r->copies_lost,
+	       r->segments_lost, r->free_below, r->copies_repaired);
+	for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
+		printf("%s\"%s\":%.3f", ph ? "," : "",
+		       tw_recover_phase_name((enum tw_recover_phase)ph),
+		       (double)r->phase_ns[ph] / 1e6);
+	printf("}}\n");
+}
+
+/* The recover summary for people, on f (stderr when the entries go to stdout). */
+static void recover_text(FILE *f, uint64_t log_id, int rc, bool verify, bool no_fence,
+			 const char *output, const struct tw_recover_result *r)
+{
+	fprintf(f, "log %#" PRIx64 ": %s\n", log_id, rc ? "recovery FAILED" :
+		(verify ? "verified" : "recovered"));
+	fprintf(f, "  epoch          %" PRIu64 "%s\n", r->epoch, no_fence ? " (not fenced)" : "");
+	fprintf(f, "  backups        %u reachable of %u, %u fenced\n", r->backups_reached,
+		r->backups, r->backups_fenced);
+	if (r->segments)
+		fprintf(f, "  segments       %" PRIu64 " (%" PRIu64 " .. %" PRIu64 ")\n",
+			r->segments, r->first_segment, r->last_segment);
+	else
+		fprintf(f, "  segments       0\n");
+	fprintf(f, "  entries        %" PRIu64 " (%" PRIu64 " payload bytes, %" PRIu64
+		" log bytes verified)\n", r->entries, r->payload_bytes, r->log_bytes);
+	fprintf(f, "  copies         %" PRIu64 " listed, %" PRIu64 " corrupt, %" PRIu64
+		" stale, %" PRIu64 " refetched\n", r->copies_listed, r->copies_corrupt,
+		r->copies_stale, r->refetches);
+	if (r->copies_lost)
+		fprintf(f, "  lost copies    %" PRIu64 " (opened on a backup, gone after its "
+			"restart)\n", r->copies_lost);
+	if (r->segments_lost)
+		fprintf(f, "  LOST           %" PRIu64 " segment(s): every copy is gone\n",
+			r->segments_lost);
+	else if (r->segments_missing)
+		fprintf(f, "  MISSING        %" PRIu64 " segment(s) without a usable copy\n",
+			r->segments_missing);
+	fprintf(f, "  recorded       %" PRIu64 " recovered offsets", r->offsets_recorded);
+	if (r->copies_repaired)
+		fprintf(f, ", %" PRIu64 " short copies completed", r->copies_repaired);
+	fprintf(f, "\n");
+	fprintf(f, "  time (ms)     ");
+	for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
+		fprintf(f, " %s %.2f", tw_recover_phase_name((enum tw_recover_phase)ph),
+			(double)r->phase_ns[ph] / 1e6);
+	fprintf(f, "\n");
+	if (output && !rc)
+		fprintf(f, "  output         %s\n", output);
 }
 
 static int cmd_recover(int argc, char **argv)
@@ -792,17 +913,16 @@ static int cmd_recover(int argc, char **argv)
 		{ "no-record", no_argument, NULL, 'R' },
 		{ "no-fence", no_argument, NULL, 'F' },
 		{ "create", no_argument, NULL, 'C' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct tw_recover_config cfg;
 	struct tw_recover_result res;
 	const char *output = NULL;
-	bool verify = false, no_record = false, no_fence = false, create = false;
+	bool verify = false, no_record = false, no_fence = false, create = false, force = false;
 	uint64_t log_id, epoch = 0;
-	struct out o = { NULL, 0 };
-	char err[512], tmp[4096];
-	struct stat ost;
-	bool direct = false;
+	struct out o = { NULL, 0, false };
+	char err[512], tmp[4096] = "";
 	int opt, rc;
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
@@ -824,6 +944,9 @@ static int cmd_recover(int argc, char **argv)
 		case 'C':
 			create = true;
 			break;
+		case 'f':
+			force = true;
+			break;
 		case 'e':
 			if (parse_u64(optarg, &epoch) == 0 && epoch > 0 &&
 			    epoch <= TW_EPOCH_MAX)
@@ -837,6 +960,8 @@ static int cmd_recover(int argc, char **argv)
 	}
 	if (optind != argc - 1 || parse_u64(argv[optind], &log_id))
 		return bad_log_arg("recover", argc, argv, optind);
+	if (!no_fence && check_room("recover", epoch, force))
+		return EXIT_USAGE;
 	if (!!output == verify) {
 		fprintf(stderr, "twctl recover: give either -o FILE or --verify\n");
 		return EXIT_USAGE;
@@ -850,112 +975,20 @@ static int cmd_recover(int argc, char **argv)
 	/* A log nothing holds: say so and change nothing (no fence, no coordinator record). */
 	if (!create && (rc = check_log("recover", log_id, NULL, NULL)) != EXIT_OK)
 		return rc;
-	if (output && strcmp(output, "-") != 0 && stat(output, &ost) == 0 &&
-	    !S_ISREG(ost.st_mode)) {
-		/* A pipe or device: written as it comes (no rename possible). */
-		o.f = fopen(output, "wb");
-		if (!o.f) {
-			fprintf(stderr, "twctl recover: cannot open %s: %s\n", output,
-				strerror(errno));
-			return EXIT_STORAGE;
-		}
-		direct = true;
-	} else if (output && strcmp(output, "-") != 0) {
-		if (snprintf(tmp, sizeof(tmp), "%s.tmp", output) >= (int)sizeof(tmp)) {
-			fprintf(stderr, "twctl recover: output path too long\n");
-			return EXIT_USAGE;
-		}
-		o.f = fopen(tmp, "wb");
-		if (!o.f) {
-			fprintf(stderr, "twctl recover: cannot create %s: %s\n", tmp,
-				strerror(errno));
-			return EXIT_STORAGE;
-		}
-	} else if (output) {
-		o.f = stdout;
-	}
+	if ((rc = open_output(output, &o, tmp, sizeof(tmp))) != 0)
+		return rc;
 	recover_cfg(&cfg, log_id, epoch);
 	cfg.no_record = no_record;
 	cfg.no_fence = no_fence;
 	if (g.coord && !no_fence && twctl_coord_epoch(g.coord, g.timeout_ms, "recover", &cfg) < 0)
 		return EXIT_FAIL;
 	rc = tw_recover(&cfg, write_entry, &o, &res, err, sizeof(err));
-	if (o.f && o.f != stdout && fclose(o.f) != 0 && !o.err)
-		o.err = errno;
-	if (o.err) {
-		fprintf(stderr, "twctl recover: writing %s: %s\n", output, strerror(o.err));
-		rc = rc ? rc : -o.err;
-	}
-	if (o.f && o.f != stdout && !direct) {
-		/* Only a complete, successful recovery leaves FILE behind. */
-		if (rc == 0 && rename(tmp, output) != 0) {
-			fprintf(stderr, "twctl recover: renaming %s to %s: %s\n", tmp, output,
-				strerror(errno));
-			rc = -errno;
-		}
-		if (rc != 0)
-			unlink(tmp);
-	}
-	if (g.json) {
-		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"error\":", log_id, rc ? "false" : "true");
-		json_str(stdout, rc ? err : "");
-		printf(",\"epoch\":%" PRIu64 ",\"backups\":%u,\"reachable\":%u,\"fenced\":%u,"
-		       "\"segments\":%" PRIu64 ",\"first_segment\":%" PRIu64 ",\"last_segment\":%"
-		       PRIu64 ",\"entries\":%" PRIu64 ",\"payload_bytes\":%" PRIu64 ",\"log_bytes\":%"
-		       PRIu64 ",\"copies_listed\":%" PRIu64 ",\"copies_corrupt\":%" PRIu64
-		       ",\"copies_stale\":%" PRIu64 ",\"refetches\":%" PRIu64 ",\"segments_missing\":%"
-		       PRIu64 ",\"offsets_recorded\":%" PRIu64 ",\"copies_lost\":%" PRIu64
-		       ",\"segments_lost\":%" PRIu64 ",\"free_below\":%" PRIu64
-		       ",\"copies_repaired\":%" PRIu64 ",\"phase_ms\":{",
-		       res.epoch, res.backups, res.backups_reached, res.backups_fenced, res.segments,
-		       res.first_segment, res.last_segment, res.entries, res.payload_bytes,
-		       res.log_bytes, res.copies_listed, res.copies_corrupt, res.copies_stale,
-		       res.refetches, res.segments_missing, res.offsets_recorded, res.copies_lost,
-		       res.segments_lost, res.free_below, res.copies_repaired);
-		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
-			printf("%s\"%s\":%.3f", ph ? "," : "",
-			       tw_recover_phase_name((enum tw_recover_phase)ph),
-			       (double)res.phase_ns[ph] / 1e6);
-		printf("}}\n");
-	} else {
-		FILE *f = o.f == stdout ? stderr : stdout;
-
-		fprintf(f, "log %#" PRIx64 ": %s\n", log_id, rc ? "recovery FAILED" :
-			(verify ? "verified" : "recovered"));
-		fprintf(f, "  epoch          %" PRIu64 "%s\n", res.epoch, no_fence ? " (not fenced)" : "");
-		fprintf(f, "  backups        %u reachable of %u, %u fenced\n", res.backups_reached,
-			res.backups, res.backups_fenced);
-		if (res.segments)
-			fprintf(f, "  segments       %" PRIu64 " (%" PRIu64 " .. %" PRIu64 ")\n",
-				res.segments, res.first_segment, res.last_segment);
-		else
-			fprintf(f, "  segments       0\n");
-		fprintf(f, "  entries        %" PRIu64 " (%" PRIu64 " payload bytes, %" PRIu64
-			" log bytes verified)\n", res.entries, res.payload_bytes, res.log_bytes);
-		fprintf(f, "  copies         %" PRIu64 " listed, %" PRIu64 " corrupt, %" PRIu64
-			" stale, %" PRIu64 " refetched\n", res.copies_listed, res.copies_corrupt,
-			res.copies_stale, res.refetches);
-		if (res.copies_lost)
-			fprintf(f, "  lost copies    %" PRIu64 " (opened on a backup, gone after its "
-				"restart)\n", res.copies_lost);
-		if (res.segments_lost)
-			fprintf(f, "  LOST           %" PRIu64 " segment(s): every copy is gone\n",
-				res.segments_lost);
-		else if (res.segments_missing)
-			fprintf(f, "  MISSING        %" PRIu64 " segment(s) without a usable copy\n",
-				res.segments_missing);
-		fprintf(f, "  recorded       %" PRIu64 " recovered offsets", res.offsets_recorded);
-		if (res.copies_repaired)
-			fprintf(f, ", %" PRIu64 " short copies completed", res.copies_repaired);
-		fprintf(f, "\n");
-		fprintf(f, "  time (ms)     ");
-		for (int ph = 0; ph < TW_RECOVER_PHASES; ph++)
-			fprintf(f, " %s %.2f", tw_recover_phase_name((enum tw_recover_phase)ph),
-				(double)res.phase_ns[ph] / 1e6);
-		fprintf(f, "\n");
-		if (output && !rc)
-			fprintf(f, "  output         %s\n", output);
-	}
+	rc = close_output(output, &o, tmp, rc);
+	if (g.json)
+		recover_json(log_id, rc, err, &res);
+	else
+		recover_text(o.f == stdout ? stderr : stdout, log_id, rc, verify, no_fence, output,
+			     &res);
 	if (rc) {
 		fprintf(stderr, "twctl recover: %s\n", err[0] ? err : tw_strerror(rc));
 		return o.err && rc == -o.err ? EXIT_STORAGE : exit_for(rc);
@@ -977,16 +1010,26 @@ struct below {
 	bool any;
 };
 
-static void below_add(void *arg, const struct tw_peer *c, const Tailwind__SegmentInfo *s)
+static void below_add(void *arg, unsigned i, const struct tw_admin_segment *s)
 {
 	struct below *bl = arg;
 
-	(void)c;
+	(void)i;
 	if (!bl->any || s->segment_id > bl->last)
 		bl->last = s->segment_id;
 	bl->any = true;
-	if (s->segment_id < bl->mark) /* out of memory: the report names fewer segments */
-		(void)tw__push(&bl->ids, &bl->cap, &bl->n, sizeof(*bl->ids), 16, &s->segment_id);
+	if (s->segment_id >= bl->mark)
+		return;
+	if (bl->n == bl->cap) {
+		size_t cap = bl->cap ? bl->cap * 2 : 16;
+		uint64_t *ids = realloc(bl->ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return; /* out of memory: the report names fewer segments */
+		bl->ids = ids;
+		bl->cap = cap;
+	}
+	bl->ids[bl->n++] = s->segment_id;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -1042,7 +1085,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		if (opt == 'B' || opt == 'e')
 			fprintf(stderr, "twctl %s: --%s %s: expected an integer in %d..%" PRId64 "\n",
 				name, opt == 'B' ? "below" : "epoch", optarg, opt == 'e',
-				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_RPC_ID_MAX);
+				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_ID_MAX);
 		else
 			command_usage(stderr, find_command(name));
 		return EXIT_USAGE;
@@ -1105,15 +1148,94 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 
 /* ------------------------------------------------------------------ inspect */
 
+/* inspect --json: the report as one object (left open: entries may follow). */
+static void inspect_json(const char *path, const struct tw_segfile_report *r,
+			 const char *verdict, const char *hdr_err)
+{
+	printf("{\"file\":");
+	json_str(stdout, path);
+	printf(",\"verdict\":\"%s\",\"reason\":", verdict);
+	json_str(stdout, r->why);
+	printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
+	       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
+	       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
+	       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
+	       ",\"format_version\":%u"
+	       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
+	       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", r->log_id,
+	       r->segment_id, r->replica_version, r->epoch,
+	       r->open ? "open" : "closed", r->flags, r->checksum,
+	       r->valid_len, r->entries, r->buffer_size, r->flush_time_ns, r->chain_seed,
+	       r->format_version, r->data_offset, r->data_len,
+	       r->scan_valid_len, r->scan_entries, r->scan_checksum, tw_scan_stop_str(r->scan_stop),
+	       r->scan_stop_offset);
+}
+
+/* The inspect report for people. */
+static void inspect_text(const char *path, const struct tw_segfile_report *r,
+			 const char *verdict, const char *hdr_err)
+{
+	printf("file            %s\n", path);
+	printf("verdict         %s%s%s\n", verdict, r->why[0] ? ": " : "", r->why);
+	if (hdr_err)
+		printf("header          INVALID (%s); fields below as read\n", hdr_err);
+	printf("log             %#" PRIx64 "\n", r->log_id);
+	printf("segment         %" PRIu64 "\n", r->segment_id);
+	printf("replica version %" PRIu64 "\n", r->replica_version);
+	printf("epoch           %" PRIu64 "\n", r->epoch);
+	printf("format          version %u, data at byte %" PRIu64 "\n", r->format_version,
+	       r->data_offset);
+	printf("chain seed      0x%08x%s\n", r->chain_seed, r->chain_seed ? "" : " (unseeded)");
+	printf("state           %s\n", r->open ?
+	       "open (flushed while open: battery / shutdown)" : "closed");
+	printf("flags           0x%x%s\n", r->flags,
+	       r->flags & TW_SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
+	printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
+	       "0x%08x, buffer %" PRIu64 " bytes\n", r->valid_len, r->entries, r->checksum,
+	       r->buffer_size);
+	printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
+	       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", r->scan_valid_len,
+	       r->scan_entries, r->scan_checksum, tw_scan_stop_str(r->scan_stop), r->scan_stop_offset,
+	       r->data_len);
+}
+
+/* inspect -e N: the first N entries of the valid prefix, offset, length, first bytes. */
+static void inspect_entries(const struct tw_segfile_report *r, uint64_t show)
+{
+	struct tw_entry_iter it = { r->data, r->scan_valid_len, 0 };
+	const void *p;
+	uint32_t len;
+	size_t off;
+	uint64_t n = 0;
+
+	if (g.json)
+		printf(",\"entries_shown\":[");
+	else
+		printf("%10s %8s  %s\n", "OFFSET", "LENGTH", "FIRST BYTES");
+	while (n < show && tw_entry_next(&it, &p, &len, &off) == 1) {
+		char hex[3 * 16 + 1] = "";
+
+		for (uint32_t k = 0; k < len && k < 16; k++)
+			snprintf(hex + 3 * k, sizeof(hex) - 3 * k, "%02x ",
+				 ((const uint8_t *)p)[k]);
+		if (g.json)
+			printf("%s{\"offset\":%zu,\"length\":%u,\"head\":\"%s\"}", n ? "," : "",
+			       off, len, hex);
+		else
+			printf("%10zu %8u  %s%s\n", off, len, hex, len > 16 ? "..." : "");
+		n++;
+	}
+	if (g.json)
+		printf("]");
+}
+
 static int cmd_inspect(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "entries", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct segfile_report r;
-	const struct segfile_hdr *h = &r.h;
-	const struct tw_scan_result *sr = &r.scan;
+	struct tw_segfile_report *r;
 	struct stat st;
 	uint64_t show = 0;
 	const char *path, *verdict, *hdr_err = NULL;
@@ -1153,95 +1275,34 @@ static int cmd_inspect(int argc, char **argv)
 		close(fd);
 		return EXIT_FAIL;
 	}
-	/* Any content, any length: backup/segfile.c trusts no length it reads. */
-	rc = tw__segfile_inspect(fd, &r);
+	/* Any content, any length: the check trusts no length it reads. */
+	rc = tw_admin_inspect_file(fd, &r);
 	close(fd);
 	if (rc) {
 		fprintf(stderr, "twctl inspect: %s: cannot read it: %s\n", path, tw_strerror(rc));
 		return EXIT_FAIL;
 	}
-	if (r.short_file) {
-		fprintf(stderr, "twctl inspect: %s: %s\n", path, r.why);
+	if (r->short_file) {
+		fprintf(stderr, "twctl inspect: %s: %s\n", path, r->why);
+		tw_segfile_report_free(r);
 		return EXIT_FAIL;
 	}
-	verdict = r.corrupt ? "CORRUPT" : "ok";
-	if (r.hdr_rc)
-		hdr_err = r.hdr_rc == -TW_EVERSION ? "newer format version" :
+	verdict = r->corrupt ? "CORRUPT" : "ok";
+	if (r->header_rc)
+		hdr_err = r->header_rc == -TW_EVERSION ? "newer format version" :
 			  "bad magic, header CRC, state or sizes";
 
-	if (g.json) {
-		printf("{\"file\":");
-		json_str(stdout, path);
-		printf(",\"verdict\":\"%s\",\"reason\":", verdict);
-		json_str(stdout, r.why);
-		printf(",\"header_valid\":%s,\"log_id\":%" PRIu64 ",\"segment_id\":%" PRIu64
-		       ",\"replica_version\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"state\":\"%s\","
-		       "\"flags\":%u,\"checksum\":%u,\"valid_len\":%" PRIu64 ",\"entries\":%" PRIu64
-		       ",\"buffer_size\":%" PRIu64 ",\"flush_time_ns\":%" PRIu64 ",\"chain_seed\":%u"
-		       ",\"format_version\":%u"
-		       ",\"data_offset\":%" PRIu64 ",\"data_bytes\":%" PRIu64 ",\"scan\":{\"valid_len\":%zu,\"entries\":%" PRIu64 ",\"checksum\":%u,"
-		       "\"stop\":\"%s\",\"stop_offset\":%zu}", hdr_err ? "false" : "true", h->log_id,
-		       h->segment_id, h->replica_version, h->epoch,
-		       h->state == SEGFILE_OPEN ? "open" : "closed", h->flags, h->checksum,
-		       h->valid_len, h->entries, h->buffer_size, h->flush_time_ns, h->seed,
-		       r.version_field, r.data_off, r.data_len,
-		       sr->valid_len, sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop),
-		       sr->stop_offset);
-	} else {
-		printf("file            %s\n", path);
-		printf("verdict         %s%s%s\n", verdict, r.why[0] ? ": " : "", r.why);
-		if (hdr_err)
-			printf("header          INVALID (%s); fields below as read\n", hdr_err);
-		printf("log             %#" PRIx64 "\n", h->log_id);
-		printf("segment         %" PRIu64 "\n", h->segment_id);
-		printf("replica version %" PRIu64 "\n", h->replica_version);
-		printf("epoch           %" PRIu64 "\n", h->epoch);
-		printf("format          version %u, data at byte %" PRIu64 "\n", r.version_field,
-		       r.data_off);
-		printf("chain seed      0x%08x%s\n", h->seed, h->seed ? "" : " (unseeded)");
-		printf("state           %s\n", h->state == SEGFILE_OPEN ?
-		       "open (flushed while open: battery / shutdown)" : "closed");
-		printf("flags           0x%x%s\n", h->flags,
-		       h->flags & SEGFILE_F_CORRUPT ? " (CORRUPT)" : "");
-		printf("header          %" PRIu64 " valid bytes, %" PRIu64 " entries, checksum "
-		       "0x%08x, buffer %" PRIu64 " bytes\n", h->valid_len, h->entries, h->checksum,
-		       h->buffer_size);
-		printf("scan            %zu valid bytes, %" PRIu64 " entries, checksum 0x%08x, "
-		       "stopped: %s at %zu (file has %" PRIu64 " data bytes)\n", sr->valid_len,
-		       sr->entries, sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset,
-		       r.data_len);
-	}
-	if (show > 0) {
-		struct tw_entry_iter it = { r.data, sr->valid_len, 0 };
-		const void *p;
-		uint32_t len;
-		size_t off;
-		uint64_t n = 0;
-
-		if (g.json)
-			printf(",\"entries_shown\":[");
-		else
-			printf("%10s %8s  %s\n", "OFFSET", "LENGTH", "FIRST BYTES");
-		while (n < show && tw_entry_next(&it, &p, &len, &off) == 1) {
-			char hex[3 * 16 + 1] = "";
-
-			for (uint32_t k = 0; k < len && k < 16; k++)
-				snprintf(hex + 3 * k, sizeof(hex) - 3 * k, "%02x ",
-					 ((const uint8_t *)p)[k]);
-			if (g.json)
-				printf("%s{\"offset\":%zu,\"length\":%u,\"head\":\"%s\"}", n ? "," : "",
-				       off, len, hex);
-			else
-				printf("%10zu %8u  %s%s\n", off, len, hex, len > 16 ? "..." : "");
-			n++;
-		}
-		if (g.json)
-			printf("]");
-	}
+	if (g.json)
+		inspect_json(path, r, verdict, hdr_err);
+	else
+		inspect_text(path, r, verdict, hdr_err);
+	if (show > 0)
+		inspect_entries(r, show);
 	if (g.json)
 		printf("}\n");
-	free(r.data);
-	return r.corrupt ? EXIT_FAIL : EXIT_OK;
+	rc = r->corrupt ? EXIT_FAIL : EXIT_OK;
+	tw_segfile_report_free(r);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ the other commands' entries */
@@ -1343,7 +1404,8 @@ int main(int argc, char **argv)
 	int opt, verbose = 0;
 	uint64_t t;
 
-	g.timeout_ms = 5000;
+	tw_tools_env_defaults(); /* first: no thread runs yet */
+	g.timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS;
 	/* $FI_PROVIDER is our default provider, passed by name; left set, libfabric would hide
 	 * every other provider and an error could not list what this machine offers. */
 	if (getenv("FI_PROVIDER") && getenv("FI_PROVIDER")[0]) {

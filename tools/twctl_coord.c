@@ -14,20 +14,20 @@
 #include <time.h>
 
 #include <tailwind/common.h>
+#include <tailwind/coordinator.h>
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 #include <tailwind/standby.h>
 
-#include "coord/coord.h"
 
-static struct tw_coord *coord; /* held until exit: the owner node of fence/recover/delete */
-static struct tw_coord_backup *regs;
+static struct tw_coordinator *coord; /* held until exit: the owner node of fence/recover/delete */
+static struct tw_registrations *regs;   /* the addresses twctl_coord_backups handed out */
 
 static void close_at_exit(void)
 {
-	tw__coord_close(coord);
+	tw_coordinator_close(coord);
 	coord = NULL;
-	free(regs);
+	tw_registrations_free(regs);
 	regs = NULL;
 }
 
@@ -38,7 +38,7 @@ static int open_once(const char *url, unsigned timeout_ms)
 
 	if (coord)
 		return 0;
-	rc = tw__coord_open(url, timeout_ms, &coord, err, sizeof(err));
+	rc = tw_coordinator_open(url, timeout_ms, &coord, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "twctl: coordinator: %s\n", err);
 		return -1;
@@ -49,10 +49,9 @@ static int open_once(const char *url, unsigned timeout_ms)
 
 int twctl_coord_check(const char *url)
 {
-	struct tw_coord_url u;
 	char err[768];
 
-	if (tw__coord_url_parse(url, &u, err, sizeof(err)) < 0) {
+	if (tw_coordinator_check_url(url, err, sizeof(err)) < 0) {
 		fprintf(stderr, "twctl: --coordinator: %s\n", err);
 		return -1;
 	}
@@ -69,35 +68,37 @@ int twctl_coord_backups(const char *url, unsigned timeout_ms, const char *provid
 		return -1;
 	if (!provider)
 		provider = "tcp";
-	free(regs);
+	tw_registrations_free(regs);
 	regs = NULL;
 	/* A log's own record first: the backups that were ever asked to hold a segment of it
 	 * (a backup that died since is still asked; one never used by the log is not). */
 	if (log) {
-		int rc = tw__coord_log_backups(coord, *log, &regs, &nr);
+		int rc = tw_coordinator_list(coord, log, &regs);
 
 		if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
-			fprintf(stderr, "twctl: %s\n", tw__coord_errmsg(coord));
+			fprintf(stderr, "twctl: %s\n", tw_coordinator_errmsg(coord));
 			return -1;
 		}
-		recorded = rc == 0 && nr > 0;
+		recorded = rc == 0 && tw_registrations_count(regs) > 0;
 		if (!recorded) {
-			free(regs);
+			tw_registrations_free(regs);
 			regs = NULL;
-			nr = 0;
 		}
 	}
-	if (!recorded && tw__coord_list_backups(coord, &regs, &nr) < 0) {
-		fprintf(stderr, "twctl: %s\n", tw__coord_errmsg(coord));
+	if (!recorded && tw_coordinator_list(coord, NULL, &regs) < 0) {
+		fprintf(stderr, "twctl: %s\n", tw_coordinator_errmsg(coord));
 		return -1;
 	}
+	nr = tw_registrations_count(regs);
 	*n = 0;
 	for (size_t i = 0; i < nr && *n < max; i++) {
-		if (regs[i].provider[0] && strcmp(regs[i].provider, provider)) {
+		const struct tw_registration *r = tw_registrations_at(regs, i);
+
+		if (r->provider[0] && strcmp(r->provider, provider)) {
 			other++;
 			continue;
 		}
-		backups[(*n)++] = regs[i].addr;
+		backups[(*n)++] = r->addr;
 	}
 	if (*n == 0) {
 		fprintf(stderr, "twctl: no backup %s at %s for provider %s (%zu for other "
@@ -118,8 +119,8 @@ int twctl_coord_epoch(const char *url, unsigned timeout_ms, const char *cmd,
 		return -1;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(owner, sizeof(owner), "twctl %s host=%s pid=%ld", cmd, host, (long)getpid());
-	if (tw__coord_take_log(coord, cfg->log_id, cfg->epoch, owner, true, &epoch) < 0) {
-		fprintf(stderr, "twctl %s: %s\n", cmd, tw__coord_errmsg(coord));
+	if (tw_coordinator_take_log(coord, cfg->log_id, cfg->epoch, owner, 1, &epoch) < 0) {
+		fprintf(stderr, "twctl %s: %s\n", cmd, tw_coordinator_errmsg(coord));
 		return -1;
 	}
 	cfg->epoch = epoch;
@@ -135,11 +136,11 @@ int twctl_coord_log_known(const char *url, unsigned timeout_ms, const char *cmd,
 
 	if (open_once(url, timeout_ms) < 0)
 		return -1;
-	rc = tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
+	rc = tw_coordinator_log_info(coord, log_id, &epoch, owner, sizeof(owner));
 	if (rc == -TW_ENOTFOUND)
 		return 0;
 	if (rc < 0) {
-		fprintf(stderr, "twctl %s: %s\n", cmd, tw__coord_errmsg(coord));
+		fprintf(stderr, "twctl %s: %s\n", cmd, tw_coordinator_errmsg(coord));
 		return -1;
 	}
 	return 1;
@@ -147,13 +148,13 @@ int twctl_coord_log_known(const char *url, unsigned timeout_ms, const char *cmd,
 
 int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 {
-	struct tw_coord_backup *v = NULL;
-	size_t n = 0;
+	struct tw_registrations *v = NULL;
+	size_t n;
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_list_backups(coord, &v, &n) < 0) {
-		fprintf(stderr, "twctl ls-backups: %s\n", tw__coord_errmsg(coord));
+	if (tw_coordinator_list(coord, NULL, &v) < 0) {
+		fprintf(stderr, "twctl ls-backups: %s\n", tw_coordinator_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -161,8 +162,9 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 	else
 		printf("%-18s %-28s %-8s %-12s %9s %12s\n", "NODE", "ADDRESS", "PROVIDER", "ZONE",
 		       "FREE/BUFS", "BUFFER_SIZE");
+	n = tw_registrations_count(v);
 	for (size_t i = 0; i < n; i++) {
-		const struct tw_coord_backup *b = &v[i];
+		const struct tw_registration *b = tw_registrations_at(v, i);
 
 		/* The fields hold no '"', '\\' or control characters except what twd was given:
 		 * escape those two to stay valid JSON. */
@@ -170,7 +172,7 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 			const char *f[3] = { b->addr, b->provider, b->zone };
 			const char *k[3] = { "address", "provider", "zone" };
 
-			printf("%s{\"node\":\"%s\"", i ? "," : "", b->name);
+			printf("%s{\"node\":\"%s\"", i ? "," : "", b->node);
 			for (int j = 0; j < 3; j++) {
 				printf(",\"%s\":\"", k[j]);
 				for (const char *s = f[j]; *s; s++)
@@ -188,13 +190,13 @@ int twctl_coord_ls_backups(const char *url, unsigned timeout_ms, bool json)
 			char fb[32];
 
 			snprintf(fb, sizeof(fb), "%" PRIu32 "/%" PRIu32, b->free_buffers, b->buffers);
-			printf("%-18s %-28s %-8s %-12s %9s %12" PRIu64 "\n", b->name, b->addr,
+			printf("%-18s %-28s %-8s %-12s %9s %12" PRIu64 "\n", b->node, b->addr,
 			       b->provider, b->zone[0] ? b->zone : "-", fb, b->buffer_size);
 		}
 	}
 	if (json)
 		printf("]}\n");
-	free(v);
+	tw_registrations_free(v);
 	return 0;
 }
 
@@ -206,9 +208,9 @@ int twctl_coord_owner(const char *url, unsigned timeout_ms, bool json, uint64_t 
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	rc = tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner));
+	rc = tw_coordinator_log_info(coord, log_id, &epoch, owner, sizeof(owner));
 	if (rc < 0) {
-		fprintf(stderr, "twctl owner: %s\n", tw__coord_errmsg(coord));
+		fprintf(stderr, "twctl owner: %s\n", tw_coordinator_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -240,8 +242,8 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_list_logs(coord, &ids, &n) < 0) {
-		fprintf(stderr, "twctl ls-logs: %s\n", tw__coord_errmsg(coord));
+	if (tw_coordinator_logs(coord, &ids, &n) < 0) {
+		fprintf(stderr, "twctl ls-logs: %s\n", tw_coordinator_errmsg(coord));
 		return 1;
 	}
 	if (json)
@@ -249,18 +251,19 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 	else
 		printf("%-20s %6s %-32s %s\n", "LOG", "EPOCH", "OWNER", "BACKUPS USED");
 	for (size_t i = 0; i < n; i++) {
-		struct tw_coord_backup *v = NULL;
-		size_t nb = 0;
+		struct tw_registrations *v = NULL;
+		size_t nb;
 		char owner[512] = "", *o = owner;
 		uint64_t epoch = 0;
 
-		if (tw__coord_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
-		    tw__coord_log_backups(coord, ids[i], &v, &nb) < 0) {
+		if (tw_coordinator_log_info(coord, ids[i], &epoch, owner, sizeof(owner)) < 0 ||
+		    tw_coordinator_list(coord, &ids[i], &v) < 0) {
 			fprintf(stderr, "twctl ls-logs: log %" PRIu64 ": %s\n", ids[i],
-				tw__coord_errmsg(coord));
+				tw_coordinator_errmsg(coord));
 			st = 1;
 			continue;
 		}
+		nb = tw_registrations_count(v);
 		/* "epoch=N owner=host=H pid=P": the description after "owner=". */
 		if (strstr(owner, "owner="))
 			o = strstr(owner, "owner=") + 6;
@@ -272,23 +275,28 @@ int twctl_coord_ls_logs(const char *url, unsigned timeout_ms, bool json)
 			json_str(o);
 			printf("\",\"backups\":[");
 			for (size_t k = 0; k < nb; k++) {
+				const struct tw_registration *b = tw_registrations_at(v, k);
+
 				printf("%s{\"address\":\"", k ? "," : "");
-				json_str(v[k].addr);
+				json_str(b->addr);
 				printf("\",\"provider\":\"");
-				json_str(v[k].provider);
+				json_str(b->provider);
 				printf("\",\"zone\":\"");
-				json_str(v[k].zone);
+				json_str(b->zone);
 				printf("\"}");
 			}
 			printf("]}");
 		} else {
 			printf("%#-20" PRIx64 " %6" PRIu64 " %-32s", ids[i], epoch, o[0] ? o : "-");
-			for (size_t k = 0; k < nb; k++)
-				printf("%s%s%s%s%s", k ? "," : " ", v[k].addr, v[k].zone[0] ? "(" : "",
-				       v[k].zone, v[k].zone[0] ? ")" : "");
+			for (size_t k = 0; k < nb; k++) {
+				const struct tw_registration *b = tw_registrations_at(v, k);
+
+				printf("%s%s%s%s%s", k ? "," : " ", b->addr, b->zone[0] ? "(" : "",
+				       b->zone, b->zone[0] ? ")" : "");
+			}
 			printf("%s\n", nb ? "" : " -");
 		}
-		free(v);
+		tw_registrations_free(v);
 	}
 	if (json)
 		printf("]}\n");
@@ -423,49 +431,46 @@ void twctl_coord_standby_usage(FILE *f)
 		"a newer owner took the log over) and the detail on stderr.\n");
 }
 
-int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
-			const char *key_file, int argc, char **argv)
-{
-	struct tw_ctx_config tc;
-	struct tw_primary_config cfg;
-	struct tw_standby_result st;
-	struct tw_standby_config sc;
-	struct tw_primary *p = NULL;
-	struct warm_view wv = { 0 };
-	uint64_t log_id = 0, n_append = 0, size = 64, wait_ms = 0, replicas = 3, seg = 0, base;
-	bool have_log = false, hold = false, generated = false, warm = false;
-	char err[1024], owner[512] = "";
-	uint64_t epoch = 0, t0;
-	int rc, status = 0;
+/* twctl standby's command line. */
+struct standby_opts {
+	uint64_t log_id, n_append, size, wait_ms, replicas, seg;
+	bool hold, generated, warm;
+};
 
+/* Parse ARGS after `standby`; 0, or 2 (usage) after saying why. */
+static int standby_args(int argc, char **argv, struct standby_opts *o)
+{
+	bool have_log = false;
+
+	*o = (struct standby_opts){ .size = 64, .replicas = 3 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint64_t *dst = NULL;
 		bool suffix = false;
 
 		if (!strcmp(a, "--hold")) {
-			hold = true;
+			o->hold = true;
 			continue;
 		}
 		if (!strcmp(a, "--warm")) {
-			warm = true;
+			o->warm = true;
 			continue;
 		}
 		if (!strcmp(a, "-n") || !strcmp(a, "--append"))
-			dst = &n_append, generated = true;
+			dst = &o->n_append, o->generated = true;
 		else if (!strcmp(a, "-s") || !strcmp(a, "--size"))
-			dst = &size, suffix = true;
+			dst = &o->size, suffix = true;
 		else if (!strcmp(a, "-w") || !strcmp(a, "--wait"))
-			dst = &wait_ms;
+			dst = &o->wait_ms;
 		else if (!strcmp(a, "-r") || !strcmp(a, "--replicas"))
-			dst = &replicas;
+			dst = &o->replicas;
 		else if (!strcmp(a, "-S") || !strcmp(a, "--segment-size"))
-			dst = &seg, suffix = true;
+			dst = &o->seg, suffix = true;
 		else if (a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
 			fprintf(stderr, "twctl standby: unknown option '%s' (see twctl standby "
 				"--help)\n", a);
 			return 2;
-		} else if (!have_log && parse_num(a, &log_id, false) == 0) {
+		} else if (!have_log && parse_num(a, &o->log_id, false) == 0) {
 			have_log = true;
 			continue;
 		} else {
@@ -484,19 +489,131 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 		fprintf(stderr, "twctl standby: expected a LOG id (see twctl standby --help)\n");
 		return 2;
 	}
-	if (size < 8 || size > (64u << 20) || replicas < 1 || replicas > TW_PRIMARY_MAX_REPLICAS ||
-	    wait_ms > 0xffffffffu || (hold && !generated)) {
-		fprintf(stderr, "twctl standby: %s\n", hold && !generated ?
-			"--hold goes with --append N" : size < 8 || size > (64u << 20) ?
-			"--size: 8 .. 64M bytes" : wait_ms > 0xffffffffu ? "--wait: too long" :
+	if (o->size < 8 || o->size > (64u << 20) || o->replicas < 1 ||
+	    o->replicas > TW_PRIMARY_MAX_REPLICAS || o->wait_ms > 0xffffffffu ||
+	    (o->hold && !o->generated)) {
+		fprintf(stderr, "twctl standby: %s\n", o->hold && !o->generated ?
+			"--hold goes with --append N" : o->size < 8 || o->size > (64u << 20) ?
+			"--size: 8 .. 64M bytes" : o->wait_ms > 0xffffffffu ? "--wait: too long" :
 			"--replicas: 1 .. 16");
 		return 2;
 	}
+	return 0;
+}
+
+/* The took-over line: where the failover time went. */
+static void print_took_over(uint64_t log_id, bool warm, const struct tw_standby_result *st)
+{
+	printf("took-over log=%#" PRIx64 " epoch=%" PRIu64 " watched=%d lost_races=%u "
+	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
+	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f",
+	       log_id, st->epoch, st->watched, st->lost_races, st->gone_realtime_ns,
+	       ms(st->claim_ns), ms(st->connect_ns), ms(st->fence_ns), ms(st->recover_ns),
+	       st->recovery.entries, st->recovery.backups, ms(st->open_ns), ms(st->takeover_ns));
+	if (warm)
+		printf(" warm_entries=%" PRIu64 " warm_lsn=%#" PRIx64 " warm_stop_ms=%.2f",
+		       st->warm_entries, st->warm_lsn, ms(st->warm_stop_ns));
+	printf("\n");
+	fflush(stdout);
+}
+
+/* --append N: N entries of `size` bytes, entry k (counted from `base`, the entries already in
+ * the log) starting with k as 8 little-endian bytes. 0, the failed append's error, or 1 when
+ * there is no memory for the entry (said on stderr). */
+static int append_generated(struct tw_primary *p, uint64_t base, uint64_t n, uint64_t size)
+{
+	uint8_t *buf = malloc(size);
+	int rc = 0;
+
+	if (!buf) {
+		fprintf(stderr, "twctl standby: out of memory for a %" PRIu64 "-byte entry\n", size);
+		return 1;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t seq = base + i, t0;
+
+		memset(buf, (int)(seq & 0xff), size);
+		for (int b = 0; b < 8; b++)
+			buf[b] = (uint8_t)(seq >> (8 * b));
+		t0 = now_ns();
+		rc = tw_primary_append(p, buf, (uint32_t)size, NULL);
+		if (rc < 0)
+			break;
+		if (i == 0)
+			print_first(t0);
+		printf("acked %" PRIu64 "\n", seq + 1);
+		fflush(stdout);
+	}
+	free(buf);
+	return rc < 0 ? rc : 0;
+}
+
+/* Without --append: one entry per line of stdin (empty lines skipped). */
+static int append_stdin(struct tw_primary *p)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	bool first = true;
+	int rc = 0;
+
+	while ((len = getline(&line, &cap, stdin)) > 0) {
+		uint64_t lsn = 0, t0;
+
+		if (line[len - 1] == '\n')
+			line[--len] = '\0';
+		if (!len)
+			continue; /* an entry has at least one byte */
+		t0 = now_ns();
+		rc = tw_primary_append(p, line, (uint32_t)len, &lsn);
+		if (rc < 0)
+			break;
+		if (first)
+			print_first(t0);
+		first = false;
+		printf("acked %#" PRIx64 "\n", lsn);
+		fflush(stdout);
+	}
+	free(line);
+	return rc < 0 ? rc : 0;
+}
+
+/* --hold: keep the log open until SIGTERM or SIGINT. */
+static void hold_log(uint64_t log_id)
+{
+	sigset_t set;
+	int sig = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	printf("holding log %#" PRIx64 " (SIGTERM or SIGINT closes it)\n", log_id);
+	fflush(stdout);
+	sigwait(&set, &sig);
+}
+
+int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provider,
+			const char *key_file, int argc, char **argv)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_standby_result st;
+	struct tw_standby_config sc;
+	struct tw_primary *p = NULL;
+	struct warm_view wv = { 0 };
+	struct standby_opts o;
+	char err[1024], owner[512] = "";
+	uint64_t epoch = 0;
+	int rc, status = 0;
+
+	if ((rc = standby_args(argc, argv, &o)) != 0)
+		return rc;
 	if (open_once(url, timeout_ms) < 0)
 		return 1;
-	if (tw__coord_log_info(coord, log_id, &epoch, owner, sizeof(owner)) < 0)
+	if (tw_coordinator_log_info(coord, o.log_id, &epoch, owner, sizeof(owner)) < 0)
 		owner[0] = '\0'; /* a log the coordinator does not know yet: no owner */
-	printf("standby: log %#" PRIx64 ": %s%s\n", log_id, owner[0] ? "waiting for its owner "
+	printf("standby: log %#" PRIx64 ": %s%s\n", o.log_id, owner[0] ? "waiting for its owner "
 	       "to go: " : "no owner: taking it over now", owner);
 	fflush(stdout);
 	/* One ZooKeeper handle per process from here on: the primary's. (The C client's two
@@ -510,111 +627,47 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	tc.connect_timeout_ms = timeout_ms;
 	tc.key_file = key_file;
 	tw_primary_config_init(&cfg);
-	cfg.log_id = log_id;
-	cfg.replicas = (unsigned)replicas;
-	if (seg)
-		cfg.segment_size = seg;
+	cfg.log_id = o.log_id;
+	cfg.replicas = (unsigned)o.replicas;
+	if (o.seg)
+		cfg.segment_size = o.seg;
 	/* The recovered entries are verified and counted (st.recovery.entries); twctl has no state to
 	 * rebuild from them. --warm: counted as the reader hands them over too (warm_entry). */
 	tw_standby_config_init(&sc);
-	sc.wait_ms = (unsigned)wait_ms;
+	sc.wait_ms = (unsigned)o.wait_ms;
 	sc.on_wait = print_watching;
-	sc.wait_arg = &log_id;
-	sc.warm = warm;
-	wv.log_id = log_id;
-	sc.on_entry = warm ? warm_entry : NULL;
-	sc.entry_arg = warm ? &wv : NULL;
+	sc.wait_arg = &o.log_id;
+	sc.warm = o.warm;
+	wv.log_id = o.log_id;
+	sc.on_entry = o.warm ? warm_entry : NULL;
+	sc.entry_arg = o.warm ? &wv : NULL;
 	rc = tw_primary_standby(&tc, &cfg, &sc, &st, &p, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", log_id, tw_strerror(rc),
-			err);
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": %s: %s\n", o.log_id,
+			tw_strerror(rc), err);
 		return 1;
 	}
-	printf("took-over log=%#" PRIx64 " epoch=%" PRIu64 " watched=%d lost_races=%u "
-	       "gone_realtime_ns=%" PRIu64 " claim_ms=%.2f connect_ms=%.2f fence_ms=%.2f "
-	       "recover_ms=%.2f entries=%" PRIu64 " backups=%u open_ms=%.2f takeover_ms=%.2f",
-	       log_id, st.epoch, st.watched, st.lost_races, st.gone_realtime_ns, ms(st.claim_ns),
-	       ms(st.connect_ns), ms(st.fence_ns), ms(st.recover_ns), st.recovery.entries,
-	       st.recovery.backups,
-	       ms(st.open_ns), ms(st.takeover_ns));
-	if (warm)
-		printf(" warm_entries=%" PRIu64 " warm_lsn=%#" PRIx64 " warm_stop_ms=%.2f",
-		       st.warm_entries, st.warm_lsn, ms(st.warm_stop_ns));
-	printf("\n");
-	fflush(stdout);
+	print_took_over(o.log_id, o.warm, &st);
 	/* The entries in the log: the reader's (warm), then the recovery's. */
-	base = st.warm_entries + st.recovery.entries;
-
-	if (generated) {
-		uint8_t *buf = malloc(size);
-
-		if (!buf) {
-			tw_primary_close(p);
-			return 1;
-		}
-		for (uint64_t i = 0; i < n_append; i++) {
-			uint64_t seq = base + i;
-
-			memset(buf, (int)(seq & 0xff), size);
-			for (int b = 0; b < 8; b++)
-				buf[b] = (uint8_t)(seq >> (8 * b));
-			t0 = now_ns();
-			rc = tw_primary_append(p, buf, (uint32_t)size, NULL);
-			if (rc < 0)
-				break;
-			if (i == 0)
-				print_first(t0);
-			printf("acked %" PRIu64 "\n", seq + 1);
-			fflush(stdout);
-		}
-		free(buf);
-	} else {
-		char *line = NULL;
-		size_t cap = 0;
-		ssize_t len;
-		bool first = true;
-
-		while ((len = getline(&line, &cap, stdin)) > 0) {
-			uint64_t lsn = 0;
-
-			if (line[len - 1] == '\n')
-				line[--len] = '\0';
-			if (!len)
-				continue; /* an entry has at least one byte */
-			t0 = now_ns();
-			rc = tw_primary_append(p, line, (uint32_t)len, &lsn);
-			if (rc < 0)
-				break;
-			if (first)
-				print_first(t0);
-			first = false;
-			printf("acked %#" PRIx64 "\n", lsn);
-			fflush(stdout);
-		}
-		free(line);
+	rc = o.generated ? append_generated(p, st.warm_entries + st.recovery.entries, o.n_append,
+					    o.size) : append_stdin(p);
+	if (rc > 0) {
+		tw_primary_close(p);
+		return 1;
 	}
 	if (rc < 0) {
 		/* On stdout too (after the acked lines): a script sees why the stream ended. */
 		printf("append failed: %s%s\n", rc == -TW_EFENCED ? "fenced: " : "", tw_strerror(rc));
 		fflush(stdout);
-		fprintf(stderr, "twctl standby: log %#" PRIx64 ": append: %s: %s\n", log_id,
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": append: %s: %s\n", o.log_id,
 			tw_strerror(rc), tw_primary_errmsg(p));
 		status = 1;
-	} else if (hold) {
-		sigset_t set;
-		int sig = 0;
-
-		sigemptyset(&set);
-		sigaddset(&set, SIGTERM);
-		sigaddset(&set, SIGINT);
-		sigprocmask(SIG_BLOCK, &set, NULL);
-		printf("holding log %#" PRIx64 " (SIGTERM or SIGINT closes it)\n", log_id);
-		fflush(stdout);
-		sigwait(&set, &sig);
+	} else if (o.hold) {
+		hold_log(o.log_id);
 	}
 	rc = tw_primary_close(p);
 	if (rc < 0 && !status) {
-		fprintf(stderr, "twctl standby: log %#" PRIx64 ": close: %s\n", log_id,
+		fprintf(stderr, "twctl standby: log %#" PRIx64 ": close: %s\n", o.log_id,
 			tw_strerror(rc));
 		status = 1;
 	}

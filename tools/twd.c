@@ -26,13 +26,58 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <tailwind/admin.h>
 #include <tailwind/backup.h>
 #include <tailwind/common.h>
 
+#include "env_defaults.h"
 #include "exit.h"
-#include "proto/auth.h"
 #include "twd_coord.h"
 #include "twd_metrics.h"
+
+/* One line of words wrapped at 79 columns, each line indented by `ind`. */
+static void wrap(FILE *f, const char *text, int ind)
+{
+	const char *p = text;
+	int col = ind;
+
+	fprintf(f, "%*s", ind, "");
+	while (*p) {
+		size_t w = strcspn(p, " ");
+
+		if (col > ind && col + 1 + (int)w > 79) {
+			fprintf(f, "\n%*s", ind, "");
+			col = ind;
+		} else if (col > ind) {
+			fputc(' ', f);
+			col++;
+		}
+		fprintf(f, "%.*s", (int)w, p);
+		col += (int)w;
+		p += w;
+		p += strspn(p, " ");
+	}
+	fputc('\n', f);
+}
+
+/* The library's environment table (tw_env_describe), as the man page's ENVIRONMENT section. */
+static void usage_env(FILE *f)
+{
+	const struct tw_env_var *v;
+	char line[512];
+
+	fputs("Environment:\n", f);
+	for (size_t i = 0; (v = tw_env_describe(i)) != NULL; i++) {
+		fprintf(f, "  %s (%s; default %s)%s\n", v->name, v->type, v->default_value,
+			v->flags & TW_ENV_TESTING ? " [tests, experiments]" : "");
+		snprintf(line, sizeof(line), "%s%s.", v->help, v->flags & TW_ENV_PROGRAM ?
+			 " (twd does, at start)" : "");
+		wrap(f, line, 6);
+	}
+	fputs("  NOTIFY_SOCKET\n", f);
+	wrap(f, "set by systemd for Type=notify units: twd sends READY=1 there after the ready "
+	     "line, and STOPPING=1 when a signal starts its shutdown flush.", 6);
+}
 
 static void usage(FILE *f)
 {
@@ -79,15 +124,12 @@ static void usage(FILE *f)
 		"  -h, --help               this text\n"
 		"\n"
 		"Prints one line \"ready <address>\" on stdout once it accepts connections; logs go to\n"
-		"stderr (level also from $TW_LOG_LEVEL: error, warn, info, debug; TW_LOG_TIME=1\n"
-		"puts the date and time on every log line). SIGTERM, SIGINT, SIGHUP, SIGQUIT and\n"
+		"stderr (level: -v, or TW_LOG_LEVEL below). SIGTERM, SIGINT, SIGHUP, SIGQUIT and\n"
 		"SIGPWR flush every buffer, open ones included, then exit.\n"
 		"\n",
 		TW_BACKUP_DEFAULT_BUFFERS, TW_BACKUP_DEFAULT_MAX_BUFFERS);
-	fputs("Provider defaults: FI_SOCKETS_PE_WAITTIME=0 is set unless the environment sets\n"
-	      "it (the sockets provider's progress thread then sleeps as soon as it is idle,\n"
-	      "instead of spinning 10 ms after every wake-up; docs/fabric.md).\n"
-	      "\n" EXIT_HELP, f);
+	usage_env(f);
+	fputs("\n" EXIT_HELP, f);
 }
 
 /* "8M", "64k", "1G", "4096", "8MiB": bytes. */
@@ -571,20 +613,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 /* The key file, checked here for a clear message and exit 2 (the backup reads it again). */
 static int check_key(struct tw_backup_config *cfg)
 {
-	struct tw_auth_key *key;
+	const char *path = NULL;
 	char why[512];
-	int rc;
 
-	if (!tw__auth_key_path(cfg->key_file))
-		return 0;
-	cfg->key_file = tw__auth_key_path(cfg->key_file);
-	rc = tw__auth_key_load(cfg->key_file, &key, why, sizeof(why));
-	if (rc != 0) {
-		fprintf(stderr, "twd: %s%s\n", why, cfg->key_file == getenv("TW_KEY_FILE") ?
-			" (from $TW_KEY_FILE)" : "");
+	if (tw_key_file_check(cfg->key_file, &path, why, sizeof(why)) != 0) {
+		fprintf(stderr, "twd: %s\n", why);
 		return EXIT_USAGE;
 	}
-	tw__auth_key_free(key);
+	cfg->key_file = path ? path : ""; /* the file checked, or none */
 	return 0;
 }
 
@@ -691,6 +727,7 @@ int main(int argc, char **argv)
 	pthread_t sigthr;
 	int status;
 
+	tw_tools_env_defaults(); /* first: no thread runs yet */
 	tw_backup_config_init(cfg);
 	cfg->provider = getenv("FI_PROVIDER");
 	if (cfg->provider && !cfg->provider[0])
@@ -724,7 +761,7 @@ int main(int argc, char **argv)
 		tw_backup_stop(b); /* a signal arrived during start-up */
 	pthread_mutex_unlock(&sig_lock);
 
-	if (!tw__auth_key_path(cfg->key_file))
+	if (!cfg->key_file[0]) /* check_key: "" when there is none */
 		fprintf(stderr, "twd: warning: no key file (--key-file or $TW_KEY_FILE): peers are "
 			"not authenticated; anyone who can reach this daemon can read, write and "
 			"fence its logs\n");

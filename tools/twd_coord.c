@@ -12,9 +12,9 @@
 
 #include <tailwind/backup.h>
 
-#include "coord/coord.h"
+#include <tailwind/coordinator.h>
 
-static struct tw_coord *coord;
+static struct tw_coordinator *coord;
 static struct tw_backup *backup;
 static pthread_t updater;
 static bool updater_started;
@@ -24,14 +24,13 @@ static bool stopping;
 
 int twd_coord_check(const char *url, const char *zone, char *err, size_t len)
 {
-	struct tw_coord_url u;
-	int rc = tw__coord_url_parse(url, &u, err, len);
+	int rc = tw_coordinator_check_url(url, err, len);
 
 	if (rc < 0)
 		return rc;
-	if (zone && (strlen(zone) >= TW_COORD_NAME_MAX || strpbrk(zone, "\n\r="))) {
+	if (zone && (strlen(zone) > TW_COORDINATOR_LABEL_MAX || strpbrk(zone, "\n\r="))) {
 		snprintf(err, len, "--zone \"%s\": at most %d bytes, no newline or '='", zone,
-			 TW_COORD_NAME_MAX - 1);
+			 TW_COORDINATOR_LABEL_MAX);
 		return -EINVAL;
 	}
 	return 0;
@@ -58,7 +57,7 @@ static void *updater_main(void *arg)
 
 		pthread_mutex_unlock(&mu);
 		tw_backup_get_stats(backup, &st);
-		tw__coord_update_free(coord, available(&st));
+		tw_coordinator_update_free(coord, available(&st));
 		pthread_mutex_lock(&mu);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
@@ -72,26 +71,21 @@ static void *updater_main(void *arg)
 int twd_coord_start(const char *url, const char *zone, const char *provider, struct tw_backup *b,
 		    char *err, size_t len)
 {
-	struct tw_coord_backup me;
 	struct tw_backup_stats st;
 	int rc;
 
-	memset(&me, 0, sizeof(me));
-	rc = tw__coord_open(url, 0, &coord, err, len);
+	rc = tw_coordinator_open(url, 0, &coord, err, len);
 	if (rc < 0)
 		return rc;
 	tw_backup_get_stats(b, &st);
-	snprintf(me.addr, sizeof(me.addr), "%s", tw_backup_listen_addr(b));
-	snprintf(me.provider, sizeof(me.provider), "%s", provider ? provider : "tcp");
-	snprintf(me.zone, sizeof(me.zone), "%s", zone ? zone : "");
 	/* The capacity (the pool's cap) and what of it an open can still get. */
-	me.buffers = (uint32_t)(st.buffers_max > st.buffers ? st.buffers_max : st.buffers);
-	me.free_buffers = available(&st);
-	me.buffer_size = st.buffer_size;
-	rc = tw__coord_register(coord, &me);
+	rc = tw_coordinator_register(coord, tw_backup_listen_addr(b), provider ? provider : "tcp",
+				     zone ? zone : "", (uint32_t)(st.buffers_max > st.buffers ?
+				     st.buffers_max : st.buffers), available(&st),
+				     st.buffer_size);
 	if (rc < 0) {
-		snprintf(err, len, "%s", tw__coord_errmsg(coord));
-		tw__coord_close(coord);
+		snprintf(err, len, "%s", tw_coordinator_errmsg(coord));
+		tw_coordinator_close(coord);
 		coord = NULL;
 		return rc;
 	}
@@ -99,7 +93,7 @@ int twd_coord_start(const char *url, const char *zone, const char *provider, str
 	rc = pthread_create(&updater, NULL, updater_main, NULL);
 	if (rc) {
 		snprintf(err, len, "cannot start the registration updater: %s", strerror(rc));
-		tw__coord_close(coord);
+		tw_coordinator_close(coord);
 		coord = NULL;
 		return -rc;
 	}
@@ -118,9 +112,9 @@ void twd_coord_stop(void)
 	if (updater_started)
 		pthread_join(updater, NULL);
 	updater_started = false;
-	if (tw__coord_deregister(coord) < 0)
+	if (tw_coordinator_deregister(coord) < 0)
 		fprintf(stderr, "twd: %s (the node goes with the session anyway)\n",
-			tw__coord_errmsg(coord));
-	tw__coord_close(coord);
+			tw_coordinator_errmsg(coord));
+	tw_coordinator_close(coord);
 	coord = NULL;
 }

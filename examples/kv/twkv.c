@@ -97,6 +97,17 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/* Before any thread: the libfabric defaults Tailwind wants (TW_ENV_PROGRAM rows of
+ * tw_env_describe()), unless the environment sets them; the library never sets them itself. */
+static void env_defaults(void)
+{
+	const struct tw_env_var *v;
+
+	for (size_t i = 0; (v = tw_env_describe(i)) != NULL; i++)
+		if ((v->flags & TW_ENV_PROGRAM) && !getenv(v->name))
+			setenv(v->name, v->default_value, 0);
+}
+
 static int serve(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -121,6 +132,7 @@ static int serve(int argc, char **argv)
 	uint64_t v;
 	int o;
 
+	env_defaults();
 	kv_server_config_init(&cfg);
 	while ((o = getopt_long(argc, argv, "d:p:l:c:i:r:S:m:t:b:k:h", opts, NULL)) != -1) {
 		switch (o) {

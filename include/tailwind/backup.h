@@ -135,7 +135,8 @@ TW_API int tw_backup_close(struct tw_backup *b);
 /* Last failure's detail (never NULL; borrowed until the next call on `b`). */
 TW_API const char *tw_backup_errmsg(const struct tw_backup *b);
 
-/* RPC kinds counted in tw_backup_stats.rpc_calls. */
+/* RPC kinds counted by tw_backup_get_rpc_calls(). A later 1.x may add kinds before
+ * TW_BACKUP_RPC_KINDS; the values here stay. */
 enum tw_backup_rpc {
 	TW_BACKUP_RPC_HANDSHAKE = 0,
 	TW_BACKUP_RPC_OPEN,
@@ -156,10 +157,14 @@ enum tw_backup_rpc {
 /* Short name of an RPC kind ("open", "close", ...). Static string, never NULL. */
 TW_API const char *tw_backup_rpc_name(enum tw_backup_rpc kind);
 
+/*
+ * Filled up to the caller's size (tw_backup_get_stats): a later 1.x adds fields at the end
+ * only. The per-kind RPC counts are behind tw_backup_get_rpc_calls(), so that a new kind does
+ * not move the fields.
+ */
 struct tw_backup_stats {
-	/* Control plane: every handler invocation, per kind. Replicated writes add nothing here. */
-	uint64_t rpc_calls[TW_BACKUP_RPC_KINDS];
-	uint64_t handler_calls;  /* sum of rpc_calls */
+	/* Control plane: every handler invocation. Replicated writes add nothing here. */
+	uint64_t handler_calls;  /* sum of the per-kind counts */
 	uint64_t rpc_errors;     /* replies with a status other than OK */
 	uint64_t ctrl_msgs_in, ctrl_bytes_in;   /* control messages received */
 	uint64_t ctrl_msgs_out, ctrl_bytes_out; /* control messages sent (replies) */
@@ -171,9 +176,8 @@ struct tw_backup_stats {
 	uint64_t buffers, buffer_size, unflushed_limit;
 	/* free: available (reused as they are, not zeroed: docs/log-format.md §7); open: being
 	 * written; closed: closed, waiting for or in their flush; loaded: clean copies of flushed
-	 * segments held for read grants; zeroing: always 0 (buffers are no longer zeroed between
-	 * uses; kept for compatibility). */
-	uint64_t buffers_free, buffers_open, buffers_closed, buffers_loaded, buffers_zeroing;
+	 * segments held for read grants. */
+	uint64_t buffers_free, buffers_open, buffers_closed, buffers_loaded;
 	uint64_t opens_refused; /* RESOURCE_EXHAUSTED replies */
 	/* Storage. */
 	uint64_t segments_on_disk, segments_corrupt;
@@ -190,7 +194,7 @@ struct tw_backup_stats {
 	uint64_t buffers_zeroed;
 	uint64_t buffers_max;
 	uint64_t buffers_grown; /* buffers added on demand since start (pool growths) */
-	/* Readers (docs/readers.md): SetAcked served (also in rpc_calls[TW_BACKUP_RPC_OTHER]), of
+	/* Readers (docs/readers.md): SetAcked served (also counted as TW_BACKUP_RPC_OTHER), of
 	 * those, answers held because no reader of the log was active here, and held right now. */
 	uint64_t set_acked, set_acked_held, set_acked_holding;
 };
@@ -199,6 +203,15 @@ struct tw_backup_stats {
 TW_API void tw_backup_get_stats_sized(const struct tw_backup *b, struct tw_backup_stats *out,
 				      size_t size);
 #define tw_backup_get_stats(b, out) tw_backup_get_stats_sized((b), (out), sizeof(*(out)))
+
+/*
+ * Handler invocations per RPC kind: calls_out[k] for k < n (kinds this library does not know
+ * get 0), the same snapshot rules as tw_backup_get_stats. Returns the number of kinds this
+ * library counts (TW_BACKUP_RPC_KINDS of its header). Thread-safe.
+ *   uint64_t calls[TW_BACKUP_RPC_KINDS];
+ *   tw_backup_get_rpc_calls(b, calls, TW_BACKUP_RPC_KINDS);
+ */
+TW_API size_t tw_backup_get_rpc_calls(const struct tw_backup *b, uint64_t *calls_out, size_t n);
 
 #ifdef __cplusplus
 }

@@ -55,12 +55,29 @@ enum tw_error {
  */
 TW_API const char *tw_strerror(int err);
 
+/* Log ids, segment ids and replica versions are at most TW_ID_MAX (2^63 - 1): a backup refuses
+ * a larger one. Epochs are at most TW_EPOCH_MAX below. */
+#define TW_ID_MAX ((uint64_t)INT64_MAX)
+
 /*
  * Epochs name a log's owner generation (docs/recovery.md). They are at most TW_EPOCH_MAX: a
  * backup refuses a fence beyond it, so that a log always has room for the next takeover (a
  * million takeovers a second would take 8 years to use the range up).
  */
 #define TW_EPOCH_MAX ((UINT64_C(1) << 48) - 1)
+
+/*
+ * The default timeouts, in milliseconds, of every config that has them (tw_ctx_config,
+ * tw_reader_config, tw_recover_config) and of the tools: a field left 0 takes these.
+ *   CONNECT: a connection to one backup, handshake included;
+ *   RPC:     a control request without a reply fails (readers: beyond their long-poll's wait);
+ *   OP:      a one-sided write or read not completed by then fails its channel;
+ *   RECOVER_RPC: a recovery's requests, longer (a read grant may load a segment file first).
+ */
+#define TW_DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define TW_DEFAULT_RPC_TIMEOUT_MS 5000
+#define TW_DEFAULT_OP_TIMEOUT_MS 10000
+#define TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS 10000
 
 /*
  * A backup refuses a fence from another incarnation while the last accepted fence's connection
@@ -86,6 +103,33 @@ typedef void (*tw_diag_fn)(void *arg, enum tw_diag_level level, const char *msg)
  */
 TW_API void tw_diag_set_sink(tw_diag_fn fn, void *arg);
 TW_API void tw_diag_set_level(enum tw_diag_level level);
+
+/*
+ * The environment variables Tailwind reads, one table (docs/api.md, "Environment"): the library
+ * reads no other, reads each where it is used (so a variable set before that point counts), and
+ * never writes the environment (setenv() would race the program's other threads).
+ */
+struct tw_env_var {
+	const char *name;          /* e.g. "TW_LOG_LEVEL" */
+	const char *type;          /* its values, in words: "enum: error, warn, info, debug" */
+	const char *default_value; /* what applies while it is unset or empty */
+	const char *help;          /* what it does: one or more sentences, no newline */
+	unsigned flags;            /* TW_ENV_* */
+};
+/* For tests and experiments, not for a service. */
+#define TW_ENV_TESTING 1u
+/* A libfabric variable whose default_value suits Tailwind better than libfabric's (the library
+ * only reads it, to say at info level when it is unset). libfabric reads it when the process first calls it, so a program sets it at the
+ * start of main, before any thread, unless the environment sets it (twd and twctl do):
+ *   if (!getenv(v->name)) setenv(v->name, v->default_value, 0); */
+#define TW_ENV_PROGRAM 2u
+
+/*
+ * Row i of the table, 0 first; NULL past the last. The rows are the library's (static, never
+ * freed); a later 1.x may add rows and fields at the end of struct tw_env_var, so read only the
+ * fields named here. Thread-safe.
+ */
+TW_API const struct tw_env_var *tw_env_describe(size_t i);
 
 /* Library version string, e.g. "1.0.0". */
 TW_API const char *tw_version(void);

@@ -84,9 +84,11 @@ struct tw_ctx_config {
 				      * else none; "": none. Read once at the open. */
 	bool busy_poll;              /* poll completions instead of blocking waits */
 	uint64_t node_id;            /* sent in the handshake; 0: derived from host and pid */
-	unsigned op_timeout_ms;      /* a write not completed by then fails the channel; 10000 */
-	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default 5000 */
-	unsigned connect_timeout_ms; /* per backup; default 5000 */
+	unsigned op_timeout_ms;      /* a write not completed by then fails the channel;
+				      * default TW_DEFAULT_OP_TIMEOUT_MS */
+	unsigned rpc_timeout_ms;     /* an RPC without a reply by then fails; default
+				      * TW_DEFAULT_RPC_TIMEOUT_MS */
+	unsigned connect_timeout_ms; /* per backup; default TW_DEFAULT_CONNECT_TIMEOUT_MS */
 	unsigned tx_depth;           /* operations in flight per channel, all logs; default 1024
 				      * (with max_inflight: see above). A shared context's only:
 				      * the private context of tw_primary_open sizes its own
@@ -136,7 +138,8 @@ TW_API const char *tw_ctx_errmsg(const struct tw_ctx *ctx);
 TW_API int tw_ctx_close(struct tw_ctx *ctx);
 
 /* The log arena of a context (tw_ctx_get_stats) or of a log opened alone (tw_primary_get_stats;
- * on a context, the context's): bytes and segments. */
+ * on a context, the context's): bytes and segments. Its size is fixed for 1.x (new fields come
+ * from `reserved`), so the stats that embed it can still grow at their end. */
 struct tw_arena_stats {
 	uint64_t budget;       /* bytes the arena may map in all (arena_size) */
 	uint64_t mapped;       /* bytes mapped and registered, in `extents` registrations */
@@ -148,6 +151,7 @@ struct tw_arena_stats {
 	uint64_t segments;     /* segments handed out */
 	uint64_t reused;       /* of those, in memory that held an earlier segment */
 	uint64_t refused;      /* rollovers or opens refused: the budget was exhausted */
+	uint64_t reserved[4];  /* 0 */
 };
 
 struct tw_ctx_stats {
@@ -156,7 +160,7 @@ struct tw_ctx_stats {
 	uint64_t reconnects;  /* channels connected again after a loss */
 	uint64_t resets;      /* fabric resets (shm: a dead peer blocks the others) */
 	uint64_t loop_passes; /* passes of the progress thread over every log */
-	struct tw_arena_stats arena; /* the log arena (tailwind/primary.h) */
+	struct tw_arena_stats arena; /* the log arena (fixed-size: fields may follow it) */
 };
 
 /* Copy the counters. Thread-safe. */

@@ -63,8 +63,9 @@ struct tw_reader_config {
 	const char *key_file;       /* cluster key; NULL: $TW_KEY_FILE if set; "": none */
 	enum tw_read_from from;
 	uint64_t lsn;               /* TW_READ_LSN */
-	unsigned connect_timeout_ms; /* per backup; default 5000 */
-	unsigned rpc_timeout_ms;    /* beyond the long-poll's own wait; default 5000 */
+	unsigned connect_timeout_ms; /* per backup; default TW_DEFAULT_CONNECT_TIMEOUT_MS */
+	unsigned rpc_timeout_ms;    /* beyond the long-poll's own wait; default
+				     * TW_DEFAULT_RPC_TIMEOUT_MS */
 	unsigned poll_ms;           /* longest wait the backup holds one read; default 1000 */
 	uint32_t max_bytes;         /* per read; 0: what one control message holds (~64 KiB) */
 	/* Move the bytes with one-sided reads (fi_read of a read grant of the segment, as a
@@ -80,12 +81,14 @@ TW_API void tw_reader_config_init_sized(struct tw_reader_config *cfg, size_t siz
 
 struct tw_reader;
 
-/* One entry. data is borrowed until the next call on the reader. */
+/* One entry. data is borrowed until the next call on the reader. Its size is fixed for 1.x:
+ * new fields come from `reserved` (tw_reader_next zeroes it). */
 struct tw_reader_entry {
 	uint64_t lsn;     /* its position */
 	const void *data;
 	uint32_t len;
 	uint64_t epoch;   /* the log's epoch on the backup that served it */
+	uint64_t reserved[4]; /* 0 */
 };
 
 /*
@@ -134,8 +137,9 @@ TW_API void tw_reader_get_stats_sized(const struct tw_reader *r, struct tw_reade
 
 TW_API const char *tw_reader_errmsg(const struct tw_reader *r);
 
-/* Disconnect and free. NULL is fine. */
-TW_API void tw_reader_close(struct tw_reader *r);
+/* Disconnect and free. NULL is fine. Returns 0 (an int, as every other close: a later 1.x
+ * may report a failure here). */
+TW_API int tw_reader_close(struct tw_reader *r);
 
 #ifdef __cplusplus
 }

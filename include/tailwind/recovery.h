@@ -70,9 +70,10 @@ struct tw_recover_config {
 	/* Epoch to fence with. 0: automatic, 1 + the highest epoch any backup reports (retried
 	 * higher when a backup answers that it is already past it). */
 	uint64_t epoch;
-	unsigned connect_timeout_ms; /* per backup; default 5000 */
-	unsigned rpc_timeout_ms;     /* default 10000 (a read grant may load a file first) */
-	unsigned op_timeout_ms;      /* one-sided reads; default 10000 */
+	unsigned connect_timeout_ms; /* per backup; default TW_DEFAULT_CONNECT_TIMEOUT_MS */
+	unsigned rpc_timeout_ms;     /* default TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS (a read grant
+				      * may load a file first) */
+	unsigned op_timeout_ms;      /* one-sided reads; default TW_DEFAULT_OP_TIMEOUT_MS */
 	unsigned segs_per_backup;    /* segments being fetched from one backup at once; default 2 */
 	unsigned window;             /* segments fetched ahead of delivery; default 3 per backup */
 	size_t chunk_size;           /* bytes per one-sided read; default 1 MiB */
@@ -96,7 +97,8 @@ struct tw_recover_config {
 TW_API void tw_recover_config_init_sized(struct tw_recover_config *cfg, size_t size);
 #define tw_recover_config_init(cfg) tw_recover_config_init_sized((cfg), sizeof(*(cfg)))
 
-/* One recovered entry, handed to the callback. `data` is borrowed until the callback returns. */
+/* One recovered entry, handed to the callback (the library's struct: a later 1.x may add fields
+ * at its end). `data` is borrowed until the callback returns. */
 struct tw_recovered_entry {
 	uint64_t index;      /* 0, 1, 2 ... in log order over the whole recovery */
 	uint64_t segment_id;
@@ -121,10 +123,18 @@ enum tw_recover_phase {
 	TW_RECOVER_PHASE_TOTAL,
 	TW_RECOVER_PHASES,
 };
+/* Room for phases in tw_recover_result.phase_ns: a later 1.x may add phases up to this many
+ * without moving a field. */
+#define TW_RECOVER_PHASES_MAX 16
 
 /* Short name of a phase ("fence", "list", ...). Static string, never NULL. */
 TW_API const char *tw_recover_phase_name(enum tw_recover_phase ph);
 
+/*
+ * Counts and timings of a recovery. Its size is fixed for 1.x: a later 1.x takes its new fields
+ * from `reserved` (the library zeroes the whole struct), so the caller's struct and the
+ * library's are always the same size, also where another result embeds it.
+ */
 struct tw_recover_result {
 	uint64_t epoch;                /* the epoch the log was fenced with (0: no_fence) */
 	unsigned backups, backups_reached, backups_fenced;
@@ -140,15 +150,15 @@ struct tw_recover_result {
 	uint64_t segments_missing;     /* listed segments that could not be delivered (the call
 					* failed before delivering anything) */
 	uint64_t offsets_recorded;     /* RecoveredOffset accepted by a backup */
-	uint64_t phase_ns[TW_RECOVER_PHASES];
-	/* Added in 0.2 (ownership, docs/recovery.md). */
 	uint64_t copies_lost;          /* copies listed LOST (opened there, gone after a restart) */
 	uint64_t segments_lost;        /* segments whose every copy is LOST (the call failed) */
 	uint64_t free_below;           /* first live segment (log cleaning); delivery starts here */
 	uint64_t incarnation;          /* owner id this recovery fenced with */
-	/* Added in 0.3 (docs/recovery.md, "Record"). */
 	uint64_t copies_repaired;      /* shorter open copies sent the bytes they lacked and
-					* closed at the recovered length */
+					* closed at the recovered length (docs/recovery.md, "Record") */
+	/* Time per phase, indexed by enum tw_recover_phase (the first TW_RECOVER_PHASES used). */
+	uint64_t phase_ns[TW_RECOVER_PHASES_MAX];
+	uint64_t reserved[16];         /* 0 */
 };
 
 /*

@@ -54,7 +54,8 @@ struct tw_standby_config {
 TW_API void tw_standby_config_init_sized(struct tw_standby_config *sc, size_t size);
 #define tw_standby_config_init(sc) tw_standby_config_init_sized((sc), sizeof(*(sc)))
 
-/* Where a standby's failover time went (nanoseconds). */
+/* Where a standby's failover time went (nanoseconds). Its size is fixed for 1.x, as
+ * tw_recover_result's: new fields come from `reserved` (zeroed by the library). */
 struct tw_standby_result {
 	uint64_t epoch;            /* the epoch the log was taken over at */
 	int watched;               /* 1: an owner node was there and its deletion was awaited (a
@@ -76,7 +77,9 @@ struct tw_standby_result {
 				    * (the recovery's count is in res_out->entries) */
 	uint64_t warm_lsn;         /* sc->warm: where the recovery started delivering */
 	uint64_t warm_stop_ns;     /* sc->warm: stopping the reader (part of takeover_ns) */
-	struct tw_recover_result recovery; /* the recovery's counts (as tw_primary_takeover) */
+	struct tw_recover_result recovery; /* the recovery's counts (as tw_primary_takeover);
+					    * fixed-size, so embedding it is safe */
+	uint64_t reserved[8];              /* 0 */
 };
 
 /*

@@ -5,6 +5,7 @@
  * inspect of a segment file (ok, then CORRUPT after a bit flip: exit 1), and usage errors
  * (exit 2 with a message). Then free against a primary that holds its open segment 2: below 5
  * is refused (exit 1, nothing freed, as --help says), below 2 drops segments 0..1 and says so.
+ * Last, fence -e 2^48-1 --force of another log: fenced, with a warning.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -180,7 +181,7 @@ int main(int argc, char **argv)
 
 	child_tool("tools/twctl", twctl, sizeof(twctl));
 	child_tool("tests/integration/crash_primary", prim, sizeof(prim));
-	tap_plan(23);
+	tap_plan(24);
 	rt_start(&cl, prov, 3, "64K", "16");
 	snprintf(backups, sizeof(backups), "%s,%s,%s", cl.addr[0], cl.addr[1], cl.addr[2]);
 	snprintf(count, sizeof(count), "%d", COUNT);
@@ -259,6 +260,17 @@ int main(int argc, char **argv)
 	}
 	free_cases(prov, &cl);
 	no_such_log(prov);
+	{
+		/* The last epoch with --force: done, with a warning (issue 35). */
+		struct cli_out o;
+		int st = run_out((const char *[]){ "-p", prov, "fence", "-e", "281474976710655",
+						   "--force", "0x7777", NULL }, &o);
+
+		ok(st == 0 && strstr(o.out, "fenced at epoch 281474976710655 on 3 of 3") &&
+		   strstr(o.err, "warning: --epoch 281474976710655 is the last epoch"),
+		   "fence -e 2^48-1 --force: exit %d, fenced, with a warning (%s)", st, o.err);
+		cli_out_free(&o);
+	}
 	rt_stop(&cl);
 	return tap_exit();
 }

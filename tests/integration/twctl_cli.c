@@ -1,6 +1,7 @@
 /*
  * tests/integration/twctl_cli.c — twctl's one-line errors (exit 2 or 1, never the usage text):
- * inspect -e -1, recover -1, fence -1, a missing option value, -p '', --version in --help;
+ * inspect -e -1, recover -1, fence -1, fence and recover -e 2^48-1 without --force (no epoch
+ * left for a takeover), a missing option value, -p '', --version in --help;
  * inspect on a FIFO returns at once (it used to block in open()) and on a directory; inspect
  * of a segment file cut at the boundaries of its header and data (exit 1, "truncated", never
  * a huge read: it computed a negative data length below 4096 bytes, issue 28); and
@@ -205,6 +206,13 @@ int main(void)
 		 2, "recover -1", "'-1' is not a log id", ">= 0");
 	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "fence", "-1", NULL }, 2,
 		 "fence -1", "'-1' is not a log id", ">= 0");
+	/* The last epoch leaves no takeover: refused before any backup is asked (issue 35). */
+	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "fence", "-e", "281474976710655",
+				   "7", NULL }, 2, "fence -e 2^48-1", "no epoch would be left for "
+		 "a takeover", "--force");
+	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "recover", "7", "--verify", "-e",
+				   "0xffffffffffff", NULL }, 2, "recover -e 2^48-1",
+		 "no epoch would be left for a takeover", "--force");
 	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "recover", "7", "-e", NULL }, 2,
 		 "recover 7 -e", "-e needs a value", "recover --help");
 	one_line((const char *[]){ twctl, "-b", "127.0.0.1:1", "recover", "7", "--bogus", NULL },

@@ -11,6 +11,10 @@
  * the good log B (open, write, close, fence, list), refuses every request about A, C and D with
  * that reason, counts them (logs_unavailable=3 in its Stats message), and does all of it again
  * after a second restart.
+ *
+ * A fifth log E has nothing on the backup but such an epoch file: `twctl recover` of it used to
+ * say "no such log ... none of the 1 reachable backups has ever held or fenced it" (exit 6);
+ * now it names the backup and the reason, exits 1, and nothing is changed (issue 35).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_run.h"
 #include "proc.h"
 #include "backup/metalog.h"
 #include "backup/segfile.h"
@@ -31,8 +36,8 @@
 #define BUF (64 * 1024)
 #define BAD_EPOCH ((uint64_t)INT64_MAX)
 
-static const uint64_t LOG_A = 0xa1, LOG_B = 0xb2, LOG_C = 0xc3, LOG_D = 0xd4;
-static char twd_path[1024], dir[64];
+static const uint64_t LOG_A = 0xa1, LOG_B = 0xb2, LOG_C = 0xc3, LOG_D = 0xd4, LOG_E = 0xe5;
+static char twd_path[1024], twctl_path[1024], dir[64];
 
 /* twd with its stderr in the pipe too: the lines before `ready` are collected into `log`. */
 static struct proc *start_twd(char *addr, size_t len, char *log, size_t loglen)
@@ -96,11 +101,30 @@ static void plant(void)
 
 	TAP_REQUIRE(dfd >= 0, "open %s", dir);
 	TAP_REQUIRE(tw__segfile_write_epoch(dfd, LOG_A, BAD_EPOCH) == 0, "epoch file of A");
+	TAP_REQUIRE(tw__segfile_write_epoch(dfd, LOG_E, BAD_EPOCH) == 0, "epoch file of E");
 	TAP_REQUIRE(tw__metalog_open(&ml, dfd, 64, NULL, NULL, why, sizeof(why)) == 0, "%s", why);
 	TAP_REQUIRE(tw__metalog_append(&ml, &rec) == 0, "journal record of C");
 	tw__metalog_close(&ml);
 	TAP_REQUIRE(tw__segfile_write(dfd, &h, zero, NULL) == 0, "segment file of D");
 	close(dfd);
+}
+
+/* twctl recover of log E, which the backup holds only as a refused epoch file. */
+static void recover_unavailable(int round, const char *addr)
+{
+	struct cli_out o;
+	int st = cli_run_prog(twctl_path, (const char *[]){ "-p", "tcp", "-b", addr, "recover",
+							    "0xe5", "--verify", NULL },
+			      (char *[]){ (char *)"TW_BACKUPS=", NULL }, NULL, 0, 30000, &o);
+	bool named = strstr(o.err, "log 0xe5 is unavailable") && strstr(o.err, addr) &&
+		     strstr(o.err, "00000000000000e5.twepoch") &&
+		     strstr(o.err, "nothing was changed") && !strstr(o.err, "no such log");
+
+	ok(st == 1 && named, "start %d: twctl recover of a log only refused here: exit %d (not 6), "
+	   "names the backup and the reason", round, st);
+	if (st != 1 || !named)
+		tap_diag("twctl said: %s", o.err);
+	cli_out_free(&o);
 }
 
 /* One start on the planted directory: round 1 and 2 (a restart of the first). */
@@ -132,7 +156,7 @@ static void check_round(int round)
 	rc = twc_connect(&c, "tcp", addr);
 	TAP_REQUIRE(rc == 0, "connect: %s", tw_strerror(rc));
 	rc = twc_stats(&c, &st);
-	ok(rc == 0 && st.logs_unavailable == 3, "start %d: Stats: logs_unavailable=%" PRIu64,
+	ok(rc == 0 && st.logs_unavailable == 4, "start %d: Stats: logs_unavailable=%" PRIu64,
 	   round, st.logs_unavailable);
 
 	/* The good log: write a segment at its epoch, fence it one further, list it. */
@@ -163,6 +187,7 @@ static void check_round(int round)
 	is_int(refused, 3, "start %d: opens and fences of the three are refused (CORRUPT, with "
 	       "the reason)", round);
 	twc_close(&c);
+	recover_unavailable(round, addr);
 	stop_twd(p, round == 1 ? "start 1" : "start 2");
 }
 
@@ -175,9 +200,11 @@ int main(void)
 
 	if (proc_find_tool("tools/twd", twd_path, sizeof(twd_path)) != 0)
 		tap_plan_skip_all("twd not built");
+	if (proc_find_tool("tools/twctl", twctl_path, sizeof(twctl_path)) != 0)
+		tap_plan_skip_all("twctl not built");
 	snprintf(dir, sizeof(dir), "/tmp/tw-badlog-XXXXXX");
 	TAP_REQUIRE(mkdtemp(dir), "mkdtemp");
-	tap_plan(16);
+	tap_plan(18);
 	p = start_twd(addr, sizeof(addr), log, sizeof(log));
 	TAP_REQUIRE(p, "twd starts on an empty directory");
 	TAP_REQUIRE(twc_connect(&c, "tcp", addr) == 0, "connect");

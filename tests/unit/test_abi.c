@@ -6,11 +6,15 @@
  *   - an open refuses a config that did not go through its init (size 0), and one from a
  *     "newer header" whose fields this library does not know are set; it takes one whose
  *     unknown fields are zero;
- *   - a statistics getter fills no byte past the caller's size;
+ *   - a statistics getter fills no byte past the caller's size: every one (backup, reader,
+ *     context, the per-kind RPC counts), with an older caller's smaller struct and a canary
+ *     after it; the fixed-size results (recovery, standby, reader entry, arena) keep the sizes
+ *     1.0 recorded and the library writes exactly that much, zeroing the reserved tail;
  *   - tw_backup_open says why it failed (1.0: every open returns its detail).
  * The structural half (symbols, layout against abi/libtailwind.abi) is the meson test abi_check.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <tailwind/tailwind.h>
@@ -49,6 +53,20 @@ static void init_writes_no_more_than_size(void)
 	   "... and a bigger struct (a newer header) gets its unknown tail zeroed, no more");
 	tw_ctx_config_init(&tc);
 	is_int((int)tc.size, (int)sizeof(tc), "tw_ctx_config_init records the caller's sizeof");
+	{
+		unsigned char ab[sizeof(struct tw_admin_config) + 32];
+		struct tw_admin_config zeroed;
+		struct tw_admin *a = NULL;
+		char err[256] = "";
+
+		memset(ab, CANARY, sizeof(ab));
+		tw_admin_config_init_sized((struct tw_admin_config *)(void *)ab, 8);
+		ok(canary_intact(ab, 8, sizeof(ab)), "tw_admin_config_init_sized(8) writes 8 bytes");
+		memset(&zeroed, 0, sizeof(zeroed));
+		ok(tw_admin_open(&zeroed, &a, err, sizeof(err)) == -EINVAL && !a &&
+		   strstr(err, "tw_admin_config_init"), "tw_admin_open of a zeroed config: -EINVAL "
+		   "naming the init (%s)", err);
+	}
 }
 
 static void open_checks_size(void)
@@ -95,6 +113,71 @@ static void stats_write_no_more_than_size(void)
 	ok(buf[sizeof(buf) - 1] == 0, "... and zeroes a newer header's tail it does not know");
 }
 
+/* An older caller: its struct ends `size` bytes in; the canary after it must stay. */
+#define OLDER(getter, type, size)                                                             \
+	do {                                                                                  \
+		unsigned char b_[sizeof(type) + 64];                                          \
+                                                                                              \
+		memset(b_, CANARY, sizeof(b_));                                               \
+		getter(NULL, (type *)(void *)b_, (size));                                     \
+		ok(canary_intact(b_, (size), sizeof(b_)) && b_[0] == 0,                       \
+		   #getter "(%zu of %zu bytes): filled to the caller's size, canary intact",  \
+		   (size_t)(size), sizeof(type));                                             \
+	} while (0)
+
+static void every_stats_struct(void)
+{
+	uint64_t calls[TW_BACKUP_RPC_KINDS + 4];
+	size_t n;
+
+	OLDER(tw_backup_get_stats_sized, struct tw_backup_stats, 8);
+	OLDER(tw_backup_get_stats_sized, struct tw_backup_stats,
+	      offsetof(struct tw_backup_stats, buffers_max));
+	OLDER(tw_reader_get_stats_sized, struct tw_reader_stats, 8);
+	OLDER(tw_reader_get_stats_sized, struct tw_reader_stats,
+	      offsetof(struct tw_reader_stats, backup));
+	OLDER(tw_ctx_get_stats_sized, struct tw_ctx_stats, offsetof(struct tw_ctx_stats, arena));
+	memset(calls, CANARY, sizeof(calls));
+	n = tw_backup_get_rpc_calls(NULL, calls, 2);
+	ok(n == TW_BACKUP_RPC_KINDS && calls[0] == 0 && calls[1] == 0 &&
+	   canary_intact((const unsigned char *)&calls[2], 0, sizeof(calls) - 2 * sizeof(calls[0])),
+	   "tw_backup_get_rpc_calls(2 kinds): 2 filled, canary intact, returns the library's %zu",
+	   n);
+}
+
+/* 1.0's sizes of the structs that do not grow (new fields come from their reserved tails). */
+static void fixed_size_results(void)
+{
+	unsigned char b[sizeof(struct tw_standby_result) + 64];
+	struct tw_recover_config rc0;
+	char err[256];
+	int rc, zero = 1;
+
+	is_int(sizeof(struct tw_recover_result), 416, "tw_recover_result: 416 bytes for 1.x");
+	is_int(sizeof(struct tw_standby_result), 584, "tw_standby_result: 584 bytes for 1.x");
+	is_int(sizeof(struct tw_reader_entry), 64, "tw_reader_entry: 64 bytes for 1.x");
+	is_int(sizeof(struct tw_arena_stats), 104, "tw_arena_stats: 104 bytes for 1.x");
+
+	/* A recovery that fails at once still fills its result: all of it, and no more. */
+	memset(b, CANARY, sizeof(b));
+	memset(&rc0, 0, sizeof(rc0)); /* not initialised: refused */
+	rc = tw_recover(&rc0, NULL, NULL, (struct tw_recover_result *)(void *)b, err, sizeof(err));
+	for (size_t i = offsetof(struct tw_recover_result, reserved);
+	     i < sizeof(struct tw_recover_result); i++)
+		zero &= b[i] == 0;
+	ok(rc < 0 && zero && canary_intact(b, sizeof(struct tw_recover_result), sizeof(b)),
+	   "tw_recover's result (a failed call): filled to its size, reserved tail zero, canary "
+	   "intact");
+	memset(b, CANARY, sizeof(b));
+	rc = tw_primary_standby(NULL, NULL, NULL, (struct tw_standby_result *)(void *)b, NULL, err,
+				sizeof(err));
+	zero = 1;
+	for (size_t i = 0; i < sizeof(struct tw_standby_result); i++)
+		zero &= b[i] == 0;
+	ok(rc == -EINVAL && zero && canary_intact(b, sizeof(struct tw_standby_result), sizeof(b)),
+	   "tw_primary_standby's result (a failed call): zeroed to its size, canary intact");
+}
+
 static void backup_open_says_why(void)
 {
 	struct tw_backup_config bc;
@@ -111,11 +194,13 @@ static void backup_open_says_why(void)
 
 int main(void)
 {
-	tap_plan(16);
+	tap_plan(30);
 	tw_diag_set_level(TW_DIAG_ERROR);
 	init_writes_no_more_than_size();
 	open_checks_size();
 	stats_write_no_more_than_size();
+	every_stats_struct();
+	fixed_size_results();
 	backup_open_says_why();
 	return tap_exit();
 }
