@@ -30,7 +30,8 @@
  *            GET of the same key by the same thread ended returns an older version).
  * Each violation is printed with the operations involved; any violation fails the test. The
  * client-visible unavailability per kill (the SIGKILL to the first acknowledged PUT, sent after
- * it, on each partition the victim served) is printed as min/median/max; also per pause.
+ * it, on each partition the victim served) is printed as min/median/max; also per pause; and
+ * every other partition that went 1 s or more without an acknowledged PUT after an event.
  *
  * The defaults are the CI run: 40 s, 3 kills and 1 pause (under a sanitizer 20 s, 1 and 1).
  * By hand: `--duration 600 --kills 10 --pauses 3` (docs/kv.md).
@@ -70,7 +71,7 @@ static struct proc *srv[NSRV];
 static char srv_port[NSRV][16], srv_bport[NSRV][64];
 static struct kv_cluster map;
 static struct zkserver zk;
-static uint64_t t_start;
+static uint64_t t_start, t_stop;
 
 static uint64_t now_ns(void)
 {
@@ -816,6 +817,69 @@ static void unavailability(bool pauses)
 		 SESSION_MS, ms[0], ms[n / 2], ms[n - 1], n, never ? " (and some never ended)" : "");
 }
 
+/* Every partition, after every event: the longest time without an acknowledged PUT in the
+ * window from the signal to the next event (at most 30 s), counting from the signal. A kill
+ * should stop only the victim's partitions; this shows the others that stopped too (a
+ * primary that lost a backup and found no spare fails its log, and a standby takes over). */
+static void collateral(void)
+{
+	uint64_t *acks[NPART];
+	size_t n[NPART] = { 0 }, cap = 0;
+	unsigned hit = 0, looked = 0;
+
+	for (unsigned t = 0; t < nclients; t++)
+		cap += clis[t].n;
+	for (unsigned p = 0; p < NPART; p++) {
+		acks[p] = malloc((cap + 1) * sizeof(uint64_t));
+		TAP_REQUIRE(acks[p], "out of memory");
+	}
+	for (unsigned t = 0; t < nclients; t++)
+		for (uint32_t i = 0; i < clis[t].n; i++) {
+			struct op *o = op_at(&clis[t], i);
+
+			if (o->type == OP_PUT && o->result == RES_OK)
+				acks[keypart[o->key]][n[keypart[o->key]]++] = o->complete;
+		}
+	for (unsigned p = 0; p < NPART; p++)
+		qsort(acks[p], n[p], sizeof(uint64_t), cmp_u64);
+	for (unsigned e = 0; e < nevents; e++) {
+		uint64_t from = events[e].t, to = from + 30000000000u;
+
+		if (e + 1 < nevents && events[e + 1].t < to)
+			to = events[e + 1].t;
+		if (t_stop < to)
+			to = t_stop;
+		for (unsigned p = 0; p < NPART; p++) {
+			uint64_t last = from, gap = 0;
+
+			if (events[e].parts >> p & 1)
+				continue;
+			looked++;
+			for (size_t i = 0; i < n[p]; i++) {
+				if (acks[p][i] <= from)
+					continue;
+				if (acks[p][i] >= to)
+					break;
+				if (acks[p][i] - last > gap)
+					gap = acks[p][i] - last;
+				last = acks[p][i];
+			}
+			if (to - last > gap)
+				gap = to - last;
+			if (gap < 1000000000u)
+				continue;
+			hit++;
+			tap_diag("%s of server %d at %.2f s: partition %u, not the victim's, went %" PRIu64
+				 " ms without an acknowledged PUT", events[e].pause ? "pause" : "kill",
+				 events[e].victim, rel(from), p, gap / 1000000u);
+		}
+	}
+	tap_diag("partitions the victim did not serve that went 1 s or more without an "
+		 "acknowledged PUT after a kill or pause: %u of %u", hit, looked);
+	for (unsigned p = 0; p < NPART; p++)
+		free(acks[p]);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static unsigned arg_num(int argc, char **argv, const char *name, unsigned def)
@@ -900,6 +964,7 @@ int main(int argc, char **argv)
 		TAP_REQUIRE(pthread_create(&clis[t].th, NULL, client_main, &clis[t]) == 0,
 			    "pthread_create");
 	nemesis(seed, duration, kills, pauses);
+	t_stop = now_ns();
 	atomic_store(&stop_load, true);
 	for (unsigned t = 0; t < nclients; t++)
 		pthread_join(clis[t].th, NULL);
@@ -928,6 +993,7 @@ int main(int argc, char **argv)
 		 k.puts, k.puts_ok, k.puts_failed, k.gets, k.gets_ok, k.gets_failed);
 	unavailability(false);
 	unavailability(true);
+	collateral();
 	ok(nevents == kills + pauses, "the nemesis ran %u kills and %u pauses", kills, pauses);
 	ok(k.lost == 0, "no lost acknowledged PUT: the final read of all %u keys (%" PRIu64
 	   " violations)", nkeys, k.lost);
