@@ -529,8 +529,9 @@ static void show_op(const char *what, const struct ref *r)
 
 	if (o->type == OP_PUT)
 		tap_diag("    %s: thread %u op %u PUT key %u invoked %.3f s completed %.3f s: %s "
-			 "version %" PRIu64 "%s", what, r->thread, r->idx, o->key, rel(o->invoke),
-			 rel(o->complete), res[o->result], o->version, o->err ? " (error)" : "");
+			 "version %" PRIu64 "%s%s", what, r->thread, r->idx, o->key, rel(o->invoke),
+			 rel(o->complete), res[o->result], o->version, o->err ? ", " : "",
+			 o->err ? strerror(-o->err) : "");
 	else
 		tap_diag("    %s: thread %u op %u GET%s key %u invoked %.3f s completed %.3f s: %s "
 			 "version %" PRIu64 " value of thread %u op %u", what, r->thread, r->idx,
