@@ -36,6 +36,7 @@ struct req {
 	unsigned hops;      /* servers asked since the last back-off */
 	uint64_t deadline, retry_at, backoff;
 	uint64_t attempt_end; /* sent to `server`: if unanswered by then, ask the next server */
+	uint64_t off;       /* where its bytes start in `server`'s connection's output stream */
 	kvc_cb cb;
 	void *arg;
 	uint8_t *msg;       /* header + body */
@@ -49,6 +50,7 @@ struct sconn {
 	bool want_out;      /* EPOLLOUT armed */
 	uint8_t *in, *out;
 	size_t in_len, in_cap, out_len, out_cap;
+	uint64_t queued, written; /* bytes queued on and written to this connection so far */
 };
 
 struct kvc {
@@ -372,6 +374,7 @@ static void conn_drop(struct kvc *c, unsigned i)
 	sc->fd = -1;
 	sc->connecting = sc->want_out = false;
 	sc->in_len = sc->out_len = 0;
+	sc->queued = sc->written = 0;
 }
 
 void kvc_close(struct kvc *c)
@@ -428,6 +431,8 @@ static int send_to(struct kvc *c, struct req *r, unsigned i)
 		return -ENOMEM;
 	memcpy(sc->out + sc->out_len, r->msg, r->len);
 	sc->out_len += r->len;
+	r->off = sc->queued;
+	sc->queued += r->len;
 	return 0;
 }
 
@@ -570,17 +575,33 @@ int kvc_put(struct kvc *c, const void *key, uint16_t klen, const void *value, ui
 	return submit(c, KV_OP_PUT, key, klen, value, vlen, cb, arg);
 }
 
-/* Server i's connection is gone: every request sent there goes on to another server. */
+/* A PUT whose bytes (some of them) went out to a server that then did not answer it: the
+ * server may have appended it, so it is never sent again (it would be applied twice, docs/kv.md
+ * "Guarantees"); it fails with -KVC_EUNKNOWN. */
+static void put_unknown(struct kvc *c, struct req *r, uint32_t idx)
+{
+	c->st.unknown++;
+	finish(c, r, idx, -KVC_EUNKNOWN, 0, NULL, 0);
+}
+
+/* Server i's connection is gone: every request sent there goes on to another server, except a
+ * PUT that may have reached it (its outcome is unknown). */
 static void conn_lost(struct kvc *c, unsigned i)
 {
+	uint64_t written = c->conns[i].written;
+
 	conn_drop(c, i);
 	for (uint32_t k = 0; k < c->nreqs; k++) {
 		struct req *r = &c->reqs[k];
 
-		if (r->busy && !r->waiting && r->server == i) {
-			c->st.resent++;
-			route(c, r, k, (int)i, false);
+		if (!r->busy || r->waiting || r->server != i)
+			continue;
+		if (r->op == KV_OP_PUT && r->off < written) {
+			put_unknown(c, r, k);
+			continue;
 		}
+		c->st.resent++;
+		route(c, r, k, (int)i, false);
 	}
 }
 
@@ -626,6 +647,11 @@ static void reply(struct kvc *c, unsigned from, const struct kv_hdr *h, const ui
 		route(c, r, idx, (int)from, false);
 		return;
 	}
+	case KV_S_UNKNOWN:
+		/* The server tried to append the PUT and failed: it may be in the log. */
+		c->owner[r->part] = ((unsigned)from + 1) % c->map.nservers;
+		put_unknown(c, r, idx);
+		return;
 	case KV_S_RETRY:
 		c->st.retries++;
 		route(c, r, idx, -1, true);
@@ -703,6 +729,7 @@ static void conn_out(struct kvc *c, unsigned i)
 			return;
 		}
 		off += (size_t)n;
+		sc->written += (uint64_t)n;
 	}
 	memmove(sc->out, sc->out + off, sc->out_len - off);
 	sc->out_len -= off;
@@ -751,8 +778,15 @@ static uint64_t expire(struct kvc *c, uint64_t now)
 			continue;
 		if (r->deadline > now && !r->waiting && r->attempt_end <= now) {
 			/* Its server keeps it unanswered: the next one (a late answer from this
-			 * one is dropped: r->server changes). */
+			 * one is dropped: r->server changes). Not a PUT: that one may be applied
+			 * yet (its bytes may go out still); it fails, its outcome unknown. */
 			c->st.unanswered++;
+			if (r->op == KV_OP_PUT) {
+				if (c->owner[r->part] == r->server)
+					c->owner[r->part] = (r->server + 1) % c->map.nservers;
+				put_unknown(c, r, k);
+				continue;
+			}
 			route(c, r, k, (int)r->server, false);
 			r = &c->reqs[k];
 			if (!r->busy)
@@ -825,6 +859,13 @@ int kvc_poll(struct kvc *c, long timeout_us)
 	retry_due(c, now);
 	expire(c, now);
 	return (int)(c->completed - before);
+}
+
+const char *kvc_strerror(int status)
+{
+	if (status == -KVC_EUNKNOWN)
+		return "outcome unknown: the PUT may or may not have been applied";
+	return strerror(status < 0 ? -status : status);
 }
 
 /* ------------------------------------------------------------------ synchronous helpers */

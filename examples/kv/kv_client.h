@@ -11,7 +11,8 @@
  * Requests are pipelined: many may be in flight on one connection per server, and replies come
  * in any order. The client sends a key's request to the server that served its partition last
  * (at first the owner in the map); a server that does not serve it answers NOT_OWNER and the
- * client asks the server that answer names ("owner N", from the lease's holder), else the next; a lost connection sends the request on to the next server too;
+ * client asks the server that answer names ("owner N", from the lease's holder), else the next;
+ * a lost connection sends the request on to the next server too (not a PUT, below);
  * RETRY (log memory full) asks the same server again later. When every server was asked once,
  * it waits (1 ms, doubling to 100 ms) before the next round, until the request's deadline. So
  * a failover shows as a pause, never as an error, unless it outlasts the deadline. The deadline
@@ -22,8 +23,12 @@
  * passed over as if it had said NOT_OWNER: a paused old owner does not hold its clients up once
  * a standby serves the partition.
  *
- * A PUT that timed out or was sent again after a lost connection may have been applied (an
- * attempted write): the server's answer to the last attempt decides what the callback says.
+ * A PUT is never sent again once any of its bytes went out to a server that then did not
+ * acknowledge it: the connection was lost, the server left it unanswered for the quarter of the
+ * deadline, or it answered UNKNOWN (it tried to append it and failed). That server may have
+ * appended it, and a second attempt elsewhere would apply it twice (docs/kv.md, "Guarantees"):
+ * the PUT fails with -KVC_EUNKNOWN instead. A PUT that timed out (-ETIMEDOUT) may have been
+ * applied too. A PUT refused before any append (NOT_OWNER, RETRY) goes on to another server.
  *
  * One thread uses a client at a time; callbacks run on it, inside kvc_poll (they may submit
  * more requests). Not async-signal-safe.
@@ -39,9 +44,13 @@
 
 struct kvc;
 
+/* A PUT's outcome is unknown: it may or may not have been applied (see above). Not an errno;
+ * kvc_strerror() says it in words. */
+#define KVC_EUNKNOWN 1000
+
 /*
  * Result of a request: status 0 (done), -ENOENT (GET: no such key), -ETIMEDOUT (no server
- * answered it within the deadline), -EINVAL (the server refused it as malformed or too large;
+ * answered it within the deadline), -KVC_EUNKNOWN (PUT: outcome unknown), -EINVAL (the server refused it as malformed or too large;
  * `value` then holds its reason as text), -EIO (the server failed). version: the record's
  * version (GET, PUT). value, vlen: GET's value, borrowed until the callback returns.
  */
@@ -83,8 +92,13 @@ struct kvc_stats {
 	uint64_t connects;    /* connections opened */
 	uint64_t timeouts;    /* requests failed with -ETIMEDOUT */
 	uint64_t unanswered;  /* attempts a server left unanswered (sent on to the next) */
+	uint64_t unknown;     /* PUTs failed with -KVC_EUNKNOWN (outcome unknown, not resent) */
 };
 void kvc_get_stats(const struct kvc *c, struct kvc_stats *out);
+
+/* A callback's or call's status in words: strerror(-status), or for -KVC_EUNKNOWN "outcome
+ * unknown: the PUT may or may not have been applied". */
+const char *kvc_strerror(int status);
 
 /* Synchronous GET and PUT (they poll until done). Return the callback's status; GET copies at
  * most cap bytes of the value into buf and sets *vlen to its length. */

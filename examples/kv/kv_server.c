@@ -365,25 +365,28 @@ static void part_failed(struct kv_server *s, struct part *pt, int err)
 
 /* Append the n staged PUTs of partition pt (iov[i] the record of pd[i]) with one call. A
  * refused batch fails the partition, as a refused append did: every PUT of it is answered
- * NOT_OWNER (the ones the call appended before it stopped may be in the log: attempted
- * writes, docs/kv.md "Guarantees"). */
+ * UNKNOWN (the ones the call appended before it stopped may be in the log: the client must
+ * not send them again, docs/kv.md "Guarantees"); NOT_OWNER if the partition did not serve (no
+ * append tried). */
 static void append_puts(struct kv_server *s, struct part *pt, struct iovec *iov,
 			struct pending **pd, unsigned n)
 {
 	uint64_t lsns[KV_BATCH];
+	bool tried = pt->state == PART_SERVING && pt->p;
 	int rc;
 
 	for (unsigned i = 0; i < n; i++)
 		pd[i]->bnext = i + 1 < n ? pd[i + 1] : NULL;
-	rc = pt->state == PART_SERVING && pt->p ?
-		     tw_primary_append_batch(pt->p, iov, n, kv_on_batch, pd[0], lsns) : -TW_ECLOSED;
+	rc = tried ? tw_primary_append_batch(pt->p, iov, n, kv_on_batch, pd[0], lsns) : -TW_ECLOSED;
 	if (rc < 0) {
 		for (unsigned i = 0; i < n; i++) {
 			struct conn *c = conn_by(s, pd[i]->conn, pd[i]->gen);
 
-			s->not_owner++;
+			if (!tried)
+				s->not_owner++;
 			if (c)
-				reply_start(s, c, KV_OP_PUT, pd[i]->id, KV_S_NOT_OWNER, 0);
+				reply_start(s, c, KV_OP_PUT, pd[i]->id,
+					    tried ? KV_S_UNKNOWN : KV_S_NOT_OWNER, 0);
 			pd[i]->next = s->pd_free;
 			s->pd_free = pd[i];
 		}
@@ -552,9 +555,9 @@ static void complete(struct kv_server *s, struct pending *pd)
 		if (p)
 			kv_put64(p, pd->version);
 	} else if (c) {
-		/* Not acknowledged: the client may try elsewhere (the PUT may or may not be in
-		 * the log: an attempted write, docs/kv.md "Guarantees"). */
-		reply_start(s, c, KV_OP_PUT, pd->id, KV_S_NOT_OWNER, 0);
+		/* Not acknowledged, and it may or may not be in the log: the client must not
+		 * send it again (docs/kv.md "Guarantees"). */
+		reply_start(s, c, KV_OP_PUT, pd->id, KV_S_UNKNOWN, 0);
 	}
 	if (pd->status < 0 && pt->state == PART_SERVING)
 		part_failed(s, pt, pd->status);

@@ -63,6 +63,8 @@ enum kv_status {
 	KV_S_RETRY = 3,      /* the server cannot take it now (log memory full): ask again later */
 	KV_S_BAD = 4,        /* malformed or refused request (the text says why) */
 	KV_S_ERROR = 5,      /* the server failed to do it (the text says why) */
+	KV_S_UNKNOWN = 6,    /* PUT: the server tried to append it and failed; it may or may not
+			      * be in the log. Do not send it again (it could be applied twice) */
 };
 
 struct kv_hdr {
@@ -182,6 +184,7 @@ static inline const char *kv_status_str(int status)
 	case KV_S_RETRY: return "retry";
 	case KV_S_BAD: return "bad request";
 	case KV_S_ERROR: return "error";
+	case KV_S_UNKNOWN: return "outcome unknown";
 	default: return "unknown status";
 	}
 }

@@ -367,7 +367,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (rc < 0)
-		fprintf(stderr, "twkv %s: %s%s\n", cmd, rc == -ENOENT ? "no such key" : strerror(-rc),
+		fprintf(stderr, "twkv %s: %s%s\n", cmd, rc == -ENOENT ? "no such key" : kvc_strerror(rc),
 			rc == -ETIMEDOUT ? timeout_hint : "");
 	kvc_close(c);
 	return rc < 0;

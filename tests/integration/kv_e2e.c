@@ -142,6 +142,7 @@ struct work {
 	double put_share;
 	uint64_t rng;
 	uint64_t done, gets, puts, failed, violations, bad_values;
+	uint64_t unknown;    /* PUTs failed with -KVC_EUNKNOWN after the kill */
 	uint64_t target;     /* stop issuing once so many completed */
 	unsigned inflight;
 	/* the outage of partition 0 after the kill */
@@ -222,12 +223,16 @@ static void wop_done(void *arg, int status, uint64_t version, const uint8_t *val
 		k->writing = false;
 		if (status == 0 && op->seq > k->acked)
 			k->acked = op->seq;
-		else if (status < 0)
-			w->failed++;
+		else if (status == -KVC_EUNKNOWN && w->kill_ns)
+			w->unknown++; /* may be in the log: GETs may read it (it was sent) */
+		else if (status < 0 && w->failed++ < 10)
+			tap_diag("PUT of key %u (partition %u) failed: %s", op->key, k->part,
+				 kvc_strerror(status));
 	} else if (status == 0 || status == -ENOENT) {
 		check_get(w, op, status, val, vlen);
-	} else {
-		w->failed++;
+	} else if (w->failed++ < 10) {
+		tap_diag("GET of key %u (partition %u) failed: %s", op->key, k->part,
+			 kvc_strerror(status));
 	}
 	if (status == 0 && k->part == 0 && w->kill_ns && op->start > w->kill_ns) {
 		if (!w->first_ok_p0_ns)
@@ -445,7 +450,14 @@ static void scenario_failover(struct work *w)
 	check_history(w, "before the kill");
 	kill_owner_and_wait(w, 20000);
 	check_history(w, "across the failover");
-	is_int(w->failed, 0, "no request failed (the clients retried through the outage)");
+	/* A PUT that reached the killed owner unanswered, or whose append failed (a primary that
+	 * lost the killed server as a backup and found no spare fails its log), is not sent
+	 * again (it could be applied twice, docs/kv.md "Guarantees"): it fails, its outcome
+	 * unknown; nothing else fails. */
+	is_int(w->failed, 0, "no request failed but the PUTs of unknown outcome (%" PRIu64 "; the "
+	       "others retried through the outage)", w->unknown);
+	ok(w->unknown <= 48, "at most the requests in flight failed, their outcome unknown (%"
+	   PRIu64 ")", w->unknown);
 	final_reads(w);
 }
 

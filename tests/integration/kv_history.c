@@ -105,7 +105,7 @@ struct op {
 	uint32_t got_seq;     /* GET: the value's writer (thread, its op index) */
 	uint16_t key;
 	uint8_t type, result, got_thread;
-	int8_t err;           /* RES_FAILED: -errno (ETIMEDOUT, EIO, ...) */
+	int16_t err;          /* RES_FAILED: -errno (ETIMEDOUT, EIO, ...) or -KVC_EUNKNOWN */
 	bool final;           /* the final read after the run */
 };
 
@@ -171,7 +171,7 @@ static void done_cb(struct cli *c, uint32_t idx, int status, uint64_t version,
 		o->result = RES_NOTFOUND;
 	} else {
 		o->result = RES_FAILED;
-		o->err = (int8_t)(status < -127 ? -127 : status);
+		o->err = (int16_t)(status < -32767 ? -32767 : status);
 	}
 	if (o->type == OP_GET && status == 0) {
 		char want[VALUE_LEN + 1];
@@ -531,7 +531,7 @@ static void show_op(const char *what, const struct ref *r)
 		tap_diag("    %s: thread %u op %u PUT key %u invoked %.3f s completed %.3f s: %s "
 			 "version %" PRIu64 "%s%s", what, r->thread, r->idx, o->key, rel(o->invoke),
 			 rel(o->complete), res[o->result], o->version, o->err ? ", " : "",
-			 o->err ? strerror(-o->err) : "");
+			 o->err ? kvc_strerror(o->err) : "");
 	else
 		tap_diag("    %s: thread %u op %u GET%s key %u invoked %.3f s completed %.3f s: %s "
 			 "version %" PRIu64 " value of thread %u op %u", what, r->thread, r->idx,
@@ -986,8 +986,9 @@ int main(int argc, char **argv)
 		if (t < nclients)
 			tap_diag("client thread %u: %u operations; NOT_OWNER %" PRIu64 ", redirects %"
 				 PRIu64 ", RETRY %" PRIu64 ", resent %" PRIu64 ", timeouts %" PRIu64
-				 ", unanswered attempts %" PRIu64, t, clis[t].n, cs.not_owner,
-				 cs.redirects, cs.retries, cs.resent, cs.timeouts, cs.unanswered);
+				 ", unanswered attempts %" PRIu64 ", PUTs of unknown outcome %" PRIu64,
+				 t, clis[t].n, cs.not_owner, cs.redirects, cs.retries, cs.resent,
+				 cs.timeouts, cs.unanswered, cs.unknown);
 	}
 	tap_diag("history: %" PRIu64 " PUTs (%" PRIu64 " acknowledged, %" PRIu64 " failed or timed "
 		 "out), %" PRIu64 " GETs (%" PRIu64 " ok, %" PRIu64 " failed or timed out)",
