@@ -446,135 +446,116 @@ struct opts {
  * Parse the command line into o->cfg (whose defaults are set). Returns -1 to go on, or the
  * exit status: EXIT_OK after --help or --version, EXIT_USAGE with the reason said.
  */
-static int parse_args(int argc, char **argv, struct opts *o)
+/* One option of the command line: -1 to go on, or the exit code to end with. */
+static int parse_opt(int opt, struct opts *o, bool *max_given)
 {
-	static const struct option longopts[] = {
-		{ "dir", required_argument, NULL, 'd' },
-		{ "provider", required_argument, NULL, 'p' },
-		{ "listen", required_argument, NULL, 'l' },
-		{ "buffers", required_argument, NULL, 'b' },
-		{ "max-buffers", required_argument, NULL, 'M' },
-		{ "buffer-size", required_argument, NULL, 's' },
-		{ "unflushed-limit", required_argument, NULL, 'u' },
-		{ "busy-poll", no_argument, NULL, 'B' },
-		{ "node-id", required_argument, NULL, 'n' },
-		{ "key-file", required_argument, NULL, 'k' },
-		{ "coordinator", required_argument, NULL, 'c' },
-		{ "zone", required_argument, NULL, 'z' },
-		{ "metrics", required_argument, NULL, 'm' + 256 },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct tw_backup_config *cfg = &o->cfg;
 	unsigned long long v;
-	bool max_given = false;
-	int opt;
 
-	while ((opt = getopt_long(argc, argv, "d:p:l:b:M:s:u:Bn:k:c:z:vVh", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 'd':
-			cfg->dir = optarg;
-			break;
-		case 'p':
-			if (!optarg[0]) {
-				fprintf(stderr, "twd: --provider '': expected a provider name (tcp, "
-					"sockets, shm, verbs, ...)\n");
-				return EXIT_USAGE;
-			}
-			cfg->provider = optarg;
-			break;
-		case 'l':
-			if (parse_listen(optarg, o->node, sizeof(o->node), o->svc,
-					 sizeof(o->svc)) != 0) {
-				fprintf(stderr, "twd: --listen %s: expected HOST, HOST:PORT or "
-					"[IPV6]:PORT\n", optarg);
-				return EXIT_USAGE;
-			}
-			cfg->node = o->node[0] ? o->node : NULL;
-			cfg->service = o->svc[0] ? o->svc : NULL;
-			break;
-		case 'b':
-			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
-				fprintf(stderr, "twd: --buffers %s: expected a count from 1 to %u\n",
-					optarg, 1u << 20);
-				return EXIT_USAGE;
-			}
-			cfg->buffers = (unsigned)v;
-			break;
-		case 'M':
-			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
-				fprintf(stderr, "twd: --max-buffers %s: expected a count from 1 to %u\n",
-					optarg, 1u << 20);
-				return EXIT_USAGE;
-			}
-			cfg->max_buffers = (unsigned)v;
-			max_given = true;
-			break;
-		case 's':
-			if (parse_size(optarg, &cfg->buffer_size) != 0 || cfg->buffer_size == 0) {
-				fprintf(stderr, "twd: --buffer-size %s: expected a size in bytes, with "
-					"an optional K, M or G suffix (e.g. 8M)\n", optarg);
-				return EXIT_USAGE;
-			}
-			break;
-		case 'u':
-			if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
-				fprintf(stderr, "twd: --unflushed-limit %s: expected a count >= 1\n",
-					optarg);
-				return EXIT_USAGE;
-			}
-			cfg->unflushed_limit = (unsigned)v;
-			break;
-		case 'B':
-			cfg->busy_poll = true;
-			break;
-		case 'n':
-			if (parse_uint(optarg, UINT64_MAX, &v) != 0 || v == 0) {
-				fprintf(stderr, "twd: --node-id %s: expected a non-zero integer\n",
-					optarg);
-				return EXIT_USAGE;
-			}
-			cfg->node_id = v;
-			break;
-		case 'k':
-			cfg->key_file = optarg;
-			break;
-		case 'c':
-			o->coord_url = optarg;
-			break;
-		case 'z':
-			o->zone = optarg;
-			break;
-		case 'm' + 256: {
-			char why[256];
-
-			if (twd_metrics_check(optarg, why, sizeof(why)) != 0) {
-				fprintf(stderr, "twd: --metrics %s: %s\n", optarg, why);
-				return EXIT_USAGE;
-			}
-			o->metrics = optarg;
-			break;
-		}
-		case 'v':
-			o->verbose++;
-			break;
-		case 'V':
-			printf("twd (tailwind) %s\n", tw_version());
-			return EXIT_OK;
-		case 'h':
-			usage(stdout);
-			return EXIT_OK;
-		default:
-			usage(stderr);
+	switch (opt) {
+	case 'd':
+		cfg->dir = optarg;
+		return -1;
+	case 'p':
+		if (!optarg[0]) {
+			fprintf(stderr, "twd: --provider '': expected a provider name (tcp, "
+				"sockets, shm, verbs, ...)\n");
 			return EXIT_USAGE;
 		}
+		cfg->provider = optarg;
+		return -1;
+	case 'l':
+		if (parse_listen(optarg, o->node, sizeof(o->node), o->svc,
+				 sizeof(o->svc)) != 0) {
+			fprintf(stderr, "twd: --listen %s: expected HOST, HOST:PORT or "
+				"[IPV6]:PORT\n", optarg);
+			return EXIT_USAGE;
+		}
+		cfg->node = o->node[0] ? o->node : NULL;
+		cfg->service = o->svc[0] ? o->svc : NULL;
+		return -1;
+	case 'b':
+		if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
+			fprintf(stderr, "twd: --buffers %s: expected a count from 1 to %u\n",
+				optarg, 1u << 20);
+			return EXIT_USAGE;
+		}
+		cfg->buffers = (unsigned)v;
+		return -1;
+	case 'M':
+		if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
+			fprintf(stderr, "twd: --max-buffers %s: expected a count from 1 to %u\n",
+				optarg, 1u << 20);
+			return EXIT_USAGE;
+		}
+		cfg->max_buffers = (unsigned)v;
+		*max_given = true;
+		return -1;
+	case 's':
+		if (parse_size(optarg, &cfg->buffer_size) != 0 || cfg->buffer_size == 0) {
+			fprintf(stderr, "twd: --buffer-size %s: expected a size in bytes, with "
+				"an optional K, M or G suffix (e.g. 8M)\n", optarg);
+			return EXIT_USAGE;
+		}
+		return -1;
+	case 'u':
+		if (parse_uint(optarg, 1u << 20, &v) != 0 || v == 0) {
+			fprintf(stderr, "twd: --unflushed-limit %s: expected a count >= 1\n",
+				optarg);
+			return EXIT_USAGE;
+		}
+		cfg->unflushed_limit = (unsigned)v;
+		return -1;
+	case 'B':
+		cfg->busy_poll = true;
+		return -1;
+	case 'n':
+		if (parse_uint(optarg, UINT64_MAX, &v) != 0 || v == 0) {
+			fprintf(stderr, "twd: --node-id %s: expected a non-zero integer\n",
+				optarg);
+			return EXIT_USAGE;
+		}
+		cfg->node_id = v;
+		return -1;
+	case 'k':
+		cfg->key_file = optarg;
+		return -1;
+	case 'c':
+		o->coord_url = optarg;
+		return -1;
+	case 'z':
+		o->zone = optarg;
+		return -1;
+	case 'm' + 256: {
+		char why[256];
+
+		if (twd_metrics_check(optarg, why, sizeof(why)) != 0) {
+			fprintf(stderr, "twd: --metrics %s: %s\n", optarg, why);
+			return EXIT_USAGE;
+		}
+		o->metrics = optarg;
+		return -1;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "twd: unexpected argument '%s' (see twd --help)\n", argv[optind]);
+	case 'v':
+		o->verbose++;
+		return -1;
+	case 'V':
+		printf("twd (tailwind) %s\n", tw_version());
+		return EXIT_OK;
+	case 'h':
+		usage(stdout);
+		return EXIT_OK;
+	default:
+		usage(stderr);
 		return EXIT_USAGE;
 	}
+}
+
+/* The options together, once all are read: -1 to go on, or the exit code to end with. */
+static int check_args(struct opts *o, bool max_given)
+{
+	struct tw_backup_config *cfg = &o->cfg;
+
 	if (!cfg->dir) {
 		fprintf(stderr, "twd: no storage directory: give one with -d/--dir DIR (closed "
 			"segments are flushed there; see twd --help)\n");
@@ -608,6 +589,40 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		cfg->unflushed_limit = cfg->max_buffers;
 	}
 	return -1;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option longopts[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "provider", required_argument, NULL, 'p' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "buffers", required_argument, NULL, 'b' },
+		{ "max-buffers", required_argument, NULL, 'M' },
+		{ "buffer-size", required_argument, NULL, 's' },
+		{ "unflushed-limit", required_argument, NULL, 'u' },
+		{ "busy-poll", no_argument, NULL, 'B' },
+		{ "node-id", required_argument, NULL, 'n' },
+		{ "key-file", required_argument, NULL, 'k' },
+		{ "coordinator", required_argument, NULL, 'c' },
+		{ "zone", required_argument, NULL, 'z' },
+		{ "metrics", required_argument, NULL, 'm' + 256 },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool max_given = false;
+	int opt, rc;
+
+	while ((opt = getopt_long(argc, argv, "d:p:l:b:M:s:u:Bn:k:c:z:vVh", longopts, NULL)) != -1)
+		if ((rc = parse_opt(opt, o, &max_given)) != -1)
+			return rc;
+	if (optind < argc) {
+		fprintf(stderr, "twd: unexpected argument '%s' (see twd --help)\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	return check_args(o, max_given);
 }
 
 /* The key file, checked here for a clear message and exit 2 (the backup reads it again). */
