@@ -271,40 +271,283 @@ static int parse_modes(const char *s, struct opts *o)
 	return o->n_modes ? 0 : -1;
 }
 
+static const struct option lopts[] = {
+	{ "provider", required_argument, NULL, 'p' },
+	{ "backups", required_argument, NULL, 'b' },
+	{ "count", required_argument, NULL, 'n' },
+	{ "size", required_argument, NULL, 's' },
+	{ "sizes", required_argument, NULL, 's' },
+	{ "sync", no_argument, NULL, 'S' },
+	{ "async", no_argument, NULL, 'A' },
+	{ "driven", no_argument, NULL, 'D' },
+	{ "batch", required_argument, NULL, 'B' },
+	{ "inflight", required_argument, NULL, 'I' },
+	{ "rate", required_argument, NULL, 'R' },
+	{ "segment-size", required_argument, NULL, 'g' },
+	{ "buffers", required_argument, NULL, 'f' },
+	{ "busy-poll", no_argument, NULL, 'P' },
+	{ "mode", required_argument, NULL, 'm' },
+	{ "latency-count", required_argument, NULL, 'L' },
+	{ "preopen", no_argument, NULL, 'O' },
+	{ "keep-segments", no_argument, NULL, 'k' },
+	{ "arena-size", required_argument, NULL, 'a' },
+	{ "no-settle", no_argument, NULL, 'N' },
+	{ "max-bytes", required_argument, NULL, 'X' },
+	{ "twd", required_argument, NULL, 't' },
+	{ "key-file", required_argument, NULL, 'K' },
+	{ "json", no_argument, NULL, 'j' },
+	{ "logs", required_argument, NULL, 'G' },
+	{ "logs-private", no_argument, NULL, 'H' },
+	{ "no-progress", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* One option of the command line: -1 to go on, or the exit code to end with. */
+static int parse_opt(int c, struct opts *o)
+{
+	uint64_t v, list[MAX_LIST];
+	int n;
+
+	switch (c) {
+	case 'p':
+		if (!optarg[0])
+			goto bad;
+		o->provider = optarg;
+		return -1;
+	case 'b': o->backups_arg = optarg; return -1;
+	case 'r':
+		n = parse_list(optarg, 1, MAX_BACKUPS, list, MAX_LIST);
+		if (n < 0)
+			goto bad;
+		for (int i = 0; i < n; i++)
+			o->rs[i] = (unsigned)list[i];
+		o->n_r = (unsigned)n;
+		return -1;
+	case 'n':
+		if (parse_u64(optarg, &v) || !v || v > MAX_COUNT)
+			goto bad;
+		o->count = v;
+		return -1;
+	case 's':
+		n = parse_list(optarg, 1, UINT32_MAX, list, MAX_LIST);
+		if (n < 0)
+			goto bad;
+		for (int i = 0; i < n; i++)
+			o->sizes[i] = (uint32_t)list[i];
+		o->n_sizes = (unsigned)n;
+		return -1;
+	case 'S': o->async = false; return -1;
+	case 'A': o->async = true; o->driven = false; return -1;
+	case 'D': o->async = true; o->driven = true; return -1;
+	case 'B':
+		n = parse_list(optarg, 1, 1u << 20, list, MAX_LIST);
+		if (n < 0)
+			goto bad;
+		for (int i = 0; i < n; i++)
+			o->batches[i] = (unsigned)list[i];
+		o->n_batches = (unsigned)n;
+		return -1;
+	case 'I':
+		n = parse_list(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, list, MAX_LIST);
+		if (n < 0)
+			goto bad;
+		for (int i = 0; i < n; i++)
+			o->inflights[i] = (unsigned)list[i];
+		o->n_inflights = (unsigned)n;
+		return -1;
+	case 'R':
+		n = parse_list(optarg, 1, 1ull << 32, list, MAX_LIST);
+		if (n < 0)
+			goto bad;
+		for (int i = 0; i < n; i++)
+			o->rates[i] = (double)list[i];
+		o->n_rates = (unsigned)n;
+		return -1;
+	case 'g':
+		/* Refused up front: the primary and the twd's would refuse it later. */
+		if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32) ||
+		    v % (uint64_t)sysconf(_SC_PAGESIZE) != 0)
+			goto bad;
+		o->segment_size = (size_t)v;
+		return -1;
+	case 'f':
+		if (parse_u64(optarg, &v) || !v || v > 4096)
+			goto bad;
+		o->twd_buffers = (size_t)v;
+		return -1;
+	case 'P': o->busy_poll = true; return -1;
+	case 'O': o->preopen = true; return -1;
+	case 'k': o->keep_segments = true; return -1;
+	case 'a':
+		if (parse_u64(optarg, &v) || v < 4096 || v > SIZE_MAX / 2)
+			goto bad;
+		o->arena_size = (size_t)v;
+		return -1;
+	case 'N': o->settle = false; return -1;
+	case 'X':
+		if (parse_u64(optarg, &v))
+			goto bad;
+		o->max_bytes = v;
+		return -1;
+	case 'm':
+		if (parse_modes(optarg, o) < 0) {
+			fprintf(stderr, "twbench: --mode takes onesided, rpc, raw (comma-separated)\n");
+			return EXIT_USAGE;
+		}
+		return -1;
+	case 'L':
+		if (parse_u64(optarg, &v) || v > MAX_COUNT)
+			goto bad;
+		o->lat_count = v;
+		return -1;
+	case 't': o->twd_path = optarg; return -1;
+	case 'j': o->json = true; return -1;
+	case 'q': o->progress = false; return -1;
+	case 'K': o->key_file = optarg; return -1;
+	case 'G':
+		if (parse_u64(optarg, &v) || !v || v > 4096)
+			goto bad;
+		o->logs = (unsigned)v;
+		return -1;
+	case 'H': o->logs_private = true; return -1;
+	case 'h': usage(stdout); return EXIT_OK;
+	case 'V': printf("twbench (tailwind) %s\n", tw_version()); return EXIT_OK;
+	default:
+		fprintf(stderr, "twbench: see twbench --help for the options\n");
+		return EXIT_USAGE;
+	}
+bad:
+	return bad_value(c, optarg ? optarg : "");
+}
+
+/* The options together, once all are read: -1 to go on, or the exit code to end with. */
+static int check_opts(int argc, char **argv, struct opts *o, uint32_t *max_size, unsigned *max_r,
+		      unsigned *runs_total)
+{
+	if (optind < argc) {
+		fprintf(stderr, "twbench: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	for (unsigned i = 0; i < o->n_sizes; i++) {
+		if ((size_t)o->sizes[i] + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > o->segment_size) {
+			fprintf(stderr, "twbench: --size %u does not fit a %zu-byte segment\n",
+				o->sizes[i], o->segment_size);
+			return EXIT_USAGE;
+		}
+		if (o->sizes[i] > *max_size)
+			*max_size = o->sizes[i];
+	}
+	for (unsigned i = 0; i < o->n_r; i++)
+		if (o->rs[i] > *max_r)
+			*max_r = o->rs[i];
+	*runs_total = o->n_sizes * o->n_r * o->n_batches * o->n_inflights * o->n_rates * o->n_modes;
+	if (*runs_total > sizeof(results) / sizeof(results[0])) {
+		fprintf(stderr, "twbench: %u runs are too many (at most %zu)\n", *runs_total,
+			sizeof(results) / sizeof(results[0]));
+		return EXIT_USAGE;
+	}
+	return -1;
+}
+
+/* The backups: the --backups given, or local twd's started here (stop_twds stops them); each
+ * must hold a segment in one buffer. -1 to go on, or the exit code to end with. */
+static int setup_backups(struct opts *o, unsigned max_r, const char **addrs, unsigned *n_addrs)
+{
+	int rc;
+
+	if (o->backups_arg) {
+		char *save = NULL, *tok;
+
+		for (tok = strtok_r(o->backups_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (*n_addrs == MAX_BACKUPS) {
+				fprintf(stderr, "twbench: at most %d backups\n", MAX_BACKUPS);
+				return EXIT_USAGE;
+			}
+			addrs[(*n_addrs)++] = tok;
+		}
+	} else {
+		rc = local_twds_start(o, max_r, addrs, n_addrs);
+		if (rc)
+			return rc;
+	}
+	if (*n_addrs < max_r) {
+		fprintf(stderr, "twbench: -r %u needs at least %u backups, %u given\n", max_r, max_r,
+			*n_addrs);
+		return EXIT_USAGE;
+	}
+	if (!n_twd) {
+		/* Running twd's: each must hold a segment in one buffer, or every open fails. */
+		remote_stats_open(o->provider, addrs, *n_addrs);
+		for (unsigned i = 0; i < *n_addrs; i++) {
+			uint64_t bs = remote_buffer_size(i);
+
+			if (bs && bs < o->segment_size) {
+				fprintf(stderr, "twbench: --segment-size %zu: backup %s has buffers of %"
+					PRIu64 " bytes (its twd --buffer-size), and a segment must fit "
+					"one: give --segment-size %" PRIu64 " or less\n", o->segment_size,
+					addrs[i], bs, bs);
+				return EXIT_USAGE;
+			}
+		}
+	}
+	return -1;
+}
+
+/* Every point of the sweep (sizes x r x batches x inflights x rates x modes), in order, into
+ * results[]: 0, or -1 when a run failed (it said why). */
+static int run_sweep(struct opts *o, const char **addrs, unsigned n_addrs, uint8_t *payload,
+		     struct run *run, unsigned runs_total)
+{
+	unsigned run_no = 0;
+	int rc;
+
+	for (unsigned is = 0; is < o->n_sizes; is++)
+	for (unsigned ir = 0; ir < o->n_r; ir++)
+	for (unsigned ib = 0; ib < o->n_batches; ib++)
+	for (unsigned ii = 0; ii < o->n_inflights; ii++)
+	for (unsigned iq = 0; iq < o->n_rates; iq++)
+	for (unsigned im = 0; im < o->n_modes; im++) {
+		struct result *x = &results[n_results];
+
+		memset(x, 0, sizeof(*x));
+		x->pt.size = o->sizes[is];
+		x->pt.r = o->rs[ir];
+		x->pt.batch = o->batches[ib];
+		x->pt.inflight = o->inflights[ii];
+		x->pt.rate = o->rates[iq];
+		x->mode = o->modes[im];
+		x->count = o->count;
+		if (o->max_bytes && x->count * x->pt.size > o->max_bytes)
+			x->count = o->max_bytes / x->pt.size > 1000 ? o->max_bytes / x->pt.size : 1000;
+		if (x->mode == M_RAW && !o->async) {
+			fprintf(stderr, "twbench: raw mode has no --sync form; skipped\n");
+			continue;
+		}
+		run_no++;
+		if (runs_total > 1 && !o->json)
+			fprintf(stderr, "twbench: run %u/%u: mode %s, size %u, r %u, batch %u, "
+				"inflight %u%s\n", run_no, runs_total, mode_names[x->mode], x->pt.size,
+				x->pt.r, x->pt.batch, x->pt.inflight, x->pt.rate > 0 ? ", open loop" : "");
+		if (o->settle && n_results)
+			settle_backups();
+		if (x->mode == M_RAW)
+			rc = run_raw(o, addrs, x, payload, run);
+		else
+			rc = run_primary(o, addrs, n_addrs, x->mode, x, payload, run);
+		if (rc < 0)
+			return -1;
+		x->ops = (double)x->count / x->secs;
+		x->mbs = (double)x->count * x->pt.size / x->secs / 1e6;
+		n_results++;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lopts[] = {
-		{ "provider", required_argument, NULL, 'p' },
-		{ "backups", required_argument, NULL, 'b' },
-		{ "count", required_argument, NULL, 'n' },
-		{ "size", required_argument, NULL, 's' },
-		{ "sizes", required_argument, NULL, 's' },
-		{ "sync", no_argument, NULL, 'S' },
-		{ "async", no_argument, NULL, 'A' },
-		{ "driven", no_argument, NULL, 'D' },
-		{ "batch", required_argument, NULL, 'B' },
-		{ "inflight", required_argument, NULL, 'I' },
-		{ "rate", required_argument, NULL, 'R' },
-		{ "segment-size", required_argument, NULL, 'g' },
-		{ "buffers", required_argument, NULL, 'f' },
-		{ "busy-poll", no_argument, NULL, 'P' },
-		{ "mode", required_argument, NULL, 'm' },
-		{ "latency-count", required_argument, NULL, 'L' },
-		{ "preopen", no_argument, NULL, 'O' },
-		{ "keep-segments", no_argument, NULL, 'k' },
-		{ "arena-size", required_argument, NULL, 'a' },
-		{ "no-settle", no_argument, NULL, 'N' },
-		{ "max-bytes", required_argument, NULL, 'X' },
-		{ "twd", required_argument, NULL, 't' },
-		{ "key-file", required_argument, NULL, 'K' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "logs", required_argument, NULL, 'G' },
-		{ "logs-private", no_argument, NULL, 'H' },
-		{ "no-progress", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct opts o = {
 		.provider = "tcp", .rs = { 3 }, .n_r = 1, .count = 1000000, .sizes = { 100 },
 		.n_sizes = 1, .batches = { 256 }, .n_batches = 1, .inflights = { 8 },
@@ -313,12 +556,11 @@ int main(int argc, char **argv)
 		.lat_count = 10000, .settle = true,
 	};
 	const char *addrs[MAX_BACKUPS];
-	unsigned n_addrs = 0, max_r = 0, runs_total, run_no = 0;
+	unsigned n_addrs = 0, max_r = 0, runs_total;
 	struct run run = { 0 };
 	uint8_t *payload = NULL;
-	uint64_t v, list[MAX_LIST];
 	uint32_t max_size = 0;
-	int c, n, rc, exit_code = EXIT_FAIL;
+	int c, rc, exit_code = EXIT_FAIL;
 
 	tw_tools_env_defaults(); /* first: no thread runs yet (the sockets provider's spin) */
 	o.progress = isatty(STDERR_FILENO);
@@ -330,141 +572,12 @@ int main(int argc, char **argv)
 		o.provider = env_provider;
 		unsetenv("FI_PROVIDER");
 	}
-	while ((c = getopt_long(argc, argv, "r:hV", lopts, NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			if (!optarg[0])
-				goto bad;
-			o.provider = optarg;
-			break;
-		case 'b': o.backups_arg = optarg; break;
-		case 'r':
-			n = parse_list(optarg, 1, MAX_BACKUPS, list, MAX_LIST);
-			if (n < 0)
-				goto bad;
-			for (int i = 0; i < n; i++)
-				o.rs[i] = (unsigned)list[i];
-			o.n_r = (unsigned)n;
-			break;
-		case 'n':
-			if (parse_u64(optarg, &v) || !v || v > MAX_COUNT)
-				goto bad;
-			o.count = v;
-			break;
-		case 's':
-			n = parse_list(optarg, 1, UINT32_MAX, list, MAX_LIST);
-			if (n < 0)
-				goto bad;
-			for (int i = 0; i < n; i++)
-				o.sizes[i] = (uint32_t)list[i];
-			o.n_sizes = (unsigned)n;
-			break;
-		case 'S': o.async = false; break;
-		case 'A': o.async = true; o.driven = false; break;
-		case 'D': o.async = true; o.driven = true; break;
-		case 'B':
-			n = parse_list(optarg, 1, 1u << 20, list, MAX_LIST);
-			if (n < 0)
-				goto bad;
-			for (int i = 0; i < n; i++)
-				o.batches[i] = (unsigned)list[i];
-			o.n_batches = (unsigned)n;
-			break;
-		case 'I':
-			n = parse_list(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, list, MAX_LIST);
-			if (n < 0)
-				goto bad;
-			for (int i = 0; i < n; i++)
-				o.inflights[i] = (unsigned)list[i];
-			o.n_inflights = (unsigned)n;
-			break;
-		case 'R':
-			n = parse_list(optarg, 1, 1ull << 32, list, MAX_LIST);
-			if (n < 0)
-				goto bad;
-			for (int i = 0; i < n; i++)
-				o.rates[i] = (double)list[i];
-			o.n_rates = (unsigned)n;
-			break;
-		case 'g':
-			/* Refused up front: the primary and the twd's would refuse it later. */
-			if (parse_u64(optarg, &v) || v < 4096 || v >= (1ull << 32) ||
-			    v % (uint64_t)sysconf(_SC_PAGESIZE) != 0)
-				goto bad;
-			o.segment_size = (size_t)v;
-			break;
-		case 'f':
-			if (parse_u64(optarg, &v) || !v || v > 4096)
-				goto bad;
-			o.twd_buffers = (size_t)v;
-			break;
-		case 'P': o.busy_poll = true; break;
-		case 'O': o.preopen = true; break;
-		case 'k': o.keep_segments = true; break;
-		case 'a':
-			if (parse_u64(optarg, &v) || v < 4096 || v > SIZE_MAX / 2)
-				goto bad;
-			o.arena_size = (size_t)v;
-			break;
-		case 'N': o.settle = false; break;
-		case 'X':
-			if (parse_u64(optarg, &v))
-				goto bad;
-			o.max_bytes = v;
-			break;
-		case 'm':
-			if (parse_modes(optarg, &o) < 0) {
-				fprintf(stderr, "twbench: --mode takes onesided, rpc, raw (comma-separated)\n");
-				return EXIT_USAGE;
-			}
-			break;
-		case 'L':
-			if (parse_u64(optarg, &v) || v > MAX_COUNT)
-				goto bad;
-			o.lat_count = v;
-			break;
-		case 't': o.twd_path = optarg; break;
-		case 'j': o.json = true; break;
-		case 'q': o.progress = false; break;
-		case 'K': o.key_file = optarg; break;
-		case 'G':
-			if (parse_u64(optarg, &v) || !v || v > 4096)
-				goto bad;
-			o.logs = (unsigned)v;
-			break;
-		case 'H': o.logs_private = true; break;
-		case 'h': usage(stdout); return EXIT_OK;
-		case 'V': printf("twbench (tailwind) %s\n", tw_version()); return EXIT_OK;
-		bad:
-			return bad_value(c, optarg ? optarg : "");
-		default:
-			fprintf(stderr, "twbench: see twbench --help for the options\n");
-			return EXIT_USAGE;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "twbench: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return EXIT_USAGE;
-	}
-	for (unsigned i = 0; i < o.n_sizes; i++) {
-		if ((size_t)o.sizes[i] + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > o.segment_size) {
-			fprintf(stderr, "twbench: --size %u does not fit a %zu-byte segment\n",
-				o.sizes[i], o.segment_size);
-			return EXIT_USAGE;
-		}
-		if (o.sizes[i] > max_size)
-			max_size = o.sizes[i];
-	}
-	for (unsigned i = 0; i < o.n_r; i++)
-		if (o.rs[i] > max_r)
-			max_r = o.rs[i];
-	runs_total = o.n_sizes * o.n_r * o.n_batches * o.n_inflights * o.n_rates * o.n_modes;
-	if (runs_total > sizeof(results) / sizeof(results[0])) {
-		fprintf(stderr, "twbench: %u runs are too many (at most %zu)\n", runs_total,
-			sizeof(results) / sizeof(results[0]));
-		return EXIT_USAGE;
-	}
+	while ((c = getopt_long(argc, argv, "r:hV", lopts, NULL)) != -1)
+		if ((rc = parse_opt(c, &o)) != -1)
+			return rc;
+	rc = check_opts(argc, argv, &o, &max_size, &max_r, &runs_total);
+	if (rc != -1)
+		return rc;
 
 	if (check_provider(o.provider) < 0)
 		return EXIT_PROVIDER;
@@ -477,41 +590,10 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	if (o.backups_arg) {
-		char *save = NULL, *tok;
-
-		for (tok = strtok_r(o.backups_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			if (n_addrs == MAX_BACKUPS) {
-				fprintf(stderr, "twbench: at most %d backups\n", MAX_BACKUPS);
-				return EXIT_USAGE;
-			}
-			addrs[n_addrs++] = tok;
-		}
-	} else {
-		rc = local_twds_start(&o, max_r, addrs, &n_addrs);
-		if (rc)
-			return rc;
-	}
-	if (n_addrs < max_r) {
-		fprintf(stderr, "twbench: -r %u needs at least %u backups, %u given\n", max_r, max_r,
-			n_addrs);
-		return EXIT_USAGE;
-	}
-	if (!n_twd) {
-		/* Running twd's: each must hold a segment in one buffer, or every open fails. */
-		remote_stats_open(o.provider, addrs, n_addrs);
-		for (unsigned i = 0; i < n_addrs; i++) {
-			uint64_t bs = remote_buffer_size(i);
-
-			if (bs && bs < o.segment_size) {
-				fprintf(stderr, "twbench: --segment-size %zu: backup %s has buffers of %"
-					PRIu64 " bytes (its twd --buffer-size), and a segment must fit "
-					"one: give --segment-size %" PRIu64 " or less\n", o.segment_size,
-					addrs[i], bs, bs);
-				exit_code = EXIT_USAGE;
-				goto out;
-			}
-		}
+	rc = setup_backups(&o, max_r, addrs, &n_addrs);
+	if (rc != -1) {
+		exit_code = rc;
+		goto out;
 	}
 
 	payload = malloc(max_size);
@@ -538,45 +620,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	for (unsigned is = 0; is < o.n_sizes; is++)
-	for (unsigned ir = 0; ir < o.n_r; ir++)
-	for (unsigned ib = 0; ib < o.n_batches; ib++)
-	for (unsigned ii = 0; ii < o.n_inflights; ii++)
-	for (unsigned iq = 0; iq < o.n_rates; iq++)
-	for (unsigned im = 0; im < o.n_modes; im++) {
-		struct result *x = &results[n_results];
-
-		memset(x, 0, sizeof(*x));
-		x->pt.size = o.sizes[is];
-		x->pt.r = o.rs[ir];
-		x->pt.batch = o.batches[ib];
-		x->pt.inflight = o.inflights[ii];
-		x->pt.rate = o.rates[iq];
-		x->mode = o.modes[im];
-		x->count = o.count;
-		if (o.max_bytes && x->count * x->pt.size > o.max_bytes)
-			x->count = o.max_bytes / x->pt.size > 1000 ? o.max_bytes / x->pt.size : 1000;
-		if (x->mode == M_RAW && !o.async) {
-			fprintf(stderr, "twbench: raw mode has no --sync form; skipped\n");
-			continue;
-		}
-		run_no++;
-		if (runs_total > 1 && !o.json)
-			fprintf(stderr, "twbench: run %u/%u: mode %s, size %u, r %u, batch %u, "
-				"inflight %u%s\n", run_no, runs_total, mode_names[x->mode], x->pt.size,
-				x->pt.r, x->pt.batch, x->pt.inflight, x->pt.rate > 0 ? ", open loop" : "");
-		if (o.settle && n_results)
-			settle_backups();
-		if (x->mode == M_RAW)
-			rc = run_raw(&o, addrs, x, payload, &run);
-		else
-			rc = run_primary(&o, addrs, n_addrs, x->mode, x, payload, &run);
-		if (rc < 0)
-			goto out;
-		x->ops = (double)x->count / x->secs;
-		x->mbs = (double)x->count * x->pt.size / x->secs / 1e6;
-		n_results++;
-	}
+	if (run_sweep(&o, addrs, n_addrs, payload, &run, runs_total) < 0)
+		goto out;
 	if (o.json)
 		print_json(&o);
 	else if (n_results == 1)
