@@ -181,125 +181,173 @@ static void raw_close(struct raw *w, uint64_t log_id)
 		tw__fab_close(w->fab);
 }
 
-int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
-		   uint8_t *payload, struct run *run)
+/* The raw run's fabric, source buffer and one buffer on each of the r backups (raw_close
+ * undoes it, also after a failure here). */
+static int raw_open(const struct opts *o, const char *const *addrs, const struct point *pt,
+		    struct run *run, uint64_t log_id, struct raw *w)
 {
-	const struct point *pt = &res->pt;
 	struct tw_fab_config fc;
 	struct tw_fab_events ev = { 0 };
-	struct raw w;
-	struct cpumark c0, c1;
-	uint64_t t0, t1, log_id = next_log_id();
 	long pg = sysconf(_SC_PAGESIZE);
 	int rc;
 
-	memset(&w, 0, sizeof(w));
-	w.r = pt->r;
-	w.size = pt->size;
-	w.nslots = pt->inflight;
+	memset(w, 0, sizeof(*w));
+	w->r = pt->r;
+	w->size = pt->size;
+	w->nslots = pt->inflight;
 	/* A write never exceeds the buffer (as a primary's write never exceeds a segment). */
-	w.batch = pt->batch;
-	if ((uint64_t)w.batch * pt->size > o->segment_size)
-		w.batch = (unsigned)(o->segment_size / pt->size);
-	w.region = ((size_t)w.batch * pt->size + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
-	w.src_len = w.region * (w.nslots + 1) + (size_t)pg;
-	w.t_submit = run->t_submit;
-	w.lat_ns = run->lat_ns;
+	w->batch = pt->batch;
+	if ((uint64_t)w->batch * pt->size > o->segment_size)
+		w->batch = (unsigned)(o->segment_size / pt->size);
+	w->region = ((size_t)w->batch * pt->size + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+	w->src_len = w->region * (w->nslots + 1) + (size_t)pg;
+	w->t_submit = run->t_submit;
+	w->lat_ns = run->lat_ns;
 	tw__fab_config_init(&fc);
 	fc.provider = o->provider;
 	fc.busy_poll = o->busy_poll;
 	if (fc.tx_depth < pt->inflight + 32)
 		fc.tx_depth = pt->inflight + 32;
-	ev.arg = &w;
+	ev.arg = w;
 	ev.on_recv = tw__peer_fab_on_recv;
 	ev.on_lost = raw_on_lost;
-	rc = tw__fab_open(&fc, &ev, &w.fab);
+	rc = tw__fab_open(&fc, &ev, &w->fab);
 	if (rc < 0) {
 		fprintf(stderr, "twbench: raw: cannot open the fabric: %s\n", tw_strerror(rc));
 		return rc;
 	}
-	w.slots = calloc(w.nslots, sizeof(*w.slots));
-	w.src = tw__fab_alloc(w.src_len);
-	if (!w.slots || !w.src) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = tw__mr_reg(w.fab, w.src, w.src_len, TW_MR_WRITE_SRC, &w.mr);
+	w->slots = calloc(w->nslots, sizeof(*w->slots));
+	w->src = tw__fab_alloc(w->src_len);
+	if (!w->slots || !w->src)
+		return -ENOMEM;
+	rc = tw__mr_reg(w->fab, w->src, w->src_len, TW_MR_WRITE_SRC, &w->mr);
 	if (rc < 0) {
-		w.mr = NULL;
-		goto out;
+		w->mr = NULL;
+		return rc;
 	}
-	for (unsigned i = 0; i < w.r; i++) {
+	for (unsigned i = 0; i < w->r; i++) {
 		struct tw_rpc_seg_meta m = { log_id, 0, 0, 0 };
 
-		tw__peer_init(&w.peer[i], addrs[i], NULL);
-		rc = bench_connect(&w.peer[i], w.fab);
+		tw__peer_init(&w->peer[i], addrs[i], NULL);
+		rc = bench_connect(&w->peer[i], w->fab);
 		if (rc < 0) {
-			if (w.peer[i].failed == TW_PEER_CONNECT)
+			if (w->peer[i].failed == TW_PEER_CONNECT)
 				fprintf(stderr, "twbench: raw: cannot connect to %s: %s\n",
 					addrs[i], tw_strerror(rc));
-			goto out;
+			return rc;
 		}
-		rc = tw__rpc_open_segment(w.peer[i].rpc, 1, &m, 0, o->segment_size, &w.rk[i]);
+		rc = tw__rpc_open_segment(w->peer[i].rpc, 1, &m, 0, o->segment_size, &w->rk[i]);
 		if (rc < 0) {
 			fprintf(stderr, "twbench: raw: %s refused a buffer: %s\n", addrs[i],
 				tw_strerror(rc));
-			goto out;
+			return rc;
 		}
-		w.opened[i] = true;
-		if (w.rk[i].len < w.rk[0].len)
-			w.rk[0].len = w.rk[i].len; /* wrap at the smallest buffer */
+		w->opened[i] = true;
+		if (w->rk[i].len < w->rk[0].len)
+			w->rk[0].len = w->rk[i].len; /* wrap at the smallest buffer */
 	}
-	cpu_mark(&c0);
-	t0 = now_ns();
-	for (uint64_t i = 0; i < res->count && !w.err; i++) {
+	return 0;
+}
+
+/* The stream: res->count objects, batched into writes of up to pt->batch, pt->inflight in
+ * flight, paced at pt->rate when given; returns when all are acknowledged or one failed. */
+static void raw_stream(const struct opts *o, const struct point *pt, struct result *res,
+		       uint8_t *payload, uint64_t t0, struct raw *w)
+{
+	for (uint64_t i = 0; i < res->count && !w->err; i++) {
 		if (pt->rate > 0) {
 			uint64_t due = sched_ns(t0, pt->rate, i);
 
 			while (now_ns() + 5000 < due) {
 				uint64_t n;
 
-				if (w.pend_n && raw_slot_free(&w))
-					raw_post(&w);
-				if (w.tail < w.head)
-					raw_drive(&w, 0);
+				if (w->pend_n && raw_slot_free(w))
+					raw_post(w);
+				if (w->tail < w->head)
+					raw_drive(w, 0);
 				n = now_ns();
 				/* Poll again within 50 us while writes are in flight; sleep, not spin. */
-				wait_until(w.tail < w.head && due > n + 50000 ? n + 50000 : due);
+				wait_until(w->tail < w->head && due > n + 50000 ? n + 50000 : due);
 			}
-			w.t_submit[i] = due;
+			w->t_submit[i] = due;
 		} else if (ACK_SAMPLED(i)) {
-			w.t_submit[i] = now_ns();
+			w->t_submit[i] = now_ns();
 		}
 		/* Back-pressure: at most `batch` objects wait while every slot is busy. */
-		while (w.pend_n == w.batch && !w.err) {
-			if (raw_slot_free(&w))
-				raw_post(&w);
+		while (w->pend_n == w->batch && !w->err) {
+			if (raw_slot_free(w))
+				raw_post(w);
 			else
-				raw_drive(&w, o->busy_poll ? 0 : 100);
+				raw_drive(w, o->busy_poll ? 0 : 100);
 		}
 		memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
-		memcpy(w.src + (w.head % (w.nslots + 1)) * w.region + w.pend_n * pt->size, payload,
+		memcpy(w->src + (w->head % (w->nslots + 1)) * w->region + w->pend_n * pt->size, payload,
 		       pt->size);
-		if (!w.pend_n)
-			w.pend_first = i;
-		w.pend_n++;
+		if (!w->pend_n)
+			w->pend_first = i;
+		w->pend_n++;
 		/* The ceiling: every write carries a full batch (the primary's writes carry at most
 		 * that many); completions are polled every 256 objects and under back-pressure. In
 		 * open-loop runs a free slot takes what waits while the next object is not due. */
 		if ((i & 255) == 255)
-			raw_drive(&w, 0);
-		if (w.pend_n == w.batch && raw_slot_free(&w))
-			raw_post(&w);
+			raw_drive(w, 0);
+		if (w->pend_n == w->batch && raw_slot_free(w))
+			raw_post(w);
 		if (o->progress && (i & 0x3fff) == 0)
 			progress_bar(i, res->count);
 	}
-	while (!w.err && (w.pend_n || w.tail < w.head)) {
-		if (w.pend_n && raw_slot_free(&w))
-			raw_post(&w);
+	while (!w->err && (w->pend_n || w->tail < w->head)) {
+		if (w->pend_n && raw_slot_free(w))
+			raw_post(w);
 		else
-			raw_drive(&w, o->busy_poll ? 0 : 100);
+			raw_drive(w, o->busy_poll ? 0 : 100);
 	}
+}
+
+/* Latency: one object per write, to r backups, waited for, o->lat_count times. */
+static int raw_latency(const struct opts *o, const struct point *pt, struct result *res,
+		       uint8_t *payload, struct run *run, struct raw *w)
+{
+	uint64_t n = o->lat_count;
+
+	w->lat_ns = NULL;
+	for (uint64_t i = 0; i < n && !w->err; i++) {
+		uint64_t a = now_ns(), d;
+
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+		memcpy(w->src + (w->head % (w->nslots + 1)) * w->region, payload, pt->size);
+		w->pend_first = i;
+		w->pend_n = 1;
+		raw_post(w);
+		while (w->tail < w->head && !w->err)
+			raw_drive(w, o->busy_poll ? 0 : 100);
+		d = now_ns() - a;
+		run->lat_ns[i] = d;
+	}
+	if (w->err)
+		return w->err;
+	res->n_lat = n;
+	pcts(run->lat_ns, n, &res->p50, &res->p99, &res->p999);
+	return 0;
+}
+
+int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
+		   uint8_t *payload, struct run *run)
+{
+	const struct point *pt = &res->pt;
+	struct raw w;
+	struct cpumark c0, c1;
+	uint64_t t0, t1, log_id = next_log_id();
+	int rc;
+
+	rc = raw_open(o, addrs, pt, run, log_id, &w);
+	if (rc < 0 && !w.fab)
+		return rc; /* nothing to close */
+	if (rc < 0)
+		goto out;
+	cpu_mark(&c0);
+	t0 = now_ns();
+	raw_stream(o, pt, res, payload, t0, &w);
 	t1 = now_ns();
 	if (w.err) {
 		rc = w.err;
@@ -316,30 +364,10 @@ int run_raw(const struct opts *o, const char *const *addrs, struct result *res,
 	res->have_ack = true;
 	pcts(run->lat_ns, ACK_SAMPLES(res->count), &res->a50, &res->a99, &res->a999);
 
-	/* Latency: one object per write, to r backups, waited for, lat_count times. */
 	if (o->lat_count && pt->rate <= 0) {
-		uint64_t n = o->lat_count;
-
-		w.lat_ns = NULL;
-		for (uint64_t i = 0; i < n && !w.err; i++) {
-			uint64_t a = now_ns(), d;
-
-			memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
-			memcpy(w.src + (w.head % (w.nslots + 1)) * w.region, payload, pt->size);
-			w.pend_first = i;
-			w.pend_n = 1;
-			raw_post(&w);
-			while (w.tail < w.head && !w.err)
-				raw_drive(&w, o->busy_poll ? 0 : 100);
-			d = now_ns() - a;
-			run->lat_ns[i] = d;
-		}
-		if (w.err) {
-			rc = w.err;
+		rc = raw_latency(o, pt, res, payload, run, &w);
+		if (rc < 0)
 			goto out;
-		}
-		res->n_lat = n;
-		pcts(run->lat_ns, n, &res->p50, &res->p99, &res->p999);
 	}
 	rc = 0;
 out:
