@@ -84,6 +84,67 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Open the n logs, on ctx when given (else each on a private context of cc), and give each
+ * its share of o->count. 0, or the error of the open that failed (it said so). */
+static int open_logs(const struct opts *o, const struct tw_ctx_config *cc, struct tw_ctx *ctx,
+		     struct blog *logs, unsigned n)
+{
+	unsigned r = o->rs[0];
+	char err[1024];
+	int rc;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct tw_primary_config cfg;
+
+		tw_primary_config_init(&cfg);
+		cfg.log_id = next_log_id();
+		cfg.epoch = 1;
+		cfg.replicas = r;
+		cfg.segment_size = o->segment_size;
+		cfg.max_batch = o->batches[0];
+		cfg.max_inflight = o->inflights[0];
+		cfg.mode = TW_PRIMARY_ASYNC;
+		cfg.preopen = o->preopen;
+		cfg.open_retry_ms = 30000;
+		rc = ctx ? tw_primary_open_on(ctx, &cfg, &logs[i].p, err, sizeof(err))
+			 : tw_primary_open(cc, &cfg, &logs[i].p, err, sizeof(err));
+		if (rc < 0) {
+			fprintf(stderr, "twbench: cannot open log %u of %u: %s: %s\n", i + 1, n,
+				tw_strerror(rc), err);
+			return rc;
+		}
+		logs[i].quota = o->count / n + (i < o->count % n);
+	}
+	return 0;
+}
+
+/* Round robin, one object per log in turn, until every quota is appended. 0, or the error of
+ * the append that failed (it said so). */
+static int round_robin(const struct opts *o, struct blog *logs, unsigned n, uint8_t *payload)
+{
+	uint32_t size = o->sizes[0];
+	int rc;
+
+	for (uint64_t k = 0, done = 0; done < o->count; k++) {
+		struct blog *l = &logs[k % n];
+		uint64_t i = k / n;
+
+		if (i >= l->quota)
+			continue;
+		memcpy(payload, &i, size < 8 ? size : 8);
+		rc = tw_primary_append_async(l->p, payload, size, logs_cb, l, NULL);
+		if (rc < 0) {
+			fprintf(stderr, "\ntwbench: log %" PRIu64 ": append failed: %s: %s\n",
+				k % n, tw_strerror(rc), tw_primary_errmsg(l->p));
+			return rc;
+		}
+		done++;
+		if (o->progress && (done & 0x3fff) == 0)
+			progress_bar(done, o->count);
+	}
+	return 0;
+}
+
 int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, uint8_t *payload)
 {
 	unsigned n = o->logs, r = o->rs[0];
@@ -122,28 +183,9 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 			goto out;
 		}
 	}
-	for (unsigned i = 0; i < n; i++) {
-		struct tw_primary_config cfg;
-
-		tw_primary_config_init(&cfg);
-		cfg.log_id = next_log_id();
-		cfg.epoch = 1;
-		cfg.replicas = r;
-		cfg.segment_size = o->segment_size;
-		cfg.max_batch = o->batches[0];
-		cfg.max_inflight = o->inflights[0];
-		cfg.mode = TW_PRIMARY_ASYNC;
-		cfg.preopen = o->preopen;
-		cfg.open_retry_ms = 30000;
-		rc = ctx ? tw_primary_open_on(ctx, &cfg, &logs[i].p, err, sizeof(err))
-			 : tw_primary_open(&cc, &cfg, &logs[i].p, err, sizeof(err));
-		if (rc < 0) {
-			fprintf(stderr, "twbench: cannot open log %u of %u: %s: %s\n", i + 1, n,
-				tw_strerror(rc), err);
-			goto out;
-		}
-		logs[i].quota = o->count / n + (i < o->count % n);
-	}
+	rc = open_logs(o, &cc, ctx, logs, n);
+	if (rc < 0)
+		goto out;
 	t_open = now_ns();
 	th1 = status_field("Threads:");
 	fd1 = count_fds();
@@ -155,25 +197,10 @@ int run_logs(const struct opts *o, const char *const *addrs, unsigned n_addrs, u
 		conns = n; /* a private context each: one connection per log to every backup */
 	}
 
-	/* Round robin, one object per log in turn, until every quota is appended. */
 	t0 = now_ns();
-	for (uint64_t k = 0, done = 0; done < o->count; k++) {
-		struct blog *l = &logs[k % n];
-		uint64_t i = k / n;
-
-		if (i >= l->quota)
-			continue;
-		memcpy(payload, &i, size < 8 ? size : 8);
-		rc = tw_primary_append_async(l->p, payload, size, logs_cb, l, NULL);
-		if (rc < 0) {
-			fprintf(stderr, "\ntwbench: log %" PRIu64 ": append failed: %s: %s\n",
-				k % n, tw_strerror(rc), tw_primary_errmsg(l->p));
-			goto out;
-		}
-		done++;
-		if (o->progress && (done & 0x3fff) == 0)
-			progress_bar(done, o->count);
-	}
+	rc = round_robin(o, logs, n, payload);
+	if (rc < 0)
+		goto out;
 	for (unsigned i = 0; i < n; i++) {
 		int frc = tw_primary_flush(logs[i].p);
 

@@ -131,6 +131,89 @@ void wait_until(uint64_t t)
 }
 
 /* onesided and rpc: the real primary; only TW_DATA_PATH differs. */
+/* Phase 1: res->count appends of pt->size bytes (paced at pt->rate when given), async or
+ * sync; in sync mode the latency of each into run->lat_ns. 0, or the failed append's error. */
+static int append_stream(const struct opts *o, const struct point *pt, struct result *res,
+			 uint8_t *payload, struct run *run, struct tw_primary *p, uint64_t t0)
+{
+	int rc;
+
+	for (uint64_t i = 0; i < res->count; i++) {
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8); /* sequence number in every object */
+		if (pt->rate > 0) {
+			run->t_submit[i] = sched_ns(t0, pt->rate, i);
+			wait_until(run->t_submit[i]);
+		}
+		if (o->async) {
+			if (pt->rate <= 0 && ACK_SAMPLED(i))
+				run->t_submit[i] = now_ns();
+			rc = tw_primary_append_async(p, payload, pt->size, async_cb, run, NULL);
+		} else {
+			uint64_t a = pt->rate > 0 ? run->t_submit[i] : now_ns(), d;
+
+			rc = tw_primary_append(p, payload, pt->size, NULL);
+			d = now_ns() - a;
+			run->lat_ns[i] = d;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "\ntwbench: append %" PRIu64 " failed: %s: %s\n", i,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			return rc;
+		}
+		/* A service keeps in memory what it still reads: here nothing, so the closed
+		 * segments below the acknowledged one go back to the log arena for reuse. */
+		if (!o->keep_segments && (i & 0xfff) == 0xfff)
+			tw_primary_unload(p, (uint32_t)(tw_primary_acked_lsn(p) >> 32));
+		if (o->progress && (i & 0x3fff) == 0)
+			progress_bar(i, res->count);
+	}
+	return 0;
+}
+
+/* Phase 2 (async closed-loop runs): synchronous appends on a second log, caller-driven, one
+ * at a time, o->lat_count of them: their latencies. */
+static int sync_latency(const struct opts *o, const struct point *pt, struct result *res,
+			uint8_t *payload, struct run *run, const struct tw_ctx_config *tc,
+			struct tw_primary_config *cfg)
+{
+	uint64_t n = o->lat_count;
+	uint64_t *lat = run->lat_ns; /* reused: phase 1's percentiles are taken */
+	struct tw_primary *p = NULL;
+	char errmsg[1024];
+	int rc;
+
+	cfg->log_id = next_log_id();
+	cfg->mode = TW_PRIMARY_SYNC;
+	rc = tw_primary_open(tc, cfg, &p, errmsg, sizeof(errmsg));
+	if (rc < 0) {
+		fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n",
+			tw_strerror(rc), errmsg);
+		return rc;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t a = now_ns(), d;
+
+		memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
+		rc = tw_primary_append(p, payload, pt->size, NULL);
+		d = now_ns() - a;
+		if (rc < 0) {
+			fprintf(stderr, "twbench: sync append %" PRIu64 " failed: %s: %s\n", i,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			tw_primary_close(p);
+			return rc;
+		}
+		lat[i] = d;
+	}
+	rc = tw_primary_close(p);
+	if (rc < 0) {
+		fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
+		return rc;
+	}
+	res->n_lat = n;
+	pcts(lat, n, &res->p50, &res->p99, &res->p999);
+	return 0;
+}
+
 int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs,
 		       enum bmode mode, struct result *res, uint8_t *payload, struct run *run)
 {
@@ -177,35 +260,9 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 
 	/* Phase 1: replicate `count` objects (throughput; in sync mode also the latencies). */
 	t0 = now_ns();
-	for (uint64_t i = 0; i < res->count; i++) {
-		memcpy(payload, &i, pt->size < 8 ? pt->size : 8); /* sequence number in every object */
-		if (pt->rate > 0) {
-			run->t_submit[i] = sched_ns(t0, pt->rate, i);
-			wait_until(run->t_submit[i]);
-		}
-		if (o->async) {
-			if (pt->rate <= 0 && ACK_SAMPLED(i))
-				run->t_submit[i] = now_ns();
-			rc = tw_primary_append_async(p, payload, pt->size, async_cb, run, NULL);
-		} else {
-			uint64_t a = pt->rate > 0 ? run->t_submit[i] : now_ns(), d;
-
-			rc = tw_primary_append(p, payload, pt->size, NULL);
-			d = now_ns() - a;
-			run->lat_ns[i] = d;
-		}
-		if (rc < 0) {
-			fprintf(stderr, "\ntwbench: append %" PRIu64 " failed: %s: %s\n", i,
-				tw_strerror(rc), tw_primary_errmsg(p));
-			goto fail;
-		}
-		/* A service keeps in memory what it still reads: here nothing, so the closed
-		 * segments below the acknowledged one go back to the log arena for reuse. */
-		if (!o->keep_segments && (i & 0xfff) == 0xfff)
-			tw_primary_unload(p, (uint32_t)(tw_primary_acked_lsn(p) >> 32));
-		if (o->progress && (i & 0x3fff) == 0)
-			progress_bar(i, res->count);
-	}
+	rc = append_stream(o, pt, res, payload, run, p, t0);
+	if (rc < 0)
+		goto fail;
 	rc = tw_primary_flush(p);
 	t1 = now_ns();
 	if (rc < 0 || run->errors) {
@@ -237,41 +294,8 @@ int run_primary(const struct opts *o, const char *const *addrs, unsigned n_addrs
 		pcts(run->lat_ns, res->count, &res->p50, &res->p99, &res->p999);
 	}
 
-	/* Phase 2 (async closed-loop runs): synchronous appends on a second log, caller-driven. */
-	if (o->async && o->lat_count && pt->rate <= 0) {
-		uint64_t n = o->lat_count;
-		uint64_t *lat = run->lat_ns; /* reused: phase 1's percentiles are taken */
-
-		cfg.log_id = next_log_id();
-		cfg.mode = TW_PRIMARY_SYNC;
-		rc = tw_primary_open(&tc, &cfg, &p, errmsg, sizeof(errmsg));
-		if (rc < 0) {
-			fprintf(stderr, "twbench: cannot open the latency log: %s: %s\n",
-				tw_strerror(rc), errmsg);
-			return rc;
-		}
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t a = now_ns(), d;
-
-			memcpy(payload, &i, pt->size < 8 ? pt->size : 8);
-			rc = tw_primary_append(p, payload, pt->size, NULL);
-			d = now_ns() - a;
-			if (rc < 0) {
-				fprintf(stderr, "twbench: sync append %" PRIu64 " failed: %s: %s\n", i,
-					tw_strerror(rc), tw_primary_errmsg(p));
-				goto fail;
-			}
-			lat[i] = d;
-		}
-		rc = tw_primary_close(p);
-		p = NULL;
-		if (rc < 0) {
-			fprintf(stderr, "twbench: close: %s\n", tw_strerror(rc));
-			return rc;
-		}
-		res->n_lat = n;
-		pcts(lat, n, &res->p50, &res->p99, &res->p999);
-	}
+	if (o->async && o->lat_count && pt->rate <= 0)
+		return sync_latency(o, pt, res, payload, run, &tc, &cfg);
 	return 0;
 fail:
 	if (p)
