@@ -309,6 +309,99 @@ static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 	return rc;
 }
 
+/* A standby's wait: watch the log's owner node; when it goes, claim the log (only if no other
+ * standby claimed it first: no replace), else watch the winner's node. Bounded by sc->wait_ms
+ * when given (-ETIMEDOUT). *t_gone: when the owner was seen gone. */
+static int standby_claim(struct tw_coord *c, const struct tw__pcfg *cfg,
+			 const struct tw_standby_config *sc, const char *owner, uint64_t t_start,
+			 uint64_t *t_gone, struct tw_standby_result *st, uint64_t *epoch,
+			 char *errmsg_out, size_t errmsg_len)
+{
+	unsigned wait_ms = sc ? sc->wait_ms : 0;
+	int rc;
+
+	for (;;) {
+		uint64_t left = 0, gone_rt = 0;
+		bool watched = false;
+
+		if (wait_ms) {
+			uint64_t spent = (tw_now_ns() - t_start) / 1000000u;
+
+			if (spent >= wait_ms) {
+				rc = -ETIMEDOUT;
+				if (errmsg_out && errmsg_len)
+					snprintf(errmsg_out, errmsg_len, "log %llu: still owned "
+						 "after %u ms", (unsigned long long)
+						 cfg->log_id, wait_ms);
+				return rc;
+			}
+			left = wait_ms - spent;
+		}
+		rc = tw__coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
+					      sc ? sc->on_wait : NULL,
+					      sc ? sc->wait_arg : NULL, &watched, &gone_rt);
+		if (rc == -ETIMEDOUT) {
+			/* The bounded wait the caller asked for (sc->wait_ms), not a
+			 * failure: a service that stands by in rounds of wait_ms, to
+			 * notice its own shutdown, would log one error per round. */
+			if (errmsg_out && errmsg_len)
+				snprintf(errmsg_out, errmsg_len, "%s", tw__coord_errmsg(c));
+			return rc;
+		}
+		if (rc < 0) {
+			errf(errmsg_out, errmsg_len, "log %llu: %s",
+			     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));
+			return rc;
+		}
+		*t_gone = tw_now_ns();
+		if (st) {
+			st->watched |= watched;
+			st->gone_realtime_ns = gone_rt;
+			st->wait_ns = *t_gone - t_start;
+		}
+		rc = tw__coord_take_log(c, cfg->log_id, cfg->epoch, owner, false, epoch);
+		if (rc == -TW_EFENCED) {
+			tw_log_info("primary: log %llu: another standby took it first (%s): "
+				    "watching its owner node", (unsigned long long)
+				    cfg->log_id, tw__coord_errmsg(c));
+			if (st)
+				st->lost_races++;
+			continue;
+		}
+		if (rc < 0) {
+			errf(errmsg_out, errmsg_len, "log %llu: %s",
+			     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));
+			return rc;
+		}
+		return 0;
+	}
+}
+
+/* A warm standby that claimed the log: its reader stops before the recovery calls on_entry;
+ * *from_lsn: where the reader got to (the recovery goes on from there). */
+static int warm_finish(struct tw__warm *warm, const struct tw__pcfg *cfg,
+		       struct tw_standby_result *st, uint64_t *from_lsn, char *errmsg_out,
+		       size_t errmsg_len)
+{
+	uint64_t t0;
+	int rc;
+
+	t0 = tw_now_ns();
+	*from_lsn = tw__warm_stop(warm);
+	if (warm->refused) {
+		rc = -ECANCELED;
+		errf(errmsg_out, errmsg_len, "log %llu: the entry callback stopped "
+		     "the warm standby's reader", (unsigned long long)cfg->log_id);
+		return rc;
+	}
+	if (st) {
+		st->warm_entries = warm->entries;
+		st->warm_lsn = *from_lsn;
+		st->warm_stop_ns = tw_now_ns() - t0;
+	}
+	return 0;
+}
+
 static int pcoord_run(const struct tw__pcfg *cfg, enum pcoord_mode mode,
 		      const struct tw_standby_config *sc, tw_recover_entry_fn on_entry, void *arg,
 		      struct tw_recover_result *res_out, struct tw_standby_result *st,
@@ -322,7 +415,6 @@ static int pcoord_run(const struct tw__pcfg *cfg, enum pcoord_mode mode,
 	const char *prov = provider_of(cfg);
 	char msg[1024], owner[256], host[128] = "?";
 	uint64_t epoch = 0, t_start = tw_now_ns(), t_gone = t_start, t0;
-	unsigned wait_ms = sc ? sc->wait_ms : 0;
 	struct tw__warm warm = { 0 };
 	uint64_t from_lsn = 0;
 	size_t k = 0;
@@ -350,79 +442,16 @@ static int pcoord_run(const struct tw__pcfg *cfg, enum pcoord_mode mode,
 		tw_log_warn("primary: log %llu: no reader thread: the standby stays cold",
 			    (unsigned long long)cfg->log_id);
 	if (mode == PC_STANDBY) {
-		/* Watch the owner node; when it goes, claim the log (only if no other standby
-		 * claimed it first: no replace), else watch the winner's node. */
-		for (;;) {
-			uint64_t left = 0, gone_rt = 0;
-			bool watched = false;
-
-			if (wait_ms) {
-				uint64_t spent = (tw_now_ns() - t_start) / 1000000u;
-
-				if (spent >= wait_ms) {
-					rc = -ETIMEDOUT;
-					if (errmsg_out && errmsg_len)
-						snprintf(errmsg_out, errmsg_len, "log %llu: still owned "
-							 "after %u ms", (unsigned long long)
-							 cfg->log_id, wait_ms);
-					goto out;
-				}
-				left = wait_ms - spent;
-			}
-			rc = tw__coord_wait_owner_gone(c, cfg->log_id, (unsigned)left,
-						      sc ? sc->on_wait : NULL,
-						      sc ? sc->wait_arg : NULL, &watched, &gone_rt);
-			if (rc == -ETIMEDOUT) {
-				/* The bounded wait the caller asked for (sc->wait_ms), not a
-				 * failure: a service that stands by in rounds of wait_ms, to
-				 * notice its own shutdown, would log one error per round. */
-				if (errmsg_out && errmsg_len)
-					snprintf(errmsg_out, errmsg_len, "%s", tw__coord_errmsg(c));
-				goto out;
-			}
-			if (rc < 0) {
-				errf(errmsg_out, errmsg_len, "log %llu: %s",
-				     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));
-				goto out;
-			}
-			t_gone = tw_now_ns();
-			if (st) {
-				st->watched |= watched;
-				st->gone_realtime_ns = gone_rt;
-				st->wait_ns = t_gone - t_start;
-			}
-			rc = tw__coord_take_log(c, cfg->log_id, cfg->epoch, owner, false, &epoch);
-			if (rc == -TW_EFENCED) {
-				tw_log_info("primary: log %llu: another standby took it first (%s): "
-					    "watching its owner node", (unsigned long long)
-					    cfg->log_id, tw__coord_errmsg(c));
-				if (st)
-					st->lost_races++;
-				continue;
-			}
-			if (rc < 0) {
-				errf(errmsg_out, errmsg_len, "log %llu: %s",
-				     (unsigned long long)cfg->log_id, tw__coord_errmsg(c));
-				goto out;
-			}
-			break;
-		}
+		rc = standby_claim(c, cfg, sc, owner, t_start, &t_gone, st, &epoch, errmsg_out,
+				   errmsg_len);
+		if (rc < 0)
+			goto out;
 		if (st)
 			st->claim_ns = tw_now_ns() - t_gone;
-		if (warm.started) { /* the reader stops before the recovery calls on_entry */
-			t0 = tw_now_ns();
-			from_lsn = tw__warm_stop(&warm);
-			if (warm.refused) {
-				rc = -ECANCELED;
-				errf(errmsg_out, errmsg_len, "log %llu: the entry callback stopped "
-				     "the warm standby's reader", (unsigned long long)cfg->log_id);
+		if (warm.started) {
+			rc = warm_finish(&warm, cfg, st, &from_lsn, errmsg_out, errmsg_len);
+			if (rc < 0)
 				goto out;
-			}
-			if (st) {
-				st->warm_entries = warm.entries;
-				st->warm_lsn = from_lsn;
-				st->warm_stop_ns = tw_now_ns() - t0;
-			}
 		}
 	}
 	if (cfg->n_backups) {
