@@ -209,6 +209,12 @@ static int start_serving(struct tw_backup *b)
 int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out,
 		   char *errmsg_out, size_t errmsg_len)
 {
+	return tw__backup_open_on(config, NULL, out, errmsg_out, errmsg_len);
+}
+
+int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__storage *storage,
+		       struct tw_backup **out, char *errmsg_out, size_t errmsg_len)
+{
 	struct tw_backup_config c, *cfg = &c;
 	struct tw_backup *b;
 	char why[256];
@@ -238,6 +244,7 @@ int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out
 		return -ENOMEM;
 	}
 	b->cfg = *cfg;
+	b->fio.storage = storage;
 	b->dirfd = -1;
 	b->ml.fd = -1;
 	pthread_mutex_init(&b->fl_lock, NULL);

@@ -39,7 +39,8 @@ static void run_job(struct tw_backup *b, struct job *j)
 		j->result = tw__segfile_write(b->dirfd, &j->hdr, j->buf->mem, &b->fio);
 		break;
 	case JOB_REMOVE:
-		j->result = tw__segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id);
+		j->result = tw__segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
+						&b->fio);
 		if (j->result == -ENOENT)
 			j->result = 0;
 		break;
@@ -257,7 +258,7 @@ static void job_done(struct tw_backup *b, struct job *j)
 			} else if (s->on_disk) {
 				/* No memory for a job: remove it here (blocking, rare), as drop_seg
 				 * does, so that the freed segment does not come back on a restart. */
-				int rc = tw__segfile_remove(b->dirfd, s->log_id, s->segment_id);
+				int rc = tw__segfile_remove(b->dirfd, s->log_id, s->segment_id, &b->fio);
 
 				if (rc != 0 && rc != -ENOENT)
 					tw_log_warn("backup: removing freed segment %016" PRIx64

@@ -337,7 +337,7 @@ static int finish_replay(struct tw_backup *b, struct replay *rp, unsigned *lost_
 		if (deleted || (lg && s->segment_id < lg->free_below)) {
 			/* A free or delete interrupted before its files were removed. */
 			if (s->on_disk)
-				tw__segfile_remove(b->dirfd, s->log_id, s->segment_id);
+				tw__segfile_remove(b->dirfd, s->log_id, s->segment_id, &b->fio);
 			tw__bk_seg_delete(b, s);
 			continue;
 		}
@@ -448,7 +448,7 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 	char why[256];
 	int rc;
 
-	rc = tw__metalog_open(&b->ml, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
+	rc = tw__metalog_open(&b->ml, b->fio.storage, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
 	if (rc != 0) {
 		tw__bk_seterr(b, "storage directory %s: %s", b->cfg.dir, why);
 		goto out;

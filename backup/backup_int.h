@@ -118,6 +118,9 @@ struct logst {
 	uint64_t log_id;
 	uint64_t epoch;      /* highest epoch seen (fence or open); kept after a delete */
 	uint64_t owner;      /* incarnation owning the log at `epoch` (0: none / 1.0 peer) */
+	/* A fence raised `epoch` in memory but its journal record failed: the next fence at the
+	 * same epoch writes it again before it answers success (a restart must not forget it). */
+	bool epoch_unsaved;
 	uint64_t free_below; /* segments below were freed (log cleaning); 0 after a delete */
 	/* The last accepted fence's connection: while it is open and active (a recovery or a
 	 * takeover at work), fences from other incarnations are refused (BK_HOLD_NS). */
@@ -257,6 +260,12 @@ void tw__bk_seg_delete(struct tw_backup *b, struct seg *s);
 size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 /* Records of the metadata journal (backup/metalog.h); tests lower it to force compactions. */
 extern uint32_t tw__bk_meta_cap;
+
+/* tw_backup_open, with its segment files and metadata journal written through `storage`
+ * (backup/storage.h; NULL: the system calls): the storage seam, for tests that inject faults. */
+struct tw__storage;
+int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__storage *storage,
+		       struct tw_backup **out, char *errmsg_out, size_t errmsg_len);
 struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create);
 /* Logs marked unavailable. */
 size_t tw__bk_logs_unavailable(const struct tw_backup *b);

@@ -505,12 +505,16 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 			 lg->epoch, lg->owner, new_epoch, incarnation);
 		return -TW_EFENCED;
 	}
-	if (new_epoch > lg->epoch) {
+	if (new_epoch > lg->epoch || lg->epoch_unsaved) {
 		/* Durable before the reply, so a restart still refuses the old epoch. One O_DSYNC
-		 * record in the journal, not behind the flusher's data (backup/metalog.h). */
+		 * record in the journal, not behind the flusher's data (backup/metalog.h). A
+		 * record that failed is written again by the next fence at that epoch: the
+		 * epoch holds in memory meanwhile (the old owner stays fenced), but a success is
+		 * answered only once it is durable. */
 		rc = tw__bk_meta_append(b, &rec);
 		lg->epoch = new_epoch;
 		lg->owner = incarnation;
+		lg->epoch_unsaved = rc != 0;
 		*epoch_out = new_epoch;
 		*owner_out = incarnation;
 		if (rc != 0) {
@@ -632,7 +636,7 @@ static void drop_seg(struct tw_backup *b, struct seg *s)
 		} else {
 			/* No memory for a job: remove it here (a blocking unlink on the progress
 			 * thread, rare). A restart would remove it anyway: the free is recorded. */
-			int rc = tw__segfile_remove(b->dirfd, s->log_id, s->segment_id);
+			int rc = tw__segfile_remove(b->dirfd, s->log_id, s->segment_id, &b->fio);
 
 			if (rc != 0 && rc != -ENOENT)
 				tw_log_warn("backup: removing freed segment " SEGF ": %s", s->log_id,

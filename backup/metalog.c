@@ -15,6 +15,7 @@
 
 #include "core/util.h"
 #include "backup/metalog.h"
+#include "backup/storage.h"
 
 #define MAGIC "TWMETA1"
 #define VERSION 1u
@@ -62,9 +63,10 @@ static bool rec_decode(const uint8_t in[METALOG_REC_SIZE], uint64_t want_seq,
 	return true;
 }
 
-static int create_file(int dirfd, const char *name, uint32_t cap, const struct metalog_rec *recs,
-		       size_t n)
+static int create_file(const struct tw__storage *st, int dirfd, const char *name, uint32_t cap,
+		       const struct metalog_rec *recs, size_t n)
 {
+	struct iovec iov;
 	size_t size = METALOG_HDR_SIZE + (size_t)cap * METALOG_REC_SIZE;
 	uint8_t *buf = calloc(1, size);
 	uint64_t gen = 0;
@@ -77,37 +79,39 @@ static int create_file(int dirfd, const char *name, uint32_t cap, const struct m
 	hdr_encode(buf, cap, gen);
 	for (size_t i = 0; i < n; i++)
 		rec_encode(buf + METALOG_HDR_SIZE + i * METALOG_REC_SIZE, &recs[i], i + 1);
-	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = st->openat(st, dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		free(buf);
-		return -errno;
+		return fd;
 	}
 	/* Real zeros, not a sparse file or fallocate's unwritten extents: later overwrites then
 	 * change no block mapping, so an O_DSYNC write commits no file-system metadata. */
-	rc = tw__pwrite_all(fd, buf, size, 0);
-	if (rc == 0 && fsync(fd) != 0)
-		rc = -errno;
-	close(fd);
+	iov = (struct iovec){ buf, size };
+	rc = tw__storage_pwritev_all(st, fd, &iov, 1, 0);
+	if (rc == 0)
+		rc = st->fsync(st, fd);
+	st->close(st, fd);
 	free(buf);
 	return rc;
 }
 
 static int open_fd(struct metalog *m)
 {
-	m->fd = openat(m->dirfd, METALOG_NAME, O_RDWR | O_DSYNC | O_CLOEXEC);
-	return m->fd < 0 ? -errno : 0;
+	m->fd = m->st->openat(m->st, m->dirfd, METALOG_NAME, O_RDWR | O_DSYNC | O_CLOEXEC, 0);
+	return m->fd < 0 ? m->fd : 0;
 }
 
-int tw__metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn fn, void *arg,
-		 char *why, size_t why_len)
+int tw__metalog_open(struct metalog *m, const struct tw__storage *st, int dirfd, uint32_t cap,
+		     metalog_replay_fn fn, void *arg, char *why, size_t why_len)
 {
 	uint8_t hdr[METALOG_HDR_SIZE];
 	uint8_t *recs = NULL;
-	struct stat st;
+	struct stat sb;
 	ssize_t n;
 	int rc;
 
 	memset(m, 0, sizeof(*m));
+	m->st = st = tw__storage_or_posix(st);
 	m->dirfd = dirfd;
 	m->fd = -1;
 	if (cap < 64)
@@ -118,11 +122,11 @@ int tw__metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_
 			snprintf(why, why_len, "cannot access %s: %s", METALOG_NAME, strerror(errno));
 			return rc;
 		}
-		rc = create_file(dirfd, TMP_NAME, cap, NULL, 0);
-		if (rc == 0 && renameat(dirfd, TMP_NAME, dirfd, METALOG_NAME) != 0)
-			rc = -errno;
-		if (rc == 0 && fsync(dirfd) != 0)
-			rc = -errno;
+		rc = create_file(st, dirfd, TMP_NAME, cap, NULL, 0);
+		if (rc == 0)
+			rc = st->renameat(st, dirfd, TMP_NAME, dirfd, METALOG_NAME);
+		if (rc == 0)
+			rc = st->fsync(st, dirfd);
 		if (rc != 0) {
 			unlinkat(dirfd, TMP_NAME, 0);
 			snprintf(why, why_len, "cannot create %s: %s", METALOG_NAME, strerror(-rc));
@@ -152,8 +156,8 @@ int tw__metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_
 	}
 	m->cap = tw_load_le32(hdr + 16);
 	if (tw_load_le32(hdr + 12) != METALOG_REC_SIZE || m->cap == 0 || m->cap > (1u << 26) ||
-	    fstat(m->fd, &st) != 0 ||
-	    (uint64_t)st.st_size < METALOG_HDR_SIZE + (uint64_t)m->cap * METALOG_REC_SIZE) {
+	    fstat(m->fd, &sb) != 0 ||
+	    (uint64_t)sb.st_size < METALOG_HDR_SIZE + (uint64_t)m->cap * METALOG_REC_SIZE) {
 		snprintf(why, why_len, "%s: header and file size disagree (truncated?)",
 			 METALOG_NAME);
 		rc = -TW_ECORRUPT;
@@ -197,6 +201,7 @@ fail:
 int tw__metalog_append(struct metalog *m, const struct metalog_rec *r)
 {
 	uint8_t buf[METALOG_REC_SIZE];
+	struct iovec iov;
 	int rc;
 
 	if (m->fd < 0)
@@ -204,8 +209,9 @@ int tw__metalog_append(struct metalog *m, const struct metalog_rec *r)
 	if (m->used >= m->cap)
 		return -ENOSPC;
 	rec_encode(buf, r, m->seq + 1);
-	rc = tw__pwrite_all(m->fd, buf, sizeof(buf),
-			  (off_t)(METALOG_HDR_SIZE + (size_t)m->used * METALOG_REC_SIZE));
+	iov = (struct iovec){ buf, sizeof(buf) };
+	rc = tw__storage_pwritev_all(m->st, m->fd, &iov, 1,
+				     (off_t)(METALOG_HDR_SIZE + (size_t)m->used * METALOG_REC_SIZE));
 	if (rc != 0)
 		return rc;
 	m->used++;
@@ -219,17 +225,17 @@ int tw__metalog_rewrite(struct metalog *m, const struct metalog_rec *recs, size_
 
 	while ((size_t)cap < 2 * n + 64)
 		cap *= 2;
-	rc = create_file(m->dirfd, TMP_NAME, cap, recs, n);
-	if (rc == 0 && renameat(m->dirfd, TMP_NAME, m->dirfd, METALOG_NAME) != 0)
-		rc = -errno;
-	if (rc == 0 && fsync(m->dirfd) != 0)
-		rc = -errno;
+	rc = create_file(m->st, m->dirfd, TMP_NAME, cap, recs, n);
+	if (rc == 0)
+		rc = m->st->renameat(m->st, m->dirfd, TMP_NAME, m->dirfd, METALOG_NAME);
+	if (rc == 0)
+		rc = m->st->fsync(m->st, m->dirfd);
 	if (rc != 0) {
 		unlinkat(m->dirfd, TMP_NAME, 0);
 		return rc;
 	}
 	if (m->fd >= 0)
-		close(m->fd);
+		m->st->close(m->st, m->fd);
 	rc = open_fd(m);
 	if (rc != 0)
 		return rc;

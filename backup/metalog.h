@@ -47,7 +47,9 @@ struct metalog_rec {
 	uint64_t log_id, a, b, c;
 };
 
+struct tw__storage;
 struct metalog {
+	const struct tw__storage *st; /* the system calls it writes through (storage.h) */
 	int dirfd;      /* borrowed */
 	int fd;         /* O_DSYNC */
 	uint32_t cap;   /* records the file holds */
@@ -60,11 +62,12 @@ typedef int (*metalog_replay_fn)(void *arg, const struct metalog_rec *r);
 
 /*
  * Open (or create, with `cap` zeroed records) the journal in `dirfd` and replay it through `fn`.
+ * It writes through `st` (backup/storage.h; NULL: the system calls).
  * Returns 0, or a negative code with a reason in why: -TW_ECORRUPT (bad header: the file is not
  * ours or its header was damaged), -TW_EVERSION (a newer format), -errno.
  */
-int tw__metalog_open(struct metalog *m, int dirfd, uint32_t cap, metalog_replay_fn fn, void *arg,
-		 char *why, size_t why_len);
+int tw__metalog_open(struct metalog *m, const struct tw__storage *st, int dirfd, uint32_t cap,
+		     metalog_replay_fn fn, void *arg, char *why, size_t why_len);
 
 /* Append one record durably (O_DSYNC). -ENOSPC when the file is full (rewrite it first). */
 int tw__metalog_append(struct metalog *m, const struct metalog_rec *r);

@@ -18,24 +18,8 @@
 
 #include <tailwind/log_format.h>
 
+#include "backup/storage.h"
 #include "core/util.h"
-
-/* Atomic so a test may switch it while the flusher runs (TSan-clean); set the argument first. */
-static _Atomic(segfile_hook_fn) hook_fn;
-static _Atomic(void *) hook_arg;
-
-void tw__segfile_set_hook(segfile_hook_fn fn, void *arg)
-{
-	atomic_store(&hook_arg, arg);
-	atomic_store(&hook_fn, fn);
-}
-
-static int step(const char *name)
-{
-	segfile_hook_fn fn = atomic_load(&hook_fn);
-
-	return fn ? fn(atomic_load(&hook_arg), name) : 0;
-}
 
 /*
  * The header's fields after magic, version and data offset, in file order from byte 12 with no
@@ -165,35 +149,6 @@ bool tw__segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segmen
 	return parse_hex16(name, log_id) && parse_hex16(name + 17, segment_id);
 }
 
-/* pwritev until every byte of iov[0..n) is written at offset 0 (iov is consumed). */
-static int pwritev_all(int fd, struct iovec *iov, int n)
-{
-	off_t off = 0;
-
-	while (n > 0) {
-		ssize_t w = pwritev(fd, iov, n, off);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		off += w;
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (uint8_t *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
-	}
-	return 0;
-}
-
 /* The file is shorter than its header says: corrupt. */
 static int read_all(int fd, void *buf, size_t len, off_t off)
 {
@@ -253,13 +208,15 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 	char name[SEGFILE_NAME_MAX], tmp[SEGFILE_NAME_MAX + 8];
 	struct wblocks wb;
 	struct segfile_io local = { 0 };
+	const struct tw__storage *st;
 	struct segfile_hdr hh = *h;
 	struct iovec iov[3];
 	bool direct;
-	int fd = -1, rc, n;
+	int fd = -1, rc = 0, n;
 
 	if (!io)
 		io = &local;
+	st = tw__storage_or_posix(io->storage);
 	direct = !io->buffered && ((uintptr_t)data % SEGFILE_BLOCK) == 0;
 	tw__segfile_name(h->log_id, h->segment_id, name, sizeof(name));
 	snprintf(tmp, sizeof(tmp), "%s" SEGFILE_TMP_SUFFIX, name);
@@ -268,34 +225,27 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 	memset(wb.hdr, 0, sizeof(wb.hdr));
 	tw__segfile_hdr_encode(&hh, wb.hdr);
 
-	rc = step("create");
-	if (rc == 0 && direct) {
+	if (direct) {
 		/* O_DIRECT: the data goes from the buffer to the device, no copy into the page
 		 * cache (and no page cache to drop). tmpfs before Linux 6.6 and some other
 		 * file systems refuse it at open with EINVAL. */
-		rc = step("direct");
-		if (rc == 0) {
-			fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
-				    0644);
-			if (fd < 0)
-				rc = -errno;
-		}
-		if (rc == -EINVAL) {
-			direct_refused(io, rc);
+		fd = st->openat(st, dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
+				0644);
+		if (fd == -EINVAL) {
+			direct_refused(io, fd);
 			direct = false;
-			rc = 0;
+		} else if (fd < 0) {
+			rc = fd;
 		}
 	}
 	if (rc == 0 && fd < 0) {
-		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = st->openat(st, dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0)
-			rc = -errno;
+			rc = fd;
 	}
-	if (rc == 0)
-		rc = step("write");
 	if (rc == 0) {
 		n = file_iov(&wb, data, h->valid_len, iov);
-		rc = pwritev_all(fd, iov, n);
+		rc = tw__storage_pwritev_all(st, fd, iov, n, 0);
 	}
 	if (rc == -EINVAL && direct && fd >= 0) {
 		/* Accepted at open, refused at the write (an alignment the file system does not
@@ -307,24 +257,22 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		rc = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0 ? -errno : 0;
 		if (rc == 0) {
 			n = file_iov(&wb, data, h->valid_len, iov);
-			rc = pwritev_all(fd, iov, n);
+			rc = tw__storage_pwritev_all(st, fd, iov, n, 0);
 		}
 	}
-	if (rc == 0)
-		rc = step("fsync");
 	/* fdatasync: the data, and the size and block allocation needed to read it back (a new
 	 * file: this is a journal commit on ext4 and xfs); not the timestamps. */
-	if (rc == 0 && fdatasync(fd) != 0)
-		rc = -errno;
 	if (rc == 0)
-		rc = step("close");
-	if (fd >= 0 && close(fd) != 0 && rc == 0)
-		rc = -errno;
+		rc = st->fdatasync(st, fd);
+	if (fd >= 0) {
+		int crc = st->close(st, fd);
+
+		if (rc == 0)
+			rc = crc;
+	}
 	fd = -1;
 	if (rc == 0)
-		rc = step("rename");
-	if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
-		rc = -errno;
+		rc = st->renameat(st, dirfd, tmp, dirfd, name);
 	if (rc != 0) {
 		unlinkat(dirfd, tmp, 0);
 		return rc;
@@ -333,9 +281,7 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		io->direct_files++;
 	else
 		io->buffered_files++;
-	rc = step("fsync-dir");
-	if (rc == 0 && fsync(dirfd) != 0)
-		rc = -errno;
+	rc = st->fsync(st, dirfd);
 	/* The final file is in place; a failed directory fsync means the rename may not survive
 	 * a crash, so report it (the caller keeps the buffer and retries). */
 	return rc;
@@ -510,20 +456,16 @@ int tw__segfile_inspect(int fd, struct segfile_report *r)
 	return 0;
 }
 
-int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id)
+int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id,
+		       const struct segfile_io *io)
 {
+	const struct tw__storage *st = tw__storage_or_posix(io ? io->storage : NULL);
 	char name[SEGFILE_NAME_MAX];
+	int rc;
 
-	int rc = step("remove");
-
-	if (rc)
-		return rc;
 	tw__segfile_name(log_id, segment_id, name, sizeof(name));
-	if (unlinkat(dirfd, name, 0) != 0)
-		return -errno;
-	if (fsync(dirfd) != 0)
-		return -errno;
-	return 0;
+	rc = st->unlinkat(st, dirfd, name, 0);
+	return rc ? rc : st->fsync(st, dirfd);
 }
 
 int tw__segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,

@@ -114,7 +114,9 @@ bool tw__segfile_parse_name(const char *name, uint64_t *log_id, uint64_t *segmen
  * `buffered` is set so later files go there directly, and `direct_err` keeps the refusal for the
  * caller to report once.
  */
+struct tw__storage;
 struct segfile_io {
+	const struct tw__storage *storage; /* the system calls (storage.h); NULL: tw__storage_posix */
 	bool buffered;            /* in/out: write through the page cache (refused, or forced) */
 	int direct_err;           /* out: the refusal (-EINVAL), 0 while none */
 	uint64_t direct_files;    /* out: files written with O_DIRECT */
@@ -180,8 +182,10 @@ int tw__segfile_inspect(int fd, struct segfile_report *r);
 int tw__segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,
 			struct segfile_io *io);
 
-/* Remove a segment file and fsync the directory. Returns 0 or -errno (-ENOENT included). */
-int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id);
+/* Remove a segment file and fsync the directory (through io->storage; io may be NULL). Returns
+ * 0 or -errno (-ENOENT included). */
+int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id,
+		       const struct segfile_io *io);
 
 /*
  * Fence epochs, one small file per fenced log: "<log_id hex16>.twepoch" (24 bytes: magic "EPCH",
@@ -195,14 +199,5 @@ int tw__segfile_write_epoch(int dirfd, uint64_t log_id, uint64_t epoch);
 /* 0, -TW_ECORRUPT or -errno. */
 int tw__segfile_read_epoch(int dirfd, const char *name, uint64_t *log_id, uint64_t *epoch);
 
-/*
- * Test hook: when set, called at every step of tw__segfile_write with the step's name ("create",
- * "direct" (only when O_DIRECT is tried), "write", "fsync", "close", "rename", "fsync-dir"); a
- * non-zero return makes the step fail with that value (a negative errno), to simulate a crash or
- * an I/O error there. -EINVAL at "direct" acts as a file system that refuses O_DIRECT. May be switched
- * while a flusher runs (atomic); the hook itself runs on the flusher thread.
- */
-typedef int (*segfile_hook_fn)(void *arg, const char *step);
-void tw__segfile_set_hook(segfile_hook_fn fn, void *arg);
 
 #endif /* TW_BACKUP_SEGFILE_H */

@@ -102,7 +102,7 @@ static void plant(void)
 	TAP_REQUIRE(dfd >= 0, "open %s", dir);
 	TAP_REQUIRE(tw__segfile_write_epoch(dfd, LOG_A, BAD_EPOCH) == 0, "epoch file of A");
 	TAP_REQUIRE(tw__segfile_write_epoch(dfd, LOG_E, BAD_EPOCH) == 0, "epoch file of E");
-	TAP_REQUIRE(tw__metalog_open(&ml, dfd, 64, NULL, NULL, why, sizeof(why)) == 0, "%s", why);
+	TAP_REQUIRE(tw__metalog_open(&ml, NULL, dfd, 64, NULL, NULL, why, sizeof(why)) == 0, "%s", why);
 	TAP_REQUIRE(tw__metalog_append(&ml, &rec) == 0, "journal record of C");
 	tw__metalog_close(&ml);
 	TAP_REQUIRE(tw__segfile_write(dfd, &h, zero, NULL) == 0, "segment file of D");

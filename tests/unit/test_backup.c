@@ -29,6 +29,7 @@
 #include "tap.h"
 #include "tlog.h"
 #include "tmpdir.h"
+#include "tstorage.h"
 #include "twd_client.h"
 
 #define BUF (64 * 1024)
@@ -47,6 +48,9 @@ static void *run_main(void *arg)
 }
 
 /* A backup with `buffers` initial buffers that may grow to `max`. */
+/* The storage the next backup started uses (NULL: the system calls). */
+static struct tstorage *storage;
+
 static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 {
 	struct tw_backup_config cfg;
@@ -60,7 +64,7 @@ static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 	cfg.buffer_size = BUF;
 	cfg.unflushed_limit = limit;
 	cfg.node_id = 77;
-	rc = tw_backup_open(&cfg, &bk, NULL, 0);
+	rc = tw__backup_open_on(&cfg, storage ? &storage->ops : NULL, &bk, NULL, 0);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
 }
@@ -503,13 +507,7 @@ static void test_battery_and_restart(void)
 
 /* The disk fails: closed buffers are kept (and count against the unflushed limit), opens get
  * refused, nothing is lost; when the disk recovers the buffers are flushed. */
-static atomic_int disk_fail = 1;
-
-static int failing_disk(void *arg, const char *step)
-{
-	(void)arg;
-	return atomic_load(&disk_fail) && strcmp(step, "fsync") == 0 ? -EIO : 0;
-}
+static struct tstorage failing_disk;
 
 static void test_flush_failure(void)
 {
@@ -518,7 +516,9 @@ static void test_flush_failure(void)
 	struct twc_info li[4];
 	int rc, n;
 
-	tw__segfile_set_hook(failing_disk, NULL);
+	tstorage_init(&failing_disk, false);
+	tstorage_fail(&failing_disk, "fsync", -EIO, -1);
+	storage = &failing_disk;
 	start(4, 2);
 	conn(&c);
 	TAP_REQUIRE(twc_open(&c, 50, 0, 1, 1, BUF) == 0, "open");
@@ -547,14 +547,14 @@ static void test_flush_failure(void)
 	tw_backup_stop(bk);
 	pthread_join(thr, NULL);
 	is_int(tw_backup_flush_all(bk), -EIO, "battery flush with the disk still failing: -EIO");
-	atomic_store(&disk_fail, 0);
+	tstorage_fail(&failing_disk, NULL, 0, 0);
 	is_int(tw_backup_flush_all(bk), 0, "disk back: battery flush succeeds");
 	tw_backup_get_stats(bk, &bs);
 	is_int((long long)(bs.buffers_open + bs.buffers_closed), 1,
 	       "closed buffer flushed; the open one stays open in memory");
 	tw_backup_close(bk);
 	bk = NULL;
-	tw__segfile_set_hook(NULL, NULL);
+	storage = NULL;
 	{
 		char path[512];
 		struct stat st;
@@ -566,7 +566,46 @@ static void test_flush_failure(void)
 	}
 }
 
-/* The storage directory refuses O_DIRECT (the segfile hook plays the file system): every
+/* The metadata journal's disk fails (the storage seam, backup/storage.h): an open and a fence,
+ * each durable before it is answered, are refused with the error and recorded nowhere; the
+ * backup keeps serving, and both succeed once the disk is back, and hold after a restart. */
+static struct tstorage journal_disk;
+
+static void test_journal_failure(void)
+{
+	uint64_t got = 0, owner = 0;
+	struct twc_info li[4];
+	struct twc c;
+	int rc;
+
+	tstorage_init(&journal_disk, false);
+	storage = &journal_disk;
+	start(4, 2);
+	conn(&c);
+	tstorage_fail(&journal_disk, "write", -EIO, -1);
+	rc = twc_open(&c, 0x71, 0, 1, 1, BUF);
+	ok(rc < 0 && atomic_load(&journal_disk.failed) == 1, "journal write fails: the open is "
+	   "refused (%s)", tw_strerror(rc));
+	rc = tw__rpc_fence(c.rpc, 0x72, 3, &got, &owner);
+	ok(rc < 0 && atomic_load(&journal_disk.failed) == 2, "journal write fails: the fence is "
+	   "refused (%s)", tw_strerror(rc));
+	tstorage_fail(&journal_disk, NULL, 0, 0);
+	is_int(twc_list(&c, 0x71, false, li, 4), 0, "the refused open left no segment");
+	is_int(twc_open(&c, 0x71, 0, 1, 1, BUF), 0, "disk back: the open succeeds");
+	is_int(tw__rpc_fence(c.rpc, 0x72, 3, &got, &owner), 0, "disk back: the fence succeeds");
+	twc_close(&c);
+	stop(false);
+	storage = NULL;
+	start(4, 2);
+	conn(&c);
+	is_int(tw__rpc_fence(c.rpc, 0x72, 2, &got, &owner), -TW_EFENCED,
+	       "after a restart the fence holds (an older one is refused)");
+	is_int(twc_list(&c, 0x71, false, li, 4), 1, "and the open is recorded (1 segment listed)");
+	twc_close(&c);
+	stop(false);
+}
+
+/* The storage directory refuses O_DIRECT (the storage seam plays the file system): every
  * segment is still flushed (buffered), and the backup says so in one info line, not one per
  * file. */
 static atomic_int direct_lines;
@@ -579,11 +618,7 @@ static void count_sink(void *arg, enum tw_diag_level level, const char *msg)
 	fprintf(stderr, "# [%d] %s\n", (int)level, msg);
 }
 
-static int refuse_direct(void *arg, const char *step)
-{
-	(void)arg;
-	return strcmp(step, "direct") == 0 ? -EINVAL : 0;
-}
+static struct tstorage refuse_direct;
 
 static void test_direct_refused(void)
 {
@@ -592,7 +627,9 @@ static void test_direct_refused(void)
 	int n = 0;
 
 	atomic_store(&direct_lines, 0);
-	tw__segfile_set_hook(refuse_direct, NULL);
+	tstorage_init(&refuse_direct, false);
+	tstorage_fail(&refuse_direct, "direct", -EINVAL, -1);
+	storage = &refuse_direct;
 	start(4, 0);
 	conn(&c);
 	for (uint64_t seg = 0; seg < 3; seg++) {
@@ -616,7 +653,7 @@ static void test_direct_refused(void)
 	   "O_DIRECT refused: the three closed segments are flushed anyway");
 	twc_close(&c);
 	stop(false);
-	tw__segfile_set_hook(NULL, NULL);
+	storage = NULL;
 	is_int(atomic_load(&direct_lines), 1, "one log line about O_DIRECT for three files");
 	{
 		char name[SEGFILE_NAME_MAX];
@@ -636,13 +673,7 @@ static void test_direct_refused(void)
 
 /* A deleted log whose file could not be removed must not come back after the metadata journal
  * was compacted and the backup restarted (the compacted journal keeps the delete). */
-static atomic_int fail_remove;
-
-static int remove_hook(void *arg, const char *step)
-{
-	(void)arg;
-	return atomic_load(&fail_remove) && strcmp(step, "remove") == 0 ? -EIO : 0;
-}
+static struct tstorage remove_disk;
 
 static void test_delete_survives_compaction(void)
 {
@@ -663,6 +694,8 @@ static void test_delete_survives_compaction(void)
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
 	tw__bk_meta_cap = 32; /* records: compaction after a few dozen fences */
 	snprintf(path, sizeof(path), "%s/000000000000005a-0000000000000000.twseg", dir);
+	tstorage_init(&remove_disk, false);
+	storage = &remove_disk;
 	start(4, 2);
 	conn(&c);
 	TAP_REQUIRE(twc_open(&c, 90, 0, 1, 1, BUF) == 0, "open log 90");
@@ -674,8 +707,7 @@ static void test_delete_survives_compaction(void)
 			break;
 	}
 	TAP_REQUIRE(stat(path, &st) == 0, "segment 0 of log 90 flushed to %s", path);
-	atomic_store(&fail_remove, 1);
-	tw__segfile_set_hook(remove_hook, NULL);
+	tstorage_fail(&remove_disk, "remove", -EIO, -1);
 	TAP_REQUIRE(tw__rpc_fence(c.rpc, 90, 2, &got, &owner) == 0, "fence log 90 at epoch 2");
 	is_int(tw__rpc_free_segments(c.rpc, 2, 90, 0, true, &freed), 0,
 	       "delete log 90 (its file removal fails)");
@@ -686,8 +718,7 @@ static void test_delete_survives_compaction(void)
 	   "deleted log is still there");
 	twc_close(&c);
 	stop(false);
-	tw__segfile_set_hook(NULL, NULL);
-	atomic_store(&fail_remove, 0);
+	storage = NULL;
 	start(4, 2);
 	conn(&c);
 	n = twc_list(&c, 90, true, li, 4);
@@ -717,7 +748,7 @@ static void test_bad_epoch_survives_compaction(void)
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
 	tw__bk_meta_cap = 32;
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
-	TAP_REQUIRE(dfd >= 0 && tw__metalog_open(&ml, dfd, 32, NULL, NULL, why, sizeof(why)) == 0 &&
+	TAP_REQUIRE(dfd >= 0 && tw__metalog_open(&ml, NULL, dfd, 32, NULL, NULL, why, sizeof(why)) == 0 &&
 		    tw__metalog_append(&ml, &rec) == 0, "a journal with epoch 2^64-1 for log 77");
 	tw__metalog_close(&ml);
 	close(dfd);
@@ -829,6 +860,7 @@ int main(void)
 	tw_diag_set_level(TW_DIAG_INFO);
 	tw_diag_set_sink(count_sink, NULL);
 	test_direct_refused();
+	test_journal_failure();
 	tw_diag_set_sink(NULL, NULL);
 	rm_tree(dir); /* the next test starts on an empty directory */
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);

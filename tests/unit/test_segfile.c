@@ -25,6 +25,7 @@
 #include "backup/segfile.h"
 #include "pagecache.h"
 #include "tap.h"
+#include "tstorage.h"
 #include "tmpdir.h"
 
 static char dir[512];
@@ -90,19 +91,8 @@ static void flip_byte(const char *name, off_t off)
 	close(fd);
 }
 
-/* Durability hook: record the steps, optionally fail one. */
-static char steps[256];
-static const char *fail_at;
-
-static int hook(void *arg, const char *step)
-{
-	(void)arg;
-	strncat(steps, step, sizeof(steps) - strlen(steps) - 2);
-	strcat(steps, ",");
-	if (fail_at && strcmp(fail_at, step) == 0)
-		return -EIO;
-	return 0;
-}
+/* The storage seam (backup/storage.h) of these tests: it records the steps and fails one. */
+static struct tstorage ts;
 
 
 static void test_header(void)
@@ -164,21 +154,19 @@ static void test_round_trip(void)
 {
 	size_t cap = 64 * 1024;
 	uint8_t *buf = aligned_alloc(SEGFILE_BLOCK, cap), *back = calloc(1, cap);
-	struct segfile_io io = { 0 };
+	struct segfile_io io = { .storage = &ts.ops };
 	struct stat st;
 	struct tw_scan_result sr;
 	struct segfile_hdr h, g;
 	char name[SEGFILE_NAME_MAX];
 
+	tstorage_init(&ts, true);
 	build(buf, cap, 50, &sr);
 	ok(sr.valid_len > 0 && sr.entries == 50, "built 50 entries (%zu bytes)", sr.valid_len);
 	hdr_for(&h, 1, 2, &sr, cap);
-	steps[0] = '\0';
-	tw__segfile_set_hook(hook, NULL);
 	is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "tw__segfile_write");
-	tw__segfile_set_hook(NULL, NULL);
-	ok(strcmp(steps, "create,direct,write,fsync,close,rename,fsync-dir,") == 0,
-	   "durability sequence: %s", steps);
+	ok(strcmp(ts.steps, "direct,write,fsync,close,rename,fsync-dir,") == 0,
+	   "durability sequence: %s", ts.steps);
 	ok(io.direct_files == 1 && io.buffered_files == 0 && !io.buffered && io.direct_err == 0,
 	   "written with O_DIRECT (%s must be on a file system that takes it)", dir);
 	tw__segfile_name(1, 2, name, sizeof(name));
@@ -221,7 +209,9 @@ static void test_round_trip(void)
 
 static void test_crash_steps(void)
 {
-	static const char *const at[] = { "create", "direct", "write", "fsync", "close", "rename" };
+	/* A failure at each step, of an O_DIRECT write and of a buffered one ("create": the
+	 * buffered open; "direct": the O_DIRECT one). */
+	static const char *const at[] = { "direct", "create", "write", "fsync", "close", "rename" };
 	size_t cap = 16 * 1024;
 	uint8_t *buf = aligned_alloc(SEGFILE_BLOCK, cap);
 	struct tw_scan_result sr;
@@ -235,21 +225,25 @@ static void test_crash_steps(void)
 	build(buf, cap, 20, &sr); /* a longer replacement */
 	hdr_for(&h, 5, 1, &sr, cap);
 	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
-		steps[0] = '\0';
-		fail_at = at[i];
-		tw__segfile_set_hook(hook, NULL);
-		ok(tw__segfile_write(dirfd_, &h, buf, NULL) == -EIO, "failure at %s reported", at[i]);
-		tw__segfile_set_hook(NULL, NULL);
+		struct segfile_io io = { .storage = &ts.ops, .buffered = i == 1 };
+
+		tstorage_init(&ts, false);
+		tstorage_fail(&ts, at[i], -EIO, 1);
+		ok(tw__segfile_write(dirfd_, &h, buf, &io) == -EIO && ts.failed == 1,
+		   "failure at %s reported", at[i]);
 		ok(!exists("0000000000000005-0000000000000001.twseg.tmp"),
 		   "failure at %s: tmp removed", at[i]);
 		ok(tw__segfile_verify(dirfd_, name, &g) == 0 && g.entries == 10,
 		   "failure at %s: previous complete file intact", at[i]);
 	}
-	fail_at = "fsync-dir";
-	tw__segfile_set_hook(hook, NULL);
-	ok(tw__segfile_write(dirfd_, &h, buf, NULL) == -EIO, "directory fsync failure reported");
-	tw__segfile_set_hook(NULL, NULL);
-	fail_at = NULL;
+	{
+		struct segfile_io io = { .storage = &ts.ops };
+
+		tstorage_init(&ts, false);
+		tstorage_fail(&ts, "fsync-dir", -EIO, 1);
+		ok(tw__segfile_write(dirfd_, &h, buf, &io) == -EIO,
+		   "directory fsync failure reported");
+	}
 	ok(tw__segfile_verify(dirfd_, name, &g) == 0 && g.entries == 20, "renamed file is complete");
 	free(buf);
 }
@@ -293,7 +287,7 @@ static void test_corruption(void)
 	is_int(tw__segfile_read_header(dirfd_, name, &g), -TW_ECORRUPT,
 	       "header check sees the size (the padding was cut)");
 	is_int(tw__segfile_verify(dirfd_, "nope.twseg", &g), -ENOENT, "missing file: -ENOENT");
-	is_int(tw__segfile_remove(dirfd_, 9, 9), 0, "remove");
+	is_int(tw__segfile_remove(dirfd_, 9, 9, NULL), 0, "remove");
 	ok(!exists(name), "removed");
 	free(buf);
 }
@@ -316,20 +310,9 @@ static void test_epoch_file(void)
 	       "bit flip in the epoch file detected");
 }
 
-/* The file system refuses O_DIRECT (the hook plays a tmpfs before Linux 6.6: EINVAL at open, or
+/* The file system refuses O_DIRECT (the seam plays a tmpfs before Linux 6.6: EINVAL at open, or
  * EINVAL at the first write): written through the page cache, the refusal kept for the caller's
  * one log line, and later files go buffered without trying again. */
-static int einval_at;
-
-static int refuse_hook(void *arg, const char *step)
-{
-	const char *at = arg;
-
-	strncat(steps, step, sizeof(steps) - strlen(steps) - 2);
-	strcat(steps, ",");
-	return strcmp(step, at) == 0 && einval_at-- > 0 ? -EINVAL : 0;
-}
-
 static void test_direct_refused(void)
 {
 	static const char *const where[] = { "direct", "write" };
@@ -341,13 +324,12 @@ static void test_direct_refused(void)
 
 	build(buf, cap, 25, &sr);
 	for (size_t i = 0; i < 2; i++) {
-		struct segfile_io io = { 0 };
+		struct segfile_io io = { .storage = &ts.ops };
 
 		hdr_for(&h, 0x77, i, &sr, cap);
 		tw__segfile_name(0x77, i, name, sizeof(name));
-		steps[0] = '\0';
-		einval_at = 1;
-		tw__segfile_set_hook(refuse_hook, (void *)where[i]);
+		tstorage_init(&ts, true);
+		tstorage_fail(&ts, where[i], -EINVAL, 1);
 		is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "EINVAL at %s: the file is written "
 		       "anyway", where[i]);
 		ok(io.buffered && io.direct_err == -EINVAL && io.buffered_files == 1 &&
@@ -357,12 +339,12 @@ static void test_direct_refused(void)
 		   "EINVAL at %s: the same format, verifies, same bytes", where[i]);
 		ok(tl_cached_pages(dirfd_, name, NULL) > 0, "EINVAL at %s: the buffered file went through the page "
 		   "cache", where[i]);
-		steps[0] = '\0';
+		ts.steps[0] = '\0';
 		hdr_for(&h, 0x77, 10 + i, &sr, cap);
 		is_int(tw__segfile_write(dirfd_, &h, buf, &io), 0, "next file");
-		tw__segfile_set_hook(NULL, NULL);
-		ok(strcmp(steps, "create,write,fsync,close,rename,fsync-dir,") == 0 &&
-		   io.buffered_files == 2, "after a refusal O_DIRECT is not tried again: %s", steps);
+		ok(strcmp(ts.steps, "create,write,fsync,close,rename,fsync-dir,") == 0 &&
+		   io.buffered_files == 2, "after a refusal O_DIRECT is not tried again: %s",
+		   ts.steps);
 	}
 	/* unaligned memory (not a pool buffer): buffered, and no refusal recorded */
 	{
