@@ -378,8 +378,6 @@ static bool tags_ok(const ProtobufCMessage *m, int depth)
 	return true;
 }
 
-_Atomic uint64_t tw__rpc_decodes;
-
 int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len)
@@ -393,7 +391,6 @@ int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_ar
 		return rc;
 	if (hdr_out)
 		*hdr_out = h;
-	atomic_fetch_add_explicit(&tw__rpc_decodes, 1, memory_order_relaxed);
 	env = tailwind__envelope__unpack(&a->pb, h.length,
 					 (const uint8_t *)buf + TW_RPC_HDR_SIZE);
 	if (!env)

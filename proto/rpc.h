@@ -178,9 +178,6 @@ int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_ar
 		  Tailwind__Envelope **env_out, struct tw_rpc_hdr *hdr_out, char *why,
 		  size_t why_len);
 
-/* Envelopes unpacked by tw__rpc_decode in this process (tests count decodes per call). */
-extern _Atomic uint64_t tw__rpc_decodes;
-
 /*
  * The Envelope's request_id (field 1) of a frame that passed tw__rpc_frame_check, read without
  * decoding the message (0 when absent); -TW_EPROTO when the fields do not parse. Lets a client
@@ -384,6 +381,7 @@ struct tw_rpc_client_stats {
 	uint64_t late_replies; /* replies whose request had timed out, or unknown ids: dropped */
 	uint64_t malformed;    /* replies that failed decoding or validation */
 	uint64_t msgs_tx, msgs_rx, bytes_tx, bytes_rx; /* frames, headers included */
+	uint64_t decodes;      /* replies unpacked (tw__rpc_decode): one per reply */
 };
 void tw__rpc_client_get_stats(const struct tw_rpc_client *cl, struct tw_rpc_client_stats *out);
 
@@ -573,6 +571,7 @@ struct tw_rpc_server_stats {
 	uint64_t closed;      /* channels closed for protocol violations */
 	uint64_t send_errors; /* replies tw__chan_send refused */
 	uint64_t refused;     /* requests the admit hook refused */
+	uint64_t decodes;     /* requests unpacked (tw__rpc_decode): one per request */
 };
 void tw__rpc_server_get_stats(const struct tw_rpc_server *srv, struct tw_rpc_server_stats *out);
 

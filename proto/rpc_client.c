@@ -351,6 +351,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		if (s->id == id && s->arena)
 			a = s->arena;
 	}
+	cl->st.decodes++;
 	rc = tw__rpc_decode(msg, len, cl->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
 	if (rc) {
 		cl->st.malformed++;

@@ -398,6 +398,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 		srv->st.malformed++;
 		return close_chan(srv, ch, rc, why);
 	}
+	srv->st.decodes++;
 	rc = tw__rpc_decode(msg, len, srv->cfg.max_msg_size, a, &env, &hdr, why, sizeof(why));
 	if (rc) {
 		srv->st.malformed++;
