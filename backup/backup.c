@@ -23,6 +23,7 @@
 #include "core/util.h"
 #include "proto/auth.h"
 #include "backup/backup_int.h"
+#include "backup/metalog.h"
 
 static const struct tw_backup_config backup_defaults = {
 	.buffers = TW_BACKUP_DEFAULT_BUFFERS,
@@ -212,7 +213,7 @@ int tw_backup_open(const struct tw_backup_config *config, struct tw_backup **out
 	return tw__backup_open_on(config, NULL, out, errmsg_out, errmsg_len);
 }
 
-int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__storage *storage,
+int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__backup_opts *opts,
 		       struct tw_backup **out, char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_backup_config c, *cfg = &c;
@@ -244,7 +245,8 @@ int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__s
 		return -ENOMEM;
 	}
 	b->cfg = *cfg;
-	b->fio.storage = storage;
+	b->fio.storage = opts ? opts->storage : NULL;
+	b->meta_cap = opts && opts->meta_cap ? opts->meta_cap : METALOG_DEFAULT_CAP;
 	b->dirfd = -1;
 	b->ml.fd = -1;
 	pthread_mutex_init(&b->fl_lock, NULL);

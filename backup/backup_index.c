@@ -281,14 +281,12 @@ static int meta_compact(struct tw_backup *b)
 			v[n++] = (struct metalog_rec){ METALOG_OPEN, s->log_id, s->segment_id,
 						       s->epoch, 0 };
 	}
-	rc = tw__metalog_rewrite(&b->ml, v, n, tw__bk_meta_cap);
+	rc = tw__metalog_rewrite(&b->ml, v, n, b->meta_cap);
 	free(v);
 	if (rc == 0)
 		tw_log_info("backup: metadata journal rewritten with %zu records", n);
 	return rc;
 }
-
-uint32_t tw__bk_meta_cap = METALOG_DEFAULT_CAP;
 
 int tw__bk_meta_append(struct tw_backup *b, const struct metalog_rec *r)
 {
@@ -448,7 +446,8 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 	char why[256];
 	int rc;
 
-	rc = tw__metalog_open(&b->ml, b->fio.storage, b->dirfd, tw__bk_meta_cap, replay_rec, &rp, why, sizeof(why));
+	rc = tw__metalog_open(&b->ml, b->fio.storage, b->dirfd, b->meta_cap, replay_rec, &rp, why,
+			      sizeof(why));
 	if (rc != 0) {
 		tw__bk_seterr(b, "storage directory %s: %s", b->cfg.dir, why);
 		goto out;

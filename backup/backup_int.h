@@ -240,6 +240,7 @@ struct tw_backup {
 	/* How segment files are written (flusher thread only, like the jobs it runs). */
 	struct segfile_io fio;
 	bool fio_reported; /* the O_DIRECT refusal was logged (once per backup) */
+	uint32_t meta_cap; /* the journal's capacity in records (tw__backup_opts) */
 
 	/* Counters (stats lock; written by the progress thread, read by any thread). */
 	pthread_mutex_t st_lock;
@@ -259,12 +260,20 @@ void tw__bk_seg_delete(struct tw_backup *b, struct seg *s);
 /* Index of the first segment >= (log_id, segment_id). */
 size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t segment_id);
 /* Records of the metadata journal (backup/metalog.h); tests lower it to force compactions. */
-extern uint32_t tw__bk_meta_cap;
-
-/* tw_backup_open, with its segment files and metadata journal written through `storage`
- * (backup/storage.h; NULL: the system calls): the storage seam, for tests that inject faults. */
+/*
+ * What a backup takes besides its public configuration, for tests: its segment files and
+ * metadata journal written through `storage` (backup/storage.h; NULL: the system calls), the
+ * journal's capacity in records when it creates or compacts one (0: METALOG_DEFAULT_CAP). The
+ * seams tests inject faults and force compactions through, with no global.
+ */
 struct tw__storage;
-int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__storage *storage,
+struct tw__backup_opts {
+	const struct tw__storage *storage;
+	uint32_t meta_cap;
+};
+
+/* tw_backup_open with `opts` (NULL: the defaults, as tw_backup_open). */
+int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__backup_opts *opts,
 		       struct tw_backup **out, char *errmsg_out, size_t errmsg_len);
 struct logst *tw__bk_log(struct tw_backup *b, uint64_t log_id, bool create);
 /* Logs marked unavailable. */

@@ -48,8 +48,10 @@ static void *run_main(void *arg)
 }
 
 /* A backup with `buffers` initial buffers that may grow to `max`. */
-/* The storage the next backup started uses (NULL: the system calls). */
+/* The storage the next backup started uses (NULL: the system calls), and its journal's
+ * capacity (0: the default). */
 static struct tstorage *storage;
+static uint32_t meta_cap;
 
 static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 {
@@ -64,7 +66,8 @@ static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 	cfg.buffer_size = BUF;
 	cfg.unflushed_limit = limit;
 	cfg.node_id = 77;
-	rc = tw__backup_open_on(&cfg, storage ? &storage->ops : NULL, &bk, NULL, 0);
+	rc = tw__backup_open_on(&cfg, &(struct tw__backup_opts){ storage ? &storage->ops : NULL,
+							       meta_cap }, &bk, NULL, 0);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
 }
@@ -677,7 +680,6 @@ static struct tstorage remove_disk;
 
 static void test_delete_survives_compaction(void)
 {
-	uint32_t old_cap = tw__bk_meta_cap;
 	uint64_t got = 0, owner = 0, freed = 0;
 	struct twc_info li[4];
 	struct twc c;
@@ -692,7 +694,7 @@ static void test_delete_survives_compaction(void)
 	TAP_REQUIRE(strlen(saved) + 10 < sizeof(dir), "dir name");
 	snprintf(dir, sizeof(dir), "%s/compact", saved);
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
-	tw__bk_meta_cap = 32; /* records: compaction after a few dozen fences */
+	meta_cap = 32; /* records: compaction after a few dozen fences */
 	snprintf(path, sizeof(path), "%s/000000000000005a-0000000000000000.twseg", dir);
 	tstorage_init(&remove_disk, false);
 	storage = &remove_disk;
@@ -726,7 +728,7 @@ static void test_delete_survives_compaction(void)
 	ok(stat(path, &st) != 0 && errno == ENOENT, "and its file was removed at the restart");
 	twc_close(&c);
 	stop(false);
-	tw__bk_meta_cap = old_cap;
+	meta_cap = 0;
 	memcpy(dir, saved, sizeof(dir));
 }
 
@@ -734,7 +736,6 @@ static void test_delete_survives_compaction(void)
  * compaction of the journal keeps it so (it must not be dropped: a fence never goes back). */
 static void test_bad_epoch_survives_compaction(void)
 {
-	uint32_t old_cap = tw__bk_meta_cap;
 	struct metalog_rec rec = { METALOG_OWNER, 77, UINT64_MAX, 0, 0 };
 	uint64_t got = 0, owner = 0;
 	char saved[sizeof(dir)], why[256];
@@ -746,7 +747,7 @@ static void test_bad_epoch_survives_compaction(void)
 	TAP_REQUIRE(strlen(saved) + sizeof("/badepoch") <= sizeof(dir), "dir name");
 	memcpy(dir + strlen(saved), "/badepoch", sizeof("/badepoch"));
 	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
-	tw__bk_meta_cap = 32;
+	meta_cap = 32;
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	TAP_REQUIRE(dfd >= 0 && tw__metalog_open(&ml, NULL, dfd, 32, NULL, NULL, why, sizeof(why)) == 0 &&
 		    tw__metalog_append(&ml, &rec) == 0, "a journal with epoch 2^64-1 for log 77");
@@ -772,7 +773,7 @@ static void test_bad_epoch_survives_compaction(void)
 	ok(rc == 0 && got == 5, "and log 78 kept its epoch 5 (%s)", tw_strerror(rc));
 	twc_close(&c);
 	stop(false);
-	tw__bk_meta_cap = old_cap;
+	meta_cap = 0;
 	memcpy(dir, saved, sizeof(dir));
 }
 
