@@ -264,8 +264,9 @@ int tw__pool_move(struct pool *p, struct pool_buf *b, int writer_pid)
 
 void tw__pool_sweep_guards(struct pool *p, bool now)
 {
+	struct pollfd pfd[64];
+	unsigned n = 0, at = 0;
 	uint64_t t;
-	unsigned n = 0;
 
 	if (p->nguards == 0)
 		return;
@@ -273,19 +274,37 @@ void tw__pool_sweep_guards(struct pool *p, bool now)
 	if (!now && t < p->guard_check_ns)
 		return;
 	p->guard_check_ns = t + 1000000000u;
-	for (unsigned i = 0; i < p->nguards;) {
-		struct pool_guard *g = &p->guards[i];
-		struct pollfd pfd = { .fd = g->pidfd, .events = POLLIN };
+	/* One poll(2) per 64 guards; a pidfd is readable once its process has exited (a guard
+	 * without one, -1, is ignored by poll and kept). */
+	while (at < p->nguards) {
+		unsigned k = p->nguards - at < 64 ? p->nguards - at : 64, kept = 0;
 
-		if (g->pidfd < 0 || poll(&pfd, 1, 0) <= 0) {
-			i++;
+		for (unsigned i = 0; i < k; i++) {
+			pfd[i].fd = p->guards[at + i].pidfd;
+			pfd[i].events = POLLIN;
+			pfd[i].revents = 0;
+		}
+		if (poll(pfd, k, 0) <= 0) {
+			at += k;
 			continue;
 		}
-		close(g->pidfd);
-		tw__fab_guard_free(g->addr, p->size);
-		p->guards[i] = p->guards[--p->nguards];
-		p->guards_freed++;
-		n++;
+		for (unsigned i = 0; i < k; i++) {
+			struct pool_guard g = p->guards[at + i];
+
+			if (!(pfd[i].revents & (POLLIN | POLLHUP))) {
+				p->guards[at + kept++] = g;
+				continue;
+			}
+			close(g.pidfd);
+			tw__fab_guard_free(g.addr, p->size);
+			p->guards_freed++;
+			n++;
+		}
+		/* Close the gap left by the released ones: the guards after this batch move up. */
+		memmove(&p->guards[at + kept], &p->guards[at + k],
+			(p->nguards - at - k) * sizeof(p->guards[0]));
+		p->nguards -= k - kept;
+		at += kept;
 	}
 	if (n)
 		tw_log_debug("backup: %u guards released (their writers exited); %u left", n,
