@@ -53,6 +53,17 @@ struct pool_buf {
 	 * zeroed for an unseeded open). An open must use a seed other than `seed` unless zeroed. */
 	uint32_t seed;
 	bool zeroed;
+	/* Moved away from the address its writers knew since its last open (tw__pool_move). */
+	bool moved;
+};
+
+/* The old address of a buffer moved at a fence (tw__pool_move): mapped PROT_NONE so that the
+ * fenced writer's late process_vm_writev there fails, and so that nothing else is ever placed
+ * there while that writer lives. pidfd: the writer's process (readable once it has exited), or
+ * -1 when unknown (the guard then stays until the pool is closed). */
+struct pool_guard {
+	void *addr;
+	int pidfd;
 };
 
 struct pool {
@@ -64,6 +75,14 @@ struct pool {
 	unsigned grown;         /* buffers added by tw__pool_get since start */
 	size_t size;
 	unsigned count[POOL_ZEROING + 1]; /* buffers per state */
+	/* Fencing writers that check no key (shm's CMA fast path: tw__fab_keyless_writes): a
+	 * fence moves the log's open buffers (tw__pool_move) and guards their old addresses. */
+	bool move_on_fence;
+	struct pool_guard *guards;
+	unsigned nguards, guards_cap;
+	uint64_t guard_check_ns; /* next look at the guards' writers (tw__pool_sweep_guards) */
+	uint64_t moved;          /* buffers moved since start */
+	uint64_t guards_freed;   /* guards released after their writer exited */
 };
 
 /* Allocate `initial` zeroed buffers of `size` bytes and register them (remote write + read);
@@ -80,6 +99,14 @@ void tw__pool_set_state(struct pool *p, struct pool_buf *b, enum pool_state st);
 int tw__pool_ensure_mr(struct pool *p, struct pool_buf *b);
 /* Revoke remote access: close the registration (peers' writes with the old key then fail). */
 void tw__pool_revoke_mr(struct pool *p, struct pool_buf *b);
+/* Take a buffer away from the address its writers know (its registration must be revoked
+ * already): pages moved to a new address (contents kept, b->mem updated), the old address
+ * guarded until the writer's process (pid, 0: unknown) has exited. Logged; the registration is
+ * made again at the new address when the buffer is next handed out (tw__pool_ensure_mr).
+ * 0 or a negative code (the buffer stays where it was, logged as an error). */
+int tw__pool_move(struct pool *p, struct pool_buf *b, int writer_pid);
+/* Release the guards whose writer has exited; at most once a second unless `now`. */
+void tw__pool_sweep_guards(struct pool *p, bool now);
 /* Buffers holding unflushed data: open + closed (the admission limit counts these). */
 unsigned tw__pool_unflushed(const struct pool *p);
 
@@ -100,6 +127,8 @@ struct seg {
 	bool freed;         /* dropped by FreeSegments while its flush still runs */
 	struct pool_buf *buf; /* bytes in memory (open, closed, loaded) */
 	uint64_t owner;     /* connection id that opened it (fencing closes it) */
+	int writer_pid;     /* the process that opened it, on shm (tw__chan_peer_pid); 0: unknown
+			     * (or opened from two processes): a fence's guard then stays */
 	unsigned readers;   /* live read grants */
 	unsigned flush_tries;
 	bool listed_open;   /* OPEN in listings although on disk (flushed while open) */
@@ -365,6 +394,10 @@ int tw__bk_op_read(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_
 	       size_t msglen);
 int tw__bk_op_release(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t segment_id,
 		  char *msg, size_t msglen);
+/* A fence (or a recovery's close) of an open segment whose writer may check no key: its buffer
+ * (registration revoked) is moved away from the address the writer knows, once per open
+ * (tw__pool_move; nothing where tw__fab_keyless_writes is false). */
+void tw__bk_fence_buf(struct tw_backup *b, struct seg *s);
 /* Refresh an open segment's valid_len/checksum/entries by scanning its buffer. */
 void tw__bk_scan_open(struct tw_backup *b, struct seg *s);
 /* Drop the read grants of a connection that went away. */

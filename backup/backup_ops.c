@@ -110,6 +110,7 @@ static void buf_prepare(struct tw_backup *b, struct pool_buf *pb, uint32_t seed)
 	}
 	pb->seed = seed;
 	pb->zeroed = false; /* the use about to start writes into it */
+	pb->moved = false;
 }
 
 static int refuse(struct tw_backup *b)
@@ -204,6 +205,12 @@ static int open_refused(struct tw_backup *b, const struct bk_seg_req *r,
 	return 0;
 }
 
+/* The writer's process (shm), for the guard a fence leaves (tw__pool_move); 0: unknown. */
+static int writer_pid(const struct conn *c)
+{
+	return c && c->ch ? tw__chan_peer_pid(c->ch) : 0;
+}
+
 /* The owner's open segment asked for again: a retried open whose reply was lost, or a
  * reconnect. Hand out the same bytes. */
 static int reopen_own(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
@@ -221,6 +228,8 @@ static int reopen_own(struct tw_backup *b, struct conn *c, const struct bk_seg_r
 		return rc;
 	}
 	s->owner = c ? c->id : 0;
+	if (s->writer_pid != writer_pid(c))
+		s->writer_pid = 0; /* two processes wrote it: its guard (if fenced) is kept */
 	s->version = r->version;
 	if (r->epoch > s->epoch)
 		s->epoch = r->epoch;
@@ -326,6 +335,7 @@ static int open_fresh(struct tw_backup *b, struct conn *c, const struct bk_seg_r
 	s->listed_open = false;
 	s->flush_tries = 0;
 	s->owner = c ? c->id : 0;
+	s->writer_pid = writer_pid(c);
 	/* Reused as it is (docs/log-format.md §7, "Reuse without zeroing"). */
 	buf_prepare(b, pb, o->seed);
 	s->buf = pb;
@@ -538,11 +548,14 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 	return 0;
 }
 
-/* Revoke the keys of a log's open buffers and drop its old primaries' connections. */
+/* Revoke the keys of a log's open buffers and drop its old primaries' connections. Where a
+ * writer checks no key (shm's CMA fast path), also take each buffer away from the address its
+ * writers know (tw__bk_fence_buf). */
 static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
 {
 	unsigned revoked = 0;
 
+	tw__pool_sweep_guards(&b->pool, true);
 	for (size_t i = tw__bk_seg_lower_bound(b, log_id, 0); i < b->nsegs; i++) {
 		struct seg *s = b->segs[i];
 		struct conn *owner;
@@ -564,10 +577,28 @@ static unsigned revoke_log(struct tw_backup *b, struct conn *c, uint64_t log_id)
 			b->reap = true;
 		}
 		tw__pool_revoke_mr(&b->pool, s->buf);
+		tw__bk_fence_buf(b, s);
 		revoked++;
 		s->owner = 0;
 	}
 	return revoked;
+}
+
+void tw__bk_fence_buf(struct tw_backup *b, struct seg *s)
+{
+	struct pool_buf *pb = s->buf;
+
+	if (!b->pool.move_on_fence || !pb || pb->moved)
+		return;
+	if (pb->in_flush) {
+		/* Only tw_backup_flush_all flushes an open buffer, and it waits for its jobs
+		 * before any request is served: not reached. Never move pages a flush reads. */
+		tw_log_warn("backup: segment " SEGF ": its buffer is being flushed; not moved at "
+			    "this fence", s->log_id, s->segment_id);
+		return;
+	}
+	tw__pool_revoke_mr(&b->pool, pb);
+	tw__pool_move(&b->pool, pb, s->writer_pid);
 }
 
 int tw__bk_op_set_version(struct tw_backup *b, uint64_t log_id, uint64_t segment_id, uint64_t epoch,

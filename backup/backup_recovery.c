@@ -131,6 +131,9 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 	/* No more writes from anyone. The copy now carries the recovery's epoch, so the next
 	 * automatic fence (1 + the highest epoch listed) goes past this one. */
 	tw__pool_revoke_mr(&b->pool, s->buf);
+	/* Its writer may still be alive and check no key (shm's fast path): if no fence here
+	 * moved the buffer yet, do it now, before the close lets the pool hand it out again. */
+	tw__bk_fence_buf(b, s);
 	if (epoch > s->epoch)
 		s->epoch = epoch;
 	/* Between the pieces of a repair the copy's verified length cannot change (registration

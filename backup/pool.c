@@ -14,9 +14,13 @@
  * Progress thread only (the flusher touches a buffer's bytes, never this bookkeeping).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/util.h"
 #include "log/check.h"
@@ -93,6 +97,7 @@ int tw__pool_init(struct pool *p, struct tw_fab *fab, unsigned initial, unsigned
 	tw__fab_set_write_check(fab, tw__log_check_write);
 	p->size = size;
 	p->max = max < initial ? initial : max;
+	p->move_on_fence = tw__fab_keyless_writes(fab);
 	for (unsigned i = 0; i < initial; i++) {
 		int rc = pool_add(p, why, sizeof(why));
 
@@ -123,6 +128,12 @@ void tw__pool_fini(struct pool *p)
 		free(p->bufs[i]);
 	}
 	free(p->bufs);
+	for (unsigned i = 0; i < p->nguards; i++) {
+		tw__fab_guard_free(p->guards[i].addr, p->size);
+		if (p->guards[i].pidfd >= 0)
+			close(p->guards[i].pidfd);
+	}
+	free(p->guards);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -139,6 +150,7 @@ int tw__pool_get(struct pool *p, struct pool_buf **out, char *why, size_t whylen
 {
 	int rc;
 
+	tw__pool_sweep_guards(p, false);
 	*out = pool_take(p);
 	if (*out)
 		return 0;
@@ -178,6 +190,125 @@ void tw__pool_revoke_mr(struct pool *p, struct pool_buf *b)
 		tw__mr_close(b->mr);
 		b->mr = NULL;
 	}
+}
+
+/* The writer's process, to know when its guard may go: a pidfd (readable once it exited; no
+ * reuse problem after the open), or -1 (unknown: kept). -2: the process is gone already. */
+static int writer_pidfd(int pid)
+{
+#ifdef SYS_pidfd_open
+	int fd;
+
+	if (pid <= 0)
+		return -1;
+	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (fd < 0)
+		return errno == ESRCH ? -2 : -1;
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return fd;
+#else
+	(void)pid;
+	return -1;
+#endif
+}
+
+int tw__pool_move(struct pool *p, struct pool_buf *b, int writer_pid)
+{
+	void *mem = b->mem, *old = b->mem;
+	const char *why = NULL;
+	int rc, pidfd;
+
+	if (b->mr) /* the caller revokes first; a registration must never outlive its pages */
+		tw__pool_revoke_mr(p, b);
+	if (p->nguards == p->guards_cap) {
+		unsigned cap = p->guards_cap ? p->guards_cap * 2 : 8;
+		struct pool_guard *v = realloc(p->guards, cap * sizeof(*v));
+
+		if (!v) {
+			tw_log_error("backup: buffer %u: out of memory to record a fence's guard; the "
+				     "buffer stays at the address its fenced writer knows", b->idx);
+			return -ENOMEM;
+		}
+		p->guards = v;
+		p->guards_cap = cap;
+	}
+	rc = tw__fab_move_away(&mem, p->size, &why);
+	b->mem = mem;
+	if (rc < 0) {
+		tw_log_error("backup: buffer %u: cannot move it away from its fenced writer (%s: %s); "
+			     "that writer's late writes can still land in it (docs/fabric.md, "
+			     "\"Passive shm backups\")", b->idx, why, tw_strerror(rc));
+		return rc;
+	}
+	b->moved = true;
+	p->moved++;
+	if (rc == 1) {
+		tw_log_warn("backup: buffer %u moved from %p to %p, but its old address is not "
+			    "guarded (%s)", b->idx, old, mem, why);
+		return 0;
+	}
+	pidfd = writer_pidfd(writer_pid);
+	if (pidfd == -2) { /* its writer is gone: nobody aims at the old address */
+		tw__fab_guard_free(old, p->size);
+		p->guards_freed++;
+	} else {
+		p->guards[p->nguards].addr = old;
+		p->guards[p->nguards].pidfd = pidfd;
+		p->nguards++;
+	}
+	tw_log_info("backup: buffer %u moved from %p to %p (writer pid %d%s); %u guards", b->idx,
+		    old, mem, writer_pid, pidfd == -2 ? ", gone" : pidfd < 0 ? ", guard kept" : "",
+		    p->nguards);
+	return 0;
+}
+
+void tw__pool_sweep_guards(struct pool *p, bool now)
+{
+	struct pollfd pfd[64];
+	unsigned n = 0, at = 0;
+	uint64_t t;
+
+	if (p->nguards == 0)
+		return;
+	t = tw_now_ns();
+	if (!now && t < p->guard_check_ns)
+		return;
+	p->guard_check_ns = t + 1000000000u;
+	/* One poll(2) per 64 guards; a pidfd is readable once its process has exited (a guard
+	 * without one, -1, is ignored by poll and kept). */
+	while (at < p->nguards) {
+		unsigned k = p->nguards - at < 64 ? p->nguards - at : 64, kept = 0;
+
+		for (unsigned i = 0; i < k; i++) {
+			pfd[i].fd = p->guards[at + i].pidfd;
+			pfd[i].events = POLLIN;
+			pfd[i].revents = 0;
+		}
+		if (poll(pfd, k, 0) <= 0) {
+			at += k;
+			continue;
+		}
+		for (unsigned i = 0; i < k; i++) {
+			struct pool_guard g = p->guards[at + i];
+
+			if (!(pfd[i].revents & (POLLIN | POLLHUP))) {
+				p->guards[at + kept++] = g;
+				continue;
+			}
+			close(g.pidfd);
+			tw__fab_guard_free(g.addr, p->size);
+			p->guards_freed++;
+			n++;
+		}
+		/* Close the gap left by the released ones: the guards after this batch move up. */
+		memmove(&p->guards[at + kept], &p->guards[at + k],
+			(p->nguards - at - k) * sizeof(p->guards[0]));
+		p->nguards -= k - kept;
+		at += kept;
+	}
+	if (n)
+		tw_log_debug("backup: %u guards released (their writers exited); %u left", n,
+			     p->nguards);
 }
 
 unsigned tw__pool_unflushed(const struct pool *p)

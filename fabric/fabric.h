@@ -201,6 +201,24 @@ struct tw_fab *tw__chan_fab(const struct tw_chan *ch);
  * touched here). NULL on failure. Free with tw__fab_free(p, len). */
 void *tw__fab_alloc(size_t len);
 void tw__fab_free(void *p, size_t len);
+/*
+ * Fencing a writer that checks no key (fabric/guard.c; docs/fabric.md "Passive shm backups").
+ * tw__fab_keyless_writes: whether a peer's one-sided write may reach this fab's registered
+ * memory without any key check at the target (shm: its CMA fast path places the bytes with the
+ * writer's own process_vm_writev), so that closing a registration does not stop that writer.
+ * tw__chan_peer_pid: the peer's process on shm (the fabric's peer watch), else 0 (unknown).
+ * tw__fab_move_away: take the pages of [*mem, *mem + len) (a tw__fab_alloc mapping, not
+ * registered any more) to a new address, contents kept, and leave a PROT_NONE guard at the old
+ * one: a later process_vm_writev to the old address fails with EFAULT, and nothing else is
+ * mapped there while the guard stays. *mem is the new address afterwards. Returns 0 (moved,
+ * guarded), 1 (moved, but the guard could not be placed: *why_out says why), or a negative
+ * errno with *why_out naming the step that failed (the pages stay where they were).
+ * tw__fab_guard_free: unmap a guard (len: the buffer's length) once no writer can aim at it.
+ */
+bool tw__fab_keyless_writes(const struct tw_fab *fab);
+int tw__chan_peer_pid(const struct tw_chan *ch);
+int tw__fab_move_away(void **mem, size_t len, const char **why_out);
+void tw__fab_guard_free(void *guard, size_t len);
 /* Huge page size the large mappings use (x86-64 and arm64 with 4 KiB base pages: 2 MiB). */
 #define TW_FAB_HUGE_PAGE ((size_t)2 << 20)
 /* A large region for a registration that lives long (the primary's log arena): explicit huge

@@ -9,6 +9,10 @@
  * usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...
  * With COUNT objects appended and acknowledged it prints "done" and closes the log.
  * Exit 1 on any error (message on stderr).
+ * Environment (shm_zombie): CRASH_EPOCH (the log's epoch), CRASH_OP_TIMEOUT_MS (the context's
+ * op_timeout_ms), CRASH_BURST=N with CRASH_PAUSE_US=U: after every N appends, wait for their
+ * acknowledgements (tw_primary_flush), then pause U microseconds (a writer in bursts, for a
+ * stop to land in the middle of one or between two).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -53,7 +57,8 @@ int main(int argc, char **argv)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	uint8_t obj[RT_OBJ];
-	uint64_t count;
+	uint64_t count, burst = 0;
+	unsigned pause_us = 0;
 	int rc;
 
 	signal(SIGUSR2, on_usr2);
@@ -73,8 +78,25 @@ int main(int argc, char **argv)
 	cfg.mode = TW_PRIMARY_ASYNC;
 	if (getenv("CRASH_EPOCH"))
 		cfg.epoch = strtoull(getenv("CRASH_EPOCH"), NULL, 0);
+	if (getenv("CRASH_OP_TIMEOUT_MS"))
+		tc.op_timeout_ms = (unsigned)strtoul(getenv("CRASH_OP_TIMEOUT_MS"), NULL, 0);
+	if (getenv("CRASH_BURST"))
+		burst = strtoull(getenv("CRASH_BURST"), NULL, 0);
+	if (getenv("CRASH_PAUSE_US"))
+		pause_us = (unsigned)strtoul(getenv("CRASH_PAUSE_US"), NULL, 0);
 	p = say_opened(&tc, &cfg, "crash_primary");
 	for (uint64_t seq = 0; seq < count && !failed; seq++) {
+		if (burst && seq && seq % burst == 0) {
+			rc = tw_primary_flush(p);
+			if (rc) {
+				fprintf(stderr, "crash_primary: flush before %" PRIu64 ": %s (%s)\n",
+					seq, tw_strerror(rc), tw_primary_errmsg(p));
+				failed = 1;
+				break;
+			}
+			if (pause_us)
+				usleep(pause_us); /* pacing the writer, not waiting for anything */
+		}
 		rt_fill(obj, seq);
 		rc = tw_primary_append_async(p, obj, RT_OBJ, on_ack, (void *)(uintptr_t)seq, NULL);
 		if (rc) {
