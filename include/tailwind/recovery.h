@@ -9,9 +9,9 @@
  *              the backup stores the epoch, closes the memory registrations of the log's open
  *              buffers (the old primary's writes now fail on tcp, sockets and verbs) and closes
  *              the old primary's connection. It refuses RPCs of the log carrying an older epoch.
- *              LIMIT: shm's fast path (process_vm_writev) checks no keys, so on shm a zombie
- *              primary that still runs can keep writing into an open buffer; there fencing is
- *              only as good as the old primary being dead (or its channel being closed).
+ *              shm's fast path (process_vm_writev) checks no keys: there the backup also moves
+ *              the log's open buffers to new addresses and guards the old ones (PROT_NONE), so
+ *              a zombie primary's late writes fail with EFAULT (docs/fabric.md).
  *   2. list    ask every backup for its copies of the log's segments. Open buffers are scanned
  *              by the backup (Algorithm 1 + payload CRCs) for the reply: valid length, checksum.
  *   3. choose  one copy per segment: highest replica version; a closed (verified) copy over an
