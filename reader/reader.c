@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include <tailwind/log_format.h>
-#include <tailwind/primary.h>
 #include <tailwind/reader.h>
 
 #include "coord/coord.h"

@@ -150,6 +150,30 @@ TW_API const char *tw_version(void);
  *     fills only that much.
  */
 
+/*
+ * Log positions, which the primary, readers and recovery share. Position of an entry: segment id
+ * and byte offset of the entry's header in that segment. A 64-bit log sequence number (LSN)
+ * packs it as segment << 32 | offset; LSNs grow with the log.
+ */
+struct tw_pos {
+	uint32_t segment;
+	uint32_t offset;
+};
+
+static inline uint64_t tw_pos_to_lsn(struct tw_pos pos)
+{
+	return (uint64_t)pos.segment << 32 | pos.offset;
+}
+
+static inline struct tw_pos tw_lsn_to_pos(uint64_t lsn)
+{
+	struct tw_pos pos = { (uint32_t)(lsn >> 32), (uint32_t)lsn };
+	return pos;
+}
+
+/* An LSN that names no entry (tw_primary_append_batch: an entry it did not append). */
+#define TW_LSN_NONE UINT64_MAX
+
 #ifdef __cplusplus
 }
 #endif

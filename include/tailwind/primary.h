@@ -90,26 +90,6 @@ extern "C" {
 #define TW_PRIMARY_MAX_REPLICAS 16u
 #define TW_PRIMARY_MAX_INFLIGHT 1024u
 
-/*
- * Position of an entry: segment id and byte offset of the entry's header in that segment.
- * A 64-bit log sequence number (lsn) packs it as segment << 32 | offset; lsns grow with the log.
- */
-struct tw_pos {
-	uint32_t segment;
-	uint32_t offset;
-};
-
-static inline uint64_t tw_pos_to_lsn(struct tw_pos pos)
-{
-	return (uint64_t)pos.segment << 32 | pos.offset;
-}
-
-static inline struct tw_pos tw_lsn_to_pos(uint64_t lsn)
-{
-	struct tw_pos pos = { (uint32_t)(lsn >> 32), (uint32_t)lsn };
-	return pos;
-}
-
 enum tw_primary_mode {
 	TW_PRIMARY_SYNC = 0,  /* caller-driven, no internal thread */
 	TW_PRIMARY_ASYNC = 1, /* internal progress thread, callbacks on it */
@@ -272,9 +252,6 @@ TW_API int tw_primary_append(struct tw_primary *p, const void *data, uint32_t le
  */
 TW_API int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
 				   tw_append_cb cb, void *arg, uint64_t *lsn_out);
-
-/* An LSN that names no entry (tw_primary_append_batch: an entry it did not append). */
-#define TW_LSN_NONE UINT64_MAX
 
 /*
  * Append n >= 1 entries in one call, in order, with one callback for all of them.
