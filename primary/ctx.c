@@ -461,8 +461,10 @@ int tw_ctx_close(struct tw_ctx *ctx)
 	return 0;
 }
 
-static void ctx_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
+static void ctx_stats(const struct tw_ctx *cctx, struct tw_ctx_stats *out)
 {
+	struct tw_ctx *ctx = (struct tw_ctx *)(uintptr_t)cctx; /* its lock, not its state */
+
 	memset(out, 0, sizeof(*out));
 	if (!ctx)
 		return;
@@ -476,7 +478,7 @@ static void ctx_stats(struct tw_ctx *ctx, struct tw_ctx_stats *out)
 	tw__arena_get_stats(ctx->arena, &out->arena);
 }
 
-void tw_ctx_get_stats_sized(struct tw_ctx *ctx, struct tw_ctx_stats *out, size_t size)
+void tw_ctx_get_stats_sized(const struct tw_ctx *ctx, struct tw_ctx_stats *out, size_t size)
 {
 	struct tw_ctx_stats full;
 

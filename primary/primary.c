@@ -512,7 +512,7 @@ int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 	return n;
 }
 
-uint64_t tw_primary_acked_lsn(struct tw_primary *p)
+uint64_t tw_primary_acked_lsn(const struct tw_primary *p)
 {
 	return p ? __atomic_load_n(&p->acked_lsn, __ATOMIC_ACQUIRE) : 0;
 }
@@ -531,7 +531,7 @@ const char *tw_primary_replica_addr(const struct tw_primary *p, unsigned i)
 	return p->bk[p->cur->rep[i]].addr;
 }
 
-static void primary_stats(struct tw_primary *p, struct tw_primary_stats *out)
+static void primary_stats(const struct tw_primary *p, struct tw_primary_stats *out)
 {
 	const uint64_t *src = (const uint64_t *)&p->st;
 	uint64_t *dst = (uint64_t *)out;
@@ -541,7 +541,8 @@ static void primary_stats(struct tw_primary *p, struct tw_primary_stats *out)
 	tw__arena_get_stats(p->ctx->arena, &out->arena);
 }
 
-void tw_primary_get_stats_sized(struct tw_primary *p, struct tw_primary_stats *out, size_t size)
+void tw_primary_get_stats_sized(const struct tw_primary *p, struct tw_primary_stats *out,
+				size_t size)
 {
 	struct tw_primary_stats full;
 

@@ -980,7 +980,7 @@ static int clean(const struct tw_recover_config *cfg, bool delete_log, uint64_t 
 	return rc;
 }
 
-int tw_admin_trim(const struct tw_recover_config *cfg, uint64_t below_segment, uint64_t *freed_out,
+int tw_admin_trim(const struct tw_recover_config *cfg, uint32_t below_segment, uint64_t *freed_out,
 		char *errmsg_out, size_t errmsg_len)
 {
 	return clean(cfg, false, below_segment, freed_out, errmsg_out, errmsg_len);

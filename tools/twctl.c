@@ -1075,7 +1075,8 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 
 	optind = 0; /* 0: glibc re-initialises getopt (main used "+" ordering) */
 	while ((opt = getopt_long(argc, argv, delete_log ? "e:" : "B:", lo, NULL)) != -1) {
-		if (opt == 'B' && !delete_log && parse_u64(optarg, &below) == 0) {
+		if (opt == 'B' && !delete_log && parse_u64(optarg, &below) == 0 &&
+		    below <= UINT32_MAX) { /* a segment id: 32 bits of the LSN */
 			have_below = true;
 			continue;
 		}
@@ -1085,7 +1086,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		if (opt == 'B' || opt == 'e')
 			fprintf(stderr, "twctl %s: --%s %s: expected an integer in %d..%" PRId64 "\n",
 				name, opt == 'B' ? "below" : "epoch", optarg, opt == 'e',
-				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)TW_ID_MAX);
+				opt == 'e' ? (int64_t)TW_EPOCH_MAX : (int64_t)UINT32_MAX);
 		else
 			command_usage(stderr, find_command(name));
 		return EXIT_USAGE;
@@ -1113,7 +1114,7 @@ static int cmd_clean(int argc, char **argv, bool delete_log)
 		return EXIT_FAIL;
 	}
 	rc = delete_log ? tw_admin_delete(&cfg, &freed, err, sizeof(err))
-			: tw_admin_trim(&cfg, below, &freed, err, sizeof(err));
+			: tw_admin_trim(&cfg, (uint32_t)below, &freed, err, sizeof(err));
 	if (g.json) {
 		printf("{\"log_id\":%" PRIu64 ",\"ok\":%s,\"segments_dropped\":%" PRIu64,
 		       log_id, rc ? "false" : "true", freed);

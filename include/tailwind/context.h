@@ -164,7 +164,8 @@ struct tw_ctx_stats {
 };
 
 /* Copy the counters. Thread-safe. */
-TW_API void tw_ctx_get_stats_sized(struct tw_ctx *ctx, struct tw_ctx_stats *out, size_t size);
+TW_API void tw_ctx_get_stats_sized(const struct tw_ctx *ctx, struct tw_ctx_stats *out,
+				   size_t size);
 #define tw_ctx_get_stats(ctx, out) tw_ctx_get_stats_sized((ctx), (out), sizeof(*(out)))
 
 #ifdef __cplusplus

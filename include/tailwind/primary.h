@@ -320,7 +320,7 @@ TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const vo
 TW_API int tw_primary_unload(struct tw_primary *p, uint32_t below_segment);
 
 /* lsn just past the last acknowledged entry (0 before the first). Thread-safe. */
-TW_API uint64_t tw_primary_acked_lsn(struct tw_primary *p);
+TW_API uint64_t tw_primary_acked_lsn(const struct tw_primary *p);
 
 /* Detail of the last failure (never NULL; borrowed until the next call on `p`). */
 TW_API const char *tw_primary_errmsg(const struct tw_primary *p);
@@ -358,7 +358,7 @@ struct tw_primary_stats {
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */
-TW_API void tw_primary_get_stats_sized(struct tw_primary *p, struct tw_primary_stats *out,
+TW_API void tw_primary_get_stats_sized(const struct tw_primary *p, struct tw_primary_stats *out,
 				       size_t size);
 #define tw_primary_get_stats(p, out) tw_primary_get_stats_sized((p), (out), sizeof(*(out)))
 

@@ -198,7 +198,7 @@ TW_API int tw_admin_fence(const struct tw_recover_config *cfg, uint64_t *epoch_o
  * Returns 0 when every reachable backup accepted, else the first refusal (-EINVAL: an open
  * segment below the mark; -TW_EFENCED), -TW_ENOBACKUP (none reachable), -EINVAL (cfg).
  */
-TW_API int tw_admin_trim(const struct tw_recover_config *cfg, uint64_t below_segment,
+TW_API int tw_admin_trim(const struct tw_recover_config *cfg, uint32_t below_segment,
 		       uint64_t *freed_out, char *errmsg_out, size_t errmsg_len);
 
 /*
