@@ -748,6 +748,12 @@ void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out)
 	*out = fab->stats;
 }
 
+void tw__fab_write_counts(const struct tw_fab *fab, uint64_t *writes, uint64_t *fast_writes)
+{
+	*writes = fab ? __atomic_load_n(&fab->stats.writes, __ATOMIC_RELAXED) : 0;
+	*fast_writes = fab ? __atomic_load_n(&fab->stats.fast_writes, __ATOMIC_RELAXED) : 0;
+}
+
 int tw__mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
 {
 	if (!ch->fab->ops->inject)

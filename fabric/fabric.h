@@ -356,6 +356,8 @@ struct tw_fab_stats {
 					* clock") */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
+/* stats.writes and stats.fast_writes, from any thread (the stats are the progress thread's). */
+void tw__fab_write_counts(const struct tw_fab *fab, uint64_t *writes, uint64_t *fast_writes);
 
 /*
  * In-memory backend fault injection ("mem" provider only; -ENOTSUP elsewhere).

@@ -450,7 +450,8 @@ static void handle_ev(struct mem_fab *mf, struct mem_ev *ev)
 				fab->stats.reads++;
 				fab->stats.read_bytes += ev->len;
 			} else {
-				fab->stats.writes++;
+				__atomic_store_n(&fab->stats.writes, fab->stats.writes + 1,
+						 __ATOMIC_RELAXED); /* tw__fab_write_counts */
 				fab->stats.write_bytes += ev->len;
 			}
 		}

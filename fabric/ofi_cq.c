@@ -207,9 +207,11 @@ static void handle_comp(struct ofi_fab *of, const struct fi_cq_data_entry *e)
 		return;
 	}
 	if (ctx->kind == CTX_WRITE) {
-		st->writes++;
+		/* writes and fast_writes: read by other threads (tw__fab_write_counts); one
+		 * writer, so a relaxed store of the sum, no locked instruction. */
+		__atomic_store_n(&st->writes, st->writes + 1, __ATOMIC_RELAXED);
 		st->write_bytes += ctx->len;
-		st->fast_writes += ctx->fast;
+		__atomic_store_n(&st->fast_writes, st->fast_writes + ctx->fast, __ATOMIC_RELAXED);
 	} else {
 		st->reads++;
 		st->read_bytes += ctx->len;

@@ -231,7 +231,8 @@ static void complete(struct tw_chan *ch, const struct wmsg_hdr *h)
 		if (op->fab_tag != h->tag)
 			continue;
 		if (h->status == 0) {
-			fab->stats.writes++;
+			__atomic_store_n(&fab->stats.writes, fab->stats.writes + 1,
+					 __ATOMIC_RELAXED); /* tw__fab_write_counts */
 			fab->stats.write_bytes += h->write_len;
 		}
 		tw__op_finish(op, h->status > 0 ? -TW_EPROTO : h->status);

@@ -539,6 +539,7 @@ static void primary_stats(const struct tw_primary *p, struct tw_primary_stats *o
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 	tw__arena_get_stats(p->ctx->arena, &out->arena);
+	tw__fab_write_counts(p->ctx->fab, &out->fab_writes, &out->fab_fast_writes);
 }
 
 void tw_primary_get_stats_sized(const struct tw_primary *p, struct tw_primary_stats *out,

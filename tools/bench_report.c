@@ -83,12 +83,14 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       ",\"set_acked\":%" PRIu64 ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
 	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64
 	       ",\"wakeups\":%" PRIu64 ",\"inflight_peak\":%" PRIu64
+	       ",\"fabric_writes\":%" PRIu64 ",\"fast_path_writes\":%" PRIu64
 	       ",\"arena\":{\"mapped\":%" PRIu64 ",\"peak_used\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"huge_extents\":%" PRIu64 ",\"segments\":%" PRIu64 ",\"reused\":%" PRIu64 "}}",
 	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
 	       x->st.segments, x->st.rpc_handshake, x->st.rpc_open, x->st.rpc_close, x->st.rpc_set_acked,
 	       x->st.rpcs, per_obj, per_req,
-	       x->st.open_refused, x->st.wakeups, x->st.inflight_peak, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
+	       x->st.open_refused, x->st.wakeups, x->st.inflight_peak, x->st.fab_writes,
+	       x->st.fab_fast_writes, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
 	       x->st.arena.huge_extents, x->st.arena.segments, x->st.arena.reused);
 }
 
@@ -247,6 +249,9 @@ void print_single(const struct opts *o, const struct result *x)
 	printf("  %-40s %14.2f\n", "entries per write",
 	       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
 	printf("  %-40s %14" PRIu64 "\n", "segments", x->st.segments);
+	/* Every replica's write, and those shm's fast path placed (docs/fabric.md). */
+	snprintf(k, sizeof(k), "%" PRIu64 " / %" PRIu64, x->st.fab_fast_writes, x->st.fab_writes);
+	printf("  %-40s %14s\n", "fast-path writes / fabric writes", k);
 	if (x->st.arena.extents) {
 		snprintf(k, sizeof(k), "%.1f / %.1f", (double)x->st.arena.peak / 1048576.0,
 			 (double)x->st.arena.mapped / 1048576.0);

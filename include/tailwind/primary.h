@@ -355,6 +355,12 @@ struct tw_primary_stats {
 	/* SetAcked sent (the acknowledged position for readers, docs/readers.md): about one per
 	 * replica per second per busy log nobody reads, one per round trip with readers. */
 	uint64_t rpc_set_acked;
+	/* One-sided writes its context's fabric completed (all its logs', on a shared context;
+	 * each replica counts), and of those the ones whose completion already meant "placed":
+	 * shm's fast path, where the writer copies the bytes itself (docs/fabric.md "Passive shm
+	 * backups"). 0 on other providers. */
+	uint64_t fab_writes;
+	uint64_t fab_fast_writes;
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

@@ -24,6 +24,7 @@ int main(int argc, char **argv)
 	char bench[1024], count[32], line[8192];
 	double ops = 0, mbs = 0, p50 = 0, p99 = 0, p999 = 0, per_obj = 0, segs = 0;
 	double n = 0, r = 0, opens = 0, closes = 0, acked = 0, secs = 0, pcpu = 0, pmobj = 0;
+	double fw = 0, ffw = 0;
 
 	child_tool("tools/twbench", bench, sizeof(bench));
 	snprintf(count, sizeof(count), "%d", san ? 200000 : 1000000);
@@ -35,7 +36,7 @@ int main(int argc, char **argv)
 
 		snprintf(what, sizeof(what), "twbench --provider %s --count %s --json printed its "
 			 "report", prov, count);
-		tap_plan(10);
+		tap_plan(11);
 		if (!child_report(args, 240000, line, sizeof(line), what,
 				  "twbench exited 0 (it stopped its twd's)")) {
 			tap_skip(8, "no report");
@@ -59,7 +60,16 @@ int main(int argc, char **argv)
 		bool h_pcpu = cli_json_num(line, "primary_cpu_s", &pcpu) &&
 			      cli_json_num(line, "primary_cpu_s_per_mobj", &pmobj);
 
+		bool h_fw = cli_json_num(line, "fabric_writes", &fw) &&
+			    cli_json_num(line, "fast_path_writes", &ffw);
+		const char *env = getenv("TW_FAB_SHM_FAST");
+		/* shm's fast path, where the writer places the bytes itself, is taken for every
+		 * write when it is on (docs/fabric.md "Passive shm backups"), never elsewhere. */
+		bool want_fast = strcmp(prov, "shm") == 0 && env && strcmp(env, "on") == 0;
+
 		ok(h_ops && ops > 0, "objects/s: %.0f", ops);
+		ok(h_fw && fw > 0 && ffw == (want_fast ? fw : 0), "fast-path writes %.0f of %.0f "
+		   "fabric writes (%s)", ffw, fw, want_fast ? "all: shm, fast path on" : "none");
 		ok(h_mbs && mbs > 0, "MB/s: %.2f", mbs);
 		ok(h_pcpu && pcpu > 0 && pmobj > 0 && pmobj < 1e3, "primary CPU %.3f s, %.3f s per "
 		   "1M objects", pcpu, pmobj);
