@@ -271,6 +271,15 @@ static void check(struct shm_wedge *w, uint64_t now)
 		return;
 	}
 	pid = paused_mapper(w);
+	if (pid < 0) {
+		if (pid != w->told_pid)
+			tw_log_warn("fabric shm: our region lock (%s) has been held for %llu ms, but "
+				    "/proc cannot be read to tell whether its holder may come back: "
+				    "leaving it", w->path,
+				    (unsigned long long)((now - w->seen_ns) / 1000000u));
+		w->told_pid = pid;
+		return;
+	}
 	if (pid) {
 		if (pid != w->told_pid)
 			tw_log_warn("fabric shm: our region lock (%s) has been held for %llu ms; "
