@@ -189,8 +189,8 @@ static bool maps_region(const char *pid, const struct shm_wedge *w)
 
 		while (n && (line[n - 1] == '\n' || line[n - 1] == ' '))
 			line[--n] = '\0';
-		found = sp && sp[2] == 'w' && n >= plen && !strcmp(line + n - plen, w->path) &&
-			line[n - plen - 1] == ' ';
+		found = sp && sp[1] && sp[2] == 'w' && n > plen &&
+			!strcmp(line + n - plen, w->path) && line[n - plen - 1] == ' ';
 	}
 	fclose(f);
 	return found;
