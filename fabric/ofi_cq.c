@@ -312,7 +312,9 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 
 		if (!space)
 			break;
+		tw__wedge_enter(of); /* shm: progress may wait for our region lock (ofi_wedge.c) */
 		n = fi_cq_read(cq, e, TW_MIN(space, TW_ARRAY_SIZE(e)));
+		tw__wedge_leave(of);
 		of->base.stats.cq_polls++;
 		if (n == -FI_EAGAIN)
 			break;
@@ -486,7 +488,11 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 	 * shm: remote writes carried out in our polls count as activity, as completions do
 	 * (tw__ofi_poll); fi_cntr_read progresses the endpoint once more. */
 	if (of->rw_cntr) {
-		uint64_t v = fi_cntr_read(of->rw_cntr);
+		uint64_t v;
+
+		tw__wedge_enter(of);
+		v = fi_cntr_read(of->rw_cntr);
+		tw__wedge_leave(of);
 
 		if (v != of->rw_seen) {
 			of->rw_seen = v;

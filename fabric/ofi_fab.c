@@ -140,6 +140,7 @@ static void release(struct ofi_fab *of)
 	tw__cm_reap_all(of); /* before the domain, the send ring and the contexts they hold */
 	of->closing = true;
 	tw__rdm_shm_fast_fini(of);
+	tw__wedge_unwatch(of); /* before the endpoint: the watchdog reads its region */
 	if (of->ep)
 		fi_close(&of->ep->fid);
 	if (of->rw_cntr)

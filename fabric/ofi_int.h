@@ -159,6 +159,14 @@ struct ofi_fab {
 	size_t shm_region_len;
 	bool shm_fast_force;    /* test hook TW_FAB_SHM_FAST=force: skip the checks (unsafe) */
 	uint64_t shm_check_ns;  /* shm: next periodic liveness check of the watched peers */
+	/* shm: our region's lock, watched by a thread of its own (ofi_wedge.c); NULL if not */
+	struct shm_wedge *wedge;
+	struct {
+		uint64_t call;  /* the progress call in flight (its number), 0: none (atomic) */
+		uint64_t calls; /* progress calls made (the progress thread's only) */
+		int tid;        /* the thread that made the last one (atomic) */
+		uint64_t resets; /* locks of dead holders freed (atomic) */
+	} wmark;
 	unsigned tx_max;        /* RDM: posts in flight on the shared endpoint */
 	unsigned tx_inflight;
 	/* send ring: slot i = sctx[i], buffer sbuf + i * slot_size, one registration */
@@ -298,6 +306,33 @@ static inline bool tw__rdm_shm_may_post(struct ofi_fab *of, struct ofi_chan *ch)
 	     ch->posted->deadline_ns + TW_SHM_STALE_MS * 1000000ull > of->base.now_ns + stale))
 		return true;
 	return tw__rdm_shm_may_post_slow(of, ch);
+}
+
+/* ofi_wedge.c: a region lock left held by a killed peer (docs/fabric.md "A writer killed
+ * holding a region lock"). The watchdog frees our region's lock when our progress has waited
+ * TW_SHM_WEDGE_MS for it inside one call, and no live process that could hold it is paused. */
+#define TW_SHM_WEDGE_MS 500
+struct shm_wedge;
+/* shm (1.17): watch our own region's lock (after the endpoint is enabled and named). */
+void tw__wedge_watch(struct ofi_fab *of);
+/* Stop watching it (before the endpoint is closed). */
+void tw__wedge_unwatch(struct ofi_fab *of);
+int tw__wedge_tid(void);
+/* The value of a free pthread spinlock, asked of glibc (ofi_rdm.c). */
+int tw__shm_spin_free_value(void);
+/* Around every call that runs shm's progress (fi_cq_read, fi_cntr_read): a plain increment and
+ * two relaxed stores, no syscall (the thread id is cached per thread). */
+static inline void tw__wedge_enter(struct ofi_fab *of)
+{
+	if (!of->wedge)
+		return;
+	__atomic_store_n(&of->wmark.tid, tw__wedge_tid(), __ATOMIC_RELAXED);
+	__atomic_store_n(&of->wmark.call, ++of->wmark.calls, __ATOMIC_RELEASE);
+}
+static inline void tw__wedge_leave(struct ofi_fab *of)
+{
+	if (of->wedge)
+		__atomic_store_n(&of->wmark.call, 0, __ATOMIC_RELEASE);
 }
 
 /* ofi_mr.c */

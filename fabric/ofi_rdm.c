@@ -204,8 +204,8 @@ bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
  * libfabric's pthread_spin_lock a few instructions later (nanoseconds; only a SIGKILL landing
  * inside the peer's own critical section in that instant). A third process (another writer)
  * killed while holding the peer's lock is also not posted behind (we never post while the
- * word is held), but the peer itself then wedges in its own progress: nothing of ours fixes
- * that.
+ * word is held); the peer itself spins in its own progress until its watchdog frees the lock
+ * (ofi_wedge.c), as ours does for our region.
  */
 #define TW_SHM_CHECK_MS 5
 #define SHM_SPIN 4096u      /* pauses between two pidfd checks while the lock is held */
@@ -222,7 +222,7 @@ static inline void cpu_relax(void)
 
 /* What a free pthread spinlock holds: glibc's x86_64 assembly spinlocks count down from 1
  * (free: 1, held: <= 0), its generic ones hold 0 when free. Asked of glibc, not assumed. */
-static int spin_free_value(void)
+int tw__shm_spin_free_value(void)
 {
 	pthread_spinlock_t l;
 	int v;
@@ -260,7 +260,7 @@ static void shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 			if (h[0] == SMR_V117_VERSION && FI_MAJOR(v) == 1 && FI_MINOR(v) == 17) {
 				memcpy(&pid, h + SMR_V117_OFF_PID, sizeof(pid));
 				ch->peer_lock = (const volatile int *)(h + SMR_V117_OFF_LOCK);
-				ch->lock_free = spin_free_value();
+				ch->lock_free = tw__shm_spin_free_value();
 			}
 		}
 	}
@@ -673,8 +673,10 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 		return rc;
 	}
 	rc = own_name(of);
-	if (rc == 0)
+	if (rc == 0) {
 		shm_fast_init(of);
+		tw__wedge_watch(of); /* our region lock left held by a killed peer (ofi_wedge.c) */
+	}
 	return rc;
 }
 

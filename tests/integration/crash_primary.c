@@ -6,6 +6,11 @@
  * lost in a stdio buffer when the process is SIGKILLed; the driver counts as acknowledged only
  * what it read. Prints "ready" once the log is open.
  *
+ * With CRASH_ACK_SHM=PATH in the environment (a file of at least 8 bytes) the acknowledgements
+ * go there instead: one atomic store of (highest acknowledged object number + 1) into a shared
+ * mapping of the file, no system call on the ack path (so the process spends its time writing,
+ * as an unthrottled writer does); the store outlives a SIGKILL.
+ *
  * usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...
  * With COUNT objects appended and acknowledged it prints "done" and closes the log.
  * Exit 1 on any error (message on stderr).
@@ -15,12 +20,14 @@
  * stop to land in the middle of one or between two).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include <tailwind/primary.h>
 
@@ -29,6 +36,7 @@
 #include "say.h"
 
 static volatile int failed;
+static uint64_t *ack_shm; /* CRASH_ACK_SHM's mapping, or NULL */
 
 static void on_ack(void *arg, int status, uint64_t lsn)
 {
@@ -38,6 +46,13 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 			fprintf(stderr, "crash_primary: append %" PRIuPTR " failed: %s\n",
 				(uintptr_t)arg, tw_strerror(status));
 		failed = 1;
+		return;
+	}
+	if (ack_shm) {
+		uint64_t n = (uint64_t)(uintptr_t)arg + 1;
+
+		if (n > __atomic_load_n(ack_shm, __ATOMIC_RELAXED))
+			__atomic_store_n(ack_shm, n, __ATOMIC_RELEASE);
 		return;
 	}
 	sayf("acked %" PRIuPTR "\n", (uintptr_t)arg);
@@ -76,6 +91,19 @@ int main(int argc, char **argv)
 	tc.n_backups = (size_t)(argc - 5);
 	cfg.replicas = (unsigned)tc.n_backups;
 	cfg.mode = TW_PRIMARY_ASYNC;
+	if (getenv("CRASH_ACK_SHM")) {
+		int fd = open(getenv("CRASH_ACK_SHM"), O_RDWR);
+		void *m = fd < 0 ? MAP_FAILED : mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE,
+						     MAP_SHARED, fd, 0);
+
+		if (m == MAP_FAILED) {
+			fprintf(stderr, "crash_primary: CRASH_ACK_SHM %s: %s\n",
+				getenv("CRASH_ACK_SHM"), strerror(errno));
+			return 1;
+		}
+		close(fd);
+		ack_shm = m;
+	}
 	if (getenv("CRASH_EPOCH"))
 		cfg.epoch = strtoull(getenv("CRASH_EPOCH"), NULL, 0);
 	if (getenv("CRASH_OP_TIMEOUT_MS"))
