@@ -512,13 +512,10 @@ static void *ctx_main(void *arg)
 	progress_tls = ctx;
 	pthread_mutex_lock(&ctx->drive);
 	for (;;) {
-		int halt = atomic_load_explicit(&tw__primary_halt_status, memory_order_relaxed);
 		bool work = false, stop;
 		size_t n;
 		int rc;
 
-		if (__builtin_expect(halt != 0, 0))
-			_exit(halt); /* test hook (primary_test.h): a crash outside any fabric call */
 		pthread_mutex_lock(&ctx->lock);
 		stop = ctx->stop;
 		if (ctx->want_drive) {

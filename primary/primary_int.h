@@ -15,7 +15,7 @@
  *                    the taken-over probe;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
- *        primary_test.c   hooks only tests set (declared in primary_test.h).
+ *        primary_test.c   the completion callback a test may swap in (primary_test.h).
  *
  * Driver thread: the thread that polls the fabric, posts and reaps the writes and owns the
  * segment list (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC
@@ -728,9 +728,5 @@ void tw__primary_step_post(struct tw_primary *p);
 int tw__pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
-
-/* Test hook (primary_test.h, tw__primary_test_set_halt): when non-zero, the progress thread of
- * every context _exit()s with this status at the top of its next pass. Read there only. */
-extern _Atomic int tw__primary_halt_status;
 
 #endif /* TW_REPLICA_PRIMARY_INT_H */

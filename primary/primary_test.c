@@ -4,13 +4,6 @@
 #include "primary/primary_int.h"
 #include "primary/primary_test.h"
 
-_Atomic int tw__primary_halt_status;
-
-void tw__primary_test_set_halt(int status)
-{
-	atomic_store_explicit(&tw__primary_halt_status, status, memory_order_relaxed);
-}
-
 void tw__primary_test_set_op_cb(struct tw_primary *p, tw_op_cb cb)
 {
 	p->op_cb = cb ? cb : tw__primary_op_done;

@@ -32,7 +32,6 @@
 #include <tailwind/primary.h>
 
 #include "recover_util.h"
-#include "primary/primary_test.h"
 #include "say.h"
 
 static volatile int failed;
@@ -58,14 +57,6 @@ static void on_ack(void *arg, int status, uint64_t lsn)
 	sayf("acked %" PRIuPTR "\n", (uintptr_t)arg);
 }
 
-/* SIGUSR2: crash (exit 137, no cleanup) from the progress thread, outside any fabric call: on
- * shm a SIGKILL inside a send wedges the backup (primary/primary_test.h). */
-static void on_usr2(int sig)
-{
-	(void)sig;
-	tw__primary_test_set_halt(128 + SIGKILL);
-}
-
 int main(int argc, char **argv)
 {
 	struct tw_ctx_config tc;
@@ -76,7 +67,6 @@ int main(int argc, char **argv)
 	unsigned pause_us = 0;
 	int rc;
 
-	signal(SIGUSR2, on_usr2);
 	if (argc < 6) {
 		fprintf(stderr, "usage: crash_primary PROVIDER LOG_ID SEGMENT_SIZE COUNT ADDR...\n");
 		return 2;

@@ -15,7 +15,6 @@
  * buffer at a SIGKILL). After open/takeover: "ready recovered=N next=SEQ epoch=E first=SEG".
  * With COUNT objects acknowledged: "done", close, exit 0.
  * Env OWNER_EPOCH: cfg.epoch (default 0: automatic). OWNER_SEGSIZE: segment size (64K).
- * SIGUSR2: exit 137 at once from the progress thread, outside any fabric call (a crash).
  * Exit status: 0 ok, 4 -TW_EFENCED, 5 -TW_EEXIST, 6 -TW_ELOST, 1 other errors; on failure one
  * line "error CODE-NAME: message" on stdout too.
  */
@@ -30,21 +29,12 @@
 #include <tailwind/primary.h>
 
 #include "owner_util.h"
-#include "primary/primary_test.h"
 #include "say.h"
 
 static volatile int failed;
 static int fail_code;
 static uint64_t tag, next_seq, last_seq;
 static bool any, bad_order;
-
-/* SIGUSR2: crash like SIGKILL (exit status 137, no cleanup), but outside any fabric call (the
- * shm provider's locks: primary/primary_test.h, tw__primary_test_set_halt). */
-static void on_usr2(int sig)
-{
-	(void)sig;
-	tw__primary_test_set_halt(128 + SIGKILL);
-}
 
 static int exit_of(int rc)
 {
@@ -108,7 +98,6 @@ int main(int argc, char **argv)
 	sigemptyset(&usr1);
 	sigaddset(&usr1, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &usr1, NULL); /* before any thread starts */
-	signal(SIGUSR2, on_usr2);
 	tw_ctx_config_init(&tc);
 	tw_primary_config_init(&cfg);
 	tc.provider = argv[1];

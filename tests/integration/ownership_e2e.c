@@ -122,10 +122,8 @@ static void take_ack(struct acks *a, const char *line)
 
 /*
  * Read acks until `target` objects are acknowledged, crash the primary, take the acks left in the
- * pipe. SIGKILL, except on shm: libfabric 1.17's shm holds the target's region spinlock across a
- * send, so a primary killed inside one wedges that twd for every later peer (and the twd itself)
- * forever; there the primary exits with 137 from its progress thread outside any fabric call
- * (SIGUSR2, owner_primary.c).
+ * pipe. SIGKILL on every provider: on shm a twd frees a region lock that a primary killed inside
+ * a send left held (docs/fabric.md, "A writer killed holding a region lock").
  */
 static int kill_after(struct proc *p, uint64_t target, struct acks *a)
 {
@@ -138,7 +136,7 @@ static int kill_after(struct proc *p, uint64_t target, struct acks *a)
 			return rc;
 		take_ack(a, line);
 	}
-	proc_kill(p, strcmp(prov, "shm") == 0 ? SIGUSR2 : SIGKILL);
+	proc_kill(p, SIGKILL);
 	while (proc_wait_line(p, NULL, line, sizeof(line), 30000) >= 0)
 		take_ack(a, line);
 	rc = proc_wait(p, 30000);

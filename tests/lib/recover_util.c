@@ -206,7 +206,7 @@ void rt_crasher_kill(struct rt_crasher *k, const struct rt_cluster *c)
 	bool shm = strcmp(c->prov, "shm") == 0;
 	char line[256];
 
-	proc_kill(k->p, shm ? SIGUSR2 : SIGKILL);
+	proc_kill(k->p, SIGKILL);
 	/* Ack lines written before the kill are in the pipe: take them all. */
 	while (proc_wait_line(k->p, NULL, line, sizeof(line), 20000) >= 0) {
 		uint64_t a = acked_of(line);

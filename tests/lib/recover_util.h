@@ -85,9 +85,9 @@ void rt_crasher_start(struct rt_crasher *k, const char *prim, const struct rt_cl
 		      uint64_t log_id, const char *seg);
 /* Read its next "acked" line (20 s at most). Fatal when none comes (round: for the message). */
 void rt_crasher_ack(struct rt_crasher *k, unsigned round);
-/* Kill it: SIGKILL, or SIGUSR2 on shm (there a SIGKILL inside a send would wedge a backup for
- * good, docs/fabric.md, shm limits; it exits from its progress thread outside any fabric call).
- * Then take the ack lines it wrote before dying, reap it and remove what it left in /dev/shm. */
+/* Kill it with SIGKILL, wherever it is (on shm a twd frees a region lock it left held:
+ * docs/fabric.md, "A writer killed holding a region lock"), take the ack lines it wrote before
+ * dying, reap it and remove what it left in /dev/shm. */
 void rt_crasher_kill(struct rt_crasher *k, const struct rt_cluster *c);
 
 #endif
