@@ -548,34 +548,194 @@ static int bad(const char *opt, const char *val, const char *why)
 	return EXIT_USAGE;
 }
 
+static const struct option lo[] = {
+	{ "append", required_argument, NULL, 'a' },
+	{ "sizes", required_argument, NULL, 's' },
+	{ "size", required_argument, NULL, 's' },
+	{ "count", required_argument, NULL, 'n' },
+	{ "max-bytes", required_argument, NULL, 'M' },
+	{ "runs", required_argument, NULL, 'R' },
+	{ "batch", required_argument, NULL, 'b' },
+	{ "inflight", required_argument, NULL, 'i' },
+	{ "segment-size", required_argument, NULL, 'S' },
+	{ "progress-every", required_argument, NULL, 'P' },
+	{ "cpu", required_argument, NULL, 'c' },
+	{ "buffers", required_argument, NULL, 'B' },
+	{ "dir", required_argument, NULL, 'd' },
+	{ "json", no_argument, NULL, 'j' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* One option of the command line into *o: -1 to go on, or the exit code to end with. */
+static int parse_opt(int c, struct eopts *o)
+{
+	uint32_t v;
+	uint64_t u;
+
+	switch (c) {
+	case 'a': {
+		char *dup = strdup(optarg), *save = NULL;
+
+		o->n_modes = 0;
+		for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			enum amode m = !strcmp(t, "async") ? A_ASYNC :
+				       !strcmp(t, "driven") ? A_DRIVEN : A_COUNT;
+
+			if (m == A_COUNT || o->n_modes == A_COUNT) {
+				free(dup);
+				return bad("--append", optarg, "async and/or driven");
+			}
+			o->modes[o->n_modes++] = m;
+		}
+		free(dup);
+		if (!o->n_modes)
+			return bad("--append", optarg, "async and/or driven");
+		return -1;
+	}
+	case 's': {
+		char *dup = strdup(optarg), *save = NULL;
+
+		o->n_sizes = 0;
+		for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			if (o->n_sizes == MAX_LIST || !parse_u32(t, 1, 1u << 20, &v)) {
+				free(dup);
+				return bad("--sizes", optarg,
+					   "1 to 1048576 bytes, at most 8 sizes");
+			}
+			o->sizes[o->n_sizes++] = v;
+		}
+		free(dup);
+		if (!o->n_sizes)
+			return bad("--sizes", optarg, "1 to 1048576 bytes");
+		return -1;
+	}
+	case 'n':
+		if (!parse_u64(optarg, &o->count) || !o->count)
+			return bad("--count", optarg, "a positive number");
+		return -1;
+	case 'M':
+		if (!parse_u64(optarg, &o->max_bytes))
+			return bad("--max-bytes", optarg, "a number of bytes (0: no cap)");
+		return -1;
+	case 'R':
+		if (!parse_u32(optarg, 1, MAX_RUNS, &o->runs))
+			return bad("--runs", optarg, "1 to 32");
+		return -1;
+	case 'r':
+		if (!parse_u32(optarg, 1, MAX_R, &o->r))
+			return bad("-r", optarg, "1 to 8 replicas");
+		return -1;
+	case 'b':
+		if (!parse_u32(optarg, 1, 1u << 20, &o->batch))
+			return bad("--batch", optarg, "a positive number");
+		return -1;
+	case 'i':
+		if (!parse_u32(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, &o->inflight))
+			return bad("--inflight", optarg, "1 to 1024");
+		return -1;
+	case 'S':
+		if (!parse_u64(optarg, &u) || u < 65536 || u >= (1ull << 32) || u % 4096)
+			return bad("--segment-size", optarg,
+				   "a multiple of 4096 from 65536, under 4 GiB");
+		o->segment_size = (size_t)u;
+		return -1;
+	case 'P':
+		if (!parse_u32(optarg, 0, UINT32_MAX, &o->progress_every))
+			return bad("--progress-every", optarg, "a number (0: never)");
+		return -1;
+	case 'B':
+		if (!parse_u32(optarg, 4, 4096, &o->buffers))
+			return bad("--buffers", optarg, "4 to 4096");
+		return -1;
+	case 'c':
+		if (!strcmp(optarg, "-1"))
+			o->cpu = -2;
+		else if (parse_u32(optarg, 0, CPU_SETSIZE - 1, &v))
+			o->cpu = (int)v;
+		else
+			return bad("--cpu", optarg, "a CPU number, or -1 for no binding");
+		return -1;
+	case 'd':
+		o->dir = optarg;
+		return -1;
+	case 'j':
+		o->json = true;
+		return -1;
+	case 'V':
+		printf("twbench-engine (tailwind) %s\n", tw_version());
+		return EXIT_OK;
+	case 'h':
+		usage(stdout);
+		return EXIT_OK;
+	default:
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+}
+
+/* Bind after the backups started (their threads stay free), before any log is opened (its
+ * progress thread inherits the binding). *cpu: the CPU bound to (unchanged with --cpu -1).
+ * EXIT_OK, or EXIT_USAGE (said why). */
+static int bind_cpu(const struct eopts *o, int *cpu)
+{
+	if (o->cpu != -2) {
+		cpu_set_t set;
+
+		*cpu = o->cpu >= 0 ? o->cpu : sched_getcpu();
+		CPU_ZERO(&set);
+		CPU_SET(*cpu, &set);
+		if (*cpu < 0 || sched_setaffinity(0, sizeof(set), &set) != 0) {
+			fprintf(stderr, "twbench-engine: cannot bind to CPU %d: %s; try another "
+					"--cpu, or --cpu -1\n", *cpu, strerror(errno));
+			return EXIT_USAGE;
+		}
+		backups_elsewhere(*cpu);
+	}
+	return EXIT_OK;
+}
+
+/* A warm-up run, then every mode x size x run into results[]: EXIT_OK or the exit code. */
+static int run_all(const struct eopts *o, const char *const *addrs)
+{
+	int ec = EXIT_OK;
+
+	/* Warm-up, not reported: every backup buffer and the log arena's memory written once,
+	 * so that no measured run pays the first touch of a page (page faults). */
+	{
+		struct eopts w = *o;
+		struct eresult x;
+		uint32_t big = 0;
+
+		for (unsigned s = 0; s < o->n_sizes; s++)
+			big = o->sizes[s] > big ? o->sizes[s] : big;
+		w.count = (uint64_t)(o->buffers + 4) * o->segment_size / (big + 64) + 1;
+		w.max_bytes = 0;
+		if (run_one(&w, addrs, A_DRIVEN, big, 0, &x) < 0)
+			ec = EXIT_FAIL;
+	}
+	for (unsigned m = 0; m < o->n_modes && ec == EXIT_OK; m++)
+		for (unsigned s = 0; s < o->n_sizes && ec == EXIT_OK; s++)
+			for (unsigned k = 0; k < o->runs && ec == EXIT_OK; k++) {
+				int rc = run_one(o, addrs, o->modes[m], o->sizes[s], k,
+						 &results[n_results]);
+
+				if (rc < 0)
+					ec = rc == -ENOMEM || rc == -ENOSPC ? EXIT_MEMORY : EXIT_FAIL;
+				else
+					n_results++;
+			}
+	return ec;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "append", required_argument, NULL, 'a' },
-		{ "sizes", required_argument, NULL, 's' },
-		{ "size", required_argument, NULL, 's' },
-		{ "count", required_argument, NULL, 'n' },
-		{ "max-bytes", required_argument, NULL, 'M' },
-		{ "runs", required_argument, NULL, 'R' },
-		{ "batch", required_argument, NULL, 'b' },
-		{ "inflight", required_argument, NULL, 'i' },
-		{ "segment-size", required_argument, NULL, 'S' },
-		{ "progress-every", required_argument, NULL, 'P' },
-		{ "cpu", required_argument, NULL, 'c' },
-		{ "buffers", required_argument, NULL, 'B' },
-		{ "dir", required_argument, NULL, 'd' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct eopts o = { .r = 3, .count = 2000000, .max_bytes = 1u << 30, .runs = 3,
 			   .segment_size = 8u << 20, .progress_every = 256, .cpu = -1,
 			   .buffers = 16 };
 	const char *addrs[MAX_R];
-	int c, ec = EXIT_OK, cpu = -2;
-	uint32_t v;
-	uint64_t u;
+	int c, rc, ec = EXIT_OK, cpu = -2;
 
 	o.sizes[0] = 100;
 	o.sizes[1] = 4096;
@@ -583,107 +743,9 @@ int main(int argc, char **argv)
 	o.modes[0] = A_ASYNC;
 	o.modes[1] = A_DRIVEN;
 	o.n_modes = 2;
-	while ((c = getopt_long(argc, argv, "r:h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'a': {
-			char *dup = strdup(optarg), *save = NULL;
-
-			o.n_modes = 0;
-			for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-				enum amode m = !strcmp(t, "async") ? A_ASYNC :
-					       !strcmp(t, "driven") ? A_DRIVEN : A_COUNT;
-
-				if (m == A_COUNT || o.n_modes == A_COUNT) {
-					free(dup);
-					return bad("--append", optarg, "async and/or driven");
-				}
-				o.modes[o.n_modes++] = m;
-			}
-			free(dup);
-			if (!o.n_modes)
-				return bad("--append", optarg, "async and/or driven");
-			break;
-		}
-		case 's': {
-			char *dup = strdup(optarg), *save = NULL;
-
-			o.n_sizes = 0;
-			for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-				if (o.n_sizes == MAX_LIST || !parse_u32(t, 1, 1u << 20, &v)) {
-					free(dup);
-					return bad("--sizes", optarg,
-						   "1 to 1048576 bytes, at most 8 sizes");
-				}
-				o.sizes[o.n_sizes++] = v;
-			}
-			free(dup);
-			if (!o.n_sizes)
-				return bad("--sizes", optarg, "1 to 1048576 bytes");
-			break;
-		}
-		case 'n':
-			if (!parse_u64(optarg, &o.count) || !o.count)
-				return bad("--count", optarg, "a positive number");
-			break;
-		case 'M':
-			if (!parse_u64(optarg, &o.max_bytes))
-				return bad("--max-bytes", optarg, "a number of bytes (0: no cap)");
-			break;
-		case 'R':
-			if (!parse_u32(optarg, 1, MAX_RUNS, &o.runs))
-				return bad("--runs", optarg, "1 to 32");
-			break;
-		case 'r':
-			if (!parse_u32(optarg, 1, MAX_R, &o.r))
-				return bad("-r", optarg, "1 to 8 replicas");
-			break;
-		case 'b':
-			if (!parse_u32(optarg, 1, 1u << 20, &o.batch))
-				return bad("--batch", optarg, "a positive number");
-			break;
-		case 'i':
-			if (!parse_u32(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, &o.inflight))
-				return bad("--inflight", optarg, "1 to 1024");
-			break;
-		case 'S':
-			if (!parse_u64(optarg, &u) || u < 65536 || u >= (1ull << 32) || u % 4096)
-				return bad("--segment-size", optarg,
-					   "a multiple of 4096 from 65536, under 4 GiB");
-			o.segment_size = (size_t)u;
-			break;
-		case 'P':
-			if (!parse_u32(optarg, 0, UINT32_MAX, &o.progress_every))
-				return bad("--progress-every", optarg, "a number (0: never)");
-			break;
-		case 'B':
-			if (!parse_u32(optarg, 4, 4096, &o.buffers))
-				return bad("--buffers", optarg, "4 to 4096");
-			break;
-		case 'c':
-			if (!strcmp(optarg, "-1"))
-				o.cpu = -2;
-			else if (parse_u32(optarg, 0, CPU_SETSIZE - 1, &v))
-				o.cpu = (int)v;
-			else
-				return bad("--cpu", optarg, "a CPU number, or -1 for no binding");
-			break;
-		case 'd':
-			o.dir = optarg;
-			break;
-		case 'j':
-			o.json = true;
-			break;
-		case 'V':
-			printf("twbench-engine (tailwind) %s\n", tw_version());
-			return EXIT_OK;
-		case 'h':
-			usage(stdout);
-			return EXIT_OK;
-		default:
-			usage(stderr);
-			return EXIT_USAGE;
-		}
-	}
+	while ((c = getopt_long(argc, argv, "r:h", lo, NULL)) != -1)
+		if ((rc = parse_opt(c, &o)) != -1)
+			return rc;
 	if (optind < argc) {
 		fprintf(stderr, "twbench-engine: unexpected argument '%s' (see --help)\n",
 			argv[optind]);
@@ -696,47 +758,9 @@ int main(int argc, char **argv)
 	ec = backups_start(&o, addrs);
 	if (ec != EXIT_OK)
 		return ec;
-	/* Bind after the backups started (their threads stay free), before any log is opened
-	 * (its progress thread inherits the binding). */
-	if (o.cpu != -2) {
-		cpu_set_t set;
-
-		cpu = o.cpu >= 0 ? o.cpu : sched_getcpu();
-		CPU_ZERO(&set);
-		CPU_SET(cpu, &set);
-		if (cpu < 0 || sched_setaffinity(0, sizeof(set), &set) != 0) {
-			fprintf(stderr, "twbench-engine: cannot bind to CPU %d: %s; try another "
-					"--cpu, or --cpu -1\n", cpu, strerror(errno));
-			backups_stop();
-			return EXIT_USAGE;
-		}
-		backups_elsewhere(cpu);
-	}
-	/* Warm-up, not reported: every backup buffer and the log arena's memory written once,
-	 * so that no measured run pays the first touch of a page (page faults). */
-	{
-		struct eopts w = o;
-		struct eresult x;
-		uint32_t big = 0;
-
-		for (unsigned s = 0; s < o.n_sizes; s++)
-			big = o.sizes[s] > big ? o.sizes[s] : big;
-		w.count = (uint64_t)(o.buffers + 4) * o.segment_size / (big + 64) + 1;
-		w.max_bytes = 0;
-		if (run_one(&w, addrs, A_DRIVEN, big, 0, &x) < 0)
-			ec = EXIT_FAIL;
-	}
-	for (unsigned m = 0; m < o.n_modes && ec == EXIT_OK; m++)
-		for (unsigned s = 0; s < o.n_sizes && ec == EXIT_OK; s++)
-			for (unsigned k = 0; k < o.runs && ec == EXIT_OK; k++) {
-				int rc = run_one(&o, addrs, o.modes[m], o.sizes[s], k,
-						 &results[n_results]);
-
-				if (rc < 0)
-					ec = rc == -ENOMEM || rc == -ENOSPC ? EXIT_MEMORY : EXIT_FAIL;
-				else
-					n_results++;
-			}
+	ec = bind_cpu(&o, &cpu);
+	if (ec == EXIT_OK)
+		ec = run_all(&o, addrs);
 	backups_stop();
 	if (ec != EXIT_OK)
 		return ec;
