@@ -31,10 +31,10 @@
 #define OFI_BACKOFF_MAX_US 100
 #endif
 /* shm listener with a doorbell (ofi_bell.c): backoff rounds at OFI_BACKOFF_MAX_US without any
- * activity before it sleeps on the doorbell instead (about 2 ms idle): a busy backup keeps
+ * activity before it sleeps on the doorbell instead (about 10 ms idle): a busy backup keeps
  * polling, so its peers do not pay a wake-up per post. */
 #ifndef OFI_BELL_IDLE_ROUNDS
-#define OFI_BELL_IDLE_ROUNDS 20
+#define OFI_BELL_IDLE_ROUNDS 100
 #endif
 /* Backoff rounds shorter than this yield (sched_yield) instead of sleeping in ppoll. */
 #ifndef OFI_YIELD_BELOW_US
