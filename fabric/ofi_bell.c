@@ -12,12 +12,18 @@
  * woken (tw__fab_wakeup) or at its next deadline. A peer rings only when the owner has said it
  * sleeps, so a busy twd costs its peers one fence and one load per post.
  *
- * No lost wake-up: the owner reads `seq`, stores sleeping = 1, then looks at its queue once more
+ * No lost wake-up: the owner reads `seq`, sets sleeping = 1, then looks at its queue once more
  * (a CQ read progresses the endpoint, which carries out every command queued in its region)
- * and sleeps only on the `seq` it read. A peer queues its command, then (after a full fence)
- * loads `sleeping`. With both sides fenced, either the owner's last look sees the command, or
- * the peer sees sleeping = 1 and rings: it bumps `seq`, which makes a futex wait that has not
- * started yet return at once, and FUTEX_WAKE ends one that has.
+ * and sleeps only on the `seq` it read. A peer queues its command, then reads `sleeping`.
+ * Every access to `sleeping` is a sequentially consistent read-modify-write (the peer's read
+ * adds 0), so they are totally ordered and each one that reads another's value synchronizes
+ * with it (all later changes being read-modify-writes, the release sequence never breaks).
+ * Either the peer's comes first: then the owner's exchange to 1 synchronizes with it, the
+ * command happens before the owner's last look, which sees it; or the owner's comes first:
+ * then the peer reads 1 (or a later peer cleared it and rings) and rings: it bumps `seq`, which
+ * makes a futex wait that has not started yet return at once, and FUTEX_WAKE ends one that has.
+ * (No fences: TSan does not model atomic_thread_fence, and gcc refuses it under
+ * -fsanitize=thread.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -226,8 +232,7 @@ int tw__bell_sleep(struct ofi_fab *of, int timeout_ms)
 	if (!b || ms == 0 || !may_sleep(of))
 		return -1;
 	seq = atomic_load(&b->seq);
-	atomic_store(&b->sleeping, 1); /* seq_cst: before the last look */
-	atomic_thread_fence(memory_order_seq_cst);
+	atomic_exchange(&b->sleeping, 1); /* before the last look (read-modify-write: above) */
 	/* The last look. A completion read here waits in the FIFO for the next poll. */
 	n = fi_cq_read(of->cq, &e, 1);
 	of->base.stats.cq_polls++;
@@ -246,7 +251,7 @@ int tw__bell_sleep(struct ofi_fab *of, int timeout_ms)
 		syscall(SYS_futex, &b->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
 		work = atomic_load(&b->seq) != seq; /* rung; else the sleep ran out */
 	}
-	atomic_store(&b->sleeping, 0);
+	atomic_exchange(&b->sleeping, 0);
 	if (work) { /* poll at once, then back off again before the next sleep */
 		of->backoff_us = 1;
 		of->idle_rounds = 0;

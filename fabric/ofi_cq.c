@@ -542,11 +542,8 @@ void tw__ofi_wakeup(struct tw_fab *fab)
 	if (write(ofab(fab)->evfd, &one, sizeof(one)) < 0) {
 		/* counter saturated: a wakeup is pending anyway */
 	}
-	if (b) { /* asleep on its doorbell: ring it (the eventfd write first, then the look) */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (atomic_load_explicit(&b->sleeping, memory_order_relaxed))
-			tw__bell_ring_slow(b);
-	}
+	if (b && atomic_fetch_add(&b->sleeping, 0)) /* asleep on its doorbell (ofi_bell.c) */
+		tw__bell_ring_slow(b);
 }
 
 void tw__ofi_stall(struct ofi_fab *of)

@@ -112,7 +112,8 @@ struct ofi_closing {
  * a small POSIX shm object per listening shm fab, mapped read-write by the fab and by every peer
  * that connects to it. The owner sets `sleeping` and then looks at its queue once more before
  * it sleeps on `seq` (futex); a peer that posted something and then sees `sleeping` set clears
- * it, bumps `seq` and wakes it.
+ * it, bumps `seq` and wakes it. Every access to `sleeping` after the setup is a read-modify-
+ * write.
  */
 #define OFI_BELL_MAGIC 0x54574231u /* "TWB1" */
 struct ofi_bell {
@@ -349,14 +350,12 @@ int tw__bell_sleep(struct ofi_fab *of, int timeout_ms);
 /* Wake a peer (or ourselves) sleeping on `b`. Returns true if it rang (a futex wake). */
 bool tw__bell_ring_slow(struct ofi_bell *b);
 /* After a post to the channel's peer (any result: a refused post may have queued a connection
- * request), and while we wait for it: ring its doorbell if it sleeps. The fence orders our
- * post before the look at `sleeping` (the other half of the owner's store-then-look). */
+ * request), and while we wait for it: ring its doorbell if it sleeps. The look at `sleeping`
+ * is a read-modify-write (adding 0), as is every change of it, so that it orders our post
+ * before the owner's next look at its queue (ofi_bell.c: no lost wake-up). */
 static inline void tw__bell_ring(struct ofi_fab *of, struct ofi_bell *b)
 {
-	if (!b)
-		return;
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&b->sleeping, memory_order_relaxed) && tw__bell_ring_slow(b))
+	if (b && atomic_fetch_add(&b->sleeping, 0) && tw__bell_ring_slow(b))
 		of->base.stats.bell_rings++;
 }
 
