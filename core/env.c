@@ -49,6 +49,13 @@ static const struct row table[TW__ENV_COUNT] = {
 		  "CMA path allows it (no key check: docs/fabric.md, \"Passive shm backups\"); force "
 		  "skips the checks (tests only)", 0 },
 		"fabric_shm_fast_cma" },
+	[TW__ENV_FAB_SHM_BELL] = {
+		{ "TW_FAB_SHM_BELL", "enum: on, off", "on",
+		  "off keeps an idle shm listener (a twd) polling with its backoff instead of "
+		  "sleeping on its doorbell (docs/fabric.md, \"Idle shm backups sleep on a "
+		  "doorbell\"): for comparisons; read when it starts listening",
+		  TW_ENV_TESTING },
+		"-" },
 	[TW__ENV_FAB_BUSY_POLL] = {
 		{ "TW_FAB_BUSY_POLL", "bool: 1", "(unset)",
 		  "1 makes every fabric of the process poll instead of blocking (experiments)",

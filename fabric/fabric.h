@@ -350,6 +350,9 @@ struct tw_fab_stats {
 	uint64_t strict_violations;    /* calls failed by a check */
 	uint64_t cq_full;              /* posts refused with -FI_EAGAIN because their CQ had no free
 					* entry (counted in eagain_retries too) */
+	/* shm doorbells (docs/fabric.md "Idle shm backups sleep on a doorbell") */
+	uint64_t bell_sleeps;          /* sleeps on our doorbell (a listener gone idle) */
+	uint64_t bell_rings;           /* futex wakes of a peer's doorbell after our posts */
 	uint64_t unobserved_ns;        /* time left out of every deadline: gaps of more than 1 s
 					* between two looks outside the fab's own wait (a
 					* descheduled thread; docs/fabric.md "Deadlines and the

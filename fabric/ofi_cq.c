@@ -9,6 +9,8 @@
  * sit in one epoll set with an eventfd for tw__fab_wakeup, and we block only after fi_trywait
  * said yes. When an object has no wait fd (see docs/fabric.md for what each provider gives), the
  * fab falls back to polling with an exponential backoff (1 µs → OFI_BACKOFF_MAX_US) in ppoll on the eventfd.
+ * A listening shm fab idle for OFI_BELL_IDLE_ROUNDS of those sleeps on its doorbell instead,
+ * which its peers ring after their posts (ofi_bell.c).
  */
 #include <errno.h>
 #include <poll.h>
@@ -27,6 +29,12 @@
  * bench_fabric (docs/fabric.md). */
 #ifndef OFI_BACKOFF_MAX_US
 #define OFI_BACKOFF_MAX_US 100
+#endif
+/* shm listener with a doorbell (ofi_bell.c): backoff rounds at OFI_BACKOFF_MAX_US without any
+ * activity before it sleeps on the doorbell instead (about 10 ms idle): a busy backup keeps
+ * polling, so its peers do not pay a wake-up per post. */
+#ifndef OFI_BELL_IDLE_ROUNDS
+#define OFI_BELL_IDLE_ROUNDS 100
 #endif
 /* Backoff rounds shorter than this yield (sched_yield) instead of sleeping in ppoll. */
 #ifndef OFI_YIELD_BELOW_US
@@ -500,6 +508,18 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 			of->backoff_us = 1;
 		}
 	}
+	/* shm: peers we wait for may sleep on their doorbells; idle long enough, sleep on ours. */
+	if (of->bells_out)
+		for (struct tw_chan *c = fab->chans; c; c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (ch->posted)
+				tw__bell_ring(of, ch->peer_bell);
+		}
+	if (of->backoff_us < OFI_BACKOFF_MAX_US)
+		of->idle_rounds = 0;
+	else if (++of->idle_rounds >= OFI_BELL_IDLE_ROUNDS && tw__bell_sleep(of, timeout_ms) == 0)
+		return drain_eventfd(of);
 	/* The shortest rounds yield the CPU instead of sleeping: a timed ppoll never sleeps less
 	 * than the thread's timer slack (50 µs by default), and under load (a completion every few
 	 * µs, backoff back at 1 µs) arming and firing its timer was half of a shm primary's samples
@@ -524,11 +544,14 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 
 void tw__ofi_wakeup(struct tw_fab *fab)
 {
+	struct ofi_bell *b = atomic_load_explicit(&ofab(fab)->bell, memory_order_acquire);
 	uint64_t one = 1;
 
 	if (write(ofab(fab)->evfd, &one, sizeof(one)) < 0) {
 		/* counter saturated: a wakeup is pending anyway */
 	}
+	if (b && atomic_fetch_add(&b->sleeping, 0)) /* asleep on its doorbell (ofi_bell.c) */
+		tw__bell_ring_slow(b);
 }
 
 void tw__ofi_stall(struct ofi_fab *of)
@@ -604,6 +627,7 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 		}
 		if (credit) {
 			ssize_t r = fn(of, ch, ctx, arg);
+			tw__bell_ring(of, ch->peer_bell); /* shm: a sleeping peer; -FI_EAGAIN too */
 			if (r == 0) {
 				ctx->deadline_ns = tw__fab_op_deadline(&of->base);
 				ctx_link(ch, ctx);

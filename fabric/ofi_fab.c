@@ -180,6 +180,7 @@ static void tw__ofi_close(struct tw_fab *fab)
 	struct ofi_fab *of = ofab(fab);
 
 	release(of);
+	tw__bell_destroy(of); /* with the wait fds: tw__fab_wakeup rings it */
 	if (of->epfd >= 0)
 		close(of->epfd);
 	if (of->evfd >= 0)

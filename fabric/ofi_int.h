@@ -21,6 +21,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #include "fabric/fab_int.h"
@@ -106,6 +107,22 @@ struct ofi_closing {
 	char peer[TW_ADDR_MAX]; /* for the log */
 };
 
+/*
+ * shm doorbell (ofi_bell.c, docs/fabric.md "Idle shm backups sleep on a doorbell"): the start of
+ * a small POSIX shm object per listening shm fab, mapped read-write by the fab and by every peer
+ * that connects to it. The owner sets `sleeping` and then looks at its queue once more before
+ * it sleeps on `seq` (futex); a peer that posted something and then sees `sleeping` set clears
+ * it, bumps `seq` and wakes it. Every access to `sleeping` after the setup is a read-modify-
+ * write.
+ */
+#define OFI_BELL_MAGIC 0x54574231u /* "TWB1" */
+struct ofi_bell {
+	uint32_t magic;           /* OFI_BELL_MAGIC once the owner has set it up */
+	int32_t pid;              /* the owner's */
+	_Atomic uint32_t seq;     /* the futex word: every ring bumps it */
+	_Atomic uint32_t sleeping; /* 1: the owner sleeps or is about to (rings only then) */
+};
+
 struct ofi_fab {
 	struct tw_fab base;
 	struct fi_info *hints;  /* kept for connect-time fi_getinfo */
@@ -125,6 +142,13 @@ struct ofi_fab {
 	 * the provider does not offer it. */
 	struct fid_cntr *rw_cntr;
 	uint64_t rw_seen;
+	/* shm, listening: our doorbell (ofi_bell.c), NULL when there is none (then we poll as
+	 * before). Atomic: tw__fab_wakeup reads it from other threads. */
+	_Atomic(struct ofi_bell *) bell;
+	size_t bell_len;
+	char bell_name[TW_ADDR_MAX + 16];
+	unsigned idle_rounds;   /* backoff rounds at its longest sleep since the last activity */
+	unsigned bells_out;     /* channels with a peer_bell (ring while we wait for them) */
 	char name[TW_ADDR_MAX]; /* our RDM address as a string */
 	bool listening;
 	/* provider facts, read back from fi_getinfo */
@@ -227,6 +251,11 @@ struct ofi_chan {
 	void *peer_map;         /* our read-only mapping of the peer region's first page */
 	size_t peer_map_len;
 	uint64_t checked_ns;    /* last liveness check of the post path (rate limit) */
+	/* shm doorbells (ofi_bell.c): the peer's, which we ring after our posts and while we wait
+	 * for it (NULL: it has none); whether the peer said it rings ours (HELLO/ACK) */
+	struct ofi_bell *peer_bell;
+	size_t peer_bell_len;
+	bool rings_us;
 };
 
 struct ofi_mr {
@@ -333,6 +362,36 @@ static inline void tw__wedge_leave(struct ofi_fab *of)
 {
 	if (of->wedge)
 		__atomic_store_n(&of->wmark.call, 0, __ATOMIC_RELEASE);
+}
+
+/* ofi_bell.c: the doorbell of an idle shm listener (docs/fabric.md "Idle shm backups sleep on a
+ * doorbell"). */
+/* A listening shm fab: create and map our doorbell; on failure we keep polling (logged). */
+void tw__bell_create(struct ofi_fab *of);
+/* Unmap and remove our doorbell (fab close). */
+void tw__bell_destroy(struct ofi_fab *of);
+/* shm: map the doorbell of the peer of `ch`, if it has one (after shm_watch: its pid is known). */
+void tw__bell_peer_open(struct ofi_fab *of, struct ofi_chan *ch);
+void tw__bell_peer_close(struct ofi_chan *ch);
+/* HELLO payload: our name, NUL, and "bell" NUL when we ring the peer's doorbell (a listener of
+ * an older version reads the name only). Returns its length. */
+size_t tw__bell_hello(const struct ofi_fab *of, const struct ofi_chan *ch, char *out, size_t cap);
+/* Whether a HELLO payload (name NUL ...) or an ACK payload says the sender rings our doorbell. */
+bool tw__bell_said(const unsigned char *payload, size_t plen, bool hello);
+/* Our fab is idle: sleep on the doorbell until rung or up to timeout_ms (< 0: no bound but
+ * OFI_BELL_MAX_MS). Returns -1 if a doorbell sleep is not safe now (the caller polls with its
+ * backoff), 0 after the sleep or when the last look found work. */
+int tw__bell_sleep(struct ofi_fab *of, int timeout_ms);
+/* Wake a peer (or ourselves) sleeping on `b`. Returns true if it rang (a futex wake). */
+bool tw__bell_ring_slow(struct ofi_bell *b);
+/* After a post to the channel's peer (any result: a refused post may have queued a connection
+ * request), and while we wait for it: ring its doorbell if it sleeps. The look at `sleeping`
+ * is a read-modify-write (adding 0), as is every change of it, so that it orders our post
+ * before the owner's next look at its queue (ofi_bell.c: no lost wake-up). */
+static inline void tw__bell_ring(struct ofi_fab *of, struct ofi_bell *b)
+{
+	if (b && atomic_fetch_add(&b->sleeping, 0) && tw__bell_ring_slow(b))
+		of->base.stats.bell_rings++;
 }
 
 /* ofi_mr.c */

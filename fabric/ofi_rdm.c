@@ -686,6 +686,7 @@ int tw__rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len)
 
 	of->listening = true;
 	of->give_back = of->shm && !of->connected_out;
+	tw__bell_create(of); /* shm: sleep when idle (ofi_bell.c) */
 	if ((size_t)snprintf(addr_out, addr_len, "%s", of->name) >= addr_len)
 		return -ENAMETOOLONG;
 	return 0;
@@ -801,9 +802,15 @@ int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	ch->have_addr = true;
 	ch->self = !strcmp(addr, of->name);
 	shm_watch(of, ch);
+	tw__bell_peer_open(of, ch);
 	/* The first message to a new shm peer waits (-FI_EAGAIN) until the peer progresses;
-	 * tw__post_tx retries until the handshake deadline. */
-	rc = send_ctl(of, ch, RDM_HELLO, of->name, strlen(of->name) + 1, false);
+	 * tw__post_tx retries until the handshake deadline (ringing its doorbell each time). */
+	{
+		char hello[TW_ADDR_MAX + 8];
+
+		rc = send_ctl(of, ch, RDM_HELLO, hello, tw__bell_hello(of, ch, hello, sizeof(hello)),
+			      false);
+	}
 	if (!rc)
 		rc = tw__ofi_await_connect(of, ch, addr);
 	if (!rc && ch->base.state != CHAN_UP)
@@ -875,6 +882,7 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 	peer_put(of, ch); /* shm: the BYE's context holds the entry until it completes */
 	ch->have_addr = false;
 	shm_unwatch(ch); /* after the BYE, which the watch guards too */
+	tw__bell_peer_close(ch);
 }
 
 bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
@@ -914,11 +922,13 @@ bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		ch->have_addr = true;
 		ch->self = !strcmp(name, of->name);
 		shm_watch(of, ch);
+		tw__bell_peer_open(of, ch);
+		ch->rings_us |= tw__bell_said(buf, plen, true);
 		if (of->give_back && ch->peer->refs == 1 && !ch->peer->accepted && !ch->self)
 			peer_track(of, ch->peer, ch);
 		tw__rdm_shm_fast(of, ch);
 		ch->base.state = CHAN_UP; /* send_ctl needs a usable channel */
-		if (send_ctl(of, ch, RDM_ACK, NULL, 0, false) < 0) {
+		if (send_ctl(of, ch, RDM_ACK, "bell", ch->peer_bell ? 5 : 0, false) < 0) {
 			discard(ch);
 			return false;
 		}
@@ -930,6 +940,7 @@ bool tw__rdm_on_recv(struct ofi_fab *of, struct ofi_ctx *ctx, size_t len)
 		c = tw__fab_find_chan(fab, dst);
 		if (c && c->state == CHAN_CONNECTING) {
 			((struct ofi_chan *)c)->peer_id = src;
+			((struct ofi_chan *)c)->rings_us |= tw__bell_said(buf, plen, false);
 			c->state = CHAN_UP;
 			tw__rdm_shm_fast(of, (struct ofi_chan *)c);
 		}
