@@ -10,6 +10,7 @@
 
 #include <tailwind/log_format.h>
 
+#include "log/log_entry.h"
 #include "log/log_int.h" /* the header check (TW__HCHECK_OF), the CPU probe */
 
 static uint16_t hcheck_generic(const uint8_t *h)
@@ -43,6 +44,14 @@ __attribute__((target("sse4.2"))) static uint32_t finish_header_sse42(uint8_t *h
 	raw = _mm_crc32_u32(~chain, tw_load_le32(h));
 	return ~(uint32_t)_mm_crc32_u64(raw, h1);
 }
+
+/* The chain over one header whose check is stored (finish_header_sse42's second half). */
+__attribute__((target("sse4.2"))) static uint32_t chain_header_sse42(const uint8_t *h, uint32_t chain)
+{
+	uint32_t raw = _mm_crc32_u32(~chain, tw_load_le32(h));
+
+	return ~(uint32_t)_mm_crc32_u64(raw, tw_load_le64(h + 4));
+}
 #endif
 
 static uint16_t hcheck(const uint8_t *h)
@@ -63,6 +72,49 @@ static uint32_t finish_header(uint8_t *h, uint32_t chain)
 #endif
 	tw_store_le16(h + 2, hcheck_generic(h));
 	return tw_crc32c(chain, h, TW_ENTRY_HDR_SIZE);
+}
+
+/* The chain advanced over one finished header (its check stored). */
+static uint32_t chain_header(const uint8_t *h, uint32_t chain)
+{
+#ifdef TW_CRC_X86
+	if (tw_likely(tw__have_sse42()))
+		return chain_header_sse42(h, chain);
+#endif
+	return tw_crc32c(chain, h, TW_ENTRY_HDR_SIZE);
+}
+
+void tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len)
+{
+	uint32_t crc;
+
+	if (len)
+		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
+	crc = tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len); /* of the copy, as in append */
+	hdr[0] = TW_ENTRY_DATA;
+	hdr[1] = 0;
+	tw_store_le32(hdr + 4, len);
+	tw_store_le32(hdr + 8, crc);
+	tw_store_le16(hdr + 2, hcheck(hdr));
+}
+
+void tw__log_writer_adopt(struct tw_log_writer *w, size_t end)
+{
+	uint32_t chain = w->chain;
+	size_t pos = w->pos;
+	uint32_t n = 0;
+
+	while (pos < end) {
+		const uint8_t *h = w->buf + pos;
+
+		chain = chain_header(h, chain);
+		pos += TW_ENTRY_HDR_SIZE + (size_t)tw_load_le32(h + 4);
+		n++;
+	}
+	w->chain = chain;
+	w->pos = pos;
+	w->pending += n;
+	w->entries += n;
 }
 
 void tw_log_writer_init(struct tw_log_writer *w, void *buf, size_t cap)

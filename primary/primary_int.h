@@ -30,6 +30,7 @@
 #define TW_REPLICA_PRIMARY_INT_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -398,8 +399,20 @@ struct tw_primary {
 	/* Append records ring (power of two). */
 	struct prec *recs;
 	uint64_t rec_mask;
-	uint64_t rec_head;   /* appended (under the lock) */
-	uint64_t rec_sealed; /* covered by a sealed write (under the lock) */
+	/* The reservation word of the open segment (docs/primary.md, "The append engine"): an
+	 * appender takes the room of its entry, its record and its place in the log with one
+	 * compare-and-swap on it, without a lock; the sealer takes the room of a checksum entry
+	 * the same way. Bits 0..31: the next free byte of p->cur; 32..61: the number of records
+	 * reserved so far, modulo 2^30 (res_idx); 62: flips at each new segment (no ABA across a
+	 * rollover); 63: the gate, closed while a rollover is asked, the log failed or stops
+	 * (appenders then take the slow path, under the lock). */
+	uint64_t res;
+	/* Publication in order: bytes [0, pub_off) of p->cur are written (entries and checksum
+	 * entries). Whoever reserved [off, end) waits until pub_off == off, then stores end
+	 * (release); rec_head is stored just before it. One thread holds that turn at a time. */
+	uint64_t pub_off;
+	uint64_t rec_head;   /* records published (their entries written, their fields set) */
+	uint64_t rec_sealed; /* covered by a sealed write (driver thread) */
 	uint64_t rec_tail;   /* acknowledged or failed, callbacks ran (driver thread) */
 	bool reap_failed;    /* an earlier write failed: every later entry fails */
 
@@ -489,10 +502,64 @@ static inline bool pserved(const struct tw_primary *p)
 #define PLD(f) __atomic_load_n(&(f), __ATOMIC_SEQ_CST)
 #define PST(f, v) __atomic_store_n(&(f), (v), __ATOMIC_SEQ_CST)
 
-/* Entries appended but not yet sealed into a write (exact under the lock). */
+/* The reservation word (p->res). */
+#define RES_GATE (1ull << 63)
+#define RES_FLIP (1ull << 62)
+#define RES_IDX_MASK ((1ull << 30) - 1)
+/* Records in flight are at most the ring's size, kept below 2^29 for res_idx. */
+#define RES_RING_MAX (1ull << 29)
+
+static inline uint32_t res_off(uint64_t r)
+{
+	return (uint32_t)r;
+}
+
+/* The record count that `r` holds modulo 2^30, given `base`, a count at most 2^30 - 1 below
+ * it (rec_tail or rec_sealed: the ring never holds more). */
+static inline uint64_t res_idx(uint64_t r, uint64_t base)
+{
+	return base + (((r >> 32) - base) & RES_IDX_MASK);
+}
+
+static inline uint64_t res_make(uint64_t keep, uint64_t idx, uint64_t off)
+{
+	return (keep & (RES_GATE | RES_FLIP)) | (idx & RES_IDX_MASK) << 32 | off;
+}
+
+/* Records reserved so far (appended or being copied). */
+static inline uint64_t rec_reserved(const struct tw_primary *p)
+{
+	uint64_t sealed = PLD(p->rec_sealed); /* first: then it is not above the count in res */
+
+	return res_idx(PLD(p->res), sealed);
+}
+
+/* Publication in order: wait until every byte before `off` of the open segment is written
+ * (the threads that reserved them are copying; a few nanoseconds unless one was preempted). */
+static inline void pub_wait(const struct tw_primary *p, uint64_t off)
+{
+	unsigned spins = 0;
+
+	while (__atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE) != off) {
+		if (++spins < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+			__builtin_ia32_pause();
+#elif defined(__aarch64__)
+			__asm__ __volatile__("yield");
+#endif
+		} else {
+			sched_yield();
+		}
+	}
+}
+
+/* Entries reserved but not yet sealed into a write (exact on the driver thread while the gate
+ * is closed; otherwise a lower bound). */
 static inline uint64_t pending_entries(const struct tw_primary *p)
 {
-	return PLD(p->rec_head) - PLD(p->rec_sealed);
+	uint64_t sealed = PLD(p->rec_sealed); /* first, as in rec_reserved */
+
+	return res_idx(PLD(p->res), sealed) - sealed;
 }
 
 /* Whether a write slot is free (sealed writes not yet posted hold theirs). */
@@ -560,16 +627,16 @@ int tw__primary_roll(struct tw_primary *p);
 /* primary_seal.c: sealing and posting. Driver thread. */
 /* Whether waiting entries can be sealed now (lock held in async mode). */
 bool tw__primary_seal_ready(const struct tw_primary *p);
-/* Seal the waiting entries into the next slot (lock held in async mode; seal_ready checked):
- * the slot, or NULL with *rc_out (the caller fails the primary). */
-struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out);
+/* Seal the waiting entries into the next slot (driver thread, lock not held; entries wait and
+ * a slot is free): a checksum entry reserved after the last entry reserved, written once every
+ * entry before it is. The slot, or NULL with *rc_out (the caller fails the primary). */
+struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out);
 /* Post every sealed write not posted yet, in order (lock not held; none while a failover is
  * pending; failed at once when the log has failed). */
 void tw__primary_post_pending(struct tw_primary *p);
-/* Async mode, lock held: an appender seals the waiting entries if a batch is due (a free slot,
- * nothing in flight or max_batch waiting, no rollover or failover pending). Returns whether
- * the progress thread must be woken to post it. */
-bool tw__primary_seal_by_appender(struct tw_primary *p);
+/* Set the gate of the reservation word (lock held): closed unless the log runs in async mode,
+ * healthy, with no rollover asked. Appenders then take the slow path. */
+void tw__primary_gate(struct tw_primary *p);
 /* Seal and post what waits (lock not held): 0 or the primary's error. */
 int tw__primary_seal_post(struct tw_primary *p);
 /* The same only if seal_ready (one lock round for the check and the seal). */

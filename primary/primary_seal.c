@@ -12,21 +12,49 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log/log_entry.h"
 #include "primary/primary_int.h"
 
-/* Seal the waiting entries into one write (lock held in async mode; the caller checked that
- * entries wait, a slot is free and the primary is healthy): the slot is published (slot_head)
- * for the driver to post. Returns it, or NULL when the seal failed (the caller then fails the
- * primary with *rc_out). */
-struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out)
+/* Seal the waiting entries into one write (driver thread, lock not held; the caller checked
+ * that entries wait, a slot is free and the primary is healthy). The checksum entry goes right
+ * after the last entry reserved so far: its 8 bytes are reserved with the same
+ * compare-and-swap as an entry (so no appender can take them), it is written once every entry
+ * before it is (pub_wait), with the header chain computed over those entries here
+ * (tw__log_writer_adopt), and published like an entry. The slot is then published
+ * (slot_head) for the driver to post. Returns it, or NULL when the seal failed (the caller
+ * then fails the primary with *rc_out). */
+struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out)
 {
 	struct pseg *seg = p->cur;
-	uint64_t head = PLD(p->slot_head), rec_head = PLD(p->rec_head);
+	uint64_t head = PLD(p->slot_head), sealed = PLD(p->rec_sealed);
+	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_ACQUIRE), idx;
 	struct pslot *s;
 	size_t off, len;
-	int rc = tw_log_writer_seal(&seg->w, &off, &len);
+	uint32_t at;
+	int rc;
 
-	if (rc < 0 || !len) {
+	for (;;) {
+		idx = res_idx(r, sealed);
+		at = res_off(r);
+		if (idx == sealed) { /* the caller saw entries waiting: cannot happen */
+			*rc_out = -TW_EPROTO;
+			return NULL;
+		}
+		/* at + 8 fits: every entry leaves room for the checksum entry after it. */
+		if (!p->threaded) {
+			__atomic_store_n(&p->res, r + TW_CKSUM_ENTRY_SIZE, __ATOMIC_RELAXED);
+			break;
+		}
+		if (__atomic_compare_exchange_n(&p->res, &r, r + TW_CKSUM_ENTRY_SIZE, false,
+						__ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+			break;
+	}
+	pub_wait(p, at); /* every entry of the write is written: rec_head == idx */
+	tw__log_writer_adopt(&seg->w, at);
+	rc = tw_log_writer_seal(&seg->w, &off, &len);
+	/* Our turn ends: the entry reserved after the checksum entry may publish. */
+	__atomic_store_n(&p->pub_off, (uint64_t)seg->w.pos, __ATOMIC_RELEASE);
+	if (rc < 0 || !len || seg->w.pos != (size_t)at + TW_CKSUM_ENTRY_SIZE) {
 		*rc_out = rc < 0 ? rc : -TW_EPROTO;
 		return NULL;
 	}
@@ -35,12 +63,18 @@ struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out)
 	s->off = off;
 	s->len = len;
 	s->remaining = 0; /* set when posted */
-	s->rec_end = rec_head;
-	s->nrec = rec_head - PLD(p->rec_sealed);
+	s->rec_end = idx;
+	s->nrec = idx - sealed;
 	s->repair = false;
-	PST(p->rec_sealed, rec_head);
+	PST(p->rec_sealed, idx);
 	PST(p->slot_head, head + 1); /* published: the slot's fields above are written */
-	tw__primary_room_wake_one(p); /* back-pressure released (async mode; the queue is empty in sync) */
+	/* Back-pressure released (async mode): a sleeper counted itself in n_sleep before it
+	 * looked at rec_sealed (see PLD). The queue is empty in sync mode. */
+	if (p->threaded && PLD(p->n_sleep)) {
+		pthread_mutex_lock(&p->lock);
+		tw__primary_room_wake_one(p);
+		pthread_mutex_unlock(&p->lock);
+	}
 	return s;
 }
 
@@ -110,23 +144,6 @@ bool tw__primary_seal_ready(const struct tw_primary *p)
 	       !PLD(p->fo_pending) && tw__primary_batch_due(p);
 }
 
-bool tw__primary_seal_by_appender(struct tw_primary *p)
-{
-	struct pslot *s;
-	int rc = 0;
-
-	/* Our rec_head store (append_rec), then the loads of slot_tail (batch_due) and pt_idle,
-	 * all sequentially consistent: see PLD. */
-	if (!tw__primary_seal_ready(p) || pstate(p) != PSTATE_RUNNING)
-		return false;
-	s = tw__primary_seal_locked(p, &rc);
-	if (!s)
-		return false; /* the progress thread's own seal meets the error and fails the log */
-	if (!PLD(p->pt_idle))
-		return false; /* awake: it posts on its next step */
-	return __atomic_exchange_n(&p->pt_idle, false, __ATOMIC_SEQ_CST);
-}
-
 /* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
  * not held; `ready`: only if seal_ready (the rollover seals while need_roll is set), checked
  * under the same lock as the seal. Writes sealed by appenders go out first, in order. Returns
@@ -143,19 +160,13 @@ static int seal_post_if(struct tw_primary *p, bool ready)
 	if (PLD(p->fo_pending))
 		return p->err;
 	tw__primary_post_pending(p);
-	/* Async mode: a look without the lock first; appenders seal whole batches themselves,
-	 * so the lock is taken here only for what they leave (nothing in flight any more and
-	 * a partial batch waits, or a batch they could not seal for want of a slot). */
-	if (ready && p->threaded && !tw__primary_seal_ready(p))
-		return p->err;
-	tw__primary_lock(p);
+	/* Only the driver seals (appenders reserve, copy and publish without a lock), so what
+	 * is looked at here stays true until the seal: no lock (docs/primary.md, "The append
+	 * engine"). */
 	if (!pending_entries(p) || p->err || !slot_free(p) ||
-	    (ready && (PLD(p->need_roll) || !tw__primary_batch_due(p)))) {
-		tw__primary_unlock(p);
+	    (ready && (PLD(p->need_roll) || !tw__primary_batch_due(p))))
 		return p->err;
-	}
-	s = tw__primary_seal_locked(p, &rc);
-	tw__primary_unlock(p);
+	s = tw__primary_seal(p, &rc);
 	if (!s) {
 		tw__primary_fail(p, rc, "seal failed: %s", tw_strerror(rc));
 		return p->err;
@@ -204,7 +215,7 @@ void tw__primary_drain(struct tw_primary *p)
 
 		tw__primary_lock(p);
 		more = PLD(p->slot_tail) < PLD(p->slot_head) ||
-		       (p->err && PLD(p->rec_tail) < PLD(p->rec_head));
+		       (p->err && PLD(p->rec_tail) < rec_reserved(p));
 		tw__primary_unlock(p);
 		if (!more)
 			break;
