@@ -372,16 +372,16 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 
 	if (PLD(p->ctl_pending) && step_control(p, done, &work))
 		return true;
-	/* Writes sealed by the appenders go out; what they left (a partial batch once nothing is
-	 * in flight) is sealed here. No lock in steady state (primary_seal.c). */
+	/* Seal a batch if one is due and post it. No lock in steady state (primary_seal.c). */
 	tw__primary_try_seal(p);
-	/* About to block in the poll: say so first, then look once more for a write an appender
-	 * sealed meanwhile (it stores slot_head, then loads pt_idle; we store pt_idle, then load
-	 * slot_head: one of us sees the other). A completion ends the poll anyway. */
+	/* About to block in the poll: say so first, then look once more for entries to seal
+	 * (the last appender to publish stores pub_off, then loads pt_idle; we store pt_idle,
+	 * then load pub_off and res: one of us sees the other). A completion ends the poll
+	 * anyway. */
 	PST(p->pt_idle, true);
 	p->pt_idle_set = true;
 	if (PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
-	    tw__primary_seal_ready(p)) {
+	    tw__primary_seal_now(p)) {
 		PST(p->pt_idle, false);
 		p->pt_idle_set = false;
 		work = true;

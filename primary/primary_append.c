@@ -36,8 +36,8 @@ struct resv {
  * (false) when the entry must take the slow path: the gate is closed (unless `locked`: the
  * caller holds the lock and checked the log under it), the record ring is full, max_batch
  * entries wait unsealed (back-pressure), or the entry does not fit in the segment (with room
- * left for the checksum entry after it). Sync mode: one thread, a plain load and store.
- * The compare-and-swap is sequentially consistent: the appender's half of the wake-up
+ * left for the checksum entry after it). Async mode (sync mode: reserve_sync). The
+ * compare-and-swap is sequentially consistent: the appender's half of the wake-up
  * handshake with the progress thread (see PLD).
  */
 static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, uint32_t len,
@@ -64,17 +64,34 @@ static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, 
 		    len > s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
 			return false;
 		nr = res_make(r, idx + 1, (uint64_t)off + TW_ENTRY_HDR_SIZE + len);
-		if (!p->threaded) {
-			__atomic_store_n(&p->res, nr, __ATOMIC_RELAXED);
-		} else if (!__atomic_compare_exchange_n(&p->res, &r, nr, false, __ATOMIC_SEQ_CST,
-							__ATOMIC_ACQUIRE)) {
+		if (!__atomic_compare_exchange_n(&p->res, &r, nr, false, __ATOMIC_SEQ_CST,
+						 __ATOMIC_ACQUIRE))
 			continue; /* another appender or the sealer moved it: r is the new word */
-		}
 		v->s = s;
 		v->idx = idx;
 		v->off = off;
 		return true;
 	}
+}
+
+/* Sync mode: reserve with a plain store (one thread; the caller checked back-pressure, so only
+ * the room in the segment is looked at). */
+static inline __attribute__((always_inline)) bool reserve_sync(struct tw_primary *p, uint32_t len,
+							       struct resv *v)
+{
+	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_RELAXED);
+	struct pseg *s = p->cur;
+	uint32_t off = res_off(r);
+
+	if (s->cap - off < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
+	    len > s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
+		return false;
+	v->s = s;
+	v->idx = p->rec_head;
+	v->off = off;
+	__atomic_store_n(&p->res, res_make(r, v->idx + 1, (uint64_t)off + TW_ENTRY_HDR_SIZE + len),
+			 __ATOMIC_RELAXED);
+	return true;
 }
 
 /* Write the reserved entry (payload, its CRC, header) and its record outside any lock, then
@@ -93,15 +110,21 @@ static inline __attribute__((always_inline)) void put_publish(struct tw_primary 
 	r->arg = arg;
 	r->lsn = (uint64_t)v->s->id << 32 | v->off;
 	r->len = len;
+	if (lsn_out) /* before the publication: the callback may run right after it */
+		*lsn_out = r->lsn;
 	if (p->threaded)
 		pub_wait(p, v->off);
 	PSTAT_ADD(p, appends, 1);
 	PSTAT_ADD(p, bytes, len);
 	__atomic_store_n(&p->rec_head, v->idx + 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len,
-			 __ATOMIC_RELEASE);
-	if (lsn_out)
-		*lsn_out = r->lsn;
+	/* Async mode: sequentially consistent (an xchg on x86-64), the first half of the
+	 * appender's store-then-load pair with the progress thread (async_kick, see PLD). Sync
+	 * mode: a release store (a plain move). */
+	if (p->threaded)
+		PST(p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len);
+	else
+		__atomic_store_n(&p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len,
+				 __ATOMIC_RELEASE);
 }
 
 static bool on_progress_thread(const struct tw_primary *p)
@@ -124,13 +147,15 @@ static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len
 	struct resv v;
 	int rc;
 
+again:
 	if (p->err)
 		return p->err;
 	if (pstate(p) != PSTATE_RUNNING)
 		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
-	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
-	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
-			   p->rec_head - PLD(p->rec_tail) > p->rec_mask)) {
+	/* Back-pressure: at most max_batch entries wait while all slots are busy. One thread:
+	 * every entry reserved is published (rec_head). */
+	while (!p->err && (p->rec_head - p->rec_sealed >= p->cfg.max_batch ||
+			   p->rec_head - p->rec_tail > p->rec_mask)) {
 		if (slot_free(p))
 			tw__primary_seal_post(p);
 		else
@@ -138,13 +163,13 @@ static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len
 	}
 	if (p->err)
 		return p->err;
-	if (!reserve(p, len, true, &v)) {
-		/* Nothing else stops it here (one thread, room checked above): the segment is full. */
+	if (!reserve_sync(p, len, &v)) {
+		/* The segment is full. Callbacks run by the rollover may append (into the new
+		 * segment): look at everything again. */
 		rc = tw__primary_roll(p);
 		if (rc < 0)
 			return rc;
-		if (!reserve(p, len, true, &v))
-			return p->err ? p->err : -TW_EPROTO;
+		goto again;
 	}
 	put_publish(p, &v, data, len, cb, arg, lsn_out);
 	*idx_out = v.idx;
@@ -328,24 +353,26 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 	}
 }
 
-/* Async mode, after an entry was published: ring the progress thread if it may sleep and a
- * batch is due (nothing in flight, or max_batch waiting: tw__primary_batch_due's test). The
- * reservation's compare-and-swap came before these loads (see PLD). */
-static inline void async_kick(struct tw_primary *p, uint64_t idx)
+/* Async mode, after the entry `v` (of `len` bytes) was published: ring the progress thread if
+ * it may sleep, nobody reserved after this entry (the last appender to publish does it: the
+ * seal waits for every copy in progress) and a batch is due (nothing in flight, or max_batch
+ * waiting: tw__primary_batch_due's test). The publication's store came before these loads
+ * (see PLD). */
+static inline void async_kick(struct tw_primary *p, const struct resv *v, uint32_t len)
 {
 	if (tw_unlikely(PLD(p->pt_idle)) &&
+	    res_off(PLD(p->res)) == v->off + TW_ENTRY_HDR_SIZE + len &&
 	    (PLD(p->slot_head) == PLD(p->slot_tail) ||
-	     idx + 1 - PLD(p->rec_sealed) >= p->cfg.max_batch))
+	     v->idx + 1 - PLD(p->rec_sealed) >= p->cfg.max_batch))
 		wake_pt(p);
 }
 
 /* Async mode, the slow path: under the lock, wait for room (back-pressure, rollover, failure),
  * then reserve (the gate may be closed: the log was checked under the lock) and publish. */
 static int append_async_slow(struct tw_primary *p, const void *data, uint32_t len,
-			     tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+			     tw_append_cb cb, void *arg, uint64_t *lsn_out, struct resv *v)
 {
 	struct room_wait rw = { .me_init = false };
-	struct resv v;
 	int rc;
 
 	pthread_mutex_lock(&p->lock);
@@ -353,9 +380,8 @@ static int append_async_slow(struct tw_primary *p, const void *data, uint32_t le
 		rc = async_room(p, len, &rw);
 		if (rc < 0)
 			break;
-		if (reserve(p, len, true, &v)) {
-			put_publish(p, &v, data, len, cb, arg, lsn_out);
-			*idx_out = v.idx;
+		if (reserve(p, len, true, v)) {
+			put_publish(p, v, data, len, cb, arg, lsn_out);
 			break;
 		}
 		/* Appenders on the fast path took the room meanwhile: look again. */
@@ -370,25 +396,25 @@ static int append_async_slow(struct tw_primary *p, const void *data, uint32_t le
  * case); anything else (back-pressure, a rollover, a failure, a finish) takes the slow path. */
 static inline __attribute__((always_inline)) int
 append_async_one(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb, void *arg,
-		 uint64_t *lsn_out, uint64_t *idx_out)
+		 uint64_t *lsn_out, struct resv *v)
 {
-	struct resv v;
-
-	if (tw_likely(reserve(p, len, false, &v))) {
-		put_publish(p, &v, data, len, cb, arg, lsn_out);
-		*idx_out = v.idx;
+	if (tw_likely(reserve(p, len, false, v))) {
+		put_publish(p, v, data, len, cb, arg, lsn_out);
 		return 0;
 	}
-	return append_async_slow(p, data, len, cb, arg, lsn_out, idx_out);
+	return append_async_slow(p, data, len, cb, arg, lsn_out, v);
 }
 
 static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
-	int rc = append_async_one(p, data, len, cb, arg, lsn_out, idx_out);
+	struct resv v;
+	int rc = append_async_one(p, data, len, cb, arg, lsn_out, &v);
 
-	if (rc == 0)
-		async_kick(p, *idx_out);
+	if (rc == 0) {
+		*idx_out = v.idx;
+		async_kick(p, &v, len);
+	}
 	return rc;
 }
 
@@ -397,20 +423,24 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 static int append_batch_async_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
 				   tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
-	uint64_t lsn = TW_LSN_NONE, idx = 0; /* set by append_async_one when it succeeds */
+	struct resv v = { 0 }; /* the last entry appended */
+	uint64_t lsn;
+	uint32_t len = 0;
 	size_t i;
 	int rc = 0;
 
 	for (i = 0; i < n; i++) {
+		/* The LSN is stored before the entry is published (put_publish): the batch's
+		 * callback may run on the progress thread before this call returns. */
 		rc = append_async_one(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
-				      i + 1 == n ? cb : NULL, arg, &lsn, &idx);
+				      i + 1 == n ? cb : NULL, arg, lsns_out ? &lsns_out[i] : &lsn,
+				      &v);
 		if (rc < 0)
 			break;
-		if (lsns_out)
-			lsns_out[i] = lsn;
+		len = (uint32_t)entries[i].iov_len;
 	}
 	if (i)
-		async_kick(p, idx); /* what was copied goes out as usual */
+		async_kick(p, &v, len); /* what was copied goes out as usual */
 	if (rc < 0)
 		batch_unfilled(lsns_out, i, n);
 	return rc;

@@ -17,14 +17,14 @@
  *                    background re-replication of closed segments (docs/failover.md).
  *        primary_test.c   hooks only tests set (declared in primary_test.h).
  *
- * Driver thread: the thread that polls the fabric, posts and reaps the writes and owns the
- * segment list (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC
- * mode). In async mode `lock` is the appenders' mutex (docs/primary.md, "The append engine"):
- * it protects the current writer, the record ring's head, the sealing (rec_sealed,
- * slot_head: whoever seals holds it), need_roll, the segment array pointer and count, err,
- * the waiters' queues, and the lifecycle state (enum pstate) is written under it. The driver
- * takes it only for control work, a partial seal, and wake-ups of sleepers; the counters it
- * shares with the appenders are atomics (PLD/PST).
+ * Driver thread: the thread that polls the fabric, seals, posts and reaps the writes and owns
+ * the segment list and the open segment's writer (the caller in TW_PRIMARY_SYNC mode, the
+ * progress thread in TW_PRIMARY_ASYNC mode). Appenders reserve, write and publish their
+ * entries without a lock (p->res, p->pub_off, rec_head: docs/primary.md, "The append
+ * engine"). In async mode `lock` is the slow path's mutex: it protects need_roll, the segment
+ * array pointer and count, err, the waiters' queues, and the lifecycle state (enum pstate)
+ * and the gate of p->res are written under it. The driver takes it only for control work and
+ * wake-ups of sleepers; the counters it shares with the appenders are atomics (PLD/PST).
  */
 #ifndef TW_REPLICA_PRIMARY_INT_H
 #define TW_REPLICA_PRIMARY_INT_H
@@ -391,9 +391,8 @@ struct tw_primary {
 	struct pop *pops;
 	unsigned nslots;
 	/* Sealed writes: [slot_tail, slot_posted) posted and in flight, [slot_posted, slot_head)
-	 * sealed by an appender (async mode), waiting for the progress thread to post them.
-	 * slot_head moves under the lock (whoever seals), slot_posted and slot_tail on the driver
-	 * thread only; the three are read across threads with atomics (PLD/PST). */
+	 * sealed, not posted yet (a failover is pending). The three move on the driver thread
+	 * only and are read across threads with atomics (PLD/PST). */
 	uint64_t slot_head, slot_posted, slot_tail;
 
 	/* Append records ring (power of two). */
@@ -534,22 +533,28 @@ static inline uint64_t rec_reserved(const struct tw_primary *p)
 	return res_idx(PLD(p->res), sealed);
 }
 
+/* One turn of a spin-wait loop. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 /* Publication in order: wait until every byte before `off` of the open segment is written
- * (the threads that reserved them are copying; a few nanoseconds unless one was preempted). */
+ * (the threads that reserved them are copying; a few nanoseconds unless one was preempted:
+ * then the CPU goes to it). */
 static inline void pub_wait(const struct tw_primary *p, uint64_t off)
 {
 	unsigned spins = 0;
 
 	while (__atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE) != off) {
-		if (++spins < 256) {
-#if defined(__x86_64__) || defined(__i386__)
-			__builtin_ia32_pause();
-#elif defined(__aarch64__)
-			__asm__ __volatile__("yield");
-#endif
-		} else {
+		if (++spins < 64)
+			cpu_relax();
+		else
 			sched_yield();
-		}
 	}
 }
 
@@ -586,11 +591,11 @@ static inline bool tw__primary_batch_due(const struct tw_primary *p)
 /*
  * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
  * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
- * the context's progress thread drives; callers copy under the lock and sleep on condition
- * variables. One table per mode, chosen at open (p->mode_ops).
+ * the context's progress thread drives and seals; callers copy without a lock and sleep on
+ * condition variables (slow path). One table per mode, chosen at open (p->mode_ops).
  */
 struct pmode_ops {
-	/* Make room for one entry and append it (async: under the lock, handed to the thread);
+	/* Make room for one entry and append it (async: without a lock in the common case);
 	 * *idx_out: its record index. */
 	int (*append)(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 		      void *arg, uint64_t *lsn_out, uint64_t *idx_out);
@@ -625,12 +630,18 @@ void tw__primary_preopen_start(struct tw_primary *p, bool now);
 int tw__primary_roll(struct tw_primary *p);
 
 /* primary_seal.c: sealing and posting. Driver thread. */
-/* Whether waiting entries can be sealed now (lock held in async mode). */
+/* Whether waiting entries can be sealed now (driver thread; exact there, since only it seals). */
 bool tw__primary_seal_ready(const struct tw_primary *p);
+/* The same, and no appender is copying (nothing reserved past what is published): the
+ * progress thread's last look before it sleeps (the last appender to publish looks at
+ * pt_idle after its publication: see PLD). */
+bool tw__primary_seal_now(const struct tw_primary *p);
 /* Seal the waiting entries into the next slot (driver thread, lock not held; entries wait and
- * a slot is free): a checksum entry reserved after the last entry reserved, written once every
- * entry before it is. The slot, or NULL with *rc_out (the caller fails the primary). */
-struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out);
+ * a slot is free): a checksum entry reserved right after the last entry, once every entry
+ * reserved is published. The slot; NULL with *rc_out 0 when an appender is still copying and
+ * not `wait` (it rings the progress thread when done); NULL with *rc_out < 0 when the seal
+ * failed (the caller fails the primary). */
+struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out, bool wait);
 /* Post every sealed write not posted yet, in order (lock not held; none while a failover is
  * pending; failed at once when the log has failed). */
 void tw__primary_post_pending(struct tw_primary *p);
