@@ -398,17 +398,13 @@ struct tw_primary {
 	/* Append records ring (power of two). */
 	struct prec *recs;
 	uint64_t rec_mask;
-	/* The reservation word of the open segment (docs/primary.md, "The append engine"): an
-	 * appender takes the room of its entry, its record and its place in the log with one
-	 * compare-and-swap on it, without a lock; the sealer takes the room of a checksum entry
-	 * the same way. Bits 0..31: the next free byte of p->cur; 32..61: the number of records
-	 * reserved so far, modulo 2^30 (res_idx); 62: flips at each new segment (no ABA across a
-	 * rollover); 63: the gate, closed while a rollover is asked, the log failed or stops
-	 * (appenders then take the slow path, under the lock). */
+	/* The reservation word (docs/primary.md, "The append engine"): one compare-and-swap
+	 * reserves an entry's room, record and place (or the sealer's checksum entry). Bits
+	 * 0..31: the next free byte of p->cur; 32..61: records reserved, modulo 2^30 (res_idx);
+	 * 62: flips at each new segment (no ABA); 63: the gate (closed: slow path, RES_GATE). */
 	uint64_t res;
-	/* Publication in order: bytes [0, pub_off) of p->cur are written (entries and checksum
-	 * entries). Whoever reserved [off, end) waits until pub_off == off, then stores end
-	 * (release); rec_head is stored just before it. One thread holds that turn at a time. */
+	/* Publication in order: [0, pub_off) of p->cur is written. Whoever reserved [off, end)
+	 * waits until pub_off == off, stores rec_head, then end: one thread at a time. */
 	uint64_t pub_off;
 	uint64_t rec_head;   /* records published (their entries written, their fields set) */
 	uint64_t rec_sealed; /* covered by a sealed write (driver thread) */
@@ -525,10 +521,11 @@ static inline uint64_t res_make(uint64_t keep, uint64_t idx, uint64_t off)
 	return (keep & (RES_GATE | RES_FLIP)) | (idx & RES_IDX_MASK) << 32 | off;
 }
 
-/* Records reserved so far (appended or being copied). */
+/* Records reserved so far (appended or being copied). rec_sealed first: then it is not above
+ * the count in res. */
 static inline uint64_t rec_reserved(const struct tw_primary *p)
 {
-	uint64_t sealed = PLD(p->rec_sealed); /* first: then it is not above the count in res */
+	uint64_t sealed = PLD(p->rec_sealed);
 
 	return res_idx(PLD(p->res), sealed);
 }
@@ -543,26 +540,11 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Publication in order: wait until every byte before `off` of the open segment is written
- * (the threads that reserved them are copying; a few nanoseconds unless one was preempted:
- * then the CPU goes to it). */
-static inline void pub_wait(const struct tw_primary *p, uint64_t off)
-{
-	unsigned spins = 0;
-
-	while (__atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE) != off) {
-		if (++spins < 64)
-			cpu_relax();
-		else
-			sched_yield();
-	}
-}
-
 /* Entries reserved but not yet sealed into a write (exact on the driver thread while the gate
  * is closed; otherwise a lower bound). */
 static inline uint64_t pending_entries(const struct tw_primary *p)
 {
-	uint64_t sealed = PLD(p->rec_sealed); /* first, as in rec_reserved */
+	uint64_t sealed = PLD(p->rec_sealed); /* one read: it may move meanwhile */
 
 	return res_idx(PLD(p->res), sealed) - sealed;
 }
