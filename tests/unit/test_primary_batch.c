@@ -16,6 +16,7 @@
  *     while one is in flight;
  *   - the record ring wrapping around, entries alone and in batches;
  *   - several producers (threads) with batches: LSNs unique, callbacks in LSN order;
+ *   - no lost wake-up: bursts from two threads acknowledged without a flush;
  *   - a stress of the lock-free append path: 4 threads x 100,000 appends across ~130 segments,
  *     the log checked through a scan of the primary's memory and a recovery from the backups.
  * Meant for TSan too (.ci/run).
@@ -729,6 +730,118 @@ static void test_producers(const char **addrs)
 	is_int(tw_primary_close(p), 0, "producers: close");
 }
 
+/* ------------------------------------------------------------------ wake-ups, no flush */
+
+/*
+ * No lost wake-up (docs/primary.md, "The append engine": the progress thread may sleep while an
+ * appender copies; the last appender to publish rings it): IW_THREADS threads each append
+ * bursts of 1..5 entries and then wait for their callbacks without calling anything that
+ * drives or flushes the log. A lost wake-up shows as a burst that waits for the progress
+ * thread's next poll timeout (PWAIT_SLICE_MS, 100 ms): with the appender's ring removed
+ * (async_kick), the 90th percentile of the bursts was 100 ms and the test took 87 s instead of
+ * 2.5 s. So the 90th percentile must stay under half the slice: a timing bound with a wide
+ * margin (0.12 ms, the slowest burst 4.4 ms, at load 15 on two shared vCPUs). A burst that
+ * never completes fails after 10 s.
+ */
+#define IW_THREADS 2
+#define IW_BURSTS 1500
+
+struct iw_thread {
+	struct tw_primary *p;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t acked; /* under mu */
+	int bad, stalls;
+	uint64_t ns[IW_BURSTS]; /* each burst's wait for its callbacks */
+	pthread_t th;
+};
+
+static void iw_cb(void *arg, int status, uint64_t lsn)
+{
+	struct iw_thread *t = arg;
+
+	(void)lsn;
+	pthread_mutex_lock(&t->mu);
+	if (status)
+		t->bad++;
+	t->acked++;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void *iw_main(void *arg)
+{
+	struct iw_thread *t = arg;
+	uint8_t buf[32];
+	uint64_t sent = 0;
+
+	fill(buf, sizeof(buf), 7);
+	for (unsigned b = 0; b < IW_BURSTS && !t->stalls; b++) {
+		struct timespec until;
+		uint64_t t0 = tw_now_ns();
+
+		for (unsigned k = 0; k <= b % 5; k++, sent++)
+			if (tw_primary_append_async(t->p, buf, sizeof(buf), iw_cb, t, NULL) != 0)
+				t->bad++;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 10;
+		pthread_mutex_lock(&t->mu);
+		while (t->acked < sent)
+			if (pthread_cond_timedwait(&t->cv, &t->mu, &until) != 0) {
+				t->stalls++;
+				break;
+			}
+		pthread_mutex_unlock(&t->mu);
+		t->ns[b] = tw_now_ns() - t0;
+	}
+	return NULL;
+}
+
+static void test_idle_wake(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	static struct iw_thread t[IW_THREADS];
+	int bad = 0, stalls = 0;
+	uint64_t p90 = 0;
+
+	cfg_for(&tc, &cfg, addrs, 390, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 4;
+	p = tlog_open(&tc, &cfg, "idle wake");
+	if (!p)
+		return;
+	for (unsigned i = 0; i < IW_THREADS; i++) {
+		t[i].p = p;
+		t[i].acked = 0;
+		t[i].bad = t[i].stalls = 0;
+		pthread_mutex_init(&t[i].mu, NULL);
+		pthread_cond_init(&t[i].cv, NULL);
+		pthread_create(&t[i].th, NULL, iw_main, &t[i]);
+	}
+	for (unsigned i = 0; i < IW_THREADS; i++) {
+		pthread_join(t[i].th, NULL);
+		bad += t[i].bad;
+		stalls += t[i].stalls;
+		qsort(t[i].ns, IW_BURSTS, sizeof(t[i].ns[0]), cmp_u64);
+		if (t[i].ns[IW_BURSTS * 9 / 10] > p90)
+			p90 = t[i].ns[IW_BURSTS * 9 / 10];
+	}
+	ok(bad == 0 && stalls == 0, "idle wake: %u threads x %u bursts, each acknowledged without "
+	   "a flush (%d errors, %d bursts stalled 10 s)", IW_THREADS, IW_BURSTS, bad, stalls);
+	ok(p90 < PWAIT_SLICE_MS * 1000000ull / 2, "idle wake: 90%% of the bursts within %" PRIu64
+	   " us, none waiting for the progress thread's poll timeout", p90 / 1000);
+	for (unsigned i = 0; i < IW_THREADS; i++)
+		tap_diag("idle wake: thread %u: p90 %" PRIu64 " us, p99 %" PRIu64 " us, max %" PRIu64
+			 " us", i, t[i].ns[IW_BURSTS * 9 / 10] / 1000, t[i].ns[IW_BURSTS * 99 / 100] / 1000,
+			 t[i].ns[IW_BURSTS - 1] / 1000);
+	is_int(tw_primary_close(p), 0, "idle wake: close");
+	for (unsigned i = 0; i < IW_THREADS; i++) {
+		pthread_mutex_destroy(&t[i].mu);
+		pthread_cond_destroy(&t[i].cv);
+	}
+}
+
 /* ------------------------------------------------------------------ many producers, stress */
 
 /*
@@ -908,8 +1021,9 @@ static void test_mp_stress(void)
 	   "%" PRIu64 " entries appended, in LSN order (%" PRIu64 " scanned, %" PRIu64 " bad)",
 	   n, scanned, scan_bad);
 	tw_primary_get_stats(p, &st);
-	ok(st.segments > MP_PER / 2000 && st.max_batch_seen <= 32, "mp stress: %" PRIu64 " rollovers, writes "
-	   "of up to %" PRIu64 " entries", st.segments, st.max_batch_seen);
+	ok(st.segments > MP_PER / 2000 && st.max_batch_seen <= 32,
+	   "mp stress: %" PRIu64 " rollovers, writes of up to %" PRIu64 " entries", st.segments,
+	   st.max_batch_seen);
 	is_int(tw_primary_close(p), 0, "mp stress: close");
 	is_int(tbackup_recover(cl.addrs, 3, 380, mp_rec_entry, &rc, NULL), 0, "mp stress: recovery");
 	ok(rc.n == n && rc.bad == 0 && rc.badlsn == 0, "mp stress: recovery returns the %" PRIu64
@@ -937,6 +1051,7 @@ int main(void)
 	test_ring_wrap(cl.addrs, TW_PRIMARY_SYNC);
 	test_ring_wrap(cl.addrs, TW_PRIMARY_ASYNC);
 	test_producers(cl.addrs);
+	test_idle_wake(cl.addrs);
 	tbackups_stop(&cl);
 	test_mp_stress();
 	tap_done_testing();
