@@ -60,6 +60,16 @@ static void wake_apps(struct tw_primary *p)
 		tw__primary_room_wake_one(p);
 }
 
+void tw__primary_gate(struct tw_primary *p)
+{
+	bool open = p->threaded && !p->err && !p->need_roll && pstate(p) == PSTATE_RUNNING;
+
+	if (open)
+		__atomic_and_fetch(&p->res, ~RES_GATE, __ATOMIC_SEQ_CST);
+	else
+		__atomic_or_fetch(&p->res, RES_GATE, __ATOMIC_SEQ_CST);
+}
+
 /* Record the first failure (sticky). Takes the lock: call without holding it. */
 void tw__primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 {
@@ -87,6 +97,7 @@ void tw__primary_fail(struct tw_primary *p, int err, const char *fmt, ...)
 		}
 		tw_log_error("primary log %llu: %s", (unsigned long long)p->cfg.log_id, p->errmsg);
 	}
+	tw__primary_gate(p); /* appenders take the slow path, which returns the error */
 	wake_apps(p);
 	tw__primary_unlock(p);
 }
@@ -179,8 +190,18 @@ int tw__pseg_push(struct tw_primary *p, struct pseg *s)
 
 	tw__primary_lock(p);
 	rc = tw__push(&p->segs, &p->segs_cap, &p->nsegs, sizeof(s), 16, &s);
-	if (rc == 0)
-		p->cur = s;
+	if (rc == 0) {
+		/* Every entry of the old segment was sealed (the rollover drained it, and the gate
+		 * kept appenders out). The new one starts empty: its reservation word keeps the
+		 * record count and the gate, flips RES_FLIP (an appender that read the old word
+		 * cannot succeed on the new one) and is stored after cur, which an appender reads
+		 * after the word. */
+		uint64_t r = PLD(p->res), n = rec_reserved(p);
+
+		__atomic_store_n(&p->cur, s, __ATOMIC_RELEASE);
+		__atomic_store_n(&p->pub_off, 0, __ATOMIC_RELEASE);
+		PST(p->res, res_make(r ^ RES_FLIP, n, 0));
+	}
 	tw__primary_unlock(p);
 	return rc;
 }
@@ -291,6 +312,7 @@ static bool step_control(struct tw_primary *p, bool *done, bool *work)
 		rc = tw__primary_roll(p);
 		pthread_mutex_lock(&p->lock);
 		PST(p->need_roll, false);
+		tw__primary_gate(p); /* appenders on the new segment without the lock again */
 		p->roll_rc = rc; /* -ENOSPC: the appends that asked for it fail (append_async_mode) */
 		p->roll_gen++;
 		pthread_cond_broadcast(&p->cv_app);
@@ -298,7 +320,7 @@ static bool step_control(struct tw_primary *p, bool *done, bool *work)
 		return true;
 	}
 	if (p->need_roll && p->err) {
-		PST(p->need_roll, false);
+		PST(p->need_roll, false); /* the gate stays closed: the log failed */
 		pthread_cond_broadcast(&p->cv_app);
 	}
 	if (p->free_req > p->free_done) {
@@ -322,8 +344,10 @@ static bool step_control(struct tw_primary *p, bool *done, bool *work)
 		}
 		return true;
 	}
+	if (pstate(p) == PSTATE_STOPPING)
+		tw__primary_gate(p); /* closed: what was reserved before is drained below */
 	if (pstate(p) == PSTATE_STOPPING && p->slot_tail == PLD(p->slot_head) &&
-	    p->rec_tail == PLD(p->rec_head)) {
+	    p->rec_tail == rec_reserved(p)) {
 		/* Drained: let go of it (tw_primary_finish waits for this). */
 		tw__primary_set_state(p, PSTATE_FINISHING);
 		PST(p->ctl_pending, 0);
@@ -348,16 +372,16 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 
 	if (PLD(p->ctl_pending) && step_control(p, done, &work))
 		return true;
-	/* Writes sealed by the appenders go out; what they left (a partial batch once nothing is
-	 * in flight) is sealed here. No lock in steady state (primary_seal.c). */
+	/* Seal a batch if one is due and post it. No lock in steady state (primary_seal.c). */
 	tw__primary_try_seal(p);
-	/* About to block in the poll: say so first, then look once more for a write an appender
-	 * sealed meanwhile (it stores slot_head, then loads pt_idle; we store pt_idle, then load
-	 * slot_head: one of us sees the other). A completion ends the poll anyway. */
+	/* About to block in the poll: say so first, then look once more for entries to seal
+	 * (the last appender to publish stores pub_off, then loads pt_idle; we store pt_idle,
+	 * then load pub_off and res: one of us sees the other). A completion ends the poll
+	 * anyway. */
 	PST(p->pt_idle, true);
 	p->pt_idle_set = true;
 	if (PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
-	    tw__primary_seal_ready(p)) {
+	    tw__primary_seal_now(p)) {
 		PST(p->pt_idle, false);
 		p->pt_idle_set = false;
 		work = true;
@@ -449,7 +473,9 @@ int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const void **da
 	 * what was written); a position that is not the start of a data entry is not found, and
 	 * the payload CRC guards against a position that only looks like one. */
 	it.buf = s->buf;
-	it.len = s->w.pos;
+	/* The open segment: what is published (appenders write without the lock, in order);
+	 * a closed one: everything its writer wrote. */
+	it.len = s == p->cur ? (size_t)__atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE) : s->w.pos;
 	it.pos = pos.offset;
 	if (pos.offset >= it.len || tw_entry_next(&it, &payload, &len, &off) != 1 ||
 	    off != pos.offset ||

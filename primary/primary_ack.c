@@ -92,7 +92,7 @@ int tw__primary_reap(struct tw_primary *p)
 	uint64_t before = p->rec_tail;
 
 	if (p->err)
-		tw__primary_post_pending(p); /* sealed by appenders: failed at once */
+		tw__primary_post_pending(p); /* sealed, not posted: failed at once */
 	while (p->slot_tail < p->slot_posted) {
 		struct pslot *s = &p->slots[p->slot_tail % p->nslots];
 		uint64_t end;
@@ -105,7 +105,7 @@ int tw__primary_reap(struct tw_primary *p)
 			st = p->err ? p->err : -TW_EPEERLOST;
 		if (st)
 			p->reap_failed = true;
-		end = s->rec_end; /* read first: once free, an appender may seal into the slot */
+		end = s->rec_end; /* read first: once free, the slot may be sealed into again */
 		PST(p->slot_tail, p->slot_tail + 1); /* the slot is free: before the wake-ups */
 		p->mode_ops->complete(p, end, st);
 	}

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log/log_entry.h"
 #include "primary/primary_int.h"
 
 static int check_len(struct tw_primary *p, uint32_t len)
@@ -22,37 +23,123 @@ static int check_len(struct tw_primary *p, uint32_t len)
 	return 0;
 }
 
-/* Appends an entry to segment s (the caller made room for it) and records it for its callback:
- * both modes, the async one under p->lock. Inlined into each caller: the hot path of every
- * append, where a call would add its register saves (docs/benchmarks.md, "The engine alone"). */
-static inline __attribute__((always_inline)) int append_rec(struct tw_primary *p, struct pseg *s, const void *data, uint32_t len,
-		      tw_append_cb cb, void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+/* Publication in order: wait until every byte before `off` of the open segment is written
+ * (the threads that reserved them are copying; a few nanoseconds unless one was preempted:
+ * then the CPU goes to it). */
+static inline void pub_wait(const struct tw_primary *p, uint64_t off)
 {
-	struct prec *r;
-	size_t off;
-	int rc = tw_log_writer_append(&s->w, data, len, &off);
+	unsigned spins = 0;
 
-	if (rc < 0)
-		return rc;
-	r = &p->recs[p->rec_head & p->rec_mask];
+	while (__atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE) != off) {
+		if (++spins < 64)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+/* One reservation: where an entry goes (segment, offset) and its record index. */
+struct resv {
+	struct pseg *s;
+	uint64_t idx;
+	uint32_t off;
+};
+
+/*
+ * Reserve the room of one entry of `len` bytes in the open segment, its record and its place in
+ * the log, with one compare-and-swap on p->res (docs/primary.md, "The append engine"). Fails
+ * (false) when the entry must take the slow path: the gate is closed (unless `locked`: the
+ * caller holds the lock and checked the log under it), the record ring is full, max_batch
+ * entries wait unsealed (back-pressure), or the entry does not fit in the segment (with room
+ * left for the checksum entry after it). Async mode (sync mode: reserve_sync). The
+ * compare-and-swap is sequentially consistent: the appender's half of the wake-up
+ * handshake with the progress thread (see PLD).
+ */
+static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, uint32_t len,
+							  bool locked, struct resv *v)
+{
+	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_ACQUIRE);
+	uint64_t ring = p->rec_mask < RES_RING_MAX - 1 ? p->rec_mask : RES_RING_MAX - 1;
+
+	for (;;) {
+		uint64_t tail, idx, nr;
+		struct pseg *s;
+		uint32_t off = res_off(r);
+
+		if ((r & RES_GATE) && !locked)
+			return false;
+		tail = PLD(p->rec_tail);
+		idx = res_idx(r, tail);
+		if (idx - tail > ring || idx - PLD(p->rec_sealed) >= p->cfg.max_batch)
+			return false;
+		/* After the word: a new segment's word is stored after cur (tw__pseg_push); with
+		 * an older word the compare-and-swap fails. */
+		s = __atomic_load_n(&p->cur, __ATOMIC_ACQUIRE);
+		if (s->cap - off < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
+		    len > s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
+			return false;
+		nr = res_make(r, idx + 1, (uint64_t)off + TW_ENTRY_HDR_SIZE + len);
+		if (!__atomic_compare_exchange_n(&p->res, &r, nr, false, __ATOMIC_SEQ_CST,
+						 __ATOMIC_ACQUIRE))
+			continue; /* another appender or the sealer moved it: r is the new word */
+		v->s = s;
+		v->idx = idx;
+		v->off = off;
+		return true;
+	}
+}
+
+/* Sync mode: reserve with a plain store (one thread; the caller checked back-pressure, so only
+ * the room in the segment is looked at). */
+static inline __attribute__((always_inline)) bool reserve_sync(struct tw_primary *p, uint32_t len,
+							       struct resv *v)
+{
+	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_RELAXED);
+	struct pseg *s = p->cur;
+	uint32_t off = res_off(r);
+
+	if (s->cap - off < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
+	    len > s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
+		return false;
+	v->s = s;
+	v->idx = p->rec_head;
+	v->off = off;
+	__atomic_store_n(&p->res, res_make(r, v->idx + 1, (uint64_t)off + TW_ENTRY_HDR_SIZE + len),
+			 __ATOMIC_RELAXED);
+	return true;
+}
+
+/* Write the reserved entry (payload, its CRC, header) and its record outside any lock, then
+ * publish it in order: wait until everything before it is written, store rec_head and the new
+ * end (release). Both modes; the statistics are counted while holding the turn (one thread). */
+static inline __attribute__((always_inline)) void put_publish(struct tw_primary *p,
+							      const struct resv *v,
+							      const void *data, uint32_t len,
+							      tw_append_cb cb, void *arg,
+							      uint64_t *lsn_out)
+{
+	struct prec *r = &p->recs[v->idx & p->rec_mask];
+
+	tw__log_entry_put(v->s->buf + v->off, data, len);
 	r->cb = cb;
 	r->arg = arg;
-	r->lsn = (uint64_t)s->id << 32 | off;
+	r->lsn = (uint64_t)v->s->id << 32 | v->off;
 	r->len = len;
-	*idx_out = p->rec_head;
-	/* Async mode: sequentially consistent (an xchg on x86-64), the first half of the
-	 * appender's store-then-load pair with the progress thread (see PLD). Sync mode: no other
-	 * thread seals or posts, readers only need the entry's bytes before the new end: a
-	 * release store (a plain move), one locked instruction less per append. */
+	if (lsn_out) /* before the publication: the callback may run right after it */
+		*lsn_out = r->lsn;
 	if (p->threaded)
-		PST(p->rec_head, p->rec_head + 1);
-	else
-		__atomic_store_n(&p->rec_head, p->rec_head + 1, __ATOMIC_RELEASE);
+		pub_wait(p, v->off);
 	PSTAT_ADD(p, appends, 1);
 	PSTAT_ADD(p, bytes, len);
-	if (lsn_out)
-		*lsn_out = r->lsn;
-	return 0;
+	__atomic_store_n(&p->rec_head, v->idx + 1, __ATOMIC_RELEASE);
+	/* Async mode: sequentially consistent (an xchg on x86-64), the first half of the
+	 * appender's store-then-load pair with the progress thread (async_kick, see PLD). Sync
+	 * mode: a release store (a plain move). */
+	if (p->threaded)
+		PST(p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len);
+	else
+		__atomic_store_n(&p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len,
+				 __ATOMIC_RELEASE);
 }
 
 static bool on_progress_thread(const struct tw_primary *p)
@@ -72,16 +159,18 @@ static void batch_unfilled(uint64_t *lsns_out, size_t from, size_t n)
 static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 			    void *arg, uint64_t *lsn_out, uint64_t *idx_out)
 {
-	struct pseg *s;
+	struct resv v;
 	int rc;
 
+again:
 	if (p->err)
 		return p->err;
 	if (pstate(p) != PSTATE_RUNNING)
 		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
-	/* Back-pressure: at most max_batch entries wait while all slots are busy. */
-	while (!p->err && (pending_entries(p) >= p->cfg.max_batch ||
-			   p->rec_head - PLD(p->rec_tail) > p->rec_mask)) {
+	/* Back-pressure: at most max_batch entries wait while all slots are busy. One thread:
+	 * every entry reserved is published (rec_head). */
+	while (!p->err && (p->rec_head - p->rec_sealed >= p->cfg.max_batch ||
+			   p->rec_head - p->rec_tail > p->rec_mask)) {
 		if (slot_free(p))
 			tw__primary_seal_post(p);
 		else
@@ -89,14 +178,17 @@ static int sync_room_append(struct tw_primary *p, const void *data, uint32_t len
 	}
 	if (p->err)
 		return p->err;
-	s = p->cur;
-	if (!tw_log_writer_fits(&s->w, len)) {
+	if (!reserve_sync(p, len, &v)) {
+		/* The segment is full. Callbacks run by the rollover may append (into the new
+		 * segment): look at everything again. */
 		rc = tw__primary_roll(p);
 		if (rc < 0)
 			return rc;
-		s = p->cur;
+		goto again;
 	}
-	return append_rec(p, s, data, len, cb, arg, lsn_out, idx_out);
+	put_publish(p, &v, data, len, cb, arg, lsn_out);
+	*idx_out = v.idx;
+	return 0;
 }
 
 /* Sync mode, after an append (or a batch of them): batching for a caller that appends
@@ -133,7 +225,7 @@ static int append_sync_mode(struct tw_primary *p, const void *data, uint32_t len
 static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
 				  tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
-	uint64_t lsn = TW_LSN_NONE, idx; /* set by append_rec when it succeeds */
+	uint64_t lsn = TW_LSN_NONE, idx; /* set by sync_room_append when it succeeds */
 
 	for (size_t i = 0; i < n; i++) {
 		int rc = sync_room_append(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
@@ -156,21 +248,41 @@ static int append_batch_sync_mode(struct tw_primary *p, const struct iovec *entr
 struct room_wait {
 	struct pwaiter me; /* in the room queue while it waits for back-pressure */
 	bool me_init;
-	bool wake;         /* it sealed a write while the progress thread slept: ring it */
 };
 
 /* The record ring is full: every record is still waiting for its acknowledgement. */
 static bool ring_full(const struct tw_primary *p)
 {
-	return PLD(p->rec_head) - PLD(p->rec_tail) > p->rec_mask;
+	uint64_t tail = PLD(p->rec_tail);
+
+	return rec_reserved(p) - tail > p->rec_mask;
 }
 
-/* Whether an appender stopped by back-pressure can go on: the ring has room, and a whole
- * batch waits only if it can be sealed now (a free slot, no failover pending). */
+/* Whether an entry of `len` bytes fits after what is reserved in the open segment, with room
+ * for the checksum entry after it (tw_log_writer_fits on the reservation word). */
+static bool res_fits(const struct tw_primary *p, uint32_t len)
+{
+	const struct pseg *s = p->cur;
+	uint32_t off = res_off(PLD(p->res));
+
+	return s->cap - off >= TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE &&
+	       len <= s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE;
+}
+
+/* Whether an appender stopped by back-pressure can go on: the ring has room and fewer than
+ * max_batch entries wait unsealed (only the progress thread seals). */
 static bool room_now(const struct tw_primary *p)
 {
-	return !ring_full(p) && (pending_entries(p) < p->cfg.max_batch ||
-				 (slot_free(p) && !PLD(p->fo_pending)));
+	return !ring_full(p) && pending_entries(p) < p->cfg.max_batch;
+}
+
+/* Ring the progress thread if it said it may sleep (pt_idle; see PLD). Any thread. */
+static void wake_pt(struct tw_primary *p)
+{
+	if (PLD(p->pt_idle) && __atomic_exchange_n(&p->pt_idle, false, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&p->st.wakeups, 1, __ATOMIC_RELAXED);
+		tw__fab_wakeup(p->fab);
+	}
 }
 
 /* Sleep on `cv` (lock held); the caller counted itself in n_sleep and looked again, so that
@@ -183,8 +295,9 @@ static void sleep_counted(struct tw_primary *p, pthread_cond_t *cv)
 /*
  * Async mode, lock held: wait until an entry of `len` bytes can be appended to p->cur now
  * (back-pressure, rollover), dropping the lock while it waits. A whole batch waiting is sealed
- * here by the appender itself when a slot is free (rw->wake: the progress thread must be rung
- * to post it). Returns 0 (lock held, room for it), or an error (lock held): the primary's,
+ * by the progress thread, rung here if it sleeps. Returns 0 (lock held, room for it; the
+ * caller then reserves, which may still fail: appenders on the fast path race with it, and it
+ * calls again), or an error (lock held): the primary's,
  * -TW_ECLOSED, -EAGAIN (a callback on the progress thread that would have to wait), -ENOSPC
  * (the rollover asked for found the arena exhausted).
  */
@@ -207,8 +320,6 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 			p->app_waiting--;
 			continue;
 		}
-		if (pending_entries(p) >= p->cfg.max_batch && tw__primary_seal_by_appender(p))
-			rw->wake = true;
 		if (pending_entries(p) >= p->cfg.max_batch || ring_full(p)) {
 			if (on_progress_thread(p))
 				return -EAGAIN;
@@ -229,19 +340,16 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 				else
 					p->room_head = &rw->me;
 				p->room_tail = &rw->me;
-				if (rw->wake) { /* it must post what we sealed before it can free a slot */
-					rw->wake = false;
-					pthread_mutex_unlock(&p->lock);
-					tw__fab_wakeup(p->fab);
-					pthread_mutex_lock(&p->lock);
-				}
+				/* The batch waiting is sealed (when a slot is free) by the progress
+				 * thread: ring it if it sleeps. */
+				wake_pt(p);
 				while (rw->me.queued)
 					sleep_counted(p, &rw->me.cv);
 			}
 			__atomic_sub_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
 			continue;
 		}
-		if (!tw_log_writer_fits(&p->cur->w, len)) {
+		if (!res_fits(p, len)) {
 			if (on_progress_thread(p))
 				return -EAGAIN;
 			if (asked && p->roll_gen != gen && p->roll_rc == -ENOSPC)
@@ -249,6 +357,7 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 			asked = true;
 			gen = p->roll_gen;
 			PST(p->need_roll, true);
+			tw__primary_gate(p); /* closed: appenders come here until the roll is done */
 			PST(p->ctl_pending, 1);
 			pthread_mutex_unlock(&p->lock);
 			tw__fab_wakeup(p->fab);
@@ -259,93 +368,94 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 	}
 }
 
-/* Async mode, lock held: the common case of async_room, tested in one go: healthy, running, no
- * rollover asked for, room in the record ring and in the open segment, and fewer than
- * max_batch entries waiting (so that no seal is due before this entry). Then async_room would
- * return 0 at once; anything else takes its loop. */
-static inline bool async_room_now(const struct tw_primary *p, uint32_t len)
+/* Async mode, after the entry `v` (of `len` bytes) was published: ring the progress thread if
+ * it may sleep, nobody reserved after this entry (the last appender to publish does it: the
+ * seal waits for every copy in progress) and a batch is due (nothing in flight, or max_batch
+ * waiting: tw__primary_batch_due's test). The publication's store came before these loads
+ * (see PLD). */
+static inline void async_kick(struct tw_primary *p, const struct resv *v, uint32_t len)
 {
-	return !p->err && pstate(p) == PSTATE_RUNNING && !p->need_roll &&
-	       pending_entries(p) < p->cfg.max_batch && !ring_full(p) &&
-	       tw_log_writer_fits(&p->cur->w, len);
+	if (tw_unlikely(PLD(p->pt_idle)) &&
+	    res_off(PLD(p->res)) == v->off + TW_ENTRY_HDR_SIZE + len &&
+	    (PLD(p->slot_head) == PLD(p->slot_tail) ||
+	     v->idx + 1 - PLD(p->rec_sealed) >= p->cfg.max_batch))
+		wake_pt(p);
 }
 
-/* Async mode, lock held, after appending: seal if a batch is due (primary_seal.c); whether to
- * ring the progress thread (after the unlock). The first test is tw__primary_batch_due's own
- * (nothing in flight, or max_batch waiting), inline: on a loaded log it is false for all but
- * one append in max_batch, and the call is skipped. It loads slot_tail after append_rec's
- * rec_head store, as the store-then-load pair requires (see PLD). */
-static bool async_wake_needed(struct tw_primary *p, struct room_wait *rw)
+/* Async mode, the slow path: under the lock, wait for room (back-pressure, rollover, failure),
+ * then reserve (the gate may be closed: the log was checked under the lock) and publish. */
+static int append_async_slow(struct tw_primary *p, const void *data, uint32_t len,
+			     tw_append_cb cb, void *arg, uint64_t *lsn_out, struct resv *v)
 {
-	bool wake = ((PLD(p->slot_head) == PLD(p->slot_tail) ||
-		      pending_entries(p) >= p->cfg.max_batch) &&
-		     tw__primary_seal_by_appender(p)) ||
-		    rw->wake;
-
-	if (wake)
-		PSTAT_ADD(p, wakeups, 1);
-	return wake;
-}
-
-/* Async mode: copy under the lock and hand over to the progress thread. */
-static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
-			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
-{
-	struct room_wait rw; /* only its flags: `me` is set up by async_room when it queues */
-	bool wake = false;
+	struct room_wait rw = { .me_init = false };
 	int rc;
 
-	rw.me_init = false;
-	rw.wake = false;
 	pthread_mutex_lock(&p->lock);
-	if (async_room_now(p, len)) {
-		rc = 0; /* the common case: no back-pressure, no rollover */
-	} else {
+	for (;;) {
 		rc = async_room(p, len, &rw);
-		if (rw.me_init)
-			pthread_cond_destroy(&rw.me.cv); /* dequeued: nobody signals it any more */
+		if (rc < 0)
+			break;
+		if (reserve(p, len, true, v)) {
+			put_publish(p, v, data, len, cb, arg, lsn_out);
+			break;
+		}
+		/* Appenders on the fast path took the room meanwhile: look again. */
 	}
-	if (rc == 0)
-		rc = append_rec(p, p->cur, data, len, cb, arg, lsn_out, idx_out);
-	if (rc == 0)
-		wake = async_wake_needed(p, &rw);
+	if (rw.me_init)
+		pthread_cond_destroy(&rw.me.cv); /* dequeued: nobody signals it any more */
 	pthread_mutex_unlock(&p->lock);
-	if (wake)
-		tw__fab_wakeup(p->fab);
 	return rc;
 }
 
-/* Async mode: the whole batch in one lock round, released only where an entry must wait
- * (back-pressure, rollover); the progress thread is rung once. */
+/* Async mode: reserve with one compare-and-swap, copy and publish without a lock (the common
+ * case); anything else (back-pressure, a rollover, a failure, a finish) takes the slow path. */
+static inline __attribute__((always_inline)) int
+append_async_one(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb, void *arg,
+		 uint64_t *lsn_out, struct resv *v)
+{
+	if (tw_likely(reserve(p, len, false, v))) {
+		put_publish(p, v, data, len, cb, arg, lsn_out);
+		return 0;
+	}
+	return append_async_slow(p, data, len, cb, arg, lsn_out, v);
+}
+
+static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
+			     void *arg, uint64_t *lsn_out, uint64_t *idx_out)
+{
+	struct resv v;
+	int rc = append_async_one(p, data, len, cb, arg, lsn_out, &v);
+
+	if (rc == 0) {
+		*idx_out = v.idx;
+		async_kick(p, &v, len);
+	}
+	return rc;
+}
+
+/* Async mode: every entry as by append_async_mode; the progress thread is rung once, at the
+ * end (an entry that waits for back-pressure rings it in async_room). */
 static int append_batch_async_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
 				   tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
-	struct room_wait rw = { .me_init = false };
-	bool wake = false;
-	uint64_t lsn = TW_LSN_NONE, idx; /* set by append_rec when it succeeds */
+	struct resv v = { 0 }; /* the last entry appended */
+	uint64_t lsn;
+	uint32_t len = 0;
 	size_t i;
 	int rc = 0;
 
-	pthread_mutex_lock(&p->lock);
 	for (i = 0; i < n; i++) {
-		uint32_t len = (uint32_t)entries[i].iov_len;
-
-		rc = async_room(p, len, &rw);
-		if (rc == 0)
-			rc = append_rec(p, p->cur, entries[i].iov_base, len, i + 1 == n ? cb : NULL,
-					arg, &lsn, &idx);
+		/* The LSN is stored before the entry is published (put_publish): the batch's
+		 * callback may run on the progress thread before this call returns. */
+		rc = append_async_one(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
+				      i + 1 == n ? cb : NULL, arg, lsns_out ? &lsns_out[i] : &lsn,
+				      &v);
 		if (rc < 0)
 			break;
-		if (lsns_out)
-			lsns_out[i] = lsn;
+		len = (uint32_t)entries[i].iov_len;
 	}
-	if (rw.me_init)
-		pthread_cond_destroy(&rw.me.cv);
 	if (i)
-		wake = async_wake_needed(p, &rw); /* what was copied goes out as usual */
-	pthread_mutex_unlock(&p->lock);
-	if (wake)
-		tw__fab_wakeup(p->fab);
+		async_kick(p, &v, len); /* what was copied goes out as usual */
 	if (rc < 0)
 		batch_unfilled(lsns_out, i, n);
 	return rc;

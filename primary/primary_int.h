@@ -17,19 +17,20 @@
  *                    background re-replication of closed segments (docs/failover.md).
  *        primary_test.c   the completion callback a test may swap in (primary_test.h).
  *
- * Driver thread: the thread that polls the fabric, posts and reaps the writes and owns the
- * segment list (the caller in TW_PRIMARY_SYNC mode, the progress thread in TW_PRIMARY_ASYNC
- * mode). In async mode `lock` is the appenders' mutex (docs/primary.md, "The append engine"):
- * it protects the current writer, the record ring's head, the sealing (rec_sealed,
- * slot_head: whoever seals holds it), need_roll, the segment array pointer and count, err,
- * the waiters' queues, and the lifecycle state (enum pstate) is written under it. The driver
- * takes it only for control work, a partial seal, and wake-ups of sleepers; the counters it
- * shares with the appenders are atomics (PLD/PST).
+ * Driver thread: the thread that polls the fabric, seals, posts and reaps the writes and owns
+ * the segment list and the open segment's writer (the caller in TW_PRIMARY_SYNC mode, the
+ * progress thread in TW_PRIMARY_ASYNC mode). Appenders reserve, write and publish their
+ * entries without a lock (p->res, p->pub_off, rec_head: docs/primary.md, "The append
+ * engine"). In async mode `lock` is the slow path's mutex: it protects need_roll, the segment
+ * array pointer and count, err, the waiters' queues, and the lifecycle state (enum pstate)
+ * and the gate of p->res are written under it. The driver takes it only for control work and
+ * wake-ups of sleepers; the counters it shares with the appenders are atomics (PLD/PST).
  */
 #ifndef TW_REPLICA_PRIMARY_INT_H
 #define TW_REPLICA_PRIMARY_INT_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -390,16 +391,23 @@ struct tw_primary {
 	struct pop *pops;
 	unsigned nslots;
 	/* Sealed writes: [slot_tail, slot_posted) posted and in flight, [slot_posted, slot_head)
-	 * sealed by an appender (async mode), waiting for the progress thread to post them.
-	 * slot_head moves under the lock (whoever seals), slot_posted and slot_tail on the driver
-	 * thread only; the three are read across threads with atomics (PLD/PST). */
+	 * sealed, not posted yet (a failover is pending). The three move on the driver thread
+	 * only and are read across threads with atomics (PLD/PST). */
 	uint64_t slot_head, slot_posted, slot_tail;
 
 	/* Append records ring (power of two). */
 	struct prec *recs;
 	uint64_t rec_mask;
-	uint64_t rec_head;   /* appended (under the lock) */
-	uint64_t rec_sealed; /* covered by a sealed write (under the lock) */
+	/* The reservation word (docs/primary.md, "The append engine"): one compare-and-swap
+	 * reserves an entry's room, record and place (or the sealer's checksum entry). Bits
+	 * 0..31: the next free byte of p->cur; 32..61: records reserved, modulo 2^30 (res_idx);
+	 * 62: flips at each new segment (no ABA); 63: the gate (closed: slow path, RES_GATE). */
+	uint64_t res;
+	/* Publication in order: [0, pub_off) of p->cur is written. Whoever reserved [off, end)
+	 * waits until pub_off == off, stores rec_head, then end: one thread at a time. */
+	uint64_t pub_off;
+	uint64_t rec_head;   /* records published (their entries written, their fields set) */
+	uint64_t rec_sealed; /* covered by a sealed write (driver thread) */
 	uint64_t rec_tail;   /* acknowledged or failed, callbacks ran (driver thread) */
 	bool reap_failed;    /* an earlier write failed: every later entry fails */
 
@@ -489,10 +497,56 @@ static inline bool pserved(const struct tw_primary *p)
 #define PLD(f) __atomic_load_n(&(f), __ATOMIC_SEQ_CST)
 #define PST(f, v) __atomic_store_n(&(f), (v), __ATOMIC_SEQ_CST)
 
-/* Entries appended but not yet sealed into a write (exact under the lock). */
+/* The reservation word (p->res). */
+#define RES_GATE (1ull << 63)
+#define RES_FLIP (1ull << 62)
+#define RES_IDX_MASK ((1ull << 30) - 1)
+/* Records in flight are at most the ring's size, kept below 2^29 for res_idx. */
+#define RES_RING_MAX (1ull << 29)
+
+static inline uint32_t res_off(uint64_t r)
+{
+	return (uint32_t)r;
+}
+
+/* The record count that `r` holds modulo 2^30, given `base`, a count at most 2^30 - 1 below
+ * it (rec_tail or rec_sealed: the ring never holds more). */
+static inline uint64_t res_idx(uint64_t r, uint64_t base)
+{
+	return base + (((r >> 32) - base) & RES_IDX_MASK);
+}
+
+static inline uint64_t res_make(uint64_t keep, uint64_t idx, uint64_t off)
+{
+	return (keep & (RES_GATE | RES_FLIP)) | (idx & RES_IDX_MASK) << 32 | off;
+}
+
+/* Records reserved so far (appended or being copied). rec_sealed first: then it is not above
+ * the count in res. */
+static inline uint64_t rec_reserved(const struct tw_primary *p)
+{
+	uint64_t sealed = PLD(p->rec_sealed);
+
+	return res_idx(PLD(p->res), sealed);
+}
+
+/* One turn of a spin-wait loop. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* Entries reserved but not yet sealed into a write (exact on the driver thread while the gate
+ * is closed; otherwise a lower bound). */
 static inline uint64_t pending_entries(const struct tw_primary *p)
 {
-	return PLD(p->rec_head) - PLD(p->rec_sealed);
+	uint64_t sealed = PLD(p->rec_sealed); /* one read: it may move meanwhile */
+
+	return res_idx(PLD(p->res), sealed) - sealed;
 }
 
 /* Whether a write slot is free (sealed writes not yet posted hold theirs). */
@@ -519,11 +573,11 @@ static inline bool tw__primary_batch_due(const struct tw_primary *p)
 /*
  * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
  * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
- * the context's progress thread drives; callers copy under the lock and sleep on condition
- * variables. One table per mode, chosen at open (p->mode_ops).
+ * the context's progress thread drives and seals; callers copy without a lock and sleep on
+ * condition variables (slow path). One table per mode, chosen at open (p->mode_ops).
  */
 struct pmode_ops {
-	/* Make room for one entry and append it (async: under the lock, handed to the thread);
+	/* Make room for one entry and append it (async: without a lock in the common case);
 	 * *idx_out: its record index. */
 	int (*append)(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
 		      void *arg, uint64_t *lsn_out, uint64_t *idx_out);
@@ -558,18 +612,24 @@ void tw__primary_preopen_start(struct tw_primary *p, bool now);
 int tw__primary_roll(struct tw_primary *p);
 
 /* primary_seal.c: sealing and posting. Driver thread. */
-/* Whether waiting entries can be sealed now (lock held in async mode). */
+/* Whether waiting entries can be sealed now (driver thread; exact there, since only it seals). */
 bool tw__primary_seal_ready(const struct tw_primary *p);
-/* Seal the waiting entries into the next slot (lock held in async mode; seal_ready checked):
- * the slot, or NULL with *rc_out (the caller fails the primary). */
-struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out);
+/* The same, and no appender is copying (nothing reserved past what is published): the
+ * progress thread's last look before it sleeps (the last appender to publish looks at
+ * pt_idle after its publication: see PLD). */
+bool tw__primary_seal_now(const struct tw_primary *p);
+/* Seal the waiting entries into the next slot (driver thread, lock not held; entries wait and
+ * a slot is free): a checksum entry reserved right after the last entry, once every entry
+ * reserved is published. The slot; NULL with *rc_out 0 when an appender is still copying and
+ * not `wait` (it rings the progress thread when done); NULL with *rc_out < 0 when the seal
+ * failed (the caller fails the primary). */
+struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out, bool wait);
 /* Post every sealed write not posted yet, in order (lock not held; none while a failover is
  * pending; failed at once when the log has failed). */
 void tw__primary_post_pending(struct tw_primary *p);
-/* Async mode, lock held: an appender seals the waiting entries if a batch is due (a free slot,
- * nothing in flight or max_batch waiting, no rollover or failover pending). Returns whether
- * the progress thread must be woken to post it. */
-bool tw__primary_seal_by_appender(struct tw_primary *p);
+/* Set the gate of the reservation word (lock held): closed unless the log runs in async mode,
+ * healthy, with no rollover asked. Appenders then take the slow path. */
+void tw__primary_gate(struct tw_primary *p);
 /* Seal and post what waits (lock not held): 0 or the primary's error. */
 int tw__primary_seal_post(struct tw_primary *p);
 /* The same only if seal_ready (one lock round for the check and the seal). */

@@ -88,7 +88,7 @@ void tw__pfo_lost(struct tw_primary *p, unsigned bi, const char *why)
 			    b->addr, why ? why : "?");
 	}
 	if (!p->fo_pending && !p->err && tw__primary_is_replica(p, bi) && p->cur && !p->cur->closed) {
-		PST(p->fo_pending, true); /* appenders stop sealing (read under their lock) */
+		PST(p->fo_pending, true); /* the driver stops sealing */
 		p->fo_first = bi;
 		p->fo_since_ns = b->lost_ns ? b->lost_ns : tw_now_ns();
 		tw_log_warn("primary log %llu: appends suspended: replacing backup %s of segment %u",
@@ -477,7 +477,7 @@ again:
 	if (p->err)
 		return;
 	/* Every slot in flight is now on a full set of replicas (the copy covered the sealed
-	 * prefix, writes sealed by appenders and not yet posted included): its acknowledgement
+	 * prefix, writes sealed and not yet posted included): its acknowledgement
 	 * waits only for the survivors' completions. */
 	for (uint64_t k = PLD(p->slot_tail); k < p->slot_posted; k++)
 		p->slots[k % p->nslots].repair = false;

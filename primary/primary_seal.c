@@ -12,21 +12,67 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log/log_entry.h"
 #include "primary/primary_int.h"
 
-/* Seal the waiting entries into one write (lock held in async mode; the caller checked that
- * entries wait, a slot is free and the primary is healthy): the slot is published (slot_head)
- * for the driver to post. Returns it, or NULL when the seal failed (the caller then fails the
- * primary with *rc_out). */
-struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out)
+/* Spins of a seal that does not wait for copies in progress before it gives up. */
+#define SEAL_SPINS 32
+
+/*
+ * Seal the waiting entries into one write (driver thread, lock not held; the caller checked
+ * that entries wait, a slot is free and the primary is healthy). The checksum entry goes right
+ * after the last entry, where the next append would go: the sealer first advances the writer
+ * over the entries published so far (tw__log_writer_adopt: the header chain over them), then
+ * takes the checksum entry's 8 bytes with the same compare-and-swap as an appender, but only
+ * while nothing is reserved past what is published (the reservation word's offset equals the
+ * writer's position): then every entry before the checksum entry is written, and the turn to
+ * publish is the sealer's at once. It writes the checksum entry, publishes it like an entry
+ * and publishes the slot (slot_head) for the driver to post. While an appender is copying, the
+ * seal spins briefly and then, unless `wait` (a rollover: the gate is closed, the copies end),
+ * gives up: NULL with *rc_out 0; the appender that publishes last rings the progress thread
+ * if it sleeps (append_kick). NULL with *rc_out < 0: the seal failed (the caller fails the
+ * primary).
+ */
+struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out, bool wait)
 {
 	struct pseg *seg = p->cur;
-	uint64_t head = PLD(p->slot_head), rec_head = PLD(p->rec_head);
+	uint64_t head = PLD(p->slot_head), sealed = PLD(p->rec_sealed), idx, r;
 	struct pslot *s;
 	size_t off, len;
-	int rc = tw_log_writer_seal(&seg->w, &off, &len);
+	unsigned spins = 0;
+	int rc;
 
-	if (rc < 0 || !len) {
+	*rc_out = 0;
+	for (;;) {
+		tw__log_writer_adopt(&seg->w, __atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE));
+		r = PLD(p->res);
+		idx = res_idx(r, sealed);
+		if (res_off(r) == seg->w.pos) {
+			if (idx == sealed)
+				return NULL; /* nothing waits */
+			/* at + 8 fits: every entry leaves room for the checksum entry after it. */
+			if (!p->threaded) {
+				__atomic_store_n(&p->res, r + TW_CKSUM_ENTRY_SIZE, __ATOMIC_RELAXED);
+				break;
+			}
+			if (__atomic_compare_exchange_n(&p->res, &r, r + TW_CKSUM_ENTRY_SIZE, false,
+							__ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+				break;
+			continue; /* an appender reserved meanwhile: adopt it once published */
+		}
+		/* An appender is copying (on another CPU: nanoseconds; preempted: until it runs). */
+		if (++spins < SEAL_SPINS)
+			cpu_relax();
+		else if (wait)
+			sched_yield();
+		else
+			return NULL;
+	}
+	/* The entries of the write are the records [sealed, idx): all published (rec_head). */
+	rc = tw_log_writer_seal(&seg->w, &off, &len);
+	/* Our turn ends: the entry reserved after the checksum entry may publish. */
+	__atomic_store_n(&p->pub_off, (uint64_t)seg->w.pos, __ATOMIC_RELEASE);
+	if (rc < 0 || !len || seg->w.pos != (size_t)res_off(r) + TW_CKSUM_ENTRY_SIZE) {
 		*rc_out = rc < 0 ? rc : -TW_EPROTO;
 		return NULL;
 	}
@@ -35,12 +81,18 @@ struct pslot *tw__primary_seal_locked(struct tw_primary *p, int *rc_out)
 	s->off = off;
 	s->len = len;
 	s->remaining = 0; /* set when posted */
-	s->rec_end = rec_head;
-	s->nrec = rec_head - PLD(p->rec_sealed);
+	s->rec_end = idx;
+	s->nrec = idx - sealed;
 	s->repair = false;
-	PST(p->rec_sealed, rec_head);
+	PST(p->rec_sealed, idx);
 	PST(p->slot_head, head + 1); /* published: the slot's fields above are written */
-	tw__primary_room_wake_one(p); /* back-pressure released (async mode; the queue is empty in sync) */
+	/* Back-pressure released (async mode): a sleeper counted itself in n_sleep before it
+	 * looked at rec_sealed (see PLD). The queue is empty in sync mode. */
+	if (p->threaded && PLD(p->n_sleep)) {
+		pthread_mutex_lock(&p->lock);
+		tw__primary_room_wake_one(p);
+		pthread_mutex_unlock(&p->lock);
+	}
 	return s;
 }
 
@@ -103,33 +155,21 @@ void tw__primary_post_pending(struct tw_primary *p)
 	}
 }
 
-/* Whether waiting entries can be sealed now (lock held in async mode). */
+/* Whether waiting entries can be sealed now (driver thread; exact there, since only it seals). */
 bool tw__primary_seal_ready(const struct tw_primary *p)
 {
 	return pending_entries(p) && slot_free(p) && !p->err && !PLD(p->need_roll) &&
 	       !PLD(p->fo_pending) && tw__primary_batch_due(p);
 }
 
-bool tw__primary_seal_by_appender(struct tw_primary *p)
+bool tw__primary_seal_now(const struct tw_primary *p)
 {
-	struct pslot *s;
-	int rc = 0;
-
-	/* Our rec_head store (append_rec), then the loads of slot_tail (batch_due) and pt_idle,
-	 * all sequentially consistent: see PLD. */
-	if (!tw__primary_seal_ready(p) || pstate(p) != PSTATE_RUNNING)
-		return false;
-	s = tw__primary_seal_locked(p, &rc);
-	if (!s)
-		return false; /* the progress thread's own seal meets the error and fails the log */
-	if (!PLD(p->pt_idle))
-		return false; /* awake: it posts on its next step */
-	return __atomic_exchange_n(&p->pt_idle, false, __ATOMIC_SEQ_CST);
+	return tw__primary_seal_ready(p) && res_off(PLD(p->res)) == PLD(p->pub_off);
 }
 
 /* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
- * not held; `ready`: only if seal_ready (the rollover seals while need_roll is set), checked
- * under the same lock as the seal. Writes sealed by appenders go out first, in order. Returns
+ * not held; `ready`: only if seal_ready (the rollover seals while need_roll is set). Writes
+ * sealed before and not posted yet (a failover) go out first, in order. Returns
  * 0 or a negative code (the primary is then failed). */
 static int seal_post_if(struct tw_primary *p, bool ready)
 {
@@ -143,19 +183,15 @@ static int seal_post_if(struct tw_primary *p, bool ready)
 	if (PLD(p->fo_pending))
 		return p->err;
 	tw__primary_post_pending(p);
-	/* Async mode: a look without the lock first; appenders seal whole batches themselves,
-	 * so the lock is taken here only for what they leave (nothing in flight any more and
-	 * a partial batch waits, or a batch they could not seal for want of a slot). */
-	if (ready && p->threaded && !tw__primary_seal_ready(p))
-		return p->err;
-	tw__primary_lock(p);
+	/* Only the driver seals (appenders reserve, copy and publish without a lock), so what
+	 * is looked at here stays true until the seal: no lock (docs/primary.md, "The append
+	 * engine"). */
 	if (!pending_entries(p) || p->err || !slot_free(p) ||
-	    (ready && (PLD(p->need_roll) || !tw__primary_batch_due(p)))) {
-		tw__primary_unlock(p);
+	    (ready && (PLD(p->need_roll) || !tw__primary_batch_due(p))))
 		return p->err;
-	}
-	s = tw__primary_seal_locked(p, &rc);
-	tw__primary_unlock(p);
+	s = tw__primary_seal(p, &rc, !ready);
+	if (!s && !rc)
+		return p->err; /* a copy in progress: its appender rings us when it is done */
 	if (!s) {
 		tw__primary_fail(p, rc, "seal failed: %s", tw_strerror(rc));
 		return p->err;
@@ -204,7 +240,7 @@ void tw__primary_drain(struct tw_primary *p)
 
 		tw__primary_lock(p);
 		more = PLD(p->slot_tail) < PLD(p->slot_head) ||
-		       (p->err && PLD(p->rec_tail) < PLD(p->rec_head));
+		       (p->err && PLD(p->rec_tail) < rec_reserved(p));
 		tw__primary_unlock(p);
 		if (!more)
 			break;

@@ -40,10 +40,10 @@
  *   TW_PRIMARY_ASYNC the primary runs a progress thread that posts writes, polls
  *       completions, rolls segments over and runs the callbacks. tw_primary_append(),
  *       tw_primary_append_async(), tw_primary_flush(), tw_primary_read() and the getters are
- *       thread-safe: the calling thread copies the payload into the log under the appenders'
- *       short mutex (which the progress thread does not take on its steady path), seals a
- *       whole batch into a write when one is due, and wakes the progress thread to post it
- *       only when that thread sleeps.
+ *       thread-safe: the calling thread reserves its place in the log with one atomic
+ *       compare-and-swap, copies the payload there without a lock, and wakes the progress
+ *       thread (which seals and posts) only when that thread sleeps and a batch is due; a
+ *       mutex is taken only on the slow path (back-pressure, rollover, failure, finish).
  *       Callbacks run on the progress thread and must not wait for it: from a callback,
  *       tw_primary_append and tw_primary_flush fail at once with -EDEADLK;
  *       tw_primary_append_async works unless it would have to wait (segment full, back-
