@@ -5,7 +5,7 @@
  * its own failover), reconnection after a loss (shared contexts), the fabric reset of shm (every
  * log rewrites its writes in flight), the hand-over of the driving role between the progress
  * thread and the threads that open and close logs, and the progress thread (at the end: it runs
- * the engine's per-log steps). It reaches its logs only through their ops table
+ * the engine's per-log steps, and asks ctx_revive.c to bring lost backups back). It reaches its logs only through their ops table
  * (struct tw__log_ops, primary_int.h); the logs call the context's functions, never the
  * other way round.
  * See docs/primary.md, "Many logs: the context".
@@ -111,7 +111,8 @@ void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
 		tw_log_info("context: backup %s connected again", c->peer.addr);
 	} else {
 		c->dead = true;
-		tw_log_warn("context: backup %s: %s; not tried again", c->peer.addr, c->peer.why);
+		tw_log_warn("context: backup %s: %s; tried again in the background", c->peer.addr,
+			    c->peer.why);
 	}
 }
 
@@ -338,6 +339,7 @@ void tw__ctx_destroy(struct tw_ctx *ctx)
 	if (!ctx)
 		return;
 	tw__ctx_stop(ctx);
+	tw__ctx_revive_stop(ctx); /* it wakes the fab up: before that goes */
 	for (size_t i = 0; i < ctx->nbk; i++)
 		tw__ctx_drop(&ctx->bk[i]);
 	tw__arena_destroy(ctx->arena); /* no write in flight any more; before the fabric goes */
@@ -554,6 +556,7 @@ static void *ctx_main(void *arg)
 				    !tw__fab_loss_blocks_others(ctx->fab))
 					tw__ctx_heal(ctx, &ctx->bk[i]);
 		}
+		tw__ctx_revive_step(ctx); /* lost backups that answer again come back */
 		n = ctx->nlogs;
 		for (size_t k = 0; k < n; k++) {
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];
