@@ -367,6 +367,7 @@ static const struct tw_ctx_config ctx_defaults = {
 	.op_timeout_ms = 10000,
 	.rpc_timeout_ms = 5000,
 	.connect_timeout_ms = 5000,
+	.session_timeout_ms = TW_DEFAULT_SESSION_TIMEOUT_MS,
 	.tx_depth = CTX_DEFAULT_TX_DEPTH,
 };
 

@@ -352,6 +352,7 @@ struct tw__pcfg {
 	unsigned connect_timeout_ms;
 	size_t arena_size;
 	const char *coordinator;
+	unsigned session_timeout_ms;
 };
 
 /* Take `transport` (NULL: the defaults, for a log on a shared context) and `cfg` into `pc`:

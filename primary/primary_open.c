@@ -116,6 +116,7 @@ int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
 	pc->connect_timeout_ms = t.connect_timeout_ms;
 	pc->arena_size = t.arena_size;
 	pc->coordinator = t.coordinator;
+	pc->session_timeout_ms = t.session_timeout_ms;
 	return 0;
 }
 

@@ -29,10 +29,13 @@ static void primary_config(const struct kv_server *s, unsigned part, struct tw_c
 	tc->backups = s->peers;
 	tc->n_backups = s->npeers;
 	tc->provider = s->provider;
+	/* Two knobs: how long a connect to a backup may take (a takeover's recovery waits that
+	 * long on a paused server's backup, and goes on with the copies that answered), and the
+	 * ZooKeeper session timeout (how soon a standby sees us gone). */
+	tc->connect_timeout_ms = s->cfg.connect_ms;
 	if (s->map.coordinator[0]) {
 		tc->coordinator = s->map.coordinator;
-		/* Also the ZooKeeper session timeout: how soon a standby sees us gone. */
-		tc->connect_timeout_ms = s->cfg.session_ms;
+		tc->session_timeout_ms = s->cfg.session_ms;
 	}
 	tw_primary_config_init(cfg);
 	cfg->log_id = s->map.log_base + part;

@@ -46,6 +46,7 @@ void kv_server_config_init(struct kv_server_config *cfg)
 	cfg->segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE;
 	cfg->memory = UINT64_C(1) << 30;
 	cfg->session_ms = 4000;
+	cfg->connect_ms = 1000;
 	cfg->backup_buffers = 16;
 	cfg->expect_keys = 1024;
 }
