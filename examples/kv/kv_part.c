@@ -243,7 +243,8 @@ static void *acquire_main(void *arg)
 		 * the open waits for them. */
 		if (job.mode == ACQ_OPEN && rc == -TW_ENOBACKUP)
 			fprintf(stderr, "twkv: partition %u: %s; trying again\n", job.part, a->err);
-	} while ((job.mode == ACQ_STANDBY && rc == -ETIMEDOUT && !stopping(s)) ||
+	} while ((job.mode == ACQ_STANDBY && rc == -ETIMEDOUT && !stopping(s) &&
+		  !(s->lease && kv_lease_expired(s->lease))) ||
 		 (job.mode == ACQ_OPEN && rc == -TW_ENOBACKUP && backoff(s, &delay)));
 	a->takeover_ns = now_ns() - t0;
 	if (rc == 0) {
@@ -336,6 +337,7 @@ int kv_part_start(struct kv_server *s, unsigned part, enum acq_mode mode, char *
 		return -rc;
 	}
 	s->parts[part].state = PART_ACQUIRING;
+	s->parts[part].standby = mode == ACQ_STANDBY;
 	return 0;
 }
 
