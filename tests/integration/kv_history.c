@@ -5,7 +5,8 @@
  *
  *   kv_history PROVIDER [--duration S] [--kills N] [--pauses N] [--clients N] [--keys N]
  *
- * Four servers (three owners of one partition each, r = 2, and a standby for all three), 2 s
+ * Four servers (three owners of one partition each, r = 2, and a standby for all three, started
+ * after the owners opened their logs on tcp and sockets: start order must not matter), 2 s
  * ZooKeeper sessions, and a log memory budget of 16 segments of 32 KiB, so the cleaners run all
  * the time. Client threads (each its own kvc, several requests in flight) PUT and GET a small key
  * set, so reads race writes; every operation's invocation time, completion time and result (ok
@@ -460,6 +461,41 @@ static void restart(int i)
 	TAP_REQUIRE(rc == 0 && st == KV_S_OK, "configure the restarted server %d: %s", i,
 		    rc ? strerror(-rc) : body);
 	free(body);
+}
+
+/* Configure servers 0 .. NPART - 1 (the owners) one by one, each once the one before has opened
+ * its logs, while the standby (server NPART) is down: then start the standby on its ports and
+ * configure it. The owners' logs find its backup unreachable at their open and must take it up
+ * once it runs (start order does not matter). False when a CONFIGURE failed (err says why). */
+static bool configure_standby_late(char *err, size_t errlen)
+{
+	char text[4096];
+	int sb = NPART;
+
+	proc_kill(srv[sb], SIGKILL);
+	proc_wait(srv[sb], 10000);
+	proc_free(srv[sb]);
+	srv[sb] = NULL;
+	for (int i = 0; i < NPART; i++) {
+		char *body = NULL;
+		uint8_t st = 0;
+		uint32_t blen;
+		int n = snprintf(text, sizeof(text), "you %d\n", i), rc;
+
+		rc = kv_cluster_format(&map, text + n, sizeof(text) - (size_t)n);
+		TAP_REQUIRE(rc > 0, "format the map");
+		rc = kv_call(map.servers[i].kv, KV_OP_CONFIGURE, text, (uint32_t)(n + rc), 60000,
+			     &st, &body, &blen);
+		if (rc != 0 || st != KV_S_OK) {
+			snprintf(err, errlen, "server %d: %s", i, rc ? strerror(-rc) : body);
+			free(body);
+			return false;
+		}
+		free(body);
+	}
+	tap_diag("owners configured with the standby down; starting the standby");
+	restart(sb);
+	return true;
 }
 
 /* ---------------------------------------------------------------- the nemesis */
@@ -998,6 +1034,7 @@ int main(int argc, char **argv)
 	char err[512], why[256];
 	const char *tmp = getenv("TMPDIR");
 	unsigned duration, kills, pauses;
+	bool late;
 	struct cli *loader;
 	struct counts k;
 	uint64_t seed;
@@ -1032,9 +1069,17 @@ int main(int argc, char **argv)
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
 	zkserver_start(&zk);
 	start_servers();
-	rc = kv_configure(&map, 60000, err, sizeof(err));
-	ok(rc == 0, "configured %d servers, %d partitions, r = 2, one standby, 512 KiB log memory "
-	   "each: %s", NSRV, NPART, rc ? err : "ok");
+	/* On tcp and sockets the standby starts after the owners opened their logs (a restart
+	 * keeps its addresses); on shm a restarted server's backup has a new address that the
+	 * owners' maps do not name, so there it starts with them. */
+	late = strcmp(prov, "shm") != 0;
+	if (late)
+		rc = configure_standby_late(err, sizeof(err)) ? 0 : -1;
+	else
+		rc = kv_configure(&map, 60000, err, sizeof(err));
+	ok(rc == 0, "configured %d servers, %d partitions, r = 2, one standby%s, 512 KiB log "
+	   "memory each: %s", NSRV, NPART, late ? " started after the owners" : "",
+	   rc ? err : "ok");
 	TAP_REQUIRE(rc == 0, "cannot go on");
 
 	keyname = calloc(nkeys, sizeof(*keyname));
@@ -1100,7 +1145,7 @@ int main(int argc, char **argv)
 	collateral();
 	ok(nevents == kills + pauses, "the nemesis ran %u kills and %u pauses", kills, pauses);
 	{
-		unsigned moved = 0, unsettled = 0, rejoined = 0, npause = 0, late = 0;
+		unsigned moved = 0, unsettled = 0, rejoined = 0, npause = 0, slow = 0;
 		uint64_t worst = 0;
 
 		for (unsigned e = 0; e < nevents; e++) {
@@ -1108,15 +1153,15 @@ int main(int argc, char **argv)
 			unsettled += !events[e].settled;
 			npause += events[e].pause;
 			rejoined += events[e].pause && events[e].rejoined;
-			late += events[e].pool_ns > (uint64_t)POOL_LIMIT_MS * 1000000u;
+			slow += events[e].pool_ns > (uint64_t)POOL_LIMIT_MS * 1000000u;
 			if (events[e].pool_ns != UINT64_MAX && events[e].pool_ns > worst)
 				worst = events[e].pool_ns;
 		}
 		ok(moved == 0 && unsettled == 0, "each kill or pause moved only the victim's "
 		   "partitions, and every partition was served again (%u events moved another, %u "
 		   "did not settle within %d ms)", moved, unsettled, SETTLE_LIMIT_MS);
-		ok(late == 0, "the standby pool was back to one within %d ms of every restart or "
-		   "SIGCONT (slowest %.0f ms; %u late)", POOL_LIMIT_MS, (double)worst / 1e6, late);
+		ok(slow == 0, "the standby pool was back to one within %d ms of every restart or "
+		   "SIGCONT (slowest %.0f ms; %u late)", POOL_LIMIT_MS, (double)worst / 1e6, slow);
 		ok(rejoined == npause, "every paused server stood by again by itself, without a "
 		   "restart (%u of %u)", rejoined, npause);
 	}
