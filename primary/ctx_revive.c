@@ -209,16 +209,24 @@ void tw__ctx_revive_stop(struct tw_ctx *ctx)
 	ctx->revive = NULL;
 }
 
-/* Lost and closed, and not about to be connected again by tw__ctx_heal (which does so at once,
- * once per loss, for a shared context's backup that was not found dead). */
+/* Lost, and not about to be connected again by tw__ctx_heal (which closes a shared context's
+ * lost channel at once and connects it again, once per loss, unless the backup was found dead).
+ * A private context's channel may stay open after its loss (a backup that holds no replica of
+ * the log is not closed by the log's failover): lost is enough there. */
 static bool down(const struct tw_ctx *ctx, const struct cbackup *c)
 {
-	return !c->peer.ch && c->peer.lost && (c->dead || !ctx->shared);
+	if (ctx->shared)
+		return !c->peer.ch && c->peer.lost && c->dead;
+	return c->peer.lost || (c->peer.ch && tw__chan_is_lost(c->peer.ch));
 }
 
 /* The driver connects `c` again after its probe was answered. */
 static bool reconnect(struct tw_ctx *ctx, struct cbackup *c, uint64_t tries)
 {
+	if (c->peer.ch || c->peer.rpc) {
+		c->peer.lost = true;
+		tw__ctx_drop(c); /* the lost channel (its writes complete with errors) */
+	}
 	if (tw__ctx_connect(ctx, c) < 0) {
 		tw_log_warn("context: backup %s answered a probe, but the connect failed: %s; "
 			    "trying again", c->peer.addr, c->peer.why);
@@ -264,11 +272,13 @@ void tw__ctx_revive_step(struct tw_ctx *ctx)
 		if (s->answered) {
 			uint64_t tries = s->tries;
 
-			if (ctx->resetting || tw__fab_loss_blocks_others(ctx->fab) || !down(ctx, c))
-				continue; /* later (a reset first), or connected meanwhile */
+			if (ctx->resetting || tw__fab_loss_blocks_others(ctx->fab))
+				continue; /* later: a reset first */
 			s->answered = s->wanted = false;
 			__atomic_sub_fetch(&rv->answered, 1, __ATOMIC_RELAXED);
 			c->revive_asked = false;
+			if (!down(ctx, c))
+				continue; /* connected again meanwhile */
 			pthread_mutex_unlock(&rv->lock);
 			ok = reconnect(ctx, c, tries);
 			pthread_mutex_lock(&rv->lock);
