@@ -417,7 +417,8 @@ int main(int argc, char **argv)
 	if (stop || restart) {
 		if (stop)
 			proc_kill(cl.p[victim], SIGCONT); /* back, with a stale open copy */
-		/* More appends after it is back: it must stay out. */
+		/* More appends after it is back (the context probes it and may place new segments
+		 * there again; its stale copy of the old ones stays out). */
 		for (uint64_t until = r.acked + 1000; r.acked < until && !r.failed;)
 			if (!step(&r, LINE_MS))
 				break;
