@@ -56,7 +56,8 @@ static unsigned probe_ms(const struct tw_ctx *ctx)
 
 /* Connect and handshake `addr` on `fab` (opened here when *fab is NULL), then hang up. On a
  * failure the fabric is closed (shm: a dead peer can block the others' completions). */
-static int probe(struct ctx_revive *rv, struct tw_fab **fab, const char *addr)
+static int probe(struct ctx_revive *rv, struct tw_fab **fab, const char *addr, char *why,
+		 size_t whylen)
 {
 	const struct tw_ctx *ctx = rv->ctx;
 	struct tw_peer_opts o;
@@ -79,6 +80,7 @@ static int probe(struct ctx_revive *rv, struct tw_fab **fab, const char *addr)
 		rc = tw__fab_open(&fc, &ev, fab);
 		if (rc < 0) {
 			*fab = NULL;
+			snprintf(why, whylen, "cannot open a fabric to probe it: %s", tw_strerror(rc));
 			return rc;
 		}
 	}
@@ -91,6 +93,7 @@ static int probe(struct ctx_revive *rv, struct tw_fab **fab, const char *addr)
 	rc = tw__peer_connect(&pr, *fab, &o);
 	tw__peer_close(&pr);
 	if (rc < 0) {
+		snprintf(why, whylen, "%s", pr.why);
 		tw_log_debug("context: backup %s still down: %s", addr, pr.why);
 		tw__fab_close(*fab);
 		*fab = NULL;
@@ -113,7 +116,7 @@ static void *rv_main(void *arg)
 	while (!rv->stop) {
 		uint64_t now = tw_now_ns(), due = UINT64_MAX;
 		struct rv_slot *s = NULL;
-		char addr[TW_ADDR_MAX];
+		char addr[TW_ADDR_MAX], why[320];
 		int rc;
 
 		for (size_t i = 0; i < rv->cap; i++) {
@@ -144,7 +147,8 @@ static void *rv_main(void *arg)
 		}
 		memcpy(addr, s->addr, sizeof(addr));
 		pthread_mutex_unlock(&rv->lock);
-		rc = probe(rv, &fab, addr);
+		why[0] = 0;
+		rc = probe(rv, &fab, addr, why, sizeof(why));
 		pthread_mutex_lock(&rv->lock);
 		if (!s->wanted || strcmp(s->addr, addr))
 			continue;
@@ -154,6 +158,10 @@ static void *rv_main(void *arg)
 			tw__fab_wakeup(rv->ctx->fab);
 		} else {
 			s->tries++;
+			/* Once in a while, so that a backup that stays down is seen to be tried. */
+			if (s->tries % 30 == 0)
+				tw_log_warn("context: backup %s still does not answer after %llu probes: "
+					    "%s", addr, (unsigned long long)s->tries, why);
 			s->next_ns = tw_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
 			s->backoff_ms = s->backoff_ms * 2 > TW__REVIVE_MAX_MS ? TW__REVIVE_MAX_MS
 									      : s->backoff_ms * 2;
