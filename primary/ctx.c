@@ -72,6 +72,7 @@ void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o)
 
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 {
+	uint64_t node_before = c->peer.gen ? c->peer.peer_node_id : 0;
 	struct tw_peer_opts o;
 	int rc;
 
@@ -92,6 +93,12 @@ int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 		return rc;
 	}
 	__atomic_add_fetch(&ctx->st.channels, 1, __ATOMIC_RELAXED);
+	if (node_before && c->peer.peer_node_id != node_before) {
+		c->node_gen = c->peer.gen; /* restarted: no log may reopen its old buffers there */
+		tw_log_info("context: backup %s is a new process (node id %016llx, was %016llx)",
+			    c->peer.addr, (unsigned long long)c->peer.peer_node_id,
+			    (unsigned long long)node_before);
+	}
 	return 0;
 }
 

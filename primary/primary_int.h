@@ -58,6 +58,9 @@ struct cbackup {
 	bool dead;            /* a connect to it failed: not tried again by tw__ctx_heal (the
 			       * reviver probes it, primary/ctx_revive.c) */
 	bool revive_asked;    /* down, and the reviver asked to probe it (driver only) */
+	uint64_t node_gen;    /* the connection (peer.gen) on which the backup answered with
+			       * another node id than before: a restarted process, which holds
+			       * none of the buffers of the earlier connections (0: never) */
 	unsigned acked_held;  /* SetAcked in flight on it with hold_ms, all logs (primary_acked.c;
 			       * driver thread) */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
