@@ -220,12 +220,13 @@ void tw__ctx_revive_stop(struct tw_ctx *ctx)
 /* Lost, and not about to be connected again by tw__ctx_heal (which closes a shared context's
  * lost channel at once and connects it again, once per loss, unless the backup was found dead).
  * A private context's channel may stay open after its loss (a backup that holds no replica of
- * the log is not closed by the log's failover): lost is enough there. */
+ * the log is not closed by the log's failover): lost is enough there; and a channel its log
+ * closed after a failed write (before any loss was reported for it) is down too. */
 static bool down(const struct tw_ctx *ctx, const struct cbackup *c)
 {
 	if (ctx->shared)
 		return !c->peer.ch && c->peer.lost && c->dead;
-	return c->peer.lost || (c->peer.ch && tw__chan_is_lost(c->peer.ch));
+	return !c->peer.ch || c->peer.lost || tw__chan_is_lost(c->peer.ch);
 }
 
 /* The driver connects `c` again after its probe was answered. */
