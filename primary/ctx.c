@@ -5,7 +5,7 @@
  * its own failover), reconnection after a loss (shared contexts), the fabric reset of shm (every
  * log rewrites its writes in flight), the hand-over of the driving role between the progress
  * thread and the threads that open and close logs, and the progress thread (at the end: it runs
- * the engine's per-log steps). It reaches its logs only through their ops table
+ * the engine's per-log steps, and asks ctx_revive.c to bring lost backups back). It reaches its logs only through their ops table
  * (struct tw__log_ops, primary_int.h); the logs call the context's functions, never the
  * other way round.
  * See docs/primary.md, "Many logs: the context".
@@ -72,6 +72,7 @@ void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o)
 
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 {
+	uint64_t node_before = c->peer.gen ? c->peer.peer_node_id : 0;
 	struct tw_peer_opts o;
 	int rc;
 
@@ -92,6 +93,12 @@ int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 		return rc;
 	}
 	__atomic_add_fetch(&ctx->st.channels, 1, __ATOMIC_RELAXED);
+	if (node_before && c->peer.peer_node_id != node_before) {
+		c->node_gen = c->peer.gen; /* restarted: no log may reopen its old buffers there */
+		tw_log_info("context: backup %s is a new process (node id %016llx, was %016llx)",
+			    c->peer.addr, (unsigned long long)c->peer.peer_node_id,
+			    (unsigned long long)node_before);
+	}
 	return 0;
 }
 
@@ -111,7 +118,8 @@ void tw__ctx_heal(struct tw_ctx *ctx, struct cbackup *c)
 		tw_log_info("context: backup %s connected again", c->peer.addr);
 	} else {
 		c->dead = true;
-		tw_log_warn("context: backup %s: %s; not tried again", c->peer.addr, c->peer.why);
+		tw_log_warn("context: backup %s: %s; tried again in the background", c->peer.addr,
+			    c->peer.why);
 	}
 }
 
@@ -338,6 +346,7 @@ void tw__ctx_destroy(struct tw_ctx *ctx)
 	if (!ctx)
 		return;
 	tw__ctx_stop(ctx);
+	tw__ctx_revive_stop(ctx); /* it wakes the fab up: before that goes */
 	for (size_t i = 0; i < ctx->nbk; i++)
 		tw__ctx_drop(&ctx->bk[i]);
 	tw__arena_destroy(ctx->arena); /* no write in flight any more; before the fabric goes */
@@ -365,6 +374,7 @@ static const struct tw_ctx_config ctx_defaults = {
 	.op_timeout_ms = 10000,
 	.rpc_timeout_ms = 5000,
 	.connect_timeout_ms = 5000,
+	.session_timeout_ms = TW_DEFAULT_SESSION_TIMEOUT_MS,
 	.tx_depth = CTX_DEFAULT_TX_DEPTH,
 };
 
@@ -553,6 +563,7 @@ static void *ctx_main(void *arg)
 				    !tw__fab_loss_blocks_others(ctx->fab))
 					tw__ctx_heal(ctx, &ctx->bk[i]);
 		}
+		tw__ctx_revive_step(ctx); /* lost backups that answer again come back */
 		n = ctx->nlogs;
 		for (size_t k = 0; k < n; k++) {
 			struct tw_primary *p = ctx->logs[(ctx->rr + k) % n];

@@ -422,7 +422,11 @@ static int pcoord_run(const struct tw__pcfg *cfg, enum pcoord_mode mode,
 
 	*out = NULL;
 	memset(res, 0, sizeof(*res));
-	rc = tw__coord_open(cfg->coordinator, cfg->connect_timeout_ms, &c, msg, sizeof(msg));
+	/* The session timeout, not the connect timeout: a takeover's recovery waits the latter
+	 * on a backup that does not answer (a paused one), and it need not be as long. */
+	rc = tw__coord_open(cfg->coordinator, cfg->session_timeout_ms ? cfg->session_timeout_ms
+								     : TW_DEFAULT_SESSION_TIMEOUT_MS,
+			    &c, msg, sizeof(msg));
 	if (rc < 0) {
 		errf(errmsg_out, errmsg_len, "log %llu: coordinator: %s",
 		     (unsigned long long)cfg->log_id, msg);

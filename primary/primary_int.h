@@ -56,7 +56,12 @@ struct cbackup {
 			       * failed, for every log, and was not connected again since */
 	struct tw_ctx *ctx;
 	unsigned idx;
-	bool dead;            /* a connect to it failed: not tried again */
+	bool dead;            /* a connect to it failed: not tried again by tw__ctx_heal (the
+			       * reviver probes it, primary/ctx_revive.c) */
+	bool revive_asked;    /* down, and the reviver asked to probe it (driver only) */
+	uint64_t node_gen;    /* the connection (peer.gen) on which the backup answered with
+			       * another node id than before: a restarted process, which holds
+			       * none of the buffers of the earlier connections (0: never) */
 	unsigned acked_held;  /* SetAcked in flight on it with hold_ms, all logs (primary_acked.c;
 			       * driver thread) */
 	char zone[64];        /* failure domain ("": none; primary_coord.c) */
@@ -125,6 +130,9 @@ struct tw__log_ops {
 	 * to count in its statistics. */
 	uint64_t (*incarnation)(const struct tw_primary *p);
 	void (*count_handshake)(struct tw_primary *p, unsigned rpcs);
+	/* Backup `b`, lost, answers again and is connected again (primary/ctx_revive.c): closed
+	 * segments left short of a replica for want of a spare are tried again. NULL: nothing. */
+	void (*back)(struct tw_primary *p, unsigned b);
 };
 extern const struct tw__log_ops tw__primary_log_ops;
 
@@ -162,6 +170,7 @@ struct tw_ctx {
 	uint64_t reset_gen;          /* loss_gen covered by the last reset */
 	uint64_t reset_ns;           /* when the last reset was */
 	int first_lost;              /* first backup lost since the last reset (-1: none) */
+	struct ctx_revive *revive;   /* the thread that probes lost backups (NULL: none yet) */
 	char errmsg[1024];
 	struct tw_ctx_stats st;      /* single writer per field; read with atomics */
 };
@@ -212,6 +221,14 @@ void tw__ctx_set_owner(struct tw_ctx *ctx, struct tw_primary *p, const struct tw
 int tw__ctx_start(struct tw_ctx *ctx);
 void tw__ctx_stop(struct tw_ctx *ctx);
 bool tw__ctx_on_thread(const struct tw_ctx *ctx);
+/* primary/ctx_revive.c: lost backups tried again in the background. The driver (each pass
+ * of the progress thread) asks the reviver to probe every backup lost and closed, and connects
+ * again those whose probe was answered; stop joins the reviver (tw__ctx_destroy). The back-off
+ * between two probes of one backup: FIRST, doubling up to MAX. */
+#define TW__REVIVE_FIRST_MS 100u
+#define TW__REVIVE_MAX_MS 1000u
+void tw__ctx_revive_step(struct tw_ctx *ctx);
+void tw__ctx_revive_stop(struct tw_ctx *ctx);
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */
 #define PWAIT_SLICE_MS 100
@@ -339,6 +356,7 @@ struct tw__pcfg {
 	unsigned connect_timeout_ms;
 	size_t arena_size;
 	const char *coordinator;
+	unsigned session_timeout_ms;
 };
 
 /* Take `transport` (NULL: the defaults, for a log on a shared context) and `cfg` into `pc`:

@@ -116,6 +116,7 @@ int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
 	pc->connect_timeout_ms = t.connect_timeout_ms;
 	pc->arena_size = t.arena_size;
 	pc->coordinator = t.coordinator;
+	pc->session_timeout_ms = t.session_timeout_ms;
 	return 0;
 }
 
@@ -254,6 +255,13 @@ static void log_count_handshake(struct tw_primary *p, unsigned rpcs)
 	PSTAT_ADD(p, rpc_handshake, rpcs);
 }
 
+static void log_back(struct tw_primary *p, unsigned b)
+{
+	(void)b; /* a spare for any of them now: the next background round scans them all */
+	if (__atomic_load_n(&p->st.rerep_pending, __ATOMIC_RELAXED))
+		p->rr_dirty = true;
+}
+
 const struct tw__log_ops tw__primary_log_ops = {
 	.served = log_served,
 	.step_pre = tw__primary_step_pre,
@@ -263,6 +271,7 @@ const struct tw__log_ops tw__primary_log_ops = {
 	.reset = tw__pfo_after_reset,
 	.incarnation = log_incarnation,
 	.count_handshake = log_count_handshake,
+	.back = log_back,
 };
 
 /* ------------------------------------------------------------------ open */

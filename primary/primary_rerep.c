@@ -62,8 +62,9 @@ static bool spare_ok(struct tw_primary *p, const struct pseg *s, unsigned i, uns
 	struct pbackup *b = &p->bk[bi];
 	struct cbackup *c = b->c;
 
-	if (bi == s->rep[i])
-		return pb_back(b) && (!c->peer.buffer_size || c->peer.buffer_size >= s->cap);
+	if (bi == s->rep[i]) /* not a restarted process: it would hand back an empty buffer */
+		return pb_back(b) && c->node_gen <= b->gen &&
+		       (!c->peer.buffer_size || c->peer.buffer_size >= s->cap);
 	return c->peer.ch && c->peer.rpc && !c->peer.lost && !tw__chan_is_lost(c->peer.ch) &&
 	       !b->unregistered && !holds(s, bi) && (!b->lost || pb_back(b)) &&
 	       (!c->peer.buffer_size || c->peer.buffer_size >= s->cap) &&

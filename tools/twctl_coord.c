@@ -625,6 +625,7 @@ int twctl_coord_standby(const char *url, unsigned timeout_ms, const char *provid
 	tc.coordinator = url;
 	tc.provider = provider;
 	tc.connect_timeout_ms = timeout_ms;
+	tc.session_timeout_ms = timeout_ms; /* -t: the session timeout too, as before */
 	tc.key_file = key_file;
 	tw_primary_config_init(&cfg);
 	cfg.log_id = o.log_id;

@@ -92,8 +92,8 @@ static void watcher(zhandle_t *zh, int type, int state, const char *path, void *
 		atomic_store(&l->expired, true);
 		for (unsigned p = 0; p < KV_MAX_PARTITIONS; p++)
 			atomic_store(&l->until[p], 0);
-		fprintf(stderr, "twkv: lease session expired: GETs are refused from now on "
-			"(restart the server to serve reads again)\n");
+		fprintf(stderr, "twkv: lease session expired: GETs are refused on this session; "
+			"the server opens a new one and stands by again\n");
 	}
 	pthread_mutex_lock(&l->mu);
 	l->state = state;
@@ -276,6 +276,11 @@ void kv_lease_close(struct kv_lease *l)
 	pthread_cond_destroy(&l->cv);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
+}
+
+bool kv_lease_expired(const struct kv_lease *l)
+{
+	return atomic_load(&((struct kv_lease *)l)->expired);
 }
 
 unsigned kv_lease_session_ms(const struct kv_lease *l)

@@ -15,8 +15,8 @@
  * negotiated, ε = KV_LEASE_DRIFT, δ = KV_LEASE_MARGIN_MS. ZooKeeper cannot end the session (and
  * delete the node) before T has passed since it received that request, and a standby takes a
  * partition over only after its lease node is gone: so while the lease is valid, no other server
- * serves the partition. After a session expiry the leases are never valid again (a process
- * restart starts over).
+ * serves the partition. After a session expiry the leases of that session are never valid
+ * again: the server opens a new session (kv_server.c, "Rejoining") and stands by.
  *
  * Thread-safe: acquire/release from any thread; kv_lease_valid and kv_lease_holder are two
  * atomic loads (the serving thread's GET path: no lock, no system call beyond the clock's).
@@ -38,6 +38,9 @@ struct kv_lease;
 int kv_lease_open(const char *url, int me, unsigned session_ms, struct kv_lease **out,
 		  char *err, size_t errlen);
 void kv_lease_close(struct kv_lease *l);
+
+/* Whether the session expired: no lease of it is ever valid again (open another). */
+bool kv_lease_expired(const struct kv_lease *l);
 
 /* The session timeout ZooKeeper granted (ms): T. */
 unsigned kv_lease_session_ms(const struct kv_lease *l);

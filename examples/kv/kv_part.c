@@ -29,10 +29,13 @@ static void primary_config(const struct kv_server *s, unsigned part, struct tw_c
 	tc->backups = s->peers;
 	tc->n_backups = s->npeers;
 	tc->provider = s->provider;
+	/* Two knobs: how long a connect to a backup may take (a takeover's recovery waits that
+	 * long on a paused server's backup, and goes on with the copies that answered), and the
+	 * ZooKeeper session timeout (how soon a standby sees us gone). */
+	tc->connect_timeout_ms = s->cfg.connect_ms;
 	if (s->map.coordinator[0]) {
 		tc->coordinator = s->map.coordinator;
-		/* Also the ZooKeeper session timeout: how soon a standby sees us gone. */
-		tc->connect_timeout_ms = s->cfg.session_ms;
+		tc->session_timeout_ms = s->cfg.session_ms;
 	}
 	tw_primary_config_init(cfg);
 	cfg->log_id = s->map.log_base + part;
@@ -240,7 +243,8 @@ static void *acquire_main(void *arg)
 		 * the open waits for them. */
 		if (job.mode == ACQ_OPEN && rc == -TW_ENOBACKUP)
 			fprintf(stderr, "twkv: partition %u: %s; trying again\n", job.part, a->err);
-	} while ((job.mode == ACQ_STANDBY && rc == -ETIMEDOUT && !stopping(s)) ||
+	} while ((job.mode == ACQ_STANDBY && rc == -ETIMEDOUT && !stopping(s) &&
+		  !(s->lease && kv_lease_expired(s->lease))) ||
 		 (job.mode == ACQ_OPEN && rc == -TW_ENOBACKUP && backoff(s, &delay)));
 	a->takeover_ns = now_ns() - t0;
 	if (rc == 0) {
@@ -333,6 +337,7 @@ int kv_part_start(struct kv_server *s, unsigned part, enum acq_mode mode, char *
 		return -rc;
 	}
 	s->parts[part].state = PART_ACQUIRING;
+	s->parts[part].standby = mode == ACQ_STANDBY;
 	return 0;
 }
 

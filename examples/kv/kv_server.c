@@ -46,6 +46,7 @@ void kv_server_config_init(struct kv_server_config *cfg)
 	cfg->segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE;
 	cfg->memory = UINT64_C(1) << 30;
 	cfg->session_ms = 4000;
+	cfg->connect_ms = 1000;
 	cfg->backup_buffers = 16;
 	cfg->expect_keys = 1024;
 }
@@ -354,6 +355,11 @@ static void do_get(struct kv_server *s, struct conn *c, const struct kv_hdr *h, 
 	}
 }
 
+/* Rejoining as a standby (rejoin_step): how often the serving thread looks when idle, and the
+ * wait before standing by again after a standby round failed. */
+#define REJOIN_TICK_MS 250
+#define REJOIN_RETRY_MS 1000
+
 static void part_failed(struct kv_server *s, struct part *pt, int err)
 {
 	fprintf(stderr, "twkv: partition %u: log failed (%s: %s): no longer served here\n",
@@ -361,6 +367,11 @@ static void part_failed(struct kv_server *s, struct part *pt, int err)
 	pt->state = PART_FAILED;
 	/* Closing it also ends our ZooKeeper session's owner node: a standby takes over. */
 	kv_part_close(s, pt);
+	/* And this server becomes a standby again (rejoin_step). */
+	if (s->map.coordinator[0]) {
+		s->rejoin = true;
+		s->rejoin_at = now_ms();
+	}
 }
 
 /* Append the n staged PUTs of partition pt (iov[i] the record of pd[i]) with one call. A
@@ -824,6 +835,7 @@ static void install(struct kv_server *s, struct acquired *a)
 	struct part *pt = &s->parts[a->part];
 	struct conn *c;
 
+	pt->standby = false;
 	if (a->rc == 0) {
 		pt->p = a->p;
 		pt->base = NULL;
@@ -849,6 +861,10 @@ static void install(struct kv_server *s, struct acquired *a)
 	} else {
 		pt->state = PART_IDLE;
 		fprintf(stderr, "twkv: partition %u: %s: %s\n", a->part, tw_strerror(a->rc), a->err);
+		if (a->mode == ACQ_STANDBY && s->map.coordinator[0]) {
+			s->rejoin = true; /* stand by again, in a second */
+			s->rejoin_at = now_ms() + REJOIN_RETRY_MS;
+		}
 	}
 	if (a->mode == ACQ_OPEN && s->cfg_waiter) {
 		c = conn_by(s, s->cfg_conn, s->cfg_gen);
@@ -872,6 +888,92 @@ static void install(struct kv_server *s, struct acquired *a)
 				   " entries, %" PRIu64 " live keys", a->entries, a->live);
 	}
 	free(a);
+}
+
+/* ------------------------------------------------------------------ rejoining */
+
+/*
+ * A server that no longer serves a partition stands by for it again by itself (docs/kv.md,
+ * "Rejoining"): after its log failed (fenced by a new owner, or no backup left), after a standby
+ * round failed, and after its lease session expired (a pause past the session timeout: a new
+ * session first, then every partition this server served is let go, since another server has
+ * taken it or will). It stands by for every partition of the map it does not serve, so that the
+ * cluster's standby pool refills without an operator. Runs on the serving thread, on every pass
+ * while rejoin is set and once every REJOIN_TICK_MS otherwise.
+ */
+
+/* The lease session expired: open another one and let go of what the old one covered. False
+ * while that cannot be done yet (try again at the next tick). */
+static bool renew_lease_session(struct kv_server *s)
+{
+	struct kv_lease *fresh = NULL;
+	char err[256];
+	unsigned busy;
+
+	pthread_mutex_lock(&s->mu);
+	busy = s->acquirers; /* their standby rounds end within a second (an expired lease) */
+	pthread_mutex_unlock(&s->mu);
+	if (busy)
+		return false;
+	if (kv_lease_open(s->map.coordinator, s->me, s->cfg.session_ms, &fresh, err,
+			  sizeof(err)) < 0) {
+		fprintf(stderr, "twkv: a new lease session: %s; trying again\n", err);
+		return false;
+	}
+	kv_role_new_threads(s, KV_ROLE_OTHER);
+	kv_flush_puts(s);
+	for (unsigned i = 0; i < s->map.partitions; i++) {
+		struct part *pt = &s->parts[i];
+
+		if (pt->p) {
+			fprintf(stderr, "twkv: partition %u: let go (its read lease ended with the "
+				"expired session; another server takes it over)\n", pt->id);
+			kv_part_close(s, pt);
+			pt->state = PART_IDLE;
+		}
+	}
+	kv_lease_close(s->lease); /* no other thread uses it: no acquirer runs */
+	s->lease = fresh;
+	fprintf(stderr, "twkv: new lease session (timeout %u ms)\n", kv_lease_session_ms(fresh));
+	return true;
+}
+
+static void rejoin_step(struct kv_server *s)
+{
+	char err[256], list[256];
+	int n = 0;
+
+	if (s->me < 0 || !s->map.coordinator[0] || s->stopping)
+		return;
+	if (s->lease && kv_lease_expired(s->lease)) {
+		if (!renew_lease_session(s))
+			return;
+		s->rejoin = true;
+		s->rejoin_at = now_ms();
+	}
+	if (!s->rejoin || now_ms() < s->rejoin_at)
+		return;
+	s->rejoin = false;
+	list[0] = 0;
+	for (unsigned i = 0; i < s->map.partitions; i++) {
+		struct part *pt = &s->parts[i];
+
+		if (pt->state != PART_IDLE && pt->state != PART_FAILED)
+			continue;
+		pt->state = PART_IDLE;
+		if (kv_part_start(s, i, ACQ_STANDBY, err, sizeof(err)) < 0) {
+			fprintf(stderr, "twkv: partition %u: cannot stand by: %s\n", i, err);
+			s->rejoin = true;
+			s->rejoin_at = now_ms() + REJOIN_RETRY_MS;
+			continue;
+		}
+		if (n >= 0 && (size_t)n < sizeof(list))
+			n += snprintf(list + n, sizeof(list) - (size_t)n, "%s%u", n ? "," : "", i);
+	}
+	if (list[0]) {
+		s->rejoins++;
+		fprintf(stderr, "twkv: standing by again for partition(s) %s\n", list);
+	}
 }
 
 /* Completions and partitions handed over by other threads. */
@@ -1142,7 +1244,7 @@ int kv_server_run(const struct kv_server_config *cfg)
 	}
 	while (rc == 0 && !quit) {
 		/* Draining: look at the backup every 10 ms (its state has no descriptor). */
-		int n = epoll_wait(s->epfd, evs, 64, more ? 0 : drain_end ? 10 : -1);
+		int n = epoll_wait(s->epfd, evs, 64, more ? 0 : drain_end ? 10 : REJOIN_TICK_MS);
 
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
@@ -1175,6 +1277,8 @@ int kv_server_run(const struct kv_server_config *cfg)
 		/* The cleaner works in steps of a few thousand index slots between requests; a
 		 * step that has to wait for its relocations' acknowledgements returns at once. */
 		more = kv_part_clean(s);
+		if (!drain_end)
+			rejoin_step(s);
 		flush_dirty(s);
 		if (drain_end && (drained(s) || now_ms() >= drain_end))
 			quit = true;

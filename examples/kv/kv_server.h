@@ -29,6 +29,7 @@ struct kv_server_config {
 	size_t segment_size;       /* log segment and backup buffer size */
 	uint64_t memory;           /* log memory budget of the server's partitions, bytes */
 	unsigned session_ms;       /* ZooKeeper session timeout (failure detection) */
+	unsigned connect_ms;       /* connect timeout to a backup (the logs, their recovery) */
 	unsigned backup_buffers;   /* buffers the backup registers at start */
 	size_t expect_keys;        /* index size hint per partition */
 	const char *metrics;       /* serve /metrics there (kv_metrics.h); NULL: no endpoint */

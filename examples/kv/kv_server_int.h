@@ -41,6 +41,7 @@ struct part {
 	struct kv_server *srv;
 	unsigned id;
 	enum part_state state;
+	bool standby;        /* PART_ACQUIRING as a standby (waiting for its owner to go) */
 	struct tw_primary *p;
 	struct kv_index idx;
 	uint64_t next_version;
@@ -150,6 +151,11 @@ struct kv_server {
 	uint64_t gets, puts, not_owner, retries, bad, takeovers;
 	uint64_t put_batches; /* tw_primary_append_batch calls (puts / put_batches: PUTs per call) */
 	uint64_t lease_refused; /* GETs answered NOT_OWNER because the lease had lapsed */
+	/* Rejoining as a standby (kv_server.c): after a partition's log failed, a standby round
+	 * failed, or the lease session expired; not before rejoin_at (monotonic ms). */
+	bool rejoin;
+	uint64_t rejoin_at;
+	uint64_t rejoins;       /* times this server stood by again by itself */
 	uint64_t mem_peak;   /* most log bytes held at once */
 	uint64_t last_takeover_ms, last_recovered, last_live, last_reappend_ms;
 	/* CPU per role (per-thread clocks). */

@@ -196,6 +196,14 @@ size_t kv_stats_text(struct kv_server *s, char *buf, size_t cap)
 		 "\n", s->takeovers, s->last_takeover_ms, s->last_recovered, s->last_live,
 		 s->last_reappend_ms);
 	put_line(buf, cap, &at, "lease_refused %" PRIu64 "\n", s->lease_refused);
+	{
+		unsigned standing = 0;
+
+		for (unsigned i = 0; i < s->map.partitions; i++)
+			standing += s->parts[i].standby;
+		put_line(buf, cap, &at, "standby_for %u\nrejoins %" PRIu64 "\n", standing,
+			 s->rejoins);
+	}
 	put_line(buf, cap, &at, "backup_rpcs %" PRIu64 "\nbackup_flushes %" PRIu64
 		 "\nbackup_segments_on_disk %" PRIu64 "\nbackup_buffers_open %" PRIu64 "\n",
 		 bs.handler_calls, bs.flushes, bs.segments_on_disk, bs.buffers_open);

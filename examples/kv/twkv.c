@@ -56,6 +56,9 @@ static void usage(FILE *f)
 		"                             read leases': with a coordinator a server answers a\n"
 		"                             GET only within T*0.99 - 100 ms of its last renewal\n"
 		"                             that ZooKeeper answered (docs/kv.md, \"Leased reads\")\n"
+		"      --connect-timeout MS   how long a connect to another server's backup may\n"
+		"                             take (default 1000): a takeover's recovery waits that\n"
+		"                             long on a paused server, not a session timeout\n"
 		"  -b, --buffers N            backup buffers registered at start (default 16)\n"
 		"  -k, --keys N               index size hint per partition (default 1024)\n"
 		"      --metrics [HOST:]PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
@@ -122,6 +125,7 @@ static int serve(int argc, char **argv)
 		{ "segment-size", required_argument, NULL, 'S' },
 		{ "memory", required_argument, NULL, 'm' },
 		{ "session-timeout", required_argument, NULL, 't' },
+		{ "connect-timeout", required_argument, NULL, 'C' },
 		{ "buffers", required_argument, NULL, 'b' },
 		{ "keys", required_argument, NULL, 'k' },
 		{ "metrics", required_argument, NULL, 'M' },
@@ -170,6 +174,11 @@ static int serve(int argc, char **argv)
 				goto bad;
 			cfg.session_ms = (unsigned)v;
 			break;
+		case 'C':
+			if (parse_size(optarg, &v) < 0 || !v || v > 600000)
+				goto bad;
+			cfg.connect_ms = (unsigned)v;
+			break;
 		case 'b':
 			if (parse_size(optarg, &v) < 0 || !v || v > 4096)
 				goto bad;
@@ -212,7 +221,8 @@ static int serve(int argc, char **argv)
 bad:
 	fprintf(stderr, "twkv serve: bad value for --%s: %s\n",
 		o == 'r' ? "replication" : o == 'S' ? "segment-size" : o == 'm' ? "memory" :
-		o == 't' ? "session-timeout" : o == 'b' ? "buffers" : "keys", optarg);
+		o == 't' ? "session-timeout" : o == 'C' ? "connect-timeout" : o == 'b' ? "buffers" :
+		"keys", optarg);
 	return 2;
 }
 

@@ -110,6 +110,14 @@ struct tw_ctx_config {
 				      * the log's owner node until tw_primary_close. A live owner
 				      * node makes tw_primary_open fail with -TW_EEXIST (take it
 				      * over). */
+	unsigned session_timeout_ms; /* with a coordinator: the session timeout asked for (zk),
+				      * how long the owner node of a process that died or froze
+				      * outlives it, so how soon a standby may take its logs
+				      * over; also the wait for the coordinator at the open.
+				      * Default TW_DEFAULT_SESSION_TIMEOUT_MS. connect_timeout_ms
+				      * is not it: that one bounds the connect to each backup,
+				      * and a takeover's recovery waits that long (not a session
+				      * timeout) on a backup that does not answer. */
 };
 
 /* Fill `cfg` with the defaults above (backups NULL: the caller must set them). */

@@ -25,6 +25,10 @@
  *        tw__fab_reset; its writes to the healthy replicas time out behind the dead one's, and when
  *        one of those timeouts was reported first the healthy backup was kept out as lost: "need 3
  *        backups, only 2 usable" in about half of the runs.)
+ *
+ *   heal (argv[2] = "heal", tcp and sockets: a restart keeps the address): three twd's, r = 2; a
+ *        killed replica is started again on its address and must become a backup again (the
+ *        context's reviver, primary/ctx_revive.c), so that a second kill still finds a spare.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -53,6 +57,7 @@ struct run {
 	uint64_t acked;       /* objects acknowledged (highest N + 1) */
 	char replicas[512];   /* last "replicas" line */
 	bool lost, resumed, failed;
+	uint64_t lost_n;      /* the last "lost N" line's N */
 	uint64_t resumed_us, rereps, rerep_bytes;
 	uint64_t fault_ns, last_ack_ns, max_gap_ns, first_ack_after_ns;
 	uint64_t acked_at_fault;
@@ -86,6 +91,7 @@ static bool step(struct run *r, int timeout_ms)
 		snprintf(r->replicas, sizeof(r->replicas), "%s", line + 9);
 	} else if (!strncmp(line, "lost ", 5)) {
 		r->lost = true;
+		r->lost_n = strtoull(line + 5, NULL, 10);
 	} else if (!strncmp(line, "resumed ", 8)) {
 		r->resumed = true;
 		sscanf(line + 8, "%" SCNu64 " %*u %" SCNu64 " %" SCNu64, &r->resumed_us, &r->rereps,
@@ -215,6 +221,140 @@ static int repeat_main(const char *prov)
 	return tap_exit();
 }
 
+#define HEAL_AFTER 2000 /* acks after each kill */
+#define HEAL_WAIT_MS 20000 /* longest wait for the restarted backup to hold a new segment */
+
+/* Whether the "replicas SEG A B" line names `addr`. */
+static bool names(const char *replicas, const char *addr)
+{
+	char buf[512], *save = NULL, *tok;
+
+	snprintf(buf, sizeof(buf), "%s", replicas);
+	strtok_r(buf, " ", &save); /* segment id */
+	while ((tok = strtok_r(NULL, " ", &save)) != NULL)
+		if (!strcmp(tok, addr))
+			return true;
+	return false;
+}
+
+/* Start twd i again on its directory and its address (the port may still be held by the dead
+ * process' sockets for a moment: a few tries). */
+static void restart_same_addr(struct rt_cluster *cl, unsigned i)
+{
+	char *argv[] = { cl->twd, (char *)"-p", (char *)cl->prov, (char *)"-d", cl->dir[i],
+			 (char *)"--buffers", (char *)"32", (char *)"--buffer-size", (char *)"256K",
+			 (char *)"--listen", cl->addr[i], NULL };
+	char addr[256];
+
+	proc_free(cl->p[i]);
+	cl->p[i] = NULL;
+	for (unsigned t = 0; t < 20 && !cl->p[i]; t++) {
+		int err = 0;
+
+		cl->p[i] = child_ready(argv, NULL, 30000, addr, sizeof(addr), &err);
+		if (!cl->p[i] && err != -EPIPE)
+			break;
+	}
+	TAP_REQUIRE(cl->p[i], "twd %u restarted on %s", i, cl->addr[i]);
+	TAP_REQUIRE(!strcmp(addr, cl->addr[i]), "twd %u restarted on %s, not %s", i, addr,
+		    cl->addr[i]);
+}
+
+/*
+ * "heal": three twd's and r = 2 (one spare). SIGKILL a replica A: the spare replaces it. Start A
+ * again on the same address: the primary must probe it, connect again and place new segments
+ * there. Then SIGKILL another replica B: A is the only spare left, and appends must go on (before
+ * the reviver, "no spare for segment N: need 2 backups, only 1 usable"). Then recovery over the
+ * two survivors returns every acknowledged object.
+ */
+static int heal_main(const char *prov)
+{
+	char prim[1024], logid[32], err[512];
+	struct rt_cluster cl;
+	struct tw_recover_config rcfg;
+	struct tw_recover_result res;
+	struct rt_check chk;
+	struct run r;
+	int a, b, pid, rc;
+	uint64_t t0, waited_ns;
+	bool back;
+
+	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
+	tap_plan(5);
+	rt_start(&cl, prov, 3, "256K", "32");
+	snprintf(logid, sizeof(logid), "0x%x", 0xf504);
+	{
+		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"2",
+				  (char *)"100000000", (char *)"2000", cl.addr[0], cl.addr[1],
+				  cl.addr[2], NULL };
+
+		memset(&r, 0, sizeof(r));
+		r.p = proc_spawn(pargv, NULL);
+		TAP_REQUIRE(r.p, "spawn failover_primary");
+		pid = (int)proc_pid(r.p);
+	}
+	while (r.acked < BEFORE && !r.failed)
+		TAP_REQUIRE(step(&r, LINE_MS), "primary: %" PRIu64 " acks, then silence", r.acked);
+	TAP_REQUIRE(!r.failed, "primary failed before the fault: %s", r.failmsg);
+
+	a = victim_of(&cl, r.replicas, 0);
+	TAP_REQUIRE(a >= 0, "victim from \"%s\"", r.replicas);
+	r.fault_ns = tw_now_ns();
+	r.acked_at_fault = r.acked;
+	proc_kill(cl.p[a], SIGKILL);
+	proc_wait(cl.p[a], 20000);
+	tap_diag("SIGKILL backup %d (%s) after %" PRIu64 " acks", a, cl.addr[a], r.acked);
+	while (!(r.lost_n >= 1 && r.acked >= r.acked_at_fault + HEAL_AFTER) && !r.failed)
+		if (!step(&r, LINE_MS))
+			break;
+	ok(r.lost_n >= 1 && !r.failed, "the spare replaced backup %d, appends went on%s%s", a,
+	   r.failed ? ": " : "", r.failed ? r.failmsg : "");
+
+	restart_same_addr(&cl, (unsigned)a);
+	t0 = tw_now_ns();
+	back = names(r.replicas, cl.addr[a]);
+	while (!back && !r.failed && tw_now_ns() - t0 < (uint64_t)HEAL_WAIT_MS * 1000000u) {
+		if (!step(&r, LINE_MS))
+			break;
+		back = names(r.replicas, cl.addr[a]);
+	}
+	waited_ns = tw_now_ns() - t0;
+	ok(back, "backup %d restarted on %s holds a new segment %.0f ms later (replicas %s)", a,
+	   cl.addr[a], (double)waited_ns / 1e6, r.replicas);
+
+	b = victim_of(&cl, r.replicas, 0);
+	if (b == a)
+		b = victim_of(&cl, r.replicas, 1);
+	TAP_REQUIRE(b >= 0 && b != a, "second victim from \"%s\"", r.replicas);
+	r.acked_at_fault = r.acked;
+	proc_kill(cl.p[b], SIGKILL);
+	tap_diag("SIGKILL backup %d (%s) after %" PRIu64 " acks", b, cl.addr[b], r.acked);
+	while (!(r.lost_n >= 2 && r.acked >= r.acked_at_fault + HEAL_AFTER) && !r.failed)
+		if (!step(&r, LINE_MS))
+			break;
+	ok(r.lost_n >= 2 && !r.failed && r.acked >= r.acked_at_fault + HEAL_AFTER,
+	   "the second kill: %" PRIu64 " acks after it, the restarted backup the only spare%s%s",
+	   r.acked - r.acked_at_fault, r.failed ? ": failed: " : "", r.failed ? r.failmsg : "");
+
+	kill_primary(&r, prov, pid);
+	reap_victim(&cl, b);
+	tlog_recover_config(&rcfg, prov, cl.addrs, 3, strtoull(logid, NULL, 0));
+	rcfg.connect_timeout_ms = 2000;
+	rcfg.rpc_timeout_ms = 5000;
+	rcfg.op_timeout_ms = 5000;
+	memset(&chk, 0, sizeof(chk));
+	rc = tw_recover(&rcfg, rt_check_cb, &chk, &res, err, sizeof(err));
+	ok(rc == 0 && chk.bad == 0 && chk.next >= r.acked,
+	   "recovery from the two survivors: %" PRIu64 " objects in order, %" PRIu64
+	   " acknowledged%s%s%s", chk.next, r.acked, rc ? ": " : "", rc ? err : "",
+	   chk.bad ? chk.first_bad : "");
+	ok(res.segments_missing == 0 && res.copies_corrupt == 0,
+	   "%" PRIu64 " segments, none missing, no corrupt copy (reached %u of %u backups)",
+	   res.segments, res.backups_reached, res.backups);
+	rt_stop(&cl);
+	return tap_exit();
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
@@ -232,6 +372,8 @@ int main(int argc, char **argv)
 
 	if (argc > 2 && !strcmp(argv[2], "repeat"))
 		return repeat_main(prov);
+	if (argc > 2 && !strcmp(argv[2], "heal"))
+		return heal_main(prov);
 	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	tap_plan(stop || restart ? 7 : 6);
 	rt_start(&cl, prov, 4, "256K", "32");
@@ -275,7 +417,8 @@ int main(int argc, char **argv)
 	if (stop || restart) {
 		if (stop)
 			proc_kill(cl.p[victim], SIGCONT); /* back, with a stale open copy */
-		/* More appends after it is back: it must stay out. */
+		/* More appends after it is back (the context probes it and may place new segments
+		 * there again; its stale copy of the old ones stays out). */
 		for (uint64_t until = r.acked + 1000; r.acked < until && !r.failed;)
 			if (!step(&r, LINE_MS))
 				break;

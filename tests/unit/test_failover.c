@@ -110,6 +110,8 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	struct tlog_acks a = { 0 };
 	char victim[128];
 	const unsigned before = 1500, after = 1500; /* ~2.5 segments each */
+	uint32_t fault_seg;
+	bool back;
 	int rc;
 
 	base_cfg(&tc, &cfg, addrs, log_id, mode);
@@ -124,6 +126,7 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 
 		tw__primary_lock(p);
 		snprintf(victim, sizeof(victim), "%s", p->bk[p->cur->rep[1]].addr);
+		fault_seg = p->cur->id;
 		tw__mem_inject(p->bk[p->cur->rep[1]].c->peer.ch, &f);
 		tw__primary_unlock(p);
 	}
@@ -133,9 +136,14 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	       rc ? tw_primary_errmsg(p) : "ok");
 	ok(a.ok == before + after && a.errors == 0, "%s: %" PRIu64 " acknowledged, %" PRIu64
 	   " failed", name, a.ok, a.errors);
+	/* The victim's twd is alive (only the channel failed): the context's reviver may connect
+	 * to it again (primary/ctx_revive.c) and later segments may use it; the segments it held
+	 * at the loss never keep it. */
+	back = __atomic_load_n(&p->ctx->st.reconnects, __ATOMIC_RELAXED) > 0;
 	for (unsigned i = 0; i < 3; i++)
-		ok(strcmp(tw_primary_replica_addr(p, i), victim) != 0, "%s: replica %u is %s", name, i,
-		   tw_primary_replica_addr(p, i));
+		ok(back || strcmp(tw_primary_replica_addr(p, i), victim) != 0, "%s: replica %u is %s%s",
+		   name, i, tw_primary_replica_addr(p, i), back ? " (the victim connected again)" :
+		   "");
 	rc = tw_primary_finish(p);
 	is_int(rc, 0, "%s: finish", name);
 	tw_primary_get_stats(p, &st);
@@ -153,9 +161,11 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 
 		for (size_t s = 0; s < p->nsegs; s++)
 			for (unsigned i = 0; i < p->segs[s]->nrep; i++)
-				if (!strcmp(p->bk[p->segs[s]->rep[i]].addr, victim))
+				if (!strcmp(p->bk[p->segs[s]->rep[i]].addr, victim) &&
+				    (!back || p->segs[s]->id <= fault_seg))
 					clean = false;
-		ok(clean, "%s: no segment of %zu keeps a replica on %s", name, p->nsegs, victim);
+		ok(clean, "%s: no segment of %zu keeps a replica on %s%s", name, p->nsegs, victim,
+		   back ? " from before the loss" : "");
 	}
 	tw_primary_close(p);
 
