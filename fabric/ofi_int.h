@@ -347,6 +347,10 @@ void tw__wedge_watch(struct ofi_fab *of);
 /* Stop watching it (before the endpoint is closed). */
 void tw__wedge_unwatch(struct ofi_fab *of);
 int tw__wedge_tid(void);
+/* libfabric 1.17's struct smr_region: the pthread_spinlock_t lock, after uint32
+ * max_sar_buf_per_peer (offset 12) and void *base_addr (offset 16, aligned for 4- and 8-byte
+ * pointers). Trusted only where the version checks of ofi_rdm.c passed. */
+#define TW_SMR_V117_OFF_LOCK (16 + sizeof(void *))
 /* The value of a free pthread spinlock, asked of glibc (ofi_rdm.c). */
 int tw__shm_spin_free_value(void);
 /* Around every call that runs shm's progress (fi_cq_read, fi_cntr_read): a plain increment and

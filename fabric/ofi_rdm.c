@@ -86,9 +86,7 @@ static int own_name(struct ofi_fab *of)
 #define SMR_V117_OFF_CMA_PEER 8
 #define SMR_V117_OFF_CMA_SELF 9
 #define SMR_V117_CMA_ON 1
-/* pthread_spinlock_t lock, after uint32 max_sar_buf_per_peer (offset 12) and void *base_addr
- * (offset 16, aligned for 4- and 8-byte pointers). */
-#define SMR_V117_OFF_LOCK (16 + sizeof(void *))
+#define SMR_V117_OFF_LOCK TW_SMR_V117_OFF_LOCK /* ofi_int.h */
 #define RMA_ORDERS (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
 		    FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RMA_RAR | \
 		    FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAR | FI_ORDER_RMA_WAW | \

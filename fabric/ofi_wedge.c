@@ -58,7 +58,7 @@
 #define WD_TICK_MS 50
 #define SMR_V117_VERSION 4
 #define SMR_V117_OFF_PID 4
-#define SMR_V117_OFF_LOCK (16 + sizeof(void *)) /* as in ofi_rdm.c */
+#define SMR_V117_OFF_LOCK TW_SMR_V117_OFF_LOCK /* ofi_int.h */
 #define SMR_V117_OFF_SIGNAL (SMR_V117_OFF_LOCK + sizeof(int))
 
 struct shm_wedge {

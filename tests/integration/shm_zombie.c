@@ -21,16 +21,20 @@
  * SHM_ZOMBIE_ROUNDS (default 20) runs more rounds by hand.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
 #include "child.h"
+#include "fabric/ofi_int.h"
 #include "proc.h"
 #include "recover_util.h"
 #include "tap.h"
@@ -43,6 +47,35 @@
 #define B_COUNT 3000
 #define LA0 0x5a00000ull
 #define LB0 0x5b00000ull
+
+/*
+ * Whether the shm region lock of the twd at `addr` ("fi_shm://NAME") is held now. libfabric
+ * 1.17's writer holds the target's lock for the whole copy of a fast-path write; a writer
+ * stopped inside one freezes that twd's progress until it runs again (a stopped holder is not
+ * dead: docs/fabric.md, "A writer killed holding a region lock"), so no fence can reach it.
+ * The layout is 1.17's (fabric/ofi_int.h); false when it cannot be read.
+ */
+static bool region_locked(const char *addr)
+{
+	const char *n = strstr(addr, "://");
+	char name[256];
+	bool held;
+	void *p;
+	int fd;
+
+	snprintf(name, sizeof(name), "/%s", n ? n + 3 : addr);
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return false;
+	p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return false;
+	held = *(const volatile int *)((const char *)p + TW_SMR_V117_OFF_LOCK) !=
+	       tw__shm_spin_free_value();
+	munmap(p, 4096);
+	return held;
+}
 
 static uint64_t acked_of(const char *line)
 {
@@ -79,7 +112,7 @@ int main(int argc, char **argv)
 	char prim[512], logid[32], line[256];
 	char *const penv[] = { (char *)"TW_FAB_SHM_FAST=on", (char *)"CRASH_OP_TIMEOUT_MS=500",
 			       (char *)"CRASH_BURST=400", (char *)"CRASH_PAUSE_US=5000", NULL };
-	unsigned bad_a = 0, bad_b = 0, late_acks = 0, a_failed = 0, zombies = 0;
+	unsigned bad_a = 0, bad_b = 0, late_acks = 0, a_failed = 0, zombies = 0, restops = 0;
 	uint64_t seed = tap_seed();
 	struct rt_cluster cl;
 
@@ -128,6 +161,24 @@ int main(int argc, char **argv)
 			a_done = strcmp(line, "done") == 0;
 		}
 		proc_kill(a, SIGSTOP);
+		/* Stopped inside a write, A holds a twd's region lock, and that twd can be neither
+		 * fenced nor used until A runs (libfabric 1.17): let it run to its next line and
+		 * stop it again, a bounded number of times (counted). */
+		for (unsigned t = 0; t < 50 && !a_done; t++) {
+			bool held = false;
+
+			for (unsigned i = 0; i < 3; i++)
+				held |= region_locked(cl.addr[i]);
+			if (!held)
+				break;
+			restops++;
+			proc_kill(a, SIGCONT);
+			rc = proc_wait_line(a, NULL, line, sizeof(line), 20000);
+			proc_kill(a, SIGSTOP);
+			if (rc >= 0 && strncmp(line, "acked ", 6) == 0)
+				a_acked = acked_of(line);
+			a_done = rc >= 0 && strcmp(line, "done") == 0;
+		}
 		a_done_before = a_done;
 		/* A loaded machine may read A's lines so late that it finished first: then this
 		 * round has no zombie (counted, diagnosed). */
@@ -196,6 +247,8 @@ int main(int argc, char **argv)
 		}
 		tw_primary_close(pb); /* fenced by that recovery: its error is expected */
 	}
+	tap_diag("%u stops of A landed inside a write (a twd's region lock held) and were made "
+		 "again after its next line", restops);
 	is_int(bad_b, 0, "%u rounds: no acknowledged object of LB damaged or lost (byte for byte "
 	       "through recovery) after the fenced writer of LA resumed", rounds);
 	is_int(bad_a, 0, "%u rounds: every object acknowledged to LA's writer is in LA's recovery",
