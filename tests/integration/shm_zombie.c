@@ -107,7 +107,8 @@ int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "shm";
 	const char *env_rounds = getenv("SHM_ZOMBIE_ROUNDS");
-	unsigned rounds = env_rounds ? (unsigned)strtoul(env_rounds, NULL, 0) : 20;
+	unsigned rounds = env_rounds ? (unsigned)strtoul(env_rounds, NULL, 0) :
+			  tap_sanitizer() ? 10 : 20;
 	char *const extra[] = { (char *)"--max-buffers", (char *)"1", NULL };
 	char prim[512], logid[32], line[256];
 	char *const penv[] = { (char *)"TW_FAB_SHM_FAST=on", (char *)"CRASH_OP_TIMEOUT_MS=500",
