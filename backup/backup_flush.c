@@ -302,8 +302,10 @@ int tw_backup_flush_all(struct tw_backup *b)
 	 * the bytes and acknowledges them (sockets), a write acknowledged after the scan would
 	 * be missing from the file. Shutting every connection first closes its endpoint, which
 	 * the provider serialises with its progress thread; a primary sees its backup lost and
-	 * replaces it. (shm's opt-in fast path is not stopped by this: the writer copies
-	 * without the target; docs/fabric.md, "Passive shm backups".) */
+	 * replaces it. shm's fast path is not stopped by that (the writer copies without the
+	 * target), so an open buffer is moved away from the address its writer knows before its
+	 * scan, as at a fence: a later write fails and is never acknowledged (docs/fabric.md,
+	 * "Passive shm backups"). */
 	for (struct conn *c = b->conns; c; c = c->next) {
 		if (c->ch)
 			tw__chan_shut(c->ch);
@@ -316,6 +318,7 @@ int tw_backup_flush_all(struct tw_backup *b)
 		if (!s->buf || s->buf->in_flush)
 			continue;
 		if (s->state == SEG_OPEN) {
+			tw__bk_fence_buf(b, s); /* shm: no write lands after the scan */
 			tw__bk_scan_open(b, s);
 			submit_flush(b, s, true);
 			n++;

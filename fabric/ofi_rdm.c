@@ -107,12 +107,14 @@ static void shm_fast_init(struct ofi_fab *of)
 
 	if (!of->shm) /* not shm */
 		return;
-	/* Opt-in (docs/fabric.md "Passive shm backups"): the fast path checks no key and no
-	 * range, so a fenced primary's writes would still land, and a primary killed inside one
-	 * leaves its backup spinning on the region lock. Off unless TW_FAB_SHM_FAST=on. */
-	if (!env || !strcmp(env, "off"))
+	/* The default where it is certain (docs/fabric.md "Passive shm backups"): the target
+	 * checks no key and no range, so a fence moves a fenced writer's buffers away (guard.c);
+	 * a writer killed inside a write leaves the region lock held, which the twd frees
+	 * (ofi_wedge.c); an idle twd sleeps on its doorbell (ofi_bell.c). TW_FAB_SHM_FAST=off
+	 * keeps delivery-complete writes. */
+	if (env && !strcmp(env, "off"))
 		return;
-	if (strcmp(env, "on") && strcmp(env, "force")) {
+	if (env && strcmp(env, "on") && strcmp(env, "force")) {
 		tw_log_warn("fabric shm: TW_FAB_SHM_FAST=%s: expected on or off; keeping "
 			    "delivery-complete", env);
 		return;

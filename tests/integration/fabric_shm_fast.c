@@ -160,7 +160,7 @@ int main(int argc, char **argv)
 		unsetenv("FI_SHM_DISABLE_CMA");
 	else
 		setenv("FI_SHM_DISABLE_CMA", "1", 1);
-	setenv("TW_FAB_SHM_FAST", "on", 0); /* opt-in; a caller's "force" is kept */
+	setenv("TW_FAB_SHM_FAST", "on", 0); /* the default, said; a caller's "force" is kept */
 	if (getenv("TW_FAB_SHM_FAST"))
 		tap_diag("TW_FAB_SHM_FAST=%s (test hook)", getenv("TW_FAB_SHM_FAST"));
 

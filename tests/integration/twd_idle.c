@@ -101,12 +101,10 @@ int main(int argc, char **argv)
 		TAP_FATAL("mode %s: expected dc or fast", mode);
 	if (idle_s < 0.5)
 		idle_s = 0.5;
-	if (!strcmp(mode, "fast"))
-		setenv("TW_FAB_SHM_FAST", "on", 1);
-	else
-		unsetenv("TW_FAB_SHM_FAST");
+	setenv("TW_FAB_SHM_FAST", strcmp(mode, "fast") ? "off" : "on", 1);
 	tap_diag("provider %s, %s writes, idle period %.1f s", prov,
-		 !strcmp(mode, "fast") ? "fast-path (TW_FAB_SHM_FAST=on)" : "delivery-complete", idle_s);
+		 !strcmp(mode, "fast") ? "fast-path (TW_FAB_SHM_FAST=on, the default)" :
+		 "delivery-complete (TW_FAB_SHM_FAST=off)", idle_s);
 	rt_start(&cl, prov, 1, "1M", "4");
 	twd = proc_pid(cl.p[0]);
 	tlog_primary_config(&tc, &cfg, prov, cl.addrs, 1, log_id);
