@@ -79,7 +79,7 @@ static void encode(const struct wmsg_hdr *h, uint8_t *m)
 static int decode(const uint8_t *m, size_t len, struct wmsg_hdr *h)
 {
 	if (len < TW_FAB_WMSG_HDR || !tw__wmsg_is(m, len) || m[2] != WMSG_VERSION)
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	h->kind = m[3];
 	h->flags = m[4];
 	h->data_len = tw_load_le32(m + 8);
@@ -91,7 +91,7 @@ static int decode(const uint8_t *m, size_t len, struct wmsg_hdr *h)
 	h->write_len = tw_load_le64(m + 48);
 	if ((h->kind != WMSG_CHUNK && h->kind != WMSG_REPLY) ||
 	    h->data_len != len - TW_FAB_WMSG_HDR || (h->kind == WMSG_REPLY && h->data_len))
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	return 0;
 }
 
@@ -235,7 +235,7 @@ static void complete(struct tw_chan *ch, const struct wmsg_hdr *h)
 					 __ATOMIC_RELAXED); /* tw__fab_write_counts */
 			fab->stats.write_bytes += h->write_len;
 		}
-		tw__op_finish(op, h->status > 0 ? -TW_EPROTO : h->status);
+		tw__op_finish(op, h->status > 0 ? -TW_EMALFORMED : h->status);
 		return;
 	}
 	/* Completed already (timeout, loss): nothing to do. */
@@ -250,7 +250,7 @@ void tw__wmsg_recv(struct tw_chan *ch, const void *msg, size_t len)
 	if (decode(msg, len, &h) < 0) {
 		tw__fab_set_errmsg(ch->fab, "malformed write message from %s", ch->peer);
 		tw_log_warn("fabric %s: %s; failing the channel", ch->fab->prov, ch->fab->errmsg);
-		tw__chan_set_lost(ch, -TW_EPROTO);
+		tw__chan_set_lost(ch, -TW_EMALFORMED);
 		return;
 	}
 	if (h.kind == WMSG_CHUNK)

@@ -476,7 +476,7 @@ static int pcoord_run(const struct tw__pcfg *cfg, enum pcoord_mode mode,
 				       &epoch);
 		if (rc < 0) {
 			if (rc == -TW_EFENCED && mode == PC_OPEN)
-				rc = -TW_EEXIST; /* a live owner: the log exists; take it over */
+				rc = -TW_ELOGEXISTS; /* a live owner: the log exists; take it over */
 			errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
 			     tw__coord_errmsg(c));
 			goto out;

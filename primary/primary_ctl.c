@@ -211,13 +211,13 @@ static int open_result(struct tw_primary *p, struct pseg *seg, struct pcall *c, 
 	if (rc == -EEXIST && p->creating) {
 		snprintf(p->errmsg, sizeof(p->errmsg), "log %llu already exists on backup %s: %s",
 			 (unsigned long long)p->cfg.log_id, b->addr, b->why);
-		return -TW_EEXIST;
+		return -TW_ELOGEXISTS;
 	}
 	tw_log_warn("primary: backup %s: open segment %u: %s", b->addr, seg->id, b->why);
 	/* A loss like any other (counted, its closed segments re-replicated): a backup stopped
 	 * while it held no replica of the open segment is noticed only here, by the RPC timeout,
 	 * as no write of ours was in flight there for the fabric's op deadline to fail. */
-	if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+	if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EMALFORMED)
 		tw__pfo_lost(p, b->idx, b->why);
 	return 0;
 }
@@ -516,7 +516,7 @@ int tw__pctl_probe_new_log(struct tw_primary *p)
 				 "fences it, recovers every entry and continues the same log; or "
 				 "delete it (twctl delete)", (unsigned long long)p->cfg.log_id,
 				 b->addr, (unsigned long long)epoch);
-			return -TW_EEXIST;
+			return -TW_ELOGEXISTS;
 		}
 		if (epoch > top)
 			top = epoch;

@@ -685,7 +685,7 @@ int tw__pctl_check_backups(struct tw_primary *p);
 int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg);
 /* Close RPC to every replica of `seg` with its final offset and checksum. */
 int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg);
-/* Plain open of a new log: ask every usable backup whether it knows the log (-TW_EEXIST) and
+/* Plain open of a new log: ask every usable backup whether it knows the log (-TW_ELOGEXISTS) and
  * resolve cfg.epoch 0 to one past every epoch they report. p->errmsg says why on failure. */
 int tw__pctl_probe_new_log(struct tw_primary *p);
 /* After a failure that looks like lost backups: was the log taken over? Asks every backup on a

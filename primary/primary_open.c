@@ -516,7 +516,7 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 		if (!p->errmsg[0])
 			snprintf(p->errmsg, sizeof(p->errmsg), "%s", tw_strerror(rc));
 		/* An existing log is an expected answer (the caller takes it over): not an error. */
-		tw__log(rc == -TW_EEXIST ? TW_DIAG_INFO : TW_DIAG_ERROR, "primary: open log %llu "
+		tw__log(rc == -TW_ELOGEXISTS ? TW_DIAG_INFO : TW_DIAG_ERROR, "primary: open log %llu "
 		       "failed: %s", (unsigned long long)cfg->log_id, p->errmsg);
 		set_errmsg(errmsg_out, errmsg_len, p->errmsg);
 		p->coord = NULL;

@@ -184,7 +184,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 				continue;
 			}
 			tw_log_warn("primary: spare %s: %s", b->addr, b->why);
-			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO)
+			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EMALFORMED)
 				tw__pfo_lost(p, bi, b->why);
 		}
 		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)

@@ -73,7 +73,7 @@ struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out, bool wait)
 	/* Our turn ends: the entry reserved after the checksum entry may publish. */
 	__atomic_store_n(&p->pub_off, (uint64_t)seg->w.pos, __ATOMIC_RELEASE);
 	if (rc < 0 || !len || seg->w.pos != (size_t)res_off(r) + TW_CKSUM_ENTRY_SIZE) {
-		*rc_out = rc < 0 ? rc : -TW_EPROTO;
+		*rc_out = rc < 0 ? rc : -TW_EMALFORMED;
 		return NULL;
 	}
 	s = &p->slots[head % p->nslots];

@@ -217,7 +217,7 @@ int tw__auth_client_handshake(struct tw_rpc_client *cl, const struct tw_auth_key
 	h = rep->env ? rep->env->handshake_reply : NULL;
 	if (!h) {
 		snprintf(err, err_len, "handshake: unexpected reply");
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	}
 	if (!key)
 		return 0;

@@ -279,7 +279,7 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 	struct tw_rpc_hdr h;
 
 	if (len < TW_RPC_HDR_SIZE)
-		return why_set(why, why_len, -TW_EPROTO, "message of %zu bytes is shorter than the "
+		return why_set(why, why_len, -TW_EMALFORMED, "message of %zu bytes is shorter than the "
 			       "%u-byte frame header", len, TW_RPC_HDR_SIZE);
 	if (len > max_msg)
 		return why_set(why, why_len, -EMSGSIZE, "message of %zu bytes exceeds the %zu-byte "
@@ -289,7 +289,7 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 	h.minor = b[3];
 	h.length = tw_load_le32(b + 4);
 	if (h.magic != TW_RPC_MAGIC)
-		return why_set(why, why_len, -TW_EPROTO, "bad magic 0x%04x", h.magic);
+		return why_set(why, why_len, -TW_EMALFORMED, "bad magic 0x%04x", h.magic);
 	if (h.major != TW_RPC_MAJOR) {
 		if (hdr_out)
 			*hdr_out = h;
@@ -297,7 +297,7 @@ int tw__rpc_frame_check(const void *buf, size_t len, size_t max_msg, struct tw_r
 			       "peer speaks %u.%u)", h.major, TW_RPC_MAJOR, TW_RPC_MINOR);
 	}
 	if ((size_t)h.length != len - TW_RPC_HDR_SIZE)
-		return why_set(why, why_len, -TW_EPROTO, "frame declares %u bytes of body, %zu "
+		return why_set(why, why_len, -TW_EMALFORMED, "frame declares %u bytes of body, %zu "
 			       "received", h.length, len - TW_RPC_HDR_SIZE);
 	if (hdr_out)
 		*hdr_out = h;
@@ -318,7 +318,7 @@ int tw__rpc__encode_minor(const Tailwind__Envelope *env, unsigned minor, void *b
 	b[3] = (unsigned char)minor;
 	tw_store_le32(b + 4, (uint32_t)body);
 	if (tailwind__envelope__pack(env, b + TW_RPC_HDR_SIZE) != body)
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	*len_out = TW_RPC_HDR_SIZE + body;
 	return 0;
 }
@@ -394,10 +394,10 @@ int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_ar
 	env = tailwind__envelope__unpack(&a->pb, h.length,
 					 (const uint8_t *)buf + TW_RPC_HDR_SIZE);
 	if (!env)
-		return why_set(why, why_len, -TW_EPROTO, "envelope of %u bytes does not decode",
+		return why_set(why, why_len, -TW_EMALFORMED, "envelope of %u bytes does not decode",
 			       h.length);
 	if (!tags_ok(&env->base, 0))
-		return why_set(why, why_len, -TW_EPROTO, "envelope contains field number 0");
+		return why_set(why, why_len, -TW_EMALFORMED, "envelope contains field number 0");
 	*env_out = env;
 	return 0;
 }
@@ -425,14 +425,14 @@ int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
 	uint64_t id = 0, tag, v;
 
 	if (len < TW_RPC_HDR_SIZE)
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	while (p < end) {
 		if (!get_varint(&p, end, &tag))
-			return -TW_EPROTO;
+			return -TW_EMALFORMED;
 		switch (tag & 7) {
 		case 0:
 			if (!get_varint(&p, end, &v))
-				return -TW_EPROTO;
+				return -TW_EMALFORMED;
 			if (tag >> 3 == 1)
 				id = v; /* the last occurrence wins, as in the full decoder */
 			break;
@@ -441,13 +441,13 @@ int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out)
 		case 2:
 			v = (tag & 7) == 1 ? 8 : 4;
 			if ((tag & 7) == 2 && !get_varint(&p, end, &v))
-				return -TW_EPROTO;
+				return -TW_EMALFORMED;
 			if (v > (uint64_t)(end - p))
-				return -TW_EPROTO;
+				return -TW_EMALFORMED;
 			p += v;
 			break;
 		default:
-			return -TW_EPROTO;
+			return -TW_EMALFORMED;
 		}
 	}
 	*id_out = id;
@@ -813,7 +813,7 @@ Tailwind__Status tw__rpc_err_to_status(int err)
 	switch (err) {
 	case 0: return TAILWIND__STATUS__STATUS_OK;
 	case -EINVAL:
-	case -TW_EPROTO:
+	case -TW_EMALFORMED:
 	case -EMSGSIZE:
 	case -ERANGE:
 		return TAILWIND__STATUS__STATUS_INVALID_ARGUMENT;

@@ -152,7 +152,7 @@ struct tw_rpc_hdr {
 
 /*
  * Check the frame header of a received message of `len` bytes. Returns 0 and *hdr_out, or
- *   -TW_EPROTO    shorter than the header, bad magic, or length != len - TW_RPC_HDR_SIZE
+ *   -TW_EMALFORMED    shorter than the header, bad magic, or length != len - TW_RPC_HDR_SIZE
  *                 (not a frame: close the connection),
  *   -EMSGSIZE     len > max_msg (not a frame either),
  *   -TW_EVERSION  major != TW_RPC_MAJOR (a frame we must not decode).
@@ -171,7 +171,7 @@ int tw__rpc_encode(const Tailwind__Envelope *env, void *buf, size_t cap, size_t 
 
 /*
  * Check the frame and unpack the envelope into arena `a`. Returns 0 and *env_out (valid until
- * the arena is reset), or the tw__rpc_frame_check codes, or -TW_EPROTO when the protobuf bytes do
+ * the arena is reset), or the tw__rpc_frame_check codes, or -TW_EMALFORMED when the protobuf bytes do
  * not decode (including arena limit reached). Does not validate field values (see below).
  */
 int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_arena *a,
@@ -180,7 +180,7 @@ int tw__rpc_decode(const void *buf, size_t len, size_t max_msg, struct tw_rpc_ar
 
 /*
  * The Envelope's request_id (field 1) of a frame that passed tw__rpc_frame_check, read without
- * decoding the message (0 when absent); -TW_EPROTO when the fields do not parse. Lets a client
+ * decoding the message (0 when absent); -TW_EMALFORMED when the fields do not parse. Lets a client
  * decode a reply straight into the arena of the call waiting for it.
  */
 int tw__rpc_peek_request_id(const void *buf, size_t len, uint64_t *id_out);
@@ -221,7 +221,7 @@ void tw__rpc_rkey_from_pb(const Tailwind__Rkey *pb, struct tw_rkey *out);
  * -TW_EREFUSED; NOT_FOUND <-> -TW_ENOTFOUND; FENCED <-> -TW_EFENCED; STALE_VERSION <-> -TW_ESTALE;
  * CORRUPT <-> -TW_ECORRUPT; UNSUPPORTED <-> -ENOTSUP (also from -TW_EVERSION, -EOPNOTSUPP);
  * ALREADY_EXISTS <-> -EEXIST; UNAUTHENTICATED <-> -EACCES; INTERNAL <-> -TW_EREMOTE. A status we do not know -> -TW_EREMOTE;
- * an error code with no status of its own -> INTERNAL (also -TW_EPROTO, -EMSGSIZE, -ERANGE ->
+ * an error code with no status of its own -> INTERNAL (also -TW_EMALFORMED, -EMSGSIZE, -ERANGE ->
  * INVALID_ARGUMENT; -ENOMEM, -ENOSPC -> RESOURCE_EXHAUSTED; -ENOENT -> NOT_FOUND).
  */
 int tw__rpc_status_to_err(int status);
@@ -290,7 +290,7 @@ struct tw_rpc_client; /* one per channel; opaque */
 
 /*
  * Completion of one call. status: 0 when the reply's status is OK; otherwise
- * tw__rpc_status_to_err(reply status), -ETIMEDOUT, -TW_EPEERLOST (channel lost), -TW_EPROTO
+ * tw__rpc_status_to_err(reply status), -ETIMEDOUT, -TW_EPEERLOST (channel lost), -TW_EMALFORMED
  * (reply malformed or of the wrong kind), -TW_ECLOSED (client destroyed). `reply` is the
  * decoded, validated reply envelope whenever one arrived (also with a non-OK status: read its
  * message), else NULL; borrowed until the callback returns. Runs on the fab's thread, inside
@@ -328,7 +328,7 @@ void tw__rpc_client_set_incarnation(struct tw_rpc_client *cl, uint64_t incarnati
  * Send request `req` (body set; req->request_id is overwritten with a fresh id; req->epoch as
  * set by the caller). `req` is borrowed for the call (packed at once). Returns 0: `cb` will run
  * exactly once, later. Or a negative code and `cb` never runs: -EBUSY (max_inflight reached),
- * -EMSGSIZE, -TW_EPEERLOST (channel lost), -TW_EPROTO (client broken by a malformed reply
+ * -EMSGSIZE, -TW_EPEERLOST (channel lost), -TW_EMALFORMED (client broken by a malformed reply
  * stream), -EINVAL (body not a request), or tw__chan_send's error.
  */
 int tw__rpc_call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_fn cb, void *arg);
@@ -353,8 +353,8 @@ void tw__rpc_reply_release(struct tw_rpc_reply *rep);
 /*
  * Feed a message received on the client's channel (from the fab's on_recv; msg borrowed for the
  * call). Matches it to its request by id in O(1) and runs the callback. Replies to unknown or
- * timed-out ids are dropped. Returns 0, or -TW_EPROTO when the stream is broken (bad magic,
- * major or length): every pending call then completes with -TW_EPROTO, new calls fail, and the
+ * timed-out ids are dropped. Returns 0, or -TW_EMALFORMED when the stream is broken (bad magic,
+ * major or length): every pending call then completes with -TW_EMALFORMED, new calls fail, and the
  * caller should close the channel (after tw__rpc_client_destroy).
  */
 int tw__rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len);
@@ -392,7 +392,7 @@ int tw__rpc_open_segment(struct tw_rpc_client *cl, uint64_t epoch, const struct 
 			uint64_t replica_version, uint64_t length, struct tw_rkey *rkey_out);
 /* The same with OpenSegment.chain_seed (1.2). seed 0 is a 1.1 open (the backup zeroes the
  * buffer). With a non-zero seed the reply must echo it: a backup that does not (protocol 1.1,
- * which would scan the replica unseeded and call every close corrupt) gives -TW_EPROTO with
+ * which would scan the replica unseeded and call every close corrupt) gives -TW_EMALFORMED with
  * the client's errmsg saying so. */
 int tw__rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 			       const struct tw_rpc_seg_meta *m, uint64_t replica_version,
@@ -552,7 +552,7 @@ void tw__rpc_server_destroy(struct tw_rpc_server *srv);
  * Serve one message received on `ch` (call it from the fab's on_recv; msg borrowed for the
  * call). Decodes, validates, dispatches, sends the reply. A malformed message that still has a
  * frame gets an error reply (and a strike); an unframeable one, or strike max_strikes + 1,
- * closes `ch` (on_close hook, then tw__chan_close). Returns 0, or -TW_EPROTO when `ch` was
+ * closes `ch` (on_close hook, then tw__chan_close). Returns 0, or -TW_EMALFORMED when `ch` was
  * closed here (it is invalid now). Other channels are not affected.
  */
 int tw__rpc_server_on_recv(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,

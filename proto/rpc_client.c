@@ -187,7 +187,7 @@ static int call(struct tw_rpc_client *cl, Tailwind__Envelope *req, tw_rpc_done_f
 	int op, rc;
 
 	if (cl->broken)
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	if (cl->lost || !cl->ch)
 		return -TW_EPEERLOST;
 	op = tw__rpc_op_of_case(req->body_case);
@@ -326,7 +326,7 @@ static void break_stream(struct tw_rpc_client *cl, const char *why)
 		    peer(cl), why, cl->inflight);
 	set_errmsg(cl, "malformed stream from peer: %s", why);
 	cl->broken = true;
-	fail_all(cl, -TW_EPROTO);
+	fail_all(cl, -TW_EMALFORMED);
 }
 
 static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct tw_rpc_arena *a)
@@ -343,7 +343,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	if (rc) {
 		cl->st.malformed++;
 		break_stream(cl, why);
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	}
 	/* A blocking call's reply goes straight into its caller's arena: decoded once. */
 	if (tw__rpc_peek_request_id(msg, len, &id) == 0 && id) {
@@ -356,7 +356,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 	if (rc) {
 		cl->st.malformed++;
 		break_stream(cl, why);
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	}
 	cl->peer_minor = hdr.minor;
 
@@ -386,7 +386,7 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		tw_log_ratelimited(TW_DIAG_WARN, "rpc: bad reply from %s: %s", peer(cl),
 				   why);
 		set_errmsg(cl, "bad reply: %s", why);
-		complete(cl, s, -TW_EPROTO, NULL);
+		complete(cl, s, -TW_EMALFORMED, NULL);
 		return 0;
 	}
 	status = tw__rpc_reply_status(env, &rmsg);
@@ -395,12 +395,12 @@ static int deliver(struct tw_rpc_client *cl, const void *msg, size_t len, struct
 		cl->st.malformed++;
 		set_errmsg(cl, "reply of kind %s to a request expecting %s",
 			   tw__rpc_body_name(env->body_case), tw__rpc_body_name(s->expect_case));
-		complete(cl, s, -TW_EPROTO, NULL);
+		complete(cl, s, -TW_EMALFORMED, NULL);
 		return 0;
 	}
 	err = tw__rpc_status_to_err(status);
 	if (env->body_case == TAILWIND__ENVELOPE__BODY_ERROR_REPLY && err == 0)
-		err = -TW_EPROTO; /* an error reply must carry an error */
+		err = -TW_EMALFORMED; /* an error reply must carry an error */
 	if (err)
 		set_errmsg(cl, "%s%s%s", tw__rpc_status_name(status), rmsg[0] ? ": " : "", rmsg);
 	complete(cl, s, err, env);
@@ -412,7 +412,7 @@ int tw__rpc_client_on_recv(struct tw_rpc_client *cl, const void *msg, size_t len
 	int rc;
 
 	if (cl->broken)
-		return -TW_EPROTO;
+		return -TW_EMALFORMED;
 	cl->st.msgs_rx++;
 	cl->st.bytes_rx += len;
 	if (cl->depth == 0) {

@@ -187,14 +187,14 @@ int tw__rpc_open_segment_seeded(struct tw_rpc_client *cl, uint64_t epoch,
 		if (o->rkey->len < length) {
 			tw_log_warn("rpc: open_segment granted %llu bytes, %llu asked",
 				    (unsigned long long)o->rkey->len, (unsigned long long)length);
-			rc = -TW_EPROTO;
+			rc = -TW_EMALFORMED;
 		} else if (o->chain_seed != seed) {
 			tw__rpc__client_seterr(cl, "open_segment: the backup (protocol %u.%d) "
 					      "answered chain seed 0x%08x to seed 0x%08x: it would "
 					      "scan the replica with another seed; upgrade it to "
 					      "protocol 1.2", TW_RPC_MAJOR,
 					      tw__rpc_client_peer_minor(cl), o->chain_seed, seed);
-			rc = -TW_EPROTO;
+			rc = -TW_EMALFORMED;
 		} else if (rkey_out) {
 			tw__rpc_rkey_from_pb(o->rkey, rkey_out);
 		}
@@ -329,7 +329,7 @@ int tw__rpc_ping(struct tw_rpc_client *cl, uint64_t nonce)
 	tw__rpc_req_ping(&r, nonce, NULL, 0);
 	rc = run(cl, &r, &rep);
 	if (rc == 0 && rep.env->ping_reply->nonce != nonce)
-		rc = -TW_EPROTO;
+		rc = -TW_EMALFORMED;
 	tw__rpc_reply_release(&rep);
 	return rc;
 }

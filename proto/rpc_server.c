@@ -148,7 +148,7 @@ static int close_chan(struct tw_rpc_server *srv, struct tw_chan *ch, int reason,
 	if (srv->ops.on_close)
 		srv->ops.on_close(srv->arg, ch, reason);
 	srv->cops.close(ch);
-	return -TW_EPROTO;
+	return -TW_EMALFORMED;
 }
 
 /* ---- replies */
@@ -420,7 +420,7 @@ static int serve(struct tw_rpc_server *srv, struct tw_chan *ch, const void *msg,
 			tw_log_ratelimited(TW_DIAG_WARN, "rpc: invalid request from %s: %s",
 					   srv->cops.peer(ch), why);
 			if (strike(srv, ch))
-				return close_chan(srv, ch, -TW_EPROTO, "too many malformed messages");
+				return close_chan(srv, ch, -TW_EMALFORMED, "too many malformed messages");
 		}
 		send_error(srv, ch, env->request_id, env->epoch, vs, kind, why, txbuf);
 		return 0;

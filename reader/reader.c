@@ -478,7 +478,7 @@ static int read_failed(struct tw_reader *r, struct rdbk *b, int rc,
 	} else if (rc == -EINVAL) {
 		rc = seterr(r, -EINVAL, "backup %s: %s", b->peer.addr,
 			    tw__rpc_client_errmsg(b->peer.rpc));
-	} else if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EPROTO ||
+	} else if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EMALFORMED ||
 		   rc == -TW_ECLOSED) {
 		tw_log_warn("reader: backup %s: %s (%s); reading elsewhere", b->peer.addr,
 			    tw_strerror(rc), b->peer.lost ? b->peer.why : "no answer");
@@ -557,7 +557,7 @@ static int fetch(struct tw_reader *r, unsigned wait_ms)
 			m = rep.env ? rep.env->read_entries_reply : NULL;
 			if (rc || !m) {
 				tw__rpc_reply_release(&rep);
-				return rc ? rc : -TW_EPROTO;
+				return rc ? rc : -TW_EMALFORMED;
 			}
 		}
 		rc = take_entries(r, b, m);

@@ -284,7 +284,7 @@ static int list_one(struct rctx *c, struct rbk *b, struct listvec *lv, int max_p
 		if (!more || page + 1 == max_pages)
 			return 0;
 	}
-	return -TW_EPROTO;
+	return -TW_EMALFORMED;
 }
 
 static int cmp_listed(const void *a, const void *b)

@@ -108,7 +108,7 @@ static void grant_done(void *arg, int status, const Tailwind__Envelope *reply)
 		return;
 	}
 	if (!r || !r->rkey || !r->meta) {
-		s->grant_status = -TW_EPROTO;
+		s->grant_status = -TW_EMALFORMED;
 		return;
 	}
 	s->granted = true;

@@ -229,11 +229,11 @@ static void *acquire_main(void *arg)
 			rc = tw_primary_standby(&tc, &cfg, &sc, &st, &p, a->err, sizeof(a->err));
 			res = st.recovery;
 		} else {
-			rc = -TW_EEXIST;
+			rc = -TW_ELOGEXISTS;
 			if (job.mode == ACQ_OPEN)
 				rc = tw_primary_open(&tc, &cfg, &p, a->err, sizeof(a->err));
 			/* The log exists: a restart, or a static failover. Take it over. */
-			if (rc == -TW_EEXIST) {
+			if (rc == -TW_ELOGEXISTS) {
 				a->took_over = true;
 				rc = tw_primary_takeover(&tc, &cfg, on_entry, &rb, &res, &p,
 							 a->err, sizeof(a->err));

@@ -27,7 +27,7 @@ extern "C" {
 /* Tailwind's own error codes: one X-macro feeds the enum and tw_strerror(). */
 #define TW_ERRORS(X)                                                                  \
 	X(TW_ECORRUPT, 1024, "data failed an integrity check")                        \
-	X(TW_EPROTO, 1025, "malformed or unexpected protocol message")                \
+	X(TW_EMALFORMED, 1025, "malformed or unexpected protocol message")            \
 	X(TW_EVERSION, 1026, "incompatible protocol version")                         \
 	X(TW_EFENCED, 1027, "log was fenced by a newer epoch")                        \
 	X(TW_ENOBACKUP, 1028, "not enough backups available")                         \
@@ -39,7 +39,7 @@ extern "C" {
 	X(TW_ENOTFOUND, 1034, "no such log or segment")                               \
 	X(TW_ECLOSED, 1035, "object is closed")                                       \
 	X(TW_EREMOTE, 1036, "the peer reported an error")                            \
-	X(TW_EEXIST, 1037, "log already exists on the backups (take it over)")       \
+	X(TW_ELOGEXISTS, 1037, "log already exists on the backups (take it over)")    \
 	X(TW_ELOST, 1038, "a segment of the log is lost on every backup")                 \
 	X(TW_EFREED, 1039, "position was freed by log cleaning")
 

@@ -108,7 +108,7 @@ struct tw_ctx_config {
 				      * zones; open and takeover take the next epoch from the
 				      * coordinator (cfg.epoch, if set, is the least one) and hold
 				      * the log's owner node until tw_primary_close. A live owner
-				      * node makes tw_primary_open fail with -TW_EEXIST (take it
+				      * node makes tw_primary_open fail with -TW_ELOGEXISTS (take it
 				      * over). */
 	unsigned session_timeout_ms; /* with a coordinator: the session timeout asked for (zk),
 				      * how long the owner node of a process that died or froze

@@ -8,7 +8,7 @@
  *                                            (tailwind/context.h)
  *   tw_primary_config_init(&cfg); cfg.log_id = ...;                  the log
  *   tw_primary_open(&tc, &cfg, &p, err, sizeof(err));   connect, handshake, open segment 0
- *                                            on r backups (-TW_EEXIST: the log exists, take
+ *                                            on r backups (-TW_ELOGEXISTS: the log exists, take
  *                                            it over); or tw_primary_open_on(ctx, &cfg, ...)
  *                                            on a context shared by many logs
  *   tw_primary_append(p, buf, len, &lsn);    returns when all r backups hold the entry
@@ -128,9 +128,9 @@ struct tw_primary;
  * provider, key, timeouts, coordinator and arena budget; the log alone uses it, and it is
  * closed with the log): open a fabric instance, connect and handshake with every backup in
  * transport->backups (unreachable ones are skipped with a warning), ask each whether it holds anything
- * of the log (a log that exists is never written over: -TW_EEXIST, take it over instead), then
+ * of the log (a log that exists is never written over: -TW_ELOGEXISTS, take it over instead), then
  * open segment 0 on `replicas` of them, the first one alone (two primaries creating the same
- * log meet there; the second gets -TW_EFENCED or -TW_EEXIST).
+ * log meet there; the second gets -TW_EFENCED or -TW_ELOGEXISTS).
  * A backup that refuses (RESOURCE_EXHAUSTED) is replaced by another from the list; when the list
  * is exhausted, the open is retried with exponential back-off for up to open_retry_ms.
  * `transport`, `cfg` and their strings are borrowed for the call (copied). Blocks (up to the
@@ -138,7 +138,7 @@ struct tw_primary;
  * Returns 0 and *out (owned by the caller; release with tw_primary_close()), or:
  * -EINVAL (bad configuration), -TW_ENOBACKUP (fewer than r backups reachable or accepting; the
  * message, logged and in errmsg_out if given, names each backup and why), -TW_ENOPROV, -ENOMEM,
- * -TW_EEXIST (the log already has data on a backup: a restarted primary must take it over),
+ * -TW_ELOGEXISTS (the log already has data on a backup: a restarted primary must take it over),
  * -TW_EFENCED (another owner holds the log at this epoch or later) / -TW_EVERSION /
  * -TW_EREMOTE from a backup's reply.
  * errmsg_out (may be NULL, errmsg_len bytes) receives the failure's detail.

@@ -201,7 +201,7 @@ static const char *check_one(const uint8_t *m, size_t len)
 	rc = tw__rpc_decode(m, len, MAXMSG, &a, &env, &hdr, why, sizeof(why));
 	want_id_known = false;
 	if (rc) {
-		if (rc != -TW_EPROTO && rc != -EMSGSIZE && rc != -TW_EVERSION)
+		if (rc != -TW_EMALFORMED && rc != -EMSGSIZE && rc != -TW_EVERSION)
 			FAIL("decode returned %d", rc);
 		if (!why[0])
 			FAIL("decode failed without a message");
@@ -244,13 +244,13 @@ static const char *check_one(const uint8_t *m, size_t len)
 		FAIL("%s", reply_err);
 	if (replies + closes != 1)
 		FAIL("server sent %u replies and closed %u times", replies, closes);
-	if ((rc == -TW_EPROTO) != (closes == 1))
+	if ((rc == -TW_EMALFORMED) != (closes == 1))
 		FAIL("server return %d does not match closes %u", rc, closes);
 	if (closes) {
 		struct tw_rpc_hdr h;
 		int fr = tw__rpc_frame_check(m, len, MAXMSG, &h, NULL, 0);
 
-		if (fr != -TW_EPROTO && fr != -EMSGSIZE)
+		if (fr != -TW_EMALFORMED && fr != -EMSGSIZE)
 			FAIL("server closed a fresh channel on a framed message (%d)", fr);
 	}
 	tw__rpc_server_on_lost(srv, fake);

@@ -4,7 +4,7 @@
  *   - 5 twd's register with zones A A B B C; the registrations hold address, provider, zone,
  *     buffers; twctl -c URL ls-backups lists them;
  *   - a primary given only the coordinator URL finds them, gets epoch 1 and an owner node; a
- *     second plain open of the live log gets -TW_EEXIST;
+ *     second plain open of the live log gets -TW_ELOGEXISTS;
  *   - no segment has two replicas in one zone (listed on every backup);
  *   - a replica's twd is SIGKILLed: the spare is the other registered backup of its zone
  *     (the only one the zone rule allows) and appends continue;
@@ -469,8 +469,8 @@ int main(int argc, char **argv)
 		   strstr(owner, want), "the coordinator holds epoch 1 and our owner node (%s)", owner);
 	}
 	rc = tw_primary_open(&tc, &cfg, &p2, err, sizeof(err));
-	ok(rc == -TW_EEXIST && !p2 && strstr(err, "owned by another primary"),
-	   "a second open of the owned log: -TW_EEXIST (%s: %s)", tw_strerror(rc), err);
+	ok(rc == -TW_ELOGEXISTS && !p2 && strstr(err, "owned by another primary"),
+	   "a second open of the owned log: -TW_ELOGEXISTS (%s: %s)", tw_strerror(rc), err);
 	is_int(append_n(p, 0, n1), 0, "%" PRIu64 " appends through backups found in the registry",
 	       n1);
 	acked = n1;

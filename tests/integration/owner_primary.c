@@ -15,7 +15,7 @@
  * buffer at a SIGKILL). After open/takeover: "ready recovered=N next=SEQ epoch=E first=SEG".
  * With COUNT objects acknowledged: "done", close, exit 0.
  * Env OWNER_EPOCH: cfg.epoch (default 0: automatic). OWNER_SEGSIZE: segment size (64K).
- * Exit status: 0 ok, 4 -TW_EFENCED, 5 -TW_EEXIST, 6 -TW_ELOST, 1 other errors; on failure one
+ * Exit status: 0 ok, 4 -TW_EFENCED, 5 -TW_ELOGEXISTS, 6 -TW_ELOST, 1 other errors; on failure one
  * line "error CODE-NAME: message" on stdout too.
  */
 #include <errno.h>
@@ -41,7 +41,7 @@ static int exit_of(int rc)
 	switch (rc) {
 	case 0: return 0;
 	case -TW_EFENCED: return 4;
-	case -TW_EEXIST: return 5;
+	case -TW_ELOGEXISTS: return 5;
 	case -TW_ELOST: return 6;
 	default: return 1;
 	}

@@ -6,7 +6,7 @@
  *             taking the log over; the final recovery holds every acknowledged object of all
  *             five, in order, with strictly increasing LSNs;
  *   restart   a killed primary started again with its old configuration: the plain open fails
- *             with -TW_EEXIST, and every acknowledged object is still recoverable;
+ *             with -TW_ELOGEXISTS, and every acknowledged object is still recoverable;
  *   duplicate two primaries with the same epoch: the second is refused at open, the first goes on;
  *   racing    4 processes take a log over at once, each appends, then (all appended or failed)
  *             one more object each: exactly one ends as the owner, every other fails with
@@ -283,7 +283,7 @@ static void test_restart(void)
 	ok(rc >= 0 && strstr(line, "take it over") != NULL,
 	   "restart with the old config: the plain open is refused and says to take over (%s)",
 	   rc >= 0 ? line : strerror(-rc));
-	is_int(proc_wait(p, 30000), 5, "... with -TW_EEXIST (exit 5)");
+	is_int(proc_wait(p, 30000), 5, "... with -TW_ELOGEXISTS (exit 5)");
 	proc_free(p);
 	recovers_acked(log_id, a.n, "restart: every acknowledged object is still there");
 }

@@ -172,8 +172,8 @@ int main(void)
 	   " logs, %" PRIu64 " channels)", cs.logs, cs.channels);
 	ok(pa->ctx == pb->ctx && pa->fab == pb->fab, "both logs on one fabric instance");
 	log_cfg(&cfg, 401);
-	is_int(tw_primary_open_on(ctx, &cfg, &pc, err, sizeof(err)), -TW_EEXIST,
-	       "a second open of log B on the same context: -TW_EEXIST");
+	is_int(tw_primary_open_on(ctx, &cfg, &pc, err, sizeof(err)), -TW_ELOGEXISTS,
+	       "a second open of log B on the same context: -TW_ELOGEXISTS");
 
 	/* Demux: interleaved appends, each log gets its own acknowledgements in order. */
 	for (uint64_t i = 0; i < 1500; i += 100) {

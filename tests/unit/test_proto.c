@@ -367,13 +367,13 @@ static void test_frames(void)
 	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), 0, "good frame");
 	is_int(buf[0], 0x54, "magic byte 0 is 'T'");
 	is_int(buf[1], 0x57, "magic byte 1 is 'W'");
-	is_int(tw__rpc_frame_check(buf, 0, MAXMSG, &hdr, why, sizeof(why)), -TW_EPROTO, "empty");
-	is_int(tw__rpc_frame_check(buf, 7, MAXMSG, &hdr, why, sizeof(why)), -TW_EPROTO,
+	is_int(tw__rpc_frame_check(buf, 0, MAXMSG, &hdr, why, sizeof(why)), -TW_EMALFORMED, "empty");
+	is_int(tw__rpc_frame_check(buf, 7, MAXMSG, &hdr, why, sizeof(why)), -TW_EMALFORMED,
 	       "shorter than the header");
-	is_int(tw__rpc_frame_check(buf, len - 1, MAXMSG, &hdr, why, sizeof(why)), -TW_EPROTO,
+	is_int(tw__rpc_frame_check(buf, len - 1, MAXMSG, &hdr, why, sizeof(why)), -TW_EMALFORMED,
 	       "truncated body (%s)", why);
 	buf[0] ^= 1;
-	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EPROTO,
+	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EMALFORMED,
 	       "bad magic (%s)", why);
 	buf[0] ^= 1;
 	buf[2] = 2;
@@ -383,10 +383,10 @@ static void test_frames(void)
 	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EVERSION, "major 0");
 	buf[2] = TW_RPC_MAJOR;
 	tw_store_le32(buf + 4, 0xffffffffu);
-	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EPROTO,
+	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EMALFORMED,
 	       "huge declared length (%s)", why);
 	tw_store_le32(buf + 4, (uint32_t)(len - TW_RPC_HDR_SIZE + 1));
-	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EPROTO,
+	is_int(tw__rpc_frame_check(buf, len, MAXMSG, &hdr, why, sizeof(why)), -TW_EMALFORMED,
 	       "declared length one more than received");
 	tw_store_le32(buf + 4, (uint32_t)(len - TW_RPC_HDR_SIZE));
 	memset(big, 0, sizeof(big));
@@ -421,7 +421,7 @@ static void test_frames(void)
 		memset(g, 0xff, sizeof(g));
 		ml = put_frame(m, TW_RPC_MAJOR, TW_RPC_MINOR, g, sizeof(g));
 		tw__rpc_arena_init(&a, NULL, 0, 0);
-		is_int(tw__rpc_decode(m, ml, MAXMSG, &a, &out, NULL, why, sizeof(why)), -TW_EPROTO,
+		is_int(tw__rpc_decode(m, ml, MAXMSG, &a, &out, NULL, why, sizeof(why)), -TW_EMALFORMED,
 		       "undecodable envelope (%s)", why);
 		tw__rpc_arena_fini(&a);
 	}
@@ -764,7 +764,7 @@ static void test_arena(void)
 		el += inner;
 		ml = put_frame(msg, TW_RPC_MAJOR, TW_RPC_MINOR, env, el);
 		tw__rpc_arena_init(&a, NULL, 0, 64 * 1024);
-		is_int(tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, NULL, 0), -TW_EPROTO,
+		is_int(tw__rpc_decode(msg, ml, MAXMSG, &a, &out, NULL, NULL, 0), -TW_EMALFORMED,
 		       "decode over the arena limit fails cleanly");
 		tw__rpc_arena_fini(&a);
 		tw__rpc_arena_init(&a, NULL, 0, 64 * MAXMSG);
@@ -823,10 +823,10 @@ static void test_peek(void)
 	       "size (1 to 10 varint bytes)");
 	is_int(cut_ok, 0, "truncated bodies: refused or a consistent id, never a read past the end");
 	buf[TW_RPC_HDR_SIZE] = 0x0b; /* field 1, wire type 3 (group): not in our messages */
-	refused += tw__rpc_peek_request_id(buf, len, &id) == -TW_EPROTO;
+	refused += tw__rpc_peek_request_id(buf, len, &id) == -TW_EMALFORMED;
 	buf[TW_RPC_HDR_SIZE] = 0x12; /* field 2, length-delimited, length past the end */
 	buf[TW_RPC_HDR_SIZE + 1] = 0x7f;
-	refused += tw__rpc_peek_request_id(buf, TW_RPC_HDR_SIZE + 3, &id) == -TW_EPROTO;
+	refused += tw__rpc_peek_request_id(buf, TW_RPC_HDR_SIZE + 3, &id) == -TW_EMALFORMED;
 	is_int(refused, 2, "a group or an overlong length is refused");
 	is_int(tw__rpc_peek_request_id(buf, TW_RPC_HDR_SIZE, &id), 0, "an empty body: id 0");
 	is_int((long long)id, 0, "... which is 0");

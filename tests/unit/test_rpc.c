@@ -208,7 +208,7 @@ static void s_on_recv(void *arg, struct tw_chan *ch, const void *msg, size_t len
 	default:
 		break;
 	}
-	if (tw__rpc_server_on_recv(S.srv, ch, msg, len) == -TW_EPROTO && ch == S.delayed_ch)
+	if (tw__rpc_server_on_recv(S.srv, ch, msg, len) == -TW_EMALFORMED && ch == S.delayed_ch)
 		S.delayed_ch = NULL;
 }
 
@@ -415,7 +415,7 @@ static void test_typed_calls(void)
 	ok(rc == 0 && rk.len == 4096, "seeded open: the backup echoes the chain seed");
 	m.log_id = 777;
 	rc = tw__rpc_open_segment_seeded(C.cl, 1, &m, 0, 4096, 0x5eed0001, &rk);
-	is_int(rc, -TW_EPROTO, "seeded open, reply without the seed (a 1.1 backup): -TW_EPROTO");
+	is_int(rc, -TW_EMALFORMED, "seeded open, reply without the seed (a 1.1 backup): -TW_EMALFORMED");
 	ok(strstr(tw__rpc_client_errmsg(C.cl), "upgrade it to protocol 1.2") != NULL,
 	   "the message says what to do: %s", tw__rpc_client_errmsg(C.cl));
 	rc = tw__rpc_open_segment(C.cl, 1, &m, 0, 4096, &rk);
@@ -738,7 +738,7 @@ static void test_client_bad_replies(void)
 	env.fence_reply = &fr;
 	tw__rpc_encode(&env, buf, sizeof(buf), 65536, &len);
 	is_int(tw__rpc_client_on_recv(C.cl, buf, len), 0, "reply of the wrong kind");
-	ok(a.done == 1 && a.status == -TW_EPROTO, "call fails with -TW_EPROTO");
+	ok(a.done == 1 && a.status == -TW_EMALFORMED, "call fails with -TW_EMALFORMED");
 
 	/* ErrorReply carrying OK is not a success */
 	tw__rpc_req_ping(&r, 1, NULL, 0);
@@ -748,7 +748,7 @@ static void test_client_bad_replies(void)
 	env.error_reply = &er;
 	tw__rpc_encode(&env, buf, sizeof(buf), 65536, &len);
 	tw__rpc_client_on_recv(C.cl, buf, len);
-	ok(b.done == 1 && b.status == -TW_EPROTO, "error reply with status OK -> -TW_EPROTO");
+	ok(b.done == 1 && b.status == -TW_EMALFORMED, "error reply with status OK -> -TW_EMALFORMED");
 
 	/* an unattributed error reply (id 0) is logged, nothing completes */
 	env.request_id = 0;
@@ -763,9 +763,9 @@ static void test_client_bad_replies(void)
 	tw__rpc_req_ping(&r, 1, NULL, 0);
 	TAP_REQUIRE(tw__rpc_call(C.cl, &r.env, count_cb, &a) == 0, "call");
 	memset(buf, 0x41, 32);
-	is_int(tw__rpc_client_on_recv(C.cl, buf, 32), -TW_EPROTO, "bad magic breaks the stream");
-	ok(a.done == 1 && a.status == -TW_EPROTO, "pending call failed with -TW_EPROTO");
-	is_int(tw__rpc_call(C.cl, &r.env, count_cb, &a), -TW_EPROTO, "new calls refused");
+	is_int(tw__rpc_client_on_recv(C.cl, buf, 32), -TW_EMALFORMED, "bad magic breaks the stream");
+	ok(a.done == 1 && a.status == -TW_EMALFORMED, "pending call failed with -TW_EMALFORMED");
+	is_int(tw__rpc_call(C.cl, &r.env, count_cb, &a), -TW_EMALFORMED, "new calls refused");
 	tw__rpc_client_get_stats(C.cl, &st);
 	ok(st.malformed >= 3, "malformed replies counted (%llu)", (unsigned long long)st.malformed);
 	atomic_store(&S.mode, MODE_SERVE);

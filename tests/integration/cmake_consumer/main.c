@@ -13,7 +13,7 @@ int main(int argc, char **argv)
 
 	tw_ctx_config_init(&tc);
 	printf("tailwind %s\n", v);
-	printf("TW_EEXIST: %s\n", tw_strerror(-TW_EEXIST));
+	printf("TW_ELOGEXISTS: %s\n", tw_strerror(-TW_ELOGEXISTS));
 	printf("default provider: %s\n", tc.provider ? tc.provider : "(library's choice)");
 	return argc > 1 && strcmp(argv[1], v) == 0 ? 0 : 1;
 }
