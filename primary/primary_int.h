@@ -15,7 +15,6 @@
  *                    the taken-over probe;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
- *        primary_test.c   the completion callback a test may swap in (primary_test.h).
  *
  * Driver thread: the thread that polls the fabric, seals, posts and reaps the writes and owns
  * the segment list and the open segment's writer (the caller in TW_PRIMARY_SYNC mode, the
@@ -486,10 +485,6 @@ struct tw_primary {
 
 	/* The acknowledged position published to the replicas (primary_acked.c). */
 	struct tw__packed *pub;
-
-	/* Completion of posted writes: tw__primary_op_done (a test may replace it:
-	 * tw__primary_test_set_op_cb, primary_test.h). */
-	tw_op_cb op_cb;
 };
 
 static inline enum pstate pstate(const struct tw_primary *p)

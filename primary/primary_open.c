@@ -302,7 +302,6 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 	p->mode_ops = tw__primary_mode_ops(p->threaded);
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
-	p->op_cb = tw__primary_op_done;
 	p->creating = creating;
 	if (getrandom(&p->seed_ctr, sizeof(p->seed_ctr), 0) != (ssize_t)sizeof(p->seed_ctr))
 		p->seed_ctr = tw_now_ns() ^ ((uint64_t)getpid() << 32) ^ incarnation;
