@@ -68,11 +68,6 @@ static const struct row table[TW__ENV_COUNT] = {
 		  "aborts at the first violation (tests); another value fails the open",
 		  TW_ENV_TESTING },
 		"fabric_strict_tcp" },
-	[TW__ENV_FAB_FAULT] = {
-		{ "TW_FAB_FAULT", "enum: reqkey, noback", "(unset)",
-		  "commits one memory-registration mistake on purpose, for the strict-mode tests: "
-		  "never in production", TW_ENV_TESTING },
-		"fabric_strict_tcp" },
 	[TW__ENV_FI_SOCKETS_PE_WAITTIME] = {
 		{ "FI_SOCKETS_PE_WAITTIME", "milliseconds", "0",
 		  "libfabric's: its sockets provider spins this long after every "
