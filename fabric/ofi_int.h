@@ -180,7 +180,6 @@ struct ofi_fab {
 	 * reads before every write; NULL when the fast path is never used. */
 	const volatile unsigned char *shm_region;
 	size_t shm_region_len;
-	bool shm_fast_force;    /* test hook TW_FAB_SHM_FAST=force: skip the checks (unsafe) */
 	uint64_t shm_check_ns;  /* shm: next periodic liveness check of the watched peers */
 	/* shm: our region's lock, watched by a thread of its own (ofi_wedge.c); NULL if not */
 	struct shm_wedge *wedge;
