@@ -516,11 +516,6 @@ int tw__coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
 	return c->ops->list_logs(c, out, n_out);
 }
 
-int tw__coord_expire_session(struct tw_coord *c)
-{
-	return c->ops->expire_session ? c->ops->expire_session(c) : -ENOTSUP;
-}
-
 /*
  * ------------------------------------------------------------------ static backend
  *
