@@ -83,7 +83,7 @@ struct tw_coord;
 
 /*
  * Open a coordinator from `url` (NULL or "": static with no addresses). zk: connect (up to
- * `timeout_ms`, also the session timeout asked for; 0: 4000), create the persistent folders
+ * `timeout_ms`, also the session timeout asked for; 0: TW_DEFAULT_SESSION_TIMEOUT_MS), create the persistent folders
  * under the chroot. Returns 0 and *out, -EINVAL (bad URL), -ETIMEDOUT / -ECONNREFUSED (no
  * ZooKeeper server answered), -EIO (ZooKeeper refused), -ENOMEM. err receives the detail.
  */

@@ -61,7 +61,7 @@ static const struct tw_primary_config primary_defaults = {
 	.max_batch = 256,
 	.max_inflight = 8,
 	.mode = TW_PRIMARY_SYNC,
-	.open_retry_ms = 3000,
+	.open_retry_ms = TW_DEFAULT_OPEN_RETRY_MS,
 	.rerep_rate = 64u << 20,
 };
 

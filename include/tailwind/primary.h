@@ -109,7 +109,8 @@ struct tw_primary_config {
 	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC; on a shared context it must be
 				       * TW_PRIMARY_ASYNC (its progress thread serves every log):
 				       * tw_primary_open_on refuses another value with -EINVAL */
-	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so long; 3000 */
+	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so
+				       * long; default TW_DEFAULT_OPEN_RETRY_MS */
 	bool preopen;                 /* open segment n + 1 on its backups as soon as n is open, so
 				       * a rollover does not wait for the open round trip (holds a
 				       * second buffer per backup); default off */
