@@ -20,6 +20,7 @@
 
 #include <tailwind/backup.h>
 
+#include "core/clock.h"
 #include "core/util.h"
 #include "proto/auth.h"
 #include "backup/backup_int.h"
@@ -247,6 +248,7 @@ int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__b
 	b->cfg = *cfg;
 	b->fio.storage = opts ? opts->storage : NULL;
 	b->meta_cap = opts && opts->meta_cap ? opts->meta_cap : METALOG_DEFAULT_CAP;
+	b->clock = tw__clock_or_system(opts ? opts->clock : NULL);
 	b->dirfd = -1;
 	b->ml.fd = -1;
 	pthread_mutex_init(&b->fl_lock, NULL);

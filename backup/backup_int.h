@@ -270,6 +270,7 @@ struct tw_backup {
 	struct segfile_io fio;
 	bool fio_reported; /* the O_DIRECT refusal was logged (once per backup) */
 	uint32_t meta_cap; /* the journal's capacity in records (tw__backup_opts) */
+	const struct tw__clock *clock; /* the fence hold's time (tw__backup_opts; never NULL) */
 
 	/* Counters (stats lock; written by the progress thread, read by any thread). */
 	pthread_mutex_t st_lock;
@@ -292,13 +293,16 @@ size_t tw__bk_seg_lower_bound(struct tw_backup *b, uint64_t log_id, uint64_t seg
 /*
  * What a backup takes besides its public configuration, for tests: its segment files and
  * metadata journal written through `storage` (backup/storage.h; NULL: the system calls), the
- * journal's capacity in records when it creates or compacts one (0: METALOG_DEFAULT_CAP). The
- * seams tests inject faults and force compactions through, with no global.
+ * journal's capacity in records when it creates or compacts one (0: METALOG_DEFAULT_CAP), the
+ * clock its fence hold is measured on (core/clock.h; NULL: the system clock). The seams tests
+ * inject faults, force compactions and move time on through, with no global.
  */
 struct tw__storage;
+struct tw__clock;
 struct tw__backup_opts {
 	const struct tw__storage *storage;
 	uint32_t meta_cap;
+	const struct tw__clock *clock;
 };
 
 /* tw_backup_open with `opts` (NULL: the defaults, as tw_backup_open). */

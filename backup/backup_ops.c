@@ -11,6 +11,7 @@
 
 #include <tailwind/log_format.h>
 
+#include "core/clock.h"
 #include "core/util.h"
 #include "backup/backup_int.h"
 
@@ -60,7 +61,7 @@ void tw__bk_hold_touch(struct tw_backup *b, struct conn *c, uint64_t log_id)
 	struct logst *lg = c ? tw__bk_log(b, log_id, false) : NULL;
 
 	if (lg && lg->hold_conn == c->id)
-		lg->hold_ns = tw_now_ns();
+		lg->hold_ns = tw__clock_mono(b->clock);
 }
 
 bool tw__bk_log_known(struct tw_backup *b, uint64_t log_id)
@@ -495,7 +496,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 		/* Another recovery or takeover fenced the log and is still at work on its
 		 * connection: a second one now would only cut it off half-way. */
 		struct conn *h = tw__bk_conn_find(b, lg->hold_conn);
-		uint64_t idle = tw_now_ns() - lg->hold_ns;
+		uint64_t idle = tw__clock_mono(b->clock) - lg->hold_ns;
 
 		if (h && !h->lost && !h->drop && idle < BK_HOLD_NS) {
 			*epoch_out = lg->epoch;
@@ -540,7 +541,7 @@ int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64
 	*owner_out = incarnation;
 	lg->hold_conn = c ? c->id : 0;
 	lg->hold_inc = incarnation;
-	lg->hold_ns = tw_now_ns();
+	lg->hold_ns = tw__clock_mono(b->clock);
 	revoked = revoke_log(b, c, log_id);
 	tw_log_info("backup: log %016" PRIx64 " fenced at epoch %" PRIu64 " by incarnation %016"
 		    PRIx64 " (%u open buffers revoked)", log_id, new_epoch, incarnation, revoked);

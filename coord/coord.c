@@ -351,7 +351,7 @@ int tw__coord_open(const char *url, unsigned timeout_ms, struct tw_coord **out, 
 		return rc;
 	}
 	c->ops = c->url.kind == TW_COORD_ZK ? &tw__coord_zk_ops : &static_ops;
-	rc = c->ops->open ? c->ops->open(c, &c->url, timeout_ms ? timeout_ms : 4000) : 0;
+	rc = c->ops->open ? c->ops->open(c, &c->url, timeout_ms ? timeout_ms : TW_DEFAULT_SESSION_TIMEOUT_MS) : 0;
 	if (rc < 0) {
 		if (err && errlen)
 			snprintf(err, errlen, "%s", c->errmsg);
@@ -514,11 +514,6 @@ int tw__coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out)
 		return -ENOTSUP;
 	}
 	return c->ops->list_logs(c, out, n_out);
-}
-
-int tw__coord_expire_session(struct tw_coord *c)
-{
-	return c->ops->expire_session ? c->ops->expire_session(c) : -ENOTSUP;
 }
 
 /*

@@ -83,7 +83,7 @@ struct tw_coord;
 
 /*
  * Open a coordinator from `url` (NULL or "": static with no addresses). zk: connect (up to
- * `timeout_ms`, also the session timeout asked for; 0: 4000), create the persistent folders
+ * `timeout_ms`, also the session timeout asked for; 0: TW_DEFAULT_SESSION_TIMEOUT_MS), create the persistent folders
  * under the chroot. Returns 0 and *out, -EINVAL (bad URL), -ETIMEDOUT / -ECONNREFUSED (no
  * ZooKeeper server answered), -EIO (ZooKeeper refused), -ENOMEM. err receives the detail.
  */
@@ -175,25 +175,14 @@ bool tw__coord_wait_backups_changed(struct tw_coord *c, unsigned timeout_ms);
 /* The logs the coordinator knows (ids ascending; *out allocated). static: -ENOTSUP. */
 int tw__coord_list_logs(struct tw_coord *c, uint64_t **out, size_t *n_out);
 
-/*
- * Tests only: make the server expire this handle's session now (zk: a second client joins the
- * session with its id and password and closes it, the documented way to test expiry), as a
- * partition longer than the session timeout would. Returns 0, or -ENOTSUP (static).
- */
-int tw__coord_expire_session(struct tw_coord *c);
-
-/* Tests only: silence the ZooKeeper client's own log (a server that is still starting refuses
- * connections, which the client logs as errors while it retries), or restore it. */
-void tw__coord_client_quiet(bool quiet);
-
 /* ------------------------------------------------------------------ backends */
 
 /*
  * A backend's table. Only scheme and list_backups are required; a NULL op gets the front end's
  * default (coord.c), which is the static coordinator's behaviour: open, close, register_backup,
  * update_free and deregister succeed doing nothing, take_log returns the floor as the epoch,
- * owns is true, wait_owner_gone and log_add_backup return 0, log_info, log_backups, list_logs
- * and expire_session fail -ENOTSUP, watch_backups is list_backups, backups_changed is false.
+ * owns is true, wait_owner_gone and log_add_backup return 0, log_info, log_backups and list_logs
+ * fail -ENOTSUP, watch_backups is list_backups, backups_changed is false.
  */
 struct tw_coord_ops {
 	const char *scheme;
@@ -208,7 +197,6 @@ struct tw_coord_ops {
 	int (*log_info)(struct tw_coord *c, uint64_t log_id, uint64_t *epoch_out, char *owner_out,
 			size_t owner_len);
 	bool (*owns)(struct tw_coord *c, uint64_t log_id);
-	int (*expire_session)(struct tw_coord *c); /* tests */
 	int (*wait_owner_gone)(struct tw_coord *c, uint64_t log_id, unsigned timeout_ms,
 			       void (*on_wait)(void *arg, const char *owner), void *arg,
 			       bool *waited_out, uint64_t *gone_ns_out);

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +63,6 @@ struct zk {
 	size_t n_owned;
 	/* Standby: the node watches (st_mu). */
 	struct zk_watch node_watch;
-	int twin_state; /* tw__coord_expire_session's twin handle (st_mu) */
 	/* The child watch on backups/ (st_mu): its events, and their count and the session
 	 * generation when it was last armed. */
 	struct zk_watch reg_watch;
@@ -112,13 +110,10 @@ static void zk_log(const char *msg)
 		tw_log_ratelimited(TW_DIAG_DEBUG, "zookeeper client: %s", buf);
 }
 
-static atomic_bool client_quiet;
-
 /* What the client formats at all: what our level would show of it (zk_log's mapping). */
 static void set_client_level(void)
 {
-	zoo_set_debug_level(atomic_load(&client_quiet) ? (ZooLogLevel)0 :
-			    tw__log_enabled(TW_DIAG_DEBUG) ? ZOO_LOG_LEVEL_INFO :
+	zoo_set_debug_level(tw__log_enabled(TW_DIAG_DEBUG) ? ZOO_LOG_LEVEL_INFO :
 			    tw__log_enabled(TW_DIAG_INFO) ? ZOO_LOG_LEVEL_WARN : ZOO_LOG_LEVEL_ERROR);
 }
 
@@ -131,12 +126,6 @@ static zhandle_t *zk_init(const char *hosts, watcher_fn fn, int timeout_ms,
 	zoo_set_log_stream(stderr);
 	set_client_level();
 	return zookeeper_init2(hosts, fn, timeout_ms, id, ctx, 0, zk_log);
-}
-
-void tw__coord_client_quiet(bool quiet)
-{
-	atomic_store(&client_quiet, quiet);
-	set_client_level();
 }
 
 static int zrc_errno(int zrc)
@@ -913,82 +902,6 @@ static bool zk_owns(struct tw_coord *c, uint64_t log_id)
 	return yes;
 }
 
-/* The twin's session events: its state, for expire_once's wait (st_mu, st_cv). */
-static void twin_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
-{
-	struct zk *z = ctx;
-
-	(void)zh;
-	(void)path;
-	if (type != ZOO_SESSION_EVENT)
-		return;
-	pthread_mutex_lock(&z->st_mu);
-	z->twin_state = state;
-	st_changed_unlock(z);
-}
-
-/* One try: a twin joins the session and closes it. The original client may take the session
- * back between the twin's connect and its close (they fight over it): the caller retries. */
-static int expire_once(struct zk *z, const clientid_t *id)
-{
-	zhandle_t *twin;
-	struct timespec ts;
-	int rc = 0;
-
-	pthread_mutex_lock(&z->st_mu);
-	z->twin_state = 0;
-	pthread_mutex_unlock(&z->st_mu);
-	twin = zk_init(z->c->url.hosts, twin_watcher, (int)z->timeout_ms, id, z);
-	if (!twin)
-		return -errno;
-	/* Until its session event says connected (or expired: the session is gone already). */
-	deadline_in(&ts, z->timeout_ms * 2);
-	pthread_mutex_lock(&z->st_mu);
-	while (z->twin_state != ZOO_CONNECTED_STATE && z->twin_state != ZOO_EXPIRED_SESSION_STATE &&
-	       rc == 0)
-		rc = pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts);
-	rc = z->twin_state == ZOO_CONNECTED_STATE ? 0 : -ETIMEDOUT;
-	pthread_mutex_unlock(&z->st_mu);
-	zookeeper_close(twin);
-	return rc;
-}
-
-static int zk_expire(struct tw_coord *c)
-{
-	struct zk *z = c->impl;
-	clientid_t id;
-	unsigned gen;
-	int rc = op_begin(z);
-
-	if (rc < 0)
-		return rc;
-	id = *zoo_client_id(z->zh);
-	pthread_mutex_unlock(&z->op_mu);
-	pthread_mutex_lock(&z->st_mu);
-	gen = z->generation;
-	pthread_mutex_unlock(&z->st_mu);
-	for (int attempt = 0; attempt < 20; attempt++) {
-		struct timespec ts;
-		bool done;
-
-		rc = expire_once(z, &id);
-		if (rc < 0)
-			continue;
-		/* Expired: the original client hears it at its next contact, within a session
-		 * timeout; the keeper then makes a new handle. */
-		deadline_in(&ts, z->timeout_ms * 2);
-		pthread_mutex_lock(&z->st_mu);
-		while (!z->expired && z->generation == gen &&
-		       pthread_cond_timedwait(&z->st_cv, &z->st_mu, &ts) == 0)
-			;
-		done = z->expired || z->generation != gen;
-		pthread_mutex_unlock(&z->st_mu);
-		if (done)
-			return 0;
-	}
-	return -ETIMEDOUT;
-}
-
 /* Wait on st_cv until `abs` (0: for ever); false once it passed. st_mu held. */
 static bool cv_wait_until(struct zk *z, const struct timespec *abs)
 {
@@ -1213,7 +1126,6 @@ const struct tw_coord_ops tw__coord_zk_ops = {
 	.take_log = zk_take,
 	.log_info = zk_info,
 	.owns = zk_owns,
-	.expire_session = zk_expire,
 	.wait_owner_gone = zk_wait_owner_gone,
 	.log_add_backup = zk_log_add_backup,
 	.log_backups = zk_log_backups,

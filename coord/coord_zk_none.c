@@ -29,11 +29,6 @@ static int none_list(struct tw_coord *c, struct tw_coord_backup **out, size_t *n
 	return -ENOTSUP; /* never reached: open fails first */
 }
 
-void tw__coord_client_quiet(bool quiet)
-{
-	(void)quiet;
-}
-
 const struct tw_coord_ops tw__coord_zk_ops = {
 	.scheme = "zk",
 	.open = none_open,

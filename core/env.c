@@ -44,11 +44,11 @@ static const struct row table[TW__ENV_COUNT] = {
 		  TW_ENV_TESTING },
 		"rpcdata" },
 	[TW__ENV_FAB_SHM_FAST] = {
-		{ "TW_FAB_SHM_FAST", "enum: off, on, force", "on",
+		{ "TW_FAB_SHM_FAST", "enum: off, on", "on",
 		  "on: shm writes go without delivery-complete where libfabric 1.17's CMA path "
 		  "allows it (the writer places the bytes, the backup runs nothing: docs/fabric.md, "
-		  "\"Passive shm backups\"); off keeps delivery-complete; force skips the checks "
-		  "(tests only)", 0 },
+		  "\"Passive shm backups\"); off keeps delivery-complete; another value is warned "
+		  "about and taken as off", 0 },
 		"fabric_shm_fast_cma" },
 	[TW__ENV_FAB_SHM_BELL] = {
 		{ "TW_FAB_SHM_BELL", "enum: on, off", "on",
@@ -67,11 +67,6 @@ static const struct row table[TW__ENV_COUNT] = {
 		  "verbs checks every fabric of the process against the verbs provider's rules and "
 		  "aborts at the first violation (tests); another value fails the open",
 		  TW_ENV_TESTING },
-		"fabric_strict_tcp" },
-	[TW__ENV_FAB_FAULT] = {
-		{ "TW_FAB_FAULT", "enum: reqkey, noback", "(unset)",
-		  "commits one memory-registration mistake on purpose, for the strict-mode tests: "
-		  "never in production", TW_ENV_TESTING },
 		"fabric_strict_tcp" },
 	[TW__ENV_FI_SOCKETS_PE_WAITTIME] = {
 		{ "FI_SOCKETS_PE_WAITTIME", "milliseconds", "0",

@@ -152,7 +152,6 @@ void tw__mr_link(struct tw_fab *fab, struct tw_mr *mr);
 void tw__mr_unlink(struct tw_mr *mr);
 void tw__op_track(struct tw_chan *ch, struct tw_op *op);
 void tw__op_finish(struct tw_op *op, int status);
-void tw__chan_fail_ops(struct tw_chan *ch, int status);
 void tw__chan_set_lost(struct tw_chan *ch, int err);
 void tw__chan_announce(struct tw_chan *ch); /* ACCEPTING → UP + on_accept */
 void tw__fab_enter(struct tw_fab *fab);

@@ -3,7 +3,7 @@
  * lists, in-flight operation tracking, deadlines, loss handling, memory allocation.
  *
  * "Exactly once": an operation's callback runs either from its provider completion (backend
- * calls tw__op_finish) or from tw__chan_fail_ops (loss, close, timeout), which first asks the backend to
+ * calls tw__op_finish) or from chan_fail_ops (loss, close, timeout), which first asks the backend to
  * abandon it (op_abandon), so a late provider completion finds no operation to complete.
  */
 #include <errno.h>
@@ -19,6 +19,8 @@
 
 /* Message of the last failed tw__fab_open on this thread (tw__fab_errmsg(NULL)). */
 static _Thread_local char open_errmsg[512];
+
+static void chan_fail_ops(struct tw_chan *ch, int status);
 
 void tw__fab_config_init(struct tw_fab_config *cfg)
 {
@@ -384,7 +386,7 @@ void tw__chan_close(struct tw_chan *ch)
 	ch->closed = true;
 	fab->ops->chan_down(ch, true);
 	ch->is_down = true;
-	tw__chan_fail_ops(ch, -TW_ECLOSED);
+	chan_fail_ops(ch, -TW_ECLOSED);
 	fab->need_sweep = true;
 	tw__fab_leave(fab);
 }
@@ -399,7 +401,7 @@ void tw__chan_shut(struct tw_chan *ch)
 	tw__fab_enter(fab);
 	fab->ops->chan_down(ch, true);
 	ch->is_down = true;
-	tw__chan_fail_ops(ch, -TW_ECLOSED);
+	chan_fail_ops(ch, -TW_ECLOSED);
 	tw__fab_leave(fab);
 }
 
@@ -468,7 +470,7 @@ void tw__op_finish(struct tw_op *op, int status)
 	op->cb(op, status);
 }
 
-void tw__chan_fail_ops(struct tw_chan *ch, int status)
+static void chan_fail_ops(struct tw_chan *ch, int status)
 {
 	while (ch->ops_head) {
 		struct tw_op *op = ch->ops_head;
@@ -491,7 +493,7 @@ void tw__chan_set_lost(struct tw_chan *ch, int err)
 		ch->state = CHAN_FAILED;
 	fab->ops->chan_down(ch, false);
 	ch->is_down = true;
-	tw__chan_fail_ops(ch, err);
+	chan_fail_ops(ch, err);
 	if (ch->visible && !ch->closed && fab->ev.on_lost) {
 		tw_log_debug("fabric %s: channel to %s lost: %s", fab->prov, ch->peer, tw_strerror(err));
 		fab->ev.on_lost(fab->ev.arg, ch, err);

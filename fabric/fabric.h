@@ -98,7 +98,30 @@ struct tw_fab_config {
 	uint64_t (*clock_ns)(void *clock_arg);
 	void *clock_arg;
 	enum tw_fab_strict strict; /* TW_FAB_STRICT_OFF (default); $TW_FAB_STRICT=verbs overrides */
+	/* How registrations meet the provider's memory-registration rules (libfabric backends;
+	 * below). NULL: tw__fab_mr_rules, the rules. A test passes a table that breaks one on
+	 * purpose, for strict mode to catch (tests/lib/fab_rules.h). */
+	const struct tw_fab_mr_rules *mr_rules;
 };
+
+/*
+ * The memory-registration rules of fi_mr(3) as the libfabric backend applies them, one call per
+ * rule, so that a test can commit a mistake through a table of its own instead of a fault flag
+ * in the library (as raft's fixture replaces raft_io). Every registration (tw__mr_reg and the
+ * registrations of a reset) goes through them:
+ *   back:        FI_MR_ALLOCATED: back every page of [buf, buf + len) before fi_mr_reg,
+ *                where the provider asks (`asked`);
+ *   request_key: the key asked of fi_mr_reg: 0 where the provider picks the keys
+ *                (FI_MR_PROV_KEY: `prov_key`), else `own`, a fresh key of ours;
+ *   publish_key: the key peers get (struct tw_rkey): fi_mr_key()'s `provider` key, not the
+ *                `requested` one.
+ */
+struct tw_fab_mr_rules {
+	void (*back)(void *buf, size_t len, bool asked);
+	uint64_t (*request_key)(uint64_t own, bool prov_key);
+	uint64_t (*publish_key)(uint64_t provider, uint64_t requested);
+};
+extern const struct tw_fab_mr_rules tw__fab_mr_rules;
 
 /* Fill `cfg` with the defaults above. */
 void tw__fab_config_init(struct tw_fab_config *cfg);

@@ -177,7 +177,7 @@ static int setup_ep(struct ofi_fab *of, struct ofi_chan *ch, struct fi_info *inf
  * sit unread in the socket while the CM thread already reports the shutdown; once the provider
  * reads the end of the stream it fails the remaining entries (sock_pe_progress_tx_entry →
  * FI_EIO). Completions read after the channel went down finish nothing: their operations are
- * failed by the caller (tw__chan_fail_ops) as for any closed channel; only the contexts are
+ * failed by the caller (chan_fail_ops, fabric.c) as for any closed channel; only the contexts are
  * given back.
  *
  * Waiting for that used to block the closing thread (a daemon's progress loop: every other peer
@@ -360,7 +360,7 @@ static void closing_take(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_clo
 	cr->end_ns = tw_now_ns() + 200000000u; /* 200 ms: a stalled peer costs this much */
 	for (struct ofi_ctx *ctx = ch->posted; ctx; ctx = ctx->next) {
 		ctx->ch = NULL;
-		if (ctx->op) /* the caller fails it (tw__chan_fail_ops); the ctx is ours */
+		if (ctx->op) /* the caller fails it (chan_fail_ops, fabric.c); the ctx is ours */
 			ctx->op->fab_priv[0] = NULL;
 		ctx->op = NULL;
 	}

@@ -351,15 +351,9 @@ static int setup(struct ofi_fab *of, const char *prov)
 	read_back(of);
 	if (cfg->strict != TW_FAB_STRICT_OFF && (rc = tw__strict_read_back(of)) < 0)
 		return rc;
-	/* Test hooks (fabric_strict) that commit a verbs mistake strict mode must catch: "reqkey"
-	 * ignores FI_MR_PROV_KEY (requests a key of our own and gives peers that one instead of
-	 * fi_mr_key()); "noback" (set at the end of the open, so the fab's own buffers are
-	 * registered as they must be) ignores FI_MR_ALLOCATED for the registrations after it. */
-	if (tw__env_get(TW__ENV_FAB_FAULT) && !strcmp(tw__env_get(TW__ENV_FAB_FAULT), "reqkey")) {
-		of->fault_reqkey = true;
-		tw_log_warn("fabric %s: TW_FAB_FAULT=reqkey: peers get the requested keys (a test "
-			    "of strict mode; wrong wherever the provider picks the keys)", prov);
-	}
+	/* The fab's own buffers follow the rules; the caller's table (a test that breaks one)
+	 * applies from the end of the open or reset on (user_mr_rules). */
+	of->mr_rules = &tw__fab_mr_rules;
 	if (of->is_verbs) {
 		/* verbs pins every registration: 8 MiB segments, the send ring and the receive
 		 * buffers must fit RLIMIT_MEMLOCK (Debian's default 8 MiB fits one segment). */
@@ -413,6 +407,13 @@ static void note_pe_waittime(void)
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
+/* The registrations of the caller's from here on follow cfg.mr_rules where it gave some. */
+static void user_mr_rules(struct ofi_fab *of)
+{
+	if (of->base.cfg.mr_rules)
+		of->mr_rules = of->base.cfg.mr_rules;
+}
+
 int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
 		 struct tw_fab **out)
 {
@@ -439,11 +440,7 @@ int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	rc = setup(of, prov);
 	if (rc < 0)
 		goto fail;
-	if (tw__env_get(TW__ENV_FAB_FAULT) && !strcmp(tw__env_get(TW__ENV_FAB_FAULT), "noback")) {
-		of->fault_noback = true;
-		tw_log_warn("fabric %s: TW_FAB_FAULT=noback: registrations are not backed first (a "
-			    "test of strict mode; wrong wherever FI_MR_ALLOCATED is asked)", prov);
-	}
+	user_mr_rules(of);
 	tw_log_debug("fabric %s: opened (%s, %s)", prov, of->base.rdm ? "RDM" : "MSG",
 		     of->nofd ? "polling with backoff" : "wait fds");
 	*out = &of->base;
@@ -487,6 +484,7 @@ static int tw__ofi_reset(struct tw_fab *fab)
 		tw__fab_set_errmsg(fab, "reset: %s", tw__fab_errmsg(NULL));
 		return rc;
 	}
+	user_mr_rules(of);
 	for (struct tw_mr *m = fab->mrs; m; m = m->next) {
 		struct ofi_mr *mr = (struct ofi_mr *)m;
 
@@ -495,7 +493,7 @@ static int tw__ofi_reset(struct tw_fab *fab)
 		if (rc < 0)
 			return rc;
 		m->rk.addr = of->virt_addr ? (uint64_t)(uintptr_t)m->buf : 0;
-		m->rk.key = of->fault_reqkey ? of->fault_key : fi_mr_key(mr->mr);
+		m->rk.key = of->mr_rules->publish_key(fi_mr_key(mr->mr), of->req_key);
 	}
 	tw_log_info("fabric %s: reset: new endpoint %s", fab->prov, of->base.rdm ? of->name : "");
 	return 0;

@@ -154,13 +154,12 @@ struct ofi_fab {
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
 	/* Strict mode (ofi_strict.c, cfg.strict): the live registrations of the domain, with
-	 * their descriptors and ranges; a fault a test asks for ($TW_FAB_FAULT). */
+	 * their descriptors and ranges. */
 	bool strict;
 	struct strict_reg *regs;
 	size_t nregs, regs_cap;
-	bool fault_reqkey;      /* publish the requested key, not fi_mr_key() (tests) */
-	uint64_t fault_key;     /* the key last requested, for fault_reqkey */
-	bool fault_noback;      /* register without backing the pages first (tests) */
+	const struct tw_fab_mr_rules *mr_rules; /* cfg.mr_rules or tw__fab_mr_rules */
+	uint64_t req_key;       /* the key the last fi_mr_reg asked for (mr_rules->publish_key) */
 	bool shm;               /* the shm provider: AV entries per peer (rdm_peer), peer watch */
 	/* shm: AV entries (struct rdm_peer), and whether this fab gives them back: it listens and
 	 * has never connected out (ofi_rdm.c "AV entries on shm") */
@@ -181,7 +180,6 @@ struct ofi_fab {
 	 * reads before every write; NULL when the fast path is never used. */
 	const volatile unsigned char *shm_region;
 	size_t shm_region_len;
-	bool shm_fast_force;    /* test hook TW_FAB_SHM_FAST=force: skip the checks (unsafe) */
 	uint64_t shm_check_ns;  /* shm: next periodic liveness check of the watched peers */
 	/* shm: our region's lock, watched by a thread of its own (ofi_wedge.c); NULL if not */
 	struct shm_wedge *wedge;

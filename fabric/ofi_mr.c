@@ -49,21 +49,43 @@ static void back_pages(void *buf, size_t len)
 		p[off] = p[off]; /* a write fault backs the page; the byte stays */
 }
 
+static void back_if_asked(void *buf, size_t len, bool asked)
+{
+	if (asked)
+		back_pages(buf, len);
+}
+
+static uint64_t request_key(uint64_t own, bool prov_key)
+{
+	return prov_key ? 0 : own;
+}
+
+static uint64_t publish_key(uint64_t provider, uint64_t requested)
+{
+	(void)requested;
+	return provider;
+}
+
+const struct tw_fab_mr_rules tw__fab_mr_rules = {
+	.back = back_if_asked,
+	.request_key = request_key,
+	.publish_key = publish_key,
+};
+
 int tw__mr_reg_internal(struct ofi_fab *of, void *buf, size_t len, uint64_t acc, struct fid_mr **mr_out,
 		    void **desc_out)
 {
 	int rc = -FI_ENOKEY;
 
 	*mr_out = NULL;
-	if (of->mr_allocated && !of->fault_noback)
-		back_pages(buf, len);
+	of->mr_rules->back(buf, len, of->mr_allocated);
 	if (of->strict && tw__strict_check_backed(of, buf, len) < 0)
 		return -EFAULT;
 	for (int tries = 0; tries < 16 && rc == -FI_ENOKEY; tries++) {
-		uint64_t key = of->prov_key && !of->fault_reqkey ?
-				       0 : tw__fab_gen_key(&of->base, of->mr_key_size);
+		uint64_t key = of->mr_rules->request_key(tw__fab_gen_key(&of->base, of->mr_key_size),
+							 of->prov_key);
 
-		of->fault_key = key;
+		of->req_key = key;
 		rc = fi_mr_reg(of->domain, buf, len, acc, 0, key, 0, mr_out, NULL);
 	}
 	if (rc) {
@@ -106,7 +128,7 @@ int tw__ofi_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access, s
 	mr->base.len = len;
 	mr->base.access = access;
 	mr->base.rk.addr = of->virt_addr ? (uint64_t)(uintptr_t)buf : 0;
-	mr->base.rk.key = of->fault_reqkey ? of->fault_key : fi_mr_key(mr->mr);
+	mr->base.rk.key = of->mr_rules->publish_key(fi_mr_key(mr->mr), of->req_key);
 	mr->base.rk.len = len;
 	tw__mr_link(fab, &mr->base);
 	*out = &mr->base;

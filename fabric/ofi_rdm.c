@@ -114,15 +114,9 @@ static void shm_fast_init(struct ofi_fab *of)
 	 * keeps delivery-complete writes. */
 	if (env && !strcmp(env, "off"))
 		return;
-	if (env && strcmp(env, "on") && strcmp(env, "force")) {
+	if (env && strcmp(env, "on")) {
 		tw_log_warn("fabric shm: TW_FAB_SHM_FAST=%s: expected on or off; keeping "
 			    "delivery-complete", env);
-		return;
-	}
-	if (env && !strcmp(env, "force")) {
-		tw_log_warn("fabric shm: TW_FAB_SHM_FAST=force: writes without delivery-complete, "
-			    "unchecked (a test hook; completions may precede placement)");
-		of->shm_fast_force = true;
 		return;
 	}
 	if (FI_MAJOR(v) != 1 || FI_MINOR(v) != 17) {
@@ -168,7 +162,7 @@ void tw__rdm_shm_fast_fini(struct ofi_fab *of)
 
 bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
 {
-	bool fast = of->shm_fast_force;
+	bool fast = false;
 
 	if (of->shm_region)
 		fast = of->shm_region[ch->self ? SMR_V117_OFF_CMA_SELF : SMR_V117_OFF_CMA_PEER] ==

@@ -78,8 +78,7 @@ static int rma(struct tw_chan *base, struct tw_op *op, void *local, size_t len, 
 	if (!ctx)
 		return -ENOMEM;
 	/* shm: decided at every write, from the byte libfabric itself reads (ofi_rdm.c). */
-	a.fast = !read && of->base.rdm && (of->shm_region || of->shm_fast_force) &&
-		 tw__rdm_shm_fast(of, ch);
+	a.fast = !read && of->base.rdm && of->shm_region && tw__rdm_shm_fast(of, ch);
 	ctx->fast = a.fast;
 	ctx->kind = read ? CTX_READ : CTX_WRITE;
 	ctx->op = op;

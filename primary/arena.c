@@ -59,7 +59,7 @@ struct tw_arena {
 	struct tw_arena_stats st;
 };
 
-size_t tw__arena_default_budget(void)
+static size_t arena_default_budget(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
 	size_t b = pages > 0 && pg > 0 ? (size_t)pages * (size_t)pg / 4 : (size_t)1 << 30;
@@ -75,7 +75,7 @@ int tw__arena_create(struct tw_fab *fab, size_t budget, struct tw_arena **out)
 	if (!a)
 		return -ENOMEM;
 	a->fab = fab;
-	a->st.budget = budget ? budget : tw__arena_default_budget();
+	a->st.budget = budget ? budget : arena_default_budget();
 	pthread_mutex_init(&a->lock, NULL);
 	*out = a;
 	return 0;

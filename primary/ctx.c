@@ -371,9 +371,9 @@ static void set_errmsg(char *buf, size_t len, const char *msg)
 }
 
 static const struct tw_ctx_config ctx_defaults = {
-	.op_timeout_ms = 10000,
-	.rpc_timeout_ms = 5000,
-	.connect_timeout_ms = 5000,
+	.op_timeout_ms = TW_DEFAULT_OP_TIMEOUT_MS,
+	.rpc_timeout_ms = TW_DEFAULT_RPC_TIMEOUT_MS,
+	.connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS,
 	.session_timeout_ms = TW_DEFAULT_SESSION_TIMEOUT_MS,
 	.tx_depth = CTX_DEFAULT_TX_DEPTH,
 };

@@ -15,7 +15,6 @@
  *                    the taken-over probe;
  *        primary_rerep.c   backup failure: suspend, replace on a spare, replica versions,
  *                    background re-replication of closed segments (docs/failover.md).
- *        primary_test.c   the completion callback a test may swap in (primary_test.h).
  *
  * Driver thread: the thread that polls the fabric, seals, posts and reaps the writes and owns
  * the segment list and the open segment's writer (the caller in TW_PRIMARY_SYNC mode, the
@@ -177,9 +176,7 @@ struct tw_ctx {
 
 /* primary/arena.c: the log arena of a context (docs/primary.md, "Memory: the log arena"). */
 struct tw_arena;
-/* The default budget: a quarter of the machine's memory (at least 64 MiB). */
-size_t tw__arena_default_budget(void);
-/* budget 0: the default. */
+/* budget 0: the default, a quarter of the machine's memory (at least 64 MiB). */
 int tw__arena_create(struct tw_fab *fab, size_t budget, struct tw_arena **out);
 /* Every segment must have been given back (the extents are deregistered and unmapped). */
 void tw__arena_destroy(struct tw_arena *a);
@@ -486,10 +483,6 @@ struct tw_primary {
 
 	/* The acknowledged position published to the replicas (primary_acked.c). */
 	struct tw__packed *pub;
-
-	/* Completion of posted writes: tw__primary_op_done (a test may replace it:
-	 * tw__primary_test_set_op_cb, primary_test.h). */
-	tw_op_cb op_cb;
 };
 
 static inline enum pstate pstate(const struct tw_primary *p)
@@ -714,7 +707,7 @@ struct pcall {
  * bytes [off, off + len) of `s` may be sent to a backup only if this use of the memory wrote
  * them, i.e. they lie below the writer's position. A sealed write's range is the writer's own
  * (tw_log_writer_seal); copies (failover, re-replication, rewrites after a reset) are checked
- * in tw__pfo_copy. Lock held in async mode (application threads move the writer). */
+ * in pfo_copy (primary_rerep.c). Lock held in async mode (application threads move the writer). */
 bool tw__pseg_sent_ok(const struct pseg *s, size_t off, size_t len);
 
 /* Engine helpers used by the control plane and tests. */
@@ -802,8 +795,6 @@ void tw__pctl_drop(struct tw_primary *p, struct pbackup *b);
  * *done when a stopping log has nothing left), and after it (failover, reap, seal+post). */
 bool tw__primary_step_pre(struct tw_primary *p, bool *done);
 void tw__primary_step_post(struct tw_primary *p);
-/* Write [from, len) of `seg` to replica index `i` (blocking, chunked). 0 or a negative code. */
-int tw__pfo_copy(struct tw_primary *p, struct pseg *seg, unsigned i, size_t from, size_t len);
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 

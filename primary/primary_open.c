@@ -61,7 +61,7 @@ static const struct tw_primary_config primary_defaults = {
 	.max_batch = 256,
 	.max_inflight = 8,
 	.mode = TW_PRIMARY_SYNC,
-	.open_retry_ms = 3000,
+	.open_retry_ms = TW_DEFAULT_OPEN_RETRY_MS,
 	.rerep_rate = 64u << 20,
 };
 
@@ -217,6 +217,11 @@ static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size
 			 cfg->segment_size);
 		return -EINVAL;
 	}
+	if (cfg->mode != TW_PRIMARY_SYNC && cfg->mode != TW_PRIMARY_ASYNC) {
+		snprintf(msg, len, "mode %d is neither TW_PRIMARY_SYNC nor TW_PRIMARY_ASYNC",
+			 (int)cfg->mode);
+		return -EINVAL;
+	}
 	if (!cfg->max_batch || !cfg->max_inflight || cfg->max_inflight > TW_PRIMARY_MAX_INFLIGHT) {
 		snprintf(msg, len, "max_batch must be > 0 and max_inflight in 1..%u",
 			 TW_PRIMARY_MAX_INFLIGHT);
@@ -297,7 +302,6 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 	p->mode_ops = tw__primary_mode_ops(p->threaded);
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
-	p->op_cb = tw__primary_op_done;
 	p->creating = creating;
 	if (getrandom(&p->seed_ctr, sizeof(p->seed_ctr), 0) != (ssize_t)sizeof(p->seed_ctr))
 		p->seed_ctr = tw_now_ns() ^ ((uint64_t)getpid() << 32) ^ incarnation;
@@ -566,7 +570,17 @@ static int open_check(const struct tw_ctx *ctx, const struct tw_primary_config *
 				 "same context (it would wait for itself)", what);
 		return -EDEADLK;
 	}
-	return tw__pcfg_make(pc, NULL, cfg, errmsg_out, errmsg_len); /* the context's transport */
+	int rc = tw__pcfg_make(pc, NULL, cfg, errmsg_out, errmsg_len); /* the context's transport */
+	if (rc == 0 && pc->mode != TW_PRIMARY_ASYNC) {
+		/* The context's progress thread serves every log on it: a sync log cannot be had. */
+		if (errmsg_out && errmsg_len)
+			snprintf(errmsg_out, errmsg_len, "tw_primary_config.mode must be "
+				 "TW_PRIMARY_ASYNC on a shared context (its progress thread serves "
+				 "every log on it): set it, or use tw_primary_open or "
+				 "tw_primary_takeover for a log the calling thread drives");
+		return -EINVAL;
+	}
+	return rc;
 }
 
 int tw_primary_open_on(struct tw_ctx *ctx, const struct tw_primary_config *config,

@@ -216,7 +216,8 @@ static void copy_done(struct tw_op *op, int status)
 	c->done = true;
 }
 
-int tw__pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size_t len)
+/* Write [from, len) of `s` to replica index `i` (blocking, chunked). 0 or a negative code. */
+static int pfo_copy(struct tw_primary *p, struct pseg *s, unsigned i, size_t from, size_t len)
 {
 	struct pbackup *b = &p->bk[s->rep[i]];
 	size_t written;
@@ -329,7 +330,7 @@ static int replace(struct tw_primary *p, struct pseg *s, unsigned i, size_t len,
 	p->bk[bi].lost = false;
 	p->bk[bi].fo_seen = false;
 	p->bk[bi].gen = p->bk[bi].c->peer.gen;
-	rc = tw__pfo_copy(p, s, i, from, len);
+	rc = pfo_copy(p, s, i, from, len);
 	if (rc < 0) {
 		char w[200];
 
@@ -449,7 +450,7 @@ again:
 		bool again = false;
 
 		for (unsigned j = 0; j < s->nrep; j++) {
-			int rc = tw__pfo_copy(p, s, j, from, len);
+			int rc = pfo_copy(p, s, j, from, len);
 
 			if (rc < 0) {
 				char w[160];

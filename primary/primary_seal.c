@@ -116,7 +116,7 @@ static void post_slot(struct tw_primary *p, struct pslot *s)
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		memset(&po->op, 0, sizeof(po->op));
-		po->op.cb = p->op_cb;
+		po->op.cb = tw__primary_op_done;
 		po->op.arg = s;
 		po->slot = s;
 		po->rep = i;

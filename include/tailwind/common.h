@@ -75,10 +75,13 @@ TW_API const char *tw_strerror(int err);
  *   RECOVER_RPC: a recovery's requests, longer (a read grant may load a segment file first).
  */
 #define TW_DEFAULT_CONNECT_TIMEOUT_MS 5000
-#define TW_DEFAULT_SESSION_TIMEOUT_MS 4000 /* a coordinator session (tw_ctx_config) */
+#define TW_DEFAULT_SESSION_TIMEOUT_MS 4000 /* a coordinator session (tw_ctx_config,
+					    * tw_coordinator_open) */
 #define TW_DEFAULT_RPC_TIMEOUT_MS 5000
 #define TW_DEFAULT_OP_TIMEOUT_MS 10000
 #define TW_DEFAULT_RECOVER_RPC_TIMEOUT_MS 10000
+#define TW_DEFAULT_OPEN_RETRY_MS 3000 /* a segment open refused: retried for so long
+				       * (tw_primary_config.open_retry_ms) */
 
 /*
  * A backup refuses a fence from another incarnation while the last accepted fence's connection

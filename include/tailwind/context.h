@@ -11,7 +11,8 @@
  *   tw_ctx_config_init(&cc); cc.backups = addrs; cc.n_backups = n;
  *   tw_ctx_open(&cc, &ctx, err, sizeof(err));      fabric, one channel + RPC client per backup,
  *                                                   one progress thread
- *   tw_primary_config_init(&cfg); cfg.log_id = 7;  the log's own settings
+ *   tw_primary_config_init(&cfg); cfg.log_id = 7;  the log's own settings;
+ *   cfg.mode = TW_PRIMARY_ASYNC;                    the only mode a context serves
  *   tw_primary_open_on(ctx, &cfg, &p, err, sizeof(err));   a log; as many as needed
  *   tw_primary_append(p, ...); ...                  everything in tailwind/primary.h works
  *   tw_primary_close(p);                            every log first,

@@ -38,7 +38,8 @@ TW_API int tw_coordinator_check_url(const char *url, char *why_out, size_t why_l
 struct tw_coordinator;
 
 /*
- * Connect (zk: up to timeout_ms, also the session timeout asked for; 0: 4000 ms) and create the
+ * Connect (zk: up to timeout_ms, also the session timeout asked for; 0:
+ * TW_DEFAULT_SESSION_TIMEOUT_MS) and create the
  * folders under the chroot. Returns 0 and *out, -EINVAL (bad URL), -ETIMEDOUT / -ECONNREFUSED
  * (no ZooKeeper server answered), -EIO (ZooKeeper refused), -ENOMEM; errmsg_out says why.
  */

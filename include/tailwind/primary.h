@@ -106,9 +106,11 @@ struct tw_primary_config {
 	size_t segment_size;          /* bytes per segment; default 8 MiB; page multiple, < 4 GiB */
 	unsigned max_batch;           /* most entries per write; default 256 */
 	unsigned max_inflight;        /* writes in flight per backup; default 8 */
-	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC; on a shared context always
-				       * TW_PRIMARY_ASYNC (its progress thread serves every log) */
-	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so long; 3000 */
+	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC; on a shared context it must be
+				       * TW_PRIMARY_ASYNC (its progress thread serves every log):
+				       * tw_primary_open_on refuses another value with -EINVAL */
+	unsigned open_retry_ms;       /* keep retrying refused opens (back-off) for so
+				       * long; default TW_DEFAULT_OPEN_RETRY_MS */
 	bool preopen;                 /* open segment n + 1 on its backups as soon as n is open, so
 				       * a rollover does not wait for the open round trip (holds a
 				       * second buffer per backup); default off */
@@ -149,7 +151,8 @@ TW_API int tw_primary_open(const struct tw_ctx_config *transport,
 
 /*
  * Open a new log on a shared context `ctx` (tailwind/context.h): as tw_primary_open(), with the
- * context's transport; the log is in TW_PRIMARY_ASYNC mode whatever cfg->mode says.
+ * context's transport. cfg->mode must be TW_PRIMARY_ASYNC (-EINVAL and a message naming the
+ * field otherwise, as from tw_primary_takeover_on): the context's thread serves its logs.
  * Thread-safe: any thread may open and close logs on one context while others append; an open
  * pauses the context's other logs for its round trips.
  */

@@ -33,6 +33,7 @@
 #include "coord/coord.h"
 #include "proc.h"
 #include "tap.h"
+#include "tcpproxy.h"
 #include "tmpdir.h"
 #include "twd_client.h"
 #include "zkserver.h"
@@ -326,46 +327,62 @@ static void epochs_in_parallel(void)
 		 total / 100 * 1e3);
 }
 
-/* The session of a coordinator handle expires: its registration comes back by itself, its
- * owner node is lost. */
-static void session_expiry(void)
+/* Whether `obs` lists `who` among the registered backups; waits (up to `end`) for the listing
+ * to say `want`. */
+static bool wait_registered(struct tw_coord *obs, const char *who, bool want, double end)
 {
-	struct tw_coord *c, *obs;
-	struct tw_coord_backup me, *v = NULL;
-	char err[512];
-	uint64_t epoch = 0;
-	size_t n = 0;
-	bool gone = false, back = false;
-	double t0, end;
-
-	memset(&me, 0, sizeof(me));
-	snprintf(me.addr, sizeof(me.addr), "192.0.2.1:9");
-	snprintf(me.provider, sizeof(me.provider), "test-expiry");
-	me.free_buffers = 1;
-	TAP_REQUIRE(tw__coord_open(zk.url, 2000, &c, err, sizeof(err)) == 0, "open: %s", err);
-	TAP_REQUIRE(tw__coord_open(zk.url, 2000, &obs, err, sizeof(err)) == 0, "open: %s", err);
-	is_int(tw__coord_register(c, &me), 0, "register a test node");
-	is_int(tw__coord_take_log(c, 0xE1, 0, "expiry test", false, &epoch), 0, "own log 0xE1");
-	ok(tw__coord_owns(c, 0xE1), "the handle owns log 0xE1");
-	t0 = now_s();
-	is_int(tw__coord_expire_session(c), 0, "expire the session");
-	end = now_s() + 30;
-	while (now_s() < end && !(gone && back)) {
+	for (;;) {
+		struct tw_coord_backup *v = NULL;
+		size_t n = 0;
 		bool here = false;
 
 		/* The listing arms a child watch on backups/: wait for it to fire. */
 		if (tw__coord_watch_backups(obs, &v, &n) == 0)
 			for (size_t i = 0; i < n; i++)
-				here |= !strcmp(v[i].addr, me.addr);
+				here |= !strcmp(v[i].addr, who);
 		free(v);
-		v = NULL;
-		gone |= !here;
-		back = gone && here;
-		if (!(gone && back))
-			tw__coord_wait_backups_changed(obs, ms_left(end));
+		if (here == want || now_s() >= end)
+			return here == want;
+		tw__coord_wait_backups_changed(obs, ms_left(end));
 	}
-	ok(gone && back, "registration removed by the expiry, then registered again (%.2f s)",
+}
+
+/* The session of a coordinator handle expires: its registration comes back by itself, its
+ * owner node is lost. The handle reaches ZooKeeper through a TCP proxy (tests/lib/tcpproxy.h)
+ * that the test cuts, a partition longer than the session timeout; an observer connected
+ * directly sees the session's ephemeral nodes go (the server expired it), then the cut heals
+ * and the handle, told its session expired, registers again. */
+static void session_expiry(void)
+{
+	struct tw_coord *c, *obs;
+	struct tw_coord_backup me;
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	char err[512], url[160];
+	uint64_t epoch = 0;
+	bool gone, back;
+	double t0;
+
+	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	memset(&me, 0, sizeof(me));
+	snprintf(me.addr, sizeof(me.addr), "192.0.2.1:9");
+	snprintf(me.provider, sizeof(me.provider), "test-expiry");
+	me.free_buffers = 1;
+	TAP_REQUIRE(tw__coord_open(url, 2000, &c, err, sizeof(err)) == 0, "open: %s", err);
+	TAP_REQUIRE(tw__coord_open(zk.url, 2000, &obs, err, sizeof(err)) == 0, "open: %s", err);
+	is_int(tw__coord_register(c, &me), 0, "register a test node");
+	is_int(tw__coord_take_log(c, 0xE1, 0, "expiry test", false, &epoch), 0, "own log 0xE1");
+	ok(tw__coord_owns(c, 0xE1), "the handle owns log 0xE1");
+	ok(wait_registered(obs, me.addr, true, now_s() + 30), "the observer sees it registered");
+	t0 = now_s();
+	tcpproxy_cut(px, true);
+	gone = wait_registered(obs, me.addr, false, now_s() + 60);
+	ok(gone, "partition: the server expires the session, the registration goes (%.2f s)",
 	   now_s() - t0);
+	tcpproxy_cut(px, false);
+	back = gone && wait_registered(obs, me.addr, true, now_s() + 60);
+	ok(back, "healed: the handle registers again in a new session (%.2f s after the cut, %u "
+	   "connections tried)", now_s() - t0, tcpproxy_accepted(px));
 	ok(!tw__coord_owns(c, 0xE1), "the owner node is lost with the expired session");
 	{
 		char owner[256] = "x";
@@ -375,6 +392,7 @@ static void session_expiry(void)
 	}
 	tw__coord_close(c);
 	tw__coord_close(obs);
+	tcpproxy_stop(px);
 }
 
 static void bad_urls(void)

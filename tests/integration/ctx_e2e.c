@@ -75,6 +75,7 @@ static void open_all(struct tw_ctx *ctx, struct log *logs, uint64_t base)
 		cfg.segment_size = SEG;
 		cfg.replicas = 3;
 		cfg.rerep_rate = 0;
+		cfg.mode = TW_PRIMARY_ASYNC;
 		rc = tw_primary_open_on(ctx, &cfg, &logs[i].p, err, sizeof(err));
 		if (rc)
 			tap_diag("log %" PRIu64 ": %s: %s", logs[i].id, tw_strerror(rc), err);

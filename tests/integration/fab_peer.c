@@ -1,6 +1,7 @@
 /*
  * tests/integration/fab_peer.c — the passive peer of the fabric integration tests and of
- * bench_fabric: `fab_peer --listen [--provider P] [--size BYTES]`.
+ * bench_fabric: `fab_peer --listen [--provider P] [--size BYTES] [--fault noback|reqkey]`
+ * (--fault: one memory-registration rule broken on purpose, tests/lib/fab_rules.h).
  *
  * Listens on an ephemeral address, prints "ready <address>" on stdout, and serves until
  * SIGTERM/SIGINT: every accepted channel first receives "RKEY <addr> <key> <len>" for one
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "fab_pattern.h"
+#include "fab_rules.h"
 #include "fabric/fabric.h"
 
 /*
@@ -120,6 +122,7 @@ static void on_lost(void *arg, struct tw_chan *ch, int err)
 
 int main(int argc, char **argv)
 {
+	static struct tw_fab_mr_rules rules; /* --fault: a registration rule broken on purpose */
 	struct tw_fab_config cfg;
 	struct tw_fab_events ev = {.on_accept = on_accept, .on_recv = on_recv, .on_lost = on_lost};
 	bool listen = false;
@@ -137,8 +140,13 @@ int main(int argc, char **argv)
 			buf_len = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--busy-poll"))
 			cfg.busy_poll = true;
-		else {
-			fprintf(stderr, "usage: fab_peer --listen [--provider P] [--size N] [--busy-poll]\n");
+		else if (!strcmp(argv[i], "--fault") && i + 1 < argc &&
+			 fab_rules_fault(&rules, argv[i + 1])) {
+			cfg.mr_rules = &rules;
+			i++;
+		} else {
+			fprintf(stderr, "usage: fab_peer --listen [--provider P] [--size N] [--busy-poll] "
+				"[--fault noback|reqkey]\n");
 			return 2;
 		}
 	}

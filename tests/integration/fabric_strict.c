@@ -9,7 +9,8 @@
  *   - a registration of memory without pages behind it (FI_MR_ALLOCATED, fi_mr_reg);
  *   - an offset where the target expects a virtual address (FI_MR_VIRT_ADDR);
  *   - a key the peer requested where the provider picks the keys (FI_MR_PROV_KEY; the peer
- *     commits that mistake under the test hook TW_FAB_FAULT=reqkey).
+ *     commits that mistake with `--fault reqkey`, a table of registration rules of its own:
+ *     tests/lib/fab_rules.h).
  * Then bursts of writes and of messages: in strict mode they meet -FI_EAGAIN and full CQs and
  * every one of them still lands (peer checksum, every echo back), without a busy spin (the
  * retries are bounded by the completions and the milliseconds waited; CPU time is printed).
@@ -29,6 +30,7 @@
 #include "fab_events.h"
 #include "fab_op.h"
 #include "fab_pattern.h"
+#include "fab_rules.h"
 #include "fabric/fabric.h"
 #include "proc.h"
 #include "child.h"
@@ -41,8 +43,11 @@ static const char *prov;
 static char self_path[4096];
 static struct fab_rec R; /* R.only: the current channel */
 
-static struct tw_fab *open_fab(bool strict)
+/* A fab, strict or not, with the registration mistake `fault` (tests/lib/fab_rules.h) or none
+ * (NULL). */
+static struct tw_fab *open_fab_with(bool strict, const char *fault)
 {
+	static struct tw_fab_mr_rules rules;
 	struct tw_fab_config cfg;
 	struct tw_fab_events ev = fab_rec_events(&R);
 	struct tw_fab *f = NULL;
@@ -51,6 +56,11 @@ static struct tw_fab *open_fab(bool strict)
 	tw__fab_config_init(&cfg);
 	cfg.provider = prov;
 	cfg.strict = strict ? TW_FAB_STRICT_VERBS : TW_FAB_STRICT_OFF;
+	if (fault) {
+		if (!fab_rules_fault(&rules, fault))
+			TAP_FATAL("no registration fault '%s'", fault);
+		cfg.mr_rules = &rules;
+	}
 	rc = tw__fab_open(&cfg, &ev, &f);
 	if (rc < 0)
 		tap_diag("open %s%s: %s (%s)", prov, strict ? " strict" : "", tw_strerror(rc),
@@ -58,21 +68,25 @@ static struct tw_fab *open_fab(bool strict)
 	return f;
 }
 
-/* fab_peer, strict or not, optionally with TW_FAB_FAULT=reqkey. */
+static struct tw_fab *open_fab(bool strict)
+{
+	return open_fab_with(strict, NULL);
+}
+
+/* fab_peer, strict or not, optionally with the registration mistake "reqkey" (--fault). */
 static struct proc *start_peer(bool strict, bool reqkey, char *addr, size_t len)
 {
-	static char a_listen[] = "--listen", a_prov[] = "--provider";
-	static char e_strict[] = "TW_FAB_STRICT=verbs", e_reqkey[] = "TW_FAB_FAULT=reqkey";
+	static char a_listen[] = "--listen", a_prov[] = "--provider", a_fault[] = "--fault";
+	static char a_reqkey[] = "reqkey";
+	static char e_strict[] = "TW_FAB_STRICT=verbs";
 	char path[4096], pv[64];
-	char *argv[] = {path, a_listen, a_prov, pv, NULL};
-	char *env[3] = {NULL, NULL, NULL};
+	char *argv[] = {path, a_listen, a_prov, pv, reqkey ? a_fault : NULL, a_reqkey, NULL};
+	char *env[2] = {NULL, NULL};
 	int n = 0;
 
 	snprintf(pv, sizeof(pv), "%s", prov);
 	if (strict)
 		env[n++] = e_strict;
-	if (reqkey)
-		env[n++] = e_reqkey;
 	if (proc_find_tool("tests/integration/fab_peer", path, sizeof(path)) < 0)
 		return NULL;
 	return child_ready(argv, env, 10000, addr, len, NULL);
@@ -205,10 +219,8 @@ static void local_checks(bool strict, struct tw_chan *ch, const struct tw_rkey *
 	if (strict) {
 		struct tw_fab *nb;
 
-		setenv("TW_FAB_FAULT", "noback", 1);
-		nb = open_fab(true);
-		unsetenv("TW_FAB_FAULT");
-		TAP_REQUIRE(nb, "a strict fab with TW_FAB_FAULT=noback");
+		nb = open_fab_with(true, "noback");
+		TAP_REQUIRE(nb, "a strict fab whose registrations skip the backing (noback)");
 		unbacked = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 				-1, 0);
 		TAP_REQUIRE(unbacked != MAP_FAILED, "mmap");
@@ -362,7 +374,7 @@ static void run_mode(bool strict)
 
 	/* The peer hands out the key it requested instead of the provider's. */
 	peer = start_peer(strict, true, addr, sizeof(addr));
-	TAP_REQUIRE(peer, "%s: fab_peer (TW_FAB_FAULT=reqkey) started", mode);
+	TAP_REQUIRE(peer, "%s: fab_peer (--fault reqkey) started", mode);
 	ch = connect_peer(addr, &rk);
 	TAP_REQUIRE(ch, "%s: connected", mode);
 	target_case(strict, ch, peer, &rk, 0, src, src_mr,
@@ -382,11 +394,11 @@ static void run_mode(bool strict)
 	tw__fab_free(src, SRC_LEN);
 }
 
-/* Child of the last check: TW_FAB_STRICT=verbs and TW_FAB_FAULT=noback are in its
- * environment, so its registration of untouched memory is a violation. */
+/* Child of the last check: TW_FAB_STRICT=verbs is in its environment and its registrations
+ * skip the backing (noback), so its registration of untouched memory is a violation. */
 static int abort_child(void)
 {
-	struct tw_fab *f = open_fab(false);
+	struct tw_fab *f = open_fab_with(false, "noback");
 	void *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct tw_mr *mr = NULL;
 
@@ -408,11 +420,11 @@ int main(int argc, char **argv)
 	run_mode(true);
 
 	{
-		static char e_strict[] = "TW_FAB_STRICT=verbs", e_noback[] = "TW_FAB_FAULT=noback";
+		static char e_strict[] = "TW_FAB_STRICT=verbs";
 		static char a_abort[] = "abort-child";
 		char pv[64];
 		char *av[] = {self_path, pv, a_abort, NULL};
-		char *env[] = {e_strict, e_noback, NULL};
+		char *env[] = {e_strict, NULL};
 		struct proc *p;
 		int st;
 

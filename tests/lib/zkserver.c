@@ -123,11 +123,9 @@ void zkserver_start_on(struct zkserver *zk, const char *bind_ip, const char *url
 		zk->proc = proc_spawn_opts(argv, NULL, &(struct proc_opts){ .unlisted = true });
 		TAP_REQUIRE(zk->proc, "cannot start ZooKeeper: %s", strerror(errno));
 		/* Ready: a client session connects. The client retries by itself while the JVM
-		 * starts and we wait for its session event (no polling); its log, which would
-		 * show every refused connection meanwhile, is off for that time. */
-		tw__coord_client_quiet(true);
+		 * starts and we wait for its session event (no polling); the refused connects
+		 * meanwhile are logged at info level, at most one line a second. */
 		rc = tw__coord_open(zk->url, 30000, &c, err, sizeof(err));
-		tw__coord_client_quiet(false);
 		if (rc == 0) {
 			tw__coord_close(c);
 			zk->start_s = now_s() - t0;

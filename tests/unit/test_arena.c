@@ -47,6 +47,7 @@ static void log_cfg(struct tw_primary_config *cfg)
 	cfg->replicas = 3;
 	cfg->segment_size = SEG;
 	cfg->rerep_rate = 0;
+	cfg->mode = TW_PRIMARY_ASYNC; /* a shared context serves async logs */
 }
 
 static uint64_t arena_used(struct tw_ctx *ctx)

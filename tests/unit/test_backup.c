@@ -29,6 +29,7 @@
 #include "tap.h"
 #include "tlog.h"
 #include "tmpdir.h"
+#include "tclock.h"
 #include "tstorage.h"
 #include "twd_client.h"
 
@@ -52,6 +53,7 @@ static void *run_main(void *arg)
  * capacity (0: the default). */
 static struct tstorage *storage;
 static uint32_t meta_cap;
+static struct tclock *clock_seam; /* the fence hold's clock (NULL: the system's) */
 
 static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 {
@@ -66,8 +68,9 @@ static void start_pool(unsigned buffers, unsigned max, unsigned limit)
 	cfg.buffer_size = BUF;
 	cfg.unflushed_limit = limit;
 	cfg.node_id = 77;
-	rc = tw__backup_open_on(&cfg, &(struct tw__backup_opts){ storage ? &storage->ops : NULL,
-							       meta_cap }, &bk, NULL, 0);
+	rc = tw__backup_open_on(&cfg, &(struct tw__backup_opts){
+					storage ? &storage->ops : NULL, meta_cap,
+					clock_seam ? &clock_seam->ops : NULL }, &bk, NULL, 0);
 	TAP_REQUIRE(rc == 0, "tw_backup_open: %s", tw_strerror(rc));
 	TAP_REQUIRE(pthread_create(&thr, NULL, run_main, NULL) == 0, "thread");
 }
@@ -569,6 +572,48 @@ static void test_flush_failure(void)
 	}
 }
 
+/* The fence hold (TW_FENCE_HOLD_MS) on the clock seam (core/clock.h): a fence from another
+ * incarnation is refused while the last fencer's connection is open and was active within the
+ * hold, and accepted once the hold has passed; the test moves the backup's clock on instead of
+ * waiting 10 s. */
+static struct tclock hold_clock;
+
+static void test_fence_hold(void)
+{
+	const uint64_t ms = 1000000u;
+	uint64_t got = 0, owner = 0;
+	struct twc a, b;
+	int rc;
+
+	tclock_init(&hold_clock);
+	clock_seam = &hold_clock;
+	start(4, 0);
+	conn(&a);
+	conn(&b);
+	tw__rpc_client_set_incarnation(a.rpc, 0xA1);
+	tw__rpc_client_set_incarnation(b.rpc, 0xB2);
+	is_int(tw__rpc_fence(a.rpc, 0x81, 2, &got, &owner), 0, "hold: A fences log 0x81 at epoch 2");
+	tclock_advance(&hold_clock, (uint64_t)TW_FENCE_HOLD_MS * ms - 1);
+	rc = tw__rpc_fence(b.rpc, 0x81, 3, &got, &owner);
+	ok(rc == -TW_EFENCED && got == 2 && owner == 0xA1, "hold: B's fence 1 ns before the hold "
+	   "ends is refused, A keeps the log (%s, epoch %" PRIu64 ")", tw_strerror(rc), got);
+	tclock_advance(&hold_clock, 1);
+	rc = tw__rpc_fence(b.rpc, 0x81, 3, &got, &owner);
+	ok(rc == 0 && got == 3 && owner == 0xB2, "hold: at TW_FENCE_HOLD_MS of A's silence B's "
+	   "fence is accepted (%s, epoch %" PRIu64 ")", tw_strerror(rc), got);
+	/* B holds now; A's activity does not extend B's hold, B's own does. */
+	tclock_advance(&hold_clock, (uint64_t)TW_FENCE_HOLD_MS * ms / 2);
+	is_int(tw__rpc_fence(b.rpc, 0x81, 3, &got, &owner), 0, "hold: B fences again (active)");
+	tclock_advance(&hold_clock, (uint64_t)TW_FENCE_HOLD_MS * ms / 2 + 1);
+	rc = tw__rpc_fence(a.rpc, 0x81, 4, &got, &owner);
+	ok(rc == -TW_EFENCED && got == 3, "hold: measured from B's last request, not its first "
+	   "(%s)", tw_strerror(rc));
+	twc_close(&a);
+	twc_close(&b);
+	stop(false);
+	clock_seam = NULL;
+}
+
 /* The metadata journal's disk fails (the storage seam, backup/storage.h): an open and a fence,
  * each durable before it is answered, are refused with the error and recorded nowhere; the
  * backup keeps serving, and both succeed once the disk is back, and hold after a restart. */
@@ -858,6 +903,7 @@ int main(void)
 	test_delete_survives_compaction();
 	test_bad_epoch_survives_compaction();
 	test_repair_pieces();
+	test_fence_hold();
 	tw_diag_set_level(TW_DIAG_INFO);
 	tw_diag_set_sink(count_sink, NULL);
 	test_direct_refused();

@@ -78,6 +78,7 @@ static void log_cfg(struct tw_primary_config *cfg, uint64_t log_id)
 	cfg->replicas = 3;
 	cfg->segment_size = SEG;
 	cfg->rerep_rate = 0;
+	cfg->mode = TW_PRIMARY_ASYNC; /* what a shared context serves */
 }
 
 /* Append entries [from, to) of log `p` (id `log`) asynchronously. 0 or the first error. */
@@ -160,6 +161,19 @@ int main(void)
 
 	rc = tw_ctx_open(&cc, &ctx, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "context open: %s", rc ? err : "ok");
+	/* A sync log cannot be had on a shared context: refused, not quietly made async. */
+	log_cfg(&cfg, 400);
+	cfg.mode = TW_PRIMARY_SYNC;
+	rc = tw_primary_open_on(ctx, &cfg, &pa, err, sizeof(err));
+	ok(rc == -EINVAL && !pa && strstr(err, "tw_primary_config.mode") &&
+	   strstr(err, "TW_PRIMARY_ASYNC"), "mode SYNC on a shared context: -EINVAL naming the "
+	   "field (%s)", err);
+	rc = tw_primary_takeover_on(ctx, &cfg, NULL, NULL, NULL, &pa, err, sizeof(err));
+	ok(rc == -EINVAL && !pa && strstr(err, "tw_primary_config.mode"),
+	   "and on a takeover on it (%s)", err);
+	cfg.mode = (enum tw_primary_mode)7;
+	is_int(tw_primary_open(&cc, &cfg, &pa, err, sizeof(err)), -EINVAL,
+	       "mode 7 on a private context: -EINVAL (%s)", err);
 	log_cfg(&cfg, 400);
 	rc = tw_primary_open_on(ctx, &cfg, &pa, err, sizeof(err));
 	is_int(rc, 0, "log A open on the context (%s)", rc ? err : "ok");
@@ -269,6 +283,7 @@ int main(void)
 		memset(&k, 0, sizeof(k));
 		k.log = 401;
 		log_cfg(&cfg, 401);
+		cfg.mode = TW_PRIMARY_SYNC; /* private */
 		tlog_transport(&tc, "mem", alive, n);
 		rc = tw_primary_takeover(&tc, &cfg, check_cb, &k, &res, &nb, err, sizeof(err));
 		is_int(rc, 0, "B taken over by a private primary (%s)", rc ? err : "ok");
@@ -341,6 +356,7 @@ int main(void)
 
 		/* The private path, next to it, unchanged. */
 		log_cfg(&cfg, 402);
+		cfg.mode = TW_PRIMARY_SYNC; /* private */
 		tlog_transport(&tc, "mem", alive, n);
 		rc = tw_primary_open(&tc, &cfg, &pc, err, sizeof(err));
 		is_int(rc, 0, "a private log opens (%s)", rc ? err : "ok");

@@ -15,9 +15,9 @@
 #include <tailwind/primary.h>
 
 #include "primary/primary_int.h"
-#include "primary/primary_test.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tfab.h"
 #include "tlog.h"
 
 #define SEG (64u * 1024u)
@@ -458,12 +458,17 @@ static void test_driven_batching(const char **addrs)
 }
 
 /* Completions of later writes arrive first: acks still go out in log order. */
+/* The writes' completions, held by the test fabric (tests/lib/tfab.h) for the test to pass
+ * on in an order of its choosing. */
 static struct tw_op *held[64];
+static tw_op_cb held_next[64];
 static int n_held;
 
-static void hold_cb(struct tw_op *op, int status)
+static void hold_cb(struct tfab *t, struct tw_op *op, int status, tw_op_cb next)
 {
+	(void)t;
 	(void)status;
+	held_next[n_held] = next;
 	held[n_held++] = op;
 }
 
@@ -473,6 +478,7 @@ static void test_order(const char **addrs)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tlog_acks a = { 0 };
+	static struct tfab tf;
 	uint64_t lsn[3];
 	uint8_t buf[64];
 
@@ -481,7 +487,7 @@ static void test_order(const char **addrs)
 	p = tlog_open(&tc, &cfg, "order");
 	if (!p)
 		return;
-	tw__primary_test_set_op_cb(p, hold_cb);
+	tfab_wrap_primary(&tf, p, hold_cb, NULL);
 	for (int i = 0; i < 3; i++) {
 		fill(buf, 50, (uint64_t)i);
 		tw_primary_append_async(p, buf, 50, tlog_ack_cb, &a, &lsn[i]);
@@ -496,17 +502,17 @@ static void test_order(const char **addrs)
 		TAP_FATAL("cannot continue the order test");
 	/* Complete writes 2 and 1 first. */
 	for (int i = 8; i >= 3; i--)
-		tw__primary_op_done(held[i], 0);
+		held_next[i](held[i], 0);
 	tw_primary_progress(p, 0);
 	is_int(a.n, 0, "order: later writes complete first: nothing acknowledged yet");
 	is_int(tw_primary_acked_lsn(p), 0, "order: acked_lsn still 0");
 	for (int i = 2; i >= 0; i--)
-		tw__primary_op_done(held[i], 0);
+		held_next[i](held[i], 0);
 	tw_primary_progress(p, 0);
 	is_int(a.n, 3, "order: first write completes: all three acknowledged");
 	is_int(a.out_of_order, 0, "order: in log order");
 	ok(a.last_lsn == lsn[2], "order: last acknowledged is the third append");
-	tw__primary_test_set_op_cb(p, NULL);
+	tfab_unhook(&tf);
 	is_int(tw_primary_close(p), 0, "order: close");
 }
 

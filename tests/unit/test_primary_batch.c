@@ -37,9 +37,9 @@
 #include <tailwind/recovery.h>
 
 #include "primary/primary_int.h"
-#include "primary/primary_test.h"
 #include "tap.h"
 #include "tbackup.h"
+#include "tfab.h"
 #include "tlog.h"
 
 #define SEG (64u * 1024u)
@@ -380,21 +380,25 @@ static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
 
 /* A gate in the completion path: while it is closed, the progress thread waits in the first
  * completion it is handed (the write stays in its slot), so the test controls when the slot
- * frees; the completions go on to tw__primary_op_done on the progress thread itself. */
+ * frees; the completions go on to the primary on the progress thread itself. The gate is in
+ * the test fabric (tests/lib/tfab.h), between the fabric and the primary. */
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static bool gate_open;
 static int gate_seen;
 
-static void gate_cb(struct tw_op *op, int status)
+static struct tfab gate_fab;
+
+static void gate_cb(struct tfab *t, struct tw_op *op, int status, tw_op_cb next)
 {
+	(void)t;
 	pthread_mutex_lock(&gate_mu);
 	gate_seen++;
 	pthread_cond_broadcast(&gate_cv);
 	while (!gate_open)
 		pthread_cond_wait(&gate_cv, &gate_mu);
 	pthread_mutex_unlock(&gate_mu);
-	tw__primary_op_done(op, status);
+	next(op, status);
 }
 
 struct bp_arg {
@@ -439,7 +443,7 @@ static void test_slots_busy(const char **addrs)
 		return;
 	gate_open = false;
 	/* Set before the first append: the progress thread posts nothing before it. */
-	tw__primary_test_set_op_cb(p, gate_cb);
+	tfab_wrap_primary(&gate_fab, p, gate_cb, NULL);
 	fill(buf, 50, 0);
 	if (tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL) != 0)
 		bad++;
@@ -502,7 +506,7 @@ static void test_whole_batches(const char **addrs)
 	gate_open = false;
 	gate_seen = 0;
 	pthread_mutex_unlock(&gate_mu);
-	tw__primary_test_set_op_cb(p, gate_cb);
+	tfab_wrap_primary(&gate_fab, p, gate_cb, NULL);
 	fill(buf, 50, 0);
 	is_int(tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL), 0, "whole batches: A");
 	clock_gettime(CLOCK_REALTIME, &until);

@@ -1,0 +1,31 @@
+/*
+ * tests/lib/tcpproxy.h — a TCP proxy a test puts between a client and a real server, to cut
+ * the network between them (a partition) without root and without a hook in the client: every
+ * connection relayed through it is closed, and new ones are closed as soon as they are
+ * accepted, until the test heals it. The server and the client run unchanged.
+ *
+ *   struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);   listens on 127.0.0.1:px->port
+ *   ... the client connects to 127.0.0.1:<tcpproxy_port(px)> ...
+ *   tcpproxy_cut(px, true);    the partition: relayed connections closed, new ones refused
+ *   tcpproxy_cut(px, false);   healed
+ *   tcpproxy_stop(px);
+ *
+ * One thread relays (poll); 64 connections at most. Fails the test (TAP_FATAL) if it cannot
+ * start.
+ */
+#ifndef TW_TESTS_TCPPROXY_H
+#define TW_TESTS_TCPPROXY_H
+
+#include <stdbool.h>
+
+struct tcpproxy;
+
+struct tcpproxy *tcpproxy_start(const char *up_host, int up_port);
+int tcpproxy_port(const struct tcpproxy *px);
+/* Cut (true) or heal (false); returns once the relay thread has applied it. */
+void tcpproxy_cut(struct tcpproxy *px, bool cut);
+/* Connections accepted so far (each a try of the client). */
+unsigned tcpproxy_accepted(struct tcpproxy *px);
+void tcpproxy_stop(struct tcpproxy *px);
+
+#endif /* TW_TESTS_TCPPROXY_H */
