@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 
 void tw__primary_op_done(struct tw_op *op, int status)
 {

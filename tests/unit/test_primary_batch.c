@@ -36,7 +36,7 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 #include "primary/primary_test.h"
 #include "tap.h"
 #include "tbackup.h"
