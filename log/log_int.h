@@ -100,6 +100,13 @@ static inline bool tw__have_sse42(void)
 #ifdef TW__CRC_TARGET
 
 /*
+ * Below this many bytes one stream is faster than three streams and their combination (x86:
+ * for 100 B, 15 TSC cycles per call instead of 26 on the AMD EPYC of docs/benchmarks.md, "Fourth
+ * push"; about equal at 200 B): entry payloads of a few dozen bytes are the common case.
+ */
+#define TW__CRC_SHORT 192
+
+/*
  * Raw (complemented) CRC32C state advanced over [p, p+len) with the CPU's instructions, one
  * stream: 8 bytes per instruction, then the 0..7 byte tail. On x86 the tail of tw_crc32c()'s
  * three streams, its whole path without pclmulqdq, and the scan's inline reduction of short
