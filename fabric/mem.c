@@ -5,8 +5,11 @@
  * progress; the initiator's completion is queued and delivered by its own tw__fab_progress.
  *
  * Threading: two fabs may be driven by two threads. Everything shared between fabs (listener
- * registry, MR registry, event queues, a channel's peer link) is protected by one global mutex;
- * each fab has a condition variable for blocking waits. A fab's own generic state (channel
+ * registry, MR registry, event queues, a channel's peer link) is protected by one global mutex
+ * (adaptive: held for a few instructions or one write's memcpy, so a thread that finds it taken
+ * spins briefly before it sleeps); each fab has a condition variable for blocking waits and a
+ * count of its queued events that its poll reads without the mutex, so an idle fab's poll
+ * (a backup's, between the writes it does not see) takes no lock. A fab's own generic state (channel
  * list, in-flight ops) is touched only by its own thread, so a connect does not link the new
  * passive channel into the listener's list: the ACCEPT event carries it, and the listener's
  * thread links it.
@@ -44,6 +47,8 @@ struct mem_fab {
 	struct tw_fab base;
 	pthread_cond_t cond;
 	struct mem_ev *head, *tail; /* under mem_lock */
+	size_t nq;                  /* events queued: written under mem_lock (atomic stores),
+				     * read by mem_poll without it (set_nq) */
 	bool woken;                 /* under mem_lock */
 	uint32_t listen_id;         /* 0: not listening */
 	struct mem_fab *next_listener;
@@ -65,17 +70,24 @@ struct mem_mr {
 	struct mem_fab *owner;
 };
 
-static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t mem_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 static struct mem_fab *listeners;
 static uint32_t next_listen_id = 1;
 static struct mem_mr *all_mrs;
 
 static const struct fab_ops mem_ops;
 
+/* The count of queued events (mem_lock held). */
+static void set_nq(struct mem_fab *mf, size_t n)
+{
+	__atomic_store_n(&mf->nq, n, __ATOMIC_RELEASE);
+}
+
 /* Queue an event on `mf` (mem_lock held) and wake its thread. */
 static void push_ev(struct mem_fab *mf, struct mem_ev *ev)
 {
 	TW_SLIST_APPEND(mf->head, mf->tail, ev);
+	set_nq(mf, mf->nq + 1);
 	pthread_cond_signal(&mf->cond);
 }
 
@@ -102,6 +114,7 @@ static void purge_chan_events(struct mem_fab *mf, struct mem_chan *ch)
 		if (ev->ch == ch && ev->kind != MEV_ACCEPT) {
 			*pp = ev->next;
 			free(ev);
+			set_nq(mf, mf->nq - 1);
 			continue;
 		}
 		mf->tail = ev;
@@ -473,12 +486,17 @@ static int mem_poll(struct tw_fab *fab)
 	while (n < 256) {
 		struct mem_ev *ev;
 
+		/* Nothing queued: no lock (an event queued meanwhile is seen by the next poll or
+		 * by mem_wait, which looks under the lock). */
+		if (!__atomic_load_n(&mf->nq, __ATOMIC_ACQUIRE))
+			break;
 		pthread_mutex_lock(&mem_lock);
 		ev = mf->head;
 		if (ev) {
 			mf->head = ev->next;
 			if (!mf->head)
 				mf->tail = NULL;
+			set_nq(mf, mf->nq - 1);
 		}
 		pthread_mutex_unlock(&mem_lock);
 		if (!ev)
@@ -577,6 +595,7 @@ static void mem_close(struct tw_fab *fab)
 		free(ev);
 	}
 	mf->tail = NULL;
+	set_nq(mf, 0);
 	pthread_mutex_unlock(&mem_lock);
 	pthread_cond_destroy(&mf->cond);
 	free(mf);

@@ -127,6 +127,8 @@ static const struct {
 __attribute__((target("sse4.2,pclmul"))) static uint32_t raw_sse42(uint32_t crc,
 								     const uint8_t *p, size_t len)
 {
+	if (len < TW__CRC_SHORT)
+		return tw__crc32c_hw_raw(crc, p, len);
 	for (size_t t = 0; t < TW_ARRAY_SIZE(tiers); t++) {
 		size_t n = tiers[t].n;
 

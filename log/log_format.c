@@ -67,11 +67,10 @@ static uint32_t finish_header(uint8_t *h, uint32_t chain)
 	return tw_crc32c(chain, h, TW_ENTRY_HDR_SIZE);
 }
 
-/* The header of a data entry whose payload is in place: everything but the check. */
-static inline void put_header(uint8_t *hdr, uint32_t len)
+/* The header of a data entry whose payload is in place, given the payload's CRC32C (of the
+ * copy, as in append): everything but the check. */
+static inline void put_header(uint8_t *hdr, uint32_t len, uint32_t crc)
 {
-	uint32_t crc = tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len); /* of the copy, as in append */
-
 	hdr[0] = TW_ENTRY_DATA;
 	hdr[1] = 0;
 	tw_store_le32(hdr + 4, len);
@@ -97,7 +96,11 @@ static size_t chain_walk_generic(const uint8_t *buf, size_t pos, size_t end, uin
 #ifdef TW_CRC_X86
 __attribute__((target("sse4.2"))) static void entry_put_sse42(uint8_t *hdr, uint32_t len)
 {
-	put_header(hdr, len);
+	/* A short payload's CRC inline (one stream, no dispatch): the common append. */
+	uint32_t crc = len < TW__CRC_SHORT ? ~tw__crc32c_hw_raw(~0u, hdr + TW_ENTRY_HDR_SIZE, len)
+					   : tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len);
+
+	put_header(hdr, len, crc);
 	tw_store_le16(hdr + 2, hcheck_sse42(hdr));
 }
 
@@ -132,7 +135,7 @@ void tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len)
 		return;
 	}
 #endif
-	put_header(hdr, len);
+	put_header(hdr, len, tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len));
 	tw_store_le16(hdr + 2, hcheck_generic(hdr));
 }
 

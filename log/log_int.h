@@ -100,6 +100,14 @@ static inline bool tw__have_sse42(void)
 #ifdef TW__CRC_TARGET
 
 /*
+ * Below this many bytes tw_crc32c() and an entry's put use one stream instead of three and
+ * their combination (x86; from 96 B before): 50 instructions fewer for 100 B, about the same
+ * time (faster when calls are independent, slower when each call's CRC feeds the next;
+ * docs/primary.md, "The append engine", has the figures).
+ */
+#define TW__CRC_SHORT 192
+
+/*
  * Raw (complemented) CRC32C state advanced over [p, p+len) with the CPU's instructions, one
  * stream: 8 bytes per instruction, then the 0..7 byte tail. On x86 the tail of tw_crc32c()'s
  * three streams, its whole path without pclmulqdq, and the scan's inline reduction of short

@@ -17,7 +17,7 @@
 
 #include <sys/random.h>
 
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 
 void tw__primary_lock(struct tw_primary *p)
 {

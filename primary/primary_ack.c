@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 
 void tw__primary_op_done(struct tw_op *op, int status)
 {
@@ -34,28 +34,50 @@ void tw__primary_op_done(struct tw_op *op, int status)
 	s->remaining--;
 }
 
-static void ack_one(struct tw_primary *p, const struct prec *r, int status)
+/* The acknowledgement of records [rec_tail, end), one write's, before their callbacks
+ * (acknowledgements in batches): the acknowledged position moves once to the end of the write,
+ * which all r replicas hold, so a callback reads at least its own entry's end. Nothing when
+ * the write failed. */
+static void ack_range(struct tw_primary *p, uint64_t end, int status)
 {
-	if (!status)
-		__atomic_store_n(&p->acked_lsn, r->lsn + TW_ENTRY_HDR_SIZE + r->len, __ATOMIC_RELEASE);
+	const struct prec *last;
+
+	if (status || end == p->rec_tail)
+		return;
+	last = &p->recs[(end - 1) & p->rec_mask];
+	__atomic_store_n(&p->acked_lsn, last->lsn + TW_ENTRY_HDR_SIZE + last->len,
+			 __ATOMIC_RELEASE);
+}
+
+static void ack_count(struct tw_primary *p, uint64_t n, int status)
+{
 	if (status)
-		PSTAT_ADD(p, failed, 1);
+		PSTAT_ADD(p, failed, n);
 	else
-		PSTAT_ADD(p, acked, 1);
-	if (r->cb)
-		r->cb(r->arg, status, r->lsn);
+		PSTAT_ADD(p, acked, n);
 }
 
 /* Sync mode (pmode_ops.complete). Advance before each callback: a callback may append, which
- * may drive and reap (nested) again; the nested call continues where this one is. */
+ * may drive and reap (nested) again; the nested call continues where this one is (and counts
+ * what it ran). */
 void tw__primary_complete_sync(struct tw_primary *p, uint64_t end, int status)
 {
-	while (p->rec_tail < end) {
-		struct prec r = p->recs[p->rec_tail & p->rec_mask];
+	uint64_t n = 0;
 
+	ack_range(p, end, status);
+	while (p->rec_tail < end) {
+		const struct prec *r = &p->recs[p->rec_tail & p->rec_mask];
+		tw_append_cb cb = r->cb;
+		void *arg = r->arg;
+		uint64_t lsn = r->lsn;
+
+		/* Read before rec_tail moves: a callback's append may reuse the record. */
 		__atomic_store_n(&p->rec_tail, p->rec_tail + 1, __ATOMIC_RELAXED);
-		ack_one(p, &r, status);
+		n++;
+		if (cb)
+			cb(arg, status, lsn);
 	}
+	ack_count(p, n, status);
 }
 
 /* Async mode (pmode_ops.complete): callbacks run on the progress thread only (app threads
@@ -66,8 +88,14 @@ void tw__primary_complete_sync(struct tw_primary *p, uint64_t end, int status)
  * rec_tail and slot_tail after counting itself (see PLD). */
 void tw__primary_complete_async(struct tw_primary *p, uint64_t end, int status)
 {
-	for (uint64_t i = p->rec_tail; i < end; i++)
-		ack_one(p, &p->recs[i & p->rec_mask], status);
+	ack_range(p, end, status);
+	ack_count(p, end - p->rec_tail, status);
+	for (uint64_t i = p->rec_tail; i < end; i++) {
+		const struct prec *r = &p->recs[i & p->rec_mask];
+
+		if (r->cb)
+			r->cb(r->arg, status, r->lsn);
+	}
 	PST(p->rec_tail, end);
 	if (!p->acked && !PLD(p->n_sleep))
 		return;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "log/log_entry.h"
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 
 static int check_len(struct tw_primary *p, uint32_t len)
 {

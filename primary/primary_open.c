@@ -17,7 +17,7 @@
 #include "coord/coord.h"
 #include "recovery/recover_int.h"
 #include "proto/auth.h"
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 
 /* ------------------------------------------------------------------ lifecycle */
 

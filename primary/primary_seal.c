@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "log/log_entry.h"
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 
 /* Spins of a seal that does not wait for copies in progress before it gives up. */
 #define SEAL_SPINS 32

@@ -36,7 +36,7 @@
 #include <tailwind/primary.h>
 #include <tailwind/recovery.h>
 
-#include "primary/primary_int.h"
+#include "primary/primary_engine.h"
 #include "tap.h"
 #include "tbackup.h"
 #include "tfab.h"
@@ -539,8 +539,9 @@ static void test_whole_batches(const char **addrs)
 /* ------------------------------------------------------------------ record ring wrap-around */
 
 /* Each callback checks that it is handed its own record: arg is the append's index. */
-static uint64_t wrap_next, wrap_bad, wrap_lsn_bad;
+static uint64_t wrap_next, wrap_bad, wrap_lsn_bad, wrap_acked_bad;
 static uint64_t *wrap_lsns;
+static struct tw_primary *wrap_p;
 
 #define WRAP_BATCH (1ull << 62) /* in arg: the callback of a batch of 7 (i: its last entry) */
 
@@ -552,6 +553,9 @@ static void wrap_cb(void *arg, int status, uint64_t lsn)
 		wrap_bad++;
 	if (i < 20000 && lsn != wrap_lsns[i])
 		wrap_lsn_bad++;
+	/* Acknowledged per write, before its callbacks: at least this entry's end. */
+	if (!status && tw_primary_acked_lsn(wrap_p) < lsn + TW_ENTRY_HDR_SIZE + 24)
+		wrap_acked_bad++;
 	wrap_next = i + 1;
 }
 
@@ -579,8 +583,9 @@ static void test_ring_wrap(const char **addrs, enum tw_primary_mode mode)
 	if (!p)
 		return;
 	is_int((int)(p->rec_mask + 1), 1024, "ring %s: 1024 records", m);
-	wrap_next = wrap_bad = wrap_lsn_bad = 0;
+	wrap_next = wrap_bad = wrap_lsn_bad = wrap_acked_bad = 0;
 	wrap_lsns = lsns;
+	wrap_p = p;
 	while (i < 20000) {
 		if (i % 3) {
 			fill(buf[0], 24, i);
@@ -608,6 +613,8 @@ static void test_ring_wrap(const char **addrs, enum tw_primary_mode mode)
 	ok(wrap_next == i && !wrap_bad && !wrap_lsn_bad, "ring %s: every callback got its own "
 	   "argument and LSN, in order, across %" PRIu64 " turns of the ring (%" PRIu64 " bad, %"
 	   PRIu64 " wrong LSN)", m, i / 1024, wrap_bad, wrap_lsn_bad);
+	ok(!wrap_acked_bad, "ring %s: in each callback the acknowledged position is at least the "
+	   "end of its entry (%" PRIu64 " below)", m, wrap_acked_bad);
 	is_int(tw_primary_close(p), 0, "ring %s: close", m);
 }
 
