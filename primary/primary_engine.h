@@ -109,18 +109,10 @@ struct pmode_ops {
 const struct pmode_ops *tw__primary_mode_ops(bool threaded);
 
 /* primary_seal.c: sealing and posting. Driver thread. */
-/* Whether waiting entries can be sealed now (driver thread; exact there, since only it seals). */
-bool tw__primary_seal_ready(const struct tw_primary *p);
-/* The same, and no appender is copying (nothing reserved past what is published): the
- * progress thread's last look before it sleeps (the last appender to publish looks at
- * pt_idle after its publication: see PLD). */
+/* Whether waiting entries can be sealed now and no appender is copying (nothing reserved past
+ * what is published): the progress thread's last look before it sleeps (the last appender to
+ * publish looks at pt_idle after its publication: see PLD). */
 bool tw__primary_seal_now(const struct tw_primary *p);
-/* Seal the waiting entries into the next slot (driver thread, lock not held; entries wait and
- * a slot is free): a checksum entry reserved right after the last entry, once every entry
- * reserved is published. The slot; NULL with *rc_out 0 when an appender is still copying and
- * not `wait` (it rings the progress thread when done); NULL with *rc_out < 0 when the seal
- * failed (the caller fails the primary). */
-struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out, bool wait);
 /* Post every sealed write not posted yet, in order (lock not held; none while a failover is
  * pending; failed at once when the log has failed). */
 void tw__primary_post_pending(struct tw_primary *p);

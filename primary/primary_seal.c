@@ -33,7 +33,7 @@
  * if it sleeps (append_kick). NULL with *rc_out < 0: the seal failed (the caller fails the
  * primary).
  */
-struct pslot *tw__primary_seal(struct tw_primary *p, int *rc_out, bool wait)
+static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 {
 	struct pseg *seg = p->cur;
 	uint64_t head = PLD(p->slot_head), sealed = PLD(p->rec_sealed), idx, r;
@@ -156,7 +156,7 @@ void tw__primary_post_pending(struct tw_primary *p)
 }
 
 /* Whether waiting entries can be sealed now (driver thread; exact there, since only it seals). */
-bool tw__primary_seal_ready(const struct tw_primary *p)
+static bool seal_ready(const struct tw_primary *p)
 {
 	return pending_entries(p) && slot_free(p) && !p->err && !PLD(p->need_roll) &&
 	       !PLD(p->fo_pending) && tw__primary_batch_due(p);
@@ -164,7 +164,7 @@ bool tw__primary_seal_ready(const struct tw_primary *p)
 
 bool tw__primary_seal_now(const struct tw_primary *p)
 {
-	return tw__primary_seal_ready(p) && res_off(PLD(p->res)) == PLD(p->pub_off);
+	return seal_ready(p) && res_off(PLD(p->res)) == PLD(p->pub_off);
 }
 
 /* Seal the waiting entries into one write and post it to every replica. Driver thread, lock
@@ -189,7 +189,7 @@ static int seal_post_if(struct tw_primary *p, bool ready)
 	if (!pending_entries(p) || p->err || !slot_free(p) ||
 	    (ready && (PLD(p->need_roll) || !tw__primary_batch_due(p))))
 		return p->err;
-	s = tw__primary_seal(p, &rc, !ready);
+	s = seal(p, &rc, !ready);
 	if (!s && !rc)
 		return p->err; /* a copy in progress: its appender rings us when it is done */
 	if (!s) {
