@@ -4,7 +4,8 @@
  * tcp, sockets or shm) and a real ZooKeeper.
  *
  *   kv_history PROVIDER [--duration S] [--kills N] [--pauses N] [--pause-with-kill N]
- *              [--pause-ms MS] [--connect-timeout MS] [--clients N] [--keys N]
+ *              [--pause-ms MS] [--connect-timeout MS] [--rpc-timeout MS] [--clients N]
+ *              [--keys N]
  *
  * Four servers (three owners of one partition each, r = 2, and a standby for all three, started
  * after the owners opened their logs on tcp and sockets: start order must not matter), 2 s
@@ -83,6 +84,7 @@ static char root[256], twkv[512];
 static int nsrv = 4;
 static unsigned pause_ms = SESSION_MS * 5 / 2; /* a SIGSTOP lasts this long (--pause-ms) */
 static char connect_ms[16];                     /* twkv serve --connect-timeout; "": its default */
+static char rpc_ms[16];                         /* twkv serve --rpc-timeout; "": its default */
 static struct proc *srv[MAXSRV];
 static char srv_port[MAXSRV][16], srv_bport[MAXSRV][64];
 static struct kv_cluster map;
@@ -317,6 +319,10 @@ static void serve_args(int i, char *dir, size_t dlen, char **args, bool restart)
 	if (connect_ms[0]) {
 		args[n++] = (char *)"--connect-timeout";
 		args[n++] = connect_ms;
+	}
+	if (rpc_ms[0]) {
+		args[n++] = (char *)"--rpc-timeout";
+		args[n++] = rpc_ms;
 	}
 	if (restart) {
 		args[n++] = (char *)"--port";
@@ -1121,8 +1127,8 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || argc % 2) {
 		fprintf(stderr, "usage: %s tcp|sockets|shm [--duration S] [--kills N] [--pauses N] "
-			"[--pause-with-kill N] [--pause-ms MS] [--connect-timeout MS] [--clients N] "
-			"[--keys N]\n", argv[0]);
+			"[--pause-with-kill N] [--pause-ms MS] [--connect-timeout MS] [--rpc-timeout MS] "
+			"[--clients N] [--keys N]\n", argv[0]);
 		return 2;
 	}
 	prov = argv[1];
@@ -1134,6 +1140,8 @@ int main(int argc, char **argv)
 	if (arg_num(argc, argv, "--connect-timeout", 0))
 		snprintf(connect_ms, sizeof(connect_ms), "%u",
 			 arg_num(argc, argv, "--connect-timeout", 0));
+	if (arg_num(argc, argv, "--rpc-timeout", 0))
+		snprintf(rpc_ms, sizeof(rpc_ms), "%u", arg_num(argc, argv, "--rpc-timeout", 0));
 	if (pause_kills)
 		nsrv = MAXSRV; /* a second standby: one remains while one is paused */
 	nclients = arg_num(argc, argv, "--clients", 4);
@@ -1151,9 +1159,10 @@ int main(int argc, char **argv)
 		    "examples/kv/twkv not built");
 	seed = tap_seed();
 	tap_diag("history check on %s: %u s, %u kills, %u pauses of %u ms, %u kills with a pause, "
-		 "%d servers, connect timeout %s ms, %u client threads x %d in flight, %u keys, seed %"
-		 PRIu64 " (TW_SEED=%" PRIu64 " repeats the schedule)", prov, duration, kills, pauses,
-		 pause_ms, pause_kills, nsrv, connect_ms[0] ? connect_ms : "(twkv's default)",
+		 "%d servers, connect timeout %s ms, RPC timeout %s ms, %u client threads x %d in "
+		 "flight, %u keys, seed %" PRIu64 " (TW_SEED=%" PRIu64 " repeats the schedule)", prov,
+		 duration, kills, pauses, pause_ms, pause_kills, nsrv,
+		 connect_ms[0] ? connect_ms : "(twkv's default)", rpc_ms[0] ? rpc_ms : "(default)",
 		 nclients, DEPTH, nkeys, seed, seed);
 	snprintf(root, sizeof(root), "%s/kvhist.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
