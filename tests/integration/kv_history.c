@@ -42,6 +42,8 @@
  *            explains. Other such duplicates are counted and printed, not failed;
  *   regress  a client thread sees a key's version go down (a GET that started after another
  *            GET of the same key by the same thread ended returns an older version).
+ * A server that dies on its own (a crash: not the nemesis' SIGKILL) is logged with its signal or
+ * exit status, started again, and fails the test.
  * Each violation is printed with the operations involved; any violation fails the test. The
  * client-visible unavailability per kill (the SIGKILL to the first acknowledged PUT, sent after
  * it, on each partition the victim served) is printed as min/median/max; also per pause; and
@@ -548,6 +550,24 @@ struct event {
 static struct event events[MAX_EVENTS];
 static unsigned nevents;
 
+static unsigned crashes; /* servers that died on their own (not the nemesis' SIGKILL) */
+
+/* Whether server i died on its own (a crash, an exit): counted and logged once, and true. */
+static bool crashed(int i, const char *when)
+{
+	int st;
+
+	if (!srv[i] || proc_alive(srv[i]))
+		return false;
+	st = proc_wait(srv[i], 0);
+	crashes++;
+	tap_diag("%7.2f s server %d died on its own %s (%s %d): a crash", rel(now_ns()), i, when,
+		 st >= 128 ? "signal" : "exit status", st >= 128 ? st - 128 : st);
+	proc_free(srv[i]);
+	srv[i] = NULL;
+	return true;
+}
+
 static void sleep_until(uint64_t t)
 {
 	uint64_t now = now_ns();
@@ -577,13 +597,15 @@ static uint64_t resume(int v, uint64_t since)
 	}
 	tap_diag("%7.2f s nemesis: SIGCONT server %d; no standby after %d ms: restarting it",
 		 rel(t_back), v, POOL_LIMIT_MS);
-	proc_kill(srv[v], SIGTERM);
-	if (proc_wait(srv[v], 30000) < 0 && proc_alive(srv[v])) {
-		proc_kill(srv[v], SIGKILL);
-		proc_wait(srv[v], 10000);
+	if (!crashed(v, "after its SIGCONT")) {
+		proc_kill(srv[v], SIGTERM);
+		if (proc_wait(srv[v], 30000) < 0 && proc_alive(srv[v])) {
+			proc_kill(srv[v], SIGKILL);
+			proc_wait(srv[v], 10000);
+		}
+		proc_free(srv[v]);
+		srv[v] = NULL;
 	}
-	proc_free(srv[v]);
-	srv[v] = NULL;
 	restart(v);
 	return UINT64_MAX;
 }
@@ -591,12 +613,14 @@ static uint64_t resume(int v, uint64_t since)
 /* SIGKILL server v and start it again as a standby for every partition. */
 static void kill_restart(struct event *ev, int v)
 {
-	TAP_REQUIRE(proc_kill(srv[v], SIGKILL) == 0, "SIGKILL server %d", v);
-	proc_wait(srv[v], 10000);
+	if (!crashed(v, "before its SIGKILL")) {
+		TAP_REQUIRE(proc_kill(srv[v], SIGKILL) == 0, "SIGKILL server %d", v);
+		proc_wait(srv[v], 10000);
+		proc_free(srv[v]);
+		srv[v] = NULL;
+	}
 	tap_diag("%7.2f s nemesis: SIGKILL server %d (serving %#" PRIx64 "); restarting it",
 		 rel(ev->t), v, ev->parts);
-	proc_free(srv[v]);
-	srv[v] = NULL;
 	restart(v);
 	ev->t_end = now_ns();
 	ev->pool_ns = wait_standby_all(v, POOL_LIMIT_MS);
@@ -623,6 +647,9 @@ static void nemesis(uint64_t seed, unsigned duration_s, unsigned kills, unsigned
 		int v, owners[MAXSRV], nown = 0, before[NPART], after[NPART];
 
 		sleep_until(at);
+		for (int i = 0; i < nsrv; i++)
+			if (crashed(i, "between events"))
+				restart(i);
 		/* Three times in four a server that serves a partition (the outage is measured),
 		 * else any; a kill with a pause always kills one that serves, and pauses another
 		 * (any: an owner, a backup of the victim's logs, or a standby). */
@@ -1312,6 +1339,9 @@ int main(int argc, char **argv)
 		   final_failed);
 	}
 	ok(k.puts_ok > 0 && k.gets_ok > 0, "the workload made progress");
+	for (int i = 0; i < nsrv; i++)
+		crashed(i, "by the end of the run");
+	ok(crashes == 0, "no server died on its own (%u did; a crash, logged above)", crashes);
 
 	for (unsigned t = 0; t <= nclients; t++) {
 		kvc_close(clis[t].c);
@@ -1322,8 +1352,11 @@ int main(int argc, char **argv)
 	free(keylen);
 	free(keypart);
 	for (int i = 0; i < nsrv; i++)
-		proc_kill(srv[i], SIGTERM);
+		if (srv[i])
+			proc_kill(srv[i], SIGTERM);
 	for (int i = 0; i < nsrv; i++) {
+		if (!srv[i])
+			continue;
 		proc_wait(srv[i], 30000);
 		proc_free(srv[i]);
 	}
