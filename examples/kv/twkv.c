@@ -231,8 +231,8 @@ static int serve(int argc, char **argv)
 bad:
 	fprintf(stderr, "twkv serve: bad value for --%s: %s\n",
 		o == 'r' ? "replication" : o == 'S' ? "segment-size" : o == 'm' ? "memory" :
-		o == 't' ? "session-timeout" : o == 'C' ? "connect-timeout" : o == 'R' ? "rpc-timeout" : o == 'b' ? "buffers" :
-		"keys", optarg);
+		o == 't' ? "session-timeout" : o == 'C' ? "connect-timeout" :
+		o == 'R' ? "rpc-timeout" : o == 'b' ? "buffers" : "keys", optarg);
 	return 2;
 }
 

@@ -15,9 +15,10 @@
  * with version and value, not found, or failed: timed out, refused) is kept in memory. Meanwhile
  * the nemesis, at random times from the seed ($TW_SEED), SIGKILLs a server and starts it again
  * (same ports and directory, as a standby for every partition), or SIGSTOPs one for 2.5 session
- * timeouts (--pause-ms; more than one session timeout) and SIGCONTs it: its lease session expired meanwhile, and it must let its partitions
- * go, open a new session and stand by for every partition by itself (docs/kv.md, "Rejoining";
- * it is restarted only when it does not, and that fails the test). The victim is, three times in
+ * timeouts (--pause-ms; more than one session timeout) and SIGCONTs it: its lease session expired
+ * meanwhile, and it must let its partitions go, open a new session and stand by for every
+ * partition by itself (docs/kv.md, "Rejoining"; it is restarted only when it does not, and that
+ * fails the test). The victim is, three times in
  * four, a server that serves a partition then. After each event the nemesis waits until every
  * partition is served again and checks that only the victim's changed hands, and measures how
  * long the victim took to stand by for every partition (the standby pool back to one). Every
