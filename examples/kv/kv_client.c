@@ -51,6 +51,11 @@ struct sconn {
 	uint8_t *in, *out;
 	size_t in_len, in_cap, out_len, out_cap;
 	uint64_t queued, written; /* bytes queued on and written to this connection so far */
+	/* It left an attempt unanswered (paused, or a connection that went half-open) and has
+	 * not answered anything since: it gets one request at a time (the probe, sent at most
+	 * every attempt_ns), the others go round it. */
+	bool suspect;
+	uint64_t probe_until; /* the probe's attempt ends then: no other request before */
 };
 
 struct kvc {
@@ -375,6 +380,7 @@ static void conn_drop(struct kvc *c, unsigned i)
 	sc->connecting = sc->want_out = false;
 	sc->in_len = sc->out_len = 0;
 	sc->queued = sc->written = 0;
+	sc->suspect = false;
 }
 
 void kvc_close(struct kvc *c)
@@ -480,9 +486,18 @@ static void route(struct kvc *c, struct req *r, uint32_t idx, int from, bool bac
 	}
 	for (unsigned k = 0; k < n; k++) {
 		unsigned i = c->owner[r->part];
+		struct sconn *sc = &c->conns[i];
 
-		if (send_to(c, r, i) == 0)
-			return;
+		/* A suspect server holds its probe: the request asks the others meanwhile (once
+		 * every one said NOT_OWNER, it backs off and comes back: the probe may have been
+		 * answered by then). */
+		if (!sc->suspect || now >= sc->probe_until) {
+			if (send_to(c, r, i) == 0) {
+				if (sc->suspect)
+					sc->probe_until = r->attempt_end;
+				return;
+			}
+		}
 		c->owner[r->part] = (i + 1) % n;
 		if (++r->hops > n)
 			break;
@@ -680,6 +695,7 @@ static int conn_in(struct kvc *c, unsigned i)
 		conn_lost(c, i);
 		return 0;
 	}
+	sc->suspect = false; /* it answers again */
 	sc->in_len += (size_t)n;
 	while (sc->in_len - off >= KV_HDR_SIZE) {
 		struct kv_hdr h;
@@ -781,6 +797,7 @@ static uint64_t expire(struct kvc *c, uint64_t now)
 			 * one is dropped: r->server changes). Not a PUT: that one may be applied
 			 * yet (its bytes may go out still); it fails, its outcome unknown. */
 			c->st.unanswered++;
+			c->conns[r->server].suspect = true;
 			if (r->op == KV_OP_PUT) {
 				if (c->owner[r->part] == r->server)
 					c->owner[r->part] = (r->server + 1) % c->map.nservers;

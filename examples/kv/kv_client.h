@@ -21,7 +21,8 @@
  * never waits beyond the earliest deadline), and every socket is non-blocking. A server that
  * leaves a request unanswered for a quarter of the deadline (at least 250 ms, at most 1 s) is
  * passed over as if it had said NOT_OWNER: a paused old owner does not hold its clients up once
- * a standby serves the partition.
+ * a standby serves the partition. Such a server is suspect until it answers anything: it gets
+ * one request at a time (a probe, at most one per attempt time), the others go round it.
  *
  * A PUT is never sent again once any of its bytes went out to a server that then did not
  * acknowledge it: the connection was lost, the server left it unanswered for the quarter of the

@@ -33,6 +33,8 @@ static void primary_config(const struct kv_server *s, unsigned part, struct tw_c
 	 * long on a paused server's backup, and goes on with the copies that answered), and the
 	 * ZooKeeper session timeout (how soon a standby sees us gone). */
 	tc->connect_timeout_ms = s->cfg.connect_ms;
+	if (s->cfg.rpc_ms)
+		tc->rpc_timeout_ms = s->cfg.rpc_ms;
 	if (s->map.coordinator[0]) {
 		tc->coordinator = s->map.coordinator;
 		tc->session_timeout_ms = s->cfg.session_ms;

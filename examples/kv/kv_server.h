@@ -30,6 +30,7 @@ struct kv_server_config {
 	uint64_t memory;           /* log memory budget of the server's partitions, bytes */
 	unsigned session_ms;       /* ZooKeeper session timeout (failure detection) */
 	unsigned connect_ms;       /* connect timeout to a backup (the logs, their recovery) */
+	unsigned rpc_ms;           /* RPC timeout to a backup; 0: the library's default */
 	unsigned backup_buffers;   /* buffers the backup registers at start */
 	size_t expect_keys;        /* index size hint per partition */
 	const char *metrics;       /* serve /metrics there (kv_metrics.h); NULL: no endpoint */

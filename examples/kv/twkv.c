@@ -59,6 +59,10 @@ static void usage(FILE *f)
 		"      --connect-timeout MS   how long a connect to another server's backup may\n"
 		"                             take (default 1000): a takeover's recovery waits that\n"
 		"                             long on a paused server, not a session timeout\n"
+		"      --rpc-timeout MS       how long a request to another server's backup (open,\n"
+		"                             close or fence a segment) may go unanswered before\n"
+		"                             that backup counts as lost (default: the library's,\n"
+		"                             5000): a paused backup holds a log's appends that long\n"
 		"  -b, --buffers N            backup buffers registered at start (default 16)\n"
 		"  -k, --keys N               index size hint per partition (default 1024)\n"
 		"      --metrics [HOST:]PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
@@ -126,6 +130,7 @@ static int serve(int argc, char **argv)
 		{ "memory", required_argument, NULL, 'm' },
 		{ "session-timeout", required_argument, NULL, 't' },
 		{ "connect-timeout", required_argument, NULL, 'C' },
+		{ "rpc-timeout", required_argument, NULL, 'R' },
 		{ "buffers", required_argument, NULL, 'b' },
 		{ "keys", required_argument, NULL, 'k' },
 		{ "metrics", required_argument, NULL, 'M' },
@@ -179,6 +184,11 @@ static int serve(int argc, char **argv)
 				goto bad;
 			cfg.connect_ms = (unsigned)v;
 			break;
+		case 'R':
+			if (parse_size(optarg, &v) < 0 || !v || v > 600000)
+				goto bad;
+			cfg.rpc_ms = (unsigned)v;
+			break;
 		case 'b':
 			if (parse_size(optarg, &v) < 0 || !v || v > 4096)
 				goto bad;
@@ -221,8 +231,8 @@ static int serve(int argc, char **argv)
 bad:
 	fprintf(stderr, "twkv serve: bad value for --%s: %s\n",
 		o == 'r' ? "replication" : o == 'S' ? "segment-size" : o == 'm' ? "memory" :
-		o == 't' ? "session-timeout" : o == 'C' ? "connect-timeout" : o == 'b' ? "buffers" :
-		"keys", optarg);
+		o == 't' ? "session-timeout" : o == 'C' ? "connect-timeout" :
+		o == 'R' ? "rpc-timeout" : o == 'b' ? "buffers" : "keys", optarg);
 	return 2;
 }
 

@@ -3,7 +3,9 @@
  * "Checking the history") under a nemesis: real twkv processes over a real provider (argv[1]:
  * tcp, sockets or shm) and a real ZooKeeper.
  *
- *   kv_history PROVIDER [--duration S] [--kills N] [--pauses N] [--clients N] [--keys N]
+ *   kv_history PROVIDER [--duration S] [--kills N] [--pauses N] [--pause-with-kill N]
+ *              [--pause-ms MS] [--connect-timeout MS] [--rpc-timeout MS] [--clients N]
+ *              [--keys N]
  *
  * Four servers (three owners of one partition each, r = 2, and a standby for all three, started
  * after the owners opened their logs on tcp and sockets: start order must not matter), 2 s
@@ -13,13 +15,21 @@
  * with version and value, not found, or failed: timed out, refused) is kept in memory. Meanwhile
  * the nemesis, at random times from the seed ($TW_SEED), SIGKILLs a server and starts it again
  * (same ports and directory, as a standby for every partition), or SIGSTOPs one for 2.5 session
- * timeouts and SIGCONTs it: its lease session expired meanwhile, and it must let its partitions
- * go, open a new session and stand by for every partition by itself (docs/kv.md, "Rejoining";
- * it is restarted only when it does not, and that fails the test). The victim is, three times in
+ * timeouts (--pause-ms; more than one session timeout) and SIGCONTs it: its lease session expired
+ * meanwhile, and it must let its partitions go, open a new session and stand by for every
+ * partition by itself (docs/kv.md, "Rejoining"; it is restarted only when it does not, and that
+ * fails the test). The victim is, three times in
  * four, a server that serves a partition then. After each event the nemesis waits until every
  * partition is served again and checks that only the victim's changed hands, and measures how
  * long the victim took to stand by for every partition (the standby pool back to one). Every
  * event is logged.
+ *
+ * --pause-with-kill N adds N events that SIGSTOP one server and, at once, SIGKILL another that
+ * serves a partition (the kill restarted as above, the pause ended as above), with a fifth server,
+ * a second standby, so that a standby remains whichever is paused. The paused server may be a
+ * backup of the victim's logs (the takeover's recovery then gives up on it after the connect
+ * timeout) or the standby that would take over. Their unavailability (from the SIGKILL, on the
+ * victim's partitions) is printed on its own, against the session timeout + 0.5 s.
  *
  * After the run every key is read once more, and the history is checked:
  *   lost     the final read of a key returns a version below its highest acknowledged PUT's;
@@ -33,6 +43,8 @@
  *            explains. Other such duplicates are counted and printed, not failed;
  *   regress  a client thread sees a key's version go down (a GET that started after another
  *            GET of the same key by the same thread ended returns an older version).
+ * A server that dies on its own (a crash: not the nemesis' SIGKILL) is logged with its signal or
+ * exit status, started again, and fails the test.
  * Each violation is printed with the operations involved; any violation fails the test. The
  * client-visible unavailability per kill (the SIGKILL to the first acknowledged PUT, sent after
  * it, on each partition the victim served) is printed as min/median/max; also per pause; and
@@ -58,7 +70,7 @@
 #include "tap.h"
 #include "zkserver.h"
 
-#define NSRV 4
+#define MAXSRV 5 /* three owners, a standby, and with --pause-with-kill a second standby */
 #define NPART 3
 #define SESSION_MS 2000
 #define VALUE_LEN 64
@@ -72,8 +84,12 @@
 
 static const char *prov;
 static char root[256], twkv[512];
-static struct proc *srv[NSRV];
-static char srv_port[NSRV][16], srv_bport[NSRV][64];
+static int nsrv = 4;
+static unsigned pause_ms = SESSION_MS * 5 / 2; /* a SIGSTOP lasts this long (--pause-ms) */
+static char connect_ms[16];                     /* twkv serve --connect-timeout; "": its default */
+static char rpc_ms[16];                         /* twkv serve --rpc-timeout; "": its default */
+static struct proc *srv[MAXSRV];
+static char srv_port[MAXSRV][16], srv_bport[MAXSRV][64];
 static struct kv_cluster map;
 static struct zkserver zk;
 static uint64_t t_start, t_stop;
@@ -273,12 +289,12 @@ static void *client_main(void *arg)
 static void open_client(struct cli *c, unsigned timeout_ms)
 {
 	char err[512];
-	const char *addrs[NSRV];
+	const char *addrs[MAXSRV];
 	int rc;
 
-	for (int i = 0; i < NSRV; i++)
+	for (int i = 0; i < nsrv; i++)
 		addrs[i] = map.servers[i].kv;
-	rc = kvc_open(addrs, NSRV, timeout_ms, &c->c, err, sizeof(err));
+	rc = kvc_open(addrs, nsrv, timeout_ms, &c->c, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "kvc_open: %s", err);
 }
 
@@ -303,6 +319,14 @@ static void serve_args(int i, char *dir, size_t dlen, char **args, bool restart)
 	args[n++] = (char *)"2000";
 	args[n++] = (char *)"--buffers";
 	args[n++] = (char *)"8";
+	if (connect_ms[0]) {
+		args[n++] = (char *)"--connect-timeout";
+		args[n++] = connect_ms;
+	}
+	if (rpc_ms[0]) {
+		args[n++] = (char *)"--rpc-timeout";
+		args[n++] = rpc_ms;
+	}
 	if (restart) {
 		args[n++] = (char *)"--port";
 		args[n++] = srv_port[i];
@@ -314,7 +338,7 @@ static void serve_args(int i, char *dir, size_t dlen, char **args, bool restart)
 
 static void start_servers(void)
 {
-	for (int i = 0; i < NSRV; i++) {
+	for (int i = 0; i < nsrv; i++) {
 		char dir[300], line[512], *kv, *bk, *args[32];
 		int rc;
 
@@ -338,7 +362,7 @@ static void start_servers(void)
 		else
 			map.servers[i].standby = (UINT64_C(1) << NPART) - 1;
 	}
-	map.nservers = NSRV;
+	map.nservers = nsrv;
 	map.partitions = NPART;
 	map.replicas = 2;
 	map.log_base = 4400;
@@ -405,7 +429,7 @@ static void owners_now(int owner[NPART])
 {
 	for (unsigned p = 0; p < NPART; p++)
 		owner[p] = -1;
-	for (int i = 0; i < NSRV; i++) {
+	for (int i = 0; i < nsrv; i++) {
 		uint64_t m = srv[i] ? served_by(i) : 0;
 
 		for (unsigned p = 0; p < NPART; p++)
@@ -450,7 +474,7 @@ static void restart(int i)
 	bk[strcspn(bk, " \n")] = 0;
 	snprintf(map.servers[i].backup, KV_ADDR_MAX, "%s", bk + 7);
 	m = map;
-	m.servers[(i + 1) % NSRV].owns |= m.servers[i].owns;
+	m.servers[(i + 1) % nsrv].owns |= m.servers[i].owns;
 	m.servers[i].owns = 0;
 	m.servers[i].standby = (UINT64_C(1) << NPART) - 1;
 	n = snprintf(text, sizeof(text), "you %d\n", i);
@@ -476,11 +500,15 @@ static bool configure_standby_late(char *err, size_t errlen)
 	proc_wait(srv[sb], 10000);
 	proc_free(srv[sb]);
 	srv[sb] = NULL;
-	for (int i = 0; i < NPART; i++) {
+	for (int i = 0; i < nsrv; i++) {
 		char *body = NULL;
 		uint8_t st = 0;
 		uint32_t blen;
-		int n = snprintf(text, sizeof(text), "you %d\n", i), rc;
+		int n, rc;
+
+		if (i == sb)
+			continue;
+		n = snprintf(text, sizeof(text), "you %d\n", i);
 
 		rc = kv_cluster_format(&map, text + n, sizeof(text) - (size_t)n);
 		TAP_REQUIRE(rc > 0, "format the map");
@@ -493,21 +521,28 @@ static bool configure_standby_late(char *err, size_t errlen)
 		}
 		free(body);
 	}
-	tap_diag("owners configured with the standby down; starting the standby");
+	tap_diag("owners configured with the standby (server %d) down; starting it", sb);
 	restart(sb);
 	return true;
 }
 
 /* ---------------------------------------------------------------- the nemesis */
 
+enum ev_kind { EV_KILL, EV_PAUSE, EV_PAUSE_KILL };
+
 struct event {
 	uint64_t t, t_end;
-	int victim;
-	bool pause;
-	uint64_t parts; /* what it served just before */
-	bool rejoined;  /* a pause: the victim stood by again by itself (no restart) */
+	int victim;       /* the server killed (EV_KILL, EV_PAUSE_KILL) or paused (EV_PAUSE) */
+	bool pause;       /* EV_PAUSE */
+	enum ev_kind kind;
+	int paused;       /* EV_PAUSE_KILL: the server paused at the kill; else -1 */
+	uint64_t parts;   /* what the victim served just before */
+	uint64_t pparts;  /* EV_PAUSE_KILL: what the paused server served just before */
+	bool rejoined;    /* a pause: the paused server stood by again by itself (no restart) */
 	uint64_t pool_ns; /* restart (kill) or SIGCONT (pause) -> the victim stands by for every
 			   * partition; UINT64_MAX: not within the limit */
+	uint64_t ppool_ns; /* EV_PAUSE_KILL: SIGCONT -> the paused server stands by for every
+			    * partition */
 	uint64_t moved;   /* partitions the victim did not serve whose server changed */
 	bool settled;     /* every partition had a server again afterwards */
 };
@@ -515,6 +550,24 @@ struct event {
 #define SETTLE_LIMIT_MS 30000 /* every partition served again within this after an event */
 static struct event events[MAX_EVENTS];
 static unsigned nevents;
+
+static unsigned crashes; /* servers that died on their own (not the nemesis' SIGKILL) */
+
+/* Whether server i died on its own (a crash, an exit): counted and logged once, and true. */
+static bool crashed(int i, const char *when)
+{
+	int st;
+
+	if (!srv[i] || proc_alive(srv[i]))
+		return false;
+	st = proc_wait(srv[i], 0);
+	crashes++;
+	tap_diag("%7.2f s server %d died on its own %s (%s %d): a crash", rel(now_ns()), i, when,
+		 st >= 128 ? "signal" : "exit status", st >= 128 ? st - 128 : st);
+	proc_free(srv[i]);
+	srv[i] = NULL;
+	return true;
+}
 
 static void sleep_until(uint64_t t)
 {
@@ -527,80 +580,126 @@ static void sleep_until(uint64_t t)
 	}
 }
 
-static void nemesis(uint64_t seed, unsigned duration_s, unsigned kills, unsigned pauses)
+/* SIGCONT server v, paused since `since`, and wait until it stands by for every partition by
+ * itself (its lease session expired during the pause: it lets its partitions go, opens a new
+ * session and stands by): the time that took (ns), or UINT64_MAX, and then it was restarted. */
+static uint64_t resume(int v, uint64_t since)
+{
+	uint64_t t_back, pool;
+
+	sleep_until(since + (uint64_t)pause_ms * 1000000u);
+	proc_kill(srv[v], SIGCONT);
+	t_back = now_ns();
+	pool = wait_standby_all(v, POOL_LIMIT_MS);
+	if (pool != UINT64_MAX) {
+		tap_diag("%7.2f s nemesis: SIGCONT server %d; it stands by for every partition again "
+			 "by itself %.0f ms later", rel(t_back), v, (double)pool / 1e6);
+		return pool;
+	}
+	tap_diag("%7.2f s nemesis: SIGCONT server %d; no standby after %d ms: restarting it",
+		 rel(t_back), v, POOL_LIMIT_MS);
+	if (!crashed(v, "after its SIGCONT")) {
+		proc_kill(srv[v], SIGTERM);
+		if (proc_wait(srv[v], 30000) < 0 && proc_alive(srv[v])) {
+			proc_kill(srv[v], SIGKILL);
+			proc_wait(srv[v], 10000);
+		}
+		proc_free(srv[v]);
+		srv[v] = NULL;
+	}
+	restart(v);
+	return UINT64_MAX;
+}
+
+/* SIGKILL server v and start it again as a standby for every partition. */
+static void kill_restart(struct event *ev, int v)
+{
+	if (!crashed(v, "before its SIGKILL")) {
+		TAP_REQUIRE(proc_kill(srv[v], SIGKILL) == 0, "SIGKILL server %d", v);
+		proc_wait(srv[v], 10000);
+		proc_free(srv[v]);
+		srv[v] = NULL;
+	}
+	tap_diag("%7.2f s nemesis: SIGKILL server %d (serving %#" PRIx64 "); restarting it",
+		 rel(ev->t), v, ev->parts);
+	restart(v);
+	ev->t_end = now_ns();
+	ev->pool_ns = wait_standby_all(v, POOL_LIMIT_MS);
+	tap_diag("%7.2f s nemesis: server %d ready again (a standby for every partition %.0f ms "
+		 "after the restart)", rel(ev->t_end), v,
+		 ev->pool_ns == UINT64_MAX ? -1.0 : (double)ev->pool_ns / 1e6);
+}
+
+static void nemesis(uint64_t seed, unsigned duration_s, unsigned kills, unsigned pauses,
+		    unsigned pause_kills)
 {
 	uint64_t rng = seed | 1, end = t_start + (uint64_t)duration_s * 1000000000u;
-	unsigned total = kills + pauses, kleft = kills, pleft = pauses;
+	unsigned total = kills + pauses + pause_kills, kleft = kills, pleft = pauses;
+	unsigned pkleft = pause_kills;
 	uint64_t gap = (uint64_t)duration_s * 1000000000u / (total + 1);
 
 	for (unsigned e = 0; e < total && e < MAX_EVENTS; e++) {
 		struct event *ev = &events[nevents];
 		/* Evenly spread, each moved by up to a quarter of the gap. */
 		uint64_t at = t_start + gap * (e + 1) - gap / 4 + xorshift(&rng) % (gap / 2 + 1);
-		bool pause = xorshift(&rng) % (kleft + pleft) < pleft;
-		int v, owners[NSRV], nown = 0, before[NPART], after[NPART];
-		uint64_t t_back;
+		uint64_t pick = xorshift(&rng) % (kleft + pleft + pkleft);
+		enum ev_kind kind = pick < pleft ? EV_PAUSE : pick < pleft + pkleft ? EV_PAUSE_KILL :
+					   EV_KILL;
+		int v, owners[MAXSRV], nown = 0, before[NPART], after[NPART];
 
 		sleep_until(at);
+		for (int i = 0; i < nsrv; i++)
+			if (crashed(i, "between events"))
+				restart(i);
 		/* Three times in four a server that serves a partition (the outage is measured),
-		 * else any. */
+		 * else any; a kill with a pause always kills one that serves, and pauses another
+		 * (any: an owner, a backup of the victim's logs, or a standby). */
 		owners_now(before);
-		for (int i = 0; i < NSRV; i++)
+		for (int i = 0; i < nsrv; i++)
 			for (unsigned p = 0; p < NPART; p++)
 				if (before[p] == i) {
 					owners[nown++] = i;
 					break;
 				}
-		v = (int)(xorshift(&rng) % NSRV);
-		if (nown && xorshift(&rng) % 4)
+		v = (int)(xorshift(&rng) % (uint64_t)nsrv);
+		if (nown && (kind == EV_PAUSE_KILL || xorshift(&rng) % 4))
 			v = owners[xorshift(&rng) % (uint64_t)nown];
 		ev->victim = v;
-		ev->pause = pause;
+		ev->kind = kind;
+		ev->pause = kind == EV_PAUSE;
+		ev->paused = -1;
 		ev->parts = served_by(v);
+		if (kind == EV_PAUSE_KILL) {
+			ev->paused = (v + 1 + (int)(xorshift(&rng) % (uint64_t)(nsrv - 1))) % nsrv;
+			ev->pparts = served_by(ev->paused);
+		}
 		ev->t = now_ns();
-		if (pause) {
+		switch (kind) {
+		case EV_PAUSE:
 			pleft--;
 			TAP_REQUIRE(proc_kill(srv[v], SIGSTOP) == 0, "SIGSTOP server %d", v);
 			tap_diag("%7.2f s nemesis: SIGSTOP server %d (serving %#" PRIx64 ") for %d ms",
-				 rel(ev->t), v, ev->parts, SESSION_MS * 5 / 2);
-			sleep_until(ev->t + (uint64_t)SESSION_MS * 2500000u);
-			proc_kill(srv[v], SIGCONT);
-			t_back = now_ns();
-			/* Its lease session expired during the pause: it lets its partitions go,
-			 * opens a new session and stands by for every partition by itself. */
-			ev->pool_ns = wait_standby_all(v, POOL_LIMIT_MS);
+				 rel(ev->t), v, ev->parts, pause_ms);
+			ev->pool_ns = resume(v, ev->t);
 			ev->rejoined = ev->pool_ns != UINT64_MAX;
-			if (ev->rejoined) {
-				ev->t_end = now_ns();
-				tap_diag("%7.2f s nemesis: SIGCONT server %d; it stands by for every "
-					 "partition again by itself %.0f ms later", rel(t_back), v,
-					 (double)ev->pool_ns / 1e6);
-				goto settle;
-			}
-			tap_diag("%7.2f s nemesis: SIGCONT server %d; no standby after %d ms: "
-				 "restarting it", rel(t_back), v, POOL_LIMIT_MS);
-			proc_kill(srv[v], SIGTERM);
-			if (proc_wait(srv[v], 30000) < 0 && proc_alive(srv[v])) {
-				proc_kill(srv[v], SIGKILL);
-				proc_wait(srv[v], 10000);
-			}
-		} else {
+			ev->t_end = now_ns();
+			break;
+		case EV_PAUSE_KILL:
+			pkleft--;
+			TAP_REQUIRE(proc_kill(srv[ev->paused], SIGSTOP) == 0, "SIGSTOP server %d",
+				    ev->paused);
+			ev->t = now_ns();
+			tap_diag("%7.2f s nemesis: SIGSTOP server %d (serving %#" PRIx64 ") for %d ms, "
+				 "and at once:", rel(ev->t), ev->paused, ev->pparts, pause_ms);
+			kill_restart(ev, v);
+			ev->ppool_ns = resume(ev->paused, ev->t);
+			ev->rejoined = ev->ppool_ns != UINT64_MAX;
+			break;
+		case EV_KILL:
 			kleft--;
-			TAP_REQUIRE(proc_kill(srv[v], SIGKILL) == 0, "SIGKILL server %d", v);
-			proc_wait(srv[v], 10000);
-			tap_diag("%7.2f s nemesis: SIGKILL server %d (serving %#" PRIx64 "); restarting "
-				 "it", rel(ev->t), v, ev->parts);
+			kill_restart(ev, v);
+			break;
 		}
-		proc_free(srv[v]);
-		srv[v] = NULL;
-		restart(v);
-		ev->t_end = now_ns();
-		if (!ev->pause)
-			ev->pool_ns = wait_standby_all(v, POOL_LIMIT_MS);
-		tap_diag("%7.2f s nemesis: server %d ready again (a standby for every partition %.0f "
-			 "ms after the restart)", rel(ev->t_end), v,
-			 ev->pool_ns == UINT64_MAX ? -1.0 : (double)ev->pool_ns / 1e6);
-settle:
 		/* Every partition served again; which ones changed hands. */
 		for (uint64_t t0 = now_ns();;) {
 			struct timespec ts = { 0, 50000000 };
@@ -616,7 +715,8 @@ settle:
 			nanosleep(&ts, NULL); /* polling the servers' STATS every 50 ms */
 		}
 		for (unsigned p = 0; p < NPART; p++)
-			if (!(ev->parts >> p & 1) && before[p] >= 0 && after[p] != before[p])
+			if (!((ev->parts | ev->pparts) >> p & 1) && before[p] >= 0 &&
+			    after[p] != before[p])
 				ev->moved |= UINT64_C(1) << p;
 		tap_diag("%7.2f s nemesis: partitions served by %d %d %d before, %d %d %d after%s",
 			 rel(now_ns()), before[0], before[1], before[2], after[0], after[1], after[2],
@@ -907,20 +1007,32 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* For each event and each partition its victim served: from the signal to the first
- * acknowledged PUT on that partition sent after it. */
-static void unavailability(bool pauses)
+static const char *kind_name(enum ev_kind kind, bool paused)
+{
+	return kind == EV_KILL ? "kill" : kind == EV_PAUSE ? "pause" :
+	       paused ? "pause with a kill" : "kill with a pause";
+}
+
+/* For each event of a kind and each partition its victim served (`paused`: for a kill with a
+ * pause, each partition the paused server served): from the signal to the first acknowledged
+ * PUT on that partition sent after it. The median in *median_ms (UINT64_MAX: none). */
+static void unavailability(enum ev_kind kind, bool paused, uint64_t *median_ms)
 {
 	uint64_t ms[MAX_EVENTS * NPART];
 	unsigned n = 0, never = 0;
+	const char *what = kind_name(kind, paused);
 
+	*median_ms = UINT64_MAX;
 	for (unsigned e = 0; e < nevents; e++) {
-		if (events[e].pause != pauses)
+		uint64_t parts = paused ? events[e].pparts : events[e].parts;
+		int who = paused ? events[e].paused : events[e].victim;
+
+		if (events[e].kind != kind)
 			continue;
 		for (unsigned p = 0; p < NPART; p++) {
 			uint64_t first = UINT64_MAX;
 
-			if (!(events[e].parts >> p & 1))
+			if (!(parts >> p & 1))
 				continue;
 			for (unsigned t = 0; t < nclients; t++)
 				for (uint32_t i = 0; i < clis[t].n; i++) {
@@ -934,26 +1046,26 @@ static void unavailability(bool pauses)
 			if (first == UINT64_MAX) {
 				never++;
 				tap_diag("%s at %.2f s: partition %u had no acknowledged PUT after it",
-					 pauses ? "pause" : "kill", rel(events[e].t), p);
+					 what, rel(events[e].t), p);
 				continue;
 			}
 			ms[n] = (first - events[e].t) / 1000000u;
 			tap_diag("%s of server %d at %.2f s: partition %u unavailable for %" PRIu64
-				 " ms", pauses ? "pause" : "kill", events[e].victim, rel(events[e].t), p,
-				 ms[n]);
+				 " ms", what, who, rel(events[e].t), p, ms[n]);
 			n++;
 		}
 	}
 	if (n == 0) {
-		tap_diag("unavailability per %s: no victim served a partition", pauses ? "pause" :
-			 "kill");
+		tap_diag("unavailability per %s: no victim served a partition", what);
 		return;
 	}
 	qsort(ms, n, sizeof(ms[0]), cmp_u64);
+	*median_ms = ms[n / 2];
 	tap_diag("unavailability per %s (signal -> first acknowledged PUT on each partition the "
-		 "victim served; ZooKeeper session %d ms): min %" PRIu64 " ms, median %" PRIu64
-		 " ms, max %" PRIu64 " ms over %u partition outages%s", pauses ? "pause" : "kill",
-		 SESSION_MS, ms[0], ms[n / 2], ms[n - 1], n, never ? " (and some never ended)" : "");
+		 "%s served; ZooKeeper session %d ms): min %" PRIu64 " ms, median %" PRIu64
+		 " ms, max %" PRIu64 " ms over %u partition outages%s", what,
+		 paused ? "paused server" : "victim", SESSION_MS, ms[0], ms[n / 2], ms[n - 1], n,
+		 never ? " (and some never ended)" : "");
 }
 
 /* Every partition, after every event: the longest time without an acknowledged PUT in the
@@ -991,7 +1103,7 @@ static void collateral(void)
 		for (unsigned p = 0; p < NPART; p++) {
 			uint64_t last = from, gap = 0;
 
-			if (events[e].parts >> p & 1)
+			if ((events[e].parts | events[e].pparts) >> p & 1)
 				continue;
 			looked++;
 			for (size_t i = 0; i < n[p]; i++) {
@@ -1009,7 +1121,7 @@ static void collateral(void)
 				continue;
 			hit++;
 			tap_diag("%s of server %d at %.2f s: partition %u, not the victim's, went %" PRIu64
-				 " ms without an acknowledged PUT", events[e].pause ? "pause" : "kill",
+				 " ms without an acknowledged PUT", kind_name(events[e].kind, false),
 				 events[e].victim, rel(from), p, gap / 1000000u);
 		}
 	}
@@ -1033,7 +1145,8 @@ int main(int argc, char **argv)
 {
 	char err[512], why[256];
 	const char *tmp = getenv("TMPDIR");
-	unsigned duration, kills, pauses;
+	unsigned duration, kills, pauses, pause_kills;
+	uint64_t med_kill, med_pause, med_pk, med_pkp;
 	bool late;
 	struct cli *loader;
 	struct counts k;
@@ -1042,6 +1155,7 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || argc % 2) {
 		fprintf(stderr, "usage: %s tcp|sockets|shm [--duration S] [--kills N] [--pauses N] "
+			"[--pause-with-kill N] [--pause-ms MS] [--connect-timeout MS] [--rpc-timeout MS] "
 			"[--clients N] [--keys N]\n", argv[0]);
 		return 2;
 	}
@@ -1049,12 +1163,22 @@ int main(int argc, char **argv)
 	duration = arg_num(argc, argv, "--duration", tap_sanitizer() ? 20 : 40);
 	kills = arg_num(argc, argv, "--kills", tap_sanitizer() ? 1 : 3);
 	pauses = arg_num(argc, argv, "--pauses", 1);
+	pause_kills = arg_num(argc, argv, "--pause-with-kill", 0);
+	pause_ms = arg_num(argc, argv, "--pause-ms", pause_ms);
+	if (arg_num(argc, argv, "--connect-timeout", 0))
+		snprintf(connect_ms, sizeof(connect_ms), "%u",
+			 arg_num(argc, argv, "--connect-timeout", 0));
+	if (arg_num(argc, argv, "--rpc-timeout", 0))
+		snprintf(rpc_ms, sizeof(rpc_ms), "%u", arg_num(argc, argv, "--rpc-timeout", 0));
+	if (pause_kills)
+		nsrv = MAXSRV; /* a second standby: one remains while one is paused */
 	nclients = arg_num(argc, argv, "--clients", 4);
 	nkeys = arg_num(argc, argv, "--keys", 32);
 	if (!nclients || nclients > MAX_CLIENTS || !nkeys || nkeys > 65535 || !duration ||
-	    kills + pauses > MAX_EVENTS) {
+	    kills + pauses + pause_kills > MAX_EVENTS || pause_ms <= SESSION_MS) {
 		fprintf(stderr, "kv_history: --clients 1..%d, --keys 1..65535, --duration > 0, "
-			"--kills + --pauses <= %d\n", MAX_CLIENTS, MAX_EVENTS);
+			"--kills + --pauses + --pause-with-kill <= %d, --pause-ms > %d\n", MAX_CLIENTS,
+			MAX_EVENTS, SESSION_MS);
 		return 2;
 	}
 	if (!zkserver_available(why, sizeof(why)))
@@ -1062,9 +1186,12 @@ int main(int argc, char **argv)
 	TAP_REQUIRE(proc_find_tool("examples/kv/twkv", twkv, sizeof(twkv)) == 0,
 		    "examples/kv/twkv not built");
 	seed = tap_seed();
-	tap_diag("history check on %s: %u s, %u kills, %u pauses, %u client threads x %d in flight, "
-		 "%u keys, seed %" PRIu64 " (TW_SEED=%" PRIu64 " repeats the schedule)",
-		 prov, duration, kills, pauses, nclients, DEPTH, nkeys, seed, seed);
+	tap_diag("history check on %s: %u s, %u kills, %u pauses of %u ms, %u kills with a pause, "
+		 "%d servers, connect timeout %s ms, RPC timeout %s ms, %u client threads x %d in "
+		 "flight, %u keys, seed %" PRIu64 " (TW_SEED=%" PRIu64 " repeats the schedule)", prov,
+		 duration, kills, pauses, pause_ms, pause_kills, nsrv,
+		 connect_ms[0] ? connect_ms : "(twkv's default)", rpc_ms[0] ? rpc_ms : "(default)",
+		 nclients, DEPTH, nkeys, seed, seed);
 	snprintf(root, sizeof(root), "%s/kvhist.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
 	zkserver_start(&zk);
@@ -1077,9 +1204,9 @@ int main(int argc, char **argv)
 		rc = configure_standby_late(err, sizeof(err)) ? 0 : -1;
 	else
 		rc = kv_configure(&map, 60000, err, sizeof(err));
-	ok(rc == 0, "configured %d servers, %d partitions, r = 2, one standby%s, 512 KiB log "
-	   "memory each: %s", NSRV, NPART, late ? " started after the owners" : "",
-	   rc ? err : "ok");
+	ok(rc == 0, "configured %d servers, %d partitions, r = 2, %s%s, 512 KiB log memory each: "
+	   "%s", nsrv, NPART, nsrv > NPART + 1 ? "two standbys" : "one standby",
+	   late ? ", one started after the owners" : "", rc ? err : "ok");
 	TAP_REQUIRE(rc == 0, "cannot go on");
 
 	keyname = calloc(nkeys, sizeof(*keyname));
@@ -1111,7 +1238,7 @@ int main(int argc, char **argv)
 	for (unsigned t = 0; t < nclients; t++)
 		TAP_REQUIRE(pthread_create(&clis[t].th, NULL, client_main, &clis[t]) == 0,
 			    "pthread_create");
-	nemesis(seed, duration, kills, pauses);
+	nemesis(seed, duration, kills, pauses, pause_kills);
 	t_stop = now_ns();
 	atomic_store(&stop_load, true);
 	for (unsigned t = 0; t < nclients; t++)
@@ -1140,31 +1267,47 @@ int main(int argc, char **argv)
 	tap_diag("history: %" PRIu64 " PUTs (%" PRIu64 " acknowledged, %" PRIu64 " failed or timed "
 		 "out), %" PRIu64 " GETs (%" PRIu64 " ok, %" PRIu64 " failed or timed out)",
 		 k.puts, k.puts_ok, k.puts_failed, k.gets, k.gets_ok, k.gets_failed);
-	unavailability(false);
-	unavailability(true);
+	unavailability(EV_KILL, false, &med_kill);
+	unavailability(EV_PAUSE, false, &med_pause);
+	unavailability(EV_PAUSE_KILL, false, &med_pk);
+	unavailability(EV_PAUSE_KILL, true, &med_pkp);
+	if (med_kill != UINT64_MAX || med_pk != UINT64_MAX)
+		tap_diag("median unavailability per kill %s, per kill with a pause %s, against the "
+			 "session timeout + 0.5 s = %d ms",
+			 med_kill == UINT64_MAX ? "-" : med_kill <= SESSION_MS + 500 ? "within" : "OVER",
+			 med_pk == UINT64_MAX ? "-" : med_pk <= SESSION_MS + 500 ? "within" : "OVER",
+			 SESSION_MS + 500);
 	collateral();
-	ok(nevents == kills + pauses, "the nemesis ran %u kills and %u pauses", kills, pauses);
+	ok(nevents == kills + pauses + pause_kills, "the nemesis ran %u kills, %u pauses and %u "
+	   "kills with a pause", kills, pauses, pause_kills);
 	{
 		unsigned moved = 0, moved_pause = 0, unsettled = 0, rejoined = 0, npause = 0, slow = 0;
 		uint64_t worst = 0;
 
 		for (unsigned e = 0; e < nevents; e++) {
+			const struct event *ev = &events[e];
+
 			/* A pause is not held to it: the 2.5 session timeouts of one server's
 			 * pause, on a loaded machine, also let other sessions lapse (a run on
 			 * sockets at load 36: the nemesis itself woke 6.7 s late). */
-			if (events[e].pause)
-				moved_pause += events[e].moved != 0;
+			if (ev->kind != EV_KILL)
+				moved_pause += ev->moved != 0;
 			else
-				moved += events[e].moved != 0;
-			unsettled += !events[e].settled;
-			npause += events[e].pause;
-			rejoined += events[e].pause && events[e].rejoined;
-			slow += events[e].pool_ns > (uint64_t)POOL_LIMIT_MS * 1000000u;
-			if (events[e].pool_ns != UINT64_MAX && events[e].pool_ns > worst)
-				worst = events[e].pool_ns;
+				moved += ev->moved != 0;
+			unsettled += !ev->settled;
+			npause += ev->kind != EV_KILL;
+			rejoined += ev->kind != EV_KILL && ev->rejoined;
+			slow += ev->pool_ns > (uint64_t)POOL_LIMIT_MS * 1000000u;
+			if (ev->pool_ns != UINT64_MAX && ev->pool_ns > worst)
+				worst = ev->pool_ns;
+			if (ev->kind == EV_PAUSE_KILL) {
+				slow += ev->ppool_ns > (uint64_t)POOL_LIMIT_MS * 1000000u;
+				if (ev->ppool_ns != UINT64_MAX && ev->ppool_ns > worst)
+					worst = ev->ppool_ns;
+			}
 		}
-		tap_diag("pauses after which a partition the victim did not serve moved: %u of %u",
-			 moved_pause, npause);
+		tap_diag("pauses (alone or with a kill) after which a partition neither the victim nor "
+			 "the paused server served moved: %u of %u", moved_pause, npause);
 		ok(moved == 0 && unsettled == 0, "each kill moved only the victim's partitions, and "
 		   "every partition was served again after every event (%u kills moved another, %u "
 		   "events did not settle within %d ms)", moved, unsettled, SETTLE_LIMIT_MS);
@@ -1173,8 +1316,16 @@ int main(int argc, char **argv)
 		ok(rejoined == npause, "every paused server stood by again by itself, without a "
 		   "restart (%u of %u)", rejoined, npause);
 	}
-	ok(k.lost == 0, "no lost acknowledged PUT: the final read of all %u keys (%" PRIu64
-	   " violations)", nkeys, k.lost);
+	{
+		unsigned answered = 0;
+
+		for (uint32_t i = 0; i < loader->n; i++)
+			answered += op_at(loader, i)->final && op_at(loader, i)->result == RES_OK;
+		/* A final read that failed checks nothing: "every key answered its final read"
+		 * below fails then. */
+		ok(k.lost == 0, "no lost acknowledged PUT in the final reads that answered (%u of %u "
+		   "keys; %" PRIu64 " violations)", answered, nkeys, k.lost);
+	}
 	ok(k.stale == 0, "no stale read (%" PRIu64 " violations)", k.stale);
 	ok(k.phantom == 0, "no value never written (%" PRIu64 " violations, %" PRIu64
 	   " of them unparsable)", k.phantom, (uint64_t)atomic_load(&bad_values));
@@ -1197,6 +1348,9 @@ int main(int argc, char **argv)
 		   final_failed);
 	}
 	ok(k.puts_ok > 0 && k.gets_ok > 0, "the workload made progress");
+	for (int i = 0; i < nsrv; i++)
+		crashed(i, "by the end of the run");
+	ok(crashes == 0, "no server died on its own (%u did; a crash, logged above)", crashes);
 
 	for (unsigned t = 0; t <= nclients; t++) {
 		kvc_close(clis[t].c);
@@ -1206,9 +1360,12 @@ int main(int argc, char **argv)
 	free(keyname);
 	free(keylen);
 	free(keypart);
-	for (int i = 0; i < NSRV; i++)
-		proc_kill(srv[i], SIGTERM);
-	for (int i = 0; i < NSRV; i++) {
+	for (int i = 0; i < nsrv; i++)
+		if (srv[i])
+			proc_kill(srv[i], SIGTERM);
+	for (int i = 0; i < nsrv; i++) {
+		if (!srv[i])
+			continue;
 		proc_wait(srv[i], 30000);
 		proc_free(srv[i]);
 	}
