@@ -88,8 +88,9 @@ static int own_name(struct ofi_fab *of)
 #define SMR_V117_CMA_ON 1
 #define SMR_V117_OFF_LOCK TW_SMR_V117_OFF_LOCK /* ofi_int.h */
 
-/* Peers in this process (below) */
-pthread_rwlock_t tw__shm_local_lock = PTHREAD_RWLOCK_INITIALIZER;
+/* Peers in this process (below). Writers first: the readers of several polling threads could
+ * otherwise keep a closing endpoint waiting for good. No thread takes it twice. */
+pthread_rwlock_t tw__shm_local_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static atomic_uint local_closes; /* endpoints closed under the lock */
 #define RMA_ORDERS (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
 		    FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RMA_RAR | \
