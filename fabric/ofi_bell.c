@@ -225,7 +225,7 @@ int tw__bell_sleep(struct ofi_fab *of, int timeout_ms)
 	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
 	struct pollfd pfd = {.fd = of->evfd, .events = POLLIN};
 	struct fi_cq_data_entry e;
-	bool work = false;
+	bool work = false, lk;
 	uint32_t seq;
 	ssize_t n;
 
@@ -234,9 +234,11 @@ int tw__bell_sleep(struct ofi_fab *of, int timeout_ms)
 	seq = atomic_load(&b->seq);
 	atomic_exchange(&b->sleeping, 1); /* before the last look (read-modify-write: above) */
 	/* The last look. A completion read here waits in the FIFO for the next poll. */
+	lk = tw__shm_local_enter(of->local_peers); /* ofi_rdm.c: peers in this process */
 	tw__wedge_enter(of); /* shm: progress may wait for our region lock (ofi_wedge.c) */
 	n = fi_cq_read(of->cq, &e, 1);
 	tw__wedge_leave(of);
+	tw__shm_local_leave(lk);
 	of->base.stats.cq_polls++;
 	if (n == 1) {
 		of->pend[(of->pend_head + of->pend_count++) % TW_ARRAY_SIZE(of->pend)] = e;
@@ -247,9 +249,11 @@ int tw__bell_sleep(struct ofi_fab *of, int timeout_ms)
 	if (of->rw_cntr) {
 		uint64_t v;
 
+		lk = tw__shm_local_enter(of->local_peers);
 		tw__wedge_enter(of);
 		v = fi_cntr_read(of->rw_cntr);
 		tw__wedge_leave(of);
+		tw__shm_local_leave(lk);
 		if (v != of->rw_seen)
 			work = true; /* remote writes carried out in that look: the backoff's */
 	}

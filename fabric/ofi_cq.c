@@ -320,9 +320,12 @@ static int drain_cq(struct ofi_fab *of, struct fid_cq *cq, struct ofi_chan *msg_
 
 		if (!space)
 			break;
+		bool lk = tw__shm_local_enter(of->local_peers); /* ofi_rdm.c: peers in this process */
+
 		tw__wedge_enter(of); /* shm: progress may wait for our region lock (ofi_wedge.c) */
 		n = fi_cq_read(cq, e, TW_MIN(space, TW_ARRAY_SIZE(e)));
 		tw__wedge_leave(of);
+		tw__shm_local_leave(lk);
 		of->base.stats.cq_polls++;
 		if (n == -FI_EAGAIN)
 			break;
@@ -497,10 +500,12 @@ int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 	 * (tw__ofi_poll); fi_cntr_read progresses the endpoint once more. */
 	if (of->rw_cntr) {
 		uint64_t v;
+		bool lk = tw__shm_local_enter(of->local_peers);
 
 		tw__wedge_enter(of);
 		v = fi_cntr_read(of->rw_cntr);
 		tw__wedge_leave(of);
+		tw__shm_local_leave(lk);
 
 		if (v != of->rw_seen) {
 			of->rw_seen = v;
@@ -626,7 +631,16 @@ int tw__post_tx(struct ofi_fab *of, struct ofi_chan *ch, struct ofi_ctx *ctx, po
 			credit = false; /* its region is locked: progress and retry */
 		}
 		if (credit) {
-			ssize_t r = fn(of, ch, ctx, arg);
+			/* A peer endpoint of this process: not closed, and not while we post. */
+			bool lk = tw__shm_local_enter(ch->local);
+			ssize_t r;
+
+			if (lk && !tw__rdm_local_may_post(of, ch)) {
+				tw__shm_local_leave(lk);
+				return chan_err(ch) < 0 ? chan_err(ch) : -TW_EPEERLOST;
+			}
+			r = fn(of, ch, ctx, arg);
+			tw__shm_local_leave(lk);
 			tw__bell_ring(of, ch->peer_bell); /* shm: a sleeping peer; -FI_EAGAIN too */
 			if (r == 0) {
 				ctx->deadline_ns = tw__fab_op_deadline(&of->base);

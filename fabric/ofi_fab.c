@@ -142,7 +142,7 @@ static void release(struct ofi_fab *of)
 	tw__rdm_shm_fast_fini(of);
 	tw__wedge_unwatch(of); /* before the endpoint: the watchdog reads its region */
 	if (of->ep)
-		fi_close(&of->ep->fid);
+		tw__rdm_close_ep(of); /* shm: keeps its region for peers in this process */
 	if (of->rw_cntr)
 		fi_close(&of->rw_cntr->fid);
 	if (of->cq)

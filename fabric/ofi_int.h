@@ -21,6 +21,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
@@ -165,6 +166,9 @@ struct ofi_fab {
 	 * has never connected out (ofi_rdm.c "AV entries on shm") */
 	struct rdm_peer *peers;
 	bool give_back, connected_out;
+	/* shm: a channel of this fab was to another endpoint of this process (ofi_rdm.c "Peers
+	 * in this process"): its progress takes tw__shm_local_lock, its close keeps its region */
+	bool local_peers;
 	uint64_t sweep_ns;      /* next look at the entries no channel uses */
 	bool mr_allocated; /* FI_MR_ALLOCATED: registered pages must be backed (tw__ofi_mr_reg) */
 	bool drain_close;       /* sockets: close a channel's endpoint only once its transfers
@@ -236,6 +240,8 @@ struct ofi_chan {
 	uint32_t peer_id;
 	struct rdm_peer *peer;  /* shm: its AV entry (one reference), NULL once down */
 	bool self;              /* the peer is our own endpoint (shm: cma_cap_self applies) */
+	bool local;             /* shm: the peer is another endpoint of this process */
+	unsigned local_seen;    /* the count of local closes when last checked (ofi_rdm.c) */
 	/* shm: the peer process, watched so that nothing is posted to a dead one (ofi_rdm.c,
 	 * docs/failover.md "shm: a killed backup"). Valid while `watched`. */
 	bool watched;
@@ -334,6 +340,27 @@ static inline bool tw__rdm_shm_may_post(struct ofi_fab *of, struct ofi_chan *ch)
 		return true;
 	return tw__rdm_shm_may_post_slow(of, ch);
 }
+
+/* shm peers in this process (ofi_rdm.c "Peers in this process"): an endpoint's close takes
+ * the lock for writing; posts to such a peer and the progress of a fab that has one take it for
+ * reading, around the libfabric call only (never across a callback). */
+extern pthread_rwlock_t tw__shm_local_lock;
+static inline bool tw__shm_local_enter(bool use)
+{
+	if (use)
+		pthread_rwlock_rdlock(&tw__shm_local_lock);
+	return use;
+}
+static inline void tw__shm_local_leave(bool held)
+{
+	if (held)
+		pthread_rwlock_unlock(&tw__shm_local_lock);
+}
+/* Under the read lock, before a post to a peer of this process: false (and the channel lost)
+ * once that endpoint was closed. */
+bool tw__rdm_local_may_post(struct ofi_fab *of, struct ofi_chan *ch);
+/* Close the endpoint; shm with peers in this process: keep its region mapped (ofi_rdm.c). */
+void tw__rdm_close_ep(struct ofi_fab *of);
 
 /* ofi_wedge.c: a region lock left held by a killed peer (docs/fabric.md "A writer killed
  * holding a region lock"). The watchdog frees our region's lock when our progress has waited

@@ -87,6 +87,11 @@ static int own_name(struct ofi_fab *of)
 #define SMR_V117_OFF_CMA_SELF 9
 #define SMR_V117_CMA_ON 1
 #define SMR_V117_OFF_LOCK TW_SMR_V117_OFF_LOCK /* ofi_int.h */
+
+/* Peers in this process (below). Writers first: the readers of several polling threads could
+ * otherwise keep a closing endpoint waiting for good. No thread takes it twice. */
+pthread_rwlock_t tw__shm_local_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static atomic_uint local_closes; /* endpoints closed under the lock */
 #define RMA_ORDERS (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
 		    FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RMA_RAR | \
 		    FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAR | FI_ORDER_RMA_WAW | \
@@ -267,6 +272,11 @@ static void shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 	}
 	ch->peer_pid = pid;
 	ch->watched = true;
+	if (pid == (int)getpid()) { /* another endpoint of this process (below) */
+		ch->local = true;
+		ch->local_seen = atomic_load(&local_closes);
+		of->local_peers = true;
+	}
 	if (pid <= 0 || pid == (int)getpid()) {
 		ch->watched = ch->peer_lock != NULL; /* the lock check still applies */
 		if (!ch->watched)
@@ -351,6 +361,136 @@ bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch)
 	ch->checked_ns = now;
 	of->base.stats.shm_peer_checks++;
 	return !peer_dead(of, ch);
+}
+
+/*
+ * Peers in this process (docs/fabric.md "shm: a peer endpoint of this process closed"). A twkv
+ * server runs its primary's fab and its embedded backup's fab in one process, and the primary
+ * connects to its own backup. libfabric 1.17's shm maps a peer endpoint of the same process by
+ * borrowing that endpoint's own mapping: smr_map_to_region (prov/util/src/util_shm.c) finds the
+ * name in the process-wide ep_name_list and takes its `region` pointer. The endpoint's fi_close
+ * (smr_ep_close → smr_free) unlinks and munmaps its region but never takes the name off that
+ * list, and nothing tells the other endpoints' AVs: their entries keep pointing at unmapped
+ * memory. The next post to it (smr_generic_sendmsg → pthread_spin_lock(&peer_smr->lock),
+ * prov/shm/src/smr_msg.c; smr_rma.c likewise), a command of the closed endpoint still queued
+ * whose response goes to its region (smr_progress_cmd, prov/shm/src/smr_progress.c), or a
+ * later insert of its name died of SIGSEGV: the crashes of issue 34's long shm run, in the
+ * backup's reply to an RPC of its own primary after the primary closed or reset its fab. Our
+ * pidfd watch does not see it (the process lives), nor the lock check (our own mapping of the
+ * header stays valid).
+ *
+ * So a fab that had a channel to another endpoint of this process (`local_peers`):
+ *   - at its endpoint's close keeps its region mapped where it was: it opens the shm object
+ *     first and, right after fi_close, maps it again at the same address (MAP_FIXED_NOREPLACE:
+ *     never over a mapping made meanwhile). The other endpoints' pointers stay valid; what they
+ *     post lands in a region nobody progresses (a BYE went first; the op timeout ends the rest).
+ *     Each such close keeps the pages touched of that region (the command queue and the inject
+ *     buffers used: at most its size) until the process exits;
+ *   - does that under tw__shm_local_lock held for writing, and bumps local_closes;
+ *   - posts to a peer of this process and the progress of a fab that has one hold the lock for
+ *     reading around the libfabric call, so none runs between the munmap and the new mapping;
+ *   - before such a post, when local_closes moved since the channel last looked, the
+ *     channel checks that the peer's region still exists (/dev/shm: smr_free unlinks it at the
+ *     close) and is lost if not, instead of posting into the dead region.
+ * The lock is uncontended but while an endpoint of this process closes; channels to other
+ * processes never take it. Only libfabric 1.17's region header (SMR_VERSION 4) is trusted for
+ * the address and size; with any other, the endpoint closes as before (and logs it).
+ */
+
+#define SMR_V117_OFF_BASE 16                      /* void *base_addr */
+#define SMR_V117_OFF_TOTAL (SMR_V117_OFF_LOCK + 16) /* lock, signal, map; size_t total_size */
+
+static int region_stat(const char *name, struct stat *st);
+
+bool tw__rdm_local_may_post(struct ofi_fab *of, struct ofi_chan *ch)
+{
+	unsigned n = atomic_load(&local_closes);
+	struct stat st;
+
+	if (n == ch->local_seen)
+		return true;
+	ch->local_seen = n;
+	if (region_stat(ch->base.peer, &st) == 0 || errno != ENOENT)
+		return true;
+	ch->peer_gone = true;
+	if (!ch->base.lost && !ch->base.is_down && !ch->base.closed && !ch->going_down) {
+		tw__fab_set_errmsg(&of->base, "shm peer %s (an endpoint of this process) was "
+				   "closed", ch->base.peer);
+		tw_log_warn("fabric shm: %s; failing the channel without posting to it",
+			    of->base.errmsg);
+		tw__chan_set_lost(&ch->base, -TW_EPEERLOST);
+	}
+	return false;
+}
+
+/* Our region's address and size in this process, read from its header (libfabric 1.17 only),
+ * and a descriptor of its shm object to map it again; false if not known. */
+static bool own_region(struct ofi_fab *of, void **base, size_t *len, int *fd_out)
+{
+	const char *name = strstr(of->name, "://");
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t v = fi_version();
+	const unsigned char *h;
+	bool ok = false;
+	void *p;
+	int fd, pid;
+
+	if (!name || FI_MAJOR(v) != 1 || FI_MINOR(v) != 17)
+		return false;
+	fd = shm_open(name + 3, O_RDWR, 0);
+	if (fd < 0)
+		return false;
+	p = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+	if (p != MAP_FAILED) {
+		h = p;
+		memcpy(&pid, h + SMR_V117_OFF_PID, sizeof(pid));
+		memcpy(base, h + SMR_V117_OFF_BASE, sizeof(*base));
+		memcpy(len, h + SMR_V117_OFF_TOTAL, sizeof(*len));
+		ok = h[0] == SMR_V117_VERSION && pid == (int)getpid() && *base && *len;
+		munmap(p, (size_t)page);
+	}
+	if (!ok) {
+		close(fd);
+		return false;
+	}
+	*fd_out = fd;
+	return true;
+}
+
+void tw__rdm_close_ep(struct ofi_fab *of)
+{
+	void *base = NULL, *p;
+	size_t len = 0;
+	int fd = -1;
+
+	if (!of->shm || !of->local_peers) {
+		fi_close(&of->ep->fid);
+		return;
+	}
+	pthread_rwlock_wrlock(&tw__shm_local_lock);
+	atomic_fetch_add(&local_closes, 1);
+	if (!own_region(of, &base, &len, &fd)) {
+		fi_close(&of->ep->fid);
+		pthread_rwlock_unlock(&tw__shm_local_lock);
+		tw_log_warn("fabric shm: %s closed without keeping its region (its layout is not "
+			    "known): another endpoint of this process still posting to it may crash",
+			    of->name);
+		return;
+	}
+	fi_close(&of->ep->fid); /* smr_free: shm_unlink, munmap */
+	p = mmap(base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+	pthread_rwlock_unlock(&tw__shm_local_lock);
+	close(fd);
+	if (p == base) {
+		tw_log_debug("fabric shm: %s closed; its region (%zu bytes) stays mapped for the "
+			     "endpoints of this process that knew it", of->name, len);
+		return;
+	}
+	if (p != MAP_FAILED)
+		munmap(p, len); /* a kernel without MAP_FIXED_NOREPLACE put it elsewhere */
+	tw_log_warn("fabric shm: %s closed; its region could not stay mapped (%s): another "
+		    "endpoint of this process still posting to it may crash", of->name,
+		    p == MAP_FAILED ? strerror(errno) : "mapped elsewhere");
 }
 
 /*
