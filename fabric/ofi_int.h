@@ -167,7 +167,7 @@ struct ofi_fab {
 	struct rdm_peer *peers;
 	bool give_back, connected_out;
 	/* shm: a channel of this fab was to another endpoint of this process (ofi_rdm.c "Peers
-	 * in this process"): its progress takes tw__shm_local_lock, its close keeps its region */
+	 * in this process"): its progress takes the peers-in-this-process lock, its close keeps its region */
 	bool local_peers;
 	uint64_t sweep_ns;      /* next look at the entries no channel uses */
 	bool mr_allocated; /* FI_MR_ALLOCATED: registered pages must be backed (tw__ofi_mr_reg) */
@@ -344,17 +344,18 @@ static inline bool tw__rdm_shm_may_post(struct ofi_fab *of, struct ofi_chan *ch)
 /* shm peers in this process (ofi_rdm.c "Peers in this process"): an endpoint's close takes
  * the lock for writing; posts to such a peer and the progress of a fab that has one take it for
  * reading, around the libfabric call only (never across a callback). */
-extern pthread_rwlock_t tw__shm_local_lock;
+void tw__shm_local_rdlock(void);
+void tw__shm_local_unlock(void);
 static inline bool tw__shm_local_enter(bool use)
 {
 	if (use)
-		pthread_rwlock_rdlock(&tw__shm_local_lock);
+		tw__shm_local_rdlock();
 	return use;
 }
 static inline void tw__shm_local_leave(bool held)
 {
 	if (held)
-		pthread_rwlock_unlock(&tw__shm_local_lock);
+		tw__shm_local_unlock();
 }
 /* Under the read lock, before a post to a peer of this process: false (and the channel lost)
  * once that endpoint was closed. */

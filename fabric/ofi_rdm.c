@@ -90,8 +90,18 @@ static int own_name(struct ofi_fab *of)
 
 /* Peers in this process (below). Writers first: the readers of several polling threads could
  * otherwise keep a closing endpoint waiting for good. No thread takes it twice. */
-pthread_rwlock_t tw__shm_local_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static pthread_rwlock_t local_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static atomic_uint local_closes; /* endpoints closed under the lock */
+
+void tw__shm_local_rdlock(void)
+{
+	pthread_rwlock_rdlock(&local_lock);
+}
+
+void tw__shm_local_unlock(void)
+{
+	pthread_rwlock_unlock(&local_lock);
+}
 #define RMA_ORDERS (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
 		    FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_RMA_RAR | \
 		    FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAR | FI_ORDER_RMA_WAW | \
@@ -386,7 +396,7 @@ bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch)
  *     post lands in a region nobody progresses (a BYE went first; the op timeout ends the rest).
  *     Each such close keeps the pages touched of that region (the command queue and the inject
  *     buffers used: at most its size) until the process exits;
- *   - does that under tw__shm_local_lock held for writing, and bumps local_closes;
+ *   - does that under local_lock held for writing, and bumps local_closes;
  *   - posts to a peer of this process and the progress of a fab that has one hold the lock for
  *     reading around the libfabric call, so none runs between the munmap and the new mapping;
  *   - before such a post, when local_closes moved since the channel last looked, the
@@ -467,11 +477,11 @@ void tw__rdm_close_ep(struct ofi_fab *of)
 		fi_close(&of->ep->fid);
 		return;
 	}
-	pthread_rwlock_wrlock(&tw__shm_local_lock);
+	pthread_rwlock_wrlock(&local_lock);
 	atomic_fetch_add(&local_closes, 1);
 	if (!own_region(of, &base, &len, &fd)) {
 		fi_close(&of->ep->fid);
-		pthread_rwlock_unlock(&tw__shm_local_lock);
+		pthread_rwlock_unlock(&local_lock);
 		tw_log_warn("fabric shm: %s closed without keeping its region (its layout is not "
 			    "known): another endpoint of this process still posting to it may crash",
 			    of->name);
@@ -479,7 +489,7 @@ void tw__rdm_close_ep(struct ofi_fab *of)
 	}
 	fi_close(&of->ep->fid); /* smr_free: shm_unlink, munmap */
 	p = mmap(base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
-	pthread_rwlock_unlock(&tw__shm_local_lock);
+	pthread_rwlock_unlock(&local_lock);
 	close(fd);
 	if (p == base) {
 		tw_log_debug("fabric shm: %s closed; its region (%zu bytes) stays mapped for the "
