@@ -3,7 +3,6 @@
  * handshake (proto/auth.c), RPC client (proto/rpc_client.c), loss, reconnection.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,80 +32,6 @@ void tw__peer_init(struct tw_peer *p, const char *addr, void *user)
 	snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
 	p->user = user;
 	p->peer_minor = -1;
-}
-
-/* The suspect table (peer/peer.h). `until_ns` 0: a free slot. */
-static struct {
-	char addr[TW_ADDR_MAX];
-	uint64_t until_ns;
-} suspects[TW_PEER_SUSPECT_MAX];
-static pthread_mutex_t suspects_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* The slot of `addr` that is still marked at `now`, or NULL. Under suspects_lock. */
-static int suspect_find(const char *addr, uint64_t now)
-{
-	for (int i = 0; i < TW_PEER_SUSPECT_MAX; i++)
-		if (suspects[i].until_ns > now && strcmp(suspects[i].addr, addr) == 0)
-			return i;
-	return -1;
-}
-
-bool tw__peer_suspect(const char *addr)
-{
-	bool r;
-
-	if (!addr || !addr[0])
-		return false;
-	pthread_mutex_lock(&suspects_lock);
-	r = suspect_find(addr, tw_now_ns()) >= 0;
-	pthread_mutex_unlock(&suspects_lock);
-	return r;
-}
-
-void tw__peer_suspect_mark(const char *addr, unsigned ms)
-{
-	uint64_t now = tw_now_ns(), until = now + (uint64_t)ms * 1000000u;
-	int i, pick = 0;
-
-	if (!addr || !addr[0] || ms == 0)
-		return;
-	pthread_mutex_lock(&suspects_lock);
-	i = suspect_find(addr, now);
-	if (i >= 0) {
-		if (suspects[i].until_ns < until)
-			suspects[i].until_ns = until;
-		pthread_mutex_unlock(&suspects_lock);
-		return;
-	}
-	for (i = 0; i < TW_PEER_SUSPECT_MAX; i++) { /* a free or expired slot, else the first to end */
-		if (suspects[i].until_ns <= now) {
-			pick = i;
-			break;
-		}
-		if (suspects[i].until_ns < suspects[pick].until_ns)
-			pick = i;
-	}
-	snprintf(suspects[pick].addr, sizeof(suspects[pick].addr), "%s", addr);
-	suspects[pick].until_ns = until;
-	pthread_mutex_unlock(&suspects_lock);
-}
-
-void tw__peer_suspect_clear(const char *addr)
-{
-	pthread_mutex_lock(&suspects_lock);
-	for (int i = 0; i < TW_PEER_SUSPECT_MAX; i++)
-		if (!addr || strcmp(suspects[i].addr, addr) == 0)
-			suspects[i].until_ns = 0;
-	pthread_mutex_unlock(&suspects_lock);
-}
-
-/* How long a timed-out connect under `o` marks its address. */
-static unsigned suspect_ms(const struct tw_peer_opts *o)
-{
-	unsigned t = o->connect_timeout_ms ? o->connect_timeout_ms : TW_DEFAULT_CONNECT_TIMEOUT_MS;
-	unsigned ms = t > UINT32_MAX / 2 ? UINT32_MAX : 2 * t;
-
-	return ms < TW_PEER_SUSPECT_MIN_MS ? TW_PEER_SUSPECT_MIN_MS : ms;
 }
 
 /* Write into `why` what a failed connect to `addr` means in an operator's terms (refused,
@@ -177,18 +102,9 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 
 	p->up = false;
 	p->failed = TW_PEER_CONNECT; /* p->lost stays until the Handshake is done (below) */
-	if (o->skip_suspect && tw__peer_suspect(p->addr)) {
-		p->ch = NULL;
-		snprintf(p->why, sizeof(p->why), "cannot connect: a connect to it timed out within "
-			 "the last %u ms; not waiting on it again (a background probe tries it)",
-			 suspect_ms(o));
-		return -ETIMEDOUT;
-	}
 	rc = tw__fab_connect(fab, p->addr, &p->ch);
 	if (rc < 0) {
 		p->ch = NULL;
-		if (rc == -ETIMEDOUT)
-			tw__peer_suspect_mark(p->addr, suspect_ms(o));
 		connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
 			    o->timeout_hint);
 		return rc;
@@ -207,12 +123,9 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	p->failed = TW_PEER_HANDSHAKE;
 	rc = o->no_handshake ? 0 : handshake(p, o);
 	if (rc < 0) {
-		if (rc == -ETIMEDOUT)
-			tw__peer_suspect_mark(p->addr, suspect_ms(o));
 		tw__peer_close(p);
 		return rc;
 	}
-	tw__peer_suspect_clear(p->addr);
 	p->failed = TW_PEER_OK;
 	p->up = true;
 	p->lost = false;

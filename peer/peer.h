@@ -44,12 +44,6 @@ struct tw_peer_opts {
 	 * said) and the option that raises it ("" or NULL: none named). */
 	unsigned connect_timeout_ms;
 	const char *timeout_hint;
-	/* Fail at once with -ETIMEDOUT, without trying, on an address that is suspect (its
-	 * connect or Handshake timed out within the last window, tw__peer_suspect): one takeover's
-	 * steps (recovery, the log's open, the context) then wait one connect timeout on a paused
-	 * backup, not one each. A background probe leaves this false: it must try, and its
-	 * success clears the mark. */
-	bool skip_suspect;
 };
 
 /* Defaults: no key, node id from the host and process, `role`, RPC defaults. */
@@ -96,23 +90,6 @@ void tw__peer_init(struct tw_peer *p, const char *addr, void *user);
  * -TW_EVERSION, -ETIMEDOUT, ...). Blocking (progresses `fab`).
  */
 int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer_opts *o);
-
-/*
- * Suspect addresses, one table per process (locked; never on the data path). A connect or
- * Handshake of tw__peer_connect that ends in -ETIMEDOUT marks the address for twice the connect
- * timeout it was given (TW_DEFAULT_CONNECT_TIMEOUT_MS when it said none), at least
- * TW_PEER_SUSPECT_MIN_MS; a successful connect clears the mark. When the table is full the
- * mark that ends first gives way.
- */
-#define TW_PEER_SUSPECT_MIN_MS 2000u
-#define TW_PEER_SUSPECT_MAX 64
-/* Whether `addr` is marked now. */
-bool tw__peer_suspect(const char *addr);
-/* Mark `addr` for `ms` milliseconds from now (a longer mark already there is kept); an RPC
- * that timed out on an open channel marks this way too (primary_rerep.c's spare choice). */
-void tw__peer_suspect_mark(const char *addr, unsigned ms);
-/* Clear `addr`'s mark (NULL: every mark; for tests). */
-void tw__peer_suspect_clear(const char *addr);
 
 /* Destroy the RPC client (pending calls complete with -TW_ECLOSED), then close the channel.
  * p->why, p->gen and p->lost are kept (a lost peer stays lost until it connects again); p->up

@@ -66,10 +66,6 @@ void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o)
 	o->node_id = ctx->node_id;
 	if (ctx->cfg.rpc_timeout_ms)
 		o->rpc.timeout_ms = ctx->cfg.rpc_timeout_ms;
-	o->connect_timeout_ms = ctx->cfg.connect_timeout_ms;
-	/* A backup whose connect timed out moments ago (in this takeover's recovery, say) is
-	 * unreachable at once: the reviver (ctx_revive.c) probes it and clears the mark. */
-	o->skip_suspect = true;
 	if (ctx->owner)
 		o->incarnation = ctx->log_ops->incarnation(ctx->owner);
 }

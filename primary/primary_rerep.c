@@ -145,18 +145,14 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 		for (size_t k = 0; p->ctx->shared && k < p->nbk; k++)
 			if (p->bk[k].c->peer.lost && !p->bk[k].c->dead)
 				tw__ctx_heal(p->ctx, p->bk[k].c);
-		for (size_t k = 0; k < 2 * p->nbk; k++) {
-			/* k = 0: the lost replica's own backup, if it is back; then the others. The
-			 * first round skips suspect backups (a connect or RPC to them timed out
-			 * moments ago: peer/peer.h), the second tries only those. */
-			unsigned bi = (unsigned)((s->rep[i] + k % p->nbk) % p->nbk);
+		for (size_t k = 0; k < p->nbk; k++) {
+			/* k = 0: the lost replica's own backup, if it is back; then the others. */
+			unsigned bi = (unsigned)((s->rep[i] + k) % p->nbk);
 			struct pbackup *b = &p->bk[bi];
 			struct tw_rkey rk;
 			const char *msg;
 			int rc;
 
-			if (tw__peer_suspect(b->addr) != (k >= p->nbk))
-				continue;
 			if (!spare_ok(p, s, i, bi) || tw__pcoord_note(p, bi) < 0)
 				continue;
 			PSTAT_ADD(p, rpcs, 1);
@@ -188,11 +184,6 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 				continue;
 			}
 			tw_log_warn("primary: spare %s: %s", b->addr, b->why);
-			if (rc == -ETIMEDOUT) /* a paused process: not the next spare choice's first */
-				tw__peer_suspect_mark(b->addr, 2 * p->ctx->cfg.rpc_timeout_ms >
-							       TW_PEER_SUSPECT_MIN_MS ?
-							       2 * p->ctx->cfg.rpc_timeout_ms :
-							       TW_PEER_SUSPECT_MIN_MS);
 			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EMALFORMED)
 				tw__pfo_lost(p, bi, b->why);
 		}

@@ -170,10 +170,6 @@ static int connect_all(struct rctx *c)
 	po.incarnation = c->incarnation;
 	po.rpc = rcfg;
 	po.connect_timeout_ms = fc.connect_timeout_ms;
-	/* A backup whose connect timed out within the window (peer/peer.h) counts as unreachable
-	 * at once, as the same timeout would have made it: recovery's rules about which copies it
-	 * needs do not change, only the wait. */
-	po.skip_suspect = true;
 	for (unsigned i = 0; i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 

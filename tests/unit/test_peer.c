@@ -11,11 +11,7 @@
  *   - a backup that answers nothing: the fab's connect succeeds, the Handshake times out
  *     (failed = TW_PEER_HANDSHAKE), nothing left open;
  *   - a loss is reported once; lost survives tw__peer_close and a failed connect, a connect
- *     that succeeds clears it;
- *   - suspect addresses: the silent backup's timeout marks it; three connects in a row with
- *     skip_suspect (one takeover's recovery, log open and context) cost one timeout, not three;
- *     a probe (no skip_suspect) still tries, and once the backup answers its success clears
- *     the mark; the table keeps working past its size.
+ *     that succeeds clears it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,7 +20,6 @@
 #include "fabric/fabric.h"
 #include "peer/peer.h"
 #include "proto/rpc.h"
-#include "core/util.h"
 #include "tap.h"
 #include "tbackup.h"
 
@@ -129,76 +124,7 @@ int main(void)
 	is_int(q.failed, TW_PEER_HANDSHAKE, "silent: at the Handshake (%s)", q.why);
 	ok(!q.ch && !q.rpc && !q.up, "silent: nothing left open");
 	ok(q.why[0] != '\0', "silent: why: %s", q.why);
-
-	/* Suspect: the timeout marked it; the takeover's steps do not wait on it again. */
-	ok(tw__peer_suspect(s.addrs[0]), "suspect: the timed-out Handshake marked the address");
-	tw__peer_suspect_clear(NULL);
-	ok(!tw__peer_suspect(s.addrs[0]), "suspect: cleared");
-	{
-		struct tw_peer_opts os = o;
-		uint64_t t0, t1, t2;
-		int r1, r2, r3;
-
-		os.skip_suspect = true;
-		t0 = tw_now_ns();
-		tw__peer_init(&q, s.addrs[0], NULL);
-		r1 = tw__peer_connect(&q, fab, &os); /* recovery: waits the timeout */
-		t1 = tw_now_ns();
-		r2 = tw__peer_connect(&q, fab, &os); /* the log's open */
-		r3 = tw__peer_connect(&q, fab, &os); /* the context */
-		t2 = tw_now_ns();
-		is_int(r1, -ETIMEDOUT, "suspect: first connect timed out");
-		ok(t1 - t0 >= 400u * 1000000u, "suspect: first connect waited (%llu ms)",
-		   (unsigned long long)((t1 - t0) / 1000000u));
-		ok(r2 == -ETIMEDOUT && r3 == -ETIMEDOUT, "suspect: the next two fail too (%d, %d)",
-		   r2, r3);
-		is_int(q.failed, TW_PEER_CONNECT, "suspect: failed before the fab's connect");
-		ok(strstr(q.why, "not waiting on it again") != NULL, "suspect: why: %s", q.why);
-		ok(t2 - t1 < 250u * 1000000u, "suspect: without waiting (%llu ms for two)",
-		   (unsigned long long)((t2 - t1) / 1000000u));
-		ok(!q.ch && !q.rpc && !q.up, "suspect: nothing left open");
-
-		/* A probe still tries (and waits while the backup is silent). */
-		t0 = tw_now_ns();
-		rc = tw__peer_connect(&q, fab, &o);
-		t1 = tw_now_ns();
-		ok(rc == -ETIMEDOUT && t1 - t0 >= 400u * 1000000u,
-		   "suspect: a probe tries again (%d after %llu ms)", rc,
-		   (unsigned long long)((t1 - t0) / 1000000u));
-
-		/* The backup answers again: within the window the takeover's connects still skip
-		 * it; the probe's success clears the mark. */
-		tbackup_resume(&s.b[0]);
-		ok(tw__peer_connect(&q, fab, &os) == -ETIMEDOUT, "suspect: still skipped after resume");
-		rc = tw__peer_connect(&q, fab, &o);
-		is_int(rc, 0, "suspect: the probe connects (%s)", q.why);
-		ok(!tw__peer_suspect(s.addrs[0]), "suspect: its success cleared the mark");
-		tw__peer_close(&q);
-		rc = tw__peer_connect(&q, fab, &os);
-		is_int(rc, 0, "suspect: the skipping connect connects again (%s)", q.why);
-		tw__peer_close(&q);
-	}
-
-	/* The table: more marks than slots; the newest are kept, clear by address. */
-	{
-		char a[32];
-		bool all = true;
-
-		for (int i = 0; i < TW_PEER_SUSPECT_MAX + 8; i++) {
-			snprintf(a, sizeof(a), "mem://%d", 500000 + i);
-			tw__peer_suspect_mark(a, 10000u + (unsigned)i);
-		}
-		for (int i = 8; i < TW_PEER_SUSPECT_MAX + 8; i++) {
-			snprintf(a, sizeof(a), "mem://%d", 500000 + i);
-			all = all && tw__peer_suspect(a);
-		}
-		ok(all, "table: the %d newest marks kept", TW_PEER_SUSPECT_MAX);
-		ok(!tw__peer_suspect("mem://500000"), "table: the first to end gave way");
-		tw__peer_suspect_clear("mem://500010");
-		ok(!tw__peer_suspect("mem://500010") && tw__peer_suspect("mem://500011"),
-		   "table: clear by address");
-		tw__peer_suspect_clear(NULL);
-	}
+	tbackup_resume(&s.b[0]);
 
 	tw__fab_close(fab);
 	tbackups_stop(&s);
