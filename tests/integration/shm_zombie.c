@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <tailwind/primary.h>
@@ -75,6 +76,29 @@ static bool region_locked(const char *addr)
 	       tw__shm_spin_free_value();
 	munmap(p, 4096);
 	return held;
+}
+
+/*
+ * SIGSTOP A and wait until every thread of it has stopped. kill() returns before the target
+ * stops: a look at the region locks made right after it can see them free while A, still
+ * running on the other CPU, takes one and is then stopped holding it (the hang this test had
+ * in CI: the twd wedged, recovery and LB's open waited on it). waitid with WNOWAIT reports the
+ * stop (or an exit) without reaping, so proc_wait still sees the exit later.
+ */
+static void stop_a(struct proc *a, unsigned round)
+{
+	siginfo_t si;
+	int rc;
+
+	rc = proc_kill(a, SIGSTOP);
+	TAP_REQUIRE(rc == 0 || rc == -ESRCH, "round %u: SIGSTOP A: %s", round, strerror(-rc));
+	if (rc)
+		return;
+	memset(&si, 0, sizeof(si));
+	do
+		rc = waitid(P_PID, (id_t)proc_pid(a), &si, WSTOPPED | WEXITED | WNOWAIT);
+	while (rc < 0 && errno == EINTR);
+	TAP_REQUIRE(rc == 0, "round %u: wait for A to stop: %s", round, strerror(errno));
 }
 
 static uint64_t acked_of(const char *line)
@@ -161,21 +185,24 @@ int main(int argc, char **argv)
 				a_acked = acked_of(line);
 			a_done = strcmp(line, "done") == 0;
 		}
-		proc_kill(a, SIGSTOP);
+		stop_a(a, r);
 		/* Stopped inside a write, A holds a twd's region lock, and that twd can be neither
 		 * fenced nor used until A runs (libfabric 1.17): let it run to its next line and
-		 * stop it again, a bounded number of times (counted). */
-		for (unsigned t = 0; t < 50 && !a_done; t++) {
+		 * stop it again (counted). A twd's own progress holds its lock for microseconds,
+		 * which costs at most a needless restop. */
+		for (unsigned t = 0; !a_done; t++) {
 			bool held = false;
 
 			for (unsigned i = 0; i < 3; i++)
 				held |= region_locked(cl.addr[i]);
 			if (!held)
 				break;
+			TAP_REQUIRE(t < 200, "round %u: A stopped holding a twd's region lock %u "
+				    "times in a row", r, t);
 			restops++;
 			proc_kill(a, SIGCONT);
 			rc = proc_wait_line(a, NULL, line, sizeof(line), 20000);
-			proc_kill(a, SIGSTOP);
+			stop_a(a, r);
 			if (rc >= 0 && strncmp(line, "acked ", 6) == 0)
 				a_acked = acked_of(line);
 			a_done = rc >= 0 && strcmp(line, "done") == 0;
