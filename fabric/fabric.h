@@ -382,6 +382,10 @@ struct tw_fab_stats {
 					* clock") */
 };
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out);
+/* shm: how many regions of this process's closed endpoints are kept for a connection request
+ * their peer has not read yet (libfabric 1.17, docs/fabric.md "shm: a connection request from
+ * a closed endpoint"), after removing those no longer needed. Thread-safe. */
+unsigned tw__fab_shm_kept(void);
 /* stats.writes and stats.fast_writes, from any thread (the stats are the progress thread's). */
 void tw__fab_write_counts(const struct tw_fab *fab, uint64_t *writes, uint64_t *fast_writes);
 

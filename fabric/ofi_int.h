@@ -362,6 +362,18 @@ static inline void tw__shm_local_leave(bool held)
 bool tw__rdm_local_may_post(struct ofi_fab *of, struct ofi_chan *ch);
 /* Close the endpoint; shm with peers in this process: keep its region mapped (ofi_rdm.c). */
 void tw__rdm_close_ep(struct ofi_fab *of);
+/* A closed endpoint's region was removed: channels to peers of this process look again. */
+void tw__rdm_local_bump(void);
+
+/* ofi_keep.c: shm (1.17), the region of an endpoint closed with a connection request its peer
+ * has not read stays under its name until the peer read it (docs/fabric.md "shm: a connection
+ * request from a closed endpoint"). Before fi_close: NULL, or the unread requests found (the
+ * region's name then survives fi_close). After fi_close: keep it (NULL: just sweep). */
+struct tw__keep;
+struct tw__keep *tw__keep_prepare(struct ofi_fab *of);
+void tw__keep_add(struct tw__keep *k);
+/* From progress: every KEEP_SWEEP_MS while regions are kept, remove those no longer needed. */
+void tw__keep_poll(void);
 
 /* ofi_wedge.c: a region lock left held by a killed peer (docs/fabric.md "A writer killed
  * holding a region lock"). The watchdog frees our region's lock when our progress has waited

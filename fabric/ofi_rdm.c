@@ -401,7 +401,8 @@ bool tw__rdm_shm_may_post_slow(struct ofi_fab *of, struct ofi_chan *ch)
  *     reading around the libfabric call, so none runs between the munmap and the new mapping;
  *   - before such a post, when local_closes moved since the channel last looked, the
  *     channel checks that the peer's region still exists (/dev/shm: smr_free unlinks it at the
- *     close) and is lost if not, instead of posting into the dead region.
+ *     close; a region kept for an unread connection request goes later, and ofi_keep.c bumps
+ *     local_closes then) and is lost if not, instead of posting into the dead region.
  * The lock is uncontended but while an endpoint of this process closes; channels to other
  * processes never take it. Only libfabric 1.17's region header (SMR_VERSION 4) is trusted for
  * the address and size; with any other, the endpoint closes as before (and logs it).
@@ -467,7 +468,12 @@ static bool own_region(struct ofi_fab *of, void **base, size_t *len, int *fd_out
 	return true;
 }
 
-void tw__rdm_close_ep(struct ofi_fab *of)
+void tw__rdm_local_bump(void)
+{
+	atomic_fetch_add(&local_closes, 1);
+}
+
+static void close_ep(struct ofi_fab *of)
 {
 	void *base = NULL, *p;
 	size_t len = 0;
@@ -501,6 +507,16 @@ void tw__rdm_close_ep(struct ofi_fab *of)
 	tw_log_warn("fabric shm: %s closed; its region could not stay mapped (%s): another "
 		    "endpoint of this process still posting to it may crash", of->name,
 		    p == MAP_FAILED ? strerror(errno) : "mapped elsewhere");
+}
+
+void tw__rdm_close_ep(struct ofi_fab *of)
+{
+	/* shm: a connection request of ours still unread keeps our region (ofi_keep.c) */
+	struct tw__keep *k = of->shm ? tw__keep_prepare(of) : NULL;
+
+	close_ep(of);
+	if (of->shm)
+		tw__keep_add(k);
 }
 
 /*
@@ -692,6 +708,7 @@ int tw__rdm_shm_check_peers(struct ofi_fab *of)
 		return 0;
 	if (of->give_back)
 		sweep_peers(of);
+	tw__keep_poll(); /* regions kept for unread connection requests (ofi_keep.c) */
 	of->shm_check_ns = of->base.now_ns + TW_SHM_CHECK_MS * 1000000ull;
 	for (;;) {
 		for (; c && n < TW_ARRAY_SIZE(pfd); c = c->next) {
