@@ -77,10 +77,12 @@ int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 {
 	uint64_t node_before = c->peer.gen ? c->peer.peer_node_id : 0;
 	struct tw_peer_opts o;
+	bool skipped;
 	int rc;
 
 	tw__ctx_peer_opts(ctx, &o);
 	o.rpc.max_inflight = ctx->rpc_max_inflight;
+	skipped = tw__peer_skip_has(o.skip, c->peer.addr); /* the takeover waited on it already */
 	rc = tw__peer_connect(&c->peer, ctx->fab, &o);
 	/* The handshake's RPCs count in a private context's log (two with a key). */
 	if (ctx->owner && (rc == 0 || c->peer.failed == TW_PEER_HANDSHAKE)) {
@@ -90,8 +92,9 @@ int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 		c->peer.lost = true;
 		if (c->peer.failed == TW_PEER_CONNECT) {
 			c->dead = true;
-			snprintf(c->peer.why, sizeof(c->peer.why), "unreachable: %s",
-				 tw_strerror(rc));
+			snprintf(c->peer.why, sizeof(c->peer.why), "unreachable: %s%s",
+				 tw_strerror(rc), skipped ? " (in this takeover's recovery; not "
+				 "waited on again, probed in the background)" : "");
 		}
 		return rc;
 	}
