@@ -50,19 +50,6 @@ static void skip_add(struct tw_peer_skip *s, const char *addr)
 	snprintf(s->addr[s->n++], sizeof(s->addr[0]), "%s", addr);
 }
 
-/* Forget `addr` in `s`: it answered. */
-static void skip_del(struct tw_peer_skip *s, const char *addr)
-{
-	for (unsigned i = 0; s && i < s->n; i++) {
-		if (strcmp(s->addr[i], addr) == 0) {
-			s->n--;
-			if (i < s->n)
-				memcpy(s->addr[i], s->addr[s->n], sizeof(s->addr[i]));
-			return;
-		}
-	}
-}
-
 /* Write into `why` what a failed connect to `addr` means in an operator's terms (refused,
  * timeout, no route, not a twd). `fab` (may be NULL) for the provider's detail. */
 static void connect_why(char *why, size_t len, struct tw_fab *fab, int err,
@@ -166,7 +153,6 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 		tw__peer_close(p);
 		return rc;
 	}
-	skip_del(o->skip, p->addr);
 	p->failed = TW_PEER_OK;
 	p->up = true;
 	p->lost = false;

@@ -32,12 +32,13 @@ struct tw_auth_key;
 /*
  * The backups one takeover gave up on: an address goes in when a connect or Handshake to it made
  * with this table ends in -ETIMEDOUT (a paused process: its kernel may hold the TCP connection,
- * nothing answers), and out again when a connect to it succeeds. A connect made with the table
- * fails at once, as the timeout did, for an address in it. The table belongs to one takeover (a
- * local of tw__primary_takeover's caller: its recovery, then the new log's open and context) and
- * ends with it: no other open, no later takeover and no probe sees it, and nothing but a
- * connect's own timeout (never an RPC on an open channel) puts an address in. Full: an address
- * that does not fit is not remembered (a later step waits on it again).
+ * nothing answers). A connect made with the table fails at once, as the timeout did, for an
+ * address in it. The table belongs to one takeover (a local of takeover() in
+ * primary/primary_open.c and of takeover_recorded() in primary/primary_coord.c: its recovery,
+ * then the new log's open and context) and ends with it: no other open, no later takeover and
+ * no probe sees it, and nothing but a connect's own timeout (never an RPC on an open channel)
+ * puts an address in. Full: an address that does not fit is not remembered (a later step of the
+ * takeover waits on it again).
  */
 #define TW_PEER_SKIP_MAX 32
 struct tw_peer_skip {
@@ -64,8 +65,8 @@ struct tw_peer_opts {
 	unsigned connect_timeout_ms;
 	const char *timeout_hint;
 	/* NULL, or the takeover's table (above): an address in it fails at once with -ETIMEDOUT,
-	 * a timed-out connect or Handshake adds its address, a successful connect removes it.
-	 * Borrowed; the caller's thread alone uses it. */
+	 * and a timed-out connect or Handshake adds its address. Borrowed; the caller's thread
+	 * alone uses it. */
 	struct tw_peer_skip *skip;
 };
 
