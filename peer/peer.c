@@ -34,6 +34,22 @@ void tw__peer_init(struct tw_peer *p, const char *addr, void *user)
 	p->peer_minor = -1;
 }
 
+bool tw__peer_skip_has(const struct tw_peer_skip *s, const char *addr)
+{
+	for (unsigned i = 0; s && addr && i < s->n; i++)
+		if (strcmp(s->addr[i], addr) == 0)
+			return true;
+	return false;
+}
+
+/* Remember `addr` in `s` (a full table forgets it). */
+static void skip_add(struct tw_peer_skip *s, const char *addr)
+{
+	if (!s || tw__peer_skip_has(s, addr) || s->n >= TW_PEER_SKIP_MAX)
+		return;
+	snprintf(s->addr[s->n++], sizeof(s->addr[0]), "%s", addr);
+}
+
 /* Write into `why` what a failed connect to `addr` means in an operator's terms (refused,
  * timeout, no route, not a twd). `fab` (may be NULL) for the provider's detail. */
 static void connect_why(char *why, size_t len, struct tw_fab *fab, int err,
@@ -102,9 +118,18 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 
 	p->up = false;
 	p->failed = TW_PEER_CONNECT; /* p->lost stays until the Handshake is done (below) */
+	if (tw__peer_skip_has(o->skip, p->addr)) {
+		p->ch = NULL;
+		snprintf(p->why, sizeof(p->why), "cannot connect: a connect to it timed out earlier "
+			 "in this takeover; not waiting on it again (once the log is open, its context "
+			 "probes it and takes it up when it answers)");
+		return -ETIMEDOUT;
+	}
 	rc = tw__fab_connect(fab, p->addr, &p->ch);
 	if (rc < 0) {
 		p->ch = NULL;
+		if (rc == -ETIMEDOUT)
+			skip_add(o->skip, p->addr);
 		connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
 			    o->timeout_hint);
 		return rc;
@@ -123,6 +148,8 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	p->failed = TW_PEER_HANDSHAKE;
 	rc = o->no_handshake ? 0 : handshake(p, o);
 	if (rc < 0) {
+		if (rc == -ETIMEDOUT)
+			skip_add(o->skip, p->addr);
 		tw__peer_close(p);
 		return rc;
 	}

@@ -29,6 +29,26 @@
 
 struct tw_auth_key;
 
+/*
+ * The backups one takeover gave up on: an address goes in when a connect or Handshake to it made
+ * with this table ends in -ETIMEDOUT (a paused process: its kernel may hold the TCP connection,
+ * nothing answers). A connect made with the table fails at once, as the timeout did, for an
+ * address in it. The table belongs to one takeover (a local of takeover() in
+ * primary/primary_open.c and of takeover_recorded() in primary/primary_coord.c: its recovery,
+ * then the new log's open and context) and ends with it: no other open, no later takeover and
+ * no probe sees it, and nothing but a connect's own timeout (never an RPC on an open channel)
+ * puts an address in. Full: an address that does not fit is not remembered (a later step of the
+ * takeover waits on it again).
+ */
+#define TW_PEER_SKIP_MAX 32
+struct tw_peer_skip {
+	unsigned n;
+	char addr[TW_PEER_SKIP_MAX][TW_ADDR_MAX];
+};
+
+/* Whether `addr` is in `s` (NULL: an empty table). */
+bool tw__peer_skip_has(const struct tw_peer_skip *s, const char *addr);
+
 /* How a client connects: the same for every peer of one client. */
 struct tw_peer_opts {
 	const struct tw_auth_key *key; /* cluster key (NULL: no authentication); borrowed */
@@ -44,6 +64,10 @@ struct tw_peer_opts {
 	 * said) and the option that raises it ("" or NULL: none named). */
 	unsigned connect_timeout_ms;
 	const char *timeout_hint;
+	/* NULL, or the takeover's table (above): an address in it fails at once with -ETIMEDOUT,
+	 * and a timed-out connect or Handshake adds its address. Borrowed; the caller's thread
+	 * alone uses it. */
+	struct tw_peer_skip *skip;
 };
 
 /* Defaults: no key, node id from the host and process, `role`, RPC defaults. */

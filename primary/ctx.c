@@ -68,16 +68,21 @@ void tw__ctx_peer_opts(struct tw_ctx *ctx, struct tw_peer_opts *o)
 		o->rpc.timeout_ms = ctx->cfg.rpc_timeout_ms;
 	if (ctx->owner)
 		o->incarnation = ctx->log_ops->incarnation(ctx->owner);
+	/* During a takeover's open only: a backup whose connect timed out in its recovery fails
+	 * at once instead of costing the timeout again (the reviver probes it later). */
+	o->skip = ctx->skip;
 }
 
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 {
 	uint64_t node_before = c->peer.gen ? c->peer.peer_node_id : 0;
 	struct tw_peer_opts o;
+	bool skipped;
 	int rc;
 
 	tw__ctx_peer_opts(ctx, &o);
 	o.rpc.max_inflight = ctx->rpc_max_inflight;
+	skipped = tw__peer_skip_has(o.skip, c->peer.addr); /* the takeover waited on it already */
 	rc = tw__peer_connect(&c->peer, ctx->fab, &o);
 	/* The handshake's RPCs count in a private context's log (two with a key). */
 	if (ctx->owner && (rc == 0 || c->peer.failed == TW_PEER_HANDSHAKE)) {
@@ -87,8 +92,9 @@ int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c)
 		c->peer.lost = true;
 		if (c->peer.failed == TW_PEER_CONNECT) {
 			c->dead = true;
-			snprintf(c->peer.why, sizeof(c->peer.why), "unreachable: %s",
-				 tw_strerror(rc));
+			snprintf(c->peer.why, sizeof(c->peer.why), "unreachable: %s%s",
+				 tw_strerror(rc), skipped ? " (in this takeover's recovery; not "
+				 "waited on again, probed in the background)" : "");
 		}
 		return rc;
 	}
@@ -239,7 +245,7 @@ void tw__ctx_detach(struct tw_ctx *ctx, struct tw_primary *p)
 /* ------------------------------------------------------------------ create / destroy */
 
 int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
-	       struct tw_ctx **out)
+		   struct tw_peer_skip *skip, struct tw_ctx **out)
 {
 	struct tw_fab_config fc;
 	const char *dp;
@@ -254,6 +260,7 @@ int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_dept
 	*out = ctx; /* even on failure: ctx->errmsg says why; tw__ctx_destroy frees it */
 	ctx->cfg = *cc;
 	ctx->shared = shared;
+	ctx->skip = skip;
 	ctx->first_lost = -1;
 	ctx->rpc_max_inflight = shared ? CTX_RPC_INFLIGHT : 64;
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -416,7 +423,8 @@ int tw_ctx_open(const struct tw_ctx_config *config, struct tw_ctx **out, char *e
 			return -EINVAL;
 		}
 	}
-	rc = tw__ctx_create(cfg, true, cfg->tx_depth ? cfg->tx_depth : CTX_DEFAULT_TX_DEPTH, 0, &ctx);
+	rc = tw__ctx_create(cfg, true, cfg->tx_depth ? cfg->tx_depth : CTX_DEFAULT_TX_DEPTH, 0, NULL,
+			    &ctx);
 	for (size_t i = 0; rc == 0 && i < ctx->nbk; i++)
 		up += ctx->bk[i].peer.ch != NULL;
 	if (rc == 0 && !up) {

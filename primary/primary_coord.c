@@ -256,8 +256,13 @@ static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 	const char **raddrs = NULL;
 	size_t nrec = 0, k = 0;
 	struct tw_recover_config rc_cfg;
+	struct tw__pcfg opc = *pc;
+	struct tw_peer_skip skip; /* this takeover's: see peer/peer.h */
 	uint64_t inc = tw__new_incarnation(), next = 0, t0;
 	int rc = tw__coord_log_backups(c, pc->log_id, &rec, &nrec);
+
+	skip.n = 0;
+	opc.skip = &skip;
 
 	if (rc < 0 && rc != -ENOTSUP && rc != -TW_ENOTFOUND) {
 		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)pc->log_id,
@@ -290,7 +295,10 @@ static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 	rc_cfg.key_file = pc->key_file;
 	rc_cfg.from_lsn = from_lsn; /* a warm standby has the entries before it */
 	tw__recover_config_link(&rc_cfg, pc->provider, pc->busy_poll, pc->connect_timeout_ms);
-	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
+	/* A backup whose connect timed out in the recovery (a paused process) goes into skip:
+	 * the new log's open and its context do not wait on it again (peer/peer.h). */
+	rc = tw__recover_as(&rc_cfg, inc, &skip, on_entry, arg, res, &next, errmsg_out,
+			    errmsg_len);
 	free(raddrs);
 	free(rec);
 	if (st) {
@@ -303,7 +311,7 @@ static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 	if (rc < 0)
 		return rc;
 	t0 = tw_now_ns();
-	rc = tw__primary_continue(NULL, pc, inc, next, res, c, out, errmsg_out, errmsg_len);
+	rc = tw__primary_continue(NULL, &opc, inc, next, res, c, out, errmsg_out, errmsg_len);
 	if (st)
 		st->open_ns = tw_now_ns() - t0;
 	return rc;

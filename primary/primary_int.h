@@ -173,6 +173,11 @@ struct tw_ctx {
 	uint64_t reset_ns;           /* when the last reset was */
 	int first_lost;              /* first backup lost since the last reset (-1: none) */
 	struct ctx_revive *revive;   /* the thread that probes lost backups (NULL: none yet) */
+	/* The takeover's table of backups it gave up on (peer/peer.h, struct tw_peer_skip),
+	 * while its log opens here: set by tw__ctx_create or by the open that drives a shared
+	 * context, NULL again before that open returns (and before a progress thread or a
+	 * reviver runs: they never see it). The context's connects skip what is in it. */
+	struct tw_peer_skip *skip;
 	char errmsg[1024];
 	struct tw_ctx_stats st;      /* single writer per field; read with atomics */
 };
@@ -191,9 +196,11 @@ void tw__arena_put(struct tw_arena *a, uint8_t *buf, size_t len);
 void tw__arena_get_stats(struct tw_arena *a, struct tw_arena_stats *out);
 
 /* primary/ctx.c. */
-/* extra: room in bk[] for backups added after the open (tw__pcoord_refresh; bk[] never moves). */
+/* extra: room in bk[] for backups added after the open (tw__pcoord_refresh; bk[] never moves).
+ * skip (NULL: none): a takeover's table (struct tw_ctx's skip), for the connects made here; the
+ * caller sets ctx->skip to NULL once its open is done. */
 int tw__ctx_create(const struct tw_ctx_config *cc, bool shared, unsigned tx_depth, size_t extra,
-	       struct tw_ctx **out);
+		   struct tw_peer_skip *skip, struct tw_ctx **out);
 void tw__ctx_destroy(struct tw_ctx *ctx);
 /* Connect and handshake `c` (again). 0 or a negative code (c->why says why). */
 int tw__ctx_connect(struct tw_ctx *ctx, struct cbackup *c);
@@ -357,6 +364,10 @@ struct tw__pcfg {
 	size_t arena_size;
 	const char *coordinator;
 	unsigned session_timeout_ms;
+	/* A takeover's (primary_open.c, primary_coord.c): the backups its recovery gave up on
+	 * after a connect timeout (peer/peer.h), not waited on again by the open; NULL otherwise.
+	 * Only for the open: a primary's own copy has it NULL. */
+	struct tw_peer_skip *skip;
 };
 
 /* Take `transport` (NULL: the defaults, for a log on a shared context) and `cfg` into `pc`:

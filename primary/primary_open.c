@@ -344,6 +344,7 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 	p->cfg.coordinator = NULL;
 	p->cfg.provider = ctx ? ctx->cfg.provider : p->prov_copy;
 	p->cfg.key_file = NULL; /* not kept: read once, by the context */
+	p->cfg.skip = NULL;     /* the takeover's, for the open alone (primary_link_ctx) */
 	if (ctx) {
 		/* The transport is the context's. */
 		p->cfg.busy_poll = ctx->cfg.busy_poll;
@@ -388,7 +389,7 @@ static int primary_link_ctx(struct tw_primary *p, struct tw_ctx *ctx, const stru
 		/* A private context: this log's alone, closed with it (the handshake RPCs count in
 		 * its statistics, its RPC clients carry its incarnation). */
 		rc = tw__ctx_create(&cc, false, cfg->max_inflight + 32, p->coord ? PCOORD_EXTRA : 0,
-				    &p->ctx);
+				    cfg->skip, &p->ctx);
 		if (p->ctx) {
 			tw__ctx_set_owner(p->ctx, p, &tw__primary_log_ops);
 			p->fab = p->ctx->fab;
@@ -405,6 +406,7 @@ static int primary_link_ctx(struct tw_primary *p, struct tw_ctx *ctx, const stru
 		p->fab = ctx->fab;
 		tw__ctx_drive_enter(ctx);
 		*driving = true;
+		ctx->skip = cfg->skip; /* while this thread drives: NULL again before it leaves */
 	}
 	p->nbk = p->ctx ? p->ctx->nbk : 0; /* (0 when the context failed half-way) */
 	for (size_t i = 0; i < p->nbk; i++) {
@@ -514,6 +516,10 @@ int tw__primary_open_as(struct tw_ctx *ctx, const struct tw__pcfg *cfg, uint64_t
 	rc = primary_link_ctx(p, ctx, cfg, &driving);
 	if (rc == 0)
 		rc = primary_first_segment(p, start);
+	/* The takeover's table ends with its open: the reviver, the progress thread and every
+	 * later connect on the context wait on (and probe) each backup again. */
+	if (p->ctx)
+		p->ctx->skip = NULL;
 	if (rc == 0)
 		rc = primary_run(p, !ctx);
 	if (rc < 0) {
@@ -604,8 +610,13 @@ static int takeover(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 	uint64_t inc = tw__new_incarnation(), next = 0;
 	const char *addrs[TW_RECOVER_MAX_BACKUPS];
 	size_t nbk = ctx ? ctx->nbk : cfg->n_backups;
+	struct tw__pcfg pc = *cfg;
+	struct tw_peer_skip skip; /* this takeover's: see peer/peer.h */
 	char msg[512];
 	int rc;
+
+	skip.n = 0;
+	pc.skip = &skip;
 
 	rc = check_config(cfg, ctx != NULL, msg, sizeof(msg));
 	if (rc == 0 && nbk > TW_RECOVER_MAX_BACKUPS) {
@@ -634,11 +645,13 @@ static int takeover(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 	}
 	/* 1. fence with a new epoch as incarnation `inc`, 2. recover (every entry to the
 	 * caller), 3. continue as that same owner after everything the backups ever held. The
-	 * recovery runs on connections of its own, not the context's. */
-	rc = tw__recover_as(&rc_cfg, inc, on_entry, arg, res, &next, errmsg_out, errmsg_len);
+	 * recovery runs on connections of its own, not the context's; a backup whose connect
+	 * timed out there (skip) is not waited on again in step 3. */
+	rc = tw__recover_as(&rc_cfg, inc, &skip, on_entry, arg, res, &next, errmsg_out,
+			    errmsg_len);
 	if (rc < 0)
 		return rc;
-	return tw__primary_continue(ctx, cfg, inc, next, res, NULL, out, errmsg_out, errmsg_len);
+	return tw__primary_continue(ctx, &pc, inc, next, res, NULL, out, errmsg_out, errmsg_len);
 }
 
 int tw__primary_continue(struct tw_ctx *ctx, const struct tw__pcfg *cfg,

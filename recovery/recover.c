@@ -170,6 +170,10 @@ static int connect_all(struct rctx *c)
 	po.incarnation = c->incarnation;
 	po.rpc = rcfg;
 	po.connect_timeout_ms = fc.connect_timeout_ms;
+	/* A takeover's recovery notes the backups whose connect timed out (a paused process),
+	 * so that the new log's open does not wait on them again; which copies recovery needs
+	 * ("Which copy", docs/recovery.md) does not change. */
+	po.skip = c->skip;
 	for (unsigned i = 0; i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
@@ -840,8 +844,9 @@ static void ctx_init(struct rctx *c, const struct tw_recover_config *cfg,
 }
 
 int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
-		   tw_recover_entry_fn cb, void *arg, struct tw_recover_result *res_out,
-		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len)
+		   struct tw_peer_skip *skip, tw_recover_entry_fn cb, void *arg,
+		   struct tw_recover_result *res_out, uint64_t *next_segment_out,
+		   char *errmsg_out, size_t errmsg_len)
 {
 	struct tw_recover_result local, *res = res_out ? res_out : &local;
 	struct rctx c;
@@ -855,6 +860,7 @@ int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 		return -EINVAL;
 	c.cb = cb;
 	c.cb_arg = arg;
+	c.skip = skip;
 	c.incarnation = incarnation ? incarnation : tw__new_incarnation();
 	res->incarnation = c.incarnation;
 	rc = run(&c, false);
@@ -874,7 +880,7 @@ int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void *arg,
 	       struct tw_recover_result *res_out, char *errmsg_out, size_t errmsg_len)
 {
-	return tw__recover_as(cfg, 0, cb, arg, res_out, NULL, errmsg_out, errmsg_len);
+	return tw__recover_as(cfg, 0, NULL, cb, arg, res_out, NULL, errmsg_out, errmsg_len);
 }
 
 int tw_admin_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,

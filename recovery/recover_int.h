@@ -60,6 +60,7 @@ struct rseg {
 struct rslot;
 
 struct tw_auth_key;
+struct tw_peer_skip;
 
 struct rctx {
 	const struct tw_recover_config *cfg; /* &cfg_own once check_cfg took the caller's */
@@ -81,6 +82,7 @@ struct rctx {
 	tw_recover_entry_fn cb;
 	void *cb_arg;
 	struct tw_auth_key *key; /* cluster key (NULL: none); connect_all */
+	struct tw_peer_skip *skip; /* the takeover's (peer/peer.h; NULL: none); connect_all */
 };
 
 void tw__rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
@@ -91,10 +93,14 @@ void tw__rc_progress(struct rctx *c, int timeout_ms);
 
 /* tw_recover() with this owner id (0: a fresh random one); *next_segment_out (may be NULL)
  * receives the first segment id after everything any backup holds or freed. The takeover
- * (primary/primary.c) uses it to continue the log as the owner the fence installed. */
+ * (primary/primary_open.c, primary_coord.c) uses it to continue the log as the owner the fence
+ * installed. `skip` (may be NULL): the takeover's table of backups it gave up on (peer/peer.h,
+ * struct tw_peer_skip): a backup whose connect or Handshake times out here goes in, and the
+ * new log's open does not wait on it again. */
 int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
-		   tw_recover_entry_fn cb, void *arg, struct tw_recover_result *res_out,
-		   uint64_t *next_segment_out, char *errmsg_out, size_t errmsg_len);
+		   struct tw_peer_skip *skip, tw_recover_entry_fn cb, void *arg,
+		   struct tw_recover_result *res_out, uint64_t *next_segment_out,
+		   char *errmsg_out, size_t errmsg_len);
 /* A random non-zero 63-bit owner id (getrandom). */
 uint64_t tw__new_incarnation(void);
 /* How a recovery reaches the backups, from a primary's or a context's settings: its provider,

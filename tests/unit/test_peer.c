@@ -11,7 +11,10 @@
  *   - a backup that answers nothing: the fab's connect succeeds, the Handshake times out
  *     (failed = TW_PEER_HANDSHAKE), nothing left open;
  *   - a loss is reported once; lost survives tw__peer_close and a failed connect, a connect
- *     that succeeds clears it.
+ *     that succeeds clears it;
+ *   - a takeover's skip table (struct tw_peer_skip): the silent backup's timed-out Handshake
+ *     puts it in, a connect with the table then fails at once (no wait, nothing sent), one
+ *     without the table still tries; a refused connect puts nothing in; a full table forgets.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +23,7 @@
 #include "fabric/fabric.h"
 #include "peer/peer.h"
 #include "proto/rpc.h"
+#include "core/util.h"
 #include "tap.h"
 #include "tbackup.h"
 
@@ -124,6 +128,45 @@ int main(void)
 	is_int(q.failed, TW_PEER_HANDSHAKE, "silent: at the Handshake (%s)", q.why);
 	ok(!q.ch && !q.rpc && !q.up, "silent: nothing left open");
 	ok(q.why[0] != '\0', "silent: why: %s", q.why);
+
+	/* The takeover's table: one wait on the silent backup, then none. */
+	{
+		static struct tw_peer_skip sk;
+		struct tw_peer_opts os = o;
+		uint64_t t0, t1;
+
+		sk.n = 0;
+		os.skip = &sk;
+		tw__peer_init(&q, "mem://999999", NULL);
+		ok(tw__peer_connect(&q, fab, &os) < 0 && sk.n == 0,
+		   "skip: a refused connect puts nothing in");
+		tw__peer_init(&q, s.addrs[0], NULL);
+		rc = tw__peer_connect(&q, fab, &os);
+		ok(rc == -ETIMEDOUT && tw__peer_skip_has(&sk, s.addrs[0]) && sk.n == 1,
+		   "skip: the timed-out Handshake put it in (%d, %u)", rc, sk.n);
+		t0 = tw_now_ns();
+		rc = tw__peer_connect(&q, fab, &os);
+		t1 = tw_now_ns();
+		is_int(rc, -ETIMEDOUT, "skip: the next connect with the table fails as it did");
+		ok(t1 - t0 < 200u * 1000000u, "skip: at once (%llu ms)",
+		   (unsigned long long)((t1 - t0) / 1000000u));
+		is_int(q.failed, TW_PEER_CONNECT, "skip: before the fab's connect (%s)", q.why);
+		ok(!q.ch && !q.rpc && !q.up, "skip: nothing left open");
+		t0 = tw_now_ns();
+		rc = tw__peer_connect(&q, fab, &o);
+		t1 = tw_now_ns();
+		ok(rc == -ETIMEDOUT && t1 - t0 >= 400u * 1000000u, "skip: without the table a "
+		   "connect still tries (%d after %llu ms)", rc,
+		   (unsigned long long)((t1 - t0) / 1000000u));
+		ok(!tw__peer_skip_has(NULL, s.addrs[0]), "skip: no table, nothing skipped");
+		for (unsigned i = 0; i < TW_PEER_SKIP_MAX; i++) /* fill it: addresses that time out */
+			snprintf(sk.addr[i], sizeof(sk.addr[i]), "mem://%u", 500000 + i);
+		sk.n = TW_PEER_SKIP_MAX;
+		tw__peer_init(&q, s.addrs[0], NULL);
+		rc = tw__peer_connect(&q, fab, &os);
+		ok(rc == -ETIMEDOUT && !tw__peer_skip_has(&sk, s.addrs[0]) &&
+		   sk.n == TW_PEER_SKIP_MAX, "skip: a full table tries and forgets (%d)", rc);
+	}
 	tbackup_resume(&s.b[0]);
 
 	tw__fab_close(fab);
