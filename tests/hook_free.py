@@ -26,6 +26,9 @@ HOOK_NAMES = re.compile(r'_test_|fail_next|set_op_cb|expire_session|client_quiet
 ALLOWED = {
     'tw__crc_impl_cached': 'the CRC-32C implementation picked at first use (log/log_int.h)',
 }
+# What a sanitizer's instrumentation adds, not the library: ASan's ODR indicators
+# (__odr_asan.NAME, a writable byte per global) and the runtimes' own symbols.
+SANITIZER_PREFIXES = ('__odr_asan', '__asan', '___asan', '__tsan', '__ubsan', '__sancov')
 LIB_DIRS = ['core', 'fabric', 'log', 'proto', 'peer', 'coord', 'backup', 'reader', 'recovery',
             'primary', 'metrics']
 SOURCE_RULES = [
@@ -71,7 +74,8 @@ def main():
         section = next((x for x in f if x.startswith('.')), '')
         name = f[-1]
         if not (section.startswith('.data') or section.startswith('.bss')) or \
-                section.startswith('.data.rel.ro') or name.startswith('tailwind__'):
+                section.startswith('.data.rel.ro') or name.startswith('tailwind__') or \
+                name.startswith(SANITIZER_PREFIXES):
             continue
         if name not in ALLOWED:
             bad.append('%s: %s is a writable global (%s): a test could set it; give the '
