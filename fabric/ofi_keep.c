@@ -45,11 +45,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "core/util.h"
 #include "fabric/ofi_int.h"
 
 #define KEEP_MAX 16
@@ -95,14 +95,6 @@ static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tw__keep *keep_head; /* oldest first */
 static atomic_uint keep_n;
 static atomic_uint_fast64_t keep_next_ns;
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int shm_stat(const char *name, struct stat *st)
 {
@@ -303,7 +295,7 @@ static void sweep_locked(void)
 		keep_free(k);
 		atomic_fetch_sub(&keep_n, 1);
 	}
-	atomic_store(&keep_next_ns, mono_ns() + KEEP_SWEEP_MS * 1000000ull);
+	atomic_store(&keep_next_ns, tw_now_ns() + KEEP_SWEEP_MS * 1000000ull);
 }
 
 void tw__keep_add(struct tw__keep *k)
@@ -338,7 +330,7 @@ void tw__keep_add(struct tw__keep *k)
 void tw__keep_poll(void)
 {
 	if (!atomic_load_explicit(&keep_n, memory_order_relaxed) ||
-	    mono_ns() < atomic_load(&keep_next_ns))
+	    tw_now_ns() < atomic_load(&keep_next_ns))
 		return;
 	if (pthread_mutex_trylock(&keep_lock))
 		return; /* another thread sweeps */
