@@ -331,6 +331,11 @@ int tw__fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out)
 	return rc;
 }
 
+void tw__fab_set_connect_timeout(struct tw_fab *fab, unsigned ms)
+{
+	fab->cfg.connect_timeout_ms = ms ? ms : TW_DEFAULT_CONNECT_TIMEOUT_MS;
+}
+
 /* ---- channels ---------------------------------------------------------------------------- */
 
 void tw__chan_init(struct tw_fab *fab, struct tw_chan *ch, const char *peer)

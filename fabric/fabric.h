@@ -197,6 +197,10 @@ int tw__fab_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
  */
 int tw__fab_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
 
+/* The connect timeout of the next tw__fab_connect calls (0: the default). Recovery's first,
+ * shorter round of connects (docs/recovery.md, "Connects in two rounds"). */
+void tw__fab_set_connect_timeout(struct tw_fab *fab, unsigned ms);
+
 /* Close a channel: shuts the endpoint down (MSG) or forgets the peer (RDM). Pending operations
  * complete with -TW_ECLOSED before it returns. `ch` is invalid afterwards. */
 void tw__chan_close(struct tw_chan *ch);

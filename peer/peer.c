@@ -42,8 +42,7 @@ bool tw__peer_skip_has(const struct tw_peer_skip *s, const char *addr)
 	return false;
 }
 
-/* Remember `addr` in `s` (a full table forgets it). */
-static void skip_add(struct tw_peer_skip *s, const char *addr)
+void tw__peer_skip_add(struct tw_peer_skip *s, const char *addr)
 {
 	if (!s || tw__peer_skip_has(s, addr) || s->n >= TW_PEER_SKIP_MAX)
 		return;
@@ -129,7 +128,7 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	if (rc < 0) {
 		p->ch = NULL;
 		if (rc == -ETIMEDOUT)
-			skip_add(o->skip, p->addr);
+			tw__peer_skip_add(o->skip, p->addr);
 		connect_why(p->why, sizeof(p->why), fab, rc, o->connect_timeout_ms,
 			    o->timeout_hint);
 		return rc;
@@ -149,7 +148,7 @@ int tw__peer_connect(struct tw_peer *p, struct tw_fab *fab, const struct tw_peer
 	rc = o->no_handshake ? 0 : handshake(p, o);
 	if (rc < 0) {
 		if (rc == -ETIMEDOUT)
-			skip_add(o->skip, p->addr);
+			tw__peer_skip_add(o->skip, p->addr);
 		tw__peer_close(p);
 		return rc;
 	}

@@ -48,6 +48,9 @@ struct tw_peer_skip {
 
 /* Whether `addr` is in `s` (NULL: an empty table). */
 bool tw__peer_skip_has(const struct tw_peer_skip *s, const char *addr);
+/* Remember `addr` in `s` (NULL: nothing; a full table forgets it). For a connect made without
+ * the table whose timeout the caller decides to count (recovery's first round, recovery/). */
+void tw__peer_skip_add(struct tw_peer_skip *s, const char *addr);
 
 /* How a client connects: the same for every peer of one client. */
 struct tw_peer_opts {

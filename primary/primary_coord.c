@@ -297,7 +297,7 @@ static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 	tw__recover_config_link(&rc_cfg, pc->provider, pc->busy_poll, pc->connect_timeout_ms);
 	/* A backup whose connect timed out in the recovery (a paused process) goes into skip:
 	 * the new log's open and its context do not wait on it again (peer/peer.h). */
-	rc = tw__recover_as(&rc_cfg, inc, &skip, on_entry, arg, res, &next, errmsg_out,
+	rc = tw__recover_as(&rc_cfg, inc, &skip, pc->replicas, on_entry, arg, res, &next, errmsg_out,
 			    errmsg_len);
 	free(raddrs);
 	free(rec);

@@ -647,7 +647,7 @@ static int takeover(struct tw_ctx *ctx, const struct tw__pcfg *cfg,
 	 * caller), 3. continue as that same owner after everything the backups ever held. The
 	 * recovery runs on connections of its own, not the context's; a backup whose connect
 	 * timed out there (skip) is not waited on again in step 3. */
-	rc = tw__recover_as(&rc_cfg, inc, &skip, on_entry, arg, res, &next, errmsg_out,
+	rc = tw__recover_as(&rc_cfg, inc, &skip, cfg->replicas, on_entry, arg, res, &next, errmsg_out,
 			    errmsg_len);
 	if (rc < 0)
 		return rc;

@@ -119,6 +119,95 @@ static int check_cfg(struct rctx *c)
 	return 0;
 }
 
+/* One connect (peer/peer.h); a failure is warned about unless `quiet`. */
+static int connect_one(struct rctx *c, struct rbk *b, const struct tw_peer_opts *po, bool quiet,
+		       int *auth_err)
+{
+	int rc = tw__peer_connect(&b->peer, c->fab, po);
+
+	if (rc == 0) {
+		c->res->backups_reached++;
+		return 0;
+	}
+	if (rc == -EACCES && !*auth_err)
+		*auth_err = rc;
+	if (!quiet)
+		tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr, b->peer.why);
+	return rc;
+}
+
+/*
+ * Connect to every backup; unreachable ones are warned about and skipped. With the log's r
+ * known (a takeover) and more backups than r - 1, in two rounds: first every backup with a
+ * short timeout (an eighth of the connect timeout, at least 50 ms), then the ones that did not
+ * answer in time again with the whole timeout, but only while fewer than n - r + 1 backups
+ * answered. Each segment was written to r of the n, so once n - r + 1 answered, every segment
+ * has a copy among them and a silent backup (a paused process) only costs the short timeout.
+ * Which copies the recovery needs ("Which copy") does not change, nor what it does without
+ * one: only how long it waits before it goes on without a backup that does not answer.
+ * docs/recovery.md, "Connects in two rounds".
+ */
+static void connect_rounds(struct rctx *c, struct tw_peer_opts *po, unsigned full_ms,
+			   int *auth_err)
+{
+	unsigned first_ms = full_ms / 8 < 50 ? 50 : full_ms / 8;
+	unsigned r = c->replicas, need, late = 0;
+	bool two = r > 0 && c->nbk >= r && first_ms < full_ms && c->nbk > 1;
+	struct tw_peer_skip *skip = po->skip;
+	int rc;
+
+	if (!two) {
+		for (unsigned i = 0; i < c->nbk; i++)
+			connect_one(c, &c->bks[i], po, false, auth_err);
+		return;
+	}
+	need = c->nbk - r + 1;
+	/* Round one: nothing goes into the takeover's table yet (a late backup may be tried
+	 * again below); a Handshake that timed out waited its whole RPC timeout: it goes in. */
+	po->skip = NULL;
+	po->connect_timeout_ms = first_ms;
+	tw__fab_set_connect_timeout(c->fab, first_ms);
+	for (unsigned i = 0; i < c->nbk; i++) {
+		struct rbk *b = &c->bks[i];
+
+		if (tw__peer_skip_has(skip, b->peer.addr)) { /* fails at once, as it did before */
+			po->skip = skip;
+			connect_one(c, b, po, false, auth_err);
+			po->skip = NULL;
+			continue;
+		}
+		rc = connect_one(c, b, po, true, auth_err);
+		b->late = rc == -ETIMEDOUT && b->peer.failed == TW_PEER_CONNECT;
+		late += b->late;
+		if (rc < 0 && !b->late) {
+			if (rc == -ETIMEDOUT)
+				tw__peer_skip_add(skip, b->peer.addr);
+			tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr,
+				    b->peer.why);
+		}
+	}
+	po->skip = skip;
+	po->connect_timeout_ms = full_ms;
+	tw__fab_set_connect_timeout(c->fab, full_ms);
+	for (unsigned i = 0; i < c->nbk && late; i++) {
+		struct rbk *b = &c->bks[i];
+
+		if (!b->late)
+			continue;
+		b->late = false;
+		late--;
+		if (c->res->backups_reached >= need) {
+			tw__peer_skip_add(skip, b->peer.addr);
+			tw_log_warn("recover: backup %s: no answer within %u ms, and %u of the %u "
+				    "backups answered: with r = %u each segment has a copy among them; "
+				    "going on without it", b->peer.addr, first_ms,
+				    c->res->backups_reached, c->nbk, r);
+			continue;
+		}
+		connect_one(c, b, po, false, auth_err);
+	}
+}
+
 /* Open the fab and connect to every backup (peer/peer.h: the Handshake, with the key's
  * challenge-response when there is a key); unreachable ones are warned about and skipped. */
 static int connect_all(struct rctx *c)
@@ -175,20 +264,10 @@ static int connect_all(struct rctx *c)
 	 * ("Which copy", docs/recovery.md) does not change. */
 	po.skip = c->skip;
 	for (unsigned i = 0; i < c->nbk; i++) {
-		struct rbk *b = &c->bks[i];
-
-		b->idx = i;
-		tw__peer_init(&b->peer, cfg->backups[i], b);
-		rc = tw__peer_connect(&b->peer, c->fab, &po);
-		if (rc) {
-			if (rc == -EACCES && !auth_err)
-				auth_err = rc;
-			tw_log_warn("recover: backup %s: %s; going on without it", b->peer.addr,
-				    b->peer.why);
-			continue;
-		}
-		c->res->backups_reached++;
+		c->bks[i].idx = i;
+		tw__peer_init(&c->bks[i].peer, cfg->backups[i], &c->bks[i]);
 	}
+	connect_rounds(c, &po, fc.connect_timeout_ms, &auth_err);
 	if (c->res->backups_reached == 0) {
 		tw__rc_seterr(c, "no backup reachable (first: %s: %s)", c->bks[0].peer.addr, c->bks[0].peer.why);
 		return auth_err == -EACCES ? -EACCES : -TW_ENOBACKUP;
@@ -844,7 +923,7 @@ static void ctx_init(struct rctx *c, const struct tw_recover_config *cfg,
 }
 
 int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
-		   struct tw_peer_skip *skip, tw_recover_entry_fn cb, void *arg,
+		   struct tw_peer_skip *skip, unsigned replicas, tw_recover_entry_fn cb, void *arg,
 		   struct tw_recover_result *res_out, uint64_t *next_segment_out,
 		   char *errmsg_out, size_t errmsg_len)
 {
@@ -861,6 +940,7 @@ int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 	c.cb = cb;
 	c.cb_arg = arg;
 	c.skip = skip;
+	c.replicas = replicas;
 	c.incarnation = incarnation ? incarnation : tw__new_incarnation();
 	res->incarnation = c.incarnation;
 	rc = run(&c, false);
@@ -880,7 +960,7 @@ int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
 int tw_recover(const struct tw_recover_config *cfg, tw_recover_entry_fn cb, void *arg,
 	       struct tw_recover_result *res_out, char *errmsg_out, size_t errmsg_len)
 {
-	return tw__recover_as(cfg, 0, NULL, cb, arg, res_out, NULL, errmsg_out, errmsg_len);
+	return tw__recover_as(cfg, 0, NULL, 0, cb, arg, res_out, NULL, errmsg_out, errmsg_len);
 }
 
 int tw_admin_fence(const struct tw_recover_config *cfg, uint64_t *epoch_out,

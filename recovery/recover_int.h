@@ -23,6 +23,7 @@ struct rbk {
 	unsigned idx;
 	struct tw_peer peer;
 	bool fenced;
+	bool late;       /* connect_rounds: no answer in the first round */
 	unsigned active; /* segments being fetched from it */
 	uint64_t max_epoch; /* highest epoch seen in its listing (log_epoch included) */
 	uint64_t free_below; /* first live segment it reports (log cleaning) */
@@ -83,6 +84,10 @@ struct rctx {
 	void *cb_arg;
 	struct tw_auth_key *key; /* cluster key (NULL: none); connect_all */
 	struct tw_peer_skip *skip; /* the takeover's (peer/peer.h; NULL: none); connect_all */
+	/* The takeover's replication factor r (0: not known, tw_recover()): with it, connect_all
+	 * goes on without a backup that misses the first, short round once n - r + 1 others
+	 * answered (docs/recovery.md, "Connects in two rounds"). */
+	unsigned replicas;
 };
 
 void tw__rc_seterr(struct rctx *c, const char *fmt, ...) TW_PRINTF(2, 3);
@@ -96,9 +101,11 @@ void tw__rc_progress(struct rctx *c, int timeout_ms);
  * (primary/primary_open.c, primary_coord.c) uses it to continue the log as the owner the fence
  * installed. `skip` (may be NULL): the takeover's table of backups it gave up on (peer/peer.h,
  * struct tw_peer_skip): a backup whose connect or Handshake times out here goes in, and the
- * new log's open does not wait on it again. */
+ * new log's open does not wait on it again. `replicas`: the log's r, when the caller knows
+ * every segment of it was written to r of cfg->backups (a takeover; 0: not known): connects
+ * then go in two rounds (docs/recovery.md, "Connects in two rounds"). */
 int tw__recover_as(const struct tw_recover_config *cfg, uint64_t incarnation,
-		   struct tw_peer_skip *skip, tw_recover_entry_fn cb, void *arg,
+		   struct tw_peer_skip *skip, unsigned replicas, tw_recover_entry_fn cb, void *arg,
 		   struct tw_recover_result *res_out, uint64_t *next_segment_out,
 		   char *errmsg_out, size_t errmsg_len);
 /* A random non-zero 63-bit owner id (getrandom). */
