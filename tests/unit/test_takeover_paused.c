@@ -37,7 +37,8 @@
 
 #define SEG (64u * 1024u)
 #define NB 3
-#define CONNECT_MS 2000u /* the connect timeout a takeover waits once at most */
+#define CONNECT_MS 4000u /* the connect timeout; its first round (an eighth) is what a
+			  * paused backup costs: 500 ms, long enough for a loaded machine */
 #define FIRST_MS (CONNECT_MS / 8) /* recovery's first round (recovery/recover.c) */
 #define N1 300           /* entries before the first takeover */
 #define N2 100           /* entries the first takeover's log adds */
