@@ -864,7 +864,7 @@ int tw__rdm_shm_name_ok(const char *service)
 static int shm_name_claim(struct ofi_fab *of)
 {
 	const char *name = strstr(of->name, "://");
-	unsigned char h[8];
+	unsigned char h[8] = {0};
 	ssize_t n;
 	int fd, pid;
 
