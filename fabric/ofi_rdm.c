@@ -199,8 +199,9 @@ bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
  *
  * So we watch each peer ourselves. At connect (before the HELLO) and at accept we map the
  * first page of the peer's region read-only (the same shm object libfabric maps), take its PID
- * from the header (or from the address, fi_shm://PID:..., where it has one) and open a pidfd (pidfd_open(2):
- * readable once the process has exited, zombie included; no PID-reuse problem after the open).
+ * from the header (or from the address, fi_shm://PID:..., where it has one) and open a pidfd
+ * (pidfd_open(2): readable once the process has exited, zombie included; no PID-reuse problem
+ * after the open).
  * Then:
  *   - before every post (tw__rdm_shm_may_post, ofi_int.h): if the lock word is held, we
  *     do not post; the slow path spins on it with a pidfd check every SHM_SPIN pauses (dead:
