@@ -75,7 +75,10 @@ struct tw_fab_config {
 	const char *provider;
 	/* Local address to listen on (passive side); NULL: 127.0.0.1 for IP providers. */
 	const char *node;
-	/* Port to listen on; NULL or "0": ephemeral (read the real one from tw__fab_listen). */
+	/* Port to listen on; NULL or "0": ephemeral (read the real one from tw__fab_listen).
+	 * shm: the endpoint's name, fi_ns://SERVICE, the same in every process (a restarted
+	 * backup keeps its address); NULL or "0": unique per endpoint (docs/fabric.md "Named shm
+	 * endpoints"). */
 	const char *service;
 	bool busy_poll;              /* progress by polling instead of blocking waits */
 	unsigned connect_timeout_ms; /* connect/accept handshake deadline; default

@@ -78,7 +78,9 @@ void tw__bell_create(struct ofi_fab *of)
 			    of->name);
 		return;
 	}
-	/* Our endpoint name holds our pid: an object of that name is a dead process's. */
+	/* Our endpoint name holds our pid, or is a named one that no live process holds (the
+	 * open refused it otherwise, ofi_rdm.c shm_name_claim): an object of that name is a dead
+	 * process's. */
 	shm_unlink(of->bell_name);
 	fd = shm_open(of->bell_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 || ftruncate(fd, page) != 0) {

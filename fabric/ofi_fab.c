@@ -327,11 +327,18 @@ static int setup(struct ofi_fab *of, const char *prov)
 	of->hints = make_hints(name, type, cfg->strict != TW_FAB_STRICT_OFF);
 	if (!of->hints)
 		return -ENOMEM;
-	/* shm names itself (fi_shm://pid:uid:idx, unique per endpoint) when given no address. */
+	/* shm names itself (fi_shm://pid:uid:idx, unique per endpoint) when given no address;
+	 * given a service (a backup's configured port or name), its endpoint is named after it,
+	 * fi_ns://SERVICE, the same in every process that opens it, so that a restarted backup
+	 * keeps its address (docs/fabric.md "Named shm endpoints"). The node plays no part: shm
+	 * reaches this host only. */
 	if (!strcmp(name, "shm")) {
 		node = NULL;
-		service = NULL;
-		flags = 0;
+		service = cfg->service && strcmp(cfg->service, "0") ? cfg->service : NULL;
+		flags = service ? FI_SOURCE : 0;
+		if (service && (rc = tw__rdm_shm_name_ok(service)) < 0)
+			return rc;
+		of->named = service != NULL;
 	} else {
 		node = cfg->node ? cfg->node : "127.0.0.1"; /* never the first interface (docs/fabric.md, F6) */
 		service = cfg->service && strcmp(cfg->service, "0") ? cfg->service : NULL;

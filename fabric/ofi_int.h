@@ -50,6 +50,8 @@ struct rdm_peer {
 	dev_t dev;              /* its region's shm object when the entry was made */
 	ino_t ino;
 	uint64_t gone_polls;    /* != 0: seen gone when cq_polls was this; given back after a later read */
+	bool region_known;      /* dev and ino are set */
+	unsigned gen;           /* the entries made for this name before it (a restarted peer) */
 	char name[TW_ADDR_MAX];
 };
 
@@ -152,6 +154,7 @@ struct ofi_fab {
 	unsigned bells_out;     /* channels with a peer_bell (ring while we wait for them) */
 	char name[TW_ADDR_MAX]; /* our RDM address as a string */
 	bool listening;
+	bool named;             /* shm: our endpoint is named after cfg.service (fi_ns://SERVICE) */
 	/* provider facts, read back from fi_getinfo */
 	bool is_verbs, virt_addr, prov_key, mr_local, addr_str;
 	/* Strict mode (ofi_strict.c, cfg.strict): the live registrations of the domain, with
@@ -293,6 +296,7 @@ int tw__sockaddr_to_str(const void *sa, char *out, size_t len);
 
 /* ofi_rdm.c */
 int tw__rdm_open_ep(struct ofi_fab *of);
+int tw__rdm_shm_name_ok(const char *service);
 int tw__rdm_listen(struct tw_fab *fab, char *addr_out, size_t addr_len);
 int tw__rdm_connect(struct tw_fab *fab, const char *addr, struct tw_chan **out);
 void tw__rdm_chan_down(struct ofi_chan *ch, bool closing);

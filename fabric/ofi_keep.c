@@ -105,8 +105,25 @@ static int shm_stat(const char *name, struct stat *st)
 	return stat(path, st);
 }
 
+/* The pid in the header of the region behind `name` (1.17's layout), 0 if not known. A named
+ * peer (fi_ns://SERVICE, docs/fabric.md "Named shm endpoints") has no pid in its name. */
+static int region_pid(const char *name)
+{
+	unsigned char h[SMR_V117_OFF_PID + sizeof(int)];
+	int fd, pid = 0;
+
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	if (pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) && h[0] == SMR_V117_VERSION)
+		memcpy(&pid, h + SMR_V117_OFF_PID, sizeof(pid));
+	close(fd);
+	return pid > 0 ? pid : 0;
+}
+
 /* The peer of an unread request: its name from our record, its pid from the name
- * ("PID:UID:IDX", smr_endpoint_name in prov/shm/src/smr_ep.c), its region's identity. */
+ * ("PID:UID:IDX", smr_endpoint_name in prov/shm/src/smr_ep.c) or else from its region's
+ * header, its region's identity. */
 static void req_peer(struct keep_req *r, const unsigned char *rec)
 {
 	char name[SMR_V117_NAME_MAX];
@@ -123,7 +140,9 @@ static void req_peer(struct keep_req *r, const unsigned char *rec)
 	n = strstr(name, "://");
 	n = n ? n + 3 : name;
 	l = strtol(n, &end, 10);
-	if (end == n || *end != ':' || l <= 0 || l >= INT32_MAX || shm_stat(name, &st) < 0)
+	if (end == n || *end != ':' || l <= 0 || l >= INT32_MAX)
+		l = region_pid(n);
+	if (l <= 0 || shm_stat(name, &st) < 0)
 		return;
 	r->pid = (int)l;
 	r->dev = st.st_dev;

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -198,8 +199,9 @@ bool tw__rdm_shm_fast(struct ofi_fab *of, struct ofi_chan *ch)
  *
  * So we watch each peer ourselves. At connect (before the HELLO) and at accept we map the
  * first page of the peer's region read-only (the same shm object libfabric maps), take its PID
- * from the header (or from the address, fi_shm://PID:...) and open a pidfd (pidfd_open(2):
- * readable once the process has exited, zombie included; no PID-reuse problem after the open).
+ * from the header (or from the address, fi_shm://PID:..., where it has one) and open a pidfd
+ * (pidfd_open(2): readable once the process has exited, zombie included; no PID-reuse problem
+ * after the open).
  * Then:
  *   - before every post (tw__rdm_shm_may_post, ofi_int.h): if the lock word is held, we
  *     do not post; the slow path spins on it with a pidfd check every SHM_SPIN pauses (dead:
@@ -273,7 +275,9 @@ static void shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 			}
 		}
 	}
-	if (pid <= 0) { /* the address: fi_shm://PID:... (smr_resolve_addr, smr_init.c) */
+	/* Else the address: fi_shm://PID:... (smr_resolve_addr, smr_init.c); a named peer
+	 * (fi_ns://SERVICE) has none there, only in its header. */
+	if (pid <= 0) {
 		char *end;
 		long l = strtol(name, &end, 10);
 
@@ -589,22 +593,62 @@ static void peer_track(struct ofi_fab *of, struct rdm_peer *p, struct ofi_chan *
 	}
 }
 
+/*
+ * A peer restarted under the same name (a named endpoint: "Named shm endpoints" above) while
+ * we hold an entry for it: 1.17's entry still maps the old process's region, and inserting the
+ * name again gives the same entry (smr_map_add finds the name in its map; smr_map_to_region
+ * returns at once when the entry has a region). Removing the entry is no way out for a fab
+ * that connects: the slot keeps our region's record of the old peer (name_sent, addr.id;
+ * "AV entries on shm" above), and the next insert that takes the slot would trust it. So we
+ * keep the old entry (one of the 256 slots, until the fab is reset or closed) and insert the
+ * name again under another spelling: shm's map is keyed by the whole string, and the region
+ * is found by the part after "://" (smr_no_prefix, include/ofi_shm.h), so "twN://NAME" is a
+ * new slot mapping the same object. A restarted named peer has a new object (shm_name_claim
+ * removes the dead one's), so its identity tells the two apart.
+ */
+static bool peer_restarted(const struct rdm_peer *p)
+{
+	struct stat st;
+
+	return p->region_known && region_stat(p->name, &st) == 0 &&
+	       (st.st_dev != p->dev || st.st_ino != p->ino);
+}
+
 /* An entry for `name` (one more reference): the one we hold, or a new fi_av_insert. */
 static int peer_get(struct ofi_fab *of, const char *name, struct rdm_peer **out)
 {
 	struct rdm_peer *p = peer_find(of, name);
+	char spelled[TW_ADDR_MAX + 16];
+	const char *ins = name;
+	unsigned gen = 0;
+	struct stat st;
 	int rc;
 
-	if (p) {
+	if (p && !peer_restarted(p)) {
 		p->refs++;
 		*out = p;
 		return 0;
+	}
+	if (p) {
+		const char *n = strstr(name, "://");
+
+		gen = p->gen + 1;
+		snprintf(spelled, sizeof(spelled), "tw%u://%s", gen, n ? n + 3 : name);
+		ins = spelled;
+		tw_log_info("fabric shm: %s is a new process under the same name; a new AV entry "
+			    "for it (%s)", name, spelled);
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	snprintf(p->name, sizeof(p->name), "%s", name);
-	rc = fi_av_insert(of->av, name, 1, &p->addr, 0, NULL);
+	p->gen = gen;
+	if (region_stat(name, &st) == 0) { /* before the insert maps it: never a newer one */
+		p->dev = st.st_dev;
+		p->ino = st.st_ino;
+		p->region_known = true;
+	}
+	rc = fi_av_insert(of->av, ins, 1, &p->addr, 0, NULL);
 	if (rc != 1) {
 		/* 1.17's shm answers 0 when its table is full (smr_av_insert: no error code) */
 		tw__fab_set_errmsg(&of->base, "fi_av_insert(%s): %s", name, rc < 0 ?
@@ -773,6 +817,84 @@ static void rw_cntr_bind(struct ofi_fab *of)
 	}
 }
 
+/*
+ * Named shm endpoints (docs/fabric.md "Named shm endpoints"). A fab given a service on shm
+ * (a backup's configured port or name) asks fi_getinfo for it with FI_SOURCE, and 1.17's shm
+ * names the endpoint fi_ns://SERVICE (smr_resolve_addr, prov/shm/src/smr_init.c) and its
+ * region /dev/shm/SERVICE (smr_endpoint_name keeps a name without the fi_shm:// prefix as it
+ * is; smr_create opens it). The same name in every process: a restarted backup keeps its
+ * address. The service becomes a file name, so it is kept to what one may hold.
+ */
+#define SHM_SERVICE_MAX 64
+
+int tw__rdm_shm_name_ok(const char *service)
+{
+	size_t n = strlen(service);
+
+	for (size_t i = 0; i < n; i++) {
+		char c = service[i];
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '_' || (c == '.' && i > 0))
+			continue;
+		n = 0;
+		break;
+	}
+	if (n == 0 || n > SHM_SERVICE_MAX) {
+		tw__fab_open_errmsg("shm: service '%s' cannot name an endpoint: it becomes the file "
+				    "/dev/shm/SERVICE, so 1 to %d letters, digits, '-', '_' or '.' "
+				    "(not first), e.g. a port number", service, SHM_SERVICE_MAX);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * Before a named endpoint is created: the region of that name, if there is one. 1.17's
+ * smr_create (prov/util/src/util_shm.c) opens it with O_EXCL and, when it exists, calls
+ * smr_retry_map: a region of a dead process (its pid not in /proc) is reused in place
+ * ("Overwriting shm from dead process"), any other is unlinked and the endpoint refused with
+ * -FI_EBUSY ("shm file in use") — the live owner's name would be gone. So we look first:
+ *   - a live owner (its pid exists; or it is this process): refused, nothing touched;
+ *   - a dead owner: we unlink the object ourselves, so that the new region is a new object:
+ *     a peer that still maps the old one (an AV entry made before the restart) keeps writing
+ *     into pages nobody reads, never into the new region under it (peer_get makes a new
+ *     entry for the new object);
+ *   - not a 1.17 region (another version, another program's file): refused, not removed.
+ */
+static int shm_name_claim(struct ofi_fab *of)
+{
+	const char *name = strstr(of->name, "://");
+	unsigned char h[8] = {0};
+	ssize_t n;
+	int fd, pid;
+
+	name = name ? name + 3 : of->name;
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return 0; /* none (or not ours to read: smr_create says) */
+	n = pread(fd, h, sizeof(h), 0);
+	close(fd);
+	memcpy(&pid, h + SMR_V117_OFF_PID, sizeof(pid));
+	if (n == (ssize_t)sizeof(h) && h[0] == SMR_V117_VERSION && pid > 0 &&
+	    pid != (int)getpid() && kill(pid, 0) < 0 && errno == ESRCH) {
+		tw_log_info("fabric shm: %s: the region of exited process %d, removed (a restart "
+			    "on the same address)", of->name, pid);
+		shm_unlink(name);
+		return 0;
+	}
+	if (n == (ssize_t)sizeof(h) && h[0] == SMR_V117_VERSION && pid == 0)
+		return 0; /* created, never set up: 1.17 reuses it (smr_retry_map) */
+	if (n == (ssize_t)sizeof(h) && h[0] == SMR_V117_VERSION)
+		tw__fab_open_errmsg("shm address %s is in use by %s %d (/dev/shm/%s): give another "
+				    "service, or stop that process", of->name,
+				    pid == (int)getpid() ? "this process," : "process", pid, name);
+	else
+		tw__fab_open_errmsg("shm address %s: /dev/shm/%s exists and is not a libfabric 1.17 "
+				    "shm region; remove it or give another service", of->name, name);
+	return -EADDRINUSE;
+}
+
 int tw__rdm_open_ep(struct ofi_fab *of)
 {
 	/* The type fi_getinfo agreed on: we ask for FI_AV_TABLE in the hints (ofi_fab.c), and a
@@ -791,6 +913,12 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 	if (rc < 0) {
 		tw__fab_open_errmsg("%s", of->base.errmsg);
 		return rc;
+	}
+	if (of->named) {
+		snprintf(of->name, sizeof(of->name), "%s", (const char *)of->info->src_addr);
+		rc = shm_name_claim(of);
+		if (rc < 0)
+			return rc;
 	}
 	for (int attempt = 0;; attempt++) {
 		rc = fi_endpoint(of->domain, of->info, &of->ep, NULL);
@@ -816,12 +944,19 @@ int tw__rdm_open_ep(struct ofi_fab *of)
 		 * after one retry). Every failure removes one stale region, so retrying ends; 64
 		 * bounds it.
 		 */
-		if (rc != -FI_EBUSY || !of->shm || attempt >= 63)
+		if (rc != -FI_EBUSY || !of->shm || of->named || attempt >= 63)
 			break;
 		tw_log_info("fabric shm: a dead process's region had this process's name "
 			    "(PID reused); it was removed, opening the endpoint again");
 		fi_close(&of->ep->fid);
 		of->ep = NULL;
+	}
+	if (rc == -FI_EBUSY && of->named) {
+		/* Another process created it between our look and fi_enable; 1.17 unlinked it. */
+		tw__fab_open_errmsg("shm address %s: taken by another process while this one "
+				    "opened it (libfabric: \"shm file in use\"); start one process "
+				    "per service", of->name);
+		return -EADDRINUSE;
 	}
 	if (rc) {
 		tw__fab_open_errmsg("endpoint bind/enable: %s", fi_strerror(-rc));

@@ -281,14 +281,20 @@ void tw__ctx_revive_step(struct tw_ctx *ctx)
 		if (s->answered) {
 			uint64_t tries = s->tries;
 
-			if (ctx->resetting || tw__fab_loss_blocks_others(ctx->fab))
-				continue; /* later: a reset first */
+			if (ctx->resetting)
+				continue; /* later */
 			s->answered = s->wanted = false;
 			__atomic_sub_fetch(&rv->answered, 1, __ATOMIC_RELAXED);
 			c->revive_asked = false;
 			if (!down(ctx, c))
 				continue; /* connected again meanwhile */
 			pthread_mutex_unlock(&rv->lock);
+			/* shm: a loss no reset has covered yet (no log failed over: the backup held
+			 * no open segment) may still block the endpoint's completions; the reset
+			 * clears it, as a failover's does, before the connect. (Before, the answer
+			 * waited here for good: a shm backup never came back.) */
+			if (tw__fab_loss_blocks_others(ctx->fab) && ctx->loss_gen != ctx->reset_gen)
+				(void)tw__ctx_reset(ctx, -1);
 			ok = reconnect(ctx, c, tries);
 			pthread_mutex_lock(&rv->lock);
 			if (ok) { /* the next loss starts its back-off afresh */

@@ -26,9 +26,11 @@
  *        one of those timeouts was reported first the healthy backup was kept out as lost: "need 3
  *        backups, only 2 usable" in about half of the runs.)
  *
- *   heal (argv[2] = "heal", tcp and sockets: a restart keeps the address): three twd's, r = 2; a
- *        killed replica is started again on its address and must become a backup again (the
- *        context's reviver, primary/ctx_revive.c), so that a second kill still finds a spare.
+ *   heal (argv[2] = "heal"): three twd's, r = 2; a killed replica is started again on its
+ *        address and must become a backup again (the context's reviver, primary/ctx_revive.c),
+ *        so that a second kill still finds a spare. On shm the twd's listen on named endpoints
+ *        (--listen 127.0.0.1:N: fi_ns://N), which a restart keeps (docs/fabric.md "Named shm
+ *        endpoints"); on tcp and sockets the address is the port.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -237,13 +239,60 @@ static bool names(const char *replicas, const char *addr)
 	return false;
 }
 
+/* shm: twd i's --listen, "127.0.0.1:N" (its endpoint is named fi_ns://N, docs/fabric.md
+ * "Named shm endpoints"); empty on the other providers, where its address is its --listen. */
+static char heal_listen[3][32];
+
+/* shm: three twd's on named endpoints. The names are numbers picked from our pid; one a live
+ * process holds already (another run of this test) makes twd exit: the next number. */
+static void heal_start_shm(struct rt_cluster *cl, const char *prov)
+{
+	unsigned base = 20000u + ((unsigned)getpid() * 3u) % 40000u;
+
+	rt_start(cl, prov, 0, "256K", "32");
+	cl->n = 3;
+	for (unsigned i = 0, t = 0; i < 3; i++) {
+		for (cl->p[i] = NULL; !cl->p[i] && t < 30; t++) {
+			char *argv[] = { cl->twd, (char *)"-p", (char *)prov, (char *)"-d", cl->dir[i],
+					 (char *)"--buffers", (char *)"32", (char *)"--buffer-size",
+					 (char *)"256K", (char *)"--listen", heal_listen[i], NULL };
+			int err = 0;
+
+			snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/b%u", cl->root, i);
+			snprintf(heal_listen[i], sizeof(heal_listen[i]), "127.0.0.1:%u",
+				 20000u + (base - 20000u + i + 3u * t) % 40000u);
+			cl->p[i] = child_ready(argv, NULL, 30000, cl->addr[i], sizeof(cl->addr[i]),
+					       &err);
+			TAP_REQUIRE(cl->p[i] || err == -EPIPE, "twd %u on %s", i, heal_listen[i]);
+		}
+		TAP_REQUIRE(cl->p[i], "twd %u: no free shm name in 30 tries", i);
+		cl->addrs[i] = cl->addr[i];
+		tap_diag("twd %u: --listen %s, address %s", i, heal_listen[i], cl->addr[i]);
+	}
+}
+
+/* shm: what a SIGKILLed named twd leaves (its region and doorbell; rt_shm_cleanup finds only
+ * names with a pid in them). */
+static void heal_cleanup_shm(const struct rt_cluster *cl, unsigned i)
+{
+	const char *n = strstr(cl->addr[i], "://");
+	char path[320];
+
+	if (!heal_listen[i][0] || !n)
+		return;
+	snprintf(path, sizeof(path), "/dev/shm/%s", n + 3);
+	unlink(path);
+	snprintf(path, sizeof(path), "/dev/shm/tw_bell_%s", n + 3);
+	unlink(path);
+}
+
 /* Start twd i again on its directory and its address (the port may still be held by the dead
  * process' sockets for a moment: a few tries). */
 static void restart_same_addr(struct rt_cluster *cl, unsigned i)
 {
 	char *argv[] = { cl->twd, (char *)"-p", (char *)cl->prov, (char *)"-d", cl->dir[i],
 			 (char *)"--buffers", (char *)"32", (char *)"--buffer-size", (char *)"256K",
-			 (char *)"--listen", cl->addr[i], NULL };
+			 (char *)"--listen", heal_listen[i][0] ? heal_listen[i] : cl->addr[i], NULL };
 	char addr[256];
 
 	proc_free(cl->p[i]);
@@ -281,7 +330,10 @@ static int heal_main(const char *prov)
 
 	child_tool("tests/integration/failover_primary", prim, sizeof(prim));
 	tap_plan(5);
-	rt_start(&cl, prov, 3, "256K", "32");
+	if (!strcmp(prov, "shm"))
+		heal_start_shm(&cl, prov);
+	else
+		rt_start(&cl, prov, 3, "256K", "32");
 	snprintf(logid, sizeof(logid), "0x%x", 0xf504);
 	{
 		char *pargv[] = { prim, (char *)prov, logid, (char *)SEG, (char *)"2",
@@ -342,6 +394,7 @@ static int heal_main(const char *prov)
 
 	kill_primary(&r, prov, pid);
 	reap_victim(&cl, b);
+	heal_cleanup_shm(&cl, (unsigned)b);
 	tlog_recover_config(&rcfg, prov, cl.addrs, 3, strtoull(logid, NULL, 0));
 	rcfg.connect_timeout_ms = 2000;
 	rcfg.rpc_timeout_ms = 5000;

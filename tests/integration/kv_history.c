@@ -330,6 +330,12 @@ static void serve_args(int i, char *dir, size_t dlen, char **args, bool restart)
 	if (restart) {
 		args[n++] = (char *)"--port";
 		args[n++] = srv_port[i];
+	}
+	/* shm: the embedded backup is named after its --backup-port from the start, so that a
+	 * restart keeps its address (docs/fabric.md "Named shm endpoints"); a name of this run. */
+	if (!strcmp(prov, "shm") && !srv_bport[i][0])
+		snprintf(srv_bport[i], sizeof(srv_bport[i]), "kvh%d-%d", (int)getpid(), i);
+	if (restart || !strcmp(prov, "shm")) {
 		args[n++] = (char *)"--backup-port";
 		args[n++] = srv_bport[i];
 	}
@@ -355,8 +361,9 @@ static void start_servers(void)
 		snprintf(map.servers[i].kv, KV_ADDR_MAX, "%s", kv + 3);
 		snprintf(map.servers[i].backup, KV_ADDR_MAX, "%s", bk + 7);
 		snprintf(srv_port[i], sizeof(srv_port[i]), "%s", strrchr(kv + 3, ':') + 1);
-		snprintf(srv_bport[i], sizeof(srv_bport[i]), "%s",
-			 strrchr(bk + 7, ':') ? strrchr(bk + 7, ':') + 1 : bk + 7);
+		if (strcmp(prov, "shm")) /* shm: named by us (serve_args) */
+			snprintf(srv_bport[i], sizeof(srv_bport[i]), "%s",
+				 strrchr(bk + 7, ':') ? strrchr(bk + 7, ':') + 1 : bk + 7);
 		if (i < NPART)
 			map.servers[i].owns = UINT64_C(1) << i;
 		else
@@ -439,8 +446,8 @@ static void owners_now(int owner[NPART])
 }
 
 /* Start server i again on its ports and directory, and configure it (CONFIGURE) as a standby
- * for every partition: the map it gets names it so, with the backup address it has now (on
- * shm a new one: shm endpoints name themselves after the process), and gives what it owned at
+ * for every partition: the map it gets names it so, with the backup address it has now (the
+ * same: on shm the backup is named after its --backup-port too), and gives what it owned at
  * the start to another server (a map needs one owner per partition; a server acts on its own
  * role only, and clients learn the current owners from NOT_OWNER answers). */
 static void restart(int i)
@@ -1147,7 +1154,6 @@ int main(int argc, char **argv)
 	const char *tmp = getenv("TMPDIR");
 	unsigned duration, kills, pauses, pause_kills;
 	uint64_t med_kill, med_pause, med_pk, med_pkp;
-	bool late;
 	struct cli *loader;
 	struct counts k;
 	uint64_t seed;
@@ -1201,17 +1207,12 @@ int main(int argc, char **argv)
 	zkserver_tick_ms = 100;
 	zkserver_start(&zk);
 	start_servers();
-	/* On tcp and sockets the standby starts after the owners opened their logs (a restart
-	 * keeps its addresses); on shm a restarted server's backup has a new address that the
-	 * owners' maps do not name, so there it starts with them. */
-	late = strcmp(prov, "shm") != 0;
-	if (late)
-		rc = configure_standby_late(err, sizeof(err)) ? 0 : -1;
-	else
-		rc = kv_configure(&map, 60000, err, sizeof(err));
-	ok(rc == 0, "configured %d servers, %d partitions, r = 2, %s%s, 512 KiB log memory each: "
-	   "%s", nsrv, NPART, nsrv > NPART + 1 ? "two standbys" : "one standby",
-	   late ? ", one started after the owners" : "", rc ? err : "ok");
+	/* The standby starts after the owners opened their logs: a restart keeps its addresses
+	 * (on shm too, since its backup is named after its --backup-port). */
+	rc = configure_standby_late(err, sizeof(err)) ? 0 : -1;
+	ok(rc == 0, "configured %d servers, %d partitions, r = 2, %s, one started after the "
+	   "owners, 512 KiB log memory each: %s", nsrv, NPART,
+	   nsrv > NPART + 1 ? "two standbys" : "one standby", rc ? err : "ok");
 	TAP_REQUIRE(rc == 0, "cannot go on");
 
 	keyname = calloc(nkeys, sizeof(*keyname));
@@ -1373,6 +1374,15 @@ int main(int argc, char **argv)
 			continue;
 		proc_wait(srv[i], 30000);
 		proc_free(srv[i]);
+	}
+	/* shm: a server killed last leaves its backup's named region and doorbell behind. */
+	for (int i = 0; i < nsrv && !strcmp(prov, "shm"); i++) {
+		char path[sizeof(srv_bport) + 32];
+
+		snprintf(path, sizeof(path), "/dev/shm/%s", srv_bport[i]);
+		unlink(path);
+		snprintf(path, sizeof(path), "/dev/shm/tw_bell_%s", srv_bport[i]);
+		unlink(path);
 	}
 	zkserver_stop(&zk);
 	rm_tree(root);
