@@ -723,6 +723,8 @@ static void mem_close(struct tw_fab *fab)
 	}
 	mf->tail = NULL;
 	set_nq(mf, 0);
+	while (mf->copying) /* another thread placing our orders (a read of ours) ends first */
+		pthread_cond_wait(&cp_done, &mem_lock);
 	for (struct mem_fab **pp = &all_null; *pp; pp = &(*pp)->next_fab) {
 		if (*pp == mf) {
 			*pp = mf->next_fab;
