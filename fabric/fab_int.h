@@ -181,7 +181,8 @@ void tw__wmsg_recv(struct tw_chan *ch, const void *msg, size_t len); /* a messag
 /* Backend constructors: fill *out (already common-initialised) or return a negative code. */
 int tw__ofi_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev, const char *prov,
 		 struct tw_fab **out);
+/* null_writes: the "mem-null" variant (benchmarks only; fabric/mem.c). */
 int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
-		 struct tw_fab **out);
+		     bool null_writes, struct tw_fab **out);
 
 #endif

@@ -154,9 +154,19 @@ static int hook(struct tw_fab *fab)
 	return 0;
 }
 
-static int parse_provider(const char *want, bool *mem)
+/* "mem", or "mem-null": the in-memory fabric whose initiator copies nothing (benchmarks only:
+ * fabric/mem.c, docs/twbench.md); said once per process, at warn level, since data sent on it
+ * is placed by the target's thread later, not by the write. */
+static int parse_provider(const char *want, bool *mem, bool *null_writes)
 {
-	*mem = !strcmp(want, "mem");
+	static bool warned;
+
+	*null_writes = !strcmp(want, "mem-null");
+	*mem = *null_writes || !strcmp(want, "mem");
+	if (*null_writes && !__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		tw_log_warn("fabric: provider mem-null is a benchmark transport (twbench-engine "
+			    "--fabric null): in-process only, its writes complete before their bytes "
+			    "are placed; do not use it for data you keep");
 	return 0;
 }
 
@@ -182,7 +192,7 @@ int tw__fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events 
 {
 	struct tw_fab_config cfg;
 	const char *prov;
-	bool mem;
+	bool mem, null_writes;
 	int rc;
 
 	*out = NULL;
@@ -222,13 +232,13 @@ int tw__fab_open(const struct tw_fab_config *cfg_in, const struct tw_fab_events 
 		tw_log_error("fabric: cannot open provider '%s': %s", prov, open_errmsg);
 		return -EINVAL;
 	}
-	parse_provider(prov, &mem);
+	parse_provider(prov, &mem, &null_writes);
 	if (mem && cfg.strict != TW_FAB_STRICT_OFF) {
 		tw__fab_open_errmsg("strict mode (verbs semantics) needs a libfabric FI_EP_MSG provider "
 				"(tcp, sockets), not the in-memory fabric");
 		rc = -ENOTSUP;
 	} else if (mem) {
-		rc = tw__mem_fab_open(&cfg, ev, out);
+		rc = tw__mem_fab_open(&cfg, ev, null_writes, out);
 	} else {
 		rc = tw__ofi_fab_open(&cfg, ev, prov, out);
 	}

@@ -15,6 +15,18 @@
  * thread links it.
  *
  * Faults (tw__mem_inject) apply to the next write on a channel; see fabric.h.
+ *
+ * "mem-null" (benchmarks only: tools/twbench_engine.c, docs/twbench.md): the same fabric, but
+ * the initiator does not copy a write's bytes. The write completes at once (its completion
+ * queued as above) and leaves a copy order (source, target, length) on the target fab, which
+ * the target's own thread carries out, as a NIC's DMA would, before it handles any event (a
+ * control message, a completion), when it polls with orders pending, and before one of its
+ * registrations closes; a read of the target carries them out first, and so does the close
+ * of the source's registration (from the closing thread). So every control RPC (segment open,
+ * close and its scan, SetAcked) still sees the bytes, and what the initiator's CPU pays is the
+ * fabric's bookkeeping, not the copy. Faults and lost peers behave as on "mem". The source
+ * must stay as it is until the copy is done: true of the primary's segments, which it frees
+ * only after the segment's close, whose RPC the target handles after the orders before it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,8 +55,23 @@ struct mem_ev {
 	unsigned char data[];
 };
 
+/* A write's bytes still to be placed ("mem-null"): in the target fab's list, under mem_lock. */
+struct mem_copy {
+	struct mem_copy *next;
+	unsigned char *dst;
+	const unsigned char *src;
+	size_t len;
+};
+
 struct mem_fab {
 	struct tw_fab base;
+	bool null_writes;           /* "mem-null": writes leave copy orders (above) */
+	struct mem_copy *cp_head, *cp_tail; /* copy orders for our MRs, oldest first; mem_lock */
+	size_t ncp;                 /* their count: atomic stores under mem_lock, read without */
+	size_t cp_bytes;            /* their bytes (under mem_lock): from MEM_NULL_WAKE on, the
+				     * target's thread is woken to place them */
+	bool copying;               /* a thread places a detached list of them (copies_drain) */
+	struct mem_fab *next_fab;   /* all fabs with null_writes (all_null), under mem_lock */
 	pthread_cond_t cond;
 	struct mem_ev *head, *tail; /* under mem_lock */
 	size_t nq;                  /* events queued: written under mem_lock (atomic stores),
@@ -74,6 +101,11 @@ static pthread_mutex_t mem_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 static struct mem_fab *listeners;
 static uint32_t next_listen_id = 1;
 static struct mem_mr *all_mrs;
+static struct mem_fab *all_null; /* the "mem-null" fabs, for a source's registration closing */
+static unsigned copiers;         /* threads in copies_drain's copy, outside mem_lock */
+static pthread_cond_t cp_done = PTHREAD_COND_INITIALIZER; /* copiers or a `copying` went down */
+
+#define MEM_NULL_WAKE (1u << 20)
 
 static const struct fab_ops mem_ops;
 
@@ -81,6 +113,64 @@ static const struct fab_ops mem_ops;
 static void set_nq(struct mem_fab *mf, size_t n)
 {
 	__atomic_store_n(&mf->nq, n, __ATOMIC_RELEASE);
+}
+
+/* "mem-null": carry out, under mem_lock, the copy orders of target `mf`, all of them, or only
+ * those whose source lies in [lo, hi) when `lo` is not NULL (a source's registration closing).
+ * Another thread copying `mf`'s earlier orders (copies_drain) finishes first: orders land in
+ * their order. */
+static void copies_apply(struct mem_fab *mf, const unsigned char *lo, const unsigned char *hi)
+{
+	struct mem_copy **pp = &mf->cp_head;
+
+	while (mf->copying)
+		pthread_cond_wait(&cp_done, &mem_lock);
+	mf->cp_tail = NULL;
+	while (*pp) {
+		struct mem_copy *c = *pp;
+
+		if (lo && (c->src < lo || c->src >= hi)) {
+			mf->cp_tail = c;
+			pp = &c->next;
+			continue;
+		}
+		memcpy(c->dst, c->src, c->len);
+		*pp = c->next;
+		mf->cp_bytes -= c->len;
+		free(c);
+		__atomic_store_n(&mf->ncp, mf->ncp - 1, __ATOMIC_RELEASE);
+	}
+}
+
+/* "mem-null": every copy order of `mf` queued so far placed (mem_lock held; dropped while the
+ * bulk of them is copied, so that the initiators' writes do not wait for the copy). */
+static void copies_drain(struct mem_fab *mf)
+{
+	struct mem_copy *list;
+
+	while (mf->copying)
+		pthread_cond_wait(&cp_done, &mem_lock);
+	list = mf->cp_head;
+	if (list) {
+		mf->cp_head = mf->cp_tail = NULL;
+		mf->cp_bytes = 0;
+		__atomic_store_n(&mf->ncp, 0, __ATOMIC_RELEASE);
+		mf->copying = true;
+		copiers++;
+		pthread_mutex_unlock(&mem_lock);
+		while (list) {
+			struct mem_copy *c = list;
+
+			list = c->next;
+			memcpy(c->dst, c->src, c->len);
+			free(c);
+		}
+		pthread_mutex_lock(&mem_lock);
+		mf->copying = false;
+		copiers--;
+		pthread_cond_broadcast(&cp_done);
+	}
+	copies_apply(mf, NULL, NULL); /* those queued meanwhile: a few, under the lock */
 }
 
 /* Queue an event on `mf` (mem_lock held) and wake its thread. */
@@ -283,8 +373,17 @@ static int mem_mr_reg(struct tw_fab *fab, void *buf, size_t len, unsigned access
 static void mem_mr_close(struct tw_mr *base)
 {
 	struct mem_mr *mr = (struct mem_mr *)base;
+	const unsigned char *lo = base->buf, *hi = lo + base->len;
 
 	pthread_mutex_lock(&mem_lock);
+	/* "mem-null": orders into this region land before it goes, and orders out of it before
+	 * its memory may be freed. */
+	if (mr->owner->null_writes)
+		copies_drain(mr->owner);
+	for (struct mem_fab *f = all_null; f; f = f->next_fab)
+		copies_apply(f, lo, hi);
+	while (copiers) /* a copy out of this region may be under way */
+		pthread_cond_wait(&cp_done, &mem_lock);
 	for (struct mem_mr **pp = &all_mrs; *pp; pp = &(*pp)->gnext) {
 		if (*pp == mr) {
 			*pp = mr->gnext;
@@ -371,6 +470,25 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 			if (f.chunk_mask & (1ull << i))
 				memcpy(dst + (size_t)i * 64, (const unsigned char *)src + (size_t)i * 64,
 				       TW_MIN((size_t)64, len - (size_t)i * 64));
+	} else if (mc->peer_fab->null_writes && len) {
+		struct mem_copy *c = malloc(sizeof(*c));
+
+		if (!c) {
+			push_done(mc, ev, op, -ENOMEM, 0, false);
+			goto out;
+		}
+		c->next = NULL;
+		c->dst = dst;
+		c->src = src;
+		c->len = len;
+		TW_SLIST_APPEND(mc->peer_fab->cp_head, mc->peer_fab->cp_tail, c);
+		__atomic_store_n(&mc->peer_fab->ncp, mc->peer_fab->ncp + 1, __ATOMIC_RELEASE);
+		mc->peer_fab->cp_bytes += len;
+		if (mc->peer_fab->cp_bytes >= MEM_NULL_WAKE &&
+		    mc->peer_fab->cp_bytes - len < MEM_NULL_WAKE)
+			pthread_cond_signal(&mc->peer_fab->cond); /* once per MEM_NULL_WAKE bytes */
+		push_done(mc, ev, op, 0, len, false);
+		goto out;
 	} else {
 		memcpy(dst, src, len);
 		push_done(mc, ev, op, 0, len, false);
@@ -396,6 +514,8 @@ static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len,
 		return -ENOMEM;
 	tw__op_track(ch, op);
 	pthread_mutex_lock(&mem_lock);
+	if (mc->peer && mc->peer_fab->null_writes) /* "mem-null": the writes before it land first */
+		copies_drain(mc->peer_fab);
 	if (!mc->peer) {
 		push_done(mc, ev, op, -TW_EPEERLOST, 0, true);
 	} else if (mc->stopped) {
@@ -482,6 +602,11 @@ static int mem_poll(struct tw_fab *fab)
 	int n = 0;
 
 	fab->stats.cq_polls++;
+	if (mf->null_writes && __atomic_load_n(&mf->ncp, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&mem_lock);
+		copies_drain(mf);
+		pthread_mutex_unlock(&mem_lock);
+	}
 	/* One event at a time: a callback may close a channel, which purges its queued events. */
 	while (n < 256) {
 		struct mem_ev *ev;
@@ -491,6 +616,8 @@ static int mem_poll(struct tw_fab *fab)
 		if (!__atomic_load_n(&mf->nq, __ATOMIC_ACQUIRE))
 			break;
 		pthread_mutex_lock(&mem_lock);
+		if (mf->null_writes && mf->ncp) /* the writes posted before this event land first */
+			copies_drain(mf);
 		ev = mf->head;
 		if (ev) {
 			mf->head = ev->next;
@@ -527,7 +654,7 @@ static int mem_wait(struct tw_fab *fab, int timeout_ms)
 		}
 	}
 	pthread_mutex_lock(&mem_lock);
-	while (!mf->head && !mf->woken) {
+	while (!mf->head && !mf->woken && mf->cp_bytes < MEM_NULL_WAKE) {
 		int rc = timeout_ms < 0 ? pthread_cond_wait(&mf->cond, &mem_lock)
 					: pthread_cond_timedwait(&mf->cond, &mem_lock, &ts);
 		if (rc == ETIMEDOUT)
@@ -596,6 +723,20 @@ static void mem_close(struct tw_fab *fab)
 	}
 	mf->tail = NULL;
 	set_nq(mf, 0);
+	while (mf->copying) /* another thread placing our orders (a read of ours) ends first */
+		pthread_cond_wait(&cp_done, &mem_lock);
+	for (struct mem_fab **pp = &all_null; *pp; pp = &(*pp)->next_fab) {
+		if (*pp == mf) {
+			*pp = mf->next_fab;
+			break;
+		}
+	}
+	while (mf->cp_head) { /* its registrations are closed: nothing is left to place */
+		struct mem_copy *c = mf->cp_head;
+
+		mf->cp_head = c->next;
+		free(c);
+	}
 	pthread_mutex_unlock(&mem_lock);
 	pthread_cond_destroy(&mf->cond);
 	free(mf);
@@ -608,7 +749,7 @@ static const struct fab_ops mem_ops = {
 };
 
 int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
-		 struct tw_fab **out)
+		 bool null_writes, struct tw_fab **out)
 {
 	struct mem_fab *mf = calloc(1, sizeof(*mf));
 	pthread_condattr_t ca;
@@ -621,6 +762,13 @@ int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	pthread_cond_init(&mf->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	mf->base.rdm = false;
+	if (null_writes) {
+		mf->null_writes = true;
+		pthread_mutex_lock(&mem_lock);
+		mf->next_fab = all_null;
+		all_null = mf;
+		pthread_mutex_unlock(&mem_lock);
+	}
 	*out = &mf->base;
 	return 0;
 }

@@ -94,12 +94,70 @@ static size_t chain_walk_generic(const uint8_t *buf, size_t pos, size_t end, uin
 }
 
 #ifdef TW_CRC_X86
-__attribute__((target("sse4.2"))) static void entry_put_sse42(uint8_t *hdr, uint32_t len)
+/*
+ * A short payload (below TW__CRC_SHORT) copied and checksummed in one pass: each 8 bytes loaded
+ * once, stored and fed to the CRC from the same register, so the CRC is of the copy (what the
+ * segment holds, even if the caller's buffer changes meanwhile) as with a copy then a pass over
+ * it, without the call to memcpy and the second read. One stream, no dispatch: the common
+ * append. Returns the payload's CRC32C.
+ */
+__attribute__((target("sse4.2"))) static uint32_t copy_crc_short_sse42(uint8_t *dst,
+									const uint8_t *src,
+									uint32_t len)
 {
-	/* A short payload's CRC inline (one stream, no dispatch): the common append. */
-	uint32_t crc = len < TW__CRC_SHORT ? ~tw__crc32c_hw_raw(~0u, hdr + TW_ENTRY_HDR_SIZE, len)
-					   : tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len);
+	uint64_t c = ~0u;
+	uint32_t crc;
 
+	for (const uint8_t *end = src + (len & ~15u); src < end; src += 16, dst += 16) {
+		uint64_t v0 = tw_load_le64(src), v1 = tw_load_le64(src + 8);
+
+		tw_store_le64(dst, v0);
+		tw_store_le64(dst + 8, v1);
+		c = _mm_crc32_u64(_mm_crc32_u64(c, v0), v1);
+	}
+	if (len & 8) {
+		uint64_t v = tw_load_le64(src);
+
+		tw_store_le64(dst, v);
+		c = _mm_crc32_u64(c, v);
+		src += 8;
+		dst += 8;
+	}
+	crc = (uint32_t)c;
+	if (len & 4) {
+		uint32_t v = tw_load_le32(src);
+
+		tw_store_le32(dst, v);
+		crc = _mm_crc32_u32(crc, v);
+		src += 4;
+		dst += 4;
+	}
+	if (len & 2) {
+		uint16_t v = tw_load_le16(src);
+
+		tw_store_le16(dst, v);
+		crc = _mm_crc32_u16(crc, v);
+		src += 2;
+		dst += 2;
+	}
+	if (len & 1) {
+		*dst = *src;
+		crc = _mm_crc32_u8(crc, *dst);
+	}
+	return ~crc;
+}
+
+__attribute__((target("sse4.2"))) static void entry_put_sse42(uint8_t *hdr, const void *payload,
+							       uint32_t len)
+{
+	uint32_t crc;
+
+	if (len < TW__CRC_SHORT) {
+		crc = copy_crc_short_sse42(hdr + TW_ENTRY_HDR_SIZE, payload, len);
+	} else {
+		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
+		crc = tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len);
+	}
 	put_header(hdr, len, crc);
 	tw_store_le16(hdr + 2, hcheck_sse42(hdr));
 }
@@ -127,14 +185,14 @@ __attribute__((target("sse4.2"))) static size_t chain_walk_sse42(const uint8_t *
 
 void tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len)
 {
-	if (len)
-		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
 #ifdef TW_CRC_X86
 	if (tw_likely(tw__have_sse42())) {
-		entry_put_sse42(hdr, len);
+		entry_put_sse42(hdr, payload, len);
 		return;
 	}
 #endif
+	if (len)
+		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
 	put_header(hdr, len, tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len));
 	tw_store_le16(hdr + 2, hcheck_generic(hdr));
 }

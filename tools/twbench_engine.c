@@ -17,8 +17,12 @@
  * the threads that existed before the log was opened other than the calling one (the backups'
  * threads and their flushers), read through their per-thread CPU clocks.
  *
- * Only the public API (tailwind/primary.h, tailwind/backup.h); the "mem" provider is internal to
- * the library but reachable through the provider name.
+ * --fabric null uses the provider "mem-null" instead: the same fabric, but the write copies
+ * nothing; the backups' own threads place the bytes (before any control message they handle),
+ * as a NIC would, so what a run costs the primary is its engine alone. For this benchmark only.
+ *
+ * Only the public API (tailwind/primary.h, tailwind/backup.h); the "mem" and "mem-null"
+ * providers are internal to the library but reachable through the provider name.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -65,6 +69,7 @@ struct eopts {
 	unsigned buffers;        /* each backup's pool, fixed */
 	int cpu;                 /* -1: the CPU the caller runs on; -2: no binding */
 	const char *dir;
+	const char *fabric;      /* provider: "mem", or "mem-null" (--fabric null) */
 	bool json;
 };
 
@@ -217,7 +222,7 @@ static int backups_start(const struct eopts *o, const char **addrs)
 
 		snprintf(bk[i].dir, sizeof(bk[i].dir), "%s/b%u", scratch, i);
 		tw_backup_config_init(&bc);
-		bc.provider = "mem";
+		bc.provider = o->fabric;
 		bc.dir = bk[i].dir;
 		/* A fixed pool, touched by the warm-up run: a buffer that grew mid-run would be
 		 * first written (page faults) by the primary's own copy into it. */
@@ -313,7 +318,7 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 	tw_ctx_config_init(&tc);
 	tc.backups = addrs;
 	tc.n_backups = o->r;
-	tc.provider = "mem";
+	tc.provider = o->fabric;
 	tc.key_file = "";
 	tw_primary_config_init(&cfg);
 	cfg.log_id = ((uint64_t)getpid() << 16) | ++log_seq;
@@ -424,9 +429,9 @@ static void range_of(enum amode m, uint32_t size, double *lo, double *hi, double
 
 static void print_text(const struct eopts *o, int cpu)
 {
-	printf("twbench-engine: the primary alone, provider mem, r = %u, segment %zu B, %s; "
+	printf("twbench-engine: the primary alone, provider %s, r = %u, segment %zu B, %s; "
 	       "target >= 10 M appends/s, <= 100 ns CPU/append (100 B)\n",
-	       o->r, o->segment_size, cpu >= 0 ? "bound to one CPU" : "not bound");
+	       o->fabric, o->r, o->segment_size, cpu >= 0 ? "bound to one CPU" : "not bound");
 	printf("%-7s %6s %3s %10s %8s %12s %11s %11s %6s %8s %8s\n", "appends", "size", "run",
 	       "count", "seconds", "appends/s", "CPU ns/app", "app ns/app", "cores", "ent/wr",
 	       "wakeups");
@@ -454,10 +459,10 @@ static void print_text(const struct eopts *o, int cpu)
 
 static void print_json(const struct eopts *o, int cpu)
 {
-	printf("{\"twbench_engine\":{\"version\":\"%s\",\"provider\":\"mem\",\"replicas\":%u,"
+	printf("{\"twbench_engine\":{\"version\":\"%s\",\"provider\":\"%s\",\"replicas\":%u,"
 	       "\"segment_size\":%zu,\"batch\":%u,\"inflight\":%u,\"cpu\":%d,\"runs\":%u},"
 	       "\"runs\":[",
-	       tw_version(), o->r, o->segment_size, o->batch, o->inflight, cpu, o->runs);
+	       tw_version(), o->fabric, o->r, o->segment_size, o->batch, o->inflight, cpu, o->runs);
 	for (unsigned i = 0; i < n_results; i++) {
 		const struct eresult *x = &results[i];
 
@@ -511,6 +516,11 @@ static void usage(FILE *f)
 	      "  --buffers N       each backup's pool of segment buffers, fixed (default 16)\n"
 	      "  --cpu N           bind the appending thread and the primary's threads to CPU N\n"
 	      "                    (default: the CPU it starts on); --cpu -1: no binding\n"
+	      "  --fabric F        mem (default): each write is copied into r backups' buffers\n"
+	      "                    by the primary's thread; null (provider \"mem-null\", for\n"
+	      "                    this benchmark only): writes complete at once and the\n"
+	      "                    backups' own threads place the bytes, as a NIC would; the\n"
+	      "                    RPCs (segment open, close and its scan, SetAcked) are real\n"
 	      "  --dir D           where the backups' scratch directory goes (default /dev/shm,\n"
 	      "                    else $TMPDIR or /tmp); removed at exit\n"
 	      "  --json            machine-readable output on stdout (one line)\n"
@@ -562,6 +572,7 @@ static const struct option lo[] = {
 	{ "cpu", required_argument, NULL, 'c' },
 	{ "buffers", required_argument, NULL, 'B' },
 	{ "dir", required_argument, NULL, 'd' },
+	{ "fabric", required_argument, NULL, 'f' },
 	{ "json", no_argument, NULL, 'j' },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -660,6 +671,14 @@ static int parse_opt(int c, struct eopts *o)
 	case 'd':
 		o->dir = optarg;
 		return -1;
+	case 'f':
+		if (!strcmp(optarg, "mem"))
+			o->fabric = "mem";
+		else if (!strcmp(optarg, "null"))
+			o->fabric = "mem-null";
+		else
+			return bad("--fabric", optarg, "mem or null");
+		return -1;
 	case 'j':
 		o->json = true;
 		return -1;
@@ -732,7 +751,7 @@ static int run_all(const struct eopts *o, const char *const *addrs)
 int main(int argc, char **argv)
 {
 	struct eopts o = { .r = 3, .count = 2000000, .max_bytes = 1u << 30, .runs = 3,
-			   .segment_size = 8u << 20, .progress_every = 256, .cpu = -1,
+			   .segment_size = 8u << 20, .progress_every = 256, .cpu = -1, .fabric = "mem",
 			   .buffers = 16 };
 	const char *addrs[MAX_R];
 	int c, rc, ec = EXIT_OK, cpu = -2;

@@ -1,7 +1,8 @@
 /*
  * tests/unit/test_fabric_mem.c — the in-memory fabric backend: connect/accept, registration,
  * write/read/send, every fault kind, loss completing pending ops exactly once, close, wakeup
- * across threads, and the missing-provider error.
+ * across threads, the missing-provider error, and "mem-null" (writes whose bytes the target
+ * places: benchmarks only).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,6 +28,7 @@ struct vclock {
 	uint64_t reads;
 };
 static struct vclock *use_clock; /* open_side passes it to the fabs it opens */
+static const char *use_provider = "mem"; /* and this provider ("mem-null": test_null) */
 
 static uint64_t vclock_read(void *arg)
 {
@@ -43,7 +45,7 @@ static void open_side(struct fab_rec *s, unsigned op_timeout_ms)
 
 	memset(s, 0, sizeof(*s));
 	tw__fab_config_init(&cfg);
-	cfg.provider = "mem";
+	cfg.provider = use_provider;
 	cfg.op_timeout_ms = op_timeout_ms;
 	if (use_clock) {
 		cfg.clock_ns = vclock_read;
@@ -556,9 +558,75 @@ static void test_unobserved_gap(void)
 	teardown(&c);
 }
 
+/* "mem-null" (benchmarks): a write completes at the initiator without its bytes; the target's
+ * thread places them before it handles its next event, when it polls, and when a registration
+ * of either side closes; a read of the target finds them. */
+static void test_null(void)
+{
+	struct conn c;
+	struct opres w, r;
+	unsigned char expect[4096];
+	struct tw_mr *tmp;
+
+	use_provider = "mem-null";
+	setup(&c, 10000);
+	use_provider = "mem";
+	ok(!strcmp(tw__fab_provider(A.fab), "mem-null"), "provider mem-null");
+	fill(c.src, 4096, 5);
+	fill(expect, 4096, 5);
+	op_init(&w);
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, 8192), 0, "write posted");
+	for (int i = 0; i < 100 && !w.calls; i++)
+		tw__fab_progress(B.fab, 0); /* the initiator only */
+	ok(w.calls == 1 && w.status == 0, "completed at the initiator alone");
+	ok(((unsigned char *)c.buf)[8192] == 0 && ((unsigned char *)c.buf)[8192 + 4095] == 0,
+	   "its bytes not placed yet (the target has not run)");
+	is_int(tw__chan_send(c.b2a, "after", 6), 0, "a message after it");
+	ok(pump_until(&A.recvs), "the target got the message");
+	ok(!memcmp((char *)c.buf + 8192, expect, 4096), "the bytes were placed before it");
+
+	/* the target's poll alone places them */
+	fill(c.src, 4096, 9);
+	fill(expect, 4096, 9);
+	op_init(&w);
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 4096, c.mr_b, &c.rk, 0), 0, "second write");
+	for (int i = 0; i < 100 && !w.calls; i++)
+		tw__fab_progress(B.fab, 0);
+	ok(w.calls == 1 && w.status == 0, "second write completed");
+	tw__fab_progress(A.fab, 0);
+	ok(!memcmp(c.buf, expect, 4096), "the target's poll placed it");
+
+	/* a read of the target finds a write before it */
+	fill(c.src, 512, 11);
+	fill(expect, 512, 11);
+	op_init(&w);
+	is_int(tw__chan_write(c.b2a, &w.op, c.src, 512, c.mr_b, &c.rk, 65536), 0, "third write");
+	op_init(&r);
+	is_int(tw__chan_read(c.b2a, &r.op, (char *)c.src + 131072, 512, c.mr_b, &c.rk, 65536), 0,
+	       "read posted");
+	ok(pump_until(&r.calls) && r.status == 0 && w.status == 0, "write and read completed");
+	ok(!memcmp((char *)c.src + 131072, expect, 512), "the read saw the write");
+
+	/* the source's registration closing places what is left of it */
+	TAP_REQUIRE(tw__mr_reg(B.fab, (char *)c.src + 262144, 4096, TW_MR_WRITE_SRC, &tmp) == 0,
+		    "reg a second source");
+	fill((char *)c.src + 262144, 1024, 13);
+	fill(expect, 1024, 13);
+	op_init(&w);
+	is_int(tw__chan_write(c.b2a, &w.op, (char *)c.src + 262144, 1024, tmp, &c.rk, 196608), 0,
+	       "write from it");
+	for (int i = 0; i < 100 && !w.calls; i++)
+		tw__fab_progress(B.fab, 0);
+	ok(w.calls == 1 && ((unsigned char *)c.buf)[196608] == 0, "completed, not placed yet");
+	tw__mr_close(tmp);
+	ok(!memcmp((char *)c.buf + 196608, expect, 1024), "placed when its source closed");
+	teardown(&c);
+}
+
 int main(void)
 {
 	test_basic();
+	test_null();
 	test_faults();
 	test_virtual_clock();
 	test_unobserved_gap();

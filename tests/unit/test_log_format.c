@@ -1,7 +1,9 @@
 /*
  * tests/unit/test_log_format.c — the writer (append, fits, seal, resume), the exact bytes it
  * lays down (including the data header check), the never-zero checksum rule, tw_entry_next(),
- * and the scan of well-formed buffers (both walks: SSE4.2 and generic).
+ * and the scan of well-formed buffers (both walks: SSE4.2 and generic); the engine's
+ * tw__log_entry_put (one-pass copy and CRC below 192 B) lays the same bytes as the writer at
+ * every length and alignment, with the CPU's CRC and with the table.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +18,9 @@
 #include "tap.h"
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
+/* log/log_entry.h and log/log_int.h (the CRC implementation's cache), declared here. */
+void tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len);
+extern int tw__crc_impl_cached;
 
 /* Scan with both walks; they must agree on every field. */
 static void scan2(const void *buf, size_t len, struct tw_scan_result *r)
@@ -391,9 +396,50 @@ static void iterator_errors(void)
 	is_int(tw_entry_next(&it, NULL, NULL, NULL), 0, "iterator: checksum entry skipped, end");
 }
 
+/* tw__log_entry_put against tw_log_writer_append: payloads of 0..300 bytes (both sides of the
+ * 192-byte short path, every tail length), source and entry at odd offsets, with the CPU's CRC
+ * path (`forced` 0) or the table (TW__CRC_TABLE, 1). */
+static void entry_put_same(void)
+{
+	static uint8_t src[320 + 8], ref[512], got[512 + 8];
+	unsigned bad = 0, n = 0;
+	int saved = tw__crc_impl_cached;
+
+	for (int impl = 0; impl < 2; impl++) {
+		if (impl)
+			__atomic_store_n(&tw__crc_impl_cached, 1 /* TW__CRC_TABLE */, __ATOMIC_RELAXED);
+		for (uint32_t len = 0; len <= 300; len++) {
+			for (unsigned a = 0; a < 3; a++) {
+				struct tw_log_writer w;
+				const uint8_t *pl = src + a * 3;
+
+				for (size_t i = 0; i < sizeof(src); i++)
+					src[i] = (uint8_t)rnd();
+				memset(ref, 0xee, sizeof(ref));
+				memset(got, 0xee, sizeof(got));
+				tw_log_writer_init(&w, ref, sizeof(ref));
+				if (tw_log_writer_append(&w, pl, len, NULL) != 0) {
+					bad++;
+					continue;
+				}
+				tw__log_entry_put(got + a, pl, len);
+				n++;
+				if (memcmp(ref, got + a, TW_ENTRY_HDR_SIZE + len) != 0 ||
+				    got[a + TW_ENTRY_HDR_SIZE + len] != 0xee ||
+				    (a && got[a - 1] != 0xee))
+					bad++;
+			}
+		}
+	}
+	__atomic_store_n(&tw__crc_impl_cached, saved, __ATOMIC_RELAXED);
+	ok(!bad && n == 2 * 301 * 3, "entry put: the writer's bytes at %u lengths and offsets, "
+	   "CPU CRC and table (%u differ)", n, bad);
+}
+
 int main(void)
 {
 	rng_state = tap_seed();
+	entry_put_same();
 	exact_bytes();
 	arguments_and_limits();
 	known_headers();
