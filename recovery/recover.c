@@ -138,11 +138,13 @@ static int connect_one(struct rctx *c, struct rbk *b, const struct tw_peer_opts 
 
 /*
  * Connect to every backup; unreachable ones are warned about and skipped. With the log's r
- * known (a takeover) and more backups than r - 1, in two rounds: first every backup with a
- * short timeout (an eighth of the connect timeout, at least 50 ms), then the ones that did not
- * answer in time again with the whole timeout, but only while fewer than n - r + 1 backups
- * answered. Each segment was written to r of the n, so once n - r + 1 answered, every segment
- * has a copy among them and a silent backup (a paused process) only costs the short timeout.
+ * known (a takeover), in two rounds: first every backup with a short timeout (an eighth of the
+ * connect timeout, at least 50 ms), then the ones that did not answer in time again with the
+ * whole timeout, but only while fewer than max(n - r + 1, r) backups answered. Each segment was
+ * written to r of the n, so once n - r + 1 answered, every segment has a copy among them; and
+ * with r of them answering, the new log can open on backups that answer. Then a silent backup
+ * (a paused process) only costs the short timeout. With max(n - r + 1, r) = n (r = n, say) it
+ * is one round with the whole timeout.
  * Which copies the recovery needs ("Which copy") does not change, nor what it does without
  * one: only how long it waits before it goes on without a backup that does not answer.
  * docs/recovery.md, "Connects in two rounds".
@@ -151,8 +153,12 @@ static void connect_rounds(struct rctx *c, struct tw_peer_opts *po, unsigned ful
 			   int *auth_err)
 {
 	unsigned first_ms = full_ms / 8 < 50 ? 50 : full_ms / 8;
-	unsigned r = c->replicas, need, late = 0;
-	bool two = r > 0 && c->nbk >= r && first_ms < full_ms && c->nbk > 1;
+	unsigned r = c->replicas, late = 0;
+	/* n - r + 1 for the copies; and r, so that the new log's open finds r backups that
+	 * answered: a live backup slow to accept a connection on a loaded machine must not be
+	 * given up when the log cannot open without it. */
+	unsigned need = r == 0 || r > c->nbk ? c->nbk : (c->nbk - r + 1 > r ? c->nbk - r + 1 : r);
+	bool two = r > 0 && need < c->nbk && first_ms < full_ms;
 	struct tw_peer_skip *skip = po->skip;
 	int rc;
 
@@ -161,7 +167,6 @@ static void connect_rounds(struct rctx *c, struct tw_peer_opts *po, unsigned ful
 			connect_one(c, &c->bks[i], po, false, auth_err);
 		return;
 	}
-	need = c->nbk - r + 1;
 	/* Round one: nothing goes into the takeover's table yet (a late backup may be tried
 	 * again below); a Handshake that timed out waited its whole RPC timeout: it goes in. */
 	po->skip = NULL;
@@ -199,9 +204,9 @@ static void connect_rounds(struct rctx *c, struct tw_peer_opts *po, unsigned ful
 		if (c->res->backups_reached >= need) {
 			tw__peer_skip_add(skip, b->peer.addr);
 			tw_log_warn("recover: backup %s: no answer within %u ms, and %u of the %u "
-				    "backups answered: with r = %u each segment has a copy among them; "
-				    "going on without it", b->peer.addr, first_ms,
-				    c->res->backups_reached, c->nbk, r);
+				    "backups answered: with r = %u each segment has a copy among them, "
+				    "and the new log has r of them; going on without it", b->peer.addr,
+				    first_ms, c->res->backups_reached, c->nbk, r);
 			continue;
 		}
 		connect_one(c, b, po, false, auth_err);
