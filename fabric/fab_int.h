@@ -53,13 +53,20 @@ struct fab_ops {
 	 * NULL: nothing. The generic layer checks it with the ops' (tw__fab_check_deadlines): one
 	 * deadline tracker for every backend. */
 	uint64_t (*chan_deadline)(const struct tw_chan *ch);
+	/* The caller's event loop waits (tw__fab_wait_fd, tw__fab_wait_prepare): with `prepare`
+	 * false the descriptor; with it true also the check that a sleep on it is safe now
+	 * (fi_trywait on every wait object, a pending wakeup taken): the descriptor, -EAGAIN
+	 * (poll again first), -EINPROGRESS (poll again soon: activity the descriptor does not
+	 * signal), or -ENOTSUP (no descriptor). NULL: -ENOTSUP. */
+	int (*wait_fd)(struct tw_fab *fab, bool prepare);
 };
 
 /*
  * The ops every backend implements, one list: TW__FAB_OPS_INIT(prefix) expands to the designated
  * initializers `.op = prefix_op,` of all of them, so a backend's table is built from its function
  * names and one that lacks an op does not compile. The optional ops (inject: only mem can inject
- * faults; chan_deadline: only ofi has sends of its own in flight) are not in the list: a backend
+ * faults; chan_deadline: only ofi has sends of its own in flight; wait_fd: only ofi has a
+ * descriptor) are not in the list: a backend
  * sets them by hand or leaves them NULL.
  */
 #define TW__FAB_OPS(X, prefix) \

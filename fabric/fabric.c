@@ -760,6 +760,41 @@ void tw__fab_wakeup(struct tw_fab *fab)
 	fab->ops->wakeup(fab);
 }
 
+int tw__fab_wait_fd(struct tw_fab *fab)
+{
+	return fab->ops->wait_fd ? fab->ops->wait_fd(fab, false) : -ENOTSUP;
+}
+
+int tw__fab_wait_prepare(struct tw_fab *fab, int max_ms)
+{
+	uint64_t now, next;
+	int rc, wait_ms = max_ms;
+
+	if (!fab->ops->wait_fd)
+		return -ENOTSUP;
+	if (fab->cfg.busy_poll)
+		return 0;
+	rc = fab->ops->wait_fd(fab, true);
+	if (rc == -EAGAIN)
+		return 0;
+	if (rc == -EINPROGRESS)
+		return 1;
+	if (rc < 0)
+		return rc;
+	now = tw__fab_clock(fab);
+	next = next_deadline(fab);
+	if (next != UINT64_MAX) {
+		uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
+
+		if (ms == 0)
+			return 0;
+		if (wait_ms < 0 || ms < (uint64_t)wait_ms)
+			wait_ms = (int)TW_MIN(ms, (uint64_t)1 << 30);
+	}
+	fab->waited = true; /* the caller sleeps on the descriptor: the fab is looking */
+	return wait_ms;
+}
+
 void tw__fab_get_stats(const struct tw_fab *fab, struct tw_fab_stats *out)
 {
 	*out = fab->stats;

@@ -351,6 +351,21 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms);
 /* Make a tw__fab_progress() blocked in another thread return. Thread-safe. */
 void tw__fab_wakeup(struct tw_fab *fab);
 
+/*
+ * Waiting in the caller's event loop instead of in tw__fab_progress (tw_primary_wait_fd):
+ * tw__fab_wait_fd gives a descriptor that becomes readable when the fab has work (the epoll set
+ * of its wait objects), or -ENOTSUP when the backend has none (mem; shm, whose completions come
+ * from polling the peers' regions; a queue opened without a wait fd). Before every sleep on it
+ * the caller asks tw__fab_wait_prepare, which checks that every wait object agrees to the sleep
+ * (fi_trywait) and takes a pending tw__fab_wakeup: it returns 0 (poll again first: something is
+ * ready, or a handshake is in progress, which tcp 1.17 does not signal on the fd) or the longest
+ * the caller may sleep in ms (max_ms, or less for the next deadline; -1 and max_ms -1: no
+ * limit). The time until the next tw__fab_progress counts as the fab's own wait (deadlines,
+ * tw__fab_clock) when the caller keeps to it.
+ */
+int tw__fab_wait_fd(struct tw_fab *fab);
+int tw__fab_wait_prepare(struct tw_fab *fab, int max_ms);
+
 struct tw_fab_stats {
 	uint64_t writes, write_bytes;  /* one-sided writes completed successfully, as initiator */
 	uint64_t fast_writes;          /* of those, without delivery-complete (tw__chan_fast_writes) */

@@ -446,49 +446,77 @@ static int drain_eventfd(struct ofi_fab *of)
 	return read(of->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? 1 : 0;
 }
 
+/* tcp 1.17 (measured): the passive side's FI_CONNECTED does not wake the EQ's wait fd, so
+ * while a handshake is pending we poll with backoff instead of sleeping. */
+static bool handshake_pending(struct tw_fab *fab)
+{
+	for (struct tw_chan *c = fab->chans; c; c = c->next)
+		if (!c->closed && (c->state == CHAN_ACCEPTING || c->state == CHAN_CONNECTING))
+			return true;
+	return false;
+}
+
+/* Every wait object in the epoll set must agree to the sleep (fi_poll(3), fi_trywait): a CQ
+ * left out could hold a completion whose fd never fires again. Asked in batches, so any number
+ * of channels is covered. False: something is ready, poll again. */
+static bool trywait_all(struct ofi_fab *of)
+{
+	struct fid *fids[64];
+	size_t nf = 0;
+	struct tw_chan *c = of->base.chans;
+	struct ofi_closing *cr = of->closing_head; /* their CQ fds are in the set too */
+
+	if (of->eq)
+		fids[nf++] = &of->eq->fid;
+	if (of->cq)
+		fids[nf++] = &of->cq->fid;
+	for (;;) {
+		for (; c && nf < TW_ARRAY_SIZE(fids); c = c->next) {
+			struct ofi_chan *ch = (struct ofi_chan *)c;
+
+			if (!c->is_down && ch->cq)
+				fids[nf++] = &ch->cq->fid;
+		}
+		for (; !c && cr && nf < TW_ARRAY_SIZE(fids); cr = cr->next)
+			if (cr->cq_fd >= 0)
+				fids[nf++] = &cr->cq->fid;
+		if (nf && fi_trywait(of->fabric, fids, (int)nf) != FI_SUCCESS)
+			return false;
+		if (!c && !cr)
+			return true;
+		nf = 0;
+	}
+}
+
+int tw__ofi_wait_fd(struct tw_fab *fab, bool prepare)
+{
+	struct ofi_fab *of = ofab(fab);
+
+	/* shm: completions and remote writes come from polling the peers' regions, and the
+	 * peers' doorbells are futexes (ofi_bell.c): nothing a descriptor would signal. */
+	if (of->nofd || fab->rdm)
+		return -ENOTSUP;
+	if (!prepare)
+		return of->epfd;
+	if (drain_eventfd(of))
+		return -EAGAIN; /* woken (tw__fab_wakeup): its reason is for the next poll */
+	if (handshake_pending(fab))
+		return -EINPROGRESS;
+	return trywait_all(of) ? of->epfd : -EAGAIN;
+}
+
 int tw__ofi_wait(struct tw_fab *fab, int timeout_ms)
 {
 	struct ofi_fab *of = ofab(fab);
 
 	if (timeout_ms == 0)
 		return drain_eventfd(of);
-	/* tcp 1.17 (measured): the passive side's FI_CONNECTED does not wake the EQ's wait fd,
-	 * so while a handshake is pending we poll with backoff instead of sleeping. */
-	bool handshake = false;
-	for (struct tw_chan *c = fab->chans; c; c = c->next)
-		if (!c->closed && (c->state == CHAN_ACCEPTING || c->state == CHAN_CONNECTING))
-			handshake = true;
-	if (!of->nofd && !handshake) {
-		/* Every wait object in the epoll set must agree to the sleep (fi_poll(3),
-		 * fi_trywait): a CQ left out could hold a completion whose fd never fires again.
-		 * Asked in batches, so any number of channels is covered. */
-		struct fid *fids[64];
-		size_t nf = 0;
+	if (!of->nofd && !handshake_pending(fab)) {
 		struct epoll_event evs[8];
 		int woken = 0;
-		struct tw_chan *c = fab->chans;
-		struct ofi_closing *cr = of->closing_head; /* their CQ fds are in the set too */
 
-		if (of->eq)
-			fids[nf++] = &of->eq->fid;
-		if (of->cq)
-			fids[nf++] = &of->cq->fid;
-		for (;;) {
-			for (; c && nf < TW_ARRAY_SIZE(fids); c = c->next) {
-				struct ofi_chan *ch = (struct ofi_chan *)c;
-
-				if (!c->is_down && ch->cq)
-					fids[nf++] = &ch->cq->fid;
-			}
-			for (; !c && cr && nf < TW_ARRAY_SIZE(fids); cr = cr->next)
-				if (cr->cq_fd >= 0)
-					fids[nf++] = &cr->cq->fid;
-			if (nf && fi_trywait(of->fabric, fids, (int)nf) != FI_SUCCESS)
-				return drain_eventfd(of); /* something is ready: poll again */
-			if (!c && !cr)
-				break;
-			nf = 0;
-		}
+		if (!trywait_all(of))
+			return drain_eventfd(of); /* something is ready: poll again */
 		int n = epoll_wait(of->epfd, evs, TW_ARRAY_SIZE(evs), timeout_ms);
 		for (int i = 0; i < n; i++)
 			if (evs[i].data.ptr == NULL)

@@ -234,6 +234,7 @@ static const struct fab_ops ofi_ops = {
 	.name = "ofi",
 	TW__FAB_OPS_INIT(tw__ofi)
 	.chan_deadline = tw__ofi_chan_deadline,
+	.wait_fd = tw__ofi_wait_fd,
 };
 
 /*

@@ -505,6 +505,7 @@ int tw__cq_open(struct ofi_fab *of, size_t size, struct fid_cq **cq, int *fd_out
 void tw__cq_close(struct ofi_fab *of, struct fid_cq *cq, int fd);
 int tw__ofi_poll(struct tw_fab *fab);
 int tw__ofi_wait(struct tw_fab *fab, int timeout_ms);
+int tw__ofi_wait_fd(struct tw_fab *fab, bool prepare);
 void tw__ofi_wakeup(struct tw_fab *fab);
 /* Post with credit and -FI_EAGAIN handling: progress and retry until `deadline_ns`. The ctx's
  * own deadline is tw__fab_op_deadline at the post (no clock read: fab->now_ns is fresh from the

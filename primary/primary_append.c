@@ -645,3 +645,25 @@ int tw_primary_progress(struct tw_primary *p, int timeout_ms)
 		return -EINVAL;
 	return tw__primary_drive(p, timeout_ms);
 }
+
+int tw_primary_wait_fd(struct tw_primary *p)
+{
+	if (!p || p->threaded)
+		return -EINVAL;
+	return tw__fab_wait_fd(p->fab);
+}
+
+int tw_primary_wait_prepare(struct tw_primary *p, int max_ms)
+{
+	int cap = max_ms < 0 || max_ms > PWAIT_SLICE_MS ? PWAIT_SLICE_MS : max_ms;
+
+	if (!p || p->threaded)
+		return -EINVAL;
+	if (cap == 0)
+		return 0;
+	/* What a drive would do before it sleeps: a batch that is due goes out now. */
+	tw__primary_try_seal(p);
+	if (PLD(p->fo_pending) && !p->fo_running)
+		return 0;
+	return tw__fab_wait_prepare(p->fab, cap);
+}

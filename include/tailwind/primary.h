@@ -300,6 +300,28 @@ TW_API int tw_primary_flush(struct tw_primary *p);
 TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
 
 /*
+ * Sync mode, driven from the caller's event loop instead of a blocking tw_primary_progress
+ * (docs/primary.md, "Driving a log from an event loop"). Put tw_primary_wait_fd(p) into the
+ * loop's poll or epoll set (readable, level-triggered); before every sleep call
+ * tw_primary_wait_prepare(p, max_ms):
+ *   0   call tw_primary_progress(p, 0) before sleeping (something is ready);
+ *   > 0 sleep at most that many ms, then call tw_primary_progress(p, 0) whether or not the
+ *       descriptor became readable (deadlines of writes and RPCs are checked there);
+ *   < 0 an error (below).
+ * max_ms: the caller's own limit (-1: none); the answer is never above 100 ms. The sleep counts
+ * as the log's own wait: a write's deadline runs while the loop sleeps (a loop that does other
+ * work for over a second between two calls is treated as a paused process, whose gap does not
+ * count). prepare may seal and post waiting entries; it runs no callback.
+ *   loop: n = tw_primary_wait_prepare(p, -1); epoll_wait(epfd, ev, N, n < 0 ? 0 : n);
+ *         handle the loop's events; tw_primary_progress(p, 0);
+ * wait_fd returns the descriptor (owned by the primary, valid until tw_primary_close; the
+ * same for the log's life), or -ENOTSUP when its fabric has none (shm and mem: drive those
+ * with tw_primary_progress(p, timeout) or use async mode), -EINVAL (NULL, async mode).
+ */
+TW_API int tw_primary_wait_fd(struct tw_primary *p);
+TW_API int tw_primary_wait_prepare(struct tw_primary *p, int max_ms);
+
+/*
  * Read back the entry at `lsn` from the primary's memory. *data_out points into the log
  * (borrowed until tw_primary_close(), or until its segment is released by tw_primary_unload /
  * tw_primary_trim, whichever comes first; never modified), *len_out is its length. Any appended

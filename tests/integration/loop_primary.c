@@ -1,0 +1,182 @@
+/*
+ * tests/integration/loop_primary.c — a sync-mode primary driven from the caller's own epoll loop
+ * (tw_primary_wait_fd, tw_primary_wait_prepare; docs/primary.md, "Driving a log from an event
+ * loop"), over a real provider (argv[1]): three twd processes, r = 2.
+ *
+ * tcp, sockets:
+ *   - bursts of appends acknowledged with the loop asleep on the descriptor between them: every
+ *     callback once, in log order, and the descriptor (not the 100 ms cap) woke the loop;
+ *   - a replica paused (SIGSTOP): the write's deadline runs while the loop sleeps in its own
+ *     epoll_wait, so the log fails over to the third backup and the append is acknowledged;
+ *   - async mode: -EINVAL.
+ * shm: no descriptor (-ENOTSUP), as documented.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <tailwind/primary.h>
+
+#include "core/util.h"
+#include "proc.h"
+#include "recover_util.h"
+#include "tap.h"
+#include "tlog.h"
+
+#define NB 3
+#define OBJ 100u
+
+struct loop {
+	int ep;
+	uint64_t sleeps, fd_wakes, timeouts, passes;
+};
+
+/* One pass of an embedder's loop: prepare, sleep on the epoll set if allowed, progress. */
+static int loop_pass(struct loop *l, struct tw_primary *p)
+{
+	struct epoll_event ev;
+	int ms = tw_primary_wait_prepare(p, -1), n = 0;
+
+	if (ms < 0)
+		return ms;
+	if (ms > 0) {
+		l->sleeps++;
+		n = epoll_wait(l->ep, &ev, 1, ms);
+		if (n > 0)
+			l->fd_wakes++;
+		else
+			l->timeouts++;
+	}
+	l->passes++;
+	return tw_primary_progress(p, 0);
+}
+
+/* Run the loop until `a` has `want` callbacks or `limit_ms` passed. */
+static void loop_until(struct loop *l, struct tw_primary *p, struct tlog_acks *a, uint64_t want,
+		       unsigned limit_ms)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)limit_ms * 1000000u;
+
+	while (a->n < want && tw_now_ns() < end)
+		if (loop_pass(l, p) < 0)
+			break;
+}
+
+static int replica_twd(const struct rt_cluster *cl, struct tw_primary *p, unsigned r)
+{
+	const char *addr = tw_primary_replica_addr(p, r);
+
+	for (unsigned i = 0; addr && i < NB; i++)
+		if (!strcmp(cl->addrs[i], addr))
+			return (int)i;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = argc > 1 ? argv[1] : "tcp";
+	struct rt_cluster cl;
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	struct tlog_acks a = { 0 };
+	struct loop l = { .ep = -1 };
+	uint8_t buf[OBJ];
+	uint64_t log_id = 0x100b000000000000ull | (uint64_t)getpid(), n = 0;
+	int fd;
+
+	rt_start(&cl, prov, NB, "256K", "16");
+	tlog_primary_config(&tc, &cfg, prov, cl.addrs, NB, log_id);
+	tc.op_timeout_ms = 1000;
+	cfg.replicas = 2;
+	cfg.segment_size = 256u * 1024u;
+	cfg.mode = TW_PRIMARY_SYNC;
+	p = tlog_open(&tc, &cfg, "sync log over %s", prov);
+	if (!p) {
+		rt_stop(&cl);
+		return tap_exit();
+	}
+	fd = tw_primary_wait_fd(p);
+	if (!strcmp(prov, "shm")) {
+		is_int(fd, -ENOTSUP, "shm: no descriptor to wait on (%s)", tw_strerror(fd));
+		tw_primary_close(p);
+		rt_stop(&cl);
+		tap_done_testing();
+		return tap_exit();
+	}
+	ok(fd >= 0, "a descriptor to wait on (%d)", fd);
+	is_int(tw_primary_wait_fd(p), fd, "the same descriptor when asked again");
+	l.ep = epoll_create1(EPOLL_CLOEXEC);
+	{
+		struct epoll_event ee = { .events = EPOLLIN };
+
+		TAP_REQUIRE(fd >= 0 && epoll_ctl(l.ep, EPOLL_CTL_ADD, fd, &ee) == 0,
+			    "the descriptor goes into an epoll set");
+	}
+
+	/* Bursts: each appended, then the loop sleeps until all of it is acknowledged. Over a few
+	 * segments, so rollovers happen inside the loop's passes too. */
+	{
+		uint64_t bad = 0;
+
+		for (unsigned burst = 0; burst < 200; burst++) {
+			for (unsigned i = 0; i < 64; i++, n++) {
+				rt_fill(buf, n);
+				if (tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL) < 0)
+					bad++;
+			}
+			loop_until(&l, p, &a, n, 30000);
+		}
+		is_int(bad, 0, "%llu appends accepted", (unsigned long long)n);
+	}
+	is_int(a.n, n, "every append called back once");
+	is_int(a.errors, 0, "no callback reported an error");
+	is_int(a.out_of_order, 0, "callbacks in log order");
+	ok(l.sleeps > 0 && l.fd_wakes > 0,
+	   "the loop slept on the descriptor and it woke the loop: %llu sleeps, %llu by the "
+	   "descriptor, %llu by the time limit, %llu passes",
+	   (unsigned long long)l.sleeps, (unsigned long long)l.fd_wakes,
+	   (unsigned long long)l.timeouts, (unsigned long long)l.passes);
+	/* Without the descriptor every burst would wait out the 100 ms cap at least once. */
+	ok(l.timeouts < 100, "the time limit ended fewer than half of the bursts' sleeps (%llu)",
+	   (unsigned long long)l.timeouts);
+
+	/* A replica paused: only the deadline can notice it, while the loop sleeps on its own. */
+	{
+		int vi = replica_twd(&cl, p, 0);
+		struct tw_primary_stats st;
+		uint64_t t0 = tw_now_ns();
+
+		TAP_REQUIRE(vi >= 0, "replica 0 is one of the twd's");
+		proc_kill(cl.p[vi], SIGSTOP);
+		rt_fill(buf, n);
+		ok(tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL) == 0,
+		   "append with replica %s paused", cl.addrs[vi]);
+		n++;
+		loop_until(&l, p, &a, n, 30000);
+		proc_kill(cl.p[vi], SIGCONT);
+		is_int(a.n, n, "its callback came (%.2f s)", (double)(tw_now_ns() - t0) / 1e9);
+		is_int(a.errors, 0, "acknowledged by the other replicas after the failover");
+		tw_primary_get_stats(p, &st);
+		ok(st.failovers >= 1, "the log failed over (%llu)", (unsigned long long)st.failovers);
+	}
+	is_int(tw_primary_flush(p), 0, "flush");
+	tw_primary_close(p);
+	close(l.ep);
+
+	cfg.mode = TW_PRIMARY_ASYNC;
+	cfg.log_id++;
+	p = tlog_open(&tc, &cfg, "async log over %s", prov);
+	if (p) {
+		is_int(tw_primary_wait_fd(p), -EINVAL, "async mode: no descriptor (the thread waits)");
+		is_int(tw_primary_wait_prepare(p, -1), -EINVAL, "async mode: no prepare");
+		tw_primary_close(p);
+	}
+	rt_stop(&cl);
+	tap_done_testing();
+	return tap_exit();
+}
