@@ -212,6 +212,7 @@ struct ofi_fab {
 	size_t nchunks;
 	/* waiting: epoll over the EQ/CQ wait fds + an eventfd for tw__fab_wakeup */
 	int epfd, evfd, eq_fd;
+	atomic_bool woken;      /* a wakeup wrote evfd since tw__ofi_wait_fd last drained it */
 	unsigned nofd;          /* waitable objects without a wait fd: poll with backoff instead */
 	unsigned backoff_us;
 	bool closing;

@@ -22,6 +22,9 @@
  * acknowledgement of a round trip (or of a hold); when the log goes idle, the answer of the
  * last one carries the final position.
  *
+ * A sync-mode log driven from an event loop (tw_primary_wait_prepare) is progressed all the time
+ * too, and behaves as in async mode.
+ *
  * Sync mode (the caller drives, and only inside its calls): an answer is seen only during the
  * caller's next call, so the final position of an idle log would wait for it, and a reader
  * would stop short of the writer's last acknowledged entries for as long as the caller stays
@@ -135,6 +138,7 @@ static void publish(struct tw__packed *pub)
 {
 	struct tw_primary *p = pub->p;
 	uint64_t lsn = __atomic_load_n(&p->acked_lsn, __ATOMIC_ACQUIRE);
+	bool steady = p->threaded || p->looped; /* progressed all the time */
 	struct tw_pos pos = tw_lsn_to_pos(lsn);
 	struct pseg *seg = NULL;
 
@@ -164,7 +168,7 @@ static void publish(struct tw__packed *pub)
 		pb = &pub->bk[bi];
 		if (b->lost || pb->unsupported || lsn <= pb->sent_lsn)
 			continue;
-		if (pb->inflight >= (p->threaded ? 1u : SYNC_ROUNDS)) {
+		if (pb->inflight >= (steady ? 1u : SYNC_ROUNDS)) {
 			pub->capped = true;
 			continue; /* its answer sends the newest position (pub_done) */
 		}
@@ -177,7 +181,7 @@ static void publish(struct tw__packed *pub)
 		cl = prpc(p, b);
 		if (!cl || !pc)
 			continue;
-		hold = p->threaded ? hold_ms(p, b->c) : 0; /* sync mode: answered at once */
+		hold = steady ? hold_ms(p, b->c) : 0; /* sync mode: answered at once */
 		tw__rpc_req_set_acked(&req, p->cfg.epoch, p->cfg.log_id, seg->id, pos.offset, hold);
 		pc->pub = pub;
 		pc->bk = bi;

@@ -497,6 +497,8 @@ static void settle_published(struct tw_primary *p)
 {
 	uint64_t end = tw_now_ns() + (uint64_t)p->ctx->cfg.rpc_timeout_ms * 1000000u;
 
+	if (p->looped)
+		return; /* the caller's loop progresses the log all the time: the answer comes */
 	while (tw__packed_capped(p) && !p->err && tw_now_ns() < end)
 		tw__primary_drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 }
@@ -659,6 +661,7 @@ int tw_primary_wait_prepare(struct tw_primary *p, int max_ms)
 
 	if (!p || p->threaded)
 		return -EINVAL;
+	p->looped = true; /* SetAcked as in async mode (primary_acked.c) */
 	if (cap == 0)
 		return 0;
 	/* What a drive would do before it sleeps: a batch that is due goes out now. */

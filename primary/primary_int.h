@@ -381,6 +381,8 @@ struct tw_primary {
 	char *prov_copy;
 	unsigned r;
 	bool threaded;                     /* TW_PRIMARY_ASYNC: the context's thread drives */
+	bool looped;                       /* sync mode driven from an event loop (it asked
+					    * tw_primary_wait_prepare): progressed all the time */
 	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary_append.c) */
 
 	struct tw_ctx *ctx;      /* shared (tw_primary_open_on) or private (owned by this log) */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,7 +44,8 @@ static void primary_config(const struct kv_server *s, unsigned part, struct tw_c
 	cfg->log_id = s->map.log_base + part;
 	cfg->replicas = s->map.replicas;
 	cfg->segment_size = s->cfg.segment_size;
-	cfg->mode = TW_PRIMARY_ASYNC;
+	/* Driven from the serving thread's loop (docs/kv.md, "Threads"), or a thread of its own. */
+	cfg->mode = s->loop_logs ? TW_PRIMARY_SYNC : TW_PRIMARY_ASYNC;
 }
 
 /*
@@ -349,6 +351,9 @@ void kv_part_close(struct kv_server *s, struct part *pt)
 	kv_lease_release(s->lease, pt->id);
 	/* The callbacks of appends still in flight run inside the close (and fail): their
 	 * pendings reach the serving thread with pt->p already NULL. */
+	if (pt->loop_fd >= 0)
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, pt->loop_fd, NULL);
+	pt->loop_fd = -1;
 	tw_primary_close(pt->p);
 	pt->p = NULL;
 	pt->base = NULL;

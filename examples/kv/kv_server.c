@@ -29,6 +29,14 @@
 #define TAG_LISTEN UINT64_MAX
 #define TAG_EVENT (UINT64_MAX - 1)
 #define TAG_SIGNAL (UINT64_MAX - 2)
+#define TAG_LOG (UINT64_C(1) << 62) /* | partition: its log, driven by this loop (loop_logs) */
+#define LOG_POLL_MS 10 /* a log driven by this loop without a descriptor: polled this often */
+
+/* True on the serving thread: a callback that runs there (a log driven by its loop) queues
+ * its completions without waking the thread it runs on. */
+static _Thread_local bool on_serving_thread;
+
+static int add_fd(struct kv_server *s, int fd, uint64_t tag);
 
 struct conn {
 	int fd; /* -1: free slot */
@@ -261,7 +269,7 @@ void kv_on_append(void *arg, int status, uint64_t lsn)
 	pd->status = status;
 	pd->next = NULL;
 	pthread_mutex_lock(&s->mu);
-	wake = !s->done_head;
+	wake = !s->done_head && !on_serving_thread;
 	if (s->done_tail)
 		s->done_tail->next = pd;
 	else
@@ -269,7 +277,9 @@ void kv_on_append(void *arg, int status, uint64_t lsn)
 	s->done_tail = pd;
 	pthread_mutex_unlock(&s->mu);
 	/* One wake-up per batch: the serving thread takes the whole queue at once. */
-	if (wake && write(s->efd, &one, sizeof(one)) < 0)
+	if (on_serving_thread)
+		s->done_local = true;
+	else if (wake && write(s->efd, &one, sizeof(one)) < 0)
 		perror("twkv: eventfd");
 }
 
@@ -291,14 +301,16 @@ void kv_on_batch(void *arg, int status, uint64_t lsn)
 		last = pd;
 	}
 	pthread_mutex_lock(&s->mu);
-	wake = !s->done_head;
+	wake = !s->done_head && !on_serving_thread;
 	if (s->done_tail)
 		s->done_tail->next = first;
 	else
 		s->done_head = first;
 	s->done_tail = last;
 	pthread_mutex_unlock(&s->mu);
-	if (wake && write(s->efd, &one, sizeof(one)) < 0)
+	if (on_serving_thread)
+		s->done_local = true;
+	else if (wake && write(s->efd, &one, sizeof(one)) < 0)
 		perror("twkv: eventfd");
 }
 
@@ -838,6 +850,18 @@ static void install(struct kv_server *s, struct acquired *a)
 	pt->standby = false;
 	if (a->rc == 0) {
 		pt->p = a->p;
+		pt->loop_fd = -1;
+		if (s->loop_logs) {
+			/* Sync mode: this loop waits on the log's descriptor and drives it. */
+			int fd = tw_primary_wait_fd(pt->p);
+
+			if (fd >= 0 && add_fd(s, fd, TAG_LOG | a->part) == 0)
+				pt->loop_fd = fd;
+			else
+				fprintf(stderr, "twkv: partition %u: no descriptor to wait on (%s); "
+					"its log is polled every %d ms\n", a->part,
+					tw_strerror(fd < 0 ? fd : -errno), LOG_POLL_MS);
+		}
 		pt->base = NULL;
 		pt->idx = a->idx;
 		pt->next_version = a->next_version;
@@ -976,25 +1000,35 @@ static void rejoin_step(struct kv_server *s)
 	}
 }
 
-/* Completions and partitions handed over by other threads. */
-static void take_handoffs(struct kv_server *s)
+/* Completions queued by callbacks, the serving thread's own (loop_logs) or other threads'. */
+static void take_done(struct kv_server *s)
 {
 	struct pending *done;
-	struct acquired *acq;
-	uint64_t v;
 
-	if (read(s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		perror("twkv: eventfd");
+	s->done_local = false;
 	pthread_mutex_lock(&s->mu);
 	done = s->done_head;
 	s->done_head = s->done_tail = NULL;
-	acq = s->acq_head;
-	s->acq_head = NULL;
 	pthread_mutex_unlock(&s->mu);
 	for (struct pending *next; done; done = next) {
 		next = done->next;
 		complete(s, done);
 	}
+}
+
+/* Completions and partitions handed over by other threads. */
+static void take_handoffs(struct kv_server *s)
+{
+	struct acquired *acq;
+	uint64_t v;
+
+	if (read(s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		perror("twkv: eventfd");
+	take_done(s);
+	pthread_mutex_lock(&s->mu);
+	acq = s->acq_head;
+	s->acq_head = NULL;
+	pthread_mutex_unlock(&s->mu);
 	for (struct acquired *next; acq; acq = next) {
 		next = acq->next;
 		install(s, acq);
@@ -1197,6 +1231,57 @@ static void stop(struct kv_server *s)
 	}
 }
 
+/*
+ * The logs this loop drives (loop_logs; docs/kv.md, "Threads"): before the loop sleeps, each
+ * log may shorten the sleep (tw_primary_wait_prepare: 0 when it has work now, never more than
+ * 100 ms); after it, each is progressed once, which runs its callbacks here.
+ */
+static int logs_prepare(struct kv_server *s, int timeout)
+{
+	if (!s->loop_logs)
+		return timeout;
+	if (s->done_local)
+		return 0;
+	for (unsigned i = 0; i < s->map.partitions && timeout != 0; i++) {
+		struct part *pt = &s->parts[i];
+		int ms;
+
+		if (!pt->p)
+			continue;
+		ms = pt->loop_fd >= 0 ? tw_primary_wait_prepare(pt->p, timeout) : LOG_POLL_MS;
+		if (ms < 0)
+			ms = 0; /* the progress that follows reports the error */
+		if (ms == 0)
+			pt->loop_due = true;
+		else
+			pt->loop_at = now_ns() + (uint64_t)ms * 1000000u;
+		if (timeout < 0 || ms < timeout)
+			timeout = ms;
+	}
+	return timeout;
+}
+
+/* A log is progressed when it has work (its descriptor, prepare's 0) or its sleep is over
+ * (deadlines); not on every wake-up of the loop: a poll finding nothing costs system calls. */
+static void logs_progress(struct kv_server *s)
+{
+	uint64_t now;
+
+	if (!s->loop_logs)
+		return;
+	now = now_ns();
+	for (unsigned i = 0; i < s->map.partitions; i++) {
+		struct part *pt = &s->parts[i];
+
+		if (pt->p && (pt->loop_due || now >= pt->loop_at)) {
+			pt->loop_due = false;
+			tw_primary_progress(pt->p, 0);
+		}
+	}
+	if (s->done_local)
+		take_done(s);
+}
+
 int kv_server_run(const struct kv_server_config *cfg)
 {
 	struct kv_server *s = calloc(1, sizeof(*s));
@@ -1213,6 +1298,14 @@ int kv_server_run(const struct kv_server_config *cfg)
 	s->me = -1;
 	s->epfd = s->lfd = s->efd = s->sfd = -1;
 	snprintf(s->provider, sizeof(s->provider), "%s", prov && prov[0] ? prov : "tcp");
+	/* shm has no descriptor to wait on (tailwind/primary.h): its logs keep their threads. */
+	s->loop_logs = cfg->loop_logs && strcmp(s->provider, "shm") != 0;
+	if (cfg->loop_logs && !s->loop_logs)
+		fprintf(stderr, "twkv: --drive loop: shm logs have no descriptor to wait on; "
+			"each keeps a progress thread\n");
+	for (unsigned i = 0; i < KV_MAX_PARTITIONS; i++)
+		s->parts[i].loop_fd = -1;
+	on_serving_thread = true;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->cpu_mu, NULL);
 	pthread_cond_init(&s->acq_cv, NULL);
@@ -1244,7 +1337,8 @@ int kv_server_run(const struct kv_server_config *cfg)
 	}
 	while (rc == 0 && !quit) {
 		/* Draining: look at the backup every 10 ms (its state has no descriptor). */
-		int n = epoll_wait(s->epfd, evs, 64, more ? 0 : drain_end ? 10 : REJOIN_TICK_MS);
+		int n = epoll_wait(s->epfd, evs, 64,
+				   logs_prepare(s, more ? 0 : drain_end ? 10 : REJOIN_TICK_MS));
 
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
@@ -1254,6 +1348,8 @@ int kv_server_run(const struct kv_server_config *cfg)
 			} else if (tag == TAG_EVENT) {
 				take_handoffs(s);
 				kv_metrics_serve(s); /* a scrape asked for the text */
+			} else if (tag >= TAG_LOG && tag < TAG_LOG + KV_MAX_PARTITIONS) {
+				s->parts[(unsigned)(tag & ~TAG_LOG)].loop_due = true; /* logs_progress */
 			} else if (tag == TAG_SIGNAL) {
 				struct signalfd_siginfo si;
 
@@ -1274,6 +1370,7 @@ int kv_server_run(const struct kv_server_config *cfg)
 					mark_dirty(s, c);
 			}
 		}
+		logs_progress(s);
 		/* The cleaner works in steps of a few thousand index slots between requests; a
 		 * step that has to wait for its relocations' acknowledgements returns at once. */
 		more = kv_part_clean(s);

@@ -34,6 +34,9 @@ struct kv_server_config {
 	unsigned backup_buffers;   /* buffers the backup registers at start */
 	size_t expect_keys;        /* index size hint per partition */
 	const char *metrics;       /* serve /metrics there (kv_metrics.h); NULL: no endpoint */
+	bool loop_logs;            /* the serving thread drives the partitions' logs from its
+				    * epoll loop (sync mode, tw_primary_wait_fd) instead of a
+				    * progress thread per log; not on shm (no descriptor) */
 };
 
 /* Fill the defaults (docs/kv.md, "Running it"). */

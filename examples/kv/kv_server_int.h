@@ -43,6 +43,10 @@ struct part {
 	enum part_state state;
 	bool standby;        /* PART_ACQUIRING as a standby (waiting for its owner to go) */
 	struct tw_primary *p;
+	int loop_fd;         /* p's descriptor in the serving thread's epoll set (-1: p has a
+			      * progress thread of its own) */
+	bool loop_due;       /* progress p on this pass (its descriptor, or prepare said so) */
+	uint64_t loop_at;    /* ... or once this time (ns) is reached */
 	struct kv_index idx;
 	uint64_t next_version;
 	uint32_t free_below; /* segments below it are freed (cleaned or an earlier owner's) */
@@ -124,6 +128,8 @@ struct kv_server {
 	pthread_t backup_thread;
 	struct kv_lease *lease; /* with a coordinator: the read leases (NULL: static, always valid) */
 	int epfd, lfd, efd, sfd; /* epoll, listener, eventfd (handoffs), signalfd */
+	bool loop_logs;      /* cfg.loop_logs and a provider with descriptors (not shm) */
+	bool done_local;     /* completions queued by the serving thread itself (loop_logs) */
 	char kv_addr[KV_ADDR_MAX];
 	struct part parts[KV_MAX_PARTITIONS];
 	/* Completions and acquired partitions, handed over by other threads (mu, efd). */

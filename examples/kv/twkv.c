@@ -66,6 +66,11 @@ static void usage(FILE *f)
 		"                             5000): a paused backup holds a log's appends that long\n"
 		"  -b, --buffers N            backup buffers registered at start (default 16)\n"
 		"  -k, --keys N               index size hint per partition (default 1024)\n"
+		"      --drive MODE           who drives the partitions' logs: thread (default: a\n"
+		"                             progress thread per log) or loop (the serving\n"
+		"                             thread, from its epoll loop: no hand-off between\n"
+		"                             threads per PUT; not on shm, whose logs keep their\n"
+		"                             threads; docs/kv.md, \"Threads\")\n"
 		"      --metrics [HOST:]PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
 		"                             (off by default; a bare PORT is on 127.0.0.1; 0: a\n"
 		"                             free port, printed as `metrics ADDR` before the ready\n"
@@ -135,6 +140,7 @@ static int serve(int argc, char **argv)
 		{ "buffers", required_argument, NULL, 'b' },
 		{ "keys", required_argument, NULL, 'k' },
 		{ "metrics", required_argument, NULL, 'M' },
+		{ "drive", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -210,6 +216,14 @@ static int serve(int argc, char **argv)
 			cfg.metrics = optarg;
 			break;
 		}
+		case 'D':
+			if (!strcmp(optarg, "thread"))
+				cfg.loop_logs = false;
+			else if (!strcmp(optarg, "loop"))
+				cfg.loop_logs = true;
+			else
+				goto bad;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -233,7 +247,8 @@ bad:
 	fprintf(stderr, "twkv serve: bad value for --%s: %s\n",
 		o == 'r' ? "replication" : o == 'S' ? "segment-size" : o == 'm' ? "memory" :
 		o == 't' ? "session-timeout" : o == 'C' ? "connect-timeout" :
-		o == 'R' ? "rpc-timeout" : o == 'b' ? "buffers" : "keys", optarg);
+		o == 'R' ? "rpc-timeout" : o == 'b' ? "buffers" : o == 'D' ? "drive" : "keys",
+		optarg);
 	return 2;
 }
 

@@ -122,6 +122,7 @@ struct opts {
 	unsigned nrates;
 	double rates[MAX_POINTS];     /* open loop: offered requests per second */
 	const char *segment_size, *memory;
+	const char *drive;            /* servers' --drive (NULL: their default) */
 	char twkv[4096];
 	bool json;
 	const char *cluster[KV_MAX_SERVERS]; /* an existing cluster instead of local servers */
@@ -461,10 +462,18 @@ static int cluster_start(struct cluster *cl, int mode)
 		char *argv[] = { o.twkv, (char *)"serve", (char *)"--dir", dir, (char *)"--replication",
 				 (char *)mode_name(mode), (char *)"--segment-size",
 				 (char *)o.segment_size, (char *)"--memory", (char *)o.memory,
-				 (char *)"--keys", keys, o.provider ? (char *)"--provider" : NULL,
-				 (char *)o.provider, NULL };
+				 (char *)"--keys", keys, NULL, NULL, NULL, NULL, NULL };
+		unsigned na = 12;
 		int rc;
 
+		if (o.drive) {
+			argv[na++] = (char *)"--drive";
+			argv[na++] = (char *)o.drive;
+		}
+		if (o.provider) {
+			argv[na++] = (char *)"--provider";
+			argv[na++] = (char *)o.provider;
+		}
 		snprintf(dir, sizeof(dir), "%s/s%u", cl->dir, i);
 		rc = kv_spawn(argv, &cl->kids[cl->nkids]);
 		if (rc < 0) {
@@ -794,6 +803,7 @@ static void usage(FILE *f)
 		"      --rate LIST         open loop at these offered ops/s instead of closed loop\n"
 		"  -S, --segment-size SIZE servers' log segments (default 8M)\n"
 		"  -M, --memory SIZE       servers' log memory budget (default 1G)\n"
+		"      --drive MODE        servers' --drive: thread or loop (default: theirs)\n"
 		"  -s, --server ADDR       use a running cluster (one mode: its own)\n"
 		"      --twkv PATH         the twkv program (default: next to this one)\n"
 		"      --seed N            random seed (default: time)\n"
@@ -833,6 +843,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, NULL, 'e' },
 		{ "runs", required_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "drive", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -865,6 +876,11 @@ int main(int argc, char **argv)
 		case 'w': o.warmup = atof(optarg); break;
 		case 'S': o.segment_size = optarg; break;
 		case 'M': o.memory = optarg; break;
+		case 'D':
+			if (strcmp(optarg, "thread") && strcmp(optarg, "loop"))
+				goto bad;
+			o.drive = optarg;
+			break;
 		case 'T': snprintf(o.twkv, sizeof(o.twkv), "%s", optarg); break;
 		case 'e': o.seed = strtoull(optarg, NULL, 0); break;
 		case 'N': o.reps = (unsigned)atoi(optarg); break;

@@ -20,6 +20,9 @@
  *             peer that breaks the framing loses its connection, a malformed request gets
  *             an error reply, and nobody else notices.
  *
+ * A third argument `loop` runs the servers with --drive loop: the serving thread drives the
+ * partitions' logs from its epoll loop (tw_primary_wait_fd) instead of their progress threads.
+ *
  * Values carry the key number and a per-key sequence number; a key is written by one request
  * at a time, so the sequence numbers of its acknowledged PUTs are its history.
  */
@@ -51,6 +54,7 @@
 enum scenario { FAILOVER, CLEAN, STATIC };
 
 static const char *prov;
+static bool loop; /* the servers drive their logs from the serving loop (--drive loop) */
 static enum scenario sc;
 static char root[256], twkv[512];
 static struct proc *srv[NSRV];
@@ -75,7 +79,8 @@ static void start_servers(const char *segment, const char *memory)
 		char *args[] = { twkv, (char *)"serve", (char *)"--provider", (char *)prov,
 				 (char *)"--dir", dir, (char *)"--segment-size", (char *)segment,
 				 (char *)"--memory", (char *)memory, (char *)"--session-timeout",
-				 (char *)"2000", (char *)"--buffers", (char *)"8", NULL };
+				 (char *)"2000", (char *)"--buffers", (char *)"8",
+				 loop ? (char *)"--drive" : NULL, (char *)"loop", NULL };
 		int rc;
 
 		snprintf(dir, sizeof(dir), "%s/s%d", root, i);
@@ -571,11 +576,12 @@ int main(int argc, char **argv)
 	unsigned nkeys;
 	int rc;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s tcp|sockets|shm failover|clean|static\n", argv[0]);
+	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "loop"))) {
+		fprintf(stderr, "usage: %s tcp|sockets|shm failover|clean|static [loop]\n", argv[0]);
 		return 2;
 	}
 	prov = argv[1];
+	loop = argc == 4;
 	sc = !strcmp(argv[2], "clean") ? CLEAN : !strcmp(argv[2], "static") ? STATIC : FAILOVER;
 	if (sc != STATIC && !zkserver_available(why, sizeof(why)))
 		tap_plan_skip_all("%s", why);
