@@ -88,6 +88,7 @@ static int nsrv = 4;
 static unsigned pause_ms = SESSION_MS * 5 / 2; /* a SIGSTOP lasts this long (--pause-ms) */
 static char connect_ms[16];                     /* twkv serve --connect-timeout; "": its default */
 static char rpc_ms[16];                         /* twkv serve --rpc-timeout; "": its default */
+static const char *drive;                        /* twkv serve --drive; NULL: its default */
 static struct proc *srv[MAXSRV];
 static char srv_port[MAXSRV][16], srv_bport[MAXSRV][64];
 static struct kv_cluster map;
@@ -326,6 +327,10 @@ static void serve_args(int i, char *dir, size_t dlen, char **args, bool restart)
 	if (rpc_ms[0]) {
 		args[n++] = (char *)"--rpc-timeout";
 		args[n++] = rpc_ms;
+	}
+	if (drive) {
+		args[n++] = (char *)"--drive";
+		args[n++] = (char *)drive;
 	}
 	if (restart) {
 		args[n++] = (char *)"--port";
@@ -1140,6 +1145,14 @@ static void collateral(void)
 
 /* ---------------------------------------------------------------- main */
 
+static const char *arg_str(int argc, char **argv, const char *name)
+{
+	for (int i = 2; i + 1 < argc; i++)
+		if (!strcmp(argv[i], name))
+			return argv[i + 1];
+	return NULL;
+}
+
 static unsigned arg_num(int argc, char **argv, const char *name, unsigned def)
 {
 	for (int i = 2; i + 1 < argc; i++)
@@ -1162,7 +1175,7 @@ int main(int argc, char **argv)
 	if (argc < 2 || argc % 2) {
 		fprintf(stderr, "usage: %s tcp|sockets|shm [--duration S] [--kills N] [--pauses N] "
 			"[--pause-with-kill N] [--pause-ms MS] [--connect-timeout MS] [--rpc-timeout MS] "
-			"[--clients N] [--keys N]\n", argv[0]);
+			"[--clients N] [--keys N] [--drive thread|loop]\n", argv[0]);
 		return 2;
 	}
 	prov = argv[1];
@@ -1171,6 +1184,7 @@ int main(int argc, char **argv)
 	pauses = arg_num(argc, argv, "--pauses", 1);
 	pause_kills = arg_num(argc, argv, "--pause-with-kill", 0);
 	pause_ms = arg_num(argc, argv, "--pause-ms", pause_ms);
+	drive = arg_str(argc, argv, "--drive"); /* the servers' --drive (NULL: their default) */
 	if (arg_num(argc, argv, "--connect-timeout", 0))
 		snprintf(connect_ms, sizeof(connect_ms), "%u",
 			 arg_num(argc, argv, "--connect-timeout", 0));
@@ -1193,11 +1207,11 @@ int main(int argc, char **argv)
 		    "examples/kv/twkv not built");
 	seed = tap_seed();
 	tap_diag("history check on %s: %u s, %u kills, %u pauses of %u ms, %u kills with a pause, "
-		 "%d servers, connect timeout %s ms, RPC timeout %s ms, %u client threads x %d in "
-		 "flight, %u keys, seed %" PRIu64 " (TW_SEED=%" PRIu64 " repeats the schedule)", prov,
-		 duration, kills, pauses, pause_ms, pause_kills, nsrv,
+		 "%d servers, connect timeout %s ms, RPC timeout %s ms, logs driven by %s, %u client "
+		 "threads x %d in flight, %u keys, seed %" PRIu64 " (TW_SEED=%" PRIu64 " repeats the "
+		 "schedule)", prov, duration, kills, pauses, pause_ms, pause_kills, nsrv,
 		 connect_ms[0] ? connect_ms : "(twkv's default)", rpc_ms[0] ? rpc_ms : "(default)",
-		 nclients, DEPTH, nkeys, seed, seed);
+		 drive ? drive : "(twkv's default)", nclients, DEPTH, nkeys, seed, seed);
 	snprintf(root, sizeof(root), "%s/kvhist.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	TAP_REQUIRE(mkdtemp(root), "mkdtemp: %s", strerror(errno));
 	/* Unavailability is measured against the session timeout + 0.5 s, and ZooKeeper expires a
