@@ -229,6 +229,11 @@ int tw__primary_drive(struct tw_primary *p, int timeout_ms)
 	tw__primary_try_seal(p);
 	if (p->rr_dirty && !p->fo_running)
 		tw__pfo_background(p, false);
+	/* Sync mode: this thread is the context's driver, as the progress thread is in async mode
+	 * (ctx.c): lost backups that answer again come back, usable as spares. Not inside a
+	 * failover, which is walking the backups. */
+	if (!p->threaded && !p->fo_running)
+		tw__ctx_revive_step(p->ctx);
 	return rc;
 }
 

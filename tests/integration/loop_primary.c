@@ -4,10 +4,14 @@
  * loop"), over a real provider (argv[1]): three twd processes, r = 2.
  *
  * tcp, sockets:
+ *   - the log opens with the third twd down, which is then started again;
  *   - bursts of appends acknowledged with the loop asleep on the descriptor between them: every
  *     callback once, in log order, and the descriptor (not the 100 ms cap) woke the loop;
+ *   - the loop's progress brings the third backup back (the context's reviver: its probe,
+ *     then the connect, which the twd counts), as the progress thread does in async mode;
  *   - a replica paused (SIGSTOP): the write's deadline runs while the loop sleeps in its own
- *     epoll_wait, so the log fails over to the third backup and the append is acknowledged;
+ *     epoll_wait, so the log fails over to the third backup, the only spare, and the append
+ *     is acknowledged;
  *   - async mode: -EINVAL.
  * shm: no descriptor (-ENOTSUP), as documented.
  */
@@ -26,6 +30,7 @@
 #include "recover_util.h"
 #include "tap.h"
 #include "tlog.h"
+#include "twd_client.h"
 
 #define NB 3
 #define OBJ 100u
@@ -90,6 +95,8 @@ int main(int argc, char **argv)
 	int fd;
 
 	rt_start(&cl, prov, NB, "256K", "16");
+	/* The third twd is down at the open: the log starts on the other two. */
+	is_int(rt_stop_one(&cl, 2), 0, "twd 2 stopped before the open");
 	tlog_primary_config(&tc, &cfg, prov, cl.addrs, NB, log_id);
 	tc.op_timeout_ms = 1000;
 	cfg.replicas = 2;
@@ -109,6 +116,7 @@ int main(int argc, char **argv)
 		return tap_exit();
 	}
 	ok(fd >= 0, "a descriptor to wait on (%d)", fd);
+	rt_restart_at(&cl, 2, "256K", "16");
 	is_int(tw_primary_wait_fd(p), fd, "the same descriptor when asked again");
 	l.ep = epoll_create1(EPOLL_CLOEXEC);
 	{
@@ -145,7 +153,25 @@ int main(int argc, char **argv)
 	ok(l.timeouts < 100, "the time limit ended fewer than half of the bursts' sleeps (%llu)",
 	   (unsigned long long)l.timeouts);
 
-	/* A replica paused: only the deadline can notice it, while the loop sleeps on its own. */
+	/* The reviver probes the restarted twd and the loop's progress connects the context to it
+	 * again: the twd counts our stats connection, at least one probe, and the connect. */
+	{
+		struct twc c;
+		struct twc_stats ts = { 0 };
+		uint64_t end = tw_now_ns() + 30000000000ull;
+
+		TAP_REQUIRE(twc_connect(&c, prov, cl.addrs[2]) == 0, "stats connection to twd 2");
+		while (tw_now_ns() < end && twc_stats(&c, &ts) == 0 && ts.connections < 3) {
+			for (unsigned i = 0; i < 20; i++)
+				loop_pass(&l, p);
+		}
+		twc_close(&c);
+		ok(ts.connections >= 3, "the loop brought the restarted backup back (%llu connections "
+		   "accepted there)", (unsigned long long)ts.connections);
+	}
+
+	/* A replica paused: only the deadline can notice it, while the loop sleeps on its own. The
+	 * restarted backup is the only spare. */
 	{
 		int vi = replica_twd(&cl, p, 0);
 		struct tw_primary_stats st;

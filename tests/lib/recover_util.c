@@ -20,13 +20,19 @@
 #define RT_MAX_EXTRA 16
 
 static struct proc *spawn_twd(struct rt_cluster *c, unsigned i, const char *bufsize,
-			      const char *buffers)
+			      const char *buffers, const char *listen)
 {
-	char *argv[8 + RT_MAX_EXTRA] = { c->twd, (char *)"-p", (char *)c->prov, (char *)"-d",
-					 c->dir[i] };
+	char *argv[10 + RT_MAX_EXTRA] = { c->twd, (char *)"-p", (char *)c->prov, (char *)"-d",
+					  c->dir[i] };
+	char at[sizeof(c->addr[i])];
 	unsigned n = 5;
 	struct proc *p;
 
+	if (listen) {
+		snprintf(at, sizeof(at), "%s", listen);
+		argv[n++] = (char *)"--listen";
+		argv[n++] = at;
+	}
 	if (buffers) {
 		argv[n++] = (char *)"--buffers";
 		argv[n++] = (char *)buffers;
@@ -70,14 +76,20 @@ void rt_start_with(struct rt_cluster *c, const char *parent, const char *prov, u
 	tmpdir_make(c->root, sizeof(c->root), parent, "tw-rec");
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(c->dir[i], sizeof(c->dir[i]), "%s/b%u", c->root, i);
-		c->p[i] = spawn_twd(c, i, bufsize, buffers);
+		c->p[i] = spawn_twd(c, i, bufsize, buffers, NULL);
 	}
 }
 
 void rt_restart(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers)
 {
 	proc_free(c->p[i]);
-	c->p[i] = spawn_twd(c, i, bufsize, buffers);
+	c->p[i] = spawn_twd(c, i, bufsize, buffers, NULL);
+}
+
+void rt_restart_at(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers)
+{
+	proc_free(c->p[i]);
+	c->p[i] = spawn_twd(c, i, bufsize, buffers, c->addr[i]);
 }
 
 int rt_stop_one(struct rt_cluster *c, unsigned i)

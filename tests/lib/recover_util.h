@@ -45,6 +45,9 @@ void rt_start_with(struct rt_cluster *c, const char *parent, const char *prov, u
 		   const char *bufsize, const char *buffers, char *const extra[]);
 /* Start twd i again on its directory (after it was stopped or killed). */
 void rt_restart(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers);
+/* rt_restart on its old address (tcp, sockets: --listen HOST:PORT), so that a peer that knew it
+ * finds it there again. */
+void rt_restart_at(struct rt_cluster *c, unsigned i, const char *bufsize, const char *buffers);
 /* SIGTERM twd i and wait for it. Returns its exit status. */
 int rt_stop_one(struct rt_cluster *c, unsigned i);
 /* Stop every twd and remove the directories. */
