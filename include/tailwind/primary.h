@@ -87,7 +87,7 @@ extern "C" {
 #endif
 
 #define TW_PRIMARY_DEFAULT_SEGMENT_SIZE (8u << 20) /* 8 MiB, as in the paper */
-#define TW_PRIMARY_DEFAULT_BATCH_BYTES (256u << 10) /* 256 KiB (docs/primary.md) */
+#define TW_PRIMARY_DEFAULT_BATCH_BYTES (1u << 20) /* 1 MiB (docs/primary.md) */
 #define TW_PRIMARY_MAX_REPLICAS 16u
 #define TW_PRIMARY_MAX_INFLIGHT 1024u
 
