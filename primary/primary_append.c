@@ -51,9 +51,9 @@ struct resv {
  * (false) when the entry must take the slow path: the gate is closed (unless `locked`: the
  * caller holds the lock and checked the log under it), the record ring is full, a whole batch
  * waits unsealed (max_batch entries or max_batch_bytes bytes: back-pressure), or the entry
- * does not fit in the segment (with room left for the checksum entry after it). Async mode (sync mode: reserve_sync). The
- * compare-and-swap is sequentially consistent: the appender's half of the wake-up
- * handshake with the progress thread (see PLD).
+ * does not fit in the segment (with room left for the checksum entry after it). Async mode
+ * (sync mode: reserve_sync). The compare-and-swap is sequentially consistent: the appender's
+ * half of the wake-up handshake with the progress thread (see PLD).
  */
 static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, uint32_t len,
 							  bool locked, struct resv *v)
@@ -197,8 +197,7 @@ again:
  * (max_batch entries or max_batch_bytes: batch_full) is there, which then takes the first
  * free slot (polled for without blocking when none looks free). Full writes, as a bare
  * benchmark posts them, instead of one entry per free slot (docs/benchmarks.md,
- * "Caller-driven appends"). tw_primary_append, _flush and _progress
- * seal whatever waits. */
+ * "Caller-driven appends"). tw_primary_append, _flush and _progress seal whatever waits. */
 static void sync_kick(struct tw_primary *p)
 {
 	if (PLD(p->slot_head) == PLD(p->slot_tail) || batch_full(p)) {
@@ -372,8 +371,8 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 /* Async mode, after the entry `v` (of `len` bytes) was published: ring the progress thread if
  * it may sleep, nobody reserved after this entry (the last appender to publish does it: the
  * seal waits for every copy in progress) and a batch is due (nothing in flight, or a whole
- * batch waiting: tw__primary_batch_due's test). The publication's store came before these loads
- * (see PLD). */
+ * batch waiting: tw__primary_batch_due's test). The publication's store came before these
+ * loads (see PLD). */
 static inline void async_kick(struct tw_primary *p, const struct resv *v, uint32_t len)
 {
 	uint64_t r;

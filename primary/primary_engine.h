@@ -97,9 +97,9 @@ static inline bool slot_free(const struct tw_primary *p)
  * writes as large as the slot allows under load (docs/primary.md, "Batching and pipelining").
  * An entry goes at once when no write is in flight (an idle log adds no latency); while a
  * write is in flight, entries wait until max_batch of them, or max_batch_bytes of their bytes,
- * are there (batch_full), or until the writes in flight completed (then nothing is in flight). A rollover, a failover, a finish and sync
- * mode's progress seal whatever waits (sync mode has its own rule for appends: sync_kick).
- * Any thread (atomics); exact with the lock held.
+ * are there (batch_full), or until the writes in flight completed (then nothing is in flight).
+ * A rollover, a failover, a finish and sync mode's progress seal whatever waits (sync mode has
+ * its own rule for appends: sync_kick). Any thread (atomics); exact with the lock held.
  */
 static inline bool tw__primary_batch_due(const struct tw_primary *p)
 {

@@ -230,8 +230,8 @@ static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size
 		return -EINVAL;
 	}
 	if (!cfg->max_batch_bytes) {
-		snprintf(msg, len, "max_batch_bytes must be > 0 (a write is due once that many bytes "
-			 "of entries wait; one smaller than an entry sends each entry alone)");
+		snprintf(msg, len, "max_batch_bytes must be > 0 (a write is due once that "
+			 "many bytes of entries wait; one smaller than an entry goes alone)");
 		return -EINVAL;
 	}
 	for (size_t i = 0; !on_ctx && i < cfg->n_backups; i++) {

@@ -465,8 +465,8 @@ static void print_json(const struct eopts *o, int cpu)
 	printf("{\"twbench_engine\":{\"version\":\"%s\",\"provider\":\"%s\",\"replicas\":%u,"
 	       "\"segment_size\":%zu,\"batch\":%u,\"batch_bytes\":%" PRIu64 ",\"inflight\":%u,"
 	       "\"cpu\":%d,\"runs\":%u},\"runs\":[",
-	       tw_version(), o->fabric, o->r, o->segment_size, o->batch, o->batch_bytes, o->inflight,
-	       cpu, o->runs);
+	       tw_version(), o->fabric, o->r, o->segment_size, o->batch, o->batch_bytes,
+	       o->inflight, cpu, o->runs);
 	for (unsigned i = 0; i < n_results; i++) {
 		const struct eresult *x = &results[i];
 

@@ -259,7 +259,8 @@ TW_API int tw_primary_append(struct tw_primary *p, const void *data, uint32_t le
  * negative code (the primary already failed, bad len, -TW_ECLOSED, or -EAGAIN from a callback in
  * async mode that would have to wait): then cb is never called.
  * May block briefly for back-pressure (a whole batch, max_batch entries or max_batch_bytes bytes
- * of them, waiting while max_inflight writes are in flight) and for a segment rollover. Threading as tw_primary_append().
+ * of them, waiting while max_inflight writes are in flight) and for a segment rollover.
+ * Threading as tw_primary_append().
  */
 TW_API int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
 				   tw_append_cb cb, void *arg, uint64_t *lsn_out);
