@@ -200,6 +200,7 @@ int tw__pseg_push(struct tw_primary *p, struct pseg *s)
 
 		__atomic_store_n(&p->cur, s, __ATOMIC_RELEASE);
 		__atomic_store_n(&p->pub_off, 0, __ATOMIC_RELEASE);
+		PST(p->seal_off, 0);
 		PST(p->res, res_make(r ^ RES_FLIP, n, 0));
 	}
 	tw__primary_unlock(p);

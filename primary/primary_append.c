@@ -49,11 +49,11 @@ struct resv {
  * Reserve the room of one entry of `len` bytes in the open segment, its record and its place in
  * the log, with one compare-and-swap on p->res (docs/primary.md, "The append engine"). Fails
  * (false) when the entry must take the slow path: the gate is closed (unless `locked`: the
- * caller holds the lock and checked the log under it), the record ring is full, max_batch
- * entries wait unsealed (back-pressure), or the entry does not fit in the segment (with room
- * left for the checksum entry after it). Async mode (sync mode: reserve_sync). The
- * compare-and-swap is sequentially consistent: the appender's half of the wake-up
- * handshake with the progress thread (see PLD).
+ * caller holds the lock and checked the log under it), the record ring is full, a whole batch
+ * waits unsealed (max_batch entries or max_batch_bytes bytes: back-pressure), or the entry
+ * does not fit in the segment (with room left for the checksum entry after it). Async mode
+ * (sync mode: reserve_sync). The compare-and-swap is sequentially consistent: the appender's
+ * half of the wake-up handshake with the progress thread (see PLD).
  */
 static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, uint32_t len,
 							  bool locked, struct resv *v)
@@ -70,7 +70,8 @@ static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, 
 			return false;
 		tail = PLD(p->rec_tail);
 		idx = res_idx(r, tail);
-		if (idx - tail > ring || idx - PLD(p->rec_sealed) >= p->cfg.max_batch)
+		if (idx - tail > ring || idx - PLD(p->rec_sealed) >= p->cfg.max_batch ||
+		    pending_bytes_at(p, r) >= p->cfg.max_batch_bytes)
 			return false;
 		/* After the word: a new segment's word is stored after cur (tw__pseg_push); with
 		 * an older word the compare-and-swap fails. */
@@ -167,10 +168,9 @@ again:
 		return p->err;
 	if (pstate(p) != PSTATE_RUNNING)
 		return -TW_ECLOSED; /* finishing (a callback during the last drain) */
-	/* Back-pressure: at most max_batch entries wait while all slots are busy. One thread:
-	 * every entry reserved is published (rec_head). */
-	while (!p->err && (p->rec_head - p->rec_sealed >= p->cfg.max_batch ||
-			   p->rec_head - p->rec_tail > p->rec_mask)) {
+	/* Back-pressure: at most a whole batch (batch_full) waits while all slots are busy. One
+	 * thread: every entry reserved is published (rec_head). */
+	while (!p->err && (batch_full(p) || p->rec_head - p->rec_tail > p->rec_mask)) {
 		if (slot_free(p))
 			tw__primary_seal_post(p);
 		else
@@ -194,13 +194,13 @@ again:
 /* Sync mode, after an append (or a batch of them): batching for a caller that appends
  * asynchronously and drives the log itself. An entry goes out at once when no write is in
  * flight (an idle log: no added latency); under load the entries wait until a whole batch
- * (max_batch) is there, which then takes the first free slot (polled for without blocking when
- * none looks free). Full writes, as a bare benchmark posts them, instead of one entry per free
- * slot (docs/benchmarks.md, "Caller-driven appends"). tw_primary_append, _flush and _progress
- * seal whatever waits. */
+ * (max_batch entries or max_batch_bytes: batch_full) is there, which then takes the first
+ * free slot (polled for without blocking when none looks free). Full writes, as a bare
+ * benchmark posts them, instead of one entry per free slot (docs/benchmarks.md,
+ * "Caller-driven appends"). tw_primary_append, _flush and _progress seal whatever waits. */
 static void sync_kick(struct tw_primary *p)
 {
-	if (PLD(p->slot_head) == PLD(p->slot_tail) || pending_entries(p) >= p->cfg.max_batch) {
+	if (PLD(p->slot_head) == PLD(p->slot_tail) || batch_full(p)) {
 		if (!slot_free(p))
 			tw__primary_drive(p, 0);
 		if (slot_free(p))
@@ -269,11 +269,11 @@ static bool res_fits(const struct tw_primary *p, uint32_t len)
 	       len <= s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE;
 }
 
-/* Whether an appender stopped by back-pressure can go on: the ring has room and fewer than
- * max_batch entries wait unsealed (only the progress thread seals). */
+/* Whether an appender stopped by back-pressure can go on: the ring has room and no whole
+ * batch waits unsealed (only the progress thread seals). */
 static bool room_now(const struct tw_primary *p)
 {
-	return !ring_full(p) && pending_entries(p) < p->cfg.max_batch;
+	return !ring_full(p) && !batch_full(p);
 }
 
 /* Ring the progress thread if it said it may sleep (pt_idle; see PLD). Any thread. */
@@ -320,7 +320,7 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 			p->app_waiting--;
 			continue;
 		}
-		if (pending_entries(p) >= p->cfg.max_batch || ring_full(p)) {
+		if (batch_full(p) || ring_full(p)) {
 			if (on_progress_thread(p))
 				return -EAGAIN;
 			/* Back-pressure: count ourselves, look again (the progress thread stores the
@@ -370,15 +370,18 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 
 /* Async mode, after the entry `v` (of `len` bytes) was published: ring the progress thread if
  * it may sleep, nobody reserved after this entry (the last appender to publish does it: the
- * seal waits for every copy in progress) and a batch is due (nothing in flight, or max_batch
- * waiting: tw__primary_batch_due's test). The publication's store came before these loads
- * (see PLD). */
+ * seal waits for every copy in progress) and a batch is due (nothing in flight, or a whole
+ * batch waiting: tw__primary_batch_due's test). The publication's store came before these
+ * loads (see PLD). */
 static inline void async_kick(struct tw_primary *p, const struct resv *v, uint32_t len)
 {
+	uint64_t r;
+
 	if (tw_unlikely(PLD(p->pt_idle)) &&
-	    res_off(PLD(p->res)) == v->off + TW_ENTRY_HDR_SIZE + len &&
+	    res_off(r = PLD(p->res)) == v->off + TW_ENTRY_HDR_SIZE + len &&
 	    (PLD(p->slot_head) == PLD(p->slot_tail) ||
-	     v->idx + 1 - PLD(p->rec_sealed) >= p->cfg.max_batch))
+	     v->idx + 1 - PLD(p->rec_sealed) >= p->cfg.max_batch ||
+	     pending_bytes_at(p, r) >= p->cfg.max_batch_bytes))
 		wake_pt(p);
 }
 

@@ -62,6 +62,30 @@ static inline uint64_t pending_entries(const struct tw_primary *p)
 	return res_idx(PLD(p->res), sealed) - sealed;
 }
 
+/* Bytes of the entries not sealed yet (headers included), given the reservation word `r`:
+ * seal_off is read after the word, so a new segment's word comes with its seal_off of 0; a
+ * seal after the word was read (seal_off past it) counts as nothing waiting. Exact on the
+ * driver thread and under the lock, otherwise an estimate (any thread). */
+static inline uint64_t pending_bytes_at(const struct tw_primary *p, uint64_t r)
+{
+	uint64_t off = res_off(r), so = PLD(p->seal_off);
+
+	return off > so ? off - so : 0;
+}
+
+static inline uint64_t pending_bytes(const struct tw_primary *p)
+{
+	return pending_bytes_at(p, PLD(p->res));
+}
+
+/* Whether a whole batch waits: max_batch entries or max_batch_bytes bytes of them. The write
+ * that reaches either is due, and the next appender meets back-pressure. */
+static inline bool batch_full(const struct tw_primary *p)
+{
+	return pending_entries(p) >= p->cfg.max_batch ||
+	       pending_bytes(p) >= p->cfg.max_batch_bytes;
+}
+
 /* Whether a write slot is free (sealed writes not yet posted hold theirs). */
 static inline bool slot_free(const struct tw_primary *p)
 {
@@ -72,15 +96,14 @@ static inline bool slot_free(const struct tw_primary *p)
  * Async mode: whether the waiting entries are due to be sealed, given a free slot (lock held):
  * writes as large as the slot allows under load (docs/primary.md, "Batching and pipelining").
  * An entry goes at once when no write is in flight (an idle log adds no latency); while a
- * write is in flight, entries wait until max_batch of them are there, or until the writes in
- * flight completed (then nothing is in flight). A rollover, a failover, a finish and sync
- * mode's progress seal whatever waits (sync mode has its own rule for appends: sync_kick).
- * Any thread (atomics); exact with the lock held.
+ * write is in flight, entries wait until max_batch of them, or max_batch_bytes of their bytes,
+ * are there (batch_full), or until the writes in flight completed (then nothing is in flight).
+ * A rollover, a failover, a finish and sync mode's progress seal whatever waits (sync mode has
+ * its own rule for appends: sync_kick). Any thread (atomics); exact with the lock held.
  */
 static inline bool tw__primary_batch_due(const struct tw_primary *p)
 {
-	return !p->threaded || PLD(p->slot_head) == PLD(p->slot_tail) ||
-	       pending_entries(p) >= p->cfg.max_batch;
+	return !p->threaded || PLD(p->slot_head) == PLD(p->slot_tail) || batch_full(p);
 }
 
 /*

@@ -345,6 +345,7 @@ struct tw__pcfg {
 	unsigned replicas;
 	size_t segment_size;
 	unsigned max_batch;
+	size_t max_batch_bytes;
 	unsigned max_inflight;
 	enum tw_primary_mode mode;
 	unsigned open_retry_ms;
@@ -437,6 +438,10 @@ struct tw_primary {
 	/* Publication in order: [0, pub_off) of p->cur is written. Whoever reserved [off, end)
 	 * waits until pub_off == off, stores rec_head, then end: one thread at a time. */
 	uint64_t pub_off;
+	/* Where the entries not sealed yet begin in p->cur: the end of its last sealed write (0
+	 * in a new segment). Written by the driver before rec_sealed, and in tw__pseg_push before
+	 * the new segment's word (atomics, see PLD); pending_bytes reads it after the word. */
+	uint64_t seal_off;
 	uint64_t rec_head;   /* records published (their entries written, their fields set) */
 	uint64_t rec_sealed; /* covered by a sealed write (driver thread) */
 	uint64_t rec_tail;   /* acknowledged or failed, callbacks ran (driver thread) */

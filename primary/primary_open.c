@@ -58,11 +58,12 @@ static void set_errmsg(char *buf, size_t len, const char *msg);
 static const struct tw_primary_config primary_defaults = {
 	.replicas = 3,
 	.segment_size = TW_PRIMARY_DEFAULT_SEGMENT_SIZE,
-	.max_batch = 256,
+	.max_batch = 1024,
 	.max_inflight = 8,
 	.mode = TW_PRIMARY_SYNC,
 	.open_retry_ms = TW_DEFAULT_OPEN_RETRY_MS,
 	.rerep_rate = 64u << 20,
+	.max_batch_bytes = TW_PRIMARY_DEFAULT_BATCH_BYTES,
 };
 
 void tw_primary_config_init_sized(struct tw_primary_config *cfg, size_t size)
@@ -104,6 +105,7 @@ int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
 	pc->open_retry_ms = c.open_retry_ms;
 	pc->preopen = c.preopen;
 	pc->rerep_rate = c.rerep_rate;
+	pc->max_batch_bytes = c.max_batch_bytes;
 	pc->backups = t.backups;
 	pc->n_backups = t.n_backups;
 	pc->zones = t.zones;
@@ -227,6 +229,11 @@ static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size
 			 TW_PRIMARY_MAX_INFLIGHT);
 		return -EINVAL;
 	}
+	if (!cfg->max_batch_bytes) {
+		snprintf(msg, len, "max_batch_bytes must be > 0 (a write is due once that "
+			 "many bytes of entries wait; one smaller than an entry goes alone)");
+		return -EINVAL;
+	}
 	for (size_t i = 0; !on_ctx && i < cfg->n_backups; i++) {
 		if (!cfg->backups[i] || !cfg->backups[i][0] ||
 		    strlen(cfg->backups[i]) >= TW_ADDR_MAX) {
@@ -325,8 +332,12 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 	p->nslots = cfg->max_inflight;
 	p->slots = calloc(p->nslots, sizeof(*p->slots));
 	p->pops = calloc((size_t)p->nslots * p->r, sizeof(*p->pops));
+	/* The record ring holds every record not acknowledged yet: at most max_batch per write in
+	 * flight and max_batch waiting (back-pressure stops appenders there first; a full ring
+	 * stops them too). 32 bytes a record, touched as appends reach it: 512 KiB per log with
+	 * the defaults (docs/primary.md, "Batching and pipelining"). */
 	rec_cap = 1024;
-	while (rec_cap < (uint64_t)cfg->max_batch * (cfg->max_inflight + 1) * 2)
+	while (rec_cap < (uint64_t)cfg->max_batch * (cfg->max_inflight + 1))
 		rec_cap *= 2;
 	p->recs = calloc(rec_cap, sizeof(*p->recs));
 	p->next_calls = calloc(p->r, sizeof(*p->next_calls));

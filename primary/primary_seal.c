@@ -84,6 +84,7 @@ static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 	s->rec_end = idx;
 	s->nrec = idx - sealed;
 	s->repair = false;
+	PST(p->seal_off, (uint64_t)seg->w.pos); /* before rec_sealed: the same wake-up (PLD) */
 	PST(p->rec_sealed, idx);
 	PST(p->slot_head, head + 1); /* published: the slot's fields above are written */
 	/* Back-pressure released (async mode): a sleeper counted itself in n_sleep before it

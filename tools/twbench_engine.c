@@ -64,6 +64,7 @@ struct eopts {
 	unsigned n_modes;
 	unsigned runs;
 	unsigned batch, inflight;
+	uint64_t batch_bytes;    /* 0: the library's */
 	size_t segment_size;
 	unsigned progress_every; /* driven: tw_primary_progress(p, 0) every N appends (0: never) */
 	unsigned buffers;        /* each backup's pool, fixed */
@@ -327,6 +328,8 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 	cfg.segment_size = o->segment_size;
 	if (o->batch)
 		cfg.max_batch = o->batch;
+	if (o->batch_bytes)
+		cfg.max_batch_bytes = (size_t)o->batch_bytes;
 	if (o->inflight)
 		cfg.max_inflight = o->inflight;
 	cfg.mode = mode == A_ASYNC ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
@@ -460,9 +463,10 @@ static void print_text(const struct eopts *o, int cpu)
 static void print_json(const struct eopts *o, int cpu)
 {
 	printf("{\"twbench_engine\":{\"version\":\"%s\",\"provider\":\"%s\",\"replicas\":%u,"
-	       "\"segment_size\":%zu,\"batch\":%u,\"inflight\":%u,\"cpu\":%d,\"runs\":%u},"
-	       "\"runs\":[",
-	       tw_version(), o->fabric, o->r, o->segment_size, o->batch, o->inflight, cpu, o->runs);
+	       "\"segment_size\":%zu,\"batch\":%u,\"batch_bytes\":%" PRIu64 ",\"inflight\":%u,"
+	       "\"cpu\":%d,\"runs\":%u},\"runs\":[",
+	       tw_version(), o->fabric, o->r, o->segment_size, o->batch, o->batch_bytes,
+	       o->inflight, cpu, o->runs);
 	for (unsigned i = 0; i < n_results; i++) {
 		const struct eresult *x = &results[i];
 
@@ -509,6 +513,8 @@ static void usage(FILE *f)
 	      "  --runs N          runs of each point (default 3); ranges are printed\n"
 	      "  -r N              replicas, backups in this process (default 3, at most 8)\n"
 	      "  --batch N         max entries per write (default: the library's)\n"
+	      "  --batch-bytes N   bytes of entries after which a write is due (default: the\n"
+	      "                    library's)\n"
 	      "  --inflight N      writes in flight per backup (default: the library's)\n"
 	      "  --segment-size N  segment size (default 8388608)\n"
 	      "  --progress-every N  driven: tw_primary_progress(p, 0) every N appends (default\n"
@@ -566,6 +572,7 @@ static const struct option lo[] = {
 	{ "max-bytes", required_argument, NULL, 'M' },
 	{ "runs", required_argument, NULL, 'R' },
 	{ "batch", required_argument, NULL, 'b' },
+	{ "batch-bytes", required_argument, NULL, 'y' },
 	{ "inflight", required_argument, NULL, 'i' },
 	{ "segment-size", required_argument, NULL, 'S' },
 	{ "progress-every", required_argument, NULL, 'P' },
@@ -641,6 +648,11 @@ static int parse_opt(int c, struct eopts *o)
 	case 'b':
 		if (!parse_u32(optarg, 1, 1u << 20, &o->batch))
 			return bad("--batch", optarg, "a positive number");
+		return -1;
+	case 'y':
+		if (!parse_u64(optarg, &o->batch_bytes) || !o->batch_bytes ||
+		    o->batch_bytes >= (1ull << 32))
+			return bad("--batch-bytes", optarg, "1 to 4294967295 bytes");
 		return -1;
 	case 'i':
 		if (!parse_u32(optarg, 1, TW_PRIMARY_MAX_INFLIGHT, &o->inflight))

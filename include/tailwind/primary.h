@@ -87,6 +87,7 @@ extern "C" {
 #endif
 
 #define TW_PRIMARY_DEFAULT_SEGMENT_SIZE (8u << 20) /* 8 MiB, as in the paper */
+#define TW_PRIMARY_DEFAULT_BATCH_BYTES (1u << 20) /* 1 MiB (docs/primary.md) */
 #define TW_PRIMARY_MAX_REPLICAS 16u
 #define TW_PRIMARY_MAX_INFLIGHT 1024u
 
@@ -104,7 +105,8 @@ struct tw_primary_config {
 				       * other incarnations at the same epoch (docs/recovery.md). */
 	unsigned replicas;            /* r; default 3; at most TW_PRIMARY_MAX_REPLICAS */
 	size_t segment_size;          /* bytes per segment; default 8 MiB; page multiple, < 4 GiB */
-	unsigned max_batch;           /* most entries per write; default 256 */
+	unsigned max_batch;           /* most entries per write; default 1024 (with
+				       * max_batch_bytes, below: a write is due at either) */
 	unsigned max_inflight;        /* writes in flight per backup; default 8 */
 	enum tw_primary_mode mode;    /* default TW_PRIMARY_SYNC; on a shared context it must be
 				       * TW_PRIMARY_ASYNC (its progress thread serves every log):
@@ -117,6 +119,12 @@ struct tw_primary_config {
 	uint64_t rerep_rate;          /* bytes/s for re-replicating closed segments after a backup
 				       * loss (background, between driver rounds); default
 				       * 64 MiB/s; 0: unlimited */
+	size_t max_batch_bytes;       /* bytes of entries (each with its 12-byte header) after
+				       * which a write is due, beside max_batch: small entries
+				       * batch deep, large ones do not; a write ends at the entry
+				       * that reaches it, so it holds at most this plus one entry
+				       * (one entry alone when smaller than one); default
+				       * TW_PRIMARY_DEFAULT_BATCH_BYTES; > 0 */
 };
 
 /* Fill `cfg` with the defaults above (log_id 0: set it). Never fails. */
@@ -250,8 +258,9 @@ TW_API int tw_primary_append(struct tw_primary *p, const void *data, uint32_t le
  * once when the entry is acknowledged or failed, in log order, with `arg`. Returns 0, or a
  * negative code (the primary already failed, bad len, -TW_ECLOSED, or -EAGAIN from a callback in
  * async mode that would have to wait): then cb is never called.
- * May block briefly for back-pressure (max_batch entries waiting while max_inflight writes are
- * in flight) and for a segment rollover. Threading as tw_primary_append().
+ * May block briefly for back-pressure (a whole batch, max_batch entries or max_batch_bytes bytes
+ * of them, waiting while max_inflight writes are in flight) and for a segment rollover.
+ * Threading as tw_primary_append().
  */
 TW_API int tw_primary_append_async(struct tw_primary *p, const void *data, uint32_t len,
 				   tw_append_cb cb, void *arg, uint64_t *lsn_out);
