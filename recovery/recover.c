@@ -168,19 +168,14 @@ static void connect_rounds(struct rctx *c, struct tw_peer_opts *po, unsigned ful
 		return;
 	}
 	/* Round one: nothing goes into the takeover's table yet (a late backup may be tried
-	 * again below); a Handshake that timed out waited its whole RPC timeout: it goes in. */
+	 * again below); a Handshake that timed out waited its whole RPC timeout: it goes in. The
+	 * table is empty here: both takeovers start their recovery with a new one. */
 	po->skip = NULL;
 	po->connect_timeout_ms = first_ms;
 	tw__fab_set_connect_timeout(c->fab, first_ms);
 	for (unsigned i = 0; i < c->nbk; i++) {
 		struct rbk *b = &c->bks[i];
 
-		if (tw__peer_skip_has(skip, b->peer.addr)) { /* fails at once, as it did before */
-			po->skip = skip;
-			connect_one(c, b, po, false, auth_err);
-			po->skip = NULL;
-			continue;
-		}
 		rc = connect_one(c, b, po, true, auth_err);
 		b->late = rc == -ETIMEDOUT && b->peer.failed == TW_PEER_CONNECT;
 		late += b->late;
