@@ -15,6 +15,7 @@
 #define TW_TESTS_TLOG_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,6 +112,22 @@ static inline void tlog_ack_cb(void *arg, int status, uint64_t lsn)
 		a->ok++;
 	else if (!a->errors++)
 		a->first_err = status;
+}
+
+/* tlog_acks with a count that another thread reads while the callbacks run (they run on the
+ * progress thread in async mode, on the caller's in sync mode; one at a time). */
+struct tlog_acks_mt {
+	struct tlog_acks a;
+	atomic_uint_fast64_t n;
+};
+
+/* A tw_append_cb: arg is a struct tlog_acks_mt. */
+static inline void tlog_ack_mt_cb(void *arg, int status, uint64_t lsn)
+{
+	struct tlog_acks_mt *x = arg;
+
+	tlog_ack_cb(&x->a, status, lsn);
+	atomic_fetch_add(&x->n, 1);
 }
 
 #endif

@@ -40,6 +40,7 @@
 #include "tap.h"
 #include "tbackup.h"
 #include "tfab.h"
+#include "tgate.h"
 #include "tlog.h"
 
 #define SEG (64u * 1024u)
@@ -75,21 +76,6 @@ static bool check_entry(struct tw_primary *p, uint64_t lsn, uint32_t len, uint64
 	return memcmp(data, want, len) == 0;
 }
 
-/* The acknowledgements of one test, as the callbacks saw them (one thread at a time: the
- * progress thread or the caller). */
-struct acks {
-	struct tlog_acks a;
-	atomic_uint_fast64_t n; /* read by the test's thread while the progress thread writes */
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *x = arg;
-
-	tlog_ack_cb(&x->a, status, lsn);
-	atomic_fetch_add(&x->n, 1);
-}
-
 /* Recovery counts entries and checks each batch entry's sequence number. */
 struct rec_check {
 	uint64_t n, bad;
@@ -120,7 +106,7 @@ static void test_cross(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
-	struct acks x = { 0 };
+	struct tlog_acks_mt x = { 0 };
 	static uint8_t data[100][BIG];
 	struct iovec iov[100];
 	uint64_t lsns[100], seq = 0, before;
@@ -147,7 +133,7 @@ static void test_cross(const char **addrs, enum tw_primary_mode mode)
 	}
 	tw_primary_get_stats(p, &st);
 	before = st.segments;
-	is_int(tw_primary_append_batch(p, iov, 60, ack_cb, &x, lsns), 0, "cross %s: batch of 60",
+	is_int(tw_primary_append_batch(p, iov, 60, tlog_ack_mt_cb, &x, lsns), 0, "cross %s: batch of 60",
 	       m);
 	is_int(tw_primary_flush(p), 0, "cross %s: flush", m);
 	is_int(x.a.n, 1, "cross %s: one callback for the batch", m);
@@ -191,7 +177,7 @@ static void test_invalid(const char **addrs)
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
-	struct acks x = { 0 };
+	struct tlog_acks_mt x = { 0 };
 	uint8_t buf[64] = { 1 };
 	struct iovec iov[3] = { { buf, 10 }, { buf, 0 }, { buf, 10 } };
 	struct iovec huge = { buf, SEG };
@@ -201,14 +187,14 @@ static void test_invalid(const char **addrs)
 	p = tlog_open(&tc, &cfg, "invalid");
 	if (!p)
 		return;
-	is_int(tw_primary_append_batch(p, iov, 3, ack_cb, &x, lsns), -EINVAL,
+	is_int(tw_primary_append_batch(p, iov, 3, tlog_ack_mt_cb, &x, lsns), -EINVAL,
 	       "invalid: an empty entry in the middle -> EINVAL");
-	is_int(tw_primary_append_batch(p, &huge, 1, ack_cb, &x, lsns), -EINVAL,
+	is_int(tw_primary_append_batch(p, &huge, 1, tlog_ack_mt_cb, &x, lsns), -EINVAL,
 	       "invalid: an entry over the segment's room -> EINVAL");
-	is_int(tw_primary_append_batch(p, iov, 0, ack_cb, &x, lsns), -EINVAL, "invalid: n 0");
-	is_int(tw_primary_append_batch(p, NULL, 1, ack_cb, &x, lsns), -EINVAL,
+	is_int(tw_primary_append_batch(p, iov, 0, tlog_ack_mt_cb, &x, lsns), -EINVAL, "invalid: n 0");
+	is_int(tw_primary_append_batch(p, NULL, 1, tlog_ack_mt_cb, &x, lsns), -EINVAL,
 	       "invalid: entries NULL");
-	is_int(tw_primary_append_batch(NULL, iov, 1, ack_cb, &x, lsns), -EINVAL,
+	is_int(tw_primary_append_batch(NULL, iov, 1, tlog_ack_mt_cb, &x, lsns), -EINVAL,
 	       "invalid: primary NULL");
 	tw_primary_flush(p);
 	tw_primary_get_stats(p, &st);
@@ -232,9 +218,9 @@ static struct tw_primary *fail_p;
 static void inject_cb(void *arg, int status, uint64_t lsn)
 {
 	struct tw_mem_fault f = { .kind = TW_MEM_FAULT_FAIL };
-	struct acks *x = arg;
+	struct tlog_acks_mt *x = arg;
 
-	ack_cb(x, status, lsn);
+	tlog_ack_mt_cb(x, status, lsn);
 	tw__mem_inject(fail_p->bk[fail_p->cur->rep[1]].c->peer.ch, &f);
 }
 
@@ -244,7 +230,7 @@ static void test_fail_mid(const char **addrs)
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
-	struct acks first = { 0 }, batch = { 0 }, after = { 0 }, refused = { 0 };
+	struct tlog_acks_mt first = { 0 }, batch = { 0 }, after = { 0 }, refused = { 0 };
 	static uint8_t data[8][100];
 	struct iovec iov[8];
 	uint64_t lsns[8];
@@ -268,12 +254,12 @@ static void test_fail_mid(const char **addrs)
 	/* X's write takes one slot. Entries 0..3 of the batch are sealed into the other (write
 	 * A, before the fault); 4..7 wait for a slot, X completes meanwhile and its callback arms
 	 * the fault, so their write (B) fails on replica 1: no spare, the log fails. */
-	rc = tw_primary_append_batch(p, iov, 8, ack_cb, &batch, lsns);
+	rc = tw_primary_append_batch(p, iov, 8, tlog_ack_mt_cb, &batch, lsns);
 	is_int(rc, 0, "fail mid: the batch of 8 is accepted");
-	rc = tw_primary_append_async(p, data[0], 100, ack_cb, &after, NULL);
+	rc = tw_primary_append_async(p, data[0], 100, tlog_ack_mt_cb, &after, NULL);
 	is_int(rc, 0, "fail mid: an append after it, before the failure is seen, is accepted");
 	is_int(tw_primary_flush(p), -TW_ENOBACKUP, "fail mid: flush reports the failure");
-	is_int(tw_primary_append_async(p, data[0], 100, ack_cb, &refused, NULL), -TW_ENOBACKUP,
+	is_int(tw_primary_append_async(p, data[0], 100, tlog_ack_mt_cb, &refused, NULL), -TW_ENOBACKUP,
 	       "fail mid: an append after the failure is refused");
 	is_int(first.a.n, 1, "fail mid: X's callback ran once");
 	is_int(first.a.errors, 0, "fail mid: ... with success (written before the fault)");
@@ -313,7 +299,7 @@ static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
-	struct acks x = { 0 };
+	struct tlog_acks_mt x = { 0 };
 	static uint8_t data[200][BIG];
 	struct iovec iov[200];
 	uint64_t lsns[200];
@@ -346,7 +332,7 @@ static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
 		iov[i].iov_len = BIG;
 	}
 	/* Segment 2 takes the released memory; segment 3 cannot have any. */
-	rc = tw_primary_append_batch(p, iov, 200, ack_cb, &x, lsns);
+	rc = tw_primary_append_batch(p, iov, 200, tlog_ack_mt_cb, &x, lsns);
 	is_int(rc, -ENOSPC, "arena %s: a batch of 200 needing two more segments: -ENOSPC", m);
 	while (k < 200 && lsns[k] != TW_LSN_NONE)
 		k++;
@@ -369,7 +355,7 @@ static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
 	   m);
 	is_int(tw_primary_unload(p, 2), 1, "arena %s: segment 1 released", m);
 	arena_wait_used(p, SEG);
-	is_int(tw_primary_append_batch(p, iov + k, 200 - k < 40 ? 200 - k : 40, ack_cb, &x, NULL),
+	is_int(tw_primary_append_batch(p, iov + k, 200 - k < 40 ? 200 - k : 40, tlog_ack_mt_cb, &x, NULL),
 	       0, "arena %s: the rest of the batch goes in after the release", m);
 	is_int(tw_primary_flush(p), 0, "arena %s: flush", m);
 	is_int(x.a.n, 1, "arena %s: its callback ran once", m);
@@ -378,32 +364,12 @@ static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
 
 /* ------------------------------------------------------------------ slots busy */
 
-/* A gate in the completion path: while it is closed, the progress thread waits in the first
- * completion it is handed (the write stays in its slot), so the test controls when the slot
- * frees; the completions go on to the primary on the progress thread itself. The gate is in
- * the test fabric (tests/lib/tfab.h), between the fabric and the primary. */
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static bool gate_open;
-static int gate_seen;
-
-static struct tfab gate_fab;
-
-static void gate_cb(struct tfab *t, struct tw_op *op, int status, tw_op_cb next)
-{
-	(void)t;
-	pthread_mutex_lock(&gate_mu);
-	gate_seen++;
-	pthread_cond_broadcast(&gate_cv);
-	while (!gate_open)
-		pthread_cond_wait(&gate_cv, &gate_mu);
-	pthread_mutex_unlock(&gate_mu);
-	next(op, status);
-}
+/* The gate in the completion path (tests/lib/tgate.h). */
+static struct tgate gate = TGATE_INIT;
 
 struct bp_arg {
 	struct tw_primary *p;
-	struct acks *x;
+	struct tlog_acks_mt *x;
 	atomic_int done;
 	int rc;
 };
@@ -414,7 +380,7 @@ static void *bp_main(void *arg)
 	uint8_t buf[50];
 
 	fill(buf, 50, 99);
-	b->rc = tw_primary_append_async(b->p, buf, 50, ack_cb, b->x, NULL);
+	b->rc = tw_primary_append_async(b->p, buf, 50, tlog_ack_mt_cb, b->x, NULL);
 	atomic_store(&b->done, 1);
 	return NULL;
 }
@@ -428,9 +394,8 @@ static void test_slots_busy(const char **addrs)
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
-	struct acks x = { 0 };
+	struct tlog_acks_mt x = { 0 };
 	struct bp_arg b = { 0 };
-	struct timespec until;
 	uint8_t buf[50];
 	pthread_t th;
 	int bad = 0, waited = 0;
@@ -441,21 +406,14 @@ static void test_slots_busy(const char **addrs)
 	p = tlog_open(&tc, &cfg, "slots busy");
 	if (!p)
 		return;
-	gate_open = false;
 	/* Set before the first append: the progress thread posts nothing before it. */
-	tfab_wrap_primary(&gate_fab, p, gate_cb, NULL);
+	tgate_close_on(&gate, p);
 	fill(buf, 50, 0);
-	if (tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL) != 0)
+	if (tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL) != 0)
 		bad++;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 10;
-	pthread_mutex_lock(&gate_mu);
-	while (!gate_seen && pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&gate_mu);
-	ok(gate_seen, "slots busy: the first write is out and held at the gate");
+	ok(tgate_wait_seen(&gate, 10), "slots busy: the first write is out and held at the gate");
 	for (int i = 0; i < 4; i++)
-		if (tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL) != 0)
+		if (tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL) != 0)
 			bad++;
 	is_int(bad, 0, "slots busy: max_batch entries wait behind it");
 	b.p = p;
@@ -468,10 +426,7 @@ static void test_slots_busy(const char **addrs)
 	}
 	ok(!atomic_load(&b.done), "slots busy: the next append waits (%d ms and counting)", waited);
 	is_int((int)atomic_load(&x.n), 0, "slots busy: nothing acknowledged yet");
-	pthread_mutex_lock(&gate_mu);
-	gate_open = true;
-	pthread_cond_broadcast(&gate_cv);
-	pthread_mutex_unlock(&gate_mu);
+	tgate_open(&gate);
 	pthread_join(th, NULL);
 	is_int(b.rc, 0, "slots busy: the blocked append returned 0 once the write completed");
 	is_int(tw_primary_flush(p), 0, "slots busy: flush");
@@ -492,8 +447,7 @@ static void test_whole_batches(const char **addrs)
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
-	struct acks x = { 0 };
-	struct timespec until;
+	struct tlog_acks_mt x = { 0 };
 	uint8_t buf[50];
 
 	cfg_for(&tc, &cfg, addrs, 370, TW_PRIMARY_ASYNC);
@@ -502,31 +456,18 @@ static void test_whole_batches(const char **addrs)
 	p = tlog_open(&tc, &cfg, "whole batches");
 	if (!p)
 		return;
-	pthread_mutex_lock(&gate_mu);
-	gate_open = false;
-	gate_seen = 0;
-	pthread_mutex_unlock(&gate_mu);
-	tfab_wrap_primary(&gate_fab, p, gate_cb, NULL);
+	tgate_close_on(&gate, p);
 	fill(buf, 50, 0);
-	is_int(tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL), 0, "whole batches: A");
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 10;
-	pthread_mutex_lock(&gate_mu);
-	while (!gate_seen && pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&gate_mu);
-	ok(gate_seen, "whole batches: A is in flight (held at the gate)");
+	is_int(tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL), 0, "whole batches: A");
+	ok(tgate_wait_seen(&gate, 10), "whole batches: A is in flight (held at the gate)");
 	ok(PLD(p->slot_head) == 1 && p->slots[0].nrec == 1,
 	   "whole batches: nothing in flight: A sealed alone at once");
 	for (int i = 1; i <= 4; i++)
-		tw_primary_append_async(p, buf, 50, ack_cb, &x, NULL);
+		tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL);
 	ok(PLD(p->slot_head) == 1 && pending_entries(p) == 4,
 	   "whole batches: 4 entries behind a write in flight wait unsealed (%" PRIu64
 	   " sealed, %" PRIu64 " waiting)", (uint64_t)PLD(p->slot_head), pending_entries(p));
-	pthread_mutex_lock(&gate_mu);
-	gate_open = true;
-	pthread_cond_broadcast(&gate_cv);
-	pthread_mutex_unlock(&gate_mu);
+	tgate_open(&gate);
 	is_int(tw_primary_flush(p), 0, "whole batches: flush");
 	ok(PLD(p->slot_head) == 2 && p->slots[1].nrec == 4,
 	   "whole batches: the 4 went as one write (%" PRIu64 " writes, the second of %" PRIu64

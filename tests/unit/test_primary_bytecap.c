@@ -30,6 +30,7 @@
 #include "tap.h"
 #include "tbackup.h"
 #include "tfab.h"
+#include "tgate.h"
 #include "tlog.h"
 
 #define SEG (64u * 1024u)
@@ -52,20 +53,6 @@ static void fill(uint8_t *buf, uint64_t seq)
 	for (uint32_t i = 0; i < LEN; i++)
 		buf[i] = (uint8_t)(seq * 31 + i);
 	memcpy(buf, &seq, sizeof(seq));
-}
-
-/* The acknowledgements of one test (one thread at a time: the progress thread or the caller). */
-struct acks {
-	struct tlog_acks a;
-	atomic_uint_fast64_t n; /* read by the test's thread while the progress thread writes */
-};
-
-static void ack_cb(void *arg, int status, uint64_t lsn)
-{
-	struct acks *x = arg;
-
-	tlog_ack_cb(&x->a, status, lsn);
-	atomic_fetch_add(&x->n, 1);
 }
 
 /* ------------------------------------------------------------------ configuration */
@@ -96,14 +83,14 @@ static void test_config(const char **addrs)
 static bool stream(struct tw_primary *p, unsigned n, const char *what,
 		   struct tw_primary_stats *st)
 {
-	struct acks x = { 0 };
+	struct tlog_acks_mt x = { 0 };
 	uint8_t buf[LEN];
 	uint64_t lsns[2000];
 	int bad = 0, badread = 0;
 
 	for (unsigned i = 0; i < n && i < 2000; i++) {
 		fill(buf, i);
-		if (tw_primary_append_async(p, buf, LEN, ack_cb, &x, &lsns[i]) != 0)
+		if (tw_primary_append_async(p, buf, LEN, tlog_ack_mt_cb, &x, &lsns[i]) != 0)
 			bad++;
 	}
 	is_int(bad, 0, "%s: %u appends", what, n);
@@ -196,23 +183,8 @@ static void test_tiny(const char **addrs, enum tw_primary_mode mode)
 
 /* ------------------------------------------------------------------ bytes make a batch due */
 
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static bool gate_open;
-static int gate_seen;
-static struct tfab gate_fab;
-
-static void gate_cb(struct tfab *t, struct tw_op *op, int status, tw_op_cb next)
-{
-	(void)t;
-	pthread_mutex_lock(&gate_mu);
-	gate_seen++;
-	pthread_cond_broadcast(&gate_cv);
-	while (!gate_open)
-		pthread_cond_wait(&gate_cv, &gate_mu);
-	pthread_mutex_unlock(&gate_mu);
-	next(op, status);
-}
+/* The gate in the completion path (tests/lib/tgate.h). */
+static struct tgate gate = TGATE_INIT;
 
 /*
  * Async mode, max_batch 64 and a cap of four entries' bytes: the first entry goes alone (nothing
@@ -225,8 +197,7 @@ static void test_due_by_bytes(const char **addrs)
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
-	struct acks x = { 0 };
-	struct timespec until;
+	struct tlog_acks_mt x = { 0 };
 	uint8_t buf[LEN];
 	int bad = 0;
 
@@ -236,37 +207,24 @@ static void test_due_by_bytes(const char **addrs)
 	p = tlog_open(&tc, &cfg, "due by bytes");
 	if (!p)
 		return;
-	pthread_mutex_lock(&gate_mu);
-	gate_open = false;
-	gate_seen = 0;
-	pthread_mutex_unlock(&gate_mu);
-	tfab_wrap_primary(&gate_fab, p, gate_cb, NULL);
+	tgate_close_on(&gate, p);
 	fill(buf, 0);
-	is_int(tw_primary_append_async(p, buf, LEN, ack_cb, &x, NULL), 0, "due by bytes: A");
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 10;
-	pthread_mutex_lock(&gate_mu);
-	while (!gate_seen && pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&gate_mu);
-	ok(gate_seen, "due by bytes: A is in flight (held at the gate)");
+	is_int(tw_primary_append_async(p, buf, LEN, tlog_ack_mt_cb, &x, NULL), 0, "due by bytes: A");
+	ok(tgate_wait_seen(&gate, 10), "due by bytes: A is in flight (held at the gate)");
 	for (uint64_t i = 1; i <= 3; i++) {
 		fill(buf, i);
-		bad += tw_primary_append_async(p, buf, LEN, ack_cb, &x, NULL) != 0;
+		bad += tw_primary_append_async(p, buf, LEN, tlog_ack_mt_cb, &x, NULL) != 0;
 	}
 	ok(!bad && pending_entries(p) == 3 && !batch_full(p) && !tw__primary_batch_due(p),
 	   "due by bytes: three entries behind a write in flight are not a batch (%" PRIu64
 	   " bytes of %u)", pending_bytes(p), CAP4);
 	fill(buf, 4);
-	bad += tw_primary_append_async(p, buf, LEN, ack_cb, &x, NULL) != 0;
+	bad += tw_primary_append_async(p, buf, LEN, tlog_ack_mt_cb, &x, NULL) != 0;
 	ok(!bad && pending_entries(p) == 4 && pending_bytes(p) == CAP4 && batch_full(p) &&
 		   tw__primary_batch_due(p),
 	   "due by bytes: the fourth reaches the cap: a whole batch (%" PRIu64 " entries, %" PRIu64
 	   " bytes)", pending_entries(p), pending_bytes(p));
-	pthread_mutex_lock(&gate_mu);
-	gate_open = true;
-	pthread_cond_broadcast(&gate_cv);
-	pthread_mutex_unlock(&gate_mu);
+	tgate_open(&gate);
 	is_int(tw_primary_flush(p), 0, "due by bytes: flush");
 	ok(PLD(p->slot_head) == 2 && p->slots[1].nrec == 4,
 	   "due by bytes: the four went as one write (%" PRIu64 " writes, the second of %" PRIu64
