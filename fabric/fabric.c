@@ -706,6 +706,20 @@ int tw__chan_send(struct tw_chan *ch, const void *msg, size_t len)
  * is how long the caller's thread may block, so it is real time even when the fab runs on a
  * virtual clock (cfg.clock_ns), which then costs a second read in the rounds that wait.
  */
+/* wait_ms (-1: no limit) shortened to the fab's next deadline, read at `now`. */
+static int until_deadline(const struct tw_fab *fab, uint64_t now, int wait_ms)
+{
+	uint64_t next = next_deadline(fab);
+
+	if (next != UINT64_MAX) {
+		uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
+
+		if (wait_ms < 0 || ms < (uint64_t)wait_ms)
+			wait_ms = (int)TW_MIN(ms, (uint64_t)1 << 30);
+	}
+	return wait_ms;
+}
+
 int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 {
 	uint64_t end = UINT64_MAX;
@@ -713,7 +727,7 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 
 	tw__fab_enter(fab);
 	for (;;) {
-		uint64_t now = tw__fab_clock(fab), real, next;
+		uint64_t now = tw__fab_clock(fab), real;
 		int wait_ms = -1;
 
 		rc = fab->ops->poll(fab);
@@ -733,13 +747,7 @@ int tw__fab_progress(struct tw_fab *fab, int timeout_ms)
 				break;
 			wait_ms = (int)((end - real + 999999) / 1000000u);
 		}
-		next = next_deadline(fab);
-		if (next != UINT64_MAX) {
-			uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
-
-			if (wait_ms < 0 || ms < (uint64_t)wait_ms)
-				wait_ms = (int)TW_MIN(ms, (uint64_t)1 << 30);
-		}
+		wait_ms = until_deadline(fab, now, wait_ms);
 		if (fab->cfg.busy_poll)
 			wait_ms = 0;
 		rc = fab->ops->wait(fab, wait_ms);
@@ -767,8 +775,7 @@ int tw__fab_wait_fd(struct tw_fab *fab)
 
 int tw__fab_wait_prepare(struct tw_fab *fab, int max_ms)
 {
-	uint64_t now, next;
-	int rc, wait_ms = max_ms;
+	int rc, wait_ms;
 
 	if (!fab->ops->wait_fd)
 		return -ENOTSUP;
@@ -781,16 +788,9 @@ int tw__fab_wait_prepare(struct tw_fab *fab, int max_ms)
 		return 1;
 	if (rc < 0)
 		return rc;
-	now = tw__fab_clock(fab);
-	next = next_deadline(fab);
-	if (next != UINT64_MAX) {
-		uint64_t ms = next <= now ? 0 : (next - now + 999999) / 1000000u;
-
-		if (ms == 0)
-			return 0;
-		if (wait_ms < 0 || ms < (uint64_t)wait_ms)
-			wait_ms = (int)TW_MIN(ms, (uint64_t)1 << 30);
-	}
+	wait_ms = until_deadline(fab, tw__fab_clock(fab), max_ms);
+	if (wait_ms == 0)
+		return 0; /* a deadline is due: the progress checks it */
 	fab->waited = true; /* the caller sleeps on the descriptor: the fab is looking */
 	return wait_ms;
 }

@@ -59,6 +59,18 @@ static inline void tlog_primary_config(struct tw_ctx_config *tc, struct tw_prima
 	cfg->epoch = 1;
 }
 
+/* tlog_primary_config over "mem" with 3 backups, then the segment size and mode a unit test of
+ * the engine wants (and a 5 s open retry: the in-memory backups' pools refill meanwhile). */
+static inline void tlog_mem_config(struct tw_ctx_config *tc, struct tw_primary_config *cfg,
+				   const char *const *addrs, uint64_t log_id, uint32_t segment_size,
+				   enum tw_primary_mode mode)
+{
+	tlog_primary_config(tc, cfg, "mem", addrs, 3, log_id);
+	cfg->segment_size = segment_size;
+	cfg->open_retry_ms = 5000;
+	cfg->mode = mode;
+}
+
 /* tw_primary_open(tc, cfg), a TAP test of its own ("<what>: open", what from the printf format):
  * the log, or NULL when it did not open. */
 static inline struct tw_primary *tlog_open(const struct tw_ctx_config *tc,

@@ -48,15 +48,6 @@
 
 static const char *const mode_name[] = { "sync", "async" };
 
-static void cfg_for(struct tw_ctx_config *tc, struct tw_primary_config *cfg, const char **addrs,
-		    uint64_t log_id, enum tw_primary_mode mode)
-{
-	tlog_primary_config(tc, cfg, "mem", addrs, 3, log_id);
-	cfg->segment_size = SEG;
-	cfg->open_retry_ms = 5000;
-	cfg->mode = mode;
-}
-
 static void fill(uint8_t *buf, uint32_t len, uint64_t seq)
 {
 	for (uint32_t i = 0; i < len; i++)
@@ -113,7 +104,7 @@ static void test_cross(const char **addrs, enum tw_primary_mode mode)
 	struct rec_check rc = { 0 };
 	int bad = 0, disorder = 0, badread = 0;
 
-	cfg_for(&tc, &cfg, addrs, 300 + mode, mode);
+	tlog_mem_config(&tc, &cfg, addrs, 300 + mode, SEG, mode);
 	cfg.max_batch = 16;
 	p = tlog_open(&tc, &cfg, "cross %s", m);
 	if (!p)
@@ -183,7 +174,7 @@ static void test_invalid(const char **addrs)
 	struct iovec huge = { buf, SEG };
 	uint64_t lsns[3] = { 7, 7, 7 };
 
-	cfg_for(&tc, &cfg, addrs, 310, TW_PRIMARY_SYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 310, SEG, TW_PRIMARY_SYNC);
 	p = tlog_open(&tc, &cfg, "invalid");
 	if (!p)
 		return;
@@ -236,7 +227,7 @@ static void test_fail_mid(const char **addrs)
 	uint64_t lsns[8];
 	int rc;
 
-	cfg_for(&tc, &cfg, addrs, 320, TW_PRIMARY_SYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 320, SEG, TW_PRIMARY_SYNC);
 	cfg.max_batch = 4;
 	cfg.max_inflight = 2;
 	p = tlog_open(&tc, &cfg, "fail mid");
@@ -306,7 +297,7 @@ static void test_arena_batch(const char **addrs, enum tw_primary_mode mode)
 	unsigned k = 0, bad;
 	int rc;
 
-	cfg_for(&tc, &cfg, addrs, 330 + mode, mode);
+	tlog_mem_config(&tc, &cfg, addrs, 330 + mode, SEG, mode);
 	tc.arena_size = 2 * SEG; /* two segments: the second rollover finds no memory */
 	cfg.max_batch = 16;
 	p = tlog_open(&tc, &cfg, "arena %s", m);
@@ -400,7 +391,7 @@ static void test_slots_busy(const char **addrs)
 	pthread_t th;
 	int bad = 0, waited = 0;
 
-	cfg_for(&tc, &cfg, addrs, 340, TW_PRIMARY_ASYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 340, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 4;
 	cfg.max_inflight = 1;
 	p = tlog_open(&tc, &cfg, "slots busy");
@@ -450,7 +441,7 @@ static void test_whole_batches(const char **addrs)
 	struct tlog_acks_mt x = { 0 };
 	uint8_t buf[50];
 
-	cfg_for(&tc, &cfg, addrs, 370, TW_PRIMARY_ASYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 370, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 4;
 	cfg.max_inflight = 4;
 	p = tlog_open(&tc, &cfg, "whole batches");
@@ -517,7 +508,7 @@ static void test_ring_wrap(const char **addrs, enum tw_primary_mode mode)
 	uint64_t i = 0;
 	int bad = 0;
 
-	cfg_for(&tc, &cfg, addrs, 350 + mode, mode);
+	tlog_mem_config(&tc, &cfg, addrs, 350 + mode, SEG, mode);
 	cfg.max_batch = 16;
 	cfg.max_inflight = 4; /* ring of 1024 records */
 	p = tlog_open(&tc, &cfg, "ring %s", m);
@@ -639,7 +630,7 @@ static void test_producers(const char **addrs)
 	uint64_t dup = 0, nongrowing = 0, badread = 0;
 	int bad = 0;
 
-	cfg_for(&tc, &cfg, addrs, 360, TW_PRIMARY_ASYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 360, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 32;
 	cfg.max_inflight = 4;
 	p = tlog_open(&tc, &cfg, "producers");
@@ -758,7 +749,7 @@ static void test_idle_wake(const char **addrs)
 	int bad = 0, stalls = 0;
 	uint64_t p90 = 0;
 
-	cfg_for(&tc, &cfg, addrs, 390, TW_PRIMARY_ASYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 390, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 4;
 	p = tlog_open(&tc, &cfg, "idle wake");
 	if (!p)
@@ -907,7 +898,7 @@ static void test_mp_stress(void)
 
 	/* ~130 segments of 64 KiB: a cluster of its own with room for them. */
 	tbackups_start(&cl, "test_primary_batch_mp", 3, "mem", 200, SEG);
-	cfg_for(&tc, &cfg, cl.addrs, 380, TW_PRIMARY_ASYNC);
+	tlog_mem_config(&tc, &cfg, cl.addrs, 380, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 32;
 	cfg.max_inflight = 4;
 	p = tlog_open(&tc, &cfg, "mp stress");

@@ -39,15 +39,6 @@
 
 static const char *const mode_name[] = { "sync", "async" };
 
-static void cfg_for(struct tw_ctx_config *tc, struct tw_primary_config *cfg, const char **addrs,
-		    uint64_t log_id, enum tw_primary_mode mode)
-{
-	tlog_primary_config(tc, cfg, "mem", addrs, 3, log_id);
-	cfg->segment_size = SEG;
-	cfg->open_retry_ms = 5000;
-	cfg->mode = mode;
-}
-
 static void fill(uint8_t *buf, uint64_t seq)
 {
 	for (uint32_t i = 0; i < LEN; i++)
@@ -69,7 +60,7 @@ static void test_config(const char **addrs)
 	ok(cfg.max_batch_bytes == TW_PRIMARY_DEFAULT_BATCH_BYTES,
 	   "config: max_batch_bytes defaults to TW_PRIMARY_DEFAULT_BATCH_BYTES (%zu)",
 	   cfg.max_batch_bytes);
-	cfg_for(&tc, &cfg, addrs, 600, TW_PRIMARY_SYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 600, SEG, TW_PRIMARY_SYNC);
 	cfg.max_batch_bytes = 0;
 	is_int(tw_primary_open(&tc, &cfg, &p, err, sizeof(err)), -EINVAL,
 	       "config: max_batch_bytes 0 refused");
@@ -128,7 +119,7 @@ static void test_stream(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary *p;
 	char what[64];
 
-	cfg_for(&tc, &cfg, addrs, 610 + mode, mode);
+	tlog_mem_config(&tc, &cfg, addrs, 610 + mode, SEG, mode);
 	cfg.max_batch = 64;
 	cfg.max_batch_bytes = CAP4;
 	snprintf(what, sizeof(what), "cap %s", m);
@@ -146,7 +137,7 @@ static void test_stream(const char **addrs, enum tw_primary_mode mode)
 
 	if (mode != TW_PRIMARY_SYNC)
 		return;
-	cfg_for(&tc, &cfg, addrs, 620, mode);
+	tlog_mem_config(&tc, &cfg, addrs, 620, SEG, mode);
 	cfg.max_batch = 64;
 	snprintf(what, sizeof(what), "no cap %s", m);
 	p = tlog_open(&tc, &cfg, "%s", what);
@@ -168,7 +159,7 @@ static void test_tiny(const char **addrs, enum tw_primary_mode mode)
 	struct tw_primary *p;
 	char what[64];
 
-	cfg_for(&tc, &cfg, addrs, 630 + mode, mode);
+	tlog_mem_config(&tc, &cfg, addrs, 630 + mode, SEG, mode);
 	cfg.max_batch_bytes = 1;
 	snprintf(what, sizeof(what), "tiny cap %s", m);
 	p = tlog_open(&tc, &cfg, "%s", what);
@@ -201,7 +192,7 @@ static void test_due_by_bytes(const char **addrs)
 	uint8_t buf[LEN];
 	int bad = 0;
 
-	cfg_for(&tc, &cfg, addrs, 640, TW_PRIMARY_ASYNC);
+	tlog_mem_config(&tc, &cfg, addrs, 640, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 64;
 	cfg.max_batch_bytes = CAP4;
 	p = tlog_open(&tc, &cfg, "due by bytes");
