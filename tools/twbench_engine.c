@@ -84,6 +84,7 @@ struct eresult {
 	double appends_per_s;
 	double cpu_ns;        /* the primary's CPU per append (all its threads) */
 	double app_cpu_ns;    /* the appending thread's CPU per append */
+	double bk_cpu_ns;     /* the r backups' threads' CPU per append, all together */
 	double cores;         /* the primary's CPU over the wall time: 1.0 is its core, busy */
 	double entries_per_write;
 	uint64_t writes, wakeups;
@@ -295,16 +296,61 @@ static void ack_cb(void *arg, int status, uint64_t lsn)
 
 static uint64_t log_seq;
 
+/* Appends of one run before its clocks start: four segments' worth, which takes the log
+ * through three rollovers and the trims after them (the arena then holds what it reuses). */
+static uint64_t warm_count(const struct eopts *o, uint32_t size)
+{
+	return 4 * (uint64_t)o->segment_size / (size + 64) + 1;
+}
+
+/* Append `n` entries of `size` bytes from `buf` (numbered from `first`), driving the log every
+ * `progress_every` appends in driven mode and trimming the acknowledged segments at each new
+ * segment (so that the backups' buffers and the log arena are reused, as a service trims).
+ * 0, or the error (said on stderr). */
+static int append_n(const struct eopts *o, struct tw_primary *p, enum amode mode, uint8_t *buf,
+		    uint32_t size, uint64_t first, uint64_t n, struct ack *ack, uint64_t *lsn,
+		    uint32_t *trimmed)
+{
+	for (uint64_t i = first; i < first + n; i++) {
+		int rc;
+
+		memcpy(buf, &i, size < 8 ? size : 8);
+		rc = tw_primary_append_async(p, buf, size, ack_cb, ack, lsn);
+		if (rc < 0) {
+			fprintf(stderr, "twbench-engine: append %" PRIu64 " failed: %s: %s\n", i,
+				tw_strerror(rc), tw_primary_errmsg(p));
+			return rc;
+		}
+		if (mode == A_DRIVEN && o->progress_every && i % o->progress_every == 0) {
+			rc = tw_primary_progress(p, 0);
+			if (rc < 0) {
+				fprintf(stderr, "twbench-engine: progress: %s: %s\n",
+					tw_strerror(rc), tw_primary_errmsg(p));
+				return rc;
+			}
+		}
+		if ((uint32_t)(*lsn >> 32) != *trimmed) {
+			uint32_t below = (uint32_t)(tw_primary_acked_lsn(p) >> 32);
+
+			*trimmed = (uint32_t)(*lsn >> 32);
+			if (below)
+				(void)tw_primary_trim(p, below);
+		}
+	}
+	return 0;
+}
+
 static int run_one(const struct eopts *o, const char *const *addrs, enum amode mode,
 		   uint32_t size, unsigned run, struct eresult *res)
 {
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
-	struct tw_primary_stats st;
+	struct tw_primary_stats st, st0;
 	struct tw_primary *p = NULL;
 	struct others oth;
 	struct ack ack = { 0, 0, 0 };
-	uint64_t count = o->count, t0, t1, c0, c1, a0, a1, lsn = 0;
+	uint64_t count = o->count, warm = warm_count(o, size), t0, t1, c0, c1, a0, a1, b0, b1;
+	uint64_t lsn = 0;
 	uint32_t trimmed = 0;
 	char err[1024];
 	uint8_t *buf;
@@ -342,42 +388,30 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 		return rc;
 	}
 
+	/* Not timed: the log's first segments, so that the pages of its context's log arena (new
+	 * with each log opened alone) are touched before the clocks start; after the trims below
+	 * the run reuses those pages, as a service's log does once it has run a while. */
+	rc = append_n(o, p, mode, buf, size, 0, warm, &ack, &lsn, &trimmed);
+	if (rc == 0)
+		rc = tw_primary_flush(p);
+	if (rc < 0)
+		goto fail;
+	tw_primary_get_stats(p, &st0);
 	t0 = clock_ns(CLOCK_MONOTONIC);
+	b0 = others_cpu(&oth);
 	c0 = primary_cpu(&oth);
 	a0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-	for (uint64_t i = 0; i < count; i++) {
-		memcpy(buf, &i, size < 8 ? size : 8);
-		rc = tw_primary_append_async(p, buf, size, ack_cb, &ack, &lsn);
-		if (rc < 0) {
-			fprintf(stderr, "twbench-engine: append %" PRIu64 " failed: %s: %s\n", i,
-				tw_strerror(rc), tw_primary_errmsg(p));
-			goto fail;
-		}
-		if (mode == A_DRIVEN && o->progress_every && i % o->progress_every == 0) {
-			rc = tw_primary_progress(p, 0);
-			if (rc < 0) {
-				fprintf(stderr, "twbench-engine: progress: %s: %s\n",
-					tw_strerror(rc), tw_primary_errmsg(p));
-				goto fail;
-			}
-		}
-		/* A new segment: free the acknowledged ones on the backups and here, so that the
-		 * backups' buffers and the log arena are reused (as a service trims). */
-		if ((uint32_t)(lsn >> 32) != trimmed) {
-			uint32_t below = (uint32_t)(tw_primary_acked_lsn(p) >> 32);
-
-			trimmed = (uint32_t)(lsn >> 32);
-			if (below)
-				(void)tw_primary_trim(p, below);
-		}
-	}
+	rc = append_n(o, p, mode, buf, size, warm, count, &ack, &lsn, &trimmed);
+	if (rc < 0)
+		goto fail;
 	rc = tw_primary_flush(p);
 	t1 = clock_ns(CLOCK_MONOTONIC);
+	b1 = others_cpu(&oth);
 	c1 = primary_cpu(&oth);
 	a1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-	if (rc < 0 || ack.errors || ack.done != count) {
+	if (rc < 0 || ack.errors || ack.done != warm + count) {
 		fprintf(stderr, "twbench-engine: %" PRIu64 " of %" PRIu64 " appends failed: %s: %s\n",
-			ack.errors + (count - ack.done), count,
+			ack.errors + (warm + count - ack.done), warm + count,
 			tw_strerror(rc ? rc : ack.first_err ? ack.first_err : -EIO),
 			tw_primary_errmsg(p));
 		rc = rc ? rc : ack.first_err ? ack.first_err : -EIO;
@@ -398,10 +432,11 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 	res->appends_per_s = res->secs > 0 ? (double)count / res->secs : 0;
 	res->cpu_ns = (double)(c1 - c0) / (double)count;
 	res->app_cpu_ns = (double)(a1 - a0) / (double)count;
+	res->bk_cpu_ns = (double)(b1 - b0) / (double)count;
 	res->cores = t1 > t0 ? (double)(c1 - c0) / (double)(t1 - t0) : 0;
-	res->writes = st.writes;
-	res->wakeups = st.wakeups;
-	res->entries_per_write = (double)count / (double)(st.writes ? st.writes : 1);
+	res->writes = st.writes - st0.writes;
+	res->wakeups = st.wakeups - st0.wakeups;
+	res->entries_per_write = (double)count / (double)(res->writes ? res->writes : 1);
 	free(buf);
 	return 0;
 fail:
@@ -435,16 +470,16 @@ static void print_text(const struct eopts *o, int cpu)
 	printf("twbench-engine: the primary alone, provider %s, r = %u, segment %zu B, %s; "
 	       "target >= 10 M appends/s, <= 100 ns CPU/append (100 B)\n",
 	       o->fabric, o->r, o->segment_size, cpu >= 0 ? "bound to one CPU" : "not bound");
-	printf("%-7s %6s %3s %10s %8s %12s %11s %11s %6s %8s %8s\n", "appends", "size", "run",
-	       "count", "seconds", "appends/s", "CPU ns/app", "app ns/app", "cores", "ent/wr",
-	       "wakeups");
+	printf("%-7s %6s %3s %10s %8s %12s %11s %11s %6s %8s %8s %10s\n", "appends", "size",
+	       "run", "count", "seconds", "appends/s", "CPU ns/app", "app ns/app", "cores", "ent/wr",
+	       "wakeups", "bk ns/app");
 	for (unsigned i = 0; i < n_results; i++) {
 		const struct eresult *x = &results[i];
 
 		printf("%-7s %6u %3u %10" PRIu64 " %8.3f %12.0f %11.1f %11.1f %6.2f %8.1f %8" PRIu64
-		       "\n", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
+		       " %10.1f\n", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
 		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->cores, x->entries_per_write,
-		       x->wakeups);
+		       x->wakeups, x->bk_cpu_ns);
 	}
 	printf("\nranges over %u run(s)\n%-7s %6s %25s %21s\n", o->runs, "appends", "size",
 	       "appends/s (M)", "CPU ns/append");
@@ -472,11 +507,12 @@ static void print_json(const struct eopts *o, int cpu)
 
 		printf("%s{\"append\":\"%s\",\"size\":%u,\"run\":%u,\"count\":%" PRIu64
 		       ",\"seconds\":%.6f,\"appends_per_s\":%.1f,\"cpu_ns_per_append\":%.2f,"
-		       "\"app_thread_cpu_ns_per_append\":%.2f,\"primary_cores\":%.3f,\"writes\":%"
+		       "\"app_thread_cpu_ns_per_append\":%.2f,\"backups_cpu_ns_per_append\":%.2f,"
+		       "\"primary_cores\":%.3f,\"writes\":%"
 		       PRIu64 ",\"entries_per_write\":%.3f,\"wakeups\":%" PRIu64 "}",
 		       i ? "," : "", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
-		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->cores, x->writes,
-		       x->entries_per_write, x->wakeups);
+		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->bk_cpu_ns, x->cores,
+		       x->writes, x->entries_per_write, x->wakeups);
 	}
 	printf("],\"ranges\":[");
 	for (unsigned m = 0, k = 0; m < o->n_modes; m++)
@@ -501,8 +537,10 @@ static void usage(FILE *f)
 	      "one core, with r backups in this process on the in-memory fabric (\"mem\": a\n"
 	      "write is a memcpy into the backup's buffer, the backup does nothing per write).\n"
 	      "The primary's CPU is the process's less the backups' threads. A warm-up run (not\n"
-	      "reported) first writes every backup buffer once. A benchmark, not a test; uses\n"
-	      "only the public API. See docs/benchmarks.md, \"The engine alone\".\n\n"
+	      "reported) first writes every backup buffer once, and each run appends four\n"
+	      "segments' worth before its clocks start (the new log's arena pages). A benchmark,\n"
+	      "not a test; uses only the public API. See docs/benchmarks.md, \"The engine\n"
+	      "alone\".\n\n"
 	      "  --append M[,M..]  async (TW_PRIMARY_ASYNC: progress thread, on the same core)\n"
 	      "                    and/or driven (TW_PRIMARY_SYNC, tw_primary_append_async and\n"
 	      "                    tw_primary_progress from the calling thread); default both\n"
@@ -732,8 +770,9 @@ static int run_all(const struct eopts *o, const char *const *addrs)
 {
 	int ec = EXIT_OK;
 
-	/* Warm-up, not reported: every backup buffer and the log arena's memory written once,
-	 * so that no measured run pays the first touch of a page (page faults). */
+	/* Warm-up, not reported: every backup buffer written once, so that no measured run pays
+	 * the first touch of one of its pages (page faults). Each run's log has an arena of its
+	 * own, touched by that run's untimed first appends (run_one). */
 	{
 		struct eopts w = *o;
 		struct eresult x;
