@@ -674,11 +674,8 @@ static void mem_wakeup(struct tw_fab *fab)
 
 	pthread_mutex_lock(&mem_lock);
 	mf->woken = true;
-	pthread_mutex_unlock(&mem_lock);
-	/* Signalled after the unlock: the woken thread, often on this CPU and run at once, finds
-	 * the mutex free instead of spinning on it and sleeping again until we get the CPU back
-	 * to unlock it. The flag was set under the mutex, so the waiter cannot miss it. */
 	pthread_cond_signal(&mf->cond);
+	pthread_mutex_unlock(&mem_lock);
 }
 
 static int mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
