@@ -53,7 +53,11 @@ void tw__primary_set_state(struct tw_primary *p, enum pstate to)
 	__atomic_store_n(&p->state, to, __ATOMIC_RELEASE);
 }
 
-static void set_errmsg(char *buf, size_t len, const char *msg);
+static void set_errmsg(char *buf, size_t len, const char *msg)
+{
+	if (buf && len)
+		snprintf(buf, len, "%s", msg);
+}
 
 static const struct tw_primary_config primary_defaults = {
 	.replicas = 3,
@@ -127,12 +131,6 @@ static int open_args_missing(char *errmsg, size_t errmsg_len)
 {
 	set_errmsg(errmsg, errmsg_len, "invalid argument");
 	return -EINVAL;
-}
-
-static void set_errmsg(char *buf, size_t len, const char *msg)
-{
-	if (buf && len)
-		snprintf(buf, len, "%s", msg);
 }
 
 /* Free the log. On a shared context: under the drive (its registrations are the context's

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tests/function_lengths.py - no function of the library or the tools longer than --max lines.
+"""tests/function_lengths.py - no function of the library or the tools longer than --max lines,
+and no file of a directory named by --max-file DIR:N longer than N lines.
 
 A function's length is counted from the line its name is on to its closing brace (the house
 style: the return type and name start a line at column 0, the body's braces stand alone at
@@ -8,6 +9,7 @@ on any over --max that is not allowed by name (--allow FILE:FUNCTION, each with 
 tests/meson.build).
 
 Usage: function_lengths.py --srcdir DIR [--max 120] [--top 10] [--allow FILE:FUNC ...]
+                           [--max-file DIR:LINES ...]
 """
 import argparse
 import glob
@@ -49,6 +51,7 @@ def main():
     ap.add_argument('--max', type=int, default=120)
     ap.add_argument('--top', type=int, default=10)
     ap.add_argument('--allow', action='append', default=[])
+    ap.add_argument('--max-file', action='append', default=[])
     a = ap.parse_args()
     res = lengths(a.srcdir)
     print('| lines | function | file |')
@@ -60,6 +63,14 @@ def main():
     for n, f, name in bad:
         print('too long: %s:%s, %d lines (at most %d: cut it where a reader would)'
               % (f, name, n, a.max))
+    for spec in a.max_file:
+        d, n = spec.rsplit(':', 1)
+        for path in sorted(glob.glob(os.path.join(a.srcdir, d, '*.[ch]'))):
+            lines = open(path, encoding='utf-8').read().count('\n')
+            if lines > int(n):
+                bad.append((lines, os.path.relpath(path, a.srcdir), None))
+                print('too long: %s, %d lines (at most %s in %s/: cut it by concern)'
+                      % (os.path.relpath(path, a.srcdir), lines, n, d))
     return 1 if bad else 0
 
 
