@@ -39,8 +39,10 @@ static void run_job(struct tw_backup *b, struct job *j)
 		j->result = tw__segfile_write(b->dirfd, &j->hdr, j->buf->mem, &b->fio);
 		break;
 	case JOB_REMOVE:
-		j->result = tw__segfile_remove(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
-						&b->fio);
+		/* Kept as a spare for a later flush to overwrite (docs/operations.md, "Spare
+		 * files"). */
+		j->result = tw__segfile_recycle(b->dirfd, j->hdr.log_id, j->hdr.segment_id,
+						 &b->fio);
 		if (j->result == -ENOENT)
 			j->result = 0;
 		break;
@@ -91,6 +93,7 @@ void *tw__bk_flusher_main(void *arg)
 		pthread_mutex_lock(&b->fl_lock);
 	}
 	pthread_mutex_unlock(&b->fl_lock);
+	tw__segfile_drop_spares(b->dirfd, &b->fio);
 	return NULL;
 }
 

@@ -475,9 +475,11 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 			continue;
 		}
 		if (has_suffix(de->d_name, SEGFILE_SUFFIX SEGFILE_TMP_SUFFIX) ||
-		    has_suffix(de->d_name, SEGFILE_EPOCH_SUFFIX SEGFILE_TMP_SUFFIX)) {
+		    has_suffix(de->d_name, SEGFILE_EPOCH_SUFFIX SEGFILE_TMP_SUFFIX) ||
+		    tw__segfile_is_spare(de->d_name)) {
 			/* An interrupted flush: the buffer it came from is gone, and the final file
-			 * (if any) is the previous complete version. */
+			 * (if any) is the previous complete version. Or a spare file of the last
+			 * run (a freed segment's blocks, never read). */
 			tw_log_info("backup: removing leftover %s/%s", b->cfg.dir, de->d_name);
 			unlinkat(b->dirfd, de->d_name, 0);
 			tmps++;
@@ -496,8 +498,9 @@ int tw__bk_rebuild_index(struct tw_backup *b)
 	closedir(d);
 	rc = finish_replay(b, &rp, &lost);
 	if (rc == 0 && (good || bad || tmps || lost))
-		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp files removed, "
-			    "%u segments lost", b->cfg.dir, good + bad, bad, tmps, lost);
+		tw_log_info("backup: %s: %u segment files, %u corrupt, %u leftover tmp or spare "
+			    "files removed, %u segments lost", b->cfg.dir, good + bad, bad, tmps,
+			    lost);
 	goto out;
 out_dir:
 	closedir(d);

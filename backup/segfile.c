@@ -202,6 +202,48 @@ static void direct_refused(struct segfile_io *io, int err)
 		io->direct_err = err;
 }
 
+static void spare_name(uint32_t n, char *out, size_t len)
+{
+	snprintf(out, len, "%08" PRIx32 SEGFILE_SPARE_SUFFIX, n);
+}
+
+bool tw__segfile_is_spare(const char *name)
+{
+	size_t n = strlen(name), k = strlen(SEGFILE_SPARE_SUFFIX);
+
+	return n > k && strcmp(name + n - k, SEGFILE_SPARE_SUFFIX) == 0;
+}
+
+/* Open the tmp file `tmp` for writing: a spare of `io` renamed to it when there is one (not
+ * truncated: its blocks are overwritten; *spare_size is its size), else a new file (size 0).
+ * The fd or -errno. */
+static int open_tmp(const struct tw__storage *st, int dirfd, const char *tmp, int flags,
+		    struct segfile_io *io, uint64_t *spare_size)
+{
+	*spare_size = 0;
+	while (io && io->n_spare) {
+		char sp[SEGFILE_NAME_MAX];
+		unsigned k = --io->n_spare;
+		int fd;
+
+		spare_name(io->spare_id[k], sp, sizeof(sp));
+		if (st->renameat(st, dirfd, sp, dirfd, tmp) != 0) {
+			unlinkat(dirfd, sp, 0); /* not usable: forget it */
+			continue;
+		}
+		fd = st->openat(st, dirfd, tmp, (flags & ~(O_CREAT | O_TRUNC)), 0644);
+		if (fd >= 0) {
+			*spare_size = io->spare_size[k];
+			io->recycled_files++;
+			return fd;
+		}
+		unlinkat(dirfd, tmp, 0);
+		if (fd == -EINVAL && (flags & O_DIRECT))
+			return fd; /* O_DIRECT refused: the caller goes buffered and comes back */
+	}
+	return st->openat(st, dirfd, tmp, flags, 0644);
+}
+
 int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		  struct segfile_io *io)
 {
@@ -211,6 +253,7 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 	const struct tw__storage *st;
 	struct segfile_hdr hh = *h;
 	struct iovec iov[3];
+	uint64_t size = 0, spare = 0;
 	bool direct;
 	int fd = -1, rc = 0, n;
 
@@ -229,8 +272,8 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		/* O_DIRECT: the data goes from the buffer to the device, no copy into the page
 		 * cache (and no page cache to drop). tmpfs before Linux 6.6 and some other
 		 * file systems refuse it at open with EINVAL. */
-		fd = st->openat(st, dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
-				0644);
+		fd = open_tmp(st, dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, io,
+			      &spare);
 		if (fd == -EINVAL) {
 			direct_refused(io, fd);
 			direct = false;
@@ -239,12 +282,14 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 		}
 	}
 	if (rc == 0 && fd < 0) {
-		fd = st->openat(st, dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = open_tmp(st, dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, io, &spare);
 		if (fd < 0)
 			rc = fd;
 	}
 	if (rc == 0) {
 		n = file_iov(&wb, data, h->valid_len, iov);
+		for (int i = 0; i < n; i++)
+			size += iov[i].iov_len;
 		rc = tw__storage_pwritev_all(st, fd, iov, n, 0);
 	}
 	if (rc == -EINVAL && direct && fd >= 0) {
@@ -260,8 +305,12 @@ int tw__segfile_write(int dirfd, const struct segfile_hdr *h, const void *data,
 			rc = tw__storage_pwritev_all(st, fd, iov, n, 0);
 		}
 	}
+	/* A spare longer than this file: cut its tail, so that the size says where the data ends. */
+	if (rc == 0 && spare > size && ftruncate(fd, (off_t)size) != 0)
+		rc = -errno;
 	/* fdatasync: the data, and the size and block allocation needed to read it back (a new
-	 * file: this is a journal commit on ext4 and xfs); not the timestamps. */
+	 * file: this is a journal commit on ext4 and xfs; an overwritten spare of the same size
+	 * needs none); not the timestamps. */
 	if (rc == 0)
 		rc = st->fdatasync(st, fd);
 	if (fd >= 0) {
@@ -466,6 +515,37 @@ int tw__segfile_remove(int dirfd, uint64_t log_id, uint64_t segment_id,
 	tw__segfile_name(log_id, segment_id, name, sizeof(name));
 	rc = st->unlinkat(st, dirfd, name, 0);
 	return rc ? rc : st->fsync(st, dirfd);
+}
+
+int tw__segfile_recycle(int dirfd, uint64_t log_id, uint64_t segment_id, struct segfile_io *io)
+{
+	const struct tw__storage *st = tw__storage_or_posix(io ? io->storage : NULL);
+	char name[SEGFILE_NAME_MAX], sp[SEGFILE_NAME_MAX];
+	struct stat sb;
+	int rc;
+
+	if (!io || io->n_spare >= SEGFILE_SPARES)
+		return tw__segfile_remove(dirfd, log_id, segment_id, io);
+	tw__segfile_name(log_id, segment_id, name, sizeof(name));
+	if (fstatat(dirfd, name, &sb, 0) != 0)
+		return -errno;
+	spare_name(io->next_spare, sp, sizeof(sp));
+	rc = st->renameat(st, dirfd, name, dirfd, sp);
+	if (rc != 0)
+		return rc;
+	io->spare_id[io->n_spare] = io->next_spare++;
+	io->spare_size[io->n_spare++] = (uint64_t)sb.st_size;
+	return st->fsync(st, dirfd);
+}
+
+void tw__segfile_drop_spares(int dirfd, struct segfile_io *io)
+{
+	char sp[SEGFILE_NAME_MAX];
+
+	while (io->n_spare) {
+		spare_name(io->spare_id[--io->n_spare], sp, sizeof(sp));
+		unlinkat(dirfd, sp, 0);
+	}
 }
 
 int tw__segfile_set_version(int dirfd, uint64_t log_id, uint64_t segment_id, uint64_t version,

@@ -8,6 +8,7 @@
  * The directory is made under $TW_BUILD_ROOT (the build tree, a disk file system) when set, so
  * O_DIRECT really is used; /tmp otherwise.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -290,6 +291,127 @@ static void test_corruption(void)
 	is_int(tw__segfile_remove(dirfd_, 9, 9, NULL), 0, "remove");
 	ok(!exists(name), "removed");
 	free(buf);
+}
+
+/* The number of spare files in the directory. */
+static unsigned spare_files(void)
+{
+	int fd = dup(dirfd_);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+	unsigned n = 0;
+
+	TAP_REQUIRE(d, "opendir");
+	rewinddir(d);
+	while ((de = readdir(d)) != NULL)
+		n += tw__segfile_is_spare(de->d_name);
+	closedir(d);
+	return n;
+}
+
+/* Write segment (9, seg) of `entries` entries with `io`; the file's expected size in *size. */
+static void write_seg(struct segfile_io *io, uint64_t seg, size_t entries, uint8_t *buf,
+		      size_t cap, uint64_t *size)
+{
+	struct tw_scan_result sr;
+	struct segfile_hdr h;
+
+	memset(buf, 0, cap);
+	build(buf, cap, entries, &sr);
+	hdr_for(&h, 9, seg, &sr, cap);
+	*size = SEGFILE_BLOCK + (sr.valid_len + SEGFILE_BLOCK - 1) / SEGFILE_BLOCK * SEGFILE_BLOCK;
+	TAP_REQUIRE(tw__segfile_write(dirfd_, &h, buf, io) == 0, "write segment %llu",
+		    (unsigned long long)seg);
+}
+
+/* A freed segment file kept as a spare and overwritten by the next write. */
+static void test_spares(void)
+{
+	size_t cap = 64 * 1024;
+	uint8_t *buf = aligned_alloc(SEGFILE_BLOCK, cap), *back = calloc(1, cap);
+	struct segfile_io io = { .storage = &ts.ops };
+	struct segfile_hdr g;
+	char name[SEGFILE_NAME_MAX];
+	struct stat st;
+	uint64_t size, spare_was;
+
+	ok(tw__segfile_is_spare("0000002a.twspare") && !tw__segfile_is_spare(".twspare") &&
+	   !tw__segfile_is_spare("0000000000000009-0000000000000001.twseg") &&
+	   !tw__segfile_is_spare("0000000000000009-0000000000000001.twseg.tmp"),
+	   "spare file names told apart from segment and tmp files");
+	tstorage_init(&ts, false);
+	write_seg(&io, 1, 200, buf, cap, &size);
+	tstorage_init(&ts, true);
+	is_int(tw__segfile_recycle(dirfd_, 9, 1, &io), 0, "segment 1 freed");
+	ok(strcmp(ts.steps, "rename,fsync-dir,") == 0, "freed by a rename and a directory fsync: %s",
+	   ts.steps);
+	tw__segfile_name(9, 1, name, sizeof(name));
+	ok(!exists(name) && io.n_spare == 1 && spare_files() == 1,
+	   "its name is gone, one spare file kept");
+	spare_was = io.spare_size[0];
+	is_int(tw__segfile_recycle(dirfd_, 9, 1, &io), -ENOENT, "freeing it again: -ENOENT");
+
+	/* A shorter segment over the spare: the tail is cut, the file verifies. */
+	tstorage_init(&ts, true);
+	write_seg(&io, 2, 20, buf, cap, &size);
+	ok(strcmp(ts.steps, "rename,direct,write,fsync,close,rename,fsync-dir,") == 0,
+	   "the spare renamed to the tmp file and overwritten: %s", ts.steps);
+	ok(io.recycled_files == 1 && io.n_spare == 0 && spare_files() == 0,
+	   "the spare was used (recycled %llu)", (unsigned long long)io.recycled_files);
+	tw__segfile_name(9, 2, name, sizeof(name));
+	TAP_REQUIRE(fstatat(dirfd_, name, &st, 0) == 0, "stat %s", name);
+	ok((uint64_t)st.st_size == size && spare_was > size,
+	   "cut to its own size (%lld bytes, the spare had %llu)", (long long)st.st_size,
+	   (unsigned long long)spare_was);
+	is_int(tw__segfile_load(dirfd_, name, back, cap, &g), 0, "it verifies");
+	ok(memcmp(buf, back, g.valid_len) == 0 && g.entries == 20 && g.segment_id == 2,
+	   "its data and header are segment 2's");
+
+	/* A longer segment over that shorter spare. */
+	tstorage_init(&ts, false);
+	is_int(tw__segfile_recycle(dirfd_, 9, 2, &io), 0, "segment 2 freed");
+	spare_was = io.spare_size[0];
+	write_seg(&io, 3, 300, buf, cap, &size);
+	tw__segfile_name(9, 3, name, sizeof(name));
+	TAP_REQUIRE(fstatat(dirfd_, name, &st, 0) == 0, "stat %s", name);
+	ok(io.recycled_files == 2 && (uint64_t)st.st_size == size && size > spare_was,
+	   "a longer segment over a shorter spare: %lld bytes (the spare had %llu)",
+	   (long long)st.st_size, (unsigned long long)spare_was);
+	is_int(tw__segfile_load(dirfd_, name, back, cap, &g), 0, "it verifies");
+	ok(memcmp(buf, back, g.valid_len) == 0 && g.entries == 300, "its data is segment 3's");
+
+	/* A failed write over a spare changes no final file and leaves no tmp file. */
+	is_int(tw__segfile_recycle(dirfd_, 9, 3, &io), 0, "segment 3 freed");
+	write_seg(&io, 4, 10, buf, cap, &size);
+	tstorage_fail(&ts, "write", -EIO, 1);
+	{
+		struct tw_scan_result sr;
+		struct segfile_hdr h;
+
+		build(buf, cap, 30, &sr);
+		hdr_for(&h, 9, 4, &sr, cap);
+		is_int(tw__segfile_write(dirfd_, &h, buf, &io), -EIO, "a failed write reported");
+	}
+	tw__segfile_name(9, 4, name, sizeof(name));
+	ok(!exists("0000000000000009-0000000000000004.twseg.tmp") &&
+	   tw__segfile_verify(dirfd_, name, &g) == 0 && g.entries == 10,
+	   "no tmp file left, the previous version intact");
+
+	/* At most SEGFILE_SPARES kept; the others are removed. */
+	tstorage_init(&ts, false);
+	for (uint64_t seg = 10; seg < 10 + SEGFILE_SPARES + 2; seg++)
+		write_seg(&io, seg, 5, buf, cap, &size);
+	for (uint64_t seg = 10; seg < 10 + SEGFILE_SPARES + 2; seg++)
+		TAP_REQUIRE(tw__segfile_recycle(dirfd_, 9, seg, &io) == 0, "free %llu",
+			    (unsigned long long)seg);
+	tw__segfile_name(9, 10 + SEGFILE_SPARES + 1, name, sizeof(name));
+	ok(io.n_spare == SEGFILE_SPARES && spare_files() == SEGFILE_SPARES && !exists(name),
+	   "%u spares kept, the freed files past them removed", spare_files());
+	tw__segfile_drop_spares(dirfd_, &io);
+	ok(io.n_spare == 0 && spare_files() == 0, "tw__segfile_drop_spares removes them all");
+	is_int(tw__segfile_remove(dirfd_, 9, 4, NULL), 0, "cleanup");
+	free(buf);
+	free(back);
 }
 
 static void test_epoch_file(void)
@@ -600,6 +722,7 @@ int main(void)
 	test_round_trip();
 	test_crash_steps();
 	test_corruption();
+	test_spares();
 	test_epoch_file();
 	test_direct_refused();
 	test_old_version();
