@@ -103,6 +103,27 @@ static bool stream(struct tw_primary *p, unsigned n, const char *what,
 	return !bad && !badread;
 }
 
+/* A log on the test's backups with max_batch (0: the default) and the byte cap `cap`, `n`
+ * entries streamed into it (stream above): the log, still open, or NULL (said). */
+static struct tw_primary *open_streamed(const char **addrs, uint64_t log,
+					enum tw_primary_mode mode, unsigned max_batch, size_t cap,
+					unsigned n, const char *what, struct tw_primary_stats *st)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+
+	tlog_mem_config(&tc, &cfg, addrs, log, SEG, mode);
+	if (max_batch)
+		cfg.max_batch = max_batch;
+	if (cap)
+		cfg.max_batch_bytes = cap;
+	p = tlog_open(&tc, &cfg, "%s", what);
+	if (p)
+		stream(p, n, what, st);
+	return p;
+}
+
 /*
  * A cap of four entries' bytes with max_batch 64: no write holds more than four entries, and a
  * write's bytes stay within the cap (plus the checksum entry). Caller-driven appends without
@@ -113,20 +134,14 @@ static bool stream(struct tw_primary *p, unsigned n, const char *what,
 static void test_stream(const char **addrs, enum tw_primary_mode mode)
 {
 	const char *m = mode_name[mode];
-	struct tw_ctx_config tc;
-	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
 	char what[64];
 
-	tlog_mem_config(&tc, &cfg, addrs, 610 + mode, SEG, mode);
-	cfg.max_batch = 64;
-	cfg.max_batch_bytes = CAP4;
 	snprintf(what, sizeof(what), "cap %s", m);
-	p = tlog_open(&tc, &cfg, "%s", what);
+	p = open_streamed(addrs, 610 + mode, mode, 64, CAP4, 2000, what, &st);
 	if (!p)
 		return;
-	stream(p, 2000, what, &st);
 	ok(st.max_batch_seen >= 1 && st.max_batch_seen <= 4,
 	   "%s: no write over four entries (largest %" PRIu64 ", max_batch 64)", what,
 	   st.max_batch_seen);
@@ -137,13 +152,10 @@ static void test_stream(const char **addrs, enum tw_primary_mode mode)
 
 	if (mode != TW_PRIMARY_SYNC)
 		return;
-	tlog_mem_config(&tc, &cfg, addrs, 620, SEG, mode);
-	cfg.max_batch = 64;
 	snprintf(what, sizeof(what), "no cap %s", m);
-	p = tlog_open(&tc, &cfg, "%s", what);
+	p = open_streamed(addrs, 620, mode, 64, 0, 2000, what, &st);
 	if (!p)
 		return;
-	stream(p, 2000, what, &st);
 	ok(st.max_batch_seen > 4, "%s: writes of more than four entries (largest %" PRIu64 ")",
 	   what, st.max_batch_seen);
 	is_int(tw_primary_close(p), 0, "%s: close", what);
@@ -153,19 +165,14 @@ static void test_stream(const char **addrs, enum tw_primary_mode mode)
 static void test_tiny(const char **addrs, enum tw_primary_mode mode)
 {
 	const char *m = mode_name[mode];
-	struct tw_ctx_config tc;
-	struct tw_primary_config cfg;
 	struct tw_primary_stats st;
 	struct tw_primary *p;
 	char what[64];
 
-	tlog_mem_config(&tc, &cfg, addrs, 630 + mode, SEG, mode);
-	cfg.max_batch_bytes = 1;
 	snprintf(what, sizeof(what), "tiny cap %s", m);
-	p = tlog_open(&tc, &cfg, "%s", what);
+	p = open_streamed(addrs, 630 + mode, mode, 0, 1, 500, what, &st);
 	if (!p)
 		return;
-	stream(p, 500, what, &st);
 	ok(st.max_batch_seen == 1 && st.writes == st.appends && st.appends == 500,
 	   "%s: one entry per write (%" PRIu64 " writes of %" PRIu64 " appends, largest %" PRIu64
 	   ")", what, st.writes, st.appends, st.max_batch_seen);
