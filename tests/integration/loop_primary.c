@@ -16,6 +16,7 @@
  * shm: no descriptor (-ENOTSUP), as documented.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +110,24 @@ int main(int argc, char **argv)
 	}
 	fd = tw_primary_wait_fd(p);
 	if (!strcmp(prov, "shm")) {
+		struct tw_primary_stats st;
+		uint64_t lsn;
+		unsigned done = 0;
+
 		is_int(fd, -ENOTSUP, "shm: no descriptor to wait on (%s)", tw_strerror(fd));
+		is_int(tw_primary_wait_prepare(p, 10), -ENOTSUP, "shm: nothing to prepare a sleep on");
+		/* The refused prepare leaves the log a plain sync-mode log: each blocking append
+		 * that moves the acknowledged position publishes it (docs/readers.md), where a log
+		 * driven from a loop would publish only on demand. */
+		for (unsigned i = 0; i < 20; i++, n++) {
+			rt_fill(buf, n);
+			done += tw_primary_append(p, buf, OBJ, &lsn) == 0;
+		}
+		tw_primary_get_stats(p, &st);
+		is_int(done, 20, "20 blocking appends acknowledged");
+		ok(st.rpc_set_acked >= 10,
+		   "the acknowledged position was published as sync mode does (%" PRIu64
+		   " SetAcked for 20 appends)", st.rpc_set_acked);
 		tw_primary_close(p);
 		rt_stop(&cl);
 		tap_done_testing();
