@@ -466,21 +466,23 @@ static int h_stats(void *arg, struct tw__rpc_call *call)
 	r->cpu_seconds = (double)(st.cpu_user_us + st.cpu_sys_us) / 1e6;
 	r->uptime_ms = (tw_now_ns() - b->start_ns) / 1000000u;
 	/* Counters StatsReply has no field for, as key=value text (docs/operations.md). */
-	msg = tw__rpc_call_alloc(call, 640);
+	msg = tw__rpc_call_alloc(call, 768);
 	if (msg) {
-		snprintf(msg, 640, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
+		snprintf(msg, 768, "cq_polls=%" PRIu64 " cq_entries=%" PRIu64 " flush_errors=%"
 			 PRIu64 " loads=%" PRIu64 " opens_refused=%" PRIu64 " buffers_loaded=%"
 			 PRIu64 " buffers_zeroing=%" PRIu64 " segments_corrupt=%" PRIu64
 			 " connections=%" PRIu64 " auth_ok=%" PRIu64 " auth_failures=%" PRIu64
 			 " buffers_zeroed=%" PRIu64 " buffers_grown=%" PRIu64 " shm_peers=%" PRIu64
 			 " shm_peers_given_back=%" PRIu64 " logs_unavailable=%zu set_acked=%" PRIu64
-			 " set_acked_held=%" PRIu64 " set_acked_holding=%" PRIu64,
+			 " set_acked_held=%" PRIu64 " set_acked_holding=%" PRIu64
+			 " spares_kept=%" PRIu64 " spares_reused=%" PRIu64,
 			 st.cq_polls, st.cq_entries, st.flush_errors, st.loads, st.opens_refused,
 			 st.buffers_loaded, (uint64_t)b->pool.count[POOL_ZEROING], st.segments_corrupt,
 			 st.connections,
 			 st.auth_ok, st.auth_failures, st.buffers_zeroed, st.buffers_grown,
 			 fs.shm_av_peers, fs.shm_av_given_back, tw__bk_logs_unavailable(b),
-			 st.set_acked, st.set_acked_held, st.set_acked_holding);
+			 st.set_acked, st.set_acked_held, st.set_acked_holding, st.spares_kept,
+			 st.spares_reused);
 		r->message = msg;
 	}
 	return 0;

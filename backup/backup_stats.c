@@ -98,6 +98,8 @@ void tw__bk_stats_sync(struct tw_backup *b)
 	st->set_acked = b->set_acked_served;
 	st->set_acked_held = b->set_acked_held;
 	st->set_acked_holding = b->naholds;
+	st->spares_kept = __atomic_load_n(&b->fio.spared_files, __ATOMIC_RELAXED);
+	st->spares_reused = __atomic_load_n(&b->fio.recycled_files, __ATOMIC_RELAXED);
 	if (recount) {
 		st->segments_on_disk = on_disk;
 		st->segments_corrupt = corrupt;

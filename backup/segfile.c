@@ -234,7 +234,8 @@ static int open_tmp(const struct tw__storage *st, int dirfd, const char *tmp, in
 		fd = st->openat(st, dirfd, tmp, (flags & ~(O_CREAT | O_TRUNC)), 0644);
 		if (fd >= 0) {
 			*spare_size = io->spare_size[k];
-			io->recycled_files++;
+			__atomic_store_n(&io->recycled_files, io->recycled_files + 1,
+					 __ATOMIC_RELAXED);
 			return fd;
 		}
 		unlinkat(dirfd, tmp, 0);
@@ -535,6 +536,7 @@ int tw__segfile_recycle(int dirfd, uint64_t log_id, uint64_t segment_id, struct 
 		return rc;
 	io->spare_id[io->n_spare] = io->next_spare++;
 	io->spare_size[io->n_spare++] = (uint64_t)sb.st_size;
+	__atomic_store_n(&io->spared_files, io->spared_files + 1, __ATOMIC_RELAXED);
 	return st->fsync(st, dirfd);
 }
 

@@ -129,7 +129,10 @@ struct segfile_io {
 	uint64_t spare_size[SEGFILE_SPARES];
 	unsigned n_spare;
 	uint32_t next_spare;      /* the number the next spare file is given */
-	uint64_t recycled_files;  /* out: files written over a spare */
+	/* out, written by the one thread that uses `io` and read by others (stats) with
+	 * __atomic loads: */
+	uint64_t spared_files;    /* freed files renamed to a spare */
+	uint64_t recycled_files;  /* files written over a spare */
 };
 
 /*

@@ -171,6 +171,12 @@ int tw_backup_metrics_text(const struct tw_backup *b, char *buf, size_t len, siz
 	one(&o, "tailwind_backup_set_acked_holding", GAUGE, "SetAcked answers held right now.",
 	    st.set_acked_holding);
 
+	/* Spare files (docs/operations.md). */
+	one(&o, "tailwind_backup_spare_files_kept_total", COUNTER,
+	    "Freed segment files kept as spares to write over.", st.spares_kept);
+	one(&o, "tailwind_backup_spare_files_reused_total", COUNTER,
+	    "Segment files written over a spare.", st.spares_reused);
+
 	/* Fabric and connections. */
 	one(&o, "tailwind_backup_fabric_cq_polls_total", COUNTER,
 	    "Completion queue polls by the progress thread.", st.cq_polls);

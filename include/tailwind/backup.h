@@ -197,6 +197,9 @@ struct tw_backup_stats {
 	/* Readers (docs/readers.md): SetAcked served (also counted as TW_BACKUP_RPC_OTHER), of
 	 * those, answers held because no reader of the log was active here, and held right now. */
 	uint64_t set_acked, set_acked_held, set_acked_holding;
+	/* Spare files (docs/operations.md, "Spare files"): freed segment files the flusher kept
+	 * to write over instead of unlinking them, and segment files written over one. */
+	uint64_t spares_kept, spares_reused;
 };
 
 /* Copy a consistent snapshot of the counters. Thread-safe. */

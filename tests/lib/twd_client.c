@@ -227,6 +227,8 @@ int twc_stats(struct twc *c, struct twc_stats *out)
 	out->logs_unavailable = kv(r->message, "logs_unavailable=");
 	out->set_acked_held = kv(r->message, "set_acked_held=");
 	out->set_acked_holding = kv(r->message, "set_acked_holding=");
+	out->spares_kept = kv(r->message, "spares_kept=");
+	out->spares_reused = kv(r->message, "spares_reused=");
 	tw__rpc_reply_release(&rep);
 	return 0;
 }

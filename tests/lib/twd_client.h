@@ -75,6 +75,7 @@ struct twc_stats {
 	uint64_t logs_unavailable; /* logs refused since start (a bad file about them) */
 	uint64_t set_acked, set_acked_held, set_acked_holding; /* SetAcked served (handler count),
 							 * of which held, held now */
+	uint64_t spares_kept, spares_reused; /* spare files kept, written over */
 	uint32_t buffers_total, buffers_free, buffers_open, buffers_max;
 };
 int twc_stats(struct twc *c, struct twc_stats *out);

@@ -786,6 +786,60 @@ static void test_delete_survives_compaction(void)
 	memcpy(dir, saved, sizeof(dir));
 }
 
+/* Wait (up to 10 s) for segment 0 of `log` to be flushed: the flusher reports it in listings. */
+static int wait_flushed(struct twc *c, uint64_t log)
+{
+	struct twc_info li[4];
+
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;)
+		if (twc_list(c, log, false, li, 4) == 1 &&
+		    li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
+			return 0;
+	return -ETIMEDOUT;
+}
+
+/* The spare files are counted: a deleted log's file is kept (spares_kept), the next segment
+ * flushed is written over it (spares_reused), and the counters reach the Stats RPC. */
+static void test_spares_counted(void)
+{
+	uint64_t got = 0, owner = 0, freed = 0;
+	struct tw_backup_stats bs = { 0 };
+	struct twc_stats ts;
+	struct twc c;
+	char saved[sizeof(dir)];
+
+	memcpy(saved, dir, sizeof(dir));
+	TAP_REQUIRE(strlen(saved) + 10 < sizeof(dir), "dir name");
+	snprintf(dir, sizeof(dir), "%s/spares", saved);
+	TAP_REQUIRE(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+	start(4, 2);
+	conn(&c);
+	tw_backup_get_stats(bk, &bs);
+	ok(bs.spares_kept == 0 && bs.spares_reused == 0, "a new backup counts no spare file");
+	TAP_REQUIRE(twc_open(&c, 93, 0, 1, 1, BUF) == 0 && twc_write(&c, 4, 100, 1) == 0 &&
+		    twc_close_seg(&c, UINT64_MAX, 0, NULL) == 0, "log 93: a segment written, closed");
+	TAP_REQUIRE(wait_flushed(&c, 93) == 0, "and flushed");
+	TAP_REQUIRE(tw__rpc_fence(c.rpc, 93, 2, &got, &owner) == 0, "fence log 93 at epoch 2");
+	is_int(tw__rpc_free_segments(c.rpc, 2, 93, 0, true, &freed), 0, "delete log 93");
+	/* The flusher frees the file after the reply: poll the counter it reports. */
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end && !bs.spares_kept;)
+		tw_backup_get_stats(bk, &bs);
+	ok(bs.spares_kept == 1 && bs.spares_reused == 0, "its file kept as a spare (kept %" PRIu64
+	   ", reused %" PRIu64 ")", bs.spares_kept, bs.spares_reused);
+	TAP_REQUIRE(twc_seg_init(&c, BUF) == 0 && twc_open(&c, 94, 0, 1, 1, BUF) == 0 &&
+		    twc_write(&c, 4, 100, 2) == 0 &&
+		    twc_close_seg(&c, UINT64_MAX, 0, NULL) == 0, "log 94: a segment written, closed");
+	TAP_REQUIRE(wait_flushed(&c, 94) == 0, "and flushed");
+	tw_backup_get_stats(bk, &bs);
+	ok(bs.spares_kept == 1 && bs.spares_reused == 1, "its file written over the spare (kept %"
+	   PRIu64 ", reused %" PRIu64 ")", bs.spares_kept, bs.spares_reused);
+	is_int(twc_stats(&c, &ts), 0, "Stats RPC");
+	ok(ts.spares_kept == 1 && ts.spares_reused == 1, "the Stats RPC's message carries them");
+	twc_close(&c);
+	stop(false);
+	memcpy(dir, saved, sizeof(dir));
+}
+
 /* An epoch above TW_EPOCH_MAX in the journal makes its log unavailable, not the backup, and a
  * compaction of the journal keeps it so (it must not be dropped: a fence never goes back). */
 static void test_bad_epoch_survives_compaction(void)
@@ -910,6 +964,7 @@ int main(void)
 	test_pool_growth();
 	test_flush_failure();
 	test_delete_survives_compaction();
+	test_spares_counted();
 	test_bad_epoch_survives_compaction();
 	test_repair_pieces();
 	test_fence_hold();
