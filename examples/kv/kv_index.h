@@ -54,6 +54,30 @@ struct kv_slot *kv_index_find(const struct kv_index *ix, uint64_t hash, const vo
 struct kv_slot *kv_index_slot(struct kv_index *ix, uint64_t hash, const uint8_t *key,
 			      uint16_t klen);
 
+/*
+ * Hints for a batch of lookups (each a cache miss on a large index: the slot, then the record
+ * it points to, somewhere in the log): start loading the first slot `hash` probes, and, once
+ * that slot has arrived, the record it points to when its hash is this one. Lookups issued
+ * after both hints for a batch overlap their misses instead of taking them one by one.
+ * Nothing is changed; a stale hint costs a load.
+ */
+static inline void kv_index_prefetch(const struct kv_index *ix, uint64_t hash)
+{
+	if (ix->slots)
+		__builtin_prefetch(&ix->slots[hash & ix->mask]);
+}
+
+static inline void kv_index_prefetch_rec(const struct kv_index *ix, uint64_t hash)
+{
+	const struct kv_slot *s;
+
+	if (!ix->slots) /* a partition no longer served (kv_index_free) */
+		return;
+	s = &ix->slots[hash & ix->mask];
+	if (s->rec && s->hash == hash)
+		__builtin_prefetch(s->rec);
+}
+
 /* Version of the record a slot points to. */
 static inline uint64_t kv_slot_version(const struct kv_slot *s)
 {

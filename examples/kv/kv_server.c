@@ -1010,9 +1010,26 @@ static void take_done(struct kv_server *s)
 	done = s->done_head;
 	s->done_head = s->done_tail = NULL;
 	pthread_mutex_unlock(&s->mu);
-	for (struct pending *next; done; done = next) {
-		next = done->next;
-		complete(s, done);
+	while (done) {
+		struct pending *chunk[KV_DONE_CHUNK];
+		unsigned n = 0;
+
+		for (; done && n < KV_DONE_CHUNK; done = done->next)
+			chunk[n++] = done;
+		/* Each completion looks its key up in the partition's index: two cache misses
+		 * (slot, then the old record), overlapped across the chunk by the hints. A
+		 * record's hint needs its slot loaded, so it goes KV_DONE_AHEAD completions
+		 * before its lookup. */
+		for (unsigned i = 0; i < n; i++)
+			kv_index_prefetch(&chunk[i]->pt->idx, chunk[i]->hash);
+		for (unsigned i = 0; i < n && i < KV_DONE_AHEAD; i++)
+			kv_index_prefetch_rec(&chunk[i]->pt->idx, chunk[i]->hash);
+		for (unsigned i = 0; i < n; i++) {
+			if (i + KV_DONE_AHEAD < n)
+				kv_index_prefetch_rec(&chunk[i + KV_DONE_AHEAD]->pt->idx,
+						      chunk[i + KV_DONE_AHEAD]->hash);
+			complete(s, chunk[i]);
+		}
 	}
 }
 

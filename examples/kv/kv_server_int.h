@@ -73,6 +73,9 @@ struct part {
 
 /* Most PUTs appended with one tw_primary_append_batch. */
 #define KV_BATCH 256u
+/* Completions taken together, their index lookups' cache misses overlapped (take_done). */
+#define KV_DONE_CHUNK 32u
+#define KV_DONE_AHEAD 4u
 
 /* One append in flight (a PUT or a relocation): the callback's argument. What the server
  * knows of the record at the append (its version, key length and length) is kept here, so that
