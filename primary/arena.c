@@ -20,6 +20,15 @@
  * a byte budget (malloc arenas and jemalloc cannot be told to keep every byte inside registered
  * memory), hence this small allocator.
  *
+ * Populating ahead: a page is backed (and zeroed by the kernel) when it is first written, in the
+ * middle of an append. Each time a segment is handed out, the arena asks its own thread to back
+ * the pages of the next segment's worth of the extent with MADV_POPULATE_WRITE (Linux 5.14),
+ * which faults pages in without changing any byte, so a writer that gets there first loses
+ * nothing and the populator loses nothing either. The zeroing is the same work, done off the
+ * appending thread: a huge page zeroed in the middle of an append stalls every append behind
+ * it (docs/primary.md, "Memory: the log arena"). The thread starts with the first segment
+ * handed out and stops at the close; a kernel without the advice turns it off after one try.
+ *
  * Threading: called by the context's driver (the progress thread, or the thread holding the
  * drive); the lock makes the counters readable from any thread and keeps a wrong caller safe.
  */
@@ -27,12 +36,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "primary/primary_int.h"
 
 /* Extents grow by this much at least (or one segment, if larger), within the budget. */
 #define ARENA_STEP ((size_t)64 << 20)
+/* The populator backs this much per call, so that the close waits for at most one. */
+#define POP_CHUNK ((size_t)2 << 20)
+#define POP_PAGE ((size_t)4096)
 
 struct arena_ext {
 	struct arena_ext *next;
@@ -40,6 +53,8 @@ struct arena_ext {
 	size_t len;
 	struct tw_mr *mr;
 	size_t hwm; /* bytes from base ever handed out: below it a range is reused */
+	size_t pop_want; /* bytes from base the populator is asked to have backed */
+	size_t pop_done; /* bytes from base it has backed */
 	bool huge;
 };
 
@@ -57,6 +72,10 @@ struct tw_arena {
 	struct arena_range *free; /* sorted by address */
 	bool said_pages;          /* the page size was logged */
 	struct tw_arena_stats st;
+	/* The populator (file comment). */
+	pthread_t pop_thread;
+	pthread_cond_t pop_cv;
+	bool pop_started, pop_stop, pop_off;
 };
 
 static size_t arena_default_budget(void)
@@ -77,14 +96,98 @@ int tw__arena_create(struct tw_fab *fab, size_t budget, struct tw_arena **out)
 	a->fab = fab;
 	a->st.budget = budget ? budget : arena_default_budget();
 	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->pop_cv, NULL);
+#ifndef MADV_POPULATE_WRITE
+	a->pop_off = true;
+#endif
 	*out = a;
 	return 0;
+}
+
+/* The extent with pages to back, or NULL (lock held). */
+static struct arena_ext *pop_next(struct tw_arena *a)
+{
+	for (struct arena_ext *e = a->exts; e; e = e->next)
+		if (e->pop_done < e->pop_want)
+			return e;
+	return NULL;
+}
+
+/* The populator: backs what tw__arena_get asked for, a chunk at a time, outside the lock (the
+ * extents stay mapped until tw__arena_destroy, which joins this thread first). */
+static void *pop_main(void *arg)
+{
+	struct tw_arena *a = arg;
+
+	pthread_mutex_lock(&a->lock);
+	while (!a->pop_stop) {
+		struct arena_ext *e = pop_next(a);
+		size_t from, to;
+		int rc = -1, err = ENOSYS;
+
+		if (!e) {
+			pthread_cond_wait(&a->pop_cv, &a->lock);
+			continue;
+		}
+		from = e->pop_done & ~(POP_PAGE - 1);
+		to = TW_MIN(e->pop_want, from + POP_CHUNK);
+		pthread_mutex_unlock(&a->lock);
+#ifdef MADV_POPULATE_WRITE
+		rc = madvise(e->base + from, to - from, MADV_POPULATE_WRITE);
+		err = errno;
+#endif
+		pthread_mutex_lock(&a->lock);
+		if (rc != 0 && err == EINTR)
+			continue; /* a signal: the same chunk again */
+		if (rc != 0) {
+			/* EINVAL: a kernel before 5.14. Appends back their pages as before. */
+			tw_log_info("primary: log arena: populating ahead turned off: madvise: %s",
+				    strerror(err));
+			a->pop_off = true;
+			for (e = a->exts; e; e = e->next)
+				e->pop_want = e->pop_done;
+			break;
+		}
+		a->st.populated += to - TW_MIN(to, e->pop_done);
+		e->pop_done = to;
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+/* Ask the populator for the next `len` bytes after `end` of extent e (lock held). */
+static void pop_ahead(struct tw_arena *a, struct arena_ext *e, size_t end, size_t len)
+{
+	size_t want = TW_MIN(e->len, end + len);
+
+	if (a->pop_off || want <= e->pop_want)
+		return;
+	if (!a->pop_started) {
+		int rc = pthread_create(&a->pop_thread, NULL, pop_main, a);
+
+		if (rc) {
+			tw_log_info("primary: log arena: no thread to populate ahead (%s); appends "
+				    "back their pages", strerror(rc));
+			a->pop_off = true;
+			return;
+		}
+		a->pop_started = true;
+	}
+	e->pop_want = want;
+	pthread_cond_signal(&a->pop_cv);
 }
 
 void tw__arena_destroy(struct tw_arena *a)
 {
 	if (!a)
 		return;
+	if (a->pop_started) {
+		pthread_mutex_lock(&a->lock);
+		a->pop_stop = true;
+		pthread_cond_signal(&a->pop_cv);
+		pthread_mutex_unlock(&a->lock);
+		pthread_join(a->pop_thread, NULL);
+	}
 	while (a->free) {
 		struct arena_range *r = a->free;
 
@@ -100,6 +203,7 @@ void tw__arena_destroy(struct tw_arena *a)
 		tw__fab_free(e->base, e->len);
 		free(e);
 	}
+	pthread_cond_destroy(&a->pop_cv);
 	pthread_mutex_destroy(&a->lock);
 	free(a);
 }
@@ -226,6 +330,7 @@ int tw__arena_get(struct tw_arena *a, size_t len, uint8_t **buf_out, struct tw_m
 		a->st.reused++;
 	if (r->buf + len > r->ext->base + r->ext->hwm)
 		r->ext->hwm = (size_t)(r->buf + len - r->ext->base);
+	pop_ahead(a, r->ext, (size_t)(r->buf + len - r->ext->base), len);
 	r->buf += len;
 	r->len -= len;
 	if (!r->len) {
