@@ -122,15 +122,19 @@ static void *pop_main(void *arg)
 	pthread_mutex_lock(&a->lock);
 	while (!a->pop_stop) {
 		struct arena_ext *e = pop_next(a);
-		size_t from, to;
+		size_t from, to, page;
 		int rc = -1, err = ENOSYS;
 
 		if (!e) {
 			pthread_cond_wait(&a->pop_cv, &a->lock);
 			continue;
 		}
-		from = e->pop_done & ~(POP_PAGE - 1);
+		/* Whole pages: an explicit huge page extent (MAP_HUGETLB) is advised in 2 MiB
+		 * units, and its length is a multiple of them. */
+		page = e->huge ? TW_FAB_HUGE_PAGE : POP_PAGE;
+		from = e->pop_done & ~(page - 1);
 		to = TW_MIN(e->pop_want, from + POP_CHUNK);
+		to = TW_MIN(e->len, (to + page - 1) & ~(page - 1));
 		pthread_mutex_unlock(&a->lock);
 #ifdef MADV_POPULATE_WRITE
 		rc = madvise(e->base + from, to - from, MADV_POPULATE_WRITE);
