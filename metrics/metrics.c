@@ -343,7 +343,7 @@ int tw_ctx_metrics_text(struct tw_ctx *ctx, char *buf, size_t len, size_t *neede
 	one(&o, "tailwind_context_arena_refused_total", COUNTER,
 	    "Rollovers or opens refused: the arena's budget was exhausted.", st.arena.refused);
 	one(&o, "tailwind_context_arena_populated_bytes_total", COUNTER,
-	    "Bytes of the arena backed ahead of the writers by its thread.", st.arena.populated);
+	    "Bytes of the arena backed ahead of the writers by the populator thread.", st.arena.populated);
 	return finish(&o, needed_out);
 }
 

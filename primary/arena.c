@@ -21,13 +21,14 @@
  * memory), hence this small allocator.
  *
  * Populating ahead: a page is backed (and zeroed by the kernel) when it is first written, in the
- * middle of an append. Each time a segment is handed out, the arena asks its own thread to back
+ * middle of an append. Each time a segment is handed out, the arena asks the populator to back
  * the pages of the next segment's worth of the extent with MADV_POPULATE_WRITE (Linux 5.14),
  * which faults pages in without changing any byte, so a writer that gets there first loses
  * nothing and the populator loses nothing either. The zeroing is the same work, done off the
  * appending thread: a huge page zeroed in the middle of an append stalls every append behind
- * it (docs/primary.md, "Memory: the log arena"). The thread starts with the first segment
- * handed out and stops at the close; a kernel without the advice turns it off after one try.
+ * it (docs/primary.md, "Memory: the log arena"). The populator is one thread for the process,
+ * started with the first request, serving every arena in turn; a kernel without the advice
+ * turns it off after one try.
  *
  * Threading: called by the context's driver (the progress thread, or the thread holding the
  * drive); the lock makes the counters readable from any thread and keeps a wrong caller safe.
@@ -72,10 +73,9 @@ struct tw_arena {
 	struct arena_range *free; /* sorted by address */
 	bool said_pages;          /* the page size was logged */
 	struct tw_arena_stats st;
-	/* The populator (file comment). */
-	pthread_t pop_thread;
-	pthread_cond_t pop_cv;
-	bool pop_started, pop_stop, pop_off;
+	/* The populator's queue (pop_mu). */
+	struct tw_arena *pop_link;
+	bool pop_queued;
 };
 
 static size_t arena_default_budget(void)
@@ -96,15 +96,27 @@ int tw__arena_create(struct tw_fab *fab, size_t budget, struct tw_arena **out)
 	a->fab = fab;
 	a->st.budget = budget ? budget : arena_default_budget();
 	pthread_mutex_init(&a->lock, NULL);
-	pthread_cond_init(&a->pop_cv, NULL);
-#ifndef MADV_POPULATE_WRITE
-	a->pop_off = true;
-#endif
 	*out = a;
 	return 0;
 }
 
-/* The extent with pages to back, or NULL (lock held). */
+/*
+ * The populator: one thread for the process, started with the first request, serving every
+ * arena in turn, a chunk at a time (file comment). Lock order: an arena's lock, then pop_mu.
+ * It works on one arena outside pop_mu (pop_busy), and tw__arena_destroy waits for it to
+ * leave that arena. Like libfabric, this is not for a child of fork() that goes on without
+ * exec: the child has no populator, and one that was backing pages at the fork leaves
+ * pop_mu taken there.
+ */
+static pthread_mutex_t pop_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pop_cv = PTHREAD_COND_INITIALIZER;      /* an arena was queued */
+static pthread_cond_t pop_left_cv = PTHREAD_COND_INITIALIZER; /* pop_busy changed */
+static struct tw_arena *pop_head, *pop_tail; /* arenas with pages to back, FIFO */
+static struct tw_arena *pop_busy;            /* the arena it works on now */
+static bool pop_started;
+static bool pop_off; /* no thread, or no advice: appends back their own pages (atomic) */
+
+/* The extent with pages to back, or NULL (the arena's lock held). */
 static struct arena_ext *pop_next(struct tw_arena *a)
 {
 	for (struct arena_ext *e = a->exts; e; e = e->next)
@@ -113,85 +125,152 @@ static struct arena_ext *pop_next(struct tw_arena *a)
 	return NULL;
 }
 
-/* The populator: backs what tw__arena_get asked for, a chunk at a time, outside the lock (the
- * extents stay mapped until tw__arena_destroy, which joins this thread first). */
-static void *pop_main(void *arg)
+/* Queue `a` at the tail unless it is queued (pop_mu held). */
+static void pop_queue(struct tw_arena *a)
 {
-	struct tw_arena *a = arg;
+	if (a->pop_queued)
+		return;
+	a->pop_queued = true;
+	a->pop_link = NULL;
+	if (pop_tail)
+		pop_tail->pop_link = a;
+	else
+		pop_head = a;
+	pop_tail = a;
+}
+
+/* Take `a` out of the queue if it is there (pop_mu held). */
+static void pop_unqueue(struct tw_arena *a)
+{
+	struct tw_arena **pp = &pop_head, *prev = NULL;
+
+	if (!a->pop_queued)
+		return;
+	while (*pp && *pp != a) {
+		prev = *pp;
+		pp = &(*pp)->pop_link;
+	}
+	if (*pp)
+		*pp = a->pop_link;
+	if (pop_tail == a)
+		pop_tail = prev;
+	a->pop_queued = false;
+}
+
+/* Back one chunk of what `a` asked for, outside its lock (its extents stay mapped until
+ * tw__arena_destroy, which waits for the populator to leave the arena). 1: more to do. */
+static int pop_chunk(struct tw_arena *a)
+{
+	struct arena_ext *e;
+	size_t from, to, page;
+	int rc = -1, err = ENOSYS, more;
 
 	pthread_mutex_lock(&a->lock);
-	while (!a->pop_stop) {
-		struct arena_ext *e = pop_next(a);
-		size_t from, to, page;
-		int rc = -1, err = ENOSYS;
+	e = pop_next(a);
+	if (!e) {
+		pthread_mutex_unlock(&a->lock);
+		return 0;
+	}
+	/* Whole pages: an explicit huge page extent (MAP_HUGETLB) is advised in 2 MiB units,
+	 * and its length is a multiple of them. */
+	page = e->huge ? TW_FAB_HUGE_PAGE : POP_PAGE;
+	from = e->pop_done & ~(page - 1);
+	to = TW_MIN(e->pop_want, from + POP_CHUNK);
+	to = TW_MIN(e->len, (to + page - 1) & ~(page - 1));
+	pthread_mutex_unlock(&a->lock);
+#ifdef MADV_POPULATE_WRITE
+	rc = madvise(e->base + from, to - from, MADV_POPULATE_WRITE);
+	err = errno;
+#endif
+	if (rc != 0 && err != EINTR) { /* EINTR: a signal, the same chunk again */
+		/* EINVAL: a kernel before 5.14. Appends back their pages as before. */
+		tw_log_info("primary: log arena: populating ahead turned off: madvise: %s",
+			    strerror(err));
+		__atomic_store_n(&pop_off, true, __ATOMIC_RELAXED);
+		return 0;
+	}
+	pthread_mutex_lock(&a->lock);
+	if (rc == 0) {
+		a->st.populated += to - TW_MIN(to, e->pop_done);
+		e->pop_done = TW_MAX(e->pop_done, to);
+	}
+	more = pop_next(a) != NULL;
+	pthread_mutex_unlock(&a->lock);
+	return more;
+}
 
-		if (!e) {
-			pthread_cond_wait(&a->pop_cv, &a->lock);
+static void *pop_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&pop_mu);
+	for (;;) {
+		struct tw_arena *a = pop_head;
+		int more;
+
+		if (!a || __atomic_load_n(&pop_off, __ATOMIC_RELAXED)) {
+			pthread_cond_wait(&pop_cv, &pop_mu);
 			continue;
 		}
-		/* Whole pages: an explicit huge page extent (MAP_HUGETLB) is advised in 2 MiB
-		 * units, and its length is a multiple of them. */
-		page = e->huge ? TW_FAB_HUGE_PAGE : POP_PAGE;
-		from = e->pop_done & ~(page - 1);
-		to = TW_MIN(e->pop_want, from + POP_CHUNK);
-		to = TW_MIN(e->len, (to + page - 1) & ~(page - 1));
-		pthread_mutex_unlock(&a->lock);
-#ifdef MADV_POPULATE_WRITE
-		rc = madvise(e->base + from, to - from, MADV_POPULATE_WRITE);
-		err = errno;
-#endif
-		pthread_mutex_lock(&a->lock);
-		if (rc != 0 && err == EINTR)
-			continue; /* a signal: the same chunk again */
-		if (rc != 0) {
-			/* EINVAL: a kernel before 5.14. Appends back their pages as before. */
-			tw_log_info("primary: log arena: populating ahead turned off: madvise: %s",
-				    strerror(err));
-			a->pop_off = true;
-			for (e = a->exts; e; e = e->next)
-				e->pop_want = e->pop_done;
-			break;
-		}
-		a->st.populated += to - TW_MIN(to, e->pop_done);
-		e->pop_done = to;
+		pop_unqueue(a);
+		pop_busy = a;
+		pthread_mutex_unlock(&pop_mu);
+		more = pop_chunk(a);
+		pthread_mutex_lock(&pop_mu);
+		if (more)
+			pop_queue(a); /* behind the others: arenas take turns */
+		pop_busy = NULL;
+		pthread_cond_broadcast(&pop_left_cv);
 	}
-	pthread_mutex_unlock(&a->lock);
 	return NULL;
 }
 
-/* Ask the populator for the next `len` bytes after `end` of extent e (lock held). */
+/* Ask the populator for the next `len` bytes after `end` of extent e (the arena's lock held). */
 static void pop_ahead(struct tw_arena *a, struct arena_ext *e, size_t end, size_t len)
 {
 	size_t want = TW_MIN(e->len, end + len);
 
-	if (a->pop_off || want <= e->pop_want)
+	if (__atomic_load_n(&pop_off, __ATOMIC_RELAXED) || want <= e->pop_want)
 		return;
-	if (!a->pop_started) {
-		int rc = pthread_create(&a->pop_thread, NULL, pop_main, a);
+	e->pop_want = want;
+	pthread_mutex_lock(&pop_mu);
+	if (!pop_started) {
+		pthread_attr_t at;
+		pthread_t t;
+		int rc = pthread_attr_init(&at);
 
+		if (rc == 0) {
+			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+			rc = pthread_create(&t, &at, pop_main, NULL);
+			pthread_attr_destroy(&at);
+		}
 		if (rc) {
 			tw_log_info("primary: log arena: no thread to populate ahead (%s); appends "
 				    "back their pages", strerror(rc));
-			a->pop_off = true;
+			__atomic_store_n(&pop_off, true, __ATOMIC_RELAXED);
+			pthread_mutex_unlock(&pop_mu);
 			return;
 		}
-		a->pop_started = true;
+		pop_started = true;
 	}
-	e->pop_want = want;
-	pthread_cond_signal(&a->pop_cv);
+	pop_queue(a);
+	pthread_cond_signal(&pop_cv);
+	pthread_mutex_unlock(&pop_mu);
 }
 
 void tw__arena_destroy(struct tw_arena *a)
 {
 	if (!a)
 		return;
-	if (a->pop_started) {
-		pthread_mutex_lock(&a->lock);
-		a->pop_stop = true;
-		pthread_cond_signal(&a->pop_cv);
-		pthread_mutex_unlock(&a->lock);
-		pthread_join(a->pop_thread, NULL);
+	/* Out of the queue, and the populator out of it (it may queue it again while it works
+	 * on it: taken out again after). Nothing else queues it: no segment is asked for now. */
+	pthread_mutex_lock(&pop_mu);
+	for (;;) {
+		pop_unqueue(a);
+		if (pop_busy != a)
+			break;
+		pthread_cond_wait(&pop_left_cv, &pop_mu);
 	}
+	pthread_mutex_unlock(&pop_mu);
 	while (a->free) {
 		struct arena_range *r = a->free;
 
@@ -207,7 +286,6 @@ void tw__arena_destroy(struct tw_arena *a)
 		tw__fab_free(e->base, e->len);
 		free(e);
 	}
-	pthread_cond_destroy(&a->pop_cv);
 	pthread_mutex_destroy(&a->lock);
 	free(a);
 }

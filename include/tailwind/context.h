@@ -160,7 +160,7 @@ struct tw_arena_stats {
 	uint64_t segments;     /* segments handed out */
 	uint64_t reused;       /* of those, in memory that held an earlier segment */
 	uint64_t refused;      /* rollovers or opens refused: the budget was exhausted */
-	uint64_t populated;    /* bytes backed ahead of the writers by the arena's thread
+	uint64_t populated;    /* bytes backed ahead of the writers by the library's thread
 				* (docs/primary.md, "Memory: the log arena") */
 	uint64_t reserved[3];  /* 0 */
 };
