@@ -929,7 +929,7 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		struct Stat st;
 		uint64_t ev;
 		unsigned gen;
-		bool timed_out = false, stop;
+		bool timed_out = false, stop, mine;
 		char obuf[512];
 		int olen = (int)sizeof(obuf) - 1;
 		int zrc, rc = op_begin(z);
@@ -955,7 +955,20 @@ static int zk_wait_owner_gone(struct tw_coord *c, uint64_t log_id, unsigned time
 		/* get with a watch: the node's text for on_wait, and the watch when it exists (a
 		 * missing node sets none: we return). */
 		zrc = zoo_wget(z->zh, opath, watch_fired, &z->node_watch, obuf, &olen, &st);
+		/* Our own session's node: an earlier take of ours that ZooKeeper applied while
+		 * its reply was lost (connection loss, operation timeout). Nobody else owns the
+		 * log, and waiting for our own node to go would wait for ever: the take that
+		 * follows replaces it (zk_take accepts a node of its own session). */
+		mine = zrc == ZOK && st.ephemeralOwner == zoo_client_id(z->zh)->client_id;
 		pthread_mutex_unlock(&z->op_mu);
+		if (mine) {
+			tw_log_warn("coord: zk://%s: log %" PRIu64 ": the owner node is this "
+				    "session's own (a claim whose answer was lost): claiming again",
+				    c->url.hosts, log_id);
+			*waited_out = seen;
+			*gone_ns_out = realtime_ns();
+			return 0;
+		}
 		if (zrc == ZOK && on_wait) {
 			obuf[olen > 0 ? olen : 0] = '\0';
 			for (char *q = obuf; *q; q++)

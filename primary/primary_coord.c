@@ -325,7 +325,7 @@ static int standby_claim(struct tw_coord *c, const struct tw__pcfg *cfg,
 			 uint64_t *t_gone, struct tw_standby_result *st, uint64_t *epoch,
 			 char *errmsg_out, size_t errmsg_len)
 {
-	unsigned wait_ms = sc ? sc->wait_ms : 0;
+	unsigned wait_ms = sc ? sc->wait_ms : 0, transient = 0;
 	int rc;
 
 	for (;;) {
@@ -374,6 +374,22 @@ static int standby_claim(struct tw_coord *c, const struct tw__pcfg *cfg,
 				    cfg->log_id, tw__coord_errmsg(c));
 			if (st)
 				st->lost_races++;
+			continue;
+		}
+		if (rc == -ETIMEDOUT || rc == -ECONNRESET) {
+			/* ZooKeeper did not answer the claim (connection loss, operation
+			 * timeout) or the session expired under it: no reason to stop standing
+			 * by. The claim may have been applied with its answer lost: the wait
+			 * takes a node of our own session for ours, and the next take replaces
+			 * it (one epoch skipped). Paced: the wait waits for the connection, and
+			 * the back-off keeps a quick failure from spinning. */
+			unsigned ms = TW_MIN(50u << TW_MIN(transient, 4u), 1000u);
+
+			tw_log_warn("primary: log %llu: claim failed (%s): %s; watching again in "
+				    "%u ms", (unsigned long long)cfg->log_id, tw_strerror(rc),
+				    tw__coord_errmsg(c), ms);
+			transient++;
+			usleep(ms * 1000u);
 			continue;
 		}
 		if (rc < 0) {

@@ -88,7 +88,10 @@ struct tw_standby_result {
  * transport and cfg as tw_primary_takeover (with n_backups 0 the new primary's backups come
  * from the live registrations). The recovery asks the backups recorded for the log (logs/<id>/backups), or
  * every registered one for a log that has no record. A log with no owner at the call is taken
- * over at once (st_out->watched 0). st_out (may be NULL) receives the timings and, in
+ * over at once (st_out->watched 0). A claim that ZooKeeper does not answer (connection loss,
+ * operation timeout, session expiry) is not returned: the standby watches and claims again,
+ * and knows a claim of its own whose answer was lost (docs/coordination.md). st_out (may be
+ * NULL) receives the timings and, in
  * st_out->recovery, the recovery's counts. Returns 0 and *out (the caller owns it: tw_primary_close), -ETIMEDOUT
  * (sc->wait_ms passed with the owner still there; an expected outcome, so it is not logged: a
  * service may stand by in rounds of wait_ms to notice its own shutdown between them, as

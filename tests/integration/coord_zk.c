@@ -12,6 +12,8 @@
  *     entry is recovered; the old primary is fenced;
  *   - 4 threads allocating 100 epochs get 100 distinct ones (latency printed);
  *   - session expiry: the registration comes back, the owner node is lost;
+ *   - a standby whose claim ZooKeeper applied while its answer was lost (a proxy drops the
+ *     answer) claims again and takes over;
  *   - a clean twd shutdown deregisters at once; the killed twd's node goes with its session;
  *   - twd with a bad URL or no server fails with a clear message.
  */
@@ -27,6 +29,7 @@
 
 #include <tailwind/backup.h>
 #include <tailwind/primary.h>
+#include <tailwind/standby.h>
 
 #include "child.h"
 #include "cli_run.h"
@@ -39,6 +42,7 @@
 #include "zkserver.h"
 
 #define NB 5
+#define ZK_MULTI_OP 14 /* zookeeper's proto.h: ZOO_MULTI_OP, the claim's one request */
 #define SEG (64u * 1024u) /* ~580 entries of 100 B: a few segments with few appends */
 #define OBJ 100u
 
@@ -395,6 +399,105 @@ static void session_expiry(void)
 	tcpproxy_stop(px);
 }
 
+struct sb_run {
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_standby_config sc;
+	struct tw_standby_result st;
+	struct tw_primary *p;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned waits;
+	bool done;
+	int rc;
+	char err[1024];
+};
+
+static void sb_waiting(void *arg, const char *owner)
+{
+	struct sb_run *r = arg;
+
+	(void)owner;
+	pthread_mutex_lock(&r->mu);
+	r->waits++;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void *sb_main(void *arg)
+{
+	struct sb_run *r = arg;
+
+	r->rc = tw_primary_standby(&r->tc, &r->cfg, &r->sc, &r->st, &r->p, r->err, sizeof(r->err));
+	pthread_mutex_lock(&r->mu);
+	r->done = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+/*
+ * A standby's claim that ZooKeeper applied while its answer was lost. The standby reaches
+ * ZooKeeper through the proxy, told to lose the answer to the next multi-op: the claim (next
+ * epoch + owner node). Its client sees a connection loss, reconnects in the same session and
+ * finds an owner node: its own. The standby claims again (replacing its own node; one epoch
+ * skipped) and takes over. It used to give up with -ETIMEDOUT at the connection loss, which
+ * left a log whose owner had gone with no primary; a retry alone would wait for its own node
+ * to go, for ever.
+ */
+static void standby_lost_answer(struct tw_coord *c)
+{
+	uint64_t log = 0x2d00000000000000ull | (uint64_t)getpid(), stored = 0;
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *owner = NULL;
+	struct sb_run r;
+	char url[160], err[1024], who[256] = "";
+	pthread_t th;
+	int rc;
+
+	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	pcfg(&tc, &cfg, log);
+	rc = tw_primary_open(&tc, &cfg, &owner, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "the owner opens the log: %s: %s", tw_strerror(rc), err);
+	is_int(append_n(owner, 0, 20), 0, "the owner appends 20 entries");
+	memset(&r, 0, sizeof(r));
+	pthread_mutex_init(&r.mu, NULL);
+	pthread_cond_init(&r.cv, NULL);
+	pcfg(&r.tc, &r.cfg, log);
+	r.tc.coordinator = url;
+	tw_standby_config_init(&r.sc);
+	r.sc.wait_ms = 30000; /* without the fix: the wait for its own node ends here */
+	r.sc.on_wait = sb_waiting;
+	r.sc.wait_arg = &r;
+	TAP_REQUIRE(pthread_create(&th, NULL, sb_main, &r) == 0, "standby thread");
+	pthread_mutex_lock(&r.mu);
+	while (!r.waits && !r.done)
+		pthread_cond_wait(&r.cv, &r.mu); /* its watch is on the owner node */
+	pthread_mutex_unlock(&r.mu);
+	tcpproxy_lose_answer(px, ZK_MULTI_OP);
+	tw_primary_close(owner); /* the owner node goes: the standby claims */
+	pthread_join(th, NULL);
+	is_int(tcpproxy_answers_lost(px), 1, "the proxy lost the answer to the standby's claim");
+	ok(r.rc == 0, "the standby took the log over all the same (%s%s%s)",
+	   r.rc ? tw_strerror(r.rc) : "ok", r.rc ? ": " : "", r.err);
+	ok(r.rc == 0 && r.st.epoch == 3 && r.st.recovery.entries == 20,
+	   "at epoch 3 (1: the owner's; 2: the claim whose answer was lost; 3: claimed again), "
+	   "with the owner's 20 entries (epoch %" PRIu64 ", %" PRIu64 " entries)", r.st.epoch,
+	   r.st.recovery.entries);
+	ok(tw__coord_log_info(c, log, &stored, who, sizeof(who)) == 0 && stored == r.st.epoch &&
+	   who[0], "the coordinator holds its epoch and an owner node (%" PRIu64 ": %s)", stored,
+	   who);
+	if (r.p)
+		is_int(append_n(r.p, 20, 5), 0, "the new owner appends");
+	tw_primary_close(r.p);
+	pthread_mutex_destroy(&r.mu);
+	pthread_cond_destroy(&r.cv);
+	tcpproxy_stop(px);
+}
+
 static void bad_urls(void)
 {
 	char dir[300], bad_port[64];
@@ -594,6 +697,7 @@ int main(int argc, char **argv)
 
 	epochs_in_parallel();
 	session_expiry();
+	standby_lost_answer(c);
 
 	/* Clean shutdown deregisters at once; the killed twd's node goes with its session. */
 	{

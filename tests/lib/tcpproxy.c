@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -17,6 +18,18 @@
 
 #define MAXC 64
 
+/*
+ * One direction of a ZooKeeper connection, frame by frame (a 4-byte big-endian length, then
+ * the body): the first frame is the session's connect request or answer, which has no header;
+ * after it a request starts with its xid and op type, an answer with its xid.
+ */
+struct zkscan {
+	uint8_t h[12];
+	unsigned hn;   /* header bytes of the current frame seen */
+	uint32_t left; /* body bytes of the current frame still to come */
+	bool started;  /* past the connect frame */
+};
+
 struct tcpproxy {
 	int lfd, evfd, port;
 	struct sockaddr_in up;
@@ -27,13 +40,77 @@ struct tcpproxy {
 	unsigned applied, requested; /* cut/heal requests applied by the thread */
 	unsigned accepted;
 	int fd[MAXC][2];             /* [client, upstream] pairs; -1: free */
+	struct zkscan zs[MAXC][2];   /* what each direction carries, as ZooKeeper frames */
+	/* tcpproxy_lose_answer: armed for requests of lose_op; then pending on one pair for
+	 * the answer to lose_xid. */
+	bool lose_armed, lose_pending;
+	int32_t lose_op, lose_xid;
+	int lose_pair;
+	unsigned lost;
 };
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/*
+ * Follow n bytes of direction s (0: client to server) of pair i. A request of the armed op
+ * type (client side) makes its xid the answer to lose; in the server's direction, returns
+ * the offset of the first byte of that answer's frame (0 when its frame began in an earlier
+ * read), or -1.
+ */
+static ssize_t zk_follow(struct tcpproxy *px, int i, int s, const uint8_t *p, size_t n)
+{
+	struct zkscan *z = &px->zs[i][s];
+	size_t pos = 0, start = 0;
+
+	while (pos < n) {
+		unsigned want = !z->started ? 4 : s == 0 ? 12 : 8;
+
+		if (z->left) {
+			size_t k = z->left < n - pos ? z->left : n - pos;
+
+			pos += k;
+			z->left -= (uint32_t)k;
+			continue;
+		}
+		if (!z->hn)
+			start = pos;
+		z->h[z->hn++] = p[pos++];
+		if (z->hn < want)
+			continue;
+		/* A whole header: the body is the frame's length less the header past it. */
+		z->left = be32(z->h) > want - 4 ? be32(z->h) - (want - 4) : 0;
+		z->hn = 0;
+		if (!z->started) {
+			z->started = true;
+			continue;
+		}
+		pthread_mutex_lock(&px->mu);
+		if (s == 0 && px->lose_armed && (int32_t)be32(z->h + 8) == px->lose_op) {
+			px->lose_armed = false;
+			px->lose_pending = true;
+			px->lose_pair = i;
+			px->lose_xid = (int32_t)be32(z->h + 4);
+		} else if (s == 1 && px->lose_pending && px->lose_pair == i &&
+			   (int32_t)be32(z->h + 4) == px->lose_xid) {
+			px->lose_pending = false;
+			px->lost++;
+			pthread_mutex_unlock(&px->mu);
+			return (ssize_t)start;
+		}
+		pthread_mutex_unlock(&px->mu);
+	}
+	return -1;
+}
 
 static void drop(struct tcpproxy *px, int i)
 {
 	close(px->fd[i][0]);
 	close(px->fd[i][1]);
 	px->fd[i][0] = px->fd[i][1] = -1;
+	memset(px->zs[i], 0, sizeof(px->zs[i]));
 }
 
 static void accept_one(struct tcpproxy *px, bool cut)
@@ -62,14 +139,19 @@ static void accept_one(struct tcpproxy *px, bool cut)
 	px->fd[i][1] = u;
 }
 
-/* Copy what is readable on from to to; false when the pair is done. */
-static bool relay(int from, int to)
+/* Copy what is readable on direction s of pair i to its other end; false when the pair is
+ * done (closed, or the answer tcpproxy_lose_answer waits for is about to pass: it does not). */
+static bool relay(struct tcpproxy *px, int i, int s)
 {
-	char buf[65536];
-	ssize_t n = read(from, buf, sizeof(buf));
+	uint8_t buf[65536];
+	ssize_t n = read(px->fd[i][s], buf, sizeof(buf)), cut;
+	int to = px->fd[i][!s];
 
 	if (n <= 0)
 		return false;
+	cut = zk_follow(px, i, s, buf, (size_t)n);
+	if (cut >= 0)
+		n = cut; /* what came before the answer passes; the answer and the pair do not */
 	for (ssize_t off = 0; off < n;) {
 		ssize_t w = write(to, buf + off, (size_t)(n - off));
 
@@ -79,7 +161,7 @@ static bool relay(int from, int to)
 			return false;
 		off += w;
 	}
-	return true;
+	return cut < 0;
 }
 
 static void *proxy_main(void *arg)
@@ -126,8 +208,7 @@ static void *proxy_main(void *arg)
 		for (int k = 2; k < n; k++) {
 			int i = map[k] / 2, s = map[k] % 2;
 
-			if (pf[k].revents && px->fd[i][0] >= 0 &&
-			    !relay(px->fd[i][s], px->fd[i][!s]))
+			if (pf[k].revents && px->fd[i][0] >= 0 && !relay(px, i, s))
 				drop(px, i);
 		}
 		if (pf[1].revents)
@@ -199,6 +280,24 @@ unsigned tcpproxy_accepted(struct tcpproxy *px)
 
 	pthread_mutex_lock(&px->mu);
 	n = px->accepted;
+	pthread_mutex_unlock(&px->mu);
+	return n;
+}
+
+void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op)
+{
+	pthread_mutex_lock(&px->mu);
+	px->lose_op = zk_op;
+	px->lose_armed = true;
+	pthread_mutex_unlock(&px->mu);
+}
+
+unsigned tcpproxy_answers_lost(struct tcpproxy *px)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&px->mu);
+	n = px->lost;
 	pthread_mutex_unlock(&px->mu);
 	return n;
 }
