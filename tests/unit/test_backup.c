@@ -726,6 +726,18 @@ static void test_direct_refused(void)
 	}
 }
 
+/* Wait (up to 10 s) for segment 0 of `log` to be flushed: the flusher reports it in listings. */
+static int wait_flushed(struct twc *c, uint64_t log)
+{
+	struct twc_info li[4];
+
+	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;)
+		if (twc_list(c, log, false, li, 4) == 1 &&
+		    li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
+			return 0;
+	return -ETIMEDOUT;
+}
+
 /* A deleted log whose file could not be removed must not come back after the metadata journal
  * was compacted and the backup restarted (the compacted journal keeps the delete). */
 static struct tstorage remove_disk;
@@ -755,11 +767,7 @@ static void test_delete_survives_compaction(void)
 	TAP_REQUIRE(twc_open(&c, 90, 0, 1, 1, BUF) == 0, "open log 90");
 	TAP_REQUIRE(twc_write(&c, 4, 100, 1) == 0, "write");
 	TAP_REQUIRE(twc_close_seg(&c, UINT64_MAX, 0, NULL) == 0, "close");
-	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;) {
-		n = twc_list(&c, 90, false, li, 4);
-		if (n == 1 && li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
-			break;
-	}
+	TAP_REQUIRE(wait_flushed(&c, 90) == 0, "flushed");
 	TAP_REQUIRE(stat(path, &st) == 0, "segment 0 of log 90 flushed to %s", path);
 	TAP_REQUIRE(tw__rpc_fence(c.rpc, 90, 2, &got, &owner) == 0, "fence log 90 at epoch 2");
 	/* The flusher frees a file by renaming it to a spare (tw__segfile_recycle): the next
@@ -784,18 +792,6 @@ static void test_delete_survives_compaction(void)
 	stop(false);
 	meta_cap = 0;
 	memcpy(dir, saved, sizeof(dir));
-}
-
-/* Wait (up to 10 s) for segment 0 of `log` to be flushed: the flusher reports it in listings. */
-static int wait_flushed(struct twc *c, uint64_t log)
-{
-	struct twc_info li[4];
-
-	for (uint64_t end = tw_now_ns() + 10000000000ull; tw_now_ns() < end;)
-		if (twc_list(c, log, false, li, 4) == 1 &&
-		    li[0].state == TAILWIND__SEGMENT_STATE__SEGMENT_STATE_FLUSHED)
-			return 0;
-	return -ETIMEDOUT;
 }
 
 /* The spare files are counted: a deleted log's file is kept (spares_kept), the next segment
