@@ -274,14 +274,20 @@ void tcpproxy_cut(struct tcpproxy *px, bool cut)
 	pthread_mutex_unlock(&px->mu);
 }
 
-unsigned tcpproxy_accepted(struct tcpproxy *px)
+/* A counter the relay thread keeps, read under its lock. */
+static unsigned counter(struct tcpproxy *px, const unsigned *v)
 {
 	unsigned n;
 
 	pthread_mutex_lock(&px->mu);
-	n = px->accepted;
+	n = *v;
 	pthread_mutex_unlock(&px->mu);
 	return n;
+}
+
+unsigned tcpproxy_accepted(struct tcpproxy *px)
+{
+	return counter(px, &px->accepted);
 }
 
 void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op)
@@ -294,12 +300,7 @@ void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op)
 
 unsigned tcpproxy_answers_lost(struct tcpproxy *px)
 {
-	unsigned n;
-
-	pthread_mutex_lock(&px->mu);
-	n = px->lost;
-	pthread_mutex_unlock(&px->mu);
-	return n;
+	return counter(px, &px->lost);
 }
 
 void tcpproxy_stop(struct tcpproxy *px)
