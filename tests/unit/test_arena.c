@@ -18,14 +18,27 @@
  *     segment's pages before anything writes them (mincore), and the bytes already written in
  *     the segment it went over are unchanged; arenas closed while the populator has them
  *     queued or works on them (under ASan and TSan: nothing used after its close), after
- *     which it still serves a new arena.
+ *     which it still serves a new arena;
+ *   - populating refused, each in a child process made before this one starts the populator:
+ *     madvise refuses the advice (a seccomp filter answers EINVAL, as a kernel before 5.14
+ *     does) or no thread can be made (clone fails with EAGAIN). The arena says so once, backs
+ *     nothing ahead, and its segments still take writes (skipped under TSan, which does not
+ *     let a child of a threaded process make threads).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <tailwind/backup.h>
 #include <tailwind/context.h>
@@ -150,6 +163,168 @@ static void test_populate_closes(struct tw_fab *fab)
 	is_int(got, 30, "30 arenas asked for pages ahead and closed at once");
 }
 
+#if defined(__x86_64__)
+#define SECCOMP_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SECCOMP_ARCH AUDIT_ARCH_AARCH64
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+enum refuse { REFUSE_ADVICE, REFUSE_THREAD };
+
+#ifdef SECCOMP_ARCH
+/* This process's system calls from now on: madvise(..., MADV_POPULATE_WRITE) fails with EINVAL,
+ * or clone3 with ENOSYS and clone with EAGAIN (pthread_create falls back from the first to the
+ * second, then fails). */
+static int refuse(enum refuse what)
+{
+	struct sock_filter advice[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SECCOMP_ARCH, 0, 5),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_POPULATE_WRITE, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_filter thread[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SECCOMP_ARCH, 0, 5),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAGAIN),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {
+		.len = 8,
+		.filter = what == REFUSE_ADVICE ? advice : thread,
+	};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -errno;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0 ? -errno : 0;
+}
+#endif
+
+static unsigned refusals_logged;
+
+static void count_refusals(void *arg, enum tw_diag_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	if (strstr(msg, "populating ahead turned off") || strstr(msg, "no thread to populate"))
+		__atomic_add_fetch(&refusals_logged, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * The child's part: an arena whose populating is refused. Exit status 0, or the number of the
+ * check that failed (the parent names it): 1 the filter, 2 the fabric, 3 the arena, 4 a
+ * segment, 5 no refusal logged, 6 logged more than once, 7 pages counted as populated, 8 the
+ * written bytes wrong.
+ */
+static int refused_child(enum refuse what)
+{
+	const size_t big = 2u << 20;
+	struct tw_fab_config fc;
+	struct tw_fab *fab = NULL;
+	struct tw_arena_stats as = { 0 };
+	struct tw_arena *a = NULL;
+	struct tw_mr *mr;
+	uint8_t *s[3];
+	char why[256];
+	size_t bad = 0;
+
+#ifdef SECCOMP_ARCH
+	if (refuse(what) != 0)
+		return 1;
+#else
+	return 1;
+#endif
+	tw_diag_set_level(TW_DIAG_INFO);
+	tw_diag_set_sink(count_refusals, NULL);
+	tw__fab_config_init(&fc);
+	fc.provider = "mem";
+	if (tw__fab_open(&fc, NULL, &fab) != 0)
+		return 2;
+	if (tw__arena_create(fab, 4 * big, &a) != 0)
+		return 3;
+	if (tw__arena_get(a, big, &s[0], &mr, why, sizeof(why)) != 0)
+		return 4;
+	/* The populator says so when madvise fails on its thread; pthread_create's failure is
+	 * said at once. A deadline, not a sleep: the message is what is waited for. */
+	for (uint64_t end = tw_now_ns() + 10000000000ull;
+	     !__atomic_load_n(&refusals_logged, __ATOMIC_RELAXED) && tw_now_ns() < end;)
+		sched_yield();
+	if (!__atomic_load_n(&refusals_logged, __ATOMIC_RELAXED))
+		return 5;
+	for (unsigned i = 1; i < 3; i++)
+		if (tw__arena_get(a, big, &s[i], &mr, why, sizeof(why)) != 0)
+			return 4;
+	for (unsigned i = 0; i < 3; i++)
+		for (size_t off = 0; off < big; off += 4096)
+			s[i][off] = (uint8_t)(i + off / 4096);
+	for (unsigned i = 0; i < 3; i++)
+		for (size_t off = 0; off < big; off += 4096)
+			bad += s[i][off] != (uint8_t)(i + off / 4096);
+	tw__arena_get_stats(a, &as);
+	if (__atomic_load_n(&refusals_logged, __ATOMIC_RELAXED) != 1)
+		return 6;
+	if (as.populated)
+		return 7;
+	if (bad)
+		return 8;
+	for (unsigned i = 0; i < 3; i++)
+		tw__arena_put(a, s[i], big);
+	tw__arena_destroy(a);
+	tw__fab_close(fab);
+	return 0;
+}
+
+/* Run refused_child in a child process; its exit status, or -1. */
+static int run_refused(enum refuse what)
+{
+	int st;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0)
+		_exit(refused_child(what)); /* _exit: no sanitizer's exit-time checks, which clone */
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_populate_refused(void)
+{
+	static const char *const check[] = {
+		"ok", "the seccomp filter could not be installed", "the mem fabric did not open",
+		"no arena", "no segment", "no refusal logged", "the refusal logged more than once",
+		"pages counted as populated", "the bytes written read back wrong",
+	};
+#if defined(__SANITIZE_THREAD__)
+	tap_skip(2, "TSan: a child of a threaded process may not make threads");
+	return;
+#elif !defined(SECCOMP_ARCH)
+	tap_skip(2, "no seccomp filter written for this architecture");
+	return;
+#endif
+	for (int what = REFUSE_ADVICE; what <= REFUSE_THREAD; what++) {
+		int rc = run_refused((enum refuse)what);
+
+		is_int(rc, 0, "%s: the arena logs it once, populates nothing, and its segments take "
+		       "writes (%s)", what == REFUSE_ADVICE ? "madvise refuses MADV_POPULATE_WRITE" :
+		       "no thread can be made", rc >= 0 && rc < 9 ? check[rc] : "the child died");
+	}
+}
+
 int main(void)
 {
 	struct tbackup b[NB];
@@ -167,6 +342,8 @@ int main(void)
 	char err[1024];
 	int rc;
 
+	/* First: a child of this process before it has a populator (or any thread) of its own. */
+	test_populate_refused();
 	tmpdir_make(root, sizeof(root), NULL, "test_arena");
 	for (unsigned i = 0; i < NB; i++) {
 		tbackup_start(&b[i], root, i, "mem", 32, SEG, 0);
