@@ -1035,6 +1035,16 @@ static int zk_log_add_backup(struct tw_coord *c, uint64_t log_id, const struct t
 		char dir[PATH_MAX_ZK];
 
 		zrc = zoo_create(z->zh, path, data, n, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) && attempt < 2) {
+			/* The answer is lost, not necessarily the create: once connected again,
+			 * create again (ZNODEEXISTS then says it was made). Without this, one
+			 * lost answer kept a good backup out of the log's open. */
+			pthread_mutex_unlock(&z->op_mu);
+			rc = op_begin(z);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (zrc != ZNONODE)
 			break;
 		/* The log's folders first (a log opened before the record existed, or a folder

@@ -13,7 +13,8 @@
  *   - 4 threads allocating 100 epochs get 100 distinct ones (latency printed);
  *   - session expiry: the registration comes back, the owner node is lost;
  *   - a standby whose claim ZooKeeper applied while its answer was lost (a proxy drops the
- *     answer) claims again and takes over;
+ *     answer) claims again and takes over; a backup's record whose answer was lost is made
+ *     again and the backup used;
  *   - a clean twd shutdown deregisters at once; the killed twd's node goes with its session;
  *   - twd with a bad URL or no server fails with a clear message.
  */
@@ -43,6 +44,7 @@
 
 #define NB 5
 #define ZK_MULTI_OP 14 /* zookeeper's proto.h: ZOO_MULTI_OP, the claim's one request */
+#define ZK_CREATE_OP 1 /* ZOO_CREATE_OP: zoo_create's request */
 #define SEG (64u * 1024u) /* ~580 entries of 100 B: a few segments with few appends */
 #define OBJ 100u
 
@@ -477,7 +479,7 @@ static void standby_lost_answer(struct tw_coord *c)
 	while (!r.waits && !r.done)
 		pthread_cond_wait(&r.cv, &r.mu); /* its watch is on the owner node */
 	pthread_mutex_unlock(&r.mu);
-	tcpproxy_lose_answer(px, ZK_MULTI_OP);
+	tcpproxy_lose_answer(px, ZK_MULTI_OP, NULL);
 	tw_primary_close(owner); /* the owner node goes: the standby claims */
 	pthread_join(th, NULL);
 	is_int(tcpproxy_answers_lost(px), 1, "the proxy lost the answer to the standby's claim");
@@ -495,6 +497,58 @@ static void standby_lost_answer(struct tw_coord *c)
 	tw_primary_close(r.p);
 	pthread_mutex_destroy(&r.mu);
 	pthread_cond_destroy(&r.cv);
+	tcpproxy_stop(px);
+}
+
+static unsigned unrecorded;
+
+static void count_unrecorded(void *arg, enum tw_diag_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	if (strstr(msg, "not recorded for the log at the coordinator"))
+		__atomic_add_fetch(&unrecorded, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * A backup's record for a log (logs/<id>/backups/<name>, created when a segment first goes
+ * to that backup) whose answer is lost: the primary creates it again once connected
+ * (ZNODEEXISTS: it was made) and uses the backup. It used to take the lost answer for a
+ * failure and leave a good backup out of the open. The log is opened first without the
+ * proxy (its folders and records made), then taken over through it: the record's create
+ * then finds the node, and its answer (ZNODEEXISTS) is the one lost.
+ */
+static void record_lost_answer(void)
+{
+	uint64_t log = 0x2e00000000000000ull | (uint64_t)getpid();
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char url[160], err[1024], part[64];
+	int rc;
+
+	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	pcfg(&tc, &cfg, log);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "open the log once: %s: %s", tw_strerror(rc), err);
+	tw_primary_close(p);
+	p = NULL;
+	tc.coordinator = url;
+	snprintf(part, sizeof(part), "/logs/%" PRIu64 "/backups/", log);
+	tcpproxy_lose_answer(px, ZK_CREATE_OP, part);
+	unrecorded = 0;
+	tw_diag_set_sink(count_unrecorded, NULL);
+	rc = tw_primary_takeover(&tc, &cfg, NULL, NULL, NULL, &p, err, sizeof(err));
+	tw_diag_set_sink(NULL, NULL);
+	is_int(rc, 0, "the log taken over through the proxy (%s)", rc ? err : "ok");
+	is_int(tcpproxy_answers_lost(px), 1, "the proxy lost the answer to a backup's record");
+	is_int(__atomic_load_n(&unrecorded, __ATOMIC_RELAXED), 0,
+	       "no backup was left out for want of its record");
+	if (p)
+		is_int(append_n(p, 0, 10), 0, "appends on its 3 backups");
+	tw_primary_close(p);
 	tcpproxy_stop(px);
 }
 
@@ -698,6 +752,7 @@ int main(int argc, char **argv)
 	epochs_in_parallel();
 	session_expiry();
 	standby_lost_answer(c);
+	record_lost_answer();
 
 	/* Clean shutdown deregisters at once; the killed twd's node goes with its session. */
 	{

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -21,13 +22,17 @@
 /*
  * One direction of a ZooKeeper connection, frame by frame (a 4-byte big-endian length, then
  * the body): the first frame is the session's connect request or answer, which has no header;
- * after it a request starts with its xid and op type, an answer with its xid.
+ * after it a request starts with its xid and op type, an answer with its xid. A request of
+ * the armed type has the start of its body kept (b) until the path in it is known.
  */
 struct zkscan {
 	uint8_t h[12];
-	unsigned hn;   /* header bytes of the current frame seen */
-	uint32_t left; /* body bytes of the current frame still to come */
-	bool started;  /* past the connect frame */
+	unsigned hn;    /* header bytes of the current frame seen */
+	uint32_t left;  /* body bytes of the current frame still to come */
+	bool started;   /* past the connect frame */
+	bool keep;      /* keeping the body's start: a request of the armed type */
+	uint8_t b[256];
+	unsigned bn, bwant;
 };
 
 struct tcpproxy {
@@ -41,10 +46,11 @@ struct tcpproxy {
 	unsigned accepted;
 	int fd[MAXC][2];             /* [client, upstream] pairs; -1: free */
 	struct zkscan zs[MAXC][2];   /* what each direction carries, as ZooKeeper frames */
-	/* tcpproxy_lose_answer: armed for requests of lose_op; then pending on one pair for
-	 * the answer to lose_xid. */
+	/* tcpproxy_lose_answer: armed for requests of lose_op (on a path containing lose_path,
+	 * if set); then pending on one pair for the answer to lose_xid. */
 	bool lose_armed, lose_pending;
 	int32_t lose_op, lose_xid;
+	char lose_path[128];
 	int lose_pair;
 	unsigned lost;
 };
@@ -54,11 +60,42 @@ static uint32_t be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* A kept request's start is complete: its path (the body's first field, a length-prefixed
+ * string) against the armed one. px->mu held. */
+static bool path_matches(const struct tcpproxy *px, const struct zkscan *z)
+{
+	uint32_t len = z->bn >= 4 ? be32(z->b) : 0;
+	size_t want = strlen(px->lose_path);
+
+	if (!want)
+		return true;
+	if (len > z->bn - 4)
+		len = z->bn - 4; /* a path longer than what is kept: its start */
+	for (size_t k = 0; k + want <= len; k++)
+		if (!memcmp(z->b + 4 + k, px->lose_path, want))
+			return true;
+	return false;
+}
+
+/* The kept request of pair i is whole enough: arm the loss of its answer if it is the one. */
+static void request_seen(struct tcpproxy *px, int i, struct zkscan *z)
+{
+	pthread_mutex_lock(&px->mu);
+	if (px->lose_armed && path_matches(px, z)) {
+		px->lose_armed = false;
+		px->lose_pending = true;
+		px->lose_pair = i;
+		px->lose_xid = (int32_t)be32(z->h + 4);
+	}
+	pthread_mutex_unlock(&px->mu);
+	z->keep = false;
+}
+
 /*
  * Follow n bytes of direction s (0: client to server) of pair i. A request of the armed op
- * type (client side) makes its xid the answer to lose; in the server's direction, returns
- * the offset of the first byte of that answer's frame (0 when its frame began in an earlier
- * read), or -1.
+ * type on the armed path (client side) makes its xid the answer to lose; in the server's
+ * direction, returns the offset of the first byte of that answer's frame (0 when its frame
+ * began in an earlier read), or -1.
  */
 static ssize_t zk_follow(struct tcpproxy *px, int i, int s, const uint8_t *p, size_t n)
 {
@@ -67,10 +104,19 @@ static ssize_t zk_follow(struct tcpproxy *px, int i, int s, const uint8_t *p, si
 
 	while (pos < n) {
 		unsigned want = !z->started ? 4 : s == 0 ? 12 : 8;
+		bool hit;
 
 		if (z->left) {
 			size_t k = z->left < n - pos ? z->left : n - pos;
 
+			if (z->keep) {
+				size_t c = z->bwant - z->bn < k ? z->bwant - z->bn : k;
+
+				memcpy(z->b + z->bn, p + pos, c);
+				z->bn += (unsigned)c;
+				if (z->bn == z->bwant)
+					request_seen(px, i, z);
+			}
 			pos += k;
 			z->left -= (uint32_t)k;
 			continue;
@@ -88,19 +134,23 @@ static ssize_t zk_follow(struct tcpproxy *px, int i, int s, const uint8_t *p, si
 			continue;
 		}
 		pthread_mutex_lock(&px->mu);
-		if (s == 0 && px->lose_armed && (int32_t)be32(z->h + 8) == px->lose_op) {
-			px->lose_armed = false;
-			px->lose_pending = true;
-			px->lose_pair = i;
-			px->lose_xid = (int32_t)be32(z->h + 4);
-		} else if (s == 1 && px->lose_pending && px->lose_pair == i &&
-			   (int32_t)be32(z->h + 4) == px->lose_xid) {
+		hit = s == 0 ? px->lose_armed && (int32_t)be32(z->h + 8) == px->lose_op
+			     : px->lose_pending && px->lose_pair == i &&
+				       (int32_t)be32(z->h + 4) == px->lose_xid;
+		if (hit && s == 1) {
 			px->lose_pending = false;
 			px->lost++;
-			pthread_mutex_unlock(&px->mu);
-			return (ssize_t)start;
 		}
 		pthread_mutex_unlock(&px->mu);
+		if (hit && s == 1)
+			return (ssize_t)start;
+		if (hit) {
+			z->keep = true;
+			z->bn = 0;
+			z->bwant = z->left < sizeof(z->b) ? z->left : (unsigned)sizeof(z->b);
+			if (!z->bwant)
+				request_seen(px, i, z);
+		}
 	}
 	return -1;
 }
@@ -290,10 +340,11 @@ unsigned tcpproxy_accepted(struct tcpproxy *px)
 	return counter(px, &px->accepted);
 }
 
-void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op)
+void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op, const char *path_part)
 {
 	pthread_mutex_lock(&px->mu);
 	px->lose_op = zk_op;
+	snprintf(px->lose_path, sizeof(px->lose_path), "%s", path_part ? path_part : "");
 	px->lose_armed = true;
 	pthread_mutex_unlock(&px->mu);
 }
