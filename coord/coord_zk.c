@@ -759,11 +759,25 @@ static void note_owned(struct zk *z, uint64_t log_id)
 	}
 }
 
+/* A take rides over this many lost answers (connection loss, operation timeout) before it
+ * reports one. */
+#define TAKE_LOST_MAX 2
+
+/* After a lost answer, op_mu held: wait to be connected again. true: op_mu held again; false:
+ * op_mu released, *rc the error (the session expired, or no server answers). */
+static bool reconnect(struct zk *z, int *rc)
+{
+	pthread_mutex_unlock(&z->op_mu);
+	*rc = op_begin(z);
+	return *rc == 0;
+}
+
 static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const char *owner,
 		   bool replace, uint64_t *epoch_out)
 {
 	struct zk *z = c->impl;
 	char dir[PATH_MAX_ZK], epath[PATH_MAX_ZK], opath[PATH_MAX_ZK];
+	unsigned lost = 0;
 	int rc = op_begin(z);
 
 	if (rc < 0)
@@ -788,13 +802,13 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 		}
 		rc = get_if_any(z, epath, ebuf, &elen, &est, &have_epoch);
 		if (rc < 0)
-			break;
+			goto failed;
 		if (!have_epoch) {
 			/* A log the coordinator has not seen: its folder first (one round trip
 			 * saved on every later allocation). */
 			rc = create_persistent(z, dir);
 			if (rc < 0)
-				break;
+				goto failed;
 		}
 		if (have_epoch && parse_epoch(ebuf, elen, &cur) < 0) {
 			tw__coord_err(c, "zk://%s: %s holds no decimal epoch: fix or delete it by hand "
@@ -814,7 +828,7 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 		if (owner) {
 			rc = get_if_any(z, opath, obuf, &olen, &ost, &have_owner);
 			if (rc < 0)
-				break;
+				goto failed;
 			if (have_owner && ost.ephemeralOwner != zoo_client_id(z->zh)->client_id &&
 			    !replace) {
 				obuf[olen > 0 ? olen : 0] = '\0';
@@ -847,6 +861,19 @@ static int zk_take(struct tw_coord *c, uint64_t log_id, uint64_t floor, const ch
 		tw__coord_err(c, "zk://%s: log %" PRIu64 ": epoch allocation: %s", c->url.hosts,
 			      log_id, zerror(zrc));
 		rc = zrc_errno(zrc);
+failed:
+		if (rc == -ETIMEDOUT && lost < TAKE_LOST_MAX) {
+			/* An answer lost (connection loss, operation timeout), not necessarily
+			 * its request: connected again, read again. After a multi-op that was
+			 * applied, the owner node is our own session's: the next one replaces it
+			 * (one epoch skipped). */
+			tw_log_warn("coord: %s: trying again once connected", c->errmsg);
+			lost++;
+			if (!reconnect(z, &rc))
+				return rc;
+			continue;
+		}
+		break;
 	}
 	pthread_mutex_unlock(&z->op_mu);
 	return rc;

@@ -12,9 +12,9 @@
  *     entry is recovered; the old primary is fenced;
  *   - 4 threads allocating 100 epochs get 100 distinct ones (latency printed);
  *   - session expiry: the registration comes back, the owner node is lost;
- *   - a standby whose claim ZooKeeper applied while its answer was lost (a proxy drops the
- *     answer) claims again and takes over; a backup's record whose answer was lost is made
- *     again and the backup used;
+ *   - answers lost by a proxy, the requests applied: a standby's claims (it claims again and
+ *     takes over), a plain open's claim (it opens), a backup's record (made again, the
+ *     backup used);
  *   - a clean twd shutdown deregisters at once; the killed twd's node goes with its session;
  *   - twd with a bad URL or no server fails with a clear message.
  */
@@ -439,13 +439,14 @@ static void *sb_main(void *arg)
 }
 
 /*
- * A standby's claim that ZooKeeper applied while its answer was lost. The standby reaches
- * ZooKeeper through the proxy, told to lose the answer to the next multi-op: the claim (next
- * epoch + owner node). Its client sees a connection loss, reconnects in the same session and
- * finds an owner node: its own. The standby claims again (replacing its own node; one epoch
- * skipped) and takes over. It used to give up with -ETIMEDOUT at the connection loss, which
- * left a log whose owner had gone with no primary; a retry alone would wait for its own node
- * to go, for ever.
+ * A standby's claims that ZooKeeper applied while their answers were lost. The standby reaches
+ * ZooKeeper through the proxy, told to lose the answers to the next three multi-ops: claims
+ * (next epoch + owner node). Its client sees a connection loss each time and reconnects in the
+ * same session. The take tries twice more itself, finding its own owner node (replaced; an
+ * epoch skipped each time), then reports the third loss; the standby goes back to watching,
+ * takes the owner node there for its own, and claims again. It used to give up with
+ * -ETIMEDOUT at the first loss, which left a log whose owner had gone with no primary; a
+ * retry alone would wait for its own node to go, for ever.
  */
 static void standby_lost_answer(struct tw_coord *c)
 {
@@ -479,24 +480,53 @@ static void standby_lost_answer(struct tw_coord *c)
 	while (!r.waits && !r.done)
 		pthread_cond_wait(&r.cv, &r.mu); /* its watch is on the owner node */
 	pthread_mutex_unlock(&r.mu);
-	tcpproxy_lose_answer(px, ZK_MULTI_OP, NULL);
+	tcpproxy_lose_answer(px, ZK_MULTI_OP, NULL, 3);
 	tw_primary_close(owner); /* the owner node goes: the standby claims */
 	pthread_join(th, NULL);
-	is_int(tcpproxy_answers_lost(px), 1, "the proxy lost the answer to the standby's claim");
+	is_int(tcpproxy_answers_lost(px), 3, "the proxy lost the answers to 3 of the standby's "
+	       "claims");
 	ok(r.rc == 0, "the standby took the log over all the same (%s%s%s)",
 	   r.rc ? tw_strerror(r.rc) : "ok", r.rc ? ": " : "", r.err);
-	ok(r.rc == 0 && r.st.epoch == 3 && r.st.recovery.entries == 20,
-	   "at epoch 3 (1: the owner's; 2: the claim whose answer was lost; 3: claimed again), "
-	   "with the owner's 20 entries (epoch %" PRIu64 ", %" PRIu64 " entries)", r.st.epoch,
-	   r.st.recovery.entries);
-	ok(tw__coord_log_info(c, log, &stored, who, sizeof(who)) == 0 && stored == r.st.epoch &&
-	   who[0], "the coordinator holds its epoch and an owner node (%" PRIu64 ": %s)", stored,
-	   who);
+	ok(r.rc == 0 && r.st.epoch == 5 && r.st.recovery.entries == 20,
+	   "at epoch 5 (1: the owner's; 2-4: the claims whose answers were lost; 5: claimed "
+	   "again), with the owner's 20 entries (epoch %" PRIu64 ", %" PRIu64 " entries)",
+	   r.st.epoch, r.st.recovery.entries);
+	rc = tw__coord_log_info(c, log, &stored, who, sizeof(who));
+	ok(rc == 0 && stored == r.st.epoch && who[0], "the coordinator holds its epoch and an "
+	   "owner node (%" PRIu64 ": %s)", stored, who);
 	if (r.p)
 		is_int(append_n(r.p, 20, 5), 0, "the new owner appends");
 	tw_primary_close(r.p);
 	pthread_mutex_destroy(&r.mu);
 	pthread_cond_destroy(&r.cv);
+	tcpproxy_stop(px);
+}
+
+/* A plain open whose claim's answer is lost: the take reads again once connected, finds its
+ * own owner node and replaces it (epoch 2: the first claim made epoch 1). It used to fail the
+ * open with -ETIMEDOUT. */
+static void open_lost_answer(void)
+{
+	uint64_t log = 0x2f00000000000000ull | (uint64_t)getpid();
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char url[160], err[1024];
+	int rc;
+
+	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	pcfg(&tc, &cfg, log);
+	tc.coordinator = url;
+	tcpproxy_lose_answer(px, ZK_MULTI_OP, NULL, 1);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
+	is_int(rc, 0, "a new log opened through the proxy (%s)", rc ? err : "ok");
+	is_int(tcpproxy_answers_lost(px), 1, "the proxy lost the answer to its claim");
+	is_int(p ? tw_primary_epoch(p) : 0, 2, "at epoch 2: the lost claim's 1, then its own");
+	if (p)
+		is_int(append_n(p, 0, 10), 0, "it appends");
+	tw_primary_close(p);
 	tcpproxy_stop(px);
 }
 
@@ -537,7 +567,7 @@ static void record_lost_answer(void)
 	p = NULL;
 	tc.coordinator = url;
 	snprintf(part, sizeof(part), "/logs/%" PRIu64 "/backups/", log);
-	tcpproxy_lose_answer(px, ZK_CREATE_OP, part);
+	tcpproxy_lose_answer(px, ZK_CREATE_OP, part, 1);
 	unrecorded = 0;
 	tw_diag_set_sink(count_unrecorded, NULL);
 	rc = tw_primary_takeover(&tc, &cfg, NULL, NULL, NULL, &p, err, sizeof(err));
@@ -752,6 +782,7 @@ int main(int argc, char **argv)
 	epochs_in_parallel();
 	session_expiry();
 	standby_lost_answer(c);
+	open_lost_answer();
 	record_lost_answer();
 
 	/* Clean shutdown deregisters at once; the killed twd's node goes with its session. */

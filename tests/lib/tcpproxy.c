@@ -46,9 +46,10 @@ struct tcpproxy {
 	unsigned accepted;
 	int fd[MAXC][2];             /* [client, upstream] pairs; -1: free */
 	struct zkscan zs[MAXC][2];   /* what each direction carries, as ZooKeeper frames */
-	/* tcpproxy_lose_answer: armed for requests of lose_op (on a path containing lose_path,
-	 * if set); then pending on one pair for the answer to lose_xid. */
-	bool lose_armed, lose_pending;
+	/* tcpproxy_lose_answer: armed for lose_left more requests of lose_op (on a path
+	 * containing lose_path, if set); pending on one pair for the answer to lose_xid. */
+	unsigned lose_left;
+	bool lose_pending;
 	int32_t lose_op, lose_xid;
 	char lose_path[128];
 	int lose_pair;
@@ -81,8 +82,8 @@ static bool path_matches(const struct tcpproxy *px, const struct zkscan *z)
 static void request_seen(struct tcpproxy *px, int i, struct zkscan *z)
 {
 	pthread_mutex_lock(&px->mu);
-	if (px->lose_armed && path_matches(px, z)) {
-		px->lose_armed = false;
+	if (px->lose_left && !px->lose_pending && path_matches(px, z)) {
+		px->lose_left--;
 		px->lose_pending = true;
 		px->lose_pair = i;
 		px->lose_xid = (int32_t)be32(z->h + 4);
@@ -134,7 +135,8 @@ static ssize_t zk_follow(struct tcpproxy *px, int i, int s, const uint8_t *p, si
 			continue;
 		}
 		pthread_mutex_lock(&px->mu);
-		hit = s == 0 ? px->lose_armed && (int32_t)be32(z->h + 8) == px->lose_op
+		hit = s == 0 ? px->lose_left && !px->lose_pending &&
+				       (int32_t)be32(z->h + 8) == px->lose_op
 			     : px->lose_pending && px->lose_pair == i &&
 				       (int32_t)be32(z->h + 4) == px->lose_xid;
 		if (hit && s == 1) {
@@ -340,12 +342,13 @@ unsigned tcpproxy_accepted(struct tcpproxy *px)
 	return counter(px, &px->accepted);
 }
 
-void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op, const char *path_part)
+void tcpproxy_lose_answer(struct tcpproxy *px, int32_t zk_op, const char *path_part,
+			  unsigned count)
 {
 	pthread_mutex_lock(&px->mu);
 	px->lose_op = zk_op;
 	snprintf(px->lose_path, sizeof(px->lose_path), "%s", path_part ? path_part : "");
-	px->lose_armed = true;
+	px->lose_left = count;
 	pthread_mutex_unlock(&px->mu);
 }
 
