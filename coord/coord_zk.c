@@ -348,6 +348,13 @@ static int do_register(struct zk *z)
 
 		if (zrc == ZOK)
 			return 0;
+		if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) && attempt < 4) {
+			/* The answer lost, not necessarily the create: again (the client sends it
+			 * once connected); a node of our own session then says it was made. */
+			tw_log_warn("coord: zk://%s: register %s: %s: trying again",
+				    z->c->url.hosts, z->me.addr, zerror(zrc));
+			continue;
+		}
 		if (zrc != ZNODEEXISTS) {
 			tw__coord_err(z->c, "zk://%s: register %s at %s: %s", z->c->url.hosts,
 				      z->me.addr, z->reg_path, zerror(zrc));

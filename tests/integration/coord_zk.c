@@ -14,7 +14,7 @@
  *   - session expiry: the registration comes back, the owner node is lost;
  *   - answers lost by a proxy, the requests applied: a standby's claims (it claims again and
  *     takes over), a plain open's claim (it opens), a backup's record (made again, the
- *     backup used);
+ *     backup used), a twd's registration (it starts, registered);
  *   - a clean twd shutdown deregisters at once; the killed twd's node goes with its session;
  *   - twd with a bad URL or no server fails with a clear message.
  */
@@ -582,6 +582,43 @@ static void record_lost_answer(void)
 	tcpproxy_stop(px);
 }
 
+/*
+ * A twd whose registration's answer is lost (its ephemeral node made, the connection closed
+ * before the answer): it registers again, finds the node its own session's, and starts. It
+ * used to exit at start ("register ...: connection loss").
+ */
+static void register_lost_answer(struct tw_coord *c)
+{
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	char url[160], dir[300], a[160] = "";
+	char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
+			 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers", (char *)"4",
+			 (char *)"--coordinator", url, (char *)"--zone", (char *)"D", NULL };
+	struct tw_coord_backup *v = NULL;
+	struct proc *t;
+	size_t n = 0;
+	bool listed = false;
+
+	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	snprintf(dir, sizeof(dir), "%s/lost", root);
+	tcpproxy_lose_answer(px, ZK_CREATE_OP, "/backups/b-", 1);
+	t = child_ready(args, NULL, 30000, a, sizeof(a), NULL);
+	ok(t != NULL, "a twd whose registration's answer was lost starts (%s)", t ? a : "no");
+	is_int(tcpproxy_answers_lost(px), 1, "the proxy lost the answer to its registration");
+	if (t && tw__coord_list_backups(c, &v, &n) == 0)
+		for (size_t i = 0; i < n; i++)
+			listed |= !strcmp(v[i].addr, a);
+	free(v);
+	ok(listed, "and it is registered");
+	if (t) {
+		proc_kill(t, SIGTERM);
+		is_int(proc_wait(t, 30000), 0, "it exits 0 on SIGTERM");
+		proc_free(t);
+	}
+	tcpproxy_stop(px);
+}
+
 static void bad_urls(void)
 {
 	char dir[300], bad_port[64];
@@ -784,6 +821,7 @@ int main(int argc, char **argv)
 	standby_lost_answer(c);
 	open_lost_answer();
 	record_lost_answer();
+	register_lost_answer(c);
 
 	/* Clean shutdown deregisters at once; the killed twd's node goes with its session. */
 	{
