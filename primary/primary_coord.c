@@ -183,6 +183,20 @@ void tw__pcoord_refresh(struct tw_primary *p)
 	free(v);
 }
 
+/* Reads of the coordinator are idempotent: one whose answer was lost (-ETIMEDOUT: connection
+ * loss, operation timeout) is asked again, twice at most; the next call waits to be connected
+ * (up to the session timeout). An open or a takeover that fails on one lost answer leaves the
+ * log without a primary (a standby's, after it claimed the log). */
+#define COORD_READ_TRIES 3
+
+static bool read_again(struct tw_coord *c, int rc, unsigned *tries, const char *what)
+{
+	if (rc != -ETIMEDOUT || ++*tries >= COORD_READ_TRIES)
+		return false;
+	tw_log_warn("primary: %s: %s: asking again", what, tw__coord_errmsg(c));
+	return true;
+}
+
 /* The registrations of provider `prov`, in placement order, as parallel address and zone
  * arrays pointing into *v. 0, or -TW_ENOBACKUP / an error with errmsg set. */
 static int live_backups(struct tw_coord *c, const struct tw__pcfg *cfg, const char *prov,
@@ -193,9 +207,13 @@ static int live_backups(struct tw_coord *c, const struct tw__pcfg *cfg, const ch
 	unsigned r = cfg->replicas ? cfg->replicas : 3;
 	bool any_empty;
 	unsigned nz;
-	/* With the watch armed: a spare choice later re-lists only if the registry changed. */
-	int rc = tw__coord_watch_backups(c, v, &n);
+	unsigned tries = 0;
+	int rc;
 
+	/* With the watch armed: a spare choice later re-lists only if the registry changed. */
+	while ((rc = tw__coord_watch_backups(c, v, &n)) < 0 &&
+	       read_again(c, rc, &tries, "the registrations"))
+		;
 	if (rc < 0) {
 		errf(errmsg_out, errmsg_len, "log %llu: %s", (unsigned long long)cfg->log_id,
 		     tw__coord_errmsg(c));
@@ -259,8 +277,12 @@ static int takeover_recorded(struct tw_coord *c, const struct tw__pcfg *pc,
 	struct tw__pcfg opc = *pc;
 	struct tw_peer_skip skip; /* this takeover's: see peer/peer.h */
 	uint64_t inc = tw__new_incarnation(), next = 0, t0;
-	int rc = tw__coord_log_backups(c, pc->log_id, &rec, &nrec);
+	unsigned tries = 0;
+	int rc;
 
+	while ((rc = tw__coord_log_backups(c, pc->log_id, &rec, &nrec)) < 0 &&
+	       read_again(c, rc, &tries, "the log's record of backups"))
+		;
 	skip.n = 0;
 	opc.skip = &skip;
 

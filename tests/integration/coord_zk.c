@@ -14,7 +14,8 @@
  *   - session expiry: the registration comes back, the owner node is lost;
  *   - answers lost by a proxy, the requests applied: a standby's claims (it claims again and
  *     takes over), a plain open's claim (it opens), a backup's record (made again, the
- *     backup used), a twd's registration (it starts, registered);
+ *     backup used), a twd's registration (it starts, registered), a takeover's reads (asked
+ *     again);
  *   - a clean twd shutdown deregisters at once; the killed twd's node goes with its session;
  *   - twd with a bad URL or no server fails with a clear message.
  */
@@ -45,6 +46,7 @@
 #define NB 5
 #define ZK_MULTI_OP 14 /* zookeeper's proto.h: ZOO_MULTI_OP, the claim's one request */
 #define ZK_CREATE_OP 1 /* ZOO_CREATE_OP: zoo_create's request */
+#define ZK_GETCHILDREN_OP 8 /* ZOO_GETCHILDREN_OP: zoo_get_children's */
 #define SEG (64u * 1024u) /* ~580 entries of 100 B: a few segments with few appends */
 #define OBJ 100u
 
@@ -582,6 +584,56 @@ static void record_lost_answer(void)
 	tcpproxy_stop(px);
 }
 
+static int count_recovered(void *arg, const struct tw_recovered_entry *e)
+{
+	(void)e;
+	++*(uint64_t *)arg;
+	return 0;
+}
+
+/*
+ * Takeovers whose reads of the coordinator lose their answer: the listing of the live
+ * registrations, then the log's record of backups. Each is asked again once connected, and
+ * the takeover recovers every entry. Either used to fail the takeover.
+ */
+static void takeover_lost_reads(void)
+{
+	uint64_t log = 0x3000000000000000ull | (uint64_t)getpid();
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p = NULL;
+	char url[160], err[1024], part[2][96];
+	const char *what[2] = { "the registrations", "the log's record of backups" };
+	int rc;
+
+	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	snprintf(part[0], sizeof(part[0]), "%s/backups", strchr(zk.url + strlen("zk://"), '/'));
+	snprintf(part[1], sizeof(part[1]), "/logs/%" PRIu64 "/backups", log);
+	pcfg(&tc, &cfg, log);
+	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
+	TAP_REQUIRE(rc == 0, "open: %s: %s", tw_strerror(rc), err);
+	TAP_REQUIRE(append_n(p, 0, 20) == 0, "20 appends");
+	tw_primary_close(p);
+	tc.coordinator = url;
+	for (unsigned i = 0; i < 2; i++) {
+		uint64_t got = 0;
+		struct tw_recover_result res;
+
+		p = NULL;
+		tcpproxy_lose_answer(px, ZK_GETCHILDREN_OP, part[i], 1);
+		rc = tw_primary_takeover(&tc, &cfg, count_recovered, &got, &res, &p, err,
+					 sizeof(err));
+		is_int(tcpproxy_answers_lost(px), i + 1, "the proxy lost the answer to the listing "
+		       "of %s", what[i]);
+		ok(rc == 0 && got == 20, "the takeover asked again and recovered the 20 entries (%s, "
+		   "%" PRIu64 ")", rc ? err : "ok", got);
+		tw_primary_close(p);
+	}
+	tcpproxy_stop(px);
+}
+
 /*
  * A twd whose registration's answer is lost (its ephemeral node made, the connection closed
  * before the answer): it registers again, finds the node its own session's, and starts. It
@@ -822,6 +874,7 @@ int main(int argc, char **argv)
 	open_lost_answer();
 	record_lost_answer();
 	register_lost_answer(c);
+	takeover_lost_reads();
 
 	/* Clean shutdown deregisters at once; the killed twd's node goes with its session. */
 	{
