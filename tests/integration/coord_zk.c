@@ -355,6 +355,16 @@ static bool wait_registered(struct tw_coord *obs, const char *who, bool want, do
 	}
 }
 
+/* A TCP proxy to the ZooKeeper server (tests/lib/tcpproxy.h); *url: its URL, same chroot. */
+static struct tcpproxy *zk_proxy(char *url, size_t len)
+{
+	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+
+	snprintf(url, len, "zk://127.0.0.1:%d%s", tcpproxy_port(px),
+		 strchr(zk.url + strlen("zk://"), '/'));
+	return px;
+}
+
 /* The session of a coordinator handle expires: its registration comes back by itself, its
  * owner node is lost. The handle reaches ZooKeeper through a TCP proxy (tests/lib/tcpproxy.h)
  * that the test cuts, a partition longer than the session timeout; an observer connected
@@ -364,14 +374,13 @@ static void session_expiry(void)
 {
 	struct tw_coord *c, *obs;
 	struct tw_coord_backup me;
-	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tcpproxy *px;
 	char err[512], url[160];
 	uint64_t epoch = 0;
 	bool gone, back;
 	double t0;
 
-	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
-		 strchr(zk.url + strlen("zk://"), '/'));
+	px = zk_proxy(url, sizeof(url));
 	memset(&me, 0, sizeof(me));
 	snprintf(me.addr, sizeof(me.addr), "192.0.2.1:9");
 	snprintf(me.provider, sizeof(me.provider), "test-expiry");
@@ -453,7 +462,7 @@ static void *sb_main(void *arg)
 static void standby_lost_answer(struct tw_coord *c)
 {
 	uint64_t log = 0x2d00000000000000ull | (uint64_t)getpid(), stored = 0;
-	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tcpproxy *px;
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *owner = NULL;
@@ -462,8 +471,7 @@ static void standby_lost_answer(struct tw_coord *c)
 	pthread_t th;
 	int rc;
 
-	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
-		 strchr(zk.url + strlen("zk://"), '/'));
+	px = zk_proxy(url, sizeof(url));
 	pcfg(&tc, &cfg, log);
 	rc = tw_primary_open(&tc, &cfg, &owner, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "the owner opens the log: %s: %s", tw_strerror(rc), err);
@@ -510,15 +518,14 @@ static void standby_lost_answer(struct tw_coord *c)
 static void open_lost_answer(void)
 {
 	uint64_t log = 0x2f00000000000000ull | (uint64_t)getpid();
-	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tcpproxy *px;
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char url[160], err[1024];
 	int rc;
 
-	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
-		 strchr(zk.url + strlen("zk://"), '/'));
+	px = zk_proxy(url, sizeof(url));
 	pcfg(&tc, &cfg, log);
 	tc.coordinator = url;
 	tcpproxy_lose_answer(px, ZK_MULTI_OP, NULL, 1);
@@ -553,15 +560,14 @@ static void count_unrecorded(void *arg, enum tw_diag_level level, const char *ms
 static void record_lost_answer(void)
 {
 	uint64_t log = 0x2e00000000000000ull | (uint64_t)getpid();
-	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tcpproxy *px;
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
 	char url[160], err[1024], part[64];
 	int rc;
 
-	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
-		 strchr(zk.url + strlen("zk://"), '/'));
+	px = zk_proxy(url, sizeof(url));
 	pcfg(&tc, &cfg, log);
 	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "open the log once: %s: %s", tw_strerror(rc), err);
@@ -599,7 +605,7 @@ static int count_recovered(void *arg, const struct tw_recovered_entry *e)
 static void takeover_lost_reads(void)
 {
 	uint64_t log = 0x3000000000000000ull | (uint64_t)getpid();
-	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tcpproxy *px;
 	struct tw_ctx_config tc;
 	struct tw_primary_config cfg;
 	struct tw_primary *p = NULL;
@@ -607,8 +613,7 @@ static void takeover_lost_reads(void)
 	const char *what[2] = { "the registrations", "the log's record of backups" };
 	int rc;
 
-	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
-		 strchr(zk.url + strlen("zk://"), '/'));
+	px = zk_proxy(url, sizeof(url));
 	snprintf(part[0], sizeof(part[0]), "%s/backups", strchr(zk.url + strlen("zk://"), '/'));
 	snprintf(part[1], sizeof(part[1]), "/logs/%" PRIu64 "/backups", log);
 	pcfg(&tc, &cfg, log);
@@ -641,7 +646,7 @@ static void takeover_lost_reads(void)
  */
 static void register_lost_answer(struct tw_coord *c)
 {
-	struct tcpproxy *px = tcpproxy_start("127.0.0.1", zk.port);
+	struct tcpproxy *px;
 	char url[160], dir[300], a[160] = "";
 	char *args[] = { twd, (char *)"--provider", (char *)prov, (char *)"--dir", dir,
 			 (char *)"--buffer-size", (char *)"64K", (char *)"--buffers", (char *)"4",
@@ -651,8 +656,7 @@ static void register_lost_answer(struct tw_coord *c)
 	size_t n = 0;
 	bool listed = false;
 
-	snprintf(url, sizeof(url), "zk://127.0.0.1:%d%s", tcpproxy_port(px),
-		 strchr(zk.url + strlen("zk://"), '/'));
+	px = zk_proxy(url, sizeof(url));
 	snprintf(dir, sizeof(dir), "%s/lost", root);
 	tcpproxy_lose_answer(px, ZK_CREATE_OP, "/backups/b-", 1);
 	t = child_ready(args, NULL, 30000, a, sizeof(a), NULL);
