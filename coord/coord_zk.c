@@ -349,10 +349,18 @@ static int do_register(struct zk *z)
 		if (zrc == ZOK)
 			return 0;
 		if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) && attempt < 4) {
-			/* The answer lost, not necessarily the create: again (the client sends it
-			 * once connected); a node of our own session then says it was made. */
-			tw_log_warn("coord: zk://%s: register %s: %s: trying again",
+			/* The answer lost, not necessarily the create: again once connected; a
+			 * node of our own session then says it was made. */
+			int rc;
+
+			tw_log_warn("coord: zk://%s: register %s: %s: trying again once connected",
 				    z->c->url.hosts, z->me.addr, zerror(zrc));
+			rc = wait_connected(z, z->timeout_ms);
+			if (rc < 0) {
+				tw__coord_err(z->c, "zk://%s: register %s: %s, then not connected "
+					      "again", z->c->url.hosts, z->me.addr, zerror(zrc));
+				return rc;
+			}
 			continue;
 		}
 		if (zrc != ZNODEEXISTS) {
