@@ -188,6 +188,27 @@ int main(int argc, char **argv)
 		   "accepted there)", (unsigned long long)ts.connections);
 	}
 
+	/* The pause below must hit the segment its append goes to. An append that rolls over to
+	 * the next segment (placed without the paused backup, or opened ahead on others) is
+	 * acknowledged with no failover at all, as CI once saw: so start from a segment that has
+	 * just begun, after a rollover seen here, with room for far more than one entry. */
+	{
+		struct tw_primary_stats st0, st1;
+
+		tw_primary_get_stats(p, &st0);
+		do {
+			for (unsigned i = 0; i < 64; i++, n++) {
+				rt_fill(buf, n);
+				TAP_REQUIRE(tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a,
+								    NULL) == 0, "append");
+			}
+			loop_until(&l, p, &a, n, 30000);
+			tw_primary_get_stats(p, &st1);
+		} while (st1.segments == st0.segments && a.n == n);
+		ok(st1.segments > st0.segments && a.n == n && !a.errors,
+		   "appended into a new segment (%" PRIu64 " segments, %" PRIu64 " before)",
+		   st1.segments, st0.segments);
+	}
 	/* A replica paused: only the deadline can notice it, while the loop sleeps on its own. The
 	 * restarted backup is the only spare. */
 	{
