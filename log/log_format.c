@@ -77,22 +77,6 @@ static inline void put_header(uint8_t *hdr, uint32_t len, uint32_t crc)
 	tw_store_le32(hdr + 8, crc);
 }
 
-/* The chain over the headers of the entries at [pos, end) of buf: *n_out entries. */
-static size_t chain_walk_generic(const uint8_t *buf, size_t pos, size_t end, uint32_t *chain,
-				 uint32_t *n_out)
-{
-	uint32_t c = *chain, n = 0;
-
-	while (pos < end) {
-		c = tw_crc32c(c, buf + pos, TW_ENTRY_HDR_SIZE);
-		pos += TW_ENTRY_HDR_SIZE + (size_t)tw_load_le32(buf + pos + 4);
-		n++;
-	}
-	*chain = c;
-	*n_out = n;
-	return pos;
-}
-
 #ifdef TW_CRC_X86
 /*
  * A short payload (below TW__CRC_SHORT) copied and checksummed in one pass: each 8 bytes loaded
@@ -147,10 +131,13 @@ __attribute__((target("sse4.2"))) static uint32_t copy_crc_short_sse42(uint8_t *
 	return ~crc;
 }
 
-__attribute__((target("sse4.2"))) static void entry_put_sse42(uint8_t *hdr, const void *payload,
-							       uint32_t len)
+/* The header is built in registers (its check from them too) and stored with two stores, so
+ * that nothing reads it back from memory right after narrower stores of its parts. */
+__attribute__((target("sse4.2"))) static struct tw__hdr_words
+entry_put_sse42(uint8_t *hdr, const void *payload, uint32_t len)
 {
-	uint32_t crc;
+	struct tw__hdr_words h;
+	uint32_t crc, hc;
 
 	if (len < TW__CRC_SHORT) {
 		crc = copy_crc_short_sse42(hdr + TW_ENTRY_HDR_SIZE, payload, len);
@@ -158,58 +145,69 @@ __attribute__((target("sse4.2"))) static void entry_put_sse42(uint8_t *hdr, cons
 		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
 		crc = tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len);
 	}
-	put_header(hdr, len, crc);
-	tw_store_le16(hdr + 2, hcheck_sse42(hdr));
+	h.hi = (uint64_t)len | (uint64_t)crc << 32;
+	/* hcheck_sse42 over bytes 0..1 (type TW_ENTRY_DATA, flags 0) and 4..11. */
+	hc = ~(uint32_t)_mm_crc32_u64(_mm_crc32_u16(~0u, (uint16_t)TW_ENTRY_DATA), h.hi);
+	h.lo = (uint32_t)TW_ENTRY_DATA | (uint32_t)TW__HCHECK_OF(hc) << 16;
+	tw_store_le32(hdr, h.lo);
+	tw_store_le64(hdr + 4, h.hi);
+	return h;
 }
 
-/* finish_header_sse42's second half, once per header, in one loop. */
-__attribute__((target("sse4.2"))) static size_t chain_walk_sse42(const uint8_t *buf, size_t pos,
-								  size_t end, uint32_t *chain,
-								  uint32_t *n_out)
-{
-	uint32_t c = *chain, n = 0;
-
-	while (pos < end) {
-		const uint8_t *h = buf + pos;
-		uint32_t raw = _mm_crc32_u32(~c, tw_load_le32(h));
-
-		c = ~(uint32_t)_mm_crc32_u64(raw, tw_load_le64(h + 4));
-		pos += TW_ENTRY_HDR_SIZE + (size_t)tw_load_le32(h + 4);
-		n++;
-	}
-	*chain = c;
-	*n_out = n;
-	return pos;
-}
 #endif
 
-void tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len)
+struct tw__hdr_words tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len)
 {
+	struct tw__hdr_words h;
+
 #ifdef TW_CRC_X86
-	if (tw_likely(tw__have_sse42())) {
-		entry_put_sse42(hdr, payload, len);
-		return;
-	}
+	if (tw_likely(tw__have_sse42()))
+		return entry_put_sse42(hdr, payload, len);
 #endif
 	if (len)
 		memcpy(hdr + TW_ENTRY_HDR_SIZE, payload, len);
 	put_header(hdr, len, tw_crc32c(0, hdr + TW_ENTRY_HDR_SIZE, len));
 	tw_store_le16(hdr + 2, hcheck_generic(hdr));
+	h.lo = tw_load_le32(hdr);
+	h.hi = tw_load_le64(hdr + 4);
+	return h;
 }
 
-void tw__log_writer_adopt(struct tw_log_writer *w, size_t end)
+#ifdef TW_CRC_X86
+__attribute__((target("sse4.2"))) static uint32_t chain_step_sse42(uint32_t chain,
+								   struct tw__hdr_words h)
 {
-	uint32_t chain = w->chain, n;
-	size_t pos;
+	return ~(uint32_t)_mm_crc32_u64(_mm_crc32_u32(~chain, h.lo), h.hi);
+}
+#endif
 
+static uint32_t chain_step_generic(uint32_t chain, struct tw__hdr_words h)
+{
+	uint8_t b[TW_ENTRY_HDR_SIZE];
+
+	tw_store_le32(b, h.lo);
+	tw_store_le64(b + 4, h.hi);
+	return tw_crc32c(chain, b, sizeof(b));
+}
+
+tw__chain_step_fn tw__log_chain_step_fn(void)
+{
 #ifdef TW_CRC_X86
 	if (tw_likely(tw__have_sse42()))
-		pos = chain_walk_sse42(w->buf, w->pos, end, &chain, &n);
-	else
+		return chain_step_sse42;
 #endif
-		pos = chain_walk_generic(w->buf, w->pos, end, &chain, &n);
+	return chain_step_generic;
+}
+
+uint32_t tw__log_chain_step(uint32_t chain, struct tw__hdr_words h)
+{
+	return tw__log_chain_step_fn()(chain, h);
+}
+
+void tw__log_writer_take(struct tw_log_writer *w, size_t end, uint32_t chain, uint32_t n)
+{
 	w->chain = chain;
-	w->pos = pos;
+	w->pos = end;
 	w->pending += n;
 	w->entries += n;
 }

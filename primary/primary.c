@@ -199,6 +199,7 @@ int tw__pseg_push(struct tw_primary *p, struct pseg *s)
 		uint64_t r = PLD(p->res), n = rec_reserved(p);
 
 		__atomic_store_n(&p->cur, s, __ATOMIC_RELEASE);
+		p->pub_chain = s->w.chain; /* the seed: nobody publishes while the gate is shut */
 		__atomic_store_n(&p->pub_off, 0, __ATOMIC_RELEASE);
 		PST(p->seal_off, 0);
 		PST(p->res, res_make(r ^ RES_FLIP, n, 0));

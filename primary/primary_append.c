@@ -111,8 +111,8 @@ static inline __attribute__((always_inline)) bool reserve_sync(struct tw_primary
 }
 
 /* Write the reserved entry (payload, its CRC, header) and its record outside any lock, then
- * publish it in order: wait until everything before it is written, store rec_head and the new
- * end (release). Both modes; the statistics are counted while holding the turn (one thread). */
+ * publish it in order: wait until everything before it is written, advance the header chain
+ * (pub_chain), store rec_head and the new end (release). Both modes; the statistics are counted while holding the turn (one thread). */
 static inline __attribute__((always_inline)) void put_publish(struct tw_primary *p,
 							      const struct resv *v,
 							      const void *data, uint32_t len,
@@ -120,8 +120,8 @@ static inline __attribute__((always_inline)) void put_publish(struct tw_primary 
 							      uint64_t *lsn_out)
 {
 	struct prec *r = &p->recs[v->idx & p->rec_mask];
+	struct tw__hdr_words h = tw__log_entry_put(v->s->buf + v->off, data, len);
 
-	tw__log_entry_put(v->s->buf + v->off, data, len);
 	r->cb = cb;
 	r->arg = arg;
 	r->lsn = (uint64_t)v->s->id << 32 | v->off;
@@ -130,6 +130,9 @@ static inline __attribute__((always_inline)) void put_publish(struct tw_primary 
 		*lsn_out = r->lsn;
 	if (p->threaded)
 		pub_wait(p, v->off);
+	/* Our turn: the chain over our header, from the registers that stored it, instead of
+	 * the sealer's walk over every header of the write from another CPU (pub_chain). */
+	p->pub_chain = p->chain_step(p->pub_chain, h);
 	PSTAT_ADD(p, appends, 1);
 	PSTAT_ADD(p, bytes, len);
 	__atomic_store_n(&p->rec_head, v->idx + 1, __ATOMIC_RELEASE);

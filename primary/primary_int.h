@@ -45,6 +45,7 @@
 
 #include "fabric/fabric.h"
 #include "core/util.h"
+#include "log/log_entry.h"
 #include "peer/peer.h"
 
 struct tw_auth_key;
@@ -438,6 +439,12 @@ struct tw_primary {
 	/* Publication in order: [0, pub_off) of p->cur is written. Whoever reserved [off, end)
 	 * waits until pub_off == off, stores rec_head, then end: one thread at a time. */
 	uint64_t pub_off;
+	/* The header chain of p->cur over [0, pub_off) (tw__log_chain_step): advanced by each
+	 * entry's publisher in its turn, before it stores pub_off (its header is in its cache
+	 * then); set to the new segment's seed in tw__pseg_push; read by the sealer once its
+	 * checksum entry is reserved, when nobody else can publish. */
+	uint32_t pub_chain;
+	tw__chain_step_fn chain_step; /* tw__log_chain_step_fn(), chosen at open */
 	/* Where the entries not sealed yet begin in p->cur: the end of its last sealed write (0
 	 * in a new segment). Written by the driver before rec_sealed, and in tw__pseg_push before
 	 * the new segment's word (atomics, see PLD); pending_bytes reads it after the word. */

@@ -305,6 +305,7 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 	/* A shared context always has its progress thread: its logs are in async mode. */
 	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
 	p->mode_ops = tw__primary_mode_ops(p->threaded);
+	p->chain_step = tw__log_chain_step_fn();
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	p->incarnation = incarnation;
 	p->creating = creating;

@@ -21,13 +21,13 @@
 /*
  * Seal the waiting entries into one write (driver thread, lock not held; the caller checked
  * that entries wait, a slot is free and the primary is healthy). The checksum entry goes right
- * after the last entry, where the next append would go: the sealer first advances the writer
- * over the entries published so far (tw__log_writer_adopt: the header chain over them), then
- * takes the checksum entry's 8 bytes with the same compare-and-swap as an appender, but only
- * while nothing is reserved past what is published (the reservation word's offset equals the
- * writer's position): then every entry before the checksum entry is written, and the turn to
- * publish is the sealer's at once. It writes the checksum entry, publishes it like an entry
- * and publishes the slot (slot_head) for the driver to post. While an appender is copying, the
+ * after the last entry, where the next append would go: the sealer takes the checksum entry's
+ * 8 bytes with the same compare-and-swap as an appender, but only while nothing is reserved
+ * past what is published (the reservation word's offset equals pub_off): then every entry
+ * before the checksum entry is written, and the turn to publish is the sealer's at once. It
+ * advances the writer over the entries of the write with the chain their publishers computed
+ * (pub_chain: no header is read again here, tw__log_writer_take), writes the checksum entry,
+ * publishes it like an entry and publishes the slot (slot_head) for the driver to post. While an appender is copying, the
  * seal spins briefly and then, unless `wait` (a rollover: the gate is closed, the copies end),
  * gives up: NULL with *rc_out 0; the appender that publishes last rings the progress thread
  * if it sleeps (append_kick). NULL with *rc_out < 0: the seal failed (the caller fails the
@@ -36,7 +36,7 @@
 static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 {
 	struct pseg *seg = p->cur;
-	uint64_t head = PLD(p->slot_head), sealed = PLD(p->rec_sealed), idx, r;
+	uint64_t head = PLD(p->slot_head), sealed = PLD(p->rec_sealed), idx, r, pos;
 	struct pslot *s;
 	size_t off, len;
 	unsigned spins = 0;
@@ -44,10 +44,10 @@ static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 
 	*rc_out = 0;
 	for (;;) {
-		tw__log_writer_adopt(&seg->w, __atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE));
+		pos = __atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE);
 		r = PLD(p->res);
 		idx = res_idx(r, sealed);
-		if (res_off(r) == seg->w.pos) {
+		if (res_off(r) == pos) {
 			if (idx == sealed)
 				return NULL; /* nothing waits */
 			/* at + 8 fits: every entry leaves room for the checksum entry after it. */
@@ -58,7 +58,7 @@ static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 			if (__atomic_compare_exchange_n(&p->res, &r, r + TW_CKSUM_ENTRY_SIZE, false,
 							__ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
 				break;
-			continue; /* an appender reserved meanwhile: adopt it once published */
+			continue; /* an appender reserved meanwhile: take it once published */
 		}
 		/* An appender is copying (on another CPU: nanoseconds; preempted: until it runs). */
 		if (++spins < SEAL_SPINS)
@@ -68,7 +68,10 @@ static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 		else
 			return NULL;
 	}
-	/* The entries of the write are the records [sealed, idx): all published (rec_head). */
+	/* The entries of the write are the records [sealed, idx): all published (rec_head), and
+	 * pub_chain is the chain after the last of them (its publisher stored it before the
+	 * pub_off we loaded; nobody publishes after it until our checksum entry is). */
+	tw__log_writer_take(&seg->w, (size_t)pos, p->pub_chain, (uint32_t)(idx - sealed));
 	rc = tw_log_writer_seal(&seg->w, &off, &len);
 	/* Our turn ends: the entry reserved after the checksum entry may publish. */
 	__atomic_store_n(&p->pub_off, (uint64_t)seg->w.pos, __ATOMIC_RELEASE);

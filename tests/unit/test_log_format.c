@@ -19,7 +19,12 @@
 
 void tw__scan_generic(const void *buf, size_t len, struct tw_scan_result *out);
 /* log/log_entry.h and log/log_int.h (the CRC implementation's cache), declared here. */
-void tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len);
+struct tw__hdr_words {
+	uint32_t lo;
+	uint64_t hi;
+};
+struct tw__hdr_words tw__log_entry_put(uint8_t *hdr, const void *payload, uint32_t len);
+uint32_t tw__log_chain_step(uint32_t chain, struct tw__hdr_words h);
 extern int tw__crc_impl_cached;
 
 /* Scan with both walks; they must agree on every field. */
@@ -411,6 +416,7 @@ static void entry_put_same(void)
 		for (uint32_t len = 0; len <= 300; len++) {
 			for (unsigned a = 0; a < 3; a++) {
 				struct tw_log_writer w;
+				struct tw__hdr_words h;
 				const uint8_t *pl = src + a * 3;
 
 				for (size_t i = 0; i < sizeof(src); i++)
@@ -422,9 +428,13 @@ static void entry_put_same(void)
 					bad++;
 					continue;
 				}
-				tw__log_entry_put(got + a, pl, len);
+				h = tw__log_entry_put(got + a, pl, len);
 				n++;
-				if (memcmp(ref, got + a, TW_ENTRY_HDR_SIZE + len) != 0 ||
+				/* The words returned are the header stored, and the chain step over
+				 * them is the writer's (seed 0 before this one entry). */
+				if (h.lo != tw_load_le32(got + a) || h.hi != tw_load_le64(got + a + 4) ||
+				    tw__log_chain_step(0, h) != w.chain ||
+				    memcmp(ref, got + a, TW_ENTRY_HDR_SIZE + len) != 0 ||
 				    got[a + TW_ENTRY_HDR_SIZE + len] != 0xee ||
 				    (a && got[a - 1] != 0xee))
 					bad++;
@@ -432,8 +442,9 @@ static void entry_put_same(void)
 		}
 	}
 	__atomic_store_n(&tw__crc_impl_cached, saved, __ATOMIC_RELAXED);
-	ok(!bad && n == 2 * 301 * 3, "entry put: the writer's bytes at %u lengths and offsets, "
-	   "CPU CRC and table (%u differ)", n, bad);
+	ok(!bad && n == 2 * 301 * 3, "entry put: the writer's bytes, the header words returned and "
+	   "the writer's chain step over them at %u lengths and offsets, CPU CRC and table (%u "
+	   "differ)", n, bad);
 }
 
 int main(void)
