@@ -92,6 +92,9 @@ struct result {
 	/* The primary's own CPU over the same phase: this process (the appending thread, the
 	 * primary's progress thread in --async runs; raw mode's writer). -1 unknown. */
 	double cpu_primary;
+	/* Of it, the thread that appends (twbench's main thread: in --async runs the rest is the
+	 * primary's progress thread, and the provider's threads if it has any). -1 unknown. */
+	double cpu_caller;
 	/* The primary's counters of the run (raw mode fills writes, segments and the RPCs). */
 	struct tw_primary_stats st;
 };
@@ -140,6 +143,7 @@ int twd_pid(unsigned i);
 struct cpumark {
 	double proc[MAX_BACKUPS], main[MAX_BACKUPS];
 	double self; /* this process: the primary (or raw mode's writer); -1 unknown */
+	double thread; /* the calling thread (the one that appends or writes); -1 unknown */
 };
 void cpu_mark(struct cpumark *m);
 void cpu_delta(const struct cpumark *a, const struct cpumark *b, struct result *res);

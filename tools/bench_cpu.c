@@ -119,9 +119,20 @@ static double self_cpu(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* CPU seconds of the calling thread; -1 if unknown. */
+static double thread_cpu(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return -1;
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 void cpu_mark(struct cpumark *m)
 {
 	m->self = self_cpu();
+	m->thread = thread_cpu();
 	for (unsigned i = 0; i < n_twd; i++) {
 		m->proc[i] = proc_cpu(twd_pid(i));
 		m->main[i] = proc_cpu_tid(twd_pid(i), twd_pid(i)); /* twd runs the backup there */
@@ -142,6 +153,7 @@ void cpu_delta(const struct cpumark *a, const struct cpumark *b, struct result *
 	res->cpu_main_ok = n_twd > 0;
 	res->cpu_sum = res->cpu_main_sum = 0;
 	res->cpu_primary = a->self >= 0 && b->self >= 0 ? b->self - a->self : -1;
+	res->cpu_caller = a->thread >= 0 && b->thread >= 0 ? b->thread - a->thread : -1;
 	for (unsigned i = 0; i < n; i++) {
 		res->cpu[i] = a->proc[i] >= 0 && b->proc[i] >= 0 ? b->proc[i] - a->proc[i] : -1;
 		res->cpu_main[i] = a->main[i] >= 0 && b->main[i] >= 0 ? b->main[i] - a->main[i] : -1;

@@ -78,6 +78,7 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	json_num_or_null("backup_cpu_s_per_mobj", cpu_per_mobj(x), x->cpu_ok, true);
 	json_num_or_null("primary_cpu_s", x->cpu_primary, x->cpu_primary >= 0, true);
 	json_num_or_null("primary_cpu_s_per_mobj", primary_per_mobj(x), x->cpu_primary >= 0, true);
+	json_num_or_null("primary_caller_cpu_s", x->cpu_caller, x->cpu_caller >= 0, true);
 	printf("\"writes\":%" PRIu64 ",\"entries_per_write\":%.3f,\"segments\":%" PRIu64
 	       ",\"rpcs\":{\"handshake\":%" PRIu64 ",\"open\":%" PRIu64 ",\"close\":%" PRIu64
 	       ",\"set_acked\":%" PRIu64 ",\"total\":%" PRIu64 "},\"control_rpcs_per_object\":%.4g,"
@@ -245,6 +246,8 @@ void print_single(const struct opts *o, const struct result *x)
 		printf("  %-40s %14.3f\n", "primary CPU (s, this process)", x->cpu_primary);
 		printf("  %-40s %14.3f\n", "primary CPU s per 1M objects", primary_per_mobj(x));
 	}
+	if (x->cpu_caller >= 0)
+		printf("  %-40s %14.3f\n", "  of it, the appending thread (s)", x->cpu_caller);
 	printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", x->st.writes);
 	printf("  %-40s %14.2f\n", "entries per write",
 	       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
