@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <tailwind/primary.h>
@@ -78,27 +77,16 @@ static bool region_locked(const char *addr)
 	return held;
 }
 
-/*
- * SIGSTOP A and wait until every thread of it has stopped. kill() returns before the target
- * stops: a look at the region locks made right after it can see them free while A, still
- * running on the other CPU, takes one and is then stopped holding it (the hang this test had
- * in CI: the twd wedged, recovery and LB's open waited on it). waitid with WNOWAIT reports the
- * stop (or an exit) without reaping, so proc_wait still sees the exit later.
- */
+/* SIGSTOP A and wait until every thread of it has stopped (child_pause): a look at the region
+ * locks made right after kill() alone can see them free while A, still running on the other
+ * CPU, takes one and is then stopped holding it (the hang this test had in CI: the twd wedged,
+ * recovery and LB's open waited on it). */
 static void stop_a(struct proc *a, unsigned round)
 {
-	siginfo_t si;
-	int rc;
+	int rc = child_pause(a);
 
-	rc = proc_kill(a, SIGSTOP);
-	TAP_REQUIRE(rc == 0 || rc == -ESRCH, "round %u: SIGSTOP A: %s", round, strerror(-rc));
-	if (rc)
-		return;
-	memset(&si, 0, sizeof(si));
-	do
-		rc = waitid(P_PID, (id_t)proc_pid(a), &si, WSTOPPED | WEXITED | WNOWAIT);
-	while (rc < 0 && errno == EINTR);
-	TAP_REQUIRE(rc == 0, "round %u: wait for A to stop: %s", round, strerror(errno));
+	TAP_REQUIRE(rc == 0 || rc == -ESRCH, "round %u: SIGSTOP A and wait for it to stop: %s",
+		    round, strerror(-rc));
 }
 
 static uint64_t acked_of(const char *line)

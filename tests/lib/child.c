@@ -2,8 +2,10 @@
 #include "child.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "tap.h"
 
@@ -44,6 +46,20 @@ int child_stop(struct proc *p, int sig, int timeout_ms)
 	st = proc_wait(p, timeout_ms);
 	proc_free(p);
 	return st;
+}
+
+int child_pause(struct proc *p)
+{
+	siginfo_t si;
+	int rc = proc_kill(p, SIGSTOP);
+
+	if (rc)
+		return rc;
+	memset(&si, 0, sizeof(si));
+	do
+		rc = waitid(P_PID, (id_t)proc_pid(p), &si, WSTOPPED | WEXITED | WNOWAIT);
+	while (rc < 0 && errno == EINTR);
+	return rc < 0 ? -errno : 0;
 }
 
 void child_stop_ok(struct proc *p, int sig, int timeout_ms, const char *sig_what,

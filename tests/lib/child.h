@@ -34,6 +34,16 @@ struct proc *child_ready(char *const argv[], char *const env_extra[], int timeou
  * (the exit status, 128 + a signal, or -ETIMEDOUT). */
 int child_stop(struct proc *p, int sig, int timeout_ms);
 
+/*
+ * SIGSTOP p and wait until every thread of it has stopped (or it exited): kill() returns before
+ * the target stops. A stopped process's threads stop one by one: the thread that takes the
+ * signal must first run, then it stops the others, so on a loaded machine a thread of the
+ * target can go on for milliseconds after kill() (a twd's progress thread acknowledging one
+ * more write, say). waitid(WSTOPPED) reports the whole group stopped; WNOWAIT leaves the
+ * status for proc_wait. 0, or -errno (-ESRCH: p is gone).
+ */
+int child_pause(struct proc *p);
+
 /* child_stop as two TAP tests: the signal is delivered (sig_what), the program exits 0 within
  * timeout_ms (exit_what). */
 void child_stop_ok(struct proc *p, int sig, int timeout_ms, const char *sig_what,
