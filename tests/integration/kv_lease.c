@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "cli_run.h"
 #include "kv_client.h"
 #include "proc.h"
@@ -135,7 +136,7 @@ static void scenario_deadline(void)
 	put_ok(live, "v1", 30000, "before the pause");
 	rc = kvc_open(&live, 1, TIMEOUT_MS, &c, err, sizeof(err));
 	TAP_REQUIRE(rc == 0, "kvc_open: %s", err);
-	TAP_REQUIRE(proc_kill(srv[0], SIGSTOP) == 0, "SIGSTOP server 0");
+	TAP_REQUIRE(child_pause(srv[0]) == 0, "SIGSTOP server 0 and wait for it to stop");
 	tap_diag("SIGSTOPped server 0 (owner of partition 0, the key's)");
 
 	st = twkv_cli(live, TIMEOUT_MS, "get", key, NULL, &o, &took);
@@ -178,7 +179,7 @@ static void scenario_stale(void)
 	int rc, st;
 
 	put_ok(map.servers[1].kv, "v1", 30000, "before the pause");
-	TAP_REQUIRE(proc_kill(srv[0], SIGSTOP) == 0, "SIGSTOP server 0");
+	TAP_REQUIRE(child_pause(srv[0]) == 0, "SIGSTOP server 0 and wait for it to stop");
 	tap_diag("SIGSTOPped server 0 (owner of partition 0, the key's)");
 	rc = proc_wait_line(srv[3], "serving partition 0 ", line, sizeof(line), 60000);
 	ok(rc >= 0, "the standby takes partition 0 over: %s", rc >= 0 ? line : strerror(-rc));
