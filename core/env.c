@@ -68,6 +68,15 @@ static const struct row table[TW__ENV_COUNT] = {
 		  "aborts at the first violation (tests); another value fails the open",
 		  TW_ENV_TESTING },
 		"fabric_strict_tcp" },
+	[TW__ENV_PRIMARY_MEMBARRIER] = {
+		{ "TW_PRIMARY_MEMBARRIER", "enum: on, off", "on",
+		  "off makes async appenders publish each entry with a fenced store instead of "
+		  "leaving the fence to the progress thread's membarrier(2) before it sleeps "
+		  "(docs/primary.md, \"The append engine\"): the path taken where the kernel refuses "
+		  "membarrier, for tests and comparisons; read when a log opens; another value is "
+		  "warned about and taken as on",
+		  TW_ENV_TESTING },
+		"primary_batch_fenced" },
 	[TW__ENV_FI_SOCKETS_PE_WAITTIME] = {
 		{ "FI_SOCKETS_PE_WAITTIME", "milliseconds", "0",
 		  "libfabric's: its sockets provider spins this long after every "

@@ -22,6 +22,7 @@ enum tw__env {
 	TW__ENV_FAB_SHM_BELL,
 	TW__ENV_FAB_BUSY_POLL,
 	TW__ENV_FAB_STRICT,
+	TW__ENV_PRIMARY_MEMBARRIER,
 	TW__ENV_FI_SOCKETS_PE_WAITTIME, /* a default for programs to set (TW_ENV_PROGRAM) */
 	TW__ENV_COUNT
 };

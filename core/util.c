@@ -13,6 +13,8 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/membarrier.h>
 
 #include <rdma/fi_errno.h>
 
@@ -254,4 +256,30 @@ void tw__out_copy(void *out, size_t size, const void *full, size_t full_size)
 		size = full_size;
 	}
 	memcpy(out, full, size);
+}
+
+static pthread_once_t mb_once = PTHREAD_ONCE_INIT;
+static bool mb_ok;
+
+static void mb_init(void)
+{
+	long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED))
+		return;
+	mb_ok = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+bool tw__membarrier_ready(void)
+{
+	pthread_once(&mb_once, mb_init);
+	return mb_ok;
+}
+
+void tw__membarrier(void)
+{
+	/* Registered (tw__membarrier_ready), it does not fail. If it ever did, the hot side's
+	 * store could go unseen until the rare side looks again: the progress thread's sleep is
+	 * bounded (PWAIT_SLICE_MS), so an entry would wait that long, not for ever. */
+	(void)syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 }

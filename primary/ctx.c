@@ -523,6 +523,26 @@ bool tw__ctx_on_thread(const struct tw_ctx *ctx)
  * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
  * close).
  */
+/* No log has work: the thread is about to block in its poll. Each log says so to its
+ * appenders (sleep_begin), one asymmetric fence covers them all where their appenders publish
+ * without a fence (struct tw_primary.pub_light), and each log looks once more for work
+ * published meanwhile. True when some log has work: the poll then does not block. */
+static bool ctx_sleep_check(struct tw_ctx *ctx)
+{
+	size_t n = ctx->nlogs;
+	bool work = false, fence = false;
+
+	for (size_t k = 0; k < n; k++)
+		if (ctx->log_ops->served(ctx->logs[k]) && ctx->log_ops->sleep_begin(ctx->logs[k]))
+			fence = true;
+	if (fence)
+		tw__membarrier();
+	for (size_t k = 0; k < n; k++)
+		if (ctx->log_ops->served(ctx->logs[k]) && ctx->log_ops->sleep_check(ctx->logs[k]))
+			work = true;
+	return work;
+}
+
 static void *ctx_main(void *arg)
 {
 	struct tw_ctx *ctx = arg;
@@ -555,6 +575,8 @@ static void *ctx_main(void *arg)
 			if (ctx->log_ops->served(p) && ctx->log_ops->step_pre(p, &done))
 				work = true;
 		}
+		if (!work && !ctx->cfg.busy_poll)
+			work = ctx_sleep_check(ctx);
 		rc = tw__fab_progress(ctx->fab, work || ctx->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIMEDOUT) {
 			char msg[512];

@@ -2,7 +2,7 @@
  * primary/primary.c — the log of one primary: its segments in registered memory (allocation
  * from the log arena, chain seeds, pre-opening), segment rollover, the sticky failure and the
  * wake-ups of waiting application threads, the per-log steps the context's progress thread runs
- * (through the ops table of primary_open.c; its loop is in ctx.c), and the getters, reads,
+ * (and the ops table it calls them through; its loop is in ctx.c), and the getters, reads,
  * unload and trim of tailwind/primary.h. The append paths are in primary_append.c, sealing and
  * posting in primary_seal.c, acknowledgements in primary_ack.c, open and lifecycle in
  * primary_open.c. See docs/primary.md.
@@ -376,19 +376,32 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 		return true;
 	/* Seal a batch if one is due and post it. No lock in steady state (primary_seal.c). */
 	tw__primary_try_seal(p);
-	/* About to block in the poll: say so first, then look once more for entries to seal
-	 * (the last appender to publish stores pub_off, then loads pt_idle; we store pt_idle,
-	 * then load pub_off and res: one of us sees the other). A completion ends the poll
-	 * anyway. */
+	/* Work left: the poll does not block. pt_idle, on the driver's line that every appender
+	 * reads, is written only when the thread may sleep (tw__primary_sleep_begin). */
+	return work || PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
+	       tw__primary_seal_now(p);
+}
+
+/* About to block in the poll: say so first (the context then fences for all its logs, where
+ * appenders publish without a fence), then look once more for entries to seal. The last
+ * appender to publish stores pub_off, then loads pt_idle; we store pt_idle, then load pub_off
+ * and res: one of us sees the other (see PLD). A completion ends the poll anyway. */
+bool tw__primary_sleep_begin(struct tw_primary *p)
+{
 	PST(p->pt_idle, true);
 	p->pt_idle_set = true;
+	return p->pub_light;
+}
+
+bool tw__primary_sleep_check(struct tw_primary *p)
+{
 	if (PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
 	    tw__primary_seal_now(p)) {
 		PST(p->pt_idle, false);
 		p->pt_idle_set = false;
-		work = true;
+		return true;
 	}
-	return work;
+	return false;
 }
 
 void tw__primary_step_post(struct tw_primary *p)
@@ -404,6 +417,50 @@ void tw__primary_step_post(struct tw_primary *p)
 		PST(p->pt_idle, false);
 	}
 }
+
+/* ------------------------------------------------------------------ the context's ops table */
+
+static bool log_served(const struct tw_primary *p)
+{
+	return pserved(p);
+}
+
+static void log_fail(struct tw_primary *p, int err, const char *msg)
+{
+	tw__primary_fail(p, err, "%s", msg);
+}
+
+static uint64_t log_incarnation(const struct tw_primary *p)
+{
+	return p->incarnation;
+}
+
+static void log_count_handshake(struct tw_primary *p, unsigned rpcs)
+{
+	PSTAT_ADD(p, rpcs, rpcs);
+	PSTAT_ADD(p, rpc_handshake, rpcs);
+}
+
+static void log_back(struct tw_primary *p, unsigned b)
+{
+	(void)b; /* a spare for any of them now: the next background round scans them all */
+	if (__atomic_load_n(&p->st.rerep_pending, __ATOMIC_RELAXED))
+		p->rr_dirty = true;
+}
+
+const struct tw__log_ops tw__primary_log_ops = {
+	.served = log_served,
+	.step_pre = tw__primary_step_pre,
+	.step_post = tw__primary_step_post,
+	.sleep_begin = tw__primary_sleep_begin,
+	.sleep_check = tw__primary_sleep_check,
+	.lost = tw__pfo_lost,
+	.fail = log_fail,
+	.reset = tw__pfo_after_reset,
+	.incarnation = log_incarnation,
+	.count_handshake = log_count_handshake,
+	.back = log_back,
+};
 
 int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 {
@@ -566,6 +623,9 @@ static void primary_stats(const struct tw_primary *p, struct tw_primary_stats *o
 
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	/* Counted on the appenders' own line (struct tw_primary). */
+	out->appends = __atomic_load_n(&p->pub_appends, __ATOMIC_RELAXED);
+	out->bytes = __atomic_load_n(&p->pub_bytes, __ATOMIC_RELAXED);
 	tw__arena_get_stats(p->ctx->arena, &out->arena);
 	tw__fab_write_counts(p->ctx->fab, &out->fab_writes, &out->fab_fast_writes);
 }

@@ -133,17 +133,21 @@ static inline __attribute__((always_inline)) void put_publish(struct tw_primary 
 	/* Our turn: the chain over our header, from the registers that stored it, instead of
 	 * the sealer's walk over every header of the write from another CPU (pub_chain). */
 	p->pub_chain = p->chain_step(p->pub_chain, h);
-	PSTAT_ADD(p, appends, 1);
-	PSTAT_ADD(p, bytes, len);
+	__atomic_store_n(&p->pub_appends, p->pub_appends + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->pub_bytes, p->pub_bytes + len, __ATOMIC_RELAXED);
 	__atomic_store_n(&p->rec_head, v->idx + 1, __ATOMIC_RELEASE);
-	/* Async mode: sequentially consistent (an xchg on x86-64), the first half of the
-	 * appender's store-then-load pair with the progress thread (async_kick, see PLD). Sync
-	 * mode: a release store (a plain move). */
-	if (p->threaded)
+	/* The first half of the appender's store-then-load pair with the progress thread
+	 * (async_kick, see PLD). A release store (a plain move on x86-64) in sync mode, and in
+	 * async mode where the progress thread fences for both before it sleeps (pub_light:
+	 * tw__membarrier); otherwise sequentially consistent (an xchg, which waits until the
+	 * entry's stores have left the core). The compiler barrier keeps async_kick's loads
+	 * after it. */
+	if (p->threaded && !p->pub_light)
 		PST(p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len);
 	else
 		__atomic_store_n(&p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len,
 				 __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
 static bool on_progress_thread(const struct tw_primary *p)

@@ -110,7 +110,7 @@ static inline bool pb_back(const struct pbackup *b)
 /*
  * How a context calls its logs (as raft calls its raft_io, the other way round): ctx.c reaches
  * a log only through this table, never the engine's functions or fields; the engine calls the
- * context's functions (tw__ctx_*). One table, tw__primary_log_ops (primary_open.c). All on the
+ * context's functions (tw__ctx_*). One table, tw__primary_log_ops (primary.c). All on the
  * driving thread except `served`.
  */
 struct tw__log_ops {
@@ -121,6 +121,12 @@ struct tw__log_ops {
 	 * reap, seal+post). */
 	bool (*step_pre)(struct tw_primary *p, bool *done);
 	void (*step_post)(struct tw_primary *p);
+	/* The pass found no work in any log and the thread is about to block in its poll:
+	 * sleep_begin says so to the log's appenders (true: they publish without a fence, so
+	 * the thread must call tw__membarrier, once for all logs); then sleep_check looks once
+	 * more for work published meanwhile: true, and the thread does not block. */
+	bool (*sleep_begin)(struct tw_primary *p);
+	bool (*sleep_check)(struct tw_primary *p);
 	/* Backup `b`'s connection failed (why: for messages): the log fails over on its own. */
 	void (*lost)(struct tw_primary *p, unsigned b, const char *why);
 	/* The context cannot go on for the log (fabric progress or reset failed). */
@@ -377,12 +383,19 @@ struct tw__pcfg {
 int tw__pcfg_make(struct tw__pcfg *pc, const struct tw_ctx_config *transport,
 		  const struct tw_primary_config *cfg, char *errmsg, size_t errmsg_len);
 
+/* The span the engine's shared words are kept apart by (struct tw_primary): two cache lines,
+ * since x86 cores fetch lines in adjacent pairs (Intel's spatial prefetcher). */
+#define TW_PCACHE 128
+
 struct tw_primary {
 	struct tw__pcfg cfg; /* provider points to our copy; backups is NULL */
 	struct tw_coord *coord;       /* cfg.coordinator: holds the owner node (primary_coord.c) */
 	char *prov_copy;
 	unsigned r;
 	bool threaded;                     /* TW_PRIMARY_ASYNC: the context's thread drives */
+	bool pub_light;                    /* async mode, tw__membarrier_ready(): appenders
+					    * publish with a plain store, the progress thread
+					    * fences for both before it sleeps (see PLD) */
 	bool looped;                       /* sync mode driven from an event loop (it asked
 					    * tw_primary_wait_prepare): progressed all the time */
 	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary_append.c) */
@@ -423,36 +436,49 @@ struct tw_primary {
 	struct pslot *slots;
 	struct pop *pops;
 	unsigned nslots;
-	/* Sealed writes: [slot_tail, slot_posted) posted and in flight, [slot_posted, slot_head)
-	 * sealed, not posted yet (a failover is pending). The three move on the driver thread
-	 * only and are read across threads with atomics (PLD/PST). */
-	uint64_t slot_head, slot_posted, slot_tail;
-
 	/* Append records ring (power of two). */
 	struct prec *recs;
 	uint64_t rec_mask;
-	/* The reservation word (docs/primary.md, "The append engine"): one compare-and-swap
-	 * reserves an entry's room, record and place (or the sealer's checksum entry). Bits
-	 * 0..31: the next free byte of p->cur; 32..61: records reserved, modulo 2^30 (res_idx);
-	 * 62: flips at each new segment (no ABA); 63: the gate (closed: slow path, RES_GATE). */
-	uint64_t res;
+	tw__chain_step_fn chain_step; /* tw__log_chain_step_fn(), chosen at open */
+
+	/*
+	 * The engine's shared words, in two groups by writer, each on cache lines of its own
+	 * (TW_PCACHE): the appenders write theirs on every append, the driver its own about once
+	 * per write, and each only reads the other's. Packed together, every append would wait for
+	 * a line the other CPU had just taken (docs/primary.md, "The append engine").
+	 */
+	/* Written by the appenders. The reservation word: one compare-and-swap reserves an
+	 * entry's room, record and place (or the sealer's checksum entry). Bits 0..31: the next
+	 * free byte of p->cur; 32..61: records reserved, modulo 2^30 (res_idx); 62: flips at each
+	 * new segment (no ABA); 63: the gate (closed: slow path, RES_GATE). */
+	_Alignas(TW_PCACHE) uint64_t res;
 	/* Publication in order: [0, pub_off) of p->cur is written. Whoever reserved [off, end)
 	 * waits until pub_off == off, stores rec_head, then end: one thread at a time. */
 	uint64_t pub_off;
+	uint64_t rec_head; /* records published (their entries written, their fields set) */
 	/* The header chain of p->cur over [0, pub_off) (tw__log_chain_step): advanced by each
 	 * entry's publisher in its turn, before it stores pub_off (its header is in its cache
 	 * then); set to the new segment's seed in tw__pseg_push; read by the sealer once its
 	 * checksum entry is reserved, when nobody else can publish. */
 	uint32_t pub_chain;
-	tw__chain_step_fn chain_step; /* tw__log_chain_step_fn(), chosen at open */
+	/* st.appends and st.bytes, counted by the publisher in its turn, on this line. */
+	uint64_t pub_appends, pub_bytes;
+
+	/* Written by the driver (read by appenders). Sealed writes: [slot_tail, slot_posted)
+	 * posted and in flight, [slot_posted, slot_head) sealed, not posted yet (a failover is
+	 * pending). */
+	_Alignas(TW_PCACHE) uint64_t slot_head, slot_posted, slot_tail;
 	/* Where the entries not sealed yet begin in p->cur: the end of its last sealed write (0
 	 * in a new segment). Written by the driver before rec_sealed, and in tw__pseg_push before
 	 * the new segment's word (atomics, see PLD); pending_bytes reads it after the word. */
 	uint64_t seal_off;
-	uint64_t rec_head;   /* records published (their entries written, their fields set) */
 	uint64_t rec_sealed; /* covered by a sealed write (driver thread) */
 	uint64_t rec_tail;   /* acknowledged or failed, callbacks ran (driver thread) */
-	bool reap_failed;    /* an earlier write failed: every later entry fails */
+	bool pt_idle;        /* the progress thread may sleep in its poll: an appender that
+			      * publishes an entry due to be sealed wakes it (atomic, see PLD) */
+	bool pt_idle_set;    /* progress thread only: its last step_pre set pt_idle */
+
+	_Alignas(TW_PCACHE) bool reap_failed; /* an earlier write failed: every later entry fails */
 
 	int err;             /* sticky failure; 0 while healthy */
 	char errmsg[1024];
@@ -466,9 +492,6 @@ struct tw_primary {
 	bool need_roll;
 	int roll_rc;            /* the last rollover's result (-ENOSPC: arena exhausted) */
 	uint64_t roll_gen;      /* rollovers tried */
-	bool pt_idle;           /* the progress thread may sleep in its poll: an appender that
-				 * seals a write wakes it (atomic, see PLD) */
-	bool pt_idle_set;       /* progress thread only: its last step_pre set pt_idle */
 	unsigned app_waiting;   /* on cv_app: a roll, a flush */
 	/* Async mode, the lock-free hand-over (docs/primary.md, "The append engine"):
 	 * n_sleep: application threads asleep under the lock (room queue, cv_app); the progress
@@ -689,6 +712,8 @@ void tw__pctl_drop(struct tw_primary *p, struct pbackup *b);
  * *done when a stopping log has nothing left), and after it (failover, reap, seal+post). */
 bool tw__primary_step_pre(struct tw_primary *p, bool *done);
 void tw__primary_step_post(struct tw_primary *p);
+bool tw__primary_sleep_begin(struct tw_primary *p);
+bool tw__primary_sleep_check(struct tw_primary *p);
 
 #define PSTAT_ADD(p, f, n) __atomic_store_n(&(p)->st.f, (p)->st.f + (n), __ATOMIC_RELAXED)
 

@@ -242,49 +242,19 @@ static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size
 	return 0;
 }
 
-/* ------------------------------------------------------------------ the context's ops table */
-
-static bool log_served(const struct tw_primary *p)
-{
-	return pserved(p);
-}
-
-static void log_fail(struct tw_primary *p, int err, const char *msg)
-{
-	tw__primary_fail(p, err, "%s", msg);
-}
-
-static uint64_t log_incarnation(const struct tw_primary *p)
-{
-	return p->incarnation;
-}
-
-static void log_count_handshake(struct tw_primary *p, unsigned rpcs)
-{
-	PSTAT_ADD(p, rpcs, rpcs);
-	PSTAT_ADD(p, rpc_handshake, rpcs);
-}
-
-static void log_back(struct tw_primary *p, unsigned b)
-{
-	(void)b; /* a spare for any of them now: the next background round scans them all */
-	if (__atomic_load_n(&p->st.rerep_pending, __ATOMIC_RELAXED))
-		p->rr_dirty = true;
-}
-
-const struct tw__log_ops tw__primary_log_ops = {
-	.served = log_served,
-	.step_pre = tw__primary_step_pre,
-	.step_post = tw__primary_step_post,
-	.lost = tw__pfo_lost,
-	.fail = log_fail,
-	.reset = tw__pfo_after_reset,
-	.incarnation = log_incarnation,
-	.count_handshake = log_count_handshake,
-	.back = log_back,
-};
-
 /* ------------------------------------------------------------------ open */
+
+/* TW_PRIMARY_MEMBARRIER (core/env.c): whether async appenders may publish without a fence. */
+static bool pub_light_wanted(void)
+{
+	const char *v = tw__env_get(TW__ENV_PRIMARY_MEMBARRIER);
+
+	if (!v || !strcmp(v, "on"))
+		return true;
+	if (strcmp(v, "off"))
+		tw_log_warn("primary: TW_PRIMARY_MEMBARRIER=%s: expected on or off; taken as on", v);
+	return strcmp(v, "off") != 0;
+}
 
 /* The log's memory and settings (tw__primary_open_as, step 1): the struct, its lock, the
  * slots, the record ring, the backups' array; cfg's borrowed strings dropped. NULL: out of
@@ -294,16 +264,19 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 					struct tw_coord *coord)
 {
 	size_t nbk = ctx ? ctx->nbk : cfg->n_backups;
-	struct tw_primary *p = calloc(1, sizeof(*p));
+	/* Aligned for the engine's groups of shared words (TW_PCACHE); sizeof is a multiple. */
+	struct tw_primary *p = aligned_alloc(TW_PCACHE, sizeof(*p));
 	uint64_t rec_cap;
 
 	if (!p)
 		return NULL;
+	memset(p, 0, sizeof(*p));
 	p->cfg = *cfg;
 	p->coord = coord;
 	p->r = cfg->replicas;
 	/* A shared context always has its progress thread: its logs are in async mode. */
 	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
+	p->pub_light = p->threaded && pub_light_wanted() && tw__membarrier_ready();
 	p->mode_ops = tw__primary_mode_ops(p->threaded);
 	p->chain_step = tw__log_chain_step_fn();
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;

@@ -778,6 +778,15 @@ static void test_idle_wake(const char **addrs)
 		tap_diag("idle wake: thread %u: p90 %" PRIu64 " us, p99 %" PRIu64 " us, max %" PRIu64
 			 " us", i, t[i].ns[IW_BURSTS * 9 / 10] / 1000, t[i].ns[IW_BURSTS * 99 / 100] / 1000,
 			 t[i].ns[IW_BURSTS - 1] / 1000);
+	{
+		const char *env = getenv("TW_PRIMARY_MEMBARRIER");
+		bool want = !(env && !strcmp(env, "off")) && tw__membarrier_ready();
+
+		ok(p->pub_light == want, "idle wake: the appenders published %s (TW_PRIMARY_MEMBARRIER "
+		   "%s, membarrier %s)", p->pub_light ? "with a plain store, the progress thread "
+		   "fencing before it sleeps" : "with a fenced store", env ? env : "unset",
+		   tw__membarrier_ready() ? "available" : "refused");
+	}
 	is_int(tw_primary_close(p), 0, "idle wake: close");
 	for (unsigned i = 0; i < IW_THREADS; i++) {
 		pthread_mutex_destroy(&t[i].mu);
