@@ -390,7 +390,11 @@ bool tw__primary_sleep_begin(struct tw_primary *p)
 {
 	PST(p->pt_idle, true);
 	p->pt_idle_set = true;
-	return p->pub_light;
+	/* The fence only when nothing is in flight. With writes in flight their completions end
+	 * the poll anyway, and a ring lost to the store-buffer race would only make a batch that
+	 * is due wait for the next one (the idle-log rule needs nothing in flight): the fence,
+	 * a few microseconds of interrupts, would cost more than that rare wait. */
+	return p->pub_light && PLD(p->slot_tail) == p->slot_posted;
 }
 
 bool tw__primary_sleep_check(struct tw_primary *p)
