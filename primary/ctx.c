@@ -514,15 +514,6 @@ bool tw__ctx_on_thread(const struct tw_ctx *ctx)
 	return progress_tls == ctx;
 }
 
-/*
- * The progress thread of a context: one per context, however many logs. Each pass runs every
- * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
- * has work: an append to an idle log, a completion or tw__fab_wakeup ends the wait), heals lost
- * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
- * starts one log further each time (round robin), so no log is always served first. Between
- * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
- * close).
- */
 /* No log has work: the thread is about to block in its poll. Each log says so to its
  * appenders (sleep_begin), one asymmetric fence covers them all where their appenders publish
  * without a fence (struct tw_primary.pub_light), and each log looks once more for work
@@ -543,6 +534,16 @@ static bool ctx_sleep_check(struct tw_ctx *ctx)
 	return work;
 }
 
+/*
+ * The progress thread of a context: one per context, however many logs. Each pass runs every
+ * log's pre-step (control work, seal+post), polls the fabric once (blocking only when no log
+ * has work, even after its last look, ctx_sleep_check: an append to an idle log, a completion
+ * or tw__fab_wakeup ends the wait), heals lost
+ * channels (shared contexts), then every log's post-step (failover, reap, seal+post). The pass
+ * starts one log further each time (round robin), so no log is always served first. Between
+ * two passes it steps aside for a thread that must drive (tw__ctx_drive_enter: a log's open or
+ * close).
+ */
 static void *ctx_main(void *arg)
 {
 	struct tw_ctx *ctx = arg;
