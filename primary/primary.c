@@ -368,6 +368,14 @@ static bool step_control(struct tw_primary *p, bool *done, bool *work)
 	return false;
 }
 
+/* Work for the progress thread on this log now: sealed writes to post (a failover ended),
+ * control work asked for, or entries to seal. */
+static bool pt_work_left(const struct tw_primary *p)
+{
+	return PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
+	       tw__primary_seal_now(p);
+}
+
 bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 {
 	bool work = false;
@@ -378,8 +386,7 @@ bool tw__primary_step_pre(struct tw_primary *p, bool *done)
 	tw__primary_try_seal(p);
 	/* Work left: the poll does not block. pt_idle, on the driver's line that every appender
 	 * reads, is written only when the thread may sleep (tw__primary_sleep_begin). */
-	return work || PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
-	       tw__primary_seal_now(p);
+	return work || pt_work_left(p);
 }
 
 /* About to block in the poll: say so first (the context then fences for all its logs, where
@@ -399,8 +406,7 @@ bool tw__primary_sleep_begin(struct tw_primary *p)
 
 bool tw__primary_sleep_check(struct tw_primary *p)
 {
-	if (PLD(p->slot_head) != p->slot_posted || PLD(p->ctl_pending) ||
-	    tw__primary_seal_now(p)) {
+	if (pt_work_left(p)) {
 		PST(p->pt_idle, false);
 		p->pt_idle_set = false;
 		return true;
