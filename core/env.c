@@ -77,6 +77,14 @@ static const struct row table[TW__ENV_COUNT] = {
 		  "warned about and taken as on",
 		  TW_ENV_TESTING },
 		"primary_batch_fenced" },
+	[TW__ENV_PRIMARY_APPENDER_SEAL] = {
+		{ "TW_PRIMARY_APPENDER_SEAL", "enum: on, off", "on",
+		  "off leaves every seal of an async log to its progress thread: an appender that "
+		  "meets a whole batch waiting rings it and sleeps instead of sealing the batch "
+		  "itself (docs/primary.md, \"Who seals\"), for tests and comparisons; read when a "
+		  "log opens; another value is warned about and taken as on",
+		  TW_ENV_TESTING },
+		"primary_batch_ptseal" },
 	[TW__ENV_FI_SOCKETS_PE_WAITTIME] = {
 		{ "FI_SOCKETS_PE_WAITTIME", "milliseconds", "0",
 		  "libfabric's: its sockets provider spins this long after every "

@@ -330,6 +330,12 @@ static int async_room(struct tw_primary *p, uint32_t len, struct room_wait *rw)
 		if (batch_full(p) || ring_full(p)) {
 			if (on_progress_thread(p))
 				return -EAGAIN;
+			/* A whole batch waits and a slot is free: seal it here and go on, rather
+			 * than wait for the progress thread to run (it posts what we sealed). */
+			if (p->seal_self && !ring_full(p) && tw__primary_seal_appender(p)) {
+				wake_pt(p);
+				continue;
+			}
 			/* Back-pressure: count ourselves, look again (the progress thread stores the
 			 * tails, then loads n_sleep: see PLD), queue up and sleep until an
 			 * acknowledgement or a seal hands us the turn (room_wake_one), or a failure,

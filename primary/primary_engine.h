@@ -136,6 +136,8 @@ const struct pmode_ops *tw__primary_mode_ops(bool threaded);
  * what is published): the progress thread's last look before it sleeps (the last appender to
  * publish looks at pt_idle after its publication: see PLD). */
 bool tw__primary_seal_now(const struct tw_primary *p);
+/* Async mode, an appender stopped by a whole batch waiting (lock held): seal it now. */
+bool tw__primary_seal_appender(struct tw_primary *p);
 /* Post every sealed write not posted yet, in order (lock not held; none while a failover is
  * pending; failed at once when the log has failed). */
 void tw__primary_post_pending(struct tw_primary *p);

@@ -396,6 +396,8 @@ struct tw_primary {
 	bool pub_light;                    /* async mode, tw__membarrier_ready(): appenders
 					    * publish with a plain store, the progress thread
 					    * fences for both before it sleeps (see PLD) */
+	bool seal_self;                    /* async mode: an appender that meets a whole batch
+					    * waiting seals it (TW_PRIMARY_APPENDER_SEAL) */
 	bool looped;                       /* sync mode driven from an event loop (it asked
 					    * tw_primary_wait_prepare): progressed all the time */
 	const struct pmode_ops *mode_ops;  /* what the mode does differently (primary_append.c) */
@@ -481,6 +483,7 @@ struct tw_primary {
 	_Alignas(TW_PCACHE) bool reap_failed; /* an earlier write failed: every later entry fails */
 
 	int err;             /* sticky failure; 0 while healthy */
+	int seal_err;        /* async mode: an appender's seal failed; the driver fails the log */
 	char errmsg[1024];
 	uint64_t acked_lsn;  /* atomic */
 

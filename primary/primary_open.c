@@ -244,15 +244,17 @@ static int check_config(const struct tw__pcfg *cfg, bool on_ctx, char *msg, size
 
 /* ------------------------------------------------------------------ open */
 
-/* TW_PRIMARY_MEMBARRIER (core/env.c): whether async appenders may publish without a fence. */
-static bool pub_light_wanted(void)
+/* An on/off variable of core/env.c, on unless set to off: TW_PRIMARY_MEMBARRIER (whether
+ * async appenders may publish without a fence), TW_PRIMARY_APPENDER_SEAL (whether they may
+ * seal a whole batch themselves). */
+static bool env_on(enum tw__env id)
 {
-	const char *v = tw__env_get(TW__ENV_PRIMARY_MEMBARRIER);
+	const char *v = tw__env_get(id);
 
 	if (!v || !strcmp(v, "on"))
 		return true;
 	if (strcmp(v, "off"))
-		tw_log_warn("primary: TW_PRIMARY_MEMBARRIER=%s: expected on or off; taken as on", v);
+		tw_log_warn("primary: %s=%s: expected on or off; taken as on", tw__env_name(id), v);
 	return strcmp(v, "off") != 0;
 }
 
@@ -276,7 +278,8 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 	p->r = cfg->replicas;
 	/* A shared context always has its progress thread: its logs are in async mode. */
 	p->threaded = ctx || cfg->mode == TW_PRIMARY_ASYNC;
-	p->pub_light = p->threaded && pub_light_wanted() && tw__membarrier_ready();
+	p->pub_light = p->threaded && env_on(TW__ENV_PRIMARY_MEMBARRIER) && tw__membarrier_ready();
+	p->seal_self = p->threaded && env_on(TW__ENV_PRIMARY_APPENDER_SEAL);
 	p->mode_ops = tw__primary_mode_ops(p->threaded);
 	p->chain_step = tw__log_chain_step_fn();
 	p->cfg.mode = p->threaded ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;

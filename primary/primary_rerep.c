@@ -400,6 +400,11 @@ void tw__pfo_run(struct tw_primary *p)
 	if (!p->fo_pending || p->fo_running)
 		return;
 	p->fo_running = true;
+	/* Appenders seal under the lock (tw__primary_seal_appender) and look at fo_pending
+	 * there: one that sealed before it was set is done once we have held the lock, and none
+	 * seals after until the failover ends. The open segment's writer is ours from here. */
+	tw__primary_lock(p);
+	tw__primary_unlock(p);
 	/* A fabric whose peers' losses block each other (shm in libfabric 1.17: the sender
 	 * consumes the responses of its writes in order, so one write to a peer that never
 	 * answers blocks the completion of every later write of the endpoint, to every peer;

@@ -33,9 +33,9 @@
  * if it sleeps (append_kick). NULL with *rc_out < 0: the seal failed (the caller fails the
  * primary).
  */
-static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
+static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait, bool locked)
 {
-	struct pseg *seg = p->cur;
+	struct pseg *seg = __atomic_load_n(&p->cur, __ATOMIC_ACQUIRE);
 	uint64_t head = PLD(p->slot_head), sealed = PLD(p->rec_sealed), idx, r, pos;
 	struct pslot *s;
 	size_t off, len;
@@ -93,11 +93,40 @@ static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait)
 	/* Back-pressure released (async mode): a sleeper counted itself in n_sleep before it
 	 * looked at rec_sealed (see PLD). The queue is empty in sync mode. */
 	if (p->threaded && PLD(p->n_sleep)) {
-		pthread_mutex_lock(&p->lock);
+		if (!locked)
+			pthread_mutex_lock(&p->lock);
 		tw__primary_room_wake_one(p);
-		pthread_mutex_unlock(&p->lock);
+		if (!locked)
+			pthread_mutex_unlock(&p->lock);
 	}
 	return s;
+}
+
+/*
+ * Async mode: an appender stopped by a whole batch waiting unsealed seals it itself, under the
+ * appenders' lock, instead of ringing the progress thread and sleeping until it has (docs/primary.md,
+ * "The append engine", "Who seals"). Not while the gate is closed (a rollover, a failure, a
+ * finish), a failover is pending, or no slot is free; the progress thread takes the same lock
+ * for its own seals, and the failover takes it once before it reads the open segment's writer.
+ * Returns whether a write was sealed (the progress thread, rung if it sleeps, posts it); on a
+ * failed seal the error is left in seal_err for the progress thread, which fails the log.
+ */
+bool tw__primary_seal_appender(struct tw_primary *p)
+{
+	struct pslot *s;
+	int rc;
+
+	if ((PLD(p->res) & RES_GATE) || PLD(p->fo_pending) || p->err || PLD(p->seal_err) ||
+	    !slot_free(p) || !pending_entries(p))
+		return false;
+	s = seal(p, &rc, false, true);
+	if (!s) {
+		if (rc < 0)
+			PST(p->seal_err, rc);
+		return false;
+	}
+	__atomic_fetch_add(&p->st.appender_seals, 1, __ATOMIC_RELAXED);
+	return true;
 }
 
 /* Post one sealed write to every replica of its segment. Driver thread, lock not held. */
@@ -190,10 +219,19 @@ static int seal_post_if(struct tw_primary *p, bool ready)
 	/* Only the driver seals (appenders reserve, copy and publish without a lock), so what
 	 * is looked at here stays true until the seal: no lock (docs/primary.md, "The append
 	 * engine"). */
+	if (PLD(p->seal_err)) {
+		tw__primary_fail(p, p->seal_err, "seal failed: %s", tw_strerror(p->seal_err));
+		return p->err;
+	}
 	if (!pending_entries(p) || p->err || !slot_free(p) ||
 	    (ready && (PLD(p->need_roll) || !tw__primary_batch_due(p))))
 		return p->err;
-	s = seal(p, &rc, !ready);
+	/* Appenders seal too in async mode (tw__primary_seal_appender), under the lock: the slot
+	 * looked at above may be theirs by now, and what waits may be sealed already (then seal
+	 * finds nothing). */
+	tw__primary_lock(p);
+	s = slot_free(p) ? seal(p, &rc, !ready, true) : NULL;
+	tw__primary_unlock(p);
 	if (!s && !rc)
 		return p->err; /* a copy in progress: its appender rings us when it is done */
 	if (!s) {

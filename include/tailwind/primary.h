@@ -397,6 +397,10 @@ struct tw_primary_stats {
 	 * backups"). 0 on other providers. */
 	uint64_t fab_writes;
 	uint64_t fab_fast_writes;
+	/* Async mode: writes sealed by an appender that met a whole batch waiting, instead of
+	 * the progress thread (docs/primary.md, "Who seals"); the rest of `writes` were sealed
+	 * by the thread that drives the log. */
+	uint64_t appender_seals;
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

@@ -14,6 +14,8 @@
  *     exhausted (-ENOSPC, nothing appended);
  *   - whole batches under load: one entry at once on an idle log, no write under max_batch
  *     while one is in flight;
+ *   - who seals: an appender that meets a whole batch seals it into a free slot itself while
+ *     the progress thread is held (or, TW_PRIMARY_APPENDER_SEAL=off, waits for it);
  *   - the record ring wrapping around, entries alone and in batches;
  *   - several producers (threads) with batches: LSNs unique, callbacks in LSN order;
  *   - no lost wake-up: bursts from two threads acknowledged without a flush;
@@ -466,6 +468,78 @@ static void test_whole_batches(const char **addrs)
 	ok(atomic_load(&x.n) == 5 && !x.a.errors && !x.a.out_of_order,
 	   "whole batches: 5 acknowledged in order");
 	is_int(tw_primary_close(p), 0, "whole batches: close");
+}
+
+/*
+ * Who seals (async mode, docs/primary.md "Who seals"): an appender that meets a whole batch
+ * waiting seals it itself when a slot is free, and goes on, instead of waiting for the progress
+ * thread. The gate holds the first write's completion, and with it the progress thread: with
+ * 4 slots, 3 are free, so 16 more appends of max_batch 4 return with 3 writes sealed by the
+ * appender and 4 entries waiting; the 17th would wait for a slot. With TW_PRIMARY_APPENDER_SEAL=off
+ * (the meson test primary_batch_ptseal) the 5th append waits for the progress thread instead.
+ */
+static void test_appender_seal(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	struct tlog_acks_mt x = { 0 };
+	struct bp_arg b = { 0 };
+	uint8_t buf[50];
+	pthread_t th;
+	int bad = 0, waited = 0, n;
+
+	tlog_mem_config(&tc, &cfg, addrs, 345, SEG, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 4;
+	cfg.max_inflight = 4;
+	p = tlog_open(&tc, &cfg, "appender seal");
+	if (!p)
+		return;
+	tgate_close_on(&gate, p);
+	fill(buf, 50, 0);
+	if (tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL) != 0)
+		bad++;
+	ok(tgate_wait_seen(&gate, 10), "appender seal: the first write is out and held at the gate");
+	n = p->seal_self ? 16 : 4;
+	for (int i = 0; i < n; i++)
+		if (tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL) != 0)
+			bad++;
+	is_int(bad, 0, "appender seal: %d appends behind it returned", n);
+	tw_primary_get_stats(p, &st);
+	if (p->seal_self) {
+		ok(st.appender_seals == 3 && PLD(p->slot_head) == 4 && pending_entries(p) == 4,
+		   "appender seal: the appender sealed 3 writes into the free slots itself (%" PRIu64
+		   " by appenders, %" PRIu64 " sealed in all, %" PRIu64 " waiting)",
+		   st.appender_seals, (uint64_t)PLD(p->slot_head), pending_entries(p));
+		for (unsigned i = 1; i < 4; i++)
+			if (p->slots[i].nrec != 4)
+				bad++;
+		is_int(bad, 0, "appender seal: each of them a whole batch of max_batch entries");
+	} else {
+		b.p = p;
+		b.x = &x;
+		pthread_create(&th, NULL, bp_main, &b);
+		/* It must not return while the progress thread is held: look for a while. */
+		for (int i = 0; i < 50 && !atomic_load(&b.done); i++) {
+			usleep(1000);
+			waited++;
+		}
+		ok(!atomic_load(&b.done) && st.appender_seals == 0 && PLD(p->slot_head) == 1,
+		   "appender seal off: the 5th append waits for the progress thread to seal "
+		   "(%d ms and counting; %" PRIu64 " sealed by appenders)", waited, st.appender_seals);
+	}
+	tgate_open(&gate);
+	if (!p->seal_self) {
+		pthread_join(th, NULL);
+		is_int(b.rc, 0, "appender seal off: the waiting append returned 0");
+		n++;
+	}
+	is_int(tw_primary_flush(p), 0, "appender seal: flush");
+	ok(atomic_load(&x.n) == (uint64_t)n + 1 && !x.a.errors && !x.a.out_of_order,
+	   "appender seal: all %d acknowledged once, in order (%" PRIu64 ")", n + 1,
+	   (uint64_t)atomic_load(&x.n));
+	is_int(tw_primary_close(p), 0, "appender seal: close");
 }
 
 /* ------------------------------------------------------------------ record ring wrap-around */
@@ -1000,6 +1074,7 @@ int main(void)
 	test_arena_batch(cl.addrs, TW_PRIMARY_ASYNC);
 	test_slots_busy(cl.addrs);
 	test_whole_batches(cl.addrs);
+	test_appender_seal(cl.addrs);
 	test_ring_wrap(cl.addrs, TW_PRIMARY_SYNC);
 	test_ring_wrap(cl.addrs, TW_PRIMARY_ASYNC);
 	test_producers(cl.addrs);
