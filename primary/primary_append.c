@@ -277,7 +277,8 @@ static bool res_fits(const struct tw_primary *p, uint32_t len)
 }
 
 /* Whether an appender stopped by back-pressure can go on: the ring has room and no whole
- * batch waits unsealed (only the progress thread seals). */
+ * batch waits unsealed (sealed by the progress thread, or by an appender while a slot is
+ * free). */
 static bool room_now(const struct tw_primary *p)
 {
 	return !ring_full(p) && !batch_full(p);

@@ -1,8 +1,9 @@
 /*
  * primary/primary_seal.c — sealing and posting: the waiting entries become one write (one
  * checksum entry closes them, tw_log_writer_seal), which takes a write slot and goes to every
- * replica of its segment; the driver's round (seal, poll, reap) and the drain. Driver thread.
- * See docs/primary.md, "Batching and pipelining".
+ * replica of its segment; the driver's round (seal, poll, reap) and the drain. Driver thread,
+ * except tw__primary_seal_appender (an async appender, under the lock). See docs/primary.md,
+ * "Batching and pipelining", "Who seals".
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -188,7 +189,9 @@ void tw__primary_post_pending(struct tw_primary *p)
 	}
 }
 
-/* Whether waiting entries can be sealed now (driver thread; exact there, since only it seals). */
+/* Whether waiting entries can be sealed now (driver thread; exact in sync mode, a hint in async
+ * mode, where an appender may seal a whole batch meanwhile: seal_post_if looks again under the
+ * lock). */
 static bool seal_ready(const struct tw_primary *p)
 {
 	return pending_entries(p) && slot_free(p) && !p->err && !PLD(p->need_roll) &&
@@ -216,9 +219,7 @@ static int seal_post_if(struct tw_primary *p, bool ready)
 	if (PLD(p->fo_pending))
 		return p->err;
 	tw__primary_post_pending(p);
-	/* Only the driver seals (appenders reserve, copy and publish without a lock), so what
-	 * is looked at here stays true until the seal: no lock (docs/primary.md, "The append
-	 * engine"). */
+	/* An appender's seal that failed: its error fails the log here, on the driver. */
 	if (PLD(p->seal_err)) {
 		tw__primary_fail(p, p->seal_err, "seal failed: %s", tw_strerror(p->seal_err));
 		return p->err;
