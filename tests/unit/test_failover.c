@@ -5,7 +5,9 @@
  * nothing acknowledged is lost, the counters tell what happened, closed segments that lived on
  * the lost backup are re-replicated, and recovery from all four backups returns every
  * acknowledged entry while ignoring the lost backup's stale copies (older replica version).
- * A spare stopped (mem's TW_MEM_FAULT_STOP) is lost at the next segment's open. Last, the same
+ * The async cases run again with batches of 8, where the appending thread seals whole batches
+ * itself during the failover. A spare stopped (mem's TW_MEM_FAULT_STOP) is lost at the next
+ * segment's open. Last, the same
  * through the RPC-replication baseline (TW_DATA_PATH=rpc) with a backup closed.
  */
 #include <errno.h>
@@ -30,7 +32,8 @@
 #define OBJ 100u
 #define NB 5
 
-static bool preopen; /* run(): cfg.preopen */
+static bool preopen;    /* run(): cfg.preopen */
+static unsigned batch;  /* run(): cfg.max_batch when not 0 */
 
 static void fill(uint8_t *buf, uint64_t seq)
 {
@@ -116,6 +119,8 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 
 	base_cfg(&tc, &cfg, addrs, log_id, mode);
 	cfg.preopen = preopen;
+	if (batch)
+		cfg.max_batch = batch;
 	p = tlog_open(&tc, &cfg, "%s", name);
 	if (!p)
 		return;
@@ -147,6 +152,8 @@ static void run(const char *name, const char **addrs, enum tw_primary_mode mode,
 	rc = tw_primary_finish(p);
 	is_int(rc, 0, "%s: finish", name);
 	tw_primary_get_stats(p, &st);
+	tap_diag("%s: %" PRIu64 " writes, %" PRIu64 " sealed by the appending thread", name,
+		 st.writes, st.appender_seals);
 	ok(st.backups_lost == 1 && st.failovers == 1, "%s: stats: %" PRIu64 " lost, %" PRIu64
 	   " failovers", name, st.backups_lost, st.failovers);
 	ok(st.rereplications >= 2 && st.rerep_bytes > 0 && st.rerep_pending == 0,
@@ -407,6 +414,13 @@ int main(void)
 	run("write error, preopen, async", addrs, TW_PRIMARY_ASYNC, 204, TW_MEM_FAULT_FAIL);
 	run("peer vanishes, preopen, sync", addrs, TW_PRIMARY_SYNC, 205, TW_MEM_FAULT_VANISH);
 	preopen = false;
+	/* Whole batches of 8 in async mode: the appending thread seals batches itself while the
+	 * failover runs (docs/primary.md, "Who seals"; the failover takes the appenders' lock
+	 * before it reads the open segment's writer). */
+	batch = 8;
+	run("write error, batches of 8, async", addrs, TW_PRIMARY_ASYNC, 207, TW_MEM_FAULT_FAIL);
+	run("peer vanishes, batches of 8, async", addrs, TW_PRIMARY_ASYNC, 208, TW_MEM_FAULT_VANISH);
+	batch = 0;
 	test_stale_closed(addrs);
 	test_rate(addrs);
 	test_stopped_spare(addrs);
