@@ -85,13 +85,14 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       "\"control_rpcs_per_replication_request\":%.4g,\"open_refused\":%" PRIu64
 	       ",\"wakeups\":%" PRIu64 ",\"inflight_peak\":%" PRIu64
 	       ",\"fabric_writes\":%" PRIu64 ",\"fast_path_writes\":%" PRIu64
+	       ",\"appender_seals\":%" PRIu64
 	       ",\"arena\":{\"mapped\":%" PRIu64 ",\"peak_used\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"huge_extents\":%" PRIu64 ",\"segments\":%" PRIu64 ",\"reused\":%" PRIu64 "}}",
 	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
 	       x->st.segments, x->st.rpc_handshake, x->st.rpc_open, x->st.rpc_close, x->st.rpc_set_acked,
 	       x->st.rpcs, per_obj, per_req,
 	       x->st.open_refused, x->st.wakeups, x->st.inflight_peak, x->st.fab_writes,
-	       x->st.fab_fast_writes, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
+	       x->st.fab_fast_writes, x->st.appender_seals, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
 	       x->st.arena.huge_extents, x->st.arena.segments, x->st.arena.reused);
 }
 
@@ -249,6 +250,9 @@ void print_single(const struct opts *o, const struct result *x)
 	if (x->cpu_caller >= 0)
 		printf("  %-40s %14.3f\n", "  of it, the appending thread (s)", x->cpu_caller);
 	printf("  %-40s %14" PRIu64 "\n", "writes (each to r backups)", x->st.writes);
+	/* Async mode: the writes the appending thread sealed itself (docs/primary.md). */
+	printf("  %-40s %14" PRIu64 "\n", "  of them, sealed by the appending thread",
+	       x->st.appender_seals);
 	printf("  %-40s %14.2f\n", "entries per write",
 	       (double)x->count / (double)(x->st.writes ? x->st.writes : 1));
 	printf("  %-40s %14" PRIu64 "\n", "segments", x->st.segments);

@@ -89,6 +89,7 @@ struct eresult {
 	double cores;         /* the primary's CPU over the wall time: 1.0 is its core, busy */
 	double entries_per_write;
 	uint64_t writes, wakeups;
+	uint64_t appender_seals; /* writes the appending thread sealed itself (async) */
 };
 
 static struct eresult results[MAX_LIST * A_COUNT * MAX_RUNS];
@@ -439,6 +440,7 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 	res->cores = t1 > t0 ? (double)(c1 - c0) / (double)(t1 - t0) : 0;
 	res->writes = st.writes - st0.writes;
 	res->wakeups = st.wakeups - st0.wakeups;
+	res->appender_seals = st.appender_seals - st0.appender_seals;
 	res->entries_per_write = (double)count / (double)(res->writes ? res->writes : 1);
 	free(buf);
 	return 0;
@@ -512,10 +514,11 @@ static void print_json(const struct eopts *o, int cpu)
 		       ",\"seconds\":%.6f,\"appends_per_s\":%.1f,\"cpu_ns_per_append\":%.2f,"
 		       "\"app_thread_cpu_ns_per_append\":%.2f,\"backups_cpu_ns_per_append\":%.2f,"
 		       "\"primary_cores\":%.3f,\"writes\":%"
-		       PRIu64 ",\"entries_per_write\":%.3f,\"wakeups\":%" PRIu64 "}",
+		       PRIu64 ",\"entries_per_write\":%.3f,\"wakeups\":%" PRIu64
+		       ",\"appender_seals\":%" PRIu64 "}",
 		       i ? "," : "", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
 		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->bk_cpu_ns, x->cores,
-		       x->writes, x->entries_per_write, x->wakeups);
+		       x->writes, x->entries_per_write, x->wakeups, x->appender_seals);
 	}
 	printf("],\"ranges\":[");
 	for (unsigned m = 0, k = 0; m < o->n_modes; m++)
