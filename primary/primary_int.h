@@ -484,6 +484,8 @@ struct tw_primary {
 
 	int err;             /* sticky failure; 0 while healthy */
 	int seal_err;        /* async mode: an appender's seal failed; the driver fails the log */
+	bool sealing;        /* async mode: the turn to seal, taken by the progress thread or an
+			      * appender (primary_seal.c, seal_turn_take; atomic) */
 	char errmsg[1024];
 	uint64_t acked_lsn;  /* atomic */
 

@@ -126,6 +126,14 @@ static double run_one(const char *const *addrs, uint64_t log_id, bool async, uns
 		fprintf(stderr, "bench_threads: %" PRIu64 " appends, %" PRIu64 " acks, %" PRIu64
 			" errors\n", total, (uint64_t)atomic_load(&acked),
 			(uint64_t)atomic_load(&ack_errors));
+	{
+		struct tw_primary_stats st;
+
+		tw_primary_get_stats(p, &st);
+		printf("# %s, %u threads: %" PRIu64 " writes (%" PRIu64 " sealed by appenders), %"
+		       PRIu64 " wake-ups of the progress thread\n", async ? "async" : "sync", t,
+		       st.writes, st.appender_seals, st.wakeups);
+	}
 	tw_primary_close(p);
 	return rc ? -1 : (double)total / ((double)(t1 - t0) / 1e9);
 }
