@@ -470,6 +470,51 @@ static void test_whole_batches(const char **addrs)
 	is_int(tw_primary_close(p), 0, "whole batches: close");
 }
 
+/* The appends of test_appender_seal, on a thread of their own so that a wait fails the test
+ * at a deadline instead of hanging it. */
+struct as_arg {
+	struct tw_primary *p;
+	struct tlog_acks_mt *x;
+	int n, bad;
+	bool done;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+static void *as_main(void *arg)
+{
+	struct as_arg *a = arg;
+	uint8_t buf[50];
+	int bad = 0;
+
+	fill(buf, 50, 0);
+	for (int i = 0; i < a->n; i++)
+		if (tw_primary_append_async(a->p, buf, 50, tlog_ack_mt_cb, a->x, NULL) != 0)
+			bad++;
+	pthread_mutex_lock(&a->mu);
+	a->bad = bad;
+	a->done = true;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+/* Whether the appends returned within `secs` seconds. */
+static bool as_wait(struct as_arg *a, int secs)
+{
+	struct timespec until;
+	bool done;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += secs;
+	pthread_mutex_lock(&a->mu);
+	while (!a->done && pthread_cond_timedwait(&a->cv, &a->mu, &until) == 0)
+		;
+	done = a->done;
+	pthread_mutex_unlock(&a->mu);
+	return done;
+}
+
 /*
  * Who seals (async mode, docs/primary.md "Who seals"): an appender that meets a whole batch
  * waiting seals it itself when a slot is free, and goes on, instead of waiting for the progress
@@ -486,9 +531,11 @@ static void test_appender_seal(const char **addrs)
 	struct tw_primary *p;
 	struct tlog_acks_mt x = { 0 };
 	struct bp_arg b = { 0 };
+	struct as_arg as = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 	uint8_t buf[50];
-	pthread_t th;
+	pthread_t th, ath;
 	int bad = 0, waited = 0, n;
+	bool returned;
 
 	tlog_mem_config(&tc, &cfg, addrs, 345, SEG, TW_PRIMARY_ASYNC);
 	cfg.max_batch = 4;
@@ -502,10 +549,20 @@ static void test_appender_seal(const char **addrs)
 		bad++;
 	ok(tgate_wait_seen(&gate, 10), "appender seal: the first write is out and held at the gate");
 	n = p->seal_self ? 16 : 4;
-	for (int i = 0; i < n; i++)
-		if (tw_primary_append_async(p, buf, 50, tlog_ack_mt_cb, &x, NULL) != 0)
-			bad++;
-	is_int(bad, 0, "appender seal: %d appends behind it returned", n);
+	as.p = p;
+	as.x = &x;
+	as.n = n;
+	pthread_create(&ath, NULL, as_main, &as);
+	returned = as_wait(&as, 10);
+	ok(returned && as.bad == 0, "appender seal: %d appends behind it returned (%s)", n,
+	   returned ? "all" : "still waiting after 10 s");
+	if (!returned) { /* let them finish and the test go on */
+		tgate_open(&gate);
+		pthread_join(ath, NULL);
+		tw_primary_close(p);
+		return;
+	}
+	pthread_join(ath, NULL);
 	tw_primary_get_stats(p, &st);
 	if (p->seal_self) {
 		ok(st.appender_seals == 3 && PLD(p->slot_head) == 4 && pending_entries(p) == 4,
