@@ -30,6 +30,8 @@ struct rv_slot {
 	unsigned backoff_ms; /* the wait after the next failed probe */
 	uint64_t next_ns;    /* the next probe, not before */
 	uint64_t tries;      /* failed probes since it was lost */
+	bool urgent;         /* tw__ctx_revive_now waits for its next probe */
+	uint64_t urgent_tries; /* tries when it was asked */
 };
 
 struct ctx_revive {
@@ -316,4 +318,67 @@ void tw__ctx_revive_step(struct tw_ctx *ctx)
 		}
 	}
 	pthread_mutex_unlock(&rv->lock);
+}
+
+/*
+ * A failover found no spare (primary_rerep.c, open_spare): probe every backup that is down now
+ * rather than at its back-off's next turn (up to TW__REVIVE_MAX_MS away), wait for those probes
+ * while the fabric progresses, at most `max_ms`, and connect the ones that answered. A backup
+ * that has just come back from a pause is then a spare at once, instead of the log failing for
+ * want of one while it stands ready (kv_history caught a partition moved that way: a kill 20 ms
+ * after the SIGCONT of a server the new owner had found dead during its pause). Driver thread,
+ * between two walks of the backups. Returns the number of backups connected again. Not on a
+ * fabric whose losses block each other (shm), where a connect may need the context's reset.
+ */
+unsigned tw__ctx_revive_now(struct tw_ctx *ctx, unsigned max_ms)
+{
+	uint64_t end = tw_now_ns() + (uint64_t)max_ms * 1000000u, before;
+	struct ctx_revive *rv;
+	unsigned asked = 0;
+
+	if (tw__fab_loss_blocks_others(ctx->fab) || ctx->resetting)
+		return 0;
+	before = __atomic_load_n(&ctx->st.reconnects, __ATOMIC_RELAXED);
+	tw__ctx_revive_step(ctx); /* asks the reviver for every backup down (starts it) */
+	rv = ctx->revive;
+	if (!rv)
+		return 0;
+	pthread_mutex_lock(&rv->lock);
+	for (size_t i = 0; i < rv->cap; i++) {
+		struct rv_slot *s = &rv->slot[i];
+
+		if (s->wanted && !s->answered) {
+			s->next_ns = 0; /* now */
+			s->urgent = true;
+			s->urgent_tries = s->tries;
+			asked++;
+		}
+	}
+	if (asked)
+		pthread_cond_signal(&rv->cv);
+	pthread_mutex_unlock(&rv->lock);
+	for (uint64_t now = tw_now_ns(); asked && now < end; now = tw_now_ns()) {
+		unsigned waiting = 0;
+
+		pthread_mutex_lock(&rv->lock);
+		for (size_t i = 0; i < rv->cap; i++) {
+			struct rv_slot *s = &rv->slot[i];
+
+			if (s->urgent && s->wanted && !s->answered && s->tries == s->urgent_tries)
+				waiting++;
+		}
+		pthread_mutex_unlock(&rv->lock);
+		if (!waiting)
+			break;
+		/* Peers need our polls meanwhile; an answer wakes the fabric. */
+		tw__fab_progress(ctx->fab, (int)((end - now + 999999u) / 1000000u) < 10
+						   ? (int)((end - now + 999999u) / 1000000u)
+						   : 10);
+	}
+	pthread_mutex_lock(&rv->lock);
+	for (size_t i = 0; i < rv->cap; i++)
+		rv->slot[i].urgent = false;
+	pthread_mutex_unlock(&rv->lock);
+	tw__ctx_revive_step(ctx); /* connects the ones that answered */
+	return (unsigned)(__atomic_load_n(&ctx->st.reconnects, __ATOMIC_RELAXED) - before);
 }

@@ -242,6 +242,9 @@ bool tw__ctx_on_thread(const struct tw_ctx *ctx);
 #define TW__REVIVE_FIRST_MS 100u
 #define TW__REVIVE_MAX_MS 1000u
 void tw__ctx_revive_step(struct tw_ctx *ctx);
+/* A failover found no spare: probe the backups that are down now and wait for those probes
+ * (at most max_ms); the number connected again (ctx_revive.c). Driver thread. */
+unsigned tw__ctx_revive_now(struct tw_ctx *ctx, unsigned max_ms);
 void tw__ctx_revive_stop(struct tw_ctx *ctx);
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */

@@ -123,6 +123,10 @@ static void no_spare_fail(struct tw_primary *p, const struct pseg *s, unsigned l
 	tw__primary_fail(p, -TW_ENOBACKUP, "%s", msg);
 }
 
+/* How long a failover without a spare waits for the probes of the backups that are down: one
+ * probe's own bound (ctx_revive.c, RV_PROBE_MS) and a little. */
+#define REVIVE_WAIT_MS 1200u
+
 /*
  * Open segment `s` (at its current version) on a spare to take replica index `i`. On success
  * *bi_out and *rk_out. Returns 0, -TW_ENOBACKUP (no spare took it, after retrying refusals for
@@ -136,6 +140,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 		.log_id = p->cfg.log_id, .segment_id = s->id, .checksum = 0, .offset = 0,
 	};
 	unsigned delay = 5;
+	bool revived = false;
 
 	tw__pcoord_refresh(p); /* spares from the live registry (a no-op without a coordinator) */
 	for (;;) {
@@ -186,6 +191,14 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 			tw_log_warn("primary: spare %s: %s", b->addr, b->why);
 			if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_EMALFORMED)
 				tw__pfo_lost(p, bi, b->why);
+		}
+		/* None took it: once, the backups that are down are probed now, not at their
+		 * back-off's turn (one back from a pause a moment ago is a spare), and we look
+		 * again if any answered (ctx_revive.c, tw__ctx_revive_now). */
+		if (!refused && !revived) {
+			revived = true;
+			if (tw__ctx_revive_now(p->ctx, REVIVE_WAIT_MS))
+				continue;
 		}
 		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
 			return -TW_ENOBACKUP;
