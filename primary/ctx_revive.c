@@ -321,16 +321,17 @@ void tw__ctx_revive_step(struct tw_ctx *ctx)
 }
 
 /*
- * A failover found no spare (primary_rerep.c, open_spare): probe every backup that is down now
- * rather than at its back-off's next turn (up to TW__REVIVE_MAX_MS away), wait for those probes
- * while the fabric progresses, at most `max_ms`, and connect the ones that answered. A backup
+ * A failover found no spare, or a segment's open no backup (primary_rerep.c, tw__pfo_revive):
+ * probe the backups that are down and `want`ed (indexed like ctx->bk) now rather than at their
+ * back-off's next turn (up to TW__REVIVE_MAX_MS away), wait for those probes while the fabric
+ * progresses, at most `max_ms`, and connect the ones that answered. A backup
  * that has just come back from a pause is then a spare at once, instead of the log failing for
  * want of one while it stands ready (kv_history caught a partition moved that way: a kill 20 ms
  * after the SIGCONT of a server the new owner had found dead during its pause). Driver thread,
  * between two walks of the backups. Returns the number of backups connected again. Not on a
  * fabric whose losses block each other (shm), where a connect may need the context's reset.
  */
-unsigned tw__ctx_revive_now(struct tw_ctx *ctx, unsigned max_ms)
+unsigned tw__ctx_revive_now(struct tw_ctx *ctx, const bool *want, unsigned max_ms)
 {
 	uint64_t end = tw_now_ns() + (uint64_t)max_ms * 1000000u, before;
 	struct ctx_revive *rv;
@@ -344,10 +345,10 @@ unsigned tw__ctx_revive_now(struct tw_ctx *ctx, unsigned max_ms)
 	if (!rv)
 		return 0;
 	pthread_mutex_lock(&rv->lock);
-	for (size_t i = 0; i < rv->cap; i++) {
+	for (size_t i = 0; i < rv->cap && i < ctx->nbk; i++) {
 		struct rv_slot *s = &rv->slot[i];
 
-		if (s->wanted && !s->answered) {
+		if (want[i] && s->wanted && !s->answered) {
 			s->next_ns = 0; /* now */
 			s->urgent = true;
 			s->urgent_tries = s->tries;

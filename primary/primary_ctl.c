@@ -243,6 +243,7 @@ int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 	struct tw_rpc_req req;
 	struct pcall calls[TW_PRIMARY_MAX_REPLICAS];
 	bool *tried = calloc(p->nbk, sizeof(bool));
+	bool revived = false;
 
 	if (!tried)
 		return -ENOMEM;
@@ -290,6 +291,14 @@ int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 		if (seg->nrep == p->r) {
 			free(tried);
 			return 0;
+		}
+		/* Short of backups: once, those that are down are probed now rather than at their
+		 * back-off's turn (one restarted a moment ago can take the segment), and we look
+		 * again if any answered (ctx_revive.c, tw__ctx_revive_now). */
+		if (!refused && !revived) {
+			revived = true;
+			if (tw__pfo_revive(p, seg))
+				continue;
 		}
 		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
 			break;

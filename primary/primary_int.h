@@ -241,10 +241,14 @@ bool tw__ctx_on_thread(const struct tw_ctx *ctx);
  * between two probes of one backup: FIRST, doubling up to MAX. */
 #define TW__REVIVE_FIRST_MS 100u
 #define TW__REVIVE_MAX_MS 1000u
+/* How long a failover or a segment's open short of backups waits for the probes it asks for
+ * (tw__ctx_revive_now): one probe's own bound (1 s) and a little. */
+#define TW__REVIVE_WAIT_MS 1200u
 void tw__ctx_revive_step(struct tw_ctx *ctx);
-/* A failover found no spare: probe the backups that are down now and wait for those probes
- * (at most max_ms); the number connected again (ctx_revive.c). Driver thread. */
-unsigned tw__ctx_revive_now(struct tw_ctx *ctx, unsigned max_ms);
+/* A failover found no spare: probe the backups that are down and wanted (indexed like ctx->bk)
+ * now and wait for those probes (at most max_ms); the number connected again (ctx_revive.c).
+ * Driver thread. */
+unsigned tw__ctx_revive_now(struct tw_ctx *ctx, const bool *want, unsigned max_ms);
 void tw__ctx_revive_stop(struct tw_ctx *ctx);
 /* Slice of a blocking wait: the fabric also fails operations past their deadline while we
  * progress, so never block longer than this without looking again. */
@@ -643,6 +647,9 @@ void tw__primary_unlock(struct tw_primary *p);
 /* Whether backup `b` holds a replica of the open segment. */
 bool tw__primary_is_replica(struct tw_primary *p, unsigned b);
 
+/* tw__ctx_revive_now for the backups down that could take a replica of `s`: none of its
+ * replicas, none of the open segment's. */
+unsigned tw__pfo_revive(struct tw_primary *p, const struct pseg *s);
 /* Backup failure (primary_rerep.c). Driver thread, lock not held.
  * tw__pfo_lost: backup `b` failed (why: for messages); suspends appends when it holds a replica of
  *   the open segment, marks closed segments for background re-replication. Idempotent.

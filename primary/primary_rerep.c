@@ -123,9 +123,22 @@ static void no_spare_fail(struct tw_primary *p, const struct pseg *s, unsigned l
 	tw__primary_fail(p, -TW_ENOBACKUP, "%s", msg);
 }
 
-/* How long a failover without a spare waits for the probes of the backups that are down: one
- * probe's own bound (ctx_revive.c, RV_PROBE_MS) and a little. */
-#define REVIVE_WAIT_MS 1200u
+unsigned tw__pfo_revive(struct tw_primary *p, const struct pseg *s)
+{
+	size_t n = p->ctx->nbk;
+	bool *want = calloc(n ? n : 1, sizeof(bool));
+	unsigned back;
+
+	if (!want)
+		return 0;
+	/* A replica's own backup back with the same node only lost its channel; it is taken back
+	 * by the failover the usual way (the background probes), not hurried here. */
+	for (size_t k = 0; k < p->nbk && k < n; k++)
+		want[k] = !holds(s, (unsigned)k) && !tw__primary_is_replica(p, (unsigned)k);
+	back = tw__ctx_revive_now(p->ctx, want, TW__REVIVE_WAIT_MS);
+	free(want);
+	return back;
+}
 
 /*
  * Open segment `s` (at its current version) on a spare to take replica index `i`. On success
@@ -197,7 +210,7 @@ static int open_spare(struct tw_primary *p, struct pseg *s, unsigned i, unsigned
 		 * again if any answered (ctx_revive.c, tw__ctx_revive_now). */
 		if (!refused && !revived) {
 			revived = true;
-			if (tw__ctx_revive_now(p->ctx, REVIVE_WAIT_MS))
+			if (tw__pfo_revive(p, s))
 				continue;
 		}
 		if (!refused || tw_now_ns() + (uint64_t)delay * 1000000u > deadline)
