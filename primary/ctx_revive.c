@@ -359,7 +359,7 @@ unsigned tw__ctx_revive_now(struct tw_ctx *ctx, const bool *want, unsigned max_m
 		pthread_cond_signal(&rv->cv);
 	pthread_mutex_unlock(&rv->lock);
 	for (uint64_t now = tw_now_ns(); asked && now < end; now = tw_now_ns()) {
-		unsigned waiting = 0;
+		unsigned waiting = 0, left_ms = (unsigned)((end - now + 999999u) / 1000000u);
 
 		pthread_mutex_lock(&rv->lock);
 		for (size_t i = 0; i < rv->cap; i++) {
@@ -372,9 +372,7 @@ unsigned tw__ctx_revive_now(struct tw_ctx *ctx, const bool *want, unsigned max_m
 		if (!waiting)
 			break;
 		/* Peers need our polls meanwhile; an answer wakes the fabric. */
-		tw__fab_progress(ctx->fab, (int)((end - now + 999999u) / 1000000u) < 10
-						   ? (int)((end - now + 999999u) / 1000000u)
-						   : 10);
+		tw__fab_progress(ctx->fab, (int)(left_ms < 10 ? left_ms : 10));
 	}
 	pthread_mutex_lock(&rv->lock);
 	for (size_t i = 0; i < rv->cap; i++)

@@ -110,7 +110,8 @@ static inline bool tw__primary_batch_due(const struct tw_primary *p)
  * What the two modes do differently (docs/primary.md, "Threading"): who drives the fabric and
  * how a caller waits. TW_PRIMARY_SYNC: the caller drives, inside the calls. TW_PRIMARY_ASYNC:
  * the context's progress thread drives and seals; callers copy without a lock, seal a whole
- * batch they meet when a slot is free, and sleep on condition variables (slow path). One table per mode, chosen at open (p->mode_ops).
+ * batch they meet when a slot is free, and sleep on condition variables (slow path). One
+ * table per mode, chosen at open (p->mode_ops).
  */
 struct pmode_ops {
 	/* Make room for one entry and append it (async: without a lock in the common case);

@@ -128,15 +128,15 @@ static void seal_turn_give(struct tw_primary *p)
  * appenders' lock, instead of ringing the progress thread and sleeping until it has (docs/primary.md,
  * "The append engine", "Who seals"). Not while the gate is closed (a rollover, a failure, a
  * finish), a failover is pending, another appender sleeps for room, no slot is free, the
- * progress thread is sealing (the turn, p->sealing) or an appender is copying; the failover takes the lock once before it reads the
- * open segment's writer. Returns whether a write was sealed (the progress thread, rung if it
+ * progress thread is sealing (the turn, p->sealing) or an appender is copying; the failover
+ * takes the lock once before it reads the open segment's writer. Returns whether a write was sealed (the progress thread, rung if it
  * sleeps, posts it); on a failed seal the error is left in seal_err for the progress thread,
  * which fails the log.
  */
 bool tw__primary_seal_appender(struct tw_primary *p)
 {
 	struct pslot *s;
-	int rc;
+	int rc = 0; /* stays 0 when the slot went to the progress thread meanwhile */
 
 	/* Not while other appenders sleep for room either: the pipeline is full then, and an
 	 * appender that goes on only adds a runnable thread (8 threads on 2 vCPUs: 15 % fewer
@@ -217,8 +217,8 @@ void tw__primary_post_pending(struct tw_primary *p)
 }
 
 /* Whether waiting entries can be sealed now (driver thread; exact in sync mode, a hint in async
- * mode, where an appender may seal a whole batch meanwhile: seal_post_if looks again under the
- * lock). */
+ * mode, where an appender may seal a whole batch meanwhile: seal_post_if looks again once the
+ * turn to seal is its). */
 static bool seal_ready(const struct tw_primary *p)
 {
 	return pending_entries(p) && slot_free(p) && !p->err && !PLD(p->need_roll) &&
