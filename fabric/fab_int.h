@@ -65,8 +65,8 @@ struct fab_ops {
  * The ops every backend implements, one list: TW__FAB_OPS_INIT(prefix) expands to the designated
  * initializers `.op = prefix_op,` of all of them, so a backend's table is built from its function
  * names and one that lacks an op does not compile. The optional ops (inject: only mem can inject
- * faults; chan_deadline: only ofi has sends of its own in flight; wait_fd: only ofi has a
- * descriptor) are not in the list: a backend
+ * faults; chan_deadline: only ofi has sends of its own in flight; wait_fd: ofi's epoll
+ * set, mem's eventfd; shm has none) are not in the list: a backend
  * sets them by hand or leaves them NULL.
  */
 #define TW__FAB_OPS(X, prefix) \

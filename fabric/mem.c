@@ -16,6 +16,12 @@
  *
  * Faults (tw__mem_inject) apply to the next write on a channel; see fabric.h.
  *
+ * A descriptor for the caller's event loop (tw__fab_wait_fd; tw_primary_wait_fd): an eventfd,
+ * made on the first request. tw__fab_wait_prepare arms it under mem_lock when nothing is
+ * queued; the next event queued for the fab (or a wakeup, or the copy orders that would wake
+ * mem_wait) writes it once and disarms it. So a loop that does not sleep costs no syscall
+ * per event, and one that sleeps costs one write per sleep, as a NIC's interrupt would.
+ *
  * "mem-null" (benchmarks only: tools/twbench_engine.c, docs/twbench.md): the same fabric, but
  * the initiator does not copy a write's bytes. The write completes at once (its completion
  * queued as above) and leaves a copy order (source, target, length) on the target fab, which
@@ -33,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fabric/fab_int.h"
 
@@ -77,6 +85,8 @@ struct mem_fab {
 	size_t nq;                  /* events queued: written under mem_lock (atomic stores),
 				     * read by mem_poll without it (set_nq) */
 	bool woken;                 /* under mem_lock */
+	int evfd;                   /* the caller's loop's descriptor (wait_fd); -1: none yet */
+	bool armed;                 /* under mem_lock: a loop sleeps on evfd (mem_wait_fd) */
 	uint32_t listen_id;         /* 0: not listening */
 	struct mem_fab *next_listener;
 };
@@ -173,12 +183,27 @@ static void copies_drain(struct mem_fab *mf)
 	copies_apply(mf, NULL, NULL); /* those queued meanwhile: a few, under the lock */
 }
 
+/* A loop sleeping on `mf`'s descriptor (armed by mem_wait_fd) has work now: write it once
+ * (mem_lock held). */
+static void ring_fd(struct mem_fab *mf)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	if (!mf->armed)
+		return;
+	mf->armed = false;
+	n = write(mf->evfd, &one, sizeof(one)); /* fails only with the counter full: readable */
+	(void)n;
+}
+
 /* Queue an event on `mf` (mem_lock held) and wake its thread. */
 static void push_ev(struct mem_fab *mf, struct mem_ev *ev)
 {
 	TW_SLIST_APPEND(mf->head, mf->tail, ev);
 	set_nq(mf, mf->nq + 1);
 	pthread_cond_signal(&mf->cond);
+	ring_fd(mf);
 }
 
 static struct mem_ev *new_ev(enum mev_kind kind, struct mem_chan *ch, size_t data_len)
@@ -485,8 +510,10 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 		__atomic_store_n(&mc->peer_fab->ncp, mc->peer_fab->ncp + 1, __ATOMIC_RELEASE);
 		mc->peer_fab->cp_bytes += len;
 		if (mc->peer_fab->cp_bytes >= MEM_NULL_WAKE &&
-		    mc->peer_fab->cp_bytes - len < MEM_NULL_WAKE)
+		    mc->peer_fab->cp_bytes - len < MEM_NULL_WAKE) {
 			pthread_cond_signal(&mc->peer_fab->cond); /* once per MEM_NULL_WAKE bytes */
+			ring_fd(mc->peer_fab);
+		}
 		push_done(mc, ev, op, 0, len, false);
 		goto out;
 	} else {
@@ -675,7 +702,39 @@ static void mem_wakeup(struct tw_fab *fab)
 	pthread_mutex_lock(&mem_lock);
 	mf->woken = true;
 	pthread_cond_signal(&mf->cond);
+	ring_fd(mf);
 	pthread_mutex_unlock(&mem_lock);
+}
+
+/* The caller's loop (fab_int.h): the eventfd, made on the first request; with `prepare`,
+ * -EAGAIN while anything is queued (events, a wakeup, copy orders at mem_wait's threshold),
+ * else armed and the descriptor. Read empty here: a write that woke an earlier sleep is
+ * consumed by the next prepare, which looks at the queue itself. */
+static int mem_wait_fd(struct tw_fab *fab, bool prepare)
+{
+	struct mem_fab *mf = (struct mem_fab *)fab;
+	uint64_t v;
+	int rc;
+
+	if (mf->evfd < 0) {
+		mf->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (mf->evfd < 0)
+			return -errno;
+	}
+	if (!prepare)
+		return mf->evfd;
+	if (read(mf->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return -errno;
+	pthread_mutex_lock(&mem_lock);
+	if (mf->head || mf->woken || mf->cp_bytes >= MEM_NULL_WAKE) {
+		mf->woken = false; /* its reason is for the next poll, as ofi's */
+		rc = -EAGAIN;
+	} else {
+		mf->armed = true;
+		rc = mf->evfd;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return rc;
 }
 
 static int mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault)
@@ -739,6 +798,8 @@ static void mem_close(struct tw_fab *fab)
 	}
 	pthread_mutex_unlock(&mem_lock);
 	pthread_cond_destroy(&mf->cond);
+	if (mf->evfd >= 0)
+		close(mf->evfd);
 	free(mf);
 }
 
@@ -746,6 +807,7 @@ static const struct fab_ops mem_ops = {
 	.name = "mem",
 	TW__FAB_OPS_INIT(mem)
 	.inject = mem_inject,
+	.wait_fd = mem_wait_fd,
 };
 
 int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events *ev,
@@ -761,6 +823,7 @@ int tw__mem_fab_open(const struct tw_fab_config *cfg, const struct tw_fab_events
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&mf->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	mf->evfd = -1;
 	mf->base.rdm = false;
 	if (null_writes) {
 		mf->null_writes = true;

@@ -678,7 +678,7 @@ int tw_primary_wait_prepare(struct tw_primary *p, int max_ms)
 
 	if (!p || p->threaded)
 		return -EINVAL;
-	/* A fabric without a descriptor (shm, mem) cannot be slept on: the caller goes on
+	/* A fabric without a descriptor (shm) cannot be slept on: the caller goes on
 	 * driving the log the plain way, so it keeps sync mode's SetAcked per reap. */
 	if (tw__fab_wait_fd(p->fab) == -ENOTSUP)
 		return -ENOTSUP;

@@ -324,7 +324,7 @@ TW_API int tw_primary_progress(struct tw_primary *p, int timeout_ms);
  *   loop: n = tw_primary_wait_prepare(p, -1); epoll_wait(epfd, ev, N, n < 0 ? 0 : n);
  *         handle the loop's events; tw_primary_progress(p, 0);
  * wait_fd returns the descriptor (owned by the primary, valid until tw_primary_close; the
- * same for the log's life), or -ENOTSUP when its fabric has none (shm and mem: drive those
+ * same for the log's life), or -ENOTSUP when its fabric has none (shm: drive those
  * with tw_primary_progress(p, timeout) or use async mode), -EINVAL (NULL, async mode).
  * prepare fails the same way, and a refused prepare leaves the log as it was (a plain
  * sync-mode log, with its SetAcked per reap: docs/readers.md).

@@ -1,11 +1,12 @@
 /*
  * tests/unit/test_fabric_mem.c — the in-memory fabric backend: connect/accept, registration,
  * write/read/send, every fault kind, loss completing pending ops exactly once, close, wakeup
- * across threads, the missing-provider error, and "mem-null" (writes whose bytes the target
- * places: benchmarks only).
+ * across threads, the missing-provider error, "mem-null" (writes whose bytes the target
+ * places: benchmarks only), and the descriptor for a caller's event loop (tw__fab_wait_fd).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <time.h>
 #include <pthread.h>
 #include <sched.h>
@@ -623,6 +624,60 @@ static void test_null(void)
 	teardown(&c);
 }
 
+/* Readable within `ms`: 1, 0 (not), or -1. */
+static int readable(int fd, int ms)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+
+	return poll(&pf, 1, ms);
+}
+
+/*
+ * The descriptor a caller's event loop sleeps on (tw__fab_wait_fd; tw_primary_wait_fd): made on
+ * the first request and the same after; prepare hands it out armed when nothing is queued, and
+ * says "poll first" (0) while something is; the next event queued for the fab (a message, a
+ * wake-up from another thread) makes it readable, once per sleep.
+ */
+static void test_wait_fd(void)
+{
+	struct conn c;
+	int fd, before;
+
+	setup(&c, 1000);
+	pump(4);
+	fd = tw__fab_wait_fd(A.fab);
+	ok(fd >= 0, "mem: a descriptor to wait on (%d)", fd);
+	is_int(tw__fab_wait_fd(A.fab), fd, "the same descriptor when asked again");
+	ok(tw__fab_wait_prepare(A.fab, 1000) > 0, "nothing queued: prepare allows a sleep");
+	is_int(readable(fd, 0), 0, "armed, not readable while nothing comes");
+
+	before = A.recvs;
+	TAP_REQUIRE(tw__chan_send(c.b2a, "wake", 5) == 0, "send");
+	is_int(readable(fd, 5000), 1, "a message for the fab makes the descriptor readable");
+	is_int(tw__fab_wait_prepare(A.fab, 1000), 0, "prepare while it is queued: progress first");
+	TAP_REQUIRE(fab_progress_until(A.fab, &A.recvs, before + 1, 5000), "received");
+	ok(!strcmp(A.last, "wake"), "the message is there (%s)", A.last);
+	ok(tw__fab_wait_prepare(A.fab, 1000) > 0, "handled: prepare allows a sleep again");
+	is_int(readable(fd, 0), 0, "the earlier wake-up was consumed by the prepare");
+
+	/* Disarmed after one write: a second message costs no write, and the prepare that
+	 * follows consumes the one. */
+	TAP_REQUIRE(tw__chan_send(c.b2a, "one", 4) == 0 && tw__chan_send(c.b2a, "two", 4) == 0,
+		    "two sends");
+	is_int(readable(fd, 5000), 1, "readable after two messages");
+	is_int(tw__fab_wait_prepare(A.fab, 1000), 0, "both queued: progress first");
+	pump(2);
+	ok(tw__fab_wait_prepare(A.fab, 1000) > 0 && readable(fd, 0) == 0,
+	   "both handled: armed again, not readable");
+
+	/* A wake-up from another thread ends the loop's sleep as it ends progress(-1). */
+	tw__fab_wakeup(A.fab);
+	is_int(readable(fd, 5000), 1, "tw__fab_wakeup makes it readable");
+	is_int(tw__fab_wait_prepare(A.fab, 1000), 0, "the wake-up's reason is for the next poll");
+	ok(tw__fab_wait_prepare(A.fab, 1000) > 0, "taken once");
+	teardown(&c);
+}
+
 int main(void)
 {
 	test_basic();
@@ -633,6 +688,7 @@ int main(void)
 	test_close();
 	test_threads();
 	test_noprov();
+	test_wait_fd();
 	tap_done_testing();
 	return tap_exit();
 }
