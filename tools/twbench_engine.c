@@ -52,8 +52,11 @@
 #define MAX_THREADS 64
 #define MAX_RUNS 32
 
-enum amode { A_ASYNC = 0, A_DRIVEN, A_COUNT };
-static const char *const amode_names[A_COUNT] = { "async", "driven" };
+/* async: the log's progress thread; driven: the caller's calls (sync mode); loop: the same
+ * calls from a caller that drives the log from an event loop (tw_primary_wait_prepare), which
+ * makes its acknowledged positions demand-driven as in async mode (docs/readers.md). */
+enum amode { A_ASYNC = 0, A_DRIVEN, A_LOOP, A_COUNT };
+static const char *const amode_names[A_COUNT] = { "async", "driven", "loop" };
 
 struct eopts {
 	unsigned r;
@@ -67,7 +70,8 @@ struct eopts {
 	unsigned batch, inflight;
 	uint64_t batch_bytes;    /* 0: the library's */
 	size_t segment_size;
-	unsigned progress_every; /* driven: tw_primary_progress(p, 0) every N appends (0: never) */
+	unsigned progress_every; /* driven, loop: tw_primary_progress(p, 0) every N appends (0:
+				  * never) */
 	unsigned buffers;        /* each backup's pool, fixed */
 	int cpu;                 /* -1: the CPU the caller runs on; -2: no binding */
 	const char *dir;
@@ -325,8 +329,12 @@ static int append_n(const struct eopts *o, struct tw_primary *p, enum amode mode
 				tw_strerror(rc), tw_primary_errmsg(p));
 			return rc;
 		}
-		if (mode == A_DRIVEN && o->progress_every && i % o->progress_every == 0) {
-			rc = tw_primary_progress(p, 0);
+		if (mode != A_ASYNC && o->progress_every && i % o->progress_every == 0) {
+			/* loop: a busy event loop's pass: it asks before its (zero) sleep, then
+			 * progresses; it never sleeps, having appends to make. */
+			rc = mode == A_LOOP ? tw_primary_wait_prepare(p, 0) : 0;
+			if (rc >= 0)
+				rc = tw_primary_progress(p, 0);
 			if (rc < 0) {
 				fprintf(stderr, "twbench-engine: progress: %s: %s\n",
 					tw_strerror(rc), tw_primary_errmsg(p));
@@ -390,6 +398,16 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 			err);
 		free(buf);
 		return rc;
+	}
+	if (mode == A_LOOP) { /* the descriptor an event loop would sleep on, and its first ask */
+		rc = tw_primary_wait_fd(p);
+		if (rc >= 0)
+			rc = tw_primary_wait_prepare(p, 0);
+		if (rc < 0) {
+			fprintf(stderr, "twbench-engine: --append loop: provider %s cannot drive a log "
+				"from an event loop: %s\n", o->fabric, tw_strerror(rc));
+			goto fail;
+		}
 	}
 
 	/* Not timed: the log's first segments, so that the pages of its context's log arena (new
@@ -547,9 +565,12 @@ static void usage(FILE *f)
 	      "segments before its clocks start (the new log's arena pages). A benchmark,\n"
 	      "not a test; uses only the public API. See docs/benchmarks.md, \"The engine\n"
 	      "alone\".\n\n"
-	      "  --append M[,M..]  async (TW_PRIMARY_ASYNC: progress thread, on the same core)\n"
-	      "                    and/or driven (TW_PRIMARY_SYNC, tw_primary_append_async and\n"
-	      "                    tw_primary_progress from the calling thread); default both\n"
+	      "  --append M[,M..]  async (TW_PRIMARY_ASYNC: progress thread, on the same core),\n"
+	      "                    driven (TW_PRIMARY_SYNC, tw_primary_append_async and\n"
+	      "                    tw_primary_progress from the calling thread) and/or loop\n"
+	      "                    (driven, as from a busy event loop: tw_primary_wait_prepare\n"
+	      "                    before each tw_primary_progress, so acknowledged positions\n"
+	      "                    are published on demand); default all three\n"
 	      "  --sizes N[,N..]   entry payload sizes in bytes (default 100,4096)\n"
 	      "  --count N         appends per run (default 2000000)\n"
 	      "  --max-bytes N     fewer appends for large sizes: count * size <= N (default\n"
@@ -561,7 +582,7 @@ static void usage(FILE *f)
 	      "                    library's)\n"
 	      "  --inflight N      writes in flight per backup (default: the library's)\n"
 	      "  --segment-size N  segment size (default 8388608)\n"
-	      "  --progress-every N  driven: tw_primary_progress(p, 0) every N appends (default\n"
+	      "  --progress-every N  driven, loop: tw_primary_progress(p, 0) every N appends (default\n"
 	      "                    256; 0: never, the appends drive the log themselves)\n"
 	      "  --buffers N       each backup's pool of segment buffers, fixed (default 16)\n"
 	      "  --cpu N           bind the appending thread and the primary's threads to CPU N\n"
@@ -642,18 +663,19 @@ static int parse_opt(int c, struct eopts *o)
 
 		o->n_modes = 0;
 		for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			enum amode m = !strcmp(t, "async") ? A_ASYNC :
-				       !strcmp(t, "driven") ? A_DRIVEN : A_COUNT;
+			enum amode m = !strcmp(t, "async")  ? A_ASYNC :
+				       !strcmp(t, "driven") ? A_DRIVEN :
+				       !strcmp(t, "loop")   ? A_LOOP : A_COUNT;
 
 			if (m == A_COUNT || o->n_modes == A_COUNT) {
 				free(dup);
-				return bad("--append", optarg, "async and/or driven");
+				return bad("--append", optarg, "async, driven and/or loop");
 			}
 			o->modes[o->n_modes++] = m;
 		}
 		free(dup);
 		if (!o->n_modes)
-			return bad("--append", optarg, "async and/or driven");
+			return bad("--append", optarg, "async, driven and/or loop");
 		return -1;
 	}
 	case 's': {
@@ -818,7 +840,8 @@ int main(int argc, char **argv)
 	o.n_sizes = 2;
 	o.modes[0] = A_ASYNC;
 	o.modes[1] = A_DRIVEN;
-	o.n_modes = 2;
+	o.modes[2] = A_LOOP;
+	o.n_modes = 3;
 	while ((c = getopt_long(argc, argv, "r:h", lo, NULL)) != -1)
 		if ((rc = parse_opt(c, &o)) != -1)
 			return rc;
