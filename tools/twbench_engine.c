@@ -94,6 +94,7 @@ struct eresult {
 	double entries_per_write;
 	uint64_t writes, wakeups;
 	uint64_t appender_seals; /* writes the appending thread sealed itself (async) */
+	uint64_t set_acked;      /* SetAcked sent, all replicas (docs/readers.md, "Publishing") */
 };
 
 static struct eresult results[MAX_LIST * A_COUNT * MAX_RUNS];
@@ -459,6 +460,7 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 	res->writes = st.writes - st0.writes;
 	res->wakeups = st.wakeups - st0.wakeups;
 	res->appender_seals = st.appender_seals - st0.appender_seals;
+	res->set_acked = st.rpc_set_acked - st0.rpc_set_acked;
 	res->entries_per_write = (double)count / (double)(res->writes ? res->writes : 1);
 	free(buf);
 	return 0;
@@ -533,10 +535,10 @@ static void print_json(const struct eopts *o, int cpu)
 		       "\"app_thread_cpu_ns_per_append\":%.2f,\"backups_cpu_ns_per_append\":%.2f,"
 		       "\"primary_cores\":%.3f,\"writes\":%"
 		       PRIu64 ",\"entries_per_write\":%.3f,\"wakeups\":%" PRIu64
-		       ",\"appender_seals\":%" PRIu64 "}",
+		       ",\"appender_seals\":%" PRIu64 ",\"set_acked\":%" PRIu64 "}",
 		       i ? "," : "", amode_names[x->mode], x->size, x->run + 1, x->count, x->secs,
 		       x->appends_per_s, x->cpu_ns, x->app_cpu_ns, x->bk_cpu_ns, x->cores,
-		       x->writes, x->entries_per_write, x->wakeups, x->appender_seals);
+		       x->writes, x->entries_per_write, x->wakeups, x->appender_seals, x->set_acked);
 	}
 	printf("],\"ranges\":[");
 	for (unsigned m = 0, k = 0; m < o->n_modes; m++)

@@ -3,8 +3,9 @@
  * rot: the three ways of driving a log (async, driven, loop: driven as from an event loop) at
  * two sizes, one run each, with few appends; its JSON report holds a run and a range per point
  * with non-zero appends/s and CPU per append, and the driven and loop runs' CPU is the
- * appending thread's. No speed is asserted (docs/benchmarks.md, "The
- * engine alone", has the numbers); the report is printed as diagnostics. Then with --fabric
+ * appending thread's; the loop runs send far fewer SetAcked (published on demand). No speed is
+ * asserted (docs/benchmarks.md, "The engine alone", has the numbers); the report is printed as
+ * diagnostics. Then with --fabric
  * null (the "mem-null" transport: the backups' threads place the bytes), across several segment
  * rollovers, whose closes succeed only if every write's bytes were placed on every backup.
  */
@@ -16,6 +17,20 @@
 #include "cli_run.h"
 #include "proc.h"
 #include "tap.h"
+
+/* The run's `set_acked` (SetAcked sent), or -1. */
+static double set_acked(const char *json, const char *append, unsigned size)
+{
+	char pat[96];
+	const char *r;
+	double v = -1;
+
+	snprintf(pat, sizeof(pat), "{\"append\":\"%s\",\"size\":%u,\"run\":1", append, size);
+	r = strstr(json, pat);
+	if (!r || !cli_json_num(r, "set_acked", &v))
+		return -1;
+	return v;
+}
 
 static void check_run(const char *json, const char *append, unsigned size)
 {
@@ -58,10 +73,10 @@ int main(void)
 				 (char *)"100,4096", (char *)"--segment-size", (char *)"1048576",
 				 (char *)"--json", NULL };
 
-		tap_plan(33);
+		tap_plan(34);
 		if (!child_report(args, 120000, line, sizeof(line),
 				  "twbench-engine --json printed its report", "twbench-engine exited 0")) {
-			tap_skip(19, "no report");
+			tap_skip(20, "no report");
 			return tap_exit();
 		}
 	}
@@ -72,6 +87,15 @@ int main(void)
 	check_run(line, "driven", 4096);
 	check_run(line, "loop", 100);
 	check_run(line, "loop", 4096);
+	{
+		/* The same calls, but a log driven from a loop publishes its acknowledged position on
+		 * demand, where a plain one sends every replica a SetAcked at each call that moved
+		 * it (docs/readers.md, "Publishing"). */
+		double d = set_acked(line, "driven", 100), l = set_acked(line, "loop", 100);
+
+		ok(l >= 0 && d > 0 && l * 4 < d, "loop publishes on demand: %.0f SetAcked against "
+		   "%.0f driven (100 B)", l, d);
+	}
 	rg = strstr(line, "\"ranges\":[{\"append\":\"async\",\"size\":100,");
 	if (rg)
 		(void)(cli_json_num(rg, "min", &lo) && cli_json_num(rg, "max", &hi));
