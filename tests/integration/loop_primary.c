@@ -37,42 +37,6 @@
 #define NB 3
 #define OBJ 100u
 
-struct loop {
-	int ep;
-	uint64_t sleeps, fd_wakes, timeouts, passes;
-};
-
-/* One pass of an embedder's loop: prepare, sleep on the epoll set if allowed, progress. */
-static int loop_pass(struct loop *l, struct tw_primary *p)
-{
-	struct epoll_event ev;
-	int ms = tw_primary_wait_prepare(p, -1), n = 0;
-
-	if (ms < 0)
-		return ms;
-	if (ms > 0) {
-		l->sleeps++;
-		n = epoll_wait(l->ep, &ev, 1, ms);
-		if (n > 0)
-			l->fd_wakes++;
-		else
-			l->timeouts++;
-	}
-	l->passes++;
-	return tw_primary_progress(p, 0);
-}
-
-/* Run the loop until `a` has `want` callbacks or `limit_ms` passed. */
-static void loop_until(struct loop *l, struct tw_primary *p, struct tlog_acks *a, uint64_t want,
-		       unsigned limit_ms)
-{
-	uint64_t end = tw_now_ns() + (uint64_t)limit_ms * 1000000u;
-
-	while (a->n < want && tw_now_ns() < end)
-		if (loop_pass(l, p) < 0)
-			break;
-}
-
 static int replica_twd(const struct rt_cluster *cl, struct tw_primary *p, unsigned r)
 {
 	const char *addr = tw_primary_replica_addr(p, r);
@@ -91,7 +55,7 @@ int main(int argc, char **argv)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tlog_acks a = { 0 };
-	struct loop l = { .ep = -1 };
+	struct tlog_loop l = { .ep = -1 };
 	uint8_t buf[OBJ];
 	uint64_t log_id = 0x100b000000000000ull | (uint64_t)getpid(), n = 0;
 	int fd;
@@ -156,7 +120,7 @@ int main(int argc, char **argv)
 				if (tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL) < 0)
 					bad++;
 			}
-			loop_until(&l, p, &a, n, 30000);
+			(void)tlog_loop_until(&l, p, &a, n, 30000);
 		}
 		is_int(bad, 0, "%llu appends accepted", (unsigned long long)n);
 	}
@@ -182,7 +146,7 @@ int main(int argc, char **argv)
 		TAP_REQUIRE(twc_connect(&c, prov, cl.addrs[2]) == 0, "stats connection to twd 2");
 		while (tw_now_ns() < end && twc_stats(&c, &ts) == 0 && ts.connections < 3) {
 			for (unsigned i = 0; i < 20; i++)
-				loop_pass(&l, p);
+				(void)tlog_loop_pass(&l, p);
 		}
 		twc_close(&c);
 		ok(ts.connections >= 3, "the loop brought the restarted backup back (%llu connections "
@@ -203,7 +167,7 @@ int main(int argc, char **argv)
 				TAP_REQUIRE(tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a,
 								    NULL) == 0, "append");
 			}
-			loop_until(&l, p, &a, n, 30000);
+			(void)tlog_loop_until(&l, p, &a, n, 30000);
 			tw_primary_get_stats(p, &st1);
 		} while (st1.segments == st0.segments && a.n == n);
 		ok(st1.segments > st0.segments && a.n == n && !a.errors,
@@ -225,7 +189,7 @@ int main(int argc, char **argv)
 		ok(tw_primary_append_async(p, buf, OBJ, tlog_ack_cb, &a, NULL) == 0,
 		   "append with replica %s paused", cl.addrs[vi]);
 		n++;
-		loop_until(&l, p, &a, n, 30000);
+		(void)tlog_loop_until(&l, p, &a, n, 30000);
 		proc_kill(cl.p[vi], SIGCONT);
 		is_int(a.n, n, "its callback came (%.2f s)", (double)(tw_now_ns() - t0) / 1e9);
 		is_int(a.errors, 0, "acknowledged by the other replicas after the failover");

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/epoll.h>
+#include <time.h>
 
 #include <tailwind/context.h>
 #include <tailwind/primary.h>
@@ -124,6 +126,54 @@ static inline void tlog_ack_cb(void *arg, int status, uint64_t lsn)
 		a->ok++;
 	else if (!a->errors++)
 		a->first_err = status;
+}
+
+/* An embedder's epoll loop over one sync-mode log (docs/primary.md, "Driving a log from an
+ * event loop"), counting how its sleeps ended; ep is an epoll set that holds
+ * tw_primary_wait_fd(p). */
+struct tlog_loop {
+	int ep;
+	uint64_t sleeps, fd_wakes, timeouts, passes;
+};
+
+/* One pass: prepare, sleep on the set if allowed, progress. Its code. */
+static inline int tlog_loop_pass(struct tlog_loop *l, struct tw_primary *p)
+{
+	struct epoll_event ev;
+	int ms = tw_primary_wait_prepare(p, -1);
+
+	if (ms < 0)
+		return ms;
+	if (ms > 0) {
+		l->sleeps++;
+		if (epoll_wait(l->ep, &ev, 1, ms) > 0)
+			l->fd_wakes++;
+		else
+			l->timeouts++;
+	}
+	l->passes++;
+	return tw_primary_progress(p, 0);
+}
+
+/* Passes until `a` has `want` callbacks or `limit_ms` passed: 0, or the failed pass's code. */
+static inline int tlog_loop_until(struct tlog_loop *l, struct tw_primary *p,
+				  const struct tlog_acks *a, uint64_t want, unsigned limit_ms)
+{
+	struct timespec ts;
+	uint64_t now, end;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	end = now + (uint64_t)limit_ms * 1000000u;
+	while (a->n < want && now < end) {
+		int rc = tlog_loop_pass(l, p);
+
+		if (rc < 0)
+			return rc;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	}
+	return 0;
 }
 
 /* tlog_acks with a count that another thread reads while the callbacks run (they run on the

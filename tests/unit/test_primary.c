@@ -653,28 +653,6 @@ static void test_lost(const char **addrs, struct tbackup *victim, const char **a
 	tw_primary_close(p);
 }
 
-/* One pass of an embedder's epoll loop over one log (docs/primary.md, "Driving a log from an
- * event loop"): prepare, sleep if allowed, progress. Counts how the sleeps ended. */
-struct loop {
-	int ep;
-	uint64_t sleeps, fd_wakes;
-};
-
-static int loop_pass(struct loop *l, struct tw_primary *p)
-{
-	struct epoll_event ev;
-	int ms = tw_primary_wait_prepare(p, -1);
-
-	if (ms < 0)
-		return ms;
-	if (ms > 0) {
-		l->sleeps++;
-		if (epoll_wait(l->ep, &ev, 1, ms) > 0)
-			l->fd_wakes++;
-	}
-	return tw_primary_progress(p, 0);
-}
-
 /*
  * The same bursts of asynchronous appends on two sync-mode logs, one driven the plain way
  * (the caller's calls), one from an epoll loop on tw_primary_wait_fd, which the mem fabric has
@@ -694,7 +672,7 @@ static void test_loop(const char **addrs)
 		struct tw_primary_config cfg;
 		struct tw_primary *p;
 		struct tlog_acks a = { 0 };
-		struct loop l = { .ep = -1 };
+		struct tlog_loop l = { .ep = -1 };
 		const char *what = looped ? "loop" : "plain";
 		uint64_t n = 0, end;
 		int bad = 0, fd = -1;
@@ -720,9 +698,13 @@ static void test_loop(const char **addrs)
 			for (unsigned i = 0; i < 150; i++, n++)
 				if (append_seq(p, n, tlog_ack_cb, &a, NULL) != 0)
 					bad++;
+			if (looped) {
+				bad += tlog_loop_until(&l, p, &a, n, 5000) < 0;
+				continue;
+			}
 			end = tw_now_ns() + 5000000000ull;
 			while (a.n < n && tw_now_ns() < end)
-				if ((looped ? loop_pass(&l, p) : tw_primary_progress(p, 1)) < 0)
+				if (tw_primary_progress(p, 1) < 0)
 					bad++;
 		}
 		ok(!bad && a.n == n && a.errors == 0 && a.out_of_order == 0,
@@ -739,13 +721,10 @@ static void test_loop(const char **addrs)
 			for (tries = 0; tries < 5 && l.fd_wakes == w0 && !bad; tries++) {
 				if (append_seq(p, n++, tlog_ack_cb, &a, NULL) != 0)
 					bad++;
-				end = tw_now_ns() + 5000000000ull;
-				while (a.n < n && tw_now_ns() < end)
-					if (loop_pass(&l, p) < 0)
-						bad++;
+				bad += tlog_loop_until(&l, p, &a, n, 5000) < 0;
 				end = tw_now_ns() + 1500000000ull;
 				while (l.fd_wakes == w0 && tw_now_ns() < end && !bad)
-					if (loop_pass(&l, p) < 0)
+					if (tlog_loop_pass(&l, p) < 0)
 						bad++;
 			}
 			fd_wakes = l.fd_wakes - w0;
