@@ -434,4 +434,8 @@ struct tw_mem_fault {
 };
 int tw__mem_inject(struct tw_chan *ch, const struct tw_mem_fault *fault);
 
+/* Events and copy orders the mem backends have allocated so far, in this process (a test's
+ * check that a warm channel allocates nothing per write, read, send or completion). */
+uint64_t tw__mem_allocs(void);
+
 #endif /* TW_FABRIC_FABRIC_H */

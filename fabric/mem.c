@@ -16,6 +16,13 @@
  *
  * Faults (tw__mem_inject) apply to the next write on a channel; see fabric.h.
  *
+ * No allocation per operation once warm: events (a completion, a control message of up to
+ * MEM_EV_SMALL bytes, an accept) come from a cache of the fab that posts or sends them and go
+ * back to the cache of the fab whose poll handles them, both touched only by that fab's own
+ * thread (so a primary's SetAcked goes out in the event its last answer came in); "mem-null"'s
+ * copy orders go back to their target fab's list of free orders, under mem_lock.
+ * tw__mem_allocs() counts the allocations, for the test that holds this.
+ *
  * A descriptor for the caller's event loop (tw__fab_wait_fd; tw_primary_wait_fd): an eventfd,
  * made on the first request. tw__fab_wait_prepare arms it under mem_lock when nothing is
  * queued; the next event queued for the fab (or a wakeup, or the copy orders that would wake
@@ -36,6 +43,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +68,7 @@ struct mem_ev {
 	int status;
 	bool is_read;
 	size_t len; /* RECV: message length; DONE: bytes */
+	size_t cap; /* data[]'s size: MEM_EV_SMALL (cached when freed) or a larger message's */
 	unsigned char data[];
 };
 
@@ -80,6 +89,10 @@ struct mem_fab {
 				     * target's thread is woken to place them */
 	bool copying;               /* a thread places a detached list of them (copies_drain) */
 	struct mem_fab *next_fab;   /* all fabs with null_writes (all_null), under mem_lock */
+	struct mem_copy *cp_free;   /* spent copy orders for reuse, under mem_lock */
+	struct mem_ev *ev_free;     /* spent events of data size MEM_EV_SMALL: the fab's own
+				     * thread only (its posts, sends and polls) */
+	unsigned n_ev_free;         /* their count, at most MEM_EV_CACHE */
 	pthread_cond_t cond;
 	struct mem_ev *head, *tail; /* under mem_lock */
 	size_t nq;                  /* events queued: written under mem_lock (atomic stores),
@@ -116,6 +129,10 @@ static unsigned copiers;         /* threads in copies_drain's copy, outside mem_
 static pthread_cond_t cp_done = PTHREAD_COND_INITIALIZER; /* copiers or a `copying` went down */
 
 #define MEM_NULL_WAKE (1u << 20)
+#define MEM_EV_SMALL 256u /* message bytes an event holds without an allocation of its own */
+#define MEM_EV_CACHE 256u /* spent events a fab keeps */
+
+static uint64_t mem_allocs; /* events and copy orders allocated (tw__mem_allocs): atomic */
 
 static const struct fab_ops mem_ops;
 
@@ -147,7 +164,8 @@ static void copies_apply(struct mem_fab *mf, const unsigned char *lo, const unsi
 		memcpy(c->dst, c->src, c->len);
 		*pp = c->next;
 		mf->cp_bytes -= c->len;
-		free(c);
+		c->next = mf->cp_free;
+		mf->cp_free = c;
 		__atomic_store_n(&mf->ncp, mf->ncp - 1, __ATOMIC_RELEASE);
 	}
 }
@@ -167,15 +185,16 @@ static void copies_drain(struct mem_fab *mf)
 		__atomic_store_n(&mf->ncp, 0, __ATOMIC_RELEASE);
 		mf->copying = true;
 		copiers++;
-		pthread_mutex_unlock(&mem_lock);
-		while (list) {
-			struct mem_copy *c = list;
+		struct mem_copy *first = list, *last = NULL;
 
-			list = c->next;
-			memcpy(c->dst, c->src, c->len);
-			free(c);
+		pthread_mutex_unlock(&mem_lock);
+		for (; list; list = list->next) {
+			memcpy(list->dst, list->src, list->len);
+			last = list;
 		}
 		pthread_mutex_lock(&mem_lock);
+		last->next = mf->cp_free; /* the spent orders, for the next writes */
+		mf->cp_free = first;
 		mf->copying = false;
 		copiers--;
 		pthread_cond_broadcast(&cp_done);
@@ -206,15 +225,47 @@ static void push_ev(struct mem_fab *mf, struct mem_ev *ev)
 	ring_fd(mf);
 }
 
-static struct mem_ev *new_ev(enum mev_kind kind, struct mem_chan *ch, size_t data_len)
+/* An event with room for `data_len` bytes: from `own`'s cache when it fits (`own`: the fab
+ * whose thread calls, or NULL), else allocated. */
+static struct mem_ev *new_ev(struct mem_fab *own, enum mev_kind kind, struct mem_chan *ch,
+			     size_t data_len)
 {
-	struct mem_ev *ev = calloc(1, sizeof(*ev) + data_len);
+	struct mem_ev *ev;
+	size_t cap = TW_MAX(data_len, (size_t)MEM_EV_SMALL);
 
-	if (ev) {
-		ev->kind = kind;
-		ev->ch = ch;
+	if (own && own->ev_free && data_len <= MEM_EV_SMALL) {
+		ev = own->ev_free;
+		own->ev_free = ev->next;
+		own->n_ev_free--;
+		memset(ev, 0, offsetof(struct mem_ev, cap));
+	} else {
+		ev = malloc(sizeof(*ev) + cap);
+		if (!ev)
+			return NULL;
+		memset(ev, 0, sizeof(*ev));
+		ev->cap = cap;
+		__atomic_fetch_add(&mem_allocs, 1, __ATOMIC_RELAXED);
 	}
+	ev->kind = kind;
+	ev->ch = ch;
 	return ev;
+}
+
+/* An event handled by `own`'s thread: back to its cache, or freed. */
+static void put_ev(struct mem_fab *own, struct mem_ev *ev)
+{
+	if (ev->cap == MEM_EV_SMALL && own->n_ev_free < MEM_EV_CACHE) {
+		ev->next = own->ev_free;
+		own->ev_free = ev;
+		own->n_ev_free++;
+	} else {
+		free(ev);
+	}
+}
+
+uint64_t tw__mem_allocs(void)
+{
+	return __atomic_load_n(&mem_allocs, __ATOMIC_RELAXED);
 }
 
 /* Remove (and free) every queued event of `mf` about channel `ch` (mem_lock held). */
@@ -303,11 +354,11 @@ static int mem_connect(struct tw_fab *fab, const char *addr, struct tw_chan **ou
 	}
 	lc = calloc(1, sizeof(*lc));
 	rc = calloc(1, sizeof(*rc));
-	ev = new_ev(MEV_ACCEPT, rc, 0);
+	ev = new_ev(NULL, MEV_ACCEPT, rc, 0);
 	if (lc)
-		lc->lost = new_ev(MEV_LOST, lc, 0);
+		lc->lost = new_ev(NULL, MEV_LOST, lc, 0);
 	if (rc)
-		rc->lost = new_ev(MEV_LOST, rc, 0);
+		rc->lost = new_ev(NULL, MEV_LOST, rc, 0);
 	if (!lc || !rc || !ev || !lc->lost || !rc->lost) {
 		if (lc)
 			free(lc->lost);
@@ -454,7 +505,7 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 {
 	struct mem_chan *mc = (struct mem_chan *)ch;
 	struct tw_mem_fault f = mc->fault;
-	struct mem_ev *ev = new_ev(MEV_DONE, mc, 0);
+	struct mem_ev *ev = new_ev((struct mem_fab *)ch->fab, MEV_DONE, mc, 0);
 	unsigned char *dst = NULL;
 	int rc;
 
@@ -496,9 +547,13 @@ static int mem_write(struct tw_chan *ch, struct tw_op *op, const void *src, size
 				memcpy(dst + (size_t)i * 64, (const unsigned char *)src + (size_t)i * 64,
 				       TW_MIN((size_t)64, len - (size_t)i * 64));
 	} else if (mc->peer_fab->null_writes && len) {
-		struct mem_copy *c = malloc(sizeof(*c));
+		struct mem_copy *c = mc->peer_fab->cp_free;
 
-		if (!c) {
+		if (c) {
+			mc->peer_fab->cp_free = c->next;
+		} else if ((c = malloc(sizeof(*c)))) {
+			__atomic_fetch_add(&mem_allocs, 1, __ATOMIC_RELAXED);
+		} else {
 			push_done(mc, ev, op, -ENOMEM, 0, false);
 			goto out;
 		}
@@ -533,7 +588,7 @@ static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len,
 		    uint64_t raddr, uint64_t key)
 {
 	struct mem_chan *mc = (struct mem_chan *)ch;
-	struct mem_ev *ev = new_ev(MEV_DONE, mc, 0);
+	struct mem_ev *ev = new_ev((struct mem_fab *)ch->fab, MEV_DONE, mc, 0);
 	unsigned char *src = NULL;
 	int rc;
 
@@ -560,7 +615,7 @@ static int mem_read(struct tw_chan *ch, struct tw_op *op, void *dst, size_t len,
 static int mem_send(struct tw_chan *ch, const void *msg, size_t len)
 {
 	struct mem_chan *mc = (struct mem_chan *)ch;
-	struct mem_ev *ev = new_ev(MEV_RECV, NULL, len);
+	struct mem_ev *ev = new_ev((struct mem_fab *)ch->fab, MEV_RECV, NULL, len);
 
 	if (!ev)
 		return -ENOMEM;
@@ -656,7 +711,7 @@ static int mem_poll(struct tw_fab *fab)
 		if (!ev)
 			break;
 		handle_ev(mf, ev);
-		free(ev);
+		put_ev(mf, ev);
 		n++;
 	}
 	fab->stats.cq_entries += (uint64_t)n;
@@ -796,7 +851,17 @@ static void mem_close(struct tw_fab *fab)
 		mf->cp_head = c->next;
 		free(c);
 	}
+	while (mf->cp_free) {
+		struct mem_copy *c = mf->cp_free;
+
+		mf->cp_free = c->next;
+		free(c);
+	}
 	pthread_mutex_unlock(&mem_lock);
+	while ((ev = mf->ev_free)) {
+		mf->ev_free = ev->next;
+		free(ev);
+	}
 	pthread_cond_destroy(&mf->cond);
 	if (mf->evfd >= 0)
 		close(mf->evfd);

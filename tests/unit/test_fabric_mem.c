@@ -2,7 +2,8 @@
  * tests/unit/test_fabric_mem.c — the in-memory fabric backend: connect/accept, registration,
  * write/read/send, every fault kind, loss completing pending ops exactly once, close, wakeup
  * across threads, the missing-provider error, "mem-null" (writes whose bytes the target
- * places: benchmarks only), and the descriptor for a caller's event loop (tw__fab_wait_fd).
+ * places: benchmarks only), the descriptor for a caller's event loop (tw__fab_wait_fd), and no
+ * allocation per operation on a warm channel.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -678,6 +679,66 @@ static void test_wait_fd(void)
 	teardown(&c);
 }
 
+/* One round of a primary's traffic: a write of 1 KiB B -> A (or a read back), a small message
+ * B -> A and its answer A -> B; false if anything failed. */
+static bool round_trip(struct conn *c, unsigned i)
+{
+	struct opres w;
+	int ra = A.recvs, rb = B.recvs;
+	char msg[48];
+
+	op_init(&w);
+	snprintf(msg, sizeof(msg), "set-acked %u", i);
+	if ((i % 8 == 7 ? tw__chan_read(c->b2a, &w.op, c->src, 1024, c->mr_b, &c->rk, 0)
+			: tw__chan_write(c->b2a, &w.op, c->src, 1024, c->mr_b, &c->rk,
+					 (uint64_t)(i % 64) * 1024)) != 0 ||
+	    tw__chan_send(c->b2a, msg, strlen(msg) + 1) != 0)
+		return false;
+	if (!fab_progress_until(A.fab, &A.recvs, ra + 1, 5000) ||
+	    tw__chan_send(c->a2b, "ok", 3) != 0 || !fab_progress_until(B.fab, &B.recvs, rb + 1, 5000))
+		return false;
+	for (int k = 0; k < 1000 && !w.calls; k++) /* queued before the answer: there already */
+		tw__fab_progress(B.fab, 0);
+	return w.calls == 1 && w.status == 0 && !strcmp(A.last, msg);
+}
+
+/*
+ * A warm channel allocates nothing per operation (docs/fabric.md, "mem"): its completions and
+ * messages come from the fabs' caches and "mem-null"'s copy orders from their target's; a
+ * message over the cached size is allocated (and counted: the counter works).
+ */
+static void test_no_alloc(const char *provider)
+{
+	struct conn c;
+	uint64_t before;
+	unsigned i;
+	bool good = true;
+	static char big[4096];
+
+	use_provider = provider;
+	setup(&c, 5000);
+	use_provider = "mem";
+	fill(c.src, 1024, 3);
+	for (i = 0; i < 16 && good; i++) /* warm-up: the caches fill */
+		good = round_trip(&c, i);
+	before = tw__mem_allocs();
+	for (; i < 3000 && good; i++)
+		good = round_trip(&c, i);
+	ok(good, "%s: 3,000 rounds of write or read, message and answer", provider);
+	is_int((int)(tw__mem_allocs() - before), 0, "%s: none of them allocated", provider);
+	ok(!memcmp(c.buf, c.src, 1024), "%s: the writes landed", provider);
+
+	memset(big, 'x', sizeof(big) - 1);
+	before = tw__mem_allocs();
+	i = (unsigned)A.recvs;
+	TAP_REQUIRE(tw__chan_send(c.b2a, big, sizeof(big)) == 0, "big send");
+	ok(fab_progress_until(A.fab, &A.recvs, (int)i + 1, 5000) && A.last_len == sizeof(big),
+	   "%s: a 4 KiB message arrives", provider);
+	is_int((int)(tw__mem_allocs() - before), 1, "%s: it was allocated (over the cached size)",
+	       provider);
+	teardown(&c);
+}
+
 int main(void)
 {
 	test_basic();
@@ -689,6 +750,8 @@ int main(void)
 	test_threads();
 	test_noprov();
 	test_wait_fd();
+	test_no_alloc("mem");
+	test_no_alloc("mem-null");
 	tap_done_testing();
 	return tap_exit();
 }
