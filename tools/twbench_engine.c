@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,12 +52,15 @@
 #define MAX_LIST 8
 #define MAX_THREADS 64
 #define MAX_RUNS 32
+#define MAX_PER_CALL 1024
 
 /* async: the log's progress thread; driven: the caller's calls (sync mode); loop: the same
  * calls from a caller that drives the log from an event loop (tw_primary_wait_prepare), which
- * makes its acknowledged positions demand-driven as in async mode (docs/readers.md). */
-enum amode { A_ASYNC = 0, A_DRIVEN, A_LOOP, A_COUNT };
-static const char *const amode_names[A_COUNT] = { "async", "driven", "loop" };
+ * makes its acknowledged positions demand-driven as in async mode (docs/readers.md); batch:
+ * async, the entries appended --per-call at a time with tw_primary_append_batch, as a service
+ * appends a burst of requests. */
+enum amode { A_ASYNC = 0, A_DRIVEN, A_LOOP, A_BATCH, A_COUNT };
+static const char *const amode_names[A_COUNT] = { "async", "driven", "loop", "batch" };
 
 struct eopts {
 	unsigned r;
@@ -72,6 +76,7 @@ struct eopts {
 	size_t segment_size;
 	unsigned progress_every; /* driven, loop: tw_primary_progress(p, 0) every N appends (0:
 				  * never) */
+	unsigned per_call;       /* batch: entries per tw_primary_append_batch */
 	unsigned buffers;        /* each backup's pool, fixed */
 	int cpu;                 /* -1: the CPU the caller runs on; -2: no binding */
 	const char *dir;
@@ -288,6 +293,25 @@ struct ack {
 	int first_err;
 };
 
+/* A batch's callback: its `n` entries are acknowledged (or failed) at once. */
+struct batch_ack {
+	struct ack *a;
+	uint64_t n;
+};
+
+static void batch_ack_cb(void *arg, int status, uint64_t lsn)
+{
+	struct batch_ack *b = arg;
+
+	(void)lsn;
+	if (status < 0) {
+		b->a->errors += b->n;
+		if (!b->a->first_err)
+			b->a->first_err = status;
+	}
+	__atomic_store_n(&b->a->done, b->a->done + b->n, __ATOMIC_RELEASE);
+}
+
 static void ack_cb(void *arg, int status, uint64_t lsn)
 {
 	struct ack *a = arg;
@@ -316,10 +340,56 @@ static uint64_t warm_count(const struct eopts *o, uint32_t size)
  * `progress_every` appends in driven mode and trimming the acknowledged segments at each new
  * segment (so that the backups' buffers and the log arena are reused, as a service trims).
  * 0, or the error (said on stderr). */
+static void trim_at(struct tw_primary *p, uint64_t lsn, uint32_t *trimmed)
+{
+	if ((uint32_t)(lsn >> 32) != *trimmed) {
+		uint32_t below = (uint32_t)(tw_primary_acked_lsn(p) >> 32);
+
+		*trimmed = (uint32_t)(lsn >> 32);
+		if (below)
+			(void)tw_primary_trim(p, below);
+	}
+}
+
+/* batch: `n` entries from `first`, o->per_call per call (the last call fewer), from `buf`
+ * (per_call entries of `size` bytes each). */
+static int append_n_batch(const struct eopts *o, struct tw_primary *p, uint8_t *buf,
+			  uint32_t size, uint64_t first, uint64_t n, struct ack *ack,
+			  uint32_t *trimmed)
+{
+	struct iovec iov[MAX_PER_CALL];
+	uint64_t lsns[MAX_PER_CALL];
+	struct batch_ack full = { ack, o->per_call }, last = { ack, n % o->per_call };
+
+	for (unsigned k = 0; k < o->per_call; k++)
+		iov[k] = (struct iovec){ buf + (size_t)k * size, size };
+	for (uint64_t i = first; i < first + n; i += o->per_call) {
+		size_t m = first + n - i < o->per_call ? (size_t)(first + n - i) : o->per_call;
+		int rc;
+
+		for (size_t k = 0; k < m; k++) {
+			uint64_t id = i + k;
+
+			memcpy(iov[k].iov_base, &id, size < 8 ? size : 8);
+		}
+		rc = tw_primary_append_batch(p, iov, m, batch_ack_cb, m == o->per_call ? &full : &last,
+					     lsns);
+		if (rc < 0) {
+			fprintf(stderr, "twbench-engine: batch append at %" PRIu64 " failed: %s: %s\n",
+				i, tw_strerror(rc), tw_primary_errmsg(p));
+			return rc;
+		}
+		trim_at(p, lsns[m - 1], trimmed);
+	}
+	return 0;
+}
+
 static int append_n(const struct eopts *o, struct tw_primary *p, enum amode mode, uint8_t *buf,
 		    uint32_t size, uint64_t first, uint64_t n, struct ack *ack, uint64_t *lsn,
 		    uint32_t *trimmed)
 {
+	if (mode == A_BATCH)
+		return append_n_batch(o, p, buf, size, first, n, ack, trimmed);
 	for (uint64_t i = first; i < first + n; i++) {
 		int rc;
 
@@ -342,13 +412,7 @@ static int append_n(const struct eopts *o, struct tw_primary *p, enum amode mode
 				return rc;
 			}
 		}
-		if ((uint32_t)(*lsn >> 32) != *trimmed) {
-			uint32_t below = (uint32_t)(tw_primary_acked_lsn(p) >> 32);
-
-			*trimmed = (uint32_t)(*lsn >> 32);
-			if (below)
-				(void)tw_primary_trim(p, below);
-		}
+		trim_at(p, *lsn, trimmed);
 	}
 	return 0;
 }
@@ -371,10 +435,10 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 
 	if (o->max_bytes && count * size > o->max_bytes)
 		count = o->max_bytes / size ? o->max_bytes / size : 1;
-	buf = malloc(size);
+	buf = malloc((size_t)size * (mode == A_BATCH ? o->per_call : 1));
 	if (!buf)
 		return -ENOMEM;
-	memset(buf, 0x5a, size);
+	memset(buf, 0x5a, (size_t)size * (mode == A_BATCH ? o->per_call : 1));
 	tw_ctx_config_init(&tc);
 	tc.backups = addrs;
 	tc.n_backups = o->r;
@@ -391,7 +455,7 @@ static int run_one(const struct eopts *o, const char *const *addrs, enum amode m
 		cfg.max_batch_bytes = (size_t)o->batch_bytes;
 	if (o->inflight)
 		cfg.max_inflight = o->inflight;
-	cfg.mode = mode == A_ASYNC ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
+	cfg.mode = mode == A_ASYNC || mode == A_BATCH ? TW_PRIMARY_ASYNC : TW_PRIMARY_SYNC;
 	others_list(&oth); /* before the open: the progress thread is the primary's */
 	rc = tw_primary_open(&tc, &cfg, &p, err, sizeof(err));
 	if (rc < 0) {
@@ -572,8 +636,13 @@ static void usage(FILE *f)
 	      "                    tw_primary_progress from the calling thread) and/or loop\n"
 	      "                    (driven, as from a busy event loop: tw_primary_wait_prepare\n"
 	      "                    before each tw_primary_progress, so acknowledged positions\n"
-	      "                    are published on demand); default all three\n"
-	      "  --sizes N[,N..]   entry payload sizes in bytes (default 100,4096)\n"
+	      "                    are published on demand) and/or batch (async, appended\n"
+	      "                    --per-call entries at a time by tw_primary_append_batch);\n"
+	      "                    default all four\n"
+	      "  --per-call N      batch: entries per tw_primary_append_batch (default 32, at\n"
+	      "                    most 1024)\n",
+	      f);
+	fputs("  --sizes N[,N..]   entry payload sizes in bytes (default 100,4096)\n"
 	      "  --count N         appends per run (default 2000000)\n"
 	      "  --max-bytes N     fewer appends for large sizes: count * size <= N (default\n"
 	      "                    1073741824)\n"
@@ -644,6 +713,7 @@ static const struct option lo[] = {
 	{ "inflight", required_argument, NULL, 'i' },
 	{ "segment-size", required_argument, NULL, 'S' },
 	{ "progress-every", required_argument, NULL, 'P' },
+	{ "per-call", required_argument, NULL, 'k' },
 	{ "cpu", required_argument, NULL, 'c' },
 	{ "buffers", required_argument, NULL, 'B' },
 	{ "dir", required_argument, NULL, 'd' },
@@ -668,17 +738,18 @@ static int parse_opt(int c, struct eopts *o)
 		for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 			enum amode m = !strcmp(t, "async")  ? A_ASYNC :
 				       !strcmp(t, "driven") ? A_DRIVEN :
-				       !strcmp(t, "loop")   ? A_LOOP : A_COUNT;
+				       !strcmp(t, "loop")   ? A_LOOP :
+				       !strcmp(t, "batch")  ? A_BATCH : A_COUNT;
 
 			if (m == A_COUNT || o->n_modes == A_COUNT) {
 				free(dup);
-				return bad("--append", optarg, "async, driven and/or loop");
+				return bad("--append", optarg, "async, driven, loop and/or batch");
 			}
 			o->modes[o->n_modes++] = m;
 		}
 		free(dup);
 		if (!o->n_modes)
-			return bad("--append", optarg, "async, driven and/or loop");
+			return bad("--append", optarg, "async, driven, loop and/or batch");
 		return -1;
 	}
 	case 's': {
@@ -736,6 +807,10 @@ static int parse_opt(int c, struct eopts *o)
 	case 'P':
 		if (!parse_u32(optarg, 0, UINT32_MAX, &o->progress_every))
 			return bad("--progress-every", optarg, "a number (0: never)");
+		return -1;
+	case 'k':
+		if (!parse_u32(optarg, 1, MAX_PER_CALL, &o->per_call))
+			return bad("--per-call", optarg, "1 to 1024 entries");
 		return -1;
 	case 'B':
 		if (!parse_u32(optarg, 4, 4096, &o->buffers))
@@ -844,7 +919,9 @@ int main(int argc, char **argv)
 	o.modes[0] = A_ASYNC;
 	o.modes[1] = A_DRIVEN;
 	o.modes[2] = A_LOOP;
-	o.n_modes = 3;
+	o.modes[3] = A_BATCH;
+	o.n_modes = 4;
+	o.per_call = 32;
 	while ((c = getopt_long(argc, argv, "r:h", lo, NULL)) != -1)
 		if ((rc = parse_opt(c, &o)) != -1)
 			return rc;
