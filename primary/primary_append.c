@@ -90,6 +90,58 @@ static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, 
 	}
 }
 
+/*
+ * Async mode, a batch: reserve the room of as many of entries[0..n) as the tests of reserve()
+ * let through, entry by entry, with one compare-and-swap for all of them, so that they lie in
+ * the log in one piece (and a locked instruction, which waits until the stores before it have
+ * left the core, is paid once per batch rather than per entry). The number reserved, from v
+ * (the first one's room; the others follow it in order), or 0: the first entry must take the
+ * slow path. `locked` as for reserve().
+ */
+static inline __attribute__((always_inline)) size_t reserve_many(struct tw_primary *p,
+								  const struct iovec *e, size_t n,
+								  bool locked, struct resv *v)
+{
+	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_ACQUIRE);
+	uint64_t ring = p->rec_mask < RES_RING_MAX - 1 ? p->rec_mask : RES_RING_MAX - 1;
+
+	for (;;) {
+		uint64_t tail, sealed, so, idx, end, nr;
+		struct pseg *s;
+		uint32_t off = res_off(r);
+		size_t k;
+
+		if ((r & RES_GATE) && !locked)
+			return 0;
+		tail = PLD(p->rec_tail);
+		sealed = PLD(p->rec_sealed);
+		idx = res_idx(r, tail);
+		s = __atomic_load_n(&p->cur, __ATOMIC_ACQUIRE); /* after the word, as reserve() */
+		so = PLD(p->seal_off);                          /* as pending_bytes_at() */
+		for (k = 0, end = off; k < n; k++) {
+			uint64_t len = e[k].iov_len;
+
+			/* reserve()'s tests for the entry at (idx + k, end). */
+			if (idx + k - tail > ring || idx + k - sealed >= p->cfg.max_batch ||
+			    (end > so ? end - so : 0) >= p->cfg.max_batch_bytes ||
+			    s->cap - end < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
+			    len > s->cap - end - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
+				break;
+			end += TW_ENTRY_HDR_SIZE + len;
+		}
+		if (k == 0)
+			return 0;
+		nr = res_make(r, idx + k, end);
+		if (!__atomic_compare_exchange_n(&p->res, &r, nr, false, __ATOMIC_SEQ_CST,
+						 __ATOMIC_ACQUIRE))
+			continue;
+		v->s = s;
+		v->idx = idx;
+		v->off = off;
+		return k;
+	}
+}
+
 /* Sync mode: reserve with a plain store (one thread; the caller checked back-pressure, so only
  * the room in the segment is looked at). */
 static inline __attribute__((always_inline)) bool reserve_sync(struct tw_primary *p, uint32_t len,
@@ -399,21 +451,49 @@ static inline void async_kick(struct tw_primary *p, const struct resv *v, uint32
 		wake_pt(p);
 }
 
-/* Async mode, the slow path: under the lock, wait for room (back-pressure, rollover, failure),
- * then reserve (the gate may be closed: the log was checked under the lock) and publish. */
-static int append_async_slow(struct tw_primary *p, const void *data, uint32_t len,
-			     tw_append_cb cb, void *arg, uint64_t *lsn_out, struct resv *v)
+/* Publish the k entries reserved from `v` (entries[0..k), in order: each one's turn comes when
+ * the one before it is published), LSNs into lsns[0..k) (lsns may be NULL: then *scratch),
+ * `cb` on entries[last] if it is among them; v ends as the last one's room. */
+static inline __attribute__((always_inline)) void publish_run(struct tw_primary *p,
+							       struct resv *v,
+							       const struct iovec *e, size_t k,
+							       size_t last, tw_append_cb cb,
+							       void *arg, uint64_t *lsns,
+							       uint64_t *scratch)
+{
+	for (size_t j = 0; j < k; j++) {
+		uint32_t len = (uint32_t)e[j].iov_len;
+
+		put_publish(p, v, e[j].iov_base, len, j == last ? cb : NULL, arg,
+			    lsns ? &lsns[j] : scratch);
+		if (j + 1 < k) {
+			v->off += TW_ENTRY_HDR_SIZE + len;
+			v->idx++;
+		}
+	}
+}
+
+/* Async mode, the slow path: under the lock, wait for room for entries[0] (back-pressure,
+ * rollover, failure), then reserve as many of entries[0..n) as fit at once (the gate may be
+ * closed: the log was checked under the lock) and publish them as publish_run. The number
+ * appended (at least 1), or the error (nothing appended). */
+static int append_async_slow(struct tw_primary *p, const struct iovec *e, size_t n, size_t last,
+			     tw_append_cb cb, void *arg, uint64_t *lsns, uint64_t *scratch,
+			     struct resv *v)
 {
 	struct room_wait rw = { .me_init = false };
+	size_t k;
 	int rc;
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		rc = async_room(p, len, &rw);
+		rc = async_room(p, (uint32_t)e[0].iov_len, &rw);
 		if (rc < 0)
 			break;
-		if (reserve(p, len, true, v)) {
-			put_publish(p, v, data, len, cb, arg, lsn_out);
+		k = reserve_many(p, e, n, true, v);
+		if (k) {
+			publish_run(p, v, e, k, last, cb, arg, lsns, scratch);
+			rc = (int)k;
 			break;
 		}
 		/* Appenders on the fast path took the room meanwhile: look again. */
@@ -430,11 +510,16 @@ static inline __attribute__((always_inline)) int
 append_async_one(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb, void *arg,
 		 uint64_t *lsn_out, struct resv *v)
 {
+	struct iovec e = { (void *)(uintptr_t)data, len };
+	uint64_t lsn;
+	int rc;
+
 	if (tw_likely(reserve(p, len, false, v))) {
 		put_publish(p, v, data, len, cb, arg, lsn_out);
 		return 0;
 	}
-	return append_async_slow(p, data, len, cb, arg, lsn_out, v);
+	rc = append_async_slow(p, &e, 1, 0, cb, arg, NULL, lsn_out ? lsn_out : &lsn, v);
+	return rc < 0 ? rc : 0;
 }
 
 static int append_async_mode(struct tw_primary *p, const void *data, uint32_t len, tw_append_cb cb,
@@ -450,29 +535,38 @@ static int append_async_mode(struct tw_primary *p, const void *data, uint32_t le
 	return rc;
 }
 
-/* Async mode: every entry as by append_async_mode; the progress thread is rung once, at the
- * end (an entry that waits for back-pressure rings it in async_room). */
+/* Async mode: the entries in as few reservations as the log allows (reserve_many: without a
+ * wait, in one piece), those that must wait through the slow path, which reserves what follows
+ * the waiting entry with it; the progress thread is rung once, at the end (an entry that waits
+ * for back-pressure rings it in async_room). */
 static int append_batch_async_mode(struct tw_primary *p, const struct iovec *entries, size_t n,
 				   tw_append_cb cb, void *arg, uint64_t *lsns_out)
 {
 	struct resv v = { 0 }; /* the last entry appended */
 	uint64_t lsn;
-	uint32_t len = 0;
-	size_t i;
+	size_t i = 0;
 	int rc = 0;
 
-	for (i = 0; i < n; i++) {
-		/* The LSN is stored before the entry is published (put_publish): the batch's
-		 * callback may run on the progress thread before this call returns. */
-		rc = append_async_one(p, entries[i].iov_base, (uint32_t)entries[i].iov_len,
-				      i + 1 == n ? cb : NULL, arg, lsns_out ? &lsns_out[i] : &lsn,
-				      &v);
-		if (rc < 0)
-			break;
-		len = (uint32_t)entries[i].iov_len;
+	while (i < n) {
+		/* The LSNs are stored before the entries are published (put_publish): the
+		 * batch's callback may run on the progress thread before this call returns. */
+		size_t k = reserve_many(p, entries + i, n - i, false, &v);
+
+		if (k) {
+			publish_run(p, &v, entries + i, k, n - 1 - i, cb, arg,
+				    lsns_out ? lsns_out + i : NULL, &lsn);
+		} else {
+			rc = append_async_slow(p, entries + i, n - i, n - 1 - i, cb, arg,
+					       lsns_out ? lsns_out + i : NULL, &lsn, &v);
+			if (rc < 0)
+				break;
+			k = (size_t)rc;
+			rc = 0;
+		}
+		i += k;
 	}
-	if (i)
-		async_kick(p, &v, len); /* what was copied goes out as usual */
+	if (i) /* what was copied goes out as usual */
+		async_kick(p, &v, (uint32_t)entries[i - 1].iov_len);
 	if (rc < 0)
 		batch_unfilled(lsns_out, i, n);
 	return rc;

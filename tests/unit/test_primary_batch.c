@@ -18,6 +18,8 @@
  *     the progress thread is held (or, TW_PRIMARY_APPENDER_SEAL=off, waits for it);
  *   - the record ring wrapping around, entries alone and in batches;
  *   - several producers (threads) with batches: LSNs unique, callbacks in LSN order;
+ *   - a batch in one piece: batches from four threads at once, each contiguous in the log
+ *     (split only by a rollover);
  *   - no lost wake-up: bursts from two threads acknowledged without a flush;
  *   - a stress of the lock-free append path: 4 threads x 100,000 appends across ~130 segments,
  *     the log checked through a scan of the primary's memory and a recovery from the backups.
@@ -804,6 +806,93 @@ static void test_producers(const char **addrs)
 	is_int(tw_primary_close(p), 0, "producers: close");
 }
 
+/* ------------------------------------------------------------------ a batch in one piece */
+
+#define WHOLE_THREADS 4
+#define WHOLE_BATCHES 150u
+#define WHOLE_N 8u
+#define WHOLE_LEN 40u
+
+struct whole {
+	struct tw_primary *p;
+	unsigned id;
+	uint64_t lsns[WHOLE_BATCHES * WHOLE_N];
+	int bad;
+	pthread_t th;
+};
+
+static void *whole_main(void *arg)
+{
+	struct whole *x = arg;
+	uint8_t buf[WHOLE_N][WHOLE_LEN];
+	struct iovec iov[WHOLE_N];
+
+	for (unsigned b = 0; b < WHOLE_BATCHES; b++) {
+		for (unsigned k = 0; k < WHOLE_N; k++) {
+			fill(buf[k], WHOLE_LEN, ((uint64_t)x->id << 32) | (b * WHOLE_N + k));
+			iov[k] = (struct iovec){ buf[k], WHOLE_LEN };
+		}
+		if (tw_primary_append_batch(x->p, iov, WHOLE_N, NULL, NULL,
+					    &x->lsns[b * WHOLE_N]) != 0)
+			x->bad++;
+	}
+	return NULL;
+}
+
+/*
+ * Batches from several threads at once, with nothing to wait for but segment rollovers
+ * (max_batch and the byte cap above what can wait): each batch lies in the log in one piece,
+ * split only where its segment ends (tailwind/primary.h: only where the call had to wait may
+ * another thread's entry land between two of its entries). Its room is reserved at once.
+ */
+static void test_batch_whole(const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary *p;
+	static struct whole x[WHOLE_THREADS];
+	uint64_t apart = 0, at_rollover = 0, badread = 0;
+	int bad = 0;
+
+	tlog_mem_config(&tc, &cfg, addrs, 365, SEG, TW_PRIMARY_ASYNC);
+	cfg.max_batch = 8192; /* above the 4,800 entries: no back-pressure */
+	p = tlog_open(&tc, &cfg, "one piece");
+	if (!p)
+		return;
+	for (unsigned t = 0; t < WHOLE_THREADS; t++) {
+		x[t].p = p;
+		x[t].id = t;
+		x[t].bad = 0;
+		pthread_create(&x[t].th, NULL, whole_main, &x[t]);
+	}
+	for (unsigned t = 0; t < WHOLE_THREADS; t++) {
+		pthread_join(x[t].th, NULL);
+		bad += x[t].bad;
+	}
+	is_int(bad, 0, "one piece: %u threads x %u batches of %u accepted", WHOLE_THREADS,
+	       WHOLE_BATCHES, WHOLE_N);
+	is_int(tw_primary_flush(p), 0, "one piece: flush");
+	for (unsigned t = 0; t < WHOLE_THREADS; t++) {
+		for (unsigned i = 0; i < WHOLE_BATCHES * WHOLE_N; i++) {
+			uint64_t l = x[t].lsns[i];
+
+			if (!check_entry(p, l, WHOLE_LEN, ((uint64_t)t << 32) | i))
+				badread++;
+			if (i % WHOLE_N == 0)
+				continue;
+			if ((l >> 32) != (x[t].lsns[i - 1] >> 32))
+				at_rollover++;
+			else if (l != x[t].lsns[i - 1] + TW_ENTRY_HDR_SIZE + WHOLE_LEN)
+				apart++;
+		}
+	}
+	is_int((int)badread, 0, "one piece: every entry reads back as its thread wrote it");
+	ok(apart == 0, "one piece: each in one piece within its segment (%" PRIu64 " entries "
+	   "apart from the one before; %" PRIu64 " batches split by a rollover)", apart,
+	   at_rollover);
+	is_int(tw_primary_close(p), 0, "one piece: close");
+}
+
 /* ------------------------------------------------------------------ wake-ups, no flush */
 
 /*
@@ -1135,6 +1224,7 @@ int main(void)
 	test_ring_wrap(cl.addrs, TW_PRIMARY_SYNC);
 	test_ring_wrap(cl.addrs, TW_PRIMARY_ASYNC);
 	test_producers(cl.addrs);
+	test_batch_whole(cl.addrs);
 	test_idle_wake(cl.addrs);
 	tbackups_stop(&cl);
 	test_mp_stress();
