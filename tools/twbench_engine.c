@@ -724,6 +724,30 @@ static const struct option lo[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
+/* --append M[,M..] into o->modes: -1 to go on, or the exit code to end with. */
+static int parse_modes(const char *arg, struct eopts *o)
+{
+	char *dup = strdup(arg), *save = NULL;
+
+	o->n_modes = 0;
+	for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		enum amode m = !strcmp(t, "async")  ? A_ASYNC :
+			       !strcmp(t, "driven") ? A_DRIVEN :
+			       !strcmp(t, "loop")   ? A_LOOP :
+			       !strcmp(t, "batch")  ? A_BATCH : A_COUNT;
+
+		if (m == A_COUNT || o->n_modes == A_COUNT) {
+			free(dup);
+			return bad("--append", arg, "async, driven, loop and/or batch");
+		}
+		o->modes[o->n_modes++] = m;
+	}
+	free(dup);
+	if (!o->n_modes)
+		return bad("--append", arg, "async, driven, loop and/or batch");
+	return -1;
+}
+
 /* One option of the command line into *o: -1 to go on, or the exit code to end with. */
 static int parse_opt(int c, struct eopts *o)
 {
@@ -731,27 +755,8 @@ static int parse_opt(int c, struct eopts *o)
 	uint64_t u;
 
 	switch (c) {
-	case 'a': {
-		char *dup = strdup(optarg), *save = NULL;
-
-		o->n_modes = 0;
-		for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			enum amode m = !strcmp(t, "async")  ? A_ASYNC :
-				       !strcmp(t, "driven") ? A_DRIVEN :
-				       !strcmp(t, "loop")   ? A_LOOP :
-				       !strcmp(t, "batch")  ? A_BATCH : A_COUNT;
-
-			if (m == A_COUNT || o->n_modes == A_COUNT) {
-				free(dup);
-				return bad("--append", optarg, "async, driven, loop and/or batch");
-			}
-			o->modes[o->n_modes++] = m;
-		}
-		free(dup);
-		if (!o->n_modes)
-			return bad("--append", optarg, "async, driven, loop and/or batch");
-		return -1;
-	}
+	case 'a':
+		return parse_modes(optarg, o);
 	case 's': {
 		char *dup = strdup(optarg), *save = NULL;
 
