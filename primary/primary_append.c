@@ -2,7 +2,8 @@
  * primary/primary_append.c — the append engine: the record of each append, room for it
  * (back-pressure, rollover), the batch append, the waits of tw_primary_append and
  * tw_primary_flush, per mode (struct pmode_ops: TW_PRIMARY_SYNC, the caller drives;
- * TW_PRIMARY_ASYNC, the progress thread does), and their public entry points.
+ * TW_PRIMARY_ASYNC, the progress thread does), and their public entry points. An entry's
+ * reservation, copy and publication themselves are in primary_put.h.
  * See docs/primary.md, "Threading", "Appends from many threads", "Batch appends".
  */
 #include <errno.h>
@@ -15,191 +16,13 @@
 
 #include "log/log_entry.h"
 #include "primary/primary_engine.h"
+#include "primary/primary_put.h"
 
 static int check_len(struct tw_primary *p, uint32_t len)
 {
 	if (len == 0 || (size_t)len + TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE > p->cfg.segment_size)
 		return -EINVAL;
 	return 0;
-}
-
-/* Publication in order: wait until every byte before `off` of the open segment is written
- * (the threads that reserved them are copying; a few nanoseconds unless one was preempted:
- * then the CPU goes to it). */
-static inline void pub_wait(const struct tw_primary *p, uint64_t off)
-{
-	unsigned spins = 0;
-
-	while (__atomic_load_n(&p->pub_off, __ATOMIC_ACQUIRE) != off) {
-		if (++spins < 64)
-			cpu_relax();
-		else
-			sched_yield();
-	}
-}
-
-/* One reservation: where an entry goes (segment, offset) and its record index. */
-struct resv {
-	struct pseg *s;
-	uint64_t idx;
-	uint32_t off;
-};
-
-/*
- * Reserve the room of one entry of `len` bytes in the open segment, its record and its place in
- * the log, with one compare-and-swap on p->res (docs/primary.md, "The append engine"). Fails
- * (false) when the entry must take the slow path: the gate is closed (unless `locked`: the
- * caller holds the lock and checked the log under it), the record ring is full, a whole batch
- * waits unsealed (max_batch entries or max_batch_bytes bytes: back-pressure), or the entry
- * does not fit in the segment (with room left for the checksum entry after it). Async mode
- * (sync mode: reserve_sync). The compare-and-swap is sequentially consistent: the appender's
- * half of the wake-up handshake with the progress thread (see PLD).
- */
-static inline __attribute__((always_inline)) bool reserve(struct tw_primary *p, uint32_t len,
-							  bool locked, struct resv *v)
-{
-	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_ACQUIRE);
-	uint64_t ring = p->rec_mask < RES_RING_MAX - 1 ? p->rec_mask : RES_RING_MAX - 1;
-
-	for (;;) {
-		uint64_t tail, idx, nr;
-		struct pseg *s;
-		uint32_t off = res_off(r);
-
-		if ((r & RES_GATE) && !locked)
-			return false;
-		tail = PLD(p->rec_tail);
-		idx = res_idx(r, tail);
-		if (idx - tail > ring || idx - PLD(p->rec_sealed) >= p->cfg.max_batch ||
-		    pending_bytes_at(p, r) >= p->cfg.max_batch_bytes)
-			return false;
-		/* After the word: a new segment's word is stored after cur (tw__pseg_push); with
-		 * an older word the compare-and-swap fails. */
-		s = __atomic_load_n(&p->cur, __ATOMIC_ACQUIRE);
-		if (s->cap - off < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
-		    len > s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
-			return false;
-		nr = res_make(r, idx + 1, (uint64_t)off + TW_ENTRY_HDR_SIZE + len);
-		if (!__atomic_compare_exchange_n(&p->res, &r, nr, false, __ATOMIC_SEQ_CST,
-						 __ATOMIC_ACQUIRE))
-			continue; /* another appender or the sealer moved it: r is the new word */
-		v->s = s;
-		v->idx = idx;
-		v->off = off;
-		return true;
-	}
-}
-
-/*
- * Async mode, a batch: reserve the room of as many of entries[0..n) as the tests of reserve()
- * let through, entry by entry, with one compare-and-swap for all of them, so that they lie in
- * the log in one piece (and a locked instruction, which waits until the stores before it have
- * left the core, is paid once per batch rather than per entry). The number reserved, from v
- * (the first one's room; the others follow it in order), or 0: the first entry must take the
- * slow path. `locked` as for reserve().
- */
-static inline __attribute__((always_inline)) size_t reserve_many(struct tw_primary *p,
-								  const struct iovec *e, size_t n,
-								  bool locked, struct resv *v)
-{
-	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_ACQUIRE);
-	uint64_t ring = p->rec_mask < RES_RING_MAX - 1 ? p->rec_mask : RES_RING_MAX - 1;
-
-	for (;;) {
-		uint64_t tail, sealed, so, idx, end, nr;
-		struct pseg *s;
-		uint32_t off = res_off(r);
-		size_t k;
-
-		if ((r & RES_GATE) && !locked)
-			return 0;
-		tail = PLD(p->rec_tail);
-		sealed = PLD(p->rec_sealed);
-		idx = res_idx(r, tail);
-		s = __atomic_load_n(&p->cur, __ATOMIC_ACQUIRE); /* after the word, as reserve() */
-		so = PLD(p->seal_off);                          /* as pending_bytes_at() */
-		for (k = 0, end = off; k < n; k++) {
-			uint64_t len = e[k].iov_len;
-
-			/* reserve()'s tests for the entry at (idx + k, end). */
-			if (idx + k - tail > ring || idx + k - sealed >= p->cfg.max_batch ||
-			    (end > so ? end - so : 0) >= p->cfg.max_batch_bytes ||
-			    s->cap - end < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
-			    len > s->cap - end - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
-				break;
-			end += TW_ENTRY_HDR_SIZE + len;
-		}
-		if (k == 0)
-			return 0;
-		nr = res_make(r, idx + k, end);
-		if (!__atomic_compare_exchange_n(&p->res, &r, nr, false, __ATOMIC_SEQ_CST,
-						 __ATOMIC_ACQUIRE))
-			continue;
-		v->s = s;
-		v->idx = idx;
-		v->off = off;
-		return k;
-	}
-}
-
-/* Sync mode: reserve with a plain store (one thread; the caller checked back-pressure, so only
- * the room in the segment is looked at). */
-static inline __attribute__((always_inline)) bool reserve_sync(struct tw_primary *p, uint32_t len,
-							       struct resv *v)
-{
-	uint64_t r = __atomic_load_n(&p->res, __ATOMIC_RELAXED);
-	struct pseg *s = p->cur;
-	uint32_t off = res_off(r);
-
-	if (s->cap - off < TW_ENTRY_HDR_SIZE + TW_CKSUM_ENTRY_SIZE ||
-	    len > s->cap - off - TW_ENTRY_HDR_SIZE - TW_CKSUM_ENTRY_SIZE)
-		return false;
-	v->s = s;
-	v->idx = p->rec_head;
-	v->off = off;
-	__atomic_store_n(&p->res, res_make(r, v->idx + 1, (uint64_t)off + TW_ENTRY_HDR_SIZE + len),
-			 __ATOMIC_RELAXED);
-	return true;
-}
-
-/* Write the reserved entry (payload, its CRC, header) and its record outside any lock, then
- * publish it in order: wait until everything before it is written, advance the header chain
- * (pub_chain), store rec_head and the new end (release). Both modes; the statistics are counted while holding the turn (one thread). */
-static inline __attribute__((always_inline)) void put_publish(struct tw_primary *p,
-							      const struct resv *v,
-							      const void *data, uint32_t len,
-							      tw_append_cb cb, void *arg,
-							      uint64_t *lsn_out)
-{
-	struct prec *r = &p->recs[v->idx & p->rec_mask];
-	struct tw__hdr_words h = tw__log_entry_put(v->s->buf + v->off, data, len);
-
-	r->cb = cb;
-	r->arg = arg;
-	r->lsn = (uint64_t)v->s->id << 32 | v->off;
-	r->len = len;
-	if (lsn_out) /* before the publication: the callback may run right after it */
-		*lsn_out = r->lsn;
-	if (p->threaded)
-		pub_wait(p, v->off);
-	/* Our turn: the chain over our header, from the registers that stored it, instead of
-	 * the sealer's walk over every header of the write from another CPU (pub_chain). */
-	p->pub_chain = p->chain_step(p->pub_chain, h);
-	__atomic_store_n(&p->pub_appends, p->pub_appends + 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->pub_bytes, p->pub_bytes + len, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->rec_head, v->idx + 1, __ATOMIC_RELEASE);
-	/* The first half of the appender's store-then-load pair with the progress thread
-	 * (async_kick, see PLD). A release store (a plain move on x86-64) in sync mode, and in
-	 * async mode where the progress thread fences for both before it sleeps (pub_light:
-	 * tw__membarrier); otherwise sequentially consistent (an xchg, which waits until the
-	 * entry's stores have left the core). The compiler barrier keeps async_kick's loads
-	 * after it. */
-	if (p->threaded && !p->pub_light)
-		PST(p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len);
-	else
-		__atomic_store_n(&p->pub_off, (uint64_t)v->off + TW_ENTRY_HDR_SIZE + len,
-				 __ATOMIC_RELEASE);
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
 static bool on_progress_thread(const struct tw_primary *p)

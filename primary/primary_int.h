@@ -17,7 +17,9 @@
  *                    background re-replication of closed segments (docs/failover.md).
  *        primary_engine.h   the engine's own internals (the reservation word, struct
  *                    pmode_ops, sealing and acknowledgement entry points), for the files
- *                    of the engine.
+ *                    of the engine;
+ *        primary_put.h   an entry's reservation, copy and publication in order, inline
+ *                    (the appender's hot path), for primary_append.c.
  *
  * Driver thread: the thread that polls the fabric, seals, posts and reaps the writes and owns
  * the segment list and the open segment's writer (the caller in TW_PRIMARY_SYNC mode, the
