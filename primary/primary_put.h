@@ -153,22 +153,26 @@ static inline __attribute__((always_inline)) bool reserve_sync(struct tw_primary
 }
 
 /*
- * How far ahead of its entry an async appender asks for the log's lines, for writing. Log
- * memory is written once, in order, by whichever thread reserved it, so the lines an entry is
- * copied into are seldom in the appender's cache: each store must first fetch its line, and
- * until it has, the store waits in the store buffer. The next reservation's locked
- * compare-and-swap waits for all of them: a miss per append, on the appender's path. A prefetch
- * for writing 1 KiB ahead (about nine 100-byte entries) has the lines owned by the time they
- * are written; two lines per append cover the 112 bytes of a 100-byte entry. (On baseline
- * x86-64 gcc emits prefetcht0, which brings in a line no other core holds in the exclusive
- * state, so the store that follows needs no further request; prefetchw measured the same.) An
- * entry of PUT_AHEAD bytes or more skips it: its own copy runs ahead of the next entry, and the
- * hardware's streaming prefetch follows a copy that long. Sync mode skips it too: it reserves
- * with plain stores, which nothing waits for, and measured no gain. A prefetch never faults and
- * never changes memory: past the end of a segment it at most moves a line. Measured in
- * docs/benchmarks.md, "Log lines owned ahead".
+ * How far ahead of its entry an appender asks for the log's lines, for writing. Log memory is
+ * written once, in order, by whichever thread reserved it, so the lines an entry is copied into
+ * are seldom in the appender's cache: each store must first fetch its line, and until it has,
+ * the store waits in the store buffer. In async mode the next reservation's locked
+ * compare-and-swap waits for all of them: a miss per append, on the appender's path. In sync
+ * mode nothing waits for them one by one, but the store buffer fills within a few entries
+ * (their lines, their records, the published words) and the core stops. A prefetch for writing
+ * 1 KiB ahead (about nine 100-byte entries) has the lines owned by the time they are written;
+ * two lines per append cover the 112 bytes of a 100-byte entry. (On baseline x86-64 gcc emits
+ * prefetcht0, which brings in a line no other core holds in the exclusive state, so the store
+ * that follows needs no further request; prefetchw measured the same.) An entry of PUT_AHEAD
+ * bytes or more skips it: its own copy runs ahead of the next entry, and the hardware's
+ * streaming prefetch follows a copy that long. Sync mode also asks for the record PUT_REC_AHEAD
+ * records ahead (512 bytes of the ring, which with the defaults is larger than a core's
+ * first-level cache and is read back by the same thread at each completion); async mode
+ * measured no gain from that. A prefetch never faults and never changes memory: past the end of
+ * a segment it at most moves a line. Measured in docs/benchmarks.md, "Log lines owned ahead".
  */
 #define PUT_AHEAD 1024
+#define PUT_REC_AHEAD 16
 
 /* Write the reserved entry (payload, its CRC, header) and its record outside any lock, then
  * publish it in order: wait until everything before it is written, advance the header chain
@@ -184,12 +188,14 @@ static inline __attribute__((always_inline)) void put_publish(struct tw_primary 
 	struct tw__hdr_words h;
 
 	/* Own the lines the next appends will write before they reach them (PUT_AHEAD). */
-	if (p->threaded && len < PUT_AHEAD) {
+	if (len < PUT_AHEAD) {
 		uintptr_t ahead = (uintptr_t)dst + PUT_AHEAD; /* may be past the segment */
 
 		__builtin_prefetch((const void *)ahead, 1, 3);
 		__builtin_prefetch((const void *)(ahead + 64), 1, 3);
 	}
+	if (!p->threaded)
+		__builtin_prefetch(&p->recs[(v->idx + PUT_REC_AHEAD) & p->rec_mask], 1, 3);
 	h = tw__log_entry_put(dst, data, len);
 
 	r->cb = cb;
