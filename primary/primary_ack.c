@@ -27,11 +27,24 @@ void tw__primary_op_done(struct tw_op *op, int status)
 
 		/* Repaired by a failover (primary_rerep.c) that copies the prefix to a spare. */
 		s->repair = true;
+		s->untimed = true;
 		snprintf(why, sizeof(why), "write of %zu bytes at segment %u offset %zu failed: %s",
 			 s->len, s->seg->id, s->off, tw_strerror(status));
 		tw__pfo_lost(p, b, why);
 	}
-	s->remaining--;
+	if (--s->remaining == 0)
+		s->t_done = tw_now_ns();
+}
+
+/* A write acknowledged at `now`: where its time went (tw_primary_stats.write_*_ns). */
+static void time_write(struct tw_primary *p, const struct pslot *s, uint64_t now)
+{
+	PSTAT_ADD(p, writes_timed, 1);
+	PSTAT_ADD(p, write_seal_post_ns, s->t_post - s->t_seal);
+	PSTAT_ADD(p, write_posting_ns, s->t_posted - s->t_post);
+	/* A completion read inside a later replica's post (its stall polls) ends before it. */
+	PSTAT_ADD(p, write_post_done_ns, s->t_done > s->t_posted ? s->t_done - s->t_posted : 0);
+	PSTAT_ADD(p, write_done_ack_ns, now - s->t_done);
 }
 
 /* The acknowledgement of records [rec_tail, end), one write's, before their callbacks
@@ -117,7 +130,7 @@ void tw__primary_complete_async(struct tw_primary *p, uint64_t end, int status)
  * held. Returns the number of appends completed. */
 int tw__primary_reap(struct tw_primary *p)
 {
-	uint64_t before = p->rec_tail;
+	uint64_t before = p->rec_tail, now = 0;
 
 	if (p->err)
 		tw__primary_post_pending(p); /* sealed, not posted: failed at once */
@@ -133,6 +146,8 @@ int tw__primary_reap(struct tw_primary *p)
 			st = p->err ? p->err : -TW_EPEERLOST;
 		if (st)
 			p->reap_failed = true;
+		else if (!s->untimed) /* one clock read per reap */
+			time_write(p, s, now ? now : (now = tw_now_ns()));
 		end = s->rec_end; /* read first: once free, the slot may be sealed into again */
 		PST(p->slot_tail, p->slot_tail + 1); /* the slot is free: before the wake-ups */
 		p->mode_ops->complete(p, end, st);

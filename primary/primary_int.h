@@ -298,6 +298,12 @@ struct pslot {
 	uint64_t nrec;      /* entries in it */
 	bool repair;        /* a replica's write failed: not acked until a failover copied the
 			     * prefix to a replacement (primary_rerep.c) */
+	/* tw_now_ns() at its seal (the sealing thread, before slot_head publishes it), before and
+	 * after its posts and at its last replica's completion (the driver):
+	 * tw_primary_stats.write_*_ns, unless `untimed` (set with `repair`: a failover's time is
+	 * not the write's). */
+	uint64_t t_seal, t_post, t_posted, t_done;
+	bool untimed;
 };
 
 /* A thread waiting in the append path (async mode; docs/primary.md, "Appends from many

@@ -90,6 +90,8 @@ static struct pslot *seal(struct tw_primary *p, int *rc_out, bool wait, bool app
 	s->rec_end = idx;
 	s->nrec = idx - sealed;
 	s->repair = false;
+	s->untimed = false;
+	s->t_seal = tw_now_ns();
 	PST(p->seal_off, (uint64_t)seg->w.pos); /* before rec_sealed: the same wake-up (PLD) */
 	PST(p->rec_sealed, idx);
 	PST(p->slot_head, head + 1); /* published: the slot's fields above are written */
@@ -172,6 +174,8 @@ static void post_slot(struct tw_primary *p, struct pslot *s)
 		__atomic_store_n(&p->st.inflight_peak, inflight, __ATOMIC_RELAXED);
 
 	s->remaining = seg->nrep;
+	s->t_post = tw_now_ns();
+	s->t_done = 0;
 	for (unsigned i = 0; i < seg->nrep; i++) {
 		struct pop *po = &s->ops[i];
 		struct pbackup *b = &p->bk[seg->rep[i]];
@@ -189,11 +193,13 @@ static void post_slot(struct tw_primary *p, struct pslot *s)
 			char why[160];
 
 			s->repair = true; /* the failover copies it to the replacement */
+			s->untimed = true;
 			s->remaining--;
 			snprintf(why, sizeof(why), "cannot post write: %s", tw_strerror(rc));
 			tw__pfo_lost(p, seg->rep[i], why);
 		}
 	}
+	s->t_posted = tw_now_ns();
 }
 
 void tw__primary_post_pending(struct tw_primary *p)

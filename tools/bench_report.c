@@ -27,6 +27,13 @@ static double cpu_per_mobj(const struct result *x)
 	return x->cpu_ok && x->count ? x->cpu_sum / ((double)x->count / 1e6) : -1;
 }
 
+/* The mean of one of a write's time sums (tw_primary_stats.write_*_ns) in µs; 0 when no
+ * write was timed (raw mode has none). */
+static double write_us(const struct result *x, uint64_t sum_ns)
+{
+	return x->st.writes_timed ? (double)sum_ns / 1e3 / (double)x->st.writes_timed : 0;
+}
+
 /* The primary's own CPU (this process) per million objects; -1 unknown. */
 static double primary_per_mobj(const struct result *x)
 {
@@ -86,13 +93,18 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       ",\"wakeups\":%" PRIu64 ",\"inflight_peak\":%" PRIu64
 	       ",\"fabric_writes\":%" PRIu64 ",\"fast_path_writes\":%" PRIu64
 	       ",\"appender_seals\":%" PRIu64
+	       ",\"write_us\":{\"timed\":%" PRIu64 ",\"seal_post\":%.2f,\"posting\":%.2f"
+	       ",\"post_done\":%.2f,\"done_ack\":%.2f}"
 	       ",\"arena\":{\"mapped\":%" PRIu64 ",\"peak_used\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"huge_extents\":%" PRIu64 ",\"segments\":%" PRIu64 ",\"reused\":%" PRIu64 "}}",
 	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
 	       x->st.segments, x->st.rpc_handshake, x->st.rpc_open, x->st.rpc_close, x->st.rpc_set_acked,
 	       x->st.rpcs, per_obj, per_req,
 	       x->st.open_refused, x->st.wakeups, x->st.inflight_peak, x->st.fab_writes,
-	       x->st.fab_fast_writes, x->st.appender_seals, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
+	       x->st.fab_fast_writes, x->st.appender_seals, x->st.writes_timed,
+	       write_us(x, x->st.write_seal_post_ns), write_us(x, x->st.write_posting_ns),
+	       write_us(x, x->st.write_post_done_ns), write_us(x, x->st.write_done_ack_ns),
+	       x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
 	       x->st.arena.huge_extents, x->st.arena.segments, x->st.arena.reused);
 }
 
@@ -259,6 +271,11 @@ void print_single(const struct opts *o, const struct result *x)
 	/* Every replica's write, and those shm's fast path placed (docs/fabric.md). */
 	snprintf(k, sizeof(k), "%" PRIu64 " / %" PRIu64, x->st.fab_fast_writes, x->st.fab_writes);
 	printf("  %-40s %14s\n", "fast-path writes / fabric writes", k);
+	/* Where a write's time went, means over the acknowledged ones (docs/primary.md). */
+	snprintf(k, sizeof(k), "%.1f/%.1f/%.1f/%.1f", write_us(x, x->st.write_seal_post_ns),
+		 write_us(x, x->st.write_posting_ns), write_us(x, x->st.write_post_done_ns),
+		 write_us(x, x->st.write_done_ack_ns));
+	printf("  %-40s %14s\n", "write us: wait/posting/in flight/ack", k);
 	if (x->st.arena.extents) {
 		snprintf(k, sizeof(k), "%.1f / %.1f", (double)x->st.arena.peak / 1048576.0,
 			 (double)x->st.arena.mapped / 1048576.0);

@@ -401,6 +401,17 @@ struct tw_primary_stats {
 	 * the progress thread (docs/primary.md, "Who seals"); the rest of `writes` were sealed
 	 * by the thread that drives the log. */
 	uint64_t appender_seals;
+	/* Where the acknowledged writes spent their time, summed in ns over `writes_timed` of
+	 * them (docs/primary.md, "Where a write's time goes"): from its seal to its post, in the
+	 * post calls to its r replicas (a transport that pushes back keeps the driver there), from
+	 * their return to the last replica's completion as the driver read it, and from there to
+	 * its acknowledgement (the reap, which also waits for every older write). Writes that
+	 * failed or that a failover repaired are left out. */
+	uint64_t writes_timed;
+	uint64_t write_seal_post_ns;
+	uint64_t write_posting_ns;
+	uint64_t write_post_done_ns;
+	uint64_t write_done_ack_ns;
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

@@ -36,10 +36,10 @@ int main(int argc, char **argv)
 
 		snprintf(what, sizeof(what), "twbench --provider %s --count %s --json printed its "
 			 "report", prov, count);
-		tap_plan(12);
+		tap_plan(13);
 		if (!child_report(args, 240000, line, sizeof(line), what,
 				  "twbench exited 0 (it stopped its twd's)")) {
-			tap_skip(10, "no report");
+			tap_skip(11, "no report");
 			return tap_exit();
 		}
 	}
@@ -82,6 +82,25 @@ int main(int argc, char **argv)
 		ok(h_lat && p50 > 0 && p50 <= p99 && p99 <= p999,
 		   "sync append latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us", p50, p99, p999);
 		ok(h_segs && segs >= 2, "%.0f segments of 8 MiB", segs);
+		{
+			/* Every write acknowledged and timed; a write's mean time from its seal
+			 * to its acknowledgement lies within the run (docs/primary.md, "Where a
+			 * write's time goes"). */
+			double wr, timed, sp, po, pd, da, tot;
+			bool h_wt = cli_json_num(line, "writes", &wr) &&
+				    cli_json_num(line, "timed", &timed) &&
+				    cli_json_num(line, "seal_post", &sp) &&
+				    cli_json_num(line, "posting", &po) &&
+				    cli_json_num(line, "post_done", &pd) &&
+				    cli_json_num(line, "done_ack", &da) && h_rpcs;
+
+			tot = sp + po + pd + da;
+			ok(h_wt && timed == wr && wr > 0 && po > 0 && sp >= 0 && pd >= 0 && da >= 0 &&
+				   tot < secs * 1e6,
+			   "%.0f of %.0f writes timed: %.1f us waiting, %.1f posting, %.1f in flight, "
+			   "%.1f to the ack (%.1f of the run's %.0f us)", timed, wr, sp, po, pd, da,
+			   tot, secs * 1e6);
+		}
 		ok(h_obj, "control RPCs per object: %.3g", per_obj);
 		/* 8 MiB / (12 + 100 B) = 74898 entries per segment, 2 RPCs each: 2.67e-5 at best;
 		 * the partial last segment adds a little, more so with fewer objects. */

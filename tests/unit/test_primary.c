@@ -77,7 +77,7 @@ static void test_sync(const char **addrs)
 	struct tw_primary_config cfg;
 	struct tw_primary *p;
 	struct tw_primary_stats st;
-	uint64_t lsn[200];
+	uint64_t lsn[200], t0, t1;
 	uint8_t buf[256];
 	int bad = 0, badread = 0;
 
@@ -85,6 +85,7 @@ static void test_sync(const char **addrs)
 	p = tlog_open(&tc, &cfg, "sync");
 	if (!p)
 		return;
+	t0 = tw_now_ns();
 	for (uint64_t i = 0; i < 200; i++) {
 		uint32_t len = 1 + (uint32_t)(i * 13 % 200);
 
@@ -94,6 +95,7 @@ static void test_sync(const char **addrs)
 		else if (tw_primary_acked_lsn(p) != lsn[i] + TW_ENTRY_HDR_SIZE + len)
 			bad++;
 	}
+	t1 = tw_now_ns();
 	is_int(bad, 0, "sync: 200 appends acknowledged, acked_lsn follows");
 	for (uint64_t i = 0; i < 200; i++)
 		if (!check_entry(p, lsn[i], 1 + (uint32_t)(i * 13 % 200), i))
@@ -112,6 +114,15 @@ static void test_sync(const char **addrs)
 	}
 	tw_primary_get_stats(p, &st);
 	is_int(st.writes, 200, "sync: one write per synchronous append");
+	{
+		/* One write at a time, each inside the loop: their times add up to less than it. */
+		uint64_t sum = st.write_seal_post_ns + st.write_posting_ns + st.write_post_done_ns +
+			       st.write_done_ack_ns;
+
+		ok(st.writes_timed == 200 && st.write_posting_ns > 0 && sum <= t1 - t0,
+		   "sync: 200 writes timed, %.1f us of the loop's %.1f us (posting %.1f)",
+		   (double)sum / 1e3, (double)(t1 - t0) / 1e3, (double)st.write_posting_ns / 1e3);
+	}
 	ok(tw_primary_replica_addr(p, 0) && tw_primary_replica_addr(p, 2) &&
 		   !tw_primary_replica_addr(p, 3), "sync: 3 replica addresses");
 	is_int(tw_primary_append(p, buf, 0, NULL), -EINVAL, "sync: zero-length append -> EINVAL");
