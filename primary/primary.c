@@ -226,7 +226,18 @@ void tw__primary_preopen_start(struct tw_primary *p, bool now)
 
 /* Roll over: seal and drain the current segment, close it on its replicas, open the next one.
  * Driver thread, lock not held. Returns 0 or the primary's error. */
+static int roll(struct tw_primary *p);
+
 int tw__primary_roll(struct tw_primary *p)
+{
+	uint64_t t0 = tw_now_ns();
+	int rc = roll(p);
+
+	PSTAT_ADD(p, roll_ns, tw_now_ns() - t0);
+	return rc;
+}
+
+static int roll(struct tw_primary *p)
 {
 	struct pseg *old = p->cur, *s = NULL;
 	bool preopened = true;

@@ -94,7 +94,7 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       ",\"fabric_writes\":%" PRIu64 ",\"fast_path_writes\":%" PRIu64
 	       ",\"appender_seals\":%" PRIu64
 	       ",\"write_us\":{\"timed\":%" PRIu64 ",\"seal_post\":%.2f,\"posting\":%.2f"
-	       ",\"post_done\":%.2f,\"done_ack\":%.2f}"
+	       ",\"post_done\":%.2f,\"done_ack\":%.2f},\"roll_ms\":%.3f"
 	       ",\"arena\":{\"mapped\":%" PRIu64 ",\"peak_used\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"huge_extents\":%" PRIu64 ",\"segments\":%" PRIu64 ",\"reused\":%" PRIu64 "}}",
 	       x->st.writes, (double)x->count / (double)(x->st.writes ? x->st.writes : 1),
@@ -104,7 +104,7 @@ static void print_run_json(const struct opts *o, const struct result *x)
 	       x->st.fab_fast_writes, x->st.appender_seals, x->st.writes_timed,
 	       write_us(x, x->st.write_seal_post_ns), write_us(x, x->st.write_posting_ns),
 	       write_us(x, x->st.write_post_done_ns), write_us(x, x->st.write_done_ack_ns),
-	       x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
+	       (double)x->st.roll_ns / 1e6, x->st.arena.mapped, x->st.arena.peak, x->st.arena.extents,
 	       x->st.arena.huge_extents, x->st.arena.segments, x->st.arena.reused);
 }
 
@@ -276,6 +276,8 @@ void print_single(const struct opts *o, const struct result *x)
 		 write_us(x, x->st.write_posting_ns), write_us(x, x->st.write_post_done_ns),
 		 write_us(x, x->st.write_done_ack_ns));
 	printf("  %-40s %14s\n", "write us: wait/posting/in flight/ack", k);
+	/* Appends wait while a segment rolls over (docs/primary.md, "Segment rollover"). */
+	printf("  %-40s %14.1f\n", "ms in rollovers", (double)x->st.roll_ns / 1e6);
 	if (x->st.arena.extents) {
 		snprintf(k, sizeof(k), "%.1f / %.1f", (double)x->st.arena.peak / 1048576.0,
 			 (double)x->st.arena.mapped / 1048576.0);

@@ -412,6 +412,10 @@ struct tw_primary_stats {
 	uint64_t write_posting_ns;
 	uint64_t write_post_done_ns;
 	uint64_t write_done_ack_ns;
+	/* Time the log's driver spent in segment rollovers, summed in ns (docs/primary.md,
+	 * "Segment rollover"): the drain of the full segment, its close on the replicas and the
+	 * opens of the next; the log's appends wait meanwhile. */
+	uint64_t roll_ns;
 };
 
 /* Copy the counters. Thread-safe (a consistent enough snapshot for reporting). */

@@ -36,10 +36,10 @@ int main(int argc, char **argv)
 
 		snprintf(what, sizeof(what), "twbench --provider %s --count %s --json printed its "
 			 "report", prov, count);
-		tap_plan(13);
+		tap_plan(14);
 		if (!child_report(args, 240000, line, sizeof(line), what,
 				  "twbench exited 0 (it stopped its twd's)")) {
-			tap_skip(11, "no report");
+			tap_skip(12, "no report");
 			return tap_exit();
 		}
 	}
@@ -82,6 +82,16 @@ int main(int argc, char **argv)
 		ok(h_lat && p50 > 0 && p50 <= p99 && p99 <= p999,
 		   "sync append latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us", p50, p99, p999);
 		ok(h_segs && segs >= 2, "%.0f segments of 8 MiB", segs);
+		{
+			/* Appends wait while a segment rolls over: some time, within the run
+			 * (docs/primary.md, "Segment rollover"). */
+			double roll_ms = -1;
+			bool h_roll = cli_json_num(line, "roll_ms", &roll_ms);
+
+			ok(h_roll && h_rpcs && roll_ms > 0 && roll_ms < secs * 1e3,
+			   "%.1f ms in %.0f rollovers, of the run's %.0f ms", roll_ms, segs - 1,
+			   secs * 1e3);
+		}
 		{
 			/* Every write acknowledged and timed; a write's mean time from its seal
 			 * to its acknowledgement lies within the run (docs/primary.md, "Where a

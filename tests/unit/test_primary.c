@@ -123,6 +123,8 @@ static void test_sync(const char **addrs)
 		   "sync: 200 writes timed, %.1f us of the loop's %.1f us (posting %.1f)",
 		   (double)sum / 1e3, (double)(t1 - t0) / 1e3, (double)st.write_posting_ns / 1e3);
 	}
+	ok(st.segments == 1 && st.roll_ns == 0, "sync: one segment, no time in rollovers (%llu ns)",
+	   (unsigned long long)st.roll_ns);
 	ok(tw_primary_replica_addr(p, 0) && tw_primary_replica_addr(p, 2) &&
 		   !tw_primary_replica_addr(p, 3), "sync: 3 replica addresses");
 	is_int(tw_primary_append(p, buf, 0, NULL), -EINVAL, "sync: zero-length append -> EINVAL");
@@ -153,6 +155,7 @@ static void test_async_callbacks(const char **addrs)
 	if (!p)
 		return;
 	static uint64_t lsns[20000];
+	uint64_t t0 = tw_now_ns(), t1;
 
 	for (uint64_t i = 0; i < n; i++) {
 		if (append_seq(p, i, tlog_ack_cb, &a, &lsns[i]) != 0)
@@ -160,6 +163,7 @@ static void test_async_callbacks(const char **addrs)
 	}
 	is_int(bad, 0, "async cb: %llu appends accepted", (unsigned long long)n);
 	is_int(tw_primary_flush(p), 0, "async cb: flush");
+	t1 = tw_now_ns();
 	is_int(a.n, n, "async cb: every callback ran");
 	is_int(a.errors, 0, "async cb: no errors");
 	is_int(a.out_of_order, 0, "async cb: acknowledged in log order");
@@ -171,6 +175,10 @@ static void test_async_callbacks(const char **addrs)
 	ok(st.inflight_peak >= 2, "async cb: pipelining: %llu writes in flight at peak",
 	   (unsigned long long)st.inflight_peak);
 	ok(st.segments > 20, "async cb: rolled over %llu segments", (unsigned long long)st.segments);
+	/* The appending thread drives the log: every rollover ran inside the loop. */
+	ok(st.roll_ns > 0 && st.roll_ns <= t1 - t0,
+	   "async cb: %.1f ms in rollovers, of the loop's %.1f ms", (double)st.roll_ns / 1e6,
+	   (double)(t1 - t0) / 1e6);
 	bad = 0;
 	for (uint64_t i = 0; i < n; i++)
 		if (!check_entry(p, lsns[i], 100, i))
