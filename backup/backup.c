@@ -1,10 +1,10 @@
 /*
  * backup/backup.c — the backup object: configuration, open (storage directory, index rebuild,
- * fabric, pool, RPC server, flusher), the progress loop (tw_backup_run), stop and close. The
- * segment index and its rebuild at start are in backup_index.c, connections in backup_conn.c,
- * the flusher in backup_flush.c, statistics in backup_stats.c; the RPC operations in
- * backup_ops.c, their wire glue in backup_rpc.c, the buffer pool in pool.c and segment files in
- * segfile.c.
+ * fabric, pool, RPC server, flusher, scanner), the progress loop (tw_backup_run), stop and
+ * close. The segment index and its rebuild at start are in backup_index.c, connections in
+ * backup_conn.c, the flusher in backup_flush.c, the scanner of closes in backup_scan.c,
+ * statistics in backup_stats.c; the RPC operations in backup_ops.c, their wire glue in
+ * backup_rpc.c, the buffer pool in pool.c and segment files in segfile.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -197,6 +197,11 @@ static int start_serving(struct tw_backup *b)
 		return rc;
 	}
 	b->flusher_started = true;
+	rc = tw__bk_scanner_start(b);
+	if (rc != 0) {
+		tw__bk_seterr(b, "cannot start the scanner thread: %s", strerror(-rc));
+		return rc;
+	}
 	rc = tw__fab_listen(b->fab, b->addr, sizeof(b->addr));
 	if (rc != 0) {
 		tw__bk_seterr(b, "cannot listen on %s:%s: %s (%s)",
@@ -255,6 +260,9 @@ int tw__backup_open_on(const struct tw_backup_config *config, const struct tw__b
 	pthread_cond_init(&b->fl_cond, NULL);
 	pthread_cond_init(&b->fl_done_cond, NULL);
 	pthread_mutex_init(&b->st_lock, NULL);
+	pthread_mutex_init(&b->sc_lock, NULL);
+	pthread_cond_init(&b->sc_cond, NULL);
+	pthread_cond_init(&b->sc_done_cond, NULL);
 	atomic_init(&b->stop, false);
 	rc = copy_strings(b);
 	if (rc)
@@ -369,6 +377,8 @@ int tw_backup_run(struct tw_backup *b)
 		rc = 0;
 		if (tw__bk_drain_done(b))
 			busy = true;
+		if (tw__bk_scans_drain(b))
+			busy = true;
 		tw__bk_auth_sweep(b);
 		tw__bk_reap_conns(b);
 		if (b->flush_retry && tw_now_ns() >= b->flush_retry_ns)
@@ -395,6 +405,8 @@ int tw_backup_close(struct tw_backup *b)
 
 	if (!b)
 		return 0;
+	/* Scans first: applying one queues its segment's flush. */
+	tw__bk_scanner_stop(b);
 	if (b->flusher_started) {
 		pthread_mutex_lock(&b->fl_lock);
 		b->fl_quit = true;
@@ -444,6 +456,9 @@ int tw_backup_close(struct tw_backup *b)
 	pthread_cond_destroy(&b->fl_cond);
 	pthread_cond_destroy(&b->fl_done_cond);
 	pthread_mutex_destroy(&b->st_lock);
+	pthread_mutex_destroy(&b->sc_lock);
+	pthread_cond_destroy(&b->sc_cond);
+	pthread_cond_destroy(&b->sc_done_cond);
 	free(b->strs);
 	free(b);
 	return unflushed ? -EIO : 0;

@@ -300,6 +300,7 @@ int tw_backup_flush_all(struct tw_backup *b)
 {
 	unsigned n = 0;
 
+	tw__bk_scans_settle(b); /* no close half done: its buffer is closed, or open, below */
 	b->flush_err = 0;
 	/* No write may land after an open buffer's scan: on a provider whose own thread moves
 	 * the bytes and acknowledges them (sockets), a write acknowledged after the scan would

@@ -216,6 +216,25 @@ struct job {
 	struct job *next;
 };
 
+/* ------------------------------------------------------------------ close scans (backup_scan.c) */
+
+/* A close whose scan of the segment's buffer runs on the scanner thread, off the progress
+ * thread (which on tcp and sockets must go on receiving the writes of the next segment). The
+ * request is answered when the result is applied (progress thread). */
+struct bk_scan {
+	struct seg *s;            /* progress thread only */
+	const uint8_t *mem;       /* what the scanner reads: the buffer, its registration revoked */
+	size_t len;
+	uint32_t seed;
+	struct tw_scan_result sr; /* the scanner's result */
+	uint64_t offset;          /* what the close claims */
+	uint32_t checksum;
+	uint64_t conn_id;         /* who asked: answered only while it is connected */
+	struct tw_chan *ch;
+	uint64_t request_id, reply_epoch;
+	struct bk_scan *next;
+};
+
 /* ------------------------------------------------------------------ the backup */
 
 struct tw_backup {
@@ -266,6 +285,17 @@ struct tw_backup {
 	struct job *done_head, *done_tail;
 	unsigned jobs_pending; /* queued or running */
 	bool fl_quit;
+	/* Close scans (backup_scan.c): queues under sc_lock; sc_pending is the progress
+	 * thread's (handed out and not applied yet). */
+	pthread_t scanner;
+	bool scanner_started;
+	pthread_mutex_t sc_lock;
+	pthread_cond_t sc_cond;      /* work queued, hold lifted, or quit */
+	pthread_cond_t sc_done_cond; /* a scan finished */
+	struct bk_scan *sc_todo, *sc_todo_tail, *sc_done, *sc_done_tail;
+	unsigned sc_running;         /* queued or scanning */
+	unsigned sc_pending;
+	bool sc_quit, sc_hold;
 	/* How segment files are written (flusher thread only, like the jobs it runs). */
 	struct segfile_io fio;
 	bool fio_reported; /* the O_DIRECT refusal was logged (once per backup) */
@@ -362,8 +392,29 @@ struct bk_open_req {
 };
 int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
 		   const struct bk_open_req *o, struct tw_rkey *rk_out, char *msg, size_t msglen);
+/* `defer` (NULL: scan here): where the close reaches its scan, the scan goes to the scanner
+ * thread with `defer` (filled; the caller set its conn_id, ch, request_id, reply_epoch) and the
+ * call returns TW_RPC_DEFERRED; backup_scan.c applies the result (tw__bk_close_apply) and
+ * answers. */
 int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
-		struct tw_scan_result *scanned_out, char *msg, size_t msglen);
+		struct tw_scan_result *scanned_out, char *msg, size_t msglen, struct bk_scan *defer);
+/* The end of a close once its buffer is scanned: the copy closed (or kept and marked corrupt),
+ * its flush queued, its readers woken. 0, -TW_ECORRUPT + msg. */
+int tw__bk_close_apply(struct tw_backup *b, struct seg *s, uint64_t offset, uint32_t checksum,
+		       const struct tw_scan_result *sr, char *msg, size_t msglen);
+
+/* backup_scan.c: the scanner thread (started with the flusher, stopped before it). */
+int tw__bk_scanner_start(struct tw_backup *b);
+void tw__bk_scanner_stop(struct tw_backup *b);
+void tw__bk_scan_submit(struct tw_backup *b, struct bk_scan *sc);
+/* Apply the finished scans and answer their closes (progress thread). How many. */
+unsigned tw__bk_scans_drain(struct tw_backup *b);
+/* Wait for every scan handed out and apply it. Before any request is served, and before
+ * anything else touches segments (a flush of every buffer, the close of the backup): no one
+ * sees a segment between its close's revocation and its scan's result. */
+void tw__bk_scans_settle(struct tw_backup *b);
+/* Tests: hold the scanner before its next scan, until lifted here or by a settle. */
+void tw__bk_scan_hold(struct tw_backup *b, bool hold);
 int tw__bk_op_fence(struct tw_backup *b, struct conn *c, uint64_t log_id, uint64_t new_epoch,
 		uint64_t incarnation, uint64_t *epoch_out, uint64_t *owner_out, char *msg,
 		size_t msglen);

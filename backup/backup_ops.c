@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/util.h"
+#include "proto/rpc.h"
 #include "backup/backup_int.h"
 
 
@@ -393,7 +394,7 @@ int tw__bk_op_open(struct tw_backup *b, struct conn *c, const struct bk_seg_req 
 }
 
 int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req *r,
-		struct tw_scan_result *sr, char *msg, size_t msglen)
+		struct tw_scan_result *sr, char *msg, size_t msglen, struct bk_scan *defer)
 {
 	struct seg *s;
 	int rc;
@@ -442,26 +443,46 @@ int tw__bk_op_close(struct tw_backup *b, struct conn *c, const struct bk_seg_req
 	 * proves them: every header check, payload CRC and the chain up to the claimed offset, and
 	 * that no valid write of this use follows it (docs/recovery.md, "What is verified
 	 * when"). */
+	if (defer) {
+		/* On the scanner thread: this thread goes on serving the writes of the other
+		 * segments (tcp and sockets need it to) and answers when the result is in
+		 * (backup_scan.c). */
+		defer->s = s;
+		defer->mem = s->buf->mem;
+		defer->len = scan_len(b, s);
+		defer->seed = s->seed;
+		defer->offset = r->offset;
+		defer->checksum = r->checksum;
+		tw__bk_scan_submit(b, defer);
+		return TW_RPC_DEFERRED;
+	}
 	tw_scan_seeded(s->buf->mem, scan_len(b, s), s->seed, sr);
+	return tw__bk_close_apply(b, s, r->offset, r->checksum, sr, msg, msglen);
+}
+
+int tw__bk_close_apply(struct tw_backup *b, struct seg *s, uint64_t offset, uint32_t checksum,
+		       const struct tw_scan_result *sr, char *msg, size_t msglen)
+{
+	int rc = 0;
+
 	s->valid_len = sr->valid_len;
 	s->checksum = sr->last_checksum;
 	s->entries = sr->entries;
 	s->state = SEG_CLOSED;
 	tw__pool_set_state(&b->pool, s->buf, POOL_CLOSED);
-	rc = 0;
-	if (sr->valid_len != r->offset || sr->last_checksum != r->checksum) {
+	if (sr->valid_len != offset || sr->last_checksum != checksum) {
 		s->corrupt = true;
 		snprintf(msg, msglen, "segment " SEGF ": scan found valid length %zu and checksum "
 			 "0x%08x (stopped: %s at %zu), close says offset %" PRIu64 " checksum 0x%08x; "
-			 "replica kept and marked corrupt", r->log_id, r->segment_id, sr->valid_len,
-			 sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset, r->offset,
-			 r->checksum);
+			 "replica kept and marked corrupt", s->log_id, s->segment_id, sr->valid_len,
+			 sr->last_checksum, tw_scan_stop_str(sr->stop), sr->stop_offset, offset,
+			 checksum);
 		tw_log_warn("backup: %s", msg);
 		rc = -TW_ECORRUPT;
 	}
 	b->index_dirty = true;
 	tw__bk_flush_closed(b, s);
-	tw__bk_readers_wake(b, r->log_id, r->segment_id); /* readable to its end now */
+	tw__bk_readers_wake(b, s->log_id, s->segment_id); /* readable to its end now */
 	return rc;
 }
 

@@ -183,7 +183,7 @@ int tw__bk_h_recovered_offset(void *arg, struct tw__rpc_call *call)
 		r.offset = s->valid_len;
 		r.checksum = s->checksum;
 	}
-	rc = tw__bk_op_close(b, NULL, &r, &sr, call->msgbuf, sizeof(call->msgbuf));
+	rc = tw__bk_op_close(b, NULL, &r, &sr, call->msgbuf, sizeof(call->msgbuf), NULL);
 	if (rc == 0) {
 		tw_log_info("backup: segment " SEGF " closed at the recovered length %" PRIu64
 			    " (epoch %" PRIu64 ")", q->log_id, q->segment_id, q->offset, epoch);

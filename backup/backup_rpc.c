@@ -189,6 +189,14 @@ static int admit(void *arg, struct tw_chan *ch, enum tw_rpc_op op, char *why, si
 	struct tw_backup *b = arg;
 	struct conn *c = tw__chan_user(ch);
 
+	/* Every request sees the segments as they are after the closes asked before it: a close
+	 * scanning on the scanner thread (backup_scan.c) is finished and answered first. Only the
+	 * one-sided writes, which are no requests, go on meanwhile, and the requests that change
+	 * no segment's state or buffer: SetAcked (an owner in sync mode sends one per reap; it
+	 * moves an open segment's readable mark, and a closing one is still open until its scan
+	 * is applied), Stats and Ping. */
+	if (op != TW_RPC_SET_ACKED && op != TW_RPC_STATS && op != TW_RPC_PING)
+		tw__bk_scans_settle(b);
 	if (!b->key || op == TW_RPC_HANDSHAKE || (c && c->auth == CONN_AUTH_OK))
 		return 0;
 	if (c)
@@ -271,10 +279,22 @@ static int h_close(void *arg, struct tw__rpc_call *call)
 {
 	struct tw_backup *b = arg;
 	const struct bk_seg_req r = seg_req(call);
+	struct conn *c = call_conn(call);
 	struct tw_scan_result sr;
+	/* The scan goes to the scanner thread (backup_scan.c); without memory for that, here. */
+	struct bk_scan *sc = b->scanner_started && c ? calloc(1, sizeof(*sc)) : NULL;
 	int rc;
 
-	rc = tw__bk_op_close(b, call_conn(call), &r, &sr, MSGBUF(call));
+	if (sc) {
+		sc->conn_id = c->id;
+		sc->ch = call->ch;
+		sc->request_id = call->req->request_id;
+		sc->reply_epoch = call->reply_epoch;
+	}
+	rc = tw__bk_op_close(b, c, &r, &sr, MSGBUF(call), sc);
+	if (rc == TW_RPC_DEFERRED)
+		return rc; /* answered by tw__bk_scans_drain */
+	free(sc);
 	tw__bk_stats_sync(b); /* as in h_open */
 	if (rc == 0 || rc == -TW_ECORRUPT || rc == -EEXIST) {
 		const struct tw_rpc_seg_meta m = {.log_id = r.log_id, .segment_id = r.segment_id,
