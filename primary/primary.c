@@ -224,8 +224,9 @@ void tw__primary_preopen_start(struct tw_primary *p, bool now)
 	tw__pctl_preopen_begin(p, s);
 }
 
-/* Roll over: seal and drain the current segment, close it on its replicas, open the next one.
- * Driver thread, lock not held. Returns 0 or the primary's error. */
+/* Roll over: seal and drain the current segment, open the next one, send the old one's close
+ * RPCs (answered later: close behind). Driver thread, lock not held. Returns 0 or the
+ * primary's error. */
 static int roll(struct tw_primary *p);
 
 int tw__primary_roll(struct tw_primary *p)
@@ -259,10 +260,12 @@ static int roll(struct tw_primary *p)
 		return p->err;
 	if (p->cur != old)
 		return 0; /* a nested call rolled over already */
-	/* The next segment's opens go out before the close: a backup answers them (a durable
-	 * record of the open) while this segment closes (a scan of the whole buffer), so the
-	 * rollover waits for the slower of the two, not for their sum (docs/primary.md, "Segment
-	 * rollover"). After the drain, which noticed any backup lost meanwhile. */
+	/* The close of the segment before, long answered as a rule (one closing at a time). */
+	rc = tw__pctl_close_end(p);
+	if (rc < 0 || p->err)
+		return p->err ? p->err : rc;
+	/* The next segment's opens go out first: after the drain, which noticed any backup lost
+	 * meanwhile (docs/primary.md, "Segment rollover"). */
 	tw__primary_preopen_start(p, true);
 	/* The next segment's memory first: an exhausted arena refuses the rollover before the
 	 * segment is closed, so the log goes on once the application releases segments. */
@@ -283,13 +286,10 @@ static int roll(struct tw_primary *p)
 		}
 		preopened = false;
 	}
-	rc = tw__pctl_close_segment(p, old);
-	if (rc < 0) {
-		if (preopened)
-			tw__pctl_preopen_abandon(p, s);
-		tw__pseg_free(p, s);
-		return p->err ? p->err : rc;
-	}
+	/* Close behind: every write of the old segment completed (the drain), so its close RPCs
+	 * go out now and are answered while the new segment fills (tw__pctl_close_poll), not
+	 * before it opens: the replicas' scan of the whole buffer is off the appends' path. */
+	tw__pctl_close_begin(p, old);
 	rc = preopened ? tw__pctl_preopen_finish(p, s) : tw__pctl_open_segment(p, s);
 	if (rc < 0) {
 		tw__pseg_free(p, s);
@@ -430,6 +430,7 @@ void tw__primary_step_post(struct tw_primary *p)
 	if (PLD(p->fo_pending) && !p->fo_running)
 		tw__pfo_run(p);
 	tw__primary_reap(p);
+	tw__pctl_close_poll(p);
 	tw__primary_try_seal(p);
 	if (p->rr_dirty && !p->fo_running)
 		tw__pfo_background(p, false);
@@ -494,6 +495,8 @@ int tw_primary_trim(struct tw_primary *p, uint32_t below_segment)
 	tw__primary_lock(p);
 	if (p->cur && below_segment > p->cur->id)
 		below_segment = p->cur->id;
+	if (p->closing && below_segment > p->closing->id)
+		below_segment = p->closing->id; /* not closed yet */
 	tw__primary_unlock(p);
 	released = tw_primary_unload(p, below_segment);
 	if (released < 0)
@@ -585,10 +588,13 @@ int tw_primary_unload(struct tw_primary *p, uint32_t below_segment)
 		return -EINVAL;
 	tw__primary_lock(p);
 	handed = pserved(p); /* the progress thread frees them */
-	/* Segments below the current one are closed: the current one changes only after the
-	 * close of its predecessor succeeded. (released counts from seg_base.) */
+	/* Segments below the current one are closed, but for the one whose close is still out
+	 * (close behind): its answers may yet ask for a copy from our memory. (released counts
+	 * from seg_base.) */
 	if (p->cur && below_segment > p->cur->id)
 		below_segment = p->cur->id;
+	if (p->closing && below_segment > p->closing->id)
+		below_segment = p->closing->id;
 	below_segment = below_segment > p->seg_base ? below_segment - p->seg_base : 0;
 	for (; p->released < below_segment; p->released++) {
 		struct pseg *s = p->segs[p->released];

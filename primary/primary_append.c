@@ -488,6 +488,9 @@ static int flush_sync_mode(struct tw_primary *p)
 
 	while (p->rec_tail < target)
 		tw__primary_drive(p, p->cfg.busy_poll ? 0 : PWAIT_SLICE_MS);
+	/* And the close of the last segment rolled over answered (close behind): after a flush
+	 * every segment below the open one is closed, as before. */
+	(void)tw__pctl_close_end(p);
 	settle_published(p);
 	return p->err;
 }
@@ -504,7 +507,9 @@ static int flush_async_mode(struct tw_primary *p)
 	/* Counted before looking (see PLD): the acknowledgement that reaches target sees us. */
 	p->app_waiting++;
 	__atomic_add_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
-	while (PLD(p->rec_tail) < target)
+	/* And the close of a segment rolled over answered (close behind: the progress thread
+	 * takes it and broadcasts), unless the log failed. */
+	while (PLD(p->rec_tail) < target || (p->closing && !p->err))
 		sleep_counted(p, &p->cv_app);
 	__atomic_sub_fetch(&p->n_sleep, 1, __ATOMIC_SEQ_CST);
 	p->app_waiting--;

@@ -131,6 +131,7 @@ static void call_start(struct tw_primary *p, struct pcall *c, struct pbackup *b,
 
 	memset(c, 0, sizeof(*c));
 	c->b = b;
+	c->gen = b->c->peer.gen;
 	PSTAT_ADD(p, rpcs, 1);
 	rc = prpc(p, b) ? tw__rpc_call(b->c->peer.rpc, env, call_done, c) : -TW_EPEERLOST;
 	if (rc < 0) { /* the callback will not run */
@@ -343,7 +344,7 @@ int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg)
 	return -TW_ENOBACKUP;
 }
 
-int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
+static void close_req(struct tw_primary *p, struct pseg *seg, struct tw_rpc_req *req)
 {
 	struct tw_rpc_seg_meta m = {
 		.log_id = p->cfg.log_id,
@@ -351,15 +352,20 @@ int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 		.checksum = seg->w.last_checksum,
 		.offset = seg->w.pos,
 	};
-	struct pcall calls[TW_PRIMARY_MAX_REPLICAS];
+
+	tw__rpc_req_close_segment(req, p->cfg.epoch, &m, seg->version);
+	PSTAT_ADD(p, rpc_close, 1);
+}
+
+void tw__pctl_close_begin(struct tw_primary *p, struct pseg *seg)
+{
 	struct tw_rpc_req req;
 	unsigned n = 0;
-	int first = 0;
 
 	if (seg->closed)
-		return 0;
+		return;
 	seg->closing = true;
-	for (unsigned i = 0; i < seg->nrep; i++) {
+	for (unsigned i = 0; i < seg->nrep && n < p->r; i++) {
 		struct pbackup *b = &p->bk[seg->rep[i]];
 
 		if (!b->c->peer.rpc || b->lost) {
@@ -369,34 +375,107 @@ int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
 			p->rr_dirty = true;
 			continue;
 		}
-		tw__rpc_req_close_segment(&req, p->cfg.epoch, &m, seg->version);
-		PSTAT_ADD(p, rpc_close, 1);
-		call_start(p, &calls[n++], b, &req.env);
+		close_req(p, seg, &req);
+		call_start(p, &p->close_calls[n++], b, &req.env);
 	}
-	call_wait(p, calls, n);
-	for (unsigned i = 0; i < n; i++) {
-		struct pbackup *b = calls[i].b;
-		int rc = calls[i].status;
+	p->close_n = n;
+	tw__primary_lock(p);
+	p->closing = seg;
+	tw__primary_unlock(p);
+}
 
+/* One close answer that is not a success: a lost backup (its closed copy goes to a spare in the
+ * background), a connection made again since the call (a reset of the context's fabric, which
+ * failed every call in flight: ask again), or a refusal (the log fails). */
+static int close_failed(struct tw_primary *p, struct pseg *seg, struct pcall *c)
+{
+	struct pbackup *b = c->b;
+	int rc = c->status;
+	/* Lost, timed out, or its connection closed under it (a loss handled meanwhile, or
+	 * a reset): the call ended without a verdict from the backup. */
+	bool no_answer = rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_ECLOSED;
+
+	if (no_answer && !b->lost && prpc(p, b) && b->c->peer.gen != c->gen) {
+		struct tw_rpc_req req;
+
+		close_req(p, seg, &req);
+		call_start(p, c, b, &req.env);
+		call_wait(p, c, 1);
+		rc = c->status;
 		if (!rc)
-			continue;
-		if (rc == -ETIMEDOUT || rc == -TW_EPEERLOST) {
-			/* Lost while closing: a spare gets the closed copy in the background. */
-			snprintf(b->why, sizeof(b->why), "close segment %u: %s", seg->id,
-				 tw_strerror(rc));
-			tw__pfo_lost(p, b->idx, b->why);
-			p->rr_dirty = true;
-			continue;
-		}
-		tw__primary_fail(p, rc,
-			     "backup %s: close segment %u (offset %llu): %s%s%s", b->addr, seg->id,
-			     (unsigned long long)m.offset, tw_strerror(rc), calls[i].msg[0] ? ": " : "",
-			     calls[i].msg);
-		if (!first)
+			return 0;
+		no_answer = rc == -ETIMEDOUT || rc == -TW_EPEERLOST || rc == -TW_ECLOSED;
+	}
+	if (no_answer) {
+		snprintf(b->why, sizeof(b->why), "close segment %u: %s", seg->id, tw_strerror(rc));
+		tw__pfo_lost(p, b->idx, b->why);
+		p->rr_dirty = true;
+		return 0;
+	}
+	tw__primary_fail(p, rc, "backup %s: close segment %u (offset %llu): %s%s%s", b->addr,
+			 seg->id, (unsigned long long)seg->w.pos, tw_strerror(rc),
+			 c->msg[0] ? ": " : "", c->msg);
+	return rc;
+}
+
+int tw__pctl_close_end(struct tw_primary *p)
+{
+	struct pseg *seg = p->closing;
+	int first = 0;
+
+	if (!seg)
+		return 0;
+	call_wait(p, p->close_calls, p->close_n);
+	for (unsigned i = 0; i < p->close_n; i++) {
+		int rc = p->close_calls[i].status ? close_failed(p, seg, &p->close_calls[i]) : 0;
+
+		if (rc < 0 && !first)
 			first = rc;
 	}
+	p->close_n = 0;
 	seg->closed = true;
+	/* A replica whose backup was lost after it was asked (and answered) is owed to a spare
+	 * too: the background re-replication passed this segment over while it was closing. */
+	for (unsigned i = 0; i < seg->nrep; i++)
+		if (p->bk[seg->rep[i]].lost)
+			p->rr_dirty = true;
+	tw__primary_lock(p);
+	p->closing = NULL;
+	if (p->threaded)
+		pthread_cond_broadcast(&p->cv_app); /* tw_primary_flush waits for it */
+	tw__primary_unlock(p);
 	return first;
+}
+
+void tw__pctl_close_poll(struct tw_primary *p)
+{
+	if (!p->closing)
+		return;
+	for (unsigned i = 0; i < p->close_n; i++) {
+		struct pcall *c = &p->close_calls[i];
+
+		if (c->done)
+			continue;
+		if (c->b->c->peer.rpc)
+			tw__rpc_client_expire(c->b->c->peer.rpc);
+		if (!c->done)
+			return;
+	}
+	(void)tw__pctl_close_end(p); /* a failure is the log's error (tw__primary_fail) */
+}
+
+int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg)
+{
+	int rc = tw__pctl_close_end(p); /* one closing segment at a time */
+
+	if (seg->closed)
+		return rc;
+	tw__pctl_close_begin(p, seg);
+	if (!rc)
+		rc = tw__pctl_close_end(p);
+	else
+		(void)tw__pctl_close_end(p);
+	return rc;
 }
 
 /* Pre-open: send the opens of `seg` to the first r usable backups and return at once. */

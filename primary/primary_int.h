@@ -543,6 +543,13 @@ struct tw_primary {
 	struct pcall *next_calls; /* r of them */
 	unsigned next_n;
 
+	/* The rolled-over segment whose close RPCs are out (primary_ctl.c, close_begin): set and
+	 * cleared by the driver under the lock (tw_primary_unload and _trim read it: it is not
+	 * closed yet), its calls driver-only. */
+	struct pseg *closing;
+	struct pcall *close_calls; /* r of them */
+	unsigned close_n;
+
 	/* Backup failure (primary_rerep.c). Driver thread only. Pending work, not lifecycle:
 	 * a failover runs inside RUNNING (or a roll, or the finish's drain) and ends there. */
 	bool fo_pending;        /* a replica of the open segment is lost: appends suspended */
@@ -613,8 +620,17 @@ static inline struct tw_rpc_client *prpc(struct tw_primary *p, struct pbackup *b
 int tw__pctl_check_backups(struct tw_primary *p);
 /* Choose r backups and open `seg` on them (retry / back-off); fills seg->rep, seg->rk. */
 int tw__pctl_open_segment(struct tw_primary *p, struct pseg *seg);
-/* Close RPC to every replica of `seg` with its final offset and checksum. */
+/* Close RPC to every replica of `seg` with its final offset and checksum, and wait for the
+ * answers (begin + end). */
 int tw__pctl_close_segment(struct tw_primary *p, struct pseg *seg);
+/* The close behind a rollover (docs/primary.md, "Segment rollover"): begin sends the close RPCs
+ * of the rolled-over `seg` (every write of it completed) and returns; the answers are taken by
+ * close_poll on the driver's rounds once all are in, or by close_end, which waits for them (the
+ * next rollover, the finish). One such segment at a time (p->closing). end returns 0 or the
+ * first error (the log failed, as a failed close always did). */
+void tw__pctl_close_begin(struct tw_primary *p, struct pseg *seg);
+int tw__pctl_close_end(struct tw_primary *p);
+void tw__pctl_close_poll(struct tw_primary *p);
 /* Plain open of a new log: ask every usable backup whether it knows the log (-TW_ELOGEXISTS) and
  * resolve cfg.epoch 0 to one past every epoch they report. p->errmsg says why on failure. */
 int tw__pctl_probe_new_log(struct tw_primary *p);
@@ -638,6 +654,7 @@ struct pcall {
 	struct tw_rkey rk; /* open: the grant */
 	uint32_t seed;     /* open: the chain seed the backup echoed (0 from a 1.1 backup) */
 	char msg[200];     /* the reply's message, or a local reason */
+	uint64_t gen;      /* the connection it was sent on (peer.gen) */
 };
 
 /* The rule of reused segment memory (docs/log-format.md §7, "Reused segments on the primary"):

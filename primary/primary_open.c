@@ -158,6 +158,7 @@ static void primary_free_driving(struct tw_primary *p)
 	free(p->segs);
 	tw__pseg_free(p, p->next);
 	free(p->next_calls);
+	free(p->close_calls);
 	while (p->free_list) {
 		struct pseg *nx = p->free_list->next_free;
 
@@ -316,10 +317,11 @@ static struct tw_primary *primary_alloc(struct tw_ctx *ctx, const struct tw__pcf
 		rec_cap *= 2;
 	p->recs = calloc(rec_cap, sizeof(*p->recs));
 	p->next_calls = calloc(p->r, sizeof(*p->next_calls));
+	p->close_calls = calloc(p->r, sizeof(*p->close_calls));
 	p->rec_mask = rec_cap - 1;
 	if (!ctx && cfg->provider)
 		p->prov_copy = strdup(cfg->provider);
-	if (!p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls ||
+	if (!p->bk || !p->slots || !p->pops || !p->recs || !p->next_calls || !p->close_calls ||
 	    (!ctx && cfg->provider && !p->prov_copy)) {
 		p->coord = NULL;
 		primary_free(p);
@@ -740,6 +742,11 @@ int tw_primary_finish(struct tw_primary *p)
 	} else {
 		tw__primary_set_state(p, PSTATE_FINISHING); /* sync: no appends from now on */
 	}
+	/* A close still out (close behind) is answered before the log goes: its calls live in
+	 * the log. */
+	rc2 = tw__pctl_close_end(p);
+	if (rc2 < 0 && !rc)
+		rc = rc2;
 	if (!p->err && p->cur) {
 		tw__primary_drain(p);
 		rc2 = tw__pctl_close_segment(p, p->cur);

@@ -304,6 +304,7 @@ int tw__primary_drive(struct tw_primary *p, int timeout_ms)
 	if (PLD(p->fo_pending) && !p->fo_running)
 		tw__pfo_run(p);
 	rc = tw__primary_reap(p);
+	tw__pctl_close_poll(p);
 	tw__primary_try_seal(p);
 	if (p->rr_dirty && !p->fo_running)
 		tw__pfo_background(p, false);

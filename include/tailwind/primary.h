@@ -295,8 +295,11 @@ TW_API int tw_primary_append_batch(struct tw_primary *p, const struct iovec *ent
 				   tw_append_cb cb, void *arg, uint64_t *lsns_out);
 
 /*
- * Wait until every append made so far is acknowledged or failed (their callbacks ran).
- * Returns 0, or the primary's error if it failed, or -EDEADLK (async mode, from a callback).
+ * Wait until every append made so far is acknowledged or failed (their callbacks ran), and
+ * the last segment rolled over is closed on its backups (its close is answered while the next
+ * segment fills: docs/primary.md, "Segment rollover"), so that every segment below the open
+ * one is closed. Returns 0, or the primary's error if it failed, or -EDEADLK (async mode, from
+ * a callback).
  */
 TW_API int tw_primary_flush(struct tw_primary *p);
 
@@ -348,7 +351,8 @@ TW_API int tw_primary_read_pos(struct tw_primary *p, struct tw_pos pos, const vo
 
 /*
  * Free the primary's memory of the closed segments below `below_segment` (the open segment is
- * never released). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
+ * never released, nor the one whose close is still being answered: after tw_primary_flush
+ * there is none). Reads of their entries then return -TW_ENOTFOUND. The backups keep their
  * copies: tw_primary_trim() drops those too (log cleaning). Their memory goes back to the log
  * arena for later segments (in async mode the progress thread gives it back shortly after).
  * Returns the number of segments released by this call, or -EINVAL. Thread-safe in async mode.
@@ -413,8 +417,9 @@ struct tw_primary_stats {
 	uint64_t write_post_done_ns;
 	uint64_t write_done_ack_ns;
 	/* Time the log's driver spent in segment rollovers, summed in ns (docs/primary.md,
-	 * "Segment rollover"): the drain of the full segment, its close on the replicas and the
-	 * opens of the next; the log's appends wait meanwhile. */
+	 * "Segment rollover"): the drain of the full segment and the opens of the next (and the
+	 * answers to the close before, if still out); the log's appends wait meanwhile. The full
+	 * segment's close is answered while the next one fills, outside this time. */
 	uint64_t roll_ns;
 };
 

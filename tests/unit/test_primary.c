@@ -341,6 +341,49 @@ static void test_async_reentry(const char **addrs)
 	   (unsigned long long)r.added, (unsigned long long)r.eagain);
 }
 
+/* The backup's test seam (backup/backup_int.h): hold its scanner before the next close's
+ * scan, so that the close stays unanswered. */
+void tw__bk_scan_hold(struct tw_backup *b, bool hold);
+
+/* Close behind (docs/primary.md, "Segment rollover"): a full segment's close is answered while
+ * the next segment fills. With every backup's close scan held, appends into the next segment are
+ * acknowledged, the closing segment is not released, and a flush waits for the close. */
+static void test_close_behind(struct tbackup *b, unsigned nb, const char **addrs)
+{
+	struct tw_ctx_config tc;
+	struct tw_primary_config cfg;
+	struct tw_primary_stats st;
+	struct tw_primary *p;
+	uint64_t lsn = 0, in_next = 0;
+	uint8_t buf[100];
+	int bad = 0;
+
+	cfg_for(&tc, &cfg, addrs, 3, 160);
+	p = tlog_open(&tc, &cfg, "close behind");
+	if (!p)
+		return;
+	for (unsigned i = 0; i < nb; i++)
+		tw__bk_scan_hold(b[i].b, true);
+	for (uint64_t i = 0; in_next < 50 && i < 100000; i++) {
+		fill(buf, 100, i);
+		if (tw_primary_append(p, buf, 100, &lsn) != 0) /* returns acknowledged */
+			bad++;
+		else if (tw_lsn_to_pos(lsn).segment == 1)
+			in_next++;
+	}
+	tw_primary_get_stats(p, &st);
+	ok(!bad && in_next == 50 && st.segments == 2 && st.rpc_close == 3,
+	   "50 appends acknowledged in segment 1 while segment 0's 3 closes are unanswered "
+	   "(%llu segments, %llu closes sent)", (unsigned long long)st.segments,
+	   (unsigned long long)st.rpc_close);
+	is_int(tw_primary_unload(p, 1), 0, "close behind: segment 0 is not released while closing");
+	for (unsigned i = 0; i < nb; i++)
+		tw__bk_scan_hold(b[i].b, false);
+	is_int(tw_primary_flush(p), 0, "close behind: flush (it waits for the close)");
+	is_int(tw_primary_unload(p, 1), 1, "close behind: then segment 0 is released");
+	is_int(tw_primary_close(p), 0, "close behind: close");
+}
+
 /* Releasing closed segments from the primary's memory. */
 static void test_release(const char **addrs, enum tw_primary_mode mode)
 {
@@ -789,6 +832,7 @@ int main(void)
 		test_loop(addrs);
 	test_nested(addrs);
 	test_async_reentry(addrs);
+	test_close_behind(b, 4, addrs);
 	test_release(addrs, TW_PRIMARY_SYNC);
 	test_release(addrs, TW_PRIMARY_ASYNC);
 	test_preopen(addrs, TW_PRIMARY_SYNC);
