@@ -245,6 +245,7 @@ struct ofi_chan {
 	struct rdm_peer *peer;  /* shm: its AV entry (one reference), NULL once down */
 	bool self;              /* the peer is our own endpoint (shm: cma_cap_self applies) */
 	bool local;             /* shm: the peer is another endpoint of this process */
+	bool wd_counted;        /* counted in tw__shm_local_chans (local, or its pid unknown) */
 	unsigned local_seen;    /* the count of local closes when last checked (ofi_rdm.c) */
 	/* shm: the peer process, watched so that nothing is posted to a dead one (ofi_rdm.c,
 	 * docs/failover.md "shm: a killed backup"). Valid while `watched`. */
@@ -390,6 +391,10 @@ void tw__wedge_watch(struct ofi_fab *of);
 /* Stop watching it (before the endpoint is closed). */
 void tw__wedge_unwatch(struct ofi_fab *of);
 int tw__wedge_tid(void);
+/* shm: open channels whose peer may be another endpoint of this process (its pid is ours, or
+ * could not be told), counted by ofi_rdm.c; while none is open, no thread of ours posts to our
+ * own region, so another shm endpoint in the process cannot be holding its lock (ofi_wedge.c). */
+unsigned tw__shm_local_chans(void);
 /* libfabric 1.17's struct smr_region: the pthread_spinlock_t lock, after uint32
  * max_sar_buf_per_peer (offset 12) and void *base_addr (offset 16, aligned for 4- and 8-byte
  * pointers). Trusted only where the version checks of ofi_rdm.c passed. */

@@ -93,6 +93,12 @@ static int own_name(struct ofi_fab *of)
  * otherwise keep a closing endpoint waiting for good. No thread takes it twice. */
 static pthread_rwlock_t local_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static atomic_uint local_closes; /* endpoints closed under the lock */
+static atomic_uint local_chans;  /* channels that may lead to this process (ofi_wedge.c) */
+
+unsigned tw__shm_local_chans(void)
+{
+	return atomic_load(&local_chans);
+}
 
 void tw__shm_local_rdlock(void)
 {
@@ -292,6 +298,10 @@ static void shm_watch(struct ofi_fab *of, struct ofi_chan *ch)
 		of->local_peers = true;
 	}
 	if (pid <= 0 || pid == (int)getpid()) {
+		if (!ch->wd_counted) { /* a thread of ours may post to our region (ofi_wedge.c) */
+			ch->wd_counted = true;
+			atomic_fetch_add(&local_chans, 1);
+		}
 		ch->watched = ch->peer_lock != NULL; /* the lock check still applies */
 		if (!ch->watched)
 			shm_unwatch(ch);
@@ -1178,6 +1188,10 @@ void tw__rdm_chan_down(struct ofi_chan *ch, bool closing)
 	peer_put(of, ch); /* shm: the BYE's context holds the entry until it completes */
 	ch->have_addr = false;
 	shm_unwatch(ch); /* after the BYE, which the watch guards too */
+	if (ch->wd_counted) {
+		ch->wd_counted = false;
+		atomic_fetch_sub(&local_chans, 1);
+	}
 	tw__bell_peer_close(ch);
 }
 

@@ -22,7 +22,11 @@
  *   - that thread is in user space (/proc/self/task/TID/syscall: "running" or "-1 ..."), and
  *     has used CPU meanwhile (/proc/self/task/TID/stat: 2 clock ticks at least): spinning, not
  *     copying in a syscall under the lock itself, nor merely descheduled;
- *   - this process has no other watched shm endpoint (whose thread might be the holder);
+ *   - no other shm endpoint of this process can be the holder: there is none, or none of
+ *     them has a channel open to an endpoint of this process (a thread of ours takes our
+ *     lock only to post to us, through such a channel; progress takes only its own region's
+ *     lock, and a peer's with a trylock). A twkv server, say, has two: its backup's and its
+ *     logs' (which replicate to the other servers only);
  *   - no live process that maps our region writable is stopped (state T, t) or in an
  *     uninterruptible sleep (D): such a process may be the holder and come back.
  * A live, running holder leaves its critical section within one write's copy, and while it
@@ -261,12 +265,12 @@ static void check(struct shm_wedge *w, uint64_t now)
 	cpu = thread_cpu(tid);
 	if (w->seen_cpu >= 0 && cpu >= 0 && cpu - w->seen_cpu < 2)
 		return;
-	if (wd_n > 1) {
+	if (wd_n > 1 && tw__shm_local_chans() > 0) {
 		if (!w->told_many)
 			tw_log_warn("fabric shm: our region lock (%s) has been held for %llu ms while "
 				    "our progress waits for it, but this process has %u shm endpoints "
-				    "(one of them may hold it): leaving it", w->path,
-				    (unsigned long long)((now - w->seen_ns) / 1000000u), wd_n);
+				    "with channels between them (one of them may hold it): leaving it",
+				    w->path, (unsigned long long)((now - w->seen_ns) / 1000000u), wd_n);
 		w->told_many = true;
 		return;
 	}

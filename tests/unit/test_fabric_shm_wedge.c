@@ -12,6 +12,12 @@
  *     watchdog must make our progress go for the lock, see it stuck there and free the lock.
  *   - B stops itself (SIGSTOP): a live holder that will come back. The lock must stay held
  *     while B is stopped (checked after 3 × TW_SHM_WEDGE_MS), and be freed once B is killed.
+ *   - C SIGKILLs itself while this process has a second shm fab open, as a twkv server has
+ *     (its backup's and its logs'), with no channel between the two: the second fab cannot be
+ *     the holder, and the lock is freed as in A.
+ *   - D SIGKILLs itself while the second fab has a channel to ours: one of our own threads
+ *     could be the holder, so the lock is left held (checked after 3 × TW_SHM_WEDGE_MS; the
+ *     test then frees it itself).
  * An alarm turns a progress call that never returns into a failure.
  */
 #include <errno.h>
@@ -76,6 +82,15 @@ static void child_main(int cmd_fd, int out_fd)
 	_exit(0);
 }
 
+static void kill_all(struct child *a, struct child *b, struct child *c, struct child *d)
+{
+	struct child *all[] = {a, b, c, d};
+
+	for (size_t i = 0; i < 4; i++)
+		if (all[i])
+			kill(all[i]->pid, SIGKILL);
+}
+
 static int start_child(struct child *ch)
 {
 	int to[2], from[2];
@@ -132,12 +147,10 @@ struct stopped_check {
 	bool still_held;
 };
 
-/* B is stopped holding the lock: after 3 × WEDGE_MS it must still be held; then kill B. */
-static void *kill_later(void *arg)
+static void wait_ms(unsigned ms)
 {
-	struct stopped_check *s = arg;
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = 0};
-	uint64_t end = now_ms() + 3 * WEDGE_MS;
+	uint64_t end = now_ms() + ms;
 
 	while (now_ms() < end) {
 		uint64_t left = end - now_ms();
@@ -146,50 +159,88 @@ static void *kill_later(void *arg)
 		ts.tv_nsec = (long)(left % 1000) * 1000000;
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* B is stopped holding the lock: after 3 × WEDGE_MS it must still be held; then kill B. */
+static void *kill_later(void *arg)
+{
+	struct stopped_check *s = arg;
+
+	wait_ms(3 * WEDGE_MS);
 	s->still_held = held();
 	kill(s->pid, SIGKILL);
+	return NULL;
+}
+
+/* D died holding the lock while our two fabs had a channel between them: after 3 × WEDGE_MS it
+ * must still be held; then free it ourselves (a writable mapping of our region's first page). */
+static int *lock_rw;
+
+static void *free_later(void *arg)
+{
+	struct stopped_check *s = arg;
+
+	wait_ms(3 * WEDGE_MS);
+	s->still_held = held();
+	__atomic_store_n(lock_rw, lock_free, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Progress `fab` on a thread of its own while the main thread connects to it. */
+static bool pump_stop; /* atomic */
+
+static void *pump(void *arg)
+{
+	while (!__atomic_load_n(&pump_stop, __ATOMIC_ACQUIRE))
+		tw__fab_progress(arg, 1);
 	return NULL;
 }
 
 int main(void)
 {
 	struct tw_fab_config cfg;
-	struct tw_fab *fab;
-	struct child a, b;
+	struct tw_fab *fab, *fab2 = NULL;
+	struct tw_chan *ch2 = NULL;
+	struct child a, b, cc, d;
 	struct stopped_check sc;
 	pthread_t t;
 	char addr[256] = "";
 	unsigned char c;
 	const char *name;
-	void *map;
+	void *map, *map_rw = MAP_FAILED;
 	long ms;
 	int rc, fd;
 
-	tap_plan(4);
+	tap_plan(9);
 	signal(SIGPIPE, SIG_IGN);
 	/* Forked before the fab opens: the children hold no mapping and no thread of ours. */
-	TAP_REQUIRE(start_child(&a) == 0 && start_child(&b) == 0, "two children");
+	TAP_REQUIRE(start_child(&a) == 0 && start_child(&b) == 0 && start_child(&cc) == 0 &&
+		    start_child(&d) == 0, "four children");
 	tw__fab_config_init(&cfg);
 	cfg.provider = "shm";
 	rc = tw__fab_open(&cfg, NULL, &fab);
 	if (rc == -TW_ENOPROV) {
-		kill(a.pid, SIGKILL);
-		kill(b.pid, SIGKILL);
-		waitpid(a.pid, NULL, 0);
-		waitpid(b.pid, NULL, 0);
-		tap_skip(4, "shm not available here");
+		kill_all(&a, &b, &cc, &d);
+		tap_skip(9, "shm not available here");
 		return tap_exit();
 	}
 	TAP_REQUIRE(rc == 0, "open shm fab: %s", tw_strerror(rc));
 	TAP_REQUIRE(tw__fab_listen(fab, addr, sizeof(addr)) == 0, "listen");
 	TAP_REQUIRE(write(a.to_child, addr, sizeof(addr)) == (ssize_t)sizeof(addr) &&
-		    write(b.to_child, addr, sizeof(addr)) == (ssize_t)sizeof(addr),
+		    write(b.to_child, addr, sizeof(addr)) == (ssize_t)sizeof(addr) &&
+		    write(cc.to_child, addr, sizeof(addr)) == (ssize_t)sizeof(addr) &&
+		    write(d.to_child, addr, sizeof(addr)) == (ssize_t)sizeof(addr),
 		    "our address to the children");
 	name = strstr(addr, "://");
 	fd = shm_open(name ? name + 3 : addr, O_RDONLY, 0);
 	map = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
 	TAP_REQUIRE(map != MAP_FAILED, "map our region %s", addr);
 	close(fd);
+	fd = shm_open(name ? name + 3 : addr, O_RDWR, 0);
+	map_rw = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	TAP_REQUIRE(map_rw != MAP_FAILED, "map our region %s writable", addr);
+	close(fd);
+	lock_rw = (int *)(void *)((char *)map_rw + SMR_V117_OFF_LOCK);
 	lock_word = (const volatile int *)(const void *)((const char *)map + SMR_V117_OFF_LOCK);
 	{
 		pthread_spinlock_t l;
@@ -203,8 +254,8 @@ int main(void)
 	c = 'K';
 	TAP_REQUIRE(write(a.to_child, &c, 1) == 1 && read(a.from_child, &c, 1) == 1, "A answers");
 	if (c == 'x') {
-		tap_skip(4, "shm region layout is not libfabric 1.17's");
-		kill(b.pid, SIGKILL);
+		tap_skip(9, "shm region layout is not libfabric 1.17's");
+		kill_all(NULL, &b, &cc, &d);
 		goto out;
 	}
 	TAP_REQUIRE(wait_state(a.pid, WEXITED), "A is dead (not reaped)");
@@ -223,10 +274,53 @@ int main(void)
 	pthread_join(t, NULL);
 	ok(sc.still_held, "the lock of a stopped holder is left held (%d ms)", 3 * WEDGE_MS);
 	ok(ms >= 3 * WEDGE_MS, "and freed once the holder is killed: after %ld ms", ms);
+
+	/* A second shm fab in this process, no channel between the two: C dies holding our lock. */
+	rc = tw__fab_open(&cfg, NULL, &fab2);
+	TAP_REQUIRE(rc == 0, "open a second shm fab: %s", tw_strerror(rc));
+	c = 'K';
+	TAP_REQUIRE(write(cc.to_child, &c, 1) == 1 && read(cc.from_child, &c, 1) == 1,
+		    "C answers");
+	TAP_REQUIRE(wait_state(cc.pid, WEXITED), "C is dead (not reaped)");
+	ok(held(), "C died holding our region lock, a second shm fab open here");
+	ms = progress_until_free(fab, 10000);
+	ok(ms >= 0, "the second fab, with no channel to ours, is not taken for the holder: freed "
+	   "after %ld ms (-1: not in 10 s)", ms);
+
+	/* The second fab connects to ours: D dies holding our lock. */
+	{
+		pthread_t pt;
+
+		__atomic_store_n(&pump_stop, false, __ATOMIC_RELEASE);
+		TAP_REQUIRE(pthread_create(&pt, NULL, pump, fab) == 0, "thread");
+		rc = tw__fab_connect(fab2, addr, &ch2);
+		__atomic_store_n(&pump_stop, true, __ATOMIC_RELEASE);
+		pthread_join(pt, NULL);
+	}
+	TAP_REQUIRE(rc == 0 && ch2, "the second fab connects to ours: %s", tw_strerror(rc));
+	c = 'K';
+	TAP_REQUIRE(write(d.to_child, &c, 1) == 1 && read(d.from_child, &c, 1) == 1, "D answers");
+	TAP_REQUIRE(wait_state(d.pid, WEXITED), "D is dead (not reaped)");
+	ok(held(), "D died holding our region lock");
+	sc.still_held = false;
+	TAP_REQUIRE(pthread_create(&t, NULL, free_later, &sc) == 0, "thread");
+	ms = progress_until_free(fab, 15000);
+	pthread_join(t, NULL);
+	ok(sc.still_held, "with a channel between two shm fabs of this process the lock is left "
+	   "held (%d ms: one of our own threads may hold it)", 3 * WEDGE_MS);
+	ok(ms >= 3 * WEDGE_MS, "until freed by hand: after %ld ms", ms);
 out:
+	if (ch2)
+		tw__chan_close(ch2);
+	if (fab2)
+		tw__fab_close(fab2);
 	tw__fab_close(fab);
 	munmap(map, 4096);
+	if (map_rw != MAP_FAILED)
+		munmap(map_rw, 4096);
 	waitpid(a.pid, NULL, 0);
 	waitpid(b.pid, NULL, 0);
+	waitpid(cc.pid, NULL, 0);
+	waitpid(d.pid, NULL, 0);
 	return tap_exit();
 }
