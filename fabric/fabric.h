@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <tailwind/common.h>
 
@@ -248,6 +249,14 @@ void tw__fab_free(void *p, size_t len);
 bool tw__fab_keyless_writes(const struct tw_fab *fab);
 int tw__chan_peer_pid(const struct tw_chan *ch);
 int tw__fab_move_away(void **mem, size_t len, const char **why_out);
+/* The same with the memory calls it makes given (the seam of tests/unit/test_fabric_guard.c:
+ * a kernel that refuses MREMAP_DONTUNMAP, a range taken in the window that path has). */
+struct tw_vm_ops {
+	void *(*mremap)(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
+	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+};
+int tw__fab_move_away_vm(const struct tw_vm_ops *vm, void **mem, size_t len,
+			 const char **why_out);
 void tw__fab_guard_free(void *guard, size_t len);
 /* Huge page size the large mappings use (x86-64 and arm64 with 4 KiB base pages: 2 MiB). */
 #define TW_FAB_HUGE_PAGE ((size_t)2 << 20)

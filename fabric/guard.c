@@ -21,6 +21,13 @@
 #define MREMAP_DONTUNMAP 4 /* Linux 5.7 */
 #endif
 
+static void *sys_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	return mremap(old, old_len, new_len, flags, new_addr);
+}
+
+static const struct tw_vm_ops vm_sys = { .mremap = sys_mremap, .mmap = mmap };
+
 bool tw__fab_keyless_writes(const struct tw_fab *fab)
 {
 	if (!fab || strcmp(fab->ops->name, "ofi") != 0)
@@ -39,6 +46,12 @@ int tw__chan_peer_pid(const struct tw_chan *ch)
 
 int tw__fab_move_away(void **mem, size_t len, const char **why_out)
 {
+	return tw__fab_move_away_vm(&vm_sys, mem, len, why_out);
+}
+
+int tw__fab_move_away_vm(const struct tw_vm_ops *vm, void **mem, size_t len,
+			 const char **why_out)
+{
 	uint8_t *old = *mem, *nu;
 	void *g;
 
@@ -52,19 +65,19 @@ int tw__fab_move_away(void **mem, size_t len, const char **why_out)
 	}
 	/* 2. The pages go to a new address; with DONTUNMAP the old range stays mapped (PROT_NONE,
 	 *    now empty): there is no instant at which it is unmapped and could be handed out. */
-	nu = mremap(old, len, len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
+	nu = vm->mremap(old, len, len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
 	if (nu == MAP_FAILED && errno == EINVAL) {
 		/* A kernel before 5.7: move, then put the guard at once where the pages were. If
 		 * another thread of ours mapped something there in between, MAP_FIXED_NOREPLACE
 		 * says so (EEXIST) and nothing is replaced. */
-		void *resv = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-				  -1, 0);
+		void *resv = vm->mmap(NULL, len, PROT_NONE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 		if (resv == MAP_FAILED) {
 			*why_out = "mmap (a new address)";
 			goto undo;
 		}
-		nu = mremap(old, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, resv);
+		nu = vm->mremap(old, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, resv);
 		if (nu == MAP_FAILED) {
 			int e = errno;
 
@@ -73,13 +86,19 @@ int tw__fab_move_away(void **mem, size_t len, const char **why_out)
 			*why_out = "mremap";
 			goto undo;
 		}
-		g = mmap(old, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
-			 MAP_FIXED_NOREPLACE, -1, 0);
+		g = vm->mmap(old, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+			     MAP_FIXED_NOREPLACE, -1, 0);
 		if (g != old) {
 			if (g != MAP_FAILED)
 				munmap(g, len); /* a kernel without MAP_FIXED_NOREPLACE: elsewhere */
 			*why_out = "the guard (the old range was taken at once)";
+			/* The pages came with step 1's PROT_NONE: usable again, or the next read of
+			 * the buffer (a recovery's listing scans it) faults. */
 			*mem = nu;
+			if (mprotect(nu, len, PROT_READ | PROT_WRITE) != 0) {
+				*why_out = "mprotect (the new address)";
+				return -errno;
+			}
 			return 1;
 		}
 	} else if (nu == MAP_FAILED) {
@@ -89,8 +108,8 @@ int tw__fab_move_away(void **mem, size_t len, const char **why_out)
 		/* 3. The guard without the commit charge of a writable mapping (address space
 		 *    only): replaced in place, never unmapped in between. A failure keeps the
 		 *    charged one, which guards as well. */
-		g = mmap(old, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
-			 MAP_FIXED, -1, 0);
+		g = vm->mmap(old, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+			     MAP_FIXED, -1, 0);
 		(void)g;
 	}
 	if (mprotect(nu, len, PROT_READ | PROT_WRITE) != 0) {
